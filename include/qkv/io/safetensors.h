@@ -1,0 +1,55 @@
+// qkv/io/safetensors.h - reading and writing .safetensors files (the Hugging Face format).
+//
+// Layout: an 8-byte little-endian u64 N, then N bytes of JSON header
+//   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...,
+//    "__metadata__": {"key": "value", ...}}            (the metadata entry is optional)
+// then the raw little-endian data buffer; offsets are relative to the start of that buffer.
+//
+// Reading accepts F32, and converts F16, BF16 (exactly) and F64 (rounded to nearest) to float32.
+// Every malformed input - truncated, bad JSON, wrong types, absurd shapes, unknown dtypes, offsets
+// out of range or overlapping - is a qkv::Error naming the file and, where it applies, the tensor;
+// no input makes the reader crash or read out of bounds. Writing produces F32 only, atomically.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "qkv/core/tensor.h"
+
+namespace qkv {
+
+struct TensorFile {
+  std::string path;                          // as given to load (or path_for_errors), for messages
+  std::vector<std::string> names;            // in the order of their data offsets in the file
+  std::map<std::string, Tensor> tensors;     // float32, contiguous, each named after its key
+  std::map<std::string, std::string> metadata;
+
+  bool contains(const std::string& name) const { return tensors.count(name) != 0; }
+  // Throws qkv::Error "'file.safetensors' has no tensor 'input' (it has: a, b, c)".
+  const Tensor& get(const std::string& name) const;
+};
+
+TensorFile load_safetensors(const std::string& path);
+TensorFile parse_safetensors(const std::string& bytes, const std::string& path_for_errors);
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// The bytes of a safetensors file holding `tensors` as F32, data in the given order, header
+// entries in the given order after "__metadata__" (omitted when empty), header padded with
+// spaces to a multiple of 8 bytes. Non-contiguous tensors are copied. Throws qkv::Error (before
+// anything is written) on an empty or duplicate name or the reserved name "__metadata__".
+std::string serialize_safetensors(const NamedTensors& tensors,
+                                  const std::map<std::string, std::string>& metadata = {});
+
+// serialize_safetensors, then write_file_atomically: `path` is replaced whole or not at all.
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Exact conversions used by the reader (exposed for tests).
+float f16_to_f32(uint16_t bits);
+float bf16_to_f32(uint16_t bits);
+float f64_to_f32(double value);  // round to nearest even; beyond the float range -> +-inf
+
+}  // namespace qkv

@@ -1,0 +1,38 @@
+// qkv/modules/causal_attention.h - the book's CausalAttention: batched, masked, with dropout.
+//
+//   x (B, T, d_in) -> context (B, T, d_out)
+//   scores = queries keys^T, masked_fill(mask[:T, :T] != 0, -inf), softmax(/ sqrt(d_out)),
+//   dropout, @ values.
+// `mask` is the registered buffer triu(ones(context_length, context_length), 1); a mask loaded
+// from a state dict is used as loaded. T may not exceed context_length (PyTorch fails there
+// with a shape error; qkv says why).
+#pragma once
+
+#include "qkv/core/generator.h"
+#include "qkv/modules/attention_module.h"
+#include "qkv/modules/layers.h"
+#include "qkv/modules/module.h"
+
+namespace qkv {
+
+class CausalAttention : public AttentionModule {
+ public:
+  CausalAttention(const AttentionConfig& config, Generator& gen);
+  const char* type_name() const override { return "CausalAttention"; }
+  void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
+  void train(bool on = true) override;
+  Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr) override;  // (B, T, d_in) -> (B, T, d_out)
+
+  AttentionConfig config;
+  Linear W_query, W_key, W_value;  // weight (d_out, d_in)
+  Dropout dropout;
+  Tensor mask;                     // (context_length, context_length) buffer
+};
+
+// Checks the sizes are positive and dropout in [0, 1); returns c. Errors start with `who`.
+const AttentionConfig& validate(const AttentionConfig& c, const char* who);
+
+// Checks x is (B, T, d_in) with T <= context_length, for a module named `who`.
+void check_batch_input(const char* who, const Tensor& x, int64_t d_in, int64_t context_length);
+
+}  // namespace qkv

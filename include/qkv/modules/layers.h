@@ -1,0 +1,72 @@
+// qkv/modules/layers.h - the building blocks: Linear, Embedding, PositionalEmbedding, Dropout.
+//
+// Each draws its initial values from a Generator exactly as the PyTorch constructor does, so
+// `Generator g(123); Linear l(768, 768, true, g);` holds what
+// `torch.manual_seed(123); nn.Linear(768, 768)` holds.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "qkv/core/generator.h"
+#include "qkv/core/tensor.h"
+#include "qkv/modules/module.h"
+
+namespace qkv {
+
+// y = x @ weight.T + bias.  x (..., in) -> (..., out)
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias, Generator& gen);
+  const char* type_name() const override { return "Linear"; }
+  void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
+  Tensor forward(const Tensor& x) const;
+
+  Tensor weight;  // (out, in), kaiming-uniform(a = sqrt(5)) as nn.Linear
+  Tensor bias;    // (out), uniform(+-1/sqrt(in)); empty when there is no bias
+  bool has_bias;
+};
+
+// A lookup table: ids -> rows of weight.  ids (T) or (B, T) -> (T, dim) or (B, T, dim)
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t dim, Generator& gen);  // weight ~ N(0, 1)
+  const char* type_name() const override { return "Embedding"; }
+  void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
+  // ids: flat row-major ids of `shape`; each must be in [0, num_embeddings).
+  Tensor forward(const std::vector<int64_t>& ids, const Shape& shape) const;
+
+  Tensor weight;  // (num_embeddings, dim)
+};
+
+// A learned table indexed by position: forward(T) = weight[0:T].  -> (T, dim)
+class PositionalEmbedding : public Module {
+ public:
+  PositionalEmbedding(int64_t context_length, int64_t dim, Generator& gen);
+  const char* type_name() const override { return "PositionalEmbedding"; }
+  void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
+  Tensor forward(int64_t num_tokens) const;  // fails plainly when num_tokens > context_length
+
+  Embedding table;
+};
+
+// nn.Dropout(p): in training mode each element is zeroed with probability p and the survivors
+// are scaled by 1/(1-p); the mask comes from Generator::bernoulli(1-p), so the same seed gives
+// PyTorch's mask. In eval mode, or with p = 0, the input passes through and nothing is drawn.
+class Dropout : public Module {
+ public:
+  Dropout(double p, Generator& gen);  // p must be in [0, 1)
+  const char* type_name() const override { return "Dropout"; }
+  void collect_state(const std::string&, std::vector<StateEntry>&) override {}
+  Tensor forward(const Tensor& x);
+  bool active() const { return training_ && p_ > 0.0; }
+  double p() const { return p_; }
+  const Tensor& last_noise() const { return noise_; }  // 0 or 1/(1-p), shaped like the last input
+
+ private:
+  double p_;
+  Generator* gen_;
+  Tensor noise_;
+};
+
+}  // namespace qkv

@@ -1,0 +1,112 @@
+// qkv forward --module M --d-in N --d-out N ... (--seed S | --weights FILE) --input FILE
+//
+// Runs one attention module on the tensor `input` of a safetensors file. Every output is computed
+// and serialised before the first file is written, and each file is written whole or not at all.
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "commands.h"
+#include "qkv/core/error.h"
+#include "qkv/core/generator.h"
+#include "qkv/core/print.h"
+#include "qkv/io/atomic_file.h"
+#include "qkv/io/safetensors.h"
+#include "qkv/modules/attention_module.h"
+
+namespace qkv::cli {
+namespace {
+
+struct ForwardFlags {
+  std::string module;
+  AttentionConfig config;
+  std::optional<uint64_t> seed;
+  std::string weights, input, output, save_weights, attn_weights;
+  bool train = false;
+};
+
+std::string expected_input(const AttentionModule& m, const AttentionConfig& c) {
+  return m.input_rank() == 2 ? str("(num_tokens, d_in = ", c.d_in, ")")
+                             : str("(batch, num_tokens, d_in = ", c.d_in, ")");
+}
+
+int run_forward(ForwardFlags& f, const CLI::App& sub) {
+  AttentionConfig& c = f.config;
+  const bool causal = f.module == "causal-attention" || f.module == "mha-wrapper" || f.module == "mha";
+  QKV_CHECK(f.seed || !f.weights.empty(), "give --seed S (weights as torch.manual_seed(S) and the ",
+            "PyTorch constructor make them) or --weights FILE (a safetensors state dict)");
+  if (causal && sub.count("--context-length") == 0)
+    fail("--module ", f.module, " needs --context-length N (the size of its causal mask buffer)");
+  if (!causal) {
+    QKV_CHECK(sub.count("--context-length") == 0 && sub.count("--dropout") == 0 && sub.count("--num-heads") == 0,
+              "--module ", f.module, " takes no --context-length, --dropout or --num-heads (it has no mask, ",
+              "dropout or heads)");
+    c.context_length = 1;
+  }
+  if (f.module == "causal-attention")
+    QKV_CHECK(sub.count("--num-heads") == 0, "--module causal-attention has one head; drop --num-heads");
+
+  // Read everything first: a bad input file fails before any module is built.
+  TensorFile in = load_safetensors(f.input);
+  const Tensor& x = in.get("input");
+  std::optional<TensorFile> weights;
+  if (!f.weights.empty()) weights = load_safetensors(f.weights);
+
+  // torch.manual_seed(S); module = Class(...); [module.load_state_dict(...)]; module.train(); module(x)
+  Generator gen(f.seed.value_or(Generator::kDefaultSeed));
+  std::unique_ptr<AttentionModule> m = make_attention_module(f.module, c, gen);
+  if (weights) m->load_state_dict(weights->tensors, /*strict=*/true);
+  m->train(f.train);
+  QKV_CHECK(x.dim() == m->input_rank() && x.size(-1) == c.d_in, f.module, ": the tensor 'input' in '",
+            f.input, "' has shape ", shape_str(x.shape()), "; expected ", expected_input(*m, c));
+  AttentionTrace trace;
+  Tensor y = m->forward(x, f.attn_weights.empty() ? nullptr : &trace);
+
+  // Serialise every output, then write them.
+  std::vector<std::pair<std::string, std::string>> files;
+  if (!f.output.empty()) files.push_back({f.output, serialize_safetensors({{"output", y}})});
+  if (!f.attn_weights.empty()) {
+    NamedTensors t = {{"attn_weights", trace.weights}};
+    if (trace.dropped_weights.numel() > 0) t.push_back({"attn_weights_dropped", trace.dropped_weights});
+    files.push_back({f.attn_weights, serialize_safetensors(t)});
+  }
+  if (!f.save_weights.empty()) {
+    NamedTensors state;
+    for (const StateEntry& e : m->state_dict()) state.push_back({e.name, *e.tensor});
+    files.push_back({f.save_weights, serialize_safetensors(state, {{"format", "pt"}, {"module", f.module}})});
+  }
+  for (const auto& [path, bytes] : files) write_file_atomically(path, bytes);
+  if (f.output.empty()) std::cout << to_string(y) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Command add_forward(CLI::App& app) {
+  auto f = std::make_shared<ForwardFlags>();
+  CLI::App* sub = app.add_subcommand("forward", "Run one attention module on a tensor from a safetensors file");
+  sub->add_option("--module", f->module, "self-attention-v1 | self-attention-v2 | causal-attention | mha-wrapper | mha")
+      ->required()
+      ->check(CLI::IsMember(attention_module_names()));
+  sub->add_option("--d-in", f->config.d_in, "Input features (the last dimension of 'input')")->required();
+  sub->add_option("--d-out", f->config.d_out, "Output features (per head for mha-wrapper)")->required();
+  sub->add_option("--context-length", f->config.context_length, "Size of the causal mask buffer (causal modules)");
+  sub->add_option("--num-heads", f->config.num_heads, "Heads (mha-wrapper, mha)")->capture_default_str();
+  sub->add_option("--dropout", f->config.dropout, "Dropout on the attention weights, in [0, 1)")->capture_default_str();
+  sub->add_flag("--qkv-bias", f->config.qkv_bias, "Give the query, key and value projections a bias");
+  sub->add_flag("--train", f->train, "Training mode: dropout is active, drawing after the weights as PyTorch does");
+  sub->add_option("--seed", f->seed, "Initialise as torch.manual_seed(S) followed by the PyTorch constructor");
+  sub->add_option("--weights", f->weights, "Load the weights from a safetensors state dict (PyTorch's names)");
+  sub->add_option("--input", f->input, "Safetensors file holding the tensor 'input'")->required();
+  sub->add_option("--output", f->output, "Write the result as the tensor 'output' (default: print it)");
+  sub->add_option("--save-weights", f->save_weights, "Write the module's state dict (safetensors)");
+  sub->add_option("--attn-weights", f->attn_weights,
+                  "Write the attention weights as 'attn_weights' (per head), and after dropout as "
+                  "'attn_weights_dropped' when dropout is active");
+  sub->footer(
+      "Shapes: self-attention-v1/v2 take input (T, d_in); the others (B, T, d_in).\n"
+      "With both --seed and --weights, the seed drives dropout after the weights are loaded.");
+  return {sub, [f, sub]() { return run_forward(*f, *sub); }};
+}
+
+}  // namespace qkv::cli

@@ -1,0 +1,95 @@
+// qkv walkthrough [--text T] [--json] [--svg DIR]
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "qkv/chapter/walkthrough.h"
+#include "qkv/core/error.h"
+#include "qkv/core/print.h"
+#include "qkv/io/atomic_file.h"
+#include "qkv/io/heatmap_svg.h"
+#include "qkv/io/tensor_json.h"
+
+namespace qkv::cli {
+namespace {
+
+struct WalkthroughFlags {
+  std::string text = kBookSentence;
+  bool json = false;
+  std::string svg_dir;
+};
+
+std::string list(const std::vector<std::string>& words) {
+  std::string s = "[";
+  for (size_t i = 0; i < words.size(); ++i) s += (i ? ", '" : "'") + words[i] + "'";
+  return s + "]";
+}
+
+void print_people(const Walkthrough& w) {
+  std::cout << "qkv walkthrough: chapter 3 of \"Build a Large Language Model From Scratch\" on\n  \""
+            << w.text << "\"\n\n";
+  std::cout << "Tokens   : " << list(w.words) << "\nVocab    : {";
+  for (size_t i = 0; i < w.vocab.size(); ++i) std::cout << (i ? ", '" : "'") << w.vocab[i] << "': " << i;
+  std::cout << "}\nToken IDs: [";
+  for (size_t i = 0; i < w.ids.size(); ++i) std::cout << (i ? ", " : "") << w.ids[i];
+  std::cout << "]\n";
+  if (!w.book_embeddings)
+    std::cout << "(words the book has no embedding for get rows of nn.Embedding drawn after "
+                 "torch.manual_seed(0))\n";
+  std::string section;
+  for (const WalkthroughStep& s : w.steps) {
+    if (s.section != section) {
+      section = s.section;
+      std::cout << "\n== " << section << " ==\n";
+    }
+    std::cout << "\n" << s.name << ": " << s.caption << "\n" << to_string(s.value) << "\n";
+  }
+}
+
+nlohmann::json to_json(const Walkthrough& w) {
+  nlohmann::json j = nlohmann::json::object();
+  nlohmann::json vocab = nlohmann::json::object();
+  for (size_t i = 0; i < w.vocab.size(); ++i) vocab[w.vocab[i]] = i;
+  j["tiny_vocab.ids"] = {{"tokens", w.words}, {"vocab", vocab}, {"ids", w.ids}};
+  for (const WalkthroughStep& s : w.steps) j[s.name] = tensor_to_json(s.value);
+  return j;
+}
+
+void write_pictures(const Walkthrough& w, const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    fail("cannot create the directory '", dir, "' for --svg: ", std::strerror(errno));
+  HeatmapOptions o;
+  o.row_labels = w.words;
+  o.causal = true;
+  for (const WalkthroughPicture& p : w.pictures) {
+    o.title = p.title;
+    write_file_atomically(dir + "/" + p.file, heatmap_svg(p.weights, o));
+    std::cerr << "wrote " << dir << "/" << p.file << "\n";
+  }
+}
+
+}  // namespace
+
+Command add_walkthrough(CLI::App& app) {
+  auto flags = std::make_shared<WalkthroughFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "walkthrough", "The chapter step by step on a sentence: every table the notebooks print");
+  sub->add_option("--text", flags->text, "Sentence to walk through")->capture_default_str();
+  sub->add_flag("--json", flags->json, "Print every intermediate as JSON (name -> {shape, data})");
+  sub->add_option("--svg", flags->svg_dir, "Write the causal attention weights of each head as SVG heatmaps into DIR");
+  return {sub, [flags]() {
+    Walkthrough w = run_walkthrough(flags->text);
+    if (flags->json) std::cout << to_json(w).dump() << "\n";
+    else print_people(w);
+    if (!flags->svg_dir.empty()) write_pictures(w, flags->svg_dir);
+    return 0;
+  }};
+}
+
+}  // namespace qkv::cli

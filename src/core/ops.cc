@@ -1,0 +1,297 @@
+// Reference tensor operations. See include/qkv/core/ops.h.
+#include "qkv/core/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "qkv/core/error.h"
+
+namespace qkv {
+namespace {
+
+int wrap(int d, int rank, const char* op) {
+  int w = d < 0 ? d + rank : d;
+  QKV_CHECK(w >= 0 && w < rank, op, ": dimension ", d, " is out of range for rank ", rank);
+  return w;
+}
+
+template <typename F>
+Tensor unary(const Tensor& a, F f) {
+  Tensor src = a.contiguous();
+  Tensor out = Tensor::empty(a.shape());
+  const float* x = src.data();
+  float* y = out.data();
+  for (int64_t i = 0, n = out.numel(); i < n; ++i) y[i] = f(x[i]);
+  return out;
+}
+
+template <typename F>
+Tensor binary(const Tensor& a, const Tensor& b, const char* op, F f) {
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
+  Tensor out = Tensor::empty(shape);
+  if (out.numel() == 0) return out;
+  Tensor ea = a.expand(shape), eb = b.expand(shape);
+  float* y = out.data();
+  const float* pa = ea.data();
+  const float* pb = eb.data();
+  TensorIter ia(ea.shape(), ea.strides()), ib(eb.shape(), eb.strides());
+  for (int64_t i = 0; !ia.done(); ia.next(), ib.next(), ++i) y[i] = f(pa[ia.offset()], pb[ib.offset()]);
+  return out;
+}
+
+// Calls f(in, out, n, stride) for every 1-D lane of `a` along dim, with `out` the matching lane
+// of a tensor shaped like a (stride in elements, both contiguous).
+template <typename F>
+Tensor along(const Tensor& a, int dim, F f) {
+  Tensor src = a.contiguous();
+  Tensor out = Tensor::empty(a.shape());
+  int d = wrap(dim, a.dim(), "softmax");
+  int64_t n = a.shape()[d];
+  int64_t inner = 1, outer = 1;
+  for (int i = d + 1; i < a.dim(); ++i) inner *= a.shape()[i];
+  for (int i = 0; i < d; ++i) outer *= a.shape()[i];
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i)
+      f(src.data() + o * n * inner + i, out.data() + o * n * inner + i, n, inner);
+  return out;
+}
+
+template <typename F>
+Tensor reduce(const Tensor& a, int dim, bool keepdim, const char* op, float init, F f) {
+  QKV_CHECK(a.dim() > 0, op, ": cannot reduce a 0-dimensional tensor along dimension ", dim);
+  int d = wrap(dim, a.dim(), op);
+  Tensor src = a.contiguous();
+  Shape shape = a.shape();
+  int64_t n = shape[d];
+  shape[d] = 1;
+  Tensor out = Tensor::empty(shape);
+  int64_t inner = 1, outer = 1;
+  for (int i = d + 1; i < a.dim(); ++i) inner *= a.shape()[i];
+  for (int i = 0; i < d; ++i) outer *= a.shape()[i];
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      float acc = init;
+      const float* x = src.data() + o * n * inner + i;
+      for (int64_t k = 0; k < n; ++k) acc = f(acc, x[k * inner]);
+      out.data()[o * inner + i] = acc;
+    }
+  return keepdim ? out : out.squeeze(d);
+}
+
+// C (M, N) = A (M, K) @ B (K, N), all strided. Accumulates over k in order, in float.
+void matmul_2d(const float* A, int64_t as0, int64_t as1, const float* B, int64_t bs0, int64_t bs1,
+               float* C, int64_t M, int64_t K, int64_t N) {
+  for (int64_t i = 0; i < M; ++i) {
+    float* c = C + i * N;
+    std::fill(c, c + N, 0.0f);
+    for (int64_t k = 0; k < K; ++k) {
+      const float aik = A[i * as0 + k * as1];
+      const float* b = B + k * bs0;
+      for (int64_t j = 0; j < N; ++j) c[j] += aik * b[j * bs1];
+    }
+  }
+}
+
+}  // namespace
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    QKV_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", shape_str(a), " and ", shape_str(b),
+              " cannot be broadcast together");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  QKV_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least one dimension, got ",
+            shape_str(a.shape()), " and ", shape_str(b.shape()));
+  // Promote 1-D operands as Python does, and remember to drop the added dimension.
+  Tensor A = a.dim() == 1 ? a.unsqueeze(0) : a;
+  Tensor B = b.dim() == 1 ? b.unsqueeze(1) : b;
+  const int64_t M = A.size(-2), K = A.size(-1), N = B.size(-1);
+  QKV_CHECK(B.size(-2) == K, "matmul: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
+            " cannot be multiplied (", K, " != ", B.size(-2), ")");
+  Shape batch_a(A.shape().begin(), A.shape().end() - 2);
+  Shape batch_b(B.shape().begin(), B.shape().end() - 2);
+  Shape batch = broadcast_shapes(batch_a, batch_b, "matmul");
+  Shape ea = batch, eb = batch;
+  ea.insert(ea.end(), {M, K});
+  eb.insert(eb.end(), {K, N});
+  A = A.expand(ea);
+  B = B.expand(eb);
+  Shape out_shape = batch;
+  out_shape.insert(out_shape.end(), {M, N});
+  Tensor out = Tensor::empty(out_shape);
+  const int64_t nb = numel_of(batch);
+  if (nb > 0 && M * N > 0) {
+    // Offsets of each batch matrix, walked in row-major batch order.
+    Shape sa(A.strides().begin(), A.strides().end() - 2), sb(B.strides().begin(), B.strides().end() - 2);
+    TensorIter ia(batch, sa), ib(batch, sb);
+    const int r = static_cast<int>(out_shape.size());
+    for (int64_t i = 0; i < nb; ++i, ia.next(), ib.next()) {
+      matmul_2d(A.data() + ia.offset(), A.strides()[r - 2], A.strides()[r - 1], B.data() + ib.offset(),
+                B.strides()[r - 2], B.strides()[r - 1], out.data() + i * M * N, M, K, N);
+    }
+  } else {
+    std::fill(out.data(), out.data() + out.numel(), 0.0f);
+  }
+  if (a.dim() == 1) out = out.squeeze(-2);
+  if (b.dim() == 1) out = out.squeeze(-1);
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
+  QKV_CHECK(w.dim() == 2, "linear: weight must be (out, in), got ", w.describe());
+  QKV_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input ", x.describe(),
+            " has last dimension ", x.dim() ? x.size(-1) : 0, " but the weight ", w.describe(),
+            " expects ", w.size(1));
+  Tensor y = matmul(x, w.T());
+  if (bias != nullptr) {
+    QKV_CHECK(bias->dim() == 1 && bias->size(0) == w.size(0), "linear: bias ", bias->describe(),
+              " does not match weight ", w.describe());
+    y = add(y, *bias);
+  }
+  return y;
+}
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(a, b, "add", [](float x, float y) { return x + y; }); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(a, b, "sub", [](float x, float y) { return x - y; }); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(a, b, "mul", [](float x, float y) { return x * y; }); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(a, b, "div", [](float x, float y) { return x / y; }); }
+Tensor add(const Tensor& a, float s) { return unary(a, [s](float x) { return x + s; }); }
+Tensor mul(const Tensor& a, float s) { return unary(a, [s](float x) { return x * s; }); }
+Tensor div(const Tensor& a, float s) { return unary(a, [s](float x) { return x / s; }); }
+Tensor exp(const Tensor& a) { return unary(a, [](float x) { return std::exp(x); }); }
+Tensor sqrt(const Tensor& a) { return unary(a, [](float x) { return std::sqrt(x); }); }
+Tensor neg(const Tensor& a) { return unary(a, [](float x) { return -x; }); }
+
+Tensor sum(const Tensor& a, int dim, bool keepdim) {
+  return reduce(a, dim, keepdim, "sum", 0.0f, [](float acc, float x) { return acc + x; });
+}
+
+Tensor max(const Tensor& a, int dim, bool keepdim) {
+  QKV_CHECK(a.dim() == 0 || a.size(dim) > 0, "max: ", a.describe(), " is empty along dimension ", dim);
+  return reduce(a, dim, keepdim, "max", -std::numeric_limits<float>::infinity(),
+                [](float acc, float x) { return (x > acc || std::isnan(x)) ? x : acc; });
+}
+
+Tensor mean(const Tensor& a, int dim, bool keepdim) {
+  int64_t n = a.size(dim);
+  return div(sum(a, dim, keepdim), static_cast<float>(n));
+}
+
+float sum_all(const Tensor& a) {
+  double acc = 0.0;
+  for (float x : a.to_vector()) acc += x;
+  return static_cast<float>(acc);
+}
+
+Tensor softmax(const Tensor& a, int dim) {
+  return along(a, dim, [](const float* x, float* y, int64_t n, int64_t s) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t k = 0; k < n; ++k) m = std::max(m, x[k * s]);
+    if (m == -std::numeric_limits<float>::infinity()) {  // every entry masked: no key to attend to
+      for (int64_t k = 0; k < n; ++k) y[k * s] = 0.0f;
+      return;
+    }
+    float total = 0.0f;
+    for (int64_t k = 0; k < n; ++k) total += (y[k * s] = std::exp(x[k * s] - m));
+    for (int64_t k = 0; k < n; ++k) y[k * s] /= total;
+  });
+}
+
+Tensor softmax_naive(const Tensor& a, int dim) {
+  return along(a, dim, [](const float* x, float* y, int64_t n, int64_t s) {
+    float total = 0.0f;
+    for (int64_t k = 0; k < n; ++k) total += (y[k * s] = std::exp(x[k * s]));
+    for (int64_t k = 0; k < n; ++k) y[k * s] /= total;
+  });
+}
+
+Tensor normalize_sum(const Tensor& a, int dim) { return div(a, sum(a, dim, true)); }
+
+Tensor cosine_similarity(const Tensor& a, const Tensor& b, float eps) {
+  auto unit = [eps](const Tensor& v) {
+    Tensor norm = sqrt(sum(mul(v, v), -1, true));
+    return div(v, add(norm, eps));
+  };
+  return sum(mul(unit(a), unit(b)), -1);
+}
+
+Tensor masked_fill(const Tensor& a, const Tensor& mask, float value) {
+  Tensor m = mask.expand(a.shape());
+  return binary(a, m, "masked_fill", [value](float x, float keep) { return keep != 0.0f ? value : x; });
+}
+
+namespace {
+Tensor triangle(const Tensor& a, int64_t diagonal, bool lower) {
+  QKV_CHECK(a.dim() >= 2, lower ? "tril" : "triu", ": needs at least 2 dimensions, got ", a.describe());
+  Tensor out = a.clone();
+  const int64_t rows = a.size(-2), cols = a.size(-1);
+  const int64_t mats = rows * cols == 0 ? 0 : out.numel() / (rows * cols);
+  for (int64_t m = 0; m < mats; ++m)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        bool keep = lower ? j - i <= diagonal : j - i >= diagonal;
+        if (!keep) out.data()[(m * rows + i) * cols + j] = 0.0f;
+      }
+  return out;
+}
+}  // namespace
+
+Tensor tril(const Tensor& a, int64_t diagonal) { return triangle(a, diagonal, true); }
+Tensor triu(const Tensor& a, int64_t diagonal) { return triangle(a, diagonal, false); }
+
+Tensor cat(const std::vector<Tensor>& parts, int dim) {
+  QKV_CHECK(!parts.empty(), "cat: needs at least one tensor");
+  int d = wrap(dim, parts[0].dim(), "cat");
+  Shape shape = parts[0].shape();
+  shape[d] = 0;
+  for (const Tensor& p : parts) {
+    Shape s = p.shape();
+    QKV_CHECK(p.dim() == parts[0].dim(), "cat: ", p.describe(), " and ", parts[0].describe(),
+              " differ in rank");
+    for (int i = 0; i < p.dim(); ++i)
+      QKV_CHECK(i == d || s[i] == parts[0].shape()[i], "cat: ", p.describe(), " does not match ",
+                parts[0].describe(), " outside dimension ", d);
+    shape[d] += s[d];
+  }
+  Tensor out = Tensor::empty(shape);
+  int64_t at = 0;
+  for (const Tensor& p : parts) {
+    out.slice(d, at, at + p.size(d)).copy_from(p);
+    at += p.size(d);
+  }
+  return out;
+}
+
+Tensor stack(const std::vector<Tensor>& parts, int dim) {
+  QKV_CHECK(!parts.empty(), "stack: needs at least one tensor");
+  std::vector<Tensor> lifted;
+  for (const Tensor& p : parts) {
+    check_same_shape("stack", p, parts[0]);
+    lifted.push_back(p.unsqueeze(dim));
+  }
+  return cat(lifted, dim);
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return std::nan("");
+  std::vector<float> x = a.to_vector(), y = b.to_vector();
+  double m = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i] == y[i]) continue;  // covers equal infinities
+    double d = std::fabs(static_cast<double>(x[i]) - y[i]);
+    if (std::isnan(d)) return std::nan("");
+    m = std::max(m, d);
+  }
+  return m;
+}
+
+}  // namespace qkv

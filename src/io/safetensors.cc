@@ -1,0 +1,443 @@
+// Reading and writing .safetensors files. See include/qkv/io/safetensors.h.
+//
+// The reader treats the file as hostile: every length and offset is checked against what is
+// actually there before it is used, sizes are computed without overflow, and nothing is
+// allocated for a tensor until its shape, dtype and byte range have been found consistent.
+#include "qkv/io/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "qkv/core/error.h"
+#include "qkv/io/atomic_file.h"
+
+namespace qkv {
+namespace {
+
+using nlohmann::json;
+
+// --- dtypes ---------------------------------------------------------------------------------
+
+enum class Dtype { F32, F16, BF16, F64, Unsupported };
+
+struct DtypeInfo {
+  const char* name;
+  uint64_t size;  // bytes per element
+  Dtype dtype;
+};
+
+// Every dtype the format defines; the ones qkv cannot turn into float32 are named so that the
+// error can tell "unsupported" from "unknown".
+constexpr DtypeInfo kDtypes[] = {
+    {"F32", 4, Dtype::F32},          {"F16", 2, Dtype::F16},
+    {"BF16", 2, Dtype::BF16},        {"F64", 8, Dtype::F64},
+    {"BOOL", 1, Dtype::Unsupported}, {"U8", 1, Dtype::Unsupported},
+    {"I8", 1, Dtype::Unsupported},   {"F8_E4M3", 1, Dtype::Unsupported},
+    {"F8_E5M2", 1, Dtype::Unsupported}, {"I16", 2, Dtype::Unsupported},
+    {"U16", 2, Dtype::Unsupported},  {"I32", 4, Dtype::Unsupported},
+    {"U32", 4, Dtype::Unsupported},  {"I64", 8, Dtype::Unsupported},
+    {"U64", 8, Dtype::Unsupported},  {"C64", 8, Dtype::Unsupported},
+};
+constexpr const char* kSupportedDtypes = "F32, F16, BF16, F64";
+
+const DtypeInfo* find_dtype(const std::string& name) {
+  for (const DtypeInfo& d : kDtypes)
+    if (name == d.name) return &d;
+  return nullptr;
+}
+
+// --- little-endian loads and stores (independent of the host's byte order) -----------------
+
+uint64_t load_le(const unsigned char* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+void store_le(char* p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+// --- limits ---------------------------------------------------------------------------------
+
+// Bounds that keep every size computation far from int64 overflow: no real tensor comes close,
+// and a file that claims more is malformed (its data could not fit in memory anyway).
+constexpr uint64_t kMaxElements = uint64_t{1} << 56;
+
+// --- messages -------------------------------------------------------------------------------
+
+// A JSON value for an error message: compact, never throwing, and cut short if long.
+std::string brief(const json& j) {
+  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+std::string name_list(const std::vector<std::string>& names, size_t max_shown) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < max_shown; ++i) {
+    if (i) s += ", ";
+    s += names[i];
+  }
+  if (names.size() > max_shown) s += str(", ... (", names.size() - max_shown, " more)");
+  return s;
+}
+
+// --- header parsing -------------------------------------------------------------------------
+
+// Parses the header JSON; a key repeated within one object is an error (nlohmann would keep
+// the last one silently, which would let two readers of the same file disagree).
+json parse_header(const char* begin, const char* end, const std::string& file) {
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  json::parser_callback_t callback = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        open_objects.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        if (!open_objects.empty()) open_objects.pop_back();
+        break;
+      case json::parse_event_t::key:
+        if (!open_objects.empty() && parsed.is_string() &&
+            !open_objects.back().insert(parsed.get_ref<const std::string&>()).second &&
+            duplicate.empty()) {
+          duplicate = parsed.get_ref<const std::string&>();
+        }
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
+  json header;
+  try {
+    header = json::parse(begin, end, callback);
+  } catch (const json::exception& e) {
+    fail("'", file, "': header is not valid JSON: ", e.what());
+  }
+  QKV_CHECK(duplicate.empty(), "'", file, "': header has the key '", duplicate,
+            "' more than once");
+  QKV_CHECK(header.is_object(), "'", file, "': header must be a JSON object, got ",
+            header.type_name(), " ", brief(header));
+  return header;
+}
+
+// A non-negative JSON integer (signed or unsigned), or nothing.
+bool as_count(const json& j, uint64_t* out) {
+  if (j.is_number_unsigned()) {
+    *out = j.get<uint64_t>();
+    return true;
+  }
+  if (j.is_number_integer()) {
+    int64_t v = j.get<int64_t>();
+    if (v < 0) return false;
+    *out = static_cast<uint64_t>(v);
+    return true;
+  }
+  return false;
+}
+
+struct Entry {
+  std::string name;
+  const DtypeInfo* dtype = nullptr;
+  Shape shape;
+  uint64_t begin = 0, end = 0;  // relative to the data buffer; checked to lie within it
+};
+
+const json& field(const json& entry, const char* key, const std::string& file,
+                  const std::string& name) {
+  auto it = entry.find(key);
+  QKV_CHECK(it != entry.end(), "'", file, "': tensor '", name, "' has no '", key,
+            "' (expected dtype, shape and data_offsets), got ", brief(entry));
+  return *it;
+}
+
+Entry parse_entry(const std::string& name, const json& j, uint64_t data_size,
+                  const std::string& file) {
+  const std::string where = str("'", file, "': tensor '", name, "'");
+  QKV_CHECK(j.is_object(), where, ": entry must be a JSON object with dtype, shape and "
+            "data_offsets, got ", j.type_name(), " ", brief(j));
+  Entry e;
+  e.name = name;
+
+  // dtype
+  const json& dtype = field(j, "dtype", file, name);
+  QKV_CHECK(dtype.is_string(), where, ": 'dtype' must be a string such as \"F32\", got ",
+            dtype.type_name(), " ", brief(dtype));
+  const std::string& dtype_name = dtype.get_ref<const std::string&>();
+  e.dtype = find_dtype(dtype_name);
+  QKV_CHECK(e.dtype != nullptr, where, " has unknown dtype '", dtype_name,
+            "' (supported: ", kSupportedDtypes, ")");
+  QKV_CHECK(e.dtype->dtype != Dtype::Unsupported, where, " has unsupported dtype '", dtype_name,
+            "' (supported: ", kSupportedDtypes, ")");
+
+  // shape
+  const json& shape = field(j, "shape", file, name);
+  QKV_CHECK(shape.is_array(), where, ": 'shape' must be an array of non-negative integers, got ",
+            shape.type_name(), " ", brief(shape));
+  QKV_CHECK(shape.size() <= static_cast<size_t>(kMaxRank), where, ": shape ", brief(shape),
+            " has rank ", shape.size(), ", more than the ", kMaxRank, " dimensions qkv supports");
+  uint64_t nonzero_product = 1;
+  bool any_zero = false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    uint64_t d = 0;
+    QKV_CHECK(as_count(shape[i], &d), where, ": dimension ", i, " of shape ", brief(shape),
+              " must be a non-negative integer, got ", brief(shape[i]));
+    QKV_CHECK(d <= kMaxElements, where, ": dimension ", i, " of shape ", brief(shape),
+              " is absurdly large (", d, ")");
+    if (d == 0) {
+      any_zero = true;
+    } else {
+      // nonzero_product <= kMaxElements and d <= kMaxElements, so this cannot overflow u128;
+      // compare by division to stay in u64.
+      QKV_CHECK(nonzero_product <= kMaxElements / d, where, ": shape ", brief(shape),
+                " is absurdly large (more than ", kMaxElements, " elements)");
+      nonzero_product *= d;
+    }
+    e.shape.push_back(static_cast<int64_t>(d));
+  }
+  const uint64_t numel = any_zero ? 0 : nonzero_product;
+
+  // data_offsets
+  const json& offsets = field(j, "data_offsets", file, name);
+  uint64_t begin = 0, end = 0;
+  QKV_CHECK(offsets.is_array() && offsets.size() == 2 && as_count(offsets[0], &begin) &&
+                as_count(offsets[1], &end),
+            where, ": 'data_offsets' must be [begin, end] with non-negative integers, got ",
+            brief(offsets));
+  QKV_CHECK(end >= begin, where, ": data_offsets [", begin, ", ", end, "] end (", end,
+            ") is before begin (", begin, ")");
+  QKV_CHECK(end <= data_size, where, ": data offsets past the end of the data buffer: "
+            "data_offsets [", begin, ", ", end, "] but the buffer has only ", data_size,
+            " bytes (truncated file?)");
+  const uint64_t want = numel * e.dtype->size;  // <= 2^56 * 8: no overflow
+  QKV_CHECK(end - begin == want, where, ": shape ", shape_str(e.shape), " of ", e.dtype->name,
+            " needs ", want, " bytes (", numel, " elements x ", e.dtype->size,
+            " bytes) but data_offsets [", begin, ", ", end, "] hold ", end - begin, " bytes");
+  e.begin = begin;
+  e.end = end;
+  return e;
+}
+
+std::map<std::string, std::string> parse_metadata(const json& j, const std::string& file) {
+  QKV_CHECK(j.is_object(), "'", file, "': __metadata__ must be an object mapping strings to "
+            "strings, got ", j.type_name(), " ", brief(j));
+  std::map<std::string, std::string> out;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    QKV_CHECK(it.value().is_string(), "'", file, "': __metadata__ must map strings to strings, "
+              "but key '", it.key(), "' has ", it.value().type_name(), " ", brief(it.value()));
+    out.emplace(it.key(), it.value().get<std::string>());
+  }
+  return out;
+}
+
+// Two tensors whose byte ranges share a byte would alias each other's data: reject.
+void check_no_overlap(std::vector<const Entry*> entries, const std::string& file) {
+  entries.erase(std::remove_if(entries.begin(), entries.end(),
+                               [](const Entry* e) { return e->begin == e->end; }),
+                entries.end());
+  std::sort(entries.begin(), entries.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  const Entry* reach = nullptr;  // the entry reaching furthest so far
+  for (const Entry* e : entries) {
+    if (reach != nullptr) {
+      QKV_CHECK(e->begin >= reach->end, "'", file, "': tensors '", reach->name, "' [",
+                reach->begin, ", ", reach->end, "] and '", e->name, "' [", e->begin, ", ",
+                e->end, "] overlap in the data buffer");
+    }
+    if (reach == nullptr || e->end > reach->end) reach = e;
+  }
+}
+
+// --- element conversion ---------------------------------------------------------------------
+
+void decode(const Entry& e, const unsigned char* src, float* dst) {
+  const int64_t n = numel_of(e.shape);
+  switch (e.dtype->dtype) {
+    case Dtype::F32:
+      if constexpr (std::endian::native == std::endian::little) {
+        std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      } else {
+        for (int64_t i = 0; i < n; ++i)
+          dst[i] = std::bit_cast<float>(static_cast<uint32_t>(load_le(src + 4 * i, 4)));
+      }
+      break;
+    case Dtype::F16:
+      for (int64_t i = 0; i < n; ++i)
+        dst[i] = f16_to_f32(static_cast<uint16_t>(load_le(src + 2 * i, 2)));
+      break;
+    case Dtype::BF16:
+      for (int64_t i = 0; i < n; ++i)
+        dst[i] = bf16_to_f32(static_cast<uint16_t>(load_le(src + 2 * i, 2)));
+      break;
+    case Dtype::F64:
+      for (int64_t i = 0; i < n; ++i)
+        dst[i] = f64_to_f32(std::bit_cast<double>(load_le(src + 8 * i, 8)));
+      break;
+    case Dtype::Unsupported:
+      fail("internal error: decoding an unsupported dtype");
+  }
+}
+
+}  // namespace
+
+// --- conversions ------------------------------------------------------------------------------
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t man = h & 0x3ffu;
+  if (exp == 0) {
+    // Zero or subnormal: man * 2^-24, exactly representable as a (normal) float.
+    float magnitude = std::ldexp(static_cast<float>(man), -24);
+    return sign ? -magnitude : magnitude;
+  }
+  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));  // inf / NaN
+  return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (man << 13));
+}
+
+float bf16_to_f32(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+
+float f64_to_f32(double v) {
+  // Converting a finite double beyond the float range is undefined behaviour in C++; IEEE
+  // round-to-nearest-even gives FLT_MAX below the midpoint 2^128 - 2^103 and infinity from it on.
+  constexpr double kMidpoint = 0x1.ffffffp127;
+  if (std::isfinite(v) && std::fabs(v) > static_cast<double>(std::numeric_limits<float>::max())) {
+    float big = std::fabs(v) >= kMidpoint ? std::numeric_limits<float>::infinity()
+                                          : std::numeric_limits<float>::max();
+    return v < 0 ? -big : big;
+  }
+  return static_cast<float>(v);
+}
+
+// --- TensorFile -------------------------------------------------------------------------------
+
+const Tensor& TensorFile::get(const std::string& name) const {
+  auto it = tensors.find(name);
+  if (it == tensors.end()) {
+    fail("'", path, "' has no tensor '", name, "' (it has: ",
+         names.empty() ? std::string("no tensors") : name_list(names, 40), ")");
+  }
+  return it->second;
+}
+
+// --- reading ----------------------------------------------------------------------------------
+
+TensorFile parse_safetensors(const std::string& bytes, const std::string& file) {
+  const auto* raw = reinterpret_cast<const unsigned char*>(bytes.data());
+  const uint64_t size = bytes.size();
+  QKV_CHECK(size >= 8, "'", file, "': file is ", size, " bytes, too short for a safetensors file ",
+            "(expected at least 8 bytes: the header length)");
+  const uint64_t header_len = load_le(raw, 8);
+  QKV_CHECK(header_len <= size - 8, "'", file, "': header length is ", header_len,
+            " bytes but only ", size - 8, " bytes follow the 8-byte length (truncated file?)");
+
+  TensorFile out;
+  out.path = file;
+  const char* header_begin = bytes.data() + 8;
+  const json header = parse_header(header_begin, header_begin + header_len, file);
+  const unsigned char* data = raw + 8 + header_len;
+  const uint64_t data_size = size - 8 - header_len;
+
+  try {
+    std::vector<Entry> entries;
+    entries.reserve(header.size());
+    for (auto it = header.begin(); it != header.end(); ++it) {
+      if (it.key() == "__metadata__") {
+        out.metadata = parse_metadata(it.value(), file);
+      } else {
+        entries.push_back(parse_entry(it.key(), it.value(), data_size, file));
+      }
+    }
+    std::vector<const Entry*> order;
+    for (const Entry& e : entries) order.push_back(&e);
+    check_no_overlap(order, file);
+
+    std::stable_sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
+      return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+    });
+    for (const Entry* e : order) {
+      Tensor t = Tensor::empty(e->shape);
+      decode(*e, data + e->begin, t.data());
+      t.set_name(e->name);
+      out.names.push_back(e->name);
+      out.tensors.emplace(e->name, std::move(t));
+    }
+  } catch (const json::exception& e) {
+    // Not expected (every access above is type-checked first), but never let one escape.
+    fail("'", file, "': malformed header: ", e.what());
+  }
+  return out;
+}
+
+TensorFile load_safetensors(const std::string& path) {
+  return parse_safetensors(read_file(path), path);
+}
+
+// --- writing ----------------------------------------------------------------------------------
+
+std::string serialize_safetensors(const NamedTensors& tensors,
+                                  const std::map<std::string, std::string>& metadata) {
+  std::set<std::string> seen;
+  for (const auto& [name, t] : tensors) {
+    QKV_CHECK(!name.empty(), "save_safetensors: a tensor ", shape_str(t.shape()),
+              " has an empty name");
+    QKV_CHECK(name != "__metadata__", "save_safetensors: '__metadata__' is reserved and cannot "
+              "name a tensor");
+    QKV_CHECK(seen.insert(name).second, "save_safetensors: the tensor name '", name,
+              "' is given more than once");
+  }
+
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
+    header["__metadata__"] = std::move(meta);
+  }
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * 4;
+    header[name] = {{"dtype", "F32"},
+                    {"shape", t.shape()},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string header_text;
+  try {
+    header_text = header.dump();
+  } catch (const nlohmann::json::exception& e) {
+    fail("save_safetensors: a tensor name or metadata string is not valid UTF-8: ", e.what());
+  }
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');
+
+  std::string out(8 + header_text.size() + offset, '\0');
+  store_le(out.data(), header_text.size(), 8);
+  std::memcpy(out.data() + 8, header_text.data(), header_text.size());
+  char* dst = out.data() + 8 + header_text.size();
+  for (const auto& [name, t] : tensors) {
+    const Tensor c = t.contiguous();
+    const int64_t n = c.numel();
+    if (n == 0) continue;
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(dst, c.data(), static_cast<size_t>(n) * 4);
+    } else {
+      for (int64_t i = 0; i < n; ++i) store_le(dst + 4 * i, std::bit_cast<uint32_t>(c.data()[i]), 4);
+    }
+    dst += n * 4;
+  }
+  return out;
+}
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  write_file_atomically(path, serialize_safetensors(tensors, metadata));
+}
+
+}  // namespace qkv

@@ -1,0 +1,50 @@
+// The textbook attention path. See include/qkv/modules/attention_core.h.
+#include "qkv/modules/attention_core.h"
+
+#include <cmath>
+#include <limits>
+
+#include "qkv/core/error.h"
+#include "qkv/core/ops.h"
+#include "qkv/modules/layers.h"
+
+namespace qkv {
+
+Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* blocked,
+              Dropout* dropout, AttentionTrace* trace) {
+  QKV_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, "attention: q, k and v need at least ",
+            "two dimensions, got ", q.describe(), ", ", k.describe(), ", ", v.describe());
+  QKV_CHECK(q.size(-1) == k.size(-1), "attention: queries ", q.describe(), " and keys ", k.describe(),
+            " differ in their last dimension");
+  QKV_CHECK(k.size(-2) == v.size(-2), "attention: keys ", k.describe(), " and values ", v.describe(),
+            " differ in the number of positions");
+  Tensor scores = matmul(q, k.T());
+  Tensor masked;
+  if (blocked != nullptr) {
+    QKV_CHECK(blocked->dim() == 2 && blocked->size(0) >= q.size(-2) && blocked->size(1) >= k.size(-2),
+              "attention: mask ", blocked->describe(), " is smaller than the (", q.size(-2), ", ",
+              k.size(-2), ") score matrix");
+    Tensor m = blocked->slice(0, 0, q.size(-2)).slice(1, 0, k.size(-2));
+    masked = masked_fill(scores, m, -std::numeric_limits<float>::infinity());
+  }
+  // The book divides by keys.shape[-1] ** 0.5: a Python float, applied as a float32 scalar.
+  const float scale = static_cast<float>(std::sqrt(static_cast<double>(k.size(-1))));
+  Tensor weights = softmax(div(blocked ? masked : scores, scale), -1);
+  Tensor dropped = dropout ? dropout->forward(weights) : weights;
+  Tensor context = matmul(dropped, v);
+  if (trace) {
+    trace->queries = q;
+    trace->keys = k;
+    trace->values = v;
+    trace->scores = scores;
+    trace->masked_scores = masked;
+    trace->weights = weights;
+    trace->dropped_weights = (dropout && dropout->active()) ? dropped : Tensor();
+    trace->context = context;
+  }
+  return context;
+}
+
+Tensor causal_mask(int64_t n) { return triu(Tensor::ones({n, n}), 1); }
+
+}  // namespace qkv

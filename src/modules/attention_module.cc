@@ -1,0 +1,32 @@
+// The attention-module factory. See include/qkv/modules/attention_module.h.
+#include "qkv/modules/attention_module.h"
+
+#include "qkv/core/error.h"
+#include "qkv/modules/causal_attention.h"
+#include "qkv/modules/multi_head_attention.h"
+#include "qkv/modules/self_attention.h"
+
+namespace qkv {
+
+const std::vector<std::string>& attention_module_names() {
+  static const std::vector<std::string> names = {"self-attention-v1", "self-attention-v2", "causal-attention",
+                                                 "mha-wrapper", "mha"};
+  return names;
+}
+
+std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, const AttentionConfig& c,
+                                                       Generator& gen) {
+  if (name == "self-attention-v1") {
+    QKV_CHECK(!c.qkv_bias, "self-attention-v1 has no bias (its weights are plain matrices); drop --qkv-bias");
+    return std::make_unique<SelfAttentionV1>(c.d_in, c.d_out, gen);
+  }
+  if (name == "self-attention-v2") return std::make_unique<SelfAttentionV2>(c.d_in, c.d_out, c.qkv_bias, gen);
+  if (name == "causal-attention") return std::make_unique<CausalAttention>(c, gen);
+  if (name == "mha-wrapper") return std::make_unique<MultiHeadAttentionWrapper>(c, gen);
+  if (name == "mha") return std::make_unique<MultiHeadAttention>(c, gen);
+  std::string known;
+  for (const std::string& n : attention_module_names()) known += (known.empty() ? "" : ", ") + n;
+  fail("unknown module '", name, "'; expected one of: ", known);
+}
+
+}  // namespace qkv

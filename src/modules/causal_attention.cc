@@ -1,0 +1,54 @@
+// CausalAttention. See include/qkv/modules/causal_attention.h.
+#include "qkv/modules/causal_attention.h"
+
+#include "qkv/core/error.h"
+
+namespace qkv {
+
+void check_batch_input(const char* who, const Tensor& x, int64_t d_in, int64_t context_length) {
+  QKV_CHECK(x.dim() == 3 && x.size(2) == d_in, who, ": input must be (batch, num_tokens, d_in = ",
+            d_in, "), got ", shape_str(x.shape()));
+  QKV_CHECK(x.size(1) <= context_length, who, ": the input has ", x.size(1),
+            " tokens but context_length is ", context_length,
+            "; the causal mask only covers context_length tokens (PyTorch fails here with a shape "
+            "mismatch). Use a larger --context-length or a shorter input");
+}
+
+const AttentionConfig& validate(const AttentionConfig& c, const char* who) {
+  QKV_CHECK(c.d_in > 0, who, ": d_in (", c.d_in, ") must be positive");
+  QKV_CHECK(c.d_out > 0, who, ": d_out (", c.d_out, ") must be positive");
+  QKV_CHECK(c.context_length > 0, who, ": context_length (", c.context_length, ") must be positive");
+  QKV_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, who, ": dropout (", c.dropout, ") must be in [0, 1)");
+  QKV_CHECK(c.num_heads > 0, who, ": num_heads (", c.num_heads, ") must be positive");
+  return c;
+}
+
+CausalAttention::CausalAttention(const AttentionConfig& c, Generator& gen)
+    : config(validate(c, "CausalAttention")),
+      W_query(c.d_in, c.d_out, c.qkv_bias, gen),
+      W_key(c.d_in, c.d_out, c.qkv_bias, gen),
+      W_value(c.d_in, c.d_out, c.qkv_bias, gen),
+      dropout(c.dropout, gen),
+      mask(causal_mask(c.context_length)) {}
+
+void CausalAttention::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  W_query.collect_state(prefix + "W_query.", out);
+  W_key.collect_state(prefix + "W_key.", out);
+  W_value.collect_state(prefix + "W_value.", out);
+  out.push_back({prefix + "mask", &mask, false});
+}
+
+void CausalAttention::train(bool on) {
+  Module::train(on);
+  dropout.train(on);
+}
+
+Tensor CausalAttention::forward(const Tensor& x, AttentionTrace* trace) {
+  check_batch_input("CausalAttention", x, config.d_in, config.context_length);
+  Tensor keys = W_key.forward(x);       // (B, T, d_out)
+  Tensor queries = W_query.forward(x);  // (B, T, d_out)
+  Tensor values = W_value.forward(x);   // (B, T, d_out)
+  return attend(queries, keys, values, &mask, &dropout, trace);
+}
+
+}  // namespace qkv

@@ -1,0 +1,103 @@
+// MultiHeadAttentionWrapper and MultiHeadAttention. See include/qkv/modules/multi_head_attention.h.
+#include "qkv/modules/multi_head_attention.h"
+
+#include "qkv/core/error.h"
+#include "qkv/core/ops.h"
+
+namespace qkv {
+namespace {
+
+std::vector<CausalAttention> build_heads(const AttentionConfig& c, Generator& gen) {
+  validate(c, "MultiHeadAttentionWrapper");
+  std::vector<CausalAttention> heads;
+  heads.reserve(static_cast<size_t>(c.num_heads));
+  for (int64_t h = 0; h < c.num_heads; ++h) heads.emplace_back(c, gen);  // in order, as ModuleList
+  return heads;
+}
+
+const AttentionConfig& validate_split(const AttentionConfig& c) {
+  validate(c, "MultiHeadAttention");
+  QKV_CHECK(c.d_out % c.num_heads == 0, "MultiHeadAttention: d_out (", c.d_out,
+            ") must be divisible by num_heads (", c.num_heads, ")");
+  return c;
+}
+
+Tensor stack_or_empty(const std::vector<Tensor>& parts) {
+  return parts.empty() || parts[0].numel() == 0 ? Tensor() : stack(parts, 1);
+}
+
+}  // namespace
+
+MultiHeadAttentionWrapper::MultiHeadAttentionWrapper(const AttentionConfig& c, Generator& gen)
+    : config(c), heads(build_heads(c, gen)) {}
+
+void MultiHeadAttentionWrapper::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  for (size_t h = 0; h < heads.size(); ++h)
+    heads[h].collect_state(prefix + "heads." + std::to_string(h) + ".", out);
+}
+
+void MultiHeadAttentionWrapper::train(bool on) {
+  Module::train(on);
+  for (CausalAttention& head : heads) head.train(on);
+}
+
+Tensor MultiHeadAttentionWrapper::forward(const Tensor& x, AttentionTrace* trace) {
+  check_batch_input("MultiHeadAttentionWrapper", x, config.d_in, config.context_length);
+  std::vector<Tensor> outputs;
+  std::vector<AttentionTrace> traces(heads.size());
+  for (size_t h = 0; h < heads.size(); ++h)
+    outputs.push_back(heads[h].forward(x, trace ? &traces[h] : nullptr));  // (B, T, d_out)
+  Tensor out = cat(outputs, -1);  // (B, T, H * d_out)
+  if (trace) {
+    auto gather = [&](Tensor AttentionTrace::*field) {
+      std::vector<Tensor> parts;
+      for (AttentionTrace& t : traces) parts.push_back(t.*field);
+      return stack_or_empty(parts);  // (B, H, ...)
+    };
+    trace->queries = gather(&AttentionTrace::queries);
+    trace->keys = gather(&AttentionTrace::keys);
+    trace->values = gather(&AttentionTrace::values);
+    trace->scores = gather(&AttentionTrace::scores);
+    trace->masked_scores = gather(&AttentionTrace::masked_scores);
+    trace->weights = gather(&AttentionTrace::weights);
+    trace->dropped_weights = gather(&AttentionTrace::dropped_weights);
+    trace->context = gather(&AttentionTrace::context);
+  }
+  return out;
+}
+
+MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, Generator& gen)
+    : config(validate_split(c)),
+      W_query(c.d_in, c.d_out, c.qkv_bias, gen),
+      W_key(c.d_in, c.d_out, c.qkv_bias, gen),
+      W_value(c.d_in, c.d_out, c.qkv_bias, gen),
+      out_proj(c.d_out, c.d_out, true, gen),
+      dropout(c.dropout, gen),
+      mask(causal_mask(c.context_length)) {}
+
+void MultiHeadAttention::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  W_query.collect_state(prefix + "W_query.", out);
+  W_key.collect_state(prefix + "W_key.", out);
+  W_value.collect_state(prefix + "W_value.", out);
+  out_proj.collect_state(prefix + "out_proj.", out);
+  out.push_back({prefix + "mask", &mask, false});
+}
+
+void MultiHeadAttention::train(bool on) {
+  Module::train(on);
+  dropout.train(on);
+}
+
+Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
+  check_batch_input("MultiHeadAttention", x, config.d_in, config.context_length);
+  const int64_t B = x.size(0), T = x.size(1), H = config.num_heads, D = head_dim();
+  auto split = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };  // (B, H, T, D)
+  Tensor keys = split(W_key.forward(x));
+  Tensor queries = split(W_query.forward(x));
+  Tensor values = split(W_value.forward(x));
+  Tensor context = attend(queries, keys, values, &mask, &dropout, trace);  // (B, H, T, D)
+  Tensor merged = context.transpose(1, 2).reshape({B, T, config.d_out});  // (B, T, d_out)
+  return out_proj.forward(merged);
+}
+
+}  // namespace qkv
