@@ -228,6 +228,7 @@ TEST(GeneratorFixtures, Bernoulli) { EXPECT_GT(run_family("bernoulli."), 80); }
 TEST(GeneratorFixtures, SequenceCarriesStateAndNormalCache) {
   EXPECT_GE(run_family("sequence."), 7);
 }
+TEST(GeneratorFixtures, NormalCacheDoubleBits) { EXPECT_EQ(run_family("normal_cache."), 300); }
 TEST(GeneratorFixtures, DefaultGenerator) { EXPECT_EQ(run_family("default_generator"), 1); }
 TEST(GeneratorFixtures, Linear) { EXPECT_GE(run_family("linear."), 24); }
 TEST(GeneratorFixtures, Embedding) { EXPECT_GE(run_family("embedding."), 16); }
@@ -236,7 +237,7 @@ TEST(GeneratorFixtures, Modules) { EXPECT_GE(run_family("modules."), 3); }
 
 TEST(GeneratorFixtures, EveryCaseBelongsToAFamily) {
   const char* families[] = {"rand.",     "randn.",   "uniform.",  "normal.",
-                            "bernoulli.", "sequence.", "default_generator", "linear.",
+                            "bernoulli.", "sequence.", "normal_cache.", "default_generator", "linear.",
                             "embedding.", "dropout.", "modules."};
   for (const json& c : load("rng_fixtures.json").at("cases")) {
     const std::string name = c.at("name").get<std::string>();

@@ -152,8 +152,8 @@ TEST(SafetensorsRoundTrip, RanksZeroToFourEmptyTensorsDottedNamesAndMetadataSurv
   EXPECT_EQ(f.get("scalar").dim(), 0);
   EXPECT_EQ(f.get("scalar").item(), -1.25f);
   EXPECT_EQ(f.get("empty.2d").shape(), (Shape{2, 0, 3}));
-  // Names come in data order, which is the order they were given in (the zero-size tensors sit
-  // at the offset where they were written, sorted after any tensor that starts there too).
+  // Names come in data order, which is the order they were given in (a zero-size tensor sits at
+  // the offset where it was written, before the tensor that starts there too).
   EXPECT_EQ(f.names.front(), "heads.0.W_query.weight");
   EXPECT_EQ(f.names.back(), "rank4");
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.safetensors"});

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <vector>
 
 namespace qkv {
@@ -12,6 +13,12 @@ namespace {
 std::string fixed(double v, int precision) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", precision, v);
+  return buf;
+}
+
+std::string scientific(double v, int precision) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*e", precision, v);
   return buf;
 }
 
@@ -27,8 +34,17 @@ class Formatter {
       if (std::isfinite(v) && v != 0.0f) shown.push_back(v);
     if (shown.empty()) return;
     int_mode_ = std::all_of(shown.begin(), shown.end(), [](double v) { return v == std::ceil(v); });
+    double lo = std::numeric_limits<double>::infinity(), hi = 0.0;
     for (double v : shown) {
-      size_t len = int_mode_ ? fixed(v, 0).size() + 1 : fixed(v, precision_).size();
+      lo = std::min(lo, std::fabs(v));
+      hi = std::max(hi, std::fabs(v));
+    }
+    // PyTorch sizes the column as if it were printing in scientific notation whenever the
+    // range is wide, even though sci_mode=False then prints fixed-point; we follow it.
+    const bool wide = hi / lo > 1000.0 || hi > 1.0e8 || (!int_mode_ && lo < 1.0e-4);
+    for (double v : shown) {
+      size_t len = wide ? scientific(v, precision_).size()
+                        : int_mode_ ? fixed(v, 0).size() + 1 : fixed(v, precision_).size();
       width_ = std::max(width_, len);
     }
   }

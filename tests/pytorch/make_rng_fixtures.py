@@ -166,6 +166,12 @@ def build():
             {"op": "randn", "n": 1},
             {"op": "rand", "n": 2},
         ]))
+    # The serial path's cached double sample, compared bit for bit: float outputs alone hardly
+    # ever tell log(1 - u2) from log1p(-u2), the double cache does.
+    for seed in range(300):
+        cases.append(run_case(f"normal_cache.seed{seed}", seed, [
+            {"op": "randn", "n": 1}, {"op": "state"},
+            {"op": "normal", "n": 3, "mean": 0.5, "std": 2.0}, {"op": "state"}]))
     cases.append(run_case("default_generator", "default", [
         {"op": "state"}, {"op": "rand", "n": 10}, {"op": "randn", "n": 3}, {"op": "state"},
         {"op": "randn", "n": 33}, {"op": "bernoulli", "n": 12, "p": 0.3}]))

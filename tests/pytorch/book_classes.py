@@ -1,0 +1,203 @@
+"""The attention classes of "Build a Large Language Model From Scratch", chapter 3, in PyTorch.
+
+These are the reference implementations the differential tests compare qkv against. They follow
+the book's classes step for step: the same submodules created in the same order (so that
+torch.manual_seed(S) followed by the constructor draws the same numbers as the book's code), the
+same buffers, and the same sequence of tensor operations in forward (so that the results, and
+the dropout draws in training mode, are the book's).
+
+The one addition: every class can remember the attention weights of its last forward call, for
+comparison with `qkv forward --attn-weights`. Set `record_attention = True` on a module (or call
+`enable_recording(module)`) and, after a forward call, read
+
+    module.last_attn_weights          softmax weights before dropout
+    module.last_attn_weights_dropped  the weights after dropout (None when dropout did nothing)
+
+Recording only keeps references to detached tensors that forward computes anyway; it never
+changes the numerics, the random draws, or the state dict.
+
+    SelfAttention_v1(d_in, d_out)                        input (T, d_in)
+    SelfAttention_v2(d_in, d_out, qkv_bias=False)        input (T, d_in)
+    CausalAttention(d_in, d_out, context_length, dropout, qkv_bias=False)
+                                                         input (B, T, d_in)
+    MultiHeadAttentionWrapper(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)
+                                                         input (B, T, d_in), output d_out * num_heads
+    MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)
+                                                         input (B, T, d_in), d_out % num_heads == 0
+"""
+
+import torch
+import torch.nn as nn
+
+__all__ = [
+    "SelfAttention_v1",
+    "SelfAttention_v2",
+    "CausalAttention",
+    "MultiHeadAttentionWrapper",
+    "MultiHeadAttention",
+    "enable_recording",
+]
+
+
+class _Recorder:
+    """Mixin: optional bookkeeping of the last attention weights (no effect on the computation)."""
+
+    def _init_recording(self):
+        # Plain attributes (not parameters or buffers): they never reach the state dict.
+        self.record_attention = False
+        self.last_attn_weights = None
+        self.last_attn_weights_dropped = None
+
+    def _record(self, weights, dropped=None):
+        if self.record_attention:
+            self.last_attn_weights = weights.detach()
+            self.last_attn_weights_dropped = None if dropped is None else dropped.detach()
+
+
+def enable_recording(module, on=True):
+    """Turns weight recording on (or off) for `module` and every attention class inside it."""
+    for m in module.modules():
+        if isinstance(m, _Recorder):
+            m.record_attention = on
+    return module
+
+
+def _dropout_changed(dropout, weights):
+    """Whether nn.Dropout actually transformed `weights` (training mode with p > 0)."""
+    return dropout.training and dropout.p > 0 and weights.numel() > 0
+
+
+class SelfAttention_v1(nn.Module, _Recorder):
+    """Section 3.4.1: the three projections are raw (d_in, d_out) matrices drawn with torch.rand."""
+
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self._init_recording()
+        # Creation order is draw order: query, then key, then value.
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_key = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_value = nn.Parameter(torch.rand(d_in, d_out))
+
+    def forward(self, x):
+        keys = x @ self.W_key
+        queries = x @ self.W_query
+        values = x @ self.W_value
+        attn_scores = queries @ keys.T
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+        self._record(attn_weights)
+        return attn_weights @ values
+
+
+class SelfAttention_v2(nn.Module, _Recorder):
+    """Section 3.4.2: the projections become nn.Linear layers (weights stored as (d_out, d_in))."""
+
+    def __init__(self, d_in, d_out, qkv_bias=False):
+        super().__init__()
+        self._init_recording()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+
+    def forward(self, x):
+        keys = self.W_key(x)
+        queries = self.W_query(x)
+        values = self.W_value(x)
+        attn_scores = queries @ keys.T
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+        self._record(attn_weights)
+        return attn_weights @ values
+
+
+class CausalAttention(nn.Module, _Recorder):
+    """Section 3.5.3: batched inputs, a causal mask buffer, and dropout on the attention weights."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+        super().__init__()
+        self._init_recording()
+        self.d_out = d_out
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout = nn.Dropout(dropout)
+        # Ones strictly above the diagonal: position i may not look at positions j > i.
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        keys = self.W_key(x)
+        queries = self.W_query(x)
+        values = self.W_value(x)
+        attn_scores = queries @ keys.transpose(1, 2)
+        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+        before_dropout = attn_weights
+        attn_weights = self.dropout(attn_weights)  # not in place: before_dropout is untouched
+        self._record(before_dropout, attn_weights if _dropout_changed(self.dropout, before_dropout) else None)
+        return attn_weights @ values
+
+
+class MultiHeadAttentionWrapper(nn.Module, _Recorder):
+    """Section 3.6.1: num_heads independent CausalAttention heads, outputs concatenated."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self._init_recording()
+        # Heads are built one after another, so head h draws its weights after heads 0..h-1.
+        self.heads = nn.ModuleList(
+            [CausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(num_heads)]
+        )
+
+    def forward(self, x):
+        if self.record_attention:
+            for head in self.heads:
+                head.record_attention = True
+        # Heads run in order, so in training mode head h's dropout draws follow head h-1's.
+        out = torch.cat([head(x) for head in self.heads], dim=-1)
+        if self.record_attention:
+            # (B, H, T, T), like MultiHeadAttention's per-head weights.
+            self.last_attn_weights = torch.stack([h.last_attn_weights for h in self.heads], dim=1)
+            dropped = [h.last_attn_weights_dropped for h in self.heads]
+            self.last_attn_weights_dropped = None if any(d is None for d in dropped) else torch.stack(dropped, dim=1)
+        return out
+
+
+class MultiHeadAttention(nn.Module, _Recorder):
+    """Section 3.6.2: one set of projections split into heads, then an output projection."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
+        self._init_recording()
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)  # always with a bias
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        keys = self.W_key(x)
+        queries = self.W_query(x)
+        values = self.W_value(x)
+
+        # (b, T, d_out) -> (b, T, H, head_dim) -> (b, H, T, head_dim)
+        keys = keys.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        queries = queries.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        values = values.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+
+        attn_scores = queries @ keys.transpose(2, 3)
+        mask_bool = self.mask.bool()[:num_tokens, :num_tokens]
+        attn_scores.masked_fill_(mask_bool, -torch.inf)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+        before_dropout = attn_weights
+        attn_weights = self.dropout(attn_weights)
+        self._record(before_dropout, attn_weights if _dropout_changed(self.dropout, before_dropout) else None)
+
+        # (b, H, T, head_dim) -> (b, T, H, head_dim) -> (b, T, d_out)
+        context_vec = (attn_weights @ values).transpose(1, 2)
+        context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)
+        return self.out_proj(context_vec)

@@ -1,0 +1,165 @@
+// The tensor core: views share storage, ops agree with PyTorch (tests/data/op_fixtures.json, made
+// by tests/pytorch/make_op_fixtures.py), tensors print as PyTorch prints them, and misuse throws
+// an Error that says what was expected.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "qkv/core/error.h"
+#include "qkv/core/ops.h"
+#include "qkv/core/print.h"
+#include "qkv/io/tensor_json.h"
+#include "test_json.h"
+
+namespace qkv {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+const json& fixtures() {
+  static const json doc = testing::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/op_fixtures.json");
+  return doc;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+  ASSERT_EQ(shape_str(got.shape()), shape_str(want.shape())) << what;
+  std::vector<float> g = got.to_vector(), w = want.to_vector();
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(w[i])) {
+      EXPECT_TRUE(std::isnan(g[i])) << what << " [" << i << "]";
+    } else if (std::isinf(w[i])) {
+      EXPECT_EQ(g[i], w[i]) << what << " [" << i << "]";
+    } else {
+      EXPECT_NEAR(g[i], w[i], tol * std::max(1.0f, std::fabs(w[i]))) << what << " [" << i << "]";
+    }
+  }
+}
+
+TEST(TensorPrint, MatchesPyTorchForEveryFixture) {
+  int n = 0;
+  for (const json& p : fixtures()["prints"]) {
+    Tensor t = tensor_from_json(p["tensor"]);
+    EXPECT_EQ(to_string(t), p["str"].get<std::string>()) << "shape " << shape_str(t.shape());
+    ++n;
+  }
+  EXPECT_GE(n, 20);
+}
+
+TEST(TensorOps, MatchPyTorchForEveryFixture) {
+  int n = 0;
+  for (const json& c : fixtures()["ops"]) {
+    std::vector<Tensor> in;
+    for (const json& t : c["inputs"]) in.push_back(tensor_from_json(t));
+    Tensor want = tensor_from_json(c["output"]);
+    const std::string op = c["op"];
+    const int dim = c.contains("dim") ? c["dim"].get<int>() : 0;
+    Tensor got;
+    if (op == "matmul") got = matmul(in[0], in[1]);
+    else if (op == "add") got = in[0] + in[1];
+    else if (op == "sub") got = in[0] - in[1];
+    else if (op == "mul") got = in[0] * in[1];
+    else if (op == "div") got = in[0] / in[1];
+    else if (op == "softmax") got = softmax(in[0], dim);
+    else if (op == "sum") got = sum(in[0], dim);
+    else if (op == "sum_keepdim") got = sum(in[0], dim, true);
+    else if (op == "max") got = max(in[0], dim);
+    else if (op == "mean") got = mean(in[0], dim);
+    else if (op == "tril") got = tril(in[0], c["diagonal"].get<int64_t>());
+    else if (op == "triu") got = triu(in[0], c["diagonal"].get<int64_t>());
+    else if (op == "masked_fill") got = masked_fill(in[0], in[1], -std::numeric_limits<float>::infinity());
+    else if (op == "cat") got = cat(in, dim);
+    else if (op == "stack") got = stack(in, dim);
+    else if (op == "cosine") got = cosine_similarity(in[0], in[1]);
+    else if (op == "exp") got = exp(in[0]);
+    else if (op == "neg") got = neg(in[0]);
+    else FAIL() << "unknown op in fixtures: " << op;
+    expect_close(got, want, 2e-6, op + " case " + std::to_string(n));
+    ++n;
+  }
+  EXPECT_GE(n, 90);
+}
+
+TEST(TensorViews, TransposeSelectSliceShareStorage) {
+  Tensor a = Tensor::from({2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor t = a.transpose(0, 1);
+  EXPECT_TRUE(t.shares_storage(a));
+  EXPECT_FALSE(t.is_contiguous());
+  EXPECT_EQ(t.shape(), (Shape{3, 2}));
+  EXPECT_EQ(t.at({2, 1}), 6.0f);
+  EXPECT_EQ(t.to_vector(), (std::vector<float>{1, 4, 2, 5, 3, 6}));
+  a.at({1, 2}) = 60.0f;
+  EXPECT_EQ(t.at({2, 1}), 60.0f);  // a view sees writes through its base
+  Tensor row = a.select(0, 1);
+  EXPECT_EQ(row.to_vector(), (std::vector<float>{4, 5, 60}));
+  Tensor cols = a.slice(1, 1, 3);
+  EXPECT_EQ(cols.to_vector(), (std::vector<float>{2, 3, 5, 60}));
+  EXPECT_EQ(a.slice(1, -2, 100).to_vector(), cols.to_vector());  // clamped like Python
+  EXPECT_EQ(a.unsqueeze(0).shape(), (Shape{1, 2, 3}));
+  EXPECT_EQ(a.unsqueeze(-1).shape(), (Shape{2, 3, 1}));
+  EXPECT_EQ(a.view({3, -1}).shape(), (Shape{3, 2}));
+  Tensor c = t.contiguous();
+  EXPECT_FALSE(c.shares_storage(a));
+  EXPECT_EQ(c.to_vector(), t.to_vector());
+}
+
+TEST(TensorViews, ViewOutlivesTemporaryBase) {
+  Tensor v = Tensor::from({2, 2}, {1, 2, 3, 4}).transpose(0, 1).select(0, 1);
+  EXPECT_EQ(v.to_vector(), (std::vector<float>{2, 4}));
+}
+
+TEST(TensorViews, HeadSplitIsAView) {
+  // (B, T, d_out) -> (B, T, H, D) -> (B, H, T, D), as MultiHeadAttention splits heads.
+  Tensor x = Tensor::arange(2 * 3 * 4).view({2, 3, 4});
+  Tensor heads = x.view({2, 3, 2, 2}).transpose(1, 2);
+  EXPECT_TRUE(heads.shares_storage(x));
+  EXPECT_EQ(heads.shape(), (Shape{2, 2, 3, 2}));
+  EXPECT_EQ(heads.at({1, 1, 2, 0}), x.at({1, 2, 2}));
+  EXPECT_EQ(heads.transpose(1, 2).reshape({2, 3, 4}).to_vector(), x.to_vector());
+}
+
+TEST(TensorErrors, SayWhatWasExpected) {
+  Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4, 5});
+  EXPECT_THAT(error_of([&] { matmul(a, b); }), HasSubstr("(2, 3) and (4, 5) cannot be multiplied"));
+  EXPECT_THAT(error_of([&] { add(a, b); }), HasSubstr("(2, 3) and (4, 5) cannot be broadcast"));
+  EXPECT_THAT(error_of([&] { a.transpose(0, 1).view({6}); }), HasSubstr("not contiguous"));
+  EXPECT_THAT(error_of([&] { a.view({4, 2}); }), HasSubstr("cannot view"));
+  EXPECT_THAT(error_of([&] { a.select(0, 2); }), HasSubstr("index 2 out of range"));
+  EXPECT_THAT(error_of([&] { a.transpose(0, 2); }), HasSubstr("dimension 2 is out of range"));
+  EXPECT_THAT(error_of([&] { Tensor::from({2, 2}, {1, 2, 3}); }), HasSubstr("needs 4 values, got 3"));
+  EXPECT_THAT(error_of([&] { cat({a, b}, 0); }), HasSubstr("does not match"));
+  EXPECT_THAT(error_of([&] { stack({a, b}, 0); }), HasSubstr("does not match"));
+  EXPECT_THAT(error_of([&] { a.item(); }), HasSubstr("has 6 elements, expected 1"));
+  EXPECT_THAT(error_of([&] { Tensor::zeros({1, 1, 1, 1, 1, 1, 1, 1, 1}); }), HasSubstr("at most 8 dimensions"));
+}
+
+TEST(Softmax, FullyMaskedRowGivesZerosNotNaN) {
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor s = Tensor::from({2, 3}, {-inf, -inf, -inf, 0.0f, -inf, 1.0f});
+  Tensor w = softmax(s, -1);
+  EXPECT_EQ(w.to_vector()[0], 0.0f);
+  EXPECT_EQ(w.to_vector()[1], 0.0f);
+  EXPECT_EQ(w.to_vector()[2], 0.0f);
+  EXPECT_NEAR(w.at({1, 0}) + w.at({1, 2}), 1.0f, 1e-6);
+  EXPECT_EQ(w.at({1, 1}), 0.0f);
+}
+
+TEST(Softmax, StableWhereNaiveOverflows) {
+  Tensor s = Tensor::from({3}, {1000.0f, 1000.0f, 0.0f});
+  EXPECT_NEAR(softmax(s, 0).at({0}), 0.5f, 1e-6);
+  EXPECT_TRUE(std::isnan(softmax_naive(s, 0).at({0})));  // inf / inf, as exp(x)/exp(x).sum() gives
+}
+
+}  // namespace
+}  // namespace qkv
