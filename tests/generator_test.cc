@@ -236,9 +236,9 @@ TEST(GeneratorFixtures, Dropout) { EXPECT_GE(run_family("dropout."), 6); }
 TEST(GeneratorFixtures, Modules) { EXPECT_GE(run_family("modules."), 3); }
 
 TEST(GeneratorFixtures, EveryCaseBelongsToAFamily) {
-  const char* families[] = {"rand.",     "randn.",   "uniform.",  "normal.",
-                            "bernoulli.", "sequence.", "normal_cache.", "default_generator", "linear.",
-                            "embedding.", "dropout.", "modules."};
+  const char* families[] = {"rand.",      "randn.",    "uniform.",      "normal.",
+                            "bernoulli.", "sequence.", "normal_cache.", "default_generator",
+                            "linear.",    "embedding.", "dropout.",     "modules."};
   for (const json& c : load("rng_fixtures.json").at("cases")) {
     const std::string name = c.at("name").get<std::string>();
     int hits = 0;

@@ -97,12 +97,14 @@ std::string body(const Tensor& t, int indent, bool summarize, const Formatter& f
     }
     std::string s = "[";
     for (size_t i = 0; i < items.size(); ++i) {
-      if (i) s += (i % per_line == 0) ? ",\n" + std::string(indent + 1, ' ') : ", ";
+      if (i % per_line == 0 && i) s.append(",\n").append(static_cast<size_t>(indent + 1), ' ');
+      else if (i) s += ", ";
       s += items[i];
     }
     return s + "]";
   }
-  std::string sep = "," + std::string(t.dim() - 1, '\n') + std::string(indent + 1, ' ');
+  std::string sep = ",";
+  sep.append(static_cast<size_t>(t.dim() - 1), '\n').append(static_cast<size_t>(indent + 1), ' ');
   std::string s = "[";
   for (int64_t i = 0; i < n; ++i) {
     if (i) s += sep;

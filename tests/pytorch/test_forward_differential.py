@@ -1,0 +1,426 @@
+#!/usr/bin/python3
+"""Differential test: `qkv forward` against the book's PyTorch classes (tests/pytorch/book_classes.py).
+
+    /usr/bin/python3 tests/pytorch/test_forward_differential.py --qkv build/qkv [--verbose]
+
+Three groups of cases, all drawn from one seeded Python RNG (so a run is reproducible):
+
+  weights  For every module, --cases random configurations (B 1..4, T 1..12, d_in and d_out
+           1..16, num_heads 1..4, context_length == T or larger, qkv_bias on or off, and for the
+           causal modules sometimes a dropout p that must stay inactive in eval mode). The weights
+           are made in PyTorch (seeded constructor, then every parameter += randn * 0.5) and
+           passed with --weights; the output and the attention weights must agree with PyTorch
+           to a relative error max|qkv - torch| / max(1, max|torch|) <= 1e-5.
+  seed     For every module, --seed-cases configurations run with --seed S --save-weights F:
+           F must load into a fresh PyTorch module with load_state_dict(strict=True) and equal,
+           tensor for tensor and bit for bit, the state dict of torch.manual_seed(S); Class(...).
+           The output and attention weights are compared as above.
+  dropout  For the causal modules, --dropout-cases configurations with --train and p in
+           {0.1, 0.5, 0.7}: --seed S (and for half of them also --weights W, loaded after the
+           seeded construction). PyTorch: torch.manual_seed(S); m = Class(...);
+           [m.load_state_dict(W)]; m.train(); m(x). The output and the weights before and after
+           dropout must agree within 1e-5, and the zero pattern of attn_weights_dropped (the
+           dropout mask) must be identical.
+
+Prints one summary line, "forward differential: N passed, M failed", and exits non-zero on any
+failure, after describing each failure (module, configuration, tensor, worst element, values).
+"""
+
+import argparse
+import concurrent.futures
+import os
+import random
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import book_classes  # noqa: E402
+import safetensors_io  # noqa: E402
+
+MODULES = ["self-attention-v1", "self-attention-v2", "causal-attention", "mha-wrapper", "mha"]
+CAUSAL = {"causal-attention", "mha-wrapper", "mha"}
+TOLERANCE = 1e-5
+SPECIAL_SEEDS = [0, 1, 123, 789, 2**32 + 5, 2**40 + 7, 2**63 - 1, 2**64 - 1]
+
+
+# ----------------------------------------------------------------------------------------------
+# Configurations and the PyTorch side
+
+
+def random_config(rng, module):
+    cfg = {"module": module, "B": 1, "H": None, "ctx": None, "p": 0.0, "bias": False}
+    cfg["T"] = rng.randint(1, 12)
+    cfg["d_in"] = rng.randint(1, 16)
+    if module == "mha":
+        cfg["H"] = rng.randint(1, 4)
+        cfg["d_out"] = cfg["H"] * rng.randint(1, 16 // cfg["H"])
+    else:
+        cfg["d_out"] = rng.randint(1, 16)
+        if module == "mha-wrapper":
+            cfg["H"] = rng.randint(1, 4)
+    if module != "self-attention-v1":
+        cfg["bias"] = rng.random() < 0.5
+    if module in CAUSAL:
+        cfg["B"] = rng.randint(1, 4)
+        cfg["ctx"] = cfg["T"] if rng.random() < 0.35 else cfg["T"] + rng.randint(1, 8)
+    return cfg
+
+
+def describe(cfg):
+    parts = [cfg["module"]]
+    if cfg["module"] in CAUSAL:
+        parts.append(f"B={cfg['B']}")
+    parts += [f"T={cfg['T']}", f"d_in={cfg['d_in']}", f"d_out={cfg['d_out']}"]
+    if cfg["ctx"] is not None:
+        parts.append(f"context_length={cfg['ctx']}")
+    if cfg["H"] is not None:
+        parts.append(f"num_heads={cfg['H']}")
+    if cfg["module"] in CAUSAL:
+        parts.append(f"dropout={cfg['p']}")
+    if cfg["module"] != "self-attention-v1":
+        parts.append(f"qkv_bias={cfg['bias']}")
+    return " ".join(parts)
+
+
+def construct(cfg):
+    """Class(...) exactly as the book calls it; draws from torch's default generator."""
+    m = cfg["module"]
+    if m == "self-attention-v1":
+        return book_classes.SelfAttention_v1(cfg["d_in"], cfg["d_out"])
+    if m == "self-attention-v2":
+        return book_classes.SelfAttention_v2(cfg["d_in"], cfg["d_out"], qkv_bias=cfg["bias"])
+    if m == "causal-attention":
+        return book_classes.CausalAttention(cfg["d_in"], cfg["d_out"], cfg["ctx"], cfg["p"], qkv_bias=cfg["bias"])
+    if m == "mha-wrapper":
+        return book_classes.MultiHeadAttentionWrapper(
+            cfg["d_in"], cfg["d_out"], cfg["ctx"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"])
+    if m == "mha":
+        return book_classes.MultiHeadAttention(
+            cfg["d_in"], cfg["d_out"], cfg["ctx"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"])
+    raise ValueError(m)
+
+
+def seeded(cfg, seed):
+    torch.manual_seed(seed)
+    return construct(cfg)
+
+
+def perturbed_weights(cfg, seed):
+    """A state dict whose parameters are far from any init values (buffers unchanged)."""
+    model = seeded(cfg, seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def random_input(cfg, seed):
+    g = torch.Generator().manual_seed(seed)
+    shape = (cfg["T"], cfg["d_in"]) if cfg["module"] not in CAUSAL else (cfg["B"], cfg["T"], cfg["d_in"])
+    return torch.randn(shape, generator=g)
+
+
+def run_torch(model, x, train):
+    book_classes.enable_recording(model)
+    model.train(train)
+    with torch.no_grad():
+        y = model(x)
+    return {
+        "output": y.clone(),
+        "attn_weights": model.last_attn_weights.clone(),
+        "attn_weights_dropped": None if model.last_attn_weights_dropped is None
+        else model.last_attn_weights_dropped.clone(),
+    }
+
+
+def qkv_args(cfg):
+    args = ["forward", "--module", cfg["module"], "--d-in", str(cfg["d_in"]), "--d-out", str(cfg["d_out"])]
+    if cfg["module"] in CAUSAL:
+        args += ["--context-length", str(cfg["ctx"])]
+        if cfg["p"] > 0:
+            args += ["--dropout", repr(cfg["p"])]
+    if cfg["H"] is not None:
+        args += ["--num-heads", str(cfg["H"])]
+    if cfg["bias"]:
+        args.append("--qkv-bias")
+    return args
+
+
+# ----------------------------------------------------------------------------------------------
+# Cases
+
+
+class Case:
+    def __init__(self, kind, index, cfg):
+        self.kind, self.index, self.cfg = kind, index, cfg
+        self.name = f"{kind}#{index} {describe(cfg)}"
+        self.cmd = None
+        self.expected = None        # what PyTorch computed
+        self.expected_state = None  # seed cases: torch.manual_seed(S); Class(...).state_dict()
+        self.train = False
+        self.files = {}
+        self.errors = []
+        self.worst = {}             # tensor name -> relative error
+
+
+def prepare(case, qkv, tmp, rng_seed):
+    """Writes the case's files and computes PyTorch's answer; sets case.cmd."""
+    cfg = case.cfg
+    base = os.path.join(tmp, f"{case.kind}-{cfg['module']}-{case.index}")
+    f = case.files = {k: f"{base}.{k}.safetensors" for k in ("input", "weights", "output", "attn", "saved")}
+    x = random_input(cfg, rng_seed.randrange(2**62))
+    safetensors_io.save(f["input"], {"input": x})
+    args = [qkv] + qkv_args(cfg)
+
+    if case.kind == "weights":
+        state = perturbed_weights(cfg, rng_seed.randrange(2**62))
+        safetensors_io.save(f["weights"], state)
+        model = construct(cfg)
+        model.load_state_dict(state, strict=True)
+        case.expected = run_torch(model, x, train=False)
+        args += ["--weights", f["weights"]]
+    elif case.kind == "seed":
+        seed = case.seed
+        model = seeded(cfg, seed)
+        case.expected_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        case.expected = run_torch(model, x, train=False)
+        args += ["--seed", str(seed), "--save-weights", f["saved"]]
+    elif case.kind == "dropout":
+        seed = case.seed
+        case.train = True
+        state = None
+        if case.with_weights:
+            state = perturbed_weights(cfg, rng_seed.randrange(2**62))
+            safetensors_io.save(f["weights"], state)
+        model = seeded(cfg, seed)
+        if state is not None:
+            model.load_state_dict(state, strict=True)
+        case.expected = run_torch(model, x, train=True)
+        args += ["--seed", str(seed), "--train"]
+        if state is not None:
+            args += ["--weights", f["weights"]]
+    else:
+        raise ValueError(case.kind)
+    args += ["--input", f["input"], "--output", f["output"], "--attn-weights", f["attn"]]
+    case.cmd = args
+
+
+def run_qkv(cmd):
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+    except subprocess.TimeoutExpired:
+        return -1, "", "timed out after 120 s"
+
+
+def rel_err(a, b):
+    """max|a - b| / max(1, max|b|), and the flat index of the worst element."""
+    if a.numel() == 0:
+        return 0.0, None
+    if not torch.isfinite(a).all():
+        bad = (~torch.isfinite(a)).flatten().nonzero()[0].item()
+        return float("inf"), bad
+    diff = (a.double() - b.double()).abs().flatten()
+    i = int(diff.argmax())
+    return diff[i].item() / max(1.0, b.double().abs().max().item()), i
+
+
+def compare(case, name, got, want):
+    if got is None:
+        case.errors.append(f"{name}: missing from qkv's files")
+        return
+    if tuple(got.shape) != tuple(want.shape):
+        case.errors.append(f"{name}: qkv shape {tuple(got.shape)}, PyTorch shape {tuple(want.shape)}")
+        return
+    if got.dtype != torch.float32:
+        case.errors.append(f"{name}: qkv dtype {got.dtype}, expected float32")
+        return
+    err, i = rel_err(got, want)
+    case.worst[name] = err
+    if not err <= TOLERANCE:
+        idx = tuple(int(v) for v in np.unravel_index(i, tuple(want.shape))) if want.dim() else ()
+        case.errors.append(f"{name}: relative error {err:.3g} > {TOLERANCE:g} at index {list(idx)}: "
+                           f"qkv {got.flatten()[i].item()!r}, PyTorch {want.flatten()[i].item()!r}")
+
+
+def check(case, result):
+    rc, out, err = result
+    if rc != 0:
+        case.errors.append(f"qkv exited with status {rc}\n    command: {shlex.join(case.cmd)}\n    stderr: "
+                           + (err.strip() or "(empty)").replace("\n", "\n            "))
+        return
+    f = case.files
+    try:
+        y = safetensors_io.load(f["output"])
+        attn = safetensors_io.load(f["attn"])
+    except Exception as e:  # noqa: BLE001 - report any unreadable file as a failure
+        case.errors.append(f"cannot read qkv's files: {e}")
+        return
+    compare(case, "output", y.get("output"), case.expected["output"])
+    compare(case, "attn_weights", attn.get("attn_weights"), case.expected["attn_weights"])
+    want_dropped = case.expected["attn_weights_dropped"]
+    got_dropped = attn.get("attn_weights_dropped")
+    if want_dropped is None:
+        if got_dropped is not None:
+            case.errors.append("attn_weights_dropped: written although dropout is inactive")
+    else:
+        compare(case, "attn_weights_dropped", got_dropped, want_dropped)
+        if got_dropped is not None and got_dropped.shape == want_dropped.shape:
+            zero_got, zero_want = got_dropped == 0, want_dropped == 0
+            if not torch.equal(zero_got, zero_want):
+                where = (zero_got != zero_want).nonzero()
+                first = [int(v) for v in where[0]]
+                case.errors.append(
+                    f"attn_weights_dropped: dropout mask differs at {where.shape[0]} of {want_dropped.numel()} "
+                    f"elements, first at {first}: qkv {got_dropped[tuple(first)].item()!r}, "
+                    f"PyTorch {want_dropped[tuple(first)].item()!r}")
+    unknown = set(attn) - {"attn_weights", "attn_weights_dropped"}
+    if unknown or set(y) != {"output"}:
+        case.errors.append(f"unexpected tensors in qkv's files: {sorted(unknown | (set(y) - {'output'}))}")
+
+    if case.kind == "seed":
+        try:
+            saved = safetensors_io.load(f["saved"])
+        except Exception as e:  # noqa: BLE001
+            case.errors.append(f"cannot read the --save-weights file: {e}")
+            return
+        try:
+            fresh = construct(case.cfg)
+            fresh.load_state_dict(saved, strict=True)
+        except Exception as e:  # noqa: BLE001
+            case.errors.append(f"load_state_dict(strict=True) of the --save-weights file failed: {e}")
+            return
+        want = case.expected_state
+        if list(saved) != list(want):
+            # Order is informational only (load_state_dict does not care); names are checked above.
+            if set(saved) != set(want):
+                case.errors.append(f"state dict names: qkv {sorted(saved)}, PyTorch {sorted(want)}")
+        for k, v in want.items():
+            got = saved.get(k)
+            if got is None:
+                continue
+            if got.dtype != v.dtype or tuple(got.shape) != tuple(v.shape):
+                case.errors.append(f"{k}: qkv {got.dtype} {tuple(got.shape)}, PyTorch {v.dtype} {tuple(v.shape)}")
+            elif not torch.equal(got, v):
+                where = (got != v).nonzero()
+                first = tuple(int(t) for t in where[0])
+                case.errors.append(
+                    f"{k} (seed {case.seed}): {where.shape[0]} of {v.numel()} elements differ, first at "
+                    f"{list(first)}: qkv {got[first].item()!r}, PyTorch {v[first].item()!r}")
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def build_cases(args):
+    rng = random.Random(args.rng_seed)
+    cases = []
+    for module in MODULES:
+        for i in range(args.cases):
+            cfg = random_config(rng, module)
+            if module in CAUSAL and rng.random() < 0.3:
+                cfg["p"] = rng.choice([0.1, 0.5, 0.7])  # given but inactive: eval mode
+            cases.append(Case("weights", i, cfg))
+        for i in range(args.seed_cases):
+            cfg = random_config(rng, module)
+            if module in CAUSAL and rng.random() < 0.3:
+                cfg["p"] = rng.choice([0.1, 0.5])
+            case = Case("seed", i, cfg)
+            case.seed = SPECIAL_SEEDS[i] if i < len(SPECIAL_SEEDS) else rng.randrange(2**64)
+            case.name += f" seed={case.seed}"
+            cases.append(case)
+    for module in MODULES:
+        if module not in CAUSAL:
+            continue
+        for i in range(args.dropout_cases):
+            cfg = random_config(rng, module)
+            cfg["p"] = [0.1, 0.5, 0.7][i % 3]
+            case = Case("dropout", i, cfg)
+            case.seed = rng.choice(SPECIAL_SEEDS) if i % 5 == 0 else rng.randrange(2**40)
+            case.with_weights = i % 2 == 1
+            case.name += f" seed={case.seed} train" + (" +weights" if case.with_weights else "")
+            cases.append(case)
+    return cases, rng
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--qkv", required=True, help="path to the qkv executable")
+    ap.add_argument("--cases", type=int, default=100, help="--weights configurations per module")
+    ap.add_argument("--seed-cases", type=int, default=20, help="--seed configurations per module")
+    ap.add_argument("--dropout-cases", type=int, default=20, help="--train configurations per causal module")
+    ap.add_argument("--rng-seed", type=int, default=20240917, help="seed of the Python RNG drawing the cases")
+    ap.add_argument("--jobs", type=int, default=2, help="qkv processes at a time")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--verbose", "-v", action="store_true", help="print every case and command")
+    args = ap.parse_args()
+
+    qkv = os.path.abspath(args.qkv)
+    if not os.access(qkv, os.X_OK):
+        print(f"forward differential: FAILED: {qkv} is not an executable", file=sys.stderr)
+        return 2
+    torch.set_num_threads(1)
+    start = time.time()
+
+    cases, rng = build_cases(args)
+    tmp_obj = tempfile.TemporaryDirectory(prefix="qkv-forward-diff-")
+    tmp = tmp_obj.name
+    try:
+        # PyTorch work happens here, qkv processes run in the pool meanwhile.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            futures = []
+            for case in cases:
+                prepare(case, qkv, tmp, rng)
+                futures.append(pool.submit(run_qkv, case.cmd))
+            results = [fut.result() for fut in futures]
+
+        summary = {}
+        failed = []
+        for case, result in zip(cases, results):
+            check(case, result)
+            s = summary.setdefault(case.cfg["module"], {"passed": 0, "failed": 0, "worst": {}})
+            s["failed" if case.errors else "passed"] += 1
+            for name, err in case.worst.items():
+                if err > s["worst"].get(name, -1.0):
+                    s["worst"][name] = err
+            if case.errors:
+                failed.append(case)
+            if args.verbose:
+                status = "FAIL" if case.errors else "ok  "
+                worst = " ".join(f"{k}={v:.2g}" for k, v in case.worst.items())
+                print(f"{status} {case.name}  [{worst}]\n     $ {shlex.join(case.cmd)}")
+                for e in case.errors:
+                    print(f"     {e}")
+
+        for case in failed:
+            print(f"FAILED {case.name}\n  command: {shlex.join(case.cmd)}", file=sys.stderr)
+            for e in case.errors:
+                print(f"  {e}", file=sys.stderr)
+        for module in MODULES:
+            s = summary.get(module)
+            if s is None:
+                continue
+            worst = ", ".join(f"{k} {v:.3g}" for k, v in sorted(s["worst"].items()))
+            print(f"  {module:18s} {s['passed']:4d} passed, {s['failed']:3d} failed; worst relative error: {worst}")
+        n_fail = len(failed)
+        print(f"forward differential: {len(cases) - n_fail} passed, {n_fail} failed ({time.time() - start:.1f} s)")
+        if args.keep:
+            print(f"files kept in {tmp}")
+        return 1 if n_fail else 0
+    finally:
+        if args.keep:
+            tmp_obj._finalizer.detach()  # noqa: SLF001 - leave the directory for inspection
+        else:
+            tmp_obj.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
