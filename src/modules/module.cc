@@ -26,9 +26,11 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& tensors, bool 
               shape_str(e.tensor->shape()));
   }
   if (strict) {
+    std::string unexpected;
     for (const auto& [name, t] : tensors)
-      QKV_CHECK(known.count(name), type_name(), ": unexpected tensor '", name, "' ",
-                shape_str(t.shape()), " (this module has no such parameter or buffer)");
+      if (!known.count(name)) unexpected += (unexpected.empty() ? "'" : ", '") + name + "' " + shape_str(t.shape());
+    QKV_CHECK(unexpected.empty(), type_name(), ": unexpected tensors ", unexpected,
+              " (this module has no such parameters or buffers; is the file for another module?)");
   }
   for (const StateEntry& e : entries) e.tensor->copy_from(tensors.at(e.name));
 }

@@ -1,0 +1,212 @@
+// The qkv command line, run as a user runs it: bad input gets a clear error on stderr, a non-zero
+// exit, and no output file; good input gives the outputs promised.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/core/generator.h"
+#include "qkv/core/ops.h"
+#include "qkv/io/atomic_file.h"
+#include "qkv/io/safetensors.h"
+
+namespace qkv {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct Result {
+  int status;
+  std::string out, err;
+};
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("qkv_cli_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  Result run(const std::string& args) const {
+    std::string out = path("stdout.txt"), err = path("stderr.txt");
+    std::string cmd = std::string(QKV_BINARY) + " " + args + " > " + out + " 2> " + err + " < /dev/null";
+    int raw = std::system(cmd.c_str());
+    Result r{WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw), read_file(out), read_file(err)};
+    return r;
+  }
+
+  // A random (shape) tensor saved as `input` in a new file; returns the path.
+  std::string input(const Shape& shape, const std::string& name = "in.safetensors") const {
+    Generator g(7);
+    Tensor x = Tensor::empty(shape);
+    g.normal(x.data(), x.numel());
+    save_safetensors(path(name), {{"input", x}});
+    return path(name);
+  }
+
+  // Expects failure with every phrase in stderr and no file at `must_not_exist`.
+  void expect_error(const std::string& args, const std::vector<std::string>& phrases, int status = 1) {
+    Result r = run(args + " --output " + path("out.safetensors"));
+    EXPECT_EQ(r.status, status) << args << "\nstderr: " << r.err;
+    for (const std::string& p : phrases) EXPECT_THAT(r.err, HasSubstr(p)) << args;
+    EXPECT_FALSE(fs::exists(path("out.safetensors"))) << "an output was written for: " << args;
+    EXPECT_EQ(r.out, "") << args;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(Cli, HelpListsTheSubcommandsAndFlags) {
+  Result r = run("--help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("walkthrough"));
+  EXPECT_THAT(r.out, HasSubstr("forward"));
+  Result f = run("forward --help");
+  EXPECT_EQ(f.status, 0);
+  for (const char* flag : {"--module", "--d-in", "--d-out", "--context-length", "--num-heads", "--dropout",
+                           "--qkv-bias", "--train", "--seed", "--weights", "--input", "--output",
+                           "--save-weights", "--attn-weights"})
+    EXPECT_THAT(f.out, HasSubstr(flag));
+}
+
+TEST_F(Cli, ForwardWithSeedWritesOutputWeightsAndAttention) {
+  std::string in = input({2, 6, 3});
+  Result r = run("forward --module mha --d-in 3 --d-out 4 --context-length 6 --num-heads 2 --seed 123 --input " +
+              in + " --output " + path("y.st") + " --save-weights " + path("w.st") + " --attn-weights " +
+              path("a.st"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  TensorFile y = load_safetensors(path("y.st")), w = load_safetensors(path("w.st")), a = load_safetensors(path("a.st"));
+  EXPECT_EQ(y.get("output").shape(), (Shape{2, 6, 4}));
+  EXPECT_EQ(a.get("attn_weights").shape(), (Shape{2, 2, 6, 6}));
+  EXPECT_EQ(w.names, (std::vector<std::string>{"W_query.weight", "W_key.weight", "W_value.weight",
+                                               "out_proj.weight", "out_proj.bias", "mask"}));
+  // Loading the saved weights gives the same output.
+  Result again = run("forward --module mha --d-in 3 --d-out 4 --context-length 6 --num-heads 2 --weights " +
+                  path("w.st") + " --input " + in + " --output " + path("y2.st"));
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_EQ(max_abs_diff(load_safetensors(path("y2.st")).get("output"), y.get("output")), 0.0);
+}
+
+TEST_F(Cli, ForwardPrintsLikePyTorchWithoutOutputFile) {
+  std::string in = input({6, 3});
+  Result r = run("forward --module self-attention-v1 --d-in 3 --d-out 2 --seed 123 --input " + in);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("tensor([["));
+}
+
+TEST_F(Cli, ShapeMismatchNamesBothShapes) {
+  expect_error("forward --module causal-attention --d-in 3 --d-out 2 --context-length 8 --seed 1 --input " +
+                   input({2, 5, 4}),
+               {"(2, 5, 4)", "(batch, num_tokens, d_in = 3)"});
+  expect_error("forward --module self-attention-v2 --d-in 3 --d-out 2 --seed 1 --input " + input({2, 5, 3}),
+               {"(2, 5, 3)", "(num_tokens, d_in = 3)"});
+}
+
+TEST_F(Cli, DOutNotDivisibleByHeads) {
+  expect_error("forward --module mha --d-in 3 --d-out 10 --num-heads 4 --context-length 6 --seed 1 --input " +
+                   input({1, 6, 3}),
+               {"d_out (10) must be divisible by num_heads (4)"});
+}
+
+TEST_F(Cli, MoreTokensThanContextLengthIsSaidPlainly) {
+  expect_error("forward --module causal-attention --d-in 3 --d-out 2 --context-length 4 --seed 1 --input " +
+                   input({1, 6, 3}),
+               {"6 tokens but context_length is 4"});
+}
+
+TEST_F(Cli, DropoutOutsideZeroOne) {
+  for (const char* p : {"1", "1.5", "-0.1"})
+    expect_error(std::string("forward --module mha --d-in 3 --d-out 2 --context-length 6 --num-heads 1 --seed 1 "
+                             "--dropout ") + p + " --input " + input({1, 6, 3}),
+                 {"dropout", "must be in [0, 1)"});
+}
+
+TEST_F(Cli, UnknownOrMissingFlagsAreUsageErrors) {
+  expect_error("forward --module mha --d-in 3 --d-out 2 --seed 1 --input x --bogus 1", {"--bogus"}, 109);
+  expect_error("forward --d-in 3 --d-out 2 --seed 1 --input x", {"--module is required"}, 106);
+  expect_error("forward --module attention --d-in 3 --d-out 2 --seed 1 --input x", {"attention"}, 105);
+  expect_error("forward --module mha --d-in 3 --d-out 2 --context-length 6 --input " + input({1, 6, 3}),
+               {"--seed S", "--weights FILE"});
+  expect_error("forward --module causal-attention --d-in 3 --d-out 2 --seed 1 --input " + input({1, 6, 3}),
+               {"needs --context-length"});
+  expect_error("forward --module self-attention-v1 --d-in 3 --d-out 2 --context-length 6 --seed 1 --input " +
+                   input({6, 3}),
+               {"takes no --context-length"});
+}
+
+TEST_F(Cli, BadSafetensorsFilesAreNamed) {
+  write_file_atomically(path("short.st"), std::string("\x10\x00\x00", 3));
+  expect_error("forward --module self-attention-v2 --d-in 3 --d-out 2 --seed 1 --input " + path("short.st"),
+               {"short.st"});
+  write_file_atomically(path("noinput.st"), serialize_safetensors({{"x", Tensor::zeros({6, 3})}}));
+  expect_error("forward --module self-attention-v2 --d-in 3 --d-out 2 --seed 1 --input " + path("noinput.st"),
+               {"no tensor 'input'"});
+  expect_error("forward --module self-attention-v2 --d-in 3 --d-out 2 --seed 1 --input " + path("missing.st"),
+               {"missing.st"});
+}
+
+TEST_F(Cli, WeightsFromAnotherConfigurationAreRefusedByName) {
+  std::string in = input({1, 6, 3});
+  ASSERT_EQ(run("forward --module mha --d-in 3 --d-out 4 --context-length 6 --num-heads 2 --seed 1 --input " + in +
+                " --save-weights " + path("w.st"))
+                .status,
+            0);
+  expect_error("forward --module mha --d-in 3 --d-out 6 --context-length 6 --num-heads 2 --weights " + path("w.st") +
+                   " --input " + in,
+               {"W_query.weight", "(4, 3)", "(6, 3)"});
+  expect_error("forward --module causal-attention --d-in 3 --d-out 4 --context-length 6 --weights " + path("w.st") +
+                   " --input " + in,
+               {"unexpected tensors 'out_proj.bias' (4), 'out_proj.weight' (4, 4)"});
+  write_file_atomically(path("partial.st"), serialize_safetensors({{"W_query.weight", Tensor::zeros({4, 3})}}));
+  expect_error("forward --module mha --d-in 3 --d-out 4 --context-length 6 --num-heads 2 --weights " +
+                   path("partial.st") + " --input " + in,
+               {"lack the tensor 'W_key.weight' of shape (4, 3)"});
+}
+
+TEST_F(Cli, FailedRunLeavesAnExistingOutputUntouched) {
+  write_file_atomically(path("out.safetensors"), "previous contents");
+  Result r = run("forward --module mha --d-in 3 --d-out 10 --num-heads 4 --context-length 6 --seed 1 --input " +
+              input({1, 6, 3}) + " --output " + path("out.safetensors"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(read_file(path("out.safetensors")), "previous contents");
+}
+
+TEST_F(Cli, WalkthroughJsonHoldsEveryStepAndSvgDrawsEveryHead) {
+  Result r = run("walkthrough --json --svg " + path("svg"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["mha.seed123"]["shape"], nlohmann::json({2, 6, 2}));
+  EXPECT_EQ(j["tiny_vocab.ids"]["ids"], nlohmann::json({1, 8, 3, 5, 7, 4, 6, 2}));
+  EXPECT_TRUE(j.contains("causal.masked_scores"));
+  for (const char* f : {"causal_attention.svg", "mha_wrapper.head0.svg", "mha_wrapper.head1.svg", "mha.head0.svg",
+                        "mha.head1.svg"}) {
+    std::string svg = read_file(path(std::string("svg/") + f));
+    EXPECT_THAT(svg, HasSubstr("<svg")) << f;
+    EXPECT_THAT(svg, HasSubstr(">journey</text>")) << f;
+  }
+}
+
+TEST_F(Cli, WalkthroughOnOtherTextAndTooShortText) {
+  Result r = run("walkthrough --text \"The cat sat on the mat.\"");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("'cat'"));
+  Result bad = run("walkthrough --text \"Hello\"");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_THAT(bad.err, HasSubstr("at least 2 words"));
+}
+
+}  // namespace
+}  // namespace qkv
