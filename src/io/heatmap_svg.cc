@@ -52,7 +52,8 @@ std::string heatmap_svg(const Tensor& weights, const HeatmapOptions& o) {
   for (const auto& s : cols) longest = std::max(longest, s.size());
 
   const int cell = 56, left = static_cast<int>(longest) * 8 + 16, top = static_cast<int>(longest) * 8 + 48;
-  const int width = left + static_cast<int>(S) * cell + 20, height = top + static_cast<int>(T) * cell + 20;
+  const int width = std::max(left + static_cast<int>(S) * cell + 20, static_cast<int>(o.title.size()) * 8 + 40);
+  const int height = top + static_cast<int>(T) * cell + 20;
   std::vector<float> w = weights.to_vector();
   float hi = 1.0f;
   for (float x : w)
