@@ -27,5 +27,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=$([ "$want_tests" = 1 ] && echo ON || echo OFF) >/dev/null
+if [ "$want_tests" = 1 ]; then
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON -DQKV_WERROR=ON >/dev/null
+else
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null
+fi
 cmake --build build -j"$jobs" >&2

@@ -6,9 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
 jobs=$(nproc 2>/dev/null || echo 2)
 
-echo "== release build: ctest" >&2
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON -DQKV_WERROR=ON >/dev/null
-cmake --build build -j"$jobs" >&2
+echo "== release build (warnings as errors): ctest" >&2
 (cd build && ctest --output-on-failure -j"$jobs")
 
 echo "== sanitizer build (ASan + UBSan): ctest" >&2
