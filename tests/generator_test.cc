@@ -19,55 +19,18 @@
 #include <vector>
 
 #include "qkv/core/error.h"
+#include "test_json.h"
 
 namespace {
 
 using nlohmann::json;
 
-// Python's json writes bare NaN / Infinity / -Infinity (book.json has them in fields we do not
-// read); nlohmann::json rejects them, so outside strings they become the strings "nan" etc.
-std::string quote_nonfinite(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char ch = text[i];
-    if (in_string) {
-      out += ch;
-      if (ch == '\\' && i + 1 < text.size()) {
-        out += text[++i];
-      } else if (ch == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (ch == '"') in_string = true;
-    bool replaced = false;
-    for (const char* token : {"-Infinity", "Infinity", "NaN"}) {
-      const std::string t(token);
-      if (text.compare(i, t.size(), t) == 0) {
-        out += t == "NaN" ? "\"nan\"" : (t[0] == '-' ? "\"-inf\"" : "\"inf\"");
-        i += t.size() - 1;
-        replaced = true;
-        break;
-      }
-    }
-    if (!replaced) out += ch;
-  }
-  return out;
-}
-
+// The fixtures, parsed once per file (test_json.h copes with Python's bare Infinity / NaN).
 const json& load(const std::string& file) {
   static std::map<std::string, json> cache;
   auto it = cache.find(file);
-  if (it == cache.end()) {
-    const std::string path = std::string(QKV_TEST_DATA_DIR) + "/" + file;
-    std::ifstream in(path);
-    if (!in) throw std::runtime_error("cannot open " + path);
-    std::stringstream text;
-    text << in.rdbuf();
-    it = cache.emplace(file, json::parse(quote_nonfinite(text.str()))).first;
-  }
+  if (it == cache.end())
+    it = cache.emplace(file, qkv::testing::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/" + file)).first;
   return it->second;
 }
 

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <bit>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -518,7 +517,6 @@ TEST(SafetensorsFuzz, TruncatedOrCorruptedFilesEitherParseOrThrowQkvError) {
       ++rejected;
     }  // anything else escapes and fails the test
   };
-  const auto start = std::chrono::steady_clock::now();
   for (size_t n = 0; n < valid.size(); ++n) attempt(valid.substr(0, n));
 
   std::mt19937 rng(12345);
@@ -540,11 +538,8 @@ TEST(SafetensorsFuzz, TruncatedOrCorruptedFilesEitherParseOrThrowQkvError) {
     if (round % 7 == 0) bytes.resize(std::uniform_int_distribution<size_t>(0, bytes.size())(rng));
     attempt(bytes);
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_GT(rejected, 1000);
   EXPECT_GT(parsed, 10);  // flips in the data buffer still parse
-  EXPECT_LT(seconds, 2.0);
 }
 
 // --- writing -------------------------------------------------------------------------------------

@@ -41,6 +41,14 @@ class Recorder {
   std::string section_;
 };
 
+// One picture per head of batch item 0; weights (B, H, T, T).
+void add_head_pictures(Walkthrough& w, const std::string& file, const std::string& module, const Tensor& weights) {
+  for (int64_t h = 0; h < weights.size(1); ++h)
+    w.pictures.push_back({file + ".head" + std::to_string(h) + ".svg",
+                          module + " (seed 123): head " + std::to_string(h) + ", batch item 0",
+                          weights.select(0, 0).select(0, h)});
+}
+
 }  // namespace
 
 Walkthrough run_walkthrough(const std::string& text) {
@@ -154,10 +162,7 @@ Walkthrough run_walkthrough(const std::string& text) {
   AttentionTrace wr_trace;
   r.add("mha_wrapper.seed123", "torch.manual_seed(123); MultiHeadAttentionWrapper(3, 2, T, 0.0, num_heads=2)(batch)",
         wrapper.forward(batch, &wr_trace));
-  for (int64_t h = 0; h < config.num_heads; ++h)
-    w.pictures.push_back({"mha_wrapper.head" + std::to_string(h) + ".svg",
-                          "MultiHeadAttentionWrapper (seed 123): head " + std::to_string(h) + ", batch item 0",
-                          wr_trace.weights.select(0, 0).select(0, h)});
+  add_head_pictures(w, "mha_wrapper", "MultiHeadAttentionWrapper", wr_trace.weights);
 
   r.section("3.6.2 Implementing multi-head attention with weight splits");
   gen.manual_seed(123);
@@ -166,10 +171,7 @@ Walkthrough run_walkthrough(const std::string& text) {
   r.add("mha.seed123", "torch.manual_seed(123); MultiHeadAttention(3, 2, T, 0.0, num_heads=2)(batch)",
         mha.forward(batch, &mha_trace));
   r.add("mha.attn_weights", "its attention weights per head, (B, H, T, T)", mha_trace.weights);
-  for (int64_t h = 0; h < config.num_heads; ++h)
-    w.pictures.push_back({"mha.head" + std::to_string(h) + ".svg",
-                          "MultiHeadAttention (seed 123): head " + std::to_string(h) + ", batch item 0",
-                          mha_trace.weights.select(0, 0).select(0, h)});
+  add_head_pictures(w, "mha", "MultiHeadAttention", mha_trace.weights);
   return w;
 }
 

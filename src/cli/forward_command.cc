@@ -1,8 +1,10 @@
-// qkv forward --module M --d-in N --d-out N ... (--seed S | --weights FILE) --input FILE
+// qkv forward --module M --d-in N --d-out N ... (--seed S | --weights FILE) (--input FILE | --text T)
 //
-// Runs one attention module on the tensor `input` of a safetensors file. Every output is computed
-// and serialised before the first file is written, and each file is written whole or not at all.
+// Runs one attention module on the tensor `input` of a safetensors file, or on text: GPT-2 ids ->
+// token embedding + positional embedding -> the module. Every output is computed and serialised
+// before the first file is written, and each file is written whole or not at all.
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -13,6 +15,8 @@
 #include "qkv/io/atomic_file.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/modules/attention_module.h"
+#include "qkv/modules/token_embedding.h"
+#include "qkv/text/vocab_files.h"
 
 namespace qkv::cli {
 namespace {
@@ -22,8 +26,14 @@ struct ForwardFlags {
   AttentionConfig config;
   std::optional<uint64_t> seed;
   std::string weights, input, output, save_weights, attn_weights;
+  std::string text, text_file, vocab_dir;
   bool train = false;
 };
+
+// The embedding tensors' names in a state dict that also holds the module's.
+bool is_embedding_name(const std::string& name) {
+  return name == "token_emb.weight" || name == "pos_emb.weight";
+}
 
 std::string expected_input(const AttentionModule& m, const AttentionConfig& c) {
   return m.input_rank() == 2 ? str("(num_tokens, d_in = ", c.d_in, ")")
@@ -37,28 +47,66 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
             "PyTorch constructor make them) or --weights FILE (a safetensors state dict)");
   if (causal && sub.count("--context-length") == 0)
     fail("--module ", f.module, " needs --context-length N (the size of its causal mask buffer)");
+  const bool from_text = !f.text.empty() || !f.text_file.empty() || sub.count("--text") > 0;
+  QKV_CHECK((from_text ? 1 : 0) + (f.input.empty() ? 0 : 1) == 1, "give exactly one of --input FILE (a tensor), --text T or ",
+            "--text-file F (GPT-2 tokens through token + positional embeddings)");
+  if (from_text && sub.count("--context-length") == 0)
+    fail("--text needs --context-length N (the size of the positional embedding table",
+         causal ? " and of the causal mask)" : ")");
   if (!causal) {
-    QKV_CHECK(sub.count("--context-length") == 0 && sub.count("--dropout") == 0 && sub.count("--num-heads") == 0,
+    QKV_CHECK((from_text || sub.count("--context-length") == 0) && sub.count("--dropout") == 0 &&
+                  sub.count("--num-heads") == 0,
               "--module ", f.module, " takes no --context-length, --dropout or --num-heads (it has no mask, ",
               "dropout or heads)");
-    c.context_length = 1;
+    if (!from_text) c.context_length = 1;
   }
   if (f.module == "causal-attention")
     QKV_CHECK(sub.count("--num-heads") == 0, "--module causal-attention has one head; drop --num-heads");
 
   // Read everything first: a bad input file fails before any module is built.
-  TensorFile in = load_safetensors(f.input);
-  const Tensor& x = in.get("input");
-  std::optional<TensorFile> weights;
-  if (!f.weights.empty()) weights = load_safetensors(f.weights);
+  std::optional<TensorFile> in;
+  std::vector<int64_t> ids;
+  int64_t n_vocab = 0;
+  if (from_text) {
+    std::string text = f.text_file.empty() ? f.text : read_file(f.text_file);
+    Encoding gpt2 = load_gpt2(f.vocab_dir);
+    n_vocab = gpt2.n_vocab();
+    ids = gpt2.encode(text, SpecialTokens::all());
+    QKV_CHECK(!ids.empty(), "the text is empty: there are no tokens to attend over");
+    QKV_CHECK(static_cast<int64_t>(ids.size()) <= c.context_length, "the text is ", ids.size(),
+              " GPT-2 tokens but --context-length is ", c.context_length,
+              " (the positional table and causal mask cover only that many); shorten the text or raise it");
+  } else {
+    in = load_safetensors(f.input);
+  }
+  std::map<std::string, Tensor> module_state, embedding_state;
+  if (!f.weights.empty()) {
+    for (auto& [name, t] : load_safetensors(f.weights).tensors)
+      (from_text && is_embedding_name(name) ? embedding_state : module_state)[name] = t;
+  }
 
-  // torch.manual_seed(S); module = Class(...); [module.load_state_dict(...)]; module.train(); module(x)
+  // torch.manual_seed(S); [embeddings = ...;] module = Class(...); [load_state_dict(...)];
+  // module.train(); module(x)
   Generator gen(f.seed.value_or(Generator::kDefaultSeed));
+  std::optional<TokenPositionEmbedding> embed;
+  if (from_text) embed.emplace(n_vocab, c.context_length, c.d_in, gen);
   std::unique_ptr<AttentionModule> m = make_attention_module(f.module, c, gen);
-  if (weights) m->load_state_dict(weights->tensors, /*strict=*/true);
+  if (!f.weights.empty()) {
+    m->load_state_dict(module_state, /*strict=*/true);
+    if (embed) embed->load_state_dict(embedding_state, /*strict=*/true);
+  }
   m->train(f.train);
+  Tensor x;
+  if (embed) {
+    const int64_t T = static_cast<int64_t>(ids.size());
+    x = embed->forward(ids, 1, T);                       // (1, T, d_in)
+    if (m->input_rank() == 2) x = x.select(0, 0);        // (T, d_in) for the v1/v2 classes
+  } else {
+    x = in->get("input");
+  }
   QKV_CHECK(x.dim() == m->input_rank() && x.size(-1) == c.d_in, f.module, ": the tensor 'input' in '",
             f.input, "' has shape ", shape_str(x.shape()), "; expected ", expected_input(*m, c));
+  if (embed) x.set_name("input");
   AttentionTrace trace;
   Tensor y = m->forward(x, f.attn_weights.empty() ? nullptr : &trace);
 
@@ -73,6 +121,8 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   if (!f.save_weights.empty()) {
     NamedTensors state;
     for (const StateEntry& e : m->state_dict()) state.push_back({e.name, *e.tensor});
+    if (embed)
+      for (const StateEntry& e : embed->state_dict()) state.push_back({e.name, *e.tensor});
     files.push_back({f.save_weights, serialize_safetensors(state, {{"format", "pt"}, {"module", f.module}})});
   }
   for (const auto& [path, bytes] : files) write_file_atomically(path, bytes);
@@ -97,7 +147,12 @@ Command add_forward(CLI::App& app) {
   sub->add_flag("--train", f->train, "Training mode: dropout is active, drawing after the weights as PyTorch does");
   sub->add_option("--seed", f->seed, "Initialise as torch.manual_seed(S) followed by the PyTorch constructor");
   sub->add_option("--weights", f->weights, "Load the weights from a safetensors state dict (PyTorch's names)");
-  sub->add_option("--input", f->input, "Safetensors file holding the tensor 'input'")->required();
+  sub->add_option("--input", f->input, "Safetensors file holding the tensor 'input'");
+  sub->add_option("--text", f->text,
+                  "Text instead of --input: GPT-2 ids -> token + positional embedding (token_emb.weight, "
+                  "pos_emb.weight) -> the module");
+  sub->add_option("--text-file", f->text_file, "Like --text, reading the text from a file");
+  sub->add_option("--vocab-dir", f->vocab_dir, "Where GPT-2's encoder.json and vocab.bpe are (default: see qkv encode --help)");
   sub->add_option("--output", f->output, "Write the result as the tensor 'output' (default: print it)");
   sub->add_option("--save-weights", f->save_weights, "Write the module's state dict (safetensors)");
   sub->add_option("--attn-weights", f->attn_weights,
@@ -105,7 +160,9 @@ Command add_forward(CLI::App& app) {
                   "'attn_weights_dropped' when dropout is active");
   sub->footer(
       "Shapes: self-attention-v1/v2 take input (T, d_in); the others (B, T, d_in).\n"
-      "With both --seed and --weights, the seed drives dropout after the weights are loaded.");
+      "With both --seed and --weights, the seed drives dropout after the weights are loaded.\n"
+      "With --text, --seed S draws the embeddings first (as torch.manual_seed(S); nn.Embedding(50257, d_in);\n"
+      "nn.Embedding(context_length, d_in)), then the module; --weights may hold the embeddings too.");
   return {sub, [f, sub]() { return run_forward(*f, *sub); }};
 }
 

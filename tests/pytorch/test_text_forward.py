@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""End to end from text: `qkv forward --text T` against PyTorch doing the book's pipeline.
+
+    /usr/bin/python3 tests/pytorch/test_text_forward.py --qkv build/qkv
+
+PyTorch side, for the GPT-2 ids of the text (taken from qkv's own `qkv encode`, whose ids the
+tokenizer tests check against tiktoken):
+    torch.manual_seed(S)
+    tok = nn.Embedding(50257, d_in); pos = nn.Embedding(context_length, d_in)
+    module = Class(...)
+    x = tok(ids) + pos(arange(T))       (batch of one for the causal classes)
+    y = module(x)
+The state dict qkv saves (token_emb.weight, pos_emb.weight and the module's tensors) must equal
+PyTorch's bit for bit; the outputs must agree within 1e-5 relative. A run with --weights (the
+saved file) must give the same output again. Prints "text forward: N passed, M failed".
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import book_classes  # noqa: E402
+import safetensors_io  # noqa: E402
+
+TEXTS = ["Your journey starts with one step.",
+         "Hello, do you like tea? <|endoftext|> In the sunlit terraces of someunknownPlace.",
+         "x"]
+CONFIGS = [("mha", 8, 8, 2, 32, 123), ("causal-attention", 6, 4, 1, 24, 7), ("mha-wrapper", 5, 3, 3, 20, 0),
+           ("self-attention-v2", 4, 2, 1, 40, 789), ("self-attention-v1", 3, 2, 1, 20, 123)]
+
+
+def build(module, d_in, d_out, heads, ctx):
+    if module == "self-attention-v1":
+        return book_classes.SelfAttention_v1(d_in, d_out)
+    if module == "self-attention-v2":
+        return book_classes.SelfAttention_v2(d_in, d_out)
+    if module == "causal-attention":
+        return book_classes.CausalAttention(d_in, d_out, ctx, 0.0)
+    if module == "mha-wrapper":
+        return book_classes.MultiHeadAttentionWrapper(d_in, d_out, ctx, 0.0, num_heads=heads)
+    return book_classes.MultiHeadAttention(d_in, d_out, ctx, 0.0, num_heads=heads)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--qkv", required=True)
+    args = ap.parse_args()
+    passed = failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for text in TEXTS:
+            ids = json.loads(subprocess.run([args.qkv, "encode", "--allowed-special", "all", "--text", text],
+                                            check=True, capture_output=True, text=True).stdout)
+            for module, d_in, d_out, heads, ctx, seed in CONFIGS:
+                what = f"{module} d_in={d_in} d_out={d_out} heads={heads} ctx={ctx} seed={seed} text={text[:20]!r}"
+                cmd = [args.qkv, "forward", "--module", module, "--d-in", str(d_in), "--d-out", str(d_out),
+                       "--context-length", str(ctx), "--seed", str(seed), "--text", text,
+                       "--output", f"{tmp}/y.st", "--save-weights", f"{tmp}/w.st"]
+                if module in ("mha", "mha-wrapper"):
+                    cmd += ["--num-heads", str(heads)]
+                r = subprocess.run(cmd, capture_output=True, text=True)
+                if r.returncode != 0:
+                    print(f"FAIL {what}: exit {r.returncode}: {r.stderr}")
+                    failed += 1
+                    continue
+                torch.manual_seed(seed)
+                tok, pos = nn.Embedding(50257, d_in), nn.Embedding(ctx, d_in)
+                m = build(module, d_in, d_out, heads, ctx)
+                with torch.no_grad():
+                    x = tok(torch.tensor(ids)) + pos(torch.arange(len(ids)))
+                    y = m(x) if module.startswith("self-attention") else m(x.unsqueeze(0))
+                want = dict(m.state_dict())
+                want["token_emb.weight"], want["pos_emb.weight"] = tok.weight, pos.weight
+                got = safetensors_io.load(f"{tmp}/w.st")
+                problems = []
+                if sorted(got) != sorted(want):
+                    problems.append(f"state names {sorted(got)} != {sorted(want)}")
+                else:
+                    problems += [f"{k} differs" for k in want if not torch.equal(got[k], want[k].detach())]
+                out = safetensors_io.load(f"{tmp}/y.st")["output"]
+                err = ((out - y).abs().max() / max(1.0, y.abs().max().item())).item() if out.shape == y.shape else 1e9
+                if err > 1e-5:
+                    problems.append(f"output relative error {err:.3g} (shapes {tuple(out.shape)} vs {tuple(y.shape)})")
+                again = subprocess.run(cmd[:cmd.index("--seed")] + ["--weights", f"{tmp}/w.st", "--text", text,
+                                                                     "--output", f"{tmp}/y2.st"] +
+                                       (["--num-heads", str(heads)] if module in ("mha", "mha-wrapper") else []),
+                                       capture_output=True, text=True)
+                if again.returncode != 0:
+                    problems.append(f"--weights run failed: {again.stderr.strip()}")
+                elif not torch.equal(safetensors_io.load(f"{tmp}/y2.st")["output"], out):
+                    problems.append("--weights run gave a different output")
+                if problems:
+                    failed += 1
+                    print(f"FAIL {what}: " + "; ".join(problems))
+                else:
+                    passed += 1
+    print(f"text forward: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
