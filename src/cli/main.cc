@@ -10,7 +10,10 @@ int main(int argc, char** argv) {
   CLI::App app{"qkv: transformer attention from the book's chapter 3, exact to PyTorch", "qkv"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "qkv 0.1.0");
-  const std::vector<qkv::cli::Command> commands = {qkv::cli::add_walkthrough(app), qkv::cli::add_forward(app)};
+  const std::vector<qkv::cli::Command> commands = {qkv::cli::add_walkthrough(app), qkv::cli::add_forward(app),
+                                                  qkv::cli::add_encode(app), qkv::cli::add_decode(app), qkv::cli::add_tokens(app),
+                                                  qkv::cli::add_train(app), qkv::cli::add_generate(app),
+                                                  qkv::cli::add_bench(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

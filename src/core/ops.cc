@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "qkv/core/error.h"
+#include "qkv/kernels/gemm.h"
 
 namespace qkv {
 namespace {
@@ -35,8 +36,20 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* op, F f) {
   float* y = out.data();
   const float* pa = ea.data();
   const float* pb = eb.data();
-  TensorIter ia(ea.shape(), ea.strides()), ib(eb.shape(), eb.strides());
-  for (int64_t i = 0; !ia.done(); ia.next(), ib.next(), ++i) y[i] = f(pa[ia.offset()], pb[ib.offset()]);
+  if (shape.empty()) {
+    y[0] = f(pa[0], pb[0]);
+    return out;
+  }
+  // Rows of the last dimension in a plain strided loop; TensorIter walks the rest.
+  const int64_t n = shape.back(), sa = ea.strides().back(), sb = eb.strides().back();
+  const Shape outer(shape.begin(), shape.end() - 1);
+  TensorIter ia(outer, Shape(ea.strides().begin(), ea.strides().end() - 1));
+  TensorIter ib(outer, Shape(eb.strides().begin(), eb.strides().end() - 1));
+  for (; !ia.done(); ia.next(), ib.next(), y += n) {
+    const float* ra = pa + ia.offset();
+    const float* rb = pb + ib.offset();
+    for (int64_t j = 0; j < n; ++j) y[j] = f(ra[j * sa], rb[j * sb]);
+  }
   return out;
 }
 
@@ -79,18 +92,43 @@ Tensor reduce(const Tensor& a, int dim, bool keepdim, const char* op, float init
   return keepdim ? out : out.squeeze(d);
 }
 
-// C (M, N) = A (M, K) @ B (K, N), all strided. Accumulates over k in order, in float.
+// How a strided (rows, cols) matrix is handed to gemm: as stored (row stride ld, unit column
+// stride), transposed (unit row stride, column stride ld), or not at all (other strides: copy).
+struct GemmOperand {
+  bool ok = false, trans = false;
+  int64_t ld = 0;
+};
+
+GemmOperand as_gemm_operand(int64_t rows, int64_t cols, int64_t s0, int64_t s1) {
+  if ((s1 == 1 || cols == 1) && (rows == 1 || s0 >= std::max<int64_t>(cols, 1)))
+    return {true, false, rows == 1 ? std::max<int64_t>(cols, 1) : s0};
+  if ((s0 == 1 || rows == 1) && (cols == 1 || s1 >= std::max<int64_t>(rows, 1)))
+    return {true, true, cols == 1 ? std::max<int64_t>(rows, 1) : s1};
+  return {};
+}
+
+// C (M, N) = A (M, K) @ B (K, N), A and B strided, C contiguous. The product runs in gemm (the
+// fast kernel, with the naive loop of gemm_reference as its reference); operands whose strides
+// gemm cannot take (broadcast rows, say) are copied to contiguous scratch first.
 void matmul_2d(const float* A, int64_t as0, int64_t as1, const float* B, int64_t bs0, int64_t bs1,
                float* C, int64_t M, int64_t K, int64_t N) {
-  for (int64_t i = 0; i < M; ++i) {
-    float* c = C + i * N;
-    std::fill(c, c + N, 0.0f);
-    for (int64_t k = 0; k < K; ++k) {
-      const float aik = A[i * as0 + k * as1];
-      const float* b = B + k * bs0;
-      for (int64_t j = 0; j < N; ++j) c[j] += aik * b[j * bs1];
-    }
+  GemmOperand a = as_gemm_operand(M, K, as0, as1), b = as_gemm_operand(K, N, bs0, bs1);
+  std::vector<float> a_copy, b_copy;
+  if (!a.ok) {
+    a_copy.resize(static_cast<size_t>(M * K));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t k = 0; k < K; ++k) a_copy[static_cast<size_t>(i * K + k)] = A[i * as0 + k * as1];
+    A = a_copy.data();
+    a = {true, false, std::max<int64_t>(K, 1)};
   }
+  if (!b.ok) {
+    b_copy.resize(static_cast<size_t>(K * N));
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) b_copy[static_cast<size_t>(k * N + j)] = B[k * bs0 + j * bs1];
+    B = b_copy.data();
+    b = {true, false, std::max<int64_t>(N, 1)};
+  }
+  gemm(a.trans, b.trans, M, N, K, A, a.ld, B, b.ld, C, std::max<int64_t>(N, 1));
 }
 
 }  // namespace
@@ -112,6 +150,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   QKV_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least one dimension, got ",
             shape_str(a.shape()), " and ", shape_str(b.shape()));
   // Promote 1-D operands as Python does, and remember to drop the added dimension.
+  // (..., M, K) @ (K, N) with contiguous leading dims is one (... * M, K) @ (K, N) product.
+  if (a.dim() > 2 && b.dim() == 2 && a.is_contiguous() && a.numel() > 0 && a.size(-1) == b.size(0)) {
+    Shape out_shape = a.shape();
+    out_shape.back() = b.size(1);
+    return matmul(a.view({-1, a.size(-1)}), b).view(out_shape);
+  }
   Tensor A = a.dim() == 1 ? a.unsqueeze(0) : a;
   Tensor B = b.dim() == 1 ? b.unsqueeze(1) : b;
   const int64_t M = A.size(-2), K = A.size(-1), N = B.size(-1);
@@ -206,6 +250,22 @@ Tensor softmax(const Tensor& a, int dim) {
   });
 }
 
+Tensor softmax_backward(const Tensor& y, const Tensor& dy, int dim) {
+  check_same_shape("softmax_backward", y, dy);
+  Tensor yc = y.contiguous(), g = dy.contiguous();
+  // `along` hands out lanes of yc (contiguous, so not copied); dy's lane sits at the same offset.
+  const float* y0 = yc.data();
+  const float* g0 = g.data();
+  return along(yc, dim, [y0, g0](const float* y, float* dx, int64_t n, int64_t s) {
+    const float* gy = g0 + (y - y0);
+    // dx = y * (dy - sum(y * dy)): the Jacobian of softmax applied to dy. Where y is 0 (masked
+    // keys, and every key of a fully masked row) dx is 0.
+    float dot = 0.0f;
+    for (int64_t k = 0; k < n; ++k) dot += y[k * s] * gy[k * s];
+    for (int64_t k = 0; k < n; ++k) dx[k * s] = y[k * s] * (gy[k * s] - dot);
+  });
+}
+
 Tensor softmax_naive(const Tensor& a, int dim) {
   return along(a, dim, [](const float* x, float* y, int64_t n, int64_t s) {
     float total = 0.0f;
@@ -279,6 +339,31 @@ Tensor stack(const std::vector<Tensor>& parts, int dim) {
     lifted.push_back(p.unsqueeze(dim));
   }
   return cat(lifted, dim);
+}
+
+Tensor sum_to(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  const Shape& gs = g.shape();
+  QKV_CHECK(shape.size() <= gs.size() && broadcast_shapes(shape, gs, "sum_to") == gs, "sum_to: ",
+            shape_str(shape), " does not broadcast to the gradient's shape ", shape_str(gs));
+  Tensor out = Tensor::zeros(shape);
+  // Walk g in row-major order and add each element into the out element it was broadcast from.
+  Tensor target = out.expand(gs);  // zero strides where out was stretched
+  Tensor src = g.contiguous();
+  const float* x = src.data();
+  float* y = out.data();
+  int64_t i = 0;
+  for (TensorIter it(target.shape(), target.strides()); !it.done(); it.next()) y[it.offset()] += x[i++];
+  return out;
+}
+
+void accumulate(Tensor& dst, const Tensor& src) {
+  check_same_shape("accumulate", dst, src);
+  QKV_CHECK(dst.is_contiguous(), "accumulate: the destination ", dst.describe(), " must be contiguous");
+  Tensor s = src.contiguous();
+  float* d = dst.data();
+  const float* x = s.data();
+  for (int64_t i = 0, n = dst.numel(); i < n; ++i) d[i] += x[i];
 }
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {

@@ -271,8 +271,20 @@ void Tensor::copy_from(const Tensor& src) {
     std::memmove(data_, s.data_, static_cast<size_t>(numel()) * sizeof(float));
     return;
   }
-  TensorIter a(shape_, strides_), b(s.shape_, s.strides_);
-  for (; !a.done(); a.next(), b.next()) data_[a.offset()] = s.data_[b.offset()];
+  if (dim() == 0) {
+    *data_ = *s.data_;
+    return;
+  }
+  // Rows of the last dimension in a plain strided loop; TensorIter walks the rest.
+  const int64_t n = shape_.back(), sd = strides_.back(), ss = s.strides_.back();
+  const Shape outer(shape_.begin(), shape_.end() - 1);
+  TensorIter a(outer, Shape(strides_.begin(), strides_.end() - 1));
+  TensorIter b(outer, Shape(s.strides_.begin(), s.strides_.end() - 1));
+  for (; !a.done(); a.next(), b.next()) {
+    float* d = data_ + a.offset();
+    const float* x = s.data_ + b.offset();
+    for (int64_t j = 0; j < n; ++j) d[j * sd] = x[j * ss];
+  }
 }
 
 TensorIter::TensorIter(const Shape& shape, const Shape& strides)

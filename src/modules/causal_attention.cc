@@ -2,6 +2,7 @@
 #include "qkv/modules/causal_attention.h"
 
 #include "qkv/core/error.h"
+#include "qkv/core/ops.h"
 
 namespace qkv {
 
@@ -35,7 +36,7 @@ void CausalAttention::collect_state(const std::string& prefix, std::vector<State
   W_query.collect_state(prefix + "W_query.", out);
   W_key.collect_state(prefix + "W_key.", out);
   W_value.collect_state(prefix + "W_value.", out);
-  out.push_back({prefix + "mask", &mask, false});
+  out.push_back({prefix + "mask", &mask, false, nullptr});
 }
 
 void CausalAttention::train(bool on) {
@@ -48,7 +49,16 @@ Tensor CausalAttention::forward(const Tensor& x, AttentionTrace* trace) {
   Tensor keys = W_key.forward(x);       // (B, T, d_out)
   Tensor queries = W_query.forward(x);  // (B, T, d_out)
   Tensor values = W_value.forward(x);   // (B, T, d_out)
-  return attend(queries, keys, values, &mask, &dropout, trace);
+  return attend(queries, keys, values, &mask, &dropout, trace, &saved_);
+}
+
+Tensor CausalAttention::backward(const Tensor& doutput) {
+  // return attend(queries, keys, values, &mask, &dropout, ...)
+  AttentionGrads g = attend_backward(doutput, saved_, &dropout);  // each (B, T, d_out)
+  // values = W_value.forward(x); queries = W_query.forward(x); keys = W_key.forward(x)
+  Tensor dx = W_value.backward(g.dv);
+  dx = add(dx, W_query.backward(g.dq));
+  return add(dx, W_key.backward(g.dk));  // (B, T, d_in)
 }
 
 }  // namespace qkv

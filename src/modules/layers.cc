@@ -14,24 +14,45 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Genera
             ") and out_features (", out_features, ") must be positive");
   if (has_bias) bias = Tensor::empty({out_features});
   gen.linear_init(weight.data(), has_bias ? bias.data() : nullptr, out_features, in_features);
+  dweight = Tensor::zeros(weight.shape());
+  if (has_bias) dbias = Tensor::zeros(bias.shape());
 }
 
 void Linear::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
-  out.push_back({prefix + "weight", &weight, true});
-  if (has_bias) out.push_back({prefix + "bias", &bias, true});
+  out.push_back({prefix + "weight", &weight, true, &dweight});
+  if (has_bias) out.push_back({prefix + "bias", &bias, true, &dbias});
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, has_bias ? &bias : nullptr); }
+Tensor Linear::forward(const Tensor& x) const {
+  x_ = x;
+  return linear(x, weight, has_bias ? &bias : nullptr);
+}
+
+Tensor Linear::backward(const Tensor& doutput) {
+  const int64_t out = weight.size(0), in = weight.size(1);
+  Shape want = x_.shape();
+  want.back() = out;
+  QKV_CHECK(x_.dim() >= 1 && x_.size(-1) == in && doutput.shape() == want, "Linear: the gradient ",
+            doutput.describe(), " does not match the last forward's output ", shape_str(want),
+            " (call forward before backward)");
+  Tensor dy = doutput.reshape({-1, out});  // (N, out), N = every leading dim together
+  Tensor x = x_.reshape({-1, in});         // (N, in)
+  // y = x @ weight.T + bias
+  if (has_bias) accumulate(dbias, sum(dy, 0));  // bias was added to every row: sum over rows
+  accumulate(dweight, matmul(dy.T(), x));      // d(weight) = dy^T @ x, (out, in)
+  return matmul(doutput, weight);              // d(x) = dy @ weight, (..., in)
+}
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen)
     : weight(Tensor::empty({num_embeddings, dim})) {
   QKV_CHECK(num_embeddings > 0 && dim > 0, "Embedding: num_embeddings (", num_embeddings,
             ") and dim (", dim, ") must be positive");
   gen.embedding_init(weight.data(), num_embeddings, dim);
+  dweight = Tensor::zeros(weight.shape());
 }
 
 void Embedding::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
-  out.push_back({prefix + "weight", &weight, true});
+  out.push_back({prefix + "weight", &weight, true, &dweight});
 }
 
 Tensor Embedding::forward(const std::vector<int64_t>& ids, const Shape& shape) const {
@@ -47,7 +68,24 @@ Tensor Embedding::forward(const std::vector<int64_t>& ids, const Shape& shape) c
     const float* row = weight.data() + ids[i] * dim;
     std::copy(row, row + dim, out.data() + static_cast<int64_t>(i) * dim);
   }
+  ids_ = ids;
+  shape_ = shape;
   return out;
+}
+
+void Embedding::backward(const Tensor& doutput) {
+  const int64_t dim = weight.size(1);
+  Shape want = shape_;
+  want.push_back(dim);
+  QKV_CHECK(doutput.shape() == want, "Embedding: the gradient ", doutput.describe(),
+            " does not match the last forward's output ", shape_str(want), " (call forward before backward)");
+  // out[i] = weight[ids[i]]: row i of the gradient goes back into row ids[i].
+  Tensor g = doutput.contiguous();
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    const float* src = g.data() + static_cast<int64_t>(i) * dim;
+    float* dst = dweight.data() + ids_[i] * dim;
+    for (int64_t j = 0; j < dim; ++j) dst[j] += src[j];
+  }
 }
 
 PositionalEmbedding::PositionalEmbedding(int64_t context_length, int64_t dim, Generator& gen)
@@ -61,7 +99,17 @@ Tensor PositionalEmbedding::forward(int64_t num_tokens) const {
   const int64_t ctx = table.weight.size(0);
   QKV_CHECK(num_tokens <= ctx, "PositionalEmbedding: ", num_tokens,
             " tokens but the table has only context_length = ", ctx, " positions");
+  num_tokens_ = num_tokens;
   return table.weight.slice(0, 0, num_tokens).contiguous();
+}
+
+void PositionalEmbedding::backward(const Tensor& doutput) {
+  QKV_CHECK(doutput.dim() == 2 && doutput.size(0) == num_tokens_ && doutput.size(1) == table.weight.size(1),
+            "PositionalEmbedding: the gradient ", doutput.describe(), " does not match the last forward's (",
+            num_tokens_, ", ", table.weight.size(1), ")");
+  // out = weight[0:T]
+  Tensor rows = table.dweight.slice(0, 0, num_tokens_);
+  accumulate(rows, doutput);
 }
 
 Dropout::Dropout(double p, Generator& gen) : p_(p), gen_(&gen) {
@@ -69,6 +117,7 @@ Dropout::Dropout(double p, Generator& gen) : p_(p), gen_(&gen) {
 }
 
 Tensor Dropout::forward(const Tensor& x) {
+  shape_ = x.shape();
   if (!active() || x.numel() == 0) {
     noise_ = Tensor();
     return x;
@@ -80,6 +129,13 @@ Tensor Dropout::forward(const Tensor& x) {
   float* z = noise_.data();
   for (int64_t i = 0, n = noise_.numel(); i < n; ++i) z[i] = z[i] / keep;
   return mul(x, noise_);
+}
+
+Tensor Dropout::backward(const Tensor& doutput) {
+  QKV_CHECK(doutput.shape() == shape_, "Dropout: the gradient ", doutput.describe(),
+            " does not match the last forward's input ", shape_str(shape_));
+  // return x (inactive) / return mul(x, noise_)
+  return noise_.numel() == 0 ? doutput : mul(doutput, noise_);
 }
 
 }  // namespace qkv

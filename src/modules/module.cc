@@ -1,6 +1,7 @@
 // State dict handling shared by every module. See include/qkv/modules/module.h.
 #include "qkv/modules/module.h"
 
+#include <algorithm>
 #include <set>
 
 #include "qkv/core/error.h"
@@ -40,6 +41,11 @@ int64_t Module::num_parameters() {
   for (const StateEntry& e : state_dict())
     if (e.is_parameter) n += e.tensor->numel();
   return n;
+}
+
+void Module::zero_grad() {
+  for (const StateEntry& e : state_dict())
+    if (e.grad != nullptr) std::fill(e.grad->data(), e.grad->data() + e.grad->numel(), 0.0f);
 }
 
 }  // namespace qkv

@@ -66,6 +66,22 @@ Tensor MultiHeadAttentionWrapper::forward(const Tensor& x, AttentionTrace* trace
   return out;
 }
 
+Tensor MultiHeadAttentionWrapper::backward(const Tensor& doutput) {
+  const int64_t d = config.d_out;
+  QKV_CHECK(doutput.dim() == 3 && doutput.size(2) == d * static_cast<int64_t>(heads.size()),
+            "MultiHeadAttentionWrapper: the gradient ", doutput.describe(), " does not match the output's ",
+            "(batch, num_tokens, num_heads * d_out = ", d * static_cast<int64_t>(heads.size()), ")");
+  // out = cat(outputs, -1): head h owns the columns [h d_out, (h + 1) d_out)
+  // outputs[h] = heads[h].forward(x): every head read the same x, so their gradients add up
+  Tensor dx;
+  for (size_t h = 0; h < heads.size(); ++h) {
+    const int64_t at = static_cast<int64_t>(h) * d;
+    Tensor dh = heads[h].backward(doutput.slice(2, at, at + d));
+    dx = h == 0 ? dh : add(dx, dh);
+  }
+  return dx;  // (B, T, d_in)
+}
+
 MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, Generator& gen)
     : config(validate_split(c)),
       W_query(c.d_in, c.d_out, c.qkv_bias, gen),
@@ -80,7 +96,7 @@ void MultiHeadAttention::collect_state(const std::string& prefix, std::vector<St
   W_key.collect_state(prefix + "W_key.", out);
   W_value.collect_state(prefix + "W_value.", out);
   out_proj.collect_state(prefix + "out_proj.", out);
-  out.push_back({prefix + "mask", &mask, false});
+  out.push_back({prefix + "mask", &mask, false, nullptr});
 }
 
 void MultiHeadAttention::train(bool on) {
@@ -95,9 +111,26 @@ Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
   Tensor keys = split(W_key.forward(x));
   Tensor queries = split(W_query.forward(x));
   Tensor values = split(W_value.forward(x));
-  Tensor context = attend(queries, keys, values, &mask, &dropout, trace);  // (B, H, T, D)
+  Tensor context = attend(queries, keys, values, &mask, &dropout, trace, &saved_);  // (B, H, T, D)
   Tensor merged = context.transpose(1, 2).reshape({B, T, config.d_out});  // (B, T, d_out)
+  x_shape_ = x.shape();
   return out_proj.forward(merged);
+}
+
+Tensor MultiHeadAttention::backward(const Tensor& doutput) {
+  QKV_CHECK(x_shape_.size() == 3, "MultiHeadAttention: backward before forward");
+  const int64_t B = x_shape_[0], T = x_shape_[1], H = config.num_heads, D = head_dim();
+  // return out_proj.forward(merged)
+  Tensor dmerged = out_proj.backward(doutput);  // (B, T, d_out), contiguous
+  // merged = context.transpose(1, 2).reshape({B, T, d_out})
+  Tensor dcontext = dmerged.view({B, T, H, D}).transpose(1, 2);  // (B, H, T, D)
+  // context = attend(queries, keys, values, &mask, &dropout, ...)
+  AttentionGrads g = attend_backward(dcontext, saved_, &dropout);
+  // keys = split(W_key.forward(x)) etc., split(t) = t.view({B, T, H, D}).transpose(1, 2)
+  auto merge = [&](const Tensor& t) { return t.transpose(1, 2).reshape({B, T, config.d_out}); };
+  Tensor dx = W_value.backward(merge(g.dv));
+  dx = add(dx, W_query.backward(merge(g.dq)));
+  return add(dx, W_key.backward(merge(g.dk)));  // (B, T, d_in)
 }
 
 }  // namespace qkv

@@ -30,4 +30,27 @@ SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const 
   return r;
 }
 
+SdpaGrads scaled_dot_product_attention_backward(const Tensor& doutput, const Tensor& q, const Tensor& k,
+                                                const Tensor& v, const SdpaResult& r, const Tensor* mask,
+                                                MaskKind kind) {
+  check_same_shape("scaled_dot_product_attention backward: doutput vs the forward's output", doutput, r.output);
+  QKV_CHECK((mask == nullptr) == (kind == MaskKind::kNone),
+            "scaled_dot_product_attention backward: a mask needs a kind, and a kind needs a mask");
+  SdpaGrads g;
+  // r.output = matmul(r.weights, v)
+  Tensor dweights = matmul(doutput, v.T());
+  g.dv = sum_to(matmul(r.weights.T(), doutput), v.shape());
+  // r.weights = softmax(logits, -1)
+  Tensor dlogits = softmax_backward(r.weights, dweights, -1);
+  // logits = r.scaled | add(r.scaled, *mask) | masked_fill(r.scaled, *mask, -inf)
+  Tensor dscaled = dlogits;
+  if (kind == MaskKind::kAdditive) dscaled = sum_to(dlogits, r.scaled.shape());
+  if (kind == MaskKind::kBlocked) dscaled = masked_fill(dlogits, *mask, 0.0f);
+  // r.scaled = div(matmul(q, k.T()), sqrt(D))
+  Tensor dscores = div(dscaled, static_cast<float>(std::sqrt(static_cast<double>(q.size(-1)))));
+  g.dq = sum_to(matmul(dscores, k), q.shape());
+  g.dk = sum_to(matmul(dscores.T(), q), k.shape());
+  return g;
+}
+
 }  // namespace qkv

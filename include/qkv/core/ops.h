@@ -51,6 +51,10 @@ float sum_all(const Tensor& a);  // accumulated in double
 // Numerically stable: exp(x - max) / sum. A row whose entries are all -inf (every key masked)
 // gives all-zero weights instead of PyTorch's NaN, so the context vector of such a row is zero.
 Tensor softmax(const Tensor& a, int dim);
+// The gradient of y = softmax(x, dim) given y and dL/dy: dx = y * (dy - sum(y * dy, dim)).
+// Rows where softmax gave all zeros (every entry masked) get a zero gradient, consistent with
+// their constant output. y and dy have the same shape.
+Tensor softmax_backward(const Tensor& y, const Tensor& dy, int dim);
 // The notebooks' softmax_naive: exp(x) / exp(x).sum(dim). Overflows for large inputs by design.
 Tensor softmax_naive(const Tensor& a, int dim);
 // x / x.sum(dim, keepdim=True): the notebooks' first normalisation.
@@ -67,6 +71,13 @@ Tensor triu(const Tensor& a, int64_t diagonal = 0);  // keeps j >= i + diagonal
 // --- joining ----------------------------------------------------------------------------------
 Tensor cat(const std::vector<Tensor>& parts, int dim);
 Tensor stack(const std::vector<Tensor>& parts, int dim);
+
+// --- gradients ---------------------------------------------------------------------------------
+// The gradient of x.expand(g.shape()) with respect to x: g summed over every dimension that
+// broadcasting added or stretched, back to `shape` (which must broadcast to g's shape).
+Tensor sum_to(const Tensor& g, const Shape& shape);
+// dst += src elementwise (same shape; dst contiguous): how gradients accumulate, like `.grad`.
+void accumulate(Tensor& dst, const Tensor& src);
 
 // --- comparison -------------------------------------------------------------------------------
 // Largest |a - b| (NaN if the shapes differ or either has a NaN where the other does not).

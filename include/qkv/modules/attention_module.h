@@ -26,6 +26,9 @@ class AttentionModule : public Module {
   // SelfAttentionV1/V2: (T, d_in) -> (T, d_out); the others: (B, T, d_in) -> (B, T, out).
   // With `trace`, every intermediate of this call is kept there (per head for the multi-head ones).
   virtual Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr) = 0;
+  // The gradient of the input given dL/doutput (shaped as forward's output), for the last
+  // forward call; adds every parameter's gradient into its d<name> member (see module.h).
+  virtual Tensor backward(const Tensor& doutput) = 0;
   virtual int input_rank() const { return 3; }
 };
 

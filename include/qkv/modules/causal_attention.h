@@ -22,11 +22,15 @@ class CausalAttention : public AttentionModule {
   void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
   void train(bool on = true) override;
   Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr) override;  // (B, T, d_in) -> (B, T, d_out)
+  Tensor backward(const Tensor& doutput) override;  // (B, T, d_out) -> (B, T, d_in)
 
   AttentionConfig config;
   Linear W_query, W_key, W_value;  // weight (d_out, d_in)
   Dropout dropout;
   Tensor mask;                     // (context_length, context_length) buffer
+
+ private:
+  AttentionSaved saved_;
 };
 
 // Checks the sizes are positive and dropout in [0, 1); returns c. Errors start with `who`.

@@ -3,6 +3,11 @@
 // Each draws its initial values from a Generator exactly as the PyTorch constructor does, so
 // `Generator g(123); Linear l(768, 768, true, g);` holds what
 // `torch.manual_seed(123); nn.Linear(768, 768)` holds.
+//
+// Each forward() keeps what its backward() needs; backward(doutput) returns the gradient of the
+// input and adds the parameters' gradients into their d<name> members (see module.h). The
+// forwards of Linear and the embeddings are const - they change no parameter - and keep that
+// record in mutable members: it is bookkeeping for backward, not state.
 #pragma once
 
 #include <cstdint>
@@ -20,11 +25,17 @@ class Linear : public Module {
   Linear(int64_t in_features, int64_t out_features, bool bias, Generator& gen);
   const char* type_name() const override { return "Linear"; }
   void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x) const;      // x (..., in) -> (..., out)
+  Tensor backward(const Tensor& doutput);     // doutput (..., out) -> dx (..., in)
 
-  Tensor weight;  // (out, in), kaiming-uniform(a = sqrt(5)) as nn.Linear
-  Tensor bias;    // (out), uniform(+-1/sqrt(in)); empty when there is no bias
+  Tensor weight;   // (out, in), kaiming-uniform(a = sqrt(5)) as nn.Linear
+  Tensor bias;     // (out), uniform(+-1/sqrt(in)); empty when there is no bias
   bool has_bias;
+  Tensor dweight;  // (out, in)
+  Tensor dbias;    // (out); empty when there is no bias
+
+ private:
+  mutable Tensor x_;  // (..., in) the last forward's input
 };
 
 // A lookup table: ids -> rows of weight.  ids (T) or (B, T) -> (T, dim) or (B, T, dim)
@@ -35,8 +46,16 @@ class Embedding : public Module {
   void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
   // ids: flat row-major ids of `shape`; each must be in [0, num_embeddings).
   Tensor forward(const std::vector<int64_t>& ids, const Shape& shape) const;
+  // doutput (shape..., dim): adds row i of doutput into dweight[ids[i]] (ids have no gradient;
+  // a row used several times gets the sum, rows not used get nothing).
+  void backward(const Tensor& doutput);
 
-  Tensor weight;  // (num_embeddings, dim)
+  Tensor weight;   // (num_embeddings, dim)
+  Tensor dweight;  // (num_embeddings, dim)
+
+ private:
+  mutable std::vector<int64_t> ids_;  // the last forward's ids
+  mutable Shape shape_;               // and their shape
 };
 
 // A learned table indexed by position: forward(T) = weight[0:T].  -> (T, dim)
@@ -46,8 +65,12 @@ class PositionalEmbedding : public Module {
   const char* type_name() const override { return "PositionalEmbedding"; }
   void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
   Tensor forward(int64_t num_tokens) const;  // fails plainly when num_tokens > context_length
+  void backward(const Tensor& doutput);     // doutput (T, dim): adds into table.dweight[0:T]
 
-  Embedding table;
+  Embedding table;  // its dweight holds the gradient
+
+ private:
+  mutable int64_t num_tokens_ = 0;
 };
 
 // nn.Dropout(p): in training mode each element is zeroed with probability p and the survivors
@@ -59,6 +82,9 @@ class Dropout : public Module {
   const char* type_name() const override { return "Dropout"; }
   void collect_state(const std::string&, std::vector<StateEntry>&) override {}
   Tensor forward(const Tensor& x);
+  // dx = doutput * the last forward's noise (the same mask, scaled by 1/(1-p)); doutput itself
+  // when that forward passed its input through.
+  Tensor backward(const Tensor& doutput);
   bool active() const { return training_ && p_ > 0.0; }
   double p() const { return p_; }
   const Tensor& last_noise() const { return noise_; }  // 0 or 1/(1-p), shaped like the last input
@@ -66,7 +92,8 @@ class Dropout : public Module {
  private:
   double p_;
   Generator* gen_;
-  Tensor noise_;
+  Tensor noise_;  // empty when the last forward passed its input through
+  Shape shape_;   // the last forward's input shape
 };
 
 }  // namespace qkv

@@ -1,8 +1,14 @@
-// qkv/modules/module.h - what every module shares: its state dict, train/eval mode.
+// qkv/modules/module.h - what every module shares: its state dict, train/eval mode, gradients.
 //
 // State names are PyTorch's state_dict() keys for the book's classes, in PyTorch's order
 // (registration order: parameters, then buffers, children in turn), so a state dict saved by
 // PyTorch loads here, and one written here loads into PyTorch with load_state_dict(strict=True).
+//
+// Gradients work as PyTorch's `.grad`: every parameter `w` has a member `dw` of the same shape,
+// allocated zero; each backward() call adds to it, and zero_grad() sets it back to zero. A
+// module's forward() records what its backward() needs, and backward() differentiates the most
+// recent forward() call (one backward per forward, as in llm.c; calling forward twice before
+// backward differentiates the second call).
 #pragma once
 
 #include <functional>
@@ -18,6 +24,7 @@ struct StateEntry {
   std::string name;    // "heads.0.W_query.weight"
   Tensor* tensor;      // the module's own tensor
   bool is_parameter;   // false for buffers such as "mask"
+  Tensor* grad = nullptr;  // the parameter's gradient (same shape), nullptr for buffers
 };
 
 class Module {
@@ -33,6 +40,8 @@ class Module {
   // Nothing is changed unless everything checks.
   void load_state_dict(const std::map<std::string, Tensor>& tensors, bool strict = true);
   int64_t num_parameters();
+  // Sets every parameter's gradient to zero (PyTorch's zero_grad(set_to_none=False)).
+  void zero_grad();
 
   // nn.Module.train() / eval(): only dropout behaves differently.
   virtual void train(bool on = true) { training_ = on; }

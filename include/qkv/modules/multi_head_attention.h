@@ -23,6 +23,7 @@ class MultiHeadAttentionWrapper : public AttentionModule {
   void train(bool on = true) override;
   // (B, T, d_in) -> (B, T, num_heads * d_out); trace tensors stacked along dim 1 (heads)
   Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr) override;
+  Tensor backward(const Tensor& doutput) override;  // (B, T, num_heads * d_out) -> (B, T, d_in)
 
   AttentionConfig config;
   std::vector<CausalAttention> heads;
@@ -35,6 +36,7 @@ class MultiHeadAttention : public AttentionModule {
   void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
   void train(bool on = true) override;
   Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr) override;  // (B, T, d_in) -> (B, T, d_out)
+  Tensor backward(const Tensor& doutput) override;  // (B, T, d_out) -> (B, T, d_in)
   int64_t head_dim() const { return config.d_out / config.num_heads; }
 
   AttentionConfig config;
@@ -42,6 +44,10 @@ class MultiHeadAttention : public AttentionModule {
   Linear out_proj;                 // weight (d_out, d_out), bias (d_out)
   Dropout dropout;
   Tensor mask;                     // (context_length, context_length) buffer
+
+ private:
+  Shape x_shape_;         // (B, T, d_in) of the last forward
+  AttentionSaved saved_;  // per head: q, k, v (B, H, T, D), weights (B, H, T, T)
 };
 
 }  // namespace qkv

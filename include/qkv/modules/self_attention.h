@@ -22,9 +22,15 @@ class SelfAttentionV1 : public AttentionModule {
   const char* type_name() const override { return "SelfAttentionV1"; }
   void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
   Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr) override;  // (T, d_in) -> (T, d_out)
+  Tensor backward(const Tensor& doutput) override;                             // (T, d_out) -> (T, d_in)
   int input_rank() const override { return 2; }
 
-  Tensor W_query, W_key, W_value;  // (d_in, d_out) each, drawn in this order
+  Tensor W_query, W_key, W_value;     // (d_in, d_out) each, drawn in this order
+  Tensor dW_query, dW_key, dW_value;  // (d_in, d_out) each
+
+ private:
+  Tensor x_;              // (T, d_in) the last forward's input
+  AttentionSaved saved_;  // what attend_backward needs
 };
 
 class SelfAttentionV2 : public AttentionModule {
@@ -33,9 +39,13 @@ class SelfAttentionV2 : public AttentionModule {
   const char* type_name() const override { return "SelfAttentionV2"; }
   void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
   Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr) override;  // (T, d_in) -> (T, d_out)
+  Tensor backward(const Tensor& doutput) override;                             // (T, d_out) -> (T, d_in)
   int input_rank() const override { return 2; }
 
   Linear W_query, W_key, W_value;  // weight (d_out, d_in) each, built in this order
+
+ private:
+  AttentionSaved saved_;
 };
 
 // Checks x is (T, d_in) for a module named `who`.

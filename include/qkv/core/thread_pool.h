@@ -1,0 +1,99 @@
+// qkv/core/thread_pool.h - the one way qkv runs things in parallel.
+//
+//   ThreadPool pool(2);
+//   pool.parallel_for(num_tasks, [&](int64_t task, int worker) { ... });
+//
+// A persistent pool of num_threads - 1 threads plus the calling thread. parallel_for hands out
+// tasks 0, 1, 2, ... in increasing order to whichever thread is free (so put the longest tasks
+// first) and returns when all have run. Idle threads sleep on a condition variable (blocking
+// waits, no spinning), so a pool between calls costs nothing and never fights the BLAS or another
+// process for the cores. Results must not depend on which worker ran a task: `worker` is only for
+// indexing per-worker scratch memory.
+//
+// The thread count comes from, in order: the constructor argument (the command line's
+// --threads), the environment variable QKV_NUM_THREADS, the number of cores this process may run
+// on. More threads than cores is allowed but warned about on stderr (they would time-share cores).
+//
+// A parallel_for called from inside a task runs its tasks inline on the calling worker (with that
+// worker's index), so nesting is safe but adds no parallelism. If a task throws, the remaining
+// tasks are skipped and the first exception is rethrown by parallel_for.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace qkv {
+
+int hardware_cores();         // CPUs this process may run on (sched affinity), at least 1
+int default_thread_count();   // QKV_NUM_THREADS if set (validated), else hardware_cores()
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int num_threads = default_thread_count());  // >= 1; warns above the cores
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  // Runs fn(task, worker) for every task in [0, num_tasks); worker in [0, num_threads()).
+  template <typename Fn>
+  void parallel_for(int64_t num_tasks, Fn&& fn) {
+    using F = std::remove_reference_t<Fn>;
+    run(num_tasks, [](void* f, int64_t task, int worker) { (*static_cast<F*>(f))(task, worker); },
+        const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
+  // Per-worker scratch: at least `floats` floats, 64-byte aligned, uninitialised, kept and reused
+  // between calls (it only grows). Ask for it at the start of a task, never inside a hot loop;
+  // the pointer stays valid until the same worker asks for more.
+  float* scratch(int worker, size_t floats);
+
+ private:
+  using TaskFn = void (*)(void*, int64_t, int);
+  void run(int64_t num_tasks, TaskFn fn, void* ctx);
+  void worker_loop(int worker);
+  void drain(int worker);  // takes tasks of the current job until none is left
+
+  struct alignas(64) Scratch {
+    std::unique_ptr<float[]> owner;  // over-allocated by 16 floats for alignment
+    float* data = nullptr;
+    size_t capacity = 0;
+  };
+
+  int num_threads_;
+  std::vector<std::thread> threads_;
+  std::vector<Scratch> scratch_;
+
+  std::mutex call_mutex_;  // one parallel_for at a time from outside the pool
+  std::mutex mutex_;
+  std::condition_variable wake_;  // workers wait for a new job
+  std::condition_variable done_;  // the caller waits for the job's end
+  uint64_t generation_ = 0;       // bumped per job
+  bool stopping_ = false;
+  int busy_ = 0;                  // workers still inside the current job
+
+  // The current job (written under mutex_ before generation_ is bumped).
+  TaskFn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  int64_t num_tasks_ = 0;
+  alignas(64) std::atomic<int64_t> next_task_{0};
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;
+};
+
+// The process-wide pool the kernels use when not given one. Created on first use with
+// default_thread_count() threads, or with the count given to set_default_thread_count.
+ThreadPool& default_pool();
+// Replaces the default pool (e.g. from --threads). Not while a parallel_for runs on it.
+void set_default_thread_count(int num_threads);
+
+}  // namespace qkv

@@ -1,0 +1,129 @@
+// qkv/kernels/attention.h - fused scaled dot-product attention (FlashAttention-2 style) on strided
+// float32 (B, H, T, D) arrays, its backward pass, exact weights on demand, and the naive
+// references they are tested against.
+//
+// Legend: B batch, H heads, T query positions, S key positions, D query/key dim, Dv value dim.
+//
+//   q (B, H, T, D), k (B, H, S, D), v (B, H, S, Dv)  ->  o (B, H, T, Dv), lse (B, H, T)
+//   s[i, j]   = scale * (q[i] . k[j])  (+ mask[i, j] for an additive mask)
+//               -inf where blocked (causal: j > i; boolean mask: mask[i, j] != 0)
+//   lse[i]    = log(sum_j exp(s[i, j]))                    -inf when every key is blocked
+//   w[i, j]   = exp(s[i, j] - lse[i])                       0 when every key is blocked
+//   o[i]      = sum_j w[i, j] * z[i, j] * v[j]              z = kept / (1 - p) under dropout, else 1
+//
+// The book's attention is scale = 1 / sqrt(D) with the causal mask; its output is o with heads
+// merged. A row whose keys are all blocked gives o = 0 and lse = -inf, never NaN (qkv's reference
+// convention, see attention_core.h). Non-finite inputs propagate as in the reference: a NaN in
+// a visible score makes that row's output NaN. (Values at positions a mask hides may or may not
+// reach the output as NaN: whole key blocks above the causal diagonal are never read.)
+//
+// The causal mask is top-left aligned (key j is visible to query i when j <= i), as the book's
+// triu(ones(T, T), 1)[:T, :S] buffer is; it is allowed with T != S. Additive and boolean masks
+// are (T, S) float32 arrays with a row stride; a boolean mask blocks where the value is non-zero
+// (the book's mask.bool()). -inf in an additive mask blocks, as in notebook 002.
+//
+// Dropout draws each weight's keep/drop from Philox keyed by the seed and (b, h, i, j) (see
+// philox.h), so the mask does not depend on threads or tiling and the backward pass regenerates
+// it. It is a different mask from PyTorch's nn.Dropout (which qkv reproduces on the textbook path).
+//
+// The fused kernels tile queries by blocks of Br and keys by blocks of Bc, keep a running max
+// and sum per query (online softmax), skip key blocks above the causal diagonal, and never hold
+// more than one (Br, Bc) block of scores; memory is linear in T. One parallel_for runs over
+// batch x heads x query blocks (forward) or batch x heads (backward); SIMD is Google Highway with
+// run-time dispatch (AVX-512, AVX2, SSE4, NEON, ...), with D = 32, 64 and 128 unrolled and any
+// other D on a generic path.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "qkv/core/thread_pool.h"
+
+namespace qkv::kernels {
+
+// A strided (B, H, N, D) float32 array: element (b, h, n, d) is at
+// data[b * stride_b + h * stride_h + n * stride_n + d * stride_d]. Strides are in elements and
+// may be anything (e.g. heads interleaved in a (B, N, H * D) projection output).
+template <typename F>
+struct Heads {
+  F* data = nullptr;
+  int64_t batch = 0, heads = 0, tokens = 0, dim = 0;
+  int64_t stride_b = 0, stride_h = 0, stride_n = 0, stride_d = 1;
+
+  F* row(int64_t b, int64_t h, int64_t n) const { return data + b * stride_b + h * stride_h + n * stride_n; }
+  // A writable view is also a read-only one.
+  operator Heads<const F>() const
+    requires(!std::is_const_v<F>)
+  {
+    return {data, batch, heads, tokens, dim, stride_b, stride_h, stride_n, stride_d};
+  }
+  // A contiguous (B, H, N, D) array.
+  static Heads contiguous(F* data, int64_t B, int64_t H, int64_t N, int64_t D) {
+    return {data, B, H, N, D, H * N * D, N * D, D, 1};
+  }
+  // Heads interleaved in rows of a (B, N, row_width) matrix, head h at column offset h * D:
+  // the layout of a (B, N, H * D) projection output, viewed as (B, H, N, D) without a copy.
+  static Heads interleaved(F* data, int64_t B, int64_t H, int64_t N, int64_t D, int64_t row_width) {
+    return {data, B, H, N, D, N * row_width, D, row_width, 1};
+  }
+};
+using ConstHeads = Heads<const float>;
+using MutableHeads = Heads<float>;
+
+struct AttentionMask {
+  enum class Kind { kNone, kCausal, kAdditive, kBlocked };
+  Kind kind = Kind::kNone;
+  const float* values = nullptr;  // (T, S) for kAdditive / kBlocked, row-major with row_stride
+  int64_t row_stride = 0;         // elements between rows of `values`
+
+  static AttentionMask none() { return {}; }
+  static AttentionMask causal() { return {Kind::kCausal, nullptr, 0}; }
+  static AttentionMask additive(const float* values, int64_t row_stride) { return {Kind::kAdditive, values, row_stride}; }
+  static AttentionMask blocked(const float* values, int64_t row_stride) { return {Kind::kBlocked, values, row_stride}; }
+};
+
+struct AttentionOptions {
+  float scale = 1.0f;          // multiplies q . k; the book uses 1 / sqrt(D)
+  AttentionMask mask;
+  float dropout_p = 0.0f;      // in [0, 1); 0 = no dropout
+  uint64_t dropout_seed = 0;   // Philox key
+  ThreadPool* pool = nullptr;  // nullptr: default_pool()
+};
+
+// --- fused kernels --------------------------------------------------------------------------------
+// o (B, H, T, Dv) and lse (B, H, T, contiguous) are written whole. Throws qkv::Error (naming the
+// argument and its sizes) on inconsistent shapes, a bad mask or p outside [0, 1).
+void attention_forward(ConstHeads q, ConstHeads k, ConstHeads v, MutableHeads o, float* lse,
+                       const AttentionOptions& options);
+
+// Given the forward's inputs, its o and lse, and d_o = dLoss/do, writes dq (B, H, T, D),
+// dk (B, H, S, D), dv (B, H, S, Dv) (overwritten, not accumulated). The weights are recomputed
+// from q, k and lse, so nothing (T, S)-sized is stored. Same options as the forward.
+void attention_backward(ConstHeads q, ConstHeads k, ConstHeads v, ConstHeads o, ConstHeads d_o,
+                        const float* lse, MutableHeads dq, MutableHeads dk, MutableHeads dv,
+                        const AttentionOptions& options);
+
+// Weights on demand: rows [row_begin, row_end) of head (b, h) of the softmax weights w (before
+// dropout) or, with after_dropout, w * z, recomputed exactly from q, k and the forward's lse.
+// out is (row_end - row_begin, S) with row stride out_row_stride.
+void attention_weights(ConstHeads q, ConstHeads k, const float* lse, const AttentionOptions& options,
+                       int64_t b, int64_t h, int64_t row_begin, int64_t row_end, bool after_dropout,
+                       float* out, int64_t out_row_stride);
+
+// --- naive references (kept forever; what the fused kernels are tested against) ------------------
+// Three passes per row in double: scores and mask, softmax, weighted sum of v. Same conventions,
+// same dropout mask. Single-threaded, allocation per row: for tests, not for speed.
+void attention_forward_reference(ConstHeads q, ConstHeads k, ConstHeads v, MutableHeads o, float* lse,
+                                 const AttentionOptions& options);
+// The textbook backward, one (b, h) at a time with the full (T, S) weights in double.
+void attention_backward_reference(ConstHeads q, ConstHeads k, ConstHeads v, ConstHeads d_o,
+                                   MutableHeads dq, MutableHeads dk, MutableHeads dv,
+                                   const AttentionOptions& options);
+
+// FLOPs of the matrix products attention needs, counting only the (i, j) pairs a causal mask
+// leaves visible (about half of T * S): the forward's two (q k^T, w v) are 2 * pairs * (D + Dv).
+double attention_forward_flops(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal);
+// The backward's five (scores recomputed, d_o v^T, dv, dq, dk): 2 * pairs * (3 D + 2 Dv).
+double attention_backward_flops(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal);
+
+}  // namespace qkv::kernels

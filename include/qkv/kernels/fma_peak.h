@@ -1,0 +1,21 @@
+// qkv/kernels/fma_peak.h - the machine's measured float32 FMA ceiling, the yardstick the
+// benchmarks report against ("% of peak").
+//
+// Each pool thread runs 16 independent chains of fused multiply-adds on full SIMD vectors of the
+// best target this CPU supports (so no chain waits on another and nothing touches memory), at
+// the same time; the peak is the total FLOPs (2 per lane per FMA) over the wall time, best of
+// `repeats` runs.
+#pragma once
+
+#include <string>
+
+#include "qkv/core/thread_pool.h"
+
+namespace qkv::kernels {
+
+double measure_fma_peak_gflops(ThreadPool& pool, double seconds = 0.1, int repeats = 5);
+
+// The SIMD target the kernels dispatch to on this CPU, e.g. "AVX3" (AVX-512) or "AVX2".
+std::string simd_target();
+
+}  // namespace qkv::kernels

@@ -1,0 +1,69 @@
+// qkv/train/attention_lm.h - an attention-only language model: token embedding + positional
+// embedding + N blocks of causal MultiHeadAttention, each with a residual connection + a linear
+// output head.
+//
+//   ids (B, T) -> x = tok_emb.weight[ids] + pos_emb.weight[0:T]        (B, T, C)
+//              -> for each block: x = x + MultiHeadAttention(x)        (B, T, C)
+//              -> logits = out_head(x) = x @ out_head.weight.T + bias  (B, T, V)
+//
+// C = d_model; each block is the book's MultiHeadAttention(C, C, context_length, dropout,
+// num_heads, qkv_bias). State names are those of the PyTorch twin in
+// tests/pytorch/attention_lm.py (tok_emb.weight, pos_emb.weight, blocks.0.W_query.weight, ...,
+// blocks.0.mask, out_head.weight, out_head.bias), and built from Generator(s) it holds what
+// torch.manual_seed(s) followed by that class's constructor holds. Dropout (on the attention
+// weights) draws from the same generator, as PyTorch's global generator, so training with dropout
+// reproduces PyTorch's masks too.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/core/generator.h"
+#include "qkv/modules/layers.h"
+#include "qkv/modules/multi_head_attention.h"
+
+namespace qkv {
+
+struct LMConfig {
+  int64_t vocab_size = 0;
+  int64_t context_length = 0;
+  int64_t d_model = 64;
+  int64_t num_heads = 4;
+  int64_t num_layers = 2;
+  double dropout = 0.0;
+  bool qkv_bias = false;
+};
+
+nlohmann::json to_json(const LMConfig& c);
+LMConfig lm_config_from_json(const nlohmann::json& j);  // throws qkv::Error naming a missing key
+
+class AttentionLM : public Module {
+ public:
+  AttentionLM(const LMConfig& config, Generator& gen);
+  const char* type_name() const override { return "AttentionLM"; }
+  void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
+  void train(bool on = true) override;
+
+  // ids: batch * tokens ids, row-major (B, T), T <= context_length -> logits (B, T, V)
+  Tensor forward(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens);
+  // dlogits (B, T, V) of the last forward: adds into every parameter's gradient.
+  void backward(const Tensor& dlogits);
+
+  // Where a forward on `ids` first produces a NaN or infinity: a parameter (by state-dict name),
+  // or an intermediate ("blocks.1.attn_scores", "logits", ...). "" when everything is finite.
+  // Runs in eval mode and draws nothing.
+  std::string first_non_finite(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens);
+
+  LMConfig config;
+  Embedding tok_emb;                     // weight (V, C)
+  PositionalEmbedding pos_emb;           // weight (context_length, C)
+  std::vector<MultiHeadAttention> blocks;
+  Linear out_head;                       // weight (V, C), bias (V)
+
+ private:
+  Shape x_shape_;  // (B, T, C) of the last forward
+};
+
+}  // namespace qkv

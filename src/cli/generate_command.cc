@@ -1,0 +1,91 @@
+// qkv generate --checkpoint C --prompt "..." : samples from a model qkv train wrote.
+//
+// A built-in task's model reads and writes the task's letters and '|' ("abcdefgh|" -> its copy);
+// a text model reads and writes text through GPT-2's tokenizer, restricted to the tokens of the
+// text it was trained on.
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "qkv/core/error.h"
+#include "qkv/text/vocab_files.h"
+#include "qkv/train/checkpoint.h"
+#include "qkv/train/sampling.h"
+
+namespace qkv::cli {
+namespace {
+
+struct GenerateFlags {
+  std::string checkpoint, prompt, vocab_dir;
+  SamplingOptions sampling;
+  bool json = false;
+};
+
+int run_generate(GenerateFlags& f, const CLI::App& sub) {
+  Checkpoint c = load_checkpoint(f.checkpoint);
+  const TrainOptions& o = c.options;
+  Generator gen(o.seed);
+  AttentionLM model(o.model, gen);
+  model.load_state_dict(c.model, /*strict=*/true);
+
+  std::vector<int64_t> prompt;
+  std::function<std::string(const std::vector<int64_t>&)> decode;
+  std::optional<Encoding> gpt2;
+  std::unique_ptr<SequenceTask> task;
+  if (o.task == "copy" || o.task == "reverse") {
+    task = std::make_unique<SequenceTask>(o.task == "copy" ? TaskKind::kCopy : TaskKind::kReverse, o.task_length,
+                                          o.task_symbols, 0);
+    prompt = task->encode(f.prompt);
+    decode = [&](const std::vector<int64_t>& ids) { return task->decode(ids); };
+    if (sub.count("--max-new-tokens") == 0) f.sampling.max_new_tokens = o.task_length;
+  } else if (o.task == "text") {
+    QKV_CHECK(!c.vocab.empty(), "'", f.checkpoint, "' is a text model but holds no vocabulary (data.vocab)");
+    gpt2 = load_gpt2(f.vocab_dir);
+    for (int64_t t : gpt2->encode(f.prompt, SpecialTokens::all())) {
+      auto it = std::lower_bound(c.vocab.begin(), c.vocab.end(), t);
+      QKV_CHECK(it != c.vocab.end() && *it == t, "the prompt's token ", t, " (",
+                gpt2->decode(std::vector<TokenId>{t}), ") does not occur in the text the model was trained on ('",
+                o.text_file, "'), so the model has no embedding for it");
+      prompt.push_back(it - c.vocab.begin());
+    }
+    decode = [&](const std::vector<int64_t>& ids) {
+      std::vector<TokenId> original;
+      for (int64_t id : ids) original.push_back(c.vocab.at(static_cast<size_t>(id)));
+      return gpt2->decode(original);
+    };
+  } else {
+    fail("'", f.checkpoint, "' was trained on fixed batches (--task ", o.task,
+         ") and has no tokenizer to read a prompt with");
+  }
+  std::vector<int64_t> out = generate(model, prompt, f.sampling);
+  const std::string completion = decode(out);
+  if (f.json) {
+    std::cout << nlohmann::json({{"prompt", f.prompt}, {"completion", completion}, {"ids", out}}).dump() << "\n";
+  } else {
+    std::cout << f.prompt << completion << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_generate(CLI::App& app) {
+  auto f = std::make_shared<GenerateFlags>();
+  CLI::App* sub = app.add_subcommand("generate", "Sample text from a model that qkv train wrote");
+  sub->add_option("--checkpoint", f->checkpoint, "A checkpoint written by qkv train")->required();
+  sub->add_option("--prompt", f->prompt, "The start of the text (built-in task: letters and '|', e.g. \"abcdefgh|\")")
+      ->required();
+  sub->add_option("--max-new-tokens", f->sampling.max_new_tokens, "Tokens to add (default: the task's length; text 50)")
+      ->capture_default_str();
+  sub->add_option("--temperature", f->sampling.temperature, "Softmax temperature; 0 picks the most likely token")
+      ->capture_default_str();
+  sub->add_option("--top-k", f->sampling.top_k, "Sample only among the k most likely tokens (0: all)")->capture_default_str();
+  sub->add_option("--seed", f->sampling.seed, "Seed of the sampling generator")->capture_default_str();
+  sub->add_option("--vocab-dir", f->vocab_dir, "Where GPT-2's encoder.json and vocab.bpe are (text models)");
+  sub->add_flag("--json", f->json, "Print {prompt, completion, ids} as JSON");
+  return {sub, [f, sub]() { return run_generate(*f, *sub); }};
+}
+
+}  // namespace qkv::cli

@@ -1,0 +1,161 @@
+// The persistent thread pool. See include/qkv/core/thread_pool.h.
+#include "qkv/core/thread_pool.h"
+
+#include <sched.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "qkv/core/error.h"
+
+namespace qkv {
+namespace {
+
+thread_local int t_worker = -1;  // this thread's worker index while it runs a task, else -1
+
+std::mutex g_default_mutex;
+std::unique_ptr<ThreadPool> g_default_pool;
+
+}  // namespace
+
+int hardware_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  unsigned n = std::thread::hardware_concurrency();
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+int default_thread_count() {
+  const char* env = std::getenv("QKV_NUM_THREADS");
+  if (env == nullptr || *env == '\0') return hardware_cores();
+  char* end = nullptr;
+  long n = std::strtol(env, &end, 10);
+  QKV_CHECK(end != env && *end == '\0' && n >= 1 && n <= 1024, "QKV_NUM_THREADS must be a whole number ",
+            "from 1 to 1024, got '", env, "'");
+  return static_cast<int>(n);
+}
+
+ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads) {
+  QKV_CHECK(num_threads >= 1 && num_threads <= 1024, "ThreadPool: the thread count must be from 1 to ",
+            "1024, got ", num_threads);
+  const int cores = hardware_cores();
+  if (num_threads > cores)
+    std::cerr << "qkv: warning: " << num_threads << " threads requested but this process may run on "
+              << cores << " core" << (cores == 1 ? "" : "s") << "; threads beyond that time-share cores "
+              << "and usually run slower\n";
+  scratch_.resize(static_cast<size_t>(num_threads));
+  threads_.reserve(static_cast<size_t>(num_threads - 1));
+  for (int w = 1; w < num_threads; ++w) threads_.emplace_back([this, w] { worker_loop(w); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+float* ThreadPool::scratch(int worker, size_t floats) {
+  Scratch& s = scratch_[static_cast<size_t>(worker)];
+  if (s.capacity < floats) {
+    s.owner.reset(new float[floats + 16]);
+    auto addr = reinterpret_cast<uintptr_t>(s.owner.get());
+    s.data = s.owner.get() + ((64 - addr % 64) % 64) / sizeof(float);
+    s.capacity = floats;
+  }
+  return s.data;
+}
+
+void ThreadPool::drain(int worker) {
+  const int saved = t_worker;
+  t_worker = worker;
+  for (;;) {
+    if (failed_.load(std::memory_order_relaxed)) break;
+    const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
+    if (task >= num_tasks_) break;
+    try {
+      fn_(ctx_, task, worker);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!failed_.exchange(true)) error_ = std::current_exception();
+    }
+  }
+  t_worker = saved;
+}
+
+void ThreadPool::worker_loop(int worker) {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+    }
+    drain(worker);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--busy_ == 0) done_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::run(int64_t num_tasks, TaskFn fn, void* ctx) {
+  if (num_tasks <= 0) return;
+  if (t_worker >= 0 || num_threads_ == 1 || num_tasks == 1) {
+    // Nested, single-threaded or a single task: run inline, on this thread's worker index.
+    const int worker = t_worker >= 0 ? t_worker : 0;
+    const int saved = t_worker;
+    t_worker = worker;
+    struct Restore {
+      int saved;
+      ~Restore() { t_worker = saved; }
+    } restore{saved};
+    for (int64_t task = 0; task < num_tasks; ++task) fn(ctx, task, worker);
+    return;
+  }
+  std::lock_guard<std::mutex> call(call_mutex_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fn_ = fn;
+    ctx_ = ctx;
+    num_tasks_ = num_tasks;
+    next_task_.store(0, std::memory_order_relaxed);
+    failed_.store(false, std::memory_order_relaxed);
+    error_ = nullptr;
+    busy_ = num_threads_ - 1;
+    ++generation_;
+  }
+  wake_.notify_all();
+  drain(0);
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return busy_ == 0; });
+    error = error_;
+    error_ = nullptr;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+ThreadPool& default_pool() {
+  std::lock_guard<std::mutex> lock(g_default_mutex);
+  if (!g_default_pool) g_default_pool = std::make_unique<ThreadPool>(default_thread_count());
+  return *g_default_pool;
+}
+
+void set_default_thread_count(int num_threads) {
+  std::lock_guard<std::mutex> lock(g_default_mutex);
+  if (g_default_pool && g_default_pool->num_threads() == num_threads) return;
+  g_default_pool.reset();
+  g_default_pool = std::make_unique<ThreadPool>(num_threads);
+}
+
+}  // namespace qkv

@@ -1,0 +1,160 @@
+// The fused attention's front door: argument checks, weights on demand, FLOP counts. The SIMD
+// kernels are in flash_attention.cc, the references in attention_reference.cc.
+#include "qkv/kernels/attention.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "kernels/attention_problem.h"
+#include "qkv/core/error.h"
+#include "qkv/kernels/philox.h"
+
+namespace qkv::kernels {
+namespace {
+
+template <typename F>
+std::string describe(const char* name, const Heads<F>& x) {
+  return str(name, " (", x.batch, ", ", x.heads, ", ", x.tokens, ", ", x.dim, ")");
+}
+
+template <typename F>
+void check_view(const char* what, const char* name, const Heads<F>& x) {
+  QKV_CHECK(x.batch >= 0 && x.heads >= 0 && x.tokens >= 0 && x.dim >= 0, what, ": ", describe(name, x),
+            " has a negative size");
+  QKV_CHECK(x.tokens < (int64_t{1} << 31), what, ": ", describe(name, x), " has more than 2^31 - 1 positions");
+  QKV_CHECK(x.data != nullptr || x.batch * x.heads * x.tokens * x.dim == 0, what, ": ", describe(name, x),
+            " has no data");
+}
+
+template <typename F>
+void check_shape(const char* what, const char* name, const Heads<F>& x, int64_t B, int64_t H, int64_t N,
+                 int64_t D) {
+  check_view(what, name, x);
+  QKV_CHECK(x.batch == B && x.heads == H && x.tokens == N && x.dim == D, what, ": ", describe(name, x),
+            " should be (", B, ", ", H, ", ", N, ", ", D, ")");
+}
+
+}  // namespace
+
+AttentionProblem make_problem(const char* what, ConstHeads q, ConstHeads k, ConstHeads v,
+                              const AttentionOptions& options) {
+  check_view(what, "q", q);
+  check_view(what, "k", k);
+  check_view(what, "v", v);
+  QKV_CHECK(q.dim >= 1 && v.dim >= 1, what, ": head dims must be at least 1, got ", describe("q", q), " and ",
+            describe("v", v));
+  check_shape(what, "k", k, q.batch, q.heads, k.tokens, q.dim);
+  check_shape(what, "v", v, q.batch, q.heads, k.tokens, v.dim);
+  QKV_CHECK(std::isfinite(options.scale), what, ": scale must be finite, got ", options.scale);
+  QKV_CHECK(options.dropout_p >= 0.0f && options.dropout_p < 1.0f, what, ": dropout p must be in [0, 1), got ",
+            options.dropout_p);
+  const AttentionMask& m = options.mask;
+  if (m.kind == AttentionMask::Kind::kAdditive || m.kind == AttentionMask::Kind::kBlocked) {
+    QKV_CHECK(m.values != nullptr || q.tokens * k.tokens == 0, what, ": the mask has no values");
+    QKV_CHECK(m.row_stride >= k.tokens, what, ": the mask's row stride (", m.row_stride,
+              ") is smaller than the number of keys (", k.tokens, ")");
+  }
+  AttentionProblem p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.B = q.batch;
+  p.H = q.heads;
+  p.T = q.tokens;
+  p.S = k.tokens;
+  p.D = q.dim;
+  p.Dv = v.dim;
+  p.scale = options.scale;
+  p.mask = m;
+  p.dropout = options.dropout_p > 0.0f;
+  p.seed = options.dropout_seed;
+  p.threshold = dropout_threshold(options.dropout_p);
+  p.keep_scale = p.dropout ? 1.0f / (1.0f - options.dropout_p) : 1.0f;
+  p.pool = options.pool ? options.pool : &default_pool();
+  return p;
+}
+
+void attention_forward(ConstHeads q, ConstHeads k, ConstHeads v, MutableHeads o, float* lse,
+                       const AttentionOptions& options) {
+  const AttentionProblem p = make_problem("attention_forward", q, k, v, options);
+  check_shape("attention_forward", "o", o, p.B, p.H, p.T, p.Dv);
+  if (p.B * p.H * p.T == 0) return;
+  QKV_CHECK(lse != nullptr, "attention_forward: lse (", p.B, ", ", p.H, ", ", p.T, ") is null");
+  flash_attention_forward(p, o, lse);
+}
+
+void attention_backward(ConstHeads q, ConstHeads k, ConstHeads v, ConstHeads o, ConstHeads d_o,
+                        const float* lse, MutableHeads dq, MutableHeads dk, MutableHeads dv,
+                        const AttentionOptions& options) {
+  const char* what = "attention_backward";
+  const AttentionProblem p = make_problem(what, q, k, v, options);
+  check_shape(what, "o", o, p.B, p.H, p.T, p.Dv);
+  check_shape(what, "d_o", d_o, p.B, p.H, p.T, p.Dv);
+  check_shape(what, "dq", dq, p.B, p.H, p.T, p.D);
+  check_shape(what, "dk", dk, p.B, p.H, p.S, p.D);
+  check_shape(what, "dv", dv, p.B, p.H, p.S, p.Dv);
+  if (p.B * p.H == 0) return;
+  QKV_CHECK(lse != nullptr || p.T == 0, what, ": lse (", p.B, ", ", p.H, ", ", p.T, ") is null");
+  flash_attention_backward(p, o, d_o, lse, dq, dk, dv);
+}
+
+void attention_weights(ConstHeads q, ConstHeads k, const float* lse, const AttentionOptions& options,
+                       int64_t b, int64_t h, int64_t row_begin, int64_t row_end, bool after_dropout,
+                       float* out, int64_t out_row_stride) {
+  const char* what = "attention_weights";
+  const AttentionProblem p = make_problem(what, q, k, k, options);
+  QKV_CHECK(b >= 0 && b < p.B && h >= 0 && h < p.H, what, ": head (", b, ", ", h, ") is outside (", p.B, ", ",
+            p.H, ")");
+  QKV_CHECK(0 <= row_begin && row_begin <= row_end && row_end <= p.T, what, ": rows [", row_begin, ", ",
+            row_end, ") are outside [0, ", p.T, ")");
+  QKV_CHECK(out_row_stride >= p.S, what, ": the output row stride (", out_row_stride,
+            ") is smaller than the number of keys (", p.S, ")");
+  if (row_begin == row_end) return;
+  QKV_CHECK(lse != nullptr && out != nullptr, what, ": lse and out must not be null");
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int64_t i = row_begin; i < row_end; ++i) {
+    float* w = out + (i - row_begin) * out_row_stride;
+    const double l = lse[(b * p.H + h) * p.T + i];
+    const float* qi = q.row(b, h, i);
+    for (int64_t j = 0; j < p.S; ++j) {
+      double s;
+      if (j >= p.visible_end(i)) {
+        s = -inf;
+      } else {
+        const float* kj = k.row(b, h, j);
+        double dot = 0.0;
+        for (int64_t c = 0; c < p.D; ++c) dot += static_cast<double>(qi[c * q.stride_d]) * kj[c * k.stride_d];
+        s = p.scale * dot;
+        if (p.mask.kind == AttentionMask::Kind::kAdditive) s += p.mask.values[i * p.mask.row_stride + j];
+        if (p.mask.kind == AttentionMask::Kind::kBlocked && p.mask.values[i * p.mask.row_stride + j] != 0.0f)
+          s = -inf;
+      }
+      double weight = (l == -inf || s == -inf) ? 0.0 : std::exp(s - l);
+      if (after_dropout && p.dropout)
+        weight = dropout_kept(p.seed, p.threshold, b, h, i, j) ? weight * p.keep_scale : 0.0;
+      w[j] = static_cast<float>(weight);
+    }
+  }
+}
+
+namespace {
+double visible_pairs(int64_t T, int64_t S, bool causal) {
+  if (!causal) return static_cast<double>(T) * static_cast<double>(S);
+  // sum over i < T of min(i + 1, S)
+  const int64_t full = T < S ? T : S;  // rows 0 .. full-1 see i + 1 keys
+  double pairs = static_cast<double>(full) * static_cast<double>(full + 1) / 2.0;
+  if (T > S) pairs += static_cast<double>(T - S) * static_cast<double>(S);
+  return pairs;
+}
+}  // namespace
+
+double attention_forward_flops(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal) {
+  return 2.0 * static_cast<double>(B * H) * visible_pairs(T, S, causal) * static_cast<double>(D + Dv);
+}
+
+double attention_backward_flops(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal) {
+  return 2.0 * static_cast<double>(B * H) * visible_pairs(T, S, causal) * static_cast<double>(3 * D + 2 * Dv);
+}
+
+}  // namespace qkv::kernels

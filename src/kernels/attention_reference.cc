@@ -1,0 +1,140 @@
+// The naive references of the fused attention kernels: plain loops in double, three passes per
+// query (scores with the mask, softmax, weighted sum), the same conventions and dropout mask.
+// Kept forever: tests/kernels_attention_test.cc compares the fused kernels with these.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/attention_problem.h"
+#include "qkv/kernels/attention.h"
+#include "qkv/kernels/philox.h"
+
+namespace qkv::kernels {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Scores of query i of head (b, h) against every key, masked: s[j] = scale q.k (+ mask), -inf
+// where blocked.
+void scores_row(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, std::vector<double>& s) {
+  s.assign(static_cast<size_t>(p.S), -kInf);
+  const float* qi = p.q.row(b, h, i);
+  for (int64_t j = 0; j < p.visible_end(i); ++j) {
+    const float* kj = p.k.row(b, h, j);
+    double dot = 0.0;
+    for (int64_t c = 0; c < p.D; ++c) dot += static_cast<double>(qi[c * p.q.stride_d]) * kj[c * p.k.stride_d];
+    double x = static_cast<double>(p.scale) * dot;
+    if (p.mask.kind == AttentionMask::Kind::kAdditive) x += p.mask.values[i * p.mask.row_stride + j];
+    if (p.mask.kind == AttentionMask::Kind::kBlocked && p.mask.values[i * p.mask.row_stride + j] != 0.0f) x = -kInf;
+    s[static_cast<size_t>(j)] = x;
+  }
+}
+
+// softmax in place; returns the log-sum-exp. All -inf: zeros and -inf (no NaN). A NaN score
+// makes the whole row NaN (as PyTorch's softmax does), even when every other key is blocked.
+double softmax_row(std::vector<double>& s) {
+  double m = -kInf;
+  for (double x : s) m = (std::isnan(m) || std::isnan(x)) ? std::nan("") : std::max(m, x);
+  if (m == -kInf) {
+    for (double& x : s) x = 0.0;
+    return -kInf;
+  }
+  double l = 0.0;
+  for (double& x : s) l += (x = std::exp(x - m));
+  for (double& x : s) x /= l;
+  return m + std::log(l);
+}
+
+// z[i, j]: 1 / (1 - p) where kept, 0 where dropped; 1 without dropout.
+double dropout_factor(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, int64_t j) {
+  if (!p.dropout) return 1.0;
+  return dropout_kept(p.seed, p.threshold, b, h, i, j) ? static_cast<double>(p.keep_scale) : 0.0;
+}
+
+}  // namespace
+
+void attention_forward_reference(ConstHeads q, ConstHeads k, ConstHeads v, MutableHeads o, float* lse,
+                                 const AttentionOptions& options) {
+  const AttentionProblem p = make_problem("attention_forward_reference", q, k, v, options);
+  std::vector<double> w, acc;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < p.T; ++i) {
+        scores_row(p, b, h, i, w);                                   // pass 1: scores
+        lse[(b * p.H + h) * p.T + i] = static_cast<float>(softmax_row(w));  // pass 2: softmax
+        acc.assign(static_cast<size_t>(p.Dv), 0.0);                  // pass 3: sum_j w z v_j
+        for (int64_t j = 0; j < p.S; ++j) {
+          const double wz = w[static_cast<size_t>(j)] * dropout_factor(p, b, h, i, j);
+          const float* vj = v.row(b, h, j);
+          for (int64_t c = 0; c < p.Dv; ++c) acc[static_cast<size_t>(c)] += wz * vj[c * v.stride_d];
+        }
+        float* out = o.row(b, h, i);
+        for (int64_t c = 0; c < p.Dv; ++c) out[c * o.stride_d] = static_cast<float>(acc[static_cast<size_t>(c)]);
+      }
+}
+
+void attention_backward_reference(ConstHeads q, ConstHeads k, ConstHeads v, ConstHeads d_o,
+                                   MutableHeads dq, MutableHeads dk, MutableHeads dv,
+                                   const AttentionOptions& options) {
+  const AttentionProblem p = make_problem("attention_backward_reference", q, k, v, options);
+  const size_t T = static_cast<size_t>(p.T), S = static_cast<size_t>(p.S);
+  std::vector<double> P(T * S), Z(T * S), dS(T * S), row;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h) {
+      // P = softmax(mask(scale q k^T)), Z = dropout factors
+      for (int64_t i = 0; i < p.T; ++i) {
+        scores_row(p, b, h, i, row);
+        softmax_row(row);
+        for (int64_t j = 0; j < p.S; ++j) {
+          P[static_cast<size_t>(i) * S + static_cast<size_t>(j)] = row[static_cast<size_t>(j)];
+          Z[static_cast<size_t>(i) * S + static_cast<size_t>(j)] = dropout_factor(p, b, h, i, j);
+        }
+      }
+      // o = (P * Z) v  ->  dv = (P * Z)^T d_o;  dP = (d_o v^T) * Z;  dS = P * (dP - rowsum(P * dP))
+      for (int64_t i = 0; i < p.T; ++i) {
+        const float* g = d_o.row(b, h, i);
+        double dot_sum = 0.0;
+        for (int64_t j = 0; j < p.S; ++j) {
+          const size_t ij = static_cast<size_t>(i) * S + static_cast<size_t>(j);
+          const float* vj = v.row(b, h, j);
+          double dp = 0.0;
+          for (int64_t c = 0; c < p.Dv; ++c) dp += static_cast<double>(g[c * d_o.stride_d]) * vj[c * v.stride_d];
+          dS[ij] = dp * Z[ij];  // dP for now
+          dot_sum += P[ij] * dS[ij];
+        }
+        for (int64_t j = 0; j < p.S; ++j) {
+          const size_t ij = static_cast<size_t>(i) * S + static_cast<size_t>(j);
+          dS[ij] = P[ij] * (dS[ij] - dot_sum);
+        }
+      }
+      for (int64_t j = 0; j < p.S; ++j) {
+        float* gv = dv.row(b, h, j);
+        float* gk = dk.row(b, h, j);
+        for (int64_t c = 0; c < p.Dv; ++c) {
+          double acc = 0.0;
+          for (int64_t i = 0; i < p.T; ++i) {
+            const size_t ij = static_cast<size_t>(i) * S + static_cast<size_t>(j);
+            acc += P[ij] * Z[ij] * d_o.row(b, h, i)[c * d_o.stride_d];
+          }
+          gv[c * dv.stride_d] = static_cast<float>(acc);
+        }
+        for (int64_t c = 0; c < p.D; ++c) {  // dk = scale dS^T q
+          double acc = 0.0;
+          for (int64_t i = 0; i < p.T; ++i)
+            acc += dS[static_cast<size_t>(i) * S + static_cast<size_t>(j)] * q.row(b, h, i)[c * q.stride_d];
+          gk[c * dk.stride_d] = static_cast<float>(p.scale * acc);
+        }
+      }
+      for (int64_t i = 0; i < p.T; ++i) {  // dq = scale dS k
+        float* gq = dq.row(b, h, i);
+        for (int64_t c = 0; c < p.D; ++c) {
+          double acc = 0.0;
+          for (int64_t j = 0; j < p.S; ++j)
+            acc += dS[static_cast<size_t>(i) * S + static_cast<size_t>(j)] * k.row(b, h, j)[c * k.stride_d];
+          gq[c * dq.stride_d] = static_cast<float>(p.scale * acc);
+        }
+      }
+    }
+}
+
+}  // namespace qkv::kernels

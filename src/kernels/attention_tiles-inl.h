@@ -1,0 +1,187 @@
+// Per-target SIMD building blocks of the fused attention kernels (Google Highway): a register-
+// tiled block product, exp, and Philox on vectors. Included once per target by
+// flash_attention.cc (foreach_target), hence the toggling include guard.
+//
+// Layout convention of the kernels: "query-major" tiles hold one query per SIMD lane, so the
+// online softmax's per-query max, sum and rescaling are lane-wise (no horizontal reductions):
+//   scores^T (Bc, Br): row j = key, lanes = queries i;   out^T (Dv, Br): row d, lanes = queries.
+#if defined(QKV_KERNELS_ATTENTION_TILES_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_KERNELS_ATTENTION_TILES_INL_H_
+#undef QKV_KERNELS_ATTENTION_TILES_INL_H_
+#else
+#define QKV_KERNELS_ATTENTION_TILES_INL_H_
+#endif
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hwy/highway.h"
+#include "qkv/kernels/philox.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+using DI = hn::RebindToSigned<DF>;
+using DU = hn::RebindToUnsigned<DF>;
+using VU = hn::Vec<DU>;
+
+constexpr size_t kLanes = HWY_LANES(float);
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+constexpr int kVectorRegisters = 16;  // SSE4 / AVX2
+#else
+constexpr int kVectorRegisters = 32;  // AVX-512, NEON
+#endif
+
+// How C is written by a block product. (Nothing else - a column scale or max - is folded into
+// the tile: with 24 accumulators, 3 B vectors and a broadcast, AVX-512's 32 registers are full,
+// and GCC then spills the B vectors to the stack, which costs a third of the speed.)
+enum class Out {
+  kStore,      // C = A B
+  kAccumulate  // C += A B  (the accumulators start from C)
+};
+
+// One MR x (NV vectors) tile of C op= A B over K, kept in registers.
+//   A(m, k) = a[m * lda + k]  (row-major)   or   a[k * lda + m]  (kAColMajor)
+//   B(k, :) = b + k * ldb (NV * kLanes floats), C(m, :) = c + m * ldc.
+// kK > 0 fixes K at compile time (the specialised head dims).
+template <int MR, int NV, bool kAColMajor, Out kOut, int kK>
+HWY_INLINE void MicroTile(const float* HWY_RESTRICT a, size_t lda, const float* HWY_RESTRICT b, size_t ldb,
+                          size_t K, float* HWY_RESTRICT c, size_t ldc) {
+  const DF d;
+  VF acc[MR][NV];
+  HWY_UNROLL(16) for (int m = 0; m < MR; ++m)
+    HWY_UNROLL(16) for (int v = 0; v < NV; ++v) {
+      acc[m][v] = kOut == Out::kAccumulate ? hn::LoadU(d, c + m * ldc + v * kLanes) : hn::Zero(d);
+    }
+  const size_t n = kK > 0 ? static_cast<size_t>(kK) : K;
+  for (size_t k = 0; k < n; ++k) {
+    VF bv[NV];
+    HWY_UNROLL(16) for (int v = 0; v < NV; ++v) bv[v] = hn::LoadU(d, b + k * ldb + v * kLanes);
+    HWY_UNROLL(16) for (int m = 0; m < MR; ++m) {
+      const VF am = hn::Set(d, kAColMajor ? a[k * lda + m] : a[m * lda + k]);
+      HWY_UNROLL(16) for (int v = 0; v < NV; ++v) acc[m][v] = hn::MulAdd(am, bv[v], acc[m][v]);
+    }
+  }
+  HWY_UNROLL(16) for (int m = 0; m < MR; ++m)
+    HWY_UNROLL(16) for (int v = 0; v < NV; ++v) hn::StoreU(acc[m][v], d, c + m * ldc + v * kLanes);
+}
+
+// Rows [0, M) of a block, in tiles of MR rows, the last tile with the remaining rows.
+template <int MR, int NV, bool kAColMajor, Out kOut, int kK>
+HWY_INLINE void TileRows(size_t M, const float* HWY_RESTRICT a, size_t lda, const float* HWY_RESTRICT b,
+                         size_t ldb, size_t K, float* HWY_RESTRICT c, size_t ldc) {
+  size_t m0 = 0;
+  for (; m0 + MR <= M; m0 += MR)
+    MicroTile<MR, NV, kAColMajor, kOut, kK>(kAColMajor ? a + m0 : a + m0 * lda, lda, b, ldb, K, c + m0 * ldc, ldc);
+  if constexpr (MR > 1) {
+    if (m0 < M) {
+      // Remainder: peel it with ever smaller tiles (MR-1, then what is left).
+      TileRows<MR - 1, NV, kAColMajor, kOut, kK>(M - m0, kAColMajor ? a + m0 : a + m0 * lda, lda, b, ldb, K,
+                                                 c + m0 * ldc, ldc);
+    }
+  }
+}
+
+// C (M, nvec * kLanes) op= A (M, K) B (K, nvec * kLanes), in column chunks of at most NV vectors.
+template <int MR, int NV, bool kAColMajor, Out kOut, int kK = 0>
+HWY_NOINLINE void BlockProduct(size_t M, size_t nvec, const float* HWY_RESTRICT a, size_t lda,
+                               const float* HWY_RESTRICT b, size_t ldb, size_t K, float* HWY_RESTRICT c,
+                               size_t ldc) {
+  size_t v0 = 0;
+  for (; v0 + NV <= nvec; v0 += NV)
+    TileRows<MR, NV, kAColMajor, kOut, kK>(M, a, lda, b + v0 * kLanes, ldb, K, c + v0 * kLanes, ldc);
+  if constexpr (NV > 1) {
+    if (v0 < nvec)
+      BlockProduct<MR, NV - 1, kAColMajor, kOut, kK>(M, nvec - v0, a, lda, b + v0 * kLanes, ldb, K,
+                                                     c + v0 * kLanes, ldc);
+  }
+}
+
+// e^x to about 1 ulp for x <= 88 (Highway's polynomial and range reduction): 0 below -87
+// (where e^x < 2^-125, negligible next to the row's largest weight, e^0), NaN for NaN.
+HWY_INLINE VF Exp(DF d, VF x) {
+  const DI di;
+  const auto q = hn::NearestInt(hn::Mul(x, hn::Set(d, 1.44269504088896341f)));
+  const VF qf = hn::ConvertTo(d, q);
+  VF r = hn::MulAdd(qf, hn::Set(d, -0.693145751953125f), x);  // x - q ln2, ln2 in two parts
+  r = hn::MulAdd(qf, hn::Set(d, -1.428606765330187045e-6f), r);
+  VF p = hn::MulAdd(hn::Set(d, 0.000198527617612853646278381f), r, hn::Set(d, 0.00139304355252534151077271f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.00833336077630519866943359f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.0416664853692054748535156f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.166666671633720397949219f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
+  const VF er = hn::Add(hn::MulAdd(p, hn::Mul(r, r), r), hn::Set(d, 1.0f));  // e^r
+  const VF two_q = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(q, hn::Set(di, 127))));
+  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -87.0f)), hn::Mul(er, two_q));
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// (hi, lo) = the 64-bit products a * m, lane by lane.
+HWY_INLINE void MulHiLo(VU a, uint32_t m, VU& hi, VU& lo) {
+  const DU du;
+  const hn::Repartition<uint64_t, DU> du64;
+  const VU vm = hn::Set(du, m);
+  lo = hn::Mul(a, vm);
+  const auto even = hn::MulEven(a, vm);                                                 // a[2k] m
+  const auto odd = hn::MulEven(hn::BitCast(du, hn::ShiftRight<32>(hn::BitCast(du64, a))), vm);  // a[2k+1] m
+  hi = hn::OddEven(hn::BitCast(du, odd), hn::BitCast(du, hn::ShiftRight<32>(even)));
+}
+#endif
+
+// Philox4x32-10 on kLanes counters at once: (c0, c1, c2, c3) -> four words per lane, the same
+// words as philox4x32_10 in qkv/kernels/philox.h.
+HWY_INLINE void Philox(VU& c0, VU& c1, VU& c2, VU& c3, uint32_t k0, uint32_t k1) {
+#if HWY_TARGET == HWY_SCALAR
+  const DU du;
+  const auto w = philox4x32_10({hn::GetLane(c0), hn::GetLane(c1), hn::GetLane(c2), hn::GetLane(c3)}, {k0, k1});
+  c0 = hn::Set(du, w[0]);
+  c1 = hn::Set(du, w[1]);
+  c2 = hn::Set(du, w[2]);
+  c3 = hn::Set(du, w[3]);
+#else
+  const DU du;
+  for (int round = 0; round < 10; ++round) {
+    VU hi0, lo0, hi1, lo1;
+    MulHiLo(c0, kPhiloxM0, hi0, lo0);
+    MulHiLo(c2, kPhiloxM1, hi1, lo1);
+    const VU n0 = hn::Xor(hn::Xor(hi1, c1), hn::Set(du, k0));
+    const VU n2 = hn::Xor(hn::Xor(hi0, c3), hn::Set(du, k1));
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+    k0 += kPhiloxW0;
+    k1 += kPhiloxW1;
+  }
+#endif
+}
+
+// Dropout masks of keys j4 .. j4+3 (j4 % 4 == 0) for the kLanes queries i0 .. i0+kLanes-1 of
+// head (b, h): drop[r] is true where weight (i, j4 + r) is dropped.
+struct DropoutKey {
+  uint32_t k0, k1, b, h, threshold;
+};
+HWY_INLINE void DropoutDrop4(const DropoutKey& key, int64_t i0, int64_t j4, hn::Mask<DF> drop[4]) {
+  const DU du;
+  const DF d;
+  const DI di;
+  VU c0 = hn::Set(du, static_cast<uint32_t>(j4 >> 2));
+  VU c1 = hn::Iota(du, static_cast<uint32_t>(i0));
+  VU c2 = hn::Set(du, key.b);
+  VU c3 = hn::Set(du, key.h);
+  Philox(c0, c1, c2, c3, key.k0, key.k1);
+  const auto thr = hn::Set(di, static_cast<int32_t>(key.threshold));
+  const VU words[4] = {c0, c1, c2, c3};
+  for (int r = 0; r < 4; ++r) {
+    const auto top24 = hn::BitCast(di, hn::ShiftRight<8>(words[r]));
+    drop[r] = hn::RebindMask(d, hn::Lt(top24, thr));
+  }
+}
+
+}  // namespace qkv::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // QKV_KERNELS_ATTENTION_TILES_INL_H_

@@ -1,0 +1,495 @@
+// The fused attention kernels, forward and backward (FlashAttention-2 on the CPU), compiled once
+// per SIMD target by Highway and dispatched at run time. See include/qkv/kernels/attention.h for
+// the math and attention_tiles-inl.h for the tile layout (one query per SIMD lane).
+//
+// Forward, per task = (b, h, block of Br queries):
+//   Qt = (q_block * scale)^T                                      (D, Br)
+//   for each block of Bc keys up to the causal diagonal:
+//     St = k_block Qt                                             (Bc, Br)  scores^T
+//     mask St; m_new = max(m, column max of St)                   online softmax, lane-wise
+//     Pt = exp(St - m_new); l = l * exp(m - m_new) + column sum of Pt
+//     Ot = Ot * exp(m - m_new) + v_block^T (Pt * dropout)         (Dv, Br)
+//   o = (Ot / l)^T, lse = m + log(l)
+// Backward, per task = (b, h), FlashAttention-2's loop order: for each key block j (holding
+// dk_j, dv_j), for each query block i that sees it:
+//   Pt = exp(mask(k_j Qt_i) - lse_i)          weights^T, recomputed
+//   dPt = v_j dOt_i                           (d_o v^T)^T
+//   dv_j += (Pt * z) d_o_i                     z = dropout keep / (1 - p)
+//   dSt = Pt * (dPt * z - Di),  Di = sum_d d_o[i, d] o[i, d]
+//   dk_j += dSt (q_i * scale);  dq_i += dSt^T k_j   (dq scaled at the end)
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/flash_attention.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "hwy/highway.h"
+#include "kernels/attention_problem.h"
+#include "kernels/attention_tiles-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::kernels::HWY_NAMESPACE {
+namespace {
+
+constexpr int kQueryVectors = 3;                       // Br = 3 SIMD vectors of queries
+constexpr size_t kBr = kQueryVectors * kLanes;         // 48 with AVX-512, 24 with AVX2
+constexpr size_t kBc = 64;                             // keys per block (a multiple of 4: Philox)
+constexpr int kScoreRows = kVectorRegisters == 32 ? 8 : 4;   // register tile of St: 8 x 3 vectors
+constexpr int kGradRows = kVectorRegisters == 32 ? 6 : 3;    // register tile of dk, dv, dq
+constexpr int kGradVectors = kVectorRegisters == 32 ? 4 : 3;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+// Carves 64-byte-aligned arrays out of one scratch buffer.
+class Carver {
+ public:
+  explicit Carver(float* base) : p_(base) {}
+  float* take(size_t n) {
+    float* r = p_;
+    p_ += round_up(n, 16);
+    return r;
+  }
+  static size_t size(std::initializer_list<size_t> ns) {
+    size_t total = 0;
+    for (size_t n : ns) total += round_up(n, 16);
+    return total;
+  }
+
+ private:
+  float* p_;
+};
+
+// Copies rows [j0, j0 + n) of head (b, h) of x into dst (n, ld), zero-padding columns [dim, ld).
+void PackRows(ConstHeads x, int64_t b, int64_t h, int64_t j0, size_t n, float* HWY_RESTRICT dst, size_t ld) {
+  const size_t dim = static_cast<size_t>(x.dim);
+  for (size_t j = 0; j < n; ++j) {
+    const float* src = x.row(b, h, j0 + static_cast<int64_t>(j));
+    float* out = dst + j * ld;
+    if (x.stride_d == 1) {
+      std::memcpy(out, src, dim * sizeof(float));
+    } else {
+      for (size_t c = 0; c < dim; ++c) out[c] = src[c * x.stride_d];
+    }
+    for (size_t c = dim; c < ld; ++c) out[c] = 0.0f;
+  }
+}
+
+// dst (dim, kBr) = (rows [i0, i0 + n) of head (b, h) of x) ^T * factor; lanes n.. are zero.
+void PackTransposed(ConstHeads x, int64_t b, int64_t h, int64_t i0, size_t n, float factor,
+                    float* HWY_RESTRICT dst) {
+  const size_t dim = static_cast<size_t>(x.dim);
+  for (size_t i = 0; i < kBr; ++i) {
+    if (i < n) {
+      const float* src = x.row(b, h, i0 + static_cast<int64_t>(i));
+      for (size_t c = 0; c < dim; ++c) dst[c * kBr + i] = src[c * x.stride_d] * factor;
+    } else {
+      for (size_t c = 0; c < dim; ++c) dst[c * kBr + i] = 0.0f;
+    }
+  }
+}
+
+// Applies the mask to St (Bc, Br) for queries i0 + [0, rows) and keys j0 + [0, cols).
+void ApplyMask(const AttentionProblem& p, float* HWY_RESTRICT st, int64_t i0, int64_t j0, size_t rows,
+               size_t cols) {
+  const DF d;
+  const DI di;
+  switch (p.mask.kind) {
+    case AttentionMask::Kind::kNone:
+      return;
+    case AttentionMask::Kind::kCausal:
+      for (size_t j = 0; j < cols; ++j) {
+        const auto jv = hn::Set(di, static_cast<int32_t>(j0 + static_cast<int64_t>(j)));
+        for (int v = 0; v < kQueryVectors; ++v) {
+          const auto iv = hn::Iota(di, static_cast<int32_t>(i0 + v * static_cast<int64_t>(kLanes)));
+          float* s = st + j * kBr + v * kLanes;
+          hn::StoreU(hn::IfThenElse(hn::RebindMask(d, hn::Lt(iv, jv)), hn::Set(d, kNegInf), hn::LoadU(d, s)), d, s);
+        }
+      }
+      return;
+    case AttentionMask::Kind::kAdditive:
+      for (size_t i = 0; i < rows; ++i) {
+        const float* m = p.mask.values + (i0 + static_cast<int64_t>(i)) * p.mask.row_stride + j0;
+        for (size_t j = 0; j < cols; ++j) st[j * kBr + i] += m[j];
+      }
+      return;
+    case AttentionMask::Kind::kBlocked:
+      for (size_t i = 0; i < rows; ++i) {
+        const float* m = p.mask.values + (i0 + static_cast<int64_t>(i)) * p.mask.row_stride + j0;
+        for (size_t j = 0; j < cols; ++j)
+          if (m[j] != 0.0f) st[j * kBr + i] = kNegInf;
+      }
+      return;
+  }
+}
+
+bool BlockNeedsMask(const AttentionProblem& p, int64_t i0, int64_t j0, size_t cols) {
+  if (p.mask.kind == AttentionMask::Kind::kNone) return false;
+  if (p.causal()) return j0 + static_cast<int64_t>(cols) - 1 > i0;  // some key beyond some query
+  return true;
+}
+
+DropoutKey MakeDropoutKey(const AttentionProblem& p, int64_t b, int64_t h) {
+  return {static_cast<uint32_t>(p.seed), static_cast<uint32_t>(p.seed >> 32), static_cast<uint32_t>(b),
+          static_cast<uint32_t>(h), p.threshold};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward
+
+struct ForwardScratch {
+  float *qt, *kb, *vb, *st, *ot, *m, *l, *alpha, *mx;
+  static size_t floats(size_t D, size_t Dv) {
+    return Carver::size({D * kBr, kBc * D, kBc * Dv, kBc * kBr, Dv * kBr, kBr, kBr, kBr, kBr});
+  }
+  ForwardScratch(float* base, size_t D, size_t Dv) {
+    Carver c(base);
+    qt = c.take(D * kBr);
+    kb = c.take(kBc * D);
+    vb = c.take(kBc * Dv);
+    st = c.take(kBc * kBr);
+    ot = c.take(Dv * kBr);
+    m = c.take(kBr);
+    l = c.take(kBr);
+    alpha = c.take(kBr);
+    mx = c.take(kBr);
+  }
+};
+
+// One online-softmax step over St (cols, Br): updates m, l, writes alpha = exp(m_old - m_new) and
+// replaces St by the (dropped-out) probabilities exp(St - m_new). mx holds the block's column max.
+void OnlineSoftmaxStep(const AttentionProblem& p, const DropoutKey& key, ForwardScratch& s, int64_t i0,
+                       int64_t j0, size_t cols) {
+  const DF d;
+  VF m_use[kQueryVectors], sum[kQueryVectors];
+  for (int v = 0; v < kQueryVectors; ++v) {
+    const VF m_old = hn::LoadU(d, s.m + v * kLanes);
+    const VF m_new = hn::Max(m_old, hn::LoadU(d, s.mx + v * kLanes));
+    // A query with no visible key yet keeps m = -inf; subtract 0 instead so exp gives 0, not NaN.
+    m_use[v] = hn::IfThenZeroElse(hn::Eq(m_new, hn::Set(d, kNegInf)), m_new);
+    const VF alpha = Exp(d, hn::Sub(m_old, m_use[v]));
+    hn::StoreU(alpha, d, s.alpha + v * kLanes);
+    hn::StoreU(m_new, d, s.m + v * kLanes);
+    sum[v] = hn::Mul(hn::LoadU(d, s.l + v * kLanes), alpha);
+  }
+  if (!p.dropout) {
+    for (size_t j = 0; j < cols; ++j) {
+      HWY_UNROLL(4) for (int v = 0; v < kQueryVectors; ++v) {
+        float* st = s.st + j * kBr + v * kLanes;
+        const VF pr = Exp(d, hn::Sub(hn::LoadU(d, st), m_use[v]));
+        sum[v] = hn::Add(sum[v], pr);
+        hn::StoreU(pr, d, st);
+      }
+    }
+  } else {
+    for (size_t j = 0; j < cols; j += 4) {
+      for (int v = 0; v < kQueryVectors; ++v) {
+        hn::Mask<DF> drop[4];
+        DropoutDrop4(key, i0 + v * static_cast<int64_t>(kLanes), j0 + static_cast<int64_t>(j), drop);
+        for (size_t r = 0; r < 4 && j + r < cols; ++r) {
+          float* st = s.st + (j + r) * kBr + v * kLanes;
+          const VF pr = Exp(d, hn::Sub(hn::LoadU(d, st), m_use[v]));
+          sum[v] = hn::Add(sum[v], pr);  // the normaliser counts every weight, dropped or not
+          hn::StoreU(hn::IfThenZeroElse(drop[r], pr), d, st);
+        }
+      }
+    }
+  }
+  for (int v = 0; v < kQueryVectors; ++v) hn::StoreU(sum[v], d, s.l + v * kLanes);
+}
+
+template <int kD>
+void ForwardTask(const AttentionProblem& p, MutableHeads o, float* lse, int64_t b, int64_t h, int64_t i0,
+                 float* scratch) {
+  const DF d;
+  const size_t D = kD > 0 ? kD : static_cast<size_t>(p.D);
+  const size_t Dv = kD > 0 ? kD : static_cast<size_t>(p.Dv);
+  ForwardScratch s(scratch, D, Dv);
+  const size_t rows = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kBr), p.T - i0));
+  const DropoutKey key = MakeDropoutKey(p, b, h);
+  // Keys and values are read in place when their rows are contiguous, else copied per block.
+  const bool k_direct = p.k.stride_d == 1, v_direct = p.v.stride_d == 1;
+  const size_t ldk = k_direct ? static_cast<size_t>(p.k.stride_n) : D;
+  const size_t ldv = v_direct ? static_cast<size_t>(p.v.stride_n) : Dv;
+
+  PackTransposed(p.q, b, h, i0, rows, p.scale, s.qt);
+  std::fill(s.ot, s.ot + Dv * kBr, 0.0f);
+  std::fill(s.m, s.m + kBr, kNegInf);
+  std::fill(s.l, s.l + kBr, 0.0f);
+
+  const int64_t j_end = p.causal() ? std::min(p.S, i0 + static_cast<int64_t>(rows)) : p.S;
+  for (int64_t j0 = 0; j0 < j_end; j0 += static_cast<int64_t>(kBc)) {
+    const size_t cols = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kBc), j_end - j0));
+    const float* kb = k_direct ? p.k.row(b, h, j0) : s.kb;
+    const float* vb = v_direct ? p.v.row(b, h, j0) : s.vb;
+    if (!k_direct) PackRows(p.k, b, h, j0, cols, s.kb, D);
+    if (!v_direct) PackRows(p.v, b, h, j0, cols, s.vb, Dv);
+    // St = k_block Qt, masked; mx = its column max
+    BlockProduct<kScoreRows, kQueryVectors, false, Out::kStore, kD>(cols, kQueryVectors, kb, ldk, s.qt, kBr, D,
+                                                                    s.st, kBr);
+    if (BlockNeedsMask(p, i0, j0, cols)) ApplyMask(p, s.st, i0, j0, rows, cols);
+    for (int v = 0; v < kQueryVectors; ++v) {
+      VF mx = hn::Set(d, kNegInf);
+      for (size_t j = 0; j < cols; ++j) mx = hn::Max(mx, hn::LoadU(d, s.st + j * kBr + v * kLanes));
+      hn::StoreU(mx, d, s.mx + v * kLanes);
+    }
+    OnlineSoftmaxStep(p, key, s, i0, j0, cols);
+    // Ot = Ot * alpha + v_block^T Pt
+    if (j0 > 0) {
+      for (size_t c = 0; c < Dv; ++c)
+        for (int v = 0; v < kQueryVectors; ++v) {
+          float* x = s.ot + c * kBr + v * kLanes;
+          hn::StoreU(hn::Mul(hn::LoadU(d, x), hn::LoadU(d, s.alpha + v * kLanes)), d, x);
+        }
+    }
+    if (cols == kBc) {
+      BlockProduct<kScoreRows, kQueryVectors, true, Out::kAccumulate, static_cast<int>(kBc)>(
+          Dv, kQueryVectors, vb, ldv, s.st, kBr, cols, s.ot, kBr);
+    } else {
+      BlockProduct<kScoreRows, kQueryVectors, true, Out::kAccumulate>(Dv, kQueryVectors, vb, ldv, s.st, kBr, cols,
+                                                                     s.ot, kBr);
+    }
+  }
+
+  float* lse_row = lse + (b * p.H + h) * p.T + i0;
+  for (size_t i = 0; i < rows; ++i) {
+    const float l = s.l[i];
+    const float inv = l == 0.0f ? 0.0f : p.keep_scale / l;  // a row with no visible key: o = 0
+    lse_row[i] = l == 0.0f ? kNegInf : s.m[i] + std::log(l);
+    float* out = o.row(b, h, i0 + static_cast<int64_t>(i));
+    for (size_t c = 0; c < Dv; ++c) out[c * o.stride_d] = s.ot[c * kBr + i] * inv;
+  }
+}
+
+template <int kD>
+void Forward(const AttentionProblem& p, MutableHeads o, float* lse) {
+  const int64_t blocks = (p.T + static_cast<int64_t>(kBr) - 1) / static_cast<int64_t>(kBr);
+  const int64_t heads = p.B * p.H;
+  const size_t scratch = ForwardScratch::floats(static_cast<size_t>(p.D), static_cast<size_t>(p.Dv));
+  ThreadPool& pool = *p.pool;
+  // Tasks in order of decreasing work under a causal mask: the last query block of every head first.
+  pool.parallel_for(blocks * heads, [&](int64_t task, int worker) {
+    const int64_t block = blocks - 1 - task / heads, bh = task % heads;
+    ForwardTask<kD>(p, o, lse, bh / p.H, bh % p.H, block * static_cast<int64_t>(kBr),
+                    pool.scratch(worker, scratch));
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward
+
+struct BackwardScratch {
+  // Whole head, packed once per task.
+  float *qt;     // (blocks, D, Br)   (q * scale)^T per query block
+  float *qs;     // (Tp, Dp)          q * scale, rows zero-padded
+  float *dot;    // (blocks, Dv, Br)  d_o^T per query block
+  float *dob;    // (Tp, Dvp)         d_o
+  float *lse;    // (Tp)              lse, or +inf where the weights are all zero
+  float *di;     // (Tp)              sum_d d_o * o
+  float *dq;     // (Tp, Dp)          dq accumulator
+  // One key block.
+  float *kb, *vb, *dk, *dv, *pt, *dpt;  // (Bc, Dp), (Bc, Dv), (Bc, Dp), (Bc, Dvp), (Bc, Br) x 2
+
+  static size_t floats(size_t blocks, size_t D, size_t Dv) {
+    const size_t Tp = blocks * kBr, Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes);
+    return Carver::size({blocks * D * kBr, Tp * Dp, blocks * Dv * kBr, Tp * Dvp, Tp, Tp, Tp * Dp, kBc * Dp,
+                         kBc * Dv, kBc * Dp, kBc * Dvp, kBc * kBr, kBc * kBr});
+  }
+  BackwardScratch(float* base, size_t blocks, size_t D, size_t Dv) {
+    const size_t Tp = blocks * kBr, Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes);
+    Carver c(base);
+    qt = c.take(blocks * D * kBr);
+    qs = c.take(Tp * Dp);
+    dot = c.take(blocks * Dv * kBr);
+    dob = c.take(Tp * Dvp);
+    lse = c.take(Tp);
+    di = c.take(Tp);
+    dq = c.take(Tp * Dp);
+    kb = c.take(kBc * Dp);
+    vb = c.take(kBc * Dv);
+    dk = c.take(kBc * Dp);
+    dv = c.take(kBc * Dvp);
+    pt = c.take(kBc * kBr);
+    dpt = c.take(kBc * kBr);
+  }
+};
+
+void PackHeadForBackward(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const float* lse, int64_t b,
+                         int64_t h, size_t blocks, BackwardScratch& s) {
+  const size_t D = static_cast<size_t>(p.D), Dv = static_cast<size_t>(p.Dv);
+  const size_t Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes), Tp = blocks * kBr;
+  const size_t T = static_cast<size_t>(p.T);
+  for (size_t blk = 0; blk < blocks; ++blk) {
+    const int64_t i0 = static_cast<int64_t>(blk * kBr);
+    const size_t rows = std::min(kBr, T - blk * kBr);
+    PackTransposed(p.q, b, h, i0, rows, p.scale, s.qt + blk * D * kBr);
+    PackTransposed(d_o, b, h, i0, rows, 1.0f, s.dot + blk * Dv * kBr);
+  }
+  for (size_t i = 0; i < Tp; ++i) {
+    float* qrow = s.qs + i * Dp;
+    float* drow = s.dob + i * Dvp;
+    std::fill(qrow, qrow + Dp, 0.0f);
+    std::fill(drow, drow + Dvp, 0.0f);
+    s.lse[i] = std::numeric_limits<float>::infinity();
+    s.di[i] = 0.0f;
+    if (i >= T) continue;
+    const int64_t ii = static_cast<int64_t>(i);
+    const float* q = p.q.row(b, h, ii);
+    for (size_t c = 0; c < D; ++c) qrow[c] = q[c * p.q.stride_d] * p.scale;
+    const float* g = d_o.row(b, h, ii);
+    const float* out = o.row(b, h, ii);
+    float dsum = 0.0f;
+    for (size_t c = 0; c < Dv; ++c) {
+      drow[c] = g[c * d_o.stride_d];
+      dsum += drow[c] * out[c * o.stride_d];
+    }
+    s.di[i] = dsum;
+    const float l = lse[(b * p.H + h) * p.T + ii];
+    if (l != kNegInf) s.lse[i] = l;  // -inf: no visible key, every weight is 0 (exp(s - inf) = 0)
+  }
+  std::fill(s.dq, s.dq + Tp * Dp, 0.0f);
+}
+
+// Pt = exp(mask(St) - lse) and the dropout / dS step for one (query block, key block) pair:
+// on return pt holds Pt * z and dpt holds dSt = Pt * (dPt * z - Di).
+template <bool kDropout>
+void WeightsAndScoreGradient(const AttentionProblem& p, const DropoutKey& key, const float* HWY_RESTRICT lse,
+                             const float* HWY_RESTRICT di, float* HWY_RESTRICT pt, float* HWY_RESTRICT dpt,
+                             int64_t i0, int64_t j0, size_t cols) {
+  const DF d;
+  for (int v = 0; v < kQueryVectors; ++v) {
+    const VF l = hn::LoadU(d, lse + v * kLanes);
+    const VF dsum = hn::LoadU(d, di + v * kLanes);
+    const VF z = hn::Set(d, p.keep_scale);
+    for (size_t j = 0; j < cols; j += 4) {
+      hn::Mask<DF> drop[4];
+      if constexpr (kDropout) DropoutDrop4(key, i0 + v * static_cast<int64_t>(kLanes), j0 + static_cast<int64_t>(j), drop);
+      for (size_t r = 0; r < 4 && j + r < cols; ++r) {
+        const size_t at = (j + r) * kBr + v * kLanes;
+        const VF w = Exp(d, hn::Sub(hn::LoadU(d, pt + at), l));
+        VF dw = hn::LoadU(d, dpt + at);
+        VF wz = w;
+        if constexpr (kDropout) {
+          dw = hn::IfThenZeroElse(drop[r], hn::Mul(dw, z));
+          wz = hn::IfThenZeroElse(drop[r], hn::Mul(w, z));
+        }
+        hn::StoreU(hn::Mul(w, hn::Sub(dw, dsum)), d, dpt + at);
+        hn::StoreU(wz, d, pt + at);
+      }
+    }
+  }
+}
+
+template <int kD>
+void BackwardTask(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const float* lse, MutableHeads dq,
+                  MutableHeads dk, MutableHeads dv, int64_t b, int64_t h, float* scratch) {
+  const size_t D = kD > 0 ? kD : static_cast<size_t>(p.D);
+  const size_t Dv = kD > 0 ? kD : static_cast<size_t>(p.Dv);
+  const size_t Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes);
+  const size_t blocks = (static_cast<size_t>(p.T) + kBr - 1) / kBr;
+  BackwardScratch s(scratch, blocks, D, Dv);
+  PackHeadForBackward(p, o, d_o, lse, b, h, blocks, s);
+  const DropoutKey key = MakeDropoutKey(p, b, h);
+
+  for (int64_t j0 = 0; j0 < p.S; j0 += static_cast<int64_t>(kBc)) {
+    const size_t cols = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kBc), p.S - j0));
+    PackRows(p.k, b, h, j0, cols, s.kb, Dp);
+    PackRows(p.v, b, h, j0, cols, s.vb, Dv);
+    std::fill(s.dk, s.dk + kBc * Dp, 0.0f);
+    std::fill(s.dv, s.dv + kBc * Dvp, 0.0f);
+    // Under a causal mask, queries before j0 see none of these keys.
+    const size_t first = p.causal() ? static_cast<size_t>(j0) / kBr : 0;
+    for (size_t blk = first; blk < blocks; ++blk) {
+      const int64_t i0 = static_cast<int64_t>(blk * kBr);
+      const size_t rows = std::min(kBr, static_cast<size_t>(p.T) - blk * kBr);
+      // St = k_j Qt_i, masked; dPt = v_j dOt_i
+      BlockProduct<kScoreRows, kQueryVectors, false, Out::kStore, kD>(cols, kQueryVectors, s.kb, Dp,
+                                                                      s.qt + blk * D * kBr, kBr, D, s.pt, kBr);
+      if (BlockNeedsMask(p, i0, j0, cols)) ApplyMask(p, s.pt, i0, j0, rows, cols);
+      BlockProduct<kScoreRows, kQueryVectors, false, Out::kStore, kD>(cols, kQueryVectors, s.vb, Dv,
+                                                                      s.dot + blk * Dv * kBr, kBr, Dv, s.dpt, kBr);
+      if (p.dropout) {
+        WeightsAndScoreGradient<true>(p, key, s.lse + i0, s.di + i0, s.pt, s.dpt, i0, j0, cols);
+      } else {
+        WeightsAndScoreGradient<false>(p, key, s.lse + i0, s.di + i0, s.pt, s.dpt, i0, j0, cols);
+      }
+      // dv_j += (Pt z) d_o_i;  dk_j += dSt (q_i scale);  dq_i += dSt^T k_j
+      BlockProduct<kGradRows, kGradVectors, false, Out::kAccumulate>(cols, Dvp / kLanes, s.pt, kBr,
+                                                                     s.dob + i0 * Dvp, Dvp, rows, s.dv, Dvp);
+      BlockProduct<kGradRows, kGradVectors, false, Out::kAccumulate>(cols, Dp / kLanes, s.dpt, kBr,
+                                                                     s.qs + i0 * Dp, Dp, rows, s.dk, Dp);
+      BlockProduct<kGradRows, kGradVectors, true, Out::kAccumulate>(rows, Dp / kLanes, s.dpt, kBr, s.kb, Dp,
+                                                                    cols, s.dq + i0 * Dp, Dp);
+    }
+    for (size_t j = 0; j < cols; ++j) {
+      const int64_t jj = j0 + static_cast<int64_t>(j);
+      float* gk = dk.row(b, h, jj);
+      float* gv = dv.row(b, h, jj);
+      for (size_t c = 0; c < D; ++c) gk[c * dk.stride_d] = s.dk[j * Dp + c];
+      for (size_t c = 0; c < Dv; ++c) gv[c * dv.stride_d] = s.dv[j * Dvp + c];
+    }
+  }
+  for (int64_t i = 0; i < p.T; ++i) {
+    float* gq = dq.row(b, h, i);
+    const float* acc = s.dq + static_cast<size_t>(i) * Dp;
+    for (size_t c = 0; c < D; ++c) gq[c * dq.stride_d] = acc[c] * p.scale;
+  }
+}
+
+template <int kD>
+void Backward(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const float* lse, MutableHeads dq,
+              MutableHeads dk, MutableHeads dv) {
+  const size_t blocks = (static_cast<size_t>(p.T) + kBr - 1) / kBr;
+  const size_t scratch = BackwardScratch::floats(blocks, static_cast<size_t>(p.D), static_cast<size_t>(p.Dv));
+  ThreadPool& pool = *p.pool;
+  pool.parallel_for(p.B * p.H, [&](int64_t bh, int worker) {
+    BackwardTask<kD>(p, o, d_o, lse, dq, dk, dv, bh / p.H, bh % p.H, pool.scratch(worker, scratch));
+  });
+}
+
+}  // namespace
+
+void ForwardImpl(const AttentionProblem& p, MutableHeads o, float* lse) {
+  const int64_t dim = p.D == p.Dv ? p.D : 0;
+  switch (dim) {
+    case 32: return Forward<32>(p, o, lse);
+    case 64: return Forward<64>(p, o, lse);
+    case 128: return Forward<128>(p, o, lse);
+    default: return Forward<0>(p, o, lse);
+  }
+}
+
+void BackwardImpl(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const float* lse, MutableHeads dq,
+                  MutableHeads dk, MutableHeads dv) {
+  const int64_t dim = p.D == p.Dv ? p.D : 0;
+  switch (dim) {
+    case 32: return Backward<32>(p, o, d_o, lse, dq, dk, dv);
+    case 64: return Backward<64>(p, o, d_o, lse, dq, dk, dv);
+    case 128: return Backward<128>(p, o, d_o, lse, dq, dk, dv);
+    default: return Backward<0>(p, o, d_o, lse, dq, dk, dv);
+  }
+}
+
+}  // namespace qkv::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv::kernels {
+
+HWY_EXPORT(ForwardImpl);
+HWY_EXPORT(BackwardImpl);
+
+void flash_attention_forward(const AttentionProblem& p, MutableHeads o, float* lse) {
+  HWY_DYNAMIC_DISPATCH(ForwardImpl)(p, o, lse);
+}
+
+void flash_attention_backward(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const float* lse,
+                              MutableHeads dq, MutableHeads dk, MutableHeads dv) {
+  HWY_DYNAMIC_DISPATCH(BackwardImpl)(p, o, d_o, lse, dq, dk, dv);
+}
+
+}  // namespace qkv::kernels
+#endif  // HWY_ONCE

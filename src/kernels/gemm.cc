@@ -1,0 +1,166 @@
+// Matrix products through the BLAS, split into panels over qkv's pool. See qkv/kernels/gemm.h.
+#include "qkv/kernels/gemm.h"
+
+#if QKV_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+#include <algorithm>
+#include <mutex>
+
+#include "qkv/core/error.h"
+
+namespace qkv::kernels {
+namespace {
+
+// Rows (or columns) of C per task: an eighth of them, rounded to 64, between 64 and 1024. Each
+// task's BLAS call packs the whole other operand again, so panels are kept large (at GPT-2's
+// 8192 x 2304 x 768, packing is ~2% of a 1024-row panel's work and ~10% of a 256-row one's), and
+// there are up to 8 of them for the threads to share. The split depends on the shape only.
+int64_t panel_size(int64_t extent) {
+  const int64_t eighth = (extent / 8 + 63) / 64 * 64;
+  return std::clamp<int64_t>(eighth, 64, 1024);
+}
+
+void blas_single_threaded() {
+#if QKV_HAVE_OPENBLAS
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+#endif
+}
+
+void check(const GemmArgs& g) {
+  QKV_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0, "sgemm: negative size (M, N, K) = (", g.M, ", ", g.N, ", ", g.K, ")");
+  const int64_t a_cols = g.trans_a ? g.M : g.K, b_cols = g.trans_b ? g.K : g.N;
+  QKV_CHECK(g.lda >= std::max<int64_t>(1, a_cols), "sgemm: lda (", g.lda, ") < the columns of A (", a_cols, ")");
+  QKV_CHECK(g.ldb >= std::max<int64_t>(1, b_cols), "sgemm: ldb (", g.ldb, ") < the columns of B (", b_cols, ")");
+  QKV_CHECK(g.ldc >= std::max<int64_t>(1, g.N), "sgemm: ldc (", g.ldc, ") < the columns of C (", g.N, ")");
+  QKV_CHECK(g.M * g.N == 0 || (g.C != nullptr && (g.K == 0 || (g.A != nullptr && g.B != nullptr))),
+            "sgemm: null matrix");
+  QKV_CHECK(g.M < (int64_t{1} << 31) && g.N < (int64_t{1} << 31) && g.K < (int64_t{1} << 31),
+            "sgemm: sizes beyond the BLAS's 32-bit integers");
+}
+
+void blas_call(const GemmArgs& g) {
+  if (g.M == 0 || g.N == 0) return;
+  if (g.K == 0) {  // C = beta C (not left to the BLAS: some return early)
+    for (int64_t m = 0; m < g.M; ++m)
+      for (int64_t n = 0; n < g.N; ++n) g.C[m * g.ldc + n] = g.beta == 0.0f ? 0.0f : g.beta * g.C[m * g.ldc + n];
+    return;
+  }
+#if !QKV_HAVE_OPENBLAS
+  sgemm_reference(g);
+#else
+  cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(g.M), static_cast<int>(g.N), static_cast<int>(g.K), g.alpha, g.A,
+              static_cast<int>(g.lda), g.B, static_cast<int>(g.ldb), g.beta, g.C, static_cast<int>(g.ldc));
+#endif
+}
+
+// Column n of op(X) starts at X + n (not transposed) or X + n * ld (transposed); row m likewise.
+const float* rows_of(const float* X, bool trans, int64_t ld, int64_t first) {
+  return trans ? X + first : X + first * ld;
+}
+const float* cols_of(const float* X, bool trans, int64_t ld, int64_t first) {
+  return trans ? X + first * ld : X + first;
+}
+
+}  // namespace
+
+void sgemm(const GemmArgs& g, ThreadPool* pool_arg) {
+  check(g);
+  blas_single_threaded();
+  // Below about 4 MFLOP a split costs more than it saves.
+  if (gemm_flops(g.M, g.N, g.K) < 4e6) return blas_call(g);
+  ThreadPool& pool = pool_arg ? *pool_arg : default_pool();
+  // Panels of a fixed size (not one per thread), so every element of C comes out of the same
+  // BLAS call whatever the thread count: the result does not depend on it, bit for bit.
+  const bool by_rows = g.M >= g.N;
+  const int64_t extent = by_rows ? g.M : g.N;
+  const int64_t panel = panel_size(extent);
+  const int64_t panels = (extent + panel - 1) / panel;
+  pool.parallel_for(panels, [&](int64_t t, int) {
+    GemmArgs part = g;
+    const int64_t first = t * panel, count = std::min(panel, extent - first);
+    if (by_rows) {
+      part.M = count;
+      part.A = rows_of(g.A, g.trans_a, g.lda, first);
+      part.C = g.C + first * g.ldc;
+    } else {
+      part.N = count;
+      part.B = cols_of(g.B, g.trans_b, g.ldb, first);
+      part.C = g.C + first;
+    }
+    blas_call(part);
+  });
+}
+
+void sgemm_reference(const GemmArgs& g) {
+  check(g);
+  auto a = [&](int64_t m, int64_t k) { return g.trans_a ? g.A[k * g.lda + m] : g.A[m * g.lda + k]; };
+  auto b = [&](int64_t k, int64_t n) { return g.trans_b ? g.B[n * g.ldb + k] : g.B[k * g.ldb + n]; };
+  for (int64_t m = 0; m < g.M; ++m)
+    for (int64_t n = 0; n < g.N; ++n) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < g.K; ++k) acc += static_cast<double>(a(m, k)) * b(k, n);
+      float& c = g.C[m * g.ldc + n];
+      const double prior = g.beta == 0.0f ? 0.0 : static_cast<double>(g.beta) * c;
+      c = static_cast<float>(static_cast<double>(g.alpha) * acc + prior);
+    }
+}
+
+void fill_rows(float* C, int64_t M, int64_t N, int64_t ldc, const float* bias, ThreadPool* pool_arg) {
+  ThreadPool& pool = pool_arg ? *pool_arg : default_pool();
+  const int64_t chunk = 256;
+  pool.parallel_for((M + chunk - 1) / chunk, [&](int64_t t, int) {
+    for (int64_t m = t * chunk; m < std::min(M, (t + 1) * chunk); ++m) std::copy(bias, bias + N, C + m * ldc);
+  });
+}
+
+void sum_rows(const float* X, int64_t M, int64_t N, int64_t ldx, float* out, ThreadPool* pool_arg) {
+  ThreadPool& pool = pool_arg ? *pool_arg : default_pool();
+  const int64_t chunk = 256;  // columns per task
+  pool.parallel_for((N + chunk - 1) / chunk, [&](int64_t t, int) {
+    const int64_t n0 = t * chunk, n1 = std::min(N, n0 + chunk);
+    std::fill(out + n0, out + n1, 0.0f);
+    for (int64_t m = 0; m < M; ++m) {
+      const float* x = X + m * ldx;
+      for (int64_t n = n0; n < n1; ++n) out[n] += x[n];
+    }
+  });
+}
+
+}  // namespace qkv::kernels
+
+namespace qkv {
+
+namespace {
+kernels::GemmArgs plain(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                        const float* B, int64_t ldb, float* C, int64_t ldc) {
+  kernels::GemmArgs g;
+  g.trans_a = trans_a;
+  g.trans_b = trans_b;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = A;
+  g.lda = lda;
+  g.B = B;
+  g.ldb = ldb;
+  g.C = C;
+  g.ldc = ldc;
+  return g;
+}
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float* C, int64_t ldc) {
+  kernels::sgemm(plain(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc));
+}
+
+void gemm_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                    const float* B, int64_t ldb, float* C, int64_t ldc) {
+  kernels::sgemm_reference(plain(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc));
+}
+
+}  // namespace qkv

@@ -1,0 +1,346 @@
+// Encoding: construction and checks, encode with tiktoken's special-token rules, decode.
+#include "qkv/text/bpe.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+
+#include "bpe_merge.h"
+#include "encoding_impl.h"
+#include "qkv/core/error.h"
+#include "qkv/text/utf8.h"
+
+namespace qkv {
+namespace {
+
+using bpe_detail::kNoRank;
+using bpe_detail::Rank;
+using SpecialRef = const std::pair<std::string, Rank>*;
+
+constexpr int64_t kMaxId = (int64_t{1} << 31) - 1;
+
+std::atomic<uint64_t> next_uid{1};
+
+// Each thread's piece cache and buffers, for the last encoding it served.
+struct ThreadScratch {
+  uint64_t owner = 0;
+  bpe_detail::PieceCache cache;
+  std::vector<std::string_view> pieces;
+  std::vector<Rank> merged;
+};
+
+ThreadScratch& scratch_for(uint64_t uid) {
+  thread_local ThreadScratch s;
+  if (s.owner != uid) {
+    s.cache.clear();
+    s.owner = uid;
+  }
+  return s;
+}
+
+std::string printable(std::string_view bytes) {
+  std::string out;
+  for (unsigned char c : bytes) {
+    if (c >= 0x20 && c < 0x7F && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string list_specials(const std::vector<std::pair<std::string, Rank>>& specials) {
+  if (specials.empty()) return "(none)";
+  std::string s;
+  for (const auto& [text, id] : specials) s += (s.empty() ? "" : ", ") + text;
+  return s;
+}
+
+}  // namespace
+
+SpecialTokens SpecialTokens::parse(std::string_view spec) {
+  if (spec == "all") return all();
+  if (spec == "none" || spec.empty()) return none();
+  SpecialTokens s;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t comma = spec.find(',', start);
+    if (comma == std::string_view::npos) comma = spec.size();
+    if (comma > start) s.tokens.emplace_back(spec.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return s;
+}
+
+Encoding::Encoding(EncodingSpec spec) {
+  auto impl = std::make_shared<Impl>();
+  impl->name = spec.name;
+  impl->pattern = spec.pattern;
+  impl->uid = next_uid.fetch_add(1);
+  const std::string who = "encoding " + (spec.name.empty() ? std::string("(unnamed)") : spec.name);
+  impl->pretokenizer = make_pretokenizer(spec.pattern);
+
+  int64_t max_id = -1;
+  auto check_id = [&](TokenId id, const std::string& token, const char* kind) {
+    QKV_CHECK(id >= 0 && id <= kMaxId, who, ": the ", kind, " token \"", printable(token), "\" has id ", id,
+              ", outside 0..", kMaxId);
+    QKV_CHECK(!token.empty(), who, ": a ", kind, " token with id ", id, " is empty");
+    max_id = std::max(max_id, id);
+  };
+  for (const auto& [bytes, id] : spec.mergeable_ranks) check_id(id, bytes, "mergeable");
+  for (const auto& [text, id] : spec.special_tokens) check_id(id, text, "special");
+  QKV_CHECK(max_id >= 0, who, ": the vocabulary is empty");
+
+  impl->n_vocab = max_id + 1;
+  impl->token_offset.assign(static_cast<size_t>(impl->n_vocab), 0);
+  impl->token_length.assign(static_cast<size_t>(impl->n_vocab), Impl::kAbsent);
+  impl->token_is_special.assign(static_cast<size_t>(impl->n_vocab), 0);
+  auto add_token = [&](const std::string& bytes, TokenId id, bool special) {
+    const auto i = static_cast<size_t>(id);
+    QKV_CHECK(impl->token_length[i] == Impl::kAbsent, who, ": id ", id, " is given to both \"",
+              printable(std::string_view(impl->token_bytes).substr(impl->token_offset[i], impl->token_length[i])),
+              "\" and \"", printable(bytes), "\"");
+    QKV_CHECK(impl->token_bytes.size() + bytes.size() < UINT32_MAX, who, ": the tokens' bytes exceed 4 GiB");
+    impl->token_offset[i] = static_cast<uint32_t>(impl->token_bytes.size());
+    impl->token_length[i] = static_cast<uint32_t>(bytes.size());
+    impl->token_is_special[i] = special;
+    impl->token_bytes += bytes;
+  };
+
+  impl->ranks.reserve(spec.mergeable_ranks.size());
+  for (const auto& [bytes, id] : spec.mergeable_ranks) {
+    QKV_CHECK(impl->ranks.insert(bytes, static_cast<Rank>(id)), who, ": the token \"", printable(bytes),
+              "\" appears twice (ranks ", impl->ranks.find(bytes), " and ", id, ")");
+    add_token(bytes, id, false);
+  }
+  for (int b = 0; b < 256; ++b) {
+    const char c = static_cast<char>(b);
+    impl->byte_rank[b] = impl->ranks.find(&c, 1);
+    QKV_CHECK(impl->byte_rank[b] != kNoRank, who, ": the single byte ", b, " is not a token; byte-level BPE ",
+              "needs all 256");
+  }
+  std::map<std::string, Rank> specials;
+  for (const auto& [text, id] : spec.special_tokens) {
+    QKV_CHECK(specials.emplace(text, static_cast<Rank>(id)).second, who, ": the special token ", text,
+              " appears twice");
+    add_token(text, id, true);
+  }
+  impl->specials.assign(specials.begin(), specials.end());
+
+  if (spec.explicit_n_vocab >= 0) {
+    const auto count = static_cast<int64_t>(spec.mergeable_ranks.size() + spec.special_tokens.size());
+    QKV_CHECK(count == spec.explicit_n_vocab, who, ": ", spec.mergeable_ranks.size(), " mergeable and ",
+              spec.special_tokens.size(), " special tokens make ", count, ", not the stated n_vocab ",
+              spec.explicit_n_vocab);
+    QKV_CHECK(max_id == spec.explicit_n_vocab - 1, who, ": the largest id is ", max_id, ", not n_vocab - 1 = ",
+              spec.explicit_n_vocab - 1);
+  }
+  impl_ = std::move(impl);
+}
+
+const std::string& Encoding::name() const { return impl_->name; }
+const std::string& Encoding::pattern() const { return impl_->pattern; }
+int64_t Encoding::n_vocab() const { return impl_->n_vocab; }
+const char* Encoding::pretokenizer_engine() const { return impl_->pretokenizer->engine(); }
+
+TokenId Encoding::eot_token() const {
+  for (const auto& [text, id] : impl_->specials)
+    if (text == "<|endoftext|>") return id;
+  fail("encoding ", impl_->name, " has no <|endoftext|> token (its special tokens: ", list_specials(impl_->specials),
+       ")");
+}
+
+std::vector<std::string> Encoding::special_tokens_set() const {
+  std::vector<std::string> out;
+  for (const auto& [text, id] : impl_->specials) out.push_back(text);
+  return out;
+}
+
+bool Encoding::is_special_token(TokenId id) const {
+  return id >= 0 && id < impl_->n_vocab && impl_->token_is_special[static_cast<size_t>(id)];
+}
+
+// --- encoding -------------------------------------------------------------------------------
+
+void Encoding::Impl::encode_ordinary_into(std::string_view text, std::vector<TokenId>& out) const {
+  ThreadScratch& s = scratch_for(uid);
+  size_t pos = 0;
+  while (pos < text.size()) {
+    s.pieces.clear();
+    pos = pretokenizer->split(text, pos, s.pieces, 1024);
+    for (std::string_view piece : s.pieces) {
+      if (piece.size() == 1) {
+        out.push_back(byte_rank[static_cast<uint8_t>(piece[0])]);
+        continue;
+      }
+      const Rank r = ranks.find(piece.data(), piece.size());
+      if (r != kNoRank) {
+        out.push_back(r);
+        continue;
+      }
+      size_t n = 0;
+      if (const Rank* cached = s.cache.find(piece, &n)) {
+        out.insert(out.end(), cached, cached + n);
+        continue;
+      }
+      s.merged.clear();
+      bpe_detail::byte_pair_encode(ranks, byte_rank, piece, s.merged);
+      s.cache.insert(piece, s.merged.data(), s.merged.size());
+      out.insert(out.end(), s.merged.begin(), s.merged.end());
+    }
+  }
+}
+
+namespace {
+
+// The leftmost occurrence at or after pos of any of the tokens (the longest of those starting
+// there), as (position, token index); npos if none. next[i] caches where token i occurs next.
+std::pair<size_t, size_t> find_special(std::string_view text, size_t pos, const std::vector<SpecialRef>& tokens,
+                                       std::vector<size_t>& next) {
+  size_t best = std::string_view::npos, which = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (next[i] != std::string_view::npos && next[i] < pos) next[i] = text.find(tokens[i]->first, pos);
+    if (next[i] < best || (next[i] == best && next[i] != std::string_view::npos &&
+                           tokens[i]->first.size() > tokens[which]->first.size())) {
+      best = next[i];
+      which = i;
+    }
+  }
+  return {best, which};
+}
+
+std::vector<size_t> first_occurrences(std::string_view text, const std::vector<SpecialRef>& tokens) {
+  std::vector<size_t> next;
+  for (SpecialRef t : tokens) next.push_back(text.find(t->first));
+  return next;
+}
+
+}  // namespace
+
+void Encoding::Impl::encode_into(std::string_view text, const std::vector<SpecialRef>& allowed,
+                                 std::vector<TokenId>& out) const {
+  if (allowed.empty()) return encode_ordinary_into(text, out);
+  std::vector<size_t> next = first_occurrences(text, allowed);
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const auto [at, which] = find_special(text, pos, allowed, next);
+    const size_t stop = std::min(at, text.size());
+    encode_ordinary_into(text.substr(pos, stop - pos), out);
+    if (at == std::string_view::npos) break;
+    out.push_back(allowed[which]->second);
+    pos = at + allowed[which]->first.size();
+  }
+}
+
+void Encoding::Impl::resolve_specials(const SpecialTokens& allowed, const SpecialTokens& disallowed,
+                                      std::vector<SpecialRef>& allowed_out,
+                                      std::vector<SpecialRef>& disallowed_out) const {
+  auto lookup = [&](const std::string& text, const char* which) -> SpecialRef {
+    auto it = std::lower_bound(specials.begin(), specials.end(), text,
+                               [](const auto& e, const std::string& t) { return e.first < t; });
+    QKV_CHECK(it != specials.end() && it->first == text, "encode: \"", printable(text), "\" in ", which,
+              " is not a special token of ", name, " (its special tokens: ", list_specials(specials), ")");
+    return &*it;
+  };
+  allowed_out.clear();
+  disallowed_out.clear();
+  if (allowed.is_all) {
+    for (const auto& s : specials) allowed_out.push_back(&s);
+  } else {
+    for (const std::string& t : allowed.tokens) allowed_out.push_back(lookup(t, "allowed_special"));
+  }
+  if (disallowed.is_all) {
+    for (const auto& s : specials)
+      if (std::find(allowed_out.begin(), allowed_out.end(), &s) == allowed_out.end()) disallowed_out.push_back(&s);
+  } else {
+    for (const std::string& t : disallowed.tokens) disallowed_out.push_back(lookup(t, "disallowed_special"));
+  }
+}
+
+void Encoding::Impl::check_disallowed(std::string_view text, const std::vector<SpecialRef>& disallowed) const {
+  if (disallowed.empty()) return;
+  std::vector<size_t> next = first_occurrences(text, disallowed);
+  const auto [at, which] = find_special(text, 0, disallowed, next);
+  if (at == std::string_view::npos) return;
+  const std::string& token = disallowed[which]->first;
+  fail("encode: the text contains the special token ", token, " (at byte ", at,
+       "), which is disallowed. To encode it as the special token (id ", disallowed[which]->second,
+       "), allow it: --allowed-special '", token, "' (or all); to encode it as plain text: --disallowed-special none",
+       " (in the library: allowed_special / disallowed_special, as in tiktoken)");
+}
+
+std::vector<TokenId> Encoding::encode(std::string_view text, const SpecialTokens& allowed_special,
+                                      const SpecialTokens& disallowed_special) const {
+  std::vector<SpecialRef> allowed, disallowed;
+  impl_->resolve_specials(allowed_special, disallowed_special, allowed, disallowed);
+  std::string repaired;
+  if (!utf8::is_valid(text)) {
+    repaired = utf8::replace_invalid(text);
+    text = repaired;
+  }
+  impl_->check_disallowed(text, disallowed);
+  std::vector<TokenId> out;
+  out.reserve(text.size() / 4 + 8);
+  impl_->encode_into(text, allowed, out);
+  return out;
+}
+
+std::vector<TokenId> Encoding::encode_ordinary(std::string_view text) const {
+  std::string repaired;
+  if (!utf8::is_valid(text)) {
+    repaired = utf8::replace_invalid(text);
+    text = repaired;
+  }
+  std::vector<TokenId> out;
+  out.reserve(text.size() / 4 + 8);
+  impl_->encode_ordinary_into(text, out);
+  return out;
+}
+
+TokenId Encoding::encode_single_token(std::string_view token) const {
+  const Rank r = impl_->ranks.find(token.data(), token.size());
+  if (r != kNoRank) return r;
+  for (const auto& [text, id] : impl_->specials)
+    if (text == token) return id;
+  fail("encode_single_token: \"", printable(token), "\" is not a single token of ", impl_->name);
+}
+
+// --- decoding -------------------------------------------------------------------------------
+
+std::string_view Encoding::Impl::bytes_of(TokenId id, const char* caller) const {
+  const bool known = id >= 0 && id < n_vocab && token_length[static_cast<size_t>(id)] != kAbsent;
+  QKV_CHECK(known, caller, ": token id ", id, " is not in the vocabulary of ", name, " (ids 0..", n_vocab - 1,
+            id >= 0 && id < n_vocab ? "; this one is unassigned" : "", ")");
+  const auto i = static_cast<size_t>(id);
+  return std::string_view(token_bytes).substr(token_offset[i], token_length[i]);
+}
+
+std::string Encoding::decode_bytes(std::span<const TokenId> ids) const {
+  std::string out;
+  out.reserve(ids.size() * 4);
+  for (TokenId id : ids) out += impl_->bytes_of(id, "decode");
+  return out;
+}
+
+std::string Encoding::decode(std::span<const TokenId> ids) const {
+  std::string bytes = decode_bytes(ids);
+  if (utf8::is_valid(bytes)) return bytes;
+  return utf8::replace_invalid(bytes);
+}
+
+std::string Encoding::decode_single_token_bytes(TokenId id) const {
+  return std::string(impl_->bytes_of(id, "decode_single_token_bytes"));
+}
+
+std::vector<std::string> Encoding::decode_tokens_bytes(std::span<const TokenId> ids) const {
+  std::vector<std::string> out;
+  out.reserve(ids.size());
+  for (TokenId id : ids) out.emplace_back(impl_->bytes_of(id, "decode_tokens_bytes"));
+  return out;
+}
+
+}  // namespace qkv

@@ -1,0 +1,45 @@
+// What an Encoding holds (private to src/text), and the per-thread scratch its encoder uses.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qkv/text/bpe.h"
+#include "qkv/text/pretokenize.h"
+#include "token_table.h"
+
+namespace qkv {
+
+struct Encoding::Impl {
+  using Rank = bpe_detail::Rank;
+
+  std::string name, pattern;
+  std::unique_ptr<Pretokenizer> pretokenizer;
+  bpe_detail::TokenTable ranks;  // mergeable token bytes -> rank
+  Rank byte_rank[256];           // the rank of each single byte
+  // id -> bytes, for mergeable and special tokens alike; length kAbsent: no such id
+  static constexpr uint32_t kAbsent = UINT32_MAX;
+  std::vector<uint32_t> token_offset, token_length;
+  std::vector<uint8_t> token_is_special;
+  std::string token_bytes;
+  std::vector<std::pair<std::string, Rank>> specials;  // sorted by text
+  int64_t n_vocab = 0;
+  uint64_t uid = 0;  // tells apart the encodings a thread's cache has served
+
+  // The encoder proper, on well-formed UTF-8; appends to out.
+  void encode_ordinary_into(std::string_view text, std::vector<TokenId>& out) const;
+  void encode_into(std::string_view text, const std::vector<const std::pair<std::string, Rank>*>& allowed,
+                   std::vector<TokenId>& out) const;
+  // allowed / disallowed resolved as tiktoken.Encoding.encode does; throws for unknown names.
+  void resolve_specials(const SpecialTokens& allowed, const SpecialTokens& disallowed,
+                        std::vector<const std::pair<std::string, Rank>*>& allowed_out,
+                        std::vector<const std::pair<std::string, Rank>*>& disallowed_out) const;
+  // Throws if text holds a disallowed special token, naming the first.
+  void check_disallowed(std::string_view text,
+                        const std::vector<const std::pair<std::string, Rank>*>& disallowed) const;
+  std::string_view bytes_of(TokenId id, const char* caller) const;
+};
+
+}  // namespace qkv

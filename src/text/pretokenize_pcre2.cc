@@ -1,0 +1,90 @@
+// Pre-tokenisation by any pattern, with PCRE2 (UTF + UCP) and its JIT compiler. Each split() call
+// uses its own match data and JIT stack, so one Pretokenizer serves many threads at once.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "qkv/core/error.h"
+#include "qkv/text/pretokenize.h"
+
+namespace qkv {
+namespace {
+
+std::string pcre2_message(int code) {
+  PCRE2_UCHAR buf[256];
+  pcre2_get_error_message(code, buf, sizeof buf);
+  return reinterpret_cast<const char*>(buf);
+}
+
+class Pcre2Pretokenizer final : public Pretokenizer {
+ public:
+  explicit Pcre2Pretokenizer(const std::string& pattern) : Pretokenizer(pattern) {
+    int code = 0;
+    PCRE2_SIZE offset = 0;
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
+                          &code, &offset, nullptr);
+    QKV_CHECK(code_ != nullptr, "pre-tokenisation pattern: PCRE2 rejects it at offset ", offset, ": ",
+              pcre2_message(code), "\n  pattern: ", pattern);
+    jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
+  }
+  ~Pcre2Pretokenizer() override { pcre2_code_free(code_); }
+  Pcre2Pretokenizer(const Pcre2Pretokenizer&) = delete;
+  Pcre2Pretokenizer& operator=(const Pcre2Pretokenizer&) = delete;
+
+  const char* engine() const override { return jit_ ? "pcre2-jit" : "pcre2"; }
+
+  size_t split(std::string_view text, size_t pos, std::vector<std::string_view>& pieces,
+               size_t max) const override {
+    Scratch s(code_, jit_);
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    const size_t n = text.size();
+    for (size_t count = 0; pos < n && count < max;) {
+      const int rc = jit_ ? pcre2_jit_match(code_, subject, n, pos, PCRE2_NO_UTF_CHECK, s.match, s.context)
+                          : pcre2_match(code_, subject, n, pos, PCRE2_NO_UTF_CHECK, s.match, nullptr);
+      if (rc == PCRE2_ERROR_NOMATCH) return n;
+      QKV_CHECK(rc >= 0, "pre-tokenisation: PCRE2 failed at byte ", pos, ": ", pcre2_message(rc));
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.match);
+      const size_t start = ov[0], end = ov[1];
+      if (end > start) {
+        pieces.emplace_back(text.data() + start, end - start);
+        ++count;
+        pos = end;
+      } else {  // an empty match: no piece; resume one character on
+        pos = start + 1;
+        while (pos < n && (static_cast<uint8_t>(text[pos]) & 0xC0) == 0x80) ++pos;
+      }
+    }
+    return pos;
+  }
+
+ private:
+  struct Scratch {
+    Scratch(const pcre2_code* code, bool jit) {
+      match = pcre2_match_data_create_from_pattern(code, nullptr);
+      if (jit) {
+        stack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, nullptr);
+        context = pcre2_match_context_create(nullptr);
+        pcre2_jit_stack_assign(context, nullptr, stack);
+      }
+      QKV_CHECK(match && (!jit || (stack && context)), "pre-tokenisation: out of memory for PCRE2");
+    }
+    ~Scratch() {
+      pcre2_match_data_free(match);
+      pcre2_match_context_free(context);
+      pcre2_jit_stack_free(stack);
+    }
+    pcre2_match_data* match = nullptr;
+    pcre2_match_context* context = nullptr;
+    pcre2_jit_stack* stack = nullptr;
+  };
+
+  pcre2_code* code_ = nullptr;
+  bool jit_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Pretokenizer> make_pcre2_pretokenizer(const std::string& pattern) {
+  return std::make_unique<Pcre2Pretokenizer>(pattern);
+}
+
+}  // namespace qkv

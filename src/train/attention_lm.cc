@@ -1,0 +1,133 @@
+// The attention-only language model. See include/qkv/train/attention_lm.h.
+#include "qkv/train/attention_lm.h"
+
+#include <cmath>
+
+#include "qkv/core/error.h"
+#include "qkv/core/ops.h"
+
+namespace qkv {
+namespace {
+
+const LMConfig& validate(const LMConfig& c) {
+  QKV_CHECK(c.vocab_size > 0, "AttentionLM: vocab_size (", c.vocab_size, ") must be positive");
+  QKV_CHECK(c.context_length > 0, "AttentionLM: context_length (", c.context_length, ") must be positive");
+  QKV_CHECK(c.d_model > 0, "AttentionLM: d_model (", c.d_model, ") must be positive");
+  QKV_CHECK(c.num_heads > 0 && c.d_model % c.num_heads == 0, "AttentionLM: d_model (", c.d_model,
+            ") must be divisible by num_heads (", c.num_heads, ")");
+  QKV_CHECK(c.num_layers >= 0, "AttentionLM: num_layers (", c.num_layers, ") must not be negative");
+  QKV_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, "AttentionLM: dropout (", c.dropout, ") must be in [0, 1)");
+  return c;
+}
+
+std::vector<MultiHeadAttention> build_blocks(const LMConfig& c, Generator& gen) {
+  AttentionConfig a;
+  a.d_in = a.d_out = c.d_model;
+  a.context_length = c.context_length;
+  a.dropout = c.dropout;
+  a.num_heads = c.num_heads;
+  a.qkv_bias = c.qkv_bias;
+  std::vector<MultiHeadAttention> blocks;
+  blocks.reserve(static_cast<size_t>(c.num_layers));
+  for (int64_t i = 0; i < c.num_layers; ++i) blocks.emplace_back(a, gen);  // in order, as nn.ModuleList
+  return blocks;
+}
+
+bool finite(const Tensor& t) {
+  for (float v : t.to_vector())
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const LMConfig& c) {
+  return {{"vocab_size", c.vocab_size}, {"context_length", c.context_length}, {"d_model", c.d_model},
+          {"num_heads", c.num_heads},   {"num_layers", c.num_layers},         {"dropout", c.dropout},
+          {"qkv_bias", c.qkv_bias}};
+}
+
+LMConfig lm_config_from_json(const nlohmann::json& j) {
+  LMConfig c;
+  try {
+    c.vocab_size = j.at("vocab_size").get<int64_t>();
+    c.context_length = j.at("context_length").get<int64_t>();
+    c.d_model = j.at("d_model").get<int64_t>();
+    c.num_heads = j.at("num_heads").get<int64_t>();
+    c.num_layers = j.at("num_layers").get<int64_t>();
+    c.dropout = j.at("dropout").get<double>();
+    c.qkv_bias = j.at("qkv_bias").get<bool>();
+  } catch (const nlohmann::json::exception& e) {
+    fail("the model configuration is incomplete or malformed: ", e.what());
+  }
+  return c;
+}
+
+AttentionLM::AttentionLM(const LMConfig& c, Generator& gen)
+    : config(validate(c)),
+      tok_emb(c.vocab_size, c.d_model, gen),
+      pos_emb(c.context_length, c.d_model, gen),
+      blocks(build_blocks(c, gen)),
+      out_head(c.d_model, c.vocab_size, true, gen) {}
+
+void AttentionLM::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  tok_emb.collect_state(prefix + "tok_emb.", out);
+  pos_emb.collect_state(prefix + "pos_emb.", out);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i].collect_state(prefix + "blocks." + std::to_string(i) + ".", out);
+  out_head.collect_state(prefix + "out_head.", out);
+}
+
+void AttentionLM::train(bool on) {
+  Module::train(on);
+  for (MultiHeadAttention& b : blocks) b.train(on);
+}
+
+Tensor AttentionLM::forward(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens) {
+  QKV_CHECK(batch >= 1 && tokens >= 1 && static_cast<int64_t>(ids.size()) == batch * tokens, "AttentionLM: ",
+            ids.size(), " ids for a (", batch, ", ", tokens, ") batch");
+  QKV_CHECK(tokens <= config.context_length, "AttentionLM: ", tokens, " tokens but context_length is ",
+            config.context_length);
+  Tensor x = add(tok_emb.forward(ids, {batch, tokens}), pos_emb.forward(tokens));  // (B, T, C)
+  for (MultiHeadAttention& block : blocks) x = add(x, block.forward(x));          // residual
+  x_shape_ = x.shape();
+  return out_head.forward(x);  // (B, T, V)
+}
+
+void AttentionLM::backward(const Tensor& dlogits) {
+  QKV_CHECK(x_shape_.size() == 3, "AttentionLM: backward before forward");
+  // return out_head.forward(x)
+  Tensor dx = out_head.backward(dlogits);  // (B, T, C)
+  // x = add(x, block.forward(x)): the gradient reaches x both directly and through the block
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) dx = add(dx, it->backward(dx));
+  // x = add(tok_emb.forward(ids, {B, T}), pos_emb.forward(T)): pos_emb was broadcast over B
+  tok_emb.backward(dx);
+  pos_emb.backward(sum_to(dx, {x_shape_[1], x_shape_[2]}));
+}
+
+std::string AttentionLM::first_non_finite(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens) {
+  for (const StateEntry& e : state_dict())
+    if (!finite(*e.tensor)) return e.name;
+  const bool was_training = is_training();
+  eval();
+  std::string where;
+  Tensor x = add(tok_emb.forward(ids, {batch, tokens}), pos_emb.forward(tokens));
+  if (!finite(x)) where = "embeddings (tok_emb + pos_emb)";
+  for (size_t i = 0; i < blocks.size() && where.empty(); ++i) {
+    const std::string name = "blocks." + std::to_string(i) + ".";
+    AttentionTrace t;
+    Tensor y = blocks[i].forward(x, &t);
+    const std::pair<const char*, const Tensor*> steps[] = {
+        {"queries", &t.queries},        {"keys", &t.keys},       {"values", &t.values},
+        {"attn_scores", &t.scores},     {"attn_weights", &t.weights}, {"context", &t.context},
+        {"output (out_proj)", &y}};
+    for (const auto& [what, tensor] : steps)
+      if (where.empty() && !finite(*tensor)) where = name + what;
+    x = add(x, y);
+    if (where.empty() && !finite(x)) where = name + "residual sum";
+  }
+  if (where.empty() && !finite(out_head.forward(x))) where = "logits";
+  train(was_training);
+  return where;
+}
+
+}  // namespace qkv

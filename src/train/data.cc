@@ -1,0 +1,193 @@
+// Training data sources. See include/qkv/train/data.h.
+#include "qkv/train/data.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "qkv/core/error.h"
+#include "qkv/io/safetensors.h"
+
+namespace qkv {
+
+std::string generator_state_hex(const Generator& gen) {
+  static const char* digits = "0123456789abcdef";
+  std::string hex;
+  for (uint8_t b : gen.get_state()) {
+    hex += digits[b >> 4];
+    hex += digits[b & 15];
+  }
+  return hex;
+}
+
+void set_generator_state_hex(Generator& gen, const std::string& hex) {
+  auto nibble = [&](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    fail("generator state: '", c, "' is not a lowercase hex digit");
+  };
+  QKV_CHECK(hex.size() % 2 == 0, "generator state: odd number of hex digits (", hex.size(), ")");
+  std::vector<uint8_t> bytes;
+  for (size_t i = 0; i < hex.size(); i += 2) bytes.push_back(static_cast<uint8_t>(nibble(hex[i]) * 16 + nibble(hex[i + 1])));
+  gen.set_state(bytes);
+}
+
+CompactTokens compact_vocabulary(const std::vector<int64_t>& tokens) {
+  CompactTokens c;
+  c.vocab = tokens;
+  std::sort(c.vocab.begin(), c.vocab.end());
+  c.vocab.erase(std::unique(c.vocab.begin(), c.vocab.end()), c.vocab.end());
+  c.ids.reserve(tokens.size());
+  for (int64_t t : tokens) c.ids.push_back(std::lower_bound(c.vocab.begin(), c.vocab.end(), t) - c.vocab.begin());
+  return c;
+}
+
+// --- SequenceTask ----------------------------------------------------------------------------------
+
+SequenceTask::SequenceTask(TaskKind kind, int64_t length, int64_t symbols, uint64_t seed)
+    : kind_(kind), length_(length), symbols_(symbols), gen_(seed) {
+  QKV_CHECK(length >= 1, "task: the sequence length (", length, ") must be at least 1");
+  QKV_CHECK(symbols >= 2 && symbols <= 26, "task: the number of symbols (", symbols, ") must be in [2, 26]");
+}
+
+std::string SequenceTask::describe() const {
+  return str(kind_ == TaskKind::kCopy ? "copy" : "reverse", " task: ", length_, " symbols from an alphabet of ",
+             symbols_, ", a separator, then the symbols ", kind_ == TaskKind::kCopy ? "again" : "reversed");
+}
+
+Batch SequenceTask::next(int64_t batch_size) {
+  QKV_CHECK(batch_size >= 1, "task: batch size (", batch_size, ") must be at least 1");
+  const int64_t n = length_, T = 2 * n;
+  Batch b;
+  b.batch = batch_size;
+  b.tokens = T;
+  std::vector<int64_t> seq(static_cast<size_t>(T + 1));
+  for (int64_t s = 0; s < batch_size; ++s) {
+    for (int64_t i = 0; i < n; ++i) seq[static_cast<size_t>(i)] = static_cast<int64_t>(gen_.random() % static_cast<uint32_t>(symbols_));
+    seq[static_cast<size_t>(n)] = separator();
+    for (int64_t i = 0; i < n; ++i)
+      seq[static_cast<size_t>(n + 1 + i)] = seq[static_cast<size_t>(kind_ == TaskKind::kCopy ? i : n - 1 - i)];
+    for (int64_t t = 0; t < T; ++t) {
+      b.inputs.push_back(seq[static_cast<size_t>(t)]);
+      b.targets.push_back(t >= n ? seq[static_cast<size_t>(t + 1)] : kIgnoreIndex);  // only the answer counts
+    }
+  }
+  return b;
+}
+
+nlohmann::json SequenceTask::state() const { return {{"generator", generator_state_hex(gen_)}}; }
+
+void SequenceTask::set_state(const nlohmann::json& state) {
+  QKV_CHECK(state.is_object() && state.contains("generator") && state["generator"].is_string(),
+            "task: the saved data state has no generator");
+  set_generator_state_hex(gen_, state["generator"].get<std::string>());
+}
+
+std::vector<int64_t> SequenceTask::encode(const std::string& text) const {
+  std::vector<int64_t> ids;
+  for (char c : text) {
+    if (c == ' ') continue;
+    if (c == '|') ids.push_back(separator());
+    else if (c >= 'a' && c < 'a' + symbols_) ids.push_back(c - 'a');
+    else fail("the task's alphabet is 'a'..'", static_cast<char>('a' + symbols_ - 1), "' and the separator '|'; '",
+              std::string(1, c), "' is not in it");
+  }
+  return ids;
+}
+
+std::string SequenceTask::decode(const std::vector<int64_t>& ids) const {
+  std::string s;
+  for (int64_t id : ids) s += id == separator() ? '|' : static_cast<char>('a' + id);
+  return s;
+}
+
+// --- TokenWindows --------------------------------------------------------------------------------
+
+TokenWindows::TokenWindows(std::vector<int64_t> ids, int64_t vocab_size, int64_t tokens, uint64_t seed, std::string what)
+    : ids_(std::move(ids)), vocab_size_(vocab_size), tokens_(tokens), gen_(seed), what_(std::move(what)) {
+  QKV_CHECK(tokens >= 1, "text: the window (", tokens, " tokens) must hold at least 1 token");
+  QKV_CHECK(static_cast<int64_t>(ids_.size()) >= tokens + 1, what_, " is ", ids_.size(),
+            " tokens long; one training window needs context_length + 1 = ", tokens + 1,
+            " tokens. Use a longer text or a smaller --context-length");
+  for (int64_t id : ids_)
+    QKV_CHECK(id >= 0 && id < vocab_size_, "text: token id ", id, " is outside the vocabulary of ", vocab_size_);
+}
+
+std::string TokenWindows::describe() const {
+  return str("next-token prediction on ", what_, " (", ids_.size(), " tokens, ", vocab_size_,
+             " distinct), windows of ", tokens_);
+}
+
+Batch TokenWindows::next(int64_t batch_size) {
+  Batch b;
+  b.batch = batch_size;
+  b.tokens = tokens_;
+  const uint64_t windows = ids_.size() - static_cast<uint64_t>(tokens_);  // offsets 0 .. size - T - 1
+  for (int64_t s = 0; s < batch_size; ++s) {
+    const size_t at = static_cast<size_t>(gen_.random64() % windows);
+    b.inputs.insert(b.inputs.end(), ids_.begin() + static_cast<std::ptrdiff_t>(at),
+                    ids_.begin() + static_cast<std::ptrdiff_t>(at) + tokens_);
+    b.targets.insert(b.targets.end(), ids_.begin() + static_cast<std::ptrdiff_t>(at) + 1,
+                     ids_.begin() + static_cast<std::ptrdiff_t>(at) + tokens_ + 1);
+  }
+  return b;
+}
+
+nlohmann::json TokenWindows::state() const { return {{"generator", generator_state_hex(gen_)}}; }
+
+void TokenWindows::set_state(const nlohmann::json& state) {
+  QKV_CHECK(state.is_object() && state.contains("generator") && state["generator"].is_string(),
+            "text: the saved data state has no generator");
+  set_generator_state_hex(gen_, state["generator"].get<std::string>());
+}
+
+// --- FixedBatches --------------------------------------------------------------------------------
+
+FixedBatches::FixedBatches(const std::string& path, int64_t vocab_size) : path_(path) {
+  TensorFile f = load_safetensors(path);
+  const Tensor& in = f.get("inputs");
+  const Tensor& tg = f.get("targets");
+  QKV_CHECK(in.dim() == 2 && in.shape() == tg.shape() && in.numel() > 0, "'", path,
+            "': 'inputs' and 'targets' must be two (N, T) tensors of the same shape, got ", shape_str(in.shape()),
+            " and ", shape_str(tg.shape()));
+  rows_ = in.size(0);
+  tokens_ = in.size(1);
+  int64_t largest = 0;
+  auto read = [&](const Tensor& t, bool targets, std::vector<int64_t>& out) {
+    for (float v : t.to_vector()) {
+      QKV_CHECK(std::isfinite(v) && v == std::floor(v) && (v >= 0 || (targets && v == kIgnoreIndex)), "'", path,
+                "': ", targets ? "targets" : "inputs", " must hold whole ids >= 0", targets ? " or -100" : "",
+                "; found ", v);
+      out.push_back(static_cast<int64_t>(v));
+      largest = std::max(largest, out.back());
+    }
+  };
+  read(in, false, inputs_);
+  read(tg, true, targets_);
+  vocab_size_ = vocab_size > 0 ? vocab_size : largest + 1;
+  QKV_CHECK(largest < vocab_size_, "'", path, "': id ", largest, " is outside the vocabulary of ", vocab_size_);
+}
+
+std::string FixedBatches::describe() const {
+  return str("fixed batches from '", path_, "' (", rows_, " rows of ", tokens_, " tokens, vocabulary ", vocab_size_, ")");
+}
+
+Batch FixedBatches::next(int64_t batch_size) {
+  Batch b;
+  b.batch = batch_size;
+  b.tokens = tokens_;
+  for (int64_t s = 0; s < batch_size; ++s) {
+    const auto at = static_cast<std::ptrdiff_t>(row_ * tokens_);
+    b.inputs.insert(b.inputs.end(), inputs_.begin() + at, inputs_.begin() + at + tokens_);
+    b.targets.insert(b.targets.end(), targets_.begin() + at, targets_.begin() + at + tokens_);
+    row_ = (row_ + 1) % rows_;
+  }
+  return b;
+}
+
+void FixedBatches::set_state(const nlohmann::json& state) {
+  QKV_CHECK(state.is_object() && state.contains("row") && state["row"].is_number_integer(),
+            "'", path_, "': the saved data state has no row");
+  row_ = state["row"].get<int64_t>() % rows_;
+}
+
+}  // namespace qkv

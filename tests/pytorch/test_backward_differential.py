@@ -1,0 +1,290 @@
+#!/usr/bin/python3
+"""Differential test: the backward pass of `qkv forward --grad-output G --grads-out F` against
+PyTorch autograd on the book's classes (tests/pytorch/book_classes.py).
+
+    /usr/bin/python3 tests/pytorch/test_backward_differential.py --qkv build/qkv [--verbose]
+
+For every module, --cases random configurations (default 110) drawn from one seeded Python RNG:
+B 1..4, T 1..12, d_in and d_out 1..16, num_heads 1..4, context_length == T or larger, qkv_bias
+on or off. A random input x and upstream gradient g = dL/doutput (standard normal) are written to
+safetensors files; PyTorch computes y = module(x) and y.backward(g); qkv runs the same forward and
+backward. The gradient of the input ('input') and of every parameter (state-dict names) must agree
+within a relative error max|qkv - torch| / max(1, max|torch|) <= 1e-4, and qkv must write exactly
+those tensors (no gradient for the mask buffer).
+
+Three kinds of case, in turn:
+  weights  weights made in PyTorch (seeded constructor, then every parameter += randn * 0.5),
+           passed with --weights; eval mode (a dropout p given to the causal classes stays off);
+  seed     --seed S alone: qkv's own initial weights, which must be PyTorch's for the gradients
+           to agree;
+  dropout  (causal classes) --seed S --train with p in {0.1, 0.5, 0.7}, half of them also with
+           --weights: torch.manual_seed(S); m = Class(...); [m.load_state_dict(W)]; m.train();
+           the gradients flow through PyTorch's dropout mask, which qkv must reproduce.
+
+Prints the worst relative error per module and tensor kind, and one summary line
+"backward differential: N passed, M failed"; exits non-zero on any failure.
+"""
+
+import argparse
+import concurrent.futures
+import os
+import random
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import book_classes  # noqa: E402
+import safetensors_io  # noqa: E402
+
+MODULES = ["self-attention-v1", "self-attention-v2", "causal-attention", "mha-wrapper", "mha"]
+CAUSAL = {"causal-attention", "mha-wrapper", "mha"}
+TOLERANCE = 1e-4
+
+
+def random_config(rng, module):
+    cfg = {"module": module, "B": 1, "H": None, "ctx": None, "p": 0.0, "bias": False}
+    cfg["T"] = rng.randint(1, 12)
+    cfg["d_in"] = rng.randint(1, 16)
+    if module == "mha":
+        cfg["H"] = rng.randint(1, 4)
+        cfg["d_out"] = cfg["H"] * rng.randint(1, 16 // cfg["H"])
+    else:
+        cfg["d_out"] = rng.randint(1, 16)
+        if module == "mha-wrapper":
+            cfg["H"] = rng.randint(1, 4)
+    if module != "self-attention-v1":
+        cfg["bias"] = rng.random() < 0.5
+    if module in CAUSAL:
+        cfg["B"] = rng.randint(1, 4)
+        cfg["ctx"] = cfg["T"] if rng.random() < 0.35 else cfg["T"] + rng.randint(1, 8)
+    return cfg
+
+
+def describe(cfg):
+    parts = [cfg["module"]]
+    if cfg["module"] in CAUSAL:
+        parts.append(f"B={cfg['B']}")
+    parts += [f"T={cfg['T']}", f"d_in={cfg['d_in']}", f"d_out={cfg['d_out']}"]
+    if cfg["ctx"] is not None:
+        parts.append(f"context_length={cfg['ctx']}")
+    if cfg["H"] is not None:
+        parts.append(f"num_heads={cfg['H']}")
+    if cfg["module"] in CAUSAL:
+        parts.append(f"dropout={cfg['p']}")
+    if cfg["module"] != "self-attention-v1":
+        parts.append(f"qkv_bias={cfg['bias']}")
+    return " ".join(parts)
+
+
+def construct(cfg):
+    m = cfg["module"]
+    if m == "self-attention-v1":
+        return book_classes.SelfAttention_v1(cfg["d_in"], cfg["d_out"])
+    if m == "self-attention-v2":
+        return book_classes.SelfAttention_v2(cfg["d_in"], cfg["d_out"], qkv_bias=cfg["bias"])
+    if m == "causal-attention":
+        return book_classes.CausalAttention(cfg["d_in"], cfg["d_out"], cfg["ctx"], cfg["p"], qkv_bias=cfg["bias"])
+    if m == "mha-wrapper":
+        return book_classes.MultiHeadAttentionWrapper(
+            cfg["d_in"], cfg["d_out"], cfg["ctx"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"])
+    return book_classes.MultiHeadAttention(
+        cfg["d_in"], cfg["d_out"], cfg["ctx"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"])
+
+
+def perturbed_weights(cfg, seed):
+    torch.manual_seed(seed)
+    model = construct(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def qkv_args(cfg):
+    args = ["forward", "--module", cfg["module"], "--d-in", str(cfg["d_in"]), "--d-out", str(cfg["d_out"])]
+    if cfg["module"] in CAUSAL:
+        args += ["--context-length", str(cfg["ctx"])]
+        if cfg["p"] > 0:
+            args += ["--dropout", repr(cfg["p"])]
+    if cfg["H"] is not None:
+        args += ["--num-heads", str(cfg["H"])]
+    if cfg["bias"]:
+        args.append("--qkv-bias")
+    return args
+
+
+class Case:
+    def __init__(self, kind, index, cfg):
+        self.kind, self.index, self.cfg = kind, index, cfg
+        self.name = f"{kind}#{index} {describe(cfg)}"
+        self.cmd = None
+        self.expected = None  # name -> gradient
+        self.errors = []
+        self.worst = {}       # "input" / "parameters" -> relative error
+
+
+def prepare(case, qkv, tmp, rng):
+    """Writes the case's files, runs PyTorch's forward and backward, and sets case.cmd."""
+    cfg = case.cfg
+    base = os.path.join(tmp, f"{case.kind}-{cfg['module']}-{case.index}")
+    f = case.files = {k: f"{base}.{k}.safetensors" for k in ("input", "grad", "weights", "grads")}
+    g = torch.Generator().manual_seed(rng.randrange(2**62))
+    shape = (cfg["T"], cfg["d_in"]) if cfg["module"] not in CAUSAL else (cfg["B"], cfg["T"], cfg["d_in"])
+    x = torch.randn(shape, generator=g)
+    args = [qkv] + qkv_args(cfg)
+    state = None
+    if case.kind == "weights" or (case.kind == "dropout" and case.index % 2 == 1):
+        state = perturbed_weights(cfg, rng.randrange(2**62))
+        safetensors_io.save(f["weights"], state)
+        args += ["--weights", f["weights"]]
+    if case.kind in ("seed", "dropout"):
+        seed = rng.randrange(2**40)
+        torch.manual_seed(seed)
+        args += ["--seed", str(seed)]
+    model = construct(cfg)
+    if state is not None:
+        model.load_state_dict(state, strict=True)
+    model.train(case.kind == "dropout")
+    if case.kind == "dropout":
+        args.append("--train")
+    xg = x.clone().requires_grad_(True)
+    y = model(xg)
+    grad = torch.randn(y.shape, generator=g)
+    y.backward(grad)
+    case.expected = {"input": xg.grad.detach().clone()}
+    for name, p in model.named_parameters():
+        case.expected[name] = p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+    safetensors_io.save(f["input"], {"input": x})
+    safetensors_io.save(f["grad"], {"grad_output": grad})
+    case.cmd = args + ["--input", f["input"], "--output", base + ".out.safetensors",
+                       "--grad-output", f["grad"], "--grads-out", f["grads"]]
+
+
+def run_qkv(cmd):
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        return p.returncode, p.stderr.decode("utf-8", "replace")
+    except subprocess.TimeoutExpired:
+        return -1, "timed out after 120 s"
+
+
+def rel_err(a, b):
+    if a.numel() == 0:
+        return 0.0, None
+    if not torch.isfinite(a).all():
+        return float("inf"), int((~torch.isfinite(a)).flatten().nonzero()[0])
+    diff = (a.double() - b.double()).abs().flatten()
+    i = int(diff.argmax())
+    return diff[i].item() / max(1.0, b.double().abs().max().item()), i
+
+
+def check(case, result):
+    rc, err = result
+    if rc != 0:
+        case.errors.append(f"qkv exited with status {rc}: {err.strip()}")
+        return
+    try:
+        got = safetensors_io.load(case.files["grads"])
+    except Exception as e:  # noqa: BLE001 - any unreadable file is a failure
+        case.errors.append(f"cannot read --grads-out: {e}")
+        return
+    if set(got) != set(case.expected):
+        case.errors.append(f"tensor names: qkv {sorted(got)}, PyTorch {sorted(case.expected)}")
+    for name, want in case.expected.items():
+        g = got.get(name)
+        if g is None:
+            continue
+        if tuple(g.shape) != tuple(want.shape):
+            case.errors.append(f"d {name}: qkv shape {tuple(g.shape)}, PyTorch {tuple(want.shape)}")
+            continue
+        err, i = rel_err(g, want)
+        kind = "input" if name == "input" else "parameters"
+        case.worst[kind] = max(case.worst.get(kind, 0.0), err)
+        if not err <= TOLERANCE:
+            idx = [int(v) for v in np.unravel_index(i, tuple(want.shape))] if want.dim() else []
+            case.errors.append(f"d {name}: relative error {err:.3g} > {TOLERANCE:g} at {idx}: "
+                               f"qkv {g.flatten()[i].item()!r}, PyTorch {want.flatten()[i].item()!r}")
+
+
+def build_cases(args):
+    rng = random.Random(args.rng_seed)
+    cases = []
+    for module in MODULES:
+        n_special = args.cases * 3 // 10  # seed cases, or dropout cases for the causal classes
+        for i in range(args.cases):
+            cfg = random_config(rng, module)
+            if i < args.cases - n_special:
+                kind = "weights"
+                if module in CAUSAL and rng.random() < 0.3:
+                    cfg["p"] = rng.choice([0.1, 0.5, 0.7])  # given, but off in eval mode
+            elif module in CAUSAL:
+                kind = "dropout"
+                cfg["p"] = [0.1, 0.5, 0.7][i % 3]
+            else:
+                kind = "seed"
+            cases.append(Case(kind, i, cfg))
+    return cases, rng
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--qkv", required=True, help="path to the qkv executable")
+    ap.add_argument("--cases", type=int, default=110, help="configurations per module")
+    ap.add_argument("--rng-seed", type=int, default=20241122, help="seed of the Python RNG drawing the cases")
+    ap.add_argument("--jobs", type=int, default=2, help="qkv processes at a time")
+    ap.add_argument("--verbose", "-v", action="store_true")
+    args = ap.parse_args()
+
+    qkv = os.path.abspath(args.qkv)
+    if not os.access(qkv, os.X_OK):
+        print(f"backward differential: FAILED: {qkv} is not an executable", file=sys.stderr)
+        return 2
+    torch.set_num_threads(1)
+    start = time.time()
+    cases, rng = build_cases(args)
+    with tempfile.TemporaryDirectory(prefix="qkv-backward-diff-") as tmp:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            futures = []
+            for case in cases:
+                prepare(case, qkv, tmp, rng)
+                futures.append(pool.submit(run_qkv, case.cmd))
+            results = [fut.result() for fut in futures]
+        summary = {}
+        failed = []
+        for case, result in zip(cases, results):
+            check(case, result)
+            s = summary.setdefault(case.cfg["module"], {"passed": 0, "failed": 0, "worst": {}, "kinds": {}})
+            s["failed" if case.errors else "passed"] += 1
+            s["kinds"][case.kind] = s["kinds"].get(case.kind, 0) + 1
+            for k, v in case.worst.items():
+                s["worst"][k] = max(s["worst"].get(k, 0.0), v)
+            if case.errors:
+                failed.append(case)
+            if args.verbose:
+                print(f"{'FAIL' if case.errors else 'ok  '} {case.name} "
+                      + " ".join(f"{k}={v:.2g}" for k, v in case.worst.items()))
+    for case in failed:
+        print(f"FAILED {case.name}\n  command: {shlex.join(case.cmd)}", file=sys.stderr)
+        for e in case.errors:
+            print(f"  {e}", file=sys.stderr)
+    for module in MODULES:
+        s = summary[module]
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(s["kinds"].items()))
+        worst = ", ".join(f"d{k} {v:.2g}" for k, v in sorted(s["worst"].items()))
+        print(f"  {module:18s} {s['passed']:4d} passed, {s['failed']:3d} failed ({kinds}); "
+              f"worst relative error: {worst}")
+    n_fail = len(failed)
+    print(f"backward differential: {len(cases) - n_fail} passed, {n_fail} failed ({time.time() - start:.1f} s)")
+    return 1 if n_fail else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+// `qkv train` and `qkv generate` run as a user runs them: a short training run, stopping and
+// resuming (also by Ctrl-C) giving exactly the uninterrupted run, and every bad input the issue
+// names getting a clear error that keeps the last good checkpoint.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/core/ops.h"
+#include "qkv/io/atomic_file.h"
+#include "qkv/io/safetensors.h"
+#include "qkv/train/checkpoint.h"
+
+namespace qkv {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct Result {
+  int status;
+  std::string out, err;
+};
+
+// A tiny model and task, so that every run takes well under a second (also under sanitizers).
+const std::string kTinyModel =
+    "train --length 4 --symbols 6 --d-model 16 --num-heads 2 --num-layers 1 --batch-size 8 --eval-sequences 64 --quiet ";
+const std::string kTiny = kTinyModel + "--svg \"\" ";
+
+class TrainCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("qkv_train_cli_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  Result run(const std::string& args) const {
+    std::string out = path("stdout.txt"), err = path("stderr.txt");
+    std::string cmd = "cd " + dir_.string() + " && " + std::string(QKV_BINARY) + " " + args + " > " + out + " 2> " +
+                      err + " < /dev/null";
+    int raw = std::system(cmd.c_str());
+    return {WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw), read_file(out), read_file(err)};
+  }
+
+  static std::string last_line(const std::string& s) {
+    std::string t = s;
+    while (!t.empty() && t.back() == '\n') t.pop_back();
+    return t.substr(t.rfind('\n') == std::string::npos ? 0 : t.rfind('\n') + 1);
+  }
+
+  // Every tensor of two checkpoints bit for bit, and the same step.
+  static void expect_identical(const std::string& a, const std::string& b) {
+    Checkpoint x = load_checkpoint(a), y = load_checkpoint(b);
+    EXPECT_EQ(x.step, y.step);
+    ASSERT_EQ(x.losses.size(), y.losses.size());
+    for (size_t i = 0; i < x.losses.size(); ++i) EXPECT_EQ(x.losses[i], y.losses[i]) << "loss of step " << i + 1;
+    ASSERT_EQ(x.model.size(), y.model.size());
+    for (const auto& [name, t] : x.model) EXPECT_EQ(max_abs_diff(t, y.model.at(name)), 0.0) << name;
+    ASSERT_EQ(x.optimizer.size(), y.optimizer.size());
+    for (const auto& [name, t] : x.optimizer) EXPECT_EQ(max_abs_diff(t, y.optimizer.at(name)), 0.0) << name;
+    EXPECT_EQ(x.model_rng, y.model_rng);
+    EXPECT_EQ(x.data_state, y.data_state);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(TrainCli, HelpListsEveryFlagWithDefaults) {
+  Result r = run("train --help");
+  ASSERT_EQ(r.status, 0);
+  for (const char* flag : {"--task", "--length", "--text-file", "--d-model", "--num-heads", "--num-layers", "--dropout",
+                           "--optimizer", "--steps", "--batch-size", "--lr", "--min-lr", "--warmup", "--weight-decay",
+                           "--clip", "--seed", "--checkpoint", "--resume", "--svg", "--json", "--stop-after"})
+    EXPECT_THAT(r.out, HasSubstr(flag));
+  EXPECT_THAT(r.out, HasSubstr("=copy"));
+  Result g = run("generate --help");
+  ASSERT_EQ(g.status, 0);
+  for (const char* flag : {"--checkpoint", "--prompt", "--temperature", "--top-k", "--seed", "--max-new-tokens"})
+    EXPECT_THAT(g.out, HasSubstr(flag));
+}
+
+TEST_F(TrainCli, ShortRunLearnsTheCopyTaskAndReportsJson) {
+  Result r = run(kTinyModel + "--steps 300 --eval-every 100 --json --checkpoint c.st --svg loss.svg");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(last_line(r.out));
+  EXPECT_EQ(j["steps"], 300);
+  for (const char* key : {"final_loss", "accuracy", "tokens_per_s", "seconds"}) EXPECT_TRUE(j[key].is_number()) << key;
+  EXPECT_GT(j["accuracy"].get<double>(), 0.99) << "the copy task of 4 symbols is learnt in 300 steps";
+  EXPECT_LT(j["final_loss"].get<double>(), 0.1);
+  Checkpoint c = load_checkpoint(path("c.st"));
+  EXPECT_EQ(c.step, 300);
+  EXPECT_EQ(c.losses.size(), 300u);
+  EXPECT_EQ(c.evals.size(), 3u);
+  EXPECT_TRUE(c.model.count("blocks.0.W_query.weight") && c.model.count("tok_emb.weight"));
+  EXPECT_TRUE(c.optimizer.count("exp_avg.out_head.bias"));
+  std::string svg = read_file(path("loss.svg"));
+  EXPECT_THAT(svg, HasSubstr("<svg"));
+  EXPECT_THAT(svg, HasSubstr("<polyline"));
+
+  Result g = run("generate --checkpoint c.st --prompt \"dbca|\" --temperature 0");
+  ASSERT_EQ(g.status, 0) << g.err;
+  EXPECT_EQ(g.out, "dbca|dbca\n");
+  Result bad = run("generate --checkpoint c.st --prompt \"xyz|\"");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_THAT(bad.err, HasSubstr("'x' is not in it"));
+}
+
+TEST_F(TrainCli, StoppingAndResumingReproducesTheUninterruptedRunExactly) {
+  // Dropout on, so the model's generator must be restored too; SGD momentum as the optimiser state
+  // in one run and AdamW in the other.
+  for (const std::string opt : {"--optimizer adamw", "--optimizer sgd --momentum 0.9 --lr 0.05"}) {
+    SCOPED_TRACE(opt);
+    const std::string common = kTiny + opt + " --dropout 0.1 --steps 40 --warmup 5 --eval-every 10 ";
+    ASSERT_EQ(run(common + "--checkpoint full.st").status, 0);
+    Result stop = run(common + "--checkpoint part.st --stop-after 17");
+    ASSERT_EQ(stop.status, 0) << stop.err;
+    EXPECT_THAT(stop.out, HasSubstr("stopped (--stop-after) at step 17 of 40"));
+    EXPECT_THAT(stop.out, HasSubstr("qkv train --resume part.st"));
+    EXPECT_EQ(load_checkpoint(path("part.st")).step, 17);
+    Result resume = run("train --resume part.st --quiet --svg \"\"");
+    ASSERT_EQ(resume.status, 0) << resume.err;
+    expect_identical(path("full.st"), path("part.st"));
+  }
+}
+
+TEST_F(TrainCli, CtrlCLeavesACheckpointThatResumesToTheSameRun) {
+  const std::string args = kTiny + "--steps 3000 --checkpoint-every 0 --eval-every 0 ";
+  ASSERT_EQ(run(args + "--checkpoint full.st").status, 0);
+  // Start the same run, interrupt it once it is under way, resume it.
+  const std::string cmd = "cd " + dir_.string() + " && exec " + std::string(QKV_BINARY) + " " + args +
+                          "--checkpoint part.st > int.out 2> int.err";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  const std::string out = read_file(path("int.out"));
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    GTEST_SKIP() << "the run finished before the signal came; nothing to resume";
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << "qkv died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT) << read_file(path("int.err"));
+  EXPECT_THAT(out, HasSubstr("interrupted (Ctrl-C) at step"));
+  const int64_t stopped = load_checkpoint(path("part.st")).step;
+  EXPECT_LT(stopped, 3000);
+  Result resume = run("train --resume part.st --quiet --svg \"\"");
+  ASSERT_EQ(resume.status, 0) << resume.err;
+  expect_identical(path("full.st"), path("part.st"));
+}
+
+TEST_F(TrainCli, NonFiniteLossStopsNamingTheStepAndTensorAndKeepsTheLastGoodCheckpoint) {
+  // A learning rate of 1e30 sends the weights to ~1e30 after one step; the next forward overflows.
+  Result r = run(kTiny + "--steps 20 --warmup 0 --lr 1e30 --min-lr 1e30 --checkpoint-every 1 --checkpoint c.st");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("the loss is"));
+  EXPECT_THAT(r.err, HasSubstr("the first tensor that is not finite is '"));
+  int64_t step = 0;
+  ASSERT_EQ(std::sscanf(r.err.c_str(), "qkv: error: step %lld:", reinterpret_cast<long long*>(&step)), 1) << r.err;
+  ASSERT_GE(step, 2);
+  EXPECT_THAT(r.err, HasSubstr("the last good one is 'c.st' (step " + std::to_string(step - 1) + ")"));
+  Checkpoint c = load_checkpoint(path("c.st"));
+  EXPECT_EQ(c.step, step - 1);
+  for (float loss : c.losses) EXPECT_TRUE(std::isfinite(loss));
+}
+
+TEST_F(TrainCli, CheckpointOfAnotherConfigurationNamesTheTensorAndBothShapes) {
+  ASSERT_EQ(run(kTiny + "--steps 3 --checkpoint c.st").status, 0);
+  Result r = run("train --resume c.st --d-model 32 --quiet --svg \"\"");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("tok_emb.weight"));
+  EXPECT_THAT(r.err, HasSubstr("(7, 16)"));
+  EXPECT_THAT(r.err, HasSubstr("(7, 32)"));
+  // A state dict that is not a training checkpoint is refused by name.
+  write_file_atomically(path("w.st"), serialize_safetensors({{"W_query.weight", Tensor::zeros({2, 3})}}));
+  Result g = run("generate --checkpoint w.st --prompt ab");
+  EXPECT_EQ(g.status, 1);
+  EXPECT_THAT(g.err, HasSubstr("not a qkv training checkpoint"));
+  Result t = run("train --resume w.st");
+  EXPECT_EQ(t.status, 1);
+  EXPECT_THAT(t.err, HasSubstr("w.st"));
+}
+
+TEST_F(TrainCli, TextTooShortForOneWindowSaysTheLengthNeeded) {
+  write_file_atomically(path("short.txt"), "Your journey starts with one step.");  // 7 GPT-2 tokens
+  Result r = run("train --text-file short.txt --context-length 32 --steps 2 --quiet --svg \"\"");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("is 7 tokens long; one training window needs context_length + 1 = 33 tokens"));
+  EXPECT_FALSE(fs::exists(path("qkv-train.safetensors")));
+}
+
+TEST_F(TrainCli, TrainsOnATextFileAndGeneratesFromIt) {
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "the cat sat on the mat. the dog sat on the log. ";
+  write_file_atomically(path("t.txt"), text);
+  Result r = run("train --text-file t.txt --context-length 16 --d-model 16 --num-heads 2 --num-layers 1 --steps 60 "
+                 "--batch-size 8 --quiet --svg \"\" --json --checkpoint t.st");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(last_line(r.out));
+  EXPECT_TRUE(j["accuracy"].is_null()) << "no held-out accuracy for text";
+  EXPECT_LT(j["final_loss"].get<double>(), 1.5);
+  Checkpoint c = load_checkpoint(path("t.st"));
+  EXPECT_EQ(c.vocab.size(), static_cast<size_t>(c.options.model.vocab_size));
+  Result g = run("generate --checkpoint t.st --prompt \"the cat\" --max-new-tokens 5 --temperature 0");
+  ASSERT_EQ(g.status, 0) << g.err;
+  EXPECT_THAT(g.out, HasSubstr("the cat sat on the"));
+  Result unknown = run("generate --checkpoint t.st --prompt \"zebra\"");
+  EXPECT_EQ(unknown.status, 1);
+  EXPECT_THAT(unknown.err, HasSubstr("does not occur in the text the model was trained on"));
+}
+
+}  // namespace
+}  // namespace qkv
