@@ -16,6 +16,7 @@
 #include "qkv/kernels/fma_peak.h"
 #include "qkv/kernels/gemm.h"
 #include "qkv/kernels/mha.h"
+#include "qkv/kernels/simd.h"
 
 namespace qkv::kernels {
 namespace {

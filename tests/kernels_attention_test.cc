@@ -15,6 +15,7 @@
 #include "qkv/core/tensor.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/philox.h"
+#include "qkv/kernels/simd.h"
 #include "qkv/modules/attention_core.h"
 
 namespace qkv::kernels {
@@ -179,24 +180,52 @@ std::vector<Case> forward_cases() {
   return cases;
 }
 
+// The fused forward against the reference on one case.
+void check_forward(const Case& c, std::mt19937& rng, ThreadPool* pool) {
+  SCOPED_TRACE(c.name());
+  Array q = make_array(c.B, c.H, c.T, c.D, c.layout, rng), k = make_array(c.B, c.H, c.S, c.D, c.layout, rng),
+        v = make_array(c.B, c.H, c.S, c.Dv, c.layout, rng);
+  Array o = make_array(c.B, c.H, c.T, c.Dv, c.layout, rng, kInf);  // fused: starts as garbage
+  Array ref = make_array(c.B, c.H, c.T, c.Dv, Layout::kContiguous, rng);
+  const int64_t row_stride = c.S + 3;
+  const std::vector<float> mask = make_mask(c, rng, row_stride);
+  const AttentionOptions opt = options_for(c, mask, row_stride, pool);
+  std::vector<float> lse(static_cast<size_t>(c.B * c.H * c.T), kInf), lse_ref(lse.size());
+  attention_forward(q.in(), k.in(), v.in(), o.view, lse.data(), opt);
+  attention_forward_reference(q.in(), k.in(), v.in(), ref.view, lse_ref.data(), opt);
+  EXPECT_TRUE(close(o.in(), ref.in(), 1e-5));
+  EXPECT_TRUE(close_lse(lse, lse_ref, 1e-5));
+}
+
+// The fused backward (after the fused forward) against the reference backward on one case.
+void check_backward(const Case& c, std::mt19937& rng, ThreadPool* pool) {
+  SCOPED_TRACE(c.name());
+  Array q = make_array(c.B, c.H, c.T, c.D, c.layout, rng), k = make_array(c.B, c.H, c.S, c.D, c.layout, rng),
+        v = make_array(c.B, c.H, c.S, c.Dv, c.layout, rng), d_o = make_array(c.B, c.H, c.T, c.Dv, c.layout, rng);
+  Array o = make_array(c.B, c.H, c.T, c.Dv, c.layout, rng);
+  Array dq = make_array(c.B, c.H, c.T, c.D, c.layout, rng, kInf), dk = make_array(c.B, c.H, c.S, c.D, c.layout, rng, kInf),
+        dv = make_array(c.B, c.H, c.S, c.Dv, c.layout, rng, kInf);
+  Array rq = make_array(c.B, c.H, c.T, c.D, Layout::kContiguous, rng),
+        rk = make_array(c.B, c.H, c.S, c.D, Layout::kContiguous, rng),
+        rv = make_array(c.B, c.H, c.S, c.Dv, Layout::kContiguous, rng);
+  const int64_t row_stride = c.S;
+  const std::vector<float> mask = make_mask(c, rng, row_stride);
+  const AttentionOptions opt = options_for(c, mask, row_stride, pool);
+  std::vector<float> lse(static_cast<size_t>(c.B * c.H * c.T));
+  attention_forward(q.in(), k.in(), v.in(), o.view, lse.data(), opt);
+  attention_backward(q.in(), k.in(), v.in(), o.in(), d_o.in(), lse.data(), dq.view, dk.view, dv.view, opt);
+  attention_backward_reference(q.in(), k.in(), v.in(), d_o.in(), rq.view, rk.view, rv.view, opt);
+  EXPECT_TRUE(close(dq.in(), rq.in(), 1e-5)) << "dq";
+  EXPECT_TRUE(close(dk.in(), rk.in(), 1e-5)) << "dk";
+  EXPECT_TRUE(close(dv.in(), rv.in(), 1e-5)) << "dv";
+}
+
 TEST(FusedAttention, ForwardMatchesTheReference) {
   std::mt19937 rng(1);
   ThreadPool pool(2);
   int checked = 0;
   for (const Case& c : forward_cases()) {
-    SCOPED_TRACE(c.name());
-    Array q = make_array(c.B, c.H, c.T, c.D, c.layout, rng), k = make_array(c.B, c.H, c.S, c.D, c.layout, rng),
-          v = make_array(c.B, c.H, c.S, c.Dv, c.layout, rng);
-    Array o = make_array(c.B, c.H, c.T, c.Dv, c.layout, rng, kInf);  // fused: starts as garbage
-    Array ref = make_array(c.B, c.H, c.T, c.Dv, Layout::kContiguous, rng);
-    const int64_t row_stride = c.S + 3;
-    const std::vector<float> mask = make_mask(c, rng, row_stride);
-    const AttentionOptions opt = options_for(c, mask, row_stride, &pool);
-    std::vector<float> lse(static_cast<size_t>(c.B * c.H * c.T), kInf), lse_ref(lse.size());
-    attention_forward(q.in(), k.in(), v.in(), o.view, lse.data(), opt);
-    attention_forward_reference(q.in(), k.in(), v.in(), ref.view, lse_ref.data(), opt);
-    EXPECT_TRUE(close(o.in(), ref.in(), 1e-5));
-    EXPECT_TRUE(close_lse(lse, lse_ref, 1e-5));
+    check_forward(c, rng, &pool);
     ++checked;
   }
   EXPECT_EQ(checked, 7 * 8 * 4);
@@ -212,30 +241,37 @@ TEST(FusedAttention, BackwardMatchesTheReference) {
     for (auto [D, Dv] : dims)
       for (int m = 0; m < 4; ++m, ++n) {
         const int64_t S = n % 3 == 0 ? (T > 5 ? T - 5 : T + 4) : T;
-        const Case c{1, 2, T, S, D, Dv, static_cast<AttentionMask::Kind>(m), n % 2 ? 0.25f : 0.0f,
-                     static_cast<Layout>((n / 2) % 4)};
-        SCOPED_TRACE(c.name());
-        Array q = make_array(c.B, c.H, c.T, c.D, c.layout, rng), k = make_array(c.B, c.H, c.S, c.D, c.layout, rng),
-              v = make_array(c.B, c.H, c.S, c.Dv, c.layout, rng), d_o = make_array(c.B, c.H, c.T, c.Dv, c.layout, rng);
-        Array o = make_array(c.B, c.H, c.T, c.Dv, c.layout, rng);
-        Array dq = make_array(c.B, c.H, c.T, c.D, c.layout, rng, kInf), dk = make_array(c.B, c.H, c.S, c.D, c.layout, rng, kInf),
-              dv = make_array(c.B, c.H, c.S, c.Dv, c.layout, rng, kInf);
-        Array rq = make_array(c.B, c.H, c.T, c.D, Layout::kContiguous, rng),
-              rk = make_array(c.B, c.H, c.S, c.D, Layout::kContiguous, rng),
-              rv = make_array(c.B, c.H, c.S, c.Dv, Layout::kContiguous, rng);
-        const int64_t row_stride = c.S;
-        const std::vector<float> mask = make_mask(c, rng, row_stride);
-        const AttentionOptions opt = options_for(c, mask, row_stride, &pool);
-        std::vector<float> lse(static_cast<size_t>(c.B * c.H * c.T));
-        attention_forward(q.in(), k.in(), v.in(), o.view, lse.data(), opt);
-        attention_backward(q.in(), k.in(), v.in(), o.in(), d_o.in(), lse.data(), dq.view, dk.view, dv.view, opt);
-        attention_backward_reference(q.in(), k.in(), v.in(), d_o.in(), rq.view, rk.view, rv.view, opt);
-        EXPECT_TRUE(close(dq.in(), rq.in(), 1e-5)) << "dq";
-        EXPECT_TRUE(close(dk.in(), rk.in(), 1e-5)) << "dk";
-        EXPECT_TRUE(close(dv.in(), rv.in(), 1e-5)) << "dv";
+        check_backward({1, 2, T, S, D, Dv, static_cast<AttentionMask::Kind>(m), n % 2 ? 0.25f : 0.0f,
+                        static_cast<Layout>((n / 2) % 4)},
+                       rng, &pool);
         ++checked;
       }
   EXPECT_EQ(checked, 7 * 6 * 4);
+}
+
+// The same checks on every SIMD target compiled in that this CPU runs (AVX-512, AVX2, the
+// portable fallback), forcing the dispatch to each in turn.
+TEST(FusedAttention, EverySimdTargetMatchesTheReference) {
+  const std::vector<int64_t> targets = available_simd_targets();
+  ASSERT_FALSE(targets.empty());
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  int n = 0;
+  for (int64_t target : targets) {
+    force_simd_target(target);
+    SCOPED_TRACE(simd_target_name(target));
+    for (int64_t T : {1, 17, 65, 130})
+      for (auto [D, Dv] : std::vector<std::pair<int64_t, int64_t>>{{3, 5}, {64, 64}, {80, 80}})
+        for (int m = 0; m < 4; ++m, ++n) {
+          const Case c{1, 2, T, n % 3 == 0 ? T + 4 : T, D, Dv, static_cast<AttentionMask::Kind>(m),
+                       n % 2 ? 0.25f : 0.0f, static_cast<Layout>(n % 4)};
+          check_forward(c, rng, &pool);
+          check_backward(c, rng, &pool);
+        }
+    EXPECT_EQ(simd_target(), simd_target_name(target));
+  }
+  force_simd_target(0);
+  EXPECT_GE(targets.size(), 2u) << "expected at least the best target and the portable fallback";
 }
 
 // The reference backward against central finite differences of the reference forward, so the

@@ -22,6 +22,7 @@
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/fma_peak.h"
 #include "qkv/kernels/mha.h"
+#include "qkv/kernels/simd.h"
 
 namespace qkv::cli {
 namespace {

@@ -3,6 +3,7 @@
 // A table of the tokens of a text: position, id, and the token's bytes, quoted and escaped.
 #include <iomanip>
 #include <iostream>
+#include <sstream>
 
 #include "commands.h"
 #include "qkv/core/error.h"

@@ -69,23 +69,26 @@ HWY_INLINE void MicroTile(const float* HWY_RESTRICT a, size_t lda, const float* 
     HWY_UNROLL(16) for (int v = 0; v < NV; ++v) hn::StoreU(acc[m][v], d, c + m * ldc + v * kLanes);
 }
 
-// Rows [0, M) of a block, in tiles of MR rows, the last tile with the remaining rows.
+// Rows [0, M) of a block: tiles of MR rows, then of MR/2, then single rows. (Only these three
+// tile heights are instantiated: every extra one is compile time for each SIMD target, and the
+// remainders are the edges of a sequence, not the bulk of the work.)
 template <int MR, int NV, bool kAColMajor, Out kOut, int kK>
 HWY_INLINE void TileRows(size_t M, const float* HWY_RESTRICT a, size_t lda, const float* HWY_RESTRICT b,
                          size_t ldb, size_t K, float* HWY_RESTRICT c, size_t ldc) {
+  auto at = [&](size_t m0) { return kAColMajor ? a + m0 : a + m0 * lda; };
   size_t m0 = 0;
-  for (; m0 + MR <= M; m0 += MR)
-    MicroTile<MR, NV, kAColMajor, kOut, kK>(kAColMajor ? a + m0 : a + m0 * lda, lda, b, ldb, K, c + m0 * ldc, ldc);
+  for (; m0 + MR <= M; m0 += MR) MicroTile<MR, NV, kAColMajor, kOut, kK>(at(m0), lda, b, ldb, K, c + m0 * ldc, ldc);
+  if constexpr (MR >= 4) {
+    for (; m0 + MR / 2 <= M; m0 += MR / 2)
+      MicroTile<MR / 2, NV, kAColMajor, kOut, kK>(at(m0), lda, b, ldb, K, c + m0 * ldc, ldc);
+  }
   if constexpr (MR > 1) {
-    if (m0 < M) {
-      // Remainder: peel it with ever smaller tiles (MR-1, then what is left).
-      TileRows<MR - 1, NV, kAColMajor, kOut, kK>(M - m0, kAColMajor ? a + m0 : a + m0 * lda, lda, b, ldb, K,
-                                                 c + m0 * ldc, ldc);
-    }
+    for (; m0 < M; ++m0) MicroTile<1, NV, kAColMajor, kOut, kK>(at(m0), lda, b, ldb, K, c + m0 * ldc, ldc);
   }
 }
 
-// C (M, nvec * kLanes) op= A (M, K) B (K, nvec * kLanes), in column chunks of at most NV vectors.
+// C (M, nvec * kLanes) op= A (M, K) B (K, nvec * kLanes): column chunks of NV vectors, then
+// single vectors.
 template <int MR, int NV, bool kAColMajor, Out kOut, int kK = 0>
 HWY_NOINLINE void BlockProduct(size_t M, size_t nvec, const float* HWY_RESTRICT a, size_t lda,
                                const float* HWY_RESTRICT b, size_t ldb, size_t K, float* HWY_RESTRICT c,
@@ -94,28 +97,42 @@ HWY_NOINLINE void BlockProduct(size_t M, size_t nvec, const float* HWY_RESTRICT 
   for (; v0 + NV <= nvec; v0 += NV)
     TileRows<MR, NV, kAColMajor, kOut, kK>(M, a, lda, b + v0 * kLanes, ldb, K, c + v0 * kLanes, ldc);
   if constexpr (NV > 1) {
-    if (v0 < nvec)
-      BlockProduct<MR, NV - 1, kAColMajor, kOut, kK>(M, nvec - v0, a, lda, b + v0 * kLanes, ldb, K,
-                                                     c + v0 * kLanes, ldc);
+    for (; v0 < nvec; ++v0)
+      TileRows<MR, 1, kAColMajor, kOut, kK>(M, a, lda, b + v0 * kLanes, ldb, K, c + v0 * kLanes, ldc);
   }
 }
 
-// e^x to about 1 ulp for x <= 88 (Highway's polynomial and range reduction): 0 below -87
-// (where e^x < 2^-125, negligible next to the row's largest weight, e^0), NaN for NaN.
-HWY_INLINE VF Exp(DF d, VF x) {
+// 2^x to about 1 ulp for x <= 127; 0 for x < -126 (so 0 for -inf: a blocked score), NaN for
+// NaN. The kernels work in base 2 (scores pre-multiplied by log2(e)), which makes the range
+// reduction exact (r = x - round(x)) and, on AVX-512, the scaling one instruction (vscalefps).
+// 2^r on [-1/2, 1/2] is the Taylor polynomial of e^(r ln 2) of degree 7 (error < 6e-9).
+HWY_INLINE VF Exp2(DF d, VF x) {
+  const VF c7 = hn::Set(d, 1.525273380405984e-05f), c6 = hn::Set(d, 1.5403530393381608e-04f);
+  const VF c5 = hn::Set(d, 1.3333558146428443e-03f), c4 = hn::Set(d, 9.618129107628477e-03f);
+  const VF c3 = hn::Set(d, 5.550410866482158e-02f), c2 = hn::Set(d, 0.2402265069591007f);
+  const VF c1 = hn::Set(d, 0.6931471805599453f), c0 = hn::Set(d, 1.0f);
+  auto poly = [&](VF r) {
+    VF p = hn::MulAdd(c7, r, c6);
+    p = hn::MulAdd(p, r, c5);
+    p = hn::MulAdd(p, r, c4);
+    p = hn::MulAdd(p, r, c3);
+    p = hn::MulAdd(p, r, c2);
+    p = hn::MulAdd(p, r, c1);
+    return hn::MulAdd(p, r, c0);
+  };
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  // Max(-200, x) keeps a NaN x (vmaxps returns its second operand when either is NaN), and
+  // 2^-200 underflows to exactly 0.
+  const VF xc = hn::Max(hn::Set(d, -200.0f), x);
+  const VF q = hn::Round(xc);
+  return VF{_mm512_scalef_ps(poly(hn::Sub(xc, q)).raw, q.raw)};
+#else
   const DI di;
-  const auto q = hn::NearestInt(hn::Mul(x, hn::Set(d, 1.44269504088896341f)));
-  const VF qf = hn::ConvertTo(d, q);
-  VF r = hn::MulAdd(qf, hn::Set(d, -0.693145751953125f), x);  // x - q ln2, ln2 in two parts
-  r = hn::MulAdd(qf, hn::Set(d, -1.428606765330187045e-6f), r);
-  VF p = hn::MulAdd(hn::Set(d, 0.000198527617612853646278381f), r, hn::Set(d, 0.00139304355252534151077271f));
-  p = hn::MulAdd(p, r, hn::Set(d, 0.00833336077630519866943359f));
-  p = hn::MulAdd(p, r, hn::Set(d, 0.0416664853692054748535156f));
-  p = hn::MulAdd(p, r, hn::Set(d, 0.166666671633720397949219f));
-  p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
-  const VF er = hn::Add(hn::MulAdd(p, hn::Mul(r, r), r), hn::Set(d, 1.0f));  // e^r
-  const VF two_q = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(q, hn::Set(di, 127))));
-  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -87.0f)), hn::Mul(er, two_q));
+  const auto qi = hn::NearestInt(x);
+  const VF r = hn::Sub(x, hn::ConvertTo(d, qi));
+  const VF two_q = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(qi, hn::Set(di, 127))));
+  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -126.0f)), hn::Mul(poly(r), two_q));
+#endif
 }
 
 #if HWY_TARGET != HWY_SCALAR

@@ -34,13 +34,23 @@ HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::HWY_NAMESPACE {
 namespace {
 
-constexpr int kQueryVectors = 3;                       // Br = 3 SIMD vectors of queries
-constexpr size_t kBr = kQueryVectors * kLanes;         // 48 with AVX-512, 24 with AVX2
-constexpr size_t kBc = 64;                             // keys per block (a multiple of 4: Philox)
-constexpr int kScoreRows = kVectorRegisters == 32 ? 8 : 4;   // register tile of St: 8 x 3 vectors
-constexpr int kGradRows = kVectorRegisters == 32 ? 6 : 3;    // register tile of dk, dv, dq
-constexpr int kGradVectors = kVectorRegisters == 32 ? 4 : 3;
+// Block sizes. Br = 3 vectors of queries and Bc = 64 keys: a (Br, Bc) block of scores is
+// 12 KB, and with the block's queries, keys, values and output the working set stays in L1/L2.
+// (Br = 32..64 and Bc = 32..128 measured within noise of each other on AVX-512.)
+constexpr int kQueryVectors = 3;
+constexpr size_t kBr = kQueryVectors * kLanes;  // 48 with AVX-512, 24 with AVX2
+constexpr size_t kBc = 64;                      // a multiple of 4 (one Philox call per 4 keys)
+// Register tile of St and Ot: 8 rows x 3 vectors = 24 accumulators with AVX-512's 32 registers
+// (4 x 3 with AVX2's 16), leaving room for the 3 B vectors and a broadcast.
+constexpr int kScoreRows = kVectorRegisters == 32 ? 8 : 4;
+// Register tile of dk, dv, dq (lanes along the head dim): 4 x 4 vectors with AVX-512, 2 x 4 with
+// AVX2; both divide 64 keys, 48 (or 24) queries and D = 64 evenly.
+constexpr int kGradRows = kVectorRegisters == 32 ? 4 : 2;
+constexpr int kGradVectors = 4;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// The kernels keep scores in base 2: s2 = s * log2(e), so that exp(s - m) = 2^(s2 - m2).
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr double kLn2 = 0.693147180559945309417;
 
 size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
@@ -92,7 +102,7 @@ void PackTransposed(ConstHeads x, int64_t b, int64_t h, int64_t i0, size_t n, fl
   }
 }
 
-// Applies the mask to St (Bc, Br) for queries i0 + [0, rows) and keys j0 + [0, cols).
+// Applies the mask to St (Bc, Br, base-2 scores) for queries i0 + [0, rows) and keys j0 + [0, cols).
 void ApplyMask(const AttentionProblem& p, float* HWY_RESTRICT st, int64_t i0, int64_t j0, size_t rows,
                size_t cols) {
   const DF d;
@@ -113,7 +123,7 @@ void ApplyMask(const AttentionProblem& p, float* HWY_RESTRICT st, int64_t i0, in
     case AttentionMask::Kind::kAdditive:
       for (size_t i = 0; i < rows; ++i) {
         const float* m = p.mask.values + (i0 + static_cast<int64_t>(i)) * p.mask.row_stride + j0;
-        for (size_t j = 0; j < cols; ++j) st[j * kBr + i] += m[j];
+        for (size_t j = 0; j < cols; ++j) st[j * kBr + i] += m[j] * kLog2e;
       }
       return;
     case AttentionMask::Kind::kBlocked:
@@ -170,7 +180,7 @@ void OnlineSoftmaxStep(const AttentionProblem& p, const DropoutKey& key, Forward
     const VF m_new = hn::Max(m_old, hn::LoadU(d, s.mx + v * kLanes));
     // A query with no visible key yet keeps m = -inf; subtract 0 instead so exp gives 0, not NaN.
     m_use[v] = hn::IfThenZeroElse(hn::Eq(m_new, hn::Set(d, kNegInf)), m_new);
-    const VF alpha = Exp(d, hn::Sub(m_old, m_use[v]));
+    const VF alpha = Exp2(d, hn::Sub(m_old, m_use[v]));
     hn::StoreU(alpha, d, s.alpha + v * kLanes);
     hn::StoreU(m_new, d, s.m + v * kLanes);
     sum[v] = hn::Mul(hn::LoadU(d, s.l + v * kLanes), alpha);
@@ -179,7 +189,7 @@ void OnlineSoftmaxStep(const AttentionProblem& p, const DropoutKey& key, Forward
     for (size_t j = 0; j < cols; ++j) {
       HWY_UNROLL(4) for (int v = 0; v < kQueryVectors; ++v) {
         float* st = s.st + j * kBr + v * kLanes;
-        const VF pr = Exp(d, hn::Sub(hn::LoadU(d, st), m_use[v]));
+        const VF pr = Exp2(d, hn::Sub(hn::LoadU(d, st), m_use[v]));
         sum[v] = hn::Add(sum[v], pr);
         hn::StoreU(pr, d, st);
       }
@@ -191,7 +201,7 @@ void OnlineSoftmaxStep(const AttentionProblem& p, const DropoutKey& key, Forward
         DropoutDrop4(key, i0 + v * static_cast<int64_t>(kLanes), j0 + static_cast<int64_t>(j), drop);
         for (size_t r = 0; r < 4 && j + r < cols; ++r) {
           float* st = s.st + (j + r) * kBr + v * kLanes;
-          const VF pr = Exp(d, hn::Sub(hn::LoadU(d, st), m_use[v]));
+          const VF pr = Exp2(d, hn::Sub(hn::LoadU(d, st), m_use[v]));
           sum[v] = hn::Add(sum[v], pr);  // the normaliser counts every weight, dropped or not
           hn::StoreU(hn::IfThenZeroElse(drop[r], pr), d, st);
         }
@@ -215,7 +225,7 @@ void ForwardTask(const AttentionProblem& p, MutableHeads o, float* lse, int64_t 
   const size_t ldk = k_direct ? static_cast<size_t>(p.k.stride_n) : D;
   const size_t ldv = v_direct ? static_cast<size_t>(p.v.stride_n) : Dv;
 
-  PackTransposed(p.q, b, h, i0, rows, p.scale, s.qt);
+  PackTransposed(p.q, b, h, i0, rows, p.scale * kLog2e, s.qt);
   std::fill(s.ot, s.ot + Dv * kBr, 0.0f);
   std::fill(s.m, s.m + kBr, kNegInf);
   std::fill(s.l, s.l + kBr, 0.0f);
@@ -258,7 +268,8 @@ void ForwardTask(const AttentionProblem& p, MutableHeads o, float* lse, int64_t 
   for (size_t i = 0; i < rows; ++i) {
     const float l = s.l[i];
     const float inv = l == 0.0f ? 0.0f : p.keep_scale / l;  // a row with no visible key: o = 0
-    lse_row[i] = l == 0.0f ? kNegInf : s.m[i] + std::log(l);
+    // m and l are base 2: lse = ln(2^m l) = (m + log2 l) ln 2
+    lse_row[i] = l == 0.0f ? kNegInf : static_cast<float>((s.m[i] + std::log2(static_cast<double>(l))) * kLn2);
     float* out = o.row(b, h, i0 + static_cast<int64_t>(i));
     for (size_t c = 0; c < Dv; ++c) out[c * o.stride_d] = s.ot[c * kBr + i] * inv;
   }
@@ -283,11 +294,11 @@ void Forward(const AttentionProblem& p, MutableHeads o, float* lse) {
 
 struct BackwardScratch {
   // Whole head, packed once per task.
-  float *qt;     // (blocks, D, Br)   (q * scale)^T per query block
+  float *qt;     // (blocks, D, Br)   (q * scale * log2(e))^T per query block: base-2 scores
   float *qs;     // (Tp, Dp)          q * scale, rows zero-padded
   float *dot;    // (blocks, Dv, Br)  d_o^T per query block
   float *dob;    // (Tp, Dvp)         d_o
-  float *lse;    // (Tp)              lse, or +inf where the weights are all zero
+  float *lse;    // (Tp)              lse * log2(e), or +inf where the weights are all zero
   float *di;     // (Tp)              sum_d d_o * o
   float *dq;     // (Tp, Dp)          dq accumulator
   // One key block.
@@ -325,7 +336,7 @@ void PackHeadForBackward(const AttentionProblem& p, ConstHeads o, ConstHeads d_o
   for (size_t blk = 0; blk < blocks; ++blk) {
     const int64_t i0 = static_cast<int64_t>(blk * kBr);
     const size_t rows = std::min(kBr, T - blk * kBr);
-    PackTransposed(p.q, b, h, i0, rows, p.scale, s.qt + blk * D * kBr);
+    PackTransposed(p.q, b, h, i0, rows, p.scale * kLog2e, s.qt + blk * D * kBr);
     PackTransposed(d_o, b, h, i0, rows, 1.0f, s.dot + blk * Dv * kBr);
   }
   for (size_t i = 0; i < Tp; ++i) {
@@ -348,7 +359,7 @@ void PackHeadForBackward(const AttentionProblem& p, ConstHeads o, ConstHeads d_o
     }
     s.di[i] = dsum;
     const float l = lse[(b * p.H + h) * p.T + ii];
-    if (l != kNegInf) s.lse[i] = l;  // -inf: no visible key, every weight is 0 (exp(s - inf) = 0)
+    if (l != kNegInf) s.lse[i] = l * kLog2e;  // -inf: no visible key, every weight is 0 (2^(s - inf) = 0)
   }
   std::fill(s.dq, s.dq + Tp * Dp, 0.0f);
 }
@@ -369,7 +380,7 @@ void WeightsAndScoreGradient(const AttentionProblem& p, const DropoutKey& key, c
       if constexpr (kDropout) DropoutDrop4(key, i0 + v * static_cast<int64_t>(kLanes), j0 + static_cast<int64_t>(j), drop);
       for (size_t r = 0; r < 4 && j + r < cols; ++r) {
         const size_t at = (j + r) * kBr + v * kLanes;
-        const VF w = Exp(d, hn::Sub(hn::LoadU(d, pt + at), l));
+        const VF w = Exp2(d, hn::Sub(hn::LoadU(d, pt + at), l));
         VF dw = hn::LoadU(d, dpt + at);
         VF wz = w;
         if constexpr (kDropout) {
@@ -452,25 +463,23 @@ void Backward(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const flo
 
 }  // namespace
 
+// D = Dv = 64 (GPT-2's heads) gets loops of known length on the vector targets; every other
+// head dim, and the portable fallback target, take the generic path.
+#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
+constexpr bool kSpecialise = false;
+#else
+constexpr bool kSpecialise = true;
+#endif
+
 void ForwardImpl(const AttentionProblem& p, MutableHeads o, float* lse) {
-  const int64_t dim = p.D == p.Dv ? p.D : 0;
-  switch (dim) {
-    case 32: return Forward<32>(p, o, lse);
-    case 64: return Forward<64>(p, o, lse);
-    case 128: return Forward<128>(p, o, lse);
-    default: return Forward<0>(p, o, lse);
-  }
+  if (kSpecialise && p.D == 64 && p.Dv == 64) return Forward<kSpecialise ? 64 : 0>(p, o, lse);
+  Forward<0>(p, o, lse);
 }
 
 void BackwardImpl(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const float* lse, MutableHeads dq,
                   MutableHeads dk, MutableHeads dv) {
-  const int64_t dim = p.D == p.Dv ? p.D : 0;
-  switch (dim) {
-    case 32: return Backward<32>(p, o, d_o, lse, dq, dk, dv);
-    case 64: return Backward<64>(p, o, d_o, lse, dq, dk, dv);
-    case 128: return Backward<128>(p, o, d_o, lse, dq, dk, dv);
-    default: return Backward<0>(p, o, d_o, lse, dq, dk, dv);
-  }
+  if (kSpecialise && p.D == 64 && p.Dv == 64) return Backward<kSpecialise ? 64 : 0>(p, o, d_o, lse, dq, dk, dv);
+  Backward<0>(p, o, d_o, lse, dq, dk, dv);
 }
 
 }  // namespace qkv::kernels::HWY_NAMESPACE

@@ -74,12 +74,5 @@ double measure_fma_peak_gflops(ThreadPool& pool, double seconds, int repeats) {
   return best;
 }
 
-std::string simd_target() {
-  // The target HWY_DYNAMIC_DISPATCH picks: the best one both compiled and supported.
-  const int64_t supported = hwy::SupportedTargets() & HWY_TARGETS;
-  const int64_t best = supported & -supported;
-  return hwy::TargetName(best);
-}
-
 }  // namespace qkv::kernels
 #endif  // HWY_ONCE

@@ -30,8 +30,8 @@
 // and sum per query (online softmax), skip key blocks above the causal diagonal, and never hold
 // more than one (Br, Bc) block of scores; memory is linear in T. One parallel_for runs over
 // batch x heads x query blocks (forward) or batch x heads (backward); SIMD is Google Highway with
-// run-time dispatch (AVX-512, AVX2, SSE4, NEON, ...), with D = 32, 64 and 128 unrolled and any
-// other D on a generic path.
+// run-time dispatch (AVX-512 or AVX2 on x86, a portable fallback elsewhere), with D = 64 (GPT-2's
+// heads) unrolled and any other D on a generic path.
 #pragma once
 
 #include <cstdint>

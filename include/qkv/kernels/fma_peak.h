@@ -7,15 +7,10 @@
 // `repeats` runs.
 #pragma once
 
-#include <string>
-
 #include "qkv/core/thread_pool.h"
 
 namespace qkv::kernels {
 
 double measure_fma_peak_gflops(ThreadPool& pool, double seconds = 0.1, int repeats = 5);
-
-// The SIMD target the kernels dispatch to on this CPU, e.g. "AVX3" (AVX-512) or "AVX2".
-std::string simd_target();
 
 }  // namespace qkv::kernels

@@ -1,0 +1,22 @@
+// qkv/kernels/simd.h - which SIMD code the kernels run (Google Highway's run-time dispatch).
+//
+// The kernels are compiled for AVX-512 ("AVX3"), AVX2 and a portable fallback ("EMU128") and
+// pick the best one the CPU supports at their first call. Tests can force each in turn.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qkv::kernels {
+
+std::string simd_target();  // the target the kernels dispatch to now, e.g. "AVX3"
+
+// The compiled targets this CPU can run, best first, as Highway's target bits.
+std::vector<int64_t> available_simd_targets();
+std::string simd_target_name(int64_t target);
+// Makes the kernels dispatch to `target` (one of the above) from their next call; 0 restores the
+// default. For tests: not thread-safe against kernels running at the same time.
+void force_simd_target(int64_t target);
+
+}  // namespace qkv::kernels
