@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "qkv/core/generator.h"
 #include "qkv/core/ops.h"
 #include "qkv/io/atomic_file.h"
 #include "qkv/io/safetensors.h"
@@ -224,6 +225,32 @@ TEST_F(TrainCli, TrainsOnATextFileAndGeneratesFromIt) {
   Result unknown = run("generate --checkpoint t.st --prompt \"zebra\"");
   EXPECT_EQ(unknown.status, 1);
   EXPECT_THAT(unknown.err, HasSubstr("does not occur in the text the model was trained on"));
+}
+
+TEST_F(TrainCli, ForwardGradOutputWritesEveryGradientAndChecksItsShape) {
+  Generator g(3);
+  Tensor x = Tensor::empty({2, 5, 3}), dy = Tensor::empty({2, 5, 4});
+  g.normal(x.data(), x.numel());
+  g.normal(dy.data(), dy.numel());
+  save_safetensors(path("x.st"), {{"input", x}});
+  save_safetensors(path("dy.st"), {{"grad_output", dy}});
+  const std::string mha = "forward --module mha --d-in 3 --d-out 4 --context-length 6 --num-heads 2 --qkv-bias --seed 1 "
+                          "--input x.st --output y.st ";
+  Result r = run(mha + "--grad-output dy.st --grads-out grads.st");
+  ASSERT_EQ(r.status, 0) << r.err;
+  TensorFile grads = load_safetensors(path("grads.st"));
+  EXPECT_EQ(grads.names, (std::vector<std::string>{"input", "W_query.weight", "W_query.bias", "W_key.weight",
+                                                   "W_key.bias", "W_value.weight", "W_value.bias", "out_proj.weight",
+                                                   "out_proj.bias"}));
+  EXPECT_EQ(grads.get("input").shape(), x.shape());
+  save_safetensors(path("bad.st"), {{"grad_output", Tensor::zeros({2, 5, 3})}});
+  Result bad = run(mha + "--grad-output bad.st --grads-out g2.st");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_THAT(bad.err, HasSubstr("'grad_output' in 'bad.st' has shape (2, 5, 3); it must have the output's shape (2, 5, 4)"));
+  EXPECT_FALSE(fs::exists(path("g2.st")));
+  Result half = run(mha + "--grad-output dy.st");
+  EXPECT_EQ(half.status, 1);
+  EXPECT_THAT(half.err, HasSubstr("--grad-output FILE and --grads-out FILE go together"));
 }
 
 }  // namespace

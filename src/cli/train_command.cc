@@ -241,7 +241,6 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
   int64_t tokens = 0, steps_run = 0;
   StepStats last;
   int stop_signal = 0;
-  bool stopped_early = false;
   {
     StopSignals signals;
     while (trainer.steps_done() < o.steps) {
@@ -262,10 +261,7 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
       progress.update(last, seconds(), tokens, last.step == o.steps);
       if (eval_now) evaluate();
       if (f.checkpoint_every > 0 && last.step % f.checkpoint_every == 0 && last.step != o.steps) save();
-      if (f.stop_after > 0 && last.step >= f.stop_after && last.step < o.steps) {
-        stopped_early = true;
-        break;
-      }
+      if (f.stop_after > 0 && last.step >= f.stop_after && last.step < o.steps) break;
     }
     stop_signal = g_stop_signal;
   }
@@ -315,9 +311,7 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
     std::cout << j.dump() << "\n";
   }
   std::cout << std::flush;
-  if (stop_signal) return 128 + stop_signal;
-  (void)stopped_early;
-  return 0;
+  return stop_signal ? 128 + stop_signal : 0;
 }
 
 }  // namespace

@@ -26,10 +26,15 @@ std::string num(double v, const char* fmt = "%.1f") {
   return buf;
 }
 
+// 0.5, 2, 10 as they are; 1e-3, 5e-4 below 0.01 and 1e3 above 999.
 std::string tick_label(double v) {
   char buf[32];
-  if (v >= 0.01 && v < 1000) std::snprintf(buf, sizeof buf, "%g", v);
-  else std::snprintf(buf, sizeof buf, "%.0e", v);
+  if (v >= 0.01 && v < 1000) {
+    std::snprintf(buf, sizeof buf, "%g", v);
+  } else {
+    const int e = static_cast<int>(std::floor(std::log10(v) + 1e-9));
+    std::snprintf(buf, sizeof buf, "%.0fe%d", v / std::pow(10.0, e), e);
+  }
   return buf;
 }
 
@@ -57,7 +62,8 @@ std::string loss_curve_svg(const std::vector<float>& losses, const std::vector<E
     << "\" viewBox=\"0 0 " << o.width << " " << o.height << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   s << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   s << "<text x=\"" << W / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" << escape(o.title) << "</text>\n";
-  // Grid and y ticks: 1, 2, 5 x 10^k.
+  // Grid at 1, 2, 5 x 10^k; labels on all of them for up to three decades, else on 10^k only.
+  const bool few_decades = yhi - ylo <= 3;
   for (double e = ylo; e <= yhi; e += 1)
     for (double m : {1.0, 2.0, 5.0}) {
       const double v = m * std::pow(10.0, e);
@@ -65,7 +71,9 @@ std::string loss_curve_svg(const std::vector<float>& losses, const std::vector<E
       const double y = Y(v);
       s << "<line x1=\"" << left << "\" x2=\"" << left + pw << "\" y1=\"" << num(y) << "\" y2=\"" << num(y)
         << "\" stroke=\"" << (m == 1.0 ? "#cccccc" : "#eeeeee") << "\"/>\n";
-      s << "<text x=\"" << left - 6 << "\" y=\"" << num(y + 4) << "\" text-anchor=\"end\">" << tick_label(v) << "</text>\n";
+      if (m == 1.0 || few_decades)
+        s << "<text x=\"" << left - 6 << "\" y=\"" << num(y + 4) << "\" text-anchor=\"end\">" << tick_label(v)
+          << "</text>\n";
     }
   // x ticks: about 6, at round numbers.
   const double raw = n / 6, mag = std::pow(10.0, std::floor(std::log10(std::max(raw, 1.0))));
@@ -86,7 +94,8 @@ std::string loss_curve_svg(const std::vector<float>& losses, const std::vector<E
   s << "<text x=\"" << left + pw / 2 << "\" y=\"" << H - 12 << "\" text-anchor=\"middle\">step</text>\n";
   s << "<text transform=\"translate(16 " << top + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
     << "cross-entropy loss (log scale)</text>\n";
-  // Raw losses, then their moving average.
+  // Raw losses, then their moving average - of the log of the loss, as the axis is logarithmic
+  // (a plain average of values spanning decades would trail far behind the curve).
   auto polyline = [&](const std::vector<std::pair<double, double>>& pts, const char* style) {
     if (pts.empty()) return;
     s << "<polyline fill=\"none\" " << style << " points=\"";
@@ -99,10 +108,10 @@ std::string loss_curve_svg(const std::vector<float>& losses, const std::vector<E
   for (size_t i = 0; i < losses.size(); ++i) {
     const double l = losses[i];
     if (!std::isfinite(l) || l <= 0) continue;
-    avg = first ? l : 0.95 * avg + 0.05 * l;
+    avg = first ? std::log(l) : 0.95 * avg + 0.05 * std::log(l);
     first = false;
     raw_pts.push_back({static_cast<double>(i + 1), l});
-    avg_pts.push_back({static_cast<double>(i + 1), avg});
+    avg_pts.push_back({static_cast<double>(i + 1), std::exp(avg)});
   }
   polyline(raw_pts, "stroke=\"#9ecae1\" stroke-width=\"1\"");
   polyline(avg_pts, "stroke=\"#08306b\" stroke-width=\"2\"");
@@ -113,12 +122,12 @@ std::string loss_curve_svg(const std::vector<float>& losses, const std::vector<E
       << num(100 * e.accuracy, "%.2f") << "%</title></circle>\n";
   }
   // Legend.
-  const double lx = left + pw - 210, ly = top + 14;
+  const double lx = left + pw - 250, ly = top + 14;
   s << "<line x1=\"" << lx << "\" x2=\"" << lx + 24 << "\" y1=\"" << ly << "\" y2=\"" << ly
     << "\" stroke=\"#9ecae1\"/><text x=\"" << lx + 30 << "\" y=\"" << ly + 4 << "\">loss of each step</text>\n";
   s << "<line x1=\"" << lx << "\" x2=\"" << lx + 24 << "\" y1=\"" << ly + 18 << "\" y2=\"" << ly + 18
     << "\" stroke=\"#08306b\" stroke-width=\"2\"/><text x=\"" << lx + 30 << "\" y=\"" << ly + 22
-    << "\">moving average (0.95)</text>\n";
+    << "\">moving average (0.95, geometric)</text>\n";
   if (!evals.empty())
     s << "<circle cx=\"" << lx + 12 << "\" cy=\"" << ly + 36 << "\" r=\"3.5\" fill=\"#e6550d\"/><text x=\"" << lx + 30
       << "\" y=\"" << ly + 40 << "\">held-out loss</text>\n";
