@@ -61,6 +61,7 @@ TEST(MhaPipeline, ForwardMatchesTheBookModule) {
     config.context_length = c.T;
     config.num_heads = c.H;
     config.qkv_bias = c.bias;
+    config.path = AttentionPath::kTextbook;  // the book's computation, not the module's fast path
     MultiHeadAttention m(config, gen);
     std::mt19937 rng(1);
     const std::vector<float> x = random_vector(static_cast<size_t>(c.B * c.T * c.d_in), rng);

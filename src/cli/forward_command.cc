@@ -163,6 +163,9 @@ Command add_forward(CLI::App& app) {
   sub->add_option("--num-heads", f->config.num_heads, "Heads (mha-wrapper, mha)")->capture_default_str();
   sub->add_option("--dropout", f->config.dropout, "Dropout on the attention weights, in [0, 1)")->capture_default_str();
   sub->add_flag("--qkv-bias", f->config.qkv_bias, "Give the query, key and value projections a bias");
+  add_attention_flag(sub, f->config.path,
+                     "Causal modules: auto (fused; textbook under --train dropout, for PyTorch's masks) | fused | "
+                  "textbook");
   sub->add_flag("--train", f->train, "Training mode: dropout is active, drawing after the weights as PyTorch does");
   sub->add_option("--seed", f->seed, "Initialise as torch.manual_seed(S) followed by the PyTorch constructor");
   sub->add_option("--weights", f->weights, "Load the weights from a safetensors state dict (PyTorch's names)");

@@ -77,6 +77,7 @@ const std::vector<RunFlag>& run_flags() {
       QKV_RUN_FLAG("--context-length", model.context_length),
       QKV_RUN_FLAG("--dropout", model.dropout),
       QKV_RUN_FLAG("--qkv-bias", model.qkv_bias),
+      QKV_RUN_FLAG("--attention", model.attention),
       QKV_RUN_FLAG("--vocab-size", model.vocab_size),
       QKV_RUN_FLAG("--optimizer", optimizer),
       QKV_RUN_FLAG("--steps", steps),
@@ -337,6 +338,8 @@ Command add_train(CLI::App& app) {
                   "Positions the model has (default: the task's sequence length; 64 for text)");
   sub->add_option("--dropout", o.model.dropout, "Dropout on the attention weights, in [0, 1)")->capture_default_str();
   sub->add_flag("--qkv-bias", o.model.qkv_bias, "Give the query, key and value projections a bias");
+  add_attention_flag(sub, o.model.attention,
+                     "auto (fused; textbook while dropout is on, for PyTorch's masks) | fused | textbook");
   sub->add_option("--optimizer", o.optimizer, "adamw | sgd")->capture_default_str()->check(CLI::IsMember({"adamw", "sgd"}));
   sub->add_option("--steps", o.steps, "Optimisation steps in all")->capture_default_str();
   sub->add_option("--batch-size", o.batch_size, "Sequences per step")->capture_default_str();

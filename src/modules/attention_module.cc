@@ -8,6 +8,22 @@
 
 namespace qkv {
 
+AttentionPath parse_attention_path(const std::string& name) {
+  if (name == "auto") return AttentionPath::kAuto;
+  if (name == "fused") return AttentionPath::kFused;
+  if (name == "textbook") return AttentionPath::kTextbook;
+  fail("unknown attention path '", name, "'; expected one of: auto, fused, textbook");
+}
+
+const char* attention_path_name(AttentionPath path) {
+  switch (path) {
+    case AttentionPath::kAuto: return "auto";
+    case AttentionPath::kFused: return "fused";
+    case AttentionPath::kTextbook: return "textbook";
+  }
+  return "?";
+}
+
 const std::vector<std::string>& attention_module_names() {
   static const std::vector<std::string> names = {"self-attention-v1", "self-attention-v2", "causal-attention",
                                                  "mha-wrapper", "mha"};

@@ -46,6 +46,8 @@ void CausalAttention::train(bool on) {
 
 Tensor CausalAttention::forward(const Tensor& x, AttentionTrace* trace) {
   check_batch_input("CausalAttention", x, config.d_in, config.context_length);
+  fused_last_ = runs_fused(config.path, dropout);
+  if (fused_last_) return fused_.forward(x, projections(), 1, mask, dropout, trace, false);
   Tensor keys = W_key.forward(x);       // (B, T, d_out)
   Tensor queries = W_query.forward(x);  // (B, T, d_out)
   Tensor values = W_value.forward(x);   // (B, T, d_out)
@@ -53,6 +55,7 @@ Tensor CausalAttention::forward(const Tensor& x, AttentionTrace* trace) {
 }
 
 Tensor CausalAttention::backward(const Tensor& doutput) {
+  if (fused_last_) return fused_.backward(doutput, projections());
   // return attend(queries, keys, values, &mask, &dropout, ...)
   AttentionGrads g = attend_backward(doutput, saved_, &dropout);  // each (B, T, d_out)
   // values = W_value.forward(x); queries = W_query.forward(x); keys = W_key.forward(x)

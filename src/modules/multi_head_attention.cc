@@ -106,6 +106,9 @@ void MultiHeadAttention::train(bool on) {
 
 Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
   check_batch_input("MultiHeadAttention", x, config.d_in, config.context_length);
+  x_shape_ = x.shape();
+  fused_last_ = runs_fused(config.path, dropout);
+  if (fused_last_) return fused_.forward(x, projections(), config.num_heads, mask, dropout, trace, true);
   const int64_t B = x.size(0), T = x.size(1), H = config.num_heads, D = head_dim();
   auto split = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };  // (B, H, T, D)
   Tensor keys = split(W_key.forward(x));
@@ -113,12 +116,12 @@ Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
   Tensor values = split(W_value.forward(x));
   Tensor context = attend(queries, keys, values, &mask, &dropout, trace, &saved_);  // (B, H, T, D)
   Tensor merged = context.transpose(1, 2).reshape({B, T, config.d_out});  // (B, T, d_out)
-  x_shape_ = x.shape();
   return out_proj.forward(merged);
 }
 
 Tensor MultiHeadAttention::backward(const Tensor& doutput) {
   QKV_CHECK(x_shape_.size() == 3, "MultiHeadAttention: backward before forward");
+  if (fused_last_) return fused_.backward(doutput, projections());
   const int64_t B = x_shape_[0], T = x_shape_[1], H = config.num_heads, D = head_dim();
   // return out_proj.forward(merged)
   Tensor dmerged = out_proj.backward(doutput);  // (B, T, d_out), contiguous

@@ -27,6 +27,7 @@ std::vector<MultiHeadAttention> build_blocks(const LMConfig& c, Generator& gen) 
   a.dropout = c.dropout;
   a.num_heads = c.num_heads;
   a.qkv_bias = c.qkv_bias;
+  a.path = c.attention;
   std::vector<MultiHeadAttention> blocks;
   blocks.reserve(static_cast<size_t>(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) blocks.emplace_back(a, gen);  // in order, as nn.ModuleList
@@ -44,7 +45,7 @@ bool finite(const Tensor& t) {
 nlohmann::json to_json(const LMConfig& c) {
   return {{"vocab_size", c.vocab_size}, {"context_length", c.context_length}, {"d_model", c.d_model},
           {"num_heads", c.num_heads},   {"num_layers", c.num_layers},         {"dropout", c.dropout},
-          {"qkv_bias", c.qkv_bias}};
+          {"qkv_bias", c.qkv_bias},     {"attention", attention_path_name(c.attention)}};
 }
 
 LMConfig lm_config_from_json(const nlohmann::json& j) {
@@ -57,6 +58,7 @@ LMConfig lm_config_from_json(const nlohmann::json& j) {
     c.num_layers = j.at("num_layers").get<int64_t>();
     c.dropout = j.at("dropout").get<double>();
     c.qkv_bias = j.at("qkv_bias").get<bool>();
+    c.attention = parse_attention_path(j.value("attention", std::string("auto")));  // absent before it existed
   } catch (const nlohmann::json::exception& e) {
     fail("the model configuration is incomplete or malformed: ", e.what());
   }

@@ -12,6 +12,19 @@
 
 namespace qkv {
 
+// Which computation the causal classes (CausalAttention, the wrapper's heads, MultiHeadAttention)
+// run. The fused path (kernels/mha.h: one QKV product, the tiled attention kernel, out_proj)
+// never builds the (T, T) matrices; the textbook path (attention_core.h) does it as the book does.
+//   kAuto      fused, except while dropout is active (training mode, p > 0): then textbook, so
+//              the dropout masks are PyTorch's (nn.Dropout's, from the same seed)
+//   kFused     fused always; under dropout the mask comes from Philox inside the kernel, keyed by
+//              a seed drawn from the module's generator (reproducible, but not PyTorch's mask)
+//   kTextbook  the book's computation always
+// Both agree within 1e-5 (relative) where they draw no dropout, forward and backward.
+enum class AttentionPath { kAuto, kFused, kTextbook };
+AttentionPath parse_attention_path(const std::string& name);  // "auto" | "fused" | "textbook"
+const char* attention_path_name(AttentionPath path);
+
 struct AttentionConfig {
   int64_t d_in = 0;
   int64_t d_out = 0;
@@ -19,6 +32,7 @@ struct AttentionConfig {
   double dropout = 0.0;        // the causal classes only
   int64_t num_heads = 1;       // the multi-head classes only
   bool qkv_bias = false;       // all but SelfAttentionV1
+  AttentionPath path = AttentionPath::kAuto;  // the causal classes only
 };
 
 class AttentionModule : public Module {

@@ -4,12 +4,14 @@
 //   scores = queries keys^T, masked_fill(mask[:T, :T] != 0, -inf), softmax(/ sqrt(d_out)),
 //   dropout, @ values.
 // `mask` is the registered buffer triu(ones(context_length, context_length), 1); a mask loaded
-// from a state dict is used as loaded. T may not exceed context_length (PyTorch fails there
+// from a state dict is used as loaded. config.path chooses the fused or the textbook computation
+// (see AttentionPath); backward follows the path the last forward took. T may not exceed context_length (PyTorch fails there
 // with a shape error; qkv says why).
 #pragma once
 
 #include "qkv/core/generator.h"
 #include "qkv/modules/attention_module.h"
+#include "qkv/modules/fused_attention.h"
 #include "qkv/modules/layers.h"
 #include "qkv/modules/module.h"
 
@@ -30,7 +32,10 @@ class CausalAttention : public AttentionModule {
   Tensor mask;                     // (context_length, context_length) buffer
 
  private:
-  AttentionSaved saved_;
+  FusedProjections projections() { return {&W_query, &W_key, &W_value, nullptr}; }
+  AttentionSaved saved_;  // the textbook path's
+  FusedAttention fused_;  // the fused path's
+  bool fused_last_ = false;
 };
 
 // Checks the sizes are positive and dropout in [0, 1); returns c. Errors start with `who`.

@@ -88,6 +88,9 @@ class Dropout : public Module {
   bool active() const { return training_ && p_ > 0.0; }
   double p() const { return p_; }
   const Tensor& last_noise() const { return noise_; }  // 0 or 1/(1-p), shaped like the last input
+  // A 64-bit seed for a kernel that draws its own dropout mask (one random64() of the generator
+  // this Dropout draws from, so a run stays reproducible from the module's seed).
+  uint64_t draw_seed() { return gen_->random64(); }
 
  private:
   double p_;

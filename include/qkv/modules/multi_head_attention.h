@@ -6,6 +6,7 @@
 //   x (B, T, d_in) -> queries (B, T, d_out) -> view (B, T, H, D) -> transpose (B, H, T, D)
 //   -> causal attention per head -> (B, T, H, D) -> (B, T, d_out) -> out_proj -> (B, T, d_out)
 //   with D = head_dim = d_out / num_heads (d_out must be divisible by num_heads).
+// Both take config.path's computation (see AttentionPath); backward follows the last forward's.
 // Traces hold per-head tensors: weights (B, H, T, T), queries/keys/values (B, H, T, D).
 #pragma once
 
@@ -46,8 +47,11 @@ class MultiHeadAttention : public AttentionModule {
   Tensor mask;                     // (context_length, context_length) buffer
 
  private:
+  FusedProjections projections() { return {&W_query, &W_key, &W_value, &out_proj}; }
   Shape x_shape_;         // (B, T, d_in) of the last forward
-  AttentionSaved saved_;  // per head: q, k, v (B, H, T, D), weights (B, H, T, T)
+  AttentionSaved saved_;  // textbook path, per head: q, k, v (B, H, T, D), weights (B, H, T, T)
+  FusedAttention fused_;  // fused path
+  bool fused_last_ = false;
 };
 
 }  // namespace qkv

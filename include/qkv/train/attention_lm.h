@@ -22,6 +22,7 @@
 
 #include "qkv/core/generator.h"
 #include "qkv/modules/layers.h"
+#include "qkv/modules/attention_module.h"
 #include "qkv/modules/multi_head_attention.h"
 
 namespace qkv {
@@ -34,6 +35,7 @@ struct LMConfig {
   int64_t num_layers = 2;
   double dropout = 0.0;
   bool qkv_bias = false;
+  AttentionPath attention = AttentionPath::kAuto;  // the blocks' computation (fused unless PyTorch dropout)
 };
 
 nlohmann::json to_json(const LMConfig& c);
