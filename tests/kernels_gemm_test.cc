@@ -24,7 +24,9 @@ TEST(Gemm, MatchesTheReferenceForEveryShapeAndTranspose) {
   ThreadPool pool(2);
   int checked = 0;
   const int64_t sizes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 1, 33}, {64, 64, 64}, {130, 70, 65}, {257, 96, 40}, {5, 300, 9},
-                              {0, 4, 4}, {4, 0, 4}, {4, 4, 0}};
+                              {0, 4, 4}, {4, 0, 4}, {4, 4, 0},
+                              // weight-gradient shapes: split into the two halves of K
+                              {40, 33, 2500}, {33, 40, 4099}};
   for (auto [M, N, K] : sizes)
     for (int t = 0; t < 4; ++t)
       for (float beta : {0.0f, 1.0f, 0.5f}) {
@@ -63,7 +65,7 @@ TEST(Gemm, MatchesTheReferenceForEveryShapeAndTranspose) {
           }
         ++checked;
       }
-  EXPECT_EQ(checked, 10 * 4 * 3);
+  EXPECT_EQ(checked, 12 * 4 * 3);
 }
 
 TEST(Gemm, LargeProductsSplitOverThePoolGiveTheSameResult) {
@@ -87,6 +89,25 @@ TEST(Gemm, LargeProductsSplitOverThePoolGiveTheSameResult) {
   g.C = c3.data();
   sgemm(g, &three);
   EXPECT_EQ(c1, c3);
+  // A weight gradient's shape (dW = dy^T x, K = rows of the batch), split along K.
+  const int64_t R = 4100, O = 48, I = 40;
+  const auto dy = random_vector(static_cast<size_t>(R * O), rng), x = random_vector(static_cast<size_t>(R * I), rng);
+  std::vector<float> w1(static_cast<size_t>(O * I)), w3(w1.size());
+  GemmArgs d;
+  d.trans_a = true;
+  d.M = O;
+  d.N = I;
+  d.K = R;
+  d.A = dy.data();
+  d.lda = O;
+  d.B = x.data();
+  d.ldb = I;
+  d.ldc = I;
+  d.C = w1.data();
+  sgemm(d, &one);
+  d.C = w3.data();
+  sgemm(d, &three);
+  EXPECT_EQ(w1, w3);
 }
 
 TEST(Gemm, TensorOpsEntryMatchesTheReference) {

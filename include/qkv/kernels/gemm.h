@@ -13,8 +13,9 @@
 // single-threaded BLAS call. The panels depend on the shape, not on the thread count, so neither
 // does the result. So qkv's threads and the BLAS's never oversubscribe the cores, the BLAS's own
 // threads never spin between calls, and a product called inside a pool task (nested) simply runs
-// single-threaded on that worker. On this machine's head-sized shapes two 1-thread streams are
-// also steadier than OpenBLAS's own 2-thread split (see /work/shared/design/PERFORMANCE.md).
+// single-threaded on that worker. A weight gradient's shape (K >= 2048 and at least twice M and
+// N) is split instead into the two halves of K, each one BLAS call, summed in a fixed order.
+// On this machine's head-sized shapes two 1-thread streams are also steadier than OpenBLAS's own 2-thread split (see /work/shared/design/PERFORMANCE.md).
 #pragma once
 
 #include <cstdint>
