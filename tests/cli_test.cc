@@ -100,6 +100,29 @@ TEST_F(Cli, ForwardWithSeedWritesOutputWeightsAndAttention) {
   EXPECT_EQ(max_abs_diff(load_safetensors(path("y2.st")).get("output"), y.get("output")), 0.0);
 }
 
+TEST_F(Cli, AttentionPathFlagChoosesTheComputationAndBothAgree) {
+  std::string in = input({2, 9, 5});
+  const std::string common = "forward --module mha --d-in 5 --d-out 6 --context-length 9 --num-heads 3 --seed 5 --input " + in;
+  for (const char* path_name : {"fused", "textbook", "auto"}) {
+    Result r = run(common + " --attention " + path_name + " --output " + path(std::string(path_name) + ".st") +
+                   " --attn-weights " + path(std::string("a_") + path_name + ".st"));
+    ASSERT_EQ(r.status, 0) << path_name << ": " << r.err;
+  }
+  const Tensor fused = load_safetensors(path("fused.st")).get("output");
+  const Tensor textbook = load_safetensors(path("textbook.st")).get("output");
+  EXPECT_GT(max_abs_diff(fused, Tensor::zeros(fused.shape())), 0.1);  // a real output, not zeros
+  EXPECT_LE(max_abs_diff(fused, textbook), 1e-5);
+  EXPECT_EQ(max_abs_diff(load_safetensors(path("auto.st")).get("output"), fused), 0.0);  // eval mode: fused
+  EXPECT_LE(max_abs_diff(load_safetensors(path("a_fused.st")).get("attn_weights"),
+                         load_safetensors(path("a_textbook.st")).get("attn_weights")),
+            1e-6);
+  Result bad = run(common + " --attention flash");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--attention"));
+  EXPECT_THAT(bad.err, HasSubstr("flash"));
+  EXPECT_THAT(bad.err, HasSubstr("auto,fused,textbook"));
+}
+
 TEST_F(Cli, ForwardPrintsLikePyTorchWithoutOutputFile) {
   std::string in = input({6, 3});
   Result r = run("forward --module self-attention-v1 --d-in 3 --d-out 2 --seed 123 --input " + in);

@@ -404,6 +404,7 @@ void PackHeadForBackward(const AttentionProblem& p, ConstHeads o, ConstHeads d_o
   const size_t D = static_cast<size_t>(p.D), Dv = static_cast<size_t>(p.Dv);
   const size_t Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes), Tp = blocks * kBr;
   const size_t T = static_cast<size_t>(p.T);
+  const bool unit_stride = p.q.stride_d == 1 && d_o.stride_d == 1 && o.stride_d == 1;
   for (size_t blk = 0; blk < blocks; ++blk) {
     const int64_t i0 = static_cast<int64_t>(blk * kBr);
     const size_t rows = std::min(kBr, T - blk * kBr);
@@ -420,13 +421,19 @@ void PackHeadForBackward(const AttentionProblem& p, ConstHeads o, ConstHeads d_o
     if (i >= T) continue;
     const int64_t ii = static_cast<int64_t>(i);
     const float* q = p.q.row(b, h, ii);
-    for (size_t c = 0; c < D; ++c) qrow[c] = q[c * p.q.stride_d] * p.scale;
     const float* g = d_o.row(b, h, ii);
     const float* out = o.row(b, h, ii);
     float dsum = 0.0f;
-    for (size_t c = 0; c < Dv; ++c) {
-      drow[c] = g[c * d_o.stride_d];
-      dsum += drow[c] * out[c * o.stride_d];
+    if (unit_stride) {  // the common case, in loops the compiler vectorises
+      for (size_t c = 0; c < D; ++c) qrow[c] = q[c] * p.scale;
+      for (size_t c = 0; c < Dv; ++c) drow[c] = g[c];
+      for (size_t c = 0; c < Dv; ++c) dsum += g[c] * out[c];
+    } else {
+      for (size_t c = 0; c < D; ++c) qrow[c] = q[c * p.q.stride_d] * p.scale;
+      for (size_t c = 0; c < Dv; ++c) {
+        drow[c] = g[c * d_o.stride_d];
+        dsum += drow[c] * out[c * o.stride_d];
+      }
     }
     s.di[i] = dsum;
     const float l = lse[(b * p.H + h) * p.T + ii];
@@ -510,14 +517,23 @@ void BackwardTask(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const
       const int64_t jj = j0 + static_cast<int64_t>(j);
       float* gk = dk.row(b, h, jj);
       float* gv = dv.row(b, h, jj);
-      for (size_t c = 0; c < D; ++c) gk[c * dk.stride_d] = s.dk[j * Dp + c];
-      for (size_t c = 0; c < Dv; ++c) gv[c * dv.stride_d] = s.dv[j * Dvp + c];
+      if (dk.stride_d == 1 && dv.stride_d == 1) {
+        std::memcpy(gk, s.dk + j * Dp, D * sizeof(float));
+        std::memcpy(gv, s.dv + j * Dvp, Dv * sizeof(float));
+      } else {
+        for (size_t c = 0; c < D; ++c) gk[c * dk.stride_d] = s.dk[j * Dp + c];
+        for (size_t c = 0; c < Dv; ++c) gv[c * dv.stride_d] = s.dv[j * Dvp + c];
+      }
     }
   }
   for (int64_t i = 0; i < p.T; ++i) {
     float* gq = dq.row(b, h, i);
     const float* acc = s.dq + static_cast<size_t>(i) * Dp;
-    for (size_t c = 0; c < D; ++c) gq[c * dq.stride_d] = acc[c] * p.scale;
+    if (dq.stride_d == 1) {
+      for (size_t c = 0; c < D; ++c) gq[c] = acc[c] * p.scale;
+    } else {
+      for (size_t c = 0; c < D; ++c) gq[c * dq.stride_d] = acc[c] * p.scale;
+    }
   }
 }
 
