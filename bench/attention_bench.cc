@@ -14,7 +14,7 @@
 #include "qkv/core/thread_pool.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/fma_peak.h"
-#include "qkv/kernels/gemm.h"
+#include "qkv/core/gemm.h"
 #include "qkv/kernels/mha.h"
 #include "qkv/kernels/simd.h"
 

@@ -9,7 +9,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/generator.h"
-#include "qkv/kernels/gemm.h"
+#include "qkv/core/gemm.h"
 #include "qkv/kernels/mha.h"
 #include "qkv/modules/multi_head_attention.h"
 

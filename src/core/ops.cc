@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "qkv/core/error.h"
-#include "qkv/kernels/gemm.h"
+#include "qkv/core/gemm.h"
 
 namespace qkv {
 namespace {

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "qkv/core/error.h"
-#include "qkv/kernels/gemm.h"
+#include "qkv/core/gemm.h"
 
 namespace qkv::kernels {
 namespace {

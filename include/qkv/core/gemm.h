@@ -1,4 +1,4 @@
-// qkv/kernels/gemm.h - single-precision matrix products for the projections, through the BLAS.
+// qkv/core/gemm.h - single-precision matrix products for the projections, through the BLAS.
 //
 //   C (M, N) = alpha * op(A) op(B) + beta * C      row-major; op(X) = X or X^T
 //   op(A) is (M, K): A is (M, K) with row stride lda, or (K, M) when trans_a.
@@ -22,7 +22,7 @@
 
 #include "qkv/core/thread_pool.h"
 
-namespace qkv::kernels {
+namespace qkv {
 
 struct GemmArgs {
   bool trans_a = false, trans_b = false;
@@ -53,14 +53,11 @@ inline double gemm_flops(int64_t M, int64_t N, int64_t K) {
   return 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
 }
 
-}  // namespace qkv::kernels
-
-namespace qkv {
 // C (M, N) = op(A) op(B), C overwritten: the form the tensor ops (core/ops.cc's matmul) call.
-// Runs kernels::sgemm (on the default pool; single-threaded when called inside a pool task).
+// Runs sgemm (on the default pool; single-threaded when called inside a pool task).
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
           const float* B, int64_t ldb, float* C, int64_t ldc);
-// Its naive reference (kernels::sgemm_reference).
+// Its naive reference (sgemm_reference).
 void gemm_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                     const float* B, int64_t ldb, float* C, int64_t ldc);
 }  // namespace qkv

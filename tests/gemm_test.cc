@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "qkv/core/error.h"
-#include "qkv/kernels/gemm.h"
+#include "qkv/core/gemm.h"
 
-namespace qkv::kernels {
+namespace qkv {
 namespace {
 
 std::vector<float> random_vector(size_t n, std::mt19937& rng) {
@@ -150,4 +150,4 @@ TEST(Gemm, BadLeadingDimensionsSayWhatIsWrong) {
 }
 
 }  // namespace
-}  // namespace qkv::kernels
+}  // namespace qkv

@@ -1,5 +1,5 @@
-// Matrix products through the BLAS, split into panels over qkv's pool. See qkv/kernels/gemm.h.
-#include "qkv/kernels/gemm.h"
+// Matrix products through the BLAS, split into panels over qkv's pool. See qkv/core/gemm.h.
+#include "qkv/core/gemm.h"
 
 #if QKV_HAVE_OPENBLAS
 #include <cblas.h>
@@ -11,7 +11,7 @@
 
 #include "qkv/core/error.h"
 
-namespace qkv::kernels {
+namespace qkv {
 namespace {
 
 // Rows (or columns) of C per task: an eighth of them, rounded to 64, between 64 and 1024. Each
@@ -181,14 +181,11 @@ void sum_rows(const float* X, int64_t M, int64_t N, int64_t ldx, float* out, Thr
   });
 }
 
-}  // namespace qkv::kernels
-
-namespace qkv {
 
 namespace {
-kernels::GemmArgs plain(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+GemmArgs plain(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                         const float* B, int64_t ldb, float* C, int64_t ldc) {
-  kernels::GemmArgs g;
+  GemmArgs g;
   g.trans_a = trans_a;
   g.trans_b = trans_b;
   g.M = M;
@@ -206,12 +203,12 @@ kernels::GemmArgs plain(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
           const float* B, int64_t ldb, float* C, int64_t ldc) {
-  kernels::sgemm(plain(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc));
+  sgemm(plain(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc));
 }
 
 void gemm_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                     const float* B, int64_t ldb, float* C, int64_t ldc) {
-  kernels::sgemm_reference(plain(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc));
+  sgemm_reference(plain(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc));
 }
 
 }  // namespace qkv
