@@ -3,14 +3,14 @@
 // as three steps with no transposes and nothing (T, T)-sized:
 //
 //   qkv = x W_qkv^T + b_qkv        (B*T, 3C)  one GEMM; W_qkv = [W_query; W_key; W_value]
-//   ctx = attention(q, k, v)       (B*T, C)   the fused kernel reads head h of q, k, v at column
-//                                             offsets h*D, C + h*D, 2C + h*D of each qkv row and
-//                                             writes head h of ctx at h*D: the view/transpose of
-//                                             the book costs nothing
+//   heads = split(qkv)             (3, B, H, T, D) one copy: each head's rows made contiguous
+//   ctx = attention(q, k, v)       (B*T, C)   the fused kernel reads the heads and writes head h
+//                                             of ctx at column offset h*D: the book's view /
+//                                             transpose / merge costs one copy in all
 //   y   = ctx W_out^T + b_out      (B*T, C)   skipped (y = ctx) when w_out is null
 //
 // Legend: B batch, T tokens, C_in = d_in, C = d_out, H heads, D = C / H.
-// Forward and backward share an MhaWorkspace: the forward leaves qkv, ctx and lse in it, the
+// Forward and backward share an MhaWorkspace: the forward leaves qkv, heads, ctx and lse in it, the
 // backward reads them (so call mha_backward after the mha_forward whose gradients it computes).
 #pragma once
 
@@ -44,7 +44,8 @@ struct MhaGradients {             // written (not accumulated); null members are
 // the workspace.
 class MhaWorkspace {
  public:
-  float* qkv() { return qkv_.get(); }  // (B*T, 3C)
+  float* qkv() { return qkv_.get(); }      // (B*T, 3C)
+  float* heads() { return heads_.get(); }  // (3, B, H, T, D): q, k, v split into contiguous heads
   float* ctx() { return ctx_.get(); }  // (B*T, C)
   float* lse() { return lse_.get(); }  // (B, H, T)
   float* dctx() { return dctx_.get(); }
@@ -60,7 +61,7 @@ class MhaWorkspace {
     float* get() { return data.get(); }
     void reserve(size_t n);
   };
-  Buffer qkv_, ctx_, lse_, dctx_, dqkv_;
+  Buffer qkv_, heads_, ctx_, lse_, dctx_, dqkv_;
 };
 
 // y (B*T, C) from x (B*T, C_in). options: the attention's (mask: causal for the book's classes;
