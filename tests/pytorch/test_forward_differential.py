@@ -31,7 +31,6 @@ import concurrent.futures
 import os
 import random
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,82 +43,15 @@ import torch  # noqa: E402
 
 import book_classes  # noqa: E402
 import safetensors_io  # noqa: E402
+from module_cases import (CAUSAL, MODULES, construct, describe, perturbed_weights, qkv_args,  # noqa: E402
+                          random_config, rel_err, run_qkv, seeded)
 
-MODULES = ["self-attention-v1", "self-attention-v2", "causal-attention", "mha-wrapper", "mha"]
-CAUSAL = {"causal-attention", "mha-wrapper", "mha"}
 TOLERANCE = 1e-5
 SPECIAL_SEEDS = [0, 1, 123, 789, 2**32 + 5, 2**40 + 7, 2**63 - 1, 2**64 - 1]
 
 
 # ----------------------------------------------------------------------------------------------
 # Configurations and the PyTorch side
-
-
-def random_config(rng, module):
-    cfg = {"module": module, "B": 1, "H": None, "ctx": None, "p": 0.0, "bias": False}
-    cfg["T"] = rng.randint(1, 12)
-    cfg["d_in"] = rng.randint(1, 16)
-    if module == "mha":
-        cfg["H"] = rng.randint(1, 4)
-        cfg["d_out"] = cfg["H"] * rng.randint(1, 16 // cfg["H"])
-    else:
-        cfg["d_out"] = rng.randint(1, 16)
-        if module == "mha-wrapper":
-            cfg["H"] = rng.randint(1, 4)
-    if module != "self-attention-v1":
-        cfg["bias"] = rng.random() < 0.5
-    if module in CAUSAL:
-        cfg["B"] = rng.randint(1, 4)
-        cfg["ctx"] = cfg["T"] if rng.random() < 0.35 else cfg["T"] + rng.randint(1, 8)
-    return cfg
-
-
-def describe(cfg):
-    parts = [cfg["module"]]
-    if cfg["module"] in CAUSAL:
-        parts.append(f"B={cfg['B']}")
-    parts += [f"T={cfg['T']}", f"d_in={cfg['d_in']}", f"d_out={cfg['d_out']}"]
-    if cfg["ctx"] is not None:
-        parts.append(f"context_length={cfg['ctx']}")
-    if cfg["H"] is not None:
-        parts.append(f"num_heads={cfg['H']}")
-    if cfg["module"] in CAUSAL:
-        parts.append(f"dropout={cfg['p']}")
-    if cfg["module"] != "self-attention-v1":
-        parts.append(f"qkv_bias={cfg['bias']}")
-    return " ".join(parts)
-
-
-def construct(cfg):
-    """Class(...) exactly as the book calls it; draws from torch's default generator."""
-    m = cfg["module"]
-    if m == "self-attention-v1":
-        return book_classes.SelfAttention_v1(cfg["d_in"], cfg["d_out"])
-    if m == "self-attention-v2":
-        return book_classes.SelfAttention_v2(cfg["d_in"], cfg["d_out"], qkv_bias=cfg["bias"])
-    if m == "causal-attention":
-        return book_classes.CausalAttention(cfg["d_in"], cfg["d_out"], cfg["ctx"], cfg["p"], qkv_bias=cfg["bias"])
-    if m == "mha-wrapper":
-        return book_classes.MultiHeadAttentionWrapper(
-            cfg["d_in"], cfg["d_out"], cfg["ctx"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"])
-    if m == "mha":
-        return book_classes.MultiHeadAttention(
-            cfg["d_in"], cfg["d_out"], cfg["ctx"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"])
-    raise ValueError(m)
-
-
-def seeded(cfg, seed):
-    torch.manual_seed(seed)
-    return construct(cfg)
-
-
-def perturbed_weights(cfg, seed):
-    """A state dict whose parameters are far from any init values (buffers unchanged)."""
-    model = seeded(cfg, seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.5)
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def random_input(cfg, seed):
@@ -139,19 +71,6 @@ def run_torch(model, x, train):
         "attn_weights_dropped": None if model.last_attn_weights_dropped is None
         else model.last_attn_weights_dropped.clone(),
     }
-
-
-def qkv_args(cfg):
-    args = ["forward", "--module", cfg["module"], "--d-in", str(cfg["d_in"]), "--d-out", str(cfg["d_out"])]
-    if cfg["module"] in CAUSAL:
-        args += ["--context-length", str(cfg["ctx"])]
-        if cfg["p"] > 0:
-            args += ["--dropout", repr(cfg["p"])]
-    if cfg["H"] is not None:
-        args += ["--num-heads", str(cfg["H"])]
-    if cfg["bias"]:
-        args.append("--qkv-bias")
-    return args
 
 
 # ----------------------------------------------------------------------------------------------
@@ -211,26 +130,6 @@ def prepare(case, qkv, tmp, rng_seed):
         raise ValueError(case.kind)
     args += ["--input", f["input"], "--output", f["output"], "--attn-weights", f["attn"]]
     case.cmd = args
-
-
-def run_qkv(cmd):
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
-        return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-    except subprocess.TimeoutExpired:
-        return -1, "", "timed out after 120 s"
-
-
-def rel_err(a, b):
-    """max|a - b| / max(1, max|b|), and the flat index of the worst element."""
-    if a.numel() == 0:
-        return 0.0, None
-    if not torch.isfinite(a).all():
-        bad = (~torch.isfinite(a)).flatten().nonzero()[0].item()
-        return float("inf"), bad
-    diff = (a.double() - b.double()).abs().flatten()
-    i = int(diff.argmax())
-    return diff[i].item() / max(1.0, b.double().abs().max().item()), i
 
 
 def compare(case, name, got, want):
