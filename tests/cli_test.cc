@@ -16,6 +16,7 @@
 #include "qkv/core/ops.h"
 #include "qkv/io/atomic_file.h"
 #include "qkv/io/safetensors.h"
+#include "cli_runner.h"
 
 namespace qkv {
 namespace {
@@ -23,31 +24,9 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct Result {
-  int status;
-  std::string out, err;
-};
 
-class Cli : public ::testing::Test {
+class Cli : public CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("qkv_cli_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  Result run(const std::string& args) const {
-    std::string out = path("stdout.txt"), err = path("stderr.txt");
-    std::string cmd = std::string(QKV_BINARY) + " " + args + " > " + out + " 2> " + err + " < /dev/null";
-    int raw = std::system(cmd.c_str());
-    Result r{WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw), read_file(out), read_file(err)};
-    return r;
-  }
-
   // A random (shape) tensor saved as `input` in a new file; returns the path.
   std::string input(const Shape& shape, const std::string& name = "in.safetensors") const {
     Generator g(7);
@@ -65,8 +44,6 @@ class Cli : public ::testing::Test {
     EXPECT_FALSE(fs::exists(path("out.safetensors"))) << "an output was written for: " << args;
     EXPECT_EQ(r.out, "") << args;
   }
-
-  fs::path dir_;
 };
 
 TEST_F(Cli, HelpListsTheSubcommandsAndFlags) {

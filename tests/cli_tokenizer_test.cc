@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_runner.h"
+
 namespace qkv {
 namespace {
 
@@ -19,55 +21,11 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 
-struct Result {
-  int status;
-  std::string out, err;
-};
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Single-quoted for the shell.
-std::string q(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-class CliTokenizer : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("qkv_cli_tok_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string write(const std::string& name, const std::string& bytes) const {
-    std::ofstream(path(name), std::ios::binary) << bytes;
-    return path(name);
-  }
-
-  // Runs `qkv ARGS` with standard input from `stdin_bytes` (empty: /dev/null).
-  Result run(const std::string& args, const std::string& stdin_bytes = "", const std::string& env = "") const {
-    const std::string in = stdin_bytes.empty() ? "/dev/null" : write("stdin.txt", stdin_bytes);
-    const std::string out = path("stdout.txt"), err = path("stderr.txt");
-    const std::string cmd = env + " " + std::string(QKV_BINARY) + " " + args + " > " + out + " 2> " + err + " < " + in;
-    const int raw = std::system(cmd.c_str());
-    return {WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw), slurp(out), slurp(err)};
-  }
-
-  fs::path dir_;
-};
+class CliTokenizer : public CliTest {};
 
 TEST_F(CliTokenizer, EncodeTheBooksSentence) {
-  Result r = run("encode --text " + q("Your journey starts with one step."));
+  Result r = run("encode --text " + shell_quote("Your journey starts with one step."));
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "[7120, 7002, 4940, 351, 530, 2239, 13]\n");
   EXPECT_EQ(r.err, "");
@@ -86,7 +44,7 @@ TEST_F(CliTokenizer, EncodeFromFileAndStdinTakesTheBytesAsTheyAre) {
 }
 
 TEST_F(CliTokenizer, SpecialTokenFlags) {
-  const std::string text = q("tea? <|endoftext|> In");
+  const std::string text = shell_quote("tea? <|endoftext|> In");
   Result refused = run("encode --text " + text);
   EXPECT_EQ(refused.status, 1);
   EXPECT_EQ(refused.out, "");
@@ -138,7 +96,7 @@ TEST_F(CliTokenizer, JsonlBadLineIsNamed) {
 TEST_F(CliTokenizer, InvalidUtf8IsReplacedNotACrash) {
   Result r = run("encode", "a\xff\xfe" "b\xe2\x82");
   EXPECT_EQ(r.status, 0) << r.err;
-  Result same = run("encode --text " + q("a\xEF\xBF\xBD\xEF\xBF\xBD" "b\xEF\xBF\xBD"));
+  Result same = run("encode --text " + shell_quote("a\xEF\xBF\xBD\xEF\xBF\xBD" "b\xEF\xBF\xBD"));
   EXPECT_EQ(r.out, same.out);
 }
 
@@ -171,7 +129,7 @@ TEST_F(CliTokenizer, RoundTripThroughBothCommands) {
 }
 
 TEST_F(CliTokenizer, TokensTableShowsPiecesAndEscapes) {
-  Result r = run("tokens --allowed-special all --text " + q("Hi 🤗\n<|endoftext|>"));
+  Result r = run("tokens --allowed-special all --text " + shell_quote("Hi 🤗\n<|endoftext|>"));
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("17250  \"Hi\""));
   EXPECT_THAT(r.out, HasSubstr("12520  \" \\xf0\\x9f\""));
