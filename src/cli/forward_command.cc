@@ -83,8 +83,6 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   // --- backward, read side: the tensor 'grad_output' (checked against the output below) ---------
   std::optional<TensorFile> grad_file;
   QKV_CHECK(f.grad_output.empty() == f.grads_out.empty(), "--grad-output FILE and --grads-out FILE go together");
-  QKV_CHECK(f.grad_output.empty() || !from_text, "--grad-output works with --input (the gradient of a tensor); ",
-            "with --text the embeddings' gradients are not computed");
   if (!f.grad_output.empty()) grad_file = load_safetensors(f.grad_output);
   // --- end backward, read side ------------------------------------------------------------------
   std::map<std::string, Tensor> module_state, embedding_state;
@@ -138,9 +136,14 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
     const Tensor& dy = grad_file->get("grad_output");
     QKV_CHECK(dy.shape() == y.shape(), "the tensor 'grad_output' in '", f.grad_output, "' has shape ",
               shape_str(dy.shape()), "; it must have the output's shape ", shape_str(y.shape()));
-    NamedTensors grads = {{"input", m->backward(dy)}};
+    const Tensor dx = m->backward(dy);
+    NamedTensors grads = {{"input", dx}};
     for (const StateEntry& e : m->state_dict())
       if (e.grad != nullptr) grads.push_back({e.name, *e.grad});
+    if (embed) {  // x = embed->forward(ids, 1, T): on through the embeddings to their tables
+      embed->backward(dx.dim() == 2 ? dx.unsqueeze(0) : dx);
+      for (const StateEntry& e : embed->state_dict()) grads.push_back({e.name, *e.grad});
+    }
     files.push_back({f.grads_out, serialize_safetensors(grads, {{"format", "pt"}, {"module", f.module}})});
   }
   // --- end backward ------------------------------------------------------------------------------
@@ -183,7 +186,8 @@ Command add_forward(CLI::App& app) {
   sub->add_option("--grad-output", f->grad_output,
                   "Run the backward pass with dL/doutput = the tensor 'grad_output' of this safetensors file");
   sub->add_option("--grads-out", f->grads_out,
-                  "Write the gradients: of the input as 'input', of each parameter under its state-dict name");
+                  "Write the gradients: of the input as 'input', of each parameter under its state-dict name "
+                  "(with --text also token_emb.weight and pos_emb.weight)");
   sub->footer(
       "Shapes: self-attention-v1/v2 take input (T, d_in); the others (B, T, d_in).\n"
       "With both --seed and --weights, the seed drives dropout after the weights are loaded.\n"

@@ -20,4 +20,12 @@ Tensor TokenPositionEmbedding::forward(const std::vector<int64_t>& ids, int64_t 
   return add(tok, pos_emb.forward(tokens));               // + (T, C), broadcast over B
 }
 
+void TokenPositionEmbedding::backward(const Tensor& doutput) {
+  QKV_CHECK(doutput.dim() == 3, "TokenPositionEmbedding: the gradient ", doutput.describe(),
+            " must be (batch, tokens, dim)");
+  // return add(tok, pos_emb.forward(tokens)): both terms get doutput; pos was broadcast over B
+  token_emb.backward(doutput);
+  pos_emb.backward(sum_to(doutput, {doutput.size(1), doutput.size(2)}));
+}
+
 }  // namespace qkv

@@ -12,7 +12,10 @@ tokenizer tests check against tiktoken):
     y = module(x)
 The state dict qkv saves (token_emb.weight, pos_emb.weight and the module's tensors) must equal
 PyTorch's bit for bit; the outputs must agree within 1e-5 relative. A run with --weights (the
-saved file) must give the same output again. Prints "text forward: N passed, M failed".
+saved file) must give the same output again. Then the backward: with a random dL/dy as
+--grad-output, the gradients qkv writes (of the embedded input x, of every module parameter, and of
+token_emb.weight and pos_emb.weight) must agree with PyTorch autograd's within 1e-4 relative
+(max|qkv - torch| / max(1, max|torch|)). Prints "text forward: N passed, M failed".
 """
 import argparse
 import json
@@ -47,6 +50,38 @@ def build(module, d_in, d_out, heads, ctx):
     if module == "mha-wrapper":
         return book_classes.MultiHeadAttentionWrapper(d_in, d_out, ctx, 0.0, num_heads=heads)
     return book_classes.MultiHeadAttention(d_in, d_out, ctx, 0.0, num_heads=heads)
+
+
+def check_backward(qkv, cmd, tmp, tok, pos, m, module, ids, seed):
+    """qkv's --grad-output run against autograd through the module and both embeddings."""
+    for t in (tok.weight, pos.weight, *m.parameters()):
+        t.grad = None
+    x = tok(torch.tensor(ids)) + pos(torch.arange(len(ids)))
+    if not module.startswith("self-attention"):
+        x = x.unsqueeze(0)
+    x.retain_grad()
+    y = m(x)
+    g = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed + 1))
+    y.backward(g)
+    want = {"input": x.grad, "token_emb.weight": tok.weight.grad, "pos_emb.weight": pos.weight.grad}
+    want.update({name: p.grad for name, p in m.named_parameters()})
+    safetensors_io.save(f"{tmp}/g.st", {"grad_output": g})
+    r = subprocess.run(cmd + ["--grad-output", f"{tmp}/g.st", "--grads-out", f"{tmp}/grads.st"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return [f"--grad-output run failed: {r.stderr.strip()}"]
+    got = safetensors_io.load(f"{tmp}/grads.st")
+    if sorted(got) != sorted(want):
+        return [f"gradient names {sorted(got)} != {sorted(want)}"]
+    problems = []
+    for name, w in want.items():
+        if got[name].shape != w.shape:
+            problems.append(f"d {name}: shape {tuple(got[name].shape)} vs {tuple(w.shape)}")
+            continue
+        err = ((got[name].double() - w.double()).abs().max() / max(1.0, w.abs().max().item())).item()
+        if err > 1e-4:
+            problems.append(f"d {name}: relative error {err:.3g}")
+    return problems
 
 
 def main():
@@ -96,6 +131,7 @@ def main():
                     problems.append(f"--weights run failed: {again.stderr.strip()}")
                 elif not torch.equal(safetensors_io.load(f"{tmp}/y2.st")["output"], out):
                     problems.append("--weights run gave a different output")
+                problems += check_backward(args.qkv, cmd, tmp, tok, pos, m, module, ids, seed)
                 if problems:
                     failed += 1
                     print(f"FAIL {what}: " + "; ".join(problems))

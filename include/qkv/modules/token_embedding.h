@@ -18,6 +18,9 @@ class TokenPositionEmbedding : public Module {
   void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
   // ids: (batch, tokens) row-major; tokens <= context_length, every id < vocab_size.
   Tensor forward(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens) const;
+  // doutput (batch, tokens, C) of the last forward: adds into token_emb.dweight (the rows of the
+  // ids used) and pos_emb's (rows 0..tokens-1, summed over the batch). Ids have no gradient.
+  void backward(const Tensor& doutput);
 
   Embedding token_emb;
   PositionalEmbedding pos_emb;
