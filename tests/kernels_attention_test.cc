@@ -321,25 +321,30 @@ TEST(FusedAttention, ReferenceBackwardMatchesFiniteDifferences) {
 
 TEST(FusedAttention, ResultsDoNotDependOnTheThreadCount) {
   std::mt19937 rng(4);
-  const Case c{2, 3, 131, 131, 64, 64, AttentionMask::Kind::kCausal, 0.2f, Layout::kContiguous};
-  Array q = make_array(c.B, c.H, c.T, c.D, c.layout, rng), k = make_array(c.B, c.H, c.S, c.D, c.layout, rng),
-        v = make_array(c.B, c.H, c.S, c.Dv, c.layout, rng), d_o = make_array(c.B, c.H, c.T, c.Dv, c.layout, rng);
-  std::vector<std::vector<float>> outs;
-  for (int threads : {1, 2, 3}) {
-    ThreadPool pool(threads);
-    const AttentionOptions opt = options_for(c, {}, 0, &pool);
-    Array o = make_array(c.B, c.H, c.T, c.Dv, c.layout, rng), dq = make_array(c.B, c.H, c.T, c.D, c.layout, rng),
-          dk = make_array(c.B, c.H, c.S, c.D, c.layout, rng), dv = make_array(c.B, c.H, c.S, c.Dv, c.layout, rng);
-    std::vector<float> lse(static_cast<size_t>(c.B * c.H * c.T));
-    attention_forward(q.in(), k.in(), v.in(), o.view, lse.data(), opt);
-    attention_backward(q.in(), k.in(), v.in(), o.in(), d_o.in(), lse.data(), dq.view, dk.view, dv.view, opt);
-    std::vector<float> all = o.storage;
-    for (const Array* a : {&dq, &dk, &dv}) all.insert(all.end(), a->storage.begin(), a->storage.end());
-    all.insert(all.end(), lse.begin(), lse.end());
-    outs.push_back(all);
+  // Six heads: one backward task per head. One head: its keys split into runs (fewer heads than
+  // the split threshold), the dq shares summed afterwards.
+  for (const Case& c : {Case{2, 3, 131, 131, 64, 64, AttentionMask::Kind::kCausal, 0.2f, Layout::kContiguous},
+                        Case{1, 1, 300, 300, 64, 64, AttentionMask::Kind::kCausal, 0.2f, Layout::kInterleaved}}) {
+    SCOPED_TRACE(str("B=", c.B, " H=", c.H, " T=", c.T));
+    Array q = make_array(c.B, c.H, c.T, c.D, c.layout, rng), k = make_array(c.B, c.H, c.S, c.D, c.layout, rng),
+          v = make_array(c.B, c.H, c.S, c.Dv, c.layout, rng), d_o = make_array(c.B, c.H, c.T, c.Dv, c.layout, rng);
+    std::vector<std::vector<float>> outs;
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      const AttentionOptions opt = options_for(c, {}, 0, &pool);
+      Array o = make_array(c.B, c.H, c.T, c.Dv, c.layout, rng), dq = make_array(c.B, c.H, c.T, c.D, c.layout, rng),
+            dk = make_array(c.B, c.H, c.S, c.D, c.layout, rng), dv = make_array(c.B, c.H, c.S, c.Dv, c.layout, rng);
+      std::vector<float> lse(static_cast<size_t>(c.B * c.H * c.T));
+      attention_forward(q.in(), k.in(), v.in(), o.view, lse.data(), opt);
+      attention_backward(q.in(), k.in(), v.in(), o.in(), d_o.in(), lse.data(), dq.view, dk.view, dv.view, opt);
+      std::vector<float> all = o.storage;
+      for (const Array* a : {&dq, &dk, &dv}) all.insert(all.end(), a->storage.begin(), a->storage.end());
+      all.insert(all.end(), lse.begin(), lse.end());
+      outs.push_back(all);
+    }
+    EXPECT_EQ(outs[0], outs[1]) << "1 vs 2 threads, bit for bit";
+    EXPECT_EQ(outs[0], outs[2]) << "1 vs 3 threads, bit for bit";
   }
-  EXPECT_EQ(outs[0], outs[1]) << "1 vs 2 threads, bit for bit";
-  EXPECT_EQ(outs[0], outs[2]) << "1 vs 3 threads, bit for bit";
 }
 
 TEST(FusedAttention, MatchesTheTextbookAttend) {

@@ -399,19 +399,20 @@ struct BackwardScratch {
   }
 };
 
+// Query blocks [first, blocks): the ones keys from first * kBr on can be visible to.
 void PackHeadForBackward(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const float* lse, int64_t b,
-                         int64_t h, size_t blocks, BackwardScratch& s) {
+                         int64_t h, size_t first, size_t blocks, BackwardScratch& s) {
   const size_t D = static_cast<size_t>(p.D), Dv = static_cast<size_t>(p.Dv);
   const size_t Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes), Tp = blocks * kBr;
   const size_t T = static_cast<size_t>(p.T);
   const bool unit_stride = p.q.stride_d == 1 && d_o.stride_d == 1 && o.stride_d == 1;
-  for (size_t blk = 0; blk < blocks; ++blk) {
+  for (size_t blk = first; blk < blocks; ++blk) {
     const int64_t i0 = static_cast<int64_t>(blk * kBr);
     const size_t rows = std::min(kBr, T - blk * kBr);
     PackTransposed(p.q, b, h, i0, rows, p.scale * kLog2e, s.qt + blk * D * kBr);
     PackTransposed(d_o, b, h, i0, rows, 1.0f, s.dot + blk * Dv * kBr);
   }
-  for (size_t i = 0; i < Tp; ++i) {
+  for (size_t i = first * kBr; i < Tp; ++i) {
     float* qrow = s.qs + i * Dp;
     float* drow = s.dob + i * Dvp;
     std::fill(qrow, qrow + Dp, 0.0f);
@@ -439,7 +440,7 @@ void PackHeadForBackward(const AttentionProblem& p, ConstHeads o, ConstHeads d_o
     const float l = lse[(b * p.H + h) * p.T + ii];
     if (l != kNegInf) s.lse[i] = l * kLog2e;  // -inf: no visible key, every weight is 0 (2^(s - inf) = 0)
   }
-  std::fill(s.dq, s.dq + Tp * Dp, 0.0f);
+  std::fill(s.dq + first * kBr * Dp, s.dq + Tp * Dp, 0.0f);
 }
 
 // Pt = exp(mask(St) - lse) and the dropout / dS step for one (query block, key block) pair:
@@ -473,18 +474,24 @@ void WeightsAndScoreGradient(const AttentionProblem& p, const DropoutKey& key, c
 }
 
 template <int kD>
+// Keys [key0, key1) of head (b, h): their dk and dv, and these keys' share of dq - written to dq
+// itself when one task covers every key of the head, else to dq_part (T, D), summed afterwards.
 void BackwardTask(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const float* lse, MutableHeads dq,
-                  MutableHeads dk, MutableHeads dv, int64_t b, int64_t h, float* scratch) {
+                  MutableHeads dk, MutableHeads dv, int64_t b, int64_t h, int64_t key0, int64_t key1,
+                  float* dq_part, float* scratch) {
   const size_t D = kD > 0 ? kD : static_cast<size_t>(p.D);
   const size_t Dv = kD > 0 ? kD : static_cast<size_t>(p.Dv);
   const size_t Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes);
   const size_t blocks = (static_cast<size_t>(p.T) + kBr - 1) / kBr;
   BackwardScratch s(scratch, blocks, D, Dv);
-  PackHeadForBackward(p, o, d_o, lse, b, h, blocks, s);
+  // Under a causal mask queries before key0 see none of these keys: their rows are not packed,
+  // and their share of dq is zero.
+  const size_t first_block = p.causal() ? static_cast<size_t>(key0) / kBr : 0;
+  PackHeadForBackward(p, o, d_o, lse, b, h, first_block, blocks, s);
   const DropoutKey key = MakeDropoutKey(p, b, h);
 
-  for (int64_t j0 = 0; j0 < p.S; j0 += static_cast<int64_t>(kBc)) {
-    const size_t cols = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kBc), p.S - j0));
+  for (int64_t j0 = key0; j0 < key1; j0 += static_cast<int64_t>(kBc)) {
+    const size_t cols = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kBc), key1 - j0));
     PackRows(p.k, b, h, j0, cols, s.kb, Dp);
     PackRows(p.v, b, h, j0, cols, s.vb, Dv);
     std::fill(s.dk, s.dk + kBc * Dp, 0.0f);
@@ -526,10 +533,12 @@ void BackwardTask(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const
       }
     }
   }
-  for (int64_t i = 0; i < p.T; ++i) {
-    float* gq = dq.row(b, h, i);
+  const auto first_row = std::min(p.T, static_cast<int64_t>(first_block * kBr));
+  if (dq_part) std::fill(dq_part, dq_part + first_row * p.D, 0.0f);
+  for (int64_t i = first_row; i < p.T; ++i) {
+    float* gq = dq_part ? dq_part + i * p.D : dq.row(b, h, i);
     const float* acc = s.dq + static_cast<size_t>(i) * Dp;
-    if (dq.stride_d == 1) {
+    if (dq_part || dq.stride_d == 1) {
       for (size_t c = 0; c < D; ++c) gq[c] = acc[c] * p.scale;
     } else {
       for (size_t c = 0; c < D; ++c) gq[c * dq.stride_d] = acc[c] * p.scale;
@@ -543,9 +552,39 @@ void Backward(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const flo
   const size_t blocks = (static_cast<size_t>(p.T) + kBr - 1) / kBr;
   const size_t scratch = BackwardScratch::floats(blocks, static_cast<size_t>(p.D), static_cast<size_t>(p.Dv));
   ThreadPool& pool = *p.pool;
-  pool.parallel_for(p.B * p.H, [&](int64_t bh, int worker) {
+  // One task per head, each over all its keys - unless there are too few heads to keep the
+  // threads busy: then each head's keys are split into up to kSplit runs of whole key blocks,
+  // each task adds its keys' share of dq into a partial sum, and the partial sums are added in
+  // run order afterwards. The split depends on the shape only, so the result does not depend on
+  // the thread count.
+  constexpr int64_t kSplit = 4;  // a run re-packs its queries: more runs cost more on one thread
+  const int64_t heads = p.B * p.H;
+  const int64_t key_blocks = (p.S + static_cast<int64_t>(kBc) - 1) / static_cast<int64_t>(kBc);
+  const int64_t runs = heads >= kSplit ? 1 : std::max<int64_t>(1, std::min(kSplit, key_blocks));
+  const int64_t per_run = (key_blocks + runs - 1) / std::max<int64_t>(runs, 1) * static_cast<int64_t>(kBc);
+  std::vector<float> partial(runs > 1 ? static_cast<size_t>(runs * heads * p.T * p.D) : 0);
+  pool.parallel_for(heads * runs, [&](int64_t task, int worker) {
     [[maybe_unused]] const FlushSubnormals flush;
-    BackwardTask<kD>(p, o, d_o, lse, dq, dk, dv, bh / p.H, bh % p.H, pool.scratch(worker, scratch));
+    const int64_t bh = task / runs, run = task % runs;
+    const int64_t key0 = std::min(p.S, run * per_run), key1 = std::min(p.S, key0 + per_run);
+    float* dq_part = runs > 1 ? partial.data() + (run * heads + bh) * p.T * p.D : nullptr;
+    if (runs > 1 && key0 == key1) {  // no keys left for this run: its share is zero
+      std::fill(dq_part, dq_part + p.T * p.D, 0.0f);
+      return;
+    }
+    BackwardTask<kD>(p, o, d_o, lse, dq, dk, dv, bh / p.H, bh % p.H, key0, key1, dq_part,
+                     pool.scratch(worker, scratch));
+  });
+  if (runs == 1) return;
+  pool.parallel_for(heads, [&](int64_t bh, int) {
+    for (int64_t i = 0; i < p.T; ++i) {
+      float* gq = dq.row(bh / p.H, bh % p.H, i);
+      for (int64_t c = 0; c < p.D; ++c) {
+        float sum = 0.0f;
+        for (int64_t run = 0; run < runs; ++run) sum += partial[static_cast<size_t>(((run * heads + bh) * p.T + i) * p.D + c)];
+        gq[c * dq.stride_d] = sum;
+      }
+    }
   });
 }
 
