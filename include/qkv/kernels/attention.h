@@ -31,8 +31,8 @@
 // more than one (Br, Bc) block of scores; memory is linear in T. One parallel_for runs over
 // batch x heads x query blocks (forward) or batch x heads (backward; with fewer than 4 heads in
 // all, batch x heads x runs of key blocks, dq's shares summed in a fixed order). SIMD is Google
-// Highway with run-time dispatch (AVX-512 or AVX2 on x86, a portable fallback elsewhere), with D = 64 (GPT-2's
-// heads) unrolled and any other D on a generic path.
+// Highway with run-time dispatch (AVX-512 or AVX2 on x86, a portable fallback elsewhere), with
+// D = 64 (GPT-2's heads) unrolled and any other D on a generic path.
 #pragma once
 
 #include <cstdint>
