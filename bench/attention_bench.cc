@@ -128,17 +128,7 @@ void BM_Sgemm(benchmark::State& state) {
   const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
   std::vector<float> a = random_vector(static_cast<size_t>(M * K)), b = random_vector(static_cast<size_t>(N * K) + 1),
                      c(static_cast<size_t>(M * N));
-  GemmArgs g;
-  g.trans_b = true;
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.A = a.data();
-  g.lda = K;
-  g.B = b.data();
-  g.ldb = K;
-  g.C = c.data();
-  g.ldc = N;
+  const GemmArgs g = gemm_args(false, true, M, N, K, a.data(), K, b.data(), K, c.data(), N);
   for (auto _ : state) sgemm(g);
   report(state, gemm_flops(M, N, K));
 }

@@ -173,11 +173,7 @@ TEST(FusedModules, MultiHeadAttentionAgreesWithTheTextbookPath) {
 }
 
 TEST(FusedModules, GradientsAccumulateAcrossCallsOnTheFusedPath) {
-  Case c;
-  c.module = "mha";
-  c.config = {5, 8, 7, 0.0, 2, true};
-  c.B = 2;
-  c.T = 7;
+  const Case c{"mha", {5, 8, 7, 0.0, 2, true}, 2, 7};
   auto m = build(c, AttentionPath::kFused, Tensor());
   auto once = build(c, AttentionPath::kFused, Tensor());
   std::mt19937 rng(5);
@@ -196,11 +192,7 @@ TEST(FusedModules, GradientsAccumulateAcrossCallsOnTheFusedPath) {
 }
 
 TEST(FusedModules, AutoRunsTheTextbookPathUnderDropoutSoTheMasksArePyTorchs) {
-  Case c;
-  c.module = "mha";
-  c.config = {6, 8, 9, 0.25, 2, false};
-  c.B = 2;
-  c.T = 9;
+  const Case c{"mha", {6, 8, 9, 0.25, 2, false}, 2, 9};
   auto automatic = build(c, AttentionPath::kAuto, Tensor());
   auto textbook = build(c, AttentionPath::kTextbook, Tensor());
   automatic->train(true);
@@ -285,11 +277,7 @@ TEST(FusedModules, PathNamesParseAndUnknownNamesAreRefused) {
 }
 
 TEST(FusedModules, NonFiniteInputsPropagateOnBothPathsWithoutCrashing) {
-  Case c;
-  c.module = "mha";
-  c.config = {4, 4, 6, 0.0, 2, false};
-  c.B = 1;
-  c.T = 6;
+  const Case c{"mha", {4, 4, 6, 0.0, 2, false}, 1, 6};
   auto fused = build(c, AttentionPath::kFused, Tensor());
   auto textbook = build(c, AttentionPath::kTextbook, Tensor());
   std::mt19937 rng(3);

@@ -33,18 +33,7 @@ testing::AssertionResult close(const std::vector<float>& got, const std::vector<
 
 // y (M, N) = x (M, K) W^T + b, with the reference product.
 void linear_reference(const float* x, int64_t M, int64_t K, const float* W, const float* b, int64_t N, float* y) {
-  GemmArgs g;
-  g.trans_b = true;
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.A = x;
-  g.lda = K;
-  g.B = W;
-  g.ldb = K;
-  g.C = y;
-  g.ldc = N;
-  sgemm_reference(g);
+  sgemm_reference(gemm_args(false, true, M, N, K, x, K, W, K, y, N));
   if (b)
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N; ++n) y[m * N + n] += b[n];
@@ -141,14 +130,9 @@ TEST(MhaPipeline, ForwardAndBackwardMatchTheReferencePipeline) {
     std::vector<float> dctx = dy;
     if (c.out_proj) {
       linear_reference(ctx.data(), rows, C, w_out.data(), b_out.data(), C, y_ref.data());
-      GemmArgs g;  // dctx = dy W_out
-      g.M = rows; g.N = C; g.K = C; g.A = dy.data(); g.lda = C; g.B = w_out.data(); g.ldb = C; g.C = dctx.data(); g.ldc = C;
-      sgemm_reference(g);
+      sgemm_reference(gemm_args(false, false, rows, C, C, dy.data(), C, w_out.data(), C, dctx.data(), C));  // dy W_out
       std::vector<float> dw_ref(w_out.size());
-      GemmArgs gw;  // dW_out = dy^T ctx
-      gw.trans_a = true; gw.M = C; gw.N = C; gw.K = rows; gw.A = dy.data(); gw.lda = C; gw.B = ctx.data(); gw.ldb = C;
-      gw.C = dw_ref.data(); gw.ldc = C;
-      sgemm_reference(gw);
+      sgemm_reference(gemm_args(true, false, C, C, rows, dy.data(), C, ctx.data(), C, dw_ref.data(), C));  // dy^T ctx
       EXPECT_TRUE(close(dw_out, dw_ref, 1e-4)) << "dw_out";
       std::vector<float> db_ref(static_cast<size_t>(C), 0.0f);
       for (int64_t r = 0; r < rows; ++r)
@@ -164,14 +148,11 @@ TEST(MhaPipeline, ForwardAndBackwardMatchTheReferencePipeline) {
                                  ConstHeads::interleaved(dctx.data(), c.B, c.H, c.T, D, C), part(dqkv, 0),
                                  part(dqkv, 1), part(dqkv, 2), opt);
     std::vector<float> dw_qkv_ref(w_qkv.size()), dx_ref(dx.size());
-    GemmArgs gw;  // dW_qkv = dqkv^T x
-    gw.trans_a = true; gw.M = 3 * C; gw.N = c.d_in; gw.K = rows; gw.A = dqkv.data(); gw.lda = 3 * C; gw.B = x.data();
-    gw.ldb = c.d_in; gw.C = dw_qkv_ref.data(); gw.ldc = c.d_in;
-    sgemm_reference(gw);
-    GemmArgs gx;  // dx = dqkv W_qkv
-    gx.M = rows; gx.N = c.d_in; gx.K = 3 * C; gx.A = dqkv.data(); gx.lda = 3 * C; gx.B = w_qkv.data(); gx.ldb = c.d_in;
-    gx.C = dx_ref.data(); gx.ldc = c.d_in;
-    sgemm_reference(gx);
+    // dW_qkv = dqkv^T x, dx = dqkv W_qkv
+    sgemm_reference(gemm_args(true, false, 3 * C, c.d_in, rows, dqkv.data(), 3 * C, x.data(), c.d_in,
+                              dw_qkv_ref.data(), c.d_in));
+    sgemm_reference(gemm_args(false, false, rows, c.d_in, 3 * C, dqkv.data(), 3 * C, w_qkv.data(), c.d_in,
+                              dx_ref.data(), c.d_in));
     // Gradients sum over B*T rows: compare with a tolerance scaled for that many float terms.
     EXPECT_TRUE(close(dw_qkv, dw_qkv_ref, 1e-4)) << "dw_qkv";
     EXPECT_TRUE(close(dx, dx_ref, 1e-4)) << "dx";

@@ -69,12 +69,15 @@ const float* cols_of(const float* X, bool trans, int64_t ld, int64_t first) {
 // A weight gradient's shape: a long reduction (K = batch x tokens) into a small C.
 bool splits_k(const GemmArgs& g) { return g.K >= 2048 && g.K >= 2 * std::max(g.M, g.N); }
 
-// The second half's partial product, reused across calls (grown on demand, never shrunk).
-float* k_split_scratch(size_t floats) {
+// The second half's partial product, reused across calls (grown on demand, never shrunk). The
+// caller holds k_split_mutex() while it uses it.
+std::mutex& k_split_mutex() {
   static std::mutex mutex;
+  return mutex;
+}
+float* k_split_scratch(size_t floats) {
   static std::unique_ptr<float[]> buffer;
   static size_t size = 0;
-  std::lock_guard<std::mutex> lock(mutex);
   if (size < floats) {
     buffer.reset(new float[floats]);
     size = floats;
@@ -88,8 +91,7 @@ float* k_split_scratch(size_t floats) {
 // that is tens of MB per task (measured: a tenth of the backward's time went to OpenBLAS's
 // packing).
 void sgemm_k_split(const GemmArgs& g, ThreadPool& pool) {
-  static std::mutex one_at_a_time;  // the scratch is shared
-  std::lock_guard<std::mutex> lock(one_at_a_time);
+  std::lock_guard<std::mutex> lock(k_split_mutex());  // the scratch is shared
   const int64_t half = (g.K / 2 + 63) / 64 * 64;
   float* partial = k_split_scratch(static_cast<size_t>(g.M * g.N));
   pool.parallel_for(2, [&](int64_t t, int) {
@@ -182,33 +184,14 @@ void sum_rows(const float* X, int64_t M, int64_t N, int64_t ldx, float* out, Thr
 }
 
 
-namespace {
-GemmArgs plain(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                        const float* B, int64_t ldb, float* C, int64_t ldc) {
-  GemmArgs g;
-  g.trans_a = trans_a;
-  g.trans_b = trans_b;
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.A = A;
-  g.lda = lda;
-  g.B = B;
-  g.ldb = ldb;
-  g.C = C;
-  g.ldc = ldc;
-  return g;
-}
-}  // namespace
-
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
           const float* B, int64_t ldb, float* C, int64_t ldc) {
-  sgemm(plain(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc));
+  sgemm(gemm_args(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc));
 }
 
 void gemm_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                     const float* B, int64_t ldb, float* C, int64_t ldc) {
-  sgemm_reference(plain(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc));
+  sgemm_reference(gemm_args(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc));
 }
 
 }  // namespace qkv

@@ -53,52 +53,17 @@ void split_heads(const MhaShape& s, const float* rows, float* heads, ThreadPool*
 void linear(const float* x, int64_t M, int64_t K, const float* W, const float* bias, int64_t N, float* y,
             ThreadPool* pool) {
   if (bias) fill_rows(y, M, N, N, bias, pool);
-  GemmArgs g;
-  g.trans_b = true;
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.A = x;
-  g.lda = K;
-  g.B = W;
-  g.ldb = K;
+  GemmArgs g = gemm_args(false, true, M, N, K, x, K, W, K, y, N);
   g.beta = bias ? 1.0f : 0.0f;
-  g.C = y;
-  g.ldc = N;
   sgemm(g, pool);
 }
 
 // Backward of y = x W^T + b: dW = dy^T x, db = column sums of dy, dx = dy W.
 void linear_backward(const float* x, const float* dy, int64_t M, int64_t K, const float* W, int64_t N,
                      float* dx, float* dW, float* db, ThreadPool* pool) {
-  if (dW) {
-    GemmArgs g;
-    g.trans_a = true;
-    g.M = N;
-    g.N = K;
-    g.K = M;
-    g.A = dy;
-    g.lda = N;
-    g.B = x;
-    g.ldb = K;
-    g.C = dW;
-    g.ldc = K;
-    sgemm(g, pool);
-  }
+  if (dW) sgemm(gemm_args(true, false, N, K, M, dy, N, x, K, dW, K), pool);
   if (db) sum_rows(dy, M, N, N, db, pool);
-  if (dx) {
-    GemmArgs g;
-    g.M = M;
-    g.N = K;
-    g.K = N;
-    g.A = dy;
-    g.lda = N;
-    g.B = W;
-    g.ldb = K;
-    g.C = dx;
-    g.ldc = K;
-    sgemm(g, pool);
-  }
+  if (dx) sgemm(gemm_args(false, false, M, K, N, dy, N, W, K, dx, K), pool);
 }
 
 }  // namespace

@@ -37,6 +37,24 @@ struct GemmArgs {
   int64_t ldc = 0;
 };
 
+// C (M, N) = op(A) op(B): the arguments of a plain product (alpha 1, beta 0; set them after).
+inline GemmArgs gemm_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                          const float* B, int64_t ldb, float* C, int64_t ldc) {
+  GemmArgs g;
+  g.trans_a = trans_a;
+  g.trans_b = trans_b;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = A;
+  g.lda = lda;
+  g.B = B;
+  g.ldb = ldb;
+  g.C = C;
+  g.ldc = ldc;
+  return g;
+}
+
 // Throws qkv::Error on negative sizes or leading dimensions too small for the shapes.
 void sgemm(const GemmArgs& g, ThreadPool* pool = nullptr);  // pool: nullptr = default_pool()
 // The naive reference: three loops, double accumulation. For tests.
