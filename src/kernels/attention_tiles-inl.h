@@ -140,6 +140,36 @@ HWY_INLINE VF Exp2(DF d, VF x) {
 #endif
 }
 
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// r[k][c] -> r[c][k]: a 16 x 16 block of floats transposed in registers (4 rounds of 16 shuffles).
+// Only AVX-512 has it; the other targets copy element by element (kHasTranspose16 false).
+constexpr bool kHasTranspose16 = true;
+HWY_INLINE void Transpose16(VF r[16]) {
+  __m512 u[16];
+  for (int g = 0; g < 4; ++g) {  // rows 4g .. 4g+3: u[4g + j] = column j + 4 t of those rows, t = 0..3
+    const __m512 tl = _mm512_unpacklo_ps(r[4 * g].raw, r[4 * g + 1].raw);
+    const __m512 th = _mm512_unpackhi_ps(r[4 * g].raw, r[4 * g + 1].raw);
+    const __m512 sl = _mm512_unpacklo_ps(r[4 * g + 2].raw, r[4 * g + 3].raw);
+    const __m512 sh = _mm512_unpackhi_ps(r[4 * g + 2].raw, r[4 * g + 3].raw);
+    u[4 * g + 0] = _mm512_shuffle_ps(tl, sl, 0x44);
+    u[4 * g + 1] = _mm512_shuffle_ps(tl, sl, 0xEE);
+    u[4 * g + 2] = _mm512_shuffle_ps(th, sh, 0x44);
+    u[4 * g + 3] = _mm512_shuffle_ps(th, sh, 0xEE);
+  }
+  for (int j = 0; j < 4; ++j) {  // gathers the four 128-bit pieces of columns j, j+4, j+8, j+12
+    const __m512 x = _mm512_shuffle_f32x4(u[j], u[j + 4], 0x88), y = _mm512_shuffle_f32x4(u[j], u[j + 4], 0xDD);
+    const __m512 z = _mm512_shuffle_f32x4(u[j + 8], u[j + 12], 0x88), w = _mm512_shuffle_f32x4(u[j + 8], u[j + 12], 0xDD);
+    r[j] = VF{_mm512_shuffle_f32x4(x, z, 0x88)};
+    r[j + 8] = VF{_mm512_shuffle_f32x4(x, z, 0xDD)};
+    r[j + 4] = VF{_mm512_shuffle_f32x4(y, w, 0x88)};
+    r[j + 12] = VF{_mm512_shuffle_f32x4(y, w, 0xDD)};
+  }
+}
+#else
+constexpr bool kHasTranspose16 = false;
+HWY_INLINE void Transpose16(VF*) {}
+#endif
+
 #if HWY_TARGET != HWY_SCALAR
 // (hi, lo) = the 64-bit products a * m, lane by lane.
 HWY_INLINE void MulHiLo(VU a, uint32_t m, VU& hi, VU& lo) {

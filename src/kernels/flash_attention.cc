@@ -131,6 +131,20 @@ void PackTransposed(ConstHeads x, int64_t b, int64_t h, int64_t i0, size_t n, fl
   const size_t dim = static_cast<size_t>(x.dim);
   // All the block's rows at once: their misses then overlap instead of queueing one after another.
   for (size_t i = 0; i < n; ++i) PrefetchRow(x, b, h, i0 + static_cast<int64_t>(i));
+  if constexpr (kHasTranspose16) {
+    if (n == kBr && x.stride_d == 1 && dim % 16 == 0) {  // 16 x 16 blocks transposed in registers
+      const DF d;
+      const VF f = hn::Set(d, factor);
+      for (size_t i = 0; i < kBr; i += 16)
+        for (size_t c = 0; c < dim; c += 16) {
+          VF r[16];
+          for (size_t k = 0; k < 16; ++k) r[k] = hn::LoadU(d, x.row(b, h, i0 + static_cast<int64_t>(i + k)) + c);
+          Transpose16(r);
+          for (size_t k = 0; k < 16; ++k) hn::StoreU(hn::Mul(r[k], f), d, dst + (c + k) * kBr + i);
+        }
+      return;
+    }
+  }
   for (size_t i = 0; i < kBr; ++i) {
     if (i < n) {
       const float* src = x.row(b, h, i0 + static_cast<int64_t>(i));
@@ -301,10 +315,12 @@ void ForwardTask(const AttentionProblem& p, MutableHeads o, float* lse, int64_t 
     BlockProduct<kScoreRows, kQueryVectors, false, Out::kStore, kD>(cols, kQueryVectors, kb, ldk, s.qt, kBr, D,
                                                                     s.st, kBr);
     if (BlockNeedsMask(p, i0, j0, cols)) ApplyMask(p, s.st, i0, j0, rows, cols);
-    for (int v = 0; v < kQueryVectors; ++v) {
-      VF mx = hn::Set(d, kNegInf);
-      for (size_t j = 0; j < cols; ++j) mx = hn::Max(mx, hn::LoadU(d, s.st + j * kBr + v * kLanes));
-      hn::StoreU(mx, d, s.mx + v * kLanes);
+    {  // the query vectors' maxima side by side: three independent chains of max, not one
+      VF mx[kQueryVectors];
+      for (int v = 0; v < kQueryVectors; ++v) mx[v] = hn::Set(d, kNegInf);
+      for (size_t j = 0; j < cols; ++j)
+        HWY_UNROLL(4) for (int v = 0; v < kQueryVectors; ++v) mx[v] = hn::Max(mx[v], hn::LoadU(d, s.st + j * kBr + v * kLanes));
+      for (int v = 0; v < kQueryVectors; ++v) hn::StoreU(mx[v], d, s.mx + v * kLanes);
     }
     OnlineSoftmaxStep(p, key, s, i0, j0, cols);
     // Ot = Ot * alpha + v_block^T Pt
@@ -327,9 +343,30 @@ void ForwardTask(const AttentionProblem& p, MutableHeads o, float* lse, int64_t 
   float* lse_row = lse + (b * p.H + h) * p.T + i0;
   for (size_t i = 0; i < rows; ++i) {
     const float l = s.l[i];
-    const float inv = l == 0.0f ? 0.0f : p.keep_scale / l;  // a row with no visible key: o = 0
     // m and l are base 2: lse = ln(2^m l) = (m + log2 l) ln 2
     lse_row[i] = l == 0.0f ? kNegInf : static_cast<float>((s.m[i] + std::log2(static_cast<double>(l))) * kLn2);
+  }
+  // o = (Ot / l)^T; a row with no visible key (l = 0) gets o = 0
+  if constexpr (kHasTranspose16) {
+    if (rows == kBr && o.stride_d == 1 && Dv % 16 == 0) {  // 16 x 16 blocks transposed in registers
+      const DF d;
+      for (int v = 0; v < kQueryVectors; ++v) {
+        const VF l = hn::LoadU(d, s.l + v * kLanes);
+        const VF inv = hn::IfThenZeroElse(hn::Eq(l, hn::Zero(d)), hn::Div(hn::Set(d, p.keep_scale), l));
+        for (size_t c = 0; c < Dv; c += 16) {
+          VF r[16];
+          for (size_t k = 0; k < 16; ++k) r[k] = hn::Mul(hn::LoadU(d, s.ot + (c + k) * kBr + v * kLanes), inv);
+          Transpose16(r);
+          for (size_t k = 0; k < 16; ++k)
+            hn::StoreU(r[k], d, o.row(b, h, i0 + v * static_cast<int64_t>(kLanes) + static_cast<int64_t>(k)) + c);
+        }
+      }
+      return;
+    }
+  }
+  for (size_t i = 0; i < rows; ++i) {
+    const float l = s.l[i];
+    const float inv = l == 0.0f ? 0.0f : p.keep_scale / l;
     float* out = o.row(b, h, i0 + static_cast<int64_t>(i));
     for (size_t c = 0; c < Dv; ++c) out[c * o.stride_d] = s.ot[c * kBr + i] * inv;
   }
