@@ -5,10 +5,12 @@
 // the scores), and the share of the FMA peak this machine reaches on the same threads (measured
 // here, first). With --json the last line is one JSON object for machines.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -18,6 +20,7 @@
 
 #include "commands.h"
 #include "qkv/core/error.h"
+#include "qkv/core/gemm.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/fma_peak.h"
@@ -64,6 +67,11 @@ double cpu_seconds() {  // user + system time of the whole process so far
   return sec(u.ru_utime) + sec(u.ru_stime);
 }
 
+double physical_memory_bytes() {  // 0 when unknown
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
 double max_rss_mib() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -73,20 +81,25 @@ double max_rss_mib() {
 int run_bench(BenchFlags& f, const CLI::App& sub) {
   using Clock = std::chrono::steady_clock;
   const bool core = f.module == "attention-core";
+  QKV_CHECK(f.batch >= 1, "--batch ", f.batch, ": must be at least 1");
+  QKV_CHECK(f.seq_len >= 1, "--seq-len ", f.seq_len, ": must be at least 1 (a benchmark of no work)");
+  QKV_CHECK(f.iters >= 1, "--iters ", f.iters, ": must be at least 1");
+  QKV_CHECK(f.warmup >= 0, "--warmup ", f.warmup, ": must be at least 0");
+  QKV_CHECK(f.threads >= 0, "--threads ", f.threads, ": must be at least 1 (or 0: the default)");
+  QKV_CHECK(f.dropout >= 0.0 && f.dropout < 1.0, "--dropout ", f.dropout, ": must be in [0, 1)");
   if (f.threads > 0) set_default_thread_count(f.threads);
   ThreadPool& pool = default_pool();
-  QKV_CHECK(f.batch >= 1 && f.seq_len >= 1, "--batch and --seq-len must be at least 1");
-  QKV_CHECK(f.iters >= 1 && f.warmup >= 0, "--iters must be at least 1 and --warmup at least 0");
   if (f.module == "causal-attention") {
-    QKV_CHECK(sub.count("--num-heads") == 0 || f.num_heads == 1, "--module causal-attention has one head");
+    QKV_CHECK(sub.count("--num-heads") == 0 || f.num_heads == 1, "--num-heads ", f.num_heads, ": --module causal-attention has one head");
     f.num_heads = 1;
   }
-  QKV_CHECK(f.num_heads >= 1, "--num-heads must be at least 1");
+  QKV_CHECK(f.num_heads >= 1, "--num-heads ", f.num_heads, ": must be at least 1");
   if (core) {
     if (f.head_dim == 0) f.head_dim = f.d_model / f.num_heads;
-    QKV_CHECK(f.head_dim >= 1, "--head-dim must be at least 1");
+    QKV_CHECK(f.head_dim >= 1, "--head-dim ", f.head_dim, ": must be at least 1");
     f.d_model = f.head_dim * f.num_heads;
   } else {
+    QKV_CHECK(f.d_model >= 1, "--d-model ", f.d_model, ": must be at least 1");
     QKV_CHECK(f.d_model % f.num_heads == 0, "--d-model (", f.d_model, ") must be divisible by --num-heads (",
               f.num_heads, ")");
     QKV_CHECK(sub.count("--head-dim") == 0 || f.head_dim == f.d_model / f.num_heads,
@@ -96,6 +109,16 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   const bool causal = !f.no_mask;
   const int64_t B = f.batch, T = f.seq_len, H = f.num_heads, D = f.head_dim, C = f.d_model;
 
+  {  // the inputs, outputs and gradients must fit in memory, or the run would be killed mid-way
+    const double n = static_cast<double>(B) * static_cast<double>(T) * static_cast<double>(H * D);
+    // core: q, k, v, o (and d_o, dq, dk, dv); mha: x, y, the QKV output, its heads, the context (and
+    // their gradients), roughly
+    const double floats = core ? n * (f.backward ? 8 : 4) : n * (f.backward ? 20 : 9) + 4.0 * C * C;
+    const double bytes = 4.0 * floats, ram = physical_memory_bytes();
+    QKV_CHECK(ram <= 0 || bytes < 0.8 * ram, "B=", B, " T=", T, " H=", H, " D=", D, " needs about ",
+              static_cast<int64_t>(bytes / (1 << 20)), " MiB of inputs and outputs; this machine has ",
+              static_cast<int64_t>(ram / (1 << 20)), " MiB");
+  }
   const double peak = kernels::measure_fma_peak_gflops(pool);
 
   kernels::AttentionOptions opt;
@@ -190,8 +213,14 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   std::cout << "qkv bench: " << what << ", B=" << B << " T=" << T << " C=" << C << " H=" << H << " D=" << D
             << (causal ? " causal" : " no mask") << (f.dropout > 0 ? " dropout " + std::to_string(f.dropout) : "")
             << ", " << pool.num_threads() << " thread" << (pool.num_threads() == 1 ? "" : "s") << ", "
-            << kernels::simd_target() << "\n"
-            << std::fixed << std::setprecision(2) << "  median " << median << " ms  (min " << sorted.front()
+            << kernels::simd_target() << "\n";
+  if (f.module != "attention-core") {
+    const char* forced = std::getenv("OPENBLAS_CORETYPE");
+    std::cout << "  projections: " << blas_description()
+              << (forced != nullptr && *forced != '\0' ? std::string(" (chosen by OPENBLAS_CORETYPE=") + forced + ")" : "")
+              << "\n";
+  }
+  std::cout << std::fixed << std::setprecision(2) << "  median " << median << " ms  (min " << sorted.front()
             << ", max " << sorted.back() << ", " << f.iters << " runs)\n"
             << "  " << std::setprecision(1) << flops / 1e9 << " GFLOP (causal work only) -> " << gflops
             << " GFLOP/s = " << 100.0 * gflops / peak << "% of the measured FMA peak " << peak << " GFLOP/s\n"
@@ -204,7 +233,8 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
                         {"threads", pool.num_threads()}, {"iters", f.iters},     {"median_ms", median},
                         {"min_ms", sorted.front()}, {"times_ms", ms},            {"gflop", flops / 1e9},
                         {"gflops", gflops},        {"peak_gflops", peak},        {"percent_of_peak", 100.0 * gflops / peak},
-                        {"max_rss_mib", rss},      {"cpu_share", cpu_share},     {"simd", kernels::simd_target()}};
+                        {"max_rss_mib", rss},      {"cpu_share", cpu_share},     {"simd", kernels::simd_target()},
+                        {"blas", blas_description()}};
     std::cout << j.dump() << "\n";
   }
   return 0;

@@ -119,6 +119,28 @@ void sgemm_k_split(const GemmArgs& g, ThreadPool& pool) {
 
 }  // namespace
 
+std::string blas_core() {
+#if QKV_HAVE_OPENBLAS
+  const char* core = openblas_get_corename();
+  return core == nullptr ? "" : core;
+#else
+  return "";
+#endif
+}
+
+std::string blas_description() {
+#if QKV_HAVE_OPENBLAS
+  // openblas_get_config(): "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64"
+  const char* config = openblas_get_config();
+  std::string name = config == nullptr ? "OpenBLAS" : config;
+  const size_t second_space = name.find(' ', name.find(' ') + 1);
+  if (second_space != std::string::npos) name.resize(second_space);
+  return name + ", " + blas_core() + " kernels";
+#else
+  return "none (reference loops)";
+#endif
+}
+
 void sgemm(const GemmArgs& g, ThreadPool* pool_arg) {
   check(g);
   blas_single_threaded();

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "qkv/core/thread_pool.h"
 
@@ -54,6 +55,13 @@ inline GemmArgs gemm_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
   g.ldc = ldc;
   return g;
 }
+
+// Which BLAS runs the products, e.g. "OpenBLAS 0.3.21, Haswell kernels", or "none (reference
+// loops)" in a build without OpenBLAS.
+std::string blas_description();
+// The kernel family OpenBLAS chose for this CPU (or the one OPENBLAS_CORETYPE forces), e.g.
+// "Haswell" or "SkylakeX"; empty without OpenBLAS.
+std::string blas_core();
 
 // Throws qkv::Error on negative sizes or leading dimensions too small for the shapes.
 void sgemm(const GemmArgs& g, ThreadPool* pool = nullptr);  // pool: nullptr = default_pool()

@@ -1,0 +1,103 @@
+// `qkv bench` as a user runs it: the report's fields and their arithmetic, the generic head
+// dimensions, and bad input. (Only what does not depend on the machine's speed is asserted:
+// timings are the benchmark's business, not a test's.)
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "qkv/core/thread_pool.h"
+
+namespace qkv {
+namespace {
+
+using ::testing::HasSubstr;
+
+class CliBench : public CliTest {
+ protected:
+  // The JSON object on the last line of standard output.
+  static nlohmann::json last_json_line(const std::string& out) {
+    std::string s = out;
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    return nlohmann::json::parse(s.substr(s.rfind('\n') + 1));
+  }
+};
+
+TEST_F(CliBench, AttentionCoreReportsTimesFlopsAndThePeak) {
+  Result r = run("bench --module attention-core --batch 1 --seq-len 64 --num-heads 2 --head-dim 16 --iters 3 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("attention-core forward, B=1 T=64"));
+  EXPECT_THAT(r.out, HasSubstr("% of the measured FMA peak"));
+  const nlohmann::json j = last_json_line(r.out);
+  for (const char* key : {"median_ms", "gflops", "peak_gflops", "gflop", "percent_of_peak"}) ASSERT_TRUE(j.contains(key)) << key;
+  EXPECT_GT(j["median_ms"].get<double>(), 0.0);
+  EXPECT_GT(j["peak_gflops"].get<double>(), 1.0);
+  EXPECT_EQ(j["times_ms"].size(), 3u);
+  // Causal work only: the two products (scores, weights @ values) over the T (T + 1) / 2 visible
+  // pairs, 2 D FLOPs per pair each, for B H heads.
+  const double pairs = 64.0 * 65.0 / 2.0;
+  EXPECT_DOUBLE_EQ(j["gflop"].get<double>(), 2.0 * 2.0 * 16.0 * pairs * 1.0 * 2.0 / 1e9);
+  EXPECT_NEAR(j["gflops"].get<double>(), j["gflop"].get<double>() / (j["median_ms"].get<double>() * 1e-3), 1e-6);
+  EXPECT_NEAR(j["percent_of_peak"].get<double>(), 100.0 * j["gflops"].get<double>() / j["peak_gflops"].get<double>(),
+              1e-9);
+}
+
+TEST_F(CliBench, MhaNamesTheBlasAndCountsTheProjections) {
+  Result r = run("bench --module mha --batch 2 --seq-len 8 --d-model 32 --num-heads 4 --iters 1 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("projections: "));
+  const nlohmann::json j = last_json_line(r.out);
+  EXPECT_FALSE(j["blas"].get<std::string>().empty());
+  // QKV 2 B T C 3C + out_proj 2 B T C C + attention 4 D (T (T + 1) / 2) B H
+  const double B = 2, T = 8, C = 32, H = 4, D = 8;
+  EXPECT_DOUBLE_EQ(j["gflop"].get<double>(),
+                   (2 * B * T * C * 3 * C + 2 * B * T * C * C + 4 * D * (T * (T + 1) / 2) * B * H) / 1e9);
+}
+
+TEST_F(CliBench, GenericHeadDimensionsShortSequencesAndTheBackwardRun) {
+  for (const std::string args : {"--module attention-core --seq-len 1 --num-heads 3 --head-dim 7",
+                                 "--module attention-core --seq-len 33 --num-heads 1 --head-dim 5 --backward --no-mask",
+                                 "--module causal-attention --seq-len 19 --d-model 13 --backward",
+                                 "--module mha --seq-len 9 --d-model 15 --num-heads 3 --backward --dropout 0.1"}) {
+    Result r = run("bench " + args + " --iters 1 --warmup 0 --json");
+    ASSERT_EQ(r.status, 0) << args << "\n" << r.err;
+    EXPECT_GT(last_json_line(r.out)["gflop"].get<double>(), 0.0) << args;
+  }
+}
+
+TEST_F(CliBench, MoreThreadsThanCoresAreWarnedAboutAndRun) {
+  const int threads = hardware_cores() + 2;
+  Result r = run("bench --module attention-core --seq-len 16 --num-heads 1 --head-dim 8 --iters 1 --threads " +
+                 std::to_string(threads));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("warning: " + std::to_string(threads) + " threads"));
+  EXPECT_THAT(r.out, HasSubstr(std::to_string(threads) + " threads"));
+}
+
+TEST_F(CliBench, BadInputNamesTheValueAndWhatWasExpected) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--module attention-core --seq-len 0", "--seq-len 0: must be at least 1"},
+      {"--module attention-core --seq-len 4 --batch -2", "--batch -2: must be at least 1"},
+      {"--module attention-core --seq-len 4 --dropout 1.5", "--dropout 1.5: must be in [0, 1)"},
+      {"--module attention-core --seq-len 4 --iters 0", "--iters 0: must be at least 1"},
+      {"--module attention-core --seq-len 4 --threads -1", "--threads -1: must be at least 1"},
+      {"--module attention-core --seq-len 4 --head-dim -3", "--head-dim -3: must be at least 1"},
+      {"--module mha --seq-len 4 --d-model 10 --num-heads 3", "--d-model (10) must be divisible by --num-heads (3)"},
+      {"--module causal-attention --seq-len 4 --num-heads 2", "--num-heads 2: --module causal-attention has one head"},
+      {"--module mha --seq-len 4 --d-model 0", "--d-model 0: must be at least 1"},
+      {"--module attention-core --seq-len 100000000 --batch 1000", "MiB of inputs and outputs; this machine has"},
+      {"--module nope --seq-len 4", "nope"},
+  };
+  for (const auto& [args, message] : cases) {
+    Result r = run("bench " + args);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_THAT(r.err, HasSubstr(message)) << args;
+    EXPECT_EQ(r.out, "") << args;  // nothing half-printed
+  }
+}
+
+}  // namespace
+}  // namespace qkv
