@@ -3,6 +3,7 @@ random configurations of the book's five attention classes, the PyTorch module f
 `qkv forward` flags for it, running qkv, and the relative error they compare by.
 """
 
+import concurrent.futures
 import subprocess
 
 import torch
@@ -112,3 +113,15 @@ def run_qkv(cmd):
         return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
     except subprocess.TimeoutExpired:
         return -1, "", "timed out after 120 s"
+
+
+def run_all(cases, prepare, jobs):
+    """Runs `prepare(case)` (PyTorch's side, in this thread) for each case in turn, and each case's
+    qkv command (case.cmd, set by prepare) in a pool of `jobs` meanwhile; returns the results of
+    run_qkv in the cases' order."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = []
+        for case in cases:
+            prepare(case)
+            futures.append(pool.submit(run_qkv, case.cmd))
+        return [fut.result() for fut in futures]

@@ -26,7 +26,6 @@ Prints the worst relative error per module and tensor kind, and one summary line
 """
 
 import argparse
-import concurrent.futures
 import os
 import random
 import shlex
@@ -42,7 +41,7 @@ import torch  # noqa: E402
 
 import safetensors_io  # noqa: E402
 from module_cases import (CAUSAL, MODULES, construct, describe, perturbed_weights, qkv_args,  # noqa: E402
-                          random_config, rel_err, run_qkv)
+                          random_config, rel_err, run_all)
 
 TOLERANCE = 1e-4
 
@@ -159,12 +158,7 @@ def main():
     start = time.time()
     cases, rng = build_cases(args)
     with tempfile.TemporaryDirectory(prefix="qkv-backward-diff-") as tmp:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            futures = []
-            for case in cases:
-                prepare(case, qkv, tmp, rng)
-                futures.append(pool.submit(run_qkv, case.cmd))
-            results = [fut.result() for fut in futures]
+        results = run_all(cases, lambda case: prepare(case, qkv, tmp, rng), args.jobs)
         summary = {}
         failed = []
         for case, result in zip(cases, results):

@@ -27,7 +27,6 @@ failure, after describing each failure (module, configuration, tensor, worst ele
 """
 
 import argparse
-import concurrent.futures
 import os
 import random
 import shlex
@@ -44,7 +43,7 @@ import torch  # noqa: E402
 import book_classes  # noqa: E402
 import safetensors_io  # noqa: E402
 from module_cases import (CAUSAL, MODULES, construct, describe, perturbed_weights, qkv_args,  # noqa: E402
-                          random_config, rel_err, run_qkv, seeded)
+                          random_config, rel_err, run_all, seeded)
 
 TOLERANCE = 1e-5
 SPECIAL_SEEDS = [0, 1, 123, 789, 2**32 + 5, 2**40 + 7, 2**63 - 1, 2**64 - 1]
@@ -273,13 +272,8 @@ def main():
     tmp_obj = tempfile.TemporaryDirectory(prefix="qkv-forward-diff-")
     tmp = tmp_obj.name
     try:
-        # PyTorch work happens here, qkv processes run in the pool meanwhile.
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            futures = []
-            for case in cases:
-                prepare(case, qkv, tmp, rng)
-                futures.append(pool.submit(run_qkv, case.cmd))
-            results = [fut.result() for fut in futures]
+        # PyTorch's side of each case here, qkv processes in the pool meanwhile.
+        results = run_all(cases, lambda case: prepare(case, qkv, tmp, rng), args.jobs)
 
         summary = {}
         failed = []

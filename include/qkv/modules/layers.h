@@ -78,7 +78,10 @@ class PositionalEmbedding : public Module {
 // PyTorch's mask. In eval mode, or with p = 0, the input passes through and nothing is drawn.
 class Dropout : public Module {
  public:
-  Dropout(double p, Generator& gen);  // p must be in [0, 1)
+  // p must be in [0, 1). The Dropout draws from `gen` at every forward in training mode and keeps
+  // a pointer to it (as nn.Dropout draws from torch's default generator): gen must outlive it,
+  // and so must the generator given to a module that holds Dropouts (CausalAttention, MHA, ...).
+  Dropout(double p, Generator& gen);
   const char* type_name() const override { return "Dropout"; }
   void collect_state(const std::string&, std::vector<StateEntry>&) override {}
   Tensor forward(const Tensor& x);
