@@ -102,13 +102,15 @@ HWY_NOINLINE void BlockProduct(size_t M, size_t nvec, const float* HWY_RESTRICT 
   }
 }
 
-// 2^x to about 1 ulp for x <= 127; exactly 0 for x < -125 (so for -inf: a blocked score), NaN
-// for NaN. The kernels work in base 2 (scores pre-multiplied by log2(e)), which makes the range
-// reduction exact (r = x - round(x)) and, on AVX-512, the scaling one instruction (vscalefps).
-// 2^r on [-1/2, 1/2] is the Taylor polynomial of e^(r ln 2) of degree 7 (error < 6e-9).
-// Below -125 the result is set to 0 rather than computed: 2^x would be a subnormal there, and
-// producing one costs a microcode assist of ~100 cycles per instruction on Intel cores - which,
-// with the -inf of every masked score, made causal attention 25% slower.
+// 2^x to about 1 ulp for x <= 127; 0 for x = -inf (so for a blocked score), NaN for NaN. The
+// kernels work in base 2 (scores pre-multiplied by log2(e)), which makes the range reduction
+// exact (r = x - round(x)); 2^r on [-1/2, 1/2] is the Taylor polynomial of e^(r ln 2) of degree 7
+// (error < 6e-9). Results below 2^-126 must not come out as subnormals: producing one costs a
+// microcode assist of ~100 cycles per instruction on Intel cores (with the -inf of every masked
+// score, that made causal attention 25% slower). On AVX-512, vreduceps gives r in one
+// instruction (and r = 0 for x = -inf) and vscalefps applies 2^round(x), exactly 0 for -inf;
+// below -126 it would give a subnormal, which the kernels' FTZ mode flushes to 0 (they set it for
+// every task: FlushSubnormals). Elsewhere x < -125 is clamped and the result set to 0.
 HWY_INLINE VF Exp2(DF d, VF x) {
   const VF c7 = hn::Set(d, 1.525273380405984e-05f), c6 = hn::Set(d, 1.5403530393381608e-04f);
   const VF c5 = hn::Set(d, 1.3333558146428443e-03f), c4 = hn::Set(d, 9.618129107628477e-03f);
@@ -123,14 +125,12 @@ HWY_INLINE VF Exp2(DF d, VF x) {
     p = hn::MulAdd(p, r, c1);
     return hn::MulAdd(p, r, c0);
   };
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  const VF r{_mm512_reduce_ps(x.raw, _MM_FROUND_TO_NEAREST_INT)};  // x - round(x); NaN stays NaN
+  return VF{_mm512_scalef_ps(poly(r).raw, hn::Round(x).raw)};
+#else
   const VF lowest = hn::Set(d, -125.0f);
   const auto underflow = hn::Lt(x, lowest);  // false for NaN, which flows through as NaN
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  // Max(lowest, x) keeps a NaN x (vmaxps returns its second operand when either is NaN).
-  const VF xc = hn::Max(lowest, x);
-  const VF q = hn::Round(xc);
-  return hn::IfThenZeroElse(underflow, VF{_mm512_scalef_ps(poly(hn::Sub(xc, q)).raw, q.raw)});
-#else
   const DI di;
   const VF xc = hn::IfThenElse(underflow, lowest, x);
   const auto qi = hn::NearestInt(xc);
