@@ -249,6 +249,26 @@ TEST(FusedAttention, BackwardMatchesTheReference) {
   EXPECT_EQ(checked, 7 * 6 * 4);
 }
 
+// Heads whose keys and values outgrow L2 (S (D + Dv) floats > 512 KB) are run with several query
+// blocks per task sharing each key block: the same results, every mask, dropout, T != S.
+TEST(FusedAttention, LongSequencesMatchTheReference) {
+  std::mt19937 rng(12);
+  ThreadPool pool(2);
+  const Case cases[] = {
+      {1, 1, 1100, 1100, 64, 64, AttentionMask::Kind::kCausal, 0.0f, Layout::kContiguous},
+      {1, 1, 1100, 1100, 64, 64, AttentionMask::Kind::kCausal, 0.2f, Layout::kInterleaved},
+      {1, 1, 1037, 1100, 64, 64, AttentionMask::Kind::kNone, 0.0f, Layout::kMisaligned},
+      {1, 1, 700, 1100, 64, 64, AttentionMask::Kind::kAdditive, 0.1f, Layout::kContiguous},
+      {1, 1, 1100, 1090, 64, 64, AttentionMask::Kind::kBlocked, 0.0f, Layout::kStridedDim},
+      {1, 2, 531, 531, 200, 136, AttentionMask::Kind::kCausal, 0.0f, Layout::kContiguous},
+  };
+  for (const Case& c : cases) {
+    ASSERT_GT(c.S * (c.D + c.Dv) * 4, 512 * 1024) << c.name();
+    check_forward(c, rng, &pool);
+  }
+  check_backward(cases[1], rng, &pool);
+}
+
 // The same checks on every SIMD target compiled in that this CPU runs (AVX-512, AVX2, the
 // portable fallback), forcing the dispatch to each in turn.
 TEST(FusedAttention, EverySimdTargetMatchesTheReference) {

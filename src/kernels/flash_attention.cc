@@ -2,9 +2,11 @@
 // per SIMD target by Highway and dispatched at run time. See include/qkv/kernels/attention.h for
 // the math and attention_tiles-inl.h for the tile layout (one query per SIMD lane).
 //
-// Forward, per task = (b, h, block of Br queries):
+// Forward, per task = (b, h, group of query blocks of Br queries; one block unless the head's keys
+// and values outgrow L2), for each query block:
 //   Qt = (q_block * scale)^T                                      (D, Br)
-//   for each block of Bc keys up to the causal diagonal:
+//   for each block of Bc keys up to the causal diagonal (each key block visits the group's
+//   query blocks in turn):
 //     St = k_block Qt                                             (Bc, Br)  scores^T
 //     mask St; m_new = max(m, column max of St)                   online softmax, lane-wise
 //     Pt = exp(St - m_new); l = l * exp(m - m_new) + column sum of Pt
@@ -203,25 +205,58 @@ DropoutKey MakeDropoutKey(const AttentionProblem& p, int64_t b, int64_t h) {
 // ---------------------------------------------------------------------------------------------
 // Forward
 
+// One query block's running state: its queries (transposed and pre-scaled), the output
+// accumulator and the online softmax's running max and sum, lane i = query i0 + i.
+struct QueryBlock {
+  float* qt = nullptr;     // (D, Br)   (q * scale * log2(e))^T: base-2 scores
+  float* ot = nullptr;     // (Dv, Br)  sum_j P[i, j] v[j], transposed
+  float* m = nullptr;      // (Br)      running max of the base-2 scores
+  float* l = nullptr;      // (Br)      running sum of 2^(s - m)
+  float* alpha = nullptr;  // (Br)      this step's rescale 2^(m_old - m_new)
+  float* mx = nullptr;     // (Br)      this step's column max
+  int64_t i0 = 0;          // the block's first query
+  size_t rows = 0;         // its queries (at most Br)
+  int64_t j_end = 0;       // keys [0, j_end) are visible to some of them
+};
+
+// A task's query blocks share each block of keys and values while it is in L1: kMaxGroup blocks
+// at most (their state is 8 x 25 KB for D = 64, in L2).
+constexpr size_t kMaxGroup = 8;
+
 struct ForwardScratch {
-  float *qt, *st, *ot, *m, *l, *alpha, *mx;
+  float* st;                         // (Bc, Br) scores^T of one (key block, query block) pair
+  QueryBlock blocks[kMaxGroup];
   float *kc, *vc;  // (S, D), (S, Dv): the head's keys and values, copied (when they are not contiguous)
-  static size_t floats(size_t D, size_t Dv, size_t cached_keys) {
-    return Carver::size({D * kBr, kBc * kBr, Dv * kBr, kBr, kBr, kBr, kBr, cached_keys * D, cached_keys * Dv});
+  static size_t floats(size_t group, size_t D, size_t Dv, size_t cached_keys) {
+    return Carver::size({kBc * kBr, cached_keys * D, cached_keys * Dv}) +
+           group * Carver::size({D * kBr, Dv * kBr, kBr, kBr, kBr, kBr});
   }
-  ForwardScratch(float* base, size_t D, size_t Dv, size_t cached_keys) {
+  ForwardScratch(float* base, size_t group, size_t D, size_t Dv, size_t cached_keys) {
     Carver c(base);
-    qt = c.take(D * kBr);
     st = c.take(kBc * kBr);
-    ot = c.take(Dv * kBr);
-    m = c.take(kBr);
-    l = c.take(kBr);
-    alpha = c.take(kBr);
-    mx = c.take(kBr);
     kc = c.take(cached_keys * D);
     vc = c.take(cached_keys * Dv);
+    for (size_t g = 0; g < group; ++g) {
+      QueryBlock& q = blocks[g];
+      q.qt = c.take(D * kBr);
+      q.ot = c.take(Dv * kBr);
+      q.m = c.take(kBr);
+      q.l = c.take(kBr);
+      q.alpha = c.take(kBr);
+      q.mx = c.take(kBr);
+    }
   }
 };
+
+// Query blocks per task. While a head's keys and values fit in L2 (about 2 x 256 KB), every
+// query block can read them from there on its own. Beyond that each block would stream them
+// from L3 or memory - at T = 65536 that is 16 MB per block on average, and 2 threads then wait
+// on memory half of the time - so a task takes kMaxGroup blocks and runs each key block through
+// all of them in turn, reading the keys and values once per group.
+size_t ForwardGroup(const AttentionProblem& p) {
+  const double head_bytes = static_cast<double>(p.S) * static_cast<double>(p.D + p.Dv) * sizeof(float);
+  return head_bytes <= 512.0 * 1024.0 ? 1 : kMaxGroup;
+}
 
 // Keys and values are read where they are when each head's rows are contiguous ((B, H, S, D)
 // arrays). Otherwise - heads interleaved in the rows of a projection output, where consecutive
@@ -237,26 +272,27 @@ bool RowsContiguous(const AttentionProblem& p) {
   return p.k.stride_d == 1 && p.k.stride_n == p.D && p.v.stride_d == 1 && p.v.stride_n == p.Dv;
 }
 
-// One online-softmax step over St (cols, Br): updates m, l, writes alpha = exp(m_old - m_new) and
-// replaces St by the (dropped-out) probabilities exp(St - m_new). mx holds the block's column max.
-void OnlineSoftmaxStep(const AttentionProblem& p, const DropoutKey& key, ForwardScratch& s, int64_t i0,
+// One online-softmax step over St (cols, Br) for query block q: updates m, l, writes alpha =
+// exp(m_old - m_new) and replaces St by the (dropped-out) probabilities exp(St - m_new). q.mx
+// holds the block's column max.
+void OnlineSoftmaxStep(const AttentionProblem& p, const DropoutKey& key, const QueryBlock& q, float* st_base,
                        int64_t j0, size_t cols) {
   const DF d;
   VF m_use[kQueryVectors], sum[kQueryVectors];
   for (int v = 0; v < kQueryVectors; ++v) {
-    const VF m_old = hn::LoadU(d, s.m + v * kLanes);
-    const VF m_new = hn::Max(m_old, hn::LoadU(d, s.mx + v * kLanes));
+    const VF m_old = hn::LoadU(d, q.m + v * kLanes);
+    const VF m_new = hn::Max(m_old, hn::LoadU(d, q.mx + v * kLanes));
     // A query with no visible key yet keeps m = -inf; subtract 0 instead so exp gives 0, not NaN.
     m_use[v] = hn::IfThenZeroElse(hn::Eq(m_new, hn::Set(d, kNegInf)), m_new);
     const VF alpha = Exp2(d, hn::Sub(m_old, m_use[v]));
-    hn::StoreU(alpha, d, s.alpha + v * kLanes);
-    hn::StoreU(m_new, d, s.m + v * kLanes);
-    sum[v] = hn::Mul(hn::LoadU(d, s.l + v * kLanes), alpha);
+    hn::StoreU(alpha, d, q.alpha + v * kLanes);
+    hn::StoreU(m_new, d, q.m + v * kLanes);
+    sum[v] = hn::Mul(hn::LoadU(d, q.l + v * kLanes), alpha);
   }
   if (!p.dropout) {
     for (size_t j = 0; j < cols; ++j) {
       HWY_UNROLL(4) for (int v = 0; v < kQueryVectors; ++v) {
-        float* st = s.st + j * kBr + v * kLanes;
+        float* st = st_base + j * kBr + v * kLanes;
         const VF pr = Exp2(d, hn::Sub(hn::LoadU(d, st), m_use[v]));
         sum[v] = hn::Add(sum[v], pr);
         hn::StoreU(pr, d, st);
@@ -266,9 +302,9 @@ void OnlineSoftmaxStep(const AttentionProblem& p, const DropoutKey& key, Forward
     for (size_t j = 0; j < cols; j += 4) {
       for (int v = 0; v < kQueryVectors; ++v) {
         hn::Mask<DF> drop[4];
-        DropoutDrop4(key, i0 + v * static_cast<int64_t>(kLanes), j0 + static_cast<int64_t>(j), drop);
+        DropoutDrop4(key, q.i0 + v * static_cast<int64_t>(kLanes), j0 + static_cast<int64_t>(j), drop);
         for (size_t r = 0; r < 4 && j + r < cols; ++r) {
-          float* st = s.st + (j + r) * kBr + v * kLanes;
+          float* st = st_base + (j + r) * kBr + v * kLanes;
           const VF pr = Exp2(d, hn::Sub(hn::LoadU(d, st), m_use[v]));
           sum[v] = hn::Add(sum[v], pr);  // the normaliser counts every weight, dropped or not
           hn::StoreU(hn::IfThenZeroElse(drop[r], pr), d, st);
@@ -276,19 +312,99 @@ void OnlineSoftmaxStep(const AttentionProblem& p, const DropoutKey& key, Forward
       }
     }
   }
-  for (int v = 0; v < kQueryVectors; ++v) hn::StoreU(sum[v], d, s.l + v * kLanes);
+  for (int v = 0; v < kQueryVectors; ++v) hn::StoreU(sum[v], d, q.l + v * kLanes);
 }
 
+// Query block q against keys [j0, j0 + cols) (kb, vb: their rows, row strides ldk, ldv):
+//   St = k_block Qt, masked; mx = its column max; the online softmax step; Ot = Ot alpha + v^T Pt
 template <int kD>
-void ForwardTask(const AttentionProblem& p, MutableHeads o, float* lse, int64_t b, int64_t h, int64_t i0,
-                 size_t rows, float* scratch, HeadCache& cache) {
+void AttendKeyBlock(const AttentionProblem& p, const DropoutKey& key, const QueryBlock& q, float* st, int64_t j0,
+                    size_t cols, const float* kb, size_t ldk, const float* vb, size_t ldv, size_t D, size_t Dv) {
   const DF d;
+  BlockProduct<kScoreRows, kQueryVectors, false, Out::kStore, kD>(cols, kQueryVectors, kb, ldk, q.qt, kBr, D, st,
+                                                                  kBr);
+  if (BlockNeedsMask(p, q.i0, j0, cols)) ApplyMask(p, st, q.i0, j0, q.rows, cols);
+  {  // the query vectors' maxima side by side: three independent chains of max, not one
+    VF mx[kQueryVectors];
+    for (int v = 0; v < kQueryVectors; ++v) mx[v] = hn::Set(d, kNegInf);
+    for (size_t j = 0; j < cols; ++j)
+      HWY_UNROLL(4) for (int v = 0; v < kQueryVectors; ++v) mx[v] = hn::Max(mx[v], hn::LoadU(d, st + j * kBr + v * kLanes));
+    for (int v = 0; v < kQueryVectors; ++v) hn::StoreU(mx[v], d, q.mx + v * kLanes);
+  }
+  OnlineSoftmaxStep(p, key, q, st, j0, cols);
+  // Ot = Ot * alpha + v_block^T Pt
+  if (j0 > 0) {
+    for (size_t c = 0; c < Dv; ++c)
+      for (int v = 0; v < kQueryVectors; ++v) {
+        float* x = q.ot + c * kBr + v * kLanes;
+        hn::StoreU(hn::Mul(hn::LoadU(d, x), hn::LoadU(d, q.alpha + v * kLanes)), d, x);
+      }
+  }
+  if (cols == kBc) {
+    BlockProduct<kScoreRows, kQueryVectors, true, Out::kAccumulate, static_cast<int>(kBc)>(Dv, kQueryVectors, vb, ldv,
+                                                                                           st, kBr, cols, q.ot, kBr);
+  } else {
+    BlockProduct<kScoreRows, kQueryVectors, true, Out::kAccumulate>(Dv, kQueryVectors, vb, ldv, st, kBr, cols, q.ot,
+                                                                   kBr);
+  }
+}
+
+// lse and o = (Ot / l)^T of query block q; a row with no visible key (l = 0) gets o = 0, lse = -inf.
+void WriteQueryBlock(const AttentionProblem& p, const QueryBlock& q, MutableHeads o, float* lse, int64_t b,
+                     int64_t h, size_t Dv) {
+  float* lse_row = lse + (b * p.H + h) * p.T + q.i0;
+  for (size_t i = 0; i < q.rows; ++i) {
+    const float l = q.l[i];
+    // m and l are base 2: lse = ln(2^m l) = (m + log2 l) ln 2
+    lse_row[i] = l == 0.0f ? kNegInf : static_cast<float>((q.m[i] + std::log2(static_cast<double>(l))) * kLn2);
+  }
+  if constexpr (kHasTranspose16) {
+    if (q.rows == kBr && o.stride_d == 1 && Dv % 16 == 0) {  // 16 x 16 blocks transposed in registers
+      const DF d;
+      for (int v = 0; v < kQueryVectors; ++v) {
+        const VF l = hn::LoadU(d, q.l + v * kLanes);
+        const VF inv = hn::IfThenZeroElse(hn::Eq(l, hn::Zero(d)), hn::Div(hn::Set(d, p.keep_scale), l));
+        for (size_t c = 0; c < Dv; c += 16) {
+          VF r[16];
+          for (size_t k = 0; k < 16; ++k) r[k] = hn::Mul(hn::LoadU(d, q.ot + (c + k) * kBr + v * kLanes), inv);
+          Transpose16(r);
+          for (size_t k = 0; k < 16; ++k)
+            hn::StoreU(r[k], d, o.row(b, h, q.i0 + v * static_cast<int64_t>(kLanes) + static_cast<int64_t>(k)) + c);
+        }
+      }
+      return;
+    }
+  }
+  for (size_t i = 0; i < q.rows; ++i) {
+    const float l = q.l[i];
+    const float inv = l == 0.0f ? 0.0f : p.keep_scale / l;
+    float* out = o.row(b, h, q.i0 + static_cast<int64_t>(i));
+    for (size_t c = 0; c < Dv; ++c) out[c * o.stride_d] = q.ot[c * kBr + i] * inv;
+  }
+}
+
+// Query blocks [first, first + count) of head (b, h); query block n starts at row
+// block_start(n) and has block_rows(n) rows.
+template <int kD, typename Start, typename Rows>
+void ForwardTask(const AttentionProblem& p, MutableHeads o, float* lse, int64_t b, int64_t h, int64_t first,
+                 size_t count, const Start& block_start, const Rows& block_rows, float* scratch, HeadCache& cache) {
   const size_t D = kD > 0 ? kD : static_cast<size_t>(p.D);
   const size_t Dv = kD > 0 ? kD : static_cast<size_t>(p.Dv);
   const bool direct = RowsContiguous(p);
-  ForwardScratch s(scratch, D, Dv, direct ? 0 : static_cast<size_t>(p.S));
+  ForwardScratch s(scratch, count, D, Dv, direct ? 0 : static_cast<size_t>(p.S));
   const DropoutKey key = MakeDropoutKey(p, b, h);
-  const int64_t j_end = p.causal() ? std::min(p.S, i0 + static_cast<int64_t>(rows)) : p.S;
+  int64_t j_end = 0;  // over the whole group
+  for (size_t g = 0; g < count; ++g) {
+    QueryBlock& q = s.blocks[g];
+    q.i0 = block_start(first + static_cast<int64_t>(g));
+    q.rows = block_rows(first + static_cast<int64_t>(g));
+    q.j_end = p.causal() ? std::min(p.S, q.i0 + static_cast<int64_t>(q.rows)) : p.S;
+    j_end = std::max(j_end, q.j_end);
+    PackTransposed(p.q, b, h, q.i0, q.rows, p.scale * kLog2e, q.qt);
+    std::fill(q.ot, q.ot + Dv * kBr, 0.0f);
+    std::fill(q.m, q.m + kBr, kNegInf);
+    std::fill(q.l, q.l + kBr, 0.0f);
+  }
   if (!direct) {
     const int64_t bh = b * p.H + h;
     if (cache.bh != bh) cache = {bh, 0};
@@ -302,98 +418,47 @@ void ForwardTask(const AttentionProblem& p, MutableHeads o, float* lse, int64_t 
   const size_t ldk = direct ? static_cast<size_t>(p.k.stride_n) : D;
   const size_t ldv = direct ? static_cast<size_t>(p.v.stride_n) : Dv;
 
-  PackTransposed(p.q, b, h, i0, rows, p.scale * kLog2e, s.qt);
-  std::fill(s.ot, s.ot + Dv * kBr, 0.0f);
-  std::fill(s.m, s.m + kBr, kNegInf);
-  std::fill(s.l, s.l + kBr, 0.0f);
-
   for (int64_t j0 = 0; j0 < j_end; j0 += static_cast<int64_t>(kBc)) {
-    const size_t cols = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kBc), j_end - j0));
     const float* kb = direct ? p.k.row(b, h, j0) : s.kc + static_cast<size_t>(j0) * D;
     const float* vb = direct ? p.v.row(b, h, j0) : s.vc + static_cast<size_t>(j0) * Dv;
-    // St = k_block Qt, masked; mx = its column max
-    BlockProduct<kScoreRows, kQueryVectors, false, Out::kStore, kD>(cols, kQueryVectors, kb, ldk, s.qt, kBr, D,
-                                                                    s.st, kBr);
-    if (BlockNeedsMask(p, i0, j0, cols)) ApplyMask(p, s.st, i0, j0, rows, cols);
-    {  // the query vectors' maxima side by side: three independent chains of max, not one
-      VF mx[kQueryVectors];
-      for (int v = 0; v < kQueryVectors; ++v) mx[v] = hn::Set(d, kNegInf);
-      for (size_t j = 0; j < cols; ++j)
-        HWY_UNROLL(4) for (int v = 0; v < kQueryVectors; ++v) mx[v] = hn::Max(mx[v], hn::LoadU(d, s.st + j * kBr + v * kLanes));
-      for (int v = 0; v < kQueryVectors; ++v) hn::StoreU(mx[v], d, s.mx + v * kLanes);
-    }
-    OnlineSoftmaxStep(p, key, s, i0, j0, cols);
-    // Ot = Ot * alpha + v_block^T Pt
-    if (j0 > 0) {
-      for (size_t c = 0; c < Dv; ++c)
-        for (int v = 0; v < kQueryVectors; ++v) {
-          float* x = s.ot + c * kBr + v * kLanes;
-          hn::StoreU(hn::Mul(hn::LoadU(d, x), hn::LoadU(d, s.alpha + v * kLanes)), d, x);
-        }
-    }
-    if (cols == kBc) {
-      BlockProduct<kScoreRows, kQueryVectors, true, Out::kAccumulate, static_cast<int>(kBc)>(
-          Dv, kQueryVectors, vb, ldv, s.st, kBr, cols, s.ot, kBr);
-    } else {
-      BlockProduct<kScoreRows, kQueryVectors, true, Out::kAccumulate>(Dv, kQueryVectors, vb, ldv, s.st, kBr, cols,
-                                                                     s.ot, kBr);
+    for (size_t g = 0; g < count; ++g) {
+      const QueryBlock& q = s.blocks[g];
+      if (j0 >= q.j_end) continue;  // under a causal mask, keys beyond this block's queries
+      const size_t cols = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kBc), q.j_end - j0));
+      AttendKeyBlock<kD>(p, key, q, s.st, j0, cols, kb, ldk, vb, ldv, D, Dv);
     }
   }
-
-  float* lse_row = lse + (b * p.H + h) * p.T + i0;
-  for (size_t i = 0; i < rows; ++i) {
-    const float l = s.l[i];
-    // m and l are base 2: lse = ln(2^m l) = (m + log2 l) ln 2
-    lse_row[i] = l == 0.0f ? kNegInf : static_cast<float>((s.m[i] + std::log2(static_cast<double>(l))) * kLn2);
-  }
-  // o = (Ot / l)^T; a row with no visible key (l = 0) gets o = 0
-  if constexpr (kHasTranspose16) {
-    if (rows == kBr && o.stride_d == 1 && Dv % 16 == 0) {  // 16 x 16 blocks transposed in registers
-      const DF d;
-      for (int v = 0; v < kQueryVectors; ++v) {
-        const VF l = hn::LoadU(d, s.l + v * kLanes);
-        const VF inv = hn::IfThenZeroElse(hn::Eq(l, hn::Zero(d)), hn::Div(hn::Set(d, p.keep_scale), l));
-        for (size_t c = 0; c < Dv; c += 16) {
-          VF r[16];
-          for (size_t k = 0; k < 16; ++k) r[k] = hn::Mul(hn::LoadU(d, s.ot + (c + k) * kBr + v * kLanes), inv);
-          Transpose16(r);
-          for (size_t k = 0; k < 16; ++k)
-            hn::StoreU(r[k], d, o.row(b, h, i0 + v * static_cast<int64_t>(kLanes) + static_cast<int64_t>(k)) + c);
-        }
-      }
-      return;
-    }
-  }
-  for (size_t i = 0; i < rows; ++i) {
-    const float l = s.l[i];
-    const float inv = l == 0.0f ? 0.0f : p.keep_scale / l;
-    float* out = o.row(b, h, i0 + static_cast<int64_t>(i));
-    for (size_t c = 0; c < Dv; ++c) out[c * o.stride_d] = s.ot[c * kBr + i] * inv;
-  }
+  for (size_t g = 0; g < count; ++g) WriteQueryBlock(p, s.blocks[g], o, lse, b, h, Dv);
 }
 
 template <int kD>
 void Forward(const AttentionProblem& p, MutableHeads o, float* lse) {
   const int64_t blocks = (p.T + static_cast<int64_t>(kBr) - 1) / static_cast<int64_t>(kBr);
   const int64_t heads = p.B * p.H;
+  const auto group = static_cast<int64_t>(ForwardGroup(p));
+  const int64_t groups = (blocks + group - 1) / group;
   ThreadPool& pool = *p.pool;
-  const size_t scratch = ForwardScratch::floats(static_cast<size_t>(p.D), static_cast<size_t>(p.Dv),
+  const size_t scratch = ForwardScratch::floats(static_cast<size_t>(std::min(group, blocks)), static_cast<size_t>(p.D),
+                                                static_cast<size_t>(p.Dv),
                                                 RowsContiguous(p) ? 0 : static_cast<size_t>(p.S));
   std::vector<HeadCache> caches(static_cast<size_t>(pool.num_threads()));  // one per worker, this call
-  // Tasks head by head, so consecutive tasks read the same keys and values (one head's k and v
-  // stay in L2; going across heads first streams them from L3: 15-20% slower), and within a head
-  // the last query block first, the one with the most keys under a causal mask.
   // Query blocks of kBr rows, except the first, which takes the remainder (T mod kBr): a short
   // block costs a full block's vector work per key, and the first one sees the fewest keys under
   // a causal mask (at T = 1024 a short last block would waste 6% of the work).
-  const int64_t short_rows = p.T % static_cast<int64_t>(kBr) == 0 ? static_cast<int64_t>(kBr) : p.T % static_cast<int64_t>(kBr);
-  pool.parallel_for(blocks * heads, [&](int64_t task, int worker) {
-    const int64_t block = blocks - 1 - task % blocks, bh = task / blocks;
-    const int64_t i0 = block == 0 ? 0 : short_rows + (block - 1) * static_cast<int64_t>(kBr);
-    const auto rows = static_cast<size_t>(block == 0 ? short_rows : static_cast<int64_t>(kBr));
+  const int64_t br = static_cast<int64_t>(kBr);
+  const int64_t short_rows = p.T % br == 0 ? br : p.T % br;
+  const auto block_start = [&](int64_t n) { return n == 0 ? 0 : short_rows + (n - 1) * br; };
+  const auto block_rows = [&](int64_t n) { return static_cast<size_t>(n == 0 ? short_rows : br); };
+  // Tasks head by head, so consecutive tasks read the same keys and values (one head's k and v
+  // stay in L2; going across heads first streams them from L3: 15-20% slower), and within a head
+  // the last group first, the one with the most keys under a causal mask.
+  pool.parallel_for(groups * heads, [&](int64_t task, int worker) {
+    const int64_t g = groups - 1 - task % groups, bh = task / groups;
+    const int64_t first = g * group;
+    const auto count = static_cast<size_t>(std::min(group, blocks - first));
     [[maybe_unused]] const FlushSubnormals flush;
-    ForwardTask<kD>(p, o, lse, bh / p.H, bh % p.H, i0, rows, pool.scratch(worker, scratch),
-                    caches[static_cast<size_t>(worker)]);
+    ForwardTask<kD>(p, o, lse, bh / p.H, bh % p.H, first, count, block_start, block_rows,
+                    pool.scratch(worker, scratch), caches[static_cast<size_t>(worker)]);
   });
 }
 
