@@ -250,7 +250,9 @@ TEST(FusedAttention, BackwardMatchesTheReference) {
 }
 
 // Heads whose keys and values outgrow L2 (S (D + Dv) floats > 512 KB) are run with several query
-// blocks per task sharing each key block: the same results, every mask, dropout, T != S.
+// blocks per task sharing each key block, and in the backward several key blocks share each pass
+// over the query blocks (T (3 D + 2 Dv) floats > 512 KB): the same results, every mask, dropout,
+// T != S.
 TEST(FusedAttention, LongSequencesMatchTheReference) {
   std::mt19937 rng(12);
   ThreadPool pool(2);
@@ -266,7 +268,10 @@ TEST(FusedAttention, LongSequencesMatchTheReference) {
     ASSERT_GT(c.S * (c.D + c.Dv) * 4, 512 * 1024) << c.name();
     check_forward(c, rng, &pool);
   }
-  check_backward(cases[1], rng, &pool);
+  for (const Case& c : {cases[1], cases[3], cases[4], cases[5]}) {
+    ASSERT_GT(c.T * (3 * c.D + 2 * c.Dv) * 4, 512 * 1024) << c.name();
+    check_backward(c, rng, &pool);
+  }
 }
 
 // The same checks on every SIMD target compiled in that this CPU runs (AVX-512, AVX2, the

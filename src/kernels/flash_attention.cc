@@ -465,6 +465,16 @@ void Forward(const AttentionProblem& p, MutableHeads o, float* lse) {
 // ---------------------------------------------------------------------------------------------
 // Backward
 
+// One block of keys in the backward: its keys and values and their gradients' accumulators.
+struct KeyBlock {
+  float *kb, *vb, *dk, *dv;  // (Bc, Dp), (Bc, Dv), (Bc, Dp), (Bc, Dvp)
+  int64_t j0 = 0;            // the block's first key
+  size_t cols = 0;           // its keys (at most Bc)
+};
+
+// A pass over a head's query blocks serves kMaxKeyGroup key blocks at most.
+constexpr size_t kMaxKeyGroup = 4;
+
 struct BackwardScratch {
   // Whole head, packed once per task.
   float *qt;     // (blocks, D, Br)   (q * scale * log2(e))^T per query block: base-2 scores
@@ -474,15 +484,16 @@ struct BackwardScratch {
   float *lse;    // (Tp)              lse * log2(e), or +inf where the weights are all zero
   float *di;     // (Tp)              sum_d d_o * o
   float *dq;     // (Tp, Dp)          dq accumulator
-  // One key block.
-  float *kb, *vb, *dk, *dv, *pt, *dpt;  // (Bc, Dp), (Bc, Dv), (Bc, Dp), (Bc, Dvp), (Bc, Br) x 2
+  KeyBlock keys[kMaxKeyGroup];
+  float *pt, *dpt;  // (Bc, Br) x 2: one (key block, query block) pair's weights and their gradient
 
-  static size_t floats(size_t blocks, size_t D, size_t Dv) {
+  static size_t floats(size_t blocks, size_t group, size_t D, size_t Dv) {
     const size_t Tp = blocks * kBr, Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes);
-    return Carver::size({blocks * D * kBr, Tp * Dp, blocks * Dv * kBr, Tp * Dvp, Tp, Tp, Tp * Dp, kBc * Dp,
-                         kBc * Dv, kBc * Dp, kBc * Dvp, kBc * kBr, kBc * kBr});
+    return Carver::size({blocks * D * kBr, Tp * Dp, blocks * Dv * kBr, Tp * Dvp, Tp, Tp, Tp * Dp, kBc * kBr,
+                         kBc * kBr}) +
+           group * Carver::size({kBc * Dp, kBc * Dv, kBc * Dp, kBc * Dvp});
   }
-  BackwardScratch(float* base, size_t blocks, size_t D, size_t Dv) {
+  BackwardScratch(float* base, size_t blocks, size_t group, size_t D, size_t Dv) {
     const size_t Tp = blocks * kBr, Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes);
     Carver c(base);
     qt = c.take(blocks * D * kBr);
@@ -492,14 +503,26 @@ struct BackwardScratch {
     lse = c.take(Tp);
     di = c.take(Tp);
     dq = c.take(Tp * Dp);
-    kb = c.take(kBc * Dp);
-    vb = c.take(kBc * Dv);
-    dk = c.take(kBc * Dp);
-    dv = c.take(kBc * Dvp);
     pt = c.take(kBc * kBr);
     dpt = c.take(kBc * kBr);
+    for (size_t g = 0; g < group; ++g) {
+      keys[g].kb = c.take(kBc * Dp);
+      keys[g].vb = c.take(kBc * Dv);
+      keys[g].dk = c.take(kBc * Dp);
+      keys[g].dv = c.take(kBc * Dvp);
+    }
   }
 };
+
+// Key blocks per pass over the query blocks. Each pass reads every query block's packed rows
+// (q twice, d_o twice, the dq accumulator: 5 T D floats for a head); while they fit in L2 one
+// key block per pass costs nothing, beyond that each pass streams them from L3 or memory, so
+// a pass takes kMaxKeyGroup key blocks. (The dq accumulator still sees the key blocks in
+// increasing order: the results are the same either way.)
+size_t BackwardGroup(const AttentionProblem& p) {
+  const double packed = static_cast<double>(p.T) * static_cast<double>(3 * p.D + 2 * p.Dv) * sizeof(float);
+  return packed <= 512.0 * 1024.0 ? 1 : kMaxKeyGroup;
+}
 
 // Query blocks [first, blocks): the ones keys from first * kBr on can be visible to.
 void PackHeadForBackward(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const float* lse, int64_t b,
@@ -585,53 +608,68 @@ void BackwardTask(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const
   const size_t Dv = kD > 0 ? kD : static_cast<size_t>(p.Dv);
   const size_t Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes);
   const size_t blocks = (static_cast<size_t>(p.T) + kBr - 1) / kBr;
-  BackwardScratch s(scratch, blocks, D, Dv);
+  const size_t group = BackwardGroup(p);
+  BackwardScratch s(scratch, blocks, group, D, Dv);
   // Under a causal mask queries before key0 see none of these keys: their rows are not packed,
   // and their share of dq is zero.
   const size_t first_block = p.causal() ? static_cast<size_t>(key0) / kBr : 0;
   PackHeadForBackward(p, o, d_o, lse, b, h, first_block, blocks, s);
   const DropoutKey key = MakeDropoutKey(p, b, h);
 
-  for (int64_t j0 = key0; j0 < key1; j0 += static_cast<int64_t>(kBc)) {
-    const size_t cols = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kBc), key1 - j0));
-    PackRows(p.k, b, h, j0, cols, s.kb, Dp);
-    PackRows(p.v, b, h, j0, cols, s.vb, Dv);
-    std::fill(s.dk, s.dk + kBc * Dp, 0.0f);
-    std::fill(s.dv, s.dv + kBc * Dvp, 0.0f);
-    // Under a causal mask, queries before j0 see none of these keys.
-    const size_t first = p.causal() ? static_cast<size_t>(j0) / kBr : 0;
+  for (int64_t g0 = key0; g0 < key1; g0 += static_cast<int64_t>(group * kBc)) {
+    size_t count = 0;
+    for (int64_t j0 = g0; j0 < key1 && count < group; j0 += static_cast<int64_t>(kBc), ++count) {
+      KeyBlock& kj = s.keys[count];
+      kj.j0 = j0;
+      kj.cols = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kBc), key1 - j0));
+      PackRows(p.k, b, h, j0, kj.cols, kj.kb, Dp);
+      PackRows(p.v, b, h, j0, kj.cols, kj.vb, Dv);
+      std::fill(kj.dk, kj.dk + kBc * Dp, 0.0f);
+      std::fill(kj.dv, kj.dv + kBc * Dvp, 0.0f);
+    }
+    // Under a causal mask, queries before g0 see none of these keys.
+    const size_t first = p.causal() ? static_cast<size_t>(g0) / kBr : 0;
     for (size_t blk = first; blk < blocks; ++blk) {
       const int64_t i0 = static_cast<int64_t>(blk * kBr);
       const size_t rows = std::min(kBr, static_cast<size_t>(p.T) - blk * kBr);
-      // St = k_j Qt_i, masked; dPt = v_j dOt_i
-      BlockProduct<kScoreRows, kQueryVectors, false, Out::kStore, kD>(cols, kQueryVectors, s.kb, Dp,
-                                                                      s.qt + blk * D * kBr, kBr, D, s.pt, kBr);
-      if (BlockNeedsMask(p, i0, j0, cols)) ApplyMask(p, s.pt, i0, j0, rows, cols);
-      BlockProduct<kScoreRows, kQueryVectors, false, Out::kStore, kD>(cols, kQueryVectors, s.vb, Dv,
-                                                                      s.dot + blk * Dv * kBr, kBr, Dv, s.dpt, kBr);
-      if (p.dropout) {
-        WeightsAndScoreGradient<true>(p, key, s.lse + i0, s.di + i0, s.pt, s.dpt, i0, j0, cols);
-      } else {
-        WeightsAndScoreGradient<false>(p, key, s.lse + i0, s.di + i0, s.pt, s.dpt, i0, j0, cols);
+      for (size_t g = 0; g < count; ++g) {
+        const KeyBlock& kj = s.keys[g];
+        if (p.causal() && kj.j0 >= i0 + static_cast<int64_t>(rows)) break;  // keys beyond the block's queries
+        const int64_t j0 = kj.j0;
+        const size_t cols = kj.cols;
+        // St = k_j Qt_i, masked; dPt = v_j dOt_i
+        BlockProduct<kScoreRows, kQueryVectors, false, Out::kStore, kD>(cols, kQueryVectors, kj.kb, Dp,
+                                                                        s.qt + blk * D * kBr, kBr, D, s.pt, kBr);
+        if (BlockNeedsMask(p, i0, j0, cols)) ApplyMask(p, s.pt, i0, j0, rows, cols);
+        BlockProduct<kScoreRows, kQueryVectors, false, Out::kStore, kD>(cols, kQueryVectors, kj.vb, Dv,
+                                                                        s.dot + blk * Dv * kBr, kBr, Dv, s.dpt, kBr);
+        if (p.dropout) {
+          WeightsAndScoreGradient<true>(p, key, s.lse + i0, s.di + i0, s.pt, s.dpt, i0, j0, cols);
+        } else {
+          WeightsAndScoreGradient<false>(p, key, s.lse + i0, s.di + i0, s.pt, s.dpt, i0, j0, cols);
+        }
+        // dv_j += (Pt z) d_o_i;  dk_j += dSt (q_i scale);  dq_i += dSt^T k_j
+        BlockProduct<kGradRows, kGradVectors, false, Out::kAccumulate>(cols, Dvp / kLanes, s.pt, kBr,
+                                                                       s.dob + i0 * Dvp, Dvp, rows, kj.dv, Dvp);
+        BlockProduct<kGradRows, kGradVectors, false, Out::kAccumulate>(cols, Dp / kLanes, s.dpt, kBr,
+                                                                       s.qs + i0 * Dp, Dp, rows, kj.dk, Dp);
+        BlockProduct<kGradRows, kGradVectors, true, Out::kAccumulate>(rows, Dp / kLanes, s.dpt, kBr, kj.kb, Dp,
+                                                                      cols, s.dq + i0 * Dp, Dp);
       }
-      // dv_j += (Pt z) d_o_i;  dk_j += dSt (q_i scale);  dq_i += dSt^T k_j
-      BlockProduct<kGradRows, kGradVectors, false, Out::kAccumulate>(cols, Dvp / kLanes, s.pt, kBr,
-                                                                     s.dob + i0 * Dvp, Dvp, rows, s.dv, Dvp);
-      BlockProduct<kGradRows, kGradVectors, false, Out::kAccumulate>(cols, Dp / kLanes, s.dpt, kBr,
-                                                                     s.qs + i0 * Dp, Dp, rows, s.dk, Dp);
-      BlockProduct<kGradRows, kGradVectors, true, Out::kAccumulate>(rows, Dp / kLanes, s.dpt, kBr, s.kb, Dp,
-                                                                    cols, s.dq + i0 * Dp, Dp);
     }
-    for (size_t j = 0; j < cols; ++j) {
-      const int64_t jj = j0 + static_cast<int64_t>(j);
-      float* gk = dk.row(b, h, jj);
-      float* gv = dv.row(b, h, jj);
-      if (dk.stride_d == 1 && dv.stride_d == 1) {
-        std::memcpy(gk, s.dk + j * Dp, D * sizeof(float));
-        std::memcpy(gv, s.dv + j * Dvp, Dv * sizeof(float));
-      } else {
-        for (size_t c = 0; c < D; ++c) gk[c * dk.stride_d] = s.dk[j * Dp + c];
-        for (size_t c = 0; c < Dv; ++c) gv[c * dv.stride_d] = s.dv[j * Dvp + c];
+    for (size_t g = 0; g < count; ++g) {
+      const KeyBlock& kj = s.keys[g];
+      for (size_t j = 0; j < kj.cols; ++j) {
+        const int64_t jj = kj.j0 + static_cast<int64_t>(j);
+        float* gk = dk.row(b, h, jj);
+        float* gv = dv.row(b, h, jj);
+        if (dk.stride_d == 1 && dv.stride_d == 1) {
+          std::memcpy(gk, kj.dk + j * Dp, D * sizeof(float));
+          std::memcpy(gv, kj.dv + j * Dvp, Dv * sizeof(float));
+        } else {
+          for (size_t c = 0; c < D; ++c) gk[c * dk.stride_d] = kj.dk[j * Dp + c];
+          for (size_t c = 0; c < Dv; ++c) gv[c * dv.stride_d] = kj.dv[j * Dvp + c];
+        }
       }
     }
   }
@@ -652,7 +690,8 @@ template <int kD>
 void Backward(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const float* lse, MutableHeads dq,
               MutableHeads dk, MutableHeads dv) {
   const size_t blocks = (static_cast<size_t>(p.T) + kBr - 1) / kBr;
-  const size_t scratch = BackwardScratch::floats(blocks, static_cast<size_t>(p.D), static_cast<size_t>(p.Dv));
+  const size_t scratch = BackwardScratch::floats(blocks, BackwardGroup(p), static_cast<size_t>(p.D),
+                                                 static_cast<size_t>(p.Dv));
   ThreadPool& pool = *p.pool;
   // One task per head, each over all its keys - unless there are too few heads to keep the
   // threads busy: then each head's keys are split into up to kSplit runs of whole key blocks,
