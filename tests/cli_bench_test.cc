@@ -10,11 +10,13 @@
 
 #include "cli_runner.h"
 #include "qkv/core/thread_pool.h"
+#include "qkv/kernels/simd.h"
 
 namespace qkv {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class CliBench : public CliTest {
  protected:
@@ -55,6 +57,33 @@ TEST_F(CliBench, MhaNamesTheBlasAndCountsTheProjections) {
   const double B = 2, T = 8, C = 32, H = 4, D = 8;
   EXPECT_DOUBLE_EQ(j["gflop"].get<double>(),
                    (2 * B * T * C * 3 * C + 2 * B * T * C * C + 4 * D * (T * (T + 1) / 2) * B * H) / 1e9);
+}
+
+// OPENBLAS_CORETYPE=Haswell pins OpenBLAS to 256-bit kernels. On a CPU whose kernels here run
+// 512-bit vectors, the report says so and measures the peak at 256 bits too; otherwise it has
+// nothing to add.
+TEST_F(CliBench, ABlasPinnedToNarrowerVectorsIsMeasuredAtItsWidth) {
+  Result r = run("bench --module mha --batch 1 --seq-len 8 --d-model 32 --num-heads 4 --iters 1 --json", "",
+                 "OPENBLAS_CORETYPE=Haswell");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = last_json_line(r.out);
+  EXPECT_THAT(j["blas"].get<std::string>(), HasSubstr("Haswell kernels"));
+  EXPECT_EQ(j["blas_vector_bits"].get<int>(), 256);
+  if (kernels::simd_vector_bits() == 512) {
+    EXPECT_THAT(r.out, HasSubstr("note: these kernels compute with 256-bit vectors, the kernels here with 512-bit"));
+    EXPECT_THAT(r.out, HasSubstr("unset OPENBLAS_CORETYPE"));
+    ASSERT_TRUE(j["peak_gflops_at_blas_width"].is_number());
+    EXPECT_GT(j["peak_gflops_at_blas_width"].get<double>(), 0.0);
+  } else {
+    EXPECT_THAT(r.out, Not(HasSubstr("note: these kernels")));
+    EXPECT_TRUE(j["peak_gflops_at_blas_width"].is_null());
+  }
+  // The fused kernel alone uses no BLAS: no note, whatever the pin.
+  r = run("bench --module attention-core --seq-len 8 --num-heads 1 --head-dim 8 --iters 1 --json", "",
+          "OPENBLAS_CORETYPE=Haswell");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("note: these kernels")));
+  EXPECT_TRUE(last_json_line(r.out)["peak_gflops_at_blas_width"].is_null());
 }
 
 TEST_F(CliBench, GenericHeadDimensionsShortSequencesAndTheBackwardRun) {

@@ -120,6 +120,19 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
               static_cast<int64_t>(ram / (1 << 20)), " MiB");
   }
   const double peak = kernels::measure_fma_peak_gflops(pool);
+  // When the BLAS computes with narrower vectors than this CPU has (OPENBLAS_CORETYPE=Haswell on
+  // an AVX-512 machine, say), the peak at the BLAS's width bounds the projections: measured too.
+  const int blas_bits = core ? 0 : blas_vector_bits();
+  double peak_at_blas_width = 0;
+  if (blas_bits > 0 && blas_bits < kernels::simd_vector_bits()) {
+    for (int64_t target : kernels::available_simd_targets()) {
+      if (kernels::simd_target_vector_bits(target) != blas_bits) continue;
+      kernels::force_simd_target(target);
+      peak_at_blas_width = kernels::measure_fma_peak_gflops(pool);
+      kernels::force_simd_target(0);
+      break;
+    }
+  }
 
   kernels::AttentionOptions opt;
   opt.scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -216,9 +229,16 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
             << kernels::simd_target() << "\n";
   if (f.module != "attention-core") {
     const char* forced = std::getenv("OPENBLAS_CORETYPE");
+    const bool pinned = forced != nullptr && *forced != '\0';
     std::cout << "  projections: " << blas_description()
-              << (forced != nullptr && *forced != '\0' ? std::string(" (chosen by OPENBLAS_CORETYPE=") + forced + ")" : "")
-              << "\n";
+              << (pinned ? std::string(" (chosen by OPENBLAS_CORETYPE=") + forced + ")" : "") << "\n";
+    if (peak_at_blas_width > 0) {
+      std::cout << std::fixed << std::setprecision(1) << "  note: these kernels compute with " << blas_bits
+                << "-bit vectors, the kernels here with " << kernels::simd_vector_bits()
+                << "-bit ones; the FMA peak at " << blas_bits << " bits is " << peak_at_blas_width << " GFLOP/s ("
+                << 100.0 * peak_at_blas_width / peak << "% of the peak below), which bounds the projections"
+                << (pinned ? "; unset OPENBLAS_CORETYPE to let OpenBLAS choose kernels for this CPU" : "") << "\n";
+    }
   }
   std::cout << std::fixed << std::setprecision(2) << "  median " << median << " ms  (min " << sorted.front()
             << ", max " << sorted.back() << ", " << f.iters << " runs)\n"
@@ -234,7 +254,8 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
                         {"min_ms", sorted.front()}, {"times_ms", ms},            {"gflop", flops / 1e9},
                         {"gflops", gflops},        {"peak_gflops", peak},        {"percent_of_peak", 100.0 * gflops / peak},
                         {"max_rss_mib", rss},      {"cpu_share", cpu_share},     {"simd", kernels::simd_target()},
-                        {"blas", blas_description()}};
+                        {"blas", blas_description()}, {"blas_vector_bits", blas_bits},
+                        {"peak_gflops_at_blas_width", peak_at_blas_width > 0 ? nlohmann::json(peak_at_blas_width) : nlohmann::json()}};
     std::cout << j.dump() << "\n";
   }
   return 0;

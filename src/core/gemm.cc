@@ -6,6 +6,7 @@
 #endif
 
 #include <algorithm>
+#include <cctype>
 #include <memory>
 #include <mutex>
 
@@ -126,6 +127,19 @@ std::string blas_core() {
 #else
   return "";
 #endif
+}
+
+int blas_vector_bits() {
+  std::string core = blas_core();
+  for (char& c : core) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* name : {"skylakex", "cooperlake", "sapphirerapids"})
+    if (core == name) return 512;
+  for (const char* name : {"haswell", "zen", "sandybridge", "bulldozer", "piledriver", "steamroller", "excavator"})
+    if (core == name) return 256;
+  for (const char* name : {"prescott", "core2", "penryn", "dunnington", "nehalem", "atom", "barcelona", "bobcat",
+                           "opteron", "opteron_sse3", "katmai", "coppermine", "northwood", "banias", "athlon"})
+    if (core == name) return 128;
+  return 0;
 }
 
 std::string blas_description() {

@@ -62,6 +62,10 @@ std::string blas_description();
 // The kernel family OpenBLAS chose for this CPU (or the one OPENBLAS_CORETYPE forces), e.g.
 // "Haswell" or "SkylakeX"; empty without OpenBLAS.
 std::string blas_core();
+// The width of the vectors that kernel family computes with: 512 (SkylakeX, Cooperlake,
+// SapphireRapids), 256 (Haswell, Zen, Sandybridge, the Bulldozer family), 128 (older x86), or 0
+// when unknown (another CPU family, or no OpenBLAS).
+int blas_vector_bits();
 
 // Throws qkv::Error on negative sizes or leading dimensions too small for the shapes.
 void sgemm(const GemmArgs& g, ThreadPool* pool = nullptr);  // pool: nullptr = default_pool()

@@ -1,7 +1,7 @@
 // qkv/kernels/fma_peak.h - the machine's measured float32 FMA ceiling, the yardstick the
 // benchmarks report against ("% of peak").
 //
-// Each pool thread runs 16 independent chains of fused multiply-adds on full SIMD vectors of the
+// Each pool thread runs 12 or 16 independent chains of fused multiply-adds on full SIMD vectors of the
 // best target this CPU supports (so no chain waits on another and nothing touches memory), at
 // the same time; the peak is the total FLOPs (2 per lane per FMA) over the wall time, best of
 // `repeats` runs.

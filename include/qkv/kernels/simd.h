@@ -11,10 +11,12 @@
 namespace qkv::kernels {
 
 std::string simd_target();  // the target the kernels dispatch to now, e.g. "AVX3"
+int simd_vector_bits();     // its vector width: 512 (AVX3), 256 (AVX2), else 128
 
 // The compiled targets this CPU can run, best first, as Highway's target bits.
 std::vector<int64_t> available_simd_targets();
 std::string simd_target_name(int64_t target);
+int simd_target_vector_bits(int64_t target);
 // Makes the kernels dispatch to `target` (one of the above) from their next call; 0 restores the
 // default. For tests: not thread-safe against kernels running at the same time.
 void force_simd_target(int64_t target);
