@@ -78,6 +78,11 @@ class FlushSubnormals {
 #endif
 };
 
+// Whether a head's worth of `floats` floats that a task reads again and again stays in L2: half
+// of a 1 MB L2 (the rest holds the blocks in flight). Beyond it the kernels group their blocks
+// so that each read from L3 or memory serves several (ForwardGroup, BackwardGroup).
+bool FitsInL2(double floats) { return floats * sizeof(float) <= 512.0 * 1024.0; }
+
 // Carves 64-byte-aligned arrays out of one scratch buffer.
 class Carver {
  public:
@@ -254,8 +259,7 @@ struct ForwardScratch {
 // on memory half of the time - so a task takes kMaxGroup blocks and runs each key block through
 // all of them in turn, reading the keys and values once per group.
 size_t ForwardGroup(const AttentionProblem& p) {
-  const double head_bytes = static_cast<double>(p.S) * static_cast<double>(p.D + p.Dv) * sizeof(float);
-  return head_bytes <= 512.0 * 1024.0 ? 1 : kMaxGroup;
+  return FitsInL2(static_cast<double>(p.S) * static_cast<double>(p.D + p.Dv)) ? 1 : kMaxGroup;
 }
 
 // Keys and values are read where they are when each head's rows are contiguous ((B, H, S, D)
@@ -526,8 +530,7 @@ struct BackwardScratch {
 // a pass takes kMaxKeyGroup key blocks. (The dq accumulator still sees the key blocks in
 // increasing order: the results are the same either way.)
 size_t BackwardGroup(const AttentionProblem& p) {
-  const double packed = static_cast<double>(p.T) * static_cast<double>(3 * p.D + 2 * p.Dv) * sizeof(float);
-  return packed <= 512.0 * 1024.0 ? 1 : kMaxKeyGroup;
+  return FitsInL2(static_cast<double>(p.T) * static_cast<double>(3 * p.D + 2 * p.Dv)) ? 1 : kMaxKeyGroup;
 }
 
 // Query blocks [first, blocks): the ones keys from first * kBr on can be visible to.
