@@ -348,7 +348,7 @@ TEST(BackwardFiniteDifferences, CausalAttentionWithDropoutAndFullyMaskedRows) {
     AttentionConfig cfg{3, 4, 6, 0.3, 1, true};
     CausalAttention ca(cfg, gen);
     // Notebook 004's bug: a tril mask hides every key of the last row.
-    if (tril_bug) ca.mask = tril(Tensor::ones({6, 6}));
+    if (tril_bug) ca.mask.load(tril(Tensor::ones({6, 6})));
     ca.train();
     Tensor x = random_tensor({2, 5, 3}, gen);
     Case c{str("CausalAttention tril_bug=", tril_bug), params_of(ca), nullptr, ca.forward(x), {}, {}};
@@ -359,7 +359,7 @@ TEST(BackwardFiniteDifferences, CausalAttentionWithDropoutAndFullyMaskedRows) {
     c.qkv_grads["input"] = dx;
     std::vector<Vec> noise = split_noise(ca.dropout.last_noise(), 2, 5);
     ASSERT_EQ(noise.size(), 2u);
-    auto blocked = mask_of(ca.mask);
+    auto blocked = mask_of(ca.mask.to_tensor());
     c.forward = [noise, blocked](const Params& p) {
       const Vec& x = p.at("input");
       Vec q = ref_linear(x, 10, 3, p.at("W_query.weight"), 4, &p.at("W_query.bias"));
@@ -427,7 +427,7 @@ TEST(BackwardFiniteDifferences, MultiHeadAttention) {
     c.qkv_grads["input"] = dx;
     std::vector<Vec> noise = split_noise(mha.dropout.last_noise(), 2 * 3, 5);
     const std::vector<Vec>* n = noise.empty() ? nullptr : &noise;
-    auto blocked = mask_of(mha.mask);
+    auto blocked = mask_of(mha.mask.to_tensor());
     c.forward = [noise, n, blocked](const Params& p) {
       return ref_mha(p, "", p.at("input"), 2, 5, 3, 6, 3, true, blocked, n ? &noise : nullptr);
     };

@@ -110,7 +110,7 @@ Built build(const Case& c, AttentionPath path, const Tensor& mask) {
   b.module = make_attention_module(c.module, config, *b.gen);
   if (mask.numel() > 0)
     for (StateEntry& e : b->state_dict())
-      if (e.name.size() >= 4 && e.name.compare(e.name.size() - 4, 4, "mask") == 0) e.tensor->copy_from(mask);
+      if (e.name.size() >= 4 && e.name.compare(e.name.size() - 4, 4, "mask") == 0) e.load(mask);
   return b;
 }
 

@@ -126,9 +126,9 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   }
   if (!f.save_weights.empty()) {
     NamedTensors state;
-    for (const StateEntry& e : m->state_dict()) state.push_back({e.name, *e.tensor});
+    for (const StateEntry& e : m->state_dict()) state.push_back({e.name, e.value()});
     if (embed)
-      for (const StateEntry& e : embed->state_dict()) state.push_back({e.name, *e.tensor});
+      for (const StateEntry& e : embed->state_dict()) state.push_back({e.name, e.value()});
     files.push_back({f.save_weights, serialize_safetensors(state, {{"format", "pt"}, {"module", f.module}})});
   }
   // --- backward: dL/dinput as 'input', each parameter's gradient under its state-dict name ------

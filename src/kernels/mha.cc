@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "qkv/core/error.h"
 #include "qkv/core/gemm.h"
@@ -29,24 +30,35 @@ Heads<F> split_part(const MhaShape& s, F* heads, int64_t which) {
 // the hardware prefetchers follow), the destinations written as 3H sequential streams.
 constexpr int64_t kCopyRows = 32;
 
-// heads (3, B, H, T, D) <- qkv (B*T, 3C). In the (B*T, 3C) layout
-// consecutive tokens of a head are 3C floats apart (9 KB at GPT-2's size): a kernel reading a head
-// there crosses a page every row, and measured 20-40% slower than on contiguous heads.
-void split_heads(const MhaShape& s, const float* rows, float* heads, ThreadPool* pool_arg) {
-  ThreadPool& pool = pool_arg ? *pool_arg : default_pool();
+// heads (3, B, H, T, D) <- rows [first, first + count) of qkv (B*T, 3C), given as `rows`
+// ((count, 3C), row 0 = global row `first`). In the (B*T, 3C) layout consecutive tokens of a head
+// are 3C floats apart (9 KB at GPT-2's size): a kernel reading a head there crosses a page every
+// row, and measured 20-40% slower than on contiguous heads.
+void split_heads(const MhaShape& s, const float* rows, int64_t first, int64_t count, float* heads,
+                 ThreadPool& pool) {
   const int64_t T = s.tokens, C = s.d_out, H = s.heads, D = s.head_dim();
-  const int64_t chunks = (T + kCopyRows - 1) / kCopyRows;
   const size_t bytes = static_cast<size_t>(D) * sizeof(float);
-  pool.parallel_for(s.batch * chunks, [&](int64_t task, int) {
-    const int64_t b = task / chunks, t0 = task % chunks * kCopyRows, t1 = std::min(T, t0 + kCopyRows);
-    for (int64_t t = t0; t < t1; ++t) {
-      const float* row = rows + (b * T + t) * 3 * C;
+  pool.parallel_for((count + kCopyRows - 1) / kCopyRows, [&](int64_t task, int) {
+    const int64_t r0 = task * kCopyRows, r1 = std::min(count, r0 + kCopyRows);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = (first + r) / T, t = (first + r) % T;
+      const float* row = rows + r * 3 * C;
       for (int64_t part = 0; part < 3 * H; ++part) {  // part = which * H + h, at column part * D
         const int64_t which = part / H, h = part % H;
         std::memcpy(heads + (((which * s.batch + b) * H + h) * T + t) * D, row + part * D, bytes);
       }
     }
   });
+}
+
+// Rows of x projected per QKV product: the product's output (rows, 3C) is only a staging area
+// for the split into heads, so it is made a few MB at a time (it stays in the last-level cache for
+// the split, and the (B*T, 3C) matrix never exists: at T = 65,536 and C = 768 it would be 600 MB).
+// At least 512 rows, so the product keeps OpenBLAS's efficiency.
+int64_t qkv_chunk_rows(const MhaShape& s) {
+  const int64_t rows = s.batch * s.tokens;
+  const int64_t by_bytes = (int64_t{4} << 20) / (3 * s.d_out);  // 16 MB of floats
+  return std::min(rows, std::max<int64_t>(512, by_bytes));
 }
 
 // y (M, N) = x (M, K) W^T (W (N, K)) + bias
@@ -59,10 +71,20 @@ void linear(const float* x, int64_t M, int64_t K, const float* W, const float* b
 }
 
 // Backward of y = x W^T + b: dW = dy^T x, db = column sums of dy, dx = dy W.
+// With `accumulate`, dW and db are added into instead of written.
 void linear_backward(const float* x, const float* dy, int64_t M, int64_t K, const float* W, int64_t N,
-                     float* dx, float* dW, float* db, ThreadPool* pool) {
-  if (dW) sgemm(gemm_args(true, false, N, K, M, dy, N, x, K, dW, K), pool);
-  if (db) sum_rows(dy, M, N, N, db, pool);
+                     float* dx, float* dW, float* db, bool accumulate, ThreadPool* pool) {
+  if (dW) {
+    GemmArgs g = gemm_args(true, false, N, K, M, dy, N, x, K, dW, K);
+    g.beta = accumulate ? 1.0f : 0.0f;
+    sgemm(g, pool);
+  }
+  if (db && !accumulate) sum_rows(dy, M, N, N, db, pool);
+  if (db && accumulate) {
+    std::unique_ptr<float[]> sums(new float[static_cast<size_t>(N)]);  // (N): a few KB
+    sum_rows(dy, M, N, N, sums.get(), pool);
+    for (int64_t n = 0; n < N; ++n) db[n] += sums[static_cast<size_t>(n)];
+  }
   if (dx) sgemm(gemm_args(false, false, M, K, N, dy, N, W, K, dx, K), pool);
 }
 
@@ -76,7 +98,7 @@ void MhaWorkspace::Buffer::reserve(size_t n) {
 
 void MhaWorkspace::reserve_forward(const MhaShape& s) {
   const auto rows = static_cast<size_t>(s.batch * s.tokens), C = static_cast<size_t>(s.d_out);
-  qkv_.reserve(rows * 3 * C);
+  qkv_.reserve(static_cast<size_t>(qkv_chunk_rows(s)) * 3 * C);
   heads_.reserve(rows * 3 * C);
   ctx_.reserve(rows * C);
   lse_.reserve(static_cast<size_t>(s.batch * s.heads * s.tokens));
@@ -99,12 +121,16 @@ void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* 
   if (rows == 0) return;
   ws.reserve_forward(s);
   ThreadPool* pool = options.pool;
-  // qkv = x W_qkv^T + b_qkv                                    (B*T, 3C)
-  linear(x, rows, s.d_in, w.w_qkv, w.b_qkv, 3 * C, ws.qkv(), pool);
+  // qkv = x W_qkv^T + b_qkv                                    (B*T, 3C), a chunk of rows at a time
+  // heads = split(qkv): q, k, v (B, H, T, D) each, contiguous  (3, B, H, T, D)
+  const int64_t chunk = qkv_chunk_rows(s);
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t n = std::min(chunk, rows - r0);
+    linear(x + r0 * s.d_in, n, s.d_in, w.w_qkv, w.b_qkv, 3 * C, ws.qkv(), pool);
+    split_heads(s, ws.qkv(), r0, n, ws.heads(), pool ? *pool : default_pool());
+  }
   // ctx[:, h*D:(h+1)*D] = attention(q_h, k_h, v_h)             (B*T, C)
   // (kept in the workspace even without an output projection: the backward needs it)
-  // heads = split(qkv): q, k, v (B, H, T, D) each, contiguous          (3, B, H, T, D)
-  split_heads(s, ws.qkv(), ws.heads(), pool);
   const float* heads = ws.heads();
   attention_forward(split_part(s, heads, 0), split_part(s, heads, 1), split_part(s, heads, 2),
                     MutableHeads::interleaved(ws.ctx(), s.batch, s.heads, s.tokens, D, C), ws.lse(), options);
@@ -126,7 +152,8 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
   // y = ctx W_out^T + b_out  ->  dW_out, db_out, dctx
   const float* dctx = dy;
   if (w.w_out) {
-    linear_backward(ws.ctx(), dy, rows, C, w.w_out, C, ws.dctx(), grads.dw_out, grads.db_out, pool);
+    linear_backward(ws.ctx(), dy, rows, C, w.w_out, C, ws.dctx(), grads.dw_out, grads.db_out, grads.accumulate,
+                    pool);
     dctx = ws.dctx();
   }
   // ctx = attention(q, k, v)  ->  dq, dk, dv, written into their columns of dqkv
@@ -141,7 +168,8 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
                      ConstHeads::interleaved(dctx, s.batch, s.heads, s.tokens, D, C), ws.lse(), dpart(0), dpart(1),
                      dpart(2), options);
   // qkv = x W_qkv^T + b_qkv  ->  dW_qkv, db_qkv, dx
-  linear_backward(x, ws.dqkv(), rows, s.d_in, w.w_qkv, 3 * C, dx, grads.dw_qkv, grads.db_qkv, pool);
+  linear_backward(x, ws.dqkv(), rows, s.d_in, w.w_qkv, 3 * C, dx, grads.dw_qkv, grads.db_qkv, grads.accumulate,
+                  pool);
 }
 
 double mha_forward_flops(const MhaShape& s, bool has_out_proj, bool causal) {

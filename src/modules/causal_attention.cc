@@ -30,13 +30,15 @@ CausalAttention::CausalAttention(const AttentionConfig& c, Generator& gen)
       W_key(c.d_in, c.d_out, c.qkv_bias, gen),
       W_value(c.d_in, c.d_out, c.qkv_bias, gen),
       dropout(c.dropout, gen),
-      mask(causal_mask(c.context_length)) {}
+      mask(c.context_length) {
+  qkv_.bind(W_query, W_key, W_value);
+}
 
 void CausalAttention::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
   W_query.collect_state(prefix + "W_query.", out);
   W_key.collect_state(prefix + "W_key.", out);
   W_value.collect_state(prefix + "W_value.", out);
-  out.push_back({prefix + "mask", &mask, false, nullptr});
+  out.push_back({prefix + "mask", nullptr, false, nullptr, &mask});
 }
 
 void CausalAttention::train(bool on) {
@@ -51,7 +53,8 @@ Tensor CausalAttention::forward(const Tensor& x, AttentionTrace* trace) {
   Tensor keys = W_key.forward(x);       // (B, T, d_out)
   Tensor queries = W_query.forward(x);  // (B, T, d_out)
   Tensor values = W_value.forward(x);   // (B, T, d_out)
-  return attend(queries, keys, values, &mask, &dropout, trace, &saved_);
+  const Tensor blocked = mask.corner(x.size(1));  // (T, T)
+  return attend(queries, keys, values, &blocked, &dropout, trace, &saved_);
 }
 
 Tensor CausalAttention::backward(const Tensor& doutput) {

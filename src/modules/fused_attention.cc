@@ -10,20 +10,39 @@
 #include "qkv/modules/layers.h"
 
 namespace qkv {
-namespace {
 
-// Whether mask[:T, :T] blocks exactly the keys after each query: triu(ones, 1) as the book builds it.
-bool is_causal_corner(const Tensor& mask, int64_t T) {
-  for (int64_t i = 0; i < T; ++i) {
-    const float* row = mask.data() + i * mask.strides()[0];
-    const int64_t step = mask.strides()[1];
-    for (int64_t j = 0; j < T; ++j)
-      if ((row[j * step] != 0.0f) != (j > i)) return false;
+void QkvWeights::bind(Linear& query, Linear& key, Linear& value) {
+  const int64_t C = query.weight.size(0);
+  has_bias = query.has_bias;
+  weight = cat({query.weight, key.weight, value.weight}, 0);  // (3C, d_in)
+  dweight = Tensor::zeros(weight.shape());
+  bias = has_bias ? cat({query.bias, key.bias, value.bias}, 0) : Tensor();  // (3C)
+  dbias = has_bias ? Tensor::zeros(bias.shape()) : Tensor();
+  Linear* parts[3] = {&query, &key, &value};
+  for (int64_t i = 0; i < 3; ++i) {
+    Linear& l = *parts[i];
+    l.weight = weight.slice(0, i * C, (i + 1) * C);  // rows of a contiguous tensor: contiguous
+    l.dweight = dweight.slice(0, i * C, (i + 1) * C);
+    if (has_bias) {
+      l.bias = bias.slice(0, i * C, (i + 1) * C);
+      l.dbias = dbias.slice(0, i * C, (i + 1) * C);
+    }
+  }
+}
+
+bool QkvWeights::views(const Linear& query, const Linear& key, const Linear& value) const {
+  const Linear* parts[3] = {&query, &key, &value};
+  const int64_t C = weight.size(0) / 3;
+  for (int64_t i = 0; i < 3; ++i) {
+    const Linear& l = *parts[i];
+    if (l.has_bias != has_bias || l.weight.data() != weight.data() + i * C * weight.size(1) ||
+        l.dweight.data() != dweight.data() + i * C * weight.size(1) || !l.weight.is_contiguous() ||
+        !l.dweight.is_contiguous())
+      return false;
+    if (has_bias && (l.bias.data() != bias.data() + i * C || l.dbias.data() != dbias.data() + i * C)) return false;
   }
   return true;
 }
-
-}  // namespace
 
 bool runs_fused(AttentionPath path, const Dropout& dropout) {
   switch (path) {
@@ -34,19 +53,19 @@ bool runs_fused(AttentionPath path, const Dropout& dropout) {
   return false;
 }
 
-Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, int64_t heads, const Tensor& mask,
+Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, int64_t heads, const MaskBuffer& mask,
                                Dropout& dropout, AttentionTrace* trace, bool per_head_trace) {
   const int64_t B = x.size(0), T = x.size(1), d_in = x.size(2), C = p.query->weight.size(0);
-  QKV_CHECK(mask.dim() == 2 && mask.size(0) >= T && mask.size(1) >= T, "attention: mask ", mask.describe(),
-            " is smaller than the (", T, ", ", T, ") score matrix");
+  QKV_CHECK(T <= mask.size(), "attention: the (", mask.size(), ", ", mask.size(),
+            ") mask is smaller than the (", T, ", ", T, ") score matrix");
+  QKV_CHECK(p.qkv->views(*p.query, *p.key, *p.value), "attention: W_query, W_key and W_value no longer view ",
+            "the module's fused QKV weight (a member was replaced; load weights with load_state_dict)");
   shape_ = {B, T, d_in, C, heads};
   x_ = x.contiguous();
-  // W_qkv = [W_query; W_key; W_value], as the weights are now (the backward uses these)
-  w_qkv_ = cat({p.query->weight, p.key->weight, p.value->weight}, 0);  // (3C, d_in)
-  b_qkv_ = p.query->has_bias ? cat({p.query->bias, p.key->bias, p.value->bias}, 0) : Tensor();
+  has_bias_ = p.qkv->has_bias;
   kernels::MhaWeights w;
-  w.w_qkv = w_qkv_.data();
-  w.b_qkv = p.query->has_bias ? b_qkv_.data() : nullptr;
+  w.w_qkv = p.qkv->weight.data();  // (3C, d_in) in place
+  w.b_qkv = has_bias_ ? p.qkv->bias.data() : nullptr;
   Tensor out_w, out_b;
   if (p.out) {
     out_w = p.out->weight.contiguous();
@@ -57,11 +76,11 @@ Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, int64
   // The book divides the scores by sqrt(D); the kernel multiplies by its inverse.
   options_ = kernels::AttentionOptions{};
   options_.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(C / heads)));
-  if (is_causal_corner(mask, T)) {
+  if (mask.is_causal()) {
     mask_ = Tensor();
     options_.mask = kernels::AttentionMask::causal();
   } else {
-    mask_ = mask.slice(0, 0, T).slice(1, 0, T).contiguous();
+    mask_ = mask.corner(T).contiguous();
     options_.mask = kernels::AttentionMask::blocked(mask_.data(), T);
   }
   if (dropout.active()) {
@@ -75,26 +94,28 @@ Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, int64
   return y;
 }
 
-void FusedAttention::fill_trace(AttentionTrace& t, const Tensor& mask, bool dropped, bool per_head) {
+void FusedAttention::fill_trace(AttentionTrace& t, const MaskBuffer& mask, bool dropped, bool per_head) {
   const int64_t B = shape_.batch, T = shape_.tokens, C = shape_.d_out, H = shape_.heads, D = shape_.head_dim();
   const size_t rows = static_cast<size_t>(B * T);
-  Tensor qkv = Tensor::empty({B, T, 3 * C});
+  // q, k, v from the kernel's split heads (3, B, H, T, D); the context from (B, T, C)
+  Tensor heads = Tensor::empty({3, B, H, T, D});
   Tensor ctx = Tensor::empty({B, T, C});
   if (rows > 0) {
-    std::memcpy(qkv.data(), ws_.qkv(), rows * 3 * static_cast<size_t>(C) * sizeof(float));
+    std::memcpy(heads.data(), ws_.heads(), rows * 3 * static_cast<size_t>(C) * sizeof(float));
     std::memcpy(ctx.data(), ws_.ctx(), rows * static_cast<size_t>(C) * sizeof(float));
   }
-  // (B, T, C) -> (B, H, T, D) as the book's view + transpose, or (B, T, C) for one head
-  auto heads_of = [&](const Tensor& a) { return per_head ? a.reshape({B, T, H, D}).transpose(1, 2) : a; };
-  t.queries = heads_of(qkv.slice(2, 0, C));
-  t.keys = heads_of(qkv.slice(2, C, 2 * C));
-  t.values = heads_of(qkv.slice(2, 2 * C, 3 * C));
-  t.context = heads_of(ctx);
+  // (B, H, T, D) as the book's view + transpose, or (B, T, C) for one head (H = 1, D = C)
+  auto part = [&](int64_t which) { return per_head ? heads.select(0, which) : heads.select(0, which).select(1, 0); };
+  t.queries = part(0);
+  t.keys = part(1);
+  t.values = part(2);
+  t.context = per_head ? ctx.reshape({B, T, H, D}).transpose(1, 2) : ctx;
   t.scores = matmul(t.queries, t.keys.T());
-  t.masked_scores = masked_fill(t.scores, mask.slice(0, 0, T).slice(1, 0, T), -std::numeric_limits<float>::infinity());
+  t.masked_scores = masked_fill(t.scores, mask.corner(T), -std::numeric_limits<float>::infinity());
   // The weights, recomputed head by head from q, k and the log-sum-exp the kernel kept.
-  const kernels::ConstHeads q = kernels::ConstHeads::interleaved(ws_.qkv(), B, H, T, D, 3 * C);
-  const kernels::ConstHeads k = kernels::ConstHeads::interleaved(ws_.qkv() + C, B, H, T, D, 3 * C);
+  const int64_t part_size = B * H * T * D;
+  const kernels::ConstHeads q = kernels::ConstHeads::contiguous(ws_.heads(), B, H, T, D);
+  const kernels::ConstHeads k = kernels::ConstHeads::contiguous(ws_.heads() + part_size, B, H, T, D);
   auto weights = [&](bool after_dropout) {
     Tensor w = per_head ? Tensor::empty({B, H, T, T}) : Tensor::empty({B, T, T});  // H = 1 without heads
     for (int64_t b = 0; b < B; ++b)
@@ -112,40 +133,33 @@ Tensor FusedAttention::backward(const Tensor& dy, const FusedProjections& p) {
   const int64_t B = shape_.batch, T = shape_.tokens, C = shape_.d_out, d_in = shape_.d_in;
   QKV_CHECK(dy.shape() == Shape({B, T, C}), "attention: the gradient ", dy.describe(),
             " does not match the last forward's output (", B, ", ", T, ", ", C, ")");
+  QKV_CHECK(p.qkv->views(*p.query, *p.key, *p.value) && p.qkv->has_bias == has_bias_,
+            "attention: the QKV weights changed between forward and backward");
   const Tensor dyc = dy.contiguous();
-  const bool bias = b_qkv_.numel() > 0;
   Tensor dx = Tensor::zeros({B, T, d_in});
-  Tensor dw_qkv = Tensor::zeros({3 * C, d_in});
-  Tensor db_qkv = bias ? Tensor::zeros({3 * C}) : Tensor();
-  Tensor dw_out, db_out, out_w, out_b;
+  Tensor out_w, out_b;
   kernels::MhaWeights w;
-  w.w_qkv = w_qkv_.data();
-  w.b_qkv = bias ? b_qkv_.data() : nullptr;
+  w.w_qkv = p.qkv->weight.data();
+  w.b_qkv = has_bias_ ? p.qkv->bias.data() : nullptr;
+  // Every parameter's gradient is added straight into its .grad: dW_qkv into the (3C, d_in)
+  // tensor the three Linears' dweight view, out_proj's into its own.
   kernels::MhaGradients g;
-  g.dw_qkv = dw_qkv.data();
-  g.db_qkv = bias ? db_qkv.data() : nullptr;
+  g.accumulate = true;
+  g.dw_qkv = p.qkv->dweight.data();
+  g.db_qkv = has_bias_ ? p.qkv->dbias.data() : nullptr;
   if (p.out) {
+    QKV_CHECK(p.out->dweight.is_contiguous() && (!p.out->has_bias || p.out->dbias.is_contiguous()),
+              "attention: out_proj's gradients must be contiguous");
     out_w = p.out->weight.contiguous();
     w.w_out = out_w.data();
-    dw_out = Tensor::zeros(p.out->weight.shape());
-    g.dw_out = dw_out.data();
+    g.dw_out = p.out->dweight.data();
     if (p.out->has_bias) {
       out_b = p.out->bias.contiguous();
       w.b_out = out_b.data();
-      db_out = Tensor::zeros(p.out->bias.shape());
-      g.db_out = db_out.data();
+      g.db_out = p.out->dbias.data();
     }
   }
   kernels::mha_backward(shape_, w, x_.data(), dyc.data(), dx.data(), g, ws_, options_);
-  Linear* parts[3] = {p.query, p.key, p.value};
-  for (int64_t i = 0; i < 3; ++i) {
-    accumulate(parts[i]->dweight, dw_qkv.slice(0, i * C, (i + 1) * C));
-    if (bias) accumulate(parts[i]->dbias, db_qkv.slice(0, i * C, (i + 1) * C));
-  }
-  if (p.out) {
-    accumulate(p.out->dweight, dw_out);
-    if (p.out->has_bias) accumulate(p.out->dbias, db_out);
-  }
   return dx;
 }
 

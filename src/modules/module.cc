@@ -21,10 +21,9 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& tensors, bool 
     known.insert(e.name);
     auto it = tensors.find(e.name);
     QKV_CHECK(it != tensors.end(), type_name(), ": the weights lack the tensor '", e.name,
-              "' of shape ", shape_str(e.tensor->shape()));
-    QKV_CHECK(it->second.shape() == e.tensor->shape(), type_name(), ": tensor '", e.name,
-              "' has shape ", shape_str(it->second.shape()), " but this module expects ",
-              shape_str(e.tensor->shape()));
+              "' of shape ", shape_str(e.shape()));
+    QKV_CHECK(it->second.shape() == e.shape(), type_name(), ": tensor '", e.name, "' has shape ",
+              shape_str(it->second.shape()), " but this module expects ", shape_str(e.shape()));
   }
   if (strict) {
     std::string unexpected;
@@ -33,7 +32,7 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& tensors, bool 
     QKV_CHECK(unexpected.empty(), type_name(), ": unexpected tensors ", unexpected,
               " (this module has no such parameters or buffers; is the file for another module?)");
   }
-  for (const StateEntry& e : entries) e.tensor->copy_from(tensors.at(e.name));
+  for (const StateEntry& e : entries) e.load(tensors.at(e.name));
 }
 
 int64_t Module::num_parameters() {

@@ -89,14 +89,16 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, Generator& gen)
       W_value(c.d_in, c.d_out, c.qkv_bias, gen),
       out_proj(c.d_out, c.d_out, true, gen),
       dropout(c.dropout, gen),
-      mask(causal_mask(c.context_length)) {}
+      mask(c.context_length) {
+  qkv_.bind(W_query, W_key, W_value);
+}
 
 void MultiHeadAttention::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
   W_query.collect_state(prefix + "W_query.", out);
   W_key.collect_state(prefix + "W_key.", out);
   W_value.collect_state(prefix + "W_value.", out);
   out_proj.collect_state(prefix + "out_proj.", out);
-  out.push_back({prefix + "mask", &mask, false, nullptr});
+  out.push_back({prefix + "mask", nullptr, false, nullptr, &mask});
 }
 
 void MultiHeadAttention::train(bool on) {
@@ -114,7 +116,8 @@ Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
   Tensor keys = split(W_key.forward(x));
   Tensor queries = split(W_query.forward(x));
   Tensor values = split(W_value.forward(x));
-  Tensor context = attend(queries, keys, values, &mask, &dropout, trace, &saved_);  // (B, H, T, D)
+  const Tensor blocked = mask.corner(T);  // (T, T)
+  Tensor context = attend(queries, keys, values, &blocked, &dropout, trace, &saved_);  // (B, H, T, D)
   Tensor merged = context.transpose(1, 2).reshape({B, T, config.d_out});  // (B, T, d_out)
   return out_proj.forward(merged);
 }

@@ -108,7 +108,7 @@ void AttentionLM::backward(const Tensor& dlogits) {
 
 std::string AttentionLM::first_non_finite(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens) {
   for (const StateEntry& e : state_dict())
-    if (!finite(*e.tensor)) return e.name;
+    if (e.tensor && !finite(*e.tensor)) return e.name;  // (a mask buffer is not a value of the model)
   const bool was_training = is_training();
   eval();
   std::string where;

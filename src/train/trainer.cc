@@ -179,7 +179,7 @@ Checkpoint Trainer::checkpoint() {
   Checkpoint c;
   c.options = options_;
   c.step = steps_done();
-  for (const StateEntry& e : model_->state_dict()) c.model[e.name] = e.tensor->clone();
+  for (const StateEntry& e : model_->state_dict()) c.model[e.name] = e.tensor ? e.tensor->clone() : e.value();
   for (const auto& [name, t] : optimizer_->state_tensors()) c.optimizer[name] = t->clone();
   c.losses = losses_;
   c.evals = evals_;

@@ -2,15 +2,16 @@
 // MultiHeadAttention (and, with one head and no output projection, CausalAttention) computes,
 // as three steps with no transposes and nothing (T, T)-sized:
 //
-//   qkv = x W_qkv^T + b_qkv        (B*T, 3C)  one GEMM; W_qkv = [W_query; W_key; W_value]
-//   heads = split(qkv)             (3, B, H, T, D) one copy: each head's rows made contiguous
+//   qkv = x W_qkv^T + b_qkv        (B*T, 3C)  GEMMs over chunks of rows; W_qkv = [W_query; W_key; W_value]
+//   heads = split(qkv)             (3, B, H, T, D) each chunk copied into contiguous heads as it is
+//                                             made (the whole (B*T, 3C) matrix never exists)
 //   ctx = attention(q, k, v)       (B*T, C)   the fused kernel reads the heads and writes head h
 //                                             of ctx at column offset h*D: the book's view /
 //                                             transpose / merge costs one copy in all
 //   y   = ctx W_out^T + b_out      (B*T, C)   skipped (y = ctx) when w_out is null
 //
 // Legend: B batch, T tokens, C_in = d_in, C = d_out, H heads, D = C / H.
-// Forward and backward share an MhaWorkspace: the forward leaves qkv, heads, ctx and lse in it, the
+// Forward and backward share an MhaWorkspace: the forward leaves heads, ctx and lse in it, the
 // backward reads them (so call mha_backward after the mha_forward whose gradients it computes).
 #pragma once
 
@@ -33,18 +34,19 @@ struct MhaWeights {
   const float* b_out = nullptr;  // (C) or null
 };
 
-struct MhaGradients {             // written (not accumulated); null members are skipped
+struct MhaGradients {             // null members are skipped
   float* dw_qkv = nullptr;        // (3 C, C_in)
   float* db_qkv = nullptr;        // (3 C)
   float* dw_out = nullptr;        // (C, C)
   float* db_out = nullptr;        // (C)
+  bool accumulate = false;        // add into them (PyTorch's .grad) instead of writing them
 };
 
 // Buffers reused across calls; they grow on demand (never inside a hot loop) and are freed with
 // the workspace.
 class MhaWorkspace {
  public:
-  float* qkv() { return qkv_.get(); }      // (B*T, 3C)
+  float* qkv() { return qkv_.get(); }      // (rows, 3C): staging for a chunk of the QKV product
   float* heads() { return heads_.get(); }  // (3, B, H, T, D): q, k, v split into contiguous heads
   float* ctx() { return ctx_.get(); }  // (B*T, C)
   float* lse() { return lse_.get(); }  // (B, H, T)

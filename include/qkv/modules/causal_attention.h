@@ -3,8 +3,9 @@
 //   x (B, T, d_in) -> context (B, T, d_out)
 //   scores = queries keys^T, masked_fill(mask[:T, :T] != 0, -inf), softmax(/ sqrt(d_out)),
 //   dropout, @ values.
-// `mask` is the registered buffer triu(ones(context_length, context_length), 1); a mask loaded
-// from a state dict is used as loaded. config.path chooses the fused or the textbook computation
+// `mask` is the registered buffer triu(ones(context_length, context_length), 1), held as the flag
+// it is (mask_buffer.h); a different mask loaded from a state dict is used as loaded. W_query,
+// W_key and W_value are views of one (3 d_out, d_in) weight (fused_attention.h's QkvWeights). config.path chooses the fused or the textbook computation
 // (see AttentionPath); backward follows the path the last forward took. T may not exceed context_length (PyTorch fails there
 // with a shape error; qkv says why).
 #pragma once
@@ -29,10 +30,11 @@ class CausalAttention : public AttentionModule {
   AttentionConfig config;
   Linear W_query, W_key, W_value;  // weight (d_out, d_in)
   Dropout dropout;
-  Tensor mask;                     // (context_length, context_length) buffer
+  MaskBuffer mask;                 // the (context_length, context_length) buffer, causal unless loaded otherwise
 
  private:
-  FusedProjections projections() { return {&W_query, &W_key, &W_value, nullptr}; }
+  FusedProjections projections() { return {&qkv_, &W_query, &W_key, &W_value, nullptr}; }
+  QkvWeights qkv_;        // owns W_query, W_key and W_value (they view its rows)
   AttentionSaved saved_;  // the textbook path's
   FusedAttention fused_;  // the fused path's
   bool fused_last_ = false;

@@ -6,11 +6,14 @@
 //                  -> fused causal attention per head                 (B*T, d_out), no (T, T)
 //                  -> out_proj (MultiHeadAttention only)              (B, T, d_out)
 //
-// The mask is the module's buffer: when its [:T, :T] corner is the causal triangle (as built, or
-// as PyTorch saves it) the kernel skips the blocks above the diagonal; any other mask is applied
-// as given (non-zero blocks). A trace, when asked for, is filled from this computation: queries,
-// keys and values from the fused product, scores and masked scores from q k^T, and the weights
-// (and dropped weights) recomputed exactly from q, k and the kernel's saved log-sum-exp.
+// The three projections' weights have one owner, QkvWeights (llm.c's qkvw): a (3 d_out, d_in)
+// weight whose row blocks W_query, W_key and W_value view, so the product reads them in place and
+// the backward adds its gradient straight into theirs. The mask is the module's MaskBuffer: causal
+// (the kernel skips the blocks above the diagonal, nothing (T, T) exists) or, when a state dict
+// loaded another mask, that mask applied as given (non-zero blocks). A trace, when asked for, is
+// filled from this computation: queries, keys and values from the fused product, scores and
+// masked scores from q k^T, and the weights (and dropped weights) recomputed exactly from q, k
+// and the kernel's saved log-sum-exp.
 #pragma once
 
 #include <cstdint>
@@ -18,14 +21,31 @@
 #include "qkv/kernels/mha.h"
 #include "qkv/modules/attention_core.h"
 #include "qkv/modules/attention_module.h"
+#include "qkv/modules/mask_buffer.h"
 
 namespace qkv {
 
 class Dropout;
 class Linear;
 
+// One owner for W_query, W_key and W_value and their gradients. Legend: C = d_out.
+struct QkvWeights {
+  Tensor weight;   // (3 C, d_in): rows [0, C) W_query, [C, 2C) W_key, [2C, 3C) W_value
+  Tensor bias;     // (3 C), or empty without qkv_bias
+  Tensor dweight;  // (3 C, d_in), viewed likewise by the Linears' dweight
+  Tensor dbias;    // (3 C), or empty
+  bool has_bias = false;
+
+  // Takes the three Linears' values (drawn in PyTorch's order by their constructors) into one
+  // (3 C, d_in) tensor and makes each Linear's weight, bias, dweight and dbias a view of its rows.
+  void bind(Linear& query, Linear& key, Linear& value);
+  // Whether the Linears still view these tensors (they do unless a caller replaced a member).
+  bool views(const Linear& query, const Linear& key, const Linear& value) const;
+};
+
 struct FusedProjections {
-  Linear *query, *key, *value;  // weight (d_out, d_in) each; biases all or none
+  QkvWeights* qkv;              // the owner of the three below
+  Linear *query, *key, *value;  // weight (d_out, d_in) each, views of qkv's rows
   Linear* out = nullptr;        // (d_out, d_out) with bias, or null (CausalAttention)
 };
 
@@ -34,24 +54,24 @@ bool runs_fused(AttentionPath path, const Dropout& dropout);
 
 class FusedAttention {
  public:
-  // x (B, T, d_in) -> (B, T, d_out). `mask` is the (n, n) buffer, n >= T. With `per_head_trace`
-  // the trace holds (B, H, T, D) / (B, H, T, T) tensors (MultiHeadAttention), else (B, T, d_out) /
-  // (B, T, T) (CausalAttention, one head).
-  Tensor forward(const Tensor& x, const FusedProjections& p, int64_t heads, const Tensor& mask, Dropout& dropout,
-                 AttentionTrace* trace, bool per_head_trace);
+  // x (B, T, d_in) -> (B, T, d_out), T <= mask.size(). With `per_head_trace` the trace holds
+  // (B, H, T, D) / (B, H, T, T) tensors (MultiHeadAttention), else (B, T, d_out) / (B, T, T)
+  // (CausalAttention, one head).
+  Tensor forward(const Tensor& x, const FusedProjections& p, int64_t heads, const MaskBuffer& mask,
+                 Dropout& dropout, AttentionTrace* trace, bool per_head_trace);
   // dL/dx (B, T, d_in) from dL/dy (B, T, d_out) for the last forward; adds every parameter's
   // gradient into its Linear's dweight / dbias.
   Tensor backward(const Tensor& dy, const FusedProjections& p);
 
  private:
-  void fill_trace(AttentionTrace& trace, const Tensor& mask, bool dropped, bool per_head);
+  void fill_trace(AttentionTrace& trace, const MaskBuffer& mask, bool dropped, bool per_head);
 
   kernels::MhaShape shape_;
   kernels::AttentionOptions options_;
-  kernels::MhaWorkspace ws_;  // qkv, ctx, lse of the last forward; reused across calls
+  kernels::MhaWorkspace ws_;  // heads, ctx, lse of the last forward; reused across calls
   Tensor x_;                  // (B, T, d_in) contiguous, the last forward's input
-  Tensor w_qkv_, b_qkv_;      // (3 d_out, d_in), (3 d_out): the weights that forward used
   Tensor mask_;               // (T, T) contiguous when the mask is not causal
+  bool has_bias_ = false;     // whether the last forward's projections had biases
   bool has_forward_ = false;
 };
 

@@ -17,14 +17,28 @@
 #include <vector>
 
 #include "qkv/core/tensor.h"
+#include "qkv/modules/mask_buffer.h"
 
 namespace qkv {
 
+// One entry of a state dict: a tensor the module owns, or the causal mask buffer, which has no
+// tensor of its own until one is asked for (see mask_buffer.h). Read it with shape() / value()
+// and write it with load(), which serve both kinds.
 struct StateEntry {
   std::string name;    // "heads.0.W_query.weight"
-  Tensor* tensor;      // the module's own tensor
+  Tensor* tensor;      // the module's own tensor; nullptr for the mask buffer
   bool is_parameter;   // false for buffers such as "mask"
-  Tensor* grad = nullptr;  // the parameter's gradient (same shape), nullptr for buffers
+  Tensor* grad = nullptr;    // the parameter's gradient (same shape), nullptr for buffers
+  MaskBuffer* mask = nullptr;  // the mask buffer, when tensor is nullptr
+
+  Shape shape() const { return tensor ? tensor->shape() : mask->shape(); }
+  // The values as PyTorch's state_dict() holds them: the tensor itself (not a copy), or the
+  // mask materialised as an (n, n) tensor.
+  Tensor value() const { return tensor ? *tensor : mask->to_tensor(); }
+  void load(const Tensor& t) const {  // same shape (checked by the caller)
+    if (tensor) tensor->copy_from(t);
+    else mask->load(t);
+  }
 };
 
 class Module {

@@ -44,10 +44,11 @@ class MultiHeadAttention : public AttentionModule {
   Linear W_query, W_key, W_value;  // weight (d_out, d_in)
   Linear out_proj;                 // weight (d_out, d_out), bias (d_out)
   Dropout dropout;
-  Tensor mask;                     // (context_length, context_length) buffer
+  MaskBuffer mask;                 // the (context_length, context_length) buffer, causal unless loaded otherwise
 
  private:
-  FusedProjections projections() { return {&W_query, &W_key, &W_value, &out_proj}; }
+  FusedProjections projections() { return {&qkv_, &W_query, &W_key, &W_value, &out_proj}; }
+  QkvWeights qkv_;        // owns W_query, W_key and W_value (they view its rows)
   Shape x_shape_;         // (B, T, d_in) of the last forward
   AttentionSaved saved_;  // textbook path, per head: q, k, v (B, H, T, D), weights (B, H, T, T)
   FusedAttention fused_;  // fused path
