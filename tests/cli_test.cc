@@ -126,7 +126,7 @@ TEST_F(Cli, DOutNotDivisibleByHeads) {
 TEST_F(Cli, MoreTokensThanContextLengthIsSaidPlainly) {
   expect_error("forward --module causal-attention --d-in 3 --d-out 2 --context-length 4 --seed 1 --input " +
                    input({1, 6, 3}),
-               {"6 tokens but context_length is 4"});
+               {"6 tokens but context_length is 4", "use a larger --context-length"});
 }
 
 // qkv forward decides by the module's AttentionModuleInfo what it takes; the table must say what

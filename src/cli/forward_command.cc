@@ -114,6 +114,10 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   }
   QKV_CHECK(x.dim() == m->input_rank() && x.size(-1) == c.d_in, f.module, ": the tensor 'input' in '",
             f.input, "' has shape ", shape_str(x.shape()), "; expected ", expected_input(*m, c));
+  if (causal && !embed)  // (text was checked against --context-length above)
+    QKV_CHECK(x.size(1) <= c.context_length, f.module, ": the tensor 'input' in '", f.input, "' has ", x.size(1),
+              " tokens but context_length is ", c.context_length,
+              " (the causal mask covers only that many); use a larger --context-length or a shorter input");
   if (embed) x.set_name("input");
   AttentionTrace trace;
   Tensor y = m->forward(x, f.attn_weights.empty() ? nullptr : &trace);

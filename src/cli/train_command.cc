@@ -123,8 +123,12 @@ std::unique_ptr<TrainingData> text_data(TrainOptions& o, const std::string& voca
   CompactTokens c = compact_vocabulary(gpt2.encode(text, SpecialTokens::all()));
   vocab = c.vocab;
   if (o.model.context_length == 0) o.model.context_length = 64;
-  return std::make_unique<TokenWindows>(std::move(c.ids), static_cast<int64_t>(c.vocab.size()), o.model.context_length,
-                                        o.seed + 1, "'" + o.text_file + "'");
+  try {
+    return std::make_unique<TokenWindows>(std::move(c.ids), static_cast<int64_t>(c.vocab.size()),
+                                          o.model.context_length, o.seed + 1, "'" + o.text_file + "'");
+  } catch (const Error& e) {  // the windows are context_length long: say which flag sets it
+    fail(e.what(), " (--context-length ", o.model.context_length, ")");
+  }
 }
 
 class Progress {
