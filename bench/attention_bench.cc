@@ -6,17 +6,15 @@
 //   QKV_NUM_THREADS=2 build/bench/qkv_bench --benchmark_filter=Attention
 #include <benchmark/benchmark.h>
 
-#include <cmath>
 #include <cstdio>
 #include <random>
 #include <vector>
 
-#include "qkv/core/thread_pool.h"
-#include "qkv/kernels/attention.h"
-#include "qkv/kernels/fma_peak.h"
 #include "qkv/core/gemm.h"
-#include "qkv/kernels/mha.h"
+#include "qkv/core/thread_pool.h"
+#include "qkv/kernels/fma_peak.h"
 #include "qkv/kernels/simd.h"
+#include "qkv/perf/attention_bench.h"
 
 namespace qkv::kernels {
 namespace {
@@ -48,21 +46,27 @@ void BM_FmaPeak(benchmark::State& state) {
 }
 BENCHMARK(BM_FmaPeak)->Iterations(5)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The cases are qkv bench's (qkv/perf/attention_bench.h): the same buffers, options and FLOPs.
+perf::AttentionBenchShape shape(perf::BenchTarget target, int64_t B, int64_t T, int64_t C, int64_t H, bool causal,
+                                bool backward) {
+  perf::AttentionBenchShape s;
+  s.target = target;
+  s.batch = B;
+  s.seq_len = T;
+  s.d_model = C;
+  s.num_heads = H;
+  s.causal = causal;
+  s.backward = backward;
+  return s;
+}
+
 // attention-core: (B, H, T, D) = (1, 12, T, D), causal unless range(2) == 0.
 void BM_AttentionForward(benchmark::State& state) {
-  const int64_t B = 1, H = 12, T = state.range(0), D = state.range(1);
-  const bool causal = state.range(2) != 0;
-  const size_t n = static_cast<size_t>(B * H * T * D);
-  std::vector<float> q = random_vector(n), k = random_vector(n + 1), v = random_vector(n + 2), o(n);
-  std::vector<float> lse(static_cast<size_t>(B * H * T));
-  AttentionOptions opt;
-  opt.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  opt.mask = causal ? AttentionMask::causal() : AttentionMask::none();
-  for (auto _ : state)
-    attention_forward(ConstHeads::contiguous(q.data(), B, H, T, D), ConstHeads::contiguous(k.data(), B, H, T, D),
-                      ConstHeads::contiguous(v.data(), B, H, T, D), MutableHeads::contiguous(o.data(), B, H, T, D),
-                      lse.data(), opt);
-  report(state, attention_forward_flops(B, H, T, T, D, D, causal));
+  const int64_t H = 12, T = state.range(0), D = state.range(1);
+  perf::AttentionBenchCase c(shape(perf::BenchTarget::kAttentionCore, 1, T, H * D, H, state.range(2) != 0, false),
+                             default_pool());
+  for (auto _ : state) c.forward();
+  report(state, c.forward_flops());
 }
 BENCHMARK(BM_AttentionForward)
     ->ArgNames({"T", "D", "causal"})
@@ -75,45 +79,23 @@ BENCHMARK(BM_AttentionForward)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// The backward alone, after one forward.
 void BM_AttentionBackward(benchmark::State& state) {
-  const int64_t B = 1, H = 12, T = state.range(0), D = state.range(1);
-  const size_t n = static_cast<size_t>(B * H * T * D);
-  std::vector<float> q = random_vector(n), k = random_vector(n + 1), v = random_vector(n + 2), o(n),
-                     d_o = random_vector(n + 3), dq(n), dk(n), dv(n);
-  std::vector<float> lse(static_cast<size_t>(B * H * T));
-  AttentionOptions opt;
-  opt.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  opt.mask = AttentionMask::causal();
-  auto c = [&](std::vector<float>& x) { return ConstHeads::contiguous(x.data(), B, H, T, D); };
-  auto m = [&](std::vector<float>& x) { return MutableHeads::contiguous(x.data(), B, H, T, D); };
-  attention_forward(c(q), c(k), c(v), m(o), lse.data(), opt);
-  for (auto _ : state) attention_backward(c(q), c(k), c(v), c(o), c(d_o), lse.data(), m(dq), m(dk), m(dv), opt);
-  report(state, attention_backward_flops(B, H, T, T, D, D, true));
+  const int64_t H = 12, T = state.range(0), D = state.range(1);
+  perf::AttentionBenchCase c(shape(perf::BenchTarget::kAttentionCore, 1, T, H * D, H, true, true), default_pool());
+  c.forward();
+  for (auto _ : state) c.backward();
+  report(state, c.backward_flops());
 }
 BENCHMARK(BM_AttentionBackward)->ArgNames({"T", "D"})->Args({1024, 64})->Args({2048, 64})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // GPT-2 small multi-head attention (C = 768, 12 heads), causal, forward and forward + backward.
 void BM_MhaForward(benchmark::State& state) {
-  const MhaShape s{state.range(0), state.range(1), 768, 768, 12};
-  const bool backward = state.range(2) != 0;
-  const int64_t rows = s.batch * s.tokens, C = s.d_out;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(C));
-  std::vector<float> w_qkv = random_vector(static_cast<size_t>(3 * C * C), scale),
-                     w_out = random_vector(static_cast<size_t>(C * C) + 1, scale),
-                     b_out = random_vector(static_cast<size_t>(C) + 2, scale),
-                     x = random_vector(static_cast<size_t>(rows * C) + 3), y(static_cast<size_t>(rows * C)),
-                     dy = random_vector(static_cast<size_t>(rows * C) + 4), dx(static_cast<size_t>(rows * C)),
-                     dw_qkv(w_qkv.size()), dw_out(w_out.size()), db_out(b_out.size());
-  const MhaWeights w{w_qkv.data(), nullptr, w_out.data(), b_out.data()};
-  AttentionOptions opt;
-  opt.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim()));
-  opt.mask = AttentionMask::causal();
-  MhaWorkspace ws;
-  for (auto _ : state) {
-    mha_forward(s, w, x.data(), y.data(), ws, opt);
-    if (backward) mha_backward(s, w, x.data(), dy.data(), dx.data(), {dw_qkv.data(), nullptr, dw_out.data(), db_out.data()}, ws, opt);
-  }
-  report(state, mha_forward_flops(s, true, true) + (backward ? mha_backward_flops(s, true, true) : 0.0));
+  perf::AttentionBenchCase c(
+      shape(perf::BenchTarget::kMha, state.range(0), state.range(1), 768, 12, true, state.range(2) != 0),
+      default_pool());
+  for (auto _ : state) c.step();
+  report(state, c.step_flops());
 }
 BENCHMARK(BM_MhaForward)
     ->ArgNames({"B", "T", "backward"})

@@ -12,10 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "qkv/core/error.h"
 #include "qkv/core/generator.h"
 #include "qkv/core/ops.h"
 #include "qkv/io/atomic_file.h"
 #include "qkv/io/safetensors.h"
+#include "qkv/modules/attention_module.h"
 #include "cli_runner.h"
 
 namespace qkv {
@@ -124,7 +126,44 @@ TEST_F(Cli, DOutNotDivisibleByHeads) {
 TEST_F(Cli, MoreTokensThanContextLengthIsSaidPlainly) {
   expect_error("forward --module causal-attention --d-in 3 --d-out 2 --context-length 4 --seed 1 --input " +
                    input({1, 6, 3}),
-               {"6 tokens but context_length is 4"});
+               {"6 tokens but context_length is 4", "use a larger --context-length"});
+}
+
+// qkv forward decides by the module's AttentionModuleInfo what it takes; the table must say what
+// the modules do.
+TEST(AttentionModules, TheirInfoSaysWhatEachModuleTakes) {
+  ASSERT_EQ(attention_modules().size(), attention_module_names().size());
+  for (size_t i = 0; i < attention_modules().size(); ++i) {
+    const AttentionModuleInfo& info = attention_modules()[i];
+    SCOPED_TRACE(info.name);
+    EXPECT_EQ(info.name, attention_module_names()[i]);
+    EXPECT_EQ(&attention_module_info(info.name), &info);
+    AttentionConfig c;
+    c.d_in = c.d_out = 4;
+    c.context_length = 3;
+    c.num_heads = info.multi_head ? 2 : 1;
+    c.qkv_bias = info.bias;
+    Generator gen(1);
+    std::unique_ptr<AttentionModule> m = make_attention_module(info.name, c, gen);
+    EXPECT_EQ(m->input_rank(), info.input_rank);
+    bool has_mask = false, has_bias = false;
+    for (const StateEntry& e : m->state_dict()) {
+      has_mask = has_mask || e.name.ends_with("mask");
+      has_bias = has_bias || e.name.ends_with("bias");
+    }
+    EXPECT_EQ(has_mask, info.causal) << "a causal module holds PyTorch's mask buffer";
+    EXPECT_EQ(has_bias, info.bias);
+    AttentionConfig biased = c;
+    biased.qkv_bias = true;
+    if (!info.bias) {
+      EXPECT_THROW(make_attention_module(info.name, biased, gen), qkv::Error);
+    }
+    if (info.multi_head) {
+      const Tensor y = m->forward(Tensor::zeros({1, 3, 4}));
+      EXPECT_EQ(y.size(-1), info.name == std::string("mha-wrapper") ? 8 : 4) << "num_heads is used";
+    }
+  }
+  EXPECT_THROW(attention_module_info("attention"), qkv::Error);
 }
 
 TEST_F(Cli, DropoutOutsideZeroOne) {

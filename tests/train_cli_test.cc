@@ -183,6 +183,7 @@ TEST_F(TrainCli, TextTooShortForOneWindowSaysTheLengthNeeded) {
   Result r = run("train --text-file short.txt --context-length 32 --steps 2 --quiet --svg \"\"");
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("is 7 tokens long; one training window needs context_length + 1 = 33 tokens"));
+  EXPECT_THAT(r.err, HasSubstr("a smaller context_length (--context-length 32)")) << "the flag that sets it";
   EXPECT_FALSE(fs::exists(path("qkv-train.safetensors")));
 }
 

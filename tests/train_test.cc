@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
+#include <functional>
 #include <numbers>
+#include <set>
 
 #include "qkv/core/ops.h"
 #include "qkv/io/safetensors.h"
@@ -20,6 +24,7 @@ namespace qkv {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -92,8 +97,9 @@ TEST(TokenWindows, WindowsAreShiftedByOneAndTooShortTextsSayWhatIsNeeded) {
   Batch b = w.next(6);
   for (int s = 0; s < 6; ++s)
     for (int t = 0; t < 4; ++t) EXPECT_EQ(b.targets[s * 4 + t], b.inputs[s * 4 + t] + 1);
-  EXPECT_THAT(error_of([] { TokenWindows({1, 2, 3}, 5, 8, 1, "'x.txt'"); }),
-              HasSubstr("'x.txt' is 3 tokens long; one training window needs context_length + 1 = 9 tokens"));
+  const std::string short_text = error_of([] { TokenWindows({1, 2, 3}, 5, 8, 1, "'x.txt'"); });
+  EXPECT_THAT(short_text, HasSubstr("'x.txt' is 3 tokens long; one training window needs context_length + 1 = 9 tokens"));
+  EXPECT_THAT(short_text, Not(HasSubstr("--"))) << "the library names no command-line flag";
   CompactTokens c = compact_vocabulary({50256, 7, 7, 300, 50256});
   EXPECT_EQ(c.vocab, (std::vector<int64_t>{7, 300, 50256}));
   EXPECT_EQ(c.ids, (std::vector<int64_t>{2, 0, 0, 1, 2}));
@@ -129,6 +135,262 @@ TEST(Checkpoint, RoundTripsEverythingAResumeNeeds) {
   Trainer u(c.options);
   u.restore(c);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(t.step().loss, u.step().loss) << "step " << 4 + i;
+}
+
+// A tiny copy task: each step takes milliseconds.
+TrainOptions tiny_options() {
+  TrainOptions o;
+  o.task_length = 3;
+  o.task_symbols = 5;
+  o.model.d_model = 8;
+  o.model.num_heads = 2;
+  o.model.num_layers = 1;
+  o.model.dropout = 0.1;  // so the model's generator must be carried across a stop too
+  o.batch_size = 4;
+  o.steps = 12;
+  o.warmup = 2;
+  o.eval_every = 4;
+  o.eval_sequences = 16;
+  return o;
+}
+
+// Everything Trainer::run reports, in order.
+class RecordingObserver : public RunObserver {
+ public:
+  void on_step(const StepStats& s, int64_t tokens) override {
+    events.push_back("step " + std::to_string(s.step));
+    losses.push_back(s.loss);
+    last_tokens = tokens;
+    if (stop_at_step == s.step) *flag = SIGTERM;
+  }
+  void on_eval(const EvalStats& e) override { events.push_back("eval " + std::to_string(e.step)); }
+  void on_checkpoint(const std::string&, int64_t step) override { events.push_back("save " + std::to_string(step)); }
+  void on_steps_end(const RunResult& r) override { events.push_back("end " + std::to_string(r.steps_run)); }
+
+  std::vector<std::string> events;
+  std::vector<float> losses;
+  int64_t last_tokens = 0;
+  int64_t stop_at_step = -1;  // set *flag there
+  volatile std::sig_atomic_t* flag = nullptr;
+};
+
+std::string temp_path(const std::string& name) {
+  return std::filesystem::temp_directory_path() / ("qkv_run_" + std::to_string(::getpid()) + "_" + name);
+}
+
+TEST(TrainerRun, StoppedByThePolicyAndResumedGivesTheUninterruptedLosses) {
+  Trainer full(tiny_options());
+  RecordingObserver all;
+  RunResult r = full.run(RunPolicy{}, all);
+  EXPECT_EQ(r.reason, StopReason::kFinished);
+  EXPECT_EQ(r.steps_run, 12);
+  ASSERT_EQ(full.losses().size(), 12u);
+  EXPECT_EQ(all.losses, full.losses());
+
+  const std::string path = temp_path("stop.st");
+  RunPolicy stop;
+  stop.checkpoint_path = path;
+  stop.stop_after = 5;
+  Trainer first(tiny_options());
+  RecordingObserver part;
+  r = first.run(stop, part);
+  EXPECT_EQ(r.reason, StopReason::kStopAfter);
+  EXPECT_EQ(r.steps_run, 5);
+  EXPECT_EQ(r.tokens, 5 * 4 * 6);  // batch 4, inputs of 3 + 1 + 3 - 1 tokens
+  EXPECT_EQ(first.steps_done(), 5);
+  // Stopped, not finished: no final evaluation; the checkpoint is written for the resume.
+  EXPECT_EQ(part.events, (std::vector<std::string>{"step 1", "step 2", "step 3", "step 4", "eval 4", "step 5", "end 5",
+                                                   "save 5"}));
+
+  Checkpoint c = load_checkpoint(path);
+  std::filesystem::remove(path);
+  Trainer second(c.options);
+  second.restore(c);
+  RecordingObserver rest;
+  r = second.run(RunPolicy{}, rest);
+  EXPECT_EQ(r.reason, StopReason::kFinished);
+  EXPECT_EQ(r.steps_run, 7);
+  ASSERT_EQ(second.losses().size(), 12u);
+  for (size_t i = 0; i < 12; ++i) EXPECT_EQ(second.losses()[i], full.losses()[i]) << "step " << i + 1;
+  ASSERT_EQ(second.evals().size(), full.evals().size());
+  for (size_t i = 0; i < full.evals().size(); ++i) {
+    EXPECT_EQ(second.evals()[i].step, full.evals()[i].step);
+    EXPECT_EQ(second.evals()[i].loss, full.evals()[i].loss);
+  }
+}
+
+TEST(TrainerRun, EvaluatesAndSavesAtThePolicysCadenceAndOnceAtTheEnd) {
+  TrainOptions o = tiny_options();
+  o.steps = 10;
+  o.eval_every = 3;
+  Trainer t(o);
+  RunPolicy p;
+  p.checkpoint_path = temp_path("cadence.st");
+  p.checkpoint_every = 4;
+  RecordingObserver seen;
+  t.run(p, seen);
+  std::filesystem::remove(p.checkpoint_path);
+  // eval at 3, 6, 9 and (the last step not evaluated) 10; saves at 4, 8 and at the end, never
+  // twice for the last step.
+  EXPECT_EQ(seen.events,
+            (std::vector<std::string>{"step 1", "step 2", "step 3", "eval 3", "step 4", "save 4", "step 5", "step 6",
+                                      "eval 6", "step 7", "step 8", "save 8", "step 9", "eval 9", "step 10", "end 10",
+                                      "eval 10", "save 10"}));
+  ASSERT_EQ(t.evals().size(), 4u);
+  EXPECT_EQ(t.evals().back().step, 10);
+  EXPECT_EQ(seen.last_tokens, 10 * 4 * 6);
+  // A run whose last step is an evaluation step is not evaluated twice; eval_every 0 evaluates
+  // only at the end; without a path nothing is saved.
+  o.eval_every = 5;
+  Trainer u(o);
+  RecordingObserver once;
+  u.run(RunPolicy{}, once);
+  EXPECT_EQ(std::count(once.events.begin(), once.events.end(), "eval 10"), 1);
+  EXPECT_EQ(std::count_if(once.events.begin(), once.events.end(), [](const std::string& e) { return e.starts_with("save"); }), 0);
+  o.eval_every = 0;
+  Trainer v(o);
+  RecordingObserver end_only;
+  v.run(RunPolicy{}, end_only);
+  EXPECT_EQ(std::count_if(end_only.events.begin(), end_only.events.end(),
+                          [](const std::string& e) { return e.starts_with("eval"); }),
+            1);
+  EXPECT_EQ(end_only.events.back(), "eval 10");
+}
+
+TEST(TrainerRun, AStopFlagEndsTheRunAfterTheCurrentStep) {
+  volatile std::sig_atomic_t flag = 0;
+  RunPolicy p;
+  p.stop_flag = &flag;
+  Trainer t(tiny_options());
+  RecordingObserver seen;
+  seen.flag = &flag;
+  seen.stop_at_step = 6;  // as a signal arriving during step 6
+  RunResult r = t.run(p, seen);
+  EXPECT_EQ(r.reason, StopReason::kStopFlag);
+  EXPECT_EQ(r.stop_flag, SIGTERM);
+  EXPECT_EQ(r.steps_run, 6);
+  EXPECT_EQ(t.steps_done(), 6);
+  EXPECT_EQ(seen.events.back(), "end 6") << "stopped: no final evaluation";
+  // A flag already set takes no step at all.
+  Trainer u(tiny_options());
+  RecordingObserver none;
+  r = u.run(p, none);
+  EXPECT_EQ(r.steps_run, 0);
+  EXPECT_EQ(r.reason, StopReason::kStopFlag);
+  // Negative cadences are refused by name.
+  RunPolicy bad;
+  bad.checkpoint_every = -1;
+  EXPECT_THAT(error_of([&] { u.run(bad, none); }), HasSubstr("checkpoint_every (-1)"));
+}
+
+// The JSON of the options is what checkpoints hold: keys and value formats as written since the
+// first checkpoint (this one is from the first version's `qkv train --text-file t.txt`).
+const char* kOldOptions =
+    R"({"batch_size":32,"beta1":0.9,"beta2":0.999,"clip":1.0,"dampening":0.0,"data_file":"","eps":1e-08,)"
+    R"("eval_every":50,"eval_sequences":512,"lr":0.003,"min_lr":0.0003,"model":{"attention":"auto",)"
+    R"("context_length":200,"d_model":64,"dropout":0.0,"num_heads":4,"num_layers":2,"qkv_bias":false,)"
+    R"("vocab_size":8},"momentum":0.0,"nesterov":false,"optimizer":"adamw","seed":123,"steps":3,"task":"text",)"
+    R"("task_length":16,"task_symbols":16,"text_file":"t.txt","warmup":50,"weight_decay":0.01})";
+
+TEST(TrainOptionsJson, ReadsAndWritesTheCheckpointsFormatExactly) {
+  const TrainOptions o = train_options_from_json(nlohmann::json::parse(kOldOptions));
+  EXPECT_EQ(o.task, TrainTask::kText);
+  EXPECT_EQ(o.optimizer, OptimizerKind::kAdamW);
+  EXPECT_EQ(o.text_file, "t.txt");
+  EXPECT_EQ(o.model.context_length, 200);
+  EXPECT_EQ(o.model.vocab_size, 8);
+  EXPECT_EQ(o.steps, 3);
+  EXPECT_EQ(to_json(o).dump(), kOldOptions);
+  // Every field round-trips, enums by name.
+  TrainOptions p;
+  p.task = TrainTask::kReverse;
+  p.optimizer = OptimizerKind::kSgd;
+  p.nesterov = true;
+  p.momentum = 0.5;
+  p.seed = 18446744073709551615ull;
+  p.model.attention = AttentionPath::kTextbook;
+  p.model.qkv_bias = true;
+  const nlohmann::json j = to_json(p);
+  EXPECT_EQ(j["task"], "reverse");
+  EXPECT_EQ(j["optimizer"], "sgd");
+  EXPECT_EQ(j["model"]["attention"], "textbook");
+  EXPECT_EQ(to_json(train_options_from_json(j)), j);
+  // The first checkpoints had no "attention"; absent top-level keys keep their defaults.
+  nlohmann::json old = nlohmann::json::parse(kOldOptions);
+  old["model"].erase("attention");
+  old.erase("eval_sequences");
+  const TrainOptions q = train_options_from_json(old);
+  EXPECT_EQ(q.model.attention, AttentionPath::kAuto);
+  EXPECT_EQ(q.eval_sequences, 512);
+}
+
+TEST(TrainOptionsJson, RejectsUnknownKeysAndIllTypedValuesNamingTheKey) {
+  auto error_for = [](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = nlohmann::json::parse(kOldOptions);
+    edit(j);
+    return error_of([&] { train_options_from_json(j); });
+  };
+  EXPECT_THAT(error_for([](nlohmann::json& j) { j["step"] = 3; }), HasSubstr("unknown key 'step'"));
+  EXPECT_THAT(error_for([](nlohmann::json& j) { j["model"]["heads"] = 3; }), HasSubstr("unknown key 'model.heads'"));
+  EXPECT_THAT(error_for([](nlohmann::json& j) { j["steps"] = "3"; }), HasSubstr("'steps' must be an integer, not \"3\""));
+  EXPECT_THAT(error_for([](nlohmann::json& j) { j["steps"] = 2.5; }), HasSubstr("'steps' must be an integer, not 2.5"));
+  EXPECT_THAT(error_for([](nlohmann::json& j) { j["seed"] = -1; }), HasSubstr("'seed' must be a non-negative integer"));
+  EXPECT_THAT(error_for([](nlohmann::json& j) { j["lr"] = "fast"; }), HasSubstr("'lr' must be a number"));
+  EXPECT_THAT(error_for([](nlohmann::json& j) { j["nesterov"] = 1; }), HasSubstr("'nesterov' must be true or false"));
+  EXPECT_THAT(error_for([](nlohmann::json& j) { j["task"] = "sort"; }),
+              HasSubstr("'task': unknown task 'sort'; expected copy, reverse, text or data"));
+  EXPECT_THAT(error_for([](nlohmann::json& j) { j["optimizer"] = "adam"; }), HasSubstr("'optimizer': unknown optimizer 'adam'"));
+  EXPECT_THAT(error_for([](nlohmann::json& j) { j["model"]["attention"] = "flash"; }),
+              HasSubstr("'model.attention': unknown attention path 'flash'"));
+  EXPECT_THAT(error_for([](nlohmann::json& j) { j["model"].erase("d_model"); }),
+              HasSubstr("the training options: 'model.d_model' is missing"));
+  EXPECT_THAT(error_for([](nlohmann::json& j) { j.erase("model"); }), HasSubstr("the training options: 'model.vocab_size' is missing"));
+  EXPECT_THAT(error_for([](nlohmann::json& j) { j["model"] = 3; }), HasSubstr("'model' must be a JSON object"));
+  EXPECT_THAT(error_of([] { train_options_from_json(nlohmann::json::array()); }), HasSubstr("must be a JSON object"));
+  EXPECT_THAT(error_of([] { lm_config_from_json(nlohmann::json::parse(R"({"vocab_size": 3})")); }),
+              HasSubstr("the model configuration: 'd_model' is missing"));
+}
+
+// The one listing of the fields covers every member: two objects that differ in every field
+// become equal when each field is copied, as `qkv train --resume` copies the flags given.
+TEST(TrainOptionsFields, CopyingEveryListedFieldCopiesTheWholeStruct) {
+  TrainOptions a, b = train_options_from_json(nlohmann::json::parse(kOldOptions));
+  b.task_length = 7;
+  b.task_symbols = 9;
+  b.data_file = "d.st";
+  b.model.d_model = 16;
+  b.model.num_heads = 2;
+  b.model.num_layers = 1;
+  b.model.attention = AttentionPath::kFused;
+  b.model.qkv_bias = true;
+  b.model.dropout = 0.25;
+  b.optimizer = OptimizerKind::kSgd;
+  b.batch_size = 5;
+  b.warmup = 1;
+  b.lr = 0.5;
+  b.min_lr = 0.1;
+  b.weight_decay = 0.2;
+  b.beta1 = 0.8;
+  b.beta2 = 0.7;
+  b.eps = 1e-3;
+  b.momentum = 0.4;
+  b.dampening = 0.3;
+  b.nesterov = true;
+  b.clip = 2.0;
+  b.seed = 5;
+  b.eval_every = 6;
+  b.eval_sequences = 7;
+  int fields = 0;
+  std::set<std::string> flags;
+  visit_fields([&](const OptionField& f, auto& to, const auto& from) {
+    EXPECT_NE(to, from) << f.key << ": give b a value that differs";
+    to = from;
+    ++fields;
+    flags.insert(f.flag);
+  }, a, b);
+  EXPECT_EQ(fields, 30);
+  EXPECT_EQ(flags.size(), 30u) << "each flag once";
+  EXPECT_EQ(to_json(a), to_json(b));
 }
 
 TEST(Generate, GreedyIsDeterministicAndSamplingFollowsTheSeed) {

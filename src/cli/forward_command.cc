@@ -43,7 +43,8 @@ std::string expected_input(const AttentionModule& m, const AttentionConfig& c) {
 
 int run_forward(ForwardFlags& f, const CLI::App& sub) {
   AttentionConfig& c = f.config;
-  const bool causal = f.module == "causal-attention" || f.module == "mha-wrapper" || f.module == "mha";
+  const AttentionModuleInfo& info = attention_module_info(f.module);
+  const bool causal = info.causal;
   QKV_CHECK(f.seed || !f.weights.empty(), "give --seed S (weights as torch.manual_seed(S) and the ",
             "PyTorch constructor make them) or --weights FILE (a safetensors state dict)");
   if (causal && sub.count("--context-length") == 0)
@@ -61,8 +62,8 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
               "dropout or heads)");
     if (!from_text) c.context_length = 1;
   }
-  if (f.module == "causal-attention")
-    QKV_CHECK(sub.count("--num-heads") == 0, "--module causal-attention has one head; drop --num-heads");
+  if (causal && !info.multi_head)
+    QKV_CHECK(sub.count("--num-heads") == 0, "--module ", f.module, " has one head; drop --num-heads");
 
   // Read everything first: a bad input file fails before any module is built.
   std::optional<TensorFile> in;
@@ -96,6 +97,7 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   Generator gen(f.seed.value_or(Generator::kDefaultSeed));
   std::optional<TokenPositionEmbedding> embed;
   if (from_text) embed.emplace(n_vocab, c.context_length, c.d_in, gen);
+  QKV_CHECK(info.bias || !c.qkv_bias, f.module, " has no bias (its weights are plain matrices); drop --qkv-bias");
   std::unique_ptr<AttentionModule> m = make_attention_module(f.module, c, gen);
   if (!f.weights.empty()) {
     m->load_state_dict(module_state, /*strict=*/true);
@@ -112,6 +114,10 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   }
   QKV_CHECK(x.dim() == m->input_rank() && x.size(-1) == c.d_in, f.module, ": the tensor 'input' in '",
             f.input, "' has shape ", shape_str(x.shape()), "; expected ", expected_input(*m, c));
+  if (causal && !embed)  // (text was checked against --context-length above)
+    QKV_CHECK(x.size(1) <= c.context_length, f.module, ": the tensor 'input' in '", f.input, "' has ", x.size(1),
+              " tokens but context_length is ", c.context_length,
+              " (the causal mask covers only that many); use a larger --context-length or a shorter input");
   if (embed) x.set_name("input");
   AttentionTrace trace;
   Tensor y = m->forward(x, f.attn_weights.empty() ? nullptr : &trace);

@@ -34,13 +34,13 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
   std::function<std::string(const std::vector<int64_t>&)> decode;
   std::optional<Encoding> gpt2;
   std::unique_ptr<SequenceTask> task;
-  if (o.task == "copy" || o.task == "reverse") {
-    task = std::make_unique<SequenceTask>(o.task == "copy" ? TaskKind::kCopy : TaskKind::kReverse, o.task_length,
+  if (is_builtin_task(o.task)) {
+    task = std::make_unique<SequenceTask>(o.task == TrainTask::kCopy ? TaskKind::kCopy : TaskKind::kReverse, o.task_length,
                                           o.task_symbols, 0);
     prompt = task->encode(f.prompt);
     decode = [&](const std::vector<int64_t>& ids) { return task->decode(ids); };
     if (sub.count("--max-new-tokens") == 0) f.sampling.max_new_tokens = o.task_length;
-  } else if (o.task == "text") {
+  } else if (o.task == TrainTask::kText) {
     QKV_CHECK(!c.vocab.empty(), "'", f.checkpoint, "' is a text model but holds no vocabulary (data.vocab)");
     gpt2 = load_gpt2(f.vocab_dir);
     for (int64_t t : gpt2->encode(f.prompt, SpecialTokens::all())) {
@@ -56,7 +56,7 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
       return gpt2->decode(original);
     };
   } else {
-    fail("'", f.checkpoint, "' was trained on fixed batches (--task ", o.task,
+    fail("'", f.checkpoint, "' was trained on fixed batches (--task ", train_task_name(o.task),
          ") and has no tokenizer to read a prompt with");
   }
   std::vector<int64_t> out = generate(model, prompt, f.sampling);

@@ -4,11 +4,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <concepts>
 #include <csignal>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -26,8 +29,8 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 
-// SIGINT and SIGTERM set a flag the loop reads between steps; the previous handlers come back
-// when training ends, so a second Ctrl-C during the final writes is not swallowed forever.
+// SIGINT and SIGTERM set a flag Trainer::run reads between steps; the previous handlers come back
+// when the steps end, so a second Ctrl-C during the final writes is not swallowed forever.
 class StopSignals {
  public:
   StopSignals() {
@@ -54,52 +57,45 @@ struct TrainFlags {
   bool json = false, quiet = false;
 };
 
-// A flag that describes the run, and how to copy its value onto options read from a checkpoint
-// (on --resume, only the flags given on the command line override the checkpoint's).
-struct RunFlag {
-  std::string name;
-  std::function<void(TrainOptions& to, const TrainOptions& from)> copy;
+// Registers a flag for each field of the options (visit_fields in qkv/train/train_options.h),
+// bound to that field, with the field's help and default.
+struct OptionFlags {
+  CLI::App* sub;
+  std::function<void(const OptionField&)> after;  // called after each field's flag is added
+
+  template <typename T>
+    requires(std::is_arithmetic_v<T> || std::same_as<T, std::string>)
+  void operator()(const OptionField& f, T& value) {
+    CLI::Option* opt = sub->add_option(f.flag, value, f.help);
+    if (f.show_default) opt->capture_default_str();
+    after(f);
+  }
+  void operator()(const OptionField& f, bool& value) {
+    sub->add_flag(f.flag, value, f.help);
+    after(f);
+  }
+  void operator()(const OptionField& f, AttentionPath& value) {
+    add_attention_flag(sub, value, f.help);
+    after(f);
+  }
+  void operator()(const OptionField& f, TrainTask& value) {
+    add_enum(f, value, train_task_names(), parse_train_task, train_task_name);
+  }
+  void operator()(const OptionField& f, OptimizerKind& value) {
+    add_enum(f, value, optimizer_kind_names(), parse_optimizer_kind, optimizer_kind_name);
+  }
+
+ private:
+  template <typename E>
+  void add_enum(const OptionField& f, E& value, const std::vector<std::string>& names,
+                E (*parse)(const std::string&), const char* (*name)(E)) {
+    sub->add_option_function<std::string>(
+           f.flag, [&value, parse](const std::string& s) { value = parse(s); }, f.help)
+        ->check(CLI::IsMember(names))
+        ->default_str(name(value));
+    after(f);
+  }
 };
-
-#define QKV_RUN_FLAG(flag, field) \
-  RunFlag { flag, [](TrainOptions& to, const TrainOptions& from) { to.field = from.field; } }
-
-const std::vector<RunFlag>& run_flags() {
-  static const std::vector<RunFlag> flags = {
-      QKV_RUN_FLAG("--task", task),
-      QKV_RUN_FLAG("--length", task_length),
-      QKV_RUN_FLAG("--symbols", task_symbols),
-      QKV_RUN_FLAG("--text-file", text_file),
-      QKV_RUN_FLAG("--data", data_file),
-      QKV_RUN_FLAG("--d-model", model.d_model),
-      QKV_RUN_FLAG("--num-heads", model.num_heads),
-      QKV_RUN_FLAG("--num-layers", model.num_layers),
-      QKV_RUN_FLAG("--context-length", model.context_length),
-      QKV_RUN_FLAG("--dropout", model.dropout),
-      QKV_RUN_FLAG("--qkv-bias", model.qkv_bias),
-      QKV_RUN_FLAG("--attention", model.attention),
-      QKV_RUN_FLAG("--vocab-size", model.vocab_size),
-      QKV_RUN_FLAG("--optimizer", optimizer),
-      QKV_RUN_FLAG("--steps", steps),
-      QKV_RUN_FLAG("--batch-size", batch_size),
-      QKV_RUN_FLAG("--warmup", warmup),
-      QKV_RUN_FLAG("--lr", lr),
-      QKV_RUN_FLAG("--min-lr", min_lr),
-      QKV_RUN_FLAG("--weight-decay", weight_decay),
-      QKV_RUN_FLAG("--beta1", beta1),
-      QKV_RUN_FLAG("--beta2", beta2),
-      QKV_RUN_FLAG("--eps", eps),
-      QKV_RUN_FLAG("--momentum", momentum),
-      QKV_RUN_FLAG("--dampening", dampening),
-      QKV_RUN_FLAG("--nesterov", nesterov),
-      QKV_RUN_FLAG("--clip", clip),
-      QKV_RUN_FLAG("--seed", seed),
-      QKV_RUN_FLAG("--eval-every", eval_every),
-      QKV_RUN_FLAG("--eval-sequences", eval_sequences),
-  };
-  return flags;
-}
-#undef QKV_RUN_FLAG
 
 std::string clock_time(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -127,8 +123,12 @@ std::unique_ptr<TrainingData> text_data(TrainOptions& o, const std::string& voca
   CompactTokens c = compact_vocabulary(gpt2.encode(text, SpecialTokens::all()));
   vocab = c.vocab;
   if (o.model.context_length == 0) o.model.context_length = 64;
-  return std::make_unique<TokenWindows>(std::move(c.ids), static_cast<int64_t>(c.vocab.size()), o.model.context_length,
-                                        o.seed + 1, "'" + o.text_file + "'");
+  try {
+    return std::make_unique<TokenWindows>(std::move(c.ids), static_cast<int64_t>(c.vocab.size()),
+                                          o.model.context_length, o.seed + 1, "'" + o.text_file + "'");
+  } catch (const Error& e) {  // the windows are context_length long: say which flag sets it
+    fail(e.what(), " (--context-length ", o.model.context_length, ")");
+  }
 }
 
 class Progress {
@@ -186,6 +186,40 @@ std::string percent(double x) {
   return buf;
 }
 
+// Prints the run as it goes: the progress bar, evaluations; remembers the last checkpoint and when
+// the steps ended (the time reported), and gives the signals back then.
+class ProgressObserver : public RunObserver {
+ public:
+  ProgressObserver(Progress& progress, int64_t total, std::optional<StopSignals>& signals)
+      : progress_(progress), total_(total), signals_(signals) {}
+
+  void on_step(const StepStats& s, int64_t tokens) override {
+    progress_.update(s, seconds(), tokens, s.step == total_);
+  }
+  void on_eval(const EvalStats& e) override {
+    char line[160];
+    std::snprintf(line, sizeof line, "step %lld: held-out loss %.4f, accuracy %s", static_cast<long long>(e.step),
+                  static_cast<double>(e.loss), percent(e.accuracy).c_str());
+    progress_.message(line);
+  }
+  void on_checkpoint(const std::string&, int64_t step) override { last_saved = step; }
+  void on_steps_end(const RunResult&) override {
+    elapsed = seconds();
+    signals_.reset();  // a second Ctrl-C during the final writes is not swallowed
+  }
+
+  std::optional<int64_t> last_saved;  // the step of the last checkpoint written
+  double elapsed = 0;                 // seconds from the start to the end of the steps
+
+ private:
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+
+  Progress& progress_;
+  int64_t total_;
+  std::optional<StopSignals>& signals_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
 int run_train(TrainFlags& f, const CLI::App& sub) {
   // Options: the flags, or the checkpoint's options with the flags given on top.
   TrainOptions o = f.o;
@@ -193,21 +227,27 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
   if (!f.resume.empty()) {
     resumed = load_checkpoint(f.resume);
     o = resumed->options;
-    for (const RunFlag& flag : run_flags())
-      if (sub.count(flag.name) > 0) flag.copy(o, f.o);
+    visit_fields([&](const OptionField& field, auto& to, const auto& given) {
+      if (sub.count(field.flag) > 0) to = given;
+    }, o, f.o);
   }
-  if (sub.count("--text-file") > 0) o.task = "text";
-  if (sub.count("--data") > 0) o.task = "data";
-  QKV_CHECK(o.task != "data" || !o.data_file.empty(), "--task data needs --data FILE");
+  if (sub.count("--text-file") > 0) o.task = TrainTask::kText;
+  if (sub.count("--data") > 0) o.task = TrainTask::kData;
+  QKV_CHECK(o.task != TrainTask::kData || !o.data_file.empty(), "--task data needs --data FILE");
   QKV_CHECK(f.checkpoint_every >= 0 && f.stop_after >= 0, "--checkpoint-every and --stop-after must not be negative");
 
   std::unique_ptr<TrainingData> data;
   std::vector<int64_t> vocab;
-  if (o.task == "text") data = text_data(o, f.vocab_dir, vocab);
+  if (o.task == TrainTask::kText) data = text_data(o, f.vocab_dir, vocab);
   Trainer trainer(o, std::move(data), vocab);
   if (resumed) trainer.restore(*resumed);
   o = trainer.options();
-  const std::string ckpt_path = sub.count("--checkpoint") == 0 && resumed ? f.resume : f.checkpoint;
+  RunPolicy policy;
+  policy.checkpoint_path = sub.count("--checkpoint") == 0 && resumed ? f.resume : f.checkpoint;
+  policy.checkpoint_every = f.checkpoint_every;
+  policy.stop_after = f.stop_after;
+  policy.stop_flag = &g_stop_signal;
+  const std::string& ckpt_path = policy.checkpoint_path;
 
   std::ostream& info = f.json ? std::cerr : std::cout;
   Progress progress(!f.quiet, trainer.steps_done(), o.steps);
@@ -216,77 +256,46 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
     std::cerr << "qkv train: " << trainer.data().describe() << "\n  model: attention-only LM, vocab " << m.vocab_size
               << ", d_model " << m.d_model << ", " << m.num_heads << " heads, " << m.num_layers
               << " layers, context " << m.context_length << ", dropout " << m.dropout << " ("
-              << trainer.model().num_parameters() << " parameters)\n  " << o.optimizer << ", lr " << o.lr << " -> "
-              << o.min_lr << " (warm-up " << o.warmup << ", cosine), batch " << o.batch_size << ", clip " << o.clip
-              << ", seed " << o.seed << "\n";
+              << trainer.model().num_parameters() << " parameters)\n  " << optimizer_kind_name(o.optimizer) << ", lr "
+              << o.lr << " -> " << o.min_lr << " (warm-up " << o.warmup << ", cosine), batch " << o.batch_size
+              << ", clip " << o.clip << ", seed " << o.seed << "\n";
     if (resumed) std::cerr << "  resuming '" << f.resume << "' at step " << trainer.steps_done() << "\n";
   }
 
-  std::optional<int64_t> last_saved;
-  auto save = [&] {
-    if (ckpt_path.empty()) return;
-    save_checkpoint(ckpt_path, trainer.checkpoint());
-    last_saved = trainer.steps_done();
-  };
-  auto evaluate = [&] {
-    EvalStats e = trainer.evaluate();
-    trainer.record_eval(e);
-    char line[160];
-    std::snprintf(line, sizeof line, "step %lld: held-out loss %.4f, accuracy %s", static_cast<long long>(e.step),
-                  static_cast<double>(e.loss), percent(e.accuracy).c_str());
-    progress.message(line);
-  };
-
-  const auto start = std::chrono::steady_clock::now();
-  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  int64_t tokens = 0, steps_run = 0;
-  StepStats last;
-  int stop_signal = 0;
-  {
-    StopSignals signals;
-    while (trainer.steps_done() < o.steps) {
-      if (g_stop_signal) break;
-      try {
-        last = trainer.step();
-      } catch (const NonFiniteError& e) {
-        progress.finish();
-        std::cerr << "qkv: error: " << e.what() << ". Training stopped without writing a checkpoint; ";
-        if (last_saved) std::cerr << "the last good one is '" << ckpt_path << "' (step " << *last_saved << ")\n";
-        else if (resumed) std::cerr << "the last good one is '" << f.resume << "' (step " << resumed->step << ")\n";
-        else std::cerr << "none had been written yet (--checkpoint-every " << f.checkpoint_every << ")\n";
-        return 1;
-      }
-      tokens += last.tokens;
-      ++steps_run;
-      const bool eval_now = trainer.has_eval() && o.eval_every > 0 && last.step % o.eval_every == 0;
-      progress.update(last, seconds(), tokens, last.step == o.steps);
-      if (eval_now) evaluate();
-      if (f.checkpoint_every > 0 && last.step % f.checkpoint_every == 0 && last.step != o.steps) save();
-      if (f.stop_after > 0 && last.step >= f.stop_after && last.step < o.steps) break;
-    }
-    stop_signal = g_stop_signal;
+  std::optional<StopSignals> signals;
+  signals.emplace();
+  ProgressObserver observer(progress, o.steps, signals);
+  RunResult r;
+  try {
+    r = trainer.run(policy, observer);
+  } catch (const NonFiniteError& e) {
+    progress.finish();
+    std::cerr << "qkv: error: " << e.what() << ". Training stopped without writing a checkpoint; ";
+    if (observer.last_saved) std::cerr << "the last good one is '" << ckpt_path << "' (step " << *observer.last_saved << ")\n";
+    else if (resumed) std::cerr << "the last good one is '" << f.resume << "' (step " << resumed->step << ")\n";
+    else std::cerr << "none had been written yet (--checkpoint-every " << f.checkpoint_every << ")\n";
+    return 1;
   }
-  const double elapsed = seconds();
-  const bool finished = trainer.steps_done() >= o.steps;
-  if (finished && trainer.has_eval() && (trainer.evals().empty() || trainer.evals().back().step != trainer.steps_done()))
-    evaluate();
   progress.finish();
-  save();
+  const double elapsed = observer.elapsed;
+  const int stop_signal = r.stop_flag;
+  const bool finished = trainer.steps_done() >= o.steps;
   if (!f.svg.empty()) {
     LossCurveOptions lc;
-    lc.title = "qkv train: " + (o.task == "text" ? "'" + o.text_file + "'" : o.task + " task") + ", " +
-               std::to_string(trainer.steps_done()) + " steps";
+    lc.title = "qkv train: " +
+               (o.task == TrainTask::kText ? "'" + o.text_file + "'" : std::string(train_task_name(o.task)) + " task") +
+               ", " + std::to_string(trainer.steps_done()) + " steps";
     write_file_atomically(f.svg, loss_curve_svg(trainer.losses(), trainer.evals(), lc));
   }
 
-  const double tokens_per_s = elapsed > 0 ? static_cast<double>(tokens) / elapsed : 0.0;
+  const double tokens_per_s = elapsed > 0 ? static_cast<double>(r.tokens) / elapsed : 0.0;
   const float final_loss = trainer.losses().empty() ? NAN : trainer.losses().back();
   const bool has_accuracy = trainer.has_eval() && !trainer.evals().empty();
   const double accuracy = has_accuracy ? trainer.evals().back().accuracy : NAN;
   char line[256];
   std::snprintf(line, sizeof line, "%s %lld steps (%lld in this run) in %.1f s, %s tokens/s; final loss %.4f",
                 finished ? "trained" : "stopped after", static_cast<long long>(trainer.steps_done()),
-                static_cast<long long>(steps_run), elapsed, rate(tokens_per_s).c_str(), static_cast<double>(final_loss));
+                static_cast<long long>(r.steps_run), elapsed, rate(tokens_per_s).c_str(), static_cast<double>(final_loss));
   info << line;
   if (has_accuracy) info << ", held-out accuracy " << percent(accuracy);
   info << "\n";
@@ -300,12 +309,12 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
   }
   if (f.json) {
     nlohmann::json j = {{"steps", trainer.steps_done()},
-                        {"steps_this_run", steps_run},
+                        {"steps_this_run", r.steps_run},
                         {"final_loss", final_loss},
                         {"accuracy", has_accuracy ? nlohmann::json(accuracy) : nlohmann::json(nullptr)},
                         {"tokens_per_s", tokens_per_s},
                         {"seconds", elapsed},
-                        {"task", o.task},
+                        {"task", train_task_name(o.task)},
                         {"finished", finished},
                         {"checkpoint", ckpt_path},
                         {"loss_curve", f.svg}};
@@ -322,43 +331,14 @@ Command add_train(CLI::App& app) {
   TrainOptions& o = f->o;
   CLI::App* sub = app.add_subcommand(
       "train", "Train an attention-only language model (built-in copy/reverse task, or a text file)");
-  sub->add_option("--task", o.task, "copy | reverse (built in), text (with --text-file), data (with --data)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"copy", "reverse", "text", "data"}));
-  sub->add_option("--length", o.task_length, "Built-in task: symbols before the separator")->capture_default_str();
-  sub->add_option("--symbols", o.task_symbols, "Built-in task: alphabet size (2..26)")->capture_default_str();
-  sub->add_option("--text-file", o.text_file, "Next-token prediction on this text, GPT-2 tokens (sets --task text)");
-  sub->add_option("--vocab-dir", f->vocab_dir, "Where GPT-2's encoder.json and vocab.bpe are (default: searched)");
-  sub->add_option("--data", o.data_file, "Fixed batches: a safetensors file with (N, T) 'inputs' and 'targets' (sets --task data)");
-  sub->add_option("--vocab-size", o.model.vocab_size, "--data only: the vocabulary size (default: largest id + 1)");
-  sub->add_option("--d-model", o.model.d_model, "Embedding and attention width")->capture_default_str();
-  sub->add_option("--num-heads", o.model.num_heads, "Heads per attention block")->capture_default_str();
-  sub->add_option("--num-layers", o.model.num_layers, "Attention blocks")->capture_default_str();
-  sub->add_option("--context-length", o.model.context_length,
-                  "Positions the model has (default: the task's sequence length; 64 for text)");
-  sub->add_option("--dropout", o.model.dropout, "Dropout on the attention weights, in [0, 1)")->capture_default_str();
-  sub->add_flag("--qkv-bias", o.model.qkv_bias, "Give the query, key and value projections a bias");
-  add_attention_flag(sub, o.model.attention,
-                     "auto (fused; textbook while dropout is on, for PyTorch's masks) | fused | textbook");
-  sub->add_option("--optimizer", o.optimizer, "adamw | sgd")->capture_default_str()->check(CLI::IsMember({"adamw", "sgd"}));
-  sub->add_option("--steps", o.steps, "Optimisation steps in all")->capture_default_str();
-  sub->add_option("--batch-size", o.batch_size, "Sequences per step")->capture_default_str();
-  sub->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
-  sub->add_option("--min-lr", o.min_lr, "Learning rate at the end of the cosine decay")->capture_default_str();
-  sub->add_option("--warmup", o.warmup, "Steps of linear warm-up")->capture_default_str();
-  sub->add_option("--weight-decay", o.weight_decay, "Weight decay (decoupled for AdamW)")->capture_default_str();
-  sub->add_option("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
-  sub->add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
-  sub->add_option("--eps", o.eps, "AdamW eps")->capture_default_str();
-  sub->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
-  sub->add_option("--dampening", o.dampening, "SGD dampening")->capture_default_str();
-  sub->add_flag("--nesterov", o.nesterov, "SGD: Nesterov momentum");
-  sub->add_option("--clip", o.clip, "Clip the global gradient norm to this (0: no clipping)")->capture_default_str();
-  sub->add_option("--seed", o.seed, "Seed: weights and dropout as torch.manual_seed(S), data from S + 1")
-      ->capture_default_str();
-  sub->add_option("--eval-every", o.eval_every, "Built-in task: held-out accuracy every N steps (0: only at the end)")
-      ->capture_default_str();
-  sub->add_option("--eval-sequences", o.eval_sequences, "Built-in task: held-out sequences")->capture_default_str();
+  // The run's options, each from its one declaration (qkv/train/train_options.h).
+  visit_fields(OptionFlags{sub,
+                           [sub, f](const OptionField& field) {
+                             if (std::string(field.flag) == "--text-file")
+                               sub->add_option("--vocab-dir", f->vocab_dir,
+                                               "Where GPT-2's encoder.json and vocab.bpe are (default: searched)");
+                           }},
+               o);
   sub->add_option("--checkpoint", f->checkpoint, "Checkpoint file (\"\": none); with --resume, default the resumed file")
       ->capture_default_str();
   sub->add_option("--checkpoint-every", f->checkpoint_every, "Also write the checkpoint every N steps (0: only at the end)")

@@ -30,10 +30,29 @@ const std::vector<std::string>& attention_module_names() {
   return names;
 }
 
+const std::vector<AttentionModuleInfo>& attention_modules() {
+  static const std::vector<AttentionModuleInfo> modules = {
+      {"self-attention-v1", 2, false, false, false},
+      {"self-attention-v2", 2, false, false, true},
+      {"causal-attention", 3, true, false, true},
+      {"mha-wrapper", 3, true, true, true},
+      {"mha", 3, true, true, true},
+  };
+  return modules;
+}
+
+const AttentionModuleInfo& attention_module_info(const std::string& name) {
+  for (const AttentionModuleInfo& m : attention_modules())
+    if (name == m.name) return m;
+  std::string known;
+  for (const std::string& n : attention_module_names()) known += (known.empty() ? "" : ", ") + n;
+  fail("unknown module '", name, "'; expected one of: ", known);
+}
+
 std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, const AttentionConfig& c,
                                                        Generator& gen) {
   if (name == "self-attention-v1") {
-    QKV_CHECK(!c.qkv_bias, "self-attention-v1 has no bias (its weights are plain matrices); drop --qkv-bias");
+    QKV_CHECK(!c.qkv_bias, "self-attention-v1 has no bias (its weights are plain matrices); qkv_bias must be false");
     return std::make_unique<SelfAttentionV1>(c.d_in, c.d_out, gen);
   }
   if (name == "self-attention-v2") return std::make_unique<SelfAttentionV2>(c.d_in, c.d_out, c.qkv_bias, gen);

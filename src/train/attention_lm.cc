@@ -42,26 +42,11 @@ bool finite(const Tensor& t) {
 
 }  // namespace
 
-nlohmann::json to_json(const LMConfig& c) {
-  return {{"vocab_size", c.vocab_size}, {"context_length", c.context_length}, {"d_model", c.d_model},
-          {"num_heads", c.num_heads},   {"num_layers", c.num_layers},         {"dropout", c.dropout},
-          {"qkv_bias", c.qkv_bias},     {"attention", attention_path_name(c.attention)}};
-}
+nlohmann::json to_json(const LMConfig& c) { return fields_to_json(c); }
 
 LMConfig lm_config_from_json(const nlohmann::json& j) {
   LMConfig c;
-  try {
-    c.vocab_size = j.at("vocab_size").get<int64_t>();
-    c.context_length = j.at("context_length").get<int64_t>();
-    c.d_model = j.at("d_model").get<int64_t>();
-    c.num_heads = j.at("num_heads").get<int64_t>();
-    c.num_layers = j.at("num_layers").get<int64_t>();
-    c.dropout = j.at("dropout").get<double>();
-    c.qkv_bias = j.at("qkv_bias").get<bool>();
-    c.attention = parse_attention_path(j.value("attention", std::string("auto")));  // absent before it existed
-  } catch (const nlohmann::json::exception& e) {
-    fail("the model configuration is incomplete or malformed: ", e.what());
-  }
+  fields_from_json(j, c, "the model configuration");
   return c;
 }
 

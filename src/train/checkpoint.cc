@@ -46,7 +46,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   auto meta = [&](const char* key) -> const std::string& {
     auto it = f.metadata.find(key);
     QKV_CHECK(it != f.metadata.end(), "'", path, "' is not a qkv training checkpoint: its metadata has no '", key,
-              "' (checkpoints are written by qkv train --checkpoint)");
+              "' (training checkpoints are written by save_checkpoint)");
     return it->second;
   };
   QKV_CHECK(meta("qkv") == kKind, "'", path, "' is a '", meta("qkv"), "' file, not a ", kKind);

@@ -107,7 +107,7 @@ TokenWindows::TokenWindows(std::vector<int64_t> ids, int64_t vocab_size, int64_t
   QKV_CHECK(tokens >= 1, "text: the window (", tokens, " tokens) must hold at least 1 token");
   QKV_CHECK(static_cast<int64_t>(ids_.size()) >= tokens + 1, what_, " is ", ids_.size(),
             " tokens long; one training window needs context_length + 1 = ", tokens + 1,
-            " tokens. Use a longer text or a smaller --context-length");
+            " tokens. Use a longer text or a smaller context_length");
   for (int64_t id : ids_)
     QKV_CHECK(id >= 0 && id < vocab_size_, "text: token id ", id, " is outside the vocabulary of ", vocab_size_);
 }

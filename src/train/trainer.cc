@@ -15,77 +15,19 @@ std::string number(float v) {
   return str(v);
 }
 
-template <typename T>
-void read(const nlohmann::json& j, const char* key, T& out) {
-  if (j.contains(key)) out = j.at(key).get<T>();
-}
+TaskKind task_kind(TrainTask task) { return task == TrainTask::kCopy ? TaskKind::kCopy : TaskKind::kReverse; }
 
 }  // namespace
 
-nlohmann::json to_json(const TrainOptions& o) {
-  return {{"task", o.task},
-          {"task_length", o.task_length},
-          {"task_symbols", o.task_symbols},
-          {"text_file", o.text_file},
-          {"data_file", o.data_file},
-          {"model", to_json(o.model)},
-          {"optimizer", o.optimizer},
-          {"steps", o.steps},
-          {"batch_size", o.batch_size},
-          {"warmup", o.warmup},
-          {"lr", o.lr},
-          {"min_lr", o.min_lr},
-          {"weight_decay", o.weight_decay},
-          {"beta1", o.beta1},
-          {"beta2", o.beta2},
-          {"eps", o.eps},
-          {"momentum", o.momentum},
-          {"dampening", o.dampening},
-          {"nesterov", o.nesterov},
-          {"clip", o.clip},
-          {"seed", o.seed},
-          {"eval_every", o.eval_every},
-          {"eval_sequences", o.eval_sequences}};
-}
-
-TrainOptions train_options_from_json(const nlohmann::json& j) {
-  TrainOptions o;
-  try {
-    read(j, "task", o.task);
-    read(j, "task_length", o.task_length);
-    read(j, "task_symbols", o.task_symbols);
-    read(j, "text_file", o.text_file);
-    read(j, "data_file", o.data_file);
-    o.model = lm_config_from_json(j.at("model"));
-    read(j, "optimizer", o.optimizer);
-    read(j, "steps", o.steps);
-    read(j, "batch_size", o.batch_size);
-    read(j, "warmup", o.warmup);
-    read(j, "lr", o.lr);
-    read(j, "min_lr", o.min_lr);
-    read(j, "weight_decay", o.weight_decay);
-    read(j, "beta1", o.beta1);
-    read(j, "beta2", o.beta2);
-    read(j, "eps", o.eps);
-    read(j, "momentum", o.momentum);
-    read(j, "dampening", o.dampening);
-    read(j, "nesterov", o.nesterov);
-    read(j, "clip", o.clip);
-    read(j, "seed", o.seed);
-    read(j, "eval_every", o.eval_every);
-    read(j, "eval_sequences", o.eval_sequences);
-  } catch (const nlohmann::json::exception& e) {
-    fail("the training options are malformed: ", e.what());
-  }
-  return o;
-}
-
 std::unique_ptr<TrainingData> make_task_data(const TrainOptions& o) {
-  if (o.task == "copy" || o.task == "reverse")
-    return std::make_unique<SequenceTask>(o.task == "copy" ? TaskKind::kCopy : TaskKind::kReverse, o.task_length,
-                                          o.task_symbols, o.seed + 1);
-  if (o.task == "data") return std::make_unique<FixedBatches>(o.data_file, o.model.vocab_size);
-  fail("unknown task '", o.task, "'; expected copy, reverse, text or data");
+  switch (o.task) {
+    case TrainTask::kCopy:
+    case TrainTask::kReverse:
+      return std::make_unique<SequenceTask>(task_kind(o.task), o.task_length, o.task_symbols, o.seed + 1);
+    case TrainTask::kData: return std::make_unique<FixedBatches>(o.data_file, o.model.vocab_size);
+    case TrainTask::kText: break;
+  }
+  fail("task ", train_task_name(o.task), ": the caller tokenises the text and gives the Trainer its TokenWindows");
 }
 
 NonFiniteError::NonFiniteError(int64_t s, std::string what, std::string t)
@@ -110,17 +52,19 @@ Trainer::Trainer(TrainOptions options, std::unique_ptr<TrainingData> data, std::
   // torch.manual_seed(seed); model = AttentionLM(...)
   model_ = std::make_unique<AttentionLM>(o.model, model_gen_);
   params_ = parameters_of(*model_);
-  if (o.optimizer == "adamw") {
-    optimizer_ = std::make_unique<AdamW>(params_, o.lr, AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
-  } else if (o.optimizer == "sgd") {
-    optimizer_ = std::make_unique<Sgd>(params_, o.lr, SgdOptions{o.momentum, o.dampening, o.weight_decay, o.nesterov});
-  } else {
-    fail("unknown optimizer '", o.optimizer, "'; expected adamw or sgd");
+  switch (o.optimizer) {
+    case OptimizerKind::kAdamW:
+      optimizer_ = std::make_unique<AdamW>(params_, o.lr, AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
+      break;
+    case OptimizerKind::kSgd:
+      optimizer_ = std::make_unique<Sgd>(params_, o.lr, SgdOptions{o.momentum, o.dampening, o.weight_decay, o.nesterov});
+      break;
   }
+  QKV_CHECK(optimizer_ != nullptr, "train: unknown optimizer kind ", static_cast<int>(o.optimizer));
   QKV_CHECK(o.min_lr >= 0.0 && o.min_lr <= o.lr, "train: min_lr (", o.min_lr, ") must be in [0, lr = ", o.lr, "]");
   schedule_ = LrSchedule{o.lr, o.min_lr, o.warmup, o.steps};
-  if ((o.task == "copy" || o.task == "reverse") && o.eval_sequences > 0) {
-    SequenceTask held_out(o.task == "copy" ? TaskKind::kCopy : TaskKind::kReverse, o.task_length, o.task_symbols,
+  if (is_builtin_task(o.task) && o.eval_sequences > 0) {
+    SequenceTask held_out(task_kind(o.task), o.task_length, o.task_symbols,
                           o.seed + 2);
     eval_ = held_out.next(o.eval_sequences);
   }

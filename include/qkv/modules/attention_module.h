@@ -52,4 +52,17 @@ std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, 
                                                        Generator& gen);
 const std::vector<std::string>& attention_module_names();
 
+// What a module class takes and does, by its command-line name, so that callers ask the module
+// rather than test its name.
+struct AttentionModuleInfo {
+  const char* name;        // as the command line spells it: "causal-attention"
+  int input_rank;          // 2: (T, d_in); 3: (B, T, d_in)
+  bool causal;             // has a causal mask (of context_length), dropout and an AttentionPath
+  bool multi_head;         // takes num_heads
+  bool bias;               // takes qkv_bias
+};
+const std::vector<AttentionModuleInfo>& attention_modules();  // in attention_module_names() order
+// The module called `name`; throws qkv::Error naming the known ones.
+const AttentionModuleInfo& attention_module_info(const std::string& name);
+
 }  // namespace qkv

@@ -15,7 +15,9 @@
 // reproduces PyTorch's masks too.
 #pragma once
 
+#include <concepts>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +26,7 @@
 #include "qkv/modules/layers.h"
 #include "qkv/modules/attention_module.h"
 #include "qkv/modules/multi_head_attention.h"
+#include "qkv/train/option_fields.h"
 
 namespace qkv {
 
@@ -38,8 +41,32 @@ struct LMConfig {
   AttentionPath attention = AttentionPath::kAuto;  // the blocks' computation (fused unless PyTorch dropout)
 };
 
+// LMConfig's fields, once (see option_fields.h): JSON keys as the checkpoints' "model" object
+// spells them (every one required but "attention", absent from the first checkpoints), and the
+// flags of `qkv train`.
+template <typename V, typename... C>
+  requires(std::same_as<std::remove_const_t<C>, LMConfig> && ...)
+void visit_fields(V&& v, C&... c) {
+  v(OptionField{"vocab_size", "--vocab-size", "--data only: the vocabulary size (default: largest id + 1)", false,
+                true},
+    c.vocab_size...);
+  v(OptionField{"d_model", "--d-model", "Embedding and attention width", true, true}, c.d_model...);
+  v(OptionField{"num_heads", "--num-heads", "Heads per attention block", true, true}, c.num_heads...);
+  v(OptionField{"num_layers", "--num-layers", "Attention blocks", true, true}, c.num_layers...);
+  v(OptionField{"context_length", "--context-length",
+                "Positions the model has (default: the task's sequence length; 64 for text)", false, true},
+    c.context_length...);
+  v(OptionField{"dropout", "--dropout", "Dropout on the attention weights, in [0, 1)", true, true}, c.dropout...);
+  v(OptionField{"qkv_bias", "--qkv-bias", "Give the query, key and value projections a bias", false, true},
+    c.qkv_bias...);
+  v(OptionField{"attention", "--attention",
+                "auto (fused; textbook while dropout is on, for PyTorch's masks) | fused | textbook", true, false},
+    c.attention...);
+}
+
 nlohmann::json to_json(const LMConfig& c);
-LMConfig lm_config_from_json(const nlohmann::json& j);  // throws qkv::Error naming a missing key
+// Throws qkv::Error naming a missing, unknown or ill-typed key.
+LMConfig lm_config_from_json(const nlohmann::json& j);
 
 class AttentionLM : public Module {
  public:

@@ -11,6 +11,7 @@
 // resumed produces the same losses, bit for bit, as one that never stopped.
 #pragma once
 
+#include <csignal>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,32 +25,9 @@
 #include "qkv/train/loss.h"
 #include "qkv/train/lr_schedule.h"
 #include "qkv/train/optimizer.h"
+#include "qkv/train/train_options.h"
 
 namespace qkv {
-
-struct TrainOptions {
-  // What to train on: "copy" / "reverse" (built in), "text" (text_file), "data" (data_file).
-  std::string task = "copy";
-  int64_t task_length = 16;   // symbols before the separator (built-in tasks)
-  int64_t task_symbols = 16;  // alphabet size (built-in tasks)
-  std::string text_file, data_file;
-  // The model. vocab_size comes from the data; context_length 0 means the data's sequence length.
-  LMConfig model;
-  // Optimisation.
-  std::string optimizer = "adamw";  // or "sgd"
-  int64_t steps = 500, batch_size = 32, warmup = 50;
-  double lr = 3e-3, min_lr = 3e-4;
-  double weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // AdamW (weight_decay: SGD too)
-  double momentum = 0.0, dampening = 0.0;                               // SGD
-  bool nesterov = false;
-  double clip = 1.0;  // max global gradient norm; 0 = no clipping
-  uint64_t seed = 123;
-  // Evaluation on held-out sequences (built-in tasks).
-  int64_t eval_every = 50, eval_sequences = 512;
-};
-
-nlohmann::json to_json(const TrainOptions& o);
-TrainOptions train_options_from_json(const nlohmann::json& j);
 
 // The data an options object describes, for the built-in tasks and "data". (Text is tokenised by
 // the caller and given to the Trainer as TokenWindows.)
@@ -90,6 +68,37 @@ struct Checkpoint {
   std::vector<int64_t> vocab;                      // text: model id -> GPT-2 id; else empty
 };
 
+// How one process runs the steps: what is not an option of the training itself (not saved in
+// checkpoints). Evaluation follows TrainOptions::eval_every, which a resumed run keeps.
+struct RunPolicy {
+  std::string checkpoint_path;    // written every checkpoint_every steps and at the end; "" = none
+  int64_t checkpoint_every = 0;   // 0: only at the end (never after the last step: the end writes it)
+  int64_t stop_after = 0;         // stop after this step, as a signal would (0: run to the end)
+  // Read between steps: non-zero stops the run there (a signal handler stores the signal's number).
+  const volatile std::sig_atomic_t* stop_flag = nullptr;
+};
+
+enum class StopReason { kFinished, kStopAfter, kStopFlag };
+
+struct RunResult {
+  StopReason reason = StopReason::kFinished;
+  int stop_flag = 0;       // the flag's value when the steps ended (it may be set on a finished run)
+  int64_t steps_run = 0;   // steps taken by this call
+  int64_t tokens = 0;      // tokens of those steps
+};
+
+// What Trainer::run reports, in order: on_step after each step (then on_eval when that step is
+// evaluated, then on_checkpoint when it is saved), on_steps_end when the steps stop, then the
+// final evaluation's on_eval and the final checkpoint's on_checkpoint.
+class RunObserver {
+ public:
+  virtual ~RunObserver() = default;
+  virtual void on_step(const StepStats& /*s*/, int64_t /*tokens_this_run*/) {}
+  virtual void on_eval(const EvalStats& /*e*/) {}
+  virtual void on_checkpoint(const std::string& /*path*/, int64_t /*step*/) {}
+  virtual void on_steps_end(const RunResult& /*r*/) {}
+};
+
 class Trainer {
  public:
   // `data` may be null for the built-in tasks and "data" (made from the options).
@@ -109,6 +118,13 @@ class Trainer {
   TrainingData& data() { return *data_; }
   Optimizer& optimizer() { return *optimizer_; }
   const std::vector<int64_t>& vocab() const { return vocab_; }
+
+  // Takes the steps left (up to options().steps), evaluating every eval_every steps (built-in
+  // tasks) and writing checkpoints as `policy` says, until the end, policy.stop_after, or the stop
+  // flag; then evaluates once more if the run is finished and the last step was not evaluated, and
+  // writes the checkpoint. A NonFiniteError leaves the run as it was before that step and writes
+  // nothing more.
+  RunResult run(const RunPolicy& policy, RunObserver& observer);
 
   Checkpoint checkpoint();
   // Continues from `c`: model, optimiser, step, generators, data position and history. The model

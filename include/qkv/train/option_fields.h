@@ -1,0 +1,104 @@
+// qkv/train/option_fields.h - an options struct declared once: each field listed one time, with
+// its JSON key, its command-line flag and its help, from which the JSON and the flags derive.
+//
+// A struct opts in with an overload found by argument-dependent lookup:
+//
+//   template <typename V, typename... O>  // O: the struct, const or not (one or more objects)
+//   void visit_fields(V&& v, O&... o) {
+//     v(OptionField{"steps", "--steps", "Optimisation steps in all"}, o.steps...);
+//     ...
+//   }
+//
+// The visitor sees each field's description and that field of every object given, so one listing
+// serves writing JSON (one const object), reading it (one object), registering flags (one object)
+// and copying the fields given on a command line from one object to another (two objects).
+// Field types: int64_t, uint64_t, double, bool, std::string, and enums with
+// option_to_json(E) / read_option(json, E&, key) overloads (AttentionPath below, TrainTask, ...).
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/core/error.h"
+#include "qkv/modules/attention_module.h"
+
+namespace qkv {
+
+struct OptionField {
+  const char* key;                 // JSON key, inside `section` when there is one
+  const char* flag;                // the command-line flag, "--steps"
+  const char* help;                // the flag's help text
+  bool show_default = true;        // --help shows the default value
+  bool required = false;           // JSON: an absent key is an error (otherwise the default stays)
+  const char* section = nullptr;   // the JSON sub-object holding it ("model"), or none
+};
+
+// JSON values, strictly typed: an integer field takes only an integer, a number field any number,
+// a flag only true or false, a string only a string, an enum only one of its names. `key` names
+// the field in the error.
+inline nlohmann::json option_to_json(int64_t v) { return v; }
+inline nlohmann::json option_to_json(uint64_t v) { return v; }
+inline nlohmann::json option_to_json(double v) { return v; }
+inline nlohmann::json option_to_json(bool v) { return v; }
+inline nlohmann::json option_to_json(const std::string& v) { return v; }
+inline nlohmann::json option_to_json(AttentionPath v) { return attention_path_name(v); }
+void read_option(const nlohmann::json& j, int64_t& out, const std::string& key);
+void read_option(const nlohmann::json& j, uint64_t& out, const std::string& key);
+void read_option(const nlohmann::json& j, double& out, const std::string& key);
+void read_option(const nlohmann::json& j, bool& out, const std::string& key);
+void read_option(const nlohmann::json& j, std::string& out, const std::string& key);
+void read_option(const nlohmann::json& j, AttentionPath& out, const std::string& key);
+
+// Every field of `o` as a JSON object (fields with a section in that sub-object).
+template <typename T>
+nlohmann::json fields_to_json(const T& o) {
+  nlohmann::json j = nlohmann::json::object();
+  visit_fields([&](const OptionField& f, const auto& v) { (f.section ? j[f.section] : j)[f.key] = option_to_json(v); },
+               o);
+  return j;
+}
+
+// Reads `j` onto `o` (whose fields keep their values where a key is absent and not required).
+// A key that is not a field, a value of the wrong type, or a required key that is absent is a
+// qkv::Error naming the key ("model.d_model") and starting with `what` ("the training options").
+template <typename T>
+void fields_from_json(const nlohmann::json& j, T& o, const std::string& what) {
+  QKV_CHECK(j.is_object(), what, " must be a JSON object, not ", j.dump());
+  std::set<std::string> known;  // "key", and "section.key" with the section's name as a key too
+  visit_fields(
+      [&](const OptionField& f, auto& v) {
+        const nlohmann::json* in = &j;
+        std::string name = f.key;
+        if (f.section) {
+          known.insert(f.section);
+          name = std::string(f.section) + "." + f.key;
+          auto s = j.find(f.section);
+          QKV_CHECK(s == j.end() || s->is_object(), what, ": '", f.section, "' must be a JSON object, not ", s->dump());
+          in = s == j.end() ? nullptr : &*s;
+        }
+        known.insert(name);
+        auto it = in ? in->find(f.key) : j.end();
+        if (!in || it == in->end()) {
+          QKV_CHECK(!f.required, what, ": '", name, "' is missing");
+          return;
+        }
+        try {
+          read_option(*it, v, name);
+        } catch (const Error& e) {
+          fail(what, ": ", e.what());
+        }
+      },
+      o);
+  auto check_keys = [&](const nlohmann::json& obj, const std::string& prefix) {
+    for (const auto& [key, value] : obj.items())
+      QKV_CHECK(known.count(prefix + key) > 0, what, ": unknown key '", prefix + key, "'");
+  };
+  check_keys(j, "");
+  for (const auto& [key, value] : j.items())
+    if (value.is_object()) check_keys(value, key + ".");
+}
+
+}  // namespace qkv

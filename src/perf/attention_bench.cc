@@ -1,0 +1,275 @@
+// The attention benchmark harness. See include/qkv/perf/attention_bench.h.
+//
+// Legend: B batch, T tokens, C channels (d_in = d_out), H heads, D head dim.
+#include "qkv/perf/attention_bench.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "qkv/core/error.h"
+#include "qkv/core/gemm.h"
+#include "qkv/kernels/fma_peak.h"
+#include "qkv/kernels/simd.h"
+
+namespace qkv::perf {
+namespace {
+
+// Owned, uninitialised floats (first touched by fill_random, in parallel).
+struct Buffer {
+  std::unique_ptr<float[]> data;
+  size_t size = 0;
+  explicit Buffer(size_t n) : data(new float[std::max<size_t>(n, 1)]), size(n) {}
+  float* get() { return data.get(); }
+};
+
+// Uniform values in [-scale, scale) from a counter hash: fast enough for gigabytes of inputs.
+void fill_random(Buffer& b, uint64_t seed, float scale, ThreadPool& pool) {
+  const int64_t chunk = 1 << 20, n = static_cast<int64_t>(b.size);
+  pool.parallel_for((n + chunk - 1) / chunk, [&](int64_t t, int) {
+    for (int64_t i = t * chunk; i < std::min(n, (t + 1) * chunk); ++i) {
+      uint64_t z = seed + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ULL;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+      z ^= z >> 31;
+      b.get()[i] = scale * (static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f);
+    }
+  });
+}
+
+double cpu_seconds() {  // user + system time of the whole process so far
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
+double physical_memory_bytes() {  // 0 when unknown
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+double max_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+void check_fits_in_memory(const AttentionBenchShape& s) {
+  // The inputs, outputs and gradients must fit, or the run would be killed mid-way.
+  const double bytes = attention_bench_bytes(s), ram = physical_memory_bytes();
+  QKV_CHECK(ram <= 0 || bytes < 0.8 * ram, "B=", s.batch, " T=", s.seq_len, " H=", s.num_heads, " D=", s.head_dim,
+            " needs about ", static_cast<int64_t>(bytes / (1 << 20)), " MiB of inputs and outputs; this machine has ",
+            static_cast<int64_t>(ram / (1 << 20)), " MiB");
+}
+
+}  // namespace
+
+BenchTarget parse_bench_target(const std::string& name) {
+  if (name == "mha") return BenchTarget::kMha;
+  if (name == "causal-attention") return BenchTarget::kCausalAttention;
+  if (name == "attention-core") return BenchTarget::kAttentionCore;
+  fail("unknown benchmark target '", name, "'; expected mha, causal-attention or attention-core");
+}
+
+const char* bench_target_name(BenchTarget target) {
+  switch (target) {
+    case BenchTarget::kMha: return "mha";
+    case BenchTarget::kCausalAttention: return "causal-attention";
+    case BenchTarget::kAttentionCore: return "attention-core";
+  }
+  return "?";
+}
+
+AttentionBenchShape normalized(AttentionBenchShape s) {
+  QKV_CHECK(s.batch >= 1, "attention bench: batch (", s.batch, ") must be at least 1");
+  QKV_CHECK(s.seq_len >= 1, "attention bench: seq_len (", s.seq_len, ") must be at least 1");
+  QKV_CHECK(s.dropout >= 0.0 && s.dropout < 1.0, "attention bench: dropout (", s.dropout, ") must be in [0, 1)");
+  QKV_CHECK(s.num_heads >= 1, "attention bench: num_heads (", s.num_heads, ") must be at least 1");
+  QKV_CHECK(s.target != BenchTarget::kCausalAttention || s.num_heads == 1,
+            "attention bench: causal-attention has one head, not num_heads = ", s.num_heads);
+  if (s.target == BenchTarget::kAttentionCore) {
+    if (s.head_dim == 0) s.head_dim = s.d_model / s.num_heads;
+    QKV_CHECK(s.head_dim >= 1, "attention bench: head_dim (", s.head_dim, ") must be at least 1");
+    s.d_model = s.head_dim * s.num_heads;
+  } else {
+    QKV_CHECK(s.d_model >= 1, "attention bench: d_model (", s.d_model, ") must be at least 1");
+    QKV_CHECK(s.d_model % s.num_heads == 0, "attention bench: d_model (", s.d_model,
+              ") must be divisible by num_heads (", s.num_heads, ")");
+    QKV_CHECK(s.head_dim == 0 || s.head_dim == s.d_model / s.num_heads, "attention bench: head_dim (", s.head_dim,
+              ") must be d_model / num_heads = ", s.d_model / s.num_heads, " for ", bench_target_name(s.target));
+    s.head_dim = s.d_model / s.num_heads;
+  }
+  return s;
+}
+
+double attention_bench_bytes(const AttentionBenchShape& s) {
+  const double n = static_cast<double>(s.batch) * static_cast<double>(s.seq_len) *
+                   static_cast<double>(s.num_heads * s.head_dim);
+  const double C = static_cast<double>(s.d_model);
+  // core: q, k, v, o (and d_o, dq, dk, dv); mha: x, y, the QKV output, its heads, the context (and
+  // their gradients), roughly
+  const double floats = s.target == BenchTarget::kAttentionCore ? n * (s.backward ? 8 : 4)
+                                                                : n * (s.backward ? 20 : 9) + 4.0 * C * C;
+  return 4.0 * floats;
+}
+
+// The buffers of one case: the inputs filled, the outputs and gradients only allocated.
+struct AttentionBenchCase::Buffers {
+  std::vector<std::unique_ptr<Buffer>> keep;
+  // attention-core
+  kernels::MutableHeads q, k, v, o, d_o, dq, dk, dv;
+  float* lse = nullptr;
+  // mha, causal-attention
+  kernels::MhaShape mha;
+  kernels::MhaWeights w;
+  kernels::MhaGradients g;
+  const float* x = nullptr;
+  const float* dy = nullptr;
+  float *y = nullptr, *dx = nullptr;
+  kernels::MhaWorkspace ws;
+
+  float* buffer(size_t n, float scale, uint64_t seed, ThreadPool& pool) {
+    keep.push_back(std::make_unique<Buffer>(n));
+    if (scale != 0) fill_random(*keep.back(), seed, scale, pool);
+    return keep.back()->get();
+  }
+};
+
+AttentionBenchCase::AttentionBenchCase(const AttentionBenchShape& shape, ThreadPool& pool)
+    : shape_(normalized(shape)), b_(std::make_unique<Buffers>()) {
+  check_fits_in_memory(shape_);
+  const AttentionBenchShape& s = shape_;
+  const int64_t B = s.batch, T = s.seq_len, H = s.num_heads, D = s.head_dim, C = s.d_model;
+  options_.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  options_.mask = s.causal ? kernels::AttentionMask::causal() : kernels::AttentionMask::none();
+  options_.dropout_p = static_cast<float>(s.dropout);
+  options_.dropout_seed = 1234;
+  options_.pool = &pool;
+  Buffers& b = *b_;
+  auto buffer = [&](size_t n, float scale, uint64_t seed) { return b.buffer(n, scale, seed, pool); };
+  if (s.target == BenchTarget::kAttentionCore) {
+    const auto n = static_cast<size_t>(B * H * T * D);
+    auto heads = [&](float* p) { return kernels::MutableHeads::contiguous(p, B, H, T, D); };
+    b.q = heads(buffer(n, 1, 1));
+    b.k = heads(buffer(n, 1, 2));
+    b.v = heads(buffer(n, 1, 3));
+    b.o = heads(buffer(n, 0, 0));
+    b.lse = buffer(static_cast<size_t>(B * H * T), 0, 0);
+    if (s.backward) {
+      b.d_o = heads(buffer(n, 1, 4));
+      b.dq = heads(buffer(n, 0, 0));
+      b.dk = heads(buffer(n, 0, 0));
+      b.dv = heads(buffer(n, 0, 0));
+    }
+    return;
+  }
+  const bool out_proj = s.target == BenchTarget::kMha;
+  b.mha = kernels::MhaShape{B, T, C, C, H};
+  const float w_scale = 1.0f / std::sqrt(static_cast<float>(C));  // nn.Linear's init range
+  b.w.w_qkv = buffer(static_cast<size_t>(3 * C * C), w_scale, 5);
+  if (out_proj) {
+    b.w.w_out = buffer(static_cast<size_t>(C * C), w_scale, 6);
+    b.w.b_out = buffer(static_cast<size_t>(C), w_scale, 7);
+  }
+  b.x = buffer(static_cast<size_t>(B * T * C), 1, 8);
+  b.y = buffer(static_cast<size_t>(B * T * C), 0, 0);
+  if (s.backward) {
+    b.dy = buffer(static_cast<size_t>(B * T * C), 1, 9);
+    b.dx = buffer(static_cast<size_t>(B * T * C), 0, 0);
+    b.g.dw_qkv = buffer(static_cast<size_t>(3 * C * C), 0, 0);
+    if (out_proj) {
+      b.g.dw_out = buffer(static_cast<size_t>(C * C), 0, 0);
+      b.g.db_out = buffer(static_cast<size_t>(C), 0, 0);
+    }
+  }
+}
+
+AttentionBenchCase::~AttentionBenchCase() = default;
+
+void AttentionBenchCase::forward() {
+  Buffers& b = *b_;
+  if (shape_.target == BenchTarget::kAttentionCore) kernels::attention_forward(b.q, b.k, b.v, b.o, b.lse, options_);
+  else kernels::mha_forward(b.mha, b.w, b.x, b.y, b.ws, options_);
+}
+
+void AttentionBenchCase::backward() {
+  QKV_CHECK(shape_.backward, "attention bench: this case has no gradient buffers (shape.backward is false)");
+  Buffers& b = *b_;
+  if (shape_.target == BenchTarget::kAttentionCore)
+    kernels::attention_backward(b.q, b.k, b.v, b.o, b.d_o, b.lse, b.dq, b.dk, b.dv, options_);
+  else kernels::mha_backward(b.mha, b.w, b.x, b.dy, b.dx, b.g, b.ws, options_);
+}
+
+double AttentionBenchCase::forward_flops() const {
+  const AttentionBenchShape& s = shape_;
+  if (s.target == BenchTarget::kAttentionCore)
+    return kernels::attention_forward_flops(s.batch, s.num_heads, s.seq_len, s.seq_len, s.head_dim, s.head_dim,
+                                            s.causal);
+  return kernels::mha_forward_flops(b_->mha, s.target == BenchTarget::kMha, s.causal);
+}
+
+double AttentionBenchCase::backward_flops() const {
+  const AttentionBenchShape& s = shape_;
+  if (s.target == BenchTarget::kAttentionCore)
+    return kernels::attention_backward_flops(s.batch, s.num_heads, s.seq_len, s.seq_len, s.head_dim, s.head_dim,
+                                             s.causal);
+  return kernels::mha_backward_flops(b_->mha, s.target == BenchTarget::kMha, s.causal);
+}
+
+AttentionBenchReport run_attention_bench(const AttentionBenchShape& shape, int iters, int warmup, ThreadPool& pool) {
+  using Clock = std::chrono::steady_clock;
+  QKV_CHECK(iters >= 1, "attention bench: iters (", iters, ") must be at least 1");
+  QKV_CHECK(warmup >= 0, "attention bench: warmup (", warmup, ") must not be negative");
+  AttentionBenchReport r;
+  r.shape = normalized(shape);
+  check_fits_in_memory(r.shape);  // before the peak is measured
+  const bool core = r.shape.target == BenchTarget::kAttentionCore;
+  r.threads = pool.num_threads();
+  r.iters = iters;
+  r.simd = kernels::simd_target();
+  r.simd_bits = kernels::simd_vector_bits();
+  r.peak_gflops = kernels::measure_fma_peak_gflops(pool);
+  // When the BLAS computes with narrower vectors than this CPU has (OPENBLAS_CORETYPE=Haswell on
+  // an AVX-512 machine, say), the peak at the BLAS's width bounds the projections: measured too.
+  r.blas = blas_description();
+  r.blas_bits = core ? 0 : blas_vector_bits();
+  if (r.blas_bits > 0 && r.blas_bits < r.simd_bits) {
+    for (int64_t target : kernels::available_simd_targets()) {
+      if (kernels::simd_target_vector_bits(target) != r.blas_bits) continue;
+      kernels::force_simd_target(target);
+      r.peak_gflops_at_blas_width = kernels::measure_fma_peak_gflops(pool);
+      kernels::force_simd_target(0);
+      break;
+    }
+  }
+
+  AttentionBenchCase c(r.shape, pool);
+  r.flops = c.step_flops();
+  for (int i = 0; i < warmup; ++i) c.step();
+  const double cpu0 = cpu_seconds();
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = Clock::now();
+    c.step();
+    r.times_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  double wall = 0;
+  for (double t : r.times_ms) wall += t * 1e-3;
+  // The share of the timed wall-clock x threads this process actually ran: below 1 means other
+  // processes (or idle waits) took the cores, and the times are inflated by that much.
+  r.cpu_share = (cpu_seconds() - cpu0) / (wall * r.threads);
+  std::vector<double> sorted = r.times_ms;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  r.median_ms = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  r.min_ms = sorted.front();
+  r.max_ms = sorted.back();
+  r.gflops = r.flops / (r.median_ms * 1e-3) / 1e9;
+  r.max_rss_mib = max_rss_mib();
+  return r;
+}
+
+}  // namespace qkv::perf

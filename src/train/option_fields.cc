@@ -1,0 +1,51 @@
+// Strictly typed JSON values of options. See include/qkv/train/option_fields.h.
+#include "qkv/train/option_fields.h"
+
+#include <limits>
+
+namespace qkv {
+namespace {
+
+[[noreturn]] void wrong_type(const nlohmann::json& j, const std::string& key, const char* expected) {
+  fail("'", key, "' must be ", expected, ", not ", j.dump());
+}
+
+}  // namespace
+
+void read_option(const nlohmann::json& j, int64_t& out, const std::string& key) {
+  if (!j.is_number_integer() ||
+      (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())))
+    wrong_type(j, key, "an integer");
+  out = j.get<int64_t>();
+}
+
+void read_option(const nlohmann::json& j, uint64_t& out, const std::string& key) {
+  if (!j.is_number_unsigned()) wrong_type(j, key, "a non-negative integer");
+  out = j.get<uint64_t>();
+}
+
+void read_option(const nlohmann::json& j, double& out, const std::string& key) {
+  if (!j.is_number()) wrong_type(j, key, "a number");
+  out = j.get<double>();
+}
+
+void read_option(const nlohmann::json& j, bool& out, const std::string& key) {
+  if (!j.is_boolean()) wrong_type(j, key, "true or false");
+  out = j.get<bool>();
+}
+
+void read_option(const nlohmann::json& j, std::string& out, const std::string& key) {
+  if (!j.is_string()) wrong_type(j, key, "a string");
+  out = j.get<std::string>();
+}
+
+void read_option(const nlohmann::json& j, AttentionPath& out, const std::string& key) {
+  if (!j.is_string()) wrong_type(j, key, "one of \"auto\", \"fused\", \"textbook\"");
+  try {
+    out = parse_attention_path(j.get<std::string>());
+  } catch (const Error& e) {
+    fail("'", key, "': ", e.what());
+  }
+}
+
+}  // namespace qkv

@@ -1,0 +1,50 @@
+// The training loop's cadence: steps, evaluations, checkpoints, stopping. See Trainer::run in
+// include/qkv/train/trainer.h.
+#include "qkv/train/checkpoint.h"
+#include "qkv/train/trainer.h"
+
+namespace qkv {
+
+RunResult Trainer::run(const RunPolicy& policy, RunObserver& observer) {
+  QKV_CHECK(policy.checkpoint_every >= 0 && policy.stop_after >= 0,
+            "train: checkpoint_every (", policy.checkpoint_every, ") and stop_after (", policy.stop_after,
+            ") must not be negative");
+  const int64_t steps = options_.steps, eval_every = options_.eval_every;
+  auto stop_flag = [&]() -> int { return policy.stop_flag != nullptr ? *policy.stop_flag : 0; };
+  auto save = [&] {
+    if (policy.checkpoint_path.empty()) return;
+    save_checkpoint(policy.checkpoint_path, checkpoint());
+    observer.on_checkpoint(policy.checkpoint_path, steps_done());
+  };
+  auto evaluate_and_record = [&] {
+    EvalStats e = evaluate();
+    record_eval(e);
+    observer.on_eval(e);
+  };
+
+  RunResult r;
+  while (steps_done() < steps) {
+    if (stop_flag()) {
+      r.reason = StopReason::kStopFlag;
+      break;
+    }
+    const StepStats s = step();
+    r.tokens += s.tokens;
+    ++r.steps_run;
+    observer.on_step(s, r.tokens);
+    if (has_eval() && eval_every > 0 && s.step % eval_every == 0) evaluate_and_record();
+    if (policy.checkpoint_every > 0 && s.step % policy.checkpoint_every == 0 && s.step != steps) save();
+    if (policy.stop_after > 0 && s.step >= policy.stop_after && s.step < steps) {
+      r.reason = StopReason::kStopAfter;
+      break;
+    }
+  }
+  r.stop_flag = stop_flag();
+  observer.on_steps_end(r);
+  if (steps_done() >= steps && has_eval() && (evals_.empty() || evals_.back().step != steps_done()))
+    evaluate_and_record();
+  save();
+  return r;
+}
+
+}  // namespace qkv
