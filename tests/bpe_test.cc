@@ -152,7 +152,7 @@ TEST(BpeSpecial, DefaultRefusesSpecialTextNamingTokenAndFlag) {
   const std::string msg = message_of([] { gpt2().encode("Hello <|endoftext|> there"); });
   EXPECT_THAT(msg, HasSubstr("<|endoftext|>"));
   EXPECT_THAT(msg, HasSubstr("disallowed"));
-  EXPECT_THAT(msg, HasSubstr("--allowed-special"));
+  EXPECT_THAT(msg, HasSubstr("allowed_special"));
   EXPECT_THAT(msg, HasSubstr("at byte 6"));
   // Disallowing one by name, and with the others allowed, refuses just the same.
   EXPECT_THAT(message_of([] {

@@ -65,9 +65,9 @@ TEST_F(BpeVocabFiles, SearchPathInOrder) {
   EXPECT_THAT(places[1].dir, HasSubstr("/qkv/gpt2"));  // the data directory
   EXPECT_EQ(places[2].dir, "/usr/local/share/qkv/gpt2");
   EXPECT_EQ(places[3].dir, "/usr/share/qkv/gpt2");
-  // --vocab-dir is the only place when given.
+  // A given directory is the only place.
   ASSERT_EQ(gpt2_vocab_places("/some/dir").size(), 1u);
-  EXPECT_EQ(gpt2_vocab_places("/some/dir")[0].why, "--vocab-dir");
+  EXPECT_EQ(gpt2_vocab_places("/some/dir")[0].why, "the given directory");
 }
 
 TEST_F(BpeVocabFiles, MissingFilesListEveryPlaceAndTheInstallCommand) {
@@ -77,7 +77,7 @@ TEST_F(BpeVocabFiles, MissingFilesListEveryPlaceAndTheInstallCommand) {
   EXPECT_THAT(msg, HasSubstr((dir_ / "none").string() + " (first): neither file"));
   EXPECT_THAT(msg, HasSubstr((dir_ / "half").string() + " (second): no vocab.bpe"));
   EXPECT_THAT(msg, HasSubstr("bash scripts/setup.sh"));
-  EXPECT_THAT(message_of([&] { load_gpt2((dir_ / "none").string()); }), HasSubstr("--vocab-dir"));
+  EXPECT_THAT(message_of([&] { load_gpt2((dir_ / "none").string()); }), HasSubstr("QKV_VOCAB_DIR"));
 }
 
 TEST_F(BpeVocabFiles, ADamagedCopyIsRefused) {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "qkv/text/bpe.h"
 #include "qkv/core/error.h"
 
 int main(int argc, char** argv) {
@@ -22,6 +23,10 @@ int main(int argc, char** argv) {
   try {
     for (const qkv::cli::Command& c : commands)
       if (c.sub->parsed()) return c.run();
+  } catch (const qkv::DisallowedSpecialError& e) {  // the library's words, then the flags that say it
+    std::cerr << "qkv: error: " << e.what() << ". On the command line: --allowed-special '" << e.token
+              << "' (or all) to encode it as the special token, --disallowed-special none to encode it as text\n";
+    return 1;
   } catch (const qkv::Error& e) {
     std::cerr << "qkv: error: " << e.what() << "\n";
     return 1;

@@ -28,7 +28,12 @@ Encoding load_encoding(const VocabFlags& f) {
   if (f.ranks.empty()) {
     QKV_CHECK(f.pattern.empty() && f.special.empty(), "--pattern and --special go with --ranks FILE; GPT-2's ",
               "encoding has its own");
-    return load_gpt2(f.vocab_dir);
+    try {
+      return load_gpt2(f.vocab_dir);
+    } catch (const Error& e) {  // the library's words, then the flag that says it
+      fail(e.what(), f.vocab_dir.empty() ? "; on the command line, --vocab-dir DIR names the directory"
+                                         : str(" (--vocab-dir ", f.vocab_dir, ")"));
+    }
   }
   QKV_CHECK(f.vocab_dir.empty(), "give either --vocab-dir (GPT-2) or --ranks (a tiktoken rank file), not both");
   std::vector<std::pair<std::string, TokenId>> specials;

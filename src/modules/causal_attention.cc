@@ -12,7 +12,7 @@ void check_batch_input(const char* who, const Tensor& x, int64_t d_in, int64_t c
   QKV_CHECK(x.size(1) <= context_length, who, ": the input has ", x.size(1),
             " tokens but context_length is ", context_length,
             "; the causal mask only covers context_length tokens (PyTorch fails here with a shape "
-            "mismatch). Use a larger --context-length or a shorter input");
+            "mismatch). Use a larger context_length or a shorter input");
 }
 
 const AttentionConfig& validate(const AttentionConfig& c, const char* who) {

@@ -267,11 +267,17 @@ void Encoding::Impl::check_disallowed(std::string_view text, const std::vector<S
   const auto [at, which] = find_special(text, 0, disallowed, next);
   if (at == std::string_view::npos) return;
   const std::string& token = disallowed[which]->first;
-  fail("encode: the text contains the special token ", token, " (at byte ", at,
-       "), which is disallowed. To encode it as the special token (id ", disallowed[which]->second,
-       "), allow it: --allowed-special '", token, "' (or all); to encode it as plain text: --disallowed-special none",
-       " (in the library: allowed_special / disallowed_special, as in tiktoken)");
+  throw DisallowedSpecialError(token, at, disallowed[which]->second);
 }
+
+DisallowedSpecialError::DisallowedSpecialError(std::string token_, size_t at_, TokenId id_)
+    : Error(str("encode: the text contains the special token ", token_, " (at byte ", at_,
+                "), which is disallowed. To encode it as the special token (id ", id_,
+                "), put it in allowed_special (or allow all); to encode it as plain text, disallow none ",
+                "(allowed_special / disallowed_special, as in tiktoken)")),
+      token(std::move(token_)),
+      at(at_),
+      id(id_) {}
 
 std::vector<TokenId> Encoding::encode(std::string_view text, const SpecialTokens& allowed_special,
                                       const SpecialTokens& disallowed_special) const {

@@ -30,7 +30,7 @@ bool is_file(const fs::path& p) {
 }  // namespace
 
 std::vector<VocabPlace> gpt2_vocab_places(const std::string& vocab_dir) {
-  if (!vocab_dir.empty()) return {{vocab_dir, "--vocab-dir"}};
+  if (!vocab_dir.empty()) return {{vocab_dir, "the given directory"}};
   std::vector<VocabPlace> places;
   if (const std::string d = env("QKV_VOCAB_DIR"); !d.empty()) places.push_back({d, "$QKV_VOCAB_DIR"});
   const std::string xdg = env("XDG_DATA_HOME"), home = env("HOME");
@@ -50,8 +50,8 @@ std::string find_gpt2_vocab(const std::vector<VocabPlace>& places) {
                   encoder ? "no vocab.bpe" : merges ? "no encoder.json" : "neither file");
   }
   fail("GPT-2's vocabulary files (encoder.json and vocab.bpe) are not installed; looked in:", looked, "\n", kVocabInstallHint,
-       " into ${XDG_DATA_HOME:-$HOME/.local/share}/qkv/gpt2; or point --vocab-dir or QKV_VOCAB_DIR at a "
-       "directory that holds them");
+       " into ${XDG_DATA_HOME:-$HOME/.local/share}/qkv/gpt2; or give the directory that holds them "
+       "(vocab_dir), or set QKV_VOCAB_DIR to it");
 }
 
 std::string read_verified_file(const std::string& path, std::string_view expected_sha256) {

@@ -39,6 +39,8 @@
 #include <utility>
 #include <vector>
 
+#include "qkv/core/error.h"
+
 namespace qkv {
 
 using TokenId = int64_t;  // as torch.long, what embeddings and the data loader take
@@ -62,6 +64,15 @@ struct EncodingSpec {
   std::vector<std::pair<std::string, TokenId>> mergeable_ranks;  // token bytes -> rank
   std::vector<std::pair<std::string, TokenId>> special_tokens;   // token text -> id
   int64_t explicit_n_vocab = -1;                             // if >= 0, checked as tiktoken does
+};
+
+// The text holds a special token that encode was told to refuse (tiktoken's ValueError).
+class DisallowedSpecialError : public Error {
+ public:
+  DisallowedSpecialError(std::string token, size_t at, TokenId id);
+  std::string token;  // e.g. "<|endoftext|>"
+  size_t at;          // its first byte in the text
+  TokenId id;         // its id, had it been allowed
 };
 
 class Encoding {
