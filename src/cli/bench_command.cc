@@ -21,6 +21,7 @@
 #include "commands.h"
 #include "qkv/core/error.h"
 #include "qkv/core/gemm.h"
+#include "qkv/core/machine.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/fma_peak.h"
@@ -227,6 +228,9 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
             << (causal ? " causal" : " no mask") << (f.dropout > 0 ? " dropout " + std::to_string(f.dropout) : "")
             << ", " << pool.num_threads() << " thread" << (pool.num_threads() == 1 ? "" : "s") << ", "
             << kernels::simd_target() << "\n";
+  const CacheSizes& caches = cache_sizes();
+  std::cout << "  caches: L1d " << caches.l1d / 1024 << " KiB, L2 " << caches.l2 / 1024 << " KiB, L3 "
+            << caches.l3 / 1024 << " KiB (" << caches.source << ")\n";
   if (f.module != "attention-core") {
     const char* forced = std::getenv("OPENBLAS_CORETYPE");
     const bool pinned = forced != nullptr && *forced != '\0';
@@ -255,6 +259,7 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
                         {"gflops", gflops},        {"peak_gflops", peak},        {"percent_of_peak", 100.0 * gflops / peak},
                         {"max_rss_mib", rss},      {"cpu_share", cpu_share},     {"simd", kernels::simd_target()},
                         {"blas", blas_description()}, {"blas_vector_bits", blas_bits},
+                        {"l1d_bytes", caches.l1d}, {"l2_bytes", caches.l2}, {"l3_bytes", caches.l3},
                         {"peak_gflops_at_blas_width", peak_at_blas_width > 0 ? nlohmann::json(peak_at_blas_width) : nlohmann::json()}};
     std::cout << j.dump() << "\n";
   }
