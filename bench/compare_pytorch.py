@@ -10,7 +10,7 @@ runs, one after another (and --rounds times, alternating):
   * torch.nn.MultiheadAttention (batch_first, causal attn_mask, need_weights=False) for mha,
 and prints the medians and the ratios PyTorch / qkv (above 1: qkv is faster).
 
-PyTorch runs the way a performance-minded user runs it (/work/shared/design/PERFORMANCE.md): in
+PyTorch runs the way a performance-minded user runs it: in
 a child process with jemalloc preloaded (Debian libjemalloc2, MALLOC_CONF with decay off),
 OMP_WAIT_POLICY=PASSIVE, torch.set_num_threads(n) and OPENBLAS_NUM_THREADS=n (OpenBLAS ignores
 torch's setting). Forward runs under torch.no_grad(); --backward times forward + backward with

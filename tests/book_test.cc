@@ -1,5 +1,5 @@
-// Every table of the notebooks, from tests/data/book.json (a copy of shared/reference/book.json,
-// made with PyTorch 1.13), reproduced by qkv: generator draws and dropout masks bit-exact, other
+// Every table of the notebooks, from tests/data/book.json (the notebooks' tables recorded with
+// PyTorch 1.13), reproduced by qkv: generator draws and dropout masks bit-exact, other
 // tensors within 1e-6 absolute, ids and counts equal. The walkthrough's own steps are checked
 // against the cases of the same name, so what `qkv walkthrough` prints is what is tested.
 #include <gtest/gtest.h>

@@ -2,8 +2,11 @@
 // every transpose combination, odd sizes, leading dimensions wider than the matrices, alpha/beta.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "qkv/core/error.h"
@@ -89,6 +92,44 @@ TEST(Gemm, LargeProductsSplitOverThePoolGiveTheSameResult) {
   d.C = w3.data();
   sgemm(d, &three);
   EXPECT_EQ(w1, w3);
+}
+
+// Two weight-gradient products (split along K, each with its own scratch) at once from two
+// threads, on their own pools and on one shared pool, many times over: each matches the reference.
+TEST(Gemm, ConcurrentKSplitProductsDoNotShareScratch) {
+  struct Product {
+    int64_t O, I, R;
+    std::vector<float> dy, x, want;
+  };
+  std::mt19937 rng(4);
+  std::vector<Product> products = {{48, 40, 4100, {}, {}, {}}, {33, 56, 3000, {}, {}, {}}};
+  for (Product& p : products) {
+    p.dy = random_vector(static_cast<size_t>(p.R * p.O), rng);
+    p.x = random_vector(static_cast<size_t>(p.R * p.I), rng);
+    p.want.resize(static_cast<size_t>(p.O * p.I));
+    sgemm_reference(gemm_args(true, false, p.O, p.I, p.R, p.dy.data(), p.O, p.x.data(), p.I, p.want.data(), p.I));
+  }
+  ThreadPool shared(2), own0(2), own1(2);
+  for (bool share : {false, true}) {
+    std::atomic<int> mismatches[2] = {0, 0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t)
+      threads.emplace_back([&, t] {
+        const Product& p = products[static_cast<size_t>(t)];
+        ThreadPool* pool = share ? &shared : t == 0 ? &own0 : &own1;
+        std::vector<float> got(p.want.size());
+        for (int rep = 0; rep < 30; ++rep) {
+          std::fill(got.begin(), got.end(), std::nanf(""));
+          sgemm(gemm_args(true, false, p.O, p.I, p.R, p.dy.data(), p.O, p.x.data(), p.I, got.data(), p.I), pool);
+          for (size_t i = 0; i < got.size(); ++i)
+            if (!(std::fabs(got[i] - p.want[i]) <= 1e-5 * (1 + std::fabs(p.want[i])) * std::sqrt(p.R + 1.0)))
+              mismatches[t].fetch_add(1);
+        }
+      });
+    for (std::thread& th : threads) th.join();
+    EXPECT_EQ(mismatches[0].load(), 0) << "product 0, " << (share ? "shared pool" : "own pools");
+    EXPECT_EQ(mismatches[1].load(), 0) << "product 1, " << (share ? "shared pool" : "own pools");
+  }
 }
 
 TEST(Gemm, TensorOpsEntryMatchesTheReference) {

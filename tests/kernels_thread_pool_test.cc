@@ -1,10 +1,15 @@
 // The thread pool: every task runs exactly once, workers index scratch safely, exceptions come
-// back to the caller, nesting runs inline, and the thread count comes from where it should.
+// back to the caller, nesting runs inline, nested pools of different sizes each give their own
+// worker indices, and the thread count comes from where it should.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
+#include <set>
 #include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "qkv/core/error.h"
@@ -29,11 +34,22 @@ TEST(ThreadPool, RunsEveryTaskExactlyOnce) {
 }
 
 TEST(ThreadPool, ReusesThreadsAcrossManyCalls) {
-  ThreadPool pool(2);
+  // Threads are created once, not per call: across many calls the tasks run on at most
+  // num_threads distinct threads (the caller and the pool's own).
+  ThreadPool pool(3);
+  std::mutex mutex;
+  std::set<std::thread::id> seen;
   std::atomic<int64_t> total{0};
   for (int call = 0; call < 2000; ++call)
-    pool.parallel_for(4, [&](int64_t task, int) { total.fetch_add(task + 1); });
+    pool.parallel_for(4, [&](int64_t task, int) {
+      total.fetch_add(task + 1);
+      std::lock_guard<std::mutex> lock(mutex);
+      seen.insert(std::this_thread::get_id());
+    });
   EXPECT_EQ(total.load(), 2000 * 10);
+  EXPECT_GE(seen.size(), 1u);
+  EXPECT_LE(seen.size(), static_cast<size_t>(pool.num_threads()));
+  EXPECT_EQ(seen.count(std::this_thread::get_id()), 1u) << "the caller takes a share as worker 0";
 }
 
 TEST(ThreadPool, ScratchIsPerWorkerAlignedAndKept) {
@@ -70,6 +86,100 @@ TEST(ThreadPool, NestedCallsRunInlineOnTheSameWorker) {
     });
   });
   EXPECT_EQ(inner.load(), 12);
+}
+
+// Calls parallel_for on `inner` from inside the tasks of `outer`, each inner task recording its
+// worker in an array sized by the inner pool and writing its scratch: a worker index of the wrong
+// pool lands outside both. The outer pool's first num_threads tasks wait for each other, so they
+// run on num_threads different threads: every outer worker index calls in, not only the caller's.
+void ExpectInnerWorkersInRange(ThreadPool& outer, ThreadPool& inner) {
+  const size_t inner_threads = static_cast<size_t>(inner.num_threads());
+  std::vector<std::atomic<int64_t>> tasks_per_worker(inner_threads);
+  std::atomic<int64_t> inner_tasks{0};
+  std::atomic<int> started{0};
+  std::vector<std::atomic<int>> outer_workers_seen(static_cast<size_t>(outer.num_threads()));
+  outer.parallel_for(16, [&](int64_t task, int outer_worker) {
+    ASSERT_LT(outer_worker, outer.num_threads());
+    outer_workers_seen.at(static_cast<size_t>(outer_worker)).store(1);
+    if (task < outer.num_threads()) {
+      started.fetch_add(1);
+      while (started.load() < outer.num_threads()) std::this_thread::yield();
+    }
+    inner.parallel_for(8, [&](int64_t task, int worker) {
+      ASSERT_GE(worker, 0);
+      ASSERT_LT(worker, inner.num_threads()) << "a worker index of the outer (" << outer.num_threads()
+                                             << "-thread) pool";
+      tasks_per_worker.at(static_cast<size_t>(worker)).fetch_add(1);
+      float* s = inner.scratch(worker, 256);
+      for (int i = 0; i < 256; ++i) s[i] = static_cast<float>(task);
+      for (int i = 0; i < 256; ++i) ASSERT_EQ(s[i], static_cast<float>(task)) << "another thread wrote here";
+      inner_tasks.fetch_add(1);
+    });
+  });
+  EXPECT_EQ(inner_tasks.load(), 16 * 8);
+  for (auto& seen : outer_workers_seen) EXPECT_EQ(seen.load(), 1) << "an outer worker ran no task";
+  int64_t recorded = 0;
+  for (auto& n : tasks_per_worker) recorded += n.load();
+  EXPECT_EQ(recorded, 16 * 8);
+}
+
+TEST(ThreadPool, NestedPoolsOfDifferentSizesGiveTheInnerPoolsWorkers) {
+  ThreadPool four(4), two(2), one(1);
+  ExpectInnerWorkersInRange(four, two);
+  ExpectInnerWorkersInRange(four, one);
+  ExpectInnerWorkersInRange(two, four);
+  ExpectInnerWorkersInRange(one, four);
+  ExpectInnerWorkersInRange(two, one);
+}
+
+TEST(ThreadPool, ReenteringAPoolOnTheSameThreadRunsInlineOnItsWorker) {
+  // A -> B -> A -> B on one thread: B has one thread, so its tasks run on the thread that called
+  // it, which is a worker of A (inline, A's index) and then of B again (inline, not waiting for
+  // B's call lock, which this very thread holds).
+  ThreadPool a(4), b(1);
+  std::atomic<int> innermost{0};
+  a.parallel_for(8, [&](int64_t, int a_worker) {
+    b.parallel_for(2, [&](int64_t, int b_worker) {
+      EXPECT_EQ(b_worker, 0);
+      a.parallel_for(3, [&](int64_t, int worker) {
+        EXPECT_EQ(worker, a_worker) << "inline, on this thread's index in A";
+        b.parallel_for(2, [&](int64_t, int worker_b) {
+          EXPECT_EQ(worker_b, b_worker);
+          float* s = a.scratch(a_worker, 64);
+          s[0] = 1.0f;
+          innermost.fetch_add(1);
+        });
+      });
+    });
+  });
+  EXPECT_EQ(innermost.load(), 8 * 2 * 3 * 2);
+}
+
+TEST(ThreadPool, ReenteringABusyPoolFromAnotherPoolsThreadThrowsInsteadOfDeadlocking) {
+  // A's task calls B; B's two tasks wait for each other, so one runs on the calling thread (a
+  // worker of A: re-entering A runs inline) and one on B's own thread, which is not A's worker and
+  // finds A busy waiting for this B call: that one must throw, not hang.
+  ThreadPool a(2), b(2);
+  std::atomic<int> inline_ok{0}, threw{0};
+  a.parallel_for(1, [&](int64_t, int a_worker) {
+    const std::thread::id a_thread = std::this_thread::get_id();
+    std::atomic<int> started{0};
+    b.parallel_for(2, [&](int64_t, int) {
+      started.fetch_add(1);
+      while (started.load() < 2) std::this_thread::yield();
+      try {
+        a.parallel_for(2, [&](int64_t, int worker) { EXPECT_EQ(worker, a_worker); });
+        EXPECT_EQ(std::this_thread::get_id(), a_thread);
+        inline_ok.fetch_add(1);
+      } catch (const Error& e) {
+        EXPECT_NE(std::this_thread::get_id(), a_thread);
+        EXPECT_NE(std::string(e.what()).find("deadlock"), std::string::npos) << e.what();
+        threw.fetch_add(1);
+      }
+    });
+  });
+  EXPECT_EQ(inline_ok.load(), 1);
+  EXPECT_EQ(threw.load(), 1);
 }
 
 TEST(ThreadPool, ThreadCountFromTheEnvironment) {

@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "qkv/core/error.h"
+#include "qkv/core/machine.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/modules/attention_module.h"
 #include "qkv/perf/attention_bench.h"
@@ -80,6 +81,9 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   std::cout << "qkv bench: " << what << ", B=" << B << " T=" << T << " C=" << C << " H=" << H << " D=" << D
             << (causal ? " causal" : " no mask") << (f.dropout > 0 ? " dropout " + std::to_string(f.dropout) : "")
             << ", " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n";
+  const CacheSizes& caches = cache_sizes();
+  std::cout << "  caches: L1d " << caches.l1d / 1024 << " KiB, L2 " << caches.l2 / 1024 << " KiB, L3 "
+            << caches.l3 / 1024 << " KiB (" << caches.source << ")\n";
   if (!core) {
     const char* forced = std::getenv("OPENBLAS_CORETYPE");
     const bool pinned = forced != nullptr && *forced != '\0';
@@ -108,6 +112,7 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
                         {"gflops", gflops},        {"peak_gflops", peak},        {"percent_of_peak", 100.0 * gflops / peak},
                         {"max_rss_mib", rss},      {"cpu_share", cpu_share},     {"simd", r.simd},
                         {"blas", r.blas}, {"blas_vector_bits", blas_bits},
+                        {"l1d_bytes", caches.l1d}, {"l2_bytes", caches.l2}, {"l3_bytes", caches.l3},
                         {"peak_gflops_at_blas_width", peak_at_blas_width > 0 ? nlohmann::json(peak_at_blas_width) : nlohmann::json()}};
     std::cout << j.dump() << "\n";
   }

@@ -70,31 +70,17 @@ const float* cols_of(const float* X, bool trans, int64_t ld, int64_t first) {
 // A weight gradient's shape: a long reduction (K = batch x tokens) into a small C.
 bool splits_k(const GemmArgs& g) { return g.K >= 2048 && g.K >= 2 * std::max(g.M, g.N); }
 
-// The second half's partial product, reused across calls (grown on demand, never shrunk). The
-// caller holds k_split_mutex() while it uses it.
-std::mutex& k_split_mutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-float* k_split_scratch(size_t floats) {
-  static std::unique_ptr<float[]> buffer;
-  static size_t size = 0;
-  if (size < floats) {
-    buffer.reset(new float[floats]);
-    size = floats;
-  }
-  return buffer.get();
-}
-
 // C = alpha op(A) op(B) + beta C as two products over the halves of K run side by side: C gets
 // the first half (with beta), a scratch matrix the second, then C += scratch. A row or column
 // split would make every task pack the whole (K, other) operand again - for a weight gradient
 // that is tens of MB per task (measured: a tenth of the backward's time went to OpenBLAS's
-// packing).
+// packing). The scratch (M, N) belongs to the call, so concurrent products share nothing; its
+// allocation (M N floats, about 2.4 MB at d = 768) costs next to nothing beside the 2 M N K
+// FLOPs of a K >= 2048 product.
 void sgemm_k_split(const GemmArgs& g, ThreadPool& pool) {
-  std::lock_guard<std::mutex> lock(k_split_mutex());  // the scratch is shared
   const int64_t half = (g.K / 2 + 63) / 64 * 64;
-  float* partial = k_split_scratch(static_cast<size_t>(g.M * g.N));
+  const std::unique_ptr<float[]> scratch(new float[static_cast<size_t>(g.M * g.N)]);  // uninitialised
+  float* partial = scratch.get();
   pool.parallel_for(2, [&](int64_t t, int) {
     GemmArgs part = g;
     const int64_t first = t == 0 ? 0 : half;

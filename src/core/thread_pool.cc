@@ -12,12 +12,35 @@
 namespace qkv {
 namespace {
 
-thread_local int t_worker = -1;  // this thread's worker index while it runs a task, else -1
-
 std::mutex g_default_mutex;
 std::unique_ptr<ThreadPool> g_default_pool;
 
 }  // namespace
+
+// A thread's identity, pool by pool. Every thread running tasks of a pool - the caller as worker 0,
+// a pool thread as its own index, an inline nested call - pushes one frame for the time it runs
+// them; frames live on that thread's stack and chain outwards through `parent`. A pool thread's
+// chain continues into the frames of the thread that handed it the job (parent_elsewhere): those
+// are not this thread's identities, they only tell that the job was started from inside a task of
+// the pools they name.
+struct ThreadPool::Frame {
+  // Pushed on this thread's chain for the frame's lifetime.
+  Frame(const ThreadPool* pool_, int worker_, const Frame* parent_, bool parent_elsewhere_)
+      : pool(pool_), worker(worker_), parent(parent_), parent_elsewhere(parent_elsewhere_), saved(innermost_) {
+    innermost_ = this;
+  }
+  ~Frame() { innermost_ = saved; }
+  Frame(const Frame&) = delete;
+  Frame& operator=(const Frame&) = delete;
+
+  const ThreadPool* pool;
+  int worker;
+  const Frame* parent;
+  bool parent_elsewhere;  // `parent` is a frame of another thread (the job's caller)
+  const Frame* saved;     // this thread's innermost frame before this one
+};
+
+thread_local const ThreadPool::Frame* ThreadPool::innermost_ = nullptr;
 
 int hardware_cores() {
   cpu_set_t set;
@@ -73,9 +96,8 @@ float* ThreadPool::scratch(int worker, size_t floats) {
   return s.data;
 }
 
-void ThreadPool::drain(int worker) {
-  const int saved = t_worker;
-  t_worker = worker;
+void ThreadPool::drain(int worker, const Frame* parent, bool parent_elsewhere) {
+  const Frame frame(this, worker, parent, parent_elsewhere);
   for (;;) {
     if (failed_.load(std::memory_order_relaxed)) break;
     const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
@@ -87,19 +109,20 @@ void ThreadPool::drain(int worker) {
       if (!failed_.exchange(true)) error_ = std::current_exception();
     }
   }
-  t_worker = saved;
 }
 
 void ThreadPool::worker_loop(int worker) {
   uint64_t seen = 0;
   for (;;) {
+    const Frame* caller = nullptr;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
       if (stopping_) return;
       seen = generation_;
+      caller = caller_frame_;
     }
-    drain(worker);
+    drain(worker, caller, true);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (--busy_ == 0) done_.notify_one();
@@ -107,25 +130,34 @@ void ThreadPool::worker_loop(int worker) {
   }
 }
 
+void ThreadPool::run_inline(int64_t num_tasks, TaskFn fn, void* ctx, int worker) {
+  const Frame frame(this, worker, innermost_, false);
+  for (int64_t task = 0; task < num_tasks; ++task) fn(ctx, task, worker);
+}
+
 void ThreadPool::run(int64_t num_tasks, TaskFn fn, void* ctx) {
   if (num_tasks <= 0) return;
-  if (t_worker >= 0 || num_threads_ == 1 || num_tasks == 1) {
-    // Nested, single-threaded or a single task: run inline, on this thread's worker index.
-    const int worker = t_worker >= 0 ? t_worker : 0;
-    const int saved = t_worker;
-    t_worker = worker;
-    struct Restore {
-      int saved;
-      ~Restore() { t_worker = saved; }
-    } restore{saved};
-    for (int64_t task = 0; task < num_tasks; ++task) fn(ctx, task, worker);
-    return;
+  // Is this thread already a worker of this pool? Its own frames say so; past the first frame
+  // borrowed from another thread, a frame of this pool means the call that started this thread's
+  // job came from inside one of this pool's tasks.
+  bool own = true;
+  for (const Frame* f = innermost_; f != nullptr; f = f->parent) {
+    if (f->pool == this) {
+      QKV_CHECK(own, "ThreadPool: parallel_for called on a ", num_threads_, "-thread pool from a thread of another ",
+                "pool whose job was started inside a task of this one: this pool is busy waiting for that job ",
+                "(a deadlock); call the inner pool from the outer pool's worker, or use one pool");
+      return run_inline(num_tasks, fn, ctx, f->worker);  // nested: inline, on this thread's worker index
+    }
+    own = own && !f->parent_elsewhere;
   }
+  // An outside caller (possibly a worker of another pool): worker 0 of this pool, one at a time.
   std::lock_guard<std::mutex> call(call_mutex_);
+  if (num_threads_ == 1 || num_tasks == 1) return run_inline(num_tasks, fn, ctx, 0);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     fn_ = fn;
     ctx_ = ctx;
+    caller_frame_ = innermost_;
     num_tasks_ = num_tasks;
     next_task_.store(0, std::memory_order_relaxed);
     failed_.store(false, std::memory_order_relaxed);
@@ -134,7 +166,7 @@ void ThreadPool::run(int64_t num_tasks, TaskFn fn, void* ctx) {
     ++generation_;
   }
   wake_.notify_all();
-  drain(0);
+  drain(0, innermost_, false);
   std::exception_ptr error;
   {
     std::unique_lock<std::mutex> lock(mutex_);

@@ -125,7 +125,7 @@ HWY_INLINE VF Exp2(DF d, VF x) {
     p = hn::MulAdd(p, r, c1);
     return hn::MulAdd(p, r, c0);
   };
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // AVX-512: AVX3 and every newer x86 target
   const VF r{_mm512_reduce_ps(x.raw, _MM_FROUND_TO_NEAREST_INT)};  // x - round(x); NaN stays NaN
   return VF{_mm512_scalef_ps(poly(r).raw, hn::Round(x).raw)};
 #else
@@ -140,7 +140,7 @@ HWY_INLINE VF Exp2(DF d, VF x) {
 #endif
 }
 
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // AVX-512: AVX3 and every newer x86 target
 // r[k][c] -> r[c][k]: a 16 x 16 block of floats transposed in registers (4 rounds of 16 shuffles).
 // Only AVX-512 has it; the other targets copy element by element (kHasTranspose16 false).
 constexpr bool kHasTranspose16 = true;

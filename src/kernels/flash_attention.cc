@@ -37,6 +37,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/attention_problem.h"
+#include "qkv/core/machine.h"
 #include "kernels/attention_tiles-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -79,9 +80,12 @@ class FlushSubnormals {
 };
 
 // Whether a head's worth of `floats` floats that a task reads again and again stays in L2: half
-// of a 1 MB L2 (the rest holds the blocks in flight). Beyond it the kernels group their blocks
-// so that each read from L3 or memory serves several (ForwardGroup, BackwardGroup).
-bool FitsInL2(double floats) { return floats * sizeof(float) <= 512.0 * 1024.0; }
+// of this core's L2 as the machine reports it (qkv/core/machine.h; the other half holds the
+// blocks in flight), 512 KiB on a 1 MiB L2. Beyond it the kernels group their blocks so that each
+// read from L3 or memory serves several (ForwardGroup, BackwardGroup).
+bool FitsInL2(double floats) {
+  return floats * sizeof(float) <= 0.5 * static_cast<double>(cache_sizes().l2);
+}
 
 // Carves 64-byte-aligned arrays out of one scratch buffer.
 class Carver {
@@ -253,7 +257,7 @@ struct ForwardScratch {
   }
 };
 
-// Query blocks per task. While a head's keys and values fit in L2 (about 2 x 256 KB), every
+// Query blocks per task. While a head's keys and values fit in half of L2 (FitsInL2), every
 // query block can read them from there on its own. Beyond that each block would stream them
 // from L3 or memory - at T = 65536 that is 16 MB per block on average, and 2 threads then wait
 // on memory half of the time - so a task takes kMaxGroup blocks and runs each key block through
@@ -742,7 +746,7 @@ void Backward(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const flo
 
 // D = Dv = 64 (GPT-2's heads) gets loops of known length on the vector targets; every other
 // head dim, and the portable fallback target, take the generic path.
-#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
+#if HWY_TARGET >= HWY_EMU128  // the portable targets (EMU128, SCALAR): the last bits of the ordering
 constexpr bool kSpecialise = false;
 #else
 constexpr bool kSpecialise = true;

@@ -15,7 +15,8 @@
 // threads never spin between calls, and a product called inside a pool task (nested) simply runs
 // single-threaded on that worker. A weight gradient's shape (K >= 2048 and at least twice M and
 // N) is split instead into the two halves of K, each one BLAS call, summed in a fixed order.
-// On this machine's head-sized shapes two 1-thread streams are also steadier than OpenBLAS's own 2-thread split (see /work/shared/design/PERFORMANCE.md).
+// On the head-sized shapes of the development machine (2 cores), two 1-thread streams were also
+// steadier than OpenBLAS's own 2-thread split.
 #pragma once
 
 #include <cstdint>

@@ -14,9 +14,17 @@
 // --threads), the environment variable QKV_NUM_THREADS, the number of cores this process may run
 // on. More threads than cores is allowed but warned about on stderr (they would time-share cores).
 //
-// A parallel_for called from inside a task runs its tasks inline on the calling worker (with that
-// worker's index), so nesting is safe but adds no parallelism. If a task throws, the remaining
-// tasks are skipped and the first exception is rethrown by parallel_for.
+// Nesting. A thread knows, pool by pool, which worker it is: the (pool, worker) pairs it is running
+// tasks for right now. A parallel_for on a pool this thread is already a worker of (anywhere up
+// its chain: A -> B -> A on one thread included) runs its tasks inline with that pool's worker
+// index, adding no parallelism. Any other caller - a plain thread, or a worker of another pool -
+// is an outside caller: it waits for the pool's previous outside call to end, hands the tasks to
+// the pool's threads and takes a share itself as worker 0 of this pool. So `worker` always
+// indexes this pool's per-worker memory, whatever pool the caller came from. One case cannot
+// work and throws qkv::Error instead of deadlocking: a thread of pool B calling pool A while the
+// call on B was made from inside a task of A (A is busy waiting for that very B call).
+// If a task throws, the remaining tasks are skipped and the first exception is rethrown by
+// parallel_for.
 #pragma once
 
 #include <atomic>
@@ -44,7 +52,8 @@ class ThreadPool {
 
   int num_threads() const { return num_threads_; }
 
-  // Runs fn(task, worker) for every task in [0, num_tasks); worker in [0, num_threads()).
+  // Runs fn(task, worker) for every task in [0, num_tasks); worker in [0, num_threads()), this
+  // pool's index of the thread that runs the task (see Nesting above).
   template <typename Fn>
   void parallel_for(int64_t num_tasks, Fn&& fn) {
     using F = std::remove_reference_t<Fn>;
@@ -54,14 +63,20 @@ class ThreadPool {
 
   // Per-worker scratch: at least `floats` floats, 64-byte aligned, uninitialised, kept and reused
   // between calls (it only grows). Ask for it at the start of a task, never inside a hot loop;
-  // the pointer stays valid until the same worker asks for more.
+  // the pointer stays valid until the same worker asks for more (a nested parallel_for on this
+  // pool runs on the same worker, so a task that nests asks after the nested call returns).
+  // `worker` is the index parallel_for gave, in [0, num_threads()).
   float* scratch(int worker, size_t floats);
 
  private:
   using TaskFn = void (*)(void*, int64_t, int);
+  struct Frame;  // one (pool, worker) pair a thread is running tasks for (thread_pool.cc)
+  static thread_local const Frame* innermost_;  // this thread's frames, innermost first
+
   void run(int64_t num_tasks, TaskFn fn, void* ctx);
+  void run_inline(int64_t num_tasks, TaskFn fn, void* ctx, int worker);
   void worker_loop(int worker);
-  void drain(int worker);  // takes tasks of the current job until none is left
+  void drain(int worker, const Frame* parent, bool parent_elsewhere);  // takes the current job's tasks
 
   struct alignas(64) Scratch {
     std::unique_ptr<float[]> owner;  // over-allocated by 16 floats for alignment
@@ -73,7 +88,7 @@ class ThreadPool {
   std::vector<std::thread> threads_;
   std::vector<Scratch> scratch_;
 
-  std::mutex call_mutex_;  // one parallel_for at a time from outside the pool
+  std::mutex call_mutex_;  // one parallel_for at a time from outside the pool (its worker 0 is the caller)
   std::mutex mutex_;
   std::condition_variable wake_;  // workers wait for a new job
   std::condition_variable done_;  // the caller waits for the job's end
@@ -84,6 +99,7 @@ class ThreadPool {
   // The current job (written under mutex_ before generation_ is bumped).
   TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;
+  const Frame* caller_frame_ = nullptr;  // the calling thread's innermost frame (or none)
   int64_t num_tasks_ = 0;
   alignas(64) std::atomic<int64_t> next_task_{0};
   std::atomic<bool> failed_{false};

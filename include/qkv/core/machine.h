@@ -1,0 +1,42 @@
+// qkv/core/machine.h - the machine's caches, read once, so the kernels size their blocks from
+// what this CPU has rather than from one assumed CPU.
+//
+//   const CacheSizes& c = cache_sizes();   // e.g. l1d 32 KiB, l2 1 MiB, l3 32 MiB, "sysfs"
+//
+// Sizes are in bytes, of the cache instance that CPU 0 uses, as the OS reports it: L1d and L2 are
+// per core on today's x86; L3 is the whole cache that CPU 0 shares with its neighbours (one CCX on
+// AMD, the socket on Intel). Each level comes from the first source that has it:
+//   1. sysfs: /sys/devices/system/cpu/cpu0/cache/index*/{level,type,size} (Linux);
+//   2. cpuid: the deterministic cache leaves (4 on Intel, 0x8000001D on AMD), else AMD's
+//      0x80000005 / 0x80000006 (x86 only);
+//   3. defaults: 32 KiB, 1 MiB, 8 MiB.
+// `source` says which were used, e.g. "sysfs" or "sysfs; L3 from cpuid".
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace qkv {
+
+struct CacheSizes {
+  int64_t l1d = 0;  // bytes, L1 data
+  int64_t l2 = 0;   // bytes
+  int64_t l3 = 0;   // bytes; 0 only if the machine has none and no source claimed one
+  std::string source;
+};
+
+// This machine's caches, read on the first call (thread-safe), then kept.
+const CacheSizes& cache_sizes();
+
+// What cache_sizes() does, from a given sysfs cache directory (the tests point it at a fake one):
+// sysfs first, then cpuid, then the defaults, level by level.
+CacheSizes read_cache_sizes(const std::string& sysfs_cache_dir);
+
+// The sysfs part alone: levels it cannot read (no file, an unparsable size) stay 0.
+CacheSizes read_sysfs_cache_sizes(const std::string& sysfs_cache_dir);
+
+// A sysfs size: "32K", "1024K", "2M", "1G" or plain bytes "512", with optional trailing
+// whitespace; -1 when it is none of these (empty, no digits, an unknown suffix, overflow).
+int64_t parse_cache_size(const std::string& text);
+
+}  // namespace qkv

@@ -1,0 +1,102 @@
+// The machine's caches: the sysfs reader on a fake cache directory (sizes in every unit sysfs
+// uses, instruction caches skipped, malformed files falling back), and this machine's answer.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "qkv/core/machine.h"
+
+namespace qkv {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fake /sys/devices/system/cpu/cpu0/cache, removed at the end.
+class FakeCacheDir {
+ public:
+  FakeCacheDir() : dir_(fs::temp_directory_path() / ("qkv_machine_test_" + std::to_string(getpid()))) {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  ~FakeCacheDir() { fs::remove_all(dir_); }
+  // index<i>/{level,type,size}, as sysfs writes them (with a newline)
+  void add(int index, const std::string& level, const std::string& type, const std::string& size) {
+    const fs::path d = dir_ / ("index" + std::to_string(index));
+    fs::create_directories(d);
+    std::ofstream(d / "level") << level << "\n";
+    std::ofstream(d / "type") << type << "\n";
+    std::ofstream(d / "size") << size << "\n";
+  }
+  std::string path() const { return dir_.string(); }
+
+ private:
+  fs::path dir_;
+};
+
+TEST(Machine, ParsesSysfsSizes) {
+  EXPECT_EQ(parse_cache_size("32K"), 32 * 1024);
+  EXPECT_EQ(parse_cache_size("1024K\n"), 1024 * 1024);
+  EXPECT_EQ(parse_cache_size("32768K"), int64_t{32} * 1024 * 1024);
+  EXPECT_EQ(parse_cache_size("2M"), 2 * 1024 * 1024);
+  EXPECT_EQ(parse_cache_size("1G"), int64_t{1} << 30);
+  EXPECT_EQ(parse_cache_size("512"), 512);
+  for (const char* bad : {"", "\n", "K", "12Q", "-4K", "4 K", "0x10K", "1.5M", "99999999999999999999K"})
+    EXPECT_EQ(parse_cache_size(bad), -1) << "'" << bad << "'";
+}
+
+TEST(Machine, ReadsTheLevelsFromAFakeSysfsDirectory) {
+  FakeCacheDir fake;
+  fake.add(0, "1", "Data", "48K");
+  fake.add(1, "1", "Instruction", "32K");  // not a data cache: ignored
+  fake.add(2, "2", "Unified", "2M");
+  fake.add(3, "3", "Unified", "32768K");
+  const CacheSizes c = read_cache_sizes(fake.path());
+  EXPECT_EQ(c.l1d, 48 * 1024);
+  EXPECT_EQ(c.l2, 2 * 1024 * 1024);
+  EXPECT_EQ(c.l3, int64_t{32} * 1024 * 1024);
+  EXPECT_EQ(c.source, "sysfs");
+}
+
+TEST(Machine, MalformedOrMissingLevelsFallBack) {
+  FakeCacheDir fake;
+  fake.add(0, "1", "Data", "48K");
+  fake.add(2, "2", "Unified", "lots");  // malformed: L2 comes from cpuid or the defaults
+  // no L3 at all
+  const CacheSizes sysfs = read_sysfs_cache_sizes(fake.path());
+  EXPECT_EQ(sysfs.l1d, 48 * 1024);
+  EXPECT_EQ(sysfs.l2, 0);
+  EXPECT_EQ(sysfs.l3, 0);
+  const CacheSizes c = read_cache_sizes(fake.path());
+  EXPECT_EQ(c.l1d, 48 * 1024);
+  EXPECT_GT(c.l2, 0);
+  EXPECT_GT(c.l3, 0);
+  EXPECT_EQ(c.source.rfind("sysfs; ", 0), 0u) << c.source;
+  EXPECT_NE(c.source.find("L2 from "), std::string::npos) << c.source;
+  EXPECT_NE(c.source.find("L3 from "), std::string::npos) << c.source;
+  EXPECT_EQ(c.source.find("L1d from "), std::string::npos) << c.source;
+}
+
+TEST(Machine, NoSysfsAtAllStillGivesEveryLevel) {
+  const CacheSizes c = read_cache_sizes("/nonexistent/qkv/cache");
+  EXPECT_GT(c.l1d, 0);
+  EXPECT_GT(c.l2, 0);
+  EXPECT_GT(c.l3, 0);
+  EXPECT_EQ(c.source.find("sysfs"), std::string::npos) << c.source;
+  EXPECT_NE(c.source.find("L2 from "), std::string::npos) << c.source;
+}
+
+TEST(Machine, ThisMachinesCachesArePlausible) {
+  const CacheSizes& c = cache_sizes();
+  EXPECT_EQ(&c, &cache_sizes()) << "read once";
+  EXPECT_GE(c.l1d, 4 * 1024);
+  EXPECT_GE(c.l2, c.l1d);
+  EXPECT_GE(c.l3, 0);
+  EXPECT_FALSE(c.source.empty());
+}
+
+}  // namespace
+}  // namespace qkv
