@@ -1,0 +1,28 @@
+// qkv/core/limits.h - the most that input from outside (a file, a flag, a checkpoint) may ask qkv
+// for. A request beyond a limit is refused with qkv::Error naming the request, the limit and the
+// field below that raises it (the command line maps each field to a flag and says which).
+//
+// The defaults are read from the machine once: memory from the physical memory this process may
+// use, threads from its cores. Process-wide; set them before starting work, not during it.
+#pragma once
+
+#include <cstdint>
+
+namespace qkv {
+
+struct Limits {
+  int64_t max_memory_bytes;   // one request for memory: a tensor, a model from a checkpoint, a read file
+  int64_t max_file_bytes;     // an input file read whole
+  int max_threads;            // threads one command may start
+  int json_max_depth = 64;    // nesting of arrays and objects in any JSON qkv reads
+};
+
+const Limits& limits();
+void set_limits(const Limits& l);
+Limits default_limits();  // memory: half the physical memory; files: the same; threads: 8 x cores (at least 64)
+
+// Throws unless `bytes` <= limits().max_memory_bytes: "<what> needs N bytes (X GiB), more than the
+// memory limit of M bytes (max_memory_bytes)".
+void check_memory_request(int64_t bytes, const char* what);
+
+}  // namespace qkv
