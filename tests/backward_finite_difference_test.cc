@@ -312,9 +312,9 @@ TEST(BackwardFiniteDifferences, SelfAttentionV1AndV2) {
   c.qkv_grads = grads_of(v1);  // views of dW_query, dW_key, dW_value
   c.qkv_grads["input"] = dx1;
   c.forward = [](const Params& p) {
-    const Vec& x = p.at("input");
-    Vec q = ref_matmul(x, 5, 3, p.at("W_query"), 4), k = ref_matmul(x, 5, 3, p.at("W_key"), 4),
-        v = ref_matmul(x, 5, 3, p.at("W_value"), 4);
+    const Vec& in = p.at("input");
+    Vec q = ref_matmul(in, 5, 3, p.at("W_query"), 4), k = ref_matmul(in, 5, 3, p.at("W_key"), 4),
+        v = ref_matmul(in, 5, 3, p.at("W_value"), 4);
     return ref_heads(q, k, v, 1, 5, 1, 4, nullptr, nullptr);
   };
   check(c);
@@ -327,10 +327,10 @@ TEST(BackwardFiniteDifferences, SelfAttentionV1AndV2) {
   d.qkv_grads = grads_of(v2);
   d.qkv_grads["input"] = dx;
   d.forward = [](const Params& p) {
-    const Vec& x = p.at("input");
-    Vec q = ref_linear(x, 5, 3, p.at("W_query.weight"), 4, &p.at("W_query.bias"));
-    Vec k = ref_linear(x, 5, 3, p.at("W_key.weight"), 4, &p.at("W_key.bias"));
-    Vec v = ref_linear(x, 5, 3, p.at("W_value.weight"), 4, &p.at("W_value.bias"));
+    const Vec& in = p.at("input");
+    Vec q = ref_linear(in, 5, 3, p.at("W_query.weight"), 4, &p.at("W_query.bias"));
+    Vec k = ref_linear(in, 5, 3, p.at("W_key.weight"), 4, &p.at("W_key.bias"));
+    Vec v = ref_linear(in, 5, 3, p.at("W_value.weight"), 4, &p.at("W_value.bias"));
     return ref_heads(q, k, v, 1, 5, 1, 4, nullptr, nullptr);
   };
   check(d);
@@ -361,10 +361,10 @@ TEST(BackwardFiniteDifferences, CausalAttentionWithDropoutAndFullyMaskedRows) {
     ASSERT_EQ(noise.size(), 2u);
     auto blocked = mask_of(ca.mask.to_tensor());
     c.forward = [noise, blocked](const Params& p) {
-      const Vec& x = p.at("input");
-      Vec q = ref_linear(x, 10, 3, p.at("W_query.weight"), 4, &p.at("W_query.bias"));
-      Vec k = ref_linear(x, 10, 3, p.at("W_key.weight"), 4, &p.at("W_key.bias"));
-      Vec v = ref_linear(x, 10, 3, p.at("W_value.weight"), 4, &p.at("W_value.bias"));
+      const Vec& in = p.at("input");
+      Vec q = ref_linear(in, 10, 3, p.at("W_query.weight"), 4, &p.at("W_query.bias"));
+      Vec k = ref_linear(in, 10, 3, p.at("W_key.weight"), 4, &p.at("W_key.bias"));
+      Vec v = ref_linear(in, 10, 3, p.at("W_value.weight"), 4, &p.at("W_value.bias"));
       return ref_heads(q, k, v, 2, 5, 1, 4, blocked, &noise);
     };
     check(c);
@@ -386,13 +386,13 @@ TEST(BackwardFiniteDifferences, MultiHeadAttentionWrapper) {
   std::vector<std::vector<Vec>> noise;
   for (CausalAttention& h : w.heads) noise.push_back(split_noise(h.dropout.last_noise(), 2, 4));
   c.forward = [noise](const Params& p) {
-    const Vec& x = p.at("input");
+    const Vec& in = p.at("input");
     Vec out(2 * 4 * 6);
     for (int h = 0; h < 3; ++h) {
       const std::string n = "heads." + std::to_string(h) + ".";
-      Vec q = ref_linear(x, 8, 3, p.at(n + "W_query.weight"), 2, nullptr);
-      Vec k = ref_linear(x, 8, 3, p.at(n + "W_key.weight"), 2, nullptr);
-      Vec v = ref_linear(x, 8, 3, p.at(n + "W_value.weight"), 2, nullptr);
+      Vec q = ref_linear(in, 8, 3, p.at(n + "W_query.weight"), 2, nullptr);
+      Vec k = ref_linear(in, 8, 3, p.at(n + "W_key.weight"), 2, nullptr);
+      Vec v = ref_linear(in, 8, 3, p.at(n + "W_value.weight"), 2, nullptr);
       Vec y = ref_heads(q, k, v, 2, 4, 1, 2, [](int64_t t, int64_t s) { return s > t; }, &noise[static_cast<size_t>(h)]);
       for (int r = 0; r < 8; ++r)
         for (int j = 0; j < 2; ++j) out[static_cast<size_t>(r * 6 + h * 2 + j)] = y[static_cast<size_t>(r * 2 + j)];
@@ -531,8 +531,8 @@ TEST(BackwardFiniteDifferences, AttentionLanguageModelEndToEnd) {
                       [](int64_t t, int64_t s) { return s > t; }, &noise[static_cast<size_t>(b)]);
       for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
     }
-    Vec logits = ref_linear(x, 8, 4, p.at("out_head.weight"), 7, &p.at("out_head.bias"));
-    return Vec{ref_cross_entropy(logits, targets, 7)};
+    Vec ref_logits = ref_linear(x, 8, 4, p.at("out_head.weight"), 7, &p.at("out_head.bias"));
+    return Vec{ref_cross_entropy(ref_logits, targets, 7)};
   };
   check(c);
 }

@@ -136,9 +136,9 @@ TEST(BpeEncode, RoundTripsValidUtf8) {
   for (int i = 0; i < 300; ++i) {
     std::string s;
     for (int n = static_cast<int>(rng() % 40); n > 0; --n) {
-      uint32_t cp = starts[rng() % starts.size()] + rng() % 96;
-      if (rng() % 4 == 0) cp = rng() % 0x80;
-      if (rng() % 50 == 0) cp = rng() % 0x110000;
+      uint32_t cp = starts[rng() % starts.size()] + static_cast<uint32_t>(rng() % 96);
+      if (rng() % 4 == 0) cp = static_cast<uint32_t>(rng() % 0x80);
+      if (rng() % 50 == 0) cp = static_cast<uint32_t>(rng() % 0x110000);
       if (cp >= 0xD800 && cp < 0xE000) cp = 'x';
       utf8::append(s, cp);
     }

@@ -288,9 +288,9 @@ TEST(FusedModules, NonFiniteInputsPropagateOnBothPathsWithoutCrashing) {
   // hide token 3 behind the mask; the textbook's 0 * NaN in weights @ values makes them NaN too,
   // the fused kernel may skip the hidden block: attention.h leaves those open.)
   for (int64_t t = 3; t < 6; ++t)
-    for (int64_t c = 0; c < 4; ++c) {
-      EXPECT_TRUE(std::isnan(yf[static_cast<size_t>(t * 4 + c)])) << "fused token " << t;
-      EXPECT_TRUE(std::isnan(yt[static_cast<size_t>(t * 4 + c)])) << "textbook token " << t;
+    for (int64_t col = 0; col < 4; ++col) {
+      EXPECT_TRUE(std::isnan(yf[static_cast<size_t>(t * 4 + col)])) << "fused token " << t;
+      EXPECT_TRUE(std::isnan(yt[static_cast<size_t>(t * 4 + col)])) << "textbook token " << t;
     }
   const Tensor g = Tensor::ones({1, 6, 4});
   const std::vector<float> dxf = fused->backward(g).to_vector();

@@ -122,7 +122,7 @@ TEST(Gemm, ConcurrentKSplitProductsDoNotShareScratch) {
           std::fill(got.begin(), got.end(), std::nanf(""));
           sgemm(gemm_args(true, false, p.O, p.I, p.R, p.dy.data(), p.O, p.x.data(), p.I, got.data(), p.I), pool);
           for (size_t i = 0; i < got.size(); ++i)
-            if (!(std::fabs(got[i] - p.want[i]) <= 1e-5 * (1 + std::fabs(p.want[i])) * std::sqrt(p.R + 1.0)))
+            if (!(std::fabs(got[i] - p.want[i]) <= 1e-5 * (1 + std::fabs(p.want[i])) * std::sqrt(static_cast<double>(p.R) + 1.0)))
               mismatches[t].fetch_add(1);
         }
       });

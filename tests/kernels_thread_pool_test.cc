@@ -105,7 +105,7 @@ void ExpectInnerWorkersInRange(ThreadPool& outer, ThreadPool& inner) {
       started.fetch_add(1);
       while (started.load() < outer.num_threads()) std::this_thread::yield();
     }
-    inner.parallel_for(8, [&](int64_t task, int worker) {
+    inner.parallel_for(8, [&](int64_t, int worker) {  // (the value written is the outer task)
       ASSERT_GE(worker, 0);
       ASSERT_LT(worker, inner.num_threads()) << "a worker index of the outer (" << outer.num_threads()
                                              << "-thread) pool";

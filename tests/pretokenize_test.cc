@@ -66,7 +66,7 @@ std::vector<uint32_t> agreeing_alphabet() {
                       0x3000u, 0xFEFFu, 0x1C89u, 0xA7CBu})
     candidates.push_back(cp);
   std::mt19937 rng(3);
-  for (int i = 0; i < 3000; ++i) candidates.push_back(rng() % 0x30000);
+  for (int i = 0; i < 3000; ++i) candidates.push_back(static_cast<uint32_t>(rng() % 0x30000));
   std::vector<uint32_t> out;
   for (uint32_t cp : candidates) {
     if (cp >= 0xD800 && cp < 0xE000) continue;
@@ -89,7 +89,7 @@ TEST(BpePretokenize, ScannerMatchesPcre2OnRandomText) {
   for (int i = 0; i < 20000; ++i) {
     std::string s;
     for (int n = static_cast<int>(rng() % 20); n > 0; --n) {
-      const unsigned pick = rng() % 10;
+      const auto pick = static_cast<unsigned>(rng() % 10);
       if (pick < 3) s += words[rng() % words.size()];
       else if (pick < 6) s += static_cast<char>(0x20 + rng() % 0x60);
       else utf8::append(s, alphabet[rng() % alphabet.size()]);

@@ -256,13 +256,13 @@ Tensor softmax_backward(const Tensor& y, const Tensor& dy, int dim) {
   // `along` hands out lanes of yc (contiguous, so not copied); dy's lane sits at the same offset.
   const float* y0 = yc.data();
   const float* g0 = g.data();
-  return along(yc, dim, [y0, g0](const float* y, float* dx, int64_t n, int64_t s) {
-    const float* gy = g0 + (y - y0);
+  return along(yc, dim, [y0, g0](const float* yl, float* dx, int64_t n, int64_t s) {
+    const float* gy = g0 + (yl - y0);  // yl: a lane of y
     // dx = y * (dy - sum(y * dy)): the Jacobian of softmax applied to dy. Where y is 0 (masked
     // keys, and every key of a fully masked row) dx is 0.
     float dot = 0.0f;
-    for (int64_t k = 0; k < n; ++k) dot += y[k * s] * gy[k * s];
-    for (int64_t k = 0; k < n; ++k) dx[k * s] = y[k * s] * (gy[k * s] - dot);
+    for (int64_t k = 0; k < n; ++k) dot += yl[k * s] * gy[k * s];
+    for (int64_t k = 0; k < n; ++k) dx[k * s] = yl[k * s] * (gy[k * s] - dot);
   });
 }
 

@@ -42,7 +42,7 @@ std::vector<int64_t> generate(AttentionLM& model, const std::vector<int64_t>& pr
       for (int64_t j = 0; j < V; ++j)
         if (last[j] >= cut) m = std::max(m, last[j] / o.temperature);
       for (int64_t j = 0; j < V; ++j) total += (p[static_cast<size_t>(j)] = last[j] >= cut ? std::exp(last[j] / o.temperature - m) : 0.0);
-      double u = gen.random64() % (uint64_t{1} << 53) * 0x1.0p-53 * total;
+      double u = static_cast<double>(gen.random64() % (uint64_t{1} << 53)) * 0x1.0p-53 * total;  // exact: < 2^53
       next = V - 1;
       for (int64_t j = 0; j < V; ++j) {
         if (u < p[static_cast<size_t>(j)]) {
