@@ -190,8 +190,7 @@ Batch FixedBatches::next(int64_t batch_size) {
 }
 
 void FixedBatches::set_state(const nlohmann::json& state) {
-  QKV_CHECK(state.is_object() && state.contains("row") && state["row"].is_number_integer(),
-            "'", path_, "': the saved data state has no row");
+  QKV_CHECK(state.is_object() && state.contains("row"), "'", path_, "': the saved data state has no row");
   const nlohmann::json& row = state["row"];
   QKV_CHECK(row.is_number_unsigned() && row.get<uint64_t>() < static_cast<uint64_t>(rows_), excerpt(path_, 4096),
             ": the saved data state's row ", json_excerpt(row), " is not a row of its ", rows_, " rows");
