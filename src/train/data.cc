@@ -90,8 +90,8 @@ std::vector<int64_t> SequenceTask::encode(const std::string& text) const {
     if (c == ' ') continue;
     if (c == '|') ids.push_back(separator());
     else if (c >= 'a' && c < 'a' + symbols_) ids.push_back(c - 'a');
-    else fail("the task's alphabet is 'a'..'", static_cast<char>('a' + symbols_ - 1), "' and the separator '|'; '",
-              std::string(1, c), "' is not in it");
+    else fail("the task's alphabet is 'a'..'", static_cast<char>('a' + symbols_ - 1), "' and the separator '|'; ",
+              excerpt(std::string_view(&c, 1)), " is not in it");
   }
   return ids;
 }
