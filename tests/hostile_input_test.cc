@@ -408,7 +408,16 @@ TEST(HostileCheckpoint, ADataRowOutsideTheDataIsRefusedOnResume) {
   o.task = TrainTask::kData;
   o.data_file = s.path("data.st");
   CheckpointParts p = tiny_checkpoint(s.path("c.st"), o);
-  for (const char* row : {"-1", "3", "-9223372036854775808", "1.5", "\"1\""}) {
+  // Not a row number at all: refused when the checkpoint is loaded.
+  for (const char* row : {"-1", "-9223372036854775808", "1.5", "\"1\""}) {
+    CheckpointParts q = p;
+    q.metadata["data.state"] = std::string("{\"row\": ") + row + "}";
+    save_safetensors(s.path("row.st"), q.tensors, q.metadata);
+    EXPECT_THAT(error_of([&] { load_checkpoint(s.path("row.st")); }),
+                HasSubstr("its data state must be {\"row\": N}, not {\"row\":" + std::string(row) + "}"));
+  }
+  // A row number, but past the data's rows: refused on resume, before a batch is read from it.
+  for (const char* row : {"3", "18446744073709551615"}) {
     CheckpointParts q = p;
     q.metadata["data.state"] = std::string("{\"row\": ") + row + "}";
     save_safetensors(s.path("row.st"), q.tensors, q.metadata);

@@ -140,6 +140,18 @@ void validate(const Checkpoint& c) {
             c.step, " steps");
   for (const EvalStats& e : c.evals)
     QKV_CHECK(e.step <= c.step, "an evaluation at step ", e.step, " is after its step ", c.step);
+  // The generators' states parse (the row of fixed batches is checked against the data on restore).
+  Generator g(0);
+  set_generator_state_hex(g, c.model_rng);
+  const nlohmann::json& d = c.data_state;
+  if (c.options.task == TrainTask::kData) {
+    QKV_CHECK(d.is_object() && d.contains("row") && d["row"].is_number_unsigned(),
+              "its data state must be {\"row\": N}, not ", json_excerpt(d));
+  } else {
+    QKV_CHECK(d.is_object() && d.contains("generator") && d["generator"].is_string(),
+              "its data state must be {\"generator\": \"<hex>\"}, not ", json_excerpt(d));
+    set_generator_state_hex(g, d["generator"].get<std::string>());
+  }
 }
 
 }  // namespace
