@@ -115,7 +115,7 @@ TEST_F(CliTokenizer, DecodeErrorsNameTheId) {
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("token id 50257"));
   EXPECT_EQ(r.out, "");
-  EXPECT_THAT(run("decode 12 abc").err, HasSubstr("\"abc\" is not a token id"));
+  EXPECT_THAT(run("decode 12 abc").err, HasSubstr("'abc' is not a token id"));
   EXPECT_THAT(run("decode '[1, \"x\"]'").err, HasSubstr("is not a token id"));
   EXPECT_THAT(run("decode '[1, 2'").err, HasSubstr("not a valid JSON array"));
 }

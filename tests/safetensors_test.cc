@@ -210,7 +210,7 @@ TEST(SafetensorsRoundTrip, GetNamesTheFileTheMissingTensorAndTheOnesThere) {
   EXPECT_TRUE(f.contains("b"));
   EXPECT_FALSE(f.contains("input"));
   EXPECT_TRUE(ThrowsErrorWith([&] { f.get("input"); },
-                              {"'file.safetensors' has no tensor 'input' (it has: a, b, c)"}));
+                              {"'file.safetensors' has no tensor 'input' (it has: 'a', 'b', 'c')"}));
 }
 
 // --- other dtypes, built byte by byte -------------------------------------------------------

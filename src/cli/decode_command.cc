@@ -6,11 +6,14 @@
 
 #include <charconv>
 #include <cstdio>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
+#include "qkv/io/json_read.h"
 #include "tokenizer_flags.h"
 
 namespace qkv::cli {
@@ -27,15 +30,13 @@ std::vector<TokenId> parse_ids(const std::string& s) {
   if (first == std::string::npos) return {};
   std::vector<TokenId> ids;
   if (s[first] == '[') {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(s);
-    } catch (const nlohmann::json::exception& e) {
-      fail("decode: the ids are not a valid JSON array: ", e.what());
-    }
-    QKV_CHECK(j.is_array(), "decode: expected a JSON array of token ids");
+    const nlohmann::json j = parse_json(s, "decode: not a valid JSON array of ids");
+    QKV_CHECK(j.is_array(), "decode: expected a JSON array of token ids, not ", json_excerpt(j));
     for (const nlohmann::json& v : j) {
-      QKV_CHECK(v.is_number_integer(), "decode: ", v.dump(), " in the array is not a token id (an integer)");
+      QKV_CHECK(v.is_number_integer(), "decode: ", json_excerpt(v), " in the array is not a token id (an integer)");
+      // An unsigned id beyond int64 (2^64 - 1, say) is named as written, not as the -1 it would wrap to.
+      QKV_CHECK(!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<TokenId>::max()),
+                "decode: ", v.get<uint64_t>(), " in the array is not a token id (ids are below 2^63)");
       ids.push_back(v.get<TokenId>());
     }
     return ids;
@@ -46,8 +47,9 @@ std::vector<TokenId> parse_ids(const std::string& s) {
     if (!word.empty()) {
       TokenId id = 0;
       const auto r = std::from_chars(word.data(), word.data() + word.size(), id);
-      QKV_CHECK(r.ec == std::errc() && r.ptr == word.data() + word.size(), "decode: \"", word,
-                "\" is not a token id (an integer); give a JSON array or integers separated by spaces");
+      QKV_CHECK(r.ec == std::errc() && r.ptr == word.data() + word.size(), "decode: ", excerpt(word), " is not a token id (",
+                r.ec == std::errc::result_out_of_range ? "beyond the range of ids" : "an integer",
+                "); give a JSON array or integers separated by spaces");
       ids.push_back(id);
     }
     if (end == std::string::npos) break;

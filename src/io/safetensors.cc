@@ -13,8 +13,11 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "qkv/core/checked.h"
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
 #include "qkv/io/atomic_file.h"
+#include "qkv/io/json_read.h"
 
 namespace qkv {
 namespace {
@@ -63,26 +66,19 @@ void store_le(char* p, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
-// --- limits ---------------------------------------------------------------------------------
-
-// Bounds that keep every size computation far from int64 overflow: no real tensor comes close,
-// and a file that claims more is malformed (its data could not fit in memory anyway).
-constexpr uint64_t kMaxElements = uint64_t{1} << 56;
-
 // --- messages -------------------------------------------------------------------------------
 
-// A JSON value for an error message: compact, never throwing, and cut short if long.
-std::string brief(const json& j) {
-  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 80) s = s.substr(0, 77) + "...";
-  return s;
-}
+// A JSON value for an error message: compact, quoted, escaped and bounded.
+std::string brief(const json& j) { return json_excerpt(j); }
+
+// A path for a message (bounded by PATH_MAX when it names a file at all).
+std::string quoted_path(const std::string& file) { return excerpt(file, 4096); }
 
 std::string name_list(const std::vector<std::string>& names, size_t max_shown) {
   std::string s;
   for (size_t i = 0; i < names.size() && i < max_shown; ++i) {
     if (i) s += ", ";
-    s += names[i];
+    s += excerpt(names[i], 40);
   }
   if (names.size() > max_shown) s += str(", ... (", names.size() - max_shown, " more)");
   return s;
@@ -93,37 +89,9 @@ std::string name_list(const std::vector<std::string>& names, size_t max_shown) {
 // Parses the header JSON; a key repeated within one object is an error (nlohmann would keep
 // the last one silently, which would let two readers of the same file disagree).
 json parse_header(const char* begin, const char* end, const std::string& file) {
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  json::parser_callback_t callback = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-        open_objects.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        if (!open_objects.empty()) open_objects.pop_back();
-        break;
-      case json::parse_event_t::key:
-        if (!open_objects.empty() && parsed.is_string() &&
-            !open_objects.back().insert(parsed.get_ref<const std::string&>()).second &&
-            duplicate.empty()) {
-          duplicate = parsed.get_ref<const std::string&>();
-        }
-        break;
-      default:
-        break;
-    }
-    return true;
-  };
-  json header;
-  try {
-    header = json::parse(begin, end, callback);
-  } catch (const json::exception& e) {
-    fail("'", file, "': header is not valid JSON: ", e.what());
-  }
-  QKV_CHECK(duplicate.empty(), "'", file, "': header has the key '", duplicate,
-            "' more than once");
-  QKV_CHECK(header.is_object(), "'", file, "': header must be a JSON object, got ",
+  json header = parse_json(std::string_view(begin, static_cast<size_t>(end - begin)),
+                           quoted_path(file) + ": header", JsonKeys::kUnique);
+  QKV_CHECK(header.is_object(), quoted_path(file), ": header must be a JSON object, got ",
             header.type_name(), " ", brief(header));
   return header;
 }
@@ -153,14 +121,14 @@ struct Entry {
 const json& field(const json& entry, const char* key, const std::string& file,
                   const std::string& name) {
   auto it = entry.find(key);
-  QKV_CHECK(it != entry.end(), "'", file, "': tensor '", name, "' has no '", key,
+  QKV_CHECK(it != entry.end(), quoted_path(file), ": tensor ", excerpt(name), " has no '", key,
             "' (expected dtype, shape and data_offsets), got ", brief(entry));
   return *it;
 }
 
 Entry parse_entry(const std::string& name, const json& j, uint64_t data_size,
                   const std::string& file) {
-  const std::string where = str("'", file, "': tensor '", name, "'");
+  const std::string where = str(quoted_path(file), ": tensor ", excerpt(name));
   QKV_CHECK(j.is_object(), where, ": entry must be a JSON object with dtype, shape and "
             "data_offsets, got ", j.type_name(), " ", brief(j));
   Entry e;
@@ -172,10 +140,10 @@ Entry parse_entry(const std::string& name, const json& j, uint64_t data_size,
             dtype.type_name(), " ", brief(dtype));
   const std::string& dtype_name = dtype.get_ref<const std::string&>();
   e.dtype = find_dtype(dtype_name);
-  QKV_CHECK(e.dtype != nullptr, where, " has unknown dtype '", dtype_name,
-            "' (supported: ", kSupportedDtypes, ")");
-  QKV_CHECK(e.dtype->dtype != Dtype::Unsupported, where, " has unsupported dtype '", dtype_name,
-            "' (supported: ", kSupportedDtypes, ")");
+  QKV_CHECK(e.dtype != nullptr, where, " has unknown dtype ", excerpt(dtype_name),
+            " (supported: ", kSupportedDtypes, ")");
+  QKV_CHECK(e.dtype->dtype != Dtype::Unsupported, where, " has unsupported dtype ", excerpt(dtype_name),
+            " (supported: ", kSupportedDtypes, ")");
 
   // shape
   const json& shape = field(j, "shape", file, name);
@@ -183,26 +151,24 @@ Entry parse_entry(const std::string& name, const json& j, uint64_t data_size,
             shape.type_name(), " ", brief(shape));
   QKV_CHECK(shape.size() <= static_cast<size_t>(kMaxRank), where, ": shape ", brief(shape),
             " has rank ", shape.size(), ", more than the ", kMaxRank, " dimensions qkv supports");
-  uint64_t nonzero_product = 1;
-  bool any_zero = false;
+  Shape nonzero;  // the sizes that set the strides: their product must fit too, even when the tensor is empty
   for (size_t i = 0; i < shape.size(); ++i) {
     uint64_t d = 0;
     QKV_CHECK(as_count(shape[i], &d), where, ": dimension ", i, " of shape ", brief(shape),
               " must be a non-negative integer, got ", brief(shape[i]));
-    QKV_CHECK(d <= kMaxElements, where, ": dimension ", i, " of shape ", brief(shape),
-              " is absurdly large (", d, ")");
-    if (d == 0) {
-      any_zero = true;
-    } else {
-      // nonzero_product <= kMaxElements and d <= kMaxElements, so this cannot overflow u128;
-      // compare by division to stay in u64.
-      QKV_CHECK(nonzero_product <= kMaxElements / d, where, ": shape ", brief(shape),
-                " is absurdly large (more than ", kMaxElements, " elements)");
-      nonzero_product *= d;
-    }
+    QKV_CHECK(d <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), where, ": dimension ", i,
+              " of shape ", brief(shape), " is absurdly large (", d, ")");
     e.shape.push_back(static_cast<int64_t>(d));
+    if (d != 0) nonzero.push_back(static_cast<int64_t>(d));
   }
-  const uint64_t numel = any_zero ? 0 : nonzero_product;
+  int64_t numel = 0, want = 0;
+  try {
+    checked_product(std::span<const int64_t>(nonzero.data(), nonzero.size()), "its elements");
+    numel = checked_product(std::span<const int64_t>(e.shape.data(), e.shape.size()), "its elements");
+    want = checked_bytes(numel, static_cast<int64_t>(e.dtype->size), "its bytes");
+  } catch (const Error& err) {
+    fail(where, ": shape ", brief(shape), " is absurdly large: ", err.what());
+  }
 
   // data_offsets
   const json& offsets = field(j, "data_offsets", file, name);
@@ -216,8 +182,7 @@ Entry parse_entry(const std::string& name, const json& j, uint64_t data_size,
   QKV_CHECK(end <= data_size, where, ": data offsets past the end of the data buffer: "
             "data_offsets [", begin, ", ", end, "] but the buffer has only ", data_size,
             " bytes (truncated file?)");
-  const uint64_t want = numel * e.dtype->size;  // <= 2^56 * 8: no overflow
-  QKV_CHECK(end - begin == want, where, ": shape ", shape_str(e.shape), " of ", e.dtype->name,
+  QKV_CHECK(end - begin == static_cast<uint64_t>(want), where, ": shape ", shape_str(e.shape), " of ", e.dtype->name,
             " needs ", want, " bytes (", numel, " elements x ", e.dtype->size,
             " bytes) but data_offsets [", begin, ", ", end, "] hold ", end - begin, " bytes");
   e.begin = begin;
@@ -226,12 +191,12 @@ Entry parse_entry(const std::string& name, const json& j, uint64_t data_size,
 }
 
 std::map<std::string, std::string> parse_metadata(const json& j, const std::string& file) {
-  QKV_CHECK(j.is_object(), "'", file, "': __metadata__ must be an object mapping strings to "
+  QKV_CHECK(j.is_object(), quoted_path(file), ": __metadata__ must be an object mapping strings to "
             "strings, got ", j.type_name(), " ", brief(j));
   std::map<std::string, std::string> out;
   for (auto it = j.begin(); it != j.end(); ++it) {
-    QKV_CHECK(it.value().is_string(), "'", file, "': __metadata__ must map strings to strings, "
-              "but key '", it.key(), "' has ", it.value().type_name(), " ", brief(it.value()));
+    QKV_CHECK(it.value().is_string(), quoted_path(file), ": __metadata__ must map strings to strings, "
+              "but key ", excerpt(it.key()), " has ", it.value().type_name(), " ", brief(it.value()));
     out.emplace(it.key(), it.value().get<std::string>());
   }
   return out;
@@ -248,8 +213,8 @@ void check_no_overlap(std::vector<const Entry*> entries, const std::string& file
   const Entry* reach = nullptr;  // the entry reaching furthest so far
   for (const Entry* e : entries) {
     if (reach != nullptr) {
-      QKV_CHECK(e->begin >= reach->end, "'", file, "': tensors '", reach->name, "' [",
-                reach->begin, ", ", reach->end, "] and '", e->name, "' [", e->begin, ", ",
+      QKV_CHECK(e->begin >= reach->end, quoted_path(file), ": tensors ", excerpt(reach->name), " [",
+                reach->begin, ", ", reach->end, "] and ", excerpt(e->name), " [", e->begin, ", ",
                 e->end, "] overlap in the data buffer");
     }
     if (reach == nullptr || e->end > reach->end) reach = e;
@@ -322,7 +287,7 @@ float f64_to_f32(double v) {
 const Tensor& TensorFile::get(const std::string& name) const {
   auto it = tensors.find(name);
   if (it == tensors.end()) {
-    fail("'", path, "' has no tensor '", name, "' (it has: ",
+    fail(quoted_path(path), " has no tensor ", excerpt(name), " (it has: ",
          names.empty() ? std::string("no tensors") : name_list(names, 40), ")");
   }
   return it->second;
@@ -333,10 +298,10 @@ const Tensor& TensorFile::get(const std::string& name) const {
 TensorFile parse_safetensors(const std::string& bytes, const std::string& file) {
   const auto* raw = reinterpret_cast<const unsigned char*>(bytes.data());
   const uint64_t size = bytes.size();
-  QKV_CHECK(size >= 8, "'", file, "': file is ", size, " bytes, too short for a safetensors file ",
+  QKV_CHECK(size >= 8, quoted_path(file), ": file is ", size, " bytes, too short for a safetensors file ",
             "(expected at least 8 bytes: the header length)");
   const uint64_t header_len = load_le(raw, 8);
-  QKV_CHECK(header_len <= size - 8, "'", file, "': header length is ", header_len,
+  QKV_CHECK(header_len <= size - 8, quoted_path(file), ": header length is ", header_len,
             " bytes but only ", size - 8, " bytes follow the 8-byte length (truncated file?)");
 
   TensorFile out;
@@ -372,7 +337,7 @@ TensorFile parse_safetensors(const std::string& bytes, const std::string& file) 
     }
   } catch (const json::exception& e) {
     // Not expected (every access above is type-checked first), but never let one escape.
-    fail("'", file, "': malformed header: ", e.what());
+    fail(quoted_path(file), ": malformed header: ", excerpt(e.what(), 200));
   }
   return out;
 }
@@ -391,8 +356,8 @@ std::string serialize_safetensors(const NamedTensors& tensors,
               " has an empty name");
     QKV_CHECK(name != "__metadata__", "save_safetensors: '__metadata__' is reserved and cannot "
               "name a tensor");
-    QKV_CHECK(seen.insert(name).second, "save_safetensors: the tensor name '", name,
-              "' is given more than once");
+    QKV_CHECK(seen.insert(name).second, "save_safetensors: the tensor name ", excerpt(name),
+              " is given more than once");
   }
 
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -413,7 +378,7 @@ std::string serialize_safetensors(const NamedTensors& tensors,
   try {
     header_text = header.dump();
   } catch (const nlohmann::json::exception& e) {
-    fail("save_safetensors: a tensor name or metadata string is not valid UTF-8: ", e.what());
+    fail("save_safetensors: a tensor name or metadata string is not valid UTF-8: ", excerpt(e.what(), 200));
   }
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
 

@@ -3,8 +3,11 @@
 
 #include <cmath>
 #include <limits>
+#include <span>
 
+#include "qkv/core/checked.h"
 #include "qkv/core/error.h"
+#include "qkv/io/json_read.h"
 
 namespace qkv {
 
@@ -24,9 +27,13 @@ Tensor tensor_from_json(const nlohmann::json& j) {
             "a tensor in JSON must be an object {\"shape\": [...], \"data\": [...]}");
   Shape shape;
   for (const auto& d : j["shape"]) {
-    QKV_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, "tensor JSON: bad dimension ", d.dump());
+    QKV_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+              "tensor JSON: a dimension must be a non-negative integer, not ", json_excerpt(d));
     shape.push_back(d.get<int64_t>());
   }
+  const int64_t numel = checked_product(std::span<const int64_t>(shape.data(), shape.size()), "tensor JSON: the shape");
+  QKV_CHECK(static_cast<int64_t>(j["data"].size()) == numel, "tensor JSON: shape ", shape_str(shape), " holds ", numel,
+            " values but data has ", j["data"].size());
   std::vector<float> values;
   for (const auto& v : j["data"]) {
     if (v.is_number()) {
@@ -35,7 +42,7 @@ Tensor tensor_from_json(const nlohmann::json& j) {
       const float inf = std::numeric_limits<float>::infinity();
       values.push_back(v == "inf" ? inf : v == "-inf" ? -inf : std::numeric_limits<float>::quiet_NaN());
     } else {
-      fail("tensor JSON: unexpected value ", v.dump());
+      fail("tensor JSON: unexpected value ", json_excerpt(v));
     }
   }
   return Tensor::from(shape, std::move(values));

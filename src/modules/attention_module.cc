@@ -2,6 +2,7 @@
 #include "qkv/modules/attention_module.h"
 
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
 #include "qkv/modules/causal_attention.h"
 #include "qkv/modules/multi_head_attention.h"
 #include "qkv/modules/self_attention.h"
@@ -12,7 +13,7 @@ AttentionPath parse_attention_path(const std::string& name) {
   if (name == "auto") return AttentionPath::kAuto;
   if (name == "fused") return AttentionPath::kFused;
   if (name == "textbook") return AttentionPath::kTextbook;
-  fail("unknown attention path '", name, "'; expected one of: auto, fused, textbook");
+  fail("unknown attention path ", excerpt(name), "; expected one of: auto, fused, textbook");
 }
 
 const char* attention_path_name(AttentionPath path) {

@@ -2,6 +2,7 @@
 #include "qkv/text/json_string.h"
 
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
 #include "qkv/text/utf8.h"
 
 namespace qkv {
@@ -68,7 +69,7 @@ std::string parse_json_string(std::string_view s, size_t& i, const std::string& 
         utf8::append(out, static_cast<uint32_t>(cp));
         break;
       }
-      default: fail(what, ": a bad escape \\", e, " at byte ", i - 2);
+      default: fail(what, ": a bad escape ", excerpt(std::string_view(&s[i - 2], 2)), " at byte ", i - 2);
     }
   }
   ++i;
@@ -88,7 +89,7 @@ std::vector<std::string> parse_json_string_lines(std::string_view contents, cons
     size_t i = 0;
     while (i < text.size() && space(text[i])) ++i;
     QKV_CHECK(i < text.size() && text[i] == '"', where, ": expected one JSON string, like \"text\"; got ",
-              text.empty() ? std::string("an empty line") : "\"" + std::string(text.substr(0, 40)) + "\"");
+              text.empty() ? std::string("an empty line") : excerpt(text));
     out.push_back(parse_json_string(text, i, where));
     while (i < text.size() && space(text[i])) ++i;
     QKV_CHECK(i == text.size(), where, ": more after the JSON string, at byte ", i);

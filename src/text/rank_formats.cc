@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
 #include "qkv/text/json_string.h"
 #include "qkv/text/utf8.h"
 #include "qkv/text/vocab_files.h"
@@ -170,7 +171,7 @@ std::vector<std::pair<std::string, TokenId>> data_gym_to_mergeable_ranks(std::st
     decode_data_gym(key, "encoder.json", 1, bytes);
     const bool in_range = value >= 0 && static_cast<size_t>(value) < ranks.size();
     QKV_CHECK(in_range && ranks[static_cast<size_t>(value)].first == bytes && !seen[static_cast<size_t>(value)],
-              "encoder.json and vocab.bpe disagree: encoder.json has ", key, " = ", value, ", but vocab.bpe ",
+              "encoder.json and vocab.bpe disagree: encoder.json has ", excerpt(key), " = ", value, ", but vocab.bpe ",
               in_range ? "gives rank " + std::to_string(value) + " to another token" : std::string("makes no such rank"));
     seen[static_cast<size_t>(value)] = 1;
     ++matched;
@@ -194,14 +195,13 @@ std::vector<std::pair<std::string, TokenId>> parse_tiktoken_ranks(std::string_vi
     if (line.empty()) continue;
     const size_t space = line.find(' ');
     QKV_CHECK(space != std::string_view::npos, what, " line ", line_no,
-              ": expected \"<base64 token> <rank>\", got \"", line.substr(0, 80), "\"");
+              ": expected \"<base64 token> <rank>\", got ", excerpt(line));
     std::string_view b64 = line.substr(0, space), rank_text = line.substr(space + 1);
-    QKV_CHECK(base64_decode(b64, bytes) && !bytes.empty(), what, " line ", line_no, ": \"", b64,
-              "\" is not base64 of a token");
+    QKV_CHECK(base64_decode(b64, bytes) && !bytes.empty(), what, " line ", line_no, ": ", excerpt(b64), " is not base64 of a token");
     TokenId rank = -1;
     auto [p, ec] = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
     QKV_CHECK(ec == std::errc() && p == rank_text.data() + rank_text.size() && rank >= 0, what, " line ", line_no,
-              ": \"", rank_text, "\" is not a rank (a non-negative integer)");
+              ": ", excerpt(rank_text), " is not a rank (a non-negative integer)");
     ranks.emplace_back(bytes, rank);
   }
   QKV_CHECK(!ranks.empty(), what, ": no ranks in the file");

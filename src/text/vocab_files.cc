@@ -1,14 +1,11 @@
 // Finding, verifying and loading vocabulary files; see qkv/text/vocab_files.h.
 #include "qkv/text/vocab_files.h"
 
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "qkv/core/error.h"
+#include "qkv/io/atomic_file.h"
 #include "qkv/text/pretokenize.h"
 #include "qkv/text/sha256.h"
 
@@ -55,12 +52,7 @@ std::string find_gpt2_vocab(const std::vector<VocabPlace>& places) {
 }
 
 std::string read_verified_file(const std::string& path, std::string_view expected_sha256) {
-  std::ifstream in(path, std::ios::binary);
-  QKV_CHECK(in, "cannot open ", path, ": ", std::strerror(errno));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  QKV_CHECK(!in.bad(), "cannot read ", path);
-  std::string bytes = buf.str();
+  std::string bytes = read_file(path);
   if (!expected_sha256.empty()) {
     const std::string actual = sha256_hex(bytes);
     QKV_CHECK(actual == expected_sha256, "refusing to load ", path, ": its SHA-256 is ", actual, ", not the expected ",

@@ -1,7 +1,13 @@
 // Training checkpoints. See include/qkv/train/checkpoint.h.
 #include "qkv/train/checkpoint.h"
 
+#include <charconv>
+#include <cmath>
+#include <limits>
+
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
+#include "qkv/io/json_read.h"
 #include "qkv/io/safetensors.h"
 
 namespace qkv {
@@ -20,7 +26,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   NamedTensors tensors;
   for (const auto& [name, t] : c.model) {
     QKV_CHECK(!starts_with(name, kOptimizerPrefix) && !starts_with(name, "train.") && !starts_with(name, "data."),
-              "checkpoint: the model tensor name '", name, "' collides with the checkpoint's own names");
+              "checkpoint: the model tensor name ", excerpt(name), " collides with the checkpoint's own names");
     tensors.push_back({name, t});
   }
   for (const auto& [name, t] : c.optimizer) tensors.push_back({kOptimizerPrefix + name, t});
@@ -41,38 +47,148 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
                     {"evals", evals.dump()}});
 }
 
+namespace {
+
+// A whole non-negative decimal integer: "3x", "", "-1", "+3" and " 3" are refused.
+int64_t exact_count(const std::string& text, const char* what) {
+  int64_t v = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  QKV_CHECK(ec == std::errc() && end == text.data() + text.size() && v >= 0, what,
+            " must be a non-negative integer, not ", excerpt(text));
+  return v;
+}
+
+void read_evals(const nlohmann::json& j, std::vector<EvalStats>& out) {
+  QKV_CHECK(j.is_array(), "its evaluations must be a JSON array, not ", json_excerpt(j));
+  for (const nlohmann::json& e : j) {
+    const bool ok = e.is_object() && e.size() == 3 && e.contains("step") && e["step"].is_number_unsigned() &&
+                    e["step"].get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) &&
+                    e.contains("loss") && e["loss"].is_number() && e.contains("accuracy") && e["accuracy"].is_number();
+    QKV_CHECK(ok, "an evaluation must be {\"step\": N, \"loss\": X, \"accuracy\": X}, not ", json_excerpt(e));
+    out.push_back({e["step"].get<int64_t>(), e["loss"].get<float>(), e["accuracy"].get<double>()});
+  }
+}
+
+// data.vocab: whole ids, increasing (generate looks ids up by bisection), below 2^24 (exact in float32).
+void read_vocab(const Tensor& t, std::vector<int64_t>& out) {
+  constexpr float kLimit = 16777216.0f;  // 2^24
+  for (float v : t.to_vector()) {
+    QKV_CHECK(std::isfinite(v) && v == std::floor(v) && v >= 0 && v < kLimit, "data.vocab holds ", v,
+              ", not a GPT-2 id (a whole number in [0, 2^24))");
+    QKV_CHECK(out.empty() || static_cast<int64_t>(v) > out.back(), "data.vocab is not increasing (", out.back(),
+              " then ", v, ")");
+    out.push_back(static_cast<int64_t>(v));
+  }
+}
+
+bool all_finite(const Tensor& t) {
+  const float* p = t.data();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i)
+    if (!std::isfinite(p[i])) return false;
+  return true;
+}
+
+// The state dict AttentionLM(config) has: names and shapes (see AttentionLM::collect_state).
+std::vector<std::pair<std::string, Shape>> model_shapes(const LMConfig& m) {
+  const int64_t V = m.vocab_size, T = m.context_length, C = m.d_model;
+  std::vector<std::pair<std::string, Shape>> out = {{"tok_emb.weight", {V, C}}, {"pos_emb.weight", {T, C}}};
+  for (int64_t i = 0; i < m.num_layers; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    for (const char* w : {"W_query.", "W_key.", "W_value."}) {
+      out.push_back({b + w + "weight", {C, C}});
+      if (m.qkv_bias) out.push_back({b + w + "bias", {C}});
+    }
+    out.push_back({b + "out_proj.weight", {C, C}});
+    out.push_back({b + "out_proj.bias", {C}});
+    out.push_back({b + "mask", {T, T}});
+  }
+  out.push_back({"out_head.weight", {V, C}});
+  out.push_back({"out_head.bias", {V}});
+  return out;
+}
+
+// Everything a checkpoint says, checked against everything else it says, before anything is built
+// from it: the options against the limits, every tensor's shape against the options, every value
+// finite, the step against the loss history.
+void validate(const Checkpoint& c) {
+  check_train_request(c.options);  // sizes in range, products checked, memory within the limits
+  const std::vector<std::pair<std::string, Shape>> shapes = model_shapes(c.options.model);
+  std::map<std::string, const Shape*> params;
+  for (const auto& [name, shape] : shapes) {
+    auto it = c.model.find(name);
+    QKV_CHECK(it != c.model.end(), "it has no tensor ", excerpt(name), ", which its options (", c.options.model.num_layers,
+              " layers) call for");
+    QKV_CHECK(it->second.shape() == shape, "tensor ", excerpt(name), " has shape ", shape_str(it->second.shape()),
+              " but its options (vocab_size ", c.options.model.vocab_size, ", context_length ",
+              c.options.model.context_length, ", d_model ", c.options.model.d_model, ") make it ", shape_str(shape));
+    if (name.size() < 5 || name.compare(name.size() - 5, 5, ".mask") != 0) params[name] = &shape;
+  }
+  QKV_CHECK(c.model.size() == shapes.size(), "it has ", c.model.size(), " model tensors but its options call for ",
+            shapes.size());
+  for (const auto& [name, t] : c.optimizer) {
+    const size_t dot = name.find('.');
+    auto it = dot == std::string::npos ? params.end() : params.find(name.substr(dot + 1));
+    QKV_CHECK(it != params.end(), "optimizer tensor ", excerpt(name), " is not the state of a parameter");
+    QKV_CHECK(t.shape() == *it->second, "optimizer tensor ", excerpt(name), " has shape ", shape_str(t.shape()),
+              " but its parameter has shape ", shape_str(*it->second));
+  }
+  for (const auto* tensors : {&c.model, &c.optimizer})
+    for (const auto& [name, t] : *tensors)
+      QKV_CHECK(all_finite(t), "tensor ", excerpt(tensors == &c.optimizer ? kOptimizerPrefix + name : name),
+                " holds a value that is not finite (NaN or infinity): the weights are damaged");
+  QKV_CHECK(static_cast<int64_t>(c.losses.size()) == c.step, "its loss history has ", c.losses.size(), " entries for ",
+            c.step, " steps");
+  for (const EvalStats& e : c.evals)
+    QKV_CHECK(e.step <= c.step, "an evaluation at step ", e.step, " is after its step ", c.step);
+  // The generators' states parse (the row of fixed batches is checked against the data on restore).
+  Generator g(0);
+  set_generator_state_hex(g, c.model_rng);
+  const nlohmann::json& d = c.data_state;
+  if (c.options.task == TrainTask::kData) {
+    QKV_CHECK(d.is_object() && d.contains("row") && d["row"].is_number_unsigned(),
+              "its data state must be {\"row\": N}, not ", json_excerpt(d));
+  } else {
+    QKV_CHECK(d.is_object() && d.contains("generator") && d["generator"].is_string(),
+              "its data state must be {\"generator\": \"<hex>\"}, not ", json_excerpt(d));
+    set_generator_state_hex(g, d["generator"].get<std::string>());
+  }
+}
+
+}  // namespace
+
 Checkpoint load_checkpoint(const std::string& path) {
   TensorFile f = load_safetensors(path);
+  const std::string file = excerpt(path, 4096);
   auto meta = [&](const char* key) -> const std::string& {
     auto it = f.metadata.find(key);
-    QKV_CHECK(it != f.metadata.end(), "'", path, "' is not a qkv training checkpoint: its metadata has no '", key,
+    QKV_CHECK(it != f.metadata.end(), file, " is not a qkv training checkpoint: its metadata has no '", key,
               "' (training checkpoints are written by save_checkpoint)");
     return it->second;
   };
-  QKV_CHECK(meta("qkv") == kKind, "'", path, "' is a '", meta("qkv"), "' file, not a ", kKind);
+  QKV_CHECK(meta("qkv") == kKind, file, " is a ", excerpt(meta("qkv")), " file, not a ", kKind);
   Checkpoint c;
   try {
-    c.options = train_options_from_json(nlohmann::json::parse(meta("options")));
-    c.step = std::stoll(meta("step"));
+    c.options = train_options_from_json(parse_json(meta("options"), "its options"));
+    c.step = exact_count(meta("step"), "its step");
     c.model_rng = meta("rng.model");
-    c.data_state = nlohmann::json::parse(meta("data.state"));
-    for (const nlohmann::json& e : nlohmann::json::parse(meta("evals")))
-      c.evals.push_back({e.at("step").get<int64_t>(), e.at("loss").get<float>(), e.at("accuracy").get<double>()});
-  } catch (const Error& e) {
-    fail("'", path, "': ", e.what());
-  } catch (const std::exception& e) {
-    fail("'", path, "': malformed checkpoint metadata: ", e.what());
-  }
-  for (const auto& [name, t] : f.tensors) {
-    if (starts_with(name, kOptimizerPrefix)) {
-      c.optimizer[name.substr(std::string(kOptimizerPrefix).size())] = t;
-    } else if (name == "train.losses") {
-      c.losses = t.to_vector();
-    } else if (name == "data.vocab") {
-      for (float v : t.to_vector()) c.vocab.push_back(static_cast<int64_t>(v));
-    } else {
-      c.model[name] = t;
+    c.data_state = parse_json(meta("data.state"), "its data state");
+    read_evals(parse_json(meta("evals"), "its evaluations"), c.evals);
+    for (const auto& [name, t] : f.tensors) {
+      if (starts_with(name, kOptimizerPrefix)) {
+        c.optimizer[name.substr(std::string(kOptimizerPrefix).size())] = t;
+      } else if (name == "train.losses") {
+        c.losses = t.to_vector();
+      } else if (name == "data.vocab") {
+        read_vocab(t, c.vocab);
+      } else {
+        c.model[name] = t;
+      }
     }
+    validate(c);
+  } catch (const Error& e) {
+    fail(file, ": ", e.what());
+  } catch (const std::exception& e) {
+    fail(file, ": malformed checkpoint metadata: ", excerpt(e.what(), 200));
   }
   return c;
 }

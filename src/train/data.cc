@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
+#include "qkv/io/json_read.h"
 #include "qkv/io/safetensors.h"
 
 namespace qkv {
@@ -23,7 +25,7 @@ void set_generator_state_hex(Generator& gen, const std::string& hex) {
   auto nibble = [&](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    fail("generator state: '", c, "' is not a lowercase hex digit");
+    fail("generator state: ", excerpt(std::string_view(&c, 1)), " is not a lowercase hex digit");
   };
   QKV_CHECK(hex.size() % 2 == 0, "generator state: odd number of hex digits (", hex.size(), ")");
   std::vector<uint8_t> bytes;
@@ -88,8 +90,8 @@ std::vector<int64_t> SequenceTask::encode(const std::string& text) const {
     if (c == ' ') continue;
     if (c == '|') ids.push_back(separator());
     else if (c >= 'a' && c < 'a' + symbols_) ids.push_back(c - 'a');
-    else fail("the task's alphabet is 'a'..'", static_cast<char>('a' + symbols_ - 1), "' and the separator '|'; '",
-              std::string(1, c), "' is not in it");
+    else fail("the task's alphabet is 'a'..'", static_cast<char>('a' + symbols_ - 1), "' and the separator '|'; ",
+              excerpt(std::string_view(&c, 1)), " is not in it");
   }
   return ids;
 }
@@ -152,11 +154,14 @@ FixedBatches::FixedBatches(const std::string& path, int64_t vocab_size) : path_(
   rows_ = in.size(0);
   tokens_ = in.size(1);
   int64_t largest = 0;
+  // Ids are whole numbers below 2^24: float32 holds every integer up to there exactly, and no id
+  // beyond it (9e18, say) can be told from its neighbours, or make a vocabulary qkv could build.
+  constexpr float kIdLimit = 16777216.0f;
   auto read = [&](const Tensor& t, bool targets, std::vector<int64_t>& out) {
     for (float v : t.to_vector()) {
-      QKV_CHECK(std::isfinite(v) && v == std::floor(v) && (v >= 0 || (targets && v == kIgnoreIndex)), "'", path,
-                "': ", targets ? "targets" : "inputs", " must hold whole ids >= 0", targets ? " or -100" : "",
-                "; found ", v);
+      QKV_CHECK(std::isfinite(v) && v == std::floor(v) && ((v >= 0 && v < kIdLimit) || (targets && v == kIgnoreIndex)),
+                excerpt(path, 4096), ": ", targets ? "targets" : "inputs", " must hold whole ids in [0, 2^24)",
+                targets ? " or -100" : "", "; found ", v);
       out.push_back(static_cast<int64_t>(v));
       largest = std::max(largest, out.back());
     }
@@ -185,9 +190,11 @@ Batch FixedBatches::next(int64_t batch_size) {
 }
 
 void FixedBatches::set_state(const nlohmann::json& state) {
-  QKV_CHECK(state.is_object() && state.contains("row") && state["row"].is_number_integer(),
-            "'", path_, "': the saved data state has no row");
-  row_ = state["row"].get<int64_t>() % rows_;
+  QKV_CHECK(state.is_object() && state.contains("row"), "'", path_, "': the saved data state has no row");
+  const nlohmann::json& row = state["row"];
+  QKV_CHECK(row.is_number_unsigned() && row.get<uint64_t>() < static_cast<uint64_t>(rows_), excerpt(path_, 4096),
+            ": the saved data state's row ", json_excerpt(row), " is not a row of its ", rows_, " rows");
+  row_ = row.get<int64_t>();
 }
 
 }  // namespace qkv

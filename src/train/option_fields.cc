@@ -3,11 +3,13 @@
 
 #include <limits>
 
+#include "qkv/io/json_read.h"
+
 namespace qkv {
 namespace {
 
 [[noreturn]] void wrong_type(const nlohmann::json& j, const std::string& key, const char* expected) {
-  fail("'", key, "' must be ", expected, ", not ", j.dump());
+  fail("'", key, "' must be ", expected, ", not ", json_excerpt(j));
 }
 
 }  // namespace

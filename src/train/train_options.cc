@@ -2,6 +2,8 @@
 #include "qkv/train/train_options.h"
 
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
+#include "qkv/io/json_read.h"
 
 namespace qkv {
 
@@ -10,7 +12,7 @@ TrainTask parse_train_task(const std::string& name) {
   if (name == "reverse") return TrainTask::kReverse;
   if (name == "text") return TrainTask::kText;
   if (name == "data") return TrainTask::kData;
-  fail("unknown task '", name, "'; expected copy, reverse, text or data");
+  fail("unknown task ", excerpt(name), "; expected copy, reverse, text or data");
 }
 
 const char* train_task_name(TrainTask task) {
@@ -33,7 +35,7 @@ bool is_builtin_task(TrainTask task) { return task == TrainTask::kCopy || task =
 OptimizerKind parse_optimizer_kind(const std::string& name) {
   if (name == "adamw") return OptimizerKind::kAdamW;
   if (name == "sgd") return OptimizerKind::kSgd;
-  fail("unknown optimizer '", name, "'; expected adamw or sgd");
+  fail("unknown optimizer ", excerpt(name), "; expected adamw or sgd");
 }
 
 const char* optimizer_kind_name(OptimizerKind kind) {
@@ -50,7 +52,7 @@ const std::vector<std::string>& optimizer_kind_names() {
 }
 
 void read_option(const nlohmann::json& j, TrainTask& out, const std::string& key) {
-  QKV_CHECK(j.is_string(), "'", key, "' must be one of \"copy\", \"reverse\", \"text\", \"data\", not ", j.dump());
+  QKV_CHECK(j.is_string(), "'", key, "' must be one of \"copy\", \"reverse\", \"text\", \"data\", not ", json_excerpt(j));
   try {
     out = parse_train_task(j.get<std::string>());
   } catch (const Error& e) {
@@ -59,7 +61,7 @@ void read_option(const nlohmann::json& j, TrainTask& out, const std::string& key
 }
 
 void read_option(const nlohmann::json& j, OptimizerKind& out, const std::string& key) {
-  QKV_CHECK(j.is_string(), "'", key, "' must be \"adamw\" or \"sgd\", not ", j.dump());
+  QKV_CHECK(j.is_string(), "'", key, "' must be \"adamw\" or \"sgd\", not ", json_excerpt(j));
   try {
     out = parse_optimizer_kind(j.get<std::string>());
   } catch (const Error& e) {

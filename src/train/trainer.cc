@@ -4,7 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "qkv/core/checked.h"
 #include "qkv/core/error.h"
+#include "qkv/core/limits.h"
 
 namespace qkv {
 namespace {
@@ -30,6 +32,49 @@ std::unique_ptr<TrainingData> make_task_data(const TrainOptions& o) {
   fail("task ", train_task_name(o.task), ": the caller tokenises the text and gives the Trainer its TokenWindows");
 }
 
+void check_train_request(const TrainOptions& o) {
+  const LMConfig& m = o.model;
+  const int64_t V = m.vocab_size, T = m.context_length, C = m.d_model, H = m.num_heads, L = m.num_layers;
+  const int64_t B = o.batch_size;
+  QKV_CHECK(V >= 1 && T >= 1 && C >= 1, "train: vocab_size (", V, "), context_length (", T, ") and d_model (", C,
+            ") must be positive");
+  QKV_CHECK(H >= 1 && C % H == 0, "train: d_model (", C, ") must be divisible by num_heads (", H, ")");
+  QKV_CHECK(L >= 0, "train: num_layers (", L, ") must not be negative");
+  QKV_CHECK(B >= 1, "train: batch size (", B, ") must be at least 1");
+  QKV_CHECK(o.steps >= 0 && o.warmup >= 0 && o.eval_every >= 0 && o.eval_sequences >= 0,
+            "train: steps (", o.steps, "), warmup (", o.warmup, "), eval_every (", o.eval_every, ") and eval_sequences (",
+            o.eval_sequences, ") must not be negative");
+  // The parameters: tok_emb (V, C), pos_emb (T, C), per block W_query, W_key, W_value, out_proj (C, C) with
+  // out_proj's bias (C) and, with qkv_bias, three more (C); out_head (V, C) and its bias (V).
+  const char* what = "the model's parameters (from vocab_size, context_length, d_model and num_layers)";
+  const int64_t block = checked_add(checked_mul(4, checked_mul(C, C, what), what), (m.qkv_bias ? 4 : 1) * C, what);
+  int64_t params = checked_mul(checked_add(checked_mul(2, V, what), T, what), C, what);
+  params = checked_add(checked_add(params, V, what), checked_mul(L, block, what), what);
+  check_memory_request(checked_bytes(params, 4, what), what);
+  check_memory_request(checked_bytes(params, 4, "their gradients"), "the gradients of the model's parameters");
+  const int64_t states = o.optimizer == OptimizerKind::kAdamW ? 2 : o.momentum != 0.0 ? 1 : 0;
+  check_memory_request(checked_bytes(checked_mul(states, params, "the optimizer state"), 4, "the optimizer state"),
+                       "the optimizer state");
+  const char* masks = "the attention masks (num_layers x context_length x context_length)";
+  check_memory_request(checked_bytes(checked_product({L, T, T}, masks), 4, masks), masks);
+  const char* logits = "one batch's logits (batch_size x context_length x vocab_size)";
+  check_memory_request(checked_bytes(checked_product({B, T, V}, logits), 4, logits), logits);
+  const char* weights = "one batch's attention weights (batch_size x num_heads x context_length^2 x num_layers)";
+  check_memory_request(checked_bytes(checked_product({B, H, T, T, std::max<int64_t>(L, 1)}, weights), 4, weights),
+                       weights);
+  if (is_builtin_task(o.task)) {
+    QKV_CHECK(o.task_length >= 1, "train: task_length (", o.task_length, ") must be at least 1");
+    QKV_CHECK(o.task_symbols >= 2 && o.task_symbols <= 26, "train: task_symbols (", o.task_symbols,
+              ") must be in [2, 26]");
+    // A sequence is 2 x task_length tokens, held as inputs and targets (8 bytes each).
+    const int64_t seq = checked_mul(2, o.task_length, "a task sequence (2 x task_length)");
+    const char* batch = "one batch of the task (batch_size x 2 x task_length tokens)";
+    check_memory_request(checked_bytes(checked_mul(B, seq, batch), 16, batch), batch);
+    const char* held_out = "the held-out set (eval_sequences x 2 x task_length tokens)";
+    check_memory_request(checked_bytes(checked_mul(o.eval_sequences, seq, held_out), 16, held_out), held_out);
+  }
+}
+
 NonFiniteError::NonFiniteError(int64_t s, std::string what, std::string t)
     : Error(str("step ", s, ": ", what, "; the first tensor that is not finite is ",
                 t.empty() ? std::string("(none found: the overflow happened inside the loss)") : "'" + t + "'")),
@@ -49,6 +94,7 @@ Trainer::Trainer(TrainOptions options, std::unique_ptr<TrainingData> data, std::
   if (o.model.context_length == 0) o.model.context_length = data_->tokens();
   QKV_CHECK(data_->tokens() <= o.model.context_length, "train: the sequences have ", data_->tokens(),
             " tokens but context_length is ", o.model.context_length);
+  check_train_request(o);
   // torch.manual_seed(seed); model = AttentionLM(...)
   model_ = std::make_unique<AttentionLM>(o.model, model_gen_);
   params_ = parameters_of(*model_);

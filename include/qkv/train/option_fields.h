@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/core/error.h"
+#include "qkv/io/json_read.h"
 #include "qkv/modules/attention_module.h"
 
 namespace qkv {
@@ -66,7 +67,7 @@ nlohmann::json fields_to_json(const T& o) {
 // qkv::Error naming the key ("model.d_model") and starting with `what` ("the training options").
 template <typename T>
 void fields_from_json(const nlohmann::json& j, T& o, const std::string& what) {
-  QKV_CHECK(j.is_object(), what, " must be a JSON object, not ", j.dump());
+  QKV_CHECK(j.is_object(), what, " must be a JSON object, not ", json_excerpt(j));
   std::set<std::string> known;  // "key", and "section.key" with the section's name as a key too
   visit_fields(
       [&](const OptionField& f, auto& v) {
@@ -76,7 +77,7 @@ void fields_from_json(const nlohmann::json& j, T& o, const std::string& what) {
           known.insert(f.section);
           name = std::string(f.section) + "." + f.key;
           auto s = j.find(f.section);
-          QKV_CHECK(s == j.end() || s->is_object(), what, ": '", f.section, "' must be a JSON object, not ", s->dump());
+          QKV_CHECK(s == j.end() || s->is_object(), what, ": '", f.section, "' must be a JSON object, not ", json_excerpt(*s));
           in = s == j.end() ? nullptr : &*s;
         }
         known.insert(name);
@@ -94,7 +95,7 @@ void fields_from_json(const nlohmann::json& j, T& o, const std::string& what) {
       o);
   auto check_keys = [&](const nlohmann::json& obj, const std::string& prefix) {
     for (const auto& [key, value] : obj.items())
-      QKV_CHECK(known.count(prefix + key) > 0, what, ": unknown key '", prefix + key, "'");
+      QKV_CHECK(known.count(prefix + key) > 0, what, ": unknown key ", excerpt(prefix + key));
   };
   check_keys(j, "");
   for (const auto& [key, value] : j.items())

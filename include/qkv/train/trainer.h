@@ -33,6 +33,13 @@ namespace qkv {
 // the caller and given to the Trainer as TokenWindows.)
 std::unique_ptr<TrainingData> make_task_data(const TrainOptions& o);
 
+// Throws qkv::Error unless the run `o` describes is one qkv can hold: every size in its range
+// (vocab_size and context_length already known), every product of sizes without overflow, and the
+// model's parameters, their gradients, the optimiser state, one batch and the held-out set each
+// within limits().max_memory_bytes. Called before anything is built from options that came from
+// outside (the Trainer, load_checkpoint).
+void check_train_request(const TrainOptions& o);
+
 struct StepStats {
   int64_t step = 0;       // 1-based number of the step just taken
   float loss = 0;         // before the update
