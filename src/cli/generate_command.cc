@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "flags.h"
 #include "qkv/core/error.h"
 #include "qkv/text/vocab_files.h"
 #include "qkv/train/checkpoint.h"
@@ -77,12 +78,13 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--checkpoint", f->checkpoint, "A checkpoint written by qkv train")->required();
   sub->add_option("--prompt", f->prompt, "The start of the text (built-in task: letters and '|', e.g. \"abcdefgh|\")")
       ->required();
-  sub->add_option("--max-new-tokens", f->sampling.max_new_tokens, "Tokens to add (default: the task's length; text 50)")
-      ->capture_default_str();
-  sub->add_option("--temperature", f->sampling.temperature, "Softmax temperature; 0 picks the most likely token")
-      ->capture_default_str();
-  sub->add_option("--top-k", f->sampling.top_k, "Sample only among the k most likely tokens (0: all)")->capture_default_str();
-  sub->add_option("--seed", f->sampling.seed, "Seed of the sampling generator")->capture_default_str();
+  add_number_with_default(sub, "--max-new-tokens", f->sampling.max_new_tokens,
+                          "Tokens to add (default: the task's length; text 50)", non_negative<int64_t>());
+  add_number_with_default(sub, "--temperature", f->sampling.temperature,
+                          "Softmax temperature; 0 picks the most likely token", non_negative<double>());
+  add_number_with_default(sub, "--top-k", f->sampling.top_k, "Sample only among the k most likely tokens (0: all)",
+                          non_negative<int64_t>());
+  add_number_with_default(sub, "--seed", f->sampling.seed, "Seed of the sampling generator");
   sub->add_option("--vocab-dir", f->vocab_dir, "Where GPT-2's encoder.json and vocab.bpe are (text models)");
   sub->add_flag("--json", f->json, "Print {prompt, completion, ids} as JSON");
   return {sub, [f, sub]() { return run_generate(*f, *sub); }};
