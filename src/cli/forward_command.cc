@@ -92,6 +92,7 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
     std::string text = f.text_file.empty() ? f.text : read_file(f.text_file);
     Encoding gpt2 = load_gpt2(f.vocab_dir);
     n_vocab = gpt2.n_vocab();
+    check_sizes({n_vocab, c.d_in}, 4, "the token embedding (the vocabulary x --d-in)");
     ids = gpt2.encode(text, SpecialTokens::all());
     QKV_CHECK(!ids.empty(), "the text is empty: there are no tokens to attend over");
     QKV_CHECK(static_cast<int64_t>(ids.size()) <= c.context_length, "the text is ", ids.size(),
@@ -193,8 +194,7 @@ Command add_forward(CLI::App& app) {
   add_number(sub, "--context-length", f->config.context_length, "Size of the causal mask buffer (causal modules)",
              positive<int64_t>());
   add_number_with_default(sub, "--num-heads", f->config.num_heads, "Heads (mha-wrapper, mha)", positive<int64_t>());
-  add_number_with_default(sub, "--dropout", f->config.dropout, "Dropout on the attention weights, in [0, 1)",
-                          Range<double>{0.0, 1.0});
+  add_number_with_default(sub, "--dropout", f->config.dropout, "Dropout on the attention weights, in [0, 1)");
   sub->add_flag("--qkv-bias", f->config.qkv_bias, "Give the query, key and value projections a bias");
   add_attention_flag(sub, f->config.path,
                      "Causal modules: auto (fused; textbook under --train dropout, for PyTorch's masks) | fused | "

@@ -70,6 +70,15 @@ Destination resolve(const OutputFile& f) {
     const ssize_t n = ::readlink(d.target.c_str(), link.data(), link.size());
     if (n < 0) cannot_write(f, "reading the symbolic link " + excerpt(d.target) + ": " + errno_message(errno));
     link.resize(static_cast<size_t>(n));
+    if (link.compare(0, 6, "/proc/") == 0) {  // /dev/stdout, /dev/fd/N: an open descriptor, written as it is
+      d.direct = true;
+      d.exists = true;
+      if (::stat(d.target.c_str(), &st) != 0) cannot_write(f, errno_message(errno));
+      d.dev = st.st_dev;
+      d.ino = st.st_ino;
+      d.is_char_device = true;  // two outputs to one descriptor are the user's stream, not a collision
+      return d;
+    }
     d.target = !link.empty() && link[0] == '/' ? link : parent_dir(d.target) + "/" + link;
   }
   if (d.exists) {
@@ -198,7 +207,7 @@ std::string write_temporary(const OutputFile& f, const Destination& d) {
 void write_direct(const OutputFile& f, const Destination& d) {
   int fd;
   do {
-    fd = ::open(d.target.c_str(), O_WRONLY | O_CLOEXEC);
+    fd = ::open(d.target.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);  // after what the stream holds already
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) cannot_write(f, errno_message(errno));
   const bool ok = write_all(fd, f.bytes);

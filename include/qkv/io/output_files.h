@@ -14,7 +14,8 @@
 // 3. Rename every temporary over its destination, then fsync the directories.
 // Any failure before step 3 removes every temporary and leaves every destination as it was.
 //
-// A symlink is written through: its final target is replaced (atomically), the link stays. A
+// A symlink is written through: its final target is replaced (atomically), the link stays; a link
+// into /proc (/dev/stdout, /dev/fd/N) is an open descriptor and written directly, appending. A
 // directory or other non-file is refused. Temporaries a killed run left for a destination (their
 // pid no longer alive) are removed when the next write to it finds them.
 #pragma once
