@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "flags.h"
+#include "qkv/core/checked.h"
 #include "qkv/core/error.h"
 #include "qkv/core/machine.h"
 #include "qkv/core/thread_pool.h"
@@ -60,11 +61,12 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
     QKV_CHECK(sub.count("--head-dim") == 0 || f.head_dim == f.d_model / f.num_heads,
               "--head-dim must be d_model / num_heads for --module ", f.module);
   }
-  // Sizes the flags multiply, before anything is allocated: the (B, T, C) activations and their
-  // Q, K, V (4-byte floats), and the weights.
+  // Sizes the flags multiply must not wrap before the harness weighs them against the machine's
+  // memory: the (B, T, C) activations with Q, K, V and the output in bytes, and the weights.
   const int64_t head_dim = core ? (f.head_dim == 0 ? f.d_model / f.num_heads : f.head_dim) : f.d_model / f.num_heads;
-  check_sizes({4, f.batch, f.seq_len, f.num_heads, head_dim}, 4, "the activations (--batch x --seq-len x --d-model)");
-  if (!core) check_sizes({4, f.d_model, f.d_model}, 4, "the weights (--d-model squared)");
+  (void)checked_product({5 * 4, f.batch, f.seq_len, f.num_heads, head_dim},
+                        "the activations (--batch x --seq-len x --d-model)");
+  if (!core) (void)checked_product({4 * 4, f.d_model, f.d_model}, "the weights (--d-model squared)");
   perf::AttentionBenchShape shape;
   shape.target = target;
   shape.batch = f.batch;

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
 #include "qkv/core/generator.h"
 #include "qkv/core/print.h"
 #include "qkv/io/atomic_file.h"
@@ -132,10 +133,10 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   } else {
     x = in->get("input");
   }
-  QKV_CHECK(x.dim() == m->input_rank() && x.size(-1) == c.d_in, f.module, ": the tensor 'input' in '",
-            f.input, "' has shape ", shape_str(x.shape()), "; expected ", expected_input(*m, c));
+  QKV_CHECK(x.dim() == m->input_rank() && x.size(-1) == c.d_in, f.module, ": the tensor 'input' in ",
+            excerpt(f.input), " has shape ", shape_str(x.shape()), "; expected ", expected_input(*m, c));
   if (causal && !embed)  // (text was checked against --context-length above)
-    QKV_CHECK(x.size(1) <= c.context_length, f.module, ": the tensor 'input' in '", f.input, "' has ", x.size(1),
+    QKV_CHECK(x.size(1) <= c.context_length, f.module, ": the tensor 'input' in ", excerpt(f.input), " has ", x.size(1),
               " tokens but context_length is ", c.context_length,
               " (the causal mask covers only that many); use a larger --context-length or a shorter input");
   if (embed) x.set_name("input");
@@ -161,7 +162,7 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   // --- backward: dL/dinput as 'input', each parameter's gradient under its state-dict name ------
   if (grad_file) {
     const Tensor& dy = grad_file->get("grad_output");
-    QKV_CHECK(dy.shape() == y.shape(), "the tensor 'grad_output' in '", f.grad_output, "' has shape ",
+    QKV_CHECK(dy.shape() == y.shape(), "the tensor 'grad_output' in ", excerpt(f.grad_output), " has shape ",
               shape_str(dy.shape()), "; it must have the output's shape ", shape_str(y.shape()));
     const Tensor dx = m->backward(dy);
     NamedTensors grads = {{"input", dx}};

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
 #include "qkv/text/vocab_files.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/sampling.h"
@@ -42,7 +43,7 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
     decode = [&](const std::vector<int64_t>& ids) { return task->decode(ids); };
     if (sub.count("--max-new-tokens") == 0) f.sampling.max_new_tokens = o.task_length;
   } else if (o.task == TrainTask::kText) {
-    QKV_CHECK(!c.vocab.empty(), "'", f.checkpoint, "' is a text model but holds no vocabulary (data.vocab)");
+    QKV_CHECK(!c.vocab.empty(), excerpt(f.checkpoint), " is a text model but holds no vocabulary (data.vocab)");
     gpt2 = load_gpt2(f.vocab_dir);
     for (int64_t t : gpt2->encode(f.prompt, SpecialTokens::all())) {
       auto it = std::lower_bound(c.vocab.begin(), c.vocab.end(), t);
@@ -57,7 +58,7 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
       return gpt2->decode(original);
     };
   } else {
-    fail("'", f.checkpoint, "' was trained on fixed batches (--task ", train_task_name(o.task),
+    fail(excerpt(f.checkpoint), " was trained on fixed batches (--task ", train_task_name(o.task),
          ") and has no tokenizer to read a prompt with");
   }
   std::vector<int64_t> out = generate(model, prompt, f.sampling);

@@ -8,6 +8,7 @@
 #include "flags.h"
 #include "standard_output.h"
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
 #include "qkv/text/bpe.h"
 
 namespace {
@@ -37,8 +38,8 @@ int run(int argc, char** argv) {
     for (const qkv::cli::Command& c : commands)
       if (c.sub->parsed()) return c.run();
   } catch (const qkv::DisallowedSpecialError& e) {  // the library's words, then the flags that say it
-    std::cerr << "qkv: error: " << e.what() << ". On the command line: --allowed-special '" << e.token
-              << "' (or all) to encode it as the special token, --disallowed-special none to encode it as text\n";
+    std::cerr << "qkv: error: " << e.what() << ". On the command line: --allowed-special " << qkv::excerpt(e.token)
+              << " (or all) to encode it as the special token, --disallowed-special none to encode it as text\n";
     return 1;
   } catch (const CLI::ParseError& e) {  // a flag found wrong while running (flags.h's checks)
     std::cerr << "qkv: error: " << e.what() << "\n";

@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
 #include "qkv/io/atomic_file.h"
 #include "qkv/io/output_files.h"
 #include "qkv/text/vocab_files.h"
@@ -132,7 +133,7 @@ std::unique_ptr<TrainingData> text_data(TrainOptions& o, const std::string& voca
   if (o.model.context_length == 0) o.model.context_length = 64;
   try {
     return std::make_unique<TokenWindows>(std::move(c.ids), static_cast<int64_t>(c.vocab.size()),
-                                          o.model.context_length, o.seed + 1, "'" + o.text_file + "'");
+                                          o.model.context_length, o.seed + 1, excerpt(o.text_file));
   } catch (const Error& e) {  // the windows are context_length long: say which flag sets it
     fail(e.what(), " (--context-length ", o.model.context_length, ")");
   }
@@ -276,7 +277,7 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
               << trainer.model().num_parameters() << " parameters)\n  " << optimizer_kind_name(o.optimizer) << ", lr "
               << o.lr << " -> " << o.min_lr << " (warm-up " << o.warmup << ", cosine), batch " << o.batch_size
               << ", clip " << o.clip << ", seed " << o.seed << "\n";
-    if (resumed) std::cerr << "  resuming '" << f.resume << "' at step " << trainer.steps_done() << "\n";
+    if (resumed) std::cerr << "  resuming " << excerpt(f.resume) << " at step " << trainer.steps_done() << "\n";
   }
 
   std::optional<StopSignals> signals;
@@ -288,8 +289,8 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
   } catch (const NonFiniteError& e) {
     progress.finish();
     std::cerr << "qkv: error: " << e.what() << ". Training stopped without writing a checkpoint; ";
-    if (observer.last_saved) std::cerr << "the last good one is '" << ckpt_path << "' (step " << *observer.last_saved << ")\n";
-    else if (resumed) std::cerr << "the last good one is '" << f.resume << "' (step " << resumed->step << ")\n";
+    if (observer.last_saved) std::cerr << "the last good one is " << excerpt(ckpt_path) << " (step " << *observer.last_saved << ")\n";
+    else if (resumed) std::cerr << "the last good one is " << excerpt(f.resume) << " (step " << resumed->step << ")\n";
     else std::cerr << "none had been written yet (--checkpoint-every " << f.checkpoint_every << ")\n";
     return 1;
   }
@@ -300,7 +301,7 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
   if (!f.svg.empty()) {
     LossCurveOptions lc;
     lc.title = "qkv train: " +
-               (o.task == TrainTask::kText ? "'" + o.text_file + "'" : std::string(train_task_name(o.task)) + " task") +
+               (o.task == TrainTask::kText ? excerpt(o.text_file) : std::string(train_task_name(o.task)) + " task") +
                ", " + std::to_string(trainer.steps_done()) + " steps";
     write_files_atomically({{f.svg, loss_curve_svg(trainer.losses(), trainer.evals(), lc), "--svg"}});
   }
