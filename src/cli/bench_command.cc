@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "flags.h"
+#include "qkv/core/checked.h"
 #include "qkv/core/error.h"
 #include "qkv/core/machine.h"
 #include "qkv/core/thread_pool.h"
@@ -40,6 +42,7 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   QKV_CHECK(f.warmup >= 0, "--warmup ", f.warmup, ": must be at least 0");
   QKV_CHECK(f.threads >= 0, "--threads ", f.threads, ": must be at least 1 (or 0: the default)");
   QKV_CHECK(f.dropout >= 0.0 && f.dropout < 1.0, "--dropout ", f.dropout, ": must be in [0, 1)");
+  check_threads(f.threads);
   if (f.threads > 0) set_default_thread_count(f.threads);
   ThreadPool& pool = default_pool();
   if (!core && !attention_module_info(f.module).multi_head) {  // --num-heads' default is not for it
@@ -58,6 +61,12 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
     QKV_CHECK(sub.count("--head-dim") == 0 || f.head_dim == f.d_model / f.num_heads,
               "--head-dim must be d_model / num_heads for --module ", f.module);
   }
+  // Sizes the flags multiply must not wrap before the harness weighs them against the machine's
+  // memory: the (B, T, C) activations with Q, K, V and the output in bytes, and the weights.
+  const int64_t head_dim = core ? (f.head_dim == 0 ? f.d_model / f.num_heads : f.head_dim) : f.d_model / f.num_heads;
+  (void)checked_product({5 * 4, f.batch, f.seq_len, f.num_heads, head_dim},
+                        "the activations (--batch x --seq-len x --d-model)");
+  if (!core) (void)checked_product({4 * 4, f.d_model, f.d_model}, "the weights (--d-model squared)");
   perf::AttentionBenchShape shape;
   shape.target = target;
   shape.batch = f.batch;
@@ -129,18 +138,17 @@ Command add_bench(CLI::App& app) {
                   "out_proj) | attention-core (the fused kernel alone on (B, H, T, D))")
       ->required()
       ->check(CLI::IsMember({"mha", "causal-attention", "attention-core"}));
-  sub->add_option("--batch", f->batch, "Batch size B")->capture_default_str();
-  sub->add_option("--seq-len", f->seq_len, "Tokens T")->required();
-  sub->add_option("--d-model", f->d_model, "Channels C = d_in = d_out")->capture_default_str();
-  sub->add_option("--num-heads", f->num_heads, "Heads H")->capture_default_str();
-  sub->add_option("--head-dim", f->head_dim, "Head dim D (attention-core; default d_model / num_heads)");
+  add_number_with_default(sub, "--batch", f->batch, "Batch size B");
+  add_number(sub, "--seq-len", f->seq_len, "Tokens T")->required();
+  add_number_with_default(sub, "--d-model", f->d_model, "Channels C = d_in = d_out");
+  add_number_with_default(sub, "--num-heads", f->num_heads, "Heads H");
+  add_number(sub, "--head-dim", f->head_dim, "Head dim D (attention-core; default d_model / num_heads)");
   sub->add_flag("--backward", f->backward, "Time forward + backward (one training step of the layer)");
   sub->add_flag("--no-mask", f->no_mask, "No causal mask (FLOPs then count every score)");
-  sub->add_option("--dropout", f->dropout, "Dropout on the weights, in [0, 1) (the fused kernel's Philox mask)")
-      ->capture_default_str();
-  sub->add_option("--threads", f->threads, "Threads (default: QKV_NUM_THREADS, else the cores)");
-  sub->add_option("--iters", f->iters, "Timed runs; the median is reported")->capture_default_str();
-  sub->add_option("--warmup", f->warmup, "Untimed runs first")->capture_default_str();
+  add_number_with_default(sub, "--dropout", f->dropout, "Dropout on the weights, in [0, 1) (the fused kernel's Philox mask)");
+  add_number(sub, "--threads", f->threads, "Threads (default: QKV_NUM_THREADS, else the cores)");
+  add_number_with_default(sub, "--iters", f->iters, "Timed runs; the median is reported");
+  add_number_with_default(sub, "--warmup", f->warmup, "Untimed runs first");
   sub->add_flag("--json", f->json, "Also print one JSON object as the last line");
   sub->footer("GFLOP/s count matrix-product FLOPs: 2 B T C 3C (QKV) + 2 B T C C (out_proj) + the attention's\n"
               "two products over the (i, j) pairs the causal mask leaves visible; backward: twice the projections'\n"

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "standard_output.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/io/json_read.h"
@@ -66,8 +67,7 @@ int run_decode(const DecodeFlags& f) {
   const Encoding enc = load_encoding(f.vocab);
   std::string text = f.raw_bytes ? enc.decode_bytes(ids) : enc.decode(ids);
   if (::isatty(STDOUT_FILENO) && (text.empty() || text.back() != '\n')) text += '\n';
-  QKV_CHECK(std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0,
-            "cannot write to standard output");
+  write_stdout(text);
   return 0;
 }
 

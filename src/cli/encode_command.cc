@@ -6,6 +6,8 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "flags.h"
+#include "standard_output.h"
 #include "qkv/core/error.h"
 #include "qkv/io/atomic_file.h"
 #include "qkv/text/json_string.h"
@@ -40,13 +42,9 @@ void append_ids(std::string& out, const std::vector<TokenId>& ids) {
   out.resize(static_cast<size_t>(p - out.data()));
 }
 
-void write_stdout(const std::string& s) {
-  QKV_CHECK(std::fwrite(s.data(), 1, s.size(), stdout) == s.size() && std::fflush(stdout) == 0,
-            "cannot write to standard output");
-}
-
 int run_encode(const EncodeFlags& f, const CLI::App& sub) {
   QKV_CHECK(f.threads >= 0, "--threads must be >= 0 (0: one per hardware thread), not ", f.threads);
+  check_threads(f.threads);
   const SpecialTokens allowed = SpecialTokens::parse(f.special.allowed);
   const SpecialTokens disallowed = SpecialTokens::parse(f.special.disallowed);
   if (!f.jsonl.empty()) {
@@ -87,7 +85,8 @@ Command add_encode(CLI::App& app) {
   text->excludes(file)->excludes(jsonl);
   file->excludes(jsonl);
   add_special_flags(sub, f->special);
-  sub->add_option("--threads", f->threads, "Threads for --jsonl (0: one per hardware thread)")->capture_default_str();
+  add_number_with_default(sub, "--threads", f->threads, "Threads for --jsonl (0: one per hardware thread)",
+                          non_negative<int>());
   add_vocab_flags(sub, f->vocab);
   sub->footer(
       "With none of --text, --file, --jsonl the text comes from standard input, taken as it is (a final\n"

@@ -9,10 +9,13 @@
 #include <optional>
 
 #include "commands.h"
+#include "flags.h"
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
 #include "qkv/core/generator.h"
 #include "qkv/core/print.h"
 #include "qkv/io/atomic_file.h"
+#include "qkv/io/output_files.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/modules/attention_module.h"
 #include "qkv/modules/token_embedding.h"
@@ -65,6 +68,23 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   if (causal && !info.multi_head)
     QKV_CHECK(sub.count("--num-heads") == 0, "--module ", f.module, " has one head; drop --num-heads");
 
+  // The destinations, checked before the work (and again when written).
+  std::vector<OutputFile> destinations;
+  for (const auto& [path, flag] : {std::pair{&f.output, "--output"}, {&f.attn_weights, "--attn-weights"},
+                                   {&f.save_weights, "--save-weights"}, {&f.grads_out, "--grads-out"}})
+    if (!path->empty()) destinations.push_back({*path, "", flag});
+  check_output_files(destinations);
+
+  // Sizes the flags multiply, checked before anything is allocated (4-byte floats).
+  check_sizes({c.d_in, c.d_out}, 4, "the projection weights (--d-in x --d-out)");
+  if (info.multi_head) {
+    check_sizes({c.num_heads, c.d_in, c.d_out}, 4, "the projection weights (--num-heads x --d-in x --d-out)");
+    check_sizes({c.num_heads, c.d_out, c.d_out}, 4, "the output projection (--num-heads x --d-out x --d-out)");
+  }
+  if (causal && !f.save_weights.empty())  // the state dict holds the (context_length, context_length) mask
+    check_sizes({c.context_length, c.context_length}, 4, "the causal mask (--context-length squared)");
+  if (from_text) check_sizes({c.context_length, c.d_in}, 4, "the positional embedding (--context-length x --d-in)");
+
   // Read everything first: a bad input file fails before any module is built.
   std::optional<TensorFile> in;
   std::vector<int64_t> ids;
@@ -73,6 +93,7 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
     std::string text = f.text_file.empty() ? f.text : read_file(f.text_file);
     Encoding gpt2 = load_gpt2(f.vocab_dir);
     n_vocab = gpt2.n_vocab();
+    check_sizes({n_vocab, c.d_in}, 4, "the token embedding (the vocabulary x --d-in)");
     ids = gpt2.encode(text, SpecialTokens::all());
     QKV_CHECK(!ids.empty(), "the text is empty: there are no tokens to attend over");
     QKV_CHECK(static_cast<int64_t>(ids.size()) <= c.context_length, "the text is ", ids.size(),
@@ -112,10 +133,10 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   } else {
     x = in->get("input");
   }
-  QKV_CHECK(x.dim() == m->input_rank() && x.size(-1) == c.d_in, f.module, ": the tensor 'input' in '",
-            f.input, "' has shape ", shape_str(x.shape()), "; expected ", expected_input(*m, c));
+  QKV_CHECK(x.dim() == m->input_rank() && x.size(-1) == c.d_in, f.module, ": the tensor 'input' in ",
+            excerpt(f.input), " has shape ", shape_str(x.shape()), "; expected ", expected_input(*m, c));
   if (causal && !embed)  // (text was checked against --context-length above)
-    QKV_CHECK(x.size(1) <= c.context_length, f.module, ": the tensor 'input' in '", f.input, "' has ", x.size(1),
+    QKV_CHECK(x.size(1) <= c.context_length, f.module, ": the tensor 'input' in ", excerpt(f.input), " has ", x.size(1),
               " tokens but context_length is ", c.context_length,
               " (the causal mask covers only that many); use a larger --context-length or a shorter input");
   if (embed) x.set_name("input");
@@ -123,24 +144,25 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   Tensor y = m->forward(x, f.attn_weights.empty() ? nullptr : &trace);
 
   // Serialise every output, then write them.
-  std::vector<std::pair<std::string, std::string>> files;
-  if (!f.output.empty()) files.push_back({f.output, serialize_safetensors({{"output", y}})});
+  std::vector<OutputFile> files;
+  if (!f.output.empty()) files.push_back({f.output, serialize_safetensors({{"output", y}}), "--output"});
   if (!f.attn_weights.empty()) {
     NamedTensors t = {{"attn_weights", trace.weights}};
     if (trace.dropped_weights.numel() > 0) t.push_back({"attn_weights_dropped", trace.dropped_weights});
-    files.push_back({f.attn_weights, serialize_safetensors(t)});
+    files.push_back({f.attn_weights, serialize_safetensors(t), "--attn-weights"});
   }
   if (!f.save_weights.empty()) {
     NamedTensors state;
     for (const StateEntry& e : m->state_dict()) state.push_back({e.name, e.value()});
     if (embed)
       for (const StateEntry& e : embed->state_dict()) state.push_back({e.name, e.value()});
-    files.push_back({f.save_weights, serialize_safetensors(state, {{"format", "pt"}, {"module", f.module}})});
+    files.push_back(
+        {f.save_weights, serialize_safetensors(state, {{"format", "pt"}, {"module", f.module}}), "--save-weights"});
   }
   // --- backward: dL/dinput as 'input', each parameter's gradient under its state-dict name ------
   if (grad_file) {
     const Tensor& dy = grad_file->get("grad_output");
-    QKV_CHECK(dy.shape() == y.shape(), "the tensor 'grad_output' in '", f.grad_output, "' has shape ",
+    QKV_CHECK(dy.shape() == y.shape(), "the tensor 'grad_output' in ", excerpt(f.grad_output), " has shape ",
               shape_str(dy.shape()), "; it must have the output's shape ", shape_str(y.shape()));
     const Tensor dx = m->backward(dy);
     NamedTensors grads = {{"input", dx}};
@@ -150,10 +172,10 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
       embed->backward(dx.dim() == 2 ? dx.unsqueeze(0) : dx);
       for (const StateEntry& e : embed->state_dict()) grads.push_back({e.name, *e.grad});
     }
-    files.push_back({f.grads_out, serialize_safetensors(grads, {{"format", "pt"}, {"module", f.module}})});
+    files.push_back({f.grads_out, serialize_safetensors(grads, {{"format", "pt"}, {"module", f.module}}), "--grads-out"});
   }
   // --- end backward ------------------------------------------------------------------------------
-  for (const auto& [path, bytes] : files) write_file_atomically(path, bytes);
+  write_files_atomically(files);  // all or none, after every destination is checked
   if (f.output.empty()) std::cout << to_string(y) << "\n";
   return 0;
 }
@@ -166,17 +188,20 @@ Command add_forward(CLI::App& app) {
   sub->add_option("--module", f->module, "self-attention-v1 | self-attention-v2 | causal-attention | mha-wrapper | mha")
       ->required()
       ->check(CLI::IsMember(attention_module_names()));
-  sub->add_option("--d-in", f->config.d_in, "Input features (the last dimension of 'input')")->required();
-  sub->add_option("--d-out", f->config.d_out, "Output features (per head for mha-wrapper)")->required();
-  sub->add_option("--context-length", f->config.context_length, "Size of the causal mask buffer (causal modules)");
-  sub->add_option("--num-heads", f->config.num_heads, "Heads (mha-wrapper, mha)")->capture_default_str();
-  sub->add_option("--dropout", f->config.dropout, "Dropout on the attention weights, in [0, 1)")->capture_default_str();
+  add_number(sub, "--d-in", f->config.d_in, "Input features (the last dimension of 'input')", positive<int64_t>())
+      ->required();
+  add_number(sub, "--d-out", f->config.d_out, "Output features (per head for mha-wrapper)", positive<int64_t>())
+      ->required();
+  add_number(sub, "--context-length", f->config.context_length, "Size of the causal mask buffer (causal modules)",
+             positive<int64_t>());
+  add_number_with_default(sub, "--num-heads", f->config.num_heads, "Heads (mha-wrapper, mha)", positive<int64_t>());
+  add_number_with_default(sub, "--dropout", f->config.dropout, "Dropout on the attention weights, in [0, 1)");
   sub->add_flag("--qkv-bias", f->config.qkv_bias, "Give the query, key and value projections a bias");
   add_attention_flag(sub, f->config.path,
                      "Causal modules: auto (fused; textbook under --train dropout, for PyTorch's masks) | fused | "
                   "textbook");
   sub->add_flag("--train", f->train, "Training mode: dropout is active, drawing after the weights as PyTorch does");
-  sub->add_option("--seed", f->seed, "Initialise as torch.manual_seed(S) followed by the PyTorch constructor");
+  add_number(sub, "--seed", f->seed, "Initialise as torch.manual_seed(S) followed by the PyTorch constructor");
   sub->add_option("--weights", f->weights, "Load the weights from a safetensors state dict (PyTorch's names)");
   sub->add_option("--input", f->input, "Safetensors file holding the tensor 'input'");
   sub->add_option("--text", f->text,

@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "flags.h"
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
 #include "qkv/text/vocab_files.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/sampling.h"
@@ -41,7 +43,7 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
     decode = [&](const std::vector<int64_t>& ids) { return task->decode(ids); };
     if (sub.count("--max-new-tokens") == 0) f.sampling.max_new_tokens = o.task_length;
   } else if (o.task == TrainTask::kText) {
-    QKV_CHECK(!c.vocab.empty(), "'", f.checkpoint, "' is a text model but holds no vocabulary (data.vocab)");
+    QKV_CHECK(!c.vocab.empty(), excerpt(f.checkpoint), " is a text model but holds no vocabulary (data.vocab)");
     gpt2 = load_gpt2(f.vocab_dir);
     for (int64_t t : gpt2->encode(f.prompt, SpecialTokens::all())) {
       auto it = std::lower_bound(c.vocab.begin(), c.vocab.end(), t);
@@ -56,7 +58,7 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
       return gpt2->decode(original);
     };
   } else {
-    fail("'", f.checkpoint, "' was trained on fixed batches (--task ", train_task_name(o.task),
+    fail(excerpt(f.checkpoint), " was trained on fixed batches (--task ", train_task_name(o.task),
          ") and has no tokenizer to read a prompt with");
   }
   std::vector<int64_t> out = generate(model, prompt, f.sampling);
@@ -77,12 +79,13 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--checkpoint", f->checkpoint, "A checkpoint written by qkv train")->required();
   sub->add_option("--prompt", f->prompt, "The start of the text (built-in task: letters and '|', e.g. \"abcdefgh|\")")
       ->required();
-  sub->add_option("--max-new-tokens", f->sampling.max_new_tokens, "Tokens to add (default: the task's length; text 50)")
-      ->capture_default_str();
-  sub->add_option("--temperature", f->sampling.temperature, "Softmax temperature; 0 picks the most likely token")
-      ->capture_default_str();
-  sub->add_option("--top-k", f->sampling.top_k, "Sample only among the k most likely tokens (0: all)")->capture_default_str();
-  sub->add_option("--seed", f->sampling.seed, "Seed of the sampling generator")->capture_default_str();
+  add_number_with_default(sub, "--max-new-tokens", f->sampling.max_new_tokens,
+                          "Tokens to add (default: the task's length; text 50)", non_negative<int64_t>());
+  add_number_with_default(sub, "--temperature", f->sampling.temperature,
+                          "Softmax temperature; 0 picks the most likely token", non_negative<double>());
+  add_number_with_default(sub, "--top-k", f->sampling.top_k, "Sample only among the k most likely tokens (0: all)",
+                          non_negative<int64_t>());
+  add_number_with_default(sub, "--seed", f->sampling.seed, "Seed of the sampling generator");
   sub->add_option("--vocab-dir", f->vocab_dir, "Where GPT-2's encoder.json and vocab.bpe are (text models)");
   sub->add_flag("--json", f->json, "Print {prompt, completion, ids} as JSON");
   return {sub, [f, sub]() { return run_generate(*f, *sub); }};

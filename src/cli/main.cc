@@ -1,38 +1,66 @@
-// qkv: the command line. Parses arguments, calls the library, prints. Errors go to stderr with a
-// non-zero exit status: 2 for bad usage, 1 for everything else.
+// qkv: the command line. Parses arguments, calls the library, prints. Errors go to stderr with
+// the exit statuses of kExitCodes below.
+#include <cstring>
 #include <iostream>
 #include <vector>
 
 #include "commands.h"
-#include "qkv/text/bpe.h"
+#include "flags.h"
+#include "standard_output.h"
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
+#include "qkv/text/bpe.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+constexpr const char* kExitCodes =
+    "Exit status: 0 success; 1 runtime error (bad input, a file that cannot be read or written,\n"
+    "a full standard output); 2 usage error (an unknown flag, a missing or malformed value);\n"
+    "130 interrupted by Ctrl-C (qkv train, after writing its checkpoint; 143 for SIGTERM).";
+
+int run(int argc, char** argv) {
   CLI::App app{"qkv: transformer attention from the book's chapter 3, exact to PyTorch", "qkv"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "qkv 0.1.0");
+  app.footer(kExitCodes);
   const std::vector<qkv::cli::Command> commands = {qkv::cli::add_walkthrough(app), qkv::cli::add_forward(app),
                                                   qkv::cli::add_encode(app), qkv::cli::add_decode(app), qkv::cli::add_tokens(app),
                                                   qkv::cli::add_train(app), qkv::cli::add_generate(app),
                                                   qkv::cli::add_bench(app)};
+  for (const qkv::cli::Command& c : commands) qkv::cli::add_limit_flags(c.sub);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int code = app.exit(e);  // prints the help, the version or the error
+    return code == 0 ? 0 : 2;      // --help and --version are successes; the rest bad usage
   }
   try {
     for (const qkv::cli::Command& c : commands)
       if (c.sub->parsed()) return c.run();
   } catch (const qkv::DisallowedSpecialError& e) {  // the library's words, then the flags that say it
-    std::cerr << "qkv: error: " << e.what() << ". On the command line: --allowed-special '" << e.token
-              << "' (or all) to encode it as the special token, --disallowed-special none to encode it as text\n";
+    std::cerr << "qkv: error: " << e.what() << ". On the command line: --allowed-special " << qkv::excerpt(e.token)
+              << " (or all) to encode it as the special token, --disallowed-special none to encode it as text\n";
     return 1;
-  } catch (const qkv::Error& e) {
+  } catch (const CLI::ParseError& e) {  // a flag found wrong while running (flags.h's checks)
     std::cerr << "qkv: error: " << e.what() << "\n";
-    return 1;
+    return 2;
   } catch (const std::exception& e) {
-    std::cerr << "qkv: error: " << e.what() << "\n";
+    std::cerr << "qkv: error: " << e.what() << qkv::cli::limit_hint(e.what()) << "\n";
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  qkv::cli::StdoutCapture capture;  // std::cout remembers why a write failed
+  int status = run(argc, argv);
+  // Output is only done once it is written: a full disk or closed pipe is an error. (A failure
+  // already reported, as by write_stdout, keeps its status and message.)
+  if (const int err = qkv::cli::flush_stdout(); err != 0 && status == 0) {
+    std::cerr << "qkv: error: writing to standard output: " << std::strerror(err) << "\n";
+    status = 1;
+  }
+  return status;
 }

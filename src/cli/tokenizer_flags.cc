@@ -5,6 +5,8 @@
 #include <cstdio>
 
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
+#include "qkv/core/limits.h"
 #include "qkv/io/atomic_file.h"
 #include "qkv/text/pretokenize.h"
 #include "qkv/text/utf8.h"
@@ -43,7 +45,7 @@ Encoding load_encoding(const VocabFlags& f) {
     const char* end = s.data() + s.size();
     const bool ok = eq != std::string::npos && eq > 0 &&
                     std::from_chars(s.data() + eq + 1, end, id).ptr == end && id >= 0;
-    QKV_CHECK(ok, "--special ", s, ": expected TOKEN=ID, like <|endoftext|>=100257");
+    QKV_CHECK(ok, "--special ", excerpt(s), ": expected TOKEN=ID, like <|endoftext|>=100257");
     specials.emplace_back(s.substr(0, eq), id);
   }
   return load_tiktoken_encoding(f.ranks, f.pattern.empty() ? std::string(kGpt2Pattern) : f.pattern,
@@ -64,7 +66,12 @@ std::string read_stdin() {
   std::string s;
   char buf[1 << 16];
   size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, stdin)) > 0) s.append(buf, n);
+  const int64_t limit = limits().max_file_bytes;
+  while ((n = std::fread(buf, 1, sizeof buf, stdin)) > 0) {
+    s.append(buf, n);
+    QKV_CHECK(static_cast<int64_t>(s.size()) <= limit, "standard input is longer than the limit of ", limit,
+              " bytes for an input read whole (max_file_bytes)");
+  }
   QKV_CHECK(!std::ferror(stdin), "cannot read standard input");
   return s;
 }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "standard_output.h"
 #include "qkv/core/error.h"
 #include "tokenizer_flags.h"
 
@@ -33,8 +34,7 @@ int run_tokens(const TokensFlags& f, const CLI::App& sub) {
   }
   out << ids.size() << (ids.size() == 1 ? " token, " : " tokens, ") << text.size()
       << (text.size() == 1 ? " byte" : " bytes") << " (" << enc.name() << ")\n";
-  std::cout << out.str() << std::flush;
-  QKV_CHECK(std::cout.good(), "cannot write to standard output");
+  write_stdout(out.str());
   return 0;
 }
 

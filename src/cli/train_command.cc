@@ -16,8 +16,11 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "flags.h"
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
 #include "qkv/io/atomic_file.h"
+#include "qkv/io/output_files.h"
 #include "qkv/text/vocab_files.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/loss_curve.h"
@@ -64,8 +67,13 @@ struct OptionFlags {
   std::function<void(const OptionField&)> after;  // called after each field's flag is added
 
   template <typename T>
-    requires(std::is_arithmetic_v<T> || std::same_as<T, std::string>)
-  void operator()(const OptionField& f, T& value) {
+    requires std::is_arithmetic_v<T>
+  void operator()(const OptionField& f, T& value) {  // exact, in the type's range (flags.h)
+    CLI::Option* opt = add_number(sub, f.flag, value, f.help);
+    if (f.show_default) opt->default_str(number_text(value));
+    after(f);
+  }
+  void operator()(const OptionField& f, std::string& value) {
     CLI::Option* opt = sub->add_option(f.flag, value, f.help);
     if (f.show_default) opt->capture_default_str();
     after(f);
@@ -125,7 +133,7 @@ std::unique_ptr<TrainingData> text_data(TrainOptions& o, const std::string& voca
   if (o.model.context_length == 0) o.model.context_length = 64;
   try {
     return std::make_unique<TokenWindows>(std::move(c.ids), static_cast<int64_t>(c.vocab.size()),
-                                          o.model.context_length, o.seed + 1, "'" + o.text_file + "'");
+                                          o.model.context_length, o.seed + 1, excerpt(o.text_file));
   } catch (const Error& e) {  // the windows are context_length long: say which flag sets it
     fail(e.what(), " (--context-length ", o.model.context_length, ")");
   }
@@ -236,6 +244,16 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
   QKV_CHECK(o.task != TrainTask::kData || !o.data_file.empty(), "--task data needs --data FILE");
   QKV_CHECK(f.checkpoint_every >= 0 && f.stop_after >= 0, "--checkpoint-every and --stop-after must not be negative");
 
+  // The outputs' destinations, checked before any training step (and again when written).
+  const std::string ckpt_flag = sub.count("--checkpoint") == 0 && resumed ? "--resume" : "--checkpoint";
+  const std::string ckpt_file = ckpt_flag == "--resume" ? f.resume : f.checkpoint;
+  {
+    std::vector<OutputFile> destinations;
+    if (!ckpt_file.empty()) destinations.push_back({ckpt_file, "", ckpt_flag});
+    if (!f.svg.empty()) destinations.push_back({f.svg, "", "--svg"});
+    check_output_files(destinations);
+  }
+
   std::unique_ptr<TrainingData> data;
   std::vector<int64_t> vocab;
   if (o.task == TrainTask::kText) data = text_data(o, f.vocab_dir, vocab);
@@ -243,7 +261,7 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
   if (resumed) trainer.restore(*resumed);
   o = trainer.options();
   RunPolicy policy;
-  policy.checkpoint_path = sub.count("--checkpoint") == 0 && resumed ? f.resume : f.checkpoint;
+  policy.checkpoint_path = ckpt_file;
   policy.checkpoint_every = f.checkpoint_every;
   policy.stop_after = f.stop_after;
   policy.stop_flag = &g_stop_signal;
@@ -259,7 +277,7 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
               << trainer.model().num_parameters() << " parameters)\n  " << optimizer_kind_name(o.optimizer) << ", lr "
               << o.lr << " -> " << o.min_lr << " (warm-up " << o.warmup << ", cosine), batch " << o.batch_size
               << ", clip " << o.clip << ", seed " << o.seed << "\n";
-    if (resumed) std::cerr << "  resuming '" << f.resume << "' at step " << trainer.steps_done() << "\n";
+    if (resumed) std::cerr << "  resuming " << excerpt(f.resume) << " at step " << trainer.steps_done() << "\n";
   }
 
   std::optional<StopSignals> signals;
@@ -271,8 +289,8 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
   } catch (const NonFiniteError& e) {
     progress.finish();
     std::cerr << "qkv: error: " << e.what() << ". Training stopped without writing a checkpoint; ";
-    if (observer.last_saved) std::cerr << "the last good one is '" << ckpt_path << "' (step " << *observer.last_saved << ")\n";
-    else if (resumed) std::cerr << "the last good one is '" << f.resume << "' (step " << resumed->step << ")\n";
+    if (observer.last_saved) std::cerr << "the last good one is " << excerpt(ckpt_path) << " (step " << *observer.last_saved << ")\n";
+    else if (resumed) std::cerr << "the last good one is " << excerpt(f.resume) << " (step " << resumed->step << ")\n";
     else std::cerr << "none had been written yet (--checkpoint-every " << f.checkpoint_every << ")\n";
     return 1;
   }
@@ -283,9 +301,9 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
   if (!f.svg.empty()) {
     LossCurveOptions lc;
     lc.title = "qkv train: " +
-               (o.task == TrainTask::kText ? "'" + o.text_file + "'" : std::string(train_task_name(o.task)) + " task") +
+               (o.task == TrainTask::kText ? excerpt(o.text_file) : std::string(train_task_name(o.task)) + " task") +
                ", " + std::to_string(trainer.steps_done()) + " steps";
-    write_file_atomically(f.svg, loss_curve_svg(trainer.losses(), trainer.evals(), lc));
+    write_files_atomically({{f.svg, loss_curve_svg(trainer.losses(), trainer.evals(), lc), "--svg"}});
   }
 
   const double tokens_per_s = elapsed > 0 ? static_cast<double>(r.tokens) / elapsed : 0.0;
@@ -341,10 +359,11 @@ Command add_train(CLI::App& app) {
                o);
   sub->add_option("--checkpoint", f->checkpoint, "Checkpoint file (\"\": none); with --resume, default the resumed file")
       ->capture_default_str();
-  sub->add_option("--checkpoint-every", f->checkpoint_every, "Also write the checkpoint every N steps (0: only at the end)")
-      ->capture_default_str();
+  add_number_with_default(sub, "--checkpoint-every", f->checkpoint_every,
+                          "Also write the checkpoint every N steps (0: only at the end)", non_negative<int64_t>());
   sub->add_option("--resume", f->resume, "Continue from a checkpoint; flags given override its options");
-  sub->add_option("--stop-after", f->stop_after, "Stop after step N as Ctrl-C would (checkpoint written), to resume later");
+  add_number(sub, "--stop-after", f->stop_after, "Stop after step N as Ctrl-C would (checkpoint written), to resume later",
+             non_negative<int64_t>());
   sub->add_option("--svg", f->svg, "Write the loss curve here (\"\": no picture)")->capture_default_str();
   sub->add_flag("--json", f->json, "Make the last line of output a JSON summary (steps, final_loss, accuracy, ...)");
   sub->add_flag("--quiet", f->quiet, "No progress bar");

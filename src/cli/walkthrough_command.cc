@@ -9,10 +9,14 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "flags.h"
 #include "qkv/chapter/walkthrough.h"
 #include "qkv/core/error.h"
 #include "qkv/core/print.h"
 #include "qkv/io/atomic_file.h"
+#include "qkv/io/output_files.h"
+#include "qkv/text/tiny_vocab.h"
+#include "qkv/core/excerpt.h"
 #include "qkv/io/heatmap_svg.h"
 #include "qkv/io/tensor_json.h"
 
@@ -21,6 +25,7 @@ namespace {
 
 struct WalkthroughFlags {
   std::string text = kBookSentence;
+  int64_t max_tokens = 256;
   bool json = false;
   std::string svg_dir;
 };
@@ -62,16 +67,31 @@ nlohmann::json to_json(const Walkthrough& w) {
 }
 
 void write_pictures(const Walkthrough& w, const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-    fail("cannot create the directory '", dir, "' for --svg: ", std::strerror(errno));
   HeatmapOptions o;
   o.row_labels = w.words;
   o.causal = true;
+  std::vector<OutputFile> files;  // drawn first, written together
   for (const WalkthroughPicture& p : w.pictures) {
     o.title = p.title;
-    write_file_atomically(dir + "/" + p.file, heatmap_svg(p.weights, o));
-    std::cerr << "wrote " << dir << "/" << p.file << "\n";
+    files.push_back({dir + "/" + p.file, heatmap_svg(p.weights, o), "--svg"});
   }
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    fail("cannot create the directory ", excerpt(dir), " for --svg: ", std::strerror(errno));
+  write_files_atomically(files);
+  for (const OutputFile& f : files) std::cerr << "wrote " << f.path << "\n";
+}
+
+int run(const WalkthroughFlags& f) {
+  const int64_t words = static_cast<int64_t>(tiny_words(f.text).size());
+  QKV_CHECK(words <= f.max_tokens, "walkthrough: the text has ", words, " words, more than --max-tokens ",
+            f.max_tokens, " (every (T, T) matrix of the chapter is printed and kept: memory and output grow as "
+            "T squared); raise --max-tokens to walk through it anyway");
+  check_sizes({words, words, 64}, 4, "walkthrough: the (T, T) matrices of every step");
+  Walkthrough w = run_walkthrough(f.text);
+  if (f.json) std::cout << to_json(w).dump() << "\n";
+  else print_people(w);
+  if (!f.svg_dir.empty()) write_pictures(w, f.svg_dir);
+  return 0;
 }
 
 }  // namespace
@@ -83,13 +103,11 @@ Command add_walkthrough(CLI::App& app) {
   sub->add_option("--text", flags->text, "Sentence to walk through")->capture_default_str();
   sub->add_flag("--json", flags->json, "Print every intermediate as JSON (name -> {shape, data})");
   sub->add_option("--svg", flags->svg_dir, "Write the causal attention weights of each head as SVG heatmaps into DIR");
-  return {sub, [flags]() {
-    Walkthrough w = run_walkthrough(flags->text);
-    if (flags->json) std::cout << to_json(w).dump() << "\n";
-    else print_people(w);
-    if (!flags->svg_dir.empty()) write_pictures(w, flags->svg_dir);
-    return 0;
-  }};
+  add_number_with_default(sub, "--max-tokens", flags->max_tokens,
+                          "Refuse longer texts: every (T, T) matrix is printed and kept, so memory and output grow "
+                          "as T squared",
+                          positive<int64_t>());
+  return {sub, [flags]() { return run(*flags); }};
 }
 
 }  // namespace qkv::cli

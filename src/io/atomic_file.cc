@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <sstream>
 #include <system_error>
@@ -13,19 +12,12 @@
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/core/limits.h"
+#include "qkv/io/output_files.h"
 
 namespace qkv {
 namespace {
 
 std::string errno_message(int err) { return std::generic_category().message(err); }
-
-// The directory holding `path` ("." for a bare file name), for the fsync after the rename.
-std::string parent_dir(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
 
 // Closes a descriptor on scope exit unless released.
 class Fd {
@@ -47,72 +39,10 @@ class Fd {
   int fd_;
 };
 
-std::atomic<unsigned long> temp_counter{0};
-
 }  // namespace
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
-  QKV_CHECK(!path.empty(), "cannot write a file with an empty path");
-
-  // A fresh temporary next to the target (same file system, so rename is atomic). O_EXCL makes
-  // the name ours alone; on a clash (a stale temporary of a dead process with our pid) try again.
-  std::string tmp;
-  int raw_fd = -1;
-  for (int attempt = 0; attempt < 100 && raw_fd < 0; ++attempt) {
-    tmp = str(path, ".tmp.", ::getpid(), ".", temp_counter.fetch_add(1));
-    raw_fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (raw_fd < 0 && errno != EEXIST && errno != EINTR) break;
-  }
-  if (raw_fd < 0) {
-    int err = errno;
-    fail("cannot write '", path, "': cannot create temporary file '", tmp, "': ",
-         errno_message(err));
-  }
-  Fd fd(raw_fd);
-
-  // From here on, every failure removes the temporary before throwing.
-  auto fail_and_clean = [&](const char* what, int err) {
-    ::close(fd.release());
-    ::unlink(tmp.c_str());
-    fail("cannot write '", path, "': ", what, " '", tmp, "' failed: ", errno_message(err));
-  };
-
-  // A replaced file keeps its permissions (the temporary was created with the umask's).
-  struct stat existing {};
-  if (::stat(path.c_str(), &existing) == 0 && S_ISREG(existing.st_mode)) {
-    if (::fchmod(raw_fd, existing.st_mode & 07777) != 0) fail_and_clean("fchmod of", errno);
-  }
-
-  const char* p = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {
-    ssize_t n = ::write(raw_fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail_and_clean("writing", errno);
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  if (::fsync(raw_fd) != 0) fail_and_clean("fsync of", errno);
-  fd.release();
-  if (::close(raw_fd) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    fail("cannot write '", path, "': closing '", tmp, "' failed: ", errno_message(err));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    fail("cannot write '", path, "': renaming '", tmp, "' over it failed: ", errno_message(err));
-  }
-
-  // Make the rename itself durable. Best effort: the file is already in place and complete.
-  int dir = ::open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    (void)::fsync(dir);
-    ::close(dir);
-  }
+  write_files_atomically({{path, bytes, ""}});  // the rule for every output (qkv/io/output_files.h)
 }
 
 void write_file_atomically(const std::string& path,

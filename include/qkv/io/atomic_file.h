@@ -4,7 +4,8 @@
 // ("<path>.tmp.<pid>.<counter>"), flushes and fsyncs it, then renames it over `path`, so a reader
 // sees either the old file or the new one, never a half-written one, even if the process dies
 // midway. On any failure the temporary is removed, `path` is untouched, and qkv::Error says which
-// path and why (strerror).
+// path and why (strerror). It is write_files_atomically with one file: symlinks are written through,
+// FIFOs and devices written directly, directories refused (qkv/io/output_files.h).
 #pragma once
 
 #include <functional>

@@ -1,0 +1,41 @@
+// qkv/io/output_files.h - a run's outputs, written together or not at all.
+//
+// The rule for every file a run writes: all outputs are computed first, then their destinations
+// are checked together, then written together:
+//
+//   std::vector<OutputFile> out = {{"a.st", bytes_a, "--output"}, {"w.st", bytes_w, "--save-weights"}};
+//   write_files_atomically(out);
+//
+// 1. Check: the destinations are distinct (the same file by device and inode, or the same name in
+//    the same directory, is an error naming both), each one's directory exists and is writable,
+//    and each destination is a regular file, a symlink, a FIFO or a character device, or absent.
+// 2. Write: each regular destination gets a temporary next to it ("<path>.tmp.<pid>.<n>"), written
+//    and fsynced; FIFOs and character devices (/dev/null, /dev/stdout) are written directly.
+// 3. Rename every temporary over its destination, then fsync the directories.
+// Any failure before step 3 removes every temporary and leaves every destination as it was.
+//
+// A symlink is written through: its final target is replaced (atomically), the link stays; a link
+// into /proc (/dev/stdout, /dev/fd/N) is an open descriptor and written directly, appending. A
+// directory or other non-file is refused. Temporaries a killed run left for a destination (their
+// pid no longer alive) are removed when the next write to it finds them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace qkv {
+
+struct OutputFile {
+  std::string path;
+  std::string bytes;
+  std::string what;  // how the caller names it in messages (a flag: "--output"); "" for none
+};
+
+// Throws qkv::Error ("cannot write 'path': ...") unless every destination can be written as above.
+// `bytes` is not looked at, so a long run can check its outputs before it starts.
+void check_output_files(const std::vector<OutputFile>& files);
+
+// Checks, then writes every file (see above).
+void write_files_atomically(const std::vector<OutputFile>& files);
+
+}  // namespace qkv
