@@ -30,8 +30,11 @@ qkv::Encoding small_encoding() {
 const qkv::Encoding& encoding() {
   static const qkv::Encoding enc = [] {
     try {
-      return qkv::load_gpt2();
+      qkv::Encoding gpt2 = qkv::load_gpt2();
+      std::fprintf(stderr, "bpe_gpt2: GPT-2's vocabulary (%lld tokens)\n", static_cast<long long>(gpt2.n_vocab()));
+      return gpt2;
     } catch (const qkv::Error&) {
+      std::fprintf(stderr, "bpe_gpt2: GPT-2's vocabulary is not installed; a small table instead\n");
       return small_encoding();
     }
   }();
