@@ -6,7 +6,9 @@
 //
 // The body runs on the input as a std::string_view; a qkv::Error it throws is swallowed, any other
 // exception escapes LLVMFuzzerTestOneInput, which terminates the process (libFuzzer reports it
-// with the input; the replay test fails).
+// with the input; the replay test fails). Before the first input, the memory qkv may be asked for
+// is limited to 1 GiB (limits.h), under the -rss_limit_mb=2048 the fuzzers run with: an input that
+// asks for more must be refused with an Error, not run out of memory.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +18,15 @@
 #include <string_view>
 
 #include "qkv/core/error.h"
+#include "qkv/core/limits.h"
+
+inline bool qkv_fuzz_set_limits() {
+  qkv::Limits l = qkv::limits();
+  l.max_memory_bytes = int64_t{1} << 30;
+  l.max_file_bytes = int64_t{1} << 30;
+  qkv::set_limits(l);
+  return true;
+}
 
 // A property the target checks on top of "no crash": abort (a finding) with a message if it fails.
 #define QKV_FUZZ_EXPECT(cond)                                                                   \
@@ -29,6 +40,8 @@
 #define QKV_FUZZ_TARGET(data)                                                       \
   static void qkv_fuzz_body(std::string_view data);                                 \
   extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {        \
+    static const bool limited = qkv_fuzz_set_limits();                              \
+    (void)limited;                                                                  \
     try {                                                                           \
       qkv_fuzz_body(std::string_view(reinterpret_cast<const char*>(bytes), size)); \
     } catch (const qkv::Error&) {                                                   \

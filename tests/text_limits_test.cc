@@ -120,5 +120,21 @@ TEST(TextLimits, EncodeBatchOnMoreThreadsThanTextsGivesEveryTextItsIds) {
   for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(ids[i], enc.encode(texts[i]));
 }
 
+TEST(TextLimits, AnEncodingWithASparseHugeIdAsksForItsTablesWithinTheMemoryLimit) {
+  // 256 byte tokens and one at rank 50,000,000: the id tables would take 450 MB (found by the
+  // tiktoken_ranks fuzzer: a 57-byte rank file with a rank of 3e8 asked for 2.7 GB).
+  EncodingSpec spec;
+  spec.name = "sparse";
+  spec.pattern = std::string(kGpt2Pattern);
+  for (int b = 0; b < 256; ++b) spec.mergeable_ranks.emplace_back(std::string(1, static_cast<char>(b)), b);
+  spec.mergeable_ranks.emplace_back("ab", 50'000'000);
+  Limits l = limits();
+  l.max_memory_bytes = 1 << 20;
+  ScopedLimits scoped(l);
+  const std::string message = error_of([&] { Encoding enc(spec); });
+  EXPECT_THAT(message, HasSubstr("encoding sparse's table of ids 0..50000000 needs 450000009 bytes"));
+  EXPECT_THAT(message, HasSubstr("max_memory_bytes)"));
+}
+
 }  // namespace
 }  // namespace qkv
