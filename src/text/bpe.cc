@@ -7,7 +7,9 @@
 
 #include "bpe_merge.h"
 #include "encoding_impl.h"
+#include "qkv/core/checked.h"
 #include "qkv/core/error.h"
+#include "qkv/core/limits.h"
 #include "qkv/text/utf8.h"
 
 namespace qkv {
@@ -95,10 +97,6 @@ Encoding::Encoding(EncodingSpec spec) {
   for (const auto& [text, id] : spec.special_tokens) check_id(id, text, "special");
   QKV_CHECK(max_id >= 0, who, ": the vocabulary is empty");
 
-  impl->n_vocab = max_id + 1;
-  impl->token_offset.assign(static_cast<size_t>(impl->n_vocab), 0);
-  impl->token_length.assign(static_cast<size_t>(impl->n_vocab), Impl::kAbsent);
-  impl->token_is_special.assign(static_cast<size_t>(impl->n_vocab), 0);
   auto add_token = [&](const std::string& bytes, TokenId id, bool special) {
     const auto i = static_cast<size_t>(id);
     QKV_CHECK(impl->token_length[i] == Impl::kAbsent, who, ": id ", id, " is given to both \"",
@@ -115,7 +113,6 @@ Encoding::Encoding(EncodingSpec spec) {
   for (const auto& [bytes, id] : spec.mergeable_ranks) {
     QKV_CHECK(impl->ranks.insert(bytes, static_cast<Rank>(id)), who, ": the token \"", printable(bytes),
               "\" appears twice (ranks ", impl->ranks.find(bytes), " and ", id, ")");
-    add_token(bytes, id, false);
   }
   for (int b = 0; b < 256; ++b) {
     const char c = static_cast<char>(b);
@@ -123,6 +120,17 @@ Encoding::Encoding(EncodingSpec spec) {
     QKV_CHECK(impl->byte_rank[b] != kNoRank, who, ": the single byte ", b, " is not a token; byte-level BPE ",
               "needs all 256");
   }
+
+  // The id -> bytes tables have a slot for every id up to the largest, so ids may be sparse (as
+  // tiktoken allows) but a file of 300 tokens with a rank of 4e9 would ask for 36 GB: a memory request.
+  const std::string tables = who + "'s table of ids 0.." + std::to_string(max_id);
+  check_memory_request(checked_bytes(max_id + 1, 2 * sizeof(uint32_t) + sizeof(uint8_t), tables.c_str()),
+                       tables.c_str());
+  impl->n_vocab = max_id + 1;
+  impl->token_offset.assign(static_cast<size_t>(impl->n_vocab), 0);
+  impl->token_length.assign(static_cast<size_t>(impl->n_vocab), Impl::kAbsent);
+  impl->token_is_special.assign(static_cast<size_t>(impl->n_vocab), 0);
+  for (const auto& [bytes, id] : spec.mergeable_ranks) add_token(bytes, id, false);
   std::map<std::string, Rank> specials;
   for (const auto& [text, id] : spec.special_tokens) {
     QKV_CHECK(specials.emplace(text, static_cast<Rank>(id)).second, who, ": the special token ", text,

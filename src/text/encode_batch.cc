@@ -1,13 +1,17 @@
 // encode_batch: texts spread over std::threads. Workers take the next unclaimed text (so long and
 // short texts balance), each with its own piece cache; the results land in their slots, in order.
+// The workers are a fixed pool: as many as asked for (0: one per hardware thread), but never more
+// than limits().max_threads nor than there are texts, however many texts there are.
 #include <algorithm>
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "encoding_impl.h"
 #include "qkv/core/error.h"
+#include "qkv/core/limits.h"
 #include "qkv/text/utf8.h"
 
 namespace qkv {
@@ -20,7 +24,8 @@ std::vector<std::vector<TokenId>> run_batch(const std::vector<std::string>& text
                                             const EncodeOne& encode_one) {
   QKV_CHECK(threads >= 0, "encode_batch: threads must be >= 0 (0: one per hardware thread), not ", threads);
   size_t workers = threads > 0 ? static_cast<size_t>(threads) : std::max(1u, std::thread::hardware_concurrency());
-  workers = std::max<size_t>(1, std::min(workers, texts.size()));
+  workers = std::min({workers, static_cast<size_t>(std::max(1, limits().max_threads)), texts.size()});
+  workers = std::max<size_t>(1, workers);
   std::vector<std::vector<TokenId>> out(texts.size());
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
@@ -41,13 +46,16 @@ std::vector<std::vector<TokenId>> run_batch(const std::vector<std::string>& text
       }
     }
   };
-  if (workers == 1) {
-    work();
-  } else {
-    std::vector<std::thread> pool;
-    for (size_t w = 0; w < workers; ++w) pool.emplace_back(work);
-    for (std::thread& t : pool) t.join();
+  // workers - 1 threads beside the calling thread, which works too. If the system refuses a thread,
+  // the batch runs on those it has (the caller at least).
+  std::vector<std::thread> pool;
+  pool.reserve(workers - 1);
+  try {
+    for (size_t w = 1; w < workers; ++w) pool.emplace_back(work);
+  } catch (const std::system_error&) {
   }
+  work();
+  for (std::thread& t : pool) t.join();
   QKV_CHECK(!failed, "text ", error_index + 1, " of ", texts.size(), " in the batch: ", error_message);
   return out;
 }

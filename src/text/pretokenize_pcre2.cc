@@ -1,18 +1,48 @@
 // Pre-tokenisation by any pattern, with PCRE2 (UTF + UCP) and its JIT compiler. Each split() call
 // uses its own match data and JIT stack, so one Pretokenizer serves many threads at once.
+//
+// Patterns come from users (--pattern), so every match runs under limits: PCRE2's match limit and
+// depth limit from limits().regex_match_limit, its heap limit from limits().max_memory_bytes, and
+// a JIT stack of at most kJitStackMax. `(a+)+$` on "aaa...ab" then fails in milliseconds with an
+// error naming the limit, instead of backtracking for ages.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
+
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
+#include "qkv/core/limits.h"
 #include "qkv/text/pretokenize.h"
 
 namespace qkv {
 namespace {
 
+constexpr size_t kJitStackMax = 64 * 1024 * 1024;
+
 std::string pcre2_message(int code) {
   PCRE2_UCHAR buf[256];
   pcre2_get_error_message(code, buf, sizeof buf);
   return reinterpret_cast<const char*>(buf);
+}
+
+// A failed match: which limit the pattern ran into, and what raises it.
+[[noreturn]] void fail_match(int rc, size_t pos, const std::string& pattern) {
+  const std::string where = "pre-tokenisation pattern " + excerpt(pattern) + " at byte " + std::to_string(pos);
+  switch (rc) {
+    case PCRE2_ERROR_MATCHLIMIT:
+    case PCRE2_ERROR_DEPTHLIMIT:
+      fail(where, ": the pattern exceeded the match limit of ", limits().regex_match_limit,
+           " backtracking steps (regex_match_limit); it backtracks too much on this text");
+    case PCRE2_ERROR_HEAPLIMIT:
+      fail(where, ": the pattern exceeded the memory limit of ", limits().max_memory_bytes,
+           " bytes for its backtracking (max_memory_bytes)");
+    case PCRE2_ERROR_JIT_STACKLIMIT:
+      fail(where, ": the pattern needs more than the ", kJitStackMax / (1024 * 1024),
+           " MiB JIT stack PCRE2 is given; it backtracks too much on this text");
+    default:
+      fail(where, ": PCRE2 failed: ", pcre2_message(rc));
+  }
 }
 
 class Pcre2Pretokenizer final : public Pretokenizer {
@@ -23,7 +53,7 @@ class Pcre2Pretokenizer final : public Pretokenizer {
     code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
                           &code, &offset, nullptr);
     QKV_CHECK(code_ != nullptr, "pre-tokenisation pattern: PCRE2 rejects it at offset ", offset, ": ",
-              pcre2_message(code), "\n  pattern: ", pattern);
+              pcre2_message(code), "\n  pattern: ", excerpt(pattern, 400));
     jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
   }
   ~Pcre2Pretokenizer() override { pcre2_code_free(code_); }
@@ -39,9 +69,9 @@ class Pcre2Pretokenizer final : public Pretokenizer {
     const size_t n = text.size();
     for (size_t count = 0; pos < n && count < max;) {
       const int rc = jit_ ? pcre2_jit_match(code_, subject, n, pos, PCRE2_NO_UTF_CHECK, s.match, s.context)
-                          : pcre2_match(code_, subject, n, pos, PCRE2_NO_UTF_CHECK, s.match, nullptr);
+                          : pcre2_match(code_, subject, n, pos, PCRE2_NO_UTF_CHECK, s.match, s.context);
       if (rc == PCRE2_ERROR_NOMATCH) return n;
-      QKV_CHECK(rc >= 0, "pre-tokenisation: PCRE2 failed at byte ", pos, ": ", pcre2_message(rc));
+      if (rc < 0) fail_match(rc, pos, pattern());
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.match);
       const size_t start = ov[0], end = ov[1];
       if (end > start) {
@@ -60,12 +90,18 @@ class Pcre2Pretokenizer final : public Pretokenizer {
   struct Scratch {
     Scratch(const pcre2_code* code, bool jit) {
       match = pcre2_match_data_create_from_pattern(code, nullptr);
+      context = pcre2_match_context_create(nullptr);
       if (jit) {
-        stack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, nullptr);
-        context = pcre2_match_context_create(nullptr);
-        pcre2_jit_stack_assign(context, nullptr, stack);
+        stack = pcre2_jit_stack_create(32 * 1024, kJitStackMax, nullptr);
+        if (context && stack) pcre2_jit_stack_assign(context, nullptr, stack);
       }
-      QKV_CHECK(match && (!jit || (stack && context)), "pre-tokenisation: out of memory for PCRE2");
+      QKV_CHECK(match && context && (!jit || stack), "pre-tokenisation: out of memory for PCRE2");
+      const Limits& l = limits();
+      const auto steps = static_cast<uint32_t>(std::clamp<int64_t>(l.regex_match_limit, 1, UINT32_MAX));
+      pcre2_set_match_limit(context, steps);
+      pcre2_set_depth_limit(context, steps);
+      // The heap limit is in KiB; PCRE2's own default (20,000,000 KiB) if the memory limit is above it.
+      pcre2_set_heap_limit(context, static_cast<uint32_t>(std::clamp<int64_t>(l.max_memory_bytes / 1024, 1, 20'000'000)));
     }
     ~Scratch() {
       pcre2_match_data_free(match);

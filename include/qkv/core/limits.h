@@ -15,6 +15,9 @@ struct Limits {
   int64_t max_file_bytes;     // an input file read whole
   int max_threads;            // threads one command may start
   int json_max_depth = 64;    // nesting of arrays and objects in any JSON qkv reads
+  // The work PCRE2 may do for one match of a pre-tokenisation pattern (its match limit: steps of
+  // backtracking; also its depth limit), so a pattern that backtracks catastrophically fails fast.
+  int64_t regex_match_limit = 10'000'000;
 };
 
 const Limits& limits();

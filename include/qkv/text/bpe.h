@@ -94,7 +94,8 @@ class Encoding {
   // The id of a text that is exactly one token (mergeable or special); fails otherwise.
   TokenId encode_single_token(std::string_view token) const;
 
-  // texts encoded on `threads` threads (0: one per hardware thread), results in order; equal to
+  // texts encoded on `threads` threads (0: one per hardware thread; never more than
+  // limits().max_threads nor than there are texts), results in order; equal to
   // encoding each in turn. An error names the text (1-based) it came from.
   std::vector<std::vector<TokenId>> encode_batch(const std::vector<std::string>& texts, int threads = 0,
                                                  const SpecialTokens& allowed_special = SpecialTokens::none(),

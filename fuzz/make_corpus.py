@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Writes the fuzz targets' seed corpora into fuzz/corpus/<target>/seed-*: small valid inputs (and
+a few near-misses) for each parser, so the fuzzers start from the formats' real structure.
+
+    python3 fuzz/make_corpus.py --qkv build/qkv     # --qkv: for the checkpoints (qkv train --steps 2)
+
+Regression inputs (regress-*) in the same directories are never touched. Everything it writes is
+small (the whole corpus stays well under 2 MB)."""
+import argparse
+import base64
+import json
+import os
+import struct
+import subprocess
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def write(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    with open(os.path.join(d, "seed-" + name), "wb") as f:
+        f.write(data)
+
+
+def safetensors(entries, metadata=None, pad=True):
+    """entries: (name, dtype, shape, raw bytes); returns the file's bytes."""
+    header, blobs, offset = {}, [], 0
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, raw in entries:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+
+
+def safetensors_seeds():
+    f32 = struct.pack("<6f", 1, -2, 3.5, 0, float("inf"), -0.0)
+    write("safetensors", "f32", safetensors([("a", "F32", [2, 3], f32)], {"format": "pt"}))
+    write("safetensors", "dtypes", safetensors([
+        ("half", "F16", [2], struct.pack("<2H", 0x3C00, 0x7C00)),
+        ("bf", "BF16", [1, 2], struct.pack("<2H", 0x3F80, 0xFF80)),
+        ("dbl", "F64", [2], struct.pack("<2d", 1e300, -1.5)),
+        ("scalar", "F32", [], struct.pack("<f", 7)),
+        ("empty", "F32", [0, 4], b"")]))
+    write("safetensors", "unpadded", safetensors([("x", "F32", [1], struct.pack("<f", 1))], pad=False))
+    write("safetensors", "bad-dtype", safetensors([("x", "I8", [1], b"\x01")]))
+    write("safetensors", "overlap", struct.pack("<Q", 80) + json.dumps(
+        {"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+         "b": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()[:80].ljust(80) + b"\0" * 4)
+
+
+def checkpoint_seeds(qkv):
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, flags in [("copy-adamw", ["--task", "copy", "--optimizer", "adamw"]),
+                            ("reverse-sgd", ["--task", "reverse", "--optimizer", "sgd", "--momentum", "0.9"])]:
+            path = os.path.join(tmp, name + ".safetensors")
+            subprocess.run([qkv, "train", *flags, "--steps", "2", "--d-model", "4", "--num-heads", "1",
+                            "--num-layers", "1", "--batch-size", "2", "--eval-sequences", "2",
+                            "--checkpoint", path, "--svg", "", "--quiet"],
+                           check=True, stdout=subprocess.DEVNULL)
+            with open(path, "rb") as f:
+                write("checkpoint", name, f.read())
+
+
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e", "r"), ("o", "n"), ("in", "g")]
+
+
+def rank_seeds():
+    # tiktoken's format: the 256 bytes in GPT-2's order, then merges; base64 and a rank a line.
+    byte_order = list(bytes_to_unicode().keys())
+    tokens = [bytes([b]) for b in byte_order]
+    decode = {v: k for k, v in bytes_to_unicode().items()}
+    for a, b in MERGES:
+        tokens.append(bytes(decode[c] for c in a + b))
+    lines = "".join(f"{base64.b64encode(t).decode()} {r}\n" for r, t in enumerate(tokens))
+    write("tiktoken_ranks", "small", lines)
+    write("tiktoken_ranks", "bytes-only", "".join(lines.splitlines(keepends=True)[:256]))
+    write("tiktoken_ranks", "no-final-newline", lines.rstrip("\n"))
+    write("tiktoken_ranks", "bad-base64", "IQ== 0\nnot-base64! 1\n")
+    write("tiktoken_ranks", "empty", "")
+    # GPT-2's two files, separated by "\n=====\n" (fuzz/gpt2_vocab.cc).
+    encoder = {c: r for r, c in enumerate(bytes_to_unicode().values())}
+    for a, b in MERGES:
+        encoder[a + b] = len(encoder)
+    vocab_bpe = "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in MERGES)
+    write("gpt2_vocab", "small", vocab_bpe + "\n=====\n" + json.dumps(encoder, ensure_ascii=False))
+    encoder["<|endoftext|>"] = len(encoder)
+    write("gpt2_vocab", "with-eot", vocab_bpe + "\n=====\n" + json.dumps(encoder))
+    write("gpt2_vocab", "disagree", "#version: 0.2\nh e\n\n=====\n{\"he\": 0}")
+
+
+def text_seeds():
+    texts = {
+        "book": "Your journey starts with one step.",
+        "contractions": "I'm you'RE they'll 'tis ''s\n",
+        "spaces": "a  b\t\tc \n\n  d   \r\n",
+        "numbers": "12345 6.7e8 ١٢٣ ⅷ",
+        "unicode": "héllo wörld — 你好 🙂 ﬁ ǅ \u0301e",
+        "special": "before<|endoftext|>after<|endoftext|>",
+        "invalid": b"a\xF0\x9F\x98b \xC0\xAF \xED\xA0\x80 \xFF\xFE end",
+        "lines": "line one\nline two\n\nline four",
+    }
+    for name, t in texts.items():
+        for target in ("bpe_gpt2", "utf8"):
+            write(target, name, t)
+    write("utf8", "truncated", b"\xE2\x82")
+    write("utf8", "max", "\U0010FFFF\uFFFD\u0800\u07FF")
+    write("utf8", "above-max", b"\xF4\x90\x80\x80\xF8\x88\x80\x80\x80")
+    # PCRE2: a pattern line, then the text.
+    for name, (pattern, text) in {
+        "words": (r"\p{L}+|\p{N}+|\s+|[^\s\p{L}\p{N}]+", "Your journey starts with 12 steps!"),
+        "gpt2": (r"'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+", "Hello  world's 42\n"),
+        "empty-match": (r"x*", "abc"),
+        "backtrack": (r"(a+)+$", "a" * 30 + "b"),
+        "lookbehind": (r"(?<=a)b|\X", "abab é"),
+        "bad-pattern": (r"(unclosed", "text"),
+    }.items():
+        write("pretokenize_pcre2", name, pattern + "\n" + text)
+    # encode --jsonl: a JSON string a line.
+    write("jsonl", "lines", '"Your journey"\n  "starts"  \n"with \\"one\\" step.\\n"\n')
+    write("jsonl", "escapes", '"\\u00e9\\ud83d\\ude00\\ud800x\\t\\/\\\\"\n"\\b\\f\\r"')
+    write("jsonl", "bad", '"unterminated\n')
+    write("jsonl", "not-a-string", '42\n')
+    write("jsonl", "empty-lines", '""\n""\n')
+    # decode's ids: a JSON array, or integers separated by spaces or commas.
+    write("decode_ids", "array", "[89, 111, 117, 114, 256]")
+    write("decode_ids", "words", "89 111,117\t114\n256")
+    write("decode_ids", "nested", "[[1], 2]")
+    write("decode_ids", "negative", "-1 99999999999999999999")
+    write("decode_ids", "floats", "[1.5, 2e3, \"x\"]")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--qkv", help="the qkv binary, for the checkpoint seeds (qkv train --steps 2)")
+    a = ap.parse_args()
+    safetensors_seeds()
+    rank_seeds()
+    text_seeds()
+    if a.qkv:
+        checkpoint_seeds(a.qkv)
+
+
+if __name__ == "__main__":
+    main()

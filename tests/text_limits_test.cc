@@ -1,0 +1,140 @@
+// Limits on what user input may make the tokenizer do: a --pattern that backtracks
+// catastrophically fails with an error naming the limit; encode_batch never starts more threads
+// than limits().max_threads, however many it is asked for or however many texts there are.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "qkv/core/error.h"
+#include "qkv/core/limits.h"
+#include "qkv/text/bpe.h"
+#include "qkv/text/pretokenize.h"
+
+namespace qkv {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Sets limits for one test and puts the previous ones back.
+class ScopedLimits {
+ public:
+  explicit ScopedLimits(const Limits& l) : saved_(limits()) { set_limits(l); }
+  ~ScopedLimits() { set_limits(saved_); }
+
+ private:
+  Limits saved_;
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(TextLimits, ACatastrophicallyBacktrackingPatternFailsWithTheMatchLimitError) {
+  // (a+)+$ on 40 a's and a b tries every way of splitting the a's: 2^40 steps without a limit.
+  const auto p = make_pcre2_pretokenizer("(a+)+$");
+  const std::string text = std::string(40, 'a') + "b";
+  const std::string message = error_of([&] { pretokenize(*p, text); });
+  EXPECT_THAT(message, HasSubstr("exceeded the match limit"));
+  EXPECT_THAT(message, HasSubstr("(regex_match_limit)"));
+  EXPECT_THAT(message, HasSubstr("'(a+)+$'"));
+}
+
+TEST(TextLimits, TheMatchLimitIsTheOneInLimits) {
+  // 14 a's: about 2^14 steps a match, well under PCRE2's default limit, over a limit of 1000.
+  const auto p = make_pcre2_pretokenizer("(a+)+$");
+  const std::string text = std::string(14, 'a') + "b";
+  EXPECT_NO_THROW(pretokenize(*p, text));
+  Limits l = limits();
+  l.regex_match_limit = 1000;
+  ScopedLimits scoped(l);
+  EXPECT_THAT(error_of([&] { pretokenize(*p, text); }), HasSubstr("match limit of 1000 "));
+  // An ordinary pattern on ordinary text stays far below it.
+  const auto words = make_pcre2_pretokenizer(R"(\p{L}+|\s+|[^\s\p{L}]+)");
+  EXPECT_EQ(pretokenize(*words, "Your journey starts with one step.").size(), 12u);
+}
+
+TEST(TextLimits, ARegexMatchLimitOutsidePcre2sRangeIsRefused) {
+  Limits l = limits();
+  l.regex_match_limit = 0;
+  EXPECT_THROW(set_limits(l), Error);
+  l.regex_match_limit = int64_t{1} << 32;
+  EXPECT_THROW(set_limits(l), Error);
+}
+
+// The threads of this process, from /proc/self/status.
+int process_threads() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return -1;
+}
+
+Encoding byte_encoding() {
+  EncodingSpec spec;
+  spec.name = "bytes";
+  spec.pattern = std::string(kGpt2Pattern);
+  for (int b = 0; b < 256; ++b) spec.mergeable_ranks.emplace_back(std::string(1, static_cast<char>(b)), b);
+  return Encoding(std::move(spec));
+}
+
+TEST(TextLimits, EncodeBatchNeverStartsMoreThreadsThanMaxThreads) {
+  if (process_threads() < 0) GTEST_SKIP() << "no /proc/self/status";
+  const Encoding enc = byte_encoding();
+  const std::vector<std::string> texts(3000, "Your journey starts with one step.");
+  Limits l = limits();
+  l.max_threads = 3;
+  ScopedLimits scoped(l);
+  // A watcher samples the thread count while the batch runs (one thread per text would show
+  // hundreds at once); it counts itself in the baseline.
+  std::atomic<bool> done{false};
+  std::atomic<int> most{0};
+  std::atomic<int> baseline{0};
+  std::thread watcher([&] {
+    baseline = process_threads();
+    while (!done) most = std::max(most.load(), process_threads());
+  });
+  while (baseline == 0) std::this_thread::yield();
+  const auto ids = enc.encode_ordinary_batch(texts, 100000);
+  done = true;
+  watcher.join();
+  ASSERT_EQ(ids.size(), texts.size());
+  EXPECT_EQ(ids.back(), enc.encode_ordinary(texts.back()));
+  // The calling thread works too: at most 3 threads in all, so 2 started beside it.
+  EXPECT_LE(most.load() - baseline.load(), 2) << "baseline " << baseline << ", most " << most;
+}
+
+TEST(TextLimits, EncodeBatchOnMoreThreadsThanTextsGivesEveryTextItsIds) {
+  const Encoding enc = byte_encoding();
+  const std::vector<std::string> texts = {"a", "bb", "ccc"};
+  const auto ids = enc.encode_batch(texts, 100000);
+  ASSERT_EQ(ids.size(), 3u);
+  for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(ids[i], enc.encode(texts[i]));
+}
+
+TEST(TextLimits, AnEncodingWithASparseHugeIdAsksForItsTablesWithinTheMemoryLimit) {
+  // 256 byte tokens and one at rank 50,000,000: the id tables would take 450 MB (found by the
+  // tiktoken_ranks fuzzer: a 57-byte rank file with a rank of 3e8 asked for 2.7 GB).
+  EncodingSpec spec;
+  spec.name = "sparse";
+  spec.pattern = std::string(kGpt2Pattern);
+  for (int b = 0; b < 256; ++b) spec.mergeable_ranks.emplace_back(std::string(1, static_cast<char>(b)), b);
+  spec.mergeable_ranks.emplace_back("ab", 50'000'000);
+  Limits l = limits();
+  l.max_memory_bytes = 1 << 20;
+  ScopedLimits scoped(l);
+  const std::string message = error_of([&] { Encoding enc(spec); });
+  EXPECT_THAT(message, HasSubstr("encoding sparse's table of ids 0..50000000 needs 450000009 bytes"));
+  EXPECT_THAT(message, HasSubstr("max_memory_bytes)"));
+}
+
+}  // namespace
+}  // namespace qkv
