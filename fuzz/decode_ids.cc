@@ -1,8 +1,7 @@
 // `qkv decode`'s token-id parser (a JSON array, or integers separated by spaces or commas), then
 // decoding the ids with a small byte-level encoding (the 256 single bytes and <|endoftext|>).
-// The parser is private to the command line, so this file includes its source.
-#include "cli/decode_command.cc"  // qkv::cli::parse_ids
 #include "fuzz_target.h"
+#include "qkv/io/token_ids.h"
 #include "qkv/text/pretokenize.h"
 
 namespace {
@@ -22,7 +21,7 @@ const qkv::Encoding& byte_encoding() {
 }  // namespace
 
 QKV_FUZZ_TARGET(data) {
-  const std::vector<qkv::TokenId> ids = qkv::cli::parse_ids(std::string(data));
+  const std::vector<qkv::TokenId> ids = qkv::parse_token_ids(data);
   const std::string raw = byte_encoding().decode_bytes(ids);
   QKV_FUZZ_EXPECT(raw.size() <= ids.size() * 13);  // "<|endoftext|>" is the longest token
   (void)byte_encoding().decode(ids);
