@@ -294,7 +294,7 @@ Vec ref_heads(const Vec& q, const Vec& k, const Vec& v, int64_t B, int64_t T, in
 // Dropout noise of a (B, H, T, T) or (B, T, T) tensor, split per (b, h) matrix.
 std::vector<Vec> split_noise(const Tensor& noise, int64_t mats, int64_t T) {
   std::vector<Vec> out;
-  if (noise.numel() == 0) return out;
+  if (!noise.defined()) return out;
   Vec all = to_double(noise);
   for (int64_t m = 0; m < mats; ++m)
     out.emplace_back(all.begin() + m * T * T, all.begin() + (m + 1) * T * T);

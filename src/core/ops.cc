@@ -29,6 +29,8 @@ Tensor unary(const Tensor& a, F f) {
 
 template <typename F>
 Tensor binary(const Tensor& a, const Tensor& b, const char* op, F f) {
+  a.check_defined(op);
+  b.check_defined(op);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
   Tensor out = Tensor::empty(shape);
   if (out.numel() == 0) return out;
@@ -72,6 +74,7 @@ Tensor along(const Tensor& a, int dim, F f) {
 
 template <typename F>
 Tensor reduce(const Tensor& a, int dim, bool keepdim, const char* op, float init, F f) {
+  a.check_defined(op);
   QKV_CHECK(a.dim() > 0, op, ": cannot reduce a 0-dimensional tensor along dimension ", dim);
   int d = wrap(dim, a.dim(), op);
   Tensor src = a.contiguous();
@@ -147,6 +150,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  a.check_defined("matmul");
+  b.check_defined("matmul");
   QKV_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least one dimension, got ",
             shape_str(a.shape()), " and ", shape_str(b.shape()));
   // Promote 1-D operands as Python does, and remember to drop the added dimension.
@@ -285,6 +290,7 @@ Tensor cosine_similarity(const Tensor& a, const Tensor& b, float eps) {
 }
 
 Tensor masked_fill(const Tensor& a, const Tensor& mask, float value) {
+  mask.check_defined("masked_fill");
   Tensor m = mask.expand(a.shape());
   return binary(a, m, "masked_fill", [value](float x, float keep) { return keep != 0.0f ? value : x; });
 }
@@ -314,6 +320,7 @@ Tensor cat(const std::vector<Tensor>& parts, int dim) {
   Shape shape = parts[0].shape();
   shape[d] = 0;
   for (const Tensor& p : parts) {
+    p.check_defined("cat");
     Shape s = p.shape();
     QKV_CHECK(p.dim() == parts[0].dim(), "cat: ", p.describe(), " and ", parts[0].describe(),
               " differ in rank");
@@ -358,6 +365,8 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
 }
 
 void accumulate(Tensor& dst, const Tensor& src) {
+  dst.check_defined("accumulate");
+  src.check_defined("accumulate");
   check_same_shape("accumulate", dst, src);
   QKV_CHECK(dst.is_contiguous(), "accumulate: the destination ", dst.describe(), " must be contiguous");
   Tensor s = src.contiguous();
@@ -367,6 +376,7 @@ void accumulate(Tensor& dst, const Tensor& src) {
 }
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined() ? 0.0 : std::nan("");
   if (a.shape() != b.shape()) return std::nan("");
   std::vector<float> x = a.to_vector(), y = b.to_vector();
   double m = 0.0;

@@ -9,6 +9,7 @@
 namespace qkv {
 
 nlohmann::json tensor_to_json(const Tensor& t) {
+  if (!t.defined()) return nullptr;
   nlohmann::json data = nlohmann::json::array();
   for (float v : t.to_vector()) {
     if (std::isnan(v)) data.push_back("nan");
@@ -19,6 +20,7 @@ nlohmann::json tensor_to_json(const Tensor& t) {
 }
 
 Tensor tensor_from_json(const nlohmann::json& j) {
+  if (j.is_null()) return Tensor();
   QKV_CHECK(j.is_object() && j.contains("shape") && j.contains("data") && j["shape"].is_array() &&
                 j["data"].is_array(),
             "a tensor in JSON must be an object {\"shape\": [...], \"data\": [...]}");

@@ -113,7 +113,7 @@ Tensor FusedAttention::backward(const Tensor& dy, const FusedProjections& p) {
   QKV_CHECK(dy.shape() == Shape({B, T, C}), "attention: the gradient ", dy.describe(),
             " does not match the last forward's output (", B, ", ", T, ", ", C, ")");
   const Tensor dyc = dy.contiguous();
-  const bool bias = b_qkv_.numel() > 0;
+  const bool bias = b_qkv_.defined();
   Tensor dx = Tensor::zeros({B, T, d_in});
   Tensor dw_qkv = Tensor::zeros({3 * C, d_in});
   Tensor db_qkv = bias ? Tensor::zeros({3 * C}) : Tensor();

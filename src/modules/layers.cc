@@ -135,7 +135,7 @@ Tensor Dropout::backward(const Tensor& doutput) {
   QKV_CHECK(doutput.shape() == shape_, "Dropout: the gradient ", doutput.describe(),
             " does not match the last forward's input ", shape_str(shape_));
   // return x (inactive) / return mul(x, noise_)
-  return noise_.numel() == 0 ? doutput : mul(doutput, noise_);
+  return !noise_.defined() ? doutput : mul(doutput, noise_);
 }
 
 }  // namespace qkv

@@ -81,6 +81,7 @@ void accumulate(Tensor& dst, const Tensor& src);
 
 // --- comparison -------------------------------------------------------------------------------
 // Largest |a - b| (NaN if the shapes differ or either has a NaN where the other does not).
+// Two undefined tensors (both absent) differ by 0; an undefined and a defined one by NaN.
 double max_abs_diff(const Tensor& a, const Tensor& b);
 
 }  // namespace qkv
