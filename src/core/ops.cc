@@ -7,6 +7,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/gemm.h"
+#include "qkv/core/linear.h"
 
 namespace qkv {
 namespace {
@@ -196,16 +197,27 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
+  x.check_defined("linear");
+  w.check_defined("linear");
   QKV_CHECK(w.dim() == 2, "linear: weight must be (out, in), got ", w.describe());
   QKV_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input ", x.describe(),
             " has last dimension ", x.dim() ? x.size(-1) : 0, " but the weight ", w.describe(),
             " expects ", w.size(1));
-  Tensor y = matmul(x, w.T());
+  Tensor b;
   if (bias != nullptr) {
+    bias->check_defined("linear");
     QKV_CHECK(bias->dim() == 1 && bias->size(0) == w.size(0), "linear: bias ", bias->describe(),
               " does not match weight ", w.describe());
-    y = add(y, *bias);
+    b = bias->contiguous();
   }
+  // (..., K) @ (N, K)^T + bias as one (M, K) product, M = every leading dim together.
+  const int64_t N = w.size(0), K = w.size(1);
+  const Tensor xc = x.contiguous(), wc = w.contiguous();
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor y = Tensor::empty(out_shape);
+  const int64_t M = numel_of(Shape(out_shape.begin(), out_shape.end() - 1));
+  linear(xc.data(), M, K, wc.data(), bias ? b.data() : nullptr, N, y.data());
   return y;
 }
 

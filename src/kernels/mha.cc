@@ -7,6 +7,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/gemm.h"
+#include "qkv/core/linear.h"
 
 namespace qkv::kernels {
 namespace {
@@ -47,23 +48,6 @@ void split_heads(const MhaShape& s, const float* rows, float* heads, ThreadPool*
       }
     }
   });
-}
-
-// y (M, N) = x (M, K) W^T (W (N, K)) + bias
-void linear(const float* x, int64_t M, int64_t K, const float* W, const float* bias, int64_t N, float* y,
-            ThreadPool* pool) {
-  if (bias) fill_rows(y, M, N, N, bias, pool);
-  GemmArgs g = gemm_args(false, true, M, N, K, x, K, W, K, y, N);
-  g.beta = bias ? 1.0f : 0.0f;
-  sgemm(g, pool);
-}
-
-// Backward of y = x W^T + b: dW = dy^T x, db = column sums of dy, dx = dy W.
-void linear_backward(const float* x, const float* dy, int64_t M, int64_t K, const float* W, int64_t N,
-                     float* dx, float* dW, float* db, ThreadPool* pool) {
-  if (dW) sgemm(gemm_args(true, false, N, K, M, dy, N, x, K, dW, K), pool);
-  if (db) sum_rows(dy, M, N, N, db, pool);
-  if (dx) sgemm(gemm_args(false, false, M, K, N, dy, N, W, K, dx, K), pool);
 }
 
 }  // namespace
