@@ -8,6 +8,7 @@
 #include "bpe_merge.h"
 #include "encoding_impl.h"
 #include "qkv/core/error.h"
+#include "qkv/text/hex.h"
 #include "qkv/text/utf8.h"
 
 namespace qkv {
@@ -44,10 +45,8 @@ std::string printable(std::string_view bytes) {
     if (c >= 0x20 && c < 0x7F && c != '\\') {
       out += static_cast<char>(c);
     } else {
-      static const char* hex = "0123456789abcdef";
       out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
+      append_hex(out, c);
     }
   }
   return out;
