@@ -203,6 +203,7 @@ TEST(UndefinedTensor, WhatNeedsDataSaysTheTensorIsUndefined) {
   const Tensor x = Tensor::zeros({2, 3});
   for (const auto& [what, f] : std::vector<std::pair<std::string, std::function<void()>>>{
            {"transpose", [&] { u.transpose(0, 0); }},
+           {"T", [&] { u.T(); }},
            {"select", [&] { u.select(0, 0); }},
            {"slice", [&] { u.slice(0, 0, 0); }},
            {"unsqueeze", [&] { u.unsqueeze(0); }},

@@ -189,7 +189,10 @@ Tensor Tensor::transpose(int d0, int d1) const {
   return t;
 }
 
-Tensor Tensor::T() const { return dim() < 2 ? *this : transpose(-2, -1); }
+Tensor Tensor::T() const {
+  check_defined("T");
+  return dim() < 2 ? *this : transpose(-2, -1);
+}
 
 Tensor Tensor::select(int d, int64_t index) const {
   check_defined("select");
