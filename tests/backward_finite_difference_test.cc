@@ -294,7 +294,7 @@ Vec ref_heads(const Vec& q, const Vec& k, const Vec& v, int64_t B, int64_t T, in
 // Dropout noise of a (B, H, T, T) or (B, T, T) tensor, split per (b, h) matrix.
 std::vector<Vec> split_noise(const Tensor& noise, int64_t mats, int64_t T) {
   std::vector<Vec> out;
-  if (noise.numel() == 0) return out;
+  if (!noise.defined()) return out;
   Vec all = to_double(noise);
   for (int64_t m = 0; m < mats; ++m)
     out.emplace_back(all.begin() + m * T * T, all.begin() + (m + 1) * T * T);
@@ -437,7 +437,7 @@ TEST(BackwardFiniteDifferences, MultiHeadAttention) {
 
 TEST(BackwardFiniteDifferences, ScaledDotProductAttentionMasksAndBroadcasting) {
   const float inf = std::numeric_limits<float>::infinity();
-  for (MaskKind kind : {MaskKind::kNone, MaskKind::kAdditive, MaskKind::kBlocked}) {
+  for (MaskKind kind : {MaskKind::kNone, MaskKind::kCausal, MaskKind::kAdditive, MaskKind::kBlocked}) {
     Generator gen(61);
     // q (2, 4, 3), k (1, 5, 3) and v (5, 2) broadcast against q's leading dim.
     Tensor q = random_tensor({2, 4, 3}, gen), k = random_tensor({1, 5, 3}, gen), v = random_tensor({5, 2}, gen);
@@ -445,7 +445,7 @@ TEST(BackwardFiniteDifferences, ScaledDotProductAttentionMasksAndBroadcasting) {
     for (int s = 0; s < 5; ++s) mask.at({2, s}) = kind == MaskKind::kAdditive ? -inf : 1.0f;  // row 2: all hidden
     if (kind == MaskKind::kBlocked) mask.at({0, 3}) = 1.0f;
     if (kind == MaskKind::kAdditive) mask.at({1, 1}) = -inf;
-    const Tensor* m = kind == MaskKind::kNone ? nullptr : &mask;
+    const Tensor* m = kind == MaskKind::kNone || kind == MaskKind::kCausal ? nullptr : &mask;
     SdpaResult r = scaled_dot_product_attention(q, k, v, m, kind);
     Tensor g = random_tensor(r.output.shape(), gen);
     SdpaGrads grads = scaled_dot_product_attention_backward(g, q, k, v, r, m, kind);
@@ -458,6 +458,7 @@ TEST(BackwardFiniteDifferences, ScaledDotProductAttentionMasksAndBroadcasting) {
       std::function<double(int64_t, int64_t)> additive;
       if (kind == MaskKind::kBlocked) blocked = [mv](int64_t t, int64_t s) { return mv[static_cast<size_t>(t * 5 + s)] != 0.0; };
       if (kind == MaskKind::kAdditive) additive = [mv](int64_t t, int64_t s) { return mv[static_cast<size_t>(t * 5 + s)]; };
+      if (kind == MaskKind::kCausal) blocked = [](int64_t t, int64_t s) { return s > t; };  // top-left aligned
       for (int64_t b = 0; b < 2; ++b)
         ref_attention({&p.at("q"), b * 12, 3}, {&p.at("k"), 0, 3}, {&p.at("v"), 0, 2}, 4, 5, 3, 2, std::sqrt(3.0), blocked,
                       additive, nullptr, out, b * 8, 2);
@@ -465,6 +466,20 @@ TEST(BackwardFiniteDifferences, ScaledDotProductAttentionMasksAndBroadcasting) {
     };
     check(c);
   }
+}
+
+TEST(ScaledDotProductAttention, AMaskIsGivenExactlyWhenItsKindTakesOne) {
+  Generator gen(62);
+  const Tensor q = random_tensor({3, 2}, gen), mask = Tensor::zeros({3, 3});
+  for (MaskKind kind : {MaskKind::kAdditive, MaskKind::kBlocked})
+    EXPECT_THROW(scaled_dot_product_attention(q, q, q, nullptr, kind), Error) << static_cast<int>(kind);
+  for (MaskKind kind : {MaskKind::kNone, MaskKind::kCausal})
+    EXPECT_THROW(scaled_dot_product_attention(q, q, q, &mask, kind), Error) << static_cast<int>(kind);
+  // The causal kind is the book's triu(ones(T, S), 1) buffer as a boolean mask.
+  const Tensor causal = triu(Tensor::ones({3, 3}), 1);
+  EXPECT_EQ(max_abs_diff(scaled_dot_product_attention(q, q, q, nullptr, MaskKind::kCausal).weights,
+                         scaled_dot_product_attention(q, q, q, &causal, MaskKind::kBlocked).weights),
+            0.0);
 }
 
 // --- loss and the whole model -----------------------------------------------------------------------

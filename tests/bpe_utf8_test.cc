@@ -6,6 +6,7 @@
 #include <random>
 
 #include "qkv/core/error.h"
+#include "qkv/text/hex.h"
 #include "qkv/text/json_string.h"
 #include "qkv/text/sha256.h"
 #include "qkv/text/utf8.h"
@@ -88,6 +89,29 @@ TEST(BpeSha256, KnownDigestsOnBothPaths) {
     for (uint8_t b : a.digest()) hex += "0123456789abcdef"[b >> 4], hex += "0123456789abcdef"[b & 15];
     ASSERT_EQ(hex, sha256_hex(s, true)) << n;
   }
+}
+
+TEST(Hex, EncodesLowerCaseAndDecodesBackOrSaysWhatIsWrong) {
+  std::vector<uint8_t> all(256);
+  for (int i = 0; i < 256; ++i) all[static_cast<size_t>(i)] = static_cast<uint8_t>(i);
+  const std::string hex = hex_encode(all);
+  EXPECT_EQ(hex.substr(0, 8), "00010203");
+  EXPECT_EQ(hex.substr(hex.size() - 6), "fdfeff");
+  EXPECT_EQ(hex_decode(hex, "test"), all);
+  EXPECT_EQ(hex_encode(std::vector<uint8_t>{}), "");
+  std::string esc;
+  append_hex(esc, 0x0a);
+  EXPECT_EQ(esc, "0a");
+  auto error_of = [](std::string_view h) {
+    try {
+      hex_decode(h, "generator state");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(error_of("abc"), "generator state: odd number of hex digits (3)");
+  EXPECT_EQ(error_of("0A"), "generator state: 'A' is not a lowercase hex digit");
 }
 
 TEST(BpeJsonLines, StringsEscapesAndSurrogates) {

@@ -108,7 +108,7 @@ Built build(const Case& c, AttentionPath path, const Tensor& mask) {
   config.path = path;
   Built b{std::make_unique<Generator>(1234), nullptr};  // the same weights on both paths
   b.module = make_attention_module(c.module, config, *b.gen);
-  if (mask.numel() > 0)
+  if (mask.defined())
     for (StateEntry& e : b->state_dict())
       if (e.name.size() >= 4 && e.name.compare(e.name.size() - 4, 4, "mask") == 0) e.load(mask);
   return b;
@@ -137,7 +137,7 @@ void compare_paths(const Case& c, uint32_t seed) {
   EXPECT_CLOSE(tf.masked_scores, tt.masked_scores, "masked scores");
   EXPECT_CLOSE(tf.weights, tt.weights, "weights");
   EXPECT_CLOSE(tf.context, tt.context, "context");
-  EXPECT_EQ(tf.dropped_weights.numel(), 0);
+  EXPECT_FALSE(tf.dropped_weights.defined());
   // Without a trace too (the forward a training step runs), then backward.
   const Tensor g = random_tensor(yt.shape(), rng);
   EXPECT_CLOSE(fused->forward(x), yt, "output without trace");
@@ -224,6 +224,7 @@ TEST(FusedModules, FusedDropoutIsTheTraceMaskAndItsBackwardUsesIt) {
     const Tensor x = random_tensor({2, 11, 5}, rng);
     AttentionTrace t;
     const Tensor y = m->forward(x, &t);
+    ASSERT_TRUE(t.dropped_weights.defined());
     ASSERT_GT(t.dropped_weights.numel(), 0);
     // Some weights dropped, the rest scaled by 1 / (1 - p).
     int64_t dropped = 0, kept = 0;

@@ -438,6 +438,35 @@ TEST(FusedAttention, WeightsOnDemandReproduceTheOutput) {
   }
 }
 
+// attention_weights against the reference's weights, for every mask kind (additive included)
+// and T != S: with v the (S, S) identity, the reference's output row i is its weight row i.
+TEST(FusedAttention, WeightsOnDemandMatchTheReferenceWeightsForEveryMask) {
+  std::mt19937 rng(11);
+  for (int m = 0; m < 4; ++m) {
+    const Case c{2, 2, 13, 21, 8, 21, static_cast<AttentionMask::Kind>(m), 0.0f, Layout::kInterleaved};
+    SCOPED_TRACE(c.name());
+    Array q = make_array(c.B, c.H, c.T, c.D, c.layout, rng), k = make_array(c.B, c.H, c.S, c.D, c.layout, rng);
+    Array eye = make_array(c.B, c.H, c.S, c.S, Layout::kContiguous, rng);
+    for (int64_t b = 0; b < c.B; ++b)
+      for (int64_t h = 0; h < c.H; ++h)
+        for (int64_t j = 0; j < c.S; ++j)
+          for (int64_t d = 0; d < c.S; ++d) eye.at(b, h, j, d) = j == d ? 1.0f : 0.0f;
+    Array ref = make_array(c.B, c.H, c.T, c.S, Layout::kContiguous, rng);  // (B, H, T, S) weights
+    Array o = make_array(c.B, c.H, c.T, c.S, Layout::kContiguous, rng);
+    const int64_t row_stride = c.S + 2;
+    const std::vector<float> mask = make_mask(c, rng, row_stride);
+    const AttentionOptions opt = options_for(c, mask, row_stride, nullptr);
+    std::vector<float> lse(static_cast<size_t>(c.B * c.H * c.T)), lse_ref(lse.size());
+    attention_forward_reference(q.in(), k.in(), eye.in(), ref.view, lse_ref.data(), opt);
+    attention_forward(q.in(), k.in(), eye.in(), o.view, lse.data(), opt);  // the lse a module keeps
+    Array w = make_array(c.B, c.H, c.T, c.S, Layout::kContiguous, rng, kInf);
+    for (int64_t b = 0; b < c.B; ++b)
+      for (int64_t h = 0; h < c.H; ++h)
+        attention_weights(q.in(), k.in(), lse.data(), opt, b, h, 0, c.T, false, w.view.row(b, h, 0), c.S);
+    EXPECT_TRUE(close(w.in(), ref.in(), 1e-5));
+  }
+}
+
 TEST(FusedAttention, DropoutDropsAboutPAndIsPhilox) {
   EXPECT_EQ(philox4x32_10({0, 0, 0, 0}, {0, 0}), (std::array<uint32_t, 4>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
   EXPECT_EQ(philox4x32_10({~0u, ~0u, ~0u, ~0u}, {~0u, ~0u}),

@@ -213,6 +213,14 @@ TEST(SafetensorsRoundTrip, GetNamesTheFileTheMissingTensorAndTheOnesThere) {
                               {"'file.safetensors' has no tensor 'input' (it has: 'a', 'b', 'c')"}));
 }
 
+TEST(SafetensorsRoundTrip, AnUndefinedTensorIsRefusedByNameWhileAnEmptyOneIsWritten) {
+  EXPECT_TRUE(ThrowsErrorWith([] { serialize_safetensors({{"a", Tensor::scalar(1)}, {"bias", Tensor()}}); },
+                              {"'bias' is undefined", "leave it out"}));
+  TensorFile f = parse(serialize_safetensors({{"e", Tensor::zeros({2, 0})}}));
+  EXPECT_EQ(f.get("e").shape(), (Shape{2, 0}));
+  EXPECT_TRUE(f.get("e").defined());
+}
+
 // --- other dtypes, built byte by byte -------------------------------------------------------
 
 TEST(SafetensorsDtypes, F16IsConvertedExactlyIncludingSubnormalsInfinitiesAndNaN) {

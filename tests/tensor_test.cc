@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "qkv/core/error.h"
 #include "qkv/core/ops.h"
@@ -143,6 +147,108 @@ TEST(TensorErrors, SayWhatWasExpected) {
   EXPECT_THAT(error_of([&] { a.item(); }), HasSubstr("has 6 elements, expected 1"));
   EXPECT_THAT(error_of([&] { Tensor::zeros({1, 1, 1, 1, 1, 1, 1, 1, 1}); }), HasSubstr("at most 8 dimensions"));
 }
+
+TEST(Shape, ReadsLikeAVectorHeldInline) {
+  Shape s{2, 3};
+  EXPECT_EQ(s.size(), 2u);
+  EXPECT_EQ(sizeof(Shape), sizeof(int64_t) * kMaxRank + 8);  // inline: no pointer to a heap block
+  s.push_back(4);
+  s.insert(s.begin(), 1);                   // (1, 2, 3, 4)
+  s.insert(s.end() - 1, {7, 8});            // (1, 2, 3, 7, 8, 4)
+  EXPECT_EQ(s, (Shape{1, 2, 3, 7, 8, 4}));
+  s.erase(s.begin() + 3);
+  EXPECT_EQ(s, (Shape{1, 2, 3, 8, 4}));
+  EXPECT_EQ(s.back(), 4);
+  EXPECT_NE(s, (Shape{1, 2, 3, 8}));
+  EXPECT_EQ(Shape(std::vector<int64_t>{5, 6}), (Shape{5, 6}));
+  EXPECT_EQ(Shape(3), (Shape{0, 0, 0}));  // a count, as std::vector(3)
+  EXPECT_EQ(Shape(s.begin() + 1, s.end() - 1), (Shape{2, 3, 8}));
+  EXPECT_EQ(s.to_vector(), (std::vector<int64_t>{1, 2, 3, 8, 4}));
+  EXPECT_TRUE(Shape().empty());
+}
+
+TEST(Shape, RankAboveTheMaximumIsAnErrorNamingTheRank) {
+  Shape s(static_cast<size_t>(kMaxRank), 1);
+  EXPECT_THAT(error_of([&] { s.push_back(1); }), HasSubstr("would have rank 9"));
+  EXPECT_THAT(error_of([&] { s.insert(s.begin(), {1, 1}); }), HasSubstr("would have rank 10"));
+  EXPECT_THAT(error_of([] { Shape(std::vector<int64_t>(12, 1)); }), HasSubstr("would have rank 12"));
+  EXPECT_THAT(error_of([] { Tensor::zeros({1, 1}).unsqueeze(0).view({1, 1, 1, 1, 1, 1, 1, 1, 1}); }),
+              HasSubstr("at most 8 dimensions"));
+  EXPECT_EQ(s.size(), static_cast<size_t>(kMaxRank));  // unchanged by the failed growth
+}
+
+TEST(UndefinedTensor, IsAbsentAndDistinctFromAnEmptyTensor) {
+  const Tensor u;
+  EXPECT_FALSE(u.defined());
+  EXPECT_EQ(u.data(), nullptr);
+  EXPECT_EQ(u.numel(), 0);
+  EXPECT_EQ(u.dim(), 1);
+  EXPECT_EQ(u.shape(), (Shape{0}));
+  EXPECT_EQ(u.describe(), "undefined tensor (0)");
+  EXPECT_EQ(to_string(u), "tensor(undefined)");
+  EXPECT_FALSE(u.shares_storage(Tensor()));
+  // A defined tensor with no elements (a batch of B = 0 or T = 0) is a tensor like any other.
+  const Tensor e = Tensor::zeros({0, 3});
+  EXPECT_TRUE(e.defined());
+  EXPECT_EQ(e.numel(), 0);
+  EXPECT_EQ(e.transpose(0, 1).shape(), (Shape{3, 0}));
+  EXPECT_EQ(matmul(e, Tensor::zeros({3, 2})).shape(), (Shape{0, 2}));
+  EXPECT_EQ(e.to_vector(), std::vector<float>{});
+  EXPECT_EQ(to_string(e), "tensor([], size=(0, 3))");
+}
+
+TEST(UndefinedTensor, WhatNeedsDataSaysTheTensorIsUndefined) {
+  Tensor u;
+  u.set_name("bias");
+  const Tensor x = Tensor::zeros({2, 3});
+  for (const auto& [what, f] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"transpose", [&] { u.transpose(0, 0); }},
+           {"T", [&] { u.T(); }},
+           {"select", [&] { u.select(0, 0); }},
+           {"slice", [&] { u.slice(0, 0, 0); }},
+           {"unsqueeze", [&] { u.unsqueeze(0); }},
+           {"view", [&] { u.view({0}); }},
+           {"expand", [&] { u.expand({2, 0}); }},
+           {"contiguous", [&] { u.contiguous(); }},
+           {"clone", [&] { u.clone(); }},
+           {"item", [&] { u.item(); }},
+           {"to_vector", [&] { u.to_vector(); }},
+           {"add", [&] { add(x, u); }},
+           {"matmul", [&] { matmul(u, x); }},
+           {"masked_fill", [&] { masked_fill(x, u, 0.0f); }},
+           {"cat", [&] { cat({u, u}, 0); }},
+           {"copy_from", [&] { Tensor::zeros({0}).copy_from(u); }}}) {
+    EXPECT_THAT(error_of(f), HasSubstr(what + ": the tensor 'bias' is undefined")) << what;
+  }
+  EXPECT_THAT(error_of([&] { sum(Tensor(), 0); }), HasSubstr("sum: the tensor is undefined"));
+}
+
+TEST(UndefinedTensor, JsonSaysNullBothWays) {
+  EXPECT_TRUE(tensor_to_json(Tensor()).is_null());
+  EXPECT_FALSE(tensor_from_json(nullptr).defined());
+  EXPECT_EQ(tensor_to_json(Tensor::zeros({0})).dump(), R"({"data":[],"shape":[0]})");
+  EXPECT_TRUE(tensor_from_json(tensor_to_json(Tensor::zeros({0}))).defined());
+}
+
+TEST(UndefinedTensor, MaxAbsDiffTreatsTwoAbsentTensorsAsEqual) {
+  EXPECT_EQ(max_abs_diff(Tensor(), Tensor()), 0.0);
+  EXPECT_TRUE(std::isnan(max_abs_diff(Tensor(), Tensor::zeros({0}))));
+}
+
+TEST(TensorName, ViewsShareItAndRenamingAViewLeavesTheBase) {
+  Tensor a = Tensor::zeros({2, 3});
+  a.set_name("a name longer than the small-string buffer");
+  const Tensor v = a.transpose(0, 1);
+  EXPECT_EQ(&v.name(), &a.name());  // the same string, not a copy
+  EXPECT_EQ(v.describe(), "tensor 'a name longer than the small-string buffer' (3, 2)");
+  Tensor w = a.select(0, 0);
+  w.set_name("row");
+  EXPECT_EQ(w.describe(), "tensor 'row' (3)");
+  EXPECT_EQ(a.name(), "a name longer than the small-string buffer");
+  EXPECT_EQ(a.clone().name(), a.name());
+  EXPECT_EQ(Tensor::zeros({1}).describe(), "tensor (1)");
+}
+
 
 TEST(Softmax, FullyMaskedRowGivesZerosNotNaN) {
   const float inf = std::numeric_limits<float>::infinity();

@@ -7,6 +7,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/gemm.h"
+#include "qkv/core/linear.h"
 
 namespace qkv {
 namespace {
@@ -29,6 +30,8 @@ Tensor unary(const Tensor& a, F f) {
 
 template <typename F>
 Tensor binary(const Tensor& a, const Tensor& b, const char* op, F f) {
+  a.check_defined(op);
+  b.check_defined(op);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
   Tensor out = Tensor::empty(shape);
   if (out.numel() == 0) return out;
@@ -72,6 +75,7 @@ Tensor along(const Tensor& a, int dim, F f) {
 
 template <typename F>
 Tensor reduce(const Tensor& a, int dim, bool keepdim, const char* op, float init, F f) {
+  a.check_defined(op);
   QKV_CHECK(a.dim() > 0, op, ": cannot reduce a 0-dimensional tensor along dimension ", dim);
   int d = wrap(dim, a.dim(), op);
   Tensor src = a.contiguous();
@@ -147,6 +151,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  a.check_defined("matmul");
+  b.check_defined("matmul");
   QKV_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least one dimension, got ",
             shape_str(a.shape()), " and ", shape_str(b.shape()));
   // Promote 1-D operands as Python does, and remember to drop the added dimension.
@@ -191,16 +197,27 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
+  x.check_defined("linear");
+  w.check_defined("linear");
   QKV_CHECK(w.dim() == 2, "linear: weight must be (out, in), got ", w.describe());
   QKV_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input ", x.describe(),
             " has last dimension ", x.dim() ? x.size(-1) : 0, " but the weight ", w.describe(),
             " expects ", w.size(1));
-  Tensor y = matmul(x, w.T());
+  Tensor b;
   if (bias != nullptr) {
+    bias->check_defined("linear");
     QKV_CHECK(bias->dim() == 1 && bias->size(0) == w.size(0), "linear: bias ", bias->describe(),
               " does not match weight ", w.describe());
-    y = add(y, *bias);
+    b = bias->contiguous();
   }
+  // (..., K) @ (N, K)^T + bias as one (M, K) product, M = every leading dim together.
+  const int64_t N = w.size(0), K = w.size(1);
+  const Tensor xc = x.contiguous(), wc = w.contiguous();
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor y = Tensor::empty(out_shape);
+  const int64_t M = numel_of(Shape(out_shape.begin(), out_shape.end() - 1));
+  linear(xc.data(), M, K, wc.data(), bias ? b.data() : nullptr, N, y.data());
   return y;
 }
 
@@ -285,6 +302,7 @@ Tensor cosine_similarity(const Tensor& a, const Tensor& b, float eps) {
 }
 
 Tensor masked_fill(const Tensor& a, const Tensor& mask, float value) {
+  mask.check_defined("masked_fill");
   Tensor m = mask.expand(a.shape());
   return binary(a, m, "masked_fill", [value](float x, float keep) { return keep != 0.0f ? value : x; });
 }
@@ -314,6 +332,7 @@ Tensor cat(const std::vector<Tensor>& parts, int dim) {
   Shape shape = parts[0].shape();
   shape[d] = 0;
   for (const Tensor& p : parts) {
+    p.check_defined("cat");
     Shape s = p.shape();
     QKV_CHECK(p.dim() == parts[0].dim(), "cat: ", p.describe(), " and ", parts[0].describe(),
               " differ in rank");
@@ -358,6 +377,8 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
 }
 
 void accumulate(Tensor& dst, const Tensor& src) {
+  dst.check_defined("accumulate");
+  src.check_defined("accumulate");
   check_same_shape("accumulate", dst, src);
   QKV_CHECK(dst.is_contiguous(), "accumulate: the destination ", dst.describe(), " must be contiguous");
   Tensor s = src.contiguous();
@@ -367,6 +388,7 @@ void accumulate(Tensor& dst, const Tensor& src) {
 }
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined() ? 0.0 : std::nan("");
   if (a.shape() != b.shape()) return std::nan("");
   std::vector<float> x = a.to_vector(), y = b.to_vector();
   double m = 0.0;

@@ -121,6 +121,7 @@ std::string body(const Tensor& t, int indent, bool summarize, const Formatter& f
 
 std::string to_string(const Tensor& t, const PrintOptions& o) {
   const std::string prefix = "tensor(";
+  if (!t.defined()) return "tensor(undefined)";
   if (t.numel() == 0) {
     if (t.dim() == 1) return "tensor([])";
     return "tensor([], size=" + shape_str(t.shape()) + ")";

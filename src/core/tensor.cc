@@ -38,6 +38,27 @@ int wrap_dim(int d, int rank, const char* op) {
 
 }  // namespace
 
+void Shape::rank_error(size_t rank) {
+  fail("a shape has at most ", kMaxRank, " dimensions (kMaxRank); this one would have rank ", rank);
+}
+
+Shape::iterator Shape::insert(const_iterator pos, std::initializer_list<int64_t> values) {
+  const size_t at = static_cast<size_t>(pos - d_), k = values.size();
+  check_rank(n_ + k);
+  for (size_t i = n_; i-- > at;) d_[i + k] = d_[i];
+  size_t i = at;
+  for (int64_t v : values) d_[i++] = v;
+  n_ += static_cast<uint32_t>(k);
+  return d_ + at;
+}
+
+Shape::iterator Shape::erase(const_iterator pos) {
+  const size_t at = static_cast<size_t>(pos - d_);
+  for (size_t i = at + 1; i < n_; ++i) d_[i - 1] = d_[i];
+  --n_;
+  return d_ + at;
+}
+
 std::string shape_str(const Shape& shape) {
   std::string s = "(";
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -53,21 +74,15 @@ int64_t numel_of(const Shape& shape) {
   return n;
 }
 
-Tensor::Tensor() : Tensor(empty({0})) {}
-
 Tensor Tensor::empty(const Shape& shape) {
-  QKV_CHECK(static_cast<int>(shape.size()) <= kMaxRank, "tensors have at most ", kMaxRank,
-            " dimensions; got shape ", shape_str(shape));
   for (int64_t d : shape) QKV_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
-  Tensor t(nullptr);
+  Tensor t;
   t.storage_ = allocate(numel_of(shape));
   t.data_ = t.storage_.get();
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   return t;
 }
-
-Tensor::Tensor(std::nullptr_t) {}
 
 Tensor Tensor::zeros(const Shape& shape) { return full(shape, 0.0f); }
 Tensor Tensor::ones(const Shape& shape) { return full(shape, 1.0f); }
@@ -98,6 +113,22 @@ Tensor Tensor::arange(int64_t n) {
   return t;
 }
 
+void Tensor::check_defined(const char* op) const {
+  QKV_CHECK(defined(), op, ": the tensor", name_ ? " '" + *name_ + "'" : std::string(),
+            " is undefined (a default-constructed Tensor, which stands for an absent one, has no data)");
+}
+
+const std::string& Tensor::name() const {
+  static const std::string kNone;
+  return name_ ? *name_ : kNone;
+}
+
+Tensor& Tensor::set_name(std::string name) {
+  if (name.empty()) name_.reset();
+  else name_ = std::make_shared<const std::string>(std::move(name));
+  return *this;
+}
+
 int64_t Tensor::size(int d) const { return shape_[wrap_dim(d, dim(), "size")]; }
 
 bool Tensor::is_contiguous() const {
@@ -110,10 +141,12 @@ bool Tensor::is_contiguous() const {
 }
 
 std::string Tensor::describe() const {
-  return name_.empty() ? "tensor " + shape_str(shape_) : "tensor '" + name_ + "' " + shape_str(shape_);
+  const std::string what = defined() ? "tensor" : "undefined tensor";
+  return name_ ? what + " '" + *name_ + "' " + shape_str(shape_) : what + " " + shape_str(shape_);
 }
 
 float& Tensor::at(std::initializer_list<int64_t> index) {
+  check_defined("at");
   QKV_CHECK(static_cast<int>(index.size()) == dim(), "at: ", index.size(), " indices for ",
             describe());
   int64_t off = 0;
@@ -132,11 +165,13 @@ float Tensor::at(std::initializer_list<int64_t> index) const {
 }
 
 float Tensor::item() const {
+  check_defined("item");
   QKV_CHECK(numel() == 1, "item: ", describe(), " has ", numel(), " elements, expected 1");
   return *data_;
 }
 
 std::vector<float> Tensor::to_vector() const {
+  check_defined("to_vector");
   std::vector<float> out;
   out.reserve(static_cast<size_t>(numel()));
   if (numel() == 0) return out;
@@ -145,6 +180,7 @@ std::vector<float> Tensor::to_vector() const {
 }
 
 Tensor Tensor::transpose(int d0, int d1) const {
+  check_defined("transpose");
   Tensor t = *this;
   d0 = wrap_dim(d0, dim(), "transpose");
   d1 = wrap_dim(d1, dim(), "transpose");
@@ -153,9 +189,13 @@ Tensor Tensor::transpose(int d0, int d1) const {
   return t;
 }
 
-Tensor Tensor::T() const { return dim() < 2 ? *this : transpose(-2, -1); }
+Tensor Tensor::T() const {
+  check_defined("T");
+  return dim() < 2 ? *this : transpose(-2, -1);
+}
 
 Tensor Tensor::select(int d, int64_t index) const {
+  check_defined("select");
   d = wrap_dim(d, dim(), "select");
   int64_t w = index < 0 ? index + shape_[d] : index;
   QKV_CHECK(w >= 0 && w < shape_[d], "select: index ", index, " out of range for dimension ", d,
@@ -168,6 +208,7 @@ Tensor Tensor::select(int d, int64_t index) const {
 }
 
 Tensor Tensor::slice(int d, int64_t start, int64_t end) const {
+  check_defined("slice");
   d = wrap_dim(d, dim(), "slice");
   int64_t n = shape_[d];
   if (start < 0) start += n;
@@ -181,6 +222,7 @@ Tensor Tensor::slice(int d, int64_t start, int64_t end) const {
 }
 
 Tensor Tensor::unsqueeze(int d) const {
+  check_defined("unsqueeze");
   int w = d < 0 ? d + dim() + 1 : d;
   QKV_CHECK(w >= 0 && w <= dim(), "unsqueeze: dimension ", d, " out of range for ", describe());
   QKV_CHECK(dim() < kMaxRank, "unsqueeze: ", describe(), " already has the maximum rank");
@@ -192,6 +234,7 @@ Tensor Tensor::unsqueeze(int d) const {
 }
 
 Tensor Tensor::squeeze(int d) const {
+  check_defined("squeeze");
   d = wrap_dim(d, dim(), "squeeze");
   QKV_CHECK(shape_[d] == 1, "squeeze: dimension ", d, " of ", describe(), " has size ", shape_[d],
             ", expected 1");
@@ -227,6 +270,7 @@ Shape infer_shape(const Shape& want, int64_t n, const Tensor& src) {
 }  // namespace
 
 Tensor Tensor::view(const Shape& shape) const {
+  check_defined("view");
   QKV_CHECK(is_contiguous(), "view: ", describe(),
             " is not contiguous; call contiguous() or reshape() first");
   Tensor t = *this;
@@ -236,6 +280,7 @@ Tensor Tensor::view(const Shape& shape) const {
 }
 
 Tensor Tensor::expand(const Shape& shape) const {
+  check_defined("expand");
   QKV_CHECK(shape.size() >= shape_.size(), "expand: cannot expand ", describe(), " to ",
             shape_str(shape));
   Tensor t = *this;
@@ -253,9 +298,13 @@ Tensor Tensor::expand(const Shape& shape) const {
   return t;
 }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous() const {
+  check_defined("contiguous");
+  return is_contiguous() ? *this : clone();
+}
 
 Tensor Tensor::clone() const {
+  check_defined("clone");
   Tensor t = empty(shape_);
   t.name_ = name_;
   t.copy_from(*this);
@@ -265,6 +314,8 @@ Tensor Tensor::clone() const {
 Tensor Tensor::reshape(const Shape& shape) const { return contiguous().view(shape); }
 
 void Tensor::copy_from(const Tensor& src) {
+  check_defined("copy_from");
+  src.check_defined("copy_from");
   Tensor s = src.shape_ == shape_ ? src : src.expand(shape_);
   if (numel() == 0) return;
   if (is_contiguous() && s.is_contiguous()) {

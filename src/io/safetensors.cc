@@ -358,6 +358,8 @@ std::string serialize_safetensors(const NamedTensors& tensors,
               "name a tensor");
     QKV_CHECK(seen.insert(name).second, "save_safetensors: the tensor name ", excerpt(name),
               " is given more than once");
+    QKV_CHECK(t.defined(), "save_safetensors: the tensor ", excerpt(name), " is undefined (an absent tensor; "
+              "safetensors has no way to say so: leave it out)");
   }
 
   nlohmann::ordered_json header = nlohmann::ordered_json::object();

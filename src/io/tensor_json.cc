@@ -12,6 +12,7 @@
 namespace qkv {
 
 nlohmann::json tensor_to_json(const Tensor& t) {
+  if (!t.defined()) return nullptr;
   nlohmann::json data = nlohmann::json::array();
   for (float v : t.to_vector()) {
     if (std::isnan(v)) data.push_back("nan");
@@ -22,13 +23,17 @@ nlohmann::json tensor_to_json(const Tensor& t) {
 }
 
 Tensor tensor_from_json(const nlohmann::json& j) {
+  if (j.is_null()) return Tensor();
   QKV_CHECK(j.is_object() && j.contains("shape") && j.contains("data") && j["shape"].is_array() &&
                 j["data"].is_array(),
             "a tensor in JSON must be an object {\"shape\": [...], \"data\": [...]}");
   Shape shape;
   for (const auto& d : j["shape"]) {
-    QKV_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
-              "tensor JSON: a dimension must be a non-negative integer, not ", json_excerpt(d));
+    // parsed text holds non-negative integers as unsigned; a value built in memory as signed
+    const bool ok = d.is_number_unsigned()
+                        ? d.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+                        : d.is_number_integer() && d.get<int64_t>() >= 0;
+    QKV_CHECK(ok, "tensor JSON: a dimension must be a non-negative integer, not ", json_excerpt(d));
     shape.push_back(d.get<int64_t>());
   }
   const int64_t numel = checked_product(std::span<const int64_t>(shape.data(), shape.size()), "tensor JSON: the shape");

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "kernels/attention_problem.h"
 #include "qkv/core/error.h"
@@ -113,24 +114,14 @@ void attention_weights(ConstHeads q, ConstHeads k, const float* lse, const Atten
   if (row_begin == row_end) return;
   QKV_CHECK(lse != nullptr && out != nullptr, what, ": lse and out must not be null");
   const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> s(static_cast<size_t>(p.S));  // one score row, the references' (score_row)
   for (int64_t i = row_begin; i < row_end; ++i) {
     float* w = out + (i - row_begin) * out_row_stride;
     const double l = lse[(b * p.H + h) * p.T + i];
-    const float* qi = q.row(b, h, i);
+    score_row(p, b, h, i, s.data());
     for (int64_t j = 0; j < p.S; ++j) {
-      double s;
-      if (j >= p.visible_end(i)) {
-        s = -inf;
-      } else {
-        const float* kj = k.row(b, h, j);
-        double dot = 0.0;
-        for (int64_t c = 0; c < p.D; ++c) dot += static_cast<double>(qi[c * q.stride_d]) * kj[c * k.stride_d];
-        s = p.scale * dot;
-        if (p.mask.kind == AttentionMask::Kind::kAdditive) s += p.mask.values[i * p.mask.row_stride + j];
-        if (p.mask.kind == AttentionMask::Kind::kBlocked && p.mask.values[i * p.mask.row_stride + j] != 0.0f)
-          s = -inf;
-      }
-      double weight = (l == -inf || s == -inf) ? 0.0 : std::exp(s - l);
+      const double sj = s[static_cast<size_t>(j)];
+      double weight = (l == -inf || sj == -inf) ? 0.0 : std::exp(sj - l);
       if (after_dropout && p.dropout)
         weight = dropout_kept(p.seed, p.threshold, b, h, i, j) ? weight * p.keep_scale : 0.0;
       w[j] = static_cast<float>(weight);

@@ -24,6 +24,12 @@ struct AttentionProblem {
   int64_t visible_end(int64_t i) const { return causal() ? (i + 1 < S ? i + 1 : S) : S; }
 };
 
+// The scores of query i of head (b, h) against every key, in double, masked: s[j] = scale q_i . k_j
+// (+ mask[i, j] for an additive mask), -inf where blocked (causal: j >= visible_end(i); boolean
+// mask: mask[i, j] != 0). s has p.S entries. The one definition of a score row: the references
+// and attention_weights use it (defined in attention_reference.cc).
+void score_row(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, double* s);
+
 // Checks shapes, strides and options (qkv::Error naming what is wrong) and fills the problem.
 AttentionProblem make_problem(const char* what, ConstHeads q, ConstHeads k, ConstHeads v,
                               const AttentionOptions& options);

@@ -14,20 +14,9 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Scores of query i of head (b, h) against every key, masked: s[j] = scale q.k (+ mask), -inf
-// where blocked.
 void scores_row(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, std::vector<double>& s) {
-  s.assign(static_cast<size_t>(p.S), -kInf);
-  const float* qi = p.q.row(b, h, i);
-  for (int64_t j = 0; j < p.visible_end(i); ++j) {
-    const float* kj = p.k.row(b, h, j);
-    double dot = 0.0;
-    for (int64_t c = 0; c < p.D; ++c) dot += static_cast<double>(qi[c * p.q.stride_d]) * kj[c * p.k.stride_d];
-    double x = static_cast<double>(p.scale) * dot;
-    if (p.mask.kind == AttentionMask::Kind::kAdditive) x += p.mask.values[i * p.mask.row_stride + j];
-    if (p.mask.kind == AttentionMask::Kind::kBlocked && p.mask.values[i * p.mask.row_stride + j] != 0.0f) x = -kInf;
-    s[static_cast<size_t>(j)] = x;
-  }
+  s.resize(static_cast<size_t>(p.S));
+  score_row(p, b, h, i, s.data());
 }
 
 // softmax in place; returns the log-sum-exp. All -inf: zeros and -inf (no NaN). A NaN score
@@ -52,6 +41,21 @@ double dropout_factor(const AttentionProblem& p, int64_t b, int64_t h, int64_t i
 }
 
 }  // namespace
+
+void score_row(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, double* s) {
+  const float* qi = p.q.row(b, h, i);
+  const int64_t visible = p.visible_end(i);
+  for (int64_t j = 0; j < visible; ++j) {
+    const float* kj = p.k.row(b, h, j);
+    double dot = 0.0;
+    for (int64_t c = 0; c < p.D; ++c) dot += static_cast<double>(qi[c * p.q.stride_d]) * kj[c * p.k.stride_d];
+    double x = static_cast<double>(p.scale) * dot;
+    if (p.mask.kind == AttentionMask::Kind::kAdditive) x += p.mask.values[i * p.mask.row_stride + j];
+    if (p.mask.kind == AttentionMask::Kind::kBlocked && p.mask.values[i * p.mask.row_stride + j] != 0.0f) x = -kInf;
+    s[j] = x;
+  }
+  for (int64_t j = visible; j < p.S; ++j) s[j] = -kInf;
+}
 
 void attention_forward_reference(ConstHeads q, ConstHeads k, ConstHeads v, MutableHeads o, float* lse,
                                  const AttentionOptions& options) {

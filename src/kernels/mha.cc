@@ -8,6 +8,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/gemm.h"
+#include "qkv/core/linear.h"
 
 namespace qkv::kernels {
 namespace {
@@ -59,33 +60,6 @@ int64_t qkv_chunk_rows(const MhaShape& s) {
   const int64_t rows = s.batch * s.tokens;
   const int64_t by_bytes = (int64_t{4} << 20) / (3 * s.d_out);  // 16 MB of floats
   return std::min(rows, std::max<int64_t>(512, by_bytes));
-}
-
-// y (M, N) = x (M, K) W^T (W (N, K)) + bias
-void linear(const float* x, int64_t M, int64_t K, const float* W, const float* bias, int64_t N, float* y,
-            ThreadPool* pool) {
-  if (bias) fill_rows(y, M, N, N, bias, pool);
-  GemmArgs g = gemm_args(false, true, M, N, K, x, K, W, K, y, N);
-  g.beta = bias ? 1.0f : 0.0f;
-  sgemm(g, pool);
-}
-
-// Backward of y = x W^T + b: dW = dy^T x, db = column sums of dy, dx = dy W.
-// With `accumulate`, dW and db are added into instead of written.
-void linear_backward(const float* x, const float* dy, int64_t M, int64_t K, const float* W, int64_t N,
-                     float* dx, float* dW, float* db, bool accumulate, ThreadPool* pool) {
-  if (dW) {
-    GemmArgs g = gemm_args(true, false, N, K, M, dy, N, x, K, dW, K);
-    g.beta = accumulate ? 1.0f : 0.0f;
-    sgemm(g, pool);
-  }
-  if (db && !accumulate) sum_rows(dy, M, N, N, db, pool);
-  if (db && accumulate) {
-    std::unique_ptr<float[]> sums(new float[static_cast<size_t>(N)]);  // (N): a few KB
-    sum_rows(dy, M, N, N, sums.get(), pool);
-    for (int64_t n = 0; n < N; ++n) db[n] += sums[static_cast<size_t>(n)];
-  }
-  if (dx) sgemm(gemm_args(false, false, M, K, N, dy, N, W, K, dx, K), pool);
 }
 
 }  // namespace
@@ -152,8 +126,8 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
   // y = ctx W_out^T + b_out  ->  dW_out, db_out, dctx
   const float* dctx = dy;
   if (w.w_out) {
-    linear_backward(ws.ctx(), dy, rows, C, w.w_out, C, ws.dctx(), grads.dw_out, grads.db_out, grads.accumulate,
-                    pool);
+    linear_backward(ws.ctx(), dy, rows, C, w.w_out, C, ws.dctx(), grads.dw_out, grads.db_out, pool,
+                    grads.accumulate);
     dctx = ws.dctx();
   }
   // ctx = attention(q, k, v)  ->  dq, dk, dv, written into their columns of dqkv
@@ -168,8 +142,8 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
                      ConstHeads::interleaved(dctx, s.batch, s.heads, s.tokens, D, C), ws.lse(), dpart(0), dpart(1),
                      dpart(2), options);
   // qkv = x W_qkv^T + b_qkv  ->  dW_qkv, db_qkv, dx
-  linear_backward(x, ws.dqkv(), rows, s.d_in, w.w_qkv, 3 * C, dx, grads.dw_qkv, grads.db_qkv, grads.accumulate,
-                  pool);
+  linear_backward(x, ws.dqkv(), rows, s.d_in, w.w_qkv, 3 * C, dx, grads.dw_qkv, grads.db_qkv, pool,
+                  grads.accumulate);
 }
 
 double mha_forward_flops(const MhaShape& s, bool has_out_proj, bool causal) {

@@ -62,7 +62,7 @@ AttentionGrads attend_backward(const Tensor& dcontext, const AttentionSaved& s, 
   Tensor dscaled = softmax_backward(s.weights, dweights, -1);
   Tensor dmasked = div(dscaled, s.scale);
   // masked = masked_fill(scores, m, -inf): the filled entries do not depend on the scores
-  Tensor dscores = s.blocked.numel() > 0 ? masked_fill(dmasked, s.blocked, 0.0f) : dmasked;
+  Tensor dscores = s.blocked.defined() ? masked_fill(dmasked, s.blocked, 0.0f) : dmasked;
   // scores = matmul(q, k.T())
   g.dq = sum_to(matmul(dscores, s.k), s.q.shape());          // (..., T, D)
   g.dk = sum_to(matmul(dscores.T(), s.q), s.k.shape());      // (..., S, D)

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "qkv/core/error.h"
+#include "qkv/core/linear.h"
 #include "qkv/core/ops.h"
 
 namespace qkv {
@@ -35,12 +36,18 @@ Tensor Linear::backward(const Tensor& doutput) {
   QKV_CHECK(x_.dim() >= 1 && x_.size(-1) == in && doutput.shape() == want, "Linear: the gradient ",
             doutput.describe(), " does not match the last forward's output ", shape_str(want),
             " (call forward before backward)");
-  Tensor dy = doutput.reshape({-1, out});  // (N, out), N = every leading dim together
-  Tensor x = x_.reshape({-1, in});         // (N, in)
-  // y = x @ weight.T + bias
-  if (has_bias) accumulate(dbias, sum(dy, 0));  // bias was added to every row: sum over rows
-  accumulate(dweight, matmul(dy.T(), x));      // d(weight) = dy^T @ x, (out, in)
-  return matmul(doutput, weight);              // d(x) = dy @ weight, (..., in)
+  const Tensor dy = doutput.reshape({-1, out});  // (N, out), N = every leading dim together
+  const Tensor x = x_.reshape({-1, in});         // (N, in)
+  const Tensor w = weight.contiguous();
+  // y = x @ weight.T + bias: d(weight) = dy^T @ x (out, in), d(bias) = dy summed over rows,
+  // d(x) = dy @ weight (..., in); the gradients are added to what the parameters hold.
+  Tensor dw = Tensor::empty(weight.shape()), db = has_bias ? Tensor::empty(bias.shape()) : Tensor();
+  Tensor dx = Tensor::empty(x_.shape());
+  linear_backward(x.data(), dy.data(), dy.size(0), in, w.data(), out, dx.data(), dw.data(),
+                  has_bias ? db.data() : nullptr);
+  accumulate(dweight, dw);
+  if (has_bias) accumulate(dbias, db);
+  return dx;
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen)
@@ -135,7 +142,7 @@ Tensor Dropout::backward(const Tensor& doutput) {
   QKV_CHECK(doutput.shape() == shape_, "Dropout: the gradient ", doutput.describe(),
             " does not match the last forward's input ", shape_str(shape_));
   // return x (inactive) / return mul(x, noise_)
-  return noise_.numel() == 0 ? doutput : mul(doutput, noise_);
+  return !noise_.defined() ? doutput : mul(doutput, noise_);
 }
 
 }  // namespace qkv

@@ -23,7 +23,7 @@ const AttentionConfig& validate_split(const AttentionConfig& c) {
 }
 
 Tensor stack_or_empty(const std::vector<Tensor>& parts) {
-  return parts.empty() || parts[0].numel() == 0 ? Tensor() : stack(parts, 1);
+  return parts.empty() || !parts[0].defined() ? Tensor() : stack(parts, 1);
 }
 
 }  // namespace

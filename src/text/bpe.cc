@@ -10,6 +10,7 @@
 #include "qkv/core/checked.h"
 #include "qkv/core/error.h"
 #include "qkv/core/limits.h"
+#include "qkv/text/hex.h"
 #include "qkv/text/utf8.h"
 
 namespace qkv {
@@ -46,10 +47,8 @@ std::string printable(std::string_view bytes) {
     if (c >= 0x20 && c < 0x7F && c != '\\') {
       out += static_cast<char>(c);
     } else {
-      static const char* hex = "0123456789abcdef";
       out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
+      append_hex(out, c);
     }
   }
   return out;

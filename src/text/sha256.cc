@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "qkv/text/hex.h"
+
 namespace qkv {
 namespace {
 
@@ -105,13 +107,7 @@ std::array<uint8_t, 32> Sha256::digest() {
 std::string sha256_hex(std::string_view bytes, bool portable) {
   Sha256 s(portable);
   s.update(bytes);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (uint8_t b : s.digest()) {
-    out += hex[b >> 4];
-    out += hex[b & 15];
-  }
-  return out;
+  return hex_encode(s.digest());
 }
 
 }  // namespace qkv

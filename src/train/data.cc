@@ -8,29 +8,14 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/io/json_read.h"
 #include "qkv/io/safetensors.h"
+#include "qkv/text/hex.h"
 
 namespace qkv {
 
-std::string generator_state_hex(const Generator& gen) {
-  static const char* digits = "0123456789abcdef";
-  std::string hex;
-  for (uint8_t b : gen.get_state()) {
-    hex += digits[b >> 4];
-    hex += digits[b & 15];
-  }
-  return hex;
-}
+std::string generator_state_hex(const Generator& gen) { return hex_encode(gen.get_state()); }
 
 void set_generator_state_hex(Generator& gen, const std::string& hex) {
-  auto nibble = [&](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    fail("generator state: ", excerpt(std::string_view(&c, 1)), " is not a lowercase hex digit");
-  };
-  QKV_CHECK(hex.size() % 2 == 0, "generator state: odd number of hex digits (", hex.size(), ")");
-  std::vector<uint8_t> bytes;
-  for (size_t i = 0; i < hex.size(); i += 2) bytes.push_back(static_cast<uint8_t>(nibble(hex[i]) * 16 + nibble(hex[i + 1])));
-  gen.set_state(bytes);
+  gen.set_state(hex_decode(hex, "generator state"));
 }
 
 CompactTokens compact_vocabulary(const std::vector<int64_t>& tokens) {

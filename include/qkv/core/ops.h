@@ -17,7 +17,8 @@ namespace qkv {
 //   (K) @ (K) -> ()            (M, K) @ (K) -> (M)          (K) @ (K, N) -> (N)
 //   (..., M, K) @ (..., K, N) -> (broadcast(...), M, N)   batch dimensions broadcast
 Tensor matmul(const Tensor& a, const Tensor& b);
-// linear(x, w, bias) = x @ w.T + bias, with w (out, in) as nn.Linear stores it; bias may be empty.
+// linear(x, w, bias) = x @ w.T + bias, with w (out, in) as nn.Linear stores it; bias may be null.
+// Runs core/linear.h's linear (the fused pipeline's too): the bias starts each row, as addmm.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias);
 
 // --- elementwise, broadcasting -------------------------------------------------------------------
@@ -81,6 +82,7 @@ void accumulate(Tensor& dst, const Tensor& src);
 
 // --- comparison -------------------------------------------------------------------------------
 // Largest |a - b| (NaN if the shapes differ or either has a NaN where the other does not).
+// Two undefined tensors (both absent) differ by 0; an undefined and a defined one by NaN.
 double max_abs_diff(const Tensor& a, const Tensor& b);
 
 }  // namespace qkv

@@ -6,7 +6,8 @@
 //           [0.5500, 0.8700, 0.6600]])
 // PyTorch's rules are followed: one width for every element (from the non-zero finite values),
 // integer-valued tensors printed as "1., 0.", lines wrapped at `linewidth`, and tensors of more
-// than `threshold` elements summarised with "..." keeping `edgeitems` at each edge.
+// than `threshold` elements summarised with "..." keeping `edgeitems` at each edge. An undefined
+// (absent) tensor prints as "tensor(undefined)".
 #pragma once
 
 #include <ostream>

@@ -39,7 +39,8 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 // The bytes of a safetensors file holding `tensors` as F32, data in the given order, header
 // entries in the given order after "__metadata__" (omitted when empty), header padded with
 // spaces to a multiple of 8 bytes. Non-contiguous tensors are copied. Throws qkv::Error (before
-// anything is written) on an empty or duplicate name or the reserved name "__metadata__".
+// anything is written) on an empty or duplicate name, the reserved name "__metadata__", or an
+// undefined (absent) tensor, which the format cannot represent: leave such a tensor out.
 std::string serialize_safetensors(const NamedTensors& tensors,
                                   const std::map<std::string, std::string>& metadata = {});
 

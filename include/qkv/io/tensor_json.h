@@ -1,6 +1,6 @@
 // qkv/io/tensor_json.h - tensors as JSON: {"shape": [2, 3], "data": [...row-major...]}.
 // Infinities and NaN, which JSON cannot hold as numbers, are the strings "inf", "-inf", "nan"
-// (the convention of tests/data/book.json).
+// (the convention of tests/data/book.json). An undefined (absent) tensor is JSON null, both ways.
 #pragma once
 
 #include <nlohmann/json.hpp>

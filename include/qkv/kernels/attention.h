@@ -71,8 +71,12 @@ struct Heads {
 using ConstHeads = Heads<const float>;
 using MutableHeads = Heads<float>;
 
+// What masks the scores: nothing, the causal triangle (no values), an additive (T, S) array, or a
+// boolean (T, S) array. The one mask-kind enum of qkv: the textbook sdpa (modules/sdpa.h) takes it too.
+enum class MaskKind { kNone, kCausal, kAdditive, kBlocked };
+
 struct AttentionMask {
-  enum class Kind { kNone, kCausal, kAdditive, kBlocked };
+  using Kind = MaskKind;
   Kind kind = Kind::kNone;
   const float* values = nullptr;  // (T, S) for kAdditive / kBlocked, row-major with row_stride
   int64_t row_stride = 0;         // elements between rows of `values`

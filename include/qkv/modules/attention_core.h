@@ -27,16 +27,16 @@ class Dropout;
 struct AttentionTrace {
   Tensor queries, keys, values;  // as the module computed them (per head for MultiHeadAttention)
   Tensor scores;                 // q @ k^T, unscaled
-  Tensor masked_scores;          // scores after masked_fill(-inf); empty when there is no mask
+  Tensor masked_scores;          // scores after masked_fill(-inf); undefined when there is no mask
   Tensor weights;                // softmax(masked / sqrt(D)), before dropout
-  Tensor dropped_weights;        // after dropout; empty when dropout is inactive
+  Tensor dropped_weights;        // after dropout; undefined when dropout is inactive
   Tensor context;                // the attention output before any output projection
 };
 
 // What attend keeps for attend_backward (views of tensors the forward computed; no copies).
 struct AttentionSaved {
   Tensor q, k, v;   // (..., T, D), (..., S, D), (..., S, Dv)
-  Tensor blocked;   // (T, S) the part of the mask that applied; empty without a mask
+  Tensor blocked;   // (T, S) the part of the mask that applied; undefined without a mask
   Tensor weights;   // (..., T, S) softmax output
   Tensor dropped;   // (..., T, S) after dropout (the weights themselves when dropout is inactive)
   float scale = 1;  // sqrt(D) as a float32, what the scores were divided by

@@ -29,10 +29,10 @@ class Linear : public Module {
   Tensor backward(const Tensor& doutput);     // doutput (..., out) -> dx (..., in)
 
   Tensor weight;   // (out, in), kaiming-uniform(a = sqrt(5)) as nn.Linear
-  Tensor bias;     // (out), uniform(+-1/sqrt(in)); empty when there is no bias
+  Tensor bias;     // (out), uniform(+-1/sqrt(in)); undefined when there is no bias
   bool has_bias;
   Tensor dweight;  // (out, in)
-  Tensor dbias;    // (out); empty when there is no bias
+  Tensor dbias;    // (out); undefined when there is no bias
 
  private:
   mutable Tensor x_;  // (..., in) the last forward's input
@@ -90,7 +90,8 @@ class Dropout : public Module {
   Tensor backward(const Tensor& doutput);
   bool active() const { return training_ && p_ > 0.0; }
   double p() const { return p_; }
-  const Tensor& last_noise() const { return noise_; }  // 0 or 1/(1-p), shaped like the last input
+  // 0 or 1/(1-p), shaped like the last input; undefined when that forward drew nothing.
+  const Tensor& last_noise() const { return noise_; }
   // A 64-bit seed for a kernel that draws its own dropout mask (one random64() of the generator
   // this Dropout draws from, so a run stays reproducible from the module's seed).
   uint64_t draw_seed() { return gen_->random64(); }
@@ -98,7 +99,7 @@ class Dropout : public Module {
  private:
   double p_;
   Generator* gen_;
-  Tensor noise_;  // empty when the last forward passed its input through
+  Tensor noise_;  // undefined when the last forward passed its input through (drew nothing)
   Shape shape_;   // the last forward's input shape
 };
 

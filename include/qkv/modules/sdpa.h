@@ -2,9 +2,11 @@
 //
 //   q (..., T, D), k (..., S, D), v (..., S, Dv) -> output (..., T, Dv), weights (..., T, S)
 //   weights = softmax(q k^T / sqrt(D) + mask)
-// The mask is (T, S) (or broadcastable to the scores) and comes in two kinds:
+// The mask kind is the kernels' MaskKind (qkv/kernels/attention.h). kAdditive and kBlocked take a
+// (T, S) mask (or one broadcastable to the scores); kNone and kCausal take none:
 //   kAdditive: added to the scaled scores (0 to keep, -inf to hide), as notebook 002 does;
-//   kBlocked:  boolean, non-zero means "hidden" (the book's masked_fill(mask.bool(), -inf)).
+//   kBlocked:  boolean, non-zero means "hidden" (the book's masked_fill(mask.bool(), -inf));
+//   kCausal:   key j hidden from query i when j > i (top-left aligned, as triu(ones(T, S), 1)).
 // A row with every key hidden gets zero weights and a zero output, never NaN (and a zero gradient).
 //
 // The backward takes dL/doutput and the forward's result and gives dL/dq, dL/dk, dL/dv (shaped as
@@ -12,10 +14,11 @@
 #pragma once
 
 #include "qkv/core/tensor.h"
+#include "qkv/kernels/attention.h"
 
 namespace qkv {
 
-enum class MaskKind { kNone, kAdditive, kBlocked };
+using kernels::MaskKind;
 
 struct SdpaResult {
   Tensor output;   // (..., T, Dv)

@@ -1,0 +1,27 @@
+// qkv/core/linear.h - nn.Linear's product on raw row-major arrays, and its backward: the one
+// implementation that the tensor op linear() (core/ops.h, the textbook modules' Linear) and the
+// fused pipeline's projections (kernels/mha.h) both run.
+//
+//   y (M, N) = x (M, K) W^T + bias      W (N, K) as nn.Linear stores it (out, in); bias (N) or null
+//
+// As PyTorch's addmm: y starts as the bias in every row and the product is added to it (GEMM
+// beta = 1); without a bias y is overwritten. Threads and the BLAS as in gemm.h.
+#pragma once
+
+#include <cstdint>
+
+#include "qkv/core/thread_pool.h"
+
+namespace qkv {
+
+void linear(const float* x, int64_t M, int64_t K, const float* W, const float* bias, int64_t N, float* y,
+            ThreadPool* pool = nullptr);
+
+// Given x (M, K), W (N, K) and dy = dLoss/dy (M, N), writes (overwrites) whichever of
+// dx = dy W (M, K), dW = dy^T x (N, K) and db = the column sums of dy (N) is not null; with
+// `accumulate_params`, dW and db are added into instead (PyTorch's .grad; the GEMM runs with
+// beta = 1), dx is still written.
+void linear_backward(const float* x, const float* dy, int64_t M, int64_t K, const float* W, int64_t N,
+                     float* dx, float* dW, float* db, ThreadPool* pool = nullptr, bool accumulate_params = false);
+
+}  // namespace qkv

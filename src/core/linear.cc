@@ -1,0 +1,34 @@
+// nn.Linear's product and its backward on raw arrays. See include/qkv/core/linear.h.
+#include "qkv/core/linear.h"
+
+#include <vector>
+
+#include "qkv/core/gemm.h"
+
+namespace qkv {
+
+void linear(const float* x, int64_t M, int64_t K, const float* W, const float* bias, int64_t N, float* y,
+            ThreadPool* pool) {
+  if (bias) fill_rows(y, M, N, N, bias, pool);
+  GemmArgs g = gemm_args(false, true, M, N, K, x, K, W, K, y, N);
+  g.beta = bias ? 1.0f : 0.0f;
+  sgemm(g, pool);
+}
+
+void linear_backward(const float* x, const float* dy, int64_t M, int64_t K, const float* W, int64_t N,
+                     float* dx, float* dW, float* db, ThreadPool* pool, bool accumulate_params) {
+  if (dW) {  // dW (+)= dy^T x
+    GemmArgs g = gemm_args(true, false, N, K, M, dy, N, x, K, dW, K);
+    g.beta = accumulate_params ? 1.0f : 0.0f;
+    sgemm(g, pool);
+  }
+  if (db && !accumulate_params) sum_rows(dy, M, N, N, db, pool);  // db = sum over rows of dy
+  if (db && accumulate_params) {
+    std::vector<float> sums(static_cast<size_t>(N));  // (N): a few KB
+    sum_rows(dy, M, N, N, sums.data(), pool);
+    for (int64_t n = 0; n < N; ++n) db[n] += sums[static_cast<size_t>(n)];
+  }
+  if (dx) sgemm(gemm_args(false, false, M, K, N, dy, N, W, K, dx, K), pool);  // dx = dy W
+}
+
+}  // namespace qkv

@@ -1,0 +1,84 @@
+// Views allocate nothing: every global operator new in this binary is counted (a replaced global
+// operator new; the test has its own binary so nothing else in the suite runs under the counter),
+// and transpose, select, slice, view, unsqueeze, squeeze, expand, T, reshape and contiguous of a
+// contiguous tensor, and copies of a Tensor, must leave the count where it was. With a
+// std::vector shape, or a name held as std::string, each view would allocate.
+// (Storage itself comes from aligned_alloc, not operator new; views never touch storage, and the
+// shared_ptr control block of a new buffer is counted, which the clone() check below relies on.)
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "qkv/core/tensor.h"
+
+namespace {
+std::atomic<long> g_allocations{0};
+
+void* counted(std::size_t n, std::size_t align) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (n == 0) n = 1;
+  void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align)
+                                              : std::malloc(n);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return counted(n, 0); }
+void* operator new[](std::size_t n) { return counted(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a) { return counted(n, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return counted(n, static_cast<std::size_t>(a)); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace qkv {
+namespace {
+
+TEST(TensorViewAllocations, ViewsOfAnExistingTensorAllocateNothing) {
+  Tensor x = Tensor::zeros({2, 3, 4, 5});
+  x.set_name("a name longer than any small-string buffer");
+  Tensor row = Tensor::zeros({5});
+  const long before = g_allocations.load();
+  const float* sink = nullptr;
+  long elements = 0;
+  auto use = [&](const Tensor& t) {
+    sink = t.data();
+    elements += t.numel();
+  };
+  for (int rep = 0; rep < 3; ++rep) {
+    use(x.transpose(1, 2));
+    use(x.select(0, 1));
+    use(x.slice(2, 1, 3));
+    use(x.view({6, -1}));
+    use(x.view({2, 3, 20}).unsqueeze(1).squeeze(1));
+    use(x.unsqueeze(-1));
+    use(row.expand({7, 3, 5}));
+    use(x.T());
+    use(x.reshape({120}));
+    use(x.contiguous());
+    use(x.select(0, 0).select(0, 2).transpose(0, 1).slice(0, 0, 2));
+    Tensor copy = x;
+    use(copy);
+    copy = row;
+    use(copy);
+  }
+  const long after = g_allocations.load();
+  EXPECT_EQ(after - before, 0) << "views allocated " << (after - before) << " times";
+  EXPECT_NE(sink, nullptr);
+  EXPECT_GT(elements, 0);
+  // The counter does see allocations: a clone makes a new buffer (its control block is counted).
+  const long b2 = g_allocations.load();
+  use(x.clone());
+  EXPECT_GT(g_allocations.load() - b2, 0);
+}
+
+}  // namespace
+}  // namespace qkv
