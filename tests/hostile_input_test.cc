@@ -23,6 +23,7 @@
 #include "qkv/text/vocab_files.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/trainer.h"
+#include "test_support.h"
 
 namespace qkv {
 namespace {
@@ -64,14 +65,7 @@ std::string error_on_small_stack(const std::function<void()>& f) {
   return job.error;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing_support::error_of;
 
 std::string le64(uint64_t v) {
   std::string s(8, '\0');
@@ -121,15 +115,7 @@ class Scratch {
   fs::path dir_;
 };
 
-// The limits in force, restored at the end of the scope.
-class LimitsGuard {
- public:
-  LimitsGuard() : saved_(limits()) {}
-  ~LimitsGuard() { set_limits(saved_); }
-
- private:
-  Limits saved_;
-};
+using LimitsGuard = testing_support::ScopedLimits;  // the limits in force, restored at the end of the scope
 
 TrainOptions tiny_options() {
   TrainOptions o;

@@ -15,6 +15,7 @@
 #include "qkv/core/ops.h"
 #include "qkv/core/print.h"
 #include "qkv/io/tensor_json.h"
+#include "test_support.h"
 #include "test_json.h"
 
 namespace qkv {
@@ -28,14 +29,7 @@ const json& fixtures() {
   return doc;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing_support::error_of;
 
 void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
   ASSERT_EQ(shape_str(got.shape()), shape_str(want.shape())) << what;

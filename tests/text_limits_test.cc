@@ -13,30 +13,16 @@
 #include "qkv/core/limits.h"
 #include "qkv/text/bpe.h"
 #include "qkv/text/pretokenize.h"
+#include "test_support.h"
 
 namespace qkv {
 namespace {
 
 using ::testing::HasSubstr;
 
-// Sets limits for one test and puts the previous ones back.
-class ScopedLimits {
- public:
-  explicit ScopedLimits(const Limits& l) : saved_(limits()) { set_limits(l); }
-  ~ScopedLimits() { set_limits(saved_); }
+using testing_support::ScopedLimits;
 
- private:
-  Limits saved_;
-};
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing_support::error_of;
 
 TEST(TextLimits, ACatastrophicallyBacktrackingPatternFailsWithTheMatchLimitError) {
   // (a+)+$ on 40 a's and a b tries every way of splitting the a's: 2^40 steps without a limit.

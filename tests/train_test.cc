@@ -19,6 +19,7 @@
 #include "qkv/train/loss_curve.h"
 #include "qkv/train/sampling.h"
 #include "qkv/train/trainer.h"
+#include "test_support.h"
 
 namespace qkv {
 namespace {
@@ -26,14 +27,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing_support::error_of;
 
 TEST(LrSchedule, LinearWarmupThenCosineToTheMinimum) {
   LrSchedule s{1.0, 0.1, 4, 14};
