@@ -48,11 +48,31 @@ TEST(TextLimits, TheMatchLimitIsTheOneInLimits) {
   EXPECT_EQ(pretokenize(*words, "Your journey starts with one step.").size(), 12u);
 }
 
+TEST(TextLimits, APatternThatSucceedsJustUnderTheMatchLimitEveryTimeStopsAtTheRateFloor) {
+  // At each 'a' of a run, (?:a|aa)+b tries every way of splitting the rest of the run into a's
+  // and aa's (Fibonacci-many), fails for want of a 'b', and the second alternative takes one 'a':
+  // every match succeeds under the match limit, but each costs up to fib(28) steps: a few KB per
+  // second. The 116 KB below would take half a minute; the default floor of 1,000,000 bytes per
+  // second stops it after about a second.
+  const auto p = make_pcre2_pretokenizer("(?:a|aa)+b|a|c");
+  std::string text;
+  for (int run = 0; run < 4000; ++run) text += std::string(28, 'a') + "c";
+  ASSERT_EQ(limits().regex_min_bytes_per_second, 1'000'000);
+  const std::string message = error_of([&] { pretokenize(*p, text); });
+  EXPECT_THAT(message, HasSubstr("slower than the 1000000 bytes per second"));
+  EXPECT_THAT(message, HasSubstr("(regex_min_bytes_per_second)"));
+  // The same pattern on a text it splits quickly stays under the floor.
+  EXPECT_EQ(pretokenize(*p, std::string(5, 'a') + "c").size(), 6u);
+}
+
 TEST(TextLimits, ARegexMatchLimitOutsidePcre2sRangeIsRefused) {
   Limits l = limits();
   l.regex_match_limit = 0;
   EXPECT_THROW(set_limits(l), Error);
   l.regex_match_limit = int64_t{1} << 32;
+  EXPECT_THROW(set_limits(l), Error);
+  l = limits();
+  l.regex_min_bytes_per_second = 0;
   EXPECT_THROW(set_limits(l), Error);
 }
 

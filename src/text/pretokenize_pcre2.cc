@@ -4,11 +4,15 @@
 // Patterns come from users (--pattern), so every match runs under limits: PCRE2's match limit and
 // depth limit from limits().regex_match_limit, its heap limit from limits().max_memory_bytes, and
 // a JIT stack of at most kJitStackMax. `(a+)+$` on "aaa...ab" then fails in milliseconds with an
-// error naming the limit, instead of backtracking for ages.
+// error naming the limit, instead of backtracking for ages. A match limit bounds one match, not a
+// text (a pattern can succeed every time just under it), so split() also keeps a budget of time:
+// one second plus the bytes consumed over limits().regex_min_bytes_per_second; a pattern slower
+// than that fails with an error naming the rate instead of running for hours.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
@@ -67,7 +71,19 @@ class Pcre2Pretokenizer final : public Pretokenizer {
     Scratch s(code_, jit_);
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     const size_t n = text.size();
-    for (size_t count = 0; pos < n && count < max;) {
+    const size_t first = pos;
+    const auto started = std::chrono::steady_clock::now();
+    const double rate = static_cast<double>(limits().regex_min_bytes_per_second);
+    for (size_t count = 0, calls = 0; pos < n && count < max; ++calls) {
+      if ((calls & 63) == 63) {  // the clock is read every 64 matches
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        const double budget = 1.0 + static_cast<double>(pos - first) / rate;
+        QKV_CHECK(seconds <= budget, "pre-tokenisation pattern ", excerpt(pattern()), " at byte ", pos,
+                  ": it ran for ", seconds, " s over ", pos - first, " bytes, slower than the ",
+                  limits().regex_min_bytes_per_second,
+                  " bytes per second (after a first second) qkv allows (regex_min_bytes_per_second);",
+                  " it backtracks too much on this text");
+      }
       const int rc = jit_ ? pcre2_jit_match(code_, subject, n, pos, PCRE2_NO_UTF_CHECK, s.match, s.context)
                           : pcre2_match(code_, subject, n, pos, PCRE2_NO_UTF_CHECK, s.match, s.context);
       if (rc == PCRE2_ERROR_NOMATCH) return n;

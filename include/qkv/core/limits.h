@@ -18,6 +18,9 @@ struct Limits {
   // The work PCRE2 may do for one match of a pre-tokenisation pattern (its match limit: steps of
   // backtracking; also its depth limit), so a pattern that backtracks catastrophically fails fast.
   int64_t regex_match_limit = 10'000'000;
+  // The slowest a pattern may split one text: after a first second, at least this many bytes per
+  // second, so a pattern that succeeds every time just under the match limit cannot run for hours.
+  int64_t regex_min_bytes_per_second = 1'000'000;
 };
 
 const Limits& limits();
