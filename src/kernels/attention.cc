@@ -2,6 +2,7 @@
 // kernels are in flash_attention.cc, the references in attention_reference.cc.
 #include "qkv/kernels/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -45,8 +46,20 @@ AttentionProblem make_problem(const char* what, ConstHeads q, ConstHeads k, Cons
   check_view(what, "v", v);
   QKV_CHECK(q.dim >= 1 && v.dim >= 1, what, ": head dims must be at least 1, got ", describe("q", q), " and ",
             describe("v", v));
-  check_shape(what, "k", k, q.batch, q.heads, k.tokens, q.dim);
-  check_shape(what, "v", v, q.batch, q.heads, k.tokens, v.dim);
+  QKV_CHECK(k.heads >= 1 || q.heads == 0, what, ": ", describe("k", k), " has no heads for ", describe("q", q));
+  QKV_CHECK(k.heads == 0 || q.heads % k.heads == 0, what, ": the key/value heads of ", describe("k", k),
+            " must divide the query heads of ", describe("q", q), " (grouped-query attention)");
+  check_shape(what, "k", k, q.batch, k.heads, k.tokens, q.dim);
+  check_shape(what, "v", v, q.batch, k.heads, k.tokens, v.dim);
+  QKV_CHECK(options.query_offset >= 0 && options.query_offset < (int64_t{1} << 31), what,
+            ": query_offset must be in [0, 2^31), got ", options.query_offset);
+  QKV_CHECK(options.window >= 0, what, ": the window must be positive (or 0 for none), got ", options.window);
+  QKV_CHECK(std::isfinite(options.softcap) && options.softcap >= 0.0f, what,
+            ": softcap must be positive (or 0 for none), got ", options.softcap);
+  if (options.alibi_slopes)
+    for (int64_t h = 0; h < q.heads; ++h)
+      QKV_CHECK(std::isfinite(options.alibi_slopes[h]), what, ": ALiBi slope ", h, " must be finite, got ",
+                options.alibi_slopes[h]);
   QKV_CHECK(std::isfinite(options.scale), what, ": scale must be finite, got ", options.scale);
   QKV_CHECK(options.dropout_p >= 0.0f && options.dropout_p < 1.0f, what, ": dropout p must be in [0, 1), got ",
             options.dropout_p);
@@ -62,6 +75,7 @@ AttentionProblem make_problem(const char* what, ConstHeads q, ConstHeads k, Cons
   p.v = v;
   p.B = q.batch;
   p.H = q.heads;
+  p.G = k.heads;
   p.T = q.tokens;
   p.S = k.tokens;
   p.D = q.dim;
@@ -73,6 +87,10 @@ AttentionProblem make_problem(const char* what, ConstHeads q, ConstHeads k, Cons
   p.threshold = dropout_threshold(options.dropout_p);
   p.keep_scale = p.dropout ? 1.0f / (1.0f - options.dropout_p) : 1.0f;
   p.pool = options.pool ? options.pool : &default_pool();
+  p.query_offset = options.query_offset;
+  p.window = options.window;
+  p.alibi = options.alibi_slopes;
+  p.softcap = options.softcap;
   return p;
 }
 
@@ -82,6 +100,7 @@ void attention_forward(ConstHeads q, ConstHeads k, ConstHeads v, MutableHeads o,
   check_shape("attention_forward", "o", o, p.B, p.H, p.T, p.Dv);
   if (p.B * p.H * p.T == 0) return;
   QKV_CHECK(lse != nullptr, "attention_forward: lse (", p.B, ", ", p.H, ", ", p.T, ") is null");
+  QKV_CHECK(!p.has_variants(), "attention_forward: the fused kernel does not yet run grouped-query heads, a query offset, windows, ALiBi or softcapping");
   flash_attention_forward(p, o, lse);
 }
 
@@ -93,10 +112,11 @@ void attention_backward(ConstHeads q, ConstHeads k, ConstHeads v, ConstHeads o, 
   check_shape(what, "o", o, p.B, p.H, p.T, p.Dv);
   check_shape(what, "d_o", d_o, p.B, p.H, p.T, p.Dv);
   check_shape(what, "dq", dq, p.B, p.H, p.T, p.D);
-  check_shape(what, "dk", dk, p.B, p.H, p.S, p.D);
-  check_shape(what, "dv", dv, p.B, p.H, p.S, p.Dv);
+  check_shape(what, "dk", dk, p.B, p.G, p.S, p.D);
+  check_shape(what, "dv", dv, p.B, p.G, p.S, p.Dv);
   if (p.B * p.H == 0) return;
   QKV_CHECK(lse != nullptr || p.T == 0, what, ": lse (", p.B, ", ", p.H, ", ", p.T, ") is null");
+  QKV_CHECK(!p.has_variants(), "attention_backward: the fused kernel does not yet run grouped-query heads, a query offset, windows, ALiBi or softcapping");
   flash_attention_backward(p, o, d_o, lse, dq, dk, dv);
 }
 
@@ -123,29 +143,44 @@ void attention_weights(ConstHeads q, ConstHeads k, const float* lse, const Atten
       const double sj = s[static_cast<size_t>(j)];
       double weight = (l == -inf || sj == -inf) ? 0.0 : std::exp(sj - l);
       if (after_dropout && p.dropout)
-        weight = dropout_kept(p.seed, p.threshold, b, h, i, j) ? weight * p.keep_scale : 0.0;
+        weight = dropout_kept(p.seed, p.threshold, b, h, p.pos(i), j) ? weight * p.keep_scale : 0.0;
       w[j] = static_cast<float>(weight);
     }
   }
 }
 
-namespace {
-double visible_pairs(int64_t T, int64_t S, bool causal) {
-  if (!causal) return static_cast<double>(T) * static_cast<double>(S);
-  // sum over i < T of min(i + 1, S)
-  const int64_t full = T < S ? T : S;  // rows 0 .. full-1 see i + 1 keys
-  double pairs = static_cast<double>(full) * static_cast<double>(full + 1) / 2.0;
-  if (T > S) pairs += static_cast<double>(T - S) * static_cast<double>(S);
+double attention_visible_pairs(int64_t T, int64_t S, bool causal, int64_t query_offset, int64_t window) {
+  if (!causal && window <= 0) return static_cast<double>(T) * static_cast<double>(S);
+  double pairs = 0.0;  // one row at a time: exact for every offset and window
+  for (int64_t i = 0; i < T; ++i) {
+    const int64_t pos = query_offset + i;
+    const int64_t end = causal ? std::min(pos + 1, S) : S;
+    const int64_t begin = window > 0 ? std::clamp<int64_t>(pos - window + 1, 0, S) : 0;
+    if (end > begin) pairs += static_cast<double>(end - begin);
+  }
   return pairs;
 }
-}  // namespace
 
-double attention_forward_flops(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal) {
-  return 2.0 * static_cast<double>(B * H) * visible_pairs(T, S, causal) * static_cast<double>(D + Dv);
+double attention_forward_flops(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal,
+                               int64_t query_offset, int64_t window) {
+  return 2.0 * static_cast<double>(B * H) * attention_visible_pairs(T, S, causal, query_offset, window) *
+         static_cast<double>(D + Dv);
 }
 
-double attention_backward_flops(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal) {
-  return 2.0 * static_cast<double>(B * H) * visible_pairs(T, S, causal) * static_cast<double>(3 * D + 2 * Dv);
+double attention_backward_flops(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal,
+                                int64_t query_offset, int64_t window) {
+  return 2.0 * static_cast<double>(B * H) * attention_visible_pairs(T, S, causal, query_offset, window) *
+         static_cast<double>(3 * D + 2 * Dv);
+}
+
+void alibi_default_slopes(int64_t H, float* slopes) {
+  QKV_CHECK(H >= 0, "alibi_default_slopes: the number of heads must not be negative, got ", H);
+  // The slopes of n = 2^k heads: 2^(-8 (i + 1) / n), i = 0 .. n - 1.
+  auto power_of_two = [](int64_t n, int64_t i) { return std::exp2(-8.0 * static_cast<double>(i + 1) / static_cast<double>(n)); };
+  int64_t n = 1;
+  while (n * 2 <= H) n *= 2;
+  for (int64_t i = 0; i < std::min(n, H); ++i) slopes[i] = static_cast<float>(power_of_two(n, i));
+  for (int64_t i = n; i < H; ++i) slopes[i] = static_cast<float>(power_of_two(2 * n, 2 * (i - n)));
 }
 
 }  // namespace qkv::kernels

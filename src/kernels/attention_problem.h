@@ -9,8 +9,8 @@
 namespace qkv::kernels {
 
 struct AttentionProblem {
-  ConstHeads q, k, v;            // (B, H, T, D), (B, H, S, D), (B, H, S, Dv)
-  int64_t B = 0, H = 0, T = 0, S = 0, D = 0, Dv = 0;
+  ConstHeads q, k, v;            // (B, H, T, D), (B, G, S, D), (B, G, S, Dv)
+  int64_t B = 0, H = 0, G = 0, T = 0, S = 0, D = 0, Dv = 0;
   float scale = 1.0f;
   AttentionMask mask;
   bool dropout = false;          // p > 0
@@ -18,17 +18,33 @@ struct AttentionProblem {
   uint32_t threshold = 0;        // dropout_threshold(p)
   float keep_scale = 1.0f;       // 1 / (1 - p)
   ThreadPool* pool = nullptr;    // never null here
+  int64_t query_offset = 0;      // query i is at position query_offset + i
+  int64_t window = 0;            // 0: none
+  const float* alibi = nullptr;  // (H) slopes or null
+  float softcap = 0.0f;          // 0: none
 
   bool causal() const { return mask.kind == AttentionMask::Kind::kCausal; }
-  // The first key a causal mask hides for query i (keys [0, visible_end(i)) are visible).
-  int64_t visible_end(int64_t i) const { return causal() ? (i + 1 < S ? i + 1 : S) : S; }
+  // The key/value head query head h reads.
+  int64_t kv_head(int64_t h) const { return h / (H / G); }
+  int64_t pos(int64_t i) const { return query_offset + i; }
+  // Keys [visible_begin(i), visible_end(i)) are the ones the causal mask and the window leave
+  // visible to query i (other masks may hide more of them); empty when begin >= end.
+  int64_t visible_end(int64_t i) const { return causal() ? (pos(i) + 1 < S ? pos(i) + 1 : S) : S; }
+  int64_t visible_begin(int64_t i) const {
+    if (window <= 0) return 0;
+    const int64_t first = pos(i) - window + 1;
+    return first > 0 ? (first < S ? first : S) : 0;
+  }
+  // Whether any of the variants beyond the book's attention is on.
+  bool has_variants() const { return G != H || query_offset != 0 || window > 0 || alibi || softcap > 0.0f; }
 };
 
-// The scores of query i of head (b, h) against every key, in double, masked: s[j] = scale q_i . k_j
-// (+ mask[i, j] for an additive mask), -inf where blocked (causal: j >= visible_end(i); boolean
-// mask: mask[i, j] != 0). s has p.S entries. The one definition of a score row: the references
-// and attention_weights use it (defined in attention_reference.cc).
-void score_row(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, double* s);
+// The scores of query i of head (b, h) against every key, in double, as attention.h defines
+// them: x = scale q_i . k_j, capped, plus the additive mask, minus ALiBi's bias, -inf where
+// hidden (outside [visible_begin(i), visible_end(i)); boolean mask: mask[i, j] != 0). s has p.S
+// entries. With dcap, also dcap[j] = ds/dx (1 - tanh^2(x / cap) with a softcap, else 1). The one
+// definition of a score row: the references and attention_weights use it (attention_reference.cc).
+void score_row(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, double* s, double* dcap = nullptr);
 
 // Checks shapes, strides and options (qkv::Error naming what is wrong) and fills the problem.
 AttentionProblem make_problem(const char* what, ConstHeads q, ConstHeads k, ConstHeads v,

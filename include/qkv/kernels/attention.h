@@ -2,37 +2,50 @@
 // float32 (B, H, T, D) arrays, its backward pass, exact weights on demand, and the naive
 // references they are tested against.
 //
-// Legend: B batch, H heads, T query positions, S key positions, D query/key dim, Dv value dim.
+// Legend: B batch, H query heads, G key/value heads (G divides H; G = H is multi-head attention,
+// G < H grouped-query, G = 1 multi-query), T query positions, S key positions, D query/key dim,
+// Dv value dim.
 //
-//   q (B, H, T, D), k (B, H, S, D), v (B, H, S, Dv)  ->  o (B, H, T, Dv), lse (B, H, T)
-//   s[i, j]   = scale * (q[i] . k[j])  (+ mask[i, j] for an additive mask)
-//               -inf where blocked (causal: j > i; boolean mask: mask[i, j] != 0)
+//   q (B, H, T, D), k (B, G, S, D), v (B, G, S, Dv)  ->  o (B, H, T, Dv), lse (B, H, T)
+//   query head h reads key/value head g(h) = h / (H / G)   (PyTorch's repeat_interleave order)
+//   pos_i     = query_offset + i                              (key j is at position j)
+//   x[i, j]   = scale * (q[i] . k[j])
+//   s[i, j]   = softcap ? softcap * tanh(x / softcap) : x     (Gemma 2's logit softcapping)
+//               (+ mask[i, j] for an additive mask)
+//               - slope[h] * (pos_i - j)                     with ALiBi slopes
+//               -inf where hidden: causal and j > pos_i; window w > 0 and j <= pos_i - w;
+//                                  boolean mask and mask[i, j] != 0
 //   lse[i]    = log(sum_j exp(s[i, j]))                    -inf when every key is blocked
 //   w[i, j]   = exp(s[i, j] - lse[i])                       0 when every key is blocked
 //   o[i]      = sum_j w[i, j] * z[i, j] * v[j]              z = kept / (1 - p) under dropout, else 1
 //
-// The book's attention is scale = 1 / sqrt(D) with the causal mask; its output is o with heads
-// merged. A row whose keys are all blocked gives o = 0 and lse = -inf, never NaN (qkv's reference
-// convention, see attention_core.h). Non-finite inputs propagate as in the reference: a NaN in
-// a visible score makes that row's output NaN. (Values at positions a mask hides may or may not
-// reach the output as NaN: whole key blocks above the causal diagonal are never read.)
+// The book's attention is scale = 1 / sqrt(D) with the causal mask, G = H, no offset, window,
+// ALiBi or cap; its output is o with heads merged. A row whose keys are all blocked gives o = 0
+// and lse = -inf, never NaN (qkv's reference convention, see attention_core.h). Non-finite
+// inputs propagate as in the reference: a NaN in a visible score makes that row's output NaN.
+// (Values at positions a mask hides may or may not reach the output as NaN: whole key blocks
+// above the causal diagonal or before the window are never read.)
 //
-// The causal mask is top-left aligned (key j is visible to query i when j <= i), as the book's
-// triu(ones(T, T), 1)[:T, :S] buffer is; it is allowed with T != S. Additive and boolean masks
-// are (T, S) float32 arrays with a row stride; a boolean mask blocks where the value is non-zero
-// (the book's mask.bool()). -inf in an additive mask blocks, as in notebook 002.
+// With query_offset = 0 the causal mask is top-left aligned (key j is visible to query i when
+// j <= i), as the book's triu(ones(T, T), 1)[:T, :S] buffer is; it is allowed with T != S. A
+// KV cache of S keys decoding T new queries sets query_offset = S - T (bottom-right aligned).
+// Additive and boolean masks are (T, S) float32 arrays with a row stride; a boolean mask blocks
+// where the value is non-zero (the book's mask.bool()). -inf in an additive mask blocks, as in
+// notebook 002.
 //
-// Dropout draws each weight's keep/drop from Philox keyed by the seed and (b, h, i, j) (see
-// philox.h), so the mask does not depend on threads or tiling and the backward pass regenerates
-// it. It is a different mask from PyTorch's nn.Dropout (which qkv reproduces on the textbook path).
+// Dropout draws each weight's keep/drop from Philox keyed by the seed and (b, h, pos_i, j) (see
+// philox.h), so the mask does not depend on threads, tiling or how a sequence was split between
+// a prefill and cached steps, and the backward pass regenerates it. It is a different mask from
+// PyTorch's nn.Dropout (which qkv reproduces on the textbook path).
 //
 // The fused kernels tile queries by blocks of Br and keys by blocks of Bc, keep a running max
-// and sum per query (online softmax), skip key blocks above the causal diagonal, and never hold
-// more than one (Br, Bc) block of scores; memory is linear in T. One parallel_for runs over
-// batch x heads x query blocks (forward) or batch x heads (backward; with fewer than 4 heads in
-// all, batch x heads x runs of key blocks, dq's shares summed in a fixed order). SIMD is Google
-// Highway with run-time dispatch (AVX-512 or AVX2 on x86, a portable fallback elsewhere), with
-// D = 64 (GPT-2's heads) unrolled and any other D on a generic path.
+// and sum per query (online softmax), skip key blocks wholly hidden (above the causal diagonal,
+// before the window), and never hold more than one (Br, Bc) block of scores; memory is linear
+// in T. One parallel_for runs over batch x heads x query blocks (forward) or batch x heads
+// (backward; with fewer than 4 heads in all, batch x heads x runs of key blocks, dq's shares
+// summed in a fixed order). SIMD is Google Highway with run-time dispatch (AVX-512 or AVX2 on
+// x86, a portable fallback elsewhere), with D = 64 (GPT-2's heads) unrolled and any other D on a
+// generic path.
 #pragma once
 
 #include <cstdint>
@@ -93,16 +106,28 @@ struct AttentionOptions {
   float dropout_p = 0.0f;      // in [0, 1); 0 = no dropout
   uint64_t dropout_seed = 0;   // Philox key
   ThreadPool* pool = nullptr;  // nullptr: default_pool()
+  // Today's variants, all off by default (see the score formula at the top):
+  int64_t query_offset = 0;             // >= 0: query i is at position query_offset + i
+  int64_t window = 0;                   // > 0: key j hidden from query i when j <= pos_i - window; 0: none
+  const float* alibi_slopes = nullptr;  // (H) one finite slope per query head, or null: no ALiBi
+  float softcap = 0.0f;                 // > 0: scores capped as softcap * tanh(x / softcap); 0: none
 };
 
+// The ALiBi paper's slopes for H heads: the geometric sequence 2^(-8 / n), 2^(-16 / n), ... for
+// n = H a power of two; otherwise those of the power of two below H, then every other slope of
+// twice that (the paper's and Hugging Face's rule). slopes has H entries.
+void alibi_default_slopes(int64_t H, float* slopes);
+
 // --- fused kernels --------------------------------------------------------------------------------
-// o (B, H, T, Dv) and lse (B, H, T, contiguous) are written whole. Throws qkv::Error (naming the
+// o (B, H, T, Dv) and lse (B, H, T, contiguous) are written whole; k and v may have fewer heads
+// (G, dividing H). Throws qkv::Error (naming the
 // argument and its sizes) on inconsistent shapes, a bad mask or p outside [0, 1).
 void attention_forward(ConstHeads q, ConstHeads k, ConstHeads v, MutableHeads o, float* lse,
                        const AttentionOptions& options);
 
 // Given the forward's inputs, its o and lse, and d_o = dLoss/do, writes dq (B, H, T, D),
-// dk (B, H, S, D), dv (B, H, S, Dv) (overwritten, not accumulated). The weights are recomputed
+// dk (B, G, S, D), dv (B, G, S, Dv) (overwritten, not accumulated; with G < H each sums the
+// gradients of its group's query heads). The weights are recomputed
 // from q, k and lse, so nothing (T, S)-sized is stored. Same options as the forward.
 void attention_backward(ConstHeads q, ConstHeads k, ConstHeads v, ConstHeads o, ConstHeads d_o,
                         const float* lse, MutableHeads dq, MutableHeads dk, MutableHeads dv,
@@ -125,10 +150,15 @@ void attention_backward_reference(ConstHeads q, ConstHeads k, ConstHeads v, Cons
                                    MutableHeads dq, MutableHeads dk, MutableHeads dv,
                                    const AttentionOptions& options);
 
-// FLOPs of the matrix products attention needs, counting only the (i, j) pairs a causal mask
-// leaves visible (about half of T * S): the forward's two (q k^T, w v) are 2 * pairs * (D + Dv).
-double attention_forward_flops(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal);
+// The (i, j) pairs of one head that the causal mask and the window leave visible: T * S with
+// neither, about half of T * S causal, about T * w with a window w.
+double attention_visible_pairs(int64_t T, int64_t S, bool causal, int64_t query_offset = 0, int64_t window = 0);
+// FLOPs of the matrix products attention needs, counting only the visible (i, j) pairs: the
+// forward's two (q k^T, w v) are 2 * pairs * (D + Dv).
+double attention_forward_flops(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal,
+                               int64_t query_offset = 0, int64_t window = 0);
 // The backward's five (scores recomputed, d_o v^T, dv, dq, dk): 2 * pairs * (3 D + 2 Dv).
-double attention_backward_flops(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal);
+double attention_backward_flops(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal,
+                                int64_t query_offset = 0, int64_t window = 0);
 
 }  // namespace qkv::kernels
