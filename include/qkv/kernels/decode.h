@@ -1,0 +1,52 @@
+// qkv/kernels/decode.h - attention of a few new queries over a KV cache (flash-decoding).
+//
+// Legend: B batch, H query heads, G key/value heads (G divides H), Tq new queries (few: 1 when
+// decoding a token, a handful when verifying a speculative draft), S = cache.length(layer) keys,
+// D key dim, Dv value dim.
+//
+//   q (B, H, Tq, D), cache layer `layer`: keys (B, G, S, D), values (B, G, S, Dv)
+//     ->  o (B, H, Tq, Dv), lse (B, H, Tq, contiguous)
+//
+// Exactly attention.h's formula over the cache's first S keys, query i at position
+// options.query_offset + i (decoding after append: query_offset = S - Tq, with a causal mask),
+// with every variant of AttentionOptions: grouped-query heads, causal, window, ALiBi, softcap,
+// additive and boolean (Tq, S) masks, and dropout with the same Philox mask as the references
+// (keyed by (b, h, pos_i, j)).
+//
+// How (flash-decoding): the keys the causal mask and the window leave visible to some query are
+// cut into chunks; one task per (b, g, chunk) runs all the group's H / G query heads and Tq
+// queries against the chunk, so each key and value is read from memory once per group; its
+// partial output and log-sum-exp are merged with the others by the log-sum-exp rule in chunk
+// order. The chunk size depends on the problem only (never the thread count), so results are
+// bit-identical whatever the pool. Keys before the window's first visible one are never read.
+// bf16 caches are widened to fp32 in registers.
+//
+// Scratch: per-worker memory of the pool (kept between calls) and a DecodeWorkspace for the
+// partial results, which grows to the largest problem seen and is then reused: steady-state
+// decoding allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "qkv/kernels/attention.h"
+#include "qkv/kernels/kv_cache.h"
+
+namespace qkv::kernels {
+
+// The partial outputs of the chunks, kept by the caller between calls.
+struct DecodeWorkspace {
+  std::vector<float> partials;  // (B, G, chunks, H / G * Tq, 2 + Dv): max, sum, output per chunk
+};
+
+// Throws qkv::Error naming the argument on a shape that does not match the cache (q's batch and
+// D, o's shape, H not a multiple of G), a layer out of range or bad options (as attention_forward).
+// workspace null: one kept per calling thread.
+void decode_attention(ConstHeads q, const KvCache& cache, int64_t layer, MutableHeads o, float* lse,
+                      const AttentionOptions& options, DecodeWorkspace* workspace = nullptr);
+
+// The chunk length (in keys) decode_attention cuts `visible_keys` keys into: a function of the
+// count alone, so tests can make a cache span several chunks.
+int64_t decode_chunk_keys(int64_t visible_keys);
+
+}  // namespace qkv::kernels

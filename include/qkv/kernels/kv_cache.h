@@ -1,0 +1,122 @@
+// qkv/kernels/kv_cache.h - the keys and values of past positions, per layer, for decoding one
+// token (or a few) at a time.
+//
+// Legend: L layers, B batch, G key/value heads, C capacity (positions), D key dim, Dv value dim,
+// n new positions of one step.
+//
+//   per layer l:  keys (B, G, C, D), values (B, G, C, Dv), in fp32 or bf16
+//   positions are absolute: the cache holds positions 0 .. length() - 1 of every sequence
+//
+// Everything is allocated up front (L * B * G * C * (D + Dv) elements, checked against the
+// memory limit), so decoding allocates nothing per token. bf16 stores round to nearest even
+// (NaN stays NaN); reads widen exactly to fp32 and all arithmetic is fp32.
+//
+// One decoding step appends the same n positions to every layer, in turn, then commits them:
+//
+//   for (l = 0; l < L; ++l) {
+//     ... k_new, v_new (B, G, n, D), (B, G, n, Dv) from layer l's projections
+//     cache.append(l, k_new, v_new);            // layer l now sees length() + n positions
+//     decode_attention(q, cache, l, o, lse, options);   // over cache.length(l) keys
+//   }
+//   cache.commit();                             // length() += n
+//
+// Between append(l, ...) and commit(), layer l sees its n new positions (length(l) =
+// length() + n) and the layers not yet appended see length(). A mix-up is a qkv::Error naming
+// the values, never a silent corruption: a layer appended twice in a step, a step appending a
+// different n than the layers before it, committing before every layer appended, appending past
+// the capacity, truncating or resetting in the middle of a step.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "qkv/kernels/attention.h"
+
+namespace qkv::kernels {
+
+enum class CacheDtype { kF32, kBF16 };
+const char* cache_dtype_name(CacheDtype dtype);  // "f32" | "bf16"
+int64_t cache_dtype_bytes(CacheDtype dtype);     // 4 | 2
+
+// bf16 <-> fp32: round to nearest even (a NaN stays a quiet NaN), and the exact widening.
+inline uint16_t float_to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float bf16_to_float(uint16_t x) {
+  const uint32_t u = static_cast<uint32_t>(x) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+class KvCache {
+ public:
+  // All sizes >= 1 except capacity >= 0; throws qkv::Error naming the bad size, a product that
+  // overflows, or a request beyond limits().max_memory_bytes.
+  KvCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t capacity, int64_t head_dim, int64_t value_dim,
+          CacheDtype dtype);
+
+  int64_t layers() const { return layers_; }
+  int64_t batch() const { return batch_; }
+  int64_t kv_heads() const { return kv_heads_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t head_dim() const { return head_dim_; }
+  int64_t value_dim() const { return value_dim_; }
+  CacheDtype dtype() const { return dtype_; }
+  int64_t bytes() const { return bytes_; }  // everything allocated
+
+  int64_t length() const { return length_; }        // committed positions
+  int64_t pending() const { return pending_; }      // n of the step in progress, 0 when none
+  int64_t length(int64_t layer) const;              // positions layer `layer` sees now
+  bool appended(int64_t layer) const;               // whether it appended in the step in progress
+
+  // Writes k_new (B, G, n, D) and v_new (B, G, n, Dv) at positions [length(), length() + n) of
+  // `layer` (any strides). n may be 0. See the step rules at the top.
+  void append(int64_t layer, ConstHeads k_new, ConstHeads v_new);
+  // Ends the step: length() += pending(). Every layer must have appended (a step of no layer
+  // appended is an error too: nothing to commit).
+  void commit();
+  // Keeps the first n positions (n <= length()), for a rejected speculative step or a rewind.
+  void truncate(int64_t n);
+  // Empties the cache (a new sequence), discarding a step in progress.
+  void reset();
+
+  // fp32 caches only: the positions layer `layer` sees now, as (B, G, length(layer), D) and
+  // (B, G, length(layer), Dv) views (row stride D, head stride C * D) that the fused kernels read.
+  ConstHeads keys(int64_t layer) const;
+  ConstHeads values(int64_t layer) const;
+  // Any dtype: the first `out.tokens` positions (<= length(layer)) widened to fp32 into out
+  // (B, G, N, D) / (B, G, N, Dv).
+  void copy_keys(int64_t layer, MutableHeads out) const;
+  void copy_values(int64_t layer, MutableHeads out) const;
+
+  // Raw storage of a layer, for the kernels: (B, G, C, D) and (B, G, C, Dv) contiguous arrays of
+  // float (kF32) or bf16 bits as uint16_t (kBF16).
+  const void* key_data(int64_t layer) const;
+  const void* value_data(int64_t layer) const;
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  void check_layer(const char* what, int64_t layer) const;
+  void copy_out(const char* what, int64_t layer, bool keys, MutableHeads out) const;
+  void* layer_data(int64_t layer, bool keys) const;
+
+  int64_t layers_, batch_, kv_heads_, capacity_, head_dim_, value_dim_;
+  CacheDtype dtype_;
+  int64_t key_elements_ = 0, value_elements_ = 0;  // per layer
+  int64_t bytes_ = 0;
+  std::unique_ptr<unsigned char, Free> storage_;
+  int64_t length_ = 0, pending_ = 0;
+  int64_t appended_count_ = 0;                     // layers appended in the step in progress
+  std::vector<unsigned char> appended_;            // (L) 1 where appended in the step in progress
+};
+
+}  // namespace qkv::kernels

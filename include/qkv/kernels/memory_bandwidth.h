@@ -1,0 +1,30 @@
+// qkv/kernels/memory_bandwidth.h - the machine's measured streaming read bandwidth, the yardstick
+// of memory-bound kernels (decoding over a KV cache) as the FMA peak (fma_peak.h) is of
+// compute-bound ones.
+//
+// A buffer well beyond the last-level cache (8 x L3 from qkv/core/machine.h, at least 256 MiB)
+// is split into one contiguous slice per pool thread; every thread sums its slice with SIMD
+// loads into independent accumulators (the best target this CPU supports), all at the same
+// time. A pass is the whole buffer over the wall time; the result is the median of `passes`
+// passes, in GB/s (1e9 bytes per second). The buffer is written once first (so its pages exist),
+// by the pool's threads, and freed on return.
+#pragma once
+
+#include <cstdint>
+
+#include "qkv/core/thread_pool.h"
+
+namespace qkv::kernels {
+
+struct MemoryBandwidth {
+  double gb_s = 0.0;       // median of the passes
+  int64_t buffer_bytes = 0;
+  int passes = 0;
+};
+
+MemoryBandwidth measure_read_bandwidth(ThreadPool& pool, int passes = 7);
+
+// The buffer measure_read_bandwidth reads: max(8 x L3, 256 MiB).
+int64_t read_bandwidth_buffer_bytes();
+
+}  // namespace qkv::kernels

@@ -1,0 +1,481 @@
+// Flash-decoding over a KV cache, compiled once per SIMD target by Highway and dispatched at run
+// time. See include/qkv/kernels/decode.h for the math and the scheme.
+//
+// Per task = (b, g, chunk of keys [j0, j1)), R = (H / G) * Tq rows (the group's query heads x the
+// new queries, row r = hh * Tq + i), for each block of kBlock keys:
+//   s[r, j]  = scale q_r . k_j                      (R, kBlock)  keys read once for all R rows
+//   s        = variants(s) * log2(e)                softcap, masks, ALiBi, -inf where hidden
+//   m_new    = max(m, max_j s[r, j]);  p = 2^(s - m_new);  l = l 2^(m - m_new) + sum_j p
+//   o_r      = o_r 2^(m - m_new) + sum_j p[r, j] z[r, j] v_j      values read once for all R rows
+// and writes (m, l, o) per row; the merge per (b, g) sums the chunks in order:
+//   M = max_c m_c,  L = sum_c l_c 2^(m_c - M),  o = sum_c o_c 2^(m_c - M) / (1 - p) / L,
+//   lse = (M + log2 L) ln 2.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/decode.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "hwy/base.h"
+#include "hwy/cache_control.h"  // hwy::Prefetch
+#if HWY_ARCH_X86
+#include <xmmintrin.h>  // _mm_getcsr, _mm_setcsr
+#endif
+
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"  // Tanh
+#include "kernels/attention_tiles-inl.h"  // Exp2
+#include "qkv/core/error.h"
+#include "qkv/kernels/decode.h"
+#include "qkv/kernels/philox.h"
+
+#ifndef QKV_KERNELS_DECODE_PROBLEM_ONCE
+#define QKV_KERNELS_DECODE_PROBLEM_ONCE
+namespace qkv::kernels {
+namespace {
+
+constexpr int64_t kBlock = 16;  // keys per block: one AVX-512 vector of scores per row
+
+size_t pad16(int64_t n) { return static_cast<size_t>((n + 15) / 16 * 16); }
+
+// One validated decode_attention call.
+struct DecodeProblem {
+  ConstHeads q;                   // (B, H, Tq, D)
+  MutableHeads o;                 // (B, H, Tq, Dv)
+  float* lse = nullptr;           // (B, H, Tq)
+  const void* keys = nullptr;     // (B, G, C, D) float or bf16 bits
+  const void* values = nullptr;   // (B, G, C, Dv)
+  bool bf16 = false;
+  int64_t B = 0, H = 0, G = 0, Tq = 0, D = 0, Dv = 0, C = 0, S = 0;
+  int64_t group = 0, rows = 0;    // H / G, group * Tq
+  int64_t begin = 0, end = 0;     // keys [begin, end) are visible to some query
+  int64_t chunk = 0, chunks = 0;  // keys per chunk, chunks per (b, g)
+  float scale = 1.0f;
+  AttentionMask mask;
+  int64_t query_offset = 0, window = 0;
+  const float* alibi = nullptr;
+  float softcap = 0.0f;
+  bool dropout = false;
+  uint64_t seed = 0;
+  uint32_t threshold = 0;
+  float keep_scale = 1.0f;
+  ThreadPool* pool = nullptr;
+  float* partials = nullptr;      // (B, G, chunks, rows, part_stride)
+  size_t part_stride = 0;         // 2 + pad16(Dv)
+
+  bool causal() const { return mask.kind == AttentionMask::Kind::kCausal; }
+  int64_t pos(int64_t i) const { return query_offset + i; }
+  int64_t visible_end(int64_t i) const { return causal() ? std::min(pos(i) + 1, S) : S; }
+  int64_t visible_begin(int64_t i) const {
+    if (window <= 0) return 0;
+    return std::clamp<int64_t>(pos(i) - window + 1, 0, S);
+  }
+  float* part(int64_t bg, int64_t c, int64_t r) const {
+    return partials + (static_cast<size_t>((bg * chunks + c) * rows + r)) * part_stride;
+  }
+  // Per-task scratch, in floats: q rows, o rows, m, l, scores, a block of keys and of values.
+  size_t scratch_floats() const {
+    const size_t R = static_cast<size_t>(rows);
+    return R * pad16(D) + R * pad16(Dv) + 2 * pad16(rows) + R * kBlock + kBlock * pad16(D) + kBlock * pad16(Dv) +
+           pad16(rows);
+  }
+};
+
+}  // namespace
+}  // namespace qkv::kernels
+#endif  // QKV_KERNELS_DECODE_PROBLEM_ONCE
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::kernels::HWY_NAMESPACE {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr size_t kBlockVectors = kBlock / kLanes;  // 1 (AVX-512), 2 (AVX2), 4 (128-bit)
+
+// See flash_attention.cc: subnormal weights cost ~100 cycles each on x86; flushed while a task runs.
+class FlushSubnormals {
+ public:
+#if HWY_ARCH_X86
+  FlushSubnormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }
+  ~FlushSubnormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned saved_;
+#endif
+};
+
+// Rows [j0, j0 + n) of a contiguous (.., dim) array of float or bf16 bits, widened into dst
+// (n, ld) with columns [dim, ld) zero.
+void PackRows(const float* src, size_t dim, size_t n, float* HWY_RESTRICT dst, size_t ld) {
+  for (size_t j = 0; j < n; ++j) {
+    std::memcpy(dst + j * ld, src + j * dim, dim * sizeof(float));
+    std::fill(dst + j * ld + dim, dst + (j + 1) * ld, 0.0f);
+  }
+}
+void PackRows(const uint16_t* src, size_t dim, size_t n, float* HWY_RESTRICT dst, size_t ld) {
+  const DF d;
+  const DU du;
+  const hn::Rebind<uint16_t, DF> d16;
+  for (size_t j = 0; j < n; ++j) {
+    const uint16_t* s = src + j * dim;
+    float* out = dst + j * ld;
+    size_t c = 0;
+    for (; c + kLanes <= dim; c += kLanes)
+      hn::StoreU(hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, s + c)))), d, out + c);
+    for (; c < dim; ++c) out[c] = bf16_to_float(s[c]);
+    for (; c < ld; ++c) out[c] = 0.0f;
+  }
+}
+
+// Asks for the cache lines of `bytes` bytes at p.
+void Prefetch(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t off = 0; off < bytes; off += 64) hwy::Prefetch(c + off);
+}
+
+// s[r, j] = q_r . k_j for rows [0, R) and keys [0, cols) of kb (cols, ldk); q rows of ldq,
+// nv = ldk / kLanes vectors (kNV > 0: fixed at compile time).
+template <int kNV>
+void QDotK(const float* HWY_RESTRICT qs, size_t ldq, size_t R, const float* HWY_RESTRICT kb, size_t ldk,
+           size_t cols, size_t nv_runtime, float* HWY_RESTRICT s) {
+  const DF d;
+  const size_t nv = kNV > 0 ? static_cast<size_t>(kNV) : nv_runtime;
+  for (size_t j = 0; j < cols; ++j) {
+    const float* k = kb + j * ldk;
+    for (size_t r = 0; r < R; ++r) {
+      const float* q = qs + r * ldq;
+      VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+      size_t v = 0;
+      for (; v + 2 <= nv; v += 2) {
+        a0 = hn::MulAdd(hn::LoadU(d, q + v * kLanes), hn::LoadU(d, k + v * kLanes), a0);
+        a1 = hn::MulAdd(hn::LoadU(d, q + (v + 1) * kLanes), hn::LoadU(d, k + (v + 1) * kLanes), a1);
+      }
+      if (v < nv) a0 = hn::MulAdd(hn::LoadU(d, q + v * kLanes), hn::LoadU(d, k + v * kLanes), a0);
+      s[r * kBlock + j] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+    }
+  }
+}
+
+// o_r += sum_j p[r, j] v_j for rows [0, R), keys [0, cols) of vb (cols, ldv).
+template <int kNV>
+void WeightedSumV(const float* HWY_RESTRICT s, size_t R, const float* HWY_RESTRICT vb, size_t ldv, size_t cols,
+                  size_t nv_runtime, float* HWY_RESTRICT ov, size_t ldo) {
+  const DF d;
+  const size_t nv = kNV > 0 ? static_cast<size_t>(kNV) : nv_runtime;
+  for (size_t j = 0; j < cols; ++j) {
+    const float* v = vb + j * ldv;
+    for (size_t r = 0; r < R; ++r) {
+      const float pr = s[r * kBlock + j];
+      if (pr == 0.0f) continue;
+      const VF pv = hn::Set(d, pr);
+      float* o = ov + r * ldo;
+      for (size_t c = 0; c < nv; ++c)
+        hn::StoreU(hn::MulAdd(pv, hn::LoadU(d, v + c * kLanes), hn::LoadU(d, o + c * kLanes)), d, o + c * kLanes);
+    }
+  }
+}
+
+// The scores of row r (query i of head h) against keys jb + [0, kBlock) become base-2 scores with
+// every variant applied; keys at or beyond jb + cols are -inf.
+void ApplyVariants(const DecodeProblem& p, int64_t h, int64_t i, int64_t jb, size_t cols, float* HWY_RESTRICT s) {
+  const DF d;
+  const DI di;
+  const int64_t vb = p.visible_begin(i), ve = std::min(p.visible_end(i), jb + static_cast<int64_t>(cols));
+  const bool all_visible = vb <= jb && ve >= jb + kBlock;
+  if (p.softcap > 0.0f) {
+    const VF cap = hn::Set(d, p.softcap), inv = hn::Set(d, 1.0f / p.softcap);
+    for (size_t v = 0; v < kBlockVectors; ++v)
+      hn::StoreU(hn::Mul(cap, hn::Tanh(d, hn::Mul(hn::LoadU(d, s + v * kLanes), inv))), d, s + v * kLanes);
+  }
+  if (p.mask.kind == AttentionMask::Kind::kAdditive || p.mask.kind == AttentionMask::Kind::kBlocked) {
+    const float* m = p.mask.values + i * p.mask.row_stride + jb;
+    const bool additive = p.mask.kind == AttentionMask::Kind::kAdditive;
+    for (size_t j = 0; j < cols; ++j) {
+      if (additive) s[j] += m[j];
+      else if (m[j] != 0.0f) s[j] = kNegInf;
+    }
+  }
+  const VF log2e = hn::Set(d, kLog2e);
+  const VF slope = hn::Set(d, p.alibi ? p.alibi[h] : 0.0f);
+  const auto first = hn::Set(di, static_cast<int32_t>(vb)), last = hn::Set(di, static_cast<int32_t>(ve));
+  const auto pos = hn::Set(di, static_cast<int32_t>(p.pos(i)));
+  for (size_t v = 0; v < kBlockVectors; ++v) {
+    VF x = hn::LoadU(d, s + v * kLanes);
+    const auto j = hn::Iota(di, static_cast<int32_t>(jb + static_cast<int64_t>(v * kLanes)));
+    if (p.alibi) x = hn::NegMulAdd(slope, hn::ConvertTo(d, hn::Sub(pos, j)), x);
+    x = hn::Mul(x, log2e);
+    if (!all_visible) {
+      const auto visible = hn::AndNot(hn::Lt(j, first), hn::Lt(j, last));  // first <= j < last
+      x = hn::IfThenElse(hn::RebindMask(d, visible), x, hn::Set(d, kNegInf));
+    }
+    hn::StoreU(x, d, s + v * kLanes);
+  }
+}
+
+// The online softmax step of one row over one block: m, l updated, o rescaled, s replaced by the
+// (dropped-out, unscaled) probabilities.
+void OnlineSoftmaxStep(const DecodeProblem& p, int64_t b, int64_t h, int64_t i, int64_t jb, size_t cols,
+                       float* HWY_RESTRICT s, float& m, float& l, float* HWY_RESTRICT o, size_t nvo) {
+  const DF d;
+  VF mx = hn::LoadU(d, s);
+  for (size_t v = 1; v < kBlockVectors; ++v) mx = hn::Max(mx, hn::LoadU(d, s + v * kLanes));
+  const float m_new = std::max(m, hn::GetLane(hn::MaxOfLanes(d, mx)));
+  if (m_new == kNegInf) {  // nothing visible yet: no weight
+    std::fill(s, s + kBlock, 0.0f);
+    return;
+  }
+  const VF mv = hn::Set(d, m_new);
+  VF sum = hn::Zero(d);
+  for (size_t v = 0; v < kBlockVectors; ++v) {
+    const VF pr = Exp2(d, hn::Sub(hn::LoadU(d, s + v * kLanes), mv));
+    sum = hn::Add(sum, pr);
+    hn::StoreU(pr, d, s + v * kLanes);
+  }
+  if (m_new != m) {
+    const float alpha = std::exp2(m - m_new);  // 0 when m was -inf
+    const VF av = hn::Set(d, alpha);
+    for (size_t c = 0; c < nvo; ++c) hn::StoreU(hn::Mul(av, hn::LoadU(d, o + c * kLanes)), d, o + c * kLanes);
+    l *= alpha;
+    m = m_new;
+  }
+  l += hn::GetLane(hn::SumOfLanes(d, sum));
+  if (p.dropout) {  // the normaliser counted every weight, dropped or not
+    for (size_t j = 0; j < cols; ++j)
+      if (s[j] != 0.0f && !dropout_kept(p.seed, p.threshold, b, h, p.pos(i), jb + static_cast<int64_t>(j)))
+        s[j] = 0.0f;
+  }
+}
+
+// One task: rows of group (b, g) against chunk c. T: float or uint16_t (bf16 bits).
+// kNV: D / kLanes = Dv / kLanes fixed at compile time (the keys read in place when T is float),
+// 0 for any other D.
+template <typename T, int kNV>
+void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* scratch) {
+  FlushSubnormals flush;
+  const size_t R = static_cast<size_t>(p.rows), Dp = pad16(p.D), Dvp = pad16(p.Dv);
+  const size_t D = static_cast<size_t>(p.D), Dv = static_cast<size_t>(p.Dv);
+  float* qs = scratch;                // (R, Dp) scale * q
+  float* ov = qs + R * Dp;            // (R, Dvp) sum_j p z v_j
+  float* ms = ov + R * Dvp;           // (R) running max, base 2
+  float* ls = ms + pad16(p.rows);     // (R) running sum
+  float* s = ls + pad16(p.rows);      // (R, kBlock) scores, then probabilities
+  float* kb = s + R * kBlock;         // (kBlock, Dp) packed keys
+  float* vb = kb + kBlock * Dp;       // (kBlock, Dvp) packed values
+  for (size_t r = 0; r < R; ++r) {
+    const int64_t h = g * p.group + static_cast<int64_t>(r) / p.Tq, i = static_cast<int64_t>(r) % p.Tq;
+    const float* q = p.q.row(b, h, i);
+    for (size_t x = 0; x < Dp; ++x) qs[r * Dp + x] = x < D ? q[static_cast<int64_t>(x) * p.q.stride_d] * p.scale : 0.0f;
+    std::fill(ov + r * Dvp, ov + (r + 1) * Dvp, 0.0f);
+    ms[r] = kNegInf;
+    ls[r] = 0.0f;
+  }
+  const int64_t j0 = p.begin + c * p.chunk, j1 = std::min(j0 + p.chunk, p.end);
+  const T* keys = static_cast<const T*>(p.keys) + (b * p.G + g) * p.C * p.D;
+  const T* values = static_cast<const T*>(p.values) + (b * p.G + g) * p.C * p.Dv;
+  constexpr bool kInPlace = std::is_same_v<T, float> && kNV > 0;
+  for (int64_t jb = j0; jb < j1; jb += kBlock) {
+    const size_t cols = static_cast<size_t>(std::min<int64_t>(kBlock, j1 - jb));
+    if (jb + 2 * kBlock < j1) {  // two blocks ahead: the hardware prefetcher alone leaves gaps
+      const size_t ahead = static_cast<size_t>(std::min<int64_t>(kBlock, j1 - jb - 2 * kBlock));
+      Prefetch(keys + (jb + 2 * kBlock) * p.D, ahead * D * sizeof(T));
+      Prefetch(values + (jb + 2 * kBlock) * p.Dv, ahead * Dv * sizeof(T));
+    }
+    const float* kr;
+    size_t ldk;
+    if constexpr (kInPlace) {
+      kr = reinterpret_cast<const float*>(keys + jb * p.D);
+      ldk = D;
+    } else {
+      PackRows(keys + jb * p.D, D, cols, kb, Dp);
+      kr = kb;
+      ldk = Dp;
+    }
+    QDotK<kNV>(qs, Dp, R, kr, ldk, cols, Dp / kLanes, s);
+    for (size_t r = 0; r < R; ++r) {
+      const int64_t h = g * p.group + static_cast<int64_t>(r) / p.Tq, i = static_cast<int64_t>(r) % p.Tq;
+      ApplyVariants(p, h, i, jb, cols, s + r * kBlock);
+      OnlineSoftmaxStep(p, b, h, i, jb, cols, s + r * kBlock, ms[r], ls[r], ov + r * Dvp, Dvp / kLanes);
+    }
+    const float* vr;
+    size_t ldv;
+    if constexpr (kInPlace) {
+      vr = reinterpret_cast<const float*>(values + jb * p.Dv);
+      ldv = Dv;
+    } else {
+      PackRows(values + jb * p.Dv, Dv, cols, vb, Dvp);
+      vr = vb;
+      ldv = Dvp;
+    }
+    WeightedSumV<kNV>(s, R, vr, ldv, cols, Dvp / kLanes, ov, Dvp);
+  }
+  const int64_t bg = b * p.G + g;
+  for (size_t r = 0; r < R; ++r) {
+    float* out = p.part(bg, c, static_cast<int64_t>(r));
+    out[0] = ms[r];
+    out[1] = ls[r];
+    std::memcpy(out + 2, ov + r * Dvp, Dvp * sizeof(float));
+  }
+}
+
+void RunChunks(const DecodeProblem& p) {
+  const size_t floats = p.scratch_floats();
+  // D = Dv = 64 (GPT-2's heads) with 16 or 8 lanes: the row loops unrolled, fp32 keys read in place.
+  const int nv = p.D == p.Dv && p.D % 16 == 0 ? static_cast<int>(p.D / static_cast<int64_t>(kLanes)) : 0;
+  p.pool->parallel_for(p.B * p.G * p.chunks, [&](int64_t task, int worker) {
+    float* scratch = p.pool->scratch(worker, floats);
+    const int64_t c = task % p.chunks, bg = task / p.chunks, b = bg / p.G, g = bg % p.G;
+    if (p.bf16) {
+      if (nv == 4) ChunkTask<uint16_t, 4>(p, b, g, c, scratch);
+      else if (nv == 8) ChunkTask<uint16_t, 8>(p, b, g, c, scratch);
+      else ChunkTask<uint16_t, 0>(p, b, g, c, scratch);
+    } else {
+      if (nv == 4) ChunkTask<float, 4>(p, b, g, c, scratch);
+      else if (nv == 8) ChunkTask<float, 8>(p, b, g, c, scratch);
+      else ChunkTask<float, 0>(p, b, g, c, scratch);
+    }
+  });
+}
+
+}  // namespace
+
+// For HWY_EXPORT (outside the anonymous namespace).
+void DecodeChunks(const DecodeProblem& p) { RunChunks(p); }
+
+}  // namespace qkv::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv::kernels {
+
+HWY_EXPORT(DecodeChunks);
+
+int64_t decode_chunk_keys(int64_t visible_keys) {
+  // At least 512 keys (256 KB of fp32 keys and values at D = 64: the per-task setup and the merge
+  // are noise next to it), and at most 64 chunks per (b, g), so the merge stays small.
+  constexpr int64_t kMinChunk = 512, kMaxChunks = 64;
+  const int64_t even = (visible_keys + kMaxChunks - 1) / kMaxChunks;
+  return std::max(kMinChunk, (even + kBlock - 1) / kBlock * kBlock);
+}
+
+namespace {
+
+// The chunks' partial results of group (b, g) merged into o and lse, in chunk order.
+void MergeChunks(const DecodeProblem& p, int64_t b, int64_t g) {
+  const int64_t bg = b * p.G + g;
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const int64_t h = g * p.group + r / p.Tq, i = r % p.Tq;
+    float* out = p.o.row(b, h, i);
+    float& lse = p.lse[(b * p.H + h) * p.Tq + i];
+    float M = -std::numeric_limits<float>::infinity();
+    for (int64_t c = 0; c < p.chunks; ++c) M = std::max(M, p.part(bg, c, r)[0]);
+    if (M == -std::numeric_limits<float>::infinity() || p.chunks == 0) {
+      for (int64_t x = 0; x < p.Dv; ++x) out[x * p.o.stride_d] = 0.0f;
+      lse = -std::numeric_limits<float>::infinity();
+      continue;
+    }
+    double L = 0.0;
+    for (int64_t c = 0; c < p.chunks; ++c) {
+      const float* part = p.part(bg, c, r);
+      L += static_cast<double>(part[1]) * std::exp2(static_cast<double>(part[0]) - M);
+    }
+    const double norm = static_cast<double>(p.keep_scale) / L;
+    for (int64_t x = 0; x < p.Dv; ++x) {
+      double acc = 0.0;
+      for (int64_t c = 0; c < p.chunks; ++c) {
+        const float* part = p.part(bg, c, r);
+        if (part[0] == -std::numeric_limits<float>::infinity()) continue;
+        acc += static_cast<double>(part[2 + x]) * std::exp2(static_cast<double>(part[0]) - M);
+      }
+      out[x * p.o.stride_d] = static_cast<float>(acc * norm);
+    }
+    lse = static_cast<float>((static_cast<double>(M) + std::log2(L)) * 0.693147180559945309417);
+  }
+}
+
+}  // namespace
+
+void decode_attention(ConstHeads q, const KvCache& cache, int64_t layer, MutableHeads o, float* lse,
+                      const AttentionOptions& options, DecodeWorkspace* workspace) {
+  const char* what = "decode_attention";
+  QKV_CHECK(layer >= 0 && layer < cache.layers(), what, ": layer ", layer, " is not in [0, ", cache.layers(), ")");
+  const int64_t G = cache.kv_heads(), D = cache.head_dim(), Dv = cache.value_dim(), B = cache.batch();
+  QKV_CHECK(q.batch == B && q.dim == D && q.heads >= 1 && q.tokens >= 0, what, ": q (", q.batch, ", ", q.heads,
+            ", ", q.tokens, ", ", q.dim, ") should be (", B, ", H, Tq, ", D, ") for the cache's batch and head_dim");
+  QKV_CHECK(q.heads % G == 0, what, ": the cache's ", G, " key/value heads must divide q's ", q.heads,
+            " query heads (grouped-query attention)");
+  QKV_CHECK(q.tokens < (int64_t{1} << 31), what, ": q has ", q.tokens, " queries, more than 2^31 - 1");
+  QKV_CHECK(o.batch == B && o.heads == q.heads && o.tokens == q.tokens && o.dim == Dv, what, ": o (", o.batch, ", ",
+            o.heads, ", ", o.tokens, ", ", o.dim, ") should be (", B, ", ", q.heads, ", ", q.tokens, ", ", Dv, ")");
+  QKV_CHECK((q.data && o.data) || q.tokens == 0, what, ": q or o has no data");
+  QKV_CHECK(lse != nullptr || q.tokens == 0, what, ": lse (", B, ", ", q.heads, ", ", q.tokens, ") is null");
+  QKV_CHECK(options.query_offset >= 0 && options.query_offset + q.tokens <= (int64_t{1} << 31), what,
+            ": query_offset ", options.query_offset, " with ", q.tokens, " queries puts positions beyond 2^31 - 1");
+  QKV_CHECK(options.window >= 0, what, ": the window must be positive (or 0 for none), got ", options.window);
+  QKV_CHECK(std::isfinite(options.softcap) && options.softcap >= 0.0f, what,
+            ": softcap must be positive (or 0 for none), got ", options.softcap);
+  QKV_CHECK(std::isfinite(options.scale), what, ": scale must be finite, got ", options.scale);
+  QKV_CHECK(options.dropout_p >= 0.0f && options.dropout_p < 1.0f, what, ": dropout p must be in [0, 1), got ",
+            options.dropout_p);
+  if (options.alibi_slopes)
+    for (int64_t h = 0; h < q.heads; ++h)
+      QKV_CHECK(std::isfinite(options.alibi_slopes[h]), what, ": ALiBi slope ", h, " must be finite, got ",
+                options.alibi_slopes[h]);
+  const int64_t S = cache.length(layer);
+  const AttentionMask& m = options.mask;
+  if (m.kind == AttentionMask::Kind::kAdditive || m.kind == AttentionMask::Kind::kBlocked) {
+    QKV_CHECK(m.values != nullptr || q.tokens * S == 0, what, ": the mask has no values");
+    QKV_CHECK(m.row_stride >= S, what, ": the mask's row stride (", m.row_stride,
+              ") is smaller than the number of keys (", S, ")");
+  }
+  DecodeProblem p;
+  p.q = q;
+  p.o = o;
+  p.lse = lse;
+  p.keys = cache.key_data(layer);
+  p.values = cache.value_data(layer);
+  p.bf16 = cache.dtype() == CacheDtype::kBF16;
+  p.B = B;
+  p.H = q.heads;
+  p.G = G;
+  p.Tq = q.tokens;
+  p.D = D;
+  p.Dv = Dv;
+  p.C = cache.capacity();
+  p.S = S;
+  p.group = p.H / G;
+  p.rows = p.group * p.Tq;
+  p.scale = options.scale;
+  p.mask = m;
+  p.query_offset = options.query_offset;
+  p.window = options.window;
+  p.alibi = options.alibi_slopes;
+  p.softcap = options.softcap;
+  p.dropout = options.dropout_p > 0.0f;
+  p.seed = options.dropout_seed;
+  p.threshold = dropout_threshold(options.dropout_p);
+  p.keep_scale = p.dropout ? 1.0f / (1.0f - options.dropout_p) : 1.0f;
+  p.pool = options.pool ? options.pool : &default_pool();
+  if (p.Tq == 0) return;
+  // The keys some query sees: from the first query's window start to the last query's causal end.
+  p.begin = p.visible_begin(0);
+  p.end = p.visible_end(p.Tq - 1);
+  const int64_t visible = std::max<int64_t>(0, p.end - p.begin);
+  p.chunk = decode_chunk_keys(visible);
+  p.chunks = (visible + p.chunk - 1) / p.chunk;
+  p.part_stride = 2 + pad16(Dv);
+  thread_local DecodeWorkspace own;
+  DecodeWorkspace& ws = workspace ? *workspace : own;
+  const size_t need = static_cast<size_t>(B * G * p.chunks * p.rows) * p.part_stride;
+  if (ws.partials.size() < need) ws.partials.resize(need);
+  p.partials = ws.partials.data();
+  if (p.chunks > 0) HWY_DYNAMIC_DISPATCH(DecodeChunks)(p);
+  p.pool->parallel_for(B * G, [&](int64_t bg, int) { MergeChunks(p, bg / G, bg % G); });
+}
+
+}  // namespace qkv::kernels
+#endif  // HWY_ONCE
