@@ -1,4 +1,5 @@
 // qkv bench --module {mha|causal-attention|attention-core} --batch B --seq-len T ...
+// qkv bench --module decode --kv-len S ... (bench_decode.cc)
 //
 // Times the fast path on random inputs: median milliseconds over --iters runs after --warmup
 // runs, GFLOP/s counting only the work causal attention needs (projections + the visible half of
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_decode.h"
 #include "commands.h"
 #include "flags.h"
 #include "qkv/core/checked.h"
@@ -30,10 +32,39 @@ struct BenchFlags {
   bool backward = false, no_mask = false, json = false;
   int threads = 0, iters = 10, warmup = 1;
   double dropout = 0.0;
+  // --module decode
+  int64_t kv_len = 0, num_kv_heads = 0;
+  std::string cache_dtype = "f32";
 };
 
 // The flags, checked and named in errors; the harness (qkv/perf/attention_bench.h) does the rest.
 int run_bench(BenchFlags& f, const CLI::App& sub) {
+  QKV_CHECK(f.threads >= 0, "--threads ", f.threads, ": must be at least 1 (or 0: the default)");
+  if (f.module == "decode") {
+    for (const char* flag : {"--seq-len", "--backward", "--no-mask", "--dropout"})
+      QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module decode (it times one causal query per head "
+                "over --kv-len cached positions)");
+    check_threads(f.threads);
+    if (f.threads > 0) set_default_thread_count(f.threads);
+    QKV_CHECK(f.iters >= 1, "--iters ", f.iters, ": must be at least 1");
+    QKV_CHECK(f.warmup >= 0, "--warmup ", f.warmup, ": must be at least 0");
+    QKV_CHECK(f.batch >= 1, "--batch ", f.batch, ": must be at least 1");
+    DecodeBenchFlags d;
+    d.batch = f.batch;
+    d.num_heads = f.num_heads;
+    d.num_kv_heads = f.num_kv_heads;
+    d.head_dim = f.head_dim;
+    d.d_model = f.d_model;
+    d.kv_len = f.kv_len;
+    d.cache_dtype = f.cache_dtype;
+    d.iters = f.iters;
+    d.warmup = f.warmup;
+    d.json = f.json;
+    return run_decode_bench(d);
+  }
+  for (const char* flag : {"--kv-len", "--num-kv-heads", "--cache-dtype"})
+    QKV_CHECK(sub.count(flag) == 0, flag, " is a flag of --module decode, not ", f.module);
+  QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module ", f.module);
   const perf::BenchTarget target = perf::parse_bench_target(f.module);
   const bool core = target == perf::BenchTarget::kAttentionCore;
   QKV_CHECK(f.batch >= 1, "--batch ", f.batch, ": must be at least 1");
@@ -135,11 +166,17 @@ Command add_bench(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("bench", "Time the fast attention path (fused kernels + BLAS) on random inputs");
   sub->add_option("--module", f->module,
                   "mha (fused QKV GEMM -> fused attention -> out_proj) | causal-attention (one head, no "
-                  "out_proj) | attention-core (the fused kernel alone on (B, H, T, D))")
+                  "out_proj) | attention-core (the fused kernel alone on (B, H, T, D)) | decode (one query per "
+                  "head over a KV cache of --kv-len positions, against the memory bandwidth)")
       ->required()
-      ->check(CLI::IsMember({"mha", "causal-attention", "attention-core"}));
+      ->check(CLI::IsMember({"mha", "causal-attention", "attention-core", "decode"}));
   add_number_with_default(sub, "--batch", f->batch, "Batch size B");
-  add_number(sub, "--seq-len", f->seq_len, "Tokens T")->required();
+  add_number(sub, "--seq-len", f->seq_len, "Tokens T (every module but decode)");
+  add_number(sub, "--kv-len", f->kv_len, "decode: cached positions S the query attends to");
+  add_number(sub, "--num-kv-heads", f->num_kv_heads, "decode: key/value heads G, dividing H (default: H)");
+  sub->add_option("--cache-dtype", f->cache_dtype, "decode: the KV cache's element type")
+      ->default_val("f32")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   add_number_with_default(sub, "--d-model", f->d_model, "Channels C = d_in = d_out");
   add_number_with_default(sub, "--num-heads", f->num_heads, "Heads H");
   add_number(sub, "--head-dim", f->head_dim, "Head dim D (attention-core; default d_model / num_heads)");
@@ -152,7 +189,9 @@ Command add_bench(CLI::App& app) {
   sub->add_flag("--json", f->json, "Also print one JSON object as the last line");
   sub->footer("GFLOP/s count matrix-product FLOPs: 2 B T C 3C (QKV) + 2 B T C C (out_proj) + the attention's\n"
               "two products over the (i, j) pairs the causal mask leaves visible; backward: twice the projections'\n"
-              "and the attention's five products. The peak is measured first with the same threads.");
+              "and the attention's five products. The peak is measured first with the same threads.\n"
+              "decode: GB/s of the cache's keys and values read per call (B G S (D + Dv) x 4 or 2 bytes) against the\n"
+              "streaming read bandwidth, measured first with the same threads.");
   return {sub, [f, sub]() { return run_bench(*f, *sub); }};
 }
 

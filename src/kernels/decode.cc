@@ -138,44 +138,98 @@ void Prefetch(const void* p, size_t bytes) {
   for (size_t off = 0; off < bytes; off += 64) hwy::Prefetch(c + off);
 }
 
+// kLanes elements at p, widened to float (bf16 bits: shifted into the high half).
+HWY_INLINE VF LoadWide(DF d, const float* HWY_RESTRICT p) { return hn::LoadU(d, p); }
+HWY_INLINE VF LoadWide(DF d, const uint16_t* HWY_RESTRICT p) {
+  const DU du;
+  const hn::Rebind<uint16_t, DF> d16;
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+}
+
 // s[r, j] = q_r . k_j for rows [0, R) and keys [0, cols) of kb (cols, ldk); q rows of ldq,
-// nv = ldk / kLanes vectors (kNV > 0: fixed at compile time).
-template <int kNV>
-void QDotK(const float* HWY_RESTRICT qs, size_t ldq, size_t R, const float* HWY_RESTRICT kb, size_t ldk,
-           size_t cols, size_t nv_runtime, float* HWY_RESTRICT s) {
+// nv = ldk / kLanes vectors (kNV > 0: fixed at compile time, the key row held in registers
+// for every row r).
+template <int kNV, typename T>
+void QDotK(const float* HWY_RESTRICT qs, size_t ldq, size_t R, const T* HWY_RESTRICT kb, size_t ldk, size_t cols,
+           size_t nv_runtime, float* HWY_RESTRICT s) {
   const DF d;
-  const size_t nv = kNV > 0 ? static_cast<size_t>(kNV) : nv_runtime;
-  for (size_t j = 0; j < cols; ++j) {
-    const float* k = kb + j * ldk;
-    for (size_t r = 0; r < R; ++r) {
-      const float* q = qs + r * ldq;
-      VF a0 = hn::Zero(d), a1 = hn::Zero(d);
-      size_t v = 0;
-      for (; v + 2 <= nv; v += 2) {
-        a0 = hn::MulAdd(hn::LoadU(d, q + v * kLanes), hn::LoadU(d, k + v * kLanes), a0);
-        a1 = hn::MulAdd(hn::LoadU(d, q + (v + 1) * kLanes), hn::LoadU(d, k + (v + 1) * kLanes), a1);
+  if constexpr (kNV > 0) {
+    for (size_t j = 0; j < cols; ++j) {
+      VF k[kNV];
+      HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) k[v] = LoadWide(d, kb + j * ldk + v * kLanes);
+      for (size_t r = 0; r < R; ++r) {
+        const float* q = qs + r * ldq;
+        VF a0 = hn::Mul(hn::LoadU(d, q), k[0]), a1 = hn::Mul(hn::LoadU(d, q + kLanes), k[1]);
+        HWY_UNROLL(8) for (int v = 2; v < kNV; v += 2) {
+          a0 = hn::MulAdd(hn::LoadU(d, q + v * kLanes), k[v], a0);
+          a1 = hn::MulAdd(hn::LoadU(d, q + (v + 1) * kLanes), k[v + 1], a1);
+        }
+        s[r * kBlock + j] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
       }
-      if (v < nv) a0 = hn::MulAdd(hn::LoadU(d, q + v * kLanes), hn::LoadU(d, k + v * kLanes), a0);
-      s[r * kBlock + j] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+    }
+  } else {
+    const size_t nv = nv_runtime;
+    for (size_t j = 0; j < cols; ++j) {
+      const T* k = kb + j * ldk;
+      for (size_t r = 0; r < R; ++r) {
+        const float* q = qs + r * ldq;
+        VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+        size_t v = 0;
+        for (; v + 2 <= nv; v += 2) {
+          a0 = hn::MulAdd(hn::LoadU(d, q + v * kLanes), LoadWide(d, k + v * kLanes), a0);
+          a1 = hn::MulAdd(hn::LoadU(d, q + (v + 1) * kLanes), LoadWide(d, k + (v + 1) * kLanes), a1);
+        }
+        if (v < nv) a0 = hn::MulAdd(hn::LoadU(d, q + v * kLanes), LoadWide(d, k + v * kLanes), a0);
+        s[r * kBlock + j] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+      }
     }
   }
 }
 
-// o_r += sum_j p[r, j] v_j for rows [0, R), keys [0, cols) of vb (cols, ldv).
-template <int kNV>
-void WeightedSumV(const float* HWY_RESTRICT s, size_t R, const float* HWY_RESTRICT vb, size_t ldv, size_t cols,
+// o_r += sum_j p[r, j] v_j for rows [0, R), keys [0, cols) of vb (cols, ldv). With kNV > 0 o_r
+// stays in registers over the block, in two sets (even and odd keys) so that consecutive keys'
+// FMAs do not wait on each other.
+template <int kNV, typename T>
+void WeightedSumV(const float* HWY_RESTRICT s, size_t R, const T* HWY_RESTRICT vb, size_t ldv, size_t cols,
                   size_t nv_runtime, float* HWY_RESTRICT ov, size_t ldo) {
   const DF d;
-  const size_t nv = kNV > 0 ? static_cast<size_t>(kNV) : nv_runtime;
-  for (size_t j = 0; j < cols; ++j) {
-    const float* v = vb + j * ldv;
+  if constexpr (kNV > 0) {
     for (size_t r = 0; r < R; ++r) {
-      const float pr = s[r * kBlock + j];
-      if (pr == 0.0f) continue;
-      const VF pv = hn::Set(d, pr);
+      const float* pr = s + r * kBlock;
       float* o = ov + r * ldo;
-      for (size_t c = 0; c < nv; ++c)
-        hn::StoreU(hn::MulAdd(pv, hn::LoadU(d, v + c * kLanes), hn::LoadU(d, o + c * kLanes)), d, o + c * kLanes);
+      VF a[kNV], b[kNV];
+      HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) {
+        a[v] = hn::LoadU(d, o + v * kLanes);
+        b[v] = hn::Zero(d);
+      }
+      size_t j = 0;
+      for (; j + 2 <= cols; j += 2) {
+        const VF p0 = hn::Set(d, pr[j]), p1 = hn::Set(d, pr[j + 1]);
+        const T* v0 = vb + j * ldv;
+        const T* v1 = v0 + ldv;
+        HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) {
+          a[v] = hn::MulAdd(p0, LoadWide(d, v0 + v * kLanes), a[v]);
+          b[v] = hn::MulAdd(p1, LoadWide(d, v1 + v * kLanes), b[v]);
+        }
+      }
+      if (j < cols) {
+        const VF p0 = hn::Set(d, pr[j]);
+        HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) a[v] = hn::MulAdd(p0, LoadWide(d, vb + j * ldv + v * kLanes), a[v]);
+      }
+      HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) hn::StoreU(hn::Add(a[v], b[v]), d, o + v * kLanes);
+    }
+  } else {
+    const size_t nv = nv_runtime;
+    for (size_t j = 0; j < cols; ++j) {
+      const T* v = vb + j * ldv;
+      for (size_t r = 0; r < R; ++r) {
+        const float pr = s[r * kBlock + j];
+        if (pr == 0.0f) continue;
+        const VF pv = hn::Set(d, pr);
+        float* o = ov + r * ldo;
+        for (size_t c = 0; c < nv; ++c)
+          hn::StoreU(hn::MulAdd(pv, LoadWide(d, v + c * kLanes), hn::LoadU(d, o + c * kLanes)), d, o + c * kLanes);
+      }
     }
   }
 }
@@ -277,7 +331,7 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
   const int64_t j0 = p.begin + c * p.chunk, j1 = std::min(j0 + p.chunk, p.end);
   const T* keys = static_cast<const T*>(p.keys) + (b * p.G + g) * p.C * p.D;
   const T* values = static_cast<const T*>(p.values) + (b * p.G + g) * p.C * p.Dv;
-  constexpr bool kInPlace = std::is_same_v<T, float> && kNV > 0;
+  constexpr bool kInPlace = kNV > 0;  // rows of D = Dv = kNV vectors: read where they are
   for (int64_t jb = j0; jb < j1; jb += kBlock) {
     const size_t cols = static_cast<size_t>(std::min<int64_t>(kBlock, j1 - jb));
     if (jb + 2 * kBlock < j1) {  // two blocks ahead: the hardware prefetcher alone leaves gaps
@@ -285,33 +339,23 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
       Prefetch(keys + (jb + 2 * kBlock) * p.D, ahead * D * sizeof(T));
       Prefetch(values + (jb + 2 * kBlock) * p.Dv, ahead * Dv * sizeof(T));
     }
-    const float* kr;
-    size_t ldk;
     if constexpr (kInPlace) {
-      kr = reinterpret_cast<const float*>(keys + jb * p.D);
-      ldk = D;
+      QDotK<kNV>(qs, Dp, R, keys + jb * p.D, D, cols, Dp / kLanes, s);
     } else {
       PackRows(keys + jb * p.D, D, cols, kb, Dp);
-      kr = kb;
-      ldk = Dp;
+      QDotK<kNV>(qs, Dp, R, static_cast<const float*>(kb), Dp, cols, Dp / kLanes, s);
     }
-    QDotK<kNV>(qs, Dp, R, kr, ldk, cols, Dp / kLanes, s);
     for (size_t r = 0; r < R; ++r) {
       const int64_t h = g * p.group + static_cast<int64_t>(r) / p.Tq, i = static_cast<int64_t>(r) % p.Tq;
       ApplyVariants(p, h, i, jb, cols, s + r * kBlock);
       OnlineSoftmaxStep(p, b, h, i, jb, cols, s + r * kBlock, ms[r], ls[r], ov + r * Dvp, Dvp / kLanes);
     }
-    const float* vr;
-    size_t ldv;
     if constexpr (kInPlace) {
-      vr = reinterpret_cast<const float*>(values + jb * p.Dv);
-      ldv = Dv;
+      WeightedSumV<kNV>(s, R, values + jb * p.Dv, Dv, cols, Dvp / kLanes, ov, Dvp);
     } else {
       PackRows(values + jb * p.Dv, Dv, cols, vb, Dvp);
-      vr = vb;
-      ldv = Dvp;
+      WeightedSumV<kNV>(s, R, static_cast<const float*>(vb), Dvp, cols, Dvp / kLanes, ov, Dvp);
     }
-    WeightedSumV<kNV>(s, R, vr, ldv, cols, Dvp / kLanes, ov, Dvp);
   }
   const int64_t bg = b * p.G + g;
   for (size_t r = 0; r < R; ++r) {

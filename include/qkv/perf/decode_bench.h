@@ -1,0 +1,46 @@
+// qkv/perf/decode_bench.h - timing decode_attention over a KV cache against the machine's memory
+// read bandwidth (`qkv bench --module decode`).
+//
+// Legend: B batch, H query heads, G key/value heads, S = kv_len cached positions, D head dim
+// (Dv = D).
+//
+// A case is a one-layer KvCache of S positions (B, G, S, D) keys and values, filled with uniform
+// values in [-1, 1), and one query row per head (Tq = 1, causal, query_offset = S - 1): the step
+// of decoding token S. Decoding is memory-bound: each call reads the cache's keys and values once,
+//   bytes = B * G * S * (D + Dv) * bytes per element (4 for f32, 2 for bf16),
+// so the yardstick is the streaming read bandwidth (kernels/memory_bandwidth.h), measured first
+// on the same threads: read_gb_s = bytes / median time, and its share of the bandwidth.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qkv/core/thread_pool.h"
+#include "qkv/kernels/kv_cache.h"
+
+namespace qkv::perf {
+
+struct DecodeBenchShape {
+  int64_t batch = 1, num_heads = 12, num_kv_heads = 12, head_dim = 64, kv_len = 0;  // B, H, G, D, S
+  kernels::CacheDtype dtype = kernels::CacheDtype::kF32;
+};
+
+struct DecodeBenchReport {
+  DecodeBenchShape shape;
+  int threads = 0, iters = 0;
+  std::string simd;
+  std::vector<double> times_ms;  // each timed call
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  double read_bytes = 0;        // the cache's keys and values, read once per call
+  double read_gb_s = 0;         // read_bytes / median
+  double bandwidth_gb_s = 0;    // measured streaming read bandwidth, same threads
+  int64_t bandwidth_buffer_bytes = 0;
+  int64_t cache_bytes = 0;      // allocated
+};
+
+// Checks the shape (qkv::Error naming the bad value: sizes below 1, G not dividing H), measures
+// the bandwidth, fills the cache, then `warmup` untimed calls and `iters` timed ones.
+DecodeBenchReport run_decode_bench(const DecodeBenchShape& shape, int iters, int warmup, ThreadPool& pool);
+
+}  // namespace qkv::perf

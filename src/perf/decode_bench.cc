@@ -1,0 +1,91 @@
+// The decode benchmark harness. See include/qkv/perf/decode_bench.h.
+#include "qkv/perf/decode_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "qkv/core/checked.h"
+#include "qkv/core/error.h"
+#include "qkv/kernels/decode.h"
+#include "qkv/kernels/memory_bandwidth.h"
+#include "qkv/kernels/simd.h"
+
+namespace qkv::perf {
+namespace {
+
+// Uniform values in [-1, 1) from a counter hash (SplitMix64).
+void fill_random(std::vector<float>& x, uint64_t seed) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint64_t z = seed + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    x[i] = static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
+  }
+}
+
+}  // namespace
+
+DecodeBenchReport run_decode_bench(const DecodeBenchShape& s, int iters, int warmup, ThreadPool& pool) {
+  QKV_CHECK(s.batch >= 1, "decode bench: batch (", s.batch, ") must be at least 1");
+  QKV_CHECK(s.kv_len >= 1, "decode bench: kv_len (", s.kv_len, ") must be at least 1");
+  QKV_CHECK(s.num_heads >= 1 && s.num_kv_heads >= 1, "decode bench: num_heads (", s.num_heads, ") and num_kv_heads (",
+            s.num_kv_heads, ") must be at least 1");
+  QKV_CHECK(s.num_heads % s.num_kv_heads == 0, "decode bench: num_kv_heads (", s.num_kv_heads,
+            ") must divide num_heads (", s.num_heads, ")");
+  QKV_CHECK(s.head_dim >= 1, "decode bench: head_dim (", s.head_dim, ") must be at least 1");
+  QKV_CHECK(iters >= 1 && warmup >= 0, "decode bench: iters (", iters, ") must be at least 1 and warmup (", warmup,
+            ") at least 0");
+  const int64_t B = s.batch, H = s.num_heads, G = s.num_kv_heads, D = s.head_dim, S = s.kv_len;
+  DecodeBenchReport r;
+  r.shape = s;
+  r.threads = pool.num_threads();
+  r.iters = iters;
+  r.simd = kernels::simd_target();
+  kernels::KvCache cache(1, B, G, S, D, D, s.dtype);  // checks the sizes and the memory limit
+  r.cache_bytes = cache.bytes();
+  r.read_bytes = static_cast<double>(cache.bytes());
+  const kernels::MemoryBandwidth bw = kernels::measure_read_bandwidth(pool);
+  r.bandwidth_gb_s = bw.gb_s;
+  r.bandwidth_buffer_bytes = bw.buffer_bytes;
+  // Fill in steps of up to 1024 positions (a prefill in pieces).
+  const int64_t step = std::min<int64_t>(S, 1024);
+  std::vector<float> k(static_cast<size_t>(checked_product({B, G, step, D}, "decode bench step"))), v(k.size());
+  for (int64_t at = 0; at < S; at += step) {
+    const int64_t n = std::min(step, S - at);
+    fill_random(k, 2 * static_cast<uint64_t>(at) + 1);
+    fill_random(v, 2 * static_cast<uint64_t>(at) + 2);
+    cache.append(0, kernels::ConstHeads::contiguous(k.data(), B, G, n, D),
+                 kernels::ConstHeads::contiguous(v.data(), B, G, n, D));
+    cache.commit();
+  }
+  std::vector<float> q(static_cast<size_t>(B * H * D)), o(q.size()), lse(static_cast<size_t>(B * H));
+  fill_random(q, 12345);
+  kernels::AttentionOptions opt;
+  opt.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  opt.mask = kernels::AttentionMask::causal();
+  opt.query_offset = S - 1;
+  opt.pool = &pool;
+  kernels::DecodeWorkspace ws;
+  auto call = [&] {
+    kernels::decode_attention(kernels::ConstHeads::contiguous(q.data(), B, H, 1, D), cache, 0,
+                              kernels::MutableHeads::contiguous(o.data(), B, H, 1, D), lse.data(), opt, &ws);
+  };
+  for (int i = 0; i < warmup; ++i) call();
+  using Clock = std::chrono::steady_clock;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = Clock::now();
+    call();
+    r.times_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::vector<double> sorted = r.times_ms;
+  std::sort(sorted.begin(), sorted.end());
+  r.median_ms = sorted[sorted.size() / 2];
+  r.min_ms = sorted.front();
+  r.max_ms = sorted.back();
+  r.read_gb_s = r.read_bytes / (r.median_ms * 1e-3) / 1e9;
+  return r;
+}
+
+}  // namespace qkv::perf
