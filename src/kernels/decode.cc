@@ -66,6 +66,8 @@ struct DecodeProblem {
   ThreadPool* pool = nullptr;
   float* partials = nullptr;      // (B, G, chunks, rows, part_stride)
   size_t part_stride = 0;         // 2 + pad16(Dv)
+  float* scratch = nullptr;       // (threads, scratch_stride) per-worker scratch
+  size_t scratch_stride = 0;      // pad16(scratch_floats())
 
   bool causal() const { return mask.kind == AttentionMask::Kind::kCausal; }
   int64_t pos(int64_t i) const { return query_offset + i; }
@@ -367,11 +369,10 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
 }
 
 void RunChunks(const DecodeProblem& p) {
-  const size_t floats = p.scratch_floats();
   // D = Dv = 64 (GPT-2's heads) with 16 or 8 lanes: the row loops unrolled, fp32 keys read in place.
   const int nv = p.D == p.Dv && p.D % 16 == 0 ? static_cast<int>(p.D / static_cast<int64_t>(kLanes)) : 0;
   p.pool->parallel_for(p.B * p.G * p.chunks, [&](int64_t task, int worker) {
-    float* scratch = p.pool->scratch(worker, floats);
+    float* scratch = p.scratch + static_cast<size_t>(worker) * p.scratch_stride;
     const int64_t c = task % p.chunks, bg = task / p.chunks, b = bg / p.G, g = bg % p.G;
     if (p.bf16) {
       if (nv == 4) ChunkTask<uint16_t, 4>(p, b, g, c, scratch);
@@ -517,6 +518,12 @@ void decode_attention(ConstHeads q, const KvCache& cache, int64_t layer, Mutable
   const size_t need = static_cast<size_t>(B * G * p.chunks * p.rows) * p.part_stride;
   if (ws.partials.size() < need) ws.partials.resize(need);
   p.partials = ws.partials.data();
+  // Per-worker scratch in the workspace too (not the pool's, which a worker grows the first time
+  // it happens to run a task): sized here, by the caller, so the first call sizes it for good.
+  p.scratch_stride = pad16(static_cast<int64_t>(p.scratch_floats()));
+  const size_t scratch = static_cast<size_t>(p.pool->num_threads()) * p.scratch_stride;
+  if (ws.scratch.size() < scratch) ws.scratch.resize(scratch);
+  p.scratch = ws.scratch.data();
   if (p.chunks > 0) HWY_DYNAMIC_DISPATCH(DecodeChunks)(p);
   p.pool->parallel_for(B * G, [&](int64_t bg, int) { MergeChunks(p, bg / G, bg % G); });
 }

@@ -21,9 +21,8 @@
 // bit-identical whatever the pool. Keys before the window's first visible one are never read.
 // bf16 caches are widened to fp32 in registers.
 //
-// Scratch: per-worker memory of the pool (kept between calls) and a DecodeWorkspace for the
-// partial results, which grows to the largest problem seen and is then reused: steady-state
-// decoding allocates nothing.
+// Scratch: a DecodeWorkspace (per-worker scratch and the partial results), which grows to the
+// largest problem seen and is then reused: steady-state decoding allocates nothing.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +36,7 @@ namespace qkv::kernels {
 // The partial outputs of the chunks, kept by the caller between calls.
 struct DecodeWorkspace {
   std::vector<float> partials;  // (B, G, chunks, H / G * Tq, 2 + Dv): max, sum, output per chunk
+  std::vector<float> scratch;   // (threads, ...) each worker's queries, outputs and blocks of scores
 };
 
 // Throws qkv::Error naming the argument on a shape that does not match the cache (q's batch and
