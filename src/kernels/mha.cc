@@ -3,6 +3,7 @@
 #include "qkv/kernels/mha.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 
@@ -14,43 +15,57 @@ namespace qkv::kernels {
 namespace {
 
 void check(const MhaShape& s, const MhaWeights& w) {
-  QKV_CHECK(s.batch >= 0 && s.tokens >= 0 && s.d_in >= 1 && s.d_out >= 1 && s.heads >= 1,
+  QKV_CHECK(s.batch >= 0 && s.tokens >= 0 && s.d_in >= 1 && s.d_out >= 1 && s.heads >= 1 && s.kv_heads >= 0,
             "mha: bad shape (batch ", s.batch, ", tokens ", s.tokens, ", d_in ", s.d_in, ", d_out ", s.d_out,
-            ", heads ", s.heads, ")");
+            ", heads ", s.heads, ", kv_heads ", s.kv_heads, ")");
   QKV_CHECK(s.d_out % s.heads == 0, "mha: d_out (", s.d_out, ") must be divisible by num_heads (", s.heads, ")");
+  QKV_CHECK(s.heads % s.groups() == 0, "mha: num_kv_heads (", s.groups(), ") must divide num_heads (", s.heads,
+            ")");
+  QKV_CHECK(s.rope.layout == RopeLayout::kNone || s.head_dim() % 2 == 0, "mha: RoPE needs an even head dim D, got ",
+            s.head_dim(), " (d_out ", s.d_out, " / num_heads ", s.heads, ")");
   QKV_CHECK(w.w_qkv != nullptr, "mha: w_qkv is null");
 }
 
-// Head `which` (0 q, 1 k, 2 v) of the split copy: contiguous (B, H, T, D).
-template <typename F>
-Heads<F> split_part(const MhaShape& s, F* heads, int64_t which) {
-  return Heads<F>::contiguous(heads + which * s.batch * s.tokens * s.d_out, s.batch, s.heads, s.tokens, s.head_dim());
+// Offset (in floats) of the split copy's region holding head `part` of the QKV product's columns
+// (part in [0, H + 2G): H query heads, G key heads, G value heads), and the head within it.
+struct SplitPart {
+  int64_t region_heads;  // H or G: the region is (B, region_heads, T, D)
+  int64_t head;          // within the region
+  int64_t region_offset; // floats before the region
+};
+SplitPart split_part_of(const MhaShape& s, int64_t part) {
+  const int64_t H = s.heads, G = s.groups(), BTD = s.batch * s.tokens * s.head_dim();
+  if (part < H) return {H, part, 0};
+  if (part < H + G) return {G, part - H, H * BTD};
+  return {G, part - H - G, (H + G) * BTD};
 }
 
 // Rows of the token dimension per copy task: the source rows are read whole and in order (which
-// the hardware prefetchers follow), the destinations written as 3H sequential streams.
+// the hardware prefetchers follow), the destinations written as (H + 2G) sequential streams.
 constexpr int64_t kCopyRows = 32;
 
-// heads (3, B, H, T, D) <- rows [first, first + count) of qkv (B*T, 3C), given as `rows`
-// ((count, 3C), row 0 = global row `first`). In the (B*T, 3C) layout consecutive tokens of a head
-// are 3C floats apart (9 KB at GPT-2's size): a kernel reading a head there crosses a page every
+// heads (q, k, v regions) <- rows [first, first + count) of qkv (B*T, Q), given as `rows`
+// ((count, Q), row 0 = global row `first`). In the (B*T, Q) layout consecutive tokens of a head
+// are Q floats apart (9 KB at GPT-2's size): a kernel reading a head there crosses a page every
 // row, and measured 20-40% slower than on contiguous heads.
 void split_heads(const MhaShape& s, const float* rows, int64_t first, int64_t count, float* heads,
                  ThreadPool& pool) {
-  const int64_t T = s.tokens, C = s.d_out, H = s.heads, D = s.head_dim();
+  const int64_t T = s.tokens, D = s.head_dim(), Q = s.qkv_width(), parts = Q / D;
   const size_t bytes = static_cast<size_t>(D) * sizeof(float);
   pool.parallel_for((count + kCopyRows - 1) / kCopyRows, [&](int64_t task, int) {
     const int64_t r0 = task * kCopyRows, r1 = std::min(count, r0 + kCopyRows);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = (first + r) / T, t = (first + r) % T;
-      const float* row = rows + r * 3 * C;
-      for (int64_t part = 0; part < 3 * H; ++part) {  // part = which * H + h, at column part * D
-        const int64_t which = part / H, h = part % H;
-        std::memcpy(heads + (((which * s.batch + b) * H + h) * T + t) * D, row + part * D, bytes);
+      const float* row = rows + r * Q;
+      for (int64_t part = 0; part < parts; ++part) {  // at column part * D
+        const SplitPart sp = split_part_of(s, part);
+        std::memcpy(heads + sp.region_offset + ((b * sp.region_heads + sp.head) * T + t) * D, row + part * D, bytes);
       }
     }
   });
 }
+
+std::atomic<bool> g_reference_attention{false};  // mha_use_reference_attention
 
 // Rows of x projected per QKV product. The product's output (rows, 3C) is only a staging area
 // for the split into heads, so past 256 MB it is made in equal chunks of rows and the whole
@@ -59,12 +74,28 @@ void split_heads(const MhaShape& s, const float* rows, int64_t first, int64_t co
 // measured 6% slower than one product (bench/ab.sh, the MHA forward).
 int64_t qkv_chunk_rows(const MhaShape& s) {
   const int64_t rows = s.batch * s.tokens;
-  const int64_t budget_rows = std::max<int64_t>(512, (int64_t{64} << 20) / (3 * s.d_out));  // 256 MB of floats
+  const int64_t budget_rows = std::max<int64_t>(512, (int64_t{64} << 20) / s.qkv_width());  // 256 MB of floats
   const int64_t chunks = (rows + budget_rows - 1) / budget_rows;
   return chunks <= 1 ? rows : (rows + chunks - 1) / chunks;
 }
 
 }  // namespace
+
+ConstHeads mha_queries(const MhaShape& s, const float* heads) {
+  return ConstHeads::contiguous(heads, s.batch, s.heads, s.tokens, s.head_dim());
+}
+ConstHeads mha_keys(const MhaShape& s, const float* heads) {
+  return ConstHeads::contiguous(heads + split_part_of(s, s.heads).region_offset, s.batch, s.groups(), s.tokens,
+                                s.head_dim());
+}
+ConstHeads mha_values(const MhaShape& s, const float* heads) {
+  return ConstHeads::contiguous(heads + split_part_of(s, s.heads + s.groups()).region_offset, s.batch, s.groups(),
+                                s.tokens, s.head_dim());
+}
+
+bool mha_use_reference_attention(bool on) {
+  return g_reference_attention.exchange(on);
+}
 
 void MhaWorkspace::Buffer::reserve(size_t n) {
   if (size >= n) return;
@@ -74,8 +105,9 @@ void MhaWorkspace::Buffer::reserve(size_t n) {
 
 void MhaWorkspace::reserve_forward(const MhaShape& s) {
   const auto rows = static_cast<size_t>(s.batch * s.tokens), C = static_cast<size_t>(s.d_out);
-  qkv_.reserve(static_cast<size_t>(qkv_chunk_rows(s)) * 3 * C);
-  heads_.reserve(rows * 3 * C);
+  const auto Q = static_cast<size_t>(s.qkv_width());
+  qkv_.reserve(static_cast<size_t>(qkv_chunk_rows(s)) * Q);
+  heads_.reserve(rows * Q);
   ctx_.reserve(rows * C);
   lse_.reserve(static_cast<size_t>(s.batch * s.heads * s.tokens));
 }
@@ -83,7 +115,7 @@ void MhaWorkspace::reserve_forward(const MhaShape& s) {
 void MhaWorkspace::reserve_backward(const MhaShape& s) {
   const auto rows = static_cast<size_t>(s.batch * s.tokens), C = static_cast<size_t>(s.d_out);
   dctx_.reserve(rows * C);
-  dqkv_.reserve(rows * 3 * C);
+  dqkv_.reserve(rows * static_cast<size_t>(s.qkv_width()));
 }
 
 size_t MhaWorkspace::bytes() const {
@@ -93,23 +125,36 @@ size_t MhaWorkspace::bytes() const {
 void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* y, MhaWorkspace& ws,
                  const AttentionOptions& options) {
   check(s, w);
-  const int64_t rows = s.batch * s.tokens, C = s.d_out, D = s.head_dim();
+  const int64_t rows = s.batch * s.tokens, C = s.d_out, D = s.head_dim(), Q = s.qkv_width();
   if (rows == 0) return;
   ws.reserve_forward(s);
   ThreadPool* pool = options.pool;
-  // qkv = x W_qkv^T + b_qkv                                    (B*T, 3C), a chunk of rows at a time
-  // heads = split(qkv): q, k, v (B, H, T, D) each, contiguous  (3, B, H, T, D)
+  // qkv = x W_qkv^T + b_qkv                                    (B*T, Q), a chunk of rows at a time
+  // heads = split(qkv): q (B, H, T, D), k, v (B, G, T, D), contiguous
   const int64_t chunk = qkv_chunk_rows(s);
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t n = std::min(chunk, rows - r0);
-    linear(x + r0 * s.d_in, n, s.d_in, w.w_qkv, w.b_qkv, 3 * C, ws.qkv(), pool);
+    linear(x + r0 * s.d_in, n, s.d_in, w.w_qkv, w.b_qkv, Q, ws.qkv(), pool);
     split_heads(s, ws.qkv(), r0, n, ws.heads(), pool ? *pool : default_pool());
   }
-  // ctx[:, h*D:(h+1)*D] = attention(q_h, k_h, v_h)             (B*T, C)
+  float* heads = ws.heads();
+  // q, k = rope(q), rope(k)                                    in place, positions offset + t
+  if (s.rope.layout != RopeLayout::kNone) {
+    const RopeTable table(s.tokens, D, s.rope.base, s.rope.position_offset);
+    rope_rotate(MutableHeads::contiguous(heads, s.batch, s.heads, s.tokens, D), table, s.rope.layout, false, pool);
+    rope_rotate(MutableHeads::contiguous(heads + split_part_of(s, s.heads).region_offset, s.batch, s.groups(),
+                                         s.tokens, D),
+                table, s.rope.layout, false, pool);
+  }
+  // ctx[:, h*D:(h+1)*D] = attention(q_h, k_g(h), v_g(h))        (B*T, C)
   // (kept in the workspace even without an output projection: the backward needs it)
-  const float* heads = ws.heads();
-  attention_forward(split_part(s, heads, 0), split_part(s, heads, 1), split_part(s, heads, 2),
-                    MutableHeads::interleaved(ws.ctx(), s.batch, s.heads, s.tokens, D, C), ws.lse(), options);
+  const MutableHeads ctx = MutableHeads::interleaved(ws.ctx(), s.batch, s.heads, s.tokens, D, C);
+  if (g_reference_attention) {
+    attention_forward_reference(mha_queries(s, heads), mha_keys(s, heads), mha_values(s, heads), ctx, ws.lse(),
+                                options);
+  } else {
+    attention_forward(mha_queries(s, heads), mha_keys(s, heads), mha_values(s, heads), ctx, ws.lse(), options);
+  }
   // y = ctx W_out^T + b_out                                    (B*T, C)
   if (w.w_out) {
     linear(ws.ctx(), rows, C, w.w_out, w.b_out, C, y, pool);
@@ -121,7 +166,7 @@ void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* 
 void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const float* dy, float* dx,
                   const MhaGradients& grads, MhaWorkspace& ws, const AttentionOptions& options) {
   check(s, w);
-  const int64_t rows = s.batch * s.tokens, C = s.d_out, D = s.head_dim();
+  const int64_t rows = s.batch * s.tokens, C = s.d_out, D = s.head_dim(), Q = s.qkv_width();
   if (rows == 0) return;
   ws.reserve_backward(s);
   ThreadPool* pool = options.pool;
@@ -133,33 +178,44 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
     dctx = ws.dctx();
   }
   // ctx = attention(q, k, v)  ->  dq, dk, dv, written into their columns of dqkv
-  // (reading the split heads the forward made; dq, dk, dv are written once per row, straight
-  // into their columns of dqkv)
+  // (reading the split heads the forward made, after RoPE; dq, dk, dv are written once per row,
+  // straight into their columns of dqkv: dq at 0, dk at C, dv at C + G D)
   const float* heads = ws.heads();
-  auto dpart = [&](int64_t which) {
-    return MutableHeads::interleaved(ws.dqkv() + which * C, s.batch, s.heads, s.tokens, D, 3 * C);
-  };
-  attention_backward(split_part(s, heads, 0), split_part(s, heads, 1), split_part(s, heads, 2),
-                     ConstHeads::interleaved(ws.ctx(), s.batch, s.heads, s.tokens, D, C),
-                     ConstHeads::interleaved(dctx, s.batch, s.heads, s.tokens, D, C), ws.lse(), dpart(0), dpart(1),
-                     dpart(2), options);
+  const int64_t G = s.groups();
+  const MutableHeads dq = MutableHeads::interleaved(ws.dqkv(), s.batch, s.heads, s.tokens, D, Q);
+  const MutableHeads dk = MutableHeads::interleaved(ws.dqkv() + C, s.batch, G, s.tokens, D, Q);
+  const MutableHeads dv = MutableHeads::interleaved(ws.dqkv() + C + G * D, s.batch, G, s.tokens, D, Q);
+  const ConstHeads ctx = ConstHeads::interleaved(ws.ctx(), s.batch, s.heads, s.tokens, D, C);
+  const ConstHeads d_ctx = ConstHeads::interleaved(dctx, s.batch, s.heads, s.tokens, D, C);
+  if (g_reference_attention) {
+    attention_backward_reference(mha_queries(s, heads), mha_keys(s, heads), mha_values(s, heads), d_ctx, dq, dk, dv,
+                                 options);
+  } else {
+    attention_backward(mha_queries(s, heads), mha_keys(s, heads), mha_values(s, heads), ctx, d_ctx, ws.lse(), dq,
+                       dk, dv, options);
+  }
+  // q, k = rope(q), rope(k)  ->  dq, dk = R^T dq, R^T dk (the rotation by -theta), in place
+  if (s.rope.layout != RopeLayout::kNone) {
+    const RopeTable table(s.tokens, D, s.rope.base, s.rope.position_offset);
+    rope_rotate(dq, table, s.rope.layout, true, pool);
+    rope_rotate(dk, table, s.rope.layout, true, pool);
+  }
   // qkv = x W_qkv^T + b_qkv  ->  dW_qkv, db_qkv, dx
-  linear_backward(x, ws.dqkv(), rows, s.d_in, w.w_qkv, 3 * C, dx, grads.dw_qkv, grads.db_qkv, pool,
-                  grads.accumulate);
+  linear_backward(x, ws.dqkv(), rows, s.d_in, w.w_qkv, Q, dx, grads.dw_qkv, grads.db_qkv, pool, grads.accumulate);
 }
 
-double mha_forward_flops(const MhaShape& s, bool has_out_proj, bool causal) {
+double mha_forward_flops(const MhaShape& s, bool has_out_proj, bool causal, int64_t window) {
   const int64_t rows = s.batch * s.tokens, C = s.d_out, D = s.head_dim();
-  double f = gemm_flops(rows, 3 * C, s.d_in) +
-             attention_forward_flops(s.batch, s.heads, s.tokens, s.tokens, D, D, causal);
+  double f = gemm_flops(rows, s.qkv_width(), s.d_in) +
+             attention_forward_flops(s.batch, s.heads, s.tokens, s.tokens, D, D, causal, 0, window);
   if (has_out_proj) f += gemm_flops(rows, C, C);
   return f;
 }
 
-double mha_backward_flops(const MhaShape& s, bool has_out_proj, bool causal) {
+double mha_backward_flops(const MhaShape& s, bool has_out_proj, bool causal, int64_t window) {
   const int64_t rows = s.batch * s.tokens, C = s.d_out, D = s.head_dim();
-  double f = 2.0 * gemm_flops(rows, 3 * C, s.d_in) +
-             attention_backward_flops(s.batch, s.heads, s.tokens, s.tokens, D, D, causal);
+  double f = 2.0 * gemm_flops(rows, s.qkv_width(), s.d_in) +
+             attention_backward_flops(s.batch, s.heads, s.tokens, s.tokens, D, D, causal, 0, window);
   if (has_out_proj) f += 2.0 * gemm_flops(rows, C, C);
   return f;
 }

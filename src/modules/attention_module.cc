@@ -52,6 +52,10 @@ const AttentionModuleInfo& attention_module_info(const std::string& name) {
 
 std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, const AttentionConfig& c,
                                                        Generator& gen) {
+  QKV_CHECK(name == "mha" || (c.num_kv_heads == 0 && c.rope == kernels::RopeLayout::kNone && c.window == 0 && !c.alibi &&
+                c.alibi_slopes.empty() && c.softcap == 0.0f),
+            "the attention module ", name, " takes no variants (num_kv_heads, rope, window, alibi, softcap): ",
+            "only mha (MultiHeadAttention) does");
   if (name == "self-attention-v1") {
     QKV_CHECK(!c.qkv_bias, "self-attention-v1 has no bias (its weights are plain matrices); qkv_bias must be false");
     return std::make_unique<SelfAttentionV1>(c.d_in, c.d_out, gen);

@@ -12,36 +12,39 @@
 namespace qkv {
 
 void QkvWeights::bind(Linear& query, Linear& key, Linear& value) {
-  const int64_t C = query.weight.size(0);
   has_bias = query.has_bias;
-  weight = cat({query.weight, key.weight, value.weight}, 0);  // (3C, d_in)
+  weight = cat({query.weight, key.weight, value.weight}, 0);  // (C + 2 G D, d_in)
   dweight = Tensor::zeros(weight.shape());
-  bias = has_bias ? cat({query.bias, key.bias, value.bias}, 0) : Tensor();  // (3C)
+  bias = has_bias ? cat({query.bias, key.bias, value.bias}, 0) : Tensor();  // (C + 2 G D)
   dbias = has_bias ? Tensor::zeros(bias.shape()) : Tensor();
   Linear* parts[3] = {&query, &key, &value};
-  for (int64_t i = 0; i < 3; ++i) {
-    Linear& l = *parts[i];
-    l.weight = weight.slice(0, i * C, (i + 1) * C);  // rows of a contiguous tensor: contiguous
-    l.dweight = dweight.slice(0, i * C, (i + 1) * C);
+  int64_t at = 0;  // the first row of part i
+  for (Linear* part : parts) {
+    Linear& l = *part;
+    const int64_t n = l.weight.size(0);
+    l.weight = weight.slice(0, at, at + n);  // rows of a contiguous tensor: contiguous
+    l.dweight = dweight.slice(0, at, at + n);
     if (has_bias) {
-      l.bias = bias.slice(0, i * C, (i + 1) * C);
-      l.dbias = dbias.slice(0, i * C, (i + 1) * C);
+      l.bias = bias.slice(0, at, at + n);
+      l.dbias = dbias.slice(0, at, at + n);
     }
+    at += n;
   }
 }
 
 bool QkvWeights::views(const Linear& query, const Linear& key, const Linear& value) const {
   const Linear* parts[3] = {&query, &key, &value};
-  const int64_t C = weight.size(0) / 3;
-  for (int64_t i = 0; i < 3; ++i) {
-    const Linear& l = *parts[i];
-    if (l.has_bias != has_bias || l.weight.data() != weight.data() + i * C * weight.size(1) ||
-        l.dweight.data() != dweight.data() + i * C * weight.size(1) || !l.weight.is_contiguous() ||
+  int64_t at = 0;
+  for (const Linear* part : parts) {
+    const Linear& l = *part;
+    if (l.has_bias != has_bias || l.weight.dim() != 2 || l.weight.data() != weight.data() + at * weight.size(1) ||
+        l.dweight.data() != dweight.data() + at * weight.size(1) || !l.weight.is_contiguous() ||
         !l.dweight.is_contiguous())
       return false;
-    if (has_bias && (l.bias.data() != bias.data() + i * C || l.dbias.data() != dbias.data() + i * C)) return false;
+    if (has_bias && (l.bias.data() != bias.data() + at || l.dbias.data() != dbias.data() + at)) return false;
+    at += l.weight.size(0);
   }
-  return true;
+  return at == weight.size(0);
 }
 
 bool runs_fused(AttentionPath path, const Dropout& dropout) {
@@ -54,13 +57,18 @@ bool runs_fused(AttentionPath path, const Dropout& dropout) {
 }
 
 Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, int64_t heads, const MaskBuffer& mask,
-                               Dropout& dropout, AttentionTrace* trace, bool per_head_trace) {
+                               Dropout& dropout, AttentionTrace* trace, bool per_head_trace,
+                               const AttentionVariants* variants) {
   const int64_t B = x.size(0), T = x.size(1), d_in = x.size(2), C = p.query->weight.size(0);
   QKV_CHECK(T <= mask.size(), "attention: the (", mask.size(), ", ", mask.size(),
             ") mask is smaller than the (", T, ", ", T, ") score matrix");
   QKV_CHECK(p.qkv->views(*p.query, *p.key, *p.value), "attention: W_query, W_key and W_value no longer view ",
             "the module's fused QKV weight (a member was replaced; load weights with load_state_dict)");
   shape_ = {B, T, d_in, C, heads};
+  if (variants) {
+    shape_.kv_heads = variants->kv_heads;
+    shape_.rope = {variants->rope, variants->rope_base, 0};
+  }
   x_ = x.contiguous();
   has_bias_ = p.qkv->has_bias;
   kernels::MhaWeights w;
@@ -83,6 +91,12 @@ Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, int64
     mask_ = mask.corner(T).contiguous();
     options_.mask = kernels::AttentionMask::blocked(mask_.data(), T);
   }
+  if (variants) {
+    options_.window = variants->window;
+    options_.softcap = variants->softcap;
+    alibi_ = variants->alibi_slopes;
+    options_.alibi_slopes = alibi_.empty() ? nullptr : alibi_.data();
+  }
   if (dropout.active()) {
     options_.dropout_p = static_cast<float>(dropout.p());
     options_.dropout_seed = dropout.draw_seed();
@@ -96,26 +110,31 @@ Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, int64
 
 void FusedAttention::fill_trace(AttentionTrace& t, const MaskBuffer& mask, bool dropped, bool per_head) {
   const int64_t B = shape_.batch, T = shape_.tokens, C = shape_.d_out, H = shape_.heads, D = shape_.head_dim();
+  const int64_t G = shape_.groups();
   const size_t rows = static_cast<size_t>(B * T);
-  // q, k, v from the kernel's split heads (3, B, H, T, D); the context from (B, T, C)
-  Tensor heads = Tensor::empty({3, B, H, T, D});
+  // q (B, H, T, D), k, v (B, G, T, D) from the kernel's split heads (after RoPE); the context from (B, T, C)
+  Tensor heads = Tensor::empty({static_cast<int64_t>(rows) * shape_.qkv_width()});
   Tensor ctx = Tensor::empty({B, T, C});
   if (rows > 0) {
-    std::memcpy(heads.data(), ws_.heads(), rows * 3 * static_cast<size_t>(C) * sizeof(float));
+    std::memcpy(heads.data(), ws_.heads(), static_cast<size_t>(heads.numel()) * sizeof(float));
     std::memcpy(ctx.data(), ws_.ctx(), rows * static_cast<size_t>(C) * sizeof(float));
   }
   // (B, H, T, D) as the book's view + transpose, or (B, T, C) for one head (H = 1, D = C)
-  auto part = [&](int64_t which) { return per_head ? heads.select(0, which) : heads.select(0, which).select(1, 0); };
-  t.queries = part(0);
-  t.keys = part(1);
-  t.values = part(2);
+  const int64_t q_size = B * H * T * D, kv_size = B * G * T * D;
+  auto part = [&](int64_t at, int64_t size, int64_t n_heads) {
+    Tensor p = heads.slice(0, at, at + size).view({B, n_heads, T, D});
+    return per_head ? p : p.select(1, 0);
+  };
+  t.queries = part(0, q_size, H);
+  t.keys = part(q_size, kv_size, G);
+  t.values = part(q_size + kv_size, kv_size, G);
   t.context = per_head ? ctx.reshape({B, T, H, D}).transpose(1, 2) : ctx;
-  t.scores = matmul(t.queries, t.keys.T());
-  t.masked_scores = masked_fill(t.scores, mask.corner(T), -std::numeric_limits<float>::infinity());
+  t.scores = matmul(t.queries, (per_head ? repeat_kv(t.keys, H / G) : t.keys).T());
+  t.masked_scores = masked_fill(t.scores, window_blocked(mask.corner(T), options_.window),
+                                -std::numeric_limits<float>::infinity());
   // The weights, recomputed head by head from q, k and the log-sum-exp the kernel kept.
-  const int64_t part_size = B * H * T * D;
-  const kernels::ConstHeads q = kernels::ConstHeads::contiguous(ws_.heads(), B, H, T, D);
-  const kernels::ConstHeads k = kernels::ConstHeads::contiguous(ws_.heads() + part_size, B, H, T, D);
+  const kernels::ConstHeads q = kernels::mha_queries(shape_, ws_.heads());
+  const kernels::ConstHeads k = kernels::mha_keys(shape_, ws_.heads());
   auto weights = [&](bool after_dropout) {
     Tensor w = per_head ? Tensor::empty({B, H, T, T}) : Tensor::empty({B, T, T});  // H = 1 without heads
     for (int64_t b = 0; b < B; ++b)

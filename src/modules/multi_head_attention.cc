@@ -19,7 +19,13 @@ const AttentionConfig& validate_split(const AttentionConfig& c) {
   validate(c, "MultiHeadAttention");
   QKV_CHECK(c.d_out % c.num_heads == 0, "MultiHeadAttention: d_out (", c.d_out,
             ") must be divisible by num_heads (", c.num_heads, ")");
+  resolve_variants(c, "MultiHeadAttention");  // checks num_kv_heads, window, softcap, ...
   return c;
+}
+
+// W_key's and W_value's rows: G D (d_out when G = H).
+int64_t kv_rows(const AttentionConfig& c) {
+  return (c.num_kv_heads == 0 ? c.num_heads : c.num_kv_heads) * (c.d_out / c.num_heads);
 }
 
 Tensor stack_or_empty(const std::vector<Tensor>& parts) {
@@ -85,11 +91,12 @@ Tensor MultiHeadAttentionWrapper::backward(const Tensor& doutput) {
 MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, Generator& gen)
     : config(validate_split(c)),
       W_query(c.d_in, c.d_out, c.qkv_bias, gen),
-      W_key(c.d_in, c.d_out, c.qkv_bias, gen),
-      W_value(c.d_in, c.d_out, c.qkv_bias, gen),
+      W_key(c.d_in, kv_rows(c), c.qkv_bias, gen),
+      W_value(c.d_in, kv_rows(c), c.qkv_bias, gen),
       out_proj(c.d_out, c.d_out, true, gen),
       dropout(c.dropout, gen),
-      mask(c.context_length) {
+      mask(c.context_length),
+      variants_(resolve_variants(c, "MultiHeadAttention")) {
   qkv_.bind(W_query, W_key, W_value);
 }
 
@@ -110,14 +117,27 @@ Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
   check_batch_input("MultiHeadAttention", x, config.d_in, config.context_length);
   x_shape_ = x.shape();
   fused_last_ = runs_fused(config.path, dropout);
-  if (fused_last_) return fused_.forward(x, projections(), config.num_heads, mask, dropout, trace, true);
-  const int64_t B = x.size(0), T = x.size(1), H = config.num_heads, D = head_dim();
-  auto split = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };  // (B, H, T, D)
-  Tensor keys = split(W_key.forward(x));
-  Tensor queries = split(W_query.forward(x));
-  Tensor values = split(W_value.forward(x));
+  if (fused_last_) {
+    return fused_.forward(x, projections(), config.num_heads, mask, dropout, trace, true,
+                          variants_.any() ? &variants_ : nullptr);
+  }
+  const int64_t B = x.size(0), T = x.size(1), H = config.num_heads, G = num_kv_heads(), D = head_dim();
+  auto split = [&](const Tensor& t, int64_t heads) {  // (B, heads, T, D)
+    return t.view({B, T, heads, D}).transpose(1, 2);
+  };
+  Tensor keys = split(W_key.forward(x), G);
+  Tensor queries = split(W_query.forward(x), H);
+  Tensor values = split(W_value.forward(x), G);
   const Tensor blocked = mask.corner(T);  // (T, T)
-  Tensor context = attend(queries, keys, values, &blocked, &dropout, trace, &saved_);  // (B, H, T, D)
+  Tensor context;                         // (B, H, T, D)
+  if (variants_.any()) {
+    // queries, keys = rope(queries), rope(keys), then the variants' scores (attention_variants.h)
+    queries = rope(queries, variants_.rope, variants_.rope_base);
+    keys = rope(keys, variants_.rope, variants_.rope_base);
+    context = attend_variants(queries, keys, values, &blocked, variants_, &dropout, trace, &variant_saved_);
+  } else {
+    context = attend(queries, keys, values, &blocked, &dropout, trace, &saved_);
+  }
   Tensor merged = context.transpose(1, 2).reshape({B, T, config.d_out});  // (B, T, d_out)
   return out_proj.forward(merged);
 }
@@ -130,10 +150,19 @@ Tensor MultiHeadAttention::backward(const Tensor& doutput) {
   Tensor dmerged = out_proj.backward(doutput);  // (B, T, d_out), contiguous
   // merged = context.transpose(1, 2).reshape({B, T, d_out})
   Tensor dcontext = dmerged.view({B, T, H, D}).transpose(1, 2);  // (B, H, T, D)
-  // context = attend(queries, keys, values, &mask, &dropout, ...)
-  AttentionGrads g = attend_backward(dcontext, saved_, &dropout);
-  // keys = split(W_key.forward(x)) etc., split(t) = t.view({B, T, H, D}).transpose(1, 2)
-  auto merge = [&](const Tensor& t) { return t.transpose(1, 2).reshape({B, T, config.d_out}); };
+  AttentionGrads g;
+  if (variants_.any()) {
+    // context = attend_variants(queries, keys, values, ...)
+    g = attend_variants_backward(dcontext, variant_saved_, variants_, &dropout);
+    // queries, keys = rope(queries), rope(keys): dq, dk = R^T dq, R^T dk
+    g.dq = rope(g.dq, variants_.rope, variants_.rope_base, /*inverse=*/true);
+    g.dk = rope(g.dk, variants_.rope, variants_.rope_base, /*inverse=*/true);
+  } else {
+    // context = attend(queries, keys, values, &mask, &dropout, ...)
+    g = attend_backward(dcontext, saved_, &dropout);
+  }
+  // keys = split(W_key.forward(x), G) etc., split(t, n) = t.view({B, T, n, D}).transpose(1, 2)
+  auto merge = [&](const Tensor& t) { return t.transpose(1, 2).reshape({B, T, t.size(1) * D}); };
   Tensor dx = W_value.backward(merge(g.dv));
   dx = add(dx, W_query.backward(merge(g.dq)));
   return add(dx, W_key.backward(merge(g.dk)));  // (B, T, d_in)

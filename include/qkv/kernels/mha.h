@@ -2,15 +2,18 @@
 // MultiHeadAttention (and, with one head and no output projection, CausalAttention) computes,
 // as three steps with no transposes and nothing (T, T)-sized:
 //
-//   qkv = x W_qkv^T + b_qkv        (B*T, 3C)  GEMMs over chunks of rows; W_qkv = [W_query; W_key; W_value]
-//   heads = split(qkv)             (3, B, H, T, D) each chunk copied into contiguous heads as it is
-//                                             made (the whole (B*T, 3C) matrix never exists)
+//   qkv = x W_qkv^T + b_qkv        (B*T, (H + 2G) D)  GEMMs over chunks of rows; W_qkv = [W_query; W_key; W_value]
+//   heads = split(qkv)             q (B, H, T, D), k and v (B, G, T, D), contiguous, each chunk
+//                                             copied as it is made (the whole QKV matrix never exists)
+//   q, k = rope(q), rope(k)        in place, at positions offset + t (only with a RoPE layout)
 //   ctx = attention(q, k, v)       (B*T, C)   the fused kernel reads the heads and writes head h
 //                                             of ctx at column offset h*D: the book's view /
 //                                             transpose / merge costs one copy in all
 //   y   = ctx W_out^T + b_out      (B*T, C)   skipped (y = ctx) when w_out is null
 //
-// Legend: B batch, T tokens, C_in = d_in, C = d_out, H heads, D = C / H.
+// Legend: B batch, T tokens, C_in = d_in, C = d_out, H query heads, G key/value heads (dividing
+// H; query head h reads kv head h / (H / G)), D = C / H, Q = (H + 2G) D the QKV product's width
+// (3C when G = H). The backward rotates dq and dk back (R^T, rope.h) before the QKV GEMMs.
 // Forward and backward share an MhaWorkspace: the forward leaves heads, ctx and lse in it, the
 // backward reads them (so call mha_backward after the mha_forward whose gradients it computes).
 #pragma once
@@ -19,24 +22,29 @@
 #include <memory>
 
 #include "qkv/kernels/attention.h"
+#include "qkv/kernels/rope.h"
 
 namespace qkv::kernels {
 
 struct MhaShape {
   int64_t batch = 0, tokens = 0, d_in = 0, d_out = 0, heads = 1;
+  int64_t kv_heads = 0;  // G; 0 means G = H (multi-head attention)
+  RopeOptions rope = {};  // RoPE on q and k after the split (layout kNone: none)
   int64_t head_dim() const { return d_out / heads; }
+  int64_t groups() const { return kv_heads > 0 ? kv_heads : heads; }     // G
+  int64_t qkv_width() const { return (heads + 2 * groups()) * head_dim(); }  // Q = (H + 2G) D
 };
 
 struct MhaWeights {
-  const float* w_qkv = nullptr;  // (3 C, C_in): rows [0, C) W_query, [C, 2C) W_key, [2C, 3C) W_value
-  const float* b_qkv = nullptr;  // (3 C) or null (qkv_bias=False, the book's default)
+  const float* w_qkv = nullptr;  // (Q, C_in): rows [0, C) W_query, [C, C + GD) W_key, [C + GD, Q) W_value
+  const float* b_qkv = nullptr;  // (Q) or null (qkv_bias=False, the book's default)
   const float* w_out = nullptr;  // (C, C) or null: no output projection (CausalAttention)
   const float* b_out = nullptr;  // (C) or null
 };
 
 struct MhaGradients {             // null members are skipped
-  float* dw_qkv = nullptr;        // (3 C, C_in)
-  float* db_qkv = nullptr;        // (3 C)
+  float* dw_qkv = nullptr;        // (Q, C_in)
+  float* db_qkv = nullptr;        // (Q)
   float* dw_out = nullptr;        // (C, C)
   float* db_out = nullptr;        // (C)
   bool accumulate = false;        // add into them (PyTorch's .grad) instead of writing them
@@ -46,8 +54,8 @@ struct MhaGradients {             // null members are skipped
 // the workspace.
 class MhaWorkspace {
  public:
-  float* qkv() { return qkv_.get(); }      // (rows, 3C): staging for a chunk of the QKV product
-  float* heads() { return heads_.get(); }  // (3, B, H, T, D): q, k, v split into contiguous heads
+  float* qkv() { return qkv_.get(); }      // (rows, Q): staging for a chunk of the QKV product
+  float* heads() { return heads_.get(); }  // q (B, H, T, D), then k, v (B, G, T, D): contiguous heads
   float* ctx() { return ctx_.get(); }  // (B*T, C)
   float* lse() { return lse_.get(); }  // (B, H, T)
   float* dctx() { return dctx_.get(); }
@@ -67,15 +75,27 @@ class MhaWorkspace {
 };
 
 // y (B*T, C) from x (B*T, C_in). options: the attention's (mask: causal for the book's classes;
-// scale: 1/sqrt(D); dropout; pool, also used by the GEMMs).
+// scale: 1/sqrt(D); dropout; window, ALiBi slopes (H), softcap; pool, also used by the GEMMs).
 void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* y, MhaWorkspace& ws,
                  const AttentionOptions& options);
 // dx (B*T, C_in) and the weight gradients from dy (B*T, C), after mha_forward(s, w, x, ..., ws).
 void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const float* dy, float* dx,
                   const MhaGradients& grads, MhaWorkspace& ws, const AttentionOptions& options);
 
-// FLOPs: projections (2 B T C_in 3C + 2 B T C C) plus the attention's (causal pairs only).
-double mha_forward_flops(const MhaShape& s, bool has_out_proj, bool causal);
-double mha_backward_flops(const MhaShape& s, bool has_out_proj, bool causal);
+// The split parts of the workspace's heads: q (B, H, T, D), k and v (B, G, T, D), contiguous.
+ConstHeads mha_queries(const MhaShape& s, const float* heads);
+ConstHeads mha_keys(const MhaShape& s, const float* heads);
+ConstHeads mha_values(const MhaShape& s, const float* heads);
+
+// For tests: run the naive references (attention_forward_reference / _backward_reference) in
+// place of the fused kernel inside mha_forward / mha_backward, process-wide, e.g. to test the
+// pipeline's variants (grouped-query heads, RoPE, windows, ALiBi, softcap) on their own. Off by
+// default; returns the previous setting.
+bool mha_use_reference_attention(bool on);
+
+// FLOPs: projections (2 B T C_in Q + 2 B T C C) plus the attention's (visible pairs only: causal
+// and window; RoPE's O(T D) rotations are not counted).
+double mha_forward_flops(const MhaShape& s, bool has_out_proj, bool causal, int64_t window = 0);
+double mha_backward_flops(const MhaShape& s, bool has_out_proj, bool causal, int64_t window = 0);
 
 }  // namespace qkv::kernels

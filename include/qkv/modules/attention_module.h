@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "qkv/core/generator.h"
+#include "qkv/kernels/rope.h"
 #include "qkv/modules/attention_core.h"
 #include "qkv/modules/module.h"
 
@@ -33,6 +34,14 @@ struct AttentionConfig {
   int64_t num_heads = 1;       // the multi-head classes only
   bool qkv_bias = false;       // all but SelfAttentionV1
   AttentionPath path = AttentionPath::kAuto;  // the causal classes only
+  // MultiHeadAttention's variants, all off by default (see attention_variants.h for the formula):
+  int64_t num_kv_heads = 0;        // G key/value heads, dividing num_heads; 0: num_heads (G = H)
+  kernels::RopeLayout rope = kernels::RopeLayout::kNone;  // RoPE on queries and keys per head
+  double rope_base = 10000.0;      // RoPE's base (frequencies base^(-2i / D))
+  int64_t window = 0;              // > 0: key j hidden from query i when j <= i - window; 0: none
+  bool alibi = false;              // ALiBi with the paper's slopes (kernels::alibi_default_slopes)
+  std::vector<float> alibi_slopes = {};  // (num_heads) given ALiBi slopes (implies alibi), or empty
+  float softcap = 0.0f;            // > 0: scaled scores capped as softcap * tanh(x / softcap); 0: none
 };
 
 class AttentionModule : public Module {

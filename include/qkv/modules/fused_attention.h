@@ -17,10 +17,12 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "qkv/kernels/mha.h"
 #include "qkv/modules/attention_core.h"
 #include "qkv/modules/attention_module.h"
+#include "qkv/modules/attention_variants.h"
 #include "qkv/modules/mask_buffer.h"
 
 namespace qkv {
@@ -28,16 +30,17 @@ namespace qkv {
 class Dropout;
 class Linear;
 
-// One owner for W_query, W_key and W_value and their gradients. Legend: C = d_out.
+// One owner for W_query, W_key and W_value and their gradients. Legend: C = d_out, G key/value
+// heads of D = C / H (G D = C without grouped-query attention), Q = C + 2 G D.
 struct QkvWeights {
-  Tensor weight;   // (3 C, d_in): rows [0, C) W_query, [C, 2C) W_key, [2C, 3C) W_value
-  Tensor bias;     // (3 C), or empty without qkv_bias
-  Tensor dweight;  // (3 C, d_in), viewed likewise by the Linears' dweight
-  Tensor dbias;    // (3 C), or empty
+  Tensor weight;   // (Q, d_in): rows [0, C) W_query, [C, C + GD) W_key, [C + GD, Q) W_value
+  Tensor bias;     // (Q), or empty without qkv_bias
+  Tensor dweight;  // (Q, d_in), viewed likewise by the Linears' dweight
+  Tensor dbias;    // (Q), or empty
   bool has_bias = false;
 
   // Takes the three Linears' values (drawn in PyTorch's order by their constructors) into one
-  // (3 C, d_in) tensor and makes each Linear's weight, bias, dweight and dbias a view of its rows.
+  // (Q, d_in) tensor and makes each Linear's weight, bias, dweight and dbias a view of its rows.
   void bind(Linear& query, Linear& key, Linear& value);
   // Whether the Linears still view these tensors (they do unless a caller replaced a member).
   bool views(const Linear& query, const Linear& key, const Linear& value) const;
@@ -56,9 +59,11 @@ class FusedAttention {
  public:
   // x (B, T, d_in) -> (B, T, d_out), T <= mask.size(). With `per_head_trace` the trace holds
   // (B, H, T, D) / (B, H, T, T) tensors (MultiHeadAttention), else (B, T, d_out) / (B, T, T)
-  // (CausalAttention, one head).
+  // (CausalAttention, one head); keys and values have G heads. `variants` (MultiHeadAttention's:
+  // grouped-query heads, RoPE, window, ALiBi, softcap) go to the pipeline and the kernel.
   Tensor forward(const Tensor& x, const FusedProjections& p, int64_t heads, const MaskBuffer& mask,
-                 Dropout& dropout, AttentionTrace* trace, bool per_head_trace);
+                 Dropout& dropout, AttentionTrace* trace, bool per_head_trace,
+                 const AttentionVariants* variants = nullptr);
   // dL/dx (B, T, d_in) from dL/dy (B, T, d_out) for the last forward; adds every parameter's
   // gradient into its Linear's dweight / dbias.
   Tensor backward(const Tensor& dy, const FusedProjections& p);
@@ -71,6 +76,7 @@ class FusedAttention {
   kernels::MhaWorkspace ws_;  // heads, ctx, lse of the last forward; reused across calls
   Tensor x_;                  // (B, T, d_in) contiguous, the last forward's input
   Tensor mask_;               // (T, T) contiguous when the mask is not causal
+  std::vector<float> alibi_;  // (H) ALiBi slopes options_ points at, or empty
   bool has_bias_ = false;     // whether the last forward's projections had biases
   bool has_forward_ = false;
 };

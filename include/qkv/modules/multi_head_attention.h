@@ -6,12 +6,19 @@
 //   x (B, T, d_in) -> queries (B, T, d_out) -> view (B, T, H, D) -> transpose (B, H, T, D)
 //   -> causal attention per head -> (B, T, H, D) -> (B, T, d_out) -> out_proj -> (B, T, d_out)
 //   with D = head_dim = d_out / num_heads (d_out must be divisible by num_heads).
+//   Variants (config.num_kv_heads, rope, window, alibi, softcap; attention_variants.h): W_key and
+//   W_value become (G D, d_in) (the book's bonus GroupedQueryAttention, same state-dict names),
+//   query head h reads key/value head h / (H / G); RoPE rotates queries and keys per head; the
+//   scores are capped, biased by ALiBi and hidden outside the window. With none of them this is
+//   exactly the book's class.
 // Both take config.path's computation (see AttentionPath); backward follows the last forward's.
-// Traces hold per-head tensors: weights (B, H, T, T), queries/keys/values (B, H, T, D).
+// Traces hold per-head tensors: weights (B, H, T, T), queries (B, H, T, D), keys/values
+// (B, G, T, D), queries and keys after RoPE.
 #pragma once
 
 #include <vector>
 
+#include "qkv/modules/attention_variants.h"
 #include "qkv/modules/causal_attention.h"
 
 namespace qkv {
@@ -39,18 +46,22 @@ class MultiHeadAttention : public AttentionModule {
   Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr) override;  // (B, T, d_in) -> (B, T, d_out)
   Tensor backward(const Tensor& doutput) override;  // (B, T, d_out) -> (B, T, d_in)
   int64_t head_dim() const { return config.d_out / config.num_heads; }
+  int64_t num_kv_heads() const { return variants_.kv_heads; }
 
   AttentionConfig config;
-  Linear W_query, W_key, W_value;  // weight (d_out, d_in)
+  Linear W_query;                  // weight (d_out, d_in)
+  Linear W_key, W_value;           // weight (G D, d_in): d_out rows without grouped-query heads
   Linear out_proj;                 // weight (d_out, d_out), bias (d_out)
   Dropout dropout;
   MaskBuffer mask;                 // the (context_length, context_length) buffer, causal unless loaded otherwise
 
  private:
   FusedProjections projections() { return {&qkv_, &W_query, &W_key, &W_value, &out_proj}; }
+  AttentionVariants variants_;  // resolved from config
   QkvWeights qkv_;        // owns W_query, W_key and W_value (they view its rows)
   Shape x_shape_;         // (B, T, d_in) of the last forward
   AttentionSaved saved_;  // textbook path, per head: q, k, v (B, H, T, D), weights (B, H, T, T)
+  VariantSaved variant_saved_;  // textbook path with variants
   FusedAttention fused_;  // fused path
   bool fused_last_ = false;
 };

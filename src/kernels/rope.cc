@@ -1,0 +1,81 @@
+// Rotary position embedding. See include/qkv/kernels/rope.h.
+#include "qkv/kernels/rope.h"
+
+#include <cmath>
+
+#include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
+
+namespace qkv::kernels {
+
+RopeLayout parse_rope_layout(const std::string& name) {
+  if (name == "none") return RopeLayout::kNone;
+  if (name == "half") return RopeLayout::kHalf;
+  if (name == "interleaved") return RopeLayout::kInterleaved;
+  fail("unknown RoPE layout ", excerpt(name), "; expected one of: none, half, interleaved");
+}
+
+const char* rope_layout_name(RopeLayout layout) {
+  switch (layout) {
+    case RopeLayout::kNone: return "none";
+    case RopeLayout::kHalf: return "half";
+    case RopeLayout::kInterleaved: return "interleaved";
+  }
+  return "?";
+}
+
+RopeTable::RopeTable(int64_t positions, int64_t head_dim, double base, int64_t position_offset)
+    : positions_(positions), dim_(head_dim) {
+  QKV_CHECK(head_dim >= 2 && head_dim % 2 == 0, "RoPE: the head dim D (", head_dim,
+            ") must be even (RoPE rotates pairs of elements)");
+  QKV_CHECK(std::isfinite(base) && base > 0.0, "RoPE: the base must be positive, got ", base);
+  QKV_CHECK(positions >= 0 && position_offset >= 0, "RoPE: positions (", positions, ") and the position offset (",
+            position_offset, ") must not be negative");
+  const int64_t half = head_dim / 2;
+  cos_.resize(static_cast<size_t>(positions * half));
+  sin_.resize(static_cast<size_t>(positions * half));
+  for (int64_t i = 0; i < half; ++i) {
+    const double freq = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    for (int64_t n = 0; n < positions; ++n) {
+      const double theta = static_cast<double>(position_offset + n) * freq;
+      cos_[static_cast<size_t>(n * half + i)] = static_cast<float>(std::cos(theta));
+      sin_[static_cast<size_t>(n * half + i)] = static_cast<float>(std::sin(theta));
+    }
+  }
+}
+
+void rope_rotate(MutableHeads x, const RopeTable& table, RopeLayout layout, bool inverse, ThreadPool* pool) {
+  if (layout == RopeLayout::kNone) return;
+  QKV_CHECK(x.dim == table.head_dim() && x.tokens <= table.positions(), "RoPE: heads (", x.batch, ", ", x.heads,
+            ", ", x.tokens, ", ", x.dim, ") do not fit a table of ", table.positions(), " positions and D = ",
+            table.head_dim());
+  const int64_t half = x.dim / 2;
+  // the pair (a, b) of element i: (i, i + D/2) or (2i, 2i + 1), in strides of d
+  const int64_t a_step = layout == RopeLayout::kHalf ? 1 : 2;
+  const int64_t b_offset = layout == RopeLayout::kHalf ? half : 1;
+  const float sign = inverse ? -1.0f : 1.0f;  // R^T: the rotation by -theta
+  ThreadPool& p = pool ? *pool : default_pool();
+  p.parallel_for(x.batch * x.heads, [&](int64_t task, int) {
+    const int64_t b = task / x.heads, h = task % x.heads;
+    for (int64_t n = 0; n < x.tokens; ++n) {
+      float* row = x.row(b, h, n);
+      const float* c = table.cos_row(n);
+      const float* s = table.sin_row(n);
+      for (int64_t i = 0; i < half; ++i) {
+        float& xa = row[i * a_step * x.stride_d];
+        float& xb = row[(i * a_step + b_offset) * x.stride_d];
+        const float a = xa, bv = xb, sn = sign * s[i];
+        xa = a * c[i] - bv * sn;
+        xb = bv * c[i] + a * sn;
+      }
+    }
+  });
+}
+
+void rope_rotate(MutableHeads x, const RopeOptions& options, bool inverse, ThreadPool* pool) {
+  if (options.layout == RopeLayout::kNone) return;
+  const RopeTable table(x.tokens, x.dim, options.base, options.position_offset);
+  rope_rotate(x, table, options.layout, inverse, pool);
+}
+
+}  // namespace qkv::kernels
