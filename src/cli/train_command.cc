@@ -10,7 +10,9 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <limits>
 #include <optional>
+#include <set>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
@@ -86,6 +88,21 @@ struct OptionFlags {
     add_attention_flag(sub, value, f.help);
     after(f);
   }
+  void operator()(const OptionField& f, kernels::RopeLayout& value) {
+    const std::string flag = f.flag;
+    sub->add_option_function<std::string>(
+           flag,
+           [&value, flag](const std::string& s) {
+             if (s != "none" && s != "half" && s != "interleaved")
+               throw CLI::ValidationError(flag + ": " + excerpt(s) +
+                                          " is not a RoPE layout; expected none, half or interleaved");
+             value = kernels::parse_rope_layout(s);
+           },
+           f.help)
+        ->type_name("LAYOUT")
+        ->default_str(kernels::rope_layout_name(value));
+    after(f);
+  }
   void operator()(const OptionField& f, TrainTask& value) {
     add_enum(f, value, train_task_names(), parse_train_task, train_task_name);
   }
@@ -104,6 +121,72 @@ struct OptionFlags {
     after(f);
   }
 };
+
+template <typename... Args>
+[[noreturn]] void bad_flag(const std::string& flag, const Args&... what) {
+  throw CLI::ValidationError(flag + ": " + str(what...));  // a usage error: exit status 2
+}
+
+// An option's value as a flag takes it: 4, half, true.
+template <typename T>
+std::string option_text(const T& v) {
+  const nlohmann::json j = option_to_json(v);
+  return j.is_string() ? j.get<std::string>() : j.dump();
+}
+
+// The model's attention flags given (or resumed), checked against the rest of the model before
+// anything is built; the library checks them again (validate_lm_config) with the fields' names.
+void check_model_flags(const LMConfig& m, const CLI::App& sub) {
+  auto given = [&](const char* flag) { return sub.count(flag) > 0; };
+  if (given("--num-kv-heads") && m.num_kv_heads != 0 &&
+      (m.num_kv_heads < 0 || m.num_heads < 1 || m.num_heads % m.num_kv_heads != 0))
+    bad_flag("--num-kv-heads", m.num_kv_heads, " must divide --num-heads (", m.num_heads,
+             "): each key/value head serves num_heads / num_kv_heads query heads (0: --num-heads)");
+  if (given("--rope") && m.rope != kernels::RopeLayout::kNone && m.num_heads >= 1 && m.d_model % m.num_heads == 0 &&
+      (m.d_model / m.num_heads) % 2 != 0)
+    bad_flag("--rope", kernels::rope_layout_name(m.rope), " needs an even head dim, got ", m.d_model / m.num_heads,
+             " (--d-model ", m.d_model, " / --num-heads ", m.num_heads, ")");
+  if (given("--rope-base") && !(m.rope_base > 0.0))
+    bad_flag("--rope-base", m.rope_base, " must be positive");
+  if (given("--rope-base") && m.rope == kernels::RopeLayout::kNone)
+    bad_flag("--rope-base", m.rope_base, " needs --rope half or --rope interleaved");
+  if (given("--window") && m.window < 0)
+    bad_flag("--window", m.window, " must not be negative (W >= 1: a sliding window of W keys; 0: none)");
+  if (given("--window") && m.context_length > 0 && m.window > m.context_length)
+    bad_flag("--window", m.window, " must be at most --context-length (", m.context_length,
+             "): a wider window hides nothing");
+  if (given("--softcap") && !(m.softcap >= 0.0 && m.softcap <= std::numeric_limits<float>::max()))
+    bad_flag("--softcap", m.softcap, " must be >= 0 and within float's range (0: no softcap)");
+}
+
+// The model flags that change what the weights compute without changing their shapes: given with
+// --resume, each must say what the checkpoint says (a flag that changes a shape is refused by the
+// tensor's shape when the weights load).
+void check_resume_model_flags(const LMConfig& checkpoint, const LMConfig& flags, const CLI::App& sub,
+                              const std::string& file) {
+  static const std::set<std::string> fixed = {"num_heads", "num_kv_heads", "rope", "rope_base",
+                                              "window",    "alibi",        "softcap"};
+  visit_fields(
+      [&](const OptionField& field, const auto& ckpt, const auto& given) {
+        if (fixed.count(field.key) == 0 || sub.count(field.flag) == 0 || ckpt == given) return;
+        bad_flag(field.flag, option_text(given), " disagrees with the checkpoint ", excerpt(file),
+                 ", whose model was trained with ", field.key, " ", option_text(ckpt),
+                 " (leave the flag out to keep it)");
+      },
+      checkpoint, flags);
+}
+
+// ", 2 kv heads, rope half (base 10000), window 8, alibi, softcap 30" for the variants on, or "".
+std::string variants_text(const LMConfig& m) {
+  std::string t;
+  if (m.num_kv_heads > 0 && m.num_kv_heads != m.num_heads) t += str(", ", m.num_kv_heads, " kv heads");
+  if (m.rope != kernels::RopeLayout::kNone)
+    t += str(", rope ", kernels::rope_layout_name(m.rope), " (base ", m.rope_base, ")");
+  if (m.window > 0) t += str(", window ", m.window);
+  if (m.alibi) t += ", alibi";
+  if (m.softcap > 0) t += str(", softcap ", m.softcap);
+  return t;
+}
 
 std::string clock_time(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -234,11 +317,13 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
   std::optional<Checkpoint> resumed;
   if (!f.resume.empty()) {
     resumed = load_checkpoint(f.resume);
+    check_resume_model_flags(resumed->options.model, f.o.model, sub, f.resume);
     o = resumed->options;
     visit_fields([&](const OptionField& field, auto& to, const auto& given) {
       if (sub.count(field.flag) > 0) to = given;
     }, o, f.o);
   }
+  check_model_flags(o.model, sub);
   if (sub.count("--text-file") > 0) o.task = TrainTask::kText;
   if (sub.count("--data") > 0) o.task = TrainTask::kData;
   QKV_CHECK(o.task != TrainTask::kData || !o.data_file.empty(), "--task data needs --data FILE");
@@ -273,7 +358,7 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
     const LMConfig& m = o.model;
     std::cerr << "qkv train: " << trainer.data().describe() << "\n  model: attention-only LM, vocab " << m.vocab_size
               << ", d_model " << m.d_model << ", " << m.num_heads << " heads, " << m.num_layers
-              << " layers, context " << m.context_length << ", dropout " << m.dropout << " ("
+              << " layers, context " << m.context_length << ", dropout " << m.dropout << variants_text(m) << " ("
               << trainer.model().num_parameters() << " parameters)\n  " << optimizer_kind_name(o.optimizer) << ", lr "
               << o.lr << " -> " << o.min_lr << " (warm-up " << o.warmup << ", cosine), batch " << o.batch_size
               << ", clip " << o.clip << ", seed " << o.seed << "\n";

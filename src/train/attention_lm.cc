@@ -2,6 +2,7 @@
 #include "qkv/train/attention_lm.h"
 
 #include <cmath>
+#include <limits>
 
 #include "qkv/core/error.h"
 #include "qkv/core/ops.h"
@@ -10,13 +11,7 @@ namespace qkv {
 namespace {
 
 const LMConfig& validate(const LMConfig& c) {
-  QKV_CHECK(c.vocab_size > 0, "AttentionLM: vocab_size (", c.vocab_size, ") must be positive");
-  QKV_CHECK(c.context_length > 0, "AttentionLM: context_length (", c.context_length, ") must be positive");
-  QKV_CHECK(c.d_model > 0, "AttentionLM: d_model (", c.d_model, ") must be positive");
-  QKV_CHECK(c.num_heads > 0 && c.d_model % c.num_heads == 0, "AttentionLM: d_model (", c.d_model,
-            ") must be divisible by num_heads (", c.num_heads, ")");
-  QKV_CHECK(c.num_layers >= 0, "AttentionLM: num_layers (", c.num_layers, ") must not be negative");
-  QKV_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, "AttentionLM: dropout (", c.dropout, ") must be in [0, 1)");
+  validate_lm_config(c);
   return c;
 }
 
@@ -28,6 +23,12 @@ std::vector<MultiHeadAttention> build_blocks(const LMConfig& c, Generator& gen) 
   a.num_heads = c.num_heads;
   a.qkv_bias = c.qkv_bias;
   a.path = c.attention;
+  a.num_kv_heads = c.num_kv_heads;
+  a.rope = c.rope;
+  a.rope_base = c.rope_base;
+  a.window = c.window;
+  a.alibi = c.alibi;
+  a.softcap = static_cast<float>(c.softcap);  // validate: within float's range
   std::vector<MultiHeadAttention> blocks;
   blocks.reserve(static_cast<size_t>(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) blocks.emplace_back(a, gen);  // in order, as nn.ModuleList
@@ -41,6 +42,28 @@ bool finite(const Tensor& t) {
 }
 
 }  // namespace
+
+void validate_lm_config(const LMConfig& c) {
+  QKV_CHECK(c.vocab_size > 0, "AttentionLM: vocab_size (", c.vocab_size, ") must be positive");
+  QKV_CHECK(c.context_length > 0, "AttentionLM: context_length (", c.context_length, ") must be positive");
+  QKV_CHECK(c.d_model > 0, "AttentionLM: d_model (", c.d_model, ") must be positive");
+  QKV_CHECK(c.num_heads > 0 && c.d_model % c.num_heads == 0, "AttentionLM: d_model (", c.d_model,
+            ") must be divisible by num_heads (", c.num_heads, ")");
+  QKV_CHECK(c.num_layers >= 0, "AttentionLM: num_layers (", c.num_layers, ") must not be negative");
+  QKV_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, "AttentionLM: dropout (", c.dropout, ") must be in [0, 1)");
+  QKV_CHECK(c.num_kv_heads >= 0 && c.num_kv_heads <= c.num_heads && (c.num_kv_heads == 0 || c.num_heads % c.num_kv_heads == 0),
+            "AttentionLM: num_kv_heads (", c.num_kv_heads, ") must divide num_heads (", c.num_heads,
+            "), or be 0 for num_heads");
+  QKV_CHECK(c.rope == kernels::RopeLayout::kNone || (c.d_model / c.num_heads) % 2 == 0, "AttentionLM: rope (",
+            kernels::rope_layout_name(c.rope), ") needs an even head dim, but d_model / num_heads is ", c.d_model, " / ",
+            c.num_heads, " = ", c.d_model / c.num_heads);
+  QKV_CHECK(std::isfinite(c.rope_base) && c.rope_base > 0.0, "AttentionLM: rope_base (", c.rope_base,
+            ") must be a positive finite number");
+  QKV_CHECK(c.window >= 0 && c.window <= c.context_length, "AttentionLM: window (", c.window,
+            ") must be in [0, context_length = ", c.context_length, "] (0: no window)");
+  QKV_CHECK(std::isfinite(c.softcap) && c.softcap >= 0.0 && c.softcap <= std::numeric_limits<float>::max(),
+            "AttentionLM: softcap (", c.softcap, ") must be a finite number >= 0 within float's range (0: no softcap)");
+}
 
 nlohmann::json to_json(const LMConfig& c) { return fields_to_json(c); }
 

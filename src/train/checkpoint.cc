@@ -91,12 +91,14 @@ bool all_finite(const Tensor& t) {
 // The state dict AttentionLM(config) has: names and shapes (see AttentionLM::collect_state).
 std::vector<std::pair<std::string, Shape>> model_shapes(const LMConfig& m) {
   const int64_t V = m.vocab_size, T = m.context_length, C = m.d_model;
+  const int64_t KV = (m.num_kv_heads > 0 ? m.num_kv_heads : m.num_heads) * (C / m.num_heads);  // W_key's rows
   std::vector<std::pair<std::string, Shape>> out = {{"tok_emb.weight", {V, C}}, {"pos_emb.weight", {T, C}}};
   for (int64_t i = 0; i < m.num_layers; ++i) {
     const std::string b = "blocks." + std::to_string(i) + ".";
     for (const char* w : {"W_query.", "W_key.", "W_value."}) {
-      out.push_back({b + w + "weight", {C, C}});
-      if (m.qkv_bias) out.push_back({b + w + "bias", {C}});
+      const int64_t rows = std::string(w) == "W_query." ? C : KV;
+      out.push_back({b + w + "weight", {rows, C}});
+      if (m.qkv_bias) out.push_back({b + w + "bias", {rows}});
     }
     out.push_back({b + "out_proj.weight", {C, C}});
     out.push_back({b + "out_proj.bias", {C}});
@@ -112,6 +114,7 @@ std::vector<std::pair<std::string, Shape>> model_shapes(const LMConfig& m) {
 // finite, the step against the loss history.
 void validate(const Checkpoint& c) {
   check_train_request(c.options);  // sizes in range, products checked, memory within the limits
+  validate_lm_config(c.options.model);  // the variants too: num_kv_heads divides num_heads, window <= context, ...
   const std::vector<std::pair<std::string, Shape>> shapes = model_shapes(c.options.model);
   std::map<std::string, const Shape*> params;
   for (const auto& [name, shape] : shapes) {
@@ -120,7 +123,8 @@ void validate(const Checkpoint& c) {
               " layers) call for");
     QKV_CHECK(it->second.shape() == shape, "tensor ", excerpt(name), " has shape ", shape_str(it->second.shape()),
               " but its options (vocab_size ", c.options.model.vocab_size, ", context_length ",
-              c.options.model.context_length, ", d_model ", c.options.model.d_model, ") make it ", shape_str(shape));
+              c.options.model.context_length, ", d_model ", c.options.model.d_model, ", num_heads ",
+              c.options.model.num_heads, ", num_kv_heads ", c.options.model.num_kv_heads, ") make it ", shape_str(shape));
     if (name.size() < 5 || name.compare(name.size() - 5, 5, ".mask") != 0) params[name] = &shape;
   }
   QKV_CHECK(c.model.size() == shapes.size(), "it has ", c.model.size(), " model tensors but its options call for ",

@@ -50,4 +50,13 @@ void read_option(const nlohmann::json& j, AttentionPath& out, const std::string&
   }
 }
 
+void read_option(const nlohmann::json& j, kernels::RopeLayout& out, const std::string& key) {
+  if (!j.is_string()) wrong_type(j, key, "one of \"none\", \"half\", \"interleaved\"");
+  try {
+    out = kernels::parse_rope_layout(j.get<std::string>());
+  } catch (const Error& e) {
+    fail("'", key, "': ", e.what());
+  }
+}
+
 }  // namespace qkv

@@ -39,11 +39,21 @@ struct LMConfig {
   double dropout = 0.0;
   bool qkv_bias = false;
   AttentionPath attention = AttentionPath::kAuto;  // the blocks' computation (fused unless PyTorch dropout)
+  // MultiHeadAttention's variants (AttentionConfig's, attention_variants.h), all off by default:
+  int64_t num_kv_heads = 0;   // G key/value heads, dividing num_heads; 0: num_heads
+  kernels::RopeLayout rope = kernels::RopeLayout::kNone;  // RoPE on queries and keys (even head dim)
+  double rope_base = 10000.0;  // RoPE's base, > 0
+  int64_t window = 0;          // > 0: query i sees keys j > i - window (at most context_length); 0: none
+  bool alibi = false;          // ALiBi with the paper's slopes
+  double softcap = 0.0;        // > 0: scaled scores capped as softcap * tanh(x / softcap); 0: none
 };
 
+// Throws qkv::Error naming the first field out of its range (and its value) with what it must be.
+void validate_lm_config(const LMConfig& c);
+
 // LMConfig's fields, once (see option_fields.h): JSON keys as the checkpoints' "model" object
-// spells them (every one required but "attention", absent from the first checkpoints), and the
-// flags of `qkv train`.
+// spells them (every one required but "attention" and the variants, absent from the first
+// checkpoints: an absent one keeps its default), and the flags of `qkv train`.
 template <typename V, typename... C>
   requires(std::same_as<std::remove_const_t<C>, LMConfig> && ...)
 void visit_fields(V&& v, C&... c) {
@@ -62,6 +72,23 @@ void visit_fields(V&& v, C&... c) {
   v(OptionField{"attention", "--attention",
                 "auto (fused; textbook while dropout is on, for PyTorch's masks) | fused | textbook", true, false},
     c.attention...);
+  v(OptionField{"num_kv_heads", "--num-kv-heads",
+                "Key/value heads G, dividing --num-heads (grouped-query attention; 1: multi-query; 0: --num-heads)",
+                true, false},
+    c.num_kv_heads...);
+  v(OptionField{"rope", "--rope",
+                "Rotary position embedding of queries and keys: none | half (pairs i, i + D/2: the book's Llama) | "
+                "interleaved (pairs 2i, 2i + 1: GPT-J, Meta's Llama)",
+                true, false},
+    c.rope...);
+  v(OptionField{"rope_base", "--rope-base", "RoPE's base (frequencies base^(-2i/D)), > 0", true, false},
+    c.rope_base...);
+  v(OptionField{"window", "--window", "Sliding window: query i sees keys j > i - W (0: no window)", true, false},
+    c.window...);
+  v(OptionField{"alibi", "--alibi", "ALiBi bias -slope_h * (i - j) with the paper's slopes", false, false},
+    c.alibi...);
+  v(OptionField{"softcap", "--softcap", "Cap the scaled scores as C * tanh(x / C) (Gemma 2; 0: none)", true, false},
+    c.softcap...);
 }
 
 nlohmann::json to_json(const LMConfig& c);

@@ -13,7 +13,8 @@
 // serves writing JSON (one const object), reading it (one object), registering flags (one object)
 // and copying the fields given on a command line from one object to another (two objects).
 // Field types: int64_t, uint64_t, double, bool, std::string, and enums with
-// option_to_json(E) / read_option(json, E&, key) overloads (AttentionPath below, TrainTask, ...).
+// option_to_json(E) / read_option(json, E&, key) overloads (AttentionPath and RopeLayout below, TrainTask,
+// ...).
 #pragma once
 
 #include <cstdint>
@@ -46,12 +47,14 @@ inline nlohmann::json option_to_json(double v) { return v; }
 inline nlohmann::json option_to_json(bool v) { return v; }
 inline nlohmann::json option_to_json(const std::string& v) { return v; }
 inline nlohmann::json option_to_json(AttentionPath v) { return attention_path_name(v); }
+inline nlohmann::json option_to_json(kernels::RopeLayout v) { return kernels::rope_layout_name(v); }
 void read_option(const nlohmann::json& j, int64_t& out, const std::string& key);
 void read_option(const nlohmann::json& j, uint64_t& out, const std::string& key);
 void read_option(const nlohmann::json& j, double& out, const std::string& key);
 void read_option(const nlohmann::json& j, bool& out, const std::string& key);
 void read_option(const nlohmann::json& j, std::string& out, const std::string& key);
 void read_option(const nlohmann::json& j, AttentionPath& out, const std::string& key);
+void read_option(const nlohmann::json& j, kernels::RopeLayout& out, const std::string& key);
 
 // Every field of `o` as a JSON object (fields with a section in that sub-object).
 template <typename T>
