@@ -178,6 +178,65 @@ TEST_F(TrainCli, CheckpointOfAnotherConfigurationNamesTheTensorAndBothShapes) {
   EXPECT_THAT(t.err, HasSubstr("w.st"));
 }
 
+// A grouped-query model with RoPE trains, generates from its checkpoint (rebuilt from the config it
+// stores), and resumes; a model flag that disagrees with the checkpoint is refused by name.
+TEST_F(TrainCli, AttentionVariantsAreStoredAndAResumeMustAgreeWithThem) {
+  const std::string gqa = "train --length 4 --symbols 6 --d-model 16 --num-heads 4 --num-kv-heads 2 --rope half "
+                          "--num-layers 1 --batch-size 8 --eval-sequences 64 --quiet --svg \"\" --attention textbook ";
+  ASSERT_EQ(run(gqa + "--steps 300 --eval-every 0 --checkpoint g.st").status, 0);
+  Checkpoint c = load_checkpoint(path("g.st"));
+  EXPECT_EQ(c.options.model.num_kv_heads, 2);
+  EXPECT_EQ(c.options.model.rope, kernels::RopeLayout::kHalf);
+  EXPECT_EQ(c.model.at("blocks.0.W_key.weight").shape(), (Shape{8, 16}));
+  ASSERT_GT(c.evals.size(), 0u);
+  EXPECT_GT(c.evals.back().accuracy, 0.99) << "the copy task of 4 symbols is learnt with GQA + RoPE too";
+  Result g = run("generate --checkpoint g.st --prompt \"dbca|\" --temperature 0");
+  ASSERT_EQ(g.status, 0) << g.err;
+  EXPECT_EQ(g.out, "dbca|dbca\n");
+
+  Result rope = run("train --resume g.st --rope interleaved --steps 301 --quiet --svg \"\"");
+  EXPECT_EQ(rope.status, 2);
+  EXPECT_THAT(rope.err, HasSubstr("--rope: interleaved disagrees with the checkpoint 'g.st', whose model was trained "
+                                  "with rope half"));
+  Result kv = run("train --resume g.st --num-kv-heads 4 --steps 301 --quiet --svg \"\"");
+  EXPECT_EQ(kv.status, 2);
+  EXPECT_THAT(kv.err, HasSubstr("--num-kv-heads: 4 disagrees with the checkpoint 'g.st', whose model was trained "
+                                "with num_kv_heads 2"));
+  ASSERT_EQ(run(kTiny + "--steps 2 --checkpoint p.st --attention textbook").status, 0);
+  for (const std::string flag : {"--alibi", "--window 3", "--softcap 5", "--rope-base 500"}) {
+    Result r = run("train --resume p.st " + flag + " --steps 3 --quiet --svg \"\"");
+    EXPECT_EQ(r.status, 2) << flag;
+    EXPECT_THAT(r.err, HasSubstr(flag.substr(0, flag.find(' ')) + ": ")) << flag;
+    EXPECT_THAT(r.err, HasSubstr("disagrees with the checkpoint 'p.st'")) << flag;
+  }
+  // Flags that agree with the checkpoint are fine.
+  Result same = run("train --resume g.st --rope half --num-kv-heads 2 --steps 302 --quiet --svg \"\"");
+  EXPECT_EQ(same.status, 0) << same.err;
+  EXPECT_EQ(load_checkpoint(path("g.st")).step, 302);
+}
+
+TEST_F(TrainCli, BadAttentionVariantFlagsAreUsageErrorsNamingTheFlag) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--num-kv-heads 3", "--num-kv-heads: 3 must divide --num-heads (2)"},
+      {"--num-kv-heads -1", "--num-kv-heads: -1 must divide --num-heads (2)"},
+      {"--rope sideways", "--rope: 'sideways' is not a RoPE layout; expected none, half or interleaved"},
+      {"--rope half --d-model 6", "--rope: half needs an even head dim, got 3 (--d-model 6 / --num-heads 2)"},
+      {"--rope half --rope-base 0", "--rope-base: 0 must be positive"},
+      {"--rope-base 500", "--rope-base: 500 needs --rope half or --rope interleaved"},
+      {"--window -2", "--window: -2 must not be negative"},
+      {"--window 9 --context-length 8", "--window: 9 must be at most --context-length (8)"},
+      {"--softcap -1", "--softcap: -1 must be >= 0"},
+      {"--softcap nan", "--softcap: 'nan' is not a finite number"},
+  };
+  const std::string base = "train --length 4 --symbols 6 --num-heads 2 --num-layers 1 --steps 1 --quiet --svg \"\" ";
+  for (const auto& [flags, message] : cases) {
+    Result r = run(base + (std::string(flags).find("--d-model") == std::string::npos ? "--d-model 16 " : "") + flags);
+    EXPECT_EQ(r.status, 2) << flags << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(message)) << flags;
+  }
+  EXPECT_FALSE(fs::exists(path("qkv-train.safetensors")));
+}
+
 TEST_F(TrainCli, TextTooShortForOneWindowSaysTheLengthNeeded) {
   write_file_atomically(path("short.txt"), "Your journey starts with one step.");  // 7 GPT-2 tokens
   Result r = run("train --text-file short.txt --context-length 32 --steps 2 --quiet --svg \"\"");

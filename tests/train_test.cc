@@ -294,7 +294,12 @@ TEST(TrainOptionsJson, ReadsAndWritesTheCheckpointsFormatExactly) {
   EXPECT_EQ(o.model.context_length, 200);
   EXPECT_EQ(o.model.vocab_size, 8);
   EXPECT_EQ(o.steps, 3);
-  EXPECT_EQ(to_json(o).dump(), kOldOptions);
+  // Written back: the same keys and values, and the attention variants (absent from the first
+  // checkpoints) at their defaults.
+  nlohmann::json written = nlohmann::json::parse(kOldOptions);
+  written["model"].update({{"num_kv_heads", 0}, {"rope", "none"}, {"rope_base", 10000.0}, {"window", 0},
+                           {"alibi", false}, {"softcap", 0.0}});
+  EXPECT_EQ(to_json(o).dump(), written.dump());
   // Every field round-trips, enums by name.
   TrainOptions p;
   p.task = TrainTask::kReverse;
@@ -345,6 +350,107 @@ TEST(TrainOptionsJson, RejectsUnknownKeysAndIllTypedValuesNamingTheKey) {
               HasSubstr("the model configuration: 'd_model' is missing"));
 }
 
+// The attention variants: optional keys (the checkpoints before them load with every variant off),
+// written by name, refused by name when ill-typed or out of range.
+TEST(TrainOptionsJson, AttentionVariantsAreOptionalRoundTripAndAreChecked) {
+  const TrainOptions old = train_options_from_json(nlohmann::json::parse(kOldOptions));
+  EXPECT_EQ(old.model.num_kv_heads, 0);
+  EXPECT_EQ(old.model.rope, kernels::RopeLayout::kNone);
+  EXPECT_EQ(old.model.rope_base, 10000.0);
+  EXPECT_EQ(old.model.window, 0);
+  EXPECT_FALSE(old.model.alibi);
+  EXPECT_EQ(old.model.softcap, 0.0);
+  TrainOptions v = old;
+  v.model.num_kv_heads = 2;
+  v.model.rope = kernels::RopeLayout::kHalf;
+  v.model.rope_base = 500.0;
+  v.model.window = 5;
+  v.model.alibi = true;
+  v.model.softcap = 30.0;
+  const nlohmann::json j = to_json(v);
+  EXPECT_EQ(j["model"]["rope"], "half");
+  EXPECT_EQ(j["model"]["num_kv_heads"], 2);
+  const TrainOptions back = train_options_from_json(j);
+  EXPECT_EQ(to_json(back), j);
+  EXPECT_EQ(back.model.rope, kernels::RopeLayout::kHalf);
+  EXPECT_EQ(back.model.window, 5);
+  EXPECT_TRUE(back.model.alibi);
+  auto error_for = [&](const char* key, const nlohmann::json& value) {
+    nlohmann::json k = j;
+    k["model"][key] = value;
+    return error_of([&] { train_options_from_json(k); });
+  };
+  EXPECT_THAT(error_for("rope", "sideways"), HasSubstr("'model.rope': unknown RoPE layout 'sideways'"));
+  EXPECT_THAT(error_for("rope", 1), HasSubstr("'model.rope' must be one of \"none\", \"half\", \"interleaved\""));
+  EXPECT_THAT(error_for("window", 2.5), HasSubstr("'model.window' must be an integer"));
+  EXPECT_THAT(error_for("alibi", "yes"), HasSubstr("'model.alibi' must be true or false"));
+  // Ranges: validate_lm_config names the field, its value and what it must be.
+  auto range_error = [&](const std::function<void(LMConfig&)>& edit) {
+    LMConfig m = back.model;
+    edit(m);
+    return error_of([&] { validate_lm_config(m); });
+  };
+  EXPECT_EQ(range_error([](LMConfig&) {}), "(no error)");
+  EXPECT_THAT(range_error([](LMConfig& m) { m.num_kv_heads = 3; }), HasSubstr("num_kv_heads (3) must divide num_heads (4)"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.num_kv_heads = 8; }), HasSubstr("num_kv_heads (8) must divide num_heads (4)"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.num_kv_heads = -1; }), HasSubstr("num_kv_heads (-1)"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.window = -1; }), HasSubstr("window (-1) must be in [0, context_length = 200]"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.window = 201; }), HasSubstr("window (201) must be in [0, context_length = 200]"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.softcap = -1.0; }), HasSubstr("softcap (-1) must be a finite number >= 0"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.softcap = INFINITY; }), HasSubstr("softcap (inf)"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.softcap = 1e300; }), HasSubstr("softcap (1e+300)"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.rope_base = 0.0; }), HasSubstr("rope_base (0) must be a positive finite number"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.rope_base = NAN; }), HasSubstr("rope_base (nan)"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.d_model = 12; }),  // head dim 3
+              HasSubstr("rope (half) needs an even head dim, but d_model / num_heads is 12 / 4 = 3"));
+}
+
+// A checkpoint of a grouped-query model with RoPE: W_key and W_value have G * head_dim rows, and
+// options out of range are refused when it loads.
+TEST(Checkpoint, HoldsTheVariantsAndChecksThemOnLoad) {
+  TrainOptions o;
+  o.task_length = 3;
+  o.task_symbols = 5;
+  o.model.d_model = 8;
+  o.model.num_heads = 4;
+  o.model.num_kv_heads = 2;
+  o.model.rope = kernels::RopeLayout::kInterleaved;
+  o.model.window = 4;
+  o.model.alibi = true;
+  o.model.softcap = 20.0;
+  o.model.num_layers = 1;
+  o.model.attention = AttentionPath::kTextbook;
+  o.batch_size = 4;
+  o.steps = 2;
+  o.eval_sequences = 0;
+  Trainer t(o);
+  t.step();
+  const std::string path = std::filesystem::temp_directory_path() / ("qkv_ckpt_v_" + std::to_string(::getpid()) + ".st");
+  save_checkpoint(path, t.checkpoint());
+  Checkpoint c = load_checkpoint(path);
+  EXPECT_EQ(c.model.at("blocks.0.W_query.weight").shape(), (Shape{8, 8}));
+  EXPECT_EQ(c.model.at("blocks.0.W_key.weight").shape(), (Shape{4, 8})) << "2 kv heads of head dim 2";
+  EXPECT_EQ(c.model.at("blocks.0.W_value.weight").shape(), (Shape{4, 8}));
+  EXPECT_EQ(c.optimizer.at("exp_avg.blocks.0.W_key.weight").shape(), (Shape{4, 8}));
+  EXPECT_EQ(to_json(c.options), to_json(t.options()));
+  Trainer u(c.options);
+  u.restore(c);
+  EXPECT_EQ(u.step().loss, t.step().loss) << "the resumed model computes what the original does";
+  Checkpoint bad = c;
+  bad.options.model.window = 1000;  // beyond context_length 6
+  save_checkpoint(path, bad);
+  EXPECT_THAT(error_of([&] { load_checkpoint(path); }), HasSubstr("window (1000) must be in [0, context_length = 6]"));
+  bad = c;
+  bad.options.model.num_kv_heads = 4;  // W_key would be (8, 8)
+  save_checkpoint(path, bad);
+  EXPECT_THAT(error_of([&] { load_checkpoint(path); }),
+              HasSubstr("tensor 'blocks.0.W_key.weight' has shape (4, 8) but its options"));
+  bad.options.model.num_kv_heads = 3;
+  save_checkpoint(path, bad);
+  EXPECT_THAT(error_of([&] { load_checkpoint(path); }), HasSubstr("num_kv_heads (3) must divide num_heads (4)"));
+  std::filesystem::remove(path);
+}
+
 // The one listing of the fields covers every member: two objects that differ in every field
 // become equal when each field is copied, as `qkv train --resume` copies the flags given.
 TEST(TrainOptionsFields, CopyingEveryListedFieldCopiesTheWholeStruct) {
@@ -358,6 +464,12 @@ TEST(TrainOptionsFields, CopyingEveryListedFieldCopiesTheWholeStruct) {
   b.model.attention = AttentionPath::kFused;
   b.model.qkv_bias = true;
   b.model.dropout = 0.25;
+  b.model.num_kv_heads = 1;
+  b.model.rope = kernels::RopeLayout::kInterleaved;
+  b.model.rope_base = 500.0;
+  b.model.window = 3;
+  b.model.alibi = true;
+  b.model.softcap = 30.0;
   b.optimizer = OptimizerKind::kSgd;
   b.batch_size = 5;
   b.warmup = 1;
@@ -382,8 +494,8 @@ TEST(TrainOptionsFields, CopyingEveryListedFieldCopiesTheWholeStruct) {
     ++fields;
     flags.insert(f.flag);
   }, a, b);
-  EXPECT_EQ(fields, 30);
-  EXPECT_EQ(flags.size(), 30u) << "each flag once";
+  EXPECT_EQ(fields, 36);
+  EXPECT_EQ(flags.size(), 36u) << "each flag once";
   EXPECT_EQ(to_json(a), to_json(b));
 }
 

@@ -117,14 +117,15 @@ void validate(const Checkpoint& c) {
   validate_lm_config(c.options.model);  // the variants too: num_kv_heads divides num_heads, window <= context, ...
   const std::vector<std::pair<std::string, Shape>> shapes = model_shapes(c.options.model);
   std::map<std::string, const Shape*> params;
+  const LMConfig& m = c.options.model;
+  const std::string kv_heads = m.num_kv_heads > 0 ? str(", num_heads ", m.num_heads, ", num_kv_heads ", m.num_kv_heads) : "";
   for (const auto& [name, shape] : shapes) {
     auto it = c.model.find(name);
     QKV_CHECK(it != c.model.end(), "it has no tensor ", excerpt(name), ", which its options (", c.options.model.num_layers,
               " layers) call for");
     QKV_CHECK(it->second.shape() == shape, "tensor ", excerpt(name), " has shape ", shape_str(it->second.shape()),
               " but its options (vocab_size ", c.options.model.vocab_size, ", context_length ",
-              c.options.model.context_length, ", d_model ", c.options.model.d_model, ", num_heads ",
-              c.options.model.num_heads, ", num_kv_heads ", c.options.model.num_kv_heads, ") make it ", shape_str(shape));
+              c.options.model.context_length, ", d_model ", c.options.model.d_model, kv_heads, ") make it ", shape_str(shape));
     if (name.size() < 5 || name.compare(name.size() - 5, 5, ".mask") != 0) params[name] = &shape;
   }
   QKV_CHECK(c.model.size() == shapes.size(), "it has ", c.model.size(), " model tensors but its options call for ",
