@@ -17,9 +17,14 @@ the state dict, from qkv's checkpoint) within 1e-5 relative to max(1, max|w|). R
 warm-up and cosine decay (the MultiHeadAttention-based model of issue 4), AdamW with attention
 dropout (PyTorch's masks, drawn from the global generator after the constructor), AdamW with
 weight decay 0 and clipping off, SGD with Nesterov momentum and weight decay, SGD with momentum
-and dampening.
+and dampening; and the attention variants (the twin's GroupedQueryAttention): grouped-query heads
+with RoPE (half layout), RoPE alone (interleaved), and multi-query heads with interleaved RoPE, a sliding window, ALiBi and
+softcapping. A variant run trains qkv on the textbook path (--attention textbook) and on the fused
+path (--attention fused); the fused run is skipped, with the reason printed, only while qkv says
+"the fused kernel does not yet run" the variant.
 
-Prints one line per run (worst loss and weight errors) and "train vs pytorch: N passed, M failed".
+Prints one line per run (worst loss and weight errors) and
+"train vs pytorch: N passed, M failed, K skipped".
 """
 
 import argparse
@@ -41,6 +46,11 @@ import safetensors_io  # noqa: E402
 
 STEPS = 20
 TOLERANCE = 1e-5
+KERNEL_REFUSES = "the fused kernel does not yet run"
+
+# LMConfig's attention variants: the run's key -> (`qkv train` flag, the twin's keyword).
+VARIANTS = {"G": ("--num-kv-heads", "num_kv_heads"), "rope": ("--rope", "rope"), "rope_base": ("--rope-base", "rope_base"),
+            "window": ("--window", "window"), "alibi": ("--alibi", "alibi"), "softcap": ("--softcap", "softcap")}
 
 RUNS = [
     {"name": "adamw warmup+cosine, clip 1", "optimizer": "adamw", "lr": 3e-3, "min_lr": 3e-4, "warmup": 5,
@@ -56,6 +66,16 @@ RUNS = [
     {"name": "sgd momentum 0.5, dampening 0.3", "optimizer": "sgd", "lr": 0.1, "min_lr": 0.1, "warmup": 0,
      "weight_decay": 0.0, "momentum": 0.5, "dampening": 0.3, "clip": 2.0, "dropout": 0.0, "seed": 5,
      "V": 13, "T": 7, "C": 12, "H": 2, "L": 2, "B": 3},
+    {"name": "adamw, GQA 4/2 heads, rope half", "optimizer": "adamw", "lr": 3e-3, "min_lr": 3e-4, "warmup": 5,
+     "weight_decay": 0.01, "clip": 1.0, "dropout": 0.0, "seed": 31, "V": 23, "T": 12, "C": 32, "H": 4, "L": 2, "B": 4,
+     "G": 2, "rope": "half"},
+    {"name": "adamw, rope interleaved alone, 3 heads", "optimizer": "adamw", "lr": 2e-3, "min_lr": 2e-4,
+     "warmup": 2, "weight_decay": 0.0, "clip": 0.5, "dropout": 0.0, "seed": 5, "V": 17, "T": 9, "C": 24, "H": 3, "L": 1,
+     "B": 4, "rope": "interleaved"},
+    {"name": "adamw, MQA 4/1, rope interleaved base 500, window 5, alibi, softcap 5", "optimizer": "adamw",
+     "lr": 3e-3, "min_lr": 3e-4, "warmup": 3, "weight_decay": 0.01, "clip": 1.0, "dropout": 0.0, "seed": 77,
+     "V": 19, "T": 11, "C": 16, "H": 4, "L": 2, "B": 3, "G": 1, "rope": "interleaved", "rope_base": 500.0,
+     "window": 5, "alibi": True, "softcap": 5.0},
 ]
 
 
@@ -71,7 +91,9 @@ def make_data(run, path):
 
 def torch_run(run, inputs, targets):
     torch.manual_seed(run["seed"])
-    model = attention_lm.AttentionLM(run["V"], run["T"], run["C"], run["H"], run["L"], run["dropout"], False)
+    variants = {kw: run[key] for key, (_, kw) in VARIANTS.items() if key in run}
+    model = attention_lm.AttentionLM(run["V"], run["T"], run["C"], run["H"], run["L"], run["dropout"], False,
+                                     **variants)
     model.train()
     params = list(model.parameters())
     if run["optimizer"] == "adamw":
@@ -98,7 +120,16 @@ def torch_run(run, inputs, targets):
     return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def qkv_run(qkv, run, data, tmp):
+def variant_paths(run):
+    """The attention paths a run trains qkv on: the default (auto), or both for a variant run."""
+    return ["textbook", "fused"] if any(key in run for key in VARIANTS) else [None]
+
+
+class KernelRefuses(Exception):
+    pass
+
+
+def qkv_run(qkv, run, data, tmp, path=None):
     ckpt = os.path.join(tmp, "ckpt.safetensors")
     cmd = [qkv, "train", "--data", data, "--vocab-size", str(run["V"]), "--context-length", str(run["T"]),
            "--d-model", str(run["C"]), "--num-heads", str(run["H"]), "--num-layers", str(run["L"]),
@@ -112,7 +143,14 @@ def qkv_run(qkv, run, data, tmp):
             cmd += [flag, repr(run[key])]
     if run.get("nesterov"):
         cmd.append("--nesterov")
+    for key, (flag, _) in VARIANTS.items():
+        if key in run:
+            cmd += [flag] if run[key] is True else [flag, str(run[key])]
+    if path:
+        cmd += ["--attention", path]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+    if p.returncode != 0 and path == "fused" and KERNEL_REFUSES in p.stderr.decode():
+        raise KernelRefuses(p.stderr.decode().strip())
     if p.returncode != 0:
         raise RuntimeError(f"qkv exited with {p.returncode}: {p.stderr.decode().strip()}\n  {' '.join(cmd)}")
     summary = json.loads(p.stdout.decode().strip().splitlines()[-1])
@@ -124,6 +162,41 @@ def rel(a, b):
     return (a.double() - b.double()).abs().max().item() / max(1.0, b.double().abs().max().item())
 
 
+def compare(label, summary, saved, want_losses, want_state, verbose):
+    """Prints the run's line (and its errors); True when qkv's losses and weights are PyTorch's."""
+    errors = []
+    got_losses = saved["train.losses"].tolist()
+    worst_loss = 0.0
+    if len(got_losses) != STEPS:
+        errors.append(f"qkv recorded {len(got_losses)} losses, expected {STEPS}")
+    for step, (g, w) in enumerate(zip(got_losses, want_losses), 1):
+        e = abs(g - w) / abs(w)
+        worst_loss = max(worst_loss, e)
+        if verbose:
+            print(f"    step {step:2d}: qkv {g:.7f}  torch {w:.7f}  rel {e:.2g}")
+        if not e <= TOLERANCE:
+            errors.append(f"step {step}: loss qkv {g!r}, PyTorch {w!r} (relative {e:.3g})")
+    if abs(summary["final_loss"] - want_losses[-1]) > TOLERANCE * abs(want_losses[-1]):
+        errors.append(f"--json final_loss {summary['final_loss']} vs PyTorch {want_losses[-1]}")
+    worst_weight, worst_name = 0.0, ""
+    for name, w in want_state.items():
+        g = saved.get(name)
+        if g is None or tuple(g.shape) != tuple(w.shape):
+            errors.append(f"{name}: missing or misshapen in qkv's checkpoint")
+            continue
+        e = rel(g, w.float())
+        if e > worst_weight:
+            worst_weight, worst_name = e, name
+        if not e <= TOLERANCE:
+            errors.append(f"final {name}: relative error {e:.3g}")
+    status = "ok  " if not errors else "FAIL"
+    print(f"  {status} {label:48s} loss {want_losses[0]:.4f} -> {want_losses[-1]:.4f}; worst relative "
+          f"error: loss {worst_loss:.2g}, weights {worst_weight:.2g} ({worst_name})")
+    for e in errors:
+        print(f"    {e}", file=sys.stderr)
+    return not errors
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--qkv", required=True)
@@ -132,50 +205,28 @@ def main():
     qkv = os.path.abspath(args.qkv)
     torch.set_num_threads(1)
     start = time.time()
-    failed = 0
+    failed = skipped = passed = 0
     with tempfile.TemporaryDirectory(prefix="qkv-train-vs-torch-") as tmp:
         for run in RUNS:
-            errors = []
             data = os.path.join(tmp, "data.safetensors")
             inputs, targets = make_data(run, data)
             want_losses, want_state = torch_run(run, inputs, targets)
-            try:
-                summary, saved = qkv_run(qkv, run, data, tmp)
-            except Exception as e:  # noqa: BLE001
-                print(f"FAILED {run['name']}: {e}", file=sys.stderr)
-                failed += 1
-                continue
-            got_losses = saved["train.losses"].tolist()
-            worst_loss = 0.0
-            if len(got_losses) != STEPS:
-                errors.append(f"qkv recorded {len(got_losses)} losses, expected {STEPS}")
-            for step, (g, w) in enumerate(zip(got_losses, want_losses), 1):
-                e = abs(g - w) / abs(w)
-                worst_loss = max(worst_loss, e)
-                if args.verbose:
-                    print(f"    step {step:2d}: qkv {g:.7f}  torch {w:.7f}  rel {e:.2g}")
-                if not e <= TOLERANCE:
-                    errors.append(f"step {step}: loss qkv {g!r}, PyTorch {w!r} (relative {e:.3g})")
-            if abs(summary["final_loss"] - want_losses[-1]) > TOLERANCE * abs(want_losses[-1]):
-                errors.append(f"--json final_loss {summary['final_loss']} vs PyTorch {want_losses[-1]}")
-            worst_weight, worst_name = 0.0, ""
-            for name, w in want_state.items():
-                g = saved.get(name)
-                if g is None or tuple(g.shape) != tuple(w.shape):
-                    errors.append(f"{name}: missing or misshapen in qkv's checkpoint")
+            for path in variant_paths(run):
+                label = run["name"] + (f" [{path}]" if path else "")
+                try:
+                    summary, saved = qkv_run(qkv, run, data, tmp, path)
+                except KernelRefuses as e:
+                    print(f"  skip {label}: {e}")
+                    skipped += 1
                     continue
-                e = rel(g, w.float())
-                if e > worst_weight:
-                    worst_weight, worst_name = e, name
-                if not e <= TOLERANCE:
-                    errors.append(f"final {name}: relative error {e:.3g}")
-            status = "ok  " if not errors else "FAIL"
-            print(f"  {status} {run['name']:48s} loss {want_losses[0]:.4f} -> {want_losses[-1]:.4f}; worst relative "
-                  f"error: loss {worst_loss:.2g}, weights {worst_weight:.2g} ({worst_name})")
-            for e in errors:
-                print(f"    {e}", file=sys.stderr)
-            failed += bool(errors)
-    print(f"train vs pytorch: {len(RUNS) - failed} passed, {failed} failed ({time.time() - start:.1f} s)")
+                except Exception as e:  # noqa: BLE001
+                    print(f"FAILED {label}: {e}", file=sys.stderr)
+                    failed += 1
+                    continue
+                ok = compare(label, summary, saved, want_losses, want_state, args.verbose)
+                passed += ok
+                failed += not ok
+    print(f"train vs pytorch: {passed} passed, {failed} failed, {skipped} skipped ({time.time() - start:.1f} s)")
     return 1 if failed else 0
 
 
