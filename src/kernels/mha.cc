@@ -204,6 +204,71 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
   linear_backward(x, ws.dqkv(), rows, s.d_in, w.w_qkv, Q, dx, grads.dw_qkv, grads.db_qkv, pool, grads.accumulate);
 }
 
+void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, float* y, KvCache& cache,
+                        int64_t layer, MhaWorkspace& ws, const AttentionOptions& options) {
+  check(s, w);
+  const int64_t B = s.batch, Tn = s.tokens, C = s.d_out, D = s.head_dim(), G = s.groups(), Q = s.qkv_width();
+  QKV_CHECK(cache.batch() == B && cache.kv_heads() == G && cache.head_dim() == D && cache.value_dim() == D,
+            "mha_forward_cached: the cache holds (batch ", cache.batch(), ", kv_heads ", cache.kv_heads(),
+            ", head_dim ", cache.head_dim(), ", value_dim ", cache.value_dim(), ") but the attention needs (batch ", B,
+            ", kv_heads ", G, ", head_dim ", D, ", value_dim ", D, ")");
+  QKV_CHECK(layer >= 0 && layer < cache.layers(), "mha_forward_cached: layer ", layer, " is outside the cache's ",
+            cache.layers(), " layers");
+  QKV_CHECK(!cache.appended(layer), "mha_forward_cached: layer ", layer,
+            " already appended in the cache's step in progress (", cache.pending(),
+            " positions; commit() the step before the next one)");
+  QKV_CHECK(options.mask.kind == MaskKind::kCausal, "mha_forward_cached: the attention must be causal");
+  QKV_CHECK(options.dropout_p == 0.0f, "mha_forward_cached: dropout (p = ", options.dropout_p,
+            ") is for training; a cached forward is inference");
+  QKV_CHECK(options.query_offset == 0, "mha_forward_cached: the query offset (", options.query_offset,
+            ") comes from the cache; leave it 0");
+  const int64_t P = cache.length();
+  QKV_CHECK(P + Tn <= cache.capacity(), "mha_forward_cached: ", Tn, " new positions after ", P,
+            " overflow the cache's capacity of ", cache.capacity());
+  if (B * Tn == 0) return;
+  ws.reserve_forward(s);
+  ThreadPool* pool = options.pool;
+  // qkv = x W_qkv^T + b_qkv, heads = split(qkv): q (B, H, Tn, D), k, v (B, G, Tn, D)
+  const int64_t rows = B * Tn, chunk = qkv_chunk_rows(s);
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t n = std::min(chunk, rows - r0);
+    linear(x + r0 * s.d_in, n, s.d_in, w.w_qkv, w.b_qkv, Q, ws.qkv(), pool);
+    split_heads(s, ws.qkv(), r0, n, ws.heads(), pool ? *pool : default_pool());
+  }
+  float* heads = ws.heads();
+  const MutableHeads q = MutableHeads::contiguous(heads, B, s.heads, Tn, D);
+  const MutableHeads k = MutableHeads::contiguous(heads + split_part_of(s, s.heads).region_offset, B, G, Tn, D);
+  // q, k = rope(q), rope(k)                                    at positions P + t
+  if (s.rope.layout != RopeLayout::kNone) {
+    const RopeTable table(Tn, D, s.rope.base, P);
+    rope_rotate(q, table, s.rope.layout, false, pool);
+    rope_rotate(k, table, s.rope.layout, false, pool);
+  }
+  // cache.append(layer, k, v): the layer sees P + Tn positions
+  cache.append(layer, mha_keys(s, heads), mha_values(s, heads));
+  // ctx[:, h*D:(h+1)*D] = attention(q_h, cache k_g(h), cache v_g(h)), query i at position P + i
+  AttentionOptions o = options;
+  o.query_offset = P;
+  const MutableHeads ctx = MutableHeads::interleaved(ws.ctx(), B, s.heads, Tn, D, C);
+  const bool plain = G == s.heads && o.window == 0 && o.alibi_slopes == nullptr && o.softcap == 0.0f;
+  if (P == 0 && Tn >= 64 && cache.dtype() == CacheDtype::kF32 && plain) {
+    // a prefill: the flash kernel over the cache's fp32 view of the Tn positions just appended
+    if (g_reference_attention) {
+      attention_forward_reference(q, cache.keys(layer), cache.values(layer), ctx, ws.lse(), o);
+    } else {
+      attention_forward(q, cache.keys(layer), cache.values(layer), ctx, ws.lse(), o);
+    }
+  } else {
+    decode_attention(q, cache, layer, ctx, ws.lse(), o, &ws.decode());
+  }
+  // y = ctx W_out^T + b_out                                    (B*Tn, C)
+  if (w.w_out) {
+    linear(ws.ctx(), rows, C, w.w_out, w.b_out, C, y, pool);
+  } else {
+    std::copy(ws.ctx(), ws.ctx() + rows * C, y);
+  }
+}
+
 double mha_forward_flops(const MhaShape& s, bool has_out_proj, bool causal, int64_t window) {
   const int64_t rows = s.batch * s.tokens, C = s.d_out, D = s.head_dim();
   double f = gemm_flops(rows, s.qkv_width(), s.d_in) +

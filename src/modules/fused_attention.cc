@@ -108,6 +108,42 @@ Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, int64
   return y;
 }
 
+Tensor FusedAttention::forward_cached(const Tensor& x, const FusedProjections& p, int64_t heads,
+                                      const MaskBuffer& mask, const AttentionVariants* variants,
+                                      kernels::KvCache& cache, int64_t layer) {
+  const int64_t B = x.size(0), Tn = x.size(1), d_in = x.size(2), C = p.query->weight.size(0);
+  QKV_CHECK(mask.is_causal(), "attention: a cached forward needs the causal mask, but the module holds a ",
+            "loaded (", mask.size(), ", ", mask.size(), ") mask that is not causal");
+  QKV_CHECK(cache.length() + Tn <= mask.size(), "attention: ", Tn, " new tokens after the cache's ", cache.length(),
+            " positions exceed the context length of ", mask.size());
+  QKV_CHECK(p.qkv->views(*p.query, *p.key, *p.value), "attention: W_query, W_key and W_value no longer view ",
+            "the module's fused QKV weight (a member was replaced; load weights with load_state_dict)");
+  kernels::MhaShape s{B, Tn, d_in, C, heads};
+  kernels::AttentionOptions o;
+  o.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(C / heads)));
+  o.mask = kernels::AttentionMask::causal();
+  if (variants) {
+    s.kv_heads = variants->kv_heads;
+    s.rope = {variants->rope, variants->rope_base, 0};
+    o.window = variants->window;
+    o.softcap = variants->softcap;
+    o.alibi_slopes = variants->alibi_slopes.empty() ? nullptr : variants->alibi_slopes.data();
+  }
+  kernels::MhaWeights w;
+  w.w_qkv = p.qkv->weight.data();
+  w.b_qkv = p.qkv->has_bias ? p.qkv->bias.data() : nullptr;
+  QKV_CHECK(!p.out || (p.out->weight.is_contiguous() && (!p.out->has_bias || p.out->bias.is_contiguous())),
+            "attention: out_proj's weight and bias must be contiguous for a cached forward");
+  if (p.out) {
+    w.w_out = p.out->weight.data();
+    w.b_out = p.out->has_bias ? p.out->bias.data() : nullptr;
+  }
+  const Tensor xc = x.contiguous();  // a view when x already is: no copy
+  Tensor y = Tensor::empty({B, Tn, C});
+  kernels::mha_forward_cached(s, w, xc.data(), y.data(), cache, layer, cached_ws_, o);
+  return y;
+}
+
 void FusedAttention::fill_trace(AttentionTrace& t, const MaskBuffer& mask, bool dropped, bool per_head) {
   const int64_t B = shape_.batch, T = shape_.tokens, C = shape_.d_out, H = shape_.heads, D = shape_.head_dim();
   const int64_t G = shape_.groups();

@@ -142,6 +142,15 @@ Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
   return out_proj.forward(merged);
 }
 
+Tensor MultiHeadAttention::forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer) {
+  QKV_CHECK(x.dim() == 3 && x.size(2) == config.d_in, "MultiHeadAttention: forward_cached expects (batch, ",
+            "new_tokens, d_in = ", config.d_in, "), got ", x.describe());
+  QKV_CHECK(!dropout.active(), "MultiHeadAttention: forward_cached is inference, but dropout (p = ", dropout.p(),
+            ") is active: call eval() first");
+  return fused_.forward_cached(x, projections(), config.num_heads, mask, variants_.any() ? &variants_ : nullptr,
+                               cache, layer);
+}
+
 Tensor MultiHeadAttention::backward(const Tensor& doutput) {
   QKV_CHECK(x_shape_.size() == 3, "MultiHeadAttention: backward before forward");
   if (fused_last_) return fused_.backward(doutput, projections());

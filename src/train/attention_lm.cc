@@ -114,6 +114,48 @@ void AttentionLM::backward(const Tensor& dlogits) {
   pos_emb.backward(sum_to(dx, {x_shape_[1], x_shape_[2]}));
 }
 
+kernels::KvCache AttentionLM::make_cache(int64_t batch, kernels::CacheDtype dtype) const {
+  QKV_CHECK(!blocks.empty(), "AttentionLM: a model without attention blocks (num_layers 0) has no keys or ",
+            "values to cache");
+  QKV_CHECK(batch >= 1, "AttentionLM: the cache's batch (", batch, ") must be at least 1");
+  const MultiHeadAttention& b = blocks.front();
+  return kernels::KvCache(static_cast<int64_t>(blocks.size()), batch, b.num_kv_heads(), config.context_length,
+                          b.head_dim(), b.head_dim(), dtype);
+}
+
+Tensor AttentionLM::forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
+                                   kernels::KvCache& cache) {
+  QKV_CHECK(batch >= 1 && tokens >= 1 && static_cast<int64_t>(ids.size()) == batch * tokens, "AttentionLM: ",
+            ids.size(), " ids for a (", batch, ", ", tokens, ") batch");
+  QKV_CHECK(cache.layers() == static_cast<int64_t>(blocks.size()), "AttentionLM: the cache has ", cache.layers(),
+            " layers but the model has ", blocks.size(), " blocks");
+  QKV_CHECK(cache.pending() == 0, "AttentionLM: the cache has a step of ", cache.pending(),
+            " positions in progress (a forward_cached that failed, or appends by another caller): reset() it");
+  const int64_t P = cache.length();
+  QKV_CHECK(P + tokens <= config.context_length, "AttentionLM: ", tokens, " new tokens after the cache's ", P,
+            " positions exceed context_length ", config.context_length);
+  // x = tok_emb.weight[ids] + pos_emb.weight[P:P+Tn]                (B, Tn, C)
+  // (gathered here: Embedding::forward would replace the ids it keeps for backward)
+  const int64_t C = config.d_model, V = config.vocab_size;
+  const Tensor tok = tok_emb.weight.contiguous(), pos = pos_emb.table.weight.contiguous();
+  Tensor x = Tensor::empty({batch, tokens, C});
+  for (int64_t i = 0; i < batch * tokens; ++i) {
+    const int64_t id = ids[static_cast<size_t>(i)];
+    QKV_CHECK(id >= 0 && id < V, "AttentionLM: id ", id, " at position ", i, " is outside the vocabulary of ", V);
+    const float* t = tok.data() + id * C;
+    const float* p = pos.data() + (P + i % tokens) * C;
+    float* out = x.data() + i * C;
+    for (int64_t c = 0; c < C; ++c) out[c] = t[c] + p[c];
+  }
+  for (size_t l = 0; l < blocks.size(); ++l)
+    x = add(x, blocks[l].forward_cached(x, cache, static_cast<int64_t>(l)));  // residual
+  cache.commit();
+  // logits = out_head(x[:, -1])                                     (B, V); not out_head.forward:
+  // that would replace the input it keeps for backward
+  const Tensor last = x.select(1, tokens - 1);  // (B, C)
+  return linear(last, out_head.weight, out_head.has_bias ? &out_head.bias : nullptr);
+}
+
 std::string AttentionLM::first_non_finite(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens) {
   for (const StateEntry& e : state_dict())
     if (e.tensor && !finite(*e.tensor)) return e.name;  // (a mask buffer is not a value of the model)

@@ -22,6 +22,8 @@
 #include <memory>
 
 #include "qkv/kernels/attention.h"
+#include "qkv/kernels/decode.h"
+#include "qkv/kernels/kv_cache.h"
 #include "qkv/kernels/rope.h"
 
 namespace qkv::kernels {
@@ -63,6 +65,7 @@ class MhaWorkspace {
   void reserve_forward(const MhaShape& s);
   void reserve_backward(const MhaShape& s);
   size_t bytes() const;
+  DecodeWorkspace& decode() { return decode_; }  // mha_forward_cached's decode_attention scratch
 
  private:
   struct Buffer {
@@ -72,6 +75,7 @@ class MhaWorkspace {
     void reserve(size_t n);
   };
   Buffer qkv_, heads_, ctx_, lse_, dctx_, dqkv_;
+  DecodeWorkspace decode_;
 };
 
 // y (B*T, C) from x (B*T, C_in). options: the attention's (mask: causal for the book's classes;
@@ -81,6 +85,28 @@ void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* 
 // dx (B*T, C_in) and the weight gradients from dy (B*T, C), after mha_forward(s, w, x, ..., ws).
 void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const float* dy, float* dx,
                   const MhaGradients& grads, MhaWorkspace& ws, const AttentionOptions& options);
+
+// Inference with a KV cache (eval: no dropout, no backward): x (B*Tn, C_in) holds Tn new tokens
+// per sequence, at absolute positions P .. P + Tn - 1 with P = cache.length() (the positions
+// before them are in the cache). y (B*Tn, C).
+//
+//   qkv = x W_qkv^T + b_qkv; q (B, H, Tn, D), k, v (B, G, Tn, D)    the new rows only
+//   q, k = rope(q), rope(k)            at positions P + t (s.rope.position_offset is ignored)
+//   cache.append(layer, k, v)          layer now holds P + Tn positions
+//   ctx = attention(q, cache keys, cache values), query_offset = P
+//   y = ctx W_out^T + b_out
+//
+// The attention is decode_attention (any Tn, every variant, fp32 or bf16 caches); a prefill on an
+// empty fp32 cache (P = 0, Tn >= 64) without variants runs the fused attention_forward over the
+// cache's keys() / values() instead (the same formula; the flash kernel is faster on many
+// queries). options: the scale, the causal mask (required: a cache only makes sense causally),
+// window, ALiBi slopes, softcap and pool; dropout must be 0 and query_offset 0 (it is set here).
+// s.tokens = Tn. The cache must match (B, G, D, Dv = D) and `layer` must not have appended in the
+// step in progress; overflowing the capacity is the cache's error. Workspace buffers grow to the
+// largest Tn seen: a steady-state decode step (Tn = 1, no RoPE) allocates nothing; with RoPE the
+// (Tn, D/2) rotation table of the step's positions is built each step.
+void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, float* y, KvCache& cache,
+                        int64_t layer, MhaWorkspace& ws, const AttentionOptions& options);
 
 // The split parts of the workspace's heads: q (B, H, T, D), k and v (B, G, T, D), contiguous.
 ConstHeads mha_queries(const MhaShape& s, const float* heads);

@@ -64,6 +64,12 @@ class FusedAttention {
   Tensor forward(const Tensor& x, const FusedProjections& p, int64_t heads, const MaskBuffer& mask,
                  Dropout& dropout, AttentionTrace* trace, bool per_head_trace,
                  const AttentionVariants* variants = nullptr);
+  // Inference with a KV cache (kernels::mha_forward_cached): x (B, Tn, d_in), the new tokens at
+  // positions cache.length() .. + Tn - 1 -> (B, Tn, d_out); appends their keys and values to
+  // `layer` of the cache. Needs the causal mask and cache.length() + Tn <= mask.size(); uses a
+  // workspace of its own, so the last forward's state (for backward) is kept.
+  Tensor forward_cached(const Tensor& x, const FusedProjections& p, int64_t heads, const MaskBuffer& mask,
+                        const AttentionVariants* variants, kernels::KvCache& cache, int64_t layer);
   // dL/dx (B, T, d_in) from dL/dy (B, T, d_out) for the last forward; adds every parameter's
   // gradient into its Linear's dweight / dbias.
   Tensor backward(const Tensor& dy, const FusedProjections& p);
@@ -74,6 +80,7 @@ class FusedAttention {
   kernels::MhaShape shape_;
   kernels::AttentionOptions options_;
   kernels::MhaWorkspace ws_;  // heads, ctx, lse of the last forward; reused across calls
+  kernels::MhaWorkspace cached_ws_;  // forward_cached's, reused across decoding steps
   Tensor x_;                  // (B, T, d_in) contiguous, the last forward's input
   Tensor mask_;               // (T, T) contiguous when the mask is not causal
   std::vector<float> alibi_;  // (H) ALiBi slopes options_ points at, or empty

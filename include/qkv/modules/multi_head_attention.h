@@ -18,6 +18,7 @@
 
 #include <vector>
 
+#include "qkv/kernels/kv_cache.h"
 #include "qkv/modules/attention_variants.h"
 #include "qkv/modules/causal_attention.h"
 
@@ -45,6 +46,17 @@ class MultiHeadAttention : public AttentionModule {
   void train(bool on = true) override;
   Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr) override;  // (B, T, d_in) -> (B, T, d_out)
   Tensor backward(const Tensor& doutput) override;  // (B, T, d_out) -> (B, T, d_in)
+  // Inference with a KV cache: x (B, Tn, d_in) holds the new tokens at positions
+  // cache.length() .. + Tn - 1 (all earlier positions' keys and values are in the cache) ->
+  // (B, Tn, d_out), exactly what forward() gives for those rows of the whole sequence. Appends
+  // this block's keys and values to `layer` of the cache; the caller commits the step once every
+  // layer has appended (kernels/kv_cache.h). Always runs the fused kernels (kernels/mha.h's
+  // mha_forward_cached), whatever config.path: in eval mode the paths compute the same. Throws
+  // qkv::Error when dropout is active (call eval()), on a loaded mask that is not causal, a cache
+  // whose (batch, kv_heads, head_dim) or layers do not fit, a layer that already appended in the
+  // step in progress, or positions past the context length or the cache's capacity. It keeps no
+  // state for backward (and leaves the last forward's intact).
+  Tensor forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer);
   int64_t head_dim() const { return config.d_out / config.num_heads; }
   int64_t num_kv_heads() const { return variants_.kv_heads; }
 

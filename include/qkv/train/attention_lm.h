@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/core/generator.h"
+#include "qkv/kernels/kv_cache.h"
 #include "qkv/modules/layers.h"
 #include "qkv/modules/attention_module.h"
 #include "qkv/modules/multi_head_attention.h"
@@ -106,6 +107,19 @@ class AttentionLM : public Module {
   Tensor forward(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens);
   // dlogits (B, T, V) of the last forward: adds into every parameter's gradient.
   void backward(const Tensor& dlogits);
+
+  // Inference with a KV cache (decoding): a cache of every block's keys and values for `batch`
+  // sequences of up to context_length positions (layers = blocks, capacity = context_length).
+  // Throws qkv::Error for a model without blocks (nothing to cache) or past the memory limit.
+  kernels::KvCache make_cache(int64_t batch, kernels::CacheDtype dtype = kernels::CacheDtype::kF32) const;
+  // ids (B, Tn), row-major: the next Tn tokens of each sequence, at positions P .. P + Tn - 1
+  // with P = cache.length() -> the logits of the last of them (B, V), what forward() of the
+  // whole sequence gives at position P + Tn - 1 (the output head runs on that row only). Every
+  // block attends over the cache (MultiHeadAttention::forward_cached), then the step is committed
+  // (cache.length() += Tn). Needs eval mode (no active dropout), P + Tn <= context_length, a cache
+  // from make_cache (or of the same shape) with no step in progress; qkv::Error otherwise. Leaves
+  // the state of the last forward (for backward) intact. Start a new sequence with cache.reset().
+  Tensor forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, kernels::KvCache& cache);
 
   // Where a forward on `ids` first produces a NaN or infinity: a parameter (by state-dict name),
   // or an intermediate ("blocks.1.attn_scores", "logits", ...). "" when everything is finite.

@@ -1,0 +1,82 @@
+// A cached decoding step of the attention pipeline (kernels::mha_forward_cached: QKV GEMM of the
+// new row, append, decode_attention, out_proj) allocates nothing in steady state: every global
+// operator new in this binary is counted (a binary of its own, as decode_alloc_test.cc). The
+// module and LM steps return Tensors (an allocation each), so the kernel step is what is held to
+// zero. (With RoPE the step builds its (1, D/2) rotation table, so the model here has none.)
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+#include "qkv/core/thread_pool.h"
+#include "qkv/kernels/mha.h"
+
+namespace {
+std::atomic<long> g_allocations{0};
+
+void* counted(std::size_t n, std::size_t align) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (n == 0) n = 1;
+  void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align)
+                                              : std::malloc(n);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return counted(n, 0); }
+void* operator new[](std::size_t n) { return counted(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a) { return counted(n, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return counted(n, static_cast<std::size_t>(a)); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace qkv::kernels {
+namespace {
+
+TEST(GenerationAllocations, SteadyStateCachedMhaStepAllocatesNothing) {
+  for (CacheDtype dtype : {CacheDtype::kF32, CacheDtype::kBF16}) {
+    const int64_t L = 2, B = 1, C = 64, H = 4, G = 2, D = C / H, cap = 600, prefill = 100;
+    ThreadPool pool(2);
+    MhaShape s{B, prefill, C, C, H};
+    s.kv_heads = G;
+    std::vector<float> w_qkv(static_cast<size_t>(s.qkv_width() * C)), w_out(static_cast<size_t>(C * C)),
+        b_out(static_cast<size_t>(C), 0.01f);
+    for (size_t i = 0; i < w_qkv.size(); ++i) w_qkv[i] = 0.05f * std::sin(0.37f * static_cast<float>(i));
+    for (size_t i = 0; i < w_out.size(); ++i) w_out[i] = 0.05f * std::cos(0.23f * static_cast<float>(i));
+    const MhaWeights w{w_qkv.data(), nullptr, w_out.data(), b_out.data()};
+    std::vector<float> x(static_cast<size_t>(B * prefill * C)), y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.11f * static_cast<float>(i));
+    KvCache cache(L, B, G, cap, D, D, dtype);
+    std::vector<MhaWorkspace> ws(static_cast<size_t>(L));
+    AttentionOptions opt;
+    opt.scale = 0.25f;
+    opt.mask = AttentionMask::causal();
+    opt.pool = &pool;
+    auto step = [&](int64_t tokens) {  // every layer appends, then the step commits
+      s.tokens = tokens;
+      for (int64_t l = 0; l < L; ++l)
+        mha_forward_cached(s, w, x.data(), y.data(), cache, l, ws[static_cast<size_t>(l)], opt);
+      cache.commit();
+    };
+    step(prefill);
+    step(1);  // grows the decode scratch to a one-token step
+    const long before = g_allocations.load();
+    for (int t = 0; t < 20; ++t) step(1);
+    EXPECT_EQ(g_allocations.load() - before, 0) << cache_dtype_name(dtype);
+    EXPECT_EQ(cache.length(), prefill + 21);
+    EXPECT_TRUE(std::isfinite(y[0]));
+  }
+}
+
+}  // namespace
+}  // namespace qkv::kernels
