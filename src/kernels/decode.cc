@@ -276,29 +276,28 @@ HWY_NOINLINE void RowBlock(const float* HWY_RESTRICT q_row, const T* HWY_RESTRIC
     sum = hn::Add(sum, pr);
     hn::StoreU(pr, d, pb + v * kLanes);
   }
-  VF a[kNV], b2[kNV];
+  VF a[4][kNV];  // four sets of o (keys j mod 4): FMA chains of kBlock / 4
   HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) {
-    a[v] = hn::LoadU(d, o_row + v * kLanes);
-    b2[v] = hn::Zero(d);
+    a[0][v] = hn::LoadU(d, o_row + v * kLanes);
+    a[1][v] = a[2][v] = a[3][v] = hn::Zero(d);
   }
   if (m_new != m) {
     const float alpha = std::exp2(m - m_new);  // 0 when m was -inf
     const VF av = hn::Set(d, alpha);
-    HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) a[v] = hn::Mul(av, a[v]);
+    HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) a[0][v] = hn::Mul(av, a[0][v]);
     l *= alpha;
     m = m_new;
   }
   l += hn::GetLane(hn::SumOfLanes(d, sum));
-  HWY_UNROLL(8) for (size_t j = 0; j < static_cast<size_t>(kBlock); j += 2) {
-    const VF p0 = hn::Set(d, pb[j]), p1 = hn::Set(d, pb[j + 1]);
-    const T* v0 = vb + j * ldv;
-    const T* v1 = v0 + ldv;
-    HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) {
-      a[v] = hn::MulAdd(p0, LoadWide(d, v0 + v * kLanes), a[v]);
-      b2[v] = hn::MulAdd(p1, LoadWide(d, v1 + v * kLanes), b2[v]);
+  HWY_UNROLL(4) for (size_t j = 0; j < static_cast<size_t>(kBlock); j += 4) {
+    HWY_UNROLL(4) for (size_t u = 0; u < 4; ++u) {
+      const VF pj = hn::Set(d, pb[j + u]);
+      const T* vj = vb + (j + u) * ldv;
+      HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) a[u][v] = hn::MulAdd(pj, LoadWide(d, vj + v * kLanes), a[u][v]);
     }
   }
-  HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) hn::StoreU(hn::Add(a[v], b2[v]), d, o_row + v * kLanes);
+  HWY_UNROLL(8) for (int v = 0; v < kNV; ++v)
+    hn::StoreU(hn::Add(hn::Add(a[0][v], a[1][v]), hn::Add(a[2][v], a[3][v])), d, o_row + v * kLanes);
 }
 
 // o_r += sum_j p[r, j] v_j for rows [0, R), keys [0, cols) of vb (cols, ldv). With kNV > 0 o_r
@@ -525,10 +524,14 @@ namespace qkv::kernels {
 
 HWY_EXPORT(DecodeChunks);
 
+namespace {
+constexpr int64_t kMaxChunks = 64;  // chunks per (b, g) at most
+}  // namespace
+
 int64_t decode_chunk_keys(int64_t visible_keys) {
   // At least 512 keys (256 KB of fp32 keys and values at D = 64: the per-task setup and the merge
   // are noise next to it), and at most 64 chunks per (b, g), so the merge stays small.
-  constexpr int64_t kMinChunk = 512, kMaxChunks = 64;
+  constexpr int64_t kMinChunk = 512;
   const int64_t even = (visible_keys + kMaxChunks - 1) / kMaxChunks;
   return std::max(kMinChunk, (even + kBlock - 1) / kBlock * kBlock);
 }
@@ -549,10 +552,13 @@ void MergeChunks(const DecodeProblem& p, int64_t b, int64_t g) {
       lse = -std::numeric_limits<float>::infinity();
       continue;
     }
+    // The chunks' weights 2^(m_c - M), once per chunk (not once per output column).
+    double weight[kMaxChunks];  // chunks <= kMaxChunks (decode_chunk_keys)
     double L = 0.0;
     for (int64_t c = 0; c < p.chunks; ++c) {
       const float* part = p.part(bg, c, r);
-      L += static_cast<double>(part[1]) * std::exp2(static_cast<double>(part[0]) - M);
+      weight[c] = std::exp2(static_cast<double>(part[0]) - M);
+      L += static_cast<double>(part[1]) * weight[c];
     }
     const double norm = static_cast<double>(p.keep_scale) / L;
     for (int64_t x = 0; x < p.Dv; ++x) {
@@ -560,7 +566,7 @@ void MergeChunks(const DecodeProblem& p, int64_t b, int64_t g) {
       for (int64_t c = 0; c < p.chunks; ++c) {
         const float* part = p.part(bg, c, r);
         if (part[0] == -std::numeric_limits<float>::infinity()) continue;
-        acc += static_cast<double>(part[2 + x]) * std::exp2(static_cast<double>(part[0]) - M);
+        acc += static_cast<double>(part[2 + x]) * weight[c];
       }
       out[x * p.o.stride_d] = static_cast<float>(acc * norm);
     }
@@ -638,6 +644,7 @@ void decode_attention(ConstHeads q, const KvCache& cache, int64_t layer, Mutable
   const int64_t visible = std::max<int64_t>(0, p.end - p.begin);
   p.chunk = decode_chunk_keys(visible);
   p.chunks = (visible + p.chunk - 1) / p.chunk;
+  QKV_CHECK(p.chunks <= kMaxChunks, what, ": ", p.chunks, " chunks, more than ", kMaxChunks);  // by construction
   p.part_stride = 2 + pad16(Dv);
   thread_local DecodeWorkspace own;
   DecodeWorkspace& ws = workspace ? *workspace : own;
