@@ -199,10 +199,12 @@ struct DecodeCase {
   float dropout = 0.0f;
   AttentionMask::Kind mask = AttentionMask::Kind::kNone;  // additive / blocked instead of causal
   int64_t prefill = -1;  // positions in the first step (-1: all but the last Tq); the rest one per step
+  float scale = 0.0f;    // 0: 1 / sqrt(D)
   std::string name() const {
     return str("B=", B, " H=", H, " G=", G, " Tq=", Tq, " S=", S, " D=", D, " Dv=", Dv, " ",
                cache_dtype_name(dtype), causal ? " causal" : "", " offset=", query_offset, " window=", window,
-               alibi ? " alibi" : "", " softcap=", softcap, " p=", dropout, " mask=", static_cast<int>(mask));
+               alibi ? " alibi" : "", " softcap=", softcap, " p=", dropout, " mask=", static_cast<int>(mask),
+               " scale=", scale);
   }
 };
 
@@ -240,7 +242,7 @@ DecodeRun run_case(const DecodeCase& c, ThreadPool* pool, DecodeRun* want, uint3
     m = c.mask == AttentionMask::Kind::kBlocked ? (u(rng) < 0.3f ? 1.0f : 0.0f)
                                                 : (u(rng) < 0.1f ? -kInf : 4.0f * u(rng) - 2.0f);
   AttentionOptions opt;
-  opt.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+  opt.scale = c.scale > 0.0f ? c.scale : 1.0f / std::sqrt(static_cast<float>(c.D));
   if (c.causal) opt.mask = AttentionMask::causal();
   if (c.mask == AttentionMask::Kind::kAdditive) opt.mask = AttentionMask::additive(mask.data(), c.S + 2);
   if (c.mask == AttentionMask::Kind::kBlocked) opt.mask = AttentionMask::blocked(mask.data(), c.S + 2);
@@ -361,6 +363,23 @@ TEST_F(DecodeAttention, EveryVariantTogether) {
     c.dtype = dtype;
     check_case(c, 77, one, two);
   }
+}
+
+// Scores of tens (scale 2 instead of 1/8): the running max jumps often and most weights underflow,
+// in the fused per-row pass over full blocks (grouped heads, D = 64) and in the general one (the
+// causal tail of a draft of 3), over several chunks.
+TEST_F(DecodeAttention, SharpSoftmaxOverGroupedHeadsMatchesTheReference) {
+  DecodeCase c;
+  c.H = 12;
+  c.G = 4;
+  c.S = 3 * decode_chunk_keys(1) + 37;
+  c.scale = 2.0f;
+  for (CacheDtype dtype : {CacheDtype::kF32, CacheDtype::kBF16})
+    for (int64_t Tq : {int64_t{1}, int64_t{3}}) {
+      c.dtype = dtype;
+      c.Tq = Tq;
+      check_case(c, 91, one, two);
+    }
 }
 
 TEST_F(DecodeAttention, ARowThatSeesNoKeyIsZeroWithMinusInfinityLse) {

@@ -188,6 +188,118 @@ void QDotK(const float* HWY_RESTRICT qs, size_t ldq, size_t R, const T* HWY_REST
   }
 }
 
+// One vector whose lane i is the sum of a[i]'s lanes (N = kLanes vectors): a transposed reduction,
+// N - 1 adds of shuffled pairs instead of N horizontal sums. 16 lanes (4 blocks of 4): halves, then
+// adjacent blocks, then lanes within blocks; 8 lanes: halves, then lanes; 4 lanes: lanes only.
+template <size_t N>
+HWY_INLINE VF SumsOfLanes(DF d, const VF* HWY_RESTRICT a) {
+#if HWY_TARGET == HWY_SCALAR
+  static_assert(N == 1, "SumsOfLanes: one lane on HWY_SCALAR");
+  (void)d;
+  return a[0];
+#else
+  {
+    static_assert(N == 4 || N == 8 || N == 16, "SumsOfLanes: 4, 8 or 16 lanes");
+    VF e[4];  // e[i], block k: the 4 lane-sums of a[i + 4k] (over all of a[i + 4k]'s blocks)
+    if constexpr (N == 4) {
+      for (size_t i = 0; i < 4; ++i) e[i] = a[i];
+    } else if constexpr (N == 8) {
+      for (size_t i = 0; i < 4; ++i)
+        e[i] = hn::Add(hn::ConcatLowerLower(d, a[i + 4], a[i]), hn::ConcatUpperUpper(d, a[i + 4], a[i]));
+    } else {
+      VF c[8];  // c[i]: blocks (a[i] b0+b2, a[i] b1+b3, a[i+8] b0+b2, a[i+8] b1+b3)
+      for (size_t i = 0; i < 8; ++i)
+        c[i] = hn::Add(hn::ConcatLowerLower(d, a[i + 8], a[i]), hn::ConcatUpperUpper(d, a[i + 8], a[i]));
+      for (size_t i = 0; i < 4; ++i)  // (c[i] b0, c[i+4] b1, ..) + (c[i] b1, c[i+4] b0, ..)
+        e[i] = hn::Add(hn::OddEvenBlocks(c[i + 4], c[i]), hn::SwapAdjacentBlocks(hn::OddEvenBlocks(c[i], c[i + 4])));
+    }
+    const hn::Repartition<uint64_t, DF> d64;
+    const VF x0 = hn::Add(hn::InterleaveLower(d, e[0], e[1]), hn::InterleaveUpper(d, e[0], e[1]));
+    const VF x1 = hn::Add(hn::InterleaveLower(d, e[2], e[3]), hn::InterleaveUpper(d, e[2], e[3]));
+    const auto y0 = hn::BitCast(d64, x0), y1 = hn::BitCast(d64, x1);
+    return hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, y0, y1)), hn::BitCast(d, hn::InterleaveUpper(d64, y0, y1)));
+  }
+#endif
+}
+
+// s[j] = q . k_j for a full block of kBlock keys kb (kBlock, kNV * kLanes), read in place: per
+// kLanes keys, one accumulator per key (vertical FMAs) and one transposed reduction into a vector
+// of kLanes scores.
+template <int kNV, typename T>
+HWY_INLINE void BlockScores(const float* HWY_RESTRICT q_row, const T* HWY_RESTRICT kb, float* HWY_RESTRICT s) {
+  const DF d;
+  constexpr size_t ldk = static_cast<size_t>(kNV) * kLanes;
+  VF q[kNV];
+  HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) q[v] = hn::LoadU(d, q_row + v * kLanes);
+  for (size_t bv = 0; bv < kBlockVectors; ++bv) {
+    const T* k = kb + bv * kLanes * ldk;
+    VF acc[kLanes];
+    HWY_UNROLL(16) for (size_t j = 0; j < kLanes; ++j) {
+      VF a = hn::Mul(q[0], LoadWide(d, k + j * ldk));
+      HWY_UNROLL(8) for (int v = 1; v < kNV; ++v) a = hn::MulAdd(q[v], LoadWide(d, k + j * ldk + v * kLanes), a);
+      acc[j] = a;
+    }
+    hn::StoreU(SumsOfLanes<kLanes>(d, acc), d, s + bv * kLanes);
+  }
+}
+
+// BlockScores for the loop over rows, not inlined into it: the compiler would hoist the block's key
+// loads out of the loop and spill all kNV * kBlock vectors to the stack.
+template <int kNV, typename T>
+HWY_NOINLINE void QDotKBlockRow(const float* HWY_RESTRICT q_row, const T* HWY_RESTRICT kb, float* HWY_RESTRICT s) {
+  BlockScores<kNV>(q_row, kb, s);
+}
+
+// One row (query) against a full block of kBlock keys kb and values vb (kBlock, kNV * kLanes), all
+// visible to it, without softcap, mask values, ALiBi or dropout: the scores, the online softmax
+// step (m, l) and o_row += p V with o_row in registers. pb: (kBlock) scratch for the weights.
+template <int kNV, typename T>
+HWY_NOINLINE void RowBlock(const float* HWY_RESTRICT q_row, const T* HWY_RESTRICT kb, const T* HWY_RESTRICT vb,
+                           float* HWY_RESTRICT pb, float& m, float& l, float* HWY_RESTRICT o_row) {
+  const DF d;
+  constexpr size_t ldv = static_cast<size_t>(kNV) * kLanes;
+  BlockScores<kNV>(q_row, kb, pb);
+  const VF log2e = hn::Set(d, kLog2e);
+  VF x[kBlockVectors];
+  x[0] = hn::Mul(hn::LoadU(d, pb), log2e);
+  VF mx = x[0];
+  for (size_t v = 1; v < kBlockVectors; ++v) {
+    x[v] = hn::Mul(hn::LoadU(d, pb + v * kLanes), log2e);
+    mx = hn::Max(mx, x[v]);
+  }
+  const float m_new = std::max(m, hn::GetLane(hn::MaxOfLanes(d, mx)));
+  if (m_new == kNegInf) return;  // scores of -inf: no weight
+  const VF mv = hn::Set(d, m_new);
+  VF sum = hn::Zero(d);
+  for (size_t v = 0; v < kBlockVectors; ++v) {
+    const VF pr = Exp2(d, hn::Sub(x[v], mv));
+    sum = hn::Add(sum, pr);
+    hn::StoreU(pr, d, pb + v * kLanes);
+  }
+  VF a[4][kNV];  // four sets of o (keys j mod 4): FMA chains of kBlock / 4
+  HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) {
+    a[0][v] = hn::LoadU(d, o_row + v * kLanes);
+    a[1][v] = a[2][v] = a[3][v] = hn::Zero(d);
+  }
+  if (m_new != m) {
+    const float alpha = std::exp2(m - m_new);  // 0 when m was -inf
+    const VF av = hn::Set(d, alpha);
+    HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) a[0][v] = hn::Mul(av, a[0][v]);
+    l *= alpha;
+    m = m_new;
+  }
+  l += hn::GetLane(hn::SumOfLanes(d, sum));
+  HWY_UNROLL(4) for (size_t j = 0; j < static_cast<size_t>(kBlock); j += 4) {
+    HWY_UNROLL(4) for (size_t u = 0; u < 4; ++u) {
+      const VF pj = hn::Set(d, pb[j + u]);
+      const T* vj = vb + (j + u) * ldv;
+      HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) a[u][v] = hn::MulAdd(pj, LoadWide(d, vj + v * kLanes), a[u][v]);
+    }
+  }
+  HWY_UNROLL(8) for (int v = 0; v < kNV; ++v)
+    hn::StoreU(hn::Add(hn::Add(a[0][v], a[1][v]), hn::Add(a[2][v], a[3][v])), d, o_row + v * kLanes);
+}
+
 // o_r += sum_j p[r, j] v_j for rows [0, R), keys [0, cols) of vb (cols, ldv). With kNV > 0 o_r
 // stays in registers over the block, in two sets (even and odd keys) so that consecutive keys'
 // FMAs do not wait on each other.
@@ -334,6 +446,10 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
   const T* keys = static_cast<const T*>(p.keys) + (b * p.G + g) * p.C * p.D;
   const T* values = static_cast<const T*>(p.values) + (b * p.G + g) * p.C * p.Dv;
   constexpr bool kInPlace = kNV > 0;  // rows of D = Dv = kNV vectors: read where they are
+  // No variant but the causal mask and the window: blocks every query sees fully take RowBlock.
+  const bool plain = p.softcap == 0.0f && p.alibi == nullptr && !p.dropout &&
+                     (p.mask.kind == AttentionMask::Kind::kNone || p.causal());
+  const int64_t last_begin = p.visible_begin(p.Tq - 1), first_end = p.visible_end(0);
   for (int64_t jb = j0; jb < j1; jb += kBlock) {
     const size_t cols = static_cast<size_t>(std::min<int64_t>(kBlock, j1 - jb));
     if (jb + 2 * kBlock < j1) {  // two blocks ahead: the hardware prefetcher alone leaves gaps
@@ -342,7 +458,16 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
       Prefetch(values + (jb + 2 * kBlock) * p.Dv, ahead * Dv * sizeof(T));
     }
     if constexpr (kInPlace) {
-      QDotK<kNV>(qs, Dp, R, keys + jb * p.D, D, cols, Dp / kLanes, s);
+      if (plain && cols == kBlock && last_begin <= jb && first_end >= jb + kBlock) {  // the common case
+        for (size_t r = 0; r < R; ++r)
+          RowBlock<kNV>(qs + r * Dp, keys + jb * p.D, values + jb * p.Dv, s + r * kBlock, ms[r], ls[r], ov + r * Dvp);
+        continue;
+      }
+      if (cols == kBlock) {
+        for (size_t r = 0; r < R; ++r) QDotKBlockRow<kNV>(qs + r * Dp, keys + jb * p.D, s + r * kBlock);
+      } else {
+        QDotK<kNV>(qs, Dp, R, keys + jb * p.D, D, cols, Dp / kLanes, s);
+      }
     } else {
       PackRows(keys + jb * p.D, D, cols, kb, Dp);
       QDotK<kNV>(qs, Dp, R, static_cast<const float*>(kb), Dp, cols, Dp / kLanes, s);
@@ -399,10 +524,14 @@ namespace qkv::kernels {
 
 HWY_EXPORT(DecodeChunks);
 
+namespace {
+constexpr int64_t kMaxChunks = 64;  // chunks per (b, g) at most
+}  // namespace
+
 int64_t decode_chunk_keys(int64_t visible_keys) {
   // At least 512 keys (256 KB of fp32 keys and values at D = 64: the per-task setup and the merge
   // are noise next to it), and at most 64 chunks per (b, g), so the merge stays small.
-  constexpr int64_t kMinChunk = 512, kMaxChunks = 64;
+  constexpr int64_t kMinChunk = 512;
   const int64_t even = (visible_keys + kMaxChunks - 1) / kMaxChunks;
   return std::max(kMinChunk, (even + kBlock - 1) / kBlock * kBlock);
 }
@@ -423,10 +552,13 @@ void MergeChunks(const DecodeProblem& p, int64_t b, int64_t g) {
       lse = -std::numeric_limits<float>::infinity();
       continue;
     }
+    // The chunks' weights 2^(m_c - M), once per chunk (not once per output column).
+    double weight[kMaxChunks];  // chunks <= kMaxChunks (decode_chunk_keys)
     double L = 0.0;
     for (int64_t c = 0; c < p.chunks; ++c) {
       const float* part = p.part(bg, c, r);
-      L += static_cast<double>(part[1]) * std::exp2(static_cast<double>(part[0]) - M);
+      weight[c] = std::exp2(static_cast<double>(part[0]) - M);
+      L += static_cast<double>(part[1]) * weight[c];
     }
     const double norm = static_cast<double>(p.keep_scale) / L;
     for (int64_t x = 0; x < p.Dv; ++x) {
@@ -434,7 +566,7 @@ void MergeChunks(const DecodeProblem& p, int64_t b, int64_t g) {
       for (int64_t c = 0; c < p.chunks; ++c) {
         const float* part = p.part(bg, c, r);
         if (part[0] == -std::numeric_limits<float>::infinity()) continue;
-        acc += static_cast<double>(part[2 + x]) * std::exp2(static_cast<double>(part[0]) - M);
+        acc += static_cast<double>(part[2 + x]) * weight[c];
       }
       out[x * p.o.stride_d] = static_cast<float>(acc * norm);
     }
@@ -512,6 +644,7 @@ void decode_attention(ConstHeads q, const KvCache& cache, int64_t layer, Mutable
   const int64_t visible = std::max<int64_t>(0, p.end - p.begin);
   p.chunk = decode_chunk_keys(visible);
   p.chunks = (visible + p.chunk - 1) / p.chunk;
+  QKV_CHECK(p.chunks <= kMaxChunks, what, ": ", p.chunks, " chunks, more than ", kMaxChunks);  // by construction
   p.part_stride = 2 + pad16(Dv);
   thread_local DecodeWorkspace own;
   DecodeWorkspace& ws = workspace ? *workspace : own;
