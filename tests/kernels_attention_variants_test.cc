@@ -16,6 +16,7 @@
 #include "qkv/core/thread_pool.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/philox.h"
+#include "qkv/kernels/simd.h"
 #include "test_support.h"
 
 namespace qkv::kernels {
@@ -358,6 +359,35 @@ TEST(AttentionVariants, LongSequencesMatchTheReferences) {
   c.interleaved = true;
   ASSERT_GT(c.S * (c.D + c.Dv) * 4, 512 * 1024);
   check_case(c, rng);
+}
+
+// Every SIMD target compiled in that this CPU runs (AVX-512, AVX2, the portable fallback), forcing
+// the dispatch to each in turn: a few random configurations and all the variants at once.
+TEST(AttentionVariants, EverySimdTargetMatchesTheReferences) {
+  const std::vector<int64_t> targets = available_simd_targets();
+  ASSERT_FALSE(targets.empty());
+  std::mt19937 rng(28);
+  std::vector<Case> cases = random_cases(6, 8);
+  Case all;
+  all.B = 2;
+  all.H = 4;
+  all.G = 2;
+  all.T = 70;
+  all.S = 81;
+  all.mask = MaskKind::kCausal;
+  all.offset = 11;
+  all.window = 20;
+  all.alibi = Slopes::kDefault;
+  all.softcap = 5.0f;
+  all.dropout = 0.3f;
+  cases.push_back(all);
+  for (int64_t target : targets) {
+    force_simd_target(target);
+    SCOPED_TRACE(simd_target_name(target));
+    for (const Case& c : cases) check_case(c, rng);
+    EXPECT_EQ(simd_target(), simd_target_name(target));
+  }
+  force_simd_target(0);
 }
 
 // Weights on demand use the same scores: with the fused forward's lse they sum to 1 on every row
