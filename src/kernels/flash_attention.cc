@@ -333,11 +333,12 @@ struct ForwardScratch {
   float* st;                         // (Bc, Br) scores^T of one (key block, query block) pair
   QueryBlock blocks[kMaxGroup];
   float *kc, *vc;  // (S, D), (S, Dv): the head's keys and values, copied (when they are not contiguous)
-  static size_t floats(size_t group, size_t D, size_t Dv, size_t cached_keys) {
+  // (alibi: whether to carve the anchors; without, the layout is the book's path's as it was.)
+  static size_t floats(size_t group, size_t D, size_t Dv, size_t cached_keys, bool alibi) {
     return Carver::size({kBc * kBr, cached_keys * D, cached_keys * Dv}) +
-           group * Carver::size({D * kBr, Dv * kBr, kBr, kBr, kBr, kBr, kBr});
+           group * Carver::size({D * kBr, Dv * kBr, kBr, kBr, kBr, kBr, alibi ? kBr : 0});
   }
-  ForwardScratch(float* base, size_t group, size_t D, size_t Dv, size_t cached_keys) {
+  ForwardScratch(float* base, size_t group, size_t D, size_t Dv, size_t cached_keys, bool alibi) {
     Carver c(base);
     st = c.take(kBc * kBr);
     kc = c.take(cached_keys * D);
@@ -350,7 +351,7 @@ struct ForwardScratch {
       q.l = c.take(kBr);
       q.alpha = c.take(kBr);
       q.mx = c.take(kBr);
-      q.anchor = c.take(kBr);
+      q.anchor = c.take(alibi ? kBr : 0);
     }
   }
 };
@@ -500,7 +501,7 @@ void ForwardTask(const AttentionProblem& p, MutableHeads o, float* lse, int64_t 
   const size_t D = kD > 0 ? kD : static_cast<size_t>(p.D);
   const size_t Dv = kD > 0 ? kD : static_cast<size_t>(p.Dv);
   const bool direct = RowsContiguous(p);
-  ForwardScratch s(scratch, count, D, Dv, direct ? 0 : static_cast<size_t>(p.S));
+  ForwardScratch s(scratch, count, D, Dv, direct ? 0 : static_cast<size_t>(p.S), p.alibi != nullptr);
   const DropoutKey key = MakeDropoutKey(p, b, h);
   const int64_t kvh = p.kv_head(h);  // grouped-query heads read their group's keys and values
   int64_t j_begin = p.S, j_end = 0;  // over the whole group
@@ -559,7 +560,7 @@ void Forward(const AttentionProblem& p, MutableHeads o, float* lse) {
   ThreadPool& pool = *p.pool;
   const size_t scratch = ForwardScratch::floats(static_cast<size_t>(std::min(group, blocks)), static_cast<size_t>(p.D),
                                                 static_cast<size_t>(p.Dv),
-                                                RowsContiguous(p) ? 0 : static_cast<size_t>(p.S));
+                                                RowsContiguous(p) ? 0 : static_cast<size_t>(p.S), p.alibi != nullptr);
   std::vector<HeadCache> caches(static_cast<size_t>(pool.num_threads()));  // one per worker, this call
   // Query blocks of kBr rows, except the first, which takes the remainder (T mod kBr): a short
   // block costs a full block's vector work per key, and the first one sees the fewest keys under
@@ -614,14 +615,15 @@ struct BackwardScratch {
   float *pt, *dpt;  // (Bc, Br) x 2: one (key block, query block) pair's weights and their gradient
   float *tt;        // (Bc, Br) tanh(x / cap) of those scores, with a softcap
 
-  static size_t floats(size_t blocks, size_t group, size_t D, size_t Dv) {
-    const size_t Tp = blocks * kBr, Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes);
-    return Carver::size({blocks * D * kBr, Tp * Dp, blocks * Dv * kBr, Tp * Dvp, Tp, Tp, Tp * Dp, Tp, kBcB * kBr,
-                         kBcB * kBr, kBcB * kBr}) +
+  // (variants: whether to carve anchor and tt; without, the layout is the book's path's as it was.)
+  static size_t floats(size_t blocks, size_t group, size_t D, size_t Dv, bool variants) {
+    const size_t Tp = blocks * kBr, Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes), v = variants ? 1 : 0;
+    return Carver::size({blocks * D * kBr, Tp * Dp, blocks * Dv * kBr, Tp * Dvp, Tp, Tp, Tp * Dp, v * Tp,
+                         kBcB * kBr, kBcB * kBr, v * kBcB * kBr}) +
            group * Carver::size({kBcB * Dp, kBcB * Dv, kBcB * Dp, kBcB * Dvp});
   }
-  BackwardScratch(float* base, size_t blocks, size_t group, size_t D, size_t Dv) {
-    const size_t Tp = blocks * kBr, Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes);
+  BackwardScratch(float* base, size_t blocks, size_t group, size_t D, size_t Dv, bool variants) {
+    const size_t Tp = blocks * kBr, Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes), v = variants ? 1 : 0;
     Carver c(base);
     qt = c.take(blocks * D * kBr);
     qs = c.take(Tp * Dp);
@@ -630,10 +632,10 @@ struct BackwardScratch {
     lse = c.take(Tp);
     di = c.take(Tp);
     dq = c.take(Tp * Dp);
-    anchor = c.take(Tp);
+    anchor = c.take(v * Tp);
     pt = c.take(kBcB * kBr);
     dpt = c.take(kBcB * kBr);
-    tt = c.take(kBcB * kBr);
+    tt = c.take(v * kBcB * kBr);
     for (size_t g = 0; g < group; ++g) {
       keys[g].kb = c.take(kBcB * Dp);
       keys[g].vb = c.take(kBcB * Dv);
@@ -767,7 +769,7 @@ void BackwardTask(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const
   const size_t blocks = (static_cast<size_t>(p.T) + kBr - 1) / kBr;
   const size_t group = BackwardGroup(p);
   const int64_t kvh = p.kv_head(h);
-  BackwardScratch s(scratch, blocks, group, D, Dv);
+  BackwardScratch s(scratch, blocks, group, D, Dv, HasScoreVariants(p));
   // Queries outside [first_row, end_row) see none of these keys (causal mask, window): their rows
   // are not packed, and their share of dq is zero.
   const auto [first_row, end_row] = QueriesSeeing(p, key0, key1);
@@ -868,7 +870,7 @@ void Backward(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const flo
               MutableHeads dk, MutableHeads dv) {
   const size_t blocks = (static_cast<size_t>(p.T) + kBr - 1) / kBr;
   const size_t scratch = BackwardScratch::floats(blocks, BackwardGroup(p), static_cast<size_t>(p.D),
-                                                 static_cast<size_t>(p.Dv));
+                                                 static_cast<size_t>(p.Dv), HasScoreVariants(p));
   ThreadPool& pool = *p.pool;
   // One task per key/value head (b, g), each over all its keys and, in turn, over the query
   // heads of its group (which add to its dk, dv in head order: no atomics, the same sums for
