@@ -5,20 +5,24 @@
 // Forward, per task = (b, h, group of query blocks of Br queries; one block unless the head's keys
 // and values outgrow L2), for each query block:
 //   Qt = (q_block * scale)^T                                      (D, Br)
-//   for each block of Bc keys up to the causal diagonal (each key block visits the group's
-//   query blocks in turn):
+//   for each block of Bc keys from the window's start to the causal diagonal (each key block
+//   visits the group's query blocks in turn):
 //     St = k_block Qt                                             (Bc, Br)  scores^T
-//     mask St; m_new = max(m, column max of St)                   online softmax, lane-wise
+//     softcap, ALiBi, mask St; m_new = max(m, column max of St)   online softmax, lane-wise
 //     Pt = exp(St - m_new); l = l * exp(m - m_new) + column sum of Pt
 //     Ot = Ot * exp(m - m_new) + v_block^T (Pt * dropout)         (Dv, Br)
 //   o = (Ot / l)^T, lse = m + log(l)
-// Backward, per task = (b, h), FlashAttention-2's loop order: for each key block j (holding
-// dk_j, dv_j), for each query block i that sees it:
-//   Pt = exp(mask(k_j Qt_i) - lse_i)          weights^T, recomputed
+// Backward, per task = (b, g) - a key/value head - FlashAttention-2's loop order, for each query
+// head h of g's group in turn: for each key block j (holding dk_j, dv_j, which the group's
+// heads add to in head order), for each query block i that sees it:
+//   Pt = exp(mask(k_j Qt_i) - lse_i)          weights^T, recomputed (softcap, ALiBi included)
 //   dPt = v_j dOt_i                           (d_o v^T)^T
 //   dv_j += (Pt * z) d_o_i                     z = dropout keep / (1 - p)
-//   dSt = Pt * (dPt * z - Di),  Di = sum_d d_o[i, d] o[i, d]
+//   dSt = Pt * (dPt * z - Di),  Di = sum_d d_o[i, d] o[i, d]   (times 1 - tanh^2 with a softcap)
 //   dk_j += dSt (q_i * scale);  dq_i += dSt^T k_j   (dq scaled at the end)
+// Query i is at position query_offset + i: the causal mask, the window, ALiBi and the dropout
+// mask use positions. The variants' work (softcap, ALiBi, the window's mask) is decided once per
+// call or per block, never per element on the book's path.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/flash_attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -169,7 +173,7 @@ void PackTransposed(ConstHeads x, int64_t b, int64_t h, int64_t i0, size_t n, fl
 }
 
 // Position differences pos - j as int32 lanes: clamped to +-2^30 (a window or a distance beyond
-// that is as good as infinite for 2^31 keys).
+// that is as good as infinite for 2^31 keys; a block's lanes and rows add less than 2^8).
 int32_t ClampedDistance(int64_t pos, int64_t j) {
   constexpr int64_t kFar = int64_t{1} << 30;
   return static_cast<int32_t>(std::clamp(pos - j, -kFar, kFar));
@@ -182,11 +186,15 @@ void ApplyPositionMask(const AttentionProblem& p, float* HWY_RESTRICT st, int64_
   const DI di;
   const VF neg_inf = hn::Set(d, kNegInf);
   const auto zero = hn::Zero(di);
+  // dist0[v] = pos - j0 of the lanes of query vector v; row j subtracts j
+  hn::Vec<DI> dist0[kQueryVectors];
+  const int32_t base = ClampedDistance(pos0, j0);
+  for (int v = 0; v < kQueryVectors; ++v) dist0[v] = hn::Iota(di, base + v * static_cast<int32_t>(kLanes));
   if (p.window <= 0) {  // causal only: the book's mask
     for (size_t j = 0; j < cols; ++j) {
-      const int32_t base = ClampedDistance(pos0, j0 + static_cast<int64_t>(j));
+      const auto jv = hn::Set(di, static_cast<int32_t>(j));
       for (int v = 0; v < kQueryVectors; ++v) {
-        const auto dist = hn::Iota(di, base + v * static_cast<int32_t>(kLanes));
+        const auto dist = hn::Sub(dist0[v], jv);
         float* s = st + j * kBr + v * kLanes;
         hn::StoreU(hn::IfThenElse(hn::RebindMask(d, hn::Lt(dist, zero)), neg_inf, hn::LoadU(d, s)), d, s);
       }
@@ -197,9 +205,9 @@ void ApplyPositionMask(const AttentionProblem& p, float* HWY_RESTRICT st, int64_
   const auto window_m1 = hn::Set(di, static_cast<int32_t>(std::min<int64_t>(p.window, int64_t{1} << 30) - 1));
   const bool causal = p.causal();
   for (size_t j = 0; j < cols; ++j) {
-    const int32_t base = ClampedDistance(pos0, j0 + static_cast<int64_t>(j));
+    const auto jv = hn::Set(di, static_cast<int32_t>(j));
     for (int v = 0; v < kQueryVectors; ++v) {
-      const auto dist = hn::Iota(di, base + v * static_cast<int32_t>(kLanes));
+      const auto dist = hn::Sub(dist0[v], jv);
       auto hidden = hn::Gt(dist, window_m1);
       if (causal) hidden = hn::Or(hidden, hn::Lt(dist, zero));
       float* s = st + j * kBr + v * kLanes;
@@ -787,12 +795,11 @@ void BackwardTask(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const
       kj.cols = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kBcB), key1 - j0));
       PackRows(p.k, b, kvh, j0, kj.cols, kj.kb, Dp);
       PackRows(p.v, b, kvh, j0, kj.cols, kj.vb, Dv);
+      std::fill(kj.dk, kj.dk + kBcB * Dp, 0.0f);
+      std::fill(kj.dv, kj.dv + kBcB * Dvp, 0.0f);
       if (accumulate) {  // the sums of the group's earlier heads, in head order
         PackRows(dk, b, kvh, j0, kj.cols, kj.dk, Dp);
         PackRows(dv, b, kvh, j0, kj.cols, kj.dv, Dvp);
-      } else {
-        std::fill(kj.dk, kj.dk + kBcB * Dp, 0.0f);
-        std::fill(kj.dv, kj.dv + kBcB * Dvp, 0.0f);
       }
     }
     // The query blocks that see some of these keys.
@@ -853,7 +860,11 @@ void BackwardTask(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const
     float* gq = dq_part ? dq_part + i * p.D : dq.row(b, h, i);
     const int64_t stride = dq_part ? 1 : dq.stride_d;
     if (i < first_row || i >= end_row) {
-      for (size_t c = 0; c < D; ++c) gq[c * stride] = 0.0f;
+      if (stride == 1) {
+        std::fill(gq, gq + D, 0.0f);
+      } else {
+        for (size_t c = 0; c < D; ++c) gq[c * stride] = 0.0f;
+      }
       continue;
     }
     const float* acc = s.dq + static_cast<size_t>(i) * Dp;
