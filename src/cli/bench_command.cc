@@ -5,6 +5,7 @@
 // runs, GFLOP/s counting only the work causal attention needs (projections + the visible half of
 // the scores), and the share of the FMA peak this machine reaches on the same threads (measured
 // here, first). With --json the last line is one JSON object for machines.
+#include <cmath>
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
@@ -33,15 +34,19 @@ struct BenchFlags {
   int threads = 0, iters = 10, warmup = 1;
   double dropout = 0.0;
   // --module decode
-  int64_t kv_len = 0, num_kv_heads = 0;
+  int64_t kv_len = 0;
   std::string cache_dtype = "f32";
+  // key/value heads (decode and attention-core); attention-core's other variants
+  int64_t num_kv_heads = 0, window = 0;
+  bool alibi = false;
+  double softcap = 0.0;
 };
 
 // The flags, checked and named in errors; the harness (qkv/perf/attention_bench.h) does the rest.
 int run_bench(BenchFlags& f, const CLI::App& sub) {
   QKV_CHECK(f.threads >= 0, "--threads ", f.threads, ": must be at least 1 (or 0: the default)");
   if (f.module == "decode") {
-    for (const char* flag : {"--seq-len", "--backward", "--no-mask", "--dropout"})
+    for (const char* flag : {"--seq-len", "--backward", "--no-mask", "--dropout", "--window", "--alibi", "--softcap"})
       QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module decode (it times one causal query per head "
                 "over --kv-len cached positions)");
     check_threads(f.threads);
@@ -62,7 +67,7 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
     d.json = f.json;
     return run_decode_bench(d);
   }
-  for (const char* flag : {"--kv-len", "--num-kv-heads", "--cache-dtype"})
+  for (const char* flag : {"--kv-len", "--cache-dtype"})
     QKV_CHECK(sub.count(flag) == 0, flag, " is a flag of --module decode, not ", f.module);
   QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module ", f.module);
   const perf::BenchTarget target = perf::parse_bench_target(f.module);
@@ -85,7 +90,14 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   if (core) {
     const int64_t head_dim = f.head_dim == 0 ? f.d_model / f.num_heads : f.head_dim;
     QKV_CHECK(head_dim >= 1, "--head-dim ", head_dim, ": must be at least 1");
+    const int64_t G = f.num_kv_heads == 0 ? f.num_heads : f.num_kv_heads;
+    QKV_CHECK(G >= 1 && f.num_heads % G == 0, "--num-kv-heads ", f.num_kv_heads, ": must divide --num-heads (",
+              f.num_heads, ")");
+    QKV_CHECK(f.window >= 0, "--window ", f.window, ": must be at least 0 (0: none)");
+    QKV_CHECK(std::isfinite(f.softcap) && f.softcap >= 0.0, "--softcap ", f.softcap, ": must be at least 0 (0: none)");
   } else {
+    QKV_CHECK(f.num_kv_heads == 0 && f.window == 0 && !f.alibi && f.softcap == 0.0,
+              "--num-kv-heads, --window, --alibi and --softcap are for --module attention-core");
     QKV_CHECK(f.d_model >= 1, "--d-model ", f.d_model, ": must be at least 1");
     QKV_CHECK(f.d_model % f.num_heads == 0, "--d-model (", f.d_model, ") must be divisible by --num-heads (",
               f.num_heads, ")");
@@ -108,6 +120,10 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   shape.causal = !f.no_mask;
   shape.backward = f.backward;
   shape.dropout = f.dropout;
+  shape.num_kv_heads = f.num_kv_heads;
+  shape.window = f.window;
+  shape.alibi = f.alibi;
+  shape.softcap = f.softcap;
   const perf::AttentionBenchReport r = perf::run_attention_bench(shape, f.iters, f.warmup, pool);
 
   const bool causal = r.shape.causal;
@@ -120,6 +136,9 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   const std::string what = f.module + (f.backward ? " forward+backward" : " forward");
   std::cout << "qkv bench: " << what << ", B=" << B << " T=" << T << " C=" << C << " H=" << H << " D=" << D
             << (causal ? " causal" : " no mask") << (f.dropout > 0 ? " dropout " + std::to_string(f.dropout) : "")
+            << (r.shape.num_kv_heads != H ? " G=" + std::to_string(r.shape.num_kv_heads) : "")
+            << (r.shape.window > 0 ? " window " + std::to_string(r.shape.window) : "") << (r.shape.alibi ? " ALiBi" : "")
+            << (r.shape.softcap > 0 ? " softcap " + std::to_string(r.shape.softcap) : "")
             << ", " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n";
   const CacheSizes& caches = cache_sizes();
   std::cout << "  caches: L1d " << caches.l1d / 1024 << " KiB, L2 " << caches.l2 / 1024 << " KiB, L3 "
@@ -152,6 +171,8 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
                         {"gflops", gflops},        {"peak_gflops", peak},        {"percent_of_peak", 100.0 * gflops / peak},
                         {"max_rss_mib", rss},      {"cpu_share", cpu_share},     {"simd", r.simd},
                         {"blas", r.blas}, {"blas_vector_bits", blas_bits},
+                        {"num_kv_heads", r.shape.num_kv_heads}, {"window", r.shape.window},
+                        {"alibi", r.shape.alibi}, {"softcap", r.shape.softcap},
                         {"l1d_bytes", caches.l1d}, {"l2_bytes", caches.l2}, {"l3_bytes", caches.l3},
                         {"peak_gflops_at_blas_width", peak_at_blas_width > 0 ? nlohmann::json(peak_at_blas_width) : nlohmann::json()}};
     std::cout << j.dump() << "\n";
@@ -173,7 +194,6 @@ Command add_bench(CLI::App& app) {
   add_number_with_default(sub, "--batch", f->batch, "Batch size B");
   add_number(sub, "--seq-len", f->seq_len, "Tokens T (every module but decode)");
   add_number(sub, "--kv-len", f->kv_len, "decode: cached positions S the query attends to");
-  add_number(sub, "--num-kv-heads", f->num_kv_heads, "decode: key/value heads G, dividing H (default: H)");
   sub->add_option("--cache-dtype", f->cache_dtype, "decode: the KV cache's element type")
       ->default_val("f32")
       ->check(CLI::IsMember({"f32", "bf16"}));
@@ -186,6 +206,10 @@ Command add_bench(CLI::App& app) {
   add_number(sub, "--threads", f->threads, "Threads (default: QKV_NUM_THREADS, else the cores)");
   add_number_with_default(sub, "--iters", f->iters, "Timed runs; the median is reported");
   add_number_with_default(sub, "--warmup", f->warmup, "Untimed runs first");
+  add_number(sub, "--num-kv-heads", f->num_kv_heads, "Key/value heads G dividing H (decode, attention-core; default H)");
+  add_number(sub, "--window", f->window, "Sliding window w (attention-core; FLOPs count only its pairs)");
+  sub->add_flag("--alibi", f->alibi, "ALiBi with the paper's slopes (attention-core)");
+  add_number(sub, "--softcap", f->softcap, "Logit softcap, > 0 (attention-core)");
   sub->add_flag("--json", f->json, "Also print one JSON object as the last line");
   sub->footer("GFLOP/s count matrix-product FLOPs: 2 B T C 3C (QKV) + 2 B T C C (out_proj) + the attention's\n"
               "two products over the (i, j) pairs the causal mask leaves visible; backward: twice the projections'\n"

@@ -100,7 +100,6 @@ void attention_forward(ConstHeads q, ConstHeads k, ConstHeads v, MutableHeads o,
   check_shape("attention_forward", "o", o, p.B, p.H, p.T, p.Dv);
   if (p.B * p.H * p.T == 0) return;
   QKV_CHECK(lse != nullptr, "attention_forward: lse (", p.B, ", ", p.H, ", ", p.T, ") is null");
-  QKV_CHECK(!p.has_variants(), "attention_forward: the fused kernel does not yet run grouped-query heads, a query offset, windows, ALiBi or softcapping");
   flash_attention_forward(p, o, lse);
 }
 
@@ -116,7 +115,6 @@ void attention_backward(ConstHeads q, ConstHeads k, ConstHeads v, ConstHeads o, 
   check_shape(what, "dv", dv, p.B, p.G, p.S, p.Dv);
   if (p.B * p.H == 0) return;
   QKV_CHECK(lse != nullptr || p.T == 0, what, ": lse (", p.B, ", ", p.H, ", ", p.T, ") is null");
-  QKV_CHECK(!p.has_variants(), "attention_backward: the fused kernel does not yet run grouped-query heads, a query offset, windows, ALiBi or softcapping");
   flash_attention_backward(p, o, d_o, lse, dq, dk, dv);
 }
 

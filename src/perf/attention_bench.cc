@@ -91,6 +91,15 @@ AttentionBenchShape normalized(AttentionBenchShape s) {
   QKV_CHECK(s.num_heads >= 1, "attention bench: num_heads (", s.num_heads, ") must be at least 1");
   QKV_CHECK(s.target != BenchTarget::kCausalAttention || s.num_heads == 1,
             "attention bench: causal-attention has one head, not num_heads = ", s.num_heads);
+  if (s.num_kv_heads == 0) s.num_kv_heads = s.num_heads;
+  QKV_CHECK(s.window >= 0, "attention bench: window (", s.window, ") must not be negative");
+  QKV_CHECK(std::isfinite(s.softcap) && s.softcap >= 0.0, "attention bench: softcap (", s.softcap,
+            ") must be positive (or 0 for none)");
+  QKV_CHECK(s.target == BenchTarget::kAttentionCore ||
+                (s.num_kv_heads == s.num_heads && s.window == 0 && !s.alibi && s.softcap == 0.0),
+            "attention bench: grouped-query heads, windows, ALiBi and softcapping are for attention-core only");
+  QKV_CHECK(s.num_kv_heads >= 1 && s.num_heads % s.num_kv_heads == 0, "attention bench: num_kv_heads (",
+            s.num_kv_heads, ") must divide num_heads (", s.num_heads, ")");
   if (s.target == BenchTarget::kAttentionCore) {
     if (s.head_dim == 0) s.head_dim = s.d_model / s.num_heads;
     QKV_CHECK(s.head_dim >= 1, "attention bench: head_dim (", s.head_dim, ") must be at least 1");
@@ -120,9 +129,10 @@ double attention_bench_bytes(const AttentionBenchShape& s) {
 // The buffers of one case: the inputs filled, the outputs and gradients only allocated.
 struct AttentionBenchCase::Buffers {
   std::vector<std::unique_ptr<Buffer>> keep;
-  // attention-core
+  // attention-core: q, o, d_o, dq (B, H, T, D); k, v, dk, dv (B, G, T, D)
   kernels::MutableHeads q, k, v, o, d_o, dq, dk, dv;
   float* lse = nullptr;
+  std::vector<float> slopes;  // (H) ALiBi's
   // mha, causal-attention
   kernels::MhaShape mha;
   kernels::MhaWeights w;
@@ -149,21 +159,30 @@ AttentionBenchCase::AttentionBenchCase(const AttentionBenchShape& shape, ThreadP
   options_.dropout_p = static_cast<float>(s.dropout);
   options_.dropout_seed = 1234;
   options_.pool = &pool;
+  options_.window = s.window;
+  options_.softcap = static_cast<float>(s.softcap);
   Buffers& b = *b_;
+  if (s.alibi) {
+    b.slopes.resize(static_cast<size_t>(H));
+    kernels::alibi_default_slopes(H, b.slopes.data());
+    options_.alibi_slopes = b.slopes.data();
+  }
   auto buffer = [&](size_t n, float scale, uint64_t seed) { return b.buffer(n, scale, seed, pool); };
   if (s.target == BenchTarget::kAttentionCore) {
-    const auto n = static_cast<size_t>(B * H * T * D);
+    const int64_t G = s.num_kv_heads;
+    const auto n = static_cast<size_t>(B * H * T * D), nkv = static_cast<size_t>(B * G * T * D);
     auto heads = [&](float* p) { return kernels::MutableHeads::contiguous(p, B, H, T, D); };
+    auto kv_heads = [&](float* p) { return kernels::MutableHeads::contiguous(p, B, G, T, D); };
     b.q = heads(buffer(n, 1, 1));
-    b.k = heads(buffer(n, 1, 2));
-    b.v = heads(buffer(n, 1, 3));
+    b.k = kv_heads(buffer(nkv, 1, 2));
+    b.v = kv_heads(buffer(nkv, 1, 3));
     b.o = heads(buffer(n, 0, 0));
     b.lse = buffer(static_cast<size_t>(B * H * T), 0, 0);
     if (s.backward) {
       b.d_o = heads(buffer(n, 1, 4));
       b.dq = heads(buffer(n, 0, 0));
-      b.dk = heads(buffer(n, 0, 0));
-      b.dv = heads(buffer(n, 0, 0));
+      b.dk = kv_heads(buffer(nkv, 0, 0));
+      b.dv = kv_heads(buffer(nkv, 0, 0));
     }
     return;
   }
@@ -208,7 +227,7 @@ double AttentionBenchCase::forward_flops() const {
   const AttentionBenchShape& s = shape_;
   if (s.target == BenchTarget::kAttentionCore)
     return kernels::attention_forward_flops(s.batch, s.num_heads, s.seq_len, s.seq_len, s.head_dim, s.head_dim,
-                                            s.causal);
+                                            s.causal, 0, s.window);
   return kernels::mha_forward_flops(b_->mha, s.target == BenchTarget::kMha, s.causal);
 }
 
@@ -216,7 +235,7 @@ double AttentionBenchCase::backward_flops() const {
   const AttentionBenchShape& s = shape_;
   if (s.target == BenchTarget::kAttentionCore)
     return kernels::attention_backward_flops(s.batch, s.num_heads, s.seq_len, s.seq_len, s.head_dim, s.head_dim,
-                                             s.causal);
+                                             s.causal, 0, s.window);
   return kernels::mha_backward_flops(b_->mha, s.target == BenchTarget::kMha, s.causal);
 }
 

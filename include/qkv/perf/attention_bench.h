@@ -38,10 +38,16 @@ struct AttentionBenchShape {
   bool causal = true;              // false: no mask (the FLOPs then count every score)
   bool backward = false;           // a step is forward + backward
   double dropout = 0.0;            // on the attention weights (the fused kernel's Philox mask)
+  // attention-core only: today's variants (qkv/kernels/attention.h), all off by default
+  int64_t num_kv_heads = 0;        // G key/value heads, dividing H (grouped-query); 0: H
+  int64_t window = 0;              // sliding window w (> 0); the FLOPs count only its pairs
+  bool alibi = false;              // ALiBi with the paper's slopes (kernels::alibi_default_slopes)
+  double softcap = 0.0;            // > 0: logit softcapping
 };
 
 // `s` with head_dim and d_model made consistent (attention-core: d_model = H * D; else
-// D = C / H); throws qkv::Error naming the value that does not fit.
+// D = C / H) and num_kv_heads set (H when 0); throws qkv::Error naming the value that does not
+// fit (the variants outside attention-core, G not dividing H, a negative window or softcap).
 AttentionBenchShape normalized(AttentionBenchShape s);
 
 // Roughly the bytes of a case's inputs, outputs and gradients.
