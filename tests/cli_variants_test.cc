@@ -57,10 +57,6 @@ TEST_F(CliVariants, GroupedQueryRunWritesGroupedWeightsAndGradients) {
     const Result r = run(kBase + "--num-kv-heads 2 --rope half --attention " + attention +
                          " --input x.safetensors --output y.safetensors --save-weights w.safetensors "
                          "--grad-output g.safetensors --grads-out d.safetensors");
-    if (std::string(attention) == "fused" && r.err.find("the fused kernel does not yet run") != std::string::npos) {
-      std::cout << "[ skipped  ] fused: " << r.err;  // until the fused kernel runs grouped-query heads
-      continue;
-    }
     ASSERT_EQ(r.status, 0) << attention << "\n" << r.err;
     const TensorFile w = load_safetensors(path("w.safetensors"));
     EXPECT_EQ(w.get("W_key.weight").shape(), Shape({4, 4}));  // G D = 2 * 2 rows

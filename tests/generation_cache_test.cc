@@ -4,11 +4,8 @@
 // attention variant, prompts shorter than, equal to and longer than the context, generation past
 // the context (the window slides) and sampling at temperature 0 and above; a bf16 cache within a
 // bf16 tolerance; every misuse a clear error.
-//
-// The variant models' uncached forward needs the fused attention kernel with variants, which the
-// kernel refuses until it supports them: those cases run the pipeline with
-// mha_use_reference_attention(true) (the naive reference in place of the fused kernel). The
-// plain models run the fused kernel itself.
+// Both loops run the fused kernels (the uncached one the flash kernel, the cached one the decode
+// kernel, or the flash kernel over the cache for a prefill of 64 or more positions).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -66,13 +63,6 @@ AttentionLM make_lm(const Variant& v, int64_t context, uint64_t seed = 7, int64_
   return lm;
 }
 
-// Runs the variant cases on the reference attention while the fused kernel refuses variants.
-struct ReferenceAttention {
-  explicit ReferenceAttention(bool on) : previous(kernels::mha_use_reference_attention(on)) {}
-  ~ReferenceAttention() { kernels::mha_use_reference_attention(previous); }
-  bool previous;
-};
-
 struct Generated {
   std::vector<int64_t> tokens;
   std::vector<std::vector<float>> logits;  // per step (V)
@@ -125,7 +115,6 @@ const std::vector<Variant>& variants() {
 TEST(GenerationCache, CachedAndUncachedGiveTheSameTokensAndLogitsForEveryVariant) {
   const int64_t context = 12, vocab = 23;
   for (const Variant& v : variants()) {
-    ReferenceAttention reference(v.any());  // the fused kernel does not run variants yet
     for (int64_t prompt_len : {5, 12, 17}) {  // shorter than, equal to, longer than the context
       for (double temperature : {0.0, 0.8}) {
         AttentionLM lm = make_lm(v, context);
@@ -171,7 +160,6 @@ TEST(GenerationCache, Bf16CacheIsWithinBf16ToleranceAndNotFp32) {
   // the output head (weights of norm about 1 at this size) the logits move by a few times 2^-9
   // of their scale: 2e-2 of the row's largest logit (about 10 x 2^-9) bounds it with room.
   for (const Variant& v : {Variant{"plain"}, Variant{"gqa_rope", 2, RopeLayout::kHalf}}) {
-    ReferenceAttention reference(v.any());
     AttentionLM lm = make_lm(v, 12);
     SamplingOptions o;
     o.max_new_tokens = 6;  // no slide: every step decodes against the bf16 cache

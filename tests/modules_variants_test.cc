@@ -110,37 +110,16 @@ TEST(MhaVariants, FusedPipelineWithReferenceAttentionMatchesTextbook) {
 TEST(MhaVariants, FusedKernelMatchesTextbook) {
   for (const Variant& v : kVariants) {
     const AttentionConfig c = config_of(v);
-    const bool kernel_variant = v.kv_heads != v.heads || v.window > 0 || v.alibi || v.softcap > 0.0f;
     Outcome fused;
-    const std::string err = error_of([&] { fused = run(c, AttentionPath::kFused, 2, 11); });
-    if (kernel_variant && err.find("the fused kernel does not yet run") != std::string::npos) {
-      std::cout << "[ skipped  ] " << v.name << ": " << err << "\n";
-      continue;
-    }
-    ASSERT_EQ(err, "(no error)") << v.name;
+    ASSERT_EQ(error_of([&] { fused = run(c, AttentionPath::kFused, 2, 11); }), "(no error)") << v.name;
     expect_close(fused, run(c, AttentionPath::kTextbook, 2, 11), v.name);
   }
-  // RoPE runs outside the kernel, so the rope-only variants run now; the others once the fused
-  // kernel takes them (then nothing above is skipped).
-  for (const Variant& v : kVariants) {
-    if (v.kv_heads == v.heads && v.window == 0 && !v.alibi && v.softcap == 0.0f) {
-      EXPECT_EQ(error_of([&] { run(config_of(v), AttentionPath::kFused, 1, 3); }), "(no error)") << v.name;
-    }
-  }
-}
-
-TEST(MhaVariants, FusedKernelRunsEveryVariant) {
-  const std::string err = error_of([] { run(config_of(kVariants[7]), AttentionPath::kFused, 1, 5); });
-  if (err.find("the fused kernel does not yet run") != std::string::npos)
-    GTEST_SKIP() << "the fused kernel refuses the variants until flash_attention.cc runs them: " << err;
-  EXPECT_EQ(err, "(no error)");
 }
 
 // Grouped-query attention is multi-head attention whose key/value heads repeat: a G-head module
 // equals an H-head one whose W_key / W_value rows are the G heads' rows, each repeated H / G times.
 TEST(MhaVariants, GroupedQueryEqualsRepeatedKeyValueWeights) {
   for (AttentionPath path : {AttentionPath::kTextbook, AttentionPath::kFused}) {
-    const bool was = kernels::mha_use_reference_attention(true);
     AttentionConfig gqa;
     gqa.d_in = 4;
     gqa.d_out = 12;
@@ -168,7 +147,6 @@ TEST(MhaVariants, GroupedQueryEqualsRepeatedKeyValueWeights) {
     Generator data(4);
     const Tensor x = randn({2, 6, 4}, data);
     EXPECT_LE(rel(a.forward(x), b.forward(x)), 1e-5) << attention_path_name(path);
-    kernels::mha_use_reference_attention(was);
   }
 }
 

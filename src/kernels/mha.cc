@@ -250,9 +250,8 @@ void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, 
   AttentionOptions o = options;
   o.query_offset = P;
   const MutableHeads ctx = MutableHeads::interleaved(ws.ctx(), B, s.heads, Tn, D, C);
-  const bool plain = G == s.heads && o.window == 0 && o.alibi_slopes == nullptr && o.softcap == 0.0f;
-  if (P == 0 && Tn >= 64 && cache.dtype() == CacheDtype::kF32 && plain) {
-    // a prefill: the flash kernel over the cache's fp32 view of the Tn positions just appended
+  if (Tn >= 64 && cache.dtype() == CacheDtype::kF32) {
+    // a prefill: the flash kernel over the cache's fp32 view of its P + Tn positions
     if (g_reference_attention) {
       attention_forward_reference(q, cache.keys(layer), cache.values(layer), ctx, ws.lse(), o);
     } else {

@@ -41,9 +41,10 @@
 // The fused kernels tile queries by blocks of Br and keys by blocks of Bc, keep a running max
 // and sum per query (online softmax), skip key blocks wholly hidden (above the causal diagonal,
 // before the window), and never hold more than one (Br, Bc) block of scores; memory is linear
-// in T. One parallel_for runs over batch x heads x query blocks (forward) or batch x heads
-// (backward; with fewer than 4 heads in all, batch x heads x runs of key blocks, dq's shares
-// summed in a fixed order). SIMD is Google Highway with run-time dispatch (AVX-512 or AVX2 on
+// in T. One parallel_for runs over batch x heads x query blocks (forward) or batch x key/value
+// heads (backward: a task runs its group's query heads in turn, so dk and dv sum them in a fixed
+// order; with fewer than 4 key/value heads in all, batch x key/value heads x runs of key blocks,
+// dq's shares summed in a fixed order). SIMD is Google Highway with run-time dispatch (AVX-512 or AVX2 on
 // x86, a portable fallback elsewhere), with D = 64 (GPT-2's heads) unrolled and any other D on a
 // generic path.
 #pragma once
