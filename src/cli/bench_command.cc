@@ -40,13 +40,14 @@ struct BenchFlags {
   int64_t num_kv_heads = 0, window = 0;
   bool alibi = false;
   double softcap = 0.0;
+  std::string rope = "none";  // mha
 };
 
 // The flags, checked and named in errors; the harness (qkv/perf/attention_bench.h) does the rest.
 int run_bench(BenchFlags& f, const CLI::App& sub) {
   QKV_CHECK(f.threads >= 0, "--threads ", f.threads, ": must be at least 1 (or 0: the default)");
   if (f.module == "decode") {
-    for (const char* flag : {"--seq-len", "--backward", "--no-mask", "--dropout", "--window", "--alibi", "--softcap"})
+    for (const char* flag : {"--seq-len", "--backward", "--no-mask", "--dropout", "--window", "--alibi", "--softcap", "--rope"})
       QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module decode (it times one causal query per head "
                 "over --kv-len cached positions)");
     check_threads(f.threads);
@@ -87,17 +88,20 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
     f.num_heads = 1;
   }
   QKV_CHECK(f.num_heads >= 1, "--num-heads ", f.num_heads, ": must be at least 1");
+  const int64_t G = f.num_kv_heads == 0 ? f.num_heads : f.num_kv_heads;
+  QKV_CHECK(G >= 1 && f.num_heads % G == 0, "--num-kv-heads ", f.num_kv_heads, ": must divide --num-heads (",
+            f.num_heads, ")");
+  QKV_CHECK(f.window >= 0, "--window ", f.window, ": must be at least 0 (0: none)");
+  QKV_CHECK(std::isfinite(f.softcap) && f.softcap >= 0.0, "--softcap ", f.softcap, ": must be at least 0 (0: none)");
   if (core) {
     const int64_t head_dim = f.head_dim == 0 ? f.d_model / f.num_heads : f.head_dim;
     QKV_CHECK(head_dim >= 1, "--head-dim ", head_dim, ": must be at least 1");
-    const int64_t G = f.num_kv_heads == 0 ? f.num_heads : f.num_kv_heads;
-    QKV_CHECK(G >= 1 && f.num_heads % G == 0, "--num-kv-heads ", f.num_kv_heads, ": must divide --num-heads (",
-              f.num_heads, ")");
-    QKV_CHECK(f.window >= 0, "--window ", f.window, ": must be at least 0 (0: none)");
-    QKV_CHECK(std::isfinite(f.softcap) && f.softcap >= 0.0, "--softcap ", f.softcap, ": must be at least 0 (0: none)");
+    QKV_CHECK(f.rope == "none", "--rope ", f.rope, ": RoPE rotates q and k in the mha pipeline, outside the "
+              "attention kernel; time it with --module mha");
   } else {
-    QKV_CHECK(f.num_kv_heads == 0 && f.window == 0 && !f.alibi && f.softcap == 0.0,
-              "--num-kv-heads, --window, --alibi and --softcap are for --module attention-core");
+    QKV_CHECK(f.module == "mha" || (f.num_kv_heads == 0 && f.window == 0 && !f.alibi && f.softcap == 0.0 &&
+                                    f.rope == "none"),
+              "--num-kv-heads, --rope, --window, --alibi and --softcap are for --module mha and attention-core");
     QKV_CHECK(f.d_model >= 1, "--d-model ", f.d_model, ": must be at least 1");
     QKV_CHECK(f.d_model % f.num_heads == 0, "--d-model (", f.d_model, ") must be divisible by --num-heads (",
               f.num_heads, ")");
@@ -124,6 +128,7 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   shape.window = f.window;
   shape.alibi = f.alibi;
   shape.softcap = f.softcap;
+  shape.rope = kernels::parse_rope_layout(f.rope);
   const perf::AttentionBenchReport r = perf::run_attention_bench(shape, f.iters, f.warmup, pool);
 
   const bool causal = r.shape.causal;
@@ -139,6 +144,7 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
             << (r.shape.num_kv_heads != H ? " G=" + std::to_string(r.shape.num_kv_heads) : "")
             << (r.shape.window > 0 ? " window " + std::to_string(r.shape.window) : "") << (r.shape.alibi ? " ALiBi" : "")
             << (r.shape.softcap > 0 ? " softcap " + std::to_string(r.shape.softcap) : "")
+            << (r.shape.rope != kernels::RopeLayout::kNone ? std::string(" RoPE ") + kernels::rope_layout_name(r.shape.rope) : "")
             << ", " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n";
   const CacheSizes& caches = cache_sizes();
   std::cout << "  caches: L1d " << caches.l1d / 1024 << " KiB, L2 " << caches.l2 / 1024 << " KiB, L3 "
@@ -173,6 +179,7 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
                         {"blas", r.blas}, {"blas_vector_bits", blas_bits},
                         {"num_kv_heads", r.shape.num_kv_heads}, {"window", r.shape.window},
                         {"alibi", r.shape.alibi}, {"softcap", r.shape.softcap},
+                        {"rope", kernels::rope_layout_name(r.shape.rope)},
                         {"l1d_bytes", caches.l1d}, {"l2_bytes", caches.l2}, {"l3_bytes", caches.l3},
                         {"peak_gflops_at_blas_width", peak_at_blas_width > 0 ? nlohmann::json(peak_at_blas_width) : nlohmann::json()}};
     std::cout << j.dump() << "\n";
@@ -206,10 +213,13 @@ Command add_bench(CLI::App& app) {
   add_number(sub, "--threads", f->threads, "Threads (default: QKV_NUM_THREADS, else the cores)");
   add_number_with_default(sub, "--iters", f->iters, "Timed runs; the median is reported");
   add_number_with_default(sub, "--warmup", f->warmup, "Untimed runs first");
-  add_number(sub, "--num-kv-heads", f->num_kv_heads, "Key/value heads G dividing H (decode, attention-core; default H)");
-  add_number(sub, "--window", f->window, "Sliding window w (attention-core; FLOPs count only its pairs)");
-  sub->add_flag("--alibi", f->alibi, "ALiBi with the paper's slopes (attention-core)");
-  add_number(sub, "--softcap", f->softcap, "Logit softcap, > 0 (attention-core)");
+  add_number(sub, "--num-kv-heads", f->num_kv_heads, "Key/value heads G dividing H (decode, mha, attention-core; default H)");
+  add_number(sub, "--window", f->window, "Sliding window w (mha, attention-core; FLOPs count only its pairs)");
+  sub->add_flag("--alibi", f->alibi, "ALiBi with the paper's slopes (mha, attention-core)");
+  add_number(sub, "--softcap", f->softcap, "Logit softcap, > 0 (mha, attention-core)");
+  sub->add_option("--rope", f->rope, "RoPE on q and k (mha): none | half | interleaved")
+      ->default_val("none")
+      ->check(CLI::IsMember({"none", "half", "interleaved"}));
   sub->add_flag("--json", f->json, "Also print one JSON object as the last line");
   sub->footer("GFLOP/s count matrix-product FLOPs: 2 B T C 3C (QKV) + 2 B T C C (out_proj) + the attention's\n"
               "two products over the (i, j) pairs the causal mask leaves visible; backward: twice the projections'\n"

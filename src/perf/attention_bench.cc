@@ -95,9 +95,12 @@ AttentionBenchShape normalized(AttentionBenchShape s) {
   QKV_CHECK(s.window >= 0, "attention bench: window (", s.window, ") must not be negative");
   QKV_CHECK(std::isfinite(s.softcap) && s.softcap >= 0.0, "attention bench: softcap (", s.softcap,
             ") must be positive (or 0 for none)");
-  QKV_CHECK(s.target == BenchTarget::kAttentionCore ||
-                (s.num_kv_heads == s.num_heads && s.window == 0 && !s.alibi && s.softcap == 0.0),
-            "attention bench: grouped-query heads, windows, ALiBi and softcapping are for attention-core only");
+  QKV_CHECK(s.target != BenchTarget::kCausalAttention ||
+                (s.num_kv_heads == s.num_heads && s.window == 0 && !s.alibi && s.softcap == 0.0 &&
+                 s.rope == kernels::RopeLayout::kNone),
+            "attention bench: grouped-query heads, RoPE, windows, ALiBi and softcapping are for mha and attention-core");
+  QKV_CHECK(s.target != BenchTarget::kAttentionCore || s.rope == kernels::RopeLayout::kNone,
+            "attention bench: RoPE rotates q and k in the mha pipeline, outside the attention kernel: use --module mha");
   QKV_CHECK(s.num_kv_heads >= 1 && s.num_heads % s.num_kv_heads == 0, "attention bench: num_kv_heads (",
             s.num_kv_heads, ") must divide num_heads (", s.num_heads, ")");
   if (s.target == BenchTarget::kAttentionCore) {
@@ -188,8 +191,11 @@ AttentionBenchCase::AttentionBenchCase(const AttentionBenchShape& shape, ThreadP
   }
   const bool out_proj = s.target == BenchTarget::kMha;
   b.mha = kernels::MhaShape{B, T, C, C, H};
+  b.mha.kv_heads = s.num_kv_heads;
+  b.mha.rope.layout = s.rope;
+  const int64_t Q = b.mha.qkv_width();                             // (H + 2G) D rows of W_qkv
   const float w_scale = 1.0f / std::sqrt(static_cast<float>(C));  // nn.Linear's init range
-  b.w.w_qkv = buffer(static_cast<size_t>(3 * C * C), w_scale, 5);
+  b.w.w_qkv = buffer(static_cast<size_t>(Q * C), w_scale, 5);
   if (out_proj) {
     b.w.w_out = buffer(static_cast<size_t>(C * C), w_scale, 6);
     b.w.b_out = buffer(static_cast<size_t>(C), w_scale, 7);
@@ -199,7 +205,7 @@ AttentionBenchCase::AttentionBenchCase(const AttentionBenchShape& shape, ThreadP
   if (s.backward) {
     b.dy = buffer(static_cast<size_t>(B * T * C), 1, 9);
     b.dx = buffer(static_cast<size_t>(B * T * C), 0, 0);
-    b.g.dw_qkv = buffer(static_cast<size_t>(3 * C * C), 0, 0);
+    b.g.dw_qkv = buffer(static_cast<size_t>(Q * C), 0, 0);
     if (out_proj) {
       b.g.dw_out = buffer(static_cast<size_t>(C * C), 0, 0);
       b.g.db_out = buffer(static_cast<size_t>(C), 0, 0);
@@ -228,7 +234,7 @@ double AttentionBenchCase::forward_flops() const {
   if (s.target == BenchTarget::kAttentionCore)
     return kernels::attention_forward_flops(s.batch, s.num_heads, s.seq_len, s.seq_len, s.head_dim, s.head_dim,
                                             s.causal, 0, s.window);
-  return kernels::mha_forward_flops(b_->mha, s.target == BenchTarget::kMha, s.causal);
+  return kernels::mha_forward_flops(b_->mha, s.target == BenchTarget::kMha, s.causal, s.window);
 }
 
 double AttentionBenchCase::backward_flops() const {
@@ -236,7 +242,7 @@ double AttentionBenchCase::backward_flops() const {
   if (s.target == BenchTarget::kAttentionCore)
     return kernels::attention_backward_flops(s.batch, s.num_heads, s.seq_len, s.seq_len, s.head_dim, s.head_dim,
                                              s.causal, 0, s.window);
-  return kernels::mha_backward_flops(b_->mha, s.target == BenchTarget::kMha, s.causal);
+  return kernels::mha_backward_flops(b_->mha, s.target == BenchTarget::kMha, s.causal, s.window);
 }
 
 AttentionBenchReport run_attention_bench(const AttentionBenchShape& shape, int iters, int warmup, ThreadPool& pool) {

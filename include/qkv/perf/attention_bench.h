@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "qkv/core/thread_pool.h"
+#include "qkv/kernels/rope.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/mha.h"
 
@@ -43,6 +44,7 @@ struct AttentionBenchShape {
   int64_t window = 0;              // sliding window w (> 0); the FLOPs count only its pairs
   bool alibi = false;              // ALiBi with the paper's slopes (kernels::alibi_default_slopes)
   double softcap = 0.0;            // > 0: logit softcapping
+  kernels::RopeLayout rope = kernels::RopeLayout::kNone;  // mha only: RoPE on q and k in the pipeline
 };
 
 // `s` with head_dim and d_model made consistent (attention-core: d_model = H * D; else
