@@ -68,6 +68,7 @@ struct DecodeProblem {
   size_t part_stride = 0;         // 2 + pad16(Dv)
   float* scratch = nullptr;       // (threads, scratch_stride) per-worker scratch
   size_t scratch_stride = 0;      // pad16(scratch_floats())
+  bool serial = false;            // too little to read to pay for waking the pool (kSerialBytes)
 
   bool causal() const { return mask.kind == AttentionMask::Kind::kCausal; }
   int64_t pos(int64_t i) const { return query_offset + i; }
@@ -86,6 +87,19 @@ struct DecodeProblem {
            pad16(rows);
   }
 };
+
+// Below this many bytes of keys and values a call runs its tasks on the calling thread: waking the
+// pool's sleeping threads costs some microseconds a call, more than reading 1 MiB takes a core
+// (a small model's decoding step: 4 heads x 1,024 keys x (16 + 16) floats is 512 KiB). The tasks and
+// the chunks are the same either way, so the result is too, bit for bit.
+constexpr double kSerialBytes = 1024.0 * 1024.0;
+
+// p.pool->parallel_for(n, f), or the same tasks in order on this thread (as worker 0) when p.serial.
+template <typename F>
+void ForTasks(const DecodeProblem& p, int64_t n, F&& f) {
+  if (!p.serial) return p.pool->parallel_for(n, f);
+  for (int64_t t = 0; t < n; ++t) f(t, 0);
+}
 
 }  // namespace
 }  // namespace qkv::kernels
@@ -496,7 +510,7 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
 void RunChunks(const DecodeProblem& p) {
   // D = Dv = 64 (GPT-2's heads) with 16 or 8 lanes: the row loops unrolled, fp32 keys read in place.
   const int nv = p.D == p.Dv && p.D % 16 == 0 ? static_cast<int>(p.D / static_cast<int64_t>(kLanes)) : 0;
-  p.pool->parallel_for(p.B * p.G * p.chunks, [&](int64_t task, int worker) {
+  ForTasks(p, p.B * p.G * p.chunks, [&](int64_t task, int worker) {
     float* scratch = p.scratch + static_cast<size_t>(worker) * p.scratch_stride;
     const int64_t c = task % p.chunks, bg = task / p.chunks, b = bg / p.G, g = bg % p.G;
     if (p.bf16) {
@@ -644,6 +658,8 @@ void decode_attention(ConstHeads q, const KvCache& cache, int64_t layer, Mutable
   const int64_t visible = std::max<int64_t>(0, p.end - p.begin);
   p.chunk = decode_chunk_keys(visible);
   p.chunks = (visible + p.chunk - 1) / p.chunk;
+  p.serial = static_cast<double>(B * G) * static_cast<double>(visible) * static_cast<double>(D + Dv) *
+                 (p.bf16 ? 2.0 : 4.0) < kSerialBytes;
   QKV_CHECK(p.chunks <= kMaxChunks, what, ": ", p.chunks, " chunks, more than ", kMaxChunks);  // by construction
   p.part_stride = 2 + pad16(Dv);
   thread_local DecodeWorkspace own;
@@ -658,7 +674,7 @@ void decode_attention(ConstHeads q, const KvCache& cache, int64_t layer, Mutable
   if (ws.scratch.size() < scratch) ws.scratch.resize(scratch);
   p.scratch = ws.scratch.data();
   if (p.chunks > 0) HWY_DYNAMIC_DISPATCH(DecodeChunks)(p);
-  p.pool->parallel_for(B * G, [&](int64_t bg, int) { MergeChunks(p, bg / G, bg % G); });
+  ForTasks(p, B * G, [&](int64_t bg, int) { MergeChunks(p, bg / G, bg % G); });
 }
 
 }  // namespace qkv::kernels

@@ -54,8 +54,7 @@ void rope_rotate(MutableHeads x, const RopeTable& table, RopeLayout layout, bool
   const int64_t a_step = layout == RopeLayout::kHalf ? 1 : 2;
   const int64_t b_offset = layout == RopeLayout::kHalf ? half : 1;
   const float sign = inverse ? -1.0f : 1.0f;  // R^T: the rotation by -theta
-  ThreadPool& p = pool ? *pool : default_pool();
-  p.parallel_for(x.batch * x.heads, [&](int64_t task, int) {
+  auto rotate_head = [&](int64_t task, int) {
     const int64_t b = task / x.heads, h = task % x.heads;
     for (int64_t n = 0; n < x.tokens; ++n) {
       float* row = x.row(b, h, n);
@@ -69,7 +68,14 @@ void rope_rotate(MutableHeads x, const RopeTable& table, RopeLayout layout, bool
         xb = bv * c[i] + a * sn;
       }
     }
-  });
+  };
+  // A decoding step's few rows are rotated on this thread: waking the pool would cost more.
+  const int64_t heads = x.batch * x.heads;
+  if (heads * x.tokens * x.dim < 65536) {
+    for (int64_t t = 0; t < heads; ++t) rotate_head(t, 0);
+    return;
+  }
+  (pool ? *pool : default_pool()).parallel_for(heads, rotate_head);
 }
 
 void rope_rotate(MutableHeads x, const RopeOptions& options, bool inverse, ThreadPool* pool) {
