@@ -22,11 +22,9 @@
 
 #include "hwy/base.h"
 #include "hwy/cache_control.h"  // hwy::Prefetch
-#if HWY_ARCH_X86
-#include <xmmintrin.h>  // _mm_getcsr, _mm_setcsr
-#endif
 
 #include "hwy/highway.h"
+#include "kernels/flush_subnormals.h"
 #include "hwy/contrib/math/math-inl.h"  // Tanh
 #include "kernels/attention_tiles-inl.h"  // Exp2
 #include "qkv/core/error.h"
@@ -112,18 +110,6 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kLog2e = 1.44269504088896341f;
 constexpr size_t kBlockVectors = kBlock / kLanes;  // 1 (AVX-512), 2 (AVX2), 4 (128-bit)
-
-// See flash_attention.cc: subnormal weights cost ~100 cycles each on x86; flushed while a task runs.
-class FlushSubnormals {
- public:
-#if HWY_ARCH_X86
-  FlushSubnormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }
-  ~FlushSubnormals() { _mm_setcsr(saved_); }
-
- private:
-  unsigned saved_;
-#endif
-};
 
 // Rows [j0, j0 + n) of a contiguous (.., dim) array of float or bf16 bits, widened into dst
 // (n, ld) with columns [dim, ld) zero.

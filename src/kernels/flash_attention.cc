@@ -36,11 +36,9 @@
 
 #include "hwy/base.h"
 #include "hwy/cache_control.h"  // hwy::Prefetch
-#if HWY_ARCH_X86
-#include <xmmintrin.h>  // _mm_getcsr, _mm_setcsr
-#endif
 
 #include "hwy/highway.h"
+#include "kernels/flush_subnormals.h"
 #include "hwy/contrib/math/math-inl.h"  // hn::Tanh (the softcap)
 #include "kernels/attention_problem.h"
 #include "qkv/core/machine.h"
@@ -69,21 +67,6 @@ constexpr float kLog2e = 1.44269504088896341f;
 constexpr double kLn2 = 0.693147180559945309417;
 
 size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
-
-// While a task runs, x86 cores flush subnormal results to zero and read subnormal inputs as zero
-// (MXCSR FTZ and DAZ), restored afterwards. Every subnormal an Intel core produces or consumes
-// costs a microcode assist of ~100 cycles; weights below 2^-126 are immaterial next to a row's
-// largest weight (1), and Exp2 already returns 0 there.
-class FlushSubnormals {
- public:
-#if HWY_ARCH_X86
-  FlushSubnormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }
-  ~FlushSubnormals() { _mm_setcsr(saved_); }
-
- private:
-  unsigned saved_;
-#endif
-};
 
 // Whether a head's worth of `floats` floats that a task reads again and again stays in L2: half
 // of this core's L2 as the machine reports it (qkv/core/machine.h; the other half holds the

@@ -1,8 +1,10 @@
 // Decoding allocates nothing per token in steady state: every global operator new in this binary
-// is counted (a replaced global operator new; a binary of its own, as tensor_view_alloc_test.cc),
+// is counted (a replaced global operator new; counting_new.h, in the alloc tests' own binary),
 // and after a first call has grown the pool's per-worker scratch and the DecodeWorkspace, further
 // decode_attention calls - and KvCache appends and commits - must leave the count unchanged.
 #include <gtest/gtest.h>
+
+#include "counting_new.h"
 
 #include <atomic>
 #include <cmath>
@@ -13,32 +15,6 @@
 #include "qkv/core/thread_pool.h"
 #include "qkv/kernels/decode.h"
 #include "qkv/kernels/kv_cache.h"
-
-namespace {
-std::atomic<long> g_allocations{0};
-
-void* counted(std::size_t n, std::size_t align) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (n == 0) n = 1;
-  void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align)
-                                              : std::malloc(n);
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
-}
-}  // namespace
-
-void* operator new(std::size_t n) { return counted(n, 0); }
-void* operator new[](std::size_t n) { return counted(n, 0); }
-void* operator new(std::size_t n, std::align_val_t a) { return counted(n, static_cast<std::size_t>(a)); }
-void* operator new[](std::size_t n, std::align_val_t a) { return counted(n, static_cast<std::size_t>(a)); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace qkv::kernels {
 namespace {
@@ -68,9 +44,9 @@ TEST(DecodeAllocations, SteadyStateDecodingAllocatesNothing) {
       cache.commit();
     };
     step();  // grows the scratch to this size
-    const long before = g_allocations.load();
+    const long before = allocations();
     for (int t = 0; t < 20; ++t) step();
-    EXPECT_EQ(g_allocations.load() - before, 0) << cache_dtype_name(dtype);
+    EXPECT_EQ(allocations() - before, 0) << cache_dtype_name(dtype);
     EXPECT_EQ(cache.length(), 2021);
     EXPECT_NEAR(o[0], 0.5f, 1e-6) << "equal keys: the mean of equal values";
   }

@@ -1,9 +1,11 @@
 // A cached decoding step of the attention pipeline (kernels::mha_forward_cached: QKV GEMM of the
 // new row, append, decode_attention, out_proj) allocates nothing in steady state: every global
-// operator new in this binary is counted (a binary of its own, as decode_alloc_test.cc). The
+// operator new in this binary is counted (counting_new.h, in the alloc tests' own binary). The
 // module and LM steps return Tensors (an allocation each), so the kernel step is what is held to
 // zero. (With RoPE the step builds its (1, D/2) rotation table, so the model here has none.)
 #include <gtest/gtest.h>
+
+#include "counting_new.h"
 
 #include <atomic>
 #include <cmath>
@@ -13,32 +15,6 @@
 
 #include "qkv/core/thread_pool.h"
 #include "qkv/kernels/mha.h"
-
-namespace {
-std::atomic<long> g_allocations{0};
-
-void* counted(std::size_t n, std::size_t align) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (n == 0) n = 1;
-  void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align)
-                                              : std::malloc(n);
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
-}
-}  // namespace
-
-void* operator new(std::size_t n) { return counted(n, 0); }
-void* operator new[](std::size_t n) { return counted(n, 0); }
-void* operator new(std::size_t n, std::align_val_t a) { return counted(n, static_cast<std::size_t>(a)); }
-void* operator new[](std::size_t n, std::align_val_t a) { return counted(n, static_cast<std::size_t>(a)); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace qkv::kernels {
 namespace {
@@ -70,9 +46,9 @@ TEST(GenerationAllocations, SteadyStateCachedMhaStepAllocatesNothing) {
     };
     step(prefill);
     step(1);  // grows the decode scratch to a one-token step
-    const long before = g_allocations.load();
+    const long before = allocations();
     for (int t = 0; t < 20; ++t) step(1);
-    EXPECT_EQ(g_allocations.load() - before, 0) << cache_dtype_name(dtype);
+    EXPECT_EQ(allocations() - before, 0) << cache_dtype_name(dtype);
     EXPECT_EQ(cache.length(), prefill + 21);
     EXPECT_TRUE(std::isfinite(y[0]));
   }

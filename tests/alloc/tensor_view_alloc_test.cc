@@ -1,5 +1,5 @@
 // Views allocate nothing: every global operator new in this binary is counted (a replaced global
-// operator new; the test has its own binary so nothing else in the suite runs under the counter),
+// operator new; counting_new.h; the alloc tests have their own binary so nothing else in the suite runs under the counter),
 // and transpose, select, slice, view, unsqueeze, squeeze, expand, T, reshape and contiguous of a
 // contiguous tensor, and copies of a Tensor, must leave the count where it was. With a
 // std::vector shape, or a name held as std::string, each view would allocate.
@@ -7,37 +7,13 @@
 // shared_ptr control block of a new buffer is counted, which the clone() check below relies on.)
 #include <gtest/gtest.h>
 
+#include "counting_new.h"
+
 #include <atomic>
 #include <cstdlib>
 #include <new>
 
 #include "qkv/core/tensor.h"
-
-namespace {
-std::atomic<long> g_allocations{0};
-
-void* counted(std::size_t n, std::size_t align) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (n == 0) n = 1;
-  void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align)
-                                              : std::malloc(n);
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
-}
-}  // namespace
-
-void* operator new(std::size_t n) { return counted(n, 0); }
-void* operator new[](std::size_t n) { return counted(n, 0); }
-void* operator new(std::size_t n, std::align_val_t a) { return counted(n, static_cast<std::size_t>(a)); }
-void* operator new[](std::size_t n, std::align_val_t a) { return counted(n, static_cast<std::size_t>(a)); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace qkv {
 namespace {
@@ -46,7 +22,7 @@ TEST(TensorViewAllocations, ViewsOfAnExistingTensorAllocateNothing) {
   Tensor x = Tensor::zeros({2, 3, 4, 5});
   x.set_name("a name longer than any small-string buffer");
   Tensor row = Tensor::zeros({5});
-  const long before = g_allocations.load();
+  const long before = allocations();
   const float* sink = nullptr;
   long elements = 0;
   auto use = [&](const Tensor& t) {
@@ -70,14 +46,14 @@ TEST(TensorViewAllocations, ViewsOfAnExistingTensorAllocateNothing) {
     copy = row;
     use(copy);
   }
-  const long after = g_allocations.load();
+  const long after = allocations();
   EXPECT_EQ(after - before, 0) << "views allocated " << (after - before) << " times";
   EXPECT_NE(sink, nullptr);
   EXPECT_GT(elements, 0);
   // The counter does see allocations: a clone makes a new buffer (its control block is counted).
-  const long b2 = g_allocations.load();
+  const long b2 = allocations();
   use(x.clone());
-  EXPECT_GT(g_allocations.load() - b2, 0);
+  EXPECT_GT(allocations() - b2, 0);
 }
 
 }  // namespace
