@@ -28,6 +28,8 @@ TEST(Gemm, MatchesTheReferenceForEveryShapeAndTranspose) {
   int checked = 0;
   const int64_t sizes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 1, 33}, {64, 64, 64}, {130, 70, 65}, {257, 96, 40}, {5, 300, 9},
                               {0, 4, 4}, {4, 0, 4}, {4, 4, 0},
+                              // one row (a decoding step): the matrix-vector path, op(A)'s row strided when transposed
+                              {1, 300, 64}, {1, 7, 130}, {1, 1, 5},
                               // weight-gradient shapes: split into the two halves of K
                               {40, 33, 2500}, {33, 40, 4099}};
   for (auto [M, N, K] : sizes)
@@ -68,7 +70,7 @@ TEST(Gemm, MatchesTheReferenceForEveryShapeAndTranspose) {
           }
         ++checked;
       }
-  EXPECT_EQ(checked, 12 * 4 * 3);
+  EXPECT_EQ(checked, 15 * 4 * 3);
 }
 
 TEST(Gemm, LargeProductsSplitOverThePoolGiveTheSameResult) {

@@ -33,7 +33,12 @@ int64_t checked_product(std::span<const int64_t> sizes, const char* what) {
 }
 
 int64_t checked_bytes(int64_t count, int64_t element_size, const char* what) {
-  return checked_mul(count, element_size, what);
+  QKV_CHECK(count >= 0 && element_size >= 0, what, ": sizes must not be negative, got ", count, " elements of ",
+            element_size, " bytes");
+  int64_t r = 0;
+  QKV_CHECK(!__builtin_mul_overflow(count, element_size, &r), what, ": ", count, " elements of ", element_size,
+            " bytes each are more bytes than the largest size (", std::numeric_limits<int64_t>::max(), ")");
+  return r;
 }
 
 }  // namespace qkv

@@ -53,6 +53,17 @@ void blas_call(const GemmArgs& g) {
 #if !QKV_HAVE_OPENBLAS
   sgemm_reference(g);
 #else
+  if (g.M == 1) {  // one row (a decoding step's projections): a matrix-vector product; sgemm would
+    // pack all of op(B) first, which costs more than the product (K N multiply-adds, one pass over B)
+    const int incx = g.trans_a ? static_cast<int>(g.lda) : 1;  // row 0 of op(A)
+    if (g.trans_b)  // C = a B^T: B (N, K) times a
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(g.N), static_cast<int>(g.K), g.alpha, g.B,
+                  static_cast<int>(g.ldb), g.A, incx, g.beta, g.C, 1);
+    else  // C = a B: B (K, N) transposed times a
+      cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(g.K), static_cast<int>(g.N), g.alpha, g.B,
+                  static_cast<int>(g.ldb), g.A, incx, g.beta, g.C, 1);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
               static_cast<int>(g.M), static_cast<int>(g.N), static_cast<int>(g.K), g.alpha, g.A,
               static_cast<int>(g.lda), g.B, static_cast<int>(g.ldb), g.beta, g.C, static_cast<int>(g.ldc));

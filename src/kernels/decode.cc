@@ -161,7 +161,8 @@ void QDotK(const float* HWY_RESTRICT qs, size_t ldq, size_t R, const T* HWY_REST
       HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) k[v] = LoadWide(d, kb + j * ldk + v * kLanes);
       for (size_t r = 0; r < R; ++r) {
         const float* q = qs + r * ldq;
-        VF a0 = hn::Mul(hn::LoadU(d, q), k[0]), a1 = hn::Mul(hn::LoadU(d, q + kLanes), k[1]);
+        VF a0 = hn::Mul(hn::LoadU(d, q), k[0]), a1 = hn::Zero(d);
+        if constexpr (kNV > 1) a1 = hn::Mul(hn::LoadU(d, q + kLanes), k[1]);
         HWY_UNROLL(8) for (int v = 2; v < kNV; v += 2) {
           a0 = hn::MulAdd(hn::LoadU(d, q + v * kLanes), k[v], a0);
           a1 = hn::MulAdd(hn::LoadU(d, q + (v + 1) * kLanes), k[v + 1], a1);
@@ -493,21 +494,27 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
   }
 }
 
+template <typename T>
+void RunChunk(const DecodeProblem& p, int nv, int64_t b, int64_t g, int64_t c, float* scratch) {
+  switch (nv) {
+    case 1: return ChunkTask<T, 1>(p, b, g, c, scratch);
+    case 2: return ChunkTask<T, 2>(p, b, g, c, scratch);
+    case 4: return ChunkTask<T, 4>(p, b, g, c, scratch);
+    case 8: return ChunkTask<T, 8>(p, b, g, c, scratch);
+    default: return ChunkTask<T, 0>(p, b, g, c, scratch);
+  }
+}
+
 void RunChunks(const DecodeProblem& p) {
-  // D = Dv = 64 (GPT-2's heads) with 16 or 8 lanes: the row loops unrolled, fp32 keys read in place.
+  // D = Dv a multiple of 16 of 1, 2, 4 or 8 vectors (16 to 128 with 16 lanes; GPT-2's 64, a small
+  // model's 16): the row loops unrolled, keys and values read in place. Any other D packs each block
+  // into padded rows first (a copy of every key and value the step reads).
   const int nv = p.D == p.Dv && p.D % 16 == 0 ? static_cast<int>(p.D / static_cast<int64_t>(kLanes)) : 0;
   ForTasks(p, p.B * p.G * p.chunks, [&](int64_t task, int worker) {
     float* scratch = p.scratch + static_cast<size_t>(worker) * p.scratch_stride;
     const int64_t c = task % p.chunks, bg = task / p.chunks, b = bg / p.G, g = bg % p.G;
-    if (p.bf16) {
-      if (nv == 4) ChunkTask<uint16_t, 4>(p, b, g, c, scratch);
-      else if (nv == 8) ChunkTask<uint16_t, 8>(p, b, g, c, scratch);
-      else ChunkTask<uint16_t, 0>(p, b, g, c, scratch);
-    } else {
-      if (nv == 4) ChunkTask<float, 4>(p, b, g, c, scratch);
-      else if (nv == 8) ChunkTask<float, 8>(p, b, g, c, scratch);
-      else ChunkTask<float, 0>(p, b, g, c, scratch);
-    }
+    if (p.bf16) RunChunk<uint16_t>(p, nv, b, g, c, scratch);
+    else RunChunk<float>(p, nv, b, g, c, scratch);
   });
 }
 
