@@ -59,10 +59,15 @@ def safetensors_seeds():
 
 def checkpoint_seeds(qkv):
     with tempfile.TemporaryDirectory() as tmp:
-        for name, flags in [("copy-adamw", ["--task", "copy", "--optimizer", "adamw"]),
-                            ("reverse-sgd", ["--task", "reverse", "--optimizer", "sgd", "--momentum", "0.9"])]:
+        small = ["--d-model", "4", "--num-heads", "1"]
+        for name, flags in [("copy-adamw", ["--task", "copy", "--optimizer", "adamw", *small]),
+                            ("reverse-sgd", ["--task", "reverse", "--optimizer", "sgd", "--momentum", "0.9", *small]),
+                            # today's variants: grouped W_key/W_value rows and the options that go with them
+                            ("copy-variants", ["--task", "copy", "--d-model", "8", "--num-heads", "2",
+                                               "--num-kv-heads", "1", "--rope", "half", "--window", "4", "--alibi",
+                                               "--softcap", "30"])]:
             path = os.path.join(tmp, name + ".safetensors")
-            subprocess.run([qkv, "train", *flags, "--steps", "2", "--d-model", "4", "--num-heads", "1",
+            subprocess.run([qkv, "train", *flags, "--steps", "2",
                             "--num-layers", "1", "--batch-size", "2", "--eval-sequences", "2",
                             "--checkpoint", path, "--svg", "", "--quiet"],
                            check=True, stdout=subprocess.DEVNULL)
