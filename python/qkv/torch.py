@@ -1,0 +1,272 @@
+"""qkv inside PyTorch: the fused attention as an autograd Function, and the book's chapter-3 modules.
+
+    import torch, qkv.torch
+    o = qkv.torch.attention(q, k, v, causal=True)      # q (B, H, T, D) ... CPU tensors; o.backward() works
+    torch.manual_seed(123)
+    mha = qkv.torch.MultiHeadAttention(3, 2, 6, 0.0, num_heads=2)   # the book's numbers, the book's state dict
+
+The attention core (scores, mask, softmax, weighted sum of the values, forward and backward) runs
+in qkv's fused kernel (qkv._qkv.attention / attention_backward), reading and writing the tensors'
+memory through numpy without copies. The projections are the book's nn.Linear layers (or
+nn.Parameter matrices for SelfAttention_v1), created in the book's order, so `torch.manual_seed(s)`
+before the constructor gives the book's weights and `state_dict()` has the book's names.
+
+Dropout. In training mode with p > 0 a module computes attention the book's way, in PyTorch
+(scores, masked_fill, softmax, nn.Dropout, weighted sum): nn.Dropout draws PyTorch's mask from
+PyTorch's generator, so `torch.manual_seed(s)` gives the book's numbers. The fused kernel's own
+dropout (Philox, keyed by a seed and the position) draws a different mask; set
+`module.fused_dropout = True` to use it anyway (faster; one seed drawn per call from PyTorch's
+generator, so runs stay reproducible under torch.manual_seed, but they are not the book's).
+In eval mode, or with p = 0, dropout does nothing and the kernel runs.
+
+Where the modules differ from the book's classes, as qkv does everywhere: more tokens than
+context_length is a ValueError saying so (PyTorch fails inside masked_fill), and a query row whose
+keys a loaded mask hides entirely gets zeros instead of NaN.
+"""
+import torch
+import torch.nn as nn
+
+from . import _qkv
+
+__all__ = [
+    "attention",
+    "SelfAttention_v1",
+    "SelfAttention_v2",
+    "CausalAttention",
+    "MultiHeadAttentionWrapper",
+    "MultiHeadAttention",
+]
+
+
+def _array(t, name):
+    """A CPU float32 tensor's memory as a numpy array (no copy; the binding copies what it cannot read)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"qkv.torch.attention: {name} must be a torch.Tensor, not {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise ValueError(f"qkv.torch.attention: {name} is on {t.device}; qkv's kernels run on the CPU")
+    if t.dtype != torch.float32:
+        if not t.dtype.is_floating_point:
+            raise TypeError(f"qkv.torch.attention: {name} has dtype {t.dtype}; qkv computes in float32 and "
+                            "converts only floating-point tensors")
+        t = t.float()
+    return t.detach().numpy()
+
+
+def _mask_array(mask):
+    if mask is None:
+        return None
+    if isinstance(mask, torch.Tensor):
+        return mask.detach().cpu().numpy()
+    return mask
+
+
+def _draw_seed():
+    """A dropout seed for the fused kernel, drawn from PyTorch's generator (torch.manual_seed repeats it)."""
+    return int(torch.randint(0, 2**62, (1,)).item())
+
+
+def _empty_like_order(like, shape):
+    """A float32 tensor of `shape` (B, H, N, X) laid out as `like` is: token-major (B, N, H, X) when
+    `like` is a (B, N, H, X) projection viewed as heads, else contiguous."""
+    B, H, N, X = shape
+    if like.dim() == 4 and H > 1 and N > 1 and like.stride(1) < like.stride(2):
+        return torch.empty_strided(shape, (N * H * X, X, H * X, 1), dtype=torch.float32)
+    return torch.empty(shape, dtype=torch.float32)
+
+
+class _FusedAttention(torch.autograd.Function):
+    """o = softmax(scale * q k^T + mask) (dropout) v in qkv's fused kernel; backward in qkv's fused backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, mask, dropout_p, scale, seed):
+        qa, ka, va = _array(q, "q"), _array(k, "k"), _array(v, "v")
+        if qa.ndim != 4:
+            raise ValueError(f"qkv.torch.attention: q must be (B, H, T, D), got shape {tuple(q.shape)}")
+        if va.ndim != 4:
+            raise ValueError(f"qkv.torch.attention: v must be (B, G, S, Dv), got shape {tuple(v.shape)}")
+        m = _mask_array(mask)
+        o = _empty_like_order(q, (qa.shape[0], qa.shape[1], qa.shape[2], va.shape[3]))
+        _, lse = _qkv.attention(qa, ka, va, causal=causal, mask=m, dropout_p=dropout_p, scale=scale,
+                                return_lse=True, seed=seed, out=o.numpy())
+        lse = torch.from_numpy(lse)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.options = dict(causal=causal, mask=m, dropout_p=dropout_p, scale=scale, seed=seed)
+        return o.to(q.dtype) if q.dtype.is_floating_point and q.dtype != torch.float32 else o
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq = _empty_like_order(q, tuple(q.shape))
+        dk = _empty_like_order(k, tuple(k.shape))
+        dv = _empty_like_order(v, tuple(v.shape))
+        _qkv.attention_backward(_array(q, "q"), _array(k, "k"), _array(v, "v"), o.numpy(), lse.numpy(),
+                                _array(grad_out, "grad_out"), dq=dq.numpy(), dk=dk.numpy(), dv=dv.numpy(),
+                                **ctx.options)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None
+
+
+def attention(q, k, v, *, causal=False, mask=None, dropout_p=0.0, scale=None, seed=None):
+    """qkv's fused attention on CPU tensors, differentiable (backward: qkv's fused backward).
+
+    q (B, H, T, D), k (B, G, S, D), v (B, G, S, Dv) -> (B, H, T, Dv); G divides H. causal=True hides
+    key j from query i when j > i; mask: (T, S), boolean (True hides, the book's mask.bool()) or
+    floating-point (added to the scores). scale defaults to 1 / sqrt(D). Dropout (p in [0, 1)) is
+    the kernel's Philox mask for `seed` (drawn from PyTorch's generator when None), not nn.Dropout's.
+    Float32 tensors are read in place (views of (B, T, H, D) projections included); other floating
+    types are converted; other dtypes are a TypeError.
+    """
+    dropout_p = float(dropout_p)
+    if dropout_p > 0 and seed is None:
+        seed = _draw_seed()
+    return _FusedAttention.apply(q, k, v, bool(causal), mask, dropout_p, scale, seed)
+
+
+# --- the book's modules ---------------------------------------------------------------------------
+
+
+class _CausalMask:
+    """Mixin for modules with the book's `mask` buffer (triu(ones(context_length, context_length), 1)).
+
+    The kernel takes the causal mask as a flag; the buffer stays for the state dict. Whenever the
+    buffer changes (load_state_dict, in-place edits), it is compared once with the causal triangle;
+    a buffer that is not one is passed to the kernel as a boolean mask, as loaded."""
+
+    def _kernel_mask(self, num_tokens):
+        n = self.mask.shape[0]
+        if num_tokens > n or num_tokens > self.mask.shape[1]:
+            raise ValueError(f"{type(self).__name__}: the input has {num_tokens} tokens but the mask covers only "
+                             f"context_length = {n}")
+        key = (self.mask.data_ptr(), self.mask._version, num_tokens)
+        if getattr(self, "_mask_key", None) != key:
+            m = self.mask.bool()[:num_tokens, :num_tokens]
+            causal = torch.ones(num_tokens, num_tokens, dtype=torch.bool).triu(1)
+            self._mask_value = None if torch.equal(m, causal) else m
+            self._mask_key = key
+        return self._mask_value
+
+    def _book_dropout(self):
+        """Whether this call runs the book's PyTorch computation (training-mode nn.Dropout with p > 0)."""
+        return self.training and self.dropout.p > 0 and not self.fused_dropout
+
+    def _fused(self, queries, keys, values, num_tokens):
+        """The fused core on (B, H, T, D) heads, with this module's mask and (fused) dropout."""
+        m = self._kernel_mask(num_tokens)
+        p = self.dropout.p if self.training else 0.0
+        return attention(queries, keys, values, causal=m is None, mask=m, dropout_p=p)
+
+
+def _single_head(queries, keys, values):
+    """Unmasked attention of (T, D) rows through the kernel, as a (1, 1, T, D) problem."""
+    return attention(queries[None, None], keys[None, None], values[None, None])[0, 0]
+
+
+def _check_rank(module, x, rank, shape):
+    if x.dim() != rank:
+        raise ValueError(f"{type(module).__name__} takes {shape}, as the book's class does; got shape {tuple(x.shape)}")
+
+
+class SelfAttention_v1(nn.Module):
+    """Section 3.4.1: W_query, W_key, W_value drawn with torch.rand(d_in, d_out), in that order. Input (T, d_in)."""
+
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_key = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_value = nn.Parameter(torch.rand(d_in, d_out))
+
+    def forward(self, x):
+        _check_rank(self, x, 2, "(T, d_in)")
+        return _single_head(x @ self.W_query, x @ self.W_key, x @ self.W_value)
+
+
+class SelfAttention_v2(nn.Module):
+    """Section 3.4.2: nn.Linear projections (weight (d_out, d_in)). Input (T, d_in)."""
+
+    def __init__(self, d_in, d_out, qkv_bias=False):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+
+    def forward(self, x):
+        _check_rank(self, x, 2, "(T, d_in)")
+        return _single_head(self.W_query(x), self.W_key(x), self.W_value(x))
+
+
+class CausalAttention(_CausalMask, nn.Module):
+    """Section 3.5.3: batched input (B, T, d_in), the causal mask buffer, dropout on the weights."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+        super().__init__()
+        self.d_out = d_out
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        self.fused_dropout = False
+
+    def forward(self, x):
+        _check_rank(self, x, 3, "(B, T, d_in)")
+        b, num_tokens, d_in = x.shape
+        keys = self.W_key(x)
+        queries = self.W_query(x)
+        values = self.W_value(x)
+        if self._book_dropout():
+            self._kernel_mask(num_tokens)  # the same check of num_tokens as the kernel path
+            attn_scores = queries @ keys.transpose(1, 2)
+            attn_scores = attn_scores.masked_fill(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+            attn_weights = self.dropout(torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1))
+            return attn_weights @ values
+        return self._fused(queries[:, None], keys[:, None], values[:, None], num_tokens)[:, 0]
+
+
+class MultiHeadAttentionWrapper(nn.Module):
+    """Section 3.6.1: num_heads CausalAttention heads built in order, outputs concatenated (d_out * num_heads)."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self.heads = nn.ModuleList(
+            [CausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(num_heads)]
+        )
+
+    def forward(self, x):
+        return torch.cat([head(x) for head in self.heads], dim=-1)
+
+
+class MultiHeadAttention(_CausalMask, nn.Module):
+    """Section 3.6.2: one set of projections split into num_heads heads, then out_proj (with a bias)."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads != 0:
+            raise ValueError(f"MultiHeadAttention: d_out ({d_out}) must be divisible by num_heads ({num_heads})")
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        self.fused_dropout = False
+
+    def forward(self, x):
+        _check_rank(self, x, 3, "(B, T, d_in)")
+        b, num_tokens, d_in = x.shape
+        # (b, T, d_out) -> (b, T, H, head_dim) -> (b, H, T, head_dim): views, which the kernel reads in place
+        split = lambda t: t.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # noqa: E731
+        keys = split(self.W_key(x))
+        queries = split(self.W_query(x))
+        values = split(self.W_value(x))
+        if self._book_dropout():
+            self._kernel_mask(num_tokens)
+            attn_scores = queries @ keys.transpose(2, 3)
+            attn_scores = attn_scores.masked_fill(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+            attn_weights = self.dropout(torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1))
+            context = attn_weights @ values
+        else:
+            context = self._fused(queries, keys, values, num_tokens)  # written token-major: no copy below
+        context_vec = context.transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)
+        return self.out_proj(context_vec)

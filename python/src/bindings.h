@@ -1,0 +1,32 @@
+// python/src/bindings.h - what the parts of the extension module `qkv._qkv` share.
+//
+// The module is a thin layer over the C++ library: it converts arguments (numpy arrays, Python
+// strings and sets) to the library's views and options, releases the GIL while the library works,
+// and turns the library's errors into Python exceptions. Nothing here computes attention or
+// tokens; every number comes from include/qkv.
+//
+//   encoding.cc   Encoding (tiktoken's interface over qkv::Encoding), get_encoding("gpt2")
+//   attention.cc  attention, attention_backward, attention_weights on (B, H, T, D) float32 arrays
+//   module.cc     the module itself: errors, threads
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <shared_mutex>
+
+namespace qkv::python {
+
+namespace py = pybind11;
+
+// Kernels hold it shared while they run (GIL released); set_num_threads holds it exclusively,
+// because the default pool must not be replaced while a parallel_for runs on it.
+std::shared_mutex& pool_mutex();
+
+// After a long call with the GIL released: a Ctrl-C that arrived meanwhile raises now
+// (KeyboardInterrupt) instead of the call returning its result.
+void raise_pending_signals();
+
+void bind_encoding(py::module_& m);
+void bind_attention(py::module_& m);
+
+}  // namespace qkv::python

@@ -1,0 +1,62 @@
+// python/src/module.cc - the extension module qkv._qkv: its exceptions and thread control.
+//
+// Errors: qkv::Error (the library's one exception type: bad arguments, shapes, missing or altered
+// vocabulary files) becomes qkv.Error, a ValueError carrying the library's message. The tokenizer
+// maps its own cases to tiktoken's exceptions (encoding.cc). No C++ exception reaches Python
+// untranslated and none aborts the interpreter.
+#include <mutex>
+
+#include "bindings.h"
+#include "qkv/core/error.h"
+#include "qkv/core/thread_pool.h"
+
+namespace qkv::python {
+
+std::shared_mutex& pool_mutex() {
+  static std::shared_mutex m;
+  return m;
+}
+
+void raise_pending_signals() {
+  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+}
+
+namespace {
+
+void set_num_threads(int n) {
+  if (n < 1) throw py::value_error("set_num_threads: the thread count must be >= 1, not " + std::to_string(n));
+  py::gil_scoped_release release;
+  std::unique_lock<std::shared_mutex> lock(pool_mutex());  // waits for running kernels
+  set_default_thread_count(n);
+}
+
+int get_num_threads() {
+  py::gil_scoped_release release;
+  std::shared_lock<std::shared_mutex> lock(pool_mutex());
+  return default_pool().num_threads();
+}
+
+}  // namespace
+}  // namespace qkv::python
+
+PYBIND11_MODULE(_qkv, m) {
+  namespace py = pybind11;
+  using namespace qkv::python;
+  m.doc() = "qkv's C++ library for Python: GPT-2's tokenizer (tiktoken's interface) and the fused attention kernels";
+
+  static py::exception<qkv::Error> error(m, "Error", PyExc_ValueError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const qkv::Error& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    }
+  });
+
+  m.def("set_num_threads", &set_num_threads, py::arg("n"),
+        "Threads the kernels use from now on (replaces QKV_NUM_THREADS, whose value, else the cores, is the default).");
+  m.def("get_num_threads", &get_num_threads, "Threads the kernels use.");
+
+  bind_encoding(m);
+  bind_attention(m);
+}

@@ -1,0 +1,196 @@
+"""qkv.torch against the book's PyTorch classes (tests/pytorch/book_classes.py) and autograd:
+the same seed gives the same state dict, the forward agrees within 1e-5 and every gradient
+(input and parameters) within 1e-4, over random configurations; and qkv.torch.attention's
+backward against autograd through textbook attention."""
+import random
+
+import pytest
+import torch
+
+import book_classes as book
+import qkv
+import qkv.torch as qt
+from conftest import attention_reference
+
+FWD_TOL = 1e-5
+GRAD_TOL = 1e-4
+CLASSES = ["SelfAttention_v1", "SelfAttention_v2", "CausalAttention", "MultiHeadAttentionWrapper",
+           "MultiHeadAttention"]
+
+
+def rel_err(got, want):
+    got, want = got.detach().double(), want.detach().double()
+    return float((got - want).abs().max() / max(1.0, float(want.abs().max()))) if want.numel() else 0.0
+
+
+def random_config(name, rng):
+    d_in, T, B = rng.randint(1, 12), rng.randint(1, 20), rng.randint(1, 3)
+    heads = rng.randint(1, 4)
+    d_out = rng.randint(1, 8) * (heads if name == "MultiHeadAttention" else 1)
+    bias = rng.random() < 0.5
+    context = T + rng.randint(0, 5)
+    dropout = rng.choice([0.0, 0.0, 0.1, 0.5])
+    args = {
+        "SelfAttention_v1": (d_in, d_out),
+        "SelfAttention_v2": (d_in, d_out, bias),
+        "CausalAttention": (d_in, d_out, context, dropout, bias),
+        "MultiHeadAttentionWrapper": (d_in, d_out, context, dropout, heads, bias),
+        "MultiHeadAttention": (d_in, d_out, context, dropout, heads, bias),
+    }[name]
+    shape = (T, d_in) if name.startswith("SelfAttention") else (B, T, d_in)
+    return args, shape
+
+
+def run(module, x, grad_seed):
+    x = x.clone().requires_grad_(True)
+    y = module(x)
+    g = torch.randn(y.shape, generator=torch.Generator().manual_seed(grad_seed))
+    (y * g).sum().backward()
+    return y, x.grad, {n: p.grad for n, p in module.named_parameters()}
+
+
+@pytest.mark.parametrize("name", CLASSES)
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_forward_and_backward_match_the_book(name, train):
+    rng = random.Random(hash((name, train)) % 1000)
+    for case in range(15):
+        args, shape = random_config(name, rng)
+        seed = rng.randint(0, 10_000)
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(seed + 1))
+        torch.manual_seed(seed)
+        ref = getattr(book, name)(*args)
+        torch.manual_seed(seed)
+        mine = getattr(qt, name)(*args)
+        assert list(mine.state_dict()) == list(ref.state_dict())
+        for k, v in ref.state_dict().items():
+            assert torch.equal(mine.state_dict()[k], v), k
+        ref.train(train)
+        mine.train(train)
+        torch.manual_seed(seed + 2)  # dropout draws (training mode) start from here in both
+        y_ref, dx_ref, dp_ref = run(ref, x, seed + 3)
+        torch.manual_seed(seed + 2)
+        y, dx, dp = run(mine, x, seed + 3)
+        where = f"{name}{args} x{tuple(shape)} seed {seed}"
+        assert y.shape == y_ref.shape, where
+        assert rel_err(y, y_ref) < FWD_TOL, where
+        assert rel_err(dx, dx_ref) < GRAD_TOL, where
+        for n in dp_ref:
+            assert rel_err(dp[n], dp_ref[n]) < GRAD_TOL, f"{where}: {n}"
+
+
+def test_an_optimizer_step_matches_the_book():
+    torch.manual_seed(5)
+    ref = book.MultiHeadAttention(8, 12, 16, 0.0, num_heads=3)
+    torch.manual_seed(5)
+    mine = qt.MultiHeadAttention(8, 12, 16, 0.0, num_heads=3)
+    x = torch.randn(2, 16, 8)
+    for m in (ref, mine):
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        for _ in range(3):
+            opt.zero_grad()
+            loss = m(x).square().mean()
+            loss.backward()
+            opt.step()
+    for (n, a), (_, b) in zip(ref.named_parameters(), mine.named_parameters()):
+        assert rel_err(b, a) < 1e-5, n
+
+
+def test_state_dicts_load_both_ways():
+    torch.manual_seed(1)
+    ref = book.MultiHeadAttention(4, 6, 8, 0.0, num_heads=2, qkv_bias=True)
+    mine = qt.MultiHeadAttention(4, 6, 8, 0.0, num_heads=2, qkv_bias=True)
+    mine.load_state_dict(ref.state_dict(), strict=True)
+    x = torch.randn(3, 8, 4)
+    assert rel_err(mine(x), ref(x)) < FWD_TOL
+    torch.manual_seed(2)
+    mine2 = qt.MultiHeadAttentionWrapper(4, 3, 8, 0.0, num_heads=2)
+    ref2 = book.MultiHeadAttentionWrapper(4, 3, 8, 0.0, num_heads=2)
+    ref2.load_state_dict(mine2.state_dict(), strict=True)
+    assert rel_err(mine2(x), ref2(x)) < FWD_TOL
+
+
+def test_a_loaded_mask_that_is_not_causal_is_used_as_loaded():
+    torch.manual_seed(3)
+    ref = book.CausalAttention(4, 5, 10, 0.0)
+    mine = qt.CausalAttention(4, 5, 10, 0.0)
+    mine.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 10, 4)
+    assert rel_err(mine(x), ref(x)) < FWD_TOL
+    mask = (torch.rand(10, 10) < 0.5).float()
+    mask.fill_diagonal_(0)  # every query sees itself: no all-hidden row (PyTorch gives NaN there)
+    state = ref.state_dict()
+    state["mask"] = mask
+    ref.load_state_dict(state)
+    mine.load_state_dict(state)
+    assert rel_err(mine(x), ref(x)) < FWD_TOL
+    mine.mask.copy_(torch.triu(torch.ones(10, 10), diagonal=1))  # an in-place edit is seen too
+    ref.mask.copy_(mine.mask)
+    assert rel_err(mine(x), ref(x)) < FWD_TOL
+
+
+def test_book_dropout_in_training_and_fused_dropout_on_request():
+    torch.manual_seed(4)
+    mine = qt.MultiHeadAttention(6, 6, 12, 0.5, num_heads=2)
+    x = torch.randn(2, 12, 6)
+    mine.eval()
+    clean = mine(x)
+    mine.train()
+    mine.fused_dropout = True
+    torch.manual_seed(9)
+    a = mine(x)
+    torch.manual_seed(9)
+    b = mine(x)
+    assert torch.equal(a, b)  # the kernel's seed comes from PyTorch's generator
+    assert rel_err(a, clean) > 1e-3  # and dropout did something
+    a.sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in mine.parameters())
+
+
+def test_qkv_torch_attention_gradients_match_autograd():
+    rng = random.Random(7)
+    for _ in range(12):
+        B, H, T, D = rng.randint(1, 3), rng.randint(1, 4), rng.randint(1, 40), rng.choice([1, 3, 8, 64])
+        G = rng.choice([g for g in range(1, H + 1) if H % g == 0])
+        S = T if rng.random() < 0.5 else rng.randint(1, 40)
+        causal = S == T and rng.random() < 0.7
+        q, k, v = torch.randn(B, H, T, D), torch.randn(B, G, S, D), torch.randn(B, G, S, D)
+        g = torch.randn(B, H, T, D)
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        qt.attention(*leaves, causal=causal).mul(g).sum().backward()
+        ref = [t.double().requires_grad_(True) for t in (q, k, v)]
+        attention_reference(*ref, causal=causal).mul(g.double()).sum().backward()
+        for name, a, b in zip("qkv", leaves, ref):
+            assert rel_err(a.grad, b.grad) < GRAD_TOL, (name, B, H, G, T, S, D, causal)
+
+
+def test_qkv_torch_attention_reads_head_views_in_place():
+    """The output of a (B, T, H, D) view comes back token-major, so merging heads copies nothing."""
+    x = torch.randn(2, 7, 12)
+    heads = x.view(2, 7, 3, 4).transpose(1, 2)
+    o = qt.attention(heads, heads, heads, causal=True)
+    assert o.transpose(1, 2).is_contiguous()
+    want = attention_reference(*(heads.double(),) * 3, causal=True)
+    assert rel_err(o, want) < FWD_TOL
+
+
+def test_bad_inputs():
+    f = torch.ones(1, 1, 4, 2)
+    with pytest.raises(TypeError, match="torch.int64"):
+        qt.attention(torch.ones(1, 1, 4, 2, dtype=torch.long), f, f)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        qt.attention([[1.0]], f, f)
+    with pytest.raises(ValueError, match=r"\(4, 2\)"):
+        qt.attention(torch.ones(4, 2), f, f)
+    o = qt.attention(f.double(), f.double(), f.double())
+    assert o.dtype == torch.float64  # converted in, and the result back
+    ca = qt.CausalAttention(2, 2, 4, 0.0)
+    with pytest.raises(ValueError, match="6 tokens but the mask covers only context_length = 4"):
+        ca(torch.ones(1, 6, 2))
+    with pytest.raises(ValueError, match=r"\(B, T, d_in\)"):
+        ca(torch.ones(6, 2))
+    with pytest.raises(ValueError, match=r"\(T, d_in\)"):
+        qt.SelfAttention_v2(2, 2)(torch.ones(1, 6, 2))
+    with pytest.raises(ValueError, match="divisible"):
+        qt.MultiHeadAttention(2, 5, 4, 0.0, num_heads=2)
+    with pytest.raises(qkv.Error, match="dropout p"):
+        qt.attention(f, f, f, dropout_p=1.0)
