@@ -7,7 +7,8 @@
 1. MultiHeadAttention forward, and forward + backward, GPT-2 small by default (B=8, T=1024,
    d=768, 12 heads, dropout 0): qkv.torch.MultiHeadAttention, the book's class
    (tests/pytorch/book_classes.py) and torch.nn.MultiheadAttention (batch_first, causal mask), in
-   this process. With --jemalloc (default when /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 exists)
+   this process; then `qkv bench --module mha` on the same shapes (--qkv), for the ratio of the
+   Python module's time to the command line's. With --jemalloc (default when /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 exists)
    the script re-runs itself with jemalloc preloaded, as bench/compare_pytorch.py runs PyTorch;
    qkv then uses it too.
 2. The binding's overhead on a tiny call: qkv.attention on the book's input, (1, 1, 6, 3) float32
@@ -85,6 +86,16 @@ def bench_mha(a):
     for other in ("book MultiHeadAttention", "torch.nn.MultiheadAttention"):
         emit(bench="mha speedup", versus=other, forward=results[other][0] / mine[0],
              forward_backward=results[other][1] / mine[1])
+    # The command line's pipeline on the same shapes, in the same run: how much the Python layer costs.
+    if a.qkv and os.path.exists(a.qkv):
+        cli = []
+        for backward in (False, True):
+            cmd = [a.qkv, "bench", "--module", "mha", "--batch", str(B), "--seq-len", str(T), "--d-model", str(d),
+                   "--num-heads", str(H), "--threads", str(a.threads), "--iters", str(a.runs), "--json"]
+            out = subprocess.run(cmd + (["--backward"] if backward else []), capture_output=True, text=True, check=True)
+            cli.append(json.loads(out.stdout.strip().splitlines()[-1])["median_ms"] / 1e3)
+        emit(bench="mha vs qkv bench", qkv_bench_forward_s=cli[0], qkv_bench_forward_backward_s=cli[1],
+             forward=mine[0] / cli[0], forward_backward=mine[1] / cli[1])
 
 
 def bench_tiny(a):
@@ -138,6 +149,7 @@ def main():
     ap.add_argument("--tiny-calls", type=int, default=2000)
     ap.add_argument("--mb", type=float, default=10.0, help="tokenizer corpus size, MB")
     ap.add_argument("--npm-dir", default=None)
+    ap.add_argument("--qkv", default=os.path.join(ROOT, "build", "qkv"), help="the qkv binary, for qkv bench's row")
     ap.add_argument("--no-jemalloc", action="store_true")
     ap.add_argument("--only", choices=["mha", "tiny", "tokenizer"], default=None)
     a = ap.parse_args()
