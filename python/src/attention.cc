@@ -88,6 +88,31 @@ py::array float32_output(py::handle out, const char* fn, const char* name, const
 }
 MutableHeads mutable_heads(py::array& a) { return heads_of(a, static_cast<float*>(a.mutable_data())); }
 
+// The bytes [first, last) an array's elements lie in (first == last for an empty array).
+std::pair<uintptr_t, uintptr_t> bytes_of(const py::array& a) {
+  const auto first = reinterpret_cast<uintptr_t>(a.data());
+  if (a.size() == 0) return {first, first};
+  uintptr_t extent = static_cast<uintptr_t>(a.itemsize());
+  for (py::ssize_t i = 0; i < a.ndim(); ++i)  // strides are >= 0 here (float32_output, readable_in_place)
+    extent += static_cast<uintptr_t>(a.shape(i) - 1) * static_cast<uintptr_t>(a.strides(i));
+  return {first, first + extent};
+}
+
+// An output the kernel writes while it reads the inputs must not overlap any of them in memory
+// (out=q would change q under the kernel: wrong results, silently). Ranges are compared, as
+// numpy's may_share_memory does: two interleaved views of one buffer count as overlapping.
+void check_disjoint(const char* fn, const char* name, const py::array& out,
+                    std::initializer_list<std::pair<const char*, const py::array*>> others) {
+  const auto [a0, a1] = bytes_of(out);
+  for (const auto& [other_name, other] : others) {
+    const auto [b0, b1] = bytes_of(*other);
+    if (a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1)
+      throw py::value_error(std::string(fn) + ": " + name + " overlaps " + other_name + " in memory (their bytes' ranges " +
+                            "intersect); the kernel writes " + name + " while it reads " + other_name +
+                            ": give separate arrays");
+  }
+}
+
 // What the Python keywords say, as AttentionOptions; keeps the mask's array alive.
 struct Options {
   AttentionOptions options;
@@ -158,6 +183,7 @@ py::object attention(py::handle q_, py::handle k_, py::handle v_, bool causal, p
   const py::array v = float32_input(v_, fn, "v", 4, "(B, G, S, Dv)");
   const Options opt = options_of(fn, q.shape(2), k.shape(2), q.shape(3), causal, mask, dropout_p, scale, seed, true);
   py::array o = float32_output(out, fn, "out", {q.shape(0), q.shape(1), q.shape(2), v.shape(3)});
+  check_disjoint(fn, "out", o, {{"q", &q}, {"k", &k}, {"v", &v}});
   py::array_t<float> lse({q.shape(0), q.shape(1), q.shape(2)});
   const ConstHeads qh = const_heads(q), kh = const_heads(k), vh = const_heads(v);
   const MutableHeads oh = mutable_heads(o);
@@ -186,6 +212,13 @@ py::tuple attention_backward(py::handle q_, py::handle k_, py::handle v_, py::ha
   py::array dq = float32_output(dq_, fn, "dq", {q.shape(0), q.shape(1), q.shape(2), q.shape(3)});
   py::array dk = float32_output(dk_, fn, "dk", {k.shape(0), k.shape(1), k.shape(2), k.shape(3)});
   py::array dv = float32_output(dv_, fn, "dv", {v.shape(0), v.shape(1), v.shape(2), v.shape(3)});
+  const std::initializer_list<std::pair<const char*, const py::array*>> read = {
+      {"q", &q}, {"k", &k}, {"v", &v}, {"o", &o}, {"grad_out", &d_o}, {"lse", &lse}};
+  check_disjoint(fn, "dq", dq, read);
+  check_disjoint(fn, "dk", dk, read);
+  check_disjoint(fn, "dv", dv, read);
+  check_disjoint(fn, "dq", dq, {{"dk", &dk}, {"dv", &dv}});
+  check_disjoint(fn, "dk", dk, {{"dv", &dv}});
   const ConstHeads qh = const_heads(q), kh = const_heads(k), vh = const_heads(v), oh = const_heads(o),
                    doh = const_heads(d_o);
   const MutableHeads dqh = mutable_heads(dq), dkh = mutable_heads(dk), dvh = mutable_heads(dv);

@@ -199,7 +199,15 @@ def test_wrong_ranks_and_shapes_are_value_errors_with_the_shapes():
         qkv.attention(f, f, f, out=ro)
     with pytest.raises(TypeError, match="float32"):
         qkv.attention(f, f, f, out=np.zeros((2, 2, 4, 3)))
+    q = np.random.default_rng(3).random((2, 2, 4, 3), dtype=np.float32)
+    with pytest.raises(ValueError, match="out overlaps q in memory"):
+        qkv.attention(q, f, f, out=q)  # the kernel would overwrite q while reading it
     o, lse = qkv.attention(f, f, f, return_lse=True)
+    with pytest.raises(ValueError, match="dq overlaps grad_out in memory"):
+        qkv.attention_backward(f, f, f, o, lse, q, dq=q)
+    buf = np.empty((2, 2, 4, 6), dtype=np.float32)
+    with pytest.raises(ValueError, match="dq overlaps dk in memory"):
+        qkv.attention_backward(f, f, f, o, lse, o, dq=buf[..., :3], dk=buf[..., 2:5])
     with pytest.raises(ValueError, match=r"lse must be \(B, H, T\), got shape \(2, 2\)"):
         qkv.attention_backward(f, f, f, o, lse[:, :, 0], o)
     with pytest.raises(ValueError, match=r"lse has shape \(2, 2, 3\); q \(2, 2, 4, 3\) needs"):
