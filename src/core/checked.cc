@@ -37,7 +37,7 @@ int64_t checked_bytes(int64_t count, int64_t element_size, const char* what) {
             element_size, " bytes");
   int64_t r = 0;
   QKV_CHECK(!__builtin_mul_overflow(count, element_size, &r), what, ": ", count, " elements of ", element_size,
-            " bytes each are more bytes than the largest size (", std::numeric_limits<int64_t>::max(), ")");
+            " bytes each: the byte count exceeds the largest size (", std::numeric_limits<int64_t>::max(), ")");
   return r;
 }
 
