@@ -33,8 +33,8 @@ TEST_F(ExploreCli, WritesTheChapterPageAndReportsItsSize) {
 }
 
 TEST_F(ExploreCli, LabelsThatAreMarkupStayInsideTheData) {
-  const Result r = run("explore --text " + shell_quote("x </script><img src=x onerror=alert(1)> y") + " " + mha +
-                       " --out page.html");
+  const Result r = run("explore --text " + shell_quote("x </script><img src=x onerror=alert(1)> y") +
+                       " --module mha --d-in 6 --d-out 6 --num-heads 2 --context-length 32 --seed 1 --out page.html");
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string html = slurp(path("page.html"));
   EXPECT_EQ(html.find("</script><img"), std::string::npos);

@@ -32,8 +32,8 @@ def ensure_packages(npm_dir):
                        check=True, stdout=sys.stderr)
 
 
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
+def run(cmd, cwd=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if r.returncode != 0:
         raise SystemExit(f"command failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr}")
     return r.stdout
@@ -118,7 +118,7 @@ def main():
         pages.append({"name": "module", "file": mod, "cells": cells, "neuron": neuron, "thumbs": 2})
         # 3. a trained model, 2 layers x 4 heads (qkv train's default model), a few steps
         ckpt = os.path.join(tmp, "ckpt.safetensors")
-        run([qkv, "train", "--steps", "20", "--eval-every", "0", "--checkpoint", ckpt])
+        run([qkv, "train", "--steps", "20", "--eval-every", "0", "--checkpoint", ckpt], cwd=tmp)  # its loss curve too
         lm = os.path.join(tmp, "lm.html")
         run([qkv, "explore", "--checkpoint", ckpt, "--text", "deadbeefcafebabe|deadbeefcafebab", "--out", lm])
         pages.append({"name": "checkpoint", "file": lm, "thumbs": 8})
