@@ -16,7 +16,8 @@ want_tests=0
 packages=(g++ cmake make pkg-config nlohmann-json3-dev libcli11-dev libopenblas-dev libpcre2-dev libhwy-dev)
 packages+=(python3 python3-dev pybind11-dev python3-numpy)  # the Python package (python/): `import qkv`
 if [ "$want_tests" = 1 ]; then
-  packages+=(googletest libgtest-dev libgmock-dev python3 python3-torch python3-numpy)
+  packages+=(googletest libgtest-dev libgmock-dev python3 python3-torch python3-numpy
+             chromium)  # explore.browser drives it headless (tests/explore)
   packages+=(python3-pybind11 python3-pytest)  # tests/python: pytest over the package
   packages+=(libbenchmark-dev libjemalloc2)  # bench/: Google Benchmark; jemalloc for PyTorch in compare_pytorch.py
   packages+=(clang libclang-rt-14-dev llvm)  # fuzz/: clang 14, libFuzzer + sanitizer run-times, llvm-symbolizer

@@ -1,9 +1,12 @@
 // Byte-count flags, the limit flags and the size checks of flags that multiply. See flags.h.
 #include "flags.h"
 
+#include "commands.h"
+
 #include "qkv/core/checked.h"
 #include "qkv/core/error.h"
 #include "qkv/core/limits.h"
+#include "qkv/kernels/rope.h"
 
 namespace qkv::cli {
 
@@ -67,6 +70,66 @@ std::string limit_hint(const std::string& message) {
   if (message.find("max_memory_bytes") != std::string::npos) return "; raise it with --max-memory BYTES";
   if (message.find("max_file_bytes") != std::string::npos) return "; raise it with --max-file-size BYTES";
   return "";
+}
+
+// MultiHeadAttention's variant flags, checked against the others before anything is built.
+void check_variant_flags(const ModuleFlags& f, const CLI::App& sub) {
+  const AttentionConfig& c = f.config;
+  const char* variant_flags[] = {"--num-kv-heads", "--rope", "--rope-base", "--window", "--alibi", "--softcap"};
+  if (f.module != "mha") {
+    for (const char* flag : variant_flags)
+      if (sub.count(flag) > 0) bad_flag(flag, "only --module mha takes the attention variants, not ", f.module);
+    return;
+  }
+  if (c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads != 0)
+    bad_flag("--num-kv-heads", c.num_kv_heads, " must divide --num-heads (", c.num_heads,
+             "): each key/value head serves num_heads / num_kv_heads query heads");
+  if (sub.count("--rope-base") > 0 && c.rope == kernels::RopeLayout::kNone)
+    bad_flag("--rope-base", "needs --rope half or --rope interleaved");
+  if (c.rope != kernels::RopeLayout::kNone && c.d_out % c.num_heads == 0 && (c.d_out / c.num_heads) % 2 != 0)
+    bad_flag("--rope", kernels::rope_layout_name(c.rope), " needs an even head dim, got ", c.d_out / c.num_heads,
+             " (--d-out ", c.d_out, " / --num-heads ", c.num_heads, ")");
+  if (sub.count("--softcap") > 0 && !(c.softcap > 0.0f))
+    bad_flag("--softcap", c.softcap, " must be positive (leave the flag out for no softcap)");
+}
+
+void add_module_flags(CLI::App* sub, ModuleFlags& f) {
+  sub->add_option("--module", f.module, "self-attention-v1 | self-attention-v2 | causal-attention | mha-wrapper | mha")
+      ->check(CLI::IsMember(attention_module_names()));
+  add_number(sub, "--d-in", f.config.d_in, "Input features (the last dimension of 'input')", positive<int64_t>());
+  add_number(sub, "--d-out", f.config.d_out, "Output features (per head for mha-wrapper)", positive<int64_t>());
+  add_number(sub, "--context-length", f.config.context_length, "Size of the causal mask buffer (causal modules)",
+             positive<int64_t>());
+  add_number_with_default(sub, "--num-heads", f.config.num_heads, "Heads (mha-wrapper, mha)", positive<int64_t>());
+  add_number_with_default(sub, "--dropout", f.config.dropout, "Dropout on the attention weights, in [0, 1)");
+  sub->add_flag("--qkv-bias", f.config.qkv_bias, "Give the query, key and value projections a bias");
+  add_attention_flag(sub, f.config.path,
+                     "Causal modules: auto (fused; textbook under --train dropout, for PyTorch's masks) | fused | "
+                  "textbook");
+  add_number(sub, "--num-kv-heads", f.config.num_kv_heads,
+             "mha: key/value heads G, dividing --num-heads (grouped-query attention; 1: multi-query); W_key and "
+             "W_value are (G * head_dim, d_in) (default: --num-heads)",
+             positive<int64_t>());
+  sub->add_option_function<std::string>(
+         "--rope",
+         [&f](const std::string& s) {
+           if (s != "half" && s != "interleaved")
+             throw CLI::ValidationError("--rope: " + excerpt(s) + " is not a RoPE layout; expected half or interleaved");
+           f.config.rope = kernels::parse_rope_layout(s);
+         },
+         "mha: rotary position embedding of queries and keys: half (pairs i, i + D/2: Hugging Face, the book's "
+         "Llama) | interleaved (pairs 2i, 2i + 1: GPT-J, Meta's Llama) (default: none)")
+      ->type_name("LAYOUT");
+  add_number_with_default(sub, "--rope-base", f.config.rope_base, "mha: RoPE's base (frequencies base^(-2i/D))",
+                          Range<double>{std::numeric_limits<double>::min(), std::numeric_limits<double>::max()});
+  add_number(sub, "--window", f.config.window,
+             "mha: sliding window: query i sees keys j > i - W (W >= 1; default: no window)", positive<int64_t>());
+  sub->add_flag("--alibi", f.config.alibi, "mha: ALiBi bias -slope_h * (i - j) with the paper's slopes");
+  add_number(sub, "--softcap", f.config.softcap,
+             "mha: cap the scaled scores as C * tanh(x / C) (Gemma 2; C > 0; default: none)");
+  sub->add_flag("--train", f.train, "Training mode: dropout is active, drawing after the weights as PyTorch does");
+  add_number(sub, "--seed", f.seed, "Initialise as torch.manual_seed(S) followed by the PyTorch constructor");
+  sub->add_option("--weights", f.weights, "Load the weights from a safetensors state dict (PyTorch's names)");
 }
 
 }  // namespace qkv::cli

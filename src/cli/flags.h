@@ -19,7 +19,9 @@
 #include <string>
 #include <type_traits>
 
+#include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
+#include "qkv/modules/attention_module.h"
 
 namespace qkv::cli {
 
@@ -118,5 +120,28 @@ void check_threads(int64_t threads, const char* flag = "--threads");
 // The flag that raises the limit a library message names ("max_memory_bytes" -> "; raise it with
 // --max-memory BYTES"), or "".
 std::string limit_hint(const std::string& message);
+
+// The flags that choose and build one attention module, shared by `qkv forward` and `qkv explore`:
+// --module, --d-in, --d-out, --context-length, --num-heads, --dropout, --qkv-bias, --attention,
+// MultiHeadAttention's variants (--num-kv-heads, --rope, --rope-base, --window, --alibi,
+// --softcap), --train, --seed and --weights. None is required here; a command marks its own.
+struct ModuleFlags {
+  std::string module;
+  AttentionConfig config;
+  std::optional<uint64_t> seed;
+  std::string weights;
+  bool train = false;
+};
+void add_module_flags(CLI::App* sub, ModuleFlags& f);
+
+// A flag whose value fails a check that needs other flags: exit status 2 (bad usage), as a value
+// out of its range does.
+template <typename... Args>
+[[noreturn]] void bad_flag(const std::string& flag, const Args&... what) {
+  throw CLI::ValidationError(flag + ": " + str(what...));
+}
+
+// MultiHeadAttention's variant flags, checked against the others before anything is built.
+void check_variant_flags(const ModuleFlags& f, const CLI::App& sub);
 
 }  // namespace qkv::cli

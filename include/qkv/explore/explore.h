@@ -1,0 +1,98 @@
+// qkv/explore/explore.h - what `qkv explore` puts in its one offline HTML page, and the page.
+//
+// An ExplorePage is the data every view of the page draws from:
+//   tokens     (T) the labels shown (escaped by the page: they are data, never markup)
+//   layers     one per attention block (the chapter's modules have one): the softmax weights
+//              (H, T, T), queries (H, T, D) and keys (H, T, D) per query head (grouped keys
+//              repeated), for the head, model and neuron views
+//   rollout    (T, T) attention rollout across the layers (Abnar & Zuidema 2020: per layer the
+//              head-mean weights plus the identity, rows normalised, multiplied layer by layer)
+//   pipeline   the steps of the computation in order (inputs, W_query, ..., softmax weights, row
+//              sums, dropout, context, out_proj), each (rows, cols) or per head (H, rows, cols),
+//              with links saying which cells of earlier steps each cell is computed from.
+//
+// explore_html() embeds it as JSON (tensors base64, float32, float16 or 8-bit) in the template
+// src/explore/page.html (compiled in at build time): all script, style and data inline, nothing
+// fetched, so the file opens from file://.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qkv/chapter/walkthrough.h"
+#include "qkv/core/tensor.h"
+#include "qkv/modules/attention_module.h"
+#include "qkv/train/attention_lm.h"
+
+namespace qkv {
+
+// Where a cell (i, j) of a step comes from: the cells of step `from` whose row and column are
+// each "i" (this cell's row), "j" (this cell's column), "*" (every one) or "hj" (h * cols + j:
+// the head's rows of a weight that is split into heads). `from` may say "{h}" for the head.
+struct ExploreLink {
+  std::string from;
+  std::string row, col;
+};
+
+struct ExploreStep {
+  std::string name;     // "queries", "trainable.keys", "blocks.1.weights"
+  std::string caption;  // what it is, in the book's terms
+  Tensor value;         // (cols), (rows, cols), or per head (H, rows, cols) when per_head
+  bool per_head = false;
+  int64_t layer = -1;   // the layer it belongs to; -1: shown for every layer
+  std::vector<ExploreLink> links;
+  std::string index_prefix;  // indices before the shown ones, e.g. "[0]" for batch item 0
+};
+
+struct ExploreLayer {
+  Tensor weights;  // (H, T, T) softmax weights, before dropout
+  Tensor queries;  // (H, T, D)
+  Tensor keys;     // (H, T, D), the key head each query head reads
+  float scale = 1; // what the scores are divided by (sqrt(D))
+};
+
+struct ExplorePage {
+  std::string title;   // "MultiHeadAttention (seed 123) on ..."
+  std::string source;  // "walkthrough" | "module" | "checkpoint"
+  std::vector<std::string> tokens;
+  bool causal = true;
+  double dropout = 0.0;  // active dropout probability (0: none)
+  std::vector<ExploreLayer> layers;
+  Tensor rollout;  // (T, T)
+  std::vector<ExploreStep> pipeline;
+};
+
+// The chapter on a sentence as `qkv walkthrough` computes it: its named steps are the pipeline
+// (the same numbers `qkv walkthrough --json` prints), its MultiHeadAttention the layer.
+ExplorePage explore_walkthrough(const Walkthrough& w);
+
+// One module's forward on x as `qkv forward` runs it: `trace` from module.forward(x, &trace),
+// `output` its result, `inputs` (T, d_in) the first batch item's input.
+ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& info, const AttentionConfig& config,
+                           const Tensor& inputs, const AttentionTrace& trace, const Tensor& output,
+                           std::vector<std::string> tokens, std::string title);
+
+// Every block of an attention LM on `ids` (one sequence, eval mode, nothing drawn).
+ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
+                       std::string title);
+
+// How the page stores tensors. kAuto: float32 (exact) when the page stays under
+// kExploreExactBytes, else float16 when it fits max_bytes, else 8 bits.
+enum class ExplorePrecision { kAuto, kF32, kF16, kU8 };
+ExplorePrecision parse_explore_precision(const std::string& name);  // "auto" | "f32" | "f16" | "u8"
+const char* explore_precision_name(ExplorePrecision p);
+inline constexpr int64_t kExploreExactBytes = 24ll << 20;
+
+// The page's size in bytes with precision `p` (not kAuto), before it is made: the template, the
+// base64 of every tensor (causal weights stored as their lower triangle) and the labels.
+int64_t estimate_page_bytes(const ExplorePage& page, ExplorePrecision p);
+ExplorePrecision resolve_precision(const ExplorePage& page, ExplorePrecision p, int64_t max_bytes);
+
+// The whole HTML file.
+std::string explore_html(const ExplorePage& page, ExplorePrecision p);
+
+// The page template (src/explore/page.html) as compiled in.
+const std::string& explore_template();
+
+}  // namespace qkv

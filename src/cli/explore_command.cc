@@ -1,0 +1,212 @@
+// qkv explore --text T --out page.html [--module M ... | --checkpoint F]
+//
+// One offline HTML page to look at attention: the chapter on a sentence (the walkthrough), one
+// module as `qkv forward --text` runs it, or every layer and head of a model `qkv train` wrote.
+// The page's data and size are the library's (qkv/explore/explore.h); this file reads the flags,
+// builds the model, and writes the page by the output rule (whole or not at all).
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "commands.h"
+#include "flags.h"
+#include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
+#include "qkv/core/generator.h"
+#include "qkv/explore/explore.h"
+#include "qkv/io/atomic_file.h"
+#include "qkv/io/output_files.h"
+#include "qkv/io/safetensors.h"
+#include "qkv/modules/token_embedding.h"
+#include "qkv/text/tiny_vocab.h"
+#include "qkv/text/vocab_files.h"
+#include "qkv/train/checkpoint.h"
+#include "qkv/train/data.h"
+
+namespace qkv::cli {
+namespace {
+
+struct ExploreFlags : ModuleFlags {
+  std::string text, text_file, checkpoint, out, vocab_dir;
+  std::string precision = "auto";
+  int64_t max_page_bytes = 64ll << 20;
+};
+
+const char* kModuleFlagNames[] = {"--module", "--d-in", "--d-out", "--context-length", "--num-heads", "--dropout",
+                                  "--qkv-bias", "--attention", "--num-kv-heads", "--rope", "--rope-base", "--window",
+                                  "--alibi", "--softcap", "--train", "--seed", "--weights"};
+
+std::string mb(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+std::string gpt2_label(const Encoding& gpt2, int64_t id) { return gpt2.decode(std::vector<TokenId>{id}); }
+
+// The chapter's module on GPT-2 tokens, as `qkv forward --text` runs it.
+ExplorePage module_page(ExploreFlags& f, const CLI::App& sub, const std::string& text) {
+  AttentionConfig& c = f.config;
+  const AttentionModuleInfo& info = attention_module_info(f.module);
+  check_variant_flags(f, sub);
+  for (const char* flag : {"--d-in", "--d-out"})
+    if (sub.count(flag) == 0) bad_flag(flag, "--module ", f.module, " needs it");
+  if (sub.count("--context-length") == 0)
+    bad_flag("--context-length", "--module ", f.module, " on --text needs it (the positional embedding's rows",
+             info.causal ? " and the causal mask's size)" : ")");
+  if (!info.causal && (sub.count("--dropout") > 0 || sub.count("--num-heads") > 0))
+    bad_flag(sub.count("--dropout") > 0 ? "--dropout" : "--num-heads", "--module ", f.module,
+             " has no dropout or heads");
+  if (info.causal && !info.multi_head && sub.count("--num-heads") > 0)
+    bad_flag("--num-heads", "--module ", f.module, " has one head");
+  if (!info.bias && c.qkv_bias) bad_flag("--qkv-bias", f.module, " has no bias (its weights are plain matrices)");
+  if (!f.seed && f.weights.empty()) bad_flag("--seed", "give --seed S or --weights FILE for --module ", f.module);
+  check_sizes({c.d_in, c.d_out}, 4, "the projection weights (--d-in x --d-out)");
+  if (info.multi_head) check_sizes({c.num_heads, c.d_in, c.d_out}, 4, "the projection weights (--num-heads x --d-in x --d-out)");
+  check_sizes({c.context_length, c.d_in}, 4, "the positional embedding (--context-length x --d-in)");
+
+  Encoding gpt2 = load_gpt2(f.vocab_dir);
+  const std::vector<int64_t> ids = gpt2.encode(text, SpecialTokens::all());
+  QKV_CHECK(!ids.empty(), "the text has no tokens: there is nothing to attend over");
+  const int64_t T = static_cast<int64_t>(ids.size());
+  QKV_CHECK(T <= c.context_length, "the text is ", T, " GPT-2 tokens but --context-length is ", c.context_length,
+            "; shorten the text or raise --context-length");
+  check_sizes({info.multi_head ? c.num_heads : 1, T, T, 8}, 4, "the page's (T, T) matrices per head");
+  std::map<std::string, Tensor> module_state, embedding_state;
+  if (!f.weights.empty())
+    for (auto& [name, t] : load_safetensors(f.weights).tensors)
+      (name == "token_emb.weight" || name == "pos_emb.weight" ? embedding_state : module_state)[name] = t;
+  // torch.manual_seed(S); embeddings; module = Class(...); [load_state_dict(...)]; module(x)
+  Generator gen(f.seed.value_or(Generator::kDefaultSeed));
+  TokenPositionEmbedding embed(gpt2.n_vocab(), c.context_length, c.d_in, gen);
+  std::unique_ptr<AttentionModule> m = make_attention_module(f.module, c, gen);
+  if (!f.weights.empty()) {
+    m->load_state_dict(module_state, /*strict=*/true);
+    embed.load_state_dict(embedding_state, /*strict=*/true);
+  }
+  m->train(f.train);
+  Tensor x = embed.forward(ids, 1, T);  // (1, T, d_in)
+  if (m->input_rank() == 2) x = x.select(0, 0);
+  AttentionTrace trace;
+  const Tensor y = m->forward(x, &trace);
+  std::vector<std::string> labels;
+  for (int64_t id : ids) labels.push_back(gpt2_label(gpt2, id));
+  const std::string seed = f.weights.empty() ? str("seed ", *f.seed) : "weights " + excerpt(f.weights);
+  return explore_module(*m, info, c, m->input_rank() == 2 ? x : x.select(0, 0), trace, y, std::move(labels),
+                        str(m->type_name(), " (", seed, f.train ? ", training mode" : "", ") on \"", text, "\""));
+}
+
+// Every layer of a model `qkv train` wrote, on the text's tokens.
+ExplorePage checkpoint_page(const ExploreFlags& f, const std::string& text) {
+  Checkpoint c = load_checkpoint(f.checkpoint);
+  const TrainOptions& o = c.options;
+  Generator gen(o.seed);
+  AttentionLM model(o.model, gen);
+  model.load_state_dict(c.model, /*strict=*/true);
+  QKV_CHECK(!model.blocks.empty(), excerpt(f.checkpoint), " has no attention blocks (num_layers 0): nothing to show");
+  std::vector<int64_t> ids;
+  std::vector<std::string> labels;
+  if (is_builtin_task(o.task)) {
+    SequenceTask task(o.task == TrainTask::kCopy ? TaskKind::kCopy : TaskKind::kReverse, o.task_length, o.task_symbols, 0);
+    ids = task.encode(text);
+    for (int64_t id : ids) labels.push_back(task.decode({id}));
+  } else if (o.task == TrainTask::kText) {
+    QKV_CHECK(!c.vocab.empty(), excerpt(f.checkpoint), " is a text model but holds no vocabulary (data.vocab)");
+    Encoding gpt2 = load_gpt2(f.vocab_dir);
+    for (int64_t t : gpt2.encode(text, SpecialTokens::all())) {
+      auto it = std::lower_bound(c.vocab.begin(), c.vocab.end(), t);
+      QKV_CHECK(it != c.vocab.end() && *it == t, "the text's token ", t, " (", excerpt(gpt2_label(gpt2, t)),
+                ") does not occur in the text the model was trained on, so the model has no embedding for it");
+      ids.push_back(it - c.vocab.begin());
+      labels.push_back(gpt2_label(gpt2, t));
+    }
+  } else {
+    fail(excerpt(f.checkpoint), " was trained on fixed batches (--task ", train_task_name(o.task),
+         ") and has no tokenizer to read --text with");
+  }
+  QKV_CHECK(!ids.empty(), "the text has no tokens: there is nothing to attend over");
+  const int64_t T = static_cast<int64_t>(ids.size());
+  QKV_CHECK(T <= o.model.context_length, "the text is ", T, " tokens but the model's context length is ",
+            o.model.context_length, "; shorten the text");
+  check_sizes({o.model.num_layers, o.model.num_heads, T, T, 2}, 4, "the page's (T, T) weights per layer and head");
+  return explore_lm(model, ids, std::move(labels),
+                    str("attention LM (", o.model.num_layers, " layers x ", o.model.num_heads, " heads, ",
+                        train_task_name(o.task), ", step ", c.step, ") on \"", text, "\""));
+}
+
+int run_explore(ExploreFlags& f, const CLI::App& sub) {
+  const ExplorePrecision precision = parse_explore_precision(f.precision);
+  const bool from_text_file = !f.text_file.empty();
+  if (sub.count("--text") > 0 && from_text_file) bad_flag("--text-file", "give --text or --text-file, not both");
+  if (!f.checkpoint.empty())
+    for (const char* flag : kModuleFlagNames)
+      if (sub.count(flag) > 0) bad_flag(flag, "does not apply to --checkpoint (the model's own configuration is used)");
+  if (f.module.empty())
+    for (const char* flag : kModuleFlagNames)
+      if (sub.count(flag) > 0 && f.checkpoint.empty())
+        bad_flag(flag, "needs --module M (without it, the page shows the chapter's walkthrough)");
+  check_output_files({{f.out, "", "--out"}});
+  const std::string text = from_text_file ? read_file(f.text_file) : sub.count("--text") > 0 ? f.text : kBookSentence;
+  QKV_CHECK(!text.empty(), "the text is empty: there are no tokens to attend over");
+
+  ExplorePage page;
+  if (!f.checkpoint.empty()) {
+    page = checkpoint_page(f, text);
+  } else if (!f.module.empty()) {
+    page = module_page(f, sub, text);
+  } else {
+    const int64_t words = static_cast<int64_t>(tiny_words(text).size());
+    QKV_CHECK(words <= 1024, "the text has ", words, " words; the walkthrough page takes at most 1024 (use --module ",
+              "or --checkpoint for longer texts)");
+    page = explore_walkthrough(run_walkthrough(text));
+  }
+  const ExplorePrecision p = resolve_precision(page, precision, f.max_page_bytes);
+  const int64_t estimate = estimate_page_bytes(page, p);
+  QKV_CHECK(estimate <= f.max_page_bytes, "the page would be about ", mb(estimate), " (", explore_precision_name(p),
+            "), more than --max-page-size ", mb(f.max_page_bytes), ", beyond which a browser opens it slowly or not at ",
+            "all; make it smaller with --precision u8 (8-bit values)",
+            " or a shorter --text, or raise --max-page-size");
+  const std::string html = explore_html(page, p);
+  QKV_CHECK(static_cast<int64_t>(html.size()) <= f.max_page_bytes, "the page is ", mb(static_cast<int64_t>(html.size())),
+            ", more than --max-page-size ", mb(f.max_page_bytes), "; make it smaller with --precision u8 or a shorter ",
+            "--text, or raise --max-page-size");
+  write_files_atomically({{f.out, html, "--out"}});
+  std::cout << "wrote " << f.out << ": " << html.size() << " bytes (" << mb(static_cast<int64_t>(html.size()))
+            << "), " << page.tokens.size() << " tokens, " << page.layers.size() << " layer(s) x "
+            << page.layers.front().weights.size(0) << " head(s), values as " << explore_precision_name(p) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Command add_explore(CLI::App& app) {
+  auto f = std::make_shared<ExploreFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "explore", "Write one offline HTML page to explore attention: pipeline, heads, model and neuron views");
+  sub->add_option("--text", f->text, "The text to look at (default: the chapter's sentence, \"" + std::string(kBookSentence) + "\")");
+  sub->add_option("--text-file", f->text_file, "Like --text, reading the text from a file");
+  sub->add_option("--out", f->out, "The HTML file to write")->required();
+  sub->add_option("--checkpoint", f->checkpoint,
+                  "A checkpoint qkv train wrote: every layer and head of its attention LM (task or GPT-2 tokens)");
+  add_module_flags(sub, *f);
+  sub->add_option("--vocab-dir", f->vocab_dir, "Where GPT-2's encoder.json and vocab.bpe are (see qkv encode --help)");
+  sub->add_option("--precision", f->precision,
+                  "How values are stored: auto (float32, exact, for pages up to 24 MB; else float16, else 8-bit) | "
+                  "f32 | f16 | u8")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "u8"}))
+      ->capture_default_str();
+  sub->add_option_function<std::string>(
+         "--max-page-size", [f](const std::string& s) { f->max_page_bytes = parse_bytes("--max-page-size", s); },
+         "Refuse to write a larger page (a browser struggles with much more); suffixes K M G")
+      ->type_name("BYTES")
+      ->default_str("64M");
+  sub->footer(
+      "Without --module or --checkpoint the page shows the chapter's walkthrough on the text (its tiny\n"
+      "vocabulary and the book's embeddings; the numbers of qkv walkthrough --json). With --module the\n"
+      "flags are those of qkv forward --text. The page needs no network: open it from the file.");
+  return {sub, [f, sub]() { return run_explore(*f, *sub); }};
+}
+
+}  // namespace qkv::cli

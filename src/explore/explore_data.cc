@@ -1,0 +1,277 @@
+// What the explore page shows, from the walkthrough, one module's trace, or an attention LM.
+// See include/qkv/explore/explore.h. Legend: T tokens, H heads, G key/value heads, D head dim.
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "qkv/core/error.h"
+#include "qkv/core/ops.h"
+#include "qkv/explore/explore.h"
+#include "qkv/modules/multi_head_attention.h"
+
+namespace qkv {
+namespace {
+
+// Per head (H, rows, cols) from a trace tensor: (B, H, T, X) with heads, else (B, T, X) or (T, X).
+Tensor heads_of(const Tensor& t, bool multi_head, int input_rank) {
+  if (!t.defined()) return t;
+  if (multi_head) return t.select(0, 0).contiguous();               // (H, T, X)
+  return (input_rank == 3 ? t.select(0, 0) : t).unsqueeze(0).contiguous();  // (1, T, X)
+}
+
+// Key heads repeated so that query head h reads row h: (G, T, D) -> (H, T, D).
+Tensor repeat_heads(const Tensor& k, int64_t H) {
+  const int64_t G = k.size(0);
+  if (G == H) return k;
+  std::vector<Tensor> parts;
+  for (int64_t h = 0; h < H; ++h) parts.push_back(k.select(0, h / (H / G)));
+  return stack(parts, 0);
+}
+
+// Abnar & Zuidema's rollout: prod over layers of normalise(mean_h(W) + I), first layer rightmost.
+Tensor rollout_of(const std::vector<ExploreLayer>& layers, int64_t T) {
+  Tensor r;
+  for (const ExploreLayer& l : layers) {
+    Tensor a = add(mean(l.weights, 0), Tensor::zeros({T, T}));  // (T, T)
+    for (int64_t i = 0; i < T; ++i) a.at({i, i}) += 1.0f;
+    a = normalize_sum(a, -1);
+    r = r.defined() ? matmul(a, r) : a;
+  }
+  return r;
+}
+
+ExploreStep step(std::string name, std::string caption, Tensor value, bool per_head = false,
+                 std::vector<ExploreLink> links = {}, int64_t layer = -1) {
+  return {std::move(name), std::move(caption), std::move(value), per_head, layer, std::move(links), ""};
+}
+
+}  // namespace
+
+ExplorePage explore_walkthrough(const Walkthrough& w) {
+  ExplorePage p;
+  p.source = "walkthrough";
+  p.title = "Chapter 3 on \"" + w.text + "\"";
+  p.tokens = w.words;
+  const std::map<std::string, std::vector<ExploreLink>> links = {
+      {"simple.attn_scores_2", {{"inputs", "1", "*"}, {"inputs", "j", "*"}}},
+      {"simple.attn_weights_2_tmp", {{"simple.attn_scores_2", "0", "*"}}},
+      {"simple.attn_weights_2_naive", {{"simple.attn_scores_2", "0", "*"}}},
+      {"simple.attn_weights_2", {{"simple.attn_scores_2", "0", "*"}}},
+      {"simple.context_vec_2", {{"simple.attn_weights_2", "0", "*"}, {"inputs", "*", "j"}}},
+      {"simple.attn_scores", {{"inputs", "i", "*"}, {"inputs", "j", "*"}}},
+      {"simple.attn_weights", {{"simple.attn_scores", "i", "*"}}},
+      {"simple.all_context_vecs", {{"simple.attn_weights", "i", "*"}, {"inputs", "*", "j"}}},
+      {"trainable.query_2", {{"inputs", "1", "*"}, {"trainable.W_query", "*", "j"}}},
+      {"trainable.key_2", {{"inputs", "1", "*"}, {"trainable.W_key", "*", "j"}}},
+      {"trainable.value_2", {{"inputs", "1", "*"}, {"trainable.W_value", "*", "j"}}},
+      {"trainable.keys", {{"inputs", "i", "*"}, {"trainable.W_key", "*", "j"}}},
+      {"trainable.values", {{"inputs", "i", "*"}, {"trainable.W_value", "*", "j"}}},
+      {"trainable.attn_score_22", {{"trainable.query_2", "0", "*"}, {"trainable.keys", "1", "*"}}},
+      {"trainable.attn_scores_2", {{"trainable.query_2", "0", "*"}, {"trainable.keys", "j", "*"}}},
+      {"trainable.attn_weights_2", {{"trainable.attn_scores_2", "0", "*"}}},
+      {"trainable.context_vec_2", {{"trainable.attn_weights_2", "0", "*"}, {"trainable.values", "*", "j"}}},
+      {"causal.masked_simple", {{"causal.attn_weights_unmasked", "i", "j"}, {"causal.mask_simple", "i", "j"}}},
+      {"causal.masked_simple_norm", {{"causal.masked_simple", "i", "*"}}},
+      {"causal.attn_weights", {{"causal.masked_scores", "i", "*"}}},
+      {"dropout.causal_weights_p05_seed123", {{"causal.attn_weights", "i", "j"}}},
+  };
+  for (const WalkthroughStep& s : w.steps) {
+    ExploreStep e = step(s.name, s.section + ": " + s.caption, s.value);
+    if (s.value.dim() == 3) {  // (B, T, X): batch item 0
+      e.value = s.value.select(0, 0).contiguous();
+      e.index_prefix = "[0]";
+    } else if (s.value.dim() == 4) {  // (B, H, T, T): batch item 0, per head
+      e.value = s.value.select(0, 0).contiguous();
+      e.per_head = true;
+      e.index_prefix = "[0]";
+    }
+    if (auto it = links.find(s.name); it != links.end()) e.links = it->second;
+    p.pipeline.push_back(std::move(e));
+  }
+  // The layer: the chapter's MultiHeadAttention (seed 123, d_in 3, d_out 2, 2 heads) on the
+  // batch it ran on, again, for its queries and keys; its weights are the walkthrough's own.
+  const Tensor* inputs = nullptr;
+  const Tensor* weights = nullptr;
+  for (const WalkthroughStep& s : w.steps) {
+    if (s.name == "inputs") inputs = &s.value;
+    if (s.name == "mha.attn_weights") weights = &s.value;
+  }
+  QKV_CHECK(inputs && weights, "explore: the walkthrough has no inputs or mha.attn_weights step");
+  const int64_t T = inputs->size(0);
+  AttentionConfig config{3, 2, T, 0.0, 2, false};
+  Generator gen(123);
+  MultiHeadAttention mha(config, gen);
+  AttentionTrace trace;
+  mha.forward(stack({*inputs, *inputs}, 0), &trace);
+  ExploreLayer layer;
+  layer.weights = weights->select(0, 0).contiguous();
+  layer.queries = trace.queries.select(0, 0).contiguous();
+  layer.keys = repeat_heads(trace.keys.select(0, 0).contiguous(), 2);
+  layer.scale = std::sqrt(static_cast<float>(mha.head_dim()));
+  p.layers.push_back(layer);
+  p.rollout = rollout_of(p.layers, T);
+  return p;
+}
+
+ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& info, const AttentionConfig& config,
+                           const Tensor& inputs, const AttentionTrace& trace, const Tensor& output,
+                           std::vector<std::string> tokens, std::string title) {
+  ExplorePage p;
+  p.source = "module";
+  p.title = std::move(title);
+  p.tokens = std::move(tokens);
+  p.causal = info.causal;
+  p.dropout = trace.dropped_weights.defined() ? config.dropout : 0.0;
+  const bool mh = info.multi_head;
+  const int rank = info.input_rank;
+  const std::string batch = rank == 3 ? "[0]" : "";
+  auto H = [&](const Tensor& t) { return heads_of(t, mh, rank); };
+
+  ExploreStep in = step("inputs", "the module's input x, (T, d_in)", inputs);
+  in.index_prefix = batch;
+  p.pipeline.push_back(in);
+  // The projections: which state-dict name holds W_query and how a head's column maps to its rows.
+  std::string wq_row = "j", wq_col = "*";
+  std::string prefix;
+  for (const StateEntry& e : module.state_dict())
+    if (e.is_parameter) p.pipeline.push_back(step(e.name, "parameter " + e.name + " " + shape_str(e.shape()), e.value()));
+  const std::vector<StateEntry> state = module.state_dict();
+  auto has = [&](const std::string& name) {
+    for (const StateEntry& e : state)
+      if (e.name == name) return true;
+    return false;
+  };
+  std::string w_suffix = ".weight";
+  if (has("W_query")) {  // SelfAttention_v1: x @ W_query, W (d_in, d_out)
+    w_suffix = "";
+    wq_row = "*";
+    wq_col = "j";
+  } else if (has("heads.0.W_query.weight")) {  // the wrapper: one CausalAttention per head
+    prefix = "heads.{h}.";
+  } else if (mh) {  // MultiHeadAttention: head h uses rows h D .. h D + D - 1
+    wq_row = "hj";
+  }
+  auto projection = [&](const char* name, const char* w, const Tensor& t, const char* what) {
+    return step(name, what, H(t), true, {{"inputs", "i", "*"}, {prefix + w + w_suffix, wq_row, wq_col}});
+  };
+  p.pipeline.push_back(projection("queries", "W_query", trace.queries, "queries = x @ W_query, per head (T, D)"));
+  p.pipeline.push_back(projection("keys", "W_key", trace.keys, "keys = x @ W_key, per head (T, D)"));
+  p.pipeline.push_back(projection("values", "W_value", trace.values, "values = x @ W_value, per head (T, D)"));
+  const Tensor queries = H(trace.queries), keys = H(trace.keys);
+  const int64_t heads = queries.size(0), T = queries.size(1);
+  const float scale = std::sqrt(static_cast<float>(keys.size(-1)));
+  p.pipeline.push_back(step("scores", "attn_scores = queries @ keys.T", H(trace.scores), true,
+                            {{"queries", "i", "*"}, {"keys", "j", "*"}}));
+  std::string before_scale = "scores";
+  if (trace.masked_scores.defined()) {
+    p.pipeline.push_back(step("masked_scores", "attn_scores.masked_fill(mask.bool()[:T, :T], -inf): the causal mask",
+                              H(trace.masked_scores), true, {{"scores", "i", "j"}}));
+    before_scale = "masked_scores";
+  }
+  const Tensor weights = H(trace.weights);
+  p.pipeline.push_back(step("scaled_scores",
+                            "attn_scores / keys.shape[-1] ** 0.5 (softmax's input; ALiBi and softcap not shown)",
+                            div(H(trace.masked_scores.defined() ? trace.masked_scores : trace.scores), scale), true,
+                            {{before_scale, "i", "j"}}));
+  p.pipeline.push_back(step("attn_weights", "torch.softmax(scaled scores, dim=-1)", weights, true,
+                            {{"scaled_scores", "i", "*"}}));
+  p.pipeline.push_back(
+      step("row_sums", "attn_weights.sum(dim=-1): each row sums to 1", sum(weights, -1, true), true,
+           {{"attn_weights", "i", "*"}}));
+  std::string context_from = "attn_weights";
+  if (trace.dropped_weights.defined()) {
+    const Tensor dropped = H(trace.dropped_weights);
+    Tensor factor = Tensor::zeros(dropped.shape());  // dropped / weights where the weight is not 0
+    const float* d = dropped.data();
+    const float* wt = weights.data();
+    for (int64_t n = 0; n < factor.numel(); ++n) factor.data()[n] = wt[n] != 0.0f ? d[n] / wt[n] : 0.0f;
+    p.pipeline.push_back(step("dropout_mask",
+                              "nn.Dropout's mask times 1 / (1 - p) = " + std::to_string(1.0 / (1.0 - config.dropout)) +
+                                  " (0 where dropped, and where the weight is already 0)",
+                              factor, true));
+    p.pipeline.push_back(step("attn_weights_dropped", "dropout(attn_weights) = attn_weights * mask / (1 - p)",
+                              dropped, true, {{"attn_weights", "i", "j"}, {"dropout_mask", "i", "j"}}));
+    context_from = "attn_weights_dropped";
+  }
+  p.pipeline.push_back(step("context", "context_vec = attn_weights @ values, per head", H(trace.context), true,
+                            {{context_from, "i", "*"}, {"values", "*", "j"}}));
+  ExploreStep out = step("output", has("out_proj.weight") ? "out_proj(context heads concatenated), (T, d_out)"
+                                                          : "the module's output, (T, d_out)",
+                         rank == 3 ? output.select(0, 0).contiguous() : output);
+  out.index_prefix = batch;
+  if (has("out_proj.weight")) out.links = {{"out_proj.weight", "j", "*"}, {"out_proj.bias", "0", "j"}};
+  p.pipeline.push_back(out);
+
+  ExploreLayer layer;
+  layer.weights = weights;
+  layer.queries = queries;
+  layer.keys = repeat_heads(keys, heads);
+  layer.scale = scale;
+  p.layers.push_back(layer);
+  p.rollout = rollout_of(p.layers, T);
+  return p;
+}
+
+ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
+                       std::string title) {
+  ExplorePage p;
+  p.source = "checkpoint";
+  p.title = std::move(title);
+  p.tokens = std::move(tokens);
+  const int64_t T = static_cast<int64_t>(ids.size());
+  QKV_CHECK(T >= 1 && T <= model.config.context_length, "explore: ", T, " tokens but the model's context_length is ",
+            model.config.context_length);
+  model.train(false);
+  // x = tok_emb.weight[ids] + pos_emb.weight[0:T]; for each block: x = x + block(x)  (1, T, C)
+  Tensor x = add(model.tok_emb.forward(ids, {1, T}), model.pos_emb.forward(T));
+  for (size_t l = 0; l < model.blocks.size(); ++l) {
+    MultiHeadAttention& block = model.blocks[l];
+    const std::string b = "blocks." + std::to_string(l) + ".";
+    const int64_t li = static_cast<int64_t>(l);
+    AttentionTrace trace;
+    const Tensor y = block.forward(x, &trace);
+    const Tensor next = add(x, y);
+    ExploreStep in = step(b + "input", "block " + std::to_string(l) + "'s input x (embeddings + earlier blocks), (T, C)",
+                          x.select(0, 0).contiguous(), false, {}, li);
+    in.index_prefix = "[0]";
+    p.pipeline.push_back(in);
+    for (const auto& [w, t] : {std::pair{"W_query", &block.W_query.weight}, {"W_key", &block.W_key.weight},
+                               {"W_value", &block.W_value.weight}})
+      p.pipeline.push_back(step(b + w + ".weight", std::string(w) + ".weight: head h uses rows h D .. h D + D - 1",
+                                *t, false, {}, li));
+    const Tensor queries = trace.queries.select(0, 0).contiguous();
+    const Tensor keys = trace.keys.select(0, 0).contiguous();
+    auto proj = [&](const std::string& name, const std::string& w, const Tensor& t) {
+      return step(b + name, name + " = x @ " + w + ".T, per head (T, D)", t, true,
+                  {{b + "input", "i", "*"}, {b + w + ".weight", "hj", "*"}}, li);
+    };
+    p.pipeline.push_back(proj("queries", "W_query", queries));
+    p.pipeline.push_back(proj("keys", "W_key", keys));
+    p.pipeline.push_back(proj("values", "W_value", trace.values.select(0, 0).contiguous()));
+    const Tensor weights = trace.weights.select(0, 0).contiguous();
+    p.pipeline.push_back(step(b + "attn_weights",
+                              "softmax(masked(queries @ keys.T) / sqrt(D)), per head (the neuron view shows the "
+                              "scores)",
+                              weights, true, {{b + "queries", "i", "*"}, {b + "keys", "j", "*"}}, li));
+    p.pipeline.push_back(step(b + "context", "context = attn_weights @ values, per head", 
+                              trace.context.select(0, 0).contiguous(), true,
+                              {{b + "attn_weights", "i", "*"}, {b + "values", "*", "j"}}, li));
+    p.pipeline.push_back(step(b + "out_proj.weight", "out_proj.weight (C, C)", block.out_proj.weight, false, {}, li));
+    ExploreStep out = step(b + "output", "x + out_proj(context): the residual stream after the block",
+                           next.select(0, 0).contiguous(), false,
+                           {{b + "input", "i", "j"}, {b + "out_proj.weight", "j", "*"}}, li);
+    out.index_prefix = "[0]";
+    p.pipeline.push_back(out);
+    ExploreLayer layer;
+    layer.weights = weights;
+    layer.queries = queries;
+    layer.keys = repeat_heads(keys, queries.size(0));
+    layer.scale = std::sqrt(static_cast<float>(block.head_dim()));
+    p.layers.push_back(layer);
+    x = next;
+  }
+  p.rollout = rollout_of(p.layers, T);
+  return p;
+}
+
+}  // namespace qkv

@@ -1,0 +1,261 @@
+// The explore page as one HTML file: the data as JSON (tensors base64) inside the template.
+// See include/qkv/explore/explore.h.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/core/error.h"
+#include "qkv/explore/explore.h"
+
+namespace qkv {
+namespace {
+
+constexpr const char* kDataMarker = "__QKV_DATA__";
+
+const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string base64(const std::string& bytes) {
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < bytes.size(); i += 3) {
+    const uint32_t n = (uint32_t(uint8_t(bytes[i])) << 16) | (uint32_t(uint8_t(bytes[i + 1])) << 8) | uint8_t(bytes[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out += kB64[(n >> s) & 63];
+  }
+  if (i < bytes.size()) {
+    uint32_t n = uint32_t(uint8_t(bytes[i])) << 16;
+    if (i + 1 < bytes.size()) n |= uint32_t(uint8_t(bytes[i + 1])) << 8;
+    out += kB64[(n >> 18) & 63];
+    out += kB64[(n >> 12) & 63];
+    out += i + 1 < bytes.size() ? kB64[(n >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+// IEEE half, round to nearest even; overflow to infinity.
+uint16_t to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t exp = (x >> 23) & 0xffu;
+  uint32_t mant = x & 0x7fffffu;
+  if (exp == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));
+  const int e = static_cast<int>(exp) - 127 + 15;
+  if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000u;
+    const int shift = 14 - e;
+    uint32_t h = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1u))) ++h;
+    return static_cast<uint16_t>(sign | h);
+  }
+  uint32_t h = (static_cast<uint32_t>(e) << 10) | (mant >> 13);
+  const uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent: right
+  return static_cast<uint16_t>(sign | h);
+}
+
+// A tensor whose last two dims are square and zero above the diagonal is stored as its lower
+// triangles (i (i + 1) / 2 + j), halving causal weights.
+bool lower_triangular(const Tensor& t) {
+  if (t.dim() < 2 || t.size(-1) != t.size(-2) || t.size(-1) < 2) return false;
+  const int64_t n = t.size(-1), mats = t.numel() / (n * n);
+  const float* d = t.data();
+  for (int64_t m = 0; m < mats; ++m)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = i + 1; j < n; ++j)
+        if (d[(m * n + i) * n + j] != 0.0f) return false;
+  return true;
+}
+
+int64_t stored_elements(const Tensor& t, bool tri) {
+  if (!tri) return t.numel();
+  const int64_t n = t.size(-1);
+  return t.numel() / (n * n) * (n * (n + 1) / 2);
+}
+
+int bytes_per(ExplorePrecision p) { return p == ExplorePrecision::kF32 ? 4 : p == ExplorePrecision::kF16 ? 2 : 1; }
+
+nlohmann::json encode_tensor(const Tensor& src, ExplorePrecision p) {
+  const Tensor t = src.contiguous();
+  const bool tri = lower_triangular(t);
+  std::vector<float> v;
+  v.reserve(static_cast<size_t>(stored_elements(t, tri)));
+  const float* d = t.data();
+  if (tri) {
+    const int64_t n = t.size(-1), mats = t.numel() / (n * n);
+    for (int64_t m = 0; m < mats; ++m)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j <= i; ++j) v.push_back(d[(m * n + i) * n + j]);
+  } else {
+    v.assign(d, d + t.numel());
+  }
+  bool integral = true;
+  float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+  for (float x : v) {
+    if (std::isfinite(x)) {
+      lo = std::min(lo, x);
+      hi = std::max(hi, x);
+      if (x != std::nearbyint(x)) integral = false;
+    }
+  }
+  if (!(lo <= hi)) lo = hi = 0;
+  std::string bytes;
+  switch (p) {
+    case ExplorePrecision::kF32:
+      bytes.assign(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+      break;
+    case ExplorePrecision::kF16:
+      bytes.resize(v.size() * 2);
+      for (size_t i = 0; i < v.size(); ++i) {
+        const uint16_t h = to_half(v[i]);
+        std::memcpy(&bytes[2 * i], &h, 2);
+      }
+      break;
+    default: {  // 8 bits: lo + code * (hi - lo) / 254; 255 for -inf (masked) and anything not finite
+      bytes.resize(v.size());
+      const double span = hi > lo ? static_cast<double>(hi) - lo : 1.0;
+      for (size_t i = 0; i < v.size(); ++i)
+        bytes[i] = static_cast<char>(std::isfinite(v[i]) ? static_cast<int>(std::lround((v[i] - lo) / span * 254.0)) : 255);
+    }
+  }
+  nlohmann::json shape = nlohmann::json::array();
+  for (int k = 0; k < t.dim(); ++k) shape.push_back(t.size(k));
+  return {{"shape", shape}, {"dtype", explore_precision_name(p)}, {"tri", tri}, {"lo", lo}, {"hi", hi},
+          {"integral", integral}, {"b64", base64(bytes)}};
+}
+
+// Tensors are stored once each, by their data (a layer's weights are also a pipeline step).
+class TensorTable {
+ public:
+  explicit TensorTable(ExplorePrecision p) : p_(p) {}
+  std::string add(const std::string& name, const Tensor& t) {
+    const auto key = std::make_pair(t.data(), t.numel());
+    if (auto it = seen_.find(key); it != seen_.end()) return it->second;
+    json_[name] = encode_tensor(t, p_);
+    seen_[key] = name;
+    return name;
+  }
+  nlohmann::json& json() { return json_; }
+
+ private:
+  ExplorePrecision p_;
+  nlohmann::json json_ = nlohmann::json::object();
+  std::map<std::pair<const float*, int64_t>, std::string> seen_;
+};
+
+template <typename F>
+void for_each_tensor(const ExplorePage& page, F&& f) {
+  for (const ExploreStep& s : page.pipeline) f(s.value);
+  for (const ExploreLayer& l : page.layers) {
+    f(l.weights);
+    f(l.queries);
+    f(l.keys);
+  }
+  if (page.rollout.defined()) f(page.rollout);
+}
+
+}  // namespace
+
+ExplorePrecision parse_explore_precision(const std::string& name) {
+  if (name == "auto") return ExplorePrecision::kAuto;
+  if (name == "f32") return ExplorePrecision::kF32;
+  if (name == "f16") return ExplorePrecision::kF16;
+  if (name == "u8") return ExplorePrecision::kU8;
+  fail("explore: unknown precision '", name, "'; expected auto, f32, f16 or u8");
+}
+
+const char* explore_precision_name(ExplorePrecision p) {
+  switch (p) {
+    case ExplorePrecision::kF32: return "f32";
+    case ExplorePrecision::kF16: return "f16";
+    case ExplorePrecision::kU8: return "u8";
+    default: return "auto";
+  }
+}
+
+int64_t estimate_page_bytes(const ExplorePage& page, ExplorePrecision p) {
+  QKV_CHECK(p != ExplorePrecision::kAuto, "estimate_page_bytes: resolve the precision first");
+  int64_t bytes = static_cast<int64_t>(explore_template().size()) + 4096;
+  std::map<std::pair<const float*, int64_t>, bool> seen;
+  for_each_tensor(page, [&](const Tensor& t) {
+    if (!seen.emplace(std::make_pair(t.data(), t.numel()), true).second) return;
+    const bool tri = t.dim() >= 2 && t.size(-1) == t.size(-2) && page.causal;  // an estimate: no scan
+    bytes += (stored_elements(t, tri) * bytes_per(p) + 2) / 3 * 4 + 256;
+  });
+  for (const std::string& s : page.tokens) bytes += static_cast<int64_t>(s.size()) * 6 + 4;
+  for (const ExploreStep& s : page.pipeline) bytes += static_cast<int64_t>(s.caption.size()) + 256;
+  return bytes;
+}
+
+ExplorePrecision resolve_precision(const ExplorePage& page, ExplorePrecision p, int64_t max_bytes) {
+  if (p != ExplorePrecision::kAuto) return p;
+  if (estimate_page_bytes(page, ExplorePrecision::kF32) <= std::min(max_bytes, kExploreExactBytes))
+    return ExplorePrecision::kF32;
+  if (estimate_page_bytes(page, ExplorePrecision::kF16) <= max_bytes) return ExplorePrecision::kF16;
+  return ExplorePrecision::kU8;
+}
+
+std::string explore_html(const ExplorePage& page, ExplorePrecision p) {
+  QKV_CHECK(p != ExplorePrecision::kAuto, "explore_html: resolve the precision first");
+  QKV_CHECK(!page.layers.empty() && !page.tokens.empty(), "explore_html: a page needs tokens and a layer");
+  TensorTable tensors(p);
+  nlohmann::json steps = nlohmann::json::array();
+  for (const ExploreStep& s : page.pipeline) {
+    nlohmann::json links = nlohmann::json::array();
+    for (const ExploreLink& l : s.links) links.push_back({{"from", l.from}, {"row", l.row}, {"col", l.col}});
+    steps.push_back({{"name", s.name}, {"caption", s.caption}, {"tensor", tensors.add(s.name, s.value)},
+                     {"perHead", s.per_head}, {"layer", s.layer}, {"links", links}, {"prefix", s.index_prefix}});
+  }
+  nlohmann::json layers = nlohmann::json::array();
+  for (size_t l = 0; l < page.layers.size(); ++l) {
+    const ExploreLayer& L = page.layers[l];
+    const std::string n = "layer" + std::to_string(l) + ".";
+    layers.push_back({{"weights", tensors.add(n + "weights", L.weights)},
+                      {"queries", tensors.add(n + "queries", L.queries)},
+                      {"keys", tensors.add(n + "keys", L.keys)},
+                      {"scale", L.scale}});
+  }
+  nlohmann::json j = {{"title", page.title},
+                      {"source", page.source},
+                      {"tokens", page.tokens},
+                      {"causal", page.causal},
+                      {"dropout", page.dropout},
+                      {"precision", explore_precision_name(p)},
+                      {"heads", page.layers.front().weights.size(0)},
+                      {"layers", layers},
+                      {"rollout", tensors.add("rollout", page.rollout)},
+                      {"pipeline", steps}};
+  j["tensors"] = std::move(tensors.json());
+  // Labels may be any bytes (a GPT-2 token can be half a character): invalid UTF-8 becomes U+FFFD.
+  std::string data = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // Inside <script type="application/json">: no '<' may appear, so "</script>" in a label cannot
+  // end the element. JSON allows \u003c anywhere '<' can be (only inside strings).
+  std::string safe;
+  safe.reserve(data.size() + 64);
+  for (char c : data) {
+    if (c == '<') safe += "\\u003c";
+    else if (c == '>') safe += "\\u003e";
+    else if (c == '&') safe += "\\u0026";
+    else safe += c;
+  }
+  const std::string& tpl = explore_template();
+  const size_t at = tpl.find(kDataMarker);
+  QKV_CHECK(at != std::string::npos, "explore: the page template has no data marker");
+  return tpl.substr(0, at) + safe + tpl.substr(at + std::strlen(kDataMarker));
+}
+
+const std::string& explore_template() {
+  static const std::string page =
+#include "explore_page_html.inc"
+      ;
+  return page;
+}
+
+}  // namespace qkv

@@ -1,0 +1,110 @@
+// Drives headless chromium (playwright-core) over the pages test_explore.py made; spec.json says
+// which pages, which cells and what their values must read. Prints one line per check; exits 1
+// when one fails. Screenshots go to spec.shots.
+const { chromium } = require(require("path").join(process.argv[2], "node_modules", "playwright-core"));
+const spec = JSON.parse(require("fs").readFileSync(process.argv[3], "utf8"));
+let failed = 0;
+const check = (ok, what) => { console.log(`${ok ? "ok  " : "FAIL"} ${what}`); if (!ok) failed++; };
+
+async function open(browser, file, hash) {
+  const page = await browser.newPage();
+  const errors = [], requests = [];
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.on("request", (r) => { if (!r.url().startsWith("file://") && !r.url().startsWith("data:") && !r.url().startsWith("blob:")) requests.push(r.url()); });
+  page.on("dialog", (d) => { errors.push("dialog: " + d.message()); d.dismiss(); });
+  const t0 = Date.now();
+  await page.goto("file://" + file + (hash || ""));
+  await page.waitForSelector("body[data-ready='1']", { timeout: 120000 });
+  return { page, errors, requests, ms: Date.now() - t0 };
+}
+const readout = (page) => page.$eval("#readout", (e) => e.textContent);
+async function canvasPoint(page, p) { const r = await page.$eval("#view", (c) => { const b = c.getBoundingClientRect(); return { x: b.left, y: b.top }; }); return { x: r.x + p.x, y: r.y + p.y }; }
+async function hoverAt(page, p) {
+  await page.evaluate((y) => { const b = document.getElementById("view").getBoundingClientRect(); if (b.top + y < 80 || b.top + y > innerHeight - 80) scrollBy(0, b.top + y - innerHeight / 2); }, p.y);
+  const q = await canvasPoint(page, p); await page.mouse.move(q.x, q.y); return readout(page); }
+async function notBlank(page, name) {
+  const png = await page.locator("#view").screenshot({ path: `${spec.shots}/${name}.png` });
+  const colours = await page.evaluate(() => { const c = document.getElementById("view"), g = c.getContext("2d"); const d = g.getImageData(0, 0, c.width, c.height).data; const s = new Set(); for (let i = 0; i < d.length; i += 4 * 97) s.add(d[i] + "," + d[i + 1] + "," + d[i + 2]); return s.size; });
+  check(png.length > 2000 && colours > 8, `${name}: screenshot not blank (${png.length} bytes, ${colours} colours sampled)`);
+}
+async function setView(page, v) { await page.click(`nav button[data-view='${v}']`); }
+
+(async () => {
+  // A fresh profile directory (playwright passes it to chromium as --user-data-dir).
+  const browser = await chromium.launchPersistentContext(spec.profile, { executablePath: "/usr/bin/chromium", headless: true, viewport: { width: 1400, height: 1000 },
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"] });
+  for (const pg of spec.pages) {
+    const { page, errors, requests, ms } = await open(browser, pg.file);
+    check(true, `${pg.name}: opened and drew in ${ms} ms`);
+    // values on hover: the pipeline's cells read as qkv prints them
+    for (const c of pg.cells || []) {
+      if (c.state) await page.evaluate((s) => { Object.assign(window.qkvExplore.state, s); window.qkvExplore.render(); }, c.state);
+      const p = await page.evaluate(([n, i, j]) => window.qkvExplore.cell(n, i, j), [c.step, c.i, c.j]);
+      const text = p ? await hoverAt(page, p) : "(no such step)";
+      check(text.startsWith(c.expect), `${pg.name}: hover ${c.step}[${c.i}][${c.j}] reads '${text.split("   ")[0]}', expected '${c.expect}'`);
+    }
+    await notBlank(page, `${pg.name}.pipeline`);
+    // head view: toggling, soloing, selecting
+    await setView(page, "heads");
+    check(page.url().includes("view=heads"), `${pg.name}: switching views writes the fragment (${page.url().split("#")[1]})`);
+    const H = await page.evaluate(() => window.qkvExplore.data.heads);
+    if (H > 1) {
+      await page.click(".head-toggle[data-head='1']");
+      check(await page.evaluate(() => window.qkvExplore.state.off.includes(1)) && page.url().includes("off=1"), `${pg.name}: toggling head 1 hides it`);
+      await page.click(".head-toggle[data-head='1']");
+      await page.dblclick(".head-toggle[data-head='0']");
+      const solo = await page.evaluate(() => [...document.querySelectorAll(".head-toggle")].map((b) => !b.classList.contains("off")));
+      check(solo[0] && solo.slice(1).every((x) => !x) && page.url().includes("solo=0"), `${pg.name}: soloing head 0 shows it alone (${solo})`);
+      await page.dblclick(".head-toggle[data-head='0']");
+    }
+    const T = await page.evaluate(() => window.qkvExplore.data.tokens.length);
+    const a = await page.evaluate(() => window.qkvExplore.token("left", 1)), b = await page.evaluate((t) => window.qkvExplore.token("left", t - 1), T);
+    await page.mouse.click(...Object.values(await canvasPoint(page, a))); await page.mouse.click(...Object.values(await canvasPoint(page, b)));
+    await page.mouse.move(1, 1);
+    const sel = await page.evaluate(() => window.qkvExplore.state.sel);
+    check(sel.length === 2 && sel[0] === 1 && sel[1] === T - 1 && page.url().includes(`sel=1,${T - 1}`), `${pg.name}: selecting two tokens (${sel})`);
+    await notBlank(page, `${pg.name}.heads`);
+    const hv = await hoverAt(page, a);
+    check(/^query 1 /.test(hv) && hv.includes("attends most to"), `${pg.name}: hovering a token sums its attention ('${hv}')`);
+    // model view
+    await setView(page, "model");
+    const thumbs = await page.evaluate(() => window.qkvExplore.thumbs());
+    const heads = thumbs.filter((t) => t.kind === "head");
+    if (pg.thumbs) check(heads.length === pg.thumbs, `${pg.name}: ${heads.length} head thumbnails, expected ${pg.thumbs}`);
+    check(thumbs.some((t) => t.kind === "rollout") && thumbs.some((t) => t.kind === "mean") && thumbs.some((t) => t.kind === "max"), `${pg.name}: mean, max and rollout thumbnails`);
+    await notBlank(page, `${pg.name}.model`);
+    const last = heads[heads.length - 1];
+    await page.mouse.click(...Object.values(await canvasPoint(page, last)));
+    const st = await page.evaluate(() => ({ ...window.qkvExplore.state }));
+    check(st.view === "heads" && st.layer === last.layer && st.head === last.head, `${pg.name}: clicking thumbnail (${last.layer}, ${last.head}) opens it`);
+    // neuron view
+    await setView(page, "neuron");
+    const nv = await hoverAt(page, await page.evaluate(() => window.qkvExplore.neuron(0, 2)));
+    check(nv.startsWith("key 0 ") && nv.includes("weight ="), `${pg.name}: neuron view reads '${nv}'`);
+    for (const n of pg.neuron || []) {
+      await page.evaluate((s) => { Object.assign(window.qkvExplore.state, s); window.qkvExplore.render(); }, n.state);
+      const r = await hoverAt(page, await page.evaluate((j) => window.qkvExplore.neuron(j, 2), n.j));
+      check(r.endsWith(`weight = ${n.expect}`), `${pg.name}: neuron weight for key ${n.j} reads '${r}', expected ${n.expect}`);
+    }
+    await notBlank(page, `${pg.name}.neuron`);
+    // export
+    const svg = await page.evaluate(() => window.qkvExplore.exportSVG()), png = await page.evaluate(() => window.qkvExplore.exportPNG());
+    check(svg.startsWith("<svg") && svg.length > 1000 && png.startsWith("data:image/png;base64,") && png.length > 1000, `${pg.name}: PNG and SVG export (${png.length}, ${svg.length} chars)`);
+    // the fragment reopens the same view
+    const url = page.url(), before = await page.evaluate(() => ({ ...window.qkvExplore.state }));
+    const again = await open(browser, pg.file, "#" + url.split("#")[1]);
+    const st2 = await again.page.evaluate(() => ({ ...window.qkvExplore.state }));
+    check(st2.view === "neuron" && JSON.stringify(st2.sel) === JSON.stringify(sel) && st2.layer === before.layer && st2.head === before.head && st2.query === before.query && st2.solo === before.solo, `${pg.name}: the fragment reopens the view (${url.split("#")[1]})`);
+    if (pg.title) check((await page.$eval("#title", (e) => e.textContent)).includes(pg.title), `${pg.name}: the title shows the label as text`);
+    await again.page.close();
+    check(errors.length === 0, `${pg.name}: no console error (${errors.join(" | ")})`);
+    check(requests.length === 0, `${pg.name}: no network request (${requests.join(" ")})`);
+    const hostile = await page.evaluate(() => window.__pwned === undefined && document.querySelectorAll("img").length === 0);
+    check(hostile, `${pg.name}: nothing injected ran or rendered`);
+    await page.close();
+  }
+  await browser.close();
+  console.log(failed ? `${failed} check(s) failed` : "all checks passed");
+  process.exit(failed ? 1 : 0);
+})().catch((e) => { console.error(e); process.exit(1); });

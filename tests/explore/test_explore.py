@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""qkv explore in a real browser: makes pages with the qkv binary (the chapter's walkthrough, a
+module on GPT-2 tokens, a trained 2-layer x 4-head model, a hostile label), works out what their
+cells must read from `qkv walkthrough --json` and `qkv forward --attn-weights`, and has
+explore_browser.cjs drive headless chromium (npm playwright-core, installed into the build tree
+as the tiktoken test installs its packages) over them.
+
+  test_explore.py --qkv build/qkv --npm-dir build/npm [--shots DIR]
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGES = ["playwright-core@1.49.1"]
+CHROMIUM = "/usr/bin/chromium"
+MHA = ["--module", "mha", "--d-in", "6", "--d-out", "8", "--num-heads", "2", "--context-length", "32", "--seed", "123"]
+TEXT = "Your journey starts with one step."
+HOSTILE = 'a </script><img src=x onerror="window.__pwned=1"> b'
+
+
+def ensure_packages(npm_dir):
+    have = all(os.path.isdir(os.path.join(npm_dir, "node_modules", p.split("@")[0])) for p in PACKAGES)
+    if not have:
+        os.makedirs(npm_dir, exist_ok=True)
+        subprocess.run(["npm", "install", "--prefix", npm_dir, "--no-audit", "--no-fund", "--loglevel=error"] + PACKAGES,
+                       check=True, stdout=sys.stderr)
+
+
+def run(cmd, cwd=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+    if r.returncode != 0:
+        raise SystemExit(f"command failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr}")
+    return r.stdout
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        body = f.read()
+    out = {}
+    for name, m in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = m["data_offsets"]
+        out[name] = (m["shape"], struct.unpack(f"<{(b - a) // 4}f", body[a:b]))
+    return out
+
+
+def torch_format(v, integral=False):
+    """One element as torch.set_printoptions(precision=4, sci_mode=False) prints it."""
+    if v == float("-inf"):
+        return "-inf"
+    return f"{v:.0f}." if integral else f"{v:.4f}"
+
+
+def at(shape, data, *index):
+    off = 0
+    for d, i in zip(shape, index):
+        off = off * d + i
+    return data[off]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--qkv", required=True)
+    ap.add_argument("--npm-dir", required=True)
+    ap.add_argument("--shots", help="keep the screenshots here")
+    args = ap.parse_args()
+    if not os.path.exists(CHROMIUM):
+        raise SystemExit(f"{CHROMIUM} is missing: bash scripts/setup.sh --test installs Debian's chromium")
+    ensure_packages(args.npm_dir)
+    qkv = os.path.abspath(args.qkv)
+    with tempfile.TemporaryDirectory() as tmp:
+        pages = []
+        # 1. the chapter: every value is the walkthrough's
+        book = os.path.join(tmp, "book.html")
+        run([qkv, "explore", "--text", TEXT, "--out", book])
+        w = json.loads(run([qkv, "walkthrough", "--text", TEXT, "--json"]))
+        cw = w["causal.attn_weights"]
+        mw = w["mha.attn_weights"]
+        cells = [{"step": "causal.attn_weights", "i": i, "j": j,
+                  "expect": f"causal.attn_weights[{i}][{j}] = " + torch_format(at(cw["shape"], cw["data"], i, j))}
+                 for i, j in [(0, 0), (2, 1), (5, 3), (1, 4)]]
+        cells += [{"step": "mha.attn_weights", "i": 4, "j": 2, "state": {"head": h},
+                   "expect": f"mha.attn_weights[0][{h}][4][2] = " + torch_format(at(mw["shape"], mw["data"], 0, h, 4, 2))}
+                  for h in (0, 1)]
+        dm = w["dropout.ones_p05_seed123"]
+        cells.append({"step": "dropout.ones_p05_seed123", "i": 0, "j": 2, "state": {"head": 0},
+                      "expect": "dropout.ones_p05_seed123[0][2] = " + torch_format(at(dm["shape"], dm["data"], 0, 2), True)})
+        neuron = [{"state": {"head": 1, "query": 5, "layer": 0}, "j": j,
+                   "expect": torch_format(at(mw["shape"], mw["data"], 0, 1, 5, j))} for j in (0, 3, 5)]
+        pages.append({"name": "book", "file": book, "cells": cells, "neuron": neuron, "thumbs": 2})
+        # 2. a module on GPT-2 tokens: the weights are qkv forward --attn-weights'
+        mod = os.path.join(tmp, "mha.html")
+        run([qkv, "explore", "--text", TEXT, *MHA, "--train", "--dropout", "0.5", "--attention", "textbook", "--out", mod])
+        attn = os.path.join(tmp, "attn.safetensors")
+        run([qkv, "forward", "--text", TEXT, *MHA, "--train", "--dropout", "0.5", "--attention", "textbook",
+             "--attn-weights", attn, "--output", os.path.join(tmp, "y.safetensors")])
+        t = read_safetensors(attn)
+        shape, data = t["attn_weights"]
+        dshape, ddata = t["attn_weights_dropped"]
+        T = shape[2]
+        cells = [{"step": "attn_weights", "i": i, "j": j, "state": {"head": h},
+                  "expect": f"attn_weights[{h}][{i}][{j}] = " + torch_format(at(shape, data, 0, h, i, j))}
+                 for h, i, j in [(0, 0, 0), (0, 3, 1), (1, T - 1, 2), (1, 5, 5)]]
+        cells += [{"step": "attn_weights_dropped", "i": i, "j": j, "state": {"head": h},
+                   "expect": f"attn_weights_dropped[{h}][{i}][{j}] = " + torch_format(at(dshape, ddata, 0, h, i, j))}
+                  for h, i, j in [(0, 4, 1), (1, T - 1, 0)]]
+        neuron = [{"state": {"head": 0, "query": T - 1, "layer": 0}, "j": j,
+                   "expect": torch_format(at(shape, data, 0, 0, T - 1, j))} for j in (0, 2, T - 1)]
+        pages.append({"name": "module", "file": mod, "cells": cells, "neuron": neuron, "thumbs": 2})
+        # 3. a trained model, 2 layers x 4 heads (qkv train's default model), a few steps
+        ckpt = os.path.join(tmp, "ckpt.safetensors")
+        run([qkv, "train", "--steps", "20", "--eval-every", "0", "--checkpoint", ckpt], cwd=tmp)  # its loss curve too
+        lm = os.path.join(tmp, "lm.html")
+        run([qkv, "explore", "--checkpoint", ckpt, "--text", "deadbeefcafebabe|deadbeefcafebab", "--out", lm])
+        pages.append({"name": "checkpoint", "file": lm, "thumbs": 8})
+        # 4. labels that are markup: shown as text, nothing runs
+        bad = os.path.join(tmp, "hostile.html")
+        run([qkv, "explore", "--text", HOSTILE, *MHA, "--out", bad])
+        pages.append({"name": "hostile", "file": bad, "title": HOSTILE})
+
+        shots = args.shots or os.path.join(tmp, "shots")
+        os.makedirs(shots, exist_ok=True)
+        spec = os.path.join(tmp, "spec.json")
+        with open(spec, "w") as f:
+            json.dump({"pages": pages, "shots": os.path.abspath(shots), "profile": os.path.join(tmp, "profile")}, f)
+        r = subprocess.run(["node", os.path.join(HERE, "explore_browser.cjs"), os.path.abspath(args.npm_dir), spec])
+        if args.shots:
+            for p in pages:
+                shutil.copy(p["file"], os.path.join(args.shots, os.path.basename(p["file"])))
+        return r.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
