@@ -223,7 +223,7 @@ TEST(HostileHeader, AShapeWhoseBytesOverflowIsRefusedNotWrapped) {
   const std::string header = R"({"w":{"dtype":"F32","shape":[2305843009213693952],"data_offsets":[0,0]}})";
   EXPECT_THAT(error_of([&] { parse_safetensors(safetensors_bytes(header), "big.st"); }),
               HasSubstr("'big.st': tensor 'w': shape [2305843009213693952] is absurdly large: its bytes: "
-                        "2305843009213693952 x 4 exceeds the largest size"));
+                        "2305843009213693952 elements of 4 bytes each: the byte count exceeds the largest size"));
 }
 
 // --- messages --------------------------------------------------------------------------------

@@ -72,6 +72,8 @@ def main():
     ap.add_argument("--qkv", required=True)
     ap.add_argument("--npm-dir", required=True)
     ap.add_argument("--shots", help="keep the screenshots here")
+    ap.add_argument("--checkpoint", help="the trained model's page from this checkpoint (2 layers x 4 heads, "
+                    "as qkv train's default model) instead of one trained 20 steps here")
     args = ap.parse_args()
     if not os.path.exists(CHROMIUM):
         raise SystemExit(f"{CHROMIUM} is missing: bash scripts/setup.sh --test installs Debian's chromium")
@@ -117,8 +119,9 @@ def main():
                    "expect": torch_format(at(shape, data, 0, 0, T - 1, j))} for j in (0, 2, T - 1)]
         pages.append({"name": "module", "file": mod, "cells": cells, "neuron": neuron, "thumbs": 2})
         # 3. a trained model, 2 layers x 4 heads (qkv train's default model), a few steps
-        ckpt = os.path.join(tmp, "ckpt.safetensors")
-        run([qkv, "train", "--steps", "20", "--eval-every", "0", "--checkpoint", ckpt], cwd=tmp)  # its loss curve too
+        ckpt = os.path.abspath(args.checkpoint) if args.checkpoint else os.path.join(tmp, "ckpt.safetensors")
+        if not args.checkpoint:
+            run([qkv, "train", "--steps", "20", "--eval-every", "0", "--checkpoint", ckpt], cwd=tmp)  # its loss curve too
         lm = os.path.join(tmp, "lm.html")
         run([qkv, "explore", "--checkpoint", ckpt, "--text", "deadbeefcafebabe|deadbeefcafebab", "--out", lm])
         pages.append({"name": "checkpoint", "file": lm, "thumbs": 8})
