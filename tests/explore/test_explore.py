@@ -17,6 +17,9 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import npm_packages  # noqa: E402
+
 PACKAGES = ["playwright-core@1.49.1"]
 CHROMIUM = "/usr/bin/chromium"
 MHA = ["--module", "mha", "--d-in", "6", "--d-out", "8", "--num-heads", "2", "--context-length", "32", "--seed", "123"]
@@ -25,11 +28,7 @@ HOSTILE = 'a </script><img src=x onerror="window.__pwned=1"> b'
 
 
 def ensure_packages(npm_dir):
-    have = all(os.path.isdir(os.path.join(npm_dir, "node_modules", p.split("@")[0])) for p in PACKAGES)
-    if not have:
-        os.makedirs(npm_dir, exist_ok=True)
-        subprocess.run(["npm", "install", "--prefix", npm_dir, "--no-audit", "--no-fund", "--loglevel=error"] + PACKAGES,
-                       check=True, stdout=sys.stderr)
+    npm_packages.ensure(npm_dir, PACKAGES)
 
 
 def run(cmd, cwd=None):

@@ -30,17 +30,15 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
 import corpus  # noqa: E402
+import npm_packages  # noqa: E402
 
 PACKAGES = ["tiktoken@1.0.22", "tiktoken-node@0.0.7"]
 
 
 def ensure_packages(npm_dir):
-    have = all(os.path.isdir(os.path.join(npm_dir, "node_modules", p.split("@")[0])) for p in PACKAGES)
-    if not have:
-        os.makedirs(npm_dir, exist_ok=True)
-        subprocess.run(["npm", "install", "--prefix", npm_dir, "--no-audit", "--no-fund", "--loglevel=error"] + PACKAGES,
-                       check=True, stdout=sys.stderr)
+    npm_packages.ensure(npm_dir, PACKAGES)
 
 
 def write_jsonl(path, texts):
