@@ -1,16 +1,19 @@
-// The projections' matrix product: sgemm (BLAS, split over the pool) against its naive reference,
-// every transpose combination, odd sizes, leading dimensions wider than the matrices, alpha/beta.
+// The projections' matrix product: sgemm (qkv's packed product on every SIMD target, and OpenBLAS;
+// split over the pool) against its naive reference, every transpose combination, odd sizes,
+// leading dimensions wider than the matrices, alpha/beta.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "qkv/core/error.h"
 #include "qkv/core/gemm.h"
+#include "qkv/kernels/simd.h"
 
 namespace qkv {
 namespace {
@@ -22,7 +25,8 @@ std::vector<float> random_vector(size_t n, std::mt19937& rng) {
   return v;
 }
 
-TEST(Gemm, MatchesTheReferenceForEveryShapeAndTranspose) {
+// Every shape below through sgemm as configured now; returns how many (shape, transpose, beta) it checked.
+int check_every_shape(const std::string& label) {
   std::mt19937 rng(1);
   ThreadPool pool(2);
   int checked = 0;
@@ -31,7 +35,9 @@ TEST(Gemm, MatchesTheReferenceForEveryShapeAndTranspose) {
                               // one row (a decoding step): the matrix-vector path, op(A)'s row strided when transposed
                               {1, 300, 64}, {1, 7, 130}, {1, 1, 5},
                               // weight-gradient shapes: split into the two halves of K
-                              {40, 33, 2500}, {33, 40, 4099}};
+                              {40, 33, 2500}, {33, 40, 4099},
+                              // several K blocks, row blocks and column panels, with edges in each
+                              {300, 70, 450}, {29, 200, 1000}};
   for (auto [M, N, K] : sizes)
     for (int t = 0; t < 4; ++t)
       for (float beta : {0.0f, 1.0f, 0.5f}) {
@@ -65,12 +71,49 @@ TEST(Gemm, MatchesTheReferenceForEveryShapeAndTranspose) {
               EXPECT_EQ(got, want) << "padding column " << n << " was touched";
             } else {
               EXPECT_NEAR(got, want, 1e-5 * (1 + std::fabs(want)) * std::sqrt(static_cast<double>(K + 1)))
-                  << M << "x" << N << "x" << K << " t" << t << " beta " << beta << " at " << m << ", " << n;
+                  << label << ": " << M << "x" << N << "x" << K << " t" << t << " beta " << beta << " at " << m << ", " << n;
             }
           }
         ++checked;
       }
-  EXPECT_EQ(checked, 15 * 4 * 3);
+  return checked;
+}
+
+TEST(Gemm, MatchesTheReferenceForEveryShapeAndTranspose) {
+  const GemmBackend before = gemm_backend();
+  set_gemm_backend(GemmBackend::kQkv);
+  for (int64_t target : kernels::available_simd_targets()) {
+    kernels::force_simd_target(target);
+    EXPECT_EQ(check_every_shape("qkv " + kernels::simd_target_name(target)), 17 * 4 * 3);
+  }
+  kernels::force_simd_target(0);
+  EXPECT_GE(kernels::available_simd_targets().size(), 2u) << "the portable target and at least one other";
+  if (!blas_core().empty()) {  // a build with OpenBLAS
+    set_gemm_backend(GemmBackend::kOpenBlas);
+    EXPECT_EQ(check_every_shape("openblas"), 17 * 4 * 3);
+  }
+  set_gemm_backend(before);
+}
+
+TEST(Gemm, BackendsAreNamedAndAnUnknownNameIsRefused) {
+  EXPECT_EQ(parse_gemm_backend("qkv"), GemmBackend::kQkv);
+  EXPECT_EQ(parse_gemm_backend("openblas"), GemmBackend::kOpenBlas);
+  EXPECT_STREQ(gemm_backend_name(GemmBackend::kOpenBlas), "openblas");
+  try {
+    parse_gemm_backend("mkl");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "unknown matrix product 'mkl': expected qkv or openblas");
+  }
+  const GemmBackend before = gemm_backend();
+  set_gemm_backend(GemmBackend::kQkv);
+  EXPECT_NE(gemm_description().find("qkv packed GEMM"), std::string::npos) << gemm_description();
+  EXPECT_EQ(gemm_vector_bits(), kernels::simd_vector_bits());
+  if (!blas_core().empty()) {
+    set_gemm_backend(GemmBackend::kOpenBlas);
+    EXPECT_NE(gemm_description().find("OpenBLAS"), std::string::npos) << gemm_description();
+  }
+  set_gemm_backend(before);
 }
 
 TEST(Gemm, LargeProductsSplitOverThePoolGiveTheSameResult) {

@@ -1,4 +1,4 @@
-// Matrix products through the BLAS, split into panels over qkv's pool. See qkv/core/gemm.h.
+// Matrix products: qkv's packed product or the BLAS, split over qkv's pool. See qkv/core/gemm.h.
 #include "qkv/core/gemm.h"
 
 #if QKV_HAVE_OPENBLAS
@@ -6,14 +6,23 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 
+#include "core/gemm_packed.h"
 #include "qkv/core/error.h"
 
 namespace qkv {
 namespace {
+
+#if QKV_HAVE_OPENBLAS
+constexpr bool kHaveOpenBlas = true;
+#else
+constexpr bool kHaveOpenBlas = false;
+#endif
 
 // Rows (or columns) of C per task: an eighth of them, rounded to 64, between 64 and 1024. Each
 // task's BLAS call packs the whole other operand again, so panels are kept large (at GPT-2's
@@ -43,13 +52,14 @@ void check(const GemmArgs& g) {
             "sgemm: sizes beyond the BLAS's 32-bit integers");
 }
 
+// C = beta C: a product with K = 0 (not left to the BLAS: some return early).
+void scale_only(const GemmArgs& g) {
+  for (int64_t m = 0; m < g.M; ++m)
+    for (int64_t n = 0; n < g.N; ++n) g.C[m * g.ldc + n] = g.beta == 0.0f ? 0.0f : g.beta * g.C[m * g.ldc + n];
+}
+
+// One BLAS call (M, N, K > 0).
 void blas_call(const GemmArgs& g) {
-  if (g.M == 0 || g.N == 0) return;
-  if (g.K == 0) {  // C = beta C (not left to the BLAS: some return early)
-    for (int64_t m = 0; m < g.M; ++m)
-      for (int64_t n = 0; n < g.N; ++n) g.C[m * g.ldc + n] = g.beta == 0.0f ? 0.0f : g.beta * g.C[m * g.ldc + n];
-    return;
-  }
 #if !QKV_HAVE_OPENBLAS
   sgemm_reference(g);
 #else
@@ -68,6 +78,18 @@ void blas_call(const GemmArgs& g) {
               static_cast<int>(g.M), static_cast<int>(g.N), static_cast<int>(g.K), g.alpha, g.A,
               static_cast<int>(g.lda), g.B, static_cast<int>(g.ldb), g.beta, g.C, static_cast<int>(g.ldc));
 #endif
+}
+
+// The backend, chosen once from $QKV_GEMM, then by set_gemm_backend.
+std::atomic<int>& backend_state() {  // -1: not read yet
+  static std::atomic<int> state{-1};
+  return state;
+}
+
+// One product on the calling thread alone (M, N, K > 0).
+void serial_product(const GemmArgs& g) {
+  if (gemm_backend() == GemmBackend::kOpenBlas || (kHaveOpenBlas && g.M == 1)) return blas_call(g);  // M = 1: sgemv
+  packed_sgemm(g, nullptr);
 }
 
 // Column n of op(X) starts at X + n (not transposed) or X + n * ld (transposed); row m likewise.
@@ -103,7 +125,7 @@ void sgemm_k_split(const GemmArgs& g, ThreadPool& pool) {
       part.C = partial;
       part.ldc = g.N;
     }
-    blas_call(part);
+    serial_product(part);
   });
   const int64_t chunk = 256;
   pool.parallel_for((g.M + chunk - 1) / chunk, [&](int64_t t, int) {
@@ -152,13 +174,61 @@ std::string blas_description() {
 #endif
 }
 
+GemmBackend parse_gemm_backend(const std::string& name) {
+  if (name == "qkv") return GemmBackend::kQkv;
+  if (name == "openblas") return GemmBackend::kOpenBlas;
+  throw Error("unknown matrix product '" + name + "': expected qkv or openblas");
+}
+
+const char* gemm_backend_name(GemmBackend backend) { return backend == GemmBackend::kQkv ? "qkv" : "openblas"; }
+
+void set_gemm_backend(GemmBackend backend) {
+#if !QKV_HAVE_OPENBLAS
+  QKV_CHECK(backend != GemmBackend::kOpenBlas, "the matrix product openblas is not built in (cmake -DQKV_OPENBLAS=OFF, "
+            "or OpenBLAS was not found): only qkv's own is");
+#endif
+  backend_state().store(static_cast<int>(backend));
+}
+
+GemmBackend gemm_backend() {
+  int state = backend_state().load();
+  if (state < 0) {
+    const char* env = std::getenv("QKV_GEMM");
+    GemmBackend chosen = GemmBackend::kQkv;
+    if (env != nullptr && *env != '\0') {
+      try {
+        chosen = parse_gemm_backend(env);
+      } catch (const Error& e) {
+        throw Error(std::string("QKV_GEMM: ") + e.what());
+      }
+    }
+    set_gemm_backend(chosen);
+    state = static_cast<int>(chosen);
+  }
+  return static_cast<GemmBackend>(state);
+}
+
+std::string gemm_description() {
+  if (gemm_backend() == GemmBackend::kOpenBlas) return blas_description();
+  const PackedGemmShape s = packed_gemm_shape();
+  return "qkv packed GEMM, " + s.target + ", " + std::to_string(s.vector_bits) + "-bit, " + std::to_string(s.mr) + "x" +
+         std::to_string(s.nr) + " tiles, KC " + std::to_string(s.kc) + ", MC " + std::to_string(s.mc);
+}
+
+int gemm_vector_bits() {
+  return gemm_backend() == GemmBackend::kOpenBlas ? blas_vector_bits() : packed_gemm_shape().vector_bits;
+}
+
 void sgemm(const GemmArgs& g, ThreadPool* pool_arg) {
   check(g);
   blas_single_threaded();
+  if (g.M == 0 || g.N == 0) return;
+  if (g.K == 0) return scale_only(g);
   // Below about 4 MFLOP a split costs more than it saves.
-  if (gemm_flops(g.M, g.N, g.K) < 4e6) return blas_call(g);
+  if (gemm_flops(g.M, g.N, g.K) < 4e6) return serial_product(g);
   ThreadPool& pool = pool_arg ? *pool_arg : default_pool();
   if (splits_k(g)) return sgemm_k_split(g, pool);
+  if (gemm_backend() == GemmBackend::kQkv && (g.M > 1 || !kHaveOpenBlas)) return packed_sgemm(g, &pool);
   // Panels of a fixed size (not one per thread), so every element of C comes out of the same
   // BLAS call whatever the thread count: the result does not depend on it, bit for bit.
   const bool by_rows = g.M >= g.N;

@@ -1,22 +1,29 @@
-// qkv/core/gemm.h - single-precision matrix products for the projections, through the BLAS.
+// qkv/core/gemm.h - single-precision matrix products for the projections.
 //
 //   C (M, N) = alpha * op(A) op(B) + beta * C      row-major; op(X) = X or X^T
 //   op(A) is (M, K): A is (M, K) with row stride lda, or (K, M) when trans_a.
 //   op(B) is (K, N): B is (K, N) with row stride ldb, or (N, K) when trans_b
 //                    (nn.Linear's weight (out, in) is used as trans_b: y = x W^T).
 //
-// Without OpenBLAS (cmake -DQKV_OPENBLAS=OFF, or not installed) the products run a plain loop.
+// Two products, one interface (GemmBackend):
+//   - qkv's own (the default): packed panels and a register-tiled micro-kernel in Highway, at the
+//     widest vectors the CPU has (AVX-512: 14 x 32 tiles), whatever a BLAS would choose; blocks
+//     sized from the machine's L1 and L2 (src/core/gemm_packed.cc);
+//   - OpenBLAS (found by CMake's FindBLAS; cmake -DQKV_OPENBLAS=OFF leaves it out), the reference
+//     the fast product was measured against, selectable with QKV_GEMM=openblas or
+//     set_gemm_backend. Its kernel family is OpenBLAS's choice for the CPU, or OPENBLAS_CORETYPE's
+//     (an environment that pins 256-bit kernels halves its speed on an AVX-512 CPU).
+// One-row products (a decoding step) run as OpenBLAS's sgemv when OpenBLAS is built in: a
+// matrix-vector product reads B once, where packing it would cost more than the product.
 //
-// Threading, decided once for all of qkv: the BLAS (OpenBLAS, found by CMake's FindBLAS) is told
-// to use ONE thread, at the first call, and sgemm splits C into up to 8 panels of rows (or
-// columns, when C is wider than tall; 64 to 1024 each) that qkv's thread pool runs, each panel one
-// single-threaded BLAS call. The panels depend on the shape, not on the thread count, so neither
-// does the result. So qkv's threads and the BLAS's never oversubscribe the cores, the BLAS's own
-// threads never spin between calls, and a product called inside a pool task (nested) simply runs
-// single-threaded on that worker. A weight gradient's shape (K >= 2048 and at least twice M and
-// N) is split instead into the two halves of K, each one BLAS call, summed in a fixed order.
-// On the head-sized shapes of the development machine (2 cores), two 1-thread streams were also
-// steadier than OpenBLAS's own 2-thread split.
+// Threading, decided once for all of qkv: products split over qkv's thread pool; OpenBLAS is told
+// to use ONE thread, at the first call, so the two never oversubscribe the cores and the BLAS's
+// threads never spin between calls. qkv's product splits C into equal blocks of rows times chunks
+// of columns; OpenBLAS's calls take up to 8 panels of rows (or columns, when C is wider than
+// tall; 64 to 1024 each), each one single-threaded call. A weight gradient's shape (K >= 2048
+// and at least twice M and N) is split instead into the two halves of K, each one single-threaded
+// product, summed in a fixed order. Every split depends on the shape, not on the thread count, so
+// neither does the result; a product called inside a pool task (nested) runs on that worker.
 #pragma once
 
 #include <cstdint>
@@ -57,7 +64,22 @@ inline GemmArgs gemm_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
   return g;
 }
 
-// Which BLAS runs the products, e.g. "OpenBLAS 0.3.21, Haswell kernels", or "none (reference
+enum class GemmBackend { kQkv, kOpenBlas };
+// The product sgemm runs: $QKV_GEMM ("qkv" or "openblas") when set, read at the first call (any
+// other value is a qkv::Error naming it), else kQkv.
+GemmBackend gemm_backend();
+// From the next product on, process-wide. kOpenBlas in a build without OpenBLAS: qkv::Error.
+void set_gemm_backend(GemmBackend backend);
+// "qkv" or "openblas" -> the backend; anything else: qkv::Error naming the value and the choices.
+GemmBackend parse_gemm_backend(const std::string& name);
+const char* gemm_backend_name(GemmBackend backend);
+// What runs the products now, e.g. "qkv packed GEMM, AVX3, 512-bit, 14x32 tiles, KC 192, MC 672"
+// or "OpenBLAS 0.3.21, Haswell kernels".
+std::string gemm_description();
+// The vector width the products compute with now (512, 256, 128; 0 when unknown).
+int gemm_vector_bits();
+
+// Which BLAS is built in, e.g. "OpenBLAS 0.3.21, Haswell kernels", or "none (reference
 // loops)" in a build without OpenBLAS.
 std::string blas_description();
 // The kernel family OpenBLAS chose for this CPU (or the one OPENBLAS_CORETYPE forces), e.g.

@@ -1,0 +1,272 @@
+// qkv's own single-precision matrix product (Highway, run-time dispatch): the projections at the
+// CPU's vector width whatever the BLAS would choose. See qkv/core/gemm.h and gemm_packed.h.
+//
+//   C (M, N) = alpha op(A) op(B) + beta C, row-major.
+//
+// The classic packed scheme (Goto and van de Geijn's, as BLIS and OpenBLAS lay it out):
+//   - op(B) is packed once per call into panels of NR columns, each (K, NR) contiguous: the
+//     micro-kernel's B row at step k is NR consecutive floats (two vectors);
+//   - each task packs its rows of op(A), a block of KC columns at a time, into micro-panels of MR
+//     rows, each (KC, MR) contiguous: the MR values the micro-kernel broadcasts at step k are
+//     adjacent;
+//   - the micro-kernel keeps an MR x NR tile of C in registers over KC steps: MR broadcasts, two
+//     vector loads and 2 MR fused multiply-adds per step. A (KC, NR) panel of B (KC from the L1
+//     size: half of L1) stays in L1 while the task's MR-row panels of A (MC rows, from half of
+//     L2) stream past it.
+// Tiles per target: AVX-512 14 x 32 (28 accumulators of the 32 registers), AVX2 6 x 16 (12 of 16).
+//
+// Determinism: every element of C is the sum over the KC blocks in order, each block summed over
+// k in order in one accumulator lane; the task grid only decides who computes a tile, so the result
+// does not depend on the thread count.
+#include "core/gemm_packed.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include "qkv/core/machine.h"
+#include "qkv/core/thread_pool.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "core/gemm_packed.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#ifndef QKV_CORE_GEMM_PACKED_ONCE_
+#define QKV_CORE_GEMM_PACKED_ONCE_
+namespace qkv::packed_detail {
+
+// A growing, 64-byte aligned float buffer; one per thread and role (thread_local below), reused
+// between calls so a product's packing costs no allocation (or page faults) after the first.
+struct AlignedFloats {
+  std::unique_ptr<float[]> owner;
+  float* data = nullptr;
+  size_t capacity = 0;
+  float* get(size_t floats) {
+    if (floats > capacity) {
+      owner.reset(new float[floats + 16]);
+      data = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(owner.get()) + 63) & ~uintptr_t{63});
+      capacity = floats;
+    }
+    return data;
+  }
+};
+// The packed op(B) belongs to the thread that called sgemm; the packed rows of op(A), to the thread
+// running a task. Two buffers, because the calling thread also runs tasks.
+inline thread_local AlignedFloats packed_b;
+inline thread_local AlignedFloats packed_a;
+
+// Blocking from the caches: KC so a (KC, NR) panel of B takes half of L1, MC so a task's (MC, KC)
+// block of A takes half of L2. Multiples of 16 and of MR; at least one tile.
+inline size_t block_k(size_t nr) {
+  const int64_t l1 = cache_sizes().l1d > 0 ? cache_sizes().l1d : 32 * 1024;
+  const size_t kc = static_cast<size_t>(l1) / 2 / (nr * sizeof(float));
+  return std::clamp<size_t>(kc / 16 * 16, 64, 512);
+}
+inline size_t block_m(size_t mr, size_t kc) {
+  const int64_t l2 = cache_sizes().l2 > 0 ? cache_sizes().l2 : 1024 * 1024;
+  const size_t mc = static_cast<size_t>(l2) / 2 / (kc * sizeof(float));
+  return std::clamp<size_t>(mc / mr * mr, mr, 96 * mr);
+}
+
+}  // namespace qkv::packed_detail
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace {
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+constexpr size_t kLanes = HWY_LANES(float);
+constexpr size_t kNV = 2;                  // vectors per tile row
+constexpr size_t kNR = kNV * kLanes;       // tile columns
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3  // 16 vector registers (AVX2) or emulated ones
+constexpr size_t kMR = 6;
+#else
+constexpr size_t kMR = 14;  // AVX-512: 28 accumulators + 2 B vectors + 1 broadcast = 31 registers
+#endif
+
+// How a tile's sums reach C: the first K block applies beta (never reading C when beta = 0), the
+// later ones add on.
+struct TileWrite {
+  float alpha = 1.0f, beta = 0.0f;
+  bool first = true;
+};
+
+HWY_INLINE float combine(float sum, float c, const TileWrite& w) {
+  const float s = w.alpha * sum;
+  if (!w.first) return c + s;
+  return w.beta == 0.0f ? s : s + w.beta * c;
+}
+
+// C (rows <= MR, cols <= NR) op= A~ (KC, MR) B~ (KC, NR), both packed (see the top of the file).
+HWY_NOINLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, size_t kc,
+                              float* HWY_RESTRICT c, size_t ldc, size_t rows, size_t cols, const TileWrite& w) {
+  const DF d;
+  VF acc[kMR][kNV];
+  HWY_UNROLL(16) for (size_t m = 0; m < kMR; ++m)
+    HWY_UNROLL(2) for (size_t v = 0; v < kNV; ++v) acc[m][v] = hn::Zero(d);
+  for (size_t k = 0; k < kc; ++k) {
+    const VF b0 = hn::Load(d, b + k * kNR), b1 = hn::Load(d, b + k * kNR + kLanes);
+    HWY_UNROLL(16) for (size_t m = 0; m < kMR; ++m) {
+      const VF am = hn::Set(d, a[k * kMR + m]);
+      acc[m][0] = hn::MulAdd(am, b0, acc[m][0]);
+      acc[m][1] = hn::MulAdd(am, b1, acc[m][1]);
+    }
+  }
+  if (rows == kMR && cols == kNR) {
+    const VF alpha = hn::Set(d, w.alpha), beta = hn::Set(d, w.beta);
+    HWY_UNROLL(16) for (size_t m = 0; m < kMR; ++m)
+      HWY_UNROLL(2) for (size_t v = 0; v < kNV; ++v) {
+        float* cv = c + m * ldc + v * kLanes;
+        const VF s = hn::Mul(alpha, acc[m][v]);
+        VF r;
+        if (!w.first) r = hn::Add(hn::LoadU(d, cv), s);
+        else if (w.beta == 0.0f) r = s;
+        else r = hn::MulAdd(beta, hn::LoadU(d, cv), s);
+        hn::StoreU(r, d, cv);
+      }
+    return;
+  }
+  HWY_ALIGN float tile[kMR * kNR];  // an edge tile: only its (rows, cols) corner is C's
+  HWY_UNROLL(16) for (size_t m = 0; m < kMR; ++m)
+    HWY_UNROLL(2) for (size_t v = 0; v < kNV; ++v) hn::Store(acc[m][v], d, tile + m * kNR + v * kLanes);
+  for (size_t m = 0; m < rows; ++m)
+    for (size_t n = 0; n < cols; ++n) c[m * ldc + n] = combine(tile[m * kNR + n], c[m * ldc + n], w);
+}
+
+// Panel j of B~: columns [j NR, j NR + NR) of op(B), all K rows: dst (K, NR), zero past N.
+void PackPanelB(const GemmArgs& g, size_t j, float* HWY_RESTRICT dst) {
+  const size_t K = static_cast<size_t>(g.K), N = static_cast<size_t>(g.N), ldb = static_cast<size_t>(g.ldb);
+  const size_t n0 = j * kNR, cols = std::min(kNR, N - n0);
+  if (!g.trans_b) {  // op(B)(k, n) = B[k ldb + n]: each row's NR floats are adjacent
+    for (size_t k = 0; k < K; ++k) {
+      std::memcpy(dst + k * kNR, g.B + k * ldb + n0, cols * sizeof(float));
+      std::fill(dst + k * kNR + cols, dst + (k + 1) * kNR, 0.0f);
+    }
+    return;
+  }
+  // op(B)(k, n) = B[n ldb + k] (nn.Linear's weight): a transpose, in chunks of 64 k so the
+  // destination chunk (64 x NR) stays in L1 while the NR source rows are read along k.
+  constexpr size_t kChunk = 64;
+  for (size_t k0 = 0; k0 < K; k0 += kChunk) {
+    const size_t k1 = std::min(K, k0 + kChunk);
+    for (size_t n = 0; n < kNR; ++n) {
+      if (n < cols) {
+        const float* src = g.B + (n0 + n) * ldb;
+        for (size_t k = k0; k < k1; ++k) dst[k * kNR + n] = src[k];
+      } else {
+        for (size_t k = k0; k < k1; ++k) dst[k * kNR + n] = 0.0f;
+      }
+    }
+  }
+}
+
+// Rows [i0, i0 + rows) and columns [k0, k0 + kc) of op(A) as micro-panels of MR rows, each
+// (kc, MR): dst[p kc MR + k MR + r] = op(A)(i0 + p MR + r, k0 + k), zero past the rows.
+void PackBlockA(const GemmArgs& g, size_t i0, size_t rows, size_t k0, size_t kc, float* HWY_RESTRICT dst) {
+  const size_t lda = static_cast<size_t>(g.lda);
+  for (size_t p0 = 0; p0 < rows; p0 += kMR) {
+    float* panel = dst + (p0 / kMR) * kc * kMR;
+    const size_t r_end = std::min(kMR, rows - p0);
+    if (g.trans_a) {  // op(A)(m, k) = A[k lda + m]: the MR values of step k are adjacent
+      for (size_t k = 0; k < kc; ++k) {
+        const float* src = g.A + (k0 + k) * lda + i0 + p0;
+        std::memcpy(panel + k * kMR, src, r_end * sizeof(float));
+        std::fill(panel + k * kMR + r_end, panel + (k + 1) * kMR, 0.0f);
+      }
+    } else {  // op(A)(m, k) = A[m lda + k]: each row read along k, written with stride MR
+      for (size_t r = 0; r < kMR; ++r) {
+        if (r < r_end) {
+          const float* src = g.A + (i0 + p0 + r) * lda + k0;
+          for (size_t k = 0; k < kc; ++k) panel[k * kMR + r] = src[k];
+        } else {
+          for (size_t k = 0; k < kc; ++k) panel[k * kMR + r] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void PackedGemmImpl(const GemmArgs& g, ThreadPool* pool) {
+  const size_t M = static_cast<size_t>(g.M), N = static_cast<size_t>(g.N), K = static_cast<size_t>(g.K);
+  const size_t kc_max = packed_detail::block_k(kNR), mc_max = packed_detail::block_m(kMR, kc_max);
+  const size_t panels = (N + kNR - 1) / kNR;
+  float* bt = packed_detail::packed_b.get(panels * K * kNR);  // (panels, K, NR)
+
+  // The task grid: equal blocks of rows (at most MC, a multiple of MR; their count a multiple of
+  // the threads when there are rows enough), times chunks of panels until there are two tasks per
+  // thread (each task packs its own rows of A, so chunks keep at least 4 panels: 128 columns on
+  // AVX-512).
+  const size_t threads = pool ? static_cast<size_t>(pool->num_threads()) : 1;
+  size_t m_blocks = (M + mc_max - 1) / mc_max;
+  if (M >= threads * kMR) m_blocks = (m_blocks + threads - 1) / threads * threads;
+  const size_t mc = ((M + m_blocks - 1) / m_blocks + kMR - 1) / kMR * kMR;
+  m_blocks = (M + mc - 1) / mc;
+  size_t n_chunks = 1;
+  while (m_blocks * n_chunks < 2 * threads && panels / (n_chunks * 2) >= 4) n_chunks *= 2;
+  const size_t panels_per_chunk = (panels + n_chunks - 1) / n_chunks;
+
+  auto pack_b = [&](int64_t t) {
+    const size_t j0 = static_cast<size_t>(t) * 8, j1 = std::min(panels, j0 + 8);
+    for (size_t j = j0; j < j1; ++j) PackPanelB(g, j, bt + j * K * kNR);
+  };
+  auto run_task = [&](int64_t t) {
+    const size_t mb = static_cast<size_t>(t) / n_chunks, nc = static_cast<size_t>(t) % n_chunks;
+    const size_t i0 = mb * mc, rows = std::min(mc, M - i0);
+    const size_t j0 = nc * panels_per_chunk, j1 = std::min(panels, j0 + panels_per_chunk);
+    if (j0 >= j1) return;
+    float* at = packed_detail::packed_a.get(((rows + kMR - 1) / kMR) * kMR * kc_max);
+    for (size_t k0 = 0; k0 < K; k0 += kc_max) {
+      const size_t kc = std::min(kc_max, K - k0);
+      PackBlockA(g, i0, rows, k0, kc, at);
+      const TileWrite w{g.alpha, g.beta, k0 == 0};
+      for (size_t j = j0; j < j1; ++j) {
+        const float* b = bt + j * K * kNR + k0 * kNR;
+        const size_t cols = std::min(kNR, N - j * kNR);
+        for (size_t p0 = 0; p0 < rows; p0 += kMR)
+          MicroKernel(at + (p0 / kMR) * kc * kMR, b, kc, g.C + (i0 + p0) * static_cast<size_t>(g.ldc) + j * kNR,
+                      static_cast<size_t>(g.ldc), std::min(kMR, rows - p0), cols, w);
+      }
+    }
+  };
+  const int64_t b_tasks = static_cast<int64_t>((panels + 7) / 8), tasks = static_cast<int64_t>(m_blocks * n_chunks);
+  if (pool == nullptr || threads == 1) {
+    for (int64_t t = 0; t < b_tasks; ++t) pack_b(t);
+    for (int64_t t = 0; t < tasks; ++t) run_task(t);
+    return;
+  }
+  pool->parallel_for(b_tasks, [&](int64_t t, int) { pack_b(t); });
+  pool->parallel_for(tasks, [&](int64_t t, int) { run_task(t); });
+}
+
+PackedGemmShape PackedGemmShapeImpl() {
+  PackedGemmShape s;
+  s.mr = static_cast<int>(kMR);
+  s.nr = static_cast<int>(kNR);
+  s.kc = static_cast<int>(packed_detail::block_k(kNR));
+  s.mc = static_cast<int>(packed_detail::block_m(kMR, static_cast<size_t>(s.kc)));
+  s.vector_bits = static_cast<int>(kLanes * 32);
+  s.target = hwy::TargetName(HWY_TARGET);
+  return s;
+}
+
+}  // namespace qkv::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv {
+HWY_EXPORT(PackedGemmImpl);
+HWY_EXPORT(PackedGemmShapeImpl);
+
+void packed_sgemm(const GemmArgs& g, ThreadPool* pool) { HWY_DYNAMIC_DISPATCH(PackedGemmImpl)(g, pool); }
+
+PackedGemmShape packed_gemm_shape() { return HWY_DYNAMIC_DISPATCH(PackedGemmShapeImpl)(); }
+}  // namespace qkv
+#endif  // HWY_ONCE
