@@ -52,38 +52,47 @@ TEST_F(CliBench, MhaNamesTheBlasAndCountsTheProjections) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("projections: "));
   const nlohmann::json j = last_json_line(r.out);
-  EXPECT_FALSE(j["blas"].get<std::string>().empty());
+  EXPECT_EQ(j["gemm"].get<std::string>(), "qkv");  // the default
+  EXPECT_THAT(j["projections"].get<std::string>(), HasSubstr("qkv packed GEMM"));
+  EXPECT_EQ(j["projections_vector_bits"].get<int>(), kernels::simd_vector_bits());
+  EXPECT_THAT(r.out, Not(HasSubstr("note: these kernels")));
   // QKV 2 B T C 3C + out_proj 2 B T C C + attention 4 D (T (T + 1) / 2) B H
   const double B = 2, T = 8, C = 32, H = 4, D = 8;
   EXPECT_DOUBLE_EQ(j["gflop"].get<double>(),
                    (2 * B * T * C * 3 * C + 2 * B * T * C * C + 4 * D * (T * (T + 1) / 2) * B * H) / 1e9);
 }
 
-// OPENBLAS_CORETYPE=Haswell pins OpenBLAS to 256-bit kernels. On a CPU whose kernels here run
-// 512-bit vectors, the report says so and measures the peak at 256 bits too; otherwise it has
-// nothing to add.
+// OPENBLAS_CORETYPE=Haswell pins OpenBLAS to 256-bit kernels. With --gemm openblas (or
+// QKV_GEMM=openblas) on a CPU whose kernels here run 512-bit vectors, the report says so and
+// measures the peak at 256 bits too; otherwise it has nothing to add.
 TEST_F(CliBench, ABlasPinnedToNarrowerVectorsIsMeasuredAtItsWidth) {
-  Result r = run("bench --module mha --batch 1 --seq-len 8 --d-model 32 --num-heads 4 --iters 1 --json", "",
-                 "OPENBLAS_CORETYPE=Haswell");
-  ASSERT_EQ(r.status, 0) << r.err;
-  const nlohmann::json j = last_json_line(r.out);
-  EXPECT_THAT(j["blas"].get<std::string>(), HasSubstr("Haswell kernels"));
-  EXPECT_EQ(j["blas_vector_bits"].get<int>(), 256);
-  if (kernels::simd_vector_bits() == 512) {
-    EXPECT_THAT(r.out, HasSubstr("note: these kernels compute with 256-bit vectors, the kernels here with 512-bit"));
-    EXPECT_THAT(r.out, HasSubstr("unset OPENBLAS_CORETYPE"));
-    ASSERT_TRUE(j["peak_gflops_at_blas_width"].is_number());
-    EXPECT_GT(j["peak_gflops_at_blas_width"].get<double>(), 0.0);
-  } else {
-    EXPECT_THAT(r.out, Not(HasSubstr("note: these kernels")));
-    EXPECT_TRUE(j["peak_gflops_at_blas_width"].is_null());
+  for (const std::string how : {"flag", "environment"}) {
+    Result r = how == "flag"
+                   ? run("bench --module mha --batch 1 --seq-len 8 --d-model 32 --num-heads 4 --iters 1 --json --gemm openblas",
+                         "", "OPENBLAS_CORETYPE=Haswell")
+                   : run("bench --module mha --batch 1 --seq-len 8 --d-model 32 --num-heads 4 --iters 1 --json", "",
+                         "OPENBLAS_CORETYPE=Haswell QKV_GEMM=openblas");
+    ASSERT_EQ(r.status, 0) << how << "\n" << r.err;
+    const nlohmann::json j = last_json_line(r.out);
+    EXPECT_EQ(j["gemm"].get<std::string>(), "openblas") << how;
+    EXPECT_THAT(j["projections"].get<std::string>(), HasSubstr("Haswell kernels"));
+    EXPECT_EQ(j["projections_vector_bits"].get<int>(), 256);
+    if (kernels::simd_vector_bits() == 512) {
+      EXPECT_THAT(r.out, HasSubstr("note: these kernels compute with 256-bit vectors, the kernels here with 512-bit"));
+      EXPECT_THAT(r.out, HasSubstr("--gemm qkv runs them at this CPU's width"));
+      ASSERT_TRUE(j["peak_gflops_at_projection_width"].is_number());
+      EXPECT_GT(j["peak_gflops_at_projection_width"].get<double>(), 0.0);
+    } else {
+      EXPECT_THAT(r.out, Not(HasSubstr("note: these kernels")));
+      EXPECT_TRUE(j["peak_gflops_at_projection_width"].is_null());
+    }
   }
   // The fused kernel alone uses no BLAS: no note, whatever the pin.
-  r = run("bench --module attention-core --seq-len 8 --num-heads 1 --head-dim 8 --iters 1 --json", "",
+  Result r = run("bench --module attention-core --seq-len 8 --num-heads 1 --head-dim 8 --iters 1 --json", "",
           "OPENBLAS_CORETYPE=Haswell");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, Not(HasSubstr("note: these kernels")));
-  EXPECT_TRUE(last_json_line(r.out)["peak_gflops_at_blas_width"].is_null());
+  EXPECT_TRUE(last_json_line(r.out)["peak_gflops_at_projection_width"].is_null());
 }
 
 TEST_F(CliBench, GenericHeadDimensionsShortSequencesAndTheBackwardRun) {
@@ -126,6 +135,13 @@ TEST_F(CliBench, BadInputNamesTheValueAndWhatWasExpected) {
     EXPECT_THAT(r.err, HasSubstr(message)) << args;
     EXPECT_EQ(r.out, "") << args;  // nothing half-printed
   }
+  Result r = run("bench --module mha --seq-len 4 --gemm mkl");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.err, HasSubstr("--gemm: mkl not in {qkv,openblas}"));
+  r = run("walkthrough", "", "QKV_GEMM=mkl");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "qkv: error: QKV_GEMM: unknown matrix product 'mkl': expected qkv or openblas\n");
+  EXPECT_EQ(r.out, "");
 }
 
 }  // namespace

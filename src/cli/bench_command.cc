@@ -19,6 +19,7 @@
 #include "flags.h"
 #include "qkv/core/checked.h"
 #include "qkv/core/error.h"
+#include "qkv/core/gemm.h"
 #include "qkv/core/machine.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/modules/attention_module.h"
@@ -41,6 +42,7 @@ struct BenchFlags {
   bool alibi = false;
   double softcap = 0.0;
   std::string rope = "none";  // mha
+  std::string gemm;           // mha, causal-attention: the projections' product (empty: QKV_GEMM or qkv)
 };
 
 // The flags, checked and named in errors; the harness (qkv/perf/attention_bench.h) does the rest.
@@ -81,6 +83,7 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   QKV_CHECK(f.dropout >= 0.0 && f.dropout < 1.0, "--dropout ", f.dropout, ": must be in [0, 1)");
   check_threads(f.threads);
   if (f.threads > 0) set_default_thread_count(f.threads);
+  if (!f.gemm.empty()) set_gemm_backend(parse_gemm_backend(f.gemm));
   ThreadPool& pool = default_pool();
   if (!core && !attention_module_info(f.module).multi_head) {  // --num-heads' default is not for it
     QKV_CHECK(sub.count("--num-heads") == 0 || f.num_heads == 1, "--num-heads ", f.num_heads, ": --module ", f.module,
@@ -135,8 +138,8 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   const int64_t B = r.shape.batch, T = r.shape.seq_len, H = r.shape.num_heads, D = r.shape.head_dim,
                 C = r.shape.d_model;
   const double median = r.median_ms, gflops = r.gflops, peak = r.peak_gflops, flops = r.flops;
-  const double peak_at_blas_width = r.peak_gflops_at_blas_width, rss = r.max_rss_mib, cpu_share = r.cpu_share;
-  const int blas_bits = r.blas_bits;
+  const double peak_at_width = r.peak_gflops_at_projection_width, rss = r.max_rss_mib, cpu_share = r.cpu_share;
+  const int projection_bits = r.projections_bits;
   const std::vector<double>& ms = r.times_ms;
   const std::string what = f.module + (f.backward ? " forward+backward" : " forward");
   std::cout << "qkv bench: " << what << ", B=" << B << " T=" << T << " C=" << C << " H=" << H << " D=" << D
@@ -151,15 +154,18 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
             << caches.l3 / 1024 << " KiB (" << caches.source << ")\n";
   if (!core) {
     const char* forced = std::getenv("OPENBLAS_CORETYPE");
-    const bool pinned = forced != nullptr && *forced != '\0';
-    std::cout << "  projections: " << r.blas
+    const bool pinned = r.gemm == "openblas" && forced != nullptr && *forced != '\0';
+    std::cout << "  projections: " << r.projections
               << (pinned ? std::string(" (chosen by OPENBLAS_CORETYPE=") + forced + ")" : "") << "\n";
-    if (peak_at_blas_width > 0) {
-      std::cout << std::fixed << std::setprecision(1) << "  note: these kernels compute with " << blas_bits
+    if (peak_at_width > 0) {
+      std::cout << std::fixed << std::setprecision(1) << "  note: these kernels compute with " << projection_bits
                 << "-bit vectors, the kernels here with " << r.simd_bits
-                << "-bit ones; the FMA peak at " << blas_bits << " bits is " << peak_at_blas_width << " GFLOP/s ("
-                << 100.0 * peak_at_blas_width / peak << "% of the peak below), which bounds the projections"
-                << (pinned ? "; unset OPENBLAS_CORETYPE to let OpenBLAS choose kernels for this CPU" : "") << "\n";
+                << "-bit ones; the FMA peak at " << projection_bits << " bits is " << peak_at_width << " GFLOP/s ("
+                << 100.0 * peak_at_width / peak << "% of the peak below), which bounds the projections"
+                << (pinned ? "; --gemm qkv runs them at this CPU's width (or unset OPENBLAS_CORETYPE to let OpenBLAS "
+                             "choose kernels for this CPU)"
+                           : "")
+                << "\n";
     }
   }
   std::cout << std::fixed << std::setprecision(2) << "  median " << median << " ms  (min " << r.min_ms
@@ -176,12 +182,12 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
                         {"min_ms", r.min_ms}, {"times_ms", ms},            {"gflop", flops / 1e9},
                         {"gflops", gflops},        {"peak_gflops", peak},        {"percent_of_peak", 100.0 * gflops / peak},
                         {"max_rss_mib", rss},      {"cpu_share", cpu_share},     {"simd", r.simd},
-                        {"blas", r.blas}, {"blas_vector_bits", blas_bits},
+                        {"gemm", r.gemm}, {"projections", r.projections}, {"projections_vector_bits", projection_bits},
                         {"num_kv_heads", r.shape.num_kv_heads}, {"window", r.shape.window},
                         {"alibi", r.shape.alibi}, {"softcap", r.shape.softcap},
                         {"rope", kernels::rope_layout_name(r.shape.rope)},
                         {"l1d_bytes", caches.l1d}, {"l2_bytes", caches.l2}, {"l3_bytes", caches.l3},
-                        {"peak_gflops_at_blas_width", peak_at_blas_width > 0 ? nlohmann::json(peak_at_blas_width) : nlohmann::json()}};
+                        {"peak_gflops_at_projection_width", peak_at_width > 0 ? nlohmann::json(peak_at_width) : nlohmann::json()}};
     std::cout << j.dump() << "\n";
   }
   return 0;
@@ -220,6 +226,10 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--rope", f->rope, "RoPE on q and k (mha): none | half | interleaved")
       ->default_val("none")
       ->check(CLI::IsMember({"none", "half", "interleaved"}));
+  sub->add_option("--gemm", f->gemm,
+                  "The projections' matrix product: qkv (its own, at this CPU's vector width) | openblas "
+                  "(default: $QKV_GEMM, else qkv)")
+      ->check(CLI::IsMember({"qkv", "openblas"}));
   sub->add_flag("--json", f->json, "Also print one JSON object as the last line");
   sub->footer("GFLOP/s count matrix-product FLOPs: 2 B T C 3C (QKV) + 2 B T C C (out_proj) + the attention's\n"
               "two products over the (i, j) pairs the causal mask leaves visible; backward: twice the projections'\n"

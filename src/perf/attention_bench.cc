@@ -258,15 +258,17 @@ AttentionBenchReport run_attention_bench(const AttentionBenchShape& shape, int i
   r.simd = kernels::simd_target();
   r.simd_bits = kernels::simd_vector_bits();
   r.peak_gflops = kernels::measure_fma_peak_gflops(pool);
-  // When the BLAS computes with narrower vectors than this CPU has (OPENBLAS_CORETYPE=Haswell on
-  // an AVX-512 machine, say), the peak at the BLAS's width bounds the projections: measured too.
-  r.blas = blas_description();
-  r.blas_bits = core ? 0 : blas_vector_bits();
-  if (r.blas_bits > 0 && r.blas_bits < r.simd_bits) {
+  // When the projections compute with narrower vectors than this CPU has (OpenBLAS under
+  // OPENBLAS_CORETYPE=Haswell on an AVX-512 machine, say), the peak at their width bounds them:
+  // measured too.
+  r.gemm = gemm_backend_name(gemm_backend());
+  r.projections = gemm_description();
+  r.projections_bits = core ? 0 : gemm_vector_bits();
+  if (r.projections_bits > 0 && r.projections_bits < r.simd_bits) {
     for (int64_t target : kernels::available_simd_targets()) {
-      if (kernels::simd_target_vector_bits(target) != r.blas_bits) continue;
+      if (kernels::simd_target_vector_bits(target) != r.projections_bits) continue;
       kernels::force_simd_target(target);
-      r.peak_gflops_at_blas_width = kernels::measure_fma_peak_gflops(pool);
+      r.peak_gflops_at_projection_width = kernels::measure_fma_peak_gflops(pool);
       kernels::force_simd_target(0);
       break;
     }

@@ -89,10 +89,11 @@ struct AttentionBenchReport {
   int iters = 0;
   std::string simd;            // the kernels' SIMD target ("AVX3")
   int simd_bits = 0;           // its vector width
-  std::string blas;            // blas_description(): what the projections run on
-  int blas_bits = 0;           // the BLAS kernels' vector width; 0 for attention-core or unknown
+  std::string gemm;            // gemm_backend_name(): "qkv" or "openblas"
+  std::string projections;     // gemm_description(): what ran the projections
+  int projections_bits = 0;    // their vector width; 0 for attention-core or unknown
   double peak_gflops = 0;      // the measured fp32 FMA peak on the same threads
-  double peak_gflops_at_blas_width = 0;  // the peak at blas_bits when narrower than simd_bits; else 0
+  double peak_gflops_at_projection_width = 0;  // the peak at projections_bits when narrower than simd_bits; else 0
   std::vector<double> times_ms;          // each timed step
   double median_ms = 0, min_ms = 0, max_ms = 0;
   double flops = 0;            // per step
