@@ -5,11 +5,19 @@
     torch.manual_seed(123)
     mha = qkv.torch.MultiHeadAttention(3, 2, 6, 0.0, num_heads=2)   # the book's numbers, the book's state dict
 
-The attention core (scores, mask, softmax, weighted sum of the values, forward and backward) runs
-in qkv's fused kernel (qkv._qkv.attention / attention_backward), reading and writing the tensors'
-memory through numpy without copies. The projections are the book's nn.Linear layers (or
-nn.Parameter matrices for SelfAttention_v1), created in the book's order, so `torch.manual_seed(s)`
-before the constructor gives the book's weights and `state_dict()` has the book's names.
+The modules' parameters are the book's nn.Linear layers (or nn.Parameter matrices for
+SelfAttention_v1), created in the book's order, so `torch.manual_seed(s)` before the constructor
+gives the book's weights and `state_dict()` has the book's names; torch's optimisers train them.
+What runs:
+- MultiHeadAttention and CausalAttention (float32 CPU tensors): qkv's whole pipeline
+  (qkv._qkv.mha_forward / mha_backward, the C++ of `qkv bench --module mha`): the three
+  projections as one product (qkv's own matrix product, at the CPU's vector width), the fused
+  attention reading the heads in place, out_proj; the backward in the pipeline's backward, the
+  weights' gradients handed to autograd as views of one (3 d_out, d_in) gradient.
+- Otherwise (SelfAttention_v1/v2, other dtypes): the projections in PyTorch and the attention core
+  (scores, mask, softmax, weighted sum, forward and backward) in qkv's fused kernel
+  (qkv._qkv.attention / attention_backward), reading and writing the tensors' memory through
+  numpy without copies.
 
 Dropout. In training mode with p > 0 a module computes attention the book's way, in PyTorch
 (scores, masked_fill, softmax, nn.Dropout, weighted sum): nn.Dropout draws PyTorch's mask from
@@ -121,6 +129,49 @@ def attention(q, k, v, *, causal=False, mask=None, dropout_p=0.0, scale=None, se
     return _FusedAttention.apply(q, k, v, bool(causal), mask, dropout_p, scale, seed)
 
 
+class _PipelineMHA(torch.autograd.Function):
+    """y = out_proj(attention(split(x [W_query; W_key; W_value]^T + b))) in qkv's MHA pipeline; no
+    out_proj when wo is None (CausalAttention). Backward: the pipeline's backward."""
+
+    @staticmethod
+    def forward(ctx, x, wq, wk, wv, bq, bk, bv, wo, bo, heads, mask, dropout_p, seed, workspaces, backward_follows):
+        w_qkv = torch.cat([wq.detach(), wk.detach(), wv.detach()])
+        b_qkv = None if bq is None else torch.cat([bq.detach(), bk.detach(), bv.detach()])
+        ws = workspaces.pop() if workspaces else _qkv.MhaWorkspace()
+        opts = dict(heads=heads, causal=mask is None, mask=_mask_array(mask), dropout_p=dropout_p, seed=seed)
+        y = _qkv.mha_forward(x.detach().numpy(), w_qkv.numpy(), _numpy_or_none(b_qkv), _numpy_or_none(wo),
+                             _numpy_or_none(bo), workspace=ws, **opts)
+        ctx.save_for_backward(x, w_qkv, b_qkv, wo, bo)
+        ctx.ws, ctx.workspaces, ctx.opts = ws, workspaces, opts
+        if not backward_follows:  # (autograd runs forward with gradients off: the caller tells)
+            workspaces.append(ws)  # no backward will read it: the next forward may reuse it
+        return torch.from_numpy(y)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, w_qkv, b_qkv, wo, bo = ctx.saved_tensors
+        dx, dw_qkv, db_qkv, dwo, dbo = _qkv.mha_backward(
+            x.detach().numpy(), grad_y.detach().float().numpy(), w_qkv.numpy(), _numpy_or_none(b_qkv),
+            _numpy_or_none(wo), _numpy_or_none(bo), workspace=ctx.ws, need_dx=ctx.needs_input_grad[0], **ctx.opts)
+        ctx.workspaces.append(ctx.ws)
+        d = w_qkv.shape[0] // 3
+        dw = torch.from_numpy(dw_qkv)
+        db = None if db_qkv is None else torch.from_numpy(db_qkv)
+        return (None if dx is None else torch.from_numpy(dx), dw[:d], dw[d:2 * d], dw[2 * d:],
+                None if db is None else db[:d], None if db is None else db[d:2 * d], None if db is None else db[2 * d:],
+                None if dwo is None else torch.from_numpy(dwo), None if dbo is None else torch.from_numpy(dbo),
+                None, None, None, None, None, None)
+
+
+def _numpy_or_none(t):
+    return None if t is None else t.detach().numpy()
+
+
+def _pipeline_runs(x, *params):
+    """Whether qkv's MHA pipeline can run this call: float32 CPU tensors throughout."""
+    return all(t is None or (t.dtype == torch.float32 and t.device.type == "cpu") for t in (x,) + params)
+
+
 # --- the book's modules ---------------------------------------------------------------------------
 
 
@@ -153,6 +204,25 @@ class _CausalMask:
         m = self._kernel_mask(num_tokens)
         p = self.dropout.p if self.training else 0.0
         return attention(queries, keys, values, causal=m is None, mask=m, dropout_p=p)
+
+    def _pipeline(self, x, heads, out_proj):
+        """The whole module in qkv's MHA pipeline (projections, fused attention, out_proj or none)."""
+        m = self._kernel_mask(x.shape[1])
+        p = self.dropout.p if self.training else 0.0
+        seed = _draw_seed() if p > 0 else None
+        if not hasattr(self, "_workspaces"):
+            self._workspaces = []  # workspaces no pending backward holds, for the next forward
+        tensors = (x, self.W_query.weight, self.W_key.weight, self.W_value.weight, self.W_query.bias, self.W_key.bias,
+                   self.W_value.bias, None if out_proj is None else out_proj.weight,
+                   None if out_proj is None else out_proj.bias)
+        backward_follows = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+        return _PipelineMHA.apply(*tensors, heads, m, p, seed, self._workspaces, backward_follows)
+
+    def _runs_pipeline(self, x, out_proj):
+        params = [self.W_query.weight, self.W_key.weight, self.W_value.weight, self.W_query.bias]
+        if out_proj is not None:
+            params += [out_proj.weight, out_proj.bias]
+        return _pipeline_runs(x, *params)
 
 
 def _single_head(queries, keys, values):
@@ -209,6 +279,8 @@ class CausalAttention(_CausalMask, nn.Module):
     def forward(self, x):
         _check_rank(self, x, 3, "(B, T, d_in)")
         b, num_tokens, d_in = x.shape
+        if not self._book_dropout() and self._runs_pipeline(x, None):
+            return self._pipeline(x, 1, None)
         keys = self.W_key(x)
         queries = self.W_query(x)
         values = self.W_value(x)
@@ -255,6 +327,8 @@ class MultiHeadAttention(_CausalMask, nn.Module):
     def forward(self, x):
         _check_rank(self, x, 3, "(B, T, d_in)")
         b, num_tokens, d_in = x.shape
+        if not self._book_dropout() and self._runs_pipeline(x, self.out_proj):
+            return self._pipeline(x, self.num_heads, self.out_proj)
         # (b, T, d_out) -> (b, T, H, head_dim) -> (b, H, T, head_dim): views, which the kernel reads in place
         split = lambda t: t.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # noqa: E731
         keys = split(self.W_key(x))

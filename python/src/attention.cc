@@ -5,11 +5,8 @@
 //   dq, dk, dv = qkv.attention_backward(q, k, v, o, lse, do, dropout_p=0.1, seed=7)
 //   w = qkv.attention_weights(q, k, lse, after_dropout=True, dropout_p=0.1, seed=7)   # (B, H, T, S)
 //
-// Arrays: float32 arrays whose strides are non-negative multiples of 4 bytes (C-contiguous ones,
-// and views such as x.transpose(0, 2, 1, 3)) are read in place; other floating-point arrays
-// (float16, float64, negative strides, unaligned) are converted to a C-contiguous float32 copy;
-// any other dtype is a TypeError naming it. out= (and dq=, dk=, dv=) are written in place and
-// must be writable float32 arrays of the result's shape with such strides.
+// Arrays as arrays.h says: float32 views read in place, other floating types converted, any
+// other dtype a TypeError; out= (and dq=, dk=, dv=) written in place.
 // Masks: causal=True, or mask= a (T, S) array: boolean hides where True (the book's
 // mask.bool() in masked_fill), floating-point is added to the scores (-inf hides).
 // The GIL is released while a kernel runs; a Ctrl-C meanwhile raises KeyboardInterrupt when it
@@ -23,157 +20,14 @@
 #include <random>
 #include <string>
 
-#include "bindings.h"
+#include "arrays.h"
 #include "qkv/kernels/attention.h"
 
 namespace qkv::python {
 namespace {
 
-using kernels::AttentionMask;
-using kernels::AttentionOptions;
 using kernels::ConstHeads;
 using kernels::MutableHeads;
-using Float32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
-
-std::string shape_of(const py::array& a) { return py::str(a.attr("shape")); }
-std::string dtype_of(const py::array& a) { return py::str(a.dtype()); }
-
-// Whether the kernels can read a in place: float32, aligned, strides >= 0 and whole elements.
-bool readable_in_place(const py::array& a) {
-  if (!py::isinstance<py::array_t<float>>(a)) return false;
-  if (reinterpret_cast<uintptr_t>(a.data()) % alignof(float) != 0) return false;
-  for (py::ssize_t i = 0; i < a.ndim(); ++i)
-    if (a.strides(i) < 0 || a.strides(i) % static_cast<py::ssize_t>(sizeof(float)) != 0) return false;
-  return true;
-}
-
-// obj as a float32 array of the given rank: itself when it can be read in place, else a copy.
-py::array float32_input(py::handle obj, const char* fn, const char* name, py::ssize_t rank, const char* dims) {
-  py::array a = py::array::ensure(obj);
-  if (!a) throw py::type_error(std::string(fn) + ": " + name + " must be an array, not " +
-                               std::string(py::str(py::type::of(obj).attr("__name__"))));
-  if (a.dtype().kind() != 'f')
-    throw py::type_error(std::string(fn) + ": " + name + " has dtype " + dtype_of(a) +
-                         "; qkv computes in float32 and converts only floating-point arrays (float16, float32, float64)");
-  if (a.ndim() != rank)
-    throw py::value_error(std::string(fn) + ": " + name + " must be " + dims + ", got shape " + shape_of(a));
-  if (!readable_in_place(a)) a = Float32Array::ensure(a);
-  if (!a) throw py::error_already_set();
-  return a;
-}
-
-template <typename F>
-kernels::Heads<F> heads_of(const py::array& a, F* data) {
-  const auto s = [&](py::ssize_t i) { return static_cast<int64_t>(a.strides(i)) / static_cast<int64_t>(sizeof(float)); };
-  return {data, a.shape(0), a.shape(1), a.shape(2), a.shape(3), s(0), s(1), s(2), s(3)};
-}
-ConstHeads const_heads(const py::array& a) { return heads_of(a, static_cast<const float*>(a.data())); }
-
-// A result: the caller's out= array (checked) or a new C-contiguous one.
-py::array float32_output(py::handle out, const char* fn, const char* name, const std::vector<py::ssize_t>& shape) {
-  if (out.is_none()) return py::array_t<float>(shape);
-  if (!py::isinstance<py::array>(out) || !py::isinstance<py::array_t<float>>(out))
-    throw py::type_error(std::string(fn) + ": " + name + " must be a float32 numpy array");
-  py::array a = py::reinterpret_borrow<py::array>(out);
-  if (std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()) != shape)
-    throw py::value_error(std::string(fn) + ": " + name + " has shape " + shape_of(a) + ", the result's is " +
-                          std::string(py::str(py::tuple(py::cast(shape)))));
-  if (!a.writeable()) throw py::value_error(std::string(fn) + ": " + name + " is read-only");
-  if (!readable_in_place(a))
-    throw py::value_error(std::string(fn) + ": " + name + " must have non-negative strides of whole float32 elements");
-  for (py::ssize_t i = 0; i < a.ndim(); ++i)
-    if (a.strides(i) == 0 && a.shape(i) > 1)
-      throw py::value_error(std::string(fn) + ": " + name + " has a zero stride (a broadcast view); give a real array");
-  return a;
-}
-MutableHeads mutable_heads(py::array& a) { return heads_of(a, static_cast<float*>(a.mutable_data())); }
-
-// The bytes [first, last) an array's elements lie in (first == last for an empty array).
-std::pair<uintptr_t, uintptr_t> bytes_of(const py::array& a) {
-  const auto first = reinterpret_cast<uintptr_t>(a.data());
-  if (a.size() == 0) return {first, first};
-  uintptr_t extent = static_cast<uintptr_t>(a.itemsize());
-  for (py::ssize_t i = 0; i < a.ndim(); ++i)  // strides are >= 0 here (float32_output, readable_in_place)
-    extent += static_cast<uintptr_t>(a.shape(i) - 1) * static_cast<uintptr_t>(a.strides(i));
-  return {first, first + extent};
-}
-
-// An output the kernel writes while it reads the inputs must not overlap any of them in memory
-// (out=q would change q under the kernel: wrong results, silently). Ranges are compared, as
-// numpy's may_share_memory does: two interleaved views of one buffer count as overlapping.
-void check_disjoint(const char* fn, const char* name, const py::array& out,
-                    std::initializer_list<std::pair<const char*, const py::array*>> others) {
-  const auto [a0, a1] = bytes_of(out);
-  for (const auto& [other_name, other] : others) {
-    const auto [b0, b1] = bytes_of(*other);
-    if (a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1)
-      throw py::value_error(std::string(fn) + ": " + name + " overlaps " + other_name + " in memory (their bytes' ranges " +
-                            "intersect); the kernel writes " + name + " while it reads " + other_name +
-                            ": give separate arrays");
-  }
-}
-
-// What the Python keywords say, as AttentionOptions; keeps the mask's array alive.
-struct Options {
-  AttentionOptions options;
-  py::array mask;
-};
-
-uint64_t seed_of(py::handle seed, float dropout_p, const char* fn, bool for_forward) {
-  if (!seed.is_none()) {
-    if (!PyLong_Check(seed.ptr())) throw py::type_error(std::string(fn) + ": seed must be an int");
-    const unsigned long long s = PyLong_AsUnsignedLongLong(seed.ptr());  // OverflowError below 0 or from 2**64
-    if (PyErr_Occurred()) {
-      PyErr_Clear();
-      throw py::value_error(std::string(fn) + ": seed must be in [0, 2**64), got " + std::string(py::repr(seed)));
-    }
-    return s;
-  }
-  if (dropout_p == 0.0f) return 0;
-  if (!for_forward)
-    throw py::value_error(std::string(fn) + ": dropout_p > 0 needs the forward's seed (seed=...) to regenerate its mask");
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-}
-
-Options options_of(const char* fn, int64_t T, int64_t S, int64_t D, bool causal, py::handle mask, float dropout_p,
-                   std::optional<double> scale, py::handle seed, bool for_forward) {
-  Options o;
-  o.options.scale = scale ? static_cast<float>(*scale) : 1.0f / std::sqrt(static_cast<float>(D));
-  o.options.dropout_p = dropout_p;
-  o.options.dropout_seed = seed_of(seed, dropout_p, fn, for_forward);
-  if (causal && !mask.is_none()) throw py::value_error(std::string(fn) + ": give causal=True or a mask, not both");
-  if (causal) o.options.mask = AttentionMask::causal();
-  if (!mask.is_none()) {
-    py::array m = py::array::ensure(mask);
-    if (!m) throw py::type_error(std::string(fn) + ": mask must be an array");
-    const char kind = m.dtype().kind();
-    if (kind != 'b' && kind != 'f')
-      throw py::type_error(std::string(fn) + ": mask has dtype " + dtype_of(m) +
-                           "; it must be boolean (True hides) or floating-point (added to the scores)");
-    if (m.ndim() != 2 || m.shape(0) != T || m.shape(1) != S)
-      throw py::value_error(std::string(fn) + ": mask must be (T, S) = (" + std::to_string(T) + ", " + std::to_string(S) +
-                            "), got shape " + shape_of(m));
-    if (kind == 'b' || !readable_in_place(m) || (S > 1 && m.strides(1) != sizeof(float))) m = Float32Array::ensure(m);
-    if (!m) throw py::error_already_set();
-    const auto* values = static_cast<const float*>(m.data());
-    const int64_t row_stride = T > 1 ? static_cast<int64_t>(m.strides(0)) / 4 : S;
-    o.options.mask = kind == 'b' ? AttentionMask::blocked(values, row_stride) : AttentionMask::additive(values, row_stride);
-    o.mask = m;
-  }
-  return o;
-}
-
-// Runs fn with the GIL released and the default pool held; then honours a pending Ctrl-C.
-template <typename Fn>
-void run_kernel(Fn&& fn) {
-  {
-    py::gil_scoped_release release;
-    std::shared_lock<std::shared_mutex> lock(pool_mutex());
-    fn();
-  }
-  raise_pending_signals();
-}
 
 py::object attention(py::handle q_, py::handle k_, py::handle v_, bool causal, py::handle mask, float dropout_p,
                      std::optional<double> scale, bool return_lse, py::handle seed, py::handle out) {

@@ -6,7 +6,9 @@
 // tokens; every number comes from include/qkv.
 //
 //   encoding.cc   Encoding (tiktoken's interface over qkv::Encoding), get_encoding("gpt2")
+//   arrays.cc     numpy arrays and keywords as the library's views and options
 //   attention.cc  attention, attention_backward, attention_weights on (B, H, T, D) float32 arrays
+//   mha.cc        mha_forward, mha_backward: the book's MultiHeadAttention in qkv's pipeline
 //   module.cc     the module itself: errors, threads
 #pragma once
 
@@ -28,5 +30,6 @@ void raise_pending_signals();
 
 void bind_encoding(py::module_& m);
 void bind_attention(py::module_& m);
+void bind_mha(py::module_& m);
 
 }  // namespace qkv::python

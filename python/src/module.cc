@@ -59,4 +59,5 @@ PYBIND11_MODULE(_qkv, m) {
 
   bind_encoding(m);
   bind_attention(m);
+  bind_mha(m);
 }

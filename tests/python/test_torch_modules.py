@@ -194,3 +194,58 @@ def test_bad_inputs():
         qt.MultiHeadAttention(2, 5, 4, 0.0, num_heads=2)
     with pytest.raises(qkv.Error, match="dropout p"):
         qt.attention(f, f, f, dropout_p=1.0)
+
+
+@pytest.mark.parametrize("name", ["CausalAttention", "MultiHeadAttention"])
+def test_float32_modules_run_qkvs_pipeline_and_other_dtypes_do_not(name, monkeypatch):
+    calls = []
+    for fn in ("mha_forward", "mha_backward"):
+        real = getattr(qkv._qkv, fn)
+        monkeypatch.setattr(qkv._qkv, fn, lambda *a, _real=real, _fn=fn, **k: calls.append(_fn) or _real(*a, **k))
+    torch.manual_seed(1)
+    module = getattr(qt, name)(4, 6, 8, 0.0, *([2] if name == "MultiHeadAttention" else []))
+    x = torch.randn(2, 5, 4, requires_grad=True)
+    module(x).sum().backward()
+    assert calls == ["mha_forward", "mha_backward"]
+    assert len(module._workspaces) == 1  # the backward gave it back
+    y1 = module(x)  # a backward to come: the workspace is held until it runs
+    assert module._workspaces == []
+    with torch.no_grad():
+        y = module(x)  # none to come: its workspace goes back at once
+    assert calls[-1] == "mha_forward" and len(module._workspaces) == 1
+    y1.sum().backward()  # read the first forward's workspace, not the second's
+    assert len(module._workspaces) == 2
+    assert torch.equal(y, y1.detach())
+    calls.clear()
+    with pytest.raises(RuntimeError):  # the book's nn.Linear refuses float64 input with float32 weights; so does qkv
+        module(x.detach().double())
+    assert calls == []
+
+
+def test_pipeline_bad_inputs_say_what_is_wrong():
+    import numpy as np
+    ws = qkv._qkv.MhaWorkspace()
+    x = np.ones((1, 3, 4), np.float32)
+    w = np.ones((6, 4), np.float32)
+    with pytest.raises(ValueError, match=r"w_qkv has shape \(5, 4\)"):
+        qkv._qkv.mha_forward(x, np.ones((5, 4), np.float32), None, None, None, heads=1, workspace=ws)
+    with pytest.raises(ValueError, match=r"d_out \(2\) must be divisible by heads \(3\)"):
+        qkv._qkv.mha_forward(x, w, None, None, None, heads=3, workspace=ws)
+    with pytest.raises(ValueError, match=r"w_out has shape \(3, 2\), expected \(2, 2\)"):
+        qkv._qkv.mha_forward(x, w, None, np.ones((3, 2), np.float32), None, heads=1, workspace=ws)
+    with pytest.raises(ValueError, match=r"b_qkv has shape \(5,\), expected \(6,\)"):
+        qkv._qkv.mha_forward(x, w, np.ones(5, np.float32), None, None, heads=1, workspace=ws)
+    with pytest.raises(TypeError, match="int64"):
+        qkv._qkv.mha_forward(np.ones((1, 3, 4), np.int64), w, None, None, None, heads=1, workspace=ws)
+    with pytest.raises(ValueError, match="the workspace does not hold a forward of these shapes"):
+        qkv._qkv.mha_backward(x, np.ones((1, 3, 2), np.float32), w, None, None, None, heads=1, workspace=ws)
+    y = qkv._qkv.mha_forward(x, w, None, None, None, heads=1, workspace=ws)
+    assert y.shape == (1, 3, 2)
+    with pytest.raises(ValueError, match=r"grad_y has shape \(1, 3, 5\), y's is \(1, 3, 2\)"):
+        qkv._qkv.mha_backward(x, np.ones((1, 3, 5), np.float32), w, None, None, None, heads=1, workspace=ws)
+    with pytest.raises(ValueError, match="the workspace does not hold a forward of these shapes"):
+        qkv._qkv.mha_backward(np.ones((2, 3, 4), np.float32), np.ones((2, 3, 2), np.float32), w, None, None, None,
+                              heads=1, workspace=ws)
+    dx, dw, db, dwo, dbo = qkv._qkv.mha_backward(x, np.ones((1, 3, 2), np.float32), w, None, None, None, heads=1,
+                                                 workspace=ws)
+    assert dx.shape == (1, 3, 4) and dw.shape == (6, 4) and db is None and dwo is None and dbo is None

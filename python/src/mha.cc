@@ -1,0 +1,172 @@
+// python/src/mha.cc - the fast multi-head attention pipeline (qkv/kernels/mha.h) on numpy arrays:
+// what qkv.torch's MultiHeadAttention and CausalAttention run forward and backward.
+//
+//   ws = _qkv.MhaWorkspace()
+//   y = _qkv.mha_forward(x, w_qkv, b_qkv, w_out, b_out, heads=H, causal=True, workspace=ws)
+//   dx, dw_qkv, db_qkv, dw_out, db_out = _qkv.mha_backward(x, dy, w_qkv, b_qkv, w_out, b_out,
+//                                                          heads=H, causal=True, workspace=ws)
+//
+// Legend: B batch, T tokens, C_in = d_in, C = d_out, H heads, D = C / H.
+//   x (B, T, C_in), w_qkv (3C, C_in) = [W_query; W_key; W_value], b_qkv (3C) or None,
+//   w_out (C, C) and b_out (C), or None for no output projection (CausalAttention), y (B, T, C).
+// The workspace keeps what the forward leaves for the backward (the heads, the context, the
+// log-sum-exp), so the backward takes the workspace of the forward whose gradients it computes;
+// it checks that the shapes are that forward's. Arrays are copied to C-contiguous float32 when
+// they are not already; the GIL is released while the pipeline runs.
+#include <pybind11/stl.h>  // std::optional
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "arrays.h"
+#include "qkv/kernels/mha.h"
+
+namespace qkv::python {
+namespace {
+
+// kernels::MhaWorkspace and the shape of the forward that filled it.
+struct Workspace {
+  kernels::MhaWorkspace ws;
+  kernels::MhaShape shape;
+  bool has_out = false;
+  bool filled = false;
+};
+
+// The weights as C-contiguous float32 arrays; nullopt where the caller gave None.
+struct Weights {
+  py::array w_qkv;
+  std::optional<py::array> b_qkv, w_out, b_out;
+  kernels::MhaWeights view() const {
+    auto data = [](const std::optional<py::array>& a) { return a ? static_cast<const float*>(a->data()) : nullptr; };
+    kernels::MhaWeights w;
+    w.w_qkv = static_cast<const float*>(w_qkv.data());
+    w.b_qkv = data(b_qkv);
+    w.w_out = data(w_out);
+    w.b_out = data(b_out);
+    return w;
+  }
+};
+
+// The shape from x (B, T, C_in) and w_qkv (3C, C_in), the weights checked against it.
+kernels::MhaShape shape_of_call(const char* fn, const py::array& x, py::handle w_qkv_, py::handle b_qkv_,
+                                py::handle w_out_, py::handle b_out_, int64_t heads, Weights& w) {
+  w.w_qkv = float32_contiguous(w_qkv_, fn, "w_qkv", 2, "(3 d_out, d_in)");
+  kernels::MhaShape s;
+  s.batch = x.shape(0);
+  s.tokens = x.shape(1);
+  s.d_in = x.shape(2);
+  s.heads = heads;
+  const int64_t rows = w.w_qkv.shape(0);
+  if (w.w_qkv.shape(1) != s.d_in || rows % 3 != 0)
+    throw py::value_error(std::string(fn) + ": w_qkv has shape " + shape_of(w.w_qkv) + "; x " + shape_of(x) +
+                          " needs (3 d_out, " + std::to_string(s.d_in) + ")");
+  s.d_out = rows / 3;
+  if (heads < 1 || s.d_out % heads != 0)
+    throw py::value_error(std::string(fn) + ": d_out (" + std::to_string(s.d_out) + ") must be divisible by heads (" +
+                          std::to_string(heads) + ")");
+  auto vector = [&](py::handle obj, const char* name, int64_t n) -> std::optional<py::array> {
+    if (obj.is_none()) return std::nullopt;
+    py::array a = float32_contiguous(obj, fn, name, 1, "a vector");
+    if (a.shape(0) != n)
+      throw py::value_error(std::string(fn) + ": " + name + " has shape " + shape_of(a) + ", expected (" +
+                            std::to_string(n) + ",)");
+    return a;
+  };
+  w.b_qkv = vector(b_qkv_, "b_qkv", rows);
+  if (!w_out_.is_none()) {
+    w.w_out = float32_contiguous(w_out_, fn, "w_out", 2, "(d_out, d_out)");
+    if (w.w_out->shape(0) != s.d_out || w.w_out->shape(1) != s.d_out)
+      throw py::value_error(std::string(fn) + ": w_out has shape " + shape_of(*w.w_out) + ", expected (" +
+                            std::to_string(s.d_out) + ", " + std::to_string(s.d_out) + ")");
+    w.b_out = vector(b_out_, "b_out", s.d_out);
+  } else if (!b_out_.is_none()) {
+    throw py::value_error(std::string(fn) + ": b_out without w_out");
+  }
+  return s;
+}
+
+py::array mha_forward(py::handle x_, py::handle w_qkv, py::handle b_qkv, py::handle w_out, py::handle b_out,
+                      int64_t heads, bool causal, py::handle mask, float dropout_p, py::handle seed,
+                      Workspace& workspace) {
+  const char* fn = "qkv.mha_forward";
+  const py::array x = float32_contiguous(x_, fn, "x", 3, "(B, T, d_in)");
+  Weights w;
+  const kernels::MhaShape s = shape_of_call(fn, x, w_qkv, b_qkv, w_out, b_out, heads, w);
+  const Options opt = options_of(fn, s.tokens, s.tokens, s.head_dim(), causal, mask, dropout_p, std::nullopt, seed, true);
+  py::array_t<float> y({s.batch, s.tokens, s.d_out});
+  const kernels::MhaWeights wv = w.view();
+  const auto* xp = static_cast<const float*>(x.data());
+  float* yp = y.mutable_data();
+  workspace.filled = false;
+  run_kernel([&] { kernels::mha_forward(s, wv, xp, yp, workspace.ws, opt.options); });
+  workspace.shape = s;
+  workspace.has_out = wv.w_out != nullptr;
+  workspace.filled = true;
+  return y;
+}
+
+py::tuple mha_backward(py::handle x_, py::handle dy_, py::handle w_qkv, py::handle b_qkv, py::handle w_out,
+                       py::handle b_out, int64_t heads, bool causal, py::handle mask, float dropout_p, py::handle seed,
+                       Workspace& workspace, bool need_dx) {
+  const char* fn = "qkv.mha_backward";
+  const py::array x = float32_contiguous(x_, fn, "x", 3, "(B, T, d_in)");
+  Weights w;
+  const kernels::MhaShape s = shape_of_call(fn, x, w_qkv, b_qkv, w_out, b_out, heads, w);
+  const kernels::MhaShape& f = workspace.shape;
+  if (!workspace.filled || f.batch != s.batch || f.tokens != s.tokens || f.d_in != s.d_in || f.d_out != s.d_out ||
+      f.heads != s.heads || workspace.has_out != !w_out.is_none())
+    throw py::value_error(std::string(fn) + ": the workspace does not hold a forward of these shapes (x " + shape_of(x) +
+                          "); run mha_forward with it first");
+  const py::array dy = float32_contiguous(dy_, fn, "grad_y", 3, "(B, T, d_out)");
+  if (dy.shape(0) != s.batch || dy.shape(1) != s.tokens || dy.shape(2) != s.d_out)
+    throw py::value_error(std::string(fn) + ": grad_y has shape " + shape_of(dy) + ", y's is (" +
+                          std::to_string(s.batch) + ", " + std::to_string(s.tokens) + ", " + std::to_string(s.d_out) + ")");
+  const Options opt = options_of(fn, s.tokens, s.tokens, s.head_dim(), causal, mask, dropout_p, std::nullopt, seed, false);
+  const int64_t Q = 3 * s.d_out;
+  // A gradient array where the forward had the weight (and dx where asked for); None elsewhere.
+  auto gradient = [](bool wanted, std::vector<py::ssize_t> shape) -> std::optional<py::array_t<float>> {
+    if (!wanted) return std::nullopt;
+    return py::array_t<float>(shape);
+  };
+  std::optional<py::array_t<float>> dx = gradient(need_dx, {s.batch, s.tokens, s.d_in}),
+                                          dw_qkv = gradient(true, {Q, s.d_in}),
+                                          db_qkv = gradient(w.b_qkv.has_value(), {Q}),
+                                          dw_out = gradient(w.w_out.has_value(), {s.d_out, s.d_out}),
+                                          db_out = gradient(w.b_out.has_value(), {s.d_out});
+  auto data = [](std::optional<py::array_t<float>>& a) { return a ? a->mutable_data() : nullptr; };
+  kernels::MhaGradients g;
+  g.dw_qkv = data(dw_qkv);
+  g.db_qkv = data(db_qkv);
+  g.dw_out = data(dw_out);
+  g.db_out = data(db_out);
+  float* dxp = data(dx);
+  const kernels::MhaWeights wv = w.view();
+  const auto* xp = static_cast<const float*>(x.data());
+  const auto* dyp = static_cast<const float*>(dy.data());
+  run_kernel([&] { kernels::mha_backward(s, wv, xp, dyp, dxp, g, workspace.ws, opt.options); });
+  auto or_none = [](const std::optional<py::array_t<float>>& a) { return a ? py::object(*a) : py::object(py::none()); };
+  return py::make_tuple(or_none(dx), or_none(dw_qkv), or_none(db_qkv), or_none(dw_out), or_none(db_out));
+}
+
+}  // namespace
+
+void bind_mha(py::module_& m) {
+  using py::arg;
+  py::class_<Workspace>(m, "MhaWorkspace",
+                        "What mha_forward leaves for mha_backward (heads, context, log-sum-exp); reused across calls.")
+      .def(py::init<>())
+      .def_property_readonly("bytes", [](const Workspace& w) { return w.ws.bytes(); });
+  m.def("mha_forward", &mha_forward, arg("x"), arg("w_qkv"), arg("b_qkv"), arg("w_out"), arg("b_out"), py::kw_only(),
+        arg("heads"), arg("causal") = true, arg("mask") = py::none(), arg("dropout_p") = 0.0f, arg("seed") = py::none(),
+        arg("workspace"),
+        "The book's MultiHeadAttention forward in qkv's pipeline: x (B, T, d_in), w_qkv (3 d_out, d_in) = [W_query;\n"
+        "W_key; W_value], b_qkv or None, w_out (d_out, d_out) and b_out, or None (no out_proj) -> y (B, T, d_out).");
+  m.def("mha_backward", &mha_backward, arg("x"), arg("grad_y"), arg("w_qkv"), arg("b_qkv"), arg("w_out"), arg("b_out"),
+        py::kw_only(), arg("heads"), arg("causal") = true, arg("mask") = py::none(), arg("dropout_p") = 0.0f,
+        arg("seed") = py::none(), arg("workspace"), arg("need_dx") = true,
+        "Gradients (dx or None, dw_qkv, db_qkv, dw_out, db_out; None where the forward had no such weight) after\n"
+        "mha_forward with the same arguments and workspace.");
+}
+
+}  // namespace qkv::python
