@@ -105,16 +105,33 @@ BENCHMARK(BM_MhaForward)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// The projections' shapes: x (B*T, C) W^T with W (N, C).
+// The projections' products, by either matrix product (backend: 0 qkv's own, 1 OpenBLAS):
+//   op 0  y = x W^T      x (M, K), W (N, K)        forward (nn.Linear)
+//   op 1  dx = dy W      dy (M, K), W (K, N)       backward, the input's gradient
+//   op 2  dW = dy^T x    dy (K, M), x (K, N)       backward, the weight's gradient (K = B*T)
 void BM_Sgemm(benchmark::State& state) {
-  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  const auto backend = state.range(0) == 0 ? GemmBackend::kQkv : GemmBackend::kOpenBlas;
+  const int64_t op = state.range(1), M = state.range(2), N = state.range(3), K = state.range(4);
   std::vector<float> a = random_vector(static_cast<size_t>(M * K)), b = random_vector(static_cast<size_t>(N * K) + 1),
                      c(static_cast<size_t>(M * N));
-  const GemmArgs g = gemm_args(false, true, M, N, K, a.data(), K, b.data(), K, c.data(), N);
+  const GemmArgs g = op == 0   ? gemm_args(false, true, M, N, K, a.data(), K, b.data(), K, c.data(), N)
+                     : op == 1 ? gemm_args(false, false, M, N, K, a.data(), K, b.data(), N, c.data(), N)
+                               : gemm_args(true, false, M, N, K, a.data(), M, b.data(), N, c.data(), N);
+  const GemmBackend before = gemm_backend();
+  set_gemm_backend(backend);
+  state.SetLabel(gemm_description());
   for (auto _ : state) sgemm(g);
+  set_gemm_backend(before);
   report(state, gemm_flops(M, N, K));
 }
-BENCHMARK(BM_Sgemm)->ArgNames({"M", "N", "K"})->Args({8192, 2304, 768})->Args({8192, 768, 768})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Sgemm)
+    ->ArgNames({"openblas", "op", "M", "N", "K"})
+    ->ArgsProduct({{0, 1}, {0}, {8192}, {2304}, {768}})
+    ->ArgsProduct({{0, 1}, {0}, {8192}, {768}, {64, 768, 4096}})
+    ->ArgsProduct({{0, 1}, {1}, {8192}, {768}, {768, 2304}})
+    ->ArgsProduct({{0, 1}, {2}, {768, 2304}, {768}, {8192}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace qkv::kernels

@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 
 #include "qkv/core/machine.h"
@@ -32,6 +31,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "core/gemm_packed.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 #ifndef QKV_CORE_GEMM_PACKED_ONCE_
@@ -58,11 +58,12 @@ struct AlignedFloats {
 inline thread_local AlignedFloats packed_b;
 inline thread_local AlignedFloats packed_a;
 
-// Blocking from the caches: KC so a (KC, NR) panel of B takes half of L1, MC so a task's (MC, KC)
-// block of A takes half of L2. Multiples of 16 and of MR; at least one tile.
-inline size_t block_k(size_t nr) {
+// Blocking from the caches: KC so a micro-panel of A (KC, MR) takes half of L1, and the (KC, NR)
+// panels of B that stream past it come from L2; MC so a task's block of A (MC, KC) takes half of
+// L2. KC a multiple of 16 in [64, 512]; MC a multiple of MR.
+inline size_t block_k(size_t mr) {
   const int64_t l1 = cache_sizes().l1d > 0 ? cache_sizes().l1d : 32 * 1024;
-  const size_t kc = static_cast<size_t>(l1) / 2 / (nr * sizeof(float));
+  const size_t kc = static_cast<size_t>(l1) / 2 / (mr * sizeof(float));
   return std::clamp<size_t>(kc / 16 * 16, 64, 512);
 }
 inline size_t block_m(size_t mr, size_t kc) {
@@ -82,13 +83,12 @@ namespace {
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 constexpr size_t kLanes = HWY_LANES(float);
-constexpr size_t kNV = 2;                  // vectors per tile row
-constexpr size_t kNR = kNV * kLanes;       // tile columns
 #if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3  // 16 vector registers (AVX2) or emulated ones
-constexpr size_t kMR = 6;
+constexpr size_t kMR = 6, kNV = 2;         // 12 accumulators + 2 B vectors + 1 broadcast = 15 registers
 #else
-constexpr size_t kMR = 14;  // AVX-512: 28 accumulators + 2 B vectors + 1 broadcast = 31 registers
+constexpr size_t kMR = 8, kNV = 3;  // AVX-512: 24 accumulators + 3 B vectors + 1 broadcast = 28 registers
 #endif
+constexpr size_t kNR = kNV * kLanes;  // tile columns
 
 // How a tile's sums reach C: the first K block applies beta (never reading C when beta = 0), the
 // later ones add on.
@@ -107,21 +107,25 @@ HWY_INLINE float combine(float sum, float c, const TileWrite& w) {
 HWY_NOINLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, size_t kc,
                               float* HWY_RESTRICT c, size_t ldc, size_t rows, size_t cols, const TileWrite& w) {
   const DF d;
+  // The tile of C is read (or written) only after the K steps; its lines are fetched now, behind
+  // them (C is far larger than the caches: without this, each tile's rows miss at the end).
+  for (size_t m = 0; m < rows; ++m)
+    for (size_t v = 0; v < kNR; v += 16) hwy::Prefetch(c + m * ldc + v);
   VF acc[kMR][kNV];
   HWY_UNROLL(16) for (size_t m = 0; m < kMR; ++m)
-    HWY_UNROLL(2) for (size_t v = 0; v < kNV; ++v) acc[m][v] = hn::Zero(d);
+    HWY_UNROLL(4) for (size_t v = 0; v < kNV; ++v) acc[m][v] = hn::Zero(d);
   for (size_t k = 0; k < kc; ++k) {
-    const VF b0 = hn::Load(d, b + k * kNR), b1 = hn::Load(d, b + k * kNR + kLanes);
+    VF bv[kNV];
+    HWY_UNROLL(4) for (size_t v = 0; v < kNV; ++v) bv[v] = hn::Load(d, b + k * kNR + v * kLanes);
     HWY_UNROLL(16) for (size_t m = 0; m < kMR; ++m) {
       const VF am = hn::Set(d, a[k * kMR + m]);
-      acc[m][0] = hn::MulAdd(am, b0, acc[m][0]);
-      acc[m][1] = hn::MulAdd(am, b1, acc[m][1]);
+      HWY_UNROLL(4) for (size_t v = 0; v < kNV; ++v) acc[m][v] = hn::MulAdd(am, bv[v], acc[m][v]);
     }
   }
   if (rows == kMR && cols == kNR) {
     const VF alpha = hn::Set(d, w.alpha), beta = hn::Set(d, w.beta);
     HWY_UNROLL(16) for (size_t m = 0; m < kMR; ++m)
-      HWY_UNROLL(2) for (size_t v = 0; v < kNV; ++v) {
+      HWY_UNROLL(4) for (size_t v = 0; v < kNV; ++v) {
         float* cv = c + m * ldc + v * kLanes;
         const VF s = hn::Mul(alpha, acc[m][v]);
         VF r;
@@ -134,59 +138,92 @@ HWY_NOINLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_REST
   }
   HWY_ALIGN float tile[kMR * kNR];  // an edge tile: only its (rows, cols) corner is C's
   HWY_UNROLL(16) for (size_t m = 0; m < kMR; ++m)
-    HWY_UNROLL(2) for (size_t v = 0; v < kNV; ++v) hn::Store(acc[m][v], d, tile + m * kNR + v * kLanes);
+    HWY_UNROLL(4) for (size_t v = 0; v < kNV; ++v) hn::Store(acc[m][v], d, tile + m * kNR + v * kLanes);
   for (size_t m = 0; m < rows; ++m)
     for (size_t n = 0; n < cols; ++n) c[m * ldc + n] = combine(tile[m * kNR + n], c[m * ldc + n], w);
 }
 
-// Panel j of B~: columns [j NR, j NR + NR) of op(B), all K rows: dst (K, NR), zero past N.
-void PackPanelB(const GemmArgs& g, size_t j, float* HWY_RESTRICT dst) {
-  const size_t K = static_cast<size_t>(g.K), N = static_cast<size_t>(g.N), ldb = static_cast<size_t>(g.ldb);
-  const size_t n0 = j * kNR, cols = std::min(kNR, N - n0);
-  if (!g.trans_b) {  // op(B)(k, n) = B[k ldb + n]: each row's NR floats are adjacent
-    for (size_t k = 0; k < K; ++k) {
-      std::memcpy(dst + k * kNR, g.B + k * ldb + n0, cols * sizeof(float));
-      std::fill(dst + k * kNR + cols, dst + (k + 1) * kNR, 0.0f);
+// dst[0, n) = src[0, n) and dst[n, N) = 0, for N = MR or NR; a full run (n = N, the usual case)
+// copies whole vectors (memcpy of a run-time size is a library call per run: a fifth of a
+// weight gradient's time went to those calls).
+template <size_t kN>
+HWY_INLINE void CopyRun(const float* HWY_RESTRICT src, size_t n, float* HWY_RESTRICT dst) {
+  if (n == kN) {
+    if constexpr (kN % kLanes == 0) {
+      const DF d;
+      HWY_UNROLL(4) for (size_t v = 0; v < kN / kLanes; ++v) hn::StoreU(hn::LoadU(d, src + v * kLanes), d, dst + v * kLanes);
+    } else {
+      HWY_UNROLL(16) for (size_t i = 0; i < kN; ++i) dst[i] = src[i];
+    }
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) dst[i] = src[i];
+  for (size_t i = n; i < kN; ++i) dst[i] = 0.0f;
+}
+
+// Panels [j0, j1) of B~ for rows [k0, k0 + kc) of op(B): panel j holds columns [j NR, j NR + NR)
+// as a (kc, NR) block at dst + j kc NR; zero past N.
+void PackPanelsB(const GemmArgs& g, size_t k0, size_t kc, size_t j0, size_t j1, float* HWY_RESTRICT dst) {
+  const size_t N = static_cast<size_t>(g.N), ldb = static_cast<size_t>(g.ldb);
+  if (!g.trans_b) {  // op(B)(k, n) = B[k ldb + n]: row k of B read once, left to right, for all the panels
+    for (size_t k = 0; k < kc; ++k) {
+      const float* src = g.B + (k0 + k) * ldb;
+      for (size_t j = j0; j < j1; ++j) {
+        const size_t n0 = j * kNR, cols = std::min(kNR, N - n0);
+        CopyRun<kNR>(src + n0, cols, dst + j * kc * kNR + k * kNR);
+      }
     }
     return;
   }
   // op(B)(k, n) = B[n ldb + k] (nn.Linear's weight): a transpose, in chunks of 64 k so the
   // destination chunk (64 x NR) stays in L1 while the NR source rows are read along k.
   constexpr size_t kChunk = 64;
-  for (size_t k0 = 0; k0 < K; k0 += kChunk) {
-    const size_t k1 = std::min(K, k0 + kChunk);
-    for (size_t n = 0; n < kNR; ++n) {
-      if (n < cols) {
-        const float* src = g.B + (n0 + n) * ldb;
-        for (size_t k = k0; k < k1; ++k) dst[k * kNR + n] = src[k];
-      } else {
-        for (size_t k = k0; k < k1; ++k) dst[k * kNR + n] = 0.0f;
+  for (size_t j = j0; j < j1; ++j) {
+    const size_t n0 = j * kNR, cols = std::min(kNR, N - n0);
+    float* panel = dst + j * kc * kNR;
+    for (size_t c0 = 0; c0 < kc; c0 += kChunk) {
+      const size_t c1 = std::min(kc, c0 + kChunk);
+      for (size_t n = 0; n < kNR; ++n) {
+        if (n < cols) {
+          const float* src = g.B + (n0 + n) * ldb + k0;
+          for (size_t k = c0; k < c1; ++k) panel[k * kNR + n] = src[k];
+        } else {
+          for (size_t k = c0; k < c1; ++k) panel[k * kNR + n] = 0.0f;
+        }
       }
     }
   }
 }
 
 // Rows [i0, i0 + rows) and columns [k0, k0 + kc) of op(A) as micro-panels of MR rows, each
-// (kc, MR): dst[p kc MR + k MR + r] = op(A)(i0 + p MR + r, k0 + k), zero past the rows.
+// (kc, MR): dst[p kc MR + k MR + r] = op(A)(i0 + p MR + r, k0 + k), zero past the rows. Both
+// layouts read A along its rows, which the hardware prefetches; A is usually far from the cache.
 void PackBlockA(const GemmArgs& g, size_t i0, size_t rows, size_t k0, size_t kc, float* HWY_RESTRICT dst) {
   const size_t lda = static_cast<size_t>(g.lda);
-  for (size_t p0 = 0; p0 < rows; p0 += kMR) {
-    float* panel = dst + (p0 / kMR) * kc * kMR;
-    const size_t r_end = std::min(kMR, rows - p0);
-    if (g.trans_a) {  // op(A)(m, k) = A[k lda + m]: the MR values of step k are adjacent
-      for (size_t k = 0; k < kc; ++k) {
-        const float* src = g.A + (k0 + k) * lda + i0 + p0;
-        std::memcpy(panel + k * kMR, src, r_end * sizeof(float));
-        std::fill(panel + k * kMR + r_end, panel + (k + 1) * kMR, 0.0f);
+  const size_t panels = (rows + kMR - 1) / kMR;
+  if (g.trans_a) {  // op(A)(m, k) = A[k lda + m]: row k0 + k of A holds step k of every micro-panel
+    for (size_t k = 0; k < kc; ++k) {
+      const float* src = g.A + (k0 + k) * lda + i0;
+      for (size_t p = 0; p < panels; ++p) {
+        CopyRun<kMR>(src + p * kMR, std::min(kMR, rows - p * kMR), dst + p * kc * kMR + k * kMR);
       }
-    } else {  // op(A)(m, k) = A[m lda + k]: each row read along k, written with stride MR
-      for (size_t r = 0; r < kMR; ++r) {
-        if (r < r_end) {
-          const float* src = g.A + (i0 + p0 + r) * lda + k0;
-          for (size_t k = 0; k < kc; ++k) panel[k * kMR + r] = src[k];
-        } else {
-          for (size_t k = 0; k < kc; ++k) panel[k * kMR + r] = 0.0f;
-        }
+    }
+    return;
+  }
+  // op(A)(m, k) = A[m lda + k]: each row's kc values written with stride MR; the rows two ahead
+  // are prefetched (each row is a short run of kc floats, too short for the hardware to follow).
+  for (size_t p = 0; p < panels; ++p) {
+    float* panel = dst + p * kc * kMR;
+    const size_t r_end = std::min(kMR, rows - p * kMR);
+    for (size_t r = 0; r < kMR; ++r) {
+      if (r < r_end) {
+        const size_t row = i0 + p * kMR + r;
+        if (row + 2 < i0 + rows)
+          for (size_t k = 0; k < kc; k += 16) hwy::Prefetch(g.A + (row + 2) * lda + k0 + k);
+        const float* src = g.A + row * lda + k0;
+        for (size_t k = 0; k < kc; ++k) panel[k * kMR + r] = src[k];
+      } else {
+        for (size_t k = 0; k < kc; ++k) panel[k * kMR + r] = 0.0f;
       }
     }
   }
@@ -196,14 +233,13 @@ void PackBlockA(const GemmArgs& g, size_t i0, size_t rows, size_t k0, size_t kc,
 
 void PackedGemmImpl(const GemmArgs& g, ThreadPool* pool) {
   const size_t M = static_cast<size_t>(g.M), N = static_cast<size_t>(g.N), K = static_cast<size_t>(g.K);
-  const size_t kc_max = packed_detail::block_k(kNR), mc_max = packed_detail::block_m(kMR, kc_max);
+  const size_t kc_max = packed_detail::block_k(kMR), mc_max = packed_detail::block_m(kMR, kc_max);
   const size_t panels = (N + kNR - 1) / kNR;
-  float* bt = packed_detail::packed_b.get(panels * K * kNR);  // (panels, K, NR)
+  float* bt = packed_detail::packed_b.get(panels * kc_max * kNR);  // one K block of B~: (panels, KC, NR)
 
   // The task grid: equal blocks of rows (at most MC, a multiple of MR; their count a multiple of
   // the threads when there are rows enough), times chunks of panels until there are two tasks per
-  // thread (each task packs its own rows of A, so chunks keep at least 4 panels: 128 columns on
-  // AVX-512).
+  // thread (each task packs its own rows of A, so chunks keep at least 4 panels).
   const size_t threads = pool ? static_cast<size_t>(pool->num_threads()) : 1;
   size_t m_blocks = (M + mc_max - 1) / mc_max;
   if (M >= threads * kMR) m_blocks = (m_blocks + threads - 1) / threads * threads;
@@ -212,45 +248,47 @@ void PackedGemmImpl(const GemmArgs& g, ThreadPool* pool) {
   size_t n_chunks = 1;
   while (m_blocks * n_chunks < 2 * threads && panels / (n_chunks * 2) >= 4) n_chunks *= 2;
   const size_t panels_per_chunk = (panels + n_chunks - 1) / n_chunks;
+  const int64_t b_tasks = static_cast<int64_t>((panels + 7) / 8), tasks = static_cast<int64_t>(m_blocks * n_chunks);
 
-  auto pack_b = [&](int64_t t) {
-    const size_t j0 = static_cast<size_t>(t) * 8, j1 = std::min(panels, j0 + 8);
-    for (size_t j = j0; j < j1; ++j) PackPanelB(g, j, bt + j * K * kNR);
-  };
-  auto run_task = [&](int64_t t) {
-    const size_t mb = static_cast<size_t>(t) / n_chunks, nc = static_cast<size_t>(t) % n_chunks;
-    const size_t i0 = mb * mc, rows = std::min(mc, M - i0);
-    const size_t j0 = nc * panels_per_chunk, j1 = std::min(panels, j0 + panels_per_chunk);
-    if (j0 >= j1) return;
-    float* at = packed_detail::packed_a.get(((rows + kMR - 1) / kMR) * kMR * kc_max);
-    for (size_t k0 = 0; k0 < K; k0 += kc_max) {
-      const size_t kc = std::min(kc_max, K - k0);
+  // One K block at a time: all of its B~ packed (8 panels a task), then the tasks, each packing
+  // its rows of A for the block and running the micro-kernel over its panels.
+  for (size_t k0 = 0; k0 < K; k0 += kc_max) {
+    const size_t kc = std::min(kc_max, K - k0);
+    const TileWrite w{g.alpha, g.beta, k0 == 0};
+    auto pack_b = [&](int64_t t) {
+      const size_t j0 = static_cast<size_t>(t) * 8;
+      PackPanelsB(g, k0, kc, j0, std::min(panels, j0 + 8), bt);
+    };
+    auto run_task = [&](int64_t t) {
+      const size_t mb = static_cast<size_t>(t) / n_chunks, nc = static_cast<size_t>(t) % n_chunks;
+      const size_t i0 = mb * mc, rows = std::min(mc, M - i0);
+      const size_t j0 = nc * panels_per_chunk, j1 = std::min(panels, j0 + panels_per_chunk);
+      if (j0 >= j1) return;
+      float* at = packed_detail::packed_a.get(((rows + kMR - 1) / kMR) * kMR * kc);
       PackBlockA(g, i0, rows, k0, kc, at);
-      const TileWrite w{g.alpha, g.beta, k0 == 0};
       for (size_t j = j0; j < j1; ++j) {
-        const float* b = bt + j * K * kNR + k0 * kNR;
+        const float* b = bt + j * kc * kNR;
         const size_t cols = std::min(kNR, N - j * kNR);
         for (size_t p0 = 0; p0 < rows; p0 += kMR)
           MicroKernel(at + (p0 / kMR) * kc * kMR, b, kc, g.C + (i0 + p0) * static_cast<size_t>(g.ldc) + j * kNR,
                       static_cast<size_t>(g.ldc), std::min(kMR, rows - p0), cols, w);
       }
+    };
+    if (pool == nullptr || threads == 1) {
+      for (int64_t t = 0; t < b_tasks; ++t) pack_b(t);
+      for (int64_t t = 0; t < tasks; ++t) run_task(t);
+    } else {
+      pool->parallel_for(b_tasks, [&](int64_t t, int) { pack_b(t); });
+      pool->parallel_for(tasks, [&](int64_t t, int) { run_task(t); });
     }
-  };
-  const int64_t b_tasks = static_cast<int64_t>((panels + 7) / 8), tasks = static_cast<int64_t>(m_blocks * n_chunks);
-  if (pool == nullptr || threads == 1) {
-    for (int64_t t = 0; t < b_tasks; ++t) pack_b(t);
-    for (int64_t t = 0; t < tasks; ++t) run_task(t);
-    return;
   }
-  pool->parallel_for(b_tasks, [&](int64_t t, int) { pack_b(t); });
-  pool->parallel_for(tasks, [&](int64_t t, int) { run_task(t); });
 }
 
 PackedGemmShape PackedGemmShapeImpl() {
   PackedGemmShape s;
   s.mr = static_cast<int>(kMR);
   s.nr = static_cast<int>(kNR);
-  s.kc = static_cast<int>(packed_detail::block_k(kNR));
+  s.kc = static_cast<int>(packed_detail::block_k(kMR));
   s.mc = static_cast<int>(packed_detail::block_m(kMR, static_cast<size_t>(s.kc)));
   s.vector_bits = static_cast<int>(kLanes * 32);
   s.target = hwy::TargetName(HWY_TARGET);
