@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what qkv needs and is missing (Debian 12, as root or with sudo), then builds it.
-#   scripts/setup.sh           what the library, the qkv command and the Python package need; builds
+#   scripts/setup.sh           what the library, the qkv command, the MPI layer and the Python package need; builds
 #                              build/ (the package in build/python, for Debian's /usr/bin/python3)
 #   scripts/setup.sh --test    also what the tests need (PyTorch as the oracle, GoogleTest, pytest) and
 #                              the fuzzers (clang's libFuzzer; fuzz/README.md)
@@ -15,6 +15,7 @@ want_tests=0
 
 packages=(g++ cmake make pkg-config nlohmann-json3-dev libcli11-dev libopenblas-dev libpcre2-dev libhwy-dev)
 packages+=(python3 python3-dev pybind11-dev python3-numpy)  # the Python package (python/): `import qkv`
+packages+=(libopenmpi-dev openmpi-bin)  # the MPI layer (src/mpi): ring attention under mpirun
 if [ "$want_tests" = 1 ]; then
   packages+=(googletest libgtest-dev libgmock-dev python3 python3-torch python3-numpy
              chromium)  # explore.browser drives it headless (tests/explore)

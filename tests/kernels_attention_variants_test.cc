@@ -83,7 +83,7 @@ enum class Slopes { kNone, kDefault, kArbitrary };
 struct Case {
   int64_t B = 1, H = 1, G = 1, T = 1, S = 1, D = 64, Dv = 64;
   MaskKind mask = MaskKind::kNone;
-  int64_t offset = 0, window = 0;
+  int64_t offset = 0, window = 0, key_offset = 0;
   Slopes alibi = Slopes::kNone;
   float softcap = 0.0f, dropout = 0.0f;
   bool interleaved = false;
@@ -91,7 +91,7 @@ struct Case {
     const char* m[] = {"none", "causal", "additive", "blocked"};
     const char* a[] = {"none", "default", "arbitrary"};
     return str("B=", B, " H=", H, " G=", G, " T=", T, " S=", S, " D=", D, " Dv=", Dv,
-               " mask=", m[static_cast<int>(mask)], " offset=", offset, " window=", window,
+               " mask=", m[static_cast<int>(mask)], " offset=", offset, " key_offset=", key_offset, " window=", window,
                " alibi=", a[static_cast<int>(alibi)], " softcap=", softcap, " p=", dropout,
                interleaved ? " interleaved" : " contiguous");
   }
@@ -111,6 +111,7 @@ struct Inputs {
     o.dropout_seed = 0xfeedbeef12345ULL + static_cast<uint64_t>(c.T);
     o.pool = pool;
     o.query_offset = c.offset;
+    o.key_offset = c.key_offset;
     o.window = c.window;
     o.alibi_slopes = c.alibi == Slopes::kNone ? nullptr : slopes.data();
     o.softcap = c.softcap;
@@ -209,6 +210,7 @@ std::vector<Case> random_cases(int n, uint32_t seed) {
     c.mask = static_cast<MaskKind>(pick(0, 1, 1, 2, 3));
     c.offset = pick(int64_t{0}, int64_t{0}, int64_t{5}, std::max<int64_t>(0, c.S - c.T), int64_t{200});
     c.window = pick(0, 0, 1, 9, 40, 1000);
+    c.key_offset = pick(int64_t{0}, int64_t{0}, int64_t{3}, c.offset + 1, std::max<int64_t>(0, c.offset - 6));
     c.alibi = static_cast<Slopes>(pick(0, 1, 2));
     c.softcap = pick(0.0f, 0.0f, 5.0f, 0.7f, 50.0f);
     c.dropout = pick(0.0f, 0.0f, 0.2f);
@@ -253,6 +255,13 @@ TEST(AttentionVariants, EachVariantAloneAndAllTogether) {
         Case x = c;
         x.offset = offset;
         x.S = base.T + offset;  // a KV cache of S keys decoding T queries
+        cases.push_back(x);
+      }
+      for (int64_t key_offset : {1, 6, 40, 90}) {  // a block of keys of a longer sequence (ring attention)
+        Case x = c;
+        x.key_offset = key_offset;
+        x.offset = 50;
+        x.dropout = key_offset == 6 ? 0.25f : 0.0f;
         cases.push_back(x);
       }
       for (int64_t w : {1, 8, 64, 500}) {
@@ -456,6 +465,9 @@ TEST(AttentionVariants, BadOptionsSayWhatIsWrong) {
   bad = {};
   bad.query_offset = -1;
   EXPECT_EQ(forward(bad, k, v), "attention_forward: query_offset must be in [0, 2^31), got -1");
+  bad = {};
+  bad.key_offset = int64_t{1} << 31;
+  EXPECT_EQ(forward(bad, k, v), "attention_forward: key_offset must be in [0, 2^31), got 2147483648");
   bad = {};
   const float slopes[] = {0.5f, kInf, 0.125f, 0.0625f};
   bad.alibi_slopes = slopes;

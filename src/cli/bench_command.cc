@@ -1,5 +1,6 @@
 // qkv bench --module {mha|causal-attention|attention-core} --batch B --seq-len T ...
 // qkv bench --module decode --kv-len S ... (bench_decode.cc)
+// mpirun -np N qkv bench --module ring-attention --seq-len T ... (bench_ring.cc, with MPI)
 //
 // Times the fast path on random inputs: median milliseconds over --iters runs after --warmup
 // runs, GFLOP/s counting only the work causal attention needs (projections + the visible half of
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_decode.h"
+#include "bench_ring.h"
 #include "commands.h"
 #include "flags.h"
 #include "qkv/core/checked.h"
@@ -43,11 +45,42 @@ struct BenchFlags {
   double softcap = 0.0;
   std::string rope = "none";  // mha
   std::string gemm;           // mha, causal-attention: the projections' product (empty: QKV_GEMM or qkv)
+  std::string split = "contiguous";  // ring-attention
 };
+
+// --module ring-attention: the ring's own flags; the others are refused by name.
+int run_ring(const BenchFlags& f, const CLI::App& sub) {
+  for (const char* flag : {"--kv-len", "--cache-dtype", "--window", "--alibi", "--softcap", "--rope", "--d-model"})
+    QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module ring-attention");
+  QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module ring-attention");
+  check_threads(f.threads);
+  RingBenchFlags r;
+  r.batch = f.batch;
+  r.seq_len = f.seq_len;
+  r.num_heads = f.num_heads;
+  r.num_kv_heads = f.num_kv_heads;
+  r.head_dim = f.head_dim == 0 ? 64 : f.head_dim;
+  r.backward = f.backward;
+  r.no_mask = f.no_mask;
+  r.json = f.json;
+  r.threads = f.threads;
+  r.iters = f.iters;
+  r.warmup = f.warmup;
+  r.dropout = f.dropout;
+  r.split = f.split;
+#ifdef QKV_HAVE_MPI
+  return run_ring_bench(r);
+#else
+  fail("--module ring-attention: this qkv was built without MPI (apt install libopenmpi-dev openmpi-bin, then "
+       "reconfigure; see the README's MPI section)");
+#endif
+}
 
 // The flags, checked and named in errors; the harness (qkv/perf/attention_bench.h) does the rest.
 int run_bench(BenchFlags& f, const CLI::App& sub) {
   QKV_CHECK(f.threads >= 0, "--threads ", f.threads, ": must be at least 1 (or 0: the default)");
+  if (f.module == "ring-attention") return run_ring(f, sub);
+  QKV_CHECK(sub.count("--split") == 0, "--split is a flag of --module ring-attention, not ", f.module);
   if (f.module == "decode") {
     for (const char* flag : {"--seq-len", "--backward", "--no-mask", "--dropout", "--window", "--alibi", "--softcap", "--rope"})
       QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module decode (it times one causal query per head "
@@ -201,9 +234,10 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--module", f->module,
                   "mha (fused QKV GEMM -> fused attention -> out_proj) | causal-attention (one head, no "
                   "out_proj) | attention-core (the fused kernel alone on (B, H, T, D)) | decode (one query per "
-                  "head over a KV cache of --kv-len positions, against the memory bandwidth)")
+                  "head over a KV cache of --kv-len positions, against the memory bandwidth) | ring-attention (the "
+                  "fused kernel's ring across MPI ranks: mpirun -np N qkv bench ...)")
       ->required()
-      ->check(CLI::IsMember({"mha", "causal-attention", "attention-core", "decode"}));
+      ->check(CLI::IsMember({"mha", "causal-attention", "attention-core", "decode", "ring-attention"}));
   add_number_with_default(sub, "--batch", f->batch, "Batch size B");
   add_number(sub, "--seq-len", f->seq_len, "Tokens T (every module but decode)");
   add_number(sub, "--kv-len", f->kv_len, "decode: cached positions S the query attends to");
@@ -230,6 +264,9 @@ Command add_bench(CLI::App& app) {
                   "The projections' matrix product: qkv (its own, at this CPU's vector width) | openblas "
                   "(default: $QKV_GEMM, else qkv)")
       ->check(CLI::IsMember({"qkv", "openblas"}));
+  sub->add_option("--split", f->split, "ring-attention: how the sequence is split over the ranks")
+      ->default_val("contiguous")
+      ->check(CLI::IsMember({"contiguous", "zigzag"}));
   sub->add_flag("--json", f->json, "Also print one JSON object as the last line");
   sub->footer("GFLOP/s count matrix-product FLOPs: 2 B T C 3C (QKV) + 2 B T C C (out_proj) + the attention's\n"
               "two products over the (i, j) pairs the causal mask leaves visible; backward: twice the projections'\n"

@@ -53,6 +53,10 @@ AttentionProblem make_problem(const char* what, ConstHeads q, ConstHeads k, Cons
   check_shape(what, "v", v, q.batch, k.heads, k.tokens, v.dim);
   QKV_CHECK(options.query_offset >= 0 && options.query_offset < (int64_t{1} << 31), what,
             ": query_offset must be in [0, 2^31), got ", options.query_offset);
+  QKV_CHECK(options.key_offset >= 0 && options.key_offset < (int64_t{1} << 31), what,
+            ": key_offset must be in [0, 2^31), got ", options.key_offset);
+  QKV_CHECK(options.head_offset >= 0 && options.head_offset < (int64_t{1} << 31), what,
+            ": head_offset must be in [0, 2^31), got ", options.head_offset);
   QKV_CHECK(options.window >= 0, what, ": the window must be positive (or 0 for none), got ", options.window);
   QKV_CHECK(std::isfinite(options.softcap) && options.softcap >= 0.0f, what,
             ": softcap must be positive (or 0 for none), got ", options.softcap);
@@ -88,6 +92,8 @@ AttentionProblem make_problem(const char* what, ConstHeads q, ConstHeads k, Cons
   p.keep_scale = p.dropout ? 1.0f / (1.0f - options.dropout_p) : 1.0f;
   p.pool = options.pool ? options.pool : &default_pool();
   p.query_offset = options.query_offset;
+  p.key_offset = options.key_offset;
+  p.head_offset = options.head_offset;
   p.window = options.window;
   p.alibi = options.alibi_slopes;
   p.softcap = options.softcap;
@@ -141,7 +147,7 @@ void attention_weights(ConstHeads q, ConstHeads k, const float* lse, const Atten
       const double sj = s[static_cast<size_t>(j)];
       double weight = (l == -inf || sj == -inf) ? 0.0 : std::exp(sj - l);
       if (after_dropout && p.dropout)
-        weight = dropout_kept(p.seed, p.threshold, b, h, p.pos(i), j) ? weight * p.keep_scale : 0.0;
+        weight = dropout_kept(p.seed, p.threshold, b, p.head_offset + h, p.pos(i), p.key_pos(j)) ? weight * p.keep_scale : 0.0;
       w[j] = static_cast<float>(weight);
     }
   }

@@ -19,6 +19,8 @@ struct AttentionProblem {
   float keep_scale = 1.0f;       // 1 / (1 - p)
   ThreadPool* pool = nullptr;    // never null here
   int64_t query_offset = 0;      // query i is at position query_offset + i
+  int64_t key_offset = 0;        // key j is at position key_offset + j
+  int64_t head_offset = 0;       // query head h is head head_offset + h (dropout's key)
   int64_t window = 0;            // 0: none
   const float* alibi = nullptr;  // (H) slopes or null
   float softcap = 0.0f;          // 0: none
@@ -27,16 +29,17 @@ struct AttentionProblem {
   // The key/value head query head h reads.
   int64_t kv_head(int64_t h) const { return h / (H / G); }
   int64_t pos(int64_t i) const { return query_offset + i; }
+  int64_t key_pos(int64_t j) const { return key_offset + j; }
   // Keys [visible_begin(i), visible_end(i)) are the ones the causal mask and the window leave
   // visible to query i (other masks may hide more of them); empty when begin >= end.
-  int64_t visible_end(int64_t i) const { return causal() ? (pos(i) + 1 < S ? pos(i) + 1 : S) : S; }
-  int64_t visible_begin(int64_t i) const {
-    if (window <= 0) return 0;
-    const int64_t first = pos(i) - window + 1;
-    return first > 0 ? (first < S ? first : S) : 0;
-  }
+  int64_t visible_end(int64_t i) const { return causal() ? clamp_key(pos(i) - key_offset + 1) : S; }
+  int64_t visible_begin(int64_t i) const { return window <= 0 ? 0 : clamp_key(pos(i) - window + 1 - key_offset); }
+  int64_t clamp_key(int64_t j) const { return j < 0 ? 0 : (j < S ? j : S); }
   // Whether any of the variants beyond the book's attention is on.
-  bool has_variants() const { return G != H || query_offset != 0 || window > 0 || alibi || softcap > 0.0f; }
+  bool has_variants() const {
+    return G != H || query_offset != 0 || key_offset != 0 || head_offset != 0 || window > 0 || alibi ||
+           softcap > 0.0f;
+  }
 };
 
 // The scores of query i of head (b, h) against every key, in double, as attention.h defines

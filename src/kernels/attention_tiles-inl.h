@@ -211,24 +211,32 @@ HWY_INLINE void Philox(VU& c0, VU& c1, VU& c2, VU& c3, uint32_t k0, uint32_t k1)
 #endif
 }
 
-// Dropout masks of keys j4 .. j4+3 (j4 % 4 == 0) for the kLanes queries i0 .. i0+kLanes-1 of
-// head (b, h): drop[r] is true where weight (i, j4 + r) is dropped.
+// Dropout masks of keys at positions j .. j+3 for the kLanes queries at positions i0 .. i0+kLanes-1
+// of head (b, h): drop[r] is true where weight (i, j + r) is dropped. One Philox call serves the 4
+// keys 4m .. 4m+3; a run that starts off a multiple of 4 (a block of keys at an offset, as ring
+// attention's are) takes two calls and picks the 4 words it needs.
 struct DropoutKey {
   uint32_t k0, k1, b, h, threshold;
 };
-HWY_INLINE void DropoutDrop4(const DropoutKey& key, int64_t i0, int64_t j4, hn::Mask<DF> drop[4]) {
+HWY_INLINE void DropoutDrop4(const DropoutKey& key, int64_t i0, int64_t j, hn::Mask<DF> drop[4]) {
   const DU du;
   const DF d;
   const DI di;
-  VU c0 = hn::Set(du, static_cast<uint32_t>(j4 >> 2));
-  VU c1 = hn::Iota(du, static_cast<uint32_t>(i0));
-  VU c2 = hn::Set(du, key.b);
-  VU c3 = hn::Set(du, key.h);
-  Philox(c0, c1, c2, c3, key.k0, key.k1);
+  const auto words_of = [&](uint32_t quad, VU w[4]) {
+    w[0] = hn::Set(du, quad);
+    w[1] = hn::Iota(du, static_cast<uint32_t>(i0));
+    w[2] = hn::Set(du, key.b);
+    w[3] = hn::Set(du, key.h);
+    Philox(w[0], w[1], w[2], w[3], key.k0, key.k1);
+  };
+  VU words[8];
+  const auto quad = static_cast<uint32_t>(j >> 2);
+  const auto skip = static_cast<size_t>(j & 3);
+  words_of(quad, words);
+  if (skip != 0) words_of(quad + 1, words + 4);
   const auto thr = hn::Set(di, static_cast<int32_t>(key.threshold));
-  const VU words[4] = {c0, c1, c2, c3};
-  for (int r = 0; r < 4; ++r) {
-    const auto top24 = hn::BitCast(di, hn::ShiftRight<8>(words[r]));
+  for (size_t r = 0; r < 4; ++r) {
+    const auto top24 = hn::BitCast(di, hn::ShiftRight<8>(words[skip + r]));
     drop[r] = hn::RebindMask(d, hn::Lt(top24, thr));
   }
 }

@@ -20,8 +20,8 @@
 //   dv_j += (Pt * z) d_o_i                     z = dropout keep / (1 - p)
 //   dSt = Pt * (dPt * z - Di),  Di = sum_d d_o[i, d] o[i, d]   (times 1 - tanh^2 with a softcap)
 //   dk_j += dSt (q_i * scale);  dq_i += dSt^T k_j   (dq scaled at the end)
-// Query i is at position query_offset + i: the causal mask, the window, ALiBi and the dropout
-// mask use positions. The variants' work (softcap, ALiBi, the window's mask) is decided once per
+// Query i is at position query_offset + i, key j at key_offset + j: the causal mask, the window,
+// ALiBi and the dropout mask use positions. The variants' work (softcap, ALiBi, the window's mask) is decided once per
 // call or per block, never per element on the book's path.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/flash_attention.cc"
@@ -171,7 +171,7 @@ void ApplyPositionMask(const AttentionProblem& p, float* HWY_RESTRICT st, int64_
   const auto zero = hn::Zero(di);
   // dist0[v] = pos - j0 of the lanes of query vector v; row j subtracts j
   hn::Vec<DI> dist0[kQueryVectors];
-  const int32_t base = ClampedDistance(pos0, j0);
+  const int32_t base = ClampedDistance(pos0, p.key_pos(j0));
   for (int v = 0; v < kQueryVectors; ++v) dist0[v] = hn::Iota(di, base + v * static_cast<int32_t>(kLanes));
   if (p.window <= 0) {  // causal only: the book's mask
     for (size_t j = 0; j < cols; ++j) {
@@ -229,8 +229,9 @@ void ApplyMask(const AttentionProblem& p, float* HWY_RESTRICT st, int64_t i0, in
 // needs ApplyMask: mask values, or some pair the causal mask or the window hides.
 bool BlockNeedsMask(const AttentionProblem& p, int64_t pos0, size_t rows, int64_t j0, size_t cols) {
   if (p.mask.kind == AttentionMask::Kind::kAdditive || p.mask.kind == AttentionMask::Kind::kBlocked) return true;
-  if (p.causal() && j0 + static_cast<int64_t>(cols) - 1 > pos0) return true;  // some key beyond some query
-  if (p.window > 0 && j0 <= pos0 + static_cast<int64_t>(rows) - 1 - p.window) return true;  // some key before a window
+  const int64_t key0 = p.key_pos(j0);
+  if (p.causal() && key0 + static_cast<int64_t>(cols) - 1 > pos0) return true;  // some key beyond some query
+  if (p.window > 0 && key0 <= pos0 + static_cast<int64_t>(rows) - 1 - p.window) return true;  // some key before a window
   return false;
 }
 
@@ -245,12 +246,12 @@ bool HasScoreVariants(const AttentionProblem& p) { return p.softcap > 0.0f || p.
 // back, in double (AlibiShift).
 int64_t AlibiAnchor(const AttentionProblem& p, int64_t h, int64_t i) {
   const int64_t begin = p.visible_begin(i), end = p.visible_end(i);
-  if (begin >= end) return p.pos(i);  // no visible key: any anchor
+  if (begin >= end) return p.pos(i) - p.key_offset;  // no visible key: any anchor (a local key index)
   return p.alibi[h] >= 0.0f ? end - 1 : begin;
 }
 // lse = lse' - AlibiShift, lse' the log-sum-exp of the anchored scores.
 double AlibiShift(const AttentionProblem& p, int64_t h, int64_t i) {
-  return static_cast<double>(p.alibi[h]) * static_cast<double>(p.pos(i) - AlibiAnchor(p, h, i));
+  return static_cast<double>(p.alibi[h]) * static_cast<double>(p.pos(i) - p.key_pos(AlibiAnchor(p, h, i)));
 }
 // anchor (Br) = AlibiAnchor of queries i0 + lane (as floats: exact below 2^24), the last row's
 // in lanes beyond rows.
@@ -292,7 +293,7 @@ void ApplyScoreVariants(const AttentionProblem& p, int64_t h, float* HWY_RESTRIC
 
 DropoutKey MakeDropoutKey(const AttentionProblem& p, int64_t b, int64_t h) {
   return {static_cast<uint32_t>(p.seed), static_cast<uint32_t>(p.seed >> 32), static_cast<uint32_t>(b),
-          static_cast<uint32_t>(h), p.threshold};
+          static_cast<uint32_t>(p.head_offset + h), p.threshold};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -400,7 +401,7 @@ void OnlineSoftmaxStep(const AttentionProblem& p, const DropoutKey& key, const Q
     for (size_t j = 0; j < cols; j += 4) {
       for (int v = 0; v < kQueryVectors; ++v) {
         hn::Mask<DF> drop[4];
-        DropoutDrop4(key, q.pos0 + v * static_cast<int64_t>(kLanes), j0 + static_cast<int64_t>(j), drop);
+        DropoutDrop4(key, q.pos0 + v * static_cast<int64_t>(kLanes), p.key_pos(j0 + static_cast<int64_t>(j)), drop);
         for (size_t r = 0; r < 4 && j + r < cols; ++r) {
           float* st = st_base + (j + r) * kBr + v * kLanes;
           const VF pr = Exp2(d, hn::Sub(hn::LoadU(d, st), m_use[v]));
@@ -707,7 +708,8 @@ void WeightsAndScoreGradient(const AttentionProblem& p, const DropoutKey& key, c
     const VF z = hn::Set(d, p.keep_scale);
     for (size_t j = 0; j < cols; j += 4) {
       hn::Mask<DF> drop[4];
-      if constexpr (kDropout) DropoutDrop4(key, pos0 + v * static_cast<int64_t>(kLanes), j0 + static_cast<int64_t>(j), drop);
+      if constexpr (kDropout)
+        DropoutDrop4(key, pos0 + v * static_cast<int64_t>(kLanes), p.key_pos(j0 + static_cast<int64_t>(j)), drop);
       for (size_t r = 0; r < 4 && j + r < cols; ++r) {
         const size_t at = (j + r) * kBr + v * kLanes;
         const VF w = Exp2(d, hn::Sub(hn::LoadU(d, pt + at), l));
@@ -739,9 +741,9 @@ void SoftcapGradient(float* HWY_RESTRICT dpt, const float* HWY_RESTRICT tt, size
 // Query rows [first, end) of query head h that can see some key of [key0, key1): the causal mask
 // hides key j from queries at positions before j, the window from those at j + window and after.
 std::pair<int64_t, int64_t> QueriesSeeing(const AttentionProblem& p, int64_t key0, int64_t key1) {
-  const int64_t first = p.causal() ? std::clamp<int64_t>(key0 - p.query_offset, 0, p.T) : 0;
+  const int64_t first = p.causal() ? std::clamp<int64_t>(p.key_pos(key0) - p.query_offset, 0, p.T) : 0;
   const int64_t end = p.window > 0 && key1 > key0
-                          ? std::clamp<int64_t>(key1 - 1 + p.window - p.query_offset, 0, p.T)
+                          ? std::clamp<int64_t>(p.key_pos(key1) - 1 + p.window - p.query_offset, 0, p.T)
                           : p.T;
   return {first, std::max(first, end)};
 }
@@ -797,8 +799,8 @@ void BackwardTask(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const
         const int64_t j0 = kj.j0;
         const size_t cols = kj.cols;
         // keys beyond the block's queries, or before the window of every one of them
-        if (p.causal() && j0 > pos0 + static_cast<int64_t>(rows) - 1) break;
-        if (p.window > 0 && j0 + static_cast<int64_t>(cols) - 1 <= pos0 - p.window) continue;
+        if (p.causal() && p.key_pos(j0) > pos0 + static_cast<int64_t>(rows) - 1) break;
+        if (p.window > 0 && p.key_pos(j0) + static_cast<int64_t>(cols) - 1 <= pos0 - p.window) continue;
         // St = k_j Qt_i, capped, biased, masked; dPt = v_j dOt_i
         BlockProduct<kScoreRows, kQueryVectors, false, Out::kStore, kD>(cols, kQueryVectors, kj.kb, Dp,
                                                                         s.qt + blk * D * kBr, kBr, D, s.pt, kBr);

@@ -8,12 +8,12 @@
 //
 //   q (B, H, T, D), k (B, G, S, D), v (B, G, S, Dv)  ->  o (B, H, T, Dv), lse (B, H, T)
 //   query head h reads key/value head g(h) = h / (H / G)   (PyTorch's repeat_interleave order)
-//   pos_i     = query_offset + i                              (key j is at position j)
+//   pos_i     = query_offset + i,  pos_j = key_offset + j      (both offsets 0 by default)
 //   x[i, j]   = scale * (q[i] . k[j])
 //   s[i, j]   = softcap ? softcap * tanh(x / softcap) : x     (Gemma 2's logit softcapping)
 //               (+ mask[i, j] for an additive mask)
-//               - slope[h] * (pos_i - j)                     with ALiBi slopes
-//               -inf where hidden: causal and j > pos_i; window w > 0 and j <= pos_i - w;
+//               - slope[h] * (pos_i - pos_j)                 with ALiBi slopes
+//               -inf where hidden: causal and pos_j > pos_i; window w > 0 and pos_j <= pos_i - w;
 //                                  boolean mask and mask[i, j] != 0
 //   lse[i]    = log(sum_j exp(s[i, j]))                    -inf when every key is blocked
 //   w[i, j]   = exp(s[i, j] - lse[i])                       0 when every key is blocked
@@ -29,13 +29,18 @@
 // With query_offset = 0 the causal mask is top-left aligned (key j is visible to query i when
 // j <= i), as the book's triu(ones(T, T), 1)[:T, :S] buffer is; it is allowed with T != S. A
 // KV cache of S keys decoding T new queries sets query_offset = S - T (bottom-right aligned).
+// key_offset places the keys too: a block of a longer sequence's keys, as ring attention
+// (qkv/mpi/ring_attention.h) hands the kernel one rank's block at a time. A query may then see
+// none of the block's keys (causal, pos_i < key_offset): o = 0, lse = -inf, and merging the
+// blocks' (o, lse) by the log-sum-exp rule gives the attention over all of them.
 // Additive and boolean masks are (T, S) float32 arrays with a row stride; a boolean mask blocks
 // where the value is non-zero (the book's mask.bool()). -inf in an additive mask blocks, as in
 // notebook 002.
 //
-// Dropout draws each weight's keep/drop from Philox keyed by the seed and (b, h, pos_i, j) (see
-// philox.h), so the mask does not depend on threads, tiling or how a sequence was split between
-// a prefill and cached steps, and the backward pass regenerates it. It is a different mask from
+// Dropout draws each weight's keep/drop from Philox keyed by the seed and (b, head_offset + h,
+// pos_i, pos_j) (see philox.h), so the mask does not depend on threads, tiling, how a sequence was
+// split between a prefill and cached steps, or between the ranks of a ring, or which heads a call
+// was given; the backward pass regenerates it. It is a different mask from
 // PyTorch's nn.Dropout (which qkv reproduces on the textbook path).
 //
 // The fused kernels tile queries by blocks of Br and keys by blocks of Bc, keep a running max
@@ -109,6 +114,9 @@ struct AttentionOptions {
   ThreadPool* pool = nullptr;  // nullptr: default_pool()
   // Today's variants, all off by default (see the score formula at the top):
   int64_t query_offset = 0;             // >= 0: query i is at position query_offset + i
+  int64_t key_offset = 0;               // >= 0: key j is at position key_offset + j
+  int64_t head_offset = 0;              // >= 0: query head h is head head_offset + h of the layer
+                                        // (the dropout mask's key; for calls on a slice of heads)
   int64_t window = 0;                   // > 0: key j hidden from query i when j <= pos_i - window; 0: none
   const float* alibi_slopes = nullptr;  // (H) one finite slope per query head, or null: no ALiBi
   float softcap = 0.0f;                 // > 0: scores capped as softcap * tanh(x / softcap); 0: none

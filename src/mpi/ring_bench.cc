@@ -1,0 +1,137 @@
+// The ring attention benchmark harness (qkv/mpi/ring_bench.h).
+#include "qkv/mpi/ring_bench.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "qkv/core/error.h"
+#include "qkv/kernels/attention.h"
+
+namespace qkv::mpi {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double max_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+// Uniform values in [-1, 1) from a 64-bit LCG: cheap for the hundreds of millions of floats of a
+// long sequence, different on every rank.
+void fill(std::vector<float>& x, uint64_t seed) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
+  for (float& e : x) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    e = static_cast<float>(static_cast<double>(s >> 40) / 8388608.0 - 1.0);
+  }
+}
+
+void barrier(const Communicator& comm) {
+  std::vector<MPI_Request> r(1);
+  MPI_Ibarrier(comm.comm(), &r[0]);
+  comm.wait_all(r, "ring bench: the barrier before a run");
+}
+
+}  // namespace
+
+RingBenchReport run_ring_bench(const Communicator& comm, const RingBenchShape& shape, int iters, int warmup,
+                               ThreadPool& pool) {
+  QKV_CHECK(iters >= 1 && warmup >= 0, "run_ring_bench: iters (", iters, ") must be >= 1 and warmup (", warmup, ") >= 0");
+  const SequenceSplit split(shape.split, shape.seq_len, comm.size());
+  const int64_t B = shape.batch, H = shape.num_heads, G = shape.num_kv_heads, D = shape.head_dim;
+  const int64_t Tr = split.tokens(comm.rank());
+  const auto n = [](int64_t a, int64_t b, int64_t c, int64_t d) { return static_cast<size_t>(std::max<int64_t>(a * b * c * d, 1)); };
+  std::vector<float> q(n(B, H, Tr, D)), k(n(B, G, Tr, D)), v(n(B, G, Tr, D)), o(n(B, H, Tr, D)), lse(n(B, H, Tr, 1));
+  std::vector<float> d_o, dq, dk, dv;
+  fill(q, 3 * static_cast<uint64_t>(comm.rank()) + 1);
+  fill(k, 3 * static_cast<uint64_t>(comm.rank()) + 2);
+  fill(v, 3 * static_cast<uint64_t>(comm.rank()) + 3);
+  if (shape.backward) {
+    d_o.resize(o.size());
+    fill(d_o, 1000 + static_cast<uint64_t>(comm.rank()));
+    dq.resize(q.size());
+    dk.resize(k.size());
+    dv.resize(v.size());
+  }
+  using kernels::ConstHeads;
+  using kernels::MutableHeads;
+  RingAttentionOptions opt;
+  opt.seq_len = shape.seq_len;
+  opt.split = shape.split;
+  opt.attention.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  opt.attention.mask = shape.causal ? kernels::AttentionMask::causal() : kernels::AttentionMask::none();
+  opt.attention.dropout_p = shape.dropout;
+  opt.attention.dropout_seed = 1234;
+  opt.attention.pool = &pool;
+  const auto qh = ConstHeads::contiguous(q.data(), B, H, Tr, D), kh = ConstHeads::contiguous(k.data(), B, G, Tr, D),
+             vh = ConstHeads::contiguous(v.data(), B, G, Tr, D);
+  const auto oh = MutableHeads::contiguous(o.data(), B, H, Tr, D);
+
+  RingBenchReport r;
+  r.shape = shape;
+  r.ranks = comm.size();
+  r.threads = pool.num_threads();
+  r.iters = iters;
+  RankReport mine;
+  mine.tokens = Tr;
+  for (int it = 0; it < warmup + iters; ++it) {
+    barrier(comm);
+    const Clock::time_point t0 = Clock::now();
+    RingTimes fwd, bwd;
+    ring_attention_forward(comm, qh, kh, vh, oh, lse.data(), opt, &fwd);
+    if (shape.backward)
+      ring_attention_backward(comm, qh, kh, vh, oh, ConstHeads::contiguous(d_o.data(), B, H, Tr, D), lse.data(),
+                              MutableHeads::contiguous(dq.data(), B, H, Tr, D),
+                              MutableHeads::contiguous(dk.data(), B, G, Tr, D),
+                              MutableHeads::contiguous(dv.data(), B, G, Tr, D), opt, &bwd);
+    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (it < warmup) continue;
+    mine.run_ms += ms / iters;
+    mine.compute_ms += 1e3 * (fwd.compute + bwd.compute) / iters;
+    mine.comm_ms += 1e3 * (fwd.comm + bwd.comm) / iters;
+    mine.wait_ms += 1e3 * (fwd.wait + bwd.wait) / iters;
+    double slowest = 0;
+    std::vector<MPI_Request> req(1);
+    MPI_Iallreduce(&ms, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm.comm(), &req[0]);
+    comm.wait_all(req, "ring bench: the slowest rank's time");
+    r.times_ms.push_back(slowest);
+  }
+  mine.max_rss_mib = max_rss_mib();
+  // Every rank's report to rank 0, as doubles.
+  const double row[6] = {static_cast<double>(mine.tokens), mine.run_ms, mine.compute_ms, mine.comm_ms, mine.wait_ms,
+                         mine.max_rss_mib};
+  std::vector<double> rows(6 * static_cast<size_t>(comm.size()));
+  std::vector<MPI_Request> req(1);
+  MPI_Igather(row, 6, MPI_DOUBLE, rows.data(), 6, MPI_DOUBLE, 0, comm.comm(), &req[0]);
+  comm.wait_all(req, "ring bench: gathering the ranks' reports");
+  std::vector<double> sorted = r.times_ms;
+  std::sort(sorted.begin(), sorted.end());
+  r.median_ms = sorted[sorted.size() / 2];
+  r.min_ms = sorted.front();
+  r.max_ms = sorted.back();
+  const bool causal = shape.causal;
+  const int64_t T = shape.seq_len;
+  r.flops = kernels::attention_forward_flops(B, H, T, T, D, D, causal) +
+            (shape.backward ? kernels::attention_backward_flops(B, H, T, T, D, D, causal) : 0.0);
+  r.gflops = r.flops / (r.median_ms * 1e6);
+  if (comm.rank() == 0) {
+    double wait = 0, transfer = 0;
+    for (int x = 0; x < comm.size(); ++x) {
+      const double* e = rows.data() + 6 * x;
+      r.per_rank.push_back({static_cast<int64_t>(e[0]), e[1], e[2], e[3], e[4], e[5]});
+      wait += e[4];
+      transfer += e[3];
+      r.max_rank_rss_mib = std::max(r.max_rank_rss_mib, e[5]);
+    }
+    r.comm_hidden = transfer > 0 ? 1.0 - wait / transfer : 1.0;
+  }
+  return r;
+}
+
+}  // namespace qkv::mpi
