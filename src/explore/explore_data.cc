@@ -1,5 +1,6 @@
 // What the explore page shows, from the walkthrough, one module's trace, or an attention LM.
 // See include/qkv/explore/explore.h. Legend: T tokens, H heads, G key/value heads, D head dim.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -56,12 +57,48 @@ Tensor rollout_of(const std::vector<ExploreLayer>& layers, int64_t T) {
   return r;
 }
 
+// The rollout and the model view's thumbnails of a page whose layers are filled in.
+void summarise(ExplorePage& p) {
+  const int64_t T = static_cast<int64_t>(p.tokens.size());
+  p.rollout = rollout_of(p.layers, T);
+  p.rollout_thumbnail = explore_thumbnail(p.rollout.unsqueeze(0)).select(0, 0).contiguous();
+  for (ExploreLayer& l : p.layers) {
+    const Tensor w = l.weights.contiguous();
+    const int64_t H = w.size(0), cells = T * T;
+    Tensor max_over = Tensor::zeros({1, T, T});
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t n = 0; n < cells; ++n) max_over.data()[n] = std::max(max_over.data()[n], w.data()[h * cells + n]);
+    l.thumbnails = explore_thumbnail(cat({w, mean(w, 0).unsqueeze(0), max_over}, 0));
+  }
+}
+
 ExploreStep step(std::string name, std::string caption, Tensor value, bool per_head = false,
                  std::vector<ExploreLink> links = {}, int64_t layer = -1) {
   return {std::move(name), std::move(caption), std::move(value), per_head, layer, std::move(links), ""};
 }
 
 }  // namespace
+
+Tensor explore_thumbnail(const Tensor& matrices) {
+  const Tensor m = matrices.contiguous();
+  QKV_CHECK(m.dim() == 3 && m.size(1) == m.size(2), "explore_thumbnail: expected (rows, T, T), got ", m.describe());
+  const int64_t R = m.size(0), T = m.size(1), n = std::min(T, kExploreThumbnail);
+  Tensor out = Tensor::empty({R, n, n});
+  std::vector<int64_t> block(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) block[static_cast<size_t>(i)] = i * n / T;
+  const float lowest = -std::numeric_limits<float>::infinity();
+  for (int64_t k = 0; k < R * n * n; ++k) out.data()[k] = lowest;
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t i = 0; i < T; ++i) {
+      float* row = out.data() + (r * n + block[static_cast<size_t>(i)]) * n;
+      const float* src = m.data() + (r * T + i) * T;
+      for (int64_t j = 0; j < T; ++j) {
+        float& o = row[block[static_cast<size_t>(j)]];
+        o = std::max(o, src[j]);
+      }
+    }
+  return out;
+}
 
 ExplorePage explore_walkthrough(const Walkthrough& w) {
   ExplorePage p;
@@ -135,7 +172,7 @@ ExplorePage explore_walkthrough(const Walkthrough& w) {
   layer.keys = repeat_heads(trace.keys.select(0, 0).contiguous(), 2);
   layer.scale = std::sqrt(static_cast<float>(mha.head_dim()));
   p.layers.push_back(layer);
-  p.rollout = rollout_of(p.layers, T);
+  summarise(p);
   return p;
 }
 
@@ -297,7 +334,7 @@ ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& i
   layer.alibi = var.alibi_slopes;
   layer.window = var.window;
   p.layers.push_back(layer);
-  p.rollout = rollout_of(p.layers, T);
+  summarise(p);
   return p;
 }
 
@@ -364,7 +401,7 @@ ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std:
     p.layers.push_back(layer);
     x = next;
   }
-  p.rollout = rollout_of(p.layers, T);
+  summarise(p);
   return p;
 }
 

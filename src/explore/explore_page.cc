@@ -117,8 +117,10 @@ void for_each_tensor(const ExplorePage& page, F&& f) {
     f(l.weights);
     f(l.queries);
     f(l.keys);
+    if (l.thumbnails.defined()) f(l.thumbnails);
   }
   if (page.rollout.defined()) f(page.rollout);
+  if (page.rollout_thumbnail.defined()) f(page.rollout_thumbnail);
 }
 
 }  // namespace
@@ -180,6 +182,7 @@ std::string explore_html(const ExplorePage& page, ExplorePrecision p) {
     layers.push_back({{"weights", tensors.add(n + "weights", L.weights)},
                       {"queries", tensors.add(n + "queries", L.queries)},
                       {"keys", tensors.add(n + "keys", L.keys)},
+                      {"thumbnails", tensors.add(n + "thumbnails", L.thumbnails)},
                       {"scale", L.scale},
                       {"softcap", L.softcap},
                       {"alibi", L.alibi},
@@ -194,6 +197,7 @@ std::string explore_html(const ExplorePage& page, ExplorePrecision p) {
                       {"heads", page.layers.front().weights.size(0)},
                       {"layers", layers},
                       {"rollout", tensors.add("rollout", page.rollout)},
+                      {"rolloutThumbnail", tensors.add("rollout_thumbnail", page.rollout_thumbnail)},
                       {"pipeline", steps}};
   j["tensors"] = std::move(tensors.json());
   // Labels may be any bytes (a GPT-2 token can be half a character): invalid UTF-8 becomes U+FFFD.

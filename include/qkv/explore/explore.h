@@ -57,6 +57,10 @@ struct ExploreLayer {
   // MultiHeadAttention's variants that change what softmax reads (attention_variants.h), for the
   // neuron view: scaled = score / scale, softcap * tanh(scaled / softcap), - alibi[h] * (i - j),
   // -inf where j > i (causal) or j <= i - window.
+  // The model view's thumbnails, computed when the page is made: (H + 2, n, n) for n =
+  // min(T, kExploreThumbnail), each pixel the largest weight of its block of cells (i n / T, j n / T
+  // rounded down): the heads, then the mean and the max over the heads.
+  Tensor thumbnails;
   float softcap = 0;          // 0: none
   std::vector<float> alibi;   // (H) slopes, or empty
   int64_t window = 0;         // 0: none
@@ -70,8 +74,16 @@ struct ExplorePage {
   double dropout = 0.0;  // active dropout probability (0: none)
   std::vector<ExploreLayer> layers;
   Tensor rollout;  // (T, T)
+  Tensor rollout_thumbnail;  // (n, n), pooled as the layers' thumbnails
   std::vector<ExploreStep> pipeline;
 };
+
+// The model view's thumbnail size in pixels (page.html draws them at this size).
+inline constexpr int64_t kExploreThumbnail = 110;
+
+// (rows, T, T) -> (rows, n, n), n = min(T, kExploreThumbnail): each pixel the largest value of its
+// block of cells (so that a thin diagonal stays visible).
+Tensor explore_thumbnail(const Tensor& matrices);
 
 // The chapter on a sentence as `qkv walkthrough` computes it: its named steps are the pipeline
 // (the same numbers `qkv walkthrough --json` prints), its MultiHeadAttention the layer.
