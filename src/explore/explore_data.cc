@@ -1,16 +1,33 @@
 // What the explore page shows, from the walkthrough, one module's trace, or an attention LM.
 // See include/qkv/explore/explore.h. Legend: T tokens, H heads, G key/value heads, D head dim.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <map>
 #include <utility>
 
 #include "qkv/core/error.h"
 #include "qkv/core/ops.h"
 #include "qkv/explore/explore.h"
+#include "qkv/modules/attention_variants.h"
 #include "qkv/modules/multi_head_attention.h"
 
 namespace qkv {
 namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// A float as the captions say it: its shortest decimal that reads back the same.
+std::string number(float x) {
+  char buf[32];
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(x));
+    if (std::strtof(buf, nullptr) == x) break;
+  }
+  return buf;
+}
 
 // Per head (H, rows, cols) from a trace tensor: (B, H, T, X) with heads, else (B, T, X) or (T, X).
 Tensor heads_of(const Tensor& t, bool multi_head, int input_rank) {
@@ -40,12 +57,48 @@ Tensor rollout_of(const std::vector<ExploreLayer>& layers, int64_t T) {
   return r;
 }
 
+// The rollout and the model view's thumbnails of a page whose layers are filled in.
+void summarise(ExplorePage& p) {
+  const int64_t T = static_cast<int64_t>(p.tokens.size());
+  p.rollout = rollout_of(p.layers, T);
+  p.rollout_thumbnail = explore_thumbnail(p.rollout.unsqueeze(0)).select(0, 0).contiguous();
+  for (ExploreLayer& l : p.layers) {
+    const Tensor w = l.weights.contiguous();
+    const int64_t H = w.size(0), cells = T * T;
+    Tensor max_over = Tensor::zeros({1, T, T});
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t n = 0; n < cells; ++n) max_over.data()[n] = std::max(max_over.data()[n], w.data()[h * cells + n]);
+    l.thumbnails = explore_thumbnail(cat({w, mean(w, 0).unsqueeze(0), max_over}, 0));
+  }
+}
+
 ExploreStep step(std::string name, std::string caption, Tensor value, bool per_head = false,
                  std::vector<ExploreLink> links = {}, int64_t layer = -1) {
   return {std::move(name), std::move(caption), std::move(value), per_head, layer, std::move(links), ""};
 }
 
 }  // namespace
+
+Tensor explore_thumbnail(const Tensor& matrices) {
+  const Tensor m = matrices.contiguous();
+  QKV_CHECK(m.dim() == 3 && m.size(1) == m.size(2), "explore_thumbnail: expected (rows, T, T), got ", m.describe());
+  const int64_t R = m.size(0), T = m.size(1), n = std::min(T, kExploreThumbnail);
+  Tensor out = Tensor::empty({R, n, n});
+  std::vector<int64_t> block(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) block[static_cast<size_t>(i)] = i * n / T;
+  const float lowest = -std::numeric_limits<float>::infinity();
+  for (int64_t k = 0; k < R * n * n; ++k) out.data()[k] = lowest;
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t i = 0; i < T; ++i) {
+      float* row = out.data() + (r * n + block[static_cast<size_t>(i)]) * n;
+      const float* src = m.data() + (r * T + i) * T;
+      for (int64_t j = 0; j < T; ++j) {
+        float& o = row[block[static_cast<size_t>(j)]];
+        o = std::max(o, src[j]);
+      }
+    }
+  return out;
+}
 
 ExplorePage explore_walkthrough(const Walkthrough& w) {
   ExplorePage p;
@@ -73,7 +126,17 @@ ExplorePage explore_walkthrough(const Walkthrough& w) {
       {"causal.masked_simple", {{"causal.attn_weights_unmasked", "i", "j"}, {"causal.mask_simple", "i", "j"}}},
       {"causal.masked_simple_norm", {{"causal.masked_simple", "i", "*"}}},
       {"causal.attn_weights", {{"causal.masked_scores", "i", "*"}}},
-      {"dropout.causal_weights_p05_seed123", {{"causal.attn_weights", "i", "j"}}},
+      {"dropout.causal_weights_p05_seed123",
+       {{"causal.attn_weights", "i", "j"}, {"dropout.ones_p05_seed123", "i", "j"}}},  // the same seed's mask
+      // the modules' outputs and weights: a softmax row reads every key, so each cell reads all inputs
+      {"sa_v1.seed123", {{"inputs", "*", "*"}}},
+      {"sa_v2.seed789", {{"inputs", "*", "*"}}},
+      {"causal.attn_weights_unmasked", {{"inputs", "*", "*"}}},
+      {"causal.masked_scores", {{"inputs", "i", "*"}, {"inputs", "j", "*"}, {"causal.mask_simple", "i", "j"}}},
+      {"causal_attention.seed123", {{"inputs", "*", "*"}}},
+      {"mha_wrapper.seed123", {{"inputs", "*", "*"}}},
+      {"mha.seed123", {{"inputs", "*", "*"}}},
+      {"mha.attn_weights", {{"inputs", "*", "*"}}},
   };
   for (const WalkthroughStep& s : w.steps) {
     ExploreStep e = step(s.name, s.section + ": " + s.caption, s.value);
@@ -109,7 +172,7 @@ ExplorePage explore_walkthrough(const Walkthrough& w) {
   layer.keys = repeat_heads(trace.keys.select(0, 0).contiguous(), 2);
   layer.scale = std::sqrt(static_cast<float>(mha.head_dim()));
   p.layers.push_back(layer);
-  p.rollout = rollout_of(p.layers, T);
+  summarise(p);
   return p;
 }
 
@@ -162,19 +225,74 @@ ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& i
   const float scale = std::sqrt(static_cast<float>(keys.size(-1)));
   p.pipeline.push_back(step("scores", "attn_scores = queries @ keys.T", H(trace.scores), true,
                             {{"queries", "i", "*"}, {"keys", "j", "*"}}));
-  std::string before_scale = "scores";
+  // The module's mask (causal, and the window), as 1 where a key is hidden: where the masked
+  // scores are -inf and the scores are not.
+  Tensor mask;
   if (trace.masked_scores.defined()) {
-    p.pipeline.push_back(step("masked_scores", "attn_scores.masked_fill(mask.bool()[:T, :T], -inf): the causal mask",
-                              H(trace.masked_scores), true, {{"scores", "i", "j"}}));
-    before_scale = "masked_scores";
+    const Tensor ms = H(trace.masked_scores).select(0, 0).contiguous(), sc = H(trace.scores).select(0, 0).contiguous();
+    mask = Tensor::zeros({T, T});
+    for (int64_t n = 0; n < T * T; ++n)
+      mask.data()[n] = ms.data()[n] == -kInf && sc.data()[n] != -kInf ? 1.0f : 0.0f;
+    p.pipeline.push_back(step("mask", config.window > 0 ? "the mask: 1 where key j is hidden from query i (j > i, or j <= i - window)"
+                                                        : "mask.bool()[:T, :T]: 1 where key j is hidden from query i (j > i)",
+                              mask));
+  }
+  // What softmax reads, in the order the module computes it: the book's MultiHeadAttention masks
+  // the scores and then scales them; with a softcap or ALiBi (attention_variants.h) the scores are
+  // scaled, capped, biased and then masked.
+  const AttentionVariants var = has("out_proj.weight") ? resolve_variants(config, "explore") : AttentionVariants{};
+  std::string softmax_input;
+  if (var.softcap > 0.0f || !var.alibi_slopes.empty()) {
+    Tensor logits = div(H(trace.scores), scale);
+    p.pipeline.push_back(step("scaled_scores", "attn_scores / keys.shape[-1] ** 0.5", logits, true, {{"scores", "i", "j"}}));
+    std::string last = "scaled_scores";
+    if (var.softcap > 0.0f) {  // capped = softcap * tanh(scaled / softcap)
+      Tensor capped = Tensor::empty(logits.shape());
+      for (int64_t n = 0; n < logits.numel(); ++n) capped.data()[n] = std::tanh(logits.data()[n] / var.softcap) * var.softcap;
+      logits = capped;
+      p.pipeline.push_back(step("capped_scores", "softcap * tanh(scaled / softcap), softcap = " + number(var.softcap),
+                                logits, true, {{last, "i", "j"}}));
+      last = "capped_scores";
+    }
+    if (!var.alibi_slopes.empty()) {  // biased = capped - slope[h] * (i - j)
+      Tensor biased = Tensor::empty(logits.shape());
+      std::string slopes;
+      for (int64_t h = 0; h < heads; ++h) {
+        const float slope = var.alibi_slopes[static_cast<size_t>(h)];
+        slopes += (h ? ", " : "") + number(slope);
+        for (int64_t i = 0; i < T; ++i)
+          for (int64_t j = 0; j < T; ++j) {
+            const int64_t n = (h * T + i) * T + j;
+            biased.data()[n] = logits.data()[n] + -slope * static_cast<float>(i - j);
+          }
+      }
+      logits = biased;
+      p.pipeline.push_back(step("alibi_scores", last + " - slope[h] * (i - j) (ALiBi), slopes " + slopes, logits, true,
+                                {{last, "i", "j"}}));
+      last = "alibi_scores";
+    }
+    if (mask.defined()) {
+      logits = masked_fill(logits, mask, -kInf);
+      p.pipeline.push_back(step("masked_scores", last + ".masked_fill(mask, -inf): softmax's input", logits, true,
+                                {{last, "i", "j"}, {"mask", "i", "j"}}));
+      last = "masked_scores";
+    }
+    softmax_input = last;
+  } else {
+    std::string before_scale = "scores";
+    if (mask.defined()) {
+      p.pipeline.push_back(step("masked_scores", "attn_scores.masked_fill(mask.bool()[:T, :T], -inf)",
+                                H(trace.masked_scores), true, {{"scores", "i", "j"}, {"mask", "i", "j"}}));
+      before_scale = "masked_scores";
+    }
+    p.pipeline.push_back(step("scaled_scores", "attn_scores / keys.shape[-1] ** 0.5: softmax's input",
+                              div(H(trace.masked_scores.defined() ? trace.masked_scores : trace.scores), scale), true,
+                              {{before_scale, "i", "j"}}));
+    softmax_input = "scaled_scores";
   }
   const Tensor weights = H(trace.weights);
-  p.pipeline.push_back(step("scaled_scores",
-                            "attn_scores / keys.shape[-1] ** 0.5 (softmax's input; ALiBi and softcap not shown)",
-                            div(H(trace.masked_scores.defined() ? trace.masked_scores : trace.scores), scale), true,
-                            {{before_scale, "i", "j"}}));
-  p.pipeline.push_back(step("attn_weights", "torch.softmax(scaled scores, dim=-1)", weights, true,
-                            {{"scaled_scores", "i", "*"}}));
+  p.pipeline.push_back(step("attn_weights", "torch.softmax(" + softmax_input + ", dim=-1)", weights, true,
+                            {{softmax_input, "i", "*"}}));
   p.pipeline.push_back(
       step("row_sums", "attn_weights.sum(dim=-1): each row sums to 1", sum(weights, -1, true), true,
            {{"attn_weights", "i", "*"}}));
@@ -199,7 +317,12 @@ ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& i
                                                           : "the module's output, (T, d_out)",
                          rank == 3 ? output.select(0, 0).contiguous() : output);
   out.index_prefix = batch;
-  if (has("out_proj.weight")) out.links = {{"out_proj.weight", "j", "*"}, {"out_proj.bias", "0", "j"}};
+  // output[i][j]: out_proj from context row i (every head's) and weight row j; without out_proj the
+  // context itself (heads concatenated for the wrapper: column j is head j / D's column j mod D)
+  if (has("out_proj.weight"))
+    out.links = {{"context", "i", "*"}, {"out_proj.weight", "j", "*"}, {"out_proj.bias", "0", "j"}};
+  else
+    out.links = {{"context", "i", mh ? "jd" : "j"}};
   p.pipeline.push_back(out);
 
   ExploreLayer layer;
@@ -207,8 +330,11 @@ ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& i
   layer.queries = queries;
   layer.keys = repeat_heads(keys, heads);
   layer.scale = scale;
+  layer.softcap = var.softcap;
+  layer.alibi = var.alibi_slopes;
+  layer.window = var.window;
   p.layers.push_back(layer);
-  p.rollout = rollout_of(p.layers, T);
+  summarise(p);
   return p;
 }
 
@@ -233,6 +359,7 @@ ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std:
     const Tensor next = add(x, y);
     ExploreStep in = step(b + "input", "block " + std::to_string(l) + "'s input x (embeddings + earlier blocks), (T, C)",
                           x.select(0, 0).contiguous(), false, {}, li);
+    if (l > 0) in.links = {{"blocks." + std::to_string(l - 1) + ".output", "i", "j"}};  // the block before's output
     in.index_prefix = "[0]";
     p.pipeline.push_back(in);
     for (const auto& [w, t] : {std::pair{"W_query", &block.W_query.weight}, {"W_key", &block.W_key.weight},
@@ -259,7 +386,7 @@ ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std:
     p.pipeline.push_back(step(b + "out_proj.weight", "out_proj.weight (C, C)", block.out_proj.weight, false, {}, li));
     ExploreStep out = step(b + "output", "x + out_proj(context): the residual stream after the block",
                            next.select(0, 0).contiguous(), false,
-                           {{b + "input", "i", "j"}, {b + "out_proj.weight", "j", "*"}}, li);
+                           {{b + "input", "i", "j"}, {b + "context", "i", "*"}, {b + "out_proj.weight", "j", "*"}}, li);
     out.index_prefix = "[0]";
     p.pipeline.push_back(out);
     ExploreLayer layer;
@@ -267,10 +394,14 @@ ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std:
     layer.queries = queries;
     layer.keys = repeat_heads(keys, queries.size(0));
     layer.scale = std::sqrt(static_cast<float>(block.head_dim()));
+    const AttentionVariants var = resolve_variants(block.config, "explore");
+    layer.softcap = var.softcap;
+    layer.alibi = var.alibi_slopes;
+    layer.window = var.window;
     p.layers.push_back(layer);
     x = next;
   }
-  p.rollout = rollout_of(p.layers, T);
+  summarise(p);
   return p;
 }
 

@@ -9,57 +9,12 @@
 
 #include "qkv/core/error.h"
 #include "qkv/explore/explore.h"
+#include "qkv/explore/page_encoding.h"
 
 namespace qkv {
 namespace {
 
 constexpr const char* kDataMarker = "__QKV_DATA__";
-
-const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-std::string base64(const std::string& bytes) {
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    const uint32_t n = (uint32_t(uint8_t(bytes[i])) << 16) | (uint32_t(uint8_t(bytes[i + 1])) << 8) | uint8_t(bytes[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out += kB64[(n >> s) & 63];
-  }
-  if (i < bytes.size()) {
-    uint32_t n = uint32_t(uint8_t(bytes[i])) << 16;
-    if (i + 1 < bytes.size()) n |= uint32_t(uint8_t(bytes[i + 1])) << 8;
-    out += kB64[(n >> 18) & 63];
-    out += kB64[(n >> 12) & 63];
-    out += i + 1 < bytes.size() ? kB64[(n >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
-
-// IEEE half, round to nearest even; overflow to infinity.
-uint16_t to_half(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t exp = (x >> 23) & 0xffu;
-  uint32_t mant = x & 0x7fffffu;
-  if (exp == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));
-  const int e = static_cast<int>(exp) - 127 + 15;
-  if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (e <= 0) {
-    if (e < -10) return static_cast<uint16_t>(sign);
-    mant |= 0x800000u;
-    const int shift = 14 - e;
-    uint32_t h = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1u))) ++h;
-    return static_cast<uint16_t>(sign | h);
-  }
-  uint32_t h = (static_cast<uint32_t>(e) << 10) | (mant >> 13);
-  const uint32_t rem = mant & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent: right
-  return static_cast<uint16_t>(sign | h);
-}
 
 // A tensor whose last two dims are square and zero above the diagonal is stored as its lower
 // triangles (i (i + 1) / 2 + j), halving causal weights.
@@ -106,6 +61,14 @@ nlohmann::json encode_tensor(const Tensor& src, ExplorePrecision p) {
     }
   }
   if (!(lo <= hi)) lo = hi = 0;
+  // float16 cannot hold a finite value beyond 65504: such a tensor is stored as float32, so that a
+  // number never reads as infinity (nor a large negative score as a masked one).
+  if (p == ExplorePrecision::kF16)
+    for (float x : v)
+      if (std::isfinite(x) && (float_to_half(x) & 0x7fffu) == 0x7c00u) {
+        p = ExplorePrecision::kF32;
+        break;
+      }
   std::string bytes;
   switch (p) {
     case ExplorePrecision::kF32:
@@ -114,21 +77,18 @@ nlohmann::json encode_tensor(const Tensor& src, ExplorePrecision p) {
     case ExplorePrecision::kF16:
       bytes.resize(v.size() * 2);
       for (size_t i = 0; i < v.size(); ++i) {
-        const uint16_t h = to_half(v[i]);
+        const uint16_t h = float_to_half(v[i]);
         std::memcpy(&bytes[2 * i], &h, 2);
       }
       break;
-    default: {  // 8 bits: lo + code * (hi - lo) / 254; 255 for -inf (masked) and anything not finite
+    default:  // 8 bits (page_encoding.h): lo .. hi as 0 .. 252; NaN, inf and -inf as codes of their own
       bytes.resize(v.size());
-      const double span = hi > lo ? static_cast<double>(hi) - lo : 1.0;
-      for (size_t i = 0; i < v.size(); ++i)
-        bytes[i] = static_cast<char>(std::isfinite(v[i]) ? static_cast<int>(std::lround((v[i] - lo) / span * 254.0)) : 255);
-    }
+      for (size_t i = 0; i < v.size(); ++i) bytes[i] = static_cast<char>(quantise_u8(v[i], lo, hi));
   }
   nlohmann::json shape = nlohmann::json::array();
   for (int k = 0; k < t.dim(); ++k) shape.push_back(t.size(k));
   return {{"shape", shape}, {"dtype", explore_precision_name(p)}, {"tri", tri}, {"lo", lo}, {"hi", hi},
-          {"integral", integral}, {"b64", base64(bytes)}};
+          {"integral", integral}, {"b64", base64_encode(bytes)}};
 }
 
 // Tensors are stored once each, by their data (a layer's weights are also a pipeline step).
@@ -157,8 +117,10 @@ void for_each_tensor(const ExplorePage& page, F&& f) {
     f(l.weights);
     f(l.queries);
     f(l.keys);
+    if (l.thumbnails.defined()) f(l.thumbnails);
   }
   if (page.rollout.defined()) f(page.rollout);
+  if (page.rollout_thumbnail.defined()) f(page.rollout_thumbnail);
 }
 
 }  // namespace
@@ -220,7 +182,11 @@ std::string explore_html(const ExplorePage& page, ExplorePrecision p) {
     layers.push_back({{"weights", tensors.add(n + "weights", L.weights)},
                       {"queries", tensors.add(n + "queries", L.queries)},
                       {"keys", tensors.add(n + "keys", L.keys)},
-                      {"scale", L.scale}});
+                      {"thumbnails", tensors.add(n + "thumbnails", L.thumbnails)},
+                      {"scale", L.scale},
+                      {"softcap", L.softcap},
+                      {"alibi", L.alibi},
+                      {"window", L.window}});
   }
   nlohmann::json j = {{"title", page.title},
                       {"source", page.source},
@@ -231,6 +197,7 @@ std::string explore_html(const ExplorePage& page, ExplorePrecision p) {
                       {"heads", page.layers.front().weights.size(0)},
                       {"layers", layers},
                       {"rollout", tensors.add("rollout", page.rollout)},
+                      {"rolloutThumbnail", tensors.add("rollout_thumbnail", page.rollout_thumbnail)},
                       {"pipeline", steps}};
   j["tensors"] = std::move(tensors.json());
   // Labels may be any bytes (a GPT-2 token can be half a character): invalid UTF-8 becomes U+FFFD.

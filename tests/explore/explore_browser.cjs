@@ -44,6 +44,46 @@ async function setView(page, v) { await page.click(`nav button[data-view='${v}']
       const text = p ? await hoverAt(page, p) : "(no such step)";
       check(text.startsWith(c.expect), `${pg.name}: hover ${c.step}[${c.i}][${c.j}] reads '${text.split("   ")[0]}', expected '${c.expect}'`);
     }
+    // every step that is not a source (the input, a parameter, a mask drawn or given) says which
+    // cells it is computed from, naming steps that exist; hovering one lists them
+    if (pg.sources) {
+      const steps = await page.evaluate(() => window.qkvExplore.data.pipeline.map((s) => ({ name: s.name, layer: s.layer, links: s.links.map((l) => l.from.replace("{h}", "0")) })));
+      const names = new Set(steps.map((s) => s.name)), isSource = (n) => pg.sources.some((r) => new RegExp(r).test(n));
+      const unlinked = steps.filter((s) => !isSource(s.name) && s.links.length === 0).map((s) => s.name);
+      const dangling = steps.flatMap((s) => s.links.filter((l) => !names.has(l)).map((l) => `${s.name} -> ${l}`));
+      check(unlinked.length === 0 && dangling.length === 0 && steps.length > 4, `${pg.name}: every computed step links to the cells it is computed from (unlinked: ${unlinked.join(", ") || "none"}; dangling: ${dangling.join(", ") || "none"})`);
+      for (const name of pg.linkHover || []) {
+        await page.evaluate(() => { Object.assign(window.qkvExplore.state, { layer: 0, head: 0 }); window.qkvExplore.render(); });
+        const p = await page.evaluate((n) => window.qkvExplore.cell(n, 1, 0), name);
+        const text = p ? await hoverAt(page, p) : "(no such step)";
+        const outlined = await page.evaluate(() => { const c = document.getElementById("view"), d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data; let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i] === 0xf0 && d[i + 1] === 0xa0 && d[i + 2] === 0) ++n; return n; });
+        check(text.includes("\nfrom: ") && outlined > 0, `${pg.name}: hovering ${name}[1][0] names and outlines its sources (${outlined} outline pixels; '${text.split("\n")[1] || ""}')`);
+      }
+      await page.mouse.move(1, 1);
+    }
+    // softmax of the page's softmax input, row by row, is the module's weights (qkv forward's)
+    if (pg.softmax) {
+      const err = await page.evaluate((c) => { const t = window.qkvExplore.tensor(window.qkvExplore.data.pipeline.find((s) => s.name === c.step).tensor);
+        const [, H, T] = c.shape; let worst = 0;
+        for (let h = 0; h < H; ++h) for (let i = 0; i < T; ++i) { const row = [...Array(T).keys()].map((j) => t.at(h, i, j)), m = Math.max(...row), e = row.map((x) => Math.exp(x - m)), z = e.reduce((a, b) => a + b, 0);
+          for (let j = 0; j < T; ++j) worst = Math.max(worst, Math.abs(e[j] / z - c.weights[(h * T + i) * T + j])); }
+        return worst; }, pg.softmax);
+      check(err < 2e-6, `${pg.name}: softmax(${pg.softmax.step}) equals qkv forward's weights (largest difference ${err})`);
+    }
+    // -inf exactly where the causal mask hides a key (where PyTorch prints -inf), whatever the storage
+    if (pg.masked) {
+      const wrong = await page.evaluate((name) => { const s = window.qkvExplore.data.pipeline.find((x) => x.name === name), t = window.qkvExplore.tensor(s.tensor), out = [];
+        for (let h = 0; h < t.mats; ++h) for (let i = 0; i < t.rows; ++i) for (let j = 0; j < t.cols; ++j) if ((t.at(h, i, j) === -Infinity) !== (j > i)) out.push(`[${h}][${i}][${j}]=${t.at(h, i, j)}`);
+        return out; }, pg.masked);
+      check(wrong.length === 0, `${pg.name}: ${pg.masked} is -inf exactly above the diagonal (${wrong.slice(0, 5).join(" ") || "so"})`);
+      for (const [i, j, inf] of [[0, 1, true], [2, 3, true], [1, 0, false], [3, 3, false]]) {
+        await page.evaluate(() => { Object.assign(window.qkvExplore.state, { layer: 0, head: 0 }); window.qkvExplore.render(); });
+        const text = await hoverAt(page, await page.evaluate(([n, i, j]) => window.qkvExplore.cell(n, i, j), [pg.masked, i, j]));
+        const v = text.split(" = ")[1]?.split(" ")[0];
+        check(inf ? v === "-inf" : v !== undefined && v !== "-inf" && Number.isFinite(+v), `${pg.name}: hover ${pg.masked}[0][${i}][${j}] reads ${v}`);
+      }
+      await page.mouse.move(1, 1);
+    }
     await notBlank(page, `${pg.name}.pipeline`);
     // head view: toggling, soloing, selecting
     await setView(page, "heads");
@@ -87,7 +127,25 @@ async function setView(page, v) { await page.click(`nav button[data-view='${v}']
       const r = await hoverAt(page, await page.evaluate((j) => window.qkvExplore.neuron(j, 2), n.j));
       check(r.endsWith(`weight = ${n.expect}`), `${pg.name}: neuron weight for key ${n.j} reads '${r}', expected ${n.expect}`);
     }
+    // the neuron view's scaled score (from q and k, with the module's softcap and ALiBi) is the pipeline's softmax input
+    if (pg.neuronLogit) {
+      const T2 = await page.evaluate(() => window.qkvExplore.data.tokens.length);
+      for (const [h, j] of [[0, 0], [1, 1], [1, T2 - 2], [0, T2 - 1]]) {
+        await page.evaluate((s) => { Object.assign(window.qkvExplore.state, s); window.qkvExplore.render(); }, { head: h, query: T2 - 1, layer: 0 });
+        const want = await page.evaluate(([n, h, i, j]) => { const s = window.qkvExplore.data.pipeline.find((x) => x.name === n); return window.qkvExplore.tensor(s.tensor).at(h, i, j).toFixed(4); }, [pg.neuronLogit, h, T2 - 1, j]);
+        const r = await hoverAt(page, await page.evaluate((j) => window.qkvExplore.neuron(j, 1), j));
+        check(r.includes(`scaled = ${want},`), `${pg.name}: neuron scaled score of head ${h}, key ${j} is ${pg.neuronLogit}'s ${want} ('${r}')`);
+      }
+    }
     await notBlank(page, `${pg.name}.neuron`);
+    // the numbers on the neuron view's cells are legible: each text contrasts with its cell at 4.5:1 or more (WCAG AA)
+    const contrast = await page.evaluate(() => { const svg = window.qkvExplore.exportSVG(), lum = (hex) => { const c = hex.startsWith("#") ? [1, 3, 5].map((k) => parseInt(hex.length === 4 ? hex[(k + 1) / 2].repeat(2) : hex.slice(k, k + 2), 16)) : hex.match(/\d+/g).map(Number);
+        const l = c.map((x) => { x /= 255; return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4; }); return 0.2126 * l[0] + 0.7152 * l[1] + 0.0722 * l[2]; };
+      let fill = null, worst = Infinity, n = 0;
+      for (const m of svg.matchAll(/<(rect|text)[^>]*?fill="([^"]+)"[^>]*>([^<]*)/g)) { if (m[1] === "rect") { fill = m[2]; continue; }
+        if (!/^-?(\d+\.\d{4}|inf)$/.test(m[3]) || !fill || fill === "none") continue; const a = lum(fill), b = lum(m[2]); worst = Math.min(worst, (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05)); ++n; }
+      return { worst, n }; });
+    check(contrast.n > 0 && contrast.worst >= 4.5, `${pg.name}: neuron view numbers contrast with their cells (${contrast.n} numbers, worst ${contrast.worst.toFixed(2)}:1)`);
     // export
     const svg = await page.evaluate(() => window.qkvExplore.exportSVG()), png = await page.evaluate(() => window.qkvExplore.exportPNG());
     check(svg.startsWith("<svg") && svg.length > 1000 && png.startsWith("data:image/png;base64,") && png.length > 1000, `${pg.name}: PNG and SVG export (${png.length}, ${svg.length} chars)`);

@@ -24,6 +24,9 @@ PACKAGES = ["playwright-core@1.49.1"]
 CHROMIUM = "/usr/bin/chromium"
 MHA = ["--module", "mha", "--d-in", "6", "--d-out", "8", "--num-heads", "2", "--context-length", "32", "--seed", "123"]
 TEXT = "Your journey starts with one step."
+VARIANTS = ["--alibi", "--softcap", "1.5"]
+# the steps that are not computed from other steps: the input, the parameters, the mask, dropout's draw
+MODULE_SOURCES = ["^inputs$", "^mask$", "^dropout_mask$", r"^(W_query|W_key|W_value|out_proj)(\.weight|\.bias)?$"]
 HOSTILE = 'a </script><img src=x onerror="window.__pwned=1"> b'
 
 
@@ -97,7 +100,10 @@ def main():
                       "expect": "dropout.ones_p05_seed123[0][2] = " + torch_format(at(dm["shape"], dm["data"], 0, 2), True)})
         neuron = [{"state": {"head": 1, "query": 5, "layer": 0}, "j": j,
                    "expect": torch_format(at(mw["shape"], mw["data"], 0, 1, 5, j))} for j in (0, 3, 5)]
-        pages.append({"name": "book", "file": book, "cells": cells, "neuron": neuron, "thumbs": 2})
+        pages.append({"name": "book", "file": book, "cells": cells, "neuron": neuron, "thumbs": 2,
+                      "sources": ["^inputs$", r"^trainable\.W_(query|key|value)$", r"^causal\.mask_simple$",
+                                  r"^dropout\.ones_p05_seed123$"],
+                      "linkHover": ["trainable.keys", "causal.attn_weights"]})
         # 2. a module on GPT-2 tokens: the weights are qkv forward --attn-weights'
         mod = os.path.join(tmp, "mha.html")
         run([qkv, "explore", "--text", TEXT, *MHA, "--train", "--dropout", "0.5", "--attention", "textbook", "--out", mod])
@@ -116,14 +122,39 @@ def main():
                   for h, i, j in [(0, 4, 1), (1, T - 1, 0)]]
         neuron = [{"state": {"head": 0, "query": T - 1, "layer": 0}, "j": j,
                    "expect": torch_format(at(shape, data, 0, 0, T - 1, j))} for j in (0, 2, T - 1)]
-        pages.append({"name": "module", "file": mod, "cells": cells, "neuron": neuron, "thumbs": 2})
+        pages.append({"name": "module", "file": mod, "cells": cells, "neuron": neuron, "thumbs": 2,
+                      "sources": MODULE_SOURCES, "masked": "masked_scores",
+                      "linkHover": ["queries", "scores", "masked_scores", "scaled_scores", "attn_weights",
+                                    "attn_weights_dropped", "context", "output"]})
+        # 2b. ALiBi and a softcap: the pipeline shows what softmax reads, and softmax of it is qkv
+        # forward's weights; the neuron view's scaled score is that same cell
+        var = os.path.join(tmp, "variants.html")
+        run([qkv, "explore", "--text", TEXT, *MHA, *VARIANTS, "--out", var])
+        vattn = os.path.join(tmp, "vattn.safetensors")
+        run([qkv, "forward", "--text", TEXT, *MHA, *VARIANTS, "--attn-weights", vattn,
+             "--output", os.path.join(tmp, "vy.safetensors")])
+        vshape, vdata = read_safetensors(vattn)["attn_weights"]
+        T = vshape[2]
+        cells = [{"step": "attn_weights", "i": i, "j": j, "state": {"head": h},
+                  "expect": f"attn_weights[{h}][{i}][{j}] = " + torch_format(at(vshape, vdata, 0, h, i, j))}
+                 for h, i, j in [(0, 2, 1), (1, T - 1, 0)]]
+        pages.append({"name": "variants", "file": var, "cells": cells, "thumbs": 2, "sources": MODULE_SOURCES,
+                      "softmax": {"step": "masked_scores", "shape": vshape, "weights": list(vdata)},
+                      "neuronLogit": "masked_scores", "masked": "masked_scores",
+                      "linkHover": ["capped_scores", "alibi_scores", "masked_scores", "attn_weights"]})
+        # 2c. 8-bit storage: masked cells still read -inf, and only they
+        q8 = os.path.join(tmp, "u8.html")
+        run([qkv, "explore", "--text", TEXT, *MHA, "--precision", "u8", "--out", q8])
+        pages.append({"name": "u8", "file": q8, "thumbs": 2, "masked": "masked_scores", "sources": MODULE_SOURCES})
         # 3. a trained model, 2 layers x 4 heads (qkv train's default model), a few steps
         ckpt = os.path.abspath(args.checkpoint) if args.checkpoint else os.path.join(tmp, "ckpt.safetensors")
         if not args.checkpoint:
             run([qkv, "train", "--steps", "20", "--eval-every", "0", "--checkpoint", ckpt], cwd=tmp)  # its loss curve too
         lm = os.path.join(tmp, "lm.html")
         run([qkv, "explore", "--checkpoint", ckpt, "--text", "deadbeefcafebabe|deadbeefcafebab", "--out", lm])
-        pages.append({"name": "checkpoint", "file": lm, "thumbs": 8})
+        pages.append({"name": "checkpoint", "file": lm, "thumbs": 8,
+                      "sources": [r"^blocks\.0\.input$", r"\.weight$"],
+                      "linkHover": ["blocks.0.queries", "blocks.0.attn_weights", "blocks.0.context", "blocks.0.output"]})
         # 4. labels that are markup: shown as text, nothing runs
         bad = os.path.join(tmp, "hostile.html")
         run([qkv, "explore", "--text", HOSTILE, *MHA, "--out", bad])

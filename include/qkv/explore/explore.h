@@ -7,8 +7,10 @@
 //              repeated), for the head, model and neuron views
 //   rollout    (T, T) attention rollout across the layers (Abnar & Zuidema 2020: per layer the
 //              head-mean weights plus the identity, rows normalised, multiplied layer by layer)
-//   pipeline   the steps of the computation in order (inputs, W_query, ..., softmax weights, row
-//              sums, dropout, context, out_proj), each (rows, cols) or per head (H, rows, cols),
+//   pipeline   the steps of the computation in order (inputs, W_query, ..., scores, mask, what
+//              softmax reads as the module computes it (scaled; with a softcap capped, with ALiBi
+//              biased; masked), softmax weights, row sums, dropout, context, out_proj), each
+//              (rows, cols) or per head (H, rows, cols),
 //              with links saying which cells of earlier steps each cell is computed from.
 //
 // explore_html() embeds it as JSON (tensors base64, float32, float16 or 8-bit) in the template
@@ -28,8 +30,10 @@
 namespace qkv {
 
 // Where a cell (i, j) of a step comes from: the cells of step `from` whose row and column are
-// each "i" (this cell's row), "j" (this cell's column), "*" (every one) or "hj" (h * cols + j:
-// the head's rows of a weight that is split into heads). `from` may say "{h}" for the head.
+// each "i" (this cell's row), "j" (this cell's column), "*" (every one), a number (that one), "hj"
+// (h * cols + j: the head's rows of a weight that is split into heads) or "jd" (column j of heads
+// concatenated: column j mod cols of head j / cols). `from` may say "{h}" for the head. Every
+// step but the sources (inputs, parameters, masks, dropout's draw) has links.
 struct ExploreLink {
   std::string from;
   std::string row, col;
@@ -50,6 +54,16 @@ struct ExploreLayer {
   Tensor queries;  // (H, T, D)
   Tensor keys;     // (H, T, D), the key head each query head reads
   float scale = 1; // what the scores are divided by (sqrt(D))
+  // MultiHeadAttention's variants that change what softmax reads (attention_variants.h), for the
+  // neuron view: scaled = score / scale, softcap * tanh(scaled / softcap), - alibi[h] * (i - j),
+  // -inf where j > i (causal) or j <= i - window.
+  // The model view's thumbnails, computed when the page is made: (H + 2, n, n) for n =
+  // min(T, kExploreThumbnail), each pixel the largest weight of its block of cells (i n / T, j n / T
+  // rounded down): the heads, then the mean and the max over the heads.
+  Tensor thumbnails;
+  float softcap = 0;          // 0: none
+  std::vector<float> alibi;   // (H) slopes, or empty
+  int64_t window = 0;         // 0: none
 };
 
 struct ExplorePage {
@@ -60,8 +74,16 @@ struct ExplorePage {
   double dropout = 0.0;  // active dropout probability (0: none)
   std::vector<ExploreLayer> layers;
   Tensor rollout;  // (T, T)
+  Tensor rollout_thumbnail;  // (n, n), pooled as the layers' thumbnails
   std::vector<ExploreStep> pipeline;
 };
+
+// The model view's thumbnail size in pixels (page.html draws them at this size).
+inline constexpr int64_t kExploreThumbnail = 110;
+
+// (rows, T, T) -> (rows, n, n), n = min(T, kExploreThumbnail): each pixel the largest value of its
+// block of cells (so that a thin diagonal stays visible).
+Tensor explore_thumbnail(const Tensor& matrices);
 
 // The chapter on a sentence as `qkv walkthrough` computes it: its named steps are the pipeline
 // (the same numbers `qkv walkthrough --json` prints), its MultiHeadAttention the layer.
