@@ -231,6 +231,30 @@ TEST(BpeBatch, ThreadsGiveTheSerialResult) {
   EXPECT_TRUE(gpt2().encode_batch({}, 2).empty());
 }
 
+// encode_batch_into, refilling one TokenBatch with batches of different sizes and thread counts,
+// gives encode_batch's ids; an invalid UTF-8 text is repaired as encode repairs it.
+TEST(BpeBatch, IntoAReusedTokenBatch) {
+  std::vector<std::string> texts;
+  for (const json& c : tiktoken_cases())
+    if (c.contains("text")) texts.push_back(c["text"]);
+  texts.push_back("bad \xff bytes <|endoftext|>");
+  std::vector<std::string_view> views(texts.begin(), texts.end());
+  const SpecialTokens all = SpecialTokens::all();
+  TokenBatch batch;
+  for (int threads : {1, 3, 2}) {
+    for (size_t n : {views.size(), size_t{5}, size_t{0}}) {
+      gpt2().encode_batch_into(std::span(views).first(n), batch, threads, all);
+      ASSERT_EQ(batch.size(), n);
+      for (size_t i = 0; i < n; ++i) {
+        const std::span<const TokenId> ids = batch.ids(i);
+        EXPECT_EQ(std::vector<TokenId>(ids.begin(), ids.end()), gpt2().encode(texts[i], all))
+            << "text " << i << ", " << threads << " threads";
+      }
+    }
+  }
+  EXPECT_THAT(message_of([&] { gpt2().encode_batch_into(views, batch, 2); }), HasSubstr("<|endoftext|>"));
+}
+
 TEST(BpeBatch, AnErrorNamesTheText) {
   const std::string msg = message_of([] { gpt2().encode_batch({"fine", "also fine", "bad <|endoftext|>"}, 2); });
   EXPECT_THAT(msg, HasSubstr("text 3 of 3"));

@@ -15,6 +15,9 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <deque>
+#include <span>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -96,16 +99,16 @@ PyObject* id_object(TokenId id) {
   return o;
 }
 
-py::list to_list(const std::vector<TokenId>& ids) {
+py::list to_list(std::span<const TokenId> ids) {
   py::list out(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), id_object(ids[i]));
   return out;
 }
 
-py::list to_lists(const std::vector<std::vector<TokenId>>& batch) {
+py::list to_lists(const TokenBatch& batch) {
   py::list out(batch.size());
   for (size_t i = 0; i < batch.size(); ++i)
-    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), to_list(batch[i]).release().ptr());
+    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), to_list(batch.ids(i)).release().ptr());
   return out;
 }
 
@@ -141,21 +144,47 @@ std::vector<TokenId> encode(const Encoding& enc, py::handle text, py::handle all
   }
 }
 
-std::vector<std::vector<TokenId>> encode_batch(const Encoding& enc, py::handle texts, int num_threads,
-                                               py::handle allowed, py::handle disallowed) {
+// The texts of a batch as views of their UTF-8 bytes, no copy: the bytes each str holds or caches
+// (the strs held alive in `keep`), or, for a str with lone surrogates, a repaired copy in `fixed`.
+std::vector<std::string_view> batch_texts(py::handle texts, std::vector<py::object>& keep,
+                                          std::deque<std::string>& fixed) {
+  if (PyUnicode_Check(texts.ptr())) throw py::type_error("encode_batch takes a list of str, not a str");
+  std::vector<std::string_view> views;
+  for (py::handle t : py::iter(texts)) {
+    if (!PyUnicode_Check(t.ptr())) {
+      utf8_of(t, "each text");  // raises the TypeError
+    }
+    keep.push_back(py::reinterpret_borrow<py::object>(t));
+    Py_ssize_t size = 0;
+    const char* data = PyUnicode_AsUTF8AndSize(t.ptr(), &size);
+    if (data != nullptr) {
+      views.emplace_back(data, static_cast<size_t>(size));
+    } else {
+      PyErr_Clear();
+      views.emplace_back(fixed.emplace_back(utf8_of(t, "each text")));
+    }
+  }
+  return views;
+}
+
+// The ids of a batch, as Python lists. The TokenBatch is the calling thread's, kept from call to
+// call so that its buffers are not allocated (and page-faulted) again for every batch.
+py::list encode_batch(const Encoding& enc, py::handle texts, int num_threads, py::handle allowed,
+                      py::handle disallowed) {
   const SpecialTokens a = special_tokens_of(enc, allowed, "allowed_special");
   const SpecialTokens d = special_tokens_of(enc, disallowed, "disallowed_special");
-  if (PyUnicode_Check(texts.ptr())) throw py::type_error("encode_batch takes a list of str, not a str");
-  std::vector<std::string> ts;
-  for (py::handle t : py::iter(texts)) ts.push_back(utf8_of(t, "each text"));
+  std::vector<py::object> keep;
+  std::deque<std::string> fixed;
+  const std::vector<std::string_view> ts = batch_texts(texts, keep, fixed);
   if (num_threads < 1) throw py::value_error("num_threads must be >= 1, not " + std::to_string(num_threads));
+  thread_local TokenBatch batch;
   try {
     py::gil_scoped_release release;
-    return enc.encode_batch(ts, num_threads, a, d);
+    enc.encode_batch_into(ts, batch, num_threads, a, d);
   } catch (const Error&) {
     // The batch's error names the text but not the exception's kind: find the first text that
     // fails, in order, and raise what encode raises for it (tiktoken raises the first failure).
-    for (const std::string& t : ts) {
+    for (std::string_view t : ts) {
       try {
         py::gil_scoped_release release;
         enc.encode(t, a, d);
@@ -165,6 +194,7 @@ std::vector<std::vector<TokenId>> encode_batch(const Encoding& enc, py::handle t
     }
     throw;
   }
+  return to_lists(batch);
 }
 
 py::bytes as_bytes(const std::string& s) { return py::bytes(s.data(), s.size()); }
@@ -206,14 +236,14 @@ void bind_encoding(py::module_& m) {
       .def(
           "encode_batch",
           [](const Encoding& e, py::handle texts, int num_threads, py::handle allowed, py::handle disallowed) {
-            return to_lists(encode_batch(e, texts, num_threads, allowed, disallowed));
+            return encode_batch(e, texts, num_threads, allowed, disallowed);
           },
           py::arg("text"), py::kw_only(), py::arg("num_threads") = 8, py::arg("allowed_special") = py::set(),
           py::arg("disallowed_special") = "all", "encode over a list of texts, on num_threads C++ threads.")
       .def(
           "encode_ordinary_batch",
           [](const Encoding& e, py::handle texts, int num_threads) {
-            return to_lists(encode_batch(e, texts, num_threads, py::set(), py::tuple()));
+            return encode_batch(e, texts, num_threads, py::set(), py::tuple());
           },
           py::arg("text"), py::kw_only(), py::arg("num_threads") = 8)
       .def(

@@ -75,6 +75,25 @@ class DisallowedSpecialError : public Error {
   TokenId id;         // its id, had it been allowed
 };
 
+// The ids of a batch of texts (Encoding::encode_batch_into) in one buffer per worker thread:
+// ids(i) is text i's. Filling it again keeps its memory.
+class TokenBatch {
+ public:
+  size_t size() const { return where_.size(); }
+  std::span<const TokenId> ids(size_t i) const {
+    const Where& w = where_[i];
+    return {buffers_[w.buffer].data() + w.begin, w.count};
+  }
+
+ private:
+  friend class Encoding;
+  struct Where {
+    size_t buffer = 0, begin = 0, count = 0;
+  };
+  std::vector<std::vector<TokenId>> buffers_;  // one per worker
+  std::vector<Where> where_;
+};
+
 class Encoding {
  public:
   // Checks the spec: ranks and ids distinct and in 0..2^32-2, every single byte a token, the
@@ -102,6 +121,11 @@ class Encoding {
                                                  const SpecialTokens& disallowed_special = SpecialTokens::all()) const;
   std::vector<std::vector<TokenId>> encode_ordinary_batch(const std::vector<std::string>& texts,
                                                           int threads = 0) const;
+  // encode_batch into a TokenBatch, whose buffers a caller that keeps it reuses from call to call
+  // (no allocation per text); texts are views (for a binding that has the bytes already).
+  void encode_batch_into(std::span<const std::string_view> texts, TokenBatch& out, int threads = 0,
+                         const SpecialTokens& allowed_special = SpecialTokens::none(),
+                         const SpecialTokens& disallowed_special = SpecialTokens::all()) const;
 
   std::string decode(std::span<const TokenId> ids) const;        // errors="replace"
   std::string decode_bytes(std::span<const TokenId> ids) const;  // the raw bytes
