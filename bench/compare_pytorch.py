@@ -4,7 +4,8 @@
     bench/compare_pytorch.py --qkv build/qkv --module mha --batch 8 --seq-len 1024 --threads 2
 
 runs, one after another (and --rounds times, alternating):
-  * `qkv bench --json` (the fused kernels + OpenBLAS pipeline),
+  * `qkv bench --json` (the fused kernels; the projections in qkv's own matrix product, or
+    OpenBLAS's under QKV_GEMM=openblas),
   * the book's PyTorch class (tests/pytorch/book_classes.py: MultiHeadAttention for --module mha,
     CausalAttention for causal-attention, the book's four tensor ops for attention-core),
   * torch.nn.MultiheadAttention (batch_first, causal attn_mask, need_weights=False) for mha,
@@ -16,8 +17,8 @@ OMP_WAIT_POLICY=PASSIVE, torch.set_num_threads(n) and OPENBLAS_NUM_THREADS=n (Op
 torch's setting). Forward runs under torch.no_grad(); --backward times forward + backward with
 autograd (the input requires grad, as qkv computes dx too). Use Debian's python3-torch
 (/usr/bin/python3). The environment is otherwise passed through unchanged to both sides (note
-OPENBLAS_CORETYPE: it pins OpenBLAS's kernels, for qkv's projections and PyTorch's alike;
---unset-openblas-coretype removes it for both).
+OPENBLAS_CORETYPE: it pins OpenBLAS's kernels, PyTorch's projections and, under QKV_GEMM=openblas,
+qkv's; --unset-openblas-coretype removes it for both).
 """
 
 import argparse
@@ -176,7 +177,8 @@ def main(argv):
           f"OPENBLAS_CORETYPE={child_env(a, False).get('OPENBLAS_CORETYPE', '(unset)')})")
     peak = last_qkv["peak_gflops"]
     gflop = last_qkv["gflop"]
-    rows = [("qkv (fused kernels + OpenBLAS)", qkv_ms)]
+    rows = [("qkv (fused kernels + " + ("OpenBLAS" if os.environ.get("QKV_GEMM") == "openblas" else "qkv GEMM") + ")",
+             qkv_ms)]
     names = {"book": "PyTorch, the book's class" if a.module != "attention-core" else "PyTorch, the book's tensor ops",
              "nn": "PyTorch, torch.nn.MultiheadAttention"}
     summary = {"module": a.module, "backward": a.backward, "batch": a.batch, "seq_len": a.seq_len,

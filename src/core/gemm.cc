@@ -58,8 +58,11 @@ void scale_only(const GemmArgs& g) {
     for (int64_t n = 0; n < g.N; ++n) g.C[m * g.ldc + n] = g.beta == 0.0f ? 0.0f : g.beta * g.C[m * g.ldc + n];
 }
 
-// One BLAS call (M, N, K > 0).
+// One BLAS call (M, N, K > 0). OpenBLAS is made single-threaded only when qkv first calls it, so
+// a process that never does (qkv's own product runs the projections) keeps its setting: PyTorch
+// in the same Python process, say, keeps its multi-threaded OpenBLAS.
 void blas_call(const GemmArgs& g) {
+  blas_single_threaded();
 #if !QKV_HAVE_OPENBLAS
   sgemm_reference(g);
 #else
@@ -221,7 +224,6 @@ int gemm_vector_bits() {
 
 void sgemm(const GemmArgs& g, ThreadPool* pool_arg) {
   check(g);
-  blas_single_threaded();
   if (g.M == 0 || g.N == 0) return;
   if (g.K == 0) return scale_only(g);
   // Below about 4 MFLOP a split costs more than it saves.

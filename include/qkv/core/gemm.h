@@ -17,8 +17,9 @@
 // matrix-vector product reads B once, where packing it would cost more than the product.
 //
 // Threading, decided once for all of qkv: products split over qkv's thread pool; OpenBLAS is told
-// to use ONE thread, at the first call, so the two never oversubscribe the cores and the BLAS's
-// threads never spin between calls. qkv's product splits C into equal blocks of rows times chunks
+// to use ONE thread when qkv first calls it, so the two never oversubscribe the cores and the
+// BLAS's threads never spin between calls (a process where qkv never calls OpenBLAS keeps its
+// own setting, e.g. PyTorch's). qkv's product splits C into equal blocks of rows times chunks
 // of columns; OpenBLAS's calls take up to 8 panels of rows (or columns, when C is wider than
 // tall; 64 to 1024 each), each one single-threaded call. A weight gradient's shape (K >= 2048
 // and at least twice M and N) is split instead into the two halves of K, each one single-threaded
