@@ -68,6 +68,15 @@ struct Ring {
     return qr.length == 0 || kr.length == 0 ||
            (attention.mask.kind == kernels::MaskKind::kCausal && kr.begin > qr.begin + qr.length - 1);
   }
+  // The kernel's options for queries of run qr against keys of run kr, heads from h0: global
+  // positions and the head offset, so masks and dropout keys are the single-process kernel's.
+  AttentionOptions pair_options(const Run& qr, const Run& kr, int64_t h0) const {
+    AttentionOptions opt = attention;
+    opt.query_offset = qr.begin;
+    opt.key_offset = kr.begin;
+    opt.head_offset = h0;
+    return opt;
+  }
 };
 
 std::string describe_options(const RingAttentionOptions& o, int64_t B, int64_t H, int64_t G, int64_t D, int64_t Dv,
@@ -214,10 +223,7 @@ void forward_step(const Ring& r, ConstHeads q, Block& blk, int owner, int64_t h0
     for (size_t c = 0; c < theirs.size(); ++c) {
       const Run &qr = r.mine[a], &kr = theirs[c];
       if (r.hidden(qr, kr)) continue;
-      AttentionOptions opt = r.attention;
-      opt.query_offset = qr.begin;
-      opt.key_offset = kr.begin;
-      opt.head_offset = h0;
+      const AttentionOptions opt = r.pair_options(qr, kr, h0);
       const int64_t Lq = qr.length;
       acc.o_part.resize(static_cast<size_t>(r.B * Hp * Lq * r.Dv));
       acc.lse_part.resize(static_cast<size_t>(r.B * Hp * Lq));
@@ -247,10 +253,7 @@ void backward_step(const Ring& r, ConstHeads q, ConstHeads o, ConstHeads d_o, co
     for (size_t c = 0; c < theirs.size(); ++c) {
       const Run &qr = r.mine[a], &kr = theirs[c];
       if (r.hidden(qr, kr)) continue;
-      AttentionOptions opt = r.attention;
-      opt.query_offset = qr.begin;
-      opt.key_offset = kr.begin;
-      opt.head_offset = h0;
+      const AttentionOptions opt = r.pair_options(qr, kr, h0);
       const int64_t Lq = qr.length, Lk = kr.length, t0 = my_starts[a], j0 = their_starts[c];
       s.lse_part.resize(static_cast<size_t>(r.B * Hp * Lq));
       for (int64_t b = 0; b < r.B; ++b)
