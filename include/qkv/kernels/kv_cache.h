@@ -32,6 +32,7 @@
 #include <memory>
 #include <vector>
 
+#include "qkv/core/bf16.h"
 #include "qkv/kernels/attention.h"
 
 namespace qkv::kernels {
@@ -40,20 +41,9 @@ enum class CacheDtype { kF32, kBF16 };
 const char* cache_dtype_name(CacheDtype dtype);  // "f32" | "bf16"
 int64_t cache_dtype_bytes(CacheDtype dtype);     // 4 | 2
 
-// bf16 <-> fp32: round to nearest even (a NaN stays a quiet NaN), and the exact widening.
-inline uint16_t float_to_bf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-inline float bf16_to_float(uint16_t x) {
-  const uint32_t u = static_cast<uint32_t>(x) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+// bf16 <-> fp32 (qkv/core/bf16.h): round to nearest even, and the exact widening.
+using qkv::bf16_to_float;
+using qkv::float_to_bf16;
 
 class KvCache {
  public:

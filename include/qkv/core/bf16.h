@@ -1,0 +1,48 @@
+// qkv/core/bf16.h - bfloat16 values (the top 16 bits of a float32, stored as uint16_t bits) and
+// whether this CPU multiplies them natively.
+//
+//   uint16_t b = float_to_bf16(x);     round to nearest even; a NaN stays a quiet NaN; +-inf exact
+//   float y = bf16_to_float(b);        exact (bf16 is a float32 with a 7-bit mantissa)
+//   floats_to_bf16(x, b, n);           the same, n values at a time
+//
+// bf16 mode (issue 16): weights, activations and the K/V operands in bf16, every product
+// accumulated in float32. The kernels use AVX512_BF16's dot product (vdpbf16ps: two bf16 products
+// added into each float32 lane, twice the float32 FMA's work per instruction) where the CPU has it
+// and bf16_dot_allowed() says so, and otherwise widen bf16 to float32 (exact) and use FMAs: the
+// same results up to the order of float32 additions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace qkv {
+
+inline uint16_t float_to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float bf16_to_float(uint16_t x) {
+  const uint32_t u = static_cast<uint32_t>(x) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// n values; src and dst may not overlap.
+void floats_to_bf16(const float* src, uint16_t* dst, size_t n);
+void bf16_to_floats(const uint16_t* src, float* dst, size_t n);
+
+// Whether the CPU has AVX512_BF16 (cpuid leaf 7, subleaf 1, EAX bit 5) and the OS saves the
+// AVX-512 registers; read once.
+bool cpu_has_bf16_dot();
+// cpu_has_bf16_dot() unless forced off: by set_bf16_dot_allowed(false) or QKV_BF16_DOT=off in the
+// environment (tests force the widening fallback this way on a CPU that has the instruction).
+bool bf16_dot_allowed();
+// Returns the previous setting. Process-wide; not for use while kernels run.
+bool set_bf16_dot_allowed(bool allowed);
+
+}  // namespace qkv

@@ -1,0 +1,42 @@
+// bfloat16 conversions and the CPU's bf16 dot product. See include/qkv/core/bf16.h.
+#include "qkv/core/bf16.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+namespace qkv {
+
+void floats_to_bf16(const float* src, uint16_t* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+}
+
+void bf16_to_floats(const uint16_t* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+}
+
+bool cpu_has_bf16_dot() {
+#if defined(__x86_64__) || defined(__i386__)
+  // libgcc's check includes the OS's XSAVE support of the AVX-512 state.
+  static const bool has = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+  return has;
+#else
+  return false;
+#endif
+}
+
+namespace {
+std::atomic<bool>& allowed_flag() {
+  static std::atomic<bool> allowed{[] {
+    const char* v = std::getenv("QKV_BF16_DOT");
+    return !(v != nullptr && (std::strcmp(v, "off") == 0 || std::strcmp(v, "0") == 0));
+  }()};
+  return allowed;
+}
+}  // namespace
+
+bool bf16_dot_allowed() { return cpu_has_bf16_dot() && allowed_flag().load(std::memory_order_relaxed); }
+
+bool set_bf16_dot_allowed(bool allowed) { return allowed_flag().exchange(allowed); }
+
+}  // namespace qkv
