@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "qkv/core/bf16.h"
 #include "qkv/core/gemm.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/kernels/fma_peak.h"
@@ -109,27 +110,37 @@ BENCHMARK(BM_MhaForward)
 //   op 0  y = x W^T      x (M, K), W (N, K)        forward (nn.Linear)
 //   op 1  dx = dy W      dy (M, K), W (K, N)       backward, the input's gradient
 //   op 2  dW = dy^T x    dy (K, M), x (K, N)       backward, the weight's gradient (K = B*T)
+// product: 0 qkv float32, 1 OpenBLAS float32, 2 qkv bf16 (B - the weights - held in bf16, A
+// rounded as it is packed); op: 0 x W^T, 1 dY W, 2 dY^T x. FLOPs: 2 M N K.
 void BM_Sgemm(benchmark::State& state) {
-  const auto backend = state.range(0) == 0 ? GemmBackend::kQkv : GemmBackend::kOpenBlas;
+  const int64_t product = state.range(0);
+  const auto backend = product == 1 ? GemmBackend::kOpenBlas : GemmBackend::kQkv;
   const int64_t op = state.range(1), M = state.range(2), N = state.range(3), K = state.range(4);
   std::vector<float> a = random_vector(static_cast<size_t>(M * K)), b = random_vector(static_cast<size_t>(N * K) + 1),
                      c(static_cast<size_t>(M * N));
-  const GemmArgs g = op == 0   ? gemm_args(false, true, M, N, K, a.data(), K, b.data(), K, c.data(), N)
-                     : op == 1 ? gemm_args(false, false, M, N, K, a.data(), K, b.data(), N, c.data(), N)
-                               : gemm_args(true, false, M, N, K, a.data(), M, b.data(), N, c.data(), N);
+  std::vector<uint16_t> b16(b.size());
+  floats_to_bf16(b.data(), b16.data(), b.size());
+  GemmArgs g = op == 0   ? gemm_args(false, true, M, N, K, a.data(), K, b.data(), K, c.data(), N)
+               : op == 1 ? gemm_args(false, false, M, N, K, a.data(), K, b.data(), N, c.data(), N)
+                         : gemm_args(true, false, M, N, K, a.data(), M, b.data(), N, c.data(), N);
+  if (product == 2) {
+    g.precision = GemmPrecision::kBF16;
+    g.B = nullptr;
+    g.B16 = b16.data();
+  }
   const GemmBackend before = gemm_backend();
   set_gemm_backend(backend);
-  state.SetLabel(gemm_description());
+  state.SetLabel(product == 2 ? gemm_bf16_description() : gemm_description());
   for (auto _ : state) sgemm(g);
   set_gemm_backend(before);
   report(state, gemm_flops(M, N, K));
 }
 BENCHMARK(BM_Sgemm)
-    ->ArgNames({"openblas", "op", "M", "N", "K"})
-    ->ArgsProduct({{0, 1}, {0}, {8192}, {2304}, {768}})
-    ->ArgsProduct({{0, 1}, {0}, {8192}, {768}, {64, 768, 4096}})
-    ->ArgsProduct({{0, 1}, {1}, {8192}, {768}, {768, 2304}})
-    ->ArgsProduct({{0, 1}, {2}, {768, 2304}, {768}, {8192}})
+    ->ArgNames({"product", "op", "M", "N", "K"})
+    ->ArgsProduct({{0, 1, 2}, {0}, {8192}, {2304}, {768}})
+    ->ArgsProduct({{0, 1, 2}, {0}, {8192}, {768}, {64, 768, 4096}})
+    ->ArgsProduct({{0, 1, 2}, {1}, {8192}, {768}, {768, 2304}})
+    ->ArgsProduct({{0, 1, 2}, {2}, {768, 2304}, {768}, {8192}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
 #include "qkv/core/gemm.h"
 #include "qkv/kernels/simd.h"
@@ -25,8 +26,12 @@ std::vector<float> random_vector(size_t n, std::mt19937& rng) {
   return v;
 }
 
+// How the operands reach the product: float32, float32 multiplied in bf16 (rounded as packed), or
+// bf16 bits (A16, B16).
+enum class Operands { kF32, kF32InBF16, kBF16 };
+
 // Every shape below through sgemm as configured now; returns how many (shape, transpose, beta) it checked.
-int check_every_shape(const std::string& label) {
+int check_every_shape(const std::string& label, Operands operands = Operands::kF32) {
   std::mt19937 rng(1);
   ThreadPool pool(2);
   int checked = 0;
@@ -60,6 +65,16 @@ int check_every_shape(const std::string& label) {
           for (int64_t m = 0; m < M; ++m) c[static_cast<size_t>(m * g.ldc)] = std::nanf("");  // never read
         g.A = a.data();
         g.B = b.data();
+        std::vector<uint16_t> a16(a.size()), b16(b.size());
+        if (operands != Operands::kF32) g.precision = GemmPrecision::kBF16;
+        if (operands == Operands::kBF16) {
+          floats_to_bf16(a.data(), a16.data(), a.size());
+          floats_to_bf16(b.data(), b16.data(), b.size());
+          g.A = nullptr;
+          g.B = nullptr;
+          g.A16 = a16.data();
+          g.B16 = b16.data();
+        }
         g.C = c.data();
         sgemm(g, &pool);
         g.C = c_ref.data();
@@ -93,6 +108,54 @@ TEST(Gemm, MatchesTheReferenceForEveryShapeAndTranspose) {
     EXPECT_EQ(check_every_shape("openblas"), 17 * 4 * 3);
   }
   set_gemm_backend(before);
+}
+
+// bf16 precision: the operands rounded to bf16 (or given as bf16), products accumulated in
+// float32, against the reference on the same rounded operands (products of two bf16 values are
+// exact in float32, so the tolerance is the float32 one). Every SIMD target, the dot product
+// allowed and forced off, both backends (bf16 always runs qkv's own product).
+TEST(Gemm, Bf16PrecisionMatchesTheReferenceOnRoundedOperands) {
+  const GemmBackend before = gemm_backend();
+  for (GemmBackend backend : {GemmBackend::kQkv, GemmBackend::kOpenBlas}) {
+    if (backend == GemmBackend::kOpenBlas && blas_core().empty()) continue;
+    set_gemm_backend(backend);
+    for (bool dot : {true, false}) {
+      const bool was = set_bf16_dot_allowed(dot);
+      // OpenBLAS selected: bf16 still runs qkv's product; the default target is enough to show it.
+      const std::vector<int64_t> targets =
+          backend == GemmBackend::kQkv ? kernels::available_simd_targets() : std::vector<int64_t>{0};
+      for (int64_t target : targets) {
+        kernels::force_simd_target(target);
+        EXPECT_EQ(gemm_bf16_dot(), dot && cpu_has_bf16_dot() && kernels::simd_target() == "AVX3")
+            << gemm_bf16_description();
+        const std::string label = std::string(gemm_backend_name(backend)) + " " + kernels::simd_target_name(target) +
+                                  (dot ? " dot" : " widened");
+        EXPECT_EQ(check_every_shape(label + " f32 rounded", Operands::kF32InBF16), 17 * 4 * 3);
+        EXPECT_EQ(check_every_shape(label + " bf16", Operands::kBF16), 17 * 4 * 3);
+      }
+      kernels::force_simd_target(0);
+      set_bf16_dot_allowed(was);
+    }
+  }
+  set_gemm_backend(before);
+}
+
+TEST(Gemm, Bf16OperandsNeedBf16Precision) {
+  const std::vector<float> c(4);
+  const std::vector<uint16_t> a16(4, 0x3f80), b16(4, 0x3f80);  // bf16 ones
+  std::vector<float> out(4);
+  GemmArgs g = gemm_args(false, false, 2, 2, 2, nullptr, 2, nullptr, 2, out.data(), 2);
+  g.A16 = a16.data();
+  g.B16 = b16.data();
+  try {
+    sgemm(g);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "sgemm: a bf16 operand (A16 or B16) needs precision kBF16");
+  }
+  g.precision = GemmPrecision::kBF16;
+  sgemm(g);
+  EXPECT_EQ(out, std::vector<float>(4, 2.0f));
 }
 
 TEST(Gemm, BackendsAreNamedAndAnUnknownNameIsRefused) {

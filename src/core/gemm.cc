@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "core/gemm_packed.h"
+#include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
 
 namespace qkv {
@@ -46,8 +47,11 @@ void check(const GemmArgs& g) {
   QKV_CHECK(g.lda >= std::max<int64_t>(1, a_cols), "sgemm: lda (", g.lda, ") < the columns of A (", a_cols, ")");
   QKV_CHECK(g.ldb >= std::max<int64_t>(1, b_cols), "sgemm: ldb (", g.ldb, ") < the columns of B (", b_cols, ")");
   QKV_CHECK(g.ldc >= std::max<int64_t>(1, g.N), "sgemm: ldc (", g.ldc, ") < the columns of C (", g.N, ")");
-  QKV_CHECK(g.M * g.N == 0 || (g.C != nullptr && (g.K == 0 || (g.A != nullptr && g.B != nullptr))),
-            "sgemm: null matrix");
+  const bool bf16 = g.precision == GemmPrecision::kBF16;
+  QKV_CHECK(bf16 || (g.A16 == nullptr && g.B16 == nullptr),
+            "sgemm: a bf16 operand (A16 or B16) needs precision kBF16");
+  const bool has_a = g.A != nullptr || (bf16 && g.A16 != nullptr), has_b = g.B != nullptr || (bf16 && g.B16 != nullptr);
+  QKV_CHECK(g.M * g.N == 0 || (g.C != nullptr && (g.K == 0 || (has_a && has_b))), "sgemm: null matrix");
   QKV_CHECK(g.M < (int64_t{1} << 31) && g.N < (int64_t{1} << 31) && g.K < (int64_t{1} << 31),
             "sgemm: sizes beyond the BLAS's 32-bit integers");
 }
@@ -91,6 +95,7 @@ std::atomic<int>& backend_state() {  // -1: not read yet
 
 // One product on the calling thread alone (M, N, K > 0).
 void serial_product(const GemmArgs& g) {
+  if (g.precision == GemmPrecision::kBF16) return packed_sgemm(g, nullptr);  // bf16: always qkv's own
   if (gemm_backend() == GemmBackend::kOpenBlas || (kHaveOpenBlas && g.M == 1)) return blas_call(g);  // M = 1: sgemv
   packed_sgemm(g, nullptr);
 }
@@ -121,8 +126,12 @@ void sgemm_k_split(const GemmArgs& g, ThreadPool& pool) {
     GemmArgs part = g;
     const int64_t first = t == 0 ? 0 : half;
     part.K = t == 0 ? half : g.K - half;
-    part.A = g.trans_a ? g.A + first * g.lda : g.A + first;  // columns [first, ...) of op(A)
-    part.B = g.trans_b ? g.B + first : g.B + first * g.ldb;  // rows [first, ...) of op(B)
+    const int64_t a_off = g.trans_a ? first * g.lda : first;  // columns [first, ...) of op(A)
+    const int64_t b_off = g.trans_b ? first : first * g.ldb;  // rows [first, ...) of op(B)
+    if (g.A != nullptr) part.A = g.A + a_off;
+    if (g.A16 != nullptr) part.A16 = g.A16 + a_off;
+    if (g.B != nullptr) part.B = g.B + b_off;
+    if (g.B16 != nullptr) part.B16 = g.B16 + b_off;
     if (t == 1) {
       part.beta = 0.0f;
       part.C = partial;
@@ -218,6 +227,15 @@ std::string gemm_description() {
          std::to_string(s.nr) + " tiles, KC " + std::to_string(s.kc) + ", MC " + std::to_string(s.mc);
 }
 
+std::string gemm_bf16_description() {
+  const PackedGemmShape s = packed_gemm_shape();
+  return "qkv packed GEMM, " + s.target + ", " + std::to_string(s.vector_bits) + "-bit, " + std::to_string(s.mr) + "x" +
+         std::to_string(s.nr) + " tiles, " +
+         (s.bf16_dot ? "bf16 pairs by the AVX512_BF16 dot product" : "bf16 widened to float32");
+}
+
+bool gemm_bf16_dot() { return packed_gemm_shape().bf16_dot; }
+
 int gemm_vector_bits() {
   return gemm_backend() == GemmBackend::kOpenBlas ? blas_vector_bits() : packed_gemm_shape().vector_bits;
 }
@@ -230,7 +248,8 @@ void sgemm(const GemmArgs& g, ThreadPool* pool_arg) {
   if (gemm_flops(g.M, g.N, g.K) < 4e6) return serial_product(g);
   ThreadPool& pool = pool_arg ? *pool_arg : default_pool();
   if (splits_k(g)) return sgemm_k_split(g, pool);
-  if (gemm_backend() == GemmBackend::kQkv && (g.M > 1 || !kHaveOpenBlas)) return packed_sgemm(g, &pool);
+  if (g.precision == GemmPrecision::kBF16 || (gemm_backend() == GemmBackend::kQkv && (g.M > 1 || !kHaveOpenBlas)))
+    return packed_sgemm(g, &pool);
   // Panels of a fixed size (not one per thread), so every element of C comes out of the same
   // BLAS call whatever the thread count: the result does not depend on it, bit for bit.
   const bool by_rows = g.M >= g.N;
@@ -255,8 +274,14 @@ void sgemm(const GemmArgs& g, ThreadPool* pool_arg) {
 
 void sgemm_reference(const GemmArgs& g) {
   check(g);
-  auto a = [&](int64_t m, int64_t k) { return g.trans_a ? g.A[k * g.lda + m] : g.A[m * g.lda + k]; };
-  auto b = [&](int64_t k, int64_t n) { return g.trans_b ? g.B[n * g.ldb + k] : g.B[k * g.ldb + n]; };
+  // An operand's element as the product multiplies it: float32, or rounded to (or read as) bf16.
+  const bool bf16 = g.precision == GemmPrecision::kBF16;
+  auto element = [bf16](const float* x, const uint16_t* x16, int64_t i) {
+    if (x16 != nullptr) return bf16_to_float(x16[i]);
+    return bf16 ? bf16_to_float(float_to_bf16(x[i])) : x[i];
+  };
+  auto a = [&](int64_t m, int64_t k) { return element(g.A, g.A16, g.trans_a ? k * g.lda + m : m * g.lda + k); };
+  auto b = [&](int64_t k, int64_t n) { return element(g.B, g.B16, g.trans_b ? n * g.ldb + k : k * g.ldb + n); };
   for (int64_t m = 0; m < g.M; ++m)
     for (int64_t n = 0; n < g.N; ++n) {
       double acc = 0.0;

@@ -15,6 +15,12 @@
 //     L2) stream past it.
 // Tiles per target: AVX-512 14 x 32 (28 accumulators of the 32 registers), AVX2 6 x 16 (12 of 16).
 //
+// bf16 precision (GemmPrecision::kBF16): on a CPU with AVX512_BF16 (AVX-512 target), the panels
+// hold pairs of bf16 along K in one 32-bit word and the micro-kernel runs vdpbf16ps: each step
+// takes two values of K, twice the float32 kernel's work per instruction (gemm_bf16_dot-inl.h).
+// Elsewhere, or with the dot product forced off (qkv/core/bf16.h), the float32 path packs the
+// operands rounded to bf16 (or widened from bf16 sources) and runs the float32 micro-kernel.
+//
 // Determinism: every element of C is the sum over the KC blocks in order, each block summed over
 // k in order in one accumulator lane; the task grid only decides who computes a tile, so the result
 // does not depend on the thread count.
@@ -23,8 +29,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 
+#include "qkv/core/bf16.h"
 #include "qkv/core/machine.h"
 #include "qkv/core/thread_pool.h"
 
@@ -103,25 +111,10 @@ HWY_INLINE float combine(float sum, float c, const TileWrite& w) {
   return w.beta == 0.0f ? s : s + w.beta * c;
 }
 
-// C (rows <= MR, cols <= NR) op= A~ (KC, MR) B~ (KC, NR), both packed (see the top of the file).
-HWY_NOINLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, size_t kc,
-                              float* HWY_RESTRICT c, size_t ldc, size_t rows, size_t cols, const TileWrite& w) {
+// C (rows <= MR, cols <= NR) op= alpha acc (+ beta C on the first K block): a tile's sums out.
+HWY_INLINE void StoreTile(const VF (&acc)[kMR][kNV], float* HWY_RESTRICT c, size_t ldc, size_t rows, size_t cols,
+                          const TileWrite& w) {
   const DF d;
-  // The tile of C is read (or written) only after the K steps; its lines are fetched now, behind
-  // them (C is far larger than the caches: without this, each tile's rows miss at the end).
-  for (size_t m = 0; m < rows; ++m)
-    for (size_t v = 0; v < kNR; v += 16) hwy::Prefetch(c + m * ldc + v);
-  VF acc[kMR][kNV];
-  HWY_UNROLL(16) for (size_t m = 0; m < kMR; ++m)
-    HWY_UNROLL(4) for (size_t v = 0; v < kNV; ++v) acc[m][v] = hn::Zero(d);
-  for (size_t k = 0; k < kc; ++k) {
-    VF bv[kNV];
-    HWY_UNROLL(4) for (size_t v = 0; v < kNV; ++v) bv[v] = hn::Load(d, b + k * kNR + v * kLanes);
-    HWY_UNROLL(16) for (size_t m = 0; m < kMR; ++m) {
-      const VF am = hn::Set(d, a[k * kMR + m]);
-      HWY_UNROLL(4) for (size_t v = 0; v < kNV; ++v) acc[m][v] = hn::MulAdd(am, bv[v], acc[m][v]);
-    }
-  }
   if (rows == kMR && cols == kNR) {
     const VF alpha = hn::Set(d, w.alpha), beta = hn::Set(d, w.beta);
     HWY_UNROLL(16) for (size_t m = 0; m < kMR; ++m)
@@ -143,31 +136,91 @@ HWY_NOINLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_REST
     for (size_t n = 0; n < cols; ++n) c[m * ldc + n] = combine(tile[m * kNR + n], c[m * ldc + n], w);
 }
 
+// The tile of C is read (or written) only after the K steps; its lines are fetched before them,
+// behind the arithmetic (C is far larger than the caches: without this, each tile's rows miss at
+// the end).
+HWY_INLINE void PrefetchTile(const float* c, size_t ldc, size_t rows) {
+  for (size_t m = 0; m < rows; ++m)
+    for (size_t v = 0; v < kNR; v += 16) hwy::Prefetch(c + m * ldc + v);
+}
+
+// C (rows <= MR, cols <= NR) op= A~ (KC, MR) B~ (KC, NR), both packed (see the top of the file).
+HWY_NOINLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, size_t kc,
+                              float* HWY_RESTRICT c, size_t ldc, size_t rows, size_t cols, const TileWrite& w) {
+  const DF d;
+  PrefetchTile(c, ldc, rows);
+  VF acc[kMR][kNV];
+  HWY_UNROLL(16) for (size_t m = 0; m < kMR; ++m)
+    HWY_UNROLL(4) for (size_t v = 0; v < kNV; ++v) acc[m][v] = hn::Zero(d);
+  for (size_t k = 0; k < kc; ++k) {
+    VF bv[kNV];
+    HWY_UNROLL(4) for (size_t v = 0; v < kNV; ++v) bv[v] = hn::Load(d, b + k * kNR + v * kLanes);
+    HWY_UNROLL(16) for (size_t m = 0; m < kMR; ++m) {
+      const VF am = hn::Set(d, a[k * kMR + m]);
+      HWY_UNROLL(4) for (size_t v = 0; v < kNV; ++v) acc[m][v] = hn::MulAdd(am, bv[v], acc[m][v]);
+    }
+  }
+  StoreTile(acc, c, ldc, rows, cols, w);
+}
+
+// An operand's element as a float: itself, or a bf16 widened (exactly).
+HWY_INLINE float Widen(float x) { return x; }
+HWY_INLINE float Widen(uint16_t x) { return bf16_to_float(x); }
+
+// x rounded to bf16 (nearest even) and widened back, lane by lane; a NaN stays as it is.
+HWY_INLINE VF RoundToBF16(VF x) {
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  const auto u = hn::BitCast(du, x);
+  const auto odd = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+  const auto r = hn::And(hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), odd)), hn::Set(du, 0xffff0000u));
+  return hn::IfThenElse(hn::IsNaN(x), x, hn::BitCast(d, r));
+}
+
+// The n floats at p, rounded to bf16 in place (a packed block, for the float32 path in bf16
+// precision; n a multiple of the vector length: blocks are whole panels).
+void RoundPacked(float* HWY_RESTRICT p, size_t n) {
+  const DF d;
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) hn::Store(RoundToBF16(hn::Load(d, p + i)), d, p + i);
+  for (; i < n; ++i) p[i] = bf16_to_float(float_to_bf16(p[i]));
+}
+
 // dst[0, n) = src[0, n) and dst[n, N) = 0, for N = MR or NR; a full run (n = N, the usual case)
 // copies whole vectors (memcpy of a run-time size is a library call per run: a fifth of a
 // weight gradient's time went to those calls).
-template <size_t kN>
-HWY_INLINE void CopyRun(const float* HWY_RESTRICT src, size_t n, float* HWY_RESTRICT dst) {
+// A bf16 source is widened as it is copied.
+HWY_INLINE VF LoadRun(const float* HWY_RESTRICT src) { return hn::LoadU(DF(), src); }
+HWY_INLINE VF LoadRun(const uint16_t* HWY_RESTRICT src) {
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  const hn::Rebind<uint16_t, DF> d16;
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, src))));
+}
+template <size_t kN, typename T>
+HWY_INLINE void CopyRun(const T* HWY_RESTRICT src, size_t n, float* HWY_RESTRICT dst) {
   if (n == kN) {
     if constexpr (kN % kLanes == 0) {
       const DF d;
-      HWY_UNROLL(4) for (size_t v = 0; v < kN / kLanes; ++v) hn::StoreU(hn::LoadU(d, src + v * kLanes), d, dst + v * kLanes);
+      HWY_UNROLL(4) for (size_t v = 0; v < kN / kLanes; ++v) hn::StoreU(LoadRun(src + v * kLanes), d, dst + v * kLanes);
     } else {
-      HWY_UNROLL(16) for (size_t i = 0; i < kN; ++i) dst[i] = src[i];
+      HWY_UNROLL(16) for (size_t i = 0; i < kN; ++i) dst[i] = Widen(src[i]);
     }
     return;
   }
-  for (size_t i = 0; i < n; ++i) dst[i] = src[i];
+  for (size_t i = 0; i < n; ++i) dst[i] = Widen(src[i]);
   for (size_t i = n; i < kN; ++i) dst[i] = 0.0f;
 }
 
 // Panels [j0, j1) of B~ for rows [k0, k0 + kc) of op(B): panel j holds columns [j NR, j NR + NR)
 // as a (kc, NR) block at dst + j kc NR; zero past N.
-void PackPanelsB(const GemmArgs& g, size_t k0, size_t kc, size_t j0, size_t j1, float* HWY_RESTRICT dst) {
+// B: g.B, or g.B16 (bf16, widened).
+template <typename T>
+void PackPanelsB(const GemmArgs& g, const T* B, size_t k0, size_t kc, size_t j0, size_t j1, float* HWY_RESTRICT dst) {
   const size_t N = static_cast<size_t>(g.N), ldb = static_cast<size_t>(g.ldb);
   if (!g.trans_b) {  // op(B)(k, n) = B[k ldb + n]: row k of B read once, left to right, for all the panels
     for (size_t k = 0; k < kc; ++k) {
-      const float* src = g.B + (k0 + k) * ldb;
+      const T* src = B + (k0 + k) * ldb;
       for (size_t j = j0; j < j1; ++j) {
         const size_t n0 = j * kNR, cols = std::min(kNR, N - n0);
         CopyRun<kNR>(src + n0, cols, dst + j * kc * kNR + k * kNR);
@@ -185,8 +238,8 @@ void PackPanelsB(const GemmArgs& g, size_t k0, size_t kc, size_t j0, size_t j1, 
       const size_t c1 = std::min(kc, c0 + kChunk);
       for (size_t n = 0; n < kNR; ++n) {
         if (n < cols) {
-          const float* src = g.B + (n0 + n) * ldb + k0;
-          for (size_t k = c0; k < c1; ++k) panel[k * kNR + n] = src[k];
+          const T* src = B + (n0 + n) * ldb + k0;
+          for (size_t k = c0; k < c1; ++k) panel[k * kNR + n] = Widen(src[k]);
         } else {
           for (size_t k = c0; k < c1; ++k) panel[k * kNR + n] = 0.0f;
         }
@@ -198,12 +251,14 @@ void PackPanelsB(const GemmArgs& g, size_t k0, size_t kc, size_t j0, size_t j1, 
 // Rows [i0, i0 + rows) and columns [k0, k0 + kc) of op(A) as micro-panels of MR rows, each
 // (kc, MR): dst[p kc MR + k MR + r] = op(A)(i0 + p MR + r, k0 + k), zero past the rows. Both
 // layouts read A along its rows, which the hardware prefetches; A is usually far from the cache.
-void PackBlockA(const GemmArgs& g, size_t i0, size_t rows, size_t k0, size_t kc, float* HWY_RESTRICT dst) {
+// A: g.A, or g.A16 (bf16, widened).
+template <typename T>
+void PackBlockA(const GemmArgs& g, const T* A, size_t i0, size_t rows, size_t k0, size_t kc, float* HWY_RESTRICT dst) {
   const size_t lda = static_cast<size_t>(g.lda);
   const size_t panels = (rows + kMR - 1) / kMR;
   if (g.trans_a) {  // op(A)(m, k) = A[k lda + m]: row k0 + k of A holds step k of every micro-panel
     for (size_t k = 0; k < kc; ++k) {
-      const float* src = g.A + (k0 + k) * lda + i0;
+      const T* src = A + (k0 + k) * lda + i0;
       for (size_t p = 0; p < panels; ++p) {
         CopyRun<kMR>(src + p * kMR, std::min(kMR, rows - p * kMR), dst + p * kc * kMR + k * kMR);
       }
@@ -219,9 +274,9 @@ void PackBlockA(const GemmArgs& g, size_t i0, size_t rows, size_t k0, size_t kc,
       if (r < r_end) {
         const size_t row = i0 + p * kMR + r;
         if (row + 2 < i0 + rows)
-          for (size_t k = 0; k < kc; k += 16) hwy::Prefetch(g.A + (row + 2) * lda + k0 + k);
-        const float* src = g.A + row * lda + k0;
-        for (size_t k = 0; k < kc; ++k) panel[k * kMR + r] = src[k];
+          for (size_t k = 0; k < kc; k += 16) hwy::Prefetch(A + (row + 2) * lda + k0 + k);
+        const T* src = A + row * lda + k0;
+        for (size_t k = 0; k < kc; ++k) panel[k * kMR + r] = Widen(src[k]);
       } else {
         for (size_t k = 0; k < kc; ++k) panel[k * kMR + r] = 0.0f;
       }
@@ -229,13 +284,60 @@ void PackBlockA(const GemmArgs& g, size_t i0, size_t rows, size_t k0, size_t kc,
   }
 }
 
-}  // namespace
+// The float32 path: floats in the panels (in bf16 precision, rounded to bf16 or widened from it).
+struct F32Path {
+  using Word = float;
+  static size_t rows_of(size_t kc) { return kc; }  // panel rows for a K block of kc
+  static void PackB(const GemmArgs& g, size_t k0, size_t kc, size_t j0, size_t j1, float* dst) {
+    if (g.B16 != nullptr) return PackPanelsB(g, g.B16, k0, kc, j0, j1, dst);
+    PackPanelsB(g, g.B, k0, kc, j0, j1, dst);
+    if (g.precision == GemmPrecision::kBF16) RoundPacked(dst + j0 * kc * kNR, (j1 - j0) * kc * kNR);
+  }
+  static void PackA(const GemmArgs& g, size_t i0, size_t rows, size_t k0, size_t kc, float* dst) {
+    if (g.A16 != nullptr) return PackBlockA(g, g.A16, i0, rows, k0, kc, dst);
+    PackBlockA(g, g.A, i0, rows, k0, kc, dst);
+    if (g.precision == GemmPrecision::kBF16) RoundPacked(dst, (rows + kMR - 1) / kMR * kMR * kc);
+  }
+  static void Tile(const float* a, const float* b, size_t kc, float* c, size_t ldc, size_t rows, size_t cols,
+                   const TileWrite& w) {
+    MicroKernel(a, b, kc, c, ldc, rows, cols, w);
+  }
+};
 
-void PackedGemmImpl(const GemmArgs& g, ThreadPool* pool) {
+#if HWY_TARGET == HWY_AVX3
+#include "core/gemm_bf16_dot-inl.h"
+
+// The bf16 dot-product path: pairs of bf16 along K in 32-bit words.
+struct DotPath {
+  using Word = uint32_t;
+  static size_t rows_of(size_t kc) { return (kc + 1) / 2; }
+  static void PackB(const GemmArgs& g, size_t k0, size_t kc, size_t j0, size_t j1, uint32_t* dst) {
+    if (g.B16 != nullptr) return PackPanelsBDot(g, g.B16, k0, kc, j0, j1, dst);
+    PackPanelsBDot(g, g.B, k0, kc, j0, j1, dst);
+  }
+  static void PackA(const GemmArgs& g, size_t i0, size_t rows, size_t k0, size_t kc, uint32_t* dst) {
+    if (g.A16 != nullptr) return PackBlockADot(g, g.A16, i0, rows, k0, kc, dst);
+    PackBlockADot(g, g.A, i0, rows, k0, kc, dst);
+  }
+  static void Tile(const uint32_t* a, const uint32_t* b, size_t kc, float* c, size_t ldc, size_t rows, size_t cols,
+                   const TileWrite& w) {
+    MicroKernelDot(a, b, rows_of(kc), c, ldc, rows, cols, w);
+  }
+};
+constexpr bool kHasDotPath = true;
+#else
+constexpr bool kHasDotPath = false;
+#endif
+
+template <class Path>
+void PackedGemm(const GemmArgs& g, ThreadPool* pool) {
+  using Word = typename Path::Word;  // 4 bytes: a float, or two bf16
+  static_assert(sizeof(Word) == sizeof(float), "the packing buffers hold 4-byte words");
   const size_t M = static_cast<size_t>(g.M), N = static_cast<size_t>(g.N), K = static_cast<size_t>(g.K);
   const size_t kc_max = packed_detail::block_k(kMR), mc_max = packed_detail::block_m(kMR, kc_max);
   const size_t panels = (N + kNR - 1) / kNR;
-  float* bt = packed_detail::packed_b.get(panels * kc_max * kNR);  // one K block of B~: (panels, KC, NR)
+  // one K block of B~: (panels, rows_of(KC), NR)
+  Word* bt = reinterpret_cast<Word*>(packed_detail::packed_b.get(panels * Path::rows_of(kc_max) * kNR));
 
   // The task grid: equal blocks of rows (at most MC, a multiple of MR; their count a multiple of
   // the threads when there are rows enough), times chunks of panels until there are two tasks per
@@ -253,25 +355,25 @@ void PackedGemmImpl(const GemmArgs& g, ThreadPool* pool) {
   // One K block at a time: all of its B~ packed (8 panels a task), then the tasks, each packing
   // its rows of A for the block and running the micro-kernel over its panels.
   for (size_t k0 = 0; k0 < K; k0 += kc_max) {
-    const size_t kc = std::min(kc_max, K - k0);
+    const size_t kc = std::min(kc_max, K - k0), kr = Path::rows_of(kc);
     const TileWrite w{g.alpha, g.beta, k0 == 0};
     auto pack_b = [&](int64_t t) {
       const size_t j0 = static_cast<size_t>(t) * 8;
-      PackPanelsB(g, k0, kc, j0, std::min(panels, j0 + 8), bt);
+      Path::PackB(g, k0, kc, j0, std::min(panels, j0 + 8), bt);
     };
     auto run_task = [&](int64_t t) {
       const size_t mb = static_cast<size_t>(t) / n_chunks, nc = static_cast<size_t>(t) % n_chunks;
       const size_t i0 = mb * mc, rows = std::min(mc, M - i0);
       const size_t j0 = nc * panels_per_chunk, j1 = std::min(panels, j0 + panels_per_chunk);
       if (j0 >= j1) return;
-      float* at = packed_detail::packed_a.get(((rows + kMR - 1) / kMR) * kMR * kc);
-      PackBlockA(g, i0, rows, k0, kc, at);
+      Word* at = reinterpret_cast<Word*>(packed_detail::packed_a.get(((rows + kMR - 1) / kMR) * kMR * kr));
+      Path::PackA(g, i0, rows, k0, kc, at);
       for (size_t j = j0; j < j1; ++j) {
-        const float* b = bt + j * kc * kNR;
+        const Word* b = bt + j * kr * kNR;
         const size_t cols = std::min(kNR, N - j * kNR);
         for (size_t p0 = 0; p0 < rows; p0 += kMR)
-          MicroKernel(at + (p0 / kMR) * kc * kMR, b, kc, g.C + (i0 + p0) * static_cast<size_t>(g.ldc) + j * kNR,
-                      static_cast<size_t>(g.ldc), std::min(kMR, rows - p0), cols, w);
+          Path::Tile(at + (p0 / kMR) * kr * kMR, b, kc, g.C + (i0 + p0) * static_cast<size_t>(g.ldc) + j * kNR,
+                     static_cast<size_t>(g.ldc), std::min(kMR, rows - p0), cols, w);
       }
     };
     if (pool == nullptr || threads == 1) {
@@ -284,6 +386,17 @@ void PackedGemmImpl(const GemmArgs& g, ThreadPool* pool) {
   }
 }
 
+bool UsesDotPath(const GemmArgs& g) { return kHasDotPath && g.precision == GemmPrecision::kBF16 && bf16_dot_allowed(); }
+
+}  // namespace
+
+void PackedGemmImpl(const GemmArgs& g, ThreadPool* pool) {
+#if HWY_TARGET == HWY_AVX3
+  if (UsesDotPath(g)) return PackedGemm<DotPath>(g, pool);
+#endif
+  PackedGemm<F32Path>(g, pool);
+}
+
 PackedGemmShape PackedGemmShapeImpl() {
   PackedGemmShape s;
   s.mr = static_cast<int>(kMR);
@@ -292,6 +405,9 @@ PackedGemmShape PackedGemmShapeImpl() {
   s.mc = static_cast<int>(packed_detail::block_m(kMR, static_cast<size_t>(s.kc)));
   s.vector_bits = static_cast<int>(kLanes * 32);
   s.target = hwy::TargetName(HWY_TARGET);
+  GemmArgs bf16;
+  bf16.precision = GemmPrecision::kBF16;
+  s.bf16_dot = UsesDotPath(bf16);
   return s;
 }
 

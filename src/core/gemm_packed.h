@@ -16,6 +16,7 @@ void packed_sgemm(const GemmArgs& g, ThreadPool* pool);
 // vector width and Highway's target name.
 struct PackedGemmShape {
   int mr = 0, nr = 0, kc = 0, mc = 0, vector_bits = 0;
+  bool bf16_dot = false;  // bf16 precision runs AVX512_BF16's dot product (else float32 on rounded values)
   std::string target;
 };
 PackedGemmShape packed_gemm_shape();

@@ -34,6 +34,12 @@
 
 namespace qkv {
 
+// The precision a product multiplies in. kBF16 (bf16 mode, qkv/core/bf16.h): op(A) and op(B) are
+// rounded to bf16 (nearest even) as they are packed, or read as bf16 from A16 / B16, and every
+// product is accumulated in float32: AVX512_BF16's dot product where the CPU has it, else the
+// float32 micro-kernel on the rounded values. Always qkv's own product, whatever the backend.
+enum class GemmPrecision { kF32, kBF16 };
+
 struct GemmArgs {
   bool trans_a = false, trans_b = false;
   int64_t M = 0, N = 0, K = 0;
@@ -45,6 +51,11 @@ struct GemmArgs {
   float beta = 0.0f;  // 0: C is overwritten (never read, may hold NaN)
   float* C = nullptr;
   int64_t ldc = 0;
+  GemmPrecision precision = GemmPrecision::kF32;
+  // kBF16 only: the operand as bf16 bits, in place of A (or B) and with the same layout and
+  // leading dimension (e.g. weights kept in bf16). Null: A (B) is read and rounded.
+  const uint16_t* A16 = nullptr;
+  const uint16_t* B16 = nullptr;
 };
 
 // C (M, N) = op(A) op(B): the arguments of a plain product (alpha 1, beta 0; set them after).
@@ -77,6 +88,12 @@ const char* gemm_backend_name(GemmBackend backend);
 // What runs the products now, e.g. "qkv packed GEMM, AVX3, 512-bit, 14x32 tiles, KC 192, MC 672"
 // or "OpenBLAS 0.3.21, Haswell kernels".
 std::string gemm_description();
+// What runs the bf16-precision products now (always qkv's own), e.g. "qkv packed GEMM, AVX3,
+// 512-bit, 8x48 tiles, bf16 pairs by the AVX512_BF16 dot product" or "..., bf16 widened to float32".
+std::string gemm_bf16_description();
+// Whether they run the AVX512_BF16 dot product (the CPU has it, the dispatched target is AVX-512,
+// and it is not forced off).
+bool gemm_bf16_dot();
 // The vector width the products compute with now (512, 256, 128; 0 when unknown).
 int gemm_vector_bits();
 
@@ -91,9 +108,11 @@ std::string blas_core();
 // when unknown (another CPU family, or no OpenBLAS).
 int blas_vector_bits();
 
-// Throws qkv::Error on negative sizes or leading dimensions too small for the shapes.
+// Throws qkv::Error on negative sizes or leading dimensions too small for the shapes, and on a
+// bf16 operand (A16, B16) given with precision kF32.
 void sgemm(const GemmArgs& g, ThreadPool* pool = nullptr);  // pool: nullptr = default_pool()
-// The naive reference: three loops, double accumulation. For tests.
+// The naive reference: three loops, double accumulation (of the bf16-rounded operands with
+// kBF16). For tests.
 void sgemm_reference(const GemmArgs& g);
 
 // C (M, N) = each row the vector bias (N): the start of y = x W^T + b with beta = 1.
