@@ -124,7 +124,7 @@ void BM_Sgemm(benchmark::State& state) {
                : op == 1 ? gemm_args(false, false, M, N, K, a.data(), K, b.data(), N, c.data(), N)
                          : gemm_args(true, false, M, N, K, a.data(), M, b.data(), N, c.data(), N);
   if (product == 2) {
-    g.precision = GemmPrecision::kBF16;
+    g.precision = Dtype::kBF16;
     g.B = nullptr;
     g.B16 = b16.data();
   }

@@ -66,7 +66,7 @@ int check_every_shape(const std::string& label, Operands operands = Operands::kF
         g.A = a.data();
         g.B = b.data();
         std::vector<uint16_t> a16(a.size()), b16(b.size());
-        if (operands != Operands::kF32) g.precision = GemmPrecision::kBF16;
+        if (operands != Operands::kF32) g.precision = Dtype::kBF16;
         if (operands == Operands::kBF16) {
           floats_to_bf16(a.data(), a16.data(), a.size());
           floats_to_bf16(b.data(), b16.data(), b.size());
@@ -153,7 +153,7 @@ TEST(Gemm, Bf16OperandsNeedBf16Precision) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "sgemm: a bf16 operand (A16 or B16) needs precision kBF16");
   }
-  g.precision = GemmPrecision::kBF16;
+  g.precision = Dtype::kBF16;
   sgemm(g);
   EXPECT_EQ(out, std::vector<float>(4, 2.0f));
 }

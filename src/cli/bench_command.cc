@@ -21,6 +21,7 @@
 #include "flags.h"
 #include "qkv/core/checked.h"
 #include "qkv/core/error.h"
+#include "qkv/core/bf16.h"
 #include "qkv/core/gemm.h"
 #include "qkv/core/machine.h"
 #include "qkv/core/thread_pool.h"
@@ -46,12 +47,14 @@ struct BenchFlags {
   std::string rope = "none";  // mha
   std::string gemm;           // mha, causal-attention: the projections' product (empty: QKV_GEMM or qkv)
   std::string split = "contiguous";  // ring-attention
+  std::string dtype = "f32";         // mha, causal-attention, attention-core
 };
 
 // --module ring-attention: the ring's own flags; the others are refused by name.
 int run_ring(const BenchFlags& f, const CLI::App& sub) {
   for (const char* flag : {"--kv-len", "--cache-dtype", "--window", "--alibi", "--softcap", "--rope", "--d-model"})
     QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module ring-attention");
+  QKV_CHECK(f.dtype == "f32", "--dtype ", f.dtype, ": --module ring-attention runs in f32 only");
   QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module ring-attention");
   check_threads(f.threads);
   RingBenchFlags r;
@@ -85,6 +88,8 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
     for (const char* flag : {"--seq-len", "--backward", "--no-mask", "--dropout", "--window", "--alibi", "--softcap", "--rope"})
       QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module decode (it times one causal query per head "
                 "over --kv-len cached positions)");
+    QKV_CHECK(sub.count("--dtype") == 0, "--dtype is not a flag of --module decode: its cache's element type is "
+              "--cache-dtype f32|bf16");
     check_threads(f.threads);
     if (f.threads > 0) set_default_thread_count(f.threads);
     QKV_CHECK(f.iters >= 1, "--iters ", f.iters, ": must be at least 1");
@@ -165,6 +170,7 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   shape.alibi = f.alibi;
   shape.softcap = f.softcap;
   shape.rope = kernels::parse_rope_layout(f.rope);
+  shape.dtype = parse_dtype(f.dtype);
   const perf::AttentionBenchReport r = perf::run_attention_bench(shape, f.iters, f.warmup, pool);
 
   const bool causal = r.shape.causal;
@@ -181,7 +187,7 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
             << (r.shape.window > 0 ? " window " + std::to_string(r.shape.window) : "") << (r.shape.alibi ? " ALiBi" : "")
             << (r.shape.softcap > 0 ? " softcap " + std::to_string(r.shape.softcap) : "")
             << (r.shape.rope != kernels::RopeLayout::kNone ? std::string(" RoPE ") + kernels::rope_layout_name(r.shape.rope) : "")
-            << ", " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n";
+            << (r.shape.dtype == Dtype::kBF16 ? " bf16" : "") << ", " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n";
   const CacheSizes& caches = cache_sizes();
   std::cout << "  caches: L1d " << caches.l1d / 1024 << " KiB, L2 " << caches.l2 / 1024 << " KiB, L3 "
             << caches.l3 / 1024 << " KiB (" << caches.source << ")\n";
@@ -201,6 +207,10 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
                 << "\n";
     }
   }
+  if (r.shape.dtype == Dtype::kBF16)
+    std::cout << "  bf16: " << (bf16_dot_allowed() && r.simd == "AVX3" ? "AVX512_BF16 dot products (2 bf16 products per fp32 lane: the bf16 peak is twice the fp32 FMA peak)"
+                                                                     : "widened to fp32 (no AVX512_BF16 dot product here): the fp32 FMA peak bounds it")
+              << "\n";
   std::cout << std::fixed << std::setprecision(2) << "  median " << median << " ms  (min " << r.min_ms
             << ", max " << r.max_ms << ", " << r.iters << " runs)\n"
             << "  " << std::setprecision(1) << flops / 1e9 << " GFLOP (causal work only) -> " << gflops
@@ -218,7 +228,7 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
                         {"gemm", r.gemm}, {"projections", r.projections}, {"projections_vector_bits", projection_bits},
                         {"num_kv_heads", r.shape.num_kv_heads}, {"window", r.shape.window},
                         {"alibi", r.shape.alibi}, {"softcap", r.shape.softcap},
-                        {"rope", kernels::rope_layout_name(r.shape.rope)},
+                        {"rope", kernels::rope_layout_name(r.shape.rope)}, {"dtype", dtype_name(r.shape.dtype)},
                         {"l1d_bytes", caches.l1d}, {"l2_bytes", caches.l2}, {"l3_bytes", caches.l3},
                         {"peak_gflops_at_projection_width", peak_at_width > 0 ? nlohmann::json(peak_at_width) : nlohmann::json()}};
     std::cout << j.dump() << "\n";
@@ -260,6 +270,11 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--rope", f->rope, "RoPE on q and k (mha): none | half | interleaved")
       ->default_val("none")
       ->check(CLI::IsMember({"none", "half", "interleaved"}));
+  sub->add_option("--dtype", f->dtype,
+                  "f32 | bf16: bf16 mode (weights, activations, q, k, v in bf16, sums and softmax in fp32; mha, "
+                  "causal-attention, attention-core)")
+      ->default_val("f32")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   sub->add_option("--gemm", f->gemm,
                   "The projections' matrix product: qkv (its own, at this CPU's vector width) | openblas "
                   "(default: $QKV_GEMM, else qkv)")

@@ -5,7 +5,17 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "qkv/core/error.h"
+
 namespace qkv {
+
+const char* dtype_name(Dtype dtype) { return dtype == Dtype::kBF16 ? "bf16" : "f32"; }
+
+Dtype parse_dtype(const std::string& name) {
+  if (name == "f32") return Dtype::kF32;
+  if (name == "bf16") return Dtype::kBF16;
+  fail("unknown dtype '", name, "': expected f32 or bf16");
+}
 
 void floats_to_bf16(const float* src, uint16_t* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);

@@ -47,7 +47,7 @@ void check(const GemmArgs& g) {
   QKV_CHECK(g.lda >= std::max<int64_t>(1, a_cols), "sgemm: lda (", g.lda, ") < the columns of A (", a_cols, ")");
   QKV_CHECK(g.ldb >= std::max<int64_t>(1, b_cols), "sgemm: ldb (", g.ldb, ") < the columns of B (", b_cols, ")");
   QKV_CHECK(g.ldc >= std::max<int64_t>(1, g.N), "sgemm: ldc (", g.ldc, ") < the columns of C (", g.N, ")");
-  const bool bf16 = g.precision == GemmPrecision::kBF16;
+  const bool bf16 = g.precision == Dtype::kBF16;
   QKV_CHECK(bf16 || (g.A16 == nullptr && g.B16 == nullptr),
             "sgemm: a bf16 operand (A16 or B16) needs precision kBF16");
   const bool has_a = g.A != nullptr || (bf16 && g.A16 != nullptr), has_b = g.B != nullptr || (bf16 && g.B16 != nullptr);
@@ -95,7 +95,7 @@ std::atomic<int>& backend_state() {  // -1: not read yet
 
 // One product on the calling thread alone (M, N, K > 0).
 void serial_product(const GemmArgs& g) {
-  if (g.precision == GemmPrecision::kBF16) return packed_sgemm(g, nullptr);  // bf16: always qkv's own
+  if (g.precision == Dtype::kBF16) return packed_sgemm(g, nullptr);  // bf16: always qkv's own
   if (gemm_backend() == GemmBackend::kOpenBlas || (kHaveOpenBlas && g.M == 1)) return blas_call(g);  // M = 1: sgemv
   packed_sgemm(g, nullptr);
 }
@@ -248,7 +248,7 @@ void sgemm(const GemmArgs& g, ThreadPool* pool_arg) {
   if (gemm_flops(g.M, g.N, g.K) < 4e6) return serial_product(g);
   ThreadPool& pool = pool_arg ? *pool_arg : default_pool();
   if (splits_k(g)) return sgemm_k_split(g, pool);
-  if (g.precision == GemmPrecision::kBF16 || (gemm_backend() == GemmBackend::kQkv && (g.M > 1 || !kHaveOpenBlas)))
+  if (g.precision == Dtype::kBF16 || (gemm_backend() == GemmBackend::kQkv && (g.M > 1 || !kHaveOpenBlas)))
     return packed_sgemm(g, &pool);
   // Panels of a fixed size (not one per thread), so every element of C comes out of the same
   // BLAS call whatever the thread count: the result does not depend on it, bit for bit.
@@ -275,7 +275,7 @@ void sgemm(const GemmArgs& g, ThreadPool* pool_arg) {
 void sgemm_reference(const GemmArgs& g) {
   check(g);
   // An operand's element as the product multiplies it: float32, or rounded to (or read as) bf16.
-  const bool bf16 = g.precision == GemmPrecision::kBF16;
+  const bool bf16 = g.precision == Dtype::kBF16;
   auto element = [bf16](const float* x, const uint16_t* x16, int64_t i) {
     if (x16 != nullptr) return bf16_to_float(x16[i]);
     return bf16 ? bf16_to_float(float_to_bf16(x[i])) : x[i];

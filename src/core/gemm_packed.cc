@@ -15,7 +15,7 @@
 //     L2) stream past it.
 // Tiles per target: AVX-512 14 x 32 (28 accumulators of the 32 registers), AVX2 6 x 16 (12 of 16).
 //
-// bf16 precision (GemmPrecision::kBF16): on a CPU with AVX512_BF16 (AVX-512 target), the panels
+// bf16 precision (Dtype::kBF16): on a CPU with AVX512_BF16 (AVX-512 target), the panels
 // hold pairs of bf16 along K in one 32-bit word and the micro-kernel runs vdpbf16ps: each step
 // takes two values of K, twice the float32 kernel's work per instruction (gemm_bf16_dot-inl.h).
 // Elsewhere, or with the dot product forced off (qkv/core/bf16.h), the float32 path packs the
@@ -291,12 +291,12 @@ struct F32Path {
   static void PackB(const GemmArgs& g, size_t k0, size_t kc, size_t j0, size_t j1, float* dst) {
     if (g.B16 != nullptr) return PackPanelsB(g, g.B16, k0, kc, j0, j1, dst);
     PackPanelsB(g, g.B, k0, kc, j0, j1, dst);
-    if (g.precision == GemmPrecision::kBF16) RoundPacked(dst + j0 * kc * kNR, (j1 - j0) * kc * kNR);
+    if (g.precision == Dtype::kBF16) RoundPacked(dst + j0 * kc * kNR, (j1 - j0) * kc * kNR);
   }
   static void PackA(const GemmArgs& g, size_t i0, size_t rows, size_t k0, size_t kc, float* dst) {
     if (g.A16 != nullptr) return PackBlockA(g, g.A16, i0, rows, k0, kc, dst);
     PackBlockA(g, g.A, i0, rows, k0, kc, dst);
-    if (g.precision == GemmPrecision::kBF16) RoundPacked(dst, (rows + kMR - 1) / kMR * kMR * kc);
+    if (g.precision == Dtype::kBF16) RoundPacked(dst, (rows + kMR - 1) / kMR * kMR * kc);
   }
   static void Tile(const float* a, const float* b, size_t kc, float* c, size_t ldc, size_t rows, size_t cols,
                    const TileWrite& w) {
@@ -386,7 +386,7 @@ void PackedGemm(const GemmArgs& g, ThreadPool* pool) {
   }
 }
 
-bool UsesDotPath(const GemmArgs& g) { return kHasDotPath && g.precision == GemmPrecision::kBF16 && bf16_dot_allowed(); }
+bool UsesDotPath(const GemmArgs& g) { return kHasDotPath && g.precision == Dtype::kBF16 && bf16_dot_allowed(); }
 
 }  // namespace
 
@@ -406,7 +406,7 @@ PackedGemmShape PackedGemmShapeImpl() {
   s.vector_bits = static_cast<int>(kLanes * 32);
   s.target = hwy::TargetName(HWY_TARGET);
   GemmArgs bf16;
-  bf16.precision = GemmPrecision::kBF16;
+  bf16.precision = Dtype::kBF16;
   s.bf16_dot = UsesDotPath(bf16);
   return s;
 }

@@ -7,18 +7,31 @@
 
 namespace qkv {
 
+namespace {
+// The product in bf16 when asked, with W read as bf16 when it is given.
+GemmArgs in_dtype(GemmArgs g, Dtype dtype, const uint16_t* W16) {
+  g.precision = dtype;
+  if (dtype == Dtype::kBF16 && W16 != nullptr) {
+    g.B = nullptr;
+    g.B16 = W16;
+  }
+  return g;
+}
+}  // namespace
+
 void linear(const float* x, int64_t M, int64_t K, const float* W, const float* bias, int64_t N, float* y,
-            ThreadPool* pool) {
+            ThreadPool* pool, Dtype dtype, const uint16_t* W16) {
   if (bias) fill_rows(y, M, N, N, bias, pool);
-  GemmArgs g = gemm_args(false, true, M, N, K, x, K, W, K, y, N);
+  GemmArgs g = in_dtype(gemm_args(false, true, M, N, K, x, K, W, K, y, N), dtype, W16);
   g.beta = bias ? 1.0f : 0.0f;
   sgemm(g, pool);
 }
 
 void linear_backward(const float* x, const float* dy, int64_t M, int64_t K, const float* W, int64_t N,
-                     float* dx, float* dW, float* db, ThreadPool* pool, bool accumulate_params) {
+                     float* dx, float* dW, float* db, ThreadPool* pool, bool accumulate_params, Dtype dtype,
+                     const uint16_t* W16) {
   if (dW) {  // dW (+)= dy^T x
-    GemmArgs g = gemm_args(true, false, N, K, M, dy, N, x, K, dW, K);
+    GemmArgs g = in_dtype(gemm_args(true, false, N, K, M, dy, N, x, K, dW, K), dtype, nullptr);
     g.beta = accumulate_params ? 1.0f : 0.0f;
     sgemm(g, pool);
   }
@@ -28,7 +41,7 @@ void linear_backward(const float* x, const float* dy, int64_t M, int64_t K, cons
     sum_rows(dy, M, N, N, sums.data(), pool);
     for (int64_t n = 0; n < N; ++n) db[n] += sums[static_cast<size_t>(n)];
   }
-  if (dx) sgemm(gemm_args(false, false, M, K, N, dy, N, W, K, dx, K), pool);  // dx = dy W
+  if (dx) sgemm(in_dtype(gemm_args(false, false, M, K, N, dy, N, W, K, dx, K), dtype, W16), pool);  // dx = dy W
 }
 
 }  // namespace qkv

@@ -48,20 +48,32 @@ constexpr int64_t kCopyRows = 32;
 // ((count, Q), row 0 = global row `first`). In the (B*T, Q) layout consecutive tokens of a head
 // are Q floats apart (9 KB at GPT-2's size): a kernel reading a head there crosses a page every
 // row, and measured 20-40% slower than on contiguous heads.
-void split_heads(const MhaShape& s, const float* rows, int64_t first, int64_t count, float* heads,
-                 ThreadPool& pool) {
-  const int64_t T = s.tokens, D = s.head_dim(), Q = s.qkv_width(), parts = Q / D;
-  const size_t bytes = static_cast<size_t>(D) * sizeof(float);
+// heads: float, or bf16 (rounded as they are copied: bf16 mode).
+void copy_head_row(const float* src, int64_t D, float* dst) { std::memcpy(dst, src, static_cast<size_t>(D) * sizeof(float)); }
+void copy_head_row(const float* src, int64_t D, uint16_t* dst) { floats_to_bf16(src, dst, static_cast<size_t>(D)); }
+
+template <typename T>
+void split_heads(const MhaShape& s, const float* rows, int64_t first, int64_t count, T* heads, ThreadPool& pool) {
+  const int64_t Tk = s.tokens, D = s.head_dim(), Q = s.qkv_width(), parts = Q / D;
   pool.parallel_for((count + kCopyRows - 1) / kCopyRows, [&](int64_t task, int) {
     const int64_t r0 = task * kCopyRows, r1 = std::min(count, r0 + kCopyRows);
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t b = (first + r) / T, t = (first + r) % T;
+      const int64_t b = (first + r) / Tk, t = (first + r) % Tk;
       const float* row = rows + r * Q;
       for (int64_t part = 0; part < parts; ++part) {  // at column part * D
         const SplitPart sp = split_part_of(s, part);
-        std::memcpy(heads + sp.region_offset + ((b * sp.region_heads + sp.head) * T + t) * D, row + part * D, bytes);
+        copy_head_row(row + part * D, D, heads + sp.region_offset + ((b * sp.region_heads + sp.head) * Tk + t) * D);
       }
     }
+  });
+}
+
+// n floats to bf16, split over the pool.
+void round_to_bf16(const float* src, uint16_t* dst, int64_t n, ThreadPool& pool) {
+  const int64_t chunk = int64_t{1} << 16;
+  pool.parallel_for((n + chunk - 1) / chunk, [&](int64_t t, int) {
+    const int64_t i0 = t * chunk;
+    floats_to_bf16(src + i0, dst + i0, static_cast<size_t>(std::min(chunk, n - i0)));
   });
 }
 
@@ -81,17 +93,21 @@ int64_t qkv_chunk_rows(const MhaShape& s) {
 
 }  // namespace
 
-ConstHeads mha_queries(const MhaShape& s, const float* heads) {
-  return ConstHeads::contiguous(heads, s.batch, s.heads, s.tokens, s.head_dim());
+namespace {
+// Part `first_part` onwards of the split heads: q (part 0, H heads), k (part H, G heads) or v (part H + G).
+template <typename T>
+Heads<const T> heads_from(const MhaShape& s, const T* heads, int64_t first_part) {
+  const SplitPart sp = split_part_of(s, first_part);
+  return Heads<const T>::contiguous(heads + sp.region_offset, s.batch, sp.region_heads, s.tokens, s.head_dim());
 }
-ConstHeads mha_keys(const MhaShape& s, const float* heads) {
-  return ConstHeads::contiguous(heads + split_part_of(s, s.heads).region_offset, s.batch, s.groups(), s.tokens,
-                                s.head_dim());
-}
-ConstHeads mha_values(const MhaShape& s, const float* heads) {
-  return ConstHeads::contiguous(heads + split_part_of(s, s.heads + s.groups()).region_offset, s.batch, s.groups(),
-                                s.tokens, s.head_dim());
-}
+}  // namespace
+
+ConstHeads mha_queries(const MhaShape& s, const float* heads) { return heads_from(s, heads, 0); }
+ConstHeads mha_keys(const MhaShape& s, const float* heads) { return heads_from(s, heads, s.heads); }
+ConstHeads mha_values(const MhaShape& s, const float* heads) { return heads_from(s, heads, s.heads + s.groups()); }
+ConstHeadsBF16 mha_queries(const MhaShape& s, const uint16_t* heads) { return heads_from(s, heads, 0); }
+ConstHeadsBF16 mha_keys(const MhaShape& s, const uint16_t* heads) { return heads_from(s, heads, s.heads); }
+ConstHeadsBF16 mha_values(const MhaShape& s, const uint16_t* heads) { return heads_from(s, heads, s.heads + s.groups()); }
 
 bool mha_use_reference_attention(bool on) {
   return g_reference_attention.exchange(on);
@@ -103,11 +119,20 @@ void MhaWorkspace::Buffer::reserve(size_t n) {
   size = n;
 }
 
-void MhaWorkspace::reserve_forward(const MhaShape& s) {
+void MhaWorkspace::Buffer16::reserve(size_t n) {
+  if (size >= n) return;
+  data.reset(new uint16_t[n]);
+  size = n;
+}
+
+void MhaWorkspace::reserve_forward(const MhaShape& s, bool float_heads) {
   const auto rows = static_cast<size_t>(s.batch * s.tokens), C = static_cast<size_t>(s.d_out);
   const auto Q = static_cast<size_t>(s.qkv_width());
+  const bool bf16 = s.dtype == Dtype::kBF16;
   qkv_.reserve(static_cast<size_t>(qkv_chunk_rows(s)) * Q);
-  heads_.reserve(rows * Q);
+  // bf16 mode keeps float heads only to rotate them (RoPE) before rounding, or for the reference
+  if (float_heads || !bf16 || s.rope.layout != RopeLayout::kNone || g_reference_attention) heads_.reserve(rows * Q);
+  if (bf16) heads16_.reserve(rows * Q);
   ctx_.reserve(rows * C);
   lse_.reserve(static_cast<size_t>(s.batch * s.heads * s.tokens));
 }
@@ -119,7 +144,8 @@ void MhaWorkspace::reserve_backward(const MhaShape& s) {
 }
 
 size_t MhaWorkspace::bytes() const {
-  return (qkv_.size + heads_.size + ctx_.size + lse_.size + dctx_.size + dqkv_.size) * sizeof(float);
+  return (qkv_.size + heads_.size + ctx_.size + lse_.size + dctx_.size + dqkv_.size) * sizeof(float) +
+         heads16_.size * sizeof(uint16_t);
 }
 
 void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* y, MhaWorkspace& ws,
@@ -129,13 +155,19 @@ void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* 
   if (rows == 0) return;
   ws.reserve_forward(s);
   ThreadPool* pool = options.pool;
+  ThreadPool& workers = pool ? *pool : default_pool();
+  const bool bf16 = s.dtype == Dtype::kBF16, reference = g_reference_attention;
+  // bf16 mode rounds the heads as it splits them, unless they are rotated (RoPE) first or the
+  // reference attention (float32) reads them
+  const bool split_to_bf16 = bf16 && s.rope.layout == RopeLayout::kNone && !reference;
   // qkv = x W_qkv^T + b_qkv                                    (B*T, Q), a chunk of rows at a time
   // heads = split(qkv): q (B, H, T, D), k, v (B, G, T, D), contiguous
   const int64_t chunk = qkv_chunk_rows(s);
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t n = std::min(chunk, rows - r0);
-    linear(x + r0 * s.d_in, n, s.d_in, w.w_qkv, w.b_qkv, Q, ws.qkv(), pool);
-    split_heads(s, ws.qkv(), r0, n, ws.heads(), pool ? *pool : default_pool());
+    linear(x + r0 * s.d_in, n, s.d_in, w.w_qkv, w.b_qkv, Q, ws.qkv(), pool, s.dtype, w.w_qkv16);
+    if (split_to_bf16) split_heads(s, ws.qkv(), r0, n, ws.heads16(), workers);
+    else split_heads(s, ws.qkv(), r0, n, ws.heads(), workers);
   }
   float* heads = ws.heads();
   // q, k = rope(q), rope(k)                                    in place, positions offset + t
@@ -146,18 +178,25 @@ void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* 
                                          s.tokens, D),
                 table, s.rope.layout, false, pool);
   }
+  if (bf16 && !split_to_bf16) {
+    round_to_bf16(heads, ws.heads16(), rows * Q, workers);
+    if (reference) bf16_to_floats(ws.heads16(), heads, static_cast<size_t>(rows * Q));  // the values bf16 keeps
+  }
   // ctx[:, h*D:(h+1)*D] = attention(q_h, k_g(h), v_g(h))        (B*T, C)
   // (kept in the workspace even without an output projection: the backward needs it)
   const MutableHeads ctx = MutableHeads::interleaved(ws.ctx(), s.batch, s.heads, s.tokens, D, C);
-  if (g_reference_attention) {
+  if (reference) {
     attention_forward_reference(mha_queries(s, heads), mha_keys(s, heads), mha_values(s, heads), ctx, ws.lse(),
                                 options);
+  } else if (bf16) {
+    const uint16_t* h16 = ws.heads16();
+    attention_forward_bf16(mha_queries(s, h16), mha_keys(s, h16), mha_values(s, h16), ctx, ws.lse(), options);
   } else {
     attention_forward(mha_queries(s, heads), mha_keys(s, heads), mha_values(s, heads), ctx, ws.lse(), options);
   }
   // y = ctx W_out^T + b_out                                    (B*T, C)
   if (w.w_out) {
-    linear(ws.ctx(), rows, C, w.w_out, w.b_out, C, y, pool);
+    linear(ws.ctx(), rows, C, w.w_out, w.b_out, C, y, pool, s.dtype, w.w_out16);
   } else {
     std::copy(ws.ctx(), ws.ctx() + rows * C, y);
   }
@@ -174,7 +213,7 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
   const float* dctx = dy;
   if (w.w_out) {
     linear_backward(ws.ctx(), dy, rows, C, w.w_out, C, ws.dctx(), grads.dw_out, grads.db_out, pool,
-                    grads.accumulate);
+                    grads.accumulate, s.dtype, w.w_out16);
     dctx = ws.dctx();
   }
   // ctx = attention(q, k, v)  ->  dq, dk, dv, written into their columns of dqkv
@@ -187,9 +226,13 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
   const MutableHeads dv = MutableHeads::interleaved(ws.dqkv() + C + G * D, s.batch, G, s.tokens, D, Q);
   const ConstHeads ctx = ConstHeads::interleaved(ws.ctx(), s.batch, s.heads, s.tokens, D, C);
   const ConstHeads d_ctx = ConstHeads::interleaved(dctx, s.batch, s.heads, s.tokens, D, C);
-  if (g_reference_attention) {
+  if (g_reference_attention) {  // on the float heads (in bf16 mode, the forward left the bf16 values there)
     attention_backward_reference(mha_queries(s, heads), mha_keys(s, heads), mha_values(s, heads), d_ctx, dq, dk, dv,
                                  options);
+  } else if (s.dtype == Dtype::kBF16) {
+    const uint16_t* h16 = ws.heads16();
+    attention_backward_bf16(mha_queries(s, h16), mha_keys(s, h16), mha_values(s, h16), ctx, d_ctx, ws.lse(), dq, dk,
+                            dv, options);
   } else {
     attention_backward(mha_queries(s, heads), mha_keys(s, heads), mha_values(s, heads), ctx, d_ctx, ws.lse(), dq,
                        dk, dv, options);
@@ -201,7 +244,8 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
     rope_rotate(dk, table, s.rope.layout, true, pool);
   }
   // qkv = x W_qkv^T + b_qkv  ->  dW_qkv, db_qkv, dx
-  linear_backward(x, ws.dqkv(), rows, s.d_in, w.w_qkv, Q, dx, grads.dw_qkv, grads.db_qkv, pool, grads.accumulate);
+  linear_backward(x, ws.dqkv(), rows, s.d_in, w.w_qkv, Q, dx, grads.dw_qkv, grads.db_qkv, pool, grads.accumulate,
+                  s.dtype, w.w_qkv16);
 }
 
 void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, float* y, KvCache& cache,
@@ -226,13 +270,13 @@ void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, 
   QKV_CHECK(P + Tn <= cache.capacity(), "mha_forward_cached: ", Tn, " new positions after ", P,
             " overflow the cache's capacity of ", cache.capacity());
   if (B * Tn == 0) return;
-  ws.reserve_forward(s);
+  ws.reserve_forward(s, /*float_heads=*/true);
   ThreadPool* pool = options.pool;
   // qkv = x W_qkv^T + b_qkv, heads = split(qkv): q (B, H, Tn, D), k, v (B, G, Tn, D)
   const int64_t rows = B * Tn, chunk = qkv_chunk_rows(s);
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t n = std::min(chunk, rows - r0);
-    linear(x + r0 * s.d_in, n, s.d_in, w.w_qkv, w.b_qkv, Q, ws.qkv(), pool);
+    linear(x + r0 * s.d_in, n, s.d_in, w.w_qkv, w.b_qkv, Q, ws.qkv(), pool, s.dtype, w.w_qkv16);
     split_heads(s, ws.qkv(), r0, n, ws.heads(), pool ? *pool : default_pool());
   }
   float* heads = ws.heads();
@@ -262,7 +306,7 @@ void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, 
   }
   // y = ctx W_out^T + b_out                                    (B*Tn, C)
   if (w.w_out) {
-    linear(ws.ctx(), rows, C, w.w_out, w.b_out, C, y, pool);
+    linear(ws.ctx(), rows, C, w.w_out, w.b_out, C, y, pool, s.dtype, w.w_out16);
   } else {
     std::copy(ws.ctx(), ws.ctx() + rows * C, y);
   }

@@ -10,8 +10,10 @@
 #include <chrono>
 #include <cmath>
 
+#include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
 #include "qkv/core/gemm.h"
+#include "qkv/kernels/attention_bf16.h"
 #include "qkv/kernels/fma_peak.h"
 #include "qkv/kernels/simd.h"
 
@@ -134,6 +136,7 @@ struct AttentionBenchCase::Buffers {
   std::vector<std::unique_ptr<Buffer>> keep;
   // attention-core: q, o, d_o, dq (B, H, T, D); k, v, dk, dv (B, G, T, D)
   kernels::MutableHeads q, k, v, o, d_o, dq, dk, dv;
+  kernels::MutableHeadsBF16 q16, k16, v16;  // bf16: q, k, v rounded
   float* lse = nullptr;
   std::vector<float> slopes;  // (H) ALiBi's
   // mha, causal-attention
@@ -144,6 +147,14 @@ struct AttentionBenchCase::Buffers {
   const float* dy = nullptr;
   float *y = nullptr, *dx = nullptr;
   kernels::MhaWorkspace ws;
+  std::vector<std::vector<uint16_t>> keep16;  // bf16 copies
+
+  // src (n floats) rounded to bf16, kept.
+  uint16_t* bf16_copy(const float* src, size_t n) {
+    keep16.emplace_back(n);
+    floats_to_bf16(src, keep16.back().data(), n);
+    return keep16.back().data();
+  }
 
   float* buffer(size_t n, float scale, uint64_t seed, ThreadPool& pool) {
     keep.push_back(std::make_unique<Buffer>(n));
@@ -187,18 +198,31 @@ AttentionBenchCase::AttentionBenchCase(const AttentionBenchShape& shape, ThreadP
       b.dk = kv_heads(buffer(nkv, 0, 0));
       b.dv = kv_heads(buffer(nkv, 0, 0));
     }
+    if (s.dtype == Dtype::kBF16) {
+      auto to16 = [&](const kernels::MutableHeads& x, size_t count) {
+        return kernels::MutableHeadsBF16::contiguous(b.bf16_copy(x.data, count), x.batch, x.heads, x.tokens, x.dim);
+      };
+      b.q16 = to16(b.q, n);
+      b.k16 = to16(b.k, nkv);
+      b.v16 = to16(b.v, nkv);
+    }
     return;
   }
   const bool out_proj = s.target == BenchTarget::kMha;
   b.mha = kernels::MhaShape{B, T, C, C, H};
   b.mha.kv_heads = s.num_kv_heads;
   b.mha.rope.layout = s.rope;
+  b.mha.dtype = s.dtype;
   const int64_t Q = b.mha.qkv_width();                             // (H + 2G) D rows of W_qkv
   const float w_scale = 1.0f / std::sqrt(static_cast<float>(C));  // nn.Linear's init range
   b.w.w_qkv = buffer(static_cast<size_t>(Q * C), w_scale, 5);
   if (out_proj) {
     b.w.w_out = buffer(static_cast<size_t>(C * C), w_scale, 6);
     b.w.b_out = buffer(static_cast<size_t>(C), w_scale, 7);
+  }
+  if (s.dtype == Dtype::kBF16) {
+    b.w.w_qkv16 = b.bf16_copy(b.w.w_qkv, static_cast<size_t>(Q * C));
+    if (out_proj) b.w.w_out16 = b.bf16_copy(b.w.w_out, static_cast<size_t>(C * C));
   }
   b.x = buffer(static_cast<size_t>(B * T * C), 1, 8);
   b.y = buffer(static_cast<size_t>(B * T * C), 0, 0);
@@ -217,16 +241,19 @@ AttentionBenchCase::~AttentionBenchCase() = default;
 
 void AttentionBenchCase::forward() {
   Buffers& b = *b_;
-  if (shape_.target == BenchTarget::kAttentionCore) kernels::attention_forward(b.q, b.k, b.v, b.o, b.lse, options_);
-  else kernels::mha_forward(b.mha, b.w, b.x, b.y, b.ws, options_);
+  const bool bf16 = shape_.dtype == Dtype::kBF16;
+  if (shape_.target != BenchTarget::kAttentionCore) kernels::mha_forward(b.mha, b.w, b.x, b.y, b.ws, options_);
+  else if (bf16) kernels::attention_forward_bf16(b.q16, b.k16, b.v16, b.o, b.lse, options_);
+  else kernels::attention_forward(b.q, b.k, b.v, b.o, b.lse, options_);
 }
 
 void AttentionBenchCase::backward() {
   QKV_CHECK(shape_.backward, "attention bench: this case has no gradient buffers (shape.backward is false)");
   Buffers& b = *b_;
-  if (shape_.target == BenchTarget::kAttentionCore)
-    kernels::attention_backward(b.q, b.k, b.v, b.o, b.d_o, b.lse, b.dq, b.dk, b.dv, options_);
-  else kernels::mha_backward(b.mha, b.w, b.x, b.dy, b.dx, b.g, b.ws, options_);
+  const bool bf16 = shape_.dtype == Dtype::kBF16;
+  if (shape_.target != BenchTarget::kAttentionCore) kernels::mha_backward(b.mha, b.w, b.x, b.dy, b.dx, b.g, b.ws, options_);
+  else if (bf16) kernels::attention_backward_bf16(b.q16, b.k16, b.v16, b.o, b.d_o, b.lse, b.dq, b.dk, b.dv, options_);
+  else kernels::attention_backward(b.q, b.k, b.v, b.o, b.d_o, b.lse, b.dq, b.dk, b.dv, options_);
 }
 
 double AttentionBenchCase::forward_flops() const {
@@ -262,8 +289,9 @@ AttentionBenchReport run_attention_bench(const AttentionBenchShape& shape, int i
   // OPENBLAS_CORETYPE=Haswell on an AVX-512 machine, say), the peak at their width bounds them:
   // measured too.
   r.gemm = gemm_backend_name(gemm_backend());
-  r.projections = gemm_description();
-  r.projections_bits = core ? 0 : gemm_vector_bits();
+  const bool bf16 = r.shape.dtype == Dtype::kBF16;
+  r.projections = core ? "" : bf16 ? gemm_bf16_description() : gemm_description();
+  r.projections_bits = core ? 0 : bf16 ? kernels::simd_vector_bits() : gemm_vector_bits();
   if (r.projections_bits > 0 && r.projections_bits < r.simd_bits) {
     for (int64_t target : kernels::available_simd_targets()) {
       if (kernels::simd_target_vector_bits(target) != r.projections_bits) continue;

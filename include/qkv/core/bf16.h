@@ -15,8 +15,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace qkv {
+
+// What a computation multiplies in: float32, or bf16 mode (operands bf16, sums float32).
+enum class Dtype { kF32, kBF16 };
+const char* dtype_name(Dtype dtype);  // "f32" | "bf16"
+// "f32" or "bf16"; anything else: qkv::Error "unknown dtype 'x': expected f32 or bf16".
+Dtype parse_dtype(const std::string& name);
 
 inline uint16_t float_to_bf16(float x) {
   uint32_t u;

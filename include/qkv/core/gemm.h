@@ -30,15 +30,10 @@
 #include <cstdint>
 #include <string>
 
+#include "qkv/core/bf16.h"
 #include "qkv/core/thread_pool.h"
 
 namespace qkv {
-
-// The precision a product multiplies in. kBF16 (bf16 mode, qkv/core/bf16.h): op(A) and op(B) are
-// rounded to bf16 (nearest even) as they are packed, or read as bf16 from A16 / B16, and every
-// product is accumulated in float32: AVX512_BF16's dot product where the CPU has it, else the
-// float32 micro-kernel on the rounded values. Always qkv's own product, whatever the backend.
-enum class GemmPrecision { kF32, kBF16 };
 
 struct GemmArgs {
   bool trans_a = false, trans_b = false;
@@ -51,7 +46,11 @@ struct GemmArgs {
   float beta = 0.0f;  // 0: C is overwritten (never read, may hold NaN)
   float* C = nullptr;
   int64_t ldc = 0;
-  GemmPrecision precision = GemmPrecision::kF32;
+  // The precision the product multiplies in. kBF16 (bf16 mode, qkv/core/bf16.h): op(A) and op(B)
+  // are rounded to bf16 (nearest even) as they are packed, or read as bf16 from A16 / B16, and
+  // every product is accumulated in float32: AVX512_BF16's dot product where the CPU has it, else
+  // the float32 micro-kernel on the rounded values. Always qkv's own product, whatever the backend.
+  Dtype precision = Dtype::kF32;
   // kBF16 only: the operand as bf16 bits, in place of A (or B) and with the same layout and
   // leading dimension (e.g. weights kept in bf16). Null: A (B) is read and rounded.
   const uint16_t* A16 = nullptr;

@@ -10,18 +10,22 @@
 
 #include <cstdint>
 
+#include "qkv/core/bf16.h"
 #include "qkv/core/thread_pool.h"
 
 namespace qkv {
 
+// dtype kBF16: the products multiply in bf16 (gemm.h), reading W16 (W in bf16, (N, K)) when it is
+// given instead of rounding W; the bias and every sum stay float32.
 void linear(const float* x, int64_t M, int64_t K, const float* W, const float* bias, int64_t N, float* y,
-            ThreadPool* pool = nullptr);
+            ThreadPool* pool = nullptr, Dtype dtype = Dtype::kF32, const uint16_t* W16 = nullptr);
 
 // Given x (M, K), W (N, K) and dy = dLoss/dy (M, N), writes (overwrites) whichever of
 // dx = dy W (M, K), dW = dy^T x (N, K) and db = the column sums of dy (N) is not null; with
 // `accumulate_params`, dW and db are added into instead (PyTorch's .grad; the GEMM runs with
 // beta = 1), dx is still written.
 void linear_backward(const float* x, const float* dy, int64_t M, int64_t K, const float* W, int64_t N,
-                     float* dx, float* dW, float* db, ThreadPool* pool = nullptr, bool accumulate_params = false);
+                     float* dx, float* dW, float* db, ThreadPool* pool = nullptr, bool accumulate_params = false,
+                     Dtype dtype = Dtype::kF32, const uint16_t* W16 = nullptr);
 
 }  // namespace qkv

@@ -21,7 +21,9 @@
 #include <cstdint>
 #include <memory>
 
+#include "qkv/core/bf16.h"
 #include "qkv/kernels/attention.h"
+#include "qkv/kernels/attention_bf16.h"
 #include "qkv/kernels/decode.h"
 #include "qkv/kernels/kv_cache.h"
 #include "qkv/kernels/rope.h"
@@ -32,6 +34,12 @@ struct MhaShape {
   int64_t batch = 0, tokens = 0, d_in = 0, d_out = 0, heads = 1;
   int64_t kv_heads = 0;  // G; 0 means G = H (multi-head attention)
   RopeOptions rope = {};  // RoPE on q and k after the split (layout kNone: none)
+  // kBF16 (bf16 mode): the projections multiply in bf16 (x, ctx, dy and the weights rounded, or
+  // the weights' bf16 copies read), q, k and v are kept in bf16 and the attention is
+  // attention_forward_bf16 / _backward_bf16; every sum, the softmax state, ctx, y and every
+  // gradient stay float32. The cached forward runs its projections in bf16 (its cache has its own
+  // dtype).
+  Dtype dtype = Dtype::kF32;
   int64_t head_dim() const { return d_out / heads; }
   int64_t groups() const { return kv_heads > 0 ? kv_heads : heads; }     // G
   int64_t qkv_width() const { return (heads + 2 * groups()) * head_dim(); }  // Q = (H + 2G) D
@@ -42,6 +50,10 @@ struct MhaWeights {
   const float* b_qkv = nullptr;  // (Q) or null (qkv_bias=False, the book's default)
   const float* w_out = nullptr;  // (C, C) or null: no output projection (CausalAttention)
   const float* b_out = nullptr;  // (C) or null
+  // bf16 mode only, optional: the weights already in bf16 (same shapes), read instead of rounding
+  // w_qkv and w_out at every product (bf16_weights below makes them).
+  const uint16_t* w_qkv16 = nullptr;  // (Q, C_in)
+  const uint16_t* w_out16 = nullptr;  // (C, C)
 };
 
 struct MhaGradients {             // null members are skipped
@@ -58,11 +70,13 @@ class MhaWorkspace {
  public:
   float* qkv() { return qkv_.get(); }      // (rows, Q): staging for a chunk of the QKV product
   float* heads() { return heads_.get(); }  // q (B, H, T, D), then k, v (B, G, T, D): contiguous heads
+  uint16_t* heads16() { return heads16_.get(); }  // the same in bf16 (bf16 mode)
   float* ctx() { return ctx_.get(); }  // (B*T, C)
   float* lse() { return lse_.get(); }  // (B, H, T)
   float* dctx() { return dctx_.get(); }
   float* dqkv() { return dqkv_.get(); }
-  void reserve_forward(const MhaShape& s);
+  // float_heads: keep float heads in bf16 mode too (the cached forward's, which decodes from them)
+  void reserve_forward(const MhaShape& s, bool float_heads = false);
   void reserve_backward(const MhaShape& s);
   size_t bytes() const;
   DecodeWorkspace& decode() { return decode_; }  // mha_forward_cached's decode_attention scratch
@@ -74,7 +88,14 @@ class MhaWorkspace {
     float* get() { return data.get(); }
     void reserve(size_t n);
   };
+  struct Buffer16 {
+    std::unique_ptr<uint16_t[]> data;
+    size_t size = 0;
+    uint16_t* get() { return data.get(); }
+    void reserve(size_t n);
+  };
   Buffer qkv_, heads_, ctx_, lse_, dctx_, dqkv_;
+  Buffer16 heads16_;
   DecodeWorkspace decode_;
 };
 
@@ -108,10 +129,13 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
 void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, float* y, KvCache& cache,
                         int64_t layer, MhaWorkspace& ws, const AttentionOptions& options);
 
-// The split parts of the workspace's heads: q (B, H, T, D), k and v (B, G, T, D), contiguous.
+// The split parts of the workspace's heads (mha_queries16 and the others: bf16 mode's heads16): q (B, H, T, D), k and v (B, G, T, D), contiguous.
 ConstHeads mha_queries(const MhaShape& s, const float* heads);
 ConstHeads mha_keys(const MhaShape& s, const float* heads);
 ConstHeads mha_values(const MhaShape& s, const float* heads);
+ConstHeadsBF16 mha_queries(const MhaShape& s, const uint16_t* heads16);
+ConstHeadsBF16 mha_keys(const MhaShape& s, const uint16_t* heads16);
+ConstHeadsBF16 mha_values(const MhaShape& s, const uint16_t* heads16);
 
 // For tests: run the naive references (attention_forward_reference / _backward_reference) in
 // place of the fused kernel inside mha_forward / mha_backward, process-wide, e.g. to test the

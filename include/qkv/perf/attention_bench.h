@@ -45,6 +45,9 @@ struct AttentionBenchShape {
   bool alibi = false;              // ALiBi with the paper's slopes (kernels::alibi_default_slopes)
   double softcap = 0.0;            // > 0: logit softcapping
   kernels::RopeLayout rope = kernels::RopeLayout::kNone;  // mha only: RoPE on q and k in the pipeline
+  // kBF16: bf16 mode (qkv/kernels/mha.h; attention-core: attention_forward_bf16 on bf16 q, k, v).
+  // The weights are held in bf16 too, as a bf16 model holds them.
+  Dtype dtype = Dtype::kF32;
 };
 
 // `s` with head_dim and d_model made consistent (attention-core: d_model = H * D; else
@@ -90,7 +93,7 @@ struct AttentionBenchReport {
   std::string simd;            // the kernels' SIMD target ("AVX3")
   int simd_bits = 0;           // its vector width
   std::string gemm;            // gemm_backend_name(): "qkv" or "openblas"
-  std::string projections;     // gemm_description(): what ran the projections
+  std::string projections;     // gemm_description() (bf16: gemm_bf16_description()): what ran the projections
   int projections_bits = 0;    // their vector width; 0 for attention-core or unknown
   double peak_gflops = 0;      // the measured fp32 FMA peak on the same threads
   double peak_gflops_at_projection_width = 0;  // the peak at projections_bits when narrower than simd_bits; else 0
