@@ -75,6 +75,16 @@ std::string limit_hint(const std::string& message) {
 // MultiHeadAttention's variant flags, checked against the others before anything is built.
 void check_variant_flags(const ModuleFlags& f, const CLI::App& sub) {
   const AttentionConfig& c = f.config;
+  if (c.dtype == Dtype::kBF16) {
+    if (!attention_module_info(f.module).causal)
+      bad_flag("--dtype", "bf16 runs the fused path of causal-attention, mha-wrapper and mha; ", f.module,
+               " computes in f32 only");
+    if (c.path == AttentionPath::kTextbook)
+      bad_flag("--dtype", "bf16 runs on the fused path; --attention textbook computes in f32 only");
+    if (f.train && c.dropout > 0 && c.path == AttentionPath::kAuto)
+      bad_flag("--dtype", "bf16 with --train and dropout needs --attention fused (auto runs the textbook path, "
+               "for PyTorch's dropout masks, in f32)");
+  }
   const char* variant_flags[] = {"--num-kv-heads", "--rope", "--rope-base", "--window", "--alibi", "--softcap"};
   if (f.module != "mha") {
     for (const char* flag : variant_flags)
@@ -127,6 +137,16 @@ void add_module_flags(CLI::App* sub, ModuleFlags& f) {
   sub->add_flag("--alibi", f.config.alibi, "mha: ALiBi bias -slope_h * (i - j) with the paper's slopes");
   add_number(sub, "--softcap", f.config.softcap,
              "mha: cap the scaled scores as C * tanh(x / C) (Gemma 2; C > 0; default: none)");
+  sub->add_option_function<std::string>(
+         "--dtype",
+         [&f](const std::string& s) {
+           if (s != "f32" && s != "bf16")
+             throw CLI::ValidationError("--dtype: " + excerpt(s) + " is not a dtype; expected f32 or bf16");
+           f.config.dtype = parse_dtype(s);
+         },
+         "Causal modules' fused path: f32 | bf16 (bf16 products, q, k, v; fp32 sums, softmax and outputs) "
+         "(default: f32)")
+      ->type_name("DTYPE");
   sub->add_flag("--train", f.train, "Training mode: dropout is active, drawing after the weights as PyTorch does");
   add_number(sub, "--seed", f.seed, "Initialise as torch.manual_seed(S) followed by the PyTorch constructor");
   sub->add_option("--weights", f.weights, "Load the weights from a safetensors state dict (PyTorch's names)");

@@ -56,6 +56,8 @@ std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, 
                 c.alibi_slopes.empty() && c.softcap == 0.0f),
             "the attention module ", name, " takes no variants (num_kv_heads, rope, window, alibi, softcap): ",
             "only mha (MultiHeadAttention) does");
+  QKV_CHECK(c.dtype == Dtype::kF32 || attention_module_info(name).causal, "the attention module ", name,
+            " computes in f32 only: dtype bf16 runs the fused path of causal-attention, mha-wrapper and mha");
   if (name == "self-attention-v1") {
     QKV_CHECK(!c.qkv_bias, "self-attention-v1 has no bias (its weights are plain matrices); qkv_bias must be false");
     return std::make_unique<SelfAttentionV1>(c.d_in, c.d_out, gen);

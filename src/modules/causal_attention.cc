@@ -21,6 +21,8 @@ const AttentionConfig& validate(const AttentionConfig& c, const char* who) {
   QKV_CHECK(c.context_length > 0, who, ": context_length (", c.context_length, ") must be positive");
   QKV_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, who, ": dropout (", c.dropout, ") must be in [0, 1)");
   QKV_CHECK(c.num_heads > 0, who, ": num_heads (", c.num_heads, ") must be positive");
+  QKV_CHECK(c.dtype == Dtype::kF32 || c.path != AttentionPath::kTextbook, who,
+            ": dtype bf16 runs on the fused path; the textbook path computes in f32 only");
   return c;
 }
 
@@ -32,6 +34,7 @@ CausalAttention::CausalAttention(const AttentionConfig& c, Generator& gen)
       dropout(c.dropout, gen),
       mask(c.context_length) {
   qkv_.bind(W_query, W_key, W_value);
+  fused_.set_dtype(c.dtype);
 }
 
 void CausalAttention::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
@@ -49,6 +52,7 @@ void CausalAttention::train(bool on) {
 Tensor CausalAttention::forward(const Tensor& x, AttentionTrace* trace) {
   check_batch_input("CausalAttention", x, config.d_in, config.context_length);
   fused_last_ = runs_fused(config.path, dropout);
+  check_runs_in_dtype("CausalAttention", config, fused_last_);
   if (fused_last_) return fused_.forward(x, projections(), 1, mask, dropout, trace, false);
   Tensor keys = W_key.forward(x);       // (B, T, d_out)
   Tensor queries = W_query.forward(x);  // (B, T, d_out)

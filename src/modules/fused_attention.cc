@@ -47,6 +47,12 @@ bool QkvWeights::views(const Linear& query, const Linear& key, const Linear& val
   return at == weight.size(0);
 }
 
+void check_runs_in_dtype(const char* who, const AttentionConfig& config, bool fused) {
+  QKV_CHECK(fused || config.dtype == Dtype::kF32, who, ": dtype bf16 runs on the fused path, but path auto with ",
+            "dropout in training mode runs the textbook one (PyTorch's masks) in f32; choose path fused for the ",
+            "fused kernel's dropout in bf16");
+}
+
 bool runs_fused(AttentionPath path, const Dropout& dropout) {
   switch (path) {
     case AttentionPath::kFused: return true;
@@ -65,6 +71,7 @@ Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, int64
   QKV_CHECK(p.qkv->views(*p.query, *p.key, *p.value), "attention: W_query, W_key and W_value no longer view ",
             "the module's fused QKV weight (a member was replaced; load weights with load_state_dict)");
   shape_ = {B, T, d_in, C, heads};
+  shape_.dtype = dtype_;
   if (variants) {
     shape_.kv_heads = variants->kv_heads;
     shape_.rope = {variants->rope, variants->rope_base, 0};
@@ -119,6 +126,7 @@ Tensor FusedAttention::forward_cached(const Tensor& x, const FusedProjections& p
   QKV_CHECK(p.qkv->views(*p.query, *p.key, *p.value), "attention: W_query, W_key and W_value no longer view ",
             "the module's fused QKV weight (a member was replaced; load weights with load_state_dict)");
   kernels::MhaShape s{B, Tn, d_in, C, heads};
+  s.dtype = dtype_;
   kernels::AttentionOptions o;
   o.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(C / heads)));
   o.mask = kernels::AttentionMask::causal();
@@ -151,7 +159,10 @@ void FusedAttention::fill_trace(AttentionTrace& t, const MaskBuffer& mask, bool 
   // q (B, H, T, D), k, v (B, G, T, D) from the kernel's split heads (after RoPE); the context from (B, T, C)
   Tensor heads = Tensor::empty({static_cast<int64_t>(rows) * shape_.qkv_width()});
   Tensor ctx = Tensor::empty({B, T, C});
-  if (rows > 0) {
+  if (rows > 0 && shape_.dtype == Dtype::kBF16) {  // the bf16 heads the kernel read, widened
+    bf16_to_floats(ws_.heads16(), heads.data(), static_cast<size_t>(heads.numel()));
+    std::memcpy(ctx.data(), ws_.ctx(), rows * static_cast<size_t>(C) * sizeof(float));
+  } else if (rows > 0) {
     std::memcpy(heads.data(), ws_.heads(), static_cast<size_t>(heads.numel()) * sizeof(float));
     std::memcpy(ctx.data(), ws_.ctx(), rows * static_cast<size_t>(C) * sizeof(float));
   }
@@ -169,8 +180,8 @@ void FusedAttention::fill_trace(AttentionTrace& t, const MaskBuffer& mask, bool 
   t.masked_scores = masked_fill(t.scores, window_blocked(mask.corner(T), options_.window),
                                 -std::numeric_limits<float>::infinity());
   // The weights, recomputed head by head from q, k and the log-sum-exp the kernel kept.
-  const kernels::ConstHeads q = kernels::mha_queries(shape_, ws_.heads());
-  const kernels::ConstHeads k = kernels::mha_keys(shape_, ws_.heads());
+  const kernels::ConstHeads q = kernels::mha_queries(shape_, heads.data());
+  const kernels::ConstHeads k = kernels::mha_keys(shape_, heads.data());
   auto weights = [&](bool after_dropout) {
     Tensor w = per_head ? Tensor::empty({B, H, T, T}) : Tensor::empty({B, T, T});  // H = 1 without heads
     for (int64_t b = 0; b < B; ++b)

@@ -98,6 +98,7 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, Generator& gen)
       mask(c.context_length),
       variants_(resolve_variants(c, "MultiHeadAttention")) {
   qkv_.bind(W_query, W_key, W_value);
+  fused_.set_dtype(c.dtype);
 }
 
 void MultiHeadAttention::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
@@ -117,6 +118,7 @@ Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
   check_batch_input("MultiHeadAttention", x, config.d_in, config.context_length);
   x_shape_ = x.shape();
   fused_last_ = runs_fused(config.path, dropout);
+  check_runs_in_dtype("MultiHeadAttention", config, fused_last_);
   if (fused_last_) {
     return fused_.forward(x, projections(), config.num_heads, mask, dropout, trace, true,
                           variants_.any() ? &variants_ : nullptr);

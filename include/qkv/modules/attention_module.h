@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/core/bf16.h"
 #include "qkv/core/generator.h"
 #include "qkv/kernels/rope.h"
 #include "qkv/modules/attention_core.h"
@@ -42,6 +43,10 @@ struct AttentionConfig {
   bool alibi = false;              // ALiBi with the paper's slopes (kernels::alibi_default_slopes)
   std::vector<float> alibi_slopes = {};  // (num_heads) given ALiBi slopes (implies alibi), or empty
   float softcap = 0.0f;            // > 0: scaled scores capped as softcap * tanh(x / softcap); 0: none
+  // The causal classes' fused path: kF32, or kBF16 (bf16 mode, qkv/kernels/mha.h: bf16 products
+  // and q, k, v; fp32 weights, sums, softmax and gradients - mixed precision when training). The
+  // textbook path and the self-attention classes compute in f32 only (an error otherwise).
+  Dtype dtype = Dtype::kF32;
 };
 
 class AttentionModule : public Module {

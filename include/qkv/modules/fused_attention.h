@@ -54,6 +54,8 @@ struct FusedProjections {
 
 // Whether a forward with this path and dropout runs fused (see AttentionPath).
 bool runs_fused(AttentionPath path, const Dropout& dropout);
+// Throws when config.dtype is bf16 but the module runs its textbook path (f32 only) this call.
+void check_runs_in_dtype(const char* who, const AttentionConfig& config, bool fused);
 
 class FusedAttention {
  public:
@@ -73,10 +75,13 @@ class FusedAttention {
   // dL/dx (B, T, d_in) from dL/dy (B, T, d_out) for the last forward; adds every parameter's
   // gradient into its Linear's dweight / dbias.
   Tensor backward(const Tensor& dy, const FusedProjections& p);
+  // What the pipeline computes in (MhaShape::dtype) from the next call on.
+  void set_dtype(Dtype dtype) { dtype_ = dtype; }
 
  private:
   void fill_trace(AttentionTrace& trace, const MaskBuffer& mask, bool dropped, bool per_head);
 
+  Dtype dtype_ = Dtype::kF32;
   kernels::MhaShape shape_;
   kernels::AttentionOptions options_;
   kernels::MhaWorkspace ws_;  // heads, ctx, lse of the last forward; reused across calls
