@@ -28,11 +28,17 @@ struct GenerateFlags {
   std::string checkpoint, prompt, vocab_dir;
   SamplingOptions sampling;
   bool json = false;
+  std::optional<Dtype> dtype;  // the blocks' products; default: the checkpoint's
 };
 
 int run_generate(GenerateFlags& f, const CLI::App& sub) {
   Checkpoint c = load_checkpoint(f.checkpoint);
-  const TrainOptions& o = c.options;
+  TrainOptions& o = c.options;
+  if (f.dtype) {
+    o.model.dtype = *f.dtype;
+    // generation runs in eval mode, where auto is the fused path (dropout is off)
+    if (o.model.dtype == Dtype::kBF16 && o.model.attention == AttentionPath::kAuto) o.model.attention = AttentionPath::kFused;
+  }
   Generator gen(o.seed);
   AttentionLM model(o.model, gen);
   model.load_state_dict(c.model, /*strict=*/true);
@@ -78,6 +84,7 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
                                  {"new_tokens", out.size()},
                                  {"kv_cache", f.sampling.kv_cache},
                                  {"cache_dtype", kernels::cache_dtype_name(f.sampling.cache_dtype)},
+                                 {"dtype", dtype_name(o.model.dtype)},
                                  {"seconds", seconds},
                                  {"tokens_per_s", seconds > 0 ? static_cast<double>(out.size()) / seconds : 0.0}})
                      .dump()
@@ -118,6 +125,15 @@ Command add_generate(CLI::App& app) {
          "The KV cache's element type: f32 | bf16 (half the memory; keys and values rounded to bf16) "
          "(default: f32)")
       ->type_name("TYPE");
+  sub->add_option_function<std::string>(
+         "--dtype",
+         [f](const std::string& s) {
+           if (s != "f32" && s != "bf16")
+             throw CLI::ValidationError("--dtype: " + excerpt(s) + " is not a dtype; expected f32 or bf16");
+           f->dtype = parse_dtype(s);
+         },
+         "The attention blocks' products: f32 | bf16 (bf16 projections; default: as the checkpoint was trained)")
+      ->type_name("DTYPE");
   sub->add_flag("--json", f->json,
                 "Print {prompt, completion, ids, prompt_tokens, new_tokens, kv_cache, cache_dtype, seconds, "
                 "tokens_per_s} as JSON (seconds: the generation alone, without loading)");

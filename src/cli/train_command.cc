@@ -88,6 +88,20 @@ struct OptionFlags {
     add_attention_flag(sub, value, f.help);
     after(f);
   }
+  void operator()(const OptionField& f, Dtype& value) {
+    const std::string flag = f.flag;
+    sub->add_option_function<std::string>(
+           flag,
+           [&value, flag](const std::string& s) {
+             if (s != "f32" && s != "bf16")
+               throw CLI::ValidationError(flag + ": " + excerpt(s) + " is not a dtype; expected f32 or bf16");
+             value = parse_dtype(s);
+           },
+           f.help)
+        ->type_name("DTYPE")
+        ->default_str(dtype_name(value));
+    after(f);
+  }
   void operator()(const OptionField& f, kernels::RopeLayout& value) {
     const std::string flag = f.flag;
     sub->add_option_function<std::string>(
@@ -176,7 +190,8 @@ void check_resume_model_flags(const LMConfig& checkpoint, const LMConfig& flags,
       checkpoint, flags);
 }
 
-// ", 2 kv heads, rope half (base 10000), window 8, alibi, softcap 30" for the variants on, or "".
+// ", 2 kv heads, rope half (base 10000), window 8, alibi, softcap 30" for the variants on (and
+// bf16 mode), or "".
 std::string variants_text(const LMConfig& m) {
   std::string t;
   if (m.num_kv_heads > 0 && m.num_kv_heads != m.num_heads) t += str(", ", m.num_kv_heads, " kv heads");
@@ -185,6 +200,7 @@ std::string variants_text(const LMConfig& m) {
   if (m.window > 0) t += str(", window ", m.window);
   if (m.alibi) t += ", alibi";
   if (m.softcap > 0) t += str(", softcap ", m.softcap);
+  if (m.dtype == Dtype::kBF16) t += ", bf16 mixed precision (bf16 products, fp32 master weights)";
   return t;
 }
 

@@ -29,6 +29,7 @@ std::vector<MultiHeadAttention> build_blocks(const LMConfig& c, Generator& gen) 
   a.window = c.window;
   a.alibi = c.alibi;
   a.softcap = static_cast<float>(c.softcap);  // validate: within float's range
+  a.dtype = c.dtype;
   std::vector<MultiHeadAttention> blocks;
   blocks.reserve(static_cast<size_t>(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) blocks.emplace_back(a, gen);  // in order, as nn.ModuleList
@@ -63,6 +64,11 @@ void validate_lm_config(const LMConfig& c) {
             ") must be in [0, context_length = ", c.context_length, "] (0: no window)");
   QKV_CHECK(std::isfinite(c.softcap) && c.softcap >= 0.0 && c.softcap <= std::numeric_limits<float>::max(),
             "AttentionLM: softcap (", c.softcap, ") must be a finite number >= 0 within float's range (0: no softcap)");
+  QKV_CHECK(c.dtype == Dtype::kF32 || c.attention != AttentionPath::kTextbook,
+            "AttentionLM: dtype bf16 runs on the fused attention; attention textbook computes in f32 only");
+  QKV_CHECK(c.dtype == Dtype::kF32 || c.dropout == 0.0 || c.attention == AttentionPath::kFused,
+            "AttentionLM: dtype bf16 with dropout (", c.dropout, ") needs attention fused (auto runs the textbook "
+            "path while dropout is on, for PyTorch's masks, in f32)");
 }
 
 nlohmann::json to_json(const LMConfig& c) { return fields_to_json(c); }

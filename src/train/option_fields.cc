@@ -50,6 +50,15 @@ void read_option(const nlohmann::json& j, AttentionPath& out, const std::string&
   }
 }
 
+void read_option(const nlohmann::json& j, Dtype& out, const std::string& key) {
+  if (!j.is_string()) wrong_type(j, key, "one of \"f32\", \"bf16\"");
+  try {
+    out = parse_dtype(j.get<std::string>());
+  } catch (const Error& e) {
+    fail("'", key, "': ", e.what());
+  }
+}
+
 void read_option(const nlohmann::json& j, kernels::RopeLayout& out, const std::string& key) {
   if (!j.is_string()) wrong_type(j, key, "one of \"none\", \"half\", \"interleaved\"");
   try {

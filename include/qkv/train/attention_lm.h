@@ -47,6 +47,10 @@ struct LMConfig {
   int64_t window = 0;          // > 0: query i sees keys j > i - window (at most context_length); 0: none
   bool alibi = false;          // ALiBi with the paper's slopes
   double softcap = 0.0;        // > 0: scaled scores capped as softcap * tanh(x / softcap); 0: none
+  // The attention blocks' computation: f32, or bf16 (mixed precision: bf16 products and q, k, v;
+  // fp32 master weights, optimiser state, sums, softmax and gradients). The embeddings and the
+  // output head stay f32.
+  Dtype dtype = Dtype::kF32;
 };
 
 // Throws qkv::Error naming the first field out of its range (and its value) with what it must be.
@@ -90,6 +94,11 @@ void visit_fields(V&& v, C&... c) {
     c.alibi...);
   v(OptionField{"softcap", "--softcap", "Cap the scaled scores as C * tanh(x / C) (Gemma 2; 0: none)", true, false},
     c.softcap...);
+  v(OptionField{"dtype", "--dtype",
+                "The attention blocks' products: f32 | bf16 (mixed precision: bf16 products, fp32 master weights "
+                "and optimiser state)",
+                true, false},
+    c.dtype...);
 }
 
 nlohmann::json to_json(const LMConfig& c);

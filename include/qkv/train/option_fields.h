@@ -48,6 +48,7 @@ inline nlohmann::json option_to_json(bool v) { return v; }
 inline nlohmann::json option_to_json(const std::string& v) { return v; }
 inline nlohmann::json option_to_json(AttentionPath v) { return attention_path_name(v); }
 inline nlohmann::json option_to_json(kernels::RopeLayout v) { return kernels::rope_layout_name(v); }
+inline nlohmann::json option_to_json(Dtype v) { return dtype_name(v); }
 void read_option(const nlohmann::json& j, int64_t& out, const std::string& key);
 void read_option(const nlohmann::json& j, uint64_t& out, const std::string& key);
 void read_option(const nlohmann::json& j, double& out, const std::string& key);
@@ -55,6 +56,7 @@ void read_option(const nlohmann::json& j, bool& out, const std::string& key);
 void read_option(const nlohmann::json& j, std::string& out, const std::string& key);
 void read_option(const nlohmann::json& j, AttentionPath& out, const std::string& key);
 void read_option(const nlohmann::json& j, kernels::RopeLayout& out, const std::string& key);
+void read_option(const nlohmann::json& j, Dtype& out, const std::string& key);
 
 // Every field of `o` as a JSON object (fields with a section in that sub-object).
 template <typename T>
