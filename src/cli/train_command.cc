@@ -60,6 +60,7 @@ struct TrainFlags {
   std::string checkpoint = "qkv-train.safetensors", resume, svg = "qkv-train-loss.svg", vocab_dir;
   int64_t checkpoint_every = 250, stop_after = 0;
   bool json = false, quiet = false;
+  Dtype checkpoint_dtype = Dtype::kF32;  // the checkpoints' model weights
 };
 
 // Registers a flag for each field of the options (visit_fields in qkv/train/train_options.h),
@@ -171,6 +172,11 @@ void check_model_flags(const LMConfig& m, const CLI::App& sub) {
              "): a wider window hides nothing");
   if (given("--softcap") && !(m.softcap >= 0.0 && m.softcap <= std::numeric_limits<float>::max()))
     bad_flag("--softcap", m.softcap, " must be >= 0 and within float's range (0: no softcap)");
+  if (m.dtype == Dtype::kBF16 && m.attention == AttentionPath::kTextbook)
+    bad_flag("--dtype", "bf16 runs on the fused attention; --attention textbook computes in f32 only");
+  if (m.dtype == Dtype::kBF16 && m.dropout > 0 && m.attention == AttentionPath::kAuto)
+    bad_flag("--dtype", "bf16 with --dropout ", m.dropout, " needs --attention fused (auto runs the textbook "
+             "path while dropout is on, for PyTorch's masks, in f32)");
 }
 
 // The model flags that change what the weights compute without changing their shapes: given with
@@ -333,6 +339,10 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
   std::optional<Checkpoint> resumed;
   if (!f.resume.empty()) {
     resumed = load_checkpoint(f.resume);
+    if (resumed->weights_dtype == Dtype::kBF16)
+      std::cerr << "qkv train: note: " << excerpt(f.resume, 4096)
+                << " holds its model weights in BF16 (--checkpoint-dtype bf16): training continues from them "
+                   "widened to f32 (exactly); the fp32 master weights they were rounded from are not in the file\n";
     check_resume_model_flags(resumed->options.model, f.o.model, sub, f.resume);
     o = resumed->options;
     visit_fields([&](const OptionField& field, auto& to, const auto& given) {
@@ -365,6 +375,7 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
   policy.checkpoint_path = ckpt_file;
   policy.checkpoint_every = f.checkpoint_every;
   policy.stop_after = f.stop_after;
+  policy.checkpoint_weights = f.checkpoint_dtype;
   policy.stop_flag = &g_stop_signal;
   const std::string& ckpt_path = policy.checkpoint_path;
 
@@ -462,6 +473,16 @@ Command add_train(CLI::App& app) {
       ->capture_default_str();
   add_number_with_default(sub, "--checkpoint-every", f->checkpoint_every,
                           "Also write the checkpoint every N steps (0: only at the end)", non_negative<int64_t>());
+  sub->add_option_function<std::string>(
+         "--checkpoint-dtype",
+         [f](const std::string& s) {
+           if (s != "f32" && s != "bf16")
+             throw CLI::ValidationError("--checkpoint-dtype: " + excerpt(s) + " is not a dtype; expected f32 or bf16");
+           f->checkpoint_dtype = parse_dtype(s);
+         },
+         "The checkpoint's model weights: f32 | bf16 (half the size, for generation; a run resumed from it "
+         "starts from the bf16 values) (default: f32)")
+      ->type_name("DTYPE");
   sub->add_option("--resume", f->resume, "Continue from a checkpoint; flags given override its options");
   add_number(sub, "--stop-after", f->stop_after, "Stop after step N as Ctrl-C would (checkpoint written), to resume later",
              non_negative<int64_t>());

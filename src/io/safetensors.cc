@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "qkv/core/bf16.h"
 #include "qkv/core/checked.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
@@ -332,6 +333,7 @@ TensorFile parse_safetensors(const std::string& bytes, const std::string& file) 
       Tensor t = Tensor::empty(e->shape);
       decode(*e, data + e->begin, t.data());
       t.set_name(e->name);
+      out.stored_dtypes[e->name] = e->dtype->name;
       out.names.push_back(e->name);
       out.tensors.emplace(e->name, std::move(t));
     }
@@ -348,8 +350,8 @@ TensorFile load_safetensors(const std::string& path) {
 
 // --- writing ----------------------------------------------------------------------------------
 
-std::string serialize_safetensors(const NamedTensors& tensors,
-                                  const std::map<std::string, std::string>& metadata) {
+std::string serialize_safetensors(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata,
+                                  const std::set<std::string>& bf16) {
   std::set<std::string> seen;
   for (const auto& [name, t] : tensors) {
     QKV_CHECK(!name.empty(), "save_safetensors: a tensor ", shape_str(t.shape()),
@@ -362,6 +364,10 @@ std::string serialize_safetensors(const NamedTensors& tensors,
               "safetensors has no way to say so: leave it out)");
   }
 
+  for (const std::string& name : bf16)
+    QKV_CHECK(seen.count(name) != 0, "save_safetensors: ", excerpt(name), " is to be written as BF16 but is not among the tensors");
+  auto element_bytes = [&](const std::string& name) -> uint64_t { return bf16.count(name) ? 2 : 4; };
+
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
@@ -370,8 +376,8 @@ std::string serialize_safetensors(const NamedTensors& tensors,
   }
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * 4;
-    header[name] = {{"dtype", "F32"},
+    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * element_bytes(name);
+    header[name] = {{"dtype", bf16.count(name) ? "BF16" : "F32"},
                     {"shape", t.shape()},
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -392,6 +398,11 @@ std::string serialize_safetensors(const NamedTensors& tensors,
     const Tensor c = t.contiguous();
     const int64_t n = c.numel();
     if (n == 0) continue;
+    if (bf16.count(name)) {
+      for (int64_t i = 0; i < n; ++i) store_le(dst + 2 * i, float_to_bf16(c.data()[i]), 2);
+      dst += n * 2;
+      continue;
+    }
     if constexpr (std::endian::native == std::endian::little) {
       std::memcpy(dst, c.data(), static_cast<size_t>(n) * 4);
     } else {
@@ -403,8 +414,8 @@ std::string serialize_safetensors(const NamedTensors& tensors,
 }
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  write_file_atomically(path, serialize_safetensors(tensors, metadata));
+                      const std::map<std::string, std::string>& metadata, const std::set<std::string>& bf16) {
+  write_file_atomically(path, serialize_safetensors(tensors, metadata, bf16));
 }
 
 }  // namespace qkv

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
@@ -24,7 +25,9 @@ Tensor as_tensor(const std::vector<float>& v) { return Tensor::from({static_cast
 
 void save_checkpoint(const std::string& path, const Checkpoint& c) {
   NamedTensors tensors;
+  std::set<std::string> bf16;  // the model's weights in bf16 mode's checkpoints
   for (const auto& [name, t] : c.model) {
+    if (c.weights_dtype == Dtype::kBF16) bf16.insert(name);
     QKV_CHECK(!starts_with(name, kOptimizerPrefix) && !starts_with(name, "train.") && !starts_with(name, "data."),
               "checkpoint: the model tensor name ", excerpt(name), " collides with the checkpoint's own names");
     tensors.push_back({name, t});
@@ -44,7 +47,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
                     {"step", std::to_string(c.step)},
                     {"rng.model", c.model_rng},
                     {"data.state", c.data_state.dump()},
-                    {"evals", evals.dump()}});
+                    {"evals", evals.dump()}},
+                   bf16);
 }
 
 namespace {
@@ -187,6 +191,7 @@ Checkpoint load_checkpoint(const std::string& path) {
         read_vocab(t, c.vocab);
       } else {
         c.model[name] = t;
+        if (f.stored_dtypes[name] == "BF16") c.weights_dtype = Dtype::kBF16;
       }
     }
     validate(c);

@@ -13,7 +13,9 @@ RunResult Trainer::run(const RunPolicy& policy, RunObserver& observer) {
   auto stop_flag = [&]() -> int { return policy.stop_flag != nullptr ? *policy.stop_flag : 0; };
   auto save = [&] {
     if (policy.checkpoint_path.empty()) return;
-    save_checkpoint(policy.checkpoint_path, checkpoint());
+    Checkpoint c = checkpoint();
+    c.weights_dtype = policy.checkpoint_weights;
+    save_checkpoint(policy.checkpoint_path, c);
     observer.on_checkpoint(policy.checkpoint_path, steps_done());
   };
   auto evaluate_and_record = [&] {

@@ -8,10 +8,12 @@
 // Reading accepts F32, and converts F16, BF16 (exactly) and F64 (rounded to nearest) to float32.
 // Every malformed input - truncated, bad JSON, wrong types, absurd shapes, unknown dtypes, offsets
 // out of range or overlapping - is a qkv::Error naming the file and, where it applies, the tensor;
-// no input makes the reader crash or read out of bounds. Writing produces F32 only, atomically.
+// no input makes the reader crash or read out of bounds. Writing produces F32, or BF16 for the
+// tensors named (rounded to nearest even: bf16 mode's weights at half the size), atomically.
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +27,7 @@ struct TensorFile {
   std::vector<std::string> names;            // in the order of their data offsets in the file
   std::map<std::string, Tensor> tensors;     // float32, contiguous, each named after its key
   std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> stored_dtypes;  // each tensor's dtype in the file: "F32", "BF16", ...
 
   bool contains(const std::string& name) const { return tensors.count(name) != 0; }
   // Throws qkv::Error "'file.safetensors' has no tensor 'input' (it has: a, b, c)".
@@ -41,12 +44,16 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 // spaces to a multiple of 8 bytes. Non-contiguous tensors are copied. Throws qkv::Error (before
 // anything is written) on an empty or duplicate name, the reserved name "__metadata__", or an
 // undefined (absent) tensor, which the format cannot represent: leave such a tensor out.
+// The tensors named in `bf16` are written as BF16 instead (each value rounded to nearest even; a
+// name that is not among the tensors is an error).
 std::string serialize_safetensors(const NamedTensors& tensors,
-                                  const std::map<std::string, std::string>& metadata = {});
+                                  const std::map<std::string, std::string>& metadata = {},
+                                  const std::set<std::string>& bf16 = {});
 
 // serialize_safetensors, then write_file_atomically: `path` is replaced whole or not at all.
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {},
+                      const std::set<std::string>& bf16 = {});
 
 // Exact conversions used by the reader (exposed for tests).
 float f16_to_f32(uint16_t bits);

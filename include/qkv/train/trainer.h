@@ -73,6 +73,10 @@ struct Checkpoint {
   std::string model_rng;                           // generator_state_hex
   nlohmann::json data_state;
   std::vector<int64_t> vocab;                      // text: model id -> GPT-2 id; else empty
+  // How the model's weights are (to be) stored: F32, or BF16 (half the size, for generation and
+  // shipping; a run resumed from it continues from the bf16 values, the fp32 master weights being
+  // lost). The optimiser state is F32 either way.
+  Dtype weights_dtype = Dtype::kF32;
 };
 
 // How one process runs the steps: what is not an option of the training itself (not saved in
@@ -81,6 +85,7 @@ struct RunPolicy {
   std::string checkpoint_path;    // written every checkpoint_every steps and at the end; "" = none
   int64_t checkpoint_every = 0;   // 0: only at the end (never after the last step: the end writes it)
   int64_t stop_after = 0;         // stop after this step, as a signal would (0: run to the end)
+  Dtype checkpoint_weights = Dtype::kF32;  // the checkpoints' model weights: F32 or BF16 (Checkpoint)
   // Read between steps: non-zero stops the run there (a signal handler stores the signal's number).
   const volatile std::sig_atomic_t* stop_flag = nullptr;
 };
