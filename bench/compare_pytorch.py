@@ -11,6 +11,10 @@ runs, one after another (and --rounds times, alternating):
   * torch.nn.MultiheadAttention (batch_first, causal attn_mask, need_weights=False) for mha,
 and prints the medians and the ratios PyTorch / qkv (above 1: qkv is faster).
 
+--dtype bf16 runs `qkv bench --dtype bf16` (bf16 mode) and PyTorch under
+torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's own mixed precision; qkv's fp32 run is timed
+too, in the same rounds, for the bf16 / fp32 speed-up.
+
 PyTorch runs the way a performance-minded user runs it: in
 a child process with jemalloc preloaded (Debian libjemalloc2, MALLOC_CONF with decay off),
 OMP_WAIT_POLICY=PASSIVE, torch.set_num_threads(n) and OPENBLAS_NUM_THREADS=n (OpenBLAS ignores
@@ -47,6 +51,8 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--rounds", type=int, default=1, help="alternate qkv and PyTorch this many times; medians of all")
     p.add_argument("--backward", action="store_true", help="time forward + backward")
+    p.add_argument("--dtype", default="f32", choices=["f32", "bf16"],
+                   help="bf16: qkv's bf16 mode against PyTorch under torch.autocast(cpu, bfloat16)")
     p.add_argument("--no-jemalloc", action="store_true", help="PyTorch with glibc's allocator")
     p.add_argument("--unset-openblas-coretype", action="store_true",
                    help="remove OPENBLAS_CORETYPE from both sides' environment")
@@ -92,7 +98,12 @@ def torch_worker(a):
             def step():
                 with torch.no_grad():
                     module_fn(x)
-        med, times = median_ms(step, a.iters, a.warmup)
+        timed = step
+        if a.dtype == "bf16":
+            def timed():
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    step()
+        med, times = median_ms(timed, a.iters, a.warmup)
         results[name] = {"median_ms": med, "times_ms": times}
 
     if a.module == "attention-core":
@@ -151,16 +162,22 @@ def main(argv):
               "--num-heads", str(a.num_heads), "--threads", str(a.threads), "--iters", str(a.iters),
               "--warmup", str(a.warmup)]
     qkv_cmd = [a.qkv, "bench", "--module", a.module, "--json"] + common + (["--backward"] if a.backward else [])
-    torch_cmd = ["/usr/bin/python3", os.path.abspath(__file__), "--worker", "--module", a.module] + common
-    torch_cmd += (["--backward"] if a.backward else []) + (["--skip-nn"] if a.skip_nn else [])
+    torch_cmd = ["/usr/bin/python3", os.path.abspath(__file__), "--worker", "--module", a.module, "--dtype", a.dtype]
+    torch_cmd += common + (["--backward"] if a.backward else []) + (["--skip-nn"] if a.skip_nn else [])
 
-    qkv_times, torch_times, last_qkv, last_torch = [], {}, None, None
-    for _ in range(a.rounds):
-        out = subprocess.run(qkv_cmd, env=child_env(a, False), capture_output=True, text=True)
+    def run_qkv(dtype):
+        cmd = qkv_cmd + ["--dtype", dtype]
+        out = subprocess.run(cmd, env=child_env(a, False), capture_output=True, text=True)
         if out.returncode != 0:
-            sys.exit(f"compare_pytorch: {' '.join(qkv_cmd)} failed:\n{out.stderr}")
-        last_qkv = last_json_line(out.stdout, "qkv bench")
+            sys.exit(f"compare_pytorch: {' '.join(cmd)} failed:\n{out.stderr}")
+        return last_json_line(out.stdout, "qkv bench")
+
+    qkv_times, qkv_f32_times, torch_times, last_qkv, last_torch = [], [], {}, None, None
+    for _ in range(a.rounds):
+        last_qkv = run_qkv(a.dtype)
         qkv_times += last_qkv["times_ms"]
+        if a.dtype == "bf16":
+            qkv_f32_times += run_qkv("f32")["times_ms"]
         out = subprocess.run(torch_cmd, env=child_env(a, True), capture_output=True, text=True)
         if out.returncode != 0:
             sys.exit(f"compare_pytorch: the PyTorch worker failed:\n{out.stderr}")
@@ -172,31 +189,40 @@ def main(argv):
     qkv_ms = statistics.median(qkv_times)
     step = "forward + backward" if a.backward else "forward"
     load = os.getloadavg()
-    print(f"{a.module} {step}: B={a.batch} T={a.seq_len} C={a.d_model} H={a.num_heads}, {a.threads} threads, "
+    print(f"{a.module} {step} {a.dtype}: B={a.batch} T={a.seq_len} C={a.d_model} H={a.num_heads}, {a.threads} threads, "
           f"{a.rounds} x {a.iters} runs each (load average {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}; "
           f"OPENBLAS_CORETYPE={child_env(a, False).get('OPENBLAS_CORETYPE', '(unset)')})")
     peak = last_qkv["peak_gflops"]
     gflop = last_qkv["gflop"]
-    rows = [("qkv (fused kernels + " + ("OpenBLAS" if os.environ.get("QKV_GEMM") == "openblas" else "qkv GEMM") + ")",
-             qkv_ms)]
-    names = {"book": "PyTorch, the book's class" if a.module != "attention-core" else "PyTorch, the book's tensor ops",
-             "nn": "PyTorch, torch.nn.MultiheadAttention"}
+    gemm = "OpenBLAS" if os.environ.get("QKV_GEMM") == "openblas" and a.dtype == "f32" else "qkv GEMM"
+    rows = [(f"qkv {a.dtype} (fused kernels + {gemm})", qkv_ms)]
+    if qkv_f32_times:
+        rows.append(("qkv f32 (fused kernels + qkv GEMM)", statistics.median(qkv_f32_times)))
+    autocast = " (autocast bf16)" if a.dtype == "bf16" else ""
+    names = {"book": ("PyTorch, the book's class" if a.module != "attention-core" else "PyTorch, the book's tensor ops")
+             + autocast,
+             "nn": "PyTorch, torch.nn.MultiheadAttention" + autocast}
     summary = {"module": a.module, "backward": a.backward, "batch": a.batch, "seq_len": a.seq_len,
                "d_model": a.d_model, "num_heads": a.num_heads, "threads": a.threads, "qkv_median_ms": qkv_ms,
                "gflop": gflop, "peak_gflops": peak, "qkv_gflops": gflop / qkv_ms * 1e3,
                "torch_version": last_torch.get("torch_version"), "jemalloc": not a.no_jemalloc,
-               "load_average": load}
+               "load_average": load, "dtype": a.dtype}
+    if qkv_f32_times:
+        summary["qkv_f32_median_ms"] = statistics.median(qkv_f32_times)
+        summary["f32_over_bf16"] = summary["qkv_f32_median_ms"] / qkv_ms
     for name, times in torch_times.items():
         ms = statistics.median(times)
         rows.append((names[name], ms))
         summary[f"{name}_median_ms"] = ms
         summary[f"{name}_over_qkv"] = ms / qkv_ms
-    print(f"  {'':40s} {'median ms':>10s} {'GFLOP/s':>9s} {'% peak':>7s} {'x qkv':>7s}")
+    print(f"  {'':52s} {'median ms':>10s} {'GFLOP/s':>9s} {'% peak':>7s} {'x qkv':>7s}")
     for label, ms in rows:
         gf = gflop / ms * 1e3
-        print(f"  {label:40s} {ms:10.1f} {gf:9.1f} {100 * gf / peak:6.1f}% {ms / qkv_ms:7.2f}")
-    print(f"  ({gflop:.1f} GFLOP of causal work; measured FMA peak {peak:.1f} GFLOP/s on {a.threads} threads; "
+        print(f"  {label:52s} {ms:10.1f} {gf:9.1f} {100 * gf / peak:6.1f}% {ms / qkv_ms:7.2f}")
+    print(f"  ({gflop:.1f} GFLOP of causal work; measured fp32 FMA peak {peak:.1f} GFLOP/s on {a.threads} threads; "
           f"'x qkv' = time / qkv's time)")
+    if a.dtype == "bf16":
+        print(f"  (bf16: {last_qkv.get('projections', '')}; the bf16 dot product's peak is twice the fp32 FMA peak)")
     if a.json:
         print(json.dumps(summary))
 
