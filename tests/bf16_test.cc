@@ -1,0 +1,70 @@
+// bf16 values (qkv/core/bf16.h): rounding to nearest even with known answers, NaN and infinity,
+// the bulk conversions against the scalar ones, and the dtype names.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "qkv/core/bf16.h"
+#include "qkv/core/error.h"
+
+namespace qkv {
+namespace {
+
+uint16_t round_bits(uint32_t f32_bits) { return float_to_bf16(std::bit_cast<float>(f32_bits)); }
+
+TEST(Bf16, RoundsToNearestEven) {
+  EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(round_bits(0x3f808000u), 0x3f80) << "a tie goes to the even neighbour (down)";
+  EXPECT_EQ(round_bits(0x3f818000u), 0x3f82) << "a tie goes to the even neighbour (up)";
+  EXPECT_EQ(round_bits(0x3f808001u), 0x3f81) << "above the tie rounds up";
+  EXPECT_EQ(round_bits(0x3f807fffu), 0x3f80) << "below the tie rounds down";
+  EXPECT_EQ(float_to_bf16(-0.0f), 0x8000);
+  EXPECT_EQ(float_to_bf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(round_bits(0x7f7fffffu), 0x7f80) << "the largest float rounds up to infinity, as IEEE does";
+  const uint16_t nan = float_to_bf16(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_TRUE(std::isnan(bf16_to_float(nan)));
+  EXPECT_TRUE(std::isnan(bf16_to_float(round_bits(0x7f800001u)))) << "a NaN whose payload is in the low bits stays NaN";
+  EXPECT_EQ(bf16_to_float(0x4049), 3.140625f);
+}
+
+TEST(Bf16, BulkConversionsAreTheScalarOnes) {
+  std::mt19937 rng(3);
+  std::vector<float> x(4099);
+  for (float& v : x) v = std::bit_cast<float>(static_cast<uint32_t>(rng()));  // every class of float, NaNs included
+  x[0] = std::numeric_limits<float>::infinity();
+  x[1] = -std::numeric_limits<float>::quiet_NaN();
+  std::vector<uint16_t> b(x.size());
+  floats_to_bf16(x.data(), b.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(b[i], float_to_bf16(x[i])) << i << ": " << x[i];
+  std::vector<float> back(x.size());
+  bf16_to_floats(b.data(), back.data(), b.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(back[i]), static_cast<uint32_t>(b[i]) << 16) << i;
+}
+
+TEST(Bf16, DtypesAreNamedAndAnUnknownOneIsRefused) {
+  EXPECT_EQ(parse_dtype("bf16"), Dtype::kBF16);
+  EXPECT_EQ(parse_dtype("f32"), Dtype::kF32);
+  EXPECT_STREQ(dtype_name(Dtype::kBF16), "bf16");
+  try {
+    parse_dtype("fp16");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "unknown dtype 'fp16': expected f32 or bf16");
+  }
+}
+
+TEST(Bf16, TheDotProductCanBeForcedOff) {
+  const bool was = set_bf16_dot_allowed(false);
+  EXPECT_FALSE(bf16_dot_allowed());
+  set_bf16_dot_allowed(true);
+  EXPECT_EQ(bf16_dot_allowed(), cpu_has_bf16_dot());
+  set_bf16_dot_allowed(was);
+}
+
+}  // namespace
+}  // namespace qkv
