@@ -36,7 +36,7 @@ struct ExploreFlags : ModuleFlags {
 
 const char* kModuleFlagNames[] = {"--module", "--d-in", "--d-out", "--context-length", "--num-heads", "--dropout",
                                   "--qkv-bias", "--attention", "--num-kv-heads", "--rope", "--rope-base", "--window",
-                                  "--alibi", "--softcap", "--train", "--seed", "--weights"};
+                                  "--alibi", "--softcap", "--dtype", "--train", "--seed", "--weights"};
 
 std::string mb(int64_t bytes) {
   char buf[32];
