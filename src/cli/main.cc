@@ -9,6 +9,7 @@
 #include "standard_output.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
+#include "qkv/core/bf16.h"
 #include "qkv/core/gemm.h"
 #include "qkv/text/bpe.h"
 
@@ -36,7 +37,8 @@ int run(int argc, char** argv) {
     return code == 0 ? 0 : 2;      // --help and --version are successes; the rest bad usage
   }
   try {
-    qkv::gemm_backend();  // a bad $QKV_GEMM is an error before any command starts
+    qkv::gemm_backend();      // a bad $QKV_GEMM is an error before any command starts
+    qkv::bf16_dot_allowed();  // and a bad $QKV_BF16_DOT
     for (const qkv::cli::Command& c : commands)
       if (c.sub->parsed()) return c.run();
   } catch (const qkv::DisallowedSpecialError& e) {  // the library's words, then the flags that say it

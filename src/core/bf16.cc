@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
 
 namespace qkv {
 
@@ -46,7 +47,9 @@ namespace {
 std::atomic<bool>& allowed_flag() {
   static std::atomic<bool> allowed{[] {
     const char* v = std::getenv("QKV_BF16_DOT");
-    return !(v != nullptr && (std::strcmp(v, "off") == 0 || std::strcmp(v, "0") == 0));
+    if (v == nullptr || std::strcmp(v, "on") == 0) return true;
+    if (std::strcmp(v, "off") == 0) return false;
+    fail("QKV_BF16_DOT: ", excerpt(v), " is not on or off");
   }()};
   return allowed;
 }

@@ -47,7 +47,8 @@ void bf16_to_floats(const uint16_t* src, float* dst, size_t n);
 // AVX-512 registers; read once.
 bool cpu_has_bf16_dot();
 // cpu_has_bf16_dot() unless forced off: by set_bf16_dot_allowed(false) or QKV_BF16_DOT=off in the
-// environment (tests force the widening fallback this way on a CPU that has the instruction).
+// environment (tests and benchmarks force the widening fallback this way on a CPU that has the
+// instruction; QKV_BF16_DOT=on or unset: allowed; any other value is a qkv::Error at the first call).
 bool bf16_dot_allowed();
 // Returns the previous setting. Process-wide; not for use while kernels run.
 bool set_bf16_dot_allowed(bool allowed);
