@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -52,10 +53,13 @@ TEST(TrainDataParallel, DropoutOfASliceIsTheWholeBatchsMaskForItsRows) {
   const Tensor x = Tensor::ones({5, 3, 7});  // (B, ., .)
   Generator whole_gen(9);
   Dropout whole(0.5, whole_gen);
+  whole.train(true);
   const std::vector<float> want = whole.forward(x).to_vector();
+  ASSERT_NE(std::count(want.begin(), want.end(), 0.0f), 0) << "no element was dropped: the test would prove nothing";
   for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 2}, {2, 3}, {3, 5}}) {
     Generator gen(9);
     Dropout part(0.5, gen);
+    part.train(true);
     part.set_batch_slice(begin, 5);
     const std::vector<float> got = part.forward(x.slice(0, begin, end).contiguous()).to_vector();
     const std::vector<float> rows(want.begin() + begin * 21, want.begin() + end * 21);
@@ -64,6 +68,7 @@ TEST(TrainDataParallel, DropoutOfASliceIsTheWholeBatchsMaskForItsRows) {
   }
   Generator gen(9);
   Dropout part(0.5, gen);
+  part.train(true);
   part.set_batch_slice(4, 5);
   EXPECT_THAT(error_of([&] { part.forward(x.slice(0, 0, 2).contiguous()); }),
               HasSubstr("an input of 2 sequences from sequence 4 does not fit the batch of 5"));
@@ -96,6 +101,15 @@ void expect_slice_matches_whole(AttentionPath path) {
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_NEAR(got[i], want[48 + i], 1e-6 * std::max(1.0f, std::fabs(want[48 + i]))) << i;
   EXPECT_EQ(gen.get_state(), whole_gen.get_state());
+  // The same sequences taken as the batch's first two get other masks: the offset matters.
+  Generator other_gen(5);
+  MultiHeadAttention other(c, other_gen);
+  other.train(true);
+  other.dropout.set_batch_slice(0, 4);
+  const std::vector<float> moved = other.forward(x.slice(0, 1, 3).contiguous()).to_vector();
+  double largest = 0;
+  for (size_t i = 0; i < got.size(); ++i) largest = std::max(largest, static_cast<double>(std::fabs(moved[i] - got[i])));
+  EXPECT_GT(largest, 1e-3) << "the masks did not depend on the slice's place in the batch";
 }
 
 TEST(TrainDataParallel, TextbookDropoutOfASliceIsTheWholeBatchsRows) { expect_slice_matches_whole(AttentionPath::kTextbook); }

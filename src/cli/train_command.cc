@@ -526,7 +526,9 @@ Command add_train(CLI::App& app) {
   sub->footer(
       "With no arguments: 500 steps of the copy task (16 letters, '|', the 16 letters again), held-out\n"
       "accuracy every 50 steps. Ctrl-C stops after the current step and writes the checkpoint;\n"
-      "`qkv train --resume FILE` continues the same loss curve, bit for bit.");
+      "`qkv train --resume FILE` continues the same loss curve, bit for bit.\n"
+      "Under `mpirun -np N` (a build with MPI): data-parallel over N ranks, each batch split between\n"
+      "them, the losses and weights those of one process within 1e-6; rank 0 prints and writes.");
   return {sub, [f, sub]() {
 #ifdef QKV_HAVE_MPI
             if (started_by_mpirun())

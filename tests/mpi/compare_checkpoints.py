@@ -49,7 +49,7 @@ def main():
             problems.append(f"metadata {key}: {str(a_meta.get(key))[:80]} vs {str(b_meta.get(key))[:80]}")
     if set(a) != set(b):
         problems.append(f"tensor names differ: only in A {sorted(set(a) - set(b))}, only in B {sorted(set(b) - set(a))}")
-    worst_loss, worst_tensor = 0.0, 0.0
+    worst_loss, worst_tensor, worst_name = 0.0, 0.0, ""
     for name in sorted(set(a) & set(b)):
         (sa, va), (sb, vb) = a[name], b[name]
         if sa != sb:
@@ -65,7 +65,8 @@ def main():
         scale = max((abs(x) for x in va), default=0.0)
         diff = max((abs(x - y) for x, y in zip(va, vb)), default=0.0)
         rel = diff / scale if scale > 0 else diff
-        worst_tensor = max(worst_tensor, rel)
+        if rel >= worst_tensor:
+            worst_tensor, worst_name = rel, name
         if rel > rtol:
             problems.append(f"{name}: max difference {diff:.3g} over largest magnitude {scale:.3g} = {rel:.3g} > {rtol}")
     if "train.losses" not in a:
@@ -77,7 +78,7 @@ def main():
             print("  " + p)
         return 1
     print(f"equal within {rtol}: {steps} losses (worst relative {worst_loss:.3g}), {len(a) - 1} tensors "
-          f"(worst relative {worst_tensor:.3g}), step, data state and generator identical")
+          f"(worst relative {worst_tensor:.3g}, {worst_name}), step, data state and generator identical")
     return 0
 
 
