@@ -3,7 +3,8 @@
 #   train_dp_test.sh SCENARIO MPIEXEC QKV_BINARY
 # np2, np4:  the same run alone and on 2 / 4 ranks (np4: a batch of 10, slices of 2 and 3; both
 #            with dropout on the textbook path, PyTorch's masks): every step's loss and the final
-#            weights and optimiser state within 1e-6 relative, the same data position and generator.
+#            weights and optimiser state within 1e-6 relative, the same data position and generator;
+#            np2 twice: the same checkpoint, byte for byte (the sums' order is fixed).
 # fused:     the same with dropout inside the fused kernel (Philox keyed by the global sequence).
 # resume:    2 ranks stop after step 8 (--stop-after), 4 ranks resume to the end: equal to the
 #            single-process run that never stopped.
@@ -51,6 +52,10 @@ case "$scenario" in
     grep -q "\"ranks\":$np" "$out" || fail "the summary does not say $np ranks"
     grep -q "trained 20 steps .*, $np ranks" "$err" || fail "the summary line does not say $np ranks"
     same "$dir/alone.safetensors" "$dir/ranks.safetensors" "$np ranks differ from one process"
+    if [ "$scenario" = np2 ]; then  # the sums' order is fixed: a second run gives the same bits
+      ranks 2 "$dir/again.safetensors" "${extra[@]}" || fail "the second 2-rank run failed"
+      cmp -s "$dir/ranks.safetensors" "$dir/again.safetensors" || fail "two 2-rank runs wrote different checkpoints"
+    fi
     ;;
   resume)
     alone "$dir/alone.safetensors" --batch-size 8

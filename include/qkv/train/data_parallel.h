@@ -12,7 +12,8 @@
 // Determinism: sums are added in rank order, in double, and every rank gets the same bits (an
 // implementation must not depend on timing or on the reduction tree MPI picks), so a run repeats
 // exactly and differs from the single-process run only by where float32 partial sums of the
-// gradients are rounded (about 1e-7 relative; tests/train_dp asserts 1e-6 on every step's loss).
+// gradients are rounded (about 1e-7 relative; tests/mpi/train_dp_test.sh asserts 1e-6 on every
+// step's loss and every tensor of the final checkpoint).
 #pragma once
 
 #include <cstdint>
