@@ -4,7 +4,9 @@
 
 #include <cstdlib>
 #include <exception>
+#include <iostream>
 
+#include "flags.h"
 #include "qkv/mpi/communicator.h"
 #include "qkv/mpi/data_parallel.h"
 
@@ -36,16 +38,29 @@ bool started_by_mpirun() {
 
 int with_train_ranks(const std::function<int(TrainRanks&)>& body) {
   mpi::Session session(nullptr, nullptr);
-  const mpi::Communicator comm;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // An error every rank has: rank 0 says it here, before MPI_Finalize (the Session's end). Said
+  // after it, by main, it could be lost: mpirun ends the job, rank 0 too, as soon as another rank
+  // has exited with an error.
+  const auto said_once = [rank](const std::exception& e) {
+    if (rank == 0) std::cerr << "qkv: error: " << e.what() << limit_hint(e.what()) << std::endl;  // as main would
+    return 1;
+  };
+  double timeout = 0;
+  try {
+    timeout = mpi::default_timeout_seconds();  // QKV_MPI_TIMEOUT, the same on every rank
+  } catch (const Error& e) {
+    return said_once(e);
+  }
+  const mpi::Communicator comm(MPI_COMM_WORLD, timeout);
   MpiTrainRanks ranks(comm);
   try {
     return body(ranks);
-  } catch (const mpi::AgreementError&) {
-    if (comm.rank() == 0) throw;  // every rank has it: rank 0 says it
-    return 1;
-  } catch (const AllRanksError&) {
-    if (comm.rank() == 0) throw;
-    return 1;
+  } catch (const mpi::AgreementError& e) {
+    return said_once(e);
+  } catch (const AllRanksError& e) {
+    return said_once(e);
   } catch (const std::exception& e) {  // this rank's alone: the others would wait for it
     comm.abort(e.what());
   }

@@ -25,8 +25,9 @@ class TrainRanks {
 bool started_by_mpirun();
 
 // Starts MPI, runs `body` with the ranks, ends MPI; returns body's exit status. An error every
-// rank has (the configuration check, an AllRanksError) is rethrown by rank 0 alone (the others
-// return 1); any other error ends the job (MPI_Abort) with the rank's message.
+// rank has (the configuration check, an AllRanksError, a bad QKV_MPI_TIMEOUT) is printed by rank 0
+// alone, and every rank returns 1; any other error ends the job (MPI_Abort) with the rank's
+// message.
 int with_train_ranks(const std::function<int(TrainRanks&)>& body);
 
 }  // namespace qkv::cli
