@@ -1,6 +1,8 @@
 // qkv train: trains the attention-only language model (include/qkv/train/trainer.h) on a built-in
 // task, a text file, or fixed batches; shows a progress bar; writes checkpoints, the loss curve
 // (SVG) and a summary. Ctrl-C stops after the current step and leaves a checkpoint that resumes.
+// Under mpirun (built with MPI), every rank trains on its slice of each batch (data-parallel,
+// train_ranks.h); rank 0 prints and writes.
 #include <unistd.h>
 
 #include <chrono>
@@ -27,6 +29,7 @@
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/loss_curve.h"
 #include "qkv/train/trainer.h"
+#include "train_ranks.h"
 
 namespace qkv::cli {
 namespace {
@@ -333,10 +336,22 @@ class ProgressObserver : public RunObserver {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
-int run_train(TrainFlags& f, const CLI::App& sub) {
-  // Options: the flags, or the checkpoint's options with the flags given on top.
-  TrainOptions o = f.o;
+// What a run is built from: the options (the flags, over a resumed checkpoint's), the trainer,
+// and where the checkpoint goes.
+struct TrainSetup {
+  TrainOptions o;
   std::optional<Checkpoint> resumed;
+  std::unique_ptr<Trainer> trainer;
+  std::string ckpt_file;
+};
+
+// `writes`: this process writes the outputs (alone, or rank 0), so their destinations are checked.
+TrainSetup set_up(const TrainFlags& f, const CLI::App& sub, bool writes) {
+  TrainSetup setup;
+  // Options: the flags, or the checkpoint's options with the flags given on top.
+  TrainOptions& o = setup.o;
+  o = f.o;
+  std::optional<Checkpoint>& resumed = setup.resumed;
   if (!f.resume.empty()) {
     resumed = load_checkpoint(f.resume);
     if (resumed->weights_dtype == Dtype::kBF16)
@@ -358,7 +373,8 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
   // The outputs' destinations, checked before any training step (and again when written).
   const std::string ckpt_flag = sub.count("--checkpoint") == 0 && resumed ? "--resume" : "--checkpoint";
   const std::string ckpt_file = ckpt_flag == "--resume" ? f.resume : f.checkpoint;
-  {
+  setup.ckpt_file = ckpt_file;
+  if (writes) {
     std::vector<OutputFile> destinations;
     if (!ckpt_file.empty()) destinations.push_back({ckpt_file, "", ckpt_flag});
     if (!f.svg.empty()) destinations.push_back({f.svg, "", "--svg"});
@@ -368,18 +384,68 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
   std::unique_ptr<TrainingData> data;
   std::vector<int64_t> vocab;
   if (o.task == TrainTask::kText) data = text_data(o, f.vocab_dir, vocab);
-  Trainer trainer(o, std::move(data), vocab);
-  if (resumed) trainer.restore(*resumed);
-  o = trainer.options();
+  setup.trainer = std::make_unique<Trainer>(o, std::move(data), vocab);
+  if (resumed) setup.trainer->restore(*resumed);
+  o = setup.trainer->options();
+  return setup;
+}
+
+// A rank's configuration, compared across the ranks: the flags given and the resumed step.
+std::string rank_description(const TrainFlags& f, const CLI::App& sub, const TrainSetup& setup) {
+  std::string d;
+  visit_fields(
+      [&](const OptionField& field, const auto& value) {
+        if (sub.count(field.flag) > 0) d += str(d.empty() ? "" : " ", field.flag, " ", option_text(value));
+      },
+      f.o);
+  for (const char* flag : {"--checkpoint", "--resume"})
+    if (sub.count(flag) > 0) d += str(" ", flag, " ", excerpt(flag == std::string("--resume") ? f.resume : f.checkpoint));
+  if (sub.count("--checkpoint-every") > 0) d += str(" --checkpoint-every ", f.checkpoint_every);
+  if (sub.count("--stop-after") > 0) d += str(" --stop-after ", f.stop_after);
+  if (setup.resumed) d += str(" (resuming step ", setup.resumed->step, ")");
+  return d;
+}
+
+// ", 8 per rank" or ", 8 or 9 per rank" for a batch of B over N ranks.
+std::string per_rank_text(int64_t batch, int ranks) {
+  const int64_t least = batch / ranks, most = (batch + ranks - 1) / ranks;
+  return least == most ? str(least, " per rank") : str(least, " or ", most, " per rank");
+}
+
+int run_train(const TrainFlags& flags, const CLI::App& sub, TrainRanks* ranks) {
+  TrainFlags f = flags;
+  const bool lead = ranks == nullptr || ranks->rank() == 0;  // prints and writes
+  if (!lead) {
+    f.quiet = true;
+    f.json = false;
+    f.svg.clear();
+  }
+  TrainSetup setup;
+  if (ranks == nullptr) {
+    setup = set_up(f, sub, true);
+  } else {  // every rank builds its trainer; a problem on any rank, or differing flags, stop all
+    std::string problem;
+    try {
+      setup = set_up(f, sub, lead);
+      setup.trainer->set_data_parallel(&ranks->data_parallel());
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+    ranks->check_agreement(rank_description(f, sub, setup), problem);
+  }
+  TrainOptions& o = setup.o;
+  const std::optional<Checkpoint>& resumed = setup.resumed;
+  Trainer& trainer = *setup.trainer;
   RunPolicy policy;
-  policy.checkpoint_path = ckpt_file;
+  policy.checkpoint_path = setup.ckpt_file;
   policy.checkpoint_every = f.checkpoint_every;
   policy.stop_after = f.stop_after;
   policy.checkpoint_weights = f.checkpoint_dtype;
   policy.stop_flag = &g_stop_signal;
   const std::string& ckpt_path = policy.checkpoint_path;
 
-  std::ostream& info = f.json ? std::cerr : std::cout;
+  std::ostream null_out(nullptr);  // the other ranks' output: none
+  std::ostream& info = !lead ? null_out : f.json ? std::cerr : std::cout;
   Progress progress(!f.quiet, trainer.steps_done(), o.steps);
   if (!f.quiet) {
     const LMConfig& m = o.model;
@@ -389,6 +455,8 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
               << trainer.model().num_parameters() << " parameters)\n  " << optimizer_kind_name(o.optimizer) << ", lr "
               << o.lr << " -> " << o.min_lr << " (warm-up " << o.warmup << ", cosine), batch " << o.batch_size
               << ", clip " << o.clip << ", seed " << o.seed << "\n";
+    if (ranks) std::cerr << "  data-parallel over " << ranks->ranks() << " ranks: batch " << o.batch_size << ", "
+                         << per_rank_text(o.batch_size, ranks->ranks()) << "\n";
     if (resumed) std::cerr << "  resuming " << excerpt(f.resume) << " at step " << trainer.steps_done() << "\n";
   }
 
@@ -398,8 +466,9 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
   RunResult r;
   try {
     r = trainer.run(policy, observer);
-  } catch (const NonFiniteError& e) {
+  } catch (const NonFiniteError& e) {  // data-parallel: every rank has it; rank 0 says it
     progress.finish();
+    if (!lead) return 1;
     std::cerr << "qkv: error: " << e.what() << ". Training stopped without writing a checkpoint; ";
     if (observer.last_saved) std::cerr << "the last good one is " << excerpt(ckpt_path) << " (step " << *observer.last_saved << ")\n";
     else if (resumed) std::cerr << "the last good one is " << excerpt(f.resume) << " (step " << resumed->step << ")\n";
@@ -427,6 +496,7 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
                 finished ? "trained" : "stopped after", static_cast<long long>(trainer.steps_done()),
                 static_cast<long long>(r.steps_run), elapsed, rate(tokens_per_s).c_str(), static_cast<double>(final_loss));
   info << line;
+  if (ranks) info << ", " << ranks->ranks() << " ranks";
   if (has_accuracy) info << ", held-out accuracy " << percent(accuracy);
   info << "\n";
   if (!ckpt_path.empty()) info << "checkpoint: " << ckpt_path << "\n";
@@ -448,6 +518,7 @@ int run_train(TrainFlags& f, const CLI::App& sub) {
                         {"finished", finished},
                         {"checkpoint", ckpt_path},
                         {"loss_curve", f.svg}};
+    if (ranks) j["ranks"] = ranks->ranks();
     std::cout << j.dump() << "\n";
   }
   std::cout << std::flush;
@@ -492,8 +563,16 @@ Command add_train(CLI::App& app) {
   sub->footer(
       "With no arguments: 500 steps of the copy task (16 letters, '|', the 16 letters again), held-out\n"
       "accuracy every 50 steps. Ctrl-C stops after the current step and writes the checkpoint;\n"
-      "`qkv train --resume FILE` continues the same loss curve, bit for bit.");
-  return {sub, [f, sub]() { return run_train(*f, *sub); }};
+      "`qkv train --resume FILE` continues the same loss curve, bit for bit.\n"
+      "Under `mpirun -np N` (a build with MPI): data-parallel over N ranks, each batch split between\n"
+      "them, the losses and weights those of one process within 1e-6; rank 0 prints and writes.");
+  return {sub, [f, sub]() {
+#ifdef QKV_HAVE_MPI
+            if (started_by_mpirun())
+              return with_train_ranks([&](TrainRanks& ranks) { return run_train(*f, *sub, &ranks); });
+#endif
+            return run_train(*f, *sub, nullptr);
+          }};
 }
 
 }  // namespace qkv::cli

@@ -2,6 +2,7 @@
 // the exact arithmetic of each path).
 #include "qkv/core/generator.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -182,6 +183,15 @@ uint64_t Generator::random64() {
   const uint64_t hi = random();
   const uint64_t lo = random();
   return (hi << 32) | lo;
+}
+
+void Generator::discard(uint64_t draws) {
+  while (draws > 0) {  // tempering is per output: skipping words of the block is enough
+    if (index_ >= kN) twist();
+    const uint64_t take = std::min<uint64_t>(draws, static_cast<uint64_t>(kN - index_));
+    index_ += static_cast<int>(take);
+    draws -= take;
+  }
 }
 
 float Generator::uniform_float01() {

@@ -57,6 +57,8 @@ AttentionProblem make_problem(const char* what, ConstHeads q, ConstHeads k, Cons
             ": key_offset must be in [0, 2^31), got ", options.key_offset);
   QKV_CHECK(options.head_offset >= 0 && options.head_offset < (int64_t{1} << 31), what,
             ": head_offset must be in [0, 2^31), got ", options.head_offset);
+  QKV_CHECK(options.batch_offset >= 0 && options.batch_offset + q.batch <= (int64_t{1} << 31), what,
+            ": batch_offset ", options.batch_offset, " with ", q.batch, " sequences puts sequences beyond 2^31 - 1");
   QKV_CHECK(options.window >= 0, what, ": the window must be positive (or 0 for none), got ", options.window);
   QKV_CHECK(std::isfinite(options.softcap) && options.softcap >= 0.0f, what,
             ": softcap must be positive (or 0 for none), got ", options.softcap);
@@ -94,6 +96,7 @@ AttentionProblem make_problem(const char* what, ConstHeads q, ConstHeads k, Cons
   p.query_offset = options.query_offset;
   p.key_offset = options.key_offset;
   p.head_offset = options.head_offset;
+  p.batch_offset = options.batch_offset;
   p.window = options.window;
   p.alibi = options.alibi_slopes;
   p.softcap = options.softcap;
@@ -147,7 +150,7 @@ void attention_weights(ConstHeads q, ConstHeads k, const float* lse, const Atten
       const double sj = s[static_cast<size_t>(j)];
       double weight = (l == -inf || sj == -inf) ? 0.0 : std::exp(sj - l);
       if (after_dropout && p.dropout)
-        weight = dropout_kept(p.seed, p.threshold, b, p.head_offset + h, p.pos(i), p.key_pos(j)) ? weight * p.keep_scale : 0.0;
+        weight = dropout_kept(p.seed, p.threshold, p.batch_offset + b, p.head_offset + h, p.pos(i), p.key_pos(j)) ? weight * p.keep_scale : 0.0;
       w[j] = static_cast<float>(weight);
     }
   }

@@ -21,6 +21,7 @@ struct AttentionProblem {
   int64_t query_offset = 0;      // query i is at position query_offset + i
   int64_t key_offset = 0;        // key j is at position key_offset + j
   int64_t head_offset = 0;       // query head h is head head_offset + h (dropout's key)
+  int64_t batch_offset = 0;      // sequence b is sequence batch_offset + b (dropout's key)
   int64_t window = 0;            // 0: none
   const float* alibi = nullptr;  // (H) slopes or null
   float softcap = 0.0f;          // 0: none

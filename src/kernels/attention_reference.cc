@@ -40,7 +40,7 @@ double softmax_row(std::vector<double>& s) {
 // z[i, j]: 1 / (1 - p) where kept, 0 where dropped; 1 without dropout.
 double dropout_factor(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, int64_t j) {
   if (!p.dropout) return 1.0;
-  return dropout_kept(p.seed, p.threshold, b, p.head_offset + h, p.pos(i), p.key_pos(j)) ? static_cast<double>(p.keep_scale) : 0.0;
+  return dropout_kept(p.seed, p.threshold, p.batch_offset + b, p.head_offset + h, p.pos(i), p.key_pos(j)) ? static_cast<double>(p.keep_scale) : 0.0;
 }
 
 }  // namespace

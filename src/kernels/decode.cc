@@ -599,8 +599,9 @@ void decode_attention(ConstHeads q, const KvCache& cache, int64_t layer, Mutable
   QKV_CHECK(lse != nullptr || q.tokens == 0, what, ": lse (", B, ", ", q.heads, ", ", q.tokens, ") is null");
   QKV_CHECK(options.query_offset >= 0 && options.query_offset + q.tokens <= (int64_t{1} << 31), what,
             ": query_offset ", options.query_offset, " with ", q.tokens, " queries puts positions beyond 2^31 - 1");
-  QKV_CHECK(options.key_offset == 0 && options.head_offset == 0, what, ": key_offset (", options.key_offset,
-            ") and head_offset (", options.head_offset, ") must be 0: the cache's keys are at positions 0, 1, ...");
+  QKV_CHECK(options.key_offset == 0 && options.head_offset == 0 && options.batch_offset == 0, what, ": key_offset (",
+            options.key_offset, "), head_offset (", options.head_offset, ") and batch_offset (", options.batch_offset,
+            ") must be 0: the cache's keys are at positions 0, 1, ...");
   QKV_CHECK(options.window >= 0, what, ": the window must be positive (or 0 for none), got ", options.window);
   QKV_CHECK(std::isfinite(options.softcap) && options.softcap >= 0.0f, what,
             ": softcap must be positive (or 0 for none), got ", options.softcap);

@@ -292,7 +292,7 @@ void ApplyScoreVariants(const AttentionProblem& p, int64_t h, float* HWY_RESTRIC
 }
 
 DropoutKey MakeDropoutKey(const AttentionProblem& p, int64_t b, int64_t h) {
-  return {static_cast<uint32_t>(p.seed), static_cast<uint32_t>(p.seed >> 32), static_cast<uint32_t>(b),
+  return {static_cast<uint32_t>(p.seed), static_cast<uint32_t>(p.seed >> 32), static_cast<uint32_t>(p.batch_offset + b),
           static_cast<uint32_t>(p.head_offset + h), p.threshold};
 }
 

@@ -107,6 +107,7 @@ Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, int64
   if (dropout.active()) {
     options_.dropout_p = static_cast<float>(dropout.p());
     options_.dropout_seed = dropout.draw_seed();
+    options_.batch_offset = dropout.batch_offset();  // a rank's slice: keyed by the whole batch's b
   }
   Tensor y = Tensor::empty({B, T, C});
   kernels::mha_forward(shape_, w, x_.data(), y.data(), ws_, options_);

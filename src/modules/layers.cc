@@ -131,11 +131,27 @@ Tensor Dropout::forward(const Tensor& x) {
   }
   // As at::dropout without a fused kernel: noise = bernoulli_(1 - p); noise /= (1 - p); x * noise.
   noise_ = Tensor::empty(x.shape());
+  // A slice of a batch: skip the draws of the sequences before it and after it (bernoulli takes
+  // one random64, two 32-bit draws, per element).
+  const int64_t seqs = x.dim() > 0 ? x.size(0) : 1, per_sequence = x.numel() / seqs;
+  if (slice_total_ > 0)
+    QKV_CHECK(slice_begin_ + seqs <= slice_total_, "Dropout: an input of ", seqs, " sequences from sequence ", slice_begin_,
+              " does not fit the batch of ", slice_total_, " set by set_batch_slice");
+  if (slice_total_ > 0) gen_->discard(2 * static_cast<uint64_t>(slice_begin_ * per_sequence));
   gen_->bernoulli(noise_.data(), noise_.numel(), 1.0 - p_);
+  if (slice_total_ > 0) gen_->discard(2 * static_cast<uint64_t>((slice_total_ - slice_begin_ - seqs) * per_sequence));
   const float keep = static_cast<float>(1.0 - p_);
   float* z = noise_.data();
   for (int64_t i = 0, n = noise_.numel(); i < n; ++i) z[i] = z[i] / keep;
   return mul(x, noise_);
+}
+
+void Dropout::set_batch_slice(int64_t begin, int64_t total) {
+  QKV_CHECK(total >= 0 && begin >= 0 && (total > 0 || begin == 0) && (total == 0 || begin < total),
+            "Dropout: the slice from sequence ", begin, " of a batch of ", total,
+            " is not in the batch (0, 0: no slice)");
+  slice_begin_ = begin;
+  slice_total_ = total;
 }
 
 Tensor Dropout::backward(const Tensor& doutput) {

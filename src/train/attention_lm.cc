@@ -120,6 +120,10 @@ void AttentionLM::backward(const Tensor& dlogits) {
   pos_emb.backward(sum_to(dx, {x_shape_[1], x_shape_[2]}));
 }
 
+void AttentionLM::set_batch_slice(int64_t begin, int64_t total) {
+  for (MultiHeadAttention& b : blocks) b.dropout.set_batch_slice(begin, total);
+}
+
 kernels::KvCache AttentionLM::make_cache(int64_t batch, kernels::CacheDtype dtype) const {
   QKV_CHECK(!blocks.empty(), "AttentionLM: a model without attention blocks (num_layers 0) has no keys or ",
             "values to cache");

@@ -19,6 +19,7 @@ float CrossEntropyLoss::forward(const Tensor& logits, const std::vector<int64_t>
   shape_ = logits.shape();
   targets_ = targets;
   count_ = correct_ = 0;
+  total_ = 0.0;
   double total = 0.0;
   for (int64_t i = 0; i < N; ++i) {
     const int64_t t = targets[static_cast<size_t>(i)];
@@ -43,14 +44,18 @@ float CrossEntropyLoss::forward(const Tensor& logits, const std::vector<int64_t>
     if (argmax == t) ++correct_;
     total += -static_cast<double>(row[t] - m - std::log(sum));
   }
+  total_ = total;
   return static_cast<float>(total / static_cast<double>(count_));  // 0 / 0 = NaN when nothing counts
 }
 
-Tensor CrossEntropyLoss::backward(float dloss) const {
+Tensor CrossEntropyLoss::backward(float dloss) const { return backward_over(count_, dloss); }
+
+Tensor CrossEntropyLoss::backward_over(int64_t count, float dloss) const {
+  QKV_CHECK(count >= count_, "cross_entropy: the mean over ", count, " targets cannot hold this batch's ", count_);
   const int64_t N = probs_.dim() == 2 ? probs_.size(0) : 0, V = N ? probs_.size(1) : 0;
   Tensor d = Tensor::zeros(shape_);
   if (count_ == 0) return d;
-  const float scale = dloss / static_cast<float>(count_);
+  const float scale = dloss / static_cast<float>(count);
   for (int64_t i = 0; i < N; ++i) {
     const int64_t t = targets_[static_cast<size_t>(i)];
     if (t == ignore_index_) continue;  // ignored rows add nothing to the loss

@@ -1,6 +1,7 @@
 // A training run. See include/qkv/train/trainer.h.
 #include "qkv/train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -116,11 +117,50 @@ Trainer::Trainer(TrainOptions options, std::unique_ptr<TrainingData> data, std::
   }
 }
 
+void Trainer::set_data_parallel(DataParallel* dp) {
+  QKV_CHECK(!dp || options_.batch_size >= dp->ranks(), "data-parallel training: the batch size (",
+            options_.batch_size, ") must be at least the number of ranks (", dp ? dp->ranks() : 1,
+            "): every rank takes a slice of each batch");
+  dp_ = dp;
+  if (!dp_) {
+    model_->set_batch_slice(0, 0);
+    return;
+  }
+  const BatchSlice slice = batch_slice(options_.batch_size, dp_->rank(), dp_->ranks());
+  model_->set_batch_slice(slice.begin, options_.batch_size);  // dropout keyed by the global sequence
+}
+
+void Trainer::sum_gradients_over_ranks() {
+  // (P) every gradient in params_ order, summed over the ranks in one call, then copied back.
+  size_t n = 0;
+  for (const Param& p : params_) n += static_cast<size_t>(p.grad->numel());
+  flat_grads_.resize(n);
+  size_t at = 0;
+  for (const Param& p : params_) {
+    QKV_CHECK(p.grad->is_contiguous(), "train: the gradient of ", p.name, " is not contiguous");
+    std::copy_n(p.grad->data(), p.grad->numel(), flat_grads_.data() + at);
+    at += static_cast<size_t>(p.grad->numel());
+  }
+  dp_->sum_floats(flat_grads_.data(), static_cast<int64_t>(n));
+  at = 0;
+  for (const Param& p : params_) {
+    std::copy_n(flat_grads_.data() + at, p.grad->numel(), p.grad->data());
+    at += static_cast<size_t>(p.grad->numel());
+  }
+}
+
 StepStats Trainer::step() {
   StepStats s;
   s.step = steps_done() + 1;
-  Batch b = data_->next(options_.batch_size);
+  Batch b = data_->next(options_.batch_size);  // every rank draws the whole batch: the streams stay equal
   s.tokens = b.batch * b.tokens;
+  if (dp_) {  // this rank's sequences [begin, end): rows of the (B, T) inputs and targets
+    const BatchSlice slice = batch_slice(b.batch, dp_->rank(), dp_->ranks());
+    const auto row = [&](int64_t r) { return static_cast<std::ptrdiff_t>(r * b.tokens); };
+    b.inputs = std::vector<int64_t>(b.inputs.begin() + row(slice.begin), b.inputs.begin() + row(slice.end));
+    b.targets = std::vector<int64_t>(b.targets.begin() + row(slice.begin), b.targets.begin() + row(slice.end));
+    b.batch = slice.end - slice.begin;
+  }
   s.lr = optimizer_->lr = schedule_.at(s.step - 1);
   model_->train(true);
   optimizer_->zero_grad();
@@ -128,9 +168,18 @@ StepStats Trainer::step() {
   s.loss = loss_.forward(logits, b.targets);
   s.correct = loss_.correct();
   s.counted = loss_.count();
+  if (dp_) {  // the whole batch's mean loss: (sum of losses, hits, counted targets) over the ranks
+    double totals[3] = {loss_.total(), static_cast<double>(s.correct), static_cast<double>(s.counted)};
+    dp_->sum_doubles(totals, 3);
+    s.loss = static_cast<float>(totals[0] / totals[2]);
+    s.correct = static_cast<int64_t>(totals[1]);
+    s.counted = static_cast<int64_t>(totals[2]);
+  }
   if (!std::isfinite(s.loss))
     throw NonFiniteError(s.step, "the loss is " + number(s.loss), model_->first_non_finite(b.inputs, b.batch, b.tokens));
-  model_->backward(loss_.backward());
+  // The slice's share of the batch's mean: divided by the whole batch's count of targets.
+  model_->backward(loss_.backward_over(s.counted));
+  if (dp_) sum_gradients_over_ranks();
   s.grad_norm = clip_grad_norm(params_, options_.clip > 0.0 ? options_.clip : std::numeric_limits<double>::infinity());
   if (!std::isfinite(s.grad_norm)) {
     const std::string p = first_non_finite(params_, /*grads=*/true);

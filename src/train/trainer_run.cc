@@ -1,5 +1,8 @@
 // The training loop's cadence: steps, evaluations, checkpoints, stopping. See Trainer::run in
 // include/qkv/train/trainer.h.
+#include <exception>
+#include <string>
+
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/trainer.h"
 
@@ -10,12 +13,34 @@ RunResult Trainer::run(const RunPolicy& policy, RunObserver& observer) {
             "train: checkpoint_every (", policy.checkpoint_every, ") and stop_after (", policy.stop_after,
             ") must not be negative");
   const int64_t steps = options_.steps, eval_every = options_.eval_every;
-  auto stop_flag = [&]() -> int { return policy.stop_flag != nullptr ? *policy.stop_flag : 0; };
+  // Data-parallel: a signal on any rank stops every rank at the same step boundary.
+  auto stop_flag = [&]() -> int {
+    const int flag = policy.stop_flag != nullptr ? *policy.stop_flag : 0;
+    return dp_ ? dp_->max_int(flag) : flag;
+  };
   auto save = [&] {
     if (policy.checkpoint_path.empty()) return;
-    Checkpoint c = checkpoint();
-    c.weights_dtype = policy.checkpoint_weights;
-    save_checkpoint(policy.checkpoint_path, c);
+    auto write = [&] {
+      Checkpoint c = checkpoint();
+      c.weights_dtype = policy.checkpoint_weights;
+      save_checkpoint(policy.checkpoint_path, c);
+    };
+    if (!dp_) {
+      write();
+    } else {  // rank 0 writes; every rank learns whether it could
+      std::string error;
+      if (dp_->rank() == 0) {
+        try {
+          write();
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+      }
+      if (dp_->max_int(error.empty() ? 0 : 1) != 0)
+        throw AllRanksError(dp_->rank() == 0 ? error
+                                             : str("rank 0 could not write the checkpoint '", policy.checkpoint_path,
+                                                   "' (rank 0 says why)"));
+    }
     observer.on_checkpoint(policy.checkpoint_path, steps_done());
   };
   auto evaluate_and_record = [&] {

@@ -78,6 +78,9 @@ class Generator {
 
   uint32_t random();    // one MT19937 32-bit draw
   uint64_t random64();  // (random() << 32) | random(), as PyTorch combines two draws
+  // Skips `draws` 32-bit draws: the state afterwards is the one `draws` calls of random() leave
+  // (bernoulli of n elements takes 2n). For a rank that draws only its slice of a batch's mask.
+  void discard(uint64_t draws);
 
   // Fill a contiguous float32 buffer of n elements exactly as PyTorch's CPU kernels fill a
   // contiguous float32 tensor of n elements.

@@ -37,8 +37,8 @@
 // where the value is non-zero (the book's mask.bool()). -inf in an additive mask blocks, as in
 // notebook 002.
 //
-// Dropout draws each weight's keep/drop from Philox keyed by the seed and (b, head_offset + h,
-// pos_i, pos_j) (see philox.h), so the mask does not depend on threads, tiling, how a sequence was
+// Dropout draws each weight's keep/drop from Philox keyed by the seed and (batch_offset + b,
+// head_offset + h, pos_i, pos_j) (see philox.h), so the mask does not depend on threads, tiling, how a sequence was
 // split between a prefill and cached steps, or between the ranks of a ring, or which heads a call
 // was given; the backward pass regenerates it. It is a different mask from
 // PyTorch's nn.Dropout (which qkv reproduces on the textbook path).
@@ -117,6 +117,8 @@ struct AttentionOptions {
   int64_t key_offset = 0;               // >= 0: key j is at position key_offset + j
   int64_t head_offset = 0;              // >= 0: query head h is head head_offset + h of the layer
                                         // (the dropout mask's key; for calls on a slice of heads)
+  int64_t batch_offset = 0;             // >= 0: sequence b is sequence batch_offset + b of a larger batch
+                                        // (the dropout mask's key; for a rank's slice of a batch)
   int64_t window = 0;                   // > 0: key j hidden from query i when j <= pos_i - window; 0: none
   const float* alibi_slopes = nullptr;  // (H) one finite slope per query head, or null: no ALiBi
   float softcap = 0.0f;                 // > 0: scores capped as softcap * tanh(x / softcap); 0: none

@@ -96,9 +96,17 @@ class Dropout : public Module {
   // this Dropout draws from, so a run stays reproducible from the module's seed).
   uint64_t draw_seed() { return gen_->random64(); }
 
+  // Data-parallel training: the inputs to come hold sequences [begin, begin + n) (dim 0) of a
+  // batch of `total`, and each must get the mask the whole batch would give it. forward draws the
+  // whole batch's numbers from the generator (leaving it where the whole batch would) and keeps
+  // this slice's; a kernel keys its mask by batch_offset() + b. (0, 0): the input is the batch.
+  void set_batch_slice(int64_t begin, int64_t total);
+  int64_t batch_offset() const { return slice_begin_; }
+
  private:
   double p_;
   Generator* gen_;
+  int64_t slice_begin_ = 0, slice_total_ = 0;  // slice_total_ 0: no slice
   Tensor noise_;  // undefined when the last forward passed its input through (drew nothing)
   Shape shape_;   // the last forward's input shape
 };

@@ -117,6 +117,11 @@ class AttentionLM : public Module {
   // dlogits (B, T, V) of the last forward: adds into every parameter's gradient.
   void backward(const Tensor& dlogits);
 
+  // Data-parallel training: the batches to come are sequences [begin, begin + n) of batches of
+  // `total`; every block's dropout draws each sequence's mask as the whole batch would (Dropout's
+  // set_batch_slice). (0, 0): whole batches.
+  void set_batch_slice(int64_t begin, int64_t total);
+
   // Inference with a KV cache (decoding): a cache of every block's keys and values for `batch`
   // sequences of up to context_length positions (layers = blocks, capacity = context_length).
   // Throws qkv::Error for a model without blocks (nothing to cache) or past the memory limit.

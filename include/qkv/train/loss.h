@@ -23,10 +23,14 @@ class CrossEntropyLoss {
 
   float forward(const Tensor& logits, const std::vector<int64_t>& targets);
   Tensor backward(float dloss = 1.0f) const;  // shaped as the last forward's logits
+  // The same with the mean taken over `count` targets rather than count(): a slice of a batch
+  // whose loss is the mean over the whole batch's `count` counted targets (data-parallel).
+  Tensor backward_over(int64_t count, float dloss = 1.0f) const;
 
   int64_t ignore_index() const { return ignore_index_; }
   int64_t count() const { return count_; }      // targets that counted in the last forward
   int64_t correct() const { return correct_; }  // of those, how many the argmax of logits got right
+  double total() const { return total_; }       // the sum of the counted rows' losses (the mean's numerator)
 
  private:
   int64_t ignore_index_;
@@ -34,6 +38,7 @@ class CrossEntropyLoss {
   Shape shape_;                   // the logits' shape
   std::vector<int64_t> targets_;  // (N)
   int64_t count_ = 0, correct_ = 0;
+  double total_ = 0.0;
 };
 
 }  // namespace qkv

@@ -21,6 +21,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/train/attention_lm.h"
+#include "qkv/train/data_parallel.h"
 #include "qkv/train/data.h"
 #include "qkv/train/loss.h"
 #include "qkv/train/lr_schedule.h"
@@ -83,6 +84,7 @@ struct Checkpoint {
 // checkpoints). Evaluation follows TrainOptions::eval_every, which a resumed run keeps.
 struct RunPolicy {
   std::string checkpoint_path;    // written every checkpoint_every steps and at the end; "" = none
+                                  // (data-parallel: by rank 0; its failure is an AllRanksError)
   int64_t checkpoint_every = 0;   // 0: only at the end (never after the last step: the end writes it)
   int64_t stop_after = 0;         // stop after this step, as a signal would (0: run to the end)
   Dtype checkpoint_weights = Dtype::kF32;  // the checkpoints' model weights: F32 or BF16 (Checkpoint)
@@ -116,6 +118,15 @@ class Trainer {
   // `data` may be null for the built-in tasks and "data" (made from the options).
   explicit Trainer(TrainOptions options, std::unique_ptr<TrainingData> data = nullptr,
                    std::vector<int64_t> vocab = {});
+
+  // Data-parallel training over the ranks of `dp` (see data_parallel.h; null: this process alone).
+  // Each step then runs forward and backward on this rank's slice of the global batch and sums the
+  // gradients over the ranks; the stop flag is the ranks' largest; only rank 0 writes
+  // checkpoints. Nothing a checkpoint holds depends on the rank count, so a run resumes on any.
+  // The batch size must be at least the rank count (an error names both); `dp` must outlive the
+  // Trainer's use of it, and every rank must make the same calls (step, run, evaluate) in order.
+  void set_data_parallel(DataParallel* dp);
+  const DataParallel* data_parallel() const { return dp_; }
 
   StepStats step();      // throws NonFiniteError (and changes no parameter) on a non-finite loss or gradient
   EvalStats evaluate();  // on the held-out set; needs has_eval()
@@ -157,6 +168,9 @@ class Trainer {
   Batch eval_;
   std::vector<float> losses_;
   std::vector<EvalStats> evals_;
+  DataParallel* dp_ = nullptr;
+  std::vector<float> flat_grads_;  // every gradient, in params_ order: the buffer summed over ranks
+  void sum_gradients_over_ranks();
 };
 
 }  // namespace qkv

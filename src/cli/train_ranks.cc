@@ -1,0 +1,69 @@
+// qkv train under mpirun: MPI start-up, the configuration check and the data-parallel sums
+// (train_ranks.h).
+#include "train_ranks.h"
+
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+
+#include "flags.h"
+#include "qkv/mpi/communicator.h"
+#include "qkv/mpi/data_parallel.h"
+
+namespace qkv::cli {
+namespace {
+
+class MpiTrainRanks : public TrainRanks {
+ public:
+  explicit MpiTrainRanks(const mpi::Communicator& comm) : comm_(comm), dp_(comm) {}
+  int rank() const override { return comm_.rank(); }
+  int ranks() const override { return comm_.size(); }
+  DataParallel& data_parallel() override { return dp_; }
+  void check_agreement(const std::string& description, const std::string& problem) override {
+    mpi::check_agreement(comm_, "qkv train", description, problem);
+  }
+
+ private:
+  const mpi::Communicator& comm_;
+  mpi::RankDataParallel dp_;
+};
+
+}  // namespace
+
+bool started_by_mpirun() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"})
+    if (const char* v = std::getenv(name); v && *v) return true;
+  return false;
+}
+
+int with_train_ranks(const std::function<int(TrainRanks&)>& body) {
+  mpi::Session session(nullptr, nullptr);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // An error every rank has: rank 0 says it here, before MPI_Finalize (the Session's end). Said
+  // after it, by main, it could be lost: mpirun ends the job, rank 0 too, as soon as another rank
+  // has exited with an error.
+  const auto said_once = [rank](const std::exception& e) {
+    if (rank == 0) std::cerr << "qkv: error: " << e.what() << limit_hint(e.what()) << std::endl;  // as main would
+    return 1;
+  };
+  double timeout = 0;
+  try {
+    timeout = mpi::default_timeout_seconds();  // QKV_MPI_TIMEOUT, the same on every rank
+  } catch (const Error& e) {
+    return said_once(e);
+  }
+  const mpi::Communicator comm(MPI_COMM_WORLD, timeout);
+  MpiTrainRanks ranks(comm);
+  try {
+    return body(ranks);
+  } catch (const mpi::AgreementError& e) {
+    return said_once(e);
+  } catch (const AllRanksError& e) {
+    return said_once(e);
+  } catch (const std::exception& e) {  // this rank's alone: the others would wait for it
+    comm.abort(e.what());
+  }
+}
+
+}  // namespace qkv::cli
