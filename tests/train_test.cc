@@ -298,7 +298,7 @@ TEST(TrainOptionsJson, ReadsAndWritesTheCheckpointsFormatExactly) {
   // checkpoints) at their defaults.
   nlohmann::json written = nlohmann::json::parse(kOldOptions);
   written["model"].update({{"num_kv_heads", 0}, {"rope", "none"}, {"rope_base", 10000.0}, {"window", 0},
-                           {"alibi", false}, {"softcap", 0.0}});
+                           {"alibi", false}, {"softcap", 0.0}, {"dtype", "f32"}});
   EXPECT_EQ(to_json(o).dump(), written.dump());
   // Every field round-trips, enums by name.
   TrainOptions p;
@@ -470,6 +470,7 @@ TEST(TrainOptionsFields, CopyingEveryListedFieldCopiesTheWholeStruct) {
   b.model.window = 3;
   b.model.alibi = true;
   b.model.softcap = 30.0;
+  b.model.dtype = Dtype::kBF16;
   b.optimizer = OptimizerKind::kSgd;
   b.batch_size = 5;
   b.warmup = 1;
@@ -494,8 +495,8 @@ TEST(TrainOptionsFields, CopyingEveryListedFieldCopiesTheWholeStruct) {
     ++fields;
     flags.insert(f.flag);
   }, a, b);
-  EXPECT_EQ(fields, 36);
-  EXPECT_EQ(flags.size(), 36u) << "each flag once";
+  EXPECT_EQ(fields, 37);
+  EXPECT_EQ(flags.size(), 37u) << "each flag once";
   EXPECT_EQ(to_json(a), to_json(b));
 }
 
