@@ -4,7 +4,8 @@
     mpirun -np 2 build/bench/qkv_ring_block_bench --json ring_blocks.json
     python3 bench/ring_scaling_model.py ring_blocks.json [more runs' .json ...]
 
-Several files (runs of the benchmark): every measured figure is the median over them.
+Several files (runs of the benchmark): every measured figure is the lowest of the runs' medians
+(on a shared machine other work only adds time); the table shows each row's spread over the runs.
 
 Model (causal, zigzag split, N machines, one rank each, every machine computing like the one
 measured; H heads, D = Dv head dim from the JSON). A rank holds Tr = T / N tokens in two runs of
@@ -86,17 +87,19 @@ def gflops(L, ms, H, D, pairs):
     return 4.0 * pairs * H * D / (ms * 1e6)
 
 
-def median_of_runs(runs):
-    """One measurement: each figure the median over the runs (same block sizes in each)."""
-    med = lambda xs: sorted(xs)[len(xs) // 2]
+def best_of_runs(runs):
+    """One measurement: each figure the lowest over the runs (same block sizes in each), and the
+    spread max / min of the forward's and the exchange's times."""
     m = dict(runs[0])
-    m["latency_us"] = med([r["latency_us"] for r in runs])
+    m["latency_us"] = min(r["latency_us"] for r in runs)
     m["blocks"] = []
     for i, b in enumerate(runs[0]["blocks"]):
-        if any(r["blocks"][i]["tokens"] != b["tokens"] for r in runs):
+        if any(len(r["blocks"]) != len(runs[0]["blocks"]) or r["blocks"][i]["tokens"] != b["tokens"] for r in runs):
             sys.exit("ring_scaling_model.py: the runs measured different block sizes")
-        m["blocks"].append({k: (v if k in ("tokens", "kv_bytes") else med([r["blocks"][i][k] for r in runs]))
-                            for k, v in b.items()})
+        best = {k: (v if k in ("tokens", "kv_bytes") else min(r["blocks"][i][k] for r in runs)) for k, v in b.items()}
+        for k in ("fwd_full_ms", "exchange_ms"):
+            best[k + "_spread"] = max(r["blocks"][i][k] for r in runs) / best[k]
+        m["blocks"].append(best)
     return m
 
 
@@ -108,14 +111,14 @@ def main():
     for name in args:
         with open(name) as f:
             runs.append(json.load(f))
-    m = median_of_runs(runs)
+    m = best_of_runs(runs)
     model = Model(m)
     H, D = model.H, model.D
     lat = m["latency_us"]
     print(f"Measured ({m['threads']} threads on rank 0, H = {H}, D = {D}; messages between 2 ranks, "
-          f"latency {lat:.2f} us one way; medians of {len(runs)} run(s)):")
-    print("| L tokens | fwd full ms | fwd GFLOP/s | fwd diag ms | bwd full ms | bwd GFLOP/s | k,v MiB | one-way ms | GB/s | exchange ms |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          f"latency {lat:.2f} us one way; the lowest of {len(runs)} runs' medians, spread = slowest / fastest run):")
+    print("| L tokens | fwd full ms | fwd GFLOP/s | fwd diag ms | bwd full ms | bwd GFLOP/s | k,v MiB | one-way ms | GB/s | exchange ms | spread fwd, exch |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for b in sorted(m["blocks"], key=lambda b: b["tokens"]):
         L = b["tokens"]
         pairs = L * L
@@ -124,7 +127,7 @@ def main():
         print(f"| {L:,} | {b['fwd_full_ms']:.3f} | {gflops(L, b['fwd_full_ms'], H, D, pairs):.0f} | "
               f"{b['fwd_diag_ms']:.3f} | {b['bwd_full_ms']:.3f} | "
               f"{2.5 * gflops(L, b['bwd_full_ms'], H, D, pairs):.0f} | {mib:.2f} | {b['one_way_ms']:.4f} | "
-              f"{gbs:.2f} | {b['exchange_ms']:.4f} |")
+              f"{gbs:.2f} | {b['exchange_ms']:.4f} | {b['fwd_full_ms_spread']:.2f}, {b['exchange_ms_spread']:.1f} |")
     print()
     print("Extrapolated: the fewest tokens per rank Tr (two runs of L = Tr / 2) for which a step's compute "
           "covers its message (c >= m), zigzag, causal:")
