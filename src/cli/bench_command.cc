@@ -52,7 +52,7 @@ struct BenchFlags {
 
 // --module ring-attention: the ring's own flags; the others are refused by name.
 int run_ring(const BenchFlags& f, const CLI::App& sub) {
-  for (const char* flag : {"--kv-len", "--cache-dtype", "--window", "--alibi", "--softcap", "--rope", "--d-model"})
+  for (const char* flag : {"--kv-len", "--cache-dtype", "--rope", "--d-model"})
     QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module ring-attention");
   QKV_CHECK(f.dtype == "f32", "--dtype ", f.dtype, ": --module ring-attention runs in f32 only");
   QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module ring-attention");
@@ -70,6 +70,9 @@ int run_ring(const BenchFlags& f, const CLI::App& sub) {
   r.iters = f.iters;
   r.warmup = f.warmup;
   r.dropout = f.dropout;
+  r.window = f.window;
+  r.alibi = f.alibi;
+  r.softcap = f.softcap;
   r.split = f.split;
 #ifdef QKV_HAVE_MPI
   return run_ring_bench(r);
@@ -264,9 +267,9 @@ Command add_bench(CLI::App& app) {
   add_number_with_default(sub, "--iters", f->iters, "Timed runs; the median is reported");
   add_number_with_default(sub, "--warmup", f->warmup, "Untimed runs first");
   add_number(sub, "--num-kv-heads", f->num_kv_heads, "Key/value heads G dividing H (decode, mha, attention-core; default H)");
-  add_number(sub, "--window", f->window, "Sliding window w (mha, attention-core; FLOPs count only its pairs)");
-  sub->add_flag("--alibi", f->alibi, "ALiBi with the paper's slopes (mha, attention-core)");
-  add_number(sub, "--softcap", f->softcap, "Logit softcap, > 0 (mha, attention-core)");
+  add_number(sub, "--window", f->window, "Sliding window w (mha, attention-core, ring-attention; FLOPs count only its pairs)");
+  sub->add_flag("--alibi", f->alibi, "ALiBi with the paper's slopes (mha, attention-core, ring-attention)");
+  add_number(sub, "--softcap", f->softcap, "Logit softcap, > 0 (mha, attention-core, ring-attention)");
   sub->add_option("--rope", f->rope, "RoPE on q and k (mha): none | half | interleaved")
       ->default_val("none")
       ->check(CLI::IsMember({"none", "half", "interleaved"}));

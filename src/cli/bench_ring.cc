@@ -1,5 +1,5 @@
 // mpirun -np N qkv bench --module ring-attention --seq-len T [--num-heads H] [--head-dim D]
-//   [--backward] [--split contiguous|zigzag] [--json]
+//   [--backward] [--split contiguous|zigzag] [--window W] [--alibi] [--softcap C] [--json]
 // Every rank checks the flags and its configuration against rank 0's (one message, from rank 0,
 // if they differ); rank 0 prints the table and, with --json, one JSON object as the last line.
 #include "bench_ring.h"
@@ -29,6 +29,8 @@ std::string flags_problem(const RingBenchFlags& f) {
   if (f.head_dim < 1) return str("--head-dim ", f.head_dim, ": must be at least 1");
   if (f.split != "contiguous" && f.split != "zigzag") return str("--split ", f.split, ": expected contiguous or zigzag");
   if (!(f.dropout >= 0.0 && f.dropout < 1.0)) return str("--dropout ", f.dropout, ": must be in [0, 1)");
+  if (f.window < 0) return str("--window ", f.window, ": must be at least 0 (0: none)");
+  if (!(std::isfinite(f.softcap) && f.softcap >= 0.0)) return str("--softcap ", f.softcap, ": must be at least 0 (0: none)");
   if (f.iters < 1) return str("--iters ", f.iters, ": must be at least 1");
   if (f.warmup < 0) return str("--warmup ", f.warmup, ": must be at least 0");
   if (f.threads < 0) return str("--threads ", f.threads, ": must be at least 1 (or 0: the default)");
@@ -39,8 +41,8 @@ std::string describe(const RingBenchFlags& f) {
   std::ostringstream s;
   s << "--batch " << f.batch << " --seq-len " << f.seq_len << " --num-heads " << f.num_heads << " --num-kv-heads "
     << f.num_kv_heads << " --head-dim " << f.head_dim << " --split " << f.split << (f.backward ? " --backward" : "")
-    << (f.no_mask ? " --no-mask" : "") << " --dropout " << f.dropout << " --iters " << f.iters << " --warmup "
-    << f.warmup;
+    << (f.no_mask ? " --no-mask" : "") << " --dropout " << f.dropout << " --window " << f.window
+    << (f.alibi ? " --alibi" : "") << " --softcap " << f.softcap << " --iters " << f.iters << " --warmup " << f.warmup;
   return s.str();
 }
 
@@ -56,12 +58,17 @@ int run(const RingBenchFlags& f, const mpi::Communicator& comm) {
   shape.causal = !f.no_mask;
   shape.backward = f.backward;
   shape.dropout = static_cast<float>(f.dropout);
+  shape.window = f.window;
+  shape.alibi = f.alibi;
+  shape.softcap = static_cast<float>(f.softcap);
   shape.split = mpi::parse_split(f.split);
   const mpi::RingBenchReport r = mpi::run_ring_bench(comm, shape, f.iters, f.warmup, default_pool());
   if (comm.rank() != 0) return 0;
   std::cout << "qkv bench: ring-attention " << (f.backward ? "forward+backward" : "forward") << ", B=" << f.batch
             << " T=" << f.seq_len << " H=" << f.num_heads << " G=" << shape.num_kv_heads << " D=" << f.head_dim
             << (shape.causal ? " causal" : " no mask") << (f.dropout > 0 ? " dropout " + std::to_string(f.dropout) : "")
+            << (f.window > 0 ? " window " + std::to_string(f.window) : "") << (f.alibi ? " ALiBi" : "")
+            << (f.softcap > 0 ? " softcap " + std::to_string(f.softcap) : "")
             << ", split " << f.split << ", " << r.ranks << " rank" << (r.ranks == 1 ? "" : "s") << " x " << r.threads
             << " thread" << (r.threads == 1 ? "" : "s") << "\n";
   std::cout << std::fixed << std::setprecision(1) << "  rank   tokens     run ms  compute ms     comm ms     wait ms"
@@ -81,7 +88,8 @@ int run(const RingBenchFlags& f, const mpi::Communicator& comm) {
   std::cout << std::setprecision(2) << "  median " << r.median_ms << " ms (min " << r.min_ms << ", max " << r.max_ms
             << ", " << r.iters << " runs; the slowest rank's)  " << std::setprecision(1) << r.flops / 1e9
             << " GFLOP -> " << r.gflops << " GFLOP/s\n"
-            << std::setprecision(3) << "  communication hidden " << r.comm_hidden << "; slowest rank's compute / fastest's "
+            << "  ring steps " << r.steps << " of " << r.ranks << std::setprecision(3) << "; communication hidden "
+            << r.comm_hidden << "; slowest rank's compute / fastest's "
             << (fastest > 0 ? slowest / fastest : 0.0) << "; max RSS of a rank " << std::setprecision(1)
             << r.max_rank_rss_mib << " MiB\n";
   if (f.json) {
@@ -92,10 +100,11 @@ int run(const RingBenchFlags& f, const mpi::Communicator& comm) {
     nlohmann::json j = {{"module", "ring-attention"}, {"backward", f.backward}, {"batch", f.batch},
                         {"seq_len", f.seq_len},      {"num_heads", f.num_heads}, {"num_kv_heads", shape.num_kv_heads},
                         {"head_dim", f.head_dim},    {"causal", shape.causal}, {"dropout", f.dropout},
+                        {"window", f.window},        {"alibi", f.alibi},       {"softcap", f.softcap},
                         {"split", f.split},          {"ranks", r.ranks},       {"threads", r.threads},
                         {"iters", r.iters},          {"median_ms", r.median_ms}, {"min_ms", r.min_ms},
                         {"times_ms", r.times_ms},    {"gflop", r.flops / 1e9}, {"gflops", r.gflops},
-                        {"comm_hidden", r.comm_hidden}, {"max_rank_rss_mib", r.max_rank_rss_mib},
+                        {"comm_hidden", r.comm_hidden}, {"steps", r.steps}, {"max_rank_rss_mib", r.max_rank_rss_mib},
                         {"compute_slowest_over_fastest", fastest > 0 ? slowest / fastest : 0.0},
                         {"per_rank", ranks}};
     std::cout << j.dump() << "\n";

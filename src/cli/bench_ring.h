@@ -12,6 +12,9 @@ struct RingBenchFlags {
   bool backward = false, no_mask = false, json = false;
   int threads = 0, iters = 3, warmup = 1;
   double dropout = 0.0;
+  int64_t window = 0;   // the kernel's variants: sliding window, ALiBi (the paper's slopes), softcap
+  bool alibi = false;
+  double softcap = 0.0;
   std::string split = "contiguous";
 };
 

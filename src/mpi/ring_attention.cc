@@ -49,6 +49,7 @@ struct Ring {
   SequenceSplit split;
   int64_t B = 0, H = 0, G = 0, D = 0, Dv = 0, Tr = 0, Tmax = 0;
   int64_t group = 1;  // key/value heads per group in flight
+  int steps = 1;      // ring steps with work for some rank (N, or fewer when a window hides the rest)
   AttentionOptions attention;
   std::vector<Run> mine;  // this rank's runs
 
@@ -63,21 +64,46 @@ struct Ring {
     }
     return s;
   }
-  // Whether the causal mask hides every key of run kr from every query of run qr.
+  // Whether the causal mask or the window hides every key of run kr from every query of run qr:
+  // causal, the first key after the last query; window w, the last key at or before the first
+  // query's position - w.
   bool hidden(const Run& qr, const Run& kr) const {
-    return qr.length == 0 || kr.length == 0 ||
-           (attention.mask.kind == kernels::MaskKind::kCausal && kr.begin > qr.begin + qr.length - 1);
+    if (qr.length == 0 || kr.length == 0) return true;
+    const int64_t last_q = qr.begin + qr.length - 1, last_k = kr.begin + kr.length - 1;
+    if (attention.mask.kind == kernels::MaskKind::kCausal && kr.begin > last_q) return true;
+    return attention.window > 0 && last_k <= qr.begin - attention.window;
+  }
+  // Whether some query of rank a sees some key of rank x.
+  bool sees(int a, int x) const {
+    for (const Run& qr : split.runs(a))
+      for (const Run& kr : split.runs(x))
+        if (!hidden(qr, kr)) return true;
+    return false;
   }
   // The kernel's options for queries of run qr against keys of run kr, heads from h0: global
-  // positions and the head offset, so masks and dropout keys are the single-process kernel's.
+  // positions and the head offset, so masks, ALiBi's distances and dropout keys are the
+  // single-process kernel's; the slopes from head h0 on, as the kernel reads slope h for its head h.
   AttentionOptions pair_options(const Run& qr, const Run& kr, int64_t h0) const {
     AttentionOptions opt = attention;
     opt.query_offset = qr.begin;
     opt.key_offset = kr.begin;
     opt.head_offset = h0;
+    if (attention.alibi_slopes) opt.alibi_slopes = attention.alibi_slopes + h0;
     return opt;
   }
 };
+
+// 1 + the last step at which some rank sees the block in hand (rank a holds rank a - s's block at
+// step s): past it every pair is hidden, so the blocks need not go on. Under a causal mask or none
+// that is N; with a window and the contiguous split it is about 1 + w / (T / N).
+int ring_steps(const Ring& r) {
+  const int N = r.comm.size();
+  int steps = 1;
+  for (int s = 1; s < N; ++s)
+    for (int a = 0; a < N; ++a)
+      if (r.sees(a, (a - s + N) % N)) steps = s + 1;
+  return steps;
+}
 
 std::string describe_options(const RingAttentionOptions& o, int64_t B, int64_t H, int64_t G, int64_t D, int64_t Dv,
                              int ranks) {
@@ -86,12 +112,21 @@ std::string describe_options(const RingAttentionOptions& o, int64_t B, int64_t H
     << " split=" << split_name(o.split) << " ranks=" << ranks
     << " mask=" << (o.attention.mask.kind == kernels::MaskKind::kCausal ? "causal" : "none") << " scale="
     << std::hexfloat << o.attention.scale << std::defaultfloat << " dropout=" << o.attention.dropout_p
-    << " seed=" << o.attention.dropout_seed << " block_bytes=" << o.max_block_bytes;
+    << " seed=" << o.attention.dropout_seed << " window=" << o.attention.window << " softcap=" << std::hexfloat
+    << o.attention.softcap << std::defaultfloat << " alibi=";
+  if (o.attention.alibi_slopes && H > 0) {  // the H slopes' bits, by their digest (a list would drown the message)
+    const std::string bits(reinterpret_cast<const char*>(o.attention.alibi_slopes), static_cast<size_t>(H) * sizeof(float));
+    s << H << " slopes #" << std::hex << digest(bits) << std::dec;
+  } else {
+    s << "none";
+  }
+  s << " block_bytes=" << o.max_block_bytes;
   return s.str();
 }
 
-// The options a ring can run, or what is wrong with them ("" if nothing).
-std::string options_problem(const RingAttentionOptions& o) {
+// The options a ring can run, or what is wrong with them ("" if nothing). H: the query heads (the
+// ALiBi slopes' count). The variants' checks are the fused kernel's, in its words.
+std::string options_problem(const RingAttentionOptions& o, int64_t H) {
   const AttentionOptions& a = o.attention;
   if (o.seq_len < 0) return str("the sequence length (", o.seq_len, ") must not be negative");
   if (a.mask.kind != kernels::MaskKind::kNone && a.mask.kind != kernels::MaskKind::kCausal)
@@ -99,8 +134,12 @@ std::string options_problem(const RingAttentionOptions& o) {
   if (a.query_offset != 0 || a.key_offset != 0 || a.head_offset != 0)
     return str("query_offset, key_offset and head_offset (", a.query_offset, ", ", a.key_offset, ", ", a.head_offset,
                ") must be 0: the ring sets them");
-  if (a.window != 0 || a.alibi_slopes || a.softcap != 0.0f)
-    return "windows, ALiBi and softcapping are not supported by ring attention yet";
+  if (a.window < 0) return str("the window must be positive (or 0 for none), got ", a.window);
+  if (!(std::isfinite(a.softcap) && a.softcap >= 0.0f))
+    return str("softcap must be positive (or 0 for none), got ", a.softcap);
+  if (a.alibi_slopes)
+    for (int64_t h = 0; h < H; ++h)
+      if (!std::isfinite(a.alibi_slopes[h])) return str("ALiBi slope ", h, " must be finite, got ", a.alibi_slopes[h]);
   if (!(a.dropout_p >= 0.0f && a.dropout_p < 1.0f)) return str("dropout p must be in [0, 1), got ", a.dropout_p);
   if (!std::isfinite(a.scale)) return str("scale must be finite, got ", a.scale);
   if (o.max_block_bytes < 1) return str("max_block_bytes (", o.max_block_bytes, ") must be positive");
@@ -124,7 +163,7 @@ Ring make_ring(const char* what, const Communicator& comm, ConstHeads q, ConstHe
   r.D = q.dim;
   r.Dv = v.dim;
   r.attention = options.attention;
-  std::string problem = options_problem(options);
+  std::string problem = options_problem(options, std::max<int64_t>(r.H, 0));
   if (problem.empty()) {
     r.Tr = r.tokens(comm.rank());
     const std::string split = str(" (rank ", comm.rank(), " holds ", r.Tr, " of T = ", options.seq_len, ", split ",
@@ -141,6 +180,7 @@ Ring make_ring(const char* what, const Communicator& comm, ConstHeads q, ConstHe
   check_agreement(comm, what, describe_options(options, r.B, r.H, r.G, r.D, r.Dv, comm.size()), problem);
   for (int x = 0; x < comm.size(); ++x) r.Tmax = std::max(r.Tmax, r.tokens(x));
   r.mine = r.split.runs(comm.rank());
+  r.steps = ring_steps(r);
   const double head_bytes = 4.0 * static_cast<double>(r.B * r.Tmax * (r.D + r.Dv)) * 2.0;  // k, v and their grads
   r.group = std::clamp<int64_t>(static_cast<int64_t>(static_cast<double>(options.max_block_bytes) / std::max(head_bytes, 1.0)),
                                 1, r.G);
@@ -301,6 +341,7 @@ void ring_attention_forward(const Communicator& comm, ConstHeads q, ConstHeads k
   RingTimes local;
   RingTimes& t = times ? *times : local;
   t = {};
+  t.steps = r.steps;
   const int N = comm.size(), me = comm.rank();
   const int64_t per = r.H / r.G;
   Block cur, next;
@@ -312,10 +353,10 @@ void ring_attention_forward(const Communicator& comm, ConstHeads q, ConstHeads k
     copy_heads(v, g0, cur.v());
     acc.o.assign(static_cast<size_t>(r.B * Hp * r.Tr * r.Dv), 0.0);
     acc.lse.assign(static_cast<size_t>(r.B * Hp * r.Tr), kNegInf);
-    for (int s = 0; s < N; ++s) {
+    for (int s = 0; s < r.steps; ++s) {
       const int owner = (me - s + N) % N;
       std::vector<MPI_Request> requests;
-      if (s + 1 < N) {  // the next block, from the previous rank, while this one is computed on
+      if (s + 1 < r.steps) {  // the next block, from the previous rank, while this one is computed on
         next.shape(r, Gp, (owner - 1 + N) % N);
         requests.push_back(post_recv(comm, next, comm.previous(), kTagBlock));
         requests.push_back(post_send(comm, cur, comm.next(), kTagBlock));
@@ -349,6 +390,7 @@ void ring_attention_backward(const Communicator& comm, ConstHeads q, ConstHeads 
   RingTimes local;
   RingTimes& t = times ? *times : local;
   t = {};
+  t.steps = r.steps;
   const int N = comm.size(), me = comm.rank();
   const int64_t per = r.H / r.G;
   Block cur, next, grads, incoming, outgoing;  // grads: this rank's share; incoming/outgoing: the accumulators
@@ -360,11 +402,12 @@ void ring_attention_backward(const Communicator& comm, ConstHeads q, ConstHeads 
     copy_heads(v, g0, cur.v());
     s.dq.assign(static_cast<size_t>(r.B * Hp * r.Tr * r.D), 0.0);
     std::vector<MPI_Request> sending;  // the accumulator sent last step
-    for (int step = 0; step < N; ++step) {
+    const int steps = r.steps;
+    for (int step = 0; step < steps; ++step) {
       const int owner = (me - step + N) % N;
       std::vector<MPI_Request> requests = sending;
       sending.clear();
-      if (step + 1 < N) {
+      if (step + 1 < steps) {
         next.shape(r, Gp, (owner - 1 + N) % N);
         requests.push_back(post_recv(comm, next, comm.previous(), kTagBlock));
         requests.push_back(post_send(comm, cur, comm.next(), kTagBlock));
@@ -382,14 +425,18 @@ void ring_attention_backward(const Communicator& comm, ConstHeads q, ConstHeads 
       outgoing.shape(r, Gp, owner);
       for (size_t e = 0; e < outgoing.data.size(); ++e)
         outgoing.data[e] = step > 0 ? incoming.data[e] + grads.data[e] : grads.data[e];
-      if (N > 1) sending.push_back(post_send(comm, outgoing, comm.next(), kTagGrads));
+      // On to the next rank; after the last step with work, home to the owner (the next rank
+      // when steps = N: the accumulator has gone all the way round).
+      if (step + 1 < steps) sending.push_back(post_send(comm, outgoing, comm.next(), kTagGrads));
+      else if (steps > 1) sending.push_back(post_send(comm, outgoing, owner, kTagGrads));
       std::swap(cur, next);
     }
-    Block* mine = &outgoing;  // with one rank, its own share is the whole
-    if (N > 1) {  // this rank's block's accumulator, after every rank added its share
+    Block* mine = &outgoing;  // with one step, its own share is the whole
+    if (steps > 1) {  // this rank's block's accumulator, after every rank that sees it added its share
       incoming.shape(r, Gp, me);
-      sending.push_back(post_recv(comm, incoming, comm.previous(), kTagGrads));
-      run_step(comm, sending, [] {}, str(what, ": the gradients of this rank's keys and values from rank ", comm.previous()), t);
+      sending.push_back(post_recv(comm, incoming, (me + steps - 1) % N, kTagGrads));
+      run_step(comm, sending, [] {},
+               str(what, ": the gradients of this rank's keys and values from rank ", (me + steps - 1) % N), t);
       mine = &incoming;
     }
     const MutableHeads gk = mine->k(), gv = mine->v();

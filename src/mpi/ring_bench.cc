@@ -68,6 +68,13 @@ RingBenchReport run_ring_bench(const Communicator& comm, const RingBenchShape& s
   opt.attention.mask = shape.causal ? kernels::AttentionMask::causal() : kernels::AttentionMask::none();
   opt.attention.dropout_p = shape.dropout;
   opt.attention.dropout_seed = 1234;
+  opt.attention.window = shape.window;
+  opt.attention.softcap = shape.softcap;
+  std::vector<float> slopes(static_cast<size_t>(std::max<int64_t>(H, 1)));
+  if (shape.alibi) {
+    kernels::alibi_default_slopes(H, slopes.data());
+    opt.attention.alibi_slopes = slopes.data();
+  }
   opt.attention.pool = &pool;
   const auto qh = ConstHeads::contiguous(q.data(), B, H, Tr, D), kh = ConstHeads::contiguous(k.data(), B, G, Tr, D),
              vh = ConstHeads::contiguous(v.data(), B, G, Tr, D);
@@ -91,6 +98,7 @@ RingBenchReport run_ring_bench(const Communicator& comm, const RingBenchShape& s
                               MutableHeads::contiguous(dk.data(), B, G, Tr, D),
                               MutableHeads::contiguous(dv.data(), B, G, Tr, D), opt, &bwd);
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    r.steps = fwd.steps;
     if (it < warmup) continue;
     mine.run_ms += ms / iters;
     mine.compute_ms += 1e3 * (fwd.compute + bwd.compute) / iters;
@@ -117,8 +125,8 @@ RingBenchReport run_ring_bench(const Communicator& comm, const RingBenchShape& s
   r.max_ms = sorted.back();
   const bool causal = shape.causal;
   const int64_t T = shape.seq_len;
-  r.flops = kernels::attention_forward_flops(B, H, T, T, D, D, causal) +
-            (shape.backward ? kernels::attention_backward_flops(B, H, T, T, D, D, causal) : 0.0);
+  r.flops = kernels::attention_forward_flops(B, H, T, T, D, D, causal, 0, shape.window) +
+            (shape.backward ? kernels::attention_backward_flops(B, H, T, T, D, D, causal, 0, shape.window) : 0.0);
   r.gflops = r.flops / (r.median_ms * 1e6);
   if (comm.rank() == 0) {
     double wait = 0, transfer = 0;

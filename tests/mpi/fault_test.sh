@@ -7,7 +7,8 @@
 # mismatch: qkv bench started with --seq-len 64 on rank 0 and 65 on rank 1: it must fail with the
 #           configuration message printed exactly once.
 # bench:    mpirun -np 2 qkv bench --module ring-attention --json: rank 0's last line is one JSON
-#           object with median_ms, comm_hidden and max_rank_rss_mib.
+#           object with median_ms, comm_hidden and max_rank_rss_mib; with --window 20 --alibi
+#           --softcap 5 it carries them and says the ring took 2 steps.
 set -u
 scenario=$1 mpiexec=$2 program=$3 qkv=$4
 run=(timeout 60 "$mpiexec" --oversubscribe --bind-to none)
@@ -55,6 +56,16 @@ assert sum(r["tokens"] for r in j["per_rank"]) == 300, j["per_rank"]
 assert j["median_ms"] > 0 and 0 <= j["comm_hidden"] <= 1 and j["max_rank_rss_mib"] > 0, j
 ' || fail "rank 0's last line is not the expected JSON object"
     [ "$(grep -c '^{' "$out")" = 1 ] || fail "more than one rank printed"
+    # The variants: a causal window shorter than a rank's run ends the contiguous ring after 2 steps.
+    "${run[@]}" -np 2 "$qkv" bench --module ring-attention --seq-len 300 --num-heads 2 --head-dim 16 --window 20 \
+      --alibi --softcap 5 --backward --iters 1 --warmup 0 --threads 1 --json >"$out" 2>"$err"
+    status=$?
+    [ "$status" = 0 ] || fail "exit status $status with --window 20 --alibi --softcap 5"
+    tail -n 1 "$out" | python3 -c '
+import json, sys
+j = json.loads(sys.stdin.read())
+assert j["window"] == 20 and j["alibi"] is True and j["softcap"] == 5 and j["steps"] == 2, j
+' || fail "the JSON does not carry the variants and 2 ring steps"
     ;;
   *) echo "unknown scenario $scenario"; exit 2 ;;
 esac

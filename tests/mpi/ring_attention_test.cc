@@ -3,7 +3,8 @@
 // whole sequence's inputs from the same seed, runs the fused kernel on all of it, then ring
 // attention on its own positions, and compares its share: o, lse, dq, dk, dv within 1e-6 relative
 // (||ring - fused|| / ||fused||, per tensor; element-wise within 4e-6 of the largest), for both splits, causal and not, with dropout,
-// grouped-query heads, T from 1 (fewer tokens than ranks) up and T not divisible by N.
+// grouped-query heads, T from 1 (fewer tokens than ranks) up and T not divisible by N; and with
+// today's variants (sliding windows, ALiBi, softcap), alone and with dropout and each other.
 //
 // Legend: B batch, H query heads, G key/value heads, T positions, Tr this rank's, D head dim.
 #include <gtest/gtest.h>
@@ -96,15 +97,25 @@ struct Case {
   bool causal = true;
   float dropout = 0.0f;
   int64_t block_bytes = int64_t{32} << 20;
+  int64_t window = 0;
+  float alibi = 0.0f;    // != 0: ALiBi with the paper's slopes times this (negative: slopes < 0)
+  float softcap = 0.0f;
+  // Scores far from 0 (ALiBi with no mask: slope x distance reaches tens) leave float32 a few ulps
+  // of lse, and two correct summation orders then differ by more than 1e-6: for such cases the
+  // ring must be as close to the exact answer (the double reference) as the fused kernel is.
+  bool versus_exact = false;
   std::string name() const {
     return str("B=", B, " H=", H, " G=", G, " T=", T, " D=", D, " split=", split_name(split),
-               causal ? " causal" : " no mask", " p=", dropout, " block_bytes=", block_bytes);
+               causal ? " causal" : " no mask", " p=", dropout, " block_bytes=", block_bytes, " window=", window,
+               " alibi=", alibi, " softcap=", softcap);
   }
 };
 
 double worst_l2 = 0.0, worst_max = 0.0;  // over every case and tensor, this rank's
+double worst_ring_exact = 0.0, worst_fused_exact = 0.0;  // versus_exact cases: distances from the exact answer
 
-void check_case(const Case& c) {
+// Returns the ring steps the forward took (RingTimes::steps).
+int check_case(const Case& c) {
   SCOPED_TRACE(c.name());
   const Communicator& comm = world();
   std::mt19937 rng(static_cast<uint32_t>(c.T * 131 + c.D));
@@ -115,6 +126,14 @@ void check_case(const Case& c) {
   opt.mask = c.causal ? kernels::AttentionMask::causal() : kernels::AttentionMask::none();
   opt.dropout_p = c.dropout;
   opt.dropout_seed = 0xabcdef0123ULL;
+  opt.window = c.window;
+  opt.softcap = c.softcap;
+  std::vector<float> slopes(static_cast<size_t>(c.H));
+  if (c.alibi != 0.0f) {
+    kernels::alibi_default_slopes(c.H, slopes.data());
+    for (float& s : slopes) s *= c.alibi;
+    opt.alibi_slopes = slopes.data();
+  }
   // The single-process fused kernel on the whole sequence.
   Array o(c.B, c.H, c.T, c.D), lse(c.B, c.H, c.T, 1), dq(c.B, c.H, c.T, c.D), dk(c.B, c.G, c.T, c.D),
       dv(c.B, c.G, c.T, c.D);
@@ -134,14 +153,38 @@ void check_case(const Case& c) {
   ring.split = c.split;
   ring.attention = opt;
   ring.max_block_bytes = c.block_bytes;
-  ring_attention_forward(comm, ql.in(), kl.in(), vl.in(), ro.view(), rlse.x.data(), ring);
+  RingTimes times;
+  ring_attention_forward(comm, ql.in(), kl.in(), vl.in(), ro.view(), rlse.x.data(), ring, &times);
   ring_attention_backward(comm, ql.in(), kl.in(), vl.in(), ro.in(), dol.in(), rlse.x.data(), rdq.view(), rdk.view(),
                           rdv.view(), ring);
   const std::pair<const char*, Error2> errors[] = {
       {"o", relative_error(ro, local_part(o, split, me))},   {"lse", relative_error(rlse, local_part(lse, split, me))},
       {"dq", relative_error(rdq, local_part(dq, split, me))}, {"dk", relative_error(rdk, local_part(dk, split, me))},
       {"dv", relative_error(rdv, local_part(dv, split, me))}};
+  if (c.versus_exact) {
+    Array xo(c.B, c.H, c.T, c.D), xlse(c.B, c.H, c.T, 1), xdq(c.B, c.H, c.T, c.D), xdk(c.B, c.G, c.T, c.D),
+        xdv(c.B, c.G, c.T, c.D);
+    kernels::attention_forward_reference(q.in(), k.in(), v.in(), xo.view(), xlse.x.data(), opt);
+    kernels::attention_backward_reference(q.in(), k.in(), v.in(), d_o.in(), xdq.view(), xdk.view(), xdv.view(), opt);
+    const struct {
+      const char* name;
+      const Array &fused, &ring, &exact;
+    } against[] = {{"o", o, ro, xo}, {"lse", lse, rlse, xlse}, {"dq", dq, rdq, xdq}, {"dk", dk, rdk, xdk}, {"dv", dv, rdv, xdv}};
+    for (const auto& x : against) {
+      const Array exact = local_part(x.exact, split, me);
+      const double fused = relative_error(local_part(x.fused, split, me), exact).l2;
+      const double ringed = relative_error(x.ring, exact).l2;
+      EXPECT_LE(ringed, std::max(1e-6, 1.5 * fused)) << x.name << " on rank " << me << ": the ring's distance from the "
+                                                   << "exact answer against the fused kernel's (" << fused << ")";
+      worst_ring_exact = std::max(worst_ring_exact, ringed);
+      worst_fused_exact = std::max(worst_fused_exact, fused);
+    }
+  }
   for (const auto& [name, e] : errors) {
+    if (c.versus_exact) {  // two float32 answers each ~2e-6 from the exact one
+      EXPECT_LE(e.l2, 5e-6) << name << " on rank " << me << " (norm-wise)";
+      continue;
+    }
     EXPECT_LE(e.l2, 1e-6) << name << " on rank " << me << " (norm-wise)";
     // Element by element, float32's rounding in two summation orders (the fused kernel's over all
     // keys, the ring's block by block) reaches about 1.5e-6 of the largest element at T = 301; a
@@ -150,6 +193,7 @@ void check_case(const Case& c) {
     worst_l2 = std::max(worst_l2, e.l2);
     worst_max = std::max(worst_max, e.max);
   }
+  return times.steps;
 }
 
 TEST(SequenceSplit, EveryPositionOnceInOrderAndZigzagBalanced) {
@@ -223,6 +267,124 @@ TEST(RingAttention, HeadGroupsAndLongerSequencesEqualTheFusedKernel) {
     }
 }
 
+// Sliding windows, ALiBi (slopes > 0 and < 0) and the softcap, alone and together, with dropout,
+// causal and not: the kernel gets global positions, so windows and ALiBi's distances span ranks.
+TEST(RingAttention, WindowsAlibiAndSoftcapEqualTheFusedKernel) {
+  struct Variant {
+    int64_t window;
+    float alibi, softcap, dropout;
+  };
+  const Variant variants[] = {{1, 0, 0, 0},     {3, 0, 0, 0},       {20, 0, 0, 0.3f},   {0, 1, 0, 0},
+                              {0, -0.5f, 5, 0.3f}, {0, 0, 2, 0},    {9, 1, 5, 0.3f},    {100, 1, 0, 0}};
+  for (SplitKind split : {SplitKind::kContiguous, SplitKind::kZigzag})
+    for (bool causal : {true, false})
+      for (const Variant& x : variants)
+        for (int64_t T : {1, 2, 3, 5, 7, 10, 33, 67}) {
+          Case c;
+          c.T = T;
+          c.split = split;
+          c.causal = causal;
+          c.window = x.window;
+          c.alibi = x.alibi;
+          c.softcap = x.softcap;
+          c.dropout = x.dropout;
+          check_case(c);
+        }
+}
+
+// D = 64, one head per group, T = 301 (several kernel blocks per rank), windows shorter than a
+// rank's run and longer than the sequence, with every variant at once.
+TEST(RingAttention, VariantsOnLongerSequencesEqualTheFusedKernel) {
+  for (SplitKind split : {SplitKind::kContiguous, SplitKind::kZigzag})
+    for (bool causal : {true, false})
+      for (int64_t window : {int64_t{50}, int64_t{1000}}) {
+        Case c;
+        c.B = 1;
+        c.H = 6;
+        c.G = 3;
+        c.T = 301;
+        c.D = 64;
+        c.split = split;
+        c.causal = causal;
+        c.dropout = 0.2f;
+        c.block_bytes = 1;
+        c.window = window;
+        c.alibi = 1.0f;
+        c.softcap = 8.0f;
+        // With no mask, ALiBi adds slope x (pos_j - pos_i) up to 0.5 x 300 to later keys' scores:
+        // lse ~ 150, whose float32 ulp is 1.5e-5 (see Case::versus_exact).
+        c.versus_exact = !causal;
+        check_case(c);
+      }
+}
+
+// A causal window shorter than a rank's run: under the contiguous split every rank sees only its
+// own and its left neighbour's keys, so the ring stops after 2 steps; under zigzag the late runs
+// need their right neighbour's, N - 1 steps away, so it takes all N; with no window, N.
+TEST(RingAttention, AWindowEndsTheRingEarlyWhereNoRankSeesFurther) {
+  const int N = world().size();
+  Case c;
+  c.T = 40 * N;
+  c.window = 10;
+  EXPECT_EQ(check_case(c), std::min(N, 2)) << "contiguous, window 10, 40 tokens a rank";
+  c.causal = false;  // a window hides only keys too far back: with no mask every later block is seen
+  EXPECT_EQ(check_case(c), N) << "contiguous, no mask, window 10";
+  c.split = SplitKind::kZigzag;
+  c.causal = true;
+  EXPECT_EQ(check_case(c), N) << "zigzag, window 10";
+  c.split = SplitKind::kContiguous;
+  c.window = 0;
+  EXPECT_EQ(check_case(c), N) << "contiguous, no window";
+  c.window = 45;  // reaches two blocks back for the first queries of a run
+  EXPECT_EQ(check_case(c), std::min(N, 3)) << "contiguous, window 45";
+}
+
+// Variants the kernel refuses: every rank throws, with the kernel's words, naming the value.
+TEST(RingAttention, BadVariantsAreRefusedOnEveryRankWithTheKernelsMessage) {
+  const Communicator& comm = world();
+  const std::string n = std::to_string(comm.size());
+  Array q(1, 2, 3, 4), k(1, 2, 3, 4), v(1, 2, 3, 4), o(1, 2, 3, 4), lse(1, 2, 3, 1);
+  const auto message_of = [&](const RingAttentionOptions& opt) {
+    std::string message;
+    try {
+      ring_attention_forward(comm, q.in(), k.in(), v.in(), o.view(), lse.x.data(), opt);
+    } catch (const AgreementError& e) {
+      message = e.what();
+    }
+    return message;
+  };
+  RingAttentionOptions opt;
+  opt.seq_len = 3 * comm.size();
+  opt.attention.window = -2;
+  EXPECT_EQ(message_of(opt), "ring_attention_forward: rank 0 of " + n + ": the window must be positive (or 0 for none), got -2");
+  opt.attention.window = 0;
+  opt.attention.softcap = -1.0f;
+  EXPECT_EQ(message_of(opt), "ring_attention_forward: rank 0 of " + n + ": softcap must be positive (or 0 for none), got -1");
+  opt.attention.softcap = kInf;
+  EXPECT_EQ(message_of(opt), "ring_attention_forward: rank 0 of " + n + ": softcap must be positive (or 0 for none), got inf");
+  opt.attention.softcap = 0.0f;
+  // One rank's slope 1 is NaN: every rank throws, naming that rank and the slope.
+  const int bad = comm.size() - 1;
+  float slopes[2] = {0.5f, comm.rank() == bad ? std::numeric_limits<float>::quiet_NaN() : 0.25f};
+  opt.attention.alibi_slopes = slopes;
+  EXPECT_EQ(message_of(opt), "ring_attention_forward: rank " + std::to_string(bad) + " of " + n +
+                                 ": ALiBi slope 1 must be finite, got nan");
+  // Finite slopes that differ between ranks: a configuration different from rank 0's.
+  slopes[1] = comm.rank() == bad ? 0.125f : 0.25f;
+  const std::string differs = message_of(opt);
+  if (comm.size() > 1) {
+    EXPECT_NE(differs.find("was started with a configuration different from rank 0's"), std::string::npos) << differs;
+    EXPECT_NE(differs.find("alibi=2 slopes #"), std::string::npos) << differs;
+  }
+  // An additive mask cannot be split over the ranks.
+  slopes[1] = 0.25f;
+  const float mask[1] = {0.0f};
+  opt.attention.mask = kernels::AttentionMask::additive(mask, 1);
+  EXPECT_EQ(message_of(opt), "ring_attention_forward: rank 0 of " + n +
+                                 ": the mask must be none or causal (an additive or boolean (T, S) mask is not split "
+                                 "over the ranks)");
+}
+
 TEST(RingAttention, RanksThatDisagreeAllThrowTheSameError) {
   const Communicator& comm = world();
   if (comm.size() < 2) GTEST_SKIP() << "needs 2 ranks";
@@ -254,16 +416,6 @@ TEST(RingAttention, RanksThatDisagreeAllThrowTheSameError) {
   }
   EXPECT_EQ(message, "ring_attention_forward: rank 1 of " + n + ": q (1, 2, 2, 4) should be (1, 2, 3, 4) (rank 1 holds 3 of T = " +
                          std::to_string(3 * comm.size()) + ", split contiguous over " + n + " ranks)");
-  // Options the ring cannot run: every rank says so.
-  opt.attention.window = 4;
-  message.clear();
-  try {
-    ring_attention_forward(comm, q.in(), k.in(), v.in(), o.view(), lse.x.data(), opt);
-  } catch (const AgreementError& e) {
-    message = e.what();
-  }
-  EXPECT_EQ(message, "ring_attention_forward: rank 0 of " + n +
-                         ": windows, ALiBi and softcapping are not supported by ring attention yet");
 }
 
 }  // namespace
@@ -277,7 +429,8 @@ int main(int argc, char** argv) {
   const int failed = RUN_ALL_TESTS();
   if (comm.rank() == 0)
     std::cout << "rank 0's worst relative error: norm-wise " << qkv::mpi::worst_l2 << ", element-wise (of the largest) "
-              << qkv::mpi::worst_max << "\n";
+              << qkv::mpi::worst_max << "; with ALiBi and no mask (T = 301), the worst norm-wise distance from the exact answer: ring "
+              << qkv::mpi::worst_ring_exact << ", fused kernel " << qkv::mpi::worst_fused_exact << "\n";
   // Every rank's verdict: the test fails if any rank's did (each rank's exit status also counts).
   int any = failed, all = 0;
   MPI_Allreduce(&any, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -21,6 +21,9 @@ struct RingBenchShape {
   int64_t batch = 1, seq_len = 0, num_heads = 12, num_kv_heads = 12, head_dim = 64;
   bool causal = true, backward = false;
   float dropout = 0.0f;
+  int64_t window = 0;      // > 0: sliding window
+  bool alibi = false;      // ALiBi with the paper's slopes (kernels::alibi_default_slopes)
+  float softcap = 0.0f;    // > 0: logit softcap
   SplitKind split = SplitKind::kContiguous;
 };
 
@@ -40,6 +43,7 @@ struct RingBenchReport {
   double median_ms = 0, min_ms = 0, max_ms = 0;
   double flops = 0, gflops = 0;  // the whole sequence's work (causal: the visible pairs only)
   double comm_hidden = 1;
+  int steps = 0;  // ring steps per head group (N, or fewer when a window hides the later blocks)
   double max_rank_rss_mib = 0;
   std::vector<RankReport> per_rank;  // filled on rank 0 only
 };
