@@ -42,11 +42,11 @@ namespace qkv::kernels::HWY_NAMESPACE {
 namespace {
 
 #if HWY_TARGET == HWY_AVX3
-#pragma GCC push_options
-#pragma GCC target("avx512bf16")
-
 // Two bf16 (lo: element 2i, hi: element 2i + 1) as the 32-bit word a lane's pair is.
 inline uint32_t BF16Pair(uint16_t lo, uint16_t hi) { return static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16; }
+
+#pragma GCC push_options
+#pragma GCC target("avx512bf16")
 
 inline __m512 Dot(__m512 acc, __m512i a, __m512i b) {
   return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
@@ -55,10 +55,10 @@ inline __m512 Dot(__m512 acc, __m512i a, __m512i b) {
 inline __m512i Broadcast32(const uint32_t* p) { return _mm512_set1_epi32(static_cast<int>(*p)); }
 
 // MR rows of C (lanes = the block's queries, kQueryVectors vectors per row) op= sum over `pairs`
-// pairs r: A's pair words of row m (broadcast: a[m * lda + r]) times B's row of pair words r
+// pairs r: A's pair word (m, r) (broadcast: a[m * lda + r * ldr]) times B's row of pair words r
 // (b + r * kBr, one word per lane). kStore: C = scale * sum; else C += sum.
 template <int MR, bool kStore>
-inline __attribute__((always_inline)) void DotTile(const uint32_t* HWY_RESTRICT a, size_t lda,
+inline __attribute__((always_inline)) void DotTile(const uint32_t* HWY_RESTRICT a, size_t lda, size_t ldr,
                                                    const uint32_t* HWY_RESTRICT b, size_t pairs,
                                                    float* HWY_RESTRICT c, float scale) {
   __m512 acc[MR][kQueryVectors];
@@ -69,7 +69,7 @@ inline __attribute__((always_inline)) void DotTile(const uint32_t* HWY_RESTRICT 
     __m512i bv[kQueryVectors];
     for (int v = 0; v < kQueryVectors; ++v) bv[v] = _mm512_loadu_si512(b + r * kBr + v * kLanes);
     for (int m = 0; m < MR; ++m) {
-      const __m512i am = Broadcast32(a + m * lda + r);
+      const __m512i am = Broadcast32(a + m * lda + r * ldr);
       for (int v = 0; v < kQueryVectors; ++v) acc[m][v] = Dot(acc[m][v], am, bv[v]);
     }
   }
@@ -84,16 +84,15 @@ inline __attribute__((always_inline)) void DotTile(const uint32_t* HWY_RESTRICT 
 // qt (pairs, Br) pair words.
 __attribute__((noinline)) void ScoresDot(const uint32_t* kb, size_t ldk, const uint32_t* qt, size_t pairs, size_t rows,
                                          float scale, float* st) {
-  for (size_t j = 0; j < rows; j += 8) DotTile<8, true>(kb + j * ldk, ldk, qt, pairs, st + j * kBr, scale);
+  for (size_t j = 0; j < rows; j += 8) DotTile<8, true>(kb + j * ldk, ldk, 1, qt, pairs, st + j * kBr, scale);
 }
 
-// Ot (Dv, Br) += v^T Pt: vt (Dv, pairs) pair words of v transposed (row stride ldv), pt (pairs,
-// Br) pair words of P.
-__attribute__((noinline)) void ValuesDot(const uint32_t* vt, size_t ldv, const uint32_t* pt, size_t pairs, size_t Dv,
-                                         float* ot) {
+// Ot (Dv, Br) += v^T Pt: vw (pairs, Dv) pair words of v (word (r, d) = v[2r][d], v[2r + 1][d]),
+// pt (pairs, Br) pair words of P.
+__attribute__((noinline)) void ValuesDot(const uint32_t* vw, const uint32_t* pt, size_t pairs, size_t Dv, float* ot) {
   size_t d = 0;
-  for (; d + 8 <= Dv; d += 8) DotTile<8, false>(vt + d * ldv, ldv, pt, pairs, ot + d * kBr, 1.0f);
-  for (; d < Dv; ++d) DotTile<1, false>(vt + d * ldv, ldv, pt, pairs, ot + d * kBr, 1.0f);
+  for (; d + 8 <= Dv; d += 8) DotTile<8, false>(vw + d, 1, Dv, pt, pairs, ot + d * kBr, 1.0f);
+  for (; d < Dv; ++d) DotTile<1, false>(vw + d, 1, Dv, pt, pairs, ot + d * kBr, 1.0f);
 }
 
 // pt (pairs, Br) = P (rows, Br, float32) rounded to bf16 (nearest even) as pairs of rows
@@ -117,7 +116,8 @@ __attribute__((noinline)) void PackProbabilityPairs(const float* st, size_t rows
 
 // The operands as bf16 pairs for vdpbf16ps (the file's header). The head cache holds keys
 // (Sk, D2) bf16, Sk = S rounded up to Bc and D2 = D rounded up to 2, zero-padded, then values as
-// pair words (Sk / Bc blocks of (Dv, Bc / 2)), then one (Bc / 2, Br) block of P's pair words.
+// pair words (Sk / 2, Dv) (word (r, d) = v[2r][d], v[2r + 1][d]), then one (Bc / 2, Br) block of
+// P's pair words.
 struct BF16DotOperands {
   Heads<const uint16_t> q, k, v;
 
@@ -139,6 +139,20 @@ struct BF16DotOperands {
   void PackQueries(const AttentionProblem& p, int64_t b, int64_t h, const QueryBlock& qb) const {
     const size_t P = pairs(static_cast<size_t>(p.D)), D = static_cast<size_t>(p.D);
     auto* qt = reinterpret_cast<uint32_t*>(qb.qt);
+    if (qb.rows == kBr && q.stride_d == 1 && D % 32 == 0) {
+      // A row's pair words are its bf16 values read as 32-bit words: 16 x 16 blocks of words
+      // transposed in registers (as float bits; nothing is computed on them).
+      const DF d;
+      for (size_t i = 0; i < kBr; i += 16)
+        for (size_t r = 0; r < P; r += 16) {
+          VF w[16];
+          for (size_t k = 0; k < 16; ++k)
+            w[k] = hn::LoadU(d, reinterpret_cast<const float*>(q.row(b, h, qb.i0 + static_cast<int64_t>(i + k))) + r);
+          Transpose16(w);
+          for (size_t k = 0; k < 16; ++k) hn::StoreU(w[k], d, qb.qt + (r + k) * kBr + i);
+        }
+      return;
+    }
     for (size_t i = 0; i < kBr; ++i) {
       if (i >= qb.rows) {
         for (size_t r = 0; r < P; ++r) qt[r * kBr + i] = 0;
@@ -166,16 +180,26 @@ struct BF16DotOperands {
         continue;
       }
       const uint16_t* x = k.row(b, kvh, j);
+      if (k.stride_d == 1 && D % 2 == 0) {  // a row's pair words are its values read as 32-bit words
+        std::memcpy(out, x, D * sizeof(uint16_t));
+        continue;
+      }
       const auto at = [&](size_t e) { return e < D ? x[static_cast<int64_t>(e) * k.stride_d] : uint16_t{0}; };
       for (size_t r = 0; r < P; ++r) out[r] = BF16Pair(at(2 * r), at(2 * r + 1));
     }
-    const auto value = [&](int64_t j, size_t d) { return j < p.S ? v.row(b, kvh, j)[static_cast<int64_t>(d) * v.stride_d] : uint16_t{0}; };
-    for (int64_t j0 = cache.rows; j0 < end; j0 += static_cast<int64_t>(kBc)) {
-      uint32_t* block = vw + static_cast<size_t>(j0) / kBc * Dv * (kBc / 2);
-      for (size_t r = 0; r < kBc / 2; ++r) {
-        const int64_t j = j0 + 2 * static_cast<int64_t>(r);
-        for (size_t d = 0; d < Dv; ++d) block[d * (kBc / 2) + r] = BF16Pair(value(j, d), value(j + 1, d));
+    const std::vector<uint16_t> zeros(v.stride_d == 1 ? Dv : 0, 0);
+    for (int64_t j = cache.rows; j < end; j += 2) {
+      uint32_t* out = vw + static_cast<size_t>(j / 2) * Dv;
+      if (v.stride_d == 1) {  // the common case, in a loop the compiler vectorises
+        const uint16_t* lo = j < p.S ? v.row(b, kvh, j) : zeros.data();
+        const uint16_t* hi = j + 1 < p.S ? v.row(b, kvh, j + 1) : zeros.data();
+        for (size_t d = 0; d < Dv; ++d) out[d] = BF16Pair(lo[d], hi[d]);
+        continue;
       }
+      const auto value = [&](int64_t i, size_t d) {
+        return i < p.S ? v.row(b, kvh, i)[static_cast<int64_t>(d) * v.stride_d] : uint16_t{0};
+      };
+      for (size_t d = 0; d < Dv; ++d) out[d] = BF16Pair(value(j, d), value(j + 1, d));
     }
     cache.rows = end;
   }
@@ -194,8 +218,7 @@ struct BF16DotOperands {
     uint32_t* pt = probability_words(p, c);
     PackProbabilityPairs(st, cols, pt);
     const size_t Dv = static_cast<size_t>(p.Dv);
-    ValuesDot(value_words(p, c) + static_cast<size_t>(j0) / kBc * Dv * (kBc / 2), kBc / 2, pt, pairs(cols), Dv,
-              qb.ot);
+    ValuesDot(value_words(p, c) + static_cast<size_t>(j0) / 2 * Dv, pt, pairs(cols), Dv, qb.ot);
   }
 };
 #endif  // HWY_TARGET == HWY_AVX3
