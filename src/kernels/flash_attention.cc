@@ -1,6 +1,8 @@
 // The fused attention kernels, forward and backward (FlashAttention-2 on the CPU), compiled once
 // per SIMD target by Highway and dispatched at run time. See include/qkv/kernels/attention.h for
-// the math and attention_tiles-inl.h for the tile layout (one query per SIMD lane).
+// the math and attention_tiles-inl.h for the tile layout (one query per SIMD lane). The forward's
+// code is in attention_forward-inl.h (shared with the bf16 kernel, flash_attention_bf16.cc), the
+// helpers both passes use in attention_blocks-inl.h; the backward is here.
 //
 // Forward, per task = (b, h, group of query blocks of Br queries; one block unless the head's keys
 // and values outgrow L2), for each query block:
