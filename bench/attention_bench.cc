@@ -6,6 +6,7 @@
 //   QKV_NUM_THREADS=2 build/bench/qkv_bench --benchmark_filter=Attention
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -13,6 +14,8 @@
 #include "qkv/core/bf16.h"
 #include "qkv/core/gemm.h"
 #include "qkv/core/thread_pool.h"
+#include "qkv/kernels/attention.h"
+#include "qkv/kernels/attention_bf16.h"
 #include "qkv/kernels/fma_peak.h"
 #include "qkv/kernels/simd.h"
 #include "qkv/perf/attention_bench.h"
@@ -89,6 +92,51 @@ void BM_AttentionBackward(benchmark::State& state) {
   report(state, c.backward_flops());
 }
 BENCHMARK(BM_AttentionBackward)->ArgNames({"T", "D"})->Args({1024, 64})->Args({2048, 64})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The fused kernel alone in fp32 and in bf16 (attention_bf16.h), side by side on the same
+// inputs: (B, H, T, D) = (1, 12, T, D) contiguous, causal, scale 1 / sqrt(D); the bf16 inputs are
+// the fp32 ones rounded. dtype 0 fp32, 1 bf16; pass 0 forward, 1 forward + backward. The label
+// says whether the bf16 products ran on vdpbf16ps (AVX512_BF16) or widened to fp32.
+void BM_AttentionCoreDtype(benchmark::State& state) {
+  const int64_t H = 12, T = state.range(0), D = state.range(1);
+  const bool bf16 = state.range(2) != 0, backward = state.range(3) != 0;
+  const size_t n = static_cast<size_t>(H * T * D);
+  std::vector<float> q = random_vector(n), k = random_vector(n + 1), v = random_vector(n + 2), d_o = random_vector(n + 3);
+  std::vector<uint16_t> qb(n), kb(n), vb(n);
+  floats_to_bf16(q.data(), qb.data(), n);
+  floats_to_bf16(k.data(), kb.data(), n);
+  floats_to_bf16(v.data(), vb.data(), n);
+  std::vector<float> o(n), lse(static_cast<size_t>(H * T)), dq(n), dk(n), dv(n);
+  auto heads = [&](float* x) { return MutableHeads::contiguous(x, 1, H, T, D); };
+  auto cheads = [&](const float* x) { return ConstHeads::contiguous(x, 1, H, T, D); };
+  auto bheads = [&](const uint16_t* x) { return ConstHeadsBF16::contiguous(x, 1, H, T, D); };
+  AttentionOptions opt;
+  opt.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  opt.mask = AttentionMask::causal();
+  const auto step = [&] {
+    if (bf16) {
+      attention_forward_bf16(bheads(qb.data()), bheads(kb.data()), bheads(vb.data()), heads(o.data()), lse.data(), opt);
+      if (backward)
+        attention_backward_bf16(bheads(qb.data()), bheads(kb.data()), bheads(vb.data()), cheads(o.data()),
+                                cheads(d_o.data()), lse.data(), heads(dq.data()), heads(dk.data()), heads(dv.data()), opt);
+    } else {
+      attention_forward(cheads(q.data()), cheads(k.data()), cheads(v.data()), heads(o.data()), lse.data(), opt);
+      if (backward)
+        attention_backward(cheads(q.data()), cheads(k.data()), cheads(v.data()), cheads(o.data()), cheads(d_o.data()),
+                           lse.data(), heads(dq.data()), heads(dk.data()), heads(dv.data()), opt);
+    }
+  };
+  state.SetLabel(!bf16 ? "fp32" : bf16_dot_allowed() ? "bf16 vdpbf16ps" : "bf16 widened");
+  for (auto _ : state) step();
+  report(state, attention_forward_flops(1, H, T, T, D, D, true) +
+                    (backward ? attention_backward_flops(1, H, T, T, D, D, true) : 0.0));
+}
+BENCHMARK(BM_AttentionCoreDtype)
+    ->ArgNames({"T", "D", "bf16", "backward"})
+    ->ArgsProduct({{4096}, {64}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{1024}, {64}, {0, 1}, {0}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // GPT-2 small multi-head attention (C = 768, 12 heads), causal, forward and forward + backward.
 void BM_MhaForward(benchmark::State& state) {

@@ -102,14 +102,7 @@ struct Inputs {
   Array q, k, v, d_o;
   std::vector<float> mask, slopes;
   AttentionOptions options(const Case& c, ThreadPool* pool) const {
-    AttentionOptions o;
-    o.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
-    if (c.mask == MaskKind::kCausal) o.mask = AttentionMask::causal();
-    if (c.mask == MaskKind::kAdditive) o.mask = AttentionMask::additive(mask.data(), c.S + 2);
-    if (c.mask == MaskKind::kBlocked) o.mask = AttentionMask::blocked(mask.data(), c.S + 2);
-    o.dropout_p = c.dropout;
-    o.dropout_seed = 0xfeedbeef12345ULL + static_cast<uint64_t>(c.T);
-    o.pool = pool;
+    AttentionOptions o = testing_support::case_attention_options(c.T, c.D, c.mask, mask.data(), c.S + 2, c.dropout, pool);
     o.query_offset = c.offset;
     o.key_offset = c.key_offset;
     o.window = c.window;

@@ -1,11 +1,14 @@
 // Small helpers the GoogleTest suites share.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
 #include <functional>
 #include <string>
 
 #include "qkv/core/error.h"
 #include "qkv/core/limits.h"
+#include "qkv/kernels/attention.h"
 
 namespace qkv::testing_support {
 
@@ -17,6 +20,22 @@ inline std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// The fused attention tests' options for a case of T queries and head dim D: scale 1 / sqrt(D),
+// the mask (additive or boolean: values with row stride mask_stride), dropout p seeded by T.
+inline kernels::AttentionOptions case_attention_options(int64_t T, int64_t D, kernels::MaskKind mask,
+                                                        const float* mask_values, int64_t mask_stride, float dropout,
+                                                        ThreadPool* pool) {
+  kernels::AttentionOptions o;
+  o.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  if (mask == kernels::MaskKind::kCausal) o.mask = kernels::AttentionMask::causal();
+  if (mask == kernels::MaskKind::kAdditive) o.mask = kernels::AttentionMask::additive(mask_values, mask_stride);
+  if (mask == kernels::MaskKind::kBlocked) o.mask = kernels::AttentionMask::blocked(mask_values, mask_stride);
+  o.dropout_p = dropout;
+  o.dropout_seed = 0xfeedbeef12345ULL + static_cast<uint64_t>(T);
+  o.pool = pool;
+  return o;
 }
 
 // The limits in force when it was made, put back when it goes out of scope; with an argument,

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/attention_problem.h"
@@ -39,7 +40,8 @@ void check_shape(const char* what, const char* name, const Heads<F>& x, int64_t 
 
 }  // namespace
 
-AttentionProblem make_problem(const char* what, ConstHeads q, ConstHeads k, ConstHeads v,
+template <typename T>
+AttentionProblem make_problem(const char* what, Heads<const T> q, Heads<const T> k, Heads<const T> v,
                               const AttentionOptions& options) {
   check_view(what, "q", q);
   check_view(what, "k", k);
@@ -76,9 +78,15 @@ AttentionProblem make_problem(const char* what, ConstHeads q, ConstHeads k, Cons
               ") is smaller than the number of keys (", k.tokens, ")");
   }
   AttentionProblem p;
-  p.q = q;
-  p.k = k;
-  p.v = v;
+  // bf16 inputs: shapes and strides only (the bf16 kernel reads its own views of the data)
+  const auto view = [](const Heads<const T>& x) {
+    const float* data = nullptr;
+    if constexpr (std::is_same_v<T, float>) data = x.data;
+    return ConstHeads{data, x.batch, x.heads, x.tokens, x.dim, x.stride_b, x.stride_h, x.stride_n, x.stride_d};
+  };
+  p.q = view(q);
+  p.k = view(k);
+  p.v = view(v);
   p.B = q.batch;
   p.H = q.heads;
   p.G = k.heads;
@@ -103,27 +111,56 @@ AttentionProblem make_problem(const char* what, ConstHeads q, ConstHeads k, Cons
   return p;
 }
 
-void attention_forward(ConstHeads q, ConstHeads k, ConstHeads v, MutableHeads o, float* lse,
-                       const AttentionOptions& options) {
-  const AttentionProblem p = make_problem("attention_forward", q, k, v, options);
-  check_shape("attention_forward", "o", o, p.B, p.H, p.T, p.Dv);
-  if (p.B * p.H * p.T == 0) return;
-  QKV_CHECK(lse != nullptr, "attention_forward: lse (", p.B, ", ", p.H, ", ", p.T, ") is null");
-  flash_attention_forward(p, o, lse);
-}
+template AttentionProblem make_problem(const char*, ConstHeads, ConstHeads, ConstHeads, const AttentionOptions&);
+template AttentionProblem make_problem(const char*, Heads<const uint16_t>, Heads<const uint16_t>,
+                                       Heads<const uint16_t>, const AttentionOptions&);
 
-void attention_backward(ConstHeads q, ConstHeads k, ConstHeads v, ConstHeads o, ConstHeads d_o,
-                        const float* lse, MutableHeads dq, MutableHeads dk, MutableHeads dv,
-                        const AttentionOptions& options) {
-  const char* what = "attention_backward";
+template <typename T>
+AttentionProblem make_forward_problem(const char* what, Heads<const T> q, Heads<const T> k, Heads<const T> v,
+                                      ConstHeads o, const float* lse, const AttentionOptions& options) {
+  const AttentionProblem p = make_problem(what, q, k, v, options);
+  check_shape(what, "o", o, p.B, p.H, p.T, p.Dv);
+  QKV_CHECK(lse != nullptr || p.B * p.H * p.T == 0, what, ": lse (", p.B, ", ", p.H, ", ", p.T, ") is null");
+  return p;
+}
+template AttentionProblem make_forward_problem(const char*, ConstHeads, ConstHeads, ConstHeads, ConstHeads,
+                                               const float*, const AttentionOptions&);
+template AttentionProblem make_forward_problem(const char*, Heads<const uint16_t>, Heads<const uint16_t>,
+                                               Heads<const uint16_t>, ConstHeads, const float*,
+                                               const AttentionOptions&);
+
+template <typename T>
+AttentionProblem make_backward_problem(const char* what, Heads<const T> q, Heads<const T> k, Heads<const T> v,
+                                       ConstHeads o, ConstHeads d_o, const float* lse, ConstHeads dq,
+                                       ConstHeads dk, ConstHeads dv, const AttentionOptions& options) {
   const AttentionProblem p = make_problem(what, q, k, v, options);
   check_shape(what, "o", o, p.B, p.H, p.T, p.Dv);
   check_shape(what, "d_o", d_o, p.B, p.H, p.T, p.Dv);
   check_shape(what, "dq", dq, p.B, p.H, p.T, p.D);
   check_shape(what, "dk", dk, p.B, p.G, p.S, p.D);
   check_shape(what, "dv", dv, p.B, p.G, p.S, p.Dv);
+  QKV_CHECK(lse != nullptr || p.B * p.H * p.T == 0, what, ": lse (", p.B, ", ", p.H, ", ", p.T, ") is null");
+  return p;
+}
+template AttentionProblem make_backward_problem(const char*, ConstHeads, ConstHeads, ConstHeads, ConstHeads,
+                                                ConstHeads, const float*, ConstHeads, ConstHeads, ConstHeads,
+                                                const AttentionOptions&);
+template AttentionProblem make_backward_problem(const char*, Heads<const uint16_t>, Heads<const uint16_t>,
+                                                Heads<const uint16_t>, ConstHeads, ConstHeads, const float*,
+                                                ConstHeads, ConstHeads, ConstHeads, const AttentionOptions&);
+
+void attention_forward(ConstHeads q, ConstHeads k, ConstHeads v, MutableHeads o, float* lse,
+                       const AttentionOptions& options) {
+  const AttentionProblem p = make_forward_problem("attention_forward", q, k, v, o, lse, options);
+  if (p.B * p.H * p.T == 0) return;
+  flash_attention_forward(p, o, lse);
+}
+
+void attention_backward(ConstHeads q, ConstHeads k, ConstHeads v, ConstHeads o, ConstHeads d_o,
+                        const float* lse, MutableHeads dq, MutableHeads dk, MutableHeads dv,
+                        const AttentionOptions& options) {
+  const AttentionProblem p = make_backward_problem("attention_backward", q, k, v, o, d_o, lse, dq, dk, dv, options);
   if (p.B * p.H == 0) return;
-  QKV_CHECK(lse != nullptr || p.T == 0, what, ": lse (", p.B, ", ", p.H, ", ", p.T, ") is null");
   flash_attention_backward(p, o, d_o, lse, dq, dk, dv);
 }
 

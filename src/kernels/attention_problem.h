@@ -51,12 +51,27 @@ struct AttentionProblem {
 void score_row(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, double* s, double* dcap = nullptr);
 
 // Checks shapes, strides and options (qkv::Error naming what is wrong) and fills the problem.
-AttentionProblem make_problem(const char* what, ConstHeads q, ConstHeads k, ConstHeads v,
+// T = float, or uint16_t for bf16 inputs: then p.q, p.k, p.v carry their shapes and strides but
+// no data (the bf16 kernel reads the bf16 views it is given).
+template <typename T>
+AttentionProblem make_problem(const char* what, Heads<const T> q, Heads<const T> k, Heads<const T> v,
                               const AttentionOptions& options);
+// The forward's and the backward's checks (make_problem's and their outputs' shapes; lse not
+// null unless there is nothing to compute), shared by the fp32 and bf16 entry points.
+template <typename T>
+AttentionProblem make_forward_problem(const char* what, Heads<const T> q, Heads<const T> k, Heads<const T> v,
+                                      ConstHeads o, const float* lse, const AttentionOptions& options);
+template <typename T>
+AttentionProblem make_backward_problem(const char* what, Heads<const T> q, Heads<const T> k, Heads<const T> v,
+                                       ConstHeads o, ConstHeads d_o, const float* lse, ConstHeads dq,
+                                       ConstHeads dk, ConstHeads dv, const AttentionOptions& options);
 
 // The SIMD kernels (run-time dispatched), on a validated problem.
 void flash_attention_forward(const AttentionProblem& p, MutableHeads o, float* lse);
 void flash_attention_backward(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, const float* lse,
                               MutableHeads dq, MutableHeads dk, MutableHeads dv);
+// The bf16 forward (flash_attention_bf16.cc): q, k, v are the bf16 data of p's shapes.
+void flash_attention_forward_bf16(const AttentionProblem& p, Heads<const uint16_t> q, Heads<const uint16_t> k,
+                                  Heads<const uint16_t> v, MutableHeads o, float* lse);
 
 }  // namespace qkv::kernels

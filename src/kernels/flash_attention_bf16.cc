@@ -1,0 +1,263 @@
+// The fused attention on bf16 queries, keys and values (qkv/kernels/attention_bf16.h), compiled
+// once per SIMD target by Highway and dispatched at run time. The forward is the fp32 kernel's
+// (attention_forward-inl.h: the same tiles, online softmax, masks, dropout, output) with other
+// operands:
+//   - BF16DotOperands, on the AVX-512 target when the CPU has AVX512_BF16 and bf16_dot_allowed():
+//     both products are vdpbf16ps (each float32 lane += a[2i] b[2i] + a[2i+1] b[2i+1]) on the
+//     query-major tiles (one query per lane):
+//       St = k Qt:      Qt packed as pairs of head-dim rows interleaved per lane (word (p, i) =
+//                       q_i[2p], q_i[2p+1]), k[j][2p..2p+1] broadcast as one 32-bit word;
+//       Ot += v^T Pt:   Pt rounded to bf16 as pairs of key rows interleaved per lane (word (r, i)
+//                       = P[2r][i], P[2r+1][i]), v packed transposed as pairs (word (d, r) =
+//                       v[2r][d], v[2r+1][d]) and broadcast.
+//     An odd D or key count is padded with zeros. The scale (and log2(e), the kernels' base-2
+//     scores) multiplies St as the tile is stored.
+//   - WidenedOperands<uint16_t> everywhere else (AVX2, the portable targets, or forced off):
+//     bf16 widened to float32 (exact) as it is packed, the fp32 tiles, P rounded to bf16 before
+//     Ot += v^T Pt - the same math up to the order of float32 additions.
+// (The backward is attention_bf16.cc's: q, k, v widened, then the fp32 kernel.)
+//
+// Nothing compiled for AVX512_BF16 is reachable without the run-time check: its functions are in
+// this file's AVX-512 target only, between #pragma GCC push_options / pop_options, in an
+// anonymous namespace (internal linkage, so the linker cannot pick them for other code), and
+// only ForwardBF16Impl calls them, after bf16_dot_allowed().
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/flash_attention_bf16.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "hwy/highway.h"
+#include "kernels/attention_problem.h"
+#include "qkv/core/bf16.h"
+#include "kernels/attention_tiles-inl.h"
+#include "kernels/attention_blocks-inl.h"
+#include "kernels/attention_forward-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::kernels::HWY_NAMESPACE {
+namespace {
+
+#if HWY_TARGET == HWY_AVX3
+// Two bf16 (lo: element 2i, hi: element 2i + 1) as the 32-bit word a lane's pair is.
+inline uint32_t BF16Pair(uint16_t lo, uint16_t hi) { return static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16; }
+
+#pragma GCC push_options
+#pragma GCC target("avx512bf16")
+
+inline __m512 Dot(__m512 acc, __m512i a, __m512i b) {
+  return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
+}
+
+inline __m512i Broadcast32(const uint32_t* p) { return _mm512_set1_epi32(static_cast<int>(*p)); }
+
+// MR rows of C (lanes = the block's queries, kQueryVectors vectors per row) op= sum over `pairs`
+// pairs r: A's pair word (m, r) (broadcast: a[m * lda + r * ldr]) times B's row of pair words r
+// (b + r * kBr, one word per lane). kStore: C = scale * sum; else C += sum.
+template <int MR, bool kStore>
+inline __attribute__((always_inline)) void DotTile(const uint32_t* HWY_RESTRICT a, size_t lda, size_t ldr,
+                                                   const uint32_t* HWY_RESTRICT b, size_t pairs,
+                                                   float* HWY_RESTRICT c, float scale) {
+  __m512 acc[MR][kQueryVectors];
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < kQueryVectors; ++v)
+      acc[m][v] = kStore ? _mm512_setzero_ps() : _mm512_loadu_ps(c + m * kBr + v * kLanes);
+  for (size_t r = 0; r < pairs; ++r) {
+    __m512i bv[kQueryVectors];
+    for (int v = 0; v < kQueryVectors; ++v) bv[v] = _mm512_loadu_si512(b + r * kBr + v * kLanes);
+    for (int m = 0; m < MR; ++m) {
+      const __m512i am = Broadcast32(a + m * lda + r * ldr);
+      for (int v = 0; v < kQueryVectors; ++v) acc[m][v] = Dot(acc[m][v], am, bv[v]);
+    }
+  }
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < kQueryVectors; ++v)
+      _mm512_storeu_ps(c + m * kBr + v * kLanes, kStore ? _mm512_mul_ps(acc[m][v], s) : acc[m][v]);
+}
+
+// St (rows, Br) = scale * k Qt: k (rows rounded up to 8, `pairs` pair words a row, row stride
+// ldk words; rows beyond `rows` are the cache's zero padding and land in St's spare rows),
+// qt (pairs, Br) pair words.
+__attribute__((noinline)) void ScoresDot(const uint32_t* kb, size_t ldk, const uint32_t* qt, size_t pairs, size_t rows,
+                                         float scale, float* st) {
+  for (size_t j = 0; j < rows; j += 8) DotTile<8, true>(kb + j * ldk, ldk, 1, qt, pairs, st + j * kBr, scale);
+}
+
+// Ot (Dv, Br) += v^T Pt: vw (pairs, Dv) pair words of v (word (r, d) = v[2r][d], v[2r + 1][d]),
+// pt (pairs, Br) pair words of P.
+__attribute__((noinline)) void ValuesDot(const uint32_t* vw, const uint32_t* pt, size_t pairs, size_t Dv, float* ot) {
+  size_t d = 0;
+  for (; d + 8 <= Dv; d += 8) DotTile<8, false>(vw + d, 1, Dv, pt, pairs, ot + d * kBr, 1.0f);
+  for (; d < Dv; ++d) DotTile<1, false>(vw + d, 1, Dv, pt, pairs, ot + d * kBr, 1.0f);
+}
+
+// pt (pairs, Br) = P (rows, Br, float32) rounded to bf16 (nearest even) as pairs of rows
+// interleaved per lane: word (r, i) = (P[2r][i], P[2r + 1][i]), P[rows][i] = 0 when rows is odd.
+__attribute__((noinline)) void PackProbabilityPairs(const float* st, size_t rows, uint32_t* pt) {
+  // [even 0..15, odd 0..15] -> [even 0, odd 0, even 1, odd 1, ...]
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
+                                                           21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26,
+                                                           11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i idx = _mm512_load_si512(kInterleave);
+  for (size_t r = 0; 2 * r < rows; ++r)
+    for (int v = 0; v < kQueryVectors; ++v) {
+      const __m512 even = _mm512_loadu_ps(st + 2 * r * kBr + v * kLanes);
+      const __m512 odd = 2 * r + 1 < rows ? _mm512_loadu_ps(st + (2 * r + 1) * kBr + v * kLanes) : _mm512_setzero_ps();
+      const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even));
+      _mm512_storeu_si512(pt + r * kBr + v * kLanes, _mm512_permutexvar_epi16(idx, both));
+    }
+}
+
+#pragma GCC pop_options
+
+// The operands as bf16 pairs for vdpbf16ps (the file's header). The head cache holds keys
+// (Sk, D2) bf16, Sk = S rounded up to Bc and D2 = D rounded up to 2, zero-padded, then values as
+// pair words (Sk / 2, Dv) (word (r, d) = v[2r][d], v[2r + 1][d]), then one (Bc / 2, Br) block of
+// P's pair words.
+struct BF16DotOperands {
+  Heads<const uint16_t> q, k, v;
+
+  static size_t pairs(size_t n) { return (n + 1) / 2; }
+  static size_t padded_keys(const AttentionProblem& p) { return round_up(static_cast<size_t>(p.S), kBc); }
+  size_t query_floats(size_t D) const { return pairs(D) * kBr; }
+  size_t cache_floats(const AttentionProblem& p) const {
+    const size_t Sk = padded_keys(p);
+    return Sk * pairs(static_cast<size_t>(p.D)) + Sk / 2 * static_cast<size_t>(p.Dv) + kBc / 2 * kBr;
+  }
+  const uint32_t* key_words(const float* c) const { return reinterpret_cast<const uint32_t*>(c); }
+  const uint32_t* value_words(const AttentionProblem& p, const float* c) const {
+    return key_words(c) + padded_keys(p) * pairs(static_cast<size_t>(p.D));
+  }
+  uint32_t* probability_words(const AttentionProblem& p, const float* c) const {
+    return const_cast<uint32_t*>(value_words(p, c) + padded_keys(p) / 2 * static_cast<size_t>(p.Dv));
+  }
+
+  void PackQueries(const AttentionProblem& p, int64_t b, int64_t h, const QueryBlock& qb) const {
+    const size_t P = pairs(static_cast<size_t>(p.D)), D = static_cast<size_t>(p.D);
+    auto* qt = reinterpret_cast<uint32_t*>(qb.qt);
+    if (qb.rows == kBr && q.stride_d == 1 && D % 32 == 0) {
+      // A row's pair words are its bf16 values read as 32-bit words: 16 x 16 blocks of words
+      // transposed in registers (as float bits; nothing is computed on them).
+      const DF d;
+      for (size_t i = 0; i < kBr; i += 16)
+        for (size_t r = 0; r < P; r += 16) {
+          VF w[16];
+          for (size_t k = 0; k < 16; ++k)
+            w[k] = hn::LoadU(d, reinterpret_cast<const float*>(q.row(b, h, qb.i0 + static_cast<int64_t>(i + k))) + r);
+          Transpose16(w);
+          for (size_t k = 0; k < 16; ++k) hn::StoreU(w[k], d, qb.qt + (r + k) * kBr + i);
+        }
+      return;
+    }
+    for (size_t i = 0; i < kBr; ++i) {
+      if (i >= qb.rows) {
+        for (size_t r = 0; r < P; ++r) qt[r * kBr + i] = 0;
+        continue;
+      }
+      const uint16_t* x = q.row(b, h, qb.i0 + static_cast<int64_t>(i));
+      const auto at = [&](size_t c) { return c < D ? x[static_cast<int64_t>(c) * q.stride_d] : uint16_t{0}; };
+      for (size_t r = 0; r < P; ++r) qt[r * kBr + i] = BF16Pair(at(2 * r), at(2 * r + 1));
+    }
+  }
+
+  // Whole key blocks of key/value head (b, kvh) up to the one holding key j_end - 1, padded
+  // with zeros beyond S.
+  void CacheKeys(const AttentionProblem& p, int64_t b, int64_t kvh, int64_t j_end, HeadCache& cache, float* c) const {
+    UseHeadCache(p, b, kvh, cache);
+    const auto end = static_cast<int64_t>(std::min(round_up(static_cast<size_t>(j_end), kBc), padded_keys(p)));
+    if (cache.rows >= end) return;
+    const size_t D = static_cast<size_t>(p.D), Dv = static_cast<size_t>(p.Dv), P = pairs(D);
+    auto* kw = reinterpret_cast<uint32_t*>(c);
+    auto* vw = const_cast<uint32_t*>(value_words(p, c));
+    for (int64_t j = cache.rows; j < end; ++j) {
+      uint32_t* out = kw + static_cast<size_t>(j) * P;
+      if (j >= p.S) {
+        std::fill(out, out + P, 0u);
+        continue;
+      }
+      const uint16_t* x = k.row(b, kvh, j);
+      if (k.stride_d == 1 && D % 2 == 0) {  // a row's pair words are its values read as 32-bit words
+        std::memcpy(out, x, D * sizeof(uint16_t));
+        continue;
+      }
+      const auto at = [&](size_t e) { return e < D ? x[static_cast<int64_t>(e) * k.stride_d] : uint16_t{0}; };
+      for (size_t r = 0; r < P; ++r) out[r] = BF16Pair(at(2 * r), at(2 * r + 1));
+    }
+    const std::vector<uint16_t> zeros(v.stride_d == 1 ? Dv : 0, 0);
+    for (int64_t j = cache.rows; j < end; j += 2) {
+      uint32_t* out = vw + static_cast<size_t>(j / 2) * Dv;
+      if (v.stride_d == 1) {  // the common case, in a loop the compiler vectorises
+        const uint16_t* lo = j < p.S ? v.row(b, kvh, j) : zeros.data();
+        const uint16_t* hi = j + 1 < p.S ? v.row(b, kvh, j + 1) : zeros.data();
+        for (size_t d = 0; d < Dv; ++d) out[d] = BF16Pair(lo[d], hi[d]);
+        continue;
+      }
+      const auto value = [&](int64_t i, size_t d) {
+        return i < p.S ? v.row(b, kvh, i)[static_cast<int64_t>(d) * v.stride_d] : uint16_t{0};
+      };
+      for (size_t d = 0; d < Dv; ++d) out[d] = BF16Pair(value(j, d), value(j + 1, d));
+    }
+    cache.rows = end;
+  }
+
+  template <int kD>
+  void Scores(const AttentionProblem& p, int64_t, int64_t, const QueryBlock& qb, const float* c, int64_t j0,
+              size_t cols, float* st) const {
+    const size_t P = pairs(static_cast<size_t>(p.D));
+    ScoresDot(key_words(c) + static_cast<size_t>(j0) * P, P, reinterpret_cast<const uint32_t*>(qb.qt), P, cols,
+              p.scale * kLog2e, st);
+  }
+
+  template <int kD>
+  void Values(const AttentionProblem& p, int64_t, int64_t, const QueryBlock& qb, const float* c, int64_t j0,
+              size_t cols, float* st) const {
+    uint32_t* pt = probability_words(p, c);
+    PackProbabilityPairs(st, cols, pt);
+    const size_t Dv = static_cast<size_t>(p.Dv);
+    ValuesDot(value_words(p, c) + static_cast<size_t>(j0) / 2 * Dv, pt, pairs(cols), Dv, qb.ot);
+  }
+};
+#endif  // HWY_TARGET == HWY_AVX3
+
+}  // namespace
+
+#if HWY_TARGET >= HWY_EMU128  // the portable targets: no specialised head dim (as flash_attention.cc)
+constexpr bool kSpecialiseBF16 = false;
+#else
+constexpr bool kSpecialiseBF16 = true;
+#endif
+
+void ForwardBF16Impl(const AttentionProblem& p, Heads<const uint16_t> q, Heads<const uint16_t> k,
+                     Heads<const uint16_t> v, MutableHeads o, float* lse) {
+  const bool d64 = kSpecialiseBF16 && p.D == 64 && p.Dv == 64;
+#if HWY_TARGET == HWY_AVX3
+  if (bf16_dot_allowed()) {
+    const BF16DotOperands ops{q, k, v};
+    if (d64) return Forward<kSpecialiseBF16 ? 64 : 0>(p, ops, o, lse);
+    return Forward<0>(p, ops, o, lse);
+  }
+#endif
+  const WidenedOperands<uint16_t> ops(q, k, v);
+  if (d64) return Forward<kSpecialiseBF16 ? 64 : 0>(p, ops, o, lse);
+  Forward<0>(p, ops, o, lse);
+}
+
+}  // namespace qkv::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv::kernels {
+
+HWY_EXPORT(ForwardBF16Impl);
+
+void flash_attention_forward_bf16(const AttentionProblem& p, Heads<const uint16_t> q, Heads<const uint16_t> k,
+                                  Heads<const uint16_t> v, MutableHeads o, float* lse) {
+  HWY_DYNAMIC_DISPATCH(ForwardBF16Impl)(p, q, k, v, o, lse);
+}
+
+}  // namespace qkv::kernels
+#endif  // HWY_ONCE
