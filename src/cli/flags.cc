@@ -103,6 +103,20 @@ void check_variant_flags(const ModuleFlags& f, const CLI::App& sub) {
     bad_flag("--softcap", c.softcap, " must be positive (leave the flag out for no softcap)");
 }
 
+CLI::Option* add_dtype_flag(CLI::App* sub, const std::string& flag, std::function<void(Dtype)> set,
+                            const std::string& help) {
+  return sub
+      ->add_option_function<std::string>(
+          flag,
+          [flag, set = std::move(set)](const std::string& s) {
+            if (s != "f32" && s != "bf16")
+              throw CLI::ValidationError(flag + ": " + excerpt(s) + " is not a dtype; expected f32 or bf16");
+            set(parse_dtype(s));
+          },
+          help)
+      ->type_name("DTYPE");
+}
+
 void add_module_flags(CLI::App* sub, ModuleFlags& f) {
   sub->add_option("--module", f.module, "self-attention-v1 | self-attention-v2 | causal-attention | mha-wrapper | mha")
       ->check(CLI::IsMember(attention_module_names()));
@@ -137,16 +151,9 @@ void add_module_flags(CLI::App* sub, ModuleFlags& f) {
   sub->add_flag("--alibi", f.config.alibi, "mha: ALiBi bias -slope_h * (i - j) with the paper's slopes");
   add_number(sub, "--softcap", f.config.softcap,
              "mha: cap the scaled scores as C * tanh(x / C) (Gemma 2; C > 0; default: none)");
-  sub->add_option_function<std::string>(
-         "--dtype",
-         [&f](const std::string& s) {
-           if (s != "f32" && s != "bf16")
-             throw CLI::ValidationError("--dtype: " + excerpt(s) + " is not a dtype; expected f32 or bf16");
-           f.config.dtype = parse_dtype(s);
-         },
-         "Causal modules' fused path: f32 | bf16 (bf16 products, q, k, v; fp32 sums, softmax and outputs) "
-         "(default: f32)")
-      ->type_name("DTYPE");
+  add_dtype_flag(sub, "--dtype", [&f](Dtype d) { f.config.dtype = d; },
+                 "Causal modules' fused path: f32 | bf16 (bf16 products, q, k, v; fp32 sums, softmax and outputs) "
+                 "(default: f32)");
   sub->add_flag("--train", f.train, "Training mode: dropout is active, drawing after the weights as PyTorch does");
   add_number(sub, "--seed", f.seed, "Initialise as torch.manual_seed(S) followed by the PyTorch constructor");
   sub->add_option("--weights", f.weights, "Load the weights from a safetensors state dict (PyTorch's names)");

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -133,6 +134,11 @@ struct ModuleFlags {
   bool train = false;
 };
 void add_module_flags(CLI::App* sub, ModuleFlags& f);
+
+// A dtype flag (f32 | bf16): `set` receives the parsed value; anything else is a usage error
+// "FLAG: 'x' is not a dtype; expected f32 or bf16".
+CLI::Option* add_dtype_flag(CLI::App* sub, const std::string& flag, std::function<void(Dtype)> set,
+                            const std::string& help);
 
 // A flag whose value fails a check that needs other flags: exit status 2 (bad usage), as a value
 // out of its range does.

@@ -125,15 +125,8 @@ Command add_generate(CLI::App& app) {
          "The KV cache's element type: f32 | bf16 (half the memory; keys and values rounded to bf16) "
          "(default: f32)")
       ->type_name("TYPE");
-  sub->add_option_function<std::string>(
-         "--dtype",
-         [f](const std::string& s) {
-           if (s != "f32" && s != "bf16")
-             throw CLI::ValidationError("--dtype: " + excerpt(s) + " is not a dtype; expected f32 or bf16");
-           f->dtype = parse_dtype(s);
-         },
-         "The attention blocks' products: f32 | bf16 (bf16 projections; default: as the checkpoint was trained)")
-      ->type_name("DTYPE");
+  add_dtype_flag(sub, "--dtype", [f](Dtype d) { f->dtype = d; },
+                 "The attention blocks' products: f32 | bf16 (bf16 projections; default: as the checkpoint was trained)");
   sub->add_flag("--json", f->json,
                 "Print {prompt, completion, ids, prompt_tokens, new_tokens, kv_cache, cache_dtype, seconds, "
                 "tokens_per_s} as JSON (seconds: the generation alone, without loading)");

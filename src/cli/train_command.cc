@@ -93,17 +93,7 @@ struct OptionFlags {
     after(f);
   }
   void operator()(const OptionField& f, Dtype& value) {
-    const std::string flag = f.flag;
-    sub->add_option_function<std::string>(
-           flag,
-           [&value, flag](const std::string& s) {
-             if (s != "f32" && s != "bf16")
-               throw CLI::ValidationError(flag + ": " + excerpt(s) + " is not a dtype; expected f32 or bf16");
-             value = parse_dtype(s);
-           },
-           f.help)
-        ->type_name("DTYPE")
-        ->default_str(dtype_name(value));
+    add_dtype_flag(sub, f.flag, [&value](Dtype d) { value = d; }, f.help)->default_str(dtype_name(value));
     after(f);
   }
   void operator()(const OptionField& f, kernels::RopeLayout& value) {
@@ -544,16 +534,9 @@ Command add_train(CLI::App& app) {
       ->capture_default_str();
   add_number_with_default(sub, "--checkpoint-every", f->checkpoint_every,
                           "Also write the checkpoint every N steps (0: only at the end)", non_negative<int64_t>());
-  sub->add_option_function<std::string>(
-         "--checkpoint-dtype",
-         [f](const std::string& s) {
-           if (s != "f32" && s != "bf16")
-             throw CLI::ValidationError("--checkpoint-dtype: " + excerpt(s) + " is not a dtype; expected f32 or bf16");
-           f->checkpoint_dtype = parse_dtype(s);
-         },
-         "The checkpoint's model weights: f32 | bf16 (half the size, for generation; a run resumed from it "
-         "starts from the bf16 values) (default: f32)")
-      ->type_name("DTYPE");
+  add_dtype_flag(sub, "--checkpoint-dtype", [f](Dtype d) { f->checkpoint_dtype = d; },
+                 "The checkpoint's model weights: f32 | bf16 (half the size, for generation; a run resumed from it "
+                 "starts from the bf16 values) (default: f32)");
   sub->add_option("--resume", f->resume, "Continue from a checkpoint; flags given override its options");
   add_number(sub, "--stop-after", f->stop_after, "Stop after step N as Ctrl-C would (checkpoint written), to resume later",
              non_negative<int64_t>());

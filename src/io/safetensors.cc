@@ -269,7 +269,7 @@ float f16_to_f32(uint16_t h) {
   return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (man << 13));
 }
 
-float bf16_to_f32(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+float bf16_to_f32(uint16_t bits) { return bf16_to_float(bits); }
 
 float f64_to_f32(double v) {
   // Converting a finite double beyond the float range is undefined behaviour in C++; IEEE
