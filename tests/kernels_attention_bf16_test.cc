@@ -14,13 +14,21 @@
 //         errors of a row's weights do not all have one sign, and |v_j| is rarely max|v|. The test
 //         also asserts the worst is above 1/16 of the bound, so P's rounding is really there.
 //   lse:  no bf16 rounding reaches it (products of bf16 values are exact in float32): rtol 2e-5.
-//   grads: the backward multiplies in float32 on the widened inputs (no rounding of its own: given
-//         the reference's o and lse its gradients match to rtol = atol = 1e-5, also checked), but
-//         takes the forward's o, whose error enters D_i = d_o_i . o_i and so dS = P (dP - D_i):
-//         |dq - ref| <= scale max|k| * |d_o_i| 2^-8 z max|v| summed over the row's weights, and
-//         alike for dk. The check is, per tensor, max |got - ref| <= 2^-8 z max|v| max|d_o| *
-//         sqrt(Dv) * (scale max|k or q|) * 4 + 1e-5 (1 + |ref|) - see grad_bound. A loose bound
-//         (measured worst: 0.003 of it): the tight check is the one given the reference's o.
+//   grads: the backward rounds d_o, P z and dS * scale to bf16 before its products (q, k, v are
+//         bf16 already), so two checks:
+//         - given the reference's o and lse, against attention_backward_reference with the same
+//           rounding points (Dtype::kBF16, in double): only float32 arithmetic differs, and where
+//           a float32 P z or dS lands on the other side of a bf16 rounding boundary than the
+//           double one, one term of a sum moves by a bf16 ulp (2^-8 of the term). The check is
+//           max |got - ref| <= 2^-8 max |ref| per tensor (kFlipBound), + 1e-5 (1 + |ref|). Measured
+//           (printed): worst 0.08 of it. The same run also measures how far the rounding takes the
+//           gradients from the unrounded fp32 reference (4.5e-3 of max |grad|, asserted above half
+//           the tight bound): the rounding is really there.
+//         - from the bf16 forward's o and lse, against the unrounded fp32 reference: o's error
+//           enters D_i = d_o_i . o_i and so dS = P (dP - D_i), on top of the roundings above.
+//           Norm-wise: max |got - ref| <= 2^-5 max |ref| per tensor (kGradNormBound), which a
+//           wrong pairing or a skipped product would break by orders of magnitude. Measured: worst
+//           0.21 of it (6.7e-3 of max |grad|).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,6 +38,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qkv/core/bf16.h"
@@ -44,6 +53,9 @@ namespace qkv::kernels {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
+// The backward's bounds, as fractions of the largest element of the gradient (file header).
+const double kGradNormBound = std::ldexp(1.0, -5);
+const double kFlipBound = std::ldexp(1.0, -8);
 
 enum class Layout { kContiguous, kInterleaved, kStridedDim };
 
@@ -131,7 +143,8 @@ double check_close(const char* what, const float* got, const float* want, size_t
 }
 
 struct Figures {  // the worst error seen, as a fraction of its bound; o's mean (sum, count)
-  double o = 0, grads = 0;
+  double o = 0, grads = 0, flips = 0;
+  double rounding = 0;  // the worst |grad - unrounded fp32 reference's| / max |grad|
   double o_typical[2] = {0, 0};
 };
 
@@ -194,30 +207,50 @@ void check_case(const Case& c, std::mt19937& rng, ThreadPool* pool, Figures* fig
                                MutableHeads::contiguous(dq_ref.data(), c.B, c.H, c.T, c.D),
                                MutableHeads::contiguous(dk_ref.data(), c.B, c.G, c.S, c.D),
                                MutableHeads::contiguous(dv_ref.data(), c.B, c.G, c.S, c.Dv), opt);
-  float max_do = 0;
-  for (float x : d_o) max_do = std::max(max_do, std::fabs(x));
-  // grad_bound: D_i's error |d_o_i| |o_i - ref_i| <= sqrt(Dv) max|d_o| o_bound (Cauchy-Schwarz on a
-  // random d_o, generously), times the chain to dq (scale max|k|) or dk (scale max|q|), times 4 for
-  // the group's heads and the row's spread. dv takes no error from o: float32 rounding only.
-  const double di_err = std::sqrt(static_cast<double>(c.Dv)) * max_do * o_bound;
-  const double per_group = static_cast<double>(c.H / std::max<int64_t>(c.G, 1));
-  const double dq_bound = 4.0 * di_err * opt.scale * k.max_abs();
-  const double dk_bound = 4.0 * di_err * opt.scale * q.max_abs() * per_group;
   const size_t n_q = static_cast<size_t>(c.B * c.H * c.T * c.D), n_k = static_cast<size_t>(c.B * c.G * c.S * c.D),
                n_v = static_cast<size_t>(c.B * c.G * c.S * c.Dv);
-  fig->grads = std::max(fig->grads, check_close("dq", dq.data(), dq_ref.data(), n_q, dq_bound, &failures));
-  fig->grads = std::max(fig->grads, check_close("dk", dk.data(), dk_ref.data(), n_k, dk_bound, &failures));
-  check_close("dv", dv.data(), dv_ref.data(), n_v, 1e-5 * z, &failures);
-  // The backward itself multiplies in float32 on the widened inputs (attention_bf16.cc): given the
-  // reference's o and lse, its gradients are the reference's to float32 rounding (rtol = atol =
-  // 1e-5, the fp32 kernel's tolerance).
-  attention_backward_bf16(q.view, k.view, v.view, ConstHeads::contiguous(o_ref.data(), c.B, c.H, c.T, c.Dv), dov,
-                          lse_ref.data(), MutableHeads::contiguous(dq.data(), c.B, c.H, c.T, c.D),
+  const auto max_abs = [](const std::vector<float>& x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; ++i) m = std::max(m, static_cast<double>(std::fabs(x[i])));
+    return m;
+  };
+  // From the bf16 forward's o: against the fp32 reference, norm-wise (see the file's header).
+  const std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>> grads[] = {
+      {"dq", {&dq, &dq_ref}}, {"dk", {&dk, &dk_ref}}, {"dv", {&dv, &dv_ref}}};
+  const size_t sizes[] = {n_q, n_k, n_v};
+  for (int t = 0; t < 3; ++t) {
+    const auto& [got, want] = grads[t].second;
+    const double bound = kGradNormBound * max_abs(*want, sizes[t]);
+    fig->grads = std::max(fig->grads, check_close(grads[t].first, got->data(), want->data(), sizes[t], bound, &failures));
+  }
+  // Given the reference's o and lse: against the reference with the kernel's bf16 rounding points
+  // (attention_backward_reference with Dtype::kBF16), so only float32 arithmetic differs - and
+  // where a float32 P z or dS lands on the other side of a bf16 rounding boundary than the double
+  // one, one term of a sum moves by a bf16 ulp (see the file's header): kFlipBound of the largest
+  // gradient.
+  const ConstHeads o_given = ConstHeads::contiguous(o_ref.data(), c.B, c.H, c.T, c.Dv);
+  attention_backward_bf16(q.view, k.view, v.view, o_given, dov, lse_ref.data(),
+                          MutableHeads::contiguous(dq.data(), c.B, c.H, c.T, c.D),
                           MutableHeads::contiguous(dk.data(), c.B, c.G, c.S, c.D),
                           MutableHeads::contiguous(dv.data(), c.B, c.G, c.S, c.Dv), opt);
-  check_close("dq (given the reference's o)", dq.data(), dq_ref.data(), n_q, 0.0, &failures);
-  check_close("dk (given the reference's o)", dk.data(), dk_ref.data(), n_k, 0.0, &failures);
-  check_close("dv (given the reference's o)", dv.data(), dv_ref.data(), n_v, 0.0, &failures);
+  std::vector<float> dq16(nq), dk16(nk), dv16(nv);
+  attention_backward_reference(q.widened(), k.widened(), v.widened(), dov,
+                               MutableHeads::contiguous(dq16.data(), c.B, c.H, c.T, c.D),
+                               MutableHeads::contiguous(dk16.data(), c.B, c.G, c.S, c.D),
+                               MutableHeads::contiguous(dv16.data(), c.B, c.G, c.S, c.Dv), opt, Dtype::kBF16);
+  const std::vector<float>* got16[] = {&dq, &dk, &dv};
+  const std::vector<float>* want16[] = {&dq16, &dk16, &dv16};
+  const std::vector<float>* want32[] = {&dq_ref, &dk_ref, &dv_ref};
+  for (int t = 0; t < 3; ++t) {
+    const double scale = max_abs(*want16[t], sizes[t]);
+    const double bound = kFlipBound * scale;
+    fig->flips = std::max(fig->flips, check_close(str(grads[t].first, " given the reference's o").c_str(),
+                                                  got16[t]->data(), want16[t]->data(), sizes[t], bound, &failures));
+    // How far the rounding takes the gradients from the unrounded ones (the rounding is there).
+    for (size_t i = 0; i < sizes[t]; ++i)
+      if (scale > 0 && std::isfinite((*want32[t])[i]))
+        fig->rounding = std::max(fig->rounding, std::fabs((*got16[t])[i] - (*want32[t])[i]) / scale);
+  }
 }
 
 std::vector<Case> all_cases() {
@@ -293,12 +326,17 @@ TEST(FusedAttentionBF16, MatchesTheReferenceOnEveryTargetWithAndWithoutTheDotPro
       Figures fig;
       for (const Case& c : all_cases()) check_case(c, rng, &pool, &fig);
       // The measured worst errors as fractions of their bounds (see the file's header).
-      std::printf("  %s, bf16 dot %s (%s): |o - ref| worst %.3f, mean %.4f of 2^-8 z max|v|; worst grad %.4f of its bound\n",
+      std::printf("  %s, bf16 dot %s (%s): |o - ref| worst %.3f, mean %.4f of 2^-8 z max|v|; grads: worst %.4f of "
+                  "their bound, given the reference's o %.4f of theirs against the rounded reference and %.2e of "
+                  "max|grad| from the unrounded one\n",
                   simd_target_name(target).c_str(), dot ? "allowed" : "off",
                   dot && cpu_has_bf16_dot() && simd_target_name(target) == "AVX3" ? "vdpbf16ps" : "widened",
-                  fig.o, fig.o_typical[0] / std::max(fig.o_typical[1], 1.0), fig.grads);
+                  fig.o, fig.o_typical[0] / std::max(fig.o_typical[1], 1.0), fig.grads, fig.flips, fig.rounding);
       // The bound is not vacuous: P's rounding shows (a bound 16 times tighter would fail).
       EXPECT_GT(fig.o, 1.0 / 16);
+      // And the backward's: it moves the gradients from the unrounded ones by far more than the
+      // rounded reference's float32 differences (measured 4.5e-3 against 3e-4 of max |grad|).
+      EXPECT_GT(fig.rounding, kFlipBound / 2);
     }
   }
   force_simd_target(0);

@@ -73,5 +73,9 @@ void flash_attention_backward(const AttentionProblem& p, ConstHeads o, ConstHead
 // The bf16 forward (flash_attention_bf16.cc): q, k, v are the bf16 data of p's shapes.
 void flash_attention_forward_bf16(const AttentionProblem& p, Heads<const uint16_t> q, Heads<const uint16_t> k,
                                   Heads<const uint16_t> v, MutableHeads o, float* lse);
+// The bf16 backward (flash_attention_bf16.cc): d_o, P z and dS rounded to bf16 for the products.
+void flash_attention_backward_bf16(const AttentionProblem& p, Heads<const uint16_t> q, Heads<const uint16_t> k,
+                                   Heads<const uint16_t> v, ConstHeads o, ConstHeads d_o, const float* lse,
+                                   MutableHeads dq, MutableHeads dk, MutableHeads dv);
 
 }  // namespace qkv::kernels

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/attention_problem.h"
+#include "qkv/core/bf16.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/philox.h"
 
@@ -95,8 +96,13 @@ void attention_forward_reference(ConstHeads q, ConstHeads k, ConstHeads v, Mutab
 
 void attention_backward_reference(ConstHeads q, ConstHeads k, ConstHeads v, ConstHeads d_o,
                                    MutableHeads dq, MutableHeads dk, MutableHeads dv,
-                                   const AttentionOptions& options) {
+                                   const AttentionOptions& options, Dtype rounding) {
   const AttentionProblem p = make_problem("attention_backward_reference", q, k, v, options);
+  // bf16: the values the bf16 kernel rounds before a product (d_o, P z, scale dS), rounded here
+  // too (through float32, which a double this close to a float32 survives unchanged).
+  const bool bf16 = rounding == Dtype::kBF16;
+  const auto r16 = [&](double x) { return bf16 ? static_cast<double>(bf16_to_float(float_to_bf16(static_cast<float>(x)))) : x; };
+  const auto grad_out = [&](int64_t b, int64_t h, int64_t i, int64_t c) { return r16(d_o.row(b, h, i)[c * d_o.stride_d]); };
   const size_t T = static_cast<size_t>(p.T), S = static_cast<size_t>(p.S);
   // dk and dv sum over the query heads of a group, in double, written once at the end.
   std::vector<double> P(T * S), Z(T * S), C(T * S), dS(T * S), row, cap_row;
@@ -120,13 +126,12 @@ void attention_backward_reference(ConstHeads q, ConstHeads k, ConstHeads v, Cons
         }
         // o = (P * Z) v  ->  dv = (P * Z)^T d_o;  dP = (d_o v^T) * Z;  dS = P * (dP - rowsum(P * dP))
         for (int64_t i = 0; i < p.T; ++i) {
-          const float* gi = d_o.row(b, h, i);
           double dot_sum = 0.0;
           for (int64_t j = 0; j < p.S; ++j) {
             const size_t ij = static_cast<size_t>(i) * S + static_cast<size_t>(j);
             const float* vj = v.row(b, g, j);
             double dp = 0.0;
-            for (int64_t c = 0; c < p.Dv; ++c) dp += static_cast<double>(gi[c * d_o.stride_d]) * vj[c * v.stride_d];
+            for (int64_t c = 0; c < p.Dv; ++c) dp += grad_out(b, h, i, c) * vj[c * v.stride_d];
             dS[ij] = dp * Z[ij];  // dP for now
             dot_sum += P[ij] * dS[ij];
           }
@@ -134,6 +139,7 @@ void attention_backward_reference(ConstHeads q, ConstHeads k, ConstHeads v, Cons
           for (int64_t j = 0; j < p.S; ++j) {
             const size_t ij = static_cast<size_t>(i) * S + static_cast<size_t>(j);
             dS[ij] = P[ij] * (dS[ij] - dot_sum) * C[ij];
+            if (bf16) dS[ij] = r16(p.scale * dS[ij]);  // the scale folded in, as the bf16 kernel does
           }
         }
         for (int64_t j = 0; j < p.S; ++j) {
@@ -141,7 +147,7 @@ void attention_backward_reference(ConstHeads q, ConstHeads k, ConstHeads v, Cons
             double acc = 0.0;
             for (int64_t i = 0; i < p.T; ++i) {
               const size_t ij = static_cast<size_t>(i) * S + static_cast<size_t>(j);
-              acc += P[ij] * Z[ij] * d_o.row(b, h, i)[c * d_o.stride_d];
+              acc += r16(P[ij] * Z[ij]) * grad_out(b, h, i, c);
             }
             gv[static_cast<size_t>(j * p.Dv + c)] += acc;
           }
@@ -149,7 +155,7 @@ void attention_backward_reference(ConstHeads q, ConstHeads k, ConstHeads v, Cons
             double acc = 0.0;
             for (int64_t i = 0; i < p.T; ++i)
               acc += dS[static_cast<size_t>(i) * S + static_cast<size_t>(j)] * q.row(b, h, i)[c * q.stride_d];
-            gk[static_cast<size_t>(j * p.D + c)] += p.scale * acc;
+            gk[static_cast<size_t>(j * p.D + c)] += (bf16 ? 1.0 : p.scale) * acc;
           }
         }
         for (int64_t i = 0; i < p.T; ++i) {  // dq = scale dS k
@@ -158,7 +164,7 @@ void attention_backward_reference(ConstHeads q, ConstHeads k, ConstHeads v, Cons
             double acc = 0.0;
             for (int64_t j = 0; j < p.S; ++j)
               acc += dS[static_cast<size_t>(i) * S + static_cast<size_t>(j)] * k.row(b, g, j)[c * k.stride_d];
-            gq[c * dq.stride_d] = static_cast<float>(p.scale * acc);
+            gq[c * dq.stride_d] = static_cast<float>((bf16 ? 1.0 : p.scale) * acc);
           }
         }
       }

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "hwy/highway.h"
@@ -36,6 +37,7 @@
 #include "kernels/attention_tiles-inl.h"
 #include "kernels/attention_blocks-inl.h"
 #include "kernels/attention_forward-inl.h"
+#include "kernels/attention_backward-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::HWY_NAMESPACE {
@@ -54,29 +56,28 @@ inline __m512 Dot(__m512 acc, __m512i a, __m512i b) {
 
 inline __m512i Broadcast32(const uint32_t* p) { return _mm512_set1_epi32(static_cast<int>(*p)); }
 
-// MR rows of C (lanes = the block's queries, kQueryVectors vectors per row) op= sum over `pairs`
-// pairs r: A's pair word (m, r) (broadcast: a[m * lda + r * ldr]) times B's row of pair words r
-// (b + r * kBr, one word per lane). kStore: C = scale * sum; else C += sum.
-template <int MR, bool kStore>
+// MR rows of C (NV vectors a row, row stride ldc) op= sum over `pairs` pairs r: A's pair word
+// (m, r) (broadcast: a[m * lda + r * ldr]) times B's row of pair words r (b + r * ldb, one word per
+// lane). kStore: C = scale * sum; else C += sum.
+template <int MR, int NV, bool kStore>
 inline __attribute__((always_inline)) void DotTile(const uint32_t* HWY_RESTRICT a, size_t lda, size_t ldr,
-                                                   const uint32_t* HWY_RESTRICT b, size_t pairs,
-                                                   float* HWY_RESTRICT c, float scale) {
-  __m512 acc[MR][kQueryVectors];
+                                                   const uint32_t* HWY_RESTRICT b, size_t ldb, size_t pairs,
+                                                   float* HWY_RESTRICT c, size_t ldc, float scale) {
+  __m512 acc[MR][NV];
   for (int m = 0; m < MR; ++m)
-    for (int v = 0; v < kQueryVectors; ++v)
-      acc[m][v] = kStore ? _mm512_setzero_ps() : _mm512_loadu_ps(c + m * kBr + v * kLanes);
+    for (int v = 0; v < NV; ++v) acc[m][v] = kStore ? _mm512_setzero_ps() : _mm512_loadu_ps(c + m * ldc + v * kLanes);
   for (size_t r = 0; r < pairs; ++r) {
-    __m512i bv[kQueryVectors];
-    for (int v = 0; v < kQueryVectors; ++v) bv[v] = _mm512_loadu_si512(b + r * kBr + v * kLanes);
+    __m512i bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b + r * ldb + v * kLanes);
     for (int m = 0; m < MR; ++m) {
       const __m512i am = Broadcast32(a + m * lda + r * ldr);
-      for (int v = 0; v < kQueryVectors; ++v) acc[m][v] = Dot(acc[m][v], am, bv[v]);
+      for (int v = 0; v < NV; ++v) acc[m][v] = Dot(acc[m][v], am, bv[v]);
     }
   }
   const __m512 s = _mm512_set1_ps(scale);
   for (int m = 0; m < MR; ++m)
-    for (int v = 0; v < kQueryVectors; ++v)
-      _mm512_storeu_ps(c + m * kBr + v * kLanes, kStore ? _mm512_mul_ps(acc[m][v], s) : acc[m][v]);
+    for (int v = 0; v < NV; ++v)
+      _mm512_storeu_ps(c + m * ldc + v * kLanes, kStore ? _mm512_mul_ps(acc[m][v], s) : acc[m][v]);
 }
 
 // St (rows, Br) = scale * k Qt: k (rows rounded up to 8, `pairs` pair words a row, row stride
@@ -84,35 +85,148 @@ inline __attribute__((always_inline)) void DotTile(const uint32_t* HWY_RESTRICT 
 // qt (pairs, Br) pair words.
 __attribute__((noinline)) void ScoresDot(const uint32_t* kb, size_t ldk, const uint32_t* qt, size_t pairs, size_t rows,
                                          float scale, float* st) {
-  for (size_t j = 0; j < rows; j += 8) DotTile<8, true>(kb + j * ldk, ldk, 1, qt, pairs, st + j * kBr, scale);
+  for (size_t j = 0; j < rows; j += 8)
+    DotTile<8, kQueryVectors, true>(kb + j * ldk, ldk, 1, qt, kBr, pairs, st + j * kBr, kBr, scale);
 }
 
 // Ot (Dv, Br) += v^T Pt: vw (pairs, Dv) pair words of v (word (r, d) = v[2r][d], v[2r + 1][d]),
 // pt (pairs, Br) pair words of P.
 __attribute__((noinline)) void ValuesDot(const uint32_t* vw, const uint32_t* pt, size_t pairs, size_t Dv, float* ot) {
   size_t d = 0;
-  for (; d + 8 <= Dv; d += 8) DotTile<8, false>(vw + d, 1, Dv, pt, pairs, ot + d * kBr, 1.0f);
-  for (; d < Dv; ++d) DotTile<1, false>(vw + d, 1, Dv, pt, pairs, ot + d * kBr, 1.0f);
+  for (; d + 8 <= Dv; d += 8) DotTile<8, kQueryVectors, false>(vw + d, 1, Dv, pt, kBr, pairs, ot + d * kBr, kBr, 1.0f);
+  for (; d < Dv; ++d) DotTile<1, kQueryVectors, false>(vw + d, 1, Dv, pt, kBr, pairs, ot + d * kBr, kBr, 1.0f);
 }
 
-// pt (pairs, Br) = P (rows, Br, float32) rounded to bf16 (nearest even) as pairs of rows
+// pt (pairs, Br) = scale * P (rows, Br, float32) rounded to bf16 (nearest even) as pairs of rows
 // interleaved per lane: word (r, i) = (P[2r][i], P[2r + 1][i]), P[rows][i] = 0 when rows is odd.
-__attribute__((noinline)) void PackProbabilityPairs(const float* st, size_t rows, uint32_t* pt) {
+__attribute__((noinline)) void PackRowPairs(const float* st, size_t rows, float scale, uint32_t* pt) {
   // [even 0..15, odd 0..15] -> [even 0, odd 0, even 1, odd 1, ...]
   alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
                                                            21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26,
                                                            11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i idx = _mm512_load_si512(kInterleave);
+  const __m512 f = _mm512_set1_ps(scale);
   for (size_t r = 0; 2 * r < rows; ++r)
     for (int v = 0; v < kQueryVectors; ++v) {
-      const __m512 even = _mm512_loadu_ps(st + 2 * r * kBr + v * kLanes);
-      const __m512 odd = 2 * r + 1 < rows ? _mm512_loadu_ps(st + (2 * r + 1) * kBr + v * kLanes) : _mm512_setzero_ps();
+      const __m512 even = _mm512_mul_ps(_mm512_loadu_ps(st + 2 * r * kBr + v * kLanes), f);
+      const __m512 odd = 2 * r + 1 < rows ? _mm512_mul_ps(_mm512_loadu_ps(st + (2 * r + 1) * kBr + v * kLanes), f)
+                                          : _mm512_setzero_ps();
       const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even));
       _mm512_storeu_si512(pt + r * kBr + v * kLanes, _mm512_permutexvar_epi16(idx, both));
     }
 }
 
+// words (rows, Br / 2) = scale * x (rows, Br, float32) rounded to bf16, row by row: a row's pair
+// words are two consecutive queries.
+__attribute__((noinline)) void RowsToBF16(const float* x, size_t rows, float scale, uint32_t* words) {
+  const __m512 f = _mm512_set1_ps(scale);
+  for (size_t j = 0; j < rows; ++j)
+    for (int v = 0; v < kQueryVectors; ++v) {
+      const __m256bh h = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(x + j * kBr + v * kLanes), f));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + j * (kBr / 2) + v * (kLanes / 2)),
+                          reinterpret_cast<const __m256i&>(h));
+    }
+}
+
+// C (M, nvec vectors, row stride ldc) += A B over `pairs` pairs: A's pair word (m, r) at
+// a[m * lda + r * ldr], B's row r of pair words at b + r * ldb. Tiles of 4 rows x 4 vectors
+// (16 accumulators), then single rows and single vectors.
+__attribute__((noinline)) void GradDot(size_t M, size_t nvec, const uint32_t* a, size_t lda, size_t ldr,
+                                       const uint32_t* b, size_t ldb, size_t pairs, float* c, size_t ldc) {
+  constexpr int kRows = 4, kVecs = 4;
+  size_t v0 = 0;
+  const auto rows_of = [&](auto nv, size_t v) {
+    constexpr int NV = decltype(nv)::value;
+    size_t m = 0;
+    for (; m + kRows <= M; m += kRows)
+      DotTile<kRows, NV, false>(a + m * lda, lda, ldr, b + v * kLanes, ldb, pairs, c + m * ldc + v * kLanes, ldc, 1.0f);
+    for (; m < M; ++m)
+      DotTile<1, NV, false>(a + m * lda, lda, ldr, b + v * kLanes, ldb, pairs, c + m * ldc + v * kLanes, ldc, 1.0f);
+  };
+  for (; v0 + kVecs <= nvec; v0 += kVecs) rows_of(std::integral_constant<int, kVecs>{}, v0);
+  for (; v0 < nvec; ++v0) rows_of(std::integral_constant<int, 1>{}, v0);
+}
+
 #pragma GCC pop_options
+
+// A value as bf16 bits: bf16 as it is, float32 rounded (nearest even).
+inline uint16_t BF16Bits(uint16_t x) { return x; }
+inline uint16_t BF16Bits(float x) { return float_to_bf16(x); }
+
+// qt (pairs(dim), Br) pair words of rows [i0, i0 + rows) of head (b, h) of x, transposed: word
+// (r, i) = (x_i[2r], x_i[2r + 1]) as bf16 (an odd dim padded with 0), lanes beyond rows 0.
+template <typename T>
+void PackTransposedPairs(Heads<const T> x, int64_t b, int64_t h, int64_t i0, size_t rows, uint32_t* qt) {
+  const size_t D = static_cast<size_t>(x.dim), P = (D + 1) / 2;
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    if (rows == kBr && x.stride_d == 1 && D % 32 == 0) {
+      // A row's pair words are its bf16 values read as 32-bit words: 16 x 16 blocks of words
+      // transposed in registers (as float bits; nothing is computed on them).
+      const DF d;
+      for (size_t i = 0; i < kBr; i += 16)
+        for (size_t r = 0; r < P; r += 16) {
+          VF w[16];
+          for (size_t k = 0; k < 16; ++k)
+            w[k] = hn::LoadU(d, reinterpret_cast<const float*>(x.row(b, h, i0 + static_cast<int64_t>(i + k))) + r);
+          Transpose16(w);
+          for (size_t k = 0; k < 16; ++k) hn::StoreU(w[k], d, reinterpret_cast<float*>(qt) + (r + k) * kBr + i);
+        }
+      return;
+    }
+  }
+  for (size_t i = 0; i < kBr; ++i) {
+    if (i >= rows) {
+      for (size_t r = 0; r < P; ++r) qt[r * kBr + i] = 0;
+      continue;
+    }
+    const T* row = x.row(b, h, i0 + static_cast<int64_t>(i));
+    const auto at = [&](size_t c) { return c < D ? BF16Bits(row[static_cast<int64_t>(c) * x.stride_d]) : uint16_t{0}; };
+    for (size_t r = 0; r < P; ++r) qt[r * kBr + i] = BF16Pair(at(2 * r), at(2 * r + 1));
+  }
+}
+
+// out (n, pairs(dim)) pair words of rows [j0, j0 + rows) of head (b, h) of x, along the row: word
+// (j, r) = (x_j[2r], x_j[2r + 1]) as bf16; rows [rows, n) zero.
+template <typename T>
+void PackRowWords(Heads<const T> x, int64_t b, int64_t h, int64_t j0, size_t rows, size_t n, uint32_t* out) {
+  const size_t D = static_cast<size_t>(x.dim), P = (D + 1) / 2;
+  for (size_t j = 0; j < n; ++j) {
+    uint32_t* w = out + j * P;
+    if (j >= rows) {
+      std::fill(w, w + P, 0u);
+      continue;
+    }
+    const T* row = x.row(b, h, j0 + static_cast<int64_t>(j));
+    if (std::is_same_v<T, uint16_t> && x.stride_d == 1 && D % 2 == 0) {  // the values read as 32-bit words
+      std::memcpy(w, row, D * sizeof(uint16_t));
+      continue;
+    }
+    const auto at = [&](size_t c) { return c < D ? BF16Bits(row[static_cast<int64_t>(c) * x.stride_d]) : uint16_t{0}; };
+    for (size_t r = 0; r < P; ++r) w[r] = BF16Pair(at(2 * r), at(2 * r + 1));
+  }
+}
+
+// out ((n + 1) / 2, ld) pair words of rows [j0, j0 + rows) of head (b, h) of x, across rows: word
+// (r, d) = (x_{2r}[d], x_{2r + 1}[d]) as bf16; rows from `rows` on and columns [dim, ld) zero.
+template <typename T>
+void PackColumnPairs(Heads<const T> x, int64_t b, int64_t h, int64_t j0, size_t rows, size_t n, size_t ld,
+                     uint32_t* out) {
+  const size_t D = static_cast<size_t>(x.dim);
+  for (size_t r = 0; 2 * r < n; ++r) {
+    uint32_t* w = out + r * ld;
+    std::fill(w, w + ld, 0u);
+    if (2 * r >= rows) continue;
+    const T* lo = x.row(b, h, j0 + static_cast<int64_t>(2 * r));
+    const T* hi = 2 * r + 1 < rows ? x.row(b, h, j0 + static_cast<int64_t>(2 * r + 1)) : nullptr;
+    const int64_t st = x.stride_d;
+    if (st == 1 && hi) {  // the common case, in a loop the compiler vectorises
+      for (size_t d = 0; d < D; ++d) w[d] = BF16Pair(BF16Bits(lo[d]), BF16Bits(hi[d]));
+      continue;
+    }
+    for (size_t d = 0; d < D; ++d)
+      w[d] = BF16Pair(BF16Bits(lo[static_cast<int64_t>(d) * st]), hi ? BF16Bits(hi[static_cast<int64_t>(d) * st]) : uint16_t{0});
+  }
+}
 
 // The operands as bf16 pairs for vdpbf16ps (the file's header). The head cache holds keys
 // (Sk, D2) bf16, Sk = S rounded up to Bc and D2 = D rounded up to 2, zero-padded, then values as
@@ -137,31 +251,7 @@ struct BF16DotOperands {
   }
 
   void PackQueries(const AttentionProblem& p, int64_t b, int64_t h, const QueryBlock& qb) const {
-    const size_t P = pairs(static_cast<size_t>(p.D)), D = static_cast<size_t>(p.D);
-    auto* qt = reinterpret_cast<uint32_t*>(qb.qt);
-    if (qb.rows == kBr && q.stride_d == 1 && D % 32 == 0) {
-      // A row's pair words are its bf16 values read as 32-bit words: 16 x 16 blocks of words
-      // transposed in registers (as float bits; nothing is computed on them).
-      const DF d;
-      for (size_t i = 0; i < kBr; i += 16)
-        for (size_t r = 0; r < P; r += 16) {
-          VF w[16];
-          for (size_t k = 0; k < 16; ++k)
-            w[k] = hn::LoadU(d, reinterpret_cast<const float*>(q.row(b, h, qb.i0 + static_cast<int64_t>(i + k))) + r);
-          Transpose16(w);
-          for (size_t k = 0; k < 16; ++k) hn::StoreU(w[k], d, qb.qt + (r + k) * kBr + i);
-        }
-      return;
-    }
-    for (size_t i = 0; i < kBr; ++i) {
-      if (i >= qb.rows) {
-        for (size_t r = 0; r < P; ++r) qt[r * kBr + i] = 0;
-        continue;
-      }
-      const uint16_t* x = q.row(b, h, qb.i0 + static_cast<int64_t>(i));
-      const auto at = [&](size_t c) { return c < D ? x[static_cast<int64_t>(c) * q.stride_d] : uint16_t{0}; };
-      for (size_t r = 0; r < P; ++r) qt[r * kBr + i] = BF16Pair(at(2 * r), at(2 * r + 1));
-    }
+    PackTransposedPairs(q, b, h, qb.i0, qb.rows, reinterpret_cast<uint32_t*>(qb.qt));
   }
 
   // Whole key blocks of key/value head (b, kvh) up to the one holding key j_end - 1, padded
@@ -216,10 +306,90 @@ struct BF16DotOperands {
   void Values(const AttentionProblem& p, int64_t, int64_t, const QueryBlock& qb, const float* c, int64_t j0,
               size_t cols, float* st) const {
     uint32_t* pt = probability_words(p, c);
-    PackProbabilityPairs(st, cols, pt);
+    PackRowPairs(st, cols, 1.0f, pt);
     const size_t Dv = static_cast<size_t>(p.Dv);
     ValuesDot(value_words(p, c) + static_cast<size_t>(j0) / 2 * Dv, pt, pairs(cols), Dv, qb.ot);
   }
+};
+
+// The backward's operands as bf16 pairs for vdpbf16ps: the five products of
+// attention_backward-inl.h with d_o, P z and dS * scale rounded to bf16 (q, k, v are bf16 already),
+// accumulated in float32. Each product's contraction runs over pairs:
+//   St = k_j Qt_i      over the head dim:  k rows' pair words (Bc, D/2), q pairs transposed (D/2, Br)
+//   dPt = v_j dOt_i    over the head dim:  v rows' pair words (Bc, Dv/2), d_o pairs transposed (Dv/2, Br)
+//   dv_j += Pz d_o_i   over queries:       Pz rows (Bc, Br/2), d_o pairs across rows (Br/2, Dvp)
+//   dk_j += dS q_i     over queries:       dS rows (Bc, Br/2), q pairs across rows (Br/2, Dp)
+//   dq_i += dS^T k_j   over keys:          dS pairs across rows (Bc/2, Br), k pairs across rows (Bc/2, Dp)
+// Every layout takes at most the room of the fp32 one it replaces in BackwardScratch (kb holds k's
+// two layouts); the three per-pair ones are `words`. The scale is folded into dS, so q is packed
+// as it is and dq's accumulator is written unscaled.
+struct BF16DotBackward {
+  Heads<const uint16_t> q, k, v;
+
+  static size_t pairs(size_t n) { return (n + 1) / 2; }
+  size_t pair_floats() const { return 3 * kBcB * kBr / 2; }
+  float dq_scale(const AttentionProblem&) const { return 1.0f; }
+
+  void PackQueries(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, int64_t b, int64_t h, size_t blk,
+                   size_t rows, BackwardScratch& s) const {
+    const size_t D = static_cast<size_t>(p.D), Dv = static_cast<size_t>(p.Dv);
+    const size_t Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes);
+    const int64_t i0 = static_cast<int64_t>(blk * kBr);
+    PackTransposedPairs(q, b, h, i0, rows, words(s.qt) + blk * pairs(D) * kBr);
+    PackTransposedPairs(d_o, b, h, i0, rows, words(s.dot) + blk * pairs(Dv) * kBr);
+    PackColumnPairs(q, b, h, i0, rows, kBr, Dp, words(s.qs) + blk * kBr / 2 * Dp);
+    PackColumnPairs(d_o, b, h, i0, rows, kBr, Dvp, words(s.dob) + blk * kBr / 2 * Dvp);
+    for (size_t i = 0; i < kBr; ++i) {  // D_i = sum_d d_o (rounded, as the products take it) * o
+      float dsum = 0.0f;
+      if (i < rows) {
+        const float* g = d_o.row(b, h, i0 + static_cast<int64_t>(i));
+        const float* out = o.row(b, h, i0 + static_cast<int64_t>(i));
+        for (size_t c = 0; c < Dv; ++c)
+          dsum += bf16_to_float(float_to_bf16(g[static_cast<int64_t>(c) * d_o.stride_d])) * out[static_cast<int64_t>(c) * o.stride_d];
+      }
+      s.di[static_cast<size_t>(i0) + i] = dsum;
+    }
+  }
+
+  // kb: k's rows' pair words (Bc, D/2), then k's pairs across rows (Bc/2, Dp); vb: v's rows' pair
+  // words (Bc, Dv/2). Rows beyond cols are zero (ScoresDot reads whole tiles of 8 rows).
+  void PackKeys(const AttentionProblem& p, int64_t b, int64_t kvh, KeyBlock& kj) const {
+    const size_t D = static_cast<size_t>(p.D);
+    PackRowWords(k, b, kvh, kj.j0, kj.cols, kBcB, words(kj.kb));
+    PackColumnPairs(k, b, kvh, kj.j0, kj.cols, kBcB, round_up(D, kLanes), words(kj.kb) + kBcB * pairs(D));
+    PackRowWords(v, b, kvh, kj.j0, kj.cols, kBcB, words(kj.vb));
+  }
+
+  template <int kD>
+  void Scores(const AttentionProblem& p, const BackwardScratch& s, size_t blk, const KeyBlock& kj, float* st) const {
+    const size_t P = pairs(static_cast<size_t>(p.D));
+    ScoresDot(words(kj.kb), P, words(s.qt) + blk * P * kBr, P, kj.cols, p.scale * kLog2e, st);
+  }
+  template <int kD>
+  void ScoreGradient(const AttentionProblem& p, const BackwardScratch& s, size_t blk, const KeyBlock& kj,
+                     float* dpt) const {
+    const size_t P = pairs(static_cast<size_t>(p.Dv));
+    ScoresDot(words(kj.vb), P, words(s.dot) + blk * P * kBr, P, kj.cols, 1.0f, dpt);
+  }
+  void Gradients(const AttentionProblem& p, BackwardScratch& s, size_t blk, size_t rows, const KeyBlock& kj) const {
+    const size_t D = static_cast<size_t>(p.D);
+    const size_t Dp = round_up(D, kLanes), Dvp = round_up(static_cast<size_t>(p.Dv), kLanes);
+    const size_t cols = kj.cols, half = kBr / 2;
+    uint32_t* pw = words(s.words);          // (Bc, Br/2)  P z rows
+    uint32_t* sw = pw + kBcB * half;        // (Bc, Br/2)  dS scale rows
+    uint32_t* spw = sw + kBcB * half;       // (Bc/2, Br)  dS scale pairs across keys
+    RowsToBF16(s.pt, cols, 1.0f, pw);
+    RowsToBF16(s.dpt, cols, p.scale, sw);
+    PackRowPairs(s.dpt, cols, p.scale, spw);
+    GradDot(cols, Dvp / kLanes, pw, half, 1, words(s.dob) + blk * half * Dvp, Dvp, pairs(rows), kj.dv, Dvp);
+    GradDot(cols, Dp / kLanes, sw, half, 1, words(s.qs) + blk * half * Dp, Dp, pairs(rows), kj.dk, Dp);
+    GradDot(rows, Dp / kLanes, spw, 1, kBr, words(kj.kb) + kBcB * pairs(D), Dp, pairs(cols), s.dq + blk * kBr * Dp,
+            Dp);
+  }
+
+ private:
+  static uint32_t* words(float* x) { return reinterpret_cast<uint32_t*>(x); }
+  static const uint32_t* words(const float* x) { return reinterpret_cast<const uint32_t*>(x); }
 };
 #endif  // HWY_TARGET == HWY_AVX3
 
@@ -246,6 +416,17 @@ void ForwardBF16Impl(const AttentionProblem& p, Heads<const uint16_t> q, Heads<c
   Forward<0>(p, ops, o, lse);
 }
 
+void BackwardBF16Impl(const AttentionProblem& p, Heads<const uint16_t> q, Heads<const uint16_t> k,
+                      Heads<const uint16_t> v, ConstHeads o, ConstHeads d_o, const float* lse, MutableHeads dq,
+                      MutableHeads dk, MutableHeads dv) {
+#if HWY_TARGET == HWY_AVX3
+  if (bf16_dot_allowed()) return Backward<0>(p, BF16DotBackward{q, k, v}, o, d_o, lse, dq, dk, dv);
+#endif
+  const WidenedBackward<uint16_t> ops{q, k, v};
+  if (kSpecialiseBF16 && p.D == 64 && p.Dv == 64) return Backward<kSpecialiseBF16 ? 64 : 0>(p, ops, o, d_o, lse, dq, dk, dv);
+  Backward<0>(p, ops, o, d_o, lse, dq, dk, dv);
+}
+
 }  // namespace qkv::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -253,10 +434,17 @@ HWY_AFTER_NAMESPACE();
 namespace qkv::kernels {
 
 HWY_EXPORT(ForwardBF16Impl);
+HWY_EXPORT(BackwardBF16Impl);
 
 void flash_attention_forward_bf16(const AttentionProblem& p, Heads<const uint16_t> q, Heads<const uint16_t> k,
                                   Heads<const uint16_t> v, MutableHeads o, float* lse) {
   HWY_DYNAMIC_DISPATCH(ForwardBF16Impl)(p, q, k, v, o, lse);
+}
+
+void flash_attention_backward_bf16(const AttentionProblem& p, Heads<const uint16_t> q, Heads<const uint16_t> k,
+                                   Heads<const uint16_t> v, ConstHeads o, ConstHeads d_o, const float* lse,
+                                   MutableHeads dq, MutableHeads dk, MutableHeads dv) {
+  HWY_DYNAMIC_DISPATCH(BackwardBF16Impl)(p, q, k, v, o, d_o, lse, dq, dk, dv);
 }
 
 }  // namespace qkv::kernels

@@ -57,6 +57,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "qkv/core/bf16.h"  // Dtype (the backward reference's rounding)
 #include "qkv/core/thread_pool.h"
 
 namespace qkv::kernels {
@@ -156,10 +157,12 @@ void attention_weights(ConstHeads q, ConstHeads k, const float* lse, const Atten
 // same dropout mask. Single-threaded, allocation per row: for tests, not for speed.
 void attention_forward_reference(ConstHeads q, ConstHeads k, ConstHeads v, MutableHeads o, float* lse,
                                  const AttentionOptions& options);
-// The textbook backward, one (b, h) at a time with the full (T, S) weights in double.
+// The textbook backward, one (b, h) at a time with the full (T, S) weights in double. With
+// rounding = kBF16, d_o, the weights P z and scale * dS are rounded to bf16 where the bf16 kernel
+// rounds them (attention_bf16.h), everything else still in double.
 void attention_backward_reference(ConstHeads q, ConstHeads k, ConstHeads v, ConstHeads d_o,
                                    MutableHeads dq, MutableHeads dk, MutableHeads dv,
-                                   const AttentionOptions& options);
+                                   const AttentionOptions& options, Dtype rounding = Dtype::kF32);
 
 // The (i, j) pairs of one head that the causal mask and the window leave visible: T * S with
 // neither, about half of T * S causal, about T * w with a window w.

@@ -14,7 +14,7 @@
 //     d_o v^T, P^T d_o, dS k, dS^T q);
 //   - the scores, softmax, log-sum-exp and the online softmax's state (running max, sum,
 //     rescaling) are float32;
-//   - the probabilities P, and in the backward dS and d_o, are rounded to bf16 (nearest, ties to
+//   - the probabilities P, and in the backward P z, dS * scale and d_o, are rounded to bf16 (nearest, ties to
 //     even) just before they enter a product; o, lse and every gradient are float32.
 // So o differs from attention_forward on the widened inputs by about 2^-9 (bf16's half ulp)
 // relative to max |v| at most, much less on average (tests/kernels_attention_bf16_test.cc
