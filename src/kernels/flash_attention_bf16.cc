@@ -15,12 +15,13 @@
 //   - WidenedOperands<uint16_t> everywhere else (AVX2, the portable targets, or forced off):
 //     bf16 widened to float32 (exact) as it is packed, the fp32 tiles, P rounded to bf16 before
 //     Ot += v^T Pt - the same math up to the order of float32 additions.
-// (The backward is attention_bf16.cc's: q, k, v widened, then the fp32 kernel.)
+// The backward is the fp32 kernel's loop (attention_backward-inl.h) with BF16DotBackward's five
+// pair-packed products (below) or, without AVX512_BF16, WidenedBackward<uint16_t>.
 //
 // Nothing compiled for AVX512_BF16 is reachable without the run-time check: its functions are in
 // this file's AVX-512 target only, between #pragma GCC push_options / pop_options, in an
 // anonymous namespace (internal linkage, so the linker cannot pick them for other code), and
-// only ForwardBF16Impl calls them, after bf16_dot_allowed().
+// only ForwardBF16Impl and BackwardBF16Impl call them, after bf16_dot_allowed().
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/flash_attention_bf16.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -29,7 +30,6 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 #include "hwy/highway.h"
 #include "kernels/attention_problem.h"
@@ -261,37 +261,13 @@ struct BF16DotOperands {
     UseHeadCache(p, b, kvh, cache);
     const auto end = static_cast<int64_t>(std::min(round_up(static_cast<size_t>(j_end), kBc), padded_keys(p)));
     if (cache.rows >= end) return;
-    const size_t D = static_cast<size_t>(p.D), Dv = static_cast<size_t>(p.Dv), P = pairs(D);
-    auto* kw = reinterpret_cast<uint32_t*>(c);
-    auto* vw = const_cast<uint32_t*>(value_words(p, c));
-    for (int64_t j = cache.rows; j < end; ++j) {
-      uint32_t* out = kw + static_cast<size_t>(j) * P;
-      if (j >= p.S) {
-        std::fill(out, out + P, 0u);
-        continue;
-      }
-      const uint16_t* x = k.row(b, kvh, j);
-      if (k.stride_d == 1 && D % 2 == 0) {  // a row's pair words are its values read as 32-bit words
-        std::memcpy(out, x, D * sizeof(uint16_t));
-        continue;
-      }
-      const auto at = [&](size_t e) { return e < D ? x[static_cast<int64_t>(e) * k.stride_d] : uint16_t{0}; };
-      for (size_t r = 0; r < P; ++r) out[r] = BF16Pair(at(2 * r), at(2 * r + 1));
-    }
-    const std::vector<uint16_t> zeros(v.stride_d == 1 ? Dv : 0, 0);
-    for (int64_t j = cache.rows; j < end; j += 2) {
-      uint32_t* out = vw + static_cast<size_t>(j / 2) * Dv;
-      if (v.stride_d == 1) {  // the common case, in a loop the compiler vectorises
-        const uint16_t* lo = j < p.S ? v.row(b, kvh, j) : zeros.data();
-        const uint16_t* hi = j + 1 < p.S ? v.row(b, kvh, j + 1) : zeros.data();
-        for (size_t d = 0; d < Dv; ++d) out[d] = BF16Pair(lo[d], hi[d]);
-        continue;
-      }
-      const auto value = [&](int64_t i, size_t d) {
-        return i < p.S ? v.row(b, kvh, i)[static_cast<int64_t>(d) * v.stride_d] : uint16_t{0};
-      };
-      for (size_t d = 0; d < Dv; ++d) out[d] = BF16Pair(value(j, d), value(j + 1, d));
-    }
+    const size_t D = static_cast<size_t>(p.D), Dv = static_cast<size_t>(p.Dv);
+    // rows [cache.rows, end), the ones from S on zero (cache.rows is a multiple of Bc: even)
+    const auto n = static_cast<size_t>(end - cache.rows);
+    const auto rows = static_cast<size_t>(std::max<int64_t>(0, std::min(end, p.S) - cache.rows));
+    PackRowWords(k, b, kvh, cache.rows, rows, n, reinterpret_cast<uint32_t*>(c) + static_cast<size_t>(cache.rows) * pairs(D));
+    PackColumnPairs(v, b, kvh, cache.rows, rows, n, Dv,
+                    const_cast<uint32_t*>(value_words(p, c)) + static_cast<size_t>(cache.rows / 2) * Dv);
     cache.rows = end;
   }
 
