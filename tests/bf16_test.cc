@@ -2,6 +2,8 @@
 // the bulk conversions against the scalar ones, and the dtype names.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "qkv/core/bf16.h"
+#include "qkv/kernels/simd.h"
 #include "qkv/core/error.h"
 
 namespace qkv {
@@ -31,15 +34,27 @@ TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(bf16_to_float(0x4049), 3.140625f);
 }
 
+// (floats_to_bf16 is vectorised per SIMD target: each one the CPU runs, and odd lengths for the tails.)
 TEST(Bf16, BulkConversionsAreTheScalarOnes) {
   std::mt19937 rng(3);
   std::vector<float> x(4099);
   for (float& v : x) v = std::bit_cast<float>(static_cast<uint32_t>(rng()));  // every class of float, NaNs included
   x[0] = std::numeric_limits<float>::infinity();
   x[1] = -std::numeric_limits<float>::quiet_NaN();
+  x[2] = std::bit_cast<float>(0x7f800001u);  // a NaN whose payload is in the low bits
+  x[3] = std::bit_cast<float>(0x3f808000u);  // a tie, to even (down)
+  x[4] = std::bit_cast<float>(0x3f818000u);  // a tie, to even (up)
   std::vector<uint16_t> b(x.size());
-  floats_to_bf16(x.data(), b.data(), x.size());
-  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(b[i], float_to_bf16(x[i])) << i << ": " << x[i];
+  for (int64_t target : kernels::available_simd_targets()) {
+    kernels::force_simd_target(target);
+    for (size_t n : {x.size(), size_t{1}, size_t{17}, size_t{0}}) {
+      std::fill(b.begin(), b.end(), uint16_t{0x1234});
+      floats_to_bf16(x.data(), b.data(), n);
+      for (size_t i = 0; i < x.size(); ++i)
+        ASSERT_EQ(b[i], i < n ? float_to_bf16(x[i]) : 0x1234) << kernels::simd_target_name(target) << " n " << n << " " << i;
+    }
+  }
+  kernels::force_simd_target(0);
   std::vector<float> back(x.size());
   bf16_to_floats(b.data(), back.data(), b.size());
   for (size_t i = 0; i < x.size(); ++i)

@@ -18,16 +18,7 @@ Dtype parse_dtype(const std::string& name) {
   fail("unknown dtype '", name, "': expected f32 or bf16");
 }
 
-// float_to_bf16 written without branches, so the compiler vectorises the loop (the same results).
-void floats_to_bf16(const float* src, uint16_t* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, src + i, sizeof u);
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t nan = (u >> 16) | 0x40u;
-    dst[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-  }
-}
+// floats_to_bf16 is bf16_convert.cc's (Highway, the CPU's vector width).
 
 void bf16_to_floats(const uint16_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
