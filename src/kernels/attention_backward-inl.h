@@ -113,7 +113,7 @@ struct WidenedBackward {
   static constexpr bool kRound = !std::is_same_v<T, float>;
   Heads<const T> q, k, v;  // (B, H, T, D), (B, G, S, D), (B, G, S, Dv)
 
-  size_t pair_floats() const { return 0; }
+  size_t pair_floats(const AttentionProblem&) const { return 0; }
   // What dq's accumulator is multiplied by as it is written.
   float dq_scale(const AttentionProblem& p) const { return kRound ? 1.0f : p.scale; }
 
@@ -305,7 +305,7 @@ void BackwardTask(const AttentionProblem& p, const Operands& ops, ConstHeads o, 
   const size_t blocks = (static_cast<size_t>(p.T) + kBr - 1) / kBr;
   const size_t group = BackwardGroup(p);
   const int64_t kvh = p.kv_head(h);
-  BackwardScratch s(scratch, blocks, group, D, Dv, HasScoreVariants(p), ops.pair_floats());
+  BackwardScratch s(scratch, blocks, group, D, Dv, HasScoreVariants(p), ops.pair_floats(p));
   // Queries outside [first_row, end_row) see none of these keys (causal mask, window): their rows
   // are not packed, and their share of dq is zero.
   const auto [first_row, end_row] = QueriesSeeing(p, key0, key1);
@@ -401,7 +401,7 @@ void Backward(const AttentionProblem& p, const Operands& ops, ConstHeads o, Cons
               MutableHeads dq, MutableHeads dk, MutableHeads dv) {
   const size_t blocks = (static_cast<size_t>(p.T) + kBr - 1) / kBr;
   const size_t scratch = BackwardScratch::floats(blocks, BackwardGroup(p), static_cast<size_t>(p.D),
-                                                 static_cast<size_t>(p.Dv), HasScoreVariants(p), ops.pair_floats());
+                                                 static_cast<size_t>(p.Dv), HasScoreVariants(p), ops.pair_floats(p));
   ThreadPool& pool = *p.pool;
   // One task per key/value head (b, g), each over all its keys and, in turn, over the query
   // heads of its group (which add to its dk, dv in head order: no atomics, the same sums for

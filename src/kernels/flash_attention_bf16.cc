@@ -304,25 +304,38 @@ struct BF16DotBackward {
   Heads<const uint16_t> q, k, v;
 
   static size_t pairs(size_t n) { return (n + 1) / 2; }
-  size_t pair_floats() const { return 3 * kBcB * kBr / 2; }
+  // words: three (Bc, Br) blocks of pair words per pair, or a query block's d_o in bf16
+  size_t pair_floats(const AttentionProblem& p) const {
+    return std::max(3 * kBcB * kBr / 2, (kBr * static_cast<size_t>(p.Dv) + 1) / 2);
+  }
   float dq_scale(const AttentionProblem&) const { return 1.0f; }
 
+  // The block's d_o rows are rounded to bf16 once, into `words` (free until the pairs' products
+  // use it), and packed from there like q.
   void PackQueries(const AttentionProblem& p, ConstHeads o, ConstHeads d_o, int64_t b, int64_t h, size_t blk,
                    size_t rows, BackwardScratch& s) const {
     const size_t D = static_cast<size_t>(p.D), Dv = static_cast<size_t>(p.Dv);
     const size_t Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes);
     const int64_t i0 = static_cast<int64_t>(blk * kBr);
+    auto* g16 = reinterpret_cast<uint16_t*>(s.words);  // (rows, Dv) d_o rounded
+    for (size_t i = 0; i < rows; ++i) {
+      const float* g = d_o.row(b, h, i0 + static_cast<int64_t>(i));
+      if (d_o.stride_d == 1) {
+        floats_to_bf16(g, g16 + i * Dv, Dv);
+      } else {
+        for (size_t c = 0; c < Dv; ++c) g16[i * Dv + c] = float_to_bf16(g[static_cast<int64_t>(c) * d_o.stride_d]);
+      }
+    }
+    const auto g = Heads<const uint16_t>::contiguous(g16, 1, 1, static_cast<int64_t>(rows), static_cast<int64_t>(Dv));
     PackTransposedPairs(q, b, h, i0, rows, words(s.qt) + blk * pairs(D) * kBr);
-    PackTransposedPairs(d_o, b, h, i0, rows, words(s.dot) + blk * pairs(Dv) * kBr);
+    PackTransposedPairs(g, 0, 0, 0, rows, words(s.dot) + blk * pairs(Dv) * kBr);
     PackColumnPairs(q, b, h, i0, rows, kBr, Dp, words(s.qs) + blk * kBr / 2 * Dp);
-    PackColumnPairs(d_o, b, h, i0, rows, kBr, Dvp, words(s.dob) + blk * kBr / 2 * Dvp);
+    PackColumnPairs(g, 0, 0, 0, rows, kBr, Dvp, words(s.dob) + blk * kBr / 2 * Dvp);
     for (size_t i = 0; i < kBr; ++i) {  // D_i = sum_d d_o (rounded, as the products take it) * o
       float dsum = 0.0f;
       if (i < rows) {
-        const float* g = d_o.row(b, h, i0 + static_cast<int64_t>(i));
         const float* out = o.row(b, h, i0 + static_cast<int64_t>(i));
-        for (size_t c = 0; c < Dv; ++c)
-          dsum += bf16_to_float(float_to_bf16(g[static_cast<int64_t>(c) * d_o.stride_d])) * out[static_cast<int64_t>(c) * o.stride_d];
+        for (size_t c = 0; c < Dv; ++c) dsum += bf16_to_float(g16[i * Dv + c]) * out[static_cast<int64_t>(c) * o.stride_d];
       }
       s.di[static_cast<size_t>(i0) + i] = dsum;
     }
