@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <random>
 #include <vector>
 
 #include "qkv/core/bf16.h"
@@ -17,28 +16,14 @@
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/attention_bf16.h"
 #include "qkv/kernels/fma_peak.h"
-#include "qkv/kernels/simd.h"
 #include "qkv/perf/attention_bench.h"
+#include "bench_support.h"
 
 namespace qkv::kernels {
 namespace {
 
-double g_peak_gflops = 0;
-
-std::vector<float> random_vector(size_t n, float scale = 1.0f) {
-  std::mt19937 rng(static_cast<unsigned>(n));
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-void report(benchmark::State& state, double flops) {
-  state.counters["GFLOPs"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  // pct_peak = GFLOP/s / peak * 100, as a rate so Google Benchmark divides by the time per iteration.
-  state.counters["pct_peak"] =
-      benchmark::Counter(flops / 1e9 / g_peak_gflops * 100.0, benchmark::Counter::kIsIterationInvariantRate);
-}
+using bench::random_vector;
+using bench::report;
 
 // Independent FMA chains: the yardstick itself (GFLOP/s of one pool-wide run per iteration).
 void BM_FmaPeak(benchmark::State& state) {
@@ -197,10 +182,7 @@ BENCHMARK(BM_Sgemm)
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
-  qkv::kernels::g_peak_gflops = qkv::kernels::measure_fma_peak_gflops(qkv::default_pool());
-  std::printf("qkv_bench: %d threads, SIMD %s, measured fp32 FMA peak %.1f GFLOP/s\n",
-              qkv::default_pool().num_threads(), qkv::kernels::simd_target().c_str(), qkv::kernels::g_peak_gflops);
-  benchmark::AddCustomContext("fma_peak_gflops", std::to_string(qkv::kernels::g_peak_gflops));
+  qkv::bench::measure_peak("qkv_bench");
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

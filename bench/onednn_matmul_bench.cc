@@ -40,40 +40,26 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "bench_support.h"
 #include "qkv/core/bf16.h"
 #include "qkv/core/gemm.h"
 #include "qkv/core/thread_pool.h"
-#include "qkv/kernels/fma_peak.h"
-#include "qkv/kernels/simd.h"
 
 namespace {
 
 using qkv::Dtype;
 using qkv::GemmArgs;
 
-double g_peak_gflops = 0;
 constexpr int64_t kCheckRows = 64;
 
-std::vector<float> random_vector(size_t n, float scale = 1.0f) {
-  std::mt19937 rng(static_cast<unsigned>(n));
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-void report(benchmark::State& state, double flops) {
-  state.counters["GFLOPs"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["pct_peak"] =
-      benchmark::Counter(flops / 1e9 / g_peak_gflops * 100.0, benchmark::Counter::kIsIterationInvariantRate);
-}
+using qkv::bench::random_vector;
+using qkv::bench::report;
 
 // The operands of one case, as BM_Sgemm makes them (same sizes, same seeds), plus bf16 copies.
 struct Operands {
@@ -268,13 +254,10 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   dnnl::set_primitive_cache_capacity(0);  // create_ms is the real creation cost every time
   const dnnl_version_t* v = dnnl_version();
-  g_peak_gflops = qkv::kernels::measure_fma_peak_gflops(qkv::default_pool());
-  std::printf("qkv_onednn_bench: qkv %d threads, SIMD %s, measured fp32 FMA peak %.1f GFLOP/s\n",
-              qkv::default_pool().num_threads(), qkv::kernels::simd_target().c_str(), g_peak_gflops);
+  qkv::bench::measure_peak("qkv_onednn_bench");
   std::printf("oneDNN %d.%d.%d (%s), CPU runtime %s, effective ISA %d; %s\n", v->major, v->minor, v->patch,
               v->hash ? v->hash : "?", runtime_name(v->cpu_runtime), static_cast<int>(dnnl::get_effective_cpu_isa()),
               qkv::blas_description().c_str());
-  benchmark::AddCustomContext("fma_peak_gflops", std::to_string(g_peak_gflops));
   benchmark::AddCustomContext("onednn_version",
                               std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch));
   benchmark::AddCustomContext("onednn_cpu_runtime", runtime_name(v->cpu_runtime));

@@ -38,7 +38,6 @@
 #include <limits>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "qkv/core/bf16.h"
@@ -214,14 +213,18 @@ void check_case(const Case& c, std::mt19937& rng, ThreadPool* pool, Figures* fig
     for (size_t i = 0; i < n; ++i) m = std::max(m, static_cast<double>(std::fabs(x[i])));
     return m;
   };
+  // Each gradient: the kernel's, the fp32 reference's, the reference's with bf16 rounding points.
+  struct Grad {
+    const char* name;
+    const std::vector<float>&got, &ref, &ref16;
+    size_t n;
+  };
+  std::vector<float> dq16(nq), dk16(nk), dv16(nv);
+  const Grad grads[] = {{"dq", dq, dq_ref, dq16, n_q}, {"dk", dk, dk_ref, dk16, n_k}, {"dv", dv, dv_ref, dv16, n_v}};
   // From the bf16 forward's o: against the fp32 reference, norm-wise (see the file's header).
-  const std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>> grads[] = {
-      {"dq", {&dq, &dq_ref}}, {"dk", {&dk, &dk_ref}}, {"dv", {&dv, &dv_ref}}};
-  const size_t sizes[] = {n_q, n_k, n_v};
-  for (int t = 0; t < 3; ++t) {
-    const auto& [got, want] = grads[t].second;
-    const double bound = kGradNormBound * max_abs(*want, sizes[t]);
-    fig->grads = std::max(fig->grads, check_close(grads[t].first, got->data(), want->data(), sizes[t], bound, &failures));
+  for (const Grad& g : grads) {
+    const double bound = kGradNormBound * max_abs(g.ref, g.n);
+    fig->grads = std::max(fig->grads, check_close(g.name, g.got.data(), g.ref.data(), g.n, bound, &failures));
   }
   // Given the reference's o and lse: against the reference with the kernel's bf16 rounding points
   // (attention_backward_reference with Dtype::kBF16), so only float32 arithmetic differs - and
@@ -233,23 +236,18 @@ void check_case(const Case& c, std::mt19937& rng, ThreadPool* pool, Figures* fig
                           MutableHeads::contiguous(dq.data(), c.B, c.H, c.T, c.D),
                           MutableHeads::contiguous(dk.data(), c.B, c.G, c.S, c.D),
                           MutableHeads::contiguous(dv.data(), c.B, c.G, c.S, c.Dv), opt);
-  std::vector<float> dq16(nq), dk16(nk), dv16(nv);
   attention_backward_reference(q.widened(), k.widened(), v.widened(), dov,
                                MutableHeads::contiguous(dq16.data(), c.B, c.H, c.T, c.D),
                                MutableHeads::contiguous(dk16.data(), c.B, c.G, c.S, c.D),
                                MutableHeads::contiguous(dv16.data(), c.B, c.G, c.S, c.Dv), opt, Dtype::kBF16);
-  const std::vector<float>* got16[] = {&dq, &dk, &dv};
-  const std::vector<float>* want16[] = {&dq16, &dk16, &dv16};
-  const std::vector<float>* want32[] = {&dq_ref, &dk_ref, &dv_ref};
-  for (int t = 0; t < 3; ++t) {
-    const double scale = max_abs(*want16[t], sizes[t]);
-    const double bound = kFlipBound * scale;
-    fig->flips = std::max(fig->flips, check_close(str(grads[t].first, " given the reference's o").c_str(),
-                                                  got16[t]->data(), want16[t]->data(), sizes[t], bound, &failures));
+  for (const Grad& g : grads) {
+    const double scale = max_abs(g.ref16, g.n);
+    fig->flips = std::max(fig->flips, check_close(str(g.name, " given the reference's o").c_str(), g.got.data(),
+                                                  g.ref16.data(), g.n, kFlipBound * scale, &failures));
     // How far the rounding takes the gradients from the unrounded ones (the rounding is there).
-    for (size_t i = 0; i < sizes[t]; ++i)
-      if (scale > 0 && std::isfinite((*want32[t])[i]))
-        fig->rounding = std::max(fig->rounding, std::fabs((*got16[t])[i] - (*want32[t])[i]) / scale);
+    for (size_t i = 0; i < g.n; ++i)
+      if (scale > 0 && std::isfinite(g.ref[i]))
+        fig->rounding = std::max(fig->rounding, std::fabs(g.got[i] - g.ref[i]) / scale);
   }
 }
 

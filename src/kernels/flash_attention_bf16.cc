@@ -150,82 +150,76 @@ __attribute__((noinline)) void GradDot(size_t M, size_t nvec, const uint32_t* a,
 
 #pragma GCC pop_options
 
-// A value as bf16 bits: bf16 as it is, float32 rounded (nearest even).
-inline uint16_t BF16Bits(uint16_t x) { return x; }
-inline uint16_t BF16Bits(float x) { return float_to_bf16(x); }
+// Pair words that n values take (an odd n padded with a zero).
+inline size_t Pairs(size_t n) { return (n + 1) / 2; }
 
-// qt (pairs(dim), Br) pair words of rows [i0, i0 + rows) of head (b, h) of x, transposed: word
+// qt (Pairs(dim), Br) pair words of rows [i0, i0 + rows) of head (b, h) of x, transposed: word
 // (r, i) = (x_i[2r], x_i[2r + 1]) as bf16 (an odd dim padded with 0), lanes beyond rows 0.
-template <typename T>
-void PackTransposedPairs(Heads<const T> x, int64_t b, int64_t h, int64_t i0, size_t rows, uint32_t* qt) {
-  const size_t D = static_cast<size_t>(x.dim), P = (D + 1) / 2;
-  if constexpr (std::is_same_v<T, uint16_t>) {
-    if (rows == kBr && x.stride_d == 1 && D % 32 == 0) {
-      // A row's pair words are its bf16 values read as 32-bit words: 16 x 16 blocks of words
-      // transposed in registers (as float bits; nothing is computed on them).
-      const DF d;
-      for (size_t i = 0; i < kBr; i += 16)
-        for (size_t r = 0; r < P; r += 16) {
-          VF w[16];
-          for (size_t k = 0; k < 16; ++k)
-            w[k] = hn::LoadU(d, reinterpret_cast<const float*>(x.row(b, h, i0 + static_cast<int64_t>(i + k))) + r);
-          Transpose16(w);
-          for (size_t k = 0; k < 16; ++k) hn::StoreU(w[k], d, reinterpret_cast<float*>(qt) + (r + k) * kBr + i);
-        }
-      return;
-    }
+void PackTransposedPairs(Heads<const uint16_t> x, int64_t b, int64_t h, int64_t i0, size_t rows, uint32_t* qt) {
+  const size_t D = static_cast<size_t>(x.dim), P = Pairs(D);
+  if (rows == kBr && x.stride_d == 1 && D % 32 == 0) {
+    // A row's pair words are its bf16 values read as 32-bit words: 16 x 16 blocks of words
+    // transposed in registers (as float bits; nothing is computed on them).
+    const DF d;
+    for (size_t i = 0; i < kBr; i += 16)
+      for (size_t r = 0; r < P; r += 16) {
+        VF w[16];
+        for (size_t k = 0; k < 16; ++k)
+          w[k] = hn::LoadU(d, reinterpret_cast<const float*>(x.row(b, h, i0 + static_cast<int64_t>(i + k))) + r);
+        Transpose16(w);
+        for (size_t k = 0; k < 16; ++k) hn::StoreU(w[k], d, reinterpret_cast<float*>(qt) + (r + k) * kBr + i);
+      }
+    return;
   }
   for (size_t i = 0; i < kBr; ++i) {
     if (i >= rows) {
       for (size_t r = 0; r < P; ++r) qt[r * kBr + i] = 0;
       continue;
     }
-    const T* row = x.row(b, h, i0 + static_cast<int64_t>(i));
-    const auto at = [&](size_t c) { return c < D ? BF16Bits(row[static_cast<int64_t>(c) * x.stride_d]) : uint16_t{0}; };
+    const uint16_t* row = x.row(b, h, i0 + static_cast<int64_t>(i));
+    const auto at = [&](size_t c) { return c < D ? row[static_cast<int64_t>(c) * x.stride_d] : uint16_t{0}; };
     for (size_t r = 0; r < P; ++r) qt[r * kBr + i] = BF16Pair(at(2 * r), at(2 * r + 1));
   }
 }
 
-// out (n, pairs(dim)) pair words of rows [j0, j0 + rows) of head (b, h) of x, along the row: word
+// out (n, Pairs(dim)) pair words of rows [j0, j0 + rows) of head (b, h) of x, along the row: word
 // (j, r) = (x_j[2r], x_j[2r + 1]) as bf16; rows [rows, n) zero.
-template <typename T>
-void PackRowWords(Heads<const T> x, int64_t b, int64_t h, int64_t j0, size_t rows, size_t n, uint32_t* out) {
-  const size_t D = static_cast<size_t>(x.dim), P = (D + 1) / 2;
+void PackRowWords(Heads<const uint16_t> x, int64_t b, int64_t h, int64_t j0, size_t rows, size_t n, uint32_t* out) {
+  const size_t D = static_cast<size_t>(x.dim), P = Pairs(D);
   for (size_t j = 0; j < n; ++j) {
     uint32_t* w = out + j * P;
     if (j >= rows) {
       std::fill(w, w + P, 0u);
       continue;
     }
-    const T* row = x.row(b, h, j0 + static_cast<int64_t>(j));
-    if (std::is_same_v<T, uint16_t> && x.stride_d == 1 && D % 2 == 0) {  // the values read as 32-bit words
+    const uint16_t* row = x.row(b, h, j0 + static_cast<int64_t>(j));
+    if (x.stride_d == 1 && D % 2 == 0) {  // the values read as 32-bit words
       std::memcpy(w, row, D * sizeof(uint16_t));
       continue;
     }
-    const auto at = [&](size_t c) { return c < D ? BF16Bits(row[static_cast<int64_t>(c) * x.stride_d]) : uint16_t{0}; };
+    const auto at = [&](size_t c) { return c < D ? row[static_cast<int64_t>(c) * x.stride_d] : uint16_t{0}; };
     for (size_t r = 0; r < P; ++r) w[r] = BF16Pair(at(2 * r), at(2 * r + 1));
   }
 }
 
 // out ((n + 1) / 2, ld) pair words of rows [j0, j0 + rows) of head (b, h) of x, across rows: word
 // (r, d) = (x_{2r}[d], x_{2r + 1}[d]) as bf16; rows from `rows` on and columns [dim, ld) zero.
-template <typename T>
-void PackColumnPairs(Heads<const T> x, int64_t b, int64_t h, int64_t j0, size_t rows, size_t n, size_t ld,
+void PackColumnPairs(Heads<const uint16_t> x, int64_t b, int64_t h, int64_t j0, size_t rows, size_t n, size_t ld,
                      uint32_t* out) {
   const size_t D = static_cast<size_t>(x.dim);
   for (size_t r = 0; 2 * r < n; ++r) {
     uint32_t* w = out + r * ld;
     std::fill(w, w + ld, 0u);
     if (2 * r >= rows) continue;
-    const T* lo = x.row(b, h, j0 + static_cast<int64_t>(2 * r));
-    const T* hi = 2 * r + 1 < rows ? x.row(b, h, j0 + static_cast<int64_t>(2 * r + 1)) : nullptr;
+    const uint16_t* lo = x.row(b, h, j0 + static_cast<int64_t>(2 * r));
+    const uint16_t* hi = 2 * r + 1 < rows ? x.row(b, h, j0 + static_cast<int64_t>(2 * r + 1)) : nullptr;
     const int64_t st = x.stride_d;
     if (st == 1 && hi) {  // the common case, in a loop the compiler vectorises
-      for (size_t d = 0; d < D; ++d) w[d] = BF16Pair(BF16Bits(lo[d]), BF16Bits(hi[d]));
+      for (size_t d = 0; d < D; ++d) w[d] = BF16Pair(lo[d], hi[d]);
       continue;
     }
     for (size_t d = 0; d < D; ++d)
-      w[d] = BF16Pair(BF16Bits(lo[static_cast<int64_t>(d) * st]), hi ? BF16Bits(hi[static_cast<int64_t>(d) * st]) : uint16_t{0});
+      w[d] = BF16Pair(lo[static_cast<int64_t>(d) * st], hi ? hi[static_cast<int64_t>(d) * st] : uint16_t{0});
   }
 }
 
@@ -236,16 +230,15 @@ void PackColumnPairs(Heads<const T> x, int64_t b, int64_t h, int64_t j0, size_t 
 struct BF16DotOperands {
   Heads<const uint16_t> q, k, v;
 
-  static size_t pairs(size_t n) { return (n + 1) / 2; }
   static size_t padded_keys(const AttentionProblem& p) { return round_up(static_cast<size_t>(p.S), kBc); }
-  size_t query_floats(size_t D) const { return pairs(D) * kBr; }
+  size_t query_floats(size_t D) const { return Pairs(D) * kBr; }
   size_t cache_floats(const AttentionProblem& p) const {
     const size_t Sk = padded_keys(p);
-    return Sk * pairs(static_cast<size_t>(p.D)) + Sk / 2 * static_cast<size_t>(p.Dv) + kBc / 2 * kBr;
+    return Sk * Pairs(static_cast<size_t>(p.D)) + Sk / 2 * static_cast<size_t>(p.Dv) + kBc / 2 * kBr;
   }
   const uint32_t* key_words(const float* c) const { return reinterpret_cast<const uint32_t*>(c); }
   const uint32_t* value_words(const AttentionProblem& p, const float* c) const {
-    return key_words(c) + padded_keys(p) * pairs(static_cast<size_t>(p.D));
+    return key_words(c) + padded_keys(p) * Pairs(static_cast<size_t>(p.D));
   }
   uint32_t* probability_words(const AttentionProblem& p, const float* c) const {
     return const_cast<uint32_t*>(value_words(p, c) + padded_keys(p) / 2 * static_cast<size_t>(p.Dv));
@@ -265,7 +258,7 @@ struct BF16DotOperands {
     // rows [cache.rows, end), the ones from S on zero (cache.rows is a multiple of Bc: even)
     const auto n = static_cast<size_t>(end - cache.rows);
     const auto rows = static_cast<size_t>(std::max<int64_t>(0, std::min(end, p.S) - cache.rows));
-    PackRowWords(k, b, kvh, cache.rows, rows, n, reinterpret_cast<uint32_t*>(c) + static_cast<size_t>(cache.rows) * pairs(D));
+    PackRowWords(k, b, kvh, cache.rows, rows, n, reinterpret_cast<uint32_t*>(c) + static_cast<size_t>(cache.rows) * Pairs(D));
     PackColumnPairs(v, b, kvh, cache.rows, rows, n, Dv,
                     const_cast<uint32_t*>(value_words(p, c)) + static_cast<size_t>(cache.rows / 2) * Dv);
     cache.rows = end;
@@ -274,7 +267,7 @@ struct BF16DotOperands {
   template <int kD>
   void Scores(const AttentionProblem& p, int64_t, int64_t, const QueryBlock& qb, const float* c, int64_t j0,
               size_t cols, float* st) const {
-    const size_t P = pairs(static_cast<size_t>(p.D));
+    const size_t P = Pairs(static_cast<size_t>(p.D));
     ScoresDot(key_words(c) + static_cast<size_t>(j0) * P, P, reinterpret_cast<const uint32_t*>(qb.qt), P, cols,
               p.scale * kLog2e, st);
   }
@@ -285,7 +278,7 @@ struct BF16DotOperands {
     uint32_t* pt = probability_words(p, c);
     PackRowPairs(st, cols, 1.0f, pt);
     const size_t Dv = static_cast<size_t>(p.Dv);
-    ValuesDot(value_words(p, c) + static_cast<size_t>(j0) / 2 * Dv, pt, pairs(cols), Dv, qb.ot);
+    ValuesDot(value_words(p, c) + static_cast<size_t>(j0) / 2 * Dv, pt, Pairs(cols), Dv, qb.ot);
   }
 };
 
@@ -303,7 +296,6 @@ struct BF16DotOperands {
 struct BF16DotBackward {
   Heads<const uint16_t> q, k, v;
 
-  static size_t pairs(size_t n) { return (n + 1) / 2; }
   // words: three (Bc, Br) blocks of pair words per pair, or a query block's d_o in bf16
   size_t pair_floats(const AttentionProblem& p) const {
     return std::max(3 * kBcB * kBr / 2, (kBr * static_cast<size_t>(p.Dv) + 1) / 2);
@@ -327,8 +319,8 @@ struct BF16DotBackward {
       }
     }
     const auto g = Heads<const uint16_t>::contiguous(g16, 1, 1, static_cast<int64_t>(rows), static_cast<int64_t>(Dv));
-    PackTransposedPairs(q, b, h, i0, rows, words(s.qt) + blk * pairs(D) * kBr);
-    PackTransposedPairs(g, 0, 0, 0, rows, words(s.dot) + blk * pairs(Dv) * kBr);
+    PackTransposedPairs(q, b, h, i0, rows, words(s.qt) + blk * Pairs(D) * kBr);
+    PackTransposedPairs(g, 0, 0, 0, rows, words(s.dot) + blk * Pairs(Dv) * kBr);
     PackColumnPairs(q, b, h, i0, rows, kBr, Dp, words(s.qs) + blk * kBr / 2 * Dp);
     PackColumnPairs(g, 0, 0, 0, rows, kBr, Dvp, words(s.dob) + blk * kBr / 2 * Dvp);
     for (size_t i = 0; i < kBr; ++i) {  // D_i = sum_d d_o (rounded, as the products take it) * o
@@ -346,19 +338,19 @@ struct BF16DotBackward {
   void PackKeys(const AttentionProblem& p, int64_t b, int64_t kvh, KeyBlock& kj) const {
     const size_t D = static_cast<size_t>(p.D);
     PackRowWords(k, b, kvh, kj.j0, kj.cols, kBcB, words(kj.kb));
-    PackColumnPairs(k, b, kvh, kj.j0, kj.cols, kBcB, round_up(D, kLanes), words(kj.kb) + kBcB * pairs(D));
+    PackColumnPairs(k, b, kvh, kj.j0, kj.cols, kBcB, round_up(D, kLanes), words(kj.kb) + kBcB * Pairs(D));
     PackRowWords(v, b, kvh, kj.j0, kj.cols, kBcB, words(kj.vb));
   }
 
   template <int kD>
   void Scores(const AttentionProblem& p, const BackwardScratch& s, size_t blk, const KeyBlock& kj, float* st) const {
-    const size_t P = pairs(static_cast<size_t>(p.D));
+    const size_t P = Pairs(static_cast<size_t>(p.D));
     ScoresDot(words(kj.kb), P, words(s.qt) + blk * P * kBr, P, kj.cols, p.scale * kLog2e, st);
   }
   template <int kD>
   void ScoreGradient(const AttentionProblem& p, const BackwardScratch& s, size_t blk, const KeyBlock& kj,
                      float* dpt) const {
-    const size_t P = pairs(static_cast<size_t>(p.Dv));
+    const size_t P = Pairs(static_cast<size_t>(p.Dv));
     ScoresDot(words(kj.vb), P, words(s.dot) + blk * P * kBr, P, kj.cols, 1.0f, dpt);
   }
   void Gradients(const AttentionProblem& p, BackwardScratch& s, size_t blk, size_t rows, const KeyBlock& kj) const {
@@ -371,9 +363,9 @@ struct BF16DotBackward {
     RowsToBF16(s.pt, cols, 1.0f, pw);
     RowsToBF16(s.dpt, cols, p.scale, sw);
     PackRowPairs(s.dpt, cols, p.scale, spw);
-    GradDot(cols, Dvp / kLanes, pw, half, 1, words(s.dob) + blk * half * Dvp, Dvp, pairs(rows), kj.dv, Dvp);
-    GradDot(cols, Dp / kLanes, sw, half, 1, words(s.qs) + blk * half * Dp, Dp, pairs(rows), kj.dk, Dp);
-    GradDot(rows, Dp / kLanes, spw, 1, kBr, words(kj.kb) + kBcB * pairs(D), Dp, pairs(cols), s.dq + blk * kBr * Dp,
+    GradDot(cols, Dvp / kLanes, pw, half, 1, words(s.dob) + blk * half * Dvp, Dvp, Pairs(rows), kj.dv, Dvp);
+    GradDot(cols, Dp / kLanes, sw, half, 1, words(s.qs) + blk * half * Dp, Dp, Pairs(rows), kj.dk, Dp);
+    GradDot(rows, Dp / kLanes, spw, 1, kBr, words(kj.kb) + kBcB * Pairs(D), Dp, Pairs(cols), s.dq + blk * kBr * Dp,
             Dp);
   }
 
