@@ -27,7 +27,7 @@
 #include "qkv/modules/multi_head_attention.h"
 #include "qkv/modules/sdpa.h"
 #include "qkv/modules/self_attention.h"
-#include "qkv/train/attention_lm.h"
+#include "qkv/models/attention_lm.h"
 #include "qkv/train/loss.h"
 
 namespace qkv {
@@ -345,7 +345,7 @@ std::function<bool(int64_t, int64_t)> mask_of(const Tensor& mask) {
 TEST(BackwardFiniteDifferences, CausalAttentionWithDropoutAndFullyMaskedRows) {
   for (bool tril_bug : {false, true}) {
     Generator gen(31 + tril_bug);
-    AttentionConfig cfg{3, 4, 6, 0.3, 1, true};
+    const AttentionConfig cfg = attention_config("causal-attention", 3, 4, 6, 0.3, 1, true);
     CausalAttention ca(cfg, gen);
     // Notebook 004's bug: a tril mask hides every key of the last row.
     if (tril_bug) ca.mask.load(tril(Tensor::ones({6, 6})));
@@ -373,7 +373,7 @@ TEST(BackwardFiniteDifferences, CausalAttentionWithDropoutAndFullyMaskedRows) {
 
 TEST(BackwardFiniteDifferences, MultiHeadAttentionWrapper) {
   Generator gen(41);
-  AttentionConfig cfg{3, 2, 4, 0.25, 3, false};
+  const AttentionConfig cfg = attention_config("mha-wrapper", 3, 2, 4, 0.25, 3, false);
   MultiHeadAttentionWrapper w(cfg, gen);
   w.train();
   Tensor x = random_tensor({2, 4, 3}, gen);
@@ -415,7 +415,7 @@ Vec ref_mha(const Params& p, const std::string& prefix, const Vec& x, int64_t B,
 TEST(BackwardFiniteDifferences, MultiHeadAttention) {
   for (double p_drop : {0.0, 0.3}) {
     Generator gen(51);
-    AttentionConfig cfg{3, 6, 5, p_drop, 3, true};
+    const AttentionConfig cfg = attention_config("mha", 3, 6, 5, p_drop, 3, true);
     MultiHeadAttention mha(cfg, gen);
     mha.train();
     Tensor x = random_tensor({2, 5, 3}, gen);
@@ -519,9 +519,10 @@ TEST(BackwardFiniteDifferences, AttentionLanguageModelEndToEnd) {
   cfg.vocab_size = 7;
   cfg.context_length = 5;
   cfg.d_model = 4;
-  cfg.num_heads = 2;
+  cfg.attention.heads = 2;
   cfg.num_layers = 2;
-  cfg.dropout = 0.2;
+  cfg.attention.dropout = 0.2;
+  set_head_dim(cfg);
   cfg.qkv_bias = true;
   AttentionLM lm(cfg, gen);
   lm.train();
@@ -556,7 +557,7 @@ TEST(BackwardFiniteDifferences, AttentionLanguageModelEndToEnd) {
 
 TEST(Gradients, AccumulateAcrossCallsUntilZeroGrad) {
   Generator gen(91);
-  AttentionConfig cfg{3, 4, 6, 0.0, 2, true};
+  const AttentionConfig cfg = attention_config("mha", 3, 4, 6, 0.0, 2, true);
   MultiHeadAttention mha(cfg, gen);
   Tensor x = random_tensor({2, 6, 3}, gen), g = random_tensor({2, 6, 4}, gen);
   mha.forward(x);

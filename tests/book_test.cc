@@ -142,14 +142,14 @@ TEST_F(Book, SelfAttentionV2WeightsAndSeed123) {
 TEST_F(Book, CausalAttentionWithDropoutDrawsAfterItsWeights) {
   Tensor x = book_inputs();
   Generator g(123);
-  CausalAttention ca({3, 2, 6, 0.5, 1, false}, g);
+  CausalAttention ca(attention_config("causal-attention", 3, 2, 6, 0.5), g);
   ca.train();
   check("causal_attention.dropout05_seed123", ca.forward(stack({x, x}, 0)));
 }
 
 TEST_F(Book, Gpt2SmallMultiHeadAttentionParameterCount) {
   Generator g(0);
-  MultiHeadAttention mha({768, 768, 1024, 0.0, 12, false}, g);
+  MultiHeadAttention mha(attention_config("mha", 768, 768, 1024, 0.0, 12), g);
   EXPECT_EQ(mha.num_parameters(), expected("exercise_3_3.gpt2_small_mha_params").get<int64_t>());
 }
 

@@ -50,7 +50,7 @@ TEST_F(CliBenchDecode, BadFlagsNameTheValueAndWhatWasExpected) {
       {"--module decode --kv-len 8 --num-heads 12 --num-kv-heads 5", "--num-kv-heads (5) must divide --num-heads (12)"},
       {"--module decode --kv-len 8 --cache-dtype fp8", "--cache-dtype"},
       {"--module decode --kv-len 8 --seq-len 4", "--seq-len is not a flag of --module decode"},
-      {"--module decode --kv-len 8 --head-dim -1", "--head-dim -1: must be at least 1"},
+      {"--module decode --kv-len 8 --head-dim -1", "--head-dim (-1) must be at least 1"},
       {"--module attention-core --seq-len 4 --kv-len 8", "--kv-len is a flag of --module decode, not attention-core"},
       {"--module attention-core", "--seq-len is required for --module attention-core"},
   };

@@ -119,10 +119,10 @@ TEST_F(CliBench, BadInputNamesTheValueAndWhatWasExpected) {
   const std::pair<std::string, std::string> cases[] = {
       {"--module attention-core --seq-len 0", "--seq-len 0: must be at least 1"},
       {"--module attention-core --seq-len 4 --batch -2", "--batch -2: must be at least 1"},
-      {"--module attention-core --seq-len 4 --dropout 1.5", "--dropout 1.5: must be in [0, 1)"},
+      {"--module attention-core --seq-len 4 --dropout 1.5", "--dropout (1.5) must be in [0, 1)"},
       {"--module attention-core --seq-len 4 --iters 0", "--iters 0: must be at least 1"},
       {"--module attention-core --seq-len 4 --threads -1", "--threads -1: must be at least 1"},
-      {"--module attention-core --seq-len 4 --head-dim -3", "--head-dim -3: must be at least 1"},
+      {"--module attention-core --seq-len 4 --head-dim -3", "--head-dim (-3) must be at least 1"},
       {"--module mha --seq-len 4 --d-model 10 --num-heads 3", "--d-model (10) must be divisible by --num-heads (3)"},
       {"--module causal-attention --seq-len 4 --num-heads 2", "--num-heads 2: --module causal-attention has one head"},
       {"--module mha --seq-len 4 --d-model 0", "--d-model 0: must be at least 1"},

@@ -39,7 +39,7 @@ TEST_F(Bf16Cli, MixedPrecisionTrainingReachesTheFp32HeldOutAccuracy) {
   EXPECT_LT(b["final_loss"].get<double>(), 0.05);
   // The mode is stored with the model; generation runs in it, and --dtype f32 overrides it.
   Checkpoint c = load_checkpoint(path("bf16.st"));
-  EXPECT_EQ(c.options.model.dtype, Dtype::kBF16);
+  EXPECT_EQ(c.options.model.attention.dtype, Dtype::kBF16);
   EXPECT_EQ(c.weights_dtype, Dtype::kF32) << "master weights are saved in f32 by default";
   for (const char* dtype : {"", "--dtype f32", "--dtype bf16"}) {
     Result g = run(std::string("generate --checkpoint bf16.st --prompt \"hgfedcba|\" --json ") + dtype);
@@ -108,7 +108,7 @@ TEST_F(Bf16Cli, WhatHasNoBf16ModeSaysWhich) {
        "--dtype: bf16 with --dropout 0.1 needs --attention fused"},
       {"train --steps 1 --checkpoint-dtype f64", "--checkpoint-dtype: 'f64' is not a dtype; expected f32 or bf16"},
       {"bench --module decode --kv-len 16 --dtype bf16", "--dtype is not a flag of --module decode"},
-      {"bench --module mha --seq-len 8 --dtype f8", "--dtype: f8 not in {f32,bf16}"},
+      {"bench --module mha --seq-len 8 --dtype f8", "--dtype: 'f8' is not a dtype; expected f32 or bf16"},
   };
   for (const auto& [args, message] : cases) {
     const bool train = args.rfind("train", 0) == 0;

@@ -138,11 +138,7 @@ TEST(AttentionModules, TheirInfoSaysWhatEachModuleTakes) {
     SCOPED_TRACE(info.name);
     EXPECT_EQ(info.name, attention_module_names()[i]);
     EXPECT_EQ(&attention_module_info(info.name), &info);
-    AttentionConfig c;
-    c.d_in = c.d_out = 4;
-    c.context_length = 3;
-    c.num_heads = info.multi_head ? 2 : 1;
-    c.qkv_bias = info.bias;
+    const AttentionConfig c = attention_config(info.name, 4, 4, 3, 0.0, info.multi_head ? 2 : 1, info.bias);
     Generator gen(1);
     std::unique_ptr<AttentionModule> m = make_attention_module(info.name, c, gen);
     EXPECT_EQ(m->input_rank(), info.input_rank);
@@ -166,11 +162,11 @@ TEST(AttentionModules, TheirInfoSaysWhatEachModuleTakes) {
   EXPECT_THROW(attention_module_info("attention"), qkv::Error);
 }
 
-TEST_F(Cli, DropoutOutsideZeroOne) {
+TEST_F(Cli, DropoutOutsideZeroOne) {  // a flag's value out of its range: a usage error
   for (const char* p : {"1", "1.5", "-0.1"})
     expect_error(std::string("forward --module mha --d-in 3 --d-out 2 --context-length 6 --num-heads 1 --seed 1 "
                              "--dropout ") + p + " --input " + input({1, 6, 3}),
-                 {"dropout", "must be in [0, 1)"});
+                 {"--dropout (", "must be in [0, 1)"}, 2);
 }
 
 TEST_F(Cli, UnknownOrMissingFlagsAreUsageErrors) {  // exit status 2, as qkv --help says

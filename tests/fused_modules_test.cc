@@ -69,8 +69,8 @@ struct Case {
 };
 
 std::string describe(const Case& c) {
-  return str(c.module, " B=", c.B, " T=", c.T, " d_in=", c.config.d_in, " d_out=", c.config.d_out,
-             " heads=", c.config.num_heads, " context=", c.config.context_length, c.config.qkv_bias ? " bias" : "",
+  return str(c.module, " B=", c.B, " T=", c.T, " d_in=", c.config.d_in, " d_out=", c.config.d_out(),
+             " heads=", c.config.attention.heads, " context=", c.config.context_length, c.config.qkv_bias ? " bias" : "",
              c.loaded_mask ? " loaded-mask" : "");
 }
 
@@ -83,13 +83,12 @@ std::vector<Case> random_cases(const std::string& module, int n, uint32_t seed) 
     c.module = module;
     c.B = i == 0 ? 0 : pick(1, 3);
     c.T = i == 1 ? 0 : i == 2 ? 1 : pick(1, 19);
-    c.config.num_heads = module == "causal-attention" ? 1 : pick(1, 4);
+    const int64_t heads = module == "causal-attention" ? 1 : pick(1, 4);
     const int64_t D = i % 10 == 9 ? 64 : pick(1, 9);
-    c.config.d_out = module == "mha" ? D * c.config.num_heads : D;
-    c.config.d_in = pick(1, 12);
-    c.config.context_length = c.T + pick(0, 5);
-    if (c.config.context_length == 0) c.config.context_length = 1;
-    c.config.qkv_bias = pick(0, 1) == 1;
+    const int64_t d_in = pick(1, 12);
+    const int64_t context_length = std::max<int64_t>(1, c.T + pick(0, 5));
+    const bool qkv_bias = pick(0, 1) == 1;
+    c.config = attention_config(module, d_in, module == "mha" ? D * heads : D, context_length, 0.0, heads, qkv_bias);
     c.loaded_mask = i % 4 == 3;
     cases.push_back(c);
   }
@@ -173,7 +172,7 @@ TEST(FusedModules, MultiHeadAttentionAgreesWithTheTextbookPath) {
 }
 
 TEST(FusedModules, GradientsAccumulateAcrossCallsOnTheFusedPath) {
-  const Case c{"mha", {5, 8, 7, 0.0, 2, true}, 2, 7};
+  const Case c{"mha", attention_config("mha", 5, 8, 7, 0.0, 2, true), 2, 7};
   auto m = build(c, AttentionPath::kFused, Tensor());
   auto once = build(c, AttentionPath::kFused, Tensor());
   std::mt19937 rng(5);
@@ -192,7 +191,7 @@ TEST(FusedModules, GradientsAccumulateAcrossCallsOnTheFusedPath) {
 }
 
 TEST(FusedModules, AutoRunsTheTextbookPathUnderDropoutSoTheMasksArePyTorchs) {
-  const Case c{"mha", {6, 8, 9, 0.25, 2, false}, 2, 9};
+  const Case c{"mha", attention_config("mha", 6, 8, 9, 0.25, 2, false), 2, 9};
   auto automatic = build(c, AttentionPath::kAuto, Tensor());
   auto textbook = build(c, AttentionPath::kTextbook, Tensor());
   automatic->train(true);
@@ -214,8 +213,7 @@ TEST(FusedModules, FusedDropoutIsTheTraceMaskAndItsBackwardUsesIt) {
     SCOPED_TRACE(module);
     Case c;
     c.module = module;
-    c.config = {5, 6, 11, 0.3, 3, true};
-    if (c.module == "causal-attention") c.config.num_heads = 1;
+    c.config = attention_config(module, 5, 6, 11, 0.3, c.module == "causal-attention" ? 1 : 3, true);
     c.B = 2;
     c.T = 11;
     auto m = build(c, AttentionPath::kFused, Tensor());
@@ -278,7 +276,7 @@ TEST(FusedModules, PathNamesParseAndUnknownNamesAreRefused) {
 }
 
 TEST(FusedModules, NonFiniteInputsPropagateOnBothPathsWithoutCrashing) {
-  const Case c{"mha", {4, 4, 6, 0.0, 2, false}, 1, 6};
+  const Case c{"mha", attention_config("mha", 4, 4, 6, 0.0, 2, false), 1, 6};
   auto fused = build(c, AttentionPath::kFused, Tensor());
   auto textbook = build(c, AttentionPath::kTextbook, Tensor());
   std::mt19937 rng(3);

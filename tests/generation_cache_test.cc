@@ -17,7 +17,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/generator.h"
 #include "qkv/kernels/mha.h"
-#include "qkv/train/sampling.h"
+#include "qkv/models/generation.h"
 
 namespace qkv {
 namespace {
@@ -44,20 +44,18 @@ AttentionLM make_lm(const Variant& v, int64_t context, uint64_t seed = 7, int64_
   c.vocab_size = vocab;
   c.context_length = context;
   c.d_model = 16;
-  c.num_heads = 4;
+  c.attention.heads = 4;
   c.num_layers = layers;
+  set_head_dim(c);
   Generator gen(seed);
   AttentionLM lm(c, gen);
   if (v.any()) {
-    AttentionConfig a;
-    a.d_in = a.d_out = c.d_model;
-    a.context_length = context;
-    a.num_heads = c.num_heads;
-    a.num_kv_heads = v.kv_heads;
-    a.rope = v.rope;
-    a.window = v.window;
-    a.alibi = v.alibi;
-    a.softcap = v.softcap;
+    AttentionConfig a = attention_config("mha", c.d_model, c.d_model, context, 0.0, c.attention.heads);
+    a.attention.kv_heads = v.kv_heads;
+    a.attention.rope = v.rope;
+    a.attention.window = v.window;
+    a.attention.alibi = v.alibi;
+    a.attention.softcap = v.softcap;
     for (auto& block : lm.blocks) block = MultiHeadAttention(a, gen);
   }
   return lm;
@@ -196,11 +194,8 @@ TEST(GenerationCache, LmForwardCachedMatchesTheFullForwardAtEveryStepAndKeepsBac
 }
 
 TEST(GenerationCache, ModuleErrorsNameTheMismatch) {
-  AttentionConfig a;
-  a.d_in = a.d_out = 16;
-  a.context_length = 8;
-  a.num_heads = 4;
-  a.num_kv_heads = 2;
+  AttentionConfig a = attention_config("mha", 16, 16, 8, 0.0, 4);
+  a.attention.kv_heads = 2;
   Generator gen(1);
   MultiHeadAttention mha(a, gen);
   mha.eval();
@@ -264,7 +259,7 @@ TEST(GenerationCache, ModuleErrorsNameTheMismatch) {
   }
   {  // dropout in training mode
     AttentionConfig d = a;
-    d.dropout = 0.1;
+    d.attention.dropout = 0.1;
     MultiHeadAttention dropped(d, gen);
     dropped.train();
     KvCache cache(1, 1, 2, 8, 4, 4, CacheDtype::kF32);

@@ -122,7 +122,7 @@ TrainOptions tiny_options() {
   o.task_length = 3;
   o.task_symbols = 5;
   o.model.d_model = 8;
-  o.model.num_heads = 2;
+  o.model.attention.heads = 2;
   o.model.num_layers = 1;
   o.batch_size = 4;
   o.steps = 6;

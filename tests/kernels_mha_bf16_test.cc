@@ -72,9 +72,17 @@ struct Layer {
 
   explicit Layer(const Config& config) : c(config) {
     std::mt19937 rng(7);
-    s = MhaShape{c.B, c.T, c.d_in, c.d_out, c.H};
-    s.kv_heads = c.G;
-    s.rope.layout = c.rope;
+    s.batch = c.B;
+    s.tokens = c.T;
+    s.d_in = c.d_in;
+    s.attention.heads = c.H;
+    s.attention.head_dim = c.d_out / c.H;
+    s.attention.kv_heads = c.G;
+    s.attention.rope = c.rope;
+    s.attention.dropout = c.dropout;
+    s.attention.window = c.window;
+    s.attention.alibi = c.alibi;
+    s.attention.softcap = c.softcap;
     const int64_t rows = c.B * c.T, C = c.d_out, Q = s.qkv_width();
     x = random_vector(static_cast<size_t>(rows * c.d_in), rng);
     dy = random_vector(static_cast<size_t>(rows * C), rng);
@@ -92,22 +100,18 @@ struct Layer {
 
   LayerRun run(Dtype dtype, bool bf16_weights = false) const {
     MhaShape shape = s;
-    shape.dtype = dtype;
+    shape.attention.dtype = dtype;
     MhaWeights w{w_qkv.data(), c.bias ? b_qkv.data() : nullptr, w_out.data(), b_out.data()};
     if (bf16_weights) {
       w.w_qkv16 = w_qkv16.data();
       w.w_out16 = w_out16.data();
     }
     ThreadPool pool(2);
-    AttentionOptions opt;
-    opt.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim()));
-    opt.mask = AttentionMask::causal();
-    opt.dropout_p = c.dropout;
-    opt.dropout_seed = 5;
-    opt.pool = &pool;
-    opt.window = c.window;
-    opt.alibi_slopes = c.alibi ? slopes.data() : nullptr;
-    opt.softcap = c.softcap;
+    MhaCall call;
+    call.dropout = c.dropout > 0.0f;
+    call.dropout_seed = 5;
+    call.pool = &pool;
+    call.alibi_slopes = c.alibi ? slopes.data() : nullptr;
     LayerRun r;
     r.y.resize(dy.size());
     r.dx.resize(x.size());
@@ -115,10 +119,12 @@ struct Layer {
     r.db_qkv.resize(b_qkv.size());
     r.dw_out.resize(w_out.size());
     r.db_out.resize(b_out.size());
+    MhaSaved saved;
     MhaWorkspace ws;
-    mha_forward(shape, w, x.data(), r.y.data(), ws, opt);
+    mha_forward(shape, w, x.data(), r.y.data(), saved, ws, call);
     mha_backward(shape, w, x.data(), dy.data(), r.dx.data(),
-                 {r.dw_qkv.data(), c.bias ? r.db_qkv.data() : nullptr, r.dw_out.data(), r.db_out.data()}, ws, opt);
+                 {r.dw_qkv.data(), c.bias ? r.db_qkv.data() : nullptr, r.dw_out.data(), r.db_out.data()}, saved,
+                 saved.id(), ws, call);
     return r;
   }
 };

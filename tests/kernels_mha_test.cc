@@ -39,17 +39,24 @@ void linear_reference(const float* x, int64_t M, int64_t K, const float* W, cons
       for (int64_t n = 0; n < N; ++n) y[m * N + n] += b[n];
 }
 
+// The pipeline's shape for the book's MultiHeadAttention(d_in, d_out, ..., num_heads): causal,
+// H heads of d_out / H.
+MhaShape shape_of(int64_t B, int64_t T, int64_t d_in, int64_t d_out, int64_t H) {
+  MhaShape s;
+  s.batch = B;
+  s.tokens = T;
+  s.d_in = d_in;
+  s.attention.heads = H;
+  s.attention.head_dim = d_out / H;
+  return s;
+}
+
 TEST(MhaPipeline, ForwardMatchesTheBookModule) {
   struct Config { int64_t B, T, d_in, d_out, H; bool bias; };
   for (const Config& c : {Config{2, 6, 3, 2, 2, false}, Config{2, 37, 24, 32, 4, true}, Config{1, 70, 64, 128, 2, false}}) {
     SCOPED_TRACE(str("B=", c.B, " T=", c.T, " d_in=", c.d_in, " d_out=", c.d_out, " H=", c.H));
     Generator gen(123);
-    AttentionConfig config;
-    config.d_in = c.d_in;
-    config.d_out = c.d_out;
-    config.context_length = c.T;
-    config.num_heads = c.H;
-    config.qkv_bias = c.bias;
+    AttentionConfig config = attention_config("mha", c.d_in, c.d_out, c.T, 0.0, c.H, c.bias);
     config.path = AttentionPath::kTextbook;  // the book's computation, not the module's fast path
     MultiHeadAttention m(config, gen);
     std::mt19937 rng(1);
@@ -66,14 +73,12 @@ TEST(MhaPipeline, ForwardMatchesTheBookModule) {
       }
     }
     const std::vector<float> w_out = m.out_proj.weight.to_vector(), b_out = m.out_proj.bias.to_vector();
-    MhaShape s{c.B, c.T, c.d_in, c.d_out, c.H};
+    const MhaShape s = shape_of(c.B, c.T, c.d_in, c.d_out, c.H);
     MhaWeights w{w_qkv.data(), c.bias ? b_qkv.data() : nullptr, w_out.data(), b_out.data()};
-    AttentionOptions opt;
-    opt.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim()));
-    opt.mask = AttentionMask::causal();
+    MhaSaved saved;
     MhaWorkspace ws;
     std::vector<float> y(static_cast<size_t>(c.B * c.T * c.d_out));
-    mha_forward(s, w, x.data(), y.data(), ws, opt);
+    mha_forward(s, w, x.data(), y.data(), saved, ws, MhaCall{});
     EXPECT_TRUE(close(y, want.to_vector(), 1e-5));
   }
 }
@@ -97,25 +102,26 @@ TEST(MhaPipeline, ForwardAndBackwardMatchTheReferencePipeline) {
     const auto b_qkv = weights(static_cast<size_t>(3 * C), c.d_in);
     const auto w_out = weights(static_cast<size_t>(C * C), C);
     const auto b_out = weights(static_cast<size_t>(C), C);
-    MhaShape s{c.B, c.T, c.d_in, c.d_out, c.H};
+    MhaShape s = shape_of(c.B, c.T, c.d_in, c.d_out, c.H);
+    s.attention.dropout = c.dropout;
     MhaWeights w{w_qkv.data(), c.bias ? b_qkv.data() : nullptr, c.out_proj ? w_out.data() : nullptr,
                  c.out_proj ? b_out.data() : nullptr};
     ThreadPool pool(2);
-    AttentionOptions opt;
-    opt.scale = 1.0f / std::sqrt(static_cast<float>(D));
-    opt.mask = AttentionMask::causal();
-    opt.dropout_p = c.dropout;
-    opt.dropout_seed = 99;
-    opt.pool = &pool;
+    MhaCall call;
+    call.dropout = c.dropout > 0.0f;
+    call.dropout_seed = 99;
+    call.pool = &pool;
+    const AttentionOptions opt = mha_options(s, call);  // the references' options: the pipeline's
 
+    MhaSaved saved;
     MhaWorkspace ws;
     std::vector<float> y(static_cast<size_t>(rows * C)), dx(static_cast<size_t>(rows * c.d_in));
     std::vector<float> dw_qkv(w_qkv.size()), db_qkv(b_qkv.size()), dw_out(w_out.size()), db_out(b_out.size());
-    mha_forward(s, w, x.data(), y.data(), ws, opt);
+    mha_forward(s, w, x.data(), y.data(), saved, ws, call);
     mha_backward(s, w, x.data(), dy.data(), dx.data(),
                  {dw_qkv.data(), c.bias ? db_qkv.data() : nullptr, c.out_proj ? dw_out.data() : nullptr,
                   c.out_proj ? db_out.data() : nullptr},
-                 ws, opt);
+                 saved, saved.id(), ws, call);
 
     // The same steps with the references.
     std::vector<float> qkv(static_cast<size_t>(rows * 3 * C)), ctx(static_cast<size_t>(rows * C)),
@@ -167,8 +173,8 @@ TEST(MhaPipeline, ForwardAndBackwardMatchTheReferencePipeline) {
 
 TEST(MhaPipeline, FlopCountsAreTheProjectionsPlusTheCausalAttention) {
   // GPT-2 small, B=8, T=1024: 29.0 + 9.7 GFLOP of projections, 12.9 of causal attention.
-  const MhaShape s{8, 1024, 768, 768, 12};
-  const double f = mha_forward_flops(s, true, true);
+  const MhaShape s = shape_of(8, 1024, 768, 768, 12);
+  const double f = mha_forward_flops(s, true);
   EXPECT_NEAR(f / 1e9, 29.0 + 9.66 + 12.9, 0.1);
 }
 

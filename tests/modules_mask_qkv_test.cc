@@ -16,12 +16,7 @@ namespace qkv {
 namespace {
 
 AttentionConfig config(int64_t context_length, int64_t heads = 2) {
-  AttentionConfig c;
-  c.d_in = 6;
-  c.d_out = 4;
-  c.context_length = context_length;
-  c.num_heads = heads;
-  return c;
+  return attention_config("mha", 6, 4, context_length, 0.0, heads);
 }
 
 std::map<std::string, Tensor> saved(Module& m) {

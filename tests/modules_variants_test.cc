@@ -41,7 +41,7 @@ Outcome run(AttentionConfig c, AttentionPath path, int64_t B, int64_t T, uint64_
   Generator gen(seed);
   MultiHeadAttention m(c, gen);
   Generator data(seed + 1);
-  const Tensor x = randn({B, T, c.d_in}, data), dy = randn({B, T, c.d_out}, data);
+  const Tensor x = randn({B, T, c.d_in}, data), dy = randn({B, T, c.d_out()}, data);
   Outcome r;
   r.y = m.forward(x);
   r.dx = m.backward(dy);
@@ -82,17 +82,12 @@ const Variant kVariants[] = {
 };
 
 AttentionConfig config_of(const Variant& v) {
-  AttentionConfig c;
-  c.d_in = 5;
-  c.d_out = v.d_out;
-  c.context_length = 13;
-  c.num_heads = v.heads;
-  c.qkv_bias = true;
-  c.num_kv_heads = v.kv_heads;
-  c.rope = v.rope;
-  c.window = v.window;
-  c.alibi = v.alibi;
-  c.softcap = v.softcap;
+  AttentionConfig c = attention_config("mha", 5, v.d_out, 13, 0.0, v.heads, true);
+  c.attention.kv_heads = v.kv_heads;
+  c.attention.rope = v.rope;
+  c.attention.window = v.window;
+  c.attention.alibi = v.alibi;
+  c.attention.softcap = v.softcap;
   return c;
 }
 
@@ -120,15 +115,11 @@ TEST(MhaVariants, FusedKernelMatchesTextbook) {
 // equals an H-head one whose W_key / W_value rows are the G heads' rows, each repeated H / G times.
 TEST(MhaVariants, GroupedQueryEqualsRepeatedKeyValueWeights) {
   for (AttentionPath path : {AttentionPath::kTextbook, AttentionPath::kFused}) {
-    AttentionConfig gqa;
-    gqa.d_in = 4;
-    gqa.d_out = 12;
-    gqa.context_length = 6;
-    gqa.num_heads = 6;
-    gqa.num_kv_heads = 2;
+    AttentionConfig gqa = attention_config("mha", 4, 12, 6, 0.0, 6);
+    gqa.attention.kv_heads = 2;
     gqa.path = path;
     AttentionConfig mha = gqa;
-    mha.num_kv_heads = 0;
+    mha.attention.kv_heads = 0;
     Generator g1(9), g2(9);
     MultiHeadAttention a(gqa, g1), b(mha, g2);
     ASSERT_EQ(a.W_key.weight.shape(), Shape({4, 4}));  // (G D, d_in)
@@ -165,27 +156,25 @@ TEST(MhaVariants, StateDictKeepsTheBookNamesWithGroupedShapes) {
 
 TEST(MhaVariants, ConfigErrorsNameTheValue) {
   auto error = [](auto edit) {
-    AttentionConfig c;
-    c.d_in = 4;
-    c.d_out = 12;
-    c.context_length = 4;
-    c.num_heads = 4;
+    AttentionConfig c = attention_config("mha", 4, 12, 4, 0.0, 4);
     edit(c);
     Generator gen(1);
     return error_of([&] { MultiHeadAttention m(c, gen); });
   };
-  EXPECT_NE(error([](AttentionConfig& c) { c.num_kv_heads = 3; }).find("num_kv_heads (3) must divide num_heads (4)"),
+  EXPECT_NE(error([](AttentionConfig& c) { c.attention.kv_heads = 3; }).find("num_kv_heads (3) must divide num_heads (4)"),
             std::string::npos);
-  EXPECT_NE(error([](AttentionConfig& c) { c.window = -2; }).find("window (-2) must be positive"), std::string::npos);
-  EXPECT_NE(error([](AttentionConfig& c) { c.softcap = -1.0f; }).find("softcap (-1) must be positive"),
+  EXPECT_NE(error([](AttentionConfig& c) { c.attention.window = -2; }).find("window (-2) must be positive"),
             std::string::npos);
-  EXPECT_NE(error([](AttentionConfig& c) { c.rope = RopeLayout::kHalf; }).find("RoPE needs an even head dim, got 3"),
+  EXPECT_NE(error([](AttentionConfig& c) { c.attention.softcap = -1.0; }).find("softcap (-1) must be positive"),
             std::string::npos);
-  EXPECT_NE(error([](AttentionConfig& c) { c.alibi_slopes = {1.0f}; }).find("1 ALiBi slopes given for num_heads (4)"),
+  EXPECT_NE(error([](AttentionConfig& c) { c.attention.rope = RopeLayout::kHalf; })
+                .find("rope (half) needs an even head_dim, got 3"),
             std::string::npos);
-  AttentionConfig causal;
-  causal.d_in = causal.d_out = causal.context_length = 2;
-  causal.window = 2;
+  EXPECT_NE(error([](AttentionConfig& c) { c.attention.alibi_slopes = {1.0f}; })
+                .find("alibi_slopes has 1 slopes for num_heads (4)"),
+            std::string::npos);
+  AttentionConfig causal = attention_config("causal-attention", 2, 2, 2);
+  causal.attention.window = 2;
   Generator gen(1);
   EXPECT_NE(error_of([&] { make_attention_module("causal-attention", causal, gen); }).find("takes no variants"),
             std::string::npos);

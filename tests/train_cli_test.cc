@@ -185,8 +185,8 @@ TEST_F(TrainCli, AttentionVariantsAreStoredAndAResumeMustAgreeWithThem) {
                           "--num-layers 1 --batch-size 8 --eval-sequences 64 --quiet --svg \"\" --attention textbook ";
   ASSERT_EQ(run(gqa + "--steps 300 --eval-every 0 --checkpoint g.st").status, 0);
   Checkpoint c = load_checkpoint(path("g.st"));
-  EXPECT_EQ(c.options.model.num_kv_heads, 2);
-  EXPECT_EQ(c.options.model.rope, kernels::RopeLayout::kHalf);
+  EXPECT_EQ(c.options.model.attention.kv_heads, 2);
+  EXPECT_EQ(c.options.model.attention.rope, kernels::RopeLayout::kHalf);
   EXPECT_EQ(c.model.at("blocks.0.W_key.weight").shape(), (Shape{8, 16}));
   ASSERT_GT(c.evals.size(), 0u);
   EXPECT_GT(c.evals.back().accuracy, 0.99) << "the copy task of 4 symbols is learnt with GQA + RoPE too";
@@ -217,15 +217,16 @@ TEST_F(TrainCli, AttentionVariantsAreStoredAndAResumeMustAgreeWithThem) {
 
 TEST_F(TrainCli, BadAttentionVariantFlagsAreUsageErrorsNamingTheFlag) {
   const std::pair<const char*, const char*> cases[] = {
-      {"--num-kv-heads 3", "--num-kv-heads: 3 must divide --num-heads (2)"},
-      {"--num-kv-heads -1", "--num-kv-heads: -1 must divide --num-heads (2)"},
+      {"--num-kv-heads 3", "--num-kv-heads (3) must divide --num-heads (2)"},
+      {"--num-kv-heads -1", "--num-kv-heads (-1) must divide --num-heads (2)"},
       {"--rope sideways", "--rope: 'sideways' is not a RoPE layout; expected none, half or interleaved"},
-      {"--rope half --d-model 6", "--rope: half needs an even head dim, got 3 (--d-model 6 / --num-heads 2)"},
-      {"--rope half --rope-base 0", "--rope-base: 0 must be positive"},
+      {"--rope half --d-model 6", "--rope (half) needs an even head dim, got 3"},
+      {"--rope half --rope-base 0", "--rope-base (0) must be a positive finite number"},
       {"--rope-base 500", "--rope-base: 500 needs --rope half or --rope interleaved"},
-      {"--window -2", "--window: -2 must not be negative"},
+      {"--window -2", "--window (-2) must be positive (or 0 for none)"},
       {"--window 9 --context-length 8", "--window: 9 must be at most --context-length (8)"},
-      {"--softcap -1", "--softcap: -1 must be >= 0"},
+      {"--softcap -1", "--softcap (-1) must be positive and at most 1e+30"},
+      {"--softcap 3.4e38", "--softcap (3.4e+38) must be positive and at most 1e+30"},
       {"--softcap nan", "--softcap: 'nan' is not a finite number"},
   };
   const std::string base = "train --length 4 --symbols 6 --num-heads 2 --num-layers 1 --steps 1 --quiet --svg \"\" ";

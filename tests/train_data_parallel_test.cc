@@ -78,11 +78,7 @@ TEST(TrainDataParallel, DropoutOfASliceIsTheWholeBatchsMaskForItsRows) {
 // MultiHeadAttention in training mode with dropout, on both paths: the slice's output is the
 // whole batch's rows.
 void expect_slice_matches_whole(AttentionPath path) {
-  AttentionConfig c;
-  c.d_in = c.d_out = 8;
-  c.context_length = 6;
-  c.num_heads = 2;
-  c.dropout = 0.3;
+  AttentionConfig c = attention_config("mha", 8, 8, 6, 0.3, 2);
   c.path = path;
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);

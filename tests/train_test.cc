@@ -17,7 +17,7 @@
 #include "qkv/io/safetensors.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/loss_curve.h"
-#include "qkv/train/sampling.h"
+#include "qkv/models/generation.h"
 #include "qkv/train/trainer.h"
 #include "test_support.h"
 
@@ -104,7 +104,7 @@ TEST(Checkpoint, RoundTripsEverythingAResumeNeeds) {
   o.task_length = 3;
   o.task_symbols = 5;
   o.model.d_model = 8;
-  o.model.num_heads = 2;
+  o.model.attention.heads = 2;
   o.model.num_layers = 1;
   o.batch_size = 4;
   o.steps = 6;
@@ -137,9 +137,9 @@ TrainOptions tiny_options() {
   o.task_length = 3;
   o.task_symbols = 5;
   o.model.d_model = 8;
-  o.model.num_heads = 2;
+  o.model.attention.heads = 2;
   o.model.num_layers = 1;
-  o.model.dropout = 0.1;  // so the model's generator must be carried across a stop too
+  o.model.attention.dropout = 0.1;  // so the model's generator must be carried across a stop too
   o.batch_size = 4;
   o.steps = 12;
   o.warmup = 2;
@@ -307,7 +307,7 @@ TEST(TrainOptionsJson, ReadsAndWritesTheCheckpointsFormatExactly) {
   p.nesterov = true;
   p.momentum = 0.5;
   p.seed = 18446744073709551615ull;
-  p.model.attention = AttentionPath::kTextbook;
+  p.model.path = AttentionPath::kTextbook;
   p.model.qkv_bias = true;
   const nlohmann::json j = to_json(p);
   EXPECT_EQ(j["task"], "reverse");
@@ -319,7 +319,7 @@ TEST(TrainOptionsJson, ReadsAndWritesTheCheckpointsFormatExactly) {
   old["model"].erase("attention");
   old.erase("eval_sequences");
   const TrainOptions q = train_options_from_json(old);
-  EXPECT_EQ(q.model.attention, AttentionPath::kAuto);
+  EXPECT_EQ(q.model.path, AttentionPath::kAuto);
   EXPECT_EQ(q.eval_sequences, 512);
 }
 
@@ -354,27 +354,27 @@ TEST(TrainOptionsJson, RejectsUnknownKeysAndIllTypedValuesNamingTheKey) {
 // written by name, refused by name when ill-typed or out of range.
 TEST(TrainOptionsJson, AttentionVariantsAreOptionalRoundTripAndAreChecked) {
   const TrainOptions old = train_options_from_json(nlohmann::json::parse(kOldOptions));
-  EXPECT_EQ(old.model.num_kv_heads, 0);
-  EXPECT_EQ(old.model.rope, kernels::RopeLayout::kNone);
-  EXPECT_EQ(old.model.rope_base, 10000.0);
-  EXPECT_EQ(old.model.window, 0);
-  EXPECT_FALSE(old.model.alibi);
-  EXPECT_EQ(old.model.softcap, 0.0);
+  EXPECT_EQ(old.model.attention.kv_heads, 0);
+  EXPECT_EQ(old.model.attention.rope, kernels::RopeLayout::kNone);
+  EXPECT_EQ(old.model.attention.rope_base, 10000.0);
+  EXPECT_EQ(old.model.attention.window, 0);
+  EXPECT_FALSE(old.model.attention.alibi);
+  EXPECT_EQ(old.model.attention.softcap, 0.0);
   TrainOptions v = old;
-  v.model.num_kv_heads = 2;
-  v.model.rope = kernels::RopeLayout::kHalf;
-  v.model.rope_base = 500.0;
-  v.model.window = 5;
-  v.model.alibi = true;
-  v.model.softcap = 30.0;
+  v.model.attention.kv_heads = 2;
+  v.model.attention.rope = kernels::RopeLayout::kHalf;
+  v.model.attention.rope_base = 500.0;
+  v.model.attention.window = 5;
+  v.model.attention.alibi = true;
+  v.model.attention.softcap = 30.0;
   const nlohmann::json j = to_json(v);
   EXPECT_EQ(j["model"]["rope"], "half");
   EXPECT_EQ(j["model"]["num_kv_heads"], 2);
   const TrainOptions back = train_options_from_json(j);
   EXPECT_EQ(to_json(back), j);
-  EXPECT_EQ(back.model.rope, kernels::RopeLayout::kHalf);
-  EXPECT_EQ(back.model.window, 5);
-  EXPECT_TRUE(back.model.alibi);
+  EXPECT_EQ(back.model.attention.rope, kernels::RopeLayout::kHalf);
+  EXPECT_EQ(back.model.attention.window, 5);
+  EXPECT_TRUE(back.model.attention.alibi);
   auto error_for = [&](const char* key, const nlohmann::json& value) {
     nlohmann::json k = j;
     k["model"][key] = value;
@@ -391,18 +391,27 @@ TEST(TrainOptionsJson, AttentionVariantsAreOptionalRoundTripAndAreChecked) {
     return error_of([&] { validate_lm_config(m); });
   };
   EXPECT_EQ(range_error([](LMConfig&) {}), "(no error)");
-  EXPECT_THAT(range_error([](LMConfig& m) { m.num_kv_heads = 3; }), HasSubstr("num_kv_heads (3) must divide num_heads (4)"));
-  EXPECT_THAT(range_error([](LMConfig& m) { m.num_kv_heads = 8; }), HasSubstr("num_kv_heads (8) must divide num_heads (4)"));
-  EXPECT_THAT(range_error([](LMConfig& m) { m.num_kv_heads = -1; }), HasSubstr("num_kv_heads (-1)"));
-  EXPECT_THAT(range_error([](LMConfig& m) { m.window = -1; }), HasSubstr("window (-1) must be in [0, context_length = 200]"));
-  EXPECT_THAT(range_error([](LMConfig& m) { m.window = 201; }), HasSubstr("window (201) must be in [0, context_length = 200]"));
-  EXPECT_THAT(range_error([](LMConfig& m) { m.softcap = -1.0; }), HasSubstr("softcap (-1) must be a finite number >= 0"));
-  EXPECT_THAT(range_error([](LMConfig& m) { m.softcap = INFINITY; }), HasSubstr("softcap (inf)"));
-  EXPECT_THAT(range_error([](LMConfig& m) { m.softcap = 1e300; }), HasSubstr("softcap (1e+300)"));
-  EXPECT_THAT(range_error([](LMConfig& m) { m.rope_base = 0.0; }), HasSubstr("rope_base (0) must be a positive finite number"));
-  EXPECT_THAT(range_error([](LMConfig& m) { m.rope_base = NAN; }), HasSubstr("rope_base (nan)"));
-  EXPECT_THAT(range_error([](LMConfig& m) { m.d_model = 12; }),  // head dim 3
-              HasSubstr("rope (half) needs an even head dim, but d_model / num_heads is 12 / 4 = 3"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.attention.kv_heads = 3; }), HasSubstr("num_kv_heads (3) must divide num_heads (4)"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.attention.kv_heads = 8; }), HasSubstr("num_kv_heads (8) must divide num_heads (4)"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.attention.kv_heads = -1; }), HasSubstr("num_kv_heads (-1)"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.attention.window = -1; }), HasSubstr("window (-1) must be positive (or 0 for none)"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.attention.window = 201; }), HasSubstr("window (201) must be in [0, context_length = 200]"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.attention.softcap = -1.0; }), HasSubstr("softcap (-1) must be positive and at most 1e+30 (or 0 for none)"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.attention.softcap = INFINITY; }), HasSubstr("softcap (inf)"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.attention.softcap = 1e300; }), HasSubstr("softcap (1e+300)"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.attention.rope_base = 0.0; }), HasSubstr("rope_base (0) must be a positive finite number"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.attention.rope_base = NAN; }), HasSubstr("rope_base (nan)"));
+  EXPECT_THAT(range_error([](LMConfig& m) { m.attention.softcap = 2e30; }), HasSubstr("softcap (2e+30)"));
+  EXPECT_THAT(range_error([](LMConfig& m) {
+                m.attention.rope = kernels::RopeLayout::kNone;
+                m.attention.head_dim = 3;
+              }),
+              HasSubstr("num_heads (4) x head_dim (3) must be d_model (64)"));
+  EXPECT_THAT(range_error([](LMConfig& m) {
+                m.d_model = 12;
+                set_head_dim(m);  // head dim 3
+              }),
+              HasSubstr("rope (half) needs an even head_dim, got 3"));
 }
 
 // A checkpoint of a grouped-query model with RoPE: W_key and W_value have G * head_dim rows, and
@@ -412,14 +421,14 @@ TEST(Checkpoint, HoldsTheVariantsAndChecksThemOnLoad) {
   o.task_length = 3;
   o.task_symbols = 5;
   o.model.d_model = 8;
-  o.model.num_heads = 4;
-  o.model.num_kv_heads = 2;
-  o.model.rope = kernels::RopeLayout::kInterleaved;
-  o.model.window = 4;
-  o.model.alibi = true;
-  o.model.softcap = 20.0;
+  o.model.attention.heads = 4;
+  o.model.attention.kv_heads = 2;
+  o.model.attention.rope = kernels::RopeLayout::kInterleaved;
+  o.model.attention.window = 4;
+  o.model.attention.alibi = true;
+  o.model.attention.softcap = 20.0;
   o.model.num_layers = 1;
-  o.model.attention = AttentionPath::kTextbook;
+  o.model.path = AttentionPath::kTextbook;
   o.batch_size = 4;
   o.steps = 2;
   o.eval_sequences = 0;
@@ -437,15 +446,15 @@ TEST(Checkpoint, HoldsTheVariantsAndChecksThemOnLoad) {
   u.restore(c);
   EXPECT_EQ(u.step().loss, t.step().loss) << "the resumed model computes what the original does";
   Checkpoint bad = c;
-  bad.options.model.window = 1000;  // beyond context_length 6
+  bad.options.model.attention.window = 1000;  // beyond context_length 6
   save_checkpoint(path, bad);
   EXPECT_THAT(error_of([&] { load_checkpoint(path); }), HasSubstr("window (1000) must be in [0, context_length = 6]"));
   bad = c;
-  bad.options.model.num_kv_heads = 4;  // W_key would be (8, 8)
+  bad.options.model.attention.kv_heads = 4;  // W_key would be (8, 8)
   save_checkpoint(path, bad);
   EXPECT_THAT(error_of([&] { load_checkpoint(path); }),
               HasSubstr("tensor 'blocks.0.W_key.weight' has shape (4, 8) but its options"));
-  bad.options.model.num_kv_heads = 3;
+  bad.options.model.attention.kv_heads = 3;
   save_checkpoint(path, bad);
   EXPECT_THAT(error_of([&] { load_checkpoint(path); }), HasSubstr("num_kv_heads (3) must divide num_heads (4)"));
   std::filesystem::remove(path);
@@ -459,18 +468,18 @@ TEST(TrainOptionsFields, CopyingEveryListedFieldCopiesTheWholeStruct) {
   b.task_symbols = 9;
   b.data_file = "d.st";
   b.model.d_model = 16;
-  b.model.num_heads = 2;
+  b.model.attention.heads = 2;
   b.model.num_layers = 1;
-  b.model.attention = AttentionPath::kFused;
+  b.model.path = AttentionPath::kFused;
   b.model.qkv_bias = true;
-  b.model.dropout = 0.25;
-  b.model.num_kv_heads = 1;
-  b.model.rope = kernels::RopeLayout::kInterleaved;
-  b.model.rope_base = 500.0;
-  b.model.window = 3;
-  b.model.alibi = true;
-  b.model.softcap = 30.0;
-  b.model.dtype = Dtype::kBF16;
+  b.model.attention.dropout = 0.25;
+  b.model.attention.kv_heads = 1;
+  b.model.attention.rope = kernels::RopeLayout::kInterleaved;
+  b.model.attention.rope_base = 500.0;
+  b.model.attention.window = 3;
+  b.model.attention.alibi = true;
+  b.model.attention.softcap = 30.0;
+  b.model.attention.dtype = Dtype::kBF16;
   b.optimizer = OptimizerKind::kSgd;
   b.batch_size = 5;
   b.warmup = 1;
@@ -506,8 +515,9 @@ TEST(Generate, GreedyIsDeterministicAndSamplingFollowsTheSeed) {
   cfg.vocab_size = 9;
   cfg.context_length = 4;
   cfg.d_model = 8;
-  cfg.num_heads = 2;
+  cfg.attention.heads = 2;
   cfg.num_layers = 1;
+  set_head_dim(cfg);
   AttentionLM lm(cfg, gen);
   SamplingOptions greedy{6, 0.0, 0, 1};
   std::vector<int64_t> a = generate(lm, {1, 2}, greedy), b = generate(lm, {1, 2}, greedy);

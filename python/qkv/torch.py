@@ -129,6 +129,18 @@ def attention(q, k, v, *, causal=False, mask=None, dropout_p=0.0, scale=None, se
     return _FusedAttention.apply(q, k, v, bool(causal), mask, dropout_p, scale, seed)
 
 
+class _Lease:
+    """A workspace held by one autograd node: given back to its module's pool when the node is freed
+    (the graph released, retain_graph or not), so no later forward can overwrite what the node's
+    backward reads, however often that backward runs."""
+
+    def __init__(self, ws, pool):
+        self.ws, self.pool = ws, pool
+
+    def __del__(self):
+        self.pool.append(self.ws)
+
+
 class _PipelineMHA(torch.autograd.Function):
     """y = out_proj(attention(split(x [W_query; W_key; W_value]^T + b))) in qkv's MHA pipeline; no
     out_proj when wo is None (CausalAttention). Backward: the pipeline's backward."""
@@ -142,8 +154,10 @@ class _PipelineMHA(torch.autograd.Function):
         y = _qkv.mha_forward(x.detach().numpy(), w_qkv.numpy(), _numpy_or_none(b_qkv), _numpy_or_none(wo),
                              _numpy_or_none(bo), workspace=ws, **opts)
         ctx.save_for_backward(x, w_qkv, b_qkv, wo, bo)
-        ctx.ws, ctx.workspaces, ctx.opts = ws, workspaces, opts
-        if not backward_follows:  # (autograd runs forward with gradients off: the caller tells)
+        ctx.opts, ctx.forward_id = opts, ws.forward_id
+        if backward_follows:  # (autograd runs forward with gradients off: the caller tells)
+            ctx.lease = _Lease(ws, workspaces)  # the node holds it until the graph is freed
+        else:
             workspaces.append(ws)  # no backward will read it: the next forward may reuse it
         return torch.from_numpy(y)
 
@@ -152,8 +166,8 @@ class _PipelineMHA(torch.autograd.Function):
         x, w_qkv, b_qkv, wo, bo = ctx.saved_tensors
         dx, dw_qkv, db_qkv, dwo, dbo = _qkv.mha_backward(
             x.detach().numpy(), grad_y.detach().float().numpy(), w_qkv.numpy(), _numpy_or_none(b_qkv),
-            _numpy_or_none(wo), _numpy_or_none(bo), workspace=ctx.ws, need_dx=ctx.needs_input_grad[0], **ctx.opts)
-        ctx.workspaces.append(ctx.ws)
+            _numpy_or_none(wo), _numpy_or_none(bo), workspace=ctx.lease.ws, need_dx=ctx.needs_input_grad[0],
+            forward_id=ctx.forward_id, **ctx.opts)
         d = w_qkv.shape[0] // 3
         dw = torch.from_numpy(dw_qkv)
         db = None if db_qkv is None else torch.from_numpy(db_qkv)

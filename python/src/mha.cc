@@ -10,8 +10,9 @@
 //   x (B, T, C_in), w_qkv (3C, C_in) = [W_query; W_key; W_value], b_qkv (3C) or None,
 //   w_out (C, C) and b_out (C), or None for no output projection (CausalAttention), y (B, T, C).
 // The workspace keeps what the forward leaves for the backward (the heads, the context, the
-// log-sum-exp), so the backward takes the workspace of the forward whose gradients it computes;
-// it checks that the shapes are that forward's. Arrays are copied to C-contiguous float32 when
+// log-sum-exp) with the forward's id (workspace.forward_id), so the backward takes the workspace of
+// the forward whose gradients it computes and, given forward_id=, refuses one a later forward
+// overwrote. Arrays are copied to C-contiguous float32 when
 // they are not already; the GIL is released while the pipeline runs.
 #include <pybind11/stl.h>  // std::optional
 
@@ -25,12 +26,12 @@
 namespace qkv::python {
 namespace {
 
-// kernels::MhaWorkspace and the shape of the forward that filled it.
+// What a forward leaves for its backward (kernels::MhaSaved, with its id and shape), the scratch
+// both use, and whether that forward had an output projection.
 struct Workspace {
+  kernels::MhaSaved saved;
   kernels::MhaWorkspace ws;
-  kernels::MhaShape shape;
   bool has_out = false;
-  bool filled = false;
 };
 
 // The weights as C-contiguous float32 arrays; nullopt where the caller gave None.
@@ -56,15 +57,16 @@ kernels::MhaShape shape_of_call(const char* fn, const py::array& x, py::handle w
   s.batch = x.shape(0);
   s.tokens = x.shape(1);
   s.d_in = x.shape(2);
-  s.heads = heads;
   const int64_t rows = w.w_qkv.shape(0);
   if (w.w_qkv.shape(1) != s.d_in || rows % 3 != 0)
     throw py::value_error(std::string(fn) + ": w_qkv has shape " + shape_of(w.w_qkv) + "; x " + shape_of(x) +
                           " needs (3 d_out, " + std::to_string(s.d_in) + ")");
-  s.d_out = rows / 3;
-  if (heads < 1 || s.d_out % heads != 0)
-    throw py::value_error(std::string(fn) + ": d_out (" + std::to_string(s.d_out) + ") must be divisible by heads (" +
+  const int64_t d_out = rows / 3;
+  if (heads < 1 || d_out % heads != 0)
+    throw py::value_error(std::string(fn) + ": d_out (" + std::to_string(d_out) + ") must be divisible by heads (" +
                           std::to_string(heads) + ")");
+  s.attention.heads = heads;
+  s.attention.head_dim = d_out / heads;
   auto vector = [&](py::handle obj, const char* name, int64_t n) -> std::optional<py::array> {
     if (obj.is_none()) return std::nullopt;
     py::array a = float32_contiguous(obj, fn, name, 1, "a vector");
@@ -76,14 +78,36 @@ kernels::MhaShape shape_of_call(const char* fn, const py::array& x, py::handle w
   w.b_qkv = vector(b_qkv_, "b_qkv", rows);
   if (!w_out_.is_none()) {
     w.w_out = float32_contiguous(w_out_, fn, "w_out", 2, "(d_out, d_out)");
-    if (w.w_out->shape(0) != s.d_out || w.w_out->shape(1) != s.d_out)
+    if (w.w_out->shape(0) != d_out || w.w_out->shape(1) != d_out)
       throw py::value_error(std::string(fn) + ": w_out has shape " + shape_of(*w.w_out) + ", expected (" +
-                            std::to_string(s.d_out) + ", " + std::to_string(s.d_out) + ")");
-    w.b_out = vector(b_out_, "b_out", s.d_out);
+                            std::to_string(d_out) + ", " + std::to_string(d_out) + ")");
+    w.b_out = vector(b_out_, "b_out", d_out);
   } else if (!b_out_.is_none()) {
     throw py::value_error(std::string(fn) + ": b_out without w_out");
   }
   return s;
+}
+
+// The call's spec and per-call arguments from the Python keywords (options_of's checks): the shape
+// with its causality and dropout, and the kernel's mask, seed and dropout flag.
+struct Call {
+  kernels::MhaShape shape;
+  kernels::MhaCall call;
+  Options options;  // keeps the mask's array alive; call.mask points at its AttentionMask (not copyable)
+  Call() = default;
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+};
+void fill_call(Call& c, const char* fn, const kernels::MhaShape& s, bool causal, py::handle mask, float dropout_p,
+               py::handle seed, bool for_forward) {
+  c.shape = s;
+  c.options = options_of(fn, s.tokens, s.tokens, s.head_dim(), causal, mask, dropout_p, std::nullopt, seed, for_forward);
+  c.shape.attention.causal = causal;
+  c.shape.attention.dropout = dropout_p;
+  c.call.dropout = dropout_p > 0.0f;
+  c.call.dropout_seed = c.options.options.dropout_seed;
+  const kernels::MaskKind kind = c.options.options.mask.kind;
+  if (kind == kernels::MaskKind::kAdditive || kind == kernels::MaskKind::kBlocked) c.call.mask = &c.options.options.mask;
 }
 
 py::array mha_forward(py::handle x_, py::handle w_qkv, py::handle b_qkv, py::handle w_out, py::handle b_out,
@@ -92,38 +116,41 @@ py::array mha_forward(py::handle x_, py::handle w_qkv, py::handle b_qkv, py::han
   const char* fn = "qkv.mha_forward";
   const py::array x = float32_contiguous(x_, fn, "x", 3, "(B, T, d_in)");
   Weights w;
-  const kernels::MhaShape s = shape_of_call(fn, x, w_qkv, b_qkv, w_out, b_out, heads, w);
-  const Options opt = options_of(fn, s.tokens, s.tokens, s.head_dim(), causal, mask, dropout_p, std::nullopt, seed, true);
-  py::array_t<float> y({s.batch, s.tokens, s.d_out});
+  kernels::MhaShape s = shape_of_call(fn, x, w_qkv, b_qkv, w_out, b_out, heads, w);
+  Call call;
+  fill_call(call, fn, s, causal, mask, dropout_p, seed, true);
+  py::array_t<float> y({s.batch, s.tokens, s.d_out()});
   const kernels::MhaWeights wv = w.view();
   const auto* xp = static_cast<const float*>(x.data());
   float* yp = y.mutable_data();
-  workspace.filled = false;
-  run_kernel([&] { kernels::mha_forward(s, wv, xp, yp, workspace.ws, opt.options); });
-  workspace.shape = s;
+  run_kernel([&] { kernels::mha_forward(call.shape, wv, xp, yp, workspace.saved, workspace.ws, call.call); });
   workspace.has_out = wv.w_out != nullptr;
-  workspace.filled = true;
   return y;
 }
 
 py::tuple mha_backward(py::handle x_, py::handle dy_, py::handle w_qkv, py::handle b_qkv, py::handle w_out,
                        py::handle b_out, int64_t heads, bool causal, py::handle mask, float dropout_p, py::handle seed,
-                       Workspace& workspace, bool need_dx) {
+                       Workspace& workspace, bool need_dx, py::handle forward_id) {
   const char* fn = "qkv.mha_backward";
   const py::array x = float32_contiguous(x_, fn, "x", 3, "(B, T, d_in)");
   Weights w;
-  const kernels::MhaShape s = shape_of_call(fn, x, w_qkv, b_qkv, w_out, b_out, heads, w);
-  const kernels::MhaShape& f = workspace.shape;
-  if (!workspace.filled || f.batch != s.batch || f.tokens != s.tokens || f.d_in != s.d_in || f.d_out != s.d_out ||
-      f.heads != s.heads || workspace.has_out != !w_out.is_none())
+  kernels::MhaShape s = shape_of_call(fn, x, w_qkv, b_qkv, w_out, b_out, heads, w);
+  Call call;
+  fill_call(call, fn, s, causal, mask, dropout_p, seed, false);
+  const kernels::MhaShape& f = workspace.saved.shape();
+  if (workspace.saved.id() == 0 || f.batch != s.batch || f.tokens != s.tokens || f.d_in != s.d_in ||
+      f.d_out() != s.d_out() || f.heads() != s.heads() || workspace.has_out != !w_out.is_none())
     throw py::value_error(std::string(fn) + ": the workspace does not hold a forward of these shapes (x " + shape_of(x) +
                           "); run mha_forward with it first");
+  const uint64_t id = forward_id.is_none() ? workspace.saved.id() : forward_id.cast<uint64_t>();
+  if (id != workspace.saved.id())
+    throw py::value_error(std::string(fn) + ": the workspace holds forward " + std::to_string(workspace.saved.id()) +
+                          ", not forward " + std::to_string(id) + " (a later forward overwrote what this backward needs)");
   const py::array dy = float32_contiguous(dy_, fn, "grad_y", 3, "(B, T, d_out)");
-  if (dy.shape(0) != s.batch || dy.shape(1) != s.tokens || dy.shape(2) != s.d_out)
+  if (dy.shape(0) != s.batch || dy.shape(1) != s.tokens || dy.shape(2) != s.d_out())
     throw py::value_error(std::string(fn) + ": grad_y has shape " + shape_of(dy) + ", y's is (" +
-                          std::to_string(s.batch) + ", " + std::to_string(s.tokens) + ", " + std::to_string(s.d_out) + ")");
-  const Options opt = options_of(fn, s.tokens, s.tokens, s.head_dim(), causal, mask, dropout_p, std::nullopt, seed, false);
-  const int64_t Q = 3 * s.d_out;
+                          std::to_string(s.batch) + ", " + std::to_string(s.tokens) + ", " + std::to_string(s.d_out()) + ")");
+  const int64_t Q = 3 * s.d_out();
   // A gradient array where the forward had the weight (and dx where asked for); None elsewhere.
   auto gradient = [](bool wanted, std::vector<py::ssize_t> shape) -> std::optional<py::array_t<float>> {
     if (!wanted) return std::nullopt;
@@ -132,8 +159,8 @@ py::tuple mha_backward(py::handle x_, py::handle dy_, py::handle w_qkv, py::hand
   std::optional<py::array_t<float>> dx = gradient(need_dx, {s.batch, s.tokens, s.d_in}),
                                           dw_qkv = gradient(true, {Q, s.d_in}),
                                           db_qkv = gradient(w.b_qkv.has_value(), {Q}),
-                                          dw_out = gradient(w.w_out.has_value(), {s.d_out, s.d_out}),
-                                          db_out = gradient(w.b_out.has_value(), {s.d_out});
+                                          dw_out = gradient(w.w_out.has_value(), {s.d_out(), s.d_out()}),
+                                          db_out = gradient(w.b_out.has_value(), {s.d_out()});
   auto data = [](std::optional<py::array_t<float>>& a) { return a ? a->mutable_data() : nullptr; };
   kernels::MhaGradients g;
   g.dw_qkv = data(dw_qkv);
@@ -144,7 +171,9 @@ py::tuple mha_backward(py::handle x_, py::handle dy_, py::handle w_qkv, py::hand
   const kernels::MhaWeights wv = w.view();
   const auto* xp = static_cast<const float*>(x.data());
   const auto* dyp = static_cast<const float*>(dy.data());
-  run_kernel([&] { kernels::mha_backward(s, wv, xp, dyp, dxp, g, workspace.ws, opt.options); });
+  run_kernel([&] {
+    kernels::mha_backward(call.shape, wv, xp, dyp, dxp, g, workspace.saved, id, workspace.ws, call.call);
+  });
   auto or_none = [](const std::optional<py::array_t<float>>& a) { return a ? py::object(*a) : py::object(py::none()); };
   return py::make_tuple(or_none(dx), or_none(dw_qkv), or_none(db_qkv), or_none(dw_out), or_none(db_out));
 }
@@ -156,7 +185,9 @@ void bind_mha(py::module_& m) {
   py::class_<Workspace>(m, "MhaWorkspace",
                         "What mha_forward leaves for mha_backward (heads, context, log-sum-exp); reused across calls.")
       .def(py::init<>())
-      .def_property_readonly("bytes", [](const Workspace& w) { return w.ws.bytes(); });
+      .def_property_readonly("bytes", [](const Workspace& w) { return w.saved.bytes() + w.ws.bytes(); })
+      .def_property_readonly("forward_id", [](const Workspace& w) { return w.saved.id(); },
+                             "The id of the forward whose state it holds (0: none yet)");
   m.def("mha_forward", &mha_forward, arg("x"), arg("w_qkv"), arg("b_qkv"), arg("w_out"), arg("b_out"), py::kw_only(),
         arg("heads"), arg("causal") = true, arg("mask") = py::none(), arg("dropout_p") = 0.0f, arg("seed") = py::none(),
         arg("workspace"),
@@ -164,9 +195,10 @@ void bind_mha(py::module_& m) {
         "W_key; W_value], b_qkv or None, w_out (d_out, d_out) and b_out, or None (no out_proj) -> y (B, T, d_out).");
   m.def("mha_backward", &mha_backward, arg("x"), arg("grad_y"), arg("w_qkv"), arg("b_qkv"), arg("w_out"), arg("b_out"),
         py::kw_only(), arg("heads"), arg("causal") = true, arg("mask") = py::none(), arg("dropout_p") = 0.0f,
-        arg("seed") = py::none(), arg("workspace"), arg("need_dx") = true,
+        arg("seed") = py::none(), arg("workspace"), arg("need_dx") = true, arg("forward_id") = py::none(),
         "Gradients (dx or None, dw_qkv, db_qkv, dw_out, db_out; None where the forward had no such weight) after\n"
-        "mha_forward with the same arguments and workspace.");
+        "mha_forward with the same arguments and workspace; forward_id (the workspace's forward_id right after that\n"
+        "forward) makes a workspace another forward has overwritten an error instead of other gradients.");
 }
 
 }  // namespace qkv::python

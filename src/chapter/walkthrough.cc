@@ -147,9 +147,8 @@ Walkthrough run_walkthrough(const std::string& text) {
   // --- 3.5.3 The CausalAttention class on a batch of two.
   r.section("3.5.3 Implementing a compact causal attention class (batch = stack(inputs, inputs))");
   const Tensor batch = stack({inputs, inputs}, 0);  // (2, T, 3)
-  AttentionConfig config{3, 2, T, 0.0, 2, false};
   gen.manual_seed(123);
-  CausalAttention ca(config, gen);
+  CausalAttention ca(attention_config("causal-attention", 3, 2, T, 0.0), gen);
   AttentionTrace ca_trace;
   r.add("causal_attention.seed123", "torch.manual_seed(123); CausalAttention(3, 2, T, 0.0)(batch)",
         ca.forward(batch, &ca_trace));
@@ -158,7 +157,7 @@ Walkthrough run_walkthrough(const std::string& text) {
 
   r.section("3.6.1 Stacking multiple single-head attention layers");
   gen.manual_seed(123);
-  MultiHeadAttentionWrapper wrapper(config, gen);
+  MultiHeadAttentionWrapper wrapper(attention_config("mha-wrapper", 3, 2, T, 0.0, 2), gen);
   AttentionTrace wr_trace;
   r.add("mha_wrapper.seed123", "torch.manual_seed(123); MultiHeadAttentionWrapper(3, 2, T, 0.0, num_heads=2)(batch)",
         wrapper.forward(batch, &wr_trace));
@@ -166,7 +165,7 @@ Walkthrough run_walkthrough(const std::string& text) {
 
   r.section("3.6.2 Implementing multi-head attention with weight splits");
   gen.manual_seed(123);
-  MultiHeadAttention mha(config, gen);
+  MultiHeadAttention mha(attention_config("mha", 3, 2, T, 0.0, 2), gen);
   AttentionTrace mha_trace;
   r.add("mha.seed123", "torch.manual_seed(123); MultiHeadAttention(3, 2, T, 0.0, num_heads=2)(batch)",
         mha.forward(batch, &mha_trace));

@@ -33,46 +33,36 @@ namespace {
 
 struct BenchFlags {
   std::string module;
-  int64_t batch = 1, seq_len = 0, d_model = 768, num_heads = 12, head_dim = 0;
-  bool backward = false, no_mask = false, json = false;
+  int64_t batch = 1, seq_len = 0, d_model = 768;
+  bool backward = false, json = false;
   int threads = 0, iters = 10, warmup = 1;
-  double dropout = 0.0;
+  // --num-heads, --num-kv-heads, --head-dim (0: d_model / heads), --no-mask, --dropout, --window,
+  // --alibi, --softcap, --rope (mha), --dtype (mha, causal-attention, attention-core)
+  kernels::AttentionSpec attention = {.heads = 12};
   // --module decode
   int64_t kv_len = 0;
   std::string cache_dtype = "f32";
-  // key/value heads (decode and attention-core); attention-core's other variants
-  int64_t num_kv_heads = 0, window = 0;
-  bool alibi = false;
-  double softcap = 0.0;
-  std::string rope = "none";  // mha
   std::string gemm;           // mha, causal-attention: the projections' product (empty: QKV_GEMM or qkv)
   std::string split = "contiguous";  // ring-attention
-  std::string dtype = "f32";         // mha, causal-attention, attention-core
 };
 
 // --module ring-attention: the ring's own flags; the others are refused by name.
 int run_ring(const BenchFlags& f, const CLI::App& sub) {
   for (const char* flag : {"--kv-len", "--cache-dtype", "--rope", "--d-model"})
     QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module ring-attention");
-  QKV_CHECK(f.dtype == "f32", "--dtype ", f.dtype, ": --module ring-attention runs in f32 only");
+  QKV_CHECK(f.attention.dtype == Dtype::kF32, "--dtype bf16: --module ring-attention runs in f32 only");
   QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module ring-attention");
   check_threads(f.threads);
   RingBenchFlags r;
   r.batch = f.batch;
   r.seq_len = f.seq_len;
-  r.num_heads = f.num_heads;
-  r.num_kv_heads = f.num_kv_heads;
-  r.head_dim = f.head_dim == 0 ? 64 : f.head_dim;
+  r.attention = f.attention;
+  if (r.attention.head_dim == 0) r.attention.head_dim = 64;
   r.backward = f.backward;
-  r.no_mask = f.no_mask;
   r.json = f.json;
   r.threads = f.threads;
   r.iters = f.iters;
   r.warmup = f.warmup;
-  r.dropout = f.dropout;
-  r.window = f.window;
-  r.alibi = f.alibi;
-  r.softcap = f.softcap;
   r.split = f.split;
 #ifdef QKV_HAVE_MPI
   return run_ring_bench(r);
@@ -100,9 +90,7 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
     QKV_CHECK(f.batch >= 1, "--batch ", f.batch, ": must be at least 1");
     DecodeBenchFlags d;
     d.batch = f.batch;
-    d.num_heads = f.num_heads;
-    d.num_kv_heads = f.num_kv_heads;
-    d.head_dim = f.head_dim;
+    d.attention = f.attention;
     d.d_model = f.d_model;
     d.kv_len = f.kv_len;
     d.cache_dtype = f.cache_dtype;
@@ -121,76 +109,63 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   QKV_CHECK(f.iters >= 1, "--iters ", f.iters, ": must be at least 1");
   QKV_CHECK(f.warmup >= 0, "--warmup ", f.warmup, ": must be at least 0");
   QKV_CHECK(f.threads >= 0, "--threads ", f.threads, ": must be at least 1 (or 0: the default)");
-  QKV_CHECK(f.dropout >= 0.0 && f.dropout < 1.0, "--dropout ", f.dropout, ": must be in [0, 1)");
   check_threads(f.threads);
   if (f.threads > 0) set_default_thread_count(f.threads);
   if (!f.gemm.empty()) set_gemm_backend(parse_gemm_backend(f.gemm));
   ThreadPool& pool = default_pool();
+  kernels::AttentionSpec& a = f.attention;
   if (!core && !attention_module_info(f.module).multi_head) {  // --num-heads' default is not for it
-    QKV_CHECK(sub.count("--num-heads") == 0 || f.num_heads == 1, "--num-heads ", f.num_heads, ": --module ", f.module,
+    QKV_CHECK(sub.count("--num-heads") == 0 || a.heads == 1, "--num-heads ", a.heads, ": --module ", f.module,
               " has one head");
-    f.num_heads = 1;
+    a.heads = 1;
   }
-  QKV_CHECK(f.num_heads >= 1, "--num-heads ", f.num_heads, ": must be at least 1");
-  const int64_t G = f.num_kv_heads == 0 ? f.num_heads : f.num_kv_heads;
-  QKV_CHECK(G >= 1 && f.num_heads % G == 0, "--num-kv-heads ", f.num_kv_heads, ": must divide --num-heads (",
-            f.num_heads, ")");
-  QKV_CHECK(f.window >= 0, "--window ", f.window, ": must be at least 0 (0: none)");
-  QKV_CHECK(std::isfinite(f.softcap) && f.softcap >= 0.0, "--softcap ", f.softcap, ": must be at least 0 (0: none)");
+  QKV_CHECK(a.heads >= 1, "--num-heads ", a.heads, ": must be at least 1");
   if (core) {
-    const int64_t head_dim = f.head_dim == 0 ? f.d_model / f.num_heads : f.head_dim;
-    QKV_CHECK(head_dim >= 1, "--head-dim ", head_dim, ": must be at least 1");
-    QKV_CHECK(f.rope == "none", "--rope ", f.rope, ": RoPE rotates q and k in the mha pipeline, outside the "
-              "attention kernel; time it with --module mha");
+    QKV_CHECK(a.rope == kernels::RopeLayout::kNone, "--rope ", kernels::rope_layout_name(a.rope),
+              ": RoPE rotates q and k in the mha pipeline, outside the attention kernel; time it with --module mha");
   } else {
-    QKV_CHECK(f.module == "mha" || (f.num_kv_heads == 0 && f.window == 0 && !f.alibi && f.softcap == 0.0 &&
-                                    f.rope == "none"),
+    QKV_CHECK(f.module == "mha" || !a.has_variants(),
               "--num-kv-heads, --rope, --window, --alibi and --softcap are for --module mha and attention-core");
     QKV_CHECK(f.d_model >= 1, "--d-model ", f.d_model, ": must be at least 1");
-    QKV_CHECK(f.d_model % f.num_heads == 0, "--d-model (", f.d_model, ") must be divisible by --num-heads (",
-              f.num_heads, ")");
-    QKV_CHECK(sub.count("--head-dim") == 0 || f.head_dim == f.d_model / f.num_heads,
+    QKV_CHECK(f.d_model % a.heads == 0, "--d-model (", f.d_model, ") must be divisible by --num-heads (", a.heads,
+              ")");
+    QKV_CHECK(sub.count("--head-dim") == 0 || a.head_dim == f.d_model / a.heads,
               "--head-dim must be d_model / num_heads for --module ", f.module);
   }
-  // Sizes the flags multiply must not wrap before the harness weighs them against the machine's
-  // memory: the (B, T, C) activations with Q, K, V and the output in bytes, and the weights.
-  const int64_t head_dim = core ? (f.head_dim == 0 ? f.d_model / f.num_heads : f.head_dim) : f.d_model / f.num_heads;
-  (void)checked_product({5 * 4, f.batch, f.seq_len, f.num_heads, head_dim},
-                        "the activations (--batch x --seq-len x --d-model)");
-  if (!core) (void)checked_product({4 * 4, f.d_model, f.d_model}, "the weights (--d-model squared)");
   perf::AttentionBenchShape shape;
   shape.target = target;
   shape.batch = f.batch;
   shape.seq_len = f.seq_len;
   shape.d_model = f.d_model;
-  shape.num_heads = f.num_heads;
-  shape.head_dim = f.head_dim;
-  shape.causal = !f.no_mask;
   shape.backward = f.backward;
-  shape.dropout = f.dropout;
-  shape.num_kv_heads = f.num_kv_heads;
-  shape.window = f.window;
-  shape.alibi = f.alibi;
-  shape.softcap = f.softcap;
-  shape.rope = kernels::parse_rope_layout(f.rope);
-  shape.dtype = parse_dtype(f.dtype);
+  shape.attention = a;
+  try {  // head_dim derived, the spec checked: its errors name the flags
+    shape = perf::normalized(shape, bench_flag_name, "");
+  } catch (const kernels::AttentionSpecError& e) {
+    throw CLI::ValidationError(e.what());
+  }
+  // Sizes the flags multiply must not wrap before the harness weighs them against the machine's
+  // memory: the (B, T, C) activations with Q, K, V and the output in bytes, and the weights.
+  (void)checked_product({5 * 4, f.batch, f.seq_len, shape.attention.width()},
+                        "the activations (--batch x --seq-len x --d-model)");
+  if (!core) (void)checked_product({4 * 4, f.d_model, f.d_model}, "the weights (--d-model squared)");
   const perf::AttentionBenchReport r = perf::run_attention_bench(shape, f.iters, f.warmup, pool);
 
-  const bool causal = r.shape.causal;
-  const int64_t B = r.shape.batch, T = r.shape.seq_len, H = r.shape.num_heads, D = r.shape.head_dim,
-                C = r.shape.d_model;
+  const kernels::AttentionSpec& ra = r.shape.attention;
+  const bool causal = ra.causal;
+  const int64_t B = r.shape.batch, T = r.shape.seq_len, H = ra.heads, D = ra.head_dim, C = r.shape.d_model;
   const double median = r.median_ms, gflops = r.gflops, peak = r.peak_gflops, flops = r.flops;
   const double peak_at_width = r.peak_gflops_at_projection_width, rss = r.max_rss_mib, cpu_share = r.cpu_share;
   const int projection_bits = r.projections_bits;
   const std::vector<double>& ms = r.times_ms;
   const std::string what = f.module + (f.backward ? " forward+backward" : " forward");
   std::cout << "qkv bench: " << what << ", B=" << B << " T=" << T << " C=" << C << " H=" << H << " D=" << D
-            << (causal ? " causal" : " no mask") << (f.dropout > 0 ? " dropout " + std::to_string(f.dropout) : "")
-            << (r.shape.num_kv_heads != H ? " G=" + std::to_string(r.shape.num_kv_heads) : "")
-            << (r.shape.window > 0 ? " window " + std::to_string(r.shape.window) : "") << (r.shape.alibi ? " ALiBi" : "")
-            << (r.shape.softcap > 0 ? " softcap " + std::to_string(r.shape.softcap) : "")
-            << (r.shape.rope != kernels::RopeLayout::kNone ? std::string(" RoPE ") + kernels::rope_layout_name(r.shape.rope) : "")
-            << (r.shape.dtype == Dtype::kBF16 ? " bf16" : "") << ", " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n";
+            << (causal ? " causal" : " no mask") << (ra.dropout > 0 ? " dropout " + std::to_string(ra.dropout) : "")
+            << (ra.groups() != H ? " G=" + std::to_string(ra.groups()) : "")
+            << (ra.window > 0 ? " window " + std::to_string(ra.window) : "") << (ra.alibi ? " ALiBi" : "")
+            << (ra.softcap > 0 ? " softcap " + std::to_string(ra.softcap) : "")
+            << (ra.rope != kernels::RopeLayout::kNone ? std::string(" RoPE ") + kernels::rope_layout_name(ra.rope) : "")
+            << (ra.dtype == Dtype::kBF16 ? " bf16" : "") << ", " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n";
   const CacheSizes& caches = cache_sizes();
   std::cout << "  caches: L1d " << caches.l1d / 1024 << " KiB, L2 " << caches.l2 / 1024 << " KiB, L3 "
             << caches.l3 / 1024 << " KiB (" << caches.source << ")\n";
@@ -210,7 +185,7 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
                 << "\n";
     }
   }
-  if (r.shape.dtype == Dtype::kBF16)
+  if (ra.dtype == Dtype::kBF16)
     std::cout << "  bf16: " << (bf16_dot_allowed() && r.simd == "AVX3" ? "AVX512_BF16 dot products (2 bf16 products per fp32 lane: the bf16 peak is twice the fp32 FMA peak)"
                                                                      : "widened to fp32 (no AVX512_BF16 dot product here): the fp32 FMA peak bounds it")
               << "\n";
@@ -223,15 +198,15 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   if (f.json) {
     nlohmann::json j = {{"module", f.module},      {"backward", f.backward},     {"batch", B},
                         {"seq_len", T},            {"d_model", C},               {"num_heads", H},
-                        {"head_dim", D},           {"causal", causal},           {"dropout", f.dropout},
+                        {"head_dim", D},           {"causal", causal},           {"dropout", ra.dropout},
                         {"threads", r.threads}, {"iters", r.iters},     {"median_ms", median},
                         {"min_ms", r.min_ms}, {"times_ms", ms},            {"gflop", flops / 1e9},
                         {"gflops", gflops},        {"peak_gflops", peak},        {"percent_of_peak", 100.0 * gflops / peak},
                         {"max_rss_mib", rss},      {"cpu_share", cpu_share},     {"simd", r.simd},
                         {"gemm", r.gemm}, {"projections", r.projections}, {"projections_vector_bits", projection_bits},
-                        {"num_kv_heads", r.shape.num_kv_heads}, {"window", r.shape.window},
-                        {"alibi", r.shape.alibi}, {"softcap", r.shape.softcap},
-                        {"rope", kernels::rope_layout_name(r.shape.rope)}, {"dtype", dtype_name(r.shape.dtype)},
+                        {"num_kv_heads", ra.groups()}, {"window", ra.window},
+                        {"alibi", ra.alibi}, {"softcap", ra.softcap},
+                        {"rope", kernels::rope_layout_name(ra.rope)}, {"dtype", dtype_name(ra.dtype)},
                         {"l1d_bytes", caches.l1d}, {"l2_bytes", caches.l2}, {"l3_bytes", caches.l3},
                         {"peak_gflops_at_projection_width", peak_at_width > 0 ? nlohmann::json(peak_at_width) : nlohmann::json()}};
     std::cout << j.dump() << "\n";
@@ -258,26 +233,31 @@ Command add_bench(CLI::App& app) {
       ->default_val("f32")
       ->check(CLI::IsMember({"f32", "bf16"}));
   add_number_with_default(sub, "--d-model", f->d_model, "Channels C = d_in = d_out");
-  add_number_with_default(sub, "--num-heads", f->num_heads, "Heads H");
-  add_number(sub, "--head-dim", f->head_dim, "Head dim D (attention-core; default d_model / num_heads)");
+  add_number_with_default(sub, "--num-heads", f->attention.heads, "Heads H");
+  add_number(sub, "--head-dim", f->attention.head_dim, "Head dim D (attention-core; default d_model / num_heads)");
   sub->add_flag("--backward", f->backward, "Time forward + backward (one training step of the layer)");
-  sub->add_flag("--no-mask", f->no_mask, "No causal mask (FLOPs then count every score)");
-  add_number_with_default(sub, "--dropout", f->dropout, "Dropout on the weights, in [0, 1) (the fused kernel's Philox mask)");
+  sub->add_flag_function("--no-mask", [f](int64_t) { f->attention.causal = false; },
+                         "No causal mask (FLOPs then count every score)");
+  add_number_with_default(sub, "--dropout", f->attention.dropout,
+                          "Dropout on the weights, in [0, 1) (the fused kernel's Philox mask)");
   add_number(sub, "--threads", f->threads, "Threads (default: QKV_NUM_THREADS, else the cores)");
   add_number_with_default(sub, "--iters", f->iters, "Timed runs; the median is reported");
   add_number_with_default(sub, "--warmup", f->warmup, "Untimed runs first");
-  add_number(sub, "--num-kv-heads", f->num_kv_heads, "Key/value heads G dividing H (decode, mha, attention-core; default H)");
-  add_number(sub, "--window", f->window, "Sliding window w (mha, attention-core, ring-attention; FLOPs count only its pairs)");
-  sub->add_flag("--alibi", f->alibi, "ALiBi with the paper's slopes (mha, attention-core, ring-attention)");
-  add_number(sub, "--softcap", f->softcap, "Logit softcap, > 0 (mha, attention-core, ring-attention)");
-  sub->add_option("--rope", f->rope, "RoPE on q and k (mha): none | half | interleaved")
-      ->default_val("none")
+  add_number(sub, "--num-kv-heads", f->attention.kv_heads,
+             "Key/value heads G dividing H (decode, mha, attention-core; default H)");
+  add_number(sub, "--window", f->attention.window,
+             "Sliding window w (mha, attention-core, ring-attention; FLOPs count only its pairs)");
+  sub->add_flag("--alibi", f->attention.alibi, "ALiBi with the paper's slopes (mha, attention-core, ring-attention)");
+  add_number(sub, "--softcap", f->attention.softcap, "Logit softcap, > 0 (mha, attention-core, ring-attention)");
+  sub->add_option_function<std::string>(
+         "--rope", [f](const std::string& s) { f->attention.rope = kernels::parse_rope_layout(s); },
+         "RoPE on q and k (mha): none | half | interleaved")
+      ->default_str("none")
       ->check(CLI::IsMember({"none", "half", "interleaved"}));
-  sub->add_option("--dtype", f->dtype,
-                  "f32 | bf16: bf16 mode (weights, activations, q, k, v in bf16, sums and softmax in fp32; mha, "
-                  "causal-attention, attention-core)")
-      ->default_val("f32")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  add_dtype_flag(sub, "--dtype", [f](Dtype d) { f->attention.dtype = d; },
+                 "f32 | bf16: bf16 mode (weights, activations, q, k, v in bf16, sums and softmax in fp32; mha, "
+                 "causal-attention, attention-core)")
+      ->default_str("f32");
   sub->add_option("--gemm", f->gemm,
                   "The projections' matrix product: qkv (its own, at this CPU's vector width) | openblas "
                   "(default: $QKV_GEMM, else qkv)")

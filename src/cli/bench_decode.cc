@@ -15,29 +15,26 @@
 #include "qkv/core/machine.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/perf/decode_bench.h"
+#include "flags.h"
 
 namespace qkv::cli {
 
 int run_decode_bench(const DecodeBenchFlags& f) {
   QKV_CHECK(f.kv_len >= 1, "--kv-len ", f.kv_len, ": must be at least 1 (the cached positions --module decode reads)");
-  QKV_CHECK(f.num_heads >= 1, "--num-heads ", f.num_heads, ": must be at least 1");
-  const int64_t G = f.num_kv_heads == 0 ? f.num_heads : f.num_kv_heads;
-  QKV_CHECK(G >= 1, "--num-kv-heads ", G, ": must be at least 1");
-  QKV_CHECK(f.num_heads % G == 0, "--num-kv-heads (", G, ") must divide --num-heads (", f.num_heads, ")");
-  const int64_t D = f.head_dim == 0 ? f.d_model / f.num_heads : f.head_dim;
-  QKV_CHECK(D >= 1, "--head-dim ", D, ": must be at least 1");
+  QKV_CHECK(f.attention.heads >= 1, "--num-heads ", f.attention.heads, ": must be at least 1");
   QKV_CHECK(f.cache_dtype == "f32" || f.cache_dtype == "bf16", "--cache-dtype '", f.cache_dtype,
             "': expected f32 or bf16");
   perf::DecodeBenchShape s;
   s.batch = f.batch;
-  s.num_heads = f.num_heads;
-  s.num_kv_heads = G;
-  s.head_dim = D;
+  s.attention = f.attention;
+  if (s.attention.head_dim == 0) s.attention.head_dim = f.d_model / f.attention.heads;
+  check_attention_flags(s.attention, bench_flag_name);
+  const int64_t G = s.attention.groups(), D = s.attention.head_dim;
   s.kv_len = f.kv_len;
   s.dtype = f.cache_dtype == "bf16" ? kernels::CacheDtype::kBF16 : kernels::CacheDtype::kF32;
   const perf::DecodeBenchReport r = perf::run_decode_bench(s, f.iters, f.warmup, default_pool());
   const double share = r.read_gb_s / r.bandwidth_gb_s;
-  std::cout << "qkv bench: decode (one query per head over a KV cache), B=" << s.batch << " H=" << s.num_heads
+  std::cout << "qkv bench: decode (one query per head over a KV cache), B=" << s.batch << " H=" << s.attention.heads
             << " G=" << G << " D=" << D << " kv_len=" << s.kv_len << " " << f.cache_dtype << ", " << r.threads
             << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n";
   const CacheSizes& caches = cache_sizes();
@@ -51,7 +48,7 @@ int run_decode_bench(const DecodeBenchFlags& f) {
   if (f.json) {
     nlohmann::json j = {{"module", "decode"},
                         {"batch", s.batch},
-                        {"num_heads", s.num_heads},
+                        {"num_heads", s.attention.heads},
                         {"num_kv_heads", G},
                         {"head_dim", D},
                         {"kv_len", s.kv_len},

@@ -4,10 +4,13 @@
 #include <cstdint>
 #include <string>
 
+#include "qkv/kernels/attention_spec.h"
+
 namespace qkv::cli {
 
 struct DecodeBenchFlags {
-  int64_t batch = 1, num_heads = 12, num_kv_heads = 0, head_dim = 0, kv_len = 0, d_model = 768;  // 0: defaults
+  int64_t batch = 1, kv_len = 0, d_model = 768;
+  kernels::AttentionSpec attention;  // heads, kv_heads, head_dim (0: d_model / heads)
   std::string cache_dtype = "f32";
   int iters = 10, warmup = 1;
   bool json = false;

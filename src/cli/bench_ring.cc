@@ -15,6 +15,7 @@
 #include "qkv/core/thread_pool.h"
 #include "qkv/mpi/communicator.h"
 #include "qkv/mpi/ring_bench.h"
+#include "flags.h"
 
 namespace qkv::cli {
 namespace {
@@ -23,14 +24,12 @@ namespace {
 std::string flags_problem(const RingBenchFlags& f) {
   if (f.seq_len < 1) return str("--seq-len ", f.seq_len, ": must be at least 1");
   if (f.batch < 1) return str("--batch ", f.batch, ": must be at least 1");
-  if (f.num_heads < 1) return str("--num-heads ", f.num_heads, ": must be at least 1");
-  const int64_t G = f.num_kv_heads == 0 ? f.num_heads : f.num_kv_heads;
-  if (G < 1 || f.num_heads % G != 0) return str("--num-kv-heads ", f.num_kv_heads, ": must divide --num-heads (", f.num_heads, ")");
-  if (f.head_dim < 1) return str("--head-dim ", f.head_dim, ": must be at least 1");
+  try {
+    kernels::validate_attention_spec(f.attention, "", attention_flag_name);
+  } catch (const kernels::AttentionSpecError& e) {
+    return e.what();
+  }
   if (f.split != "contiguous" && f.split != "zigzag") return str("--split ", f.split, ": expected contiguous or zigzag");
-  if (!(f.dropout >= 0.0 && f.dropout < 1.0)) return str("--dropout ", f.dropout, ": must be in [0, 1)");
-  if (f.window < 0) return str("--window ", f.window, ": must be at least 0 (0: none)");
-  if (!(std::isfinite(f.softcap) && f.softcap >= 0.0)) return str("--softcap ", f.softcap, ": must be at least 0 (0: none)");
   if (f.iters < 1) return str("--iters ", f.iters, ": must be at least 1");
   if (f.warmup < 0) return str("--warmup ", f.warmup, ": must be at least 0");
   if (f.threads < 0) return str("--threads ", f.threads, ": must be at least 1 (or 0: the default)");
@@ -38,11 +37,12 @@ std::string flags_problem(const RingBenchFlags& f) {
 }
 
 std::string describe(const RingBenchFlags& f) {
+  const kernels::AttentionSpec& a = f.attention;
   std::ostringstream s;
-  s << "--batch " << f.batch << " --seq-len " << f.seq_len << " --num-heads " << f.num_heads << " --num-kv-heads "
-    << f.num_kv_heads << " --head-dim " << f.head_dim << " --split " << f.split << (f.backward ? " --backward" : "")
-    << (f.no_mask ? " --no-mask" : "") << " --dropout " << f.dropout << " --window " << f.window
-    << (f.alibi ? " --alibi" : "") << " --softcap " << f.softcap << " --iters " << f.iters << " --warmup " << f.warmup;
+  s << "--batch " << f.batch << " --seq-len " << f.seq_len << " --num-heads " << a.heads << " --num-kv-heads "
+    << a.kv_heads << " --head-dim " << a.head_dim << " --split " << f.split << (f.backward ? " --backward" : "")
+    << (a.causal ? "" : " --no-mask") << " --dropout " << a.dropout << " --window " << a.window
+    << (a.alibi ? " --alibi" : "") << " --softcap " << a.softcap << " --iters " << f.iters << " --warmup " << f.warmup;
   return s.str();
 }
 
@@ -52,23 +52,17 @@ int run(const RingBenchFlags& f, const mpi::Communicator& comm) {
   mpi::RingBenchShape shape;
   shape.batch = f.batch;
   shape.seq_len = f.seq_len;
-  shape.num_heads = f.num_heads;
-  shape.num_kv_heads = f.num_kv_heads == 0 ? f.num_heads : f.num_kv_heads;
-  shape.head_dim = f.head_dim;
-  shape.causal = !f.no_mask;
+  shape.attention = f.attention;
   shape.backward = f.backward;
-  shape.dropout = static_cast<float>(f.dropout);
-  shape.window = f.window;
-  shape.alibi = f.alibi;
-  shape.softcap = static_cast<float>(f.softcap);
   shape.split = mpi::parse_split(f.split);
+  const kernels::AttentionSpec& a = shape.attention;
   const mpi::RingBenchReport r = mpi::run_ring_bench(comm, shape, f.iters, f.warmup, default_pool());
   if (comm.rank() != 0) return 0;
   std::cout << "qkv bench: ring-attention " << (f.backward ? "forward+backward" : "forward") << ", B=" << f.batch
-            << " T=" << f.seq_len << " H=" << f.num_heads << " G=" << shape.num_kv_heads << " D=" << f.head_dim
-            << (shape.causal ? " causal" : " no mask") << (f.dropout > 0 ? " dropout " + std::to_string(f.dropout) : "")
-            << (f.window > 0 ? " window " + std::to_string(f.window) : "") << (f.alibi ? " ALiBi" : "")
-            << (f.softcap > 0 ? " softcap " + std::to_string(f.softcap) : "")
+            << " T=" << f.seq_len << " H=" << a.heads << " G=" << a.groups() << " D=" << a.head_dim
+            << (a.causal ? " causal" : " no mask") << (a.dropout > 0 ? " dropout " + std::to_string(a.dropout) : "")
+            << (a.window > 0 ? " window " + std::to_string(a.window) : "") << (a.alibi ? " ALiBi" : "")
+            << (a.softcap > 0 ? " softcap " + std::to_string(a.softcap) : "")
             << ", split " << f.split << ", " << r.ranks << " rank" << (r.ranks == 1 ? "" : "s") << " x " << r.threads
             << " thread" << (r.threads == 1 ? "" : "s") << "\n";
   std::cout << std::fixed << std::setprecision(1) << "  rank   tokens     run ms  compute ms     comm ms     wait ms"
@@ -98,9 +92,9 @@ int run(const RingBenchFlags& f, const mpi::Communicator& comm) {
       ranks.push_back({{"tokens", e.tokens}, {"run_ms", e.run_ms}, {"compute_ms", e.compute_ms},
                        {"comm_ms", e.comm_ms}, {"wait_ms", e.wait_ms}, {"max_rss_mib", e.max_rss_mib}});
     nlohmann::json j = {{"module", "ring-attention"}, {"backward", f.backward}, {"batch", f.batch},
-                        {"seq_len", f.seq_len},      {"num_heads", f.num_heads}, {"num_kv_heads", shape.num_kv_heads},
-                        {"head_dim", f.head_dim},    {"causal", shape.causal}, {"dropout", f.dropout},
-                        {"window", f.window},        {"alibi", f.alibi},       {"softcap", f.softcap},
+                        {"seq_len", f.seq_len},      {"num_heads", a.heads},   {"num_kv_heads", a.groups()},
+                        {"head_dim", a.head_dim},    {"causal", a.causal},     {"dropout", a.dropout},
+                        {"window", a.window},        {"alibi", a.alibi},       {"softcap", a.softcap},
                         {"split", f.split},          {"ranks", r.ranks},       {"threads", r.threads},
                         {"iters", r.iters},          {"median_ms", r.median_ms}, {"min_ms", r.min_ms},
                         {"times_ms", r.times_ms},    {"gflop", r.flops / 1e9}, {"gflops", r.gflops},

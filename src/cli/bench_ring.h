@@ -5,16 +5,16 @@
 #include <cstdint>
 #include <string>
 
+#include "qkv/kernels/attention_spec.h"
+
 namespace qkv::cli {
 
 struct RingBenchFlags {
-  int64_t batch = 1, seq_len = 0, num_heads = 12, num_kv_heads = 0, head_dim = 64;
-  bool backward = false, no_mask = false, json = false;
+  int64_t batch = 1, seq_len = 0;
+  // heads, kv_heads, head_dim, causal, dropout and the kernel's variants (window, ALiBi, softcap)
+  kernels::AttentionSpec attention = {.heads = 12, .head_dim = 64};
+  bool backward = false, json = false;
   int threads = 0, iters = 3, warmup = 1;
-  double dropout = 0.0;
-  int64_t window = 0;   // the kernel's variants: sliding window, ALiBi (the paper's slopes), softcap
-  bool alibi = false;
-  double softcap = 0.0;
   std::string split = "contiguous";
 };
 

@@ -19,11 +19,11 @@
 #include "qkv/io/atomic_file.h"
 #include "qkv/io/output_files.h"
 #include "qkv/io/safetensors.h"
-#include "qkv/modules/token_embedding.h"
+#include "qkv/models/attention_lm.h"
+#include "qkv/models/module_on_text.h"
+#include "qkv/qkv.h"
 #include "qkv/text/tiny_vocab.h"
 #include "qkv/text/vocab_files.h"
-#include "qkv/train/checkpoint.h"
-#include "qkv/train/data.h"
 
 namespace qkv::cli {
 namespace {
@@ -48,9 +48,7 @@ std::string gpt2_label(const Encoding& gpt2, int64_t id) { return gpt2.decode(st
 
 // The chapter's module on GPT-2 tokens, as `qkv forward --text` runs it.
 ExplorePage module_page(ExploreFlags& f, const CLI::App& sub, const std::string& text) {
-  AttentionConfig& c = f.config;
   const AttentionModuleInfo& info = attention_module_info(f.module);
-  check_variant_flags(f, sub);
   for (const char* flag : {"--d-in", "--d-out"})
     if (sub.count(flag) == 0) bad_flag(flag, "--module ", f.module, " needs it");
   if (sub.count("--context-length") == 0)
@@ -61,10 +59,11 @@ ExplorePage module_page(ExploreFlags& f, const CLI::App& sub, const std::string&
              " has no dropout or heads");
   if (info.causal && !info.multi_head && sub.count("--num-heads") > 0)
     bad_flag("--num-heads", "--module ", f.module, " has one head");
-  if (!info.bias && c.qkv_bias) bad_flag("--qkv-bias", f.module, " has no bias (its weights are plain matrices)");
+  if (!info.bias && f.qkv_bias) bad_flag("--qkv-bias", f.module, " has no bias (its weights are plain matrices)");
   if (!f.seed && f.weights.empty()) bad_flag("--seed", "give --seed S or --weights FILE for --module ", f.module);
-  check_sizes({c.d_in, c.d_out}, 4, "the projection weights (--d-in x --d-out)");
-  if (info.multi_head) check_sizes({c.num_heads, c.d_in, c.d_out}, 4, "the projection weights (--num-heads x --d-in x --d-out)");
+  const AttentionConfig c = module_config(f, sub);
+  check_sizes({f.d_in, f.d_out}, 4, "the projection weights (--d-in x --d-out)");
+  if (info.multi_head) check_sizes({f.num_heads, f.d_in, f.d_out}, 4, "the projection weights (--num-heads x --d-in x --d-out)");
   check_sizes({c.context_length, c.d_in}, 4, "the positional embedding (--context-length x --d-in)");
 
   Encoding gpt2 = load_gpt2(f.vocab_dir);
@@ -73,67 +72,43 @@ ExplorePage module_page(ExploreFlags& f, const CLI::App& sub, const std::string&
   const int64_t T = static_cast<int64_t>(ids.size());
   QKV_CHECK(T <= c.context_length, "the text is ", T, " GPT-2 tokens but --context-length is ", c.context_length,
             "; shorten the text or raise --context-length");
-  check_sizes({info.multi_head ? c.num_heads : 1, T, T, 8}, 4, "the page's (T, T) matrices per head");
-  std::map<std::string, Tensor> module_state, embedding_state;
-  if (!f.weights.empty())
-    for (auto& [name, t] : load_safetensors(f.weights).tensors)
-      (name == "token_emb.weight" || name == "pos_emb.weight" ? embedding_state : module_state)[name] = t;
+  check_sizes({c.attention.heads, T, T, 8}, 4, "the page's (T, T) matrices per head");
+  std::map<std::string, Tensor> state;
+  if (!f.weights.empty()) state = load_safetensors(f.weights).tensors;
   // torch.manual_seed(S); embeddings; module = Class(...); [load_state_dict(...)]; module(x)
-  Generator gen(f.seed.value_or(Generator::kDefaultSeed));
-  TokenPositionEmbedding embed(gpt2.n_vocab(), c.context_length, c.d_in, gen);
-  std::unique_ptr<AttentionModule> m = make_attention_module(f.module, c, gen);
-  if (!f.weights.empty()) {
-    m->load_state_dict(module_state, /*strict=*/true);
-    embed.load_state_dict(embedding_state, /*strict=*/true);
-  }
-  m->train(f.train);
-  Tensor x = embed.forward(ids, 1, T);  // (1, T, d_in)
-  if (m->input_rank() == 2) x = x.select(0, 0);
+  ModuleOnText model(f.module, c, gpt2.n_vocab(), f.seed.value_or(Generator::kDefaultSeed));
+  if (!f.weights.empty()) model.load_state_dict(state);
+  AttentionModule& m = model.module();
+  m.train(f.train);
+  const Tensor x = model.embed(ids);  // (1, T, d_in), or (T, d_in)
   AttentionTrace trace;
-  const Tensor y = m->forward(x, &trace);
+  const Tensor y = m.forward(x, &trace);
   std::vector<std::string> labels;
   for (int64_t id : ids) labels.push_back(gpt2_label(gpt2, id));
   const std::string seed = f.weights.empty() ? str("seed ", *f.seed) : "weights " + excerpt(f.weights);
-  return explore_module(*m, info, c, m->input_rank() == 2 ? x : x.select(0, 0), trace, y, std::move(labels),
-                        str(m->type_name(), " (", seed, f.train ? ", training mode" : "", ") on \"", text, "\""));
+  return explore_module(m, info, c, m.input_rank() == 2 ? x : x.select(0, 0), trace, y, std::move(labels),
+                        str(m.type_name(), " (", seed, f.train ? ", training mode" : "", ") on \"", text, "\""));
 }
 
 // Every layer of a model `qkv train` wrote, on the text's tokens.
 ExplorePage checkpoint_page(const ExploreFlags& f, const std::string& text) {
-  Checkpoint c = load_checkpoint(f.checkpoint);
-  const TrainOptions& o = c.options;
-  Generator gen(o.seed);
-  AttentionLM model(o.model, gen);
-  model.load_state_dict(c.model, /*strict=*/true);
-  QKV_CHECK(!model.blocks.empty(), excerpt(f.checkpoint), " has no attention blocks (num_layers 0): nothing to show");
-  std::vector<int64_t> ids;
+  LoadOptions load;
+  load.vocab_dir = f.vocab_dir;
+  LoadedModel loaded = load_model(f.checkpoint, load);
+  auto* model = dynamic_cast<AttentionLM*>(loaded.model.get());
+  QKV_CHECK(model != nullptr, excerpt(f.checkpoint), " holds ", loaded.description,
+            ", which the explorer cannot show yet (it shows attention LMs)");
+  QKV_CHECK(!model->blocks.empty(), excerpt(f.checkpoint), " has no attention blocks (num_layers 0): nothing to show");
+  const std::vector<int64_t> ids = loaded.encode(text);
   std::vector<std::string> labels;
-  if (is_builtin_task(o.task)) {
-    SequenceTask task(o.task == TrainTask::kCopy ? TaskKind::kCopy : TaskKind::kReverse, o.task_length, o.task_symbols, 0);
-    ids = task.encode(text);
-    for (int64_t id : ids) labels.push_back(task.decode({id}));
-  } else if (o.task == TrainTask::kText) {
-    QKV_CHECK(!c.vocab.empty(), excerpt(f.checkpoint), " is a text model but holds no vocabulary (data.vocab)");
-    Encoding gpt2 = load_gpt2(f.vocab_dir);
-    for (int64_t t : gpt2.encode(text, SpecialTokens::all())) {
-      auto it = std::lower_bound(c.vocab.begin(), c.vocab.end(), t);
-      QKV_CHECK(it != c.vocab.end() && *it == t, "the text's token ", t, " (", excerpt(gpt2_label(gpt2, t)),
-                ") does not occur in the text the model was trained on, so the model has no embedding for it");
-      ids.push_back(it - c.vocab.begin());
-      labels.push_back(gpt2_label(gpt2, t));
-    }
-  } else {
-    fail(excerpt(f.checkpoint), " was trained on fixed batches (--task ", train_task_name(o.task),
-         ") and has no tokenizer to read --text with");
-  }
+  for (int64_t id : ids) labels.push_back(loaded.tokenizer->token_text(id));
   QKV_CHECK(!ids.empty(), "the text has no tokens: there is nothing to attend over");
   const int64_t T = static_cast<int64_t>(ids.size());
-  QKV_CHECK(T <= o.model.context_length, "the text is ", T, " tokens but the model's context length is ",
-            o.model.context_length, "; shorten the text");
-  check_sizes({o.model.num_layers, o.model.num_heads, T, T, 2}, 4, "the page's (T, T) weights per layer and head");
-  return explore_lm(model, ids, std::move(labels),
-                    str("attention LM (", o.model.num_layers, " layers x ", o.model.num_heads, " heads, ",
-                        train_task_name(o.task), ", step ", c.step, ") on \"", text, "\""));
+  QKV_CHECK(T <= model->context_length(), "the text is ", T, " tokens but the model's context length is ",
+            model->context_length(), "; shorten the text");
+  check_sizes({model->config.num_layers, model->config.attention.heads, T, T, 2}, 4,
+              "the page's (T, T) weights per layer and head");
+  return explore_lm(*model, ids, std::move(labels), str(loaded.description, " on \"", text, "\""));
 }
 
 int run_explore(ExploreFlags& f, const CLI::App& sub) {

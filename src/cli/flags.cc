@@ -72,35 +72,67 @@ std::string limit_hint(const std::string& message) {
   return "";
 }
 
-// MultiHeadAttention's variant flags, checked against the others before anything is built.
-void check_variant_flags(const ModuleFlags& f, const CLI::App& sub) {
-  const AttentionConfig& c = f.config;
-  if (c.dtype == Dtype::kBF16) {
-    if (!attention_module_info(f.module).causal)
+std::string attention_flag_name(kernels::SpecField field) {
+  switch (field) {
+    case kernels::SpecField::kHeads: return "--num-heads";
+    case kernels::SpecField::kKvHeads: return "--num-kv-heads";
+    case kernels::SpecField::kHeadDim: return "head dim";
+    case kernels::SpecField::kWindow: return "--window";
+    case kernels::SpecField::kRope: return "--rope";
+    case kernels::SpecField::kRopeBase: return "--rope-base";
+    case kernels::SpecField::kAlibiSlopes: return "--alibi";
+    case kernels::SpecField::kSoftcap: return "--softcap";
+    case kernels::SpecField::kDropout: return "--dropout";
+  }
+  return "?";
+}
+
+std::string bench_flag_name(kernels::SpecField field) {
+  return field == kernels::SpecField::kHeadDim ? "--head-dim" : attention_flag_name(field);
+}
+
+void check_attention_flags(const kernels::AttentionSpec& spec, kernels::SpecNamer namer) {
+  try {
+    kernels::validate_attention_spec(spec, "", namer);
+  } catch (const kernels::AttentionSpecError& e) {
+    throw CLI::ValidationError(e.what());  // a usage error: exit status 2
+  }
+}
+
+AttentionConfig module_config(const ModuleFlags& f, const CLI::App& sub) {
+  const AttentionModuleInfo& info = attention_module_info(f.module);
+  const kernels::AttentionSpec& v = f.variants;
+  if (v.dtype == Dtype::kBF16) {
+    if (!info.causal)
       bad_flag("--dtype", "bf16 runs the fused path of causal-attention, mha-wrapper and mha; ", f.module,
                " computes in f32 only");
-    if (c.path == AttentionPath::kTextbook)
+    if (f.path == AttentionPath::kTextbook)
       bad_flag("--dtype", "bf16 runs on the fused path; --attention textbook computes in f32 only");
-    if (f.train && c.dropout > 0 && c.path == AttentionPath::kAuto)
+    if (f.train && f.dropout > 0 && f.path == AttentionPath::kAuto)
       bad_flag("--dtype", "bf16 with --train and dropout needs --attention fused (auto runs the textbook path, "
                "for PyTorch's dropout masks, in f32)");
   }
   const char* variant_flags[] = {"--num-kv-heads", "--rope", "--rope-base", "--window", "--alibi", "--softcap"};
-  if (f.module != "mha") {
+  if (f.module != "mha")
     for (const char* flag : variant_flags)
       if (sub.count(flag) > 0) bad_flag(flag, "only --module mha takes the attention variants, not ", f.module);
-    return;
-  }
-  if (c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads != 0)
-    bad_flag("--num-kv-heads", c.num_kv_heads, " must divide --num-heads (", c.num_heads,
-             "): each key/value head serves num_heads / num_kv_heads query heads");
-  if (sub.count("--rope-base") > 0 && c.rope == kernels::RopeLayout::kNone)
+  if (sub.count("--rope-base") > 0 && v.rope == kernels::RopeLayout::kNone)
     bad_flag("--rope-base", "needs --rope half or --rope interleaved");
-  if (c.rope != kernels::RopeLayout::kNone && c.d_out % c.num_heads == 0 && (c.d_out / c.num_heads) % 2 != 0)
-    bad_flag("--rope", kernels::rope_layout_name(c.rope), " needs an even head dim, got ", c.d_out / c.num_heads,
-             " (--d-out ", c.d_out, " / --num-heads ", c.num_heads, ")");
-  if (sub.count("--softcap") > 0 && !(c.softcap > 0.0f))
-    bad_flag("--softcap", c.softcap, " must be positive (leave the flag out for no softcap)");
+  if (sub.count("--softcap") > 0 && !(v.softcap > 0.0))
+    bad_flag("--softcap", v.softcap, " must be positive (leave the flag out for no softcap)");
+  // (the book's constructor's own checks, as the class makes them: "d_out (10) must be divisible by ...")
+  AttentionConfig c = attention_config(f.module, f.d_in, f.d_out, f.context_length, f.dropout, f.num_heads, f.qkv_bias);
+  c.path = f.path;
+  kernels::AttentionSpec& a = c.attention;
+  a.kv_heads = v.kv_heads;
+  a.rope = v.rope;
+  a.rope_base = v.rope_base;
+  a.window = v.window;
+  a.alibi = v.alibi;
+  a.softcap = v.softcap;
+  a.dtype = v.dtype;
+  check_attention_flags(a);
+  return c;
 }
 
 CLI::Option* add_dtype_flag(CLI::App* sub, const std::string& flag, std::function<void(Dtype)> set,
@@ -120,17 +152,17 @@ CLI::Option* add_dtype_flag(CLI::App* sub, const std::string& flag, std::functio
 void add_module_flags(CLI::App* sub, ModuleFlags& f) {
   sub->add_option("--module", f.module, "self-attention-v1 | self-attention-v2 | causal-attention | mha-wrapper | mha")
       ->check(CLI::IsMember(attention_module_names()));
-  add_number(sub, "--d-in", f.config.d_in, "Input features (the last dimension of 'input')", positive<int64_t>());
-  add_number(sub, "--d-out", f.config.d_out, "Output features (per head for mha-wrapper)", positive<int64_t>());
-  add_number(sub, "--context-length", f.config.context_length, "Size of the causal mask buffer (causal modules)",
+  add_number(sub, "--d-in", f.d_in, "Input features (the last dimension of 'input')", positive<int64_t>());
+  add_number(sub, "--d-out", f.d_out, "Output features (per head for mha-wrapper)", positive<int64_t>());
+  add_number(sub, "--context-length", f.context_length, "Size of the causal mask buffer (causal modules)",
              positive<int64_t>());
-  add_number_with_default(sub, "--num-heads", f.config.num_heads, "Heads (mha-wrapper, mha)", positive<int64_t>());
-  add_number_with_default(sub, "--dropout", f.config.dropout, "Dropout on the attention weights, in [0, 1)");
-  sub->add_flag("--qkv-bias", f.config.qkv_bias, "Give the query, key and value projections a bias");
-  add_attention_flag(sub, f.config.path,
+  add_number_with_default(sub, "--num-heads", f.num_heads, "Heads (mha-wrapper, mha)", positive<int64_t>());
+  add_number_with_default(sub, "--dropout", f.dropout, "Dropout on the attention weights, in [0, 1)");
+  sub->add_flag("--qkv-bias", f.qkv_bias, "Give the query, key and value projections a bias");
+  add_attention_flag(sub, f.path,
                      "Causal modules: auto (fused; textbook under --train dropout, for PyTorch's masks) | fused | "
                   "textbook");
-  add_number(sub, "--num-kv-heads", f.config.num_kv_heads,
+  add_number(sub, "--num-kv-heads", f.variants.kv_heads,
              "mha: key/value heads G, dividing --num-heads (grouped-query attention; 1: multi-query); W_key and "
              "W_value are (G * head_dim, d_in) (default: --num-heads)",
              positive<int64_t>());
@@ -139,19 +171,19 @@ void add_module_flags(CLI::App* sub, ModuleFlags& f) {
          [&f](const std::string& s) {
            if (s != "half" && s != "interleaved")
              throw CLI::ValidationError("--rope: " + excerpt(s) + " is not a RoPE layout; expected half or interleaved");
-           f.config.rope = kernels::parse_rope_layout(s);
+           f.variants.rope = kernels::parse_rope_layout(s);
          },
          "mha: rotary position embedding of queries and keys: half (pairs i, i + D/2: Hugging Face, the book's "
          "Llama) | interleaved (pairs 2i, 2i + 1: GPT-J, Meta's Llama) (default: none)")
       ->type_name("LAYOUT");
-  add_number_with_default(sub, "--rope-base", f.config.rope_base, "mha: RoPE's base (frequencies base^(-2i/D))",
+  add_number_with_default(sub, "--rope-base", f.variants.rope_base, "mha: RoPE's base (frequencies base^(-2i/D))",
                           Range<double>{std::numeric_limits<double>::min(), std::numeric_limits<double>::max()});
-  add_number(sub, "--window", f.config.window,
+  add_number(sub, "--window", f.variants.window,
              "mha: sliding window: query i sees keys j > i - W (W >= 1; default: no window)", positive<int64_t>());
-  sub->add_flag("--alibi", f.config.alibi, "mha: ALiBi bias -slope_h * (i - j) with the paper's slopes");
-  add_number(sub, "--softcap", f.config.softcap,
+  sub->add_flag("--alibi", f.variants.alibi, "mha: ALiBi bias -slope_h * (i - j) with the paper's slopes");
+  add_number(sub, "--softcap", f.variants.softcap,
              "mha: cap the scaled scores as C * tanh(x / C) (Gemma 2; C > 0; default: none)");
-  add_dtype_flag(sub, "--dtype", [&f](Dtype d) { f.config.dtype = d; },
+  add_dtype_flag(sub, "--dtype", [&f](Dtype d) { f.variants.dtype = d; },
                  "Causal modules' fused path: f32 | bf16 (bf16 products, q, k, v; fp32 sums, softmax and outputs) "
                  "(default: f32)");
   sub->add_flag("--train", f.train, "Training mode: dropout is active, drawing after the weights as PyTorch does");

@@ -125,15 +125,32 @@ std::string limit_hint(const std::string& message);
 // The flags that choose and build one attention module, shared by `qkv forward` and `qkv explore`:
 // --module, --d-in, --d-out, --context-length, --num-heads, --dropout, --qkv-bias, --attention,
 // MultiHeadAttention's variants (--num-kv-heads, --rope, --rope-base, --window, --alibi,
-// --softcap), --train, --seed and --weights. None is required here; a command marks its own.
+// --softcap), --dtype, --train, --seed and --weights. None is required here; a command marks its
+// own. The book's constructor arguments are kept as given; module_config() makes the module's
+// AttentionConfig from them.
 struct ModuleFlags {
   std::string module;
-  AttentionConfig config;
+  int64_t d_in = 0, d_out = 0, context_length = 0, num_heads = 1;
+  double dropout = 0.0;
+  bool qkv_bias = false;
+  AttentionPath path = AttentionPath::kAuto;
+  kernels::AttentionSpec variants;  // the variant flags and --dtype (heads and widths come from the flags above)
   std::optional<uint64_t> seed;
   std::string weights;
   bool train = false;
 };
 void add_module_flags(CLI::App* sub, ModuleFlags& f);
+// The module's config from the flags (attention_config with the variants), checked against each
+// other before anything is built: a usage error naming the flag.
+AttentionConfig module_config(const ModuleFlags& f, const CLI::App& sub);
+
+// The flags' names for the attention spec's fields (--num-heads, --num-kv-heads, --window, ...),
+// for messages of validate_attention_spec on a spec the flags made.
+std::string attention_flag_name(kernels::SpecField field);
+// The same, with --head-dim for the head dim (qkv bench, which has that flag).
+std::string bench_flag_name(kernels::SpecField field);
+// validate_attention_spec(spec) with the flags' names: a usage error (exit status 2).
+void check_attention_flags(const kernels::AttentionSpec& spec, kernels::SpecNamer namer = attention_flag_name);
 
 // A dtype flag (f32 | bf16): `set` receives the parsed value; anything else is a usage error
 // "FLAG: 'x' is not a dtype; expected f32 or bf16".
@@ -146,8 +163,5 @@ template <typename... Args>
 [[noreturn]] void bad_flag(const std::string& flag, const Args&... what) {
   throw CLI::ValidationError(flag + ": " + str(what...));
 }
-
-// MultiHeadAttention's variant flags, checked against the others before anything is built.
-void check_variant_flags(const ModuleFlags& f, const CLI::App& sub);
 
 }  // namespace qkv::cli

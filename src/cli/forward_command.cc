@@ -20,7 +20,7 @@
 #include "qkv/io/safetensors.h"
 #include "qkv/kernels/rope.h"
 #include "qkv/modules/attention_module.h"
-#include "qkv/modules/token_embedding.h"
+#include "qkv/models/module_on_text.h"
 #include "qkv/text/vocab_files.h"
 
 namespace qkv::cli {
@@ -32,21 +32,15 @@ struct ForwardFlags : ModuleFlags {
   std::string grad_output, grads_out;  // backward: dL/doutput in, gradients out
 };
 
-// The embedding tensors' names in a state dict that also holds the module's.
-bool is_embedding_name(const std::string& name) {
-  return name == "token_emb.weight" || name == "pos_emb.weight";
-}
-
 std::string expected_input(const AttentionModule& m, const AttentionConfig& c) {
   return m.input_rank() == 2 ? str("(num_tokens, d_in = ", c.d_in, ")")
                              : str("(batch, num_tokens, d_in = ", c.d_in, ")");
 }
 
 int run_forward(ForwardFlags& f, const CLI::App& sub) {
-  AttentionConfig& c = f.config;
   const AttentionModuleInfo& info = attention_module_info(f.module);
-  check_variant_flags(f, sub);
   const bool causal = info.causal;
+  const AttentionConfig c = module_config(f, sub);  // the flags against each other, first
   QKV_CHECK(f.seed || !f.weights.empty(), "give --seed S (weights as torch.manual_seed(S) and the ",
             "PyTorch constructor make them) or --weights FILE (a safetensors state dict)");
   if (causal && sub.count("--context-length") == 0)
@@ -62,10 +56,10 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
                   sub.count("--num-heads") == 0,
               "--module ", f.module, " takes no --context-length, --dropout or --num-heads (it has no mask, ",
               "dropout or heads)");
-    if (!from_text) c.context_length = 1;
   }
   if (causal && !info.multi_head)
     QKV_CHECK(sub.count("--num-heads") == 0, "--module ", f.module, " has one head; drop --num-heads");
+  QKV_CHECK(info.bias || !f.qkv_bias, f.module, " has no bias (its weights are plain matrices); drop --qkv-bias");
 
   // The destinations, checked before the work (and again when written).
   std::vector<OutputFile> destinations;
@@ -75,10 +69,10 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   check_output_files(destinations);
 
   // Sizes the flags multiply, checked before anything is allocated (4-byte floats).
-  check_sizes({c.d_in, c.d_out}, 4, "the projection weights (--d-in x --d-out)");
+  check_sizes({f.d_in, f.d_out}, 4, "the projection weights (--d-in x --d-out)");
   if (info.multi_head) {
-    check_sizes({c.num_heads, c.d_in, c.d_out}, 4, "the projection weights (--num-heads x --d-in x --d-out)");
-    check_sizes({c.num_heads, c.d_out, c.d_out}, 4, "the output projection (--num-heads x --d-out x --d-out)");
+    check_sizes({f.num_heads, f.d_in, f.d_out}, 4, "the projection weights (--num-heads x --d-in x --d-out)");
+    check_sizes({f.num_heads, f.d_out, f.d_out}, 4, "the output projection (--num-heads x --d-out x --d-out)");
   }
   if (causal && !f.save_weights.empty())  // the state dict holds the (context_length, context_length) mask
     check_sizes({c.context_length, c.context_length}, 4, "the causal mask (--context-length squared)");
@@ -106,41 +100,32 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   QKV_CHECK(f.grad_output.empty() == f.grads_out.empty(), "--grad-output FILE and --grads-out FILE go together");
   if (!f.grad_output.empty()) grad_file = load_safetensors(f.grad_output);
   // --- end backward, read side ------------------------------------------------------------------
-  std::map<std::string, Tensor> module_state, embedding_state;
-  if (!f.weights.empty()) {
-    for (auto& [name, t] : load_safetensors(f.weights).tensors)
-      (from_text && is_embedding_name(name) ? embedding_state : module_state)[name] = t;
-  }
+  std::map<std::string, Tensor> state;
+  if (!f.weights.empty()) state = load_safetensors(f.weights).tensors;
 
   // torch.manual_seed(S); [embeddings = ...;] module = Class(...); [load_state_dict(...)];
   // module.train(); module(x)
+  std::optional<ModuleOnText> text_model;
+  std::unique_ptr<AttentionModule> own;
   Generator gen(f.seed.value_or(Generator::kDefaultSeed));
-  std::optional<TokenPositionEmbedding> embed;
-  if (from_text) embed.emplace(n_vocab, c.context_length, c.d_in, gen);
-  QKV_CHECK(info.bias || !c.qkv_bias, f.module, " has no bias (its weights are plain matrices); drop --qkv-bias");
-  std::unique_ptr<AttentionModule> m = make_attention_module(f.module, c, gen);
-  if (!f.weights.empty()) {
-    m->load_state_dict(module_state, /*strict=*/true);
-    if (embed) embed->load_state_dict(embedding_state, /*strict=*/true);
-  }
-  m->train(f.train);
-  Tensor x;
-  if (embed) {
-    const int64_t T = static_cast<int64_t>(ids.size());
-    x = embed->forward(ids, 1, T);                       // (1, T, d_in)
-    if (m->input_rank() == 2) x = x.select(0, 0);        // (T, d_in) for the v1/v2 classes
+  if (from_text) {
+    text_model.emplace(f.module, c, n_vocab, f.seed.value_or(Generator::kDefaultSeed));
+    if (!f.weights.empty()) text_model->load_state_dict(state);
   } else {
-    x = in->get("input");
+    own = make_attention_module(f.module, c, gen);
+    if (!f.weights.empty()) own->load_state_dict(state, /*strict=*/true);
   }
-  QKV_CHECK(x.dim() == m->input_rank() && x.size(-1) == c.d_in, f.module, ": the tensor 'input' in ",
-            excerpt(f.input), " has shape ", shape_str(x.shape()), "; expected ", expected_input(*m, c));
-  if (causal && !embed)  // (text was checked against --context-length above)
+  AttentionModule& m = text_model ? text_model->module() : *own;
+  m.train(f.train);
+  const Tensor x = text_model ? text_model->embed(ids) : in->get("input");
+  QKV_CHECK(x.dim() == m.input_rank() && x.size(-1) == c.d_in, f.module, ": the tensor 'input' in ",
+            excerpt(f.input), " has shape ", shape_str(x.shape()), "; expected ", expected_input(m, c));
+  if (causal && !text_model)  // (text was checked against --context-length above)
     QKV_CHECK(x.size(1) <= c.context_length, f.module, ": the tensor 'input' in ", excerpt(f.input), " has ", x.size(1),
               " tokens but context_length is ", c.context_length,
               " (the causal mask covers only that many); use a larger --context-length or a shorter input");
-  if (embed) x.set_name("input");
   AttentionTrace trace;
-  Tensor y = m->forward(x, f.attn_weights.empty() ? nullptr : &trace);
+  Tensor y = m.forward(x, f.attn_weights.empty() ? nullptr : &trace);
 
   // Serialise every output, then write them.
   std::vector<OutputFile> files;
@@ -151,26 +136,20 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
     files.push_back({f.attn_weights, serialize_safetensors(t), "--attn-weights"});
   }
   if (!f.save_weights.empty()) {
-    NamedTensors state;
-    for (const StateEntry& e : m->state_dict()) state.push_back({e.name, e.value()});
-    if (embed)
-      for (const StateEntry& e : embed->state_dict()) state.push_back({e.name, e.value()});
+    NamedTensors out;
+    for (const StateEntry& e : text_model ? text_model->state_dict() : m.state_dict()) out.push_back({e.name, e.value()});
     files.push_back(
-        {f.save_weights, serialize_safetensors(state, {{"format", "pt"}, {"module", f.module}}), "--save-weights"});
+        {f.save_weights, serialize_safetensors(out, {{"format", "pt"}, {"module", f.module}}), "--save-weights"});
   }
   // --- backward: dL/dinput as 'input', each parameter's gradient under its state-dict name ------
   if (grad_file) {
     const Tensor& dy = grad_file->get("grad_output");
     QKV_CHECK(dy.shape() == y.shape(), "the tensor 'grad_output' in ", excerpt(f.grad_output), " has shape ",
               shape_str(dy.shape()), "; it must have the output's shape ", shape_str(y.shape()));
-    const Tensor dx = m->backward(dy);
+    const Tensor dx = text_model ? text_model->backward(dy) : m.backward(dy);
     NamedTensors grads = {{"input", dx}};
-    for (const StateEntry& e : m->state_dict())
+    for (const StateEntry& e : text_model ? text_model->state_dict() : m.state_dict())
       if (e.grad != nullptr) grads.push_back({e.name, *e.grad});
-    if (embed) {  // x = embed->forward(ids, 1, T): on through the embeddings to their tables
-      embed->backward(dx.dim() == 2 ? dx.unsqueeze(0) : dx);
-      for (const StateEntry& e : embed->state_dict()) grads.push_back({e.name, *e.grad});
-    }
     files.push_back({f.grads_out, serialize_safetensors(grads, {{"format", "pt"}, {"module", f.module}}), "--grads-out"});
   }
   // --- end backward ------------------------------------------------------------------------------

@@ -17,9 +17,7 @@
 #include "flags.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
-#include "qkv/text/vocab_files.h"
-#include "qkv/train/checkpoint.h"
-#include "qkv/train/sampling.h"
+#include "qkv/qkv.h"
 
 namespace qkv::cli {
 namespace {
@@ -32,50 +30,16 @@ struct GenerateFlags {
 };
 
 int run_generate(GenerateFlags& f, const CLI::App& sub) {
-  Checkpoint c = load_checkpoint(f.checkpoint);
-  TrainOptions& o = c.options;
-  if (f.dtype) {
-    o.model.dtype = *f.dtype;
-    // generation runs in eval mode, where auto is the fused path (dropout is off)
-    if (o.model.dtype == Dtype::kBF16 && o.model.attention == AttentionPath::kAuto) o.model.attention = AttentionPath::kFused;
-  }
-  Generator gen(o.seed);
-  AttentionLM model(o.model, gen);
-  model.load_state_dict(c.model, /*strict=*/true);
-
-  std::vector<int64_t> prompt;
-  std::function<std::string(const std::vector<int64_t>&)> decode;
-  std::optional<Encoding> gpt2;
-  std::unique_ptr<SequenceTask> task;
-  if (is_builtin_task(o.task)) {
-    task = std::make_unique<SequenceTask>(o.task == TrainTask::kCopy ? TaskKind::kCopy : TaskKind::kReverse, o.task_length,
-                                          o.task_symbols, 0);
-    prompt = task->encode(f.prompt);
-    decode = [&](const std::vector<int64_t>& ids) { return task->decode(ids); };
-    if (sub.count("--max-new-tokens") == 0) f.sampling.max_new_tokens = o.task_length;
-  } else if (o.task == TrainTask::kText) {
-    QKV_CHECK(!c.vocab.empty(), excerpt(f.checkpoint), " is a text model but holds no vocabulary (data.vocab)");
-    gpt2 = load_gpt2(f.vocab_dir);
-    for (int64_t t : gpt2->encode(f.prompt, SpecialTokens::all())) {
-      auto it = std::lower_bound(c.vocab.begin(), c.vocab.end(), t);
-      QKV_CHECK(it != c.vocab.end() && *it == t, "the prompt's token ", t, " (",
-                gpt2->decode(std::vector<TokenId>{t}), ") does not occur in the text the model was trained on ('",
-                o.text_file, "'), so the model has no embedding for it");
-      prompt.push_back(it - c.vocab.begin());
-    }
-    decode = [&](const std::vector<int64_t>& ids) {
-      std::vector<TokenId> original;
-      for (int64_t id : ids) original.push_back(c.vocab.at(static_cast<size_t>(id)));
-      return gpt2->decode(original);
-    };
-  } else {
-    fail(excerpt(f.checkpoint), " was trained on fixed batches (--task ", train_task_name(o.task),
-         ") and has no tokenizer to read a prompt with");
-  }
+  LoadOptions load;
+  load.vocab_dir = f.vocab_dir;
+  load.dtype = f.dtype;
+  LoadedModel m = load_model(f.checkpoint, load);
+  const std::vector<int64_t> prompt = m.encode(f.prompt);
+  if (sub.count("--max-new-tokens") == 0) f.sampling.max_new_tokens = m.default_new_tokens;
   const auto start = std::chrono::steady_clock::now();
-  std::vector<int64_t> out = generate(model, prompt, f.sampling);
+  std::vector<int64_t> out = generate(*m.model, prompt, f.sampling);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const std::string completion = decode(out);
+  const std::string completion = m.decode(out);
   if (f.json) {
     std::cout << nlohmann::json({{"prompt", f.prompt},
                                  {"completion", completion},
@@ -84,7 +48,7 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
                                  {"new_tokens", out.size()},
                                  {"kv_cache", f.sampling.kv_cache},
                                  {"cache_dtype", kernels::cache_dtype_name(f.sampling.cache_dtype)},
-                                 {"dtype", dtype_name(o.model.dtype)},
+                                 {"dtype", m.model->config_json().value("dtype", "f32")},
                                  {"seconds", seconds},
                                  {"tokens_per_s", seconds > 0 ? static_cast<double>(out.size()) / seconds : 0.0}})
                      .dump()

@@ -28,35 +28,13 @@
 #include "qkv/text/vocab_files.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/loss_curve.h"
+#include "qkv/train/run_options.h"
 #include "qkv/train/trainer.h"
+#include "progress.h"
 #include "train_ranks.h"
 
 namespace qkv::cli {
 namespace {
-
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-// SIGINT and SIGTERM set a flag Trainer::run reads between steps; the previous handlers come back
-// when the steps end, so a second Ctrl-C during the final writes is not swallowed forever.
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    struct sigaction sa = {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~StopSignals() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-
- private:
-  struct sigaction old_int_ = {}, old_term_ = {};
-};
 
 struct TrainFlags {
   TrainOptions o;
@@ -130,201 +108,53 @@ struct OptionFlags {
   }
 };
 
-template <typename... Args>
-[[noreturn]] void bad_flag(const std::string& flag, const Args&... what) {
-  throw CLI::ValidationError(flag + ": " + str(what...));  // a usage error: exit status 2
-}
-
-// An option's value as a flag takes it: 4, half, true.
-template <typename T>
-std::string option_text(const T& v) {
-  const nlohmann::json j = option_to_json(v);
-  return j.is_string() ? j.get<std::string>() : j.dump();
-}
-
-// The model's attention flags given (or resumed), checked against the rest of the model before
-// anything is built; the library checks them again (validate_lm_config) with the fields' names.
+// The model's flags (or a resumed checkpoint's options with the flags on top), checked against
+// each other before anything is built: the attention spec's rules with the flags' names, and the
+// attention LM's own (a window within the context, bf16 on the fused path): usage errors.
 void check_model_flags(const LMConfig& m, const CLI::App& sub) {
-  auto given = [&](const char* flag) { return sub.count(flag) > 0; };
-  if (given("--num-kv-heads") && m.num_kv_heads != 0 &&
-      (m.num_kv_heads < 0 || m.num_heads < 1 || m.num_heads % m.num_kv_heads != 0))
-    bad_flag("--num-kv-heads", m.num_kv_heads, " must divide --num-heads (", m.num_heads,
-             "): each key/value head serves num_heads / num_kv_heads query heads (0: --num-heads)");
-  if (given("--rope") && m.rope != kernels::RopeLayout::kNone && m.num_heads >= 1 && m.d_model % m.num_heads == 0 &&
-      (m.d_model / m.num_heads) % 2 != 0)
-    bad_flag("--rope", kernels::rope_layout_name(m.rope), " needs an even head dim, got ", m.d_model / m.num_heads,
-             " (--d-model ", m.d_model, " / --num-heads ", m.num_heads, ")");
-  if (given("--rope-base") && !(m.rope_base > 0.0))
-    bad_flag("--rope-base", m.rope_base, " must be positive");
-  if (given("--rope-base") && m.rope == kernels::RopeLayout::kNone)
-    bad_flag("--rope-base", m.rope_base, " needs --rope half or --rope interleaved");
-  if (given("--window") && m.window < 0)
-    bad_flag("--window", m.window, " must not be negative (W >= 1: a sliding window of W keys; 0: none)");
-  if (given("--window") && m.context_length > 0 && m.window > m.context_length)
-    bad_flag("--window", m.window, " must be at most --context-length (", m.context_length,
+  check_attention_flags(m.attention);
+  if (sub.count("--rope-base") > 0 && m.attention.rope == kernels::RopeLayout::kNone)
+    bad_flag("--rope-base", m.attention.rope_base, " needs --rope half or --rope interleaved");
+  if (m.attention.window > m.context_length && m.context_length > 0)
+    bad_flag("--window", m.attention.window, " must be at most --context-length (", m.context_length,
              "): a wider window hides nothing");
-  if (given("--softcap") && !(m.softcap >= 0.0 && m.softcap <= std::numeric_limits<float>::max()))
-    bad_flag("--softcap", m.softcap, " must be >= 0 and within float's range (0: no softcap)");
-  if (m.dtype == Dtype::kBF16 && m.attention == AttentionPath::kTextbook)
+  if (m.attention.dtype == Dtype::kBF16 && m.path == AttentionPath::kTextbook)
     bad_flag("--dtype", "bf16 runs on the fused attention; --attention textbook computes in f32 only");
-  if (m.dtype == Dtype::kBF16 && m.dropout > 0 && m.attention == AttentionPath::kAuto)
-    bad_flag("--dtype", "bf16 with --dropout ", m.dropout, " needs --attention fused (auto runs the textbook "
-             "path while dropout is on, for PyTorch's masks, in f32)");
-}
-
-// The model flags that change what the weights compute without changing their shapes: given with
-// --resume, each must say what the checkpoint says (a flag that changes a shape is refused by the
-// tensor's shape when the weights load).
-void check_resume_model_flags(const LMConfig& checkpoint, const LMConfig& flags, const CLI::App& sub,
-                              const std::string& file) {
-  static const std::set<std::string> fixed = {"num_heads", "num_kv_heads", "rope", "rope_base",
-                                              "window",    "alibi",        "softcap"};
-  visit_fields(
-      [&](const OptionField& field, const auto& ckpt, const auto& given) {
-        if (fixed.count(field.key) == 0 || sub.count(field.flag) == 0 || ckpt == given) return;
-        bad_flag(field.flag, option_text(given), " disagrees with the checkpoint ", excerpt(file),
-                 ", whose model was trained with ", field.key, " ", option_text(ckpt),
-                 " (leave the flag out to keep it)");
-      },
-      checkpoint, flags);
+  if (m.attention.dtype == Dtype::kBF16 && m.attention.dropout > 0 && m.path == AttentionPath::kAuto)
+    bad_flag("--dtype", "bf16 with --dropout ", m.attention.dropout, " needs --attention fused (auto runs the "
+             "textbook path while dropout is on, for PyTorch's masks, in f32)");
 }
 
 // ", 2 kv heads, rope half (base 10000), window 8, alibi, softcap 30" for the variants on (and
 // bf16 mode), or "".
 std::string variants_text(const LMConfig& m) {
+  const kernels::AttentionSpec& a = m.attention;
   std::string t;
-  if (m.num_kv_heads > 0 && m.num_kv_heads != m.num_heads) t += str(", ", m.num_kv_heads, " kv heads");
-  if (m.rope != kernels::RopeLayout::kNone)
-    t += str(", rope ", kernels::rope_layout_name(m.rope), " (base ", m.rope_base, ")");
-  if (m.window > 0) t += str(", window ", m.window);
-  if (m.alibi) t += ", alibi";
-  if (m.softcap > 0) t += str(", softcap ", m.softcap);
-  if (m.dtype == Dtype::kBF16) t += ", bf16 mixed precision (bf16 products, fp32 master weights)";
+  if (a.kv_heads > 0 && a.kv_heads != a.heads) t += str(", ", a.kv_heads, " kv heads");
+  if (a.rope != kernels::RopeLayout::kNone)
+    t += str(", rope ", kernels::rope_layout_name(a.rope), " (base ", a.rope_base, ")");
+  if (a.window > 0) t += str(", window ", a.window);
+  if (a.alibi) t += ", alibi";
+  if (a.softcap > 0) t += str(", softcap ", a.softcap);
+  if (a.dtype == Dtype::kBF16) t += ", bf16 mixed precision (bf16 products, fp32 master weights)";
   return t;
-}
-
-std::string clock_time(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const auto s = static_cast<int64_t>(seconds + 0.5);
-  char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
-                               static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
-  else std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
-  return buf;
-}
-
-std::string rate(double tokens_per_s) {
-  char buf[32];
-  if (tokens_per_s >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", tokens_per_s / 1e6);
-  else if (tokens_per_s >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", tokens_per_s / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f", tokens_per_s);
-  return buf;
 }
 
 // The text of the run's data: GPT-2 tokens of the file, with a vocabulary of the tokens it uses.
 std::unique_ptr<TrainingData> text_data(TrainOptions& o, const std::string& vocab_dir, std::vector<int64_t>& vocab) {
   QKV_CHECK(!o.text_file.empty(), "--task text needs --text-file FILE");
-  const std::string text = read_file(o.text_file);
-  const Encoding gpt2 = load_gpt2(vocab_dir);
-  CompactTokens c = compact_vocabulary(gpt2.encode(text, SpecialTokens::all()));
-  vocab = c.vocab;
   if (o.model.context_length == 0) o.model.context_length = 64;
   try {
-    return std::make_unique<TokenWindows>(std::move(c.ids), static_cast<int64_t>(c.vocab.size()),
-                                          o.model.context_length, o.seed + 1, excerpt(o.text_file));
+    TextData d = text_training_data(read_file(o.text_file), load_gpt2(vocab_dir), o.model.context_length, o.seed + 1,
+                                    excerpt(o.text_file));
+    vocab = std::move(d.vocab);
+    return std::move(d.windows);
   } catch (const Error& e) {  // the windows are context_length long: say which flag sets it
-    fail(e.what(), " (--context-length ", o.model.context_length, ")");
+    const std::string what = e.what();
+    if (what.find("training window") == std::string::npos) throw;
+    fail(what, " (--context-length ", o.model.context_length, ")");
   }
 }
-
-class Progress {
- public:
-  Progress(bool enabled, int64_t first_step, int64_t total)
-      : enabled_(enabled), tty_(::isatty(2) == 1), first_(first_step), total_(total) {}
-
-  void update(const StepStats& s, double elapsed, int64_t tokens, bool force) {
-    if (!enabled_) return;
-    const bool milestone = total_ >= 10 ? s.step % (total_ / 10) == 0 : true;
-    if (tty_ ? !force && elapsed - last_ < 0.1 : !(milestone || force)) return;
-    last_ = elapsed;
-    const int64_t done = s.step - first_;
-    const double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - s.step) : -1;
-    const int width = 24;
-    const int fill = total_ > 0 ? static_cast<int>(width * s.step / total_) : width;
-    char line[256];
-    std::snprintf(line, sizeof line, "step %*lld/%lld [%s%s] loss %.4f", static_cast<int>(std::to_string(total_).size()),
-                  static_cast<long long>(s.step), static_cast<long long>(total_), std::string(static_cast<size_t>(fill), '#').c_str(),
-                  std::string(static_cast<size_t>(width - fill), '-').c_str(), static_cast<double>(s.loss));
-    std::string text = line;
-    if (s.counted > 0) {
-      std::snprintf(line, sizeof line, "  acc %5.1f%%", 100.0 * static_cast<double>(s.correct) / static_cast<double>(s.counted));
-      text += line;
-    }
-    text += "  " + rate(elapsed > 0 ? static_cast<double>(tokens) / elapsed : 0) + " tok/s  left " + clock_time(eta);
-    if (tty_) std::cerr << "\r" << text << "\033[K" << std::flush;
-    else std::cerr << text << "\n";
-    dirty_ = tty_;
-  }
-
-  void message(const std::string& text) {
-    if (!enabled_) return;
-    if (dirty_) std::cerr << "\r\033[K";
-    std::cerr << text << "\n";
-    dirty_ = false;
-    last_ = -1;
-  }
-
-  void finish() {
-    if (dirty_) std::cerr << "\n";
-    dirty_ = false;
-  }
-
- private:
-  bool enabled_, tty_;
-  int64_t first_, total_;
-  double last_ = -1;
-  bool dirty_ = false;
-};
-
-std::string percent(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f%%", 100.0 * x);
-  return buf;
-}
-
-// Prints the run as it goes: the progress bar, evaluations; remembers the last checkpoint and when
-// the steps ended (the time reported), and gives the signals back then.
-class ProgressObserver : public RunObserver {
- public:
-  ProgressObserver(Progress& progress, int64_t total, std::optional<StopSignals>& signals)
-      : progress_(progress), total_(total), signals_(signals) {}
-
-  void on_step(const StepStats& s, int64_t tokens) override {
-    progress_.update(s, seconds(), tokens, s.step == total_);
-  }
-  void on_eval(const EvalStats& e) override {
-    char line[160];
-    std::snprintf(line, sizeof line, "step %lld: held-out loss %.4f, accuracy %s", static_cast<long long>(e.step),
-                  static_cast<double>(e.loss), percent(e.accuracy).c_str());
-    progress_.message(line);
-  }
-  void on_checkpoint(const std::string&, int64_t step) override { last_saved = step; }
-  void on_steps_end(const RunResult&) override {
-    elapsed = seconds();
-    signals_.reset();  // a second Ctrl-C during the final writes is not swallowed
-  }
-
-  std::optional<int64_t> last_saved;  // the step of the last checkpoint written
-  double elapsed = 0;                 // seconds from the start to the end of the steps
-
- private:
-  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
-
-  Progress& progress_;
-  int64_t total_;
-  std::optional<StopSignals>& signals_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-};
 
 // What a run is built from: the options (the flags, over a resumed checkpoint's), the trainer,
 // and where the checkpoint goes.
@@ -340,7 +170,6 @@ TrainSetup set_up(const TrainFlags& f, const CLI::App& sub, bool writes) {
   TrainSetup setup;
   // Options: the flags, or the checkpoint's options with the flags given on top.
   TrainOptions& o = setup.o;
-  o = f.o;
   std::optional<Checkpoint>& resumed = setup.resumed;
   if (!f.resume.empty()) {
     resumed = load_checkpoint(f.resume);
@@ -348,15 +177,16 @@ TrainSetup set_up(const TrainFlags& f, const CLI::App& sub, bool writes) {
       std::cerr << "qkv train: note: " << excerpt(f.resume, 4096)
                 << " holds its model weights in BF16 (--checkpoint-dtype bf16): training continues from them "
                    "widened to f32 (exactly); the fp32 master weights they were rounded from are not in the file\n";
-    check_resume_model_flags(resumed->options.model, f.o.model, sub, f.resume);
-    o = resumed->options;
-    visit_fields([&](const OptionField& field, auto& to, const auto& given) {
-      if (sub.count(field.flag) > 0) to = given;
-    }, o, f.o);
+  }
+  try {
+    o = run_options(resumed ? &resumed->options : nullptr, f.o,
+                    [&](const OptionField& field) { return sub.count(field.flag) > 0; }, f.resume);
+  } catch (const OptionError& e) {
+    throw CLI::ValidationError(e.what());  // a usage error: exit status 2
+  } catch (const Error& e) {  // set_head_dim: d_model and num_heads
+    bad_flag("--num-heads", e.what());
   }
   check_model_flags(o.model, sub);
-  if (sub.count("--text-file") > 0) o.task = TrainTask::kText;
-  if (sub.count("--data") > 0) o.task = TrainTask::kData;
   QKV_CHECK(o.task != TrainTask::kData || !o.data_file.empty(), "--task data needs --data FILE");
   QKV_CHECK(f.checkpoint_every >= 0 && f.stop_after >= 0, "--checkpoint-every and --stop-after must not be negative");
 
@@ -431,7 +261,7 @@ int run_train(const TrainFlags& flags, const CLI::App& sub, TrainRanks* ranks) {
   policy.checkpoint_every = f.checkpoint_every;
   policy.stop_after = f.stop_after;
   policy.checkpoint_weights = f.checkpoint_dtype;
-  policy.stop_flag = &g_stop_signal;
+  policy.stop_flag = StopSignals::flag();
   const std::string& ckpt_path = policy.checkpoint_path;
 
   std::ostream null_out(nullptr);  // the other ranks' output: none
@@ -440,8 +270,8 @@ int run_train(const TrainFlags& flags, const CLI::App& sub, TrainRanks* ranks) {
   if (!f.quiet) {
     const LMConfig& m = o.model;
     std::cerr << "qkv train: " << trainer.data().describe() << "\n  model: attention-only LM, vocab " << m.vocab_size
-              << ", d_model " << m.d_model << ", " << m.num_heads << " heads, " << m.num_layers
-              << " layers, context " << m.context_length << ", dropout " << m.dropout << variants_text(m) << " ("
+              << ", d_model " << m.d_model << ", " << m.attention.heads << " heads, " << m.num_layers
+              << " layers, context " << m.context_length << ", dropout " << m.attention.dropout << variants_text(m) << " ("
               << trainer.model().num_parameters() << " parameters)\n  " << optimizer_kind_name(o.optimizer) << ", lr "
               << o.lr << " -> " << o.min_lr << " (warm-up " << o.warmup << ", cosine), batch " << o.batch_size
               << ", clip " << o.clip << ", seed " << o.seed << "\n";

@@ -161,9 +161,8 @@ ExplorePage explore_walkthrough(const Walkthrough& w) {
   }
   QKV_CHECK(inputs && weights, "explore: the walkthrough has no inputs or mha.attn_weights step");
   const int64_t T = inputs->size(0);
-  AttentionConfig config{3, 2, T, 0.0, 2, false};
   Generator gen(123);
-  MultiHeadAttention mha(config, gen);
+  MultiHeadAttention mha(attention_config("mha", 3, 2, T, 0.0, 2), gen);
   AttentionTrace trace;
   mha.forward(stack({*inputs, *inputs}, 0), &trace);
   ExploreLayer layer;
@@ -184,7 +183,8 @@ ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& i
   p.title = std::move(title);
   p.tokens = std::move(tokens);
   p.causal = info.causal;
-  p.dropout = trace.dropped_weights.defined() ? config.dropout : 0.0;
+  const kernels::AttentionSpec& spec = config.attention;
+  p.dropout = trace.dropped_weights.defined() ? spec.dropout : 0.0;
   const bool mh = info.multi_head;
   const int rank = info.input_rank;
   const std::string batch = rank == 3 ? "[0]" : "";
@@ -233,32 +233,33 @@ ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& i
     mask = Tensor::zeros({T, T});
     for (int64_t n = 0; n < T * T; ++n)
       mask.data()[n] = ms.data()[n] == -kInf && sc.data()[n] != -kInf ? 1.0f : 0.0f;
-    p.pipeline.push_back(step("mask", config.window > 0 ? "the mask: 1 where key j is hidden from query i (j > i, or j <= i - window)"
+    p.pipeline.push_back(step("mask", spec.window > 0 ? "the mask: 1 where key j is hidden from query i (j > i, or j <= i - window)"
                                                         : "mask.bool()[:T, :T]: 1 where key j is hidden from query i (j > i)",
                               mask));
   }
   // What softmax reads, in the order the module computes it: the book's MultiHeadAttention masks
   // the scores and then scales them; with a softcap or ALiBi (attention_variants.h) the scores are
   // scaled, capped, biased and then masked.
-  const AttentionVariants var = has("out_proj.weight") ? resolve_variants(config, "explore") : AttentionVariants{};
+  const std::vector<float> alibi = kernels::spec_alibi_slopes(spec);
+  const auto softcap = static_cast<float>(spec.softcap);
   std::string softmax_input;
-  if (var.softcap > 0.0f || !var.alibi_slopes.empty()) {
+  if (softcap > 0.0f || !alibi.empty()) {
     Tensor logits = div(H(trace.scores), scale);
     p.pipeline.push_back(step("scaled_scores", "attn_scores / keys.shape[-1] ** 0.5", logits, true, {{"scores", "i", "j"}}));
     std::string last = "scaled_scores";
-    if (var.softcap > 0.0f) {  // capped = softcap * tanh(scaled / softcap)
+    if (softcap > 0.0f) {  // capped = softcap * tanh(scaled / softcap)
       Tensor capped = Tensor::empty(logits.shape());
-      for (int64_t n = 0; n < logits.numel(); ++n) capped.data()[n] = std::tanh(logits.data()[n] / var.softcap) * var.softcap;
+      for (int64_t n = 0; n < logits.numel(); ++n) capped.data()[n] = std::tanh(logits.data()[n] / softcap) * softcap;
       logits = capped;
-      p.pipeline.push_back(step("capped_scores", "softcap * tanh(scaled / softcap), softcap = " + number(var.softcap),
+      p.pipeline.push_back(step("capped_scores", "softcap * tanh(scaled / softcap), softcap = " + number(softcap),
                                 logits, true, {{last, "i", "j"}}));
       last = "capped_scores";
     }
-    if (!var.alibi_slopes.empty()) {  // biased = capped - slope[h] * (i - j)
+    if (!alibi.empty()) {  // biased = capped - slope[h] * (i - j)
       Tensor biased = Tensor::empty(logits.shape());
       std::string slopes;
       for (int64_t h = 0; h < heads; ++h) {
-        const float slope = var.alibi_slopes[static_cast<size_t>(h)];
+        const float slope = alibi[static_cast<size_t>(h)];
         slopes += (h ? ", " : "") + number(slope);
         for (int64_t i = 0; i < T; ++i)
           for (int64_t j = 0; j < T; ++j) {
@@ -304,7 +305,7 @@ ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& i
     const float* wt = weights.data();
     for (int64_t n = 0; n < factor.numel(); ++n) factor.data()[n] = wt[n] != 0.0f ? d[n] / wt[n] : 0.0f;
     p.pipeline.push_back(step("dropout_mask",
-                              "nn.Dropout's mask times 1 / (1 - p) = " + std::to_string(1.0 / (1.0 - config.dropout)) +
+                              "nn.Dropout's mask times 1 / (1 - p) = " + std::to_string(1.0 / (1.0 - spec.dropout)) +
                                   " (0 where dropped, and where the weight is already 0)",
                               factor, true));
     p.pipeline.push_back(step("attn_weights_dropped", "dropout(attn_weights) = attn_weights * mask / (1 - p)",
@@ -330,9 +331,9 @@ ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& i
   layer.queries = queries;
   layer.keys = repeat_heads(keys, heads);
   layer.scale = scale;
-  layer.softcap = var.softcap;
-  layer.alibi = var.alibi_slopes;
-  layer.window = var.window;
+  layer.softcap = softcap;
+  layer.alibi = alibi;
+  layer.window = spec.window;
   p.layers.push_back(layer);
   summarise(p);
   return p;
@@ -394,10 +395,10 @@ ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std:
     layer.queries = queries;
     layer.keys = repeat_heads(keys, queries.size(0));
     layer.scale = std::sqrt(static_cast<float>(block.head_dim()));
-    const AttentionVariants var = resolve_variants(block.config, "explore");
-    layer.softcap = var.softcap;
-    layer.alibi = var.alibi_slopes;
-    layer.window = var.window;
+    const kernels::AttentionSpec& spec = block.config.attention;
+    layer.softcap = static_cast<float>(spec.softcap);
+    layer.alibi = kernels::spec_alibi_slopes(spec);
+    layer.window = spec.window;
     p.layers.push_back(layer);
     x = next;
   }

@@ -15,14 +15,9 @@ namespace qkv::kernels {
 namespace {
 
 void check(const MhaShape& s, const MhaWeights& w) {
-  QKV_CHECK(s.batch >= 0 && s.tokens >= 0 && s.d_in >= 1 && s.d_out >= 1 && s.heads >= 1 && s.kv_heads >= 0,
-            "mha: bad shape (batch ", s.batch, ", tokens ", s.tokens, ", d_in ", s.d_in, ", d_out ", s.d_out,
-            ", heads ", s.heads, ", kv_heads ", s.kv_heads, ")");
-  QKV_CHECK(s.d_out % s.heads == 0, "mha: d_out (", s.d_out, ") must be divisible by num_heads (", s.heads, ")");
-  QKV_CHECK(s.heads % s.groups() == 0, "mha: num_kv_heads (", s.groups(), ") must divide num_heads (", s.heads,
-            ")");
-  QKV_CHECK(s.rope.layout == RopeLayout::kNone || s.head_dim() % 2 == 0, "mha: RoPE needs an even head dim D, got ",
-            s.head_dim(), " (d_out ", s.d_out, " / num_heads ", s.heads, ")");
+  QKV_CHECK(s.batch >= 0 && s.tokens >= 0 && s.d_in >= 1, "mha: bad shape (batch ", s.batch, ", tokens ", s.tokens,
+            ", d_in ", s.d_in, ")");
+  validate_attention_spec(s.attention, "mha");
   QKV_CHECK(w.w_qkv != nullptr, "mha: w_qkv is null");
 }
 
@@ -34,7 +29,7 @@ struct SplitPart {
   int64_t region_offset; // floats before the region
 };
 SplitPart split_part_of(const MhaShape& s, int64_t part) {
-  const int64_t H = s.heads, G = s.groups(), BTD = s.batch * s.tokens * s.head_dim();
+  const int64_t H = s.heads(), G = s.groups(), BTD = s.batch * s.tokens * s.head_dim();
   if (part < H) return {H, part, 0};
   if (part < H + G) return {G, part - H, H * BTD};
   return {G, part - H - G, (H + G) * BTD};
@@ -103,155 +98,212 @@ Heads<const T> heads_from(const MhaShape& s, const T* heads, int64_t first_part)
 }  // namespace
 
 ConstHeads mha_queries(const MhaShape& s, const float* heads) { return heads_from(s, heads, 0); }
-ConstHeads mha_keys(const MhaShape& s, const float* heads) { return heads_from(s, heads, s.heads); }
-ConstHeads mha_values(const MhaShape& s, const float* heads) { return heads_from(s, heads, s.heads + s.groups()); }
+ConstHeads mha_keys(const MhaShape& s, const float* heads) { return heads_from(s, heads, s.heads()); }
+ConstHeads mha_values(const MhaShape& s, const float* heads) { return heads_from(s, heads, s.heads() + s.groups()); }
 ConstHeadsBF16 mha_queries(const MhaShape& s, const uint16_t* heads) { return heads_from(s, heads, 0); }
-ConstHeadsBF16 mha_keys(const MhaShape& s, const uint16_t* heads) { return heads_from(s, heads, s.heads); }
-ConstHeadsBF16 mha_values(const MhaShape& s, const uint16_t* heads) { return heads_from(s, heads, s.heads + s.groups()); }
+ConstHeadsBF16 mha_keys(const MhaShape& s, const uint16_t* heads) { return heads_from(s, heads, s.heads()); }
+ConstHeadsBF16 mha_values(const MhaShape& s, const uint16_t* heads) { return heads_from(s, heads, s.heads() + s.groups()); }
 
 bool mha_use_reference_attention(bool on) {
   return g_reference_attention.exchange(on);
 }
 
-void MhaWorkspace::Buffer::reserve(size_t n) {
+namespace mha_detail {
+template <typename T>
+void Buffer<T>::reserve(size_t n) {
   if (size >= n) return;
-  data.reset(new float[n]);
+  data.reset(new T[n]);
   size = n;
 }
+template struct Buffer<float>;
+template struct Buffer<uint16_t>;
+}  // namespace mha_detail
 
-void MhaWorkspace::Buffer16::reserve(size_t n) {
-  if (size >= n) return;
-  data.reset(new uint16_t[n]);
-  size = n;
+// The forwards' access to MhaSaved's buffers.
+struct MhaSavedWriter {
+  // float_heads: keep float heads in bf16 mode too (the cached forward's, which decodes from them)
+  static void reserve(MhaSaved& saved, const MhaShape& s, bool float_heads) {
+    const auto rows = static_cast<size_t>(s.batch * s.tokens), C = static_cast<size_t>(s.d_out());
+    const auto Q = static_cast<size_t>(s.qkv_width());
+    const bool bf16 = s.dtype() == Dtype::kBF16;
+    // bf16 mode keeps float heads only to rotate them (RoPE) before rounding, or for the reference
+    if (float_heads || !bf16 || s.attention.rope != RopeLayout::kNone || g_reference_attention)
+      saved.heads_.reserve(rows * Q);
+    if (bf16) saved.heads16_.reserve(rows * Q);
+    saved.ctx_.reserve(rows * C);
+    saved.lse_.reserve(static_cast<size_t>(s.batch * s.heads() * s.tokens));
+  }
+  static float* heads(MhaSaved& saved) { return saved.heads_.get(); }
+  static uint16_t* heads16(MhaSaved& saved) { return saved.heads16_.get(); }
+  static float* ctx(MhaSaved& saved) { return saved.ctx_.get(); }
+  static float* lse(MhaSaved& saved) { return saved.lse_.get(); }
+  // Marks saved as holding a forward of shape s that has not finished (id 0), then, by `filled`,
+  // as that forward's (a fresh id): a forward that throws leaves no id a backward could accept.
+  static void begin(MhaSaved& saved, const MhaShape& s) {
+    saved.id_ = 0;
+    saved.shape_ = s;
+  }
+  static void filled(MhaSaved& saved) {
+    static std::atomic<uint64_t> next{1};
+    saved.id_ = next.fetch_add(1);
+  }
+};
+
+size_t MhaSaved::bytes() const {
+  return (heads_.size + ctx_.size + lse_.size) * sizeof(float) + heads16_.size * sizeof(uint16_t);
 }
 
-void MhaWorkspace::reserve_forward(const MhaShape& s, bool float_heads) {
-  const auto rows = static_cast<size_t>(s.batch * s.tokens), C = static_cast<size_t>(s.d_out);
-  const auto Q = static_cast<size_t>(s.qkv_width());
-  const bool bf16 = s.dtype == Dtype::kBF16;
-  qkv_.reserve(static_cast<size_t>(qkv_chunk_rows(s)) * Q);
-  // bf16 mode keeps float heads only to rotate them (RoPE) before rounding, or for the reference
-  if (float_heads || !bf16 || s.rope.layout != RopeLayout::kNone || g_reference_attention) heads_.reserve(rows * Q);
-  if (bf16) heads16_.reserve(rows * Q);
-  ctx_.reserve(rows * C);
-  lse_.reserve(static_cast<size_t>(s.batch * s.heads * s.tokens));
+void MhaWorkspace::reserve_forward(const MhaShape& s) {
+  qkv_.reserve(static_cast<size_t>(qkv_chunk_rows(s)) * static_cast<size_t>(s.qkv_width()));
 }
 
 void MhaWorkspace::reserve_backward(const MhaShape& s) {
-  const auto rows = static_cast<size_t>(s.batch * s.tokens), C = static_cast<size_t>(s.d_out);
+  const auto rows = static_cast<size_t>(s.batch * s.tokens), C = static_cast<size_t>(s.d_out());
   dctx_.reserve(rows * C);
   dqkv_.reserve(rows * static_cast<size_t>(s.qkv_width()));
 }
 
-size_t MhaWorkspace::bytes() const {
-  return (qkv_.size + heads_.size + ctx_.size + lse_.size + dctx_.size + dqkv_.size) * sizeof(float) +
-         heads16_.size * sizeof(uint16_t);
+size_t MhaWorkspace::bytes() const { return (qkv_.size + dctx_.size + dqkv_.size) * sizeof(float); }
+
+AttentionOptions mha_options(const MhaShape& s, const MhaCall& call) {
+  AttentionOptions o = kernel_options(s.attention, {});
+  o.pool = call.pool;
+  o.alibi_slopes = call.alibi_slopes;
+  if (call.mask) o.mask = *call.mask;
+  if (!call.dropout) o.dropout_p = 0.0f;
+  o.dropout_seed = call.dropout_seed;
+  o.batch_offset = call.batch_offset;
+  return o;
 }
 
-void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* y, MhaWorkspace& ws,
-                 const AttentionOptions& options) {
+void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* y, MhaSaved& saved,
+                 MhaWorkspace& ws, const MhaCall& call) {
   check(s, w);
-  const int64_t rows = s.batch * s.tokens, C = s.d_out, D = s.head_dim(), Q = s.qkv_width();
-  if (rows == 0) return;
-  ws.reserve_forward(s);
-  ThreadPool* pool = options.pool;
-  ThreadPool& workers = pool ? *pool : default_pool();
-  const bool bf16 = s.dtype == Dtype::kBF16, reference = g_reference_attention;
-  // bf16 mode rounds the heads as it splits them, unless they are rotated (RoPE) first or the
-  // reference attention (float32) reads them
-  const bool split_to_bf16 = bf16 && s.rope.layout == RopeLayout::kNone && !reference;
-  // qkv = x W_qkv^T + b_qkv                                    (B*T, Q), a chunk of rows at a time
-  // heads = split(qkv): q (B, H, T, D), k, v (B, G, T, D), contiguous
-  const int64_t chunk = qkv_chunk_rows(s);
-  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-    const int64_t n = std::min(chunk, rows - r0);
-    linear(x + r0 * s.d_in, n, s.d_in, w.w_qkv, w.b_qkv, Q, ws.qkv(), pool, s.dtype, w.w_qkv16);
-    if (split_to_bf16) split_heads(s, ws.qkv(), r0, n, ws.heads16(), workers);
-    else split_heads(s, ws.qkv(), r0, n, ws.heads(), workers);
+  MhaSavedWriter::begin(saved, s);
+  const int64_t rows = s.batch * s.tokens, C = s.d_out(), D = s.head_dim(), Q = s.qkv_width();
+  const RopeLayout rope = s.attention.rope;
+  if (rows > 0) {
+    ws.reserve_forward(s);
+    MhaSavedWriter::reserve(saved, s, /*float_heads=*/false);
+    const AttentionOptions options = mha_options(s, call);
+    ThreadPool* pool = call.pool;
+    ThreadPool& workers = pool ? *pool : default_pool();
+    const bool bf16 = s.dtype() == Dtype::kBF16, reference = g_reference_attention;
+    // bf16 mode rounds the heads as it splits them, unless they are rotated (RoPE) first or the
+    // reference attention (float32) reads them
+    const bool split_to_bf16 = bf16 && rope == RopeLayout::kNone && !reference;
+    float* heads = MhaSavedWriter::heads(saved);
+    uint16_t* heads16 = MhaSavedWriter::heads16(saved);
+    float* ctx_data = MhaSavedWriter::ctx(saved);
+    float* lse = MhaSavedWriter::lse(saved);
+    // qkv = x W_qkv^T + b_qkv                                    (B*T, Q), a chunk of rows at a time
+    // heads = split(qkv): q (B, H, T, D), k, v (B, G, T, D), contiguous
+    const int64_t chunk = qkv_chunk_rows(s);
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const int64_t n = std::min(chunk, rows - r0);
+      linear(x + r0 * s.d_in, n, s.d_in, w.w_qkv, w.b_qkv, Q, ws.qkv(), pool, s.dtype(), w.w_qkv16);
+      if (split_to_bf16) split_heads(s, ws.qkv(), r0, n, heads16, workers);
+      else split_heads(s, ws.qkv(), r0, n, heads, workers);
+    }
+    // q, k = rope(q), rope(k)                                    in place, positions offset + t
+    if (rope != RopeLayout::kNone) {
+      const RopeTable table(s.tokens, D, s.attention.rope_base, s.position_offset);
+      rope_rotate(MutableHeads::contiguous(heads, s.batch, s.heads(), s.tokens, D), table, rope, false, pool);
+      rope_rotate(MutableHeads::contiguous(heads + split_part_of(s, s.heads()).region_offset, s.batch, s.groups(),
+                                           s.tokens, D),
+                  table, rope, false, pool);
+    }
+    if (bf16 && !split_to_bf16) {
+      round_to_bf16(heads, heads16, rows * Q, workers);
+      if (reference) bf16_to_floats(heads16, heads, static_cast<size_t>(rows * Q));  // the values bf16 keeps
+    }
+    // ctx[:, h*D:(h+1)*D] = attention(q_h, k_g(h), v_g(h))        (B*T, C)
+    // (kept in `saved` even without an output projection: the backward needs it)
+    const MutableHeads ctx = MutableHeads::interleaved(ctx_data, s.batch, s.heads(), s.tokens, D, C);
+    if (reference) {
+      attention_forward_reference(mha_queries(s, heads), mha_keys(s, heads), mha_values(s, heads), ctx, lse, options);
+    } else if (bf16) {
+      attention_forward_bf16(mha_queries(s, heads16), mha_keys(s, heads16), mha_values(s, heads16), ctx, lse, options);
+    } else {
+      attention_forward(mha_queries(s, heads), mha_keys(s, heads), mha_values(s, heads), ctx, lse, options);
+    }
+    // y = ctx W_out^T + b_out                                    (B*T, C)
+    if (w.w_out) {
+      linear(ctx_data, rows, C, w.w_out, w.b_out, C, y, pool, s.dtype(), w.w_out16);
+    } else {
+      std::copy(ctx_data, ctx_data + rows * C, y);
+    }
   }
-  float* heads = ws.heads();
-  // q, k = rope(q), rope(k)                                    in place, positions offset + t
-  if (s.rope.layout != RopeLayout::kNone) {
-    const RopeTable table(s.tokens, D, s.rope.base, s.rope.position_offset);
-    rope_rotate(MutableHeads::contiguous(heads, s.batch, s.heads, s.tokens, D), table, s.rope.layout, false, pool);
-    rope_rotate(MutableHeads::contiguous(heads + split_part_of(s, s.heads).region_offset, s.batch, s.groups(),
-                                         s.tokens, D),
-                table, s.rope.layout, false, pool);
-  }
-  if (bf16 && !split_to_bf16) {
-    round_to_bf16(heads, ws.heads16(), rows * Q, workers);
-    if (reference) bf16_to_floats(ws.heads16(), heads, static_cast<size_t>(rows * Q));  // the values bf16 keeps
-  }
-  // ctx[:, h*D:(h+1)*D] = attention(q_h, k_g(h), v_g(h))        (B*T, C)
-  // (kept in the workspace even without an output projection: the backward needs it)
-  const MutableHeads ctx = MutableHeads::interleaved(ws.ctx(), s.batch, s.heads, s.tokens, D, C);
-  if (reference) {
-    attention_forward_reference(mha_queries(s, heads), mha_keys(s, heads), mha_values(s, heads), ctx, ws.lse(),
-                                options);
-  } else if (bf16) {
-    const uint16_t* h16 = ws.heads16();
-    attention_forward_bf16(mha_queries(s, h16), mha_keys(s, h16), mha_values(s, h16), ctx, ws.lse(), options);
-  } else {
-    attention_forward(mha_queries(s, heads), mha_keys(s, heads), mha_values(s, heads), ctx, ws.lse(), options);
-  }
-  // y = ctx W_out^T + b_out                                    (B*T, C)
-  if (w.w_out) {
-    linear(ws.ctx(), rows, C, w.w_out, w.b_out, C, y, pool, s.dtype, w.w_out16);
-  } else {
-    std::copy(ws.ctx(), ws.ctx() + rows * C, y);
-  }
+  MhaSavedWriter::filled(saved);
 }
+
+namespace {
+bool same_shape(const MhaShape& a, const MhaShape& b) {
+  const AttentionSpec &x = a.attention, &y = b.attention;
+  return a.batch == b.batch && a.tokens == b.tokens && a.d_in == b.d_in && a.position_offset == b.position_offset &&
+         x.heads == y.heads && x.groups() == y.groups() && x.head_dim == y.head_dim && x.causal == y.causal &&
+         x.window == y.window && x.rope == y.rope && x.rope_base == y.rope_base && x.softcap == y.softcap &&
+         x.dropout == y.dropout && x.dtype == y.dtype;
+}
+}  // namespace
 
 void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const float* dy, float* dx,
-                  const MhaGradients& grads, MhaWorkspace& ws, const AttentionOptions& options) {
+                  const MhaGradients& grads, const MhaSaved& saved, uint64_t forward_id, MhaWorkspace& ws,
+                  const MhaCall& call) {
   check(s, w);
-  const int64_t rows = s.batch * s.tokens, C = s.d_out, D = s.head_dim(), Q = s.qkv_width();
+  QKV_CHECK(forward_id != 0 && saved.id() == forward_id, "mha_backward: the saved state is not the forward's ",
+            "(it holds forward ", saved.id(), ", the gradients asked for are forward ", forward_id,
+            "'s): another forward overwrote it, or it was never filled");
+  QKV_CHECK(same_shape(saved.shape(), s), "mha_backward: the saved forward ran on another shape or spec");
+  const int64_t rows = s.batch * s.tokens, C = s.d_out(), D = s.head_dim(), Q = s.qkv_width();
   if (rows == 0) return;
   ws.reserve_backward(s);
-  ThreadPool* pool = options.pool;
+  const AttentionOptions options = mha_options(s, call);
+  ThreadPool* pool = call.pool;
   // y = ctx W_out^T + b_out  ->  dW_out, db_out, dctx
   const float* dctx = dy;
   if (w.w_out) {
-    linear_backward(ws.ctx(), dy, rows, C, w.w_out, C, ws.dctx(), grads.dw_out, grads.db_out, pool,
-                    grads.accumulate, s.dtype, w.w_out16);
+    linear_backward(saved.ctx(), dy, rows, C, w.w_out, C, ws.dctx(), grads.dw_out, grads.db_out, pool,
+                    grads.accumulate, s.dtype(), w.w_out16);
     dctx = ws.dctx();
   }
   // ctx = attention(q, k, v)  ->  dq, dk, dv, written into their columns of dqkv
   // (reading the split heads the forward made, after RoPE; dq, dk, dv are written once per row,
   // straight into their columns of dqkv: dq at 0, dk at C, dv at C + G D)
-  const float* heads = ws.heads();
+  const float* heads = saved.heads();
   const int64_t G = s.groups();
-  const MutableHeads dq = MutableHeads::interleaved(ws.dqkv(), s.batch, s.heads, s.tokens, D, Q);
+  const MutableHeads dq = MutableHeads::interleaved(ws.dqkv(), s.batch, s.heads(), s.tokens, D, Q);
   const MutableHeads dk = MutableHeads::interleaved(ws.dqkv() + C, s.batch, G, s.tokens, D, Q);
   const MutableHeads dv = MutableHeads::interleaved(ws.dqkv() + C + G * D, s.batch, G, s.tokens, D, Q);
-  const ConstHeads ctx = ConstHeads::interleaved(ws.ctx(), s.batch, s.heads, s.tokens, D, C);
-  const ConstHeads d_ctx = ConstHeads::interleaved(dctx, s.batch, s.heads, s.tokens, D, C);
+  const ConstHeads ctx = ConstHeads::interleaved(saved.ctx(), s.batch, s.heads(), s.tokens, D, C);
+  const ConstHeads d_ctx = ConstHeads::interleaved(dctx, s.batch, s.heads(), s.tokens, D, C);
   if (g_reference_attention) {  // on the float heads (in bf16 mode, the forward left the bf16 values there)
     attention_backward_reference(mha_queries(s, heads), mha_keys(s, heads), mha_values(s, heads), d_ctx, dq, dk, dv,
                                  options);
-  } else if (s.dtype == Dtype::kBF16) {
-    const uint16_t* h16 = ws.heads16();
-    attention_backward_bf16(mha_queries(s, h16), mha_keys(s, h16), mha_values(s, h16), ctx, d_ctx, ws.lse(), dq, dk,
-                            dv, options);
+  } else if (s.dtype() == Dtype::kBF16) {
+    const uint16_t* h16 = saved.heads16();
+    attention_backward_bf16(mha_queries(s, h16), mha_keys(s, h16), mha_values(s, h16), ctx, d_ctx, saved.lse(), dq,
+                            dk, dv, options);
   } else {
-    attention_backward(mha_queries(s, heads), mha_keys(s, heads), mha_values(s, heads), ctx, d_ctx, ws.lse(), dq,
+    attention_backward(mha_queries(s, heads), mha_keys(s, heads), mha_values(s, heads), ctx, d_ctx, saved.lse(), dq,
                        dk, dv, options);
   }
   // q, k = rope(q), rope(k)  ->  dq, dk = R^T dq, R^T dk (the rotation by -theta), in place
-  if (s.rope.layout != RopeLayout::kNone) {
-    const RopeTable table(s.tokens, D, s.rope.base, s.rope.position_offset);
-    rope_rotate(dq, table, s.rope.layout, true, pool);
-    rope_rotate(dk, table, s.rope.layout, true, pool);
+  const RopeLayout rope = s.attention.rope;
+  if (rope != RopeLayout::kNone) {
+    const RopeTable table(s.tokens, D, s.attention.rope_base, s.position_offset);
+    rope_rotate(dq, table, rope, true, pool);
+    rope_rotate(dk, table, rope, true, pool);
   }
   // qkv = x W_qkv^T + b_qkv  ->  dW_qkv, db_qkv, dx
   linear_backward(x, ws.dqkv(), rows, s.d_in, w.w_qkv, Q, dx, grads.dw_qkv, grads.db_qkv, pool, grads.accumulate,
-                  s.dtype, w.w_qkv16);
+                  s.dtype(), w.w_qkv16);
 }
 
 void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, float* y, KvCache& cache,
-                        int64_t layer, MhaWorkspace& ws, const AttentionOptions& options) {
+                        int64_t layer, MhaSaved& scratch, MhaWorkspace& ws, const MhaCall& call) {
   check(s, w);
-  const int64_t B = s.batch, Tn = s.tokens, C = s.d_out, D = s.head_dim(), G = s.groups(), Q = s.qkv_width();
+  const int64_t B = s.batch, Tn = s.tokens, C = s.d_out(), D = s.head_dim(), G = s.groups(), Q = s.qkv_width();
   QKV_CHECK(cache.batch() == B && cache.kv_heads() == G && cache.head_dim() == D && cache.value_dim() == D,
             "mha_forward_cached: the cache holds (batch ", cache.batch(), ", kv_heads ", cache.kv_heads(),
             ", head_dim ", cache.head_dim(), ", value_dim ", cache.value_dim(), ") but the attention needs (batch ", B,
@@ -261,69 +313,73 @@ void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, 
   QKV_CHECK(!cache.appended(layer), "mha_forward_cached: layer ", layer,
             " already appended in the cache's step in progress (", cache.pending(),
             " positions; commit() the step before the next one)");
-  QKV_CHECK(options.mask.kind == MaskKind::kCausal, "mha_forward_cached: the attention must be causal");
-  QKV_CHECK(options.dropout_p == 0.0f, "mha_forward_cached: dropout (p = ", options.dropout_p,
-            ") is for training; a cached forward is inference");
-  QKV_CHECK(options.query_offset == 0, "mha_forward_cached: the query offset (", options.query_offset,
-            ") comes from the cache; leave it 0");
+  QKV_CHECK(s.attention.causal && call.mask == nullptr, "mha_forward_cached: the attention must be causal");
+  QKV_CHECK(!call.dropout, "mha_forward_cached: dropout is for training; a cached forward is inference");
   const int64_t P = cache.length();
   QKV_CHECK(P + Tn <= cache.capacity(), "mha_forward_cached: ", Tn, " new positions after ", P,
             " overflow the cache's capacity of ", cache.capacity());
+  MhaSavedWriter::begin(scratch, s);  // scratch only: never a backward's state
   if (B * Tn == 0) return;
-  ws.reserve_forward(s, /*float_heads=*/true);
-  ThreadPool* pool = options.pool;
+  ws.reserve_forward(s);
+  MhaSavedWriter::reserve(scratch, s, /*float_heads=*/true);
+  ThreadPool* pool = call.pool;
   // qkv = x W_qkv^T + b_qkv, heads = split(qkv): q (B, H, Tn, D), k, v (B, G, Tn, D)
   const int64_t rows = B * Tn, chunk = qkv_chunk_rows(s);
+  float* heads = MhaSavedWriter::heads(scratch);
+  float* ctx_data = MhaSavedWriter::ctx(scratch);
+  float* lse = MhaSavedWriter::lse(scratch);
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t n = std::min(chunk, rows - r0);
-    linear(x + r0 * s.d_in, n, s.d_in, w.w_qkv, w.b_qkv, Q, ws.qkv(), pool, s.dtype, w.w_qkv16);
-    split_heads(s, ws.qkv(), r0, n, ws.heads(), pool ? *pool : default_pool());
+    linear(x + r0 * s.d_in, n, s.d_in, w.w_qkv, w.b_qkv, Q, ws.qkv(), pool, s.dtype(), w.w_qkv16);
+    split_heads(s, ws.qkv(), r0, n, heads, pool ? *pool : default_pool());
   }
-  float* heads = ws.heads();
-  const MutableHeads q = MutableHeads::contiguous(heads, B, s.heads, Tn, D);
-  const MutableHeads k = MutableHeads::contiguous(heads + split_part_of(s, s.heads).region_offset, B, G, Tn, D);
+  const MutableHeads q = MutableHeads::contiguous(heads, B, s.heads(), Tn, D);
+  const MutableHeads k = MutableHeads::contiguous(heads + split_part_of(s, s.heads()).region_offset, B, G, Tn, D);
   // q, k = rope(q), rope(k)                                    at positions P + t
-  if (s.rope.layout != RopeLayout::kNone) {
-    const RopeTable table(Tn, D, s.rope.base, P);
-    rope_rotate(q, table, s.rope.layout, false, pool);
-    rope_rotate(k, table, s.rope.layout, false, pool);
+  const RopeLayout rope = s.attention.rope;
+  if (rope != RopeLayout::kNone) {
+    const RopeTable table(Tn, D, s.attention.rope_base, P);
+    rope_rotate(q, table, rope, false, pool);
+    rope_rotate(k, table, rope, false, pool);
   }
   // cache.append(layer, k, v): the layer sees P + Tn positions
   cache.append(layer, mha_keys(s, heads), mha_values(s, heads));
   // ctx[:, h*D:(h+1)*D] = attention(q_h, cache k_g(h), cache v_g(h)), query i at position P + i
-  AttentionOptions o = options;
+  AttentionOptions o = mha_options(s, call);
   o.query_offset = P;
-  const MutableHeads ctx = MutableHeads::interleaved(ws.ctx(), B, s.heads, Tn, D, C);
+  const MutableHeads ctx = MutableHeads::interleaved(ctx_data, B, s.heads(), Tn, D, C);
   if (Tn >= 64 && cache.dtype() == CacheDtype::kF32) {
     // a prefill: the flash kernel over the cache's fp32 view of its P + Tn positions
     if (g_reference_attention) {
-      attention_forward_reference(q, cache.keys(layer), cache.values(layer), ctx, ws.lse(), o);
+      attention_forward_reference(q, cache.keys(layer), cache.values(layer), ctx, lse, o);
     } else {
-      attention_forward(q, cache.keys(layer), cache.values(layer), ctx, ws.lse(), o);
+      attention_forward(q, cache.keys(layer), cache.values(layer), ctx, lse, o);
     }
   } else {
-    decode_attention(q, cache, layer, ctx, ws.lse(), o, &ws.decode());
+    decode_attention(q, cache, layer, ctx, lse, o, &ws.decode());
   }
   // y = ctx W_out^T + b_out                                    (B*Tn, C)
   if (w.w_out) {
-    linear(ws.ctx(), rows, C, w.w_out, w.b_out, C, y, pool, s.dtype, w.w_out16);
+    linear(ctx_data, rows, C, w.w_out, w.b_out, C, y, pool, s.dtype(), w.w_out16);
   } else {
-    std::copy(ws.ctx(), ws.ctx() + rows * C, y);
+    std::copy(ctx_data, ctx_data + rows * C, y);
   }
 }
 
-double mha_forward_flops(const MhaShape& s, bool has_out_proj, bool causal, int64_t window) {
-  const int64_t rows = s.batch * s.tokens, C = s.d_out, D = s.head_dim();
-  double f = gemm_flops(rows, s.qkv_width(), s.d_in) +
-             attention_forward_flops(s.batch, s.heads, s.tokens, s.tokens, D, D, causal, 0, window);
+double mha_forward_flops(const MhaShape& s, bool has_out_proj) {
+  const int64_t rows = s.batch * s.tokens, C = s.d_out(), D = s.head_dim();
+  double f = gemm_flops(rows, s.qkv_width(), s.d_in) + attention_forward_flops(s.batch, s.heads(), s.tokens, s.tokens,
+                                                                               D, D, s.attention.causal, 0,
+                                                                               s.attention.window);
   if (has_out_proj) f += gemm_flops(rows, C, C);
   return f;
 }
 
-double mha_backward_flops(const MhaShape& s, bool has_out_proj, bool causal, int64_t window) {
-  const int64_t rows = s.batch * s.tokens, C = s.d_out, D = s.head_dim();
+double mha_backward_flops(const MhaShape& s, bool has_out_proj) {
+  const int64_t rows = s.batch * s.tokens, C = s.d_out(), D = s.head_dim();
   double f = 2.0 * gemm_flops(rows, s.qkv_width(), s.d_in) +
-             attention_backward_flops(s.batch, s.heads, s.tokens, s.tokens, D, D, causal, 0, window);
+             attention_backward_flops(s.batch, s.heads(), s.tokens, s.tokens, D, D, s.attention.causal, 0,
+                                      s.attention.window);
   if (has_out_proj) f += 2.0 * gemm_flops(rows, C, C);
   return f;
 }

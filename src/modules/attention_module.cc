@@ -33,11 +33,11 @@ const std::vector<std::string>& attention_module_names() {
 
 const std::vector<AttentionModuleInfo>& attention_modules() {
   static const std::vector<AttentionModuleInfo> modules = {
-      {"self-attention-v1", 2, false, false, false},
-      {"self-attention-v2", 2, false, false, true},
-      {"causal-attention", 3, true, false, true},
-      {"mha-wrapper", 3, true, true, true},
-      {"mha", 3, true, true, true},
+      {"self-attention-v1", "SelfAttentionV1", 2, false, false, false},
+      {"self-attention-v2", "SelfAttentionV2", 2, false, false, true},
+      {"causal-attention", "CausalAttention", 3, true, false, true},
+      {"mha-wrapper", "MultiHeadAttentionWrapper", 3, true, true, true},
+      {"mha", "MultiHeadAttention", 3, true, true, true},
   };
   return modules;
 }
@@ -50,19 +50,50 @@ const AttentionModuleInfo& attention_module_info(const std::string& name) {
   fail("unknown module '", name, "'; expected one of: ", known);
 }
 
+std::string attention_config_name(kernels::SpecField field) {
+  switch (field) {
+    case kernels::SpecField::kHeads: return "num_heads";
+    case kernels::SpecField::kKvHeads: return "num_kv_heads";
+    default: return kernels::spec_field_name(field);
+  }
+}
+
+AttentionConfig attention_config(const std::string& module, int64_t d_in, int64_t d_out, int64_t context_length,
+                                 double dropout, int64_t num_heads, bool qkv_bias) {
+  const AttentionModuleInfo& info = attention_module_info(module);
+  const std::string who = info.class_name;
+  QKV_CHECK(d_in > 0, who, ": d_in (", d_in, ") must be positive");
+  QKV_CHECK(d_out > 0, who, ": d_out (", d_out, ") must be positive");
+  QKV_CHECK(num_heads > 0, who, ": num_heads (", num_heads, ") must be positive");
+  QKV_CHECK(info.multi_head || num_heads == 1, who, " has one head; num_heads (", num_heads, ") must be 1");
+  AttentionConfig c;
+  c.d_in = d_in;
+  c.context_length = context_length;
+  c.qkv_bias = qkv_bias;
+  c.attention.heads = num_heads;
+  c.attention.causal = info.causal;
+  c.attention.dropout = dropout;
+  if (module == "mha") {
+    QKV_CHECK(d_out % num_heads == 0, who, ": d_out (", d_out, ") must be divisible by num_heads (", num_heads, ")");
+    c.attention.head_dim = d_out / num_heads;
+  } else {
+    c.attention.head_dim = d_out;  // the wrapper's heads are each d_out wide
+  }
+  return c;
+}
+
 std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, const AttentionConfig& c,
                                                        Generator& gen) {
-  QKV_CHECK(name == "mha" || (c.num_kv_heads == 0 && c.rope == kernels::RopeLayout::kNone && c.window == 0 && !c.alibi &&
-                c.alibi_slopes.empty() && c.softcap == 0.0f),
-            "the attention module ", name, " takes no variants (num_kv_heads, rope, window, alibi, softcap): ",
-            "only mha (MultiHeadAttention) does");
-  QKV_CHECK(c.dtype == Dtype::kF32 || attention_module_info(name).causal, "the attention module ", name,
+  QKV_CHECK(name == "mha" || !c.attention.has_variants(), "the attention module ", name,
+            " takes no variants (num_kv_heads, rope, window, alibi, softcap): only mha (MultiHeadAttention) does");
+  QKV_CHECK(c.attention.dtype == Dtype::kF32 || attention_module_info(name).causal, "the attention module ", name,
             " computes in f32 only: dtype bf16 runs the fused path of causal-attention, mha-wrapper and mha");
+  const int64_t d_out = c.attention.head_dim;
   if (name == "self-attention-v1") {
     QKV_CHECK(!c.qkv_bias, "self-attention-v1 has no bias (its weights are plain matrices); qkv_bias must be false");
-    return std::make_unique<SelfAttentionV1>(c.d_in, c.d_out, gen);
+    return std::make_unique<SelfAttentionV1>(c.d_in, d_out, gen);
   }
-  if (name == "self-attention-v2") return std::make_unique<SelfAttentionV2>(c.d_in, c.d_out, c.qkv_bias, gen);
+  if (name == "self-attention-v2") return std::make_unique<SelfAttentionV2>(c.d_in, d_out, c.qkv_bias, gen);
   if (name == "causal-attention") return std::make_unique<CausalAttention>(c, gen);
   if (name == "mha-wrapper") return std::make_unique<MultiHeadAttentionWrapper>(c, gen);
   if (name == "mha") return std::make_unique<MultiHeadAttention>(c, gen);

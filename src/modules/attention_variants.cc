@@ -51,40 +51,6 @@ Tensor map(const Tensor& x, float (*f)(float, float), float arg) {
 
 }  // namespace
 
-AttentionVariants resolve_variants(const AttentionConfig& c, const char* who) {
-  AttentionVariants v;
-  v.heads = c.num_heads;
-  v.kv_heads = c.num_kv_heads == 0 ? c.num_heads : c.num_kv_heads;
-  QKV_CHECK(c.num_kv_heads >= 0, who, ": num_kv_heads (", c.num_kv_heads,
-            ") must be positive (or 0 for num_heads)");
-  QKV_CHECK(c.num_heads % v.kv_heads == 0, who, ": num_kv_heads (", v.kv_heads, ") must divide num_heads (",
-            c.num_heads, ")");
-  v.rope = c.rope;
-  v.rope_base = c.rope_base;
-  if (c.rope != RopeLayout::kNone) {
-    const int64_t D = c.d_out / c.num_heads;
-    QKV_CHECK(D % 2 == 0, who, ": RoPE needs an even head dim, got ", D, " (d_out ", c.d_out, " / num_heads ",
-              c.num_heads, ")");
-    QKV_CHECK(std::isfinite(c.rope_base) && c.rope_base > 0.0, who, ": the RoPE base (", c.rope_base,
-              ") must be positive");
-  }
-  QKV_CHECK(c.window >= 0, who, ": window (", c.window, ") must be positive (or 0 for none)");
-  v.window = c.window;
-  QKV_CHECK(std::isfinite(c.softcap) && c.softcap >= 0.0f, who, ": softcap (", c.softcap,
-            ") must be positive (or 0 for none)");
-  v.softcap = c.softcap;
-  if (!c.alibi_slopes.empty()) {
-    QKV_CHECK(static_cast<int64_t>(c.alibi_slopes.size()) == c.num_heads, who, ": ", c.alibi_slopes.size(),
-              " ALiBi slopes given for num_heads (", c.num_heads, "); expected one per head");
-    for (float s : c.alibi_slopes) QKV_CHECK(std::isfinite(s), who, ": ALiBi slope ", s, " must be finite");
-    v.alibi_slopes = c.alibi_slopes;
-  } else if (c.alibi) {
-    v.alibi_slopes.resize(static_cast<size_t>(c.num_heads));
-    kernels::alibi_default_slopes(c.num_heads, v.alibi_slopes.data());
-  }
-  return v;
-}
-
 Tensor rope(const Tensor& x, RopeLayout layout, double base, bool inverse) {
   if (layout == RopeLayout::kNone) return x;
   QKV_CHECK(x.dim() >= 2, "rope: x ", x.describe(), " needs (..., T, D)");
@@ -117,7 +83,8 @@ Tensor window_blocked(const Tensor& blocked, int64_t window) {
 }
 
 Tensor attend_variants(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* blocked,
-                       const AttentionVariants& var, Dropout* dropout, AttentionTrace* trace, VariantSaved* saved) {
+                       const kernels::AttentionSpec& spec, const std::vector<float>& slopes, Dropout* dropout,
+                       AttentionTrace* trace, VariantSaved* saved) {
   QKV_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
             "attention: q ", q.describe(), ", k ", k.describe(), " and v ", v.describe(),
             " must be (B, H, T, D) and (B, G, T, D) with G dividing H");
@@ -130,23 +97,24 @@ Tensor attend_variants(const Tensor& q, const Tensor& k, const Tensor& v, const 
   Tensor logits = div(scores, scale);
   // capped = softcap * tanh(scaled / softcap)
   Tensor tanh;
-  if (var.softcap > 0.0f) {
-    tanh = map(logits, [](float x, float cap) { return std::tanh(x / cap); }, var.softcap);
-    logits = mul(tanh, var.softcap);
+  const auto softcap = static_cast<float>(spec.softcap);  // validated: within float's range
+  if (softcap > 0.0f) {
+    tanh = map(logits, [](float x, float cap) { return std::tanh(x / cap); }, softcap);
+    logits = mul(tanh, softcap);
   }
   // biased = capped - slope[h] * (i - j)
-  if (!var.alibi_slopes.empty()) {
+  if (!slopes.empty()) {
     Tensor bias = Tensor::empty({H, T, T});
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < T; ++i)
         for (int64_t j = 0; j < T; ++j)
-          bias.data()[(h * T + i) * T + j] = -var.alibi_slopes[static_cast<size_t>(h)] * static_cast<float>(i - j);
+          bias.data()[(h * T + i) * T + j] = -slopes[static_cast<size_t>(h)] * static_cast<float>(i - j);
     logits = add(logits, bias);
   }
   // masked = biased with -inf where blocked (the module's mask, and the window)
   Tensor m;
-  if (blocked != nullptr) m = window_blocked(blocked->slice(0, 0, T).slice(1, 0, T), var.window);
-  else if (var.window > 0) m = window_blocked(Tensor::zeros({T, T}), var.window);
+  if (blocked != nullptr) m = window_blocked(blocked->slice(0, 0, T).slice(1, 0, T), spec.window);
+  else if (spec.window > 0) m = window_blocked(Tensor::zeros({T, T}), spec.window);
   const float inf = std::numeric_limits<float>::infinity();
   if (m.defined()) logits = masked_fill(logits, m, -inf);
   // weights = softmax(masked); dropped = dropout(weights); context = dropped @ v_rep
@@ -167,8 +135,8 @@ Tensor attend_variants(const Tensor& q, const Tensor& k, const Tensor& v, const 
   return context;
 }
 
-AttentionGrads attend_variants_backward(const Tensor& dcontext, const VariantSaved& s, const AttentionVariants& var,
-                                        Dropout* dropout) {
+AttentionGrads attend_variants_backward(const Tensor& dcontext, const VariantSaved& s,
+                                        const kernels::AttentionSpec& spec, Dropout* dropout) {
   QKV_CHECK(s.weights.dim() == 4 && dcontext.shape() == s.q.shape(), "attention backward: the gradient ",
             dcontext.describe(), " does not match the forward's context ", s.q.describe(),
             " (call forward before backward)");
@@ -185,7 +153,7 @@ AttentionGrads attend_variants_backward(const Tensor& dcontext, const VariantSav
   if (s.blocked.defined()) dlogits = masked_fill(dlogits, s.blocked, 0.0f);
   // biased = capped - slope * (i - j): a constant shift
   // capped = softcap * tanh(scaled / softcap)  ->  dscaled = dcapped * (1 - tanh^2)
-  if (var.softcap > 0.0f) dlogits = mul(dlogits, sub(Tensor::ones(s.tanh.shape()), mul(s.tanh, s.tanh)));
+  if (spec.softcap > 0.0) dlogits = mul(dlogits, sub(Tensor::ones(s.tanh.shape()), mul(s.tanh, s.tanh)));
   // scaled = scores / sqrt(D)
   const Tensor dscores = div(dlogits, s.scale);
   // scores = q @ k_rep^T; k_rep = repeat_interleave(k, r)

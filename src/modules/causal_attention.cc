@@ -17,24 +17,31 @@ void check_batch_input(const char* who, const Tensor& x, int64_t d_in, int64_t c
 
 const AttentionConfig& validate(const AttentionConfig& c, const char* who) {
   QKV_CHECK(c.d_in > 0, who, ": d_in (", c.d_in, ") must be positive");
-  QKV_CHECK(c.d_out > 0, who, ": d_out (", c.d_out, ") must be positive");
   QKV_CHECK(c.context_length > 0, who, ": context_length (", c.context_length, ") must be positive");
-  QKV_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, who, ": dropout (", c.dropout, ") must be in [0, 1)");
-  QKV_CHECK(c.num_heads > 0, who, ": num_heads (", c.num_heads, ") must be positive");
-  QKV_CHECK(c.dtype == Dtype::kF32 || c.path != AttentionPath::kTextbook, who,
+  kernels::validate_attention_spec(c.attention, who, attention_config_name);
+  QKV_CHECK(c.attention.causal, who, " is causal: its config's attention.causal must be true");
+  QKV_CHECK(c.attention.dtype == Dtype::kF32 || c.path != AttentionPath::kTextbook, who,
             ": dtype bf16 runs on the fused path; the textbook path computes in f32 only");
   return c;
 }
 
+// One causal head of width D (the config's head_dim): CausalAttention, or a head of the wrapper.
+const AttentionConfig& validate_one_head(const AttentionConfig& c, const char* who) {
+  validate(c, who);
+  QKV_CHECK(c.attention.heads == 1, who, " has one head; its config's num_heads (", c.attention.heads,
+            ") must be 1");
+  QKV_CHECK(!c.attention.has_variants(), who, " takes no variants (num_kv_heads, rope, window, alibi, softcap)");
+  return c;
+}
+
 CausalAttention::CausalAttention(const AttentionConfig& c, Generator& gen)
-    : config(validate(c, "CausalAttention")),
-      W_query(c.d_in, c.d_out, c.qkv_bias, gen),
-      W_key(c.d_in, c.d_out, c.qkv_bias, gen),
-      W_value(c.d_in, c.d_out, c.qkv_bias, gen),
-      dropout(c.dropout, gen),
+    : config(validate_one_head(c, "CausalAttention")),
+      W_query(c.d_in, c.d_out(), c.qkv_bias, gen),
+      W_key(c.d_in, c.d_out(), c.qkv_bias, gen),
+      W_value(c.d_in, c.d_out(), c.qkv_bias, gen),
+      dropout(c.attention.dropout, gen),
       mask(c.context_length) {
   qkv_.bind(W_query, W_key, W_value);
-  fused_.set_dtype(c.dtype);
 }
 
 void CausalAttention::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
@@ -53,7 +60,7 @@ Tensor CausalAttention::forward(const Tensor& x, AttentionTrace* trace) {
   check_batch_input("CausalAttention", x, config.d_in, config.context_length);
   fused_last_ = runs_fused(config.path, dropout);
   check_runs_in_dtype("CausalAttention", config, fused_last_);
-  if (fused_last_) return fused_.forward(x, projections(), 1, mask, dropout, trace, false);
+  if (fused_last_) return fused_.forward(x, projections(), config.attention, {}, mask, dropout, trace, false);
   Tensor keys = W_key.forward(x);       // (B, T, d_out)
   Tensor queries = W_query.forward(x);  // (B, T, d_out)
   Tensor values = W_value.forward(x);   // (B, T, d_out)

@@ -48,7 +48,7 @@ bool QkvWeights::views(const Linear& query, const Linear& key, const Linear& val
 }
 
 void check_runs_in_dtype(const char* who, const AttentionConfig& config, bool fused) {
-  QKV_CHECK(fused || config.dtype == Dtype::kF32, who, ": dtype bf16 runs on the fused path, but path auto with ",
+  QKV_CHECK(fused || config.attention.dtype == Dtype::kF32, who, ": dtype bf16 runs on the fused path, but path auto with ",
             "dropout in training mode runs the textbook one (PyTorch's masks) in f32; choose path fused for the ",
             "fused kernel's dropout in bf16");
 }
@@ -62,20 +62,18 @@ bool runs_fused(AttentionPath path, const Dropout& dropout) {
   return false;
 }
 
-Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, int64_t heads, const MaskBuffer& mask,
-                               Dropout& dropout, AttentionTrace* trace, bool per_head_trace,
-                               const AttentionVariants* variants) {
-  const int64_t B = x.size(0), T = x.size(1), d_in = x.size(2), C = p.query->weight.size(0);
+Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, const kernels::AttentionSpec& spec,
+                               const std::vector<float>& slopes, const MaskBuffer& mask, Dropout& dropout,
+                               AttentionTrace* trace, bool per_head_trace) {
+  const int64_t B = x.size(0), T = x.size(1), d_in = x.size(2), C = spec.width();
   QKV_CHECK(T <= mask.size(), "attention: the (", mask.size(), ", ", mask.size(),
             ") mask is smaller than the (", T, ", ", T, ") score matrix");
   QKV_CHECK(p.qkv->views(*p.query, *p.key, *p.value), "attention: W_query, W_key and W_value no longer view ",
             "the module's fused QKV weight (a member was replaced; load weights with load_state_dict)");
-  shape_ = {B, T, d_in, C, heads};
-  shape_.dtype = dtype_;
-  if (variants) {
-    shape_.kv_heads = variants->kv_heads;
-    shape_.rope = {variants->rope, variants->rope_base, 0};
-  }
+  shape_.batch = B;
+  shape_.tokens = T;
+  shape_.d_in = d_in;
+  shape_.attention = spec;
   x_ = x.contiguous();
   has_bias_ = p.qkv->has_bias;
   kernels::MhaWeights w;
@@ -88,56 +86,47 @@ Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, int64
     w.w_out = out_w.data();
     w.b_out = p.out->has_bias ? out_b.data() : nullptr;
   }
-  // The book divides the scores by sqrt(D); the kernel multiplies by its inverse.
-  options_ = kernels::AttentionOptions{};
-  options_.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(C / heads)));
+  // The book divides the scores by sqrt(D); the kernel multiplies by its inverse (mha_options).
+  call_ = kernels::MhaCall{};
   if (mask.is_causal()) {
     mask_ = Tensor();
-    options_.mask = kernels::AttentionMask::causal();
   } else {
     mask_ = mask.corner(T).contiguous();
-    options_.mask = kernels::AttentionMask::blocked(mask_.data(), T);
+    mask_view_ = kernels::AttentionMask::blocked(mask_.data(), T);
+    call_.mask = &mask_view_;
   }
-  if (variants) {
-    options_.window = variants->window;
-    options_.softcap = variants->softcap;
-    alibi_ = variants->alibi_slopes;
-    options_.alibi_slopes = alibi_.empty() ? nullptr : alibi_.data();
-  }
+  slopes_ = slopes;
+  call_.alibi_slopes = slopes_.empty() ? nullptr : slopes_.data();
   if (dropout.active()) {
-    options_.dropout_p = static_cast<float>(dropout.p());
-    options_.dropout_seed = dropout.draw_seed();
-    options_.batch_offset = dropout.batch_offset();  // a rank's slice: keyed by the whole batch's b
+    shape_.attention.dropout = dropout.p();
+    call_.dropout = true;
+    call_.dropout_seed = dropout.draw_seed();
+    call_.batch_offset = dropout.batch_offset();  // a rank's slice: keyed by the whole batch's b
   }
   Tensor y = Tensor::empty({B, T, C});
-  kernels::mha_forward(shape_, w, x_.data(), y.data(), ws_, options_);
-  has_forward_ = true;
+  kernels::mha_forward(shape_, w, x_.data(), y.data(), saved_, ws_, call_);
+  forward_id_ = saved_.id();
   if (trace) fill_trace(*trace, mask, dropout.active(), per_head_trace);
   return y;
 }
 
-Tensor FusedAttention::forward_cached(const Tensor& x, const FusedProjections& p, int64_t heads,
-                                      const MaskBuffer& mask, const AttentionVariants* variants,
+Tensor FusedAttention::forward_cached(const Tensor& x, const FusedProjections& p, const kernels::AttentionSpec& spec,
+                                      const std::vector<float>& slopes, const MaskBuffer& mask,
                                       kernels::KvCache& cache, int64_t layer) {
-  const int64_t B = x.size(0), Tn = x.size(1), d_in = x.size(2), C = p.query->weight.size(0);
+  const int64_t B = x.size(0), Tn = x.size(1), d_in = x.size(2), C = spec.width();
   QKV_CHECK(mask.is_causal(), "attention: a cached forward needs the causal mask, but the module holds a ",
             "loaded (", mask.size(), ", ", mask.size(), ") mask that is not causal");
   QKV_CHECK(cache.length() + Tn <= mask.size(), "attention: ", Tn, " new tokens after the cache's ", cache.length(),
             " positions exceed the context length of ", mask.size());
   QKV_CHECK(p.qkv->views(*p.query, *p.key, *p.value), "attention: W_query, W_key and W_value no longer view ",
             "the module's fused QKV weight (a member was replaced; load weights with load_state_dict)");
-  kernels::MhaShape s{B, Tn, d_in, C, heads};
-  s.dtype = dtype_;
-  kernels::AttentionOptions o;
-  o.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(C / heads)));
-  o.mask = kernels::AttentionMask::causal();
-  if (variants) {
-    s.kv_heads = variants->kv_heads;
-    s.rope = {variants->rope, variants->rope_base, 0};
-    o.window = variants->window;
-    o.softcap = variants->softcap;
-    o.alibi_slopes = variants->alibi_slopes.empty() ? nullptr : variants->alibi_slopes.data();
-  }
+  kernels::MhaShape s;
+  s.batch = B;
+  s.tokens = Tn;
+  s.d_in = d_in;
+  s.attention = spec;  // (no allocation unless the spec holds given ALiBi slopes)
+  kernels::MhaCall call;
+  call.alibi_slopes = slopes.empty() ? nullptr : slopes.data();
   kernels::MhaWeights w;
   w.w_qkv = p.qkv->weight.data();
   w.b_qkv = p.qkv->has_bias ? p.qkv->bias.data() : nullptr;
@@ -149,23 +138,23 @@ Tensor FusedAttention::forward_cached(const Tensor& x, const FusedProjections& p
   }
   const Tensor xc = x.contiguous();  // a view when x already is: no copy
   Tensor y = Tensor::empty({B, Tn, C});
-  kernels::mha_forward_cached(s, w, xc.data(), y.data(), cache, layer, cached_ws_, o);
+  kernels::mha_forward_cached(s, w, xc.data(), y.data(), cache, layer, cached_scratch_, cached_ws_, call);
   return y;
 }
 
 void FusedAttention::fill_trace(AttentionTrace& t, const MaskBuffer& mask, bool dropped, bool per_head) {
-  const int64_t B = shape_.batch, T = shape_.tokens, C = shape_.d_out, H = shape_.heads, D = shape_.head_dim();
+  const int64_t B = shape_.batch, T = shape_.tokens, C = shape_.d_out(), H = shape_.heads(), D = shape_.head_dim();
   const int64_t G = shape_.groups();
   const size_t rows = static_cast<size_t>(B * T);
   // q (B, H, T, D), k, v (B, G, T, D) from the kernel's split heads (after RoPE); the context from (B, T, C)
   Tensor heads = Tensor::empty({static_cast<int64_t>(rows) * shape_.qkv_width()});
   Tensor ctx = Tensor::empty({B, T, C});
-  if (rows > 0 && shape_.dtype == Dtype::kBF16) {  // the bf16 heads the kernel read, widened
-    bf16_to_floats(ws_.heads16(), heads.data(), static_cast<size_t>(heads.numel()));
-    std::memcpy(ctx.data(), ws_.ctx(), rows * static_cast<size_t>(C) * sizeof(float));
+  if (rows > 0 && shape_.dtype() == Dtype::kBF16) {  // the bf16 heads the kernel read, widened
+    bf16_to_floats(saved_.heads16(), heads.data(), static_cast<size_t>(heads.numel()));
+    std::memcpy(ctx.data(), saved_.ctx(), rows * static_cast<size_t>(C) * sizeof(float));
   } else if (rows > 0) {
-    std::memcpy(heads.data(), ws_.heads(), static_cast<size_t>(heads.numel()) * sizeof(float));
-    std::memcpy(ctx.data(), ws_.ctx(), rows * static_cast<size_t>(C) * sizeof(float));
+    std::memcpy(heads.data(), saved_.heads(), static_cast<size_t>(heads.numel()) * sizeof(float));
+    std::memcpy(ctx.data(), saved_.ctx(), rows * static_cast<size_t>(C) * sizeof(float));
   }
   // (B, H, T, D) as the book's view + transpose, or (B, T, C) for one head (H = 1, D = C)
   const int64_t q_size = B * H * T * D, kv_size = B * G * T * D;
@@ -178,7 +167,8 @@ void FusedAttention::fill_trace(AttentionTrace& t, const MaskBuffer& mask, bool 
   t.values = part(q_size + kv_size, kv_size, G);
   t.context = per_head ? ctx.reshape({B, T, H, D}).transpose(1, 2) : ctx;
   t.scores = matmul(t.queries, (per_head ? repeat_kv(t.keys, H / G) : t.keys).T());
-  t.masked_scores = masked_fill(t.scores, window_blocked(mask.corner(T), options_.window),
+  const kernels::AttentionOptions options = kernels::mha_options(shape_, call_);
+  t.masked_scores = masked_fill(t.scores, window_blocked(mask.corner(T), options.window),
                                 -std::numeric_limits<float>::infinity());
   // The weights, recomputed head by head from q, k and the log-sum-exp the kernel kept.
   const kernels::ConstHeads q = kernels::mha_queries(shape_, heads.data());
@@ -187,7 +177,7 @@ void FusedAttention::fill_trace(AttentionTrace& t, const MaskBuffer& mask, bool 
     Tensor w = per_head ? Tensor::empty({B, H, T, T}) : Tensor::empty({B, T, T});  // H = 1 without heads
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < H; ++h)
-        kernels::attention_weights(q, k, ws_.lse(), options_, b, h, 0, T, after_dropout,
+        kernels::attention_weights(q, k, saved_.lse(), options, b, h, 0, T, after_dropout,
                                    w.data() + (b * H + h) * T * T, T);
     return w;
   };
@@ -196,8 +186,8 @@ void FusedAttention::fill_trace(AttentionTrace& t, const MaskBuffer& mask, bool 
 }
 
 Tensor FusedAttention::backward(const Tensor& dy, const FusedProjections& p) {
-  QKV_CHECK(has_forward_, "attention: backward before forward");
-  const int64_t B = shape_.batch, T = shape_.tokens, C = shape_.d_out, d_in = shape_.d_in;
+  QKV_CHECK(forward_id_ != 0, "attention: backward before forward");
+  const int64_t B = shape_.batch, T = shape_.tokens, C = shape_.d_out(), d_in = shape_.d_in;
   QKV_CHECK(dy.shape() == Shape({B, T, C}), "attention: the gradient ", dy.describe(),
             " does not match the last forward's output (", B, ", ", T, ", ", C, ")");
   QKV_CHECK(p.qkv->views(*p.query, *p.key, *p.value) && p.qkv->has_bias == has_bias_,
@@ -226,7 +216,7 @@ Tensor FusedAttention::backward(const Tensor& dy, const FusedProjections& p) {
       g.db_out = p.out->dbias.data();
     }
   }
-  kernels::mha_backward(shape_, w, x_.data(), dyc.data(), dx.data(), g, ws_, options_);
+  kernels::mha_backward(shape_, w, x_.data(), dyc.data(), dx.data(), g, saved_, forward_id_, ws_, call_);
   return dx;
 }
 

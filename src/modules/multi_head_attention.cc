@@ -9,23 +9,14 @@ namespace {
 
 std::vector<CausalAttention> build_heads(const AttentionConfig& c, Generator& gen) {
   validate(c, "MultiHeadAttentionWrapper");
+  QKV_CHECK(!c.attention.has_variants(), "MultiHeadAttentionWrapper takes no variants (num_kv_heads, rope, window, ",
+            "alibi, softcap): only MultiHeadAttention does");
+  AttentionConfig head = c;  // each head: one CausalAttention of the same width
+  head.attention.heads = 1;
   std::vector<CausalAttention> heads;
-  heads.reserve(static_cast<size_t>(c.num_heads));
-  for (int64_t h = 0; h < c.num_heads; ++h) heads.emplace_back(c, gen);  // in order, as ModuleList
+  heads.reserve(static_cast<size_t>(c.attention.heads));
+  for (int64_t h = 0; h < c.attention.heads; ++h) heads.emplace_back(head, gen);  // in order, as ModuleList
   return heads;
-}
-
-const AttentionConfig& validate_split(const AttentionConfig& c) {
-  validate(c, "MultiHeadAttention");
-  QKV_CHECK(c.d_out % c.num_heads == 0, "MultiHeadAttention: d_out (", c.d_out,
-            ") must be divisible by num_heads (", c.num_heads, ")");
-  resolve_variants(c, "MultiHeadAttention");  // checks num_kv_heads, window, softcap, ...
-  return c;
-}
-
-// W_key's and W_value's rows: G D (d_out when G = H).
-int64_t kv_rows(const AttentionConfig& c) {
-  return (c.num_kv_heads == 0 ? c.num_heads : c.num_kv_heads) * (c.d_out / c.num_heads);
 }
 
 Tensor stack_or_empty(const std::vector<Tensor>& parts) {
@@ -73,7 +64,7 @@ Tensor MultiHeadAttentionWrapper::forward(const Tensor& x, AttentionTrace* trace
 }
 
 Tensor MultiHeadAttentionWrapper::backward(const Tensor& doutput) {
-  const int64_t d = config.d_out;
+  const int64_t d = config.attention.head_dim;
   QKV_CHECK(doutput.dim() == 3 && doutput.size(2) == d * static_cast<int64_t>(heads.size()),
             "MultiHeadAttentionWrapper: the gradient ", doutput.describe(), " does not match the output's ",
             "(batch, num_tokens, num_heads * d_out = ", d * static_cast<int64_t>(heads.size()), ")");
@@ -89,16 +80,15 @@ Tensor MultiHeadAttentionWrapper::backward(const Tensor& doutput) {
 }
 
 MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, Generator& gen)
-    : config(validate_split(c)),
-      W_query(c.d_in, c.d_out, c.qkv_bias, gen),
-      W_key(c.d_in, kv_rows(c), c.qkv_bias, gen),
-      W_value(c.d_in, kv_rows(c), c.qkv_bias, gen),
-      out_proj(c.d_out, c.d_out, true, gen),
-      dropout(c.dropout, gen),
+    : config(validate(c, "MultiHeadAttention")),
+      W_query(c.d_in, c.d_out(), c.qkv_bias, gen),
+      W_key(c.d_in, c.attention.kv_width(), c.qkv_bias, gen),
+      W_value(c.d_in, c.attention.kv_width(), c.qkv_bias, gen),
+      out_proj(c.d_out(), c.d_out(), true, gen),
+      dropout(c.attention.dropout, gen),
       mask(c.context_length),
-      variants_(resolve_variants(c, "MultiHeadAttention")) {
+      alibi_slopes_(kernels::spec_alibi_slopes(c.attention)) {
   qkv_.bind(W_query, W_key, W_value);
-  fused_.set_dtype(c.dtype);
 }
 
 void MultiHeadAttention::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
@@ -120,10 +110,10 @@ Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
   fused_last_ = runs_fused(config.path, dropout);
   check_runs_in_dtype("MultiHeadAttention", config, fused_last_);
   if (fused_last_) {
-    return fused_.forward(x, projections(), config.num_heads, mask, dropout, trace, true,
-                          variants_.any() ? &variants_ : nullptr);
+    return fused_.forward(x, projections(), config.attention, alibi_slopes_, mask, dropout, trace, true);
   }
-  const int64_t B = x.size(0), T = x.size(1), H = config.num_heads, G = num_kv_heads(), D = head_dim();
+  const kernels::AttentionSpec& spec = config.attention;
+  const int64_t B = x.size(0), T = x.size(1), H = spec.heads, G = spec.groups(), D = spec.head_dim;
   auto split = [&](const Tensor& t, int64_t heads) {  // (B, heads, T, D)
     return t.view({B, T, heads, D}).transpose(1, 2);
   };
@@ -132,15 +122,15 @@ Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
   Tensor values = split(W_value.forward(x), G);
   const Tensor blocked = mask.corner(T);  // (T, T)
   Tensor context;                         // (B, H, T, D)
-  if (variants_.any()) {
+  if (spec.has_variants()) {
     // queries, keys = rope(queries), rope(keys), then the variants' scores (attention_variants.h)
-    queries = rope(queries, variants_.rope, variants_.rope_base);
-    keys = rope(keys, variants_.rope, variants_.rope_base);
-    context = attend_variants(queries, keys, values, &blocked, variants_, &dropout, trace, &variant_saved_);
+    queries = rope(queries, spec.rope, spec.rope_base);
+    keys = rope(keys, spec.rope, spec.rope_base);
+    context = attend_variants(queries, keys, values, &blocked, spec, alibi_slopes_, &dropout, trace, &variant_saved_);
   } else {
     context = attend(queries, keys, values, &blocked, &dropout, trace, &saved_);
   }
-  Tensor merged = context.transpose(1, 2).reshape({B, T, config.d_out});  // (B, T, d_out)
+  Tensor merged = context.transpose(1, 2).reshape({B, T, config.d_out()});  // (B, T, d_out)
   return out_proj.forward(merged);
 }
 
@@ -149,25 +139,25 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x, kernels::KvCache& cac
             "new_tokens, d_in = ", config.d_in, "), got ", x.describe());
   QKV_CHECK(!dropout.active(), "MultiHeadAttention: forward_cached is inference, but dropout (p = ", dropout.p(),
             ") is active: call eval() first");
-  return fused_.forward_cached(x, projections(), config.num_heads, mask, variants_.any() ? &variants_ : nullptr,
-                               cache, layer);
+  return fused_.forward_cached(x, projections(), config.attention, alibi_slopes_, mask, cache, layer);
 }
 
 Tensor MultiHeadAttention::backward(const Tensor& doutput) {
   QKV_CHECK(x_shape_.size() == 3, "MultiHeadAttention: backward before forward");
   if (fused_last_) return fused_.backward(doutput, projections());
-  const int64_t B = x_shape_[0], T = x_shape_[1], H = config.num_heads, D = head_dim();
+  const kernels::AttentionSpec& spec = config.attention;
+  const int64_t B = x_shape_[0], T = x_shape_[1], H = spec.heads, D = spec.head_dim;
   // return out_proj.forward(merged)
   Tensor dmerged = out_proj.backward(doutput);  // (B, T, d_out), contiguous
   // merged = context.transpose(1, 2).reshape({B, T, d_out})
   Tensor dcontext = dmerged.view({B, T, H, D}).transpose(1, 2);  // (B, H, T, D)
   AttentionGrads g;
-  if (variants_.any()) {
+  if (spec.has_variants()) {
     // context = attend_variants(queries, keys, values, ...)
-    g = attend_variants_backward(dcontext, variant_saved_, variants_, &dropout);
+    g = attend_variants_backward(dcontext, variant_saved_, spec, &dropout);
     // queries, keys = rope(queries), rope(keys): dq, dk = R^T dq, R^T dk
-    g.dq = rope(g.dq, variants_.rope, variants_.rope_base, /*inverse=*/true);
-    g.dk = rope(g.dk, variants_.rope, variants_.rope_base, /*inverse=*/true);
+    g.dq = rope(g.dq, spec.rope, spec.rope_base, /*inverse=*/true);
+    g.dk = rope(g.dk, spec.rope, spec.rope_base, /*inverse=*/true);
   } else {
     // context = attend(queries, keys, values, &mask, &dropout, ...)
     g = attend_backward(dcontext, saved_, &dropout);

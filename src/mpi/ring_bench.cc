@@ -43,10 +43,14 @@ void barrier(const Communicator& comm) {
 RingBenchReport run_ring_bench(const Communicator& comm, const RingBenchShape& shape, int iters, int warmup,
                                ThreadPool& pool) {
   QKV_CHECK(iters >= 1 && warmup >= 0, "run_ring_bench: iters (", iters, ") must be >= 1 and warmup (", warmup, ") >= 0");
+  const kernels::AttentionSpec& a = shape.attention;
+  kernels::validate_attention_spec(a, "run_ring_bench");
+  QKV_CHECK(a.rope == kernels::RopeLayout::kNone && a.dtype == Dtype::kF32,
+            "run_ring_bench: ring attention runs without RoPE (rotate q and k first), in f32");
   const SequenceSplit split(shape.split, shape.seq_len, comm.size());
-  const int64_t B = shape.batch, H = shape.num_heads, G = shape.num_kv_heads, D = shape.head_dim;
+  const int64_t B = shape.batch, H = a.heads, G = a.groups(), D = a.head_dim;
   const int64_t Tr = split.tokens(comm.rank());
-  const auto n = [](int64_t a, int64_t b, int64_t c, int64_t d) { return static_cast<size_t>(std::max<int64_t>(a * b * c * d, 1)); };
+  const auto n = [](int64_t w, int64_t x, int64_t y, int64_t z) { return static_cast<size_t>(std::max<int64_t>(w * x * y * z, 1)); };
   std::vector<float> q(n(B, H, Tr, D)), k(n(B, G, Tr, D)), v(n(B, G, Tr, D)), o(n(B, H, Tr, D)), lse(n(B, H, Tr, 1));
   std::vector<float> d_o, dq, dk, dv;
   fill(q, 3 * static_cast<uint64_t>(comm.rank()) + 1);
@@ -64,17 +68,9 @@ RingBenchReport run_ring_bench(const Communicator& comm, const RingBenchShape& s
   RingAttentionOptions opt;
   opt.seq_len = shape.seq_len;
   opt.split = shape.split;
-  opt.attention.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  opt.attention.mask = shape.causal ? kernels::AttentionMask::causal() : kernels::AttentionMask::none();
-  opt.attention.dropout_p = shape.dropout;
+  const std::vector<float> slopes = kernels::spec_alibi_slopes(a);
+  opt.attention = kernels::kernel_options(a, slopes);
   opt.attention.dropout_seed = 1234;
-  opt.attention.window = shape.window;
-  opt.attention.softcap = shape.softcap;
-  std::vector<float> slopes(static_cast<size_t>(std::max<int64_t>(H, 1)));
-  if (shape.alibi) {
-    kernels::alibi_default_slopes(H, slopes.data());
-    opt.attention.alibi_slopes = slopes.data();
-  }
   opt.attention.pool = &pool;
   const auto qh = ConstHeads::contiguous(q.data(), B, H, Tr, D), kh = ConstHeads::contiguous(k.data(), B, G, Tr, D),
              vh = ConstHeads::contiguous(v.data(), B, G, Tr, D);
@@ -123,10 +119,10 @@ RingBenchReport run_ring_bench(const Communicator& comm, const RingBenchShape& s
   r.median_ms = sorted[sorted.size() / 2];
   r.min_ms = sorted.front();
   r.max_ms = sorted.back();
-  const bool causal = shape.causal;
+  const bool causal = a.causal;
   const int64_t T = shape.seq_len;
-  r.flops = kernels::attention_forward_flops(B, H, T, T, D, D, causal, 0, shape.window) +
-            (shape.backward ? kernels::attention_backward_flops(B, H, T, T, D, D, causal, 0, shape.window) : 0.0);
+  r.flops = kernels::attention_forward_flops(B, H, T, T, D, D, causal, 0, a.window) +
+            (shape.backward ? kernels::attention_backward_flops(B, H, T, T, D, D, causal, 0, a.window) : 0.0);
   r.gflops = r.flops / (r.median_ms * 1e6);
   if (comm.rank() == 0) {
     double wait = 0, transfer = 0;

@@ -63,7 +63,8 @@ double max_rss_mib() {
 void check_fits_in_memory(const AttentionBenchShape& s) {
   // The inputs, outputs and gradients must fit, or the run would be killed mid-way.
   const double bytes = attention_bench_bytes(s), ram = physical_memory_bytes();
-  QKV_CHECK(ram <= 0 || bytes < 0.8 * ram, "B=", s.batch, " T=", s.seq_len, " H=", s.num_heads, " D=", s.head_dim,
+  QKV_CHECK(ram <= 0 || bytes < 0.8 * ram, "B=", s.batch, " T=", s.seq_len, " H=", s.attention.heads, " D=",
+            s.attention.head_dim,
             " needs about ", static_cast<int64_t>(bytes / (1 << 20)), " MiB of inputs and outputs; this machine has ",
             static_cast<int64_t>(ram / (1 << 20)), " MiB");
 }
@@ -86,43 +87,36 @@ const char* bench_target_name(BenchTarget target) {
   return "?";
 }
 
-AttentionBenchShape normalized(AttentionBenchShape s) {
+AttentionBenchShape normalized(AttentionBenchShape s, kernels::SpecNamer namer, const std::string& who) {
+  kernels::AttentionSpec& a = s.attention;
   QKV_CHECK(s.batch >= 1, "attention bench: batch (", s.batch, ") must be at least 1");
   QKV_CHECK(s.seq_len >= 1, "attention bench: seq_len (", s.seq_len, ") must be at least 1");
-  QKV_CHECK(s.dropout >= 0.0 && s.dropout < 1.0, "attention bench: dropout (", s.dropout, ") must be in [0, 1)");
-  QKV_CHECK(s.num_heads >= 1, "attention bench: num_heads (", s.num_heads, ") must be at least 1");
-  QKV_CHECK(s.target != BenchTarget::kCausalAttention || s.num_heads == 1,
-            "attention bench: causal-attention has one head, not num_heads = ", s.num_heads);
-  if (s.num_kv_heads == 0) s.num_kv_heads = s.num_heads;
-  QKV_CHECK(s.window >= 0, "attention bench: window (", s.window, ") must not be negative");
-  QKV_CHECK(std::isfinite(s.softcap) && s.softcap >= 0.0, "attention bench: softcap (", s.softcap,
-            ") must be positive (or 0 for none)");
-  QKV_CHECK(s.target != BenchTarget::kCausalAttention ||
-                (s.num_kv_heads == s.num_heads && s.window == 0 && !s.alibi && s.softcap == 0.0 &&
-                 s.rope == kernels::RopeLayout::kNone),
+  QKV_CHECK(a.heads >= 1, "attention bench: heads (", a.heads, ") must be at least 1");
+  QKV_CHECK(s.target != BenchTarget::kCausalAttention || a.heads == 1,
+            "attention bench: causal-attention has one head, not heads = ", a.heads);
+  QKV_CHECK(s.target != BenchTarget::kCausalAttention || !a.has_variants(),
             "attention bench: grouped-query heads, RoPE, windows, ALiBi and softcapping are for mha and attention-core");
-  QKV_CHECK(s.target != BenchTarget::kAttentionCore || s.rope == kernels::RopeLayout::kNone,
+  QKV_CHECK(s.target != BenchTarget::kAttentionCore || a.rope == kernels::RopeLayout::kNone,
             "attention bench: RoPE rotates q and k in the mha pipeline, outside the attention kernel: use --module mha");
-  QKV_CHECK(s.num_kv_heads >= 1 && s.num_heads % s.num_kv_heads == 0, "attention bench: num_kv_heads (",
-            s.num_kv_heads, ") must divide num_heads (", s.num_heads, ")");
   if (s.target == BenchTarget::kAttentionCore) {
-    if (s.head_dim == 0) s.head_dim = s.d_model / s.num_heads;
-    QKV_CHECK(s.head_dim >= 1, "attention bench: head_dim (", s.head_dim, ") must be at least 1");
-    s.d_model = s.head_dim * s.num_heads;
+    if (a.head_dim == 0) a.head_dim = s.d_model / a.heads;
+    kernels::validate_attention_spec(a, who, namer);
+    s.d_model = a.head_dim * a.heads;
   } else {
     QKV_CHECK(s.d_model >= 1, "attention bench: d_model (", s.d_model, ") must be at least 1");
-    QKV_CHECK(s.d_model % s.num_heads == 0, "attention bench: d_model (", s.d_model,
-              ") must be divisible by num_heads (", s.num_heads, ")");
-    QKV_CHECK(s.head_dim == 0 || s.head_dim == s.d_model / s.num_heads, "attention bench: head_dim (", s.head_dim,
-              ") must be d_model / num_heads = ", s.d_model / s.num_heads, " for ", bench_target_name(s.target));
-    s.head_dim = s.d_model / s.num_heads;
+    QKV_CHECK(s.d_model % a.heads == 0, "attention bench: d_model (", s.d_model, ") must be divisible by heads (",
+              a.heads, ")");
+    QKV_CHECK(a.head_dim == 0 || a.head_dim == s.d_model / a.heads, "attention bench: head_dim (", a.head_dim,
+              ") must be d_model / heads = ", s.d_model / a.heads, " for ", bench_target_name(s.target));
+    a.head_dim = s.d_model / a.heads;
   }
+  kernels::validate_attention_spec(a, who, namer);
   return s;
 }
 
 double attention_bench_bytes(const AttentionBenchShape& s) {
   const double n = static_cast<double>(s.batch) * static_cast<double>(s.seq_len) *
-                   static_cast<double>(s.num_heads * s.head_dim);
+                   static_cast<double>(s.attention.width());
   const double C = static_cast<double>(s.d_model);
   // core: q, k, v, o (and d_o, dq, dk, dv); mha: x, y, the QKV output, its heads, the context (and
   // their gradients), roughly
@@ -146,6 +140,9 @@ struct AttentionBenchCase::Buffers {
   const float* x = nullptr;
   const float* dy = nullptr;
   float *y = nullptr, *dx = nullptr;
+  kernels::MhaCall call;
+  kernels::MhaSaved saved;
+  uint64_t forward_id = 0;
   kernels::MhaWorkspace ws;
   std::vector<std::vector<uint16_t>> keep16;  // bf16 copies
 
@@ -167,23 +164,15 @@ AttentionBenchCase::AttentionBenchCase(const AttentionBenchShape& shape, ThreadP
     : shape_(normalized(shape)), b_(std::make_unique<Buffers>()) {
   check_fits_in_memory(shape_);
   const AttentionBenchShape& s = shape_;
-  const int64_t B = s.batch, T = s.seq_len, H = s.num_heads, D = s.head_dim, C = s.d_model;
-  options_.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  options_.mask = s.causal ? kernels::AttentionMask::causal() : kernels::AttentionMask::none();
-  options_.dropout_p = static_cast<float>(s.dropout);
+  const int64_t B = s.batch, T = s.seq_len, H = s.attention.heads, D = s.attention.head_dim, C = s.d_model;
+  Buffers& b = *b_;
+  b.slopes = kernels::spec_alibi_slopes(s.attention);
+  options_ = kernels::kernel_options(s.attention, b.slopes);
   options_.dropout_seed = 1234;
   options_.pool = &pool;
-  options_.window = s.window;
-  options_.softcap = static_cast<float>(s.softcap);
-  Buffers& b = *b_;
-  if (s.alibi) {
-    b.slopes.resize(static_cast<size_t>(H));
-    kernels::alibi_default_slopes(H, b.slopes.data());
-    options_.alibi_slopes = b.slopes.data();
-  }
   auto buffer = [&](size_t n, float scale, uint64_t seed) { return b.buffer(n, scale, seed, pool); };
   if (s.target == BenchTarget::kAttentionCore) {
-    const int64_t G = s.num_kv_heads;
+    const int64_t G = s.attention.groups();
     const auto n = static_cast<size_t>(B * H * T * D), nkv = static_cast<size_t>(B * G * T * D);
     auto heads = [&](float* p) { return kernels::MutableHeads::contiguous(p, B, H, T, D); };
     auto kv_heads = [&](float* p) { return kernels::MutableHeads::contiguous(p, B, G, T, D); };
@@ -198,7 +187,7 @@ AttentionBenchCase::AttentionBenchCase(const AttentionBenchShape& shape, ThreadP
       b.dk = kv_heads(buffer(nkv, 0, 0));
       b.dv = kv_heads(buffer(nkv, 0, 0));
     }
-    if (s.dtype == Dtype::kBF16) {
+    if (s.attention.dtype == Dtype::kBF16) {
       auto to16 = [&](const kernels::MutableHeads& x, size_t count) {
         return kernels::MutableHeadsBF16::contiguous(b.bf16_copy(x.data, count), x.batch, x.heads, x.tokens, x.dim);
       };
@@ -209,10 +198,14 @@ AttentionBenchCase::AttentionBenchCase(const AttentionBenchShape& shape, ThreadP
     return;
   }
   const bool out_proj = s.target == BenchTarget::kMha;
-  b.mha = kernels::MhaShape{B, T, C, C, H};
-  b.mha.kv_heads = s.num_kv_heads;
-  b.mha.rope.layout = s.rope;
-  b.mha.dtype = s.dtype;
+  b.mha.batch = B;
+  b.mha.tokens = T;
+  b.mha.d_in = C;
+  b.mha.attention = s.attention;
+  b.call.pool = &pool;
+  b.call.dropout = s.attention.dropout > 0.0;
+  b.call.dropout_seed = 1234;
+  b.call.alibi_slopes = b.slopes.empty() ? nullptr : b.slopes.data();
   const int64_t Q = b.mha.qkv_width();                             // (H + 2G) D rows of W_qkv
   const float w_scale = 1.0f / std::sqrt(static_cast<float>(C));  // nn.Linear's init range
   b.w.w_qkv = buffer(static_cast<size_t>(Q * C), w_scale, 5);
@@ -220,7 +213,7 @@ AttentionBenchCase::AttentionBenchCase(const AttentionBenchShape& shape, ThreadP
     b.w.w_out = buffer(static_cast<size_t>(C * C), w_scale, 6);
     b.w.b_out = buffer(static_cast<size_t>(C), w_scale, 7);
   }
-  if (s.dtype == Dtype::kBF16) {
+  if (s.attention.dtype == Dtype::kBF16) {
     b.w.w_qkv16 = b.bf16_copy(b.w.w_qkv, static_cast<size_t>(Q * C));
     if (out_proj) b.w.w_out16 = b.bf16_copy(b.w.w_out, static_cast<size_t>(C * C));
   }
@@ -241,8 +234,11 @@ AttentionBenchCase::~AttentionBenchCase() = default;
 
 void AttentionBenchCase::forward() {
   Buffers& b = *b_;
-  const bool bf16 = shape_.dtype == Dtype::kBF16;
-  if (shape_.target != BenchTarget::kAttentionCore) kernels::mha_forward(b.mha, b.w, b.x, b.y, b.ws, options_);
+  const bool bf16 = shape_.attention.dtype == Dtype::kBF16;
+  if (shape_.target != BenchTarget::kAttentionCore) {
+    kernels::mha_forward(b.mha, b.w, b.x, b.y, b.saved, b.ws, b.call);
+    b.forward_id = b.saved.id();
+  }
   else if (bf16) kernels::attention_forward_bf16(b.q16, b.k16, b.v16, b.o, b.lse, options_);
   else kernels::attention_forward(b.q, b.k, b.v, b.o, b.lse, options_);
 }
@@ -250,8 +246,9 @@ void AttentionBenchCase::forward() {
 void AttentionBenchCase::backward() {
   QKV_CHECK(shape_.backward, "attention bench: this case has no gradient buffers (shape.backward is false)");
   Buffers& b = *b_;
-  const bool bf16 = shape_.dtype == Dtype::kBF16;
-  if (shape_.target != BenchTarget::kAttentionCore) kernels::mha_backward(b.mha, b.w, b.x, b.dy, b.dx, b.g, b.ws, options_);
+  const bool bf16 = shape_.attention.dtype == Dtype::kBF16;
+  if (shape_.target != BenchTarget::kAttentionCore)
+    kernels::mha_backward(b.mha, b.w, b.x, b.dy, b.dx, b.g, b.saved, b.forward_id, b.ws, b.call);
   else if (bf16) kernels::attention_backward_bf16(b.q16, b.k16, b.v16, b.o, b.d_o, b.lse, b.dq, b.dk, b.dv, options_);
   else kernels::attention_backward(b.q, b.k, b.v, b.o, b.d_o, b.lse, b.dq, b.dk, b.dv, options_);
 }
@@ -259,17 +256,17 @@ void AttentionBenchCase::backward() {
 double AttentionBenchCase::forward_flops() const {
   const AttentionBenchShape& s = shape_;
   if (s.target == BenchTarget::kAttentionCore)
-    return kernels::attention_forward_flops(s.batch, s.num_heads, s.seq_len, s.seq_len, s.head_dim, s.head_dim,
-                                            s.causal, 0, s.window);
-  return kernels::mha_forward_flops(b_->mha, s.target == BenchTarget::kMha, s.causal, s.window);
+    return kernels::attention_forward_flops(s.batch, s.attention.heads, s.seq_len, s.seq_len, s.attention.head_dim,
+                                            s.attention.head_dim, s.attention.causal, 0, s.attention.window);
+  return kernels::mha_forward_flops(b_->mha, s.target == BenchTarget::kMha);
 }
 
 double AttentionBenchCase::backward_flops() const {
   const AttentionBenchShape& s = shape_;
   if (s.target == BenchTarget::kAttentionCore)
-    return kernels::attention_backward_flops(s.batch, s.num_heads, s.seq_len, s.seq_len, s.head_dim, s.head_dim,
-                                             s.causal, 0, s.window);
-  return kernels::mha_backward_flops(b_->mha, s.target == BenchTarget::kMha, s.causal, s.window);
+    return kernels::attention_backward_flops(s.batch, s.attention.heads, s.seq_len, s.seq_len, s.attention.head_dim,
+                                             s.attention.head_dim, s.attention.causal, 0, s.attention.window);
+  return kernels::mha_backward_flops(b_->mha, s.target == BenchTarget::kMha);
 }
 
 AttentionBenchReport run_attention_bench(const AttentionBenchShape& shape, int iters, int warmup, ThreadPool& pool) {
@@ -289,7 +286,7 @@ AttentionBenchReport run_attention_bench(const AttentionBenchShape& shape, int i
   // OPENBLAS_CORETYPE=Haswell on an AVX-512 machine, say), the peak at their width bounds them:
   // measured too.
   r.gemm = gemm_backend_name(gemm_backend());
-  const bool bf16 = r.shape.dtype == Dtype::kBF16;
+  const bool bf16 = r.shape.attention.dtype == Dtype::kBF16;
   r.projections = core ? "" : bf16 ? gemm_bf16_description() : gemm_description();
   r.projections_bits = core ? 0 : bf16 ? kernels::simd_vector_bits() : gemm_vector_bits();
   if (r.projections_bits > 0 && r.projections_bits < r.simd_bits) {

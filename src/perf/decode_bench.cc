@@ -30,14 +30,10 @@ void fill_random(std::vector<float>& x, uint64_t seed) {
 DecodeBenchReport run_decode_bench(const DecodeBenchShape& s, int iters, int warmup, ThreadPool& pool) {
   QKV_CHECK(s.batch >= 1, "decode bench: batch (", s.batch, ") must be at least 1");
   QKV_CHECK(s.kv_len >= 1, "decode bench: kv_len (", s.kv_len, ") must be at least 1");
-  QKV_CHECK(s.num_heads >= 1 && s.num_kv_heads >= 1, "decode bench: num_heads (", s.num_heads, ") and num_kv_heads (",
-            s.num_kv_heads, ") must be at least 1");
-  QKV_CHECK(s.num_heads % s.num_kv_heads == 0, "decode bench: num_kv_heads (", s.num_kv_heads,
-            ") must divide num_heads (", s.num_heads, ")");
-  QKV_CHECK(s.head_dim >= 1, "decode bench: head_dim (", s.head_dim, ") must be at least 1");
+  kernels::validate_attention_spec(s.attention, "decode bench");
   QKV_CHECK(iters >= 1 && warmup >= 0, "decode bench: iters (", iters, ") must be at least 1 and warmup (", warmup,
             ") at least 0");
-  const int64_t B = s.batch, H = s.num_heads, G = s.num_kv_heads, D = s.head_dim, S = s.kv_len;
+  const int64_t B = s.batch, H = s.attention.heads, G = s.attention.groups(), D = s.attention.head_dim, S = s.kv_len;
   DecodeBenchReport r;
   r.shape = s;
   r.threads = pool.num_threads();
@@ -62,9 +58,8 @@ DecodeBenchReport run_decode_bench(const DecodeBenchShape& s, int iters, int war
   }
   std::vector<float> q(static_cast<size_t>(B * H * D)), o(q.size()), lse(static_cast<size_t>(B * H));
   fill_random(q, 12345);
-  kernels::AttentionOptions opt;
-  opt.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  opt.mask = kernels::AttentionMask::causal();
+  const std::vector<float> slopes = kernels::spec_alibi_slopes(s.attention);
+  kernels::AttentionOptions opt = kernels::kernel_options(s.attention, slopes);
   opt.query_offset = S - 1;
   opt.pool = &pool;
   kernels::DecodeWorkspace ws;

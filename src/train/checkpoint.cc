@@ -95,7 +95,7 @@ bool all_finite(const Tensor& t) {
 // The state dict AttentionLM(config) has: names and shapes (see AttentionLM::collect_state).
 std::vector<std::pair<std::string, Shape>> model_shapes(const LMConfig& m) {
   const int64_t V = m.vocab_size, T = m.context_length, C = m.d_model;
-  const int64_t KV = (m.num_kv_heads > 0 ? m.num_kv_heads : m.num_heads) * (C / m.num_heads);  // W_key's rows
+  const int64_t KV = m.attention.kv_width();  // W_key's rows: G D
   std::vector<std::pair<std::string, Shape>> out = {{"tok_emb.weight", {V, C}}, {"pos_emb.weight", {T, C}}};
   for (int64_t i = 0; i < m.num_layers; ++i) {
     const std::string b = "blocks." + std::to_string(i) + ".";
@@ -122,7 +122,8 @@ void validate(const Checkpoint& c) {
   const std::vector<std::pair<std::string, Shape>> shapes = model_shapes(c.options.model);
   std::map<std::string, const Shape*> params;
   const LMConfig& m = c.options.model;
-  const std::string kv_heads = m.num_kv_heads > 0 ? str(", num_heads ", m.num_heads, ", num_kv_heads ", m.num_kv_heads) : "";
+  const std::string kv_heads =
+      m.attention.kv_heads > 0 ? str(", num_heads ", m.attention.heads, ", num_kv_heads ", m.attention.kv_heads) : "";
   for (const auto& [name, shape] : shapes) {
     auto it = c.model.find(name);
     QKV_CHECK(it != c.model.end(), "it has no tensor ", excerpt(name), ", which its options (", c.options.model.num_layers,

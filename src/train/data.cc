@@ -8,6 +8,7 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/io/json_read.h"
 #include "qkv/io/safetensors.h"
+#include "qkv/models/tokenizer.h"
 #include "qkv/text/hex.h"
 
 namespace qkv {
@@ -69,23 +70,9 @@ void SequenceTask::set_state(const nlohmann::json& state) {
   set_generator_state_hex(gen_, state["generator"].get<std::string>());
 }
 
-std::vector<int64_t> SequenceTask::encode(const std::string& text) const {
-  std::vector<int64_t> ids;
-  for (char c : text) {
-    if (c == ' ') continue;
-    if (c == '|') ids.push_back(separator());
-    else if (c >= 'a' && c < 'a' + symbols_) ids.push_back(c - 'a');
-    else fail("the task's alphabet is 'a'..'", static_cast<char>('a' + symbols_ - 1), "' and the separator '|'; ",
-              excerpt(std::string_view(&c, 1)), " is not in it");
-  }
-  return ids;
-}
+std::vector<int64_t> SequenceTask::encode(const std::string& text) const { return LetterTokenizer(symbols_).encode(text); }
 
-std::string SequenceTask::decode(const std::vector<int64_t>& ids) const {
-  std::string s;
-  for (int64_t id : ids) s += id == separator() ? '|' : static_cast<char>('a' + id);
-  return s;
-}
+std::string SequenceTask::decode(const std::vector<int64_t>& ids) const { return LetterTokenizer(symbols_).decode(ids); }
 
 // --- TokenWindows --------------------------------------------------------------------------------
 
@@ -180,6 +167,15 @@ void FixedBatches::set_state(const nlohmann::json& state) {
   QKV_CHECK(row.is_number_unsigned() && row.get<uint64_t>() < static_cast<uint64_t>(rows_), excerpt(path_, 4096),
             ": the saved data state's row ", json_excerpt(row), " is not a row of its ", rows_, " rows");
   row_ = row.get<int64_t>();
+}
+
+TextData text_training_data(const std::string& text, const Encoding& gpt2, int64_t tokens, uint64_t seed,
+                            const std::string& what) {
+  CompactTokens c = compact_vocabulary(gpt2.encode(text, SpecialTokens::all()));
+  TextData d;
+  d.vocab = c.vocab;
+  d.windows = std::make_unique<TokenWindows>(std::move(c.ids), static_cast<int64_t>(c.vocab.size()), tokens, seed, what);
+  return d;
 }
 
 }  // namespace qkv

@@ -74,6 +74,7 @@ nlohmann::json to_json(const TrainOptions& o) { return fields_to_json(o); }
 TrainOptions train_options_from_json(const nlohmann::json& j) {
   TrainOptions o;
   fields_from_json(j, o, "the training options");
+  set_head_dim(o.model);
   return o;
 }
 

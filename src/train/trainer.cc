@@ -35,7 +35,7 @@ std::unique_ptr<TrainingData> make_task_data(const TrainOptions& o) {
 
 void check_train_request(const TrainOptions& o) {
   const LMConfig& m = o.model;
-  const int64_t V = m.vocab_size, T = m.context_length, C = m.d_model, H = m.num_heads, L = m.num_layers;
+  const int64_t V = m.vocab_size, T = m.context_length, C = m.d_model, H = m.attention.heads, L = m.num_layers;
   const int64_t B = o.batch_size;
   QKV_CHECK(V >= 1 && T >= 1 && C >= 1, "train: vocab_size (", V, "), context_length (", T, ") and d_model (", C,
             ") must be positive");
@@ -92,6 +92,7 @@ Trainer::Trainer(TrainOptions options, std::unique_ptr<TrainingData> data, std::
   QKV_CHECK(o.clip >= 0.0, "train: clip (", o.clip, ") must not be negative (0 turns clipping off)");
   QKV_CHECK(o.eval_every >= 0 && o.eval_sequences >= 0, "train: eval_every and eval_sequences must not be negative");
   o.model.vocab_size = data_->vocab_size();
+  set_head_dim(o.model);  // d_model / num_heads: the attention LM's only head width
   if (o.model.context_length == 0) o.model.context_length = data_->tokens();
   QKV_CHECK(data_->tokens() <= o.model.context_length, "train: the sequences have ", data_->tokens(),
             " tokens but context_length is ", o.model.context_length);

@@ -23,8 +23,13 @@ TEST(GenerationAllocations, SteadyStateCachedMhaStepAllocatesNothing) {
   for (CacheDtype dtype : {CacheDtype::kF32, CacheDtype::kBF16}) {
     const int64_t L = 2, B = 1, C = 64, H = 4, G = 2, D = C / H, cap = 600, prefill = 100;
     ThreadPool pool(2);
-    MhaShape s{B, prefill, C, C, H};
-    s.kv_heads = G;
+    MhaShape s;
+    s.batch = B;
+    s.tokens = prefill;
+    s.d_in = C;
+    s.attention.heads = H;
+    s.attention.kv_heads = G;
+    s.attention.head_dim = D;
     std::vector<float> w_qkv(static_cast<size_t>(s.qkv_width() * C)), w_out(static_cast<size_t>(C * C)),
         b_out(static_cast<size_t>(C), 0.01f);
     for (size_t i = 0; i < w_qkv.size(); ++i) w_qkv[i] = 0.05f * std::sin(0.37f * static_cast<float>(i));
@@ -33,15 +38,15 @@ TEST(GenerationAllocations, SteadyStateCachedMhaStepAllocatesNothing) {
     std::vector<float> x(static_cast<size_t>(B * prefill * C)), y(x.size());
     for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.11f * static_cast<float>(i));
     KvCache cache(L, B, G, cap, D, D, dtype);
+    std::vector<MhaSaved> scratch(static_cast<size_t>(L));
     std::vector<MhaWorkspace> ws(static_cast<size_t>(L));
-    AttentionOptions opt;
-    opt.scale = 0.25f;
-    opt.mask = AttentionMask::causal();
-    opt.pool = &pool;
+    MhaCall call;
+    call.pool = &pool;
     auto step = [&](int64_t tokens) {  // every layer appends, then the step commits
       s.tokens = tokens;
       for (int64_t l = 0; l < L; ++l)
-        mha_forward_cached(s, w, x.data(), y.data(), cache, l, ws[static_cast<size_t>(l)], opt);
+        mha_forward_cached(s, w, x.data(), y.data(), cache, l, scratch[static_cast<size_t>(l)], ws[static_cast<size_t>(l)],
+                           call);
       cache.commit();
     };
     step(prefill);

@@ -25,7 +25,7 @@
 #include "qkv/chapter/walkthrough.h"
 #include "qkv/core/tensor.h"
 #include "qkv/modules/attention_module.h"
-#include "qkv/train/attention_lm.h"
+#include "qkv/models/attention_lm.h"
 
 namespace qkv {
 

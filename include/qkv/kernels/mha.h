@@ -14,8 +14,8 @@
 // Legend: B batch, T tokens, C_in = d_in, C = d_out, H query heads, G key/value heads (dividing
 // H; query head h reads kv head h / (H / G)), D = C / H, Q = (H + 2G) D the QKV product's width
 // (3C when G = H). The backward rotates dq and dk back (R^T, rope.h) before the QKV GEMMs.
-// Forward and backward share an MhaWorkspace: the forward leaves heads, ctx and lse in it, the
-// backward reads them (so call mha_backward after the mha_forward whose gradients it computes).
+// The forward leaves the heads, ctx and lse in an MhaSaved, which the backward is given
+// explicitly (with the forward's id); scratch lives in an MhaWorkspace, reused across calls.
 #pragma once
 
 #include <cstdint>
@@ -24,26 +24,46 @@
 #include "qkv/core/bf16.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/attention_bf16.h"
+#include "qkv/kernels/attention_spec.h"
 #include "qkv/kernels/decode.h"
 #include "qkv/kernels/kv_cache.h"
 #include "qkv/kernels/rope.h"
 
 namespace qkv::kernels {
 
+// The pipeline's shape: the call's sizes and the layer's attention spec (attention_spec.h), of
+// which the pipeline reads the heads H, key/value heads G, head dim D, RoPE and dtype here, and
+// the score fields (causal, window, ALiBi, softcap, dropout) through mha_options().
+//   kBF16 (bf16 mode): the projections multiply in bf16 (x, ctx, dy and the weights rounded, or
+//   the weights' bf16 copies read), q, k and v are kept in bf16 and the attention is
+//   attention_forward_bf16 / _backward_bf16; every sum, the softmax state, ctx, y and every
+//   gradient stay float32. The cached forward runs its projections in bf16 (its cache has its own
+//   dtype).
 struct MhaShape {
-  int64_t batch = 0, tokens = 0, d_in = 0, d_out = 0, heads = 1;
-  int64_t kv_heads = 0;  // G; 0 means G = H (multi-head attention)
-  RopeOptions rope = {};  // RoPE on q and k after the split (layout kNone: none)
-  // kBF16 (bf16 mode): the projections multiply in bf16 (x, ctx, dy and the weights rounded, or
-  // the weights' bf16 copies read), q, k and v are kept in bf16 and the attention is
-  // attention_forward_bf16 / _backward_bf16; every sum, the softmax state, ctx, y and every
-  // gradient stay float32. The cached forward runs its projections in bf16 (its cache has its own
-  // dtype).
-  Dtype dtype = Dtype::kF32;
-  int64_t head_dim() const { return d_out / heads; }
-  int64_t groups() const { return kv_heads > 0 ? kv_heads : heads; }     // G
-  int64_t qkv_width() const { return (heads + 2 * groups()) * head_dim(); }  // Q = (H + 2G) D
+  int64_t batch = 0, tokens = 0, d_in = 0;  // B, T, C_in
+  AttentionSpec attention;                  // H, G, D, RoPE, dtype; the score fields
+  int64_t position_offset = 0;              // RoPE: token t at position offset + t (not the cached forward's)
+  int64_t d_out() const { return attention.width(); }                        // C = H D
+  int64_t heads() const { return attention.heads; }                          // H
+  int64_t head_dim() const { return attention.head_dim; }                    // D
+  int64_t groups() const { return attention.groups(); }                      // G
+  int64_t qkv_width() const { return (heads() + 2 * groups()) * head_dim(); }  // Q = (H + 2G) D
+  Dtype dtype() const { return attention.dtype; }
 };
+
+// What one call adds to the shape's spec for the attention kernel.
+struct MhaCall {
+  ThreadPool* pool = nullptr;             // null: default_pool(); the GEMMs use it too
+  bool dropout = false;                   // training: the spec's dropout applies (eval: none)
+  uint64_t dropout_seed = 0;              // Philox key of the dropout mask
+  int64_t batch_offset = 0;               // the dropout mask's key for a slice of a batch
+  const float* alibi_slopes = nullptr;    // (H), when the spec asks for ALiBi (spec_alibi_slopes)
+  const AttentionMask* mask = nullptr;    // a (T, T) mask in place of the spec's causal one, or null
+};
+
+// The kernel's options for a call: kernel_options(s.attention) with the call's pool, dropout,
+// slopes and mask.
+AttentionOptions mha_options(const MhaShape& s, const MhaCall& call);
 
 struct MhaWeights {
   const float* w_qkv = nullptr;  // (Q, C_in): rows [0, C) W_query, [C, C + GD) W_key, [C + GD, Q) W_value
@@ -64,55 +84,70 @@ struct MhaGradients {             // null members are skipped
   bool accumulate = false;        // add into them (PyTorch's .grad) instead of writing them
 };
 
-// Buffers reused across calls; they grow on demand (never inside a hot loop) and are freed with
-// the workspace.
-class MhaWorkspace {
+namespace mha_detail {
+template <typename T>
+struct Buffer {  // grows on demand (never inside a hot loop); freed with its owner
+  std::unique_ptr<T[]> data;
+  size_t size = 0;
+  T* get() const { return data.get(); }
+  void reserve(size_t n);
+};
+}  // namespace mha_detail
+
+// What a forward leaves for its backward: the split heads (after RoPE), the context and the
+// log-sum-exp, with the shape they were made for and an id unique to that forward (so a backward
+// given another forward's state - or a state a later forward overwrote - is refused, not wrong).
+class MhaSaved {
  public:
-  float* qkv() { return qkv_.get(); }      // (rows, Q): staging for a chunk of the QKV product
-  float* heads() { return heads_.get(); }  // q (B, H, T, D), then k, v (B, G, T, D): contiguous heads
-  uint16_t* heads16() { return heads16_.get(); }  // the same in bf16 (bf16 mode)
-  float* ctx() { return ctx_.get(); }  // (B*T, C)
-  float* lse() { return lse_.get(); }  // (B, H, T)
-  float* dctx() { return dctx_.get(); }
-  float* dqkv() { return dqkv_.get(); }
-  // float_heads: keep float heads in bf16 mode too (the cached forward's, which decodes from them)
-  void reserve_forward(const MhaShape& s, bool float_heads = false);
-  void reserve_backward(const MhaShape& s);
+  const float* heads() const { return heads_.get(); }       // q (B, H, T, D), then k, v (B, G, T, D)
+  const uint16_t* heads16() const { return heads16_.get(); }  // the same in bf16 (bf16 mode)
+  const float* ctx() const { return ctx_.get(); }           // (B*T, C)
+  const float* lse() const { return lse_.get(); }           // (B, H, T)
+  uint64_t id() const { return id_; }  // 0: no forward yet; else the forward that filled it
+  const MhaShape& shape() const { return shape_; }
   size_t bytes() const;
-  DecodeWorkspace& decode() { return decode_; }  // mha_forward_cached's decode_attention scratch
 
  private:
-  struct Buffer {
-    std::unique_ptr<float[]> data;
-    size_t size = 0;
-    float* get() { return data.get(); }
-    void reserve(size_t n);
-  };
-  struct Buffer16 {
-    std::unique_ptr<uint16_t[]> data;
-    size_t size = 0;
-    uint16_t* get() { return data.get(); }
-    void reserve(size_t n);
-  };
-  Buffer qkv_, heads_, ctx_, lse_, dctx_, dqkv_;
-  Buffer16 heads16_;
+  friend struct MhaSavedWriter;  // mha.cc: the forwards fill it
+  mha_detail::Buffer<float> heads_, ctx_, lse_;
+  mha_detail::Buffer<uint16_t> heads16_;
+  MhaShape shape_;
+  uint64_t id_ = 0;
+};
+
+// Scratch reused across calls: the QKV product's staging rows, the backward's gradients of the
+// context and the QKV product, and the cached forward's decode scratch.
+class MhaWorkspace {
+ public:
+  float* qkv() { return qkv_.get(); }    // (rows, Q): a chunk of the QKV product
+  float* dctx() { return dctx_.get(); }  // (B*T, C)
+  float* dqkv() { return dqkv_.get(); }  // (B*T, Q)
+  DecodeWorkspace& decode() { return decode_; }
+  void reserve_forward(const MhaShape& s);
+  void reserve_backward(const MhaShape& s);
+  size_t bytes() const;
+
+ private:
+  mha_detail::Buffer<float> qkv_, dctx_, dqkv_;
   DecodeWorkspace decode_;
 };
 
-// y (B*T, C) from x (B*T, C_in). options: the attention's (mask: causal for the book's classes;
-// scale: 1/sqrt(D); dropout; window, ALiBi slopes (H), softcap; pool, also used by the GEMMs).
-void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* y, MhaWorkspace& ws,
-                 const AttentionOptions& options);
-// dx (B*T, C_in) and the weight gradients from dy (B*T, C), after mha_forward(s, w, x, ..., ws).
+// y (B*T, C) from x (B*T, C_in); fills `saved` (a new id) for the backward.
+void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* y, MhaSaved& saved,
+                 MhaWorkspace& ws, const MhaCall& call);
+// dx (B*T, C_in) and the weight gradients from dy (B*T, C), for the forward that filled `saved`
+// with id `forward_id` (its saved.id() right after it ran) on the same x and weights. Throws
+// qkv::Error when saved holds another forward (another id, or another shape).
 void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const float* dy, float* dx,
-                  const MhaGradients& grads, MhaWorkspace& ws, const AttentionOptions& options);
+                  const MhaGradients& grads, const MhaSaved& saved, uint64_t forward_id, MhaWorkspace& ws,
+                  const MhaCall& call);
 
 // Inference with a KV cache (eval: no dropout, no backward): x (B*Tn, C_in) holds Tn new tokens
 // per sequence, at absolute positions P .. P + Tn - 1 with P = cache.length() (the positions
 // before them are in the cache). y (B*Tn, C).
 //
 //   qkv = x W_qkv^T + b_qkv; q (B, H, Tn, D), k, v (B, G, Tn, D)    the new rows only
-//   q, k = rope(q), rope(k)            at positions P + t (s.rope.position_offset is ignored)
+//   q, k = rope(q), rope(k)            at positions P + t (s.position_offset is ignored)
 //   cache.append(layer, k, v)          layer now holds P + Tn positions
 //   ctx = attention(q, cache keys, cache values), query_offset = P
 //   y = ctx W_out^T + b_out
@@ -120,16 +155,17 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
 // The attention is decode_attention (any Tn, every variant, fp32 or bf16 caches); a prefill on an
 // empty fp32 cache (P = 0, Tn >= 64) without variants runs the fused attention_forward over the
 // cache's keys() / values() instead (the same formula; the flash kernel is faster on many
-// queries). options: the scale, the causal mask (required: a cache only makes sense causally),
-// window, ALiBi slopes, softcap and pool; dropout must be 0 and query_offset 0 (it is set here).
-// s.tokens = Tn. The cache must match (B, G, D, Dv = D) and `layer` must not have appended in the
-// step in progress; overflowing the capacity is the cache's error. Workspace buffers grow to the
-// largest Tn seen: a steady-state decode step (Tn = 1, no RoPE) allocates nothing; with RoPE the
-// (Tn, D/2) rotation table of the step's positions is built each step.
+// queries). The spec must be causal (a cache only makes sense causally) and call.dropout false;
+// call.mask must be null. s.tokens = Tn. `scratch` holds the step's heads, context and log-sum-exp
+// (it is not a forward's state for a backward). The cache must match (B, G, D, Dv = D) and `layer`
+// must not have appended in the step in progress; overflowing the capacity is the cache's error.
+// Buffers grow to the largest Tn seen: a steady-state decode step (Tn = 1, no RoPE) allocates
+// nothing; with RoPE the (Tn, D/2) rotation table of the step's positions is built each step.
 void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, float* y, KvCache& cache,
-                        int64_t layer, MhaWorkspace& ws, const AttentionOptions& options);
+                        int64_t layer, MhaSaved& scratch, MhaWorkspace& ws, const MhaCall& call);
 
-// The split parts of the workspace's heads (mha_queries16 and the others: bf16 mode's heads16): q (B, H, T, D), k and v (B, G, T, D), contiguous.
+// The split parts of saved heads (the uint16_t overloads: bf16 mode's heads16): q (B, H, T, D), k and v
+// (B, G, T, D), contiguous.
 ConstHeads mha_queries(const MhaShape& s, const float* heads);
 ConstHeads mha_keys(const MhaShape& s, const float* heads);
 ConstHeads mha_values(const MhaShape& s, const float* heads);
@@ -145,7 +181,8 @@ bool mha_use_reference_attention(bool on);
 
 // FLOPs: projections (2 B T C_in Q + 2 B T C C) plus the attention's (visible pairs only: causal
 // and window; RoPE's O(T D) rotations are not counted).
-double mha_forward_flops(const MhaShape& s, bool has_out_proj, bool causal, int64_t window = 0);
-double mha_backward_flops(const MhaShape& s, bool has_out_proj, bool causal, int64_t window = 0);
+// (causal and window from s.attention)
+double mha_forward_flops(const MhaShape& s, bool has_out_proj);
+double mha_backward_flops(const MhaShape& s, bool has_out_proj);
 
 }  // namespace qkv::kernels

@@ -8,6 +8,7 @@
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/generator.h"
+#include "qkv/kernels/attention_spec.h"
 #include "qkv/kernels/rope.h"
 #include "qkv/modules/attention_core.h"
 #include "qkv/modules/module.h"
@@ -27,27 +28,38 @@ enum class AttentionPath { kAuto, kFused, kTextbook };
 AttentionPath parse_attention_path(const std::string& name);  // "auto" | "fused" | "textbook"
 const char* attention_path_name(AttentionPath path);
 
+// What an attention module is built from. The attention itself is one AttentionSpec
+// (kernels/attention_spec.h): heads H and their width D (head_dim), and for MultiHeadAttention the
+// variants (kv_heads, rope, window, ALiBi, softcap); dropout and dtype for the causal classes.
+// The book's constructor arguments map onto it by attention_config() below: d_out is H D for
+// MultiHeadAttention, each head's D for MultiHeadAttentionWrapper, and D (one head) for the rest;
+// every module's output is (..., H D) wide.
 struct AttentionConfig {
   int64_t d_in = 0;
-  int64_t d_out = 0;
-  int64_t context_length = 0;  // the causal classes only
-  double dropout = 0.0;        // the causal classes only
-  int64_t num_heads = 1;       // the multi-head classes only
+  int64_t context_length = 0;  // the causal classes only: the mask buffer's size
   bool qkv_bias = false;       // all but SelfAttentionV1
   AttentionPath path = AttentionPath::kAuto;  // the causal classes only
-  // MultiHeadAttention's variants, all off by default (see attention_variants.h for the formula):
-  int64_t num_kv_heads = 0;        // G key/value heads, dividing num_heads; 0: num_heads (G = H)
-  kernels::RopeLayout rope = kernels::RopeLayout::kNone;  // RoPE on queries and keys per head
-  double rope_base = 10000.0;      // RoPE's base (frequencies base^(-2i / D))
-  int64_t window = 0;              // > 0: key j hidden from query i when j <= i - window; 0: none
-  bool alibi = false;              // ALiBi with the paper's slopes (kernels::alibi_default_slopes)
-  std::vector<float> alibi_slopes = {};  // (num_heads) given ALiBi slopes (implies alibi), or empty
-  float softcap = 0.0f;            // > 0: scaled scores capped as softcap * tanh(x / softcap); 0: none
-  // The causal classes' fused path: kF32, or kBF16 (bf16 mode, qkv/kernels/mha.h: bf16 products
-  // and q, k, v; fp32 weights, sums, softmax and gradients - mixed precision when training). The
-  // textbook path and the self-attention classes compute in f32 only (an error otherwise).
-  Dtype dtype = Dtype::kF32;
+  // heads and head_dim; the causal classes: dropout (on the attention weights) and dtype (kBF16:
+  // bf16 mode on the fused path, qkv/kernels/mha.h; the textbook path and the self-attention
+  // classes compute in f32 only); MultiHeadAttention: kv_heads (W_key and W_value (G D, d_in)),
+  // rope, window, alibi / alibi_slopes, softcap. causal is the class's own (set by
+  // attention_config; true for the causal classes).
+  kernels::AttentionSpec attention = {};
+  int64_t d_out() const { return attention.width(); }  // H D: the output's width
 };
+
+// The config of `module` (its command-line name) from the book's constructor arguments:
+// SelfAttention_v1/v2(d_in, d_out[, qkv_bias]), CausalAttention(d_in, d_out, context_length,
+// dropout, qkv_bias), MultiHeadAttentionWrapper(..., num_heads, ...) and MultiHeadAttention(d_in,
+// d_out, context_length, dropout, num_heads, qkv_bias). Throws qkv::Error naming the argument:
+// sizes below 1, "MultiHeadAttention: d_out (10) must be divisible by num_heads (4)", num_heads
+// other than 1 for the one-head classes.
+AttentionConfig attention_config(const std::string& module, int64_t d_in, int64_t d_out, int64_t context_length = 0,
+                                 double dropout = 0.0, int64_t num_heads = 1, bool qkv_bias = false);
+
+// The modules' names for the spec's fields in messages (num_heads, num_kv_heads, head_dim, window,
+// rope, rope_base, alibi_slopes, softcap, dropout): the configs' keys.
+std::string attention_config_name(kernels::SpecField field);
 
 class AttentionModule : public Module {
  public:
@@ -70,6 +82,7 @@ const std::vector<std::string>& attention_module_names();
 // rather than test its name.
 struct AttentionModuleInfo {
   const char* name;        // as the command line spells it: "causal-attention"
+  const char* class_name;  // as qkv's class is called (and in its messages): "CausalAttention"
   int input_rank;          // 2: (T, d_in); 3: (B, T, d_in)
   bool causal;             // has a causal mask (of context_length), dropout and an AttentionPath
   bool multi_head;         // takes num_heads

@@ -23,33 +23,11 @@
 #include <vector>
 
 #include "qkv/core/tensor.h"
+#include "qkv/kernels/attention_spec.h"
 #include "qkv/kernels/rope.h"
 #include "qkv/modules/attention_core.h"
 
 namespace qkv {
-
-struct AttentionConfig;
-
-struct AttentionVariants {
-  int64_t heads = 1;     // H
-  int64_t kv_heads = 1;  // G, dividing H
-  kernels::RopeLayout rope = kernels::RopeLayout::kNone;
-  double rope_base = 10000.0;
-  int64_t window = 0;               // > 0, or 0: none
-  std::vector<float> alibi_slopes;  // (H), or empty: no ALiBi
-  float softcap = 0.0f;             // > 0, or 0: none
-
-  // Whether anything differs from the book's MultiHeadAttention.
-  bool any() const {
-    return kv_heads != heads || rope != kernels::RopeLayout::kNone || window > 0 || !alibi_slopes.empty() ||
-           softcap > 0.0f;
-  }
-};
-
-// The variants of a config, checked (errors start with `who` and name the value and what was
-// expected): num_kv_heads dividing num_heads, an even head dim with RoPE, a positive RoPE base,
-// window >= 0, softcap >= 0 and finite, num_heads finite ALiBi slopes.
-AttentionVariants resolve_variants(const AttentionConfig& c, const char* who);
 
 // x (..., T, D) rotated at positions 0 .. T-1 (R x), or back (R^T x) with inverse:
 // x * cos + rotate(x) * sin, rotate = rotate_half (kHalf) or rotate_every_two (kInterleaved).
@@ -73,11 +51,12 @@ struct VariantSaved {
 // q (B, H, T, D), k and v (B, G, T, D), all after RoPE; blocked (T, T) or null -> context
 // (B, H, T, D). With `trace`, every intermediate is kept there (keys and values as given, with G
 // heads; masked_scores = scores with -inf where blocked, window included).
+// spec: the window and softcap (its heads are read from q and k); slopes: (H) ALiBi slopes or empty.
 Tensor attend_variants(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* blocked,
-                       const AttentionVariants& variants, Dropout* dropout, AttentionTrace* trace,
-                       VariantSaved* saved);
+                       const kernels::AttentionSpec& spec, const std::vector<float>& slopes, Dropout* dropout,
+                       AttentionTrace* trace, VariantSaved* saved);
 // dq (B, H, T, D), dk and dv (B, G, T, D) (with respect to the rotated q and k) from dcontext.
 AttentionGrads attend_variants_backward(const Tensor& dcontext, const VariantSaved& saved,
-                                        const AttentionVariants& variants, Dropout* dropout);
+                                        const kernels::AttentionSpec& spec, Dropout* dropout);
 
 }  // namespace qkv

@@ -40,8 +40,12 @@ class CausalAttention : public AttentionModule {
   bool fused_last_ = false;
 };
 
-// Checks the sizes are positive and dropout in [0, 1); returns c. Errors start with `who`.
+// Checks a causal class's config: d_in and context_length positive, the attention spec
+// (validate_attention_spec, fields named as the config names them), causal, and bf16 only on the
+// fused path; returns c. Errors start with `who`.
 const AttentionConfig& validate(const AttentionConfig& c, const char* who);
+// The same for one causal head (CausalAttention, each of the wrapper's heads): num_heads 1, no variants.
+const AttentionConfig& validate_one_head(const AttentionConfig& c, const char* who);
 
 // Checks x is (B, T, d_in) with T <= context_length, for a module named `who`.
 void check_batch_input(const char* who, const Tensor& x, int64_t d_in, int64_t context_length);

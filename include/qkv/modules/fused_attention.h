@@ -54,43 +54,45 @@ struct FusedProjections {
 
 // Whether a forward with this path and dropout runs fused (see AttentionPath).
 bool runs_fused(AttentionPath path, const Dropout& dropout);
-// Throws when config.dtype is bf16 but the module runs its textbook path (f32 only) this call.
+// Throws when config.attention.dtype is bf16 but the module runs its textbook path (f32 only) this call.
 void check_runs_in_dtype(const char* who, const AttentionConfig& config, bool fused);
 
 class FusedAttention {
  public:
-  // x (B, T, d_in) -> (B, T, d_out), T <= mask.size(). With `per_head_trace` the trace holds
-  // (B, H, T, D) / (B, H, T, T) tensors (MultiHeadAttention), else (B, T, d_out) / (B, T, T)
-  // (CausalAttention, one head); keys and values have G heads. `variants` (MultiHeadAttention's:
-  // grouped-query heads, RoPE, window, ALiBi, softcap) go to the pipeline and the kernel.
-  Tensor forward(const Tensor& x, const FusedProjections& p, int64_t heads, const MaskBuffer& mask,
-                 Dropout& dropout, AttentionTrace* trace, bool per_head_trace,
-                 const AttentionVariants* variants = nullptr);
+  // x (B, T, d_in) -> (B, T, H D), T <= mask.size(), for the attention `spec` (heads, head_dim,
+  // the variants, dropout, dtype: the module's config.attention) with `slopes` its ALiBi slopes
+  // ((H) or empty). With `per_head_trace` the trace holds (B, H, T, D) / (B, H, T, T) tensors
+  // (MultiHeadAttention), else (B, T, D) / (B, T, T) (CausalAttention, one head); keys and values
+  // have G heads.
+  Tensor forward(const Tensor& x, const FusedProjections& p, const kernels::AttentionSpec& spec,
+                 const std::vector<float>& slopes, const MaskBuffer& mask, Dropout& dropout, AttentionTrace* trace,
+                 bool per_head_trace);
   // Inference with a KV cache (kernels::mha_forward_cached): x (B, Tn, d_in), the new tokens at
-  // positions cache.length() .. + Tn - 1 -> (B, Tn, d_out); appends their keys and values to
-  // `layer` of the cache. Needs the causal mask and cache.length() + Tn <= mask.size(); uses a
-  // workspace of its own, so the last forward's state (for backward) is kept.
-  Tensor forward_cached(const Tensor& x, const FusedProjections& p, int64_t heads, const MaskBuffer& mask,
-                        const AttentionVariants* variants, kernels::KvCache& cache, int64_t layer);
-  // dL/dx (B, T, d_in) from dL/dy (B, T, d_out) for the last forward; adds every parameter's
+  // positions cache.length() .. + Tn - 1 -> (B, Tn, H D); appends their keys and values to
+  // `layer` of the cache. Needs the causal mask and cache.length() + Tn <= mask.size(); uses
+  // buffers of its own, so the last forward's state (for backward) is kept.
+  Tensor forward_cached(const Tensor& x, const FusedProjections& p, const kernels::AttentionSpec& spec,
+                        const std::vector<float>& slopes, const MaskBuffer& mask, kernels::KvCache& cache,
+                        int64_t layer);
+  // dL/dx (B, T, d_in) from dL/dy (B, T, H D) for the last forward; adds every parameter's
   // gradient into its Linear's dweight / dbias.
   Tensor backward(const Tensor& dy, const FusedProjections& p);
-  // What the pipeline computes in (MhaShape::dtype) from the next call on.
-  void set_dtype(Dtype dtype) { dtype_ = dtype; }
 
  private:
   void fill_trace(AttentionTrace& trace, const MaskBuffer& mask, bool dropped, bool per_head);
 
-  Dtype dtype_ = Dtype::kF32;
-  kernels::MhaShape shape_;
-  kernels::AttentionOptions options_;
-  kernels::MhaWorkspace ws_;  // heads, ctx, lse of the last forward; reused across calls
-  kernels::MhaWorkspace cached_ws_;  // forward_cached's, reused across decoding steps
-  Tensor x_;                  // (B, T, d_in) contiguous, the last forward's input
-  Tensor mask_;               // (T, T) contiguous when the mask is not causal
-  std::vector<float> alibi_;  // (H) ALiBi slopes options_ points at, or empty
-  bool has_bias_ = false;     // whether the last forward's projections had biases
-  bool has_forward_ = false;
+  kernels::MhaShape shape_;         // the last forward's
+  kernels::MhaCall call_;           // the last forward's (mask_ and slopes_ below are what it points at)
+  kernels::MhaSaved saved_;         // heads, ctx, lse of the last forward
+  uint64_t forward_id_ = 0;         // saved_.id() right after that forward
+  kernels::MhaWorkspace ws_;        // scratch, reused across calls
+  kernels::MhaSaved cached_scratch_;     // forward_cached's, reused across decoding steps
+  kernels::MhaWorkspace cached_ws_;
+  Tensor x_;                        // (B, T, d_in) contiguous, the last forward's input
+  Tensor mask_;                     // (T, T) contiguous when the mask is not causal
+  kernels::AttentionMask mask_view_;  // the kernel's view of mask_
+  std::vector<float> slopes_;       // (H) the last forward's ALiBi slopes, or empty
+  bool has_bias_ = false;           // whether the last forward's projections had biases
 };
 
 }  // namespace qkv

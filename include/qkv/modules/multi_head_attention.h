@@ -6,7 +6,7 @@
 //   x (B, T, d_in) -> queries (B, T, d_out) -> view (B, T, H, D) -> transpose (B, H, T, D)
 //   -> causal attention per head -> (B, T, H, D) -> (B, T, d_out) -> out_proj -> (B, T, d_out)
 //   with D = head_dim = d_out / num_heads (d_out must be divisible by num_heads).
-//   Variants (config.num_kv_heads, rope, window, alibi, softcap; attention_variants.h): W_key and
+//   Variants (config.attention's kv_heads, rope, window, alibi, softcap; attention_variants.h): W_key and
 //   W_value become (G D, d_in) (the book's bonus GroupedQueryAttention, same state-dict names),
 //   query head h reads key/value head h / (H / G); RoPE rotates queries and keys per head; the
 //   scores are capped, biased by ALiBi and hidden outside the window. With none of them this is
@@ -57,8 +57,8 @@ class MultiHeadAttention : public AttentionModule {
   // step in progress, or positions past the context length or the cache's capacity. It keeps no
   // state for backward (and leaves the last forward's intact).
   Tensor forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer);
-  int64_t head_dim() const { return config.d_out / config.num_heads; }
-  int64_t num_kv_heads() const { return variants_.kv_heads; }
+  int64_t head_dim() const { return config.attention.head_dim; }
+  int64_t num_kv_heads() const { return config.attention.groups(); }
 
   AttentionConfig config;
   Linear W_query;                  // weight (d_out, d_in)
@@ -69,7 +69,7 @@ class MultiHeadAttention : public AttentionModule {
 
  private:
   FusedProjections projections() { return {&qkv_, &W_query, &W_key, &W_value, &out_proj}; }
-  AttentionVariants variants_;  // resolved from config
+  std::vector<float> alibi_slopes_;  // (H) the spec's ALiBi slopes (spec_alibi_slopes), or empty
   QkvWeights qkv_;        // owns W_query, W_key and W_value (they view its rows)
   Shape x_shape_;         // (B, T, d_in) of the last forward
   AttentionSaved saved_;  // textbook path, per head: q, k, v (B, H, T, D), weights (B, H, T, T)

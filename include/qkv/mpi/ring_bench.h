@@ -12,18 +12,17 @@
 #include <vector>
 
 #include "qkv/core/thread_pool.h"
+#include "qkv/kernels/attention_spec.h"
 #include "qkv/mpi/communicator.h"
 #include "qkv/mpi/ring_attention.h"
 
 namespace qkv::mpi {
 
 struct RingBenchShape {
-  int64_t batch = 1, seq_len = 0, num_heads = 12, num_kv_heads = 12, head_dim = 64;
-  bool causal = true, backward = false;
-  float dropout = 0.0f;
-  int64_t window = 0;      // > 0: sliding window
-  bool alibi = false;      // ALiBi with the paper's slopes (kernels::alibi_default_slopes)
-  float softcap = 0.0f;    // > 0: logit softcap
+  int64_t batch = 1, seq_len = 0;  // B, T (the whole sequence, split over the ranks)
+  bool backward = false;
+  // H, G, D, causal, dropout, window, alibi, softcap (kernels/attention_spec.h; no RoPE, f32)
+  kernels::AttentionSpec attention = {.heads = 12, .head_dim = 64};
   SplitKind split = SplitKind::kContiguous;
 };
 

@@ -22,6 +22,7 @@
 #include "qkv/core/thread_pool.h"
 #include "qkv/kernels/rope.h"
 #include "qkv/kernels/attention.h"
+#include "qkv/kernels/attention_spec.h"
 #include "qkv/kernels/mha.h"
 
 namespace qkv::perf {
@@ -34,26 +35,23 @@ struct AttentionBenchShape {
   BenchTarget target = BenchTarget::kMha;
   int64_t batch = 1, seq_len = 0;  // B, T
   int64_t d_model = 768;           // C = d_in = d_out (attention-core: H * D)
-  int64_t num_heads = 12;          // H (causal-attention: 1)
-  int64_t head_dim = 0;            // D; 0: d_model / num_heads
-  bool causal = true;              // false: no mask (the FLOPs then count every score)
   bool backward = false;           // a step is forward + backward
-  double dropout = 0.0;            // on the attention weights (the fused kernel's Philox mask)
-  // attention-core only: today's variants (qkv/kernels/attention.h), all off by default
-  int64_t num_kv_heads = 0;        // G key/value heads, dividing H (grouped-query); 0: H
-  int64_t window = 0;              // sliding window w (> 0); the FLOPs count only its pairs
-  bool alibi = false;              // ALiBi with the paper's slopes (kernels::alibi_default_slopes)
-  double softcap = 0.0;            // > 0: logit softcapping
-  kernels::RopeLayout rope = kernels::RopeLayout::kNone;  // mha only: RoPE on q and k in the pipeline
-  // kBF16: bf16 mode (qkv/kernels/mha.h; attention-core: attention_forward_bf16 on bf16 q, k, v).
-  // The weights are held in bf16 too, as a bf16 model holds them.
-  Dtype dtype = Dtype::kF32;
+  // The attention (kernels/attention_spec.h): heads H (causal-attention: 1), head_dim D (0:
+  // d_model / H until normalized), causal (false: no mask; the FLOPs then count every score),
+  // dropout (the fused kernel's Philox mask), dtype (kBF16: bf16 mode, qkv/kernels/mha.h;
+  // attention-core: attention_forward_bf16 on bf16 q, k, v; the weights are held in bf16 too, as
+  // a bf16 model holds them); the variants: kv_heads, window, alibi, softcap (mha and
+  // attention-core; the FLOPs count only the window's pairs) and rope (mha only).
+  kernels::AttentionSpec attention = {.heads = 12};
 };
 
 // `s` with head_dim and d_model made consistent (attention-core: d_model = H * D; else
-// D = C / H) and num_kv_heads set (H when 0); throws qkv::Error naming the value that does not
-// fit (the variants outside attention-core, G not dividing H, a negative window or softcap).
-AttentionBenchShape normalized(AttentionBenchShape s);
+// D = C / H) and checked (validate_attention_spec); throws qkv::Error naming the value that does
+// not fit (the variants outside mha and attention-core, RoPE outside mha, C not divisible by H).
+// `namer` names the spec's fields in its errors, which start with `who` (a command line passes its
+// flags' names and no who).
+AttentionBenchShape normalized(AttentionBenchShape s, kernels::SpecNamer namer = kernels::spec_field_name,
+                               const std::string& who = "attention bench");
 
 // Roughly the bytes of a case's inputs, outputs and gradients.
 double attention_bench_bytes(const AttentionBenchShape& s);

@@ -17,13 +17,16 @@
 #include <vector>
 
 #include "qkv/core/thread_pool.h"
+#include "qkv/kernels/attention_spec.h"
 #include "qkv/kernels/kv_cache.h"
 
 namespace qkv::perf {
 
 struct DecodeBenchShape {
-  int64_t batch = 1, num_heads = 12, num_kv_heads = 12, head_dim = 64, kv_len = 0;  // B, H, G, D, S
-  kernels::CacheDtype dtype = kernels::CacheDtype::kF32;
+  int64_t batch = 1, kv_len = 0;  // B, S
+  // H, G, D (kernels/attention_spec.h; causal, one query at position S - 1): GPT-2's 12 heads of 64
+  kernels::AttentionSpec attention = {.heads = 12, .head_dim = 64};
+  kernels::CacheDtype dtype = kernels::CacheDtype::kF32;  // the cache's
 };
 
 struct DecodeBenchReport {
@@ -39,7 +42,7 @@ struct DecodeBenchReport {
   int64_t cache_bytes = 0;      // allocated
 };
 
-// Checks the shape (qkv::Error naming the bad value: sizes below 1, G not dividing H), measures
+// Checks the shape (qkv::Error naming the bad value: sizes below 1, the spec's rules), measures
 // the bandwidth, fills the cache, then `warmup` untimed calls and `iters` timed ones.
 DecodeBenchReport run_decode_bench(const DecodeBenchShape& shape, int iters, int warmup, ThreadPool& pool);
 

@@ -20,12 +20,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "qkv/core/generator.h"
+#include "qkv/text/bpe.h"
 
 namespace qkv {
 
@@ -118,6 +120,16 @@ struct CompactTokens {
   std::vector<int64_t> vocab;  // model id -> original (GPT-2) id
 };
 CompactTokens compact_vocabulary(const std::vector<int64_t>& tokens);
+
+// A text's training data: its GPT-2 tokens (special tokens matched) with a vocabulary of only the
+// tokens it uses (compact_vocabulary), in windows of `tokens` drawn from Generator(seed). `what`
+// names the text in errors (a text shorter than one window says so).
+struct TextData {
+  std::unique_ptr<TokenWindows> windows;
+  std::vector<int64_t> vocab;  // model id -> GPT-2 id
+};
+TextData text_training_data(const std::string& text, const Encoding& gpt2, int64_t tokens, uint64_t seed,
+                            const std::string& what);
 
 // A generator's full state as a hex string and back (for JSON checkpoint metadata).
 std::string generator_state_hex(const Generator& gen);

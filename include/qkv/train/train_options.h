@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "qkv/train/attention_lm.h"
-#include "qkv/train/option_fields.h"
+#include "qkv/models/attention_lm.h"
+#include "qkv/models/option_fields.h"
 
 namespace qkv {
 

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/core/error.h"
-#include "qkv/train/attention_lm.h"
+#include "qkv/models/attention_lm.h"
 #include "qkv/train/data_parallel.h"
 #include "qkv/train/data.h"
 #include "qkv/train/loss.h"

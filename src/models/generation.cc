@@ -1,5 +1,5 @@
-// Generation. See include/qkv/train/sampling.h.
-#include "qkv/train/sampling.h"
+// Generation. See include/qkv/models/generation.h.
+#include "qkv/models/generation.h"
 
 #include <algorithm>
 #include <cmath>
@@ -39,13 +39,14 @@ int64_t pick_next_token(const float* last, int64_t V, const SamplingOptions& o, 
   return next;
 }
 
-std::vector<int64_t> generate(AttentionLM& model, const std::vector<int64_t>& prompt, const SamplingOptions& o) {
+std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& prompt, const SamplingOptions& o,
+                              const TokenCallback& on_token) {
   QKV_CHECK(!prompt.empty(), "generate: the prompt is empty (give at least one token)");
   QKV_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens (", o.max_new_tokens, ") must not be negative");
   QKV_CHECK(o.temperature >= 0.0 && std::isfinite(o.temperature), "generate: temperature (", o.temperature,
             ") must be finite and >= 0");
   QKV_CHECK(o.top_k >= 0, "generate: top_k (", o.top_k, ") must not be negative");
-  const int64_t V = model.config.vocab_size, ctx = model.config.context_length;
+  const int64_t V = model.vocab_size(), ctx = model.context_length();
   for (int64_t id : prompt)
     QKV_CHECK(id >= 0 && id < V, "generate: prompt id ", id, " is outside the model's vocabulary of ", V);
   // The ids kept: the prompt and the new ones, plus the new ones returned (8 bytes each), checked
@@ -62,7 +63,7 @@ std::vector<int64_t> generate(AttentionLM& model, const std::vector<int64_t>& pr
   ids.reserve(static_cast<size_t>(prompt_size + o.max_new_tokens));
   out.reserve(static_cast<size_t>(o.max_new_tokens));
   std::optional<kernels::KvCache> cache;
-  if (o.kv_cache && o.max_new_tokens > 0 && !model.blocks.empty()) cache.emplace(model.make_cache(1, o.cache_dtype));
+  if (o.kv_cache && o.max_new_tokens > 0 && model.has_cache()) cache.emplace(model.make_cache(1, o.cache_dtype));
   int64_t cache_start = 0;  // the cache holds the positions of ids[cache_start, cache_start + length)
   std::vector<double> p;
   std::vector<int64_t> window;
@@ -90,6 +91,7 @@ std::vector<int64_t> generate(AttentionLM& model, const std::vector<int64_t>& pr
     const int64_t next = pick_next_token(last, V, o, gen, p);
     ids.push_back(next);
     out.push_back(next);
+    if (on_token && !on_token(next)) break;
   }
   model.train(was_training);
   return out;

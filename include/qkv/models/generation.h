@@ -1,4 +1,4 @@
-// qkv/train/sampling.h - text generation with a trained AttentionLM.
+// qkv/models/generation.h - text generation with a trained AttentionLM.
 //
 // Each new token: run the model on the last context_length ids, take the last position's logits,
 // and pick the next id: with temperature 0 the largest logit (greedy, first on ties); otherwise
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "qkv/kernels/kv_cache.h"
-#include "qkv/train/attention_lm.h"
+#include "qkv/models/attention_lm.h"
 
 namespace qkv {
 
@@ -35,10 +35,15 @@ struct SamplingOptions {
   std::function<void(const float* logits, int64_t vocab)> on_logits = nullptr;
 };
 
+// Called with each new id as soon as it is picked; returning false stops the generation there
+// (the ids so far are returned).
+using TokenCallback = std::function<bool(int64_t id)>;
+
 // Returns only the new ids. The model runs in eval mode (no dropout). Throws qkv::Error on an
 // empty prompt, an id outside the vocabulary, bad options, or a max_new_tokens whose ids would
 // not fit the memory limit (core/limits.h).
-std::vector<int64_t> generate(AttentionLM& model, const std::vector<int64_t>& prompt, const SamplingOptions& options);
+std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& prompt, const SamplingOptions& options,
+                              const TokenCallback& on_token = nullptr);
 
 // The next id from one position's logits (V floats) as described above; `gen` is drawn from
 // only when temperature > 0, and `probabilities` is scratch of V doubles.

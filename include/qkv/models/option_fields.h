@@ -1,4 +1,4 @@
-// qkv/train/option_fields.h - an options struct declared once: each field listed one time, with
+// qkv/models/option_fields.h - an options struct declared once: each field listed one time, with
 // its JSON key, its command-line flag and its help, from which the JSON and the flags derive.
 //
 // A struct opts in with an overload found by argument-dependent lookup:
@@ -38,6 +38,14 @@ struct OptionField {
   const char* section = nullptr;   // the JSON sub-object holding it ("model"), or none
 };
 
+// An option out of its range or in conflict with another, naming it by its flag (which a command
+// line reports as a usage error).
+class OptionError : public Error {
+ public:
+  OptionError(std::string option_flag, const std::string& message) : Error(message), flag(std::move(option_flag)) {}
+  std::string flag;  // "--num-heads"
+};
+
 // JSON values, strictly typed: an integer field takes only an integer, a number field any number,
 // a flag only true or false, a string only a string, an enum only one of its names. `key` names
 // the field in the error.
@@ -57,6 +65,13 @@ void read_option(const nlohmann::json& j, std::string& out, const std::string& k
 void read_option(const nlohmann::json& j, AttentionPath& out, const std::string& key);
 void read_option(const nlohmann::json& j, kernels::RopeLayout& out, const std::string& key);
 void read_option(const nlohmann::json& j, Dtype& out, const std::string& key);
+
+// An option's value as a flag takes it: 4, half, true.
+template <typename T>
+std::string option_text(const T& v) {
+  const nlohmann::json j = option_to_json(v);
+  return j.is_string() ? j.get<std::string>() : j.dump();
+}
 
 // Every field of `o` as a JSON object (fields with a section in that sub-object).
 template <typename T>

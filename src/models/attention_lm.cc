@@ -1,5 +1,5 @@
-// The attention-only language model. See include/qkv/train/attention_lm.h.
-#include "qkv/train/attention_lm.h"
+// The attention-only language model. See include/qkv/models/attention_lm.h.
+#include "qkv/models/attention_lm.h"
 
 #include <cmath>
 #include <limits>
@@ -17,19 +17,11 @@ const LMConfig& validate(const LMConfig& c) {
 
 std::vector<MultiHeadAttention> build_blocks(const LMConfig& c, Generator& gen) {
   AttentionConfig a;
-  a.d_in = a.d_out = c.d_model;
+  a.d_in = c.d_model;
   a.context_length = c.context_length;
-  a.dropout = c.dropout;
-  a.num_heads = c.num_heads;
   a.qkv_bias = c.qkv_bias;
-  a.path = c.attention;
-  a.num_kv_heads = c.num_kv_heads;
-  a.rope = c.rope;
-  a.rope_base = c.rope_base;
-  a.window = c.window;
-  a.alibi = c.alibi;
-  a.softcap = static_cast<float>(c.softcap);  // validate: within float's range
-  a.dtype = c.dtype;
+  a.path = c.path;
+  a.attention = c.attention;  // d_out = heads * head_dim = d_model (validate_lm_config)
   std::vector<MultiHeadAttention> blocks;
   blocks.reserve(static_cast<size_t>(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) blocks.emplace_back(a, gen);  // in order, as nn.ModuleList
@@ -44,30 +36,28 @@ bool finite(const Tensor& t) {
 
 }  // namespace
 
+void set_head_dim(LMConfig& c) {
+  const int64_t C = c.d_model, H = c.attention.heads;
+  QKV_CHECK(H > 0 && C % H == 0, "AttentionLM: d_model (", C, ") must be divisible by num_heads (", H, ")");
+  c.attention.head_dim = C / H;
+}
+
 void validate_lm_config(const LMConfig& c) {
   QKV_CHECK(c.vocab_size > 0, "AttentionLM: vocab_size (", c.vocab_size, ") must be positive");
   QKV_CHECK(c.context_length > 0, "AttentionLM: context_length (", c.context_length, ") must be positive");
   QKV_CHECK(c.d_model > 0, "AttentionLM: d_model (", c.d_model, ") must be positive");
-  QKV_CHECK(c.num_heads > 0 && c.d_model % c.num_heads == 0, "AttentionLM: d_model (", c.d_model,
-            ") must be divisible by num_heads (", c.num_heads, ")");
   QKV_CHECK(c.num_layers >= 0, "AttentionLM: num_layers (", c.num_layers, ") must not be negative");
-  QKV_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, "AttentionLM: dropout (", c.dropout, ") must be in [0, 1)");
-  QKV_CHECK(c.num_kv_heads >= 0 && c.num_kv_heads <= c.num_heads && (c.num_kv_heads == 0 || c.num_heads % c.num_kv_heads == 0),
-            "AttentionLM: num_kv_heads (", c.num_kv_heads, ") must divide num_heads (", c.num_heads,
-            "), or be 0 for num_heads");
-  QKV_CHECK(c.rope == kernels::RopeLayout::kNone || (c.d_model / c.num_heads) % 2 == 0, "AttentionLM: rope (",
-            kernels::rope_layout_name(c.rope), ") needs an even head dim, but d_model / num_heads is ", c.d_model, " / ",
-            c.num_heads, " = ", c.d_model / c.num_heads);
-  QKV_CHECK(std::isfinite(c.rope_base) && c.rope_base > 0.0, "AttentionLM: rope_base (", c.rope_base,
-            ") must be a positive finite number");
-  QKV_CHECK(c.window >= 0 && c.window <= c.context_length, "AttentionLM: window (", c.window,
-            ") must be in [0, context_length = ", c.context_length, "] (0: no window)");
-  QKV_CHECK(std::isfinite(c.softcap) && c.softcap >= 0.0 && c.softcap <= std::numeric_limits<float>::max(),
-            "AttentionLM: softcap (", c.softcap, ") must be a finite number >= 0 within float's range (0: no softcap)");
-  QKV_CHECK(c.dtype == Dtype::kF32 || c.attention != AttentionPath::kTextbook,
+  const kernels::AttentionSpec& a = c.attention;
+  kernels::validate_attention_spec(a, "AttentionLM", attention_config_name);
+  QKV_CHECK(a.causal, "AttentionLM: its attention is causal (attention.causal must be true)");
+  QKV_CHECK(a.width() == c.d_model, "AttentionLM: num_heads (", a.heads, ") x head_dim (", a.head_dim,
+            ") must be d_model (", c.d_model, ")");
+  QKV_CHECK(a.window <= c.context_length, "AttentionLM: window (", a.window, ") must be in [0, context_length = ",
+            c.context_length, "] (0: no window)");
+  QKV_CHECK(a.dtype == Dtype::kF32 || c.path != AttentionPath::kTextbook,
             "AttentionLM: dtype bf16 runs on the fused attention; attention textbook computes in f32 only");
-  QKV_CHECK(c.dtype == Dtype::kF32 || c.dropout == 0.0 || c.attention == AttentionPath::kFused,
-            "AttentionLM: dtype bf16 with dropout (", c.dropout, ") needs attention fused (auto runs the textbook "
+  QKV_CHECK(a.dtype == Dtype::kF32 || a.dropout == 0.0 || c.path == AttentionPath::kFused,
+            "AttentionLM: dtype bf16 with dropout (", a.dropout, ") needs attention fused (auto runs the textbook "
             "path while dropout is on, for PyTorch's masks, in f32)");
 }
 
@@ -76,7 +66,16 @@ nlohmann::json to_json(const LMConfig& c) { return fields_to_json(c); }
 LMConfig lm_config_from_json(const nlohmann::json& j) {
   LMConfig c;
   fields_from_json(j, c, "the model configuration");
+  set_head_dim(c);
   return c;
+}
+
+nlohmann::json AttentionLM::config_json() const { return to_json(config); }
+
+std::string AttentionLM::describe() const {
+  const kernels::AttentionSpec& a = config.attention;
+  return str("attention LM: ", config.num_layers, " layers x ", a.heads, " heads, d_model ", config.d_model,
+             ", vocab ", config.vocab_size, ", context ", config.context_length);
 }
 
 AttentionLM::AttentionLM(const LMConfig& c, Generator& gen)

@@ -1,5 +1,5 @@
-// Strictly typed JSON values of options. See include/qkv/train/option_fields.h.
-#include "qkv/train/option_fields.h"
+// Strictly typed JSON values of options. See include/qkv/models/option_fields.h.
+#include "qkv/models/option_fields.h"
 
 #include <limits>
 

@@ -1,0 +1,74 @@
+// qkv/models/tokenizer.h - text <-> a model's ids: what a model loaded through the front door
+// (qkv/qkv.h) reads prompts with and writes its tokens in.
+//
+//   LetterTokenizer      the built-in tasks' alphabet: 'a' + id for the symbols, '|' the separator
+//                        (id = symbols); spaces are skipped when encoding
+//   Gpt2Tokenizer        GPT-2's byte-level BPE (text/bpe.h), special tokens matched in the text
+//   VocabularyTokenizer  GPT-2's BPE restricted to the tokens a text model was trained on: model id
+//                        i is GPT-2 id vocab[i] (train/data.h's compact_vocabulary)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qkv/text/bpe.h"
+
+namespace qkv {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string describe() const = 0;  // "GPT-2's BPE", ...
+  virtual int64_t vocab_size() const = 0;
+  // Throws qkv::Error naming the first character or token the model has no id for.
+  virtual std::vector<int64_t> encode(const std::string& text) const = 0;
+  // Ids outside [0, vocab_size()) are an error.
+  virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
+  // One token as a label (the explorer's axes): decode({id}).
+  std::string token_text(int64_t id) const { return decode({id}); }
+};
+
+class LetterTokenizer : public Tokenizer {
+ public:
+  explicit LetterTokenizer(int64_t symbols);  // 2..26 letters
+  std::string describe() const override;
+  int64_t vocab_size() const override { return symbols_ + 1; }
+  int64_t separator() const { return symbols_; }
+  std::vector<int64_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<int64_t>& ids) const override;
+
+ private:
+  int64_t symbols_;
+};
+
+class Gpt2Tokenizer : public Tokenizer {
+ public:
+  explicit Gpt2Tokenizer(Encoding encoding);
+  std::string describe() const override { return "GPT-2's byte-level BPE"; }
+  int64_t vocab_size() const override { return encoding_.n_vocab(); }
+  std::vector<int64_t> encode(const std::string& text) const override;  // special tokens allowed
+  std::string decode(const std::vector<int64_t>& ids) const override;
+  const Encoding& encoding() const { return encoding_; }
+
+ private:
+  Encoding encoding_;
+};
+
+class VocabularyTokenizer : public Tokenizer {
+ public:
+  // vocab: increasing GPT-2 ids (model id -> GPT-2 id); `source` names the training text in errors.
+  VocabularyTokenizer(Encoding encoding, std::vector<int64_t> vocab, std::string source);
+  std::string describe() const override;
+  int64_t vocab_size() const override { return static_cast<int64_t>(vocab_.size()); }
+  std::vector<int64_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<int64_t>& ids) const override;
+
+ private:
+  Encoding encoding_;
+  std::vector<int64_t> vocab_;
+  std::string source_;
+};
+
+}  // namespace qkv

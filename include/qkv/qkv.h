@@ -1,0 +1,62 @@
+// qkv/qkv.h - qkv's front door: load a model and its tokenizer from a file, generate with it.
+//
+//   #include "qkv/qkv.h"
+//
+//   qkv::LoadedModel m = qkv::load_model("qkv-train.safetensors");   // a checkpoint qkv train wrote
+//   std::vector<int64_t> prompt = m.encode("abcdefghijklmnop|");
+//   qkv::SamplingOptions o;
+//   o.max_new_tokens = m.default_new_tokens;
+//   o.temperature = 0;                                                 // greedy
+//   qkv::generate(*m.model, prompt, o, [&](int64_t id) {
+//     std::cout << m.tokenizer->token_text(id) << std::flush;          // tokens as they come
+//     return true;                                                     // false stops early
+//   });
+//
+// The model (models/language_model.h) is what generation, training and the explorer use: ids in,
+// logits out, with or without a KV cache, its state by name. The tokenizer (models/tokenizer.h)
+// turns text into the model's ids and back. The rest of the library is reachable through the
+// layers' own headers (qkv/core, qkv/kernels, qkv/modules, qkv/models, qkv/train, ...).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qkv/core/bf16.h"
+#include "qkv/models/generation.h"
+#include "qkv/models/language_model.h"
+#include "qkv/models/tokenizer.h"
+
+namespace qkv {
+
+struct LoadOptions {
+  // Where GPT-2's encoder.json and vocab.bpe are, for models that read text ("": searched as
+  // text/vocab_files.h says).
+  std::string vocab_dir;
+  // The attention blocks' products, f32 or bf16; default: as the model was saved.
+  std::optional<Dtype> dtype;
+};
+
+struct LoadedModel {
+  std::unique_ptr<LanguageModel> model;
+  // Text <-> the model's ids; null for a model that has none (trained on fixed batches of ids).
+  std::unique_ptr<Tokenizer> tokenizer;
+  // What was loaded, for people: "attention LM (2 layers x 4 heads, copy, step 500)".
+  std::string description;
+  // How many tokens a generation adds unless told otherwise: a task's answer length, else 50.
+  int64_t default_new_tokens = 50;
+
+  // tokenizer->encode(text), or a qkv::Error saying the model has no tokenizer.
+  std::vector<int64_t> encode(const std::string& text) const;
+  std::string decode(const std::vector<int64_t>& ids) const;
+};
+
+// A model from `path`: today a checkpoint `qkv train` wrote (its options, weights and, for text
+// models, the vocabulary of the text it was trained on). The model is in eval mode. Throws
+// qkv::Error naming the file and what is wrong with it (not a checkpoint, a missing or misshapen
+// tensor, non-finite weights, ...); nothing is half-built.
+LoadedModel load_model(const std::string& path, const LoadOptions& options = {});
+
+}  // namespace qkv
