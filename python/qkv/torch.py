@@ -82,6 +82,14 @@ def _empty_like_order(like, shape):
     return torch.empty(shape, dtype=torch.float32)
 
 
+def _refuse_double_backward(what):
+    """A backward running with gradients on (backward(create_graph=True), autograd.grad(...,
+    create_graph=True)) would be differentiated again: qkv's kernels have no second derivative."""
+    if torch.is_grad_enabled():
+        raise RuntimeError(f"{what}: double backward (create_graph=True) is not supported: qkv's fused kernels "
+                           "compute first derivatives only; use the book's PyTorch classes for higher ones")
+
+
 class _FusedAttention(torch.autograd.Function):
     """o = softmax(scale * q k^T + mask) (dropout) v in qkv's fused kernel; backward in qkv's fused backward."""
 
@@ -103,6 +111,7 @@ class _FusedAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        _refuse_double_backward("qkv.torch.attention")
         q, k, v, o, lse = ctx.saved_tensors
         dq = _empty_like_order(q, tuple(q.shape))
         dk = _empty_like_order(k, tuple(k.shape))
@@ -163,6 +172,7 @@ class _PipelineMHA(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y):
+        _refuse_double_backward("qkv.torch's MHA pipeline")
         x, w_qkv, b_qkv, wo, bo = ctx.saved_tensors
         dx, dw_qkv, db_qkv, dwo, dbo = _qkv.mha_backward(
             x.detach().numpy(), grad_y.detach().float().numpy(), w_qkv.numpy(), _numpy_or_none(b_qkv),
@@ -192,22 +202,21 @@ def _pipeline_runs(x, *params):
 class _CausalMask:
     """Mixin for modules with the book's `mask` buffer (triu(ones(context_length, context_length), 1)).
 
-    The kernel takes the causal mask as a flag; the buffer stays for the state dict. Whenever the
-    buffer changes (load_state_dict, in-place edits), it is compared once with the causal triangle;
-    a buffer that is not one is passed to the kernel as a boolean mask, as loaded."""
+    The kernel takes the causal mask as a flag; the buffer stays for the state dict. Every call
+    compares the buffer's (T, T) corner with the causal triangle - from its contents, so no way of
+    editing it (load_state_dict, mask.data.zero_(), mask.numpy()[:] = 0, ...) goes unseen - and
+    passes a corner that is not causal to the kernel as a boolean mask, as loaded."""
 
     def _kernel_mask(self, num_tokens):
         n = self.mask.shape[0]
         if num_tokens > n or num_tokens > self.mask.shape[1]:
             raise ValueError(f"{type(self).__name__}: the input has {num_tokens} tokens but the mask covers only "
                              f"context_length = {n}")
-        key = (self.mask.data_ptr(), self.mask._version, num_tokens)
-        if getattr(self, "_mask_key", None) != key:
-            m = self.mask.bool()[:num_tokens, :num_tokens]
-            causal = torch.ones(num_tokens, num_tokens, dtype=torch.bool).triu(1)
-            self._mask_value = None if torch.equal(m, causal) else m
-            self._mask_key = key
-        return self._mask_value
+        m = self.mask.detach()[:num_tokens, :num_tokens].bool()
+        causal = getattr(self, "_causal", None)
+        if causal is None or causal.shape[0] != num_tokens:
+            causal = self._causal = torch.ones(num_tokens, num_tokens, dtype=torch.bool).triu(1)
+        return None if torch.equal(m, causal) else m
 
     def _book_dropout(self):
         """Whether this call runs the book's PyTorch computation (training-mode nn.Dropout with p > 0)."""

@@ -207,15 +207,17 @@ def test_float32_modules_run_qkvs_pipeline_and_other_dtypes_do_not(name, monkeyp
     x = torch.randn(2, 5, 4, requires_grad=True)
     module(x).sum().backward()
     assert calls == ["mha_forward", "mha_backward"]
-    assert len(module._workspaces) == 1  # the backward gave it back
-    y1 = module(x)  # a backward to come: the workspace is held until it runs
+    assert len(module._workspaces) == 1  # the graph is gone: its node gave the workspace back
+    y1 = module(x)  # a backward to come: the workspace is held by the graph's node
     assert module._workspaces == []
     with torch.no_grad():
         y = module(x)  # none to come: its workspace goes back at once
     assert calls[-1] == "mha_forward" and len(module._workspaces) == 1
     y1.sum().backward()  # read the first forward's workspace, not the second's
-    assert len(module._workspaces) == 2
+    assert len(module._workspaces) == 1  # y1's graph still holds its node (a second backward may come)
     assert torch.equal(y, y1.detach())
+    del y1  # the graph freed: the workspace goes back
+    assert len(module._workspaces) == 2
     calls.clear()
     with pytest.raises(RuntimeError):  # the book's nn.Linear refuses float64 input with float32 weights; so does qkv
         module(x.detach().double())
@@ -249,3 +251,81 @@ def test_pipeline_bad_inputs_say_what_is_wrong():
     dx, dw, db, dwo, dbo = qkv._qkv.mha_backward(x, np.ones((1, 3, 2), np.float32), w, None, None, None, heads=1,
                                                  workspace=ws)
     assert dx.shape == (1, 3, 4) and dw.shape == (6, 4) and db is None and dwo is None and dbo is None
+
+
+# --- hostile use of autograd (issue 26): kept graphs, in-place mask edits, double backward --------
+
+
+def _book_and_qkv_mha(seed=3):
+    torch.manual_seed(seed)
+    mine = qt.MultiHeadAttention(16, 16, 8, 0.0, 4)
+    torch.manual_seed(seed)
+    theirs = book.MultiHeadAttention(16, 16, 8, 0.0, 4)
+    assert all(torch.equal(a, b) for a, b in zip(mine.state_dict().values(), theirs.state_dict().values()))
+    return mine, theirs
+
+
+def test_a_kept_graph_gives_its_own_gradients_after_later_forwards():
+    mine, theirs = _book_and_qkv_mha()
+    gen = torch.Generator().manual_seed(7)
+    x1 = torch.randn(2, 8, 16, generator=gen, requires_grad=True)
+    x2 = torch.randn(2, 8, 16, generator=gen, requires_grad=True)
+    g = torch.randn(2, 8, 16, generator=gen)
+    want = torch.autograd.grad(theirs(x1), x1, g)[0]
+    y1 = mine(x1)
+    first = torch.autograd.grad(y1, x1, g, retain_graph=True)[0]
+    mine(x2).sum().backward()  # a later forward and backward of the same module
+    second = torch.autograd.grad(y1, x1, g, retain_graph=True)[0]  # the kept graph, again
+    third = torch.autograd.grad(y1, x1, g)[0]
+    for got in (first, second, third):
+        assert rel_err(got, want) < GRAD_TOL
+    # Backward twice over one kept graph, then two forwards: each has a workspace of its own.
+    y3, y4 = mine(x1), mine(x2)
+    assert rel_err(torch.autograd.grad(y3, x1, g)[0], want) < GRAD_TOL
+    assert rel_err(torch.autograd.grad(y4, x2, g)[0], torch.autograd.grad(theirs(x2), x2, g)[0]) < GRAD_TOL
+
+
+def test_the_workspace_a_later_forward_overwrote_is_refused():
+    import numpy as np
+    x = np.random.rand(1, 5, 6).astype(np.float32)
+    w = np.random.rand(18, 6).astype(np.float32)
+    ws = qkv._qkv.MhaWorkspace()
+    qkv._qkv.mha_forward(x, w, None, None, None, heads=2, workspace=ws)
+    first = ws.forward_id
+    qkv._qkv.mha_forward(x, w, None, None, None, heads=2, workspace=ws)
+    with pytest.raises(ValueError, match="a later forward overwrote"):
+        qkv._qkv.mha_backward(x, np.ones((1, 5, 6), np.float32), w, None, None, None, heads=2, workspace=ws,
+                              forward_id=first)
+
+
+@pytest.mark.parametrize("edit", ["data", "numpy", "copy", "load_state_dict"])
+def test_every_in_place_edit_of_the_mask_is_honoured(edit):
+    mine, theirs = _book_and_qkv_mha()
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(1))
+    mine(x)  # a forward with the causal mask first, so any cache of it would be stale
+    new = torch.zeros(8, 8)
+    new[:, 5:] = 1  # keys 5.. hidden from every query; not the causal triangle
+    if edit == "data":
+        mine.mask.data.zero_()
+        mine.mask.data[:, 5:] = 1
+    elif edit == "numpy":
+        mine.mask.numpy()[:] = new.numpy()
+    elif edit == "copy":
+        with torch.no_grad():
+            mine.mask.copy_(new)
+    else:
+        mine.load_state_dict({**mine.state_dict(), "mask": new})
+    theirs.mask.copy_(new)
+    assert rel_err(mine(x), theirs(x)) < FWD_TOL
+
+
+def test_double_backward_says_it_is_not_supported():
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, 4, 8, requires_grad=True)
+    y = qt.attention(q, q, q, causal=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(y.sum(), q, create_graph=True)
+    mine, _ = _book_and_qkv_mha()
+    x = torch.randn(2, 8, 16, requires_grad=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(mine(x).sum(), x, create_graph=True)
