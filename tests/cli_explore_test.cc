@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "cli_runner.h"
+#include "qkv/io/atomic_file.h"
 
 namespace qkv {
 namespace {
@@ -66,7 +67,37 @@ TEST_F(ExploreCli, ModuleFlagsThatDoNotFitAreUsageErrors) {
 }
 
 TEST_F(ExploreCli, APageOverTheSizeLimitIsRefusedNamingTheFlags) {
-  refused("explore " + mha + " --max-page-size 20K", 1, "--precision u8");
+  // Too large even in 8 bits (the template alone is more than 20K): no advice to use 8 bits.
+  refused("explore " + mha + " --max-page-size 20K", 1, "(u8), more than --max-page-size");
+  const Result r = run("explore " + mha + " --max-page-size 20K --out page.html");
+  EXPECT_EQ(r.err.find("--precision u8"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("a shorter --text, or raise --max-page-size"), std::string::npos) << r.err;
+  // 200 tokens: in float32 about 2 MB, in 8 bits about 0.5 MB: with a 1 MB limit the advice is 8 bits.
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += " word" + std::to_string(i % 50);
+  const std::string page = "explore --text '" + text + "' --module mha --d-in 6 --d-out 6 --num-heads 2 "
+                           "--context-length 512 --seed 123 --max-page-size 1M --out page.html ";
+  const Result f32 = run(page + "--precision f32");
+  EXPECT_EQ(f32.status, 1) << f32.err;
+  EXPECT_NE(f32.err.find("make it smaller with --precision u8"), std::string::npos) << f32.err;
+  EXPECT_EQ(run(page + "--precision u8").status, 0);
+}
+
+// A page whose attention weights alone are beyond the limit is refused before anything is
+// computed: 2,000 tokens' (T, T) weights for 2 heads are at least 2.7 MB in 8 bits.
+TEST_F(ExploreCli, AnOversizePageIsRefusedBeforeAnyWork) {
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += " a";
+  write_file_atomically(path("long.txt"), text);
+  const Result r = run("explore --text-file " + path("long.txt") +
+                       " --module mha --d-in 8 --d-out 8 --num-heads 2 --context-length 400000 --seed 1 "
+                       "--precision u8 --max-page-size 1M --out page.html");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("the page's attention weights alone (1 layer(s) x 2 head(s) of 2000 x 2000) would be at least"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("--precision u8"), std::string::npos) << r.err;  // it is 8-bit already
+  EXPECT_FALSE(std::filesystem::exists(path("page.html")));
 }
 
 }  // namespace

@@ -46,6 +46,25 @@ std::string mb(int64_t bytes) {
 
 std::string gpt2_label(const Encoding& gpt2, int64_t id) { return gpt2.decode(std::vector<TokenId>{id}); }
 
+// A page over --max-page-size: what it would be and what makes it smaller (8-bit values only
+// when it is not 8-bit already).
+[[noreturn]] void page_too_large(const std::string& what, int64_t bytes, ExplorePrecision p, int64_t max_bytes) {
+  fail(what, mb(bytes), " (", explore_precision_name(p), "), more than --max-page-size ", mb(max_bytes),
+       ", beyond which a browser opens it slowly or not at all; make it smaller with ",
+       p == ExplorePrecision::kU8 ? "" : "--precision u8 (8-bit values) or ", "a shorter --text, or raise --max-page-size");
+}
+
+// Before any work: the page's attention weights alone (layers x heads (T, T)) at the smallest
+// precision it may use must fit.
+void check_page_fits(const ExploreFlags& f, int64_t layers, int64_t heads, int64_t tokens, bool causal) {
+  const ExplorePrecision p = parse_explore_precision(f.precision);
+  const int64_t least = minimum_page_bytes(layers, heads, tokens, causal, p);
+  if (least > f.max_page_bytes)
+    page_too_large(str("the page's attention weights alone (", layers, " layer(s) x ", heads, " head(s) of ", tokens,
+                       " x ", tokens, ") would be at least "),
+                   least, p == ExplorePrecision::kAuto ? ExplorePrecision::kU8 : p, f.max_page_bytes);
+}
+
 // The chapter's module on GPT-2 tokens, as `qkv forward --text` runs it.
 ExplorePage module_page(ExploreFlags& f, const CLI::App& sub, const std::string& text) {
   const AttentionModuleInfo& info = attention_module_info(f.module);
@@ -72,6 +91,7 @@ ExplorePage module_page(ExploreFlags& f, const CLI::App& sub, const std::string&
   const int64_t T = static_cast<int64_t>(ids.size());
   QKV_CHECK(T <= c.context_length, "the text is ", T, " GPT-2 tokens but --context-length is ", c.context_length,
             "; shorten the text or raise --context-length");
+  check_page_fits(f, 1, c.attention.heads, T, info.causal);
   check_sizes({c.attention.heads, T, T, 8}, 4, "the page's (T, T) matrices per head");
   std::map<std::string, Tensor> state;
   if (!f.weights.empty()) state = load_safetensors(f.weights).tensors;
@@ -106,6 +126,7 @@ ExplorePage checkpoint_page(const ExploreFlags& f, const std::string& text) {
   const int64_t T = static_cast<int64_t>(ids.size());
   QKV_CHECK(T <= model->context_length(), "the text is ", T, " tokens but the model's context length is ",
             model->context_length(), "; shorten the text");
+  check_page_fits(f, model->config.num_layers, model->config.attention.heads, T, true);
   check_sizes({model->config.num_layers, model->config.attention.heads, T, T, 2}, 4,
               "the page's (T, T) weights per layer and head");
   return explore_lm(*model, ids, std::move(labels), str(loaded.description, " on \"", text, "\""));
@@ -139,14 +160,10 @@ int run_explore(ExploreFlags& f, const CLI::App& sub) {
   }
   const ExplorePrecision p = resolve_precision(page, precision, f.max_page_bytes);
   const int64_t estimate = estimate_page_bytes(page, p);
-  QKV_CHECK(estimate <= f.max_page_bytes, "the page would be about ", mb(estimate), " (", explore_precision_name(p),
-            "), more than --max-page-size ", mb(f.max_page_bytes), ", beyond which a browser opens it slowly or not at ",
-            "all; make it smaller with --precision u8 (8-bit values)",
-            " or a shorter --text, or raise --max-page-size");
+  if (estimate > f.max_page_bytes) page_too_large("the page would be about ", estimate, p, f.max_page_bytes);
   const std::string html = explore_html(page, p);
-  QKV_CHECK(static_cast<int64_t>(html.size()) <= f.max_page_bytes, "the page is ", mb(static_cast<int64_t>(html.size())),
-            ", more than --max-page-size ", mb(f.max_page_bytes), "; make it smaller with --precision u8 or a shorter ",
-            "--text, or raise --max-page-size");
+  if (static_cast<int64_t>(html.size()) > f.max_page_bytes)
+    page_too_large("the page is ", static_cast<int64_t>(html.size()), p, f.max_page_bytes);
   write_files_atomically({{f.out, html, "--out"}});
   std::cout << "wrote " << f.out << ": " << html.size() << " bytes (" << mb(static_cast<int64_t>(html.size()))
             << "), " << page.tokens.size() << " tokens, " << page.layers.size() << " layer(s) x "

@@ -156,6 +156,15 @@ int64_t estimate_page_bytes(const ExplorePage& page, ExplorePrecision p) {
   return bytes;
 }
 
+int64_t minimum_page_bytes(int64_t layers, int64_t heads, int64_t tokens, bool causal, ExplorePrecision p) {
+  const double T = static_cast<double>(tokens);
+  const double cells = causal ? T * (T + 1) / 2 : T * T;
+  const double bytes = static_cast<double>(layers) * static_cast<double>(heads) * cells *
+                       bytes_per(p == ExplorePrecision::kAuto ? ExplorePrecision::kU8 : p) * 4.0 / 3.0 +
+                       static_cast<double>(explore_template().size());
+  return bytes >= 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(bytes);
+}
+
 ExplorePrecision resolve_precision(const ExplorePage& page, ExplorePrecision p, int64_t max_bytes) {
   if (p != ExplorePrecision::kAuto) return p;
   if (estimate_page_bytes(page, ExplorePrecision::kF32) <= std::min(max_bytes, kExploreExactBytes))

@@ -110,6 +110,10 @@ inline constexpr int64_t kExploreExactBytes = 24ll << 20;
 // base64 of every tensor (causal weights stored as their lower triangle) and the labels.
 int64_t estimate_page_bytes(const ExplorePage& page, ExplorePrecision p);
 ExplorePrecision resolve_precision(const ExplorePage& page, ExplorePrecision p, int64_t max_bytes);
+// A lower bound of the size of a page of `layers` x `heads` (T, T) attention weights (their lower
+// triangles when causal) at precision p (kAuto: the smallest it may pick, 8 bits), before anything
+// is computed: every page holds at least its weights (a module's page several (T, T) tensors more).
+int64_t minimum_page_bytes(int64_t layers, int64_t heads, int64_t tokens, bool causal, ExplorePrecision p);
 
 // The whole HTML file.
 std::string explore_html(const ExplorePage& page, ExplorePrecision p);
