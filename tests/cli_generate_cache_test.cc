@@ -3,7 +3,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -66,6 +72,54 @@ TEST_F(GenerateCacheCli, BadCacheDtypeIsAUsageErrorNamingIt) {
   Result help = run("generate --help");
   ASSERT_EQ(help.status, 0);
   for (const char* flag : {"--no-kv-cache", "--cache-dtype", "tokens_per_s"}) EXPECT_THAT(help.out, HasSubstr(flag));
+}
+
+}  // namespace
+}  // namespace qkv
+
+namespace qkv {
+namespace {
+
+// Text comes out as it is generated, and Ctrl-C stops a long generation with what it made printed
+// (issue 26: --max-new-tokens 1000000 ran for minutes with nothing to see and no way out).
+TEST_F(GenerateCacheCli, TokensStreamAndCtrlCStopsWithWhatWasGenerated) {
+  const std::string cmd = "cd " + dir_.string() + " && exec " + std::string(QKV_BINARY) +
+                          " generate --checkpoint t.st --prompt \"the cat\" --max-new-tokens 100000000 "
+                          "--temperature 1 --seed 3 --no-kv-cache > gen.out 2> gen.err";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // The prompt and some generated text reach the file while the command runs.
+  std::string seen;
+  for (int waited = 0; waited < 60000 && (seen = slurp(path("gen.out"))).size() < 200; ++waited)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "qkv died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT);
+  EXPECT_GE(seen.size(), 200u) << "nothing was printed while generating";
+  EXPECT_EQ(seen.rfind("the cat", 0), 0u) << seen;
+  const std::string out = slurp(path("gen.out")), err = slurp(path("gen.err"));
+  EXPECT_EQ(out.rfind(seen, 0), 0u) << "what was printed while running is the start of the final text";
+  EXPECT_EQ(out.back(), '\n');
+  EXPECT_THAT(err, HasSubstr("interrupted (Ctrl-C) after "));
+  EXPECT_THAT(err, HasSubstr(" of 100000000 new tokens"));
+}
+
+// The streamed text is the text a whole decode gives (no half characters, nothing lost): the same
+// bytes as --json's prompt + completion.
+TEST_F(GenerateCacheCli, StreamedTextEqualsTheJsonCompletion) {
+  const std::string g = "generate --checkpoint t.st --prompt \"the dog\" --max-new-tokens 40 --temperature 1.2 --seed 9";
+  const Result plain = run(g), json = run(g + " --json");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(json.status, 0) << json.err;
+  const nlohmann::json j = last_json(json.out);
+  EXPECT_EQ(plain.out, "the dog" + j["completion"].get<std::string>() + "\n");
+  EXPECT_EQ(j["stopped"], false);
 }
 
 }  // namespace

@@ -286,6 +286,30 @@ TEST_F(CliHardening, AnUnwritableCheckpointDirectoryIsRefusedBeforeTraining) {
   EXPECT_THAT(not_dir.err, HasSubstr("Not a directory"));
 }
 
+// A file size limit (ulimit -f) turns into a clear error with no temporary left behind: qkv
+// ignores SIGXFSZ, so the write fails with EFBIG and the atomic write cleans up (issue 26).
+TEST_F(CliHardening, AFileSizeLimitIsAnErrorAndLeavesNoTemporary) {
+  std::string text;
+  for (int i = 0; i < 120; ++i) text += "a ";
+  const Result r = run("forward --module mha --d-in 64 --d-out 64 --num-heads 2 --context-length 128 --seed 1 "
+                       "--text '" + text + "' --save-weights w.st",
+                       "", "ulimit -f 8 &&");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("File too large"), std::string::npos) << r.err;
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path() << " was left behind";
+  EXPECT_FALSE(fs::exists(path("w.st")));
+}
+
+// CLI11's own refusals (a required flag missing, a value outside its set) carry qkv's prefix.
+TEST_F(CliHardening, ParserErrorsReadLikeEveryOtherError) {
+  for (const char* args : {"forward --module mha", "explore --precision f64 --out p.html", "bench --module nope"}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_EQ(r.err.rfind("qkv: error: ", 0), 0u) << args << ": " << r.err;
+  }
+}
+
 TEST(OutputFiles, EveryFileIsWrittenOrNone) {
   const fs::path dir = fs::temp_directory_path() / ("qkv_output_files_" + std::to_string(::getpid()));
   fs::remove_all(dir);

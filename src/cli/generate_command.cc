@@ -7,9 +7,14 @@
 // With the KV cache (the default) each new token runs one position through the model; with
 // --no-kv-cache the whole window runs again for every token (the README's generation table has
 // the two measured against each other).
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +23,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/qkv.h"
+#include "stop_signals.h"
 
 namespace qkv::cli {
 namespace {
@@ -29,6 +35,35 @@ struct GenerateFlags {
   std::optional<Dtype> dtype;  // the blocks' products; default: the checkpoint's
 };
 
+// The text of the ids so far, printed as it becomes final: decoding a prefix can end in U+FFFD for
+// a character whose bytes are not all there yet, so trailing replacement characters wait for the
+// next token (or the end).
+class TextStream {
+ public:
+  explicit TextStream(const LoadedModel& m) : m_(m) {}
+  void add(int64_t id) {
+    ids_.push_back(id);
+    const std::string text = m_.decode(ids_);
+    static const std::string kReplacement = "\xEF\xBF\xBD";
+    size_t stable = text.size();
+    while (stable >= printed_ + kReplacement.size() && text.compare(stable - kReplacement.size(), kReplacement.size(),
+                                                                   kReplacement) == 0)
+      stable -= kReplacement.size();
+    print_to(text, stable);
+  }
+  void finish() { print_to(m_.decode(ids_), std::string::npos); }
+
+ private:
+  void print_to(const std::string& text, size_t end) {
+    end = std::min(end, text.size());
+    if (end > printed_) std::cout << text.substr(printed_, end - printed_) << std::flush;
+    printed_ = std::max(printed_, end);
+  }
+  const LoadedModel& m_;
+  std::vector<int64_t> ids_;
+  size_t printed_ = 0;
+};
+
 int run_generate(GenerateFlags& f, const CLI::App& sub) {
   LoadOptions load;
   load.vocab_dir = f.vocab_dir;
@@ -36,13 +71,24 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
   LoadedModel m = load_model(f.checkpoint, load);
   const std::vector<int64_t> prompt = m.encode(f.prompt);
   if (sub.count("--max-new-tokens") == 0) f.sampling.max_new_tokens = m.default_new_tokens;
+  // Tokens are printed as they come (without --json); Ctrl-C stops after the token in progress,
+  // with what was generated printed.
+  std::optional<TextStream> stream;
+  if (!f.json) {
+    std::cout << f.prompt << std::flush;
+    stream.emplace(m);
+  }
+  StopSignals signals;
   const auto start = std::chrono::steady_clock::now();
-  std::vector<int64_t> out = generate(*m.model, prompt, f.sampling);
+  std::vector<int64_t> out = generate(*m.model, prompt, f.sampling, [&](int64_t id) {
+    if (stream) stream->add(id);
+    return *StopSignals::flag() == 0;
+  });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const std::string completion = m.decode(out);
+  const int stopped = *StopSignals::flag();
   if (f.json) {
     std::cout << nlohmann::json({{"prompt", f.prompt},
-                                 {"completion", completion},
+                                 {"completion", m.decode(out)},
                                  {"ids", out},
                                  {"prompt_tokens", prompt.size()},
                                  {"new_tokens", out.size()},
@@ -50,11 +96,18 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
                                  {"cache_dtype", kernels::cache_dtype_name(f.sampling.cache_dtype)},
                                  {"dtype", m.model->config_json().value("dtype", "f32")},
                                  {"seconds", seconds},
-                                 {"tokens_per_s", seconds > 0 ? static_cast<double>(out.size()) / seconds : 0.0}})
+                                 {"tokens_per_s", seconds > 0 ? static_cast<double>(out.size()) / seconds : 0.0},
+                                 {"stopped", stopped != 0}})
                      .dump()
               << "\n";
   } else {
-    std::cout << f.prompt << completion << "\n";
+    stream->finish();
+    std::cout << "\n";
+  }
+  if (stopped) {
+    std::cerr << "qkv generate: " << (stopped == SIGINT ? "interrupted (Ctrl-C)" : "terminated") << " after "
+              << out.size() << " of " << f.sampling.max_new_tokens << " new tokens\n";
+    return 128 + stopped;
   }
   return 0;
 }
@@ -92,8 +145,9 @@ Command add_generate(CLI::App& app) {
   add_dtype_flag(sub, "--dtype", [f](Dtype d) { f->dtype = d; },
                  "The attention blocks' products: f32 | bf16 (bf16 projections; default: as the checkpoint was trained)");
   sub->add_flag("--json", f->json,
-                "Print {prompt, completion, ids, prompt_tokens, new_tokens, kv_cache, cache_dtype, seconds, "
-                "tokens_per_s} as JSON (seconds: the generation alone, without loading)");
+                "Print {prompt, completion, ids, prompt_tokens, new_tokens, kv_cache, cache_dtype, dtype, seconds, "
+                "tokens_per_s, stopped} as JSON (seconds: the generation alone, without loading); without it the "
+                "text is printed as it is generated");
   return {sub, [f, sub]() { return run_generate(*f, *sub); }};
 }
 

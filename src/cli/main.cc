@@ -1,5 +1,6 @@
 // qkv: the command line. Parses arguments, calls the library, prints. Errors go to stderr with
 // the exit statuses of kExitCodes below.
+#include <csignal>
 #include <cstring>
 #include <iostream>
 #include <vector>
@@ -25,6 +26,10 @@ int run(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "qkv 0.1.0");
   app.footer(kExitCodes);
+  // CLI11's own refusals (a missing flag, a value outside a set) read as qkv's other errors do.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("qkv: error: ") + e.what() + "\nRun with --help for more information.\n";
+  });
   const std::vector<qkv::cli::Command> commands = {qkv::cli::add_walkthrough(app), qkv::cli::add_forward(app),
                                                   qkv::cli::add_encode(app), qkv::cli::add_decode(app), qkv::cli::add_tokens(app),
                                                   qkv::cli::add_train(app), qkv::cli::add_generate(app),
@@ -58,6 +63,10 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file size limit (ulimit -f) makes a write that crosses it fail with EFBIG, which the atomic
+  // writes report and clean up after, instead of SIGXFSZ killing the process mid-write and leaving
+  // a temporary behind.
+  std::signal(SIGXFSZ, SIG_IGN);
   qkv::cli::StdoutCapture capture;  // std::cout remembers why a write failed
   int status = run(argc, argv);
   // Output is only done once it is written: a full disk or closed pipe is an error. (A failure

@@ -8,13 +8,6 @@
 #include <iostream>
 
 namespace qkv::cli {
-namespace {
-
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-}  // namespace
-
 std::string clock_time(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const auto s = static_cast<int64_t>(seconds + 0.5);
@@ -78,22 +71,6 @@ void Progress::finish() {
   if (dirty_) std::cerr << "\n";
   dirty_ = false;
 }
-
-StopSignals::StopSignals() {
-  g_stop_signal = 0;
-  struct sigaction sa = {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int_);
-  sigaction(SIGTERM, &sa, &old_term_);
-}
-
-StopSignals::~StopSignals() {
-  sigaction(SIGINT, &old_int_, nullptr);
-  sigaction(SIGTERM, &old_term_, nullptr);
-}
-
-const volatile std::sig_atomic_t* StopSignals::flag() { return &g_stop_signal; }
 
 void ProgressObserver::on_step(const StepStats& s, int64_t tokens) {
   progress_.update(s, seconds(), tokens, s.step == total_);

@@ -3,12 +3,12 @@
 #pragma once
 
 #include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <optional>
 #include <string>
 
 #include "qkv/train/trainer.h"
+#include "stop_signals.h"
 
 namespace qkv::cli {
 
@@ -28,18 +28,6 @@ class Progress {
   int64_t first_, total_;
   double last_ = -1;
   bool dirty_ = false;
-};
-
-// SIGINT and SIGTERM set a flag Trainer::run reads between steps; the previous handlers come back
-// when the steps end, so a second Ctrl-C during the final writes is not swallowed forever.
-class StopSignals {
- public:
-  StopSignals();
-  ~StopSignals();
-  static const volatile std::sig_atomic_t* flag();  // the signal's number once one came, else 0
-
- private:
-  struct sigaction old_int_ = {}, old_term_ = {};
 };
 
 // Prints the run as it goes: the progress bar, evaluations; remembers the last checkpoint and when
