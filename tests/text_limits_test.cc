@@ -65,6 +65,26 @@ TEST(TextLimits, APatternThatSucceedsJustUnderTheMatchLimitEveryTimeStopsAtTheRa
   EXPECT_EQ(pretokenize(*p, std::string(5, 'a') + "c").size(), 6u);
 }
 
+TEST(TextLimits, SlowMatchesMeetTheRateFloorWithinAFewMatches) {
+  // A back-reference pattern on prose: (.+)\1 tries every split of the rest of the text at every
+  // start, so one match costs a good part of a second under the match limit. The rate floor used
+  // to be checked every 64 matches (about 2,200 bytes into this text, after some 20 s); it is now
+  // checked after matches 1, 2, 4, ..., so it stops within a few matches.
+  const auto p = make_pcre2_pretokenizer(R"((.+)\1)");
+  const char* words[] = {"the", "cat", "sat", "on", "mat", "dog", "log"};
+  std::string text;
+  uint32_t x = 1;
+  for (int i = 0; i < 30000; ++i) {
+    x = x * 1103515245u + 12345u;
+    text += std::string(words[(x >> 16) % 7]) + " ";
+  }
+  const std::string message = error_of([&] { pretokenize(*p, text); });
+  ASSERT_THAT(message, HasSubstr("(regex_min_bytes_per_second)"));
+  const size_t at = message.find(" at byte ");
+  ASSERT_NE(at, std::string::npos) << message;
+  EXPECT_LT(std::stoll(message.substr(at + 9)), 2000) << message;
+}
+
 TEST(TextLimits, ARegexMatchLimitOutsidePcre2sRangeIsRefused) {
   Limits l = limits();
   l.regex_match_limit = 0;

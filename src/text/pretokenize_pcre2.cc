@@ -75,7 +75,11 @@ class Pcre2Pretokenizer final : public Pretokenizer {
     const auto started = std::chrono::steady_clock::now();
     const double rate = static_cast<double>(limits().regex_min_bytes_per_second);
     for (size_t count = 0, calls = 0; pos < n && count < max; ++calls) {
-      if ((calls & 63) == 63) {  // the clock is read every 64 matches
+      // The clock is read after matches 1, 2, 4, ... 64, then every 64: cheap next to fast matches,
+      // and when each match is slow (a back-reference pattern can take a good part of a second per
+      // match under the match limit) the floor is seen within about twice its budget, not after 64
+      // slow matches.
+      if ((calls & (calls + 1)) == 0 || (calls & 63) == 63) {
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         const double budget = 1.0 + static_cast<double>(pos - first) / rate;
         QKV_CHECK(seconds <= budget, "pre-tokenisation pattern ", excerpt(pattern()), " at byte ", pos,
