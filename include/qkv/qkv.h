@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "qkv/core/bf16.h"
+#include "qkv/core/generator.h"
 #include "qkv/models/generation.h"
 #include "qkv/models/language_model.h"
 #include "qkv/models/tokenizer.h"
@@ -37,6 +38,9 @@ struct LoadOptions {
   std::string vocab_dir;
   // The attention blocks' products, f32 or bf16; default: as the model was saved.
   std::optional<Dtype> dtype;
+  // The head count of a GPT model's file that does not say it (config.json's n_head says it;
+  // default GPT-2's for its widths).
+  std::optional<int64_t> num_heads;
 };
 
 struct LoadedModel {
@@ -47,16 +51,29 @@ struct LoadedModel {
   std::string description;
   // How many tokens a generation adds unless told otherwise: a task's answer length, else 50.
   int64_t default_new_tokens = 50;
+  // The generator the model's dropouts draw from. A preset's weights were drawn from it, and the
+  // book's generate continues it (torch.manual_seed(S); GPTModel(cfg); generate(...)): pass it as
+  // SamplingOptions::generator for the book's tokens.
+  std::unique_ptr<Generator> generator;
+  // The end-of-text token, when the tokenizer has one (GPT-2's <|endoftext|>).
+  std::optional<int64_t> eos_id;
 
   // tokenizer->encode(text), or a qkv::Error saying the model has no tokenizer.
   std::vector<int64_t> encode(const std::string& text) const;
   std::string decode(const std::vector<int64_t>& ids) const;
 };
 
-// A model from `path`: today a checkpoint `qkv train` wrote (its options, weights and, for text
-// models, the vocabulary of the text it was trained on). The model is in eval mode. Throws
-// qkv::Error naming the file and what is wrong with it (not a checkpoint, a missing or misshapen
+// A model from `path`, in eval mode:
+//   - a checkpoint `qkv train` wrote (its options, weights and, for text models, the vocabulary of
+//     the text it was trained on);
+//   - GPT-2's weights (models/gpt_weights.h): Hugging Face's model.safetensors, or a directory
+//     holding it with its config.json, or the book's state-dict names; GPT-2's tokenizer.
+// Throws qkv::Error naming the file and what is wrong with it (not a model, a missing or misshapen
 // tensor, non-finite weights, ...); nothing is half-built.
 LoadedModel load_model(const std::string& path, const LoadOptions& options = {});
+
+// An untrained model of a preset (gpt2-small, gpt2-medium, gpt2-large, gpt2-xl: models/gpt.h),
+// its weights drawn from Generator(seed) as torch.manual_seed(seed); GPTModel(cfg) draws them.
+LoadedModel make_model(const std::string& preset, uint64_t seed, const LoadOptions& options = {});
 
 }  // namespace qkv

@@ -22,6 +22,7 @@
 #include "flags.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
+#include "qkv/models/gpt.h"
 #include "qkv/qkv.h"
 #include "stop_signals.h"
 
@@ -29,7 +30,9 @@ namespace qkv::cli {
 namespace {
 
 struct GenerateFlags {
-  std::string checkpoint, prompt, vocab_dir;
+  std::string checkpoint, weights, model, prompt, vocab_dir;
+  std::optional<int64_t> num_heads, top_k, eos_id;
+  bool eos = false;
   SamplingOptions sampling;
   bool json = false;
   std::optional<Dtype> dtype;  // the blocks' products; default: the checkpoint's
@@ -65,12 +68,33 @@ class TextStream {
 };
 
 int run_generate(GenerateFlags& f, const CLI::App& sub) {
+  const int sources = !f.checkpoint.empty() + !f.weights.empty() + !f.model.empty();
+  if (sources != 1) bad_flag("--model", "give one of --model PRESET, --weights PATH or --checkpoint FILE");
+  if (sub.count("--num-heads") > 0 && f.weights.empty()) bad_flag("--num-heads", "goes with --weights");
   LoadOptions load;
   load.vocab_dir = f.vocab_dir;
   load.dtype = f.dtype;
-  LoadedModel m = load_model(f.checkpoint, load);
+  load.num_heads = f.num_heads;
+  LoadedModel m = !f.model.empty() ? make_model(f.model, f.sampling.seed, load)
+                                   : load_model(f.checkpoint.empty() ? f.weights : f.checkpoint, load);
   const std::vector<int64_t> prompt = m.encode(f.prompt);
   if (sub.count("--max-new-tokens") == 0) f.sampling.max_new_tokens = m.default_new_tokens;
+  // A preset's weights were drawn from its seed's generator: sampling continues it, as the book's
+  // torch.manual_seed(S); model = GPTModel(cfg); generate(...) does.
+  if (!f.model.empty()) f.sampling.generator = m.generator.get();
+  if (f.top_k) {
+    if (*f.top_k < 1 || *f.top_k > m.model->vocab_size())
+      bad_flag("--top-k", *f.top_k, " is not in [1, ", m.model->vocab_size(), "] (the model's vocabulary)");
+    f.sampling.top_k = *f.top_k;
+  }
+  if (f.eos_id) {
+    if (*f.eos_id < 0 || *f.eos_id >= m.model->vocab_size())
+      bad_flag("--eos-id", *f.eos_id, " is not in [0, ", m.model->vocab_size(), ")");
+    f.sampling.eos_id = f.eos_id;
+  } else if (f.eos) {
+    if (!m.eos_id) bad_flag("--stop-at-eos", "the model's tokenizer has no end-of-text token");
+    f.sampling.eos_id = m.eos_id;
+  }
   // Tokens are printed as they come (without --json); Ctrl-C stops after the token in progress,
   // with what was generated printed.
   std::optional<TextStream> stream;
@@ -79,12 +103,21 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
     stream.emplace(m);
   }
   StopSignals signals;
-  const auto start = std::chrono::steady_clock::now();
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto first = start, last = start;  // when the first and the last new token came
+  int64_t count = 0;
   std::vector<int64_t> out = generate(*m.model, prompt, f.sampling, [&](int64_t id) {
+    last = Clock::now();
+    if (count++ == 0) first = last;
     if (stream) stream->add(id);
     return *StopSignals::flag() == 0;
   });
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  // The prefill: the prompt through the model and the first token picked; the decode: every token
+  // after it, one at a time.
+  const double prefill_ms = count > 0 ? std::chrono::duration<double, std::milli>(first - start).count() : 0.0;
+  const double decode_s = std::chrono::duration<double>(last - first).count();
   const int stopped = *StopSignals::flag();
   if (f.json) {
     std::cout << nlohmann::json({{"prompt", f.prompt},
@@ -96,7 +129,9 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
                                  {"cache_dtype", kernels::cache_dtype_name(f.sampling.cache_dtype)},
                                  {"dtype", m.model->config_json().value("dtype", "f32")},
                                  {"seconds", seconds},
-                                 {"tokens_per_s", seconds > 0 ? static_cast<double>(out.size()) / seconds : 0.0},
+                                 {"prefill_ms", prefill_ms},
+                                 {"tokens_per_s", decode_s > 0 ? static_cast<double>(count - 1) / decode_s : 0.0},
+                                 {"model", m.description},
                                  {"stopped", stopped != 0}})
                      .dump()
               << "\n";
@@ -116,17 +151,29 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
 
 Command add_generate(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
-  CLI::App* sub = app.add_subcommand("generate", "Sample text from a model that qkv train wrote");
-  sub->add_option("--checkpoint", f->checkpoint, "A checkpoint written by qkv train")->required();
+  CLI::App* sub = app.add_subcommand(
+      "generate", "Generate text with a model: GPT-2's weights, an untrained preset, or a checkpoint qkv train wrote");
+  sub->add_option("--checkpoint", f->checkpoint, "A checkpoint written by qkv train");
+  sub->add_option("--weights", f->weights,
+                  "GPT-2's weights: Hugging Face's model.safetensors (or a directory holding it and config.json), or "
+                  "the book's state-dict names as safetensors");
+  sub->add_option("--model", f->model, "An untrained GPT model drawn from --seed: gpt2-small | gpt2-medium | "
+                                       "gpt2-large | gpt2-xl (as torch.manual_seed(S); GPTModel(cfg))")
+      ->check(CLI::IsMember(gpt_preset_names()));
+  add_number(sub, "--num-heads", f->num_heads, "--weights: the head count, when the file has no config.json and its "
+                                               "width is not one of GPT-2's", positive<int64_t>());
   sub->add_option("--prompt", f->prompt, "The start of the text (built-in task: letters and '|', e.g. \"abcdefgh|\")")
       ->required();
   add_number_with_default(sub, "--max-new-tokens", f->sampling.max_new_tokens,
                           "Tokens to add (default: the task's length; text 50)", non_negative<int64_t>());
   add_number_with_default(sub, "--temperature", f->sampling.temperature,
                           "Softmax temperature; 0 picks the most likely token", non_negative<double>());
-  add_number_with_default(sub, "--top-k", f->sampling.top_k, "Sample only among the k most likely tokens (0: all)",
-                          non_negative<int64_t>());
-  add_number_with_default(sub, "--seed", f->sampling.seed, "Seed of the sampling generator");
+  add_number(sub, "--top-k", f->top_k, "Sample only among the k most likely tokens, k in [1, vocabulary] (default: all)",
+             any<int64_t>());
+  add_number_with_default(sub, "--seed", f->sampling.seed,
+                          "Seed of the draws (torch.manual_seed(S); with --model, the weights are drawn first)");
+  add_number(sub, "--eos-id", f->eos_id, "Stop when this token is generated (it is not printed)", any<int64_t>());
+  sub->add_flag("--stop-at-eos", f->eos, "Stop at the tokenizer's end-of-text token (GPT-2's <|endoftext|>)");
   sub->add_option("--vocab-dir", f->vocab_dir, "Where GPT-2's encoder.json and vocab.bpe are (text models)");
   sub->add_flag_function(
       "--no-kv-cache", [f](int64_t) { f->sampling.kv_cache = false; },
@@ -146,8 +193,9 @@ Command add_generate(CLI::App& app) {
                  "The attention blocks' products: f32 | bf16 (bf16 projections; default: as the checkpoint was trained)");
   sub->add_flag("--json", f->json,
                 "Print {prompt, completion, ids, prompt_tokens, new_tokens, kv_cache, cache_dtype, dtype, seconds, "
-                "tokens_per_s, stopped} as JSON (seconds: the generation alone, without loading); without it the "
-                "text is printed as it is generated");
+                "prefill_ms, tokens_per_s, model, stopped} as JSON (seconds: the generation, without loading; "
+                "prefill_ms: the prompt and the first token; tokens_per_s: the tokens after it over their time); "
+                "without it the text is printed as it is generated");
   return {sub, [f, sub]() { return run_generate(*f, *sub); }};
 }
 

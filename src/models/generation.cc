@@ -11,32 +11,47 @@
 
 namespace qkv {
 
+namespace {
+
+// The first index of the largest value (torch.argmax on the CPU).
+int64_t first_argmax(const float* v, int64_t n) {
+  int64_t best = 0;
+  for (int64_t j = 1; j < n; ++j)
+    if (v[j] > v[best]) best = j;
+  return best;
+}
+
+}  // namespace
+
 int64_t pick_next_token(const float* last, int64_t V, const SamplingOptions& o, Generator& gen,
-                        std::vector<double>& p) {
-  if (o.temperature == 0.0) return std::max_element(last, last + V) - last;
-  p.resize(static_cast<size_t>(V));
-  double cut = -std::numeric_limits<double>::infinity();
+                        std::vector<float>& z) {
+  z.assign(last, last + V);
+  // logits = where(logits < topk(logits, k)[-1], -inf, logits)
   if (o.top_k > 0 && o.top_k < V) {
     std::vector<float> sorted(last, last + V);
     std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<float>());
-    cut = sorted[static_cast<size_t>(o.top_k - 1)];
+    const float min_val = sorted[static_cast<size_t>(o.top_k - 1)];
+    for (float& x : z)
+      if (x < min_val) x = -std::numeric_limits<float>::infinity();
   }
-  double m = -std::numeric_limits<double>::infinity(), total = 0.0;
-  for (int64_t j = 0; j < V; ++j)
-    if (last[j] >= cut) m = std::max(m, last[j] / o.temperature);
-  for (int64_t j = 0; j < V; ++j)
-    total += (p[static_cast<size_t>(j)] = last[j] >= cut ? std::exp(last[j] / o.temperature - m) : 0.0);
-  double u = static_cast<double>(gen.random64() % (uint64_t{1} << 53)) * 0x1.0p-53 * total;  // exact: < 2^53
-  int64_t next = V - 1;
-  for (int64_t j = 0; j < V; ++j) {
-    if (u < p[static_cast<size_t>(j)]) {
-      next = j;
-      break;
-    }
-    u -= p[static_cast<size_t>(j)];
+  if (o.temperature == 0.0) return first_argmax(z.data(), V);
+  // probs = softmax(logits / temperature), in float32 as torch.softmax
+  const auto t = static_cast<float>(o.temperature);
+  float m = -std::numeric_limits<float>::infinity();
+  for (float& x : z) {
+    x = x / t;
+    m = std::max(m, x);
   }
-  while (p[static_cast<size_t>(next)] == 0.0 && next > 0) --next;  // rounding past the end
-  return next;
+  double total = 0;
+  for (float& x : z) total += (x = std::exp(x - m));
+  const auto inv = static_cast<float>(1.0 / total);
+  // next = multinomial(probs, 1) = argmax(probs / q), q ~ Exp(1) = -log(1 - u) per entry
+  for (float& x : z) {
+    const double u = static_cast<double>(gen.random64() & ((uint64_t{1} << 53) - 1)) * 0x1.0p-53;
+    const auto q = static_cast<float>(-std::log(1.0 - u));
+    x = (x * inv) / q;
+  }
+  return first_argmax(z.data(), V);
 }
 
 std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& prompt, const SamplingOptions& o,
@@ -45,8 +60,11 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
   QKV_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens (", o.max_new_tokens, ") must not be negative");
   QKV_CHECK(o.temperature >= 0.0 && std::isfinite(o.temperature), "generate: temperature (", o.temperature,
             ") must be finite and >= 0");
-  QKV_CHECK(o.top_k >= 0, "generate: top_k (", o.top_k, ") must not be negative");
   const int64_t V = model.vocab_size(), ctx = model.context_length();
+  QKV_CHECK(o.top_k >= 0 && o.top_k <= V, "generate: top_k (", o.top_k, ") must be in [1, vocab_size = ", V,
+            "] (or 0 for every token)");
+  QKV_CHECK(!o.eos_id || (*o.eos_id >= 0 && *o.eos_id < V), "generate: eos_id (", o.eos_id.value_or(0),
+            ") is outside the vocabulary of ", V);
   for (int64_t id : prompt)
     QKV_CHECK(id >= 0 && id < V, "generate: prompt id ", id, " is outside the model's vocabulary of ", V);
   // The ids kept: the prompt and the new ones, plus the new ones returned (8 bytes each), checked
@@ -56,7 +74,8 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
   check_memory_request(o.max_new_tokens > most ? std::numeric_limits<int64_t>::max()
                                                : (prompt_size + 2 * o.max_new_tokens) * 8,
                        "generate: the ids of the prompt and max_new_tokens");
-  Generator gen(o.seed);
+  Generator own(o.seed);
+  Generator& gen = o.generator ? *o.generator : own;
   const bool was_training = model.is_training();
   model.eval();
   std::vector<int64_t> ids = prompt, out;
@@ -65,7 +84,7 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
   std::optional<kernels::KvCache> cache;
   if (o.kv_cache && o.max_new_tokens > 0 && model.has_cache()) cache.emplace(model.make_cache(1, o.cache_dtype));
   int64_t cache_start = 0;  // the cache holds the positions of ids[cache_start, cache_start + length)
-  std::vector<double> p;
+  std::vector<float> p;
   std::vector<int64_t> window;
   for (int64_t n = 0; n < o.max_new_tokens; ++n) {
     const int64_t N = static_cast<int64_t>(ids.size()), T = std::min(ctx, N), start = N - T;
@@ -89,6 +108,7 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
     }
     if (o.on_logits) o.on_logits(last, V);
     const int64_t next = pick_next_token(last, V, o, gen, p);
+    if (o.eos_id && next == *o.eos_id) break;
     ids.push_back(next);
     out.push_back(next);
     if (on_token && !on_token(next)) break;

@@ -1,24 +1,35 @@
 // qkv/models/generation.h - text generation with a trained AttentionLM.
 //
-// Each new token: run the model on the last context_length ids, take the last position's logits,
-// and pick the next id: with temperature 0 the largest logit (greedy, first on ties); otherwise
-// logits / temperature, keep only the top_k largest (top_k 0: all; ties at the k-th value stay,
-// as the book's `torch.where(logits < min_val, -inf, logits)`), softmax, and draw from that
-// distribution with one double uniform of Generator(seed) per token.
+// Each new token, as the book's generate (chapter 5) picks it:
+//
+//   idx_cond = idx[:, -context_size:]; logits = model(idx_cond)[:, -1, :]
+//   top-k:        logits = where(logits < topk(logits, k)[-1], -inf, logits)   (ties at the k-th stay)
+//   temperature:  probs = softmax(logits / temperature); next = torch.multinomial(probs, 1)
+//   greedy (temperature 0): next = argmax(logits)                              (the first on ties)
+//   eos_id:       stop (without appending it) when next is eos_id
+//
+// torch.multinomial(probs, 1) on the CPU is argmax(probs / q) with q ~ Exp(1) drawn for every one
+// of the V entries (q = -log(1 - u), u one 53-bit uniform of the generator per entry, as
+// Tensor.exponential_ draws them), in float32: so with Generator(seed) in place of
+// torch.manual_seed(seed), the draws and the tokens are PyTorch's (up to float32 rounding of the
+// softmax deciding a near tie). The generator is a fresh Generator(seed), or one given that already
+// drew (an untrained model's weights: the book's torch.manual_seed(S); GPTModel(cfg); generate).
 //
 // With kv_cache (the default) the model keeps every block's keys and values (kernels/kv_cache.h):
 // the prompt's last context_length ids run once (a prefill), then each step runs only the token
-// just picked. Positions are absolute (pos_emb), so once the ids outgrow the context the window
-// slides: the cache is reset and the whole window of the last context_length ids runs again, as
-// the uncached loop does every step. Both loops compute the same logits (up to the order of
-// floating-point sums: within 1e-5 relative with an fp32 cache) and share the code picking the
-// next id. A bf16 cache halves the cache's memory and rounds the keys and values to bf16.
+// just picked. Positions are absolute, so once the ids outgrow the context the window slides: the
+// cache is reset and the whole window of the last context_length ids runs again, as the uncached
+// loop does every step. Both loops compute the same logits (up to the order of floating-point
+// sums: within 1e-5 relative with an fp32 cache) and share the code picking the next id. A bf16
+// cache halves the cache's memory and rounds the keys and values to bf16.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
+#include "qkv/core/generator.h"
 #include "qkv/kernels/kv_cache.h"
 #include "qkv/models/attention_lm.h"
 
@@ -26,9 +37,11 @@ namespace qkv {
 
 struct SamplingOptions {
   int64_t max_new_tokens = 50;
-  double temperature = 1.0;
-  int64_t top_k = 0;
-  uint64_t seed = 123;
+  double temperature = 1.0;  // >= 0; 0: greedy
+  int64_t top_k = 0;         // 0: every token; else in [1, vocab]
+  uint64_t seed = 123;       // the draws' generator: Generator(seed), unless `generator` is given
+  Generator* generator = nullptr;  // draw from this one instead (continuing where it stands)
+  std::optional<int64_t> eos_id;   // stop, without adding it, when this id is picked
   bool kv_cache = true;                                          // false: recompute the window every token
   kernels::CacheDtype cache_dtype = kernels::CacheDtype::kF32;   // with kv_cache
   // Called with each step's last-position logits (V floats), before the next id is picked.
@@ -46,8 +59,8 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
                               const TokenCallback& on_token = nullptr);
 
 // The next id from one position's logits (V floats) as described above; `gen` is drawn from
-// only when temperature > 0, and `probabilities` is scratch of V doubles.
+// (V draws) only when temperature > 0; `scratch` is V floats of working space.
 int64_t pick_next_token(const float* logits, int64_t vocab, const SamplingOptions& options, Generator& gen,
-                        std::vector<double>& probabilities);
+                        std::vector<float>& scratch);
 
 }  // namespace qkv

@@ -1,0 +1,63 @@
+// qkv/models/gpt_weights.h - GPT-2's weights in the layouts they come in, as the book's GPTModel.
+//
+//   kHuggingFace  transformers' GPT2Model / GPT2LMHeadModel safetensors (optionally under
+//                 "transformer."): wte, wpe, h.N.ln_1, h.N.attn.c_attn (Conv1D: weight (E, 3E),
+//                 q | k | v side by side), h.N.attn.c_proj, h.N.ln_2, h.N.mlp.c_fc, h.N.mlp.c_proj,
+//                 ln_f, and lm_head.weight when the head is not tied to wte; the attn.bias and
+//                 attn.masked_bias buffers are skipped. A directory holding model.safetensors and
+//                 config.json (n_embd, n_head, n_layer, n_positions, vocab_size, layer_norm_epsilon)
+//                 is read as the two together.
+//   kBook         the book's state-dict names (gpt.h), saved as safetensors from PyTorch:
+//                   from safetensors.torch import save_file
+//                   save_file({k: v.contiguous() for k, v in model.state_dict().items()}, "gpt.safetensors")
+//                 the mask buffers it carries are accepted and ignored.
+//
+// The architecture comes from the names and shapes (vocabulary, width, context, layers, biases,
+// a tied head), the head count from config.json, else `num_heads`, else GPT-2's for its widths
+// (768: 12, 1024: 16, 1280: 20, 1600: 25). Conv1D weights (in, out) are transposed into nn.Linear's
+// (out, in). F32, F16, BF16 and F64 tensors are read (as float32). Every problem is a qkv::Error
+// naming the file and the tensor: a missing one, one not of the model, a wrong shape, a config.json
+// that disagrees with the tensors, a head count that does not divide the width.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qkv/io/safetensors.h"
+#include "qkv/models/gpt.h"
+
+namespace qkv {
+
+enum class GptLayout { kHuggingFace, kBook };
+const char* gpt_layout_name(GptLayout layout);  // "huggingface" | "book"
+GptLayout parse_gpt_layout(const std::string& name);
+
+struct GptWeights {
+  GPTConfig config;                     // drop_rate 0 (GPT-2's files hold no dropout rate)
+  std::map<std::string, Tensor> state;  // the book's names, every tensor of the model (no masks)
+  GptLayout layout = GptLayout::kBook;
+};
+
+// Whether a safetensors file's names are a GPT model's in one of the layouts (wte / tok_emb.weight).
+bool is_gpt_weights(const TensorFile& file);
+// The weights of a file or a Hugging Face directory (see above).
+GptWeights read_gpt_weights(const std::string& path, std::optional<int64_t> num_heads = std::nullopt);
+// The same from a file already read (path for messages).
+GptWeights gpt_weights_from(const TensorFile& file, std::optional<int64_t> num_heads,
+                            const std::string& config_json = "");
+
+// A model's state in `layout`: the book's names (with each block's causal mask, so the book's
+// GPTModel loads it with strict=True; a tied head written as out_head.weight too, the book's model
+// having its own), or Hugging Face's (Conv1D weights transposed back; lm_head.weight only when the
+// head is not tied; config.json's text in `config_json` when asked for).
+NamedTensors gpt_state_in_layout(GPTModel& model, GptLayout layout);
+std::string hugging_face_config_json(const GPTConfig& c);
+
+// A GPT model holding `weights` (built without drawing, then loaded), in eval mode; gen is kept
+// for the dropouts (it must outlive the model).
+std::unique_ptr<GPTModel> gpt_model_from(const GptWeights& weights, Generator& gen);
+
+}  // namespace qkv

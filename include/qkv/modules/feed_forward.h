@@ -1,0 +1,42 @@
+// qkv/modules/feed_forward.h - the book's GELU and FeedForward (chapter 4).
+//
+//   gelu(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))     (the tanh approximation)
+//   FeedForward: x (..., E) -> layers.0 = Linear(E, 4E) -> GELU -> layers.2 = Linear(4E, E)
+//
+// State names as nn.Sequential numbers them: layers.0.weight, layers.0.bias, layers.2.weight,
+// layers.2.bias (the GELU at index 1 has none). Built from a generator it draws layers.0's weight
+// and bias, then layers.2's, as the book's constructor does.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qkv/core/generator.h"
+#include "qkv/core/tensor.h"
+#include "qkv/modules/layers.h"
+#include "qkv/modules/module.h"
+
+namespace qkv {
+
+// Elementwise, in float32 with the tanh computed in double.
+Tensor gelu(const Tensor& x);
+// dL/dx given x and dL/dy: dy * gelu'(x).
+Tensor gelu_backward(const Tensor& x, const Tensor& dy);
+
+class FeedForward : public Module {
+ public:
+  FeedForward(int64_t emb_dim, int64_t hidden_dim, Generator& gen);  // hidden_dim: 4 E in the book
+  const char* type_name() const override { return "FeedForward"; }
+  void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
+  Tensor forward(const Tensor& x);  // (..., E) -> (..., E)
+  Tensor backward(const Tensor& doutput);
+
+  Linear fc;    // layers.0: (4E, E) and (4E)
+  Linear proj;  // layers.2: (E, 4E) and (E)
+
+ private:
+  Tensor hidden_;  // (..., 4E) fc's output, gelu's input
+};
+
+}  // namespace qkv

@@ -1,0 +1,41 @@
+// qkv/modules/layer_norm.h - the book's LayerNorm (chapter 4): normalise each row over its last
+// dimension, then scale and shift.
+//
+//   mean = x.mean(-1), var = x.var(-1, unbiased=False)             x (..., E)
+//   norm = (x - mean) / sqrt(var + eps)                             eps = 1e-5
+//   y    = scale * norm + shift                                     scale, shift (E)
+//
+// State names: scale (ones), shift (zeros); nothing is drawn from a generator. The statistics are
+// accumulated in double; y and the gradients are float32.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qkv/core/tensor.h"
+#include "qkv/modules/module.h"
+
+namespace qkv {
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t emb_dim, double eps = 1e-5);
+  const char* type_name() const override { return "LayerNorm"; }
+  void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
+  Tensor forward(const Tensor& x);         // (..., E) -> (..., E)
+  // dL/dy of the last forward -> dL/dx; adds into dscale and dshift.
+  //   dnorm = dy * scale;  dx = (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) / sqrt(var + eps)
+  Tensor backward(const Tensor& doutput);
+
+  Tensor scale, shift;    // (E)
+  Tensor dscale, dshift;  // (E)
+  double eps;
+
+ private:
+  Tensor norm_;                 // (N, E) the last forward's normalised rows
+  std::vector<float> inv_std_;  // (N) 1 / sqrt(var + eps) per row
+  Shape shape_;                 // the last forward's input shape
+};
+
+}  // namespace qkv

@@ -1,0 +1,270 @@
+// The book's GPT model. See include/qkv/models/gpt.h.
+#include "qkv/models/gpt.h"
+
+#include <cmath>
+
+#include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
+#include "qkv/core/ops.h"
+
+namespace qkv {
+namespace {
+
+const GPTConfig& validated(const GPTConfig& c) {
+  validate_gpt_config(c);
+  return c;
+}
+
+// The blocks' MultiHeadAttention(E, E, context_length, drop_rate, n_heads, qkv_bias) and its variants.
+AttentionConfig attention_of(const GPTConfig& c) {
+  AttentionConfig a;
+  a.d_in = c.emb_dim;
+  a.context_length = c.context_length;
+  a.qkv_bias = c.qkv_bias;
+  a.path = c.path;
+  a.attention = c.attention;
+  return a;
+}
+
+std::vector<TransformerBlock> build_blocks(const GPTConfig& c, Generator& gen) {
+  std::vector<TransformerBlock> blocks;
+  blocks.reserve(static_cast<size_t>(c.n_layers));
+  for (int64_t i = 0; i < c.n_layers; ++i) blocks.emplace_back(c, gen);  // in order, as nn.Sequential
+  return blocks;
+}
+
+// rows (N, E) of x through one LayerNorm without recording anything (the cached forward).
+Tensor layer_norm_apply(const LayerNorm& n, const Tensor& x) {
+  const int64_t E = n.scale.size(0);
+  const Tensor xc = x.contiguous();
+  Tensor y = Tensor::empty(x.shape());
+  const int64_t N = xc.numel() / E;
+  for (int64_t r = 0; r < N; ++r) {
+    const float* row = xc.data() + r * E;
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < E; ++i) mean += row[i];
+    mean /= static_cast<double>(E);
+    for (int64_t i = 0; i < E; ++i) var += (row[i] - mean) * (row[i] - mean);
+    var /= static_cast<double>(E);
+    const double inv = 1.0 / std::sqrt(var + n.eps);
+    for (int64_t i = 0; i < E; ++i)
+      y.data()[r * E + i] = n.scale.data()[i] * static_cast<float>((row[i] - mean) * inv) + n.shift.data()[i];
+  }
+  return y;
+}
+
+const std::vector<std::pair<std::string, GPTConfig>>& presets() {
+  static const std::vector<std::pair<std::string, GPTConfig>> all = [] {
+    std::vector<std::pair<std::string, GPTConfig>> p;
+    const struct { const char* name; int64_t E, L, H; } sizes[] = {
+        {"gpt2-small", 768, 12, 12}, {"gpt2-medium", 1024, 24, 16}, {"gpt2-large", 1280, 36, 20}, {"gpt2-xl", 1600, 48, 25}};
+    for (const auto& s : sizes) {
+      GPTConfig c;
+      c.emb_dim = s.E;
+      c.n_layers = s.L;
+      c.attention.heads = s.H;
+      set_head_dim(c);
+      p.emplace_back(s.name, c);
+    }
+    return p;
+  }();
+  return all;
+}
+
+}  // namespace
+
+const std::vector<std::string>& gpt_preset_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& [name, c] : presets()) n.push_back(name);
+    return n;
+  }();
+  return names;
+}
+
+GPTConfig gpt_preset(const std::string& name) {
+  for (const auto& [n, c] : presets())
+    if (n == name) return c;
+  std::string known;
+  for (const std::string& n : gpt_preset_names()) known += (known.empty() ? "" : ", ") + n;
+  fail("unknown GPT preset ", excerpt(name), "; expected one of: ", known);
+}
+
+void set_head_dim(GPTConfig& c) {
+  const int64_t E = c.emb_dim, H = c.attention.heads;
+  QKV_CHECK(H > 0 && E % H == 0, "GPTModel: emb_dim (", E, ") must be divisible by n_heads (", H, ")");
+  c.attention.head_dim = E / H;
+}
+
+void validate_gpt_config(const GPTConfig& c) {
+  QKV_CHECK(c.vocab_size > 0, "GPTModel: vocab_size (", c.vocab_size, ") must be positive");
+  QKV_CHECK(c.context_length > 0, "GPTModel: context_length (", c.context_length, ") must be positive");
+  QKV_CHECK(c.emb_dim > 0, "GPTModel: emb_dim (", c.emb_dim, ") must be positive");
+  QKV_CHECK(c.n_layers >= 0, "GPTModel: n_layers (", c.n_layers, ") must not be negative");
+  kernels::validate_attention_spec(c.attention, "GPTModel", [](kernels::SpecField f) -> std::string {
+    return f == kernels::SpecField::kHeads ? "n_heads" : f == kernels::SpecField::kDropout ? "drop_rate"
+                                                                                         : kernels::spec_field_name(f);
+  });
+  QKV_CHECK(c.attention.causal, "GPTModel: its attention is causal");
+  QKV_CHECK(c.attention.width() == c.emb_dim, "GPTModel: n_heads (", c.attention.heads, ") x head_dim (",
+            c.attention.head_dim, ") must be emb_dim (", c.emb_dim, ")");
+}
+
+nlohmann::json to_json(const GPTConfig& c) { return fields_to_json(c); }
+
+GPTConfig gpt_config_from_json(const nlohmann::json& j) {
+  GPTConfig c;
+  fields_from_json(j, c, "the GPT configuration");
+  set_head_dim(c);
+  return c;
+}
+
+// --- TransformerBlock --------------------------------------------------------------------------
+
+TransformerBlock::TransformerBlock(const GPTConfig& c, Generator& gen)
+    : att(attention_of(c), gen),
+      ff(c.emb_dim, 4 * c.emb_dim, gen),
+      norm1(c.emb_dim),
+      norm2(c.emb_dim),
+      drop_att(c.attention.dropout, gen),
+      drop_ff(c.attention.dropout, gen) {}
+
+void TransformerBlock::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  att.collect_state(prefix + "att.", out);
+  ff.collect_state(prefix + "ff.", out);
+  norm1.collect_state(prefix + "norm1.", out);
+  norm2.collect_state(prefix + "norm2.", out);
+}
+
+void TransformerBlock::train(bool on) {
+  Module::train(on);
+  att.train(on);
+  drop_att.train(on);
+  drop_ff.train(on);
+}
+
+Tensor TransformerBlock::forward(const Tensor& x, AttentionTrace* trace) {
+  // shortcut = x; x = drop_shortcut(att(norm1(x))); x = x + shortcut
+  const Tensor mid = add(x, drop_att.forward(att.forward(norm1.forward(x), trace)));
+  // shortcut = x; x = drop_shortcut(ff(norm2(x))); x = x + shortcut
+  return add(mid, drop_ff.forward(ff.forward(norm2.forward(mid))));
+}
+
+Tensor TransformerBlock::backward(const Tensor& doutput) {
+  // out = mid + drop_ff(ff(norm2(mid))): the gradient reaches mid directly and through the branch
+  const Tensor dmid = add(doutput, norm2.backward(ff.backward(drop_ff.backward(doutput))));
+  // mid = x + drop_att(att(norm1(x)))
+  return add(dmid, norm1.backward(att.backward(drop_att.backward(dmid))));
+}
+
+Tensor TransformerBlock::norm_apply(const LayerNorm& n, const Tensor& x) const { return layer_norm_apply(n, x); }
+
+Tensor TransformerBlock::forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer) {
+  const Tensor mid = add(x, att.forward_cached(norm_apply(norm1, x), cache, layer));
+  // ff without recording: layers.2(gelu(layers.0(h)))
+  const Tensor h = norm_apply(norm2, mid);
+  const Tensor hidden = gelu(linear(h, ff.fc.weight, &ff.fc.bias));
+  return add(mid, linear(hidden, ff.proj.weight, &ff.proj.bias));
+}
+
+// --- GPTModel ----------------------------------------------------------------------------------
+
+GPTModel::GPTModel(const GPTConfig& c, Generator& gen)
+    : config(validated(c)),
+      tok_emb(c.vocab_size, c.emb_dim, gen),
+      pos_emb(c.context_length, c.emb_dim, gen),
+      drop_emb(c.attention.dropout, gen),
+      blocks(build_blocks(c, gen)),
+      final_norm(c.emb_dim),
+      out_head(c.emb_dim, c.vocab_size, false, gen) {
+  if (c.tied_head) {  // one tensor: the head's values and gradients are the embedding's
+    out_head.weight = tok_emb.weight;
+    out_head.dweight = tok_emb.dweight;
+  }
+}
+
+void GPTModel::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  tok_emb.collect_state(prefix + "tok_emb.", out);
+  pos_emb.collect_state(prefix + "pos_emb.", out);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i].collect_state(prefix + "trf_blocks." + std::to_string(i) + ".", out);
+  final_norm.collect_state(prefix + "final_norm.", out);
+  if (!config.tied_head) out_head.collect_state(prefix + "out_head.", out);
+}
+
+void GPTModel::train(bool on) {
+  Module::train(on);
+  drop_emb.train(on);
+  for (TransformerBlock& b : blocks) b.train(on);
+}
+
+std::string GPTModel::describe() const {
+  return str("GPT model: ", config.n_layers, " layers x ", config.attention.heads, " heads, emb_dim ", config.emb_dim,
+             ", vocab ", config.vocab_size, ", context ", config.context_length,
+             config.tied_head ? ", head tied to the token embedding" : "");
+}
+
+Tensor GPTModel::forward(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens) {
+  QKV_CHECK(batch >= 1 && tokens >= 1 && static_cast<int64_t>(ids.size()) == batch * tokens, "GPTModel: ",
+            ids.size(), " ids for a (", batch, ", ", tokens, ") batch");
+  QKV_CHECK(tokens <= config.context_length, "GPTModel: ", tokens, " tokens but context_length is ",
+            config.context_length);
+  // x = tok_emb(in_idx) + pos_emb(arange(seq_len)); x = drop_emb(x)
+  std::vector<int64_t> positions(static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) positions[static_cast<size_t>(t)] = t;
+  Tensor x = drop_emb.forward(add(tok_emb.forward(ids, {batch, tokens}), pos_emb.forward(positions, {tokens})));
+  for (size_t l = 0; l < blocks.size(); ++l) x = blocks[l].forward(x, traces_.empty() ? nullptr : &traces_[l]);
+  x_shape_ = x.shape();
+  return out_head.forward(final_norm.forward(x));  // (B, T, V)
+}
+
+void GPTModel::backward(const Tensor& dlogits) {
+  QKV_CHECK(x_shape_.size() == 3, "GPTModel: backward before forward");
+  // logits = out_head(final_norm(x))
+  Tensor dx = final_norm.backward(out_head.backward(dlogits));
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) dx = it->backward(dx);
+  // x = drop_emb(tok_emb(ids) + pos_emb(arange(T))): pos_emb broadcast over the batch
+  dx = drop_emb.backward(dx);
+  tok_emb.backward(dx);
+  pos_emb.backward(sum_to(dx, {x_shape_[1], x_shape_[2]}));
+}
+
+kernels::KvCache GPTModel::make_cache(int64_t batch, kernels::CacheDtype dtype) const {
+  QKV_CHECK(!blocks.empty(), "GPTModel: a model without blocks (n_layers 0) has no keys or values to cache");
+  QKV_CHECK(batch >= 1, "GPTModel: the cache's batch (", batch, ") must be at least 1");
+  const kernels::AttentionSpec& a = config.attention;
+  return kernels::KvCache(static_cast<int64_t>(blocks.size()), batch, a.groups(), config.context_length, a.head_dim,
+                          a.head_dim, dtype);
+}
+
+Tensor GPTModel::forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
+                                kernels::KvCache& cache) {
+  QKV_CHECK(batch >= 1 && tokens >= 1 && static_cast<int64_t>(ids.size()) == batch * tokens, "GPTModel: ",
+            ids.size(), " ids for a (", batch, ", ", tokens, ") batch");
+  QKV_CHECK(cache.layers() == static_cast<int64_t>(blocks.size()), "GPTModel: the cache has ", cache.layers(),
+            " layers but the model has ", blocks.size(), " blocks");
+  QKV_CHECK(cache.pending() == 0, "GPTModel: the cache has a step of ", cache.pending(),
+            " positions in progress (a forward_cached that failed, or appends by another caller): reset() it");
+  QKV_CHECK(!drop_emb.active(), "GPTModel: forward_cached is inference, but dropout is active: call eval() first");
+  const int64_t P = cache.length();
+  QKV_CHECK(P + tokens <= config.context_length, "GPTModel: ", tokens, " new tokens after the cache's ", P,
+            " positions exceed context_length ", config.context_length);
+  // x = tok_emb.weight[ids] + pos_emb.weight[P:P+Tn]                  (B, Tn, E), nothing recorded
+  const int64_t E = config.emb_dim, V = config.vocab_size;
+  const Tensor tok = tok_emb.weight.contiguous(), pos = pos_emb.weight.contiguous();
+  Tensor x = Tensor::empty({batch, tokens, E});
+  for (int64_t i = 0; i < batch * tokens; ++i) {
+    const int64_t id = ids[static_cast<size_t>(i)];
+    QKV_CHECK(id >= 0 && id < V, "GPTModel: id ", id, " at position ", i, " is outside the vocabulary of ", V);
+    const float* t = tok.data() + id * E;
+    const float* p = pos.data() + (P + i % tokens) * E;
+    float* out = x.data() + i * E;
+    for (int64_t e = 0; e < E; ++e) out[e] = t[e] + p[e];
+  }
+  for (size_t l = 0; l < blocks.size(); ++l) x = blocks[l].forward_cached(x, cache, static_cast<int64_t>(l));
+  cache.commit();
+  // logits = out_head(final_norm(x[:, -1]))                           (B, V)
+  const Tensor last = layer_norm_apply(final_norm, x.select(1, tokens - 1));
+  return linear(last, out_head.weight, nullptr);
+}
+
+}  // namespace qkv

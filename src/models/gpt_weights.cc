@@ -1,0 +1,290 @@
+// GPT-2's weights in Hugging Face's layout and the book's. See include/qkv/models/gpt_weights.h.
+#include "qkv/models/gpt_weights.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <functional>
+#include <set>
+
+#include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
+#include "qkv/core/ops.h"
+#include "qkv/io/atomic_file.h"
+#include "qkv/io/json_read.h"
+
+namespace qkv {
+namespace {
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+// The (out, in) transpose of a Conv1D's (in, out) weight, or of a slice of its columns.
+Tensor transposed(const Tensor& w, int64_t col_begin, int64_t col_end) {
+  return w.slice(1, col_begin, col_end).transpose(0, 1).contiguous();
+}
+
+int64_t default_heads(int64_t E) {
+  switch (E) {
+    case 768: return 12;
+    case 1024: return 16;
+    case 1280: return 20;
+    case 1600: return 25;
+    default: return 0;
+  }
+}
+
+// The number of blocks: 1 + the largest N of names "<prefix>N.<...>".
+int64_t count_blocks(const TensorFile& f, const std::string& prefix) {
+  int64_t n = 0;
+  for (const std::string& name : f.names) {
+    if (!starts_with(name, prefix)) continue;
+    const std::string rest = name.substr(prefix.size());
+    const size_t dot = rest.find('.');
+    if (dot == 0 || dot == std::string::npos) continue;
+    int64_t i = 0;
+    bool digits = true;
+    for (size_t k = 0; k < dot; ++k) {
+      if (rest[k] < '0' || rest[k] > '9' || i > (int64_t{1} << 40)) digits = false;
+      else i = i * 10 + (rest[k] - '0');
+    }
+    if (digits) n = std::max(n, i + 1);
+  }
+  return n;
+}
+
+struct Source {
+  const TensorFile& f;
+  std::string prefix;  // "transformer." or ""
+  std::set<std::string> used;
+
+  const Tensor& get(const std::string& name, const Shape& shape) {
+    const std::string full = prefix + name;
+    QKV_CHECK(f.contains(full), excerpt(f.path), " has no tensor ", excerpt(full), " of shape ", shape_str(shape),
+              ", which a GPT-2 model of its sizes has");
+    const Tensor& t = f.get(full);
+    QKV_CHECK(t.shape() == shape, excerpt(f.path), ": tensor ", excerpt(full), " has shape ", shape_str(t.shape()),
+              "; the model's sizes make it ", shape_str(shape));
+    used.insert(full);
+    return t;
+  }
+  // Every tensor of the file was used, or is a buffer the layout carries.
+  void check_all_used(const std::function<bool(const std::string&)>& ignorable) const {
+    for (const std::string& name : f.names)
+      QKV_CHECK(used.count(name) > 0 || ignorable(name), excerpt(f.path), " has a tensor ", excerpt(name),
+                " that is not part of the GPT model its other tensors describe");
+  }
+};
+
+void check_heads(GPTConfig& c, std::optional<int64_t> heads, const std::string& file) {
+  const int64_t H = heads ? *heads : default_heads(c.emb_dim);
+  QKV_CHECK(H > 0, excerpt(file), ": the head count of a model of width ", c.emb_dim,
+            " is not known (GPT-2's widths are 768, 1024, 1280 and 1600): give it (--num-heads H)");
+  QKV_CHECK(c.emb_dim % H == 0, excerpt(file), ": the head count ", H, " does not divide the width ", c.emb_dim);
+  c.attention.heads = H;
+  set_head_dim(c);
+}
+
+GptWeights from_hugging_face(const TensorFile& f, std::optional<int64_t> heads, const std::string& config_json) {
+  GptWeights w;
+  w.layout = GptLayout::kHuggingFace;
+  Source src{f, f.contains("transformer.wte.weight") ? "transformer." : "", {}};
+  const Tensor& wte = f.get(src.prefix + "wte.weight");
+  QKV_CHECK(wte.dim() == 2, excerpt(f.path), ": wte.weight has shape ", shape_str(wte.shape()), "; expected (V, E)");
+  GPTConfig& c = w.config;
+  c.vocab_size = wte.size(0);
+  c.emb_dim = wte.size(1);
+  QKV_CHECK(f.contains(src.prefix + "wpe.weight"), excerpt(f.path), " has no tensor ",
+            excerpt(src.prefix + "wpe.weight"), " (the position embedding)");
+  c.context_length = f.get(src.prefix + "wpe.weight").size(0);
+  c.n_layers = count_blocks(f, src.prefix + "h.");
+  c.qkv_bias = true;  // GPT-2's c_attn has a bias
+  c.attention.dropout = 0.0;
+  c.tied_head = !f.contains("lm_head.weight");
+  std::optional<int64_t> config_heads;
+  if (!config_json.empty()) {
+    const nlohmann::json j = parse_json(config_json, "config.json");
+    QKV_CHECK(j.is_object(), "config.json must be a JSON object, not ", json_excerpt(j));
+    auto expect = [&](const char* key, int64_t have) {
+      if (!j.contains(key)) return;
+      QKV_CHECK(j[key].is_number_integer() && j[key].get<int64_t>() == have, "config.json's ", key, " (",
+                json_excerpt(j[key]), ") disagrees with the tensors, which make it ", have);
+    };
+    expect("n_embd", c.emb_dim);
+    expect("n_layer", c.n_layers);
+    expect("n_positions", c.context_length);
+    expect("vocab_size", c.vocab_size);
+    if (j.contains("n_head")) {
+      QKV_CHECK(j["n_head"].is_number_integer() && j["n_head"].get<int64_t>() > 0,
+                "config.json's n_head must be a positive integer, not ", json_excerpt(j["n_head"]));
+      config_heads = j["n_head"].get<int64_t>();
+      QKV_CHECK(!heads || *heads == *config_heads, "--num-heads ", heads.value_or(0), " disagrees with config.json's n_head ",
+                *config_heads);
+    }
+    if (j.contains("layer_norm_epsilon"))
+      QKV_CHECK(j["layer_norm_epsilon"].is_number() && j["layer_norm_epsilon"].get<double>() == 1e-5,
+                "config.json's layer_norm_epsilon (", json_excerpt(j["layer_norm_epsilon"]),
+                ") is not GPT-2's 1e-5, the only one qkv's GPT model has");
+  }
+  check_heads(c, config_heads ? config_heads : heads, f.path);
+  const int64_t E = c.emb_dim, V = c.vocab_size, F = 4 * E;
+  auto& s = w.state;
+  s["tok_emb.weight"] = src.get("wte.weight", {V, E});
+  s["pos_emb.weight"] = src.get("wpe.weight", {c.context_length, E});
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".", b = "trf_blocks." + std::to_string(i) + ".";
+    s[b + "norm1.scale"] = src.get(h + "ln_1.weight", {E});
+    s[b + "norm1.shift"] = src.get(h + "ln_1.bias", {E});
+    // c_attn: x @ W + b with W (E, 3E) = [W_query^T | W_key^T | W_value^T]
+    const Tensor& qkv = src.get(h + "attn.c_attn.weight", {E, 3 * E});
+    const Tensor& qkv_b = src.get(h + "attn.c_attn.bias", {3 * E});
+    const char* parts[] = {"W_query", "W_key", "W_value"};
+    for (int64_t p = 0; p < 3; ++p) {
+      s[b + "att." + parts[p] + ".weight"] = transposed(qkv, p * E, (p + 1) * E);
+      s[b + "att." + parts[p] + ".bias"] = qkv_b.slice(0, p * E, (p + 1) * E).contiguous();
+    }
+    s[b + "att.out_proj.weight"] = transposed(src.get(h + "attn.c_proj.weight", {E, E}), 0, E);
+    s[b + "att.out_proj.bias"] = src.get(h + "attn.c_proj.bias", {E});
+    s[b + "norm2.scale"] = src.get(h + "ln_2.weight", {E});
+    s[b + "norm2.shift"] = src.get(h + "ln_2.bias", {E});
+    s[b + "ff.layers.0.weight"] = transposed(src.get(h + "mlp.c_fc.weight", {E, F}), 0, F);
+    s[b + "ff.layers.0.bias"] = src.get(h + "mlp.c_fc.bias", {F});
+    s[b + "ff.layers.2.weight"] = transposed(src.get(h + "mlp.c_proj.weight", {F, E}), 0, E);
+    s[b + "ff.layers.2.bias"] = src.get(h + "mlp.c_proj.bias", {E});
+  }
+  s["final_norm.scale"] = src.get("ln_f.weight", {E});
+  s["final_norm.shift"] = src.get("ln_f.bias", {E});
+  if (!c.tied_head) {
+    const Tensor& head = f.get("lm_head.weight");
+    QKV_CHECK(head.shape() == Shape({V, E}), excerpt(f.path), ": tensor 'lm_head.weight' has shape ",
+              shape_str(head.shape()), "; the model's sizes make it ", shape_str(Shape({V, E})));
+    s["out_head.weight"] = head;
+    src.used.insert("lm_head.weight");
+  }
+  src.check_all_used([](const std::string& n) { return ends_with(n, ".attn.bias") || ends_with(n, ".attn.masked_bias"); });
+  return w;
+}
+
+GptWeights from_book(const TensorFile& f, std::optional<int64_t> heads) {
+  GptWeights w;
+  w.layout = GptLayout::kBook;
+  Source src{f, "", {}};
+  const Tensor& tok = f.get("tok_emb.weight");
+  QKV_CHECK(tok.dim() == 2, excerpt(f.path), ": tok_emb.weight has shape ", shape_str(tok.shape()), "; expected (V, E)");
+  GPTConfig& c = w.config;
+  c.vocab_size = tok.size(0);
+  c.emb_dim = tok.size(1);
+  QKV_CHECK(f.contains("pos_emb.weight"), excerpt(f.path), " has no tensor 'pos_emb.weight' (the position embedding)");
+  c.context_length = f.get("pos_emb.weight").size(0);
+  c.n_layers = count_blocks(f, "trf_blocks.");
+  c.qkv_bias = f.contains("trf_blocks.0.att.W_query.bias");
+  c.tied_head = !f.contains("out_head.weight");
+  c.attention.dropout = 0.0;
+  check_heads(c, heads, f.path);
+  // Every tensor of a model of these sizes, by name and shape.
+  Generator skip(0);
+  skip.set_init_draws(false);
+  GPTModel shapes(c, skip);
+  for (const StateEntry& e : shapes.state_dict()) {
+    if (ends_with(e.name, ".mask")) continue;
+    w.state[e.name] = src.get(e.name, e.shape());
+  }
+  src.check_all_used([](const std::string& n) { return ends_with(n, ".att.mask"); });
+  return w;
+}
+
+}  // namespace
+
+const char* gpt_layout_name(GptLayout layout) { return layout == GptLayout::kHuggingFace ? "huggingface" : "book"; }
+
+GptLayout parse_gpt_layout(const std::string& name) {
+  if (name == "huggingface" || name == "hf") return GptLayout::kHuggingFace;
+  if (name == "book") return GptLayout::kBook;
+  fail("unknown GPT layout ", excerpt(name), "; expected huggingface or book");
+}
+
+bool is_gpt_weights(const TensorFile& f) {
+  return f.contains("wte.weight") || f.contains("transformer.wte.weight") || f.contains("tok_emb.weight");
+}
+
+GptWeights gpt_weights_from(const TensorFile& f, std::optional<int64_t> heads, const std::string& config_json) {
+  QKV_CHECK(is_gpt_weights(f), excerpt(f.path), " holds no GPT model: it has neither Hugging Face's 'wte.weight' ",
+            "nor the book's 'tok_emb.weight'");
+  return f.contains("tok_emb.weight") ? from_book(f, heads) : from_hugging_face(f, heads, config_json);
+}
+
+GptWeights read_gpt_weights(const std::string& path, std::optional<int64_t> heads) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    const std::string dir = path.back() == '/' ? path : path + "/";
+    std::string config;
+    if (::stat((dir + "config.json").c_str(), &st) == 0) config = read_file(dir + "config.json");
+    return gpt_weights_from(load_safetensors(dir + "model.safetensors"), heads, config);
+  }
+  return gpt_weights_from(load_safetensors(path), heads);
+}
+
+NamedTensors gpt_state_in_layout(GPTModel& m, GptLayout layout) {
+  const GPTConfig& c = m.config;
+  NamedTensors out;
+  if (layout == GptLayout::kBook) {
+    for (const StateEntry& e : m.state_dict()) out.push_back({e.name, e.value()});
+    if (c.tied_head) out.push_back({"out_head.weight", m.tok_emb.weight});
+    return out;
+  }
+  QKV_CHECK(c.qkv_bias, "Hugging Face's GPT-2 layout has biases on q, k and v; this model has none (qkv_bias false)");
+  out.push_back({"wte.weight", m.tok_emb.weight});
+  out.push_back({"wpe.weight", m.pos_emb.weight});
+  for (size_t i = 0; i < m.blocks.size(); ++i) {
+    TransformerBlock& b = m.blocks[i];
+    const std::string h = "h." + std::to_string(i) + ".";
+    out.push_back({h + "ln_1.weight", b.norm1.scale});
+    out.push_back({h + "ln_1.bias", b.norm1.shift});
+    out.push_back({h + "attn.c_attn.weight",
+                   cat({b.att.W_query.weight, b.att.W_key.weight, b.att.W_value.weight}, 0).transpose(0, 1).contiguous()});
+    out.push_back({h + "attn.c_attn.bias", cat({b.att.W_query.bias, b.att.W_key.bias, b.att.W_value.bias}, 0)});
+    out.push_back({h + "attn.c_proj.weight", b.att.out_proj.weight.transpose(0, 1).contiguous()});
+    out.push_back({h + "attn.c_proj.bias", b.att.out_proj.bias});
+    out.push_back({h + "ln_2.weight", b.norm2.scale});
+    out.push_back({h + "ln_2.bias", b.norm2.shift});
+    out.push_back({h + "mlp.c_fc.weight", b.ff.fc.weight.transpose(0, 1).contiguous()});
+    out.push_back({h + "mlp.c_fc.bias", b.ff.fc.bias});
+    out.push_back({h + "mlp.c_proj.weight", b.ff.proj.weight.transpose(0, 1).contiguous()});
+    out.push_back({h + "mlp.c_proj.bias", b.ff.proj.bias});
+  }
+  out.push_back({"ln_f.weight", m.final_norm.scale});
+  out.push_back({"ln_f.bias", m.final_norm.shift});
+  if (!c.tied_head) out.push_back({"lm_head.weight", m.out_head.weight});
+  return out;
+}
+
+std::string hugging_face_config_json(const GPTConfig& c) {
+  return nlohmann::json({{"model_type", "gpt2"},
+                         {"architectures", {"GPT2LMHeadModel"}},
+                         {"n_embd", c.emb_dim},
+                         {"n_head", c.attention.heads},
+                         {"n_layer", c.n_layers},
+                         {"n_positions", c.context_length},
+                         {"n_ctx", c.context_length},
+                         {"vocab_size", c.vocab_size},
+                         {"layer_norm_epsilon", 1e-5},
+                         {"activation_function", "gelu_new"},
+                         {"tie_word_embeddings", c.tied_head}})
+      .dump(2);
+}
+
+std::unique_ptr<GPTModel> gpt_model_from(const GptWeights& w, Generator& gen) {
+  gen.set_init_draws(false);  // every weight is about to be loaded
+  auto model = std::make_unique<GPTModel>(w.config, gen);
+  gen.set_init_draws(true);
+  std::map<std::string, Tensor> state = w.state;
+  for (const StateEntry& e : model->state_dict())
+    if (e.mask) state.emplace(e.name, e.value());  // the causal mask the model has (the files carry none)
+  model->load_state_dict(state, /*strict=*/true);
+  model->eval();
+  return model;
+}
+
+}  // namespace qkv
