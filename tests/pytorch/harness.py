@@ -18,6 +18,11 @@ processes at a time) and --rng-seed S (the Python RNG drawing the cases). A --qk
 executable ends the script at once with status 2. PyTorch runs on one thread, leaving the cores
 to qkv's processes.
 
+Running qkv: run_qkv(cmd) gives a Run (returncode, stdout, stderr) whose problem() is None or
+"qkv exited with status N: <its stderr>" (a run over the timeout counts as failed); check_qkv(cmd)
+gives stdout and raises QkvError, naming the command, when qkv fails; qkv_json(cmd) gives the JSON
+object a --json run prints last.
+
 A failed case's report (its label, the command that ran, each error on a line) goes to stderr when
 the script finishes, before the summary line; the cases' own lines are the scripts' business.
 """
@@ -131,7 +136,7 @@ class Harness:
         return 1 if self.failures else 0
 
 
-def start(name, doc, flags=None, jobs=None, rng_seed=None, argv=None):
+def start(name, doc, flags=None, jobs=None, rng_seed=None):
     """Parses the common flags (and the script's own: flags(parser) adds them) and returns the
     run's Harness; exits with status 2 when --qkv is not an executable.
 
@@ -147,7 +152,7 @@ def start(name, doc, flags=None, jobs=None, rng_seed=None, argv=None):
         ap.add_argument("--rng-seed", type=int, default=rng_seed, help="seed of the Python RNG drawing the cases")
     if flags:
         flags(ap)
-    args = ap.parse_args(argv)
+    args = ap.parse_args()
     h = Harness(name, args)
     if not os.access(h.qkv, os.X_OK):
         print(f"{name}: FAILED: {h.qkv} is not an executable", file=sys.stderr)

@@ -1,5 +1,5 @@
 """The PyTorch twin of `qkv generate`'s sampling: PyTorch's CPU random engine and the rule that
-picks the next id, written from the rule's description (include/qkv/train/sampling.h).
+picks the next id, written from the rule as qkv documents it (not from its code).
 
     gen = MT19937(seed)                  # the engine torch.manual_seed(seed) sets up
     gen.random()                         # one 32-bit draw

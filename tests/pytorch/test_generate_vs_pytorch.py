@@ -247,6 +247,9 @@ class Twin:
     def prompt_ids(self, prompt, gpt2_ids=None):
         """A built-in task's letters and '|'; a text model's GPT-2 ids looked up in data.vocab."""
         if self.vocab is not None:
+            missing = [t for t in gpt2_ids if t not in self.vocab]
+            if missing:
+                raise ValueError(f"the prompt {prompt!r} has GPT-2 tokens {missing}, not in the training text")
             return [self.vocab.index(t) for t in gpt2_ids]
         symbols = self.options["task_symbols"]
         return [symbols if c == "|" else ord(c) - ord("a") for c in prompt]
@@ -474,7 +477,7 @@ def run_model(h, model, pool, pick, apart):
     cases = [Case(h.qkv, model, label, t, k, seed, cache) for label, t, k, seeds in SETTINGS
              for seed in seeds for cache in CACHES]
     runs = [pool.submit(harness.run_qkv, case.cmd) for case in cases]
-    twins, generated = {}, {}
+    twins, generated = {frozenset(): twin}, {}
 
     def twin_ids(case, rounds):
         """What the twin rounding `rounds` generates for the case (the same for several cases)."""
@@ -496,13 +499,24 @@ def run_model(h, model, pool, pick, apart):
         errors = check_case(case, run.result(), prompt_ids, twins[rounds], want, decode)
         h.record(case.name, errors, case.cmd)
         print(f"  {'ok  ' if not errors else 'FAIL'} {case.name}: " + (f"{len(want)} ids" if not errors else
-                                                                      "see below"))
+                                                                      "reported at the end"))
         if h.verbose:
             print(f"       twin {want}")
         if case.cache == "bf16":
             apart["bf16 cache"].see(case, want, twin_ids(case, rounding(dtype, "f32")))
         if dtype == "bf16" and case.cache == "none":
             apart["bf16 attention kernel"].see(case, want, twin_ids(case, rounding(dtype, "f32")))
+
+
+def check_ties(h, ties):
+    """The tied logits must have decided something, or the tie rules go untested."""
+    label = "ties met"
+    errors = [] if ties.greedy > 0 and ties.cut > 0 else [
+        f"the tied logits decided nothing (greedy ties {ties.greedy}, top-k ties at the cut {ties.cut}): "
+        "the cases no longer test the tie rules; choose another bias in tie_logits"]
+    h.record(label, errors)
+    print(f"  {'ok  ' if not errors else 'FAIL'} {label}: the twin met a maximum shared by tied ids in {ties.greedy} "
+          f"greedy steps and ties at the k-th value in {ties.cut} top-k steps")
 
 
 def main():
@@ -517,26 +531,21 @@ def main():
         check_data_checkpoint(h, tmp)
         trained = {}
         for model in MODELS:
-            if train(h, model, tmp, trained):
-                trained[model.name] = model
-                ties = TieCounter()
+            if not train(h, model, tmp, trained):
+                continue
+            trained[model.name] = model
+            ties = TieCounter()
+            try:
                 run_model(h, model, pool, rule(h.args.perturb, ties), apart)
-                if model.derived and model.derived[1] is tie_logits:
-                    check_ties(h, ties)
+            except (harness.QkvError, ValueError) as e:  # the prompt's ids or the tokens' texts
+                h.record(f"{model.name}: its prompt and tokens", [e])
+                print(f"  FAIL {model.name}: its prompt and tokens")
+                continue
+            if model.derived and model.derived[1] is tie_logits:
+                check_ties(h, ties)
     for a in apart.values():
         a.check(h)
     return h.finish()
-
-
-def check_ties(h, ties):
-    """The tied logits must have decided something, or the tie rules go untested."""
-    label = "ties met"
-    errors = [] if ties.greedy > 0 and ties.cut > 0 else [
-        f"the tied logits decided nothing (greedy ties {ties.greedy}, top-k ties at the cut {ties.cut}): "
-        "the cases no longer test the tie rules; choose another bias in tie_logits"]
-    h.record(label, errors)
-    print(f"  {'ok  ' if not errors else 'FAIL'} {label}: the twin met a maximum shared by tied ids in {ties.greedy} "
-          f"greedy steps and ties at the k-th value in {ties.cut} top-k steps")
 
 
 if __name__ == "__main__":
