@@ -11,7 +11,8 @@ written as the book's bonus code writes it: W_query (d_out rows), W_key and W_va
 (angles in float64, rounded to float32, as qkv computes them: variants.rope_params); keys and values
 repeat_interleave'd num_kv_groups = num_heads // num_kv_heads times; scores q k^T / sqrt(D), then
 softcap * tanh(s / softcap), then - slope_h (i - j) (variants.alibi_slopes), then -inf above the
-diagonal (the mask buffer) and where j <= i - window.
+diagonal (the mask buffer) and where j <= i - window. A test may set after_rope, a function of
+(queries, keys, values) applied between RoPE and the scores (to round them as a bf16 cache does).
 
 token embedding + positional embedding -> num_layers x (x = x + MultiHeadAttention(x)) -> out_head.
 Submodules are created in the order qkv creates them, so torch.manual_seed(s) followed by this
@@ -52,6 +53,7 @@ class GroupedQueryAttention(nn.Module):
             self.register_buffer("cos", cos, persistent=False)
             self.register_buffer("sin", sin, persistent=False)
         self.register_buffer("slopes", torch.tensor(alibi_slopes(num_heads)) if alibi else None, persistent=False)
+        self.after_rope = None  # set: (queries, keys, values) -> the same, applied after RoPE (a test's rounding)
 
     def apply_rope(self, x):  # x (b, heads, T, D)
         T = x.shape[2]
@@ -65,6 +67,8 @@ class GroupedQueryAttention(nn.Module):
         values = self.W_value(x).view(b, num_tokens, self.num_kv_heads, self.head_dim).transpose(1, 2)
         if self.rope:
             queries, keys = self.apply_rope(queries), self.apply_rope(keys)
+        if self.after_rope is not None:
+            queries, keys, values = self.after_rope(queries, keys, values)
         keys = keys.repeat_interleave(self.num_kv_groups, dim=1)      # (b, num_heads, T, D)
         values = values.repeat_interleave(self.num_kv_groups, dim=1)
         attn_scores = queries @ keys.transpose(2, 3) / self.head_dim ** 0.5

@@ -1,14 +1,15 @@
 """What the differential tests (test_forward_differential.py, test_backward_differential.py) share:
 random configurations of the book's five attention classes, the PyTorch module for one, the
-`qkv forward` flags for it, running qkv, and the relative error they compare by.
+`qkv forward` flags for it, the relative error they compare by, and running the cases' qkv
+commands in a pool (harness.run_qkv each) while PyTorch prepares the next.
 """
 
 import concurrent.futures
-import subprocess
 
 import torch
 
 import book_classes
+from harness import run_qkv
 
 MODULES = ["self-attention-v1", "self-attention-v2", "causal-attention", "mha-wrapper", "mha"]
 CAUSAL = {"causal-attention", "mha-wrapper", "mha"}
@@ -106,19 +107,10 @@ def rel_err(a, b):
     return diff[i].item() / max(1.0, b.double().abs().max().item()), i
 
 
-def run_qkv(cmd):
-    """(exit status, stdout, stderr) of one qkv run; a run over 120 s counts as failed."""
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
-        return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-    except subprocess.TimeoutExpired:
-        return -1, "", "timed out after 120 s"
-
-
 def run_all(cases, prepare, jobs):
     """Runs `prepare(case)` (PyTorch's side, in this thread) for each case in turn, and each case's
     qkv command (case.cmd, set by prepare) in a pool of `jobs` meanwhile; returns the results of
-    run_qkv in the cases' order."""
+    harness.run_qkv (Run: returncode, stdout, stderr) in the cases' order."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = []
         for case in cases:

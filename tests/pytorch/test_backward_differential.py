@@ -25,13 +25,9 @@ Prints the worst relative error per module and tensor kind, and one summary line
 "backward differential: N passed, M failed"; exits non-zero on any failure.
 """
 
-import argparse
 import os
 import random
-import shlex
 import sys
-import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -39,6 +35,7 @@ sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+import harness  # noqa: E402
 import safetensors_io  # noqa: E402
 from module_cases import (CAUSAL, MODULES, construct, describe, perturbed_weights, qkv_args,  # noqa: E402
                           random_config, rel_err, run_all)
@@ -94,9 +91,9 @@ def prepare(case, qkv, tmp, rng):
 
 
 def check(case, result):
-    rc, _, err = result
-    if rc != 0:
-        case.errors.append(f"qkv exited with status {rc}: {err.strip()}")
+    problem = result.problem()
+    if problem:
+        case.errors.append(problem)
         return
     try:
         got = safetensors_io.load(case.files["grads"])
@@ -141,51 +138,34 @@ def build_cases(args):
     return cases, rng
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--qkv", required=True, help="path to the qkv executable")
+def add_flags(ap):
     ap.add_argument("--cases", type=int, default=110, help="configurations per module")
-    ap.add_argument("--rng-seed", type=int, default=20241122, help="seed of the Python RNG drawing the cases")
-    ap.add_argument("--jobs", type=int, default=2, help="qkv processes at a time")
-    ap.add_argument("--verbose", "-v", action="store_true")
-    args = ap.parse_args()
 
-    qkv = os.path.abspath(args.qkv)
-    if not os.access(qkv, os.X_OK):
-        print(f"backward differential: FAILED: {qkv} is not an executable", file=sys.stderr)
-        return 2
-    torch.set_num_threads(1)
-    start = time.time()
-    cases, rng = build_cases(args)
-    with tempfile.TemporaryDirectory(prefix="qkv-backward-diff-") as tmp:
-        results = run_all(cases, lambda case: prepare(case, qkv, tmp, rng), args.jobs)
-        summary = {}
-        failed = []
+
+def main():
+    h = harness.start("backward differential", __doc__, add_flags, jobs=2, rng_seed=20241122)
+    cases, rng = build_cases(h.args)
+    summary = {}
+    with h.scratch("qkv-backward-diff-") as tmp:
+        results = run_all(cases, lambda case: prepare(case, h.qkv, tmp, rng), h.args.jobs)
         for case, result in zip(cases, results):
             check(case, result)
+            h.record(case.name, case.errors, case.cmd)
             s = summary.setdefault(case.cfg["module"], {"passed": 0, "failed": 0, "worst": {}, "kinds": {}})
             s["failed" if case.errors else "passed"] += 1
             s["kinds"][case.kind] = s["kinds"].get(case.kind, 0) + 1
             for k, v in case.worst.items():
                 s["worst"][k] = max(s["worst"].get(k, 0.0), v)
-            if case.errors:
-                failed.append(case)
-            if args.verbose:
+            if h.verbose:
                 print(f"{'FAIL' if case.errors else 'ok  '} {case.name} "
                       + " ".join(f"{k}={v:.2g}" for k, v in case.worst.items()))
-    for case in failed:
-        print(f"FAILED {case.name}\n  command: {shlex.join(case.cmd)}", file=sys.stderr)
-        for e in case.errors:
-            print(f"  {e}", file=sys.stderr)
     for module in MODULES:
         s = summary[module]
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(s["kinds"].items()))
         worst = ", ".join(f"d{k} {v:.2g}" for k, v in sorted(s["worst"].items()))
         print(f"  {module:18s} {s['passed']:4d} passed, {s['failed']:3d} failed ({kinds}); "
               f"worst relative error: {worst}")
-    n_fail = len(failed)
-    print(f"backward differential: {len(cases) - n_fail} passed, {n_fail} failed ({time.time() - start:.1f} s)")
-    return 1 if n_fail else 0
+    return h.finish()
 
 
 if __name__ == "__main__":

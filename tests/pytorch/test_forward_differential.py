@@ -26,13 +26,10 @@ Prints one summary line, "forward differential: N passed, M failed", and exits n
 failure, after describing each failure (module, configuration, tensor, worst element, values).
 """
 
-import argparse
 import os
 import random
 import shlex
 import sys
-import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -41,6 +38,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import book_classes  # noqa: E402
+import harness  # noqa: E402
 import safetensors_io  # noqa: E402
 from module_cases import (CAUSAL, MODULES, construct, describe, perturbed_weights, qkv_args,  # noqa: E402
                           random_config, rel_err, run_all, seeded)
@@ -150,10 +148,9 @@ def compare(case, name, got, want):
 
 
 def check(case, result):
-    rc, out, err = result
-    if rc != 0:
-        case.errors.append(f"qkv exited with status {rc}\n    command: {shlex.join(case.cmd)}\n    stderr: "
-                           + (err.strip() or "(empty)").replace("\n", "\n            "))
+    problem = result.problem()
+    if problem:
+        case.errors.append(problem)
         return
     f = case.files
     try:
@@ -249,70 +246,40 @@ def build_cases(args):
     return cases, rng
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--qkv", required=True, help="path to the qkv executable")
+def add_flags(ap):
     ap.add_argument("--cases", type=int, default=100, help="--weights configurations per module")
     ap.add_argument("--seed-cases", type=int, default=20, help="--seed configurations per module")
     ap.add_argument("--dropout-cases", type=int, default=20, help="--train configurations per causal module")
-    ap.add_argument("--rng-seed", type=int, default=20240917, help="seed of the Python RNG drawing the cases")
-    ap.add_argument("--jobs", type=int, default=2, help="qkv processes at a time")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    ap.add_argument("--verbose", "-v", action="store_true", help="print every case and command")
-    args = ap.parse_args()
 
-    qkv = os.path.abspath(args.qkv)
-    if not os.access(qkv, os.X_OK):
-        print(f"forward differential: FAILED: {qkv} is not an executable", file=sys.stderr)
-        return 2
-    torch.set_num_threads(1)
-    start = time.time()
 
-    cases, rng = build_cases(args)
-    tmp_obj = tempfile.TemporaryDirectory(prefix="qkv-forward-diff-")
-    tmp = tmp_obj.name
-    try:
+def main():
+    h = harness.start("forward differential", __doc__, add_flags, jobs=2, rng_seed=20240917)
+    cases, rng = build_cases(h.args)
+    summary = {}
+    with h.scratch("qkv-forward-diff-") as tmp:
         # PyTorch's side of each case here, qkv processes in the pool meanwhile.
-        results = run_all(cases, lambda case: prepare(case, qkv, tmp, rng), args.jobs)
-
-        summary = {}
-        failed = []
+        results = run_all(cases, lambda case: prepare(case, h.qkv, tmp, rng), h.args.jobs)
         for case, result in zip(cases, results):
             check(case, result)
+            h.record(case.name, case.errors, case.cmd)
             s = summary.setdefault(case.cfg["module"], {"passed": 0, "failed": 0, "worst": {}})
             s["failed" if case.errors else "passed"] += 1
             for name, err in case.worst.items():
                 if err > s["worst"].get(name, -1.0):
                     s["worst"][name] = err
-            if case.errors:
-                failed.append(case)
-            if args.verbose:
+            if h.verbose:
                 status = "FAIL" if case.errors else "ok  "
                 worst = " ".join(f"{k}={v:.2g}" for k, v in case.worst.items())
                 print(f"{status} {case.name}  [{worst}]\n     $ {shlex.join(case.cmd)}")
                 for e in case.errors:
                     print(f"     {e}")
-
-        for case in failed:
-            print(f"FAILED {case.name}\n  command: {shlex.join(case.cmd)}", file=sys.stderr)
-            for e in case.errors:
-                print(f"  {e}", file=sys.stderr)
-        for module in MODULES:
-            s = summary.get(module)
-            if s is None:
-                continue
-            worst = ", ".join(f"{k} {v:.3g}" for k, v in sorted(s["worst"].items()))
-            print(f"  {module:18s} {s['passed']:4d} passed, {s['failed']:3d} failed; worst relative error: {worst}")
-        n_fail = len(failed)
-        print(f"forward differential: {len(cases) - n_fail} passed, {n_fail} failed ({time.time() - start:.1f} s)")
-        if args.keep:
-            print(f"files kept in {tmp}")
-        return 1 if n_fail else 0
-    finally:
-        if args.keep:
-            tmp_obj._finalizer.detach()  # noqa: SLF001 - leave the directory for inspection
-        else:
-            tmp_obj.cleanup()
+    for module in MODULES:
+        s = summary.get(module)
+        if s is None:
+            continue
+        worst = ", ".join(f"{k} {v:.3g}" for k, v in sorted(s["worst"].items()))
+        print(f"  {module:18s} {s['passed']:4d} passed, {s['failed']:3d} failed; worst relative error: {worst}")
+    return h.finish()
 
 
 if __name__ == "__main__":

@@ -17,12 +17,9 @@ saved file) must give the same output again. Then the backward: with a random dL
 token_emb.weight and pos_emb.weight) must agree with PyTorch autograd's within 1e-4 relative
 (max|qkv - torch| / max(1, max|torch|)). Prints "text forward: N passed, M failed".
 """
-import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -31,6 +28,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import book_classes  # noqa: E402
+import harness  # noqa: E402
 import safetensors_io  # noqa: E402
 
 TEXTS = ["Your journey starts with one step.",
@@ -52,7 +50,7 @@ def build(module, d_in, d_out, heads, ctx):
     return book_classes.MultiHeadAttention(d_in, d_out, ctx, 0.0, num_heads=heads)
 
 
-def check_backward(qkv, cmd, tmp, tok, pos, m, module, ids, seed):
+def check_backward(cmd, tmp, tok, pos, m, module, ids, seed):
     """qkv's --grad-output run against autograd through the module and both embeddings."""
     for t in (tok.weight, pos.weight, *m.parameters()):
         t.grad = None
@@ -66,10 +64,9 @@ def check_backward(qkv, cmd, tmp, tok, pos, m, module, ids, seed):
     want = {"input": x.grad, "token_emb.weight": tok.weight.grad, "pos_emb.weight": pos.weight.grad}
     want.update({name: p.grad for name, p in m.named_parameters()})
     safetensors_io.save(f"{tmp}/g.st", {"grad_output": g})
-    r = subprocess.run(cmd + ["--grad-output", f"{tmp}/g.st", "--grads-out", f"{tmp}/grads.st"],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        return [f"--grad-output run failed: {r.stderr.strip()}"]
+    problem = harness.run_qkv(cmd + ["--grad-output", f"{tmp}/g.st", "--grads-out", f"{tmp}/grads.st"]).problem()
+    if problem:
+        return [f"--grad-output run: {problem}"]
     got = safetensors_io.load(f"{tmp}/grads.st")
     if sorted(got) != sorted(want):
         return [f"gradient names {sorted(got)} != {sorted(want)}"]
@@ -85,25 +82,25 @@ def check_backward(qkv, cmd, tmp, tok, pos, m, module, ids, seed):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--qkv", required=True)
-    args = ap.parse_args()
-    passed = failed = 0
-    with tempfile.TemporaryDirectory() as tmp:
+    h = harness.start("text forward", __doc__)
+    with h.scratch("qkv-text-forward-") as tmp:
         for text in TEXTS:
-            ids = json.loads(subprocess.run([args.qkv, "encode", "--allowed-special", "all", "--text", text],
-                                            check=True, capture_output=True, text=True).stdout)
+            try:
+                ids = json.loads(harness.check_qkv([h.qkv, "encode", "--allowed-special", "all", "--text", text]))
+            except harness.QkvError as e:
+                h.record(f"qkv encode {text[:20]!r}", [e])
+                continue
             for module, d_in, d_out, heads, ctx, seed in CONFIGS:
                 what = f"{module} d_in={d_in} d_out={d_out} heads={heads} ctx={ctx} seed={seed} text={text[:20]!r}"
-                cmd = [args.qkv, "forward", "--module", module, "--d-in", str(d_in), "--d-out", str(d_out),
+                cmd = [h.qkv, "forward", "--module", module, "--d-in", str(d_in), "--d-out", str(d_out),
                        "--context-length", str(ctx), "--seed", str(seed), "--text", text,
                        "--output", f"{tmp}/y.st", "--save-weights", f"{tmp}/w.st"]
                 if module in ("mha", "mha-wrapper"):
                     cmd += ["--num-heads", str(heads)]
-                r = subprocess.run(cmd, capture_output=True, text=True)
-                if r.returncode != 0:
-                    print(f"FAIL {what}: exit {r.returncode}: {r.stderr}")
-                    failed += 1
+                problem = harness.run_qkv(cmd).problem()
+                if problem:
+                    h.record(what, [problem], cmd)
+                    print(f"FAIL {what}")
                     continue
                 torch.manual_seed(seed)
                 tok, pos = nn.Embedding(50257, d_in), nn.Embedding(ctx, d_in)
@@ -123,22 +120,20 @@ def main():
                 err = ((out - y).abs().max() / max(1.0, y.abs().max().item())).item() if out.shape == y.shape else 1e9
                 if err > 1e-5:
                     problems.append(f"output relative error {err:.3g} (shapes {tuple(out.shape)} vs {tuple(y.shape)})")
-                again = subprocess.run(cmd[:cmd.index("--seed")] + ["--weights", f"{tmp}/w.st", "--text", text,
+                again = harness.run_qkv(cmd[:cmd.index("--seed")] + ["--weights", f"{tmp}/w.st", "--text", text,
                                                                      "--output", f"{tmp}/y2.st"] +
-                                       (["--num-heads", str(heads)] if module in ("mha", "mha-wrapper") else []),
-                                       capture_output=True, text=True)
-                if again.returncode != 0:
-                    problems.append(f"--weights run failed: {again.stderr.strip()}")
+                                        (["--num-heads", str(heads)] if module in ("mha", "mha-wrapper") else []))
+                if again.problem():
+                    problems.append(f"--weights run: {again.problem()}")
                 elif not torch.equal(safetensors_io.load(f"{tmp}/y2.st")["output"], out):
                     problems.append("--weights run gave a different output")
-                problems += check_backward(args.qkv, cmd, tmp, tok, pos, m, module, ids, seed)
+                problems += check_backward(cmd, tmp, tok, pos, m, module, ids, seed)
+                h.record(what, problems, cmd)
                 if problems:
-                    failed += 1
                     print(f"FAIL {what}: " + "; ".join(problems))
-                else:
-                    passed += 1
-    print(f"text forward: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+                elif h.verbose:
+                    print(f"ok   {what}")
+    return h.finish()
 
 
 if __name__ == "__main__":

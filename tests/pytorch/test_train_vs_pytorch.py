@@ -26,13 +26,8 @@ Prints one line per run (worst loss and weight errors) and
 "train vs pytorch: N passed, M failed".
 """
 
-import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -41,6 +36,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import attention_lm  # noqa: E402
+import harness  # noqa: E402
 import safetensors_io  # noqa: E402
 
 STEPS = 20
@@ -142,10 +138,7 @@ def qkv_run(qkv, run, data, tmp, path=None):
             cmd += [flag] if run[key] is True else [flag, str(run[key])]
     if path:
         cmd += ["--attention", path]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
-    if p.returncode != 0:
-        raise RuntimeError(f"qkv exited with {p.returncode}: {p.stderr.decode().strip()}\n  {' '.join(cmd)}")
-    summary = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    summary = harness.qkv_json(cmd, timeout=600)
     saved = safetensors_io.load(ckpt)
     return summary, saved
 
@@ -154,8 +147,8 @@ def rel(a, b):
     return (a.double() - b.double()).abs().max().item() / max(1.0, b.double().abs().max().item())
 
 
-def compare(label, summary, saved, want_losses, want_state, verbose):
-    """Prints the run's line (and its errors); True when qkv's losses and weights are PyTorch's."""
+def compare(summary, saved, want_losses, want_state, verbose):
+    """(errors, the run's line): where qkv's losses and weights are not PyTorch's."""
     errors = []
     got_losses = saved["train.losses"].tolist()
     worst_loss = 0.0
@@ -181,24 +174,14 @@ def compare(label, summary, saved, want_losses, want_state, verbose):
             worst_weight, worst_name = e, name
         if not e <= TOLERANCE:
             errors.append(f"final {name}: relative error {e:.3g}")
-    status = "ok  " if not errors else "FAIL"
-    print(f"  {status} {label:48s} loss {want_losses[0]:.4f} -> {want_losses[-1]:.4f}; worst relative "
-          f"error: loss {worst_loss:.2g}, weights {worst_weight:.2g} ({worst_name})")
-    for e in errors:
-        print(f"    {e}", file=sys.stderr)
-    return not errors
+    line = (f"loss {want_losses[0]:.4f} -> {want_losses[-1]:.4f}; worst relative "
+            f"error: loss {worst_loss:.2g}, weights {worst_weight:.2g} ({worst_name})")
+    return errors, line
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--qkv", required=True)
-    ap.add_argument("--verbose", "-v", action="store_true")
-    args = ap.parse_args()
-    qkv = os.path.abspath(args.qkv)
-    torch.set_num_threads(1)
-    start = time.time()
-    failed = passed = 0
-    with tempfile.TemporaryDirectory(prefix="qkv-train-vs-torch-") as tmp:
+    h = harness.start("train vs pytorch", __doc__)
+    with h.scratch("qkv-train-vs-torch-") as tmp:
         for run in RUNS:
             data = os.path.join(tmp, "data.safetensors")
             inputs, targets = make_data(run, data)
@@ -206,16 +189,15 @@ def main():
             for path in variant_paths(run):
                 label = run["name"] + (f" [{path}]" if path else "")
                 try:
-                    summary, saved = qkv_run(qkv, run, data, tmp, path)
-                except Exception as e:  # noqa: BLE001
-                    print(f"FAILED {label}: {e}", file=sys.stderr)
-                    failed += 1
+                    summary, saved = qkv_run(h.qkv, run, data, tmp, path)
+                except Exception as e:  # noqa: BLE001 - qkv failed, or its checkpoint is unreadable
+                    h.record(label, [e])
+                    print(f"  FAIL {label:48s} no checkpoint to compare")
                     continue
-                ok = compare(label, summary, saved, want_losses, want_state, args.verbose)
-                passed += ok
-                failed += not ok
-    print(f"train vs pytorch: {passed} passed, {failed} failed ({time.time() - start:.1f} s)")
-    return 1 if failed else 0
+                errors, line = compare(summary, saved, want_losses, want_state, h.verbose)
+                h.record(label, errors)
+                print(f"  {'ok  ' if not errors else 'FAIL'} {label:48s} {line}")
+    return h.finish()
 
 
 if __name__ == "__main__":

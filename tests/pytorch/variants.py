@@ -39,14 +39,10 @@ gradient within 1e-4.
 Prints one summary line "variants: N passed, M failed"; exits non-zero on a failure.
 """
 
-import argparse
 import math
 import os
 import random
-import shlex
 import sys
-import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -54,6 +50,7 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+import harness  # noqa: E402
 import safetensors_io  # noqa: E402
 from module_cases import rel_err, run_all  # noqa: E402
 
@@ -244,8 +241,6 @@ def prepare(case, qkv, tmp, rng):
                        "--grads-out", f["grads"]]
 
 
-
-
 def compare(case, name, got, want, tolerance):
     if tuple(got.shape) != tuple(want.shape):
         case.errors.append(f"{name}: qkv shape {tuple(got.shape)}, PyTorch {tuple(want.shape)}")
@@ -259,9 +254,9 @@ def compare(case, name, got, want, tolerance):
 
 
 def check(case, result):
-    rc, _, err = result
-    if rc != 0:
-        case.errors.append(f"qkv exited with status {rc}: {err.strip()}")
+    problem = result.problem()
+    if problem:
+        case.errors.append(problem)
         return
     try:
         out = safetensors_io.load(case.files["out"])["output"]
@@ -292,41 +287,27 @@ def build_cases(args):
     return cases, rng
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--qkv", required=True, help="path to the qkv executable")
+def add_flags(ap):
     ap.add_argument("--cases", type=int, default=160, help="random configurations (each on both paths)")
-    ap.add_argument("--rng-seed", type=int, default=20250611, help="seed of the Python RNG drawing the cases")
-    ap.add_argument("--jobs", type=int, default=2, help="qkv processes at a time")
-    ap.add_argument("--verbose", "-v", action="store_true")
-    args = ap.parse_args()
-    qkv = os.path.abspath(args.qkv)
-    if not os.access(qkv, os.X_OK):
-        print(f"variants: FAILED: {qkv} is not an executable", file=sys.stderr)
-        return 2
-    torch.set_num_threads(1)
-    start = time.time()
-    cases, rng = build_cases(args)
-    with tempfile.TemporaryDirectory(prefix="qkv-variants-") as tmp:
-        results = run_all(cases, lambda case: prepare(case, qkv, tmp, rng), args.jobs)
-        for case, result in zip(cases, results):
-            check(case, result)
-    failed = [c for c in cases if c.errors]
+
+
+def main():
+    h = harness.start("variants", __doc__, add_flags, jobs=2, rng_seed=20250611)
+    cases, rng = build_cases(h.args)
     worst = {}
-    for c in cases:
-        if args.verbose:
-            status = "FAIL" if c.errors else "ok  "
-            print(f"{status} {c.name} " + " ".join(f"{k}={v:.2g}" for k, v in c.worst.items()))
-        for k, v in c.worst.items():
-            key = (c.path, k)
-            worst[key] = max(worst.get(key, 0.0), v)
-    for c in failed:
-        print(f"FAILED {c.name}\n  command: {shlex.join(c.cmd)}", file=sys.stderr)
-        for e in c.errors:
-            print(f"  {e}", file=sys.stderr)
+    with h.scratch("qkv-variants-") as tmp:
+        results = run_all(cases, lambda case: prepare(case, h.qkv, tmp, rng), h.args.jobs)
+        for c, result in zip(cases, results):
+            check(c, result)
+            h.record(c.name, c.errors, c.cmd)
+            if h.verbose:
+                status = "FAIL" if c.errors else "ok  "
+                print(f"{status} {c.name} " + " ".join(f"{k}={v:.2g}" for k, v in c.worst.items()))
+            for k, v in c.worst.items():
+                key = (c.path, k)
+                worst[key] = max(worst.get(key, 0.0), v)
     print("  worst relative errors: " + ", ".join(f"{p} {k} {v:.2g}" for (p, k), v in sorted(worst.items())))
-    print(f"variants: {len(cases) - len(failed)} passed, {len(failed)} failed ({time.time() - start:.1f} s)")
-    return 1 if failed else 0
+    return h.finish()
 
 
 if __name__ == "__main__":
