@@ -13,15 +13,12 @@ bits of the seed (word i = 1812433253 * (w[i-1] ^ (w[i-1] >> 30)) + i), regenera
 time, each output tempered. PyTorch combines two 32-bit draws into a 64-bit one with the first
 draw in the high half. Pure Python: generation draws two words per token, so speed is no concern.
 
-The rule, for one position's logits (V float32 values):
-  temperature 0   the largest logit; the first one on ties; no draw.
-  otherwise       keep the top_k largest (top_k 0 or >= V: all; every logit equal to the k-th
-                  largest stays too), p_j = exp(l_j / temperature - m) for the kept ones (m the
-                  largest kept l_j / temperature; in double), 0 for the others;
-                  total = p_0 + ... + p_{V-1} summed in order;
-                  u = (random64() mod 2^53) * 2^-53 * total     (one draw per token)
-                  the id is the first j with u < p_j, subtracting each p_j passed; if rounding
-                  walks past the end, the last j with p_j > 0.
+The rule, for one position's logits (V float32 values), is the book's generate (chapter 5):
+  top-k           logits = torch.where(logits < topk(logits, k)[-1], -inf, logits)  (top_k 0: all;
+                  every logit equal to the k-th largest stays)
+  temperature 0   torch.argmax(logits): the first largest; no draw.
+  otherwise       probs = torch.softmax(logits / temperature); torch.multinomial(probs, 1) with
+                  a torch.Generator seeded with the seed: PyTorch itself draws.
 
 generate() re-runs the whole window for every token (no cache): the window is the last
 context_length ids, so with more ids than the context holds it slides, and its first id is
@@ -86,30 +83,23 @@ def kept_by_top_k(values, top_k):
 
 
 def pick_next(logits, temperature, top_k, gen, keep=kept_by_top_k):
-    """The next id from one position's logits (a sequence of floats: float32 values, read
-    exactly as doubles). `keep` is the top-k rule (a parameter so that a test can swap it)."""
-    values = [float(v) for v in logits]
+    """The next id from one position's logits (float32 values) by the book's rule; gen is a
+    torch.Generator. `keep` is the top-k rule (a parameter so that a test can swap it)."""
+    import torch
+    values = torch.tensor([float(v) for v in logits], dtype=torch.float32)
+    kept = torch.tensor(keep([float(v) for v in logits], top_k))
+    values = torch.where(kept, values, torch.tensor(float("-inf")))
     if temperature == 0:
-        return values.index(max(values))  # the first maximum
-    kept = keep(values, top_k)
-    scaled = [v / temperature for v in values]
-    m = max(s for s, k in zip(scaled, kept) if k)
-    p = [math.exp(s - m) if k else 0.0 for s, k in zip(scaled, kept)]
-    total = 0.0
-    for x in p:
-        total += x
-    u = (gen.random64() % 2**53) * 2.0**-53 * total
-    for j, x in enumerate(p):
-        if u < x:
-            return j
-        u -= x
-    return max(j for j, x in enumerate(p) if x > 0.0)  # rounding walked past the end
+        return int(torch.argmax(values))
+    probs = torch.softmax(values / temperature, dim=-1)
+    return int(torch.multinomial(probs, num_samples=1, generator=gen))
 
 
 def generate(logits_of, prompt, context_length, max_new_tokens, temperature, top_k, seed, pick=pick_next):
     """The new ids. logits_of(window) -> the logits of the window's last position; pick is the
     rule (pick_next, or a test's variant of it)."""
-    gen = MT19937(seed)
+    import torch
+    gen = torch.Generator().manual_seed(seed)
     ids = list(prompt)
     out = []
     for _ in range(max_new_tokens):

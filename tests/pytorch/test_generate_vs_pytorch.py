@@ -61,7 +61,7 @@ fp32 evaluations of the rounded one, in fp32 and in fp64, by ~1e-4.)
 --perturb RULE swaps the twin's rule for a wrong one, to see the test fail:
   top-k-without-ties   top-k keeps exactly k ids (ties at the k-th value broken by id)
   greedy-last-max      greedy takes the last maximum
-  draw-32-bits         u = random() * 2^-32 * total (one 32-bit draw instead of random64)
+  inverse-cdf          one uniform per token walked along the probabilities, not torch.multinomial
 
 Prints one line per case (with --verbose also the twin's ids) and "generate vs pytorch: N passed,
 M failed"; exits non-zero on a failure. About 40 s.
@@ -287,14 +287,15 @@ def top_k_without_ties(values, top_k):
     return [j in chosen for j in range(len(values))]
 
 
-class Draw32:
-    """A wrong draw: u = random() * 2^-32 * total (the 32-bit draw placed in the 53 bits' top)."""
-
-    def __init__(self, gen):
-        self.gen = gen
-
-    def random64(self):
-        return self.gen.random() << 21
+def inverse_cdf_pick(logits, temperature, top_k, gen, keep):
+    """A wrong draw: one uniform per token walked along the probabilities (inverse CDF) instead of
+    torch.multinomial's exponential per entry."""
+    import torch
+    values = torch.tensor([float(v) for v in logits], dtype=torch.float32)
+    kept = torch.tensor(keep([float(v) for v in logits], top_k))
+    probs = torch.softmax(torch.where(kept, values, torch.tensor(float("-inf"))) / temperature, dim=-1)
+    u = float(torch.rand(1, generator=gen))
+    return int(min(int((torch.cumsum(probs, 0) < u).sum()), len(probs) - 1))
 
 
 def rule(perturb, ties):
@@ -307,8 +308,8 @@ def rule(perturb, ties):
                 return len(values) - 1 - values[::-1].index(max(values))
         if perturb == "top-k-without-ties":
             return sampling.pick_next(logits, temperature, top_k, gen, top_k_without_ties)
-        if perturb == "draw-32-bits":
-            gen = Draw32(gen)
+        if perturb == "inverse-cdf":
+            return inverse_cdf_pick(logits, temperature, top_k, gen, ties.keep)
         return sampling.pick_next(logits, temperature, top_k, gen, ties.keep)
     return pick
 
@@ -323,7 +324,7 @@ class Case:
         self.name = f"{model.name} | {label}, seed {seed} | cache {cache}"
         self.cmd = [qkv, "generate", "--checkpoint", model.path, "--prompt", model.prompt,
                     "--max-new-tokens", str(model.new_tokens), "--temperature", repr(temperature),
-                    "--top-k", str(top_k), "--seed", str(seed), "--json"]
+                    "--seed", str(seed), "--json"] + (["--top-k", str(top_k)] if top_k else [])
         if cache == "none":
             self.cmd.append("--no-kv-cache")
         elif cache == "bf16":
@@ -521,7 +522,7 @@ def check_ties(h, ties):
 
 def main():
     h = harness.start("generate vs pytorch", __doc__, lambda ap: ap.add_argument(
-        "--perturb", choices=["top-k-without-ties", "greedy-last-max", "draw-32-bits"],
+        "--perturb", choices=["top-k-without-ties", "greedy-last-max", "inverse-cdf"],
         help="replace the twin's rule by a wrong one (the test must then fail)"), jobs=2)
     check_generator(h)
     apart = {what: Apart(what) for what in ("bf16 cache", "bf16 attention kernel")}
