@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "forward_gpt.h"
 #include "flags.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
@@ -27,6 +28,7 @@ namespace qkv::cli {
 namespace {
 
 struct ForwardFlags : ModuleFlags {
+  GptForwardFlags gpt;
   std::string input, output, save_weights, attn_weights;
   std::string text, text_file, vocab_dir;
   std::string grad_output, grads_out;  // backward: dL/doutput in, gradients out
@@ -38,6 +40,15 @@ std::string expected_input(const AttentionModule& m, const AttentionConfig& c) {
 }
 
 int run_forward(ForwardFlags& f, const CLI::App& sub) {
+  if (f.module == "gpt") {
+    const std::string text = f.text_file.empty() ? f.text : read_file(f.text_file);
+    return run_forward_gpt(f, f.gpt, {f.input, f.output, f.save_weights, f.grad_output, f.grads_out, text, f.vocab_dir},
+                           sub);
+  }
+  for (const char* flag : {"--d-in", "--d-out"})
+    if (sub.count(flag) == 0) bad_flag(flag, "--module ", f.module, " needs it");
+  for (const char* flag : {"--vocab-size", "--d-model", "--num-layers"})
+    if (sub.count(flag) > 0) bad_flag(flag, "is a flag of --module gpt, not ", f.module);
   const AttentionModuleInfo& info = attention_module_info(f.module);
   const bool causal = info.causal;
   const AttentionConfig c = module_config(f, sub);  // the flags against each other, first
@@ -164,7 +175,8 @@ Command add_forward(CLI::App& app) {
   auto f = std::make_shared<ForwardFlags>();
   CLI::App* sub = app.add_subcommand("forward", "Run one attention module on a tensor from a safetensors file");
   add_module_flags(sub, *f);
-  for (const char* flag : {"--module", "--d-in", "--d-out"}) sub->get_option(flag)->required();
+  sub->get_option("--module")->required();
+  add_gpt_forward_flags(sub, f->gpt);
   sub->add_option("--input", f->input, "Safetensors file holding the tensor 'input'");
   sub->add_option("--text", f->text,
                   "Text instead of --input: GPT-2 ids -> token + positional embedding (token_emb.weight, "
