@@ -40,7 +40,7 @@ TEST(SlidingWindowDataset, TooShortTextSaysTheLengthNeeded) {
 TEST(DataLoader, InOrderBatchesAndDropLast) {
   SlidingWindowDataset d(iota_ids(12), 2, 1);  // 10 windows
   DataLoader keep(d, 4, false, false), drop(d, 4, false, true);
-  std::vector<TokenBatch> a = keep.epoch(), b = drop.epoch();
+  std::vector<WindowBatch> a = keep.epoch(), b = drop.epoch();
   ASSERT_EQ(a.size(), 3u);
   EXPECT_EQ(a.back().batch, 2);
   ASSERT_EQ(b.size(), 2u);
@@ -68,7 +68,7 @@ TEST(DataLoader, ShuffledEpochsInPyTorchsOrder) {
     DataLoader loader(d, c["batch_size"], true, c["drop_last"], &g);
     for (const auto& want_epoch : c["epochs"]) {
       std::vector<std::vector<int64_t>> got;
-      for (const TokenBatch& b : loader.epoch()) got.push_back(b.inputs);
+      for (const WindowBatch& b : loader.epoch()) got.push_back(b.inputs);
       EXPECT_EQ(got, want_epoch.get<std::vector<std::vector<int64_t>>>()) << "n=" << n << " seed=" << c["seed"];
     }
     float after[2];

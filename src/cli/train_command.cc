@@ -31,6 +31,7 @@
 #include "qkv/train/run_options.h"
 #include "qkv/train/trainer.h"
 #include "progress.h"
+#include "train_gpt.h"
 #include "train_ranks.h"
 
 namespace qkv::cli {
@@ -38,6 +39,7 @@ namespace {
 
 struct TrainFlags {
   TrainOptions o;
+  GptTrainFlags gpt;
   std::string checkpoint = "qkv-train.safetensors", resume, svg = "qkv-train-loss.svg", vocab_dir;
   int64_t checkpoint_every = 250, stop_after = 0;
   bool json = false, quiet = false;
@@ -234,6 +236,14 @@ std::string per_rank_text(int64_t batch, int ranks) {
 
 int run_train(const TrainFlags& flags, const CLI::App& sub, TrainRanks* ranks) {
   TrainFlags f = flags;
+  if (f.gpt.model == "gpt") {
+    QKV_CHECK(ranks == nullptr, "--model gpt does not train across MPI ranks yet; run it as one process");
+    return run_train_gpt(f.gpt, f.o, sub, sub.count("--checkpoint") > 0 ? f.checkpoint : "qkv-gpt.safetensors",
+                         f.svg, f.vocab_dir, f.json, f.quiet);
+  }
+  for (const char* flag : {"--preset", "--init", "--epochs", "--eval-freq", "--eval-iter", "--train-ratio",
+                           "--start-context", "--sample-tokens"})
+    if (sub.count(flag) > 0) bad_flag(flag, "is a flag of --model gpt");
   const bool lead = ranks == nullptr || ranks->rank() == 0;  // prints and writes
   if (!lead) {
     f.quiet = true;
@@ -351,7 +361,8 @@ Command add_train(CLI::App& app) {
   auto f = std::make_shared<TrainFlags>();
   TrainOptions& o = f->o;
   CLI::App* sub = app.add_subcommand(
-      "train", "Train an attention-only language model (built-in copy/reverse task, or a text file)");
+      "train", "Train a model: the attention-only LM (built-in copy/reverse task, or a text file), or the book's GPT "
+               "model on a text (--model gpt, chapter 5)");
   // The run's options, each from its one declaration (qkv/train/train_options.h).
   visit_fields(OptionFlags{sub,
                            [sub, f](const OptionField& field) {
@@ -360,6 +371,7 @@ Command add_train(CLI::App& app) {
                                                "Where GPT-2's encoder.json and vocab.bpe are (default: searched)");
                            }},
                o);
+  add_gpt_train_flags(sub, f->gpt);
   sub->add_option("--checkpoint", f->checkpoint, "Checkpoint file (\"\": none); with --resume, default the resumed file")
       ->capture_default_str();
   add_number_with_default(sub, "--checkpoint-every", f->checkpoint_every,

@@ -212,6 +212,11 @@ bool is_gpt_weights(const TensorFile& f) {
 GptWeights gpt_weights_from(const TensorFile& f, std::optional<int64_t> heads, const std::string& config_json) {
   QKV_CHECK(is_gpt_weights(f), excerpt(f.path), " holds no GPT model: it has neither Hugging Face's 'wte.weight' ",
             "nor the book's 'tok_emb.weight'");
+  // qkv's own files (qkv train --model gpt, qkv convert) carry their configuration: its head count.
+  if (!heads && f.metadata.count("config")) {
+    const GPTConfig saved = gpt_config_from_json(parse_json(f.metadata.at("config"), excerpt(f.path) + "'s config"));
+    heads = saved.attention.heads;
+  }
   return f.contains("tok_emb.weight") ? from_book(f, heads) : from_hugging_face(f, heads, config_json);
 }
 

@@ -49,23 +49,23 @@ std::vector<int64_t> randperm(int64_t n, Generator& gen) {
   return r;
 }
 
-std::vector<TokenBatch> DataLoader::epoch() {
+std::vector<WindowBatch> DataLoader::epoch() {
   const int64_t n = dataset_.size();
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
+  if (gen_) gen_->random64();  // _BaseDataLoaderIter's base seed: every iteration draws it, shuffled or not
   if (shuffle_) {
-    gen_->random64();  // _BaseDataLoaderIter's base seed, drawn first
     // RandomSampler: seed = torch.empty((), dtype=torch.int64).random_() -> [0, 2^63)
     const uint64_t seed = gen_->random64() % (uint64_t{1} << 63);
     Generator local(seed);
     order = randperm(n, local);
   }
-  std::vector<TokenBatch> batches;
+  std::vector<WindowBatch> batches;
   const int64_t L = dataset_.max_length();
   for (int64_t start = 0; start < n; start += batch_size_) {
     const int64_t b = std::min(batch_size_, n - start);
     if (b < batch_size_ && drop_last_) break;
-    TokenBatch tb;
+    WindowBatch tb;
     tb.batch = b;
     tb.length = L;
     tb.inputs.resize(static_cast<size_t>(b * L));

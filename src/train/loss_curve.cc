@@ -118,8 +118,8 @@ std::string loss_curve_svg(const std::vector<float>& losses, const std::vector<E
   for (const EvalStats& e : evals) {
     if (!std::isfinite(e.loss) || e.loss <= 0 || e.step < 1) continue;
     s << "<circle cx=\"" << num(X(static_cast<double>(e.step))) << "\" cy=\"" << num(Y(e.loss))
-      << "\" r=\"3.5\" fill=\"#e6550d\"><title>step " << e.step << ": held-out loss " << e.loss << ", accuracy "
-      << num(100 * e.accuracy, "%.2f") << "%</title></circle>\n";
+      << "\" r=\"3.5\" fill=\"#e6550d\"><title>step " << e.step << ": held-out loss " << e.loss
+      << (std::isfinite(e.accuracy) ? ", accuracy " + num(100 * e.accuracy, "%.2f") + "%" : std::string()) << "</title></circle>\n";
   }
   // Legend.
   const double lx = left + pw - 250, ly = top + 14;

@@ -8,9 +8,11 @@
 //
 // Shuffling reproduces PyTorch: with Generator g seeded like torch.manual_seed(s), the epochs come
 // in the order that `torch.manual_seed(s); DataLoader(dataset, batch_size, shuffle=True)` gives.
-// Each epoch PyTorch's loader draws one int64 from the global generator (its base seed for workers),
-// then its RandomSampler draws another int64 and seeds a fresh generator with it, from which
-// torch.randperm(n) is a Fisher-Yates shuffle with random() % (n - i).
+// Each iteration of a PyTorch loader, shuffled or not, draws one int64 from the global generator
+// (its base seed for workers); a shuffled one's RandomSampler then draws another int64 and seeds a
+// fresh generator with it, from which torch.randperm(n) is a Fisher-Yates shuffle with
+// random() % (n - i). Given a generator, epoch() draws as PyTorch does (a loader in order too, so a
+// loop that iterates it between other draws keeps PyTorch's sequence).
 #pragma once
 
 #include <cstdint>
@@ -34,7 +36,7 @@ class SlidingWindowDataset {
   int64_t max_length_, stride_, count_;
 };
 
-struct TokenBatch {
+struct WindowBatch {
   int64_t batch = 0, length = 0;  // (batch, length)
   std::vector<int64_t> inputs;    // (batch, length) row-major
   std::vector<int64_t> targets;   // (batch, length) row-major
@@ -42,10 +44,11 @@ struct TokenBatch {
 
 class DataLoader {
  public:
-  // gen is used only when shuffle is set (and must then be given).
+  // gen: the global generator each iteration draws from (required when shuffling; without it an
+  // unshuffled loader draws nothing).
   DataLoader(const SlidingWindowDataset& dataset, int64_t batch_size, bool shuffle, bool drop_last,
              Generator* gen = nullptr);
-  std::vector<TokenBatch> epoch();  // the batches of one pass; shuffled anew each call
+  std::vector<WindowBatch> epoch();  // the batches of one pass; shuffled anew each call
   int64_t batches_per_epoch() const;
 
  private:

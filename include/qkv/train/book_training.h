@@ -1,0 +1,81 @@
+// qkv/train/book_training.h - chapter 5's training of the GPT model on a text, as the book's
+// train_model_simple runs it, draw for draw.
+//
+//   split_idx = int(train_ratio * len(text)); train_text, val_text = text[:split_idx], text[split_idx:]
+//                                                  (len and the split in characters, not bytes)
+//   train_loader = windows of context_length tokens, stride context_length, batch_size, shuffled,
+//                  drop_last;  val_loader = the same in order, keeping a last short batch
+//   model (drawn from the generator, or loaded), AdamW(lr, weight_decay)
+//   tokens_seen, global_step = 0, -1
+//   for epoch in range(epochs):
+//     model.train()
+//     for input, target in train_loader:                   # draws the loader's seeds
+//       zero_grad; loss = cross_entropy(model(input), target); backward; step
+//       tokens_seen += input.numel(); global_step += 1
+//       if global_step % eval_freq == 0:                   # eval mode, no dropout:
+//         train_loss = the mean of the first eval_iter batches' losses of a pass over train_loader
+//         val_loss   = the same over val_loader            # (each pass draws its loader's seeds)
+//     sample: greedy, sample_tokens new tokens after start_context, context = the model's
+//
+// Every random draw (the loaders' seeds, the dropouts) comes from one generator, as PyTorch's global
+// one after torch.manual_seed(seed); GPTModel(cfg): so the losses are PyTorch's up to float32 sums.
+#pragma once
+
+#include <csignal>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "qkv/core/generator.h"
+#include "qkv/models/gpt.h"
+#include "qkv/models/tokenizer.h"
+
+namespace qkv {
+
+struct BookTrainingOptions {
+  double train_ratio = 0.90;
+  int64_t batch_size = 2;
+  int64_t epochs = 10;
+  int64_t eval_freq = 5;  // evaluate after steps 0, eval_freq, 2 eval_freq, ...
+  int64_t eval_iter = 5;  // batches of each loader per evaluation
+  double lr = 4e-4, weight_decay = 0.1;  // torch.optim.AdamW with its other defaults
+  std::string start_context = "Every effort moves you";
+  int64_t sample_tokens = 50;
+};
+
+struct BookEval {
+  int64_t epoch = 0;  // 1-based, as the book prints it
+  int64_t step = 0;   // global_step
+  int64_t tokens_seen = 0;
+  double train_loss = 0, val_loss = 0;
+};
+
+struct BookTrainingReport {
+  std::vector<BookEval> evals;
+  std::vector<std::string> samples;  // one per epoch
+  int64_t steps = 0, tokens_seen = 0;
+  int64_t train_batches = 0, val_batches = 0, train_tokens = 0, val_tokens = 0;
+  bool stopped = false;  // the stop flag ended it (after the step in progress)
+};
+
+struct BookTrainingCallbacks {
+  std::function<void(const BookEval&)> on_eval;
+  std::function<void(int64_t epoch, const std::string& text)> on_sample;
+  std::function<void(int64_t step, float loss)> on_step;
+  const volatile std::sig_atomic_t* stop_flag = nullptr;  // non-zero: stop after the step in progress
+};
+
+// Trains `model` on `text` (read with `tokenizer`), drawing from `gen` (the generator the model
+// was built from, continuing). Throws qkv::Error on options out of range, or a text too short
+// for one batch of either loader (the book's loaders would have no batch: it says which and how
+// many tokens each half has).
+BookTrainingReport train_like_the_book(GPTModel& model, Generator& gen, const Tokenizer& tokenizer,
+                                       const std::string& text, const BookTrainingOptions& options,
+                                       const BookTrainingCallbacks& callbacks = {});
+
+// The number of characters (code points) of UTF-8 text, and the byte offset of character n.
+int64_t utf8_length(const std::string& text);
+size_t utf8_offset(const std::string& text, int64_t n);
+
+}  // namespace qkv

@@ -1,0 +1,145 @@
+// Chapter 5's training loop. See include/qkv/train/book_training.h.
+#include "qkv/train/book_training.h"
+
+#include <cmath>
+
+#include "qkv/core/error.h"
+#include "qkv/models/generation.h"
+#include "qkv/text/data_loader.h"
+#include "qkv/train/loss.h"
+#include "qkv/train/optimizer.h"
+
+namespace qkv {
+namespace {
+
+bool continuation_byte(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+
+// calc_loss_batch: cross_entropy(model(input).flatten(0, 1), target.flatten())
+float batch_loss(GPTModel& model, CrossEntropyLoss& loss, const WindowBatch& b) {
+  return loss.forward(model.forward(b.inputs, b.batch, b.length), b.targets);
+}
+
+// calc_loss_loader(loader, model, num_batches): one pass (drawing the loader's seeds), the mean of
+// the first num_batches batches' losses (a Python float sum of float32 items).
+double loader_loss(GPTModel& model, DataLoader& loader, int64_t num_batches) {
+  CrossEntropyLoss loss;
+  const std::vector<WindowBatch> batches = loader.epoch();
+  const int64_t n = std::min<int64_t>(num_batches, static_cast<int64_t>(batches.size()));
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += batch_loss(model, loss, batches[static_cast<size_t>(i)]);
+  return total / static_cast<double>(n);
+}
+
+}  // namespace
+
+int64_t utf8_length(const std::string& text) {
+  int64_t n = 0;
+  for (char c : text) n += continuation_byte(c) ? 0 : 1;
+  return n;
+}
+
+size_t utf8_offset(const std::string& text, int64_t n) {
+  size_t i = 0;
+  for (int64_t seen = 0; i < text.size(); ++i) {
+    if (!continuation_byte(text[i])) {
+      if (seen == n) return i;
+      ++seen;
+    }
+  }
+  return text.size();
+}
+
+BookTrainingReport train_like_the_book(GPTModel& model, Generator& gen, const Tokenizer& tokenizer,
+                                       const std::string& text, const BookTrainingOptions& o,
+                                       const BookTrainingCallbacks& cb) {
+  QKV_CHECK(o.train_ratio > 0 && o.train_ratio < 1, "train: train_ratio (", o.train_ratio, ") must be in (0, 1)");
+  QKV_CHECK(o.batch_size >= 1, "train: batch_size (", o.batch_size, ") must be at least 1");
+  QKV_CHECK(o.epochs >= 0, "train: epochs (", o.epochs, ") must not be negative");
+  QKV_CHECK(o.eval_freq >= 1, "train: eval_freq (", o.eval_freq, ") must be at least 1");
+  QKV_CHECK(o.eval_iter >= 1, "train: eval_iter (", o.eval_iter, ") must be at least 1");
+  QKV_CHECK(std::isfinite(o.lr) && o.lr >= 0, "train: lr (", o.lr, ") must be finite and >= 0");
+  QKV_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "train: weight_decay (", o.weight_decay,
+            ") must be finite and >= 0");
+  QKV_CHECK(o.sample_tokens >= 0, "train: sample_tokens (", o.sample_tokens, ") must not be negative");
+  const int64_t ctx = model.context_length();
+  // split_idx = int(train_ratio * len(text_data)), in characters
+  const auto split = static_cast<int64_t>(o.train_ratio * static_cast<double>(utf8_length(text)));
+  const size_t at = utf8_offset(text, split);
+  const std::vector<int64_t> train_ids = tokenizer.encode(text.substr(0, at));
+  const std::vector<int64_t> val_ids = tokenizer.encode(text.substr(at));
+  BookTrainingReport r;
+  r.train_tokens = static_cast<int64_t>(train_ids.size());
+  r.val_tokens = static_cast<int64_t>(val_ids.size());
+  auto windows = [&](const std::vector<int64_t>& ids) {  // range(0, len(ids) - max_length, stride)
+    return std::max<int64_t>(0, (static_cast<int64_t>(ids.size()) - ctx + ctx - 1) / ctx);
+  };
+  const int64_t train_windows = windows(train_ids), val_windows = windows(val_ids);
+  r.train_batches = train_windows / o.batch_size;                       // drop_last
+  r.val_batches = (val_windows + o.batch_size - 1) / o.batch_size;       // keeps a short one
+  QKV_CHECK(r.train_batches > 0 && r.val_batches > 0, "train: the text is too short for the book's loaders: ",
+            "the training part has ", r.train_tokens, " tokens (", train_windows, " window(s) of context_length ", ctx,
+            " + 1, so ", r.train_batches, " batch(es) of ", o.batch_size, ") and the validation part ", r.val_tokens,
+            " tokens (", val_windows, " window(s)); each loader needs a batch: use a longer text, a smaller ",
+            "context_length or batch_size, or another train_ratio");
+  const SlidingWindowDataset train_set(train_ids, ctx, ctx), val_set(val_ids, ctx, ctx);
+  DataLoader train_loader(train_set, o.batch_size, /*shuffle=*/true, /*drop_last=*/true, &gen);
+  DataLoader val_loader(val_set, o.batch_size, /*shuffle=*/false, /*drop_last=*/false, &gen);
+
+  AdamWOptions adam;
+  adam.weight_decay = o.weight_decay;
+  AdamW optimizer(parameters_of(model), o.lr, adam);
+  CrossEntropyLoss loss;
+  int64_t global_step = -1;
+  for (int64_t epoch = 0; epoch < o.epochs && !r.stopped; ++epoch) {
+    model.train();
+    for (const WindowBatch& b : train_loader.epoch()) {
+      optimizer.zero_grad();
+      const float l = batch_loss(model, loss, b);
+      model.backward(loss.backward());
+      optimizer.step();
+      r.tokens_seen += b.batch * b.length;
+      ++global_step;
+      if (cb.on_step) cb.on_step(global_step, l);
+      if (global_step % o.eval_freq == 0) {
+        model.eval();
+        BookEval e;
+        e.epoch = epoch + 1;
+        e.step = global_step;
+        e.tokens_seen = r.tokens_seen;
+        e.train_loss = loader_loss(model, train_loader, o.eval_iter);
+        e.val_loss = loader_loss(model, val_loader, o.eval_iter);
+        model.train();
+        r.evals.push_back(e);
+        if (cb.on_eval) cb.on_eval(e);
+      }
+      if (cb.stop_flag && *cb.stop_flag) {
+        r.stopped = true;
+        break;
+      }
+    }
+    if (r.stopped) break;
+    // generate_and_print_sample: greedy, the model's whole context
+    model.eval();
+    SamplingOptions greedy;
+    greedy.max_new_tokens = o.sample_tokens;
+    greedy.temperature = 0.0;
+    greedy.kv_cache = false;  // the book's generate_text_simple runs the whole window each token
+    const std::vector<int64_t> start = tokenizer.encode(o.start_context);
+    std::vector<int64_t> all = start;
+    if (!start.empty()) {
+      const std::vector<int64_t> out = generate(model, start, greedy);
+      all.insert(all.end(), out.begin(), out.end());
+    }
+    std::string sample = tokenizer.decode(all);
+    for (char& c : sample)
+      if (c == '\n') c = ' ';
+    r.samples.push_back(sample);
+    if (cb.on_sample) cb.on_sample(epoch + 1, sample);
+    model.train();
+  }
+  r.steps = global_step + 1;
+  model.eval();
+  return r;
+}
+
+}  // namespace qkv
