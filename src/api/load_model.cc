@@ -93,7 +93,9 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options) {
   if (is_directory(path)) return load_gpt(path, options);
   {
     const TensorFile header = load_safetensors(path);
-    if (header.metadata.count("qkv") == 0 && is_gpt_weights(header)) return load_gpt(path, options);
+    const auto kind = header.metadata.find("qkv");
+    const bool checkpoint = kind != header.metadata.end() && kind->second.rfind("train-checkpoint", 0) == 0;
+    if (!checkpoint && is_gpt_weights(header)) return load_gpt(path, options);
   }
   Checkpoint c = load_checkpoint(path);
   TrainOptions& o = c.options;
