@@ -22,7 +22,7 @@ constexpr const char* kExitCodes =
     "130 interrupted by Ctrl-C (qkv train, after writing its checkpoint; 143 for SIGTERM).";
 
 int run(int argc, char** argv) {
-  CLI::App app{"qkv: transformer attention from the book's chapter 3, exact to PyTorch", "qkv"};
+  CLI::App app{"qkv: transformer attention and the book's GPT model, exact to PyTorch", "qkv"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "qkv 0.1.0");
   app.footer(kExitCodes);
@@ -33,7 +33,8 @@ int run(int argc, char** argv) {
   const std::vector<qkv::cli::Command> commands = {qkv::cli::add_walkthrough(app), qkv::cli::add_forward(app),
                                                   qkv::cli::add_encode(app), qkv::cli::add_decode(app), qkv::cli::add_tokens(app),
                                                   qkv::cli::add_train(app), qkv::cli::add_generate(app),
-                                                  qkv::cli::add_bench(app), qkv::cli::add_explore(app)};
+                                                  qkv::cli::add_bench(app), qkv::cli::add_explore(app),
+                                                  qkv::cli::add_convert(app)};
   for (const qkv::cli::Command& c : commands) qkv::cli::add_limit_flags(c.sub);
   try {
     app.parse(argc, argv);

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <set>
 
@@ -24,6 +25,12 @@ bool ends_with(const std::string& s, const std::string& p) {
 // The (out, in) transpose of a Conv1D's (in, out) weight, or of a slice of its columns.
 Tensor transposed(const Tensor& w, int64_t col_begin, int64_t col_end) {
   return w.slice(1, col_begin, col_end).transpose(0, 1).contiguous();
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return false;
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  return std::memcmp(x.data(), y.data(), static_cast<size_t>(x.numel()) * sizeof(float)) == 0;
 }
 
 int64_t default_heads(int64_t E) {
@@ -180,7 +187,10 @@ GptWeights from_book(const TensorFile& f, std::optional<int64_t> heads) {
   c.context_length = f.get("pos_emb.weight").size(0);
   c.n_layers = count_blocks(f, "trf_blocks.");
   c.qkv_bias = f.contains("trf_blocks.0.att.W_query.bias");
-  c.tied_head = !f.contains("out_head.weight");
+  // Tied when the head is absent, or holds the token embedding's very values (as the book's
+  // loader of GPT-2's weights makes it: out_head.weight = wte): written back to Hugging Face's
+  // layout, such a model stays tied.
+  c.tied_head = !f.contains("out_head.weight") || same_bits(f.get("out_head.weight"), tok);
   c.attention.dropout = 0.0;
   check_heads(c, heads, f.path);
   // Every tensor of a model of these sizes, by name and shape.
@@ -191,6 +201,7 @@ GptWeights from_book(const TensorFile& f, std::optional<int64_t> heads) {
     if (ends_with(e.name, ".mask")) continue;
     w.state[e.name] = src.get(e.name, e.shape());
   }
+  if (c.tied_head && f.contains("out_head.weight")) src.used.insert("out_head.weight");
   src.check_all_used([](const std::string& n) { return ends_with(n, ".att.mask"); });
   return w;
 }

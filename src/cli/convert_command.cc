@@ -1,0 +1,76 @@
+// qkv convert --weights IN --to huggingface|book|qkv --out OUT [--config config.json] [--num-heads H]
+//
+// GPT-2's weights from one layout into another (qkv/models/gpt_weights.h), bit for bit: Hugging
+// Face's model.safetensors (Conv1D weights transposed back; lm_head only when the head is not tied;
+// with --config, its config.json), the book's state-dict names (with each block's causal mask, so
+// the book's GPTModel loads it with strict=True), or qkv's (the book's names with the configuration
+// in the metadata, as qkv train --model gpt writes them). Every output is written whole or not at all.
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "commands.h"
+#include "flags.h"
+#include "qkv/core/error.h"
+#include "qkv/io/output_files.h"
+#include "qkv/io/safetensors.h"
+#include "qkv/models/gpt_weights.h"
+
+namespace qkv::cli {
+namespace {
+
+struct ConvertFlags {
+  std::string weights, to, out, config;
+  std::optional<int64_t> num_heads;
+};
+
+int run_convert(const ConvertFlags& f) {
+  std::vector<OutputFile> destinations = {{f.out, "", "--out"}};
+  if (!f.config.empty()) destinations.push_back({f.config, "", "--config"});
+  check_output_files(destinations);
+  if (!f.config.empty() && f.to != "huggingface")
+    bad_flag("--config", "writes Hugging Face's config.json: it goes with --to huggingface");
+  const GptWeights w = read_gpt_weights(f.weights, f.num_heads);
+  Generator gen;
+  std::unique_ptr<GPTModel> model = gpt_model_from(w, gen);
+  std::vector<OutputFile> files;
+  if (f.to == "huggingface") {
+    files.push_back({f.out, serialize_safetensors(gpt_state_in_layout(*model, GptLayout::kHuggingFace), {{"format", "pt"}}),
+                     "--out"});
+    if (!f.config.empty()) files.push_back({f.config, hugging_face_config_json(w.config) + "\n", "--config"});
+  } else {
+    std::map<std::string, std::string> meta = {{"format", "pt"}};
+    if (f.to == "qkv") {
+      meta["qkv"] = "gpt-weights 1";
+      meta["config"] = to_json(model->config).dump();
+    }
+    files.push_back({f.out, serialize_safetensors(gpt_state_in_layout(*model, GptLayout::kBook), meta), "--out"});
+  }
+  write_files_atomically(files);
+  std::cout << "wrote " << f.out << (f.config.empty() ? "" : " and " + f.config) << ": " << model->describe() << ", "
+            << gpt_layout_name(w.layout) << " layout -> " << f.to << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Command add_convert(CLI::App& app) {
+  auto f = std::make_shared<ConvertFlags>();
+  CLI::App* sub = app.add_subcommand("convert", "Convert GPT-2's weights between Hugging Face's layout, the book's "
+                                                "names and qkv's, bit for bit");
+  sub->add_option("--weights", f->weights, "The weights: model.safetensors (or its directory with config.json), the "
+                                           "book's names, or qkv's")
+      ->required();
+  sub->add_option("--to", f->to, "huggingface | book | qkv")
+      ->required()
+      ->check(CLI::IsMember({"huggingface", "book", "qkv"}));
+  sub->add_option("--out", f->out, "The safetensors file to write")->required();
+  sub->add_option("--config", f->config, "--to huggingface: also write config.json here");
+  add_number(sub, "--num-heads", f->num_heads, "The head count, when the file does not say it and its width is not "
+                                               "one of GPT-2's", positive<int64_t>());
+  sub->footer("The book's names load into the book's GPTModel with model.load_state_dict(state, strict=True) once\n"
+              "read with safetensors.torch.load_file; Hugging Face's into transformers' GPT2LMHeadModel.");
+  return {sub, [f]() { return run_convert(*f); }};
+}
+
+}  // namespace qkv::cli
