@@ -138,7 +138,7 @@ TEST_F(CliBench, BadInputNamesTheValueAndWhatWasExpected) {
   Result r = run("bench --module mha --seq-len 4 --gemm mkl");
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.err, HasSubstr("--gemm: mkl not in {qkv,openblas}"));
-  r = run("walkthrough", "", "QKV_GEMM=mkl");
+  r = run("walkthrough --no-gpt", "", "QKV_GEMM=mkl");
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "qkv: error: QKV_GEMM: unknown matrix product 'mkl': expected qkv or openblas\n");
   EXPECT_EQ(r.out, "");

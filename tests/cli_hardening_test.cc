@@ -147,11 +147,11 @@ TEST_F(CliHardening, ThreadsBeyondTheLimitAreRefusedNamingTheFlag) {
 TEST_F(CliHardening, AWalkthroughOfAVeryLongTextIsRefusedUnlessAsked) {
   std::string text;
   for (int i = 0; i < 300; ++i) text.append("w").append(std::to_string(i)).append(" ");
-  const Result r = run("walkthrough --text '" + text + "'");
+  const Result r = run("walkthrough --no-gpt --text '" + text + "'");
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("300 words, more than --max-tokens 256"));
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(run("walkthrough --max-tokens 300 --json --text '" + text + "'").status, 0);
+  EXPECT_EQ(run("walkthrough --no-gpt --max-tokens 300 --json --text '" + text + "'").status, 0);
 }
 
 TEST_F(CliHardening, AFailedRunLeavesEveryExistingOutputUntouched) {
@@ -240,7 +240,7 @@ TEST_F(CliHardening, DevicesAndFifosAreWrittenDirectlyAndDirectoriesRefused) {
 TEST_F(CliHardening, AFullStdoutIsAnError) {
   const std::string full_error = "qkv: error: writing to standard output: No space left on device";
   for (const std::string& args :
-       {kForward, std::string("walkthrough"), std::string("walkthrough --json"), std::string("encode --text hello"),
+       {kForward, std::string("walkthrough --no-gpt"), std::string("walkthrough --no-gpt --json"), std::string("encode --text hello"),
         std::string("decode 31373"), std::string("tokens --text hello"), kTinyTrain + "--steps 3 --svg '' --json"}) {
     const Result r = run_to_full(args);
     EXPECT_EQ(r.status, 1) << args << "\n" << r.err;

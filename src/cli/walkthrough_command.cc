@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "qkv/chapter/walkthrough.h"
+#include "qkv/qkv.h"
 #include "qkv/core/error.h"
 #include "qkv/core/print.h"
 #include "qkv/io/atomic_file.h"
@@ -26,9 +27,31 @@ namespace {
 struct WalkthroughFlags {
   std::string text = kBookSentence;
   int64_t max_tokens = 256;
-  bool json = false;
-  std::string svg_dir;
+  bool json = false, gpt = true;
+  std::string svg_dir, vocab_dir;
 };
+
+// Chapter 4's figure: the untrained GPT-2 small the book builds with torch.manual_seed(123),
+// continuing "Hello, I am" greedily for 10 tokens (its generate_text_simple).
+struct GptFigure {
+  std::vector<int64_t> ids;  // the prompt's and the new ones
+  std::string text;
+};
+
+GptFigure gpt_figure(const std::string& vocab_dir) {
+  LoadOptions o;
+  o.vocab_dir = vocab_dir;
+  LoadedModel m = make_model("gpt2-small", 123, o);
+  GptFigure fig;
+  fig.ids = m.encode("Hello, I am");
+  SamplingOptions greedy;
+  greedy.max_new_tokens = 10;
+  greedy.temperature = 0.0;
+  const std::vector<int64_t> out = generate(*m.model, fig.ids, greedy);
+  fig.ids.insert(fig.ids.end(), out.begin(), out.end());
+  fig.text = m.decode(fig.ids);
+  return fig;
+}
 
 std::string list(const std::vector<std::string>& words) {
   std::string s = "[";
@@ -88,8 +111,27 @@ int run(const WalkthroughFlags& f) {
             "T squared); raise --max-tokens to walk through it anyway");
   check_sizes({words, words, 64}, 4, "walkthrough: the (T, T) matrices of every step");
   Walkthrough w = run_walkthrough(f.text);
-  if (f.json) std::cout << to_json(w).dump() << "\n";
-  else print_people(w);
+  if (f.json) {
+    nlohmann::json j = to_json(w);
+    if (f.gpt) {
+      const GptFigure fig = gpt_figure(f.vocab_dir);
+      j["gpt.hello_i_am"] = {{"ids", fig.ids}, {"text", fig.text}};
+    }
+    std::cout << j.dump() << "\n";
+  } else {
+    print_people(w);
+    if (f.gpt) {
+      std::cout << "\n== 4.6 Coding the GPT model: an untrained GPT-2 small generates ==\n\n"
+                << "torch.manual_seed(123); model = GPTModel(GPT_CONFIG_124M); model.eval()\n"
+                << "generate_text_simple(model, encode(\"Hello, I am\"), max_new_tokens=10, context_size=1024)\n"
+                << std::flush;
+      const GptFigure fig = gpt_figure(f.vocab_dir);
+      std::cout << "Output:";
+      for (int64_t id : fig.ids) std::cout << " " << id;
+      std::cout << "\n\"" << fig.text << "\"\n(the weights are random: the book's point is that the model "
+                << "runs, not that it writes sense; chapter 5 trains it: qkv train --model gpt)\n";
+    }
+  }
   if (!f.svg_dir.empty()) write_pictures(w, f.svg_dir);
   return 0;
 }
@@ -103,6 +145,10 @@ Command add_walkthrough(CLI::App& app) {
   sub->add_option("--text", flags->text, "Sentence to walk through")->capture_default_str();
   sub->add_flag("--json", flags->json, "Print every intermediate as JSON (name -> {shape, data})");
   sub->add_option("--svg", flags->svg_dir, "Write the causal attention weights of each head as SVG heatmaps into DIR");
+  sub->add_flag_function("--no-gpt", [flags](int64_t) { flags->gpt = false; },
+                         "Leave out chapter 4's figure (an untrained GPT-2 small, drawn from seed 123, continuing "
+                         "\"Hello, I am\"; it needs GPT-2's vocabulary)");
+  sub->add_option("--vocab-dir", flags->vocab_dir, "Where GPT-2's encoder.json and vocab.bpe are (chapter 4's figure)");
   add_number_with_default(sub, "--max-tokens", flags->max_tokens,
                           "Refuse longer texts: every (T, T) matrix is printed and kept, so memory and output grow "
                           "as T squared",

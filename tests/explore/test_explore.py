@@ -86,7 +86,7 @@ def main():
         # 1. the chapter: every value is the walkthrough's
         book = os.path.join(tmp, "book.html")
         run([qkv, "explore", "--text", TEXT, "--out", book])
-        w = json.loads(run([qkv, "walkthrough", "--text", TEXT, "--json"]))
+        w = json.loads(run([qkv, "walkthrough", "--no-gpt", "--text", TEXT, "--json"]))
         cw = w["causal.attn_weights"]
         mw = w["mha.attn_weights"]
         cells = [{"step": "causal.attn_weights", "i": i, "j": j,
