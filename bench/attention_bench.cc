@@ -43,8 +43,8 @@ perf::AttentionBenchShape shape(perf::BenchTarget target, int64_t B, int64_t T, 
   s.batch = B;
   s.seq_len = T;
   s.d_model = C;
-  s.num_heads = H;
-  s.causal = causal;
+  s.attention.heads = H;
+  s.attention.causal = causal;
   s.backward = backward;
   return s;
 }
