@@ -74,12 +74,14 @@ class Pcre2Pretokenizer final : public Pretokenizer {
     const size_t first = pos;
     const auto started = std::chrono::steady_clock::now();
     const double rate = static_cast<double>(limits().regex_min_bytes_per_second);
+    size_t next_check = 0;  // the match before which the clock is read next
     for (size_t count = 0, calls = 0; pos < n && count < max; ++calls) {
-      // The clock is read after matches 1, 2, 4, ... 64, then every 64: cheap next to fast matches,
-      // and when each match is slow (a back-reference pattern can take a good part of a second per
-      // match under the match limit) the floor is seen within about twice its budget, not after 64
-      // slow matches.
-      if ((calls & (calls + 1)) == 0 || (calls & 63) == 63) {
+      // The clock is read before matches 0, 1, 3, 7, ... and then after about every 10 ms of
+      // matching at the pace so far, at most 64 matches apart: cheap next to fast matches, and when
+      // each match is slow (a back-reference pattern can take a good part of a second per match
+      // under the match limit) before every match, so that the floor is seen one match after it
+      // is passed, not 64 slow matches later.
+      if (calls == next_check) {
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         const double budget = 1.0 + static_cast<double>(pos - first) / rate;
         QKV_CHECK(seconds <= budget, "pre-tokenisation pattern ", excerpt(pattern()), " at byte ", pos,
@@ -87,6 +89,9 @@ class Pcre2Pretokenizer final : public Pretokenizer {
                   limits().regex_min_bytes_per_second,
                   " bytes per second (after a first second) qkv allows (regex_min_bytes_per_second);",
                   " it backtracks too much on this text");
+        const double per_match = seconds / static_cast<double>(calls + 1);
+        const double ahead = std::min({per_match > 0 ? 0.01 / per_match : 64.0, static_cast<double>(calls + 1), 64.0});
+        next_check = calls + std::max<size_t>(1, static_cast<size_t>(ahead));
       }
       const int rc = jit_ ? pcre2_jit_match(code_, subject, n, pos, PCRE2_NO_UTF_CHECK, s.match, s.context)
                           : pcre2_match(code_, subject, n, pos, PCRE2_NO_UTF_CHECK, s.match, s.context);
