@@ -51,7 +51,7 @@ TEST_F(GenerateCacheCli, CachedAndUncachedWriteTheSameTextAndReportTiming) {
     const nlohmann::json a = last_json(cached.out), b = last_json(uncached.out), c = last_json(bf16.out);
     EXPECT_EQ(a["ids"], b["ids"]) << sampling;
     EXPECT_EQ(a["completion"], b["completion"]) << sampling;
-    EXPECT_EQ(a["ids"].size(), 30u);
+    EXPECT_EQ(a["new_ids"].size(), 30u);
     EXPECT_EQ(a["new_tokens"], 30);
     EXPECT_EQ(a["prompt_tokens"], 3);
     EXPECT_EQ(a["kv_cache"], true);

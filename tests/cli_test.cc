@@ -219,8 +219,29 @@ TEST_F(Cli, FailedRunLeavesAnExistingOutputUntouched) {
   EXPECT_EQ(read_file(path("out.safetensors")), "previous contents");
 }
 
+// Chapter 4's figure: the untrained GPT-2 small of torch.manual_seed(123), greedy, 10 new tokens
+// after "Hello, I am" (the ids and text the book prints).
+TEST_F(Cli, WalkthroughEndsWithTheBooksChapter4Figure) {
+  const std::vector<int64_t> book = {15496, 11, 314, 716, 27018, 24086, 47843, 30961, 42348, 7267, 49706, 43231, 47062,
+                                     34657};
+  const std::string text = "Hello, I am Featureiman Byeswickattribute argue logger Normandy Compton analogous";
+  const Result json = run("walkthrough --json");
+  ASSERT_EQ(json.status, 0) << json.err;
+  const nlohmann::json j = nlohmann::json::parse(json.out)["gpt.hello_i_am"];
+  EXPECT_EQ(j["ids"].get<std::vector<int64_t>>(), book);
+  EXPECT_EQ(j["text"], text);
+  const Result gen = run("generate --model gpt2-small --seed 123 --prompt \"Hello, I am\" --max-new-tokens 10 "
+                         "--temperature 0 --json");
+  ASSERT_EQ(gen.status, 0) << gen.err;
+  const nlohmann::json g = nlohmann::json::parse(gen.out);
+  EXPECT_EQ(g["ids"].get<std::vector<int64_t>>(), book);
+  EXPECT_EQ(g["new_ids"].get<std::vector<int64_t>>(), std::vector<int64_t>(book.begin() + 4, book.end()));
+  EXPECT_EQ(g["text"], text);
+  EXPECT_EQ("Hello, I am" + g["completion"].get<std::string>(), text);
+}
+
 TEST_F(Cli, WalkthroughJsonHoldsEveryStepAndSvgDrawsEveryHead) {
-  Result r = run("walkthrough --json --svg " + path("svg"));
+  Result r = run("walkthrough --no-gpt --json --svg " + path("svg"));
   ASSERT_EQ(r.status, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["mha.seed123"]["shape"], nlohmann::json({2, 6, 2}));
@@ -235,10 +256,10 @@ TEST_F(Cli, WalkthroughJsonHoldsEveryStepAndSvgDrawsEveryHead) {
 }
 
 TEST_F(Cli, WalkthroughOnOtherTextAndTooShortText) {
-  Result r = run("walkthrough --text \"The cat sat on the mat.\"");
+  Result r = run("walkthrough --no-gpt --text \"The cat sat on the mat.\"");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("'cat'"));
-  Result bad = run("walkthrough --text \"Hello\"");
+  Result bad = run("walkthrough --no-gpt --text \"Hello\"");
   EXPECT_EQ(bad.status, 1);
   EXPECT_THAT(bad.err, HasSubstr("at least 2 words"));
 }

@@ -519,16 +519,24 @@ TEST(Generate, GreedyIsDeterministicAndSamplingFollowsTheSeed) {
   cfg.num_layers = 1;
   set_head_dim(cfg);
   AttentionLM lm(cfg, gen);
-  SamplingOptions greedy{6, 0.0, 0, 1};
+  auto sampling = [](int64_t n, double temperature, int64_t top_k, uint64_t seed) {
+    SamplingOptions o;
+    o.max_new_tokens = n;
+    o.temperature = temperature;
+    o.top_k = top_k;
+    o.seed = seed;
+    return o;
+  };
+  const SamplingOptions greedy = sampling(6, 0.0, 0, 1);
   std::vector<int64_t> a = generate(lm, {1, 2}, greedy), b = generate(lm, {1, 2}, greedy);
   EXPECT_EQ(a, b);
   EXPECT_EQ(a.size(), 6u) << "longer than the context: the window slides";
-  SamplingOptions s1{20, 1.0, 3, 7}, s2{20, 1.0, 3, 8};
+  const SamplingOptions s1 = sampling(20, 1.0, 3, 7), s2 = sampling(20, 1.0, 3, 8);
   std::vector<int64_t> x = generate(lm, {1}, s1);
   EXPECT_EQ(x, generate(lm, {1}, s1));
   EXPECT_NE(x, generate(lm, {1}, s2));
   // top_k = 1 is greedy.
-  EXPECT_EQ(generate(lm, {1, 2}, SamplingOptions{6, 1.0, 1, 99}), a);
+  EXPECT_EQ(generate(lm, {1, 2}, sampling(6, 1.0, 1, 99)), a);
   EXPECT_THAT(error_of([&] { generate(lm, {}, greedy); }), HasSubstr("prompt is empty"));
   EXPECT_THAT(error_of([&] { generate(lm, {9}, greedy); }), HasSubstr("outside the model's vocabulary of 9"));
 }

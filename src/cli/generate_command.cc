@@ -120,9 +120,13 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
   const double decode_s = std::chrono::duration<double>(last - first).count();
   const int stopped = *StopSignals::flag();
   if (f.json) {
+    std::vector<int64_t> ids = prompt;
+    ids.insert(ids.end(), out.begin(), out.end());
     std::cout << nlohmann::json({{"prompt", f.prompt},
                                  {"completion", m.decode(out)},
-                                 {"ids", out},
+                                 {"text", m.decode(ids)},
+                                 {"ids", ids},
+                                 {"new_ids", out},
                                  {"prompt_tokens", prompt.size()},
                                  {"new_tokens", out.size()},
                                  {"kv_cache", f.sampling.kv_cache},
@@ -169,7 +173,7 @@ Command add_generate(CLI::App& app) {
   add_number_with_default(sub, "--temperature", f->sampling.temperature,
                           "Softmax temperature; 0 picks the most likely token", non_negative<double>());
   add_number(sub, "--top-k", f->top_k, "Sample only among the k most likely tokens, k in [1, vocabulary] (default: all)",
-             any<int64_t>());
+             positive<int64_t>());
   add_number_with_default(sub, "--seed", f->sampling.seed,
                           "Seed of the draws (torch.manual_seed(S); with --model, the weights are drawn first)");
   add_number(sub, "--eos-id", f->eos_id, "Stop when this token is generated (it is not printed)", any<int64_t>());
@@ -192,7 +196,7 @@ Command add_generate(CLI::App& app) {
   add_dtype_flag(sub, "--dtype", [f](Dtype d) { f->dtype = d; },
                  "The attention blocks' products: f32 | bf16 (bf16 projections; default: as the checkpoint was trained)");
   sub->add_flag("--json", f->json,
-                "Print {prompt, completion, ids, prompt_tokens, new_tokens, kv_cache, cache_dtype, dtype, seconds, "
+                "Print {prompt, completion, text, ids (the prompt's and the new), new_ids, prompt_tokens, new_tokens, kv_cache, cache_dtype, dtype, seconds, "
                 "prefill_ms, tokens_per_s, model, stopped} as JSON (seconds: the generation, without loading; "
                 "prefill_ms: the prompt and the first token; tokens_per_s: the tokens after it over their time); "
                 "without it the text is printed as it is generated");

@@ -34,7 +34,7 @@ still spread:
 and for each, `qkv generate --json` runs with greedy, temperature-only, top-k-only and
 temperature + top-k settings, seeds from 0 to 2^64 - 1, and three caches: the default fp32 KV
 cache, --no-kv-cache and --cache-dtype bf16, with more new tokens than the context holds. The
-"ids" qkv prints must be the twin's, id for id, and "new_tokens", "prompt_tokens", "kv_cache",
+"new_ids" qkv prints must be the twin's, id for id, and "new_tokens", "prompt_tokens", "kv_cache",
 "cache_dtype" and "dtype" must say what ran.
 
 Ids: a built-in task's prompt is its letters ('a' + id) and '|' (id = the number of symbols). A
@@ -361,7 +361,7 @@ def check_case(case, run, prompt_ids, twin, want, decode):
     for key, value in expected.items():
         if out.get(key) != value:
             errors.append(f'"{key}": qkv {out.get(key)!r}, expected {value!r}')
-    got = case.ids = out.get("ids")
+    got = case.ids = out.get("new_ids")
     i = first_difference(got, want)
     if i is not None:
         errors.append(f"the ids differ from step {i}:\n  qkv  {got}\n  twin {want}\n"
