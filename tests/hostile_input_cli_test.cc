@@ -81,7 +81,7 @@ TEST_F(HostileCli, ANonRegularCheckpointIsRefusedAtOnce) {
   EXPECT_THAT(zero.err, HasSubstr("cannot read '/dev/zero': it is a character device; an input must be a regular file"));
   const Result dir = run("generate --checkpoint . --prompt ab");
   EXPECT_EQ(dir.status, 1);
-  EXPECT_THAT(dir.err, HasSubstr("cannot read '.': Is a directory"));
+  EXPECT_THAT(dir.err, HasSubstr("cannot read '.': it is a directory without model.safetensors"));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <string_view>
@@ -657,6 +658,76 @@ TEST(AtomicFile, ReadingAMissingFileSaysCannotOpenWithTheReason) {
 TEST(AtomicFile, ReadingADirectoryFailsWithTheReason) {
   TempDir dir;
   EXPECT_TRUE(ThrowsErrorWith([&] { read_file(dir.path().string()); }, {"Is a directory"}));
+}
+
+// --- the memory-mapped reader -------------------------------------------------------------------
+
+TEST(SafetensorsMapped, ReadsWhatTheWholeFileReaderReadsTensorByTensorAndAgain) {
+  std::mt19937 rng(11);
+  TempDir dir;
+  const std::string path = dir.file("m.safetensors");
+  // Tensors of every size around a page, so that dropping one's pages touches its neighbours'.
+  NamedTensors tensors = {{"scalar", Tensor::scalar(3.5f)},
+                          {"big", Tensor::from({1500, 3}, random_values(4500, rng))},
+                          {"empty", Tensor::empty({0, 4})},
+                          {"odd", Tensor::from({1023}, random_values(1023, rng))},
+                          {"half", Tensor::from({7, 5}, random_values(35, rng))}};
+  save_safetensors(path, tensors, {{"format", "pt"}}, {"half"});
+  const TensorFile whole = load_safetensors(path);
+  const MappedSafetensors mapped(path);
+  EXPECT_EQ(mapped.path(), path);
+  EXPECT_EQ(mapped.names(), whole.names);
+  EXPECT_EQ(mapped.metadata(), whole.metadata);
+  for (int pass = 0; pass < 2; ++pass) {  // the second pass reads pages the first one dropped
+    for (const std::string& name : whole.names) {
+      SCOPED_TRACE(name);
+      EXPECT_TRUE(mapped.contains(name));
+      EXPECT_EQ(mapped.shape(name), whole.get(name).shape());
+      EXPECT_EQ(mapped.stored_dtype(name), whole.stored_dtypes.at(name));
+      const Tensor t = mapped.read(name);
+      EXPECT_TRUE(BitIdentical(t, whole.get(name)));
+      EXPECT_EQ(t.name(), name);
+    }
+  }
+  EXPECT_EQ(mapped.stored_dtype("half"), "BF16");
+  EXPECT_FALSE(mapped.contains("input"));
+  EXPECT_TRUE(ThrowsErrorWith([&] { mapped.read("input"); }, {"has no tensor 'input' (it has: 'scalar', 'big'"}));
+  EXPECT_TRUE(ThrowsErrorWith([&] { mapped.shape("input"); }, {"has no tensor 'input'"}));
+}
+
+TEST(SafetensorsMapped, RefusesWhatTheWholeFileReaderRefusesWithItsErrors) {
+  TempDir dir;
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir.file(name), std::ios::binary) << bytes;
+    return dir.file(name);
+  };
+  // Truncated data, an overlap, a header past the end, an empty file: checked when opened.
+  const std::string cases[] = {
+      write("truncated", serialize_safetensors({{"w", Tensor::zeros({4, 4})}}).substr(0, 80)),
+      write("overlap", make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                 R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                                 std::string(12, '\0'))),
+      write("header", le64(1000) + "{}"),
+      write("empty", ""),
+      dir.path().string(),  // a directory: read_file's error
+      dir.file("absent"),
+  };
+  for (const std::string& path : cases) {
+    SCOPED_TRACE(path);
+    std::string whole, mapped;
+    try {
+      load_safetensors(path);
+    } catch (const Error& e) {
+      whole = e.what();
+    }
+    try {
+      MappedSafetensors m(path);
+    } catch (const Error& e) {
+      mapped = e.what();
+    }
+    EXPECT_FALSE(whole.empty());
+    EXPECT_EQ(mapped, whole);
+  }
 }
 
 }  // namespace

@@ -92,9 +92,9 @@ LoadedModel make_model(const std::string& preset, uint64_t seed, const LoadOptio
 LoadedModel load_model(const std::string& path, const LoadOptions& options) {
   if (is_directory(path)) return load_gpt(path, options);
   {
-    const TensorFile header = load_safetensors(path);
-    const auto kind = header.metadata.find("qkv");
-    const bool checkpoint = kind != header.metadata.end() && kind->second.rfind("train-checkpoint", 0) == 0;
+    const MappedSafetensors header(path);  // the header only: the tensors are read when loaded
+    const auto kind = header.metadata().find("qkv");
+    const bool checkpoint = kind != header.metadata().end() && kind->second.rfind("train-checkpoint", 0) == 0;
     if (!checkpoint && is_gpt_weights(header)) return load_gpt(path, options);
   }
   Checkpoint c = load_checkpoint(path);

@@ -94,10 +94,7 @@ int run_forward_gpt(const ModuleFlags& m, const GptForwardFlags& g, const Forwar
   Generator gen(m.seed.value_or(Generator::kDefaultSeed));
   GPTModel model(c, gen);
   if (file) {
-    std::map<std::string, Tensor> state = file->state;
-    for (const StateEntry& e : model.state_dict())
-      if (e.mask) state.emplace(e.name, e.value());
-    model.load_state_dict(state, /*strict=*/true);
+    load_gpt_weights(model, *file);
   }
   model.train(m.train);
   std::vector<int64_t> ids;

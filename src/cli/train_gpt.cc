@@ -105,10 +105,7 @@ int run_train_gpt(const GptTrainFlags& g, const TrainOptions& o, const CLI::App&
   Generator gen(seed);
   GPTModel model(c, gen);
   if (init) {
-    std::map<std::string, Tensor> state = init->state;
-    for (const StateEntry& e : model.state_dict())
-      if (e.mask) state.emplace(e.name, e.value());
-    model.load_state_dict(state, /*strict=*/true);
+    load_gpt_weights(model, *init);
   }
   std::ostream& info = json ? std::cerr : std::cout;
   if (!quiet)

@@ -1,6 +1,8 @@
 // Tensor storage, views and copies. See include/qkv/core/tensor.h.
 #include "qkv/core/tensor.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +20,22 @@ std::shared_ptr<float[]> allocate(int64_t n) {
   void* p = std::aligned_alloc(kAlignment, bytes);
   if (p == nullptr) fail("out of memory allocating ", n, " floats");
   return std::shared_ptr<float[]>(static_cast<float*>(p), [](float* q) { std::free(q); });
+}
+
+// Zeroed memory. From 1 MiB on, fresh pages from the kernel: zero already, and resident only once
+// written, so that a gradient or optimiser state that is never used (a model that only runs
+// forward) costs address space and not memory.
+std::shared_ptr<float[]> allocate_zeroed(int64_t n) {
+  constexpr size_t kFreshPagesFrom = size_t{1} << 20;
+  const size_t bytes = static_cast<size_t>(n > 0 ? n : 1) * sizeof(float);
+  if (bytes >= kFreshPagesFrom) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) fail("out of memory allocating ", n, " floats");
+    return std::shared_ptr<float[]>(static_cast<float*>(p), [bytes](float* q) { ::munmap(q, bytes); });
+  }
+  std::shared_ptr<float[]> s = allocate(n);
+  std::memset(s.get(), 0, bytes);
+  return s;
 }
 
 Shape contiguous_strides(const Shape& shape) {
@@ -84,7 +102,15 @@ Tensor Tensor::empty(const Shape& shape) {
   return t;
 }
 
-Tensor Tensor::zeros(const Shape& shape) { return full(shape, 0.0f); }
+Tensor Tensor::zeros(const Shape& shape) {
+  for (int64_t d : shape) QKV_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+  Tensor t;
+  t.storage_ = allocate_zeroed(numel_of(shape));
+  t.data_ = t.storage_.get();
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  return t;
+}
 Tensor Tensor::ones(const Shape& shape) { return full(shape, 1.0f); }
 
 Tensor Tensor::full(const Shape& shape, float value) {

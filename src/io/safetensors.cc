@@ -5,6 +5,11 @@
 // allocated for a tensor until its shape, dtype and byte range have been found consistent.
 #include "qkv/io/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -224,8 +229,8 @@ void check_no_overlap(std::vector<const Entry*> entries, const std::string& file
 
 // --- element conversion ---------------------------------------------------------------------
 
-void decode(const Entry& e, const unsigned char* src, float* dst) {
-  const int64_t n = numel_of(e.shape);
+// n elements of the entry's dtype at src, as float32 into dst.
+void decode(const Entry& e, const unsigned char* src, float* dst, int64_t n) {
   switch (e.dtype->dtype) {
     case Dtype::F32:
       if constexpr (std::endian::native == std::endian::little) {
@@ -296,56 +301,164 @@ const Tensor& TensorFile::get(const std::string& name) const {
 
 // --- reading ----------------------------------------------------------------------------------
 
-TensorFile parse_safetensors(const std::string& bytes, const std::string& file) {
-  const auto* raw = reinterpret_cast<const unsigned char*>(bytes.data());
-  const uint64_t size = bytes.size();
+namespace {
+
+// A file's header, checked against its size: the metadata and every entry, in data-offset order.
+struct Layout {
+  std::map<std::string, std::string> metadata;
+  std::vector<Entry> entries;   // sorted by data offsets
+  const unsigned char* data = nullptr;  // the data buffer
+};
+
+Layout parse_layout(const unsigned char* raw, uint64_t size, const std::string& file) {
   QKV_CHECK(size >= 8, quoted_path(file), ": file is ", size, " bytes, too short for a safetensors file ",
             "(expected at least 8 bytes: the header length)");
   const uint64_t header_len = load_le(raw, 8);
   QKV_CHECK(header_len <= size - 8, quoted_path(file), ": header length is ", header_len,
             " bytes but only ", size - 8, " bytes follow the 8-byte length (truncated file?)");
-
-  TensorFile out;
-  out.path = file;
-  const char* header_begin = bytes.data() + 8;
+  Layout out;
+  const char* header_begin = reinterpret_cast<const char*>(raw) + 8;
   const json header = parse_header(header_begin, header_begin + header_len, file);
-  const unsigned char* data = raw + 8 + header_len;
+  out.data = raw + 8 + header_len;
   const uint64_t data_size = size - 8 - header_len;
-
   try {
-    std::vector<Entry> entries;
-    entries.reserve(header.size());
+    out.entries.reserve(header.size());
     for (auto it = header.begin(); it != header.end(); ++it) {
       if (it.key() == "__metadata__") {
         out.metadata = parse_metadata(it.value(), file);
       } else {
-        entries.push_back(parse_entry(it.key(), it.value(), data_size, file));
+        out.entries.push_back(parse_entry(it.key(), it.value(), data_size, file));
       }
-    }
-    std::vector<const Entry*> order;
-    for (const Entry& e : entries) order.push_back(&e);
-    check_no_overlap(order, file);
-
-    std::stable_sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
-      return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-    });
-    for (const Entry* e : order) {
-      Tensor t = Tensor::empty(e->shape);
-      decode(*e, data + e->begin, t.data());
-      t.set_name(e->name);
-      out.stored_dtypes[e->name] = e->dtype->name;
-      out.names.push_back(e->name);
-      out.tensors.emplace(e->name, std::move(t));
     }
   } catch (const json::exception& e) {
     // Not expected (every access above is type-checked first), but never let one escape.
     fail(quoted_path(file), ": malformed header: ", excerpt(e.what(), 200));
+  }
+  std::vector<const Entry*> order;
+  for (const Entry& e : out.entries) order.push_back(&e);
+  check_no_overlap(order, file);
+  std::stable_sort(out.entries.begin(), out.entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  return out;
+}
+
+Tensor decoded(const Entry& e, const unsigned char* data) {
+  Tensor t = Tensor::empty(e.shape);
+  decode(e, data + e.begin, t.data(), numel_of(e.shape));
+  t.set_name(e.name);
+  return t;
+}
+
+}  // namespace
+
+TensorFile parse_safetensors(const std::string& bytes, const std::string& file) {
+  const Layout layout = parse_layout(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), file);
+  TensorFile out;
+  out.path = file;
+  out.metadata = layout.metadata;
+  for (const Entry& e : layout.entries) {
+    out.stored_dtypes[e.name] = e.dtype->name;
+    out.names.push_back(e.name);
+    out.tensors.emplace(e.name, decoded(e, layout.data));
   }
   return out;
 }
 
 TensorFile load_safetensors(const std::string& path) {
   return parse_safetensors(read_file(path), path);
+}
+
+// --- MappedSafetensors ------------------------------------------------------------------------
+
+struct MappedSafetensors::Impl {
+  std::string path;
+  void* map = nullptr;  // the whole file, read-only (nullptr: `bytes` holds it)
+  size_t map_size = 0;
+  std::string bytes;    // a file that cannot be mapped (not a regular file, empty), read whole
+  Layout layout;
+  std::vector<std::string> names;
+  std::map<std::string, size_t> index;  // name -> entry
+
+  ~Impl() {
+    if (map != nullptr) ::munmap(map, map_size);
+  }
+  const Entry& entry(const std::string& name) const {
+    auto it = index.find(name);
+    if (it == index.end())
+      fail(quoted_path(path), " has no tensor ", excerpt(name), " (it has: ",
+           names.empty() ? std::string("no tensors") : name_list(names, 40), ")");
+    return layout.entries[it->second];
+  }
+};
+
+MappedSafetensors::MappedSafetensors(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.path = path;
+  const unsigned char* raw = nullptr;
+  uint64_t size = 0;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p != MAP_FAILED) {
+      m.map = p;
+      m.map_size = static_cast<size_t>(st.st_size);
+      raw = static_cast<const unsigned char*>(p);
+      size = m.map_size;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  if (m.map == nullptr) {  // read_file says what is wrong with the path, or reads what cannot be mapped
+    m.bytes = read_file(path);
+    raw = reinterpret_cast<const unsigned char*>(m.bytes.data());
+    size = m.bytes.size();
+  }
+  m.layout = parse_layout(raw, size, path);
+  for (size_t i = 0; i < m.layout.entries.size(); ++i) {
+    m.names.push_back(m.layout.entries[i].name);
+    m.index.emplace(m.layout.entries[i].name, i);
+  }
+}
+
+MappedSafetensors::~MappedSafetensors() = default;
+
+const std::string& MappedSafetensors::path() const { return impl_->path; }
+const std::vector<std::string>& MappedSafetensors::names() const { return impl_->names; }
+const std::map<std::string, std::string>& MappedSafetensors::metadata() const { return impl_->layout.metadata; }
+bool MappedSafetensors::contains(const std::string& name) const { return impl_->index.count(name) != 0; }
+const Shape& MappedSafetensors::shape(const std::string& name) const { return impl_->entry(name).shape; }
+std::string MappedSafetensors::stored_dtype(const std::string& name) const { return impl_->entry(name).dtype->name; }
+
+Tensor MappedSafetensors::read(const std::string& name) const {
+  Tensor t = Tensor::empty(shape(name));
+  read_into(name, t.data());
+  t.set_name(name);
+  return t;
+}
+
+void MappedSafetensors::read_into(const std::string& name, float* out) const {
+  const Impl& m = *impl_;
+  const Entry& e = m.entry(name);
+  const int64_t n = numel_of(e.shape);
+  if (m.map == nullptr) {
+    decode(e, m.layout.data + e.begin, out, n);
+    return;
+  }
+  // In pieces of about 8 MiB, each piece's pages dropped from this process's memory once decoded
+  // (whole pages: a neighbour's page dropped too comes back from the page cache when it is read),
+  // so that a tensor costs its float32 copy and not its bytes in the file as well.
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto size = static_cast<int64_t>(e.dtype->size);
+  const int64_t piece = std::max<int64_t>(1, (int64_t{8} << 20) / size);
+  for (int64_t i = 0; i < n; i += piece) {
+    const int64_t k = std::min(piece, n - i);
+    const unsigned char* src = m.layout.data + e.begin + static_cast<uint64_t>(i * size);
+    decode(e, src, out + i, k);
+    const auto first = reinterpret_cast<uintptr_t>(src) & ~(page - 1);
+    const auto last = reinterpret_cast<uintptr_t>(src + k * size);
+    ::madvise(reinterpret_cast<void*>(first), static_cast<size_t>(last - first), MADV_DONTNEED);
+  }
 }
 
 // --- writing ----------------------------------------------------------------------------------

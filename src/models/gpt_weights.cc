@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <set>
@@ -20,11 +21,6 @@ namespace {
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 bool ends_with(const std::string& s, const std::string& p) {
   return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
-
-// The (out, in) transpose of a Conv1D's (in, out) weight, or of a slice of its columns.
-Tensor transposed(const Tensor& w, int64_t col_begin, int64_t col_end) {
-  return w.slice(1, col_begin, col_end).transpose(0, 1).contiguous();
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
@@ -44,9 +40,9 @@ int64_t default_heads(int64_t E) {
 }
 
 // The number of blocks: 1 + the largest N of names "<prefix>N.<...>".
-int64_t count_blocks(const TensorFile& f, const std::string& prefix) {
+int64_t count_blocks(const MappedSafetensors& f, const std::string& prefix) {
   int64_t n = 0;
-  for (const std::string& name : f.names) {
+  for (const std::string& name : f.names()) {
     if (!starts_with(name, prefix)) continue;
     const std::string rest = name.substr(prefix.size());
     const size_t dot = rest.find('.');
@@ -62,25 +58,49 @@ int64_t count_blocks(const TensorFile& f, const std::string& prefix) {
   return n;
 }
 
+// The file's tensors as the model's: each name checked (present, of the model's shape) when the
+// weights are read, each tensor made (decoded, sliced, transposed) only when the model loads it.
 struct Source {
-  const TensorFile& f;
+  std::shared_ptr<const MappedSafetensors> f;
   std::string prefix;  // "transformer." or ""
   std::set<std::string> used;
 
-  const Tensor& get(const std::string& name, const Shape& shape) {
+  // The file's tensor `name` (after the prefix), checked to have `shape`.
+  std::string check(const std::string& name, const Shape& shape) {
     const std::string full = prefix + name;
-    QKV_CHECK(f.contains(full), excerpt(f.path), " has no tensor ", excerpt(full), " of shape ", shape_str(shape),
+    QKV_CHECK(f->contains(full), excerpt(f->path()), " has no tensor ", excerpt(full), " of shape ", shape_str(shape),
               ", which a GPT-2 model of its sizes has");
-    const Tensor& t = f.get(full);
-    QKV_CHECK(t.shape() == shape, excerpt(f.path), ": tensor ", excerpt(full), " has shape ", shape_str(t.shape()),
-              "; the model's sizes make it ", shape_str(shape));
+    QKV_CHECK(f->shape(full) == shape, excerpt(f->path()), ": tensor ", excerpt(full), " has shape ",
+              shape_str(f->shape(full)), "; the model's sizes make it ", shape_str(shape));
     used.insert(full);
-    return t;
+    return full;
+  }
+  GptTensor as_is(const std::string& name, const Shape& shape) {
+    return {shape, [f = f, full = check(name, shape)](float* out) { f->read_into(full, out); }};
+  }
+  // Columns [begin, end) of a Conv1D weight (in, out), as nn.Linear's (out, in).
+  GptTensor transposed(const std::string& name, const Shape& shape, int64_t begin, int64_t end) {
+    return {{end - begin, shape[0]}, [f = f, full = check(name, shape), begin, end](float* out) {
+              const Tensor w = f->read(full);  // (in, out)
+              const int64_t in = w.size(0), cols = w.size(1), rows = end - begin;
+              constexpr int64_t kTile = 32;    // out[j][i] = w[i][begin + j], tile by tile (cache-friendly)
+              for (int64_t j0 = 0; j0 < rows; j0 += kTile)
+                for (int64_t i0 = 0; i0 < in; i0 += kTile)
+                  for (int64_t j = j0; j < std::min(j0 + kTile, rows); ++j)
+                    for (int64_t i = i0; i < std::min(i0 + kTile, in); ++i)
+                      out[j * in + i] = w.data()[i * cols + begin + j];
+            }};
+  }
+  GptTensor slice(const std::string& name, const Shape& shape, int64_t begin, int64_t end) {
+    return {{end - begin}, [f = f, full = check(name, shape), begin, end](float* out) {
+              const Tensor v = f->read(full);
+              std::copy(v.data() + begin, v.data() + end, out);
+            }};
   }
   // Every tensor of the file was used, or is a buffer the layout carries.
   void check_all_used(const std::function<bool(const std::string&)>& ignorable) const {
-    for (const std::string& name : f.names)
-      QKV_CHECK(used.count(name) > 0 || ignorable(name), excerpt(f.path), " has a tensor ", excerpt(name),
+    for (const std::string& name : f->names())
+      QKV_CHECK(used.count(name) > 0 || ignorable(name), excerpt(f->path()), " has a tensor ", excerpt(name),
                 " that is not part of the GPT model its other tensors describe");
   }
 };
@@ -94,18 +114,22 @@ void check_heads(GPTConfig& c, std::optional<int64_t> heads, const std::string& 
   set_head_dim(c);
 }
 
-GptWeights from_hugging_face(const TensorFile& f, std::optional<int64_t> heads, const std::string& config_json) {
+GptWeights from_hugging_face(const std::shared_ptr<const MappedSafetensors>& file, std::optional<int64_t> heads,
+                             const std::string& config_json) {
+  const MappedSafetensors& f = *file;
   GptWeights w;
   w.layout = GptLayout::kHuggingFace;
-  Source src{f, f.contains("transformer.wte.weight") ? "transformer." : "", {}};
-  const Tensor& wte = f.get(src.prefix + "wte.weight");
-  QKV_CHECK(wte.dim() == 2, excerpt(f.path), ": wte.weight has shape ", shape_str(wte.shape()), "; expected (V, E)");
+  Source src{file, f.contains("transformer.wte.weight") ? "transformer." : "", {}};
+  const Shape& wte = f.shape(src.prefix + "wte.weight");
+  QKV_CHECK(wte.size() == 2, excerpt(f.path()), ": wte.weight has shape ", shape_str(wte), "; expected (V, E)");
   GPTConfig& c = w.config;
-  c.vocab_size = wte.size(0);
-  c.emb_dim = wte.size(1);
-  QKV_CHECK(f.contains(src.prefix + "wpe.weight"), excerpt(f.path), " has no tensor ",
+  c.vocab_size = wte[0];
+  c.emb_dim = wte[1];
+  QKV_CHECK(f.contains(src.prefix + "wpe.weight"), excerpt(f.path()), " has no tensor ",
             excerpt(src.prefix + "wpe.weight"), " (the position embedding)");
-  c.context_length = f.get(src.prefix + "wpe.weight").size(0);
+  const Shape& wpe = f.shape(src.prefix + "wpe.weight");
+  QKV_CHECK(!wpe.empty(), excerpt(f.path()), ": wpe.weight has shape ", shape_str(wpe), "; expected (context, E)");
+  c.context_length = wpe[0];
   c.n_layers = count_blocks(f, src.prefix + "h.");
   c.qkv_bias = true;  // GPT-2's c_attn has a bias
   c.attention.dropout = 0.0;
@@ -135,75 +159,83 @@ GptWeights from_hugging_face(const TensorFile& f, std::optional<int64_t> heads, 
                 "config.json's layer_norm_epsilon (", json_excerpt(j["layer_norm_epsilon"]),
                 ") is not GPT-2's 1e-5, the only one qkv's GPT model has");
   }
-  check_heads(c, config_heads ? config_heads : heads, f.path);
+  check_heads(c, config_heads ? config_heads : heads, f.path());
   const int64_t E = c.emb_dim, V = c.vocab_size, F = 4 * E;
-  auto& s = w.state;
-  s["tok_emb.weight"] = src.get("wte.weight", {V, E});
-  s["pos_emb.weight"] = src.get("wpe.weight", {c.context_length, E});
+  auto& s = w.tensors;
+  s["tok_emb.weight"] = src.as_is("wte.weight", {V, E});
+  s["pos_emb.weight"] = src.as_is("wpe.weight", {c.context_length, E});
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string h = "h." + std::to_string(i) + ".", b = "trf_blocks." + std::to_string(i) + ".";
-    s[b + "norm1.scale"] = src.get(h + "ln_1.weight", {E});
-    s[b + "norm1.shift"] = src.get(h + "ln_1.bias", {E});
+    s[b + "norm1.scale"] = src.as_is(h + "ln_1.weight", {E});
+    s[b + "norm1.shift"] = src.as_is(h + "ln_1.bias", {E});
     // c_attn: x @ W + b with W (E, 3E) = [W_query^T | W_key^T | W_value^T]
-    const Tensor& qkv = src.get(h + "attn.c_attn.weight", {E, 3 * E});
-    const Tensor& qkv_b = src.get(h + "attn.c_attn.bias", {3 * E});
     const char* parts[] = {"W_query", "W_key", "W_value"};
     for (int64_t p = 0; p < 3; ++p) {
-      s[b + "att." + parts[p] + ".weight"] = transposed(qkv, p * E, (p + 1) * E);
-      s[b + "att." + parts[p] + ".bias"] = qkv_b.slice(0, p * E, (p + 1) * E).contiguous();
+      s[b + "att." + parts[p] + ".weight"] = src.transposed(h + "attn.c_attn.weight", {E, 3 * E}, p * E, (p + 1) * E);
+      s[b + "att." + parts[p] + ".bias"] = src.slice(h + "attn.c_attn.bias", {3 * E}, p * E, (p + 1) * E);
     }
-    s[b + "att.out_proj.weight"] = transposed(src.get(h + "attn.c_proj.weight", {E, E}), 0, E);
-    s[b + "att.out_proj.bias"] = src.get(h + "attn.c_proj.bias", {E});
-    s[b + "norm2.scale"] = src.get(h + "ln_2.weight", {E});
-    s[b + "norm2.shift"] = src.get(h + "ln_2.bias", {E});
-    s[b + "ff.layers.0.weight"] = transposed(src.get(h + "mlp.c_fc.weight", {E, F}), 0, F);
-    s[b + "ff.layers.0.bias"] = src.get(h + "mlp.c_fc.bias", {F});
-    s[b + "ff.layers.2.weight"] = transposed(src.get(h + "mlp.c_proj.weight", {F, E}), 0, E);
-    s[b + "ff.layers.2.bias"] = src.get(h + "mlp.c_proj.bias", {E});
+    s[b + "att.out_proj.weight"] = src.transposed(h + "attn.c_proj.weight", {E, E}, 0, E);
+    s[b + "att.out_proj.bias"] = src.as_is(h + "attn.c_proj.bias", {E});
+    s[b + "norm2.scale"] = src.as_is(h + "ln_2.weight", {E});
+    s[b + "norm2.shift"] = src.as_is(h + "ln_2.bias", {E});
+    s[b + "ff.layers.0.weight"] = src.transposed(h + "mlp.c_fc.weight", {E, F}, 0, F);
+    s[b + "ff.layers.0.bias"] = src.as_is(h + "mlp.c_fc.bias", {F});
+    s[b + "ff.layers.2.weight"] = src.transposed(h + "mlp.c_proj.weight", {F, E}, 0, E);
+    s[b + "ff.layers.2.bias"] = src.as_is(h + "mlp.c_proj.bias", {E});
   }
-  s["final_norm.scale"] = src.get("ln_f.weight", {E});
-  s["final_norm.shift"] = src.get("ln_f.bias", {E});
+  s["final_norm.scale"] = src.as_is("ln_f.weight", {E});
+  s["final_norm.shift"] = src.as_is("ln_f.bias", {E});
   if (!c.tied_head) {
-    const Tensor& head = f.get("lm_head.weight");
-    QKV_CHECK(head.shape() == Shape({V, E}), excerpt(f.path), ": tensor 'lm_head.weight' has shape ",
-              shape_str(head.shape()), "; the model's sizes make it ", shape_str(Shape({V, E})));
-    s["out_head.weight"] = head;
-    src.used.insert("lm_head.weight");
+    const Shape& head = f.shape("lm_head.weight");
+    QKV_CHECK(head == Shape({V, E}), excerpt(f.path()), ": tensor 'lm_head.weight' has shape ", shape_str(head),
+              "; the model's sizes make it ", shape_str(Shape({V, E})));
+    src.prefix.clear();  // lm_head sits beside "transformer.", not under it
+    s["out_head.weight"] = src.as_is("lm_head.weight", {V, E});
   }
   src.check_all_used([](const std::string& n) { return ends_with(n, ".attn.bias") || ends_with(n, ".attn.masked_bias"); });
+  w.file = file;
   return w;
 }
 
-GptWeights from_book(const TensorFile& f, std::optional<int64_t> heads) {
+GptWeights from_book(const std::shared_ptr<const MappedSafetensors>& file, std::optional<int64_t> heads) {
+  const MappedSafetensors& f = *file;
   GptWeights w;
   w.layout = GptLayout::kBook;
-  Source src{f, "", {}};
-  const Tensor& tok = f.get("tok_emb.weight");
-  QKV_CHECK(tok.dim() == 2, excerpt(f.path), ": tok_emb.weight has shape ", shape_str(tok.shape()), "; expected (V, E)");
+  Source src{file, "", {}};
+  const Shape& tok = f.shape("tok_emb.weight");
+  QKV_CHECK(tok.size() == 2, excerpt(f.path()), ": tok_emb.weight has shape ", shape_str(tok), "; expected (V, E)");
   GPTConfig& c = w.config;
-  c.vocab_size = tok.size(0);
-  c.emb_dim = tok.size(1);
-  QKV_CHECK(f.contains("pos_emb.weight"), excerpt(f.path), " has no tensor 'pos_emb.weight' (the position embedding)");
-  c.context_length = f.get("pos_emb.weight").size(0);
+  c.vocab_size = tok[0];
+  c.emb_dim = tok[1];
+  QKV_CHECK(f.contains("pos_emb.weight"), excerpt(f.path()), " has no tensor 'pos_emb.weight' (the position embedding)");
+  const Shape& pos = f.shape("pos_emb.weight");
+  QKV_CHECK(!pos.empty(), excerpt(f.path()), ": pos_emb.weight has shape ", shape_str(pos), "; expected (context, E)");
+  c.context_length = pos[0];
   c.n_layers = count_blocks(f, "trf_blocks.");
   c.qkv_bias = f.contains("trf_blocks.0.att.W_query.bias");
   // Tied when the head is absent, or holds the token embedding's very values (as the book's
   // loader of GPT-2's weights makes it: out_head.weight = wte): written back to Hugging Face's
   // layout, such a model stays tied.
-  c.tied_head = !f.contains("out_head.weight") || same_bits(f.get("out_head.weight"), tok);
+  c.tied_head = !f.contains("out_head.weight") ||
+                (f.shape("out_head.weight") == tok && same_bits(f.read("out_head.weight"), f.read("tok_emb.weight")));
   c.attention.dropout = 0.0;
-  check_heads(c, heads, f.path);
+  check_heads(c, heads, f.path());
   // Every tensor of a model of these sizes, by name and shape.
   Generator skip(0);
   skip.set_init_draws(false);
   GPTModel shapes(c, skip);
   for (const StateEntry& e : shapes.state_dict()) {
     if (ends_with(e.name, ".mask")) continue;
-    w.state[e.name] = src.get(e.name, e.shape());
+    w.tensors[e.name] = src.as_is(e.name, e.shape());
   }
   if (c.tied_head && f.contains("out_head.weight")) src.used.insert("out_head.weight");
   src.check_all_used([](const std::string& n) { return ends_with(n, ".att.mask"); });
+  w.file = file;
   return w;
+}
+
+bool holds_gpt(const MappedSafetensors& f) {
+  return f.contains("wte.weight") || f.contains("transformer.wte.weight") || f.contains("tok_emb.weight");
 }
 
 }  // namespace
@@ -216,19 +248,27 @@ GptLayout parse_gpt_layout(const std::string& name) {
   fail("unknown GPT layout ", excerpt(name), "; expected huggingface or book");
 }
 
-bool is_gpt_weights(const TensorFile& f) {
-  return f.contains("wte.weight") || f.contains("transformer.wte.weight") || f.contains("tok_emb.weight");
+bool is_gpt_weights(const MappedSafetensors& f) { return holds_gpt(f); }
+
+Tensor GptWeights::tensor(const std::string& name) const {
+  auto it = tensors.find(name);
+  QKV_CHECK(it != tensors.end(), "the GPT weights have no tensor ", excerpt(name));
+  Tensor t = Tensor::empty(it->second.shape);
+  it->second.fill(t.data());
+  return t;
 }
 
-GptWeights gpt_weights_from(const TensorFile& f, std::optional<int64_t> heads, const std::string& config_json) {
-  QKV_CHECK(is_gpt_weights(f), excerpt(f.path), " holds no GPT model: it has neither Hugging Face's 'wte.weight' ",
+GptWeights gpt_weights_from(const std::shared_ptr<const MappedSafetensors>& file, std::optional<int64_t> heads,
+                            const std::string& config_json) {
+  const MappedSafetensors& f = *file;
+  QKV_CHECK(holds_gpt(f), excerpt(f.path()), " holds no GPT model: it has neither Hugging Face's 'wte.weight' ",
             "nor the book's 'tok_emb.weight'");
   // qkv's own files (qkv train --model gpt, qkv convert) carry their configuration: its head count.
-  if (!heads && f.metadata.count("config")) {
-    const GPTConfig saved = gpt_config_from_json(parse_json(f.metadata.at("config"), excerpt(f.path) + "'s config"));
+  if (!heads && f.metadata().count("config")) {
+    const GPTConfig saved = gpt_config_from_json(parse_json(f.metadata().at("config"), excerpt(f.path()) + "'s config"));
     heads = saved.attention.heads;
   }
-  return f.contains("tok_emb.weight") ? from_book(f, heads) : from_hugging_face(f, heads, config_json);
+  return f.contains("tok_emb.weight") ? from_book(file, heads) : from_hugging_face(file, heads, config_json);
 }
 
 GptWeights read_gpt_weights(const std::string& path, std::optional<int64_t> heads) {
@@ -236,10 +276,28 @@ GptWeights read_gpt_weights(const std::string& path, std::optional<int64_t> head
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     const std::string dir = path.back() == '/' ? path : path + "/";
     std::string config;
+    QKV_CHECK(::stat((dir + "model.safetensors").c_str(), &st) == 0, "cannot read ", excerpt(path),
+              ": it is a directory without model.safetensors (a Hugging Face model's directory holds "
+              "model.safetensors and config.json)");
     if (::stat((dir + "config.json").c_str(), &st) == 0) config = read_file(dir + "config.json");
-    return gpt_weights_from(load_safetensors(dir + "model.safetensors"), heads, config);
+    return gpt_weights_from(std::make_shared<const MappedSafetensors>(dir + "model.safetensors"), heads, config);
   }
-  return gpt_weights_from(load_safetensors(path), heads);
+  return gpt_weights_from(std::make_shared<const MappedSafetensors>(path), heads);
+}
+
+void load_gpt_weights(GPTModel& model, const GptWeights& w) {
+  const std::vector<StateEntry> entries = model.state_dict();
+  for (const StateEntry& e : entries) {  // every tensor first: nothing is loaded into a model it does not fit
+    if (e.mask) continue;
+    const auto it = w.tensors.find(e.name);
+    QKV_CHECK(it != w.tensors.end(), "the GPT weights have no tensor ", excerpt(e.name), " of shape ",
+              shape_str(e.shape()), " (the model's configuration differs from the file's)");
+    QKV_CHECK(it->second.shape == e.shape(), "the GPT weights' tensor ", excerpt(e.name), " has shape ",
+              shape_str(it->second.shape), "; the model has ", shape_str(e.shape()));
+  }
+  // Straight into the model's own tensors, one at a time: no second copy of the model.
+  for (const StateEntry& e : entries)
+    if (!e.mask) w.tensors.at(e.name).fill(e.tensor->data());
 }
 
 NamedTensors gpt_state_in_layout(GPTModel& m, GptLayout layout) {
@@ -295,10 +353,7 @@ std::unique_ptr<GPTModel> gpt_model_from(const GptWeights& w, Generator& gen) {
   gen.set_init_draws(false);  // every weight is about to be loaded
   auto model = std::make_unique<GPTModel>(w.config, gen);
   gen.set_init_draws(true);
-  std::map<std::string, Tensor> state = w.state;
-  for (const StateEntry& e : model->state_dict())
-    if (e.mask) state.emplace(e.name, e.value());  // the causal mask the model has (the files carry none)
-  model->load_state_dict(state, /*strict=*/true);
+  load_gpt_weights(*model, w);  // the causal masks are the model's own (the files' are ignored)
   model->eval();
   return model;
 }

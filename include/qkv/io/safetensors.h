@@ -13,6 +13,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -36,6 +37,34 @@ struct TensorFile {
 
 TensorFile load_safetensors(const std::string& path);
 TensorFile parse_safetensors(const std::string& bytes, const std::string& path_for_errors);
+
+// A safetensors file memory-mapped read-only and checked whole when opened (the header, every
+// entry's dtype, shape and byte range, no overlaps: load_safetensors's checks and errors), each
+// tensor decoded to float32 only when read. Reading a model through it costs the model's tensors
+// and not the file's bytes as well: `read` drops the pages it decoded from the process's memory
+// (they come back from the page cache if read again). A path that cannot be mapped (not a regular
+// file, empty) is read whole instead, with read_file's errors.
+class MappedSafetensors {
+ public:
+  explicit MappedSafetensors(const std::string& path);
+  ~MappedSafetensors();
+  MappedSafetensors(const MappedSafetensors&) = delete;
+  MappedSafetensors& operator=(const MappedSafetensors&) = delete;
+
+  const std::string& path() const;
+  const std::vector<std::string>& names() const;  // in the order of their data offsets
+  const std::map<std::string, std::string>& metadata() const;
+  bool contains(const std::string& name) const;
+  // These throw TensorFile::get's error for a name the file does not have.
+  const Shape& shape(const std::string& name) const;
+  std::string stored_dtype(const std::string& name) const;  // "F32", "BF16", ...
+  Tensor read(const std::string& name) const;                // float32, contiguous, named
+  void read_into(const std::string& name, float* out) const; // the same into out[numel of its shape]
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 

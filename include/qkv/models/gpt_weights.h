@@ -21,6 +21,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <map>
 #include <optional>
 #include <string>
@@ -35,19 +37,32 @@ enum class GptLayout { kHuggingFace, kBook };
 const char* gpt_layout_name(GptLayout layout);  // "huggingface" | "book"
 GptLayout parse_gpt_layout(const std::string& name);
 
+// A file's weights as the book's GPTModel holds them. Reading checks every name and shape; a
+// tensor is made (decoded from the memory-mapped file, sliced, transposed) only when asked for,
+// straight into the model's own: loading costs the model's float32 size, and one Conv1D weight more.
+struct GptTensor {
+  Shape shape;                          // the model's
+  std::function<void(float*)> fill;     // writes its values, row-major, into numel(shape) floats
+};
 struct GptWeights {
-  GPTConfig config;                     // drop_rate 0 (GPT-2's files hold no dropout rate)
-  std::map<std::string, Tensor> state;  // the book's names, every tensor of the model (no masks)
+  GPTConfig config;  // drop_rate 0 (GPT-2's files hold no dropout rate)
   GptLayout layout = GptLayout::kBook;
+  std::map<std::string, GptTensor> tensors;        // the book's names, every tensor of the model (no masks)
+  std::shared_ptr<const MappedSafetensors> file;   // what they are read from
+
+  Tensor tensor(const std::string& name) const;  // made now; throws qkv::Error for a name not of the model
 };
 
 // Whether a safetensors file's names are a GPT model's in one of the layouts (wte / tok_emb.weight).
-bool is_gpt_weights(const TensorFile& file);
+bool is_gpt_weights(const MappedSafetensors& file);
 // The weights of a file or a Hugging Face directory (see above).
 GptWeights read_gpt_weights(const std::string& path, std::optional<int64_t> num_heads = std::nullopt);
-// The same from a file already read (path for messages).
-GptWeights gpt_weights_from(const TensorFile& file, std::optional<int64_t> num_heads,
+// The same from a file already opened.
+GptWeights gpt_weights_from(const std::shared_ptr<const MappedSafetensors>& file, std::optional<int64_t> num_heads,
                             const std::string& config_json = "");
+// Loads `weights` into `model` (built with their configuration; dropout, path and dtype may differ),
+// one tensor at a time; the model's causal masks stay its own.
+void load_gpt_weights(GPTModel& model, const GptWeights& weights);
 
 // A model's state in `layout`: the book's names (with each block's causal mask, so the book's
 // GPTModel loads it with strict=True; a tied head written as out_head.weight too, the book's model
