@@ -1,45 +1,12 @@
-// Atomic whole-file writes and whole-file reads. See include/qkv/io/atomic_file.h.
+// Atomic whole-file writes. See include/qkv/io/atomic_file.h.
 #include "qkv/io/atomic_file.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <sstream>
-#include <system_error>
 
 #include "qkv/core/error.h"
-#include "qkv/core/excerpt.h"
-#include "qkv/core/limits.h"
 #include "qkv/io/output_files.h"
 
 namespace qkv {
-namespace {
-
-std::string errno_message(int err) { return std::generic_category().message(err); }
-
-// Closes a descriptor on scope exit unless released.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-
- private:
-  int fd_;
-};
-
-}  // namespace
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
   write_files_atomically({{path, bytes, ""}});  // the rule for every output (qkv/io/output_files.h)
@@ -51,70 +18,6 @@ void write_file_atomically(const std::string& path,
   write(out);
   QKV_CHECK(out.good(), "cannot write '", path, "': producing its content failed");
   write_file_atomically(path, std::move(out).str());
-}
-
-namespace {
-
-// What a non-regular file is, for the message that refuses it.
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
-// Reads fd to its end, refusing more than limits().max_file_bytes.
-std::string read_all(int fd, const std::string& name, int64_t expected) {
-  const int64_t limit = limits().max_file_bytes;
-  std::string out;
-  if (expected > 0) out.reserve(static_cast<size_t>(expected));
-  char buf[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      fail("cannot read ", name, ": ", errno_message(err));
-    }
-    if (n == 0) break;
-    QKV_CHECK(static_cast<int64_t>(out.size()) + n <= limit, "cannot read ", name, ": it holds more than the file size ",
-              "limit of ", limit, " bytes (max_file_bytes)");
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string read_file(const std::string& path, StdinRule stdin_rule) {
-  if (path == "-" && stdin_rule == StdinRule::kDashIsStdin) return read_all(STDIN_FILENO, "standard input", 0);
-  const std::string name = excerpt(path, 4096);
-  int raw_fd;
-  do {
-    // O_NONBLOCK: opening a FIFO must not wait for a writer before it can be refused below.
-    raw_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  } while (raw_fd < 0 && errno == EINTR);
-  if (raw_fd < 0) {
-    int err = errno;
-    fail("cannot open ", name, ": ", errno_message(err));
-  }
-  Fd fd(raw_fd);
-
-  struct stat st {};
-  if (::fstat(raw_fd, &st) != 0) {
-    int err = errno;
-    fail("cannot read ", name, ": ", errno_message(err));
-  }
-  QKV_CHECK(S_ISREG(st.st_mode), "cannot read ", name, ": ",
-            S_ISDIR(st.st_mode) ? errno_message(EISDIR) : std::string("it is ") + file_kind(st.st_mode),
-            "; an input must be a regular file",
-            stdin_rule == StdinRule::kDashIsStdin ? " (or - for standard input)" : "");
-  const int64_t limit = limits().max_file_bytes;
-  QKV_CHECK(st.st_size <= limit, "cannot read ", name, ": it is ", st.st_size,
-            " bytes, more than the file size limit of ", limit, " bytes (max_file_bytes)");
-  return read_all(raw_fd, name, st.st_size);
 }
 
 }  // namespace qkv

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "qkv/core/error.h"
-#include "qkv/io/atomic_file.h"
+#include "qkv/core/read_file.h"
 #include "qkv/text/pretokenize.h"
 #include "qkv/text/sha256.h"
 

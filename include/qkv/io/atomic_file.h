@@ -1,4 +1,5 @@
-// qkv/io/atomic_file.h - whole-file reads, and writes that either replace a file whole or leave it be.
+// qkv/io/atomic_file.h - writes that either replace a file whole or leave it be (and, from core,
+// whole-file reads: qkv/core/read_file.h).
 //
 // write_file_atomically writes to a fresh temporary file in the same directory as `path`
 // ("<path>.tmp.<pid>.<counter>"), flushes and fsyncs it, then renames it over `path`, so a reader
@@ -12,6 +13,8 @@
 #include <iosfwd>
 #include <string>
 
+#include "qkv/core/read_file.h"
+
 namespace qkv {
 
 // Replaces (or creates) `path` with exactly `bytes`. A replaced file keeps its permission bits;
@@ -22,15 +25,5 @@ void write_file_atomically(const std::string& path, const std::string& bytes);
 // disk: if it throws, the exception propagates and `path` is untouched, with no temporary left.
 void write_file_atomically(const std::string& path,
                            const std::function<void(std::ostream&)>& write);
-
-// Whether read_file takes the path "-" for standard input (where a command reads one stream).
-enum class StdinRule { kNoStdin, kDashIsStdin };
-
-// The whole content of `path`, a regular file of at most limits().max_file_bytes bytes: a
-// directory, a device (/dev/zero), a FIFO or a larger file is refused before anything is read.
-// With StdinRule::kDashIsStdin, "-" reads standard input (up to the same limit). Throws
-// qkv::Error "cannot open 'path': No such file or directory" (or "cannot read 'path': it is a
-// directory ...", "... more than the file size limit of N bytes (max_file_bytes)") on failure.
-std::string read_file(const std::string& path, StdinRule stdin_rule = StdinRule::kNoStdin);
 
 }  // namespace qkv
