@@ -57,6 +57,49 @@ def safetensors_seeds():
          "b": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()[:80].ljust(80) + b"\0" * 4)
 
 
+def gpt_seeds():
+    """Tiny GPT models (V 3, E 4, context 2, one block) in Hugging Face's layout, with and without a
+    config.json before the separator, and in the book's; values 0.01 * i, LayerNorm scales 1."""
+    V, E, C = 3, 4, 2
+    meta = {"config": json.dumps({"attention": "auto", "context_length": C, "drop_rate": 0.0, "dtype": "f32",
+                                  "emb_dim": E, "n_heads": 2, "n_layers": 1, "qkv_bias": False,
+                                  "tied_head": False, "vocab_size": V})}  # what qkv convert --to qkv writes
+    def t(name, shape, scale=0.01, dtype="F32"):
+        n = 1
+        for d in shape:
+            n *= d
+        if dtype == "BF16":
+            return (name, "BF16", list(shape), struct.pack(f"<{n}H", *[0x3C23] * n))
+        return (name, "F32", list(shape), struct.pack(f"<{n}f", *[scale * (i % 7 - 3) for i in range(n)]))
+    def ones(name, shape):
+        return (name, "F32", list(shape), struct.pack(f"<{shape[0]}f", *[1.0] * shape[0]))
+    hf = [t("wte.weight", (V, E)), t("wpe.weight", (C, E)), ones("h.0.ln_1.weight", (E,)), t("h.0.ln_1.bias", (E,)),
+          t("h.0.attn.c_attn.weight", (E, 3 * E)), t("h.0.attn.c_attn.bias", (3 * E,)),
+          t("h.0.attn.c_proj.weight", (E, E)), t("h.0.attn.c_proj.bias", (E,)), ones("h.0.ln_2.weight", (E,)),
+          t("h.0.ln_2.bias", (E,)), t("h.0.mlp.c_fc.weight", (E, 4 * E)), t("h.0.mlp.c_fc.bias", (4 * E,)),
+          t("h.0.mlp.c_proj.weight", (4 * E, E)), t("h.0.mlp.c_proj.bias", (E,)), ones("ln_f.weight", (E,)),
+          t("ln_f.bias", (E,))]
+    config = json.dumps({"n_embd": E, "n_head": 2, "n_layer": 1, "n_positions": C, "vocab_size": V,
+                         "layer_norm_epsilon": 1e-5})
+    sep = b"\n=====\n"
+    write("gpt_weights", "hf-dir", config.encode() + sep + safetensors(hf, {"format": "pt"}))
+    write("gpt_weights", "hf-untied-prefixed", config.encode() + sep + safetensors(
+        [("transformer." + n, d, s, r) for n, d, s, r in hf] + [t("lm_head.weight", (V, E))]))
+    write("gpt_weights", "hf-file-bf16", safetensors([t(n, s, dtype="BF16") if n == "wte.weight" else (n, d, s, r)
+                                                     for n, d, s, r in hf], meta))
+    book = [t("tok_emb.weight", (V, E)), t("pos_emb.weight", (C, E)),
+            t("trf_blocks.0.att.W_query.weight", (E, E)), t("trf_blocks.0.att.W_key.weight", (E, E)),
+            t("trf_blocks.0.att.W_value.weight", (E, E)), t("trf_blocks.0.att.out_proj.weight", (E, E)),
+            t("trf_blocks.0.att.out_proj.bias", (E,)), t("trf_blocks.0.ff.layers.0.weight", (4 * E, E)),
+            t("trf_blocks.0.ff.layers.0.bias", (4 * E,)), t("trf_blocks.0.ff.layers.2.weight", (E, 4 * E)),
+            t("trf_blocks.0.ff.layers.2.bias", (E,)), ones("trf_blocks.0.norm1.scale", (E,)),
+            t("trf_blocks.0.norm1.shift", (E,)), ones("trf_blocks.0.norm2.scale", (E,)),
+            t("trf_blocks.0.norm2.shift", (E,)), ones("final_norm.scale", (E,)), t("final_norm.shift", (E,)),
+            t("out_head.weight", (V, E), 0.02)]
+    write("gpt_weights", "book", safetensors(book, meta))
+    write("gpt_weights", "bad-config", b'{"n_embd": 5, "n_head": 0}' + sep + safetensors(hf))
+
+
 def checkpoint_seeds(qkv):
     with tempfile.TemporaryDirectory() as tmp:
         small = ["--d-model", "4", "--num-heads", "1"]
@@ -160,6 +203,7 @@ def main():
     ap.add_argument("--qkv", help="the qkv binary, for the checkpoint seeds (qkv train --steps 2)")
     a = ap.parse_args()
     safetensors_seeds()
+    gpt_seeds()
     rank_seeds()
     text_seeds()
     if a.qkv:

@@ -270,6 +270,25 @@ TEST_F(CliHardening, StaleTemporariesOfKilledRunsAreCleaned) {
   EXPECT_TRUE(fs::exists(path("out.st.tmp.x.0")));
 }
 
+TEST_F(CliHardening, TwoRunsWritingOneCheckpointLeaveOneWholeCheckpoint) {
+  // Two qkv train at once on the same --checkpoint, each writing it every 2 steps: every write
+  // replaces the file whole (write_files_atomically: a temporary of the writer's own, then a
+  // rename), so the file is always one run's whole checkpoint, and no temporary is left.
+  const std::string one = kTinyTrain + "--steps 300 --checkpoint-every 2 --checkpoint c.st --svg \"\" ";
+  // (run() puts "cd DIR &&" before the first command only: the second, after the "&", cds too.)
+  const Result r = run(one + "--seed 1 > a.txt 2>&1 & cd " + shell_quote(dir_.string()) + " && " +
+                       std::string(QKV_BINARY) + " " + one + "--seed 2 > b.txt 2>&1; wait $!");
+  EXPECT_THAT(slurp(path("a.txt")), HasSubstr("checkpoint: c.st"));
+  EXPECT_THAT(slurp(path("b.txt")), HasSubstr("checkpoint: c.st"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const Result gen = run("generate --checkpoint c.st --prompt abcd --max-new-tokens 4 --temperature 0 --json");
+  EXPECT_EQ(gen.status, 0) << gen.err;
+  const Result info = run("generate --checkpoint c.st --prompt abcd --max-new-tokens 1 --json");
+  EXPECT_THAT(info.out, HasSubstr("step 300")) << "the file is a finished run's last checkpoint";
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+}
+
 TEST_F(CliHardening, AnUnwritableCheckpointDirectoryIsRefusedBeforeTraining) {
   for (const std::string& args : {std::string("--checkpoint /nonexistent/c.st"),
                                  std::string("--checkpoint c.st --svg /nonexistent/loss.svg")}) {

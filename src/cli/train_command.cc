@@ -237,9 +237,8 @@ std::string per_rank_text(int64_t batch, int ranks) {
 int run_train(const TrainFlags& flags, const CLI::App& sub, TrainRanks* ranks) {
   TrainFlags f = flags;
   if (f.gpt.model == "gpt") {
-    QKV_CHECK(ranks == nullptr, "--model gpt does not train across MPI ranks yet; run it as one process");
     return run_train_gpt(f.gpt, f.o, sub, sub.count("--checkpoint") > 0 ? f.checkpoint : "qkv-gpt.safetensors",
-                         f.svg, f.vocab_dir, f.json, f.quiet);
+                         f.svg, f.vocab_dir, f.json, f.quiet, ranks);
   }
   for (const char* flag : {"--preset", "--init", "--epochs", "--eval-freq", "--eval-iter", "--train-ratio",
                            "--start-context", "--sample-tokens"})

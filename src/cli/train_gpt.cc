@@ -56,8 +56,15 @@ void add_gpt_train_flags(CLI::App* sub, GptTrainFlags& g) {
                           non_negative<int64_t>());
 }
 
-int run_train_gpt(const GptTrainFlags& g, const TrainOptions& o, const CLI::App& sub, const std::string& checkpoint,
-                  const std::string& svg, const std::string& vocab_dir, bool json, bool quiet) {
+int run_train_gpt(const GptTrainFlags& g, const TrainOptions& o, const CLI::App& sub, std::string checkpoint,
+                  std::string svg, const std::string& vocab_dir, bool json, bool quiet, TrainRanks* ranks) {
+  const bool lead = ranks == nullptr || ranks->rank() == 0;
+  if (!lead) {  // rank 0 prints and writes
+    checkpoint.clear();
+    svg.clear();
+    json = false;
+    quiet = true;
+  }
   for (const char* flag : kNotForGpt)
     if (sub.count(flag) > 0) bad_flag(flag, "is not a flag of --model gpt");
   auto given = [&](const char* flag) { return sub.count(flag) > 0; };
@@ -91,6 +98,16 @@ int run_train_gpt(const GptTrainFlags& g, const TrainOptions& o, const CLI::App&
   b.weight_decay = given("--weight-decay") ? o.weight_decay : 0.1;
   const uint64_t seed = given("--seed") ? o.seed : 123;
   check_sizes({c.vocab_size, c.emb_dim}, 4, "the token embedding (vocabulary x --d-model)");
+  if (ranks != nullptr) {  // every rank the same run, and a slice of every batch for each
+    ranks->check_agreement(str(to_json(c).dump(), " ", excerpt(o.text_file), " ", excerpt(g.init), " seed ", seed,
+                               " batch ", b.batch_size, " lr ", b.lr, " weight decay ", b.weight_decay, " epochs ",
+                               b.epochs, " eval ", b.eval_freq, "/", b.eval_iter, " ratio ", b.train_ratio),
+                           "");
+    if (b.batch_size < ranks->ranks())
+      throw AllRanksError(str("data-parallel training: --batch-size ", b.batch_size,
+                              " must be at least the number of ranks (", ranks->ranks(),
+                              "): every rank takes a slice of each batch"));
+  }
 
   std::vector<OutputFile> destinations;
   if (!checkpoint.empty()) destinations.push_back({checkpoint, "", "--checkpoint"});
@@ -113,7 +130,8 @@ int run_train_gpt(const GptTrainFlags& g, const TrainOptions& o, const CLI::App&
               << model.num_parameters() << " parameters)\n  " << excerpt(o.text_file) << ": " << text.size()
               << " bytes, " << utf8_length(text) << " characters, the first " << b.train_ratio
               << " for training; AdamW lr " << b.lr << ", weight decay " << b.weight_decay << ", batch "
-              << b.batch_size << ", " << b.epochs << " epochs, seed " << seed << "\n";
+              << b.batch_size << ", " << b.epochs << " epochs, seed " << seed
+              << (ranks ? str("; data-parallel over ", ranks->ranks(), " ranks") : std::string()) << "\n";
   std::vector<float> step_losses;
   std::vector<EvalStats> curve_evals;
   StopSignals signals;
@@ -124,7 +142,7 @@ int run_train_gpt(const GptTrainFlags& g, const TrainOptions& o, const CLI::App&
     char line[160];
     std::snprintf(line, sizeof line, "Ep %lld (Step %06lld): Train loss %.3f, Val loss %.3f",
                   static_cast<long long>(e.epoch), static_cast<long long>(e.step), e.train_loss, e.val_loss);
-    info << line << std::endl;
+    if (lead) info << line << std::endl;
     if (json)
       std::cout << nlohmann::json({{"epoch", e.epoch},
                                    {"step", e.step},
@@ -135,8 +153,11 @@ int run_train_gpt(const GptTrainFlags& g, const TrainOptions& o, const CLI::App&
                 << std::endl;
     curve_evals.push_back({e.step + 1, static_cast<float>(e.val_loss), NAN});
   };
-  cb.on_sample = [&](int64_t, const std::string& sample) { info << sample << std::endl; };
-  const BookTrainingReport r = train_like_the_book(model, gen, tokenizer, text, b, cb);
+  cb.on_sample = [&](int64_t, const std::string& sample) {
+    if (lead) info << sample << std::endl;
+  };
+  const BookTrainingReport r =
+      train_like_the_book(model, gen, tokenizer, text, b, cb, ranks ? &ranks->data_parallel() : nullptr);
 
   std::vector<OutputFile> files;
   if (!checkpoint.empty())
@@ -153,9 +174,11 @@ int run_train_gpt(const GptTrainFlags& g, const TrainOptions& o, const CLI::App&
   write_files_atomically(files);
   if (!checkpoint.empty()) info << "weights: " << checkpoint << " (the book's names; qkv generate --weights reads them)\n";
   if (r.stopped) {
-    const int sig = *StopSignals::flag();
-    info << (sig == SIGINT ? "interrupted (Ctrl-C)" : "terminated") << " after step " << r.steps - 1
-         << "; the weights so far are written\n";
+    int sig = *StopSignals::flag();
+    if (ranks) sig = ranks->data_parallel().max_int(sig);  // the signal one rank had, for every rank's status
+    if (lead)
+      info << (sig == SIGINT ? "interrupted (Ctrl-C)" : "terminated") << " after step " << r.steps - 1
+           << "; the weights so far are written\n";
     return 128 + sig;
   }
   return 0;

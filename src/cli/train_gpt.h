@@ -8,6 +8,7 @@
 
 #include "qkv/train/book_training.h"
 #include "qkv/train/train_options.h"
+#include "train_ranks.h"
 
 namespace qkv::cli {
 
@@ -21,7 +22,8 @@ struct GptTrainFlags {
 void add_gpt_train_flags(CLI::App* sub, GptTrainFlags& g);
 // The run: `o` holds the shared flags' values (--d-model, --lr, --text-file, ...), taken only where
 // given; checkpoint and svg are the outputs (the model's weights in the book's layout, the curve).
-int run_train_gpt(const GptTrainFlags& g, const TrainOptions& o, const CLI::App& sub, const std::string& checkpoint,
-                  const std::string& svg, const std::string& vocab_dir, bool json, bool quiet);
+// Under mpirun (ranks): data-parallel (train_like_the_book's ranks); rank 0 prints and writes.
+int run_train_gpt(const GptTrainFlags& g, const TrainOptions& o, const CLI::App& sub, std::string checkpoint,
+                  std::string svg, const std::string& vocab_dir, bool json, bool quiet, TrainRanks* ranks = nullptr);
 
 }  // namespace qkv::cli

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "qkv/core/error.h"
 
@@ -92,25 +93,25 @@ int64_t numel_of(const Shape& shape) {
   return n;
 }
 
-Tensor Tensor::empty(const Shape& shape) {
-  for (int64_t d : shape) QKV_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+Tensor Tensor::over(const Shape& shape, std::shared_ptr<float[]> storage) {
   Tensor t;
-  t.storage_ = allocate(numel_of(shape));
+  t.storage_ = std::move(storage);
   t.data_ = t.storage_.get();
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   return t;
 }
 
+Tensor Tensor::empty(const Shape& shape) {
+  for (int64_t d : shape) QKV_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+  return over(shape, allocate(numel_of(shape)));
+}
+
 Tensor Tensor::zeros(const Shape& shape) {
   for (int64_t d : shape) QKV_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
-  Tensor t;
-  t.storage_ = allocate_zeroed(numel_of(shape));
-  t.data_ = t.storage_.get();
-  t.shape_ = shape;
-  t.strides_ = contiguous_strides(shape);
-  return t;
+  return over(shape, allocate_zeroed(numel_of(shape)));
 }
+
 Tensor Tensor::ones(const Shape& shape) { return full(shape, 1.0f); }
 
 Tensor Tensor::full(const Shape& shape, float value) {

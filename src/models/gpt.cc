@@ -183,6 +183,15 @@ GPTModel::GPTModel(const GPTConfig& c, Generator& gen)
   }
 }
 
+void GPTModel::set_batch_slice(int64_t begin, int64_t total) {
+  drop_emb.set_batch_slice(begin, total);
+  for (TransformerBlock& b : blocks) {
+    b.att.dropout.set_batch_slice(begin, total);
+    b.drop_att.set_batch_slice(begin, total);
+    b.drop_ff.set_batch_slice(begin, total);
+  }
+}
+
 void GPTModel::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
   tok_emb.collect_state(prefix + "tok_emb.", out);
   pos_emb.collect_state(prefix + "pos_emb.", out);

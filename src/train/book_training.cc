@@ -51,7 +51,7 @@ size_t utf8_offset(const std::string& text, int64_t n) {
 
 BookTrainingReport train_like_the_book(GPTModel& model, Generator& gen, const Tokenizer& tokenizer,
                                        const std::string& text, const BookTrainingOptions& o,
-                                       const BookTrainingCallbacks& cb) {
+                                       const BookTrainingCallbacks& cb, DataParallel* ranks) {
   QKV_CHECK(o.train_ratio > 0 && o.train_ratio < 1, "train: train_ratio (", o.train_ratio, ") must be in (0, 1)");
   QKV_CHECK(o.batch_size >= 1, "train: batch_size (", o.batch_size, ") must be at least 1");
   QKV_CHECK(o.epochs >= 0, "train: epochs (", o.epochs, ") must not be negative");
@@ -87,15 +87,36 @@ BookTrainingReport train_like_the_book(GPTModel& model, Generator& gen, const To
 
   AdamWOptions adam;
   adam.weight_decay = o.weight_decay;
-  AdamW optimizer(parameters_of(model), o.lr, adam);
+  const std::vector<Param> params = parameters_of(model);
+  AdamW optimizer(params, o.lr, adam);
   CrossEntropyLoss loss;
+  // A data-parallel rank's sequences of each (whole, drop_last) training batch.
+  const BatchSlice slice = ranks ? batch_slice(o.batch_size, ranks->rank(), ranks->ranks()) : BatchSlice{0, o.batch_size};
+  if (ranks) model.set_batch_slice(slice.begin, o.batch_size);
+  std::vector<float> scratch;
   int64_t global_step = -1;
   for (int64_t epoch = 0; epoch < o.epochs && !r.stopped; ++epoch) {
     model.train();
     for (const WindowBatch& b : train_loader.epoch()) {
       optimizer.zero_grad();
-      const float l = batch_loss(model, loss, b);
-      model.backward(loss.backward());
+      float l = 0;
+      if (!ranks) {
+        l = batch_loss(model, loss, b);
+        model.backward(loss.backward());
+      } else {
+        WindowBatch mine;
+        mine.batch = slice.end - slice.begin;
+        mine.length = b.length;
+        const auto row = [&](int64_t i) { return static_cast<std::ptrdiff_t>(i * b.length); };
+        mine.inputs.assign(b.inputs.begin() + row(slice.begin), b.inputs.begin() + row(slice.end));
+        mine.targets.assign(b.targets.begin() + row(slice.begin), b.targets.begin() + row(slice.end));
+        batch_loss(model, loss, mine);
+        double totals[2] = {loss.total(), static_cast<double>(loss.count())};  // the whole batch's
+        ranks->sum_doubles(totals, 2);
+        l = static_cast<float>(totals[0] / totals[1]);
+        model.backward(loss.backward_over(static_cast<int64_t>(totals[1])));  // this slice's share
+        sum_gradients(*ranks, params, scratch);
+      }
       optimizer.step();
       r.tokens_seen += b.batch * b.length;
       ++global_step;
@@ -112,7 +133,8 @@ BookTrainingReport train_like_the_book(GPTModel& model, Generator& gen, const To
         r.evals.push_back(e);
         if (cb.on_eval) cb.on_eval(e);
       }
-      if (cb.stop_flag && *cb.stop_flag) {
+      const int stop = cb.stop_flag ? static_cast<int>(*cb.stop_flag) : 0;
+      if (ranks ? ranks->max_int(stop) != 0 : stop != 0) {
         r.stopped = true;
         break;
       }

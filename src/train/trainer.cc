@@ -131,24 +131,7 @@ void Trainer::set_data_parallel(DataParallel* dp) {
   model_->set_batch_slice(slice.begin, options_.batch_size);  // dropout keyed by the global sequence
 }
 
-void Trainer::sum_gradients_over_ranks() {
-  // (P) every gradient in params_ order, summed over the ranks in one call, then copied back.
-  size_t n = 0;
-  for (const Param& p : params_) n += static_cast<size_t>(p.grad->numel());
-  flat_grads_.resize(n);
-  size_t at = 0;
-  for (const Param& p : params_) {
-    QKV_CHECK(p.grad->is_contiguous(), "train: the gradient of ", p.name, " is not contiguous");
-    std::copy_n(p.grad->data(), p.grad->numel(), flat_grads_.data() + at);
-    at += static_cast<size_t>(p.grad->numel());
-  }
-  dp_->sum_floats(flat_grads_.data(), static_cast<int64_t>(n));
-  at = 0;
-  for (const Param& p : params_) {
-    std::copy_n(flat_grads_.data() + at, p.grad->numel(), p.grad->data());
-    at += static_cast<size_t>(p.grad->numel());
-  }
-}
+void Trainer::sum_gradients_over_ranks() { sum_gradients(*dp_, params_, flat_grads_); }
 
 StepStats Trainer::step() {
   StepStats s;

@@ -14,6 +14,9 @@
 #            and says the step where they stopped.
 # ctrlc:     the same with Ctrl-C at mpirun (which sends SIGTERM to every rank).
 # die:       one rank killed (SIGKILL): the job ends with an error, no hang; the checkpoint is whole.
+# gpt:       `qkv train --model gpt` (chapter 5's loop) on the book's text, a small model with dropout
+#            0.1, alone and on 2 ranks (a batch of 4): every evaluation's losses within 1e-6 relative,
+#            one table (rank 0 prints), the weights within 1e-6 of their tensor's largest.
 set -u
 scenario=$1 mpiexec=$2 qkv=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -94,6 +97,48 @@ PY
     n=$(grep -c "the batch size (3) must be at least the number of ranks (4)" "$err")
     [ "$n" = 1 ] || fail "the batch-size message appeared $n times, not once"
     [ -e "$dir/b.safetensors" ] && fail "a checkpoint was written"
+    ;;
+  gpt)
+    gpt=(train --model gpt --text-file "$here/../data/the-verdict.txt" --d-model 16 --num-heads 2 --num-layers 1
+         --context-length 16 --epochs 1 --eval-freq 10 --eval-iter 2 --batch-size 4 --dropout 0.1
+         --sample-tokens 4 --svg "" --json)
+    timeout 120 "$qkv" "${gpt[@]}" --checkpoint "$dir/alone.safetensors" >"$dir/alone.out" 2>"$err" ||
+      { cp "$dir/alone.out" "$out"; fail "the single-process run failed"; }
+    timeout 120 "$mpiexec" --oversubscribe --bind-to none -np 2 "$qkv" "${gpt[@]}" \
+      --checkpoint "$dir/ranks.safetensors" >"$out" 2>"$err"; status=$?
+    [ "$status" = 124 ] && fail "the job hung"
+    [ "$status" = 0 ] || fail "exit status $status"
+    grep -q "data-parallel over 2 ranks" "$err" || fail "rank 0 does not say it runs on 2 ranks"
+    /usr/bin/python3 - "$dir/alone.out" "$out" "$dir/alone.safetensors" "$dir/ranks.safetensors" <<'PY' || fail "2 ranks differ from one process"
+import json, struct, sys
+from array import array
+def evals(path):
+    return [json.loads(l) for l in open(path) if l.startswith("{")]
+a, b = evals(sys.argv[1]), evals(sys.argv[2])
+assert len(a) == len(b) > 2, f"{len(a)} evaluations alone, {len(b)} on 2 ranks (rank 0 alone prints)"
+worst = 0.0
+for x, y in zip(a, b):
+    assert (x["epoch"], x["step"], x["tokens_seen"]) == (y["epoch"], y["step"], y["tokens_seen"]), (x, y)
+    for k in ("train_loss", "val_loss"):
+        worst = max(worst, abs(x[k] - y[k]) / abs(x[k]))
+assert worst <= 1e-6, f"the worst evaluation loss differs by {worst:.2e} relative"
+def tensors(path):
+    blob = open(path, "rb").read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    h = json.loads(blob[8:8 + n]); h.pop("__metadata__", None)
+    out = {}
+    for k, t in h.items():
+        v = array("f"); v.frombytes(blob[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]]); out[k] = v
+    return out
+ta, tb = tensors(sys.argv[3]), tensors(sys.argv[4])
+assert ta.keys() == tb.keys()
+wt = 0.0
+for k in ta:
+    scale = max(abs(v) for v in ta[k]) or 1.0
+    wt = max(wt, max(abs(p - q) for p, q in zip(ta[k], tb[k])) / scale)
+assert wt <= 1e-6, f"the worst weight differs by {wt:.2e} of its tensor's largest"
+print(f"{len(a)} evaluations: worst loss {worst:.2e} relative; worst weight {wt:.2e}")
+PY
     ;;
   sigint | ctrlc | die)
     "$mpiexec" --oversubscribe --bind-to none -np 2 "$qkv" "${model[@]}" --steps 100000 --batch-size 4 \

@@ -127,6 +127,10 @@ class GPTModel : public LanguageModel {
   Tensor forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
                         kernels::KvCache& cache) override;  // (B, V) of the last new token
   bool has_cache() const override { return !blocks.empty(); }
+  // Dropout as for sequences [begin, begin + B) of a batch of `total`: the masks the whole batch's
+  // forward gives those sequences (a data-parallel rank's slice; Dropout::set_batch_slice).
+  // (0, 0): whole batches.
+  void set_batch_slice(int64_t begin, int64_t total);
   // Every block's attention trace of the last forward (set before it: record_traces(true)).
   void record_traces(bool on) { traces_.assign(on ? blocks.size() : 0, AttentionTrace{}); }
   const std::vector<AttentionTrace>& traces() const { return traces_; }

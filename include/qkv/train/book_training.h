@@ -30,6 +30,7 @@
 #include "qkv/core/generator.h"
 #include "qkv/models/gpt.h"
 #include "qkv/models/tokenizer.h"
+#include "qkv/train/data_parallel.h"
 
 namespace qkv {
 
@@ -70,9 +71,16 @@ struct BookTrainingCallbacks {
 // was built from, continuing). Throws qkv::Error on options out of range, or a text too short
 // for one batch of either loader (the book's loaders would have no batch: it says which and how
 // many tokens each half has).
+//
+// With `ranks` (data-parallel, qkv/train/data_parallel.h), every rank runs this with the same
+// model, generator and text: each draws every batch, takes its slice (batch_slice; dropout masks
+// as the whole batch's), adds its share of the batch's mean loss to the gradients, which are then
+// summed over the ranks, and steps alike; evaluations and samples run whole on every rank. The
+// losses are the single process's up to the order of float32 sums; a stop flag on any rank stops
+// all after the same step. batch_size must be at least the number of ranks.
 BookTrainingReport train_like_the_book(GPTModel& model, Generator& gen, const Tokenizer& tokenizer,
                                        const std::string& text, const BookTrainingOptions& options,
-                                       const BookTrainingCallbacks& callbacks = {});
+                                       const BookTrainingCallbacks& callbacks = {}, DataParallel* ranks = nullptr);
 
 // The number of characters (code points) of UTF-8 text, and the byte offset of character n.
 int64_t utf8_length(const std::string& text);

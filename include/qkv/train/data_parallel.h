@@ -18,7 +18,10 @@
 
 #include <cstdint>
 
+#include <vector>
+
 #include "qkv/core/error.h"
+#include "qkv/train/optimizer.h"
 
 namespace qkv {
 
@@ -48,5 +51,9 @@ struct BatchSlice {
   int64_t begin = 0, end = 0;
 };
 BatchSlice batch_slice(int64_t batch, int rank, int ranks);
+
+// Collective: every parameter's gradient replaced by its sum over the ranks, in one sum_floats
+// call (the gradients side by side in `scratch`, in params' order).
+void sum_gradients(DataParallel& dp, const std::vector<Param>& params, std::vector<float>& scratch);
 
 }  // namespace qkv
