@@ -93,23 +93,21 @@ int64_t numel_of(const Shape& shape) {
   return n;
 }
 
-Tensor Tensor::over(const Shape& shape, std::shared_ptr<float[]> storage) {
+Tensor Tensor::empty(const Shape& shape) {
+  for (int64_t d : shape) QKV_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
   Tensor t;
-  t.storage_ = std::move(storage);
+  t.storage_ = allocate(numel_of(shape));
   t.data_ = t.storage_.get();
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   return t;
 }
 
-Tensor Tensor::empty(const Shape& shape) {
-  for (int64_t d : shape) QKV_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
-  return over(shape, allocate(numel_of(shape)));
-}
-
 Tensor Tensor::zeros(const Shape& shape) {
-  for (int64_t d : shape) QKV_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
-  return over(shape, allocate_zeroed(numel_of(shape)));
+  Tensor t = empty(shape);  // the shape checked; its storage, never touched, is given back below
+  t.storage_ = allocate_zeroed(t.numel());
+  t.data_ = t.storage_.get();
+  return t;
 }
 
 Tensor Tensor::ones(const Shape& shape) { return full(shape, 1.0f); }

@@ -171,9 +171,6 @@ class Tensor {
   void check_defined(const char* op) const;
 
  private:
-  // A contiguous tensor of `shape` over `storage` (numel(shape) floats).
-  static Tensor over(const Shape& shape, std::shared_ptr<float[]> storage);
-
   std::shared_ptr<float[]> storage_;
   float* data_ = nullptr;
   Shape shape_{0};    // (0) while undefined
