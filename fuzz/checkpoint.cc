@@ -12,15 +12,15 @@
 
 namespace {
 
-// One file per process, rewritten for every input.
-const std::string& temp_path() {
-  static const std::string path = [] {
-    const char* dir = std::getenv("TMPDIR");
-    return std::string(dir && *dir ? dir : "/tmp") + "/qkv-fuzz-checkpoint-" + std::to_string(getpid()) +
-           ".safetensors";
-  }();
-  return path;
+// One file per process, rewritten for every input. A global made before RemoveAtExit's (same
+// file: constructed in order, destroyed in reverse), so that it outlives the clean-up; a
+// function-local static would be made later and destroyed first, and read after its end.
+std::string make_temp_path() {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir && *dir ? dir : "/tmp") + "/qkv-fuzz-checkpoint-" + std::to_string(getpid()) + ".safetensors";
 }
+const std::string g_temp_path = make_temp_path();
+const std::string& temp_path() { return g_temp_path; }
 
 struct RemoveAtExit {
   ~RemoveAtExit() { std::remove(temp_path().c_str()); }

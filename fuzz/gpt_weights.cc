@@ -15,16 +15,16 @@
 
 namespace {
 
-// One folder per process, its files rewritten for every input.
-const std::string& temp_dir() {
-  static const std::string dir = [] {
-    const char* t = std::getenv("TMPDIR");
-    std::string d = std::string(t && *t ? t : "/tmp") + "/qkv-fuzz-gpt-" + std::to_string(getpid());
-    ::mkdir(d.c_str(), 0700);
-    return d;
-  }();
-  return dir;
+// One folder per process, its files rewritten for every input. A global made before RemoveAtExit's
+// (same file: constructed in order, destroyed in reverse), so that it outlives the clean-up.
+std::string make_temp_dir() {
+  const char* t = std::getenv("TMPDIR");
+  std::string d = std::string(t && *t ? t : "/tmp") + "/qkv-fuzz-gpt-" + std::to_string(getpid());
+  ::mkdir(d.c_str(), 0700);
+  return d;
 }
+const std::string g_temp_dir = make_temp_dir();
+const std::string& temp_dir() { return g_temp_dir; }
 
 void write(const std::string& path, std::string_view bytes) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
