@@ -23,20 +23,16 @@ std::shared_ptr<float[]> allocate(int64_t n) {
   return std::shared_ptr<float[]>(static_cast<float*>(p), [](float* q) { std::free(q); });
 }
 
-// Zeroed memory. From 1 MiB on, fresh pages from the kernel: zero already, and resident only once
-// written, so that a gradient or optimiser state that is never used (a model that only runs
-// forward) costs address space and not memory.
-std::shared_ptr<float[]> allocate_zeroed(int64_t n) {
-  constexpr size_t kFreshPagesFrom = size_t{1} << 20;
-  const size_t bytes = static_cast<size_t>(n > 0 ? n : 1) * sizeof(float);
-  if (bytes >= kFreshPagesFrom) {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) fail("out of memory allocating ", n, " floats");
-    return std::shared_ptr<float[]>(static_cast<float*>(p), [bytes](float* q) { ::munmap(q, bytes); });
-  }
-  std::shared_ptr<float[]> s = allocate(n);
-  std::memset(s.get(), 0, bytes);
-  return s;
+// From this size on, Tensor::zeros takes fresh pages from the kernel: zero already, and resident
+// only once written, so that a gradient or optimiser state that is never used (a model that only
+// runs forward) costs address space and not memory.
+constexpr size_t kFreshPagesFrom = size_t{1} << 20;
+
+std::shared_ptr<float[]> fresh_pages(int64_t n) {
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) fail("out of memory allocating ", n, " floats");
+  return std::shared_ptr<float[]>(static_cast<float*>(p), [bytes](float* q) { ::munmap(q, bytes); });
 }
 
 Shape contiguous_strides(const Shape& shape) {
@@ -104,8 +100,10 @@ Tensor Tensor::empty(const Shape& shape) {
 }
 
 Tensor Tensor::zeros(const Shape& shape) {
+  const int64_t n = numel_of(shape);
+  if (static_cast<size_t>(n) * sizeof(float) < kFreshPagesFrom) return full(shape, 0.0f);
   Tensor t = empty(shape);  // the shape checked; its storage, never touched, is given back below
-  t.storage_ = allocate_zeroed(t.numel());
+  t.storage_ = fresh_pages(n);
   t.data_ = t.storage_.get();
   return t;
 }

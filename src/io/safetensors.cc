@@ -90,6 +90,12 @@ std::string name_list(const std::vector<std::string>& names, size_t max_shown) {
   return s;
 }
 
+// "'file' has no tensor 'x' (it has: 'a', 'b')": TensorFile::get's and MappedSafetensors's error.
+[[noreturn]] void fail_missing(const std::string& file, const std::string& name, const std::vector<std::string>& names) {
+  fail(quoted_path(file), " has no tensor ", excerpt(name), " (it has: ",
+       names.empty() ? std::string("no tensors") : name_list(names, 40), ")");
+}
+
 // --- header parsing -------------------------------------------------------------------------
 
 // Parses the header JSON; a key repeated within one object is an error (nlohmann would keep
@@ -293,8 +299,7 @@ float f64_to_f32(double v) {
 const Tensor& TensorFile::get(const std::string& name) const {
   auto it = tensors.find(name);
   if (it == tensors.end()) {
-    fail(quoted_path(path), " has no tensor ", excerpt(name), " (it has: ",
-         names.empty() ? std::string("no tensors") : name_list(names, 40), ")");
+    fail_missing(path, name, names);
   }
   return it->second;
 }
@@ -386,8 +391,7 @@ struct MappedSafetensors::Impl {
   const Entry& entry(const std::string& name) const {
     auto it = index.find(name);
     if (it == index.end())
-      fail(quoted_path(path), " has no tensor ", excerpt(name), " (it has: ",
-           names.empty() ? std::string("no tensors") : name_list(names, 40), ")");
+      fail_missing(path, name, names);
     return layout.entries[it->second];
   }
 };
