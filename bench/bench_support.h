@@ -1,4 +1,4 @@
-// What qkv's Google Benchmark programs share (bench/attention_bench.cc,
+// What qkv's Google Benchmark programs share (bench/attention_microbench.cc,
 // bench/onednn_matmul_bench.cc): seeded random inputs, the FMA peak measured at start-up, and
 // GFLOP/s and % of that peak as counters.
 #pragma once

@@ -5,7 +5,7 @@
 //   QKV_NUM_THREADS=2 OMP_NUM_THREADS=2 build/bench/qkv_onednn_bench
 //       --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 //
-// The shapes are BM_Sgemm's (bench/attention_bench.cc), row-major:
+// The shapes are BM_Sgemm's (bench/attention_microbench.cc), row-major:
 //   op 0  y = x W^T      x (M, K), W (N, K)        forward (nn.Linear)
 //   op 1  dx = dy W      dy (M, K), W (K, N)       backward, the input's gradient
 //   op 2  dW = dy^T x    dy (K, M), x (K, N)       backward, the weight's gradient (K = B*T)

@@ -146,7 +146,7 @@ def rank_seeds():
     write("tiktoken_ranks", "no-final-newline", lines.rstrip("\n"))
     write("tiktoken_ranks", "bad-base64", "IQ== 0\nnot-base64! 1\n")
     write("tiktoken_ranks", "empty", "")
-    # GPT-2's two files, separated by "\n=====\n" (fuzz/gpt2_vocab.cc).
+    # GPT-2's two files, separated by "\n=====\n" (fuzz/gpt2_vocab_fuzz.cc).
     encoder = {c: r for r, c in enumerate(bytes_to_unicode().values())}
     for a, b in MERGES:
         encoder[a + b] = len(encoder)

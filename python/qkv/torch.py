@@ -207,6 +207,17 @@ class _CausalMask:
     editing it (load_state_dict, mask.data.zero_(), mask.numpy()[:] = 0, ...) goes unseen - and
     passes a corner that is not causal to the kernel as a boolean mask, as loaded."""
 
+    def _add_projections(self, d_in, d_out, qkv_bias):
+        # The book's order (its seeds draw W_query's weights first, then W_key's, then W_value's).
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+
+    def _add_dropout_and_mask(self, dropout, context_length):
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        self.fused_dropout = False
+
     def _kernel_mask(self, num_tokens):
         n = self.mask.shape[0]
         if num_tokens > n or num_tokens > self.mask.shape[1]:
@@ -292,12 +303,8 @@ class CausalAttention(_CausalMask, nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
         super().__init__()
         self.d_out = d_out
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.dropout = nn.Dropout(dropout)
-        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
-        self.fused_dropout = False
+        self._add_projections(d_in, d_out, qkv_bias)
+        self._add_dropout_and_mask(dropout, context_length)
 
     def forward(self, x):
         _check_rank(self, x, 3, "(B, T, d_in)")
@@ -339,13 +346,9 @@ class MultiHeadAttention(_CausalMask, nn.Module):
         self.d_out = d_out
         self.num_heads = num_heads
         self.head_dim = d_out // num_heads
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self._add_projections(d_in, d_out, qkv_bias)
         self.out_proj = nn.Linear(d_out, d_out)
-        self.dropout = nn.Dropout(dropout)
-        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
-        self.fused_dropout = False
+        self._add_dropout_and_mask(dropout, context_length)
 
     def forward(self, x):
         _check_rank(self, x, 3, "(B, T, d_in)")

@@ -1,5 +1,5 @@
 // python/src/arrays.h - numpy arrays and keyword arguments as the library's views and options,
-// shared by the bindings of the kernels (attention.cc) and of the MHA pipeline (mha.cc).
+// shared by the bindings of the kernels (attention_bindings.cc) and of the MHA pipeline (mha_bindings.cc).
 //
 // Arrays: float32 arrays whose strides are non-negative multiples of 4 bytes (C-contiguous ones,
 // and views such as x.transpose(0, 2, 1, 3)) are read in place; other floating-point arrays

@@ -5,11 +5,11 @@
 // and turns the library's errors into Python exceptions. Nothing here computes attention or
 // tokens; every number comes from include/qkv.
 //
-//   encoding.cc   Encoding (tiktoken's interface over qkv::Encoding), get_encoding("gpt2")
-//   arrays.cc     numpy arrays and keywords as the library's views and options
-//   attention.cc  attention, attention_backward, attention_weights on (B, H, T, D) float32 arrays
-//   mha.cc        mha_forward, mha_backward: the book's MultiHeadAttention in qkv's pipeline
-//   module.cc     the module itself: errors, threads
+//   encoding.cc            Encoding (tiktoken's interface over qkv::Encoding), get_encoding("gpt2")
+//   arrays.cc              numpy arrays and keywords as the library's views and options
+//   attention_bindings.cc  attention, attention_backward, attention_weights on (B, H, T, D) float32 arrays
+//   mha_bindings.cc        mha_forward, mha_backward: the book's MultiHeadAttention in qkv's pipeline
+//   extension_module.cc    the module itself: errors, threads
 #pragma once
 
 #include <pybind11/pybind11.h>

@@ -42,6 +42,18 @@ class Recorder {
 };
 
 // One picture per head of batch item 0; weights (B, H, T, T).
+// torch.manual_seed(123); Module(...)(batch): the module drawn from the seed, its output recorded
+// as `name`; returns what it computed on the way.
+template <typename Module>
+AttentionTrace record_seeded(Recorder& r, Generator& gen, const AttentionConfig& c, const Tensor& batch,
+                             const char* name, const char* python) {
+  gen.manual_seed(123);
+  Module m(c, gen);
+  AttentionTrace trace;
+  r.add(name, python, m.forward(batch, &trace));
+  return trace;
+}
+
 void add_head_pictures(Walkthrough& w, const std::string& file, const std::string& module, const Tensor& weights) {
   for (int64_t h = 0; h < weights.size(1); ++h)
     w.pictures.push_back({file + ".head" + std::to_string(h) + ".svg",
@@ -147,28 +159,22 @@ Walkthrough run_walkthrough(const std::string& text) {
   // --- 3.5.3 The CausalAttention class on a batch of two.
   r.section("3.5.3 Implementing a compact causal attention class (batch = stack(inputs, inputs))");
   const Tensor batch = stack({inputs, inputs}, 0);  // (2, T, 3)
-  gen.manual_seed(123);
-  CausalAttention ca(attention_config("causal-attention", 3, 2, T, 0.0), gen);
-  AttentionTrace ca_trace;
-  r.add("causal_attention.seed123", "torch.manual_seed(123); CausalAttention(3, 2, T, 0.0)(batch)",
-        ca.forward(batch, &ca_trace));
+  const AttentionTrace ca_trace = record_seeded<CausalAttention>(
+      r, gen, attention_config("causal-attention", 3, 2, T, 0.0), batch, "causal_attention.seed123",
+      "torch.manual_seed(123); CausalAttention(3, 2, T, 0.0)(batch)");
   w.pictures.push_back({"causal_attention.svg", "CausalAttention (seed 123): attention weights, batch item 0",
                         ca_trace.weights.select(0, 0)});
 
   r.section("3.6.1 Stacking multiple single-head attention layers");
-  gen.manual_seed(123);
-  MultiHeadAttentionWrapper wrapper(attention_config("mha-wrapper", 3, 2, T, 0.0, 2), gen);
-  AttentionTrace wr_trace;
-  r.add("mha_wrapper.seed123", "torch.manual_seed(123); MultiHeadAttentionWrapper(3, 2, T, 0.0, num_heads=2)(batch)",
-        wrapper.forward(batch, &wr_trace));
+  const AttentionTrace wr_trace = record_seeded<MultiHeadAttentionWrapper>(
+      r, gen, attention_config("mha-wrapper", 3, 2, T, 0.0, 2), batch, "mha_wrapper.seed123",
+      "torch.manual_seed(123); MultiHeadAttentionWrapper(3, 2, T, 0.0, num_heads=2)(batch)");
   add_head_pictures(w, "mha_wrapper", "MultiHeadAttentionWrapper", wr_trace.weights);
 
   r.section("3.6.2 Implementing multi-head attention with weight splits");
-  gen.manual_seed(123);
-  MultiHeadAttention mha(attention_config("mha", 3, 2, T, 0.0, 2), gen);
-  AttentionTrace mha_trace;
-  r.add("mha.seed123", "torch.manual_seed(123); MultiHeadAttention(3, 2, T, 0.0, num_heads=2)(batch)",
-        mha.forward(batch, &mha_trace));
+  const AttentionTrace mha_trace = record_seeded<MultiHeadAttention>(
+      r, gen, attention_config("mha", 3, 2, T, 0.0, 2), batch, "mha.seed123",
+      "torch.manual_seed(123); MultiHeadAttention(3, 2, T, 0.0, num_heads=2)(batch)");
   r.add("mha.attn_weights", "its attention weights per head, (B, H, T, T)", mha_trace.weights);
   add_head_pictures(w, "mha", "MultiHeadAttention", mha_trace.weights);
   return w;

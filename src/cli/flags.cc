@@ -36,28 +36,30 @@ void check_sizes(std::initializer_list<int64_t> sizes, int64_t element_size, con
   check_memory_request(checked_bytes(checked_product(sizes, what), element_size, what), what);
 }
 
+namespace {
+// `flag` BYTES sets the process-wide limit `field` (qkv/core/limits.h).
+void add_byte_limit_flag(CLI::App* sub, const std::string& flag, int64_t Limits::*field, const std::string& help,
+                         const std::string& default_str) {
+  sub->add_option_function<std::string>(
+         flag,
+         [flag, field](const std::string& s) {
+           Limits l = limits();
+           l.*field = parse_bytes(flag, s);
+           set_limits(l);
+         },
+         help)
+      ->type_name("BYTES")
+      ->default_str(default_str);
+}
+}  // namespace
+
 void add_limit_flags(CLI::App* sub) {
   const Limits d = limits();
-  sub->add_option_function<std::string>(
-         "--max-memory",
-         [](const std::string& s) {
-           Limits l = limits();
-           l.max_memory_bytes = parse_bytes("--max-memory", s);
-           set_limits(l);
-         },
-         "The most memory one request (a tensor, a model, a file read) may ask for; suffixes K M G T")
-      ->type_name("BYTES")
-      ->default_str(std::to_string(d.max_memory_bytes) + " (half the physical memory)");
-  sub->add_option_function<std::string>(
-         "--max-file-size",
-         [](const std::string& s) {
-           Limits l = limits();
-           l.max_file_bytes = parse_bytes("--max-file-size", s);
-           set_limits(l);
-         },
-         "The largest input file read whole; suffixes K M G T")
-      ->type_name("BYTES")
-      ->default_str(std::to_string(d.max_file_bytes));
+  add_byte_limit_flag(sub, "--max-memory", &Limits::max_memory_bytes,
+                      "The most memory one request (a tensor, a model, a file read) may ask for; suffixes K M G T",
+                      std::to_string(d.max_memory_bytes) + " (half the physical memory)");
+  add_byte_limit_flag(sub, "--max-file-size", &Limits::max_file_bytes,
+                      "The largest input file read whole; suffixes K M G T", std::to_string(d.max_file_bytes));
 }
 
 void check_threads(int64_t threads, const char* flag) {

@@ -80,22 +80,25 @@ const char* number_type_name() {
   return std::is_floating_point_v<T> ? "FLOAT" : std::is_signed_v<T> ? "INT" : "UINT";
 }
 
-// Registers `flag` storing into `value` (kept as it is unless the flag is given).
-template <typename T>
-CLI::Option* add_number(CLI::App* sub, const std::string& flag, T& value, const std::string& help,
-                        Range<T> range = any<T>()) {
+// Registers `flag` storing a T parsed within `range` into `value` (a T or a std::optional<T>; kept
+// as it is unless the flag is given).
+template <typename T, typename Target>
+CLI::Option* add_number_into(CLI::App* sub, const std::string& flag, Target& value, const std::string& help,
+                             Range<T> range) {
   return sub
       ->add_option_function<std::string>(
           flag, [&value, flag, range](const std::string& s) { value = parse_number<T>(flag, s, range); }, help)
       ->type_name(number_type_name<T>());
 }
 template <typename T>
+CLI::Option* add_number(CLI::App* sub, const std::string& flag, T& value, const std::string& help,
+                        Range<T> range = any<T>()) {
+  return add_number_into<T>(sub, flag, value, help, range);
+}
+template <typename T>
 CLI::Option* add_number(CLI::App* sub, const std::string& flag, std::optional<T>& value, const std::string& help,
                         Range<T> range = any<T>()) {
-  return sub
-      ->add_option_function<std::string>(
-          flag, [&value, flag, range](const std::string& s) { value = parse_number<T>(flag, s, range); }, help)
-      ->type_name(number_type_name<T>());
+  return add_number_into<T>(sub, flag, value, help, range);
 }
 
 // The same, with --help showing the value it starts with as the default.

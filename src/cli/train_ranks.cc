@@ -8,7 +8,7 @@
 
 #include "flags.h"
 #include "qkv/mpi/communicator.h"
-#include "qkv/mpi/data_parallel.h"
+#include "qkv/mpi/rank_data_parallel.h"
 
 namespace qkv::cli {
 namespace {

@@ -7,20 +7,25 @@
 
 namespace qkv {
 
-int64_t checked_add(int64_t a, int64_t b, const char* what) {
+namespace {
+// a op b for sizes a, b >= 0, refused when it does not fit; `overflows` computes it as the
+// __builtin_*_overflow functions do.
+template <typename Overflows>
+int64_t checked_op(int64_t a, int64_t b, const char* what, const char* op, Overflows overflows) {
   QKV_CHECK(a >= 0 && b >= 0, what, ": sizes must not be negative, got ", a, " and ", b);
   int64_t r = 0;
-  QKV_CHECK(!__builtin_add_overflow(a, b, &r), what, ": ", a, " + ", b, " exceeds the largest size (",
+  QKV_CHECK(!overflows(a, b, &r), what, ": ", a, op, b, " exceeds the largest size (",
             std::numeric_limits<int64_t>::max(), ")");
   return r;
 }
+}  // namespace
+
+int64_t checked_add(int64_t a, int64_t b, const char* what) {
+  return checked_op(a, b, what, " + ", [](int64_t x, int64_t y, int64_t* r) { return __builtin_add_overflow(x, y, r); });
+}
 
 int64_t checked_mul(int64_t a, int64_t b, const char* what) {
-  QKV_CHECK(a >= 0 && b >= 0, what, ": sizes must not be negative, got ", a, " and ", b);
-  int64_t r = 0;
-  QKV_CHECK(!__builtin_mul_overflow(a, b, &r), what, ": ", a, " x ", b, " exceeds the largest size (",
-            std::numeric_limits<int64_t>::max(), ")");
-  return r;
+  return checked_op(a, b, what, " x ", [](int64_t x, int64_t y, int64_t* r) { return __builtin_mul_overflow(x, y, r); });
 }
 
 int64_t checked_product(std::span<const int64_t> sizes, const char* what) {

@@ -111,27 +111,27 @@ GemmOperand as_gemm_operand(int64_t rows, int64_t cols, int64_t s0, int64_t s1) 
   return {};
 }
 
+// X (rows, cols) with strides (s0, s1) as gemm takes it; when gemm cannot take those strides, X
+// is first copied row-major into `copy` and `x` is pointed at it.
+GemmOperand gemm_operand_or_copy(int64_t rows, int64_t cols, const float*& x, int64_t s0, int64_t s1,
+                                 std::vector<float>& copy) {
+  const GemmOperand op = as_gemm_operand(rows, cols, s0, s1);
+  if (op.ok) return op;
+  copy.resize(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) copy[static_cast<size_t>(i * cols + j)] = x[i * s0 + j * s1];
+  x = copy.data();
+  return {true, false, std::max<int64_t>(cols, 1)};
+}
+
 // C (M, N) = A (M, K) @ B (K, N), A and B strided, C contiguous. The product runs in gemm (the
 // fast kernel, with the naive loop of gemm_reference as its reference); operands whose strides
 // gemm cannot take (broadcast rows, say) are copied to contiguous scratch first.
 void matmul_2d(const float* A, int64_t as0, int64_t as1, const float* B, int64_t bs0, int64_t bs1,
                float* C, int64_t M, int64_t K, int64_t N) {
-  GemmOperand a = as_gemm_operand(M, K, as0, as1), b = as_gemm_operand(K, N, bs0, bs1);
   std::vector<float> a_copy, b_copy;
-  if (!a.ok) {
-    a_copy.resize(static_cast<size_t>(M * K));
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t k = 0; k < K; ++k) a_copy[static_cast<size_t>(i * K + k)] = A[i * as0 + k * as1];
-    A = a_copy.data();
-    a = {true, false, std::max<int64_t>(K, 1)};
-  }
-  if (!b.ok) {
-    b_copy.resize(static_cast<size_t>(K * N));
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t j = 0; j < N; ++j) b_copy[static_cast<size_t>(k * N + j)] = B[k * bs0 + j * bs1];
-    B = b_copy.data();
-    b = {true, false, std::max<int64_t>(N, 1)};
-  }
+  const GemmOperand a = gemm_operand_or_copy(M, K, A, as0, as1, a_copy);
+  const GemmOperand b = gemm_operand_or_copy(K, N, B, bs0, bs1, b_copy);
   gemm(a.trans, b.trans, M, N, K, A, a.ld, B, b.ld, C, std::max<int64_t>(N, 1));
 }
 

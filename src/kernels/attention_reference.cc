@@ -1,6 +1,6 @@
 // The naive references of the fused attention kernels: plain loops in double, three passes per
 // query (scores with the mask, softmax, weighted sum), the same conventions and dropout mask.
-// Kept forever: tests/kernels_attention_test.cc compares the fused kernels with these.
+// Kept forever: tests/kernels/attention_test.cc compares the fused kernels with these.
 #include <algorithm>
 #include <cmath>
 #include <limits>

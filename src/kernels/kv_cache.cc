@@ -154,21 +154,18 @@ void KvCache::reset() {
   std::fill(appended_.begin(), appended_.end(), 0);
 }
 
-ConstHeads KvCache::keys(int64_t layer) const {
-  check_layer("KvCache::keys", layer);
-  QKV_CHECK(dtype_ == CacheDtype::kF32, "KvCache::keys: the cache holds ", cache_dtype_name(dtype_),
-            ", not f32 (use copy_keys)");
-  return {static_cast<const float*>(layer_data(layer, true)), batch_, kv_heads_, length(layer), head_dim_,
-          kv_heads_ * capacity_ * head_dim_, capacity_ * head_dim_, head_dim_, 1};
+ConstHeads KvCache::f32_view(const char* what, int64_t layer, bool keys) const {
+  check_layer(what, layer);
+  QKV_CHECK(dtype_ == CacheDtype::kF32, what, ": the cache holds ", cache_dtype_name(dtype_), ", not f32 (use ",
+            keys ? "copy_keys" : "copy_values", ")");
+  const int64_t dim = keys ? head_dim_ : value_dim_;
+  return {static_cast<const float*>(layer_data(layer, keys)), batch_, kv_heads_, length(layer), dim,
+          kv_heads_ * capacity_ * dim, capacity_ * dim, dim, 1};
 }
 
-ConstHeads KvCache::values(int64_t layer) const {
-  check_layer("KvCache::values", layer);
-  QKV_CHECK(dtype_ == CacheDtype::kF32, "KvCache::values: the cache holds ", cache_dtype_name(dtype_),
-            ", not f32 (use copy_values)");
-  return {static_cast<const float*>(layer_data(layer, false)), batch_, kv_heads_, length(layer), value_dim_,
-          kv_heads_ * capacity_ * value_dim_, capacity_ * value_dim_, value_dim_, 1};
-}
+ConstHeads KvCache::keys(int64_t layer) const { return f32_view("KvCache::keys", layer, true); }
+
+ConstHeads KvCache::values(int64_t layer) const { return f32_view("KvCache::values", layer, false); }
 
 void KvCache::copy_out(const char* what, int64_t layer, bool keys, MutableHeads out) const {
   check_layer(what, layer);

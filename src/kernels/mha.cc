@@ -1,6 +1,7 @@
 // The fast multi-head attention pipeline: fused QKV GEMM, fused attention, output GEMM, and the
 // same three steps backwards. See include/qkv/kernels/mha.h.
 #include "qkv/kernels/mha.h"
+#include "kernels/mha_testing.h"
 
 #include <algorithm>
 #include <atomic>

@@ -6,6 +6,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/ops.h"
+#include "models/model_shape.h"
 
 namespace qkv {
 namespace {
@@ -36,22 +37,16 @@ bool finite(const Tensor& t) {
 
 }  // namespace
 
-void set_head_dim(LMConfig& c) {
-  const int64_t C = c.d_model, H = c.attention.heads;
-  QKV_CHECK(H > 0 && C % H == 0, "AttentionLM: d_model (", C, ") must be divisible by num_heads (", H, ")");
-  c.attention.head_dim = C / H;
+models_detail::ModelShape shape_of(const LMConfig& c) {
+  return {"AttentionLM", c.vocab_size, c.context_length, c.d_model, "d_model", c.num_layers, "num_layers",
+          attention_config_name};
 }
 
+void set_head_dim(LMConfig& c) { models_detail::set_head_dim(c.attention, shape_of(c)); }
+
 void validate_lm_config(const LMConfig& c) {
-  QKV_CHECK(c.vocab_size > 0, "AttentionLM: vocab_size (", c.vocab_size, ") must be positive");
-  QKV_CHECK(c.context_length > 0, "AttentionLM: context_length (", c.context_length, ") must be positive");
-  QKV_CHECK(c.d_model > 0, "AttentionLM: d_model (", c.d_model, ") must be positive");
-  QKV_CHECK(c.num_layers >= 0, "AttentionLM: num_layers (", c.num_layers, ") must not be negative");
   const kernels::AttentionSpec& a = c.attention;
-  kernels::validate_attention_spec(a, "AttentionLM", attention_config_name);
-  QKV_CHECK(a.causal, "AttentionLM: its attention is causal (attention.causal must be true)");
-  QKV_CHECK(a.width() == c.d_model, "AttentionLM: num_heads (", a.heads, ") x head_dim (", a.head_dim,
-            ") must be d_model (", c.d_model, ")");
+  models_detail::validate_model_shape(a, shape_of(c));
   QKV_CHECK(a.window <= c.context_length, "AttentionLM: window (", a.window, ") must be in [0, context_length = ",
             c.context_length, "] (0: no window)");
   QKV_CHECK(a.dtype == Dtype::kF32 || c.path != AttentionPath::kTextbook,
@@ -134,28 +129,12 @@ kernels::KvCache AttentionLM::make_cache(int64_t batch, kernels::CacheDtype dtyp
 
 Tensor AttentionLM::forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
                                    kernels::KvCache& cache) {
-  QKV_CHECK(batch >= 1 && tokens >= 1 && static_cast<int64_t>(ids.size()) == batch * tokens, "AttentionLM: ",
-            ids.size(), " ids for a (", batch, ", ", tokens, ") batch");
-  QKV_CHECK(cache.layers() == static_cast<int64_t>(blocks.size()), "AttentionLM: the cache has ", cache.layers(),
-            " layers but the model has ", blocks.size(), " blocks");
-  QKV_CHECK(cache.pending() == 0, "AttentionLM: the cache has a step of ", cache.pending(),
-            " positions in progress (a forward_cached that failed, or appends by another caller): reset() it");
-  const int64_t P = cache.length();
-  QKV_CHECK(P + tokens <= config.context_length, "AttentionLM: ", tokens, " new tokens after the cache's ", P,
-            " positions exceed context_length ", config.context_length);
+  const int64_t P = models_detail::check_cached_step("AttentionLM", ids, batch, tokens, cache,
+                                                     static_cast<int64_t>(blocks.size()), config.context_length);
   // x = tok_emb.weight[ids] + pos_emb.weight[P:P+Tn]                (B, Tn, C)
   // (gathered here: Embedding::forward would replace the ids it keeps for backward)
-  const int64_t C = config.d_model, V = config.vocab_size;
-  const Tensor tok = tok_emb.weight.contiguous(), pos = pos_emb.table.weight.contiguous();
-  Tensor x = Tensor::empty({batch, tokens, C});
-  for (int64_t i = 0; i < batch * tokens; ++i) {
-    const int64_t id = ids[static_cast<size_t>(i)];
-    QKV_CHECK(id >= 0 && id < V, "AttentionLM: id ", id, " at position ", i, " is outside the vocabulary of ", V);
-    const float* t = tok.data() + id * C;
-    const float* p = pos.data() + (P + i % tokens) * C;
-    float* out = x.data() + i * C;
-    for (int64_t c = 0; c < C; ++c) out[c] = t[c] + p[c];
-  }
+  Tensor x = models_detail::embed_at("AttentionLM", ids, batch, tokens, P, tok_emb.weight.contiguous(),
+                                     pos_emb.table.weight.contiguous());
   for (size_t l = 0; l < blocks.size(); ++l)
     x = add(x, blocks[l].forward_cached(x, cache, static_cast<int64_t>(l)));  // residual
   cache.commit();

@@ -6,6 +6,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/core/ops.h"
+#include "models/model_shape.h"
 
 namespace qkv {
 namespace {
@@ -90,25 +91,21 @@ GPTConfig gpt_preset(const std::string& name) {
   fail("unknown GPT preset ", excerpt(name), "; expected one of: ", known);
 }
 
-void set_head_dim(GPTConfig& c) {
-  const int64_t E = c.emb_dim, H = c.attention.heads;
-  QKV_CHECK(H > 0 && E % H == 0, "GPTModel: emb_dim (", E, ") must be divisible by n_heads (", H, ")");
-  c.attention.head_dim = E / H;
+namespace {
+// The attention's fields as the book's GPT_CONFIG names them.
+std::string gpt_field_name(kernels::SpecField f) {
+  return f == kernels::SpecField::kHeads ? "n_heads" : f == kernels::SpecField::kDropout ? "drop_rate"
+                                                                                       : kernels::spec_field_name(f);
 }
 
-void validate_gpt_config(const GPTConfig& c) {
-  QKV_CHECK(c.vocab_size > 0, "GPTModel: vocab_size (", c.vocab_size, ") must be positive");
-  QKV_CHECK(c.context_length > 0, "GPTModel: context_length (", c.context_length, ") must be positive");
-  QKV_CHECK(c.emb_dim > 0, "GPTModel: emb_dim (", c.emb_dim, ") must be positive");
-  QKV_CHECK(c.n_layers >= 0, "GPTModel: n_layers (", c.n_layers, ") must not be negative");
-  kernels::validate_attention_spec(c.attention, "GPTModel", [](kernels::SpecField f) -> std::string {
-    return f == kernels::SpecField::kHeads ? "n_heads" : f == kernels::SpecField::kDropout ? "drop_rate"
-                                                                                         : kernels::spec_field_name(f);
-  });
-  QKV_CHECK(c.attention.causal, "GPTModel: its attention is causal");
-  QKV_CHECK(c.attention.width() == c.emb_dim, "GPTModel: n_heads (", c.attention.heads, ") x head_dim (",
-            c.attention.head_dim, ") must be emb_dim (", c.emb_dim, ")");
+models_detail::ModelShape shape_of(const GPTConfig& c) {
+  return {"GPTModel", c.vocab_size, c.context_length, c.emb_dim, "emb_dim", c.n_layers, "n_layers", gpt_field_name};
 }
+}  // namespace
+
+void set_head_dim(GPTConfig& c) { models_detail::set_head_dim(c.attention, shape_of(c)); }
+
+void validate_gpt_config(const GPTConfig& c) { models_detail::validate_model_shape(c.attention, shape_of(c)); }
 
 nlohmann::json to_json(const GPTConfig& c) { return fields_to_json(c); }
 
@@ -247,28 +244,12 @@ kernels::KvCache GPTModel::make_cache(int64_t batch, kernels::CacheDtype dtype) 
 
 Tensor GPTModel::forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
                                 kernels::KvCache& cache) {
-  QKV_CHECK(batch >= 1 && tokens >= 1 && static_cast<int64_t>(ids.size()) == batch * tokens, "GPTModel: ",
-            ids.size(), " ids for a (", batch, ", ", tokens, ") batch");
-  QKV_CHECK(cache.layers() == static_cast<int64_t>(blocks.size()), "GPTModel: the cache has ", cache.layers(),
-            " layers but the model has ", blocks.size(), " blocks");
-  QKV_CHECK(cache.pending() == 0, "GPTModel: the cache has a step of ", cache.pending(),
-            " positions in progress (a forward_cached that failed, or appends by another caller): reset() it");
   QKV_CHECK(!drop_emb.active(), "GPTModel: forward_cached is inference, but dropout is active: call eval() first");
-  const int64_t P = cache.length();
-  QKV_CHECK(P + tokens <= config.context_length, "GPTModel: ", tokens, " new tokens after the cache's ", P,
-            " positions exceed context_length ", config.context_length);
+  const int64_t P = models_detail::check_cached_step("GPTModel", ids, batch, tokens, cache,
+                                                     static_cast<int64_t>(blocks.size()), config.context_length);
   // x = tok_emb.weight[ids] + pos_emb.weight[P:P+Tn]                  (B, Tn, E), nothing recorded
-  const int64_t E = config.emb_dim, V = config.vocab_size;
-  const Tensor tok = tok_emb.weight.contiguous(), pos = pos_emb.weight.contiguous();
-  Tensor x = Tensor::empty({batch, tokens, E});
-  for (int64_t i = 0; i < batch * tokens; ++i) {
-    const int64_t id = ids[static_cast<size_t>(i)];
-    QKV_CHECK(id >= 0 && id < V, "GPTModel: id ", id, " at position ", i, " is outside the vocabulary of ", V);
-    const float* t = tok.data() + id * E;
-    const float* p = pos.data() + (P + i % tokens) * E;
-    float* out = x.data() + i * E;
-    for (int64_t e = 0; e < E; ++e) out[e] = t[e] + p[e];
-  }
+  Tensor x = models_detail::embed_at("GPTModel", ids, batch, tokens, P, tok_emb.weight.contiguous(),
+                                     pos_emb.weight.contiguous());
   for (size_t l = 0; l < blocks.size(); ++l) x = blocks[l].forward_cached(x, cache, static_cast<int64_t>(l));
   cache.commit();
   // logits = out_head(final_norm(x[:, -1]))                           (B, V)

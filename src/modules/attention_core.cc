@@ -32,16 +32,8 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* b
   Tensor weights = softmax(div(blocked ? masked : scores, scale), -1);
   Tensor dropped = dropout ? dropout->forward(weights) : weights;
   Tensor context = matmul(dropped, v);
-  if (trace) {
-    trace->queries = q;
-    trace->keys = k;
-    trace->values = v;
-    trace->scores = scores;
-    trace->masked_scores = masked;
-    trace->weights = weights;
-    trace->dropped_weights = (dropout && dropout->active()) ? dropped : Tensor();
-    trace->context = context;
-  }
+  // queries, keys, values, scores, masked_scores, weights, dropped_weights, context
+  if (trace) *trace = {q, k, v, scores, masked, weights, dropout && dropout->active() ? dropped : Tensor(), context};
   if (saved) *saved = AttentionSaved{q, k, v, blocked ? m : Tensor(), weights, dropped, scale};
   return context;
 }

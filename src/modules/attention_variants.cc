@@ -121,16 +121,10 @@ Tensor attend_variants(const Tensor& q, const Tensor& k, const Tensor& v, const 
   Tensor weights = softmax(logits, -1);
   Tensor dropped = dropout ? dropout->forward(weights) : weights;
   Tensor context = matmul(dropped, v_rep);
-  if (trace) {
-    trace->queries = q;
-    trace->keys = k;
-    trace->values = v;
-    trace->scores = scores;
-    trace->masked_scores = m.defined() ? masked_fill(scores, m, -inf) : Tensor();
-    trace->weights = weights;
-    trace->dropped_weights = (dropout && dropout->active()) ? dropped : Tensor();
-    trace->context = context;
-  }
+  // queries, keys, values, scores, masked_scores, weights, dropped_weights, context
+  if (trace)
+    *trace = {q,       k,       v, scores, m.defined() ? masked_fill(scores, m, -inf) : Tensor(),
+              weights, dropout && dropout->active() ? dropped : Tensor(), context};
   if (saved) *saved = VariantSaved{q, k_rep, v_rep, tanh, m, weights, dropped, scale, r};
   return context;
 }

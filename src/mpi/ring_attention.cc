@@ -220,6 +220,21 @@ void copy_heads(ConstHeads x, int64_t g0, MutableHeads y) {
       }
 }
 
+// This rank's own keys and values of heads [g0, g0 + Gp), the block its ring starts with.
+void load_own_block(const Ring& r, ConstHeads k, ConstHeads v, int64_t g0, int64_t Gp, int me, Block& cur) {
+  cur.shape(r, Gp, me);
+  copy_heads(k, g0, cur.k());
+  copy_heads(v, g0, cur.v());
+}
+
+// The times a call reports into (the caller's, or `local` when it wants none), cleared.
+RingTimes& start_times(RingTimes* times, RingTimes& local, const Ring& r) {
+  RingTimes& t = times ? *times : local;
+  t = {};
+  t.steps = r.steps;
+  return t;
+}
+
 MPI_Request post_recv(const Communicator& comm, Block& b, int from, int tag) {
   MPI_Request r;
   MPI_Irecv(b.data.data(), static_cast<int>(b.count()), MPI_FLOAT, from, tag, comm.comm(), &r);
@@ -339,18 +354,14 @@ void ring_attention_forward(const Communicator& comm, ConstHeads q, ConstHeads k
                            {shape_problem("o", o, q.batch, q.heads, Tr, v.dim),
                             lse || q.batch * q.heads * Tr == 0 ? "" : "lse is null"});
   RingTimes local;
-  RingTimes& t = times ? *times : local;
-  t = {};
-  t.steps = r.steps;
+  RingTimes& t = start_times(times, local, r);
   const int N = comm.size(), me = comm.rank();
   const int64_t per = r.H / r.G;
   Block cur, next;
   ForwardAccumulator acc;
   for (int64_t g0 = 0; g0 < r.G; g0 += r.group) {
     const int64_t Gp = std::min(r.group, r.G - g0), h0 = g0 * per, Hp = Gp * per;
-    cur.shape(r, Gp, me);
-    copy_heads(k, g0, cur.k());
-    copy_heads(v, g0, cur.v());
+    load_own_block(r, k, v, g0, Gp, me, cur);
     acc.o.assign(static_cast<size_t>(r.B * Hp * r.Tr * r.Dv), 0.0);
     acc.lse.assign(static_cast<size_t>(r.B * Hp * r.Tr), kNegInf);
     for (int s = 0; s < r.steps; ++s) {
@@ -388,18 +399,14 @@ void ring_attention_backward(const Communicator& comm, ConstHeads q, ConstHeads 
                             shape_problem("dq", dq, B, H, Tr, D), shape_problem("dk", dk, B, G, Tr, D),
                             shape_problem("dv", dv, B, G, Tr, Dv), lse || B * H * Tr == 0 ? "" : "lse is null"});
   RingTimes local;
-  RingTimes& t = times ? *times : local;
-  t = {};
-  t.steps = r.steps;
+  RingTimes& t = start_times(times, local, r);
   const int N = comm.size(), me = comm.rank();
   const int64_t per = r.H / r.G;
   Block cur, next, grads, incoming, outgoing;  // grads: this rank's share; incoming/outgoing: the accumulators
   BackwardScratch s;
   for (int64_t g0 = 0; g0 < r.G; g0 += r.group) {
     const int64_t Gp = std::min(r.group, r.G - g0), h0 = g0 * per, Hp = Gp * per;
-    cur.shape(r, Gp, me);
-    copy_heads(k, g0, cur.k());
-    copy_heads(v, g0, cur.v());
+    load_own_block(r, k, v, g0, Gp, me, cur);
     s.dq.assign(static_cast<size_t>(r.B * Hp * r.Tr * r.D), 0.0);
     std::vector<MPI_Request> sending;  // the accumulator sent last step
     const int steps = r.steps;

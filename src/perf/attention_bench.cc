@@ -253,20 +253,15 @@ void AttentionBenchCase::backward() {
   else kernels::attention_backward(b.q, b.k, b.v, b.o, b.d_o, b.lse, b.dq, b.dk, b.dv, options_);
 }
 
-double AttentionBenchCase::forward_flops() const {
+double AttentionBenchCase::pass_flops(bool backward) const {
   const AttentionBenchShape& s = shape_;
-  if (s.target == BenchTarget::kAttentionCore)
-    return kernels::attention_forward_flops(s.batch, s.attention.heads, s.seq_len, s.seq_len, s.attention.head_dim,
-                                            s.attention.head_dim, s.attention.causal, 0, s.attention.window);
-  return kernels::mha_forward_flops(b_->mha, s.target == BenchTarget::kMha);
-}
-
-double AttentionBenchCase::backward_flops() const {
-  const AttentionBenchShape& s = shape_;
-  if (s.target == BenchTarget::kAttentionCore)
-    return kernels::attention_backward_flops(s.batch, s.attention.heads, s.seq_len, s.seq_len, s.attention.head_dim,
-                                             s.attention.head_dim, s.attention.causal, 0, s.attention.window);
-  return kernels::mha_backward_flops(b_->mha, s.target == BenchTarget::kMha);
+  const kernels::AttentionSpec& a = s.attention;
+  if (s.target == BenchTarget::kAttentionCore) {
+    const auto flops = backward ? kernels::attention_backward_flops : kernels::attention_forward_flops;
+    return flops(s.batch, a.heads, s.seq_len, s.seq_len, a.head_dim, a.head_dim, a.causal, 0, a.window);
+  }
+  const bool out_proj = s.target == BenchTarget::kMha;
+  return backward ? kernels::mha_backward_flops(b_->mha, out_proj) : kernels::mha_forward_flops(b_->mha, out_proj);
 }
 
 AttentionBenchReport run_attention_bench(const AttentionBenchShape& shape, int iters, int warmup, ThreadPool& pool) {

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Makes tests/data/grad_fixtures.json with PyTorch autograd: the gradients of the layer-level
-modules, which have no command of their own. tests/backward_pytorch_test.cc replays every case.
+modules, which have no command of their own. tests/modules/backward_pytorch_test.cc replays every case.
 
     /usr/bin/python3 tests/pytorch/make_grad_fixtures.py
 

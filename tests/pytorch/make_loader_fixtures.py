@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Makes tests/data/loader_fixtures.json: the order in which PyTorch's DataLoader(shuffle=True)
 serves a dataset after torch.manual_seed(s), for a few epochs, and torch.rand(2) afterwards (the
-global generator's state). tests/data_loader_test.cc replays it."""
+global generator's state). tests/text/data_loader_test.cc replays it."""
 import json
 import os
 

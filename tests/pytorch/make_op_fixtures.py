@@ -2,7 +2,7 @@
 """Makes tests/data/op_fixtures.json with PyTorch: what tensors print as, and what the ops give.
 
 Run with Debian's python3-torch: /usr/bin/python3 tests/pytorch/make_op_fixtures.py
-The C++ test tests/tensor_test.cc replays every case through qkv.
+The C++ test tests/core/tensor_test.cc replays every case through qkv.
 """
 import json
 import math

@@ -5,7 +5,7 @@ Run with Debian's python3-torch 1.13 (CPU build without MKL):
 
     /usr/bin/python3 tests/pytorch/make_rng_fixtures.py [--out tests/data/rng_fixtures.json]
 
-tests/generator_test.cc replays every case on qkv::Generator and compares bit patterns.
+tests/core/generator_test.cc replays every case on qkv::Generator and compares bit patterns.
 
 Layout: {"about", "torch_version", "cpu_capability", "cases": [case, ...]}.
 A case is {"name", "seed", "initial_seed", "ops": [op, ...]}: "seed" is an integer for

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Writes tests/data/gpt2_cases.json: texts and the ids tiktoken's gpt2 encoding gives them, for
-// tests/bpe_test.cc. tiktoken (npm, OpenAI's Rust core as WebAssembly) is the oracle.
+// tests/text/bpe_test.cc. tiktoken (npm, OpenAI's Rust core as WebAssembly) is the oracle.
 //
 //   npm install --prefix /tmp/tk tiktoken
 //   NODE_PATH=/tmp/tk/node_modules node tests/tiktoken/make_gpt2_cases.js > tests/data/gpt2_cases.json

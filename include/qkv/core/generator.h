@@ -27,7 +27,7 @@
 // The engine is MT19937 seeded like at::mt19937: only the low 32 bits of the seed enter the
 // state (initial_seed() still returns all 64). random64() = (first draw << 32) | second draw.
 //
-// The paths, and the precision of every step (tests/generator_test.cc checks all of them
+// The paths, and the precision of every step (tests/core/generator_test.cc checks all of them
 // bit-exactly against tests/data/rng_fixtures.json, made by tests/pytorch/make_rng_fixtures.py):
 //
 //  * uniform (torch.rand, uniform_(from, to)): one 32-bit draw per element; its low 24 bits

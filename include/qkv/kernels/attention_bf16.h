@@ -17,7 +17,7 @@
 //   - the probabilities P, and in the backward P z, dS * scale and d_o, are rounded to bf16 (nearest, ties to
 //     even) just before they enter a product; o, lse and every gradient are float32.
 // So o differs from attention_forward on the widened inputs by about 2^-9 (bf16's half ulp)
-// relative to max |v| at most, much less on average (tests/kernels_attention_bf16_test.cc
+// relative to max |v| at most, much less on average (tests/kernels/attention_bf16_test.cc
 // states the measured figures).
 //
 // Where the CPU has AVX512_BF16 and qkv::bf16_dot_allowed() (qkv/core/bf16.h) the products are

@@ -98,6 +98,7 @@ class KvCache {
   void check_layer(const char* what, int64_t layer) const;
   void copy_out(const char* what, int64_t layer, bool keys, MutableHeads out) const;
   void* layer_data(int64_t layer, bool keys) const;
+  ConstHeads f32_view(const char* what, int64_t layer, bool keys) const;  // keys() / values()
 
   int64_t layers_, batch_, kv_heads_, capacity_, head_dim_, value_dim_;
   CacheDtype dtype_;

@@ -173,12 +173,6 @@ ConstHeadsBF16 mha_queries(const MhaShape& s, const uint16_t* heads16);
 ConstHeadsBF16 mha_keys(const MhaShape& s, const uint16_t* heads16);
 ConstHeadsBF16 mha_values(const MhaShape& s, const uint16_t* heads16);
 
-// For tests: run the naive references (attention_forward_reference / _backward_reference) in
-// place of the fused kernel inside mha_forward / mha_backward, process-wide, e.g. to test the
-// pipeline's variants (grouped-query heads, RoPE, windows, ALiBi, softcap) on their own. Off by
-// default; returns the previous setting.
-bool mha_use_reference_attention(bool on);
-
 // FLOPs: projections (2 B T C_in Q + 2 B T C C) plus the attention's (visible pairs only: causal
 // and window; RoPE's O(T D) rotations are not counted).
 // (causal and window from s.attention)

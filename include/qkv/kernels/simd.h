@@ -18,7 +18,8 @@ std::vector<int64_t> available_simd_targets();
 std::string simd_target_name(int64_t target);
 int simd_target_vector_bits(int64_t target);
 // Makes the kernels dispatch to `target` (one of the above) from their next call; 0 restores the
-// default. For tests: not thread-safe against kernels running at the same time.
+// default. For tests and `qkv bench` (a product measured at a narrower width): not thread-safe
+// against kernels running at the same time.
 void force_simd_target(int64_t target);
 
 }  // namespace qkv::kernels

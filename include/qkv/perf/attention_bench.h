@@ -1,5 +1,5 @@
 // qkv/perf/attention_bench.h - timing the fast attention path on random inputs: the one harness
-// that `qkv bench` and the Google Benchmark suite (bench/attention_bench.cc) share.
+// that `qkv bench` and the Google Benchmark suite (bench/attention_microbench.cc) share.
 //
 // A case is one of three targets on random inputs (uniform in [-1, 1), weights in nn.Linear's
 // range 1/sqrt(C)), with its outputs and gradients allocated:
@@ -72,12 +72,13 @@ class AttentionBenchCase {
     if (shape_.backward) backward();
   }
 
-  double forward_flops() const;
-  double backward_flops() const;
+  double forward_flops() const { return pass_flops(false); }
+  double backward_flops() const { return pass_flops(true); }
   double step_flops() const { return forward_flops() + (shape_.backward ? backward_flops() : 0.0); }
   const AttentionBenchShape& shape() const { return shape_; }  // normalized
 
  private:
+  double pass_flops(bool backward) const;  // counted FLOPs of the forward (false) or the backward (true)
   struct Buffers;
   AttentionBenchShape shape_;
   kernels::AttentionOptions options_;

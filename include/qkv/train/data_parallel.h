@@ -1,5 +1,5 @@
 // qkv/train/data_parallel.h - what the Trainer needs from the ranks of a data-parallel run, as an
-// interface the training library owns and the MPI layer implements (qkv/mpi/data_parallel.h), so
+// interface the training library owns and the MPI layer implements (qkv/mpi/rank_data_parallel.h), so
 // src/train never depends on MPI.
 //
 // Every rank draws the same global batch of B sequences (the data streams and generators stay

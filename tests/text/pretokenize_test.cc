@@ -6,7 +6,7 @@
 
 #include <random>
 
-#include "../src/text/unicode_classes.h"
+#include "text/unicode_classes.h"
 #include "qkv/core/error.h"
 #include "qkv/text/pretokenize.h"
 #include "qkv/text/utf8.h"

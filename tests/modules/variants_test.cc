@@ -13,6 +13,7 @@
 #include "qkv/core/ops.h"
 #include "qkv/core/random_tensor.h"
 #include "qkv/kernels/mha.h"
+#include "kernels/mha_testing.h"
 #include "qkv/modules/multi_head_attention.h"
 #include "test_support.h"
 

@@ -1,7 +1,7 @@
 // The fused attention kernels on today's attention variants - grouped-query heads (G < H), a query
 // offset, a sliding window, ALiBi and softcapping - against the naive references, forward and
 // backward, alone and combined with the causal, additive and boolean masks and dropout; results
-// bit for bit the same on 1 and 2 threads. "Close" is the kernel tests' (kernels_attention_test.cc):
+// bit for bit the same on 1 and 2 threads. "Close" is the kernel tests' (tests/kernels/attention_test.cc):
 // |fused - reference| <= 1e-5 * (1 + |reference|) element by element, lse included.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-// Sums over the ranks in rank order, and the stop flag's maximum (qkv/mpi/data_parallel.h).
-#include "qkv/mpi/data_parallel.h"
+// Sums over the ranks in rank order, and the stop flag's maximum (qkv/mpi/rank_data_parallel.h).
+#include "qkv/mpi/rank_data_parallel.h"
 
 #include <algorithm>
 #include <type_traits>

@@ -24,6 +24,7 @@
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/trainer.h"
 #include "test_support.h"
+#include "tiny_training.h"
 
 namespace qkv {
 namespace {
@@ -117,18 +118,7 @@ class Scratch {
 
 using LimitsGuard = testing_support::ScopedLimits;  // the limits in force, restored at the end of the scope
 
-TrainOptions tiny_options() {
-  TrainOptions o;
-  o.task_length = 3;
-  o.task_symbols = 5;
-  o.model.d_model = 8;
-  o.model.attention.heads = 2;
-  o.model.num_layers = 1;
-  o.batch_size = 4;
-  o.steps = 6;
-  o.eval_sequences = 16;
-  return o;
-}
+TrainOptions tiny_options() { return testing_support::tiny_copy_task(); }
 
 // A real checkpoint after two steps, as a safetensors file we can take apart and put back together.
 struct CheckpointParts {

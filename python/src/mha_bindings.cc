@@ -1,4 +1,4 @@
-// python/src/mha.cc - the fast multi-head attention pipeline (qkv/kernels/mha.h) on numpy arrays:
+// python/src/mha_bindings.cc - the fast multi-head attention pipeline (qkv/kernels/mha.h) on numpy arrays:
 // what qkv.torch's MultiHeadAttention and CausalAttention run forward and backward.
 //
 //   ws = _qkv.MhaWorkspace()

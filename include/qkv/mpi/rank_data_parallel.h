@@ -1,4 +1,4 @@
-// qkv/mpi/data_parallel.h - the ranks of an MPI job as a data-parallel Trainer sees them
+// qkv/mpi/rank_data_parallel.h - the ranks of an MPI job as a data-parallel Trainer sees them
 // (qkv/train/data_parallel.h): sums in a fixed order, the stop flag's maximum, every wait bounded.
 //
 // Why not MPI_Allreduce(MPI_SUM): Open MPI picks its reduction algorithm (recursive doubling,

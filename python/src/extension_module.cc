@@ -1,4 +1,4 @@
-// python/src/module.cc - the extension module qkv._qkv: its exceptions and thread control.
+// python/src/extension_module.cc - the extension module qkv._qkv: its exceptions and thread control.
 //
 // Errors: qkv::Error (the library's one exception type: bad arguments, shapes, missing or altered
 // vocabulary files) becomes qkv.Error, a ValueError carrying the library's message. The tokenizer

@@ -1,7 +1,7 @@
 // The KV cache's step rules and storage, and decode_attention against the naive reference
 // (kernels::attention_forward_reference fed fp32 copies of the cache's keys and values; for a
 // bf16 cache, of its bf16-rounded values). "Close" is the fused kernels' tolerance
-// (tests/kernels_attention_test.cc): |got - want| <= 1e-5 * (1 + |want|) element by element.
+// (tests/kernels/attention_test.cc): |got - want| <= 1e-5 * (1 + |want|) element by element.
 #include <gtest/gtest.h>
 
 #include <array>

@@ -1,4 +1,4 @@
-// python/src/attention.cc - the fused attention kernels (qkv/kernels/attention.h) on numpy arrays.
+// python/src/attention_bindings.cc - the fused attention kernels (qkv/kernels/attention.h) on numpy arrays.
 //
 //   o = qkv.attention(q, k, v, causal=True)                  # q (B, H, T, D), k (B, G, S, D), v (B, G, S, Dv)
 //   o, lse = qkv.attention(q, k, v, return_lse=True, dropout_p=0.1, seed=7)

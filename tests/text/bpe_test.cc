@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "../src/text/bpe_merge.h"
+#include "text/bpe_merge.h"
 #include "qkv/core/error.h"
 #include "qkv/text/bpe.h"
 #include "qkv/text/utf8.h"

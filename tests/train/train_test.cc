@@ -1,6 +1,6 @@
 // The training layer's pieces: the learning-rate schedule, gradient clipping, the built-in tasks and
 // other data, checkpoints, generation. (Optimisers and the model against PyTorch:
-// tests/pytorch/test_train_vs_pytorch.py; gradients: backward_*_test.cc.)
+// tests/pytorch/test_train_vs_pytorch.py; gradients: tests/modules/backward_*_test.cc.)
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -20,6 +20,7 @@
 #include "qkv/models/generation.h"
 #include "qkv/train/trainer.h"
 #include "test_support.h"
+#include "tiny_training.h"
 
 namespace qkv {
 namespace {
@@ -100,16 +101,7 @@ TEST(TokenWindows, WindowsAreShiftedByOneAndTooShortTextsSayWhatIsNeeded) {
 }
 
 TEST(Checkpoint, RoundTripsEverythingAResumeNeeds) {
-  TrainOptions o;
-  o.task_length = 3;
-  o.task_symbols = 5;
-  o.model.d_model = 8;
-  o.model.attention.heads = 2;
-  o.model.num_layers = 1;
-  o.batch_size = 4;
-  o.steps = 6;
-  o.eval_sequences = 16;
-  Trainer t(o);
+  Trainer t(testing_support::tiny_copy_task());
   for (int i = 0; i < 3; ++i) t.step();
   t.record_eval(t.evaluate());
   const std::string path = std::filesystem::temp_directory_path() / ("qkv_ckpt_" + std::to_string(::getpid()) + ".st");
@@ -133,18 +125,11 @@ TEST(Checkpoint, RoundTripsEverythingAResumeNeeds) {
 
 // A tiny copy task: each step takes milliseconds.
 TrainOptions tiny_options() {
-  TrainOptions o;
-  o.task_length = 3;
-  o.task_symbols = 5;
-  o.model.d_model = 8;
-  o.model.attention.heads = 2;
-  o.model.num_layers = 1;
+  TrainOptions o = testing_support::tiny_copy_task();
   o.model.attention.dropout = 0.1;  // so the model's generator must be carried across a stop too
-  o.batch_size = 4;
   o.steps = 12;
   o.warmup = 2;
   o.eval_every = 4;
-  o.eval_sequences = 16;
   return o;
 }
 
@@ -417,19 +402,14 @@ TEST(TrainOptionsJson, AttentionVariantsAreOptionalRoundTripAndAreChecked) {
 // A checkpoint of a grouped-query model with RoPE: W_key and W_value have G * head_dim rows, and
 // options out of range are refused when it loads.
 TEST(Checkpoint, HoldsTheVariantsAndChecksThemOnLoad) {
-  TrainOptions o;
-  o.task_length = 3;
-  o.task_symbols = 5;
-  o.model.d_model = 8;
+  TrainOptions o = testing_support::tiny_copy_task();
   o.model.attention.heads = 4;
   o.model.attention.kv_heads = 2;
   o.model.attention.rope = kernels::RopeLayout::kInterleaved;
   o.model.attention.window = 4;
   o.model.attention.alibi = true;
   o.model.attention.softcap = 20.0;
-  o.model.num_layers = 1;
   o.model.path = AttentionPath::kTextbook;
-  o.batch_size = 4;
   o.steps = 2;
   o.eval_sequences = 0;
   Trainer t(o);

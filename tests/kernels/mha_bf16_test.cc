@@ -21,6 +21,7 @@
 #include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
 #include "qkv/kernels/mha.h"
+#include "kernels/mha_testing.h"
 #include "qkv/kernels/simd.h"
 
 namespace qkv::kernels {

@@ -1,0 +1,55 @@
+// The checks every language model's configuration shares. See src/models/model_shape.h.
+#include "models/model_shape.h"
+
+#include "qkv/core/error.h"
+
+namespace qkv::models_detail {
+
+void set_head_dim(kernels::AttentionSpec& a, const ModelShape& m) {
+  const int64_t H = a.heads;
+  QKV_CHECK(H > 0 && m.width % H == 0, m.model, ": ", m.width_name, " (", m.width, ") must be divisible by ",
+            m.namer(kernels::SpecField::kHeads), " (", H, ")");
+  a.head_dim = m.width / H;
+}
+
+void validate_model_shape(const kernels::AttentionSpec& a, const ModelShape& m) {
+  QKV_CHECK(m.vocab_size > 0, m.model, ": vocab_size (", m.vocab_size, ") must be positive");
+  QKV_CHECK(m.context_length > 0, m.model, ": context_length (", m.context_length, ") must be positive");
+  QKV_CHECK(m.width > 0, m.model, ": ", m.width_name, " (", m.width, ") must be positive");
+  QKV_CHECK(m.layers >= 0, m.model, ": ", m.layers_name, " (", m.layers, ") must not be negative");
+  kernels::validate_attention_spec(a, m.model, m.namer);
+  QKV_CHECK(a.causal, m.model, ": its attention is causal (attention.causal must be true)");
+  QKV_CHECK(a.width() == m.width, m.model, ": ", m.namer(kernels::SpecField::kHeads), " (", a.heads,
+            ") x head_dim (", a.head_dim, ") must be ", m.width_name, " (", m.width, ")");
+}
+
+int64_t check_cached_step(const char* model, const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
+                          const kernels::KvCache& cache, int64_t layers, int64_t context_length) {
+  QKV_CHECK(batch >= 1 && tokens >= 1 && static_cast<int64_t>(ids.size()) == batch * tokens, model, ": ",
+            ids.size(), " ids for a (", batch, ", ", tokens, ") batch");
+  QKV_CHECK(cache.layers() == layers, model, ": the cache has ", cache.layers(), " layers but the model has ", layers,
+            " blocks");
+  QKV_CHECK(cache.pending() == 0, model, ": the cache has a step of ", cache.pending(),
+            " positions in progress (a forward_cached that failed, or appends by another caller): reset() it");
+  const int64_t P = cache.length();
+  QKV_CHECK(P + tokens <= context_length, model, ": ", tokens, " new tokens after the cache's ", P,
+            " positions exceed context_length ", context_length);
+  return P;
+}
+
+Tensor embed_at(const char* model, const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, int64_t P,
+                const Tensor& tok, const Tensor& pos) {
+  const int64_t V = tok.size(0), C = tok.size(1);
+  Tensor x = Tensor::empty({batch, tokens, C});
+  for (int64_t i = 0; i < batch * tokens; ++i) {
+    const int64_t id = ids[static_cast<size_t>(i)];
+    QKV_CHECK(id >= 0 && id < V, model, ": id ", id, " at position ", i, " is outside the vocabulary of ", V);
+    const float* t = tok.data() + id * C;
+    const float* p = pos.data() + (P + i % tokens) * C;
+    float* out = x.data() + i * C;
+    for (int64_t c = 0; c < C; ++c) out[c] = t[c] + p[c];
+  }
+  return x;
+}
+
+}  // namespace qkv::models_detail

@@ -1,0 +1,41 @@
+// src/models/model_shape.h - the checks every language model's configuration shares: the sizes of
+// its embeddings and layers, and its causal attention spanning the model's width.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "qkv/core/tensor.h"
+#include "qkv/kernels/attention_spec.h"
+#include "qkv/kernels/kv_cache.h"
+
+namespace qkv::models_detail {
+
+// One model's sizes under the names its configuration gives them ("d_model" / "emb_dim", ...).
+struct ModelShape {
+  const char* model;  // "AttentionLM", "GPTModel": starts every message
+  int64_t vocab_size, context_length;
+  int64_t width;
+  const char* width_name;
+  int64_t layers;
+  const char* layers_name;
+  kernels::SpecNamer namer;  // the attention's fields as the configuration names them
+};
+
+// head_dim = width / heads; the width must divide evenly.
+void set_head_dim(kernels::AttentionSpec& a, const ModelShape& m);
+
+// Sizes positive (layers may be 0), the attention spec valid and causal, heads x head_dim = width.
+void validate_model_shape(const kernels::AttentionSpec& a, const ModelShape& m);
+
+// A cached forward's input: `batch` x `tokens` ids, a cache with one layer per block and no step
+// in progress, and room for the tokens within the context. Returns the cache's length P.
+int64_t check_cached_step(const char* model, const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
+                          const kernels::KvCache& cache, int64_t layers, int64_t context_length);
+
+// x = tok[ids] + pos[P : P + tokens], (batch, tokens, C), each id checked against the vocabulary
+// (tok: (V, C), pos: (context, C), both contiguous). Nothing is recorded for a backward.
+Tensor embed_at(const char* model, const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, int64_t P,
+                const Tensor& tok, const Tensor& pos);
+
+}  // namespace qkv::models_detail
