@@ -1,8 +1,10 @@
 // qkv: the command line. Parses arguments, calls the library, prints. Errors go to stderr with
 // the exit statuses of kExitCodes below.
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <string>
 #include <vector>
 
 #include "commands.h"
@@ -20,6 +22,14 @@ constexpr const char* kExitCodes =
     "Exit status: 0 success; 1 runtime error (bad input, a file that cannot be read or written,\n"
     "a full standard output); 2 usage error (an unknown flag, a missing or malformed value);\n"
     "130 interrupted by Ctrl-C (qkv train, after writing its checkpoint; 143 for SIGTERM).";
+
+// "qkv: error: MESSAGE" and a newline in one write, so that other processes writing to the same
+// stream (the ranks under mpirun, mpirun itself) cannot cut the line.
+void print_error(const std::string& message) {
+  const std::string line = "qkv: error: " + message + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
 
 int run(int argc, char** argv) {
   CLI::App app{"qkv: transformer attention and the book's GPT model, exact to PyTorch", "qkv"};
@@ -48,14 +58,14 @@ int run(int argc, char** argv) {
     for (const qkv::cli::Command& c : commands)
       if (c.sub->parsed()) return c.run();
   } catch (const qkv::DisallowedSpecialError& e) {  // the library's words, then the flags that say it
-    std::cerr << "qkv: error: " << e.what() << ". On the command line: --allowed-special " << qkv::excerpt(e.token)
-              << " (or all) to encode it as the special token, --disallowed-special none to encode it as text\n";
+    print_error(std::string(e.what()) + ". On the command line: --allowed-special " + qkv::excerpt(e.token) +
+                " (or all) to encode it as the special token, --disallowed-special none to encode it as text");
     return 1;
   } catch (const CLI::ParseError& e) {  // a flag found wrong while running (flags.h's checks)
-    std::cerr << "qkv: error: " << e.what() << "\n";
+    print_error(e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "qkv: error: " << e.what() << qkv::cli::limit_hint(e.what()) << "\n";
+    print_error(e.what() + qkv::cli::limit_hint(e.what()));
     return 1;
   }
   return 0;
@@ -73,7 +83,7 @@ int main(int argc, char** argv) {
   // Output is only done once it is written: a full disk or closed pipe is an error. (A failure
   // already reported, as by write_stdout, keeps its status and message.)
   if (const int err = qkv::cli::flush_stdout(); err != 0 && status == 0) {
-    std::cerr << "qkv: error: writing to standard output: " << std::strerror(err) << "\n";
+    print_error(std::string("writing to standard output: ") + std::strerror(err));
     status = 1;
   }
   return status;

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <vector>
 
+#include "qkv/core/checked.h"
 #include "qkv/core/error.h"
+#include "qkv/core/limits.h"
 #include "qkv/kernels/attention.h"
 
 namespace qkv::mpi {
@@ -50,6 +52,11 @@ RingBenchReport run_ring_bench(const Communicator& comm, const RingBenchShape& s
   const SequenceSplit split(shape.split, shape.seq_len, comm.size());
   const int64_t B = shape.batch, H = a.heads, G = a.groups(), D = a.head_dim;
   const int64_t Tr = split.tokens(comm.rank());
+  // This rank's q, o, k, v and lse (and d_o, dq, dk, dv for the backward), checked before any is made.
+  const char* what = "run_ring_bench: this rank's inputs and outputs";
+  const int64_t per_token = checked_add(checked_mul(checked_add(H, G, what), checked_mul(2, D, what), what), H, what);
+  const int64_t floats = checked_mul(checked_product({B, Tr, per_token}, what), shape.backward ? 2 : 1, what);
+  check_memory_request(checked_mul(floats, int64_t{sizeof(float)}, what), what);
   const auto n = [](int64_t w, int64_t x, int64_t y, int64_t z) { return static_cast<size_t>(std::max<int64_t>(w * x * y * z, 1)); };
   std::vector<float> q(n(B, H, Tr, D)), k(n(B, G, Tr, D)), v(n(B, G, Tr, D)), o(n(B, H, Tr, D)), lse(n(B, H, Tr, 1));
   std::vector<float> d_o, dq, dk, dv;

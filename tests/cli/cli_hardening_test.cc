@@ -1,0 +1,409 @@
+// The command line against hostile or unlucky use: numbers beyond a flag's type, sizes whose
+// product overflows, outputs that collide, fail, are links or devices, a full standard output,
+// killed runs' temporaries, and the exit statuses qkv --help promises.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli_runner.h"
+#include "qkv/core/error.h"
+#include "qkv/io/output_files.h"
+#include "qkv/io/safetensors.h"
+
+namespace qkv {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A forward run on text that needs no input file: (1, 2, 3) -> (1, 2, 2).
+const std::string kForward =
+    "forward --module mha --d-in 3 --d-out 2 --num-heads 1 --context-length 8 --seed 1 --text 'hi there' ";
+const std::string kTinyTrain =
+    "train --length 4 --symbols 6 --d-model 16 --num-heads 2 --num-layers 1 --batch-size 8 --eval-sequences 64 "
+    "--quiet ";
+
+class CliHardening : public CliTest {
+ protected:
+  // `qkv ARGS` with standard output on /dev/full (run() redirects it to a file).
+  Result run_to_full(const std::string& args) const {
+    const std::string err = path("full.err");
+    const std::string cmd = "cd " + shell_quote(dir_.string()) + " && " + std::string(QKV_BINARY) + " " + args +
+                            " > /dev/full 2> " + err + " < /dev/null";
+    const int raw = std::system(cmd.c_str());
+    return {WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw), "", slurp(err)};
+  }
+};
+
+TEST_F(CliHardening, UsageErrorsExitWith2) {
+  for (const char* args :
+       {"forward --bogus", "forward --d-in 3", "forward --module attention --d-in 3 --d-out 2 --seed 1 --input x",
+        "nosuchcommand", "", "encode --threads x", "train --steps", "bench --module mha --seq-len 1e3",
+        "walkthrough --max-tokens -1", "decode --bytes=maybe"}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 2) << "qkv " << args << "\n" << r.err;
+    EXPECT_NE(r.err, "") << args;
+  }
+}
+
+TEST_F(CliHardening, HelpAndVersionExitWith0AndHelpDocumentsTheExitStatuses) {
+  const Result help = run("--help");
+  EXPECT_EQ(help.status, 0);
+  for (const char* code : {"0 success", "1 runtime error", "2 usage error", "130 interrupted"})
+    EXPECT_THAT(help.out, HasSubstr(code));
+  EXPECT_EQ(run("--version").status, 0);
+  EXPECT_EQ(run("forward --help").status, 0);
+}
+
+TEST_F(CliHardening, ARuntimeErrorExitsWith1) {
+  const Result r = run("forward --module mha --d-in 3 --d-out 2 --context-length 4 --seed 1 --input missing.st");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("missing.st"));
+}
+
+TEST_F(CliHardening, NumbersBeyondAFlagsTypeAreRefusedNotSaturated) {
+  struct Case {
+    std::string args, flag, value;
+  };
+  const std::vector<Case> cases = {
+      {"forward --module mha --d-in 3 --d-out 2 --input x --seed 18446744073709551616", "--seed",
+       "18446744073709551616"},
+      {"forward --module mha --d-out 2 --seed 1 --input x --d-in 9223372036854775808", "--d-in",
+       "9223372036854775808"},
+      {"forward --module mha --d-in 3 --d-out 2 --input x --seed -1", "--seed", "-1"},
+      {"forward --module mha --d-out 2 --seed 1 --input x --d-in 1e3", "--d-in", "1e3"},
+      {"forward --module mha --d-out 2 --seed 1 --input x --d-in 12abc", "--d-in", "12abc"},
+      {"forward --module mha --d-in 3 --d-out 2 --seed 1 --input x --dropout nan", "--dropout", "nan"},
+      {"forward --module mha --d-in 3 --d-out 2 --seed 1 --input x --dropout inf", "--dropout", "inf"},
+      {"train --seed 18446744073709551616", "--seed", "18446744073709551616"},
+      {"train --steps 1.5", "--steps", "1.5"},
+      {"train --lr nan", "--lr", "nan"},
+      {"generate --checkpoint c.st --prompt a --top-k -1", "--top-k", "-1"},
+      {"encode --text a --threads 4294967297", "--threads", "4294967297"},
+      {"bench --module mha --seq-len 99999999999999999999", "--seq-len", "99999999999999999999"},
+  };
+  for (const Case& c : cases) {
+    const Result r = run(c.args);
+    EXPECT_EQ(r.status, 2) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.flag + ": '" + c.value + "' is not")) << c.args;
+    EXPECT_THAT(r.err, HasSubstr(" in [")) << "the accepted range is not stated: " << r.err;
+  }
+  // The same flags take every value of their type.
+  const Result max_seed = run(
+      "forward --module mha --d-in 3 --d-out 2 --context-length 8 --text hi --seed 18446744073709551615");
+  EXPECT_EQ(max_seed.status, 0) << max_seed.err;
+  // A value quoted in an error is excerpted: escaped, bounded.
+  const Result escaped = run("forward --module mha --d-out 2 --seed 1 --input x --d-in \"$(printf '1\\033[31m')\"");
+  EXPECT_EQ(escaped.status, 2);
+  EXPECT_THAT(escaped.err, HasSubstr("'1\\x1B[31m'"));
+  EXPECT_THAT(escaped.err, Not(HasSubstr("\x1b")));
+}
+
+TEST_F(CliHardening, SizesWhoseProductOverflowsAreRefused) {
+  for (const char* args :
+       {"forward --module mha --d-in 2147483648 --d-out 2147483648 --seed 1 --context-length 8 --text hi",
+        "forward --module causal-attention --d-in 4 --d-out 4 --seed 1 --text hi --context-length 4294967296",
+        "forward --module causal-attention --d-in 4 --d-out 4 --seed 1 --text hi --context-length 4294967296 "
+        "--save-weights w.st",
+        "bench --module mha --batch 4294967296 --seq-len 4294967296 --d-model 768"}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 1) << args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr("qkv: error: ")) << args;
+    EXPECT_TRUE(r.err.find("exceeds") != std::string::npos || r.err.find("memory limit") != std::string::npos)
+        << args << "\n" << r.err;
+  }
+}
+
+TEST_F(CliHardening, AMemoryLimitErrorSaysWhichFlagRaisesIt) {
+  const Result r = run(kForward + "--max-memory 1K");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("max_memory_bytes"));
+  EXPECT_THAT(r.err, HasSubstr("raise it with --max-memory"));
+  EXPECT_EQ(run(kForward + "--max-memory 1G").status, 0);
+  EXPECT_EQ(run(kForward + "--max-memory 12X").status, 2);
+  const Result big = run("encode --max-file-size 4", "hello world");
+  EXPECT_EQ(big.status, 1);
+  EXPECT_THAT(big.err, HasSubstr("raise it with --max-file-size"));
+}
+
+TEST_F(CliHardening, ThreadsBeyondTheLimitAreRefusedNamingTheFlag) {
+  const Result r = run("encode --jsonl - --threads 100000", "\"a\"\n");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("--threads 100000"));
+  EXPECT_THAT(r.err, HasSubstr("threads one command may start"));
+}
+
+TEST_F(CliHardening, AWalkthroughOfAVeryLongTextIsRefusedUnlessAsked) {
+  std::string text;
+  for (int i = 0; i < 300; ++i) text.append("w").append(std::to_string(i)).append(" ");
+  const Result r = run("walkthrough --no-gpt --text '" + text + "'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("300 words, more than --max-tokens 256"));
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(run("walkthrough --no-gpt --max-tokens 300 --json --text '" + text + "'").status, 0);
+}
+
+TEST_F(CliHardening, AFailedRunLeavesEveryExistingOutputUntouched) {
+  write("keep.st", "old output");
+  write("attn.st", "old attention");
+  const Result r = run(kForward + "--output keep.st --attn-weights attn.st --save-weights /nonexistent/w.st");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("--save-weights '/nonexistent/w.st'"));
+  EXPECT_EQ(slurp(path("keep.st")), "old output");
+  EXPECT_EQ(slurp(path("attn.st")), "old attention");
+  std::vector<std::string> entries;
+  for (const auto& e : fs::directory_iterator(dir_)) entries.push_back(e.path().filename().string());
+  std::sort(entries.begin(), entries.end());
+  EXPECT_EQ(entries, (std::vector<std::string>{"attn.st", "keep.st", "stderr.txt", "stdout.txt"}));
+  // And the same outputs, all writable, are all written.
+  const Result ok = run(kForward + "--output keep.st --attn-weights attn.st --save-weights w.st");
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  EXPECT_NE(slurp(path("keep.st")), "old output");
+  EXPECT_EQ(load_safetensors(path("w.st")).get("token_emb.weight").shape(), (Shape{50257, 3}));
+}
+
+TEST_F(CliHardening, OutputAndSaveWeightsNamingOneFileAreRefused) {
+  write("a.st", "old");
+  fs::create_directory(path("sub"));
+  for (const std::string& second : std::vector<std::string>{"a.st", "./a.st", "sub/../a.st", path("a.st")}) {
+    const Result r = run(kForward + "--output a.st --save-weights " + second);
+    EXPECT_EQ(r.status, 1) << second;
+    EXPECT_THAT(r.err, HasSubstr("--output 'a.st' and --save-weights '" + second + "' name the same file"));
+    EXPECT_EQ(slurp(path("a.st")), "old");
+  }
+  // A hard link is the same file too.
+  ASSERT_EQ(::link(path("a.st").c_str(), path("b.st").c_str()), 0);
+  const Result hard = run(kForward + "--output a.st --attn-weights b.st");
+  EXPECT_EQ(hard.status, 1);
+  EXPECT_THAT(hard.err, HasSubstr("name the same file"));
+  // train: the checkpoint and the loss curve.
+  const Result train = run(kTinyTrain + "--steps 3 --checkpoint c.st --svg ./c.st");
+  EXPECT_EQ(train.status, 1);
+  EXPECT_THAT(train.err, HasSubstr("--checkpoint 'c.st' and --svg './c.st' name the same file"));
+}
+
+TEST_F(CliHardening, ASymlinkedOutputIsWrittenThrough) {
+  fs::create_directory(path("real"));
+  write("real/out.st", "old");
+  fs::create_symlink("real/out.st", path("link.st"));
+  fs::create_symlink("missing.st", path("dangling.st"));
+  const Result r = run(kForward + "--output link.st --save-weights dangling.st");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::is_symlink(path("link.st")));
+  EXPECT_TRUE(fs::is_symlink(path("dangling.st")));
+  EXPECT_EQ(load_safetensors(path("real/out.st")).get("output").shape(), (Shape{1, 2, 2}));
+  EXPECT_GT(load_safetensors(path("missing.st")).tensors.size(), 0u);
+}
+
+// The devices are made in the scratch directory (a null device, a link to this process's standard
+// output) so that a qkv that replaced them would damage nothing outside it.
+TEST_F(CliHardening, DevicesAndFifosAreWrittenDirectlyAndDirectoriesRefused) {
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
+  // qkv writes into the FIFO in the background while cat drains it; the status is qkv's.
+  const Result fifo = run(kForward + "--output fifo 2> fifo.err & cat " + path("fifo") + " > " +
+                          path("from_fifo.st") + "; wait $!");
+  EXPECT_EQ(fifo.status, 0) << slurp(path("fifo.err"));
+  EXPECT_TRUE(fs::is_fifo(path("fifo")));
+  EXPECT_EQ(load_safetensors(path("from_fifo.st")).get("output").shape(), (Shape{1, 2, 2}));
+
+  fs::create_symlink("/proc/self/fd/1", path("stdout"));  // what /dev/stdout is
+  const Result out = run(kForward + "--output stdout");
+  ASSERT_EQ(out.status, 0) << out.err;
+  EXPECT_TRUE(fs::is_symlink(path("stdout")));
+  ASSERT_GT(out.out.size(), 8u);
+  EXPECT_EQ(out.out.substr(8, 1), "{") << "not a safetensors file on stdout";
+
+  fs::create_directory(path("d"));
+  const Result dir = run(kForward + "--output d");
+  EXPECT_EQ(dir.status, 1);
+  EXPECT_THAT(dir.err, HasSubstr("cannot write --output 'd': Is a directory"));
+  EXPECT_TRUE(fs::is_directory(path("d")));
+
+  if (::mknod(path("null").c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0)
+    GTEST_SKIP() << "cannot make a character device here (not root): " << std::strerror(errno);
+  const Result null = run(kForward + "--output null --save-weights null");
+  EXPECT_EQ(null.status, 0) << null.err;
+  EXPECT_TRUE(fs::is_character_file(path("null")));
+}
+
+TEST_F(CliHardening, AFullStdoutIsAnError) {
+  const std::string full_error = "qkv: error: writing to standard output: No space left on device";
+  for (const std::string& args :
+       {kForward, std::string("walkthrough --no-gpt"), std::string("walkthrough --no-gpt --json"), std::string("encode --text hello"),
+        std::string("decode 31373"), std::string("tokens --text hello"), kTinyTrain + "--steps 3 --svg '' --json"}) {
+    const Result r = run_to_full(args);
+    EXPECT_EQ(r.status, 1) << args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(full_error)) << args;
+    EXPECT_EQ(r.err.find(full_error), r.err.rfind(full_error)) << "reported twice: " << r.err;
+  }
+}
+
+TEST_F(CliHardening, StaleTemporariesOfKilledRunsAreCleaned) {
+  // A pid that is surely gone: a child that has exited and been reaped.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  const std::string dead = std::to_string(child), alive = std::to_string(::getpid());
+  write("out.st.tmp." + dead + ".0", "half a file");
+  write("out.st.tmp." + dead + ".17", "another half");
+  write("out.st.tmp." + alive + ".3", "a live run's");  // this test process: alive, kept
+  write("other.st.tmp." + dead + ".0", "not this output's");
+  write("out.st.tmp.x.0", "not a temporary's name");
+  const Result r = run(kForward + "--output out.st");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_FALSE(fs::exists(path("out.st.tmp." + dead + ".0")));
+  EXPECT_FALSE(fs::exists(path("out.st.tmp." + dead + ".17")));
+  EXPECT_TRUE(fs::exists(path("out.st.tmp." + alive + ".3")));
+  EXPECT_TRUE(fs::exists(path("other.st.tmp." + dead + ".0")));
+  EXPECT_TRUE(fs::exists(path("out.st.tmp.x.0")));
+}
+
+TEST_F(CliHardening, TwoRunsWritingOneCheckpointLeaveOneWholeCheckpoint) {
+  // Two qkv train at once on the same --checkpoint, each writing it every 2 steps: every write
+  // replaces the file whole (write_files_atomically: a temporary of the writer's own, then a
+  // rename), so the file is always one run's whole checkpoint, and no temporary is left.
+  const std::string one = kTinyTrain + "--steps 300 --checkpoint-every 2 --checkpoint c.st --svg \"\" ";
+  // (run() puts "cd DIR &&" before the first command only: the second, after the "&", cds too.)
+  const Result r = run(one + "--seed 1 > a.txt 2>&1 & cd " + shell_quote(dir_.string()) + " && " +
+                       std::string(QKV_BINARY) + " " + one + "--seed 2 > b.txt 2>&1; wait $!");
+  EXPECT_THAT(slurp(path("a.txt")), HasSubstr("checkpoint: c.st"));
+  EXPECT_THAT(slurp(path("b.txt")), HasSubstr("checkpoint: c.st"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const Result gen = run("generate --checkpoint c.st --prompt abcd --max-new-tokens 4 --temperature 0 --json");
+  EXPECT_EQ(gen.status, 0) << gen.err;
+  const Result info = run("generate --checkpoint c.st --prompt abcd --max-new-tokens 1 --json");
+  EXPECT_THAT(info.out, HasSubstr("step 300")) << "the file is a finished run's last checkpoint";
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+}
+
+TEST_F(CliHardening, AnUnwritableCheckpointDirectoryIsRefusedBeforeTraining) {
+  for (const std::string& args : {std::string("--checkpoint /nonexistent/c.st"),
+                                 std::string("--checkpoint c.st --svg /nonexistent/loss.svg")}) {
+    // Many steps: refused at the start, the run would take minutes otherwise.
+    const Result r = run(kTinyTrain + "--steps 100000000 " + args);
+    EXPECT_EQ(r.status, 1) << args;
+    EXPECT_THAT(r.err, HasSubstr("cannot write"));
+    EXPECT_THAT(r.err, HasSubstr("'/nonexistent"));
+    EXPECT_FALSE(fs::exists(path("c.st")));
+  }
+  write("file", "");
+  const Result not_dir = run(kTinyTrain + "--steps 100000000 --checkpoint file/c.st");
+  EXPECT_EQ(not_dir.status, 1);
+  EXPECT_THAT(not_dir.err, HasSubstr("Not a directory"));
+}
+
+// A file size limit (ulimit -f) turns into a clear error with no temporary left behind: qkv
+// ignores SIGXFSZ, so the write fails with EFBIG and the atomic write cleans up (issue 26).
+TEST_F(CliHardening, AFileSizeLimitIsAnErrorAndLeavesNoTemporary) {
+  std::string text;
+  for (int i = 0; i < 120; ++i) text += "a ";
+  const Result r = run("forward --module mha --d-in 64 --d-out 64 --num-heads 2 --context-length 128 --seed 1 "
+                       "--text '" + text + "' --save-weights w.st",
+                       "", "ulimit -f 8 &&");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("File too large"), std::string::npos) << r.err;
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path() << " was left behind";
+  EXPECT_FALSE(fs::exists(path("w.st")));
+}
+
+// The outputs a run writes late and large: an explorer page, a forward's output tensors, a
+// training run's loss curve. (args, the file it writes)
+std::vector<std::pair<std::string, std::string>> late_outputs() {
+  std::string text;
+  for (int i = 0; i < 80; ++i) text += "the cat sat on the mat ";
+  return {{"explore --module mha --d-in 16 --d-out 16 --num-heads 2 --context-length 2048 --seed 1 --precision f32 "
+           "--text '" + text + "' --out p.html", "p.html"},
+          {"forward --module mha --d-in 64 --d-out 64 --num-heads 2 --context-length 2048 --seed 1 "
+           "--text '" + text + "' --output o.st", "o.st"},
+          {kTinyTrain + "--steps 60 --eval-every 2 --checkpoint '' --svg loss.svg", "loss.svg"}};
+}
+
+// kill -9 at moments through a run: the output is then the file that was there before, or the
+// whole new one, never a part (every output is written to a temporary and renamed), and the next
+// run clears the killed runs' temporaries (issue 26).
+TEST_F(CliHardening, AKilledRunLeavesTheOldOutputOrTheWholeNewOne) {
+  for (const auto& [args, file] : late_outputs()) {
+    const Result whole = run(args);
+    ASSERT_EQ(whole.status, 0) << args << "\n" << whole.err;
+    const std::string want = slurp(path(file));
+    ASSERT_GT(want.size(), 1000u) << file;
+    int old = 0, replaced = 0;
+    for (const char* delay : {"0", "0.01", "0.03", "0.06", "0.1", "0.2", "0.3", "0.5", "0.8"}) {
+      write(file, "the file before");
+      const Result r = run(args + " > /dev/null 2>&1 & p=$!; sleep " + std::string(delay) +
+                           "; kill -9 $p 2> /dev/null; wait $p; true");
+      ASSERT_EQ(r.status, 0) << r.err;
+      const std::string got = slurp(path(file));
+      EXPECT_TRUE(got == "the file before" || got == want)
+          << file << " after kill -9 at " << delay << " s: " << got.size() << " bytes, neither the old file nor the whole new one";
+      old += got == "the file before";
+      replaced += got == want;
+    }
+    std::printf("%s: kill -9 left the old file %d times and the whole new one %d times\n", file.c_str(), old,
+                replaced);
+    const Result again = run(args);
+    ASSERT_EQ(again.status, 0) << again.err;
+    EXPECT_EQ(slurp(path(file)), want);
+    for (const auto& e : fs::directory_iterator(dir_))
+      EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path() << " was left behind";
+  }
+}
+
+// A full disk (here a file size limit: ulimit -f, SIGXFSZ ignored by qkv, so the write fails
+// with EFBIG) while a page, tensors or a loss curve are written: a clear error, the file that was
+// there before untouched, no temporary left.
+TEST_F(CliHardening, AFullDiskWhileWritingAPageTensorsOrACurveIsAnError) {
+  for (const auto& [args, file] : late_outputs()) {
+    write(file, "the file before");
+    const Result r = run(args, "", "ulimit -f 1 &&");
+    EXPECT_EQ(r.status, 1) << args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr("File too large")) << args;
+    EXPECT_THAT(r.err, HasSubstr(file)) << "the error names the file";
+    EXPECT_EQ(slurp(path(file)), "the file before") << file;
+    for (const auto& e : fs::directory_iterator(dir_))
+      EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path() << " was left behind";
+  }
+}
+
+// CLI11's own refusals (a required flag missing, a value outside its set) carry qkv's prefix.
+TEST_F(CliHardening, ParserErrorsReadLikeEveryOtherError) {
+  for (const char* args : {"forward --module mha", "explore --precision f64 --out p.html", "bench --module nope"}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_EQ(r.err.rfind("qkv: error: ", 0), 0u) << args << ": " << r.err;
+  }
+}
+
+TEST(OutputFiles, EveryFileIsWrittenOrNone) {
+  const fs::path dir = fs::temp_directory_path() / ("qkv_output_files_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string a = (dir / "a").string(), b = (dir / "b").string();
+  write_files_atomically({{a, "A1", "first"}, {b, "B1", "second"}});
+  EXPECT_EQ(slurp(a), "A1");
+  EXPECT_EQ(slurp(b), "B1");
+  EXPECT_THROW(write_files_atomically({{a, "A2", "first"}, {(dir / "no/c").string(), "C", "third"}}), Error);
+  EXPECT_EQ(slurp(a), "A1");
+  EXPECT_THROW(write_files_atomically({{a, "A2", "first"}, {(dir / "./a").string(), "A3", "again"}}), Error);
+  EXPECT_EQ(slurp(a), "A1");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 2);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace qkv
