@@ -135,7 +135,7 @@ def main():
 
     runs = [  # (label, cfg, seed, epochs, eval_freq, eval_iter, batch_size)
         ("E 32, 2 layers x 2 heads, context 32, dropout 0.1", dict(context_length=32, emb_dim=32, n_heads=2, n_layers=2,
-                                                                  drop_rate=0.1, qkv_bias=False), 123, 2, 5, 5, 2),
+                                                                  drop_rate=0.1, qkv_bias=False), 123, 2, 10, 2, 2),
         ("E 24, 1 layer x 3 heads, context 48, qkv bias, dropout 0.2, batch 4", dict(
             context_length=48, emb_dim=24, n_heads=3, n_layers=1, drop_rate=0.2, qkv_bias=True), 7, 1, 3, 4, 4),
     ]
