@@ -120,6 +120,11 @@ TEST_F(CliBench, MoreThreadsThanCoresAreWarnedAboutAndRun) {
 // threads past the limit are refused before any work, with the sizes named, nothing on standard
 // output and no crash (issue 26).
 TEST_F(CliBench, EveryModuleTakesHostileSizesAndThreadCounts) {
+  // ring-attention starts MPI (one rank, alone): under the sanitizers its leak check is off, as
+  // for every MPI test (Open MPI keeps memory past MPI_Finalize; tests/CMakeLists.txt).
+  const auto env_for = [](const std::string& args) -> std::string {
+    return args.find("ring-attention") != std::string::npos ? "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1" : "";
+  };
   const std::string tiny[] = {
       "--module mha --seq-len 1 --d-model 1 --num-heads 1 --backward",
       "--module mha --seq-len 3 --d-model 6 --num-heads 3 --num-kv-heads 1 --backward --dtype bf16",
@@ -131,11 +136,7 @@ TEST_F(CliBench, EveryModuleTakesHostileSizesAndThreadCounts) {
       "--module ring-attention --seq-len 1 --num-heads 1 --head-dim 1 --backward",
   };
   for (const std::string& args : tiny) {
-    // ring-attention starts MPI (one rank, alone): under the sanitizers its leak check is off, as
-    // for every MPI test (Open MPI keeps memory past MPI_Finalize; tests/CMakeLists.txt).
-    const bool mpi = args.find("ring-attention") != std::string::npos;
-    const Result r = run("bench " + args + " --threads 64 --iters 1 --json", "",
-                         mpi ? "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1" : "");
+    const Result r = run("bench " + args + " --threads 64 --iters 1 --json", "", env_for(args));
     ASSERT_EQ(r.status, 0) << args << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr("64 threads requested")) << args;
     EXPECT_THAT(r.out, HasSubstr("64 thread")) << args;
@@ -155,9 +156,8 @@ TEST_F(CliBench, EveryModuleTakesHostileSizesAndThreadCounts) {
       {"--module mha --seq-len 8 --threads 100000", "--threads 100000 is more than the"},
   };
   for (const auto& [args, message] : refused) {
-    const bool mpi = args.find("ring-attention") != std::string::npos;
-    const Result r = run("bench " + args + (args.find("--threads") == std::string::npos ? " --threads 1" : ""), "",
-                         mpi ? "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1" : "");
+    const Result r =
+        run("bench " + args + (args.find("--threads") == std::string::npos ? " --threads 1" : ""), "", env_for(args));
     EXPECT_EQ(r.status, 1) << args << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr(message)) << args;
     EXPECT_EQ(r.out, "") << args;
