@@ -4,13 +4,23 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "qkv/core/error.h"
 #include "qkv/core/limits.h"
 #include "qkv/kernels/attention.h"
 
 namespace qkv::testing_support {
+
+// n draws of N(0, 1) from rng.
+inline std::vector<float> normal_vector(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
 
 // The message of the qkv::Error that f throws, or "(no error)".
 inline std::string error_of(const std::function<void()>& f) {

@@ -63,6 +63,7 @@ LoadedModel load_gpt(const std::string& path, const LoadOptions& options) {
   LoadedModel m;
   m.generator = std::make_unique<Generator>();
   std::unique_ptr<GPTModel> model = gpt_model_from(w, *m.generator);
+  if (w.config.attention.dtype == Dtype::kBF16) model->keep_bf16_weights();  // decoding reads bf16
   m.description = str(model->describe(), " from ", excerpt(path), " (", gpt_layout_name(w.layout), " layout)");
   m.tokenizer = gpt_tokenizer(*model, options, m.eos_id);
   m.model = std::move(model);
@@ -83,6 +84,7 @@ LoadedModel make_model(const std::string& preset, uint64_t seed, const LoadOptio
   m.generator = std::make_unique<Generator>(seed);
   auto model = std::make_unique<GPTModel>(c, *m.generator);  // torch.manual_seed(seed); GPTModel(cfg)
   model->eval();
+  if (c.attention.dtype == Dtype::kBF16) model->keep_bf16_weights();  // decoding reads bf16
   m.description = str("untrained ", preset, " (seed ", seed, "): ", model->describe());
   m.tokenizer = gpt_tokenizer(*model, options, m.eos_id);
   m.model = std::move(model);

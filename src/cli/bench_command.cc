@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_decode.h"
+#include "bench_gpt.h"
 #include "bench_ring.h"
 #include "commands.h"
 #include "flags.h"
@@ -44,7 +45,31 @@ struct BenchFlags {
   std::string cache_dtype = "f32";
   std::string gemm;           // mha, causal-attention: the projections' product (empty: QKV_GEMM or qkv)
   std::string split = "contiguous";  // ring-attention
+  std::string preset = "gpt2-small";  // gpt
+  int64_t new_tokens = 0;             // gpt: decode
 };
+
+// --module gpt: the model's own flags; the attention-layer ones are refused by name.
+int run_gpt(const BenchFlags& f, const CLI::App& sub) {
+  for (const char* flag : {"--kv-len", "--cache-dtype", "--d-model", "--num-heads", "--head-dim", "--no-mask",
+                           "--num-kv-heads", "--window", "--alibi", "--softcap", "--rope", "--gemm", "--split"})
+    QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module gpt (the preset sets the model's shape)");
+  QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module gpt (with --new-tokens: the prompt's)");
+  check_threads(f.threads);
+  if (f.threads > 0) set_default_thread_count(f.threads);
+  GptBenchFlags g;
+  g.preset = f.preset;
+  g.batch = f.batch;
+  g.seq_len = f.seq_len;
+  g.new_tokens = f.new_tokens;
+  g.backward = f.backward;
+  g.dtype = f.attention.dtype;
+  g.dropout = f.attention.dropout;
+  g.iters = f.iters;
+  g.warmup = f.warmup;
+  g.json = f.json;
+  return run_gpt_bench(g);
+}
 
 // --module ring-attention: the ring's own flags; the others are refused by name.
 int run_ring(const BenchFlags& f, const CLI::App& sub) {
@@ -76,6 +101,9 @@ int run_ring(const BenchFlags& f, const CLI::App& sub) {
 int run_bench(BenchFlags& f, const CLI::App& sub) {
   QKV_CHECK(f.threads >= 0, "--threads ", f.threads, ": must be at least 1 (or 0: the default)");
   if (f.module == "ring-attention") return run_ring(f, sub);
+  if (f.module == "gpt") return run_gpt(f, sub);
+  for (const char* flag : {"--preset", "--new-tokens"})
+    QKV_CHECK(sub.count(flag) == 0, flag, " is a flag of --module gpt, not ", f.module);
   QKV_CHECK(sub.count("--split") == 0, "--split is a flag of --module ring-attention, not ", f.module);
   if (f.module == "decode") {
     for (const char* flag : {"--seq-len", "--backward", "--no-mask", "--dropout", "--window", "--alibi", "--softcap", "--rope"})
@@ -223,9 +251,14 @@ Command add_bench(CLI::App& app) {
                   "mha (fused QKV GEMM -> fused attention -> out_proj) | causal-attention (one head, no "
                   "out_proj) | attention-core (the fused kernel alone on (B, H, T, D)) | decode (one query per "
                   "head over a KV cache of --kv-len positions, against the memory bandwidth) | ring-attention (the "
-                  "fused kernel's ring across MPI ranks: mpirun -np N qkv bench ...)")
+                  "fused kernel's ring across MPI ranks: mpirun -np N qkv bench ...) | gpt (the whole GPT model of --preset: "
+                  "a forward, a training step with --backward, or decoding with --new-tokens)")
       ->required()
-      ->check(CLI::IsMember({"mha", "causal-attention", "attention-core", "decode", "ring-attention"}));
+      ->check(CLI::IsMember({"mha", "causal-attention", "attention-core", "decode", "ring-attention", "gpt"}));
+  sub->add_option("--preset", f->preset, "gpt: the model's sizes, gpt2-small | gpt2-medium | gpt2-large | gpt2-xl")
+      ->default_val("gpt2-small");
+  add_number(sub, "--new-tokens", f->new_tokens,
+             "gpt: decode --new-tokens steps after a --seq-len prompt, each timed (tokens/s against the read bandwidth)");
   add_number_with_default(sub, "--batch", f->batch, "Batch size B");
   add_number(sub, "--seq-len", f->seq_len, "Tokens T (every module but decode)");
   add_number(sub, "--kv-len", f->kv_len, "decode: cached positions S the query attends to");
@@ -270,7 +303,9 @@ Command add_bench(CLI::App& app) {
               "two products over the (i, j) pairs the causal mask leaves visible; backward: twice the projections'\n"
               "and the attention's five products. The peak is measured first with the same threads.\n"
               "decode: GB/s of the cache's keys and values read per call (B G S (D + Dv) x 4 or 2 bytes) against the\n"
-              "streaming read bandwidth, measured first with the same threads.");
+              "streaming read bandwidth, measured first with the same threads.\n"
+              "gpt: 2 FLOPs per product weight per token plus the attention's (a training step: 3 times that); decode:\n"
+              "every product weight read once per step (4 bytes, 2 with --dtype bf16) against the read bandwidth.");
   return {sub, [f, sub]() { return run_bench(*f, *sub); }};
 }
 

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "core/gemv.h"
 #include "qkv/core/gemm.h"
 
 namespace qkv {
@@ -21,6 +22,12 @@ GemmArgs in_dtype(GemmArgs g, Dtype dtype, const uint16_t* W16) {
 
 void linear(const float* x, int64_t M, int64_t K, const float* W, const float* bias, int64_t N, float* y,
             ThreadPool* pool, Dtype dtype, const uint16_t* W16) {
+  // A few rows (decoding): W streamed once, the bias added in the same pass (core/gemv.h); bf16
+  // mode when W is kept in bf16 (rounding W at every call would read it twice).
+  const bool bf16_weights = dtype == Dtype::kBF16 && W16 != nullptr;
+  if (M >= 1 && M <= kGemvMaxRows && K > 0 && gemm_backend() == GemmBackend::kQkv &&
+      (dtype == Dtype::kF32 || bf16_weights))
+    return gemv_rows(x, M, K, bf16_weights ? nullptr : W, bf16_weights ? W16 : nullptr, bias, N, y, pool);
   if (bias) fill_rows(y, M, N, N, bias, pool);
   GemmArgs g = in_dtype(gemm_args(false, true, M, N, K, x, K, W, K, y, N), dtype, W16);
   g.beta = bias ? 1.0f : 0.0f;

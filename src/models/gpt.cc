@@ -3,7 +3,9 @@
 
 #include <cmath>
 
+#include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
+#include "qkv/core/linear.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/core/ops.h"
 #include "models/model_shape.h"
@@ -52,6 +54,26 @@ Tensor layer_norm_apply(const LayerNorm& n, const Tensor& x) {
       y.data()[r * E + i] = n.scale.data()[i] * static_cast<float>((row[i] - mean) * inv) + n.shift.data()[i];
   }
   return y;
+}
+
+// x (..., in) through the Linear without recording; with w16 (its weight in bf16), in bf16 mode.
+Tensor linear_kept(const Tensor& x, const Linear& l, const uint16_t* w16) {
+  if (w16 == nullptr) return linear(x, l.weight, l.has_bias ? &l.bias : nullptr);
+  const int64_t K = l.weight.size(1), N = l.weight.size(0), M = x.numel() / K;
+  const Tensor xc = x.contiguous();
+  Shape shape = x.shape();
+  shape.back() = N;
+  Tensor y = Tensor::empty(shape);
+  qkv::linear(xc.data(), M, K, l.weight.data(), l.has_bias ? l.bias.data() : nullptr, N, y.data(), nullptr,
+              Dtype::kBF16, w16);
+  return y;
+}
+
+std::vector<uint16_t> rounded(const Tensor& w) {
+  const Tensor c = w.contiguous();
+  std::vector<uint16_t> bits(static_cast<size_t>(c.numel()));
+  floats_to_bf16(c.data(), bits.data(), bits.size());
+  return bits;
 }
 
 const std::vector<std::pair<std::string, GPTConfig>>& presets() {
@@ -156,12 +178,15 @@ Tensor TransformerBlock::backward(const Tensor& doutput) {
 
 Tensor TransformerBlock::norm_apply(const LayerNorm& n, const Tensor& x) const { return layer_norm_apply(n, x); }
 
-Tensor TransformerBlock::forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer) {
-  const Tensor mid = add(x, att.forward_cached(norm_apply(norm1, x), cache, layer));
+Tensor TransformerBlock::forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer,
+                                        const Weights16* w16) {
+  const bool bf16 = w16 != nullptr && att.config.attention.dtype == Dtype::kBF16;
+  const FusedWeights16 att16 = bf16 ? FusedWeights16{w16->qkv.data(), w16->out.data()} : FusedWeights16{};
+  const Tensor mid = add(x, att.forward_cached(norm_apply(norm1, x), cache, layer, att16));
   // ff without recording: layers.2(gelu(layers.0(h)))
   const Tensor h = norm_apply(norm2, mid);
-  const Tensor hidden = gelu(linear(h, ff.fc.weight, &ff.fc.bias));
-  return add(mid, linear(hidden, ff.proj.weight, &ff.proj.bias));
+  const Tensor hidden = gelu(linear_kept(h, ff.fc, bf16 ? w16->fc.data() : nullptr));
+  return add(mid, linear_kept(hidden, ff.proj, bf16 ? w16->proj.data() : nullptr));
 }
 
 // --- GPTModel ----------------------------------------------------------------------------------
@@ -197,7 +222,18 @@ void GPTModel::collect_state(const std::string& prefix, std::vector<StateEntry>&
   if (!config.tied_head) out_head.collect_state(prefix + "out_head.", out);
 }
 
+void GPTModel::keep_bf16_weights(bool on) {
+  blocks16_.clear();
+  head16_.clear();
+  if (!on) return;
+  for (const TransformerBlock& b : blocks)
+    blocks16_.push_back({rounded(b.att.fused_qkv_weight()), rounded(b.att.out_proj.weight), rounded(b.ff.fc.weight),
+                         rounded(b.ff.proj.weight)});
+  head16_ = rounded(out_head.weight);
+}
+
 void GPTModel::train(bool on) {
+  if (on) keep_bf16_weights(false);  // the weights are about to change
   Module::train(on);
   drop_emb.train(on);
   for (TransformerBlock& b : blocks) b.train(on);
@@ -250,11 +286,13 @@ Tensor GPTModel::forward_cached(const std::vector<int64_t>& ids, int64_t batch, 
   // x = tok_emb.weight[ids] + pos_emb.weight[P:P+Tn]                  (B, Tn, E), nothing recorded
   Tensor x = models_detail::embed_at("GPTModel", ids, batch, tokens, P, tok_emb.weight.contiguous(),
                                      pos_emb.weight.contiguous());
-  for (size_t l = 0; l < blocks.size(); ++l) x = blocks[l].forward_cached(x, cache, static_cast<int64_t>(l));
+  const bool bf16 = !blocks16_.empty() && config.attention.dtype == Dtype::kBF16;
+  for (size_t l = 0; l < blocks.size(); ++l)
+    x = blocks[l].forward_cached(x, cache, static_cast<int64_t>(l), bf16 ? &blocks16_[l] : nullptr);
   cache.commit();
   // logits = out_head(final_norm(x[:, -1]))                           (B, V)
   const Tensor last = layer_norm_apply(final_norm, x.select(1, tokens - 1));
-  return linear(last, out_head.weight, nullptr);
+  return linear_kept(last, out_head, bf16 ? head16_.data() : nullptr);
 }
 
 }  // namespace qkv

@@ -112,7 +112,7 @@ Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, const
 
 Tensor FusedAttention::forward_cached(const Tensor& x, const FusedProjections& p, const kernels::AttentionSpec& spec,
                                       const std::vector<float>& slopes, const MaskBuffer& mask,
-                                      kernels::KvCache& cache, int64_t layer) {
+                                      kernels::KvCache& cache, int64_t layer, FusedWeights16 w16) {
   const int64_t B = x.size(0), Tn = x.size(1), d_in = x.size(2), C = spec.width();
   QKV_CHECK(mask.is_causal(), "attention: a cached forward needs the causal mask, but the module holds a ",
             "loaded (", mask.size(), ", ", mask.size(), ") mask that is not causal");
@@ -135,6 +135,10 @@ Tensor FusedAttention::forward_cached(const Tensor& x, const FusedProjections& p
   if (p.out) {
     w.w_out = p.out->weight.data();
     w.b_out = p.out->has_bias ? p.out->bias.data() : nullptr;
+  }
+  if (spec.dtype == Dtype::kBF16) {  // bf16 weights kept by the caller (f32 mode reads the floats)
+    w.w_qkv16 = w16.qkv;
+    w.w_out16 = p.out ? w16.out : nullptr;
   }
   const Tensor xc = x.contiguous();  // a view when x already is: no copy
   Tensor y = Tensor::empty({B, Tn, C});

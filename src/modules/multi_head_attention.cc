@@ -134,12 +134,13 @@ Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
   return out_proj.forward(merged);
 }
 
-Tensor MultiHeadAttention::forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer) {
+Tensor MultiHeadAttention::forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer,
+                                         FusedWeights16 w16) {
   QKV_CHECK(x.dim() == 3 && x.size(2) == config.d_in, "MultiHeadAttention: forward_cached expects (batch, ",
             "new_tokens, d_in = ", config.d_in, "), got ", x.describe());
   QKV_CHECK(!dropout.active(), "MultiHeadAttention: forward_cached is inference, but dropout (p = ", dropout.p(),
             ") is active: call eval() first");
-  return fused_.forward_cached(x, projections(), config.attention, alibi_slopes_, mask, cache, layer);
+  return fused_.forward_cached(x, projections(), config.attention, alibi_slopes_, mask, cache, layer, w16);
 }
 
 Tensor MultiHeadAttention::backward(const Tensor& doutput) {

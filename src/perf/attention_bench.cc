@@ -16,6 +16,7 @@
 #include "qkv/kernels/attention_bf16.h"
 #include "qkv/kernels/fma_peak.h"
 #include "qkv/kernels/simd.h"
+#include "perf/timing.h"
 
 namespace qkv::perf {
 namespace {
@@ -52,12 +53,6 @@ double cpu_seconds() {  // user + system time of the whole process so far
 double physical_memory_bytes() {  // 0 when unknown
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
-}
-
-double max_rss_mib() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
 void check_fits_in_memory(const AttentionBenchShape& s) {
@@ -308,12 +303,10 @@ AttentionBenchReport run_attention_bench(const AttentionBenchShape& shape, int i
   // The share of the timed wall-clock x threads this process actually ran: below 1 means other
   // processes (or idle waits) took the cores, and the times are inflated by that much.
   r.cpu_share = (cpu_seconds() - cpu0) / (wall * r.threads);
-  std::vector<double> sorted = r.times_ms;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n = sorted.size();
-  r.median_ms = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-  r.min_ms = sorted.front();
-  r.max_ms = sorted.back();
+  const TimeSummary t = summarize_times(r.times_ms);
+  r.median_ms = t.median_ms;
+  r.min_ms = t.min_ms;
+  r.max_ms = t.max_ms;
   r.gflops = r.flops / (r.median_ms * 1e-3) / 1e9;
   r.max_rss_mib = max_rss_mib();
   return r;

@@ -10,6 +10,7 @@
 #include "qkv/kernels/decode.h"
 #include "qkv/kernels/memory_bandwidth.h"
 #include "qkv/kernels/simd.h"
+#include "perf/timing.h"
 
 namespace qkv::perf {
 namespace {
@@ -74,11 +75,10 @@ DecodeBenchReport run_decode_bench(const DecodeBenchShape& s, int iters, int war
     call();
     r.times_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
-  std::vector<double> sorted = r.times_ms;
-  std::sort(sorted.begin(), sorted.end());
-  r.median_ms = sorted[sorted.size() / 2];
-  r.min_ms = sorted.front();
-  r.max_ms = sorted.back();
+  const TimeSummary t = summarize_times(r.times_ms);
+  r.median_ms = t.median_ms;
+  r.min_ms = t.min_ms;
+  r.max_ms = t.max_ms;
   r.read_gb_s = r.read_bytes / (r.median_ms * 1e-3) / 1e9;
   return r;
 }

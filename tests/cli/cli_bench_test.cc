@@ -154,6 +154,15 @@ TEST_F(CliBench, EveryModuleTakesHostileSizesAndThreadCounts) {
       {"--module ring-attention --seq-len 8 --head-dim 4611686018427387904", "exceeds the largest size"},
       {"--module decode --kv-len 8 --threads 100000", "--threads 100000 is more than the"},
       {"--module mha --seq-len 8 --threads 100000", "--threads 100000 is more than the"},
+      {"--module gpt --seq-len 1025", "--seq-len 1025: must be in [1, 1024] (gpt2-small's context length)"},
+      {"--module gpt --seq-len 0", "--seq-len 0: must be at least 1"},
+      {"--module gpt --preset gpt5 --seq-len 8", "unknown GPT preset 'gpt5'; expected one of: gpt2-small"},
+      {"--module gpt --seq-len 1000 --new-tokens 25", "--new-tokens 25: must be at least 1, and the prompt (1000)"},
+      {"--module gpt --seq-len 8 --batch 0", "--batch 0: must be at least 1"},
+      {"--module gpt --seq-len 8 --backward --new-tokens 3", "a training step or decoding, not both"},
+      {"--module gpt --seq-len 8 --window 4", "--window is not a flag of --module gpt"},
+      {"--module gpt --seq-len 8 --dropout 0.1", "dropout acts in a training step"},
+      {"--module mha --seq-len 8 --preset gpt2-small", "--preset is a flag of --module gpt, not mha"},
   };
   for (const auto& [args, message] : refused) {
     const Result r =

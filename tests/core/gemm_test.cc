@@ -15,16 +15,12 @@
 #include "qkv/core/error.h"
 #include "qkv/core/gemm.h"
 #include "qkv/kernels/simd.h"
+#include "test_support.h"
 
 namespace qkv {
 namespace {
 
-std::vector<float> random_vector(size_t n, std::mt19937& rng) {
-  std::normal_distribution<float> normal;
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
+using testing_support::normal_vector;
 
 // How the operands reach the product: float32, float32 multiplied in bf16 (rounded as packed), or
 // bf16 bits (A16, B16).
@@ -57,9 +53,9 @@ int check_every_shape(const std::string& label, Operands operands = Operands::kF
         g.lda = (g.trans_a ? M : K) + 3;
         g.ldb = (g.trans_b ? K : N) + 1;
         g.ldc = N + 2;
-        const auto a = random_vector(static_cast<size_t>((g.trans_a ? K : M) * g.lda + 1), rng);
-        const auto b = random_vector(static_cast<size_t>((g.trans_b ? N : K) * g.ldb + 1), rng);
-        auto c = random_vector(static_cast<size_t>(M * g.ldc + 1), rng);
+        const auto a = normal_vector(static_cast<size_t>((g.trans_a ? K : M) * g.lda + 1), rng);
+        const auto b = normal_vector(static_cast<size_t>((g.trans_b ? N : K) * g.ldb + 1), rng);
+        auto c = normal_vector(static_cast<size_t>(M * g.ldc + 1), rng);
         auto c_ref = c;
         if (beta == 0.0f && N > 0)
           for (int64_t m = 0; m < M; ++m) c[static_cast<size_t>(m * g.ldc)] = std::nanf("");  // never read
@@ -182,7 +178,7 @@ TEST(Gemm, BackendsAreNamedAndAnUnknownNameIsRefused) {
 TEST(Gemm, LargeProductsSplitOverThePoolGiveTheSameResult) {
   std::mt19937 rng(2);
   const int64_t M = 300, N = 200, K = 150;
-  const auto a = random_vector(static_cast<size_t>(M * K), rng), b = random_vector(static_cast<size_t>(N * K), rng);
+  const auto a = normal_vector(static_cast<size_t>(M * K), rng), b = normal_vector(static_cast<size_t>(N * K), rng);
   std::vector<float> c1(static_cast<size_t>(M * N)), c3(c1.size());
   GemmArgs g = gemm_args(false, true, M, N, K, a.data(), K, b.data(), K, nullptr, N);
   ThreadPool one(1), three(3);
@@ -193,7 +189,7 @@ TEST(Gemm, LargeProductsSplitOverThePoolGiveTheSameResult) {
   EXPECT_EQ(c1, c3);
   // A weight gradient's shape (dW = dy^T x, K = rows of the batch), split along K.
   const int64_t R = 4100, O = 48, I = 40;
-  const auto dy = random_vector(static_cast<size_t>(R * O), rng), x = random_vector(static_cast<size_t>(R * I), rng);
+  const auto dy = normal_vector(static_cast<size_t>(R * O), rng), x = normal_vector(static_cast<size_t>(R * I), rng);
   std::vector<float> w1(static_cast<size_t>(O * I)), w3(w1.size());
   GemmArgs d = gemm_args(true, false, O, I, R, dy.data(), O, x.data(), I, w1.data(), I);
   sgemm(d, &one);
@@ -212,8 +208,8 @@ TEST(Gemm, ConcurrentKSplitProductsDoNotShareScratch) {
   std::mt19937 rng(4);
   std::vector<Product> products = {{48, 40, 4100, {}, {}, {}}, {33, 56, 3000, {}, {}, {}}};
   for (Product& p : products) {
-    p.dy = random_vector(static_cast<size_t>(p.R * p.O), rng);
-    p.x = random_vector(static_cast<size_t>(p.R * p.I), rng);
+    p.dy = normal_vector(static_cast<size_t>(p.R * p.O), rng);
+    p.x = normal_vector(static_cast<size_t>(p.R * p.I), rng);
     p.want.resize(static_cast<size_t>(p.O * p.I));
     sgemm_reference(gemm_args(true, false, p.O, p.I, p.R, p.dy.data(), p.O, p.x.data(), p.I, p.want.data(), p.I));
   }
@@ -242,7 +238,7 @@ TEST(Gemm, ConcurrentKSplitProductsDoNotShareScratch) {
 
 TEST(Gemm, TensorOpsEntryMatchesTheReference) {
   std::mt19937 rng(3);
-  const auto a = random_vector(6 * 4, rng), b = random_vector(4 * 5, rng);
+  const auto a = normal_vector(6 * 4, rng), b = normal_vector(4 * 5, rng);
   std::vector<float> c(30), c_ref(30);
   gemm(false, false, 6, 5, 4, a.data(), 4, b.data(), 5, c.data(), 5);
   gemm_reference(false, false, 6, 5, 4, a.data(), 4, b.data(), 5, c_ref.data(), 5);

@@ -12,16 +12,12 @@
 #include "qkv/core/gemm.h"
 #include "qkv/kernels/mha.h"
 #include "qkv/modules/multi_head_attention.h"
+#include "test_support.h"
 
 namespace qkv::kernels {
 namespace {
 
-std::vector<float> random_vector(size_t n, std::mt19937& rng) {
-  std::normal_distribution<float> normal;
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
+using testing_support::normal_vector;
 
 testing::AssertionResult close(const std::vector<float>& got, const std::vector<float>& want, double tol) {
   if (got.size() != want.size()) return testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
@@ -60,7 +56,7 @@ TEST(MhaPipeline, ForwardMatchesTheBookModule) {
     config.path = AttentionPath::kTextbook;  // the book's computation, not the module's fast path
     MultiHeadAttention m(config, gen);
     std::mt19937 rng(1);
-    const std::vector<float> x = random_vector(static_cast<size_t>(c.B * c.T * c.d_in), rng);
+    const std::vector<float> x = normal_vector(static_cast<size_t>(c.B * c.T * c.d_in), rng);
     const Tensor want = m.forward(Tensor::from({c.B, c.T, c.d_in}, x));
 
     std::vector<float> w_qkv, b_qkv;
@@ -90,11 +86,11 @@ TEST(MhaPipeline, ForwardAndBackwardMatchTheReferencePipeline) {
     SCOPED_TRACE(str("B=", c.B, " T=", c.T, " d_in=", c.d_in, " d_out=", c.d_out, " H=", c.H, " p=", c.dropout));
     std::mt19937 rng(2);
     const int64_t rows = c.B * c.T, C = c.d_out, D = C / c.H;
-    const auto x = random_vector(static_cast<size_t>(rows * c.d_in), rng);
-    const auto dy = random_vector(static_cast<size_t>(rows * C), rng);
+    const auto x = normal_vector(static_cast<size_t>(rows * c.d_in), rng);
+    const auto dy = normal_vector(static_cast<size_t>(rows * C), rng);
     // Weights on nn.Linear's scale (1/sqrt(fan_in)), so activations stay O(1) as in a real model.
     auto weights = [&](size_t n, int64_t fan_in) {
-      std::vector<float> w = random_vector(n, rng);
+      std::vector<float> w = normal_vector(n, rng);
       for (float& e : w) e /= std::sqrt(static_cast<float>(fan_in));
       return w;
     };

@@ -97,7 +97,11 @@ class TransformerBlock : public Module {
   Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr);  // (B, T, E) -> (B, T, E)
   Tensor backward(const Tensor& doutput);
   // x (B, Tn, E) at the cache's next positions -> (B, Tn, E); records nothing for backward.
-  Tensor forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer);
+  // w16: the block's weights in bf16 (GPTModel::keep_bf16_weights), read in bf16 mode.
+  struct Weights16 {
+    std::vector<uint16_t> qkv, out, fc, proj;  // att's fused (3E, E), out_proj (E, E), ff (4E, E), (E, 4E)
+  };
+  Tensor forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer, const Weights16* w16 = nullptr);
 
   MultiHeadAttention att;
   FeedForward ff;
@@ -134,6 +138,13 @@ class GPTModel : public LanguageModel {
   // Every block's attention trace of the last forward (set before it: record_traces(true)).
   void record_traces(bool on) { traces_.assign(on ? blocks.size() : 0, AttentionTrace{}); }
   const std::vector<AttentionTrace>& traces() const { return traces_; }
+  // Inference with bf16 weights: every block's projections and the head rounded to bf16 now and
+  // kept beside the floats; forward_cached then reads them when config.attention.dtype is bf16
+  // (half the bytes per decoded token: bf16 storage, float32 sums). A snapshot: train(true)
+  // drops it, and a caller that changes the weights otherwise (load_state_dict, an optimizer
+  // step) calls this again. false: drops it.
+  void keep_bf16_weights(bool on = true);
+  bool has_bf16_weights() const { return !blocks16_.empty(); }
 
   GPTConfig config;
   Embedding tok_emb;   // weight (V, E)
@@ -146,6 +157,8 @@ class GPTModel : public LanguageModel {
  private:
   Shape x_shape_;  // (B, T, E) of the last forward
   std::vector<AttentionTrace> traces_;
+  std::vector<TransformerBlock::Weights16> blocks16_;  // keep_bf16_weights, one per block, or empty
+  std::vector<uint16_t> head16_;                       // (V, E)
 };
 
 }  // namespace qkv

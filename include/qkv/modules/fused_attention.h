@@ -46,6 +46,13 @@ struct QkvWeights {
   bool views(const Linear& query, const Linear& key, const Linear& value) const;
 };
 
+// Inference in bf16 mode: the projections' weights already rounded to bf16 (same shapes as
+// QkvWeights::weight and out's weight), read instead of the float weights. Null: none.
+struct FusedWeights16 {
+  const uint16_t* qkv = nullptr;  // (Q, d_in)
+  const uint16_t* out = nullptr;  // (d_out, d_out)
+};
+
 struct FusedProjections {
   QkvWeights* qkv;              // the owner of the three below
   Linear *query, *key, *value;  // weight (d_out, d_in) each, views of qkv's rows
@@ -73,7 +80,7 @@ class FusedAttention {
   // buffers of its own, so the last forward's state (for backward) is kept.
   Tensor forward_cached(const Tensor& x, const FusedProjections& p, const kernels::AttentionSpec& spec,
                         const std::vector<float>& slopes, const MaskBuffer& mask, kernels::KvCache& cache,
-                        int64_t layer);
+                        int64_t layer, FusedWeights16 w16 = {});
   // dL/dx (B, T, d_in) from dL/dy (B, T, H D) for the last forward; adds every parameter's
   // gradient into its Linear's dweight / dbias.
   Tensor backward(const Tensor& dy, const FusedProjections& p);

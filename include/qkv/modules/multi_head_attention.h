@@ -56,9 +56,13 @@ class MultiHeadAttention : public AttentionModule {
   // whose (batch, kv_heads, head_dim) or layers do not fit, a layer that already appended in the
   // step in progress, or positions past the context length or the cache's capacity. It keeps no
   // state for backward (and leaves the last forward's intact).
-  Tensor forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer);
+  // w16: in bf16 mode, the projections' weights kept in bf16 (FusedWeights16), read instead of
+  // rounding the float weights at every step.
+  Tensor forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer, FusedWeights16 w16 = {});
   int64_t head_dim() const { return config.attention.head_dim; }
   int64_t num_kv_heads() const { return config.attention.groups(); }
+  // (Q, d_in): W_query, W_key and W_value's rows in one tensor (they view it).
+  const Tensor& fused_qkv_weight() const { return qkv_.weight; }
 
   AttentionConfig config;
   Linear W_query;                  // weight (d_out, d_in)

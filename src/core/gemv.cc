@@ -1,0 +1,143 @@
+// The decoding step's product, streamed at the memory bandwidth. See core/gemv.h. Compiled once per
+// SIMD target by Highway and dispatched at run time.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "core/gemv.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "qkv/core/bf16.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Lanes of W at p, as float (bf16 bits widened: shifted into the high half, exact).
+HWY_INLINE VF LoadW(DF d, const float* HWY_RESTRICT p) { return hn::LoadU(d, p); }
+HWY_INLINE VF LoadW(DF d, const uint16_t* HWY_RESTRICT p) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::Rebind<uint16_t, DF> d16;
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+}
+HWY_INLINE float ScalarW(const float* p) { return *p; }
+HWY_INLINE float ScalarW(const uint16_t* p) { return bf16_to_float(*p); }
+
+// How far ahead of the loads W is asked for: the hardware prefetcher alone left the stream at
+// about two thirds of the read bandwidth.
+#ifndef QKV_GEMV_PREFETCH
+#define QKV_GEMV_PREFETCH 1024
+#endif
+constexpr int64_t kPrefetchBytes = QKV_GEMV_PREFETCH;
+
+// y[r * N + n] = x_r . W_n + bias[n] for rows r in [0, R) of x (ldx = K) and n in [n0, n1).
+// Two accumulators per row of x (two independent FMA chains: one is latency-bound at R = 1).
+template <int R, typename T>
+void RowsBlock(const float* HWY_RESTRICT x, int64_t K, const T* HWY_RESTRICT W, const float* bias, int64_t N,
+               int64_t n0, int64_t n1, float* HWY_RESTRICT y) {
+  const DF d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t n = n0; n < n1; ++n) {
+    const T* w = W + n * K;
+    VF a0[R], a1[R];
+    for (int r = 0; r < R; ++r) a0[r] = a1[r] = hn::Zero(d);
+    int64_t k = 0;
+    for (; k + 2 * L <= K; k += 2 * L) {
+      if constexpr (kPrefetchBytes > 0) hwy::Prefetch(reinterpret_cast<const char*>(w + k) + kPrefetchBytes);
+      const VF w0 = LoadW(d, w + k), w1 = LoadW(d, w + k + L);
+      for (int r = 0; r < R; ++r) {
+        a0[r] = hn::MulAdd(w0, hn::LoadU(d, x + r * K + k), a0[r]);
+        a1[r] = hn::MulAdd(w1, hn::LoadU(d, x + r * K + k + L), a1[r]);
+      }
+    }
+    for (; k + L <= K; k += L) {
+      const VF w0 = LoadW(d, w + k);
+      for (int r = 0; r < R; ++r) a0[r] = hn::MulAdd(w0, hn::LoadU(d, x + r * K + k), a0[r]);
+    }
+    for (int r = 0; r < R; ++r) {
+      float s = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0[r], a1[r])));
+      for (int64_t t = k; t < K; ++t) s += ScalarW(w + t) * x[r * K + t];
+      y[r * N + n] = bias ? s + bias[n] : s;
+    }
+  }
+}
+
+// All M rows of x against W's rows [n0, n1), four rows of x at a time (a W row is read from
+// memory once, then from L1 for the next four).
+template <typename T>
+void RowsRange(const float* x, int64_t M, int64_t K, const T* W, const float* bias, int64_t N, int64_t n0,
+               int64_t n1, float* y) {
+  for (int64_t r = 0; r < M; r += 4) {
+    const float* xr = x + r * K;
+    float* yr = y + r * N;
+    switch (std::min<int64_t>(4, M - r)) {
+      case 1: RowsBlock<1>(xr, K, W, bias, N, n0, n1, yr); break;
+      case 2: RowsBlock<2>(xr, K, W, bias, N, n0, n1, yr); break;
+      case 3: RowsBlock<3>(xr, K, W, bias, N, n0, n1, yr); break;
+      default: RowsBlock<4>(xr, K, W, bias, N, n0, n1, yr); break;
+    }
+  }
+}
+
+void GemvRangeF32(const float* x, int64_t M, int64_t K, const float* W, const float* bias, int64_t N, int64_t n0,
+                  int64_t n1, float* y) {
+  RowsRange(x, M, K, W, bias, N, n0, n1, y);
+}
+void GemvRangeBF16(const float* x, int64_t M, int64_t K, const uint16_t* W, const float* bias, int64_t N,
+                   int64_t n0, int64_t n1, float* y) {
+  RowsRange(x, M, K, W, bias, N, n0, n1, y);
+}
+
+}  // namespace qkv::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "core/gemv.h"
+#include "qkv/core/error.h"
+
+namespace qkv {
+
+HWY_EXPORT(GemvRangeF32);
+HWY_EXPORT(GemvRangeBF16);
+
+void gemv_rows(const float* x, int64_t M, int64_t K, const float* W, const uint16_t* W16, const float* bias,
+               int64_t N, float* y, ThreadPool* pool) {
+  QKV_CHECK(M >= 1 && M <= kGemvMaxRows && K >= 0 && N >= 0, "gemv_rows: (M, K, N) = (", M, ", ", K, ", ", N,
+            "): M must be in [1, ", kGemvMaxRows, "]");
+  QKV_CHECK((W == nullptr) != (W16 == nullptr), "gemv_rows: exactly one of W and W16 must be given");
+  if (N == 0) return;
+  const float* xs = x;
+  if (W16 != nullptr) {  // bf16 mode: x rounded to bf16 as the GEMM rounds it, then widened back
+    thread_local std::vector<float> rounded;  // (M, K), kept between calls: no allocation per token
+    thread_local std::vector<uint16_t> bits;
+    const size_t n = static_cast<size_t>(M * K);
+    if (rounded.size() < n) {
+      rounded.resize(n);
+      bits.resize(n);
+    }
+    floats_to_bf16(x, bits.data(), n);
+    bf16_to_floats(bits.data(), rounded.data(), n);
+    xs = rounded.data();
+  }
+  ThreadPool& p = pool ? *pool : default_pool();
+  // Blocks of W's rows: four per thread (the last ones balance a slow start), at least 16 rows.
+  const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(4 * p.num_threads(), N / 16));
+  const int64_t per = (N + tasks - 1) / tasks;
+  p.parallel_for(tasks, [&](int64_t t, int) {
+    const int64_t n0 = t * per, n1 = std::min(N, n0 + per);
+    if (n0 >= n1) return;
+    if (W16 != nullptr)
+      HWY_DYNAMIC_DISPATCH(GemvRangeBF16)(xs, M, K, W16, bias, N, n0, n1, y);
+    else
+      HWY_DYNAMIC_DISPATCH(GemvRangeF32)(xs, M, K, W, bias, N, n0, n1, y);
+  });
+}
+
+}  // namespace qkv
+#endif  // HWY_ONCE

@@ -1,0 +1,91 @@
+// The GPT model's benchmark harness (qkv/perf/gpt_bench.h) on a small configuration: what each
+// mode counts (FLOPs, weight bytes, tokens per second from the median), and bad shapes. Timings
+// themselves are the benchmark's business: only their arithmetic is asserted.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "qkv/core/error.h"
+#include "qkv/core/thread_pool.h"
+#include "qkv/perf/gpt_bench.h"
+
+namespace qkv::perf {
+namespace {
+
+GptBenchShape small(GptBenchMode mode) {
+  GptBenchShape s;
+  s.name = "small";
+  s.config.vocab_size = 101;
+  s.config.context_length = 24;
+  s.config.emb_dim = 32;
+  s.config.n_layers = 2;
+  s.config.attention.heads = 4;
+  set_head_dim(s.config);
+  s.mode = mode;
+  s.batch = 2;
+  s.seq_len = 6;
+  return s;
+}
+
+// P = L (E 3E + E E + 2 E 4E) + V E = 2 * 12 * 32^2 + 101 * 32
+constexpr double kProductParameters = 2.0 * 12 * 32 * 32 + 101.0 * 32;
+
+TEST(GptBench, ForwardAndStepCountTwoAndSixFlopsPerWeightPerTokenPlusTheAttention) {
+  ThreadPool pool(2);
+  // attention: 4 L B H D T(T+1)/2 = 4 * 2 * 2 * 4 * 8 * 21
+  const double attention = 4.0 * 2 * 2 * 4 * 8 * 21, forward = 2.0 * kProductParameters * 2 * 6 + attention;
+  for (GptBenchMode mode : {GptBenchMode::kForward, GptBenchMode::kStep}) {
+    const GptBenchReport r = run_gpt_bench(small(mode), 3, 1, pool);
+    EXPECT_DOUBLE_EQ(r.product_parameters, kProductParameters);
+    EXPECT_DOUBLE_EQ(r.flops, mode == GptBenchMode::kStep ? 3 * forward : forward);
+    ASSERT_EQ(r.times_ms.size(), 3u);
+    EXPECT_GT(r.median_ms, 0.0);
+    EXPECT_NEAR(r.gflops, r.flops / (r.median_ms * 1e6), 1e-9 * r.gflops);
+    EXPECT_GT(r.peak_gflops, 0.0);
+    EXPECT_EQ(r.threads, 2);
+  }
+}
+
+TEST(GptBench, DecodeTimesEveryStepAndReadsEveryProductWeightOnce) {
+  ThreadPool pool(2);
+  for (Dtype dtype : {Dtype::kF32, Dtype::kBF16}) {
+    GptBenchShape s = small(GptBenchMode::kDecode);
+    s.new_tokens = 9;
+    s.dtype = dtype;
+    const GptBenchReport r = run_gpt_bench(s, 0, 2, pool);
+    ASSERT_EQ(r.times_ms.size(), 9u);
+    EXPECT_DOUBLE_EQ(r.weight_bytes, kProductParameters * (dtype == Dtype::kBF16 ? 2 : 4));
+    EXPECT_NEAR(r.tokens_per_s, 2 * 1e3 / r.median_ms, 1e-9 * r.tokens_per_s);
+    EXPECT_NEAR(r.weight_gb_s, r.weight_bytes / (r.median_ms * 1e6), 1e-9 * r.weight_gb_s);
+    EXPECT_GT(r.bandwidth_gb_s, 0.0);
+  }
+}
+
+TEST(GptBench, ShapesOutsideTheModelAreErrorsNamingTheValue) {
+  ThreadPool pool(1);
+  auto message = [&](GptBenchShape s, int iters = 1) -> std::string {
+    try {
+      run_gpt_bench(s, iters, 0, pool);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  GptBenchShape s = small(GptBenchMode::kForward);
+  s.seq_len = 25;
+  EXPECT_EQ(message(s), "seq_len 25: must be in [1, 24] (small's context length)");
+  s = small(GptBenchMode::kForward);
+  s.batch = 0;
+  EXPECT_EQ(message(s), "batch 0: must be at least 1");
+  EXPECT_EQ(message(small(GptBenchMode::kForward), 0), "iters 0: must be at least 1");
+  s = small(GptBenchMode::kDecode);
+  s.new_tokens = 19;  // 6 + 19 > 24
+  EXPECT_EQ(message(s), "new_tokens 19: must be at least 1, and the prompt (6) plus the new tokens at most the "
+                        "context length 24");
+  s = small(GptBenchMode::kForward);
+  s.config.attention.heads = 5;  // 32 / 5
+  EXPECT_NE(message(s).find("n_heads"), std::string::npos) << message(s);
+}
+
+}  // namespace
+}  // namespace qkv::perf
