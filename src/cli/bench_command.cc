@@ -55,6 +55,10 @@ int run_gpt(const BenchFlags& f, const CLI::App& sub) {
                            "--num-kv-heads", "--window", "--alibi", "--softcap", "--rope", "--gemm", "--split"})
     QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module gpt (the preset sets the model's shape)");
   QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module gpt (with --new-tokens: the prompt's)");
+  QKV_CHECK(sub.count("--new-tokens") == 0 || f.new_tokens >= 1, "--new-tokens ", f.new_tokens,
+            ": must be at least 1 (the decoding steps timed)");
+  QKV_CHECK(sub.count("--new-tokens") == 0 || sub.count("--iters") == 0,
+            "--iters: decoding times each of the --new-tokens steps; give one or the other");
   check_threads(f.threads);
   if (f.threads > 0) set_default_thread_count(f.threads);
   GptBenchFlags g;

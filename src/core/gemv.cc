@@ -68,19 +68,23 @@ void RowsBlock(const float* HWY_RESTRICT x, int64_t K, const T* HWY_RESTRICT W, 
   }
 }
 
-// All M rows of x against W's rows [n0, n1), four rows of x at a time (a W row is read from
-// memory once, then from L1 for the next four).
+// All M rows of x against W's rows [n0, n1): tiles of kTileRows rows of W (at most 96 KiB, in
+// L2), each tile meeting the rows of x four at a time, so W comes from memory once whatever M.
+constexpr int64_t kTileRows = 8;
 template <typename T>
 void RowsRange(const float* x, int64_t M, int64_t K, const T* W, const float* bias, int64_t N, int64_t n0,
                int64_t n1, float* y) {
-  for (int64_t r = 0; r < M; r += 4) {
-    const float* xr = x + r * K;
-    float* yr = y + r * N;
-    switch (std::min<int64_t>(4, M - r)) {
-      case 1: RowsBlock<1>(xr, K, W, bias, N, n0, n1, yr); break;
-      case 2: RowsBlock<2>(xr, K, W, bias, N, n0, n1, yr); break;
-      case 3: RowsBlock<3>(xr, K, W, bias, N, n0, n1, yr); break;
-      default: RowsBlock<4>(xr, K, W, bias, N, n0, n1, yr); break;
+  for (int64_t t0 = n0; t0 < n1; t0 += kTileRows) {
+    const int64_t t1 = std::min(n1, t0 + kTileRows);
+    for (int64_t r = 0; r < M; r += 4) {
+      const float* xr = x + r * K;
+      float* yr = y + r * N;
+      switch (std::min<int64_t>(4, M - r)) {
+        case 1: RowsBlock<1>(xr, K, W, bias, N, t0, t1, yr); break;
+        case 2: RowsBlock<2>(xr, K, W, bias, N, t0, t1, yr); break;
+        case 3: RowsBlock<3>(xr, K, W, bias, N, t0, t1, yr); break;
+        default: RowsBlock<4>(xr, K, W, bias, N, t0, t1, yr); break;
+      }
     }
   }
 }

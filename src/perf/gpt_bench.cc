@@ -51,6 +51,8 @@ GptBenchReport run_gpt_bench(const GptBenchShape& shape, int iters, int warmup, 
             ") plus the new tokens at most the context length ", c.context_length);
   QKV_CHECK(decode || iters >= 1, "iters ", iters, ": must be at least 1");
   QKV_CHECK(warmup >= 0, "warmup ", warmup, ": must be at least 0");
+  QKV_CHECK(&pool == &default_pool(), "run_gpt_bench: the model runs on the default pool; pass default_pool() ",
+            "(set_default_thread_count sets its threads), so the ceiling is measured on the same threads");
   c.attention.dtype = shape.dtype;
   c.attention.dropout = shape.mode == GptBenchMode::kStep ? shape.dropout : 0.0;
   if (shape.dtype == Dtype::kBF16) c.path = AttentionPath::kFused;

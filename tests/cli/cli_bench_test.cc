@@ -162,6 +162,9 @@ TEST_F(CliBench, EveryModuleTakesHostileSizesAndThreadCounts) {
       {"--module gpt --seq-len 8 --backward --new-tokens 3", "a training step or decoding, not both"},
       {"--module gpt --seq-len 8 --window 4", "--window is not a flag of --module gpt"},
       {"--module gpt --seq-len 8 --dropout 0.1", "dropout acts in a training step"},
+      {"--module gpt --seq-len 8 --new-tokens 0", "--new-tokens 0: must be at least 1"},
+      {"--module gpt --seq-len 8 --new-tokens -3", "--new-tokens -3: must be at least 1"},
+      {"--module gpt --seq-len 8 --new-tokens 3 --iters 5", "give one or the other"},
       {"--module mha --seq-len 8 --preset gpt2-small", "--preset is a flag of --module gpt, not mha"},
   };
   for (const auto& [args, message] : refused) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "qkv/core/generator.h"
@@ -62,16 +63,24 @@ TEST(GptBf16Weights, DecodingReadsThemWithinBf16sBoundOfFloat32) {
 }
 
 TEST(GptBf16Weights, KeptWeightsAreWhatTheBf16DecodeReads) {
-  // Changing the float weights after the snapshot leaves a bf16 decode unchanged (it reads the
-  // snapshot), and a new snapshot takes the change.
-  Generator g(9);
-  GPTModel m(tiny(Dtype::kBF16), g);
-  m.keep_bf16_weights();
-  const std::vector<float> before = decode(m);
-  for (TransformerBlock& b : m.blocks) b.ff.fc.weight.data()[0] += 100.0f;
-  EXPECT_EQ(decode(m), before);
-  m.keep_bf16_weights();
-  EXPECT_NE(decode(m), before);
+  // Changing any one of the float weights after the snapshot leaves a bf16 decode unchanged (it
+  // reads the snapshot), and a new snapshot takes the change: each product weight is read from it.
+  const std::vector<std::string> weights = {"att qkv", "att out_proj", "ff fc", "ff proj", "out_head"};
+  for (const std::string& which : weights) {
+    Generator g(9);
+    GPTModel m(tiny(Dtype::kBF16), g);
+    m.keep_bf16_weights();
+    const std::vector<float> before = decode(m);
+    for (TransformerBlock& b : m.blocks) {
+      Tensor& w = which == "att qkv" ? b.att.W_key.weight : which == "att out_proj" ? b.att.out_proj.weight
+                  : which == "ff fc" ? b.ff.fc.weight : b.ff.proj.weight;
+      if (which != "out_head") w.data()[0] += 100.0f;  // W_key views the fused QKV weight
+    }
+    if (which == "out_head") m.out_head.weight.data()[3] += 100.0f;
+    EXPECT_EQ(decode(m), before) << which;
+    m.keep_bf16_weights();
+    EXPECT_NE(decode(m), before) << which;
+  }
 }
 
 TEST(GptBf16Weights, Float32ModeIgnoresThemAndTrainingDropsThem) {

@@ -31,7 +31,7 @@ GptBenchShape small(GptBenchMode mode) {
 constexpr double kProductParameters = 2.0 * 12 * 32 * 32 + 101.0 * 32;
 
 TEST(GptBench, ForwardAndStepCountTwoAndSixFlopsPerWeightPerTokenPlusTheAttention) {
-  ThreadPool pool(2);
+  ThreadPool& pool = default_pool();
   // attention: 4 L B H D T(T+1)/2 = 4 * 2 * 2 * 4 * 8 * 21
   const double attention = 4.0 * 2 * 2 * 4 * 8 * 21, forward = 2.0 * kProductParameters * 2 * 6 + attention;
   for (GptBenchMode mode : {GptBenchMode::kForward, GptBenchMode::kStep}) {
@@ -42,12 +42,12 @@ TEST(GptBench, ForwardAndStepCountTwoAndSixFlopsPerWeightPerTokenPlusTheAttentio
     EXPECT_GT(r.median_ms, 0.0);
     EXPECT_NEAR(r.gflops, r.flops / (r.median_ms * 1e6), 1e-9 * r.gflops);
     EXPECT_GT(r.peak_gflops, 0.0);
-    EXPECT_EQ(r.threads, 2);
+    EXPECT_EQ(r.threads, default_pool().num_threads());
   }
 }
 
 TEST(GptBench, DecodeTimesEveryStepAndReadsEveryProductWeightOnce) {
-  ThreadPool pool(2);
+  ThreadPool& pool = default_pool();
   for (Dtype dtype : {Dtype::kF32, Dtype::kBF16}) {
     GptBenchShape s = small(GptBenchMode::kDecode);
     s.new_tokens = 9;
@@ -62,7 +62,7 @@ TEST(GptBench, DecodeTimesEveryStepAndReadsEveryProductWeightOnce) {
 }
 
 TEST(GptBench, ShapesOutsideTheModelAreErrorsNamingTheValue) {
-  ThreadPool pool(1);
+  ThreadPool& pool = default_pool();
   auto message = [&](GptBenchShape s, int iters = 1) -> std::string {
     try {
       run_gpt_bench(s, iters, 0, pool);
@@ -85,6 +85,8 @@ TEST(GptBench, ShapesOutsideTheModelAreErrorsNamingTheValue) {
   s = small(GptBenchMode::kForward);
   s.config.attention.heads = 5;  // 32 / 5
   EXPECT_NE(message(s).find("n_heads"), std::string::npos) << message(s);
+  ThreadPool other(1);
+  EXPECT_THROW(run_gpt_bench(small(GptBenchMode::kForward), 1, 0, other), Error);  // the model would not run on it
 }
 
 }  // namespace

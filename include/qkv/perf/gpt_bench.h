@@ -54,7 +54,8 @@ struct GptBenchReport {
 // Checks the shape (qkv::Error naming the value: the config's fields, T beyond the context, sizes
 // below 1), measures the ceiling (FMA peak or read bandwidth), builds the model, then `warmup`
 // untimed runs and `iters` timed ones (decode: one prefill, `warmup` untimed steps, then
-// new_tokens timed steps; iters is new_tokens).
+// new_tokens timed steps; iters is new_tokens). pool must be default_pool(): the model's products
+// run there, and the ceiling is measured on the same threads.
 GptBenchReport run_gpt_bench(const GptBenchShape& shape, int iters, int warmup, ThreadPool& pool);
 
 }  // namespace qkv::perf
