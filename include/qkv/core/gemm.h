@@ -13,7 +13,9 @@
 //     the fast product was measured against, selectable with QKV_GEMM=openblas or
 //     set_gemm_backend. Its kernel family is OpenBLAS's choice for the CPU, or OPENBLAS_CORETYPE's
 //     (an environment that pins 256-bit kernels halves its speed on an AVX-512 CPU).
-// One-row products (a decoding step) run as OpenBLAS's sgemv when OpenBLAS is built in: a
+// (nn.Linear on one to eight rows, a decoding step, does not come here: core/linear.h's linear
+// streams the weight itself, src/core/gemv.h.) One-row sgemm calls run as OpenBLAS's sgemv when
+// OpenBLAS is built in: a
 // matrix-vector product reads B once, where packing it would cost more than the product.
 //
 // Threading, decided once for all of qkv: products split over qkv's thread pool; OpenBLAS is told

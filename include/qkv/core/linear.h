@@ -5,7 +5,9 @@
 //   y (M, N) = x (M, K) W^T + bias      W (N, K) as nn.Linear stores it (out, in); bias (N) or null
 //
 // As PyTorch's addmm: y starts as the bias in every row and the product is added to it (GEMM
-// beta = 1); without a bias y is overwritten. Threads and the BLAS as in gemm.h.
+// beta = 1); without a bias y is overwritten. Threads and the BLAS as in gemm.h, except for one to
+// eight rows (decoding), which stream W once with the bias in the same pass (src/core/gemv.h; not
+// under QKV_GEMM=openblas).
 #pragma once
 
 #include <cstdint>
