@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "qkv/core/error.h"
+#include "qkv/core/pointwise.h"
 
 namespace qkv {
 namespace {
@@ -115,25 +116,16 @@ void AdamW::step() {
   const double step = static_cast<double>(steps_);
   const double bias_correction1 = 1.0 - std::pow(options.beta1, step);
   const double bias_correction2 = 1.0 - std::pow(options.beta2, step);
-  const float neg_step_size = static_cast<float>(-(lr / bias_correction1));
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  const float decay = static_cast<float>(1.0 - lr * options.weight_decay);
-  const float b1 = static_cast<float>(options.beta1), a1 = static_cast<float>(1.0 - options.beta1);
-  const float b2 = static_cast<float>(options.beta2), a2 = static_cast<float>(1.0 - options.beta2);
-  const float eps = static_cast<float>(options.eps);
-  for (size_t k = 0; k < params_.size(); ++k) {
-    float* w = params_[k].value->data();
-    const float* g = params_[k].grad->data();
-    float* m = exp_avg_[k].data();
-    float* v = exp_avg_sq_[k].data();
-    for (int64_t i = 0, n = params_[k].value->numel(); i < n; ++i) {
-      w[i] = w[i] * decay;                           // param.mul_(1 - lr * weight_decay)
-      m[i] = m[i] * b1 + a1 * g[i];                  // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-      v[i] = v[i] * b2 + a2 * g[i] * g[i];           // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-      const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;  // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
-      w[i] = w[i] + neg_step_size * (m[i] / denom);  // param.addcdiv_(exp_avg, denom, value=-step_size)
-    }
-  }
+  AdamWScalars s;
+  s.neg_step_size = static_cast<float>(-(lr / bias_correction1));
+  s.bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.decay = static_cast<float>(1.0 - lr * options.weight_decay);
+  s.b1 = static_cast<float>(options.beta1), s.a1 = static_cast<float>(1.0 - options.beta1);
+  s.b2 = static_cast<float>(options.beta2), s.a2 = static_cast<float>(1.0 - options.beta2);
+  s.eps = static_cast<float>(options.eps);
+  for (size_t k = 0; k < params_.size(); ++k)  // element by element, as torch (core/pointwise.h)
+    adamw_update(params_[k].value->data(), params_[k].grad->data(), exp_avg_[k].data(), exp_avg_sq_[k].data(),
+                 params_[k].value->numel(), s);
 }
 
 std::vector<std::pair<std::string, Tensor*>> AdamW::state_tensors() {

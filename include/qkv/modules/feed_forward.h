@@ -19,7 +19,8 @@
 
 namespace qkv {
 
-// Elementwise, in float32 with the tanh computed in double.
+// Elementwise over the default pool, float32 SIMD (qkv/core/pointwise.h: within a few float32 ulps
+// of the formula in double).
 Tensor gelu(const Tensor& x);
 // dL/dx given x and dL/dy: dy * gelu'(x).
 Tensor gelu_backward(const Tensor& x, const Tensor& dy);

@@ -1,0 +1,191 @@
+// GELU and AdamW's update, element by element. See include/qkv/core/pointwise.h. Compiled once per
+// SIMD target by Highway and dispatched at run time.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "core/pointwise.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+#include "qkv/core/pointwise.h"
+
+#ifndef QKV_CORE_POINTWISE_ONCE_
+#define QKV_CORE_POINTWISE_ONCE_
+namespace qkv::pointwise_detail {
+constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2 / pi)
+constexpr double kCubic = 0.044715;
+// Elements per task: large enough that a task outweighs its hand-out, small enough that two
+// threads share a (512 x 3072) activation evenly. Fixed, so results never depend on the threads.
+constexpr int64_t kChunk = 16384;
+}  // namespace qkv::pointwise_detail
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// GELU through the logistic function, which needs no cancellation: with z = 2u,
+//   0.5 (1 + tanh(u)) = s = 1 / (1 + e^-z),   0.5 (1 - tanh(u)) = 1 - s = e^-z s,
+// so gelu(x) = x s and gelu'(x) = s + 2 x s (1 - s) k (1 + 3 c x^2), each to a few ulps of its own
+// size for every x (1 + tanh(u) computed as such loses all its digits for x below about -4).
+// p = 1 / (1 + e^-|z|) and q = 1 - p = e^-|z| p are exact to a few ulps; s and 1 - s are p and q
+// or q and p by the sign of z.
+struct Logistic {
+  VF s, one_minus_s;
+};
+HWY_INLINE Logistic GeluLogistic(DF d, VF x) {
+  const VF two_k = hn::Set(d, static_cast<float>(2.0 * pointwise_detail::kSqrt2OverPi));
+  const VF c = hn::Set(d, static_cast<float>(pointwise_detail::kCubic));
+  const VF one = hn::Set(d, 1.0f);
+  const VF z = hn::Mul(two_k, hn::MulAdd(c, hn::Mul(hn::Mul(x, x), x), x));
+  const VF e = hn::Exp(d, hn::Neg(hn::Abs(z)));
+  const VF p = hn::Div(one, hn::Add(one, e)), q = hn::Mul(e, p);
+  const auto negative = hn::Lt(z, hn::Zero(d));
+  return {hn::IfThenElse(negative, q, p), hn::IfThenElse(negative, p, q)};
+}
+
+// y = x s; the tail (n not a multiple of the lanes) through a padded vector.
+void GeluSpan(const float* x, float* y, size_t n) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  auto one_vector = [&](VF v) { return hn::Mul(v, GeluLogistic(d, v).s); };
+  size_t i = 0;
+  for (; i + L <= n; i += L) hn::StoreU(one_vector(hn::LoadU(d, x + i)), d, y + i);
+  if (i < n) {
+    HWY_ALIGN float buf[hn::MaxLanes(d)] = {};
+    std::copy(x + i, x + n, buf);
+    hn::Store(one_vector(hn::Load(d, buf)), d, buf);
+    std::copy(buf, buf + (n - i), y + i);
+  }
+}
+
+// dx = dy (s + 2 x s (1 - s) k (1 + 3 c x^2)).
+void GeluBackwardSpan(const float* x, const float* dy, float* dx, size_t n) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const VF two_k = hn::Set(d, static_cast<float>(2.0 * pointwise_detail::kSqrt2OverPi));
+  const VF c3 = hn::Set(d, static_cast<float>(3.0 * pointwise_detail::kCubic));
+  const VF one = hn::Set(d, 1.0f);
+  const VF big = hn::Set(d, 1e15f);  // past it s (1 - s) is 0; dz/dx stays finite there
+  auto one_vector = [&](VF v, VF g) {
+    const Logistic l = GeluLogistic(d, v);
+    const VF vc = hn::Min(hn::Abs(v), big);
+    const VF dz = hn::Mul(two_k, hn::MulAdd(c3, hn::Mul(vc, vc), one));  // dz/dx
+    const VF slope = hn::MulAdd(hn::Mul(hn::Mul(v, l.s), l.one_minus_s), dz, l.s);
+    return hn::Mul(g, slope);
+  };
+  size_t i = 0;
+  for (; i + L <= n; i += L) hn::StoreU(one_vector(hn::LoadU(d, x + i), hn::LoadU(d, dy + i)), d, dx + i);
+  if (i < n) {
+    HWY_ALIGN float bx[hn::MaxLanes(d)] = {};
+    HWY_ALIGN float bg[hn::MaxLanes(d)] = {};
+    std::copy(x + i, x + n, bx);
+    std::copy(dy + i, dy + n, bg);
+    hn::Store(one_vector(hn::Load(d, bx), hn::Load(d, bg)), d, bx);
+    std::copy(bx, bx + (n - i), dx + i);
+  }
+}
+
+// AdamW, lane by lane, the reference's operations in its order (Mul and Add, never MulAdd).
+void AdamWSpan(float* HWY_RESTRICT w, const float* HWY_RESTRICT g, float* HWY_RESTRICT m, float* HWY_RESTRICT v,
+               size_t n, const AdamWScalars& s) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const VF decay = hn::Set(d, s.decay), b1 = hn::Set(d, s.b1), a1 = hn::Set(d, s.a1), b2 = hn::Set(d, s.b2),
+           a2 = hn::Set(d, s.a2), bc2 = hn::Set(d, s.bc2_sqrt), eps = hn::Set(d, s.eps),
+           step = hn::Set(d, s.neg_step_size);
+  size_t i = 0;
+  for (; i + L <= n; i += L) {
+    const VF gi = hn::LoadU(d, g + i);
+    const VF wi = hn::Mul(hn::LoadU(d, w + i), decay);
+    const VF mi = hn::Add(hn::Mul(hn::LoadU(d, m + i), b1), hn::Mul(a1, gi));
+    const VF vi = hn::Add(hn::Mul(hn::LoadU(d, v + i), b2), hn::Mul(hn::Mul(a2, gi), gi));
+    const VF denom = hn::Add(hn::Div(hn::Sqrt(vi), bc2), eps);
+    hn::StoreU(mi, d, m + i);
+    hn::StoreU(vi, d, v + i);
+    hn::StoreU(hn::Add(wi, hn::Mul(step, hn::Div(mi, denom))), d, w + i);
+  }
+  if (i < n) adamw_update_reference(w + i, g + i, m + i, v + i, static_cast<int64_t>(n - i), s);
+}
+
+}  // namespace qkv::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv {
+HWY_EXPORT(GeluSpan);
+HWY_EXPORT(GeluBackwardSpan);
+HWY_EXPORT(AdamWSpan);
+
+namespace {
+using pointwise_detail::kChunk;
+// fn(begin, count) over [0, n) in chunks of kChunk, on the pool (null: the default pool).
+template <typename Fn>
+void for_chunks(int64_t n, ThreadPool* pool_arg, Fn&& fn) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  auto one = [&](int64_t c) {
+    const int64_t b = c * kChunk;
+    fn(b, std::min(kChunk, n - b));
+  };
+  ThreadPool& pool = pool_arg ? *pool_arg : default_pool();
+  if (pool.num_threads() == 1 || chunks <= 1) {
+    for (int64_t c = 0; c < chunks; ++c) one(c);
+  } else {
+    pool.parallel_for(chunks, [&](int64_t c, int) { one(c); });
+  }
+}
+}  // namespace
+
+void gelu_tanh(const float* x, float* y, int64_t n, ThreadPool* pool) {
+  for_chunks(n, pool, [&](int64_t b, int64_t k) { HWY_DYNAMIC_DISPATCH(GeluSpan)(x + b, y + b, static_cast<size_t>(k)); });
+}
+
+void gelu_tanh_backward(const float* x, const float* dy, float* dx, int64_t n, ThreadPool* pool) {
+  for_chunks(n, pool, [&](int64_t b, int64_t k) {
+    HWY_DYNAMIC_DISPATCH(GeluBackwardSpan)(x + b, dy + b, dx + b, static_cast<size_t>(k));
+  });
+}
+
+void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s, ThreadPool* pool) {
+  for_chunks(n, pool, [&](int64_t b, int64_t k) {
+    HWY_DYNAMIC_DISPATCH(AdamWSpan)(w + b, g + b, m + b, v + b, static_cast<size_t>(k), s);
+  });
+}
+
+void gelu_tanh_reference(const float* x, float* y, int64_t n) {
+  using namespace pointwise_detail;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    y[i] = static_cast<float>(0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + kCubic * v * v * v))));
+  }
+}
+
+void gelu_tanh_backward_reference(const float* x, const float* dy, float* dx, int64_t n) {
+  using namespace pointwise_detail;
+  for (int64_t i = 0; i < n; ++i) {
+    // y = 0.5 v (1 + t), t = tanh(u), u = k (v + c v^3):  dy/dv = 0.5 (1 + t) + 0.5 v (1 - t^2) k (1 + 3 c v^2)
+    const double v = x[i];
+    const double t = std::tanh(kSqrt2OverPi * (v + kCubic * v * v * v));
+    const double slope = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3.0 * kCubic * v * v);
+    dx[i] = static_cast<float>(dy[i] * slope);
+  }
+}
+
+void adamw_update_reference(float* w, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s) {
+  for (int64_t i = 0; i < n; ++i) {
+    w[i] = w[i] * s.decay;                              // param.mul_(1 - lr * weight_decay)
+    m[i] = m[i] * s.b1 + s.a1 * g[i];                   // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+    v[i] = v[i] * s.b2 + s.a2 * g[i] * g[i];            // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    const float denom = std::sqrt(v[i]) / s.bc2_sqrt + s.eps;  // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
+    w[i] = w[i] + s.neg_step_size * (m[i] / denom);     // param.addcdiv_(exp_avg, denom, value=-step_size)
+  }
+}
+
+}  // namespace qkv
+#endif  // HWY_ONCE
