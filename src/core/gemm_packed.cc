@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/machine.h"
@@ -212,6 +213,32 @@ HWY_INLINE void CopyRun(const T* HWY_RESTRICT src, size_t n, float* HWY_RESTRICT
   for (size_t i = n; i < kN; ++i) dst[i] = 0.0f;
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// dst[k ldd + r] = src[r lds + k] for r, k in [0, 8): eight rows of eight floats transposed in
+// 256-bit registers (pairs interleaved, then 64-bit pairs, then 128-bit halves exchanged).
+HWY_INLINE void Transpose8x8(const float* HWY_RESTRICT src, size_t lds, float* HWY_RESTRICT dst, size_t ldd) {
+  const hn::FixedTag<float, 8> d;
+  const hn::Repartition<double, decltype(d)> dd;
+  using V = hn::Vec<decltype(d)>;
+  V r[8], t[8], u[8];
+  for (size_t i = 0; i < 8; ++i) r[i] = hn::LoadU(d, src + i * lds);
+  for (size_t i = 0; i < 8; i += 2) {  // t[i] = r_i[0] r_i+1[0] r_i[1] r_i+1[1] | [4] [5];  t[i+1]: [2] [3] | [6] [7]
+    t[i] = hn::InterleaveLower(d, r[i], r[i + 1]);
+    t[i + 1] = hn::InterleaveUpper(d, r[i], r[i + 1]);
+  }
+  for (size_t h = 0; h < 8; h += 4)  // u[h + c]: rows h..h+3 at column c | at column c + 4
+    for (size_t c = 0; c < 2; ++c) {
+      const auto a = hn::BitCast(dd, t[h + c]), b = hn::BitCast(dd, t[h + 2 + c]);
+      u[h + 2 * c] = hn::BitCast(d, hn::InterleaveLower(dd, a, b));
+      u[h + 2 * c + 1] = hn::BitCast(d, hn::InterleaveUpper(dd, a, b));
+    }
+  for (size_t c = 0; c < 4; ++c) {  // column c: rows 0..3 from u[c], rows 4..7 from u[4 + c]
+    hn::StoreU(hn::ConcatLowerLower(d, u[4 + c], u[c]), d, dst + c * ldd);
+    hn::StoreU(hn::ConcatUpperUpper(d, u[4 + c], u[c]), d, dst + (c + 4) * ldd);
+  }
+}
+#endif
+
 // Panels [j0, j1) of B~ for rows [k0, k0 + kc) of op(B): panel j holds columns [j NR, j NR + NR)
 // as a (kc, NR) block at dst + j kc NR; zero past N.
 // B: g.B, or g.B16 (bf16, widened).
@@ -229,14 +256,28 @@ void PackPanelsB(const GemmArgs& g, const T* B, size_t k0, size_t kc, size_t j0,
     return;
   }
   // op(B)(k, n) = B[n ldb + k] (nn.Linear's weight): a transpose, in chunks of 64 k so the
-  // destination chunk (64 x NR) stays in L1 while the NR source rows are read along k.
+  // destination chunk (64 x NR) stays in L1 while the NR source rows are read along k. Float
+  // weights on x86 go eight rows by eight k at a time through registers (Transpose8x8); the
+  // edges (rows past N, k past a multiple of 8) and bf16 sources one element at a time.
   constexpr size_t kChunk = 64;
   for (size_t j = j0; j < j1; ++j) {
     const size_t n0 = j * kNR, cols = std::min(kNR, N - n0);
     float* panel = dst + j * kc * kNR;
     for (size_t c0 = 0; c0 < kc; c0 += kChunk) {
       const size_t c1 = std::min(kc, c0 + kChunk);
-      for (size_t n = 0; n < kNR; ++n) {
+      size_t n = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+      if constexpr (std::is_same_v<T, float> && kNR % 8 == 0) {
+        const size_t k8 = c0 + (c1 - c0) / 8 * 8;
+        for (; n + 8 <= cols; n += 8) {
+          const float* src = B + (n0 + n) * ldb + k0;
+          for (size_t k = c0; k < k8; k += 8) Transpose8x8(src + k, ldb, panel + k * kNR + n, kNR);
+          for (size_t r = 0; r < 8; ++r)
+            for (size_t k = k8; k < c1; ++k) panel[k * kNR + n + r] = src[r * ldb + k];
+        }
+      }
+#endif
+      for (; n < kNR; ++n) {
         if (n < cols) {
           const T* src = B + (n0 + n) * ldb + k0;
           for (size_t k = c0; k < c1; ++k) panel[k * kNR + n] = Widen(src[k]);
