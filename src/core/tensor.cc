@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "qkv/core/error.h"
 
@@ -15,9 +18,84 @@ namespace {
 
 constexpr size_t kAlignment = 64;  // one cache line; what AVX-512 loads like
 
+// Freed blocks of kCachedFrom bytes and more, kept for the next request of the same rounded size
+// (see tensor_block_cache_bytes in tensor.h): a training or prefill step asks for the same
+// activations every time, and memory fresh from the kernel costs a page fault and a clear of every
+// 4 KiB page (about an eighth of a GPT-2 training step before this cache).
+constexpr size_t kCachedFrom = size_t{1} << 20;
+constexpr size_t kCacheGranule = size_t{64} << 10;  // request sizes rounded up to 64 KiB
+
+class BlockCache {
+ public:
+  void* take(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(bytes);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_ -= bytes;
+    return p;
+  }
+  void give(void* p, size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cached_ + bytes <= limit_) {
+        free_[bytes].push_back(p);
+        cached_ += bytes;
+        return;
+      }
+    }
+    std::free(p);
+  }
+  void release() {
+    std::unordered_map<size_t, std::vector<void*>> blocks;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      blocks.swap(free_);
+      cached_ = 0;
+    }
+    for (auto& [bytes, list] : blocks)
+      for (void* p : list) std::free(p);
+  }
+  size_t cached() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cached_;
+  }
+  void set_limit(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      limit_ = bytes;
+      if (cached_ <= limit_) return;
+    }
+    release();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_;  // rounded size -> free blocks of it
+  size_t cached_ = 0;
+#if defined(__SANITIZE_ADDRESS__)
+  size_t limit_ = 0;  // AddressSanitizer sees every free (a kept block would hide a use after free)
+#else
+  size_t limit_ = size_t{1} << 30;
+#endif
+};
+
+BlockCache& block_cache() {
+  static BlockCache* cache = new BlockCache;  // never destroyed: tensors may outlive static destructors
+  return *cache;
+}
+
 std::shared_ptr<float[]> allocate(int64_t n) {
   size_t bytes = static_cast<size_t>(n > 0 ? n : 1) * sizeof(float);
   bytes = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (bytes >= kCachedFrom) {
+    bytes = (bytes + kCacheGranule - 1) / kCacheGranule * kCacheGranule;
+    void* p = block_cache().take(bytes);
+    if (p == nullptr) p = std::aligned_alloc(kAlignment, bytes);
+    if (p == nullptr) fail("out of memory allocating ", n, " floats");
+    return std::shared_ptr<float[]>(static_cast<float*>(p), [bytes](float* q) { block_cache().give(q, bytes); });
+  }
   void* p = std::aligned_alloc(kAlignment, bytes);
   if (p == nullptr) fail("out of memory allocating ", n, " floats");
   return std::shared_ptr<float[]>(static_cast<float*>(p), [](float* q) { std::free(q); });
@@ -100,13 +178,20 @@ Tensor Tensor::empty(const Shape& shape) {
 }
 
 Tensor Tensor::zeros(const Shape& shape) {
+  for (int64_t d : shape) QKV_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
   const int64_t n = numel_of(shape);
   if (static_cast<size_t>(n) * sizeof(float) < kFreshPagesFrom) return full(shape, 0.0f);
-  Tensor t = empty(shape);  // the shape checked; its storage, never touched, is given back below
+  Tensor t;
   t.storage_ = fresh_pages(n);
   t.data_ = t.storage_.get();
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
   return t;
 }
+
+size_t tensor_block_cache_bytes() { return block_cache().cached(); }
+void release_tensor_block_cache() { block_cache().release(); }
+void set_tensor_block_cache_limit(size_t bytes) { block_cache().set_limit(bytes); }
 
 Tensor Tensor::ones(const Shape& shape) { return full(shape, 1.0f); }
 

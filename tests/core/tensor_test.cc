@@ -261,5 +261,42 @@ TEST(Softmax, StableWhereNaiveOverflows) {
   EXPECT_TRUE(std::isnan(softmax_naive(s, 0).at({0})));  // inf / inf, as exp(x)/exp(x).sum() gives
 }
 
+// Storage of 1 MiB and more is kept when freed and handed out again for the same rounded size;
+// smaller storage and Tensor::zeros never come from it; the limit bounds what is kept.
+TEST(TensorBlockCache, AFreedBlockServesTheNextRequestOfItsSize) {
+  release_tensor_block_cache();
+  set_tensor_block_cache_limit(size_t{64} << 20);
+  const Shape big{512, 1024};  // 2 MiB
+  const float* first = nullptr;
+  {
+    Tensor t = Tensor::full(big, 7.0f);
+    first = t.data();
+    EXPECT_EQ(tensor_block_cache_bytes(), 0u);
+  }
+  EXPECT_EQ(tensor_block_cache_bytes(), size_t{2} << 20);
+  {
+    Tensor other = Tensor::empty({300, 1024});  // another rounded size: not this block
+    EXPECT_NE(other.data(), first);
+    EXPECT_EQ(tensor_block_cache_bytes(), size_t{2} << 20);
+    Tensor z = Tensor::zeros(big);  // zeros are fresh pages, whatever is kept
+    EXPECT_NE(z.data(), first);
+    for (int64_t i = 0; i < z.numel(); ++i) ASSERT_EQ(z.data()[i], 0.0f) << i;
+    Tensor again = Tensor::empty({1024, 512});  // same bytes, another shape: the kept block
+    EXPECT_EQ(again.data(), first);
+    EXPECT_EQ(tensor_block_cache_bytes(), 0u);
+  }
+  // Both kept now: 2 MiB, and (300, 1024) floats (1,200 KiB) rounded up to 19 x 64 KiB.
+  EXPECT_EQ(tensor_block_cache_bytes(), (size_t{2048} + 1216) << 10);
+  // A limit below what is kept frees it all; nothing is kept past the limit.
+  set_tensor_block_cache_limit(size_t{1} << 20);
+  EXPECT_EQ(tensor_block_cache_bytes(), 0u);
+  { Tensor t = Tensor::empty(big); }
+  EXPECT_EQ(tensor_block_cache_bytes(), 0u);
+  { Tensor small = Tensor::empty({100, 100}); }  // 40 KB: plain malloc, never kept
+  EXPECT_EQ(tensor_block_cache_bytes(), 0u);
+  set_tensor_block_cache_limit(size_t{1} << 30);
+  release_tensor_block_cache();
+}
+
 }  // namespace
 }  // namespace qkv

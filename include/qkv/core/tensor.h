@@ -110,6 +110,15 @@ class Shape {
 std::string shape_str(const Shape& shape);  // "(2, 6, 3)"
 int64_t numel_of(const Shape& shape);
 
+// Tensor storage of 1 MiB and more (Tensor::empty and everything built on it) is kept when freed,
+// up to a limit (1 GiB unless set; 0 under AddressSanitizer), and handed out again for a request of the same size rounded
+// up to 64 KiB: a model's step asks for the same activations every time, and fresh memory costs a
+// page fault and a clear per 4 KiB page. Thread-safe. The kept blocks count in the process's
+// memory until released (a long-lived embedder done with a model may release them).
+size_t tensor_block_cache_bytes();       // bytes kept now
+void release_tensor_block_cache();       // frees every kept block
+void set_tensor_block_cache_limit(size_t bytes);  // keep at most this many (0: none); above it, frees all
+
 class Tensor {
  public:
   // An undefined tensor (as PyTorch's at::Tensor()): no storage, nothing allocated. It is how qkv
