@@ -58,15 +58,7 @@ Tensor layer_norm_apply(const LayerNorm& n, const Tensor& x) {
 
 // x (..., in) through the Linear without recording; with w16 (its weight in bf16), in bf16 mode.
 Tensor linear_kept(const Tensor& x, const Linear& l, const uint16_t* w16) {
-  if (w16 == nullptr) return linear(x, l.weight, l.has_bias ? &l.bias : nullptr);
-  const int64_t K = l.weight.size(1), N = l.weight.size(0), M = x.numel() / K;
-  const Tensor xc = x.contiguous();
-  Shape shape = x.shape();
-  shape.back() = N;
-  Tensor y = Tensor::empty(shape);
-  qkv::linear(xc.data(), M, K, l.weight.data(), l.has_bias ? l.bias.data() : nullptr, N, y.data(), nullptr,
-              Dtype::kBF16, w16);
-  return y;
+  return linear(x, l.weight, l.has_bias ? &l.bias : nullptr, w16);
 }
 
 std::vector<uint16_t> rounded(const Tensor& w) {

@@ -19,7 +19,9 @@ namespace qkv {
 Tensor matmul(const Tensor& a, const Tensor& b);
 // linear(x, w, bias) = x @ w.T + bias, with w (out, in) as nn.Linear stores it; bias may be null.
 // Runs core/linear.h's linear (the fused pipeline's too): the bias starts each row, as addmm.
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias);
+// w16: w's values in bf16 (w.numel() of them, w's layout), for a product in bf16 mode that reads
+// them instead of w (weights kept in bf16 for generation); w is still checked for the shapes.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias, const uint16_t* w16 = nullptr);
 
 // --- elementwise, broadcasting -------------------------------------------------------------------
 Tensor add(const Tensor& a, const Tensor& b);
