@@ -28,9 +28,9 @@ int64_t pick_next_token(const float* last, int64_t V, const SamplingOptions& o, 
   z.assign(last, last + V);
   // logits = where(logits < topk(logits, k)[-1], -inf, logits)
   if (o.top_k > 0 && o.top_k < V) {
-    std::vector<float> sorted(last, last + V);
-    std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<float>());
-    const float min_val = sorted[static_cast<size_t>(o.top_k - 1)];
+    std::nth_element(z.begin(), z.begin() + (o.top_k - 1), z.end(), std::greater<float>());  // z as scratch
+    const float min_val = z[static_cast<size_t>(o.top_k - 1)];
+    z.assign(last, last + V);
     for (float& x : z)
       if (x < min_val) x = -std::numeric_limits<float>::infinity();
   }
@@ -84,7 +84,7 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
   std::optional<kernels::KvCache> cache;
   if (o.kv_cache && o.max_new_tokens > 0 && model.has_cache()) cache.emplace(model.make_cache(1, o.cache_dtype));
   int64_t cache_start = 0;  // the cache holds the positions of ids[cache_start, cache_start + length)
-  std::vector<float> p;
+  std::vector<float> p, step_logits;
   std::vector<int64_t> window;
   for (int64_t n = 0; n < o.max_new_tokens; ++n) {
     const int64_t N = static_cast<int64_t>(ids.size()), T = std::min(ctx, N), start = N - T;
@@ -99,8 +99,9 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
       }
       const int64_t first = cache_start + cache->length();
       window.assign(ids.begin() + first, ids.end());
-      logits = model.forward_cached(window, 1, N - first, *cache);  // (1, V)
-      last = logits.data();
+      step_logits.resize(static_cast<size_t>(V));  // once: the steps write into it (no allocation)
+      model.forward_cached_into(window, 1, N - first, *cache, step_logits.data());  // (1, V)
+      last = step_logits.data();
     } else {
       window.assign(ids.end() - T, ids.end());
       logits = model.forward(window, 1, T);  // (1, T, V)

@@ -2,12 +2,14 @@
 #include "qkv/models/gpt.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
 #include "qkv/core/linear.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/core/ops.h"
+#include "qkv/core/pointwise.h"
 #include "models/model_shape.h"
 
 namespace qkv {
@@ -34,31 +36,6 @@ std::vector<TransformerBlock> build_blocks(const GPTConfig& c, Generator& gen) {
   blocks.reserve(static_cast<size_t>(c.n_layers));
   for (int64_t i = 0; i < c.n_layers; ++i) blocks.emplace_back(c, gen);  // in order, as nn.Sequential
   return blocks;
-}
-
-// rows (N, E) of x through one LayerNorm without recording anything (the cached forward).
-Tensor layer_norm_apply(const LayerNorm& n, const Tensor& x) {
-  const int64_t E = n.scale.size(0);
-  const Tensor xc = x.contiguous();
-  Tensor y = Tensor::empty(x.shape());
-  const int64_t N = xc.numel() / E;
-  for (int64_t r = 0; r < N; ++r) {
-    const float* row = xc.data() + r * E;
-    double mean = 0, var = 0;
-    for (int64_t i = 0; i < E; ++i) mean += row[i];
-    mean /= static_cast<double>(E);
-    for (int64_t i = 0; i < E; ++i) var += (row[i] - mean) * (row[i] - mean);
-    var /= static_cast<double>(E);
-    const double inv = 1.0 / std::sqrt(var + n.eps);
-    for (int64_t i = 0; i < E; ++i)
-      y.data()[r * E + i] = n.scale.data()[i] * static_cast<float>((row[i] - mean) * inv) + n.shift.data()[i];
-  }
-  return y;
-}
-
-// x (..., in) through the Linear without recording; with w16 (its weight in bf16), in bf16 mode.
-Tensor linear_kept(const Tensor& x, const Linear& l, const uint16_t* w16) {
-  return linear(x, l.weight, l.has_bias ? &l.bias : nullptr, w16);
 }
 
 std::vector<uint16_t> rounded(const Tensor& w) {
@@ -168,17 +145,47 @@ Tensor TransformerBlock::backward(const Tensor& doutput) {
   return add(dmid, norm1.backward(att.backward(drop_att.backward(dmid))));
 }
 
-Tensor TransformerBlock::norm_apply(const LayerNorm& n, const Tensor& x) const { return layer_norm_apply(n, x); }
+namespace {
 
-Tensor TransformerBlock::forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer,
-                                        const Weights16* w16) {
+// The growing working rows of a cached step: resized only when a step is larger than any before.
+float* rows_of(std::vector<float>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+void add_into(float* x, const float* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += a[i];
+}
+
+// y (N, out) = x (N, in) W^T + b through the Linear, reading its bf16 weight w16 when given.
+void linear_rows(const float* x, int64_t N, const Linear& l, const uint16_t* w16, float* y) {
+  QKV_CHECK(l.weight.is_contiguous() && (!l.has_bias || l.bias.is_contiguous()),
+            "GPTModel: a Linear's weight and bias must be contiguous for a cached forward");
+  linear(x, N, l.weight.size(1), l.weight.data(), l.has_bias ? l.bias.data() : nullptr, l.weight.size(0), y, nullptr,
+         w16 ? Dtype::kBF16 : Dtype::kF32, w16);
+}
+
+void norm_rows(const LayerNorm& n, const float* x, int64_t N, float* y) {
+  layer_norm_rows(x, N, n.scale.size(0), n.scale.data(), n.shift.data(), n.eps, y);
+}
+
+}  // namespace
+
+void TransformerBlock::forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCache& cache, int64_t layer,
+                                      const Weights16* w16, const Scratch& s) {
   const bool bf16 = w16 != nullptr && att.config.attention.dtype == Dtype::kBF16;
   const FusedWeights16 att16 = bf16 ? FusedWeights16{w16->qkv.data(), w16->out.data()} : FusedWeights16{};
-  const Tensor mid = add(x, att.forward_cached(norm_apply(norm1, x), cache, layer, att16));
-  // ff without recording: layers.2(gelu(layers.0(h)))
-  const Tensor h = norm_apply(norm2, mid);
-  const Tensor hidden = gelu(linear_kept(h, ff.fc, bf16 ? w16->fc.data() : nullptr));
-  return add(mid, linear_kept(hidden, ff.proj, bf16 ? w16->proj.data() : nullptr));
+  const int64_t N = B * Tn, E = norm1.scale.size(0);
+  // x = x + att(norm1(x))
+  norm_rows(norm1, x, N, s.h);
+  att.forward_cached(s.h, B, Tn, s.a, cache, layer, att16);
+  add_into(x, s.a, N * E);
+  // x = x + layers.2(gelu(layers.0(norm2(x))))
+  norm_rows(norm2, x, N, s.h);
+  linear_rows(s.h, N, ff.fc, bf16 ? w16->fc.data() : nullptr, s.hidden);
+  gelu_tanh(s.hidden, s.hidden, N * ff.fc.weight.size(0));
+  linear_rows(s.hidden, N, ff.proj, bf16 ? w16->proj.data() : nullptr, s.a);
+  add_into(x, s.a, N * E);
 }
 
 // --- GPTModel ----------------------------------------------------------------------------------
@@ -272,19 +279,34 @@ kernels::KvCache GPTModel::make_cache(int64_t batch, kernels::CacheDtype dtype) 
 
 Tensor GPTModel::forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
                                 kernels::KvCache& cache) {
+  QKV_CHECK(batch >= 1, "GPTModel: the batch (", batch, ") must be at least 1");
+  Tensor logits = Tensor::empty({batch, config.vocab_size});
+  forward_cached_into(ids, batch, tokens, cache, logits.data());
+  return logits;
+}
+
+void GPTModel::forward_cached_into(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
+                                   kernels::KvCache& cache, float* logits) {
   QKV_CHECK(!drop_emb.active(), "GPTModel: forward_cached is inference, but dropout is active: call eval() first");
   const int64_t P = models_detail::check_cached_step("GPTModel", ids, batch, tokens, cache,
                                                      static_cast<int64_t>(blocks.size()), config.context_length);
+  const int64_t N = batch * tokens, E = config.emb_dim;
+  float* x = rows_of(step_x_, N * E);
+  const TransformerBlock::Scratch s{rows_of(step_h_, N * E), rows_of(step_a_, N * E),
+                                    rows_of(step_hidden_, N * 4 * E)};
   // x = tok_emb.weight[ids] + pos_emb.weight[P:P+Tn]                  (B, Tn, E), nothing recorded
-  Tensor x = models_detail::embed_at("GPTModel", ids, batch, tokens, P, tok_emb.weight.contiguous(),
-                                     pos_emb.weight.contiguous());
+  models_detail::embed_at("GPTModel", ids, batch, tokens, P, tok_emb.weight.contiguous(), pos_emb.weight.contiguous(),
+                          x);
   const bool bf16 = !blocks16_.empty() && config.attention.dtype == Dtype::kBF16;
   for (size_t l = 0; l < blocks.size(); ++l)
-    x = blocks[l].forward_cached(x, cache, static_cast<int64_t>(l), bf16 ? &blocks16_[l] : nullptr);
+    blocks[l].forward_cached(x, batch, tokens, cache, static_cast<int64_t>(l), bf16 ? &blocks16_[l] : nullptr, s);
   cache.commit();
   // logits = out_head(final_norm(x[:, -1]))                           (B, V)
-  const Tensor last = layer_norm_apply(final_norm, x.select(1, tokens - 1));
-  return linear_kept(last, out_head, bf16 ? head16_.data() : nullptr);
+  float* last = rows_of(step_last_, batch * E);
+  for (int64_t b = 0; b < batch; ++b)
+    std::memcpy(last + b * E, x + (b * tokens + tokens - 1) * E, static_cast<size_t>(E) * sizeof(float));
+  norm_rows(final_norm, last, batch, last);
+  linear_rows(last, batch, out_head, bf16 ? head16_.data() : nullptr, logits);
 }
 
 }  // namespace qkv

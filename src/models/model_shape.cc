@@ -37,18 +37,25 @@ int64_t check_cached_step(const char* model, const std::vector<int64_t>& ids, in
   return P;
 }
 
-Tensor embed_at(const char* model, const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, int64_t P,
-                const Tensor& tok, const Tensor& pos) {
+void embed_at(const char* model, const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, int64_t P,
+              const Tensor& tok, const Tensor& pos, float* x) {
   const int64_t V = tok.size(0), C = tok.size(1);
-  Tensor x = Tensor::empty({batch, tokens, C});
   for (int64_t i = 0; i < batch * tokens; ++i) {
     const int64_t id = ids[static_cast<size_t>(i)];
     QKV_CHECK(id >= 0 && id < V, model, ": id ", id, " at position ", i, " is outside the vocabulary of ", V);
-    const float* t = tok.data() + id * C;
+  }
+  for (int64_t i = 0; i < batch * tokens; ++i) {
+    const float* t = tok.data() + ids[static_cast<size_t>(i)] * C;
     const float* p = pos.data() + (P + i % tokens) * C;
-    float* out = x.data() + i * C;
+    float* out = x + i * C;
     for (int64_t c = 0; c < C; ++c) out[c] = t[c] + p[c];
   }
+}
+
+Tensor embed_at(const char* model, const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, int64_t P,
+                const Tensor& tok, const Tensor& pos) {
+  Tensor x = Tensor::empty({batch, tokens, tok.size(1)});
+  embed_at(model, ids, batch, tokens, P, tok, pos, x.data());
   return x;
 }
 

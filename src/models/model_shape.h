@@ -37,5 +37,8 @@ int64_t check_cached_step(const char* model, const std::vector<int64_t>& ids, in
 // (tok: (V, C), pos: (context, C), both contiguous). Nothing is recorded for a backward.
 Tensor embed_at(const char* model, const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, int64_t P,
                 const Tensor& tok, const Tensor& pos);
+// The same into x (batch * tokens * C floats); every id is checked before anything is written.
+void embed_at(const char* model, const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, int64_t P,
+              const Tensor& tok, const Tensor& pos, float* x);
 
 }  // namespace qkv::models_detail

@@ -113,7 +113,17 @@ Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, const
 Tensor FusedAttention::forward_cached(const Tensor& x, const FusedProjections& p, const kernels::AttentionSpec& spec,
                                       const std::vector<float>& slopes, const MaskBuffer& mask,
                                       kernels::KvCache& cache, int64_t layer, FusedWeights16 w16) {
-  const int64_t B = x.size(0), Tn = x.size(1), d_in = x.size(2), C = spec.width();
+  const int64_t B = x.size(0), Tn = x.size(1), d_in = x.size(2);
+  const Tensor xc = x.contiguous();  // a view when x already is: no copy
+  Tensor y = Tensor::empty({B, Tn, spec.width()});
+  forward_cached(xc.data(), B, Tn, d_in, y.data(), p, spec, slopes, mask, cache, layer, w16);
+  return y;
+}
+
+void FusedAttention::forward_cached(const float* x, int64_t B, int64_t Tn, int64_t d_in, float* y,
+                                    const FusedProjections& p, const kernels::AttentionSpec& spec,
+                                    const std::vector<float>& slopes, const MaskBuffer& mask, kernels::KvCache& cache,
+                                    int64_t layer, FusedWeights16 w16) {
   QKV_CHECK(mask.is_causal(), "attention: a cached forward needs the causal mask, but the module holds a ",
             "loaded (", mask.size(), ", ", mask.size(), ") mask that is not causal");
   QKV_CHECK(cache.length() + Tn <= mask.size(), "attention: ", Tn, " new tokens after the cache's ", cache.length(),
@@ -140,10 +150,7 @@ Tensor FusedAttention::forward_cached(const Tensor& x, const FusedProjections& p
     w.w_qkv16 = w16.qkv;
     w.w_out16 = p.out ? w16.out : nullptr;
   }
-  const Tensor xc = x.contiguous();  // a view when x already is: no copy
-  Tensor y = Tensor::empty({B, Tn, C});
-  kernels::mha_forward_cached(s, w, xc.data(), y.data(), cache, layer, cached_scratch_, cached_ws_, call);
-  return y;
+  kernels::mha_forward_cached(s, w, x, y, cache, layer, cached_scratch_, cached_ws_, call);
 }
 
 void FusedAttention::fill_trace(AttentionTrace& t, const MaskBuffer& mask, bool dropped, bool per_head) {

@@ -1,6 +1,7 @@
 // LayerNorm. See include/qkv/modules/layer_norm.h.
 #include "qkv/modules/layer_norm.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "qkv/core/error.h"
@@ -23,6 +24,38 @@ void LayerNorm::collect_state(const std::string& prefix, std::vector<StateEntry>
   out.push_back({prefix + "shift", &shift, true, &dshift});
 }
 
+void layer_norm_rows(const float* x, int64_t N, int64_t E, const float* scale, const float* shift, double eps,
+                     float* y, float* norm, float* inv_std, ThreadPool* pool_arg) {
+  auto rows = [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = x + r * E;
+      double mean = 0;
+      for (int64_t i = 0; i < E; ++i) mean += row[i];
+      mean /= static_cast<double>(E);
+      double var = 0;  // biased: over E, as x.var(unbiased=False)
+      for (int64_t i = 0; i < E; ++i) var += (row[i] - mean) * (row[i] - mean);
+      var /= static_cast<double>(E);
+      const double inv = 1.0 / std::sqrt(var + eps);
+      if (inv_std) inv_std[r] = static_cast<float>(inv);
+      float* out = y + r * E;  // may be row itself: each element is read before it is written
+      for (int64_t i = 0; i < E; ++i) {
+        const float v = static_cast<float>((row[i] - mean) * inv);
+        if (norm) norm[r * E + i] = v;
+        out[i] = scale[i] * v + shift[i];
+      }
+    }
+  };
+  // About 16 K elements a task: a decoding step's one row stays on the calling thread.
+  const int64_t per_task = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(E, 1));
+  const int64_t tasks = (N + per_task - 1) / per_task;
+  if (tasks <= 1) {
+    rows(0, N);
+    return;
+  }
+  ThreadPool& pool = pool_arg ? *pool_arg : default_pool();
+  pool.parallel_for(tasks, [&](int64_t t, int) { rows(t * per_task, std::min(N, (t + 1) * per_task)); });
+}
+
 Tensor LayerNorm::forward(const Tensor& x) {
   const int64_t E = scale.size(0);
   QKV_CHECK(x.dim() >= 1 && x.size(-1) == E, "LayerNorm: input ", x.describe(), " must end in emb_dim = ", E);
@@ -32,24 +65,7 @@ Tensor LayerNorm::forward(const Tensor& x) {
   norm_ = Tensor::empty({N, E});
   inv_std_.assign(static_cast<size_t>(N), 0.0f);
   Tensor y = Tensor::empty(x.shape());
-  const float *in = xc.data(), *g = scale.data(), *b = shift.data();
-  float *n = norm_.data(), *out = y.data();
-  for (int64_t r = 0; r < N; ++r) {
-    const float* row = in + r * E;
-    double mean = 0;
-    for (int64_t i = 0; i < E; ++i) mean += row[i];
-    mean /= static_cast<double>(E);
-    double var = 0;  // biased: over E, as x.var(unbiased=False)
-    for (int64_t i = 0; i < E; ++i) var += (row[i] - mean) * (row[i] - mean);
-    var /= static_cast<double>(E);
-    const double inv = 1.0 / std::sqrt(var + eps);
-    inv_std_[static_cast<size_t>(r)] = static_cast<float>(inv);
-    for (int64_t i = 0; i < E; ++i) {
-      const float v = static_cast<float>((row[i] - mean) * inv);
-      n[r * E + i] = v;
-      out[r * E + i] = g[i] * v + b[i];
-    }
-  }
+  layer_norm_rows(xc.data(), N, E, scale.data(), shift.data(), eps, y.data(), norm_.data(), inv_std_.data());
   return y;
 }
 
@@ -61,28 +77,45 @@ Tensor LayerNorm::backward(const Tensor& doutput) {
   Tensor dx = Tensor::empty(shape_);
   const float *d = dy.data(), *n = norm_.data(), *g = scale.data();
   float *dg = dscale.data(), *db = dshift.data(), *out = dx.data();
-  std::vector<double> dscale_sum(static_cast<size_t>(E), 0.0), dshift_sum(static_cast<size_t>(E), 0.0);
-  for (int64_t r = 0; r < N; ++r) {
-    const float *dr = d + r * E, *nr = n + r * E;
-    // y = scale * norm + shift
-    double mean_dn = 0, mean_dn_n = 0;
-    for (int64_t i = 0; i < E; ++i) {
-      dscale_sum[static_cast<size_t>(i)] += static_cast<double>(dr[i]) * nr[i];
-      dshift_sum[static_cast<size_t>(i)] += dr[i];
-      const double dn = static_cast<double>(dr[i]) * g[i];
-      mean_dn += dn;
-      mean_dn_n += dn * nr[i];
+  // Fixed blocks of rows (not one per thread), each summing its own dscale and dshift in double;
+  // the blocks' sums are then added in block order: the same bits on any thread count.
+  const int64_t per_task = std::max<int64_t>(1, (int64_t{1} << 15) / E), tasks = (N + per_task - 1) / per_task;
+  std::vector<double> sums(static_cast<size_t>(std::max<int64_t>(tasks, 1) * 2 * E), 0.0);
+  auto rows = [&](int64_t task) {
+    double* dscale_sum = sums.data() + task * 2 * E;
+    double* dshift_sum = dscale_sum + E;
+    for (int64_t r = task * per_task; r < std::min(N, (task + 1) * per_task); ++r) {
+      const float *dr = d + r * E, *nr = n + r * E;
+      // y = scale * norm + shift
+      double mean_dn = 0, mean_dn_n = 0;
+      for (int64_t i = 0; i < E; ++i) {
+        dscale_sum[i] += static_cast<double>(dr[i]) * nr[i];
+        dshift_sum[i] += dr[i];
+        const double dn = static_cast<double>(dr[i]) * g[i];
+        mean_dn += dn;
+        mean_dn_n += dn * nr[i];
+      }
+      mean_dn /= static_cast<double>(E);
+      mean_dn_n /= static_cast<double>(E);
+      // norm = (x - mean) / sqrt(var + eps), mean and var of the row: the row's chain rule
+      const double inv = inv_std_[static_cast<size_t>(r)];
+      for (int64_t i = 0; i < E; ++i)
+        out[r * E + i] = static_cast<float>((static_cast<double>(dr[i]) * g[i] - mean_dn - nr[i] * mean_dn_n) * inv);
     }
-    mean_dn /= static_cast<double>(E);
-    mean_dn_n /= static_cast<double>(E);
-    // norm = (x - mean) / sqrt(var + eps), mean and var of the row: the row's chain rule
-    const double inv = inv_std_[static_cast<size_t>(r)];
-    for (int64_t i = 0; i < E; ++i)
-      out[r * E + i] = static_cast<float>((static_cast<double>(dr[i]) * g[i] - mean_dn - nr[i] * mean_dn_n) * inv);
+  };
+  if (tasks <= 1) {
+    if (tasks == 1) rows(0);
+  } else {
+    default_pool().parallel_for(tasks, [&](int64_t t, int) { rows(t); });
   }
   for (int64_t i = 0; i < E; ++i) {
-    dg[i] += static_cast<float>(dscale_sum[static_cast<size_t>(i)]);
-    db[i] += static_cast<float>(dshift_sum[static_cast<size_t>(i)]);
+    double dscale_total = 0, dshift_total = 0;
+    for (int64_t t = 0; t < tasks; ++t) {
+      dscale_total += sums[static_cast<size_t>(t * 2 * E + i)];
+      dshift_total += sums[static_cast<size_t>(t * 2 * E + E + i)];
+    }
+    dg[i] += static_cast<float>(dscale_total);
+    db[i] += static_cast<float>(dshift_total);
   }
   return dx;
 }

@@ -143,6 +143,14 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x, kernels::KvCache& cac
   return fused_.forward_cached(x, projections(), config.attention, alibi_slopes_, mask, cache, layer, w16);
 }
 
+void MultiHeadAttention::forward_cached(const float* x, int64_t B, int64_t Tn, float* y, kernels::KvCache& cache,
+                                        int64_t layer, FusedWeights16 w16) {
+  QKV_CHECK(!dropout.active(), "MultiHeadAttention: forward_cached is inference, but dropout (p = ", dropout.p(),
+            ") is active: call eval() first");
+  fused_.forward_cached(x, B, Tn, config.d_in, y, projections(), config.attention, alibi_slopes_, mask, cache, layer,
+                        w16);
+}
+
 Tensor MultiHeadAttention::backward(const Tensor& doutput) {
   QKV_CHECK(x_shape_.size() == 3, "MultiHeadAttention: backward before forward");
   if (fused_last_) return fused_.backward(doutput, projections());

@@ -96,20 +96,23 @@ class TransformerBlock : public Module {
   void train(bool on = true) override;
   Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr);  // (B, T, E) -> (B, T, E)
   Tensor backward(const Tensor& doutput);
-  // x (B, Tn, E) at the cache's next positions -> (B, Tn, E); records nothing for backward.
-  // w16: the block's weights in bf16 (GPTModel::keep_bf16_weights), read in bf16 mode.
+  // x (B, Tn, E) at the cache's next positions, updated in place; records nothing for backward.
+  // w16: the block's weights in bf16 (GPTModel::keep_bf16_weights), read in bf16 mode. Working
+  // rows from the caller: h and a (B Tn, E), hidden (B Tn, 4E); allocates nothing.
   struct Weights16 {
     std::vector<uint16_t> qkv, out, fc, proj;  // att's fused (3E, E), out_proj (E, E), ff (4E, E), (E, 4E)
   };
-  Tensor forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer, const Weights16* w16 = nullptr);
+  struct Scratch {
+    float *h, *a, *hidden;
+  };
+  void forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCache& cache, int64_t layer, const Weights16* w16,
+                      const Scratch& scratch);
 
   MultiHeadAttention att;
   FeedForward ff;
   LayerNorm norm1, norm2;
   Dropout drop_att, drop_ff;  // the book's one drop_shortcut module, applied twice: two records
 
- private:
-  Tensor norm_apply(const LayerNorm& n, const Tensor& x) const;
 };
 
 class GPTModel : public LanguageModel {
@@ -130,6 +133,10 @@ class GPTModel : public LanguageModel {
   kernels::KvCache make_cache(int64_t batch, kernels::CacheDtype dtype = kernels::CacheDtype::kF32) const override;
   Tensor forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
                         kernels::KvCache& cache) override;  // (B, V) of the last new token
+  // The same into logits (B V floats): no allocation once the working rows have grown to the
+  // step's size (every decoding step after the first).
+  void forward_cached_into(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, kernels::KvCache& cache,
+                           float* logits) override;
   bool has_cache() const override { return !blocks.empty(); }
   // Dropout as for sequences [begin, begin + B) of a batch of `total`: the masks the whole batch's
   // forward gives those sequences (a data-parallel rank's slice; Dropout::set_batch_slice).
@@ -159,6 +166,9 @@ class GPTModel : public LanguageModel {
   std::vector<AttentionTrace> traces_;
   std::vector<TransformerBlock::Weights16> blocks16_;  // keep_bf16_weights, one per block, or empty
   std::vector<uint16_t> head16_;                       // (V, E)
+  // forward_cached's working rows, grown to the largest step: x, h, a (B Tn, E), hidden (B Tn, 4E),
+  // the last positions' rows (B, E).
+  std::vector<float> step_x_, step_h_, step_a_, step_hidden_, step_last_;
 };
 
 }  // namespace qkv

@@ -7,12 +7,14 @@
 //   backward(dlogits (B, T, V))          adds every parameter's gradient (module.h's .grad rule)
 //   forward_cached(ids (B, Tn), cache)   -> logits of the last new token (B, V), what forward()
 //                                           of the whole sequence gives there; the cache grows by Tn
+//   forward_cached_into(..., logits)     the same into the caller's (B, V) floats
 //
 // Generation (generation.h), training (qkv/train) and the front door (qkv/qkv.h) use models only
 // through this interface; a family (the attention-only LM today) is one class implementing it.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,13 @@ class LanguageModel : public Module {
   // backward) intact.
   virtual Tensor forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
                                 kernels::KvCache& cache) = 0;
+  // The same, the logits written into `logits` (B V floats). A family whose step allocates
+  // nothing (GPTModel) overrides it; this one copies forward_cached's.
+  virtual void forward_cached_into(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
+                                   kernels::KvCache& cache, float* logits) {
+    const Tensor y = forward_cached(ids, batch, tokens, cache).contiguous();
+    std::memcpy(logits, y.data(), static_cast<size_t>(y.numel()) * sizeof(float));
+  }
   // Whether forward_cached can run (a model without attention layers has no cache).
   virtual bool has_cache() const = 0;
 };

@@ -81,6 +81,11 @@ class FusedAttention {
   Tensor forward_cached(const Tensor& x, const FusedProjections& p, const kernels::AttentionSpec& spec,
                         const std::vector<float>& slopes, const MaskBuffer& mask, kernels::KvCache& cache,
                         int64_t layer, FusedWeights16 w16 = {});
+  // The same on raw rows: x (B, Tn, d_in) contiguous -> y (B, Tn, H D), which must not overlap x.
+  // Allocates nothing once its buffers have grown to the step's size (a decoding step).
+  void forward_cached(const float* x, int64_t B, int64_t Tn, int64_t d_in, float* y, const FusedProjections& p,
+                      const kernels::AttentionSpec& spec, const std::vector<float>& slopes, const MaskBuffer& mask,
+                      kernels::KvCache& cache, int64_t layer, FusedWeights16 w16 = {});
   // dL/dx (B, T, d_in) from dL/dy (B, T, H D) for the last forward; adds every parameter's
   // gradient into its Linear's dweight / dbias.
   Tensor backward(const Tensor& dy, const FusedProjections& p);

@@ -14,9 +14,17 @@
 #include <vector>
 
 #include "qkv/core/tensor.h"
+#include "qkv/core/thread_pool.h"
 #include "qkv/modules/module.h"
 
 namespace qkv {
+
+// The one computation of a LayerNorm's forward, on raw rows: x (N, E) -> y (N, E), statistics in
+// double as above. norm (N, E) and inv_std (N), when not null, receive the normalised rows and
+// 1 / sqrt(var + eps) (what backward needs). Rows are split over the pool (null: the default
+// pool): the same bits on any thread count. y may be x.
+void layer_norm_rows(const float* x, int64_t N, int64_t E, const float* scale, const float* shift, double eps,
+                     float* y, float* norm = nullptr, float* inv_std = nullptr, ThreadPool* pool = nullptr);
 
 class LayerNorm : public Module {
  public:

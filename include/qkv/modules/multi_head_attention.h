@@ -59,6 +59,10 @@ class MultiHeadAttention : public AttentionModule {
   // w16: in bf16 mode, the projections' weights kept in bf16 (FusedWeights16), read instead of
   // rounding the float weights at every step.
   Tensor forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer, FusedWeights16 w16 = {});
+  // The same on raw rows: x (B, Tn, d_in) contiguous -> y (B, Tn, d_out), not overlapping x;
+  // allocates nothing once its buffers have grown (a decoding step).
+  void forward_cached(const float* x, int64_t B, int64_t Tn, float* y, kernels::KvCache& cache, int64_t layer,
+                      FusedWeights16 w16 = {});
   int64_t head_dim() const { return config.attention.head_dim; }
   int64_t num_kv_heads() const { return config.attention.groups(); }
   // (Q, d_in): W_query, W_key and W_value's rows in one tensor (they view it).
