@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/gpt_vs_pytorch.py --qkv build/qkv --threads 2 [--rounds 3] [--only decode]
 
-Three cases (GPT-2 small by default), each alternating qkv and PyTorch --rounds times:
+Four cases (GPT-2 small by default), each alternating qkv and PyTorch --rounds times:
   decode   B = 1, a 4-token prompt, 200 new tokens, each step timed: tokens/s
            (qkv: `qkv bench --module gpt --new-tokens 200`, f32 and --dtype bf16;
             PyTorch: the book's GPTModel (tests/pytorch/gpt_model.py) with a preallocated KV
@@ -12,6 +12,8 @@ Three cases (GPT-2 small by default), each alternating qkv and PyTorch --rounds 
   prefill  one forward of B = 1, T = 1,024 tokens (torch.no_grad)
   step     chapter 5's training step, B = 2, T = 256: forward, cross-entropy, backward, AdamW
            (lr 4e-4, weight decay 0.1), drop_rate 0 on both sides
+  memory   one such training step at B = 8, T = 1,024 (qkv fp32 only), not run unless --only
+           memory: each side's peak resident memory (getrusage's ru_maxrss of its own process)
 qkv's side reports the ceilings measured in its own process (the read bandwidth for decode, the
 FMA peak otherwise). PyTorch runs as compare_pytorch.py runs it: a child process with jemalloc
 preloaded, torch.set_num_threads(n), OPENBLAS_NUM_THREADS=n. Medians of every timed run; the
@@ -31,7 +33,7 @@ ROOT = os.path.dirname(HERE)
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 PRESETS = {"gpt2-small": (768, 12, 12), "gpt2-medium": (1024, 24, 16)}
 CASES = {"decode": dict(batch=1, seq_len=4, new_tokens=200), "prefill": dict(batch=1, seq_len=1024),
-         "step": dict(batch=2, seq_len=256)}
+         "step": dict(batch=2, seq_len=256), "memory": dict(batch=8, seq_len=1024)}
 
 
 def torch_worker(a):
@@ -59,7 +61,7 @@ def torch_worker(a):
                 model(ids)
                 if i > 0:
                     times.append((time.perf_counter() - t0) * 1e3)
-    elif a.case == "step":
+    elif a.case in ("step", "memory"):
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=4e-4, weight_decay=0.1)
         targets = torch.randint(0, 50257, (B, T))
@@ -109,7 +111,10 @@ def torch_worker(a):
                 if i >= 2:
                     times.append((time.perf_counter() - t0) * 1e3)
                 pos += 1
-    print(json.dumps({"times_ms": times, "torch_version": torch.__version__, "threads": torch.get_num_threads()}))
+    import resource
+    max_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    print(json.dumps({"times_ms": times, "torch_version": torch.__version__, "threads": torch.get_num_threads(),
+                      "max_rss_mib": max_rss_mib}))
 
 
 def run_torch(a, case):
@@ -118,8 +123,9 @@ def run_torch(a, case):
     if os.path.exists(JEMALLOC) and not a.no_jemalloc:
         env["LD_PRELOAD"] = JEMALLOC
         env["MALLOC_CONF"] = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+    iters = 1 if case == "memory" else a.iters
     out = subprocess.run([sys.executable, __file__, "--worker", "--case", case, "--preset", a.preset,
-                          "--threads", str(a.threads), "--iters", str(a.iters)],
+                          "--threads", str(a.threads), "--iters", str(iters)],
                          env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -130,6 +136,8 @@ def run_qkv(a, case, dtype):
            "--seq-len", str(c["seq_len"]), "--threads", str(a.threads), "--dtype", dtype, "--json"]
     if case == "decode":
         cmd += ["--new-tokens", str(c["new_tokens"]), "--warmup", "2"]
+    elif case == "memory":
+        cmd += ["--iters", "1", "--warmup", "0", "--backward"]
     else:
         cmd += ["--iters", str(a.iters)] + (["--backward"] if case == "step" else [])
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -153,6 +161,16 @@ def main(argv):
         return torch_worker(a)
     results = {}
     for case in [a.only] if a.only else ["decode", "prefill", "step"]:
+        if case == "memory":
+            rss_q, rss_t = [], []
+            for _ in range(a.rounds):
+                rss_q.append(run_qkv(a, case, "f32")["max_rss_mib"])
+                rss_t.append(run_torch(a, case)["max_rss_mib"])
+            rq, rt = max(rss_q), max(rss_t)
+            results[case] = {"qkv_max_rss_mib": rq, "torch_max_rss_mib": rt, "torch_over_qkv": rt / rq}
+            print(f"memory  {a.preset} training step B=8 T=1024: peak RSS PyTorch {rt:.0f} MiB, qkv f32 {rq:.0f} MiB; "
+                  f"PyTorch/qkv {rt / rq:.2f}x")
+            continue
         t_ms, q = [], {"f32": [], "bf16": []}
         ceil = {"f32": [], "bf16": []}
         for _ in range(a.rounds):

@@ -19,7 +19,7 @@
 
 namespace qkv {
 
-inline constexpr int64_t kGemvMaxRows = 8;
+inline constexpr int64_t kGemvMaxRows = 16;
 
 // Exactly one of W and W16 is non-null; bias may be null; y is overwritten. M in [1, kGemvMaxRows].
 // Scratch for the rounded x lives in a per-thread buffer kept between calls.

@@ -13,7 +13,7 @@
 //     the fast product was measured against, selectable with QKV_GEMM=openblas or
 //     set_gemm_backend. Its kernel family is OpenBLAS's choice for the CPU, or OPENBLAS_CORETYPE's
 //     (an environment that pins 256-bit kernels halves its speed on an AVX-512 CPU).
-// (nn.Linear on one to eight rows, a decoding step, does not come here: core/linear.h's linear
+// (nn.Linear on one to sixteen rows, a decoding step, does not come here: core/linear.h's linear
 // streams the weight itself, src/core/gemv.h.) One-row sgemm calls run as OpenBLAS's sgemv when
 // OpenBLAS is built in: a
 // matrix-vector product reads B once, where packing it would cost more than the product.

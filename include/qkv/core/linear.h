@@ -6,7 +6,7 @@
 //
 // As PyTorch's addmm: y starts as the bias in every row and the product is added to it (GEMM
 // beta = 1); without a bias y is overwritten. Threads and the BLAS as in gemm.h, except for one to
-// eight rows (decoding), which stream W once with the bias in the same pass (src/core/gemv.h; not
+// sixteen rows (decoding), which stream W once with the bias in the same pass (src/core/gemv.h; not
 // under QKV_GEMM=openblas).
 #pragma once
 
