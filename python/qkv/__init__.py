@@ -1,6 +1,9 @@
-"""qkv for Python: GPT-2's tokenizer with tiktoken's interface, and qkv's fused attention kernels.
+"""qkv for Python: GPT models, GPT-2's tokenizer with tiktoken's interface, qkv's fused attention kernels.
 
     import qkv
+    model = qkv.load("path/to/gpt2")               # GPT-2's weights (Hugging Face's or the book's layout)
+    ids = model.generate("Every effort moves you", max_new_tokens=20)   # greedy; new ids
+    print(model.decode(ids))
     enc = qkv.get_encoding("gpt2")                 # as tiktoken.get_encoding("gpt2")
     enc.encode("Your journey starts with one step.")   # [7120, 7002, 4940, 351, 530, 2239, 13]
     o = qkv.attention(q, k, v, causal=True)        # numpy float32 (B, H, T, D) arrays
@@ -11,6 +14,10 @@ Everything here is qkv's C++ library (the compiled extension qkv._qkv); this fil
 The kernels' thread count: qkv.set_num_threads(n), else $QKV_NUM_THREADS, else the cores.
 """
 import functools
+import json
+import operator
+import queue
+import threading
 
 from ._qkv import (  # noqa: F401
     Encoding,
@@ -29,7 +36,10 @@ __all__ = [
     "attention",
     "attention_backward",
     "attention_weights",
+    "Model",
     "get_encoding",
+    "load",
+    "make_model",
     "get_num_threads",
     "list_encoding_names",
     "set_num_threads",
@@ -51,3 +61,122 @@ def get_encoding(encoding_name):
     if encoding_name != "gpt2":
         raise ValueError(f"Unknown encoding {encoding_name}. qkv has: {list_encoding_names()}")
     return _qkv.load_gpt2()
+
+
+class Model:
+    """A language model loaded by qkv.load or drawn by qkv.make_model (qkv's front door, qkv/qkv.h).
+
+    generate(prompt, ...) gives the ids `qkv generate` gives for the same model, options and seed;
+    logits(ids) the forward's float32 logits; state_dict() the weights under the model's names
+    (the book's GPTModel names for GPT models: load them with torch's load_state_dict).
+    """
+
+    def __init__(self, model):
+        self._m = model
+
+    def __repr__(self):
+        return f"qkv.Model({self._m.description})"
+
+    @property
+    def description(self):
+        """What was loaded, for people."""
+        return self._m.description
+
+    @property
+    def config(self):
+        """The model's configuration as a dict (the book's cfg keys for GPT models)."""
+        return json.loads(self._m.config_json)
+
+    @property
+    def vocab_size(self):
+        return self._m.vocab_size
+
+    @property
+    def context_length(self):
+        return self._m.context_length
+
+    @property
+    def eos_id(self):
+        """The tokenizer's end-of-text id (GPT-2's <|endoftext|>), or None."""
+        return self._m.eos_id
+
+    def encode(self, text):
+        """The model's ids for `text` (GPT-2's tokenizer for GPT models)."""
+        return self._m.encode(text)
+
+    def decode(self, ids):
+        """The text of `ids`."""
+        return self._m.decode([operator.index(i) for i in ids])
+
+    def logits(self, ids):
+        """Logits of every position: ids (T) -> float32 (T, V); (B, T) -> (B, T, V)."""
+        return self._m.logits(ids)
+
+    def state_dict(self):
+        """{name: float32 numpy array}, copies, in the model's state_dict order."""
+        return self._m.state_dict()
+
+    def generate(self, prompt, max_new_tokens=None, temperature=0.0, top_k=None, seed=None, stream=False,
+                 stop_at_eos=False):
+        """The new ids after `prompt` (a str, encoded with the model's tokenizer, or a list of ids).
+
+        temperature 0 is greedy; otherwise softmax(logits / temperature) sampled as torch.multinomial
+        draws, from Generator(seed) (None: a preset continues the generator its weights came from, as
+        `qkv generate --model` does; a loaded model starts from seed 123, the command's default).
+        top_k keeps the k largest logits. stop_at_eos stops before the tokenizer's end-of-text id.
+        max_new_tokens None: the model's default (50). stream=True returns an iterator yielding each
+        id as it is picked (closing it early stops the generation).
+        """
+        ids = self._m.encode(prompt) if isinstance(prompt, str) else [operator.index(i) for i in prompt]
+        args = dict(max_new_tokens=max_new_tokens, temperature=float(temperature), top_k=top_k, seed=seed,
+                    stop_at_eos=stop_at_eos)
+        if not stream:
+            return self._m.generate(ids, **args)
+        return self._stream(ids, args)
+
+    def _stream(self, ids, args):
+        # The generation runs on a thread of its own (the GIL released but between tokens); each id
+        # comes through a queue. Closing the iterator asks the generation to stop after its token.
+        tokens, end, stop, failure = queue.Queue(), object(), threading.Event(), []
+
+        def on_token(i):
+            tokens.put(i)
+            return not stop.is_set()
+
+        def run():
+            try:
+                self._m.generate(ids, on_token=on_token, **args)
+            except BaseException as e:  # handed to the consumer
+                failure.append(e)
+            finally:
+                tokens.put(end)
+
+        worker = threading.Thread(target=run, name="qkv.generate", daemon=True)
+        worker.start()
+        try:
+            while True:
+                item = tokens.get()
+                if item is end:
+                    break
+                yield item
+        finally:
+            stop.set()
+            worker.join()
+        if failure:
+            raise failure[0]
+
+
+def load(path, *, dtype=None, vocab_dir="", num_heads=None):
+    """The model in `path`: GPT-2's weights (Hugging Face's model.safetensors or a directory holding
+    it and config.json, or the book's state-dict names) or a checkpoint `qkv train` wrote.
+
+    dtype "f32" or "bf16" (None: as saved); num_heads for a GPT file without config.json.
+    A path that holds no model is a qkv.Error naming it and what is wrong.
+    """
+    return Model(_qkv.load(str(path), dtype=dtype, vocab_dir=vocab_dir, num_heads=num_heads))
+
+
+def make_model(preset, seed=123, *, dtype=None, vocab_dir=""):
+    """An untrained GPT model of a preset (gpt2-small, gpt2-medium, gpt2-large, gpt2-xl), its weights
+    drawn as torch.manual_seed(seed); GPTModel(cfg) draws them."""
+    return Model(_qkv.make_model(preset, seed=seed, dtype=dtype, vocab_dir=vocab_dir))

@@ -42,7 +42,7 @@ int get_num_threads() {
 PYBIND11_MODULE(_qkv, m) {
   namespace py = pybind11;
   using namespace qkv::python;
-  m.doc() = "qkv's C++ library for Python: GPT-2's tokenizer (tiktoken's interface) and the fused attention kernels";
+  m.doc() = "qkv's C++ library for Python: GPT-2's tokenizer (tiktoken's interface), the fused attention kernels, GPT models";
 
   static py::exception<qkv::Error> error(m, "Error", PyExc_ValueError);
   py::register_exception_translator([](std::exception_ptr p) {
@@ -60,4 +60,5 @@ PYBIND11_MODULE(_qkv, m) {
   bind_encoding(m);
   bind_attention(m);
   bind_mha(m);
+  bind_models(m);
 }

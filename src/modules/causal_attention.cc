@@ -45,10 +45,11 @@ CausalAttention::CausalAttention(const AttentionConfig& c, Generator& gen)
 }
 
 void CausalAttention::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  // The module's own buffer first, then its children: PyTorch's state_dict() order.
+  out.push_back({prefix + "mask", nullptr, false, nullptr, &mask});
   W_query.collect_state(prefix + "W_query.", out);
   W_key.collect_state(prefix + "W_key.", out);
   W_value.collect_state(prefix + "W_value.", out);
-  out.push_back({prefix + "mask", nullptr, false, nullptr, &mask});
 }
 
 void CausalAttention::train(bool on) {

@@ -92,11 +92,12 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, Generator& gen)
 }
 
 void MultiHeadAttention::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  // The module's own buffer first, then its children: PyTorch's state_dict() order.
+  out.push_back({prefix + "mask", nullptr, false, nullptr, &mask});
   W_query.collect_state(prefix + "W_query.", out);
   W_key.collect_state(prefix + "W_key.", out);
   W_value.collect_state(prefix + "W_value.", out);
   out_proj.collect_state(prefix + "out_proj.", out);
-  out.push_back({prefix + "mask", nullptr, false, nullptr, &mask});
 }
 
 void MultiHeadAttention::train(bool on) {

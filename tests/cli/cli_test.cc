@@ -70,8 +70,8 @@ TEST_F(Cli, ForwardWithSeedWritesOutputWeightsAndAttention) {
   TensorFile y = load_safetensors(path("y.st")), w = load_safetensors(path("w.st")), a = load_safetensors(path("a.st"));
   EXPECT_EQ(y.get("output").shape(), (Shape{2, 6, 4}));
   EXPECT_EQ(a.get("attn_weights").shape(), (Shape{2, 2, 6, 6}));
-  EXPECT_EQ(w.names, (std::vector<std::string>{"W_query.weight", "W_key.weight", "W_value.weight",
-                                               "out_proj.weight", "out_proj.bias", "mask"}));
+  EXPECT_EQ(w.names, (std::vector<std::string>{"mask", "W_query.weight", "W_key.weight", "W_value.weight",
+                                               "out_proj.weight", "out_proj.bias"}));  // PyTorch's order
   // Loading the saved weights gives the same output.
   Result again = run("forward --module mha --d-in 3 --d-out 4 --context-length 6 --num-heads 2 --weights " +
                   path("w.st") + " --input " + in + " --output " + path("y2.st"));
@@ -205,7 +205,8 @@ TEST_F(Cli, WeightsFromAnotherConfigurationAreRefusedByName) {
   expect_error("forward --module causal-attention --d-in 3 --d-out 4 --context-length 6 --weights " + path("w.st") +
                    " --input " + in,
                {"unexpected tensors 'out_proj.bias' (4), 'out_proj.weight' (4, 4)"});
-  write_file_atomically(path("partial.st"), serialize_safetensors({{"W_query.weight", Tensor::zeros({4, 3})}}));
+  write_file_atomically(path("partial.st"), serialize_safetensors({{"mask", Tensor::zeros({6, 6})},
+                                                                  {"W_query.weight", Tensor::zeros({4, 3})}}));
   expect_error("forward --module mha --d-in 3 --d-out 4 --context-length 6 --num-heads 2 --weights " +
                    path("partial.st") + " --input " + in,
                {"lack the tensor 'W_key.weight' of shape (4, 3)"});

@@ -148,9 +148,9 @@ TEST(MhaVariants, StateDictKeepsTheBookNamesWithGroupedShapes) {
   MultiHeadAttention m(c, gen);
   std::vector<std::string> names;
   for (const StateEntry& e : m.state_dict()) names.push_back(e.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"W_query.weight", "W_query.bias", "W_key.weight", "W_key.bias",
-                                             "W_value.weight", "W_value.bias", "out_proj.weight", "out_proj.bias",
-                                             "mask"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"mask", "W_query.weight", "W_query.bias", "W_key.weight", "W_key.bias",
+                                             "W_value.weight", "W_value.bias", "out_proj.weight",
+                                             "out_proj.bias"}));  // PyTorch's order: the module's buffer, then its children
   EXPECT_EQ(m.W_value.weight.shape(), Shape({4, 5}));
   EXPECT_EQ(m.num_kv_heads(), 1);
 }

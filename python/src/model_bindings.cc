@@ -1,0 +1,194 @@
+// python/src/model_bindings.cc - language models through qkv's front door (qkv/qkv.h) for Python:
+// what qkv.load and qkv.make_model (python/qkv/__init__.py) wrap.
+//
+//   m = _qkv.load(path, dtype=None, vocab_dir="", num_heads=None)   # GPT-2's weights, a qkv checkpoint
+//   m = _qkv.make_model("gpt2-small", seed=123, dtype=None)         # untrained, as torch.manual_seed(S); GPTModel(cfg)
+//   m.generate(prompt_ids, max_new_tokens, temperature, top_k, seed, stop_at_eos, on_token) -> new ids
+//   m.logits(ids (T) or (B, T) integers) -> float32 (T, V) or (B, T, V)
+//   m.state_dict() -> {name: float32 array}, the model's own names and order (the book's for GPT)
+//
+// One call runs at a time on a model (its mutex), with the GIL released and the default pool held
+// shared; generation takes the GIL back only between tokens, to honour Ctrl-C and to hand each id
+// to on_token. Every number comes from the library: this file converts and checks arguments.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "qkv/core/error.h"
+#include "qkv/qkv.h"
+
+namespace qkv::python {
+namespace {
+
+struct Model {
+  LoadedModel loaded;
+  bool preset = false;  // drawn from a seed: generation continues its generator, as `qkv generate --model`
+  std::mutex mutex;     // one call at a time (the model keeps per-call state: caches, traces)
+};
+
+std::optional<Dtype> dtype_of_name(const std::optional<std::string>& name) {
+  if (!name) return std::nullopt;
+  return parse_dtype(*name);  // qkv.Error naming it
+}
+
+std::vector<int64_t> ids_of(const char* fn, py::handle obj, int64_t& batch, int64_t& tokens, bool& one_row) {
+  // Integers only: a float array is a TypeError rather than ids rounded without a word.
+  const py::array a = py::array::ensure(obj);
+  if (!a) throw py::type_error(std::string(fn) + ": ids must be a sequence or array of integers");
+  if (a.size() > 0 && a.dtype().kind() != 'i' && a.dtype().kind() != 'u')
+    throw py::type_error(std::string(fn) + ": ids must be integers, not " + std::string(py::str(a.dtype())));
+  if (a.ndim() != 1 && a.ndim() != 2)
+    throw py::value_error(std::string(fn) + ": ids must be (T) or (B, T), got " + std::to_string(a.ndim()) +
+                          " dimensions");
+  one_row = a.ndim() == 1;
+  batch = one_row ? 1 : a.shape(0);
+  tokens = one_row ? a.shape(0) : a.shape(1);
+  if (batch < 1 || tokens < 1)
+    throw py::value_error(std::string(fn) + ": ids must hold at least one token in each of at least one row");
+  const auto v = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+  return std::vector<int64_t>(v.data(), v.data() + v.size());
+}
+
+std::vector<int64_t> generate_ids(Model& self, const std::vector<int64_t>& prompt, std::optional<int64_t> max_new_tokens,
+                                  double temperature, std::optional<int64_t> top_k, std::optional<uint64_t> seed,
+                                  bool stop_at_eos, py::object on_token) {
+  LoadedModel& m = self.loaded;
+  SamplingOptions o;
+  o.max_new_tokens = max_new_tokens.value_or(m.default_new_tokens);
+  o.temperature = temperature;
+  const int64_t V = m.model->vocab_size();
+  if (top_k && (*top_k < 1 || *top_k > V))
+    throw Error(str("generate: top_k (", *top_k, ") must be in [1, ", V, "] (the model's vocabulary) or None"));
+  o.top_k = top_k.value_or(0);
+  if (stop_at_eos) {
+    if (!m.eos_id) throw Error("generate: stop_at_eos, but the model's tokenizer has no end-of-text token");
+    o.eos_id = m.eos_id;
+  }
+  // The command line's draws: a given seed starts Generator(seed); without one, a preset continues
+  // the generator its weights came from and a loaded model starts from the default seed.
+  if (seed) o.seed = *seed;
+  else if (self.preset) o.generator = m.generator.get();
+  std::exception_ptr failed;  // on_token's exception, or a KeyboardInterrupt, raised after the loop
+  std::vector<int64_t> out;
+  {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> model_lock(self.mutex);
+    std::shared_lock<std::shared_mutex> pool_lock(pool_mutex());
+    out = generate(*m.model, prompt, o, [&](int64_t id) {
+      py::gil_scoped_acquire acquire;
+      try {
+        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+        if (!on_token.is_none()) {
+          const py::object keep = on_token(id);
+          if (!keep.is_none() && !keep.cast<bool>()) return false;  // on_token returned False: stop here
+        }
+        return true;
+      } catch (...) {
+        failed = std::current_exception();
+        return false;
+      }
+    });
+  }
+  if (failed) std::rethrow_exception(failed);
+  return out;
+}
+
+py::array logits_of(Model& self, py::handle ids_obj) {
+  int64_t B = 0, T = 0;
+  bool one_row = false;
+  const std::vector<int64_t> ids = ids_of("logits", ids_obj, B, T, one_row);
+  LoadedModel& m = self.loaded;
+  Tensor y;
+  {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> model_lock(self.mutex);
+    std::shared_lock<std::shared_mutex> pool_lock(pool_mutex());
+    m.model->eval();
+    y = m.model->forward(ids, B, T).contiguous();  // (B, T, V)
+  }
+  raise_pending_signals();
+  const int64_t V = m.model->vocab_size();
+  std::vector<py::ssize_t> shape = one_row ? std::vector<py::ssize_t>{T, V} : std::vector<py::ssize_t>{B, T, V};
+  py::array_t<float> out(shape);
+  std::memcpy(out.mutable_data(), y.data(), static_cast<size_t>(y.numel()) * sizeof(float));
+  return out;
+}
+
+py::dict state_dict_of(Model& self) {
+  py::dict d;
+  std::lock_guard<std::mutex> model_lock(self.mutex);
+  for (const StateEntry& e : self.loaded.model->state_dict()) {
+    const Tensor t = e.value().contiguous();
+    std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+    py::array_t<float> a(shape);
+    std::memcpy(a.mutable_data(), t.data(), static_cast<size_t>(t.numel()) * sizeof(float));
+    d[py::str(e.name)] = std::move(a);
+  }
+  return d;
+}
+
+std::shared_ptr<Model> load(const std::string& path, const std::optional<std::string>& dtype,
+                            const std::string& vocab_dir, std::optional<int64_t> num_heads) {
+  LoadOptions o;
+  o.vocab_dir = vocab_dir;
+  o.dtype = dtype_of_name(dtype);
+  o.num_heads = num_heads;
+  auto model = std::make_shared<Model>();
+  py::gil_scoped_release release;
+  std::shared_lock<std::shared_mutex> pool_lock(pool_mutex());
+  model->loaded = load_model(path, o);
+  return model;
+}
+
+std::shared_ptr<Model> make(const std::string& preset, uint64_t seed, const std::optional<std::string>& dtype,
+                            const std::string& vocab_dir) {
+  LoadOptions o;
+  o.vocab_dir = vocab_dir;
+  o.dtype = dtype_of_name(dtype);
+  auto model = std::make_shared<Model>();
+  model->preset = true;
+  py::gil_scoped_release release;
+  std::shared_lock<std::shared_mutex> pool_lock(pool_mutex());
+  model->loaded = make_model(preset, seed, o);
+  return model;
+}
+
+}  // namespace
+
+void bind_models(py::module_& m) {
+  py::class_<Model, std::shared_ptr<Model>>(m, "_Model")
+      .def("generate", &generate_ids, py::arg("prompt_ids"), py::arg("max_new_tokens") = py::none(),
+           py::arg("temperature") = 0.0, py::arg("top_k") = py::none(), py::arg("seed") = py::none(),
+           py::arg("stop_at_eos") = false, py::arg("on_token") = py::none())
+      .def("logits", &logits_of, py::arg("ids"))
+      .def("state_dict", &state_dict_of)
+      .def("encode", [](Model& self, const std::string& text) { return self.loaded.encode(text); }, py::arg("text"))
+      .def("decode", [](Model& self, const std::vector<int64_t>& ids) {
+             const int64_t V = self.loaded.model->vocab_size();
+             for (int64_t id : ids)
+               if (id < 0 || id >= V) throw Error(str("decode: id ", id, " is outside the vocabulary of ", V));
+             return self.loaded.decode(ids);
+           }, py::arg("ids"))
+      .def_property_readonly("config_json", [](const Model& self) { return self.loaded.model->config_json().dump(); })
+      .def_property_readonly("description", [](const Model& self) { return self.loaded.description; })
+      .def_property_readonly("vocab_size", [](const Model& self) { return self.loaded.model->vocab_size(); })
+      .def_property_readonly("context_length", [](const Model& self) { return self.loaded.model->context_length(); })
+      .def_property_readonly("default_new_tokens", [](const Model& self) { return self.loaded.default_new_tokens; })
+      .def_property_readonly("eos_id", [](const Model& self) { return self.loaded.eos_id; })
+      .def_property_readonly("has_tokenizer", [](const Model& self) { return self.loaded.tokenizer != nullptr; });
+  m.def("load", &load, py::arg("path"), py::arg("dtype") = py::none(), py::arg("vocab_dir") = "",
+        py::arg("num_heads") = py::none());
+  m.def("make_model", &make, py::arg("preset"), py::arg("seed") = 123, py::arg("dtype") = py::none(),
+        py::arg("vocab_dir") = "");
+}
+
+}  // namespace qkv::python

@@ -1,0 +1,195 @@
+"""qkv.load / qkv.make_model against a PyTorch twin of the book's GPTModel (tests/pytorch/gpt_model.py)
+and against the command line: files the twin writes in Hugging Face's and the book's layouts load,
+their logits agree within 1e-5 (relative to the largest), the state dict is the twin's (and loads
+into it strictly), generation gives the twin's ids and `qkv generate`'s for the same seed (greedy,
+sampled, top-k), streaming gives the same ids and stops when closed; bad input is a Python
+exception naming the problem."""
+import json
+import os
+import random
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+import gpt_model
+import safetensors_io
+import qkv
+
+V = 50257  # GPT-2's vocabulary: the loaded model reads text with GPT-2's tokenizer
+QKV = os.environ.get("QKV_BINARY")
+
+
+def twin(E, H, L, C, bias, seed):
+    """torch.manual_seed(seed); GPTModel(cfg), every LayerNorm and bias moved off its initial value."""
+    torch.manual_seed(seed)
+    m = gpt_model.GPTModel(dict(vocab_size=V, context_length=C, emb_dim=E, n_heads=H, n_layers=L, drop_rate=0.0,
+                                qkv_bias=bias))
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith(".scale"):
+                p.copy_(1.0 + 0.5 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".shift") or name.endswith(".bias"):
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+        m.final_norm.scale.mul_(4.0)  # spread the logits: sampling then has clear winners
+    return m.eval()
+
+
+def write(m, layout, base):
+    """The twin's weights in `layout` ("hf-dir": model.safetensors + config.json; "book": one file)."""
+    state = m.state_dict()
+    if layout == "hf-dir":
+        os.makedirs(base, exist_ok=True)
+        safetensors_io.save(os.path.join(base, "model.safetensors"), gpt_model.to_hugging_face(state))
+        cfg = {"model_type": "gpt2", "n_embd": m.tok_emb.weight.shape[1], "n_head": m.trf_blocks[0].att.num_heads,
+               "n_layer": len(m.trf_blocks), "n_positions": m.pos_emb.weight.shape[0], "vocab_size": V,
+               "layer_norm_epsilon": 1e-5}
+        with open(os.path.join(base, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        return base
+    path = base + ".safetensors"
+    safetensors_io.save(path, {k: v.contiguous() for k, v in state.items()})
+    return path
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("models")
+    out = []
+    for i, (E, H, L, C, bias, layout) in enumerate([(16, 4, 2, 12, True, "hf-dir"), (12, 3, 1, 10, False, "book")]):
+        m = twin(E, H, L, C, bias, 40 + i)
+        path = write(m, layout, str(tmp / f"m{i}"))
+        out.append((m, path, H))
+    return out
+
+
+def rel_err(got, want):
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    return float(np.abs(got - want).max() / max(1e-30, np.abs(want).max()))
+
+
+def test_logits_and_state_dict_are_the_twins(models):
+    rng = np.random.default_rng(3)
+    for m, path, H in models:
+        model = qkv.load(path, num_heads=H)
+        C = m.pos_emb.weight.shape[0]
+        assert model.vocab_size == V and model.context_length == C
+        assert model.config["n_heads"] == H and model.config["emb_dim"] == m.tok_emb.weight.shape[1]
+        for B, T in [(1, 1), (1, C), (3, C - 2)]:
+            ids = rng.integers(0, V, size=(B, T))
+            with torch.no_grad():
+                want = m(torch.from_numpy(ids)).numpy()
+            got = model.logits(ids)
+            assert got.dtype == np.float32 and got.shape == (B, T, V)
+            assert rel_err(got, want) < 1e-5, (path, B, T)
+        one = model.logits([5, 6, 7])  # a list of T ids: (T, V)
+        assert one.shape == (3, V)
+        state = model.state_dict()
+        want_state = m.state_dict()
+        assert list(state) == list(want_state)  # the book's names, its order
+        for name, t in want_state.items():
+            np.testing.assert_array_equal(state[name], t.numpy(), err_msg=name)
+        back = twin(m.tok_emb.weight.shape[1], H, len(m.trf_blocks), C, m.trf_blocks[0].att.W_query.bias is not None,
+                    99)
+        back.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=True)
+        assert torch.equal(back.out_head.weight, m.out_head.weight)
+
+
+def cli_new_ids(path, H, prompt, n, seed, temperature, top_k):
+    cmd = [QKV, "generate", "--weights", path, "--num-heads", str(H), "--prompt", prompt, "--max-new-tokens", str(n),
+           "--seed", str(seed), "--temperature", repr(temperature), "--json"]
+    if top_k is not None:
+        cmd += ["--top-k", str(top_k)]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["new_ids"]
+
+
+@pytest.mark.skipif(QKV is None, reason="QKV_BINARY (the qkv command) is not set")
+def test_generate_gives_the_twins_and_the_command_lines_ids(models):
+    m, path, H = models[0]
+    model = qkv.load(path, num_heads=H)
+    prompt = "Every effort moves"
+    prompt_ids = model.encode(prompt)
+    for temperature, top_k, seed in [(0.0, None, 123), (1.0, None, 7), (0.8, 20, 11), (1.5, 3, 123)]:
+        n = 8
+        torch.manual_seed(seed)
+        want = gpt_model.generate(m, torch.tensor([prompt_ids]), n, m.pos_emb.weight.shape[0], temperature=temperature,
+                                  top_k=top_k)[0, len(prompt_ids):].tolist()
+        got = model.generate(prompt, max_new_tokens=n, temperature=temperature, top_k=top_k, seed=seed)
+        assert got == want, (temperature, top_k, seed)
+        assert got == cli_new_ids(path, H, prompt, n, seed, temperature, top_k)
+        assert model.generate(prompt_ids, max_new_tokens=n, temperature=temperature, top_k=top_k, seed=seed) == want
+        assert list(model.generate(prompt, max_new_tokens=n, temperature=temperature, top_k=top_k, seed=seed,
+                                   stream=True)) == want
+    # A loaded model without a seed draws as the command does without --seed (123).
+    assert model.generate(prompt, max_new_tokens=6, temperature=1.0) == cli_new_ids(path, H, prompt, 6, 123, 1.0, None)
+
+
+def test_a_preset_continues_its_weights_generator():
+    # torch.manual_seed(123); GPTModel(GPT-2 small); generate(...): the draws continue the weights'.
+    model = qkv.make_model("gpt2-small", seed=123)
+    prompt = model.encode("Hello, I am")
+    torch.manual_seed(123)
+    m = gpt_model.GPTModel(dict(vocab_size=V, context_length=1024, emb_dim=768, n_heads=12, n_layers=12, drop_rate=0.1,
+                                qkv_bias=False)).eval()
+    want = gpt_model.generate(m, torch.tensor([prompt]), 4, 1024, temperature=1.0, top_k=5)[0, len(prompt):].tolist()
+    assert model.generate(prompt, max_new_tokens=4, temperature=1.0, top_k=5) == want
+    greedy = gpt_model.generate(m, torch.tensor([prompt]), 5, 1024)[0, len(prompt):].tolist()
+    assert model.generate(prompt, max_new_tokens=5) == greedy
+    assert model.decode(greedy) == " Featureiman Byeswickattribute"  # the book's untrained model, chapter 4
+
+
+def test_streaming_stops_when_closed(models):
+    m, path, H = models[0]
+    model = qkv.load(path, num_heads=H)
+    seen = []
+    for i in model.generate("Every effort", max_new_tokens=5, stream=True):
+        seen.append(i)
+        if len(seen) == 2:
+            break
+    assert len(seen) == 2
+    # the model is free again, and on_token's exceptions reach the caller
+    assert model.generate("Every effort", max_new_tokens=5)[:2] == seen
+    stream = model.generate("Every effort", max_new_tokens=5, stream=True)
+    assert next(stream) == seen[0]
+    stream.close()
+    assert len(model.generate("Every effort", max_new_tokens=3)) == 3
+
+
+def test_bad_input_is_a_clear_exception(models, tmp_path):
+    m, path, H = models[0]
+    model = qkv.load(path, num_heads=H)
+    C = model.context_length
+    not_a_model = tmp_path / "notes.txt"
+    not_a_model.write_text("hello")
+    cases = [
+        (lambda: qkv.load(str(not_a_model)), qkv.Error, "notes.txt"),
+        (lambda: qkv.load(str(tmp_path / "missing.safetensors")), qkv.Error, "missing.safetensors"),
+        (lambda: qkv.load(path, dtype="f16"), qkv.Error, "f16"),
+        (lambda: qkv.make_model("gpt2-tiny"), qkv.Error, "gpt2-tiny"),
+        (lambda: model.logits(np.array([1.5, 2.0])), TypeError, "integers"),
+        (lambda: model.logits(np.zeros((1, 2, 3), dtype=np.int64)), ValueError, "(T) or (B, T)"),
+        (lambda: model.logits([V]), qkv.Error, str(V)),
+        (lambda: model.logits([-1]), qkv.Error, "-1"),
+        (lambda: model.logits(list(range(C + 1))), qkv.Error, "context_length"),
+        (lambda: model.logits([]), ValueError, "at least one token"),
+        (lambda: model.generate([], max_new_tokens=2), qkv.Error, "prompt is empty"),
+        (lambda: model.generate([V + 5], max_new_tokens=2), qkv.Error, str(V + 5)),
+        (lambda: model.generate("a", max_new_tokens=-1), qkv.Error, "max_new_tokens"),
+        (lambda: model.generate("a", top_k=0), qkv.Error, "top_k (0)"),
+        (lambda: model.generate("a", temperature=-1.0), qkv.Error, "temperature"),
+        (lambda: model.generate([1.5]), TypeError, ""),
+        (lambda: model.decode([V]), qkv.Error, str(V)),
+    ]
+    for i, (call, kind, words) in enumerate(cases):
+        with pytest.raises(kind) as e:
+            call()
+        assert words in str(e.value), (i, str(e.value))
+
+    def boom(_):
+        raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        model._m.generate(model.encode("a"), max_new_tokens=3, on_token=boom)
+    assert len(model.generate("a", max_new_tokens=2)) == 2  # still usable
