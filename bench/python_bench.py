@@ -13,6 +13,10 @@
    qkv then uses it too.
 2. The binding's overhead on a tiny call: qkv.attention on the book's input, (1, 1, 6, 3) float32
    arrays (and qkv.torch.attention on tensors), microseconds per call.
+4. GPT-2 small (--gpt-batch 2, --gpt-tokens 256, dropout 0), forward + backward of the
+   cross-entropy: qkv.torch.GPTModel against the book's model (tests/pytorch/gpt_model.py), in the
+   jemalloc child with the MHA rows; and generation, greedy, --gen-tokens after "Hello, I am":
+   qkv.make_model("gpt2-small").generate's tokens/s against `qkv generate --model gpt2-small --json`'s.
 3. encode_batch on the tokenizer benchmark's English corpus (tests/tiktoken/corpus.english)
    against tiktoken-rs (npm tiktoken-node, single-threaded, bench/tokenizer/tiktoken_bench.cjs).
 """
@@ -98,6 +102,53 @@ def bench_mha(a):
              forward=mine[0] / cli[0], forward_backward=mine[1] / cli[1])
 
 
+def bench_gpt(a):
+    import torch
+    import torch.nn.functional as F
+
+    import qkv.torch as qt
+
+    sys.path.insert(0, os.path.join(ROOT, "tests", "pytorch"))
+    import gpt_model
+
+    cfg = dict(vocab_size=50257, context_length=1024, emb_dim=768, n_heads=12, n_layers=12, drop_rate=0.0,
+               qkv_bias=False)
+    B, T = a.gpt_batch, a.gpt_tokens
+    ids, targets = torch.randint(0, 50257, (B, T)), torch.randint(0, 50257, (B, T))
+    times = {}
+    for name, cls in (("qkv.torch.GPTModel", qt.GPTModel), ("book GPTModel", gpt_model.GPTModel)):
+        torch.manual_seed(123)
+        m = cls(cfg).train()
+
+        def step():
+            m.zero_grad(set_to_none=True)
+            F.cross_entropy(m(ids).flatten(0, 1), targets.flatten()).backward()
+
+        times[name] = median_seconds(step, a.runs)
+        emit(bench="gpt forward+backward", module=name, B=B, T=T, threads=a.threads, seconds=times[name])
+        del m
+    emit(bench="gpt speedup", forward_backward=times["book GPTModel"] / times["qkv.torch.GPTModel"])
+
+
+def bench_generate(a):
+    import qkv
+
+    model = qkv.make_model("gpt2-small", seed=123)
+    prompt = model.encode("Hello, I am")
+    stamps = []
+    model.generate(prompt, max_new_tokens=4)  # warm-up
+    for _ in model.generate(prompt, max_new_tokens=a.gen_tokens, stream=True):
+        stamps.append(time.perf_counter())
+    py_tps = (len(stamps) - 1) / (stamps[-1] - stamps[0])
+    cmd = [a.qkv, "generate", "--model", "gpt2-small", "--seed", "123", "--prompt", "Hello, I am",
+           "--max-new-tokens", str(a.gen_tokens), "--temperature", "0", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                         env=dict(os.environ, QKV_NUM_THREADS=str(a.threads)))
+    cli_tps = json.loads(out.stdout.strip().splitlines()[-1])["tokens_per_s"]
+    emit(bench="generate", tokens=a.gen_tokens, threads=a.threads, python_tokens_per_s=py_tps,
+         qkv_generate_tokens_per_s=cli_tps, python_over_cli=py_tps / cli_tps)
+
+
 def bench_tiny(a):
     import numpy as np
     import torch
@@ -151,15 +202,18 @@ def main():
     ap.add_argument("--npm-dir", default=None)
     ap.add_argument("--qkv", default=os.path.join(ROOT, "build", "qkv"), help="the qkv binary, for qkv bench's row")
     ap.add_argument("--no-jemalloc", action="store_true")
-    ap.add_argument("--only", choices=["mha", "tiny", "tokenizer", "rest"], default=None,
-                    help="one part (rest: tiny and tokenizer)")
+    ap.add_argument("--gpt-batch", type=int, default=2)
+    ap.add_argument("--gpt-tokens", type=int, default=256)
+    ap.add_argument("--gen-tokens", type=int, default=200)
+    ap.add_argument("--only", choices=["mha", "gpt", "torch", "generate", "tiny", "tokenizer", "rest"], default=None,
+                    help="one part (torch: mha and gpt; rest: generate, tiny and tokenizer)")
     a = ap.parse_args()
     # jemalloc is for PyTorch (as bench/compare_pytorch.py runs it): the MHA rows run in a child with
     # it preloaded. The tokenizer and tiny-call rows run here, on glibc's allocator: under jemalloc
     # every encode_batch of 10 MB page-faults its 50 MB of fresh id vectors and lists again (3x slower
     # than with glibc, which reuses the freed memory), and neither side of that comparison is PyTorch.
-    want_mha = a.only in (None, "mha")
-    if want_mha and not a.no_jemalloc and os.path.exists(JEMALLOC) and JEMALLOC not in os.environ.get("LD_PRELOAD", ""):
+    want_torch = a.only in (None, "mha", "gpt", "torch")
+    if want_torch and not a.no_jemalloc and os.path.exists(JEMALLOC) and JEMALLOC not in os.environ.get("LD_PRELOAD", ""):
         env = dict(os.environ, LD_PRELOAD=JEMALLOC, MALLOC_CONF="dirty_decay_ms:-1,muzzy_decay_ms:-1")
         argv, rest = [], iter(sys.argv[1:])
         for arg in rest:  # every argument but --only X / --only=X
@@ -167,8 +221,8 @@ def main():
                 next(rest, None)
             elif not arg.startswith("--only="):
                 argv.append(arg)
-        subprocess.run([sys.executable, sys.argv[0], *argv, "--only", "mha"], env=env, check=True)
-        if a.only == "mha":
+        subprocess.run([sys.executable, sys.argv[0], *argv, "--only", a.only or "torch"], env=env, check=True)
+        if a.only in ("mha", "gpt", "torch"):
             return
         a.only = "rest"
     os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
@@ -179,8 +233,12 @@ def main():
     torch.set_num_threads(a.threads)
     qkv.set_num_threads(a.threads)
     emit(bench="setup", torch=torch.__version__, threads=a.threads, jemalloc=JEMALLOC in os.environ.get("LD_PRELOAD", ""))
-    if a.only in (None, "mha"):
+    if a.only in (None, "mha", "torch"):
         bench_mha(a)
+    if a.only in (None, "gpt", "torch"):
+        bench_gpt(a)
+    if a.only in (None, "generate", "rest"):
+        bench_generate(a)
     if a.only in (None, "tiny", "rest"):
         bench_tiny(a)
     if a.only in (None, "tokenizer", "rest"):

@@ -1,4 +1,5 @@
-"""qkv inside PyTorch: the fused attention as an autograd Function, and the book's chapter-3 modules.
+"""qkv inside PyTorch: the fused attention as an autograd Function, the book's chapter-3 modules and
+its chapter-4 GPTModel (each block's attention in qkv's pipeline).
 
     import torch, qkv.torch
     o = qkv.torch.attention(q, k, v, causal=True)      # q (B, H, T, D) ... CPU tensors; o.backward() works
@@ -43,6 +44,11 @@ __all__ = [
     "CausalAttention",
     "MultiHeadAttentionWrapper",
     "MultiHeadAttention",
+    "LayerNorm",
+    "GELU",
+    "FeedForward",
+    "TransformerBlock",
+    "GPTModel",
 ]
 
 
@@ -370,3 +376,99 @@ class MultiHeadAttention(_CausalMask, nn.Module):
             context = self._fused(queries, keys, values, num_tokens)  # written token-major: no copy below
         context_vec = context.transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)
         return self.out_proj(context_vec)
+
+
+# --- chapter 4: the GPT model ------------------------------------------------------------------
+
+
+class LayerNorm(nn.Module):
+    """Section 4.2: normalise each row over its last dimension (biased variance, eps 1e-5), then
+    scale and shift."""
+
+    def __init__(self, emb_dim):
+        super().__init__()
+        self.eps = 1e-5
+        self.scale = nn.Parameter(torch.ones(emb_dim))
+        self.shift = nn.Parameter(torch.zeros(emb_dim))
+
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = x.var(dim=-1, keepdim=True, unbiased=False)
+        return self.scale * (x - mean) / torch.sqrt(var + self.eps) + self.shift
+
+
+class GELU(nn.Module):
+    """Section 4.3: GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))."""
+
+    def forward(self, x):
+        return 0.5 * x * (1 + torch.tanh(torch.sqrt(torch.tensor(2.0 / torch.pi)) * (x + 0.044715 * torch.pow(x, 3))))
+
+
+class FeedForward(nn.Module):
+    """Section 4.3: Linear(E, 4E) -> GELU -> Linear(4E, E), as layers.0 and layers.2."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(cfg["emb_dim"], 4 * cfg["emb_dim"]), GELU(),
+                                    nn.Linear(4 * cfg["emb_dim"], cfg["emb_dim"]))
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+class TransformerBlock(nn.Module):
+    """Section 4.5: x + drop(att(norm1(x))), then x + drop(ff(norm2(x))); att is qkv's
+    MultiHeadAttention (the fused pipeline, as above)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.att = MultiHeadAttention(d_in=cfg["emb_dim"], d_out=cfg["emb_dim"], context_length=cfg["context_length"],
+                                      num_heads=cfg["n_heads"], dropout=cfg["drop_rate"], qkv_bias=cfg["qkv_bias"])
+        self.ff = FeedForward(cfg)
+        self.norm1 = LayerNorm(cfg["emb_dim"])
+        self.norm2 = LayerNorm(cfg["emb_dim"])
+        self.drop_shortcut = nn.Dropout(cfg["drop_rate"])
+
+    def forward(self, x):
+        x = x + self.drop_shortcut(self.att(self.norm1(x)))
+        return x + self.drop_shortcut(self.ff(self.norm2(x)))
+
+
+_GPT_KEYS = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers", "drop_rate", "qkv_bias")
+
+
+class GPTModel(nn.Module):
+    """Section 4.6: the book's GPTModel(cfg), cfg the book's dict (GPT_CONFIG_124M's keys).
+
+    The book's constructor, names and draw order: torch.manual_seed(s); GPTModel(cfg) holds the
+    book's weights, and the book's state dict (torch.load("model.pth"), or qkv.load(...).state_dict()
+    through torch.from_numpy) loads with strict=True. Each block's attention runs in qkv's fused
+    pipeline (forward and backward; the book's PyTorch path while dropout is active in training,
+    for PyTorch's masks); the embeddings, LayerNorm, the feed-forward and the head are PyTorch's ops.
+    """
+
+    def __init__(self, cfg):
+        super().__init__()
+        missing = [k for k in _GPT_KEYS if k not in cfg]
+        if missing:
+            raise ValueError(f"GPTModel: cfg lacks {missing} (the book's keys: {list(_GPT_KEYS)})")
+        for k in ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"):
+            if not isinstance(cfg[k], int) or cfg[k] < (0 if k == "n_layers" else 1):
+                raise ValueError(f"GPTModel: cfg['{k}'] is {cfg[k]!r}, expected a positive integer")
+        if not 0.0 <= float(cfg["drop_rate"]) < 1.0:
+            raise ValueError(f"GPTModel: cfg['drop_rate'] is {cfg['drop_rate']!r}, expected a rate in [0, 1)")
+        self.tok_emb = nn.Embedding(cfg["vocab_size"], cfg["emb_dim"])
+        self.pos_emb = nn.Embedding(cfg["context_length"], cfg["emb_dim"])
+        self.drop_emb = nn.Dropout(cfg["drop_rate"])
+        self.trf_blocks = nn.Sequential(*[TransformerBlock(cfg) for _ in range(cfg["n_layers"])])
+        self.final_norm = LayerNorm(cfg["emb_dim"])
+        self.out_head = nn.Linear(cfg["emb_dim"], cfg["vocab_size"], bias=False)
+
+    def forward(self, in_idx):
+        _check_rank(self, in_idx, 2, "(B, T) token ids")
+        _, seq_len = in_idx.shape
+        if seq_len > self.pos_emb.num_embeddings:
+            raise ValueError(f"GPTModel: {seq_len} tokens but context_length is {self.pos_emb.num_embeddings}")
+        x = self.tok_emb(in_idx) + self.pos_emb(torch.arange(seq_len, device=in_idx.device))
+        x = self.trf_blocks(self.drop_emb(x))
+        return self.out_head(self.final_norm(x))

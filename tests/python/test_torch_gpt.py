@@ -1,0 +1,100 @@
+"""qkv.torch.GPTModel against the PyTorch twin of the book's GPTModel (tests/pytorch/gpt_model.py):
+the same seed gives the same state dict (names, order, values); forward within 1e-5 and every
+parameter's gradient within 1e-4 (relative to the largest), in eval mode and in training mode with
+dropout (PyTorch's masks: the same draws); the book's state dict loads strictly, and so does a
+model qkv.load read; bad configurations and inputs are ValueErrors naming them."""
+import random
+
+import pytest
+import torch
+
+import gpt_model
+import qkv.torch as qt
+
+FWD_TOL = 1e-5
+GRAD_TOL = 1e-4
+
+
+def rel_err(got, want, floor=0.0):
+    got, want = got.detach().double(), want.detach().double()
+    return float((got - want).abs().max() / max(1e-30, floor, float(want.abs().max())))
+
+
+def random_cfg(rng):
+    H = rng.randint(1, 4)
+    return dict(vocab_size=rng.randint(5, 60), context_length=rng.randint(4, 16), emb_dim=H * rng.randint(1, 6),
+                n_heads=H, n_layers=rng.randint(0, 3), drop_rate=rng.choice([0.0, 0.0, 0.1, 0.5]),
+                qkv_bias=rng.random() < 0.5)
+
+
+def pair(cfg, seed):
+    torch.manual_seed(seed)
+    want = gpt_model.GPTModel(cfg)
+    torch.manual_seed(seed)
+    got = qt.GPTModel(cfg)
+    return got, want
+
+
+def test_forward_and_gradients_match_the_twin():
+    rng = random.Random(11)
+    for case in range(24):
+        cfg = random_cfg(rng)
+        got, want = pair(cfg, 100 + case)
+        sg, sw = got.state_dict(), want.state_dict()
+        assert list(sg) == list(sw), cfg
+        for k in sw:
+            assert torch.equal(sg[k], sw[k]), (cfg, k)
+        B, T = rng.randint(1, 3), rng.randint(1, cfg["context_length"])
+        ids = torch.randint(0, cfg["vocab_size"], (B, T))
+        G = torch.randn(B, T, cfg["vocab_size"])
+        for training in (False, True):
+            got.train(training)
+            want.train(training)
+            got.zero_grad()
+            want.zero_grad()
+            torch.manual_seed(7 + case)
+            yg = got(ids)
+            torch.manual_seed(7 + case)
+            yw = want(ids)
+            assert rel_err(yg, yw) < FWD_TOL, (cfg, training)
+            (yg * G).sum().backward()
+            (yw * G).sum().backward()
+            grads = dict(want.named_parameters())
+            for (name, pg), (_, pw) in zip(got.named_parameters(), want.named_parameters()):
+                # The queries' and keys' gradients can be zero in exact arithmetic (the key bias always: it
+                # adds q . b_k to every score of a query, which the softmax cancels; both with one token):
+                # judged against the scale of their neighbour, the same block's W_value.weight gradient.
+                floor = 0.0
+                if ".att.W_query." in name or ".att.W_key." in name:
+                    floor = float(grads[name.split(".att.")[0] + ".att.W_value.weight"].grad.abs().max())
+                assert rel_err(pg.grad, pw.grad, floor) < GRAD_TOL, (cfg, training, name)
+
+
+def test_the_books_state_dict_loads_strictly():
+    cfg = dict(vocab_size=50, context_length=8, emb_dim=12, n_heads=3, n_layers=2, drop_rate=0.1, qkv_bias=True)
+    torch.manual_seed(1)
+    book = gpt_model.GPTModel(cfg)
+    torch.manual_seed(2)
+    model = qt.GPTModel(cfg)
+    model.load_state_dict(book.state_dict(), strict=True)
+    book.eval()
+    model.eval()
+    ids = torch.randint(0, 50, (2, 8))
+    assert rel_err(model(ids), book(ids)) < FWD_TOL
+    with pytest.raises(RuntimeError, match="out_head.weight"):
+        qt.GPTModel(cfg).load_state_dict({k: v for k, v in book.state_dict().items() if k != "out_head.weight"})
+
+
+def test_bad_configurations_and_inputs_are_value_errors():
+    good = dict(vocab_size=50, context_length=8, emb_dim=12, n_heads=3, n_layers=1, drop_rate=0.0, qkv_bias=False)
+    for change, words in [({"emb_dim": 10}, "divisible by num_heads"), ({"vocab_size": 0}, "vocab_size"),
+                          ({"drop_rate": 1.0}, "drop_rate"), ({"n_layers": -1}, "n_layers")]:
+        with pytest.raises(ValueError, match=words):
+            qt.GPTModel(dict(good, **change))
+    with pytest.raises(ValueError, match="lacks"):
+        qt.GPTModel({k: v for k, v in good.items() if k != "qkv_bias"})
+    model = qt.GPTModel(good).eval()
+    with pytest.raises(ValueError, match="9 tokens but context_length is 8"):
+        model(torch.zeros(1, 9, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"\(B, T\) token ids"):
+        model(torch.zeros(9, dtype=torch.long))
