@@ -1,5 +1,5 @@
 """qkv inside PyTorch: the fused attention as an autograd Function, the book's chapter-3 modules and
-its chapter-4 GPTModel (each block's attention in qkv's pipeline).
+its chapter-4 GPTModel (the whole model in qkv's C++).
 
     import torch, qkv.torch
     o = qkv.torch.attention(q, k, v, causal=True)      # q (B, H, T, D) ... CPU tensors; o.backward() works
@@ -442,9 +442,12 @@ class GPTModel(nn.Module):
 
     The book's constructor, names and draw order: torch.manual_seed(s); GPTModel(cfg) holds the
     book's weights, and the book's state dict (torch.load("model.pth"), or qkv.load(...).state_dict()
-    through torch.from_numpy) loads with strict=True. Each block's attention runs in qkv's fused
-    pipeline (forward and backward; the book's PyTorch path while dropout is active in training,
-    for PyTorch's masks); the embeddings, LayerNorm, the feed-forward and the head are PyTorch's ops.
+    through torch.from_numpy) loads with strict=True. The parameters are PyTorch's; forward and
+    backward run qkv's C++ GPT model (_qkv.GptCore) behind one autograd Function, the parameters
+    copied in at each forward and the gradients out at each backward. While dropout draws (training,
+    drop_rate > 0), for parameters that are not unshared float32 CPU tensors, or with
+    whole_model_in_qkv = False, the book's lines run in PyTorch instead, each block's attention in
+    qkv's MultiHeadAttention (PyTorch's dropout masks).
     """
 
     def __init__(self, cfg):
@@ -463,12 +466,61 @@ class GPTModel(nn.Module):
         self.trf_blocks = nn.Sequential(*[TransformerBlock(cfg) for _ in range(cfg["n_layers"])])
         self.final_norm = LayerNorm(cfg["emb_dim"])
         self.out_head = nn.Linear(cfg["emb_dim"], cfg["vocab_size"], bias=False)
+        self._cfg = {k: cfg[k] for k in _GPT_KEYS}
+        self._gpt_core = None
+        self.whole_model_in_qkv = True  # False: only the attention in qkv, the rest in PyTorch's ops
+
+    @property
+    def _named(self):
+        return list(self.named_parameters())
+
+    def _runs_core(self, in_idx):
+        """Whether the whole model runs in qkv's C++: float32 CPU parameters and long CPU ids, no
+        dropout drawing (eval mode or drop_rate 0), and no parameter shared or replaced (tied)."""
+        if not self.whole_model_in_qkv or in_idx.dtype != torch.long or in_idx.device.type != "cpu":
+            return False
+        if self.training and self._cfg["drop_rate"] > 0:
+            return False  # PyTorch's masks: the book's path
+        named = self._named
+        return (len({id(p) for _, p in named}) == len(named)
+                and all(p.dtype == torch.float32 and p.device.type == "cpu" for _, p in named))
+
+    def _core(self):
+        if self._gpt_core is None:
+            import json
+            self._gpt_core = _qkv.GptCore(json.dumps(self._cfg), [n for n, _ in self._named])
+        return self._gpt_core
+
+    def __getstate__(self):  # the C++ core is rebuilt on demand (copy.deepcopy, pickling)
+        state = self.__dict__.copy()
+        state["_gpt_core"] = None
+        return state
 
     def forward(self, in_idx):
         _check_rank(self, in_idx, 2, "(B, T) token ids")
         _, seq_len = in_idx.shape
         if seq_len > self.pos_emb.num_embeddings:
             raise ValueError(f"GPTModel: {seq_len} tokens but context_length is {self.pos_emb.num_embeddings}")
+        if self._runs_core(in_idx):
+            params = [p for _, p in self._named]
+            return _GptFunction.apply(in_idx, self._core(), *params)
         x = self.tok_emb(in_idx) + self.pos_emb(torch.arange(seq_len, device=in_idx.device))
         x = self.trf_blocks(self.drop_emb(x))
         return self.out_head(self.final_norm(x))
+
+
+class _GptFunction(torch.autograd.Function):
+    """The whole GPTModel in qkv's C++ (_qkv.GptCore): the parameters copied in at each forward,
+    the logits out; the backward's gradients of every parameter out (none for the ids)."""
+
+    @staticmethod
+    def forward(ctx, in_idx, core, *params):
+        arrays = [p.detach().numpy() for p in params]
+        logits = core.forward(in_idx.detach().contiguous().numpy(), arrays)
+        ctx.core, ctx.forward_id = core, core.forward_id
+        return torch.from_numpy(logits)
+
+    @staticmethod
+    def backward(ctx, grad_logits):
+        grads = ctx.core.backward(grad_logits.detach().contiguous().numpy(), ctx.forward_id)
+        return (None, None, *[torch.from_numpy(g) for g in grads])

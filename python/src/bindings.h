@@ -10,6 +10,7 @@
 //   attention_bindings.cc  attention, attention_backward, attention_weights on (B, H, T, D) float32 arrays
 //   mha_bindings.cc        mha_forward, mha_backward: the book's MultiHeadAttention in qkv's pipeline
 //   model_bindings.cc      load, make_model: language models through the front door (qkv/qkv.h)
+//   gpt_bindings.cc        GptCore: the book's GPTModel in C++ for qkv.torch.GPTModel's autograd Function
 //   extension_module.cc    the module itself: errors, threads
 #pragma once
 
@@ -33,5 +34,6 @@ void bind_encoding(py::module_& m);
 void bind_attention(py::module_& m);
 void bind_mha(py::module_& m);
 void bind_models(py::module_& m);
+void bind_gpt(py::module_& m);
 
 }  // namespace qkv::python

@@ -61,4 +61,5 @@ PYBIND11_MODULE(_qkv, m) {
   bind_attention(m);
   bind_mha(m);
   bind_models(m);
+  bind_gpt(m);
 }

@@ -1,7 +1,8 @@
 """qkv.torch.GPTModel against the PyTorch twin of the book's GPTModel (tests/pytorch/gpt_model.py):
 the same seed gives the same state dict (names, order, values); forward within 1e-5 and every
 parameter's gradient within 1e-4 (relative to the largest), in eval mode and in training mode with
-dropout (PyTorch's masks: the same draws); the book's state dict loads strictly, and so does a
+dropout (PyTorch's masks: the same draws), the whole model in qkv's C++ and only its attention;
+gradients accumulate over backward passes and a backward must follow its own forward; the book's state dict loads strictly, and so does a
 model qkv.load read; bad configurations and inputs are ValueErrors naming them."""
 import random
 
@@ -21,8 +22,15 @@ def rel_err(got, want, floor=0.0):
 
 
 def random_cfg(rng):
+    # emb_dim >= 3: LayerNorm over one or two values is degenerate (its output is the shift, or
+    # +-sqrt(var / (var + eps)) whatever the input), so the gradients below it are zero in exact
+    # arithmetic, or eps-sized, and only rounding would be compared.
     H = rng.randint(1, 4)
-    return dict(vocab_size=rng.randint(5, 60), context_length=rng.randint(4, 16), emb_dim=H * rng.randint(1, 6),
+    E = H * rng.randint(1, 6)
+    while E < 3:
+        H = rng.randint(1, 4)
+        E = H * rng.randint(1, 6)
+    return dict(vocab_size=rng.randint(5, 60), context_length=rng.randint(4, 16), emb_dim=E,
                 n_heads=H, n_layers=rng.randint(0, 3), drop_rate=rng.choice([0.0, 0.0, 0.1, 0.5]),
                 qkv_bias=rng.random() < 0.5)
 
@@ -47,7 +55,8 @@ def test_forward_and_gradients_match_the_twin():
         B, T = rng.randint(1, 3), rng.randint(1, cfg["context_length"])
         ids = torch.randint(0, cfg["vocab_size"], (B, T))
         G = torch.randn(B, T, cfg["vocab_size"])
-        for training in (False, True):
+        for training, whole in ((False, True), (True, True), (False, False), (True, False)):
+            got.whole_model_in_qkv = whole  # the whole model in qkv's C++, or only the attention
             got.train(training)
             want.train(training)
             got.zero_grad()
@@ -56,7 +65,7 @@ def test_forward_and_gradients_match_the_twin():
             yg = got(ids)
             torch.manual_seed(7 + case)
             yw = want(ids)
-            assert rel_err(yg, yw) < FWD_TOL, (cfg, training)
+            assert rel_err(yg, yw) < FWD_TOL, (cfg, training, whole)
             (yg * G).sum().backward()
             (yw * G).sum().backward()
             grads = dict(want.named_parameters())
@@ -67,7 +76,7 @@ def test_forward_and_gradients_match_the_twin():
                 floor = 0.0
                 if ".att.W_query." in name or ".att.W_key." in name:
                     floor = float(grads[name.split(".att.")[0] + ".att.W_value.weight"].grad.abs().max())
-                assert rel_err(pg.grad, pw.grad, floor) < GRAD_TOL, (cfg, training, name)
+                assert rel_err(pg.grad, pw.grad, floor) < GRAD_TOL, (cfg, training, whole, name)
 
 
 def test_the_books_state_dict_loads_strictly():
@@ -98,3 +107,31 @@ def test_bad_configurations_and_inputs_are_value_errors():
         model(torch.zeros(1, 9, dtype=torch.long))
     with pytest.raises(ValueError, match=r"\(B, T\) token ids"):
         model(torch.zeros(9, dtype=torch.long))
+
+
+def test_gradients_accumulate_and_a_backward_follows_its_own_forward():
+    import copy
+
+    cfg = dict(vocab_size=30, context_length=6, emb_dim=8, n_heads=2, n_layers=2, drop_rate=0.0, qkv_bias=True)
+    torch.manual_seed(3)
+    want = gpt_model.GPTModel(cfg)
+    torch.manual_seed(3)
+    got = qt.GPTModel(cfg)
+    a, b = torch.randint(0, 30, (2, 6)), torch.randint(0, 30, (1, 4))
+    for m in (got, want):  # two backward passes add into .grad
+        m(a).square().sum().backward()
+        m(b).sum().backward()
+    for (name, pg), (_, pw) in zip(got.named_parameters(), want.named_parameters()):
+        floor = float(dict(want.named_parameters())[name.split(".att.")[0] + ".att.W_value.weight"].grad.abs().max()) \
+            if (".att.W_query." in name or ".att.W_key." in name) else 0.0
+        assert rel_err(pg.grad, pw.grad, floor) < GRAD_TOL, name
+    # an optimiser step changes the parameters; the next forward reads them
+    torch.optim.SGD(got.parameters(), lr=0.1).step()
+    torch.optim.SGD(want.parameters(), lr=0.1).step()
+    assert rel_err(got(a), want(a)) < FWD_TOL
+    first = got(a)
+    got(b)  # a second forward before the first one's backward
+    with pytest.raises(ValueError, match="followed by another"):
+        first.sum().backward()
+    twin = copy.deepcopy(got)  # its own C++ model, built again on demand
+    assert rel_err(twin(a), want(a)) < FWD_TOL
