@@ -1,7 +1,8 @@
-// qkv explore --text T --out page.html [--module M ... | --checkpoint F]
+// qkv explore --text T --out page.html [--module M ... | --checkpoint F | --model PRESET]
 //
 // One offline HTML page to look at attention: the chapter on a sentence (the walkthrough), one
-// module as `qkv forward --text` runs it, or every layer and head of a model `qkv train` wrote.
+// module as `qkv forward --text` runs it, or every layer and head of a model (a checkpoint `qkv
+// train` wrote, GPT-2's weights, an untrained preset).
 // The page's data and size are the library's (qkv/explore/explore.h); this file reads the flags,
 // builds the model, and writes the page by the output rule (whole or not at all).
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "qkv/io/output_files.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/models/attention_lm.h"
+#include "qkv/models/gpt.h"
 #include "qkv/models/module_on_text.h"
 #include "qkv/qkv.h"
 #include "qkv/text/tiny_vocab.h"
@@ -29,7 +31,7 @@ namespace qkv::cli {
 namespace {
 
 struct ExploreFlags : ModuleFlags {
-  std::string text, text_file, checkpoint, out, vocab_dir;
+  std::string text, text_file, checkpoint, preset, out, vocab_dir;
   std::string precision = "auto";
   int64_t max_page_bytes = 64ll << 20;
 };
@@ -110,46 +112,57 @@ ExplorePage module_page(ExploreFlags& f, const CLI::App& sub, const std::string&
                         str(m.type_name(), " (", seed, f.train ? ", training mode" : "", ") on \"", text, "\""));
 }
 
-// Every layer of a model `qkv train` wrote, on the text's tokens.
-ExplorePage checkpoint_page(const ExploreFlags& f, const std::string& text) {
+// Every layer of a model (a checkpoint `qkv train` wrote, GPT-2's weights, or a preset drawn from
+// --seed) on the text's tokens.
+ExplorePage model_page(const ExploreFlags& f, const std::string& text) {
   LoadOptions load;
   load.vocab_dir = f.vocab_dir;
-  LoadedModel loaded = load_model(f.checkpoint, load);
-  auto* model = dynamic_cast<AttentionLM*>(loaded.model.get());
-  QKV_CHECK(model != nullptr, excerpt(f.checkpoint), " holds ", loaded.description,
-            ", which the explorer cannot show yet (it shows attention LMs)");
-  QKV_CHECK(!model->blocks.empty(), excerpt(f.checkpoint), " has no attention blocks (num_layers 0): nothing to show");
+  const std::string source = f.checkpoint.empty() ? f.preset : f.checkpoint;
+  LoadedModel loaded = f.checkpoint.empty() ? make_model(f.preset, f.seed.value_or(123), load)
+                                            : load_model(f.checkpoint, load);
+  auto* lm = dynamic_cast<AttentionLM*>(loaded.model.get());
+  auto* gpt = dynamic_cast<GPTModel*>(loaded.model.get());
+  QKV_CHECK(lm != nullptr || gpt != nullptr, excerpt(source), " holds ", loaded.description,
+            ", which the explorer cannot show yet (it shows attention LMs and GPT models)");
+  const int64_t layers = lm ? lm->config.num_layers : gpt->config.n_layers;
+  const int64_t heads = lm ? lm->config.attention.heads : gpt->config.attention.heads;
+  QKV_CHECK(layers > 0, excerpt(source), " has no attention blocks (0 layers): nothing to show");
   const std::vector<int64_t> ids = loaded.encode(text);
   std::vector<std::string> labels;
   for (int64_t id : ids) labels.push_back(loaded.tokenizer->token_text(id));
   QKV_CHECK(!ids.empty(), "the text has no tokens: there is nothing to attend over");
   const int64_t T = static_cast<int64_t>(ids.size());
-  QKV_CHECK(T <= model->context_length(), "the text is ", T, " tokens but the model's context length is ",
-            model->context_length(), "; shorten the text");
-  check_page_fits(f, model->config.num_layers, model->config.attention.heads, T, true);
-  check_sizes({model->config.num_layers, model->config.attention.heads, T, T, 2}, 4,
-              "the page's (T, T) weights per layer and head");
-  return explore_lm(*model, ids, std::move(labels), str(loaded.description, " on \"", text, "\""));
+  QKV_CHECK(T <= loaded.model->context_length(), "the text is ", T, " tokens but the model's context length is ",
+            loaded.model->context_length(), "; shorten the text");
+  check_page_fits(f, layers, heads, T, true);
+  check_sizes({layers, heads, T, T, 2}, 4, "the page's (T, T) weights per layer and head");
+  std::string title = str(loaded.description, " on \"", text, "\"");
+  return lm ? explore_lm(*lm, ids, std::move(labels), std::move(title))
+            : explore_gpt(*gpt, ids, std::move(labels), std::move(title));
 }
 
 int run_explore(ExploreFlags& f, const CLI::App& sub) {
   const ExplorePrecision precision = parse_explore_precision(f.precision);
   const bool from_text_file = !f.text_file.empty();
   if (sub.count("--text") > 0 && from_text_file) bad_flag("--text-file", "give --text or --text-file, not both");
-  if (!f.checkpoint.empty())
+  if (!f.checkpoint.empty() && !f.preset.empty()) bad_flag("--model", "give --model PRESET or --checkpoint FILE, not both");
+  const bool model = !f.checkpoint.empty() || !f.preset.empty();
+  if (model)
     for (const char* flag : kModuleFlagNames)
-      if (sub.count(flag) > 0) bad_flag(flag, "does not apply to --checkpoint (the model's own configuration is used)");
+      if (sub.count(flag) > 0 && !(std::string(flag) == "--seed" && !f.preset.empty()))
+        bad_flag(flag, f.checkpoint.empty() ? "does not apply to --model (the preset's configuration is used)"
+                                            : "does not apply to --checkpoint (the model's own configuration is used)");
   if (f.module.empty())
     for (const char* flag : kModuleFlagNames)
-      if (sub.count(flag) > 0 && f.checkpoint.empty())
+      if (sub.count(flag) > 0 && !model)
         bad_flag(flag, "needs --module M (without it, the page shows the chapter's walkthrough)");
   check_output_files({{f.out, "", "--out"}});
   const std::string text = from_text_file ? read_file(f.text_file) : sub.count("--text") > 0 ? f.text : kBookSentence;
   QKV_CHECK(!text.empty(), "the text is empty: there are no tokens to attend over");
 
   ExplorePage page;
-  if (!f.checkpoint.empty()) {
-    page = checkpoint_page(f, text);
+  if (model) {
+    page = model_page(f, text);
   } else if (!f.module.empty()) {
     page = module_page(f, sub, text);
   } else {
@@ -181,7 +194,11 @@ Command add_explore(CLI::App& app) {
   sub->add_option("--text-file", f->text_file, "Like --text, reading the text from a file");
   sub->add_option("--out", f->out, "The HTML file to write")->required();
   sub->add_option("--checkpoint", f->checkpoint,
-                  "A checkpoint qkv train wrote: every layer and head of its attention LM (task or GPT-2 tokens)");
+                  "A model's file: a checkpoint qkv train wrote, or GPT-2's weights (Hugging Face's model.safetensors "
+                  "or its folder, the book's names): every layer and head");
+  sub->add_option("--model", f->preset,
+                  "An untrained GPT model drawn from --seed (default 123): gpt2-small | gpt2-medium | gpt2-large | "
+                  "gpt2-xl");
   add_module_flags(sub, *f);
   sub->add_option("--vocab-dir", f->vocab_dir, "Where GPT-2's encoder.json and vocab.bpe are (see qkv encode --help)");
   sub->add_option("--precision", f->precision,
@@ -195,7 +212,7 @@ Command add_explore(CLI::App& app) {
       ->type_name("BYTES")
       ->default_str("64M");
   sub->footer(
-      "Without --module or --checkpoint the page shows the chapter's walkthrough on the text (its tiny\n"
+      "Without --module, --checkpoint or --model the page shows the chapter's walkthrough on the text (its tiny\n"
       "vocabulary and the book's embeddings; the numbers of qkv walkthrough --json). With --module the\n"
       "flags are those of qkv forward --text. The page needs no network: open it from the file.");
   return {sub, [f, sub]() { return run_explore(*f, *sub); }};

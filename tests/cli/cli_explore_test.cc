@@ -5,7 +5,11 @@
 #include <filesystem>
 
 #include "cli_runner.h"
+#include "qkv/core/generator.h"
 #include "qkv/io/atomic_file.h"
+#include "qkv/io/safetensors.h"
+#include "qkv/models/gpt.h"
+#include "qkv/models/gpt_weights.h"
 
 namespace qkv {
 namespace {
@@ -53,6 +57,34 @@ TEST_F(ExploreCli, ACheckpointThatIsNotAnAttentionLMIsRefused) {
   ASSERT_EQ(run("forward --module mha --d-in 4 --d-out 4 --num-heads 2 --context-length 8 --seed 1 --text hi "
                 "--save-weights w.safetensors --output y.safetensors").status, 0);
   refused("explore --checkpoint w.safetensors --text hi", 1, "w.safetensors");
+}
+
+TEST_F(ExploreCli, AGptModelsFileGivesAPageOfEveryLayerAndHead) {
+  // A small GPT with GPT-2's vocabulary (its tokenizer reads the text), in Hugging Face's layout.
+  GPTConfig c;
+  c.context_length = 16;
+  c.emb_dim = 8;
+  c.n_layers = 2;
+  c.qkv_bias = true;  // GPT-2's layout has them
+  c.attention.heads = 2;
+  set_head_dim(c);
+  Generator gen(4);
+  GPTModel model(c, gen);
+  std::filesystem::create_directories(path("gpt"));  // Hugging Face's folder: the weights and config.json
+  save_safetensors(path("gpt/model.safetensors"), gpt_state_in_layout(model, GptLayout::kHuggingFace));
+  write_file_atomically(path("gpt/config.json"), hugging_face_config_json(model.config));
+  const Result r = run("explore --checkpoint gpt --text 'Every effort moves you' --out page.html");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("2 layer(s) x 2 head(s)"), std::string::npos) << r.out;
+  const std::string html = slurp(path("page.html"));
+  EXPECT_NE(html.find("trf_blocks.1.attn_weights"), std::string::npos);
+  EXPECT_NE(html.find("trf_blocks.1.ff"), std::string::npos);
+  std::filesystem::remove(path("page.html"));
+  refused("explore --checkpoint gpt --text 'one two three four five six seven eight nine ten eleven "
+          "twelve thirteen fourteen fifteen sixteen seventeen'", 1, "context length is 16");
+  refused("explore --model gpt2-tiny --text hi", 1, "unknown GPT preset 'gpt2-tiny'");
+  refused("explore --model gpt2-small --checkpoint gpt", 2, "not both");
+  refused("explore --model gpt2-small --num-heads 3", 2, "does not apply to --model");
 }
 
 TEST_F(ExploreCli, ModuleFlagsThatDoNotFitAreUsageErrors) {

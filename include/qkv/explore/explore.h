@@ -26,6 +26,7 @@
 #include "qkv/core/tensor.h"
 #include "qkv/modules/attention_module.h"
 #include "qkv/models/attention_lm.h"
+#include "qkv/models/gpt.h"
 
 namespace qkv {
 
@@ -98,6 +99,13 @@ ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& i
 // Every block of an attention LM on `ids` (one sequence, eval mode, nothing drawn).
 ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
                        std::string title);
+
+// Every block of the book's GPT model on `ids` (one sequence, eval mode): each block's input,
+// norm1, queries, keys, values, weights and context per head, the attention's and the
+// feed-forward's outputs and the residual stream after it (no weight matrices: GPT-2's would
+// outweigh the page).
+ExplorePage explore_gpt(GPTModel& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
+                        std::string title);
 
 // How the page stores tensors. kAuto: float32 (exact) when the page stays under
 // kExploreExactBytes, else float16 when it fits max_bytes, else 8 bits.
