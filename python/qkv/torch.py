@@ -470,25 +470,20 @@ class GPTModel(nn.Module):
         self._gpt_core = None
         self.whole_model_in_qkv = True  # False: only the attention in qkv, the rest in PyTorch's ops
 
-    @property
-    def _named(self):
-        return list(self.named_parameters())
-
-    def _runs_core(self, in_idx):
+    def _runs_core(self, in_idx, named):
         """Whether the whole model runs in qkv's C++: float32 CPU parameters and long CPU ids, no
         dropout drawing (eval mode or drop_rate 0), and no parameter shared or replaced (tied)."""
         if not self.whole_model_in_qkv or in_idx.dtype != torch.long or in_idx.device.type != "cpu":
             return False
         if self.training and self._cfg["drop_rate"] > 0:
             return False  # PyTorch's masks: the book's path
-        named = self._named
         return (len({id(p) for _, p in named}) == len(named)
                 and all(p.dtype == torch.float32 and p.device.type == "cpu" for _, p in named))
 
-    def _core(self):
+    def _core(self, named):
         if self._gpt_core is None:
             import json
-            self._gpt_core = _qkv.GptCore(json.dumps(self._cfg), [n for n, _ in self._named])
+            self._gpt_core = _qkv.GptCore(json.dumps(self._cfg), [n for n, _ in named])
         return self._gpt_core
 
     def __getstate__(self):  # the C++ core is rebuilt on demand (copy.deepcopy, pickling)
@@ -501,9 +496,9 @@ class GPTModel(nn.Module):
         _, seq_len = in_idx.shape
         if seq_len > self.pos_emb.num_embeddings:
             raise ValueError(f"GPTModel: {seq_len} tokens but context_length is {self.pos_emb.num_embeddings}")
-        if self._runs_core(in_idx):
-            params = [p for _, p in self._named]
-            return _GptFunction.apply(in_idx, self._core(), *params)
+        named = list(self.named_parameters())
+        if self._runs_core(in_idx, named):
+            return _GptFunction.apply(in_idx, self._core(named), *[p for _, p in named])
         x = self.tok_emb(in_idx) + self.pos_emb(torch.arange(seq_len, device=in_idx.device))
         x = self.trf_blocks(self.drop_emb(x))
         return self.out_head(self.final_norm(x))

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <map>
 #include <utility>
@@ -339,15 +340,67 @@ ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& i
   return p;
 }
 
-ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
-                       std::string title) {
+namespace {
+
+// A model's page before its blocks: title, tokens, and the text checked against the context.
+ExplorePage model_page(std::string title, std::vector<std::string> tokens, int64_t T, int64_t context_length) {
+  QKV_CHECK(T >= 1 && T <= context_length, "explore: ", T, " tokens but the model's context_length is ",
+            context_length);
   ExplorePage p;
   p.source = "checkpoint";
   p.title = std::move(title);
   p.tokens = std::move(tokens);
+  return p;
+}
+
+// Block l's input x (1, T, C), linked to the block before's output.
+ExploreStep block_input(const std::string& prefix, size_t l, const Tensor& x) {
+  const int64_t li = static_cast<int64_t>(l);
+  ExploreStep in = step(prefix + std::to_string(l) + ".input",
+                        "block " + std::to_string(l) + "'s input x (embeddings + earlier blocks), (T, C)",
+                        x.select(0, 0).contiguous(), false, {}, li);
+  if (l > 0) in.links = {{prefix + std::to_string(l - 1) + ".output", "i", "j"}};  // the block before's output
+  in.index_prefix = "[0]";
+  return in;
+}
+
+// One block's attention from its trace (the first sequence): the queries, keys and values (their
+// steps made by `proj`, which links them to what they were projected from), the weights and the
+// context; and the layer the model, head and neuron views read.
+using ProjectionStep = std::function<ExploreStep(const std::string& name, const std::string& weight, const Tensor& t)>;
+void add_attention(ExplorePage& p, const std::string& b, int64_t li, const AttentionTrace& trace,
+                   const MultiHeadAttention& att, const ProjectionStep& proj) {
+  const Tensor queries = trace.queries.select(0, 0).contiguous();
+  const Tensor keys = trace.keys.select(0, 0).contiguous();
+  p.pipeline.push_back(proj("queries", "W_query", queries));
+  p.pipeline.push_back(proj("keys", "W_key", keys));
+  p.pipeline.push_back(proj("values", "W_value", trace.values.select(0, 0).contiguous()));
+  const Tensor weights = trace.weights.select(0, 0).contiguous();
+  p.pipeline.push_back(step(b + "attn_weights",
+                            "softmax(masked(queries @ keys.T) / sqrt(D)), per head (the neuron view shows the "
+                            "scores)",
+                            weights, true, {{b + "queries", "i", "*"}, {b + "keys", "j", "*"}}, li));
+  p.pipeline.push_back(step(b + "context", "context = attn_weights @ values, per head",
+                            trace.context.select(0, 0).contiguous(), true,
+                            {{b + "attn_weights", "i", "*"}, {b + "values", "*", "j"}}, li));
+  ExploreLayer layer;
+  layer.weights = weights;
+  layer.queries = queries;
+  layer.keys = repeat_heads(keys, queries.size(0));
+  layer.scale = std::sqrt(static_cast<float>(att.head_dim()));
+  const kernels::AttentionSpec& spec = att.config.attention;
+  layer.softcap = static_cast<float>(spec.softcap);
+  layer.alibi = kernels::spec_alibi_slopes(spec);
+  layer.window = spec.window;
+  p.layers.push_back(layer);
+}
+
+}  // namespace
+
+ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
+                       std::string title) {
   const int64_t T = static_cast<int64_t>(ids.size());
-  QKV_CHECK(T >= 1 && T <= model.config.context_length, "explore: ", T, " tokens but the model's context_length is ",
-            model.config.context_length);
+  ExplorePage p = model_page(std::move(title), std::move(tokens), T, model.config.context_length);
   model.train(false);
   // x = tok_emb.weight[ids] + pos_emb.weight[0:T]; for each block: x = x + block(x)  (1, T, C)
   Tensor x = add(model.tok_emb.forward(ids, {1, T}), model.pos_emb.forward(T));
@@ -358,48 +411,21 @@ ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std:
     AttentionTrace trace;
     const Tensor y = block.forward(x, &trace);
     const Tensor next = add(x, y);
-    ExploreStep in = step(b + "input", "block " + std::to_string(l) + "'s input x (embeddings + earlier blocks), (T, C)",
-                          x.select(0, 0).contiguous(), false, {}, li);
-    if (l > 0) in.links = {{"blocks." + std::to_string(l - 1) + ".output", "i", "j"}};  // the block before's output
-    in.index_prefix = "[0]";
-    p.pipeline.push_back(in);
+    p.pipeline.push_back(block_input("blocks.", l, x));
     for (const auto& [w, t] : {std::pair{"W_query", &block.W_query.weight}, {"W_key", &block.W_key.weight},
                                {"W_value", &block.W_value.weight}})
       p.pipeline.push_back(step(b + w + ".weight", std::string(w) + ".weight: head h uses rows h D .. h D + D - 1",
                                 *t, false, {}, li));
-    const Tensor queries = trace.queries.select(0, 0).contiguous();
-    const Tensor keys = trace.keys.select(0, 0).contiguous();
-    auto proj = [&](const std::string& name, const std::string& w, const Tensor& t) {
+    add_attention(p, b, li, trace, block, [&](const std::string& name, const std::string& w, const Tensor& t) {
       return step(b + name, name + " = x @ " + w + ".T, per head (T, D)", t, true,
                   {{b + "input", "i", "*"}, {b + w + ".weight", "hj", "*"}}, li);
-    };
-    p.pipeline.push_back(proj("queries", "W_query", queries));
-    p.pipeline.push_back(proj("keys", "W_key", keys));
-    p.pipeline.push_back(proj("values", "W_value", trace.values.select(0, 0).contiguous()));
-    const Tensor weights = trace.weights.select(0, 0).contiguous();
-    p.pipeline.push_back(step(b + "attn_weights",
-                              "softmax(masked(queries @ keys.T) / sqrt(D)), per head (the neuron view shows the "
-                              "scores)",
-                              weights, true, {{b + "queries", "i", "*"}, {b + "keys", "j", "*"}}, li));
-    p.pipeline.push_back(step(b + "context", "context = attn_weights @ values, per head", 
-                              trace.context.select(0, 0).contiguous(), true,
-                              {{b + "attn_weights", "i", "*"}, {b + "values", "*", "j"}}, li));
+    });
     p.pipeline.push_back(step(b + "out_proj.weight", "out_proj.weight (C, C)", block.out_proj.weight, false, {}, li));
     ExploreStep out = step(b + "output", "x + out_proj(context): the residual stream after the block",
                            next.select(0, 0).contiguous(), false,
                            {{b + "input", "i", "j"}, {b + "context", "i", "*"}, {b + "out_proj.weight", "j", "*"}}, li);
     out.index_prefix = "[0]";
     p.pipeline.push_back(out);
-    ExploreLayer layer;
-    layer.weights = weights;
-    layer.queries = queries;
-    layer.keys = repeat_heads(keys, queries.size(0));
-    layer.scale = std::sqrt(static_cast<float>(block.head_dim()));
-    const kernels::AttentionSpec& spec = block.config.attention;
-    layer.softcap = static_cast<float>(spec.softcap);
-    layer.alibi = kernels::spec_alibi_slopes(spec);
-    layer.window = spec.window;
-    p.layers.push_back(layer);
     x = next;
   }
   summarise(p);
@@ -408,56 +434,33 @@ ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std:
 
 ExplorePage explore_gpt(GPTModel& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
                         std::string title) {
-  ExplorePage p;
-  p.source = "checkpoint";
-  p.title = std::move(title);
-  p.tokens = std::move(tokens);
   const int64_t T = static_cast<int64_t>(ids.size());
-  QKV_CHECK(T >= 1 && T <= model.config.context_length, "explore: ", T, " tokens but the model's context_length is ",
-            model.config.context_length);
+  ExplorePage p = model_page(std::move(title), std::move(tokens), T, model.config.context_length);
   QKV_CHECK(!model.blocks.empty(), "explore: the GPT model has no blocks (n_layers 0): no attention to show");
   model.train(false);
   // x = tok_emb(ids) + pos_emb(arange(T))                                          (1, T, E)
   std::vector<int64_t> positions(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) positions[static_cast<size_t>(t)] = t;
   Tensor x = add(model.tok_emb.forward(ids, {1, T}), model.pos_emb.forward(positions, {T}));
+  auto rows = [](const Tensor& t) { return t.select(0, 0).contiguous(); };  // (1, T, E) -> (T, E)
   for (size_t l = 0; l < model.blocks.size(); ++l) {
     TransformerBlock& block = model.blocks[l];
     const std::string b = "trf_blocks." + std::to_string(l) + ".";
     const int64_t li = static_cast<int64_t>(l);
-    auto rows = [](const Tensor& t) { return t.select(0, 0).contiguous(); };  // (1, T, E) -> (T, E)
     // x = x + att(norm1(x)); x = x + ff(norm2(x)), as TransformerBlock::forward (eval: no dropout)
     const Tensor h1 = block.norm1.forward(x);
     AttentionTrace trace;
     const Tensor att = block.att.forward(h1, &trace);
     const Tensor mid = add(x, att);
-    const Tensor h2 = block.norm2.forward(mid);
-    const Tensor ff = block.ff.forward(h2);
+    const Tensor ff = block.ff.forward(block.norm2.forward(mid));
     const Tensor next = add(mid, ff);
-    ExploreStep in = step(b + "input", "block " + std::to_string(l) + "'s input x (embeddings + earlier blocks), (T, E)",
-                          rows(x), false, {}, li);
-    if (l > 0) in.links = {{"trf_blocks." + std::to_string(l - 1) + ".output", "i", "j"}};
-    in.index_prefix = "[0]";
-    p.pipeline.push_back(in);
+    p.pipeline.push_back(block_input("trf_blocks.", l, x));
     p.pipeline.push_back(step(b + "norm1", "norm1(x): each row normalised, times scale, plus shift", rows(h1), false,
                               {{b + "input", "i", "*"}}, li));
-    const Tensor queries = trace.queries.select(0, 0).contiguous();
-    const Tensor keys = trace.keys.select(0, 0).contiguous();
-    auto proj = [&](const std::string& name, const std::string& w, const Tensor& t) {
+    add_attention(p, b, li, trace, block.att, [&](const std::string& name, const std::string& w, const Tensor& t) {
       return step(b + name, name + " = norm1(x) @ att." + w + ".T (+ bias), per head (T, D)", t, true,
                   {{b + "norm1", "i", "*"}}, li);
-    };
-    p.pipeline.push_back(proj("queries", "W_query", queries));
-    p.pipeline.push_back(proj("keys", "W_key", keys));
-    p.pipeline.push_back(proj("values", "W_value", trace.values.select(0, 0).contiguous()));
-    const Tensor weights = trace.weights.select(0, 0).contiguous();
-    p.pipeline.push_back(step(b + "attn_weights",
-                              "softmax(masked(queries @ keys.T) / sqrt(D)), per head (the neuron view shows the "
-                              "scores)",
-                              weights, true, {{b + "queries", "i", "*"}, {b + "keys", "j", "*"}}, li));
-    p.pipeline.push_back(step(b + "context", "context = attn_weights @ values, per head",
-                              trace.context.select(0, 0).contiguous(), true,
-                              {{b + "attn_weights", "i", "*"}, {b + "values", "*", "j"}}, li));
+    });
     p.pipeline.push_back(step(b + "attention", "att(norm1(x)) = out_proj(heads' context concatenated), (T, E)",
                               rows(att), false, {{b + "context", "i", "*"}}, li));
     p.pipeline.push_back(step(b + "ff", "ff(norm2(x + att)): Linear(E, 4E) -> GELU -> Linear(4E, E), (T, E)",
@@ -466,16 +469,6 @@ ExplorePage explore_gpt(GPTModel& model, const std::vector<int64_t>& ids, std::v
                            {{b + "input", "i", "j"}, {b + "attention", "i", "j"}, {b + "ff", "i", "j"}}, li);
     out.index_prefix = "[0]";
     p.pipeline.push_back(out);
-    ExploreLayer layer;
-    layer.weights = weights;
-    layer.queries = queries;
-    layer.keys = repeat_heads(keys, queries.size(0));
-    layer.scale = std::sqrt(static_cast<float>(block.att.head_dim()));
-    const kernels::AttentionSpec& spec = block.att.config.attention;
-    layer.softcap = static_cast<float>(spec.softcap);
-    layer.alibi = kernels::spec_alibi_slopes(spec);
-    layer.window = spec.window;
-    p.layers.push_back(layer);
     x = next;
   }
   summarise(p);

@@ -84,7 +84,7 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
   std::optional<kernels::KvCache> cache;
   if (o.kv_cache && o.max_new_tokens > 0 && model.has_cache()) cache.emplace(model.make_cache(1, o.cache_dtype));
   int64_t cache_start = 0;  // the cache holds the positions of ids[cache_start, cache_start + length)
-  std::vector<float> p, step_logits;
+  std::vector<float> p, step_logits(cache ? static_cast<size_t>(V) : 0);  // the cached steps write into it
   std::vector<int64_t> window;
   for (int64_t n = 0; n < o.max_new_tokens; ++n) {
     const int64_t N = static_cast<int64_t>(ids.size()), T = std::min(ctx, N), start = N - T;
@@ -99,7 +99,6 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
       }
       const int64_t first = cache_start + cache->length();
       window.assign(ids.begin() + first, ids.end());
-      step_logits.resize(static_cast<size_t>(V));  // once: the steps write into it (no allocation)
       model.forward_cached_into(window, 1, N - first, *cache, step_logits.data());  // (1, V)
       last = step_logits.data();
     } else {

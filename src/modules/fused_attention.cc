@@ -110,16 +110,6 @@ Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, const
   return y;
 }
 
-Tensor FusedAttention::forward_cached(const Tensor& x, const FusedProjections& p, const kernels::AttentionSpec& spec,
-                                      const std::vector<float>& slopes, const MaskBuffer& mask,
-                                      kernels::KvCache& cache, int64_t layer, FusedWeights16 w16) {
-  const int64_t B = x.size(0), Tn = x.size(1), d_in = x.size(2);
-  const Tensor xc = x.contiguous();  // a view when x already is: no copy
-  Tensor y = Tensor::empty({B, Tn, spec.width()});
-  forward_cached(xc.data(), B, Tn, d_in, y.data(), p, spec, slopes, mask, cache, layer, w16);
-  return y;
-}
-
 void FusedAttention::forward_cached(const float* x, int64_t B, int64_t Tn, int64_t d_in, float* y,
                                     const FusedProjections& p, const kernels::AttentionSpec& spec,
                                     const std::vector<float>& slopes, const MaskBuffer& mask, kernels::KvCache& cache,

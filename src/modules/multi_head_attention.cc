@@ -139,9 +139,10 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x, kernels::KvCache& cac
                                          FusedWeights16 w16) {
   QKV_CHECK(x.dim() == 3 && x.size(2) == config.d_in, "MultiHeadAttention: forward_cached expects (batch, ",
             "new_tokens, d_in = ", config.d_in, "), got ", x.describe());
-  QKV_CHECK(!dropout.active(), "MultiHeadAttention: forward_cached is inference, but dropout (p = ", dropout.p(),
-            ") is active: call eval() first");
-  return fused_.forward_cached(x, projections(), config.attention, alibi_slopes_, mask, cache, layer, w16);
+  const Tensor xc = x.contiguous();  // a view when x already is: no copy
+  Tensor y = Tensor::empty({x.size(0), x.size(1), config.attention.width()});
+  forward_cached(xc.data(), x.size(0), x.size(1), y.data(), cache, layer, w16);
+  return y;
 }
 
 void MultiHeadAttention::forward_cached(const float* x, int64_t B, int64_t Tn, float* y, kernels::KvCache& cache,

@@ -26,15 +26,7 @@ def twin(E, H, L, C, bias, seed):
     torch.manual_seed(seed)
     m = gpt_model.GPTModel(dict(vocab_size=V, context_length=C, emb_dim=E, n_heads=H, n_layers=L, drop_rate=0.0,
                                 qkv_bias=bias))
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if name.endswith(".scale"):
-                p.copy_(1.0 + 0.5 * torch.randn(p.shape, generator=g))
-            elif name.endswith(".shift") or name.endswith(".bias"):
-                p.copy_(0.3 * torch.randn(p.shape, generator=g))
-        m.final_norm.scale.mul_(4.0)  # spread the logits: sampling then has clear winners
-    return m.eval()
+    return gpt_model.perturb(m, seed + 1, head_scale=4.0).eval()  # spread logits: sampling has clear winners
 
 
 def write(m, layout, base):

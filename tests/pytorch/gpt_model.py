@@ -82,6 +82,21 @@ class GPTModel(nn.Module):
         return self.out_head(self.final_norm(x))
 
 
+def perturb(m, seed, head_scale=1.0):
+    """Every LayerNorm's scale and shift and every bias of m moved off its initial value (drawn from
+    a generator seeded `seed`), and the final norm's scale times head_scale (to spread the logits):
+    a twin whose every parameter matters. Returns m."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith(".scale"):
+                p.copy_(1.0 + 0.5 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".shift") or name.endswith(".bias"):
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+        m.final_norm.scale.mul_(head_scale)
+    return m
+
+
 def to_hugging_face(state, tied=False):
     """The book's state dict in transformers' GPT2 layout: Conv1D weights (in, out), q | k | v side
     by side in c_attn; lm_head.weight unless the head is tied to wte (then left out)."""

@@ -109,16 +109,7 @@ def twin_model(cfg, tied, seed, head_scale=1.0):
     m = GPTModel(cfg)
     if tied:
         m.out_head.weight = m.tok_emb.weight
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if name.endswith(".scale"):
-                p.copy_(1.0 + 0.5 * torch.randn(p.shape, generator=g))
-            elif name.endswith(".shift") or name.endswith(".bias"):
-                p.copy_(0.3 * torch.randn(p.shape, generator=g))
-        m.final_norm.scale.mul_(head_scale)
-    m.eval()
-    return m
+    return gpt_model.perturb(m, seed + 1, head_scale).eval()
 
 
 def write_weights(m, tied, layout, base):

@@ -74,15 +74,11 @@ class FusedAttention {
   Tensor forward(const Tensor& x, const FusedProjections& p, const kernels::AttentionSpec& spec,
                  const std::vector<float>& slopes, const MaskBuffer& mask, Dropout& dropout, AttentionTrace* trace,
                  bool per_head_trace);
-  // Inference with a KV cache (kernels::mha_forward_cached): x (B, Tn, d_in), the new tokens at
-  // positions cache.length() .. + Tn - 1 -> (B, Tn, H D); appends their keys and values to
-  // `layer` of the cache. Needs the causal mask and cache.length() + Tn <= mask.size(); uses
-  // buffers of its own, so the last forward's state (for backward) is kept.
-  Tensor forward_cached(const Tensor& x, const FusedProjections& p, const kernels::AttentionSpec& spec,
-                        const std::vector<float>& slopes, const MaskBuffer& mask, kernels::KvCache& cache,
-                        int64_t layer, FusedWeights16 w16 = {});
-  // The same on raw rows: x (B, Tn, d_in) contiguous -> y (B, Tn, H D), which must not overlap x.
-  // Allocates nothing once its buffers have grown to the step's size (a decoding step).
+  // Inference with a KV cache (kernels::mha_forward_cached): x (B, Tn, d_in) contiguous, the new
+  // tokens at positions cache.length() .. + Tn - 1 -> y (B, Tn, H D), which must not overlap x;
+  // appends their keys and values to `layer` of the cache. Needs the causal mask and
+  // cache.length() + Tn <= mask.size(); uses buffers of its own, so the last forward's state (for
+  // backward) is kept, and allocates nothing once they have grown to the step's size (decoding).
   void forward_cached(const float* x, int64_t B, int64_t Tn, int64_t d_in, float* y, const FusedProjections& p,
                       const kernels::AttentionSpec& spec, const std::vector<float>& slopes, const MaskBuffer& mask,
                       kernels::KvCache& cache, int64_t layer, FusedWeights16 w16 = {});
