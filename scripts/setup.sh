@@ -15,6 +15,7 @@ want_tests=0
 
 packages=(g++ cmake make pkg-config nlohmann-json3-dev libcli11-dev libopenblas-dev libpcre2-dev libhwy-dev)
 packages+=(python3 python3-dev pybind11-dev python3-numpy)  # the Python package (python/): `import qkv`
+packages+=(python3-venv python3-pip python3-setuptools python3-wheel)  # pip install . (offline, docs/python.md)
 packages+=(libopenmpi-dev openmpi-bin)  # the MPI layer (src/mpi): ring attention under mpirun
 if [ "$want_tests" = 1 ]; then
   packages+=(googletest libgtest-dev libgmock-dev python3 python3-torch python3-numpy
