@@ -113,8 +113,8 @@ int run_ring_bench(const RingBenchFlags& flags) {
   const mpi::Communicator comm;
   try {
     return run(flags, comm);
-  } catch (const mpi::AgreementError& e) {
-    if (comm.rank() == 0) throw;  // every rank has it: rank 0 says it
+  } catch (const mpi::AgreementError& e) {  // every rank has it: rank 0 says it, as main would
+    mpi::say_once(comm, std::string("qkv: error: ") + e.what() + limit_hint(e.what()));
     return 1;
   }
 }

@@ -38,29 +38,27 @@ bool started_by_mpirun() {
 
 int with_train_ranks(const std::function<int(TrainRanks&)>& body) {
   mpi::Session session(nullptr, nullptr);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  // An error every rank has: rank 0 says it here, before MPI_Finalize (the Session's end). Said
-  // after it, by main, it could be lost: mpirun ends the job, rank 0 too, as soon as another rank
-  // has exited with an error.
-  const auto said_once = [rank](const std::exception& e) {
-    if (rank == 0) std::cerr << "qkv: error: " << e.what() << limit_hint(e.what()) << std::endl;  // as main would
+  // An error every rank has: rank 0 says it here, and every rank waits until it has been said
+  // (mpi::say_once). Said later, by main, it could be lost: mpirun ends the job, rank 0 too, as soon
+  // as another rank has exited with an error.
+  const auto said_once = [](const mpi::Communicator& comm, const std::exception& e) {
+    mpi::say_once(comm, std::string("qkv: error: ") + e.what() + limit_hint(e.what()));  // as main would
     return 1;
   };
   double timeout = 0;
   try {
     timeout = mpi::default_timeout_seconds();  // QKV_MPI_TIMEOUT, the same on every rank
   } catch (const Error& e) {
-    return said_once(e);
+    return said_once(mpi::Communicator(MPI_COMM_WORLD, 600), e);  // the default bound
   }
   const mpi::Communicator comm(MPI_COMM_WORLD, timeout);
   MpiTrainRanks ranks(comm);
   try {
     return body(ranks);
   } catch (const mpi::AgreementError& e) {
-    return said_once(e);
+    return said_once(comm, e);
   } catch (const AllRanksError& e) {
-    return said_once(e);
+    return said_once(comm, e);
   } catch (const std::exception& e) {  // this rank's alone: the others would wait for it
     comm.abort(e.what());
   }

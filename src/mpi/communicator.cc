@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
@@ -80,6 +81,21 @@ void Communicator::wait_all(std::vector<MPI_Request>& requests, const std::strin
       abort(str(what, ": no answer after ", timeout_, " s (QKV_MPI_TIMEOUT): a rank died or stalled"));
     if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+}
+
+void Communicator::barrier(const std::string& what) const {
+  std::vector<MPI_Request> r(1);
+  MPI_Ibarrier(comm_, &r[0]);
+  wait_all(r, what);
+}
+
+void say_once(const Communicator& comm, const std::string& line) {
+  if (comm.rank() == 0) {  // one write, so that other ranks' and mpirun's output cannot cut the line
+    const std::string text = line + "\n";
+    std::fwrite(text.data(), 1, text.size(), stderr);
+    std::fflush(stderr);
+  }
+  comm.barrier("waiting for rank 0 to report an error every rank has");
 }
 
 void Communicator::abort(const std::string& message) const {

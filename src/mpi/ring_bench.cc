@@ -34,12 +34,6 @@ void fill(std::vector<float>& x, uint64_t seed) {
   }
 }
 
-void barrier(const Communicator& comm) {
-  std::vector<MPI_Request> r(1);
-  MPI_Ibarrier(comm.comm(), &r[0]);
-  comm.wait_all(r, "ring bench: the barrier before a run");
-}
-
 }  // namespace
 
 RingBenchReport run_ring_bench(const Communicator& comm, const RingBenchShape& shape, int iters, int warmup,
@@ -91,7 +85,7 @@ RingBenchReport run_ring_bench(const Communicator& comm, const RingBenchShape& s
   RankReport mine;
   mine.tokens = Tr;
   for (int it = 0; it < warmup + iters; ++it) {
-    barrier(comm);
+    comm.barrier("ring bench: the barrier before a run");
     const Clock::time_point t0 = Clock::now();
     RingTimes fwd, bwd;
     ring_attention_forward(comm, qh, kh, vh, oh, lse.data(), opt, &fwd);

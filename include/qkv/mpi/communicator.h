@@ -48,6 +48,8 @@ class Communicator {
   bool test_all(std::vector<MPI_Request>& requests) const;
   // Waits for every request, polling; past the timeout, prints "<what>" and aborts (see above).
   void wait_all(std::vector<MPI_Request>& requests, const std::string& what) const;
+  // Collective: returns once every rank has called it (a bounded wait, as wait_all).
+  void barrier(const std::string& what) const;
   // Prints "qkv: rank R: error: <message>" to stderr and calls MPI_Abort on this communicator.
   [[noreturn]] void abort(const std::string& message) const;
 
@@ -62,6 +64,11 @@ class AgreementError : public Error {
  public:
   using Error::Error;
 };
+
+// Collective, for an error every rank has: rank 0 writes `line` to stderr and flushes it, then
+// every rank waits for the others. Only then may a rank exit: mpirun ends the whole job as soon as
+// one rank exits with an error, and a rank 0 still on its way to printing would be cut off.
+void say_once(const Communicator& comm, const std::string& line);
 
 // Collective. Every rank hands in a description of its configuration (flags, shapes, options) and
 // any problem it found with its own inputs ("" if none). If some rank reports a problem, or a
