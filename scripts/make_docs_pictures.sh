@@ -8,6 +8,8 @@
 #                                              .gitignore; open them from here)
 #   docs/explore/{book,trained}.*.png          the browser test's screenshots of those two pages
 #                                              (tests/explore/test_explore.py --checkpoint ... --shots DIR)
+#   docs/explore/gpt2-small.*.png              and of its GPT page: an untrained GPT-2 small (seed 123) on
+#                                              "Hello, I am" with 5 generated tokens
 # The screenshots need Debian's chromium, node and npm (scripts/setup.sh --test); without them, or
 # with --no-shots, the PNGs are left as they are.
 #
@@ -59,6 +61,11 @@ if [ "$shots" = 1 ]; then
       --checkpoint "$tmp/trained.safetensors" --shots "$tmp/shots" >&2
   for view in pipeline heads model neuron; do
     cp "$tmp/shots/book.$view.png" "docs/explore/book.$view.png"
+  done
+  for view in pipeline heads model neuron patterns; do
     cp "$tmp/shots/checkpoint.$view.png" "docs/explore/trained.$view.png"
+  done
+  for view in pipeline heads model neuron patterns lens; do
+    cp "$tmp/shots/gpt.$view.png" "docs/explore/gpt2-small.$view.png"
   done
 fi

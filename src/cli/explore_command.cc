@@ -1,4 +1,5 @@
-// qkv explore --text T --out page.html [--module M ... | --checkpoint F | --model PRESET]
+// qkv explore --text T --out page.html [--module M ... | --weights PATH | --checkpoint F | --model PRESET]
+//             [--generate N --temperature X --top-k K --seed S]
 //
 // One offline HTML page to look at attention: the chapter on a sentence (the walkthrough), one
 // module as `qkv forward --text` runs it, or every layer and head of a model (a checkpoint `qkv
@@ -26,12 +27,16 @@
 #include "qkv/qkv.h"
 #include "qkv/text/tiny_vocab.h"
 #include "qkv/text/vocab_files.h"
+#include "sampling_flags.h"
 
 namespace qkv::cli {
 namespace {
 
 struct ExploreFlags : ModuleFlags {
   std::string text, text_file, checkpoint, preset, out, vocab_dir;
+  std::optional<int64_t> generate;  // --generate N: continue the text by N tokens first
+  SamplingFlags pick;               // --temperature, --top-k (with --generate)
+  std::string model_path;           // --checkpoint, or --weights without --module
   std::string precision = "auto";
   int64_t max_page_bytes = 64ll << 20;
 };
@@ -112,14 +117,21 @@ ExplorePage module_page(ExploreFlags& f, const CLI::App& sub, const std::string&
                         str(m.type_name(), " (", seed, f.train ? ", training mode" : "", ") on \"", text, "\""));
 }
 
+// The induction score's repeated random sequence: n tokens twice (ExploreHeadStats::induction).
+constexpr int64_t kInductionTokens = 64;
+constexpr uint64_t kInductionSeed = 0x51C0FFEE;
+// The logit lens's tokens per layer and position.
+constexpr int64_t kLensTop = 5;
+
 // Every layer of a model (a checkpoint `qkv train` wrote, GPT-2's weights, or a preset drawn from
-// --seed) on the text's tokens.
+// --seed) on the text's tokens; with --generate, on the text and its continuation, generated as
+// `qkv generate` does (the KV cache, the same draws), then run through the model once.
 ExplorePage model_page(const ExploreFlags& f, const std::string& text) {
   LoadOptions load;
   load.vocab_dir = f.vocab_dir;
-  const std::string source = f.checkpoint.empty() ? f.preset : f.checkpoint;
-  LoadedModel loaded = f.checkpoint.empty() ? make_model(f.preset, f.seed.value_or(123), load)
-                                            : load_model(f.checkpoint, load);
+  const std::string source = f.model_path.empty() ? f.preset : f.model_path;
+  LoadedModel loaded = f.model_path.empty() ? make_model(f.preset, f.seed.value_or(123), load)
+                                            : load_model(f.model_path, load);
   auto* lm = dynamic_cast<AttentionLM*>(loaded.model.get());
   auto* gpt = dynamic_cast<GPTModel*>(loaded.model.get());
   QKV_CHECK(lm != nullptr || gpt != nullptr, excerpt(source), " holds ", loaded.description,
@@ -127,31 +139,69 @@ ExplorePage model_page(const ExploreFlags& f, const std::string& text) {
   const int64_t layers = lm ? lm->config.num_layers : gpt->config.n_layers;
   const int64_t heads = lm ? lm->config.attention.heads : gpt->config.attention.heads;
   QKV_CHECK(layers > 0, excerpt(source), " has no attention blocks (0 layers): nothing to show");
-  const std::vector<int64_t> ids = loaded.encode(text);
+  std::vector<int64_t> ids = loaded.encode(text);
+  QKV_CHECK(!ids.empty(), "the text has no tokens: there is nothing to attend over");
+  const int64_t prompt = static_cast<int64_t>(ids.size());
+  const int64_t context = loaded.model->context_length();
+  const int64_t generate_n = f.generate.value_or(0);
+  if (prompt + generate_n > context)
+    fail("the text is ", prompt, " tokens", f.generate ? str(" and --generate adds ", generate_n) : std::string(),
+         " but the model's context length is ", context, "; the page shows one pass over all of them, so shorten the text",
+         f.generate ? " or lower --generate" : "");
+  check_page_fits(f, layers, heads, prompt + generate_n, true);
+  check_sizes({layers, heads, prompt + generate_n, prompt + generate_n, 2}, 4,
+              "the page's (T, T) weights per layer and head");
+  ExploreModelOptions options;
+  if (f.generate) {
+    SamplingOptions sampling;
+    sampling.max_new_tokens = generate_n;
+    sampling.seed = f.seed.value_or(sampling.seed);
+    apply_sampling_flags(f.pick, loaded.model->vocab_size(), sampling);
+    // A preset's weights were drawn from its seed's generator: sampling continues it (qkv generate).
+    if (!f.preset.empty()) sampling.generator = loaded.generator.get();
+    const std::vector<int64_t> out = generate(*loaded.model, ids, sampling);
+    options.generated_from = prompt;
+    ids.insert(ids.end(), out.begin(), out.end());
+  }
   std::vector<std::string> labels;
   for (int64_t id : ids) labels.push_back(loaded.tokenizer->token_text(id));
-  QKV_CHECK(!ids.empty(), "the text has no tokens: there is nothing to attend over");
-  const int64_t T = static_cast<int64_t>(ids.size());
-  QKV_CHECK(T <= loaded.model->context_length(), "the text is ", T, " tokens but the model's context length is ",
-            loaded.model->context_length(), "; shorten the text");
-  check_page_fits(f, layers, heads, T, true);
-  check_sizes({layers, heads, T, T, 2}, 4, "the page's (T, T) weights per layer and head");
+  const int64_t n = std::min(kInductionTokens, context / 2);
+  options.induction_tokens = n >= 2 ? n : 0;
+  options.induction_seed = kInductionSeed;
+  options.lens_top = kLensTop;
+  options.tokenizer = loaded.tokenizer.get();
   std::string title = str(loaded.description, " on \"", text, "\"");
-  return lm ? explore_lm(*lm, ids, std::move(labels), std::move(title))
-            : explore_gpt(*gpt, ids, std::move(labels), std::move(title));
+  if (f.generate) title += str(" + ", ids.size() - static_cast<size_t>(prompt), " generated token(s)");
+  return lm ? explore_lm(*lm, ids, std::move(labels), std::move(title), options)
+            : explore_gpt(*gpt, ids, std::move(labels), std::move(title), options);
 }
 
 int run_explore(ExploreFlags& f, const CLI::App& sub) {
   const ExplorePrecision precision = parse_explore_precision(f.precision);
   const bool from_text_file = !f.text_file.empty();
   if (sub.count("--text") > 0 && from_text_file) bad_flag("--text-file", "give --text or --text-file, not both");
-  if (!f.checkpoint.empty() && !f.preset.empty()) bad_flag("--model", "give --model PRESET or --checkpoint FILE, not both");
-  const bool model = !f.checkpoint.empty() || !f.preset.empty();
+  // A model's file: --checkpoint, or --weights without --module (with it, the module's weights).
+  if (!f.checkpoint.empty() && !f.weights.empty()) bad_flag("--weights", "give --weights PATH or --checkpoint FILE, not both");
+  f.model_path = !f.checkpoint.empty() ? f.checkpoint : f.module.empty() ? f.weights : "";
+  const char* path_flag = !f.checkpoint.empty() ? "--checkpoint" : "--weights";
+  if (!f.model_path.empty() && !f.preset.empty()) bad_flag("--model", "give --model PRESET or ", path_flag, " PATH, not both");
+  const bool model = !f.model_path.empty() || !f.preset.empty();
   if (model)
-    for (const char* flag : kModuleFlagNames)
-      if (sub.count(flag) > 0 && !(std::string(flag) == "--seed" && !f.preset.empty()))
-        bad_flag(flag, f.checkpoint.empty() ? "does not apply to --model (the preset's configuration is used)"
-                                            : "does not apply to --checkpoint (the model's own configuration is used)");
+    for (const char* flag : kModuleFlagNames) {
+      const std::string name = flag;
+      const bool allowed = (name == "--seed" && (!f.preset.empty() || f.generate)) || (name == "--weights" && f.checkpoint.empty());
+      if (sub.count(flag) > 0 && !allowed)
+        bad_flag(flag, f.model_path.empty() ? "does not apply to --model (the preset's configuration is used)"
+                                            : str("does not apply to ", path_flag,
+                                                  name == "--seed" ? " without --generate (it seeds the draws)"
+                                                                   : " (the model's own configuration is used)"));
+    }
+  if (!model)
+    for (const char* flag : {"--generate", "--temperature", "--top-k"})
+      if (sub.count(flag) > 0) bad_flag(flag, "needs a model: --weights PATH, --checkpoint FILE or --model PRESET");
+  if (!f.generate)
+    for (const char* flag : {"--temperature", "--top-k"})
+      if (sub.count(flag) > 0) bad_flag(flag, "picks generated tokens: it needs --generate N");
   if (f.module.empty())
     for (const char* flag : kModuleFlagNames)
       if (sub.count(flag) > 0 && !model)
@@ -196,6 +246,11 @@ Command add_explore(CLI::App& app) {
   sub->add_option("--checkpoint", f->checkpoint,
                   "A model's file: a checkpoint qkv train wrote, or GPT-2's weights (Hugging Face's model.safetensors "
                   "or its folder, the book's names): every layer and head");
+  add_number(sub, "--generate", f->generate,
+             "With a model: continue the text by N tokens (the KV cache; the draws of qkv generate with the same "
+             "--seed, --temperature, --top-k) and show attention over the text and its continuation",
+             non_negative<int64_t>());
+  add_sampling_flags(sub, f->pick);
   sub->add_option("--model", f->preset,
                   "An untrained GPT model drawn from --seed (default 123): gpt2-small | gpt2-medium | gpt2-large | "
                   "gpt2-xl");
@@ -212,9 +267,11 @@ Command add_explore(CLI::App& app) {
       ->type_name("BYTES")
       ->default_str("64M");
   sub->footer(
-      "Without --module, --checkpoint or --model the page shows the chapter's walkthrough on the text (its tiny\n"
-      "vocabulary and the book's embeddings; the numbers of qkv walkthrough --json). With --module the\n"
-      "flags are those of qkv forward --text. The page needs no network: open it from the file.");
+      "Without --module, --weights, --checkpoint or --model the page shows the chapter's walkthrough on the text\n"
+      "(its tiny vocabulary and the book's embeddings; the numbers of qkv walkthrough --json). With --module the\n"
+      "flags are those of qkv forward --text (--weights: the module's state dict). Without --module, --weights\n"
+      "PATH is a model, as --checkpoint: GPT-2's weights or a checkpoint qkv train wrote. A model's page adds the\n"
+      "head-patterns table and, for GPT models, the logit lens. The page needs no network: open it from the file.");
   return {sub, [f, sub]() { return run_explore(*f, *sub); }};
 }
 

@@ -24,6 +24,7 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/models/gpt.h"
 #include "qkv/qkv.h"
+#include "sampling_flags.h"
 #include "stop_signals.h"
 
 namespace qkv::cli {
@@ -31,8 +32,9 @@ namespace {
 
 struct GenerateFlags {
   std::string checkpoint, weights, model, prompt, vocab_dir;
-  std::optional<int64_t> num_heads, top_k, eos_id;
+  std::optional<int64_t> num_heads, eos_id;
   bool eos = false;
+  SamplingFlags pick;  // --temperature, --top-k
   SamplingOptions sampling;
   bool json = false;
   std::optional<Dtype> dtype;  // the blocks' products; default: the checkpoint's
@@ -82,11 +84,7 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
   // A preset's weights were drawn from its seed's generator: sampling continues it, as the book's
   // torch.manual_seed(S); model = GPTModel(cfg); generate(...) does.
   if (!f.model.empty()) f.sampling.generator = m.generator.get();
-  if (f.top_k) {
-    if (*f.top_k < 1 || *f.top_k > m.model->vocab_size())
-      bad_flag("--top-k", *f.top_k, " is not in [1, ", m.model->vocab_size(), "] (the model's vocabulary)");
-    f.sampling.top_k = *f.top_k;
-  }
+  apply_sampling_flags(f.pick, m.model->vocab_size(), f.sampling);
   if (f.eos_id) {
     if (*f.eos_id < 0 || *f.eos_id >= m.model->vocab_size())
       bad_flag("--eos-id", *f.eos_id, " is not in [0, ", m.model->vocab_size(), ")");
@@ -170,10 +168,7 @@ Command add_generate(CLI::App& app) {
       ->required();
   add_number_with_default(sub, "--max-new-tokens", f->sampling.max_new_tokens,
                           "Tokens to add (default: the task's length; text 50)", non_negative<int64_t>());
-  add_number_with_default(sub, "--temperature", f->sampling.temperature,
-                          "Softmax temperature; 0 picks the most likely token", non_negative<double>());
-  add_number(sub, "--top-k", f->top_k, "Sample only among the k most likely tokens, k in [1, vocabulary] (default: all)",
-             positive<int64_t>());
+  add_sampling_flags(sub, f->pick);
   add_number_with_default(sub, "--seed", f->sampling.seed,
                           "Seed of the draws (torch.manual_seed(S); with --model, the weights are drawn first)");
   add_number(sub, "--eos-id", f->eos_id, "Stop when this token is generated (it is not printed)", any<int64_t>());

@@ -59,6 +59,34 @@ Tensor rollout_of(const std::vector<ExploreLayer>& layers, int64_t T) {
 }
 
 // The rollout and the model view's thumbnails of a page whose layers are filled in.
+// Each head's statistics from its (T, T) weights (ExploreHeadStats; induction left unmeasured).
+std::vector<ExploreHeadStats> head_stats(const Tensor& weights) {
+  const Tensor w = weights.contiguous();
+  const int64_t H = w.size(0), T = w.size(1);
+  std::vector<ExploreHeadStats> out(static_cast<size_t>(H));
+  for (int64_t h = 0; h < H; ++h) {
+    ExploreHeadStats& s = out[static_cast<size_t>(h)];
+    double entropy = 0, distance = 0, first = 0, previous = 0;
+    for (int64_t i = 0; i < T; ++i) {
+      const float* row = w.data() + (h * T + i) * T;
+      for (int64_t j = 0; j < T; ++j) {
+        const double a = row[j];
+        if (a > 0) entropy -= a * std::log(a);
+        distance += a * static_cast<double>(i - j);
+      }
+      if (i >= 1) {
+        first += row[0];
+        previous += row[i - 1];
+      }
+    }
+    s.entropy = entropy / static_cast<double>(T);
+    s.distance = distance / static_cast<double>(T);
+    s.first = T > 1 ? first / static_cast<double>(T - 1) : 0.0;
+    s.previous = T > 1 ? previous / static_cast<double>(T - 1) : 0.0;
+  }
+  return out;
+}
+
 void summarise(ExplorePage& p) {
   const int64_t T = static_cast<int64_t>(p.tokens.size());
   p.rollout = rollout_of(p.layers, T);
@@ -70,6 +98,7 @@ void summarise(ExplorePage& p) {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t n = 0; n < cells; ++n) max_over.data()[n] = std::max(max_over.data()[n], w.data()[h * cells + n]);
     l.thumbnails = explore_thumbnail(cat({w, mean(w, 0).unsqueeze(0), max_over}, 0));
+    l.stats = head_stats(w);
   }
 }
 
@@ -395,83 +424,192 @@ void add_attention(ExplorePage& p, const std::string& b, int64_t li, const Atten
   p.layers.push_back(layer);
 }
 
-}  // namespace
-
-ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
-                       std::string title) {
+// One attention LM block on x (1, T, C) as explore_lm shows it.
+struct LmBlock {
+  const Tensor& x;           // the block's input
+  const AttentionTrace& trace;
+  const Tensor& next;        // x + block(x)
+};
+// x = tok_emb.weight[ids] + pos_emb.weight[0:T]; for each block: x = x + block(x)  (1, T, C)
+void walk_lm(AttentionLM& model, const std::vector<int64_t>& ids, const std::function<void(size_t, const LmBlock&)>& f) {
   const int64_t T = static_cast<int64_t>(ids.size());
-  ExplorePage p = model_page(std::move(title), std::move(tokens), T, model.config.context_length);
   model.train(false);
-  // x = tok_emb.weight[ids] + pos_emb.weight[0:T]; for each block: x = x + block(x)  (1, T, C)
   Tensor x = add(model.tok_emb.forward(ids, {1, T}), model.pos_emb.forward(T));
   for (size_t l = 0; l < model.blocks.size(); ++l) {
-    MultiHeadAttention& block = model.blocks[l];
-    const std::string b = "blocks." + std::to_string(l) + ".";
-    const int64_t li = static_cast<int64_t>(l);
     AttentionTrace trace;
-    const Tensor y = block.forward(x, &trace);
+    const Tensor y = model.blocks[l].forward(x, &trace);
     const Tensor next = add(x, y);
-    p.pipeline.push_back(block_input("blocks.", l, x));
-    for (const auto& [w, t] : {std::pair{"W_query", &block.W_query.weight}, {"W_key", &block.W_key.weight},
-                               {"W_value", &block.W_value.weight}})
-      p.pipeline.push_back(step(b + w + ".weight", std::string(w) + ".weight: head h uses rows h D .. h D + D - 1",
-                                *t, false, {}, li));
-    add_attention(p, b, li, trace, block, [&](const std::string& name, const std::string& w, const Tensor& t) {
-      return step(b + name, name + " = x @ " + w + ".T, per head (T, D)", t, true,
-                  {{b + "input", "i", "*"}, {b + w + ".weight", "hj", "*"}}, li);
-    });
-    p.pipeline.push_back(step(b + "out_proj.weight", "out_proj.weight (C, C)", block.out_proj.weight, false, {}, li));
-    ExploreStep out = step(b + "output", "x + out_proj(context): the residual stream after the block",
-                           next.select(0, 0).contiguous(), false,
-                           {{b + "input", "i", "j"}, {b + "context", "i", "*"}, {b + "out_proj.weight", "j", "*"}}, li);
-    out.index_prefix = "[0]";
-    p.pipeline.push_back(out);
+    f(l, {x, trace, next});
     x = next;
   }
-  summarise(p);
-  return p;
 }
 
-ExplorePage explore_gpt(GPTModel& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
-                        std::string title) {
+// One GPT block on x (1, T, E): x = x + att(norm1(x)); x = x + ff(norm2(x)), as
+// TransformerBlock::forward computes it in eval mode (no dropout).
+struct GptBlock {
+  const Tensor& x;     // the block's input
+  const Tensor& h1;    // norm1(x)
+  const AttentionTrace& trace;
+  const Tensor& att;   // att(norm1(x))
+  const Tensor& ff;    // ff(norm2(x + att))
+  const Tensor& next;  // x + att + ff
+};
+// x = tok_emb(ids) + pos_emb(arange(T)); every block; `embedded` sees x before the first.
+void walk_gpt(GPTModel& model, const std::vector<int64_t>& ids, const std::function<void(size_t, const GptBlock&)>& f,
+              const std::function<void(const Tensor&)>& embedded = nullptr) {
   const int64_t T = static_cast<int64_t>(ids.size());
-  ExplorePage p = model_page(std::move(title), std::move(tokens), T, model.config.context_length);
-  QKV_CHECK(!model.blocks.empty(), "explore: the GPT model has no blocks (n_layers 0): no attention to show");
   model.train(false);
-  // x = tok_emb(ids) + pos_emb(arange(T))                                          (1, T, E)
   std::vector<int64_t> positions(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) positions[static_cast<size_t>(t)] = t;
   Tensor x = add(model.tok_emb.forward(ids, {1, T}), model.pos_emb.forward(positions, {T}));
-  auto rows = [](const Tensor& t) { return t.select(0, 0).contiguous(); };  // (1, T, E) -> (T, E)
+  if (embedded) embedded(x);
   for (size_t l = 0; l < model.blocks.size(); ++l) {
     TransformerBlock& block = model.blocks[l];
-    const std::string b = "trf_blocks." + std::to_string(l) + ".";
-    const int64_t li = static_cast<int64_t>(l);
-    // x = x + att(norm1(x)); x = x + ff(norm2(x)), as TransformerBlock::forward (eval: no dropout)
     const Tensor h1 = block.norm1.forward(x);
     AttentionTrace trace;
     const Tensor att = block.att.forward(h1, &trace);
     const Tensor mid = add(x, att);
     const Tensor ff = block.ff.forward(block.norm2.forward(mid));
     const Tensor next = add(mid, ff);
-    p.pipeline.push_back(block_input("trf_blocks.", l, x));
-    p.pipeline.push_back(step(b + "norm1", "norm1(x): each row normalised, times scale, plus shift", rows(h1), false,
+    f(l, {x, h1, trace, att, ff, next});
+    x = next;
+  }
+}
+
+// The induction score of every head (ExploreHeadStats::induction): the weights of each layer,
+// `weights_of(ids)`, on n random ids repeated once.
+void measure_induction(ExplorePage& p, int64_t vocab, int64_t context_length, const ExploreModelOptions& o,
+                       const std::function<std::vector<Tensor>(const std::vector<int64_t>&)>& weights_of) {
+  const int64_t n = o.induction_tokens;
+  if (n == 0) return;
+  QKV_CHECK(n >= 2 && 2 * n <= context_length, "explore: the induction score's ", n,
+            " random tokens repeated once must fit the context length ", context_length, " (and n >= 2)");
+  std::vector<int64_t> ids(static_cast<size_t>(2 * n));
+  uint64_t state = o.induction_seed;
+  for (int64_t t = 0; t < n; ++t) {  // SplitMix64
+    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    ids[static_cast<size_t>(t)] = ids[static_cast<size_t>(t + n)] = static_cast<int64_t>(z % static_cast<uint64_t>(vocab));
+  }
+  const std::vector<Tensor> weights = weights_of(ids);
+  QKV_CHECK(weights.size() == p.layers.size(), "explore: the induction pass saw ", weights.size(), " layers, not ",
+            p.layers.size());
+  for (size_t l = 0; l < weights.size(); ++l) {
+    const Tensor w = weights[l].contiguous();  // (H, 2n, 2n)
+    const int64_t H = w.size(0), T = 2 * n;
+    for (int64_t h = 0; h < H; ++h) {
+      double sum = 0;
+      for (int64_t i = n; i < T; ++i) sum += w.data()[(h * T + i) * T + (i - n + 1)];
+      p.layers[l].stats[static_cast<size_t>(h)].induction = sum / static_cast<double>(n);
+    }
+  }
+}
+
+// The logit lens of x (1, T, E), one row of the lens: final_norm -> out_head -> softmax, top k.
+void lens_row(ExploreLens& lens, GPTModel& model, const Tensor& x, const Tokenizer* tokenizer) {
+  const Tensor logits = model.out_head.forward(model.final_norm.forward(x)).select(0, 0).contiguous();  // (T, V)
+  const int64_t T = logits.size(0), V = logits.size(1), k = std::min(lens.top, V);
+  std::vector<int64_t> order(static_cast<size_t>(V));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* z = logits.data() + t * V;
+    float hi = -kInf;
+    for (int64_t v = 0; v < V; ++v) hi = std::max(hi, z[v]);
+    double total = 0;
+    for (int64_t v = 0; v < V; ++v) total += std::exp(static_cast<double>(z[v]) - hi);
+    for (int64_t v = 0; v < V; ++v) order[static_cast<size_t>(v)] = v;
+    // the k largest logits, the first id on ties (as argmax)
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [z](int64_t a, int64_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+    for (int64_t r = 0; r < lens.top; ++r) {
+      const int64_t id = r < k ? order[static_cast<size_t>(r)] : -1;
+      lens.ids.push_back(id);
+      lens.probs.push_back(id < 0 ? 0.0f : static_cast<float>(std::exp(static_cast<double>(z[id]) - hi) / total));
+      if (id >= 0 && !lens.words.count(id)) lens.words[id] = tokenizer ? tokenizer->token_text(id) : std::to_string(id);
+    }
+  }
+}
+
+}  // namespace
+
+ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
+                       std::string title, const ExploreModelOptions& options) {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  ExplorePage p = model_page(std::move(title), std::move(tokens), T, model.config.context_length);
+  p.generated_from = options.generated_from;
+  p.ids = ids;
+  walk_lm(model, ids, [&](size_t l, const LmBlock& k) {
+    MultiHeadAttention& block = model.blocks[l];
+    const std::string b = "blocks." + std::to_string(l) + ".";
+    const int64_t li = static_cast<int64_t>(l);
+    p.pipeline.push_back(block_input("blocks.", l, k.x));
+    for (const auto& [w, t] : {std::pair{"W_query", &block.W_query.weight}, {"W_key", &block.W_key.weight},
+                               {"W_value", &block.W_value.weight}})
+      p.pipeline.push_back(step(b + w + ".weight", std::string(w) + ".weight: head h uses rows h D .. h D + D - 1",
+                                *t, false, {}, li));
+    add_attention(p, b, li, k.trace, block, [&](const std::string& name, const std::string& w, const Tensor& t) {
+      return step(b + name, name + " = x @ " + w + ".T, per head (T, D)", t, true,
+                  {{b + "input", "i", "*"}, {b + w + ".weight", "hj", "*"}}, li);
+    });
+    p.pipeline.push_back(step(b + "out_proj.weight", "out_proj.weight (C, C)", block.out_proj.weight, false, {}, li));
+    ExploreStep out = step(b + "output", "x + out_proj(context): the residual stream after the block",
+                           k.next.select(0, 0).contiguous(), false,
+                           {{b + "input", "i", "j"}, {b + "context", "i", "*"}, {b + "out_proj.weight", "j", "*"}}, li);
+    out.index_prefix = "[0]";
+    p.pipeline.push_back(out);
+  });
+  summarise(p);
+  measure_induction(p, model.vocab_size(), model.context_length(), options, [&](const std::vector<int64_t>& r) {
+    std::vector<Tensor> w;
+    walk_lm(model, r, [&](size_t, const LmBlock& k) { w.push_back(k.trace.weights.select(0, 0).contiguous()); });
+    return w;
+  });
+  return p;
+}
+
+ExplorePage explore_gpt(GPTModel& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
+                        std::string title, const ExploreModelOptions& options) {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  ExplorePage p = model_page(std::move(title), std::move(tokens), T, model.config.context_length);
+  QKV_CHECK(!model.blocks.empty(), "explore: the GPT model has no blocks (n_layers 0): no attention to show");
+  QKV_CHECK(options.lens_top >= 0, "explore: lens_top is ", options.lens_top, "; expected >= 0");
+  p.generated_from = options.generated_from;
+  p.ids = ids;
+  p.lens.top = options.lens_top;
+  auto rows = [](const Tensor& t) { return t.select(0, 0).contiguous(); };  // (1, T, E) -> (T, E)
+  auto lens = [&](const std::string& name, const Tensor& x) {
+    if (options.lens_top == 0) return;
+    p.lens.rows.push_back(name);
+    lens_row(p.lens, model, x, options.tokenizer);
+  };
+  walk_gpt(model, ids, [&](size_t l, const GptBlock& k) {
+    TransformerBlock& block = model.blocks[l];
+    const std::string b = "trf_blocks." + std::to_string(l) + ".";
+    const int64_t li = static_cast<int64_t>(l);
+    p.pipeline.push_back(block_input("trf_blocks.", l, k.x));
+    p.pipeline.push_back(step(b + "norm1", "norm1(x): each row normalised, times scale, plus shift", rows(k.h1), false,
                               {{b + "input", "i", "*"}}, li));
-    add_attention(p, b, li, trace, block.att, [&](const std::string& name, const std::string& w, const Tensor& t) {
+    add_attention(p, b, li, k.trace, block.att, [&](const std::string& name, const std::string& w, const Tensor& t) {
       return step(b + name, name + " = norm1(x) @ att." + w + ".T (+ bias), per head (T, D)", t, true,
                   {{b + "norm1", "i", "*"}}, li);
     });
     p.pipeline.push_back(step(b + "attention", "att(norm1(x)) = out_proj(heads' context concatenated), (T, E)",
-                              rows(att), false, {{b + "context", "i", "*"}}, li));
+                              rows(k.att), false, {{b + "context", "i", "*"}}, li));
     p.pipeline.push_back(step(b + "ff", "ff(norm2(x + att)): Linear(E, 4E) -> GELU -> Linear(4E, E), (T, E)",
-                              rows(ff), false, {{b + "attention", "i", "*"}}, li));
-    ExploreStep out = step(b + "output", "x + att + ff: the residual stream after the block", rows(next), false,
+                              rows(k.ff), false, {{b + "attention", "i", "*"}}, li));
+    ExploreStep out = step(b + "output", "x + att + ff: the residual stream after the block", rows(k.next), false,
                            {{b + "input", "i", "j"}, {b + "attention", "i", "j"}, {b + "ff", "i", "j"}}, li);
     out.index_prefix = "[0]";
     p.pipeline.push_back(out);
-    x = next;
-  }
+    lens("block " + std::to_string(l), k.next);
+  }, [&](const Tensor& x) { lens("embeddings", x); });
   summarise(p);
+  measure_induction(p, model.vocab_size(), model.context_length(), options, [&](const std::vector<int64_t>& r) {
+    std::vector<Tensor> w;
+    walk_gpt(model, r, [&](size_t, const GptBlock& k) { w.push_back(k.trace.weights.select(0, 0).contiguous()); });
+    return w;
+  });
   return p;
 }
 

@@ -152,6 +152,9 @@ int64_t estimate_page_bytes(const ExplorePage& page, ExplorePrecision p) {
     bytes += (stored_elements(t, tri) * bytes_per(p) + 2) / 3 * 4 + 256;
   });
   for (const std::string& s : page.tokens) bytes += static_cast<int64_t>(s.size()) * 6 + 4;
+  for (const ExploreLayer& l : page.layers) bytes += static_cast<int64_t>(l.stats.size()) * 160;
+  bytes += static_cast<int64_t>(page.lens.ids.size()) * 24;  // an id and a probability as JSON numbers
+  for (const auto& [id, text] : page.lens.words) bytes += static_cast<int64_t>(text.size()) * 6 + 12;
   for (const ExploreStep& s : page.pipeline) bytes += static_cast<int64_t>(s.caption.size()) + 256;
   return bytes;
 }
@@ -188,7 +191,12 @@ std::string explore_html(const ExplorePage& page, ExplorePrecision p) {
   for (size_t l = 0; l < page.layers.size(); ++l) {
     const ExploreLayer& L = page.layers[l];
     const std::string n = "layer" + std::to_string(l) + ".";
+    nlohmann::json stats = nlohmann::json::array();
+    for (const ExploreHeadStats& h : L.stats)  // induction null when not measured
+      stats.push_back({{"entropy", h.entropy}, {"distance", h.distance}, {"first", h.first}, {"previous", h.previous},
+                       {"induction", std::isnan(h.induction) ? nlohmann::json() : nlohmann::json(h.induction)}});
     layers.push_back({{"weights", tensors.add(n + "weights", L.weights)},
+                      {"stats", stats},
                       {"queries", tensors.add(n + "queries", L.queries)},
                       {"keys", tensors.add(n + "keys", L.keys)},
                       {"thumbnails", tensors.add(n + "thumbnails", L.thumbnails)},
@@ -207,7 +215,15 @@ std::string explore_html(const ExplorePage& page, ExplorePrecision p) {
                       {"layers", layers},
                       {"rollout", tensors.add("rollout", page.rollout)},
                       {"rolloutThumbnail", tensors.add("rollout_thumbnail", page.rollout_thumbnail)},
-                      {"pipeline", steps}};
+                      {"pipeline", steps},
+                      {"generatedFrom", page.generated_from}};
+  if (!page.ids.empty()) j["ids"] = page.ids;
+  if (!page.lens.rows.empty()) {
+    nlohmann::json words = nlohmann::json::object();
+    for (const auto& [id, text] : page.lens.words) words[std::to_string(id)] = text;
+    j["lens"] = {{"rows", page.lens.rows}, {"top", page.lens.top}, {"ids", page.lens.ids},
+                 {"probs", page.lens.probs}, {"words", words}};
+  }
   j["tensors"] = std::move(tensors.json());
   // Labels may be any bytes (a GPT-2 token can be half a character): invalid UTF-8 becomes U+FFFD.
   std::string data = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

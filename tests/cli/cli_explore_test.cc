@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_runner.h"
 #include "qkv/core/generator.h"
 #include "qkv/io/atomic_file.h"
@@ -85,6 +87,57 @@ TEST_F(ExploreCli, AGptModelsFileGivesAPageOfEveryLayerAndHead) {
   refused("explore --model gpt2-tiny --text hi", 1, "unknown GPT preset 'gpt2-tiny'");
   refused("explore --model gpt2-small --checkpoint gpt", 2, "not both");
   refused("explore --model gpt2-small --num-heads 3", 2, "does not apply to --model");
+}
+
+// The page's data: the JSON inside its <script id="qkv-data"> element.
+nlohmann::json page_data(const std::string& html) {
+  const std::string open = "<script id=\"qkv-data\" type=\"application/json\">";
+  const size_t a = html.find(open), b = html.find("</script>", a);
+  EXPECT_NE(a, std::string::npos);
+  return nlohmann::json::parse(html.substr(a + open.size(), b - a - open.size()));
+}
+
+TEST_F(ExploreCli, GeneratedTokensAreQkvGeneratesAndMarked) {
+  GPTConfig c;
+  c.context_length = 16;
+  c.emb_dim = 8;
+  c.n_layers = 2;
+  c.qkv_bias = true;
+  c.attention.heads = 2;
+  set_head_dim(c);
+  Generator gen(6);
+  GPTModel model(c, gen);
+  std::filesystem::create_directories(path("gpt"));
+  save_safetensors(path("gpt/model.safetensors"), gpt_state_in_layout(model, GptLayout::kHuggingFace));
+  write_file_atomically(path("gpt/config.json"), hugging_face_config_json(model.config));
+  const std::string text = "'Every effort moves you'";  // 4 tokens
+  for (const std::string& pick : {std::string("--temperature 0"), std::string("--temperature 1.3 --top-k 7 --seed 9")}) {
+    const Result r = run("explore --weights gpt --text " + text + " --generate 6 " + pick + " --out page.html");
+    ASSERT_EQ(r.status, 0) << pick << "\n" << r.err;
+    const nlohmann::json d = page_data(slurp(path("page.html")));
+    const Result g = run("generate --weights gpt --prompt " + text + " --max-new-tokens 6 " + pick + " --json");
+    ASSERT_EQ(g.status, 0) << g.err;
+    const nlohmann::json want = nlohmann::json::parse(g.out);
+    EXPECT_EQ(d["ids"], want["ids"]) << pick;
+    EXPECT_EQ(d["generatedFrom"], 4) << pick;
+    EXPECT_EQ(d["tokens"].size(), 10u);
+    EXPECT_NE(d["title"].get<std::string>().find("+ 6 generated token(s)"), std::string::npos) << d["title"];
+    // the head-patterns table (induction measured) and the logit lens: embeddings and both blocks
+    EXPECT_TRUE(d["layers"][1]["stats"][1]["induction"].is_number());
+    EXPECT_EQ(d["lens"]["rows"], nlohmann::json({"embeddings", "block 0", "block 1"}));
+    EXPECT_EQ(d["lens"]["ids"].size(), 3u * 10u * 5u);
+    if (pick == "--temperature 0") {  // greedy: the last layer's top token at each generated step is the next id
+      for (int t = 3; t < 9; ++t)
+        EXPECT_EQ(d["lens"]["ids"][(2 * 10 + t) * 5], d["ids"][t + 1]) << "position " << t;
+    }
+    std::filesystem::remove(path("page.html"));
+  }
+  refused("explore --weights gpt --text " + text + " --generate 13", 1, "lower --generate");
+  refused("explore --weights gpt --text " + text + " --temperature 0.5", 2, "--temperature: picks generated tokens");
+  refused("explore --weights gpt --text " + text + " --generate 2 --top-k 50258", 2, "--top-k: 50258 is not in [1, 50257]");
+  refused("explore --weights gpt --checkpoint gpt --text hi", 2, "not both");
+  refused("explore --checkpoint gpt --seed 3 --text hi", 2, "--seed: does not apply to --checkpoint without --generate");
+  refused("explore --generate 2 " + mha, 2, "--generate: needs a model");
 }
 
 TEST_F(ExploreCli, ModuleFlagsThatDoNotFitAreUsageErrors) {

@@ -20,9 +20,12 @@ async function open(browser, file, hash) {
 }
 const readout = (page) => page.$eval("#readout", (e) => e.textContent);
 async function canvasPoint(page, p) { const r = await page.$eval("#view", (c) => { const b = c.getBoundingClientRect(); return { x: b.left, y: b.top }; }); return { x: r.x + p.x, y: r.y + p.y }; }
-async function hoverAt(page, p) {
-  await page.evaluate((y) => { const b = document.getElementById("view").getBoundingClientRect(); if (b.top + y < 80 || b.top + y > innerHeight - 80) scrollBy(0, b.top + y - innerHeight / 2); }, p.y);
-  const q = await canvasPoint(page, p); await page.mouse.move(q.x, q.y); return readout(page); }
+// Scrolls point p of the canvas into the window (a large page's canvas outgrows it).
+async function scrollTo(page, p) {
+  await page.evaluate(([x, y]) => { const b = document.getElementById("view").getBoundingClientRect(); if (b.top + y < 80 || b.top + y > innerHeight - 80) scrollBy(0, b.top + y - innerHeight / 2);
+    if (b.left + x < 40 || b.left + x > innerWidth - 40) { const w = document.getElementById("wrap"); w.scrollLeft += b.left + x - innerWidth / 2; } }, [p.x, p.y]); }
+async function hoverAt(page, p) { await scrollTo(page, p); const q = await canvasPoint(page, p); await page.mouse.move(q.x, q.y); return readout(page); }
+async function clickAt(page, p) { await scrollTo(page, p); const q = await canvasPoint(page, p); await page.mouse.click(q.x, q.y); }
 async function notBlank(page, name) {
   const png = await page.locator("#view").screenshot({ path: `${spec.shots}/${name}.png` });
   const colours = await page.evaluate(() => { const c = document.getElementById("view"), g = c.getContext("2d"); const d = g.getImageData(0, 0, c.width, c.height).data; const s = new Set(); for (let i = 0; i < d.length; i += 4 * 97) s.add(d[i] + "," + d[i + 1] + "," + d[i + 2]); return s.size; });
@@ -115,7 +118,7 @@ async function setView(page, v) { await page.click(`nav button[data-view='${v}']
     check(thumbs.some((t) => t.kind === "rollout") && thumbs.some((t) => t.kind === "mean") && thumbs.some((t) => t.kind === "max"), `${pg.name}: mean, max and rollout thumbnails`);
     await notBlank(page, `${pg.name}.model`);
     const last = heads[heads.length - 1];
-    await page.mouse.click(...Object.values(await canvasPoint(page, last)));
+    await clickAt(page, last);
     const st = await page.evaluate(() => ({ ...window.qkvExplore.state }));
     check(st.view === "heads" && st.layer === last.layer && st.head === last.head, `${pg.name}: clicking thumbnail (${last.layer}, ${last.head}) opens it`);
     // neuron view
@@ -146,6 +149,45 @@ async function setView(page, v) { await page.click(`nav button[data-view='${v}']
         if (!/^-?(\d+\.\d{4}|inf)$/.test(m[3]) || !fill || fill === "none") continue; const a = lum(fill), b = lum(m[2]); worst = Math.min(worst, (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05)); ++n; }
       return { worst, n }; });
     check(contrast.n > 0 && contrast.worst >= 4.5, `${pg.name}: neuron view numbers contrast with their cells (${contrast.n} numbers, worst ${contrast.worst.toFixed(2)}:1)`);
+    // the head-patterns table: sorting by the induction score puts the page's largest first; its
+    // row reads the page's numbers; clicking it opens that head
+    if (pg.patterns) {
+      await setView(page, "patterns");
+      await clickAt(page, await page.evaluate(() => window.qkvExplore.sortBy("induction")));
+      const st = await page.evaluate(() => ({ ...window.qkvExplore.state }));
+      const best = await page.evaluate(() => { let b = null; window.qkvExplore.data.layers.forEach((l, li) => l.stats.forEach((s, h) => { if (s.induction !== null && (!b || s.induction > b.v)) b = { v: s.induction, layer: li, head: h }; })); return b; });
+      const first = await page.evaluate(() => window.qkvExplore.patternRow(0));
+      check(best !== null && st.sort === "induction" && st.desc && first.row.layer === best.layer && first.row.head === best.head && page.url().includes("sort=induction&desc=1"),
+            `${pg.name}: sorting by induction puts layer ${best && best.layer} head ${best && best.head} (${best && best.v}) first (got ${first.row.layer}, ${first.row.head})`);
+      const text = await hoverAt(page, first);
+      check(text.startsWith(`layer ${best.layer} head ${best.head}: `) && text.includes(`induction ${best.v.toFixed(4)}`), `${pg.name}: the row reads '${text.split("\n")[0]}'`);
+      await notBlank(page, `${pg.name}.patterns`);
+      await clickAt(page, first);
+      const opened = await page.evaluate(() => ({ ...window.qkvExplore.state }));
+      check(opened.view === "heads" && opened.layer === best.layer && opened.head === best.head, `${pg.name}: clicking the row opens layer ${best.layer} head ${best.head} (${opened.view}, ${opened.layer}, ${opened.head})`);
+      await page.evaluate(() => { window.qkvExplore.state.solo = -1; window.qkvExplore.render(); });
+      await setView(page, "neuron");
+    }
+    // generated tokens: the ids are qkv generate's, marked in the query list and drawn apart in
+    // the heads view; the lens's last row at each generated step predicts the token that came next
+    if (pg.generated) {
+      const d = await page.evaluate(() => ({ ids: window.qkvExplore.data.ids, from: window.qkvExplore.data.generatedFrom, opts: [...document.querySelectorAll("#query option")].map((o) => o.textContent) }));
+      check(JSON.stringify(d.ids) === JSON.stringify(pg.generated.ids) && d.from === pg.generated.from, `${pg.name}: the page's ids are qkv generate's (${d.ids}) from ${d.from}`);
+      const marked = d.opts.map((t) => t.endsWith("(generated)")), want = d.ids.map((_, i) => i >= pg.generated.from);
+      check(JSON.stringify(marked) === JSON.stringify(want), `${pg.name}: exactly the generated tokens are marked in the query list (${marked})`);
+      await setView(page, "heads");
+      const green = await page.evaluate(() => { const c = document.getElementById("view"), px = c.getContext("2d").getImageData(0, 0, c.width, c.height).data; let n = 0; for (let i = 0; i < px.length; i += 4) if (px[i] === 0x0a && px[i + 1] === 0x7d && px[i + 2] === 0x32) ++n; return n; });
+      check(green > 20, `${pg.name}: the heads view draws generated tokens in their colour (${green} pixels)`);
+      await setView(page, "lens");
+      const R = await page.evaluate(() => window.qkvExplore.data.lens.rows.length), T = d.ids.length;
+      for (let t = pg.generated.from - 1; t < T - 1; ++t) {
+        const r = await hoverAt(page, await page.evaluate(([t, r]) => window.qkvExplore.lensCell(t, r), [t, R - 1]));
+        const next = await page.evaluate((t) => window.qkvExplore.data.tokens[t + 1], t);
+        check(r.startsWith(`position ${t} `) && r.includes(`block ${R - 2} through final_norm and out_head: "${next}" `), `${pg.name}: the lens's last row at position ${t} predicts the next token "${next}" ('${r.split("\n")[0]}')`);
+      }
+      await notBlank(page, `${pg.name}.lens`);
+      await setView(page, "neuron");
+    }
     // export
     const svg = await page.evaluate(() => window.qkvExplore.exportSVG()), png = await page.evaluate(() => window.qkvExplore.exportPNG());
     check(svg.startsWith("<svg") && svg.length > 1000 && png.startsWith("data:image/png;base64,") && png.length > 1000, `${pg.name}: PNG and SVG export (${png.length}, ${svg.length} chars)`);

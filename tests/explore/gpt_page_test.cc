@@ -1,9 +1,12 @@
 // explore_gpt (qkv/explore/explore.h): the explorer's page of the book's GPT model. Its blocks are
 // run one by one (to show norm1, the attention, the feed-forward and the residual stream), so each
 // layer's weights must be those GPTModel::forward records for that layer, and the last block's
-// residual stream through final_norm and out_head must give the forward's logits.
+// residual stream through final_norm and out_head must give the forward's logits. The head-patterns
+// statistics are their formulas over the forward's weights, the induction score's over a forward of
+// the documented repeated sequence, and the logit lens is each residual stream through the head.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -59,6 +62,138 @@ TEST(ExploreGpt, EveryLayersWeightsAndTheResidualStreamAreTheForwards) {
   int steps = 0;
   for (const ExploreStep& s : page.pipeline) steps += s.name.rfind("trf_blocks.1.", 0) == 0;
   EXPECT_EQ(steps, 10);
+}
+
+GPTModel tiny_gpt(int64_t layers, uint64_t seed) {
+  GPTConfig c;
+  c.vocab_size = 41;
+  c.context_length = 16;
+  c.emb_dim = 16;
+  c.n_layers = layers;
+  c.qkv_bias = true;
+  c.attention.heads = 4;
+  set_head_dim(c);
+  Generator gen(seed);
+  return GPTModel(c, gen);
+}
+
+// The (H, T, T) weights of every layer of `model` on ids, as its forward records them.
+std::vector<Tensor> forward_weights(GPTModel& model, const std::vector<int64_t>& ids) {
+  model.eval();
+  model.record_traces(true);
+  model.forward(ids, 1, static_cast<int64_t>(ids.size()));
+  std::vector<Tensor> out;
+  for (const auto& t : model.traces()) out.push_back(t.weights.select(0, 0).contiguous());
+  model.record_traces(false);
+  return out;
+}
+
+TEST(ExploreGpt, HeadPatternsAreTheirFormulasOverTheForwardsWeights) {
+  GPTModel model = tiny_gpt(2, 5);
+  const std::vector<int64_t> ids = {3, 17, 40, 0, 9, 9, 22, 5, 17, 40};
+  const int64_t T = static_cast<int64_t>(ids.size()), n = 6;
+  const double Td = static_cast<double>(T), nd = static_cast<double>(n);
+  ExploreModelOptions o;
+  o.induction_tokens = n;
+  o.induction_seed = 77;
+  const ExplorePage page = explore_gpt(model, ids, std::vector<std::string>(ids.size(), "t"), "tiny", o);
+  const std::vector<Tensor> w = forward_weights(model, ids);
+  // the documented sequence: SplitMix64 from the seed, each value mod the vocabulary, n ids twice
+  std::vector<int64_t> rep(2 * n);
+  uint64_t state = 77;
+  for (int64_t t = 0; t < n; ++t) {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    rep[t] = rep[t + n] = static_cast<int64_t>(z % 41);
+  }
+  const std::vector<Tensor> wr = forward_weights(model, rep);
+  for (size_t l = 0; l < 2; ++l) {
+    ASSERT_EQ(page.layers[l].stats.size(), 4u);
+    for (int64_t h = 0; h < 4; ++h) {
+      auto a = [&](int64_t i, int64_t j) { return static_cast<double>(w[l].at({h, i, j})); };
+      double entropy = 0, distance = 0, first = 0, previous = 0, induction = 0;
+      for (int64_t i = 0; i < T; ++i) {
+        for (int64_t j = 0; j <= i; ++j) {
+          entropy -= a(i, j) * std::log(a(i, j));
+          distance += a(i, j) * static_cast<double>(i - j);
+        }
+        if (i > 0) {
+          first += a(i, 0);
+          previous += a(i, i - 1);
+        }
+      }
+      for (int64_t i = n; i < 2 * n; ++i) induction += wr[l].at({h, i, i - n + 1});
+      const ExploreHeadStats& s = page.layers[l].stats[h];
+      EXPECT_NEAR(s.entropy, entropy / Td, 1e-6) << l << " " << h;
+      EXPECT_NEAR(s.distance, distance / Td, 1e-5) << l << " " << h;
+      EXPECT_NEAR(s.first, first / (Td - 1), 1e-6) << l << " " << h;
+      EXPECT_NEAR(s.previous, previous / (Td - 1), 1e-6) << l << " " << h;
+      EXPECT_NEAR(s.induction, induction / nd, 1e-6) << l << " " << h;
+      // within their ranges: an untrained head spreads its weight (entropy above 0, below uniform's)
+      EXPECT_GT(s.entropy, 0.1);
+      EXPECT_LT(s.entropy, std::log(static_cast<double>(T)));
+    }
+  }
+  // not measured: NaN, which the page shows as a dash
+  const ExplorePage plain = explore_gpt(model, ids, std::vector<std::string>(ids.size(), "t"), "tiny");
+  EXPECT_TRUE(std::isnan(plain.layers[0].stats[0].induction));
+  EXPECT_TRUE(plain.lens.rows.empty());
+  // a repeated sequence beyond the context is refused
+  o.induction_tokens = 9;  // 18 > 16
+  EXPECT_THROW(explore_gpt(model, ids, std::vector<std::string>(ids.size(), "t"), "tiny", o), Error);
+}
+
+// The top k of softmax(z) over V logits: (id, probability), the first id on ties.
+std::vector<std::pair<int64_t, double>> top_k(const float* z, int64_t V, int64_t k) {
+  double hi = -INFINITY, total = 0;
+  for (int64_t v = 0; v < V; ++v) hi = std::max(hi, static_cast<double>(z[v]));
+  for (int64_t v = 0; v < V; ++v) total += std::exp(z[v] - hi);
+  std::vector<std::pair<int64_t, double>> all;
+  for (int64_t v = 0; v < V; ++v) all.push_back({v, std::exp(z[v] - hi) / total});
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  all.resize(static_cast<size_t>(k));
+  return all;
+}
+
+TEST(ExploreGpt, TheLogitLensIsEachResidualStreamThroughTheHead) {
+  GPTModel model = tiny_gpt(3, 11);
+  const std::vector<int64_t> ids = {1, 2, 3, 4, 5, 6, 7};
+  const int64_t T = 7, V = 41, k = 3;
+  ExploreModelOptions o;
+  o.lens_top = k;
+  o.generated_from = 4;
+  const ExplorePage page = explore_gpt(model, ids, std::vector<std::string>(ids.size(), "t"), "tiny", o);
+  EXPECT_EQ(page.generated_from, 4);
+  EXPECT_EQ(page.ids, ids);
+  ASSERT_EQ(page.lens.rows, (std::vector<std::string>{"embeddings", "block 0", "block 1", "block 2"}));
+  ASSERT_EQ(page.lens.ids.size(), static_cast<size_t>(4 * T * k));
+  // each row's residual stream, from the page's own steps (checked against the forward above)
+  auto stream = [&](const std::string& name) {
+    for (const ExploreStep& s : page.pipeline)
+      if (s.name == name) return s.value;
+    ADD_FAILURE() << "no step " << name;
+    return Tensor();
+  };
+  model.eval();
+  const Tensor logits = model.forward(ids, 1, T).select(0, 0).contiguous();  // the model's own, (T, V)
+  const std::vector<Tensor> rows = {
+      model.out_head.forward(model.final_norm.forward(stream("trf_blocks.0.input").unsqueeze(0))).select(0, 0).contiguous(),
+      model.out_head.forward(model.final_norm.forward(stream("trf_blocks.0.output").unsqueeze(0))).select(0, 0).contiguous(),
+      model.out_head.forward(model.final_norm.forward(stream("trf_blocks.1.output").unsqueeze(0))).select(0, 0).contiguous(),
+      logits};
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (int64_t t = 0; t < T; ++t) {
+      const auto want = top_k(rows[r].data() + t * V, V, k);
+      for (int64_t q = 0; q < k; ++q) {
+        const size_t at = (r * T + t) * k + q;
+        EXPECT_EQ(page.lens.ids[at], want[q].first) << "row " << r << " position " << t << " rank " << q;
+        EXPECT_NEAR(page.lens.probs[at], want[q].second, 1e-6) << "row " << r << " position " << t << " rank " << q;
+      }
+    }
+  // without a tokenizer, the words are the ids
+  EXPECT_EQ(page.lens.words.at(page.lens.ids[0]), std::to_string(page.lens.ids[0]));
 }
 
 TEST(ExploreGpt, AModelWithoutBlocksIsRefused) {

@@ -155,6 +155,17 @@ def main():
         pages.append({"name": "checkpoint", "file": lm, "thumbs": 8,
                       "sources": [r"^blocks\.0\.input$", r"\.weight$"],
                       "linkHover": ["blocks.0.queries", "blocks.0.attn_weights", "blocks.0.context", "blocks.0.output"]})
+        # 3b. an untrained GPT-2 small continuing its text greedily (--generate): the page's ids are
+        # qkv generate's, the generated ones marked; the head-patterns table sorts and opens heads;
+        # the logit lens's last row predicts each generated token (greedy: the model's argmax)
+        gp = os.path.join(tmp, "gpt.html")
+        gpt_args = ["--model", "gpt2-small", "--seed", "123", "--temperature", "0"]
+        run([qkv, "explore", *gpt_args, "--text", "Hello, I am", "--generate", "5", "--out", gp])
+        g = json.loads(run([qkv, "generate", *gpt_args, "--prompt", "Hello, I am", "--max-new-tokens", "5", "--json"]))
+        pages.append({"name": "gpt", "file": gp, "thumbs": 144, "patterns": True,
+                      "generated": {"ids": g["ids"], "from": g["prompt_tokens"]},
+                      "sources": [r"^trf_blocks\.0\.input$"], "linkHover": ["trf_blocks.0.attn_weights"]})
+        pages[-2]["patterns"] = True  # the trained attention LM's table too
         # 4. labels that are markup: shown as text, nothing runs
         bad = os.path.join(tmp, "hostile.html")
         run([qkv, "explore", "--text", HOSTILE, *MHA, "--out", bad])

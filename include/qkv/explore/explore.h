@@ -5,6 +5,10 @@
 //   layers     one per attention block (the chapter's modules have one): the softmax weights
 //              (H, T, T), queries (H, T, D) and keys (H, T, D) per query head (grouped keys
 //              repeated), for the head, model and neuron views
+//   stats      per layer and head, the head-patterns table's statistics (ExploreHeadStats)
+//   lens       for a GPT model, the logit lens: per layer and position the tokens the residual stream
+//              would predict through the final LayerNorm and the head
+//   generated_from  with qkv explore --generate, the first generated token (the rest is the prompt)
 //   rollout    (T, T) attention rollout across the layers (Abnar & Zuidema 2020: per layer the
 //              head-mean weights plus the identity, rows normalised, multiplied layer by layer)
 //   pipeline   the steps of the computation in order (inputs, W_query, ..., scores, mask, what
@@ -19,6 +23,8 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +33,7 @@
 #include "qkv/modules/attention_module.h"
 #include "qkv/models/attention_lm.h"
 #include "qkv/models/gpt.h"
+#include "qkv/models/tokenizer.h"
 
 namespace qkv {
 
@@ -50,6 +57,18 @@ struct ExploreStep {
   std::string index_prefix;  // indices before the shown ones, e.g. "[0]" for batch item 0
 };
 
+// One head's statistics over the page's query rows i (weights w = the layer's (T, T) for the head).
+struct ExploreHeadStats {
+  double entropy = 0;   // mean over i of -sum_j w[i][j] ln w[i][j] (nats): 0 for one key, ln(i + 1) for uniform
+  double distance = 0;  // mean over i of sum_j w[i][j] (i - j): how far back the head looks, in tokens
+  double first = 0;     // mean over i >= 1 of w[i][0]: the share on the first token
+  double previous = 0;  // mean over i >= 1 of w[i][i - 1]: the share on the token before
+  // On a sequence of n random tokens repeated (r r, ExploreModelOptions::induction_tokens): mean over
+  // the second copy's queries i of w[i][i - n + 1], the token after the query token's first
+  // occurrence (Olsson et al. 2022's induction heads score ~1). NaN: not measured (not a model).
+  double induction = std::numeric_limits<double>::quiet_NaN();
+};
+
 struct ExploreLayer {
   Tensor weights;  // (H, T, T) softmax weights, before dropout
   Tensor queries;  // (H, T, D)
@@ -62,9 +81,20 @@ struct ExploreLayer {
   // min(T, kExploreThumbnail), each pixel the largest weight of its block of cells (i n / T, j n / T
   // rounded down): the heads, then the mean and the max over the heads.
   Tensor thumbnails;
+  std::vector<ExploreHeadStats> stats;  // (H), from the weights (induction filled for models)
   float softcap = 0;          // 0: none
   std::vector<float> alibi;   // (H) slopes, or empty
   int64_t window = 0;         // 0: none
+};
+
+// The logit lens (nostalgebraist 2020): what each layer's residual stream would predict if the
+// model ended there, x_l -> final_norm -> out_head -> softmax, for every position.
+struct ExploreLens {
+  std::vector<std::string> rows;  // "embeddings", "block 0", ..., "block L-1" (the model's own output)
+  int64_t top = 0;                // tokens kept per row and position
+  std::vector<int64_t> ids;       // (rows, T, top): the most probable ids, most probable first
+  std::vector<float> probs;       // (rows, T, top): their probabilities
+  std::map<int64_t, std::string> words;  // each id's label
 };
 
 struct ExplorePage {
@@ -74,6 +104,9 @@ struct ExplorePage {
   bool causal = true;
   double dropout = 0.0;  // active dropout probability (0: none)
   std::vector<ExploreLayer> layers;
+  std::vector<int64_t> ids;     // the tokens' ids, for a model's page (empty otherwise)
+  int64_t generated_from = -1;  // tokens from here on were generated (qkv explore --generate); -1: none
+  ExploreLens lens;             // empty (no rows) unless the page is a GPT model's
   Tensor rollout;  // (T, T)
   Tensor rollout_thumbnail;  // (n, n), pooled as the layers' thumbnails
   std::vector<ExploreStep> pipeline;
@@ -96,16 +129,27 @@ ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& i
                            const Tensor& inputs, const AttentionTrace& trace, const Tensor& output,
                            std::vector<std::string> tokens, std::string title);
 
+// What a model's page adds to its forward on `ids`.
+struct ExploreModelOptions {
+  int64_t generated_from = -1;  // ids from here on were generated (the page marks them)
+  // The induction score's sequence: n random ids (SplitMix64 from induction_seed, uniform over the
+  // vocabulary) repeated once; 2 n <= the context length; 0: not measured.
+  int64_t induction_tokens = 0;
+  uint64_t induction_seed = 0;
+  int64_t lens_top = 0;                 // GPT: the logit lens's tokens per position (0: no lens)
+  const Tokenizer* tokenizer = nullptr; // the lens's labels (ids as numbers without one)
+};
+
 // Every block of an attention LM on `ids` (one sequence, eval mode, nothing drawn).
 ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
-                       std::string title);
+                       std::string title, const ExploreModelOptions& options = {});
 
 // Every block of the book's GPT model on `ids` (one sequence, eval mode): each block's input,
 // norm1, queries, keys, values, weights and context per head, the attention's and the
 // feed-forward's outputs and the residual stream after it (no weight matrices: GPT-2's would
-// outweigh the page).
+// outweigh the page); with options.lens_top, the logit lens.
 ExplorePage explore_gpt(GPTModel& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
-                        std::string title);
+                        std::string title, const ExploreModelOptions& options = {});
 
 // How the page stores tensors. kAuto: float32 (exact) when the page stays under
 // kExploreExactBytes, else float16 when it fits max_bytes, else 8 bits.
