@@ -36,8 +36,9 @@ struct LoadOptions {
   // Where GPT-2's encoder.json and vocab.bpe are, for models that read text ("": searched as
   // text/vocab_files.h says).
   std::string vocab_dir;
-  // The attention blocks' products, f32 or bf16; default: as the model was saved. A GPT model
-  // loaded in bf16 also keeps its weights in bf16 for generation (GPTModel::keep_bf16_weights).
+  // The attention blocks' products, f32 or bf16 (a GPT model's every product: its feed-forward's and
+  // head's too); default: as the model was saved. A GPT model loaded in bf16 also keeps its weights
+  // in bf16 for generation (GPTModel::keep_bf16_weights).
   std::optional<Dtype> dtype;
   // The head count of a GPT model's file that does not say it (config.json's n_head says it;
   // default GPT-2's for its widths).

@@ -189,8 +189,9 @@ Command add_generate(CLI::App& app) {
          "(default: f32)")
       ->type_name("TYPE");
   add_dtype_flag(sub, "--dtype", [f](Dtype d) { f->dtype = d; },
-                 "The products: f32 | bf16 (bf16 projections; a GPT model keeps every weight in bf16 and decodes with the "
-                 "feed-forward and head in bf16 too, half the bytes per token; default: as the checkpoint was trained)");
+                 "The products: f32 | bf16 (bf16 mode; a GPT model runs every product in it, the feed-forward's and the "
+                 "head's too, and keeps its weights in bf16: half the bytes per token; default: as the checkpoint was "
+                 "trained)");
   sub->add_flag("--json", f->json,
                 "Print {prompt, completion, text, ids (the prompt's and the new), new_ids, prompt_tokens, new_tokens, kv_cache, cache_dtype, dtype, seconds, "
                 "prefill_ms, tokens_per_s, model, stopped} as JSON (seconds: the generation, without loading; "

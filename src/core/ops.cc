@@ -196,7 +196,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias, const uint16_t* w16) {
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias, Dtype dtype, const uint16_t* w16) {
   x.check_defined("linear");
   w.check_defined("linear");
   QKV_CHECK(w.dim() == 2, "linear: weight must be (out, in), got ", w.describe());
@@ -218,7 +218,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias, const uint16
   Tensor y = Tensor::empty(out_shape);
   const int64_t M = numel_of(Shape(out_shape.begin(), out_shape.end() - 1));
   linear(xc.data(), M, K, wc.data(), bias ? b.data() : nullptr, N, y.data(), nullptr,
-         w16 ? Dtype::kBF16 : Dtype::kF32, w16);
+         w16 ? Dtype::kBF16 : dtype, w16);
   return y;
 }
 

@@ -157,12 +157,13 @@ void add_into(float* x, const float* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += a[i];
 }
 
-// y (N, out) = x (N, in) W^T + b through the Linear, reading its bf16 weight w16 when given.
+// y (N, out) = x (N, in) W^T + b through the Linear in its precision, reading its bf16 weight w16
+// when given.
 void linear_rows(const float* x, int64_t N, const Linear& l, const uint16_t* w16, float* y) {
   QKV_CHECK(l.weight.is_contiguous() && (!l.has_bias || l.bias.is_contiguous()),
             "GPTModel: a Linear's weight and bias must be contiguous for a cached forward");
   linear(x, N, l.weight.size(1), l.weight.data(), l.has_bias ? l.bias.data() : nullptr, l.weight.size(0), y, nullptr,
-         w16 ? Dtype::kBF16 : Dtype::kF32, w16);
+         w16 ? Dtype::kBF16 : l.dtype, w16);
 }
 
 void norm_rows(const LayerNorm& n, const float* x, int64_t N, float* y) {
@@ -202,6 +203,9 @@ GPTModel::GPTModel(const GPTConfig& c, Generator& gen)
     out_head.weight = tok_emb.weight;
     out_head.dweight = tok_emb.dweight;
   }
+  // bf16 mode: every product of the model in it, the feed-forward's and the head's as the attention's
+  for (TransformerBlock& b : blocks) b.ff.fc.dtype = b.ff.proj.dtype = c.attention.dtype;
+  out_head.dtype = c.attention.dtype;
 }
 
 void GPTModel::set_batch_slice(int64_t begin, int64_t total) {

@@ -26,7 +26,7 @@ void Linear::collect_state(const std::string& prefix, std::vector<StateEntry>& o
 
 Tensor Linear::forward(const Tensor& x) const {
   x_ = x;
-  return linear(x, weight, has_bias ? &bias : nullptr);
+  return linear(x, weight, has_bias ? &bias : nullptr, dtype);
 }
 
 Tensor Linear::backward(const Tensor& doutput) {
@@ -44,7 +44,7 @@ Tensor Linear::backward(const Tensor& doutput) {
   Tensor dw = Tensor::empty(weight.shape()), db = has_bias ? Tensor::empty(bias.shape()) : Tensor();
   Tensor dx = Tensor::empty(x_.shape());
   linear_backward(x.data(), dy.data(), dy.size(0), in, w.data(), out, dx.data(), dw.data(),
-                  has_bias ? db.data() : nullptr);
+                  has_bias ? db.data() : nullptr, nullptr, false, dtype);
   accumulate(dweight, dw);
   if (has_bias) accumulate(dbias, db);
   return dx;

@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "qkv/core/bf16.h"
 #include "qkv/core/tensor.h"
 
 namespace qkv {
@@ -19,9 +20,11 @@ namespace qkv {
 Tensor matmul(const Tensor& a, const Tensor& b);
 // linear(x, w, bias) = x @ w.T + bias, with w (out, in) as nn.Linear stores it; bias may be null.
 // Runs core/linear.h's linear (the fused pipeline's too): the bias starts each row, as addmm.
-// w16: w's values in bf16 (w.numel() of them, w's layout), for a product in bf16 mode that reads
-// them instead of w (weights kept in bf16 for generation); w is still checked for the shapes.
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias, const uint16_t* w16 = nullptr);
+// dtype kBF16: bf16 mode (x and w rounded to bf16, float32 sums). w16: w's values in bf16
+// (w.numel() of them, w's layout) read instead of rounding w (weights kept in bf16 for
+// generation; bf16 mode then); w is still checked for the shapes.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias, Dtype dtype = Dtype::kF32,
+              const uint16_t* w16 = nullptr);
 
 // --- elementwise, broadcasting -------------------------------------------------------------------
 Tensor add(const Tensor& a, const Tensor& b);

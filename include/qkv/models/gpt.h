@@ -47,7 +47,8 @@ struct GPTConfig {
   bool tied_head = false;  // out_head.weight is tok_emb.weight (GPT-2's files); false: the book's own head
   AttentionPath path = AttentionPath::kAuto;
   // The blocks' attention: heads (the book's n_heads), head_dim = emb_dim / heads (set_head_dim),
-  // causal, dropout = the book's drop_rate (the embeddings' and the shortcuts' too), dtype.
+  // causal, dropout = the book's drop_rate (the embeddings' and the shortcuts' too), dtype (the
+  // precision of every product of the model: the feed-forward's and the head's too).
   kernels::AttentionSpec attention = {.heads = 12, .head_dim = 64, .dropout = 0.1};
 };
 
@@ -81,7 +82,7 @@ void visit_fields(V&& v, C&... c) {
   v(OptionField{"attention", "--attention",
                 "auto (fused; textbook while dropout is on, for PyTorch's masks) | fused | textbook", true, false},
     c.path...);
-  v(OptionField{"dtype", "--dtype", "The attention blocks' products: f32 | bf16", true, false}, c.attention.dtype...);
+  v(OptionField{"dtype", "--dtype", "The products: f32 | bf16 (bf16 mode: every product of the model, its operands rounded to bf16, float32 sums)", true, false}, c.attention.dtype...);
 }
 
 nlohmann::json to_json(const GPTConfig& c);

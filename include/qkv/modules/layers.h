@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "qkv/core/bf16.h"
 #include "qkv/core/generator.h"
 #include "qkv/core/tensor.h"
 #include "qkv/modules/module.h"
@@ -20,6 +21,8 @@
 namespace qkv {
 
 // y = x @ weight.T + bias.  x (..., in) -> (..., out)
+// dtype kBF16: the products of forward and backward in bf16 mode (their operands rounded to bf16,
+// float32 sums), as MultiHeadAttention's projections in bf16 mode; the weights stay float32.
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias, Generator& gen);
@@ -31,6 +34,7 @@ class Linear : public Module {
   Tensor weight;   // (out, in), kaiming-uniform(a = sqrt(5)) as nn.Linear
   Tensor bias;     // (out), uniform(+-1/sqrt(in)); undefined when there is no bias
   bool has_bias;
+  Dtype dtype = Dtype::kF32;  // the products' precision
   Tensor dweight;  // (out, in)
   Tensor dbias;    // (out); undefined when there is no bias
 
