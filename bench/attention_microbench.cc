@@ -174,6 +174,12 @@ BENCHMARK(BM_Sgemm)
     ->ArgsProduct({{0, 1, 2}, {0}, {8192}, {768}, {64, 768, 4096}})
     ->ArgsProduct({{0, 1, 2}, {1}, {8192}, {768}, {768, 2304}})
     ->ArgsProduct({{0, 1, 2}, {2}, {768, 2304}, {768}, {8192}})
+    // GPT-2 small's prefill of 1,024 tokens: the blocks' qkv, out_proj, fc and proj, and the head
+    ->Args({0, 0, 1024, 2304, 768})->Args({2, 0, 1024, 2304, 768})
+    ->Args({0, 0, 1024, 768, 768})->Args({2, 0, 1024, 768, 768})
+    ->Args({0, 0, 1024, 3072, 768})->Args({2, 0, 1024, 3072, 768})
+    ->Args({0, 0, 1024, 768, 3072})->Args({2, 0, 1024, 768, 3072})
+    ->Args({0, 0, 1024, 50257, 768})->Args({2, 0, 1024, 50257, 768})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
