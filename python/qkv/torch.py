@@ -161,11 +161,14 @@ class _PipelineMHA(torch.autograd.Function):
     out_proj when wo is None (CausalAttention). Backward: the pipeline's backward."""
 
     @staticmethod
-    def forward(ctx, x, wq, wk, wv, bq, bk, bv, wo, bo, heads, mask, dropout_p, seed, workspaces, backward_follows):
+    def forward(ctx, x, wq, wk, wv, bq, bk, bv, wo, bo, heads, mask, dropout_p, seed, workspaces, backward_follows,
+                variants):
         w_qkv = torch.cat([wq.detach(), wk.detach(), wv.detach()])
         b_qkv = None if bq is None else torch.cat([bq.detach(), bk.detach(), bv.detach()])
         ws = workspaces.pop() if workspaces else _qkv.MhaWorkspace()
-        opts = dict(heads=heads, causal=mask is None, mask=_mask_array(mask), dropout_p=dropout_p, seed=seed)
+        opts = dict(heads=heads, causal=mask is None, mask=_mask_array(mask), dropout_p=dropout_p, seed=seed,
+                    **variants)
+        ctx.rows = (wq.shape[0], wk.shape[0])  # W_query's and W_key's (= W_value's) rows of w_qkv
         y = _qkv.mha_forward(x.detach().numpy(), w_qkv.numpy(), _numpy_or_none(b_qkv), _numpy_or_none(wo),
                              _numpy_or_none(bo), workspace=ws, **opts)
         ctx.save_for_backward(x, w_qkv, b_qkv, wo, bo)
@@ -184,13 +187,13 @@ class _PipelineMHA(torch.autograd.Function):
             x.detach().numpy(), grad_y.detach().float().numpy(), w_qkv.numpy(), _numpy_or_none(b_qkv),
             _numpy_or_none(wo), _numpy_or_none(bo), workspace=ctx.lease.ws, need_dx=ctx.needs_input_grad[0],
             forward_id=ctx.forward_id, **ctx.opts)
-        d = w_qkv.shape[0] // 3
+        q, kv = ctx.rows
         dw = torch.from_numpy(dw_qkv)
         db = None if db_qkv is None else torch.from_numpy(db_qkv)
-        return (None if dx is None else torch.from_numpy(dx), dw[:d], dw[d:2 * d], dw[2 * d:],
-                None if db is None else db[:d], None if db is None else db[d:2 * d], None if db is None else db[2 * d:],
+        return (None if dx is None else torch.from_numpy(dx), dw[:q], dw[q:q + kv], dw[q + kv:],
+                None if db is None else db[:q], None if db is None else db[q:q + kv], None if db is None else db[q + kv:],
                 None if dwo is None else torch.from_numpy(dwo), None if dbo is None else torch.from_numpy(dbo),
-                None, None, None, None, None, None)
+                None, None, None, None, None, None, None)
 
 
 def _numpy_or_none(t):
@@ -213,11 +216,14 @@ class _CausalMask:
     editing it (load_state_dict, mask.data.zero_(), mask.numpy()[:] = 0, ...) goes unseen - and
     passes a corner that is not causal to the kernel as a boolean mask, as loaded."""
 
-    def _add_projections(self, d_in, d_out, qkv_bias):
-        # The book's order (its seeds draw W_query's weights first, then W_key's, then W_value's).
+    def _add_projections(self, d_in, d_out, qkv_bias, kv_out=None):
+        # The book's order (its seeds draw W_query's weights first, then W_key's, then W_value's);
+        # W_key and W_value have kv_out rows with grouped-query heads.
+        kv_out = d_out if kv_out is None else kv_out
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, kv_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, kv_out, bias=qkv_bias)
+        self._variants = {}  # today's variants as _qkv.mha_forward's keywords (MultiHeadAttention's)
 
     def _add_dropout_and_mask(self, dropout, context_length):
         self.dropout = nn.Dropout(dropout)
@@ -236,8 +242,9 @@ class _CausalMask:
         return None if torch.equal(m, causal) else m
 
     def _book_dropout(self):
-        """Whether this call runs the book's PyTorch computation (training-mode nn.Dropout with p > 0)."""
-        return self.training and self.dropout.p > 0 and not self.fused_dropout
+        """Whether this call runs the book's PyTorch computation (training-mode nn.Dropout with p > 0;
+        never with today's variants, which are not the book's: the kernel's dropout then)."""
+        return self.training and self.dropout.p > 0 and not self.fused_dropout and not self._variants
 
     def _fused(self, queries, keys, values, num_tokens):
         """The fused core on (B, H, T, D) heads, with this module's mask and (fused) dropout."""
@@ -256,7 +263,7 @@ class _CausalMask:
                    self.W_value.bias, None if out_proj is None else out_proj.weight,
                    None if out_proj is None else out_proj.bias)
         backward_follows = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-        return _PipelineMHA.apply(*tensors, heads, m, p, seed, self._workspaces, backward_follows)
+        return _PipelineMHA.apply(*tensors, heads, m, p, seed, self._workspaces, backward_follows, self._variants)
 
     def _runs_pipeline(self, x, out_proj):
         params = [self.W_query.weight, self.W_key.weight, self.W_value.weight, self.W_query.bias]
@@ -343,22 +350,46 @@ class MultiHeadAttentionWrapper(nn.Module):
 
 
 class MultiHeadAttention(_CausalMask, nn.Module):
-    """Section 3.6.2: one set of projections split into num_heads heads, then out_proj (with a bias)."""
+    """Section 3.6.2: one set of projections split into num_heads heads, then out_proj (with a bias).
 
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+    Today's variants, keywords beyond the book's arguments (all off by default), as qkv's C++ module
+    and `qkv forward --module mha` have them: num_kv_heads (grouped-query heads: W_key and W_value
+    have num_kv_heads * head_dim rows, query head h reads key/value head h // (num_heads /
+    num_kv_heads)), rope ("half" pairs i with i + D/2, Hugging Face's Llama; "interleaved" pairs 2i
+    with 2i + 1) with rope_base, window (query i sees keys j > i - window), alibi (the paper's
+    slopes), softcap (scores capped as softcap * tanh(s / softcap)), dtype ("bf16" or
+    torch.bfloat16: bf16 mode, the products' operands rounded to bf16, float32 sums and weights).
+    A module with any of them runs qkv's pipeline (float32 CPU tensors; other inputs are a
+    TypeError) and in training mode with dropout the kernel's dropout mask, not nn.Dropout's.
+    """
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, *, num_kv_heads=None,
+                 rope=None, rope_base=10000.0, window=0, alibi=False, softcap=0.0, dtype="f32"):
         super().__init__()
         if d_out % num_heads != 0:
             raise ValueError(f"MultiHeadAttention: d_out ({d_out}) must be divisible by num_heads ({num_heads})")
+        kv = num_heads if num_kv_heads is None else num_kv_heads
+        given = dict(kv_heads=None if kv == num_heads else kv, rope=rope, rope_base=float(rope_base),
+                     window=int(window), alibi=bool(alibi), softcap=float(softcap),
+                     dtype={torch.float32: "f32", torch.bfloat16: "bf16"}.get(dtype, dtype))
+        _qkv.check_attention_spec(num_heads, d_out // num_heads, **given)  # qkv's one validation of the spec
         self.d_out = d_out
         self.num_heads = num_heads
+        self.num_kv_heads = kv
         self.head_dim = d_out // num_heads
-        self._add_projections(d_in, d_out, qkv_bias)
+        self._add_projections(d_in, d_out, qkv_bias, kv * self.head_dim)
         self.out_proj = nn.Linear(d_out, d_out)
         self._add_dropout_and_mask(dropout, context_length)
+        if given != dict(kv_heads=None, rope=None, rope_base=float(rope_base), window=0, alibi=False, softcap=0.0,
+                         dtype="f32"):
+            self._variants = given
 
     def forward(self, x):
         _check_rank(self, x, 3, "(B, T, d_in)")
         b, num_tokens, d_in = x.shape
+        if self._variants and not self._runs_pipeline(x, self.out_proj):
+            raise TypeError("MultiHeadAttention with variants (num_kv_heads, rope, window, alibi, softcap, dtype) runs "
+                            f"qkv's pipeline, which takes float32 CPU tensors; got x {x.dtype} on {x.device.type}")
         if not self._book_dropout() and self._runs_pipeline(x, self.out_proj):
             return self._pipeline(x, self.num_heads, self.out_proj)
         # (b, T, d_out) -> (b, T, H, head_dim) -> (b, H, T, head_dim): views, which the kernel reads in place

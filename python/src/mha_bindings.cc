@@ -6,14 +6,17 @@
 //   dx, dw_qkv, db_qkv, dw_out, db_out = _qkv.mha_backward(x, dy, w_qkv, b_qkv, w_out, b_out,
 //                                                          heads=H, causal=True, workspace=ws)
 //
-// Legend: B batch, T tokens, C_in = d_in, C = d_out, H heads, D = C / H.
-//   x (B, T, C_in), w_qkv (3C, C_in) = [W_query; W_key; W_value], b_qkv (3C) or None,
+// Legend: B batch, T tokens, C_in = d_in, C = d_out, H heads, G key/value heads, D = C / H.
+//   x (B, T, C_in), w_qkv ((H + 2G) D, C_in) = [W_query; W_key; W_value], b_qkv ((H + 2G) D) or None,
 //   w_out (C, C) and b_out (C), or None for no output projection (CausalAttention), y (B, T, C).
 // The workspace keeps what the forward leaves for the backward (the heads, the context, the
 // log-sum-exp) with the forward's id (workspace.forward_id), so the backward takes the workspace of
 // the forward whose gradients it computes and, given forward_id=, refuses one a later forward
-// overwrote. Arrays are copied to C-contiguous float32 when
-// they are not already; the GIL is released while the pipeline runs.
+// overwrote. Arrays are copied to C-contiguous float32 when they are not already; the GIL is
+// released while the pipeline runs. Today's variants are keywords, the fields of qkv's
+// AttentionSpec (validated once, by validate_attention_spec; the keywords are its fields' names): kv_heads (G),
+// rope ("half" | "interleaved"), rope_base, window, alibi (the paper's slopes), softcap, dtype
+// ("f32" | "bf16": bf16 mode).
 #include <pybind11/stl.h>  // std::optional
 
 #include <optional>
@@ -49,24 +52,76 @@ struct Weights {
   }
 };
 
-// The shape from x (B, T, C_in) and w_qkv (3C, C_in), the weights checked against it.
+// The variants' keywords.
+struct Variants {
+  std::optional<int64_t> kv_heads;
+  py::handle rope;  // None, "half" or "interleaved"
+  double rope_base = 10000.0;
+  int64_t window = 0;
+  bool alibi = false;
+  double softcap = 0.0;
+  std::string dtype = "f32";
+};
+
+// The attention spec of H heads of head_dim D with the variants, validated (qkv's one validation:
+// validate_attention_spec; a broken rule is a ValueError naming the keyword, as `namer` calls it:
+// the spec's own field names are _qkv.mha_forward's keywords).
+kernels::AttentionSpec spec_of(const char* fn, int64_t heads, int64_t head_dim, const Variants& v,
+                               kernels::SpecNamer namer = kernels::spec_field_name) {
+  kernels::AttentionSpec a;
+  a.heads = heads;
+  const int64_t G = v.kv_heads.value_or(heads);
+  a.kv_heads = G == heads ? 0 : G;
+  a.head_dim = head_dim;
+  if (!v.rope.is_none()) {
+    const std::string r = py::str(v.rope);
+    if (r != "half" && r != "interleaved")
+      throw py::value_error(std::string(fn) + ": rope is '" + r + "'; expected None, 'half' or 'interleaved'");
+    a.rope = r == "half" ? kernels::RopeLayout::kHalf : kernels::RopeLayout::kInterleaved;
+  }
+  a.rope_base = v.rope_base;
+  a.window = v.window;
+  a.alibi = v.alibi;
+  a.softcap = v.softcap;
+  if (v.dtype != "f32" && v.dtype != "bf16")
+    throw py::value_error(std::string(fn) + ": dtype is '" + v.dtype + "'; expected 'f32' or 'bf16'");
+  a.dtype = v.dtype == "bf16" ? Dtype::kBF16 : Dtype::kF32;
+  try {
+    kernels::validate_attention_spec(a, fn, namer);
+  } catch (const kernels::AttentionSpecError& e) {
+    throw py::value_error(e.what());
+  }
+  return a;
+}
+
+// qkv.torch.MultiHeadAttention's names of the fields (the book's num_heads, and num_kv_heads).
+std::string module_keyword(kernels::SpecField f) {
+  if (f == kernels::SpecField::kHeads) return "num_heads";
+  if (f == kernels::SpecField::kKvHeads) return "num_kv_heads";
+  return kernels::spec_field_name(f);
+}
+
+// The shape from x (B, T, C_in), w_qkv ((H + 2G) D, C_in) and the variants, the weights checked
+// against it and the spec validated.
 kernels::MhaShape shape_of_call(const char* fn, const py::array& x, py::handle w_qkv_, py::handle b_qkv_,
-                                py::handle w_out_, py::handle b_out_, int64_t heads, Weights& w) {
-  w.w_qkv = float32_contiguous(w_qkv_, fn, "w_qkv", 2, "(3 d_out, d_in)");
+                                py::handle w_out_, py::handle b_out_, int64_t heads, const Variants& v, Weights& w) {
+  w.w_qkv = float32_contiguous(w_qkv_, fn, "w_qkv", 2, "((heads + 2 kv_heads) head_dim, d_in)");
   kernels::MhaShape s;
   s.batch = x.shape(0);
   s.tokens = x.shape(1);
   s.d_in = x.shape(2);
   const int64_t rows = w.w_qkv.shape(0);
-  if (w.w_qkv.shape(1) != s.d_in || rows % 3 != 0)
-    throw py::value_error(std::string(fn) + ": w_qkv has shape " + shape_of(w.w_qkv) + "; x " + shape_of(x) +
-                          " needs (3 d_out, " + std::to_string(s.d_in) + ")");
-  const int64_t d_out = rows / 3;
-  if (heads < 1 || d_out % heads != 0)
-    throw py::value_error(std::string(fn) + ": d_out (" + std::to_string(d_out) + ") must be divisible by heads (" +
+  if (heads < 1) throw py::value_error(std::string(fn) + ": heads (" + std::to_string(heads) + ") must be at least 1");
+  const int64_t G = v.kv_heads.value_or(heads);
+  if (G < 1 || G > heads || heads % G != 0)
+    throw py::value_error(std::string(fn) + ": kv_heads (" + std::to_string(G) + ") must divide heads (" +
                           std::to_string(heads) + ")");
-  s.attention.heads = heads;
-  s.attention.head_dim = d_out / heads;
+  if (w.w_qkv.shape(1) != s.d_in || rows % (heads + 2 * G) != 0)
+    throw py::value_error(std::string(fn) + ": w_qkv has shape " + shape_of(w.w_qkv) + "; x " + shape_of(x) + " with " +
+                          std::to_string(heads) + " heads and " + std::to_string(G) +
+                          " kv_heads needs ((heads + 2 kv_heads) head_dim, " + std::to_string(s.d_in) + ")");
+  const int64_t d_out = rows / (heads + 2 * G) * heads;
+  s.attention = spec_of(fn, heads, d_out / heads, v);
   auto vector = [&](py::handle obj, const char* name, int64_t n) -> std::optional<py::array> {
     if (obj.is_none()) return std::nullopt;
     py::array a = float32_contiguous(obj, fn, name, 1, "a vector");
@@ -94,6 +149,7 @@ struct Call {
   kernels::MhaShape shape;
   kernels::MhaCall call;
   Options options;  // keeps the mask's array alive; call.mask points at its AttentionMask (not copyable)
+  std::vector<float> slopes;  // ALiBi's, when the spec asks (call.alibi_slopes points here)
   Call() = default;
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
@@ -106,17 +162,21 @@ void fill_call(Call& c, const char* fn, const kernels::MhaShape& s, bool causal,
   c.shape.attention.dropout = dropout_p;
   c.call.dropout = dropout_p > 0.0f;
   c.call.dropout_seed = c.options.options.dropout_seed;
+  c.slopes = kernels::spec_alibi_slopes(c.shape.attention);
+  c.call.alibi_slopes = c.slopes.empty() ? nullptr : c.slopes.data();
   const kernels::MaskKind kind = c.options.options.mask.kind;
   if (kind == kernels::MaskKind::kAdditive || kind == kernels::MaskKind::kBlocked) c.call.mask = &c.options.options.mask;
 }
 
 py::array mha_forward(py::handle x_, py::handle w_qkv, py::handle b_qkv, py::handle w_out, py::handle b_out,
                       int64_t heads, bool causal, py::handle mask, float dropout_p, py::handle seed,
-                      Workspace& workspace) {
+                      Workspace& workspace, std::optional<int64_t> kv_heads, py::handle rope, double rope_base,
+                      int64_t window, bool alibi, double softcap, const std::string& dtype) {
   const char* fn = "qkv.mha_forward";
   const py::array x = float32_contiguous(x_, fn, "x", 3, "(B, T, d_in)");
   Weights w;
-  kernels::MhaShape s = shape_of_call(fn, x, w_qkv, b_qkv, w_out, b_out, heads, w);
+  kernels::MhaShape s =
+      shape_of_call(fn, x, w_qkv, b_qkv, w_out, b_out, heads, {kv_heads, rope, rope_base, window, alibi, softcap, dtype}, w);
   Call call;
   fill_call(call, fn, s, causal, mask, dropout_p, seed, true);
   py::array_t<float> y({s.batch, s.tokens, s.d_out()});
@@ -130,16 +190,20 @@ py::array mha_forward(py::handle x_, py::handle w_qkv, py::handle b_qkv, py::han
 
 py::tuple mha_backward(py::handle x_, py::handle dy_, py::handle w_qkv, py::handle b_qkv, py::handle w_out,
                        py::handle b_out, int64_t heads, bool causal, py::handle mask, float dropout_p, py::handle seed,
-                       Workspace& workspace, bool need_dx, py::handle forward_id) {
+                       Workspace& workspace, bool need_dx, py::handle forward_id, std::optional<int64_t> kv_heads,
+                       py::handle rope, double rope_base, int64_t window, bool alibi, double softcap,
+                       const std::string& dtype) {
   const char* fn = "qkv.mha_backward";
   const py::array x = float32_contiguous(x_, fn, "x", 3, "(B, T, d_in)");
   Weights w;
-  kernels::MhaShape s = shape_of_call(fn, x, w_qkv, b_qkv, w_out, b_out, heads, w);
+  kernels::MhaShape s =
+      shape_of_call(fn, x, w_qkv, b_qkv, w_out, b_out, heads, {kv_heads, rope, rope_base, window, alibi, softcap, dtype}, w);
   Call call;
   fill_call(call, fn, s, causal, mask, dropout_p, seed, false);
   const kernels::MhaShape& f = workspace.saved.shape();
   if (workspace.saved.id() == 0 || f.batch != s.batch || f.tokens != s.tokens || f.d_in != s.d_in ||
-      f.d_out() != s.d_out() || f.heads() != s.heads() || workspace.has_out != !w_out.is_none())
+      f.d_out() != s.d_out() || f.heads() != s.heads() || f.groups() != s.groups() ||
+      workspace.has_out != !w_out.is_none())
     throw py::value_error(std::string(fn) + ": the workspace does not hold a forward of these shapes (x " + shape_of(x) +
                           "); run mha_forward with it first");
   const uint64_t id = forward_id.is_none() ? workspace.saved.id() : forward_id.cast<uint64_t>();
@@ -150,7 +214,7 @@ py::tuple mha_backward(py::handle x_, py::handle dy_, py::handle w_qkv, py::hand
   if (dy.shape(0) != s.batch || dy.shape(1) != s.tokens || dy.shape(2) != s.d_out())
     throw py::value_error(std::string(fn) + ": grad_y has shape " + shape_of(dy) + ", y's is (" +
                           std::to_string(s.batch) + ", " + std::to_string(s.tokens) + ", " + std::to_string(s.d_out()) + ")");
-  const int64_t Q = 3 * s.d_out();
+  const int64_t Q = s.qkv_width();
   // A gradient array where the forward had the weight (and dx where asked for); None elsewhere.
   auto gradient = [](bool wanted, std::vector<py::ssize_t> shape) -> std::optional<py::array_t<float>> {
     if (!wanted) return std::nullopt;
@@ -188,14 +252,28 @@ void bind_mha(py::module_& m) {
       .def_property_readonly("bytes", [](const Workspace& w) { return w.saved.bytes() + w.ws.bytes(); })
       .def_property_readonly("forward_id", [](const Workspace& w) { return w.saved.id(); },
                              "The id of the forward whose state it holds (0: none yet)");
+  m.def(
+      "check_attention_spec",
+      [](int64_t heads, int64_t head_dim, std::optional<int64_t> kv_heads, py::handle rope, double rope_base,
+         int64_t window, bool alibi, double softcap, const std::string& dtype) {
+        spec_of("qkv.torch.MultiHeadAttention", heads, head_dim,
+                {kv_heads, rope, rope_base, window, alibi, softcap, dtype}, module_keyword);
+      },
+      arg("heads"), arg("head_dim"), py::kw_only(), arg("kv_heads") = py::none(), arg("rope") = py::none(),
+      arg("rope_base") = 10000.0, arg("window") = 0, arg("alibi") = false, arg("softcap") = 0.0, arg("dtype") = "f32",
+      "Raises ValueError naming the keyword (qkv.torch.MultiHeadAttention's) when the variants break a rule of\n"
+      "qkv's attention spec.");
   m.def("mha_forward", &mha_forward, arg("x"), arg("w_qkv"), arg("b_qkv"), arg("w_out"), arg("b_out"), py::kw_only(),
         arg("heads"), arg("causal") = true, arg("mask") = py::none(), arg("dropout_p") = 0.0f, arg("seed") = py::none(),
-        arg("workspace"),
+        arg("workspace"), arg("kv_heads") = py::none(), arg("rope") = py::none(), arg("rope_base") = 10000.0,
+        arg("window") = 0, arg("alibi") = false, arg("softcap") = 0.0, arg("dtype") = "f32",
         "The book's MultiHeadAttention forward in qkv's pipeline: x (B, T, d_in), w_qkv (3 d_out, d_in) = [W_query;\n"
         "W_key; W_value], b_qkv or None, w_out (d_out, d_out) and b_out, or None (no out_proj) -> y (B, T, d_out).");
   m.def("mha_backward", &mha_backward, arg("x"), arg("grad_y"), arg("w_qkv"), arg("b_qkv"), arg("w_out"), arg("b_out"),
         py::kw_only(), arg("heads"), arg("causal") = true, arg("mask") = py::none(), arg("dropout_p") = 0.0f,
         arg("seed") = py::none(), arg("workspace"), arg("need_dx") = true, arg("forward_id") = py::none(),
+        arg("kv_heads") = py::none(), arg("rope") = py::none(), arg("rope_base") = 10000.0, arg("window") = 0,
+        arg("alibi") = false, arg("softcap") = 0.0, arg("dtype") = "f32",
         "Gradients (dx or None, dw_qkv, db_qkv, dw_out, db_out; None where the forward had no such weight) after\n"
         "mha_forward with the same arguments and workspace; forward_id (the workspace's forward_id right after that\n"
         "forward) makes a workspace another forward has overwritten an error instead of other gradients.");

@@ -231,8 +231,13 @@ def test_pipeline_bad_inputs_say_what_is_wrong():
     w = np.ones((6, 4), np.float32)
     with pytest.raises(ValueError, match=r"w_qkv has shape \(5, 4\)"):
         qkv._qkv.mha_forward(x, np.ones((5, 4), np.float32), None, None, None, heads=1, workspace=ws)
-    with pytest.raises(ValueError, match=r"d_out \(2\) must be divisible by heads \(3\)"):
+    with pytest.raises(ValueError, match=r"w_qkv has shape \(6, 4\); x \(1, 3, 4\) with 3 heads and 3 kv_heads needs "
+                       r"\(\(heads \+ 2 kv_heads\) head_dim, 4\)"):  # 6 rows are not (3 + 2 * 3) D
         qkv._qkv.mha_forward(x, w, None, None, None, heads=3, workspace=ws)
+    with pytest.raises(ValueError, match=r"kv_heads \(2\) must divide heads \(3\)"):
+        qkv._qkv.mha_forward(x, w, None, None, None, heads=3, kv_heads=2, workspace=ws)
+    with pytest.raises(ValueError, match=r"softcap"):
+        qkv._qkv.mha_forward(x, w, None, None, None, heads=1, softcap=-1.0, workspace=ws)
     with pytest.raises(ValueError, match=r"w_out has shape \(3, 2\), expected \(2, 2\)"):
         qkv._qkv.mha_forward(x, w, None, np.ones((3, 2), np.float32), None, heads=1, workspace=ws)
     with pytest.raises(ValueError, match=r"b_qkv has shape \(5,\), expected \(6,\)"):

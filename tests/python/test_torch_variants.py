@@ -1,0 +1,132 @@
+"""qkv.torch.MultiHeadAttention with today's variants (grouped-query heads, RoPE in both layouts,
+sliding windows, ALiBi, softcapping, bf16 mode) against the PyTorch reference written from the
+formulas (tests/pytorch/variants.py's VariantMHA, the twin the C++ module is checked against):
+the same constructor draws the same weights; the output within 1e-5 and the input's and every
+parameter's gradient within 1e-4 (relative to max(1, max|torch|), the differential tests'
+measure), over random configurations. bf16 mode within bf16's bound of the twin, and off it by more
+than float32's error. Bad variants are errors naming the keyword.
+"""
+import random
+
+import pytest
+import torch
+
+import qkv.torch as qt
+from module_cases import rel_err
+from variants import VariantMHA, describe, random_config
+
+FORWARD_TOLERANCE = 1e-5
+GRADIENT_TOLERANCE = 1e-4
+
+
+def build(cfg, seed, dtype="f32"):
+    """The twin and qkv's module from the same seed (the same weights: the same draws in the same order)."""
+    args = (cfg["d_in"], cfg["d_out"], cfg["ctx"], 0.0, cfg["H"])
+    torch.manual_seed(seed)
+    twin = VariantMHA(*args, cfg["G"], cfg["bias"], cfg["rope"], cfg["base"], cfg["window"], cfg["alibi"],
+                      cfg["softcap"])
+    torch.manual_seed(seed)
+    ours = qt.MultiHeadAttention(*args, cfg["bias"], num_kv_heads=cfg["G"], rope=cfg["rope"], rope_base=cfg["base"],
+                                 window=cfg["window"], alibi=cfg["alibi"], softcap=cfg["softcap"], dtype=dtype)
+    with torch.no_grad():
+        for p in twin.parameters():  # off nn.Linear's small initial values, so the variants matter
+            p.add_(torch.randn_like(p) * 0.5)
+        if not cfg["causal"]:
+            twin.mask.zero_()
+    ours.load_state_dict(twin.state_dict(), strict=True)
+    return twin.eval(), ours.eval()
+
+
+def run(module, x, grad):
+    xg = x.clone().requires_grad_(True)
+    y = module(xg)
+    y.backward(grad)
+    grads = {"input": xg.grad}
+    grads.update({n: p.grad if p.grad is not None else torch.zeros_like(p) for n, p in module.named_parameters()})
+    return y.detach(), grads
+
+
+def cases(n, seed):
+    rng = random.Random(seed)
+    out = []
+    while len(out) < n:
+        cfg = random_config(rng, len(out) + 2)  # T >= 1: an empty sequence has no tokens to compare
+        if cfg["T"] > 0:
+            out.append((cfg, rng.randrange(2**40)))
+    return out
+
+
+@pytest.mark.parametrize("cfg,seed", cases(40, 1234), ids=lambda v: describe(v) if isinstance(v, dict) else "")
+def test_variants_match_the_twin(cfg, seed):
+    twin, ours = build(cfg, seed)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn((cfg["B"], cfg["T"], cfg["d_in"]), generator=g)
+    want_y, want = run(twin, x, torch.randn((cfg["B"], cfg["T"], cfg["d_out"]), generator=g))
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn((cfg["B"], cfg["T"], cfg["d_in"]), generator=g)
+    got_y, got = run(ours, x, torch.randn((cfg["B"], cfg["T"], cfg["d_out"]), generator=g))
+    err, _ = rel_err(got_y, want_y)
+    assert err <= FORWARD_TOLERANCE, f"output: {err:.3g}"
+    assert set(got) == set(want)
+    for name in want:
+        err, i = rel_err(got[name], want[name])
+        assert err <= GRADIENT_TOLERANCE, f"d {name}: {err:.3g} at {i}"
+
+
+def test_the_variants_are_the_pipelines_not_the_books_path():
+    """A module with variants says so in its keywords; without them it is the book's class."""
+    plain = qt.MultiHeadAttention(4, 4, 8, 0.0, 2)
+    assert plain._variants == {}
+    gqa = qt.MultiHeadAttention(8, 8, 8, 0.0, 4, num_kv_heads=2, rope="half")
+    assert tuple(gqa.W_key.weight.shape) == (4, 8) and tuple(gqa.W_value.weight.shape) == (4, 8)
+    assert gqa._variants["kv_heads"] == 2 and gqa._variants["rope"] == "half"
+
+
+def test_bf16_mode_is_within_bf16s_bound_and_rounds():
+    cfg = {"B": 2, "T": 9, "H": 4, "G": 2, "d_in": 16, "d_out": 32, "bias": True, "rope": "half", "base": 10000.0,
+           "window": 5, "alibi": True, "softcap": 30.0, "causal": True, "p": 0.0, "ctx": 12}
+    twin, ours = build(cfg, 99, dtype=torch.bfloat16)
+    x = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(5))
+    want = twin(x).detach()
+    got = ours(x).detach()
+    rel = ((got - want).norm() / want.norm()).item()
+    assert 2.0 ** -12 < rel < 1e-2, rel  # bf16 keeps 8 bits: rounded, within the MHA layer's bf16 bound
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    (dict(num_kv_heads=3), "num_kv_heads (3)"),
+    (dict(rope="sideways"), "rope is 'sideways'"),
+    (dict(window=-1), "window (-1)"),
+    (dict(softcap=-2.0), "softcap"),
+    (dict(rope_base=0.0, rope="half"), "rope_base"),
+    (dict(dtype="fp8"), "dtype is 'fp8'"),
+])
+def test_bad_variants_name_the_keyword(kwargs, words):
+    with pytest.raises(ValueError, match=None) as e:
+        qt.MultiHeadAttention(8, 8, 8, 0.0, 4, **kwargs)
+    assert words in str(e.value), str(e.value)
+
+
+def test_an_odd_head_dim_with_rope_is_refused():
+    with pytest.raises(ValueError) as e:
+        qt.MultiHeadAttention(6, 6, 8, 0.0, 2, rope="half")  # head_dim 3
+    assert "needs an even head_dim, got 3" in str(e.value), str(e.value)
+
+
+def test_variants_take_float32_cpu_tensors():
+    m = qt.MultiHeadAttention(4, 4, 8, 0.0, 2, window=2)
+    with pytest.raises(TypeError) as e:
+        m(torch.zeros(1, 3, 4, dtype=torch.float64))
+    assert "float32 CPU tensors" in str(e.value)
+
+
+def test_dropout_with_variants_is_the_kernels_and_trains():
+    torch.manual_seed(0)
+    m = qt.MultiHeadAttention(8, 8, 16, 0.5, 2, alibi=True).train()
+    x = torch.randn(2, 10, 8, requires_grad=True)
+    a = m(x)
+    a.sum().backward()
+    b = m(x)  # another draw of the mask
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    assert not torch.equal(a, b)
+    assert torch.equal(m.eval()(x), m(x))  # eval: no dropout
