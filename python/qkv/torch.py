@@ -28,6 +28,10 @@ dropout (Philox, keyed by a seed and the position) draws a different mask; set
 generator, so runs stay reproducible under torch.manual_seed, but they are not the book's).
 In eval mode, or with p = 0, dropout does nothing and the kernel runs.
 
+Beyond the book: MultiHeadAttention takes today's variants as keywords (num_kv_heads, rope,
+rope_base, window, alibi, softcap, dtype="bf16") and decodes with a KVCache
+(mha(x, kv_cache=cache, layer=l)), both in qkv's pipeline.
+
 Where the modules differ from the book's classes, as qkv does everywhere: more tokens than
 context_length is a ValueError saying so (PyTorch fails inside masked_fill), and a query row whose
 keys a loaded mask hides entirely gets zeros instead of NaN.
@@ -49,6 +53,7 @@ __all__ = [
     "FeedForward",
     "TransformerBlock",
     "GPTModel",
+    "KVCache",
 ]
 
 
@@ -384,8 +389,13 @@ class MultiHeadAttention(_CausalMask, nn.Module):
                          dtype="f32"):
             self._variants = given
 
-    def forward(self, x):
+    def forward(self, x, kv_cache=None, layer=0):
+        """x (B, T, d_in) -> (B, T, d_out). With kv_cache (a KVCache), a decoding step: x's tokens
+        at the cache's next positions, their keys and values kept in its `layer`, attention over
+        every position kept so far (inference: no gradient, no dropout)."""
         _check_rank(self, x, 3, "(B, T, d_in)")
+        if kv_cache is not None:
+            return self._cached(x, kv_cache, layer)
         b, num_tokens, d_in = x.shape
         if self._variants and not self._runs_pipeline(x, self.out_proj):
             raise TypeError("MultiHeadAttention with variants (num_kv_heads, rope, window, alibi, softcap, dtype) runs "
@@ -407,6 +417,65 @@ class MultiHeadAttention(_CausalMask, nn.Module):
             context = self._fused(queries, keys, values, num_tokens)  # written token-major: no copy below
         context_vec = context.transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)
         return self.out_proj(context_vec)
+
+
+    def _cached(self, x, cache, layer):
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"MultiHeadAttention: kv_cache must be a qkv.torch.KVCache, got {type(cache).__name__}")
+        if self.training and self.dropout.p > 0:
+            raise ValueError("MultiHeadAttention: a KV cache is for inference; call eval() first (dropout is on)")
+        if self._kernel_mask(cache.length + x.shape[1]) is not None:
+            raise ValueError("MultiHeadAttention: a KV cache needs the causal mask; this module's mask buffer is not")
+        if not self._runs_pipeline(x, self.out_proj):
+            raise TypeError(f"MultiHeadAttention: the KV cache takes float32 CPU tensors; got x {x.dtype}")
+        if not hasattr(self, "_decode_workspace"):
+            self._decode_workspace = _qkv.MhaWorkspace()
+        with torch.no_grad():
+            w_qkv = torch.cat([self.W_query.weight, self.W_key.weight, self.W_value.weight])
+            b_qkv = None if self.W_query.bias is None else torch.cat([self.W_query.bias, self.W_key.bias,
+                                                                      self.W_value.bias])
+            y = _qkv.mha_forward_cached(x.detach().numpy(), w_qkv.numpy(), _numpy_or_none(b_qkv),
+                                        self.out_proj.weight.detach().numpy(), self.out_proj.bias.detach().numpy(),
+                                        heads=self.num_heads, cache=cache._cache, layer=layer,
+                                        workspace=self._decode_workspace, **self._variants)
+        cache._appended()
+        return torch.from_numpy(y)
+
+
+class KVCache:
+    """The keys and values of past positions for decoding with MultiHeadAttention(x, kv_cache=cache,
+    layer=l): one cache for a model's `layers` attention layers, (batch, num_kv_heads, capacity,
+    head_dim) per layer, allocated once, float32 or bf16 (dtype="bf16": half the memory, keys and
+    values rounded to bf16). A step appends the same tokens to every layer in turn; when the last
+    layer has appended, the step is committed (`length` grows). reset() starts a new sequence;
+    truncate(n) keeps the first n positions. Positions are absolute (RoPE and ALiBi see them)."""
+
+    def __init__(self, capacity, num_kv_heads, head_dim, *, batch=1, layers=1, dtype="f32"):
+        dtype = {torch.float32: "f32", torch.bfloat16: "bf16"}.get(dtype, dtype)
+        self._cache = _qkv.KvCache(layers, batch, num_kv_heads, capacity, head_dim, dtype)
+
+    def _appended(self):
+        if all(self._cache.appended(l) for l in range(self._cache.layers)):
+            self._cache.commit()
+
+    length = property(lambda self: self._cache.length, doc="Positions kept (committed)")
+    capacity = property(lambda self: self._cache.capacity)
+    layers = property(lambda self: self._cache.layers)
+    dtype = property(lambda self: self._cache.dtype)
+    nbytes = property(lambda self: self._cache.bytes)
+
+    def reset(self):
+        self._cache.reset()
+
+    def truncate(self, n):
+        self._cache.truncate(n)
+
+    def keys(self, layer=0):
+        """The keys kept in `layer`, as float32 (batch, num_kv_heads, length, head_dim) (after RoPE)."""
+        return torch.from_numpy(self._cache.keys(layer))
+
+    def values(self, layer=0):
+        return torch.from_numpy(self._cache.values(layer))
 
 
 # --- chapter 4: the GPT model ------------------------------------------------------------------

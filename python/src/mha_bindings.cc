@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "arrays.h"
+#include "qkv/kernels/kv_cache.h"
 #include "qkv/kernels/mha.h"
 
 namespace qkv::python {
@@ -242,6 +243,41 @@ py::tuple mha_backward(py::handle x_, py::handle dy_, py::handle w_qkv, py::hand
   return py::make_tuple(or_none(dx), or_none(dw_qkv), or_none(db_qkv), or_none(dw_out), or_none(db_out));
 }
 
+// One step of decoding through the pipeline with a KV cache (kernels::mha_forward_cached): x's
+// tokens at the cache's next positions, their keys and values appended to `layer`, attention over
+// every cached position. Inference: no dropout, no mask but the causal one, nothing for a backward.
+py::array mha_forward_cached(py::handle x_, py::handle w_qkv, py::handle b_qkv, py::handle w_out, py::handle b_out,
+                             int64_t heads, kernels::KvCache& cache, int64_t layer, Workspace& workspace,
+                             std::optional<int64_t> kv_heads, py::handle rope, double rope_base, int64_t window,
+                             bool alibi, double softcap, const std::string& dtype) {
+  const char* fn = "qkv.mha_forward_cached";
+  const py::array x = float32_contiguous(x_, fn, "x", 3, "(B, T, d_in)");
+  Weights w;
+  kernels::MhaShape s =
+      shape_of_call(fn, x, w_qkv, b_qkv, w_out, b_out, heads, {kv_heads, rope, rope_base, window, alibi, softcap, dtype}, w);
+  if (cache.batch() != s.batch || cache.kv_heads() != s.groups() || cache.head_dim() != s.head_dim() ||
+      cache.value_dim() != s.head_dim())
+    throw py::value_error(std::string(fn) + ": the cache holds (batch " + std::to_string(cache.batch()) + ", kv_heads " +
+                          std::to_string(cache.kv_heads()) + ", head_dim " + std::to_string(cache.head_dim()) +
+                          ") but this call has (batch " + std::to_string(s.batch) + ", kv_heads " +
+                          std::to_string(s.groups()) + ", head_dim " + std::to_string(s.head_dim()) + ")");
+  Call call;
+  fill_call(call, fn, s, true, py::none(), 0.0f, py::none(), true);
+  py::array_t<float> y({s.batch, s.tokens, s.d_out()});
+  const kernels::MhaWeights wv = w.view();
+  const auto* xp = static_cast<const float*>(x.data());
+  float* yp = y.mutable_data();
+  run_kernel([&] { kernels::mha_forward_cached(call.shape, wv, xp, yp, cache, layer, workspace.saved, workspace.ws, call.call); });
+  workspace.has_out = false;  // the workspace holds a decoding step's scratch, not a forward for a backward
+  return y;
+}
+
+kernels::CacheDtype cache_dtype_of(const std::string& name) {
+  if (name == "f32") return kernels::CacheDtype::kF32;
+  if (name == "bf16") return kernels::CacheDtype::kBF16;
+  throw py::value_error("qkv.KvCache: dtype is '" + name + "'; expected 'f32' or 'bf16'");
+}
+
 }  // namespace
 
 void bind_mha(py::module_& m) {
@@ -263,6 +299,44 @@ void bind_mha(py::module_& m) {
       arg("rope_base") = 10000.0, arg("window") = 0, arg("alibi") = false, arg("softcap") = 0.0, arg("dtype") = "f32",
       "Raises ValueError naming the keyword (qkv.torch.MultiHeadAttention's) when the variants break a rule of\n"
       "qkv's attention spec.");
+  py::class_<kernels::KvCache>(m, "KvCache",
+                                "The keys and values of past positions, per layer (qkv/kernels/kv_cache.h): every layer "
+                                "appends a step's positions, then commit() ends the step.")
+      .def(py::init([](int64_t layers, int64_t batch, int64_t kv_heads, int64_t capacity, int64_t head_dim,
+                       const std::string& dtype) {
+             return kernels::KvCache(layers, batch, kv_heads, capacity, head_dim, head_dim, cache_dtype_of(dtype));
+           }),
+           arg("layers"), arg("batch"), arg("kv_heads"), arg("capacity"), arg("head_dim"), arg("dtype") = "f32")
+      .def_property_readonly("layers", &kernels::KvCache::layers)
+      .def_property_readonly("batch", &kernels::KvCache::batch)
+      .def_property_readonly("kv_heads", &kernels::KvCache::kv_heads)
+      .def_property_readonly("capacity", &kernels::KvCache::capacity)
+      .def_property_readonly("head_dim", &kernels::KvCache::head_dim)
+      .def_property_readonly("dtype", [](const kernels::KvCache& c) { return kernels::cache_dtype_name(c.dtype()); })
+      .def_property_readonly("bytes", &kernels::KvCache::bytes)
+      .def_property_readonly("length", [](const kernels::KvCache& c) { return c.length(); },
+                             "Committed positions")
+      .def_property_readonly("pending", &kernels::KvCache::pending, "Positions of the step in progress (0: none)")
+      .def("appended", &kernels::KvCache::appended, arg("layer"))
+      .def("commit", &kernels::KvCache::commit)
+      .def("truncate", &kernels::KvCache::truncate, arg("n"))
+      .def("reset", &kernels::KvCache::reset)
+      .def("keys", [](const kernels::KvCache& c, int64_t layer) {
+             py::array_t<float> out({c.batch(), c.kv_heads(), c.length(layer), c.head_dim()});
+             c.copy_keys(layer, mutable_heads(out));
+             return out;
+           }, arg("layer"), "The positions layer `layer` sees, as float32 (B, G, length, D)")
+      .def("values", [](const kernels::KvCache& c, int64_t layer) {
+             py::array_t<float> out({c.batch(), c.kv_heads(), c.length(layer), c.value_dim()});
+             c.copy_values(layer, mutable_heads(out));
+             return out;
+           }, arg("layer"));
+  m.def("mha_forward_cached", &mha_forward_cached, arg("x"), arg("w_qkv"), arg("b_qkv"), arg("w_out"), arg("b_out"),
+        py::kw_only(), arg("heads"), arg("cache"), arg("layer") = 0, arg("workspace"), arg("kv_heads") = py::none(),
+        arg("rope") = py::none(), arg("rope_base") = 10000.0, arg("window") = 0, arg("alibi") = false,
+        arg("softcap") = 0.0, arg("dtype") = "f32",
+        "A decoding step of the pipeline: x (B, T, d_in) at the cache's next positions; their keys and values\n"
+        "appended to the cache's `layer`; attention over every cached position -> y (B, T, d_out).");
   m.def("mha_forward", &mha_forward, arg("x"), arg("w_qkv"), arg("b_qkv"), arg("w_out"), arg("b_out"), py::kw_only(),
         arg("heads"), arg("causal") = true, arg("mask") = py::none(), arg("dropout_p") = 0.0f, arg("seed") = py::none(),
         arg("workspace"), arg("kv_heads") = py::none(), arg("rope") = py::none(), arg("rope_base") = 10000.0,

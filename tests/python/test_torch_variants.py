@@ -130,3 +130,84 @@ def test_dropout_with_variants_is_the_kernels_and_trains():
     assert x.grad is not None and torch.isfinite(x.grad).all()
     assert not torch.equal(a, b)
     assert torch.equal(m.eval()(x), m(x))  # eval: no dropout
+
+
+# --- the KV cache ------------------------------------------------------------------------------------
+
+def decode(module, x, cache, prefill):
+    """x's first `prefill` tokens in one step, then one token a step: the outputs concatenated."""
+    outs = [module(x[:, :prefill], kv_cache=cache)]
+    for t in range(prefill, x.shape[1]):
+        outs.append(module(x[:, t:t + 1], kv_cache=cache))
+    return torch.cat(outs, dim=1)
+
+
+CACHED = [
+    dict(G=4, rope=None, window=0, alibi=False, softcap=0.0),
+    dict(G=2, rope="half", window=0, alibi=False, softcap=0.0),
+    dict(G=1, rope="interleaved", window=3, alibi=False, softcap=5.0),
+    dict(G=2, rope=None, window=0, alibi=True, softcap=0.0),
+    dict(G=4, rope="half", window=4, alibi=True, softcap=30.0),
+]
+
+
+@pytest.mark.parametrize("v", CACHED, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
+def test_decoding_with_the_cache_equals_the_whole_forward(v):
+    cfg = {"B": 2, "T": 11, "H": 4, "d_in": 12, "d_out": 16, "bias": True, "base": 10000.0, "causal": True, "p": 0.0,
+           "ctx": 16, **v}
+    twin, ours = build(cfg, 7)
+    x = torch.randn(2, 11, 12, generator=torch.Generator().manual_seed(3))
+    want = twin(x).detach()
+    cache = qt.KVCache(16, cfg["G"], 4, batch=2)
+    got = decode(ours, x, cache, prefill=4)
+    err, i = rel_err(got, want)
+    assert err <= FORWARD_TOLERANCE, f"{err:.3g} at {i}"
+    assert cache.length == 11
+    assert tuple(cache.keys().shape) == (2, cfg["G"], 11, 4)
+    # a bf16 cache rounds the keys and values: within bf16's bound, not float32's
+    cache16 = qt.KVCache(16, cfg["G"], 4, batch=2, dtype=torch.bfloat16)
+    got16 = decode(ours, x, cache16, prefill=4)
+    rel = ((got16 - want).norm() / want.norm()).item()
+    assert 2.0 ** -14 < rel < 1e-2, rel
+    # reset: a new sequence gives the same numbers again
+    cache.reset()
+    assert torch.equal(decode(ours, x, cache, prefill=4), got)
+
+
+def test_a_cache_of_two_layers_commits_when_both_have_appended():
+    torch.manual_seed(4)
+    a = qt.MultiHeadAttention(8, 8, 12, 0.0, 2, rope="half").eval()
+    b = qt.MultiHeadAttention(8, 8, 12, 0.0, 2, rope="half").eval()
+    x = torch.randn(1, 6, 8)
+    both = qt.KVCache(12, 2, 4, layers=2)
+    ya = a(x[:, :2], kv_cache=both, layer=0)
+    assert both.length == 0  # layer 1 has not appended yet
+    yb = b(ya, kv_cache=both, layer=1)
+    assert both.length == 2
+    for t in range(2, 6):
+        ya = torch.cat([ya, a(x[:, t:t + 1], kv_cache=both, layer=0)], dim=1)
+        yb = torch.cat([yb, b(ya[:, t:t + 1], kv_cache=both, layer=1)], dim=1)
+    assert both.length == 6
+    assert rel_err(ya, a(x).detach())[0] <= FORWARD_TOLERANCE
+    assert rel_err(yb, b(a(x)).detach())[0] <= FORWARD_TOLERANCE
+
+
+def test_cache_misuse_is_an_error_naming_it():
+    torch.manual_seed(5)
+    m = qt.MultiHeadAttention(8, 8, 12, 0.0, 2, num_kv_heads=1).eval()
+    with pytest.raises(ValueError, match=r"the cache holds \(batch 1, kv_heads 2, head_dim 4\) but this call has "
+                                         r"\(batch 1, kv_heads 1, head_dim 4\)"):
+        m(torch.zeros(1, 1, 8), kv_cache=qt.KVCache(12, 2, 4))
+    small = qt.KVCache(3, 1, 4)
+    m(torch.zeros(1, 3, 8), kv_cache=small)
+    with pytest.raises(ValueError, match="capacity"):
+        m(torch.zeros(1, 1, 8), kv_cache=small)
+    with pytest.raises(ValueError, match="context_length = 12"):  # past the module's context
+        m(torch.zeros(1, 13, 8), kv_cache=qt.KVCache(20, 1, 4))
+    with pytest.raises(TypeError, match="qkv.torch.KVCache"):
+        m(torch.zeros(1, 1, 8), kv_cache="cache")
+    d = qt.MultiHeadAttention(8, 8, 12, 0.5, 2).train()
+    with pytest.raises(ValueError, match="for inference"):
+        d(torch.zeros(1, 1, 8), kv_cache=qt.KVCache(12, 2, 4))
+    with pytest.raises(ValueError, match="dtype is 'fp8'"):
+        qt.KVCache(12, 2, 4, dtype="fp8")
