@@ -105,7 +105,7 @@ class _FusedAttention(torch.autograd.Function):
     """o = softmax(scale * q k^T + mask) (dropout) v in qkv's fused kernel; backward in qkv's fused backward."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, mask, dropout_p, scale, seed):
+    def forward(ctx, q, k, v, causal, mask, dropout_p, scale, seed, variants):
         qa, ka, va = _array(q, "q"), _array(k, "k"), _array(v, "v")
         if qa.ndim != 4:
             raise ValueError(f"qkv.torch.attention: q must be (B, H, T, D), got shape {tuple(q.shape)}")
@@ -114,10 +114,10 @@ class _FusedAttention(torch.autograd.Function):
         m = _mask_array(mask)
         o = _empty_like_order(q, (qa.shape[0], qa.shape[1], qa.shape[2], va.shape[3]))
         _, lse = _qkv.attention(qa, ka, va, causal=causal, mask=m, dropout_p=dropout_p, scale=scale,
-                                return_lse=True, seed=seed, out=o.numpy())
+                                return_lse=True, seed=seed, out=o.numpy(), **variants)
         lse = torch.from_numpy(lse)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.options = dict(causal=causal, mask=m, dropout_p=dropout_p, scale=scale, seed=seed)
+        ctx.options = dict(causal=causal, mask=m, dropout_p=dropout_p, scale=scale, seed=seed, **variants)
         return o.to(q.dtype) if q.dtype.is_floating_point and q.dtype != torch.float32 else o
 
     @staticmethod
@@ -130,10 +130,11 @@ class _FusedAttention(torch.autograd.Function):
         _qkv.attention_backward(_array(q, "q"), _array(k, "k"), _array(v, "v"), o.numpy(), lse.numpy(),
                                 _array(grad_out, "grad_out"), dq=dq.numpy(), dk=dk.numpy(), dv=dv.numpy(),
                                 **ctx.options)
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None
 
 
-def attention(q, k, v, *, causal=False, mask=None, dropout_p=0.0, scale=None, seed=None):
+def attention(q, k, v, *, causal=False, mask=None, dropout_p=0.0, scale=None, seed=None, window=0, alibi=False,
+              softcap=0.0):
     """qkv's fused attention on CPU tensors, differentiable (backward: qkv's fused backward).
 
     q (B, H, T, D), k (B, G, S, D), v (B, G, S, Dv) -> (B, H, T, Dv); G divides H. causal=True hides
@@ -141,12 +142,17 @@ def attention(q, k, v, *, causal=False, mask=None, dropout_p=0.0, scale=None, se
     floating-point (added to the scores). scale defaults to 1 / sqrt(D). Dropout (p in [0, 1)) is
     the kernel's Philox mask for `seed` (drawn from PyTorch's generator when None), not nn.Dropout's.
     Float32 tensors are read in place (views of (B, T, H, D) projections included); other floating
-    types are converted; other dtypes are a TypeError.
+    types are converted; other dtypes are a TypeError. Today's variants: window (query i sees keys
+    j > i - window), alibi (True: the paper's slopes; or H slopes; scores - slope_h (i - j)), softcap
+    (scores capped as softcap * tanh(s / softcap), before ALiBi and the mask).
     """
     dropout_p = float(dropout_p)
     if dropout_p > 0 and seed is None:
         seed = _draw_seed()
-    return _FusedAttention.apply(q, k, v, bool(causal), mask, dropout_p, scale, seed)
+    if not isinstance(alibi, bool) and alibi is not None:
+        alibi = _array(torch.as_tensor(alibi, dtype=torch.float32), "alibi")
+    variants = dict(window=int(window), alibi=alibi, softcap=float(softcap))
+    return _FusedAttention.apply(q, k, v, bool(causal), mask, dropout_p, scale, seed, variants)
 
 
 class _Lease:

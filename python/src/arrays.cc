@@ -6,6 +6,8 @@
 #include <cmath>
 #include <random>
 
+#include "qkv/kernels/attention_spec.h"
+
 namespace qkv::python {
 
 using kernels::AttentionMask;
@@ -135,6 +137,27 @@ Options options_of(const char* fn, int64_t T, int64_t S, int64_t D, bool causal,
     o.mask = m;
   }
   return o;
+}
+
+void add_variants(Options& o, const char* fn, int64_t H, int64_t window, py::handle alibi, double softcap) {
+  kernels::check_window(window, fn);
+  kernels::check_softcap(softcap, fn);
+  o.options.window = window;
+  o.options.softcap = static_cast<float>(softcap);
+  if (alibi.is_none() || (py::isinstance<py::bool_>(alibi) && !alibi.cast<bool>())) return;
+  if (py::isinstance<py::bool_>(alibi)) {
+    o.slopes.resize(static_cast<size_t>(H));
+    kernels::alibi_default_slopes(H, o.slopes.data());
+  } else {
+    const py::array a = float32_contiguous(alibi, fn, "alibi", 1, "(H) slopes");
+    if (a.shape(0) != H)
+      throw py::value_error(std::string(fn) + ": alibi has " + std::to_string(a.shape(0)) + " slopes; q has " +
+                            std::to_string(H) + " heads");
+    const auto* p = static_cast<const float*>(a.data());
+    o.slopes.assign(p, p + H);
+  }
+  kernels::check_alibi_slopes(o.slopes.data(), H, fn);
+  o.options.alibi_slopes = o.slopes.data();
 }
 
 py::array float32_contiguous(py::handle obj, const char* fn, const char* name, py::ssize_t rank, const char* dims) {

@@ -48,11 +48,17 @@ kernels::MutableHeads mutable_heads(py::array& a);    // an output from float32_
 struct Options {
   kernels::AttentionOptions options;
   py::array mask;
+  std::vector<float> slopes;  // ALiBi's (options.alibi_slopes points here), or empty
 };
 // causal / mask (T, S) / dropout_p / scale (default 1/sqrt(D)) / seed (None: drawn when
 // for_forward and dropout_p > 0; required otherwise).
 Options options_of(const char* fn, int64_t T, int64_t S, int64_t D, bool causal, py::handle mask, float dropout_p,
                    std::optional<double> scale, py::handle seed, bool for_forward);
+
+// Today's variants of the kernel call into o: window (> 0: key j hidden from query i when
+// j <= i - window), alibi (False; True: the paper's slopes for H heads; or H slopes), softcap
+// (> 0: scores capped as softcap * tanh(s / softcap)). Bad values: qkv.Error naming them.
+void add_variants(Options& o, const char* fn, int64_t H, int64_t window, py::handle alibi, double softcap);
 
 // Runs fn with the GIL released and the default pool held; then honours a pending Ctrl-C.
 template <typename Fn>

@@ -211,3 +211,63 @@ def test_cache_misuse_is_an_error_naming_it():
         d(torch.zeros(1, 1, 8), kv_cache=qt.KVCache(12, 2, 4))
     with pytest.raises(ValueError, match="dtype is 'fp8'"):
         qt.KVCache(12, 2, 4, dtype="fp8")
+
+
+# --- qkv.torch.attention's variants ------------------------------------------------------------------
+
+def textbook(q, k, v, causal, window, slopes, softcap):
+    """The kernel's formula in PyTorch (qkv/kernels/attention.h): x = q k^T / sqrt(D); capped; minus
+    slope_h (i - j); -inf where hidden; softmax; times v. k and v's G heads repeated for H."""
+    H, G = q.shape[1], k.shape[1]
+    k, v = k.repeat_interleave(H // G, dim=1), v.repeat_interleave(H // G, dim=1)
+    s = q @ k.transpose(2, 3) / q.shape[-1] ** 0.5
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    T, S = q.shape[2], k.shape[2]
+    i, j = torch.arange(T)[:, None], torch.arange(S)[None, :]
+    if slopes is not None:
+        s = s - slopes.view(1, H, 1, 1) * (i - j).float()
+    hidden = torch.zeros(T, S, dtype=torch.bool)
+    if causal:
+        hidden |= j > i
+    if window:
+        hidden |= j <= i - window
+    return torch.softmax(s.masked_fill(hidden, -torch.inf), dim=-1) @ v
+
+
+@pytest.mark.parametrize("causal,window,alibi,softcap,G", [
+    (True, 3, False, 0.0, 4), (True, 0, True, 0.0, 2), (False, 0, False, 2.0, 1), (True, 5, "given", 10.0, 2),
+    (False, 4, True, 0.5, 4)])
+def test_attention_variants_match_the_formula(causal, window, alibi, softcap, G):
+    g = torch.Generator().manual_seed(11)
+    B, H, T, D = 2, 4, 9, 8
+    q = torch.randn(B, H, T, D, generator=g, requires_grad=True)
+    k = torch.randn(B, G, T, D, generator=g, requires_grad=True)
+    v = torch.randn(B, G, T, D, generator=g, requires_grad=True)
+    slopes = None
+    if alibi == "given":
+        slopes = torch.tensor([0.5, 0.25, 0.1, 0.02])
+    elif alibi:
+        slopes = torch.tensor([2.0 ** (-8 * (h + 1) / H) for h in range(H)])  # the paper's, H a power of two
+    want = textbook(q, k, v, causal, window, slopes, softcap)
+    grad = torch.randn(want.shape, generator=g)
+    want.backward(grad)
+    want_grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    got = qt.attention(q, k, v, causal=causal, window=window, alibi=slopes if alibi == "given" else bool(alibi),
+                       softcap=softcap)
+    got.backward(grad)
+    assert rel_err(got.detach(), want.detach())[0] <= FORWARD_TOLERANCE
+    for name, t, w in zip("qkv", (q, k, v), want_grads):
+        assert rel_err(t.grad, w)[0] <= GRADIENT_TOLERANCE, name
+
+
+def test_attention_variants_refuse_bad_values():
+    q = torch.zeros(1, 2, 3, 4)
+    with pytest.raises(ValueError, match="window"):
+        qt.attention(q, q, q, window=-2)
+    with pytest.raises(ValueError, match="softcap"):
+        qt.attention(q, q, q, softcap=-1.0)
+    with pytest.raises(ValueError, match="alibi has 3 slopes; q has 2 heads"):
+        qt.attention(q, q, q, alibi=[0.1, 0.2, 0.3])
