@@ -328,6 +328,7 @@ void PackBlockA(const GemmArgs& g, const T* A, size_t i0, size_t rows, size_t k0
 // The float32 path: floats in the panels (in bf16 precision, rounded to bf16 or widened from it).
 struct F32Path {
   using Word = float;
+  static constexpr size_t kSteps = 1;  // steps of K per word
   static size_t rows_of(size_t kc) { return kc; }  // panel rows for a K block of kc
   static void PackB(const GemmArgs& g, size_t k0, size_t kc, size_t j0, size_t j1, float* dst) {
     if (g.B16 != nullptr) return PackPanelsB(g, g.B16, k0, kc, j0, j1, dst);
@@ -351,6 +352,7 @@ struct F32Path {
 // The bf16 dot-product path: pairs of bf16 along K in 32-bit words.
 struct DotPath {
   using Word = uint32_t;
+  static constexpr size_t kSteps = 2;  // steps of K per word
   static size_t rows_of(size_t kc) { return (kc + 1) / 2; }
   static void PackB(const GemmArgs& g, size_t k0, size_t kc, size_t j0, size_t j1, uint32_t* dst) {
     if (g.B16 != nullptr) return PackPanelsBDot(g, g.B16, k0, kc, j0, j1, dst);
@@ -375,7 +377,11 @@ void PackedGemm(const GemmArgs& g, ThreadPool* pool) {
   using Word = typename Path::Word;  // 4 bytes: a float, or two bf16
   static_assert(sizeof(Word) == sizeof(float), "the packing buffers hold 4-byte words");
   const size_t M = static_cast<size_t>(g.M), N = static_cast<size_t>(g.N), K = static_cast<size_t>(g.K);
-  const size_t kc_max = packed_detail::block_k(kMR), mc_max = packed_detail::block_m(kMR, kc_max);
+  // block_k and block_m count a panel's rows of 4-byte words (the caches hold bytes): a word holds
+  // kSteps steps of K, so the dot path's K block is twice as long (GPT-2's K = 768 in one block:
+  // 77-88% of the bf16 peak on its prefill's products, against 70-77% with 512, Zen 5).
+  const size_t kc_max = Path::kSteps * packed_detail::block_k(kMR);
+  const size_t mc_max = packed_detail::block_m(kMR, kc_max / Path::kSteps);
   const size_t panels = (N + kNR - 1) / kNR;
   // one K block of B~: (panels, rows_of(KC), NR)
   Word* bt = reinterpret_cast<Word*>(packed_detail::packed_b.get(panels * Path::rows_of(kc_max) * kNR));
