@@ -49,7 +49,10 @@ void RowsBlock(const float* HWY_RESTRICT x, int64_t K, const T* HWY_RESTRICT W, 
     for (int r = 0; r < R; ++r) a0[r] = a1[r] = hn::Zero(d);
     int64_t k = 0;
     for (; k + 2 * L <= K; k += 2 * L) {
-      if constexpr (kPrefetchBytes > 0) hwy::Prefetch(reinterpret_cast<const char*>(w + k) + kPrefetchBytes);
+      if constexpr (kPrefetchBytes > 0) {  // every 64-byte line of this step's 2 L weights (two with AVX-512 floats)
+        const char* ahead = reinterpret_cast<const char*>(w + k) + kPrefetchBytes;
+        for (size_t line = 0; line < 2 * L * sizeof(T); line += 64) hwy::Prefetch(ahead + line);
+      }
       const VF w0 = LoadW(d, w + k), w1 = LoadW(d, w + k + L);
       for (int r = 0; r < R; ++r) {
         a0[r] = hn::MulAdd(w0, hn::LoadU(d, x + r * K + k), a0[r]);
