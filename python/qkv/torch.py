@@ -380,10 +380,11 @@ class MultiHeadAttention(_CausalMask, nn.Module):
         if d_out % num_heads != 0:
             raise ValueError(f"MultiHeadAttention: d_out ({d_out}) must be divisible by num_heads ({num_heads})")
         kv = num_heads if num_kv_heads is None else num_kv_heads
-        given = dict(kv_heads=None if kv == num_heads else kv, rope=rope, rope_base=float(rope_base),
+        given = dict(kv_heads=None if kv in (num_heads, 0) else kv, rope=rope, rope_base=float(rope_base),
                      window=int(window), alibi=bool(alibi), softcap=float(softcap),
                      dtype={torch.float32: "f32", torch.bfloat16: "bf16"}.get(dtype, dtype))
         _qkv.check_attention_spec(num_heads, d_out // num_heads, **given)  # qkv's one validation of the spec
+        kv = given["kv_heads"] or num_heads  # 0 and None: as many as the heads, as qkv's spec says
         self.d_out = d_out
         self.num_heads = num_heads
         self.num_kv_heads = kv

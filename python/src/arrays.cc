@@ -156,7 +156,9 @@ void add_variants(Options& o, const char* fn, int64_t H, int64_t window, py::han
     const auto* p = static_cast<const float*>(a.data());
     o.slopes.assign(p, p + H);
   }
-  kernels::check_alibi_slopes(o.slopes.data(), H, fn);
+  kernels::check_alibi_slopes(o.slopes.data(), H, fn, [](kernels::SpecField f) {
+    return f == kernels::SpecField::kAlibiSlopes ? std::string("alibi") : kernels::spec_field_name(f);
+  });
   o.options.alibi_slopes = o.slopes.data();
 }
 

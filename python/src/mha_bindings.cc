@@ -71,8 +71,7 @@ kernels::AttentionSpec spec_of(const char* fn, int64_t heads, int64_t head_dim, 
                                kernels::SpecNamer namer = kernels::spec_field_name) {
   kernels::AttentionSpec a;
   a.heads = heads;
-  const int64_t G = v.kv_heads.value_or(heads);
-  a.kv_heads = G == heads ? 0 : G;
+  a.kv_heads = v.kv_heads.value_or(0) == heads ? 0 : v.kv_heads.value_or(0);  // 0: as many as the heads
   a.head_dim = head_dim;
   if (!v.rope.is_none()) {
     const std::string r = py::str(v.rope);
@@ -112,11 +111,10 @@ kernels::MhaShape shape_of_call(const char* fn, const py::array& x, py::handle w
   s.tokens = x.shape(1);
   s.d_in = x.shape(2);
   const int64_t rows = w.w_qkv.shape(0);
-  if (heads < 1) throw py::value_error(std::string(fn) + ": heads (" + std::to_string(heads) + ") must be at least 1");
-  const int64_t G = v.kv_heads.value_or(heads);
-  if (G < 1 || G > heads || heads % G != 0)
-    throw py::value_error(std::string(fn) + ": kv_heads (" + std::to_string(G) + ") must divide heads (" +
-                          std::to_string(heads) + ")");
+  // The heads and their groups as the spec has them (0: as many as the heads); when they break its
+  // rules, its validation says so (head_dim does not matter to those rules).
+  const int64_t G = v.kv_heads.value_or(0) > 0 ? *v.kv_heads : heads;
+  if (heads < 1 || G > heads || heads % G != 0) spec_of(fn, heads, 2, v);
   if (w.w_qkv.shape(1) != s.d_in || rows % (heads + 2 * G) != 0)
     throw py::value_error(std::string(fn) + ": w_qkv has shape " + shape_of(w.w_qkv) + "; x " + shape_of(x) + " with " +
                           std::to_string(heads) + " heads and " + std::to_string(G) +
@@ -341,8 +339,9 @@ void bind_mha(py::module_& m) {
         arg("heads"), arg("causal") = true, arg("mask") = py::none(), arg("dropout_p") = 0.0f, arg("seed") = py::none(),
         arg("workspace"), arg("kv_heads") = py::none(), arg("rope") = py::none(), arg("rope_base") = 10000.0,
         arg("window") = 0, arg("alibi") = false, arg("softcap") = 0.0, arg("dtype") = "f32",
-        "The book's MultiHeadAttention forward in qkv's pipeline: x (B, T, d_in), w_qkv (3 d_out, d_in) = [W_query;\n"
-        "W_key; W_value], b_qkv or None, w_out (d_out, d_out) and b_out, or None (no out_proj) -> y (B, T, d_out).");
+        "The book's MultiHeadAttention forward in qkv's pipeline: x (B, T, d_in), w_qkv ((heads + 2 kv_heads) head_dim,\n"
+        "d_in) = [W_query; W_key; W_value], b_qkv or None, w_out (d_out, d_out) and b_out, or None (no out_proj)\n"
+        "-> y (B, T, d_out); today's variants as keywords.");
   m.def("mha_backward", &mha_backward, arg("x"), arg("grad_y"), arg("w_qkv"), arg("b_qkv"), arg("w_out"), arg("b_out"),
         py::kw_only(), arg("heads"), arg("causal") = true, arg("mask") = py::none(), arg("dropout_p") = 0.0f,
         arg("seed") = py::none(), arg("workspace"), arg("need_dx") = true, arg("forward_id") = py::none(),

@@ -227,7 +227,10 @@ ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& i
   std::string wq_row = "j", wq_col = "*";
   std::string prefix;
   for (const StateEntry& e : module.state_dict())
-    if (e.is_parameter) p.pipeline.push_back(step(e.name, "parameter " + e.name + " " + shape_str(e.shape()), e.value()));
+    if (e.is_parameter) {
+      p.pipeline.push_back(step(e.name, "parameter " + e.name + " " + shape_str(e.shape()), e.value()));
+      p.pipeline.back().parameter = true;
+    }
   const std::vector<StateEntry> state = module.state_dict();
   auto has = [&](const std::string& name) {
     for (const StateEntry& e : state)
@@ -545,14 +548,17 @@ ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std:
     const int64_t li = static_cast<int64_t>(l);
     p.pipeline.push_back(block_input("blocks.", l, k.x));
     for (const auto& [w, t] : {std::pair{"W_query", &block.W_query.weight}, {"W_key", &block.W_key.weight},
-                               {"W_value", &block.W_value.weight}})
+                               {"W_value", &block.W_value.weight}}) {
       p.pipeline.push_back(step(b + w + ".weight", std::string(w) + ".weight: head h uses rows h D .. h D + D - 1",
                                 *t, false, {}, li));
+      p.pipeline.back().parameter = true;
+    }
     add_attention(p, b, li, k.trace, block, [&](const std::string& name, const std::string& w, const Tensor& t) {
       return step(b + name, name + " = x @ " + w + ".T, per head (T, D)", t, true,
                   {{b + "input", "i", "*"}, {b + w + ".weight", "hj", "*"}}, li);
     });
     p.pipeline.push_back(step(b + "out_proj.weight", "out_proj.weight (C, C)", block.out_proj.weight, false, {}, li));
+    p.pipeline.back().parameter = true;
     ExploreStep out = step(b + "output", "x + out_proj(context): the residual stream after the block",
                            k.next.select(0, 0).contiguous(), false,
                            {{b + "input", "i", "j"}, {b + "context", "i", "*"}, {b + "out_proj.weight", "j", "*"}}, li);

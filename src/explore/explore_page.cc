@@ -185,7 +185,8 @@ std::string explore_html(const ExplorePage& page, ExplorePrecision p) {
     nlohmann::json links = nlohmann::json::array();
     for (const ExploreLink& l : s.links) links.push_back({{"from", l.from}, {"row", l.row}, {"col", l.col}});
     steps.push_back({{"name", s.name}, {"caption", s.caption}, {"tensor", tensors.add(s.name, s.value)},
-                     {"perHead", s.per_head}, {"layer", s.layer}, {"links", links}, {"prefix", s.index_prefix}});
+                     {"perHead", s.per_head}, {"layer", s.layer}, {"links", links}, {"prefix", s.index_prefix},
+                     {"parameter", s.parameter}});
   }
   nlohmann::json layers = nlohmann::json::array();
   for (size_t l = 0; l < page.layers.size(); ++l) {

@@ -14,6 +14,7 @@
 #include "qkv/core/generator.h"
 #include "qkv/core/ops.h"
 #include "qkv/explore/explore.h"
+#include "qkv/models/attention_lm.h"
 #include "qkv/models/gpt.h"
 
 namespace qkv {
@@ -194,6 +195,30 @@ TEST(ExploreGpt, TheLogitLensIsEachResidualStreamThroughTheHead) {
     }
   // without a tokenizer, the words are the ids
   EXPECT_EQ(page.lens.words.at(page.lens.ids[0]), std::to_string(page.lens.ids[0]));
+}
+
+// An attention LM whose width equals its token count: the page must still tell the weights (whose
+// rows are output features) from the activations (whose rows are the tokens), for the row labels.
+TEST(ExploreGpt, ParameterStepsAreMarkedApartFromTokenRows) {
+  Generator gen(2);
+  LMConfig cfg;
+  cfg.vocab_size = 9;
+  cfg.context_length = 8;
+  cfg.d_model = 4;  // = T below
+  cfg.attention.heads = 2;
+  cfg.num_layers = 1;
+  set_head_dim(cfg);
+  AttentionLM lm(cfg, gen);
+  const ExplorePage page = explore_lm(lm, {1, 2, 3, 4}, {"a", "b", "c", "d"}, "lm");
+  int parameters = 0;
+  for (const ExploreStep& s : page.pipeline) {
+    const bool weight = s.name.size() > 7 && s.name.compare(s.name.size() - 7, 7, ".weight") == 0;
+    EXPECT_EQ(s.parameter, weight) << s.name;
+    parameters += s.parameter;
+  }
+  EXPECT_EQ(parameters, 4);  // W_query, W_key, W_value, out_proj
+  const std::string html = explore_html(page, ExplorePrecision::kF32);
+  EXPECT_NE(html.find("\"name\":\"blocks.0.W_query.weight\",\"parameter\":true"), std::string::npos);
 }
 
 TEST(ExploreGpt, AModelWithoutBlocksIsRefused) {

@@ -39,8 +39,10 @@ TEST(LinearBf16, ForwardAndBackwardAreTheRoundedOperandsProducts) {
   const int64_t M = 37, K = 70, N = 29;  // odd sizes: the tiles' edges
   Generator gen(3);
   Linear f32(K, N, true, gen);
-  Linear b16 = f32;
+  Linear b16 = f32;  // the same weights; gradients of its own (a copy shares the tensors' storage)
   b16.dtype = Dtype::kBF16;
+  b16.dweight = Tensor::zeros(f32.weight.shape());
+  b16.dbias = Tensor::zeros(f32.bias.shape());
   const Tensor x = random_tensor({M, K}, gen), dy = random_tensor({M, N}, gen);
   std::vector<double> y(M * N), dx(M * K), dw(N * K), db(N, 0.0);
   for (int64_t m = 0; m < M; ++m)

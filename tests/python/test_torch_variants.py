@@ -271,3 +271,15 @@ def test_attention_variants_refuse_bad_values():
         qt.attention(q, q, q, softcap=-1.0)
     with pytest.raises(ValueError, match="alibi has 3 slopes; q has 2 heads"):
         qt.attention(q, q, q, alibi=[0.1, 0.2, 0.3])
+
+
+def test_kv_heads_as_the_spec_reads_them():
+    """0 (or None) means as many key/value heads as query heads, as qkv's spec says; below 0 is an
+    error naming num_kv_heads; an ALiBi slope that is not finite is an error naming alibi."""
+    m = qt.MultiHeadAttention(8, 8, 8, 0.0, 4, num_kv_heads=0)
+    assert tuple(m.W_key.weight.shape) == (8, 8) and m._variants == {}
+    with pytest.raises(ValueError, match=r"num_kv_heads \(-1\)"):
+        qt.MultiHeadAttention(8, 8, 8, 0.0, 4, num_kv_heads=-1)
+    q = torch.zeros(1, 2, 3, 4)
+    with pytest.raises(ValueError, match=r"alibi\[1\] \(nan\)"):
+        qt.attention(q, q, q, alibi=[0.5, float("nan")])

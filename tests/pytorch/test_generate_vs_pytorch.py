@@ -148,8 +148,8 @@ SETTINGS = [
     ("top-k 3", 1.0, 3, [5, 123]),
     ("temperature 1.3 + top-k 2", 1.3, 2, [7, 2**32 + 5]),
 ]
-CACHES = ["f32", "none", "bf16"]
-APART_SEARCH = 300  # seeds tried for cases the bf16 attention kernel's rounding tells apart  # the default KV cache, --no-kv-cache, --cache-dtype bf16
+CACHES = ["f32", "none", "bf16"]  # the default KV cache, --no-kv-cache, --cache-dtype bf16
+APART_SEARCH = 300  # seeds tried for cases the bf16 attention kernel's rounding tells apart
 
 
 # --- the generator ---------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ struct ExploreStep {
   int64_t layer = -1;   // the layer it belongs to; -1: shown for every layer
   std::vector<ExploreLink> links;
   std::string index_prefix;  // indices before the shown ones, e.g. "[0]" for batch item 0
+  bool parameter = false;    // a weight or bias: its rows are not the tokens (the page labels rows that are)
 };
 
 // One head's statistics over the page's query rows i (weights w = the layer's (T, T) for the head).
