@@ -15,7 +15,7 @@
 // BM_Qkv, product: 0 qkv float32, 1 OpenBLAS float32, 2 qkv bf16 with B (the weights) held in
 //   bf16 and A rounded as it is packed (BM_Sgemm's product 2), 3 qkv bf16 with A and B both held
 //   in bf16 (the same inputs oneDNN's bf16 gets); bias 1 (op 0): y = b + x W^T as qkv's Linear
-//   does it (fill_rows, then beta = 1).
+//   does it (GemmArgs::bias: added as the product writes its tiles).
 // BM_OneDnn, bf16: 0 src/weights/dst f32; 1 src and weights bf16, dst f32, f32 accumulation;
 //   variant: 0 plain (the buffers above, through strides), 1 with the bias (f32, the matmul's
 //   bias argument: op 0 only), 2 weights in the layout oneDNN prefers (format_tag::any,
@@ -91,10 +91,7 @@ double check(const Operands& o, bool bf16, bool bias) {
   std::vector<float> ref(static_cast<size_t>(rows * o.N));
   GemmArgs g = o.args(ref.data());
   g.M = rows;  // op(A)'s first rows: A's first rows, or (op 2, A transposed) A's first columns
-  if (bias) {
-    qkv::fill_rows(ref.data(), rows, o.N, o.N, o.bias.data());
-    g.beta = 1.0f;
-  }
+  if (bias) g.bias = o.bias.data();
   if (bf16) g.precision = Dtype::kBF16;
   qkv::sgemm_reference(g);
   double num = 0, den = 0;
@@ -138,13 +135,10 @@ void BM_Qkv(benchmark::State& state) {
       g.A16 = o.a16.data();
     }
   }
-  if (bias) g.beta = 1.0f;
+  if (bias) g.bias = o.bias.data();
   const qkv::GemmBackend before = qkv::gemm_backend();
   qkv::set_gemm_backend(product == 1 ? qkv::GemmBackend::kOpenBlas : qkv::GemmBackend::kQkv);
-  const auto step = [&] {
-    if (bias) qkv::fill_rows(o.c.data(), o.M, o.N, o.N, o.bias.data());
-    qkv::sgemm(g);
-  };
+  const auto step = [&] { qkv::sgemm(g); };
   const auto t1 = std::chrono::steady_clock::now();
   step();
   state.counters["first_ms"] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();

@@ -56,6 +56,17 @@ void check(const GemmArgs& g) {
             "sgemm: sizes beyond the BLAS's 32-bit integers");
 }
 
+// C = beta C + bias (each row), for the paths that do not add the bias themselves.
+void add_bias_first(const GemmArgs& g, ThreadPool& pool) {
+  const int64_t chunk = 256;
+  pool.parallel_for((g.M + chunk - 1) / chunk, [&](int64_t t, int) {
+    for (int64_t m = t * chunk; m < std::min(g.M, (t + 1) * chunk); ++m) {
+      float* c = g.C + m * g.ldc;
+      for (int64_t n = 0; n < g.N; ++n) c[n] = (g.beta == 0.0f ? 0.0f : g.beta * c[n]) + g.bias[n];
+    }
+  });
+}
+
 // C = beta C: a product with K = 0 (not left to the BLAS: some return early).
 void scale_only(const GemmArgs& g) {
   for (int64_t m = 0; m < g.M; ++m)
@@ -240,16 +251,24 @@ int gemm_vector_bits() {
   return gemm_backend() == GemmBackend::kOpenBlas ? blas_vector_bits() : packed_gemm_shape().vector_bits;
 }
 
-void sgemm(const GemmArgs& g, ThreadPool* pool_arg) {
-  check(g);
-  if (g.M == 0 || g.N == 0) return;
-  if (g.K == 0) return scale_only(g);
-  // Below about 4 MFLOP a split costs more than it saves.
-  if (gemm_flops(g.M, g.N, g.K) < 4e6) return serial_product(g);
+void sgemm(const GemmArgs& args, ThreadPool* pool_arg) {
+  check(args);
+  if (args.M == 0 || args.N == 0) return;
+  GemmArgs g = args;
   ThreadPool& pool = pool_arg ? *pool_arg : default_pool();
+  // Which path runs: qkv's packed product adds the bias as it writes C; for the others it goes
+  // into C first (C = beta C + bias, then beta = 1).
+  const bool small = gemm_flops(g.M, g.N, g.K) < 4e6;  // below about 4 MFLOP a split costs more than it saves
+  const bool packed = g.precision == Dtype::kBF16 || (gemm_backend() == GemmBackend::kQkv && (g.M > 1 || !kHaveOpenBlas));
+  if (g.bias != nullptr && (g.K == 0 || !packed || (!small && splits_k(g)))) {
+    add_bias_first(g, pool);
+    g.bias = nullptr;
+    g.beta = 1.0f;
+  }
+  if (g.K == 0) return scale_only(g);
+  if (small) return serial_product(g);
   if (splits_k(g)) return sgemm_k_split(g, pool);
-  if (g.precision == Dtype::kBF16 || (gemm_backend() == GemmBackend::kQkv && (g.M > 1 || !kHaveOpenBlas)))
-    return packed_sgemm(g, &pool);
+  if (packed) return packed_sgemm(g, &pool);
   // Panels of a fixed size (not one per thread), so every element of C comes out of the same
   // BLAS call whatever the thread count: the result does not depend on it, bit for bit.
   const bool by_rows = g.M >= g.N;
@@ -288,7 +307,7 @@ void sgemm_reference(const GemmArgs& g) {
       for (int64_t k = 0; k < g.K; ++k) acc += static_cast<double>(a(m, k)) * b(k, n);
       float& c = g.C[m * g.ldc + n];
       const double prior = g.beta == 0.0f ? 0.0 : static_cast<double>(g.beta) * c;
-      c = static_cast<float>(static_cast<double>(g.alpha) * acc + prior);
+      c = static_cast<float>(static_cast<double>(g.alpha) * acc + prior + (g.bias ? g.bias[n] : 0.0f));
     }
 }
 

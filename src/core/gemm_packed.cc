@@ -104,12 +104,14 @@ constexpr size_t kNR = kNV * kLanes;  // tile columns
 struct TileWrite {
   float alpha = 1.0f, beta = 0.0f;
   bool first = true;
+  const float* bias = nullptr;  // the tile's columns of the bias (added on the first K block), or null
 };
 
-HWY_INLINE float combine(float sum, float c, const TileWrite& w) {
+HWY_INLINE float combine(float sum, float c, const TileWrite& w, size_t n) {
   const float s = w.alpha * sum;
   if (!w.first) return c + s;
-  return w.beta == 0.0f ? s : s + w.beta * c;
+  const float b = w.bias ? w.bias[n] : 0.0f;
+  return (w.beta == 0.0f ? s : s + w.beta * c) + b;
 }
 
 // C (rows <= MR, cols <= NR) op= alpha acc (+ beta C on the first K block): a tile's sums out.
@@ -126,6 +128,7 @@ HWY_INLINE void StoreTile(const VF (&acc)[kMR][kNV], float* HWY_RESTRICT c, size
         if (!w.first) r = hn::Add(hn::LoadU(d, cv), s);
         else if (w.beta == 0.0f) r = s;
         else r = hn::MulAdd(beta, hn::LoadU(d, cv), s);
+        if (w.first && w.bias) r = hn::Add(r, hn::LoadU(d, w.bias + v * kLanes));
         hn::StoreU(r, d, cv);
       }
     return;
@@ -134,7 +137,7 @@ HWY_INLINE void StoreTile(const VF (&acc)[kMR][kNV], float* HWY_RESTRICT c, size
   HWY_UNROLL(16) for (size_t m = 0; m < kMR; ++m)
     HWY_UNROLL(4) for (size_t v = 0; v < kNV; ++v) hn::Store(acc[m][v], d, tile + m * kNR + v * kLanes);
   for (size_t m = 0; m < rows; ++m)
-    for (size_t n = 0; n < cols; ++n) c[m * ldc + n] = combine(tile[m * kNR + n], c[m * ldc + n], w);
+    for (size_t n = 0; n < cols; ++n) c[m * ldc + n] = combine(tile[m * kNR + n], c[m * ldc + n], w, n);
 }
 
 // The tile of C is read (or written) only after the K steps; its lines are fetched before them,
@@ -418,9 +421,11 @@ void PackedGemm(const GemmArgs& g, ThreadPool* pool) {
       for (size_t j = j0; j < j1; ++j) {
         const Word* b = bt + j * kr * kNR;
         const size_t cols = std::min(kNR, N - j * kNR);
+        TileWrite wj = w;
+        if (g.bias != nullptr) wj.bias = g.bias + j * kNR;
         for (size_t p0 = 0; p0 < rows; p0 += kMR)
           Path::Tile(at + (p0 / kMR) * kr * kMR, b, kc, g.C + (i0 + p0) * static_cast<size_t>(g.ldc) + j * kNR,
-                     static_cast<size_t>(g.ldc), std::min(kMR, rows - p0), cols, w);
+                     static_cast<size_t>(g.ldc), std::min(kMR, rows - p0), cols, wj);
       }
     };
     if (pool == nullptr || threads == 1) {

@@ -28,9 +28,8 @@ void linear(const float* x, int64_t M, int64_t K, const float* W, const float* b
   if (M >= 1 && M <= kGemvMaxRows && K > 0 && gemm_backend() == GemmBackend::kQkv &&
       (dtype == Dtype::kF32 || bf16_weights))
     return gemv_rows(x, M, K, bf16_weights ? nullptr : W, bf16_weights ? W16 : nullptr, bias, N, y, pool);
-  if (bias) fill_rows(y, M, N, N, bias, pool);
   GemmArgs g = in_dtype(gemm_args(false, true, M, N, K, x, K, W, K, y, N), dtype, W16);
-  g.beta = bias ? 1.0f : 0.0f;
+  g.bias = bias;  // added as the product writes y (qkv's own product), or into y first
   sgemm(g, pool);
 }
 

@@ -71,6 +71,9 @@ int check_every_shape(const std::string& label, Operands operands = Operands::kF
           g.A16 = a16.data();
           g.B16 = b16.data();
         }
+        // a bias on every other case (the epilogue of qkv's product; added first elsewhere)
+        const auto bias = normal_vector(static_cast<size_t>(N + 1), rng);
+        if ((t + (beta == 0.5f)) % 2 == 1) g.bias = bias.data();
         g.C = c.data();
         sgemm(g, &pool);
         g.C = c_ref.data();

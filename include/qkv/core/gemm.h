@@ -48,6 +48,9 @@ struct GemmArgs {
   float beta = 0.0f;  // 0: C is overwritten (never read, may hold NaN)
   float* C = nullptr;
   int64_t ldc = 0;
+  // (N) or null: added to every row, C = alpha op(A) op(B) + beta C + bias (nn.Linear's bias). qkv's
+  // own product adds it as it writes C's tiles; the other paths add it to C first.
+  const float* bias = nullptr;
   // The precision the product multiplies in. kBF16 (bf16 mode, qkv/core/bf16.h): op(A) and op(B)
   // are rounded to bf16 (nearest even) as they are packed, or read as bf16 from A16 / B16, and
   // every product is accumulated in float32: AVX512_BF16's dot product where the CPU has it, else
@@ -116,7 +119,7 @@ void sgemm(const GemmArgs& g, ThreadPool* pool = nullptr);  // pool: nullptr = d
 // kBF16). For tests.
 void sgemm_reference(const GemmArgs& g);
 
-// C (M, N) = each row the vector bias (N): the start of y = x W^T + b with beta = 1.
+// C (M, N) = each row the vector bias (N) (GemmArgs::bias adds a bias within the product).
 void fill_rows(float* C, int64_t M, int64_t N, int64_t ldc, const float* bias, ThreadPool* pool = nullptr);
 // out (N) = sum over the M rows of X (M, N) (ldx): a bias gradient. Accumulated in float per
 // column, rows in order, so the result does not depend on the thread count.

@@ -4,8 +4,8 @@
 //
 //   y (M, N) = x (M, K) W^T + bias      W (N, K) as nn.Linear stores it (out, in); bias (N) or null
 //
-// As PyTorch's addmm: y starts as the bias in every row and the product is added to it (GEMM
-// beta = 1); without a bias y is overwritten. Threads and the BLAS as in gemm.h, except for one to
+// As PyTorch's addmm: y = the product + the bias in every row (GemmArgs::bias: qkv's own product
+// adds it as it writes y's tiles); without a bias y is overwritten. Threads and the BLAS as in gemm.h, except for one to
 // sixteen rows (decoding), which stream W once with the bias in the same pass (src/core/gemv.h; not
 // under QKV_GEMM=openblas).
 #pragma once
