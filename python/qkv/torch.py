@@ -438,15 +438,25 @@ class MultiHeadAttention(_CausalMask, nn.Module):
         if not hasattr(self, "_decode_workspace"):
             self._decode_workspace = _qkv.MhaWorkspace()
         with torch.no_grad():
-            w_qkv = torch.cat([self.W_query.weight, self.W_key.weight, self.W_value.weight])
-            b_qkv = None if self.W_query.bias is None else torch.cat([self.W_query.bias, self.W_key.bias,
-                                                                      self.W_value.bias])
+            w_qkv, b_qkv = self._joined_projections()
             y = _qkv.mha_forward_cached(x.detach().numpy(), w_qkv.numpy(), _numpy_or_none(b_qkv),
                                         self.out_proj.weight.detach().numpy(), self.out_proj.bias.detach().numpy(),
                                         heads=self.num_heads, cache=cache._cache, layer=layer,
                                         workspace=self._decode_workspace, **self._variants)
         cache._appended()
         return torch.from_numpy(y)
+
+    def _joined_projections(self):
+        """[W_query; W_key; W_value] and their biases as one matrix (and vector), joined again only
+        when a parameter was replaced or changed in place (its version), not on every decoding step."""
+        params = (self.W_query.weight, self.W_key.weight, self.W_value.weight, self.W_query.bias, self.W_key.bias,
+                  self.W_value.bias)
+        key = tuple((id(p), p._version) if p is not None else None for p in params)
+        if getattr(self, "_joined_key", None) != key:
+            w = torch.cat(params[:3])
+            b = None if params[3] is None else torch.cat(params[3:])
+            self._joined, self._joined_key = (w, b), key
+        return self._joined
 
 
 class KVCache:

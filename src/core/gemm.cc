@@ -311,14 +311,6 @@ void sgemm_reference(const GemmArgs& g) {
     }
 }
 
-void fill_rows(float* C, int64_t M, int64_t N, int64_t ldc, const float* bias, ThreadPool* pool_arg) {
-  ThreadPool& pool = pool_arg ? *pool_arg : default_pool();
-  const int64_t chunk = 256;
-  pool.parallel_for((M + chunk - 1) / chunk, [&](int64_t t, int) {
-    for (int64_t m = t * chunk; m < std::min(M, (t + 1) * chunk); ++m) std::copy(bias, bias + N, C + m * ldc);
-  });
-}
-
 void sum_rows(const float* X, int64_t M, int64_t N, int64_t ldx, float* out, ThreadPool* pool_arg) {
   ThreadPool& pool = pool_arg ? *pool_arg : default_pool();
   const int64_t chunk = 256;  // columns per task

@@ -252,7 +252,9 @@ TEST(Gemm, BiasHelpers) {
   ThreadPool pool(2);
   const std::vector<float> bias = {1, 2, 3};
   std::vector<float> y(1000 * 4, -1.0f);
-  fill_rows(y.data(), 1000, 3, 4, bias.data(), &pool);
+  GemmArgs fill = gemm_args(false, false, 1000, 3, 0, nullptr, 1, nullptr, 3, y.data(), 4);  // K = 0: C = bias
+  fill.bias = bias.data();
+  sgemm(fill, &pool);
   for (int m = 0; m < 1000; ++m) {
     EXPECT_EQ(y[static_cast<size_t>(m * 4 + 2)], 3.0f);
     EXPECT_EQ(y[static_cast<size_t>(m * 4 + 3)], -1.0f);

@@ -95,5 +95,24 @@ TEST(GptBf16Weights, Float32ModeIgnoresThemAndTrainingDropsThem) {
   EXPECT_FALSE(kept.has_bf16_weights());
 }
 
+// bf16 mode is every product of the model: the feed-forward's and the head's Linear too
+// (Linear::dtype), not only the attention's, in the uncached forward as in decoding.
+TEST(GptBf16Weights, Bf16ModeRunsTheFeedForwardAndHeadInIt) {
+  Generator g1(8), g2(8);
+  GPTModel all(tiny(Dtype::kBF16), g1), attention_only(tiny(Dtype::kBF16), g2);  // the same draws
+  EXPECT_EQ(all.out_head.dtype, Dtype::kBF16);
+  for (const TransformerBlock& b : all.blocks) EXPECT_EQ(b.ff.fc.dtype, Dtype::kBF16);
+  for (TransformerBlock& b : attention_only.blocks) b.ff.fc.dtype = b.ff.proj.dtype = Dtype::kF32;
+  attention_only.out_head.dtype = Dtype::kF32;
+  all.eval();
+  attention_only.eval();
+  const std::vector<int64_t> ids = {1, 5, 9, 52, 0, 7, 7, 30};
+  const Tensor a = all.forward(ids, 1, 8), b = attention_only.forward(ids, 1, 8);
+  const double d = relative(std::vector<float>(a.data(), a.data() + a.numel()),
+                            std::vector<float>(b.data(), b.data() + b.numel()));
+  EXPECT_GT(d, 1.0 / 4096) << "the feed-forward and head must round in bf16 mode";
+  EXPECT_LT(d, 2e-2) << "within bf16's bound";
+}
+
 }  // namespace
 }  // namespace qkv

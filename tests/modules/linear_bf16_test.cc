@@ -1,7 +1,8 @@
 // nn.Linear in bf16 mode (Linear::dtype = kBF16): each product takes its operands rounded to bf16
 // (to nearest even) and sums in float32; the bias and its gradient stay float32. Checked against
 // the same roundings done here and summed in double, and against the float32 product (the rounding
-// must be there). A GPT model in bf16 mode runs its feed-forward and head this way.
+// must be there). A GPT model in bf16 mode runs its feed-forward and head this way
+// (tests/models/gpt_bf16_weights_test.cc).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,8 +10,6 @@
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/generator.h"
-#include "qkv/core/ops.h"
-#include "qkv/models/gpt.h"
 #include "qkv/modules/layers.h"
 
 namespace qkv {
@@ -79,34 +78,6 @@ TEST(LinearBf16, ForwardAndBackwardAreTheRoundedOperandsProducts) {
   EXPECT_GT(relative(yf, y), 1.0 / 4096);
   EXPECT_GT(relative(dxf, dx), 1.0 / 4096);
   EXPECT_GT(relative(f32.dweight, dw), 1.0 / 4096);
-}
-
-TEST(LinearBf16, AGptModelInBf16ModeRunsItsFeedForwardAndHeadInIt) {
-  GPTConfig c;
-  c.vocab_size = 53;
-  c.context_length = 16;
-  c.emb_dim = 32;
-  c.n_layers = 2;
-  c.attention.heads = 4;
-  c.attention.dropout = 0.0;
-  c.attention.dtype = Dtype::kBF16;
-  set_head_dim(c);
-  Generator g1(8), g2(8);
-  GPTModel all(c, g1), attention_only(c, g2);  // the same draws
-  for (const GPTModel* m : {&all}) {
-    EXPECT_EQ(m->out_head.dtype, Dtype::kBF16);
-    for (const TransformerBlock& b : m->blocks) EXPECT_EQ(b.ff.fc.dtype, Dtype::kBF16);
-  }
-  for (TransformerBlock& b : attention_only.blocks) b.ff.fc.dtype = b.ff.proj.dtype = Dtype::kF32;
-  attention_only.out_head.dtype = Dtype::kF32;
-  all.eval();
-  attention_only.eval();
-  const std::vector<int64_t> ids = {1, 5, 9, 52, 0, 7, 7, 30};
-  const Tensor a = all.forward(ids, 1, 8), b = attention_only.forward(ids, 1, 8);
-  std::vector<double> bd(b.data(), b.data() + b.numel());
-  const double d = relative(a, bd);
-  EXPECT_GT(d, 1.0 / 4096) << "the feed-forward and head must round in bf16 mode";
-  EXPECT_LT(d, 2e-2) << "within bf16's bound";
 }
 
 }  // namespace

@@ -283,3 +283,16 @@ def test_kv_heads_as_the_spec_reads_them():
     q = torch.zeros(1, 2, 3, 4)
     with pytest.raises(ValueError, match=r"alibi\[1\] \(nan\)"):
         qt.attention(q, q, q, alibi=[0.5, float("nan")])
+
+
+def test_the_cached_step_sees_weights_changed_in_place():
+    """The joined [W_query; W_key; W_value] is kept between decoding steps, and made again when a
+    weight changes (an optimiser step, load_state_dict, an in-place edit)."""
+    torch.manual_seed(6)
+    m = qt.MultiHeadAttention(8, 8, 16, 0.0, 2, qkv_bias=True).eval()
+    x = torch.randn(1, 5, 8)
+    decode(m, x, qt.KVCache(16, 2, 4), prefill=2)
+    with torch.no_grad():
+        m.W_key.weight.mul_(2.0)
+        m.W_value.bias.add_(1.0)
+    assert rel_err(decode(m, x, qt.KVCache(16, 2, 4), prefill=2), m(x).detach())[0] <= FORWARD_TOLERANCE

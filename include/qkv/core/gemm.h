@@ -119,8 +119,6 @@ void sgemm(const GemmArgs& g, ThreadPool* pool = nullptr);  // pool: nullptr = d
 // kBF16). For tests.
 void sgemm_reference(const GemmArgs& g);
 
-// C (M, N) = each row the vector bias (N) (GemmArgs::bias adds a bias within the product).
-void fill_rows(float* C, int64_t M, int64_t N, int64_t ldc, const float* bias, ThreadPool* pool = nullptr);
 // out (N) = sum over the M rows of X (M, N) (ldx): a bias gradient. Accumulated in float per
 // column, rows in order, so the result does not depend on the thread count.
 void sum_rows(const float* X, int64_t M, int64_t N, int64_t ldx, float* out, ThreadPool* pool = nullptr);
