@@ -38,6 +38,8 @@ struct ExploreFlags : ModuleFlags {
   SamplingFlags pick;               // --temperature, --top-k (with --generate)
   std::string model_path;           // --checkpoint, or --weights without --module
   std::string precision = "auto";
+  std::string weights_in_page = "auto";  // --attention-weights
+  std::optional<int64_t> pipeline_layer;
   int64_t max_page_bytes = 64ll << 20;
 };
 
@@ -55,21 +57,28 @@ std::string gpt2_label(const Encoding& gpt2, int64_t id) { return gpt2.decode(st
 
 // A page over --max-page-size: what it would be and what makes it smaller (8-bit values only
 // when it is not 8-bit already).
-[[noreturn]] void page_too_large(const std::string& what, int64_t bytes, ExplorePrecision p, int64_t max_bytes) {
-  fail(what, mb(bytes), " (", explore_precision_name(p), "), more than --max-page-size ", mb(max_bytes),
-       ", beyond which a browser opens it slowly or not at all; make it smaller with ",
-       p == ExplorePrecision::kU8 ? "" : "--precision u8 (8-bit values) or ", "a shorter --text, or raise --max-page-size");
+std::string storage_name(ExploreStorage st) {
+  return str(explore_precision_name(st.values), st.computed ? ", attention weights computed in the page" : "");
 }
 
-// Before any work: the page's attention weights alone (layers x heads (T, T)) at the smallest
-// precision it may use must fit.
-void check_page_fits(const ExploreFlags& f, int64_t layers, int64_t heads, int64_t tokens, bool causal) {
+[[noreturn]] void page_too_large(const std::string& what, int64_t bytes, ExploreStorage st, int64_t max_bytes) {
+  fail(what, mb(bytes), " (", storage_name(st), "), more than --max-page-size ", mb(max_bytes),
+       ", beyond which a browser opens it slowly or not at all; make it smaller with ",
+       st.values == ExplorePrecision::kU8 ? "" : "--precision u8 (8-bit values) or ", "a shorter --text, or raise --max-page-size");
+}
+
+// Before any work: the page's attention weights alone (layers x heads (T, T), or as queries and
+// keys when the page computes them) at the smallest size it may use must fit.
+void check_page_fits(const ExploreFlags& f, int64_t layers, int64_t heads, int64_t head_dim, int64_t tokens,
+                     bool causal) {
   const ExplorePrecision p = parse_explore_precision(f.precision);
-  const int64_t least = minimum_page_bytes(layers, heads, tokens, causal, p);
+  const ExploreWeights w = parse_explore_weights(f.weights_in_page);
+  const int64_t least = minimum_page_bytes(layers, heads, head_dim, tokens, causal, p, w);
   if (least > f.max_page_bytes)
     page_too_large(str("the page's attention weights alone (", layers, " layer(s) x ", heads, " head(s) of ", tokens,
                        " x ", tokens, ") would be at least "),
-                   least, p == ExplorePrecision::kAuto ? ExplorePrecision::kU8 : p, f.max_page_bytes);
+                   least, {p == ExplorePrecision::kAuto ? ExplorePrecision::kU8 : p, w == ExploreWeights::kComputed},
+                   f.max_page_bytes);
 }
 
 // The chapter's module on GPT-2 tokens, as `qkv forward --text` runs it.
@@ -98,7 +107,7 @@ ExplorePage module_page(ExploreFlags& f, const CLI::App& sub, const std::string&
   const int64_t T = static_cast<int64_t>(ids.size());
   QKV_CHECK(T <= c.context_length, "the text is ", T, " GPT-2 tokens but --context-length is ", c.context_length,
             "; shorten the text or raise --context-length");
-  check_page_fits(f, 1, c.attention.heads, T, info.causal);
+  check_page_fits(f, 1, c.attention.heads, c.attention.head_dim, T, info.causal);
   check_sizes({c.attention.heads, T, T, 8}, 4, "the page's (T, T) matrices per head");
   std::map<std::string, Tensor> state;
   if (!f.weights.empty()) state = load_safetensors(f.weights).tensors;
@@ -148,7 +157,8 @@ ExplorePage model_page(const ExploreFlags& f, const std::string& text) {
     fail("the text is ", prompt, " tokens", f.generate ? str(" and --generate adds ", generate_n) : std::string(),
          " but the model's context length is ", context, "; the page shows one pass over all of them, so shorten the text",
          f.generate ? " or lower --generate" : "");
-  check_page_fits(f, layers, heads, prompt + generate_n, true);
+  const int64_t head_dim = lm ? lm->config.attention.head_dim : gpt->config.attention.head_dim;
+  check_page_fits(f, layers, heads, head_dim, prompt + generate_n, true);
   check_sizes({layers, heads, prompt + generate_n, prompt + generate_n, 2}, 4,
               "the page's (T, T) weights per layer and head");
   ExploreModelOptions options;
@@ -221,16 +231,30 @@ int run_explore(ExploreFlags& f, const CLI::App& sub) {
               "or --checkpoint for longer texts)");
     page = explore_walkthrough(run_walkthrough(text));
   }
-  const ExplorePrecision p = resolve_precision(page, precision, f.max_page_bytes);
-  const int64_t estimate = estimate_page_bytes(page, p);
-  if (estimate > f.max_page_bytes) page_too_large("the page would be about ", estimate, p, f.max_page_bytes);
-  const std::string html = explore_html(page, p);
+  const ExploreWeights weights_in_page = parse_explore_weights(f.weights_in_page);
+  const int64_t layers = static_cast<int64_t>(page.layers.size());
+  if (f.pipeline_layer) {
+    if (*f.pipeline_layer >= layers)
+      bad_flag("--pipeline-layer", *f.pipeline_layer, " is not a layer of the page (it has ", layers, ": 0 .. ",
+               layers - 1, ")");
+    keep_pipeline_layer(page, *f.pipeline_layer);
+  }
+  ExploreStorage st = resolve_storage(page, precision, weights_in_page, f.max_page_bytes);
+  // Too large with every layer's pipeline: the pipeline of the first layer only (--pipeline-layer picks another).
+  if (!f.pipeline_layer && layers > 1 && estimate_page_bytes(page, st) > f.max_page_bytes) {
+    keep_pipeline_layer(page, 0);
+    st = resolve_storage(page, precision, weights_in_page, f.max_page_bytes);
+  }
+  const int64_t estimate = estimate_page_bytes(page, st);
+  if (estimate > f.max_page_bytes) page_too_large("the page would be about ", estimate, st, f.max_page_bytes);
+  const std::string html = explore_html(page, st);
   if (static_cast<int64_t>(html.size()) > f.max_page_bytes)
-    page_too_large("the page is ", static_cast<int64_t>(html.size()), p, f.max_page_bytes);
+    page_too_large("the page is ", static_cast<int64_t>(html.size()), st, f.max_page_bytes);
   write_files_atomically({{f.out, html, "--out"}});
   std::cout << "wrote " << f.out << ": " << html.size() << " bytes (" << mb(static_cast<int64_t>(html.size()))
             << "), " << page.tokens.size() << " tokens, " << page.layers.size() << " layer(s) x "
-            << page.layers.front().weights.size(0) << " head(s), values as " << explore_precision_name(p) << "\n";
+            << page.layers.front().weights.size(0) << " head(s), values as " << storage_name(st)
+            << (page.pipeline_layer >= 0 ? str("; the pipeline of layer ", page.pipeline_layer, " only") : "") << "\n";
   return 0;
 }
 
@@ -261,6 +285,16 @@ Command add_explore(CLI::App& app) {
                   "f32 | f16 | u8")
       ->check(CLI::IsMember({"auto", "f32", "f16", "u8"}))
       ->capture_default_str();
+  sub->add_option("--attention-weights", f->weights_in_page,
+                  "Where the attention weights come from: auto (stored when that fits, else computed) | stored | "
+                  "computed (the page computes a head's weights when it shows it, from float16 queries and keys, "
+                  "storing qkv's value wherever that differs by more than 5e-6: 2 T H D values a layer, not H T^2)")
+      ->check(CLI::IsMember({"auto", "stored", "computed"}))
+      ->capture_default_str();
+  add_number(sub, "--pipeline-layer", f->pipeline_layer,
+             "The layer whose steps the pipeline view holds (default: every layer, or layer 0 when they would "
+             "not fit --max-page-size)",
+             non_negative<int64_t>());
   sub->add_option_function<std::string>(
          "--max-page-size", [f](const std::string& s) { f->max_page_bytes = parse_bytes("--max-page-size", s); },
          "Refuse to write a larger page (a browser struggles with much more); suffixes K M G")

@@ -42,7 +42,8 @@ std::string expected_input(const AttentionModule& m, const AttentionConfig& c) {
 int run_forward(ForwardFlags& f, const CLI::App& sub) {
   if (f.module == "gpt") {
     const std::string text = f.text_file.empty() ? f.text : read_file(f.text_file);
-    return run_forward_gpt(f, f.gpt, {f.input, f.output, f.save_weights, f.grad_output, f.grads_out, text, f.vocab_dir},
+    return run_forward_gpt(f, f.gpt, {f.input, f.output, f.save_weights, f.grad_output, f.grads_out, text, f.vocab_dir,
+                                              f.attn_weights},
                            sub);
   }
   for (const char* flag : {"--d-in", "--d-out"})
@@ -187,7 +188,8 @@ Command add_forward(CLI::App& app) {
   sub->add_option("--save-weights", f->save_weights, "Write the module's state dict (safetensors)");
   sub->add_option("--attn-weights", f->attn_weights,
                   "Write the attention weights as 'attn_weights' (per head), and after dropout as "
-                  "'attn_weights_dropped' when dropout is active");
+                  "'attn_weights_dropped' when dropout is active; --module gpt: every block's as "
+                  "'trf_blocks.N.attn_weights' (B, H, T, T)");
   sub->add_option("--grad-output", f->grad_output,
                   "Run the backward pass with dL/doutput = the tensor 'grad_output' of this safetensors file");
   sub->add_option("--grads-out", f->grads_out,

@@ -2,7 +2,8 @@
 //
 //   qkv forward --module gpt --seed S --vocab-size V --context-length C --d-model E --num-heads H
 //               --num-layers L [--dropout p --train] [--qkv-bias] (--input ids.safetensors | --text T)
-//               [--output logits.safetensors] [--grad-output g.safetensors --grads-out grads.safetensors]
+//               [--output logits.safetensors] [--attn-weights w.safetensors]
+//               [--grad-output g.safetensors --grads-out grads.safetensors]
 //   qkv forward --module gpt --weights PATH [--num-heads H] ...
 //
 // With --seed the weights are drawn as torch.manual_seed(S); GPTModel(cfg) draws them; with
@@ -50,7 +51,7 @@ void add_gpt_forward_flags(CLI::App* sub, GptForwardFlags& f) {
 }
 
 int run_forward_gpt(const ModuleFlags& m, const GptForwardFlags& g, const ForwardOutputs& out, const CLI::App& sub) {
-  for (const char* flag : {"--d-in", "--d-out", "--attn-weights", "--num-kv-heads", "--rope", "--rope-base", "--window",
+  for (const char* flag : {"--d-in", "--d-out", "--num-kv-heads", "--rope", "--rope-base", "--window",
                            "--alibi", "--softcap"})
     if (sub.count(flag) > 0) bad_flag(flag, "is not a flag of --module gpt");
   if (!m.seed && m.weights.empty()) bad_flag("--seed", "give --seed S (weights drawn as torch.manual_seed(S); "
@@ -85,7 +86,7 @@ int run_forward_gpt(const ModuleFlags& m, const GptForwardFlags& g, const Forwar
 
   std::vector<OutputFile> destinations;
   for (const auto& [path, flag] : {std::pair{&out.output, "--output"}, {&out.save_weights, "--save-weights"},
-                                   {&out.grads_out, "--grads-out"}})
+                                   {&out.grads_out, "--grads-out"}, {&out.attn_weights, "--attn-weights"}})
     if (!path->empty()) destinations.push_back({*path, "", flag});
   check_output_files(destinations);
   QKV_CHECK(out.grad_output.empty() == out.grads_out.empty(), "--grad-output FILE and --grads-out FILE go together");
@@ -113,10 +114,17 @@ int run_forward_gpt(const ModuleFlags& m, const GptForwardFlags& g, const Forwar
   }
   QKV_CHECK(T >= 1, "the input has no tokens");
   QKV_CHECK(T <= c.context_length, "the input has ", T, " tokens but the model's context_length is ", c.context_length);
+  model.record_traces(!out.attn_weights.empty());
   const Tensor logits = model.forward(ids, B, T);  // (B, T, V)
 
   std::vector<OutputFile> files;
   if (!out.output.empty()) files.push_back({out.output, serialize_safetensors({{"output", logits}}), "--output"});
+  if (!out.attn_weights.empty()) {
+    NamedTensors t;
+    for (size_t l = 0; l < model.traces().size(); ++l)
+      t.push_back({"trf_blocks." + std::to_string(l) + ".attn_weights", model.traces()[l].weights});
+    files.push_back({out.attn_weights, serialize_safetensors(t), "--attn-weights"});
+  }
   if (!out.save_weights.empty())
     files.push_back({out.save_weights,
                      serialize_safetensors(gpt_state_in_layout(model, GptLayout::kBook), {{"format", "pt"}}),

@@ -16,6 +16,7 @@ struct GptForwardFlags {
 // qkv forward's files and text, as --module gpt reads and writes them.
 struct ForwardOutputs {
   std::string input, output, save_weights, grad_output, grads_out, text, vocab_dir;
+  std::string attn_weights;  // GPT: every block's softmax weights as trf_blocks.N.attn_weights (B, H, T, T)
 };
 
 void add_gpt_forward_flags(CLI::App* sub, GptForwardFlags& f);

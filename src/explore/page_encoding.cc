@@ -3,29 +3,23 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace qkv {
-namespace {
 
-const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-}  // namespace
-
-std::string base64_encode(const std::string& bytes) {
+std::string base85_encode(const std::string& bytes) {
+  static_assert(sizeof(kBase85Digits) == 86, "85 digits");
   std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    const uint32_t n = (uint32_t(uint8_t(bytes[i])) << 16) | (uint32_t(uint8_t(bytes[i + 1])) << 8) | uint8_t(bytes[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out += kB64[(n >> s) & 63];
-  }
-  if (i < bytes.size()) {
-    uint32_t n = uint32_t(uint8_t(bytes[i])) << 16;
-    if (i + 1 < bytes.size()) n |= uint32_t(uint8_t(bytes[i + 1])) << 8;
-    out += kB64[(n >> 18) & 63];
-    out += kB64[(n >> 12) & 63];
-    out += i + 1 < bytes.size() ? kB64[(n >> 6) & 63] : '=';
-    out += '=';
+  out.reserve((bytes.size() + 3) / 4 * 5);
+  for (size_t i = 0; i < bytes.size(); i += 4) {
+    uint32_t n = 0;
+    for (size_t k = 0; k < 4; ++k) n = (n << 8) | (i + k < bytes.size() ? uint8_t(bytes[i + k]) : 0u);
+    char group[5];
+    for (int k = 4; k >= 0; --k) {
+      group[k] = kBase85Digits[n % 85];
+      n /= 85;
+    }
+    out.append(group, 5);
   }
   return out;
 }
@@ -52,6 +46,20 @@ uint16_t float_to_half(float f) {
   const uint32_t rem = mant & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent: right
   return static_cast<uint16_t>(sign | h);
+}
+
+bool fits_half(const float* v, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (std::isfinite(v[i]) && (float_to_half(v[i]) & 0x7fffu) == 0x7c00u) return false;
+  return true;
+}
+
+float half_to_float(uint16_t h) {
+  const float sign = (h & 0x8000u) ? -1.0f : 1.0f;
+  const int e = (h >> 10) & 31, m = h & 1023;
+  if (e == 0) return sign * std::ldexp(static_cast<float>(m), -24);
+  if (e == 31) return m ? std::numeric_limits<float>::quiet_NaN() : sign * std::numeric_limits<float>::infinity();
+  return sign * std::ldexp(static_cast<float>(1024 + m), e - 25);
 }
 
 uint8_t quantise_u8(float x, float lo, float hi) {

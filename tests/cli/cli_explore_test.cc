@@ -169,20 +169,22 @@ TEST_F(ExploreCli, APageOverTheSizeLimitIsRefusedNamingTheFlags) {
 }
 
 // A page whose attention weights alone are beyond the limit is refused before anything is
-// computed: 2,000 tokens' (T, T) weights for 2 heads are at least 2.7 MB in 8 bits.
+// computed: 2,000 tokens' (T, T) weights for 2 heads are at least 2.5 MB stored in 8 bits; computed
+// in the page, 2,000 tokens' queries and keys of 2 heads of 256 are at least 5.1 MB as float16.
 TEST_F(ExploreCli, AnOversizePageIsRefusedBeforeAnyWork) {
   std::string text;
   for (int i = 0; i < 2000; ++i) text += " a";
   write_file_atomically(path("long.txt"), text);
-  const Result r = run("explore --text-file " + path("long.txt") +
-                       " --module mha --d-in 8 --d-out 8 --num-heads 2 --context-length 400000 --seed 1 "
-                       "--precision u8 --max-page-size 1M --out page.html");
-  EXPECT_EQ(r.status, 1) << r.err;
-  EXPECT_NE(r.err.find("the page's attention weights alone (1 layer(s) x 2 head(s) of 2000 x 2000) would be at least"),
-            std::string::npos)
-      << r.err;
-  EXPECT_EQ(r.err.find("--precision u8"), std::string::npos) << r.err;  // it is 8-bit already
-  EXPECT_FALSE(std::filesystem::exists(path("page.html")));
+  for (const std::string& shape : {std::string("--d-out 8 --attention-weights stored"), std::string("--d-out 512")}) {
+    const Result r = run("explore --text-file " + path("long.txt") + " --module mha --d-in 8 " + shape +
+                         " --num-heads 2 --context-length 400000 --seed 1 --precision u8 --max-page-size 1M --out page.html");
+    EXPECT_EQ(r.status, 1) << r.err;
+    EXPECT_NE(r.err.find("the page's attention weights alone (1 layer(s) x 2 head(s) of 2000 x 2000) would be at least"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("--precision u8"), std::string::npos) << r.err;  // it is 8-bit already
+    EXPECT_FALSE(std::filesystem::exists(path("page.html")));
+  }
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // The explore page's number storage (qkv/explore/page_encoding.h): float16 bits, 8-bit codes and
-// base64, against known answers (IEEE 754 binary16 and RFC 4648's test vectors).
+// base 85, against known answers (IEEE 754 binary16; base 85 digits worked out by hand).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <set>
 #include <string>
 
 #include "qkv/explore/page_encoding.h"
@@ -60,21 +61,28 @@ TEST(ExploreEncoding, HalfRoundsToNearestTiesToEven) {
   EXPECT_EQ(float_to_half(65519.0f), 0x7bff);
 }
 
-TEST(ExploreEncoding, Base64OfRfc4648Vectors) {
-  EXPECT_EQ(base64_encode(""), "");
-  EXPECT_EQ(base64_encode("f"), "Zg==");
-  EXPECT_EQ(base64_encode("fo"), "Zm8=");
-  EXPECT_EQ(base64_encode("foo"), "Zm9v");
-  EXPECT_EQ(base64_encode("foob"), "Zm9vYg==");
-  EXPECT_EQ(base64_encode("fooba"), "Zm9vYmE=");
-  EXPECT_EQ(base64_encode("foobar"), "Zm9vYmFy");
+// Expected digits worked out by hand from the definition (page_encoding.h): 0xffffffff =
+// 82 85^4 + 23 85^3 + 54 85^2 + 12 85 + 0, digits 82 '_', 23 'n', 54 'S', 12 'c', 0 '0'.
+TEST(ExploreEncoding, Base85GroupsOfFourBytes) {
+  EXPECT_EQ(base85_encode(""), "");
+  EXPECT_EQ(base85_encode(std::string("\xff\xff\xff\xff", 4)), "_nSc0");
+  EXPECT_EQ(base85_encode(std::string("\x00\x00\x00\x00", 4)), "00000");
+  EXPECT_EQ(base85_encode(std::string("\x00\x00\x00\x01", 4)), "00001");
+  EXPECT_EQ(base85_encode(std::string("\x00\x00\x00\x55", 4)), "00010");  // 85
 }
 
-TEST(ExploreEncoding, Base64OfHighAndZeroBytes) {
-  EXPECT_EQ(base64_encode(std::string("\x00\xff\xfe", 3)), "AP/+");
-  EXPECT_EQ(base64_encode(std::string("\xfb\xff", 2)), "+/8=");
-  EXPECT_EQ(base64_encode(std::string("\x00", 1)), "AA==");
-  EXPECT_EQ(base64_encode(std::string("\x00\x3c", 2)), "ADw=");  // float16 1.0, little-endian
+TEST(ExploreEncoding, Base85PadsTheLastGroupWithZeros) {
+  EXPECT_EQ(base85_encode(std::string("\x00", 1)), "00000");
+  EXPECT_EQ(base85_encode(std::string("\x00\x3c", 2)), "06ykY");  // float16 1.0, little-endian: 0x003c0000
+  EXPECT_EQ(base85_encode(std::string("\x01\x02\x03\x04\x05", 5)).size(), 10u);
+}
+
+TEST(ExploreEncoding, Base85DigitsNeedNoEscapeInTheScriptElement) {
+  const std::string digits = kBase85Digits;
+  EXPECT_EQ(digits.size(), 85u);
+  for (char c : std::string("\"\\<>&")) EXPECT_EQ(digits.find(c), std::string::npos) << c;
+  for (char c : digits) EXPECT_TRUE(c > 32 && c < 127) << int(c);
+  EXPECT_EQ(std::set<char>(digits.begin(), digits.end()).size(), 85u);  // every digit once
 }
 
 TEST(ExploreEncoding, EightBitCodes) {

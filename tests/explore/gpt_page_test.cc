@@ -217,7 +217,7 @@ TEST(ExploreGpt, ParameterStepsAreMarkedApartFromTokenRows) {
     parameters += s.parameter;
   }
   EXPECT_EQ(parameters, 4);  // W_query, W_key, W_value, out_proj
-  const std::string html = explore_html(page, ExplorePrecision::kF32);
+  const std::string html = explore_html(page, {ExplorePrecision::kF32});
   EXPECT_NE(html.find("\"name\":\"blocks.0.W_query.weight\",\"parameter\":true"), std::string::npos);
 }
 

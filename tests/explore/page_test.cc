@@ -41,7 +41,7 @@ ExploreStep step_of(const std::string& name, std::initializer_list<float> values
 }
 
 nlohmann::json page_data(const ExplorePage& p, ExplorePrecision precision) {
-  const std::string html = explore_html(p, precision);
+  const std::string html = explore_html(p, {precision});
   const std::string open = "<script id=\"qkv-data\" type=\"application/json\">";
   const size_t a = html.find(open) + open.size(), b = html.find("</script>", a);
   return nlohmann::json::parse(html.substr(a, b - a));
@@ -54,7 +54,8 @@ TEST(ExplorePage, AFloat16PageKeepsATensorBeyondFloat16AsFloat32) {
                                      ExplorePrecision::kF16);
   EXPECT_EQ(d["tensors"]["big"]["dtype"], "f32");    // 1e6 would read as inf
   EXPECT_EQ(d["tensors"]["small"]["dtype"], "f16");  // 65504 is float16's largest
-  EXPECT_EQ(d["tensors"]["small"]["b64"], "/3sAwA==");  // 0x7bff, 0xc000 little-endian
+  EXPECT_EQ(d["tensors"]["small"]["b85"], "_9B$Y");  // 0x7bff, 0xc000 little-endian: ff 7b 00 c0
+  EXPECT_EQ(d["tensors"]["small"]["bytes"], 4);
 }
 
 TEST(ExplorePage, EightBitStorageGivesMinusInfinityACodeOfItsOwn) {
@@ -63,7 +64,7 @@ TEST(ExplorePage, EightBitStorageGivesMinusInfinityACodeOfItsOwn) {
   EXPECT_EQ(t["dtype"], "u8");
   EXPECT_EQ(t["lo"], -1.0);
   EXPECT_EQ(t["hi"], 0.5);
-  EXPECT_EQ(t["b64"], "//wA/g==");  // 255 (-inf), 252 (hi), 0 (lo), 254 (inf)
+  EXPECT_EQ(t["b85"], "_nh;^");  // 255 (-inf), 252 (hi), 0 (lo), 254 (inf)
 }
 
 }  // namespace

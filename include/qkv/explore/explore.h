@@ -17,7 +17,7 @@
 //              (rows, cols) or per head (H, rows, cols),
 //              with links saying which cells of earlier steps each cell is computed from.
 //
-// explore_html() embeds it as JSON (tensors base64, float32, float16 or 8-bit) in the template
+// explore_html() embeds it as JSON (tensors in base 85, float32, float16 or 8-bit) in the template
 // src/explore/page.html (compiled in at build time): all script, style and data inline, nothing
 // fetched, so the file opens from file://.
 #pragma once
@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,15 @@ struct ExploreHeadStats {
   double induction = std::numeric_limits<double>::quiet_NaN();
 };
 
+// The cells of a layer's computed weights (ExploreWeights::kComputed) that the page must store: where the page's softmax of
+// its scores (from float16 queries and keys) differs from layer.weights by more than `tolerance`.
+struct ExploreCorrections {
+  std::vector<int32_t> index;      // head h's cell (i, j) at h per + (i (i + 1) / 2 + j causal, i T + j else)
+  std::vector<float> value;        // qkv's weight there
+  std::vector<int64_t> head_start; // (H + 1): head h's corrections are [head_start[h], head_start[h + 1])
+  double largest_uncorrected = 0;  // the largest difference left (<= tolerance)
+};
+
 struct ExploreLayer {
   Tensor weights;  // (H, T, T) softmax weights, before dropout
   Tensor queries;  // (H, T, D)
@@ -86,6 +96,8 @@ struct ExploreLayer {
   float softcap = 0;          // 0: none
   std::vector<float> alibi;   // (H) slopes, or empty
   int64_t window = 0;         // 0: none
+  // A computed page's corrections (explore_layer_corrections), made once when first needed.
+  mutable std::shared_ptr<const ExploreCorrections> corrections;
 };
 
 // The logit lens (nostalgebraist 2020): what each layer's residual stream would predict if the
@@ -111,7 +123,11 @@ struct ExplorePage {
   Tensor rollout;  // (T, T)
   Tensor rollout_thumbnail;  // (n, n), pooled as the layers' thumbnails
   std::vector<ExploreStep> pipeline;
+  int64_t pipeline_layer = -1;  // the one layer whose steps the pipeline holds (keep_pipeline_layer); -1: all
 };
+
+// Drops the pipeline's steps of every layer but `layer` (a page too large with all of them).
+void keep_pipeline_layer(ExplorePage& page, int64_t layer);
 
 // The model view's thumbnail size in pixels (page.html draws them at this size).
 inline constexpr int64_t kExploreThumbnail = 110;
@@ -159,17 +175,48 @@ ExplorePrecision parse_explore_precision(const std::string& name);  // "auto" | 
 const char* explore_precision_name(ExplorePrecision p);
 inline constexpr int64_t kExploreExactBytes = 24ll << 20;
 
-// The page's size in bytes with precision `p` (not kAuto), before it is made: the template, the
-// base64 of every tensor (causal weights stored as their lower triangle) and the labels.
-int64_t estimate_page_bytes(const ExplorePage& page, ExplorePrecision p);
-ExplorePrecision resolve_precision(const ExplorePage& page, ExplorePrecision p, int64_t max_bytes);
-// A lower bound of the size of a page of `layers` x `heads` (T, T) attention weights (their lower
-// triangles when causal) at precision p (kAuto: the smallest it may pick, 8 bits), before anything
-// is computed: every page holds at least its weights (a module's page several (T, T) tensors more).
-int64_t minimum_page_bytes(int64_t layers, int64_t heads, int64_t tokens, bool causal, ExplorePrecision p);
+// Where the layers' (H, T, T) weights come from: stored in the page, or computed by the page from
+// the layer's queries and keys (stored as float16 whatever the values' precision), one head when
+// it is first shown: the scores as the neuron view shows them (explore_page_scores), softmax, and
+// the cells where that differs from qkv's weights by more than kExploreComputedTolerance replaced
+// by qkv's float32 values (the page stores those). A layer then costs 2 T H D values, not H T^2.
+enum class ExploreWeights { kAuto, kStored, kComputed };
+ExploreWeights parse_explore_weights(const std::string& name);  // "auto" | "stored" | "computed"
+inline constexpr double kExploreComputedTolerance = 5e-6;
+
+struct ExploreStorage {
+  ExplorePrecision values = ExplorePrecision::kF32;  // never kAuto once resolved
+  bool computed = false;                             // ExploreWeights::kComputed
+};
+
+// The page's size in bytes with storage s (values resolved), before it is made: the template, the
+// base 85 of every tensor (causal weights stored as their lower triangle) and the labels (computed
+// weights' corrections not counted: they are known once the page is made).
+int64_t estimate_page_bytes(const ExplorePage& page, ExploreStorage s);
+// kAuto picks, in order, the first that fits: stored float32 (up to kExploreExactBytes), stored
+// float16, computed with float16 values, computed with 8-bit values, stored 8-bit.
+ExploreStorage resolve_storage(const ExplorePage& page, ExplorePrecision p, ExploreWeights w, int64_t max_bytes);
+// A lower bound of the size of a page of `layers` x `heads` (T, T) attention weights of head
+// dimension D, before anything is computed: the smaller of the weights stored (their lower
+// triangles when causal) at p (kAuto: 8 bits) and queries and keys as float16 (w decides when not kAuto).
+int64_t minimum_page_bytes(int64_t layers, int64_t heads, int64_t head_dim, int64_t tokens, bool causal,
+                           ExplorePrecision p, ExploreWeights w);
+
+// The queries and keys as the page holds them: float16, or float32 when one is beyond float16's range
+// (encode_tensor's rule, fits_half).
+ExploreCorrections explore_corrections(const ExploreLayer& layer, bool causal, double tolerance);
+// The layer's corrections at kExploreComputedTolerance, made on the first call and kept in
+// layer.corrections.
+const ExploreCorrections& explore_layer_corrections(const ExploreLayer& layer, bool causal);
+
+// What the page computes for head h, query i of a computed layer (page.html's computeHead, the
+// same operations in the same order in double precision): per key j the softmax of
+// scores(q16, k16) written as float32, q16 and k16 the queries and keys as the page holds them; `out` (T).
+void explore_page_weights(const ExploreLayer& layer, bool causal, const std::vector<float>& q16,
+                          const std::vector<float>& k16, int64_t h, int64_t i, float* out);
 
 // The whole HTML file.
-std::string explore_html(const ExplorePage& page, ExplorePrecision p);
+std::string explore_html(const ExplorePage& page, ExploreStorage s);
 
 // The page template (src/explore/page.html) as compiled in.
 const std::string& explore_template();
