@@ -67,6 +67,13 @@ std::string storage_name(ExploreStorage st) {
        st.values == ExplorePrecision::kU8 ? "" : "--precision u8 (8-bit values) or ", "a shorter --text, or raise --max-page-size");
 }
 
+// --pipeline-layer names one of the page's layers (checked before any work, and again after).
+void check_pipeline_layer(const ExploreFlags& f, int64_t layers) {
+  if (f.pipeline_layer && *f.pipeline_layer >= layers)
+    bad_flag("--pipeline-layer", *f.pipeline_layer, " is not a layer of the page (it has ", layers, ": 0 .. ",
+             layers - 1, ")");
+}
+
 // Before any work: the page's attention weights alone (layers x heads (T, T), or as queries and
 // keys when the page computes them) at the smallest size it may use must fit.
 void check_page_fits(const ExploreFlags& f, int64_t layers, int64_t heads, int64_t head_dim, int64_t tokens,
@@ -158,6 +165,7 @@ ExplorePage model_page(const ExploreFlags& f, const std::string& text) {
          " but the model's context length is ", context, "; the page shows one pass over all of them, so shorten the text",
          f.generate ? " or lower --generate" : "");
   const int64_t head_dim = lm ? lm->config.attention.head_dim : gpt->config.attention.head_dim;
+  check_pipeline_layer(f, layers);
   check_page_fits(f, layers, heads, head_dim, prompt + generate_n, true);
   check_sizes({layers, heads, prompt + generate_n, prompt + generate_n, 2}, 4,
               "the page's (T, T) weights per layer and head");
@@ -220,6 +228,7 @@ int run_explore(ExploreFlags& f, const CLI::App& sub) {
   const std::string text = from_text_file ? read_file(f.text_file) : sub.count("--text") > 0 ? f.text : kBookSentence;
   QKV_CHECK(!text.empty(), "the text is empty: there are no tokens to attend over");
 
+  if (!model) check_pipeline_layer(f, 1);  // a module's page and the walkthrough's have one layer
   ExplorePage page;
   if (model) {
     page = model_page(f, text);
@@ -234,9 +243,7 @@ int run_explore(ExploreFlags& f, const CLI::App& sub) {
   const ExploreWeights weights_in_page = parse_explore_weights(f.weights_in_page);
   const int64_t layers = static_cast<int64_t>(page.layers.size());
   if (f.pipeline_layer) {
-    if (*f.pipeline_layer >= layers)
-      bad_flag("--pipeline-layer", *f.pipeline_layer, " is not a layer of the page (it has ", layers, ": 0 .. ",
-               layers - 1, ")");
+    check_pipeline_layer(f, layers);
     keep_pipeline_layer(page, *f.pipeline_layer);
   }
   ExploreStorage st = resolve_storage(page, precision, weights_in_page, f.max_page_bytes);

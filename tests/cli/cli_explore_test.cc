@@ -11,7 +11,10 @@
 #include "qkv/io/atomic_file.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/models/gpt.h"
+#include "qkv/explore/explore.h"
 #include "qkv/models/gpt_weights.h"
+#include "qkv/text/bpe.h"
+#include "qkv/text/vocab_files.h"
 
 namespace qkv {
 namespace {
@@ -61,8 +64,9 @@ TEST_F(ExploreCli, ACheckpointThatIsNotAnAttentionLMIsRefused) {
   refused("explore --checkpoint w.safetensors --text hi", 1, "w.safetensors");
 }
 
-TEST_F(ExploreCli, AGptModelsFileGivesAPageOfEveryLayerAndHead) {
-  // A small GPT with GPT-2's vocabulary (its tokenizer reads the text), in Hugging Face's layout.
+// A small GPT with GPT-2's vocabulary (its tokenizer reads the text), in Hugging Face's layout
+// (the weights and config.json) in `dir`: 2 layers x 2 heads, context 16.
+GPTModel small_gpt(const std::string& dir) {
   GPTConfig c;
   c.context_length = 16;
   c.emb_dim = 8;
@@ -72,9 +76,14 @@ TEST_F(ExploreCli, AGptModelsFileGivesAPageOfEveryLayerAndHead) {
   set_head_dim(c);
   Generator gen(4);
   GPTModel model(c, gen);
-  std::filesystem::create_directories(path("gpt"));  // Hugging Face's folder: the weights and config.json
-  save_safetensors(path("gpt/model.safetensors"), gpt_state_in_layout(model, GptLayout::kHuggingFace));
-  write_file_atomically(path("gpt/config.json"), hugging_face_config_json(model.config));
+  std::filesystem::create_directories(dir);
+  save_safetensors(dir + "/model.safetensors", gpt_state_in_layout(model, GptLayout::kHuggingFace));
+  write_file_atomically(dir + "/config.json", hugging_face_config_json(model.config));
+  return model;
+}
+
+TEST_F(ExploreCli, AGptModelsFileGivesAPageOfEveryLayerAndHead) {
+  small_gpt(path("gpt"));
   const Result r = run("explore --checkpoint gpt --text 'Every effort moves you' --out page.html");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("2 layer(s) x 2 head(s)"), std::string::npos) << r.out;
@@ -95,6 +104,59 @@ nlohmann::json page_data(const std::string& html) {
   const size_t a = html.find(open), b = html.find("</script>", a);
   EXPECT_NE(a, std::string::npos);
   return nlohmann::json::parse(html.substr(a + open.size(), b - a - open.size()));
+}
+
+// --attention-weights computed: the layers' weights name their queries and keys and the cells
+// stored (the browser test reads them as the stored page's); --pipeline-layer keeps one layer's steps.
+TEST_F(ExploreCli, AComputedPageWithOneLayersPipeline) {
+  small_gpt(path("gpt"));
+  const std::string base = "explore --checkpoint gpt --text 'Every effort moves you forward' ";
+  const Result r = run(base + "--attention-weights computed --pipeline-layer 1 --out page.html");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("attention weights computed in the page; the pipeline of layer 1 only"), std::string::npos) << r.out;
+  const nlohmann::json d = page_data(slurp(path("page.html")));
+  EXPECT_EQ(d["computedWeights"], true);
+  EXPECT_EQ(d["pipelineLayer"], 1);
+  for (const nlohmann::json& s : d["pipeline"]) EXPECT_EQ(s["layer"], 1) << s["name"];
+  for (const nlohmann::json& l : d["layers"]) {
+    const nlohmann::json& w = d["tensors"][l["weights"].get<std::string>()];
+    EXPECT_EQ(w["computed"], true);
+    EXPECT_EQ(w["queries"], l["queries"]);
+    EXPECT_EQ(d["tensors"][l["queries"].get<std::string>()]["dtype"], "f16");
+    EXPECT_EQ(w["fixStart"].size(), 3u);  // 2 heads
+    EXPECT_LE(w["largestUncorrected"].get<double>(), kExploreComputedTolerance);
+  }
+  std::filesystem::remove(path("page.html"));
+  refused(base + "--pipeline-layer 2", 2, "--pipeline-layer: 2 is not a layer of the page (it has 2: 0 .. 1)");
+  refused("explore --pipeline-layer 1", 2, "--pipeline-layer: 1 is not a layer of the page (it has 1: 0 .. 0)");
+  refused(base + "--attention-weights sometimes", 2, "--attention-weights");
+  // stored: the weights themselves, every layer's steps
+  ASSERT_EQ(run(base + "--attention-weights stored --out page.html").status, 0);
+  const nlohmann::json s = page_data(slurp(path("page.html")));
+  EXPECT_EQ(s["computedWeights"], false);
+  EXPECT_EQ(s["pipelineLayer"], -1);
+  EXPECT_EQ(s["tensors"][s["layers"][0]["weights"].get<std::string>()]["dtype"], "f32");
+}
+
+// qkv forward --module gpt --attn-weights: every block's weights, as the model's traces hold them.
+TEST_F(ExploreCli, ForwardWritesEveryGptBlocksWeights) {
+  GPTModel model = small_gpt(path("gpt"));
+  const Result r = run("forward --module gpt --weights gpt --text 'Every effort moves you' --attn-weights w.st "
+                       "--output y.st");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const TensorFile f = load_safetensors(path("w.st"));
+  Encoding gpt2 = load_gpt2("");
+  const std::vector<int64_t> ids = gpt2.encode("Every effort moves you", SpecialTokens::all());
+  model.train(false);
+  model.record_traces(true);
+  model.forward(ids, 1, static_cast<int64_t>(ids.size()));
+  for (size_t l = 0; l < 2; ++l) {
+    const Tensor& w = f.get("trf_blocks." + std::to_string(l) + ".attn_weights");
+    const Tensor& want = model.traces()[l].weights;
+    ASSERT_EQ(w.shape(), want.shape()) << l;
+    EXPECT_EQ(w.shape(), (Shape{1, 2, static_cast<int64_t>(ids.size()), static_cast<int64_t>(ids.size())}));
+    for (int64_t n = 0; n < w.numel(); ++n) ASSERT_EQ(w.data()[n], want.data()[n]) << l << " " << n;
+  }
 }
 
 TEST_F(ExploreCli, GeneratedTokensAreQkvGeneratesAndMarked) {

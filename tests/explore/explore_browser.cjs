@@ -37,9 +37,30 @@ async function setView(page, v) { await page.click(`nav button[data-view='${v}']
   // A fresh profile directory (playwright passes it to chromium as --user-data-dir).
   const browser = await chromium.launchPersistentContext(spec.profile, { executablePath: "/usr/bin/chromium", headless: true, viewport: { width: 1400, height: 1000 },
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"] });
+  const pages = spec.pages;
   for (const pg of spec.pages) {
     const { page, errors, requests, ms } = await open(browser, pg.file);
     check(true, `${pg.name}: opened and drew in ${ms} ms`);
+    // a page that computes its weights (qkv explore --attention-weights computed) reads every cell
+    // as the page that stores them does, within pg.weightsLike.tol
+    if (pg.weightsLike) {
+      const all = (p) => p.evaluate(() => { const E = window.qkvExplore, T = E.data.tokens.length, out = [];
+        for (const ly of E.data.layers) { const w = E.tensor(ly.weights); for (let h = 0; h < E.data.heads; ++h) for (let i = 0; i < T; ++i) for (let j = 0; j < T; ++j) out.push(w.at(h, i, j)); }
+        return { computed: E.data.computedWeights, out }; });
+      const other = await open(browser, pages.find((q) => q.name === pg.weightsLike.page).file);
+      const [mine, theirs] = [await all(page), await all(other.page)];
+      let worst = 0; for (let n = 0; n < mine.out.length; ++n) worst = Math.max(worst, Math.abs(mine.out[n] - theirs.out[n]));
+      check(mine.computed && !theirs.computed && mine.out.length === theirs.out.length && mine.out.length >= 98 && worst <= pg.weightsLike.tol,
+            `${pg.name}: its ${mine.out.length} computed weights read as ${pg.weightsLike.page}'s stored ones within ${pg.weightsLike.tol} (largest difference ${worst.toExponential(2)})`);
+      await other.page.close();
+    }
+    if (pg.pipelineLayer !== undefined) {
+      const note = await page.evaluate((l) => { Object.assign(window.qkvExplore.state, { view: "pipeline", layer: l + 1 }); window.qkvExplore.render();
+        const steps = window.qkvExplore.data.pipeline.filter((s) => s.layer >= 0).map((s) => s.layer); return { layers: [...new Set(steps)], data: window.qkvExplore.data.pipelineLayer }; }, pg.pipelineLayer);
+      check(note.data === pg.pipelineLayer && note.layers.length === 1 && note.layers[0] === pg.pipelineLayer, `${pg.name}: the pipeline holds layer ${pg.pipelineLayer}'s steps only (${JSON.stringify(note)})`);
+      await notBlank(page, `${pg.name}.pipeline-other-layer`);
+      await page.evaluate(() => { Object.assign(window.qkvExplore.state, { layer: 0 }); window.qkvExplore.render(); });
+    }
     // values on hover: the pipeline's cells read as qkv prints them
     for (const c of pg.cells || []) {
       if (c.state) await page.evaluate((s) => { Object.assign(window.qkvExplore.state, s); window.qkvExplore.render(); }, c.state);

@@ -142,6 +142,11 @@ def main():
                       "softmax": {"step": "masked_scores", "shape": vshape, "weights": list(vdata)},
                       "neuronLogit": "masked_scores", "masked": "masked_scores",
                       "linkHover": ["capped_scores", "alibi_scores", "masked_scores", "attn_weights"]})
+        # 2b'. the same page computing its weights in the page: every cell as the stored page's
+        vc = os.path.join(tmp, "variants-computed.html")
+        run([qkv, "explore", "--text", TEXT, *MHA, *VARIANTS, "--attention-weights", "computed", "--out", vc])
+        pages.append({"name": "variants-computed", "file": vc, "thumbs": 2, "sources": MODULE_SOURCES,
+                      "weightsLike": {"page": "variants", "tol": 1e-5}})
         # 2c. 8-bit storage: masked cells still read -inf, and only they
         q8 = os.path.join(tmp, "u8.html")
         run([qkv, "explore", "--text", TEXT, *MHA, "--precision", "u8", "--out", q8])
@@ -166,6 +171,12 @@ def main():
                       "generated": {"ids": g["ids"], "from": g["prompt_tokens"]},
                       "sources": [r"^trf_blocks\.0\.input$"], "linkHover": ["trf_blocks.0.attn_weights"]})
         pages[-2]["patterns"] = True  # the trained attention LM's table too
+        # 3c. the same GPT page computing its weights, its values in 8 bits, the pipeline of layer 1 only
+        gc = os.path.join(tmp, "gpt-computed.html")
+        run([qkv, "explore", *gpt_args, "--text", "Hello, I am", "--generate", "5", "--attention-weights", "computed",
+             "--precision", "u8", "--pipeline-layer", "1", "--out", gc])
+        pages.append({"name": "gpt-computed", "file": gc, "thumbs": 144, "pipelineLayer": 1,
+                      "weightsLike": {"page": "gpt", "tol": 1e-5}})
         # 4. labels that are markup: shown as text, nothing runs
         bad = os.path.join(tmp, "hostile.html")
         run([qkv, "explore", "--text", HOSTILE, *MHA, "--out", bad])
