@@ -15,6 +15,7 @@ and its figures are times).
    its weights) and times each switch until the next frame.
 5. The page's weights for sampled layers, heads and query rows (some of them generated tokens)
    against `qkv forward --module gpt --attn-weights` on the page's ids: the largest difference.
+6. With --shots DIR, a screenshot of each view (docs/explore/gpt2-small-1024.*.png are these).
 """
 import argparse
 import json
@@ -36,7 +37,7 @@ from test_explore import ensure_packages  # noqa: E402
 
 NODE = r"""
 const { chromium } = require(require("path").join(process.argv[2], "node_modules", "playwright-core"));
-const [file, runs, profile, samples] = [process.argv[3], +process.argv[4], process.argv[5], JSON.parse(process.argv[6])];
+const [file, runs, profile, samples, shots] = [process.argv[3], +process.argv[4], process.argv[5], JSON.parse(process.argv[6]), process.argv[7]];
 (async () => {
   const ctx = await chromium.launchPersistentContext(profile, { executablePath: "/usr/bin/chromium", headless: true,
     viewport: { width: 1400, height: 1000 }, args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -68,6 +69,13 @@ const [file, runs, profile, samples] = [process.argv[3], +process.argv[4], proce
   for (const [l, h, i] of samples) out.rows.push(await page.evaluate(([l, h, i]) => { const E = window.qkvExplore, w = E.tensor(E.data.layers[l].weights);
     return Array.from({ length: E.data.tokens.length }, (_, j) => w.at(h, i, j)); }, [l, h, i]));
   out.ids = await page.evaluate(() => window.qkvExplore.data.ids);
+  if (shots) for (const [view, state] of [["pipeline", { layer: 0, head: 3 }], ["heads", { layer: 5, head: 1, solo: -1 }], ["model", {}],
+                                          ["neuron", { layer: 5, head: 1, query: 1023 }], ["patterns", {}], ["lens", {}]]) {
+    await page.evaluate(([v, st]) => { Object.assign(window.qkvExplore.state, { view: v, solo: -1 }, st); window.qkvExplore.render(); window.scrollTo(0, 0);
+      const c = v === "pipeline" && window.qkvExplore.cell("trf_blocks.0.attn_weights", 0, 0);  // the weights, not the input above them
+      if (c) window.scrollTo(0, document.getElementById("view").getBoundingClientRect().top + c.y - 60); }, [view, state]);
+    await page.screenshot({ path: `${shots}/gpt2-small-1024.${view}.png` });
+  }
   await ctx.close(); console.log(JSON.stringify(out));
 })().catch((e) => { console.error(e); process.exit(1); });
 """
@@ -94,6 +102,7 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--max-mb", type=float, default=60.0, help="the page's bound, in 10^6 bytes")
     ap.add_argument("--text-file", default="/usr/share/common-licenses/GPL-3")
+    ap.add_argument("--shots", help="a screenshot of each view into this folder (gpt2-small-1024.VIEW.png)")
     args = ap.parse_args()
     ensure_packages(args.npm_dir)
     qkv = os.path.abspath(args.qkv)
@@ -131,7 +140,7 @@ def main():
         with open(js, "w") as f:
             f.write(NODE)
         res = json.loads(run(["node", js, os.path.abspath(args.npm_dir), page, str(args.runs), os.path.join(tmp, "profile"),
-                              json.dumps(samples)]))
+                              json.dumps(samples), *( [os.path.abspath(args.shots)] if args.shots else [])]))
         ids = res["ids"]
         safetensors_io.save(os.path.join(tmp, "ids.safetensors"), {"input": torch.tensor([ids], dtype=torch.float32)})
         run([qkv, "forward", "--module", "gpt", "--weights", model_dir, "--input", os.path.join(tmp, "ids.safetensors"),

@@ -10,6 +10,8 @@
 #                                              (tests/explore/test_explore.py --checkpoint ... --shots DIR)
 #   docs/explore/gpt2-small.*.png              and of its GPT page: an untrained GPT-2 small (seed 123) on
 #                                              "Hello, I am" with 5 generated tokens
+#   docs/explore/gpt2-small-1024.*.png         bench/explore_gpt2_bench.py's page: GPT-2 small's twin on
+#                                              992 tokens and 32 generated (weights computed in the page)
 # The screenshots need Debian's chromium, node and npm (scripts/setup.sh --test); without them, or
 # with --no-shots, the PNGs are left as they are.
 #
@@ -67,5 +69,11 @@ if [ "$shots" = 1 ]; then
   done
   for view in pipeline heads model neuron patterns lens; do
     cp "$tmp/shots/gpt.$view.png" "docs/explore/gpt2-small.$view.png"
+  done
+  echo "== docs/explore/gpt2-small-1024.*.png: bench/explore_gpt2_bench.py --shots" >&2
+  mkdir -p "$tmp/big"
+  /usr/bin/python3 bench/explore_gpt2_bench.py --qkv "$qkv" --npm-dir "$npm_dir" --runs 1 --shots "$tmp/big" >&2
+  for view in model pipeline neuron heads; do
+    cp "$tmp/big/gpt2-small-1024.$view.png" "docs/explore/gpt2-small-1024.$view.png"
   done
 fi

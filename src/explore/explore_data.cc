@@ -11,6 +11,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/ops.h"
+#include "qkv/core/thread_pool.h"
 #include "qkv/explore/explore.h"
 #include "qkv/modules/attention_variants.h"
 #include "qkv/modules/multi_head_attention.h"
@@ -514,23 +515,30 @@ void measure_induction(ExplorePage& p, int64_t vocab, int64_t context_length, co
 void lens_row(ExploreLens& lens, GPTModel& model, const Tensor& x, const Tokenizer* tokenizer) {
   const Tensor logits = model.out_head.forward(model.final_norm.forward(x)).select(0, 0).contiguous();  // (T, V)
   const int64_t T = logits.size(0), V = logits.size(1), k = std::min(lens.top, V);
-  std::vector<int64_t> order(static_cast<size_t>(V));
-  for (int64_t t = 0; t < T; ++t) {
+  const size_t first = lens.ids.size();
+  lens.ids.resize(first + static_cast<size_t>(T * lens.top));
+  lens.probs.resize(first + static_cast<size_t>(T * lens.top));
+  default_pool().parallel_for(T, [&](int64_t t, int) {  // positions apart: each writes its own slots
     const float* z = logits.data() + t * V;
     float hi = -kInf;
     for (int64_t v = 0; v < V; ++v) hi = std::max(hi, z[v]);
     double total = 0;
     for (int64_t v = 0; v < V; ++v) total += std::exp(static_cast<double>(z[v]) - hi);
+    std::vector<int64_t> order(static_cast<size_t>(V));
     for (int64_t v = 0; v < V; ++v) order[static_cast<size_t>(v)] = v;
     // the k largest logits, the first id on ties (as argmax)
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
                       [z](int64_t a, int64_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
     for (int64_t r = 0; r < lens.top; ++r) {
       const int64_t id = r < k ? order[static_cast<size_t>(r)] : -1;
-      lens.ids.push_back(id);
-      lens.probs.push_back(id < 0 ? 0.0f : static_cast<float>(std::exp(static_cast<double>(z[id]) - hi) / total));
-      if (id >= 0 && !lens.words.count(id)) lens.words[id] = tokenizer ? tokenizer->token_text(id) : std::to_string(id);
+      const size_t at = first + static_cast<size_t>(t * lens.top + r);
+      lens.ids[at] = id;
+      lens.probs[at] = id < 0 ? 0.0f : static_cast<float>(std::exp(static_cast<double>(z[id]) - hi) / total);
     }
+  });
+  for (size_t n = first; n < lens.ids.size(); ++n) {
+    const int64_t id = lens.ids[n];
+    if (id >= 0 && !lens.words.count(id)) lens.words[id] = tokenizer ? tokenizer->token_text(id) : std::to_string(id);
   }
 }
 
