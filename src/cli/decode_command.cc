@@ -1,4 +1,4 @@
-// qkv decode [IDS...] [--bytes] [--vocab-dir D | --ranks F ...]
+// qkv decode [IDS...] [--bytes] [--vocab-dir D | --ranks F ... | --tokenizer J]
 //
 // Reads token ids (a JSON array, or numbers separated by spaces or commas) from the arguments or,
 // without any, from standard input, and prints the text they decode to.
@@ -21,13 +21,13 @@ struct DecodeFlags {
   VocabFlags vocab;
 };
 
-int run_decode(const DecodeFlags& f) {
+int run_decode(const DecodeFlags& f, const CLI::App& sub) {
   std::string input;
   for (const std::string& a : f.ids) input += a + " ";
   if (f.ids.empty()) input = read_stdin();
   const std::vector<TokenId> ids = parse_token_ids(input);
-  const Encoding enc = load_encoding(f.vocab);
-  std::string text = f.raw_bytes ? enc.decode_bytes(ids) : enc.decode(ids);
+  const CliTokenizer tok(f.vocab, sub);
+  std::string text = tok.decode(ids, f.raw_bytes);
   if (::isatty(STDOUT_FILENO) && (text.empty() || text.back() != '\n')) text += '\n';
   write_stdout(text);
   return 0;
@@ -49,7 +49,7 @@ Command add_decode(CLI::App& app) {
       "The text is written exactly, with no newline added, so `qkv encode --file F | qkv decode` gives F back\n"
       "(for valid UTF-8); on a terminal a final newline is added for readability.\n"
       "An id outside the vocabulary is an error that names it.");
-  return {sub, [f]() { return run_decode(*f); }};
+  return {sub, [f, sub]() { return run_decode(*f, *sub); }};
 }
 
 }  // namespace qkv::cli

@@ -1,5 +1,5 @@
 // qkv encode [--text T | --file F | --jsonl F] [--allowed-special S] [--disallowed-special S]
-//            [--threads N] [--vocab-dir D | --ranks F --pattern P --special T=ID]
+//            [--threads N] [--vocab-dir D | --ranks F --pattern P --special T=ID | --tokenizer J]
 //
 // Prints the ids as one JSON array, or with --jsonl one array per input line, in order.
 #include <charconv>
@@ -45,16 +45,14 @@ void append_ids(std::string& out, const std::vector<TokenId>& ids) {
 int run_encode(const EncodeFlags& f, const CLI::App& sub) {
   QKV_CHECK(f.threads >= 0, "--threads must be >= 0 (0: one per hardware thread), not ", f.threads);
   check_threads(f.threads);
-  const SpecialTokens allowed = SpecialTokens::parse(f.special.allowed);
-  const SpecialTokens disallowed = SpecialTokens::parse(f.special.disallowed);
+  const CliTokenizer tok(f.vocab, sub);
   if (!f.jsonl.empty()) {
     const std::string what = f.jsonl == "-" ? "standard input" : f.jsonl;
     const std::string contents = f.jsonl == "-" ? read_stdin() : read_file(f.jsonl);
     const std::vector<std::string> texts = parse_json_string_lines(contents, "--jsonl " + what);
-    const Encoding enc = load_encoding(f.vocab);
     std::vector<std::vector<TokenId>> ids;
     try {
-      ids = enc.encode_batch(texts, f.threads, allowed, disallowed);
+      ids = tok.encode_batch(texts, f.threads, f.special);
     } catch (const Error& e) {
       fail("--jsonl ", what, ": ", e.what(), "\n(text N of the batch is line N of the file)");
     }
@@ -65,9 +63,8 @@ int run_encode(const EncodeFlags& f, const CLI::App& sub) {
     return 0;
   }
   const std::string text = read_text_input(sub, f.text, f.file);
-  const Encoding enc = load_encoding(f.vocab);
   std::string out;
-  append_ids(out, enc.encode(text, allowed, disallowed));
+  append_ids(out, tok.encode(text, f.special));
   write_stdout(out);
   return 0;
 }

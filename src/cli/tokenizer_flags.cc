@@ -7,14 +7,19 @@
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/core/limits.h"
+#include "qkv/core/thread_pool.h"
 #include "qkv/io/atomic_file.h"
 #include "qkv/text/pretokenize.h"
 #include "qkv/text/utf8.h"
 #include "qkv/text/vocab_files.h"
+#include "flags.h"
 
 namespace qkv::cli {
 
 void add_vocab_flags(CLI::App* sub, VocabFlags& f) {
+  sub->add_option("--tokenizer", f.tokenizer,
+                  "A Hugging Face tokenizer.json (or the model folder holding it: Qwen3's, Llama 3's) instead of "
+                  "GPT-2's; its added tokens are matched in the text, as Hugging Face's tokenizers do");
   sub->add_option("--vocab-dir", f.vocab_dir,
                   "Directory holding GPT-2's encoder.json and vocab.bpe (default: the first of $QKV_VOCAB_DIR, "
                   "${XDG_DATA_HOME:-$HOME/.local/share}/qkv/gpt2, /usr/local/share/qkv/gpt2, /usr/share/qkv/gpt2 "
@@ -51,6 +56,53 @@ Encoding load_encoding(const VocabFlags& f) {
   return load_tiktoken_encoding(f.ranks, f.pattern.empty() ? std::string(kGpt2Pattern) : f.pattern,
                                 std::move(specials));
 }
+
+CliTokenizer::CliTokenizer(const VocabFlags& f, const CLI::App& sub) {
+  if (f.tokenizer.empty()) {
+    tiktoken_ = load_encoding(f);
+    return;
+  }
+  for (const char* flag : {"--vocab-dir", "--ranks", "--pattern", "--special", "--allowed-special", "--disallowed-special"})
+    if (const CLI::Option* o = sub.get_option_no_throw(flag); o != nullptr && o->count() > 0)
+      bad_flag(flag, "does not go with --tokenizer (the tokenizer.json holds its vocabulary, pattern and added "
+                     "tokens, which are matched wherever the text spells them)");
+  hf_ = HfTokenizer::load(f.tokenizer);
+  hf_path_ = f.tokenizer;
+}
+
+std::vector<TokenId> CliTokenizer::encode(const std::string& text, const SpecialFlags& s) const {
+  if (hf_) return hf_->encode(text);
+  return tiktoken_->encode(text, SpecialTokens::parse(s.allowed), SpecialTokens::parse(s.disallowed));
+}
+
+std::vector<std::vector<TokenId>> CliTokenizer::encode_batch(const std::vector<std::string>& texts, int threads,
+                                                             const SpecialFlags& s) const {
+  if (!hf_) return tiktoken_->encode_batch(texts, threads, SpecialTokens::parse(s.allowed), SpecialTokens::parse(s.disallowed));
+  std::vector<std::vector<TokenId>> out(texts.size());
+  ThreadPool pool(threads > 0 ? threads : default_thread_count());
+  pool.parallel_for(static_cast<int64_t>(texts.size()),
+                    [&](int64_t i, int) { out[static_cast<size_t>(i)] = hf_->encode(texts[static_cast<size_t>(i)]); });
+  return out;
+}
+
+std::string CliTokenizer::decode(const std::vector<TokenId>& ids, bool raw_bytes) const {
+  if (hf_) return raw_bytes ? hf_->decode_bytes(ids) : hf_->decode(ids);
+  return raw_bytes ? tiktoken_->decode_bytes(ids) : tiktoken_->decode(ids);
+}
+
+std::string CliTokenizer::token_bytes(TokenId id) const {
+  if (hf_) return hf_->decode_bytes(std::vector<TokenId>{id});
+  return tiktoken_->decode_single_token_bytes(id);
+}
+
+bool CliTokenizer::is_special(TokenId id) const {
+  if (!hf_) return tiktoken_->is_special_token(id);
+  for (const HfAddedToken& t : hf_->added_tokens())
+    if (t.id == id) return t.special;
+  return false;
+}
+
+std::string CliTokenizer::name() const { return hf_ ? hf_path_ : tiktoken_->name(); }
 
 void add_special_flags(CLI::App* sub, SpecialFlags& f) {
   sub->add_option("--allowed-special", f.allowed,

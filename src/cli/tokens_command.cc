@@ -21,19 +21,18 @@ struct TokensFlags {
 
 int run_tokens(const TokensFlags& f, const CLI::App& sub) {
   const std::string text = read_text_input(sub, f.text, f.file);
-  const Encoding enc = load_encoding(f.vocab);
-  const std::vector<TokenId> ids =
-      enc.encode(text, SpecialTokens::parse(f.special.allowed), SpecialTokens::parse(f.special.disallowed));
+  const CliTokenizer tok(f.vocab, sub);
+  const std::vector<TokenId> ids = tok.encode(text, f.special);
   std::ostringstream out;
   out << std::setw(5) << "#" << "  " << std::setw(6) << "id" << "  token\n";
   for (size_t i = 0; i < ids.size(); ++i) {
     out << std::setw(5) << i << "  " << std::setw(6) << ids[i] << "  "
-        << quote_bytes(enc.decode_single_token_bytes(ids[i]));
-    if (enc.is_special_token(ids[i])) out << "  (special)";
+        << quote_bytes(tok.token_bytes(ids[i]));
+    if (tok.is_special(ids[i])) out << "  (special)";
     out << "\n";
   }
   out << ids.size() << (ids.size() == 1 ? " token, " : " tokens, ") << text.size()
-      << (text.size() == 1 ? " byte" : " bytes") << " (" << enc.name() << ")\n";
+      << (text.size() == 1 ? " byte" : " bytes") << " (" << tok.name() << ")\n";
   write_stdout(out.str());
   return 0;
 }

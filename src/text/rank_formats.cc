@@ -5,6 +5,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
+#include "qkv/text/byte_level.h"
 #include "qkv/text/json_string.h"
 #include "qkv/text/utf8.h"
 #include "qkv/text/vocab_files.h"
@@ -12,43 +13,14 @@
 namespace qkv {
 namespace {
 
-// GPT-2's bytes_to_unicode, inverted: the data gym files spell byte b as the character b when b is
-// printable (Python's str.isprintable, and not the space), else as U+0100 + n, n counting the
-// non-printable bytes in order.
-struct DataGymBytes {
-  int byte_of[256 + 68];  // code point -> byte, or -1
-  int rank_order[256];    // the single bytes in rank order
-  DataGymBytes() {
-    std::fill(std::begin(byte_of), std::end(byte_of), -1);
-    auto printable = [](int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE); };
-    int k = 0;
-    for (int b = 0; b < 256; ++b)
-      if (printable(b)) {
-        byte_of[b] = b;
-        rank_order[k++] = b;
-      }
-    int n = 0;
-    for (int b = 0; b < 256; ++b)
-      if (!printable(b)) {
-        byte_of[256 + n++] = b;
-        rank_order[k++] = b;
-      }
-  }
-};
-
-const DataGymBytes& data_gym_bytes() {
-  static const DataGymBytes table;
-  return table;
-}
-
 // Appends the bytes a data gym token stands for to out.
 void decode_data_gym(std::string_view token, const char* file, size_t line, std::string& out) {
-  const DataGymBytes& t = data_gym_bytes();
   for (size_t i = 0; i < token.size();) {
     const uint32_t cp = utf8::next(token, i);
-    QKV_CHECK(cp < 256 + 68 && t.byte_of[cp] >= 0, file, " line ", line, ": the character with code point ", cp,
+    const int b = byte_level_byte(cp);
+    QKV_CHECK(b >= 0, file, " line ", line, ": the character with code point ", cp,
               " stands for no byte in GPT-2's byte encoding");
-    out += static_cast<char>(t.byte_of[cp]);
+    out += static_cast<char>(b);
   }
 }
 
@@ -124,10 +96,10 @@ bool base64_decode(std::string_view in, std::string& out) {
 
 std::vector<std::pair<std::string, TokenId>> data_gym_to_mergeable_ranks(std::string_view vocab_bpe,
                                                                         std::string_view encoder_json) {
-  const DataGymBytes& t = data_gym_bytes();
+  const std::array<uint8_t, 256>& order = byte_level_order();
   std::vector<std::pair<std::string, TokenId>> ranks;
   ranks.reserve(50257);
-  for (int r = 0; r < 256; ++r) ranks.emplace_back(std::string(1, static_cast<char>(t.rank_order[r])), r);
+  for (int r = 0; r < 256; ++r) ranks.emplace_back(std::string(1, static_cast<char>(order[static_cast<size_t>(r)])), r);
 
   // tiktoken: vocab_bpe.split("\n")[1:-1] -- the first line is "#version: ...", the last is empty
   std::vector<std::string_view> lines;

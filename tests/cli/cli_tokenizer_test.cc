@@ -165,5 +165,59 @@ TEST_F(CliTokenizer, HelpDescribesTheFlags) {
   EXPECT_THAT(both.err, HasSubstr("excludes"));
 }
 
+// --tokenizer: a Hugging Face tokenizer.json (here a small one: every byte, "ab" = 256, merge "a b",
+// the split \w+|\s+, one added token) for encode, decode and tokens; flags of the tiktoken
+// vocabularies do not go with it.
+TEST_F(CliTokenizer, HuggingFaceTokenizerJson) {
+  json vocab = json::object();
+  for (int b = 0x21; b <= 0x7E; ++b) vocab[std::string(1, static_cast<char>(b))] = b;
+  int next = 0;
+  for (int b = 0; b < 256; ++b) {  // the other bytes as GPT-2 spells them: U+0100 + n
+    if (b >= 0x21 && b <= 0x7E) continue;
+    if ((b >= 0xA1 && b <= 0xAC) || b >= 0xAE) {
+      std::string c;
+      c += static_cast<char>(0xC0 | (b >> 6));
+      c += static_cast<char>(0x80 | (b & 0x3F));
+      vocab[c] = b;
+      continue;
+    }
+    const int cp = 256 + next++;
+    std::string c;
+    c += static_cast<char>(0xC0 | (cp >> 6));
+    c += static_cast<char>(0x80 | (cp & 0x3F));
+    vocab[c] = b;
+  }
+  vocab["ab"] = 256;
+  const json tok = {
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"a b"})}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers", json::array({{{"type", "Split"}, {"pattern", {{"Regex", "\\w+|\\s+"}}}, {"behavior", "Isolated"}},
+                                      {{"type", "ByteLevel"}, {"use_regex", false}}})}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"added_tokens", json::array({{{"id", 257}, {"content", "<|end|>"}, {"special", true}}})}};
+  fs::create_directories(path("model"));
+  write("model/tokenizer.json", tok.dump());
+  Result r = run("encode --tokenizer " + path("model") + " --text " + shell_quote("ab ba<|end|>"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "[256, 32, 98, 97, 257]\n");
+  r = run("decode --tokenizer " + path("model/tokenizer.json") + " 256 32 98 97 257");
+  EXPECT_EQ(r.out, "ab ba<|end|>");
+  r = run("tokens --tokenizer " + path("model") + " --text " + shell_quote("ab<|end|>"));
+  EXPECT_THAT(r.out, HasSubstr("257  \"<|end|>\"  (special)"));
+  EXPECT_THAT(r.out, HasSubstr("2 tokens, 9 bytes"));
+  r = run("encode --jsonl - --tokenizer " + path("model"), "\"ab\"\n\"ba\"\n");
+  EXPECT_EQ(r.out, "[256]\n[98, 97]\n");
+  r = run("encode --tokenizer " + path("model") + " --allowed-special all --text x");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.err, HasSubstr("--allowed-special: does not go with --tokenizer"));
+  r = run("decode --tokenizer " + path("model") + " 258");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("token id 258 is not in"));
+  r = run("encode --tokenizer " + path("nowhere") + " --text x");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("is not a tokenizer.json (nor a folder holding one)"));
+}
+
 }  // namespace
 }  // namespace qkv

@@ -1,0 +1,74 @@
+// qkv/text/hf_tokenizer.h - Hugging Face's tokenizer.json for byte-level BPE (Qwen3's, Llama 3's,
+// GPT-2's), encoding and decoding as Hugging Face's tokenizers library does.
+//
+//   HfTokenizer t = HfTokenizer::load("Qwen3-0.6B/tokenizer.json");   // or the folder
+//   t.encode("Hello<|im_end|>")          // [9707, 151645]: added tokens are matched in the text
+//   t.decode(ids)                        // the text; decode(ids, true) leaves special tokens out
+//
+// Encoding (no template: no BOS is added; chat formats add their tokens themselves):
+//   1. added tokens (added_tokens): the text is cut at each occurrence of one, leftmost first, the
+//      longest where two start together; each becomes its id (lstrip / rstrip take the whitespace
+//      before / after it too); the text between is encoded alone;
+//   2. the normalizer: none, or NFC (utf8proc);
+//   3. the pre-tokenizer: a Split by a regex with behaviour "Isolated" (each match a piece, and
+//      text between matches a piece too; PCRE2), or ByteLevel with use_regex (GPT-2's pattern);
+//      then each piece's bytes spelled in the byte-level alphabet (byte_level.h);
+//   4. the model, BPE with merges: a piece that is a token in itself is that token when
+//      ignore_merges is set; otherwise its bytes are merged pair by pair, the pair earliest in
+//      `merges` first, leftmost among equals, until no adjacent pair is a merge.
+// Text that is not well-formed UTF-8 is first repaired (utf8::replace_invalid).
+//
+// Decoding: an added token is its content; any other id its bytes; decode() repairs the joined
+// bytes as errors="replace" (a token may end inside a character). An id in neither is an error.
+//
+// What else a tokenizer.json may hold (another model type, WordPiece or Unigram, a byte fallback, a
+// normalizer or pre-tokenizer other than these) is refused at load with the field's name, as are
+// merges naming tokens that are not in the vocabulary. An HfTokenizer is immutable, cheap to copy
+// (shared), and safe to use from many threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qkv/text/bpe.h"
+
+namespace qkv {
+
+struct HfAddedToken {
+  TokenId id = 0;
+  std::string content;
+  bool special = false;  // decode(ids, true) leaves it out
+  bool lstrip = false, rstrip = false;
+};
+
+class HfTokenizer {
+ public:
+  // path: a tokenizer.json, or a folder holding one.
+  static HfTokenizer load(const std::string& path);
+  // The text of a tokenizer.json; `where` names it in errors.
+  static HfTokenizer parse(std::string_view json, const std::string& where);
+
+  std::vector<TokenId> encode(std::string_view text) const;
+  std::string decode(std::span<const TokenId> ids, bool skip_special = false) const;
+  std::string decode_bytes(std::span<const TokenId> ids, bool skip_special = false) const;
+  std::string token_text(TokenId id) const;  // one token decoded (repaired)
+
+  int64_t vocab_size() const;  // the largest id + 1, of the vocabulary and the added tokens
+  const std::vector<HfAddedToken>& added_tokens() const;
+  std::optional<TokenId> added_token(std::string_view content) const;
+  const std::string& pattern() const;         // the pre-tokenizer's regex
+  const std::string& normalizer() const;      // "none" or "NFC"
+
+  struct Impl;
+
+ private:
+  explicit HfTokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace qkv

@@ -1,0 +1,184 @@
+// Hugging Face tokenizer.json (qkv/text/hf_tokenizer.h) on small handmade files whose encodings are
+// worked out by hand: merge priority, ignore_merges, "Isolated" splits, added tokens, NFC; and every
+// kind of file it must refuse. The real vocabularies: tests/tokenizers (against @lenml/tokenizers).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/core/error.h"
+#include "qkv/text/byte_level.h"
+#include "qkv/text/hf_tokenizer.h"
+#include "qkv/text/utf8.h"
+
+namespace qkv {
+namespace {
+
+using json = nlohmann::json;
+
+std::string spelled(std::string_view bytes) {  // bytes in the byte-level alphabet
+  std::string out;
+  for (char c : bytes) utf8::append(out, byte_level_char(static_cast<uint8_t>(c)));
+  return out;
+}
+
+// Every byte as id = its value; then ab 256, abc 257, bc 258, " a" 259, xy 260 (no merge makes it).
+// Merges, earliest first: a b, ab c, b c, Ġ a. The split: each match of `pattern`, and the text
+// between matches.
+json tiny(const std::string& pattern = "\\w+|\\s+") {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[spelled(std::string(1, static_cast<char>(b)))] = b;
+  vocab["ab"] = 256;
+  vocab["abc"] = 257;
+  vocab["bc"] = 258;
+  vocab[spelled(" a")] = 259;
+  vocab["xy"] = 260;
+  return {{"model",
+           {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"a b", "ab c", "b c", spelled(" ") + " a"})}}},
+          {"normalizer", nullptr},
+          {"pre_tokenizer",
+           {{"type", "Sequence"},
+            {"pretokenizers",
+             json::array({{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
+                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
+          {"decoder", {{"type", "ByteLevel"}}},
+          {"added_tokens", json::array()}};
+}
+
+HfTokenizer make(const json& j) { return HfTokenizer::parse(j.dump(), "tiny.json"); }
+using Ids = std::vector<TokenId>;
+
+TEST(HfTokenizer, MergesApplyEarliestFirst) {
+  const HfTokenizer t = make(tiny());
+  EXPECT_EQ(t.encode("abc"), (Ids{257}));  // a b (rank 0), then ab c (rank 1): not a + bc
+  EXPECT_EQ(t.encode("bc"), (Ids{258}));
+  EXPECT_EQ(t.encode("cab"), (Ids{'c', 256}));
+  EXPECT_EQ(t.encode("xy"), (Ids{'x', 'y'}));  // in the vocabulary, but no merge makes it
+  EXPECT_EQ(t.encode(""), (Ids{}));
+  EXPECT_EQ(t.vocab_size(), 261);
+}
+
+TEST(HfTokenizer, IgnoreMergesTakesAWholePieceThatIsAToken) {
+  json j = tiny();
+  j["model"]["ignore_merges"] = true;
+  const HfTokenizer t = make(j);
+  EXPECT_EQ(t.encode("xy"), (Ids{260}));
+  EXPECT_EQ(t.encode("xyz"), (Ids{'x', 'y', 'z'}));
+}
+
+TEST(HfTokenizer, IsolatedSplitsKeepTheTextBetweenMatches) {
+  const HfTokenizer t = make(tiny("b"));  // pieces: a | b | c, and no merge across them
+  EXPECT_EQ(t.encode("abc"), (Ids{'a', 'b', 'c'}));
+  const HfTokenizer u = make(tiny("\\s+"));  // " " is a match, "ac" the text after it: " a" cannot merge
+  EXPECT_EQ(u.encode(" ac"), (Ids{' ', 'a', 'c'}));
+  const HfTokenizer w = make(tiny("x"));  // no match: the whole text is one piece
+  EXPECT_EQ(w.encode(" ac"), (Ids{259, 'c'}));
+  EXPECT_EQ(w.encode(" abc"), (Ids{' ', 257}));  // a b (rank 0) before " a" (rank 3), then ab c
+}
+
+TEST(HfTokenizer, AddedTokensAreMatchedInTheTextLongestFirst) {
+  json j = tiny();
+  j["added_tokens"] = json::array({{{"id", 300}, {"content", "<s>"}, {"special", true}},
+                                   {{"id", 301}, {"content", "<s>x"}, {"special", false}},
+                                   {{"id", 302}, {"content", "[L]"}, {"special", true}, {"lstrip", true}},
+                                   {{"id", 303}, {"content", "[R]"}, {"special", true}, {"rstrip", true}}});
+  const HfTokenizer t = make(j);
+  EXPECT_EQ(t.encode("ab<s>abc"), (Ids{256, 300, 257}));
+  EXPECT_EQ(t.encode("<s>x<s>"), (Ids{301, 300}));
+  EXPECT_EQ(t.encode("c  [L]c"), (Ids{'c', 302, 'c'}));  // lstrip: the spaces before go with it
+  EXPECT_EQ(t.encode("c[R]  c"), (Ids{'c', 303, 'c'}));
+  EXPECT_EQ(t.encode("c [R]"), (Ids{'c', ' ', 303}));
+  EXPECT_EQ(t.vocab_size(), 304);
+  EXPECT_EQ(t.added_token("<s>x"), std::optional<TokenId>(301));
+  EXPECT_EQ(t.decode(Ids{256, 300, 257, 301}), "ab<s>abc<s>x");
+  EXPECT_EQ(t.decode(Ids{256, 300, 257, 301}, true), "ababc<s>x");  // <s>x is not special
+}
+
+TEST(HfTokenizer, NfcComposesBeforeSplitting) {
+  json j = tiny();
+  const HfTokenizer plain = make(j);
+  j["normalizer"] = {{"type", "NFC"}};
+  const HfTokenizer nfc = make(j);
+  EXPECT_EQ(nfc.normalizer(), "NFC");
+  EXPECT_EQ(nfc.encode("e\xCC\x81"), (Ids{0xC3, 0xA9}));  // e + U+0301 -> U+00E9
+  EXPECT_EQ(plain.encode("e\xCC\x81"), (Ids{'e', 0xCC, 0x81}));
+}
+
+TEST(HfTokenizer, DecodingJoinsBytesAndRepairsThem) {
+  const HfTokenizer t = make(tiny());
+  EXPECT_EQ(t.decode(Ids{259, 'b'}), " ab");
+  EXPECT_EQ(t.decode_bytes(Ids{0xC3}), "\xC3");
+  EXPECT_EQ(t.decode(Ids{0xC3}), "\xEF\xBF\xBD");  // half a character: U+FFFD
+  EXPECT_EQ(t.encode("\xC3("), (Ids{0xEF, 0xBF, 0xBD, '('}));  // invalid UTF-8 repaired first
+  try {
+    t.decode(Ids{261});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 261 is not in tiny.json's vocabulary (ids 0 .. 260)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+void refused(const json& j, const std::string& what) {
+  try {
+    make(j);
+    ADD_FAILURE() << "accepted; expected: " << what;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+TEST(HfTokenizer, FilesItCannotReadAreRefusedNamingTheField) {
+  json j = tiny();
+  j["model"]["type"] = "WordPiece";
+  refused(j, "model.type is 'WordPiece'");
+  j = tiny();
+  j["model"]["merges"].push_back("a q7");
+  refused(j, "model.merges[4] names 'q7', which is not in model.vocab");
+  j = tiny();
+  j["model"]["merges"].push_back(json::array({"x", "y"}));  // arrays as Qwen writes them: fine
+  EXPECT_NO_THROW(make(j));
+  j["model"]["merges"].push_back(json::array({"y", "x"}));
+  refused(j, "model.merges[5] makes 'yx', which is not in model.vocab");
+  j = tiny();
+  j["model"]["vocab"].erase(spelled("\n"));
+  refused(j, "has no token for byte 10");
+  j = tiny();
+  j["model"]["byte_fallback"] = true;
+  refused(j, "model.byte_fallback");
+  j = tiny();
+  j["pre_tokenizer"] = {{"type", "Metaspace"}};
+  refused(j, "pre_tokenizer.type is 'Metaspace'");
+  j = tiny();
+  j["normalizer"] = {{"type", "NFKC"}};
+  refused(j, "normalizer type 'NFKC'");
+  j = tiny();
+  j["added_tokens"] = json::array({{{"id", 300}, {"content", "<s>"}, {"single_word", true}}});
+  refused(j, "single_word");
+  j = tiny();
+  j["added_tokens"] = json::array({{{"id", 97}, {"content", "<s>"}}});
+  refused(j, "added token '<s>' has id 97, which model.vocab gives to 'a'");
+  j = tiny("(");
+  refused(j, "missing closing parenthesis");
+  EXPECT_THROW(HfTokenizer::parse("{\"model\": ", "broken.json"), Error);
+  EXPECT_THROW(HfTokenizer::parse("[]", "list.json"), Error);
+}
+
+TEST(HfTokenizer, LoadNamesAPathThatHoldsNoTokenizer) {
+  const std::string dir = ::testing::TempDir() + "/no_tokenizer_here";
+  std::filesystem::create_directories(dir);
+  try {
+    HfTokenizer::load(dir);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a tokenizer.json (nor a folder holding one)"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace qkv
