@@ -24,6 +24,7 @@ namespace {
 
 using bench::random_vector;
 using bench::report;
+using bench::report_bf16;
 
 // Independent FMA chains: the yardstick itself (GFLOP/s of one pool-wide run per iteration).
 void BM_FmaPeak(benchmark::State& state) {
@@ -144,7 +145,8 @@ BENCHMARK(BM_MhaForward)
 //   op 1  dx = dy W      dy (M, K), W (K, N)       backward, the input's gradient
 //   op 2  dW = dy^T x    dy (K, M), x (K, N)       backward, the weight's gradient (K = B*T)
 // product: 0 qkv float32, 1 OpenBLAS float32, 2 qkv bf16 (B - the weights - held in bf16, A
-// rounded as it is packed); op: 0 x W^T, 1 dY W, 2 dY^T x. FLOPs: 2 M N K.
+// rounded as it is packed); op: 0 x W^T, 1 dY W, 2 dY^T x. FLOPs: 2 M N K; bf16 products also
+// report pct_bf16_peak, their share of the measured vdpbf16ps peak.
 void BM_Sgemm(benchmark::State& state) {
   const int64_t product = state.range(0);
   const auto backend = product == 1 ? GemmBackend::kOpenBlas : GemmBackend::kQkv;
@@ -167,6 +169,7 @@ void BM_Sgemm(benchmark::State& state) {
   for (auto _ : state) sgemm(g);
   set_gemm_backend(before);
   report(state, gemm_flops(M, N, K));
+  if (product == 2) report_bf16(state, gemm_flops(M, N, K));
 }
 BENCHMARK(BM_Sgemm)
     ->ArgNames({"product", "op", "M", "N", "K"})

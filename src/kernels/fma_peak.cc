@@ -43,18 +43,44 @@ double FmaChains(int64_t iters, float* sink) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <immintrin.h>
+
+#include "qkv/core/bf16.h"
+
 namespace qkv::kernels {
 
 HWY_EXPORT(FmaChains);
 
-double measure_fma_peak_gflops(ThreadPool& pool, double seconds, int repeats) {
+namespace {
+
+#if defined(__x86_64__)
+// 16 independent chains of vdpbf16ps (AVX512_BF16): each adds 2 bf16 products to each of 16 float32
+// lanes, 64 FLOPs an instruction, as the bf16 matrix product's inner loop (core/gemm_bf16_dot-inl.h).
+// Only called where bf16_dot_allowed() says the CPU has the instruction.
+__attribute__((target("avx512f,avx512bf16"))) double Bf16DotChains(int64_t iters, float* sink) {
+  constexpr int kChains = 16;
+  const __m512i a = _mm512_set1_epi32(0x3F7F3F7F), b = _mm512_set1_epi32(0x33D633D6);  // ~0.996, ~1e-7
+  __m512 c[kChains];
+  for (int i = 0; i < kChains; ++i) c[i] = _mm512_set1_ps(0.1f * static_cast<float>(i));
+  for (int64_t n = 0; n < iters; ++n)
+    for (int i = 0; i < kChains; ++i) c[i] = _mm512_dpbf16_ps(c[i], reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
+  __m512 s = c[0];
+  for (int i = 1; i < kChains; ++i) s = _mm512_add_ps(s, c[i]);
+  *sink = _mm512_reduce_add_ps(s);
+  return 64.0 * kChains * static_cast<double>(iters);
+}
+#endif
+
+// Calibrates `chains` on one thread to about `seconds`, then runs it on every pool thread at once,
+// best of `repeats`: GFLOP/s.
+double measure_peak(ThreadPool& pool, double seconds, int repeats, double (*chains)(int64_t, float*)) {
   using Clock = std::chrono::steady_clock;
   std::vector<float> sinks(static_cast<size_t>(pool.num_threads()) * 16);
   // Calibrate on one thread: iterations for about `seconds`.
   int64_t iters = 1 << 16;
   for (;;) {
     const auto t0 = Clock::now();
-    HWY_DYNAMIC_DISPATCH(FmaChains)(iters, &sinks[0]);
+    chains(iters, &sinks[0]);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     if (dt > seconds / 4 || iters > (int64_t{1} << 40)) {
       iters = static_cast<int64_t>(static_cast<double>(iters) * seconds / std::max(dt, 1e-9));
@@ -72,7 +98,7 @@ double measure_fma_peak_gflops(ThreadPool& pool, double seconds, int repeats) {
     const auto t0 = Clock::now();
     pool.parallel_for(pool.num_threads(), [&](int64_t task, int) {
       const auto t = static_cast<size_t>(task);
-      flops[t] = HWY_DYNAMIC_DISPATCH(FmaChains)(iters, &sinks[t * 16]);
+      flops[t] = chains(iters, &sinks[t * 16]);
     });
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     double total = 0.0;
@@ -80,6 +106,21 @@ double measure_fma_peak_gflops(ThreadPool& pool, double seconds, int repeats) {
     best = std::max(best, total / dt / 1e9);
   }
   return best;
+}
+
+double FmaChainsDispatched(int64_t iters, float* sink) { return HWY_DYNAMIC_DISPATCH(FmaChains)(iters, sink); }
+
+}  // namespace
+
+double measure_fma_peak_gflops(ThreadPool& pool, double seconds, int repeats) {
+  return measure_peak(pool, seconds, repeats, FmaChainsDispatched);
+}
+
+double measure_bf16_dot_peak_gflops(ThreadPool& pool, double seconds, int repeats) {
+#if defined(__x86_64__)
+  if (bf16_dot_allowed()) return measure_peak(pool, seconds, repeats, Bf16DotChains);
+#endif
+  return 0.0;
 }
 
 }  // namespace qkv::kernels
