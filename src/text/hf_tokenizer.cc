@@ -18,6 +18,7 @@
 #include "qkv/text/byte_level.h"
 #include "qkv/text/pretokenize.h"
 #include "qkv/text/utf8.h"
+#include "qkv/text/vocab_files.h"
 
 namespace qkv {
 
@@ -124,6 +125,15 @@ bool is_space_byte(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '
 }  // namespace
 
 HfTokenizer HfTokenizer::load(const std::string& path) {
+  // A vocabulary's name (qwen3, llama3) that is not a path here: the installed file, verified.
+  if (!std::filesystem::exists(path))
+    if (const std::optional<std::string> installed = find_hf_vocab(path)) {
+      const std::string text = read_file(*installed);
+      QKV_CHECK(hf_vocab_verified(path, text), "refusing to load ", *installed, ": its SHA-256 is not the ", path,
+                " vocabulary's; the file is damaged or another version: delete it and reinstall (", kVocabInstallHint,
+                ")");
+      return parse(text, *installed);
+    }
   std::string file = path;
   if (std::filesystem::is_directory(path)) file = (std::filesystem::path(path) / "tokenizer.json").string();
   QKV_CHECK(std::filesystem::is_regular_file(file), excerpt(path), " is not a tokenizer.json (nor a folder holding one)");

