@@ -23,6 +23,8 @@
 #include "qkv/core/generator.h"
 #include "qkv/core/ops.h"
 #include "qkv/modules/causal_attention.h"
+#include "qkv/modules/feed_forward.h"
+#include "qkv/modules/layer_norm.h"
 #include "qkv/modules/layers.h"
 #include "qkv/modules/multi_head_attention.h"
 #include "qkv/modules/sdpa.h"
@@ -202,6 +204,58 @@ TEST(BackwardFiniteDifferences, Linear) {
     c.qkv_grads["input"] = dx;
     check(c);
   }
+}
+
+// Llama's and Qwen3's RMSNorm: y = weight * x / sqrt(mean(x^2) + eps), per row.
+TEST(BackwardFiniteDifferences, RMSNorm) {
+  Generator gen(21);
+  RMSNorm norm(6, 1e-5);
+  gen.normal(norm.weight.data(), 6, 1.0, 0.5);  // not ones, so that dweight is not trivially dx
+  Tensor x = random_tensor({2, 3, 6}, gen);
+  Case c{"RMSNorm", params_of(norm), nullptr, norm.forward(x), {}, {}};
+  c.g = random_tensor(c.qkv_output.shape(), gen);
+  c.at["input"] = to_double(x);
+  c.forward = [](const Params& p) {
+    const Vec &in = p.at("input"), &w = p.at("weight");
+    Vec y(in.size());
+    for (size_t r = 0; r < in.size() / 6; ++r) {
+      double ms = 0;
+      for (size_t i = 0; i < 6; ++i) ms += in[r * 6 + i] * in[r * 6 + i] / 6.0;
+      for (size_t i = 0; i < 6; ++i) y[r * 6 + i] = w[i] * in[r * 6 + i] / std::sqrt(ms + 1e-5);
+    }
+    return y;
+  };
+  Tensor dx = norm.backward(c.g);
+  c.qkv_grads = grads_of(norm);
+  c.qkv_grads["input"] = dx;
+  check(c);
+}
+
+// The SwiGLU feed-forward: down(silu(gate(x)) * up(x)), no biases.
+TEST(BackwardFiniteDifferences, SwiGLUFeedForward) {
+  Generator gen(22);
+  SwiGLUFeedForward ff(5, 7, gen);
+  Tensor x = random_tensor({2, 3, 5}, gen, 2.0);  // wide enough that silu's curve matters
+  Case c{"SwiGLUFeedForward", params_of(ff), nullptr, ff.forward(x), {}, {}};
+  c.g = random_tensor(c.qkv_output.shape(), gen);
+  c.at["input"] = to_double(x);
+  c.forward = [](const Params& p) {
+    const Vec g = ref_linear(p.at("input"), 6, 5, p.at("gate_proj.weight"), 7, nullptr);
+    const Vec u = ref_linear(p.at("input"), 6, 5, p.at("up_proj.weight"), 7, nullptr);
+    Vec h(g.size());
+    for (size_t i = 0; i < g.size(); ++i) h[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+    return ref_linear(h, 6, 7, p.at("down_proj.weight"), 5, nullptr);
+  };
+  Tensor dx = ff.backward(c.g);
+  c.qkv_grads = grads_of(ff);
+  c.qkv_grads["input"] = dx;
+  check(c);
+  // the draw order: gate, up, down, each as nn.Linear(bias=False) from the same generator
+  Generator again(22);
+  Linear gate(5, 7, false, again), up(5, 7, false, again), down(7, 5, false, again);
+  EXPECT_EQ(ff.gate_proj.weight.to_vector(), gate.weight.to_vector());
+  EXPECT_EQ(ff.up_proj.weight.to_vector(), up.weight.to_vector());
+  EXPECT_EQ(ff.down_proj.weight.to_vector(), down.weight.to_vector());
 }
 
 TEST(BackwardFiniteDifferences, EmbeddingAccumulatesRepeatedRowsAndPositional) {

@@ -1,4 +1,4 @@
-// The layer-level backward passes against PyTorch autograd: tests/data/grad_fixtures.json, made by
+// The layer-level backward passes (and RMSNorm's and SwiGLU's forwards) against PyTorch autograd: tests/data/grad_fixtures.json, made by
 // tests/pytorch/make_grad_fixtures.py (100 random configurations per module). The attention
 // classes are checked end to end by tests/pytorch/test_backward_differential.py through
 // `qkv forward --grad-output`; these modules have no command of their own.
@@ -16,6 +16,8 @@
 #include "qkv/core/generator.h"
 #include "qkv/core/ops.h"
 #include "qkv/io/tensor_json.h"
+#include "qkv/modules/feed_forward.h"
+#include "qkv/modules/layer_norm.h"
 #include "qkv/modules/layers.h"
 #include "qkv/modules/sdpa.h"
 #include "qkv/train/loss.h"
@@ -76,6 +78,43 @@ TEST(BackwardVsPyTorch, Linear) {
     worst.compare(lin.backward(T(c["grad"])), c["dx"], at + " dx");
     worst.compare(lin.dweight, c["dweight"], at + " dweight");
     if (bias) worst.compare(lin.dbias, c["dbias"], at + " dbias");
+    worst.next_case();
+  }
+  EXPECT_EQ(i, 100);
+}
+
+TEST(BackwardVsPyTorch, RMSNorm) {
+  Worst worst("RMSNorm");
+  int i = 0;
+  for (const json& c : fixtures()["rms_norm"]) {
+    Tensor w = T(c["weight"]);
+    RMSNorm norm(w.size(0), c["eps"].get<double>());
+    norm.weight.copy_from(w);
+    const std::string at = "rms_norm case " + std::to_string(i++);
+    worst.compare(norm.forward(T(c["x"])), c["y"], at + " y");
+    worst.compare(norm.backward(T(c["grad"])), c["dx"], at + " dx");
+    worst.compare(norm.dweight, c["dweight"], at + " dweight");
+    worst.next_case();
+  }
+  EXPECT_EQ(i, 100);
+}
+
+TEST(BackwardVsPyTorch, SwiGLUFeedForward) {
+  Worst worst("SwiGLUFeedForward");
+  int i = 0;
+  for (const json& c : fixtures()["swiglu"]) {
+    Tensor gate = T(c["gate"]);
+    Generator gen(0);
+    SwiGLUFeedForward ff(gate.size(1), gate.size(0), gen);
+    ff.gate_proj.weight.copy_from(gate);
+    ff.up_proj.weight.copy_from(T(c["up"]));
+    ff.down_proj.weight.copy_from(T(c["down"]));
+    const std::string at = "swiglu case " + std::to_string(i++);
+    worst.compare(ff.forward(T(c["x"])), c["y"], at + " y");
+    worst.compare(ff.backward(T(c["grad"])), c["dx"], at + " dx");
+    worst.compare(ff.gate_proj.dweight, c["dgate"], at + " dgate");
+    worst.compare(ff.up_proj.dweight, c["dup"], at + " dup");
+    worst.compare(ff.down_proj.dweight, c["ddown"], at + " ddown");
     worst.next_case();
   }
   EXPECT_EQ(i, 100);

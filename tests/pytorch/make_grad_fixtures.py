@@ -15,6 +15,8 @@ modules, which have no command of their own. tests/modules/backward_pytorch_test
   sdpa           notebook 002's scaled_dot_product_attention: q (..., T, D), k, v with broadcast
                  leading dims, no mask / additive (0, -inf, or finite values) / boolean -> dq, dk, dv
   cross_entropy  F.cross_entropy(logits (N, V), targets with some -100) -> loss, dlogits
+  rms_norm       Llama's RMSNorm, x * rsqrt(x.pow(2).mean(-1) + eps) * weight -> y, dx, dweight
+  swiglu         Llama's feed-forward, down(silu(gate(x)) * up(x)) -> y, dx, dgate, dup, ddown
 
 Each case holds its inputs, the upstream gradient `grad` (dL/doutput), and PyTorch's gradients.
 Floats are written in their shortest float32 form.
@@ -158,12 +160,39 @@ def cross_entropy_case():
     return {"logits": T(logits), "targets": targets, "loss": T(loss), "dlogits": T(logits.grad)}
 
 
+def rms_norm_case():
+    """Llama's RMSNorm as Hugging Face's LlamaRMSNorm computes it (float32 throughout)."""
+    lead, e, eps = leading(), rng.randint(1, 9), rng.choice([1e-5, 1e-6])
+    weight = randn(e).requires_grad_(True)
+    x = randn(*lead, e).requires_grad_(True)
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+    g = randn(*y.shape)
+    y.backward(g)
+    return {"x": T(x), "weight": T(weight), "eps": eps, "grad": T(g), "y": T(y), "dx": T(x.grad),
+            "dweight": T(weight.grad)}
+
+
+def swiglu_case():
+    """Llama's feed-forward (Hugging Face's LlamaMLP): down(silu(gate(x)) * up(x)), no biases."""
+    lead, e, f = leading(), rng.randint(1, 7), rng.randint(1, 9)
+    gate, up, down = nn.Linear(e, f, bias=False), nn.Linear(e, f, bias=False), nn.Linear(f, e, bias=False)
+    with torch.no_grad():
+        for lin, shape in [(gate, (f, e)), (up, (f, e)), (down, (e, f))]:
+            lin.weight.copy_(randn(*shape))
+    x = (2 * randn(*lead, e)).requires_grad_(True)
+    y = down(F.silu(gate(x)) * up(x))
+    g = randn(*y.shape)
+    y.backward(g)
+    return {"x": T(x), "gate": T(gate.weight), "up": T(up.weight), "down": T(down.weight), "grad": T(g), "y": T(y),
+            "dx": T(x.grad), "dgate": T(gate.weight.grad), "dup": T(up.weight.grad), "ddown": T(down.weight.grad)}
+
+
 def main():
     torch.manual_seed(0)
     out = {"about": "made by tests/pytorch/make_grad_fixtures.py with torch " + torch.__version__}
     for name, make in [("linear", linear_case), ("embedding", embedding_case), ("positional", positional_case),
                        ("dropout", dropout_case), ("softmax", softmax_case), ("sdpa", sdpa_case),
-                       ("cross_entropy", cross_entropy_case)]:
+                       ("cross_entropy", cross_entropy_case), ("rms_norm", rms_norm_case), ("swiglu", swiglu_case)]:
         out[name] = [make() for _ in range(CASES)]
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "grad_fixtures.json")
     with open(path, "w") as f:

@@ -1,4 +1,5 @@
-// qkv/modules/feed_forward.h - the book's GELU and FeedForward (chapter 4).
+// qkv/modules/feed_forward.h - the book's GELU and FeedForward (chapter 4), and the SwiGLU
+// feed-forward of Llama and Qwen3.
 //
 //   gelu(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))     (the tanh approximation)
 //   FeedForward: x (..., E) -> layers.0 = Linear(E, 4E) -> GELU -> layers.2 = Linear(4E, E)
@@ -38,6 +39,29 @@ class FeedForward : public Module {
 
  private:
   Tensor hidden_;  // (..., 4E) fc's output, gelu's input
+};
+
+// silu(x) = x * sigmoid(x) = x / (1 + exp(-x)), elementwise in float32 (std::exp).
+Tensor silu(const Tensor& x);
+
+// Llama's and Qwen3's feed-forward (Shazeer 2020's SwiGLU), as Hugging Face's LlamaMLP:
+//   y = down_proj(silu(gate_proj(x)) * up_proj(x))     x (..., E), hidden (..., F), no biases
+// State names gate_proj.weight (F, E), up_proj.weight (F, E), down_proj.weight (E, F); drawn from
+// a generator in that order, as nn.Linear(bias=False) each. Backward, with g = gate(x), u = up(x),
+// s = sigmoid(g):  dh = down^T dy;  du = dh silu(g);  dg = dh u s (1 + g (1 - s));
+//                  dx = gate^T dg + up^T du.
+class SwiGLUFeedForward : public Module {
+ public:
+  SwiGLUFeedForward(int64_t emb_dim, int64_t hidden_dim, Generator& gen);
+  const char* type_name() const override { return "SwiGLUFeedForward"; }
+  void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
+  Tensor forward(const Tensor& x);  // (..., E) -> (..., E)
+  Tensor backward(const Tensor& doutput);
+
+  Linear gate_proj, up_proj, down_proj;
+
+ private:
+  Tensor gate_, up_;  // (..., F) the last forward's gate_proj(x) and up_proj(x)
 };
 
 }  // namespace qkv

@@ -1,5 +1,5 @@
 // qkv/modules/layer_norm.h - the book's LayerNorm (chapter 4): normalise each row over its last
-// dimension, then scale and shift.
+// dimension, then scale and shift; and RMSNorm (Llama, Qwen3), which neither centres nor shifts.
 //
 //   mean = x.mean(-1), var = x.var(-1, unbiased=False)             x (..., E)
 //   norm = (x - mean) / sqrt(var + eps)                             eps = 1e-5
@@ -26,6 +26,11 @@ namespace qkv {
 void layer_norm_rows(const float* x, int64_t N, int64_t E, const float* scale, const float* shift, double eps,
                      float* y, float* norm = nullptr, float* inv_std = nullptr, ThreadPool* pool = nullptr);
 
+// RMSNorm's forward on raw rows: y = weight * x / sqrt(mean(x^2) + eps), the mean of squares in
+// double; norm and inv_std (1 / sqrt(mean(x^2) + eps)) as above. y may be x.
+void rms_norm_rows(const float* x, int64_t N, int64_t E, const float* weight, double eps, float* y,
+                   float* norm = nullptr, float* inv_std = nullptr, ThreadPool* pool = nullptr);
+
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t emb_dim, double eps = 1e-5);
@@ -44,6 +49,29 @@ class LayerNorm : public Module {
   Tensor norm_;                 // (N, E) the last forward's normalised rows
   std::vector<float> inv_std_;  // (N) 1 / sqrt(var + eps) per row
   Shape shape_;                 // the last forward's input shape
+};
+
+// Llama's and Qwen3's RMSNorm (Zhang & Sennrich 2019), as Hugging Face's LlamaRMSNorm and the book's
+// bonus chapters compute it:
+//   rms = sqrt(x.pow(2).mean(-1) + eps),  y = weight * x / rms              x (..., E), weight (E)
+// State name: weight (ones). Backward:
+//   dnorm = dy * weight;  dx = (dnorm - norm * mean(dnorm * norm)) / rms;  dweight += sum dy * norm
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(int64_t emb_dim, double eps = 1e-6);
+  const char* type_name() const override { return "RMSNorm"; }
+  void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
+  Tensor forward(const Tensor& x);  // (..., E) -> (..., E)
+  Tensor backward(const Tensor& doutput);
+
+  Tensor weight;   // (E)
+  Tensor dweight;  // (E)
+  double eps;
+
+ private:
+  Tensor norm_;                 // (N, E) x / rms of the last forward
+  std::vector<float> inv_rms_;  // (N)
+  Shape shape_;
 };
 
 }  // namespace qkv
