@@ -24,7 +24,26 @@ const char* rope_layout_name(RopeLayout layout) {
   return "?";
 }
 
-RopeTable::RopeTable(int64_t positions, int64_t head_dim, double base, int64_t position_offset)
+double rope_frequency(int64_t i, int64_t head_dim, double base, const RopeScaling& s) {
+  const double f = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+  if (!s.on()) return f;
+  QKV_CHECK(std::isfinite(s.factor) && s.factor >= 1.0, "RoPE scaling: factor (", s.factor,
+            ") must be at least 1 (0: no scaling)");
+  QKV_CHECK(std::isfinite(s.low_freq_factor) && std::isfinite(s.high_freq_factor) && s.low_freq_factor > 0.0 &&
+                s.low_freq_factor < s.high_freq_factor,
+            "RoPE scaling: low_freq_factor (", s.low_freq_factor, ") must be positive and below high_freq_factor (",
+            s.high_freq_factor, ")");
+  QKV_CHECK(s.original_max_positions > 0, "RoPE scaling: original_max_position_embeddings (",
+            s.original_max_positions, ") must be positive");
+  const double L = static_cast<double>(s.original_max_positions), wavelength = 2.0 * M_PI / f;
+  if (wavelength > L / s.low_freq_factor) return f / s.factor;
+  if (wavelength < L / s.high_freq_factor) return f;
+  const double smooth = (L / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  return (1.0 - smooth) * f / s.factor + smooth * f;
+}
+
+RopeTable::RopeTable(int64_t positions, int64_t head_dim, double base, int64_t position_offset,
+                     const RopeScaling& scaling)
     : positions_(positions), dim_(head_dim) {
   QKV_CHECK(head_dim >= 2 && head_dim % 2 == 0, "RoPE: the head dim D (", head_dim,
             ") must be even (RoPE rotates pairs of elements)");
@@ -35,7 +54,7 @@ RopeTable::RopeTable(int64_t positions, int64_t head_dim, double base, int64_t p
   cos_.resize(static_cast<size_t>(positions * half));
   sin_.resize(static_cast<size_t>(positions * half));
   for (int64_t i = 0; i < half; ++i) {
-    const double freq = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    const double freq = rope_frequency(i, head_dim, base, scaling);
     for (int64_t n = 0; n < positions; ++n) {
       const double theta = static_cast<double>(position_offset + n) * freq;
       cos_[static_cast<size_t>(n * half + i)] = static_cast<float>(std::cos(theta));
@@ -80,7 +99,7 @@ void rope_rotate(MutableHeads x, const RopeTable& table, RopeLayout layout, bool
 
 void rope_rotate(MutableHeads x, const RopeOptions& options, bool inverse, ThreadPool* pool) {
   if (options.layout == RopeLayout::kNone) return;
-  const RopeTable table(x.tokens, x.dim, options.base, options.position_offset);
+  const RopeTable table(x.tokens, x.dim, options.base, options.position_offset, options.scaling);
   rope_rotate(x, table, options.layout, inverse, pool);
 }
 

@@ -3,7 +3,8 @@
 //
 // Legend: B batch, H heads, N positions, D head dim (even), i = 0 .. D/2 - 1.
 //
-//   theta[n, i] = (offset + n) * base^(-2i / D)           (in double, then cos and sin as float)
+//   theta[n, i] = (offset + n) * base^(-2i / D)           (in double, then cos and sin as float;
+//                                                          Llama 3 scales the frequencies: RopeScaling)
 //   a pair (x_a, x_b) of a row becomes (x_a cos - x_b sin,  x_b cos + x_a sin)
 //     kHalf         pairs element i with i + D/2 (Hugging Face's Llama and the book's Llama
 //                   bonus code: x * cos + rotate_half(x) * sin)
@@ -26,16 +27,33 @@ enum class RopeLayout { kNone, kHalf, kInterleaved };
 RopeLayout parse_rope_layout(const std::string& name);
 const char* rope_layout_name(RopeLayout layout);
 
+// Llama 3's frequency scaling (config.json's rope_scaling, rope_type "llama3"; Llama 3.1 onwards):
+// with f_i = base^(-2i / D), its wavelength w = 2 pi / f_i, L = original_max_positions,
+//   w > L / low_freq_factor  (long waves)   f_i / factor
+//   w < L / high_freq_factor (short waves)  f_i
+//   between                                 (1 - s) f_i / factor + s f_i,
+//                                           s = (L / w - low_freq_factor) / (high_freq_factor - low_freq_factor)
+struct RopeScaling {
+  double factor = 0.0;  // > 0 turns it on (Llama 3.2: 32); 0: none
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // low < high
+  int64_t original_max_positions = 8192;
+  bool on() const { return factor > 0.0; }
+};
+// The frequency of pair i of D with `scaling` (checked: factor, the two factors and L in range).
+double rope_frequency(int64_t i, int64_t head_dim, double base, const RopeScaling& scaling = {});
+
 struct RopeOptions {
   RopeLayout layout = RopeLayout::kNone;  // kNone: no rotation
   double base = 10000.0;                  // > 0; Llama 2's 10,000
   int64_t position_offset = 0;            // >= 0: row n is at position offset + n (decoding)
+  RopeScaling scaling = {};               // Llama 3's, or none
 };
 
 // cos and sin of theta[n, i] for positions offset .. offset + N - 1: (N, D/2) each, row-major.
 class RopeTable {
  public:
-  RopeTable(int64_t positions, int64_t head_dim, double base, int64_t position_offset = 0);
+  RopeTable(int64_t positions, int64_t head_dim, double base, int64_t position_offset = 0,
+            const RopeScaling& scaling = {});
   int64_t positions() const { return positions_; }
   int64_t head_dim() const { return dim_; }
   const float* cos_row(int64_t n) const { return cos_.data() + n * (dim_ / 2); }  // (D/2)
