@@ -20,6 +20,7 @@ std::string spec_field_name(SpecField field) {
     case SpecField::kWindow: return "window";
     case SpecField::kRope: return "rope";
     case SpecField::kRopeBase: return "rope_base";
+    case SpecField::kRopeScaling: return "rope_scaling";
     case SpecField::kAlibiSlopes: return "alibi_slopes";
     case SpecField::kSoftcap: return "softcap";
     case SpecField::kDropout: return "dropout";
@@ -68,6 +69,16 @@ void validate_attention_spec(const AttentionSpec& s, const std::string& who, Spe
   if (!(std::isfinite(s.rope_base) && s.rope_base > 0.0))
     refuse(SpecField::kRopeBase, who,
            str(name(SpecField::kRopeBase), " (", s.rope_base, ") must be a positive finite number"));
+  if (s.rope_scaling.on()) {
+    if (s.rope == RopeLayout::kNone)
+      refuse(SpecField::kRopeScaling, who, str(name(SpecField::kRopeScaling), " scales RoPE's frequencies: it needs ",
+                                               name(SpecField::kRope)));
+    try {
+      rope_frequency(0, std::max<int64_t>(s.head_dim, 2), s.rope_base, s.rope_scaling);  // its ranges
+    } catch (const Error& e) {
+      refuse(SpecField::kRopeScaling, who, str(name(SpecField::kRopeScaling), ": ", e.what()));
+    }
+  }
   check_window(s.window, who, namer);
   if (!s.alibi_slopes.empty()) {
     if (static_cast<int64_t>(s.alibi_slopes.size()) != s.heads)

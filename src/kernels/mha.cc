@@ -208,7 +208,7 @@ void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* 
     }
     // q, k = rope(q), rope(k)                                    in place, positions offset + t
     if (rope != RopeLayout::kNone) {
-      const RopeTable table(s.tokens, D, s.attention.rope_base, s.position_offset);
+      const RopeTable table(s.tokens, D, s.attention.rope_base, s.position_offset, s.attention.rope_scaling);
       rope_rotate(MutableHeads::contiguous(heads, s.batch, s.heads(), s.tokens, D), table, rope, false, pool);
       rope_rotate(MutableHeads::contiguous(heads + split_part_of(s, s.heads()).region_offset, s.batch, s.groups(),
                                            s.tokens, D),
@@ -243,7 +243,11 @@ bool same_shape(const MhaShape& a, const MhaShape& b) {
   const AttentionSpec &x = a.attention, &y = b.attention;
   return a.batch == b.batch && a.tokens == b.tokens && a.d_in == b.d_in && a.position_offset == b.position_offset &&
          x.heads == y.heads && x.groups() == y.groups() && x.head_dim == y.head_dim && x.causal == y.causal &&
-         x.window == y.window && x.rope == y.rope && x.rope_base == y.rope_base && x.softcap == y.softcap &&
+         x.window == y.window && x.rope == y.rope && x.rope_base == y.rope_base &&
+         x.rope_scaling.factor == y.rope_scaling.factor &&
+         x.rope_scaling.low_freq_factor == y.rope_scaling.low_freq_factor &&
+         x.rope_scaling.high_freq_factor == y.rope_scaling.high_freq_factor &&
+         x.rope_scaling.original_max_positions == y.rope_scaling.original_max_positions && x.softcap == y.softcap &&
          x.dropout == y.dropout && x.dtype == y.dtype;
 }
 }  // namespace
@@ -292,7 +296,7 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
   // q, k = rope(q), rope(k)  ->  dq, dk = R^T dq, R^T dk (the rotation by -theta), in place
   const RopeLayout rope = s.attention.rope;
   if (rope != RopeLayout::kNone) {
-    const RopeTable table(s.tokens, D, s.attention.rope_base, s.position_offset);
+    const RopeTable table(s.tokens, D, s.attention.rope_base, s.position_offset, s.attention.rope_scaling);
     rope_rotate(dq, table, rope, true, pool);
     rope_rotate(dk, table, rope, true, pool);
   }
@@ -339,7 +343,7 @@ void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, 
   // q, k = rope(q), rope(k)                                    at positions P + t
   const RopeLayout rope = s.attention.rope;
   if (rope != RopeLayout::kNone) {
-    const RopeTable table(Tn, D, s.attention.rope_base, P);
+    const RopeTable table(Tn, D, s.attention.rope_base, P, s.attention.rope_scaling);
     rope_rotate(q, table, rope, false, pool);
     rope_rotate(k, table, rope, false, pool);
   }

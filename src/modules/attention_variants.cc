@@ -16,8 +16,9 @@ using kernels::RopeLayout;
 
 // cos and sin of theta[t, i], spread over the D elements of a row the way `layout` pairs them:
 // (T, D) each (kHalf: [c_0 .. c_{D/2-1}, c_0 .. c_{D/2-1}]; kInterleaved: [c_0, c_0, c_1, c_1, ..]).
-void rope_tables(int64_t T, int64_t D, RopeLayout layout, double base, Tensor& cos, Tensor& sin) {
-  const kernels::RopeTable table(T, D, base);
+void rope_tables(int64_t T, int64_t D, RopeLayout layout, double base, const kernels::RopeScaling& scaling, Tensor& cos,
+                 Tensor& sin) {
+  const kernels::RopeTable table(T, D, base, 0, scaling);
   cos = Tensor::empty({T, D});
   sin = Tensor::empty({T, D});
   const int64_t half = D / 2;
@@ -51,11 +52,11 @@ Tensor map(const Tensor& x, float (*f)(float, float), float arg) {
 
 }  // namespace
 
-Tensor rope(const Tensor& x, RopeLayout layout, double base, bool inverse) {
+Tensor rope(const Tensor& x, RopeLayout layout, double base, bool inverse, const kernels::RopeScaling& scaling) {
   if (layout == RopeLayout::kNone) return x;
   QKV_CHECK(x.dim() >= 2, "rope: x ", x.describe(), " needs (..., T, D)");
   Tensor cos, sin;
-  rope_tables(x.size(-2), x.size(-1), layout, base, cos, sin);
+  rope_tables(x.size(-2), x.size(-1), layout, base, scaling, cos, sin);
   // y = x * cos + rotate(x) * sin; R^T: y = x * cos - rotate(x) * sin (the rotation by -theta)
   const Tensor turned = mul(rotate(x, layout), sin);
   return inverse ? sub(mul(x, cos), turned) : add(mul(x, cos), turned);

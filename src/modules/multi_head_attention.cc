@@ -125,8 +125,8 @@ Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
   Tensor context;                         // (B, H, T, D)
   if (spec.has_variants()) {
     // queries, keys = rope(queries), rope(keys), then the variants' scores (attention_variants.h)
-    queries = rope(queries, spec.rope, spec.rope_base);
-    keys = rope(keys, spec.rope, spec.rope_base);
+    queries = rope(queries, spec.rope, spec.rope_base, false, spec.rope_scaling);
+    keys = rope(keys, spec.rope, spec.rope_base, false, spec.rope_scaling);
     context = attend_variants(queries, keys, values, &blocked, spec, alibi_slopes_, &dropout, trace, &variant_saved_);
   } else {
     context = attend(queries, keys, values, &blocked, &dropout, trace, &saved_);
@@ -167,8 +167,8 @@ Tensor MultiHeadAttention::backward(const Tensor& doutput) {
     // context = attend_variants(queries, keys, values, ...)
     g = attend_variants_backward(dcontext, variant_saved_, spec, &dropout);
     // queries, keys = rope(queries), rope(keys): dq, dk = R^T dq, R^T dk
-    g.dq = rope(g.dq, spec.rope, spec.rope_base, /*inverse=*/true);
-    g.dk = rope(g.dk, spec.rope, spec.rope_base, /*inverse=*/true);
+    g.dq = rope(g.dq, spec.rope, spec.rope_base, /*inverse=*/true, spec.rope_scaling);
+    g.dk = rope(g.dk, spec.rope, spec.rope_base, /*inverse=*/true, spec.rope_scaling);
   } else {
     // context = attend(queries, keys, values, &mask, &dropout, ...)
     g = attend_backward(dcontext, saved_, &dropout);

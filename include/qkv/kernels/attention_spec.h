@@ -39,6 +39,7 @@ struct AttentionSpec {
   int64_t window = 0;     // > 0: query i sees only keys j > i - window; 0: no window
   RopeLayout rope = RopeLayout::kNone;  // RoPE on queries and keys (an even head_dim)
   double rope_base = 10000.0;           // RoPE's base, > 0 (frequencies base^(-2i / D))
+  RopeScaling rope_scaling = {};        // Llama 3's frequency scaling (with rope only), or none
   bool alibi = false;                   // ALiBi bias with the paper's slopes (alibi_default_slopes)
   std::vector<float> alibi_slopes = {}; // (H) given ALiBi slopes (implies alibi), or empty
   double softcap = 0.0;                 // > 0: scaled scores capped as softcap * tanh(x / softcap); 0: none
@@ -57,7 +58,9 @@ struct AttentionSpec {
 };
 
 // The fields, for messages and for callers that name them their own way.
-enum class SpecField { kHeads, kKvHeads, kHeadDim, kWindow, kRope, kRopeBase, kAlibiSlopes, kSoftcap, kDropout };
+enum class SpecField {
+  kHeads, kKvHeads, kHeadDim, kWindow, kRope, kRopeBase, kRopeScaling, kAlibiSlopes, kSoftcap, kDropout
+};
 
 // How a caller names a field in messages: the spec's own names ("kv_heads") by default, a JSON
 // key ("num_kv_heads") or a flag ("--num-kv-heads") elsewhere.

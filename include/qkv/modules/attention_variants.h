@@ -31,7 +31,8 @@ namespace qkv {
 
 // x (..., T, D) rotated at positions 0 .. T-1 (R x), or back (R^T x) with inverse:
 // x * cos + rotate(x) * sin, rotate = rotate_half (kHalf) or rotate_every_two (kInterleaved).
-Tensor rope(const Tensor& x, kernels::RopeLayout layout, double base, bool inverse = false);
+Tensor rope(const Tensor& x, kernels::RopeLayout layout, double base, bool inverse = false,
+            const kernels::RopeScaling& scaling = {});
 // (B, G, T, D) -> (B, G r, T, D), each head repeated r times in place (torch.repeat_interleave).
 Tensor repeat_kv(const Tensor& x, int64_t r);
 // Its backward: (B, G r, T, D) -> (B, G, T, D), the r copies of each head summed.
