@@ -288,8 +288,8 @@ Command add_explore(CLI::App& app) {
   add_module_flags(sub, *f);
   sub->add_option("--vocab-dir", f->vocab_dir, "Where GPT-2's encoder.json and vocab.bpe are (see qkv encode --help)");
   sub->add_option("--precision", f->precision,
-                  "How values are stored: auto (float32, exact, for pages up to 24 MB; else float16, else 8-bit) | "
-                  "f32 | f16 | u8")
+                  "How values are stored: auto (float32, exact, for pages up to 24 MB; else float16; else the "
+                  "attention weights computed in the page with float16, then 8-bit, values; else 8-bit) | f32 | f16 | u8")
       ->check(CLI::IsMember({"auto", "f32", "f16", "u8"}))
       ->capture_default_str();
   sub->add_option("--attention-weights", f->weights_in_page,
