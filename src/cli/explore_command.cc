@@ -67,7 +67,7 @@ std::string storage_name(ExploreStorage st) {
        st.values == ExplorePrecision::kU8 ? "" : "--precision u8 (8-bit values) or ", "a shorter --text, or raise --max-page-size");
 }
 
-// --pipeline-layer names one of the page's layers (checked before any work, and again after).
+// --pipeline-layer names one of the page's layers (checked before any work).
 void check_pipeline_layer(const ExploreFlags& f, int64_t layers) {
   if (f.pipeline_layer && *f.pipeline_layer >= layers)
     bad_flag("--pipeline-layer", *f.pipeline_layer, " is not a layer of the page (it has ", layers, ": 0 .. ",
@@ -242,10 +242,7 @@ int run_explore(ExploreFlags& f, const CLI::App& sub) {
   }
   const ExploreWeights weights_in_page = parse_explore_weights(f.weights_in_page);
   const int64_t layers = static_cast<int64_t>(page.layers.size());
-  if (f.pipeline_layer) {
-    check_pipeline_layer(f, layers);
-    keep_pipeline_layer(page, *f.pipeline_layer);
-  }
+  if (f.pipeline_layer) keep_pipeline_layer(page, *f.pipeline_layer);  // checked before any work
   ExploreStorage st = resolve_storage(page, precision, weights_in_page, f.max_page_bytes);
   // Too large with every layer's pipeline: the pipeline of the first layer only (--pipeline-layer picks another).
   if (!f.pipeline_layer && layers > 1 && estimate_page_bytes(page, st) > f.max_page_bytes) {

@@ -79,7 +79,9 @@ std::vector<std::vector<TokenId>> CliTokenizer::encode_batch(const std::vector<s
                                                              const SpecialFlags& s) const {
   if (!hf_) return tiktoken_->encode_batch(texts, threads, SpecialTokens::parse(s.allowed), SpecialTokens::parse(s.disallowed));
   std::vector<std::vector<TokenId>> out(texts.size());
-  ThreadPool pool(threads > 0 ? threads : default_thread_count());
+  std::optional<ThreadPool> own;  // --threads N; 0: the default pool
+  if (threads > 0) own.emplace(threads);
+  ThreadPool& pool = own ? *own : default_pool();
   pool.parallel_for(static_cast<int64_t>(texts.size()),
                     [&](int64_t i, int) { out[static_cast<size_t>(i)] = hf_->encode(texts[static_cast<size_t>(i)]); });
   return out;

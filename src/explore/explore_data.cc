@@ -518,13 +518,16 @@ void lens_row(ExploreLens& lens, GPTModel& model, const Tensor& x, const Tokeniz
   const size_t first = lens.ids.size();
   lens.ids.resize(first + static_cast<size_t>(T * lens.top));
   lens.probs.resize(first + static_cast<size_t>(T * lens.top));
-  default_pool().parallel_for(T, [&](int64_t t, int) {  // positions apart: each writes its own slots
+  ThreadPool& pool = default_pool();
+  std::vector<std::vector<int64_t>> orders(static_cast<size_t>(pool.num_threads()));  // one per worker
+  pool.parallel_for(T, [&](int64_t t, int worker) {  // positions apart: each writes its own slots
     const float* z = logits.data() + t * V;
     float hi = -kInf;
     for (int64_t v = 0; v < V; ++v) hi = std::max(hi, z[v]);
     double total = 0;
     for (int64_t v = 0; v < V; ++v) total += std::exp(static_cast<double>(z[v]) - hi);
-    std::vector<int64_t> order(static_cast<size_t>(V));
+    std::vector<int64_t>& order = orders[static_cast<size_t>(worker)];
+    order.resize(static_cast<size_t>(V));
     for (int64_t v = 0; v < V; ++v) order[static_cast<size_t>(v)] = v;
     // the k largest logits, the first id on ties (as argmax)
     std::partial_sort(order.begin(), order.begin() + k, order.end(),

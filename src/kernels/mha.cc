@@ -243,11 +243,8 @@ bool same_shape(const MhaShape& a, const MhaShape& b) {
   const AttentionSpec &x = a.attention, &y = b.attention;
   return a.batch == b.batch && a.tokens == b.tokens && a.d_in == b.d_in && a.position_offset == b.position_offset &&
          x.heads == y.heads && x.groups() == y.groups() && x.head_dim == y.head_dim && x.causal == y.causal &&
-         x.window == y.window && x.rope == y.rope && x.rope_base == y.rope_base &&
-         x.rope_scaling.factor == y.rope_scaling.factor &&
-         x.rope_scaling.low_freq_factor == y.rope_scaling.low_freq_factor &&
-         x.rope_scaling.high_freq_factor == y.rope_scaling.high_freq_factor &&
-         x.rope_scaling.original_max_positions == y.rope_scaling.original_max_positions && x.softcap == y.softcap &&
+         x.window == y.window && x.rope == y.rope && x.rope_base == y.rope_base && x.rope_scaling == y.rope_scaling &&
+         x.softcap == y.softcap &&
          x.dropout == y.dropout && x.dtype == y.dtype;
 }
 }  // namespace

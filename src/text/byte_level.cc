@@ -1,6 +1,8 @@
 // GPT-2's byte-level alphabet. See include/qkv/text/byte_level.h.
 #include "qkv/text/byte_level.h"
 
+#include "qkv/text/utf8.h"
+
 #include <algorithm>
 #include <iterator>
 
@@ -41,5 +43,18 @@ uint32_t byte_level_char(uint8_t b) { return table().char_of[b]; }
 int byte_level_byte(uint32_t cp) { return cp < 256 + 68 ? table().byte_of[cp] : -1; }
 
 const std::array<uint8_t, 256>& byte_level_order() { return table().order; }
+
+bool byte_level_decode(std::string_view token, std::string& out, uint32_t* bad) {
+  for (size_t i = 0; i < token.size();) {
+    const uint32_t cp = utf8::next(token, i);
+    const int b = byte_level_byte(cp);
+    if (b < 0) {
+      if (bad) *bad = cp;
+      return false;
+    }
+    out += static_cast<char>(b);
+  }
+  return true;
+}
 
 }  // namespace qkv

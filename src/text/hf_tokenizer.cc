@@ -24,11 +24,19 @@ namespace qkv {
 
 using json = nlohmann::json;
 
+// Hash and equality that take a std::string_view as well: lookups by a piece need no string copy.
+struct PieceHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+template <typename V>
+using PieceMap = std::unordered_map<std::string, V, PieceHash, std::equal_to<>>;
+
 struct HfTokenizer::Impl {
   std::string where;
   std::vector<std::string> token_bytes;           // id -> the bytes it stands for (vocabulary ids)
   std::vector<bool> in_vocab;                     // id -> a vocabulary id
-  std::unordered_map<std::string, int32_t> ids;   // bytes -> vocabulary id
+  PieceMap<int32_t> ids;                          // bytes -> vocabulary id
   int32_t byte_id[256];                           // the single bytes' ids
   struct Merge {
     int32_t rank, id;
@@ -55,11 +63,7 @@ uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_c
 // The bytes a byte-level token spells, or nullopt when a character is not in the alphabet.
 std::optional<std::string> bytes_of(std::string_view token) {
   std::string out;
-  for (size_t i = 0; i < token.size();) {
-    const int b = byte_level_byte(utf8::next(token, i));
-    if (b < 0) return std::nullopt;
-    out += static_cast<char>(b);
-  }
+  if (!byte_level_decode(token, out)) return std::nullopt;
   return out;
 }
 
@@ -297,22 +301,21 @@ void HfTokenizer::Impl::bpe(std::string_view piece, std::vector<TokenId>& out) c
   // Pieces repeat (words of a text): each thread keeps the ones it has merged, per tokenizer.
   struct Cache {
     uint64_t owner = 0;  // a number, not an address: a new tokenizer may reuse a freed one's
-    std::unordered_map<std::string, std::vector<int32_t>> pieces;
+    PieceMap<std::vector<int32_t>> pieces;
   };
   thread_local Cache cache;
   if (cache.owner != serial || cache.pieces.size() > (1u << 17)) {
     cache.pieces.clear();
     cache.owner = serial;
   }
-  std::string key(piece);
-  if (auto hit = cache.pieces.find(key); hit != cache.pieces.end()) {
+  if (auto hit = cache.pieces.find(piece); hit != cache.pieces.end()) {
     out.insert(out.end(), hit->second.begin(), hit->second.end());
     return;
   }
   if (ignore_merges)
-    if (auto it = ids.find(key); it != ids.end()) {
+    if (auto it = ids.find(piece); it != ids.end()) {
       out.push_back(it->second);
-      cache.pieces.emplace(std::move(key), std::vector<int32_t>{it->second});
+      cache.pieces.emplace(std::string(piece), std::vector<int32_t>{it->second});
       return;
     }
   thread_local std::vector<int32_t> sym;
@@ -334,7 +337,7 @@ void HfTokenizer::Impl::bpe(std::string_view piece, std::vector<TokenId>& out) c
     sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(at) + 1);
   }
   out.insert(out.end(), sym.begin(), sym.end());
-  cache.pieces.emplace(std::move(key), sym);
+  cache.pieces.emplace(std::string(piece), sym);
 }
 
 // Text without added tokens: normalised, split (matches and the text between them), merged.

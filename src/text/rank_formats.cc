@@ -7,7 +7,6 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/text/byte_level.h"
 #include "qkv/text/json_string.h"
-#include "qkv/text/utf8.h"
 #include "qkv/text/vocab_files.h"
 
 namespace qkv {
@@ -15,13 +14,9 @@ namespace {
 
 // Appends the bytes a data gym token stands for to out.
 void decode_data_gym(std::string_view token, const char* file, size_t line, std::string& out) {
-  for (size_t i = 0; i < token.size();) {
-    const uint32_t cp = utf8::next(token, i);
-    const int b = byte_level_byte(cp);
-    QKV_CHECK(b >= 0, file, " line ", line, ": the character with code point ", cp,
-              " stands for no byte in GPT-2's byte encoding");
-    out += static_cast<char>(b);
-  }
+  uint32_t cp = 0;
+  QKV_CHECK(byte_level_decode(token, out, &cp), file, " line ", line, ": the character with code point ", cp,
+            " stands for no byte in GPT-2's byte encoding");
 }
 
 void skip_space(std::string_view s, size_t& i) {

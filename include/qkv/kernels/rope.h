@@ -38,6 +38,7 @@ struct RopeScaling {
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // low < high
   int64_t original_max_positions = 8192;
   bool on() const { return factor > 0.0; }
+  bool operator==(const RopeScaling&) const = default;
 };
 // The frequency of pair i of D with `scaling` (checked: factor, the two factors and L in range).
 double rope_frequency(int64_t i, int64_t head_dim, double base, const RopeScaling& scaling = {});

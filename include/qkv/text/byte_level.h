@@ -7,6 +7,8 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 namespace qkv {
 
@@ -14,5 +16,8 @@ uint32_t byte_level_char(uint8_t b);   // the code point that spells byte b
 int byte_level_byte(uint32_t cp);      // the byte that code point cp spells, or -1 (none)
 // The printable bytes in order, then the others: GPT-2's ranks of the single bytes.
 const std::array<uint8_t, 256>& byte_level_order();
+// Appends the bytes a byte-level token (UTF-8 text in this alphabet) spells to out. Returns false,
+// with *bad the first character that spells no byte, when one does not (out then holds a part).
+bool byte_level_decode(std::string_view token, std::string& out, uint32_t* bad = nullptr);
 
 }  // namespace qkv
