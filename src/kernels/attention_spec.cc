@@ -21,6 +21,7 @@ std::string spec_field_name(SpecField field) {
     case SpecField::kRope: return "rope";
     case SpecField::kRopeBase: return "rope_base";
     case SpecField::kRopeScaling: return "rope_scaling";
+    case SpecField::kQkNorm: return "qk_norm_eps";
     case SpecField::kAlibiSlopes: return "alibi_slopes";
     case SpecField::kSoftcap: return "softcap";
     case SpecField::kDropout: return "dropout";
@@ -79,6 +80,9 @@ void validate_attention_spec(const AttentionSpec& s, const std::string& who, Spe
       refuse(SpecField::kRopeScaling, who, str(name(SpecField::kRopeScaling), ": ", e.what()));
     }
   }
+  if (s.qk_norm && !(std::isfinite(s.qk_norm_eps) && s.qk_norm_eps > 0.0))
+    refuse(SpecField::kQkNorm, who,
+           str(name(SpecField::kQkNorm), " (", s.qk_norm_eps, ") must be a positive finite number"));
   check_window(s.window, who, namer);
   if (!s.alibi_slopes.empty()) {
     if (static_cast<int64_t>(s.alibi_slopes.size()) != s.heads)

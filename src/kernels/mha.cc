@@ -7,10 +7,12 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "qkv/core/error.h"
 #include "qkv/core/gemm.h"
 #include "qkv/core/linear.h"
+#include "qkv/kernels/norm_rows.h"
 
 namespace qkv::kernels {
 namespace {
@@ -20,6 +22,21 @@ void check(const MhaShape& s, const MhaWeights& w) {
             ", d_in ", s.d_in, ")");
   validate_attention_spec(s.attention, "mha");
   QKV_CHECK(w.w_qkv != nullptr, "mha: w_qkv is null");
+  QKV_CHECK(!s.attention.qk_norm || (w.q_norm != nullptr && w.k_norm != nullptr),
+            "mha: the spec asks for QK-norm but q_norm or k_norm is null");
+  QKV_CHECK(s.out_dim >= 0 && (w.w_out != nullptr || s.out_width() == s.d_out()), "mha: out_dim (", s.out_dim,
+            ") needs an output projection and must not be negative");
+}
+
+// QK-norm's forward on the split float heads: q (B, H, T, D) and k (B, G, T, D), the first two parts,
+// normalised in place; norm and inv_rms (saved for the backward) or null.
+void qk_norm_forward(const MhaShape& s, const MhaWeights& w, float* heads, float* norm, float* inv_rms,
+                     ThreadPool* pool) {
+  const int64_t D = s.head_dim(), q_rows = s.batch * s.heads() * s.tokens, k_rows = s.batch * s.groups() * s.tokens;
+  const double eps = s.attention.qk_norm_eps;
+  rms_norm_rows(heads, q_rows, D, w.q_norm, eps, heads, norm, inv_rms, pool);
+  rms_norm_rows(heads + q_rows * D, k_rows, D, w.k_norm, eps, heads + q_rows * D, norm ? norm + q_rows * D : nullptr,
+                inv_rms ? inv_rms + q_rows : nullptr, pool);
 }
 
 // Offset (in floats) of the split copy's region holding head `part` of the QKV product's columns
@@ -128,8 +145,14 @@ struct MhaSavedWriter {
     const auto Q = static_cast<size_t>(s.qkv_width());
     const bool bf16 = s.dtype() == Dtype::kBF16;
     // bf16 mode keeps float heads only to rotate them (RoPE) before rounding, or for the reference
-    if (float_heads || !bf16 || s.attention.rope != RopeLayout::kNone || g_reference_attention)
+    const bool qk_norm = s.attention.qk_norm;
+    if (float_heads || !bf16 || qk_norm || s.attention.rope != RopeLayout::kNone || g_reference_attention)
       saved.heads_.reserve(rows * Q);
+    if (qk_norm && !float_heads) {  // the backward's (the cached forward, which has none, keeps float heads)
+      const auto qk_rows = rows * static_cast<size_t>(s.heads() + s.groups());
+      saved.qk_norm_.reserve(qk_rows * static_cast<size_t>(s.head_dim()));
+      saved.qk_inv_rms_.reserve(qk_rows);
+    }
     if (bf16) saved.heads16_.reserve(rows * Q);
     saved.ctx_.reserve(rows * C);
     saved.lse_.reserve(static_cast<size_t>(s.batch * s.heads() * s.tokens));
@@ -138,6 +161,8 @@ struct MhaSavedWriter {
   static uint16_t* heads16(MhaSaved& saved) { return saved.heads16_.get(); }
   static float* ctx(MhaSaved& saved) { return saved.ctx_.get(); }
   static float* lse(MhaSaved& saved) { return saved.lse_.get(); }
+  static float* qk_norm(MhaSaved& saved) { return saved.qk_norm_.get(); }
+  static float* qk_inv_rms(MhaSaved& saved) { return saved.qk_inv_rms_.get(); }
   // Marks saved as holding a forward of shape s that has not finished (id 0), then, by `filled`,
   // as that forward's (a fresh id): a forward that throws leaves no id a backward could accept.
   static void begin(MhaSaved& saved, const MhaShape& s) {
@@ -151,7 +176,8 @@ struct MhaSavedWriter {
 };
 
 size_t MhaSaved::bytes() const {
-  return (heads_.size + ctx_.size + lse_.size) * sizeof(float) + heads16_.size * sizeof(uint16_t);
+  return (heads_.size + ctx_.size + lse_.size + qk_norm_.size + qk_inv_rms_.size) * sizeof(float) +
+         heads16_.size * sizeof(uint16_t);
 }
 
 void MhaWorkspace::reserve_forward(const MhaShape& s) {
@@ -162,9 +188,10 @@ void MhaWorkspace::reserve_backward(const MhaShape& s) {
   const auto rows = static_cast<size_t>(s.batch * s.tokens), C = static_cast<size_t>(s.d_out());
   dctx_.reserve(rows * C);
   dqkv_.reserve(rows * static_cast<size_t>(s.qkv_width()));
+  if (s.attention.qk_norm) dqk_.reserve(rows * static_cast<size_t>((s.heads() + s.groups()) * s.head_dim()));
 }
 
-size_t MhaWorkspace::bytes() const { return (qkv_.size + dctx_.size + dqkv_.size) * sizeof(float); }
+size_t MhaWorkspace::bytes() const { return (qkv_.size + dctx_.size + dqkv_.size + dqk_.size) * sizeof(float); }
 
 AttentionOptions mha_options(const MhaShape& s, const MhaCall& call) {
   AttentionOptions o = kernel_options(s.attention, {});
@@ -190,9 +217,9 @@ void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* 
     ThreadPool* pool = call.pool;
     ThreadPool& workers = pool ? *pool : default_pool();
     const bool bf16 = s.dtype() == Dtype::kBF16, reference = g_reference_attention;
-    // bf16 mode rounds the heads as it splits them, unless they are rotated (RoPE) first or the
-    // reference attention (float32) reads them
-    const bool split_to_bf16 = bf16 && rope == RopeLayout::kNone && !reference;
+    // bf16 mode rounds the heads as it splits them, unless they are normalised (QK-norm) or rotated
+    // (RoPE) first or the reference attention (float32) reads them
+    const bool split_to_bf16 = bf16 && rope == RopeLayout::kNone && !s.attention.qk_norm && !reference;
     float* heads = MhaSavedWriter::heads(saved);
     uint16_t* heads16 = MhaSavedWriter::heads16(saved);
     float* ctx_data = MhaSavedWriter::ctx(saved);
@@ -206,6 +233,9 @@ void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* 
       if (split_to_bf16) split_heads(s, ws.qkv(), r0, n, heads16, workers);
       else split_heads(s, ws.qkv(), r0, n, heads, workers);
     }
+    // q, k = norm(q), norm(k)                                    QK-norm, in place
+    if (s.attention.qk_norm)
+      qk_norm_forward(s, w, heads, MhaSavedWriter::qk_norm(saved), MhaSavedWriter::qk_inv_rms(saved), pool);
     // q, k = rope(q), rope(k)                                    in place, positions offset + t
     if (rope != RopeLayout::kNone) {
       const RopeTable table(s.tokens, D, s.attention.rope_base, s.position_offset, s.attention.rope_scaling);
@@ -228,9 +258,9 @@ void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* 
     } else {
       attention_forward(mha_queries(s, heads), mha_keys(s, heads), mha_values(s, heads), ctx, lse, options);
     }
-    // y = ctx W_out^T + b_out                                    (B*T, C)
+    // y = ctx W_out^T + b_out                                    (B*T, C_o)
     if (w.w_out) {
-      linear(ctx_data, rows, C, w.w_out, w.b_out, C, y, pool, s.dtype(), w.w_out16);
+      linear(ctx_data, rows, C, w.w_out, w.b_out, s.out_width(), y, pool, s.dtype(), w.w_out16);
     } else {
       std::copy(ctx_data, ctx_data + rows * C, y);
     }
@@ -244,8 +274,39 @@ bool same_shape(const MhaShape& a, const MhaShape& b) {
   return a.batch == b.batch && a.tokens == b.tokens && a.d_in == b.d_in && a.position_offset == b.position_offset &&
          x.heads == y.heads && x.groups() == y.groups() && x.head_dim == y.head_dim && x.causal == y.causal &&
          x.window == y.window && x.rope == y.rope && x.rope_base == y.rope_base && x.rope_scaling == y.rope_scaling &&
-         x.softcap == y.softcap &&
+         x.qk_norm == y.qk_norm && x.qk_norm_eps == y.qk_norm_eps && a.out_dim == b.out_dim && x.softcap == y.softcap &&
          x.dropout == y.dropout && x.dtype == y.dtype;
+}
+}  // namespace
+
+namespace {
+// Copies between a view's rows and contiguous (B, heads, T, D) rows; to_view: back into the view.
+void gather_heads(const MutableHeads& view, float* rows, bool to_view) {
+  const size_t bytes = static_cast<size_t>(view.dim) * sizeof(float);
+  for (int64_t b = 0; b < view.batch; ++b)
+    for (int64_t h = 0; h < view.heads; ++h)
+      for (int64_t t = 0; t < view.tokens; ++t) {
+        float* packed = rows + ((b * view.heads + h) * view.tokens + t) * view.dim;
+        if (to_view) std::memcpy(view.row(b, h, t), packed, bytes);
+        else std::memcpy(packed, view.row(b, h, t), bytes);
+      }
+}
+
+void qk_norm_backward(const MhaShape& s, const MhaWeights& w, const MhaGradients& grads, const MhaSaved& saved,
+                      const MutableHeads& dq, const MutableHeads& dk, float* rows) {
+  const int64_t D = s.head_dim(), q_rows = s.batch * s.heads() * s.tokens, k_rows = s.batch * s.groups() * s.tokens;
+  std::vector<float> dq_norm(static_cast<size_t>(D), 0.0f), dk_norm(static_cast<size_t>(D), 0.0f);
+  gather_heads(dq, rows, false);
+  gather_heads(dk, rows + q_rows * D, false);
+  rms_norm_rows_backward(rows, saved.qk_norm(), saved.qk_inv_rms(), q_rows, D, w.q_norm, dq_norm.data(), rows);
+  rms_norm_rows_backward(rows + q_rows * D, saved.qk_norm() + q_rows * D, saved.qk_inv_rms() + q_rows, k_rows, D,
+                         w.k_norm, dk_norm.data(), rows + q_rows * D);
+  gather_heads(dq, rows, true);
+  gather_heads(dk, rows + q_rows * D, true);
+  for (int64_t i = 0; i < D; ++i) {
+    if (grads.dq_norm) grads.dq_norm[i] = (grads.accumulate ? grads.dq_norm[i] : 0.0f) + dq_norm[i];
+    if (grads.dk_norm) grads.dk_norm[i] = (grads.accumulate ? grads.dk_norm[i] : 0.0f) + dk_norm[i];
+  }
 }
 }  // namespace
 
@@ -265,7 +326,7 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
   // y = ctx W_out^T + b_out  ->  dW_out, db_out, dctx
   const float* dctx = dy;
   if (w.w_out) {
-    linear_backward(saved.ctx(), dy, rows, C, w.w_out, C, ws.dctx(), grads.dw_out, grads.db_out, pool,
+    linear_backward(saved.ctx(), dy, rows, C, w.w_out, s.out_width(), ws.dctx(), grads.dw_out, grads.db_out, pool,
                     grads.accumulate, s.dtype(), w.w_out16);
     dctx = ws.dctx();
   }
@@ -297,6 +358,9 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
     rope_rotate(dq, table, rope, true, pool);
     rope_rotate(dk, table, rope, true, pool);
   }
+  // q, k = norm(q), norm(k)  ->  dq, dk through RMSNorm's backward (gathered from dqkv's columns
+  // into (B, H + G, T, D) rows and back); q_norm's and k_norm's gradients
+  if (s.attention.qk_norm) qk_norm_backward(s, w, grads, saved, dq, dk, ws.dqk());
   // qkv = x W_qkv^T + b_qkv  ->  dW_qkv, db_qkv, dx
   linear_backward(x, ws.dqkv(), rows, s.d_in, w.w_qkv, Q, dx, grads.dw_qkv, grads.db_qkv, pool, grads.accumulate,
                   s.dtype(), w.w_qkv16);
@@ -337,6 +401,8 @@ void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, 
   }
   const MutableHeads q = MutableHeads::contiguous(heads, B, s.heads(), Tn, D);
   const MutableHeads k = MutableHeads::contiguous(heads + split_part_of(s, s.heads()).region_offset, B, G, Tn, D);
+  // q, k = norm(q), norm(k)                                    QK-norm, in place
+  if (s.attention.qk_norm) qk_norm_forward(s, w, heads, nullptr, nullptr, pool);
   // q, k = rope(q), rope(k)                                    at positions P + t
   const RopeLayout rope = s.attention.rope;
   if (rope != RopeLayout::kNone) {
@@ -360,9 +426,9 @@ void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, 
   } else {
     decode_attention(q, cache, layer, ctx, lse, o, &ws.decode());
   }
-  // y = ctx W_out^T + b_out                                    (B*Tn, C)
+  // y = ctx W_out^T + b_out                                    (B*Tn, C_o)
   if (w.w_out) {
-    linear(ctx_data, rows, C, w.w_out, w.b_out, C, y, pool, s.dtype(), w.w_out16);
+    linear(ctx_data, rows, C, w.w_out, w.b_out, s.out_width(), y, pool, s.dtype(), w.w_out16);
   } else {
     std::copy(ctx_data, ctx_data + rows * C, y);
   }
@@ -373,7 +439,7 @@ double mha_forward_flops(const MhaShape& s, bool has_out_proj) {
   double f = gemm_flops(rows, s.qkv_width(), s.d_in) + attention_forward_flops(s.batch, s.heads(), s.tokens, s.tokens,
                                                                                D, D, s.attention.causal, 0,
                                                                                s.attention.window);
-  if (has_out_proj) f += gemm_flops(rows, C, C);
+  if (has_out_proj) f += gemm_flops(rows, s.out_width(), C);
   return f;
 }
 
@@ -382,7 +448,7 @@ double mha_backward_flops(const MhaShape& s, bool has_out_proj) {
   double f = 2.0 * gemm_flops(rows, s.qkv_width(), s.d_in) +
              attention_backward_flops(s.batch, s.heads(), s.tokens, s.tokens, D, D, s.attention.causal, 0,
                                       s.attention.window);
-  if (has_out_proj) f += 2.0 * gemm_flops(rows, C, C);
+  if (has_out_proj) f += 2.0 * gemm_flops(rows, s.out_width(), C);
   return f;
 }
 

@@ -10,6 +10,7 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/core/ops.h"
 #include "qkv/core/pointwise.h"
+#include "qkv/kernels/norm_rows.h"
 #include "models/model_shape.h"
 
 namespace qkv {
@@ -167,7 +168,7 @@ void linear_rows(const float* x, int64_t N, const Linear& l, const uint16_t* w16
 }
 
 void norm_rows(const LayerNorm& n, const float* x, int64_t N, float* y) {
-  layer_norm_rows(x, N, n.scale.size(0), n.scale.data(), n.shift.data(), n.eps, y);
+  kernels::layer_norm_rows(x, N, n.scale.size(0), n.scale.data(), n.shift.data(), n.eps, y);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@ void check_batch_input(const char* who, const Tensor& x, int64_t d_in, int64_t c
 const AttentionConfig& validate(const AttentionConfig& c, const char* who) {
   QKV_CHECK(c.d_in > 0, who, ": d_in (", c.d_in, ") must be positive");
   QKV_CHECK(c.context_length > 0, who, ": context_length (", c.context_length, ") must be positive");
+  QKV_CHECK(c.out_dim >= 0, who, ": out_dim (", c.out_dim, ") must be positive (or 0 for d_out)");
   kernels::validate_attention_spec(c.attention, who, attention_config_name);
   QKV_CHECK(c.attention.causal, who, " is causal: its config's attention.causal must be true");
   QKV_CHECK(c.attention.dtype == Dtype::kF32 || c.path != AttentionPath::kTextbook, who,
@@ -30,7 +31,7 @@ const AttentionConfig& validate_one_head(const AttentionConfig& c, const char* w
   validate(c, who);
   QKV_CHECK(c.attention.heads == 1, who, " has one head; its config's num_heads (", c.attention.heads,
             ") must be 1");
-  QKV_CHECK(!c.attention.has_variants(), who, " takes no variants (num_kv_heads, rope, window, alibi, softcap)");
+  QKV_CHECK(!c.attention.has_variants(), who, " takes no variants (num_kv_heads, qk_norm, rope, window, alibi, softcap)");
   return c;
 }
 

@@ -7,6 +7,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/ops.h"
+#include "qkv/modules/layer_norm.h"
 #include "qkv/modules/layers.h"
 
 namespace qkv {
@@ -53,6 +54,17 @@ void check_runs_in_dtype(const char* who, const AttentionConfig& config, bool fu
             "fused kernel's dropout in bf16");
 }
 
+// QK-norm's weights (D each) from the module's RMSNorms, when the spec asks for it.
+void set_qk_norm(kernels::MhaWeights& w, const FusedProjections& p, const kernels::AttentionSpec& spec) {
+  if (!spec.qk_norm) return;
+  QKV_CHECK(p.q_norm != nullptr && p.k_norm != nullptr && p.q_norm->weight.numel() == spec.head_dim &&
+                p.k_norm->weight.numel() == spec.head_dim && p.q_norm->weight.is_contiguous() &&
+                p.k_norm->weight.is_contiguous(),
+            "attention: QK-norm needs q_norm and k_norm weights of head_dim (", spec.head_dim, ") values");
+  w.q_norm = p.q_norm->weight.data();
+  w.k_norm = p.k_norm->weight.data();
+}
+
 bool runs_fused(AttentionPath path, const Dropout& dropout) {
   switch (path) {
     case AttentionPath::kFused: return true;
@@ -65,7 +77,7 @@ bool runs_fused(AttentionPath path, const Dropout& dropout) {
 Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, const kernels::AttentionSpec& spec,
                                const std::vector<float>& slopes, const MaskBuffer& mask, Dropout& dropout,
                                AttentionTrace* trace, bool per_head_trace) {
-  const int64_t B = x.size(0), T = x.size(1), d_in = x.size(2), C = spec.width();
+  const int64_t B = x.size(0), T = x.size(1), d_in = x.size(2);
   QKV_CHECK(T <= mask.size(), "attention: the (", mask.size(), ", ", mask.size(),
             ") mask is smaller than the (", T, ", ", T, ") score matrix");
   QKV_CHECK(p.qkv->views(*p.query, *p.key, *p.value), "attention: W_query, W_key and W_value no longer view ",
@@ -86,6 +98,8 @@ Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, const
     w.w_out = out_w.data();
     w.b_out = p.out->has_bias ? out_b.data() : nullptr;
   }
+  shape_.out_dim = p.out ? p.out->weight.size(0) : 0;
+  set_qk_norm(w, p, spec);
   // The book divides the scores by sqrt(D); the kernel multiplies by its inverse (mha_options).
   call_ = kernels::MhaCall{};
   if (mask.is_causal()) {
@@ -103,7 +117,7 @@ Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, const
     call_.dropout_seed = dropout.draw_seed();
     call_.batch_offset = dropout.batch_offset();  // a rank's slice: keyed by the whole batch's b
   }
-  Tensor y = Tensor::empty({B, T, C});
+  Tensor y = Tensor::empty({B, T, shape_.out_width()});
   kernels::mha_forward(shape_, w, x_.data(), y.data(), saved_, ws_, call_);
   forward_id_ = saved_.id();
   if (trace) fill_trace(*trace, mask, dropout.active(), per_head_trace);
@@ -135,7 +149,9 @@ void FusedAttention::forward_cached(const float* x, int64_t B, int64_t Tn, int64
   if (p.out) {
     w.w_out = p.out->weight.data();
     w.b_out = p.out->has_bias ? p.out->bias.data() : nullptr;
+    s.out_dim = p.out->weight.size(0);
   }
+  set_qk_norm(w, p, spec);
   if (spec.dtype == Dtype::kBF16) {  // bf16 weights kept by the caller (f32 mode reads the floats)
     w.w_qkv16 = w16.qkv;
     w.w_out16 = p.out ? w16.out : nullptr;
@@ -188,7 +204,7 @@ void FusedAttention::fill_trace(AttentionTrace& t, const MaskBuffer& mask, bool 
 
 Tensor FusedAttention::backward(const Tensor& dy, const FusedProjections& p) {
   QKV_CHECK(forward_id_ != 0, "attention: backward before forward");
-  const int64_t B = shape_.batch, T = shape_.tokens, C = shape_.d_out(), d_in = shape_.d_in;
+  const int64_t B = shape_.batch, T = shape_.tokens, C = shape_.out_width(), d_in = shape_.d_in;
   QKV_CHECK(dy.shape() == Shape({B, T, C}), "attention: the gradient ", dy.describe(),
             " does not match the last forward's output (", B, ", ", T, ", ", C, ")");
   QKV_CHECK(p.qkv->views(*p.query, *p.key, *p.value) && p.qkv->has_bias == has_bias_,
@@ -216,6 +232,11 @@ Tensor FusedAttention::backward(const Tensor& dy, const FusedProjections& p) {
       w.b_out = out_b.data();
       g.db_out = p.out->dbias.data();
     }
+  }
+  set_qk_norm(w, p, shape_.attention);
+  if (shape_.attention.qk_norm) {
+    g.dq_norm = p.q_norm->dweight.data();
+    g.dk_norm = p.k_norm->dweight.data();
   }
   kernels::mha_backward(shape_, w, x_.data(), dyc.data(), dx.data(), g, saved_, forward_id_, ws_, call_);
   return dx;

@@ -84,9 +84,11 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, Generator& gen)
       W_query(c.d_in, c.d_out(), c.qkv_bias, gen),
       W_key(c.d_in, c.attention.kv_width(), c.qkv_bias, gen),
       W_value(c.d_in, c.attention.kv_width(), c.qkv_bias, gen),
-      out_proj(c.d_out(), c.d_out(), true, gen),
+      out_proj(c.d_out(), c.out_width(), c.out_bias, gen),
       dropout(c.attention.dropout, gen),
       mask(c.context_length),
+      q_norm(c.attention.head_dim, c.attention.qk_norm_eps),
+      k_norm(c.attention.head_dim, c.attention.qk_norm_eps),
       alibi_slopes_(kernels::spec_alibi_slopes(c.attention)) {
   qkv_.bind(W_query, W_key, W_value);
 }
@@ -98,6 +100,10 @@ void MultiHeadAttention::collect_state(const std::string& prefix, std::vector<St
   W_key.collect_state(prefix + "W_key.", out);
   W_value.collect_state(prefix + "W_value.", out);
   out_proj.collect_state(prefix + "out_proj.", out);
+  if (config.attention.qk_norm) {
+    q_norm.collect_state(prefix + "q_norm.", out);
+    k_norm.collect_state(prefix + "k_norm.", out);
+  }
 }
 
 void MultiHeadAttention::train(bool on) {
@@ -124,6 +130,11 @@ Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
   const Tensor blocked = mask.corner(T);  // (T, T)
   Tensor context;                         // (B, H, T, D)
   if (spec.has_variants()) {
+    // queries, keys = q_norm(queries), k_norm(keys) (QK-norm: RMSNorm over each head's D)
+    if (spec.qk_norm) {
+      queries = q_norm.forward(queries);
+      keys = k_norm.forward(keys);
+    }
     // queries, keys = rope(queries), rope(keys), then the variants' scores (attention_variants.h)
     queries = rope(queries, spec.rope, spec.rope_base, false, spec.rope_scaling);
     keys = rope(keys, spec.rope, spec.rope_base, false, spec.rope_scaling);
@@ -132,7 +143,7 @@ Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
     context = attend(queries, keys, values, &blocked, &dropout, trace, &saved_);
   }
   Tensor merged = context.transpose(1, 2).reshape({B, T, config.d_out()});  // (B, T, d_out)
-  return out_proj.forward(merged);
+  return out_proj.forward(merged);  // (B, T, out_width)
 }
 
 Tensor MultiHeadAttention::forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer,
@@ -140,7 +151,7 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x, kernels::KvCache& cac
   QKV_CHECK(x.dim() == 3 && x.size(2) == config.d_in, "MultiHeadAttention: forward_cached expects (batch, ",
             "new_tokens, d_in = ", config.d_in, "), got ", x.describe());
   const Tensor xc = x.contiguous();  // a view when x already is: no copy
-  Tensor y = Tensor::empty({x.size(0), x.size(1), config.attention.width()});
+  Tensor y = Tensor::empty({x.size(0), x.size(1), config.out_width()});
   forward_cached(xc.data(), x.size(0), x.size(1), y.data(), cache, layer, w16);
   return y;
 }
@@ -169,6 +180,10 @@ Tensor MultiHeadAttention::backward(const Tensor& doutput) {
     // queries, keys = rope(queries), rope(keys): dq, dk = R^T dq, R^T dk
     g.dq = rope(g.dq, spec.rope, spec.rope_base, /*inverse=*/true, spec.rope_scaling);
     g.dk = rope(g.dk, spec.rope, spec.rope_base, /*inverse=*/true, spec.rope_scaling);
+    if (spec.qk_norm) {  // queries, keys = q_norm(queries), k_norm(keys)
+      g.dq = q_norm.backward(g.dq);
+      g.dk = k_norm.backward(g.dk);
+    }
   } else {
     // context = attend(queries, keys, values, &mask, &dropout, ...)
     g = attend_backward(dcontext, saved_, &dropout);

@@ -16,7 +16,8 @@
 //            -> - slope[h] * (pos_i - pos_j)      alibi (the paper's slopes, or alibi_slopes)
 //            -> -inf where j > i (causal), or j <= i - window (window > 0)
 //   weights = dropout(softmax(scores))           dropout in [0, 1)
-// with RoPE (rope != kNone, base rope_base) rotating q and k per head before the product, and
+// with QK-norm (qk_norm: Qwen3's RMSNorm over each head's D of q and of k, eps qk_norm_eps, by the
+// layer's weights q_norm and k_norm (D), before RoPE), RoPE (rope != kNone, base rope_base) rotating q and k per head before the product, and
 // dtype kBF16 running the products in bf16 (fp32 sums, softmax and outputs).
 #pragma once
 
@@ -40,6 +41,8 @@ struct AttentionSpec {
   RopeLayout rope = RopeLayout::kNone;  // RoPE on queries and keys (an even head_dim)
   double rope_base = 10000.0;           // RoPE's base, > 0 (frequencies base^(-2i / D))
   RopeScaling rope_scaling = {};        // Llama 3's frequency scaling (with rope only), or none
+  bool qk_norm = false;                 // RMSNorm on each head's queries and keys (before RoPE)
+  double qk_norm_eps = 1e-6;            // its epsilon, > 0
   bool alibi = false;                   // ALiBi bias with the paper's slopes (alibi_default_slopes)
   std::vector<float> alibi_slopes = {}; // (H) given ALiBi slopes (implies alibi), or empty
   double softcap = 0.0;                 // > 0: scaled scores capped as softcap * tanh(x / softcap); 0: none
@@ -50,16 +53,16 @@ struct AttentionSpec {
   int64_t width() const { return heads * head_dim; }                  // H D: queries and outputs
   int64_t kv_width() const { return groups() * head_dim; }            // G D: keys and values
   bool has_alibi() const { return alibi || !alibi_slopes.empty(); }
-  // Whether anything differs from the book's multi-head attention (G = H, no RoPE, window,
-  // ALiBi or softcap).
+  // Whether anything differs from the book's multi-head attention (G = H, no QK-norm, RoPE,
+  // window, ALiBi or softcap).
   bool has_variants() const {
-    return groups() != heads || rope != RopeLayout::kNone || window > 0 || has_alibi() || softcap > 0.0;
+    return groups() != heads || qk_norm || rope != RopeLayout::kNone || window > 0 || has_alibi() || softcap > 0.0;
   }
 };
 
 // The fields, for messages and for callers that name them their own way.
 enum class SpecField {
-  kHeads, kKvHeads, kHeadDim, kWindow, kRope, kRopeBase, kRopeScaling, kAlibiSlopes, kSoftcap, kDropout
+  kHeads, kKvHeads, kHeadDim, kWindow, kRope, kRopeBase, kRopeScaling, kQkNorm, kAlibiSlopes, kSoftcap, kDropout
 };
 
 // How a caller names a field in messages: the spec's own names ("kv_heads") by default, a JSON
@@ -80,7 +83,7 @@ class AttentionSpecError : public Error {
 constexpr double kMaxSoftcap = 1e30;
 
 // Checks every field against its rule and the others (heads >= 1; kv_heads in [0, H] dividing H;
-// head_dim >= 1, even with RoPE; a finite positive rope_base; window >= 0; H finite ALiBi slopes
+// head_dim >= 1, even with RoPE; a finite positive rope_base; a finite positive qk_norm_eps; window >= 0; H finite ALiBi slopes
 // when given; softcap finite in [0, kMaxSoftcap]; dropout in [0, 1)). Throws AttentionSpecError
 // "<who>: <field> (<value>) must ..." with fields named by `namer`.
 void validate_attention_spec(const AttentionSpec& spec, const std::string& who, SpecNamer namer = spec_field_name);

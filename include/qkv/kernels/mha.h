@@ -5,15 +5,18 @@
 //   qkv = x W_qkv^T + b_qkv        (B*T, (H + 2G) D)  GEMMs over chunks of rows; W_qkv = [W_query; W_key; W_value]
 //   heads = split(qkv)             q (B, H, T, D), k and v (B, G, T, D), contiguous, each chunk
 //                                             copied as it is made (the whole QKV matrix never exists)
+//   q, k = norm(q), norm(k)        QK-norm (spec.qk_norm): RMSNorm of each head's D by q_norm, k_norm
 //   q, k = rope(q), rope(k)        in place, at positions offset + t (only with a RoPE layout)
 //   ctx = attention(q, k, v)       (B*T, C)   the fused kernel reads the heads and writes head h
 //                                             of ctx at column offset h*D: the book's view /
 //                                             transpose / merge costs one copy in all
-//   y   = ctx W_out^T + b_out      (B*T, C)   skipped (y = ctx) when w_out is null
+//   y   = ctx W_out^T + b_out      (B*T, C_o) skipped (y = ctx) when w_out is null
 //
-// Legend: B batch, T tokens, C_in = d_in, C = d_out, H query heads, G key/value heads (dividing
+// Legend: B batch, T tokens, C_in = d_in, C = d_out = H D, C_o the output projection's width
+// (out_dim: C unless set; Qwen3's o_proj maps H D = 2,048 back to 1,024), H query heads, G key/value heads (dividing
 // H; query head h reads kv head h / (H / G)), D = C / H, Q = (H + 2G) D the QKV product's width
-// (3C when G = H). The backward rotates dq and dk back (R^T, rope.h) before the QKV GEMMs.
+// (3C when G = H). The backward rotates dq and dk back (R^T, rope.h), then through QK-norm's
+// backward, before the QKV GEMMs.
 // The forward leaves the heads, ctx and lse in an MhaSaved, which the backward is given
 // explicitly (with the forward's id); scratch lives in an MhaWorkspace, reused across calls.
 #pragma once
@@ -43,7 +46,9 @@ struct MhaShape {
   int64_t batch = 0, tokens = 0, d_in = 0;  // B, T, C_in
   AttentionSpec attention;                  // H, G, D, RoPE, dtype; the score fields
   int64_t position_offset = 0;              // RoPE: token t at position offset + t (not the cached forward's)
+  int64_t out_dim = 0;                      // C_o, the output projection's rows; 0: C (y's width with w_out)
   int64_t d_out() const { return attention.width(); }                        // C = H D
+  int64_t out_width() const { return out_dim > 0 ? out_dim : d_out(); }      // C_o
   int64_t heads() const { return attention.heads; }                          // H
   int64_t head_dim() const { return attention.head_dim; }                    // D
   int64_t groups() const { return attention.groups(); }                      // G
@@ -68,19 +73,23 @@ AttentionOptions mha_options(const MhaShape& s, const MhaCall& call);
 struct MhaWeights {
   const float* w_qkv = nullptr;  // (Q, C_in): rows [0, C) W_query, [C, C + GD) W_key, [C + GD, Q) W_value
   const float* b_qkv = nullptr;  // (Q) or null (qkv_bias=False, the book's default)
-  const float* w_out = nullptr;  // (C, C) or null: no output projection (CausalAttention)
-  const float* b_out = nullptr;  // (C) or null
+  const float* w_out = nullptr;  // (C_o, C) or null: no output projection (CausalAttention)
+  const float* b_out = nullptr;  // (C_o) or null
+  const float* q_norm = nullptr; // (D) QK-norm's weights, with spec.qk_norm (required then)
+  const float* k_norm = nullptr; // (D)
   // bf16 mode only, optional: the weights already in bf16 (same shapes), read instead of rounding
   // w_qkv and w_out at every product (bf16_weights below makes them).
   const uint16_t* w_qkv16 = nullptr;  // (Q, C_in)
-  const uint16_t* w_out16 = nullptr;  // (C, C)
+  const uint16_t* w_out16 = nullptr;  // (C_o, C)
 };
 
 struct MhaGradients {             // null members are skipped
   float* dw_qkv = nullptr;        // (Q, C_in)
   float* db_qkv = nullptr;        // (Q)
-  float* dw_out = nullptr;        // (C, C)
-  float* db_out = nullptr;        // (C)
+  float* dw_out = nullptr;        // (C_o, C)
+  float* db_out = nullptr;        // (C_o)
+  float* dq_norm = nullptr;       // (D) QK-norm's weights' gradients
+  float* dk_norm = nullptr;       // (D)
   bool accumulate = false;        // add into them (PyTorch's .grad) instead of writing them
 };
 
@@ -103,13 +112,17 @@ class MhaSaved {
   const uint16_t* heads16() const { return heads16_.get(); }  // the same in bf16 (bf16 mode)
   const float* ctx() const { return ctx_.get(); }           // (B*T, C)
   const float* lse() const { return lse_.get(); }           // (B, H, T)
+  // QK-norm: q and k divided by their RMS (before the weights and RoPE), (B, H + G, T, D) as the
+  // heads' first two parts, and 1 / RMS per row (B, H + G, T); null without it.
+  const float* qk_norm() const { return qk_norm_.get(); }
+  const float* qk_inv_rms() const { return qk_inv_rms_.get(); }
   uint64_t id() const { return id_; }  // 0: no forward yet; else the forward that filled it
   const MhaShape& shape() const { return shape_; }
   size_t bytes() const;
 
  private:
   friend struct MhaSavedWriter;  // mha.cc: the forwards fill it
-  mha_detail::Buffer<float> heads_, ctx_, lse_;
+  mha_detail::Buffer<float> heads_, ctx_, lse_, qk_norm_, qk_inv_rms_;
   mha_detail::Buffer<uint16_t> heads16_;
   MhaShape shape_;
   uint64_t id_ = 0;
@@ -122,20 +135,21 @@ class MhaWorkspace {
   float* qkv() { return qkv_.get(); }    // (rows, Q): a chunk of the QKV product
   float* dctx() { return dctx_.get(); }  // (B*T, C)
   float* dqkv() { return dqkv_.get(); }  // (B*T, Q)
+  float* dqk() { return dqk_.get(); }    // (B, H + G, T, D): QK-norm's backward
   DecodeWorkspace& decode() { return decode_; }
   void reserve_forward(const MhaShape& s);
   void reserve_backward(const MhaShape& s);
   size_t bytes() const;
 
  private:
-  mha_detail::Buffer<float> qkv_, dctx_, dqkv_;
+  mha_detail::Buffer<float> qkv_, dctx_, dqkv_, dqk_;
   DecodeWorkspace decode_;
 };
 
-// y (B*T, C) from x (B*T, C_in); fills `saved` (a new id) for the backward.
+// y (B*T, C_o) from x (B*T, C_in); fills `saved` (a new id) for the backward.
 void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* y, MhaSaved& saved,
                  MhaWorkspace& ws, const MhaCall& call);
-// dx (B*T, C_in) and the weight gradients from dy (B*T, C), for the forward that filled `saved`
+// dx (B*T, C_in) and the weight gradients from dy (B*T, C_o), for the forward that filled `saved`
 // with id `forward_id` (its saved.id() right after it ran) on the same x and weights. Throws
 // qkv::Error when saved holds another forward (another id, or another shape).
 void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const float* dy, float* dx,
@@ -144,9 +158,10 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
 
 // Inference with a KV cache (eval: no dropout, no backward): x (B*Tn, C_in) holds Tn new tokens
 // per sequence, at absolute positions P .. P + Tn - 1 with P = cache.length() (the positions
-// before them are in the cache). y (B*Tn, C).
+// before them are in the cache). y (B*Tn, C_o).
 //
 //   qkv = x W_qkv^T + b_qkv; q (B, H, Tn, D), k, v (B, G, Tn, D)    the new rows only
+//   q, k = norm(q), norm(k)            QK-norm, with spec.qk_norm
 //   q, k = rope(q), rope(k)            at positions P + t (s.position_offset is ignored)
 //   cache.append(layer, k, v)          layer now holds P + Tn positions
 //   ctx = attention(q, cache keys, cache values), query_offset = P
@@ -173,7 +188,7 @@ ConstHeadsBF16 mha_queries(const MhaShape& s, const uint16_t* heads16);
 ConstHeadsBF16 mha_keys(const MhaShape& s, const uint16_t* heads16);
 ConstHeadsBF16 mha_values(const MhaShape& s, const uint16_t* heads16);
 
-// FLOPs: projections (2 B T C_in Q + 2 B T C C) plus the attention's (visible pairs only: causal
+// FLOPs: projections (2 B T C_in Q + 2 B T C C_o) plus the attention's (visible pairs only: causal
 // and window; RoPE's O(T D) rotations are not counted).
 // (causal and window from s.attention)
 double mha_forward_flops(const MhaShape& s, bool has_out_proj);

@@ -45,7 +45,12 @@ struct AttentionConfig {
   // rope, window, alibi / alibi_slopes, softcap. causal is the class's own (set by
   // attention_config; true for the causal classes).
   kernels::AttentionSpec attention = {};
-  int64_t d_out() const { return attention.width(); }  // H D: the output's width
+  // MultiHeadAttention's output projection (Llama's and Qwen3's o_proj): its width (0: d_out; Qwen3
+  // maps H D = 2,048 back to 1,024) and whether it has a bias (the book's has).
+  int64_t out_dim = 0;
+  bool out_bias = true;
+  int64_t d_out() const { return attention.width(); }  // H D: the attention's width
+  int64_t out_width() const { return out_dim > 0 ? out_dim : d_out(); }
 };
 
 // The config of `module` (its command-line name) from the book's constructor arguments:

@@ -29,6 +29,7 @@ namespace qkv {
 
 class Dropout;
 class Linear;
+class RMSNorm;
 
 // One owner for W_query, W_key and W_value and their gradients. Legend: C = d_out, G key/value
 // heads of D = C / H (G D = C without grouped-query attention), Q = C + 2 G D.
@@ -56,17 +57,20 @@ struct FusedWeights16 {
 struct FusedProjections {
   QkvWeights* qkv;              // the owner of the three below
   Linear *query, *key, *value;  // weight (d_out, d_in) each, views of qkv's rows
-  Linear* out = nullptr;        // (d_out, d_out) with bias, or null (CausalAttention)
+  Linear* out = nullptr;        // (out_dim, d_out), with or without bias, or null (CausalAttention)
+  RMSNorm *q_norm = nullptr, *k_norm = nullptr;  // QK-norm's (weight (D) each), with spec.qk_norm
 };
 
 // Whether a forward with this path and dropout runs fused (see AttentionPath).
 bool runs_fused(AttentionPath path, const Dropout& dropout);
+// QK-norm's weights (p.q_norm, p.k_norm) into w when `spec` asks for it; throws when they are missing.
+void set_qk_norm(kernels::MhaWeights& w, const FusedProjections& p, const kernels::AttentionSpec& spec);
 // Throws when config.attention.dtype is bf16 but the module runs its textbook path (f32 only) this call.
 void check_runs_in_dtype(const char* who, const AttentionConfig& config, bool fused);
 
 class FusedAttention {
  public:
-  // x (B, T, d_in) -> (B, T, H D), T <= mask.size(), for the attention `spec` (heads, head_dim,
+  // x (B, T, d_in) -> (B, T, H D) (out_dim wide with an output projection), T <= mask.size(), for the attention `spec` (heads, head_dim,
   // the variants, dropout, dtype: the module's config.attention) with `slopes` its ALiBi slopes
   // ((H) or empty). With `per_head_trace` the trace holds (B, H, T, D) / (B, H, T, T) tensors
   // (MultiHeadAttention), else (B, T, D) / (B, T, T) (CausalAttention, one head); keys and values

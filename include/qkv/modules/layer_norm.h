@@ -6,7 +6,7 @@
 //   y    = scale * norm + shift                                     scale, shift (E)
 //
 // State names: scale (ones), shift (zeros); nothing is drawn from a generator. The statistics are
-// accumulated in double; y and the gradients are float32.
+// accumulated in double; y and the gradients are float32 (the rows: kernels/norm_rows.h).
 #pragma once
 
 #include <cstdint>
@@ -14,22 +14,9 @@
 #include <vector>
 
 #include "qkv/core/tensor.h"
-#include "qkv/core/thread_pool.h"
 #include "qkv/modules/module.h"
 
 namespace qkv {
-
-// The one computation of a LayerNorm's forward, on raw rows: x (N, E) -> y (N, E), statistics in
-// double as above. norm (N, E) and inv_std (N), when not null, receive the normalised rows and
-// 1 / sqrt(var + eps) (what backward needs). Rows are split over the pool (null: the default
-// pool): the same bits on any thread count. y may be x.
-void layer_norm_rows(const float* x, int64_t N, int64_t E, const float* scale, const float* shift, double eps,
-                     float* y, float* norm = nullptr, float* inv_std = nullptr, ThreadPool* pool = nullptr);
-
-// RMSNorm's forward on raw rows: y = weight * x / sqrt(mean(x^2) + eps), the mean of squares in
-// double; norm and inv_std (1 / sqrt(mean(x^2) + eps)) as above. y may be x.
-void rms_norm_rows(const float* x, int64_t N, int64_t E, const float* weight, double eps, float* y,
-                   float* norm = nullptr, float* inv_std = nullptr, ThreadPool* pool = nullptr);
 
 class LayerNorm : public Module {
  public:

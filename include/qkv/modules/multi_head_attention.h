@@ -6,6 +6,9 @@
 //   x (B, T, d_in) -> queries (B, T, d_out) -> view (B, T, H, D) -> transpose (B, H, T, D)
 //   -> causal attention per head -> (B, T, H, D) -> (B, T, d_out) -> out_proj -> (B, T, d_out)
 //   with D = head_dim = d_out / num_heads (d_out must be divisible by num_heads).
+//   Llama's and Qwen3's attention: out_proj (config.out_dim, d_out), without bias (config.out_bias);
+//   QK-norm (config.attention.qk_norm): RMSNorms q_norm and k_norm over each head's D of the queries
+//   and keys, before RoPE (state q_norm.weight, k_norm.weight).
 //   Variants (config.attention's kv_heads, rope, window, alibi, softcap; attention_variants.h): W_key and
 //   W_value become (G D, d_in) (the book's bonus GroupedQueryAttention, same state-dict names),
 //   query head h reads key/value head h / (H / G); RoPE rotates queries and keys per head; the
@@ -21,6 +24,7 @@
 #include "qkv/kernels/kv_cache.h"
 #include "qkv/modules/attention_variants.h"
 #include "qkv/modules/causal_attention.h"
+#include "qkv/modules/layer_norm.h"
 
 namespace qkv {
 
@@ -71,12 +75,13 @@ class MultiHeadAttention : public AttentionModule {
   AttentionConfig config;
   Linear W_query;                  // weight (d_out, d_in)
   Linear W_key, W_value;           // weight (G D, d_in): d_out rows without grouped-query heads
-  Linear out_proj;                 // weight (d_out, d_out), bias (d_out)
+  Linear out_proj;                 // weight (out_width, d_out), bias (out_width) unless config.out_bias is false
   Dropout dropout;
   MaskBuffer mask;                 // the (context_length, context_length) buffer, causal unless loaded otherwise
+  RMSNorm q_norm, k_norm;          // QK-norm's weight (D) each: state only with config.attention.qk_norm
 
  private:
-  FusedProjections projections() { return {&qkv_, &W_query, &W_key, &W_value, &out_proj}; }
+  FusedProjections projections() { return {&qkv_, &W_query, &W_key, &W_value, &out_proj, &q_norm, &k_norm}; }
   std::vector<float> alibi_slopes_;  // (H) the spec's ALiBi slopes (spec_alibi_slopes), or empty
   QkvWeights qkv_;        // owns W_query, W_key and W_value (they view its rows)
   Shape x_shape_;         // (B, T, d_in) of the last forward
