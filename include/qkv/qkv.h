@@ -57,8 +57,11 @@ struct LoadedModel {
   // book's generate continues it (torch.manual_seed(S); GPTModel(cfg); generate(...)): pass it as
   // SamplingOptions::generator for the book's tokens.
   std::unique_ptr<Generator> generator;
-  // The end-of-text token, when the tokenizer has one (GPT-2's <|endoftext|>).
+  // The end-of-text token, when the tokenizer has one (GPT-2's <|endoftext|>; Qwen3's <|im_end|>,
+  // Llama 3's <|eot_id|>), and every token that ends a turn or the text (Qwen3: <|im_end|>,
+  // <|endoftext|>; Llama 3: <|eot_id|>, <|eom_id|>, <|end_of_text|>): SamplingOptions::stop_ids.
   std::optional<int64_t> eos_id;
+  std::vector<int64_t> end_ids;
 
   // tokenizer->encode(text), or a qkv::Error saying the model has no tokenizer.
   std::vector<int64_t> encode(const std::string& text) const;
@@ -69,13 +72,19 @@ struct LoadedModel {
 //   - a checkpoint `qkv train` wrote (its options, weights and, for text models, the vocabulary of
 //     the text it was trained on);
 //   - GPT-2's weights (models/gpt_weights.h): Hugging Face's model.safetensors, or a directory
-//     holding it with its config.json, or the book's state-dict names; GPT-2's tokenizer.
+//     holding it with its config.json, or the book's state-dict names; GPT-2's tokenizer;
+//   - a Llama 3 or Qwen3 directory as Hugging Face ships it (models/llama_weights.h): config.json,
+//     the weights (one file or shards), tokenizer.json; products in the weights' precision (bf16
+//     for BF16 files) unless LoadOptions::dtype says otherwise.
 // Throws qkv::Error naming the file and what is wrong with it (not a model, a missing or misshapen
 // tensor, non-finite weights, ...); nothing is half-built.
 LoadedModel load_model(const std::string& path, const LoadOptions& options = {});
 
 // An untrained model of a preset (gpt2-small, gpt2-medium, gpt2-large, gpt2-xl: models/gpt.h),
-// its weights drawn from Generator(seed) as torch.manual_seed(seed); GPTModel(cfg) draws them.
+// its weights drawn from Generator(seed) as torch.manual_seed(seed); GPTModel(cfg) draws them; or
+// of the Llama 3 / Qwen3 presets (llama-3.2-1b, llama-3.2-3b, qwen3-0.6b, qwen3-1.7b:
+// models/llama_config.h) with the installed vocabulary's tokenizer.
+const std::vector<std::string>& model_preset_names();
 LoadedModel make_model(const std::string& preset, uint64_t seed, const LoadOptions& options = {});
 
 }  // namespace qkv

@@ -7,6 +7,7 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/models/attention_lm.h"
 #include "qkv/models/gpt_weights.h"
+#include "qkv/models/llama_weights.h"
 #include "qkv/text/vocab_files.h"
 #include "qkv/train/checkpoint.h"
 
@@ -70,6 +71,40 @@ LoadedModel load_gpt(const std::string& path, const LoadOptions& options) {
   return m;
 }
 
+// The family's end tokens that the tokenizer has, the first of them the end-of-text token.
+void set_end_ids(const LlamaConfig& c, const HfTokenizer& t, LoadedModel& m) {
+  const std::vector<const char*> ends = c.family == LlamaFamily::kQwen3
+                                            ? std::vector<const char*>{"<|im_end|>", "<|endoftext|>"}
+                                            : std::vector<const char*>{"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"};
+  for (const char* end : ends)
+    if (const auto id = t.added_token(end); id && *id < m.model->vocab_size()) m.end_ids.push_back(*id);
+  if (!m.end_ids.empty()) m.eos_id = m.end_ids.front();
+}
+
+void set_llama_tokenizer(const LlamaConfig& c, HfTokenizer t, const std::string& source, LoadedModel& m) {
+  QKV_CHECK(t.vocab_size() <= m.model->vocab_size(), source, " has ", t.vocab_size(), " tokens but the model's ",
+            "vocabulary has ", m.model->vocab_size());
+  set_end_ids(c, t, m);
+  m.tokenizer = std::make_unique<HfTextTokenizer>(std::move(t), source);
+}
+
+LoadedModel load_llama(const std::string& dir, const LoadOptions& options) {
+  const LlamaWeights w = read_llama_weights(dir);
+  const Dtype dtype = options.dtype.value_or(w.stored_dtype == "F32" ? Dtype::kF32 : Dtype::kBF16);
+  LoadedModel m;
+  m.generator = std::make_unique<Generator>();
+  std::unique_ptr<LlamaModel> model = llama_model_from(w, dtype, AttentionPath::kFused, *m.generator);
+  if (dtype == Dtype::kBF16) model->keep_bf16_weights();  // decoding reads bf16
+  m.description = str(model->describe(), " from ", excerpt(dir), " (", w.stored_dtype, " weights, ",
+                      dtype_name(dtype), " products)");
+  const LlamaConfig c = model->config;
+  m.model = std::move(model);
+  const std::string tokenizer = (dir.back() == '/' ? dir : dir + "/") + "tokenizer.json";
+  struct stat st {};
+  if (::stat(tokenizer.c_str(), &st) == 0) set_llama_tokenizer(c, HfTokenizer::load(tokenizer), excerpt(tokenizer), m);
+  return m;
+}
+
 bool is_directory(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -77,7 +112,32 @@ bool is_directory(const std::string& path) {
 
 }  // namespace
 
+const std::vector<std::string>& model_preset_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n = gpt_preset_names();
+    for (const std::string& l : llama_preset_names()) n.push_back(l);
+    return n;
+  }();
+  return names;
+}
+
 LoadedModel make_model(const std::string& preset, uint64_t seed, const LoadOptions& options) {
+  for (const std::string& name : llama_preset_names()) {
+    if (name != preset) continue;
+    LlamaConfig c = llama_preset(preset);
+    c.dtype = options.dtype.value_or(Dtype::kF32);
+    c.path = AttentionPath::kFused;
+    LoadedModel m;
+    m.generator = std::make_unique<Generator>(seed);
+    auto model = std::make_unique<LlamaModel>(c, *m.generator);
+    model->eval();
+    if (c.dtype == Dtype::kBF16) model->keep_bf16_weights();
+    m.description = str("untrained ", preset, " (seed ", seed, "): ", model->describe());
+    m.model = std::move(model);
+    const std::string vocab = c.family == LlamaFamily::kQwen3 ? "qwen3" : "llama3";
+    set_llama_tokenizer(c, HfTokenizer::load(vocab), vocab + "'s installed tokenizer.json", m);
+    return m;
+  }
   GPTConfig c = gpt_preset(preset);
   apply_dtype(c, options);
   LoadedModel m;
@@ -92,6 +152,7 @@ LoadedModel make_model(const std::string& preset, uint64_t seed, const LoadOptio
 }
 
 LoadedModel load_model(const std::string& path, const LoadOptions& options) {
+  if (is_llama_directory(path)) return load_llama(path, options);
   if (is_directory(path)) return load_gpt(path, options);
   {
     const MappedSafetensors header(path);  // the header only: the tensors are read when loaded

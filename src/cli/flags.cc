@@ -155,10 +155,10 @@ CLI::Option* add_dtype_flag(CLI::App* sub, const std::string& flag, std::functio
 
 void add_module_flags(CLI::App* sub, ModuleFlags& f) {
   std::vector<std::string> modules = attention_module_names();
-  modules.push_back("gpt");
+  for (const char* model : {"gpt", "llama", "qwen3"}) modules.push_back(model);
   sub->add_option("--module", f.module,
                   "self-attention-v1 | self-attention-v2 | causal-attention | mha-wrapper | mha | gpt (the book's "
-                  "GPT model: qkv forward only)")
+                  "GPT model) | llama | qwen3 (Llama 3, Qwen3: --weights DIR); the models: qkv forward only")
       ->check(CLI::IsMember(modules));
   add_number(sub, "--d-in", f.d_in, "Input features (the last dimension of 'input')", positive<int64_t>());
   add_number(sub, "--d-out", f.d_out, "Output features (per head for mha-wrapper)", positive<int64_t>());

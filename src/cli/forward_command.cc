@@ -40,6 +40,12 @@ std::string expected_input(const AttentionModule& m, const AttentionConfig& c) {
 }
 
 int run_forward(ForwardFlags& f, const CLI::App& sub) {
+  if (f.module == "llama" || f.module == "qwen3") {
+    const std::string text = f.text_file.empty() ? f.text : read_file(f.text_file);
+    return run_forward_llama(f, {f.input, f.output, f.save_weights, f.grad_output, f.grads_out, text, f.vocab_dir,
+                                 f.attn_weights},
+                             sub);
+  }
   if (f.module == "gpt") {
     const std::string text = f.text_file.empty() ? f.text : read_file(f.text_file);
     return run_forward_gpt(f, f.gpt, {f.input, f.output, f.save_weights, f.grad_output, f.grads_out, text, f.vocab_dir,

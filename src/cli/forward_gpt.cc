@@ -29,19 +29,78 @@ namespace qkv::cli {
 namespace {
 
 // The ids of the tensor 'input' (B, T): whole numbers in [0, V).
-std::vector<int64_t> ids_of(const Tensor& t, int64_t V, const std::string& file) {
-  QKV_CHECK(t.dim() == 2 && t.size(0) >= 1 && t.size(1) >= 1, "--module gpt: the tensor 'input' in ", excerpt(file),
-            " has shape ", shape_str(t.shape()), "; expected (batch, num_tokens) token ids");
+std::vector<int64_t> ids_of(const Tensor& t, int64_t V, const std::string& file, const std::string& module) {
+  QKV_CHECK(t.dim() == 2 && t.size(0) >= 1 && t.size(1) >= 1, "--module ", module, ": the tensor 'input' in ",
+            excerpt(file), " has shape ", shape_str(t.shape()), "; expected (batch, num_tokens) token ids");
   std::vector<int64_t> ids;
   for (float v : t.to_vector()) {
-    QKV_CHECK(v == std::floor(v) && v >= 0 && v < static_cast<float>(V), "--module gpt: the tensor 'input' in ",
-              excerpt(file), " holds ", v, ", not a token id in [0, ", V, ")");
+    QKV_CHECK(v == std::floor(v) && v >= 0 && v < static_cast<float>(V), "--module ", module,
+              ": the tensor 'input' in ", excerpt(file), " holds ", v, ", not a token id in [0, ", V, ")");
     ids.push_back(static_cast<int64_t>(v));
   }
   return ids;
 }
 
 }  // namespace
+
+void check_forward_outputs(const ForwardOutputs& out) {
+  std::vector<OutputFile> destinations;
+  for (const auto& [path, flag] : {std::pair{&out.output, "--output"}, {&out.save_weights, "--save-weights"},
+                                   {&out.grads_out, "--grads-out"}, {&out.attn_weights, "--attn-weights"}})
+    if (!path->empty()) destinations.push_back({*path, "", flag});
+  check_output_files(destinations);
+  QKV_CHECK(out.grad_output.empty() == out.grads_out.empty(), "--grad-output FILE and --grads-out FILE go together");
+}
+
+int run_model_forward(const ModelForward& run, const ForwardOutputs& out, const CLI::App& sub) {
+  LanguageModel& model = run.model;
+  std::vector<int64_t> ids;
+  int64_t B = 1, T = 0;
+  if (!out.text.empty() || sub.count("--text") > 0) {
+    QKV_CHECK(run.encode != nullptr, "--module ", run.module, " has no tokenizer here for --text");
+    ids = run.encode(out.text);
+    T = static_cast<int64_t>(ids.size());
+  } else {
+    QKV_CHECK(!out.input.empty(), "give --input FILE (the tensor 'input' of (B, T) ids) or --text T");
+    const TensorFile in = load_safetensors(out.input);
+    const Tensor& t = in.get("input");
+    ids = ids_of(t, model.vocab_size(), out.input, run.module);
+    B = t.size(0);
+    T = t.size(1);
+  }
+  QKV_CHECK(T >= 1, "the input has no tokens");
+  QKV_CHECK(T <= model.context_length(), "the input has ", T, " tokens but the model's context_length is ",
+            model.context_length());
+  if (run.record_traces) run.record_traces(!out.attn_weights.empty());
+  const Tensor logits = model.forward(ids, B, T);  // (B, T, V)
+
+  std::vector<OutputFile> files;
+  if (!out.output.empty()) files.push_back({out.output, serialize_safetensors({{"output", logits}}), "--output"});
+  if (!out.attn_weights.empty()) {
+    QKV_CHECK(run.traces != nullptr, "--module ", run.module, " does not write --attn-weights");
+    NamedTensors t;
+    const std::vector<AttentionTrace>& traces = run.traces();
+    for (size_t l = 0; l < traces.size(); ++l)
+      t.push_back({run.trace_prefix + std::to_string(l) + ".attn_weights", traces[l].weights});
+    files.push_back({out.attn_weights, serialize_safetensors(t), "--attn-weights"});
+  }
+  if (!out.save_weights.empty())
+    files.push_back({out.save_weights, serialize_safetensors(run.state(), {{"format", "pt"}}), "--save-weights"});
+  if (!out.grad_output.empty()) {
+    const TensorFile gf = load_safetensors(out.grad_output);
+    const Tensor& dy = gf.get("grad_output");
+    QKV_CHECK(dy.shape() == logits.shape(), "the tensor 'grad_output' in ", excerpt(out.grad_output), " has shape ",
+              shape_str(dy.shape()), "; it must have the logits' shape ", shape_str(logits.shape()));
+    model.backward(dy);
+    NamedTensors grads;
+    for (const StateEntry& e : model.state_dict())
+      if (e.grad != nullptr) grads.push_back({e.name, *e.grad});
+    files.push_back({out.grads_out, serialize_safetensors(grads, {{"format", "pt"}}), "--grads-out"});
+  }
+  write_files_atomically(files);
+  if (out.output.empty()) std::cout << to_string(logits) << "\n";
+  return 0;
+}
 
 void add_gpt_forward_flags(CLI::App* sub, GptForwardFlags& f) {
   add_number(sub, "--vocab-size", f.vocab_size, "--module gpt with --seed: the vocabulary (default GPT-2's 50257)",
@@ -84,12 +143,7 @@ int run_forward_gpt(const ModuleFlags& m, const GptForwardFlags& g, const Forwar
   check_sizes({c.vocab_size, c.emb_dim}, 4, "the token embedding (--vocab-size x --d-model)");
   check_sizes({c.n_layers, 12, c.emb_dim, c.emb_dim}, 4, "the blocks (--num-layers x 12 x --d-model squared)");
 
-  std::vector<OutputFile> destinations;
-  for (const auto& [path, flag] : {std::pair{&out.output, "--output"}, {&out.save_weights, "--save-weights"},
-                                   {&out.grads_out, "--grads-out"}, {&out.attn_weights, "--attn-weights"}})
-    if (!path->empty()) destinations.push_back({*path, "", flag});
-  check_output_files(destinations);
-  QKV_CHECK(out.grad_output.empty() == out.grads_out.empty(), "--grad-output FILE and --grads-out FILE go together");
+  check_forward_outputs(out);
 
   // torch.manual_seed(S); model = GPTModel(cfg); [load_state_dict(...)]; model.train(); model(x)
   Generator gen(m.seed.value_or(Generator::kDefaultSeed));
@@ -98,51 +152,13 @@ int run_forward_gpt(const ModuleFlags& m, const GptForwardFlags& g, const Forwar
     load_gpt_weights(model, *file);
   }
   model.train(m.train);
-  std::vector<int64_t> ids;
-  int64_t B = 1, T = 0;
-  if (!out.text.empty() || sub.count("--text") > 0) {
-    const Encoding gpt2 = load_gpt2(out.vocab_dir);
-    ids = gpt2.encode(out.text, SpecialTokens::all());
-    T = static_cast<int64_t>(ids.size());
-  } else {
-    QKV_CHECK(!out.input.empty(), "give --input FILE (the tensor 'input' of (B, T) ids) or --text T");
-    const TensorFile in = load_safetensors(out.input);
-    const Tensor& t = in.get("input");
-    ids = ids_of(t, c.vocab_size, out.input);
-    B = t.size(0);
-    T = t.size(1);
-  }
-  QKV_CHECK(T >= 1, "the input has no tokens");
-  QKV_CHECK(T <= c.context_length, "the input has ", T, " tokens but the model's context_length is ", c.context_length);
-  model.record_traces(!out.attn_weights.empty());
-  const Tensor logits = model.forward(ids, B, T);  // (B, T, V)
-
-  std::vector<OutputFile> files;
-  if (!out.output.empty()) files.push_back({out.output, serialize_safetensors({{"output", logits}}), "--output"});
-  if (!out.attn_weights.empty()) {
-    NamedTensors t;
-    for (size_t l = 0; l < model.traces().size(); ++l)
-      t.push_back({"trf_blocks." + std::to_string(l) + ".attn_weights", model.traces()[l].weights});
-    files.push_back({out.attn_weights, serialize_safetensors(t), "--attn-weights"});
-  }
-  if (!out.save_weights.empty())
-    files.push_back({out.save_weights,
-                     serialize_safetensors(gpt_state_in_layout(model, GptLayout::kBook), {{"format", "pt"}}),
-                     "--save-weights"});
-  if (!out.grad_output.empty()) {
-    const TensorFile gf = load_safetensors(out.grad_output);
-    const Tensor& dy = gf.get("grad_output");
-    QKV_CHECK(dy.shape() == logits.shape(), "the tensor 'grad_output' in ", excerpt(out.grad_output), " has shape ",
-              shape_str(dy.shape()), "; it must have the logits' shape ", shape_str(logits.shape()));
-    model.backward(dy);
-    NamedTensors grads;
-    for (const StateEntry& e : model.state_dict())
-      if (e.grad != nullptr) grads.push_back({e.name, *e.grad});
-    files.push_back({out.grads_out, serialize_safetensors(grads, {{"format", "pt"}}), "--grads-out"});
-  }
-  write_files_atomically(files);
-  if (out.output.empty()) std::cout << to_string(logits) << "\n";
-  return 0;
+  ModelForward run{model, "gpt"};
+  run.encode = [&](const std::string& text) { return load_gpt2(out.vocab_dir).encode(text, SpecialTokens::all()); };
+  run.record_traces = [&](bool on) { model.record_traces(on); };
+  run.traces = [&]() -> const std::vector<AttentionTrace>& { return model.traces(); };
+  run.trace_prefix = "trf_blocks.";
+  run.state = [&] { return gpt_state_in_layout(model, GptLayout::kBook); };
+  return run_model_forward(run, out, sub);
 }
 
 }  // namespace qkv::cli

@@ -92,6 +92,7 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
   } else if (f.eos) {
     if (!m.eos_id) bad_flag("--stop-at-eos", "the model's tokenizer has no end-of-text token");
     f.sampling.eos_id = m.eos_id;
+    f.sampling.stop_ids = m.end_ids;  // Qwen3's and Llama 3's end-of-turn tokens too
   }
   // Tokens are printed as they come (without --json); Ctrl-C stops after the token in progress,
   // with what was generated printed.
@@ -158,10 +159,12 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--checkpoint", f->checkpoint, "A checkpoint written by qkv train");
   sub->add_option("--weights", f->weights,
                   "GPT-2's weights: Hugging Face's model.safetensors (or a directory holding it and config.json), or "
-                  "the book's state-dict names as safetensors");
-  sub->add_option("--model", f->model, "An untrained GPT model drawn from --seed: gpt2-small | gpt2-medium | "
-                                       "gpt2-large | gpt2-xl (as torch.manual_seed(S); GPTModel(cfg))")
-      ->check(CLI::IsMember(gpt_preset_names()));
+                  "the book's state-dict names as safetensors; or a Llama 3 / Qwen3 directory as Hugging Face ships "
+                  "it (config.json, model.safetensors or shards, tokenizer.json)");
+  sub->add_option("--model", f->model, "An untrained model drawn from --seed: gpt2-small | gpt2-medium | "
+                                       "gpt2-large | gpt2-xl (as torch.manual_seed(S); GPTModel(cfg)) | "
+                                       "llama-3.2-1b | llama-3.2-3b | qwen3-0.6b | qwen3-1.7b")
+      ->check(CLI::IsMember(model_preset_names()));
   add_number(sub, "--num-heads", f->num_heads, "--weights: the head count, when the file has no config.json and its "
                                                "width is not one of GPT-2's", positive<int64_t>());
   sub->add_option("--prompt", f->prompt, "The start of the text (built-in task: letters and '|', e.g. \"abcdefgh|\")")
@@ -172,7 +175,8 @@ Command add_generate(CLI::App& app) {
   add_number_with_default(sub, "--seed", f->sampling.seed,
                           "Seed of the draws (torch.manual_seed(S); with --model, the weights are drawn first)");
   add_number(sub, "--eos-id", f->eos_id, "Stop when this token is generated (it is not printed)", any<int64_t>());
-  sub->add_flag("--stop-at-eos", f->eos, "Stop at the tokenizer's end-of-text token (GPT-2's <|endoftext|>)");
+  sub->add_flag("--stop-at-eos", f->eos, "Stop at the tokenizer's end-of-text token (GPT-2's <|endoftext|>; Qwen3's "
+                                         "<|im_end|> and <|endoftext|>; Llama 3's <|eot_id|>, <|eom_id|>, <|end_of_text|>)");
   sub->add_option("--vocab-dir", f->vocab_dir, "Where GPT-2's encoder.json and vocab.bpe are (text models)");
   sub->add_flag_function(
       "--no-kv-cache", [f](int64_t) { f->sampling.kv_cache = false; },

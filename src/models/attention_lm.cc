@@ -118,13 +118,14 @@ void AttentionLM::set_batch_slice(int64_t begin, int64_t total) {
   for (MultiHeadAttention& b : blocks) b.dropout.set_batch_slice(begin, total);
 }
 
-kernels::KvCache AttentionLM::make_cache(int64_t batch, kernels::CacheDtype dtype) const {
+kernels::KvCache AttentionLM::make_cache(int64_t batch, kernels::CacheDtype dtype, int64_t capacity) const {
   QKV_CHECK(!blocks.empty(), "AttentionLM: a model without attention blocks (num_layers 0) has no keys or ",
             "values to cache");
   QKV_CHECK(batch >= 1, "AttentionLM: the cache's batch (", batch, ") must be at least 1");
   const MultiHeadAttention& b = blocks.front();
-  return kernels::KvCache(static_cast<int64_t>(blocks.size()), batch, b.num_kv_heads(), config.context_length,
-                          b.head_dim(), b.head_dim(), dtype);
+  return kernels::KvCache(static_cast<int64_t>(blocks.size()), batch, b.num_kv_heads(),
+                          models_detail::cache_capacity(capacity, config.context_length), b.head_dim(), b.head_dim(),
+                          dtype);
 }
 
 Tensor AttentionLM::forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,

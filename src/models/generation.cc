@@ -65,6 +65,8 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
             "] (or 0 for every token)");
   QKV_CHECK(!o.eos_id || (*o.eos_id >= 0 && *o.eos_id < V), "generate: eos_id (", o.eos_id.value_or(0),
             ") is outside the vocabulary of ", V);
+  for (int64_t id : o.stop_ids)
+    QKV_CHECK(id >= 0 && id < V, "generate: stop id ", id, " is outside the vocabulary of ", V);
   for (int64_t id : prompt)
     QKV_CHECK(id >= 0 && id < V, "generate: prompt id ", id, " is outside the model's vocabulary of ", V);
   // The ids kept: the prompt and the new ones, plus the new ones returned (8 bytes each), checked
@@ -82,7 +84,9 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
   ids.reserve(static_cast<size_t>(prompt_size + o.max_new_tokens));
   out.reserve(static_cast<size_t>(o.max_new_tokens));
   std::optional<kernels::KvCache> cache;
-  if (o.kv_cache && o.max_new_tokens > 0 && model.has_cache()) cache.emplace(model.make_cache(1, o.cache_dtype));
+  // the cache holds at most the window: the context, or the prompt and the new tokens when fewer
+  if (o.kv_cache && o.max_new_tokens > 0 && model.has_cache())
+    cache.emplace(model.make_cache(1, o.cache_dtype, std::min(ctx, prompt_size + o.max_new_tokens)));
   int64_t cache_start = 0;  // the cache holds the positions of ids[cache_start, cache_start + length)
   std::vector<float> p, step_logits(cache ? static_cast<size_t>(V) : 0);  // the cached steps write into it
   std::vector<int64_t> window;
@@ -108,7 +112,8 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
     }
     if (o.on_logits) o.on_logits(last, V);
     const int64_t next = pick_next_token(last, V, o, gen, p);
-    if (o.eos_id && next == *o.eos_id) break;
+    if ((o.eos_id && next == *o.eos_id) || std::find(o.stop_ids.begin(), o.stop_ids.end(), next) != o.stop_ids.end())
+      break;
     ids.push_back(next);
     out.push_back(next);
     if (on_token && !on_token(next)) break;

@@ -274,12 +274,12 @@ void GPTModel::backward(const Tensor& dlogits) {
   pos_emb.backward(sum_to(dx, {x_shape_[1], x_shape_[2]}));
 }
 
-kernels::KvCache GPTModel::make_cache(int64_t batch, kernels::CacheDtype dtype) const {
+kernels::KvCache GPTModel::make_cache(int64_t batch, kernels::CacheDtype dtype, int64_t capacity) const {
   QKV_CHECK(!blocks.empty(), "GPTModel: a model without blocks (n_layers 0) has no keys or values to cache");
   QKV_CHECK(batch >= 1, "GPTModel: the cache's batch (", batch, ") must be at least 1");
   const kernels::AttentionSpec& a = config.attention;
-  return kernels::KvCache(static_cast<int64_t>(blocks.size()), batch, a.groups(), config.context_length, a.head_dim,
-                          a.head_dim, dtype);
+  return kernels::KvCache(static_cast<int64_t>(blocks.size()), batch, a.groups(),
+                          models_detail::cache_capacity(capacity, config.context_length), a.head_dim, a.head_dim, dtype);
 }
 
 Tensor GPTModel::forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,

@@ -101,6 +101,23 @@ LlamaConfig parse_llama_config(const json& j, const std::string& where) {
   return c;
 }
 
+json llama_config_json(const LlamaConfig& c) {
+  json j = {{"model_type", llama_family_name(c.family)},
+            {"architectures", {c.family == LlamaFamily::kQwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
+            {"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
+            {"intermediate_size", c.intermediate_size}, {"num_hidden_layers", c.num_hidden_layers},
+            {"num_attention_heads", c.num_attention_heads}, {"num_key_value_heads", c.num_key_value_heads},
+            {"head_dim", c.head_dim}, {"rms_norm_eps", c.rms_norm_eps}, {"rope_theta", c.rope_theta},
+            {"max_position_embeddings", c.max_position_embeddings}, {"tie_word_embeddings", c.tie_word_embeddings},
+            {"hidden_act", "silu"}, {"attention_bias", false}};
+  if (c.rope_scaling.on())
+    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", c.rope_scaling.factor},
+                         {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                         {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                         {"original_max_position_embeddings", c.rope_scaling.original_max_positions}};
+  return j;
+}
+
 const std::vector<std::string>& llama_preset_names() {
   static const std::vector<std::string> names = {"llama-3.2-1b", "llama-3.2-3b", "qwen3-0.6b", "qwen3-1.7b"};
   return names;

@@ -33,6 +33,11 @@ void validate_model_shape(const kernels::AttentionSpec& a, const ModelShape& m);
 int64_t check_cached_step(const char* model, const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
                           const kernels::KvCache& cache, int64_t layers, int64_t context_length);
 
+// A cache's capacity: `capacity` positions, or the context's when 0 or more than it.
+inline int64_t cache_capacity(int64_t capacity, int64_t context_length) {
+  return capacity > 0 && capacity < context_length ? capacity : context_length;
+}
+
 // x = tok[ids] + pos[P : P + tokens], (batch, tokens, C), each id checked against the vocabulary
 // (tok: (V, C), pos: (context, C), both contiguous). Nothing is recorded for a backward.
 Tensor embed_at(const char* model, const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, int64_t P,

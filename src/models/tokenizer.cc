@@ -81,4 +81,23 @@ std::string VocabularyTokenizer::decode(const std::vector<int64_t>& ids) const {
   return encoding_.decode(original);
 }
 
+HfTextTokenizer::HfTextTokenizer(HfTokenizer tokenizer, std::string source)
+    : tokenizer_(std::move(tokenizer)), source_(std::move(source)) {}
+
+std::vector<int64_t> HfTextTokenizer::encode(const std::string& text) const {
+  const std::vector<TokenId> ids = tokenizer_.encode(text);
+  return {ids.begin(), ids.end()};
+}
+
+std::string HfTextTokenizer::decode(const std::vector<int64_t>& ids) const {
+  std::vector<TokenId> t;
+  t.reserve(ids.size());
+  for (int64_t id : ids) {
+    QKV_CHECK(id >= 0 && id < tokenizer_.vocab_size(), "token id ", id, " is outside the vocabulary of ",
+              tokenizer_.vocab_size());
+    t.push_back(static_cast<TokenId>(id));
+  }
+  return tokenizer_.decode(t);
+}
+
 }  // namespace qkv

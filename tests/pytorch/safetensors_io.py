@@ -3,8 +3,8 @@
 There is no `safetensors` package on the test machines, so this writes and reads the format
 directly: an 8-byte little-endian header length N, N bytes of JSON header
 ({"name": {"dtype", "shape", "data_offsets": [begin, end]}, optional "__metadata__"}), then the
-little-endian data buffer. Supports float32 (F32), float16 (F16) and bfloat16 (BF16); reading
-also accepts F64 (returned as float64). Depends only on torch, numpy and the standard library.
+little-endian data buffer. Supports float32 (F32), float16 (F16), bfloat16 (BF16) and float64 (F64); reading
+returns F64 as float64. Depends only on torch, numpy and the standard library.
 
     save(path, {"W_query": torch.randn(3, 2)}, metadata={"format": "pt"})
     tensors = load(path)            # {"W_query": tensor(...)}
@@ -25,6 +25,7 @@ _TO_FILE = {
     torch.float32: ("F32", "<f4"),
     torch.float16: ("F16", "<f2"),
     torch.bfloat16: ("BF16", "<i2"),  # numpy has no bfloat16: move the raw 16-bit patterns
+    torch.float64: ("F64", "<f8"),
 }
 # safetensors dtype -> (numpy dtype of the stored bits, element size, torch dtype to view as)
 _FROM_FILE = {

@@ -132,7 +132,8 @@ class AttentionLM : public LanguageModel {
   // Inference with a KV cache (decoding): a cache of every block's keys and values for `batch`
   // sequences of up to context_length positions (layers = blocks, capacity = context_length).
   // Throws qkv::Error for a model without blocks (nothing to cache) or past the memory limit.
-  kernels::KvCache make_cache(int64_t batch, kernels::CacheDtype dtype = kernels::CacheDtype::kF32) const override;
+  kernels::KvCache make_cache(int64_t batch, kernels::CacheDtype dtype = kernels::CacheDtype::kF32,
+                              int64_t capacity = 0) const override;
   // ids (B, Tn), row-major: the next Tn tokens of each sequence, at positions P .. P + Tn - 1
   // with P = cache.length() -> the logits of the last of them (B, V), what forward() of the
   // whole sequence gives at position P + Tn - 1 (the output head runs on that row only). Every

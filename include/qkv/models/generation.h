@@ -42,6 +42,7 @@ struct SamplingOptions {
   uint64_t seed = 123;       // the draws' generator: Generator(seed), unless `generator` is given
   Generator* generator = nullptr;  // draw from this one instead (continuing where it stands)
   std::optional<int64_t> eos_id;   // stop, without adding it, when this id is picked
+  std::vector<int64_t> stop_ids;   // the same for each of these (a family's end tokens)
   bool kv_cache = true;                                          // false: recompute the window every token
   kernels::CacheDtype cache_dtype = kernels::CacheDtype::kF32;   // with kv_cache
   // Called with each step's last-position logits (V floats), before the next id is picked.

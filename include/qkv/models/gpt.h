@@ -131,7 +131,8 @@ class GPTModel : public LanguageModel {
 
   Tensor forward(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens) override;  // (B, T, V)
   void backward(const Tensor& dlogits) override;
-  kernels::KvCache make_cache(int64_t batch, kernels::CacheDtype dtype = kernels::CacheDtype::kF32) const override;
+  kernels::KvCache make_cache(int64_t batch, kernels::CacheDtype dtype = kernels::CacheDtype::kF32,
+                              int64_t capacity = 0) const override;
   Tensor forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
                         kernels::KvCache& cache) override;  // (B, V) of the last new token
   // The same into logits (B V floats): no allocation once the working rows have grown to the

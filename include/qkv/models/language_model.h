@@ -40,9 +40,10 @@ class LanguageModel : public Module {
   // dlogits (B, T, V) of the last forward: adds into every parameter's gradient.
   virtual void backward(const Tensor& dlogits) = 0;
 
-  // A KV cache for `batch` sequences of up to context_length() positions. Throws qkv::Error when
-  // the model has nothing to cache (no attention layers) or past the memory limit.
-  virtual kernels::KvCache make_cache(int64_t batch, kernels::CacheDtype dtype) const = 0;
+  // A KV cache for `batch` sequences of up to `capacity` positions (0 or more than
+  // context_length(): context_length()). Throws qkv::Error when the model has nothing to cache (no
+  // attention layers) or past the memory limit.
+  virtual kernels::KvCache make_cache(int64_t batch, kernels::CacheDtype dtype, int64_t capacity = 0) const = 0;
   // ids (B, Tn), the next Tn tokens of each sequence at positions P .. P + Tn - 1 with
   // P = cache.length() -> the logits of the last of them (B, V); commits the step. Needs eval mode
   // (no active dropout) and P + Tn <= context_length(); leaves the last forward's state (for

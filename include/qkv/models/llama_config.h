@@ -18,7 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "qkv/core/bf16.h"
 #include "qkv/kernels/rope.h"
+#include "qkv/modules/attention_module.h"
 
 namespace qkv {
 
@@ -39,6 +41,10 @@ struct LlamaConfig {
   int64_t max_position_embeddings = 0;    // the context length
   bool tie_word_embeddings = false;
   bool qk_norm() const { return family == LlamaFamily::kQwen3; }  // Qwen3's RMSNorm on q and k
+  // How it runs (not config.json's): every product in f32 or bf16 (bf16 operands, f32 sums), and
+  // the attention's path.
+  Dtype dtype = Dtype::kF32;
+  AttentionPath path = AttentionPath::kAuto;
 };
 
 // The config.json text's configuration; `where` names it in errors. Refused, naming the key and
@@ -47,6 +53,8 @@ struct LlamaConfig {
 // not dividing num_attention_heads, an odd head_dim), a rope_scaling other than Llama 3's, a
 // hidden_act other than silu, attention or MLP biases.
 LlamaConfig parse_llama_config(const nlohmann::json& config, const std::string& where = "config.json");
+// Hugging Face's config.json for c (what parse_llama_config reads back to c).
+nlohmann::json llama_config_json(const LlamaConfig& c);
 void validate_llama_config(const LlamaConfig& c, const std::string& where);
 
 // The published configurations of llama-3.2-1b, llama-3.2-3b, qwen3-0.6b, qwen3-1.7b (Hugging

@@ -4,6 +4,8 @@
 //   LetterTokenizer      the built-in tasks' alphabet: 'a' + id for the symbols, '|' the separator
 //                        (id = symbols); spaces are skipped when encoding
 //   Gpt2Tokenizer        GPT-2's byte-level BPE (text/bpe.h), special tokens matched in the text
+//   HfTextTokenizer      Hugging Face's tokenizer.json (Qwen3's, Llama 3's): added tokens matched in
+//                        the text, no BOS added (text/hf_tokenizer.h)
 //   VocabularyTokenizer  GPT-2's BPE restricted to the tokens a text model was trained on: model id
 //                        i is GPT-2 id vocab[i] (train/data.h's compact_vocabulary)
 #pragma once
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "qkv/text/bpe.h"
+#include "qkv/text/hf_tokenizer.h"
 
 namespace qkv {
 
@@ -54,6 +57,20 @@ class Gpt2Tokenizer : public Tokenizer {
 
  private:
   Encoding encoding_;
+};
+
+class HfTextTokenizer : public Tokenizer {
+ public:
+  HfTextTokenizer(HfTokenizer tokenizer, std::string source);  // source: the file, for describe()
+  std::string describe() const override { return "tokenizer.json (" + source_ + ")"; }
+  int64_t vocab_size() const override { return tokenizer_.vocab_size(); }
+  std::vector<int64_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<int64_t>& ids) const override;
+  const HfTokenizer& tokenizer() const { return tokenizer_; }
+
+ private:
+  HfTokenizer tokenizer_;
+  std::string source_;
 };
 
 class VocabularyTokenizer : public Tokenizer {

@@ -1,0 +1,256 @@
+// The Llama 3 and Qwen3 families. See include/qkv/models/llama.h.
+#include "qkv/models/llama.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "qkv/core/bf16.h"
+#include "qkv/core/error.h"
+#include "qkv/core/linear.h"
+#include "qkv/core/ops.h"
+#include "qkv/kernels/norm_rows.h"
+#include "models/model_shape.h"
+
+namespace qkv {
+namespace {
+
+const LlamaConfig& validated(const LlamaConfig& c) {
+  validate_llama_config(c, "LlamaModel");
+  return c;
+}
+
+// The attention of a block: H heads of D over E, G key/value heads, QK-norm (Qwen3), RoPE "half"
+// with rope_theta and the scaling, causal, o_proj (E, H D) without bias, no dropout.
+AttentionConfig attention_of(const LlamaConfig& c) {
+  AttentionConfig a;
+  a.d_in = c.hidden_size;
+  a.context_length = c.max_position_embeddings;
+  a.qkv_bias = false;
+  a.out_bias = false;
+  a.out_dim = c.hidden_size;
+  a.path = c.path;
+  kernels::AttentionSpec& s = a.attention;
+  s.heads = c.num_attention_heads;
+  s.kv_heads = c.num_key_value_heads;
+  s.head_dim = c.head_dim;
+  s.rope = kernels::RopeLayout::kHalf;
+  s.rope_base = c.rope_theta;
+  s.rope_scaling = c.rope_scaling;
+  s.qk_norm = c.qk_norm();
+  s.qk_norm_eps = c.rms_norm_eps;
+  s.dtype = c.dtype;
+  return a;
+}
+
+std::vector<LlamaBlock> build_layers(const LlamaConfig& c, Generator& gen) {
+  std::vector<LlamaBlock> layers;
+  layers.reserve(static_cast<size_t>(c.num_hidden_layers));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers.emplace_back(c, gen);
+  return layers;
+}
+
+std::vector<uint16_t> rounded(const Tensor& w) {
+  const Tensor c = w.contiguous();
+  std::vector<uint16_t> bits(static_cast<size_t>(c.numel()));
+  floats_to_bf16(c.data(), bits.data(), bits.size());
+  return bits;
+}
+
+float* rows_of(std::vector<float>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+void add_into(float* x, const float* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += a[i];
+}
+
+// y (N, out) = x (N, in) W^T through the Linear in its precision, reading its bf16 weight when given.
+void linear_rows(const float* x, int64_t N, const Linear& l, const uint16_t* w16, float* y) {
+  QKV_CHECK(l.weight.is_contiguous(), "LlamaModel: a Linear's weight must be contiguous for a cached forward");
+  linear(x, N, l.weight.size(1), l.weight.data(), nullptr, l.weight.size(0), y, nullptr, w16 ? Dtype::kBF16 : l.dtype,
+         w16);
+}
+
+void norm_rows(const RMSNorm& n, const float* x, int64_t N, float* y) {
+  kernels::rms_norm_rows(x, N, n.weight.size(0), n.weight.data(), n.eps, y);
+}
+
+}  // namespace
+
+// --- LlamaBlock ----------------------------------------------------------------------------------
+
+LlamaBlock::LlamaBlock(const LlamaConfig& c, Generator& gen)
+    : input_layernorm(c.hidden_size, c.rms_norm_eps),
+      self_attn(attention_of(c), gen),
+      post_attention_layernorm(c.hidden_size, c.rms_norm_eps),
+      mlp(c.hidden_size, c.intermediate_size, gen) {
+  for (Linear* l : {&mlp.gate_proj, &mlp.up_proj, &mlp.down_proj}) l->dtype = c.dtype;
+}
+
+void LlamaBlock::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  input_layernorm.collect_state(prefix + "input_layernorm.", out);
+  const std::string a = prefix + "self_attn.";
+  self_attn.W_query.collect_state(a + "q_proj.", out);
+  self_attn.W_key.collect_state(a + "k_proj.", out);
+  self_attn.W_value.collect_state(a + "v_proj.", out);
+  self_attn.out_proj.collect_state(a + "o_proj.", out);
+  if (self_attn.config.attention.qk_norm) {
+    self_attn.q_norm.collect_state(a + "q_norm.", out);
+    self_attn.k_norm.collect_state(a + "k_norm.", out);
+  }
+  post_attention_layernorm.collect_state(prefix + "post_attention_layernorm.", out);
+  mlp.collect_state(prefix + "mlp.", out);
+}
+
+Tensor LlamaBlock::forward(const Tensor& x, AttentionTrace* trace) {
+  // x = x + self_attn(input_layernorm(x))
+  const Tensor mid = add(x, self_attn.forward(input_layernorm.forward(x), trace));
+  // x = x + mlp(post_attention_layernorm(x))
+  return add(mid, mlp.forward(post_attention_layernorm.forward(mid)));
+}
+
+Tensor LlamaBlock::backward(const Tensor& doutput) {
+  const Tensor dmid = add(doutput, post_attention_layernorm.backward(mlp.backward(doutput)));
+  return add(dmid, input_layernorm.backward(self_attn.backward(dmid)));
+}
+
+void LlamaBlock::forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCache& cache, int64_t layer,
+                                const Weights16* w16, const Scratch& s) {
+  const bool bf16 = w16 != nullptr && self_attn.config.attention.dtype == Dtype::kBF16;
+  const FusedWeights16 att16 = bf16 ? FusedWeights16{w16->qkv.data(), w16->out.data()} : FusedWeights16{};
+  const int64_t N = B * Tn, E = input_layernorm.weight.size(0), F = mlp.gate_proj.weight.size(0);
+  // x = x + self_attn(input_layernorm(x))
+  norm_rows(input_layernorm, x, N, s.h);
+  self_attn.forward_cached(s.h, B, Tn, s.a, cache, layer, att16);
+  add_into(x, s.a, N * E);
+  // x = x + down_proj(silu(gate_proj(h)) * up_proj(h)), h = post_attention_layernorm(x)
+  norm_rows(post_attention_layernorm, x, N, s.h);
+  linear_rows(s.h, N, mlp.gate_proj, bf16 ? w16->gate.data() : nullptr, s.gate);
+  linear_rows(s.h, N, mlp.up_proj, bf16 ? w16->up.data() : nullptr, s.up);
+  for (int64_t i = 0; i < N * F; ++i) s.gate[i] = s.gate[i] / (1.0f + std::exp(-s.gate[i])) * s.up[i];
+  linear_rows(s.gate, N, mlp.down_proj, bf16 ? w16->down.data() : nullptr, s.a);
+  add_into(x, s.a, N * E);
+}
+
+// --- LlamaModel ----------------------------------------------------------------------------------
+
+LlamaModel::LlamaModel(const LlamaConfig& c, Generator& gen)
+    : config(validated(c)),
+      embed_tokens(c.vocab_size, c.hidden_size, gen),
+      layers(build_layers(c, gen)),
+      norm(c.hidden_size, c.rms_norm_eps),
+      lm_head(c.hidden_size, c.vocab_size, false, gen) {
+  if (c.tie_word_embeddings) {  // one tensor: the head's values and gradients are the embedding's
+    lm_head.weight = embed_tokens.weight;
+    lm_head.dweight = embed_tokens.dweight;
+  }
+  lm_head.dtype = c.dtype;
+}
+
+void LlamaModel::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  embed_tokens.collect_state(prefix + "model.embed_tokens.", out);
+  for (size_t i = 0; i < layers.size(); ++i) layers[i].collect_state(prefix + "model.layers." + std::to_string(i) + ".", out);
+  norm.collect_state(prefix + "model.norm.", out);
+  if (!config.tie_word_embeddings) lm_head.collect_state(prefix + "lm_head.", out);
+}
+
+void LlamaModel::train(bool on) {
+  if (on) keep_bf16_weights(false);  // the weights are about to change
+  Module::train(on);
+  for (LlamaBlock& b : layers) {
+    b.train(on);
+    b.self_attn.train(on);
+  }
+}
+
+void LlamaModel::keep_bf16_weights(bool on) {
+  layers16_.clear();
+  head16_.clear();
+  if (!on) return;
+  for (const LlamaBlock& b : layers)
+    layers16_.push_back({rounded(b.self_attn.fused_qkv_weight()), rounded(b.self_attn.out_proj.weight),
+                         rounded(b.mlp.gate_proj.weight), rounded(b.mlp.up_proj.weight),
+                         rounded(b.mlp.down_proj.weight)});
+  head16_ = rounded(lm_head.weight);
+}
+
+nlohmann::json LlamaModel::config_json() const {
+  nlohmann::json j = llama_config_json(config);
+  j["dtype"] = dtype_name(config.dtype);
+  return j;
+}
+
+std::string LlamaModel::describe() const {
+  const LlamaConfig& c = config;
+  return str(c.family == LlamaFamily::kQwen3 ? "Qwen3" : "Llama", " model: ", c.num_hidden_layers, " layers x ",
+             c.num_attention_heads, " heads (", c.num_key_value_heads, " key/value) of ", c.head_dim,
+             ", hidden ", c.hidden_size, ", intermediate ", c.intermediate_size, ", vocab ", c.vocab_size,
+             ", context ", c.max_position_embeddings, c.tie_word_embeddings ? ", head tied to the embedding" : "");
+}
+
+Tensor LlamaModel::forward(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens) {
+  QKV_CHECK(batch >= 1 && tokens >= 1 && static_cast<int64_t>(ids.size()) == batch * tokens, "LlamaModel: ",
+            ids.size(), " ids for a (", batch, ", ", tokens, ") batch");
+  QKV_CHECK(tokens <= context_length(), "LlamaModel: ", tokens, " tokens but max_position_embeddings is ",
+            context_length());
+  Tensor x = embed_tokens.forward(ids, {batch, tokens});  // (B, T, E)
+  for (size_t l = 0; l < layers.size(); ++l) x = layers[l].forward(x, traces_.empty() ? nullptr : &traces_[l]);
+  x_shape_ = x.shape();
+  return lm_head.forward(norm.forward(x));  // (B, T, V)
+}
+
+void LlamaModel::backward(const Tensor& dlogits) {
+  QKV_CHECK(x_shape_.size() == 3, "LlamaModel: backward before forward");
+  Tensor dx = norm.backward(lm_head.backward(dlogits));
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) dx = it->backward(dx);
+  embed_tokens.backward(dx);
+}
+
+kernels::KvCache LlamaModel::make_cache(int64_t batch, kernels::CacheDtype dtype, int64_t capacity) const {
+  QKV_CHECK(!layers.empty(), "LlamaModel: a model without layers has no keys or values to cache");
+  QKV_CHECK(batch >= 1, "LlamaModel: the cache's batch (", batch, ") must be at least 1");
+  return kernels::KvCache(static_cast<int64_t>(layers.size()), batch, config.num_key_value_heads,
+                          models_detail::cache_capacity(capacity, context_length()), config.head_dim, config.head_dim,
+                          dtype);
+}
+
+Tensor LlamaModel::forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
+                                  kernels::KvCache& cache) {
+  QKV_CHECK(batch >= 1, "LlamaModel: the batch (", batch, ") must be at least 1");
+  Tensor logits = Tensor::empty({batch, config.vocab_size});
+  forward_cached_into(ids, batch, tokens, cache, logits.data());
+  return logits;
+}
+
+void LlamaModel::forward_cached_into(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
+                                     kernels::KvCache& cache, float* logits) {
+  const int64_t P = models_detail::check_cached_step("LlamaModel", ids, batch, tokens, cache,
+                                                     static_cast<int64_t>(layers.size()), context_length());
+  (void)P;
+  const int64_t N = batch * tokens, E = config.hidden_size, F = config.intermediate_size, V = config.vocab_size;
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t id = ids[static_cast<size_t>(i)];
+    QKV_CHECK(id >= 0 && id < V, "LlamaModel: id ", id, " at position ", i, " is outside the vocabulary of ", V);
+  }
+  float* x = rows_of(step_x_, N * E);
+  const LlamaBlock::Scratch s{rows_of(step_h_, N * E), rows_of(step_a_, N * E), rows_of(step_gate_, N * F),
+                              rows_of(step_up_, N * F)};
+  // x = embed_tokens.weight[ids]                                       (B, Tn, E)
+  const Tensor& table = embed_tokens.weight;
+  QKV_CHECK(table.is_contiguous(), "LlamaModel: embed_tokens.weight must be contiguous");
+  for (int64_t i = 0; i < N; ++i)
+    std::memcpy(x + i * E, table.data() + ids[static_cast<size_t>(i)] * E, static_cast<size_t>(E) * sizeof(float));
+  const bool bf16 = !layers16_.empty() && config.dtype == Dtype::kBF16;
+  for (size_t l = 0; l < layers.size(); ++l)
+    layers[l].forward_cached(x, batch, tokens, cache, static_cast<int64_t>(l), bf16 ? &layers16_[l] : nullptr, s);
+  cache.commit();
+  // logits = lm_head(norm(x[:, -1]))                                  (B, V)
+  float* last = rows_of(step_last_, batch * E);
+  for (int64_t b = 0; b < batch; ++b)
+    std::memcpy(last + b * E, x + (b * tokens + tokens - 1) * E, static_cast<size_t>(E) * sizeof(float));
+  norm_rows(norm, last, batch, last);
+  linear_rows(last, batch, lm_head, bf16 ? head16_.data() : nullptr, logits);
+}
+
+}  // namespace qkv

@@ -1,0 +1,456 @@
+#!/usr/bin/python3
+"""qkv's Llama 3 and Qwen3 models against the PyTorch twin (tests/pytorch/llama_model.py).
+
+    /usr/bin/python3 tests/pytorch/test_llama_vs_pytorch.py --qkv build/qkv [--verbose] [--keep]
+
+Forward and backward (`qkv forward --module llama|qwen3 --weights DIR`) on small random models of
+both families drawn from --rng-seed (vocabulary 20-90, width 8-32, 1-4 query heads, key/value heads
+dividing them, head_dim 2-12 and not the width over the heads, intermediate 8-40, 1-3 layers,
+context 4-16, rope_theta 1e4-1e6, Llama 3's RoPE scaling on half the Llama models with a short
+original context so that every frequency regime is hit, Qwen3's QK-norm; every RMSNorm weight off
+1), written as Hugging Face ships them: config.json and model.safetensors in F32, or in BF16 (the
+twin's weights rounded to bf16 first, so the two hold the same numbers), or two shards with
+model.safetensors.index.json; heads tied and untied; B 1-2, T 1 to the context.
+  compared  the logits against the twin's in float64 within 1e-5 relative (max |qkv - twin| /
+            max |twin|), on the fused and the textbook paths; every parameter's gradient of
+            L = sum(logits * G) within 1e-4 relative (to the tensor's largest value, or to 1e-3 of
+            the model's largest gradient when smaller), named as Hugging Face names them; and in
+            bf16 mode (--dtype bf16, fused) the logits within bf16's bound, 2e-2 relative, and not
+            equal to f32's (the rounding happened).
+
+Generation (`qkv generate --weights DIR --json`) of one model per family, with a tokenizer.json made
+here in the real layout (Qwen3's and Llama 3's own pre-tokenizers, normalizers and special tokens,
+around a small vocabulary: the 256 bytes and a few merges): greedy, temperature, top-k, both,
+seeds up to 2^64 - 1, with the KV cache and --no-kv-cache, more new tokens than the context holds (the
+window slides); the twin runs torch.manual_seed(seed) and chapter 5's loop in float32, and qkv's ids
+must be its ids. --stop-at-eos stops at the family's end tokens (the head's row of <|im_end|> /
+<|eot_id|> made a multiple of the row greedy picks, so the twin stops a few tokens in).
+
+Bad input, each of which must end qkv with a nonzero status below 128 and a message naming what is
+wrong, writing no --output: an unknown model_type, num_key_value_heads not dividing the heads, an
+odd head_dim, a shard the index names missing, a tensor in two shards, a tensor the index places
+elsewhere, a tensor missing, one not of the model, a wrong shape, an F64 tensor, --module naming the
+other family, an id outside the vocabulary, more tokens than the context.
+
+Prints one line per case and "llama vs pytorch: N passed, M failed (T s)"; exits non-zero on a failure.
+"""
+
+import concurrent.futures
+import copy
+import json
+import os
+import random
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+
+import harness  # noqa: E402
+import llama_model  # noqa: E402
+import safetensors_io  # noqa: E402
+
+LOGITS_TOL = 1e-5
+GRAD_TOL = 1e-4
+GRAD_FLOOR = 1e-3
+BF16_TOL = 2e-2
+FORWARD_CASES = 12
+STORAGE = ["f32", "bf16", "shards"]
+PATHS = ["fused", "textbook"]
+CRASH_WORDS = ("Traceback", "terminate called", "Segmentation fault", "Aborted", "AddressSanitizer", "core dumped")
+
+
+# --- the twin's files -----------------------------------------------------------------------------------
+
+def make_cfg(family, V, E, F, L, H, G, D, C, theta, eps, tied, rope_freq):
+    return dict(family=family, vocab_size=V, emb_dim=E, hidden_dim=F, n_layers=L, n_heads=H, n_kv_groups=G,
+                head_dim=D, context_length=C, rope_base=theta, rms_eps=eps, tied=tied, rope_freq=rope_freq)
+
+
+def twin(cfg, seed, bf16=False):
+    torch.manual_seed(seed)
+    m = llama_model.perturb(llama_model.LlamaModel(cfg), seed + 1).eval()
+    if bf16:  # the numbers a BF16 file holds
+        with torch.no_grad():
+            for p in m.parameters():
+                p.copy_(p.to(torch.bfloat16).to(torch.float32))
+    return m
+
+
+def write_dir(m, path, storage, tokenizer=None):
+    """config.json and the weights (F32, BF16 or two F32 shards with the index) into `path`."""
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(llama_model.config_json(m.cfg), f)
+    tensors = llama_model.to_hugging_face(m)
+    if storage == "bf16":
+        safetensors_io.save(os.path.join(path, "model.safetensors"),
+                            {k: v.to(torch.bfloat16) for k, v in tensors.items()})
+    elif storage == "shards":
+        names = list(tensors)
+        half = len(names) // 2
+        shards = {"model-00001-of-00002.safetensors": names[:half], "model-00002-of-00002.safetensors": names[half:]}
+        weight_map = {}
+        for file, part in shards.items():
+            safetensors_io.save(os.path.join(path, file), {k: tensors[k] for k in part})
+            weight_map.update({k: file for k in part})
+        with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f)
+    else:
+        safetensors_io.save(os.path.join(path, "model.safetensors"), tensors)
+    if tokenizer is not None:
+        with open(os.path.join(path, "tokenizer.json"), "w") as f:
+            json.dump(tokenizer, f)
+    return path
+
+
+def twin_backward(m, ids, G):
+    ref = copy.deepcopy(m).double()
+    if m.cfg["tied"]:
+        ref.out_head.weight = ref.tok_emb.weight
+    ref.cos, ref.sin = llama_model.rope_params(m.cfg["head_dim"], m.cfg["rope_base"], m.cfg["context_length"],
+                                               m.cfg["rope_freq"])
+    logits = ref(ids)
+    (logits * G.double()).sum().backward()
+    params = dict(ref.named_parameters())
+    return logits.detach(), {hf: params[t].grad if params[t].grad is not None else torch.zeros_like(params[t])
+                             for t, hf in llama_model.hf_names(m.cfg)}
+
+
+def rel_err(got, want, floor=0.0):
+    got, want = got.double(), want.double()
+    return (got - want).abs().max().item() / max(want.abs().max().item(), floor, 1e-30)
+
+
+def compare(got_logits, got_grads, want_logits, want_grads):
+    if tuple(got_logits.shape) != tuple(want_logits.shape):
+        return [f"logits have shape {tuple(got_logits.shape)}, the twin's {tuple(want_logits.shape)}"]
+    errors = []
+    e = rel_err(got_logits, want_logits)
+    if not e <= LOGITS_TOL:
+        errors.append(f"logits: relative error {e:.3g} > {LOGITS_TOL:g}")
+    if got_grads is None:
+        return errors
+    if set(got_grads) != set(want_grads):
+        errors.append(f"gradient names: qkv only {sorted(set(got_grads) - set(want_grads))}, "
+                      f"twin only {sorted(set(want_grads) - set(got_grads))}")
+    largest = max(w.abs().max().item() for w in want_grads.values())
+    for name in sorted(set(got_grads) & set(want_grads)):
+        g, w = got_grads[name], want_grads[name]
+        if tuple(g.shape) != tuple(w.shape):
+            errors.append(f"d {name}: shape {tuple(g.shape)}, the twin's {tuple(w.shape)}")
+            continue
+        e = rel_err(g, w, GRAD_FLOOR * largest)
+        if not e <= GRAD_TOL:
+            errors.append(f"d {name}: relative error {e:.3g} > {GRAD_TOL:g} (max |twin| {w.abs().max().item():.4g})")
+    return errors
+
+
+def forward_run(cmd, out, grads):
+    run = harness.run_qkv(cmd)
+    if run.problem():
+        return None, None, run.problem()
+    try:
+        return safetensors_io.load(out)["output"], safetensors_io.load(grads) if grads else None, None
+    except (OSError, KeyError, ValueError) as e:
+        return None, None, f"reading qkv's outputs: {e}"
+
+
+# --- forward and backward -------------------------------------------------------------------------------
+
+def draw_cases(rng):
+    cases = []
+    for i in range(FORWARD_CASES):
+        family = "qwen3" if i % 2 else "llama"
+        H = rng.randint(1, 4)
+        G = rng.choice([g for g in range(1, H + 1) if H % g == 0])
+        D = 2 * rng.randint(1, 6)
+        E = rng.randint(8, 32)
+        if H * D == E:
+            D += 2  # o_proj maps H D back to a different width
+        C = rng.randint(4, 16)
+        rope_freq = None
+        if family == "llama" and i % 4 == 0:
+            rope_freq = dict(factor=rng.choice([2.0, 8.0, 32.0]), low_freq_factor=1.0, high_freq_factor=4.0,
+                             original_context_length=rng.choice([4, 8, 16]))
+        cfg = make_cfg(family, rng.randint(20, 90), E, rng.randint(8, 40), rng.randint(1, 3), H, G, D, C,
+                       rng.choice([10000.0, 500000.0, 1000000.0]), rng.choice([1e-5, 1e-6]), i % 3 == 1, rope_freq)
+        T = 1 if i % 5 == 0 else C if i % 5 == 1 else rng.randint(1, C)
+        cases.append(dict(cfg=cfg, storage=STORAGE[i % len(STORAGE)], B=rng.randint(1, 2), T=T,
+                          seed=rng.randint(0, 2**31)))
+    return cases
+
+
+def describe(c):
+    g = c["cfg"]
+    return (f"{g['family']} {c['storage']} V={g['vocab_size']} E={g['emb_dim']} F={g['hidden_dim']} "
+            f"L={g['n_layers']} H={g['n_heads']} G={g['n_kv_groups']} D={g['head_dim']} C={g['context_length']} "
+            f"{'tied' if g['tied'] else 'untied'}{' scaled-rope' if g['rope_freq'] else ''} B={c['B']} T={c['T']}")
+
+
+def forward_cases(h, tmp, pool, rng):
+    for i, c in enumerate(draw_cases(rng)):
+        cfg = c["cfg"]
+        m = twin(cfg, c["seed"], bf16=c["storage"] == "bf16")
+        weights = write_dir(m, os.path.join(tmp, f"fwd{i}"), c["storage"])
+        g = torch.Generator().manual_seed(c["seed"] + 2)
+        ids = torch.randint(0, cfg["vocab_size"], (c["B"], c["T"]), generator=g)
+        G = torch.randn(c["B"], c["T"], cfg["vocab_size"], generator=g)
+        inp, gpath = os.path.join(tmp, f"fwd{i}.in.st"), os.path.join(tmp, f"fwd{i}.g.st")
+        safetensors_io.save(inp, {"input": ids.float()})
+        safetensors_io.save(gpath, {"grad_output": G})
+        runs = {}
+        for path in PATHS + ["bf16"]:
+            out = os.path.join(tmp, f"fwd{i}.{path}.out.st")
+            grads = os.path.join(tmp, f"fwd{i}.{path}.grads.st") if path != "bf16" else None
+            cmd = [h.qkv, "forward", "--module", cfg["family"], "--weights", weights, "--input", inp, "--output", out]
+            cmd += ["--attention", path] if path != "bf16" else ["--attention", "fused", "--dtype", "bf16"]
+            if grads:
+                cmd += ["--grad-output", gpath, "--grads-out", grads]
+            runs[path] = (cmd, pool.submit(forward_run, cmd, out, grads))
+        want_logits, want_grads = twin_backward(m, ids, G)
+        f32 = None
+        for path in PATHS:
+            cmd, fut = runs[path]
+            logits, grads, problem = fut.result()
+            label = f"forward {describe(c)} --attention {path}"
+            errors = [problem] if problem else compare(logits, grads, want_logits, want_grads)
+            f32 = logits if path == "fused" else f32
+            h.record(label, errors, cmd)
+            print(f"  {'ok  ' if not errors else 'FAIL'} {label}")
+        cmd, fut = runs["bf16"]
+        logits, _, problem = fut.result()
+        label = f"forward {describe(c)} --dtype bf16"
+        errors = [problem] if problem else []
+        if not problem:
+            e = rel_err(logits, want_logits)
+            if not e <= BF16_TOL:
+                errors.append(f"bf16 logits: relative error {e:.3g} > {BF16_TOL:g}")
+            if f32 is not None and torch.equal(logits, f32):
+                errors.append("bf16 logits equal f32's: nothing was rounded")
+        h.record(label, errors, cmd)
+        print(f"  {'ok  ' if not errors else 'FAIL'} {label}")
+
+
+# --- generation -----------------------------------------------------------------------------------------
+
+def bytes_to_unicode():
+    """GPT-2's byte-level alphabet: printable bytes stand for themselves, the rest from U+0100 on."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+SPECIALS = {"qwen3": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+            "llama": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                      "<|eom_id|>", "<|eot_id|>"]}
+INSTALLED = {"qwen3": "qwen3", "llama": "llama3"}
+
+
+def small_tokenizer(family):
+    """The family's installed tokenizer.json with its vocabulary replaced: the 256 bytes, merges of
+    a few common pairs, and the family's special tokens after them."""
+    home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+    with open(os.path.join(home, "qkv", INSTALLED[family], "tokenizer.json"), encoding="utf-8") as f:
+        j = json.load(f)
+    alphabet = bytes_to_unicode()
+    vocab = {alphabet[b]: i for i, b in enumerate(sorted(alphabet))}
+    merges = []
+    for a, b in [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("e", "r"), ("o", "n"), ("Ġ", "a")]:
+        merges.append([a, b] if family == "qwen3" else f"{a} {b}")
+        vocab[a + b] = len(vocab)
+    j["model"]["vocab"] = vocab
+    j["model"]["merges"] = merges
+    j["added_tokens"] = [dict(id=len(vocab) + k, content=t, single_word=False, lstrip=False, rstrip=False,
+                              normalized=False, special=True) for k, t in enumerate(SPECIALS[family])]
+    return j, len(vocab) + len(SPECIALS[family])
+
+
+SETTINGS = [("greedy", 0.0, None, [0]), ("temperature 0.8", 0.8, None, [1, 2**64 - 1]), ("top-k 5", None, 5, [5]),
+            ("temperature 1.5 + top-k 4", 1.5, 4, [7])]
+
+
+def twin_generate(m, prompt_ids, new_tokens, temperature, top_k, seed, stop_ids=()):
+    torch.manual_seed(seed)
+    out = llama_model.generate(m, torch.tensor([prompt_ids]), new_tokens, m.cfg["context_length"],
+                               temperature=1.0 if temperature is None else temperature, top_k=top_k, stop_ids=stop_ids)
+    return out[0, len(prompt_ids):].tolist()
+
+
+def generation(h, tmp, pool):
+    new_tokens = 14
+    for k, family in enumerate(["qwen3", "llama"]):
+        tokenizer, V = small_tokenizer(family)
+        cfg = make_cfg(family, V, 16, 24, 2, 4, 2, 6, 16, 10000.0, 1e-6, k == 0,
+                       None if family == "qwen3" else dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                                           original_context_length=8))
+        m = twin(cfg, 40 + k)
+        with torch.no_grad():  # spread the logits: sampling then depends on the draws
+            m.final_norm.weight.mul_(3.0)
+        weights = write_dir(m, os.path.join(tmp, f"gen-{family}"), "f32", tokenizer)
+        prompt = "the cat sat on the mat"
+        jobs = []
+        for label, t, topk, seeds in SETTINGS:
+            for seed in seeds:
+                for cache in (True, False):
+                    cmd = [h.qkv, "generate", "--weights", weights, "--prompt", prompt, "--max-new-tokens",
+                           str(new_tokens), "--seed", str(seed), "--json"]
+                    cmd += [] if t is None else ["--temperature", repr(t)]
+                    cmd += [] if topk is None else ["--top-k", str(topk)]
+                    cmd += [] if cache else ["--no-kv-cache"]
+                    jobs.append((label, t, topk, seed, cache, cmd, pool.submit(harness.qkv_json, cmd)))
+        for label, t, topk, seed, cache, cmd, fut in jobs:
+            name = f"generate {family}: {label}, seed {seed}, {'kv cache' if cache else '--no-kv-cache'}"
+            try:
+                out = fut.result()
+            except harness.QkvError as e:
+                h.record(name, [str(e)], cmd)
+                print(f"  FAIL {name}")
+                continue
+            prompt_ids = out["ids"][:out["prompt_tokens"]]
+            errors = []
+            if len(prompt_ids) + new_tokens <= cfg["context_length"]:
+                errors.append("the prompt and the new ids fit the context: the window does not slide")
+            want = twin_generate(m, prompt_ids, new_tokens, t, topk, seed)
+            if out["new_ids"] != want:
+                errors.append(f"new_ids {out['new_ids']}\n  twin {want}")
+            h.record(name, errors, cmd)
+            print(f"  {'ok  ' if not errors else 'FAIL'} {name}")
+        # --stop-at-eos: the end token's head row made a multiple of the row greedy picks first
+        end = SPECIALS[family].index("<|im_end|>" if family == "qwen3" else "<|eot_id|>") + V - len(SPECIALS[family])
+        base = [h.qkv, "generate", "--weights", weights, "--prompt", prompt, "--max-new-tokens", str(new_tokens),
+                "--temperature", "0", "--json"]
+        first = harness.qkv_json(base)["new_ids"]
+        stop = copy.deepcopy(m)
+        with torch.no_grad():
+            head = stop.out_head.weight if not cfg["tied"] else stop.tok_emb.weight
+            head[end] = head[first[3]] * 1.5
+        stop_dir = write_dir(stop, os.path.join(tmp, f"gen-{family}-stop"), "f32", tokenizer)
+        cmd = [h.qkv, "generate", "--weights", stop_dir, "--prompt", prompt, "--max-new-tokens", str(new_tokens),
+               "--temperature", "0", "--json", "--stop-at-eos"]
+        name = f"generate {family}: --stop-at-eos stops at {SPECIALS[family][end - V + len(SPECIALS[family])]}"
+        try:
+            out = harness.qkv_json(cmd)
+            prompt_ids = out["ids"][:out["prompt_tokens"]]
+            want = twin_generate(stop, prompt_ids, new_tokens, 0.0, None, 0, stop_ids=(end,))
+            errors = [] if out["new_ids"] == want and len(want) < new_tokens else [
+                f"new_ids {out['new_ids']}, twin {want} (it must stop early)"]
+        except harness.QkvError as e:
+            errors = [str(e)]
+        h.record(name, errors, cmd)
+        print(f"  {'ok  ' if not errors else 'FAIL'} {name}")
+
+
+# --- bad input ------------------------------------------------------------------------------------------
+
+def bad_input(h, tmp):
+    cfg = make_cfg("qwen3", 30, 12, 16, 2, 4, 2, 4, 8, 10000.0, 1e-6, False, None)
+    m = twin(cfg, 7)
+    inp = os.path.join(tmp, "bad.in.st")
+    safetensors_io.save(inp, {"input": torch.tensor([[1.0, 2.0, 3.0]])})
+
+    def variant(name, edit_config=None, edit_files=None, storage="f32"):
+        d = write_dir(m, os.path.join(tmp, "bad-" + name), storage)
+        if edit_config:
+            with open(os.path.join(d, "config.json")) as f:
+                j = json.load(f)
+            edit_config(j)
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump(j, f)
+        if edit_files:
+            edit_files(d)
+        return d
+
+    def retensor(d, fn, file="model.safetensors"):
+        path = os.path.join(d, file)
+        t = safetensors_io.load(path)
+        fn(t)
+        safetensors_io.save(path, t)
+
+    shard_names = sorted(n for n in llama_model.to_hugging_face(m))
+
+    def index_edit(d, fn):
+        p = os.path.join(d, "model.safetensors.index.json")
+        with open(p) as f:
+            j = json.load(f)
+        fn(j["weight_map"])
+        with open(p, "w") as f:
+            json.dump(j, f)
+
+    cases = [
+        ("unknown model_type", variant("type", lambda j: j.update(model_type="mistral")), "qwen3", "model_type"),
+        ("kv heads not dividing", variant("kv", lambda j: j.update(num_key_value_heads=3)), "qwen3",
+         "num_key_value_heads"),
+        ("odd head_dim", variant("odd", lambda j: j.update(head_dim=5)), "qwen3", "head_dim"),
+        ("a shard missing", variant("noshard", edit_files=lambda d: os.remove(
+            os.path.join(d, "model-00002-of-00002.safetensors")), storage="shards"), "qwen3", "missing"),
+        ("a tensor in two shards", variant("twice", edit_files=lambda d: retensor(
+            d, lambda t: t.update({"model.norm.weight": m.final_norm.weight.detach().clone()}),
+            "model-00001-of-00002.safetensors") if "model.norm.weight" not in safetensors_io.load(
+            os.path.join(d, "model-00001-of-00002.safetensors")) else retensor(
+            d, lambda t: t.update({"model.norm.weight": m.final_norm.weight.detach().clone()}),
+            "model-00002-of-00002.safetensors"), storage="shards"), "qwen3", "two shards"),
+        ("a tensor the index places elsewhere", variant("elsewhere", edit_files=lambda d: index_edit(
+            d, lambda w: w.update({shard_names[0]: "model-00002-of-00002.safetensors"
+                                   if w[shard_names[0]].startswith("model-00001") else
+                                   "model-00001-of-00002.safetensors"})), storage="shards"), "qwen3", "places"),
+        ("a tensor missing", variant("missing", edit_files=lambda d: retensor(
+            d, lambda t: t.pop("model.layers.1.mlp.up_proj.weight"))), "qwen3", "model.layers.1.mlp.up_proj.weight"),
+        ("a tensor not of the model", variant("extra", edit_files=lambda d: retensor(
+            d, lambda t: t.update({"model.layers.7.mlp.up_proj.weight": torch.zeros(2, 2)}))), "qwen3",
+         "model.layers.7.mlp.up_proj.weight"),
+        ("a wrong shape", variant("shape", edit_files=lambda d: retensor(
+            d, lambda t: t.update({"model.layers.0.self_attn.k_proj.weight": torch.zeros(9, 12)}))), "qwen3",
+         "(9, 12)"),
+        ("an F64 tensor", variant("f64", edit_files=lambda d: retensor(
+            d, lambda t: t.update({"model.norm.weight": t["model.norm.weight"].double()}))), "qwen3", "F64"),
+        ("--module naming the other family", variant("family"), "llama", "model_type"),
+    ]
+    for label, d, module, needle in cases:
+        out = os.path.join(tmp, f"bad-{label.replace(' ', '_')}.out.st")
+        cmd = [h.qkv, "forward", "--module", module, "--weights", d, "--input", inp, "--output", out]
+        h.record(f"bad input: {label}", refusal(cmd, needle, out), cmd)
+    good = variant("good")
+    for label, ids, needle in [("an id outside the vocabulary", [[1.0, 30.0]], "30"),
+                               ("more tokens than the context", [[1.0] * 9], "9 tokens")]:
+        p = os.path.join(tmp, f"bad-ids-{len(ids[0])}.st")
+        safetensors_io.save(p, {"input": torch.tensor(ids)})
+        out = os.path.join(tmp, f"bad-ids-{len(ids[0])}.out.st")
+        cmd = [h.qkv, "forward", "--module", "qwen3", "--weights", good, "--input", p, "--output", out]
+        h.record(f"bad input: {label}", refusal(cmd, needle, out), cmd)
+    print("  bad input: checked")
+
+
+def refusal(cmd, needle, out):
+    run = harness.run_qkv(cmd)
+    errors = []
+    if not 0 < run.returncode < 128:
+        errors.append(f"exit status {run.returncode}, expected an error status in [1, 128)")
+    if needle not in run.stderr:
+        errors.append(f"the message does not name {needle!r}: {run.stderr.strip()[:300]}")
+    if any(w in run.stderr for w in CRASH_WORDS):
+        errors.append(f"it crashed: {run.stderr.strip()[:300]}")
+    if os.path.exists(out):
+        errors.append("it wrote --output")
+    return errors
+
+
+def main():
+    h = harness.start("llama vs pytorch", __doc__, jobs=2, rng_seed=20261127)
+    rng = random.Random(h.args.rng_seed)
+    with h.scratch("qkv-llama-") as tmp, concurrent.futures.ThreadPoolExecutor(h.args.jobs) as pool:
+        forward_cases(h, tmp, pool, rng)
+        generation(h, tmp, pool)
+        bad_input(h, tmp)
+    return h.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
