@@ -259,7 +259,8 @@ Command add_bench(CLI::App& app) {
                   "a forward, a training step with --backward, or decoding with --new-tokens)")
       ->required()
       ->check(CLI::IsMember({"mha", "causal-attention", "attention-core", "decode", "ring-attention", "gpt"}));
-  sub->add_option("--preset", f->preset, "gpt: the model's sizes, gpt2-small | gpt2-medium | gpt2-large | gpt2-xl")
+  sub->add_option("--preset", f->preset, "gpt: the model's sizes, gpt2-small | gpt2-medium | gpt2-large | gpt2-xl | "
+                                         "llama-3.2-1b | llama-3.2-3b | qwen3-0.6b | qwen3-1.7b (Llama 3, Qwen3)")
       ->default_val("gpt2-small");
   add_number(sub, "--new-tokens", f->new_tokens,
              "gpt: decode --new-tokens steps after a --seq-len prompt, each timed (tokens/s against the read bandwidth)");

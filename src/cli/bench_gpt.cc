@@ -19,9 +19,7 @@
 namespace qkv::cli {
 
 int run_gpt_bench(const GptBenchFlags& f) {
-  perf::GptBenchShape s;
-  s.name = f.preset;
-  s.config = gpt_preset(f.preset);  // names the presets when unknown
+  perf::GptBenchShape s = perf::bench_shape_of_preset(f.preset);  // names the presets when unknown
   s.batch = f.batch;
   s.seq_len = f.seq_len;
   s.new_tokens = f.new_tokens;
@@ -52,7 +50,11 @@ int run_gpt_bench(const GptBenchFlags& f) {
                 << " tokens/s)\n";
     } else {
       std::cout << std::setprecision(1) << "  " << r.flops / 1e9 << " GFLOP -> " << r.gflops << " GFLOP/s = "
-                << 100.0 * r.gflops / r.peak_gflops << "% of the measured FMA peak " << r.peak_gflops << " GFLOP/s\n";
+                << 100.0 * r.gflops / r.peak_gflops << "% of the measured FMA peak " << r.peak_gflops << " GFLOP/s";
+      if (r.bf16_peak_gflops > 0)
+        std::cout << ", " << 100.0 * r.gflops / r.bf16_peak_gflops << "% of the bf16 dot-product peak "
+                  << r.bf16_peak_gflops << " GFLOP/s";
+      std::cout << "\n";
     }
     std::cout << std::setprecision(0) << "  peak memory (max RSS) " << r.max_rss_mib << " MiB\n";
     if (f.json) {
@@ -78,6 +80,10 @@ int run_gpt_bench(const GptBenchFlags& f) {
         j["gflops"] = r.gflops;
         j["peak_gflops"] = r.peak_gflops;
         j["percent_of_peak"] = 100.0 * r.gflops / r.peak_gflops;
+        if (r.bf16_peak_gflops > 0) {
+          j["bf16_peak_gflops"] = r.bf16_peak_gflops;
+          j["percent_of_bf16_peak"] = 100.0 * r.gflops / r.bf16_peak_gflops;
+        }
       }
       std::cout << j.dump() << "\n";
     }

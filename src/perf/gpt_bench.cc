@@ -12,6 +12,7 @@
 #include "qkv/kernels/memory_bandwidth.h"
 #include "qkv/kernels/simd.h"
 #include "qkv/models/gpt.h"
+#include "qkv/models/llama.h"
 #include "qkv/train/loss.h"
 #include "qkv/train/optimizer.h"
 #include "perf/timing.h"
@@ -40,15 +41,36 @@ void summarize(GptBenchReport& r) {
 
 }  // namespace
 
+GptBenchShape bench_shape_of_preset(const std::string& preset) {
+  GptBenchShape s;
+  s.name = preset;
+  for (const std::string& n : llama_preset_names())
+    if (n == preset) {
+      s.llama = llama_preset(preset);
+      return s;
+    }
+  for (const std::string& n : gpt_preset_names())
+    if (n == preset) {
+      s.config = gpt_preset(preset);
+      return s;
+    }
+  std::string known;
+  for (const auto* names : {&gpt_preset_names(), &llama_preset_names()})
+    for (const std::string& n : *names) known += (known.empty() ? "" : ", ") + n;
+  fail("unknown preset ", preset, "; expected one of: ", known);
+}
+
 GptBenchReport run_gpt_bench(const GptBenchShape& shape, int iters, int warmup, ThreadPool& pool) {
   GPTConfig c = shape.config;
+  std::optional<LlamaConfig> lc = shape.llama;
+  const int64_t context = lc ? lc->max_position_embeddings : c.context_length;
   const bool decode = shape.mode == GptBenchMode::kDecode;
   QKV_CHECK(shape.batch >= 1, "batch ", shape.batch, ": must be at least 1");
-  QKV_CHECK(shape.seq_len >= 1 && shape.seq_len <= c.context_length, "seq_len ", shape.seq_len, ": must be in [1, ",
-            c.context_length, "] (", shape.name, "'s context length)");
-  QKV_CHECK(!decode || (shape.new_tokens >= 1 && shape.seq_len + shape.new_tokens <= c.context_length),
+  QKV_CHECK(shape.seq_len >= 1 && shape.seq_len <= context, "seq_len ", shape.seq_len, ": must be in [1, ",
+            context, "] (", shape.name, "'s context length)");
+  QKV_CHECK(!decode || (shape.new_tokens >= 1 && shape.seq_len + shape.new_tokens <= context),
             "new_tokens ", shape.new_tokens, ": must be at least 1, and the prompt (", shape.seq_len,
-            ") plus the new tokens at most the context length ", c.context_length);
+            ") plus the new tokens at most the context length ", context);
   QKV_CHECK(decode || iters >= 1, "iters ", iters, ": must be at least 1");
   QKV_CHECK(warmup >= 0, "warmup ", warmup, ": must be at least 0");
   QKV_CHECK(&pool == &default_pool(), "run_gpt_bench: the model runs on the default pool; pass default_pool() ",
@@ -57,22 +79,38 @@ GptBenchReport run_gpt_bench(const GptBenchShape& shape, int iters, int warmup, 
   c.attention.dropout = shape.mode == GptBenchMode::kStep ? shape.dropout : 0.0;
   if (shape.dtype == Dtype::kBF16) c.path = AttentionPath::kFused;
   validate_gpt_config(c);
+  if (lc) {
+    lc->dtype = shape.dtype;
+    lc->path = AttentionPath::kFused;
+    QKV_CHECK(shape.dropout == 0.0, "dropout ", shape.dropout, ": the Llama and Qwen3 models have no dropout");
+  }
 
   GptBenchReport r;
   r.shape = shape;
   r.threads = pool.num_threads();
   r.simd = kernels::simd_target();
   r.gemm = gemm_description();
-  const int64_t B = shape.batch, T = shape.seq_len, E = c.emb_dim, L = c.n_layers, V = c.vocab_size;
-  const int64_t H = c.attention.heads, D = c.attention.head_dim;
-  r.product_parameters = static_cast<double>(L * (3 * E * E + E * E + 8 * E * E) + V * E);
-  if (decode)
+  const int64_t B = shape.batch, T = shape.seq_len, E = lc ? lc->hidden_size : c.emb_dim;
+  const int64_t L = lc ? lc->num_hidden_layers : c.n_layers, V = lc ? lc->vocab_size : c.vocab_size;
+  const int64_t H = lc ? lc->num_attention_heads : c.attention.heads, D = lc ? lc->head_dim : c.attention.head_dim;
+  if (lc) {
+    const int64_t G = lc->num_key_value_heads, F = lc->intermediate_size;
+    r.product_parameters = static_cast<double>(L * (E * (H + 2 * G) * D + H * D * E + 3 * E * F) + V * E);
+  } else {
+    r.product_parameters = static_cast<double>(L * (3 * E * E + E * E + 8 * E * E) + V * E);
+  }
+  if (decode) {
     r.bandwidth_gb_s = kernels::measure_read_bandwidth(pool).gb_s;
-  else
+  } else {
     r.peak_gflops = kernels::measure_fma_peak_gflops(pool);
+    if (shape.dtype == Dtype::kBF16) r.bf16_peak_gflops = kernels::measure_bf16_dot_peak_gflops(pool);
+  }
 
   Generator gen(123);
-  GPTModel model(c, gen);
+  std::unique_ptr<LanguageModel> owned;
+  if (lc) owned = std::make_unique<LlamaModel>(*lc, gen);
+  else owned = std::make_unique<GPTModel>(c, gen);
+  LanguageModel& model = *owned;
   r.parameters = static_cast<double>(model.num_parameters());
   const double attention_flops = 4.0 * static_cast<double>(L * B * H * D) * static_cast<double>(T * (T + 1) / 2);
   const double forward_flops = 2.0 * r.product_parameters * static_cast<double>(B * T) + attention_flops;
@@ -105,10 +143,13 @@ GptBenchReport run_gpt_bench(const GptBenchShape& shape, int iters, int warmup, 
     r.flops = 3.0 * forward_flops;
   } else {
     model.eval();
-    if (shape.dtype == Dtype::kBF16) model.keep_bf16_weights();
-    kernels::KvCache cache = model.make_cache(B);
+    if (shape.dtype == Dtype::kBF16) {
+      if (auto* gpt = dynamic_cast<GPTModel*>(&model)) gpt->keep_bf16_weights();
+      if (auto* llama = dynamic_cast<LlamaModel*>(&model)) llama->keep_bf16_weights();
+    }
+    kernels::KvCache cache = model.make_cache(B, kernels::CacheDtype::kF32, T + shape.new_tokens + warmup);
     model.forward_cached(some_ids(B * T, V, 1), B, T, cache);  // the prefill, untimed
-    const int64_t untimed = std::min<int64_t>(warmup, c.context_length - T - shape.new_tokens);
+    const int64_t untimed = std::min<int64_t>(warmup, context - T - shape.new_tokens);
     for (int64_t i = 0; i < untimed + shape.new_tokens; ++i) {
       const std::vector<int64_t> next = some_ids(B, V, 3 + i);
       const auto t0 = Clock::now();

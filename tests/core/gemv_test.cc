@@ -47,12 +47,22 @@ Expected reference(const std::vector<float>& x, int64_t M, int64_t K, const std:
   return e;
 }
 
-TEST(Gemv, EveryRowCountAndSizeMatchesTheReferenceInFloatAndBf16Weights) {
+// bf16 weights run AVX512_BF16's dot product where the CPU has it, and the widening path where it
+// does not (or it is forced off): both are checked here, on this CPU.
+class GemvPaths : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { previous_ = set_bf16_dot_allowed(GetParam() && cpu_has_bf16_dot()); }
+  void TearDown() override { set_bf16_dot_allowed(previous_); }
+  bool previous_ = false;
+};
+INSTANTIATE_TEST_SUITE_P(DotProduct, GemvPaths, ::testing::Values(false, true));
+
+TEST_P(GemvPaths, EveryRowCountAndSizeMatchesTheReferenceInFloatAndBf16Weights) {
   std::mt19937 rng(7);
   ThreadPool pool(2);
   int checked = 0;
   for (int64_t M = 1; M <= kGemvMaxRows; ++M)
-    for (int64_t K : {1, 7, 16, 33, 768})
+    for (int64_t K : {1, 7, 16, 33, 160, 768})
       for (int64_t N : {1, 5, 37, 300})
         for (bool with_bias : {false, true})
           for (bool bf16 : {false, true}) {
@@ -70,10 +80,10 @@ TEST(Gemv, EveryRowCountAndSizeMatchesTheReferenceInFloatAndBf16Weights) {
                   << "M " << M << " K " << K << " N " << N << " bias " << with_bias << " bf16 " << bf16 << " at " << i;
             ++checked;
           }
-  EXPECT_EQ(checked, kGemvMaxRows * 5 * 4 * 2 * 2);
+  EXPECT_EQ(checked, kGemvMaxRows * 6 * 4 * 2 * 2);
 }
 
-TEST(Gemv, Bf16WeightsAreNotTheFloatProduct) {
+TEST_P(GemvPaths, Bf16WeightsAreNotTheFloatProduct) {
   // The bf16 path rounds: on values with low mantissa bits its result differs from float32's by
   // far more than float32's own error (a path that ignored W16's rounding would pass the test above
   // only if the reference were wrong too; this pins the difference down).

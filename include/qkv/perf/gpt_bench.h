@@ -1,12 +1,15 @@
-// qkv/perf/gpt_bench.h - timing the whole GPT model (`qkv bench --module gpt`): a forward (the
-// prefill), a training step, or decoding, each against the machine's measured ceiling.
+// qkv/perf/gpt_bench.h - timing a whole language model (`qkv bench --module gpt --preset NAME`):
+// the book's GPT model (gpt2-*) or the Llama 3 / Qwen3 families (llama-3.2-*, qwen3-*): a forward
+// (the prefill), a training step, or decoding, each against the machine's measured ceiling.
 //
-// Legend: B batch, T tokens, E emb_dim, L layers, H heads, D head dim, V vocabulary,
-// P = the weights the products read: L (E 3E + E E + 2 E 4E) + V E (the head; its FLOPs count
-// even when tied).
+// Legend: B batch, T tokens, E emb_dim, L layers, H heads, G key/value heads, D head dim, F the
+// feed-forward's width, V vocabulary, P = the weights the products read: GPT L (E 3E + E E + 2 E 4E)
+// + V E; Llama/Qwen3 L (E (H + 2G) D + H D E + 3 E F) + V E (the head; its FLOPs count even when
+// tied).
 //
 //   forward   ids (B, T) -> logits (B, T, V), eval mode, nothing kept for backward;
-//             FLOPs 2 P B T + the attention's two products over the causal pairs, 4 L B H D T(T+1)/2
+//             FLOPs 2 P B T + the attention's two products over the causal pairs, 4 L B H D T(T+1)/2;
+//             in bf16 mode also against the measured bf16 dot-product peak
 //   step      forward, cross-entropy, backward, AdamW (chapter 5's step; train mode, dropout as
 //             given): FLOPs three times the forward's (the backward's two products per forward one)
 //   decode    B sequences of a T-token prompt, then one token per sequence per step over the KV
@@ -22,7 +25,10 @@
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/thread_pool.h"
+#include <optional>
+
 #include "qkv/models/gpt.h"
+#include "qkv/models/llama_config.h"
 
 namespace qkv::perf {
 
@@ -31,6 +37,7 @@ enum class GptBenchMode { kForward, kStep, kDecode };
 struct GptBenchShape {
   std::string name = "gpt2-small";     // what the report calls the model
   GPTConfig config = gpt_preset("gpt2-small");  // its sizes (dropout and dtype: below)
+  std::optional<LlamaConfig> llama;    // set: this Llama / Qwen3 model instead of `config`
   GptBenchMode mode = GptBenchMode::kForward;
   int64_t batch = 1, seq_len = 0;      // B; T (decode: the prompt's length)
   int64_t new_tokens = 0;              // decode: the steps timed
@@ -47,9 +54,13 @@ struct GptBenchReport {
   double parameters = 0;                // every parameter of the model
   double product_parameters = 0;        // P
   double flops = 0, gflops = 0, peak_gflops = 0;            // forward and step
+  double bf16_peak_gflops = 0;                               // forward and step in bf16 mode
   double tokens_per_s = 0, weight_bytes = 0, weight_gb_s = 0, bandwidth_gb_s = 0;  // decode
   double max_rss_mib = 0;
 };
+
+// The preset's shape: gpt_preset's or llama_preset's (an unknown name lists both families').
+GptBenchShape bench_shape_of_preset(const std::string& preset);
 
 // Checks the shape (qkv::Error naming the value: the config's fields, T beyond the context, sizes
 // below 1), measures the ceiling (FMA peak or read bandwidth), builds the model, then `warmup`
