@@ -92,6 +92,43 @@ void GeluBackwardSpan(const float* x, const float* dy, float* dx, size_t n) {
   }
 }
 
+// SwiGLU's gate: s = sigmoid(g) = 1 / (1 + e^-g), as p = 1 / (1 + e^-|g|) and e^-|g| p by g's sign
+// (no overflow for any g).
+HWY_INLINE VF Sigmoid(DF d, VF g) {
+  const VF one = hn::Set(d, 1.0f);
+  const VF e = hn::Exp(d, hn::Neg(hn::Abs(g)));
+  const VF p = hn::Div(one, hn::Add(one, e));
+  return hn::IfThenElse(hn::Lt(g, hn::Zero(d)), hn::Mul(e, p), p);
+}
+
+// h = g s u.
+void SwigluSpan(const float* g, const float* u, float* h, size_t n) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + L <= n; i += L) {
+    const VF gv = hn::LoadU(d, g + i);
+    hn::StoreU(hn::Mul(hn::Mul(gv, Sigmoid(d, gv)), hn::LoadU(d, u + i)), d, h + i);
+  }
+  if (i < n) swiglu_reference(g + i, u + i, h + i, static_cast<int64_t>(n - i));
+}
+
+// dg = dh u s (1 + g (1 - s)), du = dh g s.
+void SwigluBackwardSpan(const float* g, const float* u, const float* dh, float* dg, float* du, size_t n) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const VF one = hn::Set(d, 1.0f);
+  size_t i = 0;
+  for (; i + L <= n; i += L) {
+    const VF gv = hn::LoadU(d, g + i), uv = hn::LoadU(d, u + i), dv = hn::LoadU(d, dh + i);
+    const VF sv = Sigmoid(d, gv);
+    const VF slope = hn::MulAdd(gv, hn::Sub(one, sv), one);
+    hn::StoreU(hn::Mul(hn::Mul(hn::Mul(dv, uv), sv), slope), d, dg + i);
+    hn::StoreU(hn::Mul(hn::Mul(dv, gv), sv), d, du + i);
+  }
+  if (i < n) swiglu_backward_reference(g + i, u + i, dh + i, dg + i, du + i, static_cast<int64_t>(n - i));
+}
+
 // AdamW, lane by lane, the reference's operations in its order (Mul and Add, never MulAdd).
 void AdamWSpan(float* HWY_RESTRICT w, const float* HWY_RESTRICT g, float* HWY_RESTRICT m, float* HWY_RESTRICT v,
                size_t n, const AdamWScalars& s) {
@@ -122,6 +159,8 @@ namespace qkv {
 HWY_EXPORT(GeluSpan);
 HWY_EXPORT(GeluBackwardSpan);
 HWY_EXPORT(AdamWSpan);
+HWY_EXPORT(SwigluSpan);
+HWY_EXPORT(SwigluBackwardSpan);
 
 namespace {
 using pointwise_detail::kChunk;
@@ -150,6 +189,34 @@ void gelu_tanh_backward(const float* x, const float* dy, float* dx, int64_t n, T
   for_chunks(n, pool, [&](int64_t b, int64_t k) {
     HWY_DYNAMIC_DISPATCH(GeluBackwardSpan)(x + b, dy + b, dx + b, static_cast<size_t>(k));
   });
+}
+
+void swiglu(const float* g, const float* u, float* h, int64_t n, ThreadPool* pool) {
+  for_chunks(n, pool, [&](int64_t b, int64_t k) {
+    HWY_DYNAMIC_DISPATCH(SwigluSpan)(g + b, u + b, h + b, static_cast<size_t>(k));
+  });
+}
+
+void swiglu_backward(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n,
+                     ThreadPool* pool) {
+  for_chunks(n, pool, [&](int64_t b, int64_t k) {
+    HWY_DYNAMIC_DISPATCH(SwigluBackwardSpan)(g + b, u + b, dh + b, dg + b, du + b, static_cast<size_t>(k));
+  });
+}
+
+void swiglu_reference(const float* g, const float* u, float* h, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = g[i];
+    h[i] = static_cast<float>(v / (1.0 + std::exp(-v)) * u[i]);
+  }
+}
+
+void swiglu_backward_reference(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = g[i], s = 1.0 / (1.0 + std::exp(-v)), d = dh[i];
+    dg[i] = static_cast<float>(d * u[i] * s * (1.0 + v * (1.0 - s)));
+    du[i] = static_cast<float>(d * v * s);
+  }
 }
 
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s, ThreadPool* pool) {

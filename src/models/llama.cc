@@ -8,6 +8,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/linear.h"
 #include "qkv/core/ops.h"
+#include "qkv/core/pointwise.h"
 #include "qkv/kernels/norm_rows.h"
 #include "models/model_shape.h"
 
@@ -128,7 +129,7 @@ void LlamaBlock::forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCach
   norm_rows(post_attention_layernorm, x, N, s.h);
   linear_rows(s.h, N, mlp.gate_proj, bf16 ? w16->gate.data() : nullptr, s.gate);
   linear_rows(s.h, N, mlp.up_proj, bf16 ? w16->up.data() : nullptr, s.up);
-  for (int64_t i = 0; i < N * F; ++i) s.gate[i] = s.gate[i] / (1.0f + std::exp(-s.gate[i])) * s.up[i];
+  swiglu(s.gate, s.up, s.gate, N * F);  // silu(gate) * up
   linear_rows(s.gate, N, mlp.down_proj, bf16 ? w16->down.data() : nullptr, s.a);
   add_into(x, s.a, N * E);
 }

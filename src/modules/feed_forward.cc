@@ -1,9 +1,10 @@
-// GELU and FeedForward, SiLU and the SwiGLU feed-forward. See include/qkv/modules/feed_forward.h.
+// GELU and FeedForward, and the SwiGLU feed-forward. See include/qkv/modules/feed_forward.h.
 #include "qkv/modules/feed_forward.h"
 
 #include <cmath>
 
 #include "qkv/core/error.h"
+#include "qkv/core/ops.h"
 #include "qkv/core/pointwise.h"
 
 namespace qkv {
@@ -44,15 +45,6 @@ Tensor FeedForward::backward(const Tensor& doutput) {
   return fc.backward(gelu_backward(hidden_, dgelu));
 }
 
-Tensor silu(const Tensor& x) {
-  const Tensor c = x.contiguous();
-  Tensor y = Tensor::empty(c.shape());
-  const float* in = c.data();
-  float* out = y.data();
-  for (int64_t i = 0; i < c.numel(); ++i) out[i] = in[i] / (1.0f + std::exp(-in[i]));
-  return y;
-}
-
 SwiGLUFeedForward::SwiGLUFeedForward(int64_t emb_dim, int64_t hidden_dim, Generator& gen)
     : gate_proj(emb_dim, hidden_dim, false, gen), up_proj(emb_dim, hidden_dim, false, gen),
       down_proj(hidden_dim, emb_dim, false, gen) {}
@@ -64,12 +56,10 @@ void SwiGLUFeedForward::collect_state(const std::string& prefix, std::vector<Sta
 }
 
 Tensor SwiGLUFeedForward::forward(const Tensor& x) {
-  gate_ = gate_proj.forward(x);  // (..., F)
-  up_ = up_proj.forward(x);
-  Tensor h = silu(gate_);
-  float* hp = h.data();
-  const float* u = up_.data();
-  for (int64_t i = 0; i < h.numel(); ++i) hp[i] *= u[i];
+  gate_ = gate_proj.forward(x).contiguous();  // (..., F)
+  up_ = up_proj.forward(x).contiguous();
+  Tensor h = Tensor::empty(gate_.shape());
+  swiglu(gate_.data(), up_.data(), h.data(), h.numel());  // silu(gate) * up
   return down_proj.forward(h);  // (..., E)
 }
 
@@ -77,19 +67,8 @@ Tensor SwiGLUFeedForward::backward(const Tensor& doutput) {
   QKV_CHECK(gate_.defined(), "SwiGLUFeedForward: backward before forward");
   const Tensor dh = down_proj.backward(doutput).contiguous();  // (..., F)
   Tensor dg = Tensor::empty(gate_.shape()), du = Tensor::empty(up_.shape());
-  const float *g = gate_.data(), *u = up_.data(), *d = dh.data();
-  float *dgp = dg.data(), *dup = du.data();
-  for (int64_t i = 0; i < dh.numel(); ++i) {
-    const float s = 1.0f / (1.0f + std::exp(-g[i]));
-    dup[i] = d[i] * g[i] * s;
-    dgp[i] = d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
-  }
-  Tensor dx = gate_proj.backward(dg);
-  const Tensor dxu = up_proj.backward(du);
-  float* o = dx.data();
-  const float* a = dxu.data();
-  for (int64_t i = 0; i < dx.numel(); ++i) o[i] += a[i];
-  return dx;
+  swiglu_backward(gate_.data(), up_.data(), dh.data(), dg.data(), du.data(), dh.numel());
+  return add(gate_proj.backward(dg), up_proj.backward(du));
 }
 
 }  // namespace qkv

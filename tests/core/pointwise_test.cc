@@ -144,6 +144,39 @@ TEST(Pointwise, SameBitsOnOneThreadOrThree) {
 // AdamW: the vector pass runs the reference's float32 operations in the reference's order, so the
 // three tensors it writes are the reference's bit for bit, over several steps (the state carries),
 // for lengths with and without a tail, on one thread or three.
+// SwiGLU's gate silu(g) u and its gradient against the double references, over a sweep of g
+// past exp's range on both sides (sigmoid saturating to 0 and 1) and normal draws of u and dh, at
+// lengths with every vector tail: relative 2^-19 of the larger of the value and |g u| (resp.
+// |dh u|, |dh g|) scales, a few float32 ulps of the terms the formula multiplies.
+TEST(Pointwise, SwigluAndItsGradientWithinUlpsOfTheDoubleFormula) {
+  std::vector<float> g;
+  for (int i = -20000; i <= 20000; ++i) g.push_back(static_cast<float>(i) * 5e-3f);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 200.0f, -200.0f}) g.push_back(v);
+  std::mt19937 rng(11);
+  const std::vector<float> u = normal_vector(g.size(), rng), dh = normal_vector(g.size(), rng);
+  for (int64_t n : {static_cast<int64_t>(g.size()), int64_t{1}, int64_t{17}, int64_t{40003}}) {
+    std::vector<float> h(n), hr(n), dg(n), du(n), dgr(n), dur(n);
+    swiglu(g.data(), u.data(), h.data(), n);
+    swiglu_reference(g.data(), u.data(), hr.data(), n);
+    swiglu_backward(g.data(), u.data(), dh.data(), dg.data(), du.data(), n);
+    swiglu_backward_reference(g.data(), u.data(), dh.data(), dgr.data(), dur.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double scale = std::fabs(double(g[i]) * u[i]) + 1e-37;
+      ASSERT_LE(std::fabs(h[i] - double(hr[i])), 0x1p-19 * scale) << "swiglu at g " << g[i] << " u " << u[i];
+      const double dscale = std::fabs(double(dh[i]) * u[i]) * (1.0 + std::fabs(g[i])) + 1e-37;
+      ASSERT_LE(std::fabs(dg[i] - double(dgr[i])), 0x1p-19 * dscale) << "dgate at g " << g[i];
+      ASSERT_LE(std::fabs(du[i] - double(dur[i])), 0x1p-19 * std::fabs(double(dh[i]) * g[i]) + 1e-37)
+          << "dup at g " << g[i];
+    }
+  }
+  // silu(-200) underflows to -0 times u, silu(200) is 200 u: no NaN from e^200
+  const float big[2] = {200.0f, -200.0f}, one[2] = {1.0f, 1.0f};
+  float out[2];
+  swiglu(big, one, out, 2);
+  EXPECT_EQ(out[0], 200.0f);
+  EXPECT_EQ(out[1], 0.0f);
+}
+
 TEST(Pointwise, AdamWEqualsTheReferenceBitForBit) {
   std::mt19937 rng(11);
   ThreadPool one(1), three(3);

@@ -1,5 +1,6 @@
 // qkv/core/pointwise.h - the model's element-by-element passes, vectorised and split over the pool:
-// GELU (the tanh approximation) and its gradient, and AdamW's update of one parameter tensor.
+// GELU (the tanh approximation) and its gradient, SwiGLU's gate (Llama's, Qwen3's) and its
+// gradient, and AdamW's update of one parameter tensor.
 //
 //   gelu(x) = 0.5 x (1 + tanh(u)),   u = sqrt(2 / pi) (x + 0.044715 x^3)
 //   gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t)(1 + t) sqrt(2 / pi) (1 + 3 0.044715 x^2),  t = tanh(u)
@@ -28,6 +29,15 @@ void gelu_tanh_backward(const float* x, const float* dy, float* dx, int64_t n, T
 // The references: scalar, in double, rounded once to float.
 void gelu_tanh_reference(const float* x, float* y, int64_t n);
 void gelu_tanh_backward_reference(const float* x, const float* dy, float* dx, int64_t n);
+
+// SwiGLU: h[i] = silu(g[i]) u[i] = g[i] sigmoid(g[i]) u[i] (h may be g or u), and its gradient
+// with s = sigmoid(g): dg = dh u s (1 + g (1 - s)), du = dh g s (dg may be g, du may be u).
+// float32 SIMD through Highway's exp, a few ulps of the references (scalar, double).
+void swiglu(const float* g, const float* u, float* h, int64_t n, ThreadPool* pool = nullptr);
+void swiglu_backward(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n,
+                     ThreadPool* pool = nullptr);
+void swiglu_reference(const float* g, const float* u, float* h, int64_t n);
+void swiglu_backward_reference(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n);
 
 // AdamW's step on one tensor, PyTorch's single-tensor update (torch.optim.AdamW, amsgrad off), its
 // scalars computed by the caller (in double, then float32, as torch does):

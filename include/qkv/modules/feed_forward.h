@@ -41,13 +41,11 @@ class FeedForward : public Module {
   Tensor hidden_;  // (..., 4E) fc's output, gelu's input
 };
 
-// silu(x) = x * sigmoid(x) = x / (1 + exp(-x)), elementwise in float32 (std::exp).
-Tensor silu(const Tensor& x);
-
 // Llama's and Qwen3's feed-forward (Shazeer 2020's SwiGLU), as Hugging Face's LlamaMLP:
 //   y = down_proj(silu(gate_proj(x)) * up_proj(x))     x (..., E), hidden (..., F), no biases
 // State names gate_proj.weight (F, E), up_proj.weight (F, E), down_proj.weight (E, F); drawn from
-// a generator in that order, as nn.Linear(bias=False) each. Backward, with g = gate(x), u = up(x),
+// a generator in that order, as nn.Linear(bias=False) each. silu(g) u and its gradient are
+// core/pointwise.h's swiglu passes. Backward, with g = gate(x), u = up(x),
 // s = sigmoid(g):  dh = down^T dy;  du = dh silu(g);  dg = dh u s (1 + g (1 - s));
 //                  dx = gate^T dg + up^T du.
 class SwiGLUFeedForward : public Module {
