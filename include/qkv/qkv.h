@@ -26,6 +26,7 @@
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/generator.h"
+#include "qkv/models/chat.h"
 #include "qkv/models/generation.h"
 #include "qkv/models/language_model.h"
 #include "qkv/models/tokenizer.h"
@@ -62,6 +63,8 @@ struct LoadedModel {
   // <|endoftext|>; Llama 3: <|eot_id|>, <|eom_id|>, <|end_of_text|>): SamplingOptions::stop_ids.
   std::optional<int64_t> eos_id;
   std::vector<int64_t> end_ids;
+  // The family's chat format (Llama 3's, Qwen3's: models/chat.h), when the model has one.
+  std::optional<ChatFormat> chat_format;
 
   // tokenizer->encode(text), or a qkv::Error saying the model has no tokenizer.
   std::vector<int64_t> encode(const std::string& text) const;

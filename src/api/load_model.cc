@@ -85,6 +85,7 @@ void set_llama_tokenizer(const LlamaConfig& c, HfTokenizer t, const std::string&
   QKV_CHECK(t.vocab_size() <= m.model->vocab_size(), source, " has ", t.vocab_size(), " tokens but the model's ",
             "vocabulary has ", m.model->vocab_size());
   set_end_ids(c, t, m);
+  m.chat_format = c.family == LlamaFamily::kQwen3 ? ChatFormat::kQwen3 : ChatFormat::kLlama3;
   m.tokenizer = std::make_unique<HfTextTokenizer>(std::move(t), source);
 }
 

@@ -31,6 +31,7 @@ Command add_decode(CLI::App& app);
 Command add_tokens(CLI::App& app);
 Command add_train(CLI::App& app);     // train_command.cc
 Command add_generate(CLI::App& app);  // generate_command.cc
+Command add_chat(CLI::App& app);      // chat_command.cc
 Command add_bench(CLI::App& app);     // bench_command.cc
 Command add_explore(CLI::App& app);   // explore_command.cc
 Command add_convert(CLI::App& app);   // convert_command.cc

@@ -24,6 +24,7 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/models/gpt.h"
 #include "qkv/qkv.h"
+#include "chat_flags.h"
 #include "sampling_flags.h"
 #include "stop_signals.h"
 
@@ -38,6 +39,8 @@ struct GenerateFlags {
   SamplingOptions sampling;
   bool json = false;
   std::optional<Dtype> dtype;  // the blocks' products; default: the checkpoint's
+  bool chat = false;           // one chat turn (Llama 3, Qwen3)
+  ChatFlags chat_flags;
 };
 
 // The text of the ids so far, printed as it becomes final: decoding a prefix can end in U+FFFD for
@@ -79,7 +82,8 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
   load.num_heads = f.num_heads;
   LoadedModel m = !f.model.empty() ? make_model(f.model, f.sampling.seed, load)
                                    : load_model(f.checkpoint.empty() ? f.weights : f.checkpoint, load);
-  const std::vector<int64_t> prompt = m.encode(f.prompt);
+  for (const char* flag : {"--system", "--thinking", "--max-context"})
+    if (!f.chat && sub.count(flag) > 0) bad_flag(flag, "goes with --chat");
   if (sub.count("--max-new-tokens") == 0) f.sampling.max_new_tokens = m.default_new_tokens;
   // A preset's weights were drawn from its seed's generator: sampling continues it, as the book's
   // torch.manual_seed(S); model = GPTModel(cfg); generate(...) does.
@@ -94,6 +98,13 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
     f.sampling.eos_id = m.eos_id;
     f.sampling.stop_ids = m.end_ids;  // Qwen3's and Llama 3's end-of-turn tokens too
   }
+  if (f.chat) {
+    if (f.eos_id || f.eos) bad_flag(f.eos ? "--stop-at-eos" : "--eos-id", "a chat turn stops at the family's end tokens");
+    if (!f.sampling.kv_cache) bad_flag("--no-kv-cache", "a chat keeps its KV cache");
+    if (sub.count("--max-new-tokens") == 0) f.sampling.max_new_tokens = 1024;
+    return run_chat_turn(m, f.chat_flags, f.prompt, f.sampling, f.json);
+  }
+  const std::vector<int64_t> prompt = m.encode(f.prompt);
   // Tokens are printed as they come (without --json); Ctrl-C stops after the token in progress,
   // with what was generated printed.
   std::optional<TextStream> stream;
@@ -196,6 +207,12 @@ Command add_generate(CLI::App& app) {
                  "The products: f32 | bf16 (bf16 mode; a GPT model runs every product in it, the feed-forward's and the "
                  "head's too, and keeps its weights in bf16: half the bytes per token; default: as the checkpoint was "
                  "trained)");
+  sub->add_flag("--chat", f->chat,
+                "One chat turn with a Llama 3 or Qwen3 model: --prompt is the user's message, wrapped in the "
+                "family's chat format; the reply ends at its end token (default --max-new-tokens 1024). --json "
+                "prints {prompt, completion, ids, prompt_ids, new_ids, prompt_tokens, new_tokens, ended, "
+                "chat_format, model}");
+  add_chat_flags(sub, f->chat_flags);
   sub->add_flag("--json", f->json,
                 "Print {prompt, completion, text, ids (the prompt's and the new), new_ids, prompt_tokens, new_tokens, kv_cache, cache_dtype, dtype, seconds, "
                 "prefill_ms, tokens_per_s, model, stopped} as JSON (seconds: the generation, without loading; "

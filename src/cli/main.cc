@@ -42,7 +42,7 @@ int run(int argc, char** argv) {
   });
   const std::vector<qkv::cli::Command> commands = {qkv::cli::add_walkthrough(app), qkv::cli::add_forward(app),
                                                   qkv::cli::add_encode(app), qkv::cli::add_decode(app), qkv::cli::add_tokens(app),
-                                                  qkv::cli::add_train(app), qkv::cli::add_generate(app),
+                                                  qkv::cli::add_train(app), qkv::cli::add_generate(app), qkv::cli::add_chat(app),
                                                   qkv::cli::add_bench(app), qkv::cli::add_explore(app),
                                                   qkv::cli::add_convert(app)};
   for (const qkv::cli::Command& c : commands) qkv::cli::add_limit_flags(c.sub);

@@ -54,19 +54,23 @@ int64_t pick_next_token(const float* last, int64_t V, const SamplingOptions& o, 
   return first_argmax(z.data(), V);
 }
 
+void check_sampling_options(const SamplingOptions& o, int64_t V, const char* who) {
+  QKV_CHECK(o.max_new_tokens >= 0, who, ": max_new_tokens (", o.max_new_tokens, ") must not be negative");
+  QKV_CHECK(o.temperature >= 0.0 && std::isfinite(o.temperature), who, ": temperature (", o.temperature,
+            ") must be finite and >= 0");
+  QKV_CHECK(o.top_k >= 0 && o.top_k <= V, who, ": top_k (", o.top_k, ") must be in [1, vocab_size = ", V,
+            "] (or 0 for every token)");
+  QKV_CHECK(!o.eos_id || (*o.eos_id >= 0 && *o.eos_id < V), who, ": eos_id (", o.eos_id.value_or(0),
+            ") is outside the vocabulary of ", V);
+  for (int64_t id : o.stop_ids)
+    QKV_CHECK(id >= 0 && id < V, who, ": stop id ", id, " is outside the vocabulary of ", V);
+}
+
 std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& prompt, const SamplingOptions& o,
                               const TokenCallback& on_token) {
   QKV_CHECK(!prompt.empty(), "generate: the prompt is empty (give at least one token)");
-  QKV_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens (", o.max_new_tokens, ") must not be negative");
-  QKV_CHECK(o.temperature >= 0.0 && std::isfinite(o.temperature), "generate: temperature (", o.temperature,
-            ") must be finite and >= 0");
+  check_sampling_options(o, model.vocab_size(), "generate");
   const int64_t V = model.vocab_size(), ctx = model.context_length();
-  QKV_CHECK(o.top_k >= 0 && o.top_k <= V, "generate: top_k (", o.top_k, ") must be in [1, vocab_size = ", V,
-            "] (or 0 for every token)");
-  QKV_CHECK(!o.eos_id || (*o.eos_id >= 0 && *o.eos_id < V), "generate: eos_id (", o.eos_id.value_or(0),
-            ") is outside the vocabulary of ", V);
-  for (int64_t id : o.stop_ids)
-    QKV_CHECK(id >= 0 && id < V, "generate: stop id ", id, " is outside the vocabulary of ", V);
   for (int64_t id : prompt)
     QKV_CHECK(id >= 0 && id < V, "generate: prompt id ", id, " is outside the model's vocabulary of ", V);
   // The ids kept: the prompt and the new ones, plus the new ones returned (8 bytes each), checked

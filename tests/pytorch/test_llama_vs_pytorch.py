@@ -26,11 +26,18 @@ window slides); the twin runs torch.manual_seed(seed) and chapter 5's loop in fl
 must be its ids. --stop-at-eos stops at the family's end tokens (the head's row of <|im_end|> /
 <|eot_id|> made a multiple of the row greedy picks, so the twin stops a few tokens in).
 
+Chat: `qkv generate --chat` (a system message, thinking off) and `qkv chat` (two turns on standard
+input, one KV cache): each turn's prompt ids are the chat format's text written here (Llama 3's
+header tokens, Qwen3's ChatML) encoded by `qkv encode --tokenizer`, the second turn's preceded by the
+first reply's end token (and Qwen3's "\n"); each reply is the twin's greedy continuation of the whole
+conversation so far, ending at the end token.
+
 Bad input, each of which must end qkv with a nonzero status below 128 and a message naming what is
 wrong, writing no --output: an unknown model_type, num_key_value_heads not dividing the heads, an
 odd head_dim, a shard the index names missing, a tensor in two shards, a tensor the index places
 elsewhere, a tensor missing, one not of the model, a wrong shape, an F64 tensor, --module naming the
-other family, an id outside the vocabulary, more tokens than the context.
+other family, an id outside the vocabulary, more tokens than the context, a chat turn longer than
+--max-context.
 
 Prints one line per case and "llama vs pytorch: N passed, M failed (T s)"; exits non-zero on a failure.
 """
@@ -346,6 +353,99 @@ def generation(h, tmp, pool):
             errors = [str(e)]
         h.record(name, errors, cmd)
         print(f"  {'ok  ' if not errors else 'FAIL'} {name}")
+        chat(h, tmp, family, cfg, tokenizer, end)
+
+
+# --- chat -----------------------------------------------------------------------------------------------
+
+def template(family, messages, first, thinking=True):
+    """The family's chat text, written here from the formats (chat.h): Llama 3's header tokens,
+    Qwen3's ChatML with the empty think block when thinking is off."""
+    if family == "llama":
+        t = "<|begin_of_text|>" if first else ""
+        for role, content in messages:
+            t += f"<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>"
+        return t + "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    t = "".join(f"<|im_start|>{role}\n{content}<|im_end|>\n" for role, content in messages)
+    return t + "<|im_start|>assistant\n" + ("" if thinking else "<think>\n\n</think>\n\n")
+
+
+def encode(h, weights, text):
+    return json.loads(harness.check_qkv([h.qkv, "encode", "--tokenizer", os.path.join(weights, "tokenizer.json"),
+                                         "--text", text]))
+
+
+def twin_reply(m, ids, end, new_tokens):
+    """Greedy from the ids until the end token: the reply's ids."""
+    return twin_generate(m, ids, new_tokens, 0.0, None, 0, stop_ids=(end,))
+
+
+def chat(h, tmp, family, cfg, tokenizer, end):
+    """generate --chat (one turn, with a system message, thinking off) and qkv chat (two turns over one
+    cache) against the twin run on the whole conversation's ids: a model of the generation tests'
+    shape with room for a conversation (context 160), its head's row of the end token made 1.5 times
+    the row greedy picks fourth after the first prompt, so that replies end a few tokens in."""
+    new_tokens = 10
+    m = twin(dict(cfg, context_length=160), 60)
+    with torch.no_grad():
+        m.final_norm.weight.mul_(3.0)
+    weights = write_dir(m, os.path.join(tmp, f"chat-{family}"), "f32", tokenizer)
+    first = twin_generate(m, encode(h, weights, template(family, [("user", "on the mat")], True)), 4, 0.0, None, 0)
+    with torch.no_grad():
+        head = m.out_head.weight if not cfg["tied"] else m.tok_emb.weight
+        head[end] = head[first[3]] * 1.5
+    weights = write_dir(m, os.path.join(tmp, f"chat-{family}"), "f32", tokenizer)
+    cmd = [h.qkv, "generate", "--weights", weights, "--chat", "--prompt", "the cat", "--system", "be brief",
+           "--thinking", "off", "--temperature", "0", "--max-new-tokens", str(new_tokens), "--json"]
+    name = f"generate --chat {family}: the template's ids, then the twin's reply, ended at the end token"
+    try:
+        out = harness.qkv_json(cmd)
+        want_prompt = encode(h, weights, template(family, [("system", "be brief"), ("user", "the cat")], True,
+                                                  thinking=False))
+        want = twin_reply(m, want_prompt, end, new_tokens)
+        errors = []
+        if out["prompt_ids"] != want_prompt:
+            errors.append(f"prompt_ids {out['prompt_ids']}, the template's {want_prompt}")
+        if out["new_ids"] != want or out["ended"] != (len(want) < new_tokens):
+            errors.append(f"new_ids {out['new_ids']} (ended {out['ended']}), twin {want}")
+    except harness.QkvError as e:
+        errors = [str(e)]
+    h.record(name, errors, cmd)
+    print(f"  {'ok  ' if not errors else 'FAIL'} {name}")
+
+    cmd = [h.qkv, "chat", "--weights", weights, "--temperature", "0", "--max-new-tokens", str(new_tokens), "--json"]
+    name = f"chat {family}: two turns over one cache = the twin on the whole conversation"
+    run = harness.run_qkv(cmd, input="on the mat\nthe end\n")
+    errors = []
+    if run.problem():
+        errors.append(run.problem())
+    else:
+        turns = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
+        ids = []
+        close = [] if family == "llama" else encode(h, weights, "\n")
+        for k, (turn, text) in enumerate(zip(turns, ["on the mat", "the end"])):
+            want_prompt = encode(h, weights, template(family, [("user", text)], k == 0))
+            if k > 0:  # the last reply's end token and the template's close come first
+                want_prompt = [end] + close + want_prompt
+            if turn["prompt_ids"] != want_prompt:
+                errors.append(f"turn {k + 1}: prompt_ids {turn['prompt_ids']}, expected {want_prompt}")
+            ids += want_prompt
+            want = twin_reply(m, ids, end, new_tokens)
+            if turn["new_ids"] != want:
+                errors.append(f"turn {k + 1}: new_ids {turn['new_ids']}, twin {want}")
+            if not turn["ended"]:
+                errors.append(f"turn {k + 1}: the reply did not end at the end token")
+            ids += want
+        if len(turns) != 2:
+            errors.append(f"{len(turns)} turns printed, not 2")
+    h.record(name, errors, cmd)
+    print(f"  {'ok  ' if not errors else 'FAIL'} {name}")
+
+    out = os.path.join(tmp, f"chat-long-{family}.txt")
+    cmd = [h.qkv, "generate", "--weights", weights, "--chat", "--prompt", "the cat sat on the mat " * 4,
+           "--max-context", "12", "--json"]
+    h.record(f"bad input: a chat turn longer than the context ({family})", refusal(cmd, "exceed the chat's context", out),
+             cmd)
 
 
 # --- bad input ------------------------------------------------------------------------------------------

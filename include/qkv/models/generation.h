@@ -59,6 +59,11 @@ using TokenCallback = std::function<bool(int64_t id)>;
 std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& prompt, const SamplingOptions& options,
                               const TokenCallback& on_token = nullptr);
 
+// Throws qkv::Error naming the option out of range for a vocabulary of V: max_new_tokens < 0, a
+// temperature not finite or negative, top_k outside [0, V], eos_id or a stop id outside [0, V).
+// `who` starts the message ("generate", "chat").
+void check_sampling_options(const SamplingOptions& options, int64_t V, const char* who);
+
 // The next id from one position's logits (V floats) as described above; `gen` is drawn from
 // (V draws) only when temperature > 0; `scratch` is V floats of working space.
 int64_t pick_next_token(const float* logits, int64_t vocab, const SamplingOptions& options, Generator& gen,

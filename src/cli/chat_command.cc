@@ -1,0 +1,165 @@
+// qkv chat --weights DIR: a conversation with a Llama 3 or Qwen3 model, the KV cache kept from turn to
+// turn (models/chat.h); and `qkv generate --chat`'s one turn (generate_command.cc calls run_chat_turn).
+//
+//   qkv chat --weights DIR [--system TEXT] [--thinking on|off] [--max-context N] [--temperature T]
+//            [--top-k K] [--seed S] [--max-new-tokens N] [--json]
+//
+// Each line of standard input is the user's message; the reply streams as it is generated. An empty
+// line is skipped; /exit or the end of input ends the conversation. Ctrl-C stops the reply in
+// progress (the conversation goes on; a second Ctrl-C during the prompt ends it). --json prints one
+// object per turn instead: {turn, prompt_ids, new_ids, reply, ended, tokens, context}.
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "chat_flags.h"
+#include "commands.h"
+#include "flags.h"
+#include "qkv/core/error.h"
+#include "qkv/qkv.h"
+#include "sampling_flags.h"
+#include "stop_signals.h"
+
+namespace qkv::cli {
+
+void add_chat_flags(CLI::App* sub, ChatFlags& f) {
+  sub->add_option("--system", f.system, "A system message before the first turn");
+  sub->add_option_function<std::string>(
+         "--thinking",
+         [&f](const std::string& s) {
+           if (s != "on" && s != "off")
+             throw CLI::ValidationError("--thinking: " + s + " is not on or off");
+           f.thinking = s == "on";
+         },
+         "Qwen3's thinking block: on (the model may think first, as Qwen3's default) | off (an empty "
+         "<think></think> after the reply's header)")
+      ->type_name("on|off")
+      ->default_str("on");
+  add_number_with_default(sub, "--max-context", f.max_context,
+                          "The most tokens the conversation may hold (its KV cache's size; at most the model's context)",
+                          positive<int64_t>());
+}
+
+ChatSession make_chat_session(const LoadedModel& m, const ChatFlags& f) {
+  QKV_CHECK(m.chat_format.has_value() && m.tokenizer, m.description,
+            " has no chat format (chat is for the Llama 3 and Qwen3 families, with their tokenizer.json)");
+  return ChatSession(*m.model, *m.tokenizer, *m.chat_format, m.end_ids, f.max_context);
+}
+
+int run_chat_turn(LoadedModel& m, const ChatFlags& f, const std::string& prompt, const SamplingOptions& o, bool json) {
+  ChatSession chat = make_chat_session(m, f);
+  std::vector<ChatMessage> messages;
+  if (!f.system.empty()) messages.push_back({"system", f.system});
+  messages.push_back({"user", prompt});
+  StopSignals signals;
+  const ChatSession::Turn t = chat.respond(messages, o, f.thinking, [&](int64_t id) {
+    if (!json) std::cout << m.tokenizer->token_text(id) << std::flush;
+    return *StopSignals::flag() == 0;
+  });
+  if (json) {
+    std::cout << nlohmann::json({{"prompt", prompt},
+                                 {"completion", t.text},
+                                 {"ids", chat.ids()},
+                                 {"prompt_ids", t.prompt_ids},
+                                 {"new_ids", t.new_ids},
+                                 {"prompt_tokens", t.prompt_ids.size()},
+                                 {"new_tokens", t.new_ids.size()},
+                                 {"ended", t.ended},
+                                 {"chat_format", chat_format_name(*m.chat_format)},
+                                 {"model", m.description}})
+                     .dump()
+              << "\n";
+  } else {
+    std::cout << "\n";
+  }
+  const int stopped = *StopSignals::flag();
+  return stopped ? 128 + stopped : 0;
+}
+
+namespace {
+
+struct ChatCommandFlags {
+  std::string weights, model;
+  ChatFlags chat;
+  SamplingFlags pick;
+  SamplingOptions sampling;
+  std::optional<Dtype> dtype;
+  bool json = false;
+};
+
+int run_chat(ChatCommandFlags& f, const CLI::App& sub) {
+  if (f.weights.empty() == f.model.empty()) bad_flag("--weights", "give one of --weights DIR or --model PRESET");
+  LoadOptions load;
+  load.dtype = f.dtype;
+  LoadedModel m = !f.model.empty() ? make_model(f.model, f.sampling.seed, load) : load_model(f.weights, load);
+  if (sub.count("--max-new-tokens") == 0) f.sampling.max_new_tokens = 1024;
+  apply_sampling_flags(f.pick, m.model->vocab_size(), f.sampling);
+  ChatSession chat = make_chat_session(m, f.chat);
+  if (!f.json)
+    std::cerr << "qkv chat: " << m.description << "\n  one message per line; /exit or end of input ends the chat\n";
+  std::string line;
+  bool first = true;
+  int turn = 0;
+  while (true) {
+    if (!f.json) std::cout << "> " << std::flush;
+    if (!std::getline(std::cin, line) || line == "/exit") break;
+    if (line.empty()) continue;
+    std::vector<ChatMessage> messages;
+    if (first && !f.chat.system.empty()) messages.push_back({"system", f.chat.system});
+    messages.push_back({"user", line});
+    first = false;
+    StopSignals signals;  // Ctrl-C ends this reply, not the chat
+    ChatSession::Turn t;
+    try {
+      t = chat.respond(messages, f.sampling, f.chat.thinking, [&](int64_t id) {
+        if (!f.json) std::cout << m.tokenizer->token_text(id) << std::flush;
+        return *StopSignals::flag() == 0;
+      });
+    } catch (const Error& e) {  // a turn that does not fit: say so, keep the conversation
+      std::cerr << "qkv chat: " << e.what() << "\n";
+      if (f.json) return 1;
+      continue;
+    }
+    ++turn;
+    if (f.json) {
+      std::cout << nlohmann::json({{"turn", turn},
+                                   {"prompt_ids", t.prompt_ids},
+                                   {"new_ids", t.new_ids},
+                                   {"reply", t.text},
+                                   {"ended", t.ended},
+                                   {"context", chat.length()},
+                                   {"max_context", chat.capacity()}})
+                       .dump()
+                << std::endl;
+    } else {
+      std::cout << "\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_chat(CLI::App& app) {
+  auto f = std::make_shared<ChatCommandFlags>();
+  CLI::App* sub = app.add_subcommand("chat", "Chat with a Llama 3 or Qwen3 model (one message per line of input)");
+  sub->add_option("--weights", f->weights,
+                  "A Llama 3 / Qwen3 directory as Hugging Face ships it (config.json, model.safetensors or shards, "
+                  "tokenizer.json)");
+  sub->add_option("--model", f->model, "An untrained preset instead: llama-3.2-1b | llama-3.2-3b | qwen3-0.6b | qwen3-1.7b");
+  add_chat_flags(sub, f->chat);
+  add_sampling_flags(sub, f->pick);
+  add_number_with_default(sub, "--seed", f->sampling.seed, "Seed of the draws (continued from turn to turn)");
+  add_number_with_default(sub, "--max-new-tokens", f->sampling.max_new_tokens,
+                          "The longest reply, in tokens (default 1024)", non_negative<int64_t>());
+  add_dtype_flag(sub, "--dtype", [f](Dtype d) { f->dtype = d; },
+                 "The products: f32 | bf16 (default: the weights' own precision)");
+  sub->add_flag("--json", f->json,
+                "One JSON object per turn: {turn, prompt_ids, new_ids, reply, ended, context, max_context}");
+  return {sub, [f, sub]() { return run_chat(*f, *sub); }};
+}
+
+}  // namespace qkv::cli

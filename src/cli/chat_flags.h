@@ -1,0 +1,26 @@
+// The chat flags (--system, --thinking, --max-context), declared once for `qkv chat` and
+// `qkv generate --chat` (chat_command.cc).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "qkv/qkv.h"
+
+namespace qkv::cli {
+
+struct ChatFlags {
+  std::string system;
+  bool thinking = true;       // Qwen3's thinking block
+  int64_t max_context = 4096; // the conversation's KV cache, in positions
+};
+
+void add_chat_flags(CLI::App* sub, ChatFlags& f);
+// A conversation with a loaded model; qkv::Error when it has no chat format.
+ChatSession make_chat_session(const LoadedModel& m, const ChatFlags& f);
+// One turn: [system,] user `prompt`, the reply streamed (or, with json, one object printed);
+// returns the exit status (128 + the signal when Ctrl-C stopped it).
+int run_chat_turn(LoadedModel& m, const ChatFlags& f, const std::string& prompt, const SamplingOptions& o, bool json);
+
+}  // namespace qkv::cli

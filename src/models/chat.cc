@@ -1,0 +1,94 @@
+// Chat formats and conversations. See include/qkv/models/chat.h.
+#include "qkv/models/chat.h"
+
+#include <algorithm>
+
+#include "qkv/core/error.h"
+
+namespace qkv {
+
+const char* chat_format_name(ChatFormat f) { return f == ChatFormat::kQwen3 ? "qwen3" : "llama3"; }
+
+std::string chat_text(ChatFormat format, const std::vector<ChatMessage>& messages, bool first, bool thinking) {
+  std::string t;
+  for (const ChatMessage& m : messages)
+    QKV_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant", "chat: the role ", m.role,
+              " is not system, user or assistant");
+  if (format == ChatFormat::kLlama3) {
+    if (first) t += "<|begin_of_text|>";
+    for (const ChatMessage& m : messages)
+      t += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
+    t += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  } else {
+    for (const ChatMessage& m : messages) t += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+    t += "<|im_start|>assistant\n";
+    if (!thinking) t += "<think>\n\n</think>\n\n";
+  }
+  return t;
+}
+
+std::string chat_turn_close(ChatFormat format) { return format == ChatFormat::kQwen3 ? "\n" : ""; }
+
+ChatSession::ChatSession(LanguageModel& model, const Tokenizer& tokenizer, ChatFormat format,
+                         std::vector<int64_t> stop_ids, int64_t capacity, kernels::CacheDtype cache_dtype)
+    : model_(model),
+      tokenizer_(tokenizer),
+      format_(format),
+      stop_ids_(std::move(stop_ids)),
+      capacity_(std::min(capacity, model.context_length())),
+      cache_(model.make_cache(1, cache_dtype, std::min(capacity, model.context_length()))) {
+  QKV_CHECK(capacity >= 1, "chat: the context (", capacity, " tokens) must be at least 1");
+  QKV_CHECK(!stop_ids_.empty(), "chat: the tokenizer has none of the family's end tokens");
+  model_.eval();
+}
+
+ChatSession::Turn ChatSession::respond(const std::vector<ChatMessage>& messages, const SamplingOptions& o,
+                                       bool thinking, const TokenCallback& on_token) {
+  Turn turn;
+  const bool first = ids_.empty() && pending_.empty();
+  turn.prompt_ids = pending_;
+  const std::vector<int64_t> text = tokenizer_.encode(chat_text(format_, messages, first, thinking));
+  turn.prompt_ids.insert(turn.prompt_ids.end(), text.begin(), text.end());
+  const auto n = static_cast<int64_t>(turn.prompt_ids.size());
+  QKV_CHECK(length() + n <= capacity_, "chat: the conversation holds ", length(), " tokens; this turn's ", n,
+            " more exceed the chat's context of ", capacity_, " tokens (start a new conversation, or give a ",
+            "larger context)");
+  check_sampling_options(o, model_.vocab_size(), "chat");
+  if (!o.generator && !own_) own_.emplace(o.seed);
+  Generator& gen = o.generator ? *o.generator : *own_;
+  const int64_t V = model_.vocab_size();
+  logits_.resize(static_cast<size_t>(V));
+  // The turn's prompt in one step (a prefill), then one token at a time.
+  model_.forward_cached_into(turn.prompt_ids, 1, n, cache_, logits_.data());
+  ids_.insert(ids_.end(), turn.prompt_ids.begin(), turn.prompt_ids.end());
+  pending_.clear();
+  std::optional<int64_t> unfed;  // the last token picked and not yet fed
+  int64_t end_id = stop_ids_.front();
+  while (static_cast<int64_t>(turn.new_ids.size()) < o.max_new_tokens) {
+    if (unfed) {
+      if (length() >= capacity_) break;  // no position left for it
+      model_.forward_cached_into({*unfed}, 1, 1, cache_, logits_.data());
+      ids_.push_back(*unfed);
+      unfed.reset();
+    }
+    const int64_t next = pick_next_token(logits_.data(), V, o, gen, scratch_);
+    if (std::find(stop_ids_.begin(), stop_ids_.end(), next) != stop_ids_.end()) {
+      turn.ended = true;
+      end_id = next;
+      break;
+    }
+    turn.new_ids.push_back(next);
+    unfed = next;
+    if (on_token && !on_token(next)) break;
+  }
+  // What the template writes after the reply, fed with the next turn: the reply's last token when
+  // it was not fed, the end token, and the close.
+  if (unfed) pending_.push_back(*unfed);
+  pending_.push_back(end_id);
+  const std::vector<int64_t> close = tokenizer_.encode(chat_turn_close(format_));
+  pending_.insert(pending_.end(), close.begin(), close.end());
+  turn.text = tokenizer_.decode(turn.new_ids);
+  return turn;
+}
+
+}  // namespace qkv
