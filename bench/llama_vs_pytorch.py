@@ -13,6 +13,9 @@ same threads, one run.
            bfloat16; its faster one is the comparison.
   prefill  one forward of B = 1, T = 1,024 tokens: qkv bf16 against the bf16 dot-product peak it
            measures (the issue's target: 60%), and the twin's fastest dtype under torch.no_grad.
+  memory   (--only memory) the twin's weights written as Hugging Face ships them in BF16 (config.json,
+           model.safetensors, the installed tokenizer.json), then `qkv generate --weights DIR` (bf16: the
+           weights kept in bf16 only) for 20 tokens: its peak resident memory against the file's size.
 PyTorch runs as bench/gpt_vs_pytorch.py runs it: a child process with jemalloc preloaded,
 torch.set_num_threads(n), OPENBLAS_NUM_THREADS=n. Medians of every timed run; a ratio is PyTorch's
 time over qkv's (above 1: qkv is faster).
@@ -34,7 +37,7 @@ PRESETS = {  # E, F, L, H, G, D, V, theta, tied (their config.json's)
     "qwen3-1.7b": ("qwen3", 2048, 6144, 28, 16, 8, 128, 151936, 1e6, True),
     "llama-3.2-1b": ("llama", 2048, 8192, 16, 32, 8, 64, 128256, 5e5, True),
 }
-CASES = {"decode": dict(seq_len=4, new_tokens=200), "prefill": dict(seq_len=1024)}
+CASES = {"decode": dict(seq_len=4, new_tokens=200), "prefill": dict(seq_len=1024), "memory": {}}
 
 
 def torch_worker(a):
@@ -130,6 +133,42 @@ def run_qkv(a, case):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def memory(a):
+    import shutil
+    import tempfile
+
+    import torch
+
+    sys.path.insert(0, os.path.join(ROOT, "tests", "pytorch"))
+    import llama_model
+    import safetensors_io
+
+    family, E, F, L, H, G, D, V, theta, tied = PRESETS[a.preset]
+    cfg = dict(family=family, vocab_size=V, emb_dim=E, hidden_dim=F, n_layers=L, n_heads=H, n_kv_groups=G,
+               head_dim=D, context_length=40960, rope_base=theta, rms_eps=1e-6, tied=tied, rope_freq=None)
+    with tempfile.TemporaryDirectory(prefix="qkv-llama-memory-") as tmp:
+        torch.manual_seed(0)
+        m = llama_model.LlamaModel(cfg)
+        safetensors_io.save(os.path.join(tmp, "model.safetensors"),
+                            {k: v.to(torch.bfloat16) for k, v in llama_model.to_hugging_face(m).items()})
+        del m
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(llama_model.config_json(cfg), f)
+        home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+        shutil.copy(os.path.join(home, "qkv", "qwen3" if family == "qwen3" else "llama3", "tokenizer.json"), tmp)
+        size = os.path.getsize(os.path.join(tmp, "model.safetensors"))
+        # /usr/bin/time measures qkv alone (a child forked from this process counts this process's
+        # pages until it execs, so the children's ru_maxrss here would be Python's)
+        cmd = ["/usr/bin/time", "-f", "maxrss_kib %M", a.qkv, "generate", "--weights", tmp, "--prompt", "Hello",
+               "--max-new-tokens", "20", "--json"]
+        run = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        out = json.loads(run.stdout.splitlines()[-1])
+        rss = int(run.stderr.split("maxrss_kib")[-1].split()[0]) * 1024
+        print(f"memory  {a.preset}: model.safetensors {size / 2**20:.0f} MiB (BF16); qkv generate --weights DIR "
+              f"peak RSS {rss / 2**20:.0f} MiB = {rss / size:.2f}x the file ({out['model']}; "
+              f"{out['new_tokens']} tokens at {out['tokens_per_s']:.1f} tokens/s)")
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--qkv", default=os.path.join(ROOT, "build", "qkv"))
@@ -145,6 +184,9 @@ def main(argv):
     if a.worker:
         return torch_worker(a)
     for case in [a.only] if a.only else ["decode", "prefill"]:
+        if case == "memory":
+            memory(a)
+            continue
         q, ceil, torch_ms = [], [], {"f32": [], "bf16": []}
         for _ in range(a.rounds):
             r = run_qkv(a, case)

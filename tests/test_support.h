@@ -1,7 +1,11 @@
 // Small helpers the GoogleTest suites share.
 #pragma once
 
+#include <stdlib.h>
+
 #include <cmath>
+#include <filesystem>
+#include <stdexcept>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -23,6 +27,13 @@ inline std::vector<float> normal_vector(size_t n, std::mt19937& rng) {
 }
 
 // The message of the qkv::Error that f throws, or "(no error)".
+// A fresh directory under the system's temporary one ("<prefix>XXXXXX"); the caller removes it.
+inline std::string temp_dir(const std::string& prefix) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "XXXXXX")).string();
+  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
+  return tmpl;
+}
+
 inline std::string error_of(const std::function<void()>& f) {
   try {
     f();

@@ -97,8 +97,14 @@ class Model:
 
     @property
     def eos_id(self):
-        """The tokenizer's end-of-text id (GPT-2's <|endoftext|>), or None."""
+        """The tokenizer's end-of-text id (GPT-2's <|endoftext|>; Qwen3's <|im_end|>; Llama 3's <|eot_id|>), or None."""
         return self._m.eos_id
+
+    @property
+    def end_ids(self):
+        """Every token that ends a turn or the text (Qwen3's <|im_end|>, <|endoftext|>; Llama 3's
+        <|eot_id|>, <|eom_id|>, <|end_of_text|>): stop_at_eos stops at each; [] when none."""
+        return list(self._m.end_ids)
 
     def encode(self, text):
         """The model's ids for `text` (GPT-2's tokenizer for GPT models)."""
@@ -168,15 +174,19 @@ class Model:
 
 def load(path, *, dtype=None, vocab_dir="", num_heads=None):
     """The model in `path`: GPT-2's weights (Hugging Face's model.safetensors or a directory holding
-    it and config.json, or the book's state-dict names) or a checkpoint `qkv train` wrote.
+    it and config.json, or the book's state-dict names), a Llama 3 or Qwen3 folder as Hugging Face
+    ships it (config.json, model.safetensors or shards, tokenizer.json), or a checkpoint `qkv train`
+    wrote.
 
-    dtype "f32" or "bf16" (None: as saved); num_heads for a GPT file without config.json.
+    dtype "f32" or "bf16" (None: as saved; a bf16 Llama/Qwen3 model keeps its weights in bf16 only,
+    and its state_dict() then needs dtype="f32"); num_heads for a GPT file without config.json.
     A path that holds no model is a qkv.Error naming it and what is wrong.
     """
     return Model(_qkv.load(str(path), dtype=dtype, vocab_dir=vocab_dir, num_heads=num_heads))
 
 
 def make_model(preset, seed=123, *, dtype=None, vocab_dir=""):
-    """An untrained GPT model of a preset (gpt2-small, gpt2-medium, gpt2-large, gpt2-xl), its weights
-    drawn as torch.manual_seed(seed); GPTModel(cfg) draws them."""
+    """An untrained model of a preset: GPT-2's (gpt2-small, gpt2-medium, gpt2-large, gpt2-xl), its
+    weights drawn as torch.manual_seed(seed); GPTModel(cfg) draws them; or Llama 3's and Qwen3's
+    (llama-3.2-1b, llama-3.2-3b, qwen3-0.6b, qwen3-1.7b) with the installed vocabulary."""
     return Model(_qkv.make_model(preset, seed=seed, dtype=dtype, vocab_dir=vocab_dir))

@@ -1,7 +1,7 @@
 // python/src/model_bindings.cc - language models through qkv's front door (qkv/qkv.h) for Python:
 // what qkv.load and qkv.make_model (python/qkv/__init__.py) wrap.
 //
-//   m = _qkv.load(path, dtype=None, vocab_dir="", num_heads=None)   # GPT-2's weights, a qkv checkpoint
+//   m = _qkv.load(path, dtype=None, vocab_dir="", num_heads=None)   # GPT-2's weights, a Llama 3 / Qwen3 folder, a qkv checkpoint
 //   m = _qkv.make_model("gpt2-small", seed=123, dtype=None)         # untrained, as torch.manual_seed(S); GPTModel(cfg)
 //   m.generate(prompt_ids, max_new_tokens, temperature, top_k, seed, stop_at_eos, on_token) -> new ids
 //   m.logits(ids (T) or (B, T) integers) -> float32 (T, V) or (B, T, V)
@@ -72,6 +72,7 @@ std::vector<int64_t> generate_ids(Model& self, const std::vector<int64_t>& promp
   if (stop_at_eos) {
     if (!m.eos_id) throw Error("generate: stop_at_eos, but the model's tokenizer has no end-of-text token");
     o.eos_id = m.eos_id;
+    o.stop_ids = m.end_ids;  // Qwen3's and Llama 3's end-of-turn tokens too
   }
   // The command line's draws: a given seed starts Generator(seed); without one, a preset continues
   // the generator its weights came from and a loaded model starts from the default seed.
@@ -180,6 +181,7 @@ void bind_models(py::module_& m) {
       .def_property_readonly("context_length", [](const Model& self) { return self.loaded.model->context_length(); })
       .def_property_readonly("default_new_tokens", [](const Model& self) { return self.loaded.default_new_tokens; })
       .def_property_readonly("eos_id", [](const Model& self) { return self.loaded.eos_id; })
+      .def_property_readonly("end_ids", [](const Model& self) { return self.loaded.end_ids; })
       .def_property_readonly("has_tokenizer", [](const Model& self) { return self.loaded.tokenizer != nullptr; });
   m.def("load", &load, py::arg("path"), py::arg("dtype") = py::none(), py::arg("vocab_dir") = "",
         py::arg("num_heads") = py::none());

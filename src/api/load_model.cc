@@ -94,8 +94,9 @@ LoadedModel load_llama(const std::string& dir, const LoadOptions& options) {
   const Dtype dtype = options.dtype.value_or(w.stored_dtype == "F32" ? Dtype::kF32 : Dtype::kBF16);
   LoadedModel m;
   m.generator = std::make_unique<Generator>();
-  std::unique_ptr<LlamaModel> model = llama_model_from(w, dtype, AttentionPath::kFused, *m.generator);
-  if (dtype == Dtype::kBF16) model->keep_bf16_weights();  // decoding reads bf16
+  // bf16 products: the weights kept in bf16 only (decoding reads bf16; the model in about its file's size)
+  std::unique_ptr<LlamaModel> model =
+      llama_model_from(w, dtype, AttentionPath::kFused, *m.generator, /*bf16_only=*/dtype == Dtype::kBF16);
   m.description = str(model->describe(), " from ", excerpt(dir), " (", w.stored_dtype, " weights, ",
                       dtype_name(dtype), " products)");
   const LlamaConfig c = model->config;

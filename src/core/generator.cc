@@ -269,11 +269,7 @@ void Generator::linear_init(float* weight, float* bias, int64_t out_features,
             out_features, ", ", in_features, ")");
   const int64_t weight_n = out_features * in_features;
   check_out(weight, weight_n, "linear_init weight");
-  if (!init_draws_) {
-    std::fill(weight, weight + weight_n, 0.0f);
-    if (bias) std::fill(bias, bias + out_features, 0.0f);
-    return;
-  }
+  if (!init_draws_) return;  // the caller loads every value
   // kaiming_uniform_(weight, a=math.sqrt(5)); a zero-element weight is left alone.
   if (weight_n > 0) {
     const double a = std::sqrt(5.0);
@@ -291,10 +287,7 @@ void Generator::linear_init(float* weight, float* bias, int64_t out_features,
 void Generator::embedding_init(float* weight, int64_t num, int64_t dim) {
   QKV_CHECK(num >= 0 && dim >= 0, "embedding_init: sizes must be >= 0, got (", num, ", ", dim,
             ")");
-  if (!init_draws_) {
-    std::fill(weight, weight + num * dim, 0.0f);
-    return;
-  }
+  if (!init_draws_) return;
   normal(weight, num * dim, 0.0, 1.0);
 }
 

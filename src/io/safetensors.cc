@@ -465,6 +465,36 @@ void MappedSafetensors::read_into(const std::string& name, float* out) const {
   }
 }
 
+void MappedSafetensors::read_bf16_into(const std::string& name, uint16_t* out) const {
+  const Impl& m = *impl_;
+  const Entry& e = m.entry(name);
+  const int64_t n = numel_of(e.shape);
+  const unsigned char* data = m.layout.data;
+  if (std::string_view(e.dtype->name) == "BF16" && std::endian::native == std::endian::little) {
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const int64_t piece = int64_t{4} << 20;  // elements: 8 MiB of the file at a time
+    for (int64_t i = 0; i < n; i += piece) {
+      const int64_t k = std::min(piece, n - i);
+      const unsigned char* src = data + e.begin + static_cast<uint64_t>(i * 2);
+      std::memcpy(out + i, src, static_cast<size_t>(k) * 2);
+      if (m.map != nullptr) {  // the pages copied leave this process (the page cache keeps them)
+        const auto first = reinterpret_cast<uintptr_t>(src) & ~(page - 1);
+        const auto last = reinterpret_cast<uintptr_t>(src + k * 2);
+        ::madvise(reinterpret_cast<void*>(first), static_cast<size_t>(last - first), MADV_DONTNEED);
+      }
+    }
+    return;
+  }
+  // Other dtypes: decoded to float32 a piece at a time, then rounded to nearest even.
+  std::vector<float> buffer(static_cast<size_t>(std::min<int64_t>(n, int64_t{1} << 20)));
+  const int64_t size = static_cast<int64_t>(e.dtype->size);
+  for (int64_t i = 0; i < n; i += static_cast<int64_t>(buffer.size())) {
+    const int64_t k = std::min(static_cast<int64_t>(buffer.size()), n - i);
+    decode(e, data + e.begin + static_cast<uint64_t>(i * size), buffer.data(), k);
+    floats_to_bf16(buffer.data(), out + i, static_cast<size_t>(k));
+  }
+}
+
 // --- writing ----------------------------------------------------------------------------------
 
 std::string serialize_safetensors(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata,

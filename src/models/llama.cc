@@ -149,7 +149,13 @@ LlamaModel::LlamaModel(const LlamaConfig& c, Generator& gen)
   lm_head.dtype = c.dtype;
 }
 
+void LlamaModel::check_floats(const char* what) const {
+  QKV_CHECK(!bf16_only_, "LlamaModel: ", what, " needs the float weights, but this model holds its weights in bf16 ",
+            "only (loaded for generation): load it with f32 products (--dtype f32, LoadOptions::dtype) for that");
+}
+
 void LlamaModel::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  check_floats("the state dict");
   embed_tokens.collect_state(prefix + "model.embed_tokens.", out);
   for (size_t i = 0; i < layers.size(); ++i) layers[i].collect_state(prefix + "model.layers." + std::to_string(i) + ".", out);
   norm.collect_state(prefix + "model.norm.", out);
@@ -157,6 +163,7 @@ void LlamaModel::collect_state(const std::string& prefix, std::vector<StateEntry
 }
 
 void LlamaModel::train(bool on) {
+  if (on) check_floats("training");
   if (on) keep_bf16_weights(false);  // the weights are about to change
   Module::train(on);
   for (LlamaBlock& b : layers) {
@@ -166,6 +173,7 @@ void LlamaModel::train(bool on) {
 }
 
 void LlamaModel::keep_bf16_weights(bool on) {
+  check_floats("keep_bf16_weights");
   layers16_.clear();
   head16_.clear();
   if (!on) return;
@@ -190,11 +198,64 @@ std::string LlamaModel::describe() const {
              ", context ", c.max_position_embeddings, c.tie_word_embeddings ? ", head tied to the embedding" : "");
 }
 
+void LlamaModel::load_bf16_only(const std::function<void(const std::string&, uint16_t*)>& read16,
+                                const std::function<void(const std::string&, float*)>& read32) {
+  QKV_CHECK(config.dtype == Dtype::kBF16, "LlamaModel: weights in bf16 only need bf16 products (config.dtype)");
+  const int64_t E = config.hidden_size, F = config.intermediate_size, V = config.vocab_size;
+  const int64_t HD = config.num_attention_heads * config.head_dim, GD = config.num_key_value_heads * config.head_dim;
+  auto bits = [](int64_t n) { return std::vector<uint16_t>(static_cast<size_t>(n)); };
+  std::vector<LlamaBlock::Weights16> layers16;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LlamaBlock::Weights16 w{bits((HD + 2 * GD) * E), bits(E * HD), bits(F * E), bits(F * E), bits(E * F)};
+    read16(p + "self_attn.q_proj.weight", w.qkv.data());  // rows [0, HD): W_query, then W_key, W_value
+    read16(p + "self_attn.k_proj.weight", w.qkv.data() + HD * E);
+    read16(p + "self_attn.v_proj.weight", w.qkv.data() + (HD + GD) * E);
+    read16(p + "self_attn.o_proj.weight", w.out.data());
+    read16(p + "mlp.gate_proj.weight", w.gate.data());
+    read16(p + "mlp.up_proj.weight", w.up.data());
+    read16(p + "mlp.down_proj.weight", w.down.data());
+    LlamaBlock& b = layers[i];
+    read32(p + "input_layernorm.weight", b.input_layernorm.weight.data());
+    read32(p + "post_attention_layernorm.weight", b.post_attention_layernorm.weight.data());
+    if (config.qk_norm()) {
+      read32(p + "self_attn.q_norm.weight", b.self_attn.q_norm.weight.data());
+      read32(p + "self_attn.k_norm.weight", b.self_attn.k_norm.weight.data());
+    }
+    layers16.push_back(std::move(w));
+  }
+  read32("model.norm.weight", norm.weight.data());
+  std::vector<uint16_t> embed = bits(V * E), head;
+  read16("model.embed_tokens.weight", embed.data());
+  if (!config.tie_word_embeddings) {
+    head = bits(V * E);
+    read16("lm_head.weight", head.data());
+  }
+  layers16_ = std::move(layers16);
+  if (config.tie_word_embeddings) {
+    head16_ = std::move(embed);
+    embed16_.clear();
+  } else {
+    head16_ = std::move(head);
+    embed16_ = std::move(embed);
+  }
+  bf16_only_ = true;
+}
+
 Tensor LlamaModel::forward(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens) {
   QKV_CHECK(batch >= 1 && tokens >= 1 && static_cast<int64_t>(ids.size()) == batch * tokens, "LlamaModel: ",
             ids.size(), " ids for a (", batch, ", ", tokens, ") batch");
   QKV_CHECK(tokens <= context_length(), "LlamaModel: ", tokens, " tokens but max_position_embeddings is ",
             context_length());
+  if (bf16_only_) {  // the cached computation over a fresh cache: every position's logits
+    QKV_CHECK(traces_.empty(), "LlamaModel: attention traces need the float weights; this model holds its weights in ",
+              "bf16 only (load it with f32 products to trace it)");
+    kernels::KvCache cache = make_cache(batch, kernels::CacheDtype::kF32, tokens);
+    Tensor logits = Tensor::empty({batch, tokens, config.vocab_size});
+    cached_pass(ids, batch, tokens, cache, logits.data(), /*all_rows=*/true);
+    x_shape_ = Shape{};
+    return logits;
+  }
   Tensor x = embed_tokens.forward(ids, {batch, tokens});  // (B, T, E)
   for (size_t l = 0; l < layers.size(); ++l) x = layers[l].forward(x, traces_.empty() ? nullptr : &traces_[l]);
   x_shape_ = x.shape();
@@ -202,6 +263,7 @@ Tensor LlamaModel::forward(const std::vector<int64_t>& ids, int64_t batch, int64
 }
 
 void LlamaModel::backward(const Tensor& dlogits) {
+  check_floats("backward");
   QKV_CHECK(x_shape_.size() == 3, "LlamaModel: backward before forward");
   Tensor dx = norm.backward(lm_head.backward(dlogits));
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) dx = it->backward(dx);
@@ -226,6 +288,11 @@ Tensor LlamaModel::forward_cached(const std::vector<int64_t>& ids, int64_t batch
 
 void LlamaModel::forward_cached_into(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
                                      kernels::KvCache& cache, float* logits) {
+  cached_pass(ids, batch, tokens, cache, logits, false);
+}
+
+void LlamaModel::cached_pass(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, kernels::KvCache& cache,
+                             float* logits, bool all_rows) {
   const int64_t P = models_detail::check_cached_step("LlamaModel", ids, batch, tokens, cache,
                                                      static_cast<int64_t>(layers.size()), context_length());
   (void)P;
@@ -238,14 +305,26 @@ void LlamaModel::forward_cached_into(const std::vector<int64_t>& ids, int64_t ba
   const LlamaBlock::Scratch s{rows_of(step_h_, N * E), rows_of(step_a_, N * E), rows_of(step_gate_, N * F),
                               rows_of(step_up_, N * F)};
   // x = embed_tokens.weight[ids]                                       (B, Tn, E)
-  const Tensor& table = embed_tokens.weight;
-  QKV_CHECK(table.is_contiguous(), "LlamaModel: embed_tokens.weight must be contiguous");
-  for (int64_t i = 0; i < N; ++i)
-    std::memcpy(x + i * E, table.data() + ids[static_cast<size_t>(i)] * E, static_cast<size_t>(E) * sizeof(float));
+  if (bf16_only_) {
+    const std::vector<uint16_t>& table = config.tie_word_embeddings ? head16_ : embed16_;
+    for (int64_t i = 0; i < N; ++i)
+      bf16_to_floats(table.data() + ids[static_cast<size_t>(i)] * E, x + i * E, static_cast<size_t>(E));
+  } else {
+    const Tensor& table = embed_tokens.weight;
+    QKV_CHECK(table.is_contiguous(), "LlamaModel: embed_tokens.weight must be contiguous");
+    for (int64_t i = 0; i < N; ++i)
+      std::memcpy(x + i * E, table.data() + ids[static_cast<size_t>(i)] * E, static_cast<size_t>(E) * sizeof(float));
+  }
   const bool bf16 = !layers16_.empty() && config.dtype == Dtype::kBF16;
   for (size_t l = 0; l < layers.size(); ++l)
     layers[l].forward_cached(x, batch, tokens, cache, static_cast<int64_t>(l), bf16 ? &layers16_[l] : nullptr, s);
   cache.commit();
+  if (all_rows) {  // logits = lm_head(norm(x))                         (B, Tn, V)
+    float* h = rows_of(step_h_, N * E);
+    norm_rows(norm, x, N, h);
+    linear_rows(h, N, lm_head, bf16 ? head16_.data() : nullptr, logits);
+    return;
+  }
   // logits = lm_head(norm(x[:, -1]))                                  (B, V)
   float* last = rows_of(step_last_, batch * E);
   for (int64_t b = 0; b < batch; ++b)

@@ -94,9 +94,10 @@ LlamaWeights read_llama_weights(const std::string& path) {
   return w;
 }
 
-void load_llama_weights(LlamaModel& model, const LlamaWeights& w) {
-  // Every tensor against the model first - names, shapes, dtypes, nothing left over - so that
-  // nothing is loaded into a model it does not fit.
+namespace {
+// Every tensor against the model - names, shapes, dtypes, nothing left over - before anything is
+// loaded into it. Returns the model's entries.
+std::vector<StateEntry> check_llama_weights(LlamaModel& model, const LlamaWeights& w) {
   const std::vector<StateEntry> entries = model.state_dict();
   std::set<std::string> wanted;
   for (const StateEntry& e : entries) {
@@ -115,18 +116,33 @@ void load_llama_weights(LlamaModel& model, const LlamaWeights& w) {
     QKV_CHECK(wanted.count(name) || skipped(name) || (name == "lm_head.weight" && model.config.tie_word_embeddings),
               "the tensor ", excerpt(name), " in ", excerpt(w.files[i]->path()), " is not of config.json's ",
               llama_family_name(model.config.family), " model");
+  return entries;
+}
+}  // namespace
+
+void load_llama_weights(LlamaModel& model, const LlamaWeights& w) {
+  const std::vector<StateEntry> entries = check_llama_weights(model, w);
   // Straight into the model's own tensors, one at a time: no second copy of the model.
   for (const StateEntry& e : entries) w.files[w.file_of.at(e.name)]->read_into(e.name, e.tensor->data());
 }
 
-std::unique_ptr<LlamaModel> llama_model_from(const LlamaWeights& w, Dtype dtype, AttentionPath path, Generator& gen) {
+std::unique_ptr<LlamaModel> llama_model_from(const LlamaWeights& w, Dtype dtype, AttentionPath path, Generator& gen,
+                                             bool bf16_only) {
   LlamaConfig c = w.config;
   c.dtype = dtype;
   c.path = path;
   gen.set_init_draws(false);  // every weight is about to be loaded
   auto model = std::make_unique<LlamaModel>(c, gen);
   gen.set_init_draws(true);
-  load_llama_weights(*model, w);
+  if (bf16_only) {
+    QKV_CHECK(dtype == Dtype::kBF16, "weights in bf16 only need bf16 products");
+    check_llama_weights(*model, w);
+    auto file = [&](const std::string& name) -> const MappedSafetensors& { return *w.files[w.file_of.at(name)]; };
+    model->load_bf16_only([&](const std::string& name, uint16_t* out) { file(name).read_bf16_into(name, out); },
+                          [&](const std::string& name, float* out) { file(name).read_into(name, out); });
+  } else {
+    load_llama_weights(*model, w);
+  }
   model->eval();
   return model;
 }

@@ -42,7 +42,7 @@ CausalAttention::CausalAttention(const AttentionConfig& c, Generator& gen)
       W_value(c.d_in, c.d_out(), c.qkv_bias, gen),
       dropout(c.attention.dropout, gen),
       mask(c.context_length) {
-  qkv_.bind(W_query, W_key, W_value);
+  qkv_.bind(W_query, W_key, W_value, gen.init_draws());
 }
 
 void CausalAttention::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {

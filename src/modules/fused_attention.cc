@@ -12,9 +12,12 @@
 
 namespace qkv {
 
-void QkvWeights::bind(Linear& query, Linear& key, Linear& value) {
+void QkvWeights::bind(Linear& query, Linear& key, Linear& value, bool copy_values) {
   has_bias = query.has_bias;
-  weight = cat({query.weight, key.weight, value.weight}, 0);  // (C + 2 G D, d_in)
+  // (C + 2 G D, d_in)
+  weight = copy_values ? cat({query.weight, key.weight, value.weight}, 0)
+                       : Tensor::empty({query.weight.size(0) + key.weight.size(0) + value.weight.size(0),
+                                        query.weight.size(1)});
   dweight = Tensor::zeros(weight.shape());
   bias = has_bias ? cat({query.bias, key.bias, value.bias}, 0) : Tensor();  // (C + 2 G D)
   dbias = has_bias ? Tensor::zeros(bias.shape()) : Tensor();

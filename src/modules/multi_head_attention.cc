@@ -90,7 +90,7 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, Generator& gen)
       q_norm(c.attention.head_dim, c.attention.qk_norm_eps),
       k_norm(c.attention.head_dim, c.attention.qk_norm_eps),
       alibi_slopes_(kernels::spec_alibi_slopes(c.attention)) {
-  qkv_.bind(W_query, W_key, W_value);
+  qkv_.bind(W_query, W_key, W_value, gen.init_draws());
 }
 
 void MultiHeadAttention::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
 #include "qkv/core/gemm.h"
 #include "qkv/core/generator.h"
 #include "qkv/kernels/fma_peak.h"
@@ -57,7 +58,7 @@ GptBenchShape bench_shape_of_preset(const std::string& preset) {
   std::string known;
   for (const auto* names : {&gpt_preset_names(), &llama_preset_names()})
     for (const std::string& n : *names) known += (known.empty() ? "" : ", ") + n;
-  fail("unknown preset ", preset, "; expected one of: ", known);
+  fail("unknown preset ", excerpt(preset), "; expected one of: ", known);
 }
 
 GptBenchReport run_gpt_bench(const GptBenchShape& shape, int iters, int warmup, ThreadPool& pool) {

@@ -156,7 +156,7 @@ TEST_F(CliBench, EveryModuleTakesHostileSizesAndThreadCounts) {
       {"--module mha --seq-len 8 --threads 100000", "--threads 100000 is more than the"},
       {"--module gpt --seq-len 1025", "--seq-len 1025: must be in [1, 1024] (gpt2-small's context length)"},
       {"--module gpt --seq-len 0", "--seq-len 0: must be at least 1"},
-      {"--module gpt --preset gpt5 --seq-len 8", "unknown GPT preset 'gpt5'; expected one of: gpt2-small"},
+      {"--module gpt --preset gpt5 --seq-len 8", "unknown preset 'gpt5'; expected one of: gpt2-small"},
       {"--module gpt --seq-len 1000 --new-tokens 25", "--new-tokens 25: must be at least 1, and the prompt (1000)"},
       {"--module gpt --seq-len 8 --batch 0", "--batch 0: must be at least 1"},
       {"--module gpt --seq-len 8 --backward --new-tokens 3", "a training step or decoding, not both"},

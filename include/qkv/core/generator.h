@@ -94,10 +94,13 @@ class Generator {
   void linear_init(float* weight /*(out, in)*/, float* bias /*(out) or nullptr*/,
                    int64_t out_features, int64_t in_features);
   void embedding_init(float* weight, int64_t num, int64_t dim);  // nn.Embedding: normal_(0, 1)
-  // While off, linear_init and embedding_init fill zeros and draw nothing: a model about to load
-  // its weights is built without spending the draws (seconds for GPT-2 XL's 1.5 billion); the
-  // other draws (dropout) are unaffected. On by default.
+  // While off, linear_init and embedding_init draw nothing and write nothing: a model about to load
+  // every weight is built without spending the draws (seconds for GPT-2 XL's 1.5 billion) or
+  // touching its weights' memory (a large tensor's pages stay unmapped until loaded; a model that
+  // keeps its weights in bf16 only never maps its float copies). The values are undefined until
+  // loaded. The other draws (dropout) are unaffected. On by default.
   void set_init_draws(bool on) { init_draws_ = on; }
+  bool init_draws() const { return init_draws_; }
 
   // Full state, so a resumed run draws the same numbers. Byte layout (little-endian, 2528 bytes):
   //   [0, 4)      magic "QRNG"

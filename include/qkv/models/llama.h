@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,17 @@ class LlamaModel : public LanguageModel {
   // steps when config.dtype is bf16 (as GPTModel::keep_bf16_weights; train(true) drops them).
   void keep_bf16_weights(bool on = true);
   bool has_bf16_weights() const { return !layers16_.empty(); }
+  // Inference with the weights in bf16 only (a bf16 checkpoint in about its file size): every
+  // two-dimensional weight - the projections, the embedding, the head - read as bf16 bits by
+  // read16(state name, out) straight into the bf16 copies, the float tensors never filled (built
+  // with the generator's init draws off, their memory is never mapped); the norms' weights by
+  // read32. Needs config.dtype bf16. Afterwards forward() runs the cached computation over a fresh
+  // cache (every position's logits, the same numbers as forward_cached gives), and the state dict,
+  // backward, train(true), traces and keep_bf16_weights(false) are refused with a qkv::Error
+  // saying to load the model with f32 products.
+  void load_bf16_only(const std::function<void(const std::string&, uint16_t*)>& read16,
+                      const std::function<void(const std::string&, float*)>& read32);
+  bool bf16_only() const { return bf16_only_; }
 
   LlamaConfig config;
   Embedding embed_tokens;          // weight (V, E)
@@ -101,7 +113,14 @@ class LlamaModel : public LanguageModel {
   Shape x_shape_;  // (B, T, E) of the last forward
   std::vector<AttentionTrace> traces_;
   std::vector<LlamaBlock::Weights16> layers16_;
-  std::vector<uint16_t> head16_;
+  std::vector<uint16_t> head16_;   // (V, E)
+  std::vector<uint16_t> embed16_;  // (V, E) bf16-only and untied (tied: head16_)
+  bool bf16_only_ = false;
+  void check_floats(const char* what) const;
+  // The cached computation: logits of the last position of each sequence (B, V), or of every
+  // position (B, Tn, V) with all_rows.
+  void cached_pass(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, kernels::KvCache& cache,
+                   float* logits, bool all_rows);
   std::vector<float> step_x_, step_h_, step_a_, step_gate_, step_up_, step_last_;
 };
 

@@ -40,8 +40,11 @@ LlamaWeights read_llama_weights(const std::string& dir);
 // Loads `w` into `model` (built from w.config; dtype and path may differ): every name, shape and
 // dtype checked against the model before the first tensor is read.
 void load_llama_weights(LlamaModel& model, const LlamaWeights& w);
-// A model holding the weights (built without drawing, then loaded), in eval mode.
-std::unique_ptr<LlamaModel> llama_model_from(const LlamaWeights& w, Dtype dtype, AttentionPath path, Generator& gen);
+// A model holding the weights (built without drawing, then loaded), in eval mode. bf16_only (with
+// bf16 products): the projections, embedding and head read as bf16 straight into the model's bf16
+// copies and never as floats (LlamaModel::load_bf16_only: a BF16 checkpoint in about its file size).
+std::unique_ptr<LlamaModel> llama_model_from(const LlamaWeights& w, Dtype dtype, AttentionPath path, Generator& gen,
+                                             bool bf16_only = false);
 // Writes `model` as Hugging Face's directory: config.json and model.safetensors (bf16: every tensor
 // as BF16, as the families ship; else F32), each atomically. The tokenizer is the caller's.
 void save_llama_directory(LlamaModel& model, const std::string& dir, bool bf16);

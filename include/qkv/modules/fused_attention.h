@@ -42,7 +42,8 @@ struct QkvWeights {
 
   // Takes the three Linears' values (drawn in PyTorch's order by their constructors) into one
   // (Q, d_in) tensor and makes each Linear's weight, bias, dweight and dbias a view of its rows.
-  void bind(Linear& query, Linear& key, Linear& value);
+  // copy_values false: the weight's values are left undefined (a model about to load them).
+  void bind(Linear& query, Linear& key, Linear& value, bool copy_values = true);
   // Whether the Linears still view these tensors (they do unless a caller replaced a member).
   bool views(const Linear& query, const Linear& key, const Linear& value) const;
 };
