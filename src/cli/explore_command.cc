@@ -23,6 +23,7 @@
 #include "qkv/io/safetensors.h"
 #include "qkv/models/attention_lm.h"
 #include "qkv/models/gpt.h"
+#include "qkv/models/llama_weights.h"
 #include "qkv/models/module_on_text.h"
 #include "qkv/qkv.h"
 #include "qkv/text/tiny_vocab.h"
@@ -146,14 +147,18 @@ ExplorePage model_page(const ExploreFlags& f, const std::string& text) {
   LoadOptions load;
   load.vocab_dir = f.vocab_dir;
   const std::string source = f.model_path.empty() ? f.preset : f.model_path;
+  // A bf16 Llama/Qwen3 folder would keep its weights in bf16 only; the page needs the float ones
+  if (!f.model_path.empty() && is_llama_directory(f.model_path)) load.dtype = Dtype::kF32;
   LoadedModel loaded = f.model_path.empty() ? make_model(f.preset, f.seed.value_or(123), load)
                                             : load_model(f.model_path, load);
   auto* lm = dynamic_cast<AttentionLM*>(loaded.model.get());
   auto* gpt = dynamic_cast<GPTModel*>(loaded.model.get());
-  QKV_CHECK(lm != nullptr || gpt != nullptr, excerpt(source), " holds ", loaded.description,
-            ", which the explorer cannot show yet (it shows attention LMs and GPT models)");
-  const int64_t layers = lm ? lm->config.num_layers : gpt->config.n_layers;
-  const int64_t heads = lm ? lm->config.attention.heads : gpt->config.attention.heads;
+  auto* llama = dynamic_cast<LlamaModel*>(loaded.model.get());
+  QKV_CHECK(lm != nullptr || gpt != nullptr || llama != nullptr, excerpt(source), " holds ", loaded.description,
+            ", which the explorer cannot show yet (it shows attention LMs, GPT, Llama 3 and Qwen3 models)");
+  const int64_t layers = lm ? lm->config.num_layers : gpt ? gpt->config.n_layers : llama->config.num_hidden_layers;
+  const int64_t heads =
+      lm ? lm->config.attention.heads : gpt ? gpt->config.attention.heads : llama->config.num_attention_heads;
   QKV_CHECK(layers > 0, excerpt(source), " has no attention blocks (0 layers): nothing to show");
   std::vector<int64_t> ids = loaded.encode(text);
   QKV_CHECK(!ids.empty(), "the text has no tokens: there is nothing to attend over");
@@ -164,7 +169,8 @@ ExplorePage model_page(const ExploreFlags& f, const std::string& text) {
     fail("the text is ", prompt, " tokens", f.generate ? str(" and --generate adds ", generate_n) : std::string(),
          " but the model's context length is ", context, "; the page shows one pass over all of them, so shorten the text",
          f.generate ? " or lower --generate" : "");
-  const int64_t head_dim = lm ? lm->config.attention.head_dim : gpt->config.attention.head_dim;
+  const int64_t head_dim =
+      lm ? lm->config.attention.head_dim : gpt ? gpt->config.attention.head_dim : llama->config.head_dim;
   check_pipeline_layer(f, layers);
   check_page_fits(f, layers, heads, head_dim, prompt + generate_n, true);
   check_sizes({layers, heads, prompt + generate_n, prompt + generate_n, 2}, 4,
@@ -190,6 +196,7 @@ ExplorePage model_page(const ExploreFlags& f, const std::string& text) {
   options.tokenizer = loaded.tokenizer.get();
   std::string title = str(loaded.description, " on \"", text, "\"");
   if (f.generate) title += str(" + ", ids.size() - static_cast<size_t>(prompt), " generated token(s)");
+  if (llama) return explore_llama(*llama, ids, std::move(labels), std::move(title), options);
   return lm ? explore_lm(*lm, ids, std::move(labels), std::move(title), options)
             : explore_gpt(*gpt, ids, std::move(labels), std::move(title), options);
 }

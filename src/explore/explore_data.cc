@@ -480,6 +480,36 @@ void walk_gpt(GPTModel& model, const std::vector<int64_t>& ids, const std::funct
   }
 }
 
+// One Llama / Qwen3 block on x (1, T, E): x = x + self_attn(input_layernorm(x)); x = x +
+// mlp(post_attention_layernorm(x)), as LlamaBlock::forward computes it.
+struct LlamaBlockSteps {
+  const Tensor& x;     // the block's input
+  const Tensor& h1;    // input_layernorm(x)
+  const AttentionTrace& trace;
+  const Tensor& att;   // self_attn(h1)
+  const Tensor& mlp;   // mlp(post_attention_layernorm(x + att))
+  const Tensor& next;  // x + att + mlp
+};
+void walk_llama(LlamaModel& model, const std::vector<int64_t>& ids,
+                const std::function<void(size_t, const LlamaBlockSteps&)>& f,
+                const std::function<void(const Tensor&)>& embedded = nullptr) {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  model.train(false);
+  Tensor x = model.embed_tokens.forward(ids, {1, T});
+  if (embedded) embedded(x);
+  for (size_t l = 0; l < model.layers.size(); ++l) {
+    LlamaBlock& block = model.layers[l];
+    const Tensor h1 = block.input_layernorm.forward(x);
+    AttentionTrace trace;
+    const Tensor att = block.self_attn.forward(h1, &trace);
+    const Tensor mid = add(x, att);
+    const Tensor mlp = block.mlp.forward(block.post_attention_layernorm.forward(mid));
+    const Tensor next = add(mid, mlp);
+    f(l, {x, h1, trace, att, mlp, next});
+    x = next;
+  }
+}
+
 // The induction score of every head (ExploreHeadStats::induction): the weights of each layer,
 // `weights_of(ids)`, on n random ids repeated once.
 void measure_induction(ExplorePage& p, int64_t vocab, int64_t context_length, const ExploreModelOptions& o,
@@ -511,9 +541,11 @@ void measure_induction(ExplorePage& p, int64_t vocab, int64_t context_length, co
   }
 }
 
-// The logit lens of x (1, T, E), one row of the lens: final_norm -> out_head -> softmax, top k.
-void lens_row(ExploreLens& lens, GPTModel& model, const Tensor& x, const Tokenizer* tokenizer) {
-  const Tensor logits = model.out_head.forward(model.final_norm.forward(x)).select(0, 0).contiguous();  // (T, V)
+// The logit lens of x (1, T, E), one row of the lens: the model's final norm and head (`head`:
+// x (1, T, E) -> logits (1, T, V)) -> softmax, top k.
+void lens_row(ExploreLens& lens, const std::function<Tensor(const Tensor&)>& head, const Tensor& x,
+              const Tokenizer* tokenizer) {
+  const Tensor logits = head(x).select(0, 0).contiguous();  // (T, V)
   const int64_t T = logits.size(0), V = logits.size(1), k = std::min(lens.top, V);
   const size_t first = lens.ids.size();
   lens.ids.resize(first + static_cast<size_t>(T * lens.top));
@@ -598,7 +630,8 @@ ExplorePage explore_gpt(GPTModel& model, const std::vector<int64_t>& ids, std::v
   auto lens = [&](const std::string& name, const Tensor& x) {
     if (options.lens_top == 0) return;
     p.lens.rows.push_back(name);
-    lens_row(p.lens, model, x, options.tokenizer);
+    lens_row(p.lens, [&](const Tensor& h) { return model.out_head.forward(model.final_norm.forward(h)); }, x,
+             options.tokenizer);
   };
   walk_gpt(model, ids, [&](size_t l, const GptBlock& k) {
     TransformerBlock& block = model.blocks[l];
@@ -625,6 +658,57 @@ ExplorePage explore_gpt(GPTModel& model, const std::vector<int64_t>& ids, std::v
   measure_induction(p, model.vocab_size(), model.context_length(), options, [&](const std::vector<int64_t>& r) {
     std::vector<Tensor> w;
     walk_gpt(model, r, [&](size_t, const GptBlock& k) { w.push_back(k.trace.weights.select(0, 0).contiguous()); });
+    return w;
+  });
+  return p;
+}
+
+ExplorePage explore_llama(LlamaModel& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
+                          std::string title, const ExploreModelOptions& options) {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  ExplorePage p = model_page(std::move(title), std::move(tokens), T, model.context_length());
+  QKV_CHECK(!model.layers.empty(), "explore: the model has no layers: no attention to show");
+  QKV_CHECK(options.lens_top >= 0, "explore: lens_top is ", options.lens_top, "; expected >= 0");
+  QKV_CHECK(!model.bf16_only(), "explore: the model holds its weights in bf16 only; load it with f32 products");
+  p.generated_from = options.generated_from;
+  p.ids = ids;
+  p.lens.top = options.lens_top;
+  auto rows = [](const Tensor& t) { return t.select(0, 0).contiguous(); };
+  auto lens = [&](const std::string& name, const Tensor& x) {
+    if (options.lens_top == 0) return;
+    p.lens.rows.push_back(name);
+    lens_row(p.lens, [&](const Tensor& h) { return model.lm_head.forward(model.norm.forward(h)); }, x,
+             options.tokenizer);
+  };
+  const bool qk_norm = model.config.qk_norm();
+  walk_llama(model, ids, [&](size_t l, const LlamaBlockSteps& k) {
+    LlamaBlock& block = model.layers[l];
+    const std::string b = "model.layers." + std::to_string(l) + ".";
+    const int64_t li = static_cast<int64_t>(l);
+    p.pipeline.push_back(block_input("model.layers.", l, k.x));
+    p.pipeline.push_back(step(b + "input_layernorm", "input_layernorm(x): each row over its RMS, times weight",
+                              rows(k.h1), false, {{b + "input", "i", "*"}}, li));
+    add_attention(p, b, li, k.trace, block.self_attn, [&](const std::string& name, const std::string& w, const Tensor& t) {
+      const std::string proj = w == "W_query" ? "q_proj" : w == "W_key" ? "k_proj" : "v_proj";
+      const std::string extra = name == "values" || !qk_norm ? ", then RoPE" : ", RMS-normalised per head, then RoPE";
+      return step(b + name, name + " = input_layernorm(x) @ self_attn." + proj + ".T" +
+                                (name == "values" ? std::string() : extra) + ", per head (T, D)",
+                  t, true, {{b + "input_layernorm", "i", "*"}}, li);
+    });
+    p.pipeline.push_back(step(b + "attention", "self_attn(h) = o_proj(heads' context concatenated), (T, E)",
+                              rows(k.att), false, {{b + "context", "i", "*"}}, li));
+    p.pipeline.push_back(step(b + "mlp", "mlp(post_attention_layernorm(x + att)): down(silu(gate(h)) * up(h)), (T, E)",
+                              rows(k.mlp), false, {{b + "attention", "i", "*"}}, li));
+    ExploreStep out = step(b + "output", "x + att + mlp: the residual stream after the block", rows(k.next), false,
+                           {{b + "input", "i", "j"}, {b + "attention", "i", "j"}, {b + "mlp", "i", "j"}}, li);
+    out.index_prefix = "[0]";
+    p.pipeline.push_back(out);
+    lens("layer " + std::to_string(l), k.next);
+  }, [&](const Tensor& x) { lens("embeddings", x); });
+  summarise(p);
+  measure_induction(p, model.vocab_size(), model.context_length(), options, [&](const std::vector<int64_t>& r) {
+    std::vector<Tensor> w;
+    walk_llama(model, r, [&](size_t, const LlamaBlockSteps& k) { w.push_back(k.trace.weights.select(0, 0).contiguous()); });
     return w;
   });
   return p;

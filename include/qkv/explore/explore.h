@@ -33,6 +33,7 @@
 #include "qkv/core/tensor.h"
 #include "qkv/modules/attention_module.h"
 #include "qkv/models/attention_lm.h"
+#include "qkv/models/llama.h"
 #include "qkv/models/gpt.h"
 #include "qkv/models/tokenizer.h"
 
@@ -167,6 +168,13 @@ ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std:
 // outweigh the page); with options.lens_top, the logit lens.
 ExplorePage explore_gpt(GPTModel& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
                         std::string title, const ExploreModelOptions& options = {});
+// A Llama 3 / Qwen3 model's page (models/llama.h), as explore_gpt's: every layer's pipeline
+// (input_layernorm, the heads' queries, keys and values after QK-norm and RoPE, the weights of each
+// query head - grouped-query heads shown per query head, its keys and values its group's - o_proj,
+// the SwiGLU feed-forward), the logit lens through the final norm and head. Needs the float weights
+// (not a bf16-only load).
+ExplorePage explore_llama(LlamaModel& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
+                          std::string title, const ExploreModelOptions& options);
 
 // How the page stores tensors. kAuto: float32 (exact) when the page stays under
 // kExploreExactBytes, else float16 when it fits max_bytes, else 8 bits.
