@@ -240,6 +240,10 @@ int run_train(const TrainFlags& flags, const CLI::App& sub, TrainRanks* ranks) {
     return run_train_gpt(f.gpt, f.o, sub, sub.count("--checkpoint") > 0 ? f.checkpoint : "qkv-gpt.safetensors",
                          f.svg, f.vocab_dir, f.json, f.quiet, ranks);
   }
+  if (f.gpt.model == "llama" || f.gpt.model == "qwen3") {  // chapter 5's loop; the checkpoint is a folder
+    return run_train_gpt(f.gpt, f.o, sub, sub.count("--checkpoint") > 0 ? f.checkpoint : "qkv-" + f.gpt.model,
+                         f.svg, f.vocab_dir, f.json, f.quiet, ranks);
+  }
   for (const char* flag : {"--preset", "--init", "--epochs", "--eval-freq", "--eval-iter", "--train-ratio",
                            "--start-context", "--sample-tokens"})
     if (sub.count(flag) > 0) bad_flag(flag, "is a flag of --model gpt");

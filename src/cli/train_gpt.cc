@@ -2,9 +2,13 @@
 // book's table. See train_gpt.h and qkv/train/book_training.h.
 #include "train_gpt.h"
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iostream>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +19,7 @@
 #include "qkv/io/output_files.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/models/gpt_weights.h"
+#include "qkv/models/llama_weights.h"
 #include "qkv/models/tokenizer.h"
 #include "qkv/text/vocab_files.h"
 #include "qkv/train/loss_curve.h"
@@ -34,14 +39,19 @@ constexpr const char* kNotForGpt[] = {"--task", "--length", "--symbols", "--data
 }  // namespace
 
 void add_gpt_train_flags(CLI::App* sub, GptTrainFlags& g) {
-  sub->add_option("--model", g.model, "attention-lm (the attention-only LM) | gpt (the book's GPT model, chapter 5)")
-      ->check(CLI::IsMember({"attention-lm", "gpt"}))
+  sub->add_option("--model", g.model, "attention-lm (the attention-only LM) | gpt (the book's GPT model, chapter 5) | "
+                                      "llama | qwen3 (Llama 3, Qwen3: chapter 5's loop, fine-tuning from --init)")
+      ->check(CLI::IsMember({"attention-lm", "gpt", "llama", "qwen3"}))
       ->capture_default_str();
-  sub->add_option("--preset", g.preset, "--model gpt: the sizes to start from (the flags given override them)")
-      ->check(CLI::IsMember(gpt_preset_names()))
+  std::vector<std::string> presets = gpt_preset_names();
+  for (const std::string& n : llama_preset_names()) presets.push_back(n);
+  sub->add_option("--preset", g.preset, "--model gpt: the sizes to start from (the flags given override them); "
+                                        "llama, qwen3: an untrained model of these sizes (llama-3.2-1b, qwen3-0.6b, ...)")
+      ->check(CLI::IsMember(presets))
       ->capture_default_str();
   sub->add_option("--init", g.init, "--model gpt: start from these weights (fine-tuning; any layout qkv generate "
-                                    "--weights reads)");
+                                    "--weights reads); llama, qwen3: Hugging Face's folder (config.json, the weights, "
+                                    "tokenizer.json)");
   add_number_with_default(sub, "--epochs", g.book.epochs, "--model gpt: passes over the training text",
                           non_negative<int64_t>());
   add_number_with_default(sub, "--eval-freq", g.book.eval_freq, "--model gpt: evaluate every N steps",
@@ -56,21 +66,24 @@ void add_gpt_train_flags(CLI::App* sub, GptTrainFlags& g) {
                           non_negative<int64_t>());
 }
 
-int run_train_gpt(const GptTrainFlags& g, const TrainOptions& o, const CLI::App& sub, std::string checkpoint,
-                  std::string svg, const std::string& vocab_dir, bool json, bool quiet, TrainRanks* ranks) {
-  const bool lead = ranks == nullptr || ranks->rank() == 0;
-  if (!lead) {  // rank 0 prints and writes
-    checkpoint.clear();
-    svg.clear();
-    json = false;
-    quiet = true;
-  }
-  for (const char* flag : kNotForGpt)
-    if (sub.count(flag) > 0) bad_flag(flag, "is not a flag of --model gpt");
+namespace {
+
+// What chapter 5's loop trains and writes: the model, its generator and tokenizer, a line that every
+// data-parallel rank must agree on, and the files its weights go to.
+struct BookModel {
+  std::unique_ptr<Generator> gen;
+  std::unique_ptr<LanguageModel> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string agreement;                       // the run's settings, compared across ranks
+  std::function<std::vector<OutputFile>()> checkpoint;  // the weights' files (called after training)
+  std::string written;                         // what the checkpoint is, for the closing line
+  int64_t context = 0;                         // the training windows' length
+};
+
+// The book's GPT model: the preset's sizes (context 256, as chapter 5), the flags on top; or --init's.
+BookModel gpt_book_model(const GptTrainFlags& g, const TrainOptions& o, const CLI::App& sub, const std::string& checkpoint,
+                         const std::string& vocab_dir, BookTrainingOptions& b, uint64_t seed) {
   auto given = [&](const char* flag) { return sub.count(flag) > 0; };
-  QKV_CHECK(!o.text_file.empty(), "--model gpt trains on a text: give --text-file FILE (the book's is "
-            "the-verdict.txt)");
-  // The model: the preset's sizes (the book's chapter 5 uses context 256), the flags on top; or --init's.
   GPTConfig c = gpt_preset(g.preset);
   c.context_length = 256;
   std::optional<GptWeights> init;
@@ -92,45 +105,144 @@ int run_train_gpt(const GptTrainFlags& g, const TrainOptions& o, const CLI::App&
     bad_flag("--num-heads", c.attention.heads, " must divide --d-model (", c.emb_dim, ")");
   set_head_dim(c);
   check_attention_flags(c.attention);
+  check_sizes({c.vocab_size, c.emb_dim}, 4, "the token embedding (vocabulary x --d-model)");
+  BookModel m;
+  m.context = c.context_length;
+  m.agreement = str(to_json(c).dump(), " ", excerpt(g.init));
+  auto tokenizer = std::make_unique<Gpt2Tokenizer>(load_gpt2(vocab_dir));
+  QKV_CHECK(c.vocab_size == tokenizer->vocab_size(), "--model gpt reads GPT-2's tokens: the model's vocabulary (",
+            c.vocab_size, ") must be GPT-2's ", tokenizer->vocab_size());
+  m.tokenizer = std::move(tokenizer);
+  // torch.manual_seed(seed); model = GPTModel(cfg) [; model.load_state_dict(init)]
+  m.gen = std::make_unique<Generator>(seed);
+  auto model = std::make_unique<GPTModel>(c, *m.gen);
+  if (init) load_gpt_weights(*model, *init);
+  GPTModel* raw = model.get();
+  m.model = std::move(model);
+  if (!checkpoint.empty())
+    m.checkpoint = [raw, c, checkpoint] {
+      return std::vector<OutputFile>{
+          {checkpoint,
+           serialize_safetensors(gpt_state_in_layout(*raw, GptLayout::kBook),
+                                 {{"format", "pt"}, {"qkv", "gpt-weights 1"}, {"config", to_json(c).dump()}}),
+           "--checkpoint"}};
+    };
+  m.written = "the book's names; qkv generate --weights reads them";
+  (void)b;
+  return m;
+}
+
+// Llama 3 / Qwen3: --init's folder (fine-tuning) or an untrained --preset; windows of --context-length
+// tokens (default 256, chapter 5's); no dropout. The checkpoint is a folder as Hugging Face ships one.
+BookModel llama_book_model(const GptTrainFlags& g, const TrainOptions& o, const CLI::App& sub,
+                           const std::string& checkpoint, BookTrainingOptions& b, uint64_t seed) {
+  auto given = [&](const char* flag) { return sub.count(flag) > 0; };
+  for (const char* flag : {"--d-model", "--num-heads", "--num-layers", "--qkv-bias", "--dropout"})
+    if (given(flag)) bad_flag(flag, "is not a flag of --model ", g.model, " (the model is --init's or --preset's)");
+  if (g.init.empty() == !given("--preset"))
+    bad_flag("--init", "--model ", g.model, " starts from --init DIR (Hugging Face's folder) or --preset NAME, one of them");
+  BookModel m;
+  LlamaConfig c;
+  std::optional<LlamaWeights> init;
+  std::string tokenizer_path;
+  if (!g.init.empty()) {
+    init = read_llama_weights(g.init);
+    c = init->config;
+    tokenizer_path = g.init + "/tokenizer.json";
+  } else {
+    bool known = false;
+    for (const std::string& n : llama_preset_names()) known = known || n == g.preset;
+    if (!known) bad_flag("--preset", g.preset, " is not a Llama 3 or Qwen3 preset");
+    c = llama_preset(g.preset);
+    tokenizer_path = c.family == LlamaFamily::kQwen3 ? "qwen3" : "llama3";
+  }
+  if (llama_family_name(c.family) != g.model)
+    bad_flag("--model", g.model, " but ", excerpt(g.init.empty() ? g.preset : g.init), " is a ",
+             llama_family_name(c.family), " model");
+  if (given("--attention")) c.path = o.model.path;
+  if (given("--dtype")) c.dtype = o.model.attention.dtype;
+  b.context_length = given("--context-length") ? o.model.context_length : std::min<int64_t>(256, c.max_position_embeddings);
+  if (b.context_length > c.max_position_embeddings)
+    bad_flag("--context-length", b.context_length, " is more than the model's ", c.max_position_embeddings, " positions");
+  m.context = b.context_length;
+  m.agreement = str(llama_config_json(c).dump(), " ", excerpt(g.init), " ", excerpt(g.preset), " context ",
+                    b.context_length);
+  const HfTokenizer tok = HfTokenizer::load(tokenizer_path);
+  QKV_CHECK(tok.vocab_size() <= c.vocab_size, excerpt(tokenizer_path), " has ", tok.vocab_size(),
+            " tokens, more than the model's ", c.vocab_size);
+  m.tokenizer = std::make_unique<HfTextTokenizer>(tok, tokenizer_path);
+  m.gen = std::make_unique<Generator>(seed);
+  if (init) {
+    m.model = llama_model_from(*init, c.dtype, c.path, *m.gen);
+  } else {
+    m.model = std::make_unique<LlamaModel>(c, *m.gen);
+  }
+  auto* raw = static_cast<LlamaModel*>(m.model.get());
+  if (!checkpoint.empty()) {
+    const std::string source = init ? g.init + "/tokenizer.json" : *find_hf_vocab(tokenizer_path);
+    m.checkpoint = [raw, checkpoint, source] {
+      ::mkdir(checkpoint.c_str(), 0777);  // the folder; its files are written atomically
+      NamedTensors t;
+      for (const StateEntry& e : raw->state_dict()) t.push_back({e.name, e.value()});
+      nlohmann::json config = llama_config_json(raw->config);
+      config["torch_dtype"] = "float32";
+      return std::vector<OutputFile>{
+          {checkpoint + "/model.safetensors", serialize_safetensors(t, {{"format", "pt"}}), "--checkpoint"},
+          {checkpoint + "/config.json", config.dump(2) + "\n", "--checkpoint"},
+          {checkpoint + "/tokenizer.json", read_file(source), "--checkpoint"}};
+    };
+  }
+  m.written = "Hugging Face's folder, F32; qkv generate --weights and qkv chat read it";
+  return m;
+}
+
+}  // namespace
+
+int run_train_gpt(const GptTrainFlags& g, const TrainOptions& o, const CLI::App& sub, std::string checkpoint,
+                  std::string svg, const std::string& vocab_dir, bool json, bool quiet, TrainRanks* ranks) {
+  const bool lead = ranks == nullptr || ranks->rank() == 0;
+  if (!lead) {  // rank 0 prints and writes
+    checkpoint.clear();
+    svg.clear();
+    json = false;
+    quiet = true;
+  }
+  for (const char* flag : kNotForGpt)
+    if (sub.count(flag) > 0) bad_flag(flag, "is not a flag of --model ", g.model);
+  auto given = [&](const char* flag) { return sub.count(flag) > 0; };
+  QKV_CHECK(!o.text_file.empty(), "--model ", g.model, " trains on a text: give --text-file FILE (the book's is "
+            "the-verdict.txt)");
   BookTrainingOptions b = g.book;
   b.batch_size = given("--batch-size") ? o.batch_size : 2;
   b.lr = given("--lr") ? o.lr : 4e-4;
   b.weight_decay = given("--weight-decay") ? o.weight_decay : 0.1;
   const uint64_t seed = given("--seed") ? o.seed : 123;
-  check_sizes({c.vocab_size, c.emb_dim}, 4, "the token embedding (vocabulary x --d-model)");
+  const bool gpt = g.model == "gpt";
+  std::vector<OutputFile> destinations;
+  if (!checkpoint.empty() && gpt) destinations.push_back({checkpoint, "", "--checkpoint"});
+  if (!svg.empty()) destinations.push_back({svg, "", "--svg"});
+  check_output_files(destinations);
+  BookModel m = gpt ? gpt_book_model(g, o, sub, checkpoint, vocab_dir, b, seed)
+                    : llama_book_model(g, o, sub, checkpoint, b, seed);
   if (ranks != nullptr) {  // every rank the same run, and a slice of every batch for each
-    ranks->check_agreement(str(to_json(c).dump(), " ", excerpt(o.text_file), " ", excerpt(g.init), " seed ", seed,
-                               " batch ", b.batch_size, " lr ", b.lr, " weight decay ", b.weight_decay, " epochs ",
-                               b.epochs, " eval ", b.eval_freq, "/", b.eval_iter, " ratio ", b.train_ratio),
+    ranks->check_agreement(str(m.agreement, " ", excerpt(o.text_file), " seed ", seed, " batch ", b.batch_size,
+                               " lr ", b.lr, " weight decay ", b.weight_decay, " epochs ", b.epochs, " eval ",
+                               b.eval_freq, "/", b.eval_iter, " ratio ", b.train_ratio),
                            "");
     if (b.batch_size < ranks->ranks())
       throw AllRanksError(str("data-parallel training: --batch-size ", b.batch_size,
                               " must be at least the number of ranks (", ranks->ranks(),
                               "): every rank takes a slice of each batch"));
   }
-
-  std::vector<OutputFile> destinations;
-  if (!checkpoint.empty()) destinations.push_back({checkpoint, "", "--checkpoint"});
-  if (!svg.empty()) destinations.push_back({svg, "", "--svg"});
-  check_output_files(destinations);
   const std::string text = read_file(o.text_file);
-  const Gpt2Tokenizer tokenizer(load_gpt2(vocab_dir));
-  QKV_CHECK(c.vocab_size == tokenizer.vocab_size(), "--model gpt reads GPT-2's tokens: the model's vocabulary (",
-            c.vocab_size, ") must be GPT-2's ", tokenizer.vocab_size());
-
-  // torch.manual_seed(seed); model = GPTModel(cfg) [; model.load_state_dict(init)]
-  Generator gen(seed);
-  GPTModel model(c, gen);
-  if (init) {
-    load_gpt_weights(model, *init);
-  }
+  LanguageModel& model = *m.model;
   std::ostream& info = json ? std::cerr : std::cout;
   if (!quiet)
-    std::cerr << "qkv train: " << model.describe() << ", dropout " << c.attention.dropout << " ("
-              << model.num_parameters() << " parameters)\n  " << excerpt(o.text_file) << ": " << text.size()
+    std::cerr << "qkv train: " << model.describe() << (gpt ? str(", dropout ", static_cast<GPTModel&>(model).config.attention.dropout) : std::string())
+              << " (" << model.num_parameters() << " parameters)\n  " << excerpt(o.text_file) << ": " << text.size()
               << " bytes, " << utf8_length(text) << " characters, the first " << b.train_ratio
-              << " for training; AdamW lr " << b.lr << ", weight decay " << b.weight_decay << ", batch "
-              << b.batch_size << ", " << b.epochs << " epochs, seed " << seed
+              << " for training; windows of " << m.context << " tokens; AdamW lr " << b.lr << ", weight decay "
+              << b.weight_decay << ", batch " << b.batch_size << ", " << b.epochs << " epochs, seed " << seed
               << (ranks ? str("; data-parallel over ", ranks->ranks(), " ranks") : std::string()) << "\n";
   std::vector<float> step_losses;
   std::vector<EvalStats> curve_evals;
@@ -157,22 +269,18 @@ int run_train_gpt(const GptTrainFlags& g, const TrainOptions& o, const CLI::App&
     if (lead) info << sample << std::endl;
   };
   const BookTrainingReport r =
-      train_like_the_book(model, gen, tokenizer, text, b, cb, ranks ? &ranks->data_parallel() : nullptr);
+      train_like_the_book(model, *m.gen, *m.tokenizer, text, b, cb, ranks ? &ranks->data_parallel() : nullptr);
 
   std::vector<OutputFile> files;
-  if (!checkpoint.empty())
-    files.push_back({checkpoint,
-                     serialize_safetensors(gpt_state_in_layout(model, GptLayout::kBook),
-                                           {{"format", "pt"}, {"qkv", "gpt-weights 1"}, {"config", to_json(c).dump()}}),
-                     "--checkpoint"});
+  if (!checkpoint.empty() && m.checkpoint) files = m.checkpoint();
   if (!svg.empty()) {
     LossCurveOptions lc;
-    lc.title = "qkv train --model gpt: " + excerpt(o.text_file) + ", " + std::to_string(r.steps) + " steps of " +
-               std::to_string(b.batch_size * c.context_length) + " tokens (dots: validation loss)";
+    lc.title = "qkv train --model " + g.model + ": " + excerpt(o.text_file) + ", " + std::to_string(r.steps) +
+               " steps of " + std::to_string(b.batch_size * m.context) + " tokens (dots: validation loss)";
     files.push_back({svg, loss_curve_svg(step_losses, curve_evals, lc), "--svg"});
   }
   write_files_atomically(files);
-  if (!checkpoint.empty()) info << "weights: " << checkpoint << " (the book's names; qkv generate --weights reads them)\n";
+  if (!checkpoint.empty()) info << "weights: " << checkpoint << " (" << m.written << ")\n";
   if (r.stopped) {
     int sig = *StopSignals::flag();
     if (ranks) sig = ranks->data_parallel().max_int(sig);  // the signal one rank had, for every rank's status

@@ -15,13 +15,13 @@ namespace {
 bool continuation_byte(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
 
 // calc_loss_batch: cross_entropy(model(input).flatten(0, 1), target.flatten())
-float batch_loss(GPTModel& model, CrossEntropyLoss& loss, const WindowBatch& b) {
+float batch_loss(LanguageModel& model, CrossEntropyLoss& loss, const WindowBatch& b) {
   return loss.forward(model.forward(b.inputs, b.batch, b.length), b.targets);
 }
 
 // calc_loss_loader(loader, model, num_batches): one pass (drawing the loader's seeds), the mean of
 // the first num_batches batches' losses (a Python float sum of float32 items).
-double loader_loss(GPTModel& model, DataLoader& loader, int64_t num_batches) {
+double loader_loss(LanguageModel& model, DataLoader& loader, int64_t num_batches) {
   CrossEntropyLoss loss;
   const std::vector<WindowBatch> batches = loader.epoch();
   const int64_t n = std::min<int64_t>(num_batches, static_cast<int64_t>(batches.size()));
@@ -49,7 +49,7 @@ size_t utf8_offset(const std::string& text, int64_t n) {
   return text.size();
 }
 
-BookTrainingReport train_like_the_book(GPTModel& model, Generator& gen, const Tokenizer& tokenizer,
+BookTrainingReport train_like_the_book(LanguageModel& model, Generator& gen, const Tokenizer& tokenizer,
                                        const std::string& text, const BookTrainingOptions& o,
                                        const BookTrainingCallbacks& cb, DataParallel* ranks) {
   QKV_CHECK(o.train_ratio > 0 && o.train_ratio < 1, "train: train_ratio (", o.train_ratio, ") must be in (0, 1)");
@@ -61,7 +61,9 @@ BookTrainingReport train_like_the_book(GPTModel& model, Generator& gen, const To
   QKV_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "train: weight_decay (", o.weight_decay,
             ") must be finite and >= 0");
   QKV_CHECK(o.sample_tokens >= 0, "train: sample_tokens (", o.sample_tokens, ") must not be negative");
-  const int64_t ctx = model.context_length();
+  QKV_CHECK(o.context_length >= 0 && o.context_length <= model.context_length(), "train: context_length (",
+            o.context_length, ") must be in [1, ", model.context_length(), "] (the model's), or 0 for the model's");
+  const int64_t ctx = o.context_length > 0 ? o.context_length : model.context_length();
   // split_idx = int(train_ratio * len(text_data)), in characters
   const auto split = static_cast<int64_t>(o.train_ratio * static_cast<double>(utf8_length(text)));
   const size_t at = utf8_offset(text, split);
@@ -92,7 +94,8 @@ BookTrainingReport train_like_the_book(GPTModel& model, Generator& gen, const To
   CrossEntropyLoss loss;
   // A data-parallel rank's sequences of each (whole, drop_last) training batch.
   const BatchSlice slice = ranks ? batch_slice(o.batch_size, ranks->rank(), ranks->ranks()) : BatchSlice{0, o.batch_size};
-  if (ranks) model.set_batch_slice(slice.begin, o.batch_size);
+  if (auto* gpt = dynamic_cast<GPTModel*>(&model); ranks && gpt)  // dropout masks as the whole batch's
+    gpt->set_batch_slice(slice.begin, o.batch_size);
   std::vector<float> scratch;
   int64_t global_step = -1;
   for (int64_t epoch = 0; epoch < o.epochs && !r.stopped; ++epoch) {

@@ -32,6 +32,10 @@ header tokens, Qwen3's ChatML) encoded by `qkv encode --tokenizer`, the second t
 first reply's end token (and Qwen3's "\n"); each reply is the twin's greedy continuation of the whole
 conversation so far, ending at the end token.
 
+Training: `qkv train --model qwen3|llama --init DIR` (chapter 5's loop, fine-tuning) against the twin
+through the book's loop (shuffled loaders drawing from torch.manual_seed(seed), AdamW): every
+evaluation's losses within 1e-4 relative; the checkpoint folder generates.
+
 Bad input, each of which must end qkv with a nonzero status below 128 and a message naming what is
 wrong, writing no --output: an unknown model_type, num_key_value_heads not dividing the heads, an
 odd head_dim, a shard the index names missing, a tensor in two shards, a tensor the index places
@@ -369,6 +373,97 @@ def chat(h, tmp, family, cfg, tokenizer, end):
              cmd)
 
 
+# --- training ---------------------------------------------------------------------------------------
+
+VERDICT = os.path.join(os.path.dirname(HERE), "data", "the-verdict.txt")
+
+
+def training(h, tmp):
+    """`qkv train --model qwen3|llama --init DIR` (chapter 5's loop, fine-tuning) against the twin run
+    through the same loop in PyTorch: the text split at int(0.9 len) characters, windows of the
+    context (stride the same), a shuffled DataLoader with drop_last and one in order, AdamW(4e-4, 0.1),
+    an evaluation every eval_freq steps over eval_iter batches of each (iterating both loaders, which
+    draws their seeds from the generator torch.manual_seed(seed) started): every evaluation's losses
+    within 1e-4 relative; the checkpoint folder it writes generates."""
+    from torch.utils.data import DataLoader, Dataset
+
+    class Windows(Dataset):
+        def __init__(self, ids, n):
+            self.x = [torch.tensor(ids[i:i + n]) for i in range(0, len(ids) - n, n)]
+            self.y = [torch.tensor(ids[i + 1:i + n + 1]) for i in range(0, len(ids) - n, n)]
+
+        def __len__(self):
+            return len(self.x)
+
+        def __getitem__(self, i):
+            return self.x[i], self.y[i]
+
+    with open(VERDICT, encoding="utf-8") as f:
+        text = f.read()[:2500]
+    text_file = os.path.join(tmp, "train.txt")
+    with open(text_file, "w", encoding="utf-8") as f:
+        f.write(text)
+    for k, family in enumerate(["qwen3", "llama"]):
+        tokenizer, V = small_tokenizer(family)
+        cfg = make_cfg(family, V, 16, 24, 2, 4, 2, 4, 64, 10000.0, 1e-6, k == 0, None)
+        m = twin(cfg, 80 + k)
+        weights = write_dir(m, os.path.join(tmp, f"train-{family}"), "f32", tokenizer)
+        C, seed, batch, eval_freq, eval_iter = 16, 5 + k, 2, 7, 2
+        split = int(0.9 * len(text))
+        train_ids, val_ids = encode(h, weights, text[:split]), encode(h, weights, text[split:])
+        torch.manual_seed(seed)
+        train_loader = DataLoader(Windows(train_ids, C), batch_size=batch, shuffle=True, drop_last=True)
+        val_loader = DataLoader(Windows(val_ids, C), batch_size=batch, shuffle=False, drop_last=False)
+
+        def loss_of(x, y):
+            return torch.nn.functional.cross_entropy(m(x).flatten(0, 1), y.flatten())
+
+        def loader_loss(loader):
+            total, n = 0.0, min(eval_iter, len(loader))
+            for i, (x, y) in enumerate(loader):
+                if i >= n:
+                    break
+                total += loss_of(x, y).item()
+            return total / n
+
+        opt = torch.optim.AdamW(m.parameters(), lr=4e-4, weight_decay=0.1)
+        want, step = [], -1
+        for x, y in train_loader:
+            opt.zero_grad()
+            loss_of(x, y).backward()
+            opt.step()
+            step += 1
+            if step % eval_freq == 0:
+                with torch.no_grad():
+                    want.append((step, loader_loss(train_loader), loader_loss(val_loader)))
+        out = os.path.join(tmp, f"trained-{family}")
+        cmd = [h.qkv, "train", "--model", family, "--init", weights, "--text-file", text_file, "--context-length",
+               str(C), "--seed", str(seed), "--epochs", "1", "--eval-freq", str(eval_freq), "--eval-iter",
+               str(eval_iter), "--batch-size", str(batch), "--sample-tokens", "0", "--json", "--quiet",
+               "--checkpoint", out, "--svg", ""]
+        run = harness.run_qkv(cmd, timeout=600)
+        errors, worst = [], 0.0
+        if run.problem():
+            errors.append(run.problem())
+        else:
+            got = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+            if [g["step"] for g in got] != [w[0] for w in want]:
+                errors.append(f"evaluations at steps {[g['step'] for g in got]}, the twin's at {[w[0] for w in want]}")
+            for g, (st, tl, vl) in zip(got, want):
+                for name, a, b in (("train", g["train_loss"], tl), ("val", g["val_loss"], vl)):
+                    worst = max(worst, abs(a - b) / abs(b))
+                    if abs(a - b) > 1e-4 * abs(b):
+                        errors.append(f"step {st}: {name} loss {a:.7f}, the twin's {b:.7f}")
+            if not errors and len(want) < 3:
+                errors.append(f"only {len(want)} evaluations: the run is too short to compare")
+            gen = harness.run_qkv([h.qkv, "generate", "--weights", out, "--prompt", "the", "--max-new-tokens", "3"])
+            if gen.problem():
+                errors.append(f"the checkpoint folder does not generate: {gen.problem()}")
+        name = f"train --model {family} --init (fine-tuning, chapter 5's loop)"
+        h.record(name, errors, cmd)
+        print(f"  {'ok  ' if not errors else 'FAIL'} {name}: {len(want)} evaluations, worst relative {worst:.2e}")
+
+
 # --- bad input ------------------------------------------------------------------------------------------
 
 def bad_input(h, tmp):
@@ -469,6 +564,7 @@ def main():
     with h.scratch("qkv-llama-") as tmp, concurrent.futures.ThreadPoolExecutor(h.args.jobs) as pool:
         forward_cases(h, tmp, pool, rng)
         generation(h, tmp, pool)
+        training(h, tmp)
         bad_input(h, tmp)
     return h.finish()
 

@@ -35,6 +35,7 @@
 namespace qkv {
 
 struct BookTrainingOptions {
+  int64_t context_length = 0;  // the windows' length; 0: the model's context (the book's GPT: 256)
   double train_ratio = 0.90;
   int64_t batch_size = 2;
   int64_t epochs = 10;
@@ -67,7 +68,7 @@ struct BookTrainingCallbacks {
   const volatile std::sig_atomic_t* stop_flag = nullptr;  // non-zero: stop after the step in progress
 };
 
-// Trains `model` on `text` (read with `tokenizer`), drawing from `gen` (the generator the model
+// Trains `model` (the book's GPTModel, or any LanguageModel: Llama 3, Qwen3) on `text` (read with `tokenizer`), drawing from `gen` (the generator the model
 // was built from, continuing). Throws qkv::Error on options out of range, or a text too short
 // for one batch of either loader (the book's loaders would have no batch: it says which and how
 // many tokens each half has).
@@ -78,7 +79,7 @@ struct BookTrainingCallbacks {
 // summed over the ranks, and steps alike; evaluations and samples run whole on every rank. The
 // losses are the single process's up to the order of float32 sums; a stop flag on any rank stops
 // all after the same step. batch_size must be at least the number of ranks.
-BookTrainingReport train_like_the_book(GPTModel& model, Generator& gen, const Tokenizer& tokenizer,
+BookTrainingReport train_like_the_book(LanguageModel& model, Generator& gen, const Tokenizer& tokenizer,
                                        const std::string& text, const BookTrainingOptions& options,
                                        const BookTrainingCallbacks& callbacks = {}, DataParallel* ranks = nullptr);
 
