@@ -11,10 +11,16 @@
 #include "qkv/core/ops.h"
 #include "qkv/core/pointwise.h"
 #include "qkv/kernels/norm_rows.h"
+#include "models/cached_rows.h"
 #include "models/model_shape.h"
 
 namespace qkv {
 namespace {
+
+using models_detail::add_into;
+using models_detail::bf16_copy;
+using models_detail::linear_rows;
+using models_detail::rows_of;
 
 const GPTConfig& validated(const GPTConfig& c) {
   validate_gpt_config(c);
@@ -37,13 +43,6 @@ std::vector<TransformerBlock> build_blocks(const GPTConfig& c, Generator& gen) {
   blocks.reserve(static_cast<size_t>(c.n_layers));
   for (int64_t i = 0; i < c.n_layers; ++i) blocks.emplace_back(c, gen);  // in order, as nn.Sequential
   return blocks;
-}
-
-std::vector<uint16_t> rounded(const Tensor& w) {
-  const Tensor c = w.contiguous();
-  std::vector<uint16_t> bits(static_cast<size_t>(c.numel()));
-  floats_to_bf16(c.data(), bits.data(), bits.size());
-  return bits;
 }
 
 const std::vector<std::pair<std::string, GPTConfig>>& presets() {
@@ -148,25 +147,6 @@ Tensor TransformerBlock::backward(const Tensor& doutput) {
 
 namespace {
 
-// The growing working rows of a cached step: resized only when a step is larger than any before.
-float* rows_of(std::vector<float>& v, int64_t n) {
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-
-void add_into(float* x, const float* a, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] += a[i];
-}
-
-// y (N, out) = x (N, in) W^T + b through the Linear in its precision, reading its bf16 weight w16
-// when given.
-void linear_rows(const float* x, int64_t N, const Linear& l, const uint16_t* w16, float* y) {
-  QKV_CHECK(l.weight.is_contiguous() && (!l.has_bias || l.bias.is_contiguous()),
-            "GPTModel: a Linear's weight and bias must be contiguous for a cached forward");
-  linear(x, N, l.weight.size(1), l.weight.data(), l.has_bias ? l.bias.data() : nullptr, l.weight.size(0), y, nullptr,
-         w16 ? Dtype::kBF16 : l.dtype, w16);
-}
-
 void norm_rows(const LayerNorm& n, const float* x, int64_t N, float* y) {
   kernels::layer_norm_rows(x, N, n.scale.size(0), n.scale.data(), n.shift.data(), n.eps, y);
 }
@@ -184,9 +164,9 @@ void TransformerBlock::forward_cached(float* x, int64_t B, int64_t Tn, kernels::
   add_into(x, s.a, N * E);
   // x = x + layers.2(gelu(layers.0(norm2(x))))
   norm_rows(norm2, x, N, s.h);
-  linear_rows(s.h, N, ff.fc, bf16 ? w16->fc.data() : nullptr, s.hidden);
+  linear_rows("GPTModel", s.h, N, ff.fc, bf16 ? w16->fc.data() : nullptr, s.hidden);
   gelu_tanh(s.hidden, s.hidden, N * ff.fc.weight.size(0));
-  linear_rows(s.hidden, N, ff.proj, bf16 ? w16->proj.data() : nullptr, s.a);
+  linear_rows("GPTModel", s.hidden, N, ff.proj, bf16 ? w16->proj.data() : nullptr, s.a);
   add_into(x, s.a, N * E);
 }
 
@@ -231,9 +211,9 @@ void GPTModel::keep_bf16_weights(bool on) {
   head16_.clear();
   if (!on) return;
   for (const TransformerBlock& b : blocks)
-    blocks16_.push_back({rounded(b.att.fused_qkv_weight()), rounded(b.att.out_proj.weight), rounded(b.ff.fc.weight),
-                         rounded(b.ff.proj.weight)});
-  head16_ = rounded(out_head.weight);
+    blocks16_.push_back({bf16_copy(b.att.fused_qkv_weight()), bf16_copy(b.att.out_proj.weight), bf16_copy(b.ff.fc.weight),
+                         bf16_copy(b.ff.proj.weight)});
+  head16_ = bf16_copy(out_head.weight);
 }
 
 void GPTModel::train(bool on) {
@@ -311,7 +291,7 @@ void GPTModel::forward_cached_into(const std::vector<int64_t>& ids, int64_t batc
   for (int64_t b = 0; b < batch; ++b)
     std::memcpy(last + b * E, x + (b * tokens + tokens - 1) * E, static_cast<size_t>(E) * sizeof(float));
   norm_rows(final_norm, last, batch, last);
-  linear_rows(last, batch, out_head, bf16 ? head16_.data() : nullptr, logits);
+  linear_rows("GPTModel", last, batch, out_head, bf16 ? head16_.data() : nullptr, logits);
 }
 
 }  // namespace qkv

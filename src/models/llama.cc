@@ -10,10 +10,16 @@
 #include "qkv/core/ops.h"
 #include "qkv/core/pointwise.h"
 #include "qkv/kernels/norm_rows.h"
+#include "models/cached_rows.h"
 #include "models/model_shape.h"
 
 namespace qkv {
 namespace {
+
+using models_detail::add_into;
+using models_detail::bf16_copy;
+using models_detail::linear_rows;
+using models_detail::rows_of;
 
 const LlamaConfig& validated(const LlamaConfig& c) {
   validate_llama_config(c, "LlamaModel");
@@ -48,29 +54,6 @@ std::vector<LlamaBlock> build_layers(const LlamaConfig& c, Generator& gen) {
   layers.reserve(static_cast<size_t>(c.num_hidden_layers));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers.emplace_back(c, gen);
   return layers;
-}
-
-std::vector<uint16_t> rounded(const Tensor& w) {
-  const Tensor c = w.contiguous();
-  std::vector<uint16_t> bits(static_cast<size_t>(c.numel()));
-  floats_to_bf16(c.data(), bits.data(), bits.size());
-  return bits;
-}
-
-float* rows_of(std::vector<float>& v, int64_t n) {
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-
-void add_into(float* x, const float* a, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] += a[i];
-}
-
-// y (N, out) = x (N, in) W^T through the Linear in its precision, reading its bf16 weight when given.
-void linear_rows(const float* x, int64_t N, const Linear& l, const uint16_t* w16, float* y) {
-  QKV_CHECK(l.weight.is_contiguous(), "LlamaModel: a Linear's weight must be contiguous for a cached forward");
-  linear(x, N, l.weight.size(1), l.weight.data(), nullptr, l.weight.size(0), y, nullptr, w16 ? Dtype::kBF16 : l.dtype,
-         w16);
 }
 
 void norm_rows(const RMSNorm& n, const float* x, int64_t N, float* y) {
@@ -127,10 +110,10 @@ void LlamaBlock::forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCach
   add_into(x, s.a, N * E);
   // x = x + down_proj(silu(gate_proj(h)) * up_proj(h)), h = post_attention_layernorm(x)
   norm_rows(post_attention_layernorm, x, N, s.h);
-  linear_rows(s.h, N, mlp.gate_proj, bf16 ? w16->gate.data() : nullptr, s.gate);
-  linear_rows(s.h, N, mlp.up_proj, bf16 ? w16->up.data() : nullptr, s.up);
+  linear_rows("LlamaModel", s.h, N, mlp.gate_proj, bf16 ? w16->gate.data() : nullptr, s.gate);
+  linear_rows("LlamaModel", s.h, N, mlp.up_proj, bf16 ? w16->up.data() : nullptr, s.up);
   swiglu(s.gate, s.up, s.gate, N * F);  // silu(gate) * up
-  linear_rows(s.gate, N, mlp.down_proj, bf16 ? w16->down.data() : nullptr, s.a);
+  linear_rows("LlamaModel", s.gate, N, mlp.down_proj, bf16 ? w16->down.data() : nullptr, s.a);
   add_into(x, s.a, N * E);
 }
 
@@ -178,10 +161,10 @@ void LlamaModel::keep_bf16_weights(bool on) {
   head16_.clear();
   if (!on) return;
   for (const LlamaBlock& b : layers)
-    layers16_.push_back({rounded(b.self_attn.fused_qkv_weight()), rounded(b.self_attn.out_proj.weight),
-                         rounded(b.mlp.gate_proj.weight), rounded(b.mlp.up_proj.weight),
-                         rounded(b.mlp.down_proj.weight)});
-  head16_ = rounded(lm_head.weight);
+    layers16_.push_back({bf16_copy(b.self_attn.fused_qkv_weight()), bf16_copy(b.self_attn.out_proj.weight),
+                         bf16_copy(b.mlp.gate_proj.weight), bf16_copy(b.mlp.up_proj.weight),
+                         bf16_copy(b.mlp.down_proj.weight)});
+  head16_ = bf16_copy(lm_head.weight);
 }
 
 nlohmann::json LlamaModel::config_json() const {
@@ -322,7 +305,7 @@ void LlamaModel::cached_pass(const std::vector<int64_t>& ids, int64_t batch, int
   if (all_rows) {  // logits = lm_head(norm(x))                         (B, Tn, V)
     float* h = rows_of(step_h_, N * E);
     norm_rows(norm, x, N, h);
-    linear_rows(h, N, lm_head, bf16 ? head16_.data() : nullptr, logits);
+    linear_rows("LlamaModel", h, N, lm_head, bf16 ? head16_.data() : nullptr, logits);
     return;
   }
   // logits = lm_head(norm(x[:, -1]))                                  (B, V)
@@ -330,7 +313,7 @@ void LlamaModel::cached_pass(const std::vector<int64_t>& ids, int64_t batch, int
   for (int64_t b = 0; b < batch; ++b)
     std::memcpy(last + b * E, x + (b * tokens + tokens - 1) * E, static_cast<size_t>(E) * sizeof(float));
   norm_rows(norm, last, batch, last);
-  linear_rows(last, batch, lm_head, bf16 ? head16_.data() : nullptr, logits);
+  linear_rows("LlamaModel", last, batch, lm_head, bf16 ? head16_.data() : nullptr, logits);
 }
 
 }  // namespace qkv
