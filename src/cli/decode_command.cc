@@ -37,7 +37,7 @@ int run_decode(const DecodeFlags& f, const CLI::App& sub) {
 
 Command add_decode(CLI::App& app) {
   auto f = std::make_shared<DecodeFlags>();
-  CLI::App* sub = app.add_subcommand("decode", "GPT-2 token ids back to text");
+  CLI::App* sub = app.add_subcommand("decode", "Token ids back to text (GPT-2's, a rank file's or a tokenizer.json's)");
   sub->add_option("ids", f->ids,
                   "Token ids: a JSON array ('[7120, 7002]') or integers ('7120 7002'); default: read them from "
                   "standard input");

@@ -73,7 +73,7 @@ int run_encode(const EncodeFlags& f, const CLI::App& sub) {
 
 Command add_encode(CLI::App& app) {
   auto f = std::make_shared<EncodeFlags>();
-  CLI::App* sub = app.add_subcommand("encode", "Text to GPT-2 token ids (tiktoken's gpt2 encoding), as a JSON array");
+  CLI::App* sub = app.add_subcommand("encode", "Text to token ids as a JSON array: GPT-2's (tiktoken's gpt2), a tiktoken rank file, or a tokenizer.json");
   auto* text = sub->add_option("--text", f->text, "The text to encode");
   auto* file = sub->add_option("--file", f->file, "Encode the bytes of this file ('-': standard input)");
   auto* jsonl = sub->add_option("--jsonl", f->jsonl,

@@ -180,7 +180,7 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
 
 Command add_forward(CLI::App& app) {
   auto f = std::make_shared<ForwardFlags>();
-  CLI::App* sub = app.add_subcommand("forward", "Run one attention module on a tensor from a safetensors file");
+  CLI::App* sub = app.add_subcommand("forward", "Run one attention module on a tensor from a safetensors file, or a whole model (gpt, llama, qwen3) on ids");
   add_module_flags(sub, *f);
   sub->get_option("--module")->required();
   add_gpt_forward_flags(sub, f->gpt);

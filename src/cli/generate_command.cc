@@ -166,7 +166,7 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
 Command add_generate(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
   CLI::App* sub = app.add_subcommand(
-      "generate", "Generate text with a model: GPT-2's weights, an untrained preset, or a checkpoint qkv train wrote");
+      "generate", "Generate text with a model: GPT-2's weights, a Llama 3 / Qwen3 folder, an untrained preset, or a checkpoint qkv train wrote");
   sub->add_option("--checkpoint", f->checkpoint, "A checkpoint written by qkv train");
   sub->add_option("--weights", f->weights,
                   "GPT-2's weights: Hugging Face's model.safetensors (or a directory holding it and config.json), or "

@@ -41,7 +41,7 @@ int run_tokens(const TokensFlags& f, const CLI::App& sub) {
 
 Command add_tokens(CLI::App& app) {
   auto f = std::make_shared<TokensFlags>();
-  CLI::App* sub = app.add_subcommand("tokens", "Show each GPT-2 token of a text beside its id");
+  CLI::App* sub = app.add_subcommand("tokens", "Show each token of a text beside its id (GPT-2's, a rank file's or a tokenizer.json's)");
   auto* text = sub->add_option("--text", f->text, "The text");
   auto* file = sub->add_option("--file", f->file, "Read the text from this file ('-': standard input)");
   text->excludes(file);
