@@ -74,6 +74,7 @@ int run_gpt_bench(const GptBenchFlags& f) {
         j["weight_bytes"] = r.weight_bytes;
         j["weight_gb_s"] = r.weight_gb_s;
         j["bandwidth_gb_s"] = r.bandwidth_gb_s;
+        j["bandwidth_passes_gb_s"] = r.bandwidth_passes;
         j["percent_of_bandwidth"] = 100.0 * r.weight_gb_s / r.bandwidth_gb_s;
       } else {
         j["gflop"] = r.flops / 1e9;

@@ -92,9 +92,9 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable wake_;  // workers wait for a new job
   std::condition_variable done_;  // the caller waits for the job's end
-  uint64_t generation_ = 0;       // bumped per job
-  bool stopping_ = false;
-  int busy_ = 0;                  // workers still inside the current job
+  std::atomic<uint64_t> generation_{0};  // bumped per job (under mutex_; read without it while spinning)
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> busy_{0};             // workers still inside the current job (changed under mutex_)
 
   // The current job (written under mutex_ before generation_ is bumped).
   TaskFn fn_ = nullptr;

@@ -15,7 +15,9 @@
 //   decode    B sequences of a T-token prompt, then one token per sequence per step over the KV
 //             cache: tokens_per_s = B / the median step; each step reads every weight of P once
 //             (4 bytes, 2 in bf16 with the weights kept in bf16), the yardstick is the streaming read
-//             bandwidth measured on the same threads: weight_gb_s / bandwidth_gb_s
+//             bandwidth measured on the same threads through the run (a pass before the steps and one
+//             after every 20; their median: a shared host's bandwidth moves during a run):
+//             weight_gb_s / bandwidth_gb_s
 // Weights are the preset's drawn from a fixed seed (untrained GPT-2 is as fast as trained).
 #pragma once
 
@@ -56,6 +58,7 @@ struct GptBenchReport {
   double flops = 0, gflops = 0, peak_gflops = 0;            // forward and step
   double bf16_peak_gflops = 0;                               // forward and step in bf16 mode
   double tokens_per_s = 0, weight_bytes = 0, weight_gb_s = 0, bandwidth_gb_s = 0;  // decode
+  std::vector<double> bandwidth_passes;  // decode: every pass measured, sorted
   double max_rss_mib = 0;
 };
 
