@@ -4,8 +4,10 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -181,7 +183,6 @@ BookModel llama_book_model(const GptTrainFlags& g, const TrainOptions& o, const 
   if (!checkpoint.empty()) {
     const std::string source = init ? g.init + "/tokenizer.json" : *find_hf_vocab(tokenizer_path);
     m.checkpoint = [raw, checkpoint, source] {
-      ::mkdir(checkpoint.c_str(), 0777);  // the folder; its files are written atomically
       NamedTensors t;
       for (const StateEntry& e : raw->state_dict()) t.push_back({e.name, e.value()});
       nlohmann::json config = llama_config_json(raw->config);
@@ -220,6 +221,12 @@ int run_train_gpt(const GptTrainFlags& g, const TrainOptions& o, const CLI::App&
   const bool gpt = g.model == "gpt";
   std::vector<OutputFile> destinations;
   if (!checkpoint.empty() && gpt) destinations.push_back({checkpoint, "", "--checkpoint"});
+  if (!checkpoint.empty() && !gpt) {  // a folder: made now, its files checked before any training
+    QKV_CHECK(::mkdir(checkpoint.c_str(), 0777) == 0 || errno == EEXIST, "cannot make the --checkpoint folder ",
+              excerpt(checkpoint), ": ", std::strerror(errno));
+    for (const char* file : {"/model.safetensors", "/config.json", "/tokenizer.json"})
+      destinations.push_back({checkpoint + file, "", "--checkpoint"});
+  }
   if (!svg.empty()) destinations.push_back({svg, "", "--svg"});
   check_output_files(destinations);
   BookModel m = gpt ? gpt_book_model(g, o, sub, checkpoint, vocab_dir, b, seed)

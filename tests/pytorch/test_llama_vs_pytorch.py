@@ -41,7 +41,7 @@ wrong, writing no --output: an unknown model_type, num_key_value_heads not divid
 odd head_dim, a shard the index names missing, a tensor in two shards, a tensor the index places
 elsewhere, a tensor missing, one not of the model, a wrong shape, an F64 tensor, --module naming the
 other family, an id outside the vocabulary, more tokens than the context, a chat turn longer than
---max-context.
+--max-context, a training --checkpoint folder that cannot be made.
 
 Prints one line per case and "llama vs pytorch: N passed, M failed (T s)"; exits non-zero on a failure.
 """
@@ -541,6 +541,14 @@ def bad_input(h, tmp):
         out = os.path.join(tmp, f"bad-ids-{len(ids[0])}.out.st")
         cmd = [h.qkv, "forward", "--module", "qwen3", "--weights", good, "--input", p, "--output", out]
         h.record(f"bad input: {label}", refusal(cmd, needle, out), cmd)
+    text = os.path.join(tmp, "bad-text.txt")
+    with open(text, "w") as f:
+        f.write("the cat sat on the mat. " * 40)
+    missing = os.path.join(tmp, "no-such-folder", "out")
+    cmd = [h.qkv, "train", "--model", "qwen3", "--init", good, "--text-file", text, "--context-length", "4",
+           "--checkpoint", missing, "--quiet", "--svg", ""]
+    h.record("bad input: a --checkpoint folder that cannot be made (before any training)",
+             refusal(cmd, "cannot make the --checkpoint folder", missing), cmd)
     print("  bad input: checked")
 
 
