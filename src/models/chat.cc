@@ -29,15 +29,22 @@ std::string chat_text(ChatFormat format, const std::vector<ChatMessage>& message
 
 std::string chat_turn_close(ChatFormat format) { return format == ChatFormat::kQwen3 ? "\n" : ""; }
 
+namespace {
+// The conversation's positions: `capacity`, at most the model's context; checked before the cache is made.
+int64_t chat_capacity(int64_t capacity, const LanguageModel& model) {
+  QKV_CHECK(capacity >= 1, "chat: the context (", capacity, " tokens) must be at least 1");
+  return std::min(capacity, model.context_length());
+}
+}  // namespace
+
 ChatSession::ChatSession(LanguageModel& model, const Tokenizer& tokenizer, ChatFormat format,
                          std::vector<int64_t> stop_ids, int64_t capacity, kernels::CacheDtype cache_dtype)
     : model_(model),
       tokenizer_(tokenizer),
       format_(format),
       stop_ids_(std::move(stop_ids)),
-      capacity_(std::min(capacity, model.context_length())),
-      cache_(model.make_cache(1, cache_dtype, std::min(capacity, model.context_length()))) {
-  QKV_CHECK(capacity >= 1, "chat: the context (", capacity, " tokens) must be at least 1");
+      capacity_(chat_capacity(capacity, model)),
+      cache_(model.make_cache(1, cache_dtype, capacity_)) {
   QKV_CHECK(!stop_ids_.empty(), "chat: the tokenizer has none of the family's end tokens");
   model_.eval();
 }

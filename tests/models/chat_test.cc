@@ -1,0 +1,69 @@
+// The chat formats (models/chat.h) as text, and ChatSession's refusals: a context below one token
+// (before any cache is made), a turn that does not fit (the conversation untouched and going on).
+// The replies themselves are checked against the PyTorch twin by tests/pytorch/test_llama_vs_pytorch.py.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "qkv/core/generator.h"
+#include "qkv/models/chat.h"
+#include "qkv/models/llama.h"
+#include "qkv/models/tokenizer.h"
+#include "test_support.h"
+
+namespace qkv {
+namespace {
+
+TEST(ChatFormat, TheFamiliesTemplatesAsWritten) {
+  const std::vector<ChatMessage> m = {{"system", "be brief"}, {"user", "hi"}};
+  EXPECT_EQ(chat_text(ChatFormat::kLlama3, m, true, true),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nbe brief<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(chat_text(ChatFormat::kLlama3, {{"user", "again"}}, false, true),
+            "<|start_header_id|>user<|end_header_id|>\n\nagain<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(chat_text(ChatFormat::kQwen3, m, true, true),
+            "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(chat_text(ChatFormat::kQwen3, {{"user", "hi"}}, true, false),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  EXPECT_EQ(chat_turn_close(ChatFormat::kQwen3), "\n");
+  EXPECT_EQ(chat_turn_close(ChatFormat::kLlama3), "");
+  const std::string e = testing_support::error_of([] { chat_text(ChatFormat::kQwen3, {{"tool", "x"}}, true, true); });
+  EXPECT_NE(e.find("the role tool is not system, user or assistant"), std::string::npos) << e;
+}
+
+TEST(ChatSession, RefusesAContextBelowOneAndATurnThatDoesNotFit) {
+  LlamaConfig c;
+  c.family = LlamaFamily::kQwen3;
+  c.vocab_size = 151669;  // Qwen3's tokenizer's ids, a tiny model
+  c.hidden_size = 8;
+  c.intermediate_size = 8;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 1;
+  c.head_dim = 4;
+  c.max_position_embeddings = 40960;
+  Generator gen(3);
+  LlamaModel model(c, gen);
+  const HfTextTokenizer tok(HfTokenizer::load("qwen3"), "qwen3");
+  const std::vector<int64_t> ends = {151645};
+  const std::string zero = testing_support::error_of([&] { ChatSession s(model, tok, ChatFormat::kQwen3, ends, 0); });
+  EXPECT_NE(zero.find("chat: the context (0 tokens) must be at least 1"), std::string::npos) << zero;
+  ChatSession chat(model, tok, ChatFormat::kQwen3, ends, 40);
+  SamplingOptions o;
+  o.temperature = 0;
+  o.max_new_tokens = 3;
+  const ChatSession::Turn t = chat.respond({{"user", "hi"}}, o, false);
+  // <|im_start|> user \n hi <|im_end|> \n <|im_start|> assistant \n <think> \n\n </think> \n\n
+  EXPECT_EQ(static_cast<int64_t>(t.prompt_ids.size()), 13);
+  const int64_t held = chat.length();
+  const std::string e = testing_support::error_of(
+      [&] { chat.respond({{"user", std::string(60, 'x') + " and a great many more words than the context can hold"}}, o, false); });
+  EXPECT_NE(e.find("chat: the conversation holds " + std::to_string(held) + " tokens"), std::string::npos) << e;
+  EXPECT_EQ(chat.length(), held);  // nothing fed
+  EXPECT_NO_THROW(chat.respond({{"user", "ok"}}, o, false));  // the conversation goes on (16 more: 31 of 40)
+  EXPECT_GT(chat.length(), held);
+}
+
+}  // namespace
+}  // namespace qkv
