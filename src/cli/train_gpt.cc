@@ -84,7 +84,7 @@ struct BookModel {
 
 // The book's GPT model: the preset's sizes (context 256, as chapter 5), the flags on top; or --init's.
 BookModel gpt_book_model(const GptTrainFlags& g, const TrainOptions& o, const CLI::App& sub, const std::string& checkpoint,
-                         const std::string& vocab_dir, BookTrainingOptions& b, uint64_t seed) {
+                         const std::string& vocab_dir, uint64_t seed) {
   auto given = [&](const char* flag) { return sub.count(flag) > 0; };
   GPTConfig c = gpt_preset(g.preset);
   c.context_length = 256;
@@ -130,7 +130,6 @@ BookModel gpt_book_model(const GptTrainFlags& g, const TrainOptions& o, const CL
            "--checkpoint"}};
     };
   m.written = "the book's names; qkv generate --weights reads them";
-  (void)b;
   return m;
 }
 
@@ -229,7 +228,7 @@ int run_train_gpt(const GptTrainFlags& g, const TrainOptions& o, const CLI::App&
   }
   if (!svg.empty()) destinations.push_back({svg, "", "--svg"});
   check_output_files(destinations);
-  BookModel m = gpt ? gpt_book_model(g, o, sub, checkpoint, vocab_dir, b, seed)
+  BookModel m = gpt ? gpt_book_model(g, o, sub, checkpoint, vocab_dir, seed)
                     : llama_book_model(g, o, sub, checkpoint, b, seed);
   if (ranks != nullptr) {  // every rank the same run, and a slice of every batch for each
     ranks->check_agreement(str(m.agreement, " ", excerpt(o.text_file), " seed ", seed, " batch ", b.batch_size,

@@ -262,14 +262,6 @@ kernels::KvCache GPTModel::make_cache(int64_t batch, kernels::CacheDtype dtype, 
                           models_detail::cache_capacity(capacity, config.context_length), a.head_dim, a.head_dim, dtype);
 }
 
-Tensor GPTModel::forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
-                                kernels::KvCache& cache) {
-  QKV_CHECK(batch >= 1, "GPTModel: the batch (", batch, ") must be at least 1");
-  Tensor logits = Tensor::empty({batch, config.vocab_size});
-  forward_cached_into(ids, batch, tokens, cache, logits.data());
-  return logits;
-}
-
 void GPTModel::forward_cached_into(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
                                    kernels::KvCache& cache, float* logits) {
   QKV_CHECK(!drop_emb.active(), "GPTModel: forward_cached is inference, but dropout is active: call eval() first");

@@ -261,14 +261,6 @@ kernels::KvCache LlamaModel::make_cache(int64_t batch, kernels::CacheDtype dtype
                           dtype);
 }
 
-Tensor LlamaModel::forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
-                                  kernels::KvCache& cache) {
-  QKV_CHECK(batch >= 1, "LlamaModel: the batch (", batch, ") must be at least 1");
-  Tensor logits = Tensor::empty({batch, config.vocab_size});
-  forward_cached_into(ids, batch, tokens, cache, logits.data());
-  return logits;
-}
-
 void LlamaModel::forward_cached_into(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
                                      kernels::KvCache& cache, float* logits) {
   cached_pass(ids, batch, tokens, cache, logits, false);
@@ -276,9 +268,8 @@ void LlamaModel::forward_cached_into(const std::vector<int64_t>& ids, int64_t ba
 
 void LlamaModel::cached_pass(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, kernels::KvCache& cache,
                              float* logits, bool all_rows) {
-  const int64_t P = models_detail::check_cached_step("LlamaModel", ids, batch, tokens, cache,
-                                                     static_cast<int64_t>(layers.size()), context_length());
-  (void)P;
+  models_detail::check_cached_step("LlamaModel", ids, batch, tokens, cache, static_cast<int64_t>(layers.size()),
+                                   context_length());
   const int64_t N = batch * tokens, E = config.hidden_size, F = config.intermediate_size, V = config.vocab_size;
   for (int64_t i = 0; i < N; ++i) {
     const int64_t id = ids[static_cast<size_t>(i)];

@@ -133,8 +133,7 @@ class GPTModel : public LanguageModel {
   void backward(const Tensor& dlogits) override;
   kernels::KvCache make_cache(int64_t batch, kernels::CacheDtype dtype = kernels::CacheDtype::kF32,
                               int64_t capacity = 0) const override;
-  Tensor forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
-                        kernels::KvCache& cache) override;  // (B, V) of the last new token
+  using LanguageModel::forward_cached;  // (B, V) of the last new token, through forward_cached_into
   // The same into logits (B V floats): no allocation once the working rows have grown to the
   // step's size (every decoding step after the first).
   void forward_cached_into(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, kernels::KvCache& cache,

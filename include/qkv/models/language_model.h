@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "qkv/core/error.h"
 #include "qkv/core/tensor.h"
 #include "qkv/kernels/kv_cache.h"
 #include "qkv/modules/module.h"
@@ -49,9 +50,15 @@ class LanguageModel : public Module {
   // (no active dropout) and P + Tn <= context_length(); leaves the last forward's state (for
   // backward) intact.
   virtual Tensor forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
-                                kernels::KvCache& cache) = 0;
-  // The same, the logits written into `logits` (B V floats). A family whose step allocates
-  // nothing (GPTModel) overrides it; this one copies forward_cached's.
+                                kernels::KvCache& cache) {
+    QKV_CHECK(batch >= 1, type_name(), ": the batch (", batch, ") must be at least 1");
+    Tensor logits = Tensor::empty({batch, vocab_size()});
+    forward_cached_into(ids, batch, tokens, cache, logits.data());
+    return logits;
+  }
+  // The same, the logits written into `logits` (B V floats). A family overrides one of the two: one
+  // whose step allocates nothing (GPTModel, LlamaModel) this one, another forward_cached (whose
+  // result this copies).
   virtual void forward_cached_into(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
                                    kernels::KvCache& cache, float* logits) {
     const Tensor y = forward_cached(ids, batch, tokens, cache).contiguous();

@@ -80,8 +80,7 @@ class LlamaModel : public LanguageModel {
   void backward(const Tensor& dlogits) override;
   kernels::KvCache make_cache(int64_t batch, kernels::CacheDtype dtype = kernels::CacheDtype::kF32,
                               int64_t capacity = 0) const override;
-  Tensor forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
-                        kernels::KvCache& cache) override;  // (B, V)
+  using LanguageModel::forward_cached;  // (B, V) of the last new token, through forward_cached_into
   void forward_cached_into(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, kernels::KvCache& cache,
                            float* logits) override;
   bool has_cache() const override { return !layers.empty(); }
