@@ -56,8 +56,8 @@ QKV_FUZZ_TARGET(data) {
   }
   const qkv::GptWeights w = qkv::read_gpt_weights(cut == std::string_view::npos ? model : temp_dir());
   qkv::Generator gen;
-  const std::unique_ptr<qkv::GPTModel> m = qkv::gpt_model_from(w, gen);
-  QKV_FUZZ_EXPECT(m->config.vocab_size == w.config.vocab_size);
+  const std::unique_ptr<qkv::LanguageModel> m = qkv::gpt_model_from(w, gen);
+  QKV_FUZZ_EXPECT(m->vocab_size() == w.spec.vocab_size);
   const qkv::Tensor logits = m->forward({0}, 1, 1);
-  QKV_FUZZ_EXPECT(logits.numel() == w.config.vocab_size);
+  QKV_FUZZ_EXPECT(logits.numel() == w.spec.vocab_size);
 }

@@ -24,6 +24,7 @@
 #include "bindings.h"
 #include "qkv/core/error.h"
 #include "qkv/core/generator.h"
+#include "qkv/models/decoder.h"
 #include "qkv/models/gpt.h"
 
 namespace qkv::python {
@@ -47,9 +48,9 @@ py::array_t<float> recycled(py::object& slot, const std::vector<py::ssize_t>& sh
 class GptCore {
  public:
   GptCore(const std::string& cfg_json, const std::vector<std::string>& names) {
-    GPTConfig c = gpt_config_from_json(nlohmann::json::parse(cfg_json));
+    DecoderSpec c = gpt_spec_from_cfg(nlohmann::json::parse(cfg_json));
     c.attention.dropout = 0.0;  // the torch module runs dropout itself (PyTorch's masks)
-    model_ = std::make_unique<GPTModel>(c, gen_);
+    model_ = build_model(c, gen_);
     model_->train(true);  // every forward keeps what its backward needs
     for (const StateEntry& e : model_->state_dict())
       if (e.is_parameter) params_.push_back(e);
@@ -84,7 +85,7 @@ class GptCore {
       ++forward_id_;
     }
     raise_pending_signals();
-    py::array_t<float> out = recycled(logits_slot_, {B, T, model_->config.vocab_size});
+    py::array_t<float> out = recycled(logits_slot_, {B, T, model_->vocab_size()});
     std::memcpy(out.mutable_data(), y.data(), static_cast<size_t>(y.numel()) * sizeof(float));
     return out;
   }
@@ -121,7 +122,7 @@ class GptCore {
 
  private:
   Generator gen_{0};  // the model's construction draws (overwritten by every forward's parameters)
-  std::unique_ptr<GPTModel> model_;
+  std::unique_ptr<LanguageModel> model_;
   std::vector<StateEntry> params_;  // the parameters, in state_dict order
   std::mutex mutex_;
   int64_t forward_id_ = 0;

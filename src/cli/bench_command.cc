@@ -183,66 +183,8 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   if (!core) (void)checked_product({4 * 4, f.d_model, f.d_model}, "the weights (--d-model squared)");
   const perf::AttentionBenchReport r = perf::run_attention_bench(shape, f.iters, f.warmup, pool);
 
-  const kernels::AttentionSpec& ra = r.shape.attention;
-  const bool causal = ra.causal;
-  const int64_t B = r.shape.batch, T = r.shape.seq_len, H = ra.heads, D = ra.head_dim, C = r.shape.d_model;
-  const double median = r.median_ms, gflops = r.gflops, peak = r.peak_gflops, flops = r.flops;
-  const double peak_at_width = r.peak_gflops_at_projection_width, rss = r.max_rss_mib, cpu_share = r.cpu_share;
-  const int projection_bits = r.projections_bits;
-  const std::vector<double>& ms = r.times_ms;
-  const std::string what = f.module + (f.backward ? " forward+backward" : " forward");
-  std::cout << "qkv bench: " << what << ", B=" << B << " T=" << T << " C=" << C << " H=" << H << " D=" << D
-            << (causal ? " causal" : " no mask") << (ra.dropout > 0 ? " dropout " + std::to_string(ra.dropout) : "")
-            << (ra.groups() != H ? " G=" + std::to_string(ra.groups()) : "")
-            << (ra.window > 0 ? " window " + std::to_string(ra.window) : "") << (ra.alibi ? " ALiBi" : "")
-            << (ra.softcap > 0 ? " softcap " + std::to_string(ra.softcap) : "")
-            << (ra.rope != kernels::RopeLayout::kNone ? std::string(" RoPE ") + kernels::rope_layout_name(ra.rope) : "")
-            << (ra.dtype == Dtype::kBF16 ? " bf16" : "") << ", " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n";
-  const CacheSizes& caches = cache_sizes();
-  std::cout << "  caches: L1d " << caches.l1d / 1024 << " KiB, L2 " << caches.l2 / 1024 << " KiB, L3 "
-            << caches.l3 / 1024 << " KiB (" << caches.source << ")\n";
-  if (!core) {
-    const char* forced = std::getenv("OPENBLAS_CORETYPE");
-    const bool pinned = r.gemm == "openblas" && forced != nullptr && *forced != '\0';
-    std::cout << "  projections: " << r.projections
-              << (pinned ? std::string(" (chosen by OPENBLAS_CORETYPE=") + forced + ")" : "") << "\n";
-    if (peak_at_width > 0) {
-      std::cout << std::fixed << std::setprecision(1) << "  note: these kernels compute with " << projection_bits
-                << "-bit vectors, the kernels here with " << r.simd_bits
-                << "-bit ones; the FMA peak at " << projection_bits << " bits is " << peak_at_width << " GFLOP/s ("
-                << 100.0 * peak_at_width / peak << "% of the peak below), which bounds the projections"
-                << (pinned ? "; --gemm qkv runs them at this CPU's width (or unset OPENBLAS_CORETYPE to let OpenBLAS "
-                             "choose kernels for this CPU)"
-                           : "")
-                << "\n";
-    }
-  }
-  if (ra.dtype == Dtype::kBF16)
-    std::cout << "  bf16: " << (bf16_dot_allowed() && r.simd == "AVX3" ? "AVX512_BF16 dot products (2 bf16 products per fp32 lane: the bf16 peak is twice the fp32 FMA peak)"
-                                                                     : "widened to fp32 (no AVX512_BF16 dot product here): the fp32 FMA peak bounds it")
-              << "\n";
-  std::cout << std::fixed << std::setprecision(2) << "  median " << median << " ms  (min " << r.min_ms
-            << ", max " << r.max_ms << ", " << r.iters << " runs)\n"
-            << "  " << std::setprecision(1) << flops / 1e9 << " GFLOP (causal work only) -> " << gflops
-            << " GFLOP/s = " << 100.0 * gflops / peak << "% of the measured FMA peak " << peak << " GFLOP/s\n"
-            << "  peak memory (max RSS) " << rss << " MiB; CPU share while timed " << std::setprecision(2)
-            << cpu_share << " (1.00 = every thread ran all the time)\n";
-  if (f.json) {
-    nlohmann::json j = {{"module", f.module},      {"backward", f.backward},     {"batch", B},
-                        {"seq_len", T},            {"d_model", C},               {"num_heads", H},
-                        {"head_dim", D},           {"causal", causal},           {"dropout", ra.dropout},
-                        {"threads", r.threads}, {"iters", r.iters},     {"median_ms", median},
-                        {"min_ms", r.min_ms}, {"times_ms", ms},            {"gflop", flops / 1e9},
-                        {"gflops", gflops},        {"peak_gflops", peak},        {"percent_of_peak", 100.0 * gflops / peak},
-                        {"max_rss_mib", rss},      {"cpu_share", cpu_share},     {"simd", r.simd},
-                        {"gemm", r.gemm}, {"projections", r.projections}, {"projections_vector_bits", projection_bits},
-                        {"num_kv_heads", ra.groups()}, {"window", ra.window},
-                        {"alibi", ra.alibi}, {"softcap", ra.softcap},
-                        {"rope", kernels::rope_layout_name(ra.rope)}, {"dtype", dtype_name(ra.dtype)},
-                        {"l1d_bytes", caches.l1d}, {"l2_bytes", caches.l2}, {"l3_bytes", caches.l3},
-                        {"peak_gflops_at_projection_width", peak_at_width > 0 ? nlohmann::json(peak_at_width) : nlohmann::json()}};
-    std::cout << j.dump() << "\n";
-  }
+  std::cout << perf::report_text(r, f.module);
+  if (f.json) std::cout << perf::report_json(r, f.module).dump() << "\n";
   return 0;
 }
 
@@ -259,8 +201,7 @@ Command add_bench(CLI::App& app) {
                   "a forward, a training step with --backward, or decoding with --new-tokens)")
       ->required()
       ->check(CLI::IsMember({"mha", "causal-attention", "attention-core", "decode", "ring-attention", "gpt"}));
-  sub->add_option("--preset", f->preset, "gpt: the model's sizes, gpt2-small | gpt2-medium | gpt2-large | gpt2-xl | "
-                                         "llama-3.2-1b | llama-3.2-3b | qwen3-0.6b | qwen3-1.7b (Llama 3, Qwen3)")
+  sub->add_option("--preset", f->preset, "gpt: the model's sizes, " + preset_list())
       ->default_val("gpt2-small");
   add_number(sub, "--new-tokens", f->new_tokens,
              "gpt: decode --new-tokens steps after a --seq-len prompt, each timed (tokens/s against the read bandwidth)");

@@ -6,14 +6,11 @@
 // KV cache). See qkv/perf/gpt_bench.h for what is counted.
 #include "bench_gpt.h"
 
-#include <iomanip>
 #include <iostream>
 
-#include <nlohmann/json.hpp>
 
 #include "qkv/core/error.h"
 #include "qkv/core/thread_pool.h"
-#include "qkv/models/gpt.h"
 #include "qkv/perf/gpt_bench.h"
 
 namespace qkv::cli {
@@ -33,61 +30,8 @@ int run_gpt_bench(const GptBenchFlags& f) {
   QKV_CHECK(f.seq_len >= 1, "--seq-len ", f.seq_len, ": must be at least 1 (decode: the prompt's tokens)");
   try {
     const perf::GptBenchReport r = perf::run_gpt_bench(s, f.iters, f.warmup, default_pool());
-    const char* what = s.mode == perf::GptBenchMode::kDecode ? "decode"
-                       : s.mode == perf::GptBenchMode::kStep ? "training step (forward, loss, backward, AdamW)"
-                                                             : "forward";
-    std::cout << "qkv bench: " << f.preset << " " << what << ", B=" << s.batch << " T=" << s.seq_len
-              << (s.mode == perf::GptBenchMode::kDecode ? " new=" + std::to_string(s.new_tokens) : "") << " "
-              << dtype_name(s.dtype) << ", " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd
-              << "\n  products: " << r.gemm << "\n";
-    std::cout << std::fixed << std::setprecision(2) << "  median " << r.median_ms << " ms  (min " << r.min_ms
-              << ", max " << r.max_ms << ", " << r.iters << (s.mode == perf::GptBenchMode::kDecode ? " steps)\n" : " runs)\n");
-    if (s.mode == perf::GptBenchMode::kDecode) {
-      std::cout << std::setprecision(1) << "  " << r.tokens_per_s << " tokens/s; " << r.weight_bytes / 1e6
-                << " MB of weights read per step -> " << r.weight_gb_s << " GB/s = "
-                << 100.0 * r.weight_gb_s / r.bandwidth_gb_s << "% of the measured read bandwidth " << r.bandwidth_gb_s
-                << " GB/s (the memory-bound limit: " << static_cast<double>(s.batch) * r.bandwidth_gb_s * 1e9 / r.weight_bytes
-                << " tokens/s)\n";
-    } else {
-      std::cout << std::setprecision(1) << "  " << r.flops / 1e9 << " GFLOP -> " << r.gflops << " GFLOP/s = "
-                << 100.0 * r.gflops / r.peak_gflops << "% of the measured FMA peak " << r.peak_gflops << " GFLOP/s";
-      if (r.bf16_peak_gflops > 0)
-        std::cout << ", " << 100.0 * r.gflops / r.bf16_peak_gflops << "% of the bf16 dot-product peak "
-                  << r.bf16_peak_gflops << " GFLOP/s";
-      std::cout << "\n";
-    }
-    std::cout << std::setprecision(0) << "  peak memory (max RSS) " << r.max_rss_mib << " MiB\n";
-    if (f.json) {
-      nlohmann::json j = {{"module", "gpt"},           {"preset", f.preset},
-                          {"mode", s.mode == perf::GptBenchMode::kDecode ? "decode"
-                                   : s.mode == perf::GptBenchMode::kStep ? "step" : "forward"},
-                          {"batch", s.batch},          {"seq_len", s.seq_len},
-                          {"new_tokens", s.new_tokens}, {"dtype", dtype_name(s.dtype)},
-                          {"dropout", s.dropout},      {"threads", r.threads},
-                          {"iters", r.iters},          {"median_ms", r.median_ms},
-                          {"min_ms", r.min_ms},        {"times_ms", r.times_ms},
-                          {"parameters", r.parameters}, {"product_parameters", r.product_parameters},
-                          {"simd", r.simd},            {"gemm", r.gemm},
-                          {"max_rss_mib", r.max_rss_mib}};
-      if (s.mode == perf::GptBenchMode::kDecode) {
-        j["tokens_per_s"] = r.tokens_per_s;
-        j["weight_bytes"] = r.weight_bytes;
-        j["weight_gb_s"] = r.weight_gb_s;
-        j["bandwidth_gb_s"] = r.bandwidth_gb_s;
-        j["bandwidth_passes_gb_s"] = r.bandwidth_passes;
-        j["percent_of_bandwidth"] = 100.0 * r.weight_gb_s / r.bandwidth_gb_s;
-      } else {
-        j["gflop"] = r.flops / 1e9;
-        j["gflops"] = r.gflops;
-        j["peak_gflops"] = r.peak_gflops;
-        j["percent_of_peak"] = 100.0 * r.gflops / r.peak_gflops;
-        if (r.bf16_peak_gflops > 0) {
-          j["bf16_peak_gflops"] = r.bf16_peak_gflops;
-          j["percent_of_bf16_peak"] = 100.0 * r.gflops / r.bf16_peak_gflops;
-        }
-      }
-      std::cout << j.dump() << "\n";
-    }
+    std::cout << perf::report_text(r);
+    if (f.json) std::cout << perf::report_json(r).dump() << "\n";
   } catch (const Error& e) {  // the harness names its fields; the user typed flags
     std::string m = e.what();
     for (const auto& [field, flag] : {std::pair{"seq_len ", "--seq-len "}, {"new_tokens ", "--new-tokens "},

@@ -149,7 +149,7 @@ Command add_chat(CLI::App& app) {
   sub->add_option("--weights", f->weights,
                   "A Llama 3 / Qwen3 directory as Hugging Face ships it (config.json, model.safetensors or shards, "
                   "tokenizer.json)");
-  sub->add_option("--model", f->model, "An untrained preset instead: llama-3.2-1b | llama-3.2-3b | qwen3-0.6b | qwen3-1.7b");
+  sub->add_option("--model", f->model, "An untrained preset instead (a family with a chat format): " + preset_list());
   add_chat_flags(sub, f->chat);
   add_sampling_flags(sub, f->pick);
   add_number_with_default(sub, "--seed", f->sampling.seed, "Seed of the draws (continued from turn to turn)");

@@ -14,6 +14,7 @@
 #include "qkv/core/error.h"
 #include "qkv/io/output_files.h"
 #include "qkv/io/safetensors.h"
+#include "qkv/models/family.h"
 #include "qkv/models/gpt_weights.h"
 
 namespace qkv::cli {
@@ -32,19 +33,18 @@ int run_convert(const ConvertFlags& f) {
     bad_flag("--config", "writes Hugging Face's config.json: it goes with --to huggingface");
   const GptWeights w = read_gpt_weights(f.weights, f.num_heads);
   Generator gen;
-  std::unique_ptr<GPTModel> model = gpt_model_from(w, gen);
+  std::unique_ptr<LanguageModel> model = gpt_model_from(w, gen);
   std::vector<OutputFile> files;
   if (f.to == "huggingface") {
     files.push_back({f.out, serialize_safetensors(gpt_state_in_layout(*model, GptLayout::kHuggingFace), {{"format", "pt"}}),
                      "--out"});
-    if (!f.config.empty()) files.push_back({f.config, hugging_face_config_json(w.config) + "\n", "--config"});
+    if (!f.config.empty()) files.push_back({f.config, hugging_face_config_json(w.spec) + "\n", "--config"});
+  } else if (f.to == "qkv") {  // the family's own checkpoint: the book's names with the configuration
+    files = model->family().checkpoint(*model, f.out, "");
+    files.front().what = "--out";
   } else {
-    std::map<std::string, std::string> meta = {{"format", "pt"}};
-    if (f.to == "qkv") {
-      meta["qkv"] = "gpt-weights 1";
-      meta["config"] = to_json(model->config).dump();
-    }
-    files.push_back({f.out, serialize_safetensors(gpt_state_in_layout(*model, GptLayout::kBook), meta), "--out"});
+    files.push_back({f.out, serialize_safetensors(gpt_state_in_layout(*model, GptLayout::kBook), {{"format", "pt"}}),
+                     "--out"});
   }
   write_files_atomically(files);
   std::cout << "wrote " << f.out << (f.config.empty() ? "" : " and " + f.config) << ": " << model->describe() << ", "

@@ -26,7 +26,7 @@ int run_decode(const DecodeFlags& f, const CLI::App& sub) {
   for (const std::string& a : f.ids) input += a + " ";
   if (f.ids.empty()) input = read_stdin();
   const std::vector<TokenId> ids = parse_token_ids(input);
-  const CliTokenizer tok(f.vocab, sub);
+  const Vocabulary tok = vocabulary_of(f.vocab, sub);
   std::string text = tok.decode(ids, f.raw_bytes);
   if (::isatty(STDOUT_FILENO) && (text.empty() || text.back() != '\n')) text += '\n';
   write_stdout(text);

@@ -45,14 +45,14 @@ void append_ids(std::string& out, const std::vector<TokenId>& ids) {
 int run_encode(const EncodeFlags& f, const CLI::App& sub) {
   QKV_CHECK(f.threads >= 0, "--threads must be >= 0 (0: one per hardware thread), not ", f.threads);
   check_threads(f.threads);
-  const CliTokenizer tok(f.vocab, sub);
+  const Vocabulary tok = vocabulary_of(f.vocab, sub);
   if (!f.jsonl.empty()) {
     const std::string what = f.jsonl == "-" ? "standard input" : f.jsonl;
     const std::string contents = f.jsonl == "-" ? read_stdin() : read_file(f.jsonl);
     const std::vector<std::string> texts = parse_json_string_lines(contents, "--jsonl " + what);
     std::vector<std::vector<TokenId>> ids;
     try {
-      ids = tok.encode_batch(texts, f.threads, f.special);
+      ids = tok.encode_batch(texts, f.threads, f.special.allowed, f.special.disallowed);
     } catch (const Error& e) {
       fail("--jsonl ", what, ": ", e.what(), "\n(text N of the batch is line N of the file)");
     }
@@ -64,7 +64,7 @@ int run_encode(const EncodeFlags& f, const CLI::App& sub) {
   }
   const std::string text = read_text_input(sub, f.text, f.file);
   std::string out;
-  append_ids(out, tok.encode(text, f.special));
+  append_ids(out, tok.encode(text, f.special.allowed, f.special.disallowed));
   write_stdout(out);
   return 0;
 }

@@ -18,12 +18,10 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/core/generator.h"
 #include "qkv/explore/explore.h"
+#include "qkv/explore/page_fit.h"
 #include "qkv/io/atomic_file.h"
 #include "qkv/io/output_files.h"
 #include "qkv/io/safetensors.h"
-#include "qkv/models/attention_lm.h"
-#include "qkv/models/gpt.h"
-#include "qkv/models/llama_weights.h"
 #include "qkv/models/module_on_text.h"
 #include "qkv/qkv.h"
 #include "qkv/text/tiny_vocab.h"
@@ -48,25 +46,7 @@ const char* kModuleFlagNames[] = {"--module", "--d-in", "--d-out", "--context-le
                                   "--qkv-bias", "--attention", "--num-kv-heads", "--rope", "--rope-base", "--window",
                                   "--alibi", "--softcap", "--dtype", "--train", "--seed", "--weights"};
 
-std::string mb(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MB", static_cast<double>(bytes) / (1 << 20));
-  return buf;
-}
-
 std::string gpt2_label(const Encoding& gpt2, int64_t id) { return gpt2.decode(std::vector<TokenId>{id}); }
-
-// A page over --max-page-size: what it would be and what makes it smaller (8-bit values only
-// when it is not 8-bit already).
-std::string storage_name(ExploreStorage st) {
-  return str(explore_precision_name(st.values), st.computed ? ", attention weights computed in the page" : "");
-}
-
-[[noreturn]] void page_too_large(const std::string& what, int64_t bytes, ExploreStorage st, int64_t max_bytes) {
-  fail(what, mb(bytes), " (", storage_name(st), "), more than --max-page-size ", mb(max_bytes),
-       ", beyond which a browser opens it slowly or not at all; make it smaller with ",
-       st.values == ExplorePrecision::kU8 ? "" : "--precision u8 (8-bit values) or ", "a shorter --text, or raise --max-page-size");
-}
 
 // --pipeline-layer names one of the page's layers (checked before any work).
 void check_pipeline_layer(const ExploreFlags& f, int64_t layers) {
@@ -75,18 +55,10 @@ void check_pipeline_layer(const ExploreFlags& f, int64_t layers) {
              layers - 1, ")");
 }
 
-// Before any work: the page's attention weights alone (layers x heads (T, T), or as queries and
-// keys when the page computes them) at the smallest size it may use must fit.
-void check_page_fits(const ExploreFlags& f, int64_t layers, int64_t heads, int64_t head_dim, int64_t tokens,
-                     bool causal) {
-  const ExplorePrecision p = parse_explore_precision(f.precision);
-  const ExploreWeights w = parse_explore_weights(f.weights_in_page);
-  const int64_t least = minimum_page_bytes(layers, heads, head_dim, tokens, causal, p, w);
-  if (least > f.max_page_bytes)
-    page_too_large(str("the page's attention weights alone (", layers, " layer(s) x ", heads, " head(s) of ", tokens,
-                       " x ", tokens, ") would be at least "),
-                   least, {p == ExplorePrecision::kAuto ? ExplorePrecision::kU8 : p, w == ExploreWeights::kComputed},
-                   f.max_page_bytes);
+// The page's limits from the flags.
+ExploreLimits limits_of(const ExploreFlags& f) {
+  return {parse_explore_precision(f.precision), parse_explore_weights(f.weights_in_page), f.pipeline_layer,
+          f.max_page_bytes};
 }
 
 // The chapter's module on GPT-2 tokens, as `qkv forward --text` runs it.
@@ -115,7 +87,7 @@ ExplorePage module_page(ExploreFlags& f, const CLI::App& sub, const std::string&
   const int64_t T = static_cast<int64_t>(ids.size());
   QKV_CHECK(T <= c.context_length, "the text is ", T, " GPT-2 tokens but --context-length is ", c.context_length,
             "; shorten the text or raise --context-length");
-  check_page_fits(f, 1, c.attention.heads, c.attention.head_dim, T, info.causal);
+  check_page_fits(1, c.attention.heads, c.attention.head_dim, T, info.causal, limits_of(f));
   check_sizes({c.attention.heads, T, T, 8}, 4, "the page's (T, T) matrices per head");
   std::map<std::string, Tensor> state;
   if (!f.weights.empty()) state = load_safetensors(f.weights).tensors;
@@ -134,75 +106,29 @@ ExplorePage module_page(ExploreFlags& f, const CLI::App& sub, const std::string&
                         str(m.type_name(), " (", seed, f.train ? ", training mode" : "", ") on \"", text, "\""));
 }
 
-// The induction score's repeated random sequence: n tokens twice (ExploreHeadStats::induction).
-constexpr int64_t kInductionTokens = 64;
-constexpr uint64_t kInductionSeed = 0x51C0FFEE;
-// The logit lens's tokens per layer and position.
-constexpr int64_t kLensTop = 5;
-
-// Every layer of a model (a checkpoint `qkv train` wrote, GPT-2's weights, or a preset drawn from
+// Every layer of a model (a checkpoint `qkv train` wrote, a family's files, or a preset drawn from
 // --seed) on the text's tokens; with --generate, on the text and its continuation, generated as
 // `qkv generate` does (the KV cache, the same draws), then run through the model once.
 ExplorePage model_page(const ExploreFlags& f, const std::string& text) {
   LoadOptions load;
   load.vocab_dir = f.vocab_dir;
+  load.float_weights = true;  // the page reads every weight: a BF16 folder loads with f32 products
   const std::string source = f.model_path.empty() ? f.preset : f.model_path;
-  // A bf16 Llama/Qwen3 folder would keep its weights in bf16 only; the page needs the float ones
-  if (!f.model_path.empty() && is_llama_directory(f.model_path)) load.dtype = Dtype::kF32;
   LoadedModel loaded = f.model_path.empty() ? make_model(f.preset, f.seed.value_or(123), load)
                                             : load_model(f.model_path, load);
-  auto* lm = dynamic_cast<AttentionLM*>(loaded.model.get());
-  auto* gpt = dynamic_cast<GPTModel*>(loaded.model.get());
-  auto* llama = dynamic_cast<LlamaModel*>(loaded.model.get());
-  QKV_CHECK(lm != nullptr || gpt != nullptr || llama != nullptr, excerpt(source), " holds ", loaded.description,
-            ", which the explorer cannot show yet (it shows attention LMs, GPT, Llama 3 and Qwen3 models)");
-  const int64_t layers = lm ? lm->config.num_layers : gpt ? gpt->config.n_layers : llama->config.num_hidden_layers;
-  const int64_t heads =
-      lm ? lm->config.attention.heads : gpt ? gpt->config.attention.heads : llama->config.num_attention_heads;
-  QKV_CHECK(layers > 0, excerpt(source), " has no attention blocks (0 layers): nothing to show");
-  std::vector<int64_t> ids = loaded.encode(text);
-  QKV_CHECK(!ids.empty(), "the text has no tokens: there is nothing to attend over");
-  const int64_t prompt = static_cast<int64_t>(ids.size());
-  const int64_t context = loaded.model->context_length();
-  const int64_t generate_n = f.generate.value_or(0);
-  if (prompt + generate_n > context)
-    fail("the text is ", prompt, " tokens", f.generate ? str(" and --generate adds ", generate_n) : std::string(),
-         " but the model's context length is ", context, "; the page shows one pass over all of them, so shorten the text",
-         f.generate ? " or lower --generate" : "");
-  const int64_t head_dim =
-      lm ? lm->config.attention.head_dim : gpt ? gpt->config.attention.head_dim : llama->config.head_dim;
-  check_pipeline_layer(f, layers);
-  check_page_fits(f, layers, heads, head_dim, prompt + generate_n, true);
-  check_sizes({layers, heads, prompt + generate_n, prompt + generate_n, 2}, 4,
-              "the page's (T, T) weights per layer and head");
-  ExploreModelOptions options;
-  if (f.generate) {
-    SamplingOptions sampling;
-    sampling.max_new_tokens = generate_n;
-    sampling.seed = f.seed.value_or(sampling.seed);
-    apply_sampling_flags(f.pick, loaded.model->vocab_size(), sampling);
-    // A preset's weights were drawn from its seed's generator: sampling continues it (qkv generate).
-    if (!f.preset.empty()) sampling.generator = loaded.generator.get();
-    const std::vector<int64_t> out = generate(*loaded.model, ids, sampling);
-    options.generated_from = prompt;
-    ids.insert(ids.end(), out.begin(), out.end());
-  }
-  std::vector<std::string> labels;
-  for (int64_t id : ids) labels.push_back(loaded.tokenizer->token_text(id));
-  const int64_t n = std::min(kInductionTokens, context / 2);
-  options.induction_tokens = n >= 2 ? n : 0;
-  options.induction_seed = kInductionSeed;
-  options.lens_top = kLensTop;
-  options.tokenizer = loaded.tokenizer.get();
-  std::string title = str(loaded.description, " on \"", text, "\"");
-  if (f.generate) title += str(" + ", ids.size() - static_cast<size_t>(prompt), " generated token(s)");
-  if (llama) return explore_llama(*llama, ids, std::move(labels), std::move(title), options);
-  return lm ? explore_lm(*lm, ids, std::move(labels), std::move(title), options)
-            : explore_gpt(*gpt, ids, std::move(labels), std::move(title), options);
+  QKV_CHECK(loaded.model->spec().layers > 0, excerpt(source), " has no attention blocks (0 layers): nothing to show");
+  check_pipeline_layer(f, loaded.model->spec().layers);
+  ExploreTextOptions o;
+  o.limits = limits_of(f);
+  o.generate = f.generate.value_or(0);
+  o.sampling.seed = f.seed.value_or(o.sampling.seed);
+  apply_sampling_flags(f.pick, loaded.model->vocab_size(), o.sampling);
+  // A preset's weights were drawn from its seed's generator: sampling continues it (qkv generate).
+  if (!f.preset.empty()) o.sampling.generator = loaded.generator.get();
+  return explore_text(loaded, text, o);
 }
 
 int run_explore(ExploreFlags& f, const CLI::App& sub) {
-  const ExplorePrecision precision = parse_explore_precision(f.precision);
   const bool from_text_file = !f.text_file.empty();
   if (sub.count("--text") > 0 && from_text_file) bad_flag("--text-file", "give --text or --text-file, not both");
   // A model's file: --checkpoint, or --weights without --module (with it, the module's weights).
@@ -247,22 +173,10 @@ int run_explore(ExploreFlags& f, const CLI::App& sub) {
               "or --checkpoint for longer texts)");
     page = explore_walkthrough(run_walkthrough(text));
   }
-  const ExploreWeights weights_in_page = parse_explore_weights(f.weights_in_page);
-  const int64_t layers = static_cast<int64_t>(page.layers.size());
-  if (f.pipeline_layer) keep_pipeline_layer(page, *f.pipeline_layer);  // checked before any work
-  ExploreStorage st = resolve_storage(page, precision, weights_in_page, f.max_page_bytes);
-  // Too large with every layer's pipeline: the pipeline of the first layer only (--pipeline-layer picks another).
-  if (!f.pipeline_layer && layers > 1 && estimate_page_bytes(page, st) > f.max_page_bytes) {
-    keep_pipeline_layer(page, 0);
-    st = resolve_storage(page, precision, weights_in_page, f.max_page_bytes);
-  }
-  const int64_t estimate = estimate_page_bytes(page, st);
-  if (estimate > f.max_page_bytes) page_too_large("the page would be about ", estimate, st, f.max_page_bytes);
-  const std::string html = explore_html(page, st);
-  if (static_cast<int64_t>(html.size()) > f.max_page_bytes)
-    page_too_large("the page is ", static_cast<int64_t>(html.size()), st, f.max_page_bytes);
+  ExploreStorage st;
+  const std::string html = fit_page(page, limits_of(f), st);  // --pipeline-layer checked before any work
   write_files_atomically({{f.out, html, "--out"}});
-  std::cout << "wrote " << f.out << ": " << html.size() << " bytes (" << mb(static_cast<int64_t>(html.size()))
+  std::cout << "wrote " << f.out << ": " << html.size() << " bytes (" << megabytes(static_cast<int64_t>(html.size()))
             << "), " << page.tokens.size() << " tokens, " << page.layers.size() << " layer(s) x "
             << page.layers.front().weights.size(0) << " head(s), values as " << storage_name(st)
             << (page.pipeline_layer >= 0 ? str("; the pipeline of layer ", page.pipeline_layer, " only") : "") << "\n";
@@ -286,9 +200,7 @@ Command add_explore(CLI::App& app) {
              "--seed, --temperature, --top-k) and show attention over the text and its continuation",
              non_negative<int64_t>());
   add_sampling_flags(sub, f->pick);
-  sub->add_option("--model", f->preset,
-                  "An untrained GPT model drawn from --seed (default 123): gpt2-small | gpt2-medium | gpt2-large | "
-                  "gpt2-xl");
+  sub->add_option("--model", f->preset, "An untrained preset drawn from --seed (default 123): " + preset_list());
   add_module_flags(sub, *f);
   sub->add_option("--vocab-dir", f->vocab_dir, "Where GPT-2's encoder.json and vocab.bpe are (see qkv encode --help)");
   sub->add_option("--precision", f->precision,

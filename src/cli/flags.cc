@@ -1,6 +1,8 @@
 // Byte-count flags, the limit flags and the size checks of flags that multiply. See flags.h.
 #include "flags.h"
 
+#include "qkv/models/family.h"
+
 #include "commands.h"
 
 #include "qkv/core/checked.h"
@@ -153,12 +155,29 @@ CLI::Option* add_dtype_flag(CLI::App* sub, const std::string& flag, std::functio
       ->type_name("DTYPE");
 }
 
+std::string preset_list() {
+  std::string s;
+  for (const std::string& p : model_preset_names()) s += (s.empty() ? "" : " | ") + p;
+  return s;
+}
+
+bool is_model_family(const std::string& module) {
+  for (const ModelFamily* f : model_families())
+    if (f->name == module) return true;
+  return false;
+}
+
 void add_module_flags(CLI::App* sub, ModuleFlags& f) {
   std::vector<std::string> modules = attention_module_names();
-  for (const char* model : {"gpt", "llama", "qwen3"}) modules.push_back(model);
+  std::string families;
+  for (const ModelFamily* m : model_families()) {
+    modules.push_back(m->name);
+    families += " | " + m->name;
+  }
   sub->add_option("--module", f.module,
-                  "self-attention-v1 | self-attention-v2 | causal-attention | mha-wrapper | mha | gpt (the book's "
-                  "GPT model) | llama | qwen3 (Llama 3, Qwen3: --weights DIR); the models: qkv forward only")
+                  "self-attention-v1 | self-attention-v2 | causal-attention | mha-wrapper | mha; or a whole model "
+                  "(qkv forward only)" + families + " (gpt with --seed: the book's GPT of the sizes given; any with "
+                  "--weights PATH: its files)")
       ->check(CLI::IsMember(modules));
   add_number(sub, "--d-in", f.d_in, "Input features (the last dimension of 'input')", positive<int64_t>());
   add_number(sub, "--d-out", f.d_out, "Output features (per head for mha-wrapper)", positive<int64_t>());

@@ -143,6 +143,10 @@ struct ModuleFlags {
   bool train = false;
 };
 void add_module_flags(CLI::App* sub, ModuleFlags& f);
+// Whether --module names a model family (models/family.h) rather than one of the chapter's modules.
+bool is_model_family(const std::string& module);
+// Every family's presets, "gpt2-small | ... | qwen3-1.7b", for help texts.
+std::string preset_list();
 // The module's config from the flags (attention_config with the variants), checked against each
 // other before anything is built: a usage error naming the flag.
 AttentionConfig module_config(const ModuleFlags& f, const CLI::App& sub);

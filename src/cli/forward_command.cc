@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "commands.h"
-#include "forward_gpt.h"
+#include "forward_model.h"
 #include "flags.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
@@ -28,7 +28,7 @@ namespace qkv::cli {
 namespace {
 
 struct ForwardFlags : ModuleFlags {
-  GptForwardFlags gpt;
+  ModelSizeFlags sizes;  // --module gpt --seed
   std::string input, output, save_weights, attn_weights;
   std::string text, text_file, vocab_dir;
   std::string grad_output, grads_out;  // backward: dL/doutput in, gradients out
@@ -40,17 +40,11 @@ std::string expected_input(const AttentionModule& m, const AttentionConfig& c) {
 }
 
 int run_forward(ForwardFlags& f, const CLI::App& sub) {
-  if (f.module == "llama" || f.module == "qwen3") {
+  if (is_model_family(f.module)) {  // a whole model of a family
     const std::string text = f.text_file.empty() ? f.text : read_file(f.text_file);
-    return run_forward_llama(f, {f.input, f.output, f.save_weights, f.grad_output, f.grads_out, text, f.vocab_dir,
-                                 f.attn_weights},
+    return run_forward_model(f, f.sizes, {f.input, f.output, f.save_weights, f.grad_output, f.grads_out, text,
+                                          f.vocab_dir, f.attn_weights},
                              sub);
-  }
-  if (f.module == "gpt") {
-    const std::string text = f.text_file.empty() ? f.text : read_file(f.text_file);
-    return run_forward_gpt(f, f.gpt, {f.input, f.output, f.save_weights, f.grad_output, f.grads_out, text, f.vocab_dir,
-                                              f.attn_weights},
-                           sub);
   }
   for (const char* flag : {"--d-in", "--d-out"})
     if (sub.count(flag) == 0) bad_flag(flag, "--module ", f.module, " needs it");
@@ -183,7 +177,7 @@ Command add_forward(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("forward", "Run one attention module on a tensor from a safetensors file, or a whole model (gpt, llama, qwen3) on ids");
   add_module_flags(sub, *f);
   sub->get_option("--module")->required();
-  add_gpt_forward_flags(sub, f->gpt);
+  add_model_size_flags(sub, f->sizes);
   sub->add_option("--input", f->input, "Safetensors file holding the tensor 'input'");
   sub->add_option("--text", f->text,
                   "Text instead of --input: GPT-2 ids -> token + positional embedding (token_emb.weight, "

@@ -22,7 +22,6 @@
 #include "flags.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
-#include "qkv/models/gpt.h"
 #include "qkv/qkv.h"
 #include "chat_flags.h"
 #include "sampling_flags.h"
@@ -41,35 +40,6 @@ struct GenerateFlags {
   std::optional<Dtype> dtype;  // the blocks' products; default: the checkpoint's
   bool chat = false;           // one chat turn (Llama 3, Qwen3)
   ChatFlags chat_flags;
-};
-
-// The text of the ids so far, printed as it becomes final: decoding a prefix can end in U+FFFD for
-// a character whose bytes are not all there yet, so trailing replacement characters wait for the
-// next token (or the end).
-class TextStream {
- public:
-  explicit TextStream(const LoadedModel& m) : m_(m) {}
-  void add(int64_t id) {
-    ids_.push_back(id);
-    const std::string text = m_.decode(ids_);
-    static const std::string kReplacement = "\xEF\xBF\xBD";
-    size_t stable = text.size();
-    while (stable >= printed_ + kReplacement.size() && text.compare(stable - kReplacement.size(), kReplacement.size(),
-                                                                   kReplacement) == 0)
-      stable -= kReplacement.size();
-    print_to(text, stable);
-  }
-  void finish() { print_to(m_.decode(ids_), std::string::npos); }
-
- private:
-  void print_to(const std::string& text, size_t end) {
-    end = std::min(end, text.size());
-    if (end > printed_) std::cout << text.substr(printed_, end - printed_) << std::flush;
-    printed_ = std::max(printed_, end);
-  }
-  const LoadedModel& m_;
-  std::vector<int64_t> ids_;
-  size_t printed_ = 0;
 };
 
 int run_generate(GenerateFlags& f, const CLI::App& sub) {
@@ -109,8 +79,9 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
   // with what was generated printed.
   std::optional<TextStream> stream;
   if (!f.json) {
+    QKV_CHECK(m.tokenizer != nullptr, m.description, " has no tokenizer to write text with");
     std::cout << f.prompt << std::flush;
-    stream.emplace(m);
+    stream.emplace(*m.tokenizer);
   }
   StopSignals signals;
   using Clock = std::chrono::steady_clock;
@@ -120,7 +91,7 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
   std::vector<int64_t> out = generate(*m.model, prompt, f.sampling, [&](int64_t id) {
     last = Clock::now();
     if (count++ == 0) first = last;
-    if (stream) stream->add(id);
+    if (stream) std::cout << stream->add(id) << std::flush;
     return *StopSignals::flag() == 0;
   });
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -150,8 +121,7 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
                      .dump()
               << "\n";
   } else {
-    stream->finish();
-    std::cout << "\n";
+    std::cout << stream->finish() << "\n";
   }
   if (stopped) {
     std::cerr << "qkv generate: " << (stopped == SIGINT ? "interrupted (Ctrl-C)" : "terminated") << " after "
@@ -169,12 +139,10 @@ Command add_generate(CLI::App& app) {
       "generate", "Generate text with a model: GPT-2's weights, a Llama 3 / Qwen3 folder, an untrained preset, or a checkpoint qkv train wrote");
   sub->add_option("--checkpoint", f->checkpoint, "A checkpoint written by qkv train");
   sub->add_option("--weights", f->weights,
-                  "GPT-2's weights: Hugging Face's model.safetensors (or a directory holding it and config.json), or "
-                  "the book's state-dict names as safetensors; or a Llama 3 / Qwen3 directory as Hugging Face ships "
-                  "it (config.json, model.safetensors or shards, tokenizer.json)");
-  sub->add_option("--model", f->model, "An untrained model drawn from --seed: gpt2-small | gpt2-medium | "
-                                       "gpt2-large | gpt2-xl (as torch.manual_seed(S); GPTModel(cfg)) | "
-                                       "llama-3.2-1b | llama-3.2-3b | qwen3-0.6b | qwen3-1.7b")
+                  "A model's files: a Hugging Face folder (Llama 3, Qwen3, GPT-2: config.json, model.safetensors or "
+                  "shards, tokenizer.json), GPT-2's model.safetensors, or the book's state-dict names as safetensors");
+  sub->add_option("--model", f->model, "An untrained preset drawn from --seed (as torch.manual_seed(S); "
+                                       "GPTModel(cfg)): " + preset_list())
       ->check(CLI::IsMember(model_preset_names()));
   add_number(sub, "--num-heads", f->num_heads, "--weights: the head count, when the file has no config.json and its "
                                                "width is not one of GPT-2's", positive<int64_t>());

@@ -31,80 +31,14 @@ void add_vocab_flags(CLI::App* sub, VocabFlags& f) {
   sub->add_option("--special", f.special, "With --ranks: a special token, as TOKEN=ID (repeatable)");
 }
 
-Encoding load_encoding(const VocabFlags& f) {
-  if (f.ranks.empty()) {
-    QKV_CHECK(f.pattern.empty() && f.special.empty(), "--pattern and --special go with --ranks FILE; GPT-2's ",
-              "encoding has its own");
-    try {
-      return load_gpt2(f.vocab_dir);
-    } catch (const Error& e) {  // the library's words, then the flag that says it
-      fail(e.what(), f.vocab_dir.empty() ? "; on the command line, --vocab-dir DIR names the directory"
-                                         : str(" (--vocab-dir ", f.vocab_dir, ")"));
-    }
-  }
-  QKV_CHECK(f.vocab_dir.empty(), "give either --vocab-dir (GPT-2) or --ranks (a tiktoken rank file), not both");
-  std::vector<std::pair<std::string, TokenId>> specials;
-  for (const std::string& s : f.special) {
-    const size_t eq = s.rfind('=');
-    TokenId id = -1;
-    const char* end = s.data() + s.size();
-    const bool ok = eq != std::string::npos && eq > 0 &&
-                    std::from_chars(s.data() + eq + 1, end, id).ptr == end && id >= 0;
-    QKV_CHECK(ok, "--special ", excerpt(s), ": expected TOKEN=ID, like <|endoftext|>=100257");
-    specials.emplace_back(s.substr(0, eq), id);
-  }
-  return load_tiktoken_encoding(f.ranks, f.pattern.empty() ? std::string(kGpt2Pattern) : f.pattern,
-                                std::move(specials));
+Vocabulary vocabulary_of(const VocabFlags& f, const CLI::App& sub) {
+  if (!f.tokenizer.empty())
+    for (const char* flag : {"--vocab-dir", "--ranks", "--pattern", "--special", "--allowed-special", "--disallowed-special"})
+      if (const CLI::Option* o = sub.get_option_no_throw(flag); o != nullptr && o->count() > 0)
+        bad_flag(flag, "does not go with --tokenizer (the tokenizer.json holds its vocabulary, pattern and added "
+                       "tokens, which are matched wherever the text spells them)");
+  return Vocabulary(f);
 }
-
-CliTokenizer::CliTokenizer(const VocabFlags& f, const CLI::App& sub) {
-  if (f.tokenizer.empty()) {
-    tiktoken_ = load_encoding(f);
-    return;
-  }
-  for (const char* flag : {"--vocab-dir", "--ranks", "--pattern", "--special", "--allowed-special", "--disallowed-special"})
-    if (const CLI::Option* o = sub.get_option_no_throw(flag); o != nullptr && o->count() > 0)
-      bad_flag(flag, "does not go with --tokenizer (the tokenizer.json holds its vocabulary, pattern and added "
-                     "tokens, which are matched wherever the text spells them)");
-  hf_ = HfTokenizer::load(f.tokenizer);
-  hf_path_ = f.tokenizer;
-}
-
-std::vector<TokenId> CliTokenizer::encode(const std::string& text, const SpecialFlags& s) const {
-  if (hf_) return hf_->encode(text);
-  return tiktoken_->encode(text, SpecialTokens::parse(s.allowed), SpecialTokens::parse(s.disallowed));
-}
-
-std::vector<std::vector<TokenId>> CliTokenizer::encode_batch(const std::vector<std::string>& texts, int threads,
-                                                             const SpecialFlags& s) const {
-  if (!hf_) return tiktoken_->encode_batch(texts, threads, SpecialTokens::parse(s.allowed), SpecialTokens::parse(s.disallowed));
-  std::vector<std::vector<TokenId>> out(texts.size());
-  std::optional<ThreadPool> own;  // --threads N; 0: the default pool
-  if (threads > 0) own.emplace(threads);
-  ThreadPool& pool = own ? *own : default_pool();
-  pool.parallel_for(static_cast<int64_t>(texts.size()),
-                    [&](int64_t i, int) { out[static_cast<size_t>(i)] = hf_->encode(texts[static_cast<size_t>(i)]); });
-  return out;
-}
-
-std::string CliTokenizer::decode(const std::vector<TokenId>& ids, bool raw_bytes) const {
-  if (hf_) return raw_bytes ? hf_->decode_bytes(ids) : hf_->decode(ids);
-  return raw_bytes ? tiktoken_->decode_bytes(ids) : tiktoken_->decode(ids);
-}
-
-std::string CliTokenizer::token_bytes(TokenId id) const {
-  if (hf_) return hf_->decode_bytes(std::vector<TokenId>{id});
-  return tiktoken_->decode_single_token_bytes(id);
-}
-
-bool CliTokenizer::is_special(TokenId id) const {
-  if (!hf_) return tiktoken_->is_special_token(id);
-  for (const HfAddedToken& t : hf_->added_tokens())
-    if (t.id == id) return t.special;
-  return false;
-}
-
-std::string CliTokenizer::name() const { return hf_ ? hf_path_ : tiktoken_->name(); }
 
 void add_special_flags(CLI::App* sub, SpecialFlags& f) {
   sub->add_option("--allowed-special", f.allowed,
@@ -134,38 +68,6 @@ std::string read_text_input(const CLI::App& sub, const std::string& text, const 
   if (sub.count("--text") > 0) return text;
   if (!file.empty()) return file == "-" ? read_stdin() : read_file(file);
   return read_stdin();
-}
-
-std::string quote_bytes(std::string_view bytes) {
-  static const char* hex = "0123456789abcdef";
-  std::string out = "\"";
-  for (size_t i = 0; i < bytes.size();) {
-    const auto b = static_cast<unsigned char>(bytes[i]);
-    size_t next = i;
-    const uint32_t cp = utf8::next(bytes, next);
-    const bool valid = b < 0x80 || !(cp == 0xFFFD && bytes.substr(i, next - i) != utf8::kReplacementCharacter);
-    if (!valid || cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp < 0xA0)) {
-      switch (cp) {
-        case '\n': out += "\\n"; break;
-        case '\t': out += "\\t"; break;
-        case '\r': out += "\\r"; break;
-        default:
-          for (size_t k = i; k < next; ++k) {
-            const auto c = static_cast<unsigned char>(bytes[k]);
-            out += "\\x";
-            out += hex[c >> 4];
-            out += hex[c & 15];
-          }
-      }
-    } else if (cp == '"' || cp == '\\') {
-      out += '\\';
-      out += static_cast<char>(cp);
-    } else {
-      out.append(bytes.substr(i, next - i));
-    }
-    i = next;
-  }
-  return out + "\"";
 }
 
 }  // namespace qkv::cli

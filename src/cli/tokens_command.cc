@@ -21,8 +21,8 @@ struct TokensFlags {
 
 int run_tokens(const TokensFlags& f, const CLI::App& sub) {
   const std::string text = read_text_input(sub, f.text, f.file);
-  const CliTokenizer tok(f.vocab, sub);
-  const std::vector<TokenId> ids = tok.encode(text, f.special);
+  const Vocabulary tok = vocabulary_of(f.vocab, sub);
+  const std::vector<TokenId> ids = tok.encode(text, f.special.allowed, f.special.disallowed);
   std::ostringstream out;
   out << std::setw(5) << "#" << "  " << std::setw(6) << "id" << "  token\n";
   for (size_t i = 0; i < ids.size(); ++i) {

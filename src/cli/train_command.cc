@@ -31,7 +31,7 @@
 #include "qkv/train/run_options.h"
 #include "qkv/train/trainer.h"
 #include "progress.h"
-#include "train_gpt.h"
+#include "train_book.h"
 #include "train_ranks.h"
 
 namespace qkv::cli {
@@ -39,7 +39,7 @@ namespace {
 
 struct TrainFlags {
   TrainOptions o;
-  GptTrainFlags gpt;
+  BookTrainFlags gpt;
   std::string checkpoint = "qkv-train.safetensors", resume, svg = "qkv-train-loss.svg", vocab_dir;
   int64_t checkpoint_every = 250, stop_after = 0;
   bool json = false, quiet = false;
@@ -236,14 +236,9 @@ std::string per_rank_text(int64_t batch, int ranks) {
 
 int run_train(const TrainFlags& flags, const CLI::App& sub, TrainRanks* ranks) {
   TrainFlags f = flags;
-  if (f.gpt.model == "gpt") {
-    return run_train_gpt(f.gpt, f.o, sub, sub.count("--checkpoint") > 0 ? f.checkpoint : "qkv-gpt.safetensors",
-                         f.svg, f.vocab_dir, f.json, f.quiet, ranks);
-  }
-  if (f.gpt.model == "llama" || f.gpt.model == "qwen3") {  // chapter 5's loop; the checkpoint is a folder
-    return run_train_gpt(f.gpt, f.o, sub, sub.count("--checkpoint") > 0 ? f.checkpoint : "qkv-" + f.gpt.model,
-                         f.svg, f.vocab_dir, f.json, f.quiet, ranks);
-  }
+  if (f.gpt.model != "attention-lm")  // chapter 5's loop on a model of any other family
+    return run_train_book(f.gpt, f.o, sub, sub.count("--checkpoint") > 0 ? f.checkpoint : "", f.svg, f.vocab_dir,
+                          f.json, f.quiet, ranks);
   for (const char* flag : {"--preset", "--init", "--epochs", "--eval-freq", "--eval-iter", "--train-ratio",
                            "--start-context", "--sample-tokens"})
     if (sub.count(flag) > 0) bad_flag(flag, "is a flag of --model gpt");
@@ -374,7 +369,7 @@ Command add_train(CLI::App& app) {
                                                "Where GPT-2's encoder.json and vocab.bpe are (default: searched)");
                            }},
                o);
-  add_gpt_train_flags(sub, f->gpt);
+  add_book_train_flags(sub, f->gpt);
   sub->add_option("--checkpoint", f->checkpoint, "Checkpoint file (\"\": none); with --resume, default the resumed file")
       ->capture_default_str();
   add_number_with_default(sub, "--checkpoint-every", f->checkpoint_every,

@@ -1,4 +1,5 @@
-// What the explore page shows, from the walkthrough, one module's trace, or an attention LM.
+// What the explore page shows from the walkthrough and from one module's trace, and the steps every
+// page is made of. A model's page is explore_model.cc's.
 // See include/qkv/explore/explore.h. Legend: T tokens, H heads, G key/value heads, D head dim.
 #include <algorithm>
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "qkv/explore/explore.h"
 #include "qkv/modules/attention_variants.h"
 #include "qkv/modules/multi_head_attention.h"
+#include "explore/page_parts.h"
 
 namespace qkv {
 namespace {
@@ -38,7 +40,10 @@ Tensor heads_of(const Tensor& t, bool multi_head, int input_rank) {
   return (input_rank == 3 ? t.select(0, 0) : t).unsqueeze(0).contiguous();  // (1, T, X)
 }
 
-// Key heads repeated so that query head h reads row h: (G, T, D) -> (H, T, D).
+}  // namespace
+
+namespace explore_detail {
+
 Tensor repeat_heads(const Tensor& k, int64_t H) {
   const int64_t G = k.size(0);
   if (G == H) return k;
@@ -46,6 +51,10 @@ Tensor repeat_heads(const Tensor& k, int64_t H) {
   for (int64_t h = 0; h < H; ++h) parts.push_back(k.select(0, h / (H / G)));
   return stack(parts, 0);
 }
+
+}  // namespace explore_detail
+
+namespace {
 
 // Abnar & Zuidema's rollout: prod over layers of normalise(mean_h(W) + I), first layer rightmost.
 Tensor rollout_of(const std::vector<ExploreLayer>& layers, int64_t T) {
@@ -59,7 +68,6 @@ Tensor rollout_of(const std::vector<ExploreLayer>& layers, int64_t T) {
   return r;
 }
 
-// The rollout and the model view's thumbnails of a page whose layers are filled in.
 // Each head's statistics from its (T, T) weights (ExploreHeadStats; induction left unmeasured).
 std::vector<ExploreHeadStats> head_stats(const Tensor& weights) {
   const Tensor w = weights.contiguous();
@@ -88,6 +96,10 @@ std::vector<ExploreHeadStats> head_stats(const Tensor& weights) {
   return out;
 }
 
+}  // namespace
+
+namespace explore_detail {
+
 void summarise(ExplorePage& p) {
   const int64_t T = static_cast<int64_t>(p.tokens.size());
   p.rollout = rollout_of(p.layers, T);
@@ -103,12 +115,16 @@ void summarise(ExplorePage& p) {
   }
 }
 
-ExploreStep step(std::string name, std::string caption, Tensor value, bool per_head = false,
-                 std::vector<ExploreLink> links = {}, int64_t layer = -1) {
+ExploreStep step(std::string name, std::string caption, Tensor value, bool per_head, std::vector<ExploreLink> links,
+                 int64_t layer) {
   return {std::move(name), std::move(caption), std::move(value), per_head, layer, std::move(links), ""};
 }
 
-}  // namespace
+}  // namespace explore_detail
+
+using explore_detail::repeat_heads;
+using explore_detail::step;
+using explore_detail::summarise;
 
 Tensor explore_thumbnail(const Tensor& matrices) {
   const Tensor m = matrices.contiguous();
@@ -370,347 +386,6 @@ ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& i
   layer.window = spec.window;
   p.layers.push_back(layer);
   summarise(p);
-  return p;
-}
-
-namespace {
-
-// A model's page before its blocks: title, tokens, and the text checked against the context.
-ExplorePage model_page(std::string title, std::vector<std::string> tokens, int64_t T, int64_t context_length) {
-  QKV_CHECK(T >= 1 && T <= context_length, "explore: ", T, " tokens but the model's context_length is ",
-            context_length);
-  ExplorePage p;
-  p.source = "checkpoint";
-  p.title = std::move(title);
-  p.tokens = std::move(tokens);
-  return p;
-}
-
-// Block l's input x (1, T, C), linked to the block before's output.
-ExploreStep block_input(const std::string& prefix, size_t l, const Tensor& x) {
-  const int64_t li = static_cast<int64_t>(l);
-  ExploreStep in = step(prefix + std::to_string(l) + ".input",
-                        "block " + std::to_string(l) + "'s input x (embeddings + earlier blocks), (T, C)",
-                        x.select(0, 0).contiguous(), false, {}, li);
-  if (l > 0) in.links = {{prefix + std::to_string(l - 1) + ".output", "i", "j"}};  // the block before's output
-  in.index_prefix = "[0]";
-  return in;
-}
-
-// One block's attention from its trace (the first sequence): the queries, keys and values (their
-// steps made by `proj`, which links them to what they were projected from), the weights and the
-// context; and the layer the model, head and neuron views read.
-using ProjectionStep = std::function<ExploreStep(const std::string& name, const std::string& weight, const Tensor& t)>;
-void add_attention(ExplorePage& p, const std::string& b, int64_t li, const AttentionTrace& trace,
-                   const MultiHeadAttention& att, const ProjectionStep& proj) {
-  const Tensor queries = trace.queries.select(0, 0).contiguous();
-  const Tensor keys = trace.keys.select(0, 0).contiguous();
-  p.pipeline.push_back(proj("queries", "W_query", queries));
-  p.pipeline.push_back(proj("keys", "W_key", keys));
-  p.pipeline.push_back(proj("values", "W_value", trace.values.select(0, 0).contiguous()));
-  const Tensor weights = trace.weights.select(0, 0).contiguous();
-  p.pipeline.push_back(step(b + "attn_weights",
-                            "softmax(masked(queries @ keys.T) / sqrt(D)), per head (the neuron view shows the "
-                            "scores)",
-                            weights, true, {{b + "queries", "i", "*"}, {b + "keys", "j", "*"}}, li));
-  p.pipeline.push_back(step(b + "context", "context = attn_weights @ values, per head",
-                            trace.context.select(0, 0).contiguous(), true,
-                            {{b + "attn_weights", "i", "*"}, {b + "values", "*", "j"}}, li));
-  ExploreLayer layer;
-  layer.weights = weights;
-  layer.queries = queries;
-  layer.keys = repeat_heads(keys, queries.size(0));
-  layer.scale = std::sqrt(static_cast<float>(att.head_dim()));
-  const kernels::AttentionSpec& spec = att.config.attention;
-  layer.softcap = static_cast<float>(spec.softcap);
-  layer.alibi = kernels::spec_alibi_slopes(spec);
-  layer.window = spec.window;
-  p.layers.push_back(layer);
-}
-
-// One attention LM block on x (1, T, C) as explore_lm shows it.
-struct LmBlock {
-  const Tensor& x;           // the block's input
-  const AttentionTrace& trace;
-  const Tensor& next;        // x + block(x)
-};
-// x = tok_emb.weight[ids] + pos_emb.weight[0:T]; for each block: x = x + block(x)  (1, T, C)
-void walk_lm(AttentionLM& model, const std::vector<int64_t>& ids, const std::function<void(size_t, const LmBlock&)>& f) {
-  const int64_t T = static_cast<int64_t>(ids.size());
-  model.train(false);
-  Tensor x = add(model.tok_emb.forward(ids, {1, T}), model.pos_emb.forward(T));
-  for (size_t l = 0; l < model.blocks.size(); ++l) {
-    AttentionTrace trace;
-    const Tensor y = model.blocks[l].forward(x, &trace);
-    const Tensor next = add(x, y);
-    f(l, {x, trace, next});
-    x = next;
-  }
-}
-
-// One GPT block on x (1, T, E): x = x + att(norm1(x)); x = x + ff(norm2(x)), as
-// TransformerBlock::forward computes it in eval mode (no dropout).
-struct GptBlock {
-  const Tensor& x;     // the block's input
-  const Tensor& h1;    // norm1(x)
-  const AttentionTrace& trace;
-  const Tensor& att;   // att(norm1(x))
-  const Tensor& ff;    // ff(norm2(x + att))
-  const Tensor& next;  // x + att + ff
-};
-// x = tok_emb(ids) + pos_emb(arange(T)); every block; `embedded` sees x before the first.
-void walk_gpt(GPTModel& model, const std::vector<int64_t>& ids, const std::function<void(size_t, const GptBlock&)>& f,
-              const std::function<void(const Tensor&)>& embedded = nullptr) {
-  const int64_t T = static_cast<int64_t>(ids.size());
-  model.train(false);
-  std::vector<int64_t> positions(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) positions[static_cast<size_t>(t)] = t;
-  Tensor x = add(model.tok_emb.forward(ids, {1, T}), model.pos_emb.forward(positions, {T}));
-  if (embedded) embedded(x);
-  for (size_t l = 0; l < model.blocks.size(); ++l) {
-    TransformerBlock& block = model.blocks[l];
-    const Tensor h1 = block.norm1.forward(x);
-    AttentionTrace trace;
-    const Tensor att = block.att.forward(h1, &trace);
-    const Tensor mid = add(x, att);
-    const Tensor ff = block.ff.forward(block.norm2.forward(mid));
-    const Tensor next = add(mid, ff);
-    f(l, {x, h1, trace, att, ff, next});
-    x = next;
-  }
-}
-
-// One Llama / Qwen3 block on x (1, T, E): x = x + self_attn(input_layernorm(x)); x = x +
-// mlp(post_attention_layernorm(x)), as LlamaBlock::forward computes it.
-struct LlamaBlockSteps {
-  const Tensor& x;     // the block's input
-  const Tensor& h1;    // input_layernorm(x)
-  const AttentionTrace& trace;
-  const Tensor& att;   // self_attn(h1)
-  const Tensor& mlp;   // mlp(post_attention_layernorm(x + att))
-  const Tensor& next;  // x + att + mlp
-};
-void walk_llama(LlamaModel& model, const std::vector<int64_t>& ids,
-                const std::function<void(size_t, const LlamaBlockSteps&)>& f,
-                const std::function<void(const Tensor&)>& embedded = nullptr) {
-  const int64_t T = static_cast<int64_t>(ids.size());
-  model.train(false);
-  Tensor x = model.embed_tokens.forward(ids, {1, T});
-  if (embedded) embedded(x);
-  for (size_t l = 0; l < model.layers.size(); ++l) {
-    LlamaBlock& block = model.layers[l];
-    const Tensor h1 = block.input_layernorm.forward(x);
-    AttentionTrace trace;
-    const Tensor att = block.self_attn.forward(h1, &trace);
-    const Tensor mid = add(x, att);
-    const Tensor mlp = block.mlp.forward(block.post_attention_layernorm.forward(mid));
-    const Tensor next = add(mid, mlp);
-    f(l, {x, h1, trace, att, mlp, next});
-    x = next;
-  }
-}
-
-// The induction score of every head (ExploreHeadStats::induction): the weights of each layer,
-// `weights_of(ids)`, on n random ids repeated once.
-void measure_induction(ExplorePage& p, int64_t vocab, int64_t context_length, const ExploreModelOptions& o,
-                       const std::function<std::vector<Tensor>(const std::vector<int64_t>&)>& weights_of) {
-  const int64_t n = o.induction_tokens;
-  if (n == 0) return;
-  QKV_CHECK(n >= 2 && 2 * n <= context_length, "explore: the induction score's ", n,
-            " random tokens repeated once must fit the context length ", context_length, " (and n >= 2)");
-  std::vector<int64_t> ids(static_cast<size_t>(2 * n));
-  uint64_t state = o.induction_seed;
-  for (int64_t t = 0; t < n; ++t) {  // SplitMix64
-    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    ids[static_cast<size_t>(t)] = ids[static_cast<size_t>(t + n)] = static_cast<int64_t>(z % static_cast<uint64_t>(vocab));
-  }
-  const std::vector<Tensor> weights = weights_of(ids);
-  QKV_CHECK(weights.size() == p.layers.size(), "explore: the induction pass saw ", weights.size(), " layers, not ",
-            p.layers.size());
-  for (size_t l = 0; l < weights.size(); ++l) {
-    const Tensor w = weights[l].contiguous();  // (H, 2n, 2n)
-    const int64_t H = w.size(0), T = 2 * n;
-    for (int64_t h = 0; h < H; ++h) {
-      double sum = 0;
-      for (int64_t i = n; i < T; ++i) sum += w.data()[(h * T + i) * T + (i - n + 1)];
-      p.layers[l].stats[static_cast<size_t>(h)].induction = sum / static_cast<double>(n);
-    }
-  }
-}
-
-// The logit lens of x (1, T, E), one row of the lens: the model's final norm and head (`head`:
-// x (1, T, E) -> logits (1, T, V)) -> softmax, top k.
-void lens_row(ExploreLens& lens, const std::function<Tensor(const Tensor&)>& head, const Tensor& x,
-              const Tokenizer* tokenizer) {
-  const Tensor logits = head(x).select(0, 0).contiguous();  // (T, V)
-  const int64_t T = logits.size(0), V = logits.size(1), k = std::min(lens.top, V);
-  const size_t first = lens.ids.size();
-  lens.ids.resize(first + static_cast<size_t>(T * lens.top));
-  lens.probs.resize(first + static_cast<size_t>(T * lens.top));
-  ThreadPool& pool = default_pool();
-  std::vector<std::vector<int64_t>> orders(static_cast<size_t>(pool.num_threads()));  // one per worker
-  pool.parallel_for(T, [&](int64_t t, int worker) {  // positions apart: each writes its own slots
-    const float* z = logits.data() + t * V;
-    float hi = -kInf;
-    for (int64_t v = 0; v < V; ++v) hi = std::max(hi, z[v]);
-    double total = 0;
-    for (int64_t v = 0; v < V; ++v) total += std::exp(static_cast<double>(z[v]) - hi);
-    std::vector<int64_t>& order = orders[static_cast<size_t>(worker)];
-    order.resize(static_cast<size_t>(V));
-    for (int64_t v = 0; v < V; ++v) order[static_cast<size_t>(v)] = v;
-    // the k largest logits, the first id on ties (as argmax)
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [z](int64_t a, int64_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
-    for (int64_t r = 0; r < lens.top; ++r) {
-      const int64_t id = r < k ? order[static_cast<size_t>(r)] : -1;
-      const size_t at = first + static_cast<size_t>(t * lens.top + r);
-      lens.ids[at] = id;
-      lens.probs[at] = id < 0 ? 0.0f : static_cast<float>(std::exp(static_cast<double>(z[id]) - hi) / total);
-    }
-  });
-  for (size_t n = first; n < lens.ids.size(); ++n) {
-    const int64_t id = lens.ids[n];
-    if (id >= 0 && !lens.words.count(id)) lens.words[id] = tokenizer ? tokenizer->token_text(id) : std::to_string(id);
-  }
-}
-
-}  // namespace
-
-ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
-                       std::string title, const ExploreModelOptions& options) {
-  const int64_t T = static_cast<int64_t>(ids.size());
-  ExplorePage p = model_page(std::move(title), std::move(tokens), T, model.config.context_length);
-  p.generated_from = options.generated_from;
-  p.ids = ids;
-  walk_lm(model, ids, [&](size_t l, const LmBlock& k) {
-    MultiHeadAttention& block = model.blocks[l];
-    const std::string b = "blocks." + std::to_string(l) + ".";
-    const int64_t li = static_cast<int64_t>(l);
-    p.pipeline.push_back(block_input("blocks.", l, k.x));
-    for (const auto& [w, t] : {std::pair{"W_query", &block.W_query.weight}, {"W_key", &block.W_key.weight},
-                               {"W_value", &block.W_value.weight}}) {
-      p.pipeline.push_back(step(b + w + ".weight", std::string(w) + ".weight: head h uses rows h D .. h D + D - 1",
-                                *t, false, {}, li));
-      p.pipeline.back().parameter = true;
-    }
-    add_attention(p, b, li, k.trace, block, [&](const std::string& name, const std::string& w, const Tensor& t) {
-      return step(b + name, name + " = x @ " + w + ".T, per head (T, D)", t, true,
-                  {{b + "input", "i", "*"}, {b + w + ".weight", "hj", "*"}}, li);
-    });
-    p.pipeline.push_back(step(b + "out_proj.weight", "out_proj.weight (C, C)", block.out_proj.weight, false, {}, li));
-    p.pipeline.back().parameter = true;
-    ExploreStep out = step(b + "output", "x + out_proj(context): the residual stream after the block",
-                           k.next.select(0, 0).contiguous(), false,
-                           {{b + "input", "i", "j"}, {b + "context", "i", "*"}, {b + "out_proj.weight", "j", "*"}}, li);
-    out.index_prefix = "[0]";
-    p.pipeline.push_back(out);
-  });
-  summarise(p);
-  measure_induction(p, model.vocab_size(), model.context_length(), options, [&](const std::vector<int64_t>& r) {
-    std::vector<Tensor> w;
-    walk_lm(model, r, [&](size_t, const LmBlock& k) { w.push_back(k.trace.weights.select(0, 0).contiguous()); });
-    return w;
-  });
-  return p;
-}
-
-ExplorePage explore_gpt(GPTModel& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
-                        std::string title, const ExploreModelOptions& options) {
-  const int64_t T = static_cast<int64_t>(ids.size());
-  ExplorePage p = model_page(std::move(title), std::move(tokens), T, model.config.context_length);
-  QKV_CHECK(!model.blocks.empty(), "explore: the GPT model has no blocks (n_layers 0): no attention to show");
-  QKV_CHECK(options.lens_top >= 0, "explore: lens_top is ", options.lens_top, "; expected >= 0");
-  p.generated_from = options.generated_from;
-  p.ids = ids;
-  p.lens.top = options.lens_top;
-  auto rows = [](const Tensor& t) { return t.select(0, 0).contiguous(); };  // (1, T, E) -> (T, E)
-  auto lens = [&](const std::string& name, const Tensor& x) {
-    if (options.lens_top == 0) return;
-    p.lens.rows.push_back(name);
-    lens_row(p.lens, [&](const Tensor& h) { return model.out_head.forward(model.final_norm.forward(h)); }, x,
-             options.tokenizer);
-  };
-  walk_gpt(model, ids, [&](size_t l, const GptBlock& k) {
-    TransformerBlock& block = model.blocks[l];
-    const std::string b = "trf_blocks." + std::to_string(l) + ".";
-    const int64_t li = static_cast<int64_t>(l);
-    p.pipeline.push_back(block_input("trf_blocks.", l, k.x));
-    p.pipeline.push_back(step(b + "norm1", "norm1(x): each row normalised, times scale, plus shift", rows(k.h1), false,
-                              {{b + "input", "i", "*"}}, li));
-    add_attention(p, b, li, k.trace, block.att, [&](const std::string& name, const std::string& w, const Tensor& t) {
-      return step(b + name, name + " = norm1(x) @ att." + w + ".T (+ bias), per head (T, D)", t, true,
-                  {{b + "norm1", "i", "*"}}, li);
-    });
-    p.pipeline.push_back(step(b + "attention", "att(norm1(x)) = out_proj(heads' context concatenated), (T, E)",
-                              rows(k.att), false, {{b + "context", "i", "*"}}, li));
-    p.pipeline.push_back(step(b + "ff", "ff(norm2(x + att)): Linear(E, 4E) -> GELU -> Linear(4E, E), (T, E)",
-                              rows(k.ff), false, {{b + "attention", "i", "*"}}, li));
-    ExploreStep out = step(b + "output", "x + att + ff: the residual stream after the block", rows(k.next), false,
-                           {{b + "input", "i", "j"}, {b + "attention", "i", "j"}, {b + "ff", "i", "j"}}, li);
-    out.index_prefix = "[0]";
-    p.pipeline.push_back(out);
-    lens("block " + std::to_string(l), k.next);
-  }, [&](const Tensor& x) { lens("embeddings", x); });
-  summarise(p);
-  measure_induction(p, model.vocab_size(), model.context_length(), options, [&](const std::vector<int64_t>& r) {
-    std::vector<Tensor> w;
-    walk_gpt(model, r, [&](size_t, const GptBlock& k) { w.push_back(k.trace.weights.select(0, 0).contiguous()); });
-    return w;
-  });
-  return p;
-}
-
-ExplorePage explore_llama(LlamaModel& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
-                          std::string title, const ExploreModelOptions& options) {
-  const int64_t T = static_cast<int64_t>(ids.size());
-  ExplorePage p = model_page(std::move(title), std::move(tokens), T, model.context_length());
-  QKV_CHECK(!model.layers.empty(), "explore: the model has no layers: no attention to show");
-  QKV_CHECK(options.lens_top >= 0, "explore: lens_top is ", options.lens_top, "; expected >= 0");
-  QKV_CHECK(!model.bf16_only(), "explore: the model holds its weights in bf16 only; load it with f32 products");
-  p.generated_from = options.generated_from;
-  p.ids = ids;
-  p.lens.top = options.lens_top;
-  auto rows = [](const Tensor& t) { return t.select(0, 0).contiguous(); };
-  auto lens = [&](const std::string& name, const Tensor& x) {
-    if (options.lens_top == 0) return;
-    p.lens.rows.push_back(name);
-    lens_row(p.lens, [&](const Tensor& h) { return model.lm_head.forward(model.norm.forward(h)); }, x,
-             options.tokenizer);
-  };
-  const bool qk_norm = model.config.qk_norm();
-  walk_llama(model, ids, [&](size_t l, const LlamaBlockSteps& k) {
-    LlamaBlock& block = model.layers[l];
-    const std::string b = "model.layers." + std::to_string(l) + ".";
-    const int64_t li = static_cast<int64_t>(l);
-    p.pipeline.push_back(block_input("model.layers.", l, k.x));
-    p.pipeline.push_back(step(b + "input_layernorm", "input_layernorm(x): each row over its RMS, times weight",
-                              rows(k.h1), false, {{b + "input", "i", "*"}}, li));
-    add_attention(p, b, li, k.trace, block.self_attn, [&](const std::string& name, const std::string& w, const Tensor& t) {
-      const std::string proj = w == "W_query" ? "q_proj" : w == "W_key" ? "k_proj" : "v_proj";
-      const std::string extra = name == "values" || !qk_norm ? ", then RoPE" : ", RMS-normalised per head, then RoPE";
-      return step(b + name, name + " = input_layernorm(x) @ self_attn." + proj + ".T" +
-                                (name == "values" ? std::string() : extra) + ", per head (T, D)",
-                  t, true, {{b + "input_layernorm", "i", "*"}}, li);
-    });
-    p.pipeline.push_back(step(b + "attention", "self_attn(h) = o_proj(heads' context concatenated), (T, E)",
-                              rows(k.att), false, {{b + "context", "i", "*"}}, li));
-    p.pipeline.push_back(step(b + "mlp", "mlp(post_attention_layernorm(x + att)): down(silu(gate(h)) * up(h)), (T, E)",
-                              rows(k.mlp), false, {{b + "attention", "i", "*"}}, li));
-    ExploreStep out = step(b + "output", "x + att + mlp: the residual stream after the block", rows(k.next), false,
-                           {{b + "input", "i", "j"}, {b + "attention", "i", "j"}, {b + "mlp", "i", "j"}}, li);
-    out.index_prefix = "[0]";
-    p.pipeline.push_back(out);
-    lens("layer " + std::to_string(l), k.next);
-  }, [&](const Tensor& x) { lens("embeddings", x); });
-  summarise(p);
-  measure_induction(p, model.vocab_size(), model.context_length(), options, [&](const std::vector<int64_t>& r) {
-    std::vector<Tensor> w;
-    walk_llama(model, r, [&](size_t, const LlamaBlockSteps& k) { w.push_back(k.trace.weights.select(0, 0).contiguous()); });
-    return w;
-  });
   return p;
 }
 

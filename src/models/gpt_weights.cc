@@ -14,6 +14,8 @@
 #include "qkv/core/ops.h"
 #include "qkv/io/atomic_file.h"
 #include "qkv/io/json_read.h"
+#include "qkv/models/decoder.h"
+#include "qkv/models/family.h"
 
 namespace qkv {
 namespace {
@@ -105,13 +107,19 @@ struct Source {
   }
 };
 
-void check_heads(GPTConfig& c, std::optional<int64_t> heads, const std::string& file) {
+// The sizes a file's names and shapes give, before the head count is known.
+struct FileSizes {
+  int64_t vocab_size = 0, context_length = 0, emb_dim = 0, n_layers = 0;
+  bool qkv_bias = false, tied_head = false;
+};
+
+// The file's spec: its sizes and a head count (given, or GPT-2's for its width) that divides the width.
+DecoderSpec spec_of(const FileSizes& c, std::optional<int64_t> heads, const std::string& file) {
   const int64_t H = heads ? *heads : default_heads(c.emb_dim);
   QKV_CHECK(H > 0, excerpt(file), ": the head count of a model of width ", c.emb_dim,
             " is not known (GPT-2's widths are 768, 1024, 1280 and 1600): give it (--num-heads H)");
   QKV_CHECK(c.emb_dim % H == 0, excerpt(file), ": the head count ", H, " does not divide the width ", c.emb_dim);
-  c.attention.heads = H;
-  set_head_dim(c);
+  return gpt_spec(c.vocab_size, c.context_length, c.emb_dim, H, c.n_layers, 0.0, c.qkv_bias, c.tied_head);
 }
 
 GptWeights from_hugging_face(const std::shared_ptr<const MappedSafetensors>& file, std::optional<int64_t> heads,
@@ -122,7 +130,7 @@ GptWeights from_hugging_face(const std::shared_ptr<const MappedSafetensors>& fil
   Source src{file, f.contains("transformer.wte.weight") ? "transformer." : "", {}};
   const Shape& wte = f.shape(src.prefix + "wte.weight");
   QKV_CHECK(wte.size() == 2, excerpt(f.path()), ": wte.weight has shape ", shape_str(wte), "; expected (V, E)");
-  GPTConfig& c = w.config;
+  FileSizes c;
   c.vocab_size = wte[0];
   c.emb_dim = wte[1];
   QKV_CHECK(f.contains(src.prefix + "wpe.weight"), excerpt(f.path()), " has no tensor ",
@@ -132,7 +140,6 @@ GptWeights from_hugging_face(const std::shared_ptr<const MappedSafetensors>& fil
   c.context_length = wpe[0];
   c.n_layers = count_blocks(f, src.prefix + "h.");
   c.qkv_bias = true;  // GPT-2's c_attn has a bias
-  c.attention.dropout = 0.0;
   c.tied_head = !f.contains("lm_head.weight");
   std::optional<int64_t> config_heads;
   if (!config_json.empty()) {
@@ -159,7 +166,7 @@ GptWeights from_hugging_face(const std::shared_ptr<const MappedSafetensors>& fil
                 "config.json's layer_norm_epsilon (", json_excerpt(j["layer_norm_epsilon"]),
                 ") is not GPT-2's 1e-5, the only one qkv's GPT model has");
   }
-  check_heads(c, config_heads ? config_heads : heads, f.path());
+  w.spec = spec_of(c, config_heads ? config_heads : heads, f.path());
   const int64_t E = c.emb_dim, V = c.vocab_size, F = 4 * E;
   auto& s = w.tensors;
   s["tok_emb.weight"] = src.as_is("wte.weight", {V, E});
@@ -204,7 +211,7 @@ GptWeights from_book(const std::shared_ptr<const MappedSafetensors>& file, std::
   Source src{file, "", {}};
   const Shape& tok = f.shape("tok_emb.weight");
   QKV_CHECK(tok.size() == 2, excerpt(f.path()), ": tok_emb.weight has shape ", shape_str(tok), "; expected (V, E)");
-  GPTConfig& c = w.config;
+  FileSizes c;
   c.vocab_size = tok[0];
   c.emb_dim = tok[1];
   QKV_CHECK(f.contains("pos_emb.weight"), excerpt(f.path()), " has no tensor 'pos_emb.weight' (the position embedding)");
@@ -218,13 +225,11 @@ GptWeights from_book(const std::shared_ptr<const MappedSafetensors>& file, std::
   // layout, such a model stays tied.
   c.tied_head = !f.contains("out_head.weight") ||
                 (f.shape("out_head.weight") == tok && same_bits(f.read("out_head.weight"), f.read("tok_emb.weight")));
-  c.attention.dropout = 0.0;
-  check_heads(c, heads, f.path());
+  w.spec = spec_of(c, heads, f.path());
   // Every tensor of a model of these sizes, by name and shape.
   Generator skip(0);
-  skip.set_init_draws(false);
-  GPTModel shapes(c, skip);
-  for (const StateEntry& e : shapes.state_dict()) {
+  const std::unique_ptr<LanguageModel> shapes = build_model_to_load(w.spec, skip);
+  for (const StateEntry& e : shapes->state_dict()) {
     if (ends_with(e.name, ".mask")) continue;
     w.tensors[e.name] = src.as_is(e.name, e.shape());
   }
@@ -265,7 +270,8 @@ GptWeights gpt_weights_from(const std::shared_ptr<const MappedSafetensors>& file
             "nor the book's 'tok_emb.weight'");
   // qkv's own files (qkv train --model gpt, qkv convert) carry their configuration: its head count.
   if (!heads && f.metadata().count("config")) {
-    const GPTConfig saved = gpt_config_from_json(parse_json(f.metadata().at("config"), excerpt(f.path()) + "'s config"));
+    const DecoderSpec saved = gpt_spec_from_cfg(parse_json(f.metadata().at("config"), excerpt(f.path()) + "'s config"),
+                                                excerpt(f.path()) + "'s config");
     heads = saved.attention.heads;
   }
   return f.contains("tok_emb.weight") ? from_book(file, heads) : from_hugging_face(file, heads, config_json);
@@ -285,7 +291,8 @@ GptWeights read_gpt_weights(const std::string& path, std::optional<int64_t> head
   return gpt_weights_from(std::make_shared<const MappedSafetensors>(path), heads);
 }
 
-void load_gpt_weights(GPTModel& model, const GptWeights& w) {
+void load_gpt_weights(LanguageModel& model, const GptWeights& w) {
+  QKV_CHECK(model.spec().family == "gpt", "GPT-2's weights load into a GPT model, not a ", model.family().title, " one");
   const std::vector<StateEntry> entries = model.state_dict();
   for (const StateEntry& e : entries) {  // every tensor first: nothing is loaded into a model it does not fit
     if (e.mask) continue;
@@ -300,46 +307,53 @@ void load_gpt_weights(GPTModel& model, const GptWeights& w) {
     if (!e.mask) w.tensors.at(e.name).fill(e.tensor->data());
 }
 
-NamedTensors gpt_state_in_layout(GPTModel& m, GptLayout layout) {
-  const GPTConfig& c = m.config;
+NamedTensors gpt_state_in_layout(LanguageModel& m, GptLayout layout) {
+  const DecoderSpec& c = m.spec();
+  QKV_CHECK(c.family == "gpt", "GPT-2's layouts hold GPT models, not a ", m.family().title, " one");
+  std::map<std::string, Tensor> state;  // the book's names
   NamedTensors out;
+  for (const StateEntry& e : m.state_dict()) {
+    if (layout == GptLayout::kBook) out.push_back({e.name, e.value()});
+    if (e.tensor) state[e.name] = *e.tensor;
+  }
   if (layout == GptLayout::kBook) {
-    for (const StateEntry& e : m.state_dict()) out.push_back({e.name, e.value()});
-    if (c.tied_head) out.push_back({"out_head.weight", m.tok_emb.weight});
+    if (c.tied_head) out.push_back({"out_head.weight", state.at("tok_emb.weight")});
     return out;
   }
   QKV_CHECK(c.qkv_bias, "Hugging Face's GPT-2 layout has biases on q, k and v; this model has none (qkv_bias false)");
-  out.push_back({"wte.weight", m.tok_emb.weight});
-  out.push_back({"wpe.weight", m.pos_emb.weight});
-  for (size_t i = 0; i < m.blocks.size(); ++i) {
-    TransformerBlock& b = m.blocks[i];
-    const std::string h = "h." + std::to_string(i) + ".";
-    out.push_back({h + "ln_1.weight", b.norm1.scale});
-    out.push_back({h + "ln_1.bias", b.norm1.shift});
+  auto t = [&](const std::string& name) { return state.at(name); };
+  auto conv1d = [](const Tensor& w) { return w.transpose(0, 1).contiguous(); };  // nn.Linear's (out, in) -> (in, out)
+  out.push_back({"wte.weight", t("tok_emb.weight")});
+  out.push_back({"wpe.weight", t("pos_emb.weight")});
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".", b = "trf_blocks." + std::to_string(i) + ".";
+    out.push_back({h + "ln_1.weight", t(b + "norm1.scale")});
+    out.push_back({h + "ln_1.bias", t(b + "norm1.shift")});
     out.push_back({h + "attn.c_attn.weight",
-                   cat({b.att.W_query.weight, b.att.W_key.weight, b.att.W_value.weight}, 0).transpose(0, 1).contiguous()});
-    out.push_back({h + "attn.c_attn.bias", cat({b.att.W_query.bias, b.att.W_key.bias, b.att.W_value.bias}, 0)});
-    out.push_back({h + "attn.c_proj.weight", b.att.out_proj.weight.transpose(0, 1).contiguous()});
-    out.push_back({h + "attn.c_proj.bias", b.att.out_proj.bias});
-    out.push_back({h + "ln_2.weight", b.norm2.scale});
-    out.push_back({h + "ln_2.bias", b.norm2.shift});
-    out.push_back({h + "mlp.c_fc.weight", b.ff.fc.weight.transpose(0, 1).contiguous()});
-    out.push_back({h + "mlp.c_fc.bias", b.ff.fc.bias});
-    out.push_back({h + "mlp.c_proj.weight", b.ff.proj.weight.transpose(0, 1).contiguous()});
-    out.push_back({h + "mlp.c_proj.bias", b.ff.proj.bias});
+                   conv1d(cat({t(b + "att.W_query.weight"), t(b + "att.W_key.weight"), t(b + "att.W_value.weight")}, 0))});
+    out.push_back({h + "attn.c_attn.bias",
+                   cat({t(b + "att.W_query.bias"), t(b + "att.W_key.bias"), t(b + "att.W_value.bias")}, 0)});
+    out.push_back({h + "attn.c_proj.weight", conv1d(t(b + "att.out_proj.weight"))});
+    out.push_back({h + "attn.c_proj.bias", t(b + "att.out_proj.bias")});
+    out.push_back({h + "ln_2.weight", t(b + "norm2.scale")});
+    out.push_back({h + "ln_2.bias", t(b + "norm2.shift")});
+    out.push_back({h + "mlp.c_fc.weight", conv1d(t(b + "ff.layers.0.weight"))});
+    out.push_back({h + "mlp.c_fc.bias", t(b + "ff.layers.0.bias")});
+    out.push_back({h + "mlp.c_proj.weight", conv1d(t(b + "ff.layers.2.weight"))});
+    out.push_back({h + "mlp.c_proj.bias", t(b + "ff.layers.2.bias")});
   }
-  out.push_back({"ln_f.weight", m.final_norm.scale});
-  out.push_back({"ln_f.bias", m.final_norm.shift});
-  if (!c.tied_head) out.push_back({"lm_head.weight", m.out_head.weight});
+  out.push_back({"ln_f.weight", t("final_norm.scale")});
+  out.push_back({"ln_f.bias", t("final_norm.shift")});
+  if (!c.tied_head) out.push_back({"lm_head.weight", t("out_head.weight")});
   return out;
 }
 
-std::string hugging_face_config_json(const GPTConfig& c) {
+std::string hugging_face_config_json(const DecoderSpec& c) {
   return nlohmann::json({{"model_type", "gpt2"},
                          {"architectures", {"GPT2LMHeadModel"}},
-                         {"n_embd", c.emb_dim},
+                         {"n_embd", c.width},
                          {"n_head", c.attention.heads},
-                         {"n_layer", c.n_layers},
+                         {"n_layer", c.layers},
                          {"n_positions", c.context_length},
                          {"n_ctx", c.context_length},
                          {"vocab_size", c.vocab_size},
@@ -349,10 +363,8 @@ std::string hugging_face_config_json(const GPTConfig& c) {
       .dump(2);
 }
 
-std::unique_ptr<GPTModel> gpt_model_from(const GptWeights& w, Generator& gen) {
-  gen.set_init_draws(false);  // every weight is about to be loaded
-  auto model = std::make_unique<GPTModel>(w.config, gen);
-  gen.set_init_draws(true);
+std::unique_ptr<LanguageModel> gpt_model_from(const GptWeights& w, Generator& gen, bool draw) {
+  std::unique_ptr<LanguageModel> model = draw ? build_model(w.spec, gen) : build_model_to_load(w.spec, gen);
   load_gpt_weights(*model, w);  // the causal masks are the model's own (the files' are ignored)
   model->eval();
   return model;

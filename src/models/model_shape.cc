@@ -1,27 +1,9 @@
-// The checks every language model's configuration shares. See src/models/model_shape.h.
+// The decoder's cached steps' checks and gathers. See src/models/model_shape.h.
 #include "models/model_shape.h"
 
 #include "qkv/core/error.h"
 
 namespace qkv::models_detail {
-
-void set_head_dim(kernels::AttentionSpec& a, const ModelShape& m) {
-  const int64_t H = a.heads;
-  QKV_CHECK(H > 0 && m.width % H == 0, m.model, ": ", m.width_name, " (", m.width, ") must be divisible by ",
-            m.namer(kernels::SpecField::kHeads), " (", H, ")");
-  a.head_dim = m.width / H;
-}
-
-void validate_model_shape(const kernels::AttentionSpec& a, const ModelShape& m) {
-  QKV_CHECK(m.vocab_size > 0, m.model, ": vocab_size (", m.vocab_size, ") must be positive");
-  QKV_CHECK(m.context_length > 0, m.model, ": context_length (", m.context_length, ") must be positive");
-  QKV_CHECK(m.width > 0, m.model, ": ", m.width_name, " (", m.width, ") must be positive");
-  QKV_CHECK(m.layers >= 0, m.model, ": ", m.layers_name, " (", m.layers, ") must not be negative");
-  kernels::validate_attention_spec(a, m.model, m.namer);
-  QKV_CHECK(a.causal, m.model, ": its attention is causal (attention.causal must be true)");
-  QKV_CHECK(a.width() == m.width, m.model, ": ", m.namer(kernels::SpecField::kHeads), " (", a.heads,
-            ") x head_dim (", a.head_dim, ") must be ", m.width_name, " (", m.width, ")");
-}
 
 int64_t check_cached_step(const char* model, const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
                           const kernels::KvCache& cache, int64_t layers, int64_t context_length) {

@@ -1,32 +1,14 @@
-// src/models/model_shape.h - the checks every language model's configuration shares: the sizes of
-// its embeddings and layers, and its causal attention spanning the model's width.
+// src/models/model_shape.h - what the decoder's cached steps check and gather: the step against
+// the cache, the cache's capacity, the embeddings at the cache's next positions.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "qkv/core/tensor.h"
-#include "qkv/kernels/attention_spec.h"
 #include "qkv/kernels/kv_cache.h"
 
 namespace qkv::models_detail {
-
-// One model's sizes under the names its configuration gives them ("d_model" / "emb_dim", ...).
-struct ModelShape {
-  const char* model;  // "AttentionLM", "GPTModel": starts every message
-  int64_t vocab_size, context_length;
-  int64_t width;
-  const char* width_name;
-  int64_t layers;
-  const char* layers_name;
-  kernels::SpecNamer namer;  // the attention's fields as the configuration names them
-};
-
-// head_dim = width / heads; the width must divide evenly.
-void set_head_dim(kernels::AttentionSpec& a, const ModelShape& m);
-
-// Sizes positive (layers may be 0), the attention spec valid and causal, heads x head_dim = width.
-void validate_model_shape(const kernels::AttentionSpec& a, const ModelShape& m);
 
 // A cached forward's input: `batch` x `tokens` ids, a cache with one layer per block and no step
 // in progress, and room for the tokens within the context. Returns the cache's length P.

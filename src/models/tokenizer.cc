@@ -101,3 +101,33 @@ std::string HfTextTokenizer::decode(const std::vector<int64_t>& ids) const {
 }
 
 }  // namespace qkv
+
+namespace qkv {
+
+std::optional<int64_t> Gpt2Tokenizer::special_id(const std::string& text) const {
+  for (const std::string& s : encoding_.special_tokens_set())
+    if (s == text) return encoding_.encode_single_token(text);
+  return std::nullopt;
+}
+
+std::string TextStream::add(int64_t id) {
+  ids_.push_back(id);
+  const std::string text = t_.decode(ids_);
+  static const std::string kReplacement = "\xEF\xBF\xBD";
+  size_t stable = text.size();
+  while (stable >= given_ + kReplacement.size() &&
+         text.compare(stable - kReplacement.size(), kReplacement.size(), kReplacement) == 0)
+    stable -= kReplacement.size();
+  return take(text, stable);
+}
+
+std::string TextStream::finish() { return take(t_.decode(ids_), std::string::npos); }
+
+std::string TextStream::take(const std::string& text, size_t end) {
+  end = std::min(end, text.size());
+  std::string out = end > given_ ? text.substr(given_, end - given_) : std::string();
+  given_ = std::max(given_, end);
+  return out;
+}
+
+}  // namespace qkv

@@ -72,3 +72,66 @@ Tensor SwiGLUFeedForward::backward(const Tensor& doutput) {
 }
 
 }  // namespace qkv
+
+namespace qkv {
+
+const char* feed_forward_kind_name(FeedForwardKind k) {
+  return k == FeedForwardKind::kGelu ? "gelu" : k == FeedForwardKind::kSwiGLU ? "swiglu" : "none";
+}
+
+FeedForwardNet::FeedForwardNet(FeedForwardKind kind, int64_t emb_dim, int64_t hidden_dim, Generator& gen) {
+  if (kind == FeedForwardKind::kGelu) f_.emplace<FeedForward>(emb_dim, hidden_dim, gen);
+  if (kind == FeedForwardKind::kSwiGLU) f_.emplace<SwiGLUFeedForward>(emb_dim, hidden_dim, gen);
+}
+
+FeedForwardKind FeedForwardNet::kind() const {
+  return std::holds_alternative<FeedForward>(f_)         ? FeedForwardKind::kGelu
+         : std::holds_alternative<SwiGLUFeedForward>(f_) ? FeedForwardKind::kSwiGLU
+                                                          : FeedForwardKind::kNone;
+}
+
+void FeedForwardNet::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  if (auto* g = std::get_if<FeedForward>(&f_)) g->collect_state(prefix, out);
+  if (auto* s = std::get_if<SwiGLUFeedForward>(&f_)) s->collect_state(prefix, out);
+}
+
+Tensor FeedForwardNet::forward(const Tensor& x) {
+  if (auto* g = std::get_if<FeedForward>(&f_)) return g->forward(x);
+  if (auto* s = std::get_if<SwiGLUFeedForward>(&f_)) return s->forward(x);
+  fail("FeedForwardNet: a block without a feed-forward has nothing to run");
+}
+
+Tensor FeedForwardNet::backward(const Tensor& doutput) {
+  if (auto* g = std::get_if<FeedForward>(&f_)) return g->backward(doutput);
+  if (auto* s = std::get_if<SwiGLUFeedForward>(&f_)) return s->backward(doutput);
+  fail("FeedForwardNet: a block without a feed-forward has nothing to run");
+}
+
+std::vector<Linear*> FeedForwardNet::linears() {
+  if (auto* g = std::get_if<FeedForward>(&f_)) return {&g->fc, &g->proj};
+  if (auto* s = std::get_if<SwiGLUFeedForward>(&f_)) return {&s->gate_proj, &s->up_proj, &s->down_proj};
+  return {};
+}
+
+std::vector<const Linear*> FeedForwardNet::linears() const {
+  std::vector<const Linear*> out;
+  for (Linear* l : const_cast<FeedForwardNet*>(this)->linears()) out.push_back(l);
+  return out;
+}
+
+FeedForward& FeedForwardNet::gelu_net() {
+  auto* g = std::get_if<FeedForward>(&f_);
+  QKV_CHECK(g != nullptr, "FeedForwardNet: this is ", feed_forward_kind_name(kind()), ", not GELU's");
+  return *g;
+}
+
+SwiGLUFeedForward& FeedForwardNet::swiglu_net() {
+  auto* s = std::get_if<SwiGLUFeedForward>(&f_);
+  QKV_CHECK(s != nullptr, "FeedForwardNet: this is ", feed_forward_kind_name(kind()), ", not SwiGLU's");
+  return *s;
+}
+
+const FeedForward& FeedForwardNet::gelu_net() const { return const_cast<FeedForwardNet*>(this)->gelu_net(); }
+const SwiGLUFeedForward& FeedForwardNet::swiglu_net() const { return const_cast<FeedForwardNet*>(this)->swiglu_net(); }
+
+}  // namespace qkv

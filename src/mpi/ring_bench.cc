@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iomanip>
+#include <sstream>
 #include <vector>
 
 #include "qkv/core/checked.h"
@@ -137,6 +139,66 @@ RingBenchReport run_ring_bench(const Communicator& comm, const RingBenchShape& s
     r.comm_hidden = transfer > 0 ? 1.0 - wait / transfer : 1.0;
   }
   return r;
+}
+
+namespace {
+// The slowest rank's compute over the fastest's (1: balanced).
+double imbalance(const RingBenchReport& r) {
+  double fastest = 1e300, slowest = 0;
+  for (const RankReport& e : r.per_rank) {
+    fastest = std::min(fastest, e.compute_ms);
+    slowest = std::max(slowest, e.compute_ms);
+  }
+  return fastest > 0 && !r.per_rank.empty() ? slowest / fastest : 0.0;
+}
+}  // namespace
+
+std::string report_text(const RingBenchReport& r) {
+  const RingBenchShape& s = r.shape;
+  const kernels::AttentionSpec& a = s.attention;
+  std::ostringstream out;
+  out << "qkv bench: ring-attention " << (s.backward ? "forward+backward" : "forward") << ", B=" << s.batch
+      << " T=" << s.seq_len << " H=" << a.heads << " G=" << a.groups() << " D=" << a.head_dim
+      << (a.causal ? " causal" : " no mask") << (a.dropout > 0 ? " dropout " + std::to_string(a.dropout) : "")
+      << (a.window > 0 ? " window " + std::to_string(a.window) : "") << (a.alibi ? " ALiBi" : "")
+      << (a.softcap > 0 ? " softcap " + std::to_string(a.softcap) : "") << ", split " << split_name(s.split) << ", "
+      << r.ranks << " rank" << (r.ranks == 1 ? "" : "s") << " x " << r.threads << " thread"
+      << (r.threads == 1 ? "" : "s") << "\n";
+  out << std::fixed << std::setprecision(1) << "  rank   tokens     run ms  compute ms     comm ms     wait ms"
+      << "  hidden  max RSS MiB\n";
+  for (size_t x = 0; x < r.per_rank.size(); ++x) {
+    const RankReport& e = r.per_rank[x];
+    const double hidden = e.comm_ms > 0 ? 1.0 - e.wait_ms / e.comm_ms : 1.0;
+    out << std::setw(6) << x << std::setw(9) << e.tokens << std::setw(11) << e.run_ms << std::setw(12) << e.compute_ms
+        << std::setw(12) << e.comm_ms << std::setw(12) << e.wait_ms << std::setw(8) << std::setprecision(2) << hidden
+        << std::setprecision(1) << std::setw(13) << e.max_rss_mib << "\n";
+  }
+  out << std::setprecision(2) << "  median " << r.median_ms << " ms (min " << r.min_ms << ", max " << r.max_ms << ", "
+      << r.iters << " runs; the slowest rank's)  " << std::setprecision(1) << r.flops / 1e9 << " GFLOP -> "
+      << r.gflops << " GFLOP/s\n"
+      << "  ring steps " << r.steps << " of " << r.ranks << std::setprecision(3) << "; communication hidden "
+      << r.comm_hidden << "; slowest rank's compute / fastest's " << imbalance(r) << "; max RSS of a rank "
+      << std::setprecision(1) << r.max_rank_rss_mib << " MiB\n";
+  return out.str();
+}
+
+nlohmann::json report_json(const RingBenchReport& r) {
+  const RingBenchShape& s = r.shape;
+  const kernels::AttentionSpec& a = s.attention;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankReport& e : r.per_rank)
+    ranks.push_back({{"tokens", e.tokens}, {"run_ms", e.run_ms}, {"compute_ms", e.compute_ms},
+                     {"comm_ms", e.comm_ms}, {"wait_ms", e.wait_ms}, {"max_rss_mib", e.max_rss_mib}});
+  return {{"module", "ring-attention"}, {"backward", s.backward}, {"batch", s.batch},
+          {"seq_len", s.seq_len},      {"num_heads", a.heads},   {"num_kv_heads", a.groups()},
+          {"head_dim", a.head_dim},    {"causal", a.causal},     {"dropout", a.dropout},
+          {"window", a.window},        {"alibi", a.alibi},       {"softcap", a.softcap},
+          {"split", split_name(s.split)}, {"ranks", r.ranks},    {"threads", r.threads},
+          {"iters", r.iters},          {"median_ms", r.median_ms}, {"min_ms", r.min_ms},
+          {"times_ms", r.times_ms},    {"gflop", r.flops / 1e9}, {"gflops", r.gflops},
+          {"comm_hidden", r.comm_hidden}, {"steps", r.steps}, {"max_rank_rss_mib", r.max_rank_rss_mib},
+          {"compute_slowest_over_fastest", imbalance(r)},
+          {"per_rank", ranks}};
 }
 
 }  // namespace qkv::mpi

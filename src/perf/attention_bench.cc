@@ -9,10 +9,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <iomanip>
+#include <sstream>
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
 #include "qkv/core/gemm.h"
+#include "qkv/core/machine.h"
 #include "qkv/kernels/attention_bf16.h"
 #include "qkv/kernels/fma_peak.h"
 #include "qkv/kernels/simd.h"
@@ -310,6 +314,95 @@ AttentionBenchReport run_attention_bench(const AttentionBenchShape& shape, int i
   r.gflops = r.flops / (r.median_ms * 1e-3) / 1e9;
   r.max_rss_mib = max_rss_mib();
   return r;
+}
+
+
+std::string report_text(const AttentionBenchReport& r, const std::string& module) {
+  std::ostringstream out;
+  const kernels::AttentionSpec& ra = r.shape.attention;
+  const bool causal = ra.causal;
+  const int64_t B = r.shape.batch, T = r.shape.seq_len, H = ra.heads, D = ra.head_dim, C = r.shape.d_model;
+  const double median = r.median_ms, gflops = r.gflops, peak = r.peak_gflops, flops = r.flops;
+  const double peak_at_width = r.peak_gflops_at_projection_width, rss = r.max_rss_mib, cpu_share = r.cpu_share;
+  const int projection_bits = r.projections_bits;
+  const std::string what = module + (r.shape.backward ? " forward+backward" : " forward");
+  out << "qkv bench: " << what << ", B=" << B << " T=" << T << " C=" << C << " H=" << H << " D=" << D
+      << (causal ? " causal" : " no mask") << (ra.dropout > 0 ? " dropout " + std::to_string(ra.dropout) : "")
+      << (ra.groups() != H ? " G=" + std::to_string(ra.groups()) : "")
+      << (ra.window > 0 ? " window " + std::to_string(ra.window) : "") << (ra.alibi ? " ALiBi" : "")
+      << (ra.softcap > 0 ? " softcap " + std::to_string(ra.softcap) : "")
+      << (ra.rope != kernels::RopeLayout::kNone ? std::string(" RoPE ") + kernels::rope_layout_name(ra.rope) : "")
+      << (ra.dtype == Dtype::kBF16 ? " bf16" : "") << ", " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n";
+  const CacheSizes& caches = cache_sizes();
+  out << "  caches: L1d " << caches.l1d / 1024 << " KiB, L2 " << caches.l2 / 1024 << " KiB, L3 "
+      << caches.l3 / 1024 << " KiB (" << caches.source << ")\n";
+  if (r.shape.target != BenchTarget::kAttentionCore) {
+    const char* forced = std::getenv("OPENBLAS_CORETYPE");
+    const bool pinned = r.gemm == "openblas" && forced != nullptr && *forced != '\0';
+    out << "  projections: " << r.projections
+      << (pinned ? std::string(" (chosen by OPENBLAS_CORETYPE=") + forced + ")" : "") << "\n";
+    if (peak_at_width > 0) {
+      out << std::fixed << std::setprecision(1) << "  note: these kernels compute with " << projection_bits
+          << "-bit vectors, the kernels here with " << r.simd_bits
+          << "-bit ones; the FMA peak at " << projection_bits << " bits is " << peak_at_width << " GFLOP/s ("
+          << 100.0 * peak_at_width / peak << "% of the peak below), which bounds the projections"
+          << (pinned ? "; --gemm qkv runs them at this CPU's width (or unset OPENBLAS_CORETYPE to let OpenBLAS "
+                             "choose kernels for this CPU)"
+                           : "")
+          << "\n";
+    }
+  }
+  if (ra.dtype == Dtype::kBF16)
+    out << "  bf16: " << (bf16_dot_allowed() && r.simd == "AVX3" ? "AVX512_BF16 dot products (2 bf16 products per fp32 lane: the bf16 peak is twice the fp32 FMA peak)"
+                                                                     : "widened to fp32 (no AVX512_BF16 dot product here): the fp32 FMA peak bounds it")
+      << "\n";
+  out << std::fixed << std::setprecision(2) << "  median " << median << " ms  (min " << r.min_ms
+      << ", max " << r.max_ms << ", " << r.iters << " runs)\n"
+      << "  " << std::setprecision(1) << flops / 1e9 << " GFLOP (causal work only) -> " << gflops
+      << " GFLOP/s = " << 100.0 * gflops / peak << "% of the measured FMA peak " << peak << " GFLOP/s\n"
+      << "  peak memory (max RSS) " << rss << " MiB; CPU share while timed " << std::setprecision(2)
+      << cpu_share << " (1.00 = every thread ran all the time)\n";
+  return out.str();
+}
+
+nlohmann::json report_json(const AttentionBenchReport& r, const std::string& module) {
+  const kernels::AttentionSpec& a = r.shape.attention;
+  const CacheSizes& caches = cache_sizes();
+  const double at_width = r.peak_gflops_at_projection_width;
+  return {{"module", module},
+          {"backward", r.shape.backward},
+          {"batch", r.shape.batch},
+          {"seq_len", r.shape.seq_len},
+          {"d_model", r.shape.d_model},
+          {"num_heads", a.heads},
+          {"head_dim", a.head_dim},
+          {"causal", a.causal},
+          {"dropout", a.dropout},
+          {"threads", r.threads},
+          {"iters", r.iters},
+          {"median_ms", r.median_ms},
+          {"min_ms", r.min_ms},
+          {"times_ms", r.times_ms},
+          {"gflop", r.flops / 1e9},
+          {"gflops", r.gflops},
+          {"peak_gflops", r.peak_gflops},
+          {"percent_of_peak", 100.0 * r.gflops / r.peak_gflops},
+          {"max_rss_mib", r.max_rss_mib},
+          {"cpu_share", r.cpu_share},
+          {"simd", r.simd},
+          {"gemm", r.gemm},
+          {"projections", r.projections},
+          {"projections_vector_bits", r.projections_bits},
+          {"num_kv_heads", a.groups()},
+          {"window", a.window},
+          {"alibi", a.alibi},
+          {"softcap", a.softcap},
+          {"rope", kernels::rope_layout_name(a.rope)},
+          {"dtype", dtype_name(a.dtype)},
+          {"l1d_bytes", caches.l1d},
+          {"l2_bytes", caches.l2},
+          {"l3_bytes", caches.l3},
+          {"peak_gflops_at_projection_width", at_width > 0 ? nlohmann::json(at_width) : nlohmann::json()}};
 }
 
 }  // namespace qkv::perf

@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iomanip>
+#include <sstream>
 
 #include "qkv/core/checked.h"
 #include "qkv/core/error.h"
+#include "qkv/core/machine.h"
 #include "qkv/kernels/decode.h"
 #include "qkv/kernels/memory_bandwidth.h"
 #include "qkv/kernels/simd.h"
@@ -81,6 +84,42 @@ DecodeBenchReport run_decode_bench(const DecodeBenchShape& s, int iters, int war
   r.max_ms = t.max_ms;
   r.read_gb_s = r.read_bytes / (r.median_ms * 1e-3) / 1e9;
   return r;
+}
+
+namespace {
+const char* cache_name(kernels::CacheDtype d) { return d == kernels::CacheDtype::kBF16 ? "bf16" : "f32"; }
+}  // namespace
+
+std::string report_text(const DecodeBenchReport& r) {
+  const DecodeBenchShape& s = r.shape;
+  const CacheSizes& caches = cache_sizes();
+  std::ostringstream out;
+  out << "qkv bench: decode (one query per head over a KV cache), B=" << s.batch << " H=" << s.attention.heads
+      << " G=" << s.attention.groups() << " D=" << s.attention.head_dim << " kv_len=" << s.kv_len << " "
+      << cache_name(s.dtype) << ", " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n";
+  out << "  caches: L1d " << caches.l1d / 1024 << " KiB, L2 " << caches.l2 / 1024 << " KiB, L3 " << caches.l3 / 1024
+      << " KiB (" << caches.source << ")\n";
+  out << std::fixed << std::setprecision(3) << "  median " << r.median_ms << " ms  (min " << r.min_ms << ", max "
+      << r.max_ms << ", " << r.iters << " runs)\n"
+      << std::setprecision(1) << "  " << r.read_bytes / (1 << 20) << " MiB of keys and values read per call -> "
+      << r.read_gb_s << " GB/s = " << 100.0 * r.read_gb_s / r.bandwidth_gb_s << "% of the measured read bandwidth "
+      << r.bandwidth_gb_s << " GB/s (" << r.bandwidth_buffer_bytes / (1 << 20) << " MiB streamed, median of passes)\n";
+  return out.str();
+}
+
+nlohmann::json report_json(const DecodeBenchReport& r) {
+  const DecodeBenchShape& s = r.shape;
+  const CacheSizes& caches = cache_sizes();
+  return {{"module", "decode"},        {"batch", s.batch},
+          {"num_heads", s.attention.heads}, {"num_kv_heads", s.attention.groups()},
+          {"head_dim", s.attention.head_dim}, {"kv_len", s.kv_len},
+          {"cache_dtype", cache_name(s.dtype)}, {"threads", r.threads},
+          {"iters", r.iters},          {"median_ms", r.median_ms},
+          {"min_ms", r.min_ms},        {"times_ms", r.times_ms},
+          {"read_bytes", r.read_bytes}, {"read_gb_s", r.read_gb_s},
+          {"bandwidth_gb_s", r.bandwidth_gb_s}, {"percent_of_bandwidth", 100.0 * r.read_gb_s / r.bandwidth_gb_s},
+          {"simd", r.simd},            {"l1d_bytes", caches.l1d},
+          {"l2_bytes", caches.l2},     {"l3_bytes", caches.l3}};
 }
 
 }  // namespace qkv::perf

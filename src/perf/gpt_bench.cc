@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iomanip>
 #include <memory>
+#include <sstream>
 
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
@@ -12,8 +14,8 @@
 #include "qkv/kernels/fma_peak.h"
 #include "qkv/kernels/memory_bandwidth.h"
 #include "qkv/kernels/simd.h"
-#include "qkv/models/gpt.h"
-#include "qkv/models/llama.h"
+#include "qkv/models/decoder.h"
+#include "qkv/models/family.h"
 #include "qkv/train/loss.h"
 #include "qkv/train/optimizer.h"
 #include "perf/timing.h"
@@ -45,26 +47,13 @@ void summarize(GptBenchReport& r) {
 GptBenchShape bench_shape_of_preset(const std::string& preset) {
   GptBenchShape s;
   s.name = preset;
-  for (const std::string& n : llama_preset_names())
-    if (n == preset) {
-      s.llama = llama_preset(preset);
-      return s;
-    }
-  for (const std::string& n : gpt_preset_names())
-    if (n == preset) {
-      s.config = gpt_preset(preset);
-      return s;
-    }
-  std::string known;
-  for (const auto* names : {&gpt_preset_names(), &llama_preset_names()})
-    for (const std::string& n : *names) known += (known.empty() ? "" : ", ") + n;
-  fail("unknown preset ", excerpt(preset), "; expected one of: ", known);
+  s.spec = family_of_preset(preset).preset(preset);
+  return s;
 }
 
 GptBenchReport run_gpt_bench(const GptBenchShape& shape, int iters, int warmup, ThreadPool& pool) {
-  GPTConfig c = shape.config;
-  std::optional<LlamaConfig> lc = shape.llama;
-  const int64_t context = lc ? lc->max_position_embeddings : c.context_length;
+  DecoderSpec c = shape.spec;
+  const int64_t context = c.context_length;
   const bool decode = shape.mode == GptBenchMode::kDecode;
   QKV_CHECK(shape.batch >= 1, "batch ", shape.batch, ": must be at least 1");
   QKV_CHECK(shape.seq_len >= 1 && shape.seq_len <= context, "seq_len ", shape.seq_len, ": must be in [1, ",
@@ -76,39 +65,28 @@ GptBenchReport run_gpt_bench(const GptBenchShape& shape, int iters, int warmup, 
   QKV_CHECK(warmup >= 0, "warmup ", warmup, ": must be at least 0");
   QKV_CHECK(&pool == &default_pool(), "run_gpt_bench: the model runs on the default pool; pass default_pool() ",
             "(set_default_thread_count sets its threads), so the ceiling is measured on the same threads");
+  QKV_CHECK(shape.dropout == 0.0 || c.shortcut_dropout, "dropout ", shape.dropout, ": the ",
+            model_family(c.family).title, " models have no dropout");
   c.attention.dtype = shape.dtype;
   c.attention.dropout = shape.mode == GptBenchMode::kStep ? shape.dropout : 0.0;
   if (shape.dtype == Dtype::kBF16) c.path = AttentionPath::kFused;
-  validate_gpt_config(c);
-  if (lc) {
-    lc->dtype = shape.dtype;
-    lc->path = AttentionPath::kFused;
-    QKV_CHECK(shape.dropout == 0.0, "dropout ", shape.dropout, ": the Llama and Qwen3 models have no dropout");
-  }
+  validate_decoder_spec(c, shape.name, model_family(c.family).keys);
 
   GptBenchReport r;
   r.shape = shape;
   r.threads = pool.num_threads();
   r.simd = kernels::simd_target();
   r.gemm = gemm_description();
-  const int64_t B = shape.batch, T = shape.seq_len, E = lc ? lc->hidden_size : c.emb_dim;
-  const int64_t L = lc ? lc->num_hidden_layers : c.n_layers, V = lc ? lc->vocab_size : c.vocab_size;
-  const int64_t H = lc ? lc->num_attention_heads : c.attention.heads, D = lc ? lc->head_dim : c.attention.head_dim;
-  if (lc) {
-    const int64_t G = lc->num_key_value_heads, F = lc->intermediate_size;
-    r.product_parameters = static_cast<double>(L * (E * (H + 2 * G) * D + H * D * E + 3 * E * F) + V * E);
-  } else {
-    r.product_parameters = static_cast<double>(L * (3 * E * E + E * E + 8 * E * E) + V * E);
-  }
+  const int64_t B = shape.batch, T = shape.seq_len, L = c.layers, V = c.vocab_size;
+  const int64_t H = c.attention.heads, D = c.attention.head_dim;
+  r.product_parameters = static_cast<double>(product_parameters(c));
   if (!decode) {
     r.peak_gflops = kernels::measure_fma_peak_gflops(pool);
     if (shape.dtype == Dtype::kBF16) r.bf16_peak_gflops = kernels::measure_bf16_dot_peak_gflops(pool);
   }
 
   Generator gen(123);
-  std::unique_ptr<LanguageModel> owned;
-  if (lc) owned = std::make_unique<LlamaModel>(*lc, gen);
-  else owned = std::make_unique<GPTModel>(c, gen);
+  const std::unique_ptr<LanguageModel> owned = build_model(c, gen);
   LanguageModel& model = *owned;
   r.parameters = static_cast<double>(model.num_parameters());
   const double attention_flops = 4.0 * static_cast<double>(L * B * H * D) * static_cast<double>(T * (T + 1) / 2);
@@ -142,10 +120,7 @@ GptBenchReport run_gpt_bench(const GptBenchShape& shape, int iters, int warmup, 
     r.flops = 3.0 * forward_flops;
   } else {
     model.eval();
-    if (shape.dtype == Dtype::kBF16) {
-      if (auto* gpt = dynamic_cast<GPTModel*>(&model)) gpt->keep_bf16_weights();
-      if (auto* llama = dynamic_cast<LlamaModel*>(&model)) llama->keep_bf16_weights();
-    }
+    if (shape.dtype == Dtype::kBF16) model.keep_bf16_weights();
     kernels::KvCache cache = model.make_cache(B, kernels::CacheDtype::kF32, T + shape.new_tokens + warmup);
     model.forward_cached(some_ids(B * T, V, 1), B, T, cache);  // the prefill, untimed
     const int64_t untimed = std::min<int64_t>(warmup, context - T - shape.new_tokens);
@@ -173,6 +148,71 @@ GptBenchReport run_gpt_bench(const GptBenchShape& shape, int iters, int warmup, 
   }
   r.max_rss_mib = max_rss_mib();
   return r;
+}
+
+namespace {
+const char* mode_name(GptBenchMode m) {
+  return m == GptBenchMode::kDecode ? "decode" : m == GptBenchMode::kStep ? "step" : "forward";
+}
+}  // namespace
+
+std::string report_text(const GptBenchReport& r) {
+  const GptBenchShape& s = r.shape;
+  const bool decode = s.mode == GptBenchMode::kDecode;
+  const char* what = decode ? "decode" : s.mode == GptBenchMode::kStep ? "training step (forward, loss, backward, AdamW)"
+                                                                       : "forward";
+  std::ostringstream out;
+  out << "qkv bench: " << s.name << " " << what << ", B=" << s.batch << " T=" << s.seq_len
+      << (decode ? " new=" + std::to_string(s.new_tokens) : "") << " " << dtype_name(s.dtype) << ", " << r.threads
+      << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n  products: " << r.gemm << "\n";
+  out << std::fixed << std::setprecision(2) << "  median " << r.median_ms << " ms  (min " << r.min_ms << ", max "
+      << r.max_ms << ", " << r.iters << (decode ? " steps)\n" : " runs)\n");
+  if (decode) {
+    out << std::setprecision(1) << "  " << r.tokens_per_s << " tokens/s; " << r.weight_bytes / 1e6
+        << " MB of weights read per step -> " << r.weight_gb_s << " GB/s = " << 100.0 * r.weight_gb_s / r.bandwidth_gb_s
+        << "% of the measured read bandwidth " << r.bandwidth_gb_s << " GB/s (the memory-bound limit: "
+        << static_cast<double>(s.batch) * r.bandwidth_gb_s * 1e9 / r.weight_bytes << " tokens/s)\n";
+  } else {
+    out << std::setprecision(1) << "  " << r.flops / 1e9 << " GFLOP -> " << r.gflops << " GFLOP/s = "
+        << 100.0 * r.gflops / r.peak_gflops << "% of the measured FMA peak " << r.peak_gflops << " GFLOP/s";
+    if (r.bf16_peak_gflops > 0)
+      out << ", " << 100.0 * r.gflops / r.bf16_peak_gflops << "% of the bf16 dot-product peak " << r.bf16_peak_gflops
+          << " GFLOP/s";
+    out << "\n";
+  }
+  out << std::setprecision(0) << "  peak memory (max RSS) " << r.max_rss_mib << " MiB\n";
+  return out.str();
+}
+
+nlohmann::json report_json(const GptBenchReport& r) {
+  const GptBenchShape& s = r.shape;
+  nlohmann::json j = {{"module", "gpt"},           {"preset", s.name},
+                      {"mode", mode_name(s.mode)}, {"batch", s.batch},
+                      {"seq_len", s.seq_len},      {"new_tokens", s.new_tokens},
+                      {"dtype", dtype_name(s.dtype)}, {"dropout", s.dropout},
+                      {"threads", r.threads},      {"iters", r.iters},
+                      {"median_ms", r.median_ms},  {"min_ms", r.min_ms},
+                      {"times_ms", r.times_ms},    {"parameters", r.parameters},
+                      {"product_parameters", r.product_parameters}, {"simd", r.simd},
+                      {"gemm", r.gemm},            {"max_rss_mib", r.max_rss_mib}};
+  if (s.mode == GptBenchMode::kDecode) {
+    j["tokens_per_s"] = r.tokens_per_s;
+    j["weight_bytes"] = r.weight_bytes;
+    j["weight_gb_s"] = r.weight_gb_s;
+    j["bandwidth_gb_s"] = r.bandwidth_gb_s;
+    j["bandwidth_passes_gb_s"] = r.bandwidth_passes;
+    j["percent_of_bandwidth"] = 100.0 * r.weight_gb_s / r.bandwidth_gb_s;
+  } else {
+    j["gflop"] = r.flops / 1e9;
+    j["gflops"] = r.gflops;
+    j["peak_gflops"] = r.peak_gflops;
+    j["percent_of_peak"] = 100.0 * r.gflops / r.peak_gflops;
+    if (r.bf16_peak_gflops > 0) {
+      j["bf16_peak_gflops"] = r.bf16_peak_gflops;
+      j["percent_of_bf16_peak"] = 100.0 * r.gflops / r.bf16_peak_gflops;
+    }
+  }
+  return j;
 }
 
 }  // namespace qkv::perf

@@ -94,8 +94,7 @@ BookTrainingReport train_like_the_book(LanguageModel& model, Generator& gen, con
   CrossEntropyLoss loss;
   // A data-parallel rank's sequences of each (whole, drop_last) training batch.
   const BatchSlice slice = ranks ? batch_slice(o.batch_size, ranks->rank(), ranks->ranks()) : BatchSlice{0, o.batch_size};
-  if (auto* gpt = dynamic_cast<GPTModel*>(&model); ranks && gpt)  // dropout masks as the whole batch's
-    gpt->set_batch_slice(slice.begin, o.batch_size);
+  if (ranks) model.set_batch_slice(slice.begin, o.batch_size);  // dropout masks as the whole batch's
   std::vector<float> scratch;
   int64_t global_step = -1;
   for (int64_t epoch = 0; epoch < o.epochs && !r.stopped; ++epoch) {

@@ -10,11 +10,12 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/io/json_read.h"
 #include "qkv/io/safetensors.h"
+#include "qkv/models/lm_checkpoint.h"
 
 namespace qkv {
 namespace {
 
-constexpr const char* kKind = "train-checkpoint 1";
+constexpr const char* kKind = kLmCheckpointKind;
 constexpr const char* kOptimizerPrefix = "optimizer.";
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
@@ -73,44 +74,11 @@ void read_evals(const nlohmann::json& j, std::vector<EvalStats>& out) {
   }
 }
 
-// data.vocab: whole ids, increasing (generate looks ids up by bisection), below 2^24 (exact in float32).
-void read_vocab(const Tensor& t, std::vector<int64_t>& out) {
-  constexpr float kLimit = 16777216.0f;  // 2^24
-  for (float v : t.to_vector()) {
-    QKV_CHECK(std::isfinite(v) && v == std::floor(v) && v >= 0 && v < kLimit, "data.vocab holds ", v,
-              ", not a GPT-2 id (a whole number in [0, 2^24))");
-    QKV_CHECK(out.empty() || static_cast<int64_t>(v) > out.back(), "data.vocab is not increasing (", out.back(),
-              " then ", v, ")");
-    out.push_back(static_cast<int64_t>(v));
-  }
-}
-
 bool all_finite(const Tensor& t) {
   const float* p = t.data();
   for (int64_t i = 0, n = t.numel(); i < n; ++i)
     if (!std::isfinite(p[i])) return false;
   return true;
-}
-
-// The state dict AttentionLM(config) has: names and shapes (see AttentionLM::collect_state).
-std::vector<std::pair<std::string, Shape>> model_shapes(const LMConfig& m) {
-  const int64_t V = m.vocab_size, T = m.context_length, C = m.d_model;
-  const int64_t KV = m.attention.kv_width();  // W_key's rows: G D
-  std::vector<std::pair<std::string, Shape>> out = {{"tok_emb.weight", {V, C}}, {"pos_emb.weight", {T, C}}};
-  for (int64_t i = 0; i < m.num_layers; ++i) {
-    const std::string b = "blocks." + std::to_string(i) + ".";
-    for (const char* w : {"W_query.", "W_key.", "W_value."}) {
-      const int64_t rows = std::string(w) == "W_query." ? C : KV;
-      out.push_back({b + w + "weight", {rows, C}});
-      if (m.qkv_bias) out.push_back({b + w + "bias", {rows}});
-    }
-    out.push_back({b + "out_proj.weight", {C, C}});
-    out.push_back({b + "out_proj.bias", {C}});
-    out.push_back({b + "mask", {T, T}});
-  }
-  out.push_back({"out_head.weight", {V, C}});
-  out.push_back({"out_head.bias", {V}});
-  return out;
 }
 
 // Everything a checkpoint says, checked against everything else it says, before anything is built
@@ -119,33 +87,20 @@ std::vector<std::pair<std::string, Shape>> model_shapes(const LMConfig& m) {
 void validate(const Checkpoint& c) {
   check_train_request(c.options);  // sizes in range, products checked, memory within the limits
   validate_lm_config(c.options.model);  // the variants too: num_kv_heads divides num_heads, window <= context, ...
-  const std::vector<std::pair<std::string, Shape>> shapes = model_shapes(c.options.model);
-  std::map<std::string, const Shape*> params;
-  const LMConfig& m = c.options.model;
-  const std::string kv_heads =
-      m.attention.kv_heads > 0 ? str(", num_heads ", m.attention.heads, ", num_kv_heads ", m.attention.kv_heads) : "";
-  for (const auto& [name, shape] : shapes) {
-    auto it = c.model.find(name);
-    QKV_CHECK(it != c.model.end(), "it has no tensor ", excerpt(name), ", which its options (", c.options.model.num_layers,
-              " layers) call for");
-    QKV_CHECK(it->second.shape() == shape, "tensor ", excerpt(name), " has shape ", shape_str(it->second.shape()),
-              " but its options (vocab_size ", c.options.model.vocab_size, ", context_length ",
-              c.options.model.context_length, ", d_model ", c.options.model.d_model, kv_heads, ") make it ", shape_str(shape));
-    if (name.size() < 5 || name.compare(name.size() - 5, 5, ".mask") != 0) params[name] = &shape;
-  }
-  QKV_CHECK(c.model.size() == shapes.size(), "it has ", c.model.size(), " model tensors but its options call for ",
-            shapes.size());
+  check_lm_tensors(c.options.model, c.model);  // every tensor of the model, of its shape, finite
+  std::map<std::string, Shape> params;
+  for (const auto& [name, t] : c.model)
+    if (name.size() < 5 || name.compare(name.size() - 5, 5, ".mask") != 0) params[name] = t.shape();
   for (const auto& [name, t] : c.optimizer) {
     const size_t dot = name.find('.');
     auto it = dot == std::string::npos ? params.end() : params.find(name.substr(dot + 1));
     QKV_CHECK(it != params.end(), "optimizer tensor ", excerpt(name), " is not the state of a parameter");
-    QKV_CHECK(t.shape() == *it->second, "optimizer tensor ", excerpt(name), " has shape ", shape_str(t.shape()),
-              " but its parameter has shape ", shape_str(*it->second));
+    QKV_CHECK(t.shape() == it->second, "optimizer tensor ", excerpt(name), " has shape ", shape_str(t.shape()),
+              " but its parameter has shape ", shape_str(it->second));
   }
-  for (const auto* tensors : {&c.model, &c.optimizer})
-    for (const auto& [name, t] : *tensors)
-      QKV_CHECK(all_finite(t), "tensor ", excerpt(tensors == &c.optimizer ? kOptimizerPrefix + name : name),
-                " holds a value that is not finite (NaN or infinity): the weights are damaged");
+  for (const auto& [name, t] : c.optimizer)
+    QKV_CHECK(all_finite(t), "tensor ", excerpt(kOptimizerPrefix + name),
+              " holds a value that is not finite (NaN or infinity): the weights are damaged");
   QKV_CHECK(static_cast<int64_t>(c.losses.size()) == c.step, "its loss history has ", c.losses.size(), " entries for ",
             c.step, " steps");
   for (const EvalStats& e : c.evals)
@@ -189,7 +144,7 @@ Checkpoint load_checkpoint(const std::string& path) {
       } else if (name == "train.losses") {
         c.losses = t.to_vector();
       } else if (name == "data.vocab") {
-        read_vocab(t, c.vocab);
+        c.vocab = read_lm_vocab(t);
       } else {
         c.model[name] = t;
         if (f.stored_dtypes[name] == "BF16") c.weights_dtype = Dtype::kBF16;

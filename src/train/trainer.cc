@@ -1,6 +1,8 @@
 // A training run. See include/qkv/train/trainer.h.
 #include "qkv/train/trainer.h"
 
+#include "qkv/models/decoder.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -98,7 +100,7 @@ Trainer::Trainer(TrainOptions options, std::unique_ptr<TrainingData> data, std::
             " tokens but context_length is ", o.model.context_length);
   check_train_request(o);
   // torch.manual_seed(seed); model = AttentionLM(...)
-  model_ = std::make_unique<AttentionLM>(o.model, model_gen_);
+  model_ = build_model(lm_spec(o.model), model_gen_);
   params_ = parameters_of(*model_);
   switch (o.optimizer) {
     case OptimizerKind::kAdamW:
@@ -160,7 +162,7 @@ StepStats Trainer::step() {
     s.counted = static_cast<int64_t>(totals[2]);
   }
   if (!std::isfinite(s.loss))
-    throw NonFiniteError(s.step, "the loss is " + number(s.loss), model_->first_non_finite(b.inputs, b.batch, b.tokens));
+    throw NonFiniteError(s.step, "the loss is " + number(s.loss), first_non_finite(*model_, b.inputs, b.batch, b.tokens));
   // The slice's share of the batch's mean: divided by the whole batch's count of targets.
   model_->backward(loss_.backward_over(s.counted));
   if (dp_) sum_gradients_over_ranks();

@@ -1,5 +1,5 @@
 // A GPT model's decoding step allocates nothing in steady state (issue 28): every global operator
-// new in this binary is counted (counting_new.h). Held to zero: GPTModel::forward_cached_into after
+// new in this binary is counted (counting_new.h). Held to zero: DecoderModel::forward_cached_into after
 // its working rows have grown (fp32 weights, and bf16 weights with a bf16 cache), and the whole
 // generate() loop between its second and last token (sampling with temperature and top-k too).
 #include <gtest/gtest.h>
@@ -12,29 +12,22 @@
 
 #include "qkv/core/generator.h"
 #include "qkv/models/generation.h"
+#include "qkv/models/decoder.h"
 #include "qkv/models/gpt.h"
 
 namespace qkv {
 namespace {
 
-GPTConfig small_config(bool bf16) {
-  GPTConfig c;
-  c.vocab_size = 97;
-  c.context_length = 64;
-  c.emb_dim = 32;
-  c.n_layers = 2;
-  c.qkv_bias = true;
-  c.attention.heads = 4;
-  c.attention.dropout = 0.0;
+DecoderSpec small_config(bool bf16) {
+  DecoderSpec c = gpt_spec(97, 64, 32, 4, 2, 0.0, /*qkv_bias=*/true);
   if (bf16) c.attention.dtype = Dtype::kBF16;
-  set_head_dim(c);
   return c;
 }
 
 TEST(GptDecodeAllocations, SteadyStateStepAllocatesNothing) {
   for (bool bf16 : {false, true}) {
     Generator gen(5);
-    GPTModel model(small_config(bf16), gen);
+    DecoderModel model(small_config(bf16), gen);
     model.eval();
     if (bf16) model.keep_bf16_weights();
     kernels::KvCache cache = model.make_cache(2, bf16 ? kernels::CacheDtype::kBF16 : kernels::CacheDtype::kF32);
@@ -57,7 +50,7 @@ TEST(GptDecodeAllocations, SteadyStateStepAllocatesNothing) {
 TEST(GptDecodeAllocations, GenerateAllocatesNothingPerToken) {
   for (double temperature : {0.0, 0.8}) {
     Generator gen(7);
-    GPTModel model(small_config(false), gen);
+    DecoderModel model(small_config(false), gen);
     SamplingOptions o;
     o.max_new_tokens = 30;
     o.temperature = temperature;

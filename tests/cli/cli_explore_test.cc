@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
+#include "model_support.h"
 #include "qkv/core/generator.h"
 #include "qkv/io/atomic_file.h"
 #include "qkv/io/safetensors.h"
@@ -66,19 +67,12 @@ TEST_F(ExploreCli, ACheckpointThatIsNotAnAttentionLMIsRefused) {
 
 // A small GPT with GPT-2's vocabulary (its tokenizer reads the text), in Hugging Face's layout
 // (the weights and config.json) in `dir`: 2 layers x 2 heads, context 16.
-GPTModel small_gpt(const std::string& dir) {
-  GPTConfig c;
-  c.context_length = 16;
-  c.emb_dim = 8;
-  c.n_layers = 2;
-  c.qkv_bias = true;  // GPT-2's layout has them
-  c.attention.heads = 2;
-  set_head_dim(c);
-  Generator gen(4);
-  GPTModel model(c, gen);
+DecoderModel small_gpt(const std::string& dir, uint64_t seed = 4) {
+  Generator gen(seed);
+  DecoderModel model = tiny_gpt(50257, 16, 8, 2, 2, gen);  // (qkv biases: GPT-2's layout has them)
   std::filesystem::create_directories(dir);
   save_safetensors(dir + "/model.safetensors", gpt_state_in_layout(model, GptLayout::kHuggingFace));
-  write_file_atomically(dir + "/config.json", hugging_face_config_json(model.config));
+  write_file_atomically(dir + "/config.json", hugging_face_config_json(model.spec()));
   return model;
 }
 
@@ -93,7 +87,7 @@ TEST_F(ExploreCli, AGptModelsFileGivesAPageOfEveryLayerAndHead) {
   std::filesystem::remove(path("page.html"));
   refused("explore --checkpoint gpt --text 'one two three four five six seven eight nine ten eleven "
           "twelve thirteen fourteen fifteen sixteen seventeen'", 1, "context length is 16");
-  refused("explore --model gpt2-tiny --text hi", 1, "unknown GPT preset 'gpt2-tiny'");
+  refused("explore --model gpt2-tiny --text hi", 1, "unknown preset 'gpt2-tiny'");
   refused("explore --model gpt2-small --checkpoint gpt", 2, "not both");
   refused("explore --model gpt2-small --num-heads 3", 2, "does not apply to --model");
 }
@@ -140,19 +134,17 @@ TEST_F(ExploreCli, AComputedPageWithOneLayersPipeline) {
 
 // qkv forward --module gpt --attn-weights: every block's weights, as the model's traces hold them.
 TEST_F(ExploreCli, ForwardWritesEveryGptBlocksWeights) {
-  GPTModel model = small_gpt(path("gpt"));
+  DecoderModel model = small_gpt(path("gpt"));
   const Result r = run("forward --module gpt --weights gpt --text 'Every effort moves you' --attn-weights w.st "
                        "--output y.st");
   ASSERT_EQ(r.status, 0) << r.err;
   const TensorFile f = load_safetensors(path("w.st"));
   Encoding gpt2 = load_gpt2("");
   const std::vector<int64_t> ids = gpt2.encode("Every effort moves you", SpecialTokens::all());
-  model.train(false);
-  model.record_traces(true);
-  model.forward(ids, 1, static_cast<int64_t>(ids.size()));
+  const std::vector<Tensor> weights = forward_weights(model, ids);
   for (size_t l = 0; l < 2; ++l) {
     const Tensor& w = f.get("trf_blocks." + std::to_string(l) + ".attn_weights");
-    const Tensor& want = model.traces()[l].weights;
+    const Tensor want = weights[l].unsqueeze(0);
     ASSERT_EQ(w.shape(), want.shape()) << l;
     EXPECT_EQ(w.shape(), (Shape{1, 2, static_cast<int64_t>(ids.size()), static_cast<int64_t>(ids.size())}));
     for (int64_t n = 0; n < w.numel(); ++n) ASSERT_EQ(w.data()[n], want.data()[n]) << l << " " << n;
@@ -160,18 +152,7 @@ TEST_F(ExploreCli, ForwardWritesEveryGptBlocksWeights) {
 }
 
 TEST_F(ExploreCli, GeneratedTokensAreQkvGeneratesAndMarked) {
-  GPTConfig c;
-  c.context_length = 16;
-  c.emb_dim = 8;
-  c.n_layers = 2;
-  c.qkv_bias = true;
-  c.attention.heads = 2;
-  set_head_dim(c);
-  Generator gen(6);
-  GPTModel model(c, gen);
-  std::filesystem::create_directories(path("gpt"));
-  save_safetensors(path("gpt/model.safetensors"), gpt_state_in_layout(model, GptLayout::kHuggingFace));
-  write_file_atomically(path("gpt/config.json"), hugging_face_config_json(model.config));
+  small_gpt(path("gpt"), 6);
   const std::string text = "'Every effort moves you'";  // 4 tokens
   for (const std::string& pick : {std::string("--temperature 0"), std::string("--temperature 1.3 --top-k 7 --seed 9")}) {
     const Result r = run("explore --weights gpt --text " + text + " --generate 6 " + pick + " --out page.html");

@@ -1,7 +1,7 @@
-// explore_gpt (qkv/explore/explore.h): the explorer's page of the book's GPT model. Its blocks are
-// run one by one (to show norm1, the attention, the feed-forward and the residual stream), so each
-// layer's weights must be those GPTModel::forward records for that layer, and the last block's
-// residual stream through final_norm and out_head must give the forward's logits. The head-patterns
+// explore_model (qkv/explore/explore.h) on the book's GPT model. The page watches one forward (to
+// show norm1, the attention, the feed-forward and the residual stream), so each layer's weights
+// must be those the model's forward makes for that layer, and the last block's residual stream
+// through final_norm and out_head must give the forward's logits. The head-patterns
 // statistics are their formulas over the forward's weights, the induction score's over a forward of
 // the documented repeated sequence, and the logit lens is each residual stream through the head.
 #include <gtest/gtest.h>
@@ -16,48 +16,36 @@
 #include "qkv/explore/explore.h"
 #include "qkv/models/attention_lm.h"
 #include "qkv/models/gpt.h"
+#include "model_support.h"
 
 namespace qkv {
 namespace {
 
 TEST(ExploreGpt, EveryLayersWeightsAndTheResidualStreamAreTheForwards) {
-  GPTConfig c;
-  c.vocab_size = 41;
-  c.context_length = 12;
-  c.emb_dim = 16;
-  c.n_layers = 3;
-  c.qkv_bias = true;
-  c.attention.heads = 4;
-  c.attention.dropout = 0.1;  // drawn in training only: the page is eval mode
-  set_head_dim(c);
   Generator gen(9);
-  GPTModel model(c, gen);
-  for (TransformerBlock& b : model.blocks) {  // LayerNorms off their identity, so their order matters
-    for (int64_t i = 0; i < c.emb_dim; ++i) {
-      b.norm1.scale.data()[i] = 1.0f + 0.1f * static_cast<float>(i % 5);
-      b.norm2.shift.data()[i] = 0.05f * static_cast<float>(i % 3);
+  DecoderModel model = tiny_gpt(41, 12, 16, 4, 3, gen, 0.1);  // dropout drawn in training only: the page is eval mode
+  for (DecoderBlock& b : model.blocks) {  // LayerNorms off their identity, so their order matters
+    for (int64_t i = 0; i < 16; ++i) {
+      b.norm1.layer_norm().scale.data()[i] = 1.0f + 0.1f * static_cast<float>(i % 5);
+      b.norm2.layer_norm().shift.data()[i] = 0.05f * static_cast<float>(i % 3);
     }
   }
   const std::vector<int64_t> ids = {3, 17, 40, 0, 9, 9, 22, 5};
   const int64_t T = static_cast<int64_t>(ids.size());
   std::vector<std::string> labels(ids.size(), "t");
-  const ExplorePage page = explore_gpt(model, ids, labels, "tiny GPT");
+  const ExplorePage page = explore_model(model, ids, labels, "tiny GPT");
   ASSERT_EQ(page.layers.size(), 3u);
   EXPECT_EQ(page.tokens.size(), ids.size());
 
-  model.eval();
-  model.record_traces(true);
+  const std::vector<Tensor> w = forward_weights(model, ids);
   const Tensor logits = model.forward(ids, 1, T);  // (1, T, V)
-  for (size_t l = 0; l < 3; ++l) {
-    const Tensor want = model.traces()[l].weights.select(0, 0).contiguous();  // (H, T, T)
-    EXPECT_LE(max_abs_diff(page.layers[l].weights, want), 1e-6) << "layer " << l;
-  }
+  for (size_t l = 0; l < 3; ++l) EXPECT_LE(max_abs_diff(page.layers[l].weights, w[l]), 1e-6) << "layer " << l;
   const ExploreStep* last = nullptr;
   for (const ExploreStep& s : page.pipeline)
     if (s.name == "trf_blocks.2.output") last = &s;
   ASSERT_NE(last, nullptr);
   const Tensor x = last->value.unsqueeze(0);  // (1, T, E)
-  const Tensor got = model.out_head.forward(model.final_norm.forward(x));
+  const Tensor got = model.head.forward(model.final_norm.forward(x));
   EXPECT_LE(max_abs_diff(got, logits), 1e-5);
   // each block shows its input, norm1, q, k, v, weights, context, attention, ff and output
   int steps = 0;
@@ -65,39 +53,20 @@ TEST(ExploreGpt, EveryLayersWeightsAndTheResidualStreamAreTheForwards) {
   EXPECT_EQ(steps, 10);
 }
 
-GPTModel tiny_gpt(int64_t layers, uint64_t seed) {
-  GPTConfig c;
-  c.vocab_size = 41;
-  c.context_length = 16;
-  c.emb_dim = 16;
-  c.n_layers = layers;
-  c.qkv_bias = true;
-  c.attention.heads = 4;
-  set_head_dim(c);
-  Generator gen(seed);
-  return GPTModel(c, gen);
-}
-
-// The (H, T, T) weights of every layer of `model` on ids, as its forward records them.
-std::vector<Tensor> forward_weights(GPTModel& model, const std::vector<int64_t>& ids) {
-  model.eval();
-  model.record_traces(true);
-  model.forward(ids, 1, static_cast<int64_t>(ids.size()));
-  std::vector<Tensor> out;
-  for (const auto& t : model.traces()) out.push_back(t.weights.select(0, 0).contiguous());
-  model.record_traces(false);
-  return out;
+DecoderModel small_gpt(int64_t layers, uint64_t seed) {
+  Generator gen(seed);  // (no dropout: nothing draws from it after the weights)
+  return tiny_gpt(41, 16, 16, 4, layers, gen);
 }
 
 TEST(ExploreGpt, HeadPatternsAreTheirFormulasOverTheForwardsWeights) {
-  GPTModel model = tiny_gpt(2, 5);
+  DecoderModel model = small_gpt(2, 5);
   const std::vector<int64_t> ids = {3, 17, 40, 0, 9, 9, 22, 5, 17, 40};
   const int64_t T = static_cast<int64_t>(ids.size()), n = 6;
   const double Td = static_cast<double>(T), nd = static_cast<double>(n);
   ExploreModelOptions o;
   o.induction_tokens = n;
   o.induction_seed = 77;
-  const ExplorePage page = explore_gpt(model, ids, std::vector<std::string>(ids.size(), "t"), "tiny", o);
+  const ExplorePage page = explore_model(model, ids, std::vector<std::string>(ids.size(), "t"), "tiny", o);
   const std::vector<Tensor> w = forward_weights(model, ids);
   // the documented sequence: SplitMix64 from the seed, each value mod the vocabulary, n ids twice
   std::vector<int64_t> rep(2 * n);
@@ -138,12 +107,12 @@ TEST(ExploreGpt, HeadPatternsAreTheirFormulasOverTheForwardsWeights) {
     }
   }
   // not measured: NaN, which the page shows as a dash
-  const ExplorePage plain = explore_gpt(model, ids, std::vector<std::string>(ids.size(), "t"), "tiny");
+  const ExplorePage plain = explore_model(model, ids, std::vector<std::string>(ids.size(), "t"), "tiny");
   EXPECT_TRUE(std::isnan(plain.layers[0].stats[0].induction));
   EXPECT_TRUE(plain.lens.rows.empty());
   // a repeated sequence beyond the context is refused
   o.induction_tokens = 9;  // 18 > 16
-  EXPECT_THROW(explore_gpt(model, ids, std::vector<std::string>(ids.size(), "t"), "tiny", o), Error);
+  EXPECT_THROW(explore_model(model, ids, std::vector<std::string>(ids.size(), "t"), "tiny", o), Error);
 }
 
 // The top k of softmax(z) over V logits: (id, probability), the first id on ties.
@@ -159,13 +128,13 @@ std::vector<std::pair<int64_t, double>> top_k(const float* z, int64_t V, int64_t
 }
 
 TEST(ExploreGpt, TheLogitLensIsEachResidualStreamThroughTheHead) {
-  GPTModel model = tiny_gpt(3, 11);
+  DecoderModel model = small_gpt(3, 11);
   const std::vector<int64_t> ids = {1, 2, 3, 4, 5, 6, 7};
   const int64_t T = 7, V = 41, k = 3;
   ExploreModelOptions o;
   o.lens_top = k;
   o.generated_from = 4;
-  const ExplorePage page = explore_gpt(model, ids, std::vector<std::string>(ids.size(), "t"), "tiny", o);
+  const ExplorePage page = explore_model(model, ids, std::vector<std::string>(ids.size(), "t"), "tiny", o);
   EXPECT_EQ(page.generated_from, 4);
   EXPECT_EQ(page.ids, ids);
   ASSERT_EQ(page.lens.rows, (std::vector<std::string>{"embeddings", "block 0", "block 1", "block 2"}));
@@ -180,9 +149,9 @@ TEST(ExploreGpt, TheLogitLensIsEachResidualStreamThroughTheHead) {
   model.eval();
   const Tensor logits = model.forward(ids, 1, T).select(0, 0).contiguous();  // the model's own, (T, V)
   const std::vector<Tensor> rows = {
-      model.out_head.forward(model.final_norm.forward(stream("trf_blocks.0.input").unsqueeze(0))).select(0, 0).contiguous(),
-      model.out_head.forward(model.final_norm.forward(stream("trf_blocks.0.output").unsqueeze(0))).select(0, 0).contiguous(),
-      model.out_head.forward(model.final_norm.forward(stream("trf_blocks.1.output").unsqueeze(0))).select(0, 0).contiguous(),
+      model.head.forward(model.final_norm.forward(stream("trf_blocks.0.input").unsqueeze(0))).select(0, 0).contiguous(),
+      model.head.forward(model.final_norm.forward(stream("trf_blocks.0.output").unsqueeze(0))).select(0, 0).contiguous(),
+      model.head.forward(model.final_norm.forward(stream("trf_blocks.1.output").unsqueeze(0))).select(0, 0).contiguous(),
       logits};
   for (size_t r = 0; r < rows.size(); ++r)
     for (int64_t t = 0; t < T; ++t) {
@@ -208,8 +177,8 @@ TEST(ExploreGpt, ParameterStepsAreMarkedApartFromTokenRows) {
   cfg.attention.heads = 2;
   cfg.num_layers = 1;
   set_head_dim(cfg);
-  AttentionLM lm(cfg, gen);
-  const ExplorePage page = explore_lm(lm, {1, 2, 3, 4}, {"a", "b", "c", "d"}, "lm");
+  DecoderModel lm(lm_spec(cfg), gen);
+  const ExplorePage page = explore_model(lm, {1, 2, 3, 4}, {"a", "b", "c", "d"}, "lm");
   int parameters = 0;
   for (const ExploreStep& s : page.pipeline) {
     const bool weight = s.name.size() > 7 && s.name.compare(s.name.size() - 7, 7, ".weight") == 0;
@@ -222,17 +191,10 @@ TEST(ExploreGpt, ParameterStepsAreMarkedApartFromTokenRows) {
 }
 
 TEST(ExploreGpt, AModelWithoutBlocksIsRefused) {
-  GPTConfig c;
-  c.vocab_size = 5;
-  c.context_length = 4;
-  c.emb_dim = 4;
-  c.n_layers = 0;
-  c.attention.heads = 2;
-  set_head_dim(c);
   Generator gen(1);
-  GPTModel model(c, gen);
+  DecoderModel model = tiny_gpt(5, 4, 4, 2, 0, gen);
   try {
-    explore_gpt(model, {1, 2}, {"a", "b"}, "t");
+    explore_model(model, {1, 2}, {"a", "b"}, "t");
     ADD_FAILURE() << "a page of no blocks was made";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no blocks"), std::string::npos) << e.what();

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "model_support.h"
 #include "qkv/core/generator.h"
 #include "qkv/models/chat.h"
 #include "qkv/models/llama.h"
@@ -33,18 +34,10 @@ TEST(ChatFormat, TheFamiliesTemplatesAsWritten) {
 }
 
 TEST(ChatSession, RefusesAContextBelowOneAndATurnThatDoesNotFit) {
-  LlamaConfig c;
-  c.family = LlamaFamily::kQwen3;
-  c.vocab_size = 151669;  // Qwen3's tokenizer's ids, a tiny model
-  c.hidden_size = 8;
-  c.intermediate_size = 8;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.head_dim = 4;
-  c.max_position_embeddings = 40960;
+  // Qwen3's tokenizer's ids, a tiny model (LlamaConfig's default eps and base, as before)
+  const DecoderSpec c = llama_sizes("qwen3", 151669, 8, 8, 1, 2, 1, 4, 40960, false, 10000.0, 1e-5);
   Generator gen(3);
-  LlamaModel model(c, gen);
+  DecoderModel model(c, gen);
   const HfTextTokenizer tok(HfTokenizer::load("qwen3"), "qwen3");
   const std::vector<int64_t> ends = {151645};
   const std::string zero = testing_support::error_of([&] { ChatSession s(model, tok, ChatFormat::kQwen3, ends, 0); });
@@ -57,8 +50,9 @@ TEST(ChatSession, RefusesAContextBelowOneAndATurnThatDoesNotFit) {
   // <|im_start|> user \n hi <|im_end|> \n <|im_start|> assistant \n <think> \n\n </think> \n\n
   EXPECT_EQ(static_cast<int64_t>(t.prompt_ids.size()), 13);
   const int64_t held = chat.length();
-  const std::string e = testing_support::error_of(
-      [&] { chat.respond({{"user", std::string(60, 'x') + " and a great many more words than the context can hold"}}, o, false); });
+  const std::vector<ChatMessage> too_long = {{"user", std::string(60, 'x') + " and a great many more words than the "
+                                                    "context can hold"}};
+  const std::string e = testing_support::error_of([&] { chat.respond(too_long, o, false); });
   EXPECT_NE(e.find("chat: the conversation holds " + std::to_string(held) + " tokens"), std::string::npos) << e;
   EXPECT_EQ(chat.length(), held);  // nothing fed
   EXPECT_NO_THROW(chat.respond({{"user", "ok"}}, o, false));  // the conversation goes on (16 more: 31 of 40)

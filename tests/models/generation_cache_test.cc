@@ -1,4 +1,4 @@
-// Generation with a KV cache (MultiHeadAttention::forward_cached, AttentionLM::forward_cached,
+// Generation with a KV cache (MultiHeadAttention::forward_cached, DecoderModel::forward_cached,
 // generate's kv_cache): the cached loop gives the tokens of the uncached one, and each step's
 // last-position logits within 1e-5 relative (to the largest logit of the row), for every
 // attention variant, prompts shorter than, equal to and longer than the context, generation past
@@ -17,6 +17,8 @@
 #include "qkv/core/error.h"
 #include "qkv/core/generator.h"
 #include "qkv/kernels/mha.h"
+#include "qkv/models/attention_lm.h"
+#include "qkv/models/decoder.h"
 #include "qkv/models/generation.h"
 
 namespace qkv {
@@ -37,28 +39,22 @@ struct Variant {
   bool any() const { return kv_heads != 0 || rope != RopeLayout::kNone || window > 0 || alibi || softcap > 0; }
 };
 
-// An AttentionLM whose blocks carry the variant (built by replacing the plain blocks, so this does
-// not depend on LMConfig's fields).
-AttentionLM make_lm(const Variant& v, int64_t context, uint64_t seed = 7, int64_t vocab = 23, int64_t layers = 2) {
+// An attention LM (the attention-lm family's DecoderModel) whose blocks carry the variant.
+DecoderModel make_lm(const Variant& v, int64_t context, uint64_t seed = 7, int64_t vocab = 23, int64_t layers = 2) {
   LMConfig c;
   c.vocab_size = vocab;
   c.context_length = context;
   c.d_model = 16;
   c.attention.heads = 4;
   c.num_layers = layers;
+  c.attention.kv_heads = v.kv_heads;
+  c.attention.rope = v.rope;
+  c.attention.window = v.window;
+  c.attention.alibi = v.alibi;
+  c.attention.softcap = v.softcap;
   set_head_dim(c);
-  Generator gen(seed);
-  AttentionLM lm(c, gen);
-  if (v.any()) {
-    AttentionConfig a = attention_config("mha", c.d_model, c.d_model, context, 0.0, c.attention.heads);
-    a.attention.kv_heads = v.kv_heads;
-    a.attention.rope = v.rope;
-    a.attention.window = v.window;
-    a.attention.alibi = v.alibi;
-    a.attention.softcap = v.softcap;
-    for (auto& block : lm.blocks) block = MultiHeadAttention(a, gen);
-  }
-  return lm;
+  Generator gen(seed);  // (no dropout: nothing draws from it after the weights)
+  return DecoderModel(lm_spec(c), gen);
 }
 
 struct Generated {
@@ -66,7 +62,7 @@ struct Generated {
   std::vector<std::vector<float>> logits;  // per step (V)
 };
 
-Generated run(AttentionLM& lm, const std::vector<int64_t>& prompt, SamplingOptions o) {
+Generated run(LanguageModel& lm, const std::vector<int64_t>& prompt, SamplingOptions o) {
   Generated r;
   o.on_logits = [&](const float* l, int64_t V) { r.logits.emplace_back(l, l + V); };
   r.tokens = generate(lm, prompt, o);
@@ -115,7 +111,7 @@ TEST(GenerationCache, CachedAndUncachedGiveTheSameTokensAndLogitsForEveryVariant
   for (const Variant& v : variants()) {
     for (int64_t prompt_len : {5, 12, 17}) {  // shorter than, equal to, longer than the context
       for (double temperature : {0.0, 0.8}) {
-        AttentionLM lm = make_lm(v, context);
+        DecoderModel lm = make_lm(v, context);
         SamplingOptions o;
         o.max_new_tokens = 15;  // 5 + 15 > 12: the window slides
         o.temperature = temperature;
@@ -139,7 +135,7 @@ TEST(GenerationCache, CachedAndUncachedGiveTheSameTokensAndLogitsForEveryVariant
 
 TEST(GenerationCache, AFusedPrefillOfALongPromptMatchesTheUncachedRun) {
   // 70 prompt tokens on an empty fp32 cache: the prefill runs the flash kernel over the cache.
-  AttentionLM lm = make_lm({"plain"}, 80, 3, 31);
+  DecoderModel lm = make_lm({"plain"}, 80, 3, 31);
   SamplingOptions o;
   o.max_new_tokens = 20;  // 70 + 20 > 80: slides, re-running fused prefills of the whole window
   o.temperature = 0;
@@ -158,7 +154,7 @@ TEST(GenerationCache, Bf16CacheIsWithinBf16ToleranceAndNotFp32) {
   // the output head (weights of norm about 1 at this size) the logits move by a few times 2^-9
   // of their scale: 2e-2 of the row's largest logit (about 10 x 2^-9) bounds it with room.
   for (const Variant& v : {Variant{"plain"}, Variant{"gqa_rope", 2, RopeLayout::kHalf}}) {
-    AttentionLM lm = make_lm(v, 12);
+    DecoderModel lm = make_lm(v, 12);
     SamplingOptions o;
     o.max_new_tokens = 6;  // no slide: every step decodes against the bf16 cache
     o.temperature = 0;
@@ -172,7 +168,7 @@ TEST(GenerationCache, Bf16CacheIsWithinBf16ToleranceAndNotFp32) {
 }
 
 TEST(GenerationCache, LmForwardCachedMatchesTheFullForwardAtEveryStepAndKeepsBackwardState) {
-  AttentionLM lm = make_lm({"plain"}, 12);
+  DecoderModel lm = make_lm({"plain"}, 12);
   lm.eval();
   const std::vector<int64_t> ids = prompt_of(9, 23);
   const Tensor full = lm.forward(ids, 1, 9);  // (1, 9, V)
@@ -270,7 +266,7 @@ TEST(GenerationCache, ModuleErrorsNameTheMismatch) {
 }
 
 TEST(GenerationCache, LmErrorsNameTheMismatch) {
-  AttentionLM lm = make_lm({"plain"}, 6);
+  DecoderModel lm = make_lm({"plain"}, 6);
   lm.eval();
   auto message = [](auto&& f) {
     try {
@@ -290,7 +286,7 @@ TEST(GenerationCache, LmErrorsNameTheMismatch) {
     lm.forward_cached({1, 2, 3, 4}, 1, 4, cache);
     EXPECT_THAT(message([&] { lm.forward_cached({1, 2, 3}, 1, 3, cache); }),
                 HasSubstr("3 new tokens after the cache's 4 positions exceed context_length 6"));
-    lm.blocks[0].forward_cached(Tensor::zeros({1, 1, 16}), cache, 0);  // a step left in progress
+    lm.blocks[0].att.forward_cached(Tensor::zeros({1, 1, 16}), cache, 0);  // a step left in progress
     EXPECT_THAT(message([&] { lm.forward_cached({1}, 1, 1, cache); }),
                 HasSubstr("the cache has a step of 1 positions in progress"));
     cache.reset();
@@ -303,7 +299,7 @@ TEST(GenerationCache, LmErrorsNameTheMismatch) {
 }
 
 TEST(GenerationCache, GenerateRefusesAHugeMaxNewTokensUpFront) {
-  AttentionLM lm = make_lm({"plain"}, 6);
+  DecoderModel lm = make_lm({"plain"}, 6);
   SamplingOptions o;
   o.max_new_tokens = int64_t{1} << 60;
   try {
@@ -314,7 +310,7 @@ TEST(GenerationCache, GenerateRefusesAHugeMaxNewTokensUpFront) {
     EXPECT_THAT(std::string(e.what()), HasSubstr("memory limit"));
   }
   // a model without blocks still generates (nothing to cache)
-  AttentionLM empty = make_lm({"plain"}, 6, 1, 23, 0);
+  DecoderModel empty = make_lm({"plain"}, 6, 1, 23, 0);
   o.max_new_tokens = 8;
   o.temperature = 0;
   const std::vector<int64_t> a = generate(empty, {1, 2}, o);

@@ -1,4 +1,4 @@
-// A GPT model decoding with its weights kept in bf16 (GPTModel::keep_bf16_weights): the cached
+// A GPT model decoding with its weights kept in bf16 (LanguageModel::keep_bf16_weights): the cached
 // forward reads them in bf16 mode, lands within bf16's bound of the float32 model, ignores them in
 // f32 mode, and drops them when training starts.
 #include <gtest/gtest.h>
@@ -8,27 +8,21 @@
 #include <vector>
 
 #include "qkv/core/generator.h"
+#include "qkv/models/decoder.h"
 #include "qkv/models/gpt.h"
 
 namespace qkv {
 namespace {
 
-GPTConfig tiny(Dtype dtype) {
-  GPTConfig c;
-  c.vocab_size = 97;
-  c.context_length = 32;
-  c.emb_dim = 64;
-  c.n_layers = 2;
-  c.attention.heads = 4;
-  c.attention.dropout = 0.0;
+DecoderSpec tiny(Dtype dtype) {
+  DecoderSpec c = gpt_spec(97, 32, 64, 4, 2, 0.0, false);
   c.attention.dtype = dtype;
   c.path = AttentionPath::kFused;
-  set_head_dim(c);
   return c;
 }
 
 // The logits of a 5-token prefill and 6 one-token steps, concatenated.
-std::vector<float> decode(GPTModel& m) {
+std::vector<float> decode(LanguageModel& m) {
   m.eval();
   kernels::KvCache cache = m.make_cache(1);
   std::vector<float> out;
@@ -50,7 +44,7 @@ double relative(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(GptBf16Weights, DecodingReadsThemWithinBf16sBoundOfFloat32) {
   Generator g32(5), g16(5);
-  GPTModel f32(tiny(Dtype::kF32), g32), bf16(tiny(Dtype::kBF16), g16);  // the same draws
+  DecoderModel f32(tiny(Dtype::kF32), g32), bf16(tiny(Dtype::kBF16), g16);  // the same draws
   bf16.keep_bf16_weights();
   ASSERT_TRUE(bf16.has_bf16_weights());
   const std::vector<float> a = decode(f32), b = decode(bf16);
@@ -68,15 +62,15 @@ TEST(GptBf16Weights, KeptWeightsAreWhatTheBf16DecodeReads) {
   const std::vector<std::string> weights = {"att qkv", "att out_proj", "ff fc", "ff proj", "out_head"};
   for (const std::string& which : weights) {
     Generator g(9);
-    GPTModel m(tiny(Dtype::kBF16), g);
+    DecoderModel m(tiny(Dtype::kBF16), g);
     m.keep_bf16_weights();
     const std::vector<float> before = decode(m);
-    for (TransformerBlock& b : m.blocks) {
+    for (DecoderBlock& b : m.blocks) {
       Tensor& w = which == "att qkv" ? b.att.W_key.weight : which == "att out_proj" ? b.att.out_proj.weight
-                  : which == "ff fc" ? b.ff.fc.weight : b.ff.proj.weight;
+                  : which == "ff fc" ? b.ff.gelu_net().fc.weight : b.ff.gelu_net().proj.weight;
       if (which != "out_head") w.data()[0] += 100.0f;  // W_key views the fused QKV weight
     }
-    if (which == "out_head") m.out_head.weight.data()[3] += 100.0f;
+    if (which == "out_head") m.head.weight.data()[3] += 100.0f;
     EXPECT_EQ(decode(m), before) << which;
     m.keep_bf16_weights();
     EXPECT_NE(decode(m), before) << which;
@@ -85,7 +79,7 @@ TEST(GptBf16Weights, KeptWeightsAreWhatTheBf16DecodeReads) {
 
 TEST(GptBf16Weights, Float32ModeIgnoresThemAndTrainingDropsThem) {
   Generator g1(5), g2(5);
-  GPTModel plain(tiny(Dtype::kF32), g1), kept(tiny(Dtype::kF32), g2);
+  DecoderModel plain(tiny(Dtype::kF32), g1), kept(tiny(Dtype::kF32), g2);
   kept.keep_bf16_weights();
   EXPECT_EQ(decode(kept), decode(plain));  // bit for bit: f32 mode reads the floats
   kept.train(true);
@@ -99,11 +93,11 @@ TEST(GptBf16Weights, Float32ModeIgnoresThemAndTrainingDropsThem) {
 // (Linear::dtype), not only the attention's, in the uncached forward as in decoding.
 TEST(GptBf16Weights, Bf16ModeRunsTheFeedForwardAndHeadInIt) {
   Generator g1(8), g2(8);
-  GPTModel all(tiny(Dtype::kBF16), g1), attention_only(tiny(Dtype::kBF16), g2);  // the same draws
-  EXPECT_EQ(all.out_head.dtype, Dtype::kBF16);
-  for (const TransformerBlock& b : all.blocks) EXPECT_EQ(b.ff.fc.dtype, Dtype::kBF16);
-  for (TransformerBlock& b : attention_only.blocks) b.ff.fc.dtype = b.ff.proj.dtype = Dtype::kF32;
-  attention_only.out_head.dtype = Dtype::kF32;
+  DecoderModel all(tiny(Dtype::kBF16), g1), attention_only(tiny(Dtype::kBF16), g2);  // the same draws
+  EXPECT_EQ(all.head.dtype, Dtype::kBF16);
+  for (const DecoderBlock& b : all.blocks) EXPECT_EQ(b.ff.gelu_net().fc.dtype, Dtype::kBF16);
+  for (DecoderBlock& b : attention_only.blocks) b.ff.gelu_net().fc.dtype = b.ff.gelu_net().proj.dtype = Dtype::kF32;
+  attention_only.head.dtype = Dtype::kF32;
   all.eval();
   attention_only.eval();
   const std::vector<int64_t> ids = {1, 5, 9, 52, 0, 7, 7, 30};

@@ -1,5 +1,6 @@
-// The Llama 3 / Qwen3 configuration (qkv/models/llama_config.h): config.json as Hugging Face
-// publishes it, the presets' published sizes, and every field out of range refused by name.
+// The Llama 3 / Qwen3 configuration (qkv/models/llama.h): config.json as Hugging Face publishes it
+// read into the one description (DecoderSpec), the presets' published sizes, and every field out of
+// range refused by config.json's name for it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -7,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/core/error.h"
-#include "qkv/models/llama_config.h"
+#include "qkv/models/llama.h"
 
 namespace qkv {
 namespace {
@@ -29,7 +30,7 @@ const char* kLlama32_1B = R"({
 
 std::string error_of(const json& j) {
   try {
-    parse_llama_config(j, "config.json");
+    read_llama_config(j, "config.json");
   } catch (const Error& e) {
     return e.what();
   }
@@ -37,44 +38,54 @@ std::string error_of(const json& j) {
 }
 
 TEST(LlamaConfig, ReadsLlama32sPublishedConfig) {
-  const LlamaConfig c = parse_llama_config(json::parse(kLlama32_1B));
-  EXPECT_EQ(c.family, LlamaFamily::kLlama);
-  EXPECT_EQ(c.hidden_size, 2048);
-  EXPECT_EQ(c.num_attention_heads, 32);
-  EXPECT_EQ(c.num_key_value_heads, 8);
-  EXPECT_EQ(c.head_dim, 64);
-  EXPECT_EQ(c.intermediate_size, 8192);
+  const DecoderSpec c = read_llama_config(json::parse(kLlama32_1B));
+  EXPECT_EQ(c.family, "llama");
+  EXPECT_EQ(c.width, 2048);
+  EXPECT_EQ(c.attention.heads, 32);
+  EXPECT_EQ(c.attention.kv_heads, 8);
+  EXPECT_EQ(c.attention.head_dim, 64);
+  EXPECT_EQ(c.ff_width, 8192);
   EXPECT_EQ(c.vocab_size, 128256);
-  EXPECT_EQ(c.max_position_embeddings, 131072);
-  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
-  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 32.0);
-  EXPECT_EQ(c.rope_scaling.original_max_positions, 8192);
-  EXPECT_TRUE(c.tie_word_embeddings);
-  EXPECT_FALSE(c.qk_norm());
+  EXPECT_EQ(c.context_length, 131072);
+  EXPECT_DOUBLE_EQ(c.attention.rope_base, 500000.0);
+  EXPECT_DOUBLE_EQ(c.attention.rope_scaling.factor, 32.0);
+  EXPECT_EQ(c.attention.rope_scaling.original_max_positions, 8192);
+  EXPECT_TRUE(c.tied_head);
+  EXPECT_FALSE(c.attention.qk_norm);
+  // what the family is, beyond its keys: RMSNorm, SwiGLU, RoPE "half", no biases, no dropout
+  EXPECT_EQ(c.norm, NormKind::kRMSNorm);
+  EXPECT_DOUBLE_EQ(c.norm_eps, 1e-5);
+  EXPECT_EQ(c.ff, FeedForwardKind::kSwiGLU);
+  EXPECT_EQ(c.attention.rope, kernels::RopeLayout::kHalf);
+  EXPECT_FALSE(c.learned_positions || c.qkv_bias || c.out_bias || c.head_bias || c.shortcut_dropout);
+  // and back: config.json's keys give the same spec
+  const DecoderSpec again = read_llama_config(llama_config_json(c));
+  EXPECT_EQ(llama_config_json(again), llama_config_json(c));
 }
 
 TEST(LlamaConfig, PresetsAreThePublishedSizes) {
-  const LlamaConfig a = llama_preset("llama-3.2-1b");
-  EXPECT_EQ(a.hidden_size, 2048);
-  EXPECT_EQ(a.num_hidden_layers, 16);
-  const LlamaConfig b = llama_preset("llama-3.2-3b");
-  EXPECT_EQ(b.hidden_size, 3072);
-  EXPECT_EQ(b.num_attention_heads, 24);
-  EXPECT_EQ(b.head_dim, 128);
-  EXPECT_EQ(b.num_hidden_layers, 28);
-  const LlamaConfig q = llama_preset("qwen3-0.6b");
-  EXPECT_EQ(q.family, LlamaFamily::kQwen3);
-  EXPECT_TRUE(q.qk_norm());
-  EXPECT_EQ(q.hidden_size, 1024);
-  EXPECT_EQ(q.head_dim, 128);  // not hidden_size / heads (64): Qwen3 gives it
-  EXPECT_EQ(q.num_attention_heads * q.head_dim, 2048);
-  EXPECT_EQ(q.intermediate_size, 3072);
+  const DecoderSpec a = llama_preset("llama-3.2-1b");
+  EXPECT_EQ(a.width, 2048);
+  EXPECT_EQ(a.layers, 16);
+  const DecoderSpec b = llama_preset("llama-3.2-3b");
+  EXPECT_EQ(b.width, 3072);
+  EXPECT_EQ(b.attention.heads, 24);
+  EXPECT_EQ(b.attention.head_dim, 128);
+  EXPECT_EQ(b.layers, 28);
+  const DecoderSpec q = llama_preset("qwen3-0.6b");
+  EXPECT_EQ(q.family, "qwen3");
+  EXPECT_TRUE(q.attention.qk_norm);
+  EXPECT_DOUBLE_EQ(q.attention.qk_norm_eps, 1e-6);
+  EXPECT_EQ(q.width, 1024);
+  EXPECT_EQ(q.attention.head_dim, 128);  // not hidden_size / heads (64): Qwen3 gives it
+  EXPECT_EQ(q.attention.width(), 2048);
+  EXPECT_EQ(q.ff_width, 3072);
   EXPECT_EQ(q.vocab_size, 151936);
-  EXPECT_DOUBLE_EQ(q.rms_norm_eps, 1e-6);
-  EXPECT_FALSE(q.rope_scaling.on());
-  const LlamaConfig r = llama_preset("qwen3-1.7b");
-  EXPECT_EQ(r.hidden_size, 2048);
-  EXPECT_EQ(r.intermediate_size, 6144);
+  EXPECT_DOUBLE_EQ(q.norm_eps, 1e-6);
+  EXPECT_FALSE(q.attention.rope_scaling.on());
+  const DecoderSpec r = llama_preset("qwen3-1.7b");
+  EXPECT_EQ(r.width, 2048);
+  EXPECT_EQ(r.ff_width, 6144);
   EXPECT_EQ(llama_preset_names().size(), 4u);
   try {
     llama_preset("llama-4");
@@ -89,7 +100,7 @@ TEST(LlamaConfig, PresetsAreThePublishedSizes) {
 TEST(LlamaConfig, HeadDimDefaultsToHiddenOverHeads) {
   json j = json::parse(kLlama32_1B);
   j.erase("head_dim");
-  EXPECT_EQ(parse_llama_config(j).head_dim, 64);
+  EXPECT_EQ(read_llama_config(j).attention.head_dim, 64);
   j["num_attention_heads"] = 30;
   j["num_key_value_heads"] = 5;
   EXPECT_NE(error_of(j).find("\"num_attention_heads\" (30) must divide \"hidden_size\" (2048)"), std::string::npos)
@@ -107,15 +118,17 @@ TEST(LlamaConfig, FieldsOutOfRangeAreRefusedByName) {
   EXPECT_NE(with("model_type", "mistral").find("\"model_type\" is 'mistral'; qkv reads \"llama\""), std::string::npos);
   EXPECT_NE(with("num_key_value_heads", 5).find("\"num_key_value_heads\" (5) must divide \"num_attention_heads\" (32)"),
             std::string::npos);
-  EXPECT_NE(with("head_dim", 63).find("\"head_dim\" is 63; RoPE rotates pairs"), std::string::npos);
+  EXPECT_NE(with("head_dim", 63).find("needs an even \"head_dim\", got 63"), std::string::npos) << with("head_dim", 63);
   EXPECT_NE(with("vocab_size", nullptr).find("\"vocab_size\" is missing"), std::string::npos);
   EXPECT_NE(with("vocab_size", "big").find("\"vocab_size\" is '\"big\"'; expected an integer"), std::string::npos)
       << with("vocab_size", "big");
-  EXPECT_NE(with("num_hidden_layers", 0).find("\"num_hidden_layers\" is 0; expected a positive integer"),
-            std::string::npos);
+  EXPECT_NE(with("num_hidden_layers", -1).find("\"num_hidden_layers\" (-1) must not be negative"), std::string::npos);
+  EXPECT_NE(with("hidden_size", 0).find("\"hidden_size\" (0) must be positive"), std::string::npos);
+  EXPECT_NE(with("intermediate_size", 0).find("\"intermediate_size\" (0) must be positive"), std::string::npos);
   EXPECT_NE(with("hidden_act", "gelu").find("\"hidden_act\" is"), std::string::npos);
   EXPECT_NE(with("attention_bias", true).find("\"attention_bias\" is true"), std::string::npos);
-  EXPECT_NE(with("rms_norm_eps", -1).find("\"rms_norm_eps\" is -1"), std::string::npos);
+  EXPECT_NE(with("rms_norm_eps", -1).find("\"rms_norm_eps\" (-1) must be a positive number"), std::string::npos)
+      << with("rms_norm_eps", -1);
   json yarn = base;
   yarn["rope_scaling"]["rope_type"] = "yarn";
   EXPECT_NE(error_of(yarn).find("\"rope_scaling\" has rope_type 'yarn'"), std::string::npos) << error_of(yarn);

@@ -30,6 +30,7 @@
 #include "qkv/modules/sdpa.h"
 #include "qkv/modules/self_attention.h"
 #include "qkv/models/attention_lm.h"
+#include "qkv/models/decoder.h"
 #include "qkv/train/loss.h"
 
 namespace qkv {
@@ -578,7 +579,7 @@ TEST(BackwardFiniteDifferences, AttentionLanguageModelEndToEnd) {
   cfg.attention.dropout = 0.2;
   set_head_dim(cfg);
   cfg.qkv_bias = true;
-  AttentionLM lm(cfg, gen);
+  DecoderModel lm(lm_spec(cfg), gen);
   lm.train();
   const std::vector<int64_t> ids = {1, 3, 3, 6, 0, 2, 5, 5};  // (2, 4)
   const std::vector<int64_t> targets = {3, 3, 6, -100, 2, 5, 5, 1};
@@ -587,7 +588,7 @@ TEST(BackwardFiniteDifferences, AttentionLanguageModelEndToEnd) {
   const float loss = ce.forward(logits, targets);
   lm.backward(ce.backward());
   std::vector<std::vector<Vec>> noise;
-  for (MultiHeadAttention& b : lm.blocks) noise.push_back(split_noise(b.dropout.last_noise(), 4, 4));
+  for (DecoderBlock& b : lm.blocks) noise.push_back(split_noise(b.att.dropout.last_noise(), 4, 4));
   Case c{"AttentionLM", params_of(lm), nullptr, Tensor::scalar(loss), Tensor::scalar(1.0f), grads_of(lm)};
   c.forward = [ids, targets, noise](const Params& p) {
     Vec x(2 * 4 * 4);

@@ -7,6 +7,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/thread_pool.h"
+#include "qkv/models/gpt.h"
 #include "qkv/perf/gpt_bench.h"
 
 namespace qkv::perf {
@@ -15,12 +16,7 @@ namespace {
 GptBenchShape small(GptBenchMode mode) {
   GptBenchShape s;
   s.name = "small";
-  s.config.vocab_size = 101;
-  s.config.context_length = 24;
-  s.config.emb_dim = 32;
-  s.config.n_layers = 2;
-  s.config.attention.heads = 4;
-  set_head_dim(s.config);
+  s.spec = gpt_spec(101, 24, 32, 4, 2, 0.1, false);
   s.mode = mode;
   s.batch = 2;
   s.seq_len = 6;
@@ -83,8 +79,8 @@ TEST(GptBench, ShapesOutsideTheModelAreErrorsNamingTheValue) {
   EXPECT_EQ(message(s), "new_tokens 19: must be at least 1, and the prompt (6) plus the new tokens at most the "
                         "context length 24");
   s = small(GptBenchMode::kForward);
-  s.config.attention.heads = 5;  // 32 / 5
-  EXPECT_NE(message(s).find("n_heads"), std::string::npos) << message(s);
+  s.spec.attention.heads = 0;
+  EXPECT_NE(message(s).find("n_heads (0)"), std::string::npos) << message(s);
   ThreadPool other(1);
   EXPECT_THROW(run_gpt_bench(small(GptBenchMode::kForward), 1, 0, other), Error);  // the model would not run on it
 }

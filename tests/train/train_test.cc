@@ -13,6 +13,7 @@
 #include <numbers>
 #include <set>
 
+#include "qkv/models/decoder.h"
 #include "qkv/core/ops.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/train/checkpoint.h"
@@ -498,7 +499,7 @@ TEST(Generate, GreedyIsDeterministicAndSamplingFollowsTheSeed) {
   cfg.attention.heads = 2;
   cfg.num_layers = 1;
   set_head_dim(cfg);
-  AttentionLM lm(cfg, gen);
+  DecoderModel lm(lm_spec(cfg), gen);
   auto sampling = [](int64_t n, double temperature, int64_t top_k, uint64_t seed) {
     SamplingOptions o;
     o.max_new_tokens = n;

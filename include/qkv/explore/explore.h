@@ -6,8 +6,8 @@
 //              (H, T, T), queries (H, T, D) and keys (H, T, D) per query head (grouped keys
 //              repeated), for the head, model and neuron views
 //   stats      per layer and head, the head-patterns table's statistics (ExploreHeadStats)
-//   lens       for a GPT model, the logit lens: per layer and position the tokens the residual stream
-//              would predict through the final LayerNorm and the head
+//   lens       for a model, the logit lens: per layer and position the tokens the residual stream
+//              would predict through the model's final norm and head
 //   generated_from  with qkv explore --generate, the first generated token (the rest is the prompt)
 //   rollout    (T, T) attention rollout across the layers (Abnar & Zuidema 2020: per layer the
 //              head-mean weights plus the identity, rows normalised, multiplied layer by layer)
@@ -32,9 +32,7 @@
 #include "qkv/chapter/walkthrough.h"
 #include "qkv/core/tensor.h"
 #include "qkv/modules/attention_module.h"
-#include "qkv/models/attention_lm.h"
-#include "qkv/models/llama.h"
-#include "qkv/models/gpt.h"
+#include "qkv/models/language_model.h"
 #include "qkv/models/tokenizer.h"
 
 namespace qkv {
@@ -120,7 +118,7 @@ struct ExplorePage {
   std::vector<ExploreLayer> layers;
   std::vector<int64_t> ids;     // the tokens' ids, for a model's page (empty otherwise)
   int64_t generated_from = -1;  // tokens from here on were generated (qkv explore --generate); -1: none
-  ExploreLens lens;             // empty (no rows) unless the page is a GPT model's
+  ExploreLens lens;             // empty (no rows) unless the page is a model's
   Tensor rollout;  // (T, T)
   Tensor rollout_thumbnail;  // (n, n), pooled as the layers' thumbnails
   std::vector<ExploreStep> pipeline;
@@ -154,27 +152,20 @@ struct ExploreModelOptions {
   // vocabulary) repeated once; 2 n <= the context length; 0: not measured.
   int64_t induction_tokens = 0;
   uint64_t induction_seed = 0;
-  int64_t lens_top = 0;                 // GPT: the logit lens's tokens per position (0: no lens)
+  int64_t lens_top = 0;                 // the logit lens's tokens per position (0: no lens)
   const Tokenizer* tokenizer = nullptr; // the lens's labels (ids as numbers without one)
 };
 
-// Every block of an attention LM on `ids` (one sequence, eval mode, nothing drawn).
-ExplorePage explore_lm(AttentionLM& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
-                       std::string title, const ExploreModelOptions& options = {});
-
-// Every block of the book's GPT model on `ids` (one sequence, eval mode): each block's input,
-// norm1, queries, keys, values, weights and context per head, the attention's and the
-// feed-forward's outputs and the residual stream after it (no weight matrices: GPT-2's would
-// outweigh the page); with options.lens_top, the logit lens.
-ExplorePage explore_gpt(GPTModel& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
-                        std::string title, const ExploreModelOptions& options = {});
-// A Llama 3 / Qwen3 model's page (models/llama.h), as explore_gpt's: every layer's pipeline
-// (input_layernorm, the heads' queries, keys and values after QK-norm and RoPE, the weights of each
-// query head - grouped-query heads shown per query head, its keys and values its group's - o_proj,
-// the SwiGLU feed-forward), the logit lens through the final norm and head. Needs the float weights
-// (not a bf16-only load).
-ExplorePage explore_llama(LlamaModel& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
-                          std::string title, const ExploreModelOptions& options);
+// Every block of a model of any family on `ids` (one sequence, eval mode, nothing drawn): one
+// forward watched layer by layer (models/observer.h), each block's input, its norm, queries, keys
+// and values per head (after QK-norm and RoPE; a grouped-query head's keys and values its group's),
+// weights and context, the attention's and the feed-forward's outputs and the residual stream
+// after it, named and captioned in the family's words (models/family.h: the attention-only LM's
+// page holds its projection matrices too, larger models' would outweigh the page); with
+// options.lens_top, the logit lens through the model's own end (LanguageModel::head_logits). Needs
+// the float weights (not a bf16-only load).
+ExplorePage explore_model(LanguageModel& model, const std::vector<int64_t>& ids, std::vector<std::string> tokens,
+                          std::string title, const ExploreModelOptions& options = {});
 
 // How the page stores tensors. kAuto: float32 (exact) when the page stays under
 // kExploreExactBytes, else float16 when it fits max_bytes, else 8 bits.

@@ -1,13 +1,13 @@
-// qkv/models/attention_lm.h - an attention-only language model: token embedding + positional
-// embedding + N blocks of causal MultiHeadAttention, each with a residual connection + a linear
-// output head.
+// qkv/models/attention_lm.h - the attention-lm family: chapter 3's attention-only language model,
+// token embedding + positional embedding + N blocks of causal MultiHeadAttention, each with a
+// residual connection + a linear output head. A DecoderModel (models/decoder.h) of lm_spec(config).
 //
 //   ids (B, T) -> x = tok_emb.weight[ids] + pos_emb.weight[0:T]        (B, T, C)
 //              -> for each block: x = x + MultiHeadAttention(x)        (B, T, C)
 //              -> logits = out_head(x) = x @ out_head.weight.T + bias  (B, T, V)
 //
 // C = d_model; each block is the book's MultiHeadAttention(C, C, context_length, dropout,
-// num_heads, qkv_bias). State names are those of the PyTorch twin in
+// num_heads, qkv_bias), without norms or feed-forward. State names are those of the PyTorch twin in
 // tests/pytorch/attention_lm.py (tok_emb.weight, pos_emb.weight, blocks.0.W_query.weight, ...,
 // blocks.0.mask, out_head.weight, out_head.bias), and built from Generator(s) it holds what
 // torch.manual_seed(s) followed by that class's constructor holds. Dropout (on the attention
@@ -22,12 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "qkv/core/generator.h"
-#include "qkv/kernels/kv_cache.h"
-#include "qkv/modules/layers.h"
-#include "qkv/modules/attention_module.h"
-#include "qkv/modules/multi_head_attention.h"
-#include "qkv/models/language_model.h"
+#include "qkv/models/decoder_spec.h"
 #include "qkv/models/option_fields.h"
 
 namespace qkv {
@@ -107,57 +102,20 @@ nlohmann::json to_json(const LMConfig& c);
 // Throws qkv::Error naming a missing, unknown or ill-typed key.
 LMConfig lm_config_from_json(const nlohmann::json& j);
 
-class AttentionLM : public LanguageModel {
- public:
-  AttentionLM(const LMConfig& config, Generator& gen);
-  const char* type_name() const override { return "AttentionLM"; }
-  void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
-  void train(bool on = true) override;
+// The one description of an attention LM of `c` (the attention-lm family: no norms, no
+// feed-forward, learned positions, out_head with a bias, dropout on the attention weights only,
+// bf16 mode in the attention blocks only); and back.
+DecoderSpec lm_spec(const LMConfig& c);
+LMConfig lm_config_of(const DecoderSpec& s);
 
-  int64_t vocab_size() const override { return config.vocab_size; }
-  int64_t context_length() const override { return config.context_length; }
-  nlohmann::json config_json() const override;
-  std::string describe() const override;
-
-  // ids: batch * tokens ids, row-major (B, T), T <= context_length -> logits (B, T, V)
-  Tensor forward(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens) override;
-  // dlogits (B, T, V) of the last forward: adds into every parameter's gradient.
-  void backward(const Tensor& dlogits) override;
-
-  // Data-parallel training: the batches to come are sequences [begin, begin + n) of batches of
-  // `total`; every block's dropout draws each sequence's mask as the whole batch would (Dropout's
-  // set_batch_slice). (0, 0): whole batches.
-  void set_batch_slice(int64_t begin, int64_t total);
-
-  // Inference with a KV cache (decoding): a cache of every block's keys and values for `batch`
-  // sequences of up to context_length positions (layers = blocks, capacity = context_length).
-  // Throws qkv::Error for a model without blocks (nothing to cache) or past the memory limit.
-  kernels::KvCache make_cache(int64_t batch, kernels::CacheDtype dtype = kernels::CacheDtype::kF32,
-                              int64_t capacity = 0) const override;
-  // ids (B, Tn), row-major: the next Tn tokens of each sequence, at positions P .. P + Tn - 1
-  // with P = cache.length() -> the logits of the last of them (B, V), what forward() of the
-  // whole sequence gives at position P + Tn - 1 (the output head runs on that row only). Every
-  // block attends over the cache (MultiHeadAttention::forward_cached), then the step is committed
-  // (cache.length() += Tn). Needs eval mode (no active dropout), P + Tn <= context_length, a cache
-  // from make_cache (or of the same shape) with no step in progress; qkv::Error otherwise. Leaves
-  // the state of the last forward (for backward) intact. Start a new sequence with cache.reset().
-  Tensor forward_cached(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
-                        kernels::KvCache& cache) override;
-  bool has_cache() const override { return !blocks.empty(); }
-
-  // Where a forward on `ids` first produces a NaN or infinity: a parameter (by state-dict name),
-  // or an intermediate ("blocks.1.attn_scores", "logits", ...). "" when everything is finite.
-  // Runs in eval mode and draws nothing.
-  std::string first_non_finite(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens);
-
-  LMConfig config;
-  Embedding tok_emb;                     // weight (V, C)
-  PositionalEmbedding pos_emb;           // weight (context_length, C)
-  std::vector<MultiHeadAttention> blocks;
-  Linear out_head;                       // weight (V, C), bias (V)
-
- private:
-  Shape x_shape_;  // (B, T, C) of the last forward
-};
+// What an attention LM was trained on, which decides its tokenizer: a built-in task (copy, reverse:
+// the task's letters), a text file (GPT-2's tokens of it), or fixed batches of ids (none).
+enum class TrainTask { kCopy, kReverse, kText, kData };
+TrainTask parse_train_task(const std::string& name);  // "copy" | "reverse" | "text" | "data"
+const char* train_task_name(TrainTask task);
+const std::vector<std::string>& train_task_names();  // every name, in enum order
+bool is_builtin_task(TrainTask task);  // copy or reverse
+inline nlohmann::json option_to_json(TrainTask v) { return train_task_name(v); }
+void read_option(const nlohmann::json& j, TrainTask& out, const std::string& key);
 
 }  // namespace qkv

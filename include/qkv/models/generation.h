@@ -31,7 +31,7 @@
 
 #include "qkv/core/generator.h"
 #include "qkv/kernels/kv_cache.h"
-#include "qkv/models/attention_lm.h"
+#include "qkv/models/language_model.h"
 
 namespace qkv {
 

@@ -29,7 +29,9 @@
 #include <vector>
 
 #include "qkv/io/safetensors.h"
+#include "qkv/core/generator.h"
 #include "qkv/models/gpt.h"
+#include "qkv/models/language_model.h"
 
 namespace qkv {
 
@@ -45,7 +47,7 @@ struct GptTensor {
   std::function<void(float*)> fill;     // writes its values, row-major, into numel(shape) floats
 };
 struct GptWeights {
-  GPTConfig config;  // drop_rate 0 (GPT-2's files hold no dropout rate)
+  DecoderSpec spec;  // the gpt family's, drop_rate 0 (GPT-2's files hold no dropout rate)
   GptLayout layout = GptLayout::kBook;
   std::map<std::string, GptTensor> tensors;        // the book's names, every tensor of the model (no masks)
   std::shared_ptr<const MappedSafetensors> file;   // what they are read from
@@ -60,19 +62,20 @@ GptWeights read_gpt_weights(const std::string& path, std::optional<int64_t> num_
 // The same from a file already opened.
 GptWeights gpt_weights_from(const std::shared_ptr<const MappedSafetensors>& file, std::optional<int64_t> num_heads,
                             const std::string& config_json = "");
-// Loads `weights` into `model` (built with their configuration; dropout, path and dtype may differ),
-// one tensor at a time; the model's causal masks stay its own.
-void load_gpt_weights(GPTModel& model, const GptWeights& weights);
+// Loads `weights` into `model` (a gpt model built with their spec; dropout, path and dtype may
+// differ), one tensor at a time; the model's causal masks stay its own.
+void load_gpt_weights(LanguageModel& model, const GptWeights& weights);
 
 // A model's state in `layout`: the book's names (with each block's causal mask, so the book's
 // GPTModel loads it with strict=True; a tied head written as out_head.weight too, the book's model
 // having its own), or Hugging Face's (Conv1D weights transposed back; lm_head.weight only when the
 // head is not tied; config.json's text in `config_json` when asked for).
-NamedTensors gpt_state_in_layout(GPTModel& model, GptLayout layout);
-std::string hugging_face_config_json(const GPTConfig& c);
+NamedTensors gpt_state_in_layout(LanguageModel& model, GptLayout layout);
+std::string hugging_face_config_json(const DecoderSpec& spec);
 
-// A GPT model holding `weights` (built without drawing, then loaded), in eval mode; gen is kept
-// for the dropouts (it must outlive the model).
-std::unique_ptr<GPTModel> gpt_model_from(const GptWeights& weights, Generator& gen);
+// A GPT model holding `weights` (built without drawing - or drawing from gen first with `draw`, as
+// torch.manual_seed(S); GPTModel(cfg) - then loaded), in eval mode; gen is kept for the dropouts (it
+// must outlive the model).
+std::unique_ptr<LanguageModel> gpt_model_from(const GptWeights& weights, Generator& gen, bool draw = false);
 
 }  // namespace qkv

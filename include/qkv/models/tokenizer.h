@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ class Tokenizer {
   virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
   // One token as a label (the explorer's axes): decode({id}).
   std::string token_text(int64_t id) const { return decode({id}); }
+  // The id of a special token by its text ("<|endoftext|>", "<|im_end|>"), when it has one.
+  virtual std::optional<int64_t> special_id(const std::string& /*text*/) const { return std::nullopt; }
 };
 
 class LetterTokenizer : public Tokenizer {
@@ -53,6 +56,7 @@ class Gpt2Tokenizer : public Tokenizer {
   int64_t vocab_size() const override { return encoding_.n_vocab(); }
   std::vector<int64_t> encode(const std::string& text) const override;  // special tokens allowed
   std::string decode(const std::vector<int64_t>& ids) const override;
+  std::optional<int64_t> special_id(const std::string& text) const override;
   const Encoding& encoding() const { return encoding_; }
 
  private:
@@ -66,6 +70,7 @@ class HfTextTokenizer : public Tokenizer {
   int64_t vocab_size() const override { return tokenizer_.vocab_size(); }
   std::vector<int64_t> encode(const std::string& text) const override;
   std::string decode(const std::vector<int64_t>& ids) const override;
+  std::optional<int64_t> special_id(const std::string& text) const override { return tokenizer_.added_token(text); }
   const HfTokenizer& tokenizer() const { return tokenizer_; }
 
  private:
@@ -86,6 +91,22 @@ class VocabularyTokenizer : public Tokenizer {
   Encoding encoding_;
   std::vector<int64_t> vocab_;
   std::string source_;
+};
+
+// The text of ids as they are generated, given out as it becomes final: decoding a prefix can end in
+// U+FFFD for a character whose bytes are not all there yet, so trailing replacement characters wait
+// for the next token (or the end).
+class TextStream {
+ public:
+  explicit TextStream(const Tokenizer& t) : t_(t) {}
+  std::string add(int64_t id);  // the text that became final with this id (often "")
+  std::string finish();         // the rest, whatever it ends in
+
+ private:
+  std::string take(const std::string& text, size_t end);
+  const Tokenizer& t_;
+  std::vector<int64_t> ids_;
+  size_t given_ = 0;
 };
 
 }  // namespace qkv

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "qkv/core/generator.h"
@@ -60,6 +61,34 @@ class SwiGLUFeedForward : public Module {
 
  private:
   Tensor gate_, up_;  // (..., F) the last forward's gate_proj(x) and up_proj(x)
+};
+
+// A decoder block's feed-forward, by kind: the book's GELU FeedForward (hidden width F), Llama's
+// SwiGLU, or none (the attention-only LM: y = x would be wrong, so a block without one skips it;
+// forward and backward refuse). State as the module's own.
+enum class FeedForwardKind { kNone, kGelu, kSwiGLU };
+const char* feed_forward_kind_name(FeedForwardKind k);  // "none" | "gelu" | "swiglu"
+
+class FeedForwardNet : public Module {
+ public:
+  FeedForwardNet(FeedForwardKind kind, int64_t emb_dim, int64_t hidden_dim, Generator& gen);
+  const char* type_name() const override { return "FeedForwardNet"; }
+  void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
+  Tensor forward(const Tensor& x);  // (..., E) -> (..., E)
+  Tensor backward(const Tensor& doutput);
+  FeedForwardKind kind() const;
+  bool on() const { return kind() != FeedForwardKind::kNone; }
+  // Its linears in state order: fc, proj (GELU) or gate_proj, up_proj, down_proj (SwiGLU).
+  std::vector<Linear*> linears();
+  std::vector<const Linear*> linears() const;
+  // The module itself (qkv::Error when the kind differs).
+  FeedForward& gelu_net();
+  SwiGLUFeedForward& swiglu_net();
+  const FeedForward& gelu_net() const;
+  const SwiGLUFeedForward& swiglu_net() const;
+
+ private:
+  std::variant<std::monostate, FeedForward, SwiGLUFeedForward> f_;
 };
 
 }  // namespace qkv

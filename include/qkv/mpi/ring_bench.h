@@ -8,6 +8,8 @@
 // messages' time that overlapped computation.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <vector>
 
@@ -50,5 +52,10 @@ struct RingBenchReport {
 // Collective: every rank calls with the same shape (checked). The report is complete on rank 0.
 RingBenchReport run_ring_bench(const Communicator& comm, const RingBenchShape& shape, int iters, int warmup,
                                ThreadPool& pool);
+
+// Rank 0's report for people (a row per rank: its tokens, compute, communication and the share of
+// it hidden) and for machines (qkv bench --json's object).
+std::string report_text(const RingBenchReport& r);
+nlohmann::json report_json(const RingBenchReport& r);
 
 }  // namespace qkv::mpi

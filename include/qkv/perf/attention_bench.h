@@ -14,6 +14,8 @@
 // then `iters` timed ones, and reports the median with what the timing needs to be read.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -105,5 +107,11 @@ struct AttentionBenchReport {
 };
 
 AttentionBenchReport run_attention_bench(const AttentionBenchShape& shape, int iters, int warmup, ThreadPool& pool);
+
+// The report for people (the shape, the machine's caches, what ran the projections, the median and
+// the share of the FMA peak) and for machines (qkv bench --json's object); `module` names what ran
+// ("mha", "attention-core", ...).
+std::string report_text(const AttentionBenchReport& r, const std::string& module);
+nlohmann::json report_json(const AttentionBenchReport& r, const std::string& module);
 
 }  // namespace qkv::perf

@@ -12,6 +12,8 @@
 // on the same threads: read_gb_s = bytes / median time, and its share of the bandwidth.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -45,5 +47,9 @@ struct DecodeBenchReport {
 // Checks the shape (qkv::Error naming the bad value: sizes below 1, the spec's rules), measures
 // the bandwidth, fills the cache, then `warmup` untimed calls and `iters` timed ones.
 DecodeBenchReport run_decode_bench(const DecodeBenchShape& shape, int iters, int warmup, ThreadPool& pool);
+
+// The report for people and for machines (qkv bench --json's object), with the machine's caches.
+std::string report_text(const DecodeBenchReport& r);
+nlohmann::json report_json(const DecodeBenchReport& r);
 
 }  // namespace qkv::perf

@@ -25,12 +25,11 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "qkv/core/bf16.h"
 #include "qkv/core/thread_pool.h"
-#include <optional>
-
-#include "qkv/models/gpt.h"
-#include "qkv/models/llama_config.h"
+#include "qkv/models/decoder_spec.h"
 
 namespace qkv::perf {
 
@@ -38,8 +37,7 @@ enum class GptBenchMode { kForward, kStep, kDecode };
 
 struct GptBenchShape {
   std::string name = "gpt2-small";     // what the report calls the model
-  GPTConfig config = gpt_preset("gpt2-small");  // its sizes (dropout and dtype: below)
-  std::optional<LlamaConfig> llama;    // set: this Llama / Qwen3 model instead of `config`
+  DecoderSpec spec;                    // its description (dropout and dtype: below); bench_shape_of_preset's
   GptBenchMode mode = GptBenchMode::kForward;
   int64_t batch = 1, seq_len = 0;      // B; T (decode: the prompt's length)
   int64_t new_tokens = 0;              // decode: the steps timed
@@ -62,7 +60,7 @@ struct GptBenchReport {
   double max_rss_mib = 0;
 };
 
-// The preset's shape: gpt_preset's or llama_preset's (an unknown name lists both families').
+// The preset's shape: its family's preset (models/family.h; an unknown name lists every family's).
 GptBenchShape bench_shape_of_preset(const std::string& preset);
 
 // Checks the shape (qkv::Error naming the value: the config's fields, T beyond the context, sizes
@@ -71,5 +69,10 @@ GptBenchShape bench_shape_of_preset(const std::string& preset);
 // new_tokens timed steps; iters is new_tokens). pool must be default_pool(): the model's products
 // run there, and the ceiling is measured on the same threads.
 GptBenchReport run_gpt_bench(const GptBenchShape& shape, int iters, int warmup, ThreadPool& pool);
+
+// The report for people (what ran, the median and the share of the ceiling, peak memory) and for
+// machines (qkv bench --json's object: every figure, named).
+std::string report_text(const GptBenchReport& r);
+nlohmann::json report_json(const GptBenchReport& r);
 
 }  // namespace qkv::perf

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "qkv/core/generator.h"
-#include "qkv/models/gpt.h"
+#include "qkv/models/language_model.h"
 #include "qkv/models/tokenizer.h"
 #include "qkv/train/data_parallel.h"
 

@@ -16,21 +16,15 @@
 
 namespace qkv {
 
-// What to train on: a built-in task (copy, reverse), a text file, or fixed batches from a file.
-enum class TrainTask { kCopy, kReverse, kText, kData };
-TrainTask parse_train_task(const std::string& name);  // "copy" | "reverse" | "text" | "data"
-const char* train_task_name(TrainTask task);
-const std::vector<std::string>& train_task_names();  // every name, in enum order
-bool is_builtin_task(TrainTask task);  // copy or reverse
+// What to train on (TrainTask, models/attention_lm.h: it decides the model's tokenizer): a built-in
+// task (copy, reverse), a text file, or fixed batches from a file.
 
 enum class OptimizerKind { kAdamW, kSgd };
 OptimizerKind parse_optimizer_kind(const std::string& name);  // "adamw" | "sgd"
 const char* optimizer_kind_name(OptimizerKind kind);
 const std::vector<std::string>& optimizer_kind_names();
 
-inline nlohmann::json option_to_json(TrainTask v) { return train_task_name(v); }
 inline nlohmann::json option_to_json(OptimizerKind v) { return optimizer_kind_name(v); }
-void read_option(const nlohmann::json& j, TrainTask& out, const std::string& key);
 void read_option(const nlohmann::json& j, OptimizerKind& out, const std::string& key);
 
 struct TrainOptions {

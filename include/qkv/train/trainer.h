@@ -21,6 +21,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/models/attention_lm.h"
+#include "qkv/models/language_model.h"
 #include "qkv/train/data_parallel.h"
 #include "qkv/train/data.h"
 #include "qkv/train/loss.h"
@@ -137,7 +138,7 @@ class Trainer {
   const std::vector<float>& losses() const { return losses_; }
   const std::vector<EvalStats>& evals() const { return evals_; }
   void record_eval(const EvalStats& e) { evals_.push_back(e); }
-  AttentionLM& model() { return *model_; }
+  LanguageModel& model() { return *model_; }  // the attention-lm family's
   TrainingData& data() { return *data_; }
   Optimizer& optimizer() { return *optimizer_; }
   const std::vector<int64_t>& vocab() const { return vocab_; }
@@ -160,7 +161,7 @@ class Trainer {
   std::unique_ptr<TrainingData> data_;
   std::vector<int64_t> vocab_;
   Generator model_gen_;
-  std::unique_ptr<AttentionLM> model_;
+  std::unique_ptr<LanguageModel> model_;
   std::vector<Param> params_;
   std::unique_ptr<Optimizer> optimizer_;
   LrSchedule schedule_;

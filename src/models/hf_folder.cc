@@ -1,5 +1,5 @@
-// The Llama 3 and Qwen3 checkpoints. See include/qkv/models/llama_weights.h.
-#include "qkv/models/llama_weights.h"
+// A model as Hugging Face ships it. See include/qkv/models/hf_folder.h.
+#include "qkv/models/hf_folder.h"
 
 #include <sys/stat.h>
 
@@ -11,6 +11,8 @@
 #include "qkv/core/read_file.h"
 #include "qkv/io/atomic_file.h"
 #include "qkv/io/json_read.h"
+#include "qkv/models/decoder.h"
+#include "qkv/models/family.h"
 
 namespace qkv {
 namespace {
@@ -30,26 +32,36 @@ bool skipped(const std::string& name) {
 
 }  // namespace
 
-bool is_llama_directory(const std::string& path) {
+std::string hf_model_type(const std::string& path) {
   const std::string config = slash(path) + "config.json";
-  if (!exists(path, true) || !exists(config, false)) return false;
+  if (!exists(path, true) || !exists(config, false)) return "";
   try {
     const nlohmann::json j = parse_json(read_file(config), excerpt(config));
-    return j.is_object() && j.contains("model_type") && (j["model_type"] == "llama" || j["model_type"] == "qwen3");
+    return j.is_object() && j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>()
+                                                                                    : "";
   } catch (const Error&) {
-    return false;
+    return "";
   }
 }
 
-LlamaWeights read_llama_weights(const std::string& path) {
-  QKV_CHECK(exists(path, true), "cannot read ", excerpt(path), ": a Llama or Qwen3 model is a directory holding ",
+HfFolder read_hf_folder(const std::string& path) {
+  QKV_CHECK(exists(path, true), "cannot read ", excerpt(path), ": a Hugging Face model is a directory holding ",
             "config.json and model.safetensors (or its shards and model.safetensors.index.json)");
   const std::string dir = slash(path);
   QKV_CHECK(exists(dir + "config.json", false), excerpt(path), " has no config.json");
-  LlamaWeights w;
+  HfFolder w;
   w.dir = path;
-  w.config = parse_llama_config(parse_json(read_file(dir + "config.json"), excerpt(dir + "config.json")),
-                                excerpt(dir + "config.json"));
+  const std::string where = excerpt(dir + "config.json");
+  const nlohmann::json config = parse_json(read_file(dir + "config.json"), where);
+  QKV_CHECK(config.is_object(), where, " is not a JSON object");
+  const std::string type = config.contains("model_type") && config["model_type"].is_string()
+                               ? config["model_type"].get<std::string>() : "";
+  const ModelFamily* family = family_of_model_type(type);
+  QKV_CHECK(family != nullptr && family->read_config != nullptr && family->name != "gpt", where, ": \"model_type\" is ",
+            !config.contains("model_type") ? std::string("missing")
+                                           : config["model_type"].is_string() ? excerpt(type) : excerpt(config["model_type"].dump()),
+            "; qkv reads \"llama\" (Llama 3) and \"qwen3\" folders here (GPT-2's \"gpt2\" loads as the book's GPT model)");
+  w.spec = family->read_config(config, where);
   // The files: model.safetensors, or the shards the index names (each once, in order of first mention).
   std::map<std::string, std::string> index;  // tensor -> shard, from the index
   std::vector<std::string> shards;
@@ -97,7 +109,7 @@ LlamaWeights read_llama_weights(const std::string& path) {
 namespace {
 // Every tensor against the model - names, shapes, dtypes, nothing left over - before anything is
 // loaded into it. Returns the model's entries.
-std::vector<StateEntry> check_llama_weights(LlamaModel& model, const LlamaWeights& w) {
+std::vector<StateEntry> check_folder(LanguageModel& model, const HfFolder& w) {
   const std::vector<StateEntry> entries = model.state_dict();
   std::set<std::string> wanted;
   for (const StateEntry& e : entries) {
@@ -113,51 +125,58 @@ std::vector<StateEntry> check_llama_weights(LlamaModel& model, const LlamaWeight
               excerpt(f.path()), " is ", dtype, "; qkv reads these families' weights in BF16, F16 or F32");
   }
   for (const auto& [name, i] : w.file_of)
-    QKV_CHECK(wanted.count(name) || skipped(name) || (name == "lm_head.weight" && model.config.tie_word_embeddings),
+    QKV_CHECK(wanted.count(name) || skipped(name) ||
+                  (name == model.family().names.head + "weight" && model.spec().tied_head),
               "the tensor ", excerpt(name), " in ", excerpt(w.files[i]->path()), " is not of config.json's ",
-              llama_family_name(model.config.family), " model");
+              model.family().name, " model");
   return entries;
 }
 }  // namespace
 
-void load_llama_weights(LlamaModel& model, const LlamaWeights& w) {
-  const std::vector<StateEntry> entries = check_llama_weights(model, w);
-  // Straight into the model's own tensors, one at a time: no second copy of the model.
-  for (const StateEntry& e : entries) w.files[w.file_of.at(e.name)]->read_into(e.name, e.tensor->data());
-}
-
-std::unique_ptr<LlamaModel> llama_model_from(const LlamaWeights& w, Dtype dtype, AttentionPath path, Generator& gen,
-                                             bool bf16_only) {
-  LlamaConfig c = w.config;
-  c.dtype = dtype;
-  c.path = path;
-  gen.set_init_draws(false);  // every weight is about to be loaded
-  auto model = std::make_unique<LlamaModel>(c, gen);
-  gen.set_init_draws(true);
+std::unique_ptr<LanguageModel> hf_model_from(const HfFolder& w, Dtype dtype, AttentionPath path, Generator& gen,
+                                             bool bf16_only, bool draw) {
+  DecoderSpec spec = w.spec;
+  spec.attention.dtype = dtype;
+  spec.path = path;
+  QKV_CHECK(!(draw && bf16_only), "weights in bf16 only are never drawn");
+  std::unique_ptr<DecoderModel> model =
+      draw ? std::make_unique<DecoderModel>(spec, gen) : build_model_to_load(spec, gen);  // to load: nothing drawn
+  const std::vector<StateEntry> entries = check_folder(*model, w);
+  auto file = [&](const std::string& name) -> const MappedSafetensors& { return *w.files[w.file_of.at(name)]; };
   if (bf16_only) {
     QKV_CHECK(dtype == Dtype::kBF16, "weights in bf16 only need bf16 products");
-    check_llama_weights(*model, w);
-    auto file = [&](const std::string& name) -> const MappedSafetensors& { return *w.files[w.file_of.at(name)]; };
-    model->load_bf16_only([&](const std::string& name, uint16_t* out) { file(name).read_bf16_into(name, out); },
-                          [&](const std::string& name, float* out) { file(name).read_into(name, out); });
+    model->load_bf16_only(
+        [&](const std::string& name, uint16_t* out) { file(name).read_bf16_into(name, out); },
+        [&](const std::string& name, float* out) { file(name).read_into(name, out); });
   } else {
-    load_llama_weights(*model, w);
+    // Straight into the model's own tensors, one at a time: no second copy of the model.
+    for (const StateEntry& e : entries) file(e.name).read_into(e.name, e.tensor->data());
   }
   model->eval();
   return model;
 }
 
-void save_llama_directory(LlamaModel& model, const std::string& dir, bool bf16) {
-  QKV_CHECK(exists(dir, true), "cannot write the model into ", excerpt(dir), ": it is not a directory");
+std::vector<OutputFile> hf_folder_files(LanguageModel& model, const std::string& dir, const std::string& tokenizer_file,
+                                        bool bf16) {
   NamedTensors tensors;
   std::set<std::string> as_bf16;
   for (const StateEntry& e : model.state_dict()) {
     tensors.push_back({e.name, e.value()});
     if (bf16) as_bf16.insert(e.name);
   }
+  nlohmann::json config = model.family().write_config(model.spec());
+  config["torch_dtype"] = bf16 ? "bfloat16" : "float32";
   const std::string d = slash(dir);
-  save_safetensors(d + "model.safetensors", tensors, {{"format", "pt"}}, as_bf16);
-  write_file_atomically(d + "config.json", llama_config_json(model.config).dump(2) + "\n");
+  std::vector<OutputFile> files = {
+      {d + "model.safetensors", serialize_safetensors(tensors, {{"format", "pt"}}, as_bf16), "--checkpoint"},
+      {d + "config.json", config.dump(2) + "\n", "--checkpoint"}};
+  if (!tokenizer_file.empty()) files.push_back({d + "tokenizer.json", read_file(tokenizer_file), "--checkpoint"});
+  return files;
+}
+
+void save_hf_folder(LanguageModel& model, const std::string& dir, bool bf16) {
+  QKV_CHECK(exists(dir, true), "cannot write the model into ", excerpt(dir), ": it is not a directory");
+  for (const OutputFile& f : hf_folder_files(model, dir, "", bf16)) write_file_atomically(f.path, f.bytes);
 }
 
 }  // namespace qkv

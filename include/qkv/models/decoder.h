@@ -1,0 +1,149 @@
+// qkv/models/decoder.h - the one decoder every family is (models/decoder_spec.h says which choices
+// it makes), with the family's state names (models/family.h's StateNames).
+//
+// Legend: B batch, T tokens, Tn new tokens, P positions already cached, E width, F ff_width,
+// V vocab_size, H heads, G key/value heads, D head_dim, L layers.
+//
+//   ids (B, T) -> x = tok_emb.weight[ids] (+ pos_emb.weight[0:T])             (B, T, E)
+//              -> x = drop_emb(x)
+//              -> L x DecoderBlock:
+//                   x = x + drop_att(att(norm1(x)))        att: MultiHeadAttention(E -> H D -> E)
+//                   x = x + drop_ff(ff(norm2(x)))          (without a feed-forward: nothing)
+//              -> final_norm(x) -> head: x @ head.weight^T (+ head.bias)      (B, T, V)
+//
+// Built from Generator(s) it draws what torch.manual_seed(s) followed by the family's PyTorch
+// constructor draws, in that order: tok_emb, pos_emb, each block's attention (W_query, W_key,
+// W_value, out_proj) then feed-forward, the head (drawn even when it is then tied). In training
+// mode its dropouts draw PyTorch's masks from that generator in the forward's order.
+//
+// Inference paths: forward_cached runs the KV cache's steps on raw rows without allocating
+// (once its working rows have grown); keep_bf16_weights keeps bf16 copies of every product's
+// weight for bf16 decoding; load_bf16_only holds them in bf16 alone (a BF16 checkpoint in about
+// its file size), the float tensors never filled.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qkv/core/generator.h"
+#include "qkv/models/decoder_spec.h"
+#include "qkv/models/language_model.h"
+#include "qkv/modules/feed_forward.h"
+#include "qkv/modules/layers.h"
+#include "qkv/modules/multi_head_attention.h"
+#include "qkv/modules/norm.h"
+
+namespace qkv {
+
+struct StateNames;
+
+class DecoderBlock : public Module {
+ public:
+  // names: the family's (it outlives the block: the registry's).
+  DecoderBlock(const DecoderSpec& s, const StateNames& names, Generator& gen);
+  const char* type_name() const override { return "DecoderBlock"; }
+  void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
+  void train(bool on = true) override;
+  // (B, T, E) -> (B, T, E); the observer, when given, is shown the block's values as `layer`.
+  Tensor forward(const Tensor& x, ForwardObserver* observer = nullptr, int64_t layer = 0);
+  Tensor backward(const Tensor& doutput);
+
+  // The block's product weights in bf16, read by cached steps in bf16 mode.
+  struct Weights16 {
+    std::vector<uint16_t> qkv, out;             // att's fused (H D + 2 G D, E), out_proj (E, H D)
+    std::vector<std::vector<uint16_t>> ff;      // the feed-forward's linears, FeedForwardNet::linears() order
+  };
+  // Working rows from the caller: h, a (N, E); hidden, up (N, F); N = B Tn.
+  struct Scratch {
+    float *h, *a, *hidden, *up;
+  };
+  // x (B, Tn, E) at the cache's next positions, updated in place; records nothing for backward;
+  // allocates nothing once the attention's buffers have grown. w16: read in bf16 mode, or null.
+  void forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCache& cache, int64_t layer, const Weights16* w16,
+                      const Scratch& scratch);
+
+  Norm norm1;
+  MultiHeadAttention att;
+  Norm norm2;
+  FeedForwardNet ff;
+  Dropout drop_att, drop_ff;  // the shortcuts' (the book's one drop_shortcut, applied twice: two records)
+
+ private:
+  const StateNames* names_;
+};
+
+class DecoderModel : public LanguageModel {
+ public:
+  // The spec validated; gen draws the weights, then the dropouts (it must outlive the model).
+  DecoderModel(const DecoderSpec& spec, Generator& gen);
+  const char* type_name() const override { return "DecoderModel"; }
+  void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
+  void train(bool on = true) override;
+
+  const DecoderSpec& spec() const override { return spec_; }
+  nlohmann::json config_json() const override;
+  std::string describe() const override;
+
+  Tensor forward(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
+                 ForwardObserver* observer = nullptr) override;  // (B, T, V)
+  Tensor head_logits(const Tensor& x) override;
+  void backward(const Tensor& dlogits) override;
+  kernels::KvCache make_cache(int64_t batch, kernels::CacheDtype dtype = kernels::CacheDtype::kF32,
+                              int64_t capacity = 0) const override;
+  using LanguageModel::forward_cached;  // (B, V) of the last new token, through forward_cached_into
+  void forward_cached_into(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, kernels::KvCache& cache,
+                           float* logits) override;
+  bool has_cache() const override { return !blocks.empty(); }
+  void set_batch_slice(int64_t begin, int64_t total) override;
+  void keep_bf16_weights(bool on = true) override;
+  bool has_bf16_weights() const override { return !blocks16_.empty(); }
+  bool bf16_only() const override { return bf16_only_; }
+  // Inference with the weights in bf16 only: every product's weight - the projections, the
+  // feed-forward's, the embedding, the head - read as bf16 bits by read16(state name, out) straight
+  // into the bf16 copies, the float tensors never filled (built with the generator's init draws
+  // off, their memory is never mapped); every other tensor (norms, biases, positions) by read32.
+  // Needs bf16 products (spec.attention.dtype). Afterwards forward() runs the cached computation
+  // over a fresh cache (every position's logits), and the state dict, backward, train(true) and
+  // keep_bf16_weights(false) are refused with a qkv::Error saying to load with f32 products.
+  void load_bf16_only(const std::function<void(const std::string&, uint16_t*)>& read16,
+                      const std::function<void(const std::string&, float*)>& read32);
+
+  Embedding tok_emb;                  // weight (V, E)
+  std::optional<Embedding> pos_emb;   // weight (context_length, E), with learned positions
+  Dropout drop_emb;
+  std::vector<DecoderBlock> blocks;
+  Norm final_norm;
+  Linear head;                        // weight (V, E) (tok_emb's tensors when tied), bias (V) with head_bias
+
+ private:
+  DecoderSpec spec_;
+  const StateNames* names_;
+  std::string who_;  // "GPT model": starts its messages
+  Shape x_shape_;  // (B, T, E) of the last forward
+  std::vector<DecoderBlock::Weights16> blocks16_;  // keep_bf16_weights / load_bf16_only, one per block
+  std::vector<uint16_t> head16_;                   // (V, E)
+  std::vector<uint16_t> embed16_;                  // (V, E): bf16-only and untied (tied: head16_)
+  bool bf16_only_ = false;
+  void check_floats(const char* what) const;
+  // The cached computation: the logits of the last position of each sequence (B, V), or of every
+  // position (B, Tn, V) with all_rows.
+  void cached_pass(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, kernels::KvCache& cache,
+                   float* logits, bool all_rows);
+  void embed_rows(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, int64_t P, float* x) const;
+  std::vector<float> step_x_, step_h_, step_a_, step_hidden_, step_up_, step_last_;
+};
+
+// A model of `spec` (its family's names), drawn from gen as the family's PyTorch constructor draws.
+std::unique_ptr<LanguageModel> build_model(const DecoderSpec& spec, Generator& gen);
+// The same with the init draws off, for loaders (every weight is about to be loaded): nothing is drawn.
+std::unique_ptr<DecoderModel> build_model_to_load(const DecoderSpec& spec, Generator& gen);
+
+// Where a forward on `ids` first produces a NaN or an infinity: a parameter (by state-dict name),
+// or an intermediate ("embeddings", "blocks.1.attn_scores", "blocks.1.output", "logits", ...).
+// "" when everything is finite. Runs in eval mode (restoring the mode) and draws nothing.
+std::string first_non_finite(LanguageModel& model, const std::vector<int64_t>& ids, int64_t batch, int64_t tokens);
+
+}  // namespace qkv

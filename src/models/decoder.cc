@@ -1,0 +1,485 @@
+// The one decoder every family is. See include/qkv/models/decoder.h.
+// Legend: B batch, T tokens, Tn new tokens, N = B Tn rows, E width, F ff_width, V vocab_size.
+#include "qkv/models/decoder.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "qkv/core/bf16.h"
+#include "qkv/core/error.h"
+#include "qkv/core/ops.h"
+#include "qkv/core/pointwise.h"
+#include "qkv/models/family.h"
+#include "models/cached_rows.h"
+#include "models/model_shape.h"
+
+namespace qkv {
+namespace {
+
+using models_detail::add_into;
+using models_detail::bf16_copy;
+using models_detail::linear_rows;
+using models_detail::rows_of;
+
+constexpr const char* kWho = "DecoderModel";
+
+const DecoderSpec& validated(const DecoderSpec& s) {
+  validate_decoder_spec(s, model_family(s.family).title + " model", model_family(s.family).keys);
+  check_decoder_fits(s);  // nothing allocated beyond the memory limit
+  return s;
+}
+
+// A block's attention: H heads of D over E, G key/value heads, the spec's variants, causal, the
+// output projection back to E.
+AttentionConfig attention_of(const DecoderSpec& s) {
+  AttentionConfig a;
+  a.d_in = s.width;
+  a.context_length = s.context_length;
+  a.qkv_bias = s.qkv_bias;
+  a.out_bias = s.out_bias;
+  a.out_dim = s.width;
+  a.path = s.path;
+  a.attention = s.attention;
+  return a;
+}
+
+double shortcut_rate(const DecoderSpec& s) { return s.shortcut_dropout ? s.attention.dropout : 0.0; }
+
+std::vector<DecoderBlock> build_blocks(const DecoderSpec& s, const StateNames& names, Generator& gen) {
+  std::vector<DecoderBlock> blocks;
+  blocks.reserve(static_cast<size_t>(s.layers));
+  for (int64_t i = 0; i < s.layers; ++i) blocks.emplace_back(s, names, gen);  // in order, as nn.Sequential
+  return blocks;
+}
+
+std::optional<Embedding> positions_of(const DecoderSpec& s, Generator& gen) {
+  if (!s.learned_positions) return std::nullopt;
+  return std::optional<Embedding>(std::in_place, s.context_length, s.width, gen);
+}
+
+}  // namespace
+
+// --- DecoderBlock --------------------------------------------------------------------------------
+
+DecoderBlock::DecoderBlock(const DecoderSpec& s, const StateNames& names, Generator& gen)
+    : norm1(s.norm, s.width, s.norm_eps),
+      att(attention_of(s), gen),
+      norm2(s.ff == FeedForwardKind::kNone ? NormKind::kNone : s.norm, s.width, s.norm_eps),
+      ff(s.ff, s.width, s.ff_width, gen),
+      drop_att(shortcut_rate(s), gen),
+      drop_ff(shortcut_rate(s), gen),
+      names_(&names) {
+  // bf16 mode: every product of the block in it, the feed-forward's as the attention's
+  for (Linear* l : ff.linears()) l->dtype = s.attention.dtype;
+}
+
+void DecoderBlock::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  const StateNames& n = *names_;
+  auto attention = [&] {
+    const std::string a = prefix + n.attention;
+    if (n.mask) out.push_back({a + "mask", nullptr, false, nullptr, &att.mask});  // the module's buffer first
+    att.W_query.collect_state(a + n.q, out);
+    att.W_key.collect_state(a + n.k, out);
+    att.W_value.collect_state(a + n.v, out);
+    att.out_proj.collect_state(a + n.o, out);
+    if (att.config.attention.qk_norm) {
+      att.q_norm.collect_state(a + n.q_norm, out);
+      att.k_norm.collect_state(a + n.k_norm, out);
+    }
+  };
+  if (n.norms_last) {  // the book's TransformerBlock registers att, ff, norm1, norm2
+    attention();
+    ff.collect_state(prefix + n.ff, out);
+    norm1.collect_state(prefix + n.norm1, out);
+    norm2.collect_state(prefix + n.norm2, out);
+  } else {
+    norm1.collect_state(prefix + n.norm1, out);
+    attention();
+    norm2.collect_state(prefix + n.norm2, out);
+    ff.collect_state(prefix + n.ff, out);
+  }
+}
+
+void DecoderBlock::train(bool on) {
+  Module::train(on);
+  att.train(on);
+  drop_att.train(on);
+  drop_ff.train(on);
+}
+
+Tensor DecoderBlock::forward(const Tensor& x, ForwardObserver* observer, int64_t layer) {
+  AttentionTrace trace;
+  AttentionTrace* t = observer != nullptr && observer->wants_trace() ? &trace : nullptr;
+  // shortcut = x; x = drop_shortcut(att(norm1(x))); x = x + shortcut
+  const Tensor h = norm1.forward(x);
+  const Tensor a = att.forward(h, t);
+  Tensor out = add(x, drop_att.forward(a));
+  Tensor f;
+  if (ff.on()) {  // shortcut = x; x = drop_shortcut(ff(norm2(x))); x = x + shortcut
+    f = ff.forward(norm2.forward(out));
+    out = add(out, drop_ff.forward(f));
+  }
+  if (observer)
+    observer->block({layer, &x, norm1.on() ? &h : nullptr, t, &a, ff.on() ? &f : nullptr, &out});
+  return out;
+}
+
+Tensor DecoderBlock::backward(const Tensor& doutput) {
+  Tensor dmid = doutput;
+  // out = mid + drop_ff(ff(norm2(mid))): the gradient reaches mid directly and through the branch
+  if (ff.on()) dmid = add(doutput, norm2.backward(ff.backward(drop_ff.backward(doutput))));
+  // mid = x + drop_att(att(norm1(x)))
+  return add(dmid, norm1.backward(att.backward(drop_att.backward(dmid))));
+}
+
+void DecoderBlock::forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCache& cache, int64_t layer,
+                                  const Weights16* w16, const Scratch& s) {
+  const bool bf16 = w16 != nullptr && att.config.attention.dtype == Dtype::kBF16;
+  const FusedWeights16 att16 = bf16 ? FusedWeights16{w16->qkv.data(), w16->out.data()} : FusedWeights16{};
+  const int64_t N = B * Tn, E = att.config.d_in;
+  auto w = [&](size_t i) { return bf16 ? w16->ff[i].data() : nullptr; };
+  // x = x + att(norm1(x))
+  const float* h = x;
+  if (norm1.on()) {
+    norm1.rows(x, N, s.h);
+    h = s.h;
+  }
+  att.forward_cached(h, B, Tn, s.a, cache, layer, att16);
+  add_into(x, s.a, N * E);
+  if (!ff.on()) return;
+  // x = x + ff(norm2(x))
+  norm2.rows(x, N, s.h);
+  if (ff.kind() == FeedForwardKind::kGelu) {  // layers.2(gelu(layers.0(h)))
+    const FeedForward& g = ff.gelu_net();
+    linear_rows(kWho, s.h, N, g.fc, w(0), s.hidden);
+    gelu_tanh(s.hidden, s.hidden, N * g.fc.weight.size(0));
+    linear_rows(kWho, s.hidden, N, g.proj, w(1), s.a);
+  } else {  // down_proj(silu(gate_proj(h)) * up_proj(h))
+    const SwiGLUFeedForward& g = ff.swiglu_net();
+    linear_rows(kWho, s.h, N, g.gate_proj, w(0), s.hidden);
+    linear_rows(kWho, s.h, N, g.up_proj, w(1), s.up);
+    swiglu(s.hidden, s.up, s.hidden, N * g.gate_proj.weight.size(0));
+    linear_rows(kWho, s.hidden, N, g.down_proj, w(2), s.a);
+  }
+  add_into(x, s.a, N * E);
+}
+
+// --- DecoderModel --------------------------------------------------------------------------------
+
+DecoderModel::DecoderModel(const DecoderSpec& s, Generator& gen)
+    : tok_emb(validated(s).vocab_size, s.width, gen),
+      pos_emb(positions_of(s, gen)),
+      drop_emb(shortcut_rate(s), gen),
+      blocks(build_blocks(s, model_family(s.family).names, gen)),
+      final_norm(s.norm, s.width, s.norm_eps),
+      head(s.width, s.vocab_size, s.head_bias, gen),
+      spec_(s),
+      names_(&model_family(s.family).names),
+      who_(model_family(s.family).title + " model") {
+  if (s.tied_head) {  // one tensor: the head's values and gradients are the embedding's
+    head.weight = tok_emb.weight;
+    head.dweight = tok_emb.dweight;
+  }
+  head.dtype = s.head_f32 ? Dtype::kF32 : s.attention.dtype;
+}
+
+void DecoderModel::check_floats(const char* what) const {
+  QKV_CHECK(!bf16_only_, family().title, " model: ", what, " needs the float weights, but this model holds its ",
+            "weights in bf16 only (loaded for generation): load it with f32 products (--dtype f32, ",
+            "LoadOptions::dtype) for that");
+}
+
+void DecoderModel::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  check_floats("the state dict");
+  const StateNames& n = *names_;
+  tok_emb.collect_state(prefix + n.embed, out);
+  if (pos_emb) pos_emb->collect_state(prefix + n.positions, out);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i].collect_state(prefix + n.blocks + std::to_string(i) + ".", out);
+  final_norm.collect_state(prefix + n.final_norm, out);
+  if (!spec_.tied_head) head.collect_state(prefix + n.head, out);
+}
+
+void DecoderModel::train(bool on) {
+  if (on) check_floats("training");
+  if (on) keep_bf16_weights(false);  // the weights are about to change
+  Module::train(on);
+  drop_emb.train(on);
+  for (DecoderBlock& b : blocks) b.train(on);
+}
+
+void DecoderModel::set_batch_slice(int64_t begin, int64_t total) {
+  drop_emb.set_batch_slice(begin, total);
+  for (DecoderBlock& b : blocks) {
+    b.att.dropout.set_batch_slice(begin, total);
+    b.drop_att.set_batch_slice(begin, total);
+    b.drop_ff.set_batch_slice(begin, total);
+  }
+}
+
+nlohmann::json DecoderModel::config_json() const {
+  nlohmann::json j = family().write_config(spec_);
+  j["dtype"] = dtype_name(spec_.attention.dtype);
+  return j;
+}
+
+std::string DecoderModel::describe() const { return family().describe(spec_); }
+
+void DecoderModel::keep_bf16_weights(bool on) {
+  check_floats("keep_bf16_weights");
+  blocks16_.clear();
+  head16_.clear();
+  if (!on) return;
+  for (const DecoderBlock& b : blocks) {
+    DecoderBlock::Weights16 w{bf16_copy(b.att.fused_qkv_weight()), bf16_copy(b.att.out_proj.weight), {}};
+    for (const Linear* l : b.ff.linears()) w.ff.push_back(bf16_copy(l->weight));
+    blocks16_.push_back(std::move(w));
+  }
+  if (!spec_.head_f32) head16_ = bf16_copy(head.weight);
+}
+
+void DecoderModel::load_bf16_only(const std::function<void(const std::string&, uint16_t*)>& read16,
+                                  const std::function<void(const std::string&, float*)>& read32) {
+  QKV_CHECK(spec_.attention.dtype == Dtype::kBF16, family().title,
+            " model: weights in bf16 only need bf16 products (the spec's attention.dtype)");
+  QKV_CHECK(!spec_.head_f32, family().title, " model: its head computes in f32; it cannot hold bf16 weights only");
+  std::vector<StateEntry> entries;
+  collect_state("", entries);  // (before bf16_only_ is set)
+  std::map<std::string, bool> as_bf16;  // the state names read as bf16
+  auto bits = [](int64_t n) { return std::vector<uint16_t>(static_cast<size_t>(n)); };
+  auto read_bits = [&](const std::string& name, uint16_t* out) {
+    read16(name, out);
+    as_bf16[name] = true;
+  };
+  const StateNames& n = *names_;
+  std::vector<DecoderBlock::Weights16> blocks16;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const DecoderBlock& b = blocks[i];
+    const std::string a = n.blocks + std::to_string(i) + "." + n.attention;
+    const int64_t E = spec_.width, Q = b.att.W_query.weight.size(0), KV = b.att.W_key.weight.size(0);
+    DecoderBlock::Weights16 w{bits((Q + 2 * KV) * E), bits(b.att.out_proj.weight.numel()), {}};
+    read_bits(a + n.q + "weight", w.qkv.data());  // rows [0, Q): W_query, then W_key, W_value
+    read_bits(a + n.k + "weight", w.qkv.data() + Q * E);
+    read_bits(a + n.v + "weight", w.qkv.data() + (Q + KV) * E);
+    read_bits(a + n.o + "weight", w.out.data());
+    std::vector<StateEntry> ff;
+    const_cast<FeedForwardNet&>(b.ff).collect_state(n.blocks + std::to_string(i) + "." + n.ff, ff);
+    for (const StateEntry& e : ff) {
+      if (e.shape().size() != 2) continue;  // the linears' weights; their biases as floats below
+      w.ff.push_back(bits(e.tensor->numel()));
+      read_bits(e.name, w.ff.back().data());
+    }
+    blocks16.push_back(std::move(w));
+  }
+  const int64_t VE = spec_.vocab_size * spec_.width;
+  std::vector<uint16_t> embed = bits(VE), head_bits;
+  read_bits(n.embed + "weight", embed.data());
+  if (!spec_.tied_head) {
+    head_bits = bits(VE);
+    read_bits(n.head + "weight", head_bits.data());
+  }
+  for (const StateEntry& e : entries)  // norms, biases, positions
+    if (e.tensor != nullptr && !as_bf16.count(e.name)) read32(e.name, e.tensor->data());
+  blocks16_ = std::move(blocks16);
+  if (spec_.tied_head) {
+    head16_ = std::move(embed);
+    embed16_.clear();
+  } else {
+    head16_ = std::move(head_bits);
+    embed16_ = std::move(embed);
+  }
+  bf16_only_ = true;
+}
+
+Tensor DecoderModel::forward(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, ForwardObserver* observer) {
+  const std::string& who = who_;
+  QKV_CHECK(batch >= 1 && tokens >= 1 && static_cast<int64_t>(ids.size()) == batch * tokens, who, ": ", ids.size(),
+            " ids for a (", batch, ", ", tokens, ") batch");
+  QKV_CHECK(tokens <= spec_.context_length, who, ": ", tokens, " tokens but its context_length is ",
+            spec_.context_length);
+  if (bf16_only_) {  // the cached computation over a fresh cache: every position's logits
+    QKV_CHECK(observer == nullptr, who, ": watching the layers needs the float weights; this model holds its ",
+              "weights in bf16 only (load it with f32 products to watch it)");
+    kernels::KvCache cache = make_cache(batch, kernels::CacheDtype::kF32, tokens);
+    Tensor logits = Tensor::empty({batch, tokens, spec_.vocab_size});
+    cached_pass(ids, batch, tokens, cache, logits.data(), /*all_rows=*/true);
+    x_shape_ = Shape{};
+    return logits;
+  }
+  // x = drop_emb(tok_emb(ids) [+ pos_emb(arange(T))])
+  Tensor x = tok_emb.forward(ids, {batch, tokens});  // (B, T, E)
+  if (pos_emb) {
+    std::vector<int64_t> positions(static_cast<size_t>(tokens));
+    for (int64_t t = 0; t < tokens; ++t) positions[static_cast<size_t>(t)] = t;
+    x = add(x, pos_emb->forward(positions, {tokens}));
+  }
+  x = drop_emb.forward(x);
+  if (observer) observer->embedded(x);
+  for (size_t l = 0; l < blocks.size(); ++l) x = blocks[l].forward(x, observer, static_cast<int64_t>(l));
+  x_shape_ = x.shape();
+  Tensor y = head.forward(final_norm.forward(x));  // (B, T, V)
+  if (observer) observer->logits(y);
+  return y;
+}
+
+Tensor DecoderModel::head_logits(const Tensor& x) { return head.forward(final_norm.forward(x)); }
+
+void DecoderModel::backward(const Tensor& dlogits) {
+  check_floats("backward");
+  QKV_CHECK(x_shape_.size() == 3, family().title, " model: backward before forward");
+  // logits = head(final_norm(x))
+  Tensor dx = final_norm.backward(head.backward(dlogits));
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) dx = it->backward(dx);
+  // x = drop_emb(tok_emb(ids) + pos_emb(arange(T))): pos_emb broadcast over the batch
+  dx = drop_emb.backward(dx);
+  tok_emb.backward(dx);
+  if (pos_emb) pos_emb->backward(sum_to(dx, {x_shape_[1], x_shape_[2]}));
+}
+
+kernels::KvCache DecoderModel::make_cache(int64_t batch, kernels::CacheDtype dtype, int64_t capacity) const {
+  QKV_CHECK(!blocks.empty(), family().title, " model: a model without blocks (0 layers) has no keys or values to cache");
+  QKV_CHECK(batch >= 1, family().title, " model: the cache's batch (", batch, ") must be at least 1");
+  const kernels::AttentionSpec& a = spec_.attention;
+  return kernels::KvCache(static_cast<int64_t>(blocks.size()), batch, a.groups(),
+                          models_detail::cache_capacity(capacity, spec_.context_length), a.head_dim, a.head_dim, dtype);
+}
+
+void DecoderModel::forward_cached_into(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,
+                                       kernels::KvCache& cache, float* logits) {
+  cached_pass(ids, batch, tokens, cache, logits, false);
+}
+
+void DecoderModel::embed_rows(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, int64_t P,
+                              float* x) const {
+  const int64_t N = batch * tokens, E = spec_.width, V = spec_.vocab_size;
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t id = ids[static_cast<size_t>(i)];
+    QKV_CHECK(id >= 0 && id < V, who_, ": id ", id, " at position ", i,
+              " is outside the vocabulary of ", V);
+  }
+  if (bf16_only_) {
+    const std::vector<uint16_t>& table = spec_.tied_head ? head16_ : embed16_;
+    for (int64_t i = 0; i < N; ++i)
+      bf16_to_floats(table.data() + ids[static_cast<size_t>(i)] * E, x + i * E, static_cast<size_t>(E));
+    if (pos_emb) {
+      const float* pos = pos_emb->weight.data();
+      for (int64_t i = 0; i < N; ++i) add_into(x + i * E, pos + (P + i % tokens) * E, E);
+    }
+    return;
+  }
+  QKV_CHECK(tok_emb.weight.is_contiguous() && (!pos_emb || pos_emb->weight.is_contiguous()), who_,
+            ": the embeddings must be contiguous");
+  if (pos_emb) {  // x = tok_emb.weight[ids] + pos_emb.weight[P:P+Tn]
+    models_detail::embed_at(who_.c_str(), ids, batch, tokens, P, tok_emb.weight, pos_emb->weight, x);
+    return;
+  }
+  for (int64_t i = 0; i < N; ++i)
+    std::memcpy(x + i * E, tok_emb.weight.data() + ids[static_cast<size_t>(i)] * E, static_cast<size_t>(E) * sizeof(float));
+}
+
+void DecoderModel::cached_pass(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, kernels::KvCache& cache,
+                               float* logits, bool all_rows) {
+  const std::string& who = who_;
+  QKV_CHECK(!drop_emb.active(), who, ": forward_cached is inference, but dropout is active: call eval() first");
+  const int64_t P = models_detail::check_cached_step(who.c_str(), ids, batch, tokens, cache,
+                                                     static_cast<int64_t>(blocks.size()), spec_.context_length);
+  const int64_t N = batch * tokens, E = spec_.width, F = std::max<int64_t>(spec_.ff_width, 1);
+  float* x = rows_of(step_x_, N * E);
+  const DecoderBlock::Scratch s{rows_of(step_h_, N * E), rows_of(step_a_, N * E), rows_of(step_hidden_, N * F),
+                                rows_of(step_up_, spec_.ff == FeedForwardKind::kSwiGLU ? N * F : 1)};
+  // x = tok_emb.weight[ids] (+ pos_emb.weight[P:P+Tn])                 (B, Tn, E), nothing recorded
+  embed_rows(ids, batch, tokens, P, x);
+  const bool bf16 = !blocks16_.empty() && spec_.attention.dtype == Dtype::kBF16;
+  for (size_t l = 0; l < blocks.size(); ++l)
+    blocks[l].forward_cached(x, batch, tokens, cache, static_cast<int64_t>(l), bf16 ? &blocks16_[l] : nullptr, s);
+  cache.commit();
+  const uint16_t* head16 = bf16 && !head16_.empty() ? head16_.data() : nullptr;
+  if (all_rows) {  // logits = head(final_norm(x))                      (B, Tn, V)
+    const float* h = x;
+    if (final_norm.on()) {
+      final_norm.rows(x, N, s.h);
+      h = s.h;
+    }
+    linear_rows(kWho, h, N, head, head16, logits);
+    return;
+  }
+  // logits = head(final_norm(x[:, -1]))                               (B, V)
+  float* last = rows_of(step_last_, batch * E);
+  for (int64_t b = 0; b < batch; ++b)
+    std::memcpy(last + b * E, x + (b * tokens + tokens - 1) * E, static_cast<size_t>(E) * sizeof(float));
+  if (final_norm.on()) final_norm.rows(last, batch, last);
+  linear_rows(kWho, last, batch, head, head16, logits);
+}
+
+// --- building and watching -----------------------------------------------------------------------
+
+std::unique_ptr<LanguageModel> build_model(const DecoderSpec& spec, Generator& gen) {
+  return std::make_unique<DecoderModel>(spec, gen);
+}
+
+std::unique_ptr<DecoderModel> build_model_to_load(const DecoderSpec& spec, Generator& gen) {
+  gen.set_init_draws(false);  // every weight is about to be loaded
+  try {
+    auto model = std::make_unique<DecoderModel>(spec, gen);
+    gen.set_init_draws(true);
+    return model;
+  } catch (...) {
+    gen.set_init_draws(true);
+    throw;
+  }
+}
+
+namespace {
+
+bool finite(const Tensor& t) {
+  if (!t.defined()) return true;
+  for (float v : t.to_vector())
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
+// The first non-finite value a forward makes, by where it is made.
+class NonFiniteHunt : public ForwardObserver {
+ public:
+  explicit NonFiniteHunt(const StateNames& names) : names_(names) {}
+  void embedded(const Tensor& x) override { note(x, "embeddings"); }
+  void block(const BlockView& v) override {
+    const std::string b = names_.blocks + std::to_string(v.layer) + ".";
+    note(v.normed, b + "norm1");
+    if (v.trace) {
+      const AttentionTrace& t = *v.trace;
+      const std::pair<const char*, const Tensor*> steps[] = {{"queries", &t.queries}, {"keys", &t.keys},
+                                                             {"values", &t.values},   {"attn_scores", &t.scores},
+                                                             {"attn_weights", &t.weights}, {"context", &t.context}};
+      for (const auto& [what, tensor] : steps) note(tensor, b + what);
+    }
+    note(v.attention, b + "attention (out_proj)");
+    note(v.ff, b + "ff");
+    note(v.output, b + "output (residual sum)");
+  }
+  void logits(const Tensor& y) override { note(y, "logits"); }
+  std::string where;
+
+ private:
+  void note(const Tensor* t, const std::string& what) {
+    if (t) note(*t, what);
+  }
+  void note(const Tensor& t, const std::string& what) {
+    if (where.empty() && !finite(t)) where = what;
+  }
+  const StateNames& names_;
+};
+
+}  // namespace
+
+std::string first_non_finite(LanguageModel& model, const std::vector<int64_t>& ids, int64_t batch, int64_t tokens) {
+  for (const StateEntry& e : model.state_dict())
+    if (e.tensor && !finite(*e.tensor)) return e.name;  // (a mask buffer is not a value of the model)
+  const bool was_training = model.is_training();
+  model.eval();
+  NonFiniteHunt hunt(model.family().names);
+  model.forward(ids, batch, tokens, &hunt);
+  model.train(was_training);
+  return hunt.where;
+}
+
+}  // namespace qkv

@@ -1,0 +1,134 @@
+// The registry of model families and the questions every command asks it. See
+// include/qkv/models/family.h.
+#include "qkv/models/family.h"
+
+#include <sys/stat.h>
+
+#include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
+#include "qkv/io/safetensors.h"
+#include "qkv/models/decoder.h"
+#include "qkv/models/gpt_weights.h"
+#include "qkv/models/hf_folder.h"
+#include "qkv/models/lm_checkpoint.h"
+#include "models/families.h"
+
+namespace qkv {
+namespace {
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string list(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+}  // namespace
+
+const std::vector<const ModelFamily*>& model_families() {
+  static const std::vector<const ModelFamily*> all = {&models_detail::attention_lm_family(),
+                                                      &models_detail::gpt_family(), &models_detail::llama_family(),
+                                                      &models_detail::qwen3_family()};
+  return all;
+}
+
+const ModelFamily& model_family(const std::string& name) {
+  std::vector<std::string> names;
+  for (const ModelFamily* f : model_families()) {
+    if (f->name == name) return *f;
+    names.push_back(f->name);
+  }
+  fail("unknown model family ", excerpt(name), "; qkv knows ", list(names));
+}
+
+const ModelFamily* family_of_model_type(const std::string& model_type) {
+  for (const ModelFamily* f : model_families())
+    for (const std::string& t : f->model_types)
+      if (t == model_type) return f;
+  return nullptr;
+}
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (const ModelFamily* f : model_families()) names.insert(names.end(), f->presets.begin(), f->presets.end());
+  return names;
+}
+
+const ModelFamily& family_of_preset(const std::string& preset) {
+  for (const ModelFamily* f : model_families())
+    for (const std::string& p : f->presets)
+      if (p == preset) return *f;
+  fail("unknown preset ", excerpt(preset), "; expected one of: ", list(model_preset_names()));
+}
+
+const ModelFamily& family_of_path(const std::string& path) {
+  if (is_directory(path)) {  // config.json's model_type; GPT-2's folders say "gpt2", or nothing
+    const std::string type = hf_model_type(path);
+    const ModelFamily* f = family_of_model_type(type);
+    return f != nullptr ? *f : models_detail::gpt_family();
+  }
+  const MappedSafetensors header(path);  // the header only: the tensors are read when loaded
+  if (is_lm_checkpoint(header.metadata())) return models_detail::attention_lm_family();
+  if (is_gpt_weights(header)) return models_detail::gpt_family();
+  // Neither: the checkpoint reader says what is missing
+  return models_detail::attention_lm_family();
+}
+
+void attach_tokenizer(LoadedModel& m, std::unique_ptr<Tokenizer> tokenizer, const std::string& source,
+                      std::string file) {
+  const LanguageModel& model = *m.model;
+  QKV_CHECK(tokenizer->vocab_size() <= model.vocab_size(), source, " has ", tokenizer->vocab_size(),
+            " tokens but the model's vocabulary has ", model.vocab_size());
+  const ModelFamily& f = model.family();
+  for (const std::string& end : f.end_tokens)
+    if (const auto id = tokenizer->special_id(end); id && *id < model.vocab_size()) m.end_ids.push_back(*id);
+  if (!m.end_ids.empty()) m.eos_id = m.end_ids.front();
+  m.chat_format = f.chat;
+  m.tokenizer = std::move(tokenizer);
+  m.tokenizer_file = std::move(file);
+}
+
+LoadedModel make_model(const std::string& preset, uint64_t seed, const LoadOptions& options) {
+  const ModelFamily& f = family_of_preset(preset);
+  DecoderSpec spec = f.preset(preset);
+  if (options.dtype) {
+    spec.attention.dtype = *options.dtype;
+    // generation runs in eval mode, where auto is the fused path (dropout is off)
+    if (*options.dtype == Dtype::kBF16 && spec.path == AttentionPath::kAuto) spec.path = AttentionPath::kFused;
+  }
+  if (options.path) spec.path = *options.path;
+  LoadedModel m;
+  m.generator = std::make_unique<Generator>(seed);
+  m.model = build_model(spec, *m.generator);  // torch.manual_seed(seed); Model(cfg)
+  m.model->eval();
+  if (spec.attention.dtype == Dtype::kBF16) m.model->keep_bf16_weights();  // decoding reads bf16
+  m.description = str("untrained ", preset, " (seed ", seed, "): ", m.model->describe());
+  std::string file;
+  std::unique_ptr<Tokenizer> t = f.tokenizer(f.vocabulary, options, file);
+  attach_tokenizer(m, std::move(t), f.vocabulary + "'s installed tokenizer", file);
+  return m;
+}
+
+LoadedModel load_model(const std::string& path, const LoadOptions& options) {
+  return family_of_path(path).load(path, options);
+}
+
+std::vector<int64_t> LoadedModel::encode(const std::string& text) const {
+  QKV_CHECK(tokenizer != nullptr, description, " has no tokenizer to read text with (it was trained on fixed ",
+            "batches of ids)");
+  return tokenizer->encode(text);
+}
+
+std::string LoadedModel::decode(const std::vector<int64_t>& ids) const {
+  QKV_CHECK(tokenizer != nullptr, description, " has no tokenizer to write text with (it was trained on fixed ",
+            "batches of ids)");
+  return tokenizer->decode(ids);
+}
+
+const ModelFamily& LanguageModel::family() const { return model_family(spec().family); }
+
+}  // namespace qkv

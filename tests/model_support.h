@@ -1,0 +1,43 @@
+// tests/model_support.h - what the model tests share: a model's attention weights as its forward
+// makes them, and small models of the families.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "qkv/core/tensor.h"
+#include "qkv/models/decoder.h"
+#include "qkv/models/gpt.h"
+#include "qkv/models/llama.h"
+#include "qkv/models/model_forward.h"
+
+namespace qkv {
+
+// Every block's (H, T, T) softmax weights of the model's forward on one sequence (eval mode).
+inline std::vector<Tensor> forward_weights(LanguageModel& model, const std::vector<int64_t>& ids) {
+  model.eval();
+  const ModelForward r = run_model_forward(model, ids, 1, static_cast<int64_t>(ids.size()), true);
+  std::vector<Tensor> out;
+  for (const auto& [name, w] : r.attention_weights) out.push_back(w.select(0, 0).contiguous());
+  return out;
+}
+
+// The book's GPT model of these sizes (qkv_bias on), drawn from Generator(seed).
+inline DecoderModel tiny_gpt(int64_t vocab, int64_t context, int64_t emb_dim, int64_t heads, int64_t layers,
+                             Generator& gen, double drop_rate = 0.0) {
+  return DecoderModel(gpt_spec(vocab, context, emb_dim, heads, layers, drop_rate, /*qkv_bias=*/true), gen);
+}
+
+// A Llama 3 ("llama") or Qwen3 ("qwen3") spec of these sizes, as config.json would say them.
+inline DecoderSpec llama_sizes(const std::string& family, int64_t vocab, int64_t hidden, int64_t intermediate,
+                               int64_t layers, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t context,
+                               bool tied = false, double rope_theta = 10000.0, double eps = 1e-6) {
+  return read_llama_config({{"model_type", family}, {"vocab_size", vocab}, {"hidden_size", hidden},
+                            {"intermediate_size", intermediate}, {"num_hidden_layers", layers},
+                            {"num_attention_heads", heads}, {"num_key_value_heads", kv_heads}, {"head_dim", head_dim},
+                            {"max_position_embeddings", context}, {"tie_word_embeddings", tied},
+                            {"rope_theta", rope_theta}, {"rms_norm_eps", eps}},
+                           "the test's config");
+}
+
+}  // namespace qkv
