@@ -1,53 +1,29 @@
 // qkv bench --module {mha|causal-attention|attention-core} --batch B --seq-len T ...
-// qkv bench --module decode --kv-len S ... (bench_decode.cc)
+// qkv bench --module decode --kv-len S ...
+// qkv bench --module gpt --preset NAME --batch B --seq-len T [--backward | --new-tokens N] ...
 // mpirun -np N qkv bench --module ring-attention --seq-len T ... (bench_ring.cc, with MPI)
 //
 // Times the fast path on random inputs: median milliseconds over --iters runs after --warmup
 // runs, GFLOP/s counting only the work causal attention needs (projections + the visible half of
 // the scores), and the share of the FMA peak this machine reaches on the same threads (measured
 // here, first). With --json the last line is one JSON object for machines.
-#include <cmath>
-#include <cstdlib>
-#include <iomanip>
 #include <iostream>
 #include <memory>
-#include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "bench_decode.h"
-#include "bench_gpt.h"
-#include "bench_ring.h"
+#include "bench_flags.h"
 #include "commands.h"
 #include "flags.h"
 #include "qkv/core/checked.h"
 #include "qkv/core/error.h"
-#include "qkv/core/bf16.h"
 #include "qkv/core/gemm.h"
-#include "qkv/core/machine.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/modules/attention_module.h"
 #include "qkv/perf/attention_bench.h"
+#include "qkv/perf/decode_bench.h"
+#include "qkv/perf/gpt_bench.h"
 
 namespace qkv::cli {
 namespace {
-
-struct BenchFlags {
-  std::string module;
-  int64_t batch = 1, seq_len = 0, d_model = 768;
-  bool backward = false, json = false;
-  int threads = 0, iters = 10, warmup = 1;
-  // --num-heads, --num-kv-heads, --head-dim (0: d_model / heads), --no-mask, --dropout, --window,
-  // --alibi, --softcap, --rope (mha), --dtype (mha, causal-attention, attention-core)
-  kernels::AttentionSpec attention = {.heads = 12};
-  // --module decode
-  int64_t kv_len = 0;
-  std::string cache_dtype = "f32";
-  std::string gemm;           // mha, causal-attention: the projections' product (empty: QKV_GEMM or qkv)
-  std::string split = "contiguous";  // ring-attention
-  std::string preset = "gpt2-small";  // gpt
-  int64_t new_tokens = 0;             // gpt: decode
-};
 
 // --module gpt: the model's own flags; the attention-layer ones are refused by name.
 int run_gpt(const BenchFlags& f, const CLI::App& sub) {
@@ -59,20 +35,33 @@ int run_gpt(const BenchFlags& f, const CLI::App& sub) {
             ": must be at least 1 (the decoding steps timed)");
   QKV_CHECK(sub.count("--new-tokens") == 0 || sub.count("--iters") == 0,
             "--iters: decoding times each of the --new-tokens steps; give one or the other");
+  QKV_CHECK(!(f.backward && f.new_tokens > 0), "--backward and --new-tokens: a training step or decoding, not both");
+  QKV_CHECK(f.attention.dropout == 0.0 || f.backward, "--dropout ", f.attention.dropout,
+            ": dropout acts in a training step (--backward)");
+  QKV_CHECK(f.batch >= 1, "--batch ", f.batch, ": must be at least 1");
+  QKV_CHECK(f.seq_len >= 1, "--seq-len ", f.seq_len, ": must be at least 1 (decode: the prompt's tokens)");
   check_threads(f.threads);
   if (f.threads > 0) set_default_thread_count(f.threads);
-  GptBenchFlags g;
-  g.preset = f.preset;
-  g.batch = f.batch;
-  g.seq_len = f.seq_len;
-  g.new_tokens = f.new_tokens;
-  g.backward = f.backward;
-  g.dtype = f.attention.dtype;
-  g.dropout = f.attention.dropout;
-  g.iters = f.iters;
-  g.warmup = f.warmup;
-  g.json = f.json;
-  return run_gpt_bench(g);
+  perf::GptBenchShape s = perf::bench_shape_of_preset(f.preset);  // names the presets when unknown
+  s.batch = f.batch;
+  s.seq_len = f.seq_len;
+  s.new_tokens = f.new_tokens;
+  s.dtype = f.attention.dtype;
+  s.dropout = f.attention.dropout;
+  s.mode = f.new_tokens > 0 ? perf::GptBenchMode::kDecode : f.backward ? perf::GptBenchMode::kStep
+                                                                       : perf::GptBenchMode::kForward;
+  try {
+    const perf::GptBenchReport r = perf::run_gpt_bench(s, f.iters, f.warmup, default_pool());
+    std::cout << perf::report_text(r);
+    if (f.json) std::cout << perf::report_json(r).dump() << "\n";
+  } catch (const Error& e) {  // the harness names its fields; the user typed flags
+    std::string m = e.what();
+    for (const auto& [field, flag] : {std::pair{"seq_len ", "--seq-len "}, {"new_tokens ", "--new-tokens "},
+                                      {"iters ", "--iters "}, {"warmup ", "--warmup "}, {"batch ", "--batch "}})
+      if (m.rfind(field, 0) == 0) m = flag + m.substr(std::string(field).size());
+    fail(m);
+  }
+  return 0;
 }
 
 // --module ring-attention: the ring's own flags; the others are refused by name.
@@ -82,19 +71,8 @@ int run_ring(const BenchFlags& f, const CLI::App& sub) {
   QKV_CHECK(f.attention.dtype == Dtype::kF32, "--dtype bf16: --module ring-attention runs in f32 only");
   QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module ring-attention");
   check_threads(f.threads);
-  RingBenchFlags r;
-  r.batch = f.batch;
-  r.seq_len = f.seq_len;
-  r.attention = f.attention;
-  if (r.attention.head_dim == 0) r.attention.head_dim = 64;
-  r.backward = f.backward;
-  r.json = f.json;
-  r.threads = f.threads;
-  r.iters = f.iters;
-  r.warmup = f.warmup;
-  r.split = f.split;
 #ifdef QKV_HAVE_MPI
-  return run_ring_bench(r);
+  return run_ring_bench(f);
 #else
   fail("--module ring-attention: this qkv was built without MPI (apt install libopenmpi-dev openmpi-bin, then "
        "reconfigure; see the README's MPI section)");
@@ -120,16 +98,21 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
     QKV_CHECK(f.iters >= 1, "--iters ", f.iters, ": must be at least 1");
     QKV_CHECK(f.warmup >= 0, "--warmup ", f.warmup, ": must be at least 0");
     QKV_CHECK(f.batch >= 1, "--batch ", f.batch, ": must be at least 1");
-    DecodeBenchFlags d;
-    d.batch = f.batch;
-    d.attention = f.attention;
-    d.d_model = f.d_model;
-    d.kv_len = f.kv_len;
-    d.cache_dtype = f.cache_dtype;
-    d.iters = f.iters;
-    d.warmup = f.warmup;
-    d.json = f.json;
-    return run_decode_bench(d);
+    QKV_CHECK(f.kv_len >= 1, "--kv-len ", f.kv_len, ": must be at least 1 (the cached positions --module decode reads)");
+    QKV_CHECK(f.attention.heads >= 1, "--num-heads ", f.attention.heads, ": must be at least 1");
+    QKV_CHECK(f.cache_dtype == "f32" || f.cache_dtype == "bf16", "--cache-dtype '", f.cache_dtype,
+              "': expected f32 or bf16");
+    perf::DecodeBenchShape s;
+    s.batch = f.batch;
+    s.attention = f.attention;
+    if (s.attention.head_dim == 0) s.attention.head_dim = f.d_model / f.attention.heads;
+    check_attention_flags(s.attention, bench_flag_name);
+    s.kv_len = f.kv_len;
+    s.dtype = f.cache_dtype == "bf16" ? kernels::CacheDtype::kBF16 : kernels::CacheDtype::kF32;
+    const perf::DecodeBenchReport r = perf::run_decode_bench(s, f.iters, f.warmup, default_pool());
+    std::cout << perf::report_text(r);
+    if (f.json) std::cout << perf::report_json(r).dump() << "\n";
+    return 0;
   }
   for (const char* flag : {"--kv-len", "--cache-dtype"})
     QKV_CHECK(sub.count(flag) == 0, flag, " is a flag of --module decode, not ", f.module);

@@ -2,7 +2,7 @@
 //   [--backward] [--split contiguous|zigzag] [--window W] [--alibi] [--softcap C] [--json]
 // Every rank checks the flags and its configuration against rank 0's (one message, from rank 0,
 // if they differ); rank 0 prints the table and, with --json, one JSON object as the last line.
-#include "bench_ring.h"
+#include "bench_flags.h"
 
 #include <cmath>
 #include <iomanip>
@@ -21,7 +21,7 @@ namespace qkv::cli {
 namespace {
 
 // What is wrong with the flags ("" if nothing); every rank checks its own.
-std::string flags_problem(const RingBenchFlags& f) {
+std::string flags_problem(const BenchFlags& f) {
   if (f.seq_len < 1) return str("--seq-len ", f.seq_len, ": must be at least 1");
   if (f.batch < 1) return str("--batch ", f.batch, ": must be at least 1");
   try {
@@ -36,7 +36,7 @@ std::string flags_problem(const RingBenchFlags& f) {
   return "";
 }
 
-std::string describe(const RingBenchFlags& f) {
+std::string describe(const BenchFlags& f) {
   const kernels::AttentionSpec& a = f.attention;
   std::ostringstream s;
   s << "--batch " << f.batch << " --seq-len " << f.seq_len << " --num-heads " << a.heads << " --num-kv-heads "
@@ -46,7 +46,8 @@ std::string describe(const RingBenchFlags& f) {
   return s.str();
 }
 
-int run(const RingBenchFlags& f, const mpi::Communicator& comm) {
+int run(BenchFlags f, const mpi::Communicator& comm) {
+  if (f.attention.head_dim == 0) f.attention.head_dim = 64;
   mpi::check_agreement(comm, "qkv bench --module ring-attention", describe(f), flags_problem(f));
   if (f.threads > 0) set_default_thread_count(f.threads);
   mpi::RingBenchShape shape;
@@ -64,7 +65,7 @@ int run(const RingBenchFlags& f, const mpi::Communicator& comm) {
 
 }  // namespace
 
-int run_ring_bench(const RingBenchFlags& flags) {
+int run_ring_bench(const BenchFlags& flags) {
   mpi::Session session(nullptr, nullptr);
   const mpi::Communicator comm;
   try {

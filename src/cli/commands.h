@@ -5,7 +5,6 @@
 #include <functional>
 #include <string>
 
-#include "qkv/modules/attention_module.h"
 
 namespace qkv::cli {
 
@@ -13,16 +12,6 @@ struct Command {
   CLI::App* sub;             // the registered subcommand
   std::function<int()> run;  // runs it once its flags are parsed; returns the exit status
 };
-
-// --attention auto|fused|textbook, setting `path` (see AttentionPath).
-inline CLI::Option* add_attention_flag(CLI::App* sub, AttentionPath& path, const std::string& help) {
-  return sub
-      ->add_option_function<std::string>(
-          "--attention", [&path](const std::string& name) { path = parse_attention_path(name); }, help)
-      ->check(CLI::IsMember({"auto", "fused", "textbook"}))
-      ->type_name("PATH")
-      ->default_str("auto");
-}
 
 Command add_walkthrough(CLI::App& app);
 Command add_forward(CLI::App& app);

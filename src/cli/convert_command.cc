@@ -34,18 +34,7 @@ int run_convert(const ConvertFlags& f) {
   const GptWeights w = read_gpt_weights(f.weights, f.num_heads);
   Generator gen;
   std::unique_ptr<LanguageModel> model = gpt_model_from(w, gen);
-  std::vector<OutputFile> files;
-  if (f.to == "huggingface") {
-    files.push_back({f.out, serialize_safetensors(gpt_state_in_layout(*model, GptLayout::kHuggingFace), {{"format", "pt"}}),
-                     "--out"});
-    if (!f.config.empty()) files.push_back({f.config, hugging_face_config_json(w.spec) + "\n", "--config"});
-  } else if (f.to == "qkv") {  // the family's own checkpoint: the book's names with the configuration
-    files = model->family().checkpoint(*model, f.out, "");
-    files.front().what = "--out";
-  } else {
-    files.push_back({f.out, serialize_safetensors(gpt_state_in_layout(*model, GptLayout::kBook), {{"format", "pt"}}),
-                     "--out"});
-  }
+  const std::vector<OutputFile> files = gpt_layout_files(*model, f.to, f.out, f.config);
   write_files_atomically(files);
   std::cout << "wrote " << f.out << (f.config.empty() ? "" : " and " + f.config) << ": " << model->describe() << ", "
             << gpt_layout_name(w.layout) << " layout -> " << f.to << "\n";

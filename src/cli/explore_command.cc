@@ -64,23 +64,7 @@ ExploreLimits limits_of(const ExploreFlags& f) {
 // The chapter's module on GPT-2 tokens, as `qkv forward --text` runs it.
 ExplorePage module_page(ExploreFlags& f, const CLI::App& sub, const std::string& text) {
   const AttentionModuleInfo& info = attention_module_info(f.module);
-  for (const char* flag : {"--d-in", "--d-out"})
-    if (sub.count(flag) == 0) bad_flag(flag, "--module ", f.module, " needs it");
-  if (sub.count("--context-length") == 0)
-    bad_flag("--context-length", "--module ", f.module, " on --text needs it (the positional embedding's rows",
-             info.causal ? " and the causal mask's size)" : ")");
-  if (!info.causal && (sub.count("--dropout") > 0 || sub.count("--num-heads") > 0))
-    bad_flag(sub.count("--dropout") > 0 ? "--dropout" : "--num-heads", "--module ", f.module,
-             " has no dropout or heads");
-  if (info.causal && !info.multi_head && sub.count("--num-heads") > 0)
-    bad_flag("--num-heads", "--module ", f.module, " has one head");
-  if (!info.bias && f.qkv_bias) bad_flag("--qkv-bias", f.module, " has no bias (its weights are plain matrices)");
-  if (!f.seed && f.weights.empty()) bad_flag("--seed", "give --seed S or --weights FILE for --module ", f.module);
-  const AttentionConfig c = module_config(f, sub);
-  check_sizes({f.d_in, f.d_out}, 4, "the projection weights (--d-in x --d-out)");
-  if (info.multi_head) check_sizes({f.num_heads, f.d_in, f.d_out}, 4, "the projection weights (--num-heads x --d-in x --d-out)");
-  check_sizes({c.context_length, c.d_in}, 4, "the positional embedding (--context-length x --d-in)");
-
+  const AttentionConfig c = checked_module_config(f, sub, /*on_text=*/true);
   Encoding gpt2 = load_gpt2(f.vocab_dir);
   const std::vector<int64_t> ids = gpt2.encode(text, SpecialTokens::all());
   QKV_CHECK(!ids.empty(), "the text has no tokens: there is nothing to attend over");

@@ -13,25 +13,10 @@
 namespace qkv::cli {
 
 int64_t parse_bytes(const std::string& flag, const std::string& text) {
-  std::string digits = text;
-  int shift = 0;
-  if (!digits.empty()) {
-    switch (digits.back()) {
-      case 'K': case 'k': shift = 10; break;
-      case 'M': case 'm': shift = 20; break;
-      case 'G': case 'g': shift = 30; break;
-      case 'T': case 't': shift = 40; break;
-      default: break;
-    }
-    if (shift > 0) digits.pop_back();
-  }
-  const int64_t max = std::numeric_limits<int64_t>::max();
-  int64_t n = 0;
-  const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
-  if (digits.empty() || ec != std::errc() || ptr != digits.data() + digits.size() || n < 1 || n > (max >> shift))
-    throw CLI::ValidationError(flag + ": " + excerpt(text) + " is not a byte count in [1, " + std::to_string(max) +
-                               "] (digits, optionally followed by K, M, G or T for powers of 1024)");
-  return n << shift;
+  if (const std::optional<int64_t> n = parse_byte_count(text)) return *n;
+  throw CLI::ValidationError(flag + ": " + excerpt(text) + " is not a byte count in [1, " +
+                             std::to_string(std::numeric_limits<int64_t>::max()) +
+                             "] (digits, optionally followed by K, M, G or T for powers of 1024)");
 }
 
 void check_sizes(std::initializer_list<int64_t> sizes, int64_t element_size, const char* what) {
@@ -159,6 +144,35 @@ std::string preset_list() {
   std::string s;
   for (const std::string& p : model_preset_names()) s += (s.empty() ? "" : " | ") + p;
   return s;
+}
+
+AttentionConfig checked_module_config(const ModuleFlags& f, const CLI::App& sub, bool on_text) {
+  const AttentionModuleInfo& info = attention_module_info(f.module);
+  auto given = [&](const char* flag) { return sub.count(flag) > 0; };
+  for (const char* flag : {"--d-in", "--d-out"})
+    if (!given(flag)) bad_flag(flag, "--module ", f.module, " needs it");
+  if (!info.causal)
+    for (const char* flag : {"--context-length", "--dropout", "--num-heads"})
+      if (given(flag) && !(on_text && std::string(flag) == "--context-length"))
+        bad_flag(flag, "--module ", f.module, " takes no --context-length, --dropout or --num-heads (it has no mask, ",
+                 "dropout or heads)");
+  if (info.causal && !info.multi_head && given("--num-heads")) bad_flag("--num-heads", "--module ", f.module, " has one head");
+  if (!info.bias && f.qkv_bias) bad_flag("--qkv-bias", f.module, " has no bias (its weights are plain matrices)");
+  const AttentionConfig c = module_config(f, sub);  // the flags against each other
+  if (!given("--context-length") && (info.causal || on_text))
+    bad_flag("--context-length", "--module ", f.module, on_text ? " on --text" : "", " needs it (the size of ",
+             on_text ? "the positional embedding table" : "", on_text && info.causal ? " and of " : "",
+             info.causal ? "its causal mask buffer" : "", ")");
+  if (!f.seed && f.weights.empty())
+    bad_flag("--seed", "give --seed S (weights as torch.manual_seed(S) and the PyTorch constructor make them) or ",
+             "--weights FILE (a safetensors state dict) for --module ", f.module);
+  check_sizes({f.d_in, f.d_out}, 4, "the projection weights (--d-in x --d-out)");
+  if (info.multi_head) {
+    check_sizes({f.num_heads, f.d_in, f.d_out}, 4, "the projection weights (--num-heads x --d-in x --d-out)");
+    check_sizes({f.num_heads, f.d_out, f.d_out}, 4, "the output projection (--num-heads x --d-out x --d-out)");
+  }
+  if (on_text) check_sizes({c.context_length, c.d_in}, 4, "the positional embedding (--context-length x --d-in)");
+  return c;
 }
 
 bool is_model_family(const std::string& module) {

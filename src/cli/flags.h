@@ -22,57 +22,18 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
+#include "qkv/core/numbers.h"
 #include "qkv/modules/attention_module.h"
+#include "qkv/train/train_options.h"
 
 namespace qkv::cli {
 
-template <typename T>
-struct Range {
-  T lo = std::numeric_limits<T>::lowest();
-  T hi = std::numeric_limits<T>::max();
-};
-template <typename T>
-Range<T> any() { return {}; }
-template <typename T>
-Range<T> non_negative() { return {T(0), std::numeric_limits<T>::max()}; }
-template <typename T>
-Range<T> positive() { return {T(1), std::numeric_limits<T>::max()}; }
-
-// A number as --help and the messages show it.
-template <typename T>
-std::string number_text(T v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (v == std::numeric_limits<T>::max()) return "max";
-    if (v == std::numeric_limits<T>::lowest()) return "-max";
-    std::ostringstream s;
-    s << v;
-    return s.str();
-  } else {
-    return std::to_string(v);
-  }
-}
-
-// `text` whole as a T in `range`, or a CLI::ValidationError naming `flag`.
+// `text` whole as a T in `range` (core/numbers.h), or a CLI::ValidationError naming `flag`.
 template <typename T>
 T parse_number(const std::string& flag, const std::string& text, Range<T> range) {
-  static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>);
-  const char* kind = std::is_floating_point_v<T> ? "a finite number"
-                     : std::is_signed_v<T>       ? "an integer"
-                                                 : "a non-negative integer";
-  auto refuse = [&]() -> T {
-    throw CLI::ValidationError(flag + ": " + excerpt(text) + " is not " + kind + " in [" + number_text(range.lo) +
-                               ", " + number_text(range.hi) + "]");
-  };
-  T v{};
-  const char* first = text.data();
-  const char* last = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(first, last, v);
-  if (text.empty() || ec != std::errc() || ptr != last) return refuse();
-  if constexpr (std::is_floating_point_v<T>) {
-    if (!std::isfinite(v)) return refuse();
-  }
-  if (v < range.lo || v > range.hi) return refuse();
-  return v;
+  if (const std::optional<T> v = qkv::parse_number<T>(text, range)) return *v;
+  throw CLI::ValidationError(flag + ": " + excerpt(text) + " is not " + number_kind<T>() + " in [" +
+                             number_text(range.lo) + ", " + number_text(range.hi) + "]");
 }
 
 template <typename T>
@@ -150,6 +111,12 @@ std::string preset_list();
 // The module's config from the flags (attention_config with the variants), checked against each
 // other before anything is built: a usage error naming the flag.
 AttentionConfig module_config(const ModuleFlags& f, const CLI::App& sub);
+// The same with every rule of the module's flags first, for qkv forward and qkv explore alike
+// (usage errors naming the flag): --d-in and --d-out given, --context-length for a causal module
+// and on --text, none of --context-length, --dropout, --num-heads for the modules without a mask,
+// one head for the one-head classes, no --qkv-bias without a bias, --seed or --weights; and the
+// sizes the flags multiply within the memory limit.
+AttentionConfig checked_module_config(const ModuleFlags& f, const CLI::App& sub, bool on_text);
 
 // The flags' names for the attention spec's fields (--num-heads, --num-kv-heads, --window, ...),
 // for messages of validate_attention_spec on a spec the flags made.
@@ -170,5 +137,79 @@ template <typename... Args>
 [[noreturn]] void bad_flag(const std::string& flag, const Args&... what) {
   throw CLI::ValidationError(flag + ": " + str(what...));
 }
+
+// --attention auto|fused|textbook, setting `path` (see AttentionPath).
+inline CLI::Option* add_attention_flag(CLI::App* sub, AttentionPath& path, const std::string& help) {
+  return sub
+      ->add_option_function<std::string>(
+          "--attention", [&path](const std::string& name) { path = parse_attention_path(name); }, help)
+      ->check(CLI::IsMember({"auto", "fused", "textbook"}))
+      ->type_name("PATH")
+      ->default_str("auto");
+}
+
+// Registers a flag for each field of an option set declared once (visit_fields: models/option_fields.h),
+// bound to that field, with the field's help and default: visit_fields(OptionFlags{sub, after}, options).
+struct OptionFlags {
+  CLI::App* sub;
+  std::function<void(const OptionField&)> after = [](const OptionField&) {};  // after each flag is added
+
+  template <typename T>
+    requires std::is_arithmetic_v<T>
+  void operator()(const OptionField& f, T& value) {  // exact, in the type's range (flags.h)
+    CLI::Option* opt = add_number(sub, f.flag, value, f.help);
+    if (f.show_default) opt->default_str(number_text(value));
+    after(f);
+  }
+  void operator()(const OptionField& f, std::string& value) {
+    CLI::Option* opt = sub->add_option(f.flag, value, f.help);
+    if (f.show_default) opt->capture_default_str();
+    after(f);
+  }
+  void operator()(const OptionField& f, bool& value) {
+    sub->add_flag(f.flag, value, f.help);
+    after(f);
+  }
+  void operator()(const OptionField& f, AttentionPath& value) {
+    add_attention_flag(sub, value, f.help);
+    after(f);
+  }
+  void operator()(const OptionField& f, Dtype& value) {
+    add_dtype_flag(sub, f.flag, [&value](Dtype d) { value = d; }, f.help)->default_str(dtype_name(value));
+    after(f);
+  }
+  void operator()(const OptionField& f, kernels::RopeLayout& value) {
+    const std::string flag = f.flag;
+    sub->add_option_function<std::string>(
+           flag,
+           [&value, flag](const std::string& s) {
+             if (s != "none" && s != "half" && s != "interleaved")
+               throw CLI::ValidationError(flag + ": " + excerpt(s) +
+                                          " is not a RoPE layout; expected none, half or interleaved");
+             value = kernels::parse_rope_layout(s);
+           },
+           f.help)
+        ->type_name("LAYOUT")
+        ->default_str(kernels::rope_layout_name(value));
+    after(f);
+  }
+  void operator()(const OptionField& f, TrainTask& value) {
+    add_enum(f, value, train_task_names(), parse_train_task, train_task_name);
+  }
+  void operator()(const OptionField& f, OptimizerKind& value) {
+    add_enum(f, value, optimizer_kind_names(), parse_optimizer_kind, optimizer_kind_name);
+  }
+
+ private:
+  template <typename E>
+  void add_enum(const OptionField& f, E& value, const std::vector<std::string>& names,
+                E (*parse)(const std::string&), const char* (*name)(E)) {
+    sub->add_option_function<std::string>(
+           f.flag, [&value, parse](const std::string& s) { value = parse(s); }, f.help)
+        ->check(CLI::IsMember(names))
+        ->default_str(name(value));
+    after(f);
+  }
+};
 
 }  // namespace qkv::cli

@@ -34,11 +34,6 @@ struct ForwardFlags : ModuleFlags {
   std::string grad_output, grads_out;  // backward: dL/doutput in, gradients out
 };
 
-std::string expected_input(const AttentionModule& m, const AttentionConfig& c) {
-  return m.input_rank() == 2 ? str("(num_tokens, d_in = ", c.d_in, ")")
-                             : str("(batch, num_tokens, d_in = ", c.d_in, ")");
-}
-
 int run_forward(ForwardFlags& f, const CLI::App& sub) {
   if (is_model_family(f.module)) {  // a whole model of a family
     const std::string text = f.text_file.empty() ? f.text : read_file(f.text_file);
@@ -46,32 +41,13 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
                                           f.vocab_dir, f.attn_weights},
                              sub);
   }
-  for (const char* flag : {"--d-in", "--d-out"})
-    if (sub.count(flag) == 0) bad_flag(flag, "--module ", f.module, " needs it");
   for (const char* flag : {"--vocab-size", "--d-model", "--num-layers"})
     if (sub.count(flag) > 0) bad_flag(flag, "is a flag of --module gpt, not ", f.module);
-  const AttentionModuleInfo& info = attention_module_info(f.module);
-  const bool causal = info.causal;
-  const AttentionConfig c = module_config(f, sub);  // the flags against each other, first
-  QKV_CHECK(f.seed || !f.weights.empty(), "give --seed S (weights as torch.manual_seed(S) and the ",
-            "PyTorch constructor make them) or --weights FILE (a safetensors state dict)");
-  if (causal && sub.count("--context-length") == 0)
-    fail("--module ", f.module, " needs --context-length N (the size of its causal mask buffer)");
   const bool from_text = !f.text.empty() || !f.text_file.empty() || sub.count("--text") > 0;
+  const bool causal = attention_module_info(f.module).causal;
+  const AttentionConfig c = checked_module_config(f, sub, from_text);
   QKV_CHECK((from_text ? 1 : 0) + (f.input.empty() ? 0 : 1) == 1, "give exactly one of --input FILE (a tensor), --text T or ",
             "--text-file F (GPT-2 tokens through token + positional embeddings)");
-  if (from_text && sub.count("--context-length") == 0)
-    fail("--text needs --context-length N (the size of the positional embedding table",
-         causal ? " and of the causal mask)" : ")");
-  if (!causal) {
-    QKV_CHECK((from_text || sub.count("--context-length") == 0) && sub.count("--dropout") == 0 &&
-                  sub.count("--num-heads") == 0,
-              "--module ", f.module, " takes no --context-length, --dropout or --num-heads (it has no mask, ",
-              "dropout or heads)");
-  }
-  if (causal && !info.multi_head)
-    QKV_CHECK(sub.count("--num-heads") == 0, "--module ", f.module, " has one head; drop --num-heads");
-  QKV_CHECK(info.bias || !f.qkv_bias, f.module, " has no bias (its weights are plain matrices); drop --qkv-bias");
 
   // The destinations, checked before the work (and again when written).
   std::vector<OutputFile> destinations;
@@ -80,15 +56,8 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
     if (!path->empty()) destinations.push_back({*path, "", flag});
   check_output_files(destinations);
 
-  // Sizes the flags multiply, checked before anything is allocated (4-byte floats).
-  check_sizes({f.d_in, f.d_out}, 4, "the projection weights (--d-in x --d-out)");
-  if (info.multi_head) {
-    check_sizes({f.num_heads, f.d_in, f.d_out}, 4, "the projection weights (--num-heads x --d-in x --d-out)");
-    check_sizes({f.num_heads, f.d_out, f.d_out}, 4, "the output projection (--num-heads x --d-out x --d-out)");
-  }
   if (causal && !f.save_weights.empty())  // the state dict holds the (context_length, context_length) mask
     check_sizes({c.context_length, c.context_length}, 4, "the causal mask (--context-length squared)");
-  if (from_text) check_sizes({c.context_length, c.d_in}, 4, "the positional embedding (--context-length x --d-in)");
 
   // Read everything first: a bad input file fails before any module is built.
   std::optional<TensorFile> in;
@@ -107,66 +76,37 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   } else {
     in = load_safetensors(f.input);
   }
-  // --- backward, read side: the tensor 'grad_output' (checked against the output below) ---------
-  std::optional<TensorFile> grad_file;
   QKV_CHECK(f.grad_output.empty() == f.grads_out.empty(), "--grad-output FILE and --grads-out FILE go together");
+  std::optional<TensorFile> grad_file;  // the tensor 'grad_output', checked against the output
   if (!f.grad_output.empty()) grad_file = load_safetensors(f.grad_output);
-  // --- end backward, read side ------------------------------------------------------------------
   std::map<std::string, Tensor> state;
   if (!f.weights.empty()) state = load_safetensors(f.weights).tensors;
-
-  // torch.manual_seed(S); [embeddings = ...;] module = Class(...); [load_state_dict(...)];
-  // module.train(); module(x)
-  std::optional<ModuleOnText> text_model;
-  std::unique_ptr<AttentionModule> own;
-  Generator gen(f.seed.value_or(Generator::kDefaultSeed));
+  ModuleRun run{f.module, c, f.seed.value_or(Generator::kDefaultSeed), f.train};
+  if (!f.weights.empty()) run.state = &state;
   if (from_text) {
-    text_model.emplace(f.module, c, n_vocab, f.seed.value_or(Generator::kDefaultSeed));
-    if (!f.weights.empty()) text_model->load_state_dict(state);
+    run.ids = &ids;
+    run.vocab_size = n_vocab;
   } else {
-    own = make_attention_module(f.module, c, gen);
-    if (!f.weights.empty()) own->load_state_dict(state, /*strict=*/true);
+    run.input = &in->get("input");
+    run.input_name = "the tensor 'input' in " + excerpt(f.input);
   }
-  AttentionModule& m = text_model ? text_model->module() : *own;
-  m.train(f.train);
-  const Tensor x = text_model ? text_model->embed(ids) : in->get("input");
-  QKV_CHECK(x.dim() == m.input_rank() && x.size(-1) == c.d_in, f.module, ": the tensor 'input' in ",
-            excerpt(f.input), " has shape ", shape_str(x.shape()), "; expected ", expected_input(m, c));
-  if (causal && !text_model)  // (text was checked against --context-length above)
-    QKV_CHECK(x.size(1) <= c.context_length, f.module, ": the tensor 'input' in ", excerpt(f.input), " has ", x.size(1),
-              " tokens but context_length is ", c.context_length,
-              " (the causal mask covers only that many); use a larger --context-length or a shorter input");
-  AttentionTrace trace;
-  Tensor y = m.forward(x, f.attn_weights.empty() ? nullptr : &trace);
+  run.attention_weights = !f.attn_weights.empty();
+  if (grad_file) {
+    run.doutput = &grad_file->get("grad_output");
+    run.doutput_name = "the tensor 'grad_output' in " + excerpt(f.grad_output);
+  }
+  const ModuleResult r = run_module(run);
 
   // Serialise every output, then write them.
+  const std::map<std::string, std::string> pt = {{"format", "pt"}, {"module", f.module}};
   std::vector<OutputFile> files;
-  if (!f.output.empty()) files.push_back({f.output, serialize_safetensors({{"output", y}}), "--output"});
-  if (!f.attn_weights.empty()) {
-    NamedTensors t = {{"attn_weights", trace.weights}};
-    if (trace.dropped_weights.numel() > 0) t.push_back({"attn_weights_dropped", trace.dropped_weights});
-    files.push_back({f.attn_weights, serialize_safetensors(t), "--attn-weights"});
-  }
-  if (!f.save_weights.empty()) {
-    NamedTensors out;
-    for (const StateEntry& e : text_model ? text_model->state_dict() : m.state_dict()) out.push_back({e.name, e.value()});
-    files.push_back(
-        {f.save_weights, serialize_safetensors(out, {{"format", "pt"}, {"module", f.module}}), "--save-weights"});
-  }
-  // --- backward: dL/dinput as 'input', each parameter's gradient under its state-dict name ------
-  if (grad_file) {
-    const Tensor& dy = grad_file->get("grad_output");
-    QKV_CHECK(dy.shape() == y.shape(), "the tensor 'grad_output' in ", excerpt(f.grad_output), " has shape ",
-              shape_str(dy.shape()), "; it must have the output's shape ", shape_str(y.shape()));
-    const Tensor dx = text_model ? text_model->backward(dy) : m.backward(dy);
-    NamedTensors grads = {{"input", dx}};
-    for (const StateEntry& e : text_model ? text_model->state_dict() : m.state_dict())
-      if (e.grad != nullptr) grads.push_back({e.name, *e.grad});
-    files.push_back({f.grads_out, serialize_safetensors(grads, {{"format", "pt"}, {"module", f.module}}), "--grads-out"});
-  }
-  // --- end backward ------------------------------------------------------------------------------
+  if (!f.output.empty()) files.push_back({f.output, serialize_safetensors({{"output", r.output}}), "--output"});
+  if (!f.attn_weights.empty())
+    files.push_back({f.attn_weights, serialize_safetensors(r.attention_weights), "--attn-weights"});
+  if (!f.save_weights.empty()) files.push_back({f.save_weights, serialize_safetensors(r.state, pt), "--save-weights"});
+  if (grad_file) files.push_back({f.grads_out, serialize_safetensors(r.gradients, pt), "--grads-out"});
   write_files_atomically(files);  // all or none, after every destination is checked
-  if (f.output.empty()) std::cout << to_string(y) << "\n";
+  if (f.output.empty()) std::cout << to_string(r.output) << "\n";
   return 0;
 }
 

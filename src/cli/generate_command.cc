@@ -8,7 +8,6 @@
 // --no-kv-cache the whole window runs again for every token (the README's generation table has
 // the two measured against each other).
 #include <algorithm>
-#include <chrono>
 #include <csignal>
 #include <iostream>
 #include <memory>
@@ -84,21 +83,11 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
     stream.emplace(*m.tokenizer);
   }
   StopSignals signals;
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  auto first = start, last = start;  // when the first and the last new token came
-  int64_t count = 0;
-  std::vector<int64_t> out = generate(*m.model, prompt, f.sampling, [&](int64_t id) {
-    last = Clock::now();
-    if (count++ == 0) first = last;
+  GenerationTimes times;
+  std::vector<int64_t> out = generate_timed(*m.model, prompt, f.sampling, [&](int64_t id) {
     if (stream) std::cout << stream->add(id) << std::flush;
     return *StopSignals::flag() == 0;
-  });
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  // The prefill: the prompt through the model and the first token picked; the decode: every token
-  // after it, one at a time.
-  const double prefill_ms = count > 0 ? std::chrono::duration<double, std::milli>(first - start).count() : 0.0;
-  const double decode_s = std::chrono::duration<double>(last - first).count();
+  }, times);
   const int stopped = *StopSignals::flag();
   if (f.json) {
     std::vector<int64_t> ids = prompt;
@@ -113,9 +102,9 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
                                  {"kv_cache", f.sampling.kv_cache},
                                  {"cache_dtype", kernels::cache_dtype_name(f.sampling.cache_dtype)},
                                  {"dtype", m.model->config_json().value("dtype", "f32")},
-                                 {"seconds", seconds},
-                                 {"prefill_ms", prefill_ms},
-                                 {"tokens_per_s", decode_s > 0 ? static_cast<double>(count - 1) / decode_s : 0.0},
+                                 {"seconds", times.seconds},
+                                 {"prefill_ms", times.prefill_ms},
+                                 {"tokens_per_s", times.tokens_per_s},
                                  {"model", m.description},
                                  {"stopped", stopped != 0}})
                      .dump()

@@ -9,7 +9,7 @@
 
 #include "commands.h"
 #include "flags.h"
-#include "standard_output.h"
+#include "qkv/io/standard_output.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/core/bf16.h"
@@ -78,11 +78,11 @@ int main(int argc, char** argv) {
   // writes report and clean up after, instead of SIGXFSZ killing the process mid-write and leaving
   // a temporary behind.
   std::signal(SIGXFSZ, SIG_IGN);
-  qkv::cli::StdoutCapture capture;  // std::cout remembers why a write failed
+  qkv::StdoutCapture capture;  // std::cout remembers why a write failed
   int status = run(argc, argv);
   // Output is only done once it is written: a full disk or closed pipe is an error. (A failure
   // already reported, as by write_stdout, keeps its status and message.)
-  if (const int err = qkv::cli::flush_stdout(); err != 0 && status == 0) {
+  if (const int err = qkv::flush_stdout(); err != 0 && status == 0) {
     print_error(std::string("writing to standard output: ") + std::strerror(err));
     status = 1;
   }

@@ -1,6 +1,8 @@
 // qkv train's progress display. See progress.h.
 #include "progress.h"
 
+#include "qkv/train/run_report.h"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -15,20 +17,6 @@ std::string clock_time(double seconds) {
   if (s >= 3600) std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
                                static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
   else std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
-  return buf;
-}
-
-std::string rate(double tokens_per_s) {
-  char buf[32];
-  if (tokens_per_s >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", tokens_per_s / 1e6);
-  else if (tokens_per_s >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", tokens_per_s / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f", tokens_per_s);
-  return buf;
-}
-
-std::string percent(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f%%", 100.0 * x);
   return buf;
 }
 
@@ -53,7 +41,7 @@ void Progress::update(const StepStats& s, double elapsed, int64_t tokens, bool f
     std::snprintf(line, sizeof line, "  acc %5.1f%%", 100.0 * static_cast<double>(s.correct) / static_cast<double>(s.counted));
     text += line;
   }
-  text += "  " + rate(elapsed > 0 ? static_cast<double>(tokens) / elapsed : 0) + " tok/s  left " + clock_time(eta);
+  text += "  " + rate_text(elapsed > 0 ? static_cast<double>(tokens) / elapsed : 0) + " tok/s  left " + clock_time(eta);
   if (tty_) std::cerr << "\r" << text << "\033[K" << std::flush;
   else std::cerr << text << "\n";
   dirty_ = tty_;
@@ -79,7 +67,7 @@ void ProgressObserver::on_step(const StepStats& s, int64_t tokens) {
 void ProgressObserver::on_eval(const EvalStats& e) {
   char line[160];
   std::snprintf(line, sizeof line, "step %lld: held-out loss %.4f, accuracy %s", static_cast<long long>(e.step),
-                static_cast<double>(e.loss), percent(e.accuracy).c_str());
+                static_cast<double>(e.loss), percent_text(e.accuracy).c_str());
   progress_.message(line);
 }
 

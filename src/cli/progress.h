@@ -13,8 +13,6 @@
 namespace qkv::cli {
 
 std::string clock_time(double seconds);   // "1:05", "2:03:07"; "?" when unknown
-std::string rate(double tokens_per_s);    // "950", "12.3k", "1.25M"
-std::string percent(double x);            // "99.50%"
 
 class Progress {
  public:

@@ -2,12 +2,9 @@
 // printing the book's table. See train_book.h and qkv/train/book_training.h.
 #include "train_book.h"
 
-#include <sys/stat.h>
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -54,18 +51,7 @@ void add_book_train_flags(CLI::App* sub, BookTrainFlags& g) {
   sub->add_option("--init", g.init, "--model gpt: start from these weights (fine-tuning; any layout qkv generate "
                                     "--weights reads); llama, qwen3: Hugging Face's folder (config.json, the weights, "
                                     "tokenizer.json)");
-  add_number_with_default(sub, "--epochs", g.book.epochs, "--model gpt: passes over the training text",
-                          non_negative<int64_t>());
-  add_number_with_default(sub, "--eval-freq", g.book.eval_freq, "--model gpt: evaluate every N steps",
-                          positive<int64_t>());
-  add_number_with_default(sub, "--eval-iter", g.book.eval_iter, "--model gpt: batches of each set per evaluation",
-                          positive<int64_t>());
-  add_number_with_default(sub, "--train-ratio", g.book.train_ratio,
-                          "--model gpt: the share of the text's characters for training (the rest validates)");
-  sub->add_option("--start-context", g.book.start_context, "--model gpt: the text each epoch's sample continues")
-      ->capture_default_str();
-  add_number_with_default(sub, "--sample-tokens", g.book.sample_tokens, "--model gpt: tokens of each sample",
-                          non_negative<int64_t>());
+  visit_fields(OptionFlags{sub}, g.book);
 }
 
 namespace {
@@ -154,14 +140,8 @@ int run_train_book(const BookTrainFlags& g, const TrainOptions& o, const CLI::Ap
   b.lr = given("--lr") ? o.lr : 4e-4;
   b.weight_decay = given("--weight-decay") ? o.weight_decay : 0.1;
   const uint64_t seed = given("--seed") ? o.seed : 123;
-  std::vector<OutputFile> destinations;
-  if (!checkpoint.empty() && !family.checkpoint_folder) destinations.push_back({checkpoint, "", "--checkpoint"});
-  if (!checkpoint.empty() && family.checkpoint_folder) {  // a folder: made now, its files checked before any training
-    QKV_CHECK(::mkdir(checkpoint.c_str(), 0777) == 0 || errno == EEXIST, "cannot make the --checkpoint folder ",
-              excerpt(checkpoint), ": ", std::strerror(errno));
-    for (const char* file : {"/model.safetensors", "/config.json", "/tokenizer.json"})
-      destinations.push_back({checkpoint + file, "", "--checkpoint"});
-  }
+  std::vector<OutputFile> destinations;  // checked before any training
+  if (!checkpoint.empty()) destinations = checkpoint_destinations(family, checkpoint, "--checkpoint");
   if (!svg.empty()) destinations.push_back({svg, "", "--svg"});
   check_output_files(destinations);
   LoadedModel m = book_model(family, g, o, sub, vocab_dir, seed);
@@ -203,18 +183,8 @@ int run_train_book(const BookTrainFlags& g, const TrainOptions& o, const CLI::Ap
   cb.stop_flag = StopSignals::flag();
   cb.on_step = [&](int64_t, float loss) { step_losses.push_back(loss); };
   cb.on_eval = [&](const BookEval& e) {
-    char line[160];
-    std::snprintf(line, sizeof line, "Ep %lld (Step %06lld): Train loss %.3f, Val loss %.3f",
-                  static_cast<long long>(e.epoch), static_cast<long long>(e.step), e.train_loss, e.val_loss);
-    if (lead) info << line << std::endl;
-    if (json)
-      std::cout << nlohmann::json({{"epoch", e.epoch},
-                                   {"step", e.step},
-                                   {"tokens_seen", e.tokens_seen},
-                                   {"train_loss", e.train_loss},
-                                   {"val_loss", e.val_loss}})
-                       .dump()
-                << std::endl;
+    if (lead) info << book_eval_line(e) << std::endl;
+    if (json) std::cout << book_eval_json(e).dump() << std::endl;
     curve_evals.push_back({e.step + 1, static_cast<float>(e.val_loss), NAN});
   };
   cb.on_sample = [&](int64_t, const std::string& sample) {

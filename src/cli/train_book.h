@@ -9,7 +9,7 @@
 
 #include "qkv/train/book_training.h"
 #include "qkv/train/train_options.h"
-#include "train_ranks.h"
+#include "qkv/train/ranks.h"
 
 namespace qkv::cli {
 

@@ -2,7 +2,7 @@
 // task, a text file, or fixed batches; shows a progress bar; writes checkpoints, the loss curve
 // (SVG) and a summary. Ctrl-C stops after the current step and leaves a checkpoint that resumes.
 // Under mpirun (built with MPI), every rank trains on its slice of each batch (data-parallel,
-// train_ranks.h); rank 0 prints and writes.
+// qkv/mpi/train_ranks.h); rank 0 prints and writes.
 #include <unistd.h>
 
 #include <chrono>
@@ -29,10 +29,14 @@
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/loss_curve.h"
 #include "qkv/train/run_options.h"
+#include "qkv/train/run_report.h"
 #include "qkv/train/trainer.h"
 #include "progress.h"
 #include "train_book.h"
-#include "train_ranks.h"
+#include "qkv/train/ranks.h"
+#ifdef QKV_HAVE_MPI
+#include "qkv/mpi/train_ranks.h"
+#endif
 
 namespace qkv::cli {
 namespace {
@@ -44,70 +48,6 @@ struct TrainFlags {
   int64_t checkpoint_every = 250, stop_after = 0;
   bool json = false, quiet = false;
   Dtype checkpoint_dtype = Dtype::kF32;  // the checkpoints' model weights
-};
-
-// Registers a flag for each field of the options (visit_fields in qkv/train/train_options.h),
-// bound to that field, with the field's help and default.
-struct OptionFlags {
-  CLI::App* sub;
-  std::function<void(const OptionField&)> after;  // called after each field's flag is added
-
-  template <typename T>
-    requires std::is_arithmetic_v<T>
-  void operator()(const OptionField& f, T& value) {  // exact, in the type's range (flags.h)
-    CLI::Option* opt = add_number(sub, f.flag, value, f.help);
-    if (f.show_default) opt->default_str(number_text(value));
-    after(f);
-  }
-  void operator()(const OptionField& f, std::string& value) {
-    CLI::Option* opt = sub->add_option(f.flag, value, f.help);
-    if (f.show_default) opt->capture_default_str();
-    after(f);
-  }
-  void operator()(const OptionField& f, bool& value) {
-    sub->add_flag(f.flag, value, f.help);
-    after(f);
-  }
-  void operator()(const OptionField& f, AttentionPath& value) {
-    add_attention_flag(sub, value, f.help);
-    after(f);
-  }
-  void operator()(const OptionField& f, Dtype& value) {
-    add_dtype_flag(sub, f.flag, [&value](Dtype d) { value = d; }, f.help)->default_str(dtype_name(value));
-    after(f);
-  }
-  void operator()(const OptionField& f, kernels::RopeLayout& value) {
-    const std::string flag = f.flag;
-    sub->add_option_function<std::string>(
-           flag,
-           [&value, flag](const std::string& s) {
-             if (s != "none" && s != "half" && s != "interleaved")
-               throw CLI::ValidationError(flag + ": " + excerpt(s) +
-                                          " is not a RoPE layout; expected none, half or interleaved");
-             value = kernels::parse_rope_layout(s);
-           },
-           f.help)
-        ->type_name("LAYOUT")
-        ->default_str(kernels::rope_layout_name(value));
-    after(f);
-  }
-  void operator()(const OptionField& f, TrainTask& value) {
-    add_enum(f, value, train_task_names(), parse_train_task, train_task_name);
-  }
-  void operator()(const OptionField& f, OptimizerKind& value) {
-    add_enum(f, value, optimizer_kind_names(), parse_optimizer_kind, optimizer_kind_name);
-  }
-
- private:
-  template <typename E>
-  void add_enum(const OptionField& f, E& value, const std::vector<std::string>& names,
-                E (*parse)(const std::string&), const char* (*name)(E)) {
-    sub->add_option_function<std::string>(
-           f.flag, [&value, parse](const std::string& s) { value = parse(s); }, f.help)
-        ->check(CLI::IsMember(names))
-        ->default_str(name(value));
-    after(f);
-  }
 };
 
 // The model's flags (or a resumed checkpoint's options with the flags on top), checked against
@@ -125,37 +65,6 @@ void check_model_flags(const LMConfig& m, const CLI::App& sub) {
   if (m.attention.dtype == Dtype::kBF16 && m.attention.dropout > 0 && m.path == AttentionPath::kAuto)
     bad_flag("--dtype", "bf16 with --dropout ", m.attention.dropout, " needs --attention fused (auto runs the "
              "textbook path while dropout is on, for PyTorch's masks, in f32)");
-}
-
-// ", 2 kv heads, rope half (base 10000), window 8, alibi, softcap 30" for the variants on (and
-// bf16 mode), or "".
-std::string variants_text(const LMConfig& m) {
-  const kernels::AttentionSpec& a = m.attention;
-  std::string t;
-  if (a.kv_heads > 0 && a.kv_heads != a.heads) t += str(", ", a.kv_heads, " kv heads");
-  if (a.rope != kernels::RopeLayout::kNone)
-    t += str(", rope ", kernels::rope_layout_name(a.rope), " (base ", a.rope_base, ")");
-  if (a.window > 0) t += str(", window ", a.window);
-  if (a.alibi) t += ", alibi";
-  if (a.softcap > 0) t += str(", softcap ", a.softcap);
-  if (a.dtype == Dtype::kBF16) t += ", bf16 mixed precision (bf16 products, fp32 master weights)";
-  return t;
-}
-
-// The text of the run's data: GPT-2 tokens of the file, with a vocabulary of the tokens it uses.
-std::unique_ptr<TrainingData> text_data(TrainOptions& o, const std::string& vocab_dir, std::vector<int64_t>& vocab) {
-  QKV_CHECK(!o.text_file.empty(), "--task text needs --text-file FILE");
-  if (o.model.context_length == 0) o.model.context_length = 64;
-  try {
-    TextData d = text_training_data(read_file(o.text_file), load_gpt2(vocab_dir), o.model.context_length, o.seed + 1,
-                                    excerpt(o.text_file));
-    vocab = std::move(d.vocab);
-    return std::move(d.windows);
-  } catch (const Error& e) {  // the windows are context_length long: say which flag sets it
-    const std::string what = e.what();
-    if (what.find("training window") == std::string::npos) throw;
-    fail(what, " (--context-length ", o.model.context_length, ")");
-  }
 }
 
 // What a run is built from: the options (the flags, over a resumed checkpoint's), the trainer,
@@ -205,7 +114,7 @@ TrainSetup set_up(const TrainFlags& f, const CLI::App& sub, bool writes) {
 
   std::unique_ptr<TrainingData> data;
   std::vector<int64_t> vocab;
-  if (o.task == TrainTask::kText) data = text_data(o, f.vocab_dir, vocab);
+  if (o.task == TrainTask::kText) data = text_run_data(o, f.vocab_dir, vocab);
   setup.trainer = std::make_unique<Trainer>(o, std::move(data), vocab);
   if (resumed) setup.trainer->restore(*resumed);
   o = setup.trainer->options();
@@ -226,12 +135,6 @@ std::string rank_description(const TrainFlags& f, const CLI::App& sub, const Tra
   if (sub.count("--stop-after") > 0) d += str(" --stop-after ", f.stop_after);
   if (setup.resumed) d += str(" (resuming step ", setup.resumed->step, ")");
   return d;
-}
-
-// ", 8 per rank" or ", 8 or 9 per rank" for a batch of B over N ranks.
-std::string per_rank_text(int64_t batch, int ranks) {
-  const int64_t least = batch / ranks, most = (batch + ranks - 1) / ranks;
-  return least == most ? str(least, " per rank") : str(least, " or ", most, " per rank");
 }
 
 int run_train(const TrainFlags& flags, const CLI::App& sub, TrainRanks* ranks) {
@@ -276,15 +179,7 @@ int run_train(const TrainFlags& flags, const CLI::App& sub, TrainRanks* ranks) {
   std::ostream& info = !lead ? null_out : f.json ? std::cerr : std::cout;
   Progress progress(!f.quiet, trainer.steps_done(), o.steps);
   if (!f.quiet) {
-    const LMConfig& m = o.model;
-    std::cerr << "qkv train: " << trainer.data().describe() << "\n  model: attention-only LM, vocab " << m.vocab_size
-              << ", d_model " << m.d_model << ", " << m.attention.heads << " heads, " << m.num_layers
-              << " layers, context " << m.context_length << ", dropout " << m.attention.dropout << variants_text(m) << " ("
-              << trainer.model().num_parameters() << " parameters)\n  " << optimizer_kind_name(o.optimizer) << ", lr "
-              << o.lr << " -> " << o.min_lr << " (warm-up " << o.warmup << ", cosine), batch " << o.batch_size
-              << ", clip " << o.clip << ", seed " << o.seed << "\n";
-    if (ranks) std::cerr << "  data-parallel over " << ranks->ranks() << " ranks: batch " << o.batch_size << ", "
-                         << per_rank_text(o.batch_size, ranks->ranks()) << "\n";
+    std::cerr << run_plan_text(trainer, ranks ? ranks->ranks() : 1);
     if (resumed) std::cerr << "  resuming " << excerpt(f.resume) << " at step " << trainer.steps_done() << "\n";
   }
 
@@ -315,18 +210,8 @@ int run_train(const TrainFlags& flags, const CLI::App& sub, TrainRanks* ranks) {
     write_files_atomically({{f.svg, loss_curve_svg(trainer.losses(), trainer.evals(), lc), "--svg"}});
   }
 
-  const double tokens_per_s = elapsed > 0 ? static_cast<double>(r.tokens) / elapsed : 0.0;
-  const float final_loss = trainer.losses().empty() ? NAN : trainer.losses().back();
-  const bool has_accuracy = trainer.has_eval() && !trainer.evals().empty();
-  const double accuracy = has_accuracy ? trainer.evals().back().accuracy : NAN;
-  char line[256];
-  std::snprintf(line, sizeof line, "%s %lld steps (%lld in this run) in %.1f s, %s tokens/s; final loss %.4f",
-                finished ? "trained" : "stopped after", static_cast<long long>(trainer.steps_done()),
-                static_cast<long long>(r.steps_run), elapsed, rate(tokens_per_s).c_str(), static_cast<double>(final_loss));
-  info << line;
-  if (ranks) info << ", " << ranks->ranks() << " ranks";
-  if (has_accuracy) info << ", held-out accuracy " << percent(accuracy);
-  info << "\n";
+  const RunSummary summary = summarize_run(trainer, r, elapsed, ckpt_path, f.svg, ranks ? ranks->ranks() : 0);
+  info << summary_line(summary) << "\n";
   if (!ckpt_path.empty()) info << "checkpoint: " << ckpt_path << "\n";
   if (!f.svg.empty()) info << "loss curve: " << f.svg << "\n";
   if (!finished) {
@@ -335,20 +220,7 @@ int run_train(const TrainFlags& flags, const CLI::App& sub, TrainRanks* ranks) {
     if (!ckpt_path.empty()) info << "; continue with: qkv train --resume " << ckpt_path;
     info << "\n";
   }
-  if (f.json) {
-    nlohmann::json j = {{"steps", trainer.steps_done()},
-                        {"steps_this_run", r.steps_run},
-                        {"final_loss", final_loss},
-                        {"accuracy", has_accuracy ? nlohmann::json(accuracy) : nlohmann::json(nullptr)},
-                        {"tokens_per_s", tokens_per_s},
-                        {"seconds", elapsed},
-                        {"task", train_task_name(o.task)},
-                        {"finished", finished},
-                        {"checkpoint", ckpt_path},
-                        {"loss_curve", f.svg}};
-    if (ranks) j["ranks"] = ranks->ranks();
-    std::cout << j.dump() << "\n";
-  }
+  if (f.json) std::cout << summary_json(summary).dump() << "\n";
   std::cout << std::flush;
   return stop_signal ? 128 + stop_signal : 0;
 }
@@ -391,8 +263,9 @@ Command add_train(CLI::App& app) {
       "them, the losses and weights those of one process within 1e-6; rank 0 prints and writes.");
   return {sub, [f, sub]() {
 #ifdef QKV_HAVE_MPI
-            if (started_by_mpirun())
-              return with_train_ranks([&](TrainRanks& ranks) { return run_train(*f, *sub, &ranks); });
+            if (mpi::started_by_mpirun())
+              return mpi::with_train_ranks([&](TrainRanks& ranks) { return run_train(*f, *sub, &ranks); },
+                                           [](const std::string& e) { return "qkv: error: " + e + limit_hint(e); });
 #endif
             return run_train(*f, *sub, nullptr);
           }};

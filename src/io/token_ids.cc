@@ -46,4 +46,22 @@ std::vector<TokenId> parse_token_ids(std::string_view s) {
   return ids;
 }
 
+void append_token_ids(std::string& out, const std::vector<TokenId>& ids) {
+  const size_t start = out.size();
+  out.resize(start + 3 + ids.size() * 22);
+  char* p = out.data() + start;
+  char* const end = out.data() + out.size();
+  *p++ = '[';
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) {
+      *p++ = ',';
+      *p++ = ' ';
+    }
+    p = std::to_chars(p, end, ids[i]).ptr;
+  }
+  *p++ = ']';
+  *p++ = '\n';
+  out.resize(static_cast<size_t>(p - out.data()));
+}
+
 }  // namespace qkv

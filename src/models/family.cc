@@ -4,6 +4,9 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/io/safetensors.h"
@@ -76,6 +79,15 @@ const ModelFamily& family_of_path(const std::string& path) {
   if (is_gpt_weights(header)) return models_detail::gpt_family();
   // Neither: the checkpoint reader says what is missing
   return models_detail::attention_lm_family();
+}
+
+std::vector<OutputFile> checkpoint_destinations(const ModelFamily& f, const std::string& path, const std::string& what) {
+  if (!f.checkpoint_folder) return {{path, "", what}};
+  QKV_CHECK(::mkdir(path.c_str(), 0777) == 0 || errno == EEXIST, "cannot make the ", what, " folder ", excerpt(path),
+            ": ", std::strerror(errno));
+  std::vector<OutputFile> files;
+  for (const char* file : {"/model.safetensors", "/config.json", "/tokenizer.json"}) files.push_back({path + file, "", what});
+  return files;
 }
 
 void attach_tokenizer(LoadedModel& m, std::unique_ptr<Tokenizer> tokenizer, const std::string& source,

@@ -2,6 +2,7 @@
 #include "qkv/models/generation.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -123,6 +124,25 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
     if (on_token && !on_token(next)) break;
   }
   model.train(was_training);
+  return out;
+}
+
+std::vector<int64_t> generate_timed(LanguageModel& model, const std::vector<int64_t>& prompt,
+                                    const SamplingOptions& options, const TokenCallback& on_token,
+                                    GenerationTimes& times) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto first = start, last = start;  // when the first and the last new token came
+  int64_t count = 0;
+  std::vector<int64_t> out = generate(model, prompt, options, [&](int64_t id) {
+    last = Clock::now();
+    if (count++ == 0) first = last;
+    return on_token ? on_token(id) : true;
+  });
+  times.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  times.prefill_ms = count > 0 ? std::chrono::duration<double, std::milli>(first - start).count() : 0.0;
+  const double decode_s = std::chrono::duration<double>(last - first).count();
+  times.tokens_per_s = decode_s > 0 ? static_cast<double>(count - 1) / decode_s : 0.0;
   return out;
 }
 

@@ -370,4 +370,21 @@ std::unique_ptr<LanguageModel> gpt_model_from(const GptWeights& w, Generator& ge
   return model;
 }
 
+std::vector<OutputFile> gpt_layout_files(LanguageModel& model, const std::string& to, const std::string& out,
+                                         const std::string& config) {
+  QKV_CHECK(config.empty() || to == "huggingface", "Hugging Face's config.json goes with the huggingface layout");
+  if (to == "qkv") {  // the family's own checkpoint
+    std::vector<OutputFile> files = model.family().checkpoint(model, out, "");
+    files.front().what = "--out";
+    return files;
+  }
+  const GptLayout layout = parse_gpt_layout(to);
+  std::vector<OutputFile> files = {
+      {out,
+       serialize_safetensors(gpt_state_in_layout(model, layout), {{"format", "pt"}}),
+       "--out"}};
+  if (!config.empty()) files.push_back({config, hugging_face_config_json(model.spec()) + "\n", "--config"});
+  return files;
+}
+
 }  // namespace qkv

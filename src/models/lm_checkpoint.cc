@@ -1,13 +1,13 @@
 // The model's part of a qkv train checkpoint. See include/qkv/models/lm_checkpoint.h.
 #include "qkv/models/lm_checkpoint.h"
 
-#include <charconv>
 #include <cmath>
 #include <algorithm>
 #include <set>
 
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
+#include "qkv/core/numbers.h"
 #include "qkv/io/json_read.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/models/decoder.h"
@@ -73,18 +73,43 @@ std::vector<int64_t> read_lm_vocab(const Tensor& t) {
   return out;
 }
 
-LmCheckpoint read_lm_checkpoint(const std::string& path) {
-  TensorFile f = load_safetensors(path);
+const std::string& checkpoint_metadata(const TensorFile& f, const std::string& path, const char* key) {
+  auto it = f.metadata.find(key);
+  QKV_CHECK(it != f.metadata.end(), excerpt(path, 4096), " is not a qkv training checkpoint: its metadata has no '",
+            key, "' (training checkpoints are written by qkv train)");
+  return it->second;
+}
+
+int64_t checkpoint_step(const TensorFile& f, const std::string& path) {
+  const std::string& text = checkpoint_metadata(f, path, "step");
+  const std::optional<int64_t> step = parse_number<int64_t>(text, non_negative<int64_t>());
+  QKV_CHECK(step.has_value(), "its step must be a non-negative integer, not ", excerpt(text));
+  return *step;
+}
+
+void reading_checkpoint(const std::string& path, const std::function<void()>& read) {
   const std::string file = excerpt(path, 4096);
-  auto meta = [&](const char* key) -> const std::string& {
-    auto it = f.metadata.find(key);
-    QKV_CHECK(it != f.metadata.end(), file, " is not a qkv training checkpoint: its metadata has no '", key,
-              "' (training checkpoints are written by qkv train)");
-    return it->second;
-  };
-  QKV_CHECK(meta("qkv") == kLmCheckpointKind, file, " is a ", excerpt(meta("qkv")), " file, not a ", kLmCheckpointKind);
-  LmCheckpoint c;
   try {
+    read();
+  } catch (const Error& e) {
+    fail(file, ": ", e.what());
+  } catch (const std::exception& e) {
+    fail(file, ": malformed checkpoint metadata: ", excerpt(e.what(), 200));
+  }
+}
+
+TensorFile open_lm_checkpoint(const std::string& path) {
+  TensorFile f = load_safetensors(path);
+  const std::string& kind = checkpoint_metadata(f, path, "qkv");
+  QKV_CHECK(kind == kLmCheckpointKind, excerpt(path, 4096), " is a ", excerpt(kind), " file, not a ", kLmCheckpointKind);
+  return f;
+}
+
+LmCheckpoint read_lm_checkpoint(const std::string& path) {
+  const TensorFile f = open_lm_checkpoint(path);
+  auto meta = [&](const char* key) -> const std::string& { return checkpoint_metadata(f, path, key); };
+  LmCheckpoint c;
+  reading_checkpoint(path, [&] {
     const nlohmann::json o = parse_json(meta("options"), "its options");
     QKV_CHECK(o.is_object() && o.contains("model"), "its options must be a JSON object with \"model\", not ",
               json_excerpt(o));
@@ -94,23 +119,16 @@ LmCheckpoint read_lm_checkpoint(const std::string& path) {
     if (o.contains("task_symbols")) read_option(o["task_symbols"], c.task_symbols, "task_symbols");
     if (o.contains("text_file")) read_option(o["text_file"], c.text_file, "text_file");
     if (o.contains("seed")) read_option(o["seed"], c.seed, "seed");
-    const std::string& step = meta("step");
-    const auto [end, ec] = std::from_chars(step.data(), step.data() + step.size(), c.step);
-    QKV_CHECK(ec == std::errc() && end == step.data() + step.size() && c.step >= 0,
-              "its step must be a non-negative integer, not ", excerpt(step));
+    c.step = checkpoint_step(f, path);
     for (const auto& [name, t] : f.tensors) {
       if (name == "data.vocab") c.vocab = read_lm_vocab(t);
       if (trainer_tensor(name)) continue;
       c.model[name] = t;
-      if (f.stored_dtypes[name] == "BF16") c.weights_dtype = Dtype::kBF16;
+      if (f.stored_dtypes.at(name) == "BF16") c.weights_dtype = Dtype::kBF16;
     }
     validate_lm_config(c.config);  // the variants too: num_kv_heads divides num_heads, window <= context, ...
     check_lm_tensors(c.config, c.model);
-  } catch (const Error& e) {
-    fail(file, ": ", e.what());
-  } catch (const std::exception& e) {
-    fail(file, ": malformed checkpoint metadata: ", excerpt(e.what(), 200));
-  }
+  });
   return c;
 }
 

@@ -1,6 +1,8 @@
 // An attention module on text. See include/qkv/models/module_on_text.h.
 #include "qkv/models/module_on_text.h"
 
+#include <optional>
+
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 
@@ -68,6 +70,48 @@ Tensor ModuleOnText::backward(const Tensor& doutput) {
   // x = embedding.forward(ids, 1, T): on through the embeddings to their tables
   embedding_->backward(dx.dim() == 2 ? dx.unsqueeze(0) : dx);
   return dx;
+}
+
+ModuleResult run_module(const ModuleRun& r) {
+  const AttentionConfig& c = r.config;
+  std::optional<ModuleOnText> text_model;
+  std::unique_ptr<AttentionModule> own;
+  Generator gen(r.seed);
+  if (r.ids) {
+    text_model.emplace(r.module, c, r.vocab_size, r.seed);
+    if (r.state) text_model->load_state_dict(*r.state);
+  } else {
+    own = make_attention_module(r.module, c, gen);
+    if (r.state) own->load_state_dict(*r.state, /*strict=*/true);
+  }
+  AttentionModule& m = text_model ? text_model->module() : *own;
+  m.train(r.train);
+  const Tensor x = text_model ? text_model->embed(*r.ids) : *r.input;
+  const std::string expected = m.input_rank() == 2 ? str("(num_tokens, d_in = ", c.d_in, ")")
+                                                   : str("(batch, num_tokens, d_in = ", c.d_in, ")");
+  QKV_CHECK(x.dim() == m.input_rank() && x.size(-1) == c.d_in, r.module, ": ", r.input_name, " has shape ",
+            shape_str(x.shape()), "; expected ", expected);
+  if (attention_module_info(r.module).causal && !text_model)  // (text is checked against the table by embed)
+    QKV_CHECK(x.size(1) <= c.context_length, r.module, ": ", r.input_name, " has ", x.size(1),
+              " tokens but context_length is ", c.context_length,
+              " (the causal mask covers only that many); use a larger --context-length or a shorter input");
+  AttentionTrace trace;
+  ModuleResult out;
+  out.output = m.forward(x, r.attention_weights ? &trace : nullptr);
+  if (r.attention_weights) {
+    out.attention_weights = {{"attn_weights", trace.weights}};
+    if (trace.dropped_weights.numel() > 0) out.attention_weights.push_back({"attn_weights_dropped", trace.dropped_weights});
+  }
+  const std::vector<StateEntry> entries = text_model ? text_model->state_dict() : m.state_dict();
+  for (const StateEntry& e : entries) out.state.push_back({e.name, e.value()});
+  if (r.doutput) {
+    QKV_CHECK(r.doutput->shape() == out.output.shape(), r.doutput_name, " has shape ", shape_str(r.doutput->shape()),
+              "; it must have the output's shape ", shape_str(out.output.shape()));
+    out.gradients = {{"input", text_model ? text_model->backward(*r.doutput) : m.backward(*r.doutput)}};
+    for (const StateEntry& e : text_model ? text_model->state_dict() : m.state_dict())
+      if (e.grad != nullptr) out.gradients.push_back({e.name, *e.grad});
+  }
+  return out;
 }
 
 }  // namespace qkv

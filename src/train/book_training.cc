@@ -2,6 +2,7 @@
 #include "qkv/train/book_training.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "qkv/core/error.h"
 #include "qkv/models/generation.h"
@@ -164,6 +165,18 @@ BookTrainingReport train_like_the_book(LanguageModel& model, Generator& gen, con
   r.steps = global_step + 1;
   model.eval();
   return r;
+}
+
+std::string book_eval_line(const BookEval& e) {
+  char line[160];
+  std::snprintf(line, sizeof line, "Ep %lld (Step %06lld): Train loss %.3f, Val loss %.3f",
+                static_cast<long long>(e.epoch), static_cast<long long>(e.step), e.train_loss, e.val_loss);
+  return line;
+}
+
+nlohmann::json book_eval_json(const BookEval& e) {
+  return {{"epoch", e.epoch}, {"step", e.step}, {"tokens_seen", e.tokens_seen}, {"train_loss", e.train_loss},
+          {"val_loss", e.val_loss}};
 }
 
 }  // namespace qkv

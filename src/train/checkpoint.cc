@@ -1,7 +1,6 @@
 // Training checkpoints. See include/qkv/train/checkpoint.h.
 #include "qkv/train/checkpoint.h"
 
-#include <charconv>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -53,15 +52,6 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
 }
 
 namespace {
-
-// A whole non-negative decimal integer: "3x", "", "-1", "+3" and " 3" are refused.
-int64_t exact_count(const std::string& text, const char* what) {
-  int64_t v = -1;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  QKV_CHECK(ec == std::errc() && end == text.data() + text.size() && v >= 0, what,
-            " must be a non-negative integer, not ", excerpt(text));
-  return v;
-}
 
 void read_evals(const nlohmann::json& j, std::vector<EvalStats>& out) {
   QKV_CHECK(j.is_array(), "its evaluations must be a JSON array, not ", json_excerpt(j));
@@ -122,19 +112,12 @@ void validate(const Checkpoint& c) {
 }  // namespace
 
 Checkpoint load_checkpoint(const std::string& path) {
-  TensorFile f = load_safetensors(path);
-  const std::string file = excerpt(path, 4096);
-  auto meta = [&](const char* key) -> const std::string& {
-    auto it = f.metadata.find(key);
-    QKV_CHECK(it != f.metadata.end(), file, " is not a qkv training checkpoint: its metadata has no '", key,
-              "' (training checkpoints are written by save_checkpoint)");
-    return it->second;
-  };
-  QKV_CHECK(meta("qkv") == kKind, file, " is a ", excerpt(meta("qkv")), " file, not a ", kKind);
+  TensorFile f = open_lm_checkpoint(path);
+  auto meta = [&](const char* key) -> const std::string& { return checkpoint_metadata(f, path, key); };
   Checkpoint c;
-  try {
+  reading_checkpoint(path, [&] {
     c.options = train_options_from_json(parse_json(meta("options"), "its options"));
-    c.step = exact_count(meta("step"), "its step");
+    c.step = checkpoint_step(f, path);
     c.model_rng = meta("rng.model");
     c.data_state = parse_json(meta("data.state"), "its data state");
     read_evals(parse_json(meta("evals"), "its evaluations"), c.evals);
@@ -147,15 +130,11 @@ Checkpoint load_checkpoint(const std::string& path) {
         c.vocab = read_lm_vocab(t);
       } else {
         c.model[name] = t;
-        if (f.stored_dtypes[name] == "BF16") c.weights_dtype = Dtype::kBF16;
+        if (f.stored_dtypes.at(name) == "BF16") c.weights_dtype = Dtype::kBF16;
       }
     }
     validate(c);
-  } catch (const Error& e) {
-    fail(file, ": ", e.what());
-  } catch (const std::exception& e) {
-    fail(file, ": malformed checkpoint metadata: ", excerpt(e.what(), 200));
-  }
+  });
   return c;
 }
 

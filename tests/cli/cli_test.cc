@@ -174,12 +174,12 @@ TEST_F(Cli, UnknownOrMissingFlagsAreUsageErrors) {  // exit status 2, as qkv --h
   expect_error("forward --d-in 3 --d-out 2 --seed 1 --input x", {"--module is required"}, 2);
   expect_error("forward --module attention --d-in 3 --d-out 2 --seed 1 --input x", {"attention"}, 2);
   expect_error("forward --module mha --d-in 3 --d-out 2 --context-length 6 --input " + input({1, 6, 3}),
-               {"--seed S", "--weights FILE"});
+               {"--seed S", "--weights FILE"}, 2);
   expect_error("forward --module causal-attention --d-in 3 --d-out 2 --seed 1 --input " + input({1, 6, 3}),
-               {"needs --context-length"});
+               {"--context-length: --module causal-attention needs it"}, 2);
   expect_error("forward --module self-attention-v1 --d-in 3 --d-out 2 --context-length 6 --seed 1 --input " +
                    input({6, 3}),
-               {"takes no --context-length"});
+               {"takes no --context-length"}, 2);
 }
 
 TEST_F(Cli, BadSafetensorsFilesAreNamed) {

@@ -34,7 +34,7 @@ TEST(ChatFormat, TheFamiliesTemplatesAsWritten) {
 }
 
 TEST(ChatSession, RefusesAContextBelowOneAndATurnThatDoesNotFit) {
-  // Qwen3's tokenizer's ids, a tiny model (LlamaConfig's default eps and base, as before)
+  // Qwen3's tokenizer's ids, a tiny model (eps 1e-5, base 10000)
   const DecoderSpec c = llama_sizes("qwen3", 151669, 8, 8, 1, 2, 1, 4, 40960, false, 10000.0, 1e-5);
   Generator gen(3);
   DecoderModel model(c, gen);

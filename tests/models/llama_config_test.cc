@@ -37,7 +37,7 @@ std::string error_of(const json& j) {
   return "(no error)";
 }
 
-TEST(LlamaConfig, ReadsLlama32sPublishedConfig) {
+TEST(LlamaConfigJson, ReadsLlama32sPublishedConfig) {
   const DecoderSpec c = read_llama_config(json::parse(kLlama32_1B));
   EXPECT_EQ(c.family, "llama");
   EXPECT_EQ(c.width, 2048);
@@ -63,7 +63,7 @@ TEST(LlamaConfig, ReadsLlama32sPublishedConfig) {
   EXPECT_EQ(llama_config_json(again), llama_config_json(c));
 }
 
-TEST(LlamaConfig, PresetsAreThePublishedSizes) {
+TEST(LlamaConfigJson, PresetsAreThePublishedSizes) {
   const DecoderSpec a = llama_preset("llama-3.2-1b");
   EXPECT_EQ(a.width, 2048);
   EXPECT_EQ(a.layers, 16);
@@ -97,7 +97,7 @@ TEST(LlamaConfig, PresetsAreThePublishedSizes) {
   }
 }
 
-TEST(LlamaConfig, HeadDimDefaultsToHiddenOverHeads) {
+TEST(LlamaConfigJson, HeadDimDefaultsToHiddenOverHeads) {
   json j = json::parse(kLlama32_1B);
   j.erase("head_dim");
   EXPECT_EQ(read_llama_config(j).attention.head_dim, 64);
@@ -107,7 +107,7 @@ TEST(LlamaConfig, HeadDimDefaultsToHiddenOverHeads) {
       << error_of(j);
 }
 
-TEST(LlamaConfig, FieldsOutOfRangeAreRefusedByName) {
+TEST(LlamaConfigJson, FieldsOutOfRangeAreRefusedByName) {
   const json base = json::parse(kLlama32_1B);
   auto with = [&](const char* key, const json& v) {
     json j = base;

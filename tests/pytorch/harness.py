@@ -8,6 +8,7 @@ pass/fail tally, the summary line and the exit status.
                 ...
                 h.record(case.name, case.errors, case.cmd)
         return h.finish()       # prints "forward differential: N passed, M failed (T s)"; 1 on a failure
+                                # or when no case ran at all
 
     if __name__ == "__main__":
         sys.exit(main())
@@ -127,7 +128,9 @@ class Harness:
         return len(self.failures)
 
     def finish(self):
-        """Reports the failures on stderr, prints the summary line; the exit status (0 or 1)."""
+        """Reports the failures on stderr, prints the summary line; the exit status: 0 when every
+        case passed, 1 on a failure - and 1 when no case ran at all (a script that checked nothing
+        has not passed)."""
         for label, command, errors in self.failures:
             print(f"FAILED {label}", file=sys.stderr)
             if command:
@@ -135,6 +138,9 @@ class Harness:
             for e in errors:
                 print("  " + str(e).replace("\n", "\n  "), file=sys.stderr)
         print(f"{self.name}: {self.passed} passed, {self.failed} failed ({time.time() - self.start:.1f} s)")
+        if not self.failures and self.passed == 0:
+            print(f"{self.name}: FAILED: no case ran", file=sys.stderr)
+            return 1
         return 1 if self.failures else 0
 
 

@@ -5,7 +5,7 @@
 //   float y = bf16_to_float(b);        exact (bf16 is a float32 with a 7-bit mantissa)
 //   floats_to_bf16(x, b, n);           the same, n values at a time
 //
-// bf16 mode (issue 16): weights, activations and the K/V operands in bf16, every product
+// bf16 mode: weights, activations and the K/V operands in bf16, every product
 // accumulated in float32. The kernels use AVX512_BF16's dot product (vdpbf16ps: two bf16 products
 // added into each float32 lane, twice the float32 FMA's work per instruction) where the CPU has it
 // and bf16_dot_allowed() says so, and otherwise widen bf16 to float32 (exact) and use FMAs: the

@@ -1,5 +1,5 @@
 // qkv/kernels/attention_bf16.h - the fused attention (attention.h) on bf16 queries, keys and
-// values: bf16 mode's kernel (issue 16).
+// values: bf16 mode's kernel.
 //
 // Legend as in attention.h: B batch, H query heads, G key/value heads, T queries, S keys, D
 // query/key dim, Dv value dim.

@@ -4,9 +4,10 @@
 // D head dim (queries, keys and values alike).
 //
 // Every place that configures attention embeds this struct instead of copying its fields: the
-// modules' AttentionConfig, the language models' configs, the MHA pipeline's MhaShape, the
-// benchmarks' shapes and ring attention's. It is checked by one function, validate_attention_spec,
-// whose errors name the field the way the caller names it (a JSON key, a flag) through a
+// modules' AttentionConfig, the one description of a decoder (models/decoder_spec.h: every family's
+// model, read from config.json or a checkpoint), the MHA pipeline's MhaShape, the benchmarks'
+// shapes and ring attention's. It is checked by one function, validate_attention_spec, whose
+// errors name the field the way the caller names it (a config.json key, a flag) through a
 // SpecNamer, so the command line maps a field to its flag instead of checking again. The kernels'
 // per-call AttentionOptions (attention.h) are derived from a spec by kernel_options(); their own
 // argument checks reuse the same rules (check_window, check_softcap, ...).

@@ -82,7 +82,7 @@ struct ModelFamily {
   std::vector<OutputFile> (*checkpoint)(LanguageModel& model, const std::string& path,
                                         const std::string& tokenizer_file) = nullptr;
   std::string checkpoint_kind;           // what that checkpoint is, for people
-  bool checkpoint_folder = false;        // it is a folder (Hugging Face's), not a file
+  bool checkpoint_folder = false;        // it is a folder (Hugging Face's: hf_folder.h's files), not a file
   // The state as the family's PyTorch class's state_dict() holds it, when that is not the model's
   // own (the book's GPTModel keeps a head of its own: a tied one is written as out_head.weight too).
   NamedTensors (*torch_state)(LanguageModel& model) = nullptr;
@@ -109,6 +109,10 @@ const ModelFamily& family_of_preset(const std::string& preset);
 // GPT-2's), a qkv train checkpoint (attention-lm), GPT-2's weights in a file (gpt); anything else
 // a qkv::Error saying what qkv reads.
 const ModelFamily& family_of_path(const std::string& path);
+
+// Where a checkpoint of the family at `path` goes, ready before any training: a folder format's
+// folder made (its files listed), else the file; for check_output_files, each named `what`.
+std::vector<OutputFile> checkpoint_destinations(const ModelFamily& f, const std::string& path, const std::string& what);
 
 // What every loader finishes with: the tokenizer (checked against the model's vocabulary), the
 // family's end tokens it has (end_ids, eos_id the first) and its chat format.

@@ -59,6 +59,15 @@ using TokenCallback = std::function<bool(int64_t id)>;
 std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& prompt, const SamplingOptions& options,
                               const TokenCallback& on_token = nullptr);
 
+// The same, timed: `seconds` the whole generation; `prefill_ms` the prompt through the model and
+// the first token picked; `tokens_per_s` the tokens after the first over their time.
+struct GenerationTimes {
+  double seconds = 0, prefill_ms = 0, tokens_per_s = 0;
+};
+std::vector<int64_t> generate_timed(LanguageModel& model, const std::vector<int64_t>& prompt,
+                                    const SamplingOptions& options, const TokenCallback& on_token,
+                                    GenerationTimes& times);
+
 // Throws qkv::Error naming the option out of range for a vocabulary of V: max_new_tokens < 0, a
 // temperature not finite or negative, top_k outside [0, V], eos_id or a stop id outside [0, V).
 // `who` starts the message ("generate", "chat").

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/io/output_files.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/core/generator.h"
 #include "qkv/models/gpt.h"
@@ -72,6 +73,13 @@ void load_gpt_weights(LanguageModel& model, const GptWeights& weights);
 // head is not tied; config.json's text in `config_json` when asked for).
 NamedTensors gpt_state_in_layout(LanguageModel& model, GptLayout layout);
 std::string hugging_face_config_json(const DecoderSpec& spec);
+
+// qkv convert's files, bit for bit: `model` (of `weights`) in `to`'s layout at `out` - "huggingface"
+// (and Hugging Face's config.json at `config` when given), "book" (the book's names), or "qkv" (the
+// book's names with the configuration in the metadata: the gpt family's checkpoint). Each file's
+// `what` is `flag`.
+std::vector<OutputFile> gpt_layout_files(LanguageModel& model, const std::string& to, const std::string& out,
+                                         const std::string& config = "");
 
 // A GPT model holding `weights` (built without drawing - or drawing from gen first with `draw`, as
 // torch.manual_seed(S); GPTModel(cfg) - then loaded), in eval mode; gen is kept for the dropouts (it

@@ -9,12 +9,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/tensor.h"
+#include "qkv/io/safetensors.h"
 #include "qkv/models/attention_lm.h"
 
 namespace qkv {
@@ -35,6 +37,16 @@ struct LmCheckpoint {
 
 // Whether a file's metadata says it is a qkv training checkpoint.
 bool is_lm_checkpoint(const std::map<std::string, std::string>& metadata);
+// The file read whole, checked to be one ("'f.st' is not a qkv training checkpoint: its metadata
+// has no 'qkv'", "'f.st' is a gpt-weights 1 file, not a train-checkpoint 1"); and one of its
+// metadata entries, a qkv::Error naming the file and the key when absent.
+TensorFile open_lm_checkpoint(const std::string& path);
+const std::string& checkpoint_metadata(const TensorFile& f, const std::string& path, const char* key);
+// Its "step": a whole non-negative decimal integer ("3x", "", "-1", "+3" and " 3" are refused).
+int64_t checkpoint_step(const TensorFile& f, const std::string& path);
+// Runs `read` (which reads the file's parts), naming the file in what it throws: a qkv::Error as
+// "<file>: <what>", anything else (a JSON type error) as "<file>: malformed checkpoint metadata: ...".
+void reading_checkpoint(const std::string& path, const std::function<void()>& read);
 // Throws qkv::Error "<file>: ..." when it is not a qkv training checkpoint or its model part is
 // malformed (check_lm_tensors, read_lm_vocab, the configuration's rules).
 LmCheckpoint read_lm_checkpoint(const std::string& path);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "qkv/core/generator.h"
+#include "qkv/io/safetensors.h"
 #include "qkv/modules/attention_module.h"
 #include "qkv/modules/token_embedding.h"
 
@@ -56,5 +57,31 @@ class ModuleOnText {
   std::unique_ptr<AttentionModule> module_;
   int64_t tokens_ = 0;  // T of the last embed
 };
+
+// One module's forward (and backward) as `qkv forward --module M` runs it: on a tensor, or on text's
+// ids through ModuleOnText; torch.manual_seed(seed); [embeddings;] Class(...); [load_state_dict];
+// module.train(train); module(x) [; backward].
+struct ModuleRun {
+  std::string module;            // its command-line name
+  AttentionConfig config;
+  uint64_t seed = Generator::kDefaultSeed;
+  bool train = false;
+  const std::map<std::string, Tensor>* state = nullptr;  // a state dict to load, or none
+  const Tensor* input = nullptr;                          // (B, T, d_in) or (T, d_in); or
+  const std::vector<int64_t>* ids = nullptr;              // text's ids, through embeddings of
+  int64_t vocab_size = 0;                                 //   this vocabulary
+  std::string input_name = "the input";                   // in messages: "the tensor 'input' in 'x.st'"
+  bool attention_weights = false;
+  const Tensor* doutput = nullptr;                        // dL/doutput, the output's shape: run the backward
+  std::string doutput_name = "the gradient";
+};
+struct ModuleResult {
+  Tensor output;
+  NamedTensors attention_weights;  // "attn_weights" (per head), "attn_weights_dropped" when dropout acted
+  NamedTensors state;              // the module's state dict (with text, the embeddings' too)
+  NamedTensors gradients;          // with doutput: "input" (dL/dx), then each parameter's by state name
+};
+// Throws qkv::Error naming the input that does not fit (its rank, width, length against the mask).
+ModuleResult run_module(const ModuleRun& r);
 
 }  // namespace qkv

@@ -28,6 +28,10 @@
 #include <vector>
 
 #include "qkv/core/generator.h"
+#include <nlohmann/json.hpp>
+
+#include "qkv/models/option_fields.h"
+
 #include "qkv/models/language_model.h"
 #include "qkv/models/tokenizer.h"
 #include "qkv/train/data_parallel.h"
@@ -46,12 +50,35 @@ struct BookTrainingOptions {
   int64_t sample_tokens = 50;
 };
 
+// The options chapter 5's run takes from qkv train's flags (the rest: the run's own, batch_size,
+// lr and weight_decay, share TrainOptions' flags), declared once (models/option_fields.h).
+template <typename V, typename... O>
+  requires(std::same_as<std::remove_const_t<O>, BookTrainingOptions> && ...)
+void visit_fields(V&& v, O&... o) {
+  v(OptionField{"epochs", "--epochs", "--model gpt|llama|qwen3: passes over the training text"}, o.epochs...);
+  v(OptionField{"eval_freq", "--eval-freq", "--model gpt|llama|qwen3: evaluate every N steps"}, o.eval_freq...);
+  v(OptionField{"eval_iter", "--eval-iter", "--model gpt|llama|qwen3: batches of each set per evaluation"},
+    o.eval_iter...);
+  v(OptionField{"train_ratio", "--train-ratio",
+                "--model gpt|llama|qwen3: the share of the text's characters for training (the rest validates)"},
+    o.train_ratio...);
+  v(OptionField{"start_context", "--start-context", "--model gpt|llama|qwen3: the text each epoch's sample continues"},
+    o.start_context...);
+  v(OptionField{"sample_tokens", "--sample-tokens", "--model gpt|llama|qwen3: tokens of each sample"},
+    o.sample_tokens...);
+}
+
 struct BookEval {
   int64_t epoch = 0;  // 1-based, as the book prints it
   int64_t step = 0;   // global_step
   int64_t tokens_seen = 0;
   double train_loss = 0, val_loss = 0;
 };
+
+// The book's line for an evaluation, "Ep 1 (Step 000000): Train loss 9.817, Val loss 9.924", and
+// qkv train --json's object for it ({epoch, step, tokens_seen, train_loss, val_loss}).
+std::string book_eval_line(const BookEval& e);
+nlohmann::json book_eval_json(const BookEval& e);
 
 struct BookTrainingReport {
   std::vector<BookEval> evals;

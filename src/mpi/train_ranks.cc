@@ -1,21 +1,18 @@
-// qkv train under mpirun: MPI start-up, the configuration check and the data-parallel sums
-// (train_ranks.h).
-#include "train_ranks.h"
+// A training run under mpirun. See include/qkv/mpi/train_ranks.h.
+#include "qkv/mpi/train_ranks.h"
 
 #include <cstdlib>
 #include <exception>
-#include <iostream>
 
-#include "flags.h"
 #include "qkv/mpi/communicator.h"
 #include "qkv/mpi/rank_data_parallel.h"
 
-namespace qkv::cli {
+namespace qkv::mpi {
 namespace {
 
 class MpiTrainRanks : public TrainRanks {
  public:
-  explicit MpiTrainRanks(const mpi::Communicator& comm) : comm_(comm), dp_(comm) {}
+  explicit MpiTrainRanks(const Communicator& comm) : comm_(comm), dp_(comm) {}
   int rank() const override { return comm_.rank(); }
   int ranks() const override { return comm_.size(); }
   DataParallel& data_parallel() override { return dp_; }
@@ -24,8 +21,8 @@ class MpiTrainRanks : public TrainRanks {
   }
 
  private:
-  const mpi::Communicator& comm_;
-  mpi::RankDataParallel dp_;
+  const Communicator& comm_;
+  RankDataParallel dp_;
 };
 
 }  // namespace
@@ -36,26 +33,27 @@ bool started_by_mpirun() {
   return false;
 }
 
-int with_train_ranks(const std::function<int(TrainRanks&)>& body) {
-  mpi::Session session(nullptr, nullptr);
+int with_train_ranks(const std::function<int(TrainRanks&)>& body,
+                     const std::function<std::string(const std::string&)>& error_line) {
+  Session session(nullptr, nullptr);
   // An error every rank has: rank 0 says it here, and every rank waits until it has been said
   // (mpi::say_once). Said later, by main, it could be lost: mpirun ends the job, rank 0 too, as soon
   // as another rank has exited with an error.
-  const auto said_once = [](const mpi::Communicator& comm, const std::exception& e) {
-    mpi::say_once(comm, std::string("qkv: error: ") + e.what() + limit_hint(e.what()));  // as main would
+  const auto said_once = [&](const Communicator& comm, const std::exception& e) {
+    say_once(comm, error_line(e.what()));  // as the command's own errors read
     return 1;
   };
   double timeout = 0;
   try {
-    timeout = mpi::default_timeout_seconds();  // QKV_MPI_TIMEOUT, the same on every rank
+    timeout = default_timeout_seconds();  // QKV_MPI_TIMEOUT, the same on every rank
   } catch (const Error& e) {
-    return said_once(mpi::Communicator(MPI_COMM_WORLD, 600), e);  // the default bound
+    return said_once(Communicator(MPI_COMM_WORLD, 600), e);  // the default bound
   }
-  const mpi::Communicator comm(MPI_COMM_WORLD, timeout);
+  const Communicator comm(MPI_COMM_WORLD, timeout);
   MpiTrainRanks ranks(comm);
   try {
     return body(ranks);
-  } catch (const mpi::AgreementError& e) {
+  } catch (const AgreementError& e) {
     return said_once(comm, e);
   } catch (const AllRanksError& e) {
     return said_once(comm, e);
@@ -64,4 +62,4 @@ int with_train_ranks(const std::function<int(TrainRanks&)>& body) {
   }
 }
 
-}  // namespace qkv::cli
+}  // namespace qkv::mpi

@@ -1,10 +1,11 @@
-// Standard output, written so that a failed write (a full disk, a closed pipe) is an error:
+// qkv/io/standard_output.h - standard output, written so that a failed write (a full disk, a closed pipe) is an error:
 // "writing to standard output: No space left on device", exit status 1.
 #pragma once
 
+#include <string>
 #include <string_view>
 
-namespace qkv::cli {
+namespace qkv {
 
 // While it lives, std::cout writes to file descriptor 1 through a buffer that remembers why the
 // first failed write failed (iostreams keep only "bad", not the errno). main() holds one.
@@ -19,7 +20,10 @@ class StdoutCapture {
 // Writes `bytes` to std::cout and flushes; throws qkv::Error with the reason on failure.
 void write_stdout(std::string_view bytes);
 
+// Standard input read whole, at most limits().max_file_bytes (core/limits.h); qkv::Error beyond.
+std::string read_stdin();
+
 // Flushes std::cout; the errno of the first write to it that failed, or 0.
 int flush_stdout();
 
-}  // namespace qkv::cli
+}  // namespace qkv

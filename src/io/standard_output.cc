@@ -1,16 +1,18 @@
-// Standard output with its errors reported. See standard_output.h.
-#include "standard_output.h"
+// Standard input and output with their errors reported. See include/qkv/io/standard_output.h.
+#include "qkv/io/standard_output.h"
 
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <streambuf>
 
 #include "qkv/core/error.h"
+#include "qkv/core/limits.h"
 
-namespace qkv::cli {
+namespace qkv {
 namespace {
 
 // A buffer over a file descriptor that keeps the errno of its first failed write.
@@ -81,4 +83,18 @@ void write_stdout(std::string_view bytes) {
   if (const int err = flush_stdout(); err != 0) fail("writing to standard output: ", std::strerror(err));
 }
 
-}  // namespace qkv::cli
+std::string read_stdin() {
+  std::string s;
+  char buf[1 << 16];
+  size_t n;
+  const int64_t limit = limits().max_file_bytes;
+  while ((n = std::fread(buf, 1, sizeof buf, stdin)) > 0) {
+    s.append(buf, n);
+    QKV_CHECK(static_cast<int64_t>(s.size()) <= limit, "standard input is longer than the limit of ", limit,
+              " bytes for an input read whole (max_file_bytes)");
+  }
+  QKV_CHECK(!std::ferror(stdin), "cannot read standard input");
+  return s;
+}
+
+}  // namespace qkv
