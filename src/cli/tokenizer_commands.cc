@@ -188,7 +188,8 @@ Command add_decode(CLI::App& app) {
   sub->footer(
       "The text is written exactly, with no newline added, so `qkv encode --file F | qkv decode` gives F back\n"
       "(for valid UTF-8); on a terminal a final newline is added for readability.\n"
-      "An id outside the vocabulary is an error that names it.");
+      "An id outside the vocabulary is an error that names it; with --tokenizer, an id the file does not hold is\n"
+      "no text (as Hugging Face decodes the ids of a model's embedding rows beyond its tokenizer's).");
   return {sub, [f, sub]() { return run_decode(*f, *sub); }};
 }
 

@@ -7,7 +7,7 @@
 
 #include "qkv/core/checked.h"
 #include "qkv/core/error.h"
-#include "qkv/io/json_read.h"
+#include "qkv/core/json_read.h"
 
 namespace qkv {
 

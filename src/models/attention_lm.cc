@@ -4,7 +4,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
-#include "qkv/io/json_read.h"
+#include "qkv/core/json_read.h"
 #include "qkv/models/decoder.h"
 #include "qkv/models/family.h"
 #include "qkv/models/lm_checkpoint.h"

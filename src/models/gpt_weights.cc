@@ -13,7 +13,7 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/core/ops.h"
 #include "qkv/io/atomic_file.h"
-#include "qkv/io/json_read.h"
+#include "qkv/core/json_read.h"
 #include "qkv/models/decoder.h"
 #include "qkv/models/family.h"
 

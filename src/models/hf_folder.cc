@@ -10,7 +10,7 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/core/read_file.h"
 #include "qkv/io/atomic_file.h"
-#include "qkv/io/json_read.h"
+#include "qkv/core/json_read.h"
 #include "qkv/models/decoder.h"
 #include "qkv/models/family.h"
 

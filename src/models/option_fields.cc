@@ -3,7 +3,7 @@
 
 #include <limits>
 
-#include "qkv/io/json_read.h"
+#include "qkv/core/json_read.h"
 
 namespace qkv {
 namespace {

@@ -2,6 +2,7 @@
 #include "qkv/models/tokenizer.h"
 
 #include <algorithm>
+#include <limits>
 #include <string_view>
 
 #include "qkv/core/error.h"
@@ -92,9 +93,8 @@ std::vector<int64_t> HfTextTokenizer::encode(const std::string& text) const {
 std::string HfTextTokenizer::decode(const std::vector<int64_t>& ids) const {
   std::vector<TokenId> t;
   t.reserve(ids.size());
-  for (int64_t id : ids) {
-    QKV_CHECK(id >= 0 && id < tokenizer_.vocab_size(), "token id ", id, " is outside the vocabulary of ",
-              tokenizer_.vocab_size());
+  for (int64_t id : ids) {  // ids the file does not hold are no text (HfTokenizer::decode); negative: an error
+    QKV_CHECK(id >= 0 && id <= std::numeric_limits<int32_t>::max(), "token id ", id, " is not an id (0 .. 2^31 - 1)");
     t.push_back(static_cast<TokenId>(id));
   }
   return tokenizer_.decode(t);
@@ -110,6 +110,8 @@ std::optional<int64_t> Gpt2Tokenizer::special_id(const std::string& text) const 
   return std::nullopt;
 }
 
+// Only the ids since the text was last whole are decoded again: the bytes before them ended a
+// character, so decoding the rest alone gives the same text (linear in a long generation).
 std::string TextStream::add(int64_t id) {
   ids_.push_back(id);
   const std::string text = t_.decode(ids_);
@@ -118,10 +120,20 @@ std::string TextStream::add(int64_t id) {
   while (stable >= given_ + kReplacement.size() &&
          text.compare(stable - kReplacement.size(), kReplacement.size(), kReplacement) == 0)
     stable -= kReplacement.size();
-  return take(text, stable);
+  std::string out = take(text, stable);
+  if (stable == text.size()) {  // whole: start afresh after it
+    ids_.clear();
+    given_ = 0;
+  }
+  return out;
 }
 
-std::string TextStream::finish() { return take(t_.decode(ids_), std::string::npos); }
+std::string TextStream::finish() {
+  std::string out = take(t_.decode(ids_), std::string::npos);
+  ids_.clear();
+  given_ = 0;
+  return out;
+}
 
 std::string TextStream::take(const std::string& text, size_t end) {
   end = std::min(end, text.size());

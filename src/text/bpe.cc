@@ -18,7 +18,6 @@ namespace {
 
 using bpe_detail::kNoRank;
 using bpe_detail::Rank;
-using SpecialRef = const std::pair<std::string, Rank>*;
 
 constexpr int64_t kMaxId = (int64_t{1} << 31) - 1;
 
@@ -137,6 +136,8 @@ Encoding::Encoding(EncodingSpec spec) {
     add_token(text, id, true);
   }
   impl->specials.assign(specials.begin(), specials.end());
+  for (size_t k = 0; k < impl->specials.size(); ++k)
+    if (!impl->specials[k].first.empty()) impl->special_trie.add(impl->specials[k].first, static_cast<int32_t>(k));
 
   if (spec.explicit_n_vocab >= 0) {
     const auto count = static_cast<int64_t>(spec.mergeable_ranks.size() + spec.special_tokens.size());
@@ -202,79 +203,53 @@ void Encoding::Impl::encode_ordinary_into(std::string_view text, std::vector<Tok
   }
 }
 
-namespace {
-
-// The leftmost occurrence at or after pos of any of the tokens (the longest of those starting
-// there), as (position, token index); npos if none. next[i] caches where token i occurs next.
-std::pair<size_t, size_t> find_special(std::string_view text, size_t pos, const std::vector<SpecialRef>& tokens,
-                                       std::vector<size_t>& next) {
-  size_t best = std::string_view::npos, which = 0;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (next[i] != std::string_view::npos && next[i] < pos) next[i] = text.find(tokens[i]->first, pos);
-    if (next[i] < best || (next[i] == best && next[i] != std::string_view::npos &&
-                           tokens[i]->first.size() > tokens[which]->first.size())) {
-      best = next[i];
-      which = i;
-    }
-  }
-  return {best, which};
-}
-
-std::vector<size_t> first_occurrences(std::string_view text, const std::vector<SpecialRef>& tokens) {
-  std::vector<size_t> next;
-  for (SpecialRef t : tokens) next.push_back(text.find(t->first));
-  return next;
-}
-
-}  // namespace
-
-void Encoding::Impl::encode_into(std::string_view text, const std::vector<SpecialRef>& allowed,
-                                 std::vector<TokenId>& out) const {
-  if (allowed.empty()) return encode_ordinary_into(text, out);
-  std::vector<size_t> next = first_occurrences(text, allowed);
+// Special tokens are found by one walk of special_trie per position (token_trie.h): the leftmost
+// occurrence of any that counts, the longest of those starting there, in time linear in the text
+// (times the longest special token), however many special tokens there are.
+void Encoding::Impl::encode_into(std::string_view text, const SpecialSet& allowed, std::vector<TokenId>& out) const {
+  if (!allowed.any) return encode_ordinary_into(text, out);
+  auto counts = [&](int32_t k) { return allowed.in[static_cast<size_t>(k)] != 0; };
   size_t pos = 0;
   while (pos < text.size()) {
-    const auto [at, which] = find_special(text, pos, allowed, next);
-    const size_t stop = std::min(at, text.size());
-    encode_ordinary_into(text.substr(pos, stop - pos), out);
-    if (at == std::string_view::npos) break;
-    out.push_back(allowed[which]->second);
-    pos = at + allowed[which]->first.size();
+    const auto [at, k] = special_trie.find(text, pos, counts);
+    encode_ordinary_into(text.substr(pos, at - pos), out);
+    if (k < 0) break;
+    const auto& [token, id] = specials[static_cast<size_t>(k)];
+    out.push_back(id);
+    pos = at + token.size();
   }
 }
 
 void Encoding::Impl::resolve_specials(const SpecialTokens& allowed, const SpecialTokens& disallowed,
-                                      std::vector<SpecialRef>& allowed_out,
-                                      std::vector<SpecialRef>& disallowed_out) const {
-  auto lookup = [&](const std::string& text, const char* which) -> SpecialRef {
+                                      SpecialSet& allowed_out, SpecialSet& disallowed_out) const {
+  auto lookup = [&](const std::string& text, const char* which) -> size_t {
     auto it = std::lower_bound(specials.begin(), specials.end(), text,
                                [](const auto& e, const std::string& t) { return e.first < t; });
     QKV_CHECK(it != specials.end() && it->first == text, "encode: \"", printable(text), "\" in ", which,
               " is not a special token of ", name, " (its special tokens: ", list_specials(specials), ")");
-    return &*it;
+    return static_cast<size_t>(it - specials.begin());
   };
-  allowed_out.clear();
-  disallowed_out.clear();
-  if (allowed.is_all) {
-    for (const auto& s : specials) allowed_out.push_back(&s);
-  } else {
-    for (const std::string& t : allowed.tokens) allowed_out.push_back(lookup(t, "allowed_special"));
-  }
+  allowed_out.in.assign(specials.size(), allowed.is_all ? 1 : 0);
+  if (!allowed.is_all)
+    for (const std::string& t : allowed.tokens) allowed_out.in[lookup(t, "allowed_special")] = 1;
+  disallowed_out.in.assign(specials.size(), 0);
   if (disallowed.is_all) {
-    for (const auto& s : specials)
-      if (std::find(allowed_out.begin(), allowed_out.end(), &s) == allowed_out.end()) disallowed_out.push_back(&s);
+    for (size_t k = 0; k < specials.size(); ++k) disallowed_out.in[k] = allowed_out.in[k] ? 0 : 1;
   } else {
-    for (const std::string& t : disallowed.tokens) disallowed_out.push_back(lookup(t, "disallowed_special"));
+    for (const std::string& t : disallowed.tokens) disallowed_out.in[lookup(t, "disallowed_special")] = 1;
   }
+  auto any = [](const std::vector<uint8_t>& v) { return std::find(v.begin(), v.end(), 1) != v.end(); };
+  allowed_out.any = any(allowed_out.in);
+  disallowed_out.any = any(disallowed_out.in);
 }
 
-void Encoding::Impl::check_disallowed(std::string_view text, const std::vector<SpecialRef>& disallowed) const {
-  if (disallowed.empty()) return;
-  std::vector<size_t> next = first_occurrences(text, disallowed);
-  const auto [at, which] = find_special(text, 0, disallowed, next);
-  if (at == std::string_view::npos) return;
-  const std::string& token = disallowed[which]->first;
-  throw DisallowedSpecialError(token, at, disallowed[which]->second);
+void Encoding::Impl::check_disallowed(std::string_view text, const SpecialSet& disallowed) const {
+  if (!disallowed.any) return;
+  const auto [at, k] =
+      special_trie.find(text, 0, [&](int32_t v) { return disallowed.in[static_cast<size_t>(v)] != 0; });
+  if (k < 0) return;
+  const auto& [token, id] = specials[static_cast<size_t>(k)];
+  throw DisallowedSpecialError(token, at, id);
 }
 
 DisallowedSpecialError::DisallowedSpecialError(std::string token_, size_t at_, TokenId id_)
@@ -288,7 +263,7 @@ DisallowedSpecialError::DisallowedSpecialError(std::string token_, size_t at_, T
 
 std::vector<TokenId> Encoding::encode(std::string_view text, const SpecialTokens& allowed_special,
                                       const SpecialTokens& disallowed_special) const {
-  std::vector<SpecialRef> allowed, disallowed;
+  Impl::SpecialSet allowed, disallowed;
   impl_->resolve_specials(allowed_special, disallowed_special, allowed, disallowed);
   std::string repaired;
   if (!utf8::is_valid(text)) {

@@ -4,7 +4,6 @@
 #include "bpe_merge.h"
 
 #include <cstddef>
-#include <queue>
 
 namespace qkv::bpe_detail {
 namespace {
@@ -44,40 +43,13 @@ void merge_short(const TokenTable& ranks, const Rank* byte_rank, std::string_vie
 
 void merge_long(const TokenTable& ranks, const Rank* byte_rank, std::string_view piece, std::vector<Rank>& out) {
   const char* s = piece.data();
-  const size_t n = piece.size();
-  constexpr uint32_t kEnd = UINT32_MAX;
-  // Part j starts at byte j and keeps that start while it lives (merging j with its successor).
-  std::vector<uint32_t> next(n), prev(n);
-  std::vector<Rank> tok(n), pair(n, kNoRank);
-  std::vector<uint8_t> alive(n, 1);
-  for (size_t j = 0; j < n; ++j) {
-    next[j] = j + 1 < n ? static_cast<uint32_t>(j + 1) : kEnd;
-    prev[j] = j > 0 ? static_cast<uint32_t>(j - 1) : kEnd;
-    tok[j] = byte_rank[static_cast<uint8_t>(s[j])];
-  }
-  auto end_of = [&](uint32_t j) -> size_t { return next[j] == kEnd ? n : next[j]; };
-  using Candidate = std::pair<Rank, uint32_t>;  // (rank, start): the lowest rank, then leftmost
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
-  auto rescore = [&](uint32_t j) {
-    pair[j] = next[j] == kEnd ? kNoRank : ranks.find(s + j, end_of(next[j]) - j);
-    if (pair[j] != kNoRank) heap.emplace(pair[j], j);
-  };
-  for (size_t j = 0; j + 1 < n; ++j) rescore(static_cast<uint32_t>(j));
-  while (!heap.empty()) {
-    const auto [rank, j] = heap.top();
-    heap.pop();
-    // A stale entry: its part was merged away, or its pair changed (a changed pair is a longer
-    // byte string, so a different token and rank).
-    if (!alive[j] || pair[j] != rank) continue;
-    const uint32_t gone = next[j];
-    tok[j] = rank;
-    alive[gone] = 0;
-    next[j] = next[gone];
-    if (next[j] != kEnd) prev[next[j]] = j;
-    rescore(j);
-    if (prev[j] != kEnd) rescore(prev[j]);
-  }
-  for (uint32_t j = 0; j != kEnd; j = next[j]) out.push_back(tok[j]);
+  std::vector<Rank> tok(piece.size());
+  for (size_t j = 0; j < piece.size(); ++j) tok[j] = byte_rank[static_cast<uint8_t>(s[j])];
+  merge_by_heap(tok, [&](uint32_t start, uint32_t, size_t end, Rank, Rank) {
+    const Rank r = ranks.find(s + start, end - start);  // the joined bytes' rank is the token
+    return PairMerge{r, r};
+  });
+  out.insert(out.end(), tok.begin(), tok.end());
 }
 
 }  // namespace

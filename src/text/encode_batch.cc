@@ -17,7 +17,7 @@
 namespace qkv {
 namespace {
 
-using SpecialRef = const std::pair<std::string, Encoding::Impl::Rank>*;
+using SpecialSet = Encoding::Impl::SpecialSet;
 
 // Runs work(i, worker) for every text index i on a pool of workers (worker in 0..workers-1);
 // returns the number of workers. The first failing text (lowest index) fails the batch.
@@ -61,8 +61,8 @@ size_t run_batch(size_t count, int threads, const Work& work_on) {
 }
 
 // One text, as Encoding::encode does it, appended to out.
-void encode_one(const Encoding::Impl& impl, std::string_view text, const std::vector<SpecialRef>& allowed,
-                const std::vector<SpecialRef>& disallowed, std::vector<TokenId>& out) {
+void encode_one(const Encoding::Impl& impl, std::string_view text, const SpecialSet& allowed,
+                const SpecialSet& disallowed, std::vector<TokenId>& out) {
   std::string repaired;
   if (!utf8::is_valid(text)) {
     repaired = utf8::replace_invalid(text);
@@ -77,7 +77,7 @@ void encode_one(const Encoding::Impl& impl, std::string_view text, const std::ve
 std::vector<std::vector<TokenId>> Encoding::encode_batch(const std::vector<std::string>& texts, int threads,
                                                          const SpecialTokens& allowed_special,
                                                          const SpecialTokens& disallowed_special) const {
-  std::vector<SpecialRef> allowed, disallowed;
+  SpecialSet allowed, disallowed;
   impl_->resolve_specials(allowed_special, disallowed_special, allowed, disallowed);
   std::vector<std::vector<TokenId>> out(texts.size());
   run_batch(texts.size(), threads, [&](size_t i, size_t) {
@@ -97,7 +97,7 @@ std::vector<std::vector<TokenId>> Encoding::encode_ordinary_batch(const std::vec
 void Encoding::encode_batch_into(std::span<const std::string_view> texts, TokenBatch& out, int threads,
                                  const SpecialTokens& allowed_special,
                                  const SpecialTokens& disallowed_special) const {
-  std::vector<SpecialRef> allowed, disallowed;
+  SpecialSet allowed, disallowed;
   impl_->resolve_specials(allowed_special, disallowed_special, allowed, disallowed);
   out.where_.assign(texts.size(), TokenBatch::Where{});
   // A buffer for each worker there may be; run_batch never starts more than this.

@@ -6,7 +6,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
-#include "qkv/io/json_read.h"
+#include "qkv/core/json_read.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/models/tokenizer.h"
 #include "qkv/text/hex.h"

@@ -3,7 +3,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
-#include "qkv/io/json_read.h"
+#include "qkv/core/json_read.h"
 
 namespace qkv {
 

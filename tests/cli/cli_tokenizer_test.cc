@@ -211,9 +211,12 @@ TEST_F(CliTokenizer, HuggingFaceTokenizerJson) {
   r = run("encode --tokenizer " + path("model") + " --allowed-special all --text x");
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.err, HasSubstr("--allowed-special: does not go with --tokenizer"));
-  r = run("decode --tokenizer " + path("model") + " 258");
+  r = run("decode --tokenizer " + path("model") + " 97 258 98");  // 258: in no table, no text (as Hugging Face)
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "ab");
+  r = run("decode --tokenizer " + path("model") + " 97 -1");
   EXPECT_EQ(r.status, 1);
-  EXPECT_THAT(r.err, HasSubstr("token id 258 is not in"));
+  EXPECT_THAT(r.err, HasSubstr("token id -1 is negative"));
   r = run("encode --tokenizer " + path("nowhere") + " --text x");
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("is not a tokenizer.json (nor a folder holding one)"));

@@ -17,7 +17,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/limits.h"
 #include "qkv/io/atomic_file.h"
-#include "qkv/io/json_read.h"
+#include "qkv/core/json_read.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/text/json_string.h"
 #include "qkv/text/vocab_files.h"

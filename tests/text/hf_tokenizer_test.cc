@@ -1,6 +1,7 @@
 // Hugging Face tokenizer.json (qkv/text/hf_tokenizer.h) on small handmade files whose encodings are
 // worked out by hand: merge priority, ignore_merges, "Isolated" splits, added tokens, NFC; and every
 // kind of file it must refuse. The real vocabularies: tests/tokenizers (against @lenml/tokenizers).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -97,6 +98,9 @@ TEST(HfTokenizer, AddedTokensAreMatchedInTheTextLongestFirst) {
   EXPECT_EQ(t.added_token("<s>x"), std::optional<TokenId>(301));
   EXPECT_EQ(t.decode(Ids{256, 300, 257, 301}), "ab<s>abc<s>x");
   EXPECT_EQ(t.decode(Ids{256, 300, 257, 301}, true), "ababc<s>x");  // <s>x is not special
+  // AddedTokens::kPlain (a chat message's text): the special ones stay text, the others match
+  EXPECT_EQ(t.encode("ab<s>abc", AddedTokens::kPlain), (Ids{256, '<', 's', '>', 257}));
+  EXPECT_EQ(t.encode("<s>x[L]", AddedTokens::kPlain), (Ids{301, '[', 'L', ']'}));
 }
 
 TEST(HfTokenizer, NfcComposesBeforeSplitting) {
@@ -115,12 +119,16 @@ TEST(HfTokenizer, DecodingJoinsBytesAndRepairsThem) {
   EXPECT_EQ(t.decode_bytes(Ids{0xC3}), "\xC3");
   EXPECT_EQ(t.decode(Ids{0xC3}), "\xEF\xBF\xBD");  // half a character: U+FFFD
   EXPECT_EQ(t.encode("\xC3("), (Ids{0xEF, 0xBF, 0xBD, '('}));  // invalid UTF-8 repaired first
+  // An id the file does not hold (a model's rows beyond its tokenizer) is no text, as Hugging Face
+  // decodes it, wherever it stands; a negative id is an error.
+  EXPECT_EQ(t.decode(Ids{'a', 261, 'b', 1 << 30}), "ab");
+  EXPECT_FALSE(t.has_token(261));
+  EXPECT_TRUE(t.has_token(260));
   try {
-    t.decode(Ids{261});
+    t.decode(Ids{-1});
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("token id 261 is not in tiny.json's vocabulary (ids 0 .. 260)"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("token id -1 is negative (tiny.json's ids are 0 .. 260)"), std::string::npos)
         << e.what();
   }
 }
@@ -157,7 +165,7 @@ TEST(HfTokenizer, FilesItCannotReadAreRefusedNamingTheField) {
   refused(j, "pre_tokenizer.type is 'Metaspace'");
   j = tiny();
   j["normalizer"] = {{"type", "NFKC"}};
-  refused(j, "normalizer type 'NFKC'");
+  refused(j, "normalizer.type is 'NFKC'; qkv reads no normalizer, or NFC");
   j = tiny();
   j["added_tokens"] = json::array({{{"id", 300}, {"content", "<s>"}, {"single_word", true}}});
   refused(j, "single_word");
@@ -168,6 +176,51 @@ TEST(HfTokenizer, FilesItCannotReadAreRefusedNamingTheField) {
   refused(j, "missing closing parenthesis");
   EXPECT_THROW(HfTokenizer::parse("{\"model\": ", "broken.json"), Error);
   EXPECT_THROW(HfTokenizer::parse("[]", "list.json"), Error);
+}
+
+TEST(HfTokenizer, HostileFilesAreRefusedNamingTheFieldAndTheLimit) {
+  json j = tiny();
+  j["model"]["vocab"]["xy"] = 1.5;  // not truncated to 1 (and then called a duplicate)
+  refused(j, "model.vocab['xy'] is 1.5; ids are whole numbers 0 .. 2^31 - 2");
+  j = tiny();
+  j["model"]["vocab"]["xy"] = "260";
+  refused(j, "model.vocab['xy'] is \"260\"; ids are whole numbers");
+  j = tiny();
+  j["model"]["ignore_merges"] = "yes";
+  refused(j, "model.ignore_merges is \"yes\"; expected true or false");
+  j = tiny();
+  j["added_tokens"] = json::array({{{"id", 300}, {"content", "<s>"}, {"special", "true"}}});
+  refused(j, "added_tokens[0].special is \"true\"; expected true or false");
+  j = tiny();
+  j["added_tokens"] = json::array({{{"id", 300}, {"content", 7}}});
+  refused(j, "added_tokens[0].content is 7; expected a string");
+  j = tiny();
+  j["added_tokens"] = json::array({{{"id", 300}, {"content", std::string(HfTokenizer::kMaxAddedTokenBytes + 1, '<')}}});
+  refused(j, "added_tokens[0] (id 300) is 1025 bytes long; qkv matches added tokens of at most 1024");
+  // Sequences nested past 16 (the JSON itself within its depth limit), and far past JSON's limit
+  for (const int depth : {20, 100000}) {
+    std::string text;
+    for (int k = 0; k < depth; ++k) text += "{\"type\":\"Sequence\",\"pretokenizers\":[";
+    text += tiny()["pre_tokenizer"].dump();
+    for (int k = 0; k < depth; ++k) text += "]}";
+    j = tiny();
+    j["pre_tokenizer"] = nullptr;
+    std::string file = j.dump();
+    file.replace(file.find("\"pre_tokenizer\":null"), 20, "\"pre_tokenizer\":" + text);
+    try {
+      HfTokenizer::parse(file, "deep.json");
+      ADD_FAILURE() << depth << " deep: accepted";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(depth == 20 ? "nests Sequences more than 16 deep"
+                                                              : "nest more than 64 deep (json_max_depth)"));
+    }
+  }
+  // An id of 10^8: a table by entries, not by the largest id (a dense one was 3 GB).
+  j = tiny();
+  j["model"]["vocab"]["xy"] = 100000000;
+  const HfTokenizer sparse = make(j);
+  EXPECT_EQ(sparse.vocab_size(), 100000001);
+  EXPECT_EQ(sparse.decode(Ids{100000000, 260}), "xy");  // 260 is in no table now
 }
 
 TEST(HfTokenizer, LoadNamesAPathThatHoldsNoTokenizer) {

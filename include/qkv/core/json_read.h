@@ -1,4 +1,4 @@
-// qkv/io/json_read.h - JSON from outside (a safetensors header, a checkpoint's metadata, a list of
+// qkv/core/json_read.h - JSON from outside (a safetensors header, a checkpoint's metadata, a list of
 // token ids), read so that no input can make qkv recurse, take quadratic time or print it whole.
 //
 //   nlohmann::json j = parse_json(text, "'w.st': header", JsonKeys::kUnique);

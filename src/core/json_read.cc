@@ -1,5 +1,5 @@
-// JSON from outside, read safely. See include/qkv/io/json_read.h.
-#include "qkv/io/json_read.h"
+// JSON from outside, read safely. See include/qkv/core/json_read.h.
+#include "qkv/core/json_read.h"
 
 #include <algorithm>
 #include <set>
