@@ -198,6 +198,76 @@ def text_seeds():
     write("decode_ids", "floats", "[1.5, 2e3, \"x\"]")
 
 
+def hf_tokenizer(added=(), vocab_edit=None, pre_tokenizer=None, normalizer=None, merges_as_pairs=True):
+    """A small byte-level tokenizer.json in the shape Qwen3's and Llama 3's take: the 256 byte
+    symbols, MERGES, the added tokens; vocab_edit(vocab) may change the vocabulary."""
+    vocab = {c: r for r, c in enumerate(bytes_to_unicode().values())}
+    for a, b in MERGES:
+        vocab[a + b] = len(vocab)
+    if vocab_edit:
+        vocab_edit(vocab)
+    n = len(vocab)
+    split = {"type": "Split", "pattern": {"Regex": r"\p{L}+| ?[^\s\p{L}]+|\s+"}, "behavior": "Isolated",
+             "invert": False}
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    return json.dumps({
+        "version": "1.0",
+        "added_tokens": [dict(id=n + i, content=t, single_word=False, lstrip=False, rstrip=False, normalized=False,
+                              special=special) for i, (t, special) in enumerate(added)],
+        "normalizer": normalizer,
+        "pre_tokenizer": pre_tokenizer or {"type": "Sequence", "pretokenizers": [split, byte_level]},
+        "decoder": byte_level,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab,
+                  "merges": [[a, b] for a, b in MERGES] if merges_as_pairs else [f"{a} {b}" for a, b in MERGES]},
+    }, ensure_ascii=False)
+
+
+def hf_seeds():
+    # tokenizer.json: the real shapes, and the hostile ones issue 41 found (each small here).
+    special = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True), ("<think>", False)]
+    write("hf_tokenizer", "small", hf_tokenizer(special, normalizer={"type": "NFC"}))
+    write("hf_tokenizer", "merges-as-strings", hf_tokenizer(special, merges_as_pairs=False))
+    write("hf_tokenizer", "shared-prefixes", hf_tokenizer([("<" * k + "|", True) for k in range(1, 200)]))
+    write("hf_tokenizer", "long-added-token", hf_tokenizer([("<" + "x" * 2000 + ">", True)]))
+    write("hf_tokenizer", "id-1e8", hf_tokenizer(special, vocab_edit=lambda v: v.update({"Ġt": 10 ** 8})))
+    write("hf_tokenizer", "id-fraction", hf_tokenizer(special, vocab_edit=lambda v: v.update({"Ġt": 1.5})))
+    write("hf_tokenizer", "id-negative", hf_tokenizer(special, vocab_edit=lambda v: v.update({"Ġt": -3})))
+    nested = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True}
+    for _ in range(40):  # Sequence nesting past its bound (16)
+        nested = {"type": "Sequence", "pretokenizers": [nested]}
+    write("hf_tokenizer", "nested-sequences", hf_tokenizer(special, pre_tokenizer=nested))
+    write("hf_tokenizer", "deep-json", '{"model": ' + "[" * 3000 + "]" * 3000 + "}")  # past json_max_depth
+    write("hf_tokenizer", "not-an-object", "[1, 2, 3]")
+    # config.json: Llama 3's and Qwen3's, then keys of the wrong type, values past their ranges.
+    llama = {"model_type": "llama", "vocab_size": 300, "hidden_size": 16, "intermediate_size": 24,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 4,
+             "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 64,
+             "tie_word_embeddings": True, "hidden_act": "silu", "attention_bias": False,
+             "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 16}}
+    qwen3 = dict(llama, model_type="qwen3", rope_scaling=None, tie_word_embeddings=False)
+    write("hf_config", "llama", json.dumps(llama))
+    write("hf_config", "qwen3", json.dumps(qwen3))
+    for name, edit in {
+        "layers-100000": {"num_hidden_layers": 100000},
+        "vocab-2e63": {"vocab_size": 2 ** 63},
+        "vocab-2e63-1": {"vocab_size": 2 ** 63 - 1},
+        "rope-scaling-string": {"rope_scaling": "llama3"},
+        "rope-factor-0": {"rope_scaling": dict(llama["rope_scaling"], factor=0)},
+        "rope-factor-negative": {"rope_scaling": dict(llama["rope_scaling"], factor=-2.5)},
+        "rope-type-number": {"rope_scaling": {"rope_type": 3}},
+        "tie-string": {"tie_word_embeddings": "yes"},
+        "bias-string": {"attention_bias": "no"},
+        "width-fraction": {"hidden_size": 16.5},
+        "model-type-unknown": {"model_type": "mistral"},
+        "model-type-number": {"model_type": 5},
+    }.items():
+        write("hf_config", name, json.dumps(dict(llama, **edit)))
+    write("hf_config", "deep", "[" * 3000 + "]" * 3000)
+    write("hf_config", "truncated", json.dumps(llama)[:60])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--qkv", help="the qkv binary, for the checkpoint seeds (qkv train --steps 2)")
@@ -206,6 +276,7 @@ def main():
     gpt_seeds()
     rank_seeds()
     text_seeds()
+    hf_seeds()
     if a.qkv:
         checkpoint_seeds(a.qkv)
 

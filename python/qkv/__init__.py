@@ -13,6 +13,7 @@
 Everything here is qkv's C++ library (the compiled extension qkv._qkv); this file only names it.
 The kernels' thread count: qkv.set_num_threads(n), else $QKV_NUM_THREADS, else the cores.
 """
+import atexit
 import functools
 import json
 import operator
@@ -158,6 +159,8 @@ class Model:
                 tokens.put(end)
 
         worker = threading.Thread(target=run, name="qkv.generate", daemon=True)
+        running = (stop, worker)
+        _running_streams.add(running)
         worker.start()
         try:
             while True:
@@ -168,8 +171,22 @@ class Model:
         finally:
             stop.set()
             worker.join()
+            _running_streams.discard(running)
         if failure:
             raise failure[0]
+
+
+# Streams left open (an iterator abandoned part-way, never closed): at the interpreter's exit each
+# is asked to stop and its thread joined, before the interpreter tears down the threads it knows.
+_running_streams = set()
+
+
+@atexit.register
+def _stop_running_streams():
+    for stop, worker in list(_running_streams):
+        stop.set()
+        worker.join()
+    _running_streams.clear()
 
 
 def load(path, *, dtype=None, vocab_dir="", num_heads=None):

@@ -6,6 +6,8 @@
 // untranslated and none aborts the interpreter.
 #include <mutex>
 
+#include <nlohmann/json.hpp>
+
 #include "bindings.h"
 #include "qkv/core/error.h"
 #include "qkv/core/thread_pool.h"
@@ -49,6 +51,8 @@ PYBIND11_MODULE(_qkv, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const qkv::Error& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    } catch (const nlohmann::json::exception& e) {  // a file's JSON that a reader did not type-check first
       PyErr_SetString(error.ptr(), e.what());
     }
   });

@@ -13,6 +13,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <cxxabi.h>
+
+#include <atomic>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -20,10 +23,13 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bindings.h"
+#include "qkv/core/checked.h"
 #include "qkv/core/error.h"
+#include "qkv/core/limits.h"
 #include "qkv/qkv.h"
 
 namespace qkv::python {
@@ -33,6 +39,31 @@ struct Model {
   LoadedModel loaded;
   bool preset = false;  // drawn from a seed: generation continues its generator, as `qkv generate --model`
   std::mutex mutex;     // one call at a time (the model keeps per-call state: caches, traces)
+  std::atomic<std::thread::id> owner{};  // the thread holding `mutex`
+};
+
+// One call at a time on a model, other threads waiting their turn. A call made from inside another
+// on the same thread (an on_token that calls the model's generate, logits or state_dict) would wait
+// for itself: it is a qkv.Error instead. Made with the GIL held; waits without it.
+class ModelLock {
+ public:
+  ModelLock(Model& m, const char* fn) : m_(m), lock_(m.mutex, std::defer_lock) {
+    if (m.owner.load() == std::this_thread::get_id())
+      throw Error(str(fn, ": the model is in the middle of a generate() on this thread (its on_token called back into ",
+                      "the model); call it after generate() returns"));
+    if (!lock_.try_lock()) {
+      py::gil_scoped_release release;  // the holder may need the GIL (on_token) to finish
+      lock_.lock();
+    }
+    m.owner = std::this_thread::get_id();
+  }
+  ~ModelLock() { m_.owner = std::thread::id(); }
+  ModelLock(const ModelLock&) = delete;
+  ModelLock& operator=(const ModelLock&) = delete;
+
+ private:
+  Model& m_;
+  std::unique_lock<std::mutex> lock_;
 };
 
 std::optional<Dtype> dtype_of_name(const std::optional<std::string>& name) {
@@ -81,8 +112,8 @@ std::vector<int64_t> generate_ids(Model& self, const std::vector<int64_t>& promp
   std::exception_ptr failed;  // on_token's exception, or a KeyboardInterrupt, raised after the loop
   std::vector<int64_t> out;
   {
+    ModelLock model_lock(self, "generate");
     py::gil_scoped_release release;
-    std::lock_guard<std::mutex> model_lock(self.mutex);
     std::shared_lock<std::shared_mutex> pool_lock(pool_mutex());
     out = generate(*m.model, prompt, o, [&](int64_t id) {
       py::gil_scoped_acquire acquire;
@@ -93,6 +124,8 @@ std::vector<int64_t> generate_ids(Model& self, const std::vector<int64_t>& promp
           if (!keep.is_none() && !keep.cast<bool>()) return false;  // on_token returned False: stop here
         }
         return true;
+      } catch (abi::__forced_unwind&) {  // the thread ended by the interpreter's exit: let it unwind
+        throw;
       } catch (...) {
         failed = std::current_exception();
         return false;
@@ -108,16 +141,19 @@ py::array logits_of(Model& self, py::handle ids_obj) {
   bool one_row = false;
   const std::vector<int64_t> ids = ids_of("logits", ids_obj, B, T, one_row);
   LoadedModel& m = self.loaded;
+  const int64_t V = m.model->vocab_size();
+  // The (B, T, V) output, the largest thing the call makes, against the memory limit before any work.
+  check_memory_request(checked_bytes(checked_product({B, T, V}, "logits: B x T x V"), 4, "logits: B x T x V"),
+                       "logits: the (B, T, V) output");
   Tensor y;
   {
+    ModelLock model_lock(self, "logits");
     py::gil_scoped_release release;
-    std::lock_guard<std::mutex> model_lock(self.mutex);
     std::shared_lock<std::shared_mutex> pool_lock(pool_mutex());
     m.model->eval();
     y = m.model->forward(ids, B, T).contiguous();  // (B, T, V)
   }
   raise_pending_signals();
-  const int64_t V = m.model->vocab_size();
   std::vector<py::ssize_t> shape = one_row ? std::vector<py::ssize_t>{T, V} : std::vector<py::ssize_t>{B, T, V};
   py::array_t<float> out(shape);
   std::memcpy(out.mutable_data(), y.data(), static_cast<size_t>(y.numel()) * sizeof(float));
@@ -126,7 +162,7 @@ py::array logits_of(Model& self, py::handle ids_obj) {
 
 py::dict state_dict_of(Model& self) {
   py::dict d;
-  std::lock_guard<std::mutex> model_lock(self.mutex);
+  ModelLock model_lock(self, "state_dict");
   for (const StateEntry& e : self.loaded.model->state_dict()) {
     const Tensor t = e.value().contiguous();
     std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());

@@ -41,12 +41,18 @@ void add_chat_flags(CLI::App* sub, ChatFlags& f) {
   add_number_with_default(sub, "--max-context", f.max_context,
                           "The most tokens the conversation may hold (its KV cache's size; at most the model's context)",
                           positive<int64_t>());
+  sub->add_flag("--special-tokens-in-messages", f.special_in_messages,
+                "Match special tokens spelled in the messages (\"<|im_end|>\") as the control tokens they name, "
+                "as Hugging Face's default does; without it they are encoded as their characters, so a message "
+                "cannot end its turn or open another");
 }
 
 ChatSession make_chat_session(const LoadedModel& m, const ChatFlags& f) {
   QKV_CHECK(m.chat_format.has_value() && m.tokenizer, m.description,
             " has no chat format (chat is for the Llama 3 and Qwen3 families, with their tokenizer.json)");
-  return ChatSession(*m.model, *m.tokenizer, *m.chat_format, m.end_ids, f.max_context);
+  ChatSession chat(*m.model, *m.tokenizer, *m.chat_format, m.end_ids, f.max_context);
+  chat.set_special_tokens_in_messages(f.special_in_messages);
+  return chat;
 }
 
 int run_chat_turn(LoadedModel& m, const ChatFlags& f, const std::string& prompt, const SamplingOptions& o, bool json) {
@@ -70,7 +76,7 @@ int run_chat_turn(LoadedModel& m, const ChatFlags& f, const std::string& prompt,
                                  {"ended", t.ended},
                                  {"chat_format", chat_format_name(*m.chat_format)},
                                  {"model", m.description}})
-                     .dump()
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)  // bad bytes: U+FFFD
               << "\n";
   } else {
     std::cout << "\n";
@@ -120,7 +126,10 @@ int run_chat(ChatCommandFlags& f, const CLI::App& sub) {
       });
     } catch (const Error& e) {  // a turn that does not fit: say so, keep the conversation
       std::cerr << "qkv chat: " << e.what() << "\n";
-      if (f.json) return 1;
+      if (f.json)
+        std::cout << nlohmann::json({{"error", e.what()}, {"context", chat.length()}, {"max_context", chat.capacity()}})
+                         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                  << std::endl;
       continue;
     }
     ++turn;
@@ -132,7 +141,7 @@ int run_chat(ChatCommandFlags& f, const CLI::App& sub) {
                                    {"ended", t.ended},
                                    {"context", chat.length()},
                                    {"max_context", chat.capacity()}})
-                       .dump()
+                       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
                 << std::endl;
     } else {
       std::cout << "\n";

@@ -14,6 +14,7 @@ struct ChatFlags {
   std::string system;
   bool thinking = true;       // Qwen3's thinking block
   int64_t max_context = 4096; // the conversation's KV cache, in positions
+  bool special_in_messages = false;  // special tokens spelled in messages matched as control ids
 };
 
 void add_chat_flags(CLI::App* sub, ChatFlags& f);

@@ -71,7 +71,8 @@ ExplorePage module_page(ExploreFlags& f, const CLI::App& sub, const std::string&
   const int64_t T = static_cast<int64_t>(ids.size());
   QKV_CHECK(T <= c.context_length, "the text is ", T, " GPT-2 tokens but --context-length is ", c.context_length,
             "; shorten the text or raise --context-length");
-  check_page_fits(1, c.attention.heads, c.attention.head_dim, T, info.causal, limits_of(f));
+  // the module's pipeline shows its scores and scaled scores, (T, T) per head, besides the weights
+  check_page_fits(1, c.attention.heads, c.attention.head_dim, T, info.causal, limits_of(f), /*square_steps=*/2);
   check_sizes({c.attention.heads, T, T, 8}, 4, "the page's (T, T) matrices per head");
   std::map<std::string, Tensor> state;
   if (!f.weights.empty()) state = load_safetensors(f.weights).tensors;

@@ -47,6 +47,10 @@ void add_limit_flags(CLI::App* sub) {
                       std::to_string(d.max_memory_bytes) + " (half the physical memory)");
   add_byte_limit_flag(sub, "--max-file-size", &Limits::max_file_bytes,
                       "The largest input file read whole; suffixes K M G T", std::to_string(d.max_file_bytes));
+  add_byte_limit_flag(sub, "--max-json-size", &Limits::max_json_bytes,
+                      "The largest JSON text parsed (config.json, tokenizer.json, a safetensors header); "
+                      "suffixes K M G T",
+                      std::to_string(d.max_json_bytes));
 }
 
 void check_threads(int64_t threads, const char* flag) {
@@ -58,6 +62,7 @@ void check_threads(int64_t threads, const char* flag) {
 std::string limit_hint(const std::string& message) {
   if (message.find("max_memory_bytes") != std::string::npos) return "; raise it with --max-memory BYTES";
   if (message.find("max_file_bytes") != std::string::npos) return "; raise it with --max-file-size BYTES";
+  if (message.find("max_json_bytes") != std::string::npos) return "; raise it with --max-json-size BYTES";
   return "";
 }
 

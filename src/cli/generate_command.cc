@@ -22,6 +22,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/qkv.h"
+#include "qkv/text/utf8.h"
 #include "chat_flags.h"
 #include "sampling_flags.h"
 #include "stop_signals.h"
@@ -45,6 +46,8 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
   const int sources = !f.checkpoint.empty() + !f.weights.empty() + !f.model.empty();
   if (sources != 1) bad_flag("--model", "give one of --model PRESET, --weights PATH or --checkpoint FILE");
   if (sub.count("--num-heads") > 0 && f.weights.empty()) bad_flag("--num-heads", "goes with --weights");
+  if (f.json && !utf8::is_valid(f.prompt))
+    bad_flag("--prompt", "not UTF-8 text, and --json writes the prompt as a JSON string");
   LoadOptions load;
   load.vocab_dir = f.vocab_dir;
   load.dtype = f.dtype;
@@ -107,7 +110,7 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
                                  {"tokens_per_s", times.tokens_per_s},
                                  {"model", m.description},
                                  {"stopped", stopped != 0}})
-                     .dump()
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)  // bad bytes: U+FFFD
               << "\n";
   } else {
     std::cout << stream->finish() << "\n";

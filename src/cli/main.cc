@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,10 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {  // a flag found wrong while running (flags.h's checks)
     print_error(e.what());
     return 2;
+  } catch (const std::bad_alloc& e) {  // (and std::bad_array_new_length) a request the checks did not foresee
+    print_error(std::string("out of memory: an allocation failed (") + e.what() +
+                "); the input asks for more memory than this machine gives");
+    return 1;
   } catch (const std::exception& e) {
     print_error(e.what() + qkv::cli::limit_hint(e.what()));
     return 1;

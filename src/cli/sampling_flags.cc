@@ -6,7 +6,8 @@
 namespace qkv::cli {
 
 void add_sampling_flags(CLI::App* sub, SamplingFlags& f) {
-  add_number_with_default(sub, "--temperature", f.temperature, "Softmax temperature; 0 picks the most likely token",
+  add_number_with_default(sub, "--temperature", f.temperature,
+                          "Softmax temperature; 0 (or one so small that logits / T overflows) picks the most likely token",
                           non_negative<double>());
   add_number(sub, "--top-k", f.top_k, "Sample only among the k most likely tokens, k in [1, vocabulary] (default: all)",
              positive<int64_t>());

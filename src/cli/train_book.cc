@@ -141,6 +141,8 @@ int run_train_book(const BookTrainFlags& g, const TrainOptions& o, const CLI::Ap
   b.weight_decay = given("--weight-decay") ? o.weight_decay : 0.1;
   const uint64_t seed = given("--seed") ? o.seed : 123;
   std::vector<OutputFile> destinations;  // checked before any training
+  OutputFolder folder;                   // a new --checkpoint folder, gone again if the run fails
+  if (!checkpoint.empty() && family.checkpoint_folder) folder = OutputFolder(checkpoint, "--checkpoint");
   if (!checkpoint.empty()) destinations = checkpoint_destinations(family, checkpoint, "--checkpoint");
   if (!svg.empty()) destinations.push_back({svg, "", "--svg"});
   check_output_files(destinations);
@@ -202,6 +204,7 @@ int run_train_book(const BookTrainFlags& g, const TrainOptions& o, const CLI::Ap
     files.push_back({svg, loss_curve_svg(step_losses, curve_evals, lc), "--svg"});
   }
   write_files_atomically(files);
+  folder.keep();
   if (!checkpoint.empty()) info << "weights: " << checkpoint << " (" << family.checkpoint_kind << ")\n";
   if (r.stopped) {
     int sig = *StopSignals::flag();

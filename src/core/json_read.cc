@@ -140,6 +140,9 @@ bool append_brief(const json& j, std::string& out, size_t budget, int depth) {
 
 json parse_json(std::string_view text, const std::string& what, JsonKeys keys) {
   const int max_depth = limits().json_max_depth;
+  const int64_t max_bytes = limits().max_json_bytes;
+  QKV_CHECK(static_cast<int64_t>(text.size()) <= max_bytes, what, " is ", text.size(),
+            " bytes of JSON, more than the ", max_bytes, " qkv parses (max_json_bytes)");
   json result;
   LimitedDomParser sax(result, max_depth, keys == JsonKeys::kUnique);
   try {

@@ -41,9 +41,11 @@ const Limits& limits() {
 
 void set_limits(const Limits& l) {
   QKV_CHECK(l.max_memory_bytes > 0 && l.max_file_bytes > 0 && l.max_threads >= 1 && l.json_max_depth >= 1 &&
+                l.max_json_bytes >= 1 &&
                 l.regex_match_limit >= 1 && l.regex_match_limit <= UINT32_MAX && l.regex_min_bytes_per_second >= 1,
             "limits: every limit must be positive (memory ", l.max_memory_bytes, ", file ", l.max_file_bytes,
-            ", threads ", l.max_threads, ", JSON depth ", l.json_max_depth, ", regex match limit ",
+            ", threads ", l.max_threads, ", JSON depth ", l.json_max_depth, ", JSON bytes ", l.max_json_bytes,
+            ", regex match limit ",
             l.regex_match_limit, ", at most 4294967295; regex bytes per second ", l.regex_min_bytes_per_second, ")");
   std::lock_guard<std::mutex> lock(g_mutex);
   g_limits = l;

@@ -39,34 +39,43 @@ ExploreStep block_input(const std::string& prefix, int64_t l, const Tensor& x) {
   return in;
 }
 
-// The logit lens of x (1, T, E), one row of the lens: the model's end (head_logits) -> softmax, top k.
+// Positions whose (rows, V) logits the lens holds at once: a long text's (T, V) logits are never
+// made whole (a 35 KB text's are gigabytes for a 150,000-token vocabulary).
+constexpr int64_t kLensRows = 256;
+
+// The logit lens of x (1, T, E), one row of the lens: the model's end (head_logits) -> softmax, top k,
+// kLensRows positions at a time.
 void lens_row(ExploreLens& lens, LanguageModel& model, const Tensor& x, const Tokenizer* tokenizer) {
-  const Tensor logits = model.head_logits(x).select(0, 0).contiguous();  // (T, V)
-  const int64_t T = logits.size(0), V = logits.size(1), k = std::min(lens.top, V);
+  const int64_t T = x.size(1), V = model.vocab_size(), k = std::min(lens.top, V);
   const size_t first = lens.ids.size();
   lens.ids.resize(first + static_cast<size_t>(T * lens.top));
   lens.probs.resize(first + static_cast<size_t>(T * lens.top));
   ThreadPool& pool = default_pool();
   std::vector<std::vector<int64_t>> orders(static_cast<size_t>(pool.num_threads()));  // one per worker
-  pool.parallel_for(T, [&](int64_t t, int worker) {  // positions apart: each writes its own slots
-    const float* z = logits.data() + t * V;
-    float hi = -kInf;
-    for (int64_t v = 0; v < V; ++v) hi = std::max(hi, z[v]);
-    double total = 0;
-    for (int64_t v = 0; v < V; ++v) total += std::exp(static_cast<double>(z[v]) - hi);
-    std::vector<int64_t>& order = orders[static_cast<size_t>(worker)];
-    order.resize(static_cast<size_t>(V));
-    for (int64_t v = 0; v < V; ++v) order[static_cast<size_t>(v)] = v;
-    // the k largest logits, the first id on ties (as argmax)
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [z](int64_t a, int64_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
-    for (int64_t r = 0; r < lens.top; ++r) {
-      const int64_t id = r < k ? order[static_cast<size_t>(r)] : -1;
-      const size_t at = first + static_cast<size_t>(t * lens.top + r);
-      lens.ids[at] = id;
-      lens.probs[at] = id < 0 ? 0.0f : static_cast<float>(std::exp(static_cast<double>(z[id]) - hi) / total);
-    }
-  });
+  for (int64_t t0 = 0; t0 < T; t0 += kLensRows) {
+    const int64_t rows = std::min(kLensRows, T - t0);
+    const Tensor logits = model.head_logits(x.slice(1, t0, t0 + rows)).select(0, 0).contiguous();  // (rows, V)
+    pool.parallel_for(rows, [&](int64_t r0, int worker) {  // positions apart: each writes its own slots
+      const int64_t t = t0 + r0;
+      const float* z = logits.data() + r0 * V;
+      float hi = -kInf;
+      for (int64_t v = 0; v < V; ++v) hi = std::max(hi, z[v]);
+      double total = 0;
+      for (int64_t v = 0; v < V; ++v) total += std::exp(static_cast<double>(z[v]) - hi);
+      std::vector<int64_t>& order = orders[static_cast<size_t>(worker)];
+      order.resize(static_cast<size_t>(V));
+      for (int64_t v = 0; v < V; ++v) order[static_cast<size_t>(v)] = v;
+      // the k largest logits, the first id on ties (as argmax)
+      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                        [z](int64_t a, int64_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+      for (int64_t r = 0; r < lens.top; ++r) {
+        const int64_t id = r < k ? order[static_cast<size_t>(r)] : -1;
+        const size_t at = first + static_cast<size_t>(t * lens.top + r);
+        lens.ids[at] = id;
+        lens.probs[at] = id < 0 ? 0.0f : static_cast<float>(std::exp(static_cast<double>(z[id]) - hi) / total);
+      }
+    });
+  }
   for (size_t n = first; n < lens.ids.size(); ++n) {
     const int64_t id = lens.ids[n];
     if (id >= 0 && !lens.words.count(id)) lens.words[id] = tokenizer ? tokenizer->token_text(id) : std::to_string(id);

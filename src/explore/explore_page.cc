@@ -218,14 +218,16 @@ int64_t estimate_page_bytes(const ExplorePage& page, ExploreStorage st) {
 }
 
 int64_t minimum_page_bytes(int64_t layers, int64_t heads, int64_t head_dim, int64_t tokens, bool causal,
-                           ExplorePrecision p, ExploreWeights w) {
+                           ExplorePrecision p, ExploreWeights w, int64_t square_steps) {
   const double T = static_cast<double>(tokens), per_head = static_cast<double>(layers) * static_cast<double>(heads);
   const double cells = causal ? T * (T + 1) / 2 : T * T;
   const double stored = per_head * cells * bytes_per(p == ExplorePrecision::kAuto ? ExplorePrecision::kU8 : p) * 5.0 / 4.0;
   const double computed = per_head * 2.0 * T * static_cast<double>(head_dim) * 2.0 * 5.0 / 4.0;
   const double least = w == ExploreWeights::kStored ? stored : w == ExploreWeights::kComputed ? computed
                                                                                                 : std::min(stored, computed);
-  const double bytes = least + static_cast<double>(explore_template().size());
+  const double steps = static_cast<double>(square_steps) * static_cast<double>(heads) * cells *
+                       bytes_per(p == ExplorePrecision::kAuto ? ExplorePrecision::kU8 : p) * 5.0 / 4.0;
+  const double bytes = least + steps + static_cast<double>(explore_template().size());
   return bytes >= 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(bytes);
 }
 

@@ -30,11 +30,14 @@ std::string megabytes(int64_t bytes) {
 }
 
 void check_page_fits(int64_t layers, int64_t heads, int64_t head_dim, int64_t tokens, bool causal,
-                     const ExploreLimits& l) {
-  const int64_t least = minimum_page_bytes(layers, heads, head_dim, tokens, causal, l.precision, l.weights);
+                     const ExploreLimits& l, int64_t square_steps) {
+  const int64_t least =
+      minimum_page_bytes(layers, heads, head_dim, tokens, causal, l.precision, l.weights, square_steps);
   if (least > l.max_bytes)
-    too_large(str("the page's attention weights alone (", layers, " layer(s) x ", heads, " head(s) of ", tokens, " x ",
-                  tokens, ") would be at least "),
+    too_large(str("the page's attention weights",
+                  square_steps > 0 ? str(" and scores (", square_steps, " more per head)") : "",
+                  " alone (", layers, " layer(s) x ", heads, " head(s) of ", tokens, " x ", tokens,
+                  ") would be at least "),
               least,
               {l.precision == ExplorePrecision::kAuto ? ExplorePrecision::kU8 : l.precision,
                l.weights == ExploreWeights::kComputed},

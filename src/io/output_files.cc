@@ -250,4 +250,25 @@ void write_files_atomically(const std::vector<OutputFile>& files) {
   }
 }
 
+OutputFolder::OutputFolder(const std::string& path, const std::string& what) {
+  if (::mkdir(path.c_str(), 0777) == 0) {
+    path_ = path;
+    return;
+  }
+  QKV_CHECK(errno == EEXIST, "cannot make the ", what, " folder ", excerpt(path), ": ", errno_message(errno));
+}
+
+OutputFolder::~OutputFolder() {
+  if (!path_.empty()) (void)::rmdir(path_.c_str());  // only when still empty
+}
+
+OutputFolder& OutputFolder::operator=(OutputFolder&& o) noexcept {
+  if (this != &o) {
+    if (!path_.empty()) (void)::rmdir(path_.c_str());
+    path_ = std::move(o.path_);
+    o.path_.clear();
+  }
+  return *this;
+}
+
 }  // namespace qkv

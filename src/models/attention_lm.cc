@@ -53,6 +53,7 @@ LoadedModel load_lm(const std::string& path, const LoadOptions& options) {
     if (*options.dtype == Dtype::kBF16 && o.path == AttentionPath::kAuto) o.path = AttentionPath::kFused;
   }
   LoadedModel m;
+  m.no_tokenizer = "it was trained on fixed batches of ids";
   if (is_builtin_task(c.task)) m.default_new_tokens = c.task_length;
   if (options.tokenizer && is_builtin_task(c.task)) {
     m.tokenizer = std::make_unique<LetterTokenizer>(c.task_symbols);

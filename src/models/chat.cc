@@ -9,22 +9,49 @@ namespace qkv {
 
 const char* chat_format_name(ChatFormat f) { return f == ChatFormat::kQwen3 ? "qwen3" : "llama3"; }
 
-std::string chat_text(ChatFormat format, const std::vector<ChatMessage>& messages, bool first, bool thinking) {
-  std::string t;
+std::vector<ChatPiece> chat_pieces(ChatFormat format, const std::vector<ChatMessage>& messages, bool first,
+                                   bool thinking) {
   for (const ChatMessage& m : messages)
     QKV_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant", "chat: the role ", m.role,
               " is not system, user or assistant");
+  // Each message's words are one piece, from the marker before them to the marker after: the text a
+  // tokenizer encodes alone between special tokens, so the pieces' ids are the whole text's.
+  std::vector<ChatPiece> p;
   if (format == ChatFormat::kLlama3) {
-    if (first) t += "<|begin_of_text|>";
-    for (const ChatMessage& m : messages)
-      t += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
-    t += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    if (first) p.push_back({"<|begin_of_text|>", false});
+    for (const ChatMessage& m : messages) {
+      p.push_back({"<|start_header_id|>" + m.role + "<|end_header_id|>", false});
+      p.push_back({"\n\n" + m.content, true});
+      p.push_back({"<|eot_id|>", false});
+    }
+    p.push_back({"<|start_header_id|>assistant<|end_header_id|>\n\n", false});
   } else {
-    for (const ChatMessage& m : messages) t += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-    t += "<|im_start|>assistant\n";
-    if (!thinking) t += "<think>\n\n</think>\n\n";
+    for (const ChatMessage& m : messages) {
+      p.push_back({"<|im_start|>", false});
+      p.push_back({m.role + "\n" + m.content, true});
+      p.push_back({"<|im_end|>\n", false});
+    }
+    p.push_back({"<|im_start|>assistant\n", false});
+    if (!thinking) p.push_back({"<think>\n\n</think>\n\n", false});
   }
+  return p;
+}
+
+std::string chat_text(ChatFormat format, const std::vector<ChatMessage>& messages, bool first, bool thinking) {
+  std::string t;
+  for (const ChatPiece& piece : chat_pieces(format, messages, first, thinking)) t += piece.text;
   return t;
+}
+
+std::vector<int64_t> chat_ids(const Tokenizer& tokenizer, ChatFormat format, const std::vector<ChatMessage>& messages,
+                              bool first, bool thinking, bool special_tokens_in_messages) {
+  std::vector<int64_t> ids;
+  for (const ChatPiece& piece : chat_pieces(format, messages, first, thinking)) {
+    const std::vector<int64_t> more = piece.message && !special_tokens_in_messages ? tokenizer.encode_text(piece.text)
+                                                                                   : tokenizer.encode(piece.text);
+    ids.insert(ids.end(), more.begin(), more.end());
+  }
+  return ids;
 }
 
 std::string chat_turn_close(ChatFormat format) { return format == ChatFormat::kQwen3 ? "\n" : ""; }
@@ -54,7 +81,7 @@ ChatSession::Turn ChatSession::respond(const std::vector<ChatMessage>& messages,
   Turn turn;
   const bool first = ids_.empty() && pending_.empty();
   turn.prompt_ids = pending_;
-  const std::vector<int64_t> text = tokenizer_.encode(chat_text(format_, messages, first, thinking));
+  const std::vector<int64_t> text = chat_ids(tokenizer_, format_, messages, first, thinking, special_in_messages_);
   turn.prompt_ids.insert(turn.prompt_ids.end(), text.begin(), text.end());
   const auto n = static_cast<int64_t>(turn.prompt_ids.size());
   QKV_CHECK(length() + n <= capacity_, "chat: the conversation holds ", length(), " tokens; this turn's ", n,

@@ -4,8 +4,6 @@
 
 #include <sys/stat.h>
 
-#include <cerrno>
-#include <cstring>
 
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
@@ -70,9 +68,17 @@ const ModelFamily& family_of_preset(const std::string& preset) {
 
 const ModelFamily& family_of_path(const std::string& path) {
   if (is_directory(path)) {  // config.json's model_type; GPT-2's folders say "gpt2", or nothing
-    const std::string type = hf_model_type(path);
-    const ModelFamily* f = family_of_model_type(type);
-    return f != nullptr ? *f : models_detail::gpt_family();
+    const std::optional<std::string> type = hf_model_type(path);
+    if (!type) return models_detail::gpt_family();
+    const ModelFamily* f = family_of_model_type(*type);
+    if (f == nullptr) {
+      std::vector<std::string> types;
+      for (const ModelFamily* g : model_families())
+        for (const std::string& t : g->model_types) types.push_back("\"" + t + "\"");
+      fail(excerpt((path.back() == '/' ? path : path + "/") + "config.json"), ": \"model_type\" is ", excerpt(*type),
+           "; qkv reads ", list(types));
+    }
+    return *f;
   }
   const MappedSafetensors header(path);  // the header only: the tensors are read when loaded
   if (is_lm_checkpoint(header.metadata())) return models_detail::attention_lm_family();
@@ -83,8 +89,6 @@ const ModelFamily& family_of_path(const std::string& path) {
 
 std::vector<OutputFile> checkpoint_destinations(const ModelFamily& f, const std::string& path, const std::string& what) {
   if (!f.checkpoint_folder) return {{path, "", what}};
-  QKV_CHECK(::mkdir(path.c_str(), 0777) == 0 || errno == EEXIST, "cannot make the ", what, " folder ", excerpt(path),
-            ": ", std::strerror(errno));
   std::vector<OutputFile> files;
   for (const char* file : {"/model.safetensors", "/config.json", "/tokenizer.json"}) files.push_back({path + file, "", what});
   return files;
@@ -130,14 +134,12 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options) {
 }
 
 std::vector<int64_t> LoadedModel::encode(const std::string& text) const {
-  QKV_CHECK(tokenizer != nullptr, description, " has no tokenizer to read text with (it was trained on fixed ",
-            "batches of ids)");
+  QKV_CHECK(tokenizer != nullptr, description, " has no tokenizer to read text with: ", no_tokenizer);
   return tokenizer->encode(text);
 }
 
 std::string LoadedModel::decode(const std::vector<int64_t>& ids) const {
-  QKV_CHECK(tokenizer != nullptr, description, " has no tokenizer to write text with (it was trained on fixed ",
-            "batches of ids)");
+  QKV_CHECK(tokenizer != nullptr, description, " has no tokenizer to write text with: ", no_tokenizer);
   return tokenizer->decode(ids);
 }
 

@@ -26,6 +26,17 @@ int64_t first_argmax(const float* v, int64_t n) {
 
 int64_t pick_next_token(const float* last, int64_t V, const SamplingOptions& o, Generator& gen,
                         std::vector<float>& z) {
+  // NaN or +inf (weights holding them, or values that overflow) leave no distribution to draw
+  // from: torch.multinomial refuses them, and so does qkv, at temperature 0 too. -inf is a token
+  // never drawn; all of them -inf is refused as well.
+  int64_t finite = 0;
+  for (int64_t j = 0; j < V; ++j) {
+    QKV_CHECK(!std::isnan(last[j]) && last[j] != std::numeric_limits<float>::infinity(),
+              "the model's next-token logits hold ", std::isnan(last[j]) ? "NaN" : "+inf", " (at id ", j, " of ", V,
+              "): its weights or its input made them non-finite, so no token can be chosen");
+    finite += last[j] != -std::numeric_limits<float>::infinity();
+  }
+  QKV_CHECK(finite > 0, "the model's next-token logits are all -inf: no token can be chosen");
   z.assign(last, last + V);
   // logits = where(logits < topk(logits, k)[-1], -inf, logits)
   if (o.top_k > 0 && o.top_k < V) {
@@ -43,6 +54,9 @@ int64_t pick_next_token(const float* last, int64_t V, const SamplingOptions& o, 
     x = x / t;
     m = std::max(m, x);
   }
+  // A temperature so small that logits / t overflows (or underflows to -inf everywhere) leaves
+  // softmax undefined; its limit as t -> 0 is the greedy choice, and that is what is returned.
+  if (!std::isfinite(m)) return first_argmax(last, V);
   double total = 0;
   for (float& x : z) total += (x = std::exp(x - m));
   const auto inv = static_cast<float>(1.0 / total);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "qkv/core/checked.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/core/read_file.h"
@@ -32,16 +33,16 @@ bool skipped(const std::string& name) {
 
 }  // namespace
 
-std::string hf_model_type(const std::string& path) {
+std::optional<std::string> hf_model_type(const std::string& path) {
   const std::string config = slash(path) + "config.json";
-  if (!exists(path, true) || !exists(config, false)) return "";
-  try {
-    const nlohmann::json j = parse_json(read_file(config), excerpt(config));
-    return j.is_object() && j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>()
-                                                                                    : "";
-  } catch (const Error&) {
-    return "";
-  }
+  if (!exists(path, true) || !exists(config, false)) return std::nullopt;
+  const std::string where = excerpt(config);
+  const nlohmann::json j = parse_json(read_file(config), where);
+  QKV_CHECK(j.is_object(), where, " is not a JSON object");
+  if (!j.contains("model_type")) return std::nullopt;
+  QKV_CHECK(j["model_type"].is_string(), where, ": \"model_type\" is ", json_excerpt(j["model_type"]),
+            "; expected a string");
+  return j["model_type"].get<std::string>();
 }
 
 HfFolder read_hf_folder(const std::string& path) {
@@ -62,33 +63,40 @@ HfFolder read_hf_folder(const std::string& path) {
                                            : config["model_type"].is_string() ? excerpt(type) : excerpt(config["model_type"].dump()),
             "; qkv reads \"llama\" (Llama 3) and \"qwen3\" folders here (GPT-2's \"gpt2\" loads as the book's GPT model)");
   w.spec = family->read_config(config, where);
-  // The files: model.safetensors, or the shards the index names (each once, in order of first mention).
+  // The files: model.safetensors when there is one (as Hugging Face's from_pretrained reads it, even
+  // beside an index), else the shards the index names (each once, in order of first mention).
   std::map<std::string, std::string> index;  // tensor -> shard, from the index
   std::vector<std::string> shards;
   const std::string index_path = dir + "model.safetensors.index.json";
-  if (exists(index_path, false)) {
+  if (exists(dir + "model.safetensors", false)) {
+    shards.push_back("model.safetensors");
+  } else {
+    QKV_CHECK(exists(index_path, false), excerpt(path), " has neither model.safetensors nor ",
+              "model.safetensors.index.json (with its shards)");
     const nlohmann::json j = parse_json(read_file(index_path), excerpt(index_path));
     QKV_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), excerpt(index_path),
               " has no \"weight_map\" object (tensor name -> shard file)");
+    std::set<std::string> seen;
     for (const auto& [name, file] : j["weight_map"].items()) {
       QKV_CHECK(file.is_string(), excerpt(index_path), ": the shard of ", excerpt(name), " is ",
-                excerpt(file.dump()), "; expected a file name");
+                json_excerpt(file), "; expected a file name");
       const std::string shard = file.get<std::string>();
       QKV_CHECK(!shard.empty() && shard.find('/') == std::string::npos, excerpt(index_path), ": the shard of ",
                 excerpt(name), " is ", excerpt(shard), "; expected a file name in the same directory");
       index[name] = shard;
-      if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
+      if (seen.insert(shard).second) shards.push_back(shard);
     }
     QKV_CHECK(!shards.empty(), excerpt(index_path), " names no shards");
-  } else {
-    QKV_CHECK(exists(dir + "model.safetensors", false), excerpt(path), " has neither model.safetensors nor ",
-              "model.safetensors.index.json (with its shards)");
-    shards.push_back("model.safetensors");
+    // Every shard is there before any is opened.
+    size_t missing = 0;
+    std::string first;
+    for (const std::string& shard : shards)
+      if (!exists(dir + shard, false) && missing++ == 0) first = shard;
+    QKV_CHECK(missing == 0, excerpt(index_path), " names the shard ", excerpt(first), ", which is missing from ",
+              excerpt(path), missing > 1 ? str(" (", missing, " of its ", shards.size(), " shards are)") : "");
   }
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string file = dir + shards[i];
-    QKV_CHECK(exists(file, false), excerpt(index_path), " names the shard ", excerpt(shards[i]),
-              ", which is missing from ", excerpt(path));
     w.files.push_back(std::make_shared<const MappedSafetensors>(file));
     for (const std::string& name : w.files.back()->names()) {
       const auto [it, fresh] = w.file_of.emplace(name, i);
@@ -102,6 +110,21 @@ HfFolder read_hf_folder(const std::string& path) {
   for (const auto& [name, shard] : index)
     QKV_CHECK(w.file_of.count(name), excerpt(index_path), " places ", excerpt(name), " in ", excerpt(shard),
               ", which does not hold it");
+  // config.json against the files before the model is built: a config of 100,000 layers over a
+  // file of 2 is refused here, not after allocating the layers, so what is allocated is at most
+  // twice what the files hold. Within that (a tensor or a layer missing), the model is built and
+  // check_folder names what is missing, extra or of another shape.
+  int64_t held = 0;
+  const std::string tied = family->names.head + "weight";
+  for (const auto& [name, i] : w.file_of)
+    if (!skipped(name) && !(w.spec.tied_head && name == tied))
+      held = checked_add(held, checked_product(w.files[i]->shape(name), "the files' parameters"),
+                         "the files' parameters");
+  const int64_t wanted = decoder_parameters(w.spec, "config.json's parameters");
+  QKV_CHECK(wanted / 2 <= held, where, " describes a ", family->name, " model of ", wanted, " parameters (",
+            w.spec.layers, " layers, width ", w.spec.width, ", vocabulary ", w.spec.vocab_size, ") but the weights in ",
+            excerpt(path), " hold only ", held, " (", w.file_of.size(),
+            " tensors), not half of it: config.json does not describe these weights");
   if (!w.file_of.empty()) w.stored_dtype = w.files[w.file_of.begin()->second]->stored_dtype(w.file_of.begin()->first);
   return w;
 }

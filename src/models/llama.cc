@@ -6,6 +6,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
+#include "qkv/core/json_read.h"
 #include "qkv/models/family.h"
 #include "qkv/models/hf_folder.h"
 #include "qkv/text/vocab_files.h"
@@ -19,14 +20,27 @@ namespace {
 
 int64_t integer(const json& j, const char* key, const std::string& where) {
   QKV_CHECK(j.contains(key), where, ": \"", key, "\" is missing");
-  QKV_CHECK(j[key].is_number_integer(), where, ": \"", key, "\" is ", excerpt(j[key].dump()), "; expected an integer");
+  const bool fits = j[key].is_number_integer() && !(j[key].is_number_unsigned() && j[key].get<uint64_t>() > INT64_MAX);
+  QKV_CHECK(fits, where, ": \"", key, "\" is ", json_excerpt(j[key]), "; expected an integer of at most 2^63-1");
   return j[key].get<int64_t>();
 }
 
 double number(const json& j, const char* key, const std::string& where) {
   QKV_CHECK(j.contains(key), where, ": \"", key, "\" is missing");
-  QKV_CHECK(j[key].is_number(), where, ": \"", key, "\" is ", excerpt(j[key].dump()), "; expected a number");
+  QKV_CHECK(j[key].is_number(), where, ": \"", key, "\" is ", json_excerpt(j[key]), "; expected a number");
   return j[key].get<double>();
+}
+
+bool boolean(const json& j, const char* key, bool absent, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return absent;
+  QKV_CHECK(j[key].is_boolean(), where, ": \"", key, "\" is ", json_excerpt(j[key]), "; expected true or false");
+  return j[key].get<bool>();
+}
+
+std::string text(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return "";
+  QKV_CHECK(j[key].is_string(), where, ": \"", key, "\" is ", json_excerpt(j[key]), "; expected a string");
+  return j[key].get<std::string>();
 }
 
 // The spec's fields as config.json names them.
@@ -92,6 +106,7 @@ LoadedModel load_folder(const std::string& dir, const LoadOptions& options) {
   m.description = str(m.model->describe(), " from ", excerpt(dir), " (", w.stored_dtype, " weights, ",
                       dtype_name(dtype), " products)");
   const std::string tokenizer = (dir.back() == '/' ? dir : dir + "/") + "tokenizer.json";
+  m.no_tokenizer = str(excerpt(dir), " has no tokenizer.json");
   if (options.tokenizer && exists(tokenizer)) {
     std::string file;
     std::unique_ptr<Tokenizer> t = hf_tokenizer(tokenizer, options, file);
@@ -166,20 +181,24 @@ DecoderSpec read_llama_config(const json& j, const std::string& where) {
   a.rope = kernels::RopeLayout::kHalf;
   a.rope_base = j.contains("rope_theta") ? number(j, "rope_theta", where) : 10000.0;
   s.context_length = integer(j, "max_position_embeddings", where);
-  s.tied_head = j.value("tie_word_embeddings", false);
+  s.tied_head = boolean(j, "tie_word_embeddings", false, where);
   if (j.contains("hidden_act"))
     QKV_CHECK(j["hidden_act"] == "silu", where, ": \"hidden_act\" is ", excerpt(j["hidden_act"].dump()),
               "; the SwiGLU feed-forward uses \"silu\"");
   for (const char* key : {"attention_bias", "mlp_bias"})
-    QKV_CHECK(!j.value(key, false), where, ": \"", key, "\" is true; qkv's Llama and Qwen3 projections have no bias");
+    QKV_CHECK(!boolean(j, key, false, where), where, ": \"", key,
+              "\" is true; qkv's Llama and Qwen3 projections have no bias");
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const json& r = j["rope_scaling"];
     QKV_CHECK(r.is_object(), where, ": \"rope_scaling\" is ", excerpt(r.dump()), "; expected an object or null");
-    const std::string rope_type = r.value("rope_type", r.value("type", ""));
+    const std::string scaling = where + " rope_scaling";
+    const std::string rope_type = r.contains("rope_type") ? text(r, "rope_type", scaling) : text(r, "type", scaling);
     QKV_CHECK(rope_type == "llama3", where, ": \"rope_scaling\" has rope_type ", excerpt(rope_type),
               "; qkv reads Llama 3's (\"llama3\") or none");
-    const std::string scaling = where + " rope_scaling";
     a.rope_scaling.factor = number(r, "factor", scaling);
+    // A factor of 0 or less would read as no scaling at all (RopeScaling::on): refused, as 0.5 is.
+    QKV_CHECK(a.rope_scaling.factor > 0.0, scaling, ": \"factor\" is ", a.rope_scaling.factor,
+              "; Llama 3's scaling needs a factor of at least 1");
     a.rope_scaling.low_freq_factor = number(r, "low_freq_factor", scaling);
     a.rope_scaling.high_freq_factor = number(r, "high_freq_factor", scaling);
     a.rope_scaling.original_max_positions = integer(r, "original_max_position_embeddings", scaling);

@@ -45,6 +45,11 @@ std::vector<int64_t> Gpt2Tokenizer::encode(const std::string& text) const {
   return encoding_.encode(text, SpecialTokens::all());
 }
 
+std::vector<int64_t> Gpt2Tokenizer::encode_text(const std::string& text) const {
+  const std::vector<TokenId> ids = encoding_.encode_ordinary(text);
+  return {ids.begin(), ids.end()};
+}
+
 std::string Gpt2Tokenizer::decode(const std::vector<int64_t>& ids) const {
   return encoding_.decode(std::vector<TokenId>(ids.begin(), ids.end()));
 }
@@ -87,6 +92,11 @@ HfTextTokenizer::HfTextTokenizer(HfTokenizer tokenizer, std::string source)
 
 std::vector<int64_t> HfTextTokenizer::encode(const std::string& text) const {
   const std::vector<TokenId> ids = tokenizer_.encode(text);
+  return {ids.begin(), ids.end()};
+}
+
+std::vector<int64_t> HfTextTokenizer::encode_text(const std::string& text) const {
+  const std::vector<TokenId> ids = tokenizer_.encode(text, AddedTokens::kPlain);
   return {ids.begin(), ids.end()};
 }
 

@@ -149,13 +149,20 @@ BookTrainingReport train_like_the_book(LanguageModel& model, Generator& gen, con
     greedy.max_new_tokens = o.sample_tokens;
     greedy.temperature = 0.0;
     greedy.kv_cache = false;  // the book's generate_text_simple runs the whole window each token
-    const std::vector<int64_t> start = tokenizer.encode(o.start_context);
-    std::vector<int64_t> all = start;
-    if (!start.empty()) {
-      const std::vector<int64_t> out = generate(model, start, greedy);
-      all.insert(all.end(), out.begin(), out.end());
+    // A sample that cannot be made (weights gone non-finite, an id the tokenizer lacks) is said in
+    // its place: the epochs go on and the run's checkpoint is written all the same.
+    std::string sample;
+    try {
+      const std::vector<int64_t> start = tokenizer.encode(o.start_context);
+      std::vector<int64_t> all = start;
+      if (!start.empty()) {
+        const std::vector<int64_t> out = generate(model, start, greedy);
+        all.insert(all.end(), out.begin(), out.end());
+      }
+      sample = tokenizer.decode(all);
+    } catch (const Error& e) {
+      sample = str("(no sample: ", e.what(), ")");
     }
-    std::string sample = tokenizer.decode(all);
     for (char& c : sample)
       if (c == '\n') c = ' ';
     r.samples.push_back(sample);

@@ -211,18 +211,22 @@ TEST_F(ExploreCli, APageOverTheSizeLimitIsRefusedNamingTheFlags) {
   EXPECT_EQ(run(page + "--precision u8").status, 0);
 }
 
-// A page whose attention weights alone are beyond the limit is refused before anything is
-// computed: 2,000 tokens' (T, T) weights for 2 heads are at least 2.5 MB stored in 8 bits; computed
-// in the page, 2,000 tokens' queries and keys of 2 heads of 256 are at least 5.1 MB as float16.
+// A page whose attention weights and scores alone are beyond the limit is refused before anything
+// is computed: 2,000 tokens' (T, T) weights for 2 heads are at least 2.5 MB stored in 8 bits, and
+// the module's scores and scaled scores as much again each; weights computed in the page from
+// queries and keys still show the scores, so a small head (--d-out 8, computed) is refused as well
+// (it ran before: 60,000 characters took 95 s and 12 GB to be refused after the work).
 TEST_F(ExploreCli, AnOversizePageIsRefusedBeforeAnyWork) {
   std::string text;
   for (int i = 0; i < 2000; ++i) text += " a";
   write_file_atomically(path("long.txt"), text);
-  for (const std::string& shape : {std::string("--d-out 8 --attention-weights stored"), std::string("--d-out 512")}) {
+  for (const std::string& shape : {std::string("--d-out 8 --attention-weights stored"), std::string("--d-out 512"),
+                                   std::string("--d-out 8"), std::string("--d-out 8 --attention-weights computed")}) {
     const Result r = run("explore --text-file " + path("long.txt") + " --module mha --d-in 8 " + shape +
                          " --num-heads 2 --context-length 400000 --seed 1 --precision u8 --max-page-size 1M --out page.html");
     EXPECT_EQ(r.status, 1) << r.err;
-    EXPECT_NE(r.err.find("the page's attention weights alone (1 layer(s) x 2 head(s) of 2000 x 2000) would be at least"),
+    EXPECT_NE(r.err.find("the page's attention weights and scores (2 more per head) alone (1 layer(s) x 2 head(s) "
+                         "of 2000 x 2000) would be at least"),
               std::string::npos)
         << r.err;
     EXPECT_EQ(r.err.find("--precision u8"), std::string::npos) << r.err;  // it is 8-bit already

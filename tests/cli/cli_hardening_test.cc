@@ -306,6 +306,34 @@ TEST_F(CliHardening, AnUnwritableCheckpointDirectoryIsRefusedBeforeTraining) {
   EXPECT_THAT(not_dir.err, HasSubstr("Not a directory"));
 }
 
+// A run that fails before it trains leaves no new --checkpoint folder behind (a Hugging Face
+// folder is made first so its files can be checked); a folder that was there stays.
+TEST_F(CliHardening, ATrainingThatFailsLeavesNoNewCheckpointFolder) {
+  write("t.txt", "the cat sat on the mat. ");
+  fs::create_directory(path("not-a-model"));
+  write("not-a-model/config.json", "{\"model_type\": \"mistral\"}");
+  fs::create_directory(path("empty"));
+  for (const char* family : {"qwen3", "llama"})
+    for (const char* init : {"missing", "not-a-model", "empty"}) {
+      const Result r = run(str("train --model ", family, " --init ", init, " --text-file t.txt --checkpoint out"));
+      EXPECT_EQ(r.status, 1) << family << " " << init << "\n" << r.err;
+      EXPECT_THAT(r.err, HasSubstr(init)) << family << " " << init;
+      EXPECT_FALSE(fs::exists(path("out"))) << family << " " << init;
+    }
+  fs::create_directory(path("kept"));
+  EXPECT_EQ(run("train --model qwen3 --init missing --text-file t.txt --checkpoint kept").status, 1);
+  EXPECT_TRUE(fs::is_directory(path("kept")));
+}
+
+// generate --json writes the prompt as JSON text: a prompt that is not UTF-8 is refused before the model loads.
+TEST_F(CliHardening, AJsonGenerationOfAPromptThatIsNotUtf8IsRefusedFirst) {
+  for (const char* prompt : {"\\377", "ab\\303", "\\355\\240\\200"}) {  // a lone byte, a cut character, a surrogate
+    const Result r = run(str("generate --model gpt2-small --prompt \"$(printf '", prompt, "')\" --json"));
+    EXPECT_EQ(r.status, 2) << prompt << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr("--prompt: not UTF-8 text, and --json writes the prompt as a JSON string"));
+  }
+}
+
 // A file size limit (ulimit -f) turns into a clear error with no temporary left behind: qkv
 // ignores SIGXFSZ, so the write fails with EFBIG and the atomic write cleans up (issue 26).
 TEST_F(CliHardening, AFileSizeLimitIsAnErrorAndLeavesNoTemporary) {

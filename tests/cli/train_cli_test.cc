@@ -267,6 +267,24 @@ TEST_F(TrainCli, TrainsOnATextFileAndGeneratesFromIt) {
   EXPECT_THAT(unknown.err, HasSubstr("does not occur in the text the model was trained on"));
 }
 
+// Chapter 5's loop whose weights go non-finite (a learning rate of 1e30): each epoch's sample says
+// why there is none, the epochs go on, and the run ends with its checkpoint written.
+TEST_F(TrainCli, ABookRunWhoseSampleCannotBeMadeStillWritesItsCheckpoint) {
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "the cat sat on the mat. the dog sat on the log. ";
+  write_file_atomically(path("t.txt"), text);
+  const Result r = run("train --model gpt --text-file t.txt --context-length 16 --d-model 16 --num-heads 2 "
+                       "--num-layers 1 --seed 1 --epochs 2 --eval-freq 5 --eval-iter 1 --batch-size 2 "
+                       "--sample-tokens 5 --lr 1e30 --checkpoint nan.st");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string no_sample = "(no sample: the model's next-token logits hold NaN (at id ";
+  const size_t first = r.out.find(no_sample);
+  EXPECT_NE(first, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(no_sample, first + 1), std::string::npos) << "one for each of the 2 epochs:\n" << r.out;
+  EXPECT_THAT(r.out, HasSubstr("weights: nan.st"));
+  EXPECT_TRUE(fs::exists(path("nan.st")));
+}
+
 TEST_F(TrainCli, ForwardGradOutputWritesEveryGradientAndChecksItsShape) {
   Generator g(3);
   Tensor x = Tensor::empty({2, 5, 3}), dy = Tensor::empty({2, 5, 4});

@@ -120,7 +120,7 @@ TEST(LlamaConfigJson, FieldsOutOfRangeAreRefusedByName) {
             std::string::npos);
   EXPECT_NE(with("head_dim", 63).find("needs an even \"head_dim\", got 63"), std::string::npos) << with("head_dim", 63);
   EXPECT_NE(with("vocab_size", nullptr).find("\"vocab_size\" is missing"), std::string::npos);
-  EXPECT_NE(with("vocab_size", "big").find("\"vocab_size\" is '\"big\"'; expected an integer"), std::string::npos)
+  EXPECT_NE(with("vocab_size", "big").find("\"vocab_size\" is \"big\"; expected an integer"), std::string::npos)
       << with("vocab_size", "big");
   EXPECT_NE(with("num_hidden_layers", -1).find("\"num_hidden_layers\" (-1) must not be negative"), std::string::npos);
   EXPECT_NE(with("hidden_size", 0).find("\"hidden_size\" (0) must be positive"), std::string::npos);

@@ -8,6 +8,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -147,6 +148,33 @@ def test_streaming_stops_when_closed(models):
     assert next(stream) == seen[0]
     stream.close()
     assert len(model.generate("Every effort", max_new_tokens=3)) == 3
+
+
+def test_a_stream_left_open_at_exit_and_a_callback_into_the_model(models, tmp_path):
+    m, path, H = models[0]
+    # A stream abandoned part-way, the interpreter exiting with its thread still generating: the
+    # thread is stopped and joined at exit (it used to abort: "terminate called without an active
+    # exception"). Several lengths, so the exit finds the thread at different points.
+    for n in [10**6, 50, 3]:
+        script = tmp_path / "left_open.py"
+        script.write_text(f"import qkv\nm = qkv.load({path!r}, num_heads={H})\n"
+                          f"it = m.generate('Every effort', max_new_tokens={n}, temperature=1.0, stream=True)\n"
+                          "print(next(it))\n")
+        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ))
+        assert r.returncode == 0 and "terminate" not in r.stderr, (n, r.returncode, r.stderr[-500:])
+        assert int(r.stdout) >= 0
+    # on_token calling back into the model that is generating: a qkv.Error, not a wait for itself
+    model = qkv.load(path, num_heads=H)
+    for call in [lambda: model.generate([1, 2], max_new_tokens=1), lambda: model.logits([1]),
+                 lambda: model.state_dict()]:
+        with pytest.raises(qkv.Error, match="in the middle of a generate"):
+            model._m.generate([1, 2, 3], max_new_tokens=2, temperature=0.0, top_k=None, seed=None,
+                              stop_at_eos=False, on_token=lambda i, call=call: call())
+    assert len(model.generate([1, 2, 3], max_new_tokens=2)) == 2  # and the model is free afterwards
+    # a batch whose (B, T, V) logits cannot fit is refused before any work, naming the size
+    with pytest.raises(qkv.Error, match=r"logits: the \(B, T, V\) output needs \d+ bytes"):
+        model.logits(np.ones((200_000, model.context_length), dtype=np.int64))
 
 
 def test_bad_input_is_a_clear_exception(models, tmp_path):

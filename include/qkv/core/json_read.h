@@ -24,7 +24,8 @@ namespace qkv {
 enum class JsonKeys { kLastWins, kUnique };  // kUnique: a key twice in one object is an error
 
 // The one JSON value `text` holds. Throws qkv::Error starting with `what` when the text is not
-// JSON (with the byte offset and an excerpt of the text there), when arrays and objects nest more
+// JSON (with the byte offset and an excerpt of the text there), when it is longer than
+// limits().max_json_bytes (naming max_json_bytes), when arrays and objects nest more
 // than limits().json_max_depth deep (naming json_max_depth), or, with JsonKeys::kUnique, when an
 // object has a key twice (naming the key).
 nlohmann::json parse_json(std::string_view text, const std::string& what, JsonKeys keys = JsonKeys::kLastWins);

@@ -15,6 +15,10 @@ struct Limits {
   int64_t max_file_bytes;     // an input file read whole
   int max_threads;            // threads one command may start
   int json_max_depth = 64;    // nesting of arrays and objects in any JSON qkv reads
+  // The largest JSON text qkv parses (config.json, tokenizer.json, a safetensors header, an index):
+  // a parsed JSON takes about 15x its text in memory, so this bounds that before it is made.
+  // Qwen3's tokenizer.json, the largest qkv reads, is 11 MB.
+  int64_t max_json_bytes = int64_t{64} << 20;
   // The work PCRE2 may do for one match of a pre-tokenisation pattern (its match limit: steps of
   // backtracking; also its depth limit), so a pattern that backtracks catastrophically fails fast.
   int64_t regex_match_limit = 10'000'000;

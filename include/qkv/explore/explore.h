@@ -197,9 +197,11 @@ int64_t estimate_page_bytes(const ExplorePage& page, ExploreStorage s);
 ExploreStorage resolve_storage(const ExplorePage& page, ExplorePrecision p, ExploreWeights w, int64_t max_bytes);
 // A lower bound of the size of a page of `layers` x `heads` (T, T) attention weights of head
 // dimension D, before anything is computed: the smaller of the weights stored (their lower
-// triangles when causal) at p (kAuto: 8 bits) and queries and keys as float16 (w decides when not kAuto).
+// triangles when causal) at p (kAuto: 8 bits) and queries and keys as float16 (w decides when not
+// kAuto), plus `square_steps` more (T, T) matrices per head that the pipeline shows (a module's
+// scores and scaled scores), stored at p (kAuto: 8 bits) whatever w says.
 int64_t minimum_page_bytes(int64_t layers, int64_t heads, int64_t head_dim, int64_t tokens, bool causal,
-                           ExplorePrecision p, ExploreWeights w);
+                           ExplorePrecision p, ExploreWeights w, int64_t square_steps = 0);
 
 // The queries and keys as the page holds them: float16, or float32 when one is beyond float16's range
 // (encode_tensor's rule, fits_half).

@@ -28,11 +28,11 @@ std::string storage_name(ExploreStorage st);
 // "12.3 MB"
 std::string megabytes(int64_t bytes);
 
-// Before any work: the attention weights alone of `layers` x `heads` (T, T) (or their queries and
-// keys when the page computes them) at the smallest size the limits allow must fit; else a
-// qkv::Error saying what would make it smaller.
+// Before any work: the attention weights of `layers` x `heads` (T, T) (or their queries and keys
+// when the page computes them), and `square_steps` more (T, T) per head its pipeline shows, at the
+// smallest size the limits allow must fit; else a qkv::Error saying what would make it smaller.
 void check_page_fits(int64_t layers, int64_t heads, int64_t head_dim, int64_t tokens, bool causal,
-                     const ExploreLimits& limits);
+                     const ExploreLimits& limits, int64_t square_steps = 0);
 
 // The page made within the limits: the storage resolved (resolve_storage), the pipeline cut to one
 // layer (the given one; layer 0 when every layer's would not fit), the estimate and then the HTML

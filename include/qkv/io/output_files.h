@@ -38,4 +38,20 @@ void check_output_files(const std::vector<OutputFile>& files);
 // Checks, then writes every file (see above).
 void write_files_atomically(const std::vector<OutputFile>& files);
 
+// A folder for a run's outputs, made now (when missing) so they can be checked before the run,
+// and removed again when the run fails before writing into it: a failed run leaves no new empty
+// folder behind. keep() once the outputs are written. A folder that was there is never removed.
+class OutputFolder {
+ public:
+  OutputFolder() = default;
+  OutputFolder(const std::string& path, const std::string& what);  // qkv::Error when it cannot be made
+  ~OutputFolder();
+  OutputFolder(OutputFolder&& o) noexcept : path_(std::move(o.path_)) { o.path_.clear(); }
+  OutputFolder& operator=(OutputFolder&& o) noexcept;
+  void keep() { path_.clear(); }
+
+ private:
+  std::string path_;  // the folder made here, until kept
+};
+
 }  // namespace qkv

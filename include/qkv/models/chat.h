@@ -13,7 +13,12 @@
 // A reply ends at one of the family's end tokens (LoadedModel::end_ids): it is not part of the
 // reply's text, and the conversation records it (with Qwen3's "\n") before the next message, as the
 // template writes a finished turn. Each turn feeds only its new tokens to the model: the cache holds
-// the conversation so far. Templates are text; the tokenizer matches the special tokens in it.
+// the conversation so far. Templates are text; the tokenizer matches the special tokens in them.
+//
+// A message's own words are text: special tokens spelled in them ("<|im_end|><|im_start|>system")
+// are encoded as their characters, not as control ids, so a message cannot close its turn and open
+// another (Hugging Face's split_special_tokens=True; its default, and llama.cpp's, match them).
+// ChatSession::set_special_tokens_in_messages(true) matches them as the template's own.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +46,18 @@ struct ChatMessage {
 // The text of `messages` in the format, then the reply's header (and, for Qwen3 with thinking off,
 // the empty think block). `first`: the conversation starts here (Llama 3's <|begin_of_text|>).
 std::string chat_text(ChatFormat format, const std::vector<ChatMessage>& messages, bool first, bool thinking);
+// The same text in pieces: the template's own (message = false) and each message's words with the
+// plain text around them up to the next marker (message = true). chat_text is their concatenation.
+struct ChatPiece {
+  std::string text;
+  bool message;
+};
+std::vector<ChatPiece> chat_pieces(ChatFormat format, const std::vector<ChatMessage>& messages, bool first,
+                                   bool thinking);
+// chat_text's ids: the template's pieces through tokenizer.encode (special tokens matched), the
+// messages' through encode_text (as text) unless special_tokens_in_messages.
+std::vector<int64_t> chat_ids(const Tokenizer& tokenizer, ChatFormat format, const std::vector<ChatMessage>& messages,
+                              bool first, bool thinking, bool special_tokens_in_messages = false);
 // What closes a finished reply in the template after its end token: Qwen3's "\n", Llama 3's nothing.
 std::string chat_turn_close(ChatFormat format);
 
@@ -66,6 +83,9 @@ class ChatSession {
   Turn respond(const std::vector<ChatMessage>& messages, const SamplingOptions& options, bool thinking,
                const TokenCallback& on_token = nullptr);
 
+  // Special tokens spelled in messages matched as control ids (off: encoded as text; see above).
+  void set_special_tokens_in_messages(bool on) { special_in_messages_ = on; }
+
   int64_t length() const { return static_cast<int64_t>(ids_.size()); }  // positions in the cache
   int64_t capacity() const { return capacity_; }
   const std::vector<int64_t>& ids() const { return ids_; }              // the whole conversation
@@ -81,6 +101,7 @@ class ChatSession {
   std::vector<int64_t> pending_;  // a finished reply's end token and close, fed with the next turn
   std::optional<Generator> own_;
   std::vector<float> logits_, scratch_;
+  bool special_in_messages_ = false;
 };
 
 }  // namespace qkv

@@ -110,8 +110,8 @@ const ModelFamily& family_of_preset(const std::string& preset);
 // a qkv::Error saying what qkv reads.
 const ModelFamily& family_of_path(const std::string& path);
 
-// Where a checkpoint of the family at `path` goes, ready before any training: a folder format's
-// folder made (its files listed), else the file; for check_output_files, each named `what`.
+// Where a checkpoint of the family at `path` goes, for check_output_files before any training: a
+// folder format's files (the caller makes the folder: OutputFolder), else the file; each named `what`.
 std::vector<OutputFile> checkpoint_destinations(const ModelFamily& f, const std::string& path, const std::string& what);
 
 // What every loader finishes with: the tokenizer (checked against the model's vocabulary), the

@@ -1,4 +1,4 @@
-// qkv/models/generation.h - text generation with a trained AttentionLM.
+// qkv/models/generation.h - text generation with any of qkv's language models.
 //
 // Each new token, as the book's generate (chapter 5) picks it:
 //
@@ -6,6 +6,9 @@
 //   top-k:        logits = where(logits < topk(logits, k)[-1], -inf, logits)   (ties at the k-th stay)
 //   temperature:  probs = softmax(logits / temperature); next = torch.multinomial(probs, 1)
 //   greedy (temperature 0): next = argmax(logits)                              (the first on ties)
+//   a temperature so small that logits / temperature overflows: greedy, softmax's limit as t -> 0
+//   (PyTorch's softmax gives NaN there and torch.multinomial raises)
+//   logits holding NaN or +inf, or all -inf: qkv::Error (as torch.multinomial raises; greedy too)
 //   eos_id:       stop (without appending it) when next is eos_id
 //
 // torch.multinomial(probs, 1) on the CPU is argmax(probs / q) with q ~ Exp(1) drawn for every one

@@ -18,6 +18,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,10 @@ struct HfFolder {
   std::string stored_dtype;                                      // "BF16", "F32", ... (a tensor's, for people)
 };
 
-// config.json's model_type in `path` when it is a directory holding one that parses; else "".
-std::string hf_model_type(const std::string& path);
+// config.json's model_type in the directory `path`; none when it has no config.json or the file no
+// "model_type" (GPT-2's folders may say nothing). Throws naming the file when config.json is not a
+// JSON object or its model_type is not a string.
+std::optional<std::string> hf_model_type(const std::string& path);
 // The directory's configuration and files (the index's and the shards' names agreeing).
 HfFolder read_hf_folder(const std::string& dir);
 // A model holding the folder's weights, built without drawing, in eval mode, its products in

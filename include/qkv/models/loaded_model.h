@@ -49,7 +49,7 @@ struct LoadOptions {
 
 struct LoadedModel {
   std::unique_ptr<LanguageModel> model;
-  // Text <-> the model's ids; null for a model that has none (trained on fixed batches of ids).
+  // Text <-> the model's ids; null for a model that has none (no_tokenizer says why).
   std::unique_ptr<Tokenizer> tokenizer;
   // What was loaded, for people: "attention LM (2 layers x 4 heads, copy, step 500)".
   std::string description;
@@ -70,8 +70,10 @@ struct LoadedModel {
   // Where the tokenizer was read from (a tokenizer.json, GPT-2's vocabulary folder), for writers
   // that copy it beside a checkpoint; "" when it has none or nothing to copy.
   std::string tokenizer_file;
+  // Why there is no tokenizer, for the error when text is asked for ("its folder has no tokenizer.json").
+  std::string no_tokenizer = "none was loaded";
 
-  // tokenizer->encode(text), or a qkv::Error saying the model has no tokenizer.
+  // tokenizer->encode(text), or a qkv::Error saying the model has no tokenizer, and why.
   std::vector<int64_t> encode(const std::string& text) const;
   std::string decode(const std::vector<int64_t>& ids) const;
 };

@@ -28,6 +28,9 @@ class Tokenizer {
   virtual int64_t vocab_size() const = 0;
   // Throws qkv::Error naming the first character or token the model has no id for.
   virtual std::vector<int64_t> encode(const std::string& text) const = 0;
+  // The text as text: special tokens spelled in it ("<|im_end|>") are not matched, their characters
+  // are encoded as any others (a chat message's words). Tokenizers without special tokens: encode().
+  virtual std::vector<int64_t> encode_text(const std::string& text) const { return encode(text); }
   // Ids outside [0, vocab_size()) are an error.
   virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
   // One token as a label (the explorer's axes): decode({id}).
@@ -55,6 +58,7 @@ class Gpt2Tokenizer : public Tokenizer {
   std::string describe() const override { return "GPT-2's byte-level BPE"; }
   int64_t vocab_size() const override { return encoding_.n_vocab(); }
   std::vector<int64_t> encode(const std::string& text) const override;  // special tokens allowed
+  std::vector<int64_t> encode_text(const std::string& text) const override;  // none (encode_ordinary)
   std::string decode(const std::vector<int64_t>& ids) const override;
   std::optional<int64_t> special_id(const std::string& text) const override;
   const Encoding& encoding() const { return encoding_; }
@@ -69,6 +73,8 @@ class HfTextTokenizer : public Tokenizer {
   std::string describe() const override { return "tokenizer.json (" + source_ + ")"; }
   int64_t vocab_size() const override { return tokenizer_.vocab_size(); }
   std::vector<int64_t> encode(const std::string& text) const override;
+  // Added tokens that are not special (Qwen3's <think>) are still matched: split_special_tokens=True.
+  std::vector<int64_t> encode_text(const std::string& text) const override;
   std::string decode(const std::vector<int64_t>& ids) const override;
   std::optional<int64_t> special_id(const std::string& text) const override { return tokenizer_.added_token(text); }
   const HfTokenizer& tokenizer() const { return tokenizer_; }

@@ -16,6 +16,7 @@
 //         train_loss = the mean of the first eval_iter batches' losses of a pass over train_loader
 //         val_loss   = the same over val_loader            # (each pass draws its loader's seeds)
 //     sample: greedy, sample_tokens new tokens after start_context, context = the model's
+//             (one that cannot be made - non-finite logits - is "(no sample: why)"; training goes on)
 //
 // Every random draw (the loaders' seeds, the dropouts) comes from one generator, as PyTorch's global
 // one after torch.manual_seed(seed); GPTModel(cfg): so the losses are PyTorch's up to float32 sums.

@@ -1,0 +1,224 @@
+// Hostile Hugging Face folders and logits (issue 41's third pass): each refused with the cause
+// named, before the model is allocated - a config.json larger than its weights, an unknown or
+// unparseable model_type, keys of the wrong JSON type, rope_scaling with a factor of 0, numbers
+// past int64, a GGUF file, an index naming shards that are not there, JSON past its size limit - a
+// folder with both model.safetensors and an index read as Hugging Face reads it, and sampling from
+// logits that hold NaN or inf refused (a temperature too small for logits / t: the greedy limit).
+#include <gtest/gtest.h>
+#include <gmock/gmock.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model_support.h"
+#include "qkv/core/json_read.h"
+#include "qkv/core/limits.h"
+#include "qkv/core/read_file.h"
+#include "qkv/models/family.h"
+#include "qkv/models/generation.h"
+#include "qkv/models/hf_folder.h"
+#include "test_support.h"
+
+namespace qkv {
+namespace {
+
+using json = nlohmann::json;
+using testing::HasSubstr;
+using testing_support::error_of;
+namespace fs = std::filesystem;
+
+// A small model's folder, as save_hf_folder writes it (config.json, model.safetensors).
+class HostileFolder : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = testing_support::temp_dir("qkv_hostile_folder_");
+    Generator gen(7);
+    DecoderModel model(llama_sizes(GetParam(), 48, 16, 24, 2, 4, 2, 4, 32), gen);
+    save_hf_folder(model, dir_, /*bf16=*/false);
+    held_ = model.num_parameters();
+    config_ = json::parse(read_file(dir_ + "/config.json"));
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // The folder with config.json's `key` set to `value` (null: removed); load_model's error.
+  std::string load_with(const std::string& key, const json& value) {
+    json c = config_;
+    if (value.is_null()) c.erase(key);
+    else c[key] = value;
+    write("config.json", c.dump());
+    return error_of([&] { load_model(dir_); });
+  }
+  void write(const std::string& name, const std::string& bytes) { std::ofstream(dir_ + "/" + name) << bytes; }
+
+  std::string dir_;
+  json config_;
+  int64_t held_ = 0;
+};
+
+TEST_P(HostileFolder, AConfigLargerThanItsWeightsIsRefusedBeforeTheModelIsMade) {
+  // 100,000 layers, or a vocabulary or width of millions, over a file of 2 layers - more than twice
+  // the file's parameters - refused with both counts before any layer is allocated (a memory limit
+  // of 64 MiB would stop any that were).
+  testing_support::ScopedLimits keep;
+  Limits l = limits();
+  l.max_memory_bytes = int64_t{64} << 20;
+  set_limits(l);
+  for (const auto& [key, value] : std::vector<std::pair<std::string, int64_t>>{
+           {"num_hidden_layers", 100000}, {"num_hidden_layers", 5}, {"vocab_size", 5'000'000},
+           {"intermediate_size", 1'000'000}}) {
+    const std::string e = load_with(key, value);
+    EXPECT_THAT(e, HasSubstr("config.json' describes a " + GetParam() + " model of ")) << key;
+    EXPECT_THAT(e, HasSubstr(str("hold only ", held_, " ("))) << key;
+    EXPECT_THAT(e, HasSubstr("config.json does not describe these weights")) << key;
+  }
+  // within twice the file (a layer more or fewer): the model is made and the tensor named
+  EXPECT_THAT(load_with("num_hidden_layers", 3), HasSubstr("has no tensor 'model.layers.2."));
+  EXPECT_THAT(load_with("num_hidden_layers", 1), HasSubstr("model.layers.1."));
+  EXPECT_THAT(load_with("num_hidden_layers", 2), "(no error)");
+}
+
+TEST_P(HostileFolder, AnUnknownOrUnreadableModelTypeIsNamed) {
+  for (const json& type : {json("mistral"), json("gemma3"), json("")}) {
+    const std::string e = load_with("model_type", type);
+    EXPECT_THAT(e, HasSubstr("\"model_type\" is '" + type.get<std::string>() + "'")) << e;
+    EXPECT_THAT(e, HasSubstr("qkv reads \"gpt2\", \"llama\", \"qwen3\"")) << e;
+    EXPECT_THAT(e, testing::Not(HasSubstr("GPT model"))) << e;
+  }
+  EXPECT_THAT(load_with("model_type", 5), HasSubstr("\"model_type\" is 5; expected a string"));
+  write("config.json", "{\"model_type\": \"llama\", ");
+  EXPECT_THAT(error_of([&] { load_model(dir_); }), HasSubstr("config.json': not valid JSON at byte"));
+  write("config.json", "[1, 2]");
+  EXPECT_THAT(error_of([&] { load_model(dir_); }), HasSubstr("config.json' is not a JSON object"));
+}
+
+TEST_P(HostileFolder, KeysOfTheWrongTypeAreNamed) {
+  EXPECT_THAT(load_with("tie_word_embeddings", "yes"),
+              HasSubstr("\"tie_word_embeddings\" is \"yes\"; expected true or false"));
+  EXPECT_THAT(load_with("tie_word_embeddings", 1), HasSubstr("\"tie_word_embeddings\" is 1; expected true or false"));
+  EXPECT_THAT(load_with("attention_bias", "no"), HasSubstr("\"attention_bias\" is \"no\"; expected true or false"));
+  EXPECT_THAT(load_with("rope_scaling", "llama3"), HasSubstr("\"rope_scaling\" is '\"llama3\"'; expected an object"));
+  EXPECT_THAT(load_with("rope_scaling", json{{"rope_type", 3}}), HasSubstr("\"rope_type\" is 3; expected a string"));
+  EXPECT_THAT(load_with("rope_scaling", json{{"type", json::array()}}), HasSubstr("\"type\" is []; expected a string"));
+  EXPECT_THAT(load_with("hidden_size", 16.5), HasSubstr("\"hidden_size\" is 16.5; expected an integer"));
+  // past int64: refused by name, never wrapped to a negative size
+  for (const json& big : {json(uint64_t{1} << 63), json(std::numeric_limits<uint64_t>::max())})
+    EXPECT_THAT(load_with("vocab_size", big),
+                HasSubstr("\"vocab_size\" is " + big.dump() + "; expected an integer of at most 2^63-1"));
+  const std::string huge = load_with("vocab_size", std::numeric_limits<int64_t>::max());
+  EXPECT_THAT(huge, HasSubstr("9223372036854775807 x 16 exceeds the largest size"));
+  EXPECT_THAT(huge, testing::Not(HasSubstr("-")));
+}
+
+TEST_P(HostileFolder, RopeScalingWithAFactorOfZeroOrLessIsRefused) {
+  const json scaling = {{"rope_type", "llama3"}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                        {"original_max_position_embeddings", 16}};
+  for (double factor : {0.0, -1.0, -32.0}) {
+    json r = scaling;
+    r["factor"] = factor;
+    EXPECT_THAT(load_with("rope_scaling", r), HasSubstr("rope_scaling: \"factor\" is " + str(factor) +
+                                                        "; Llama 3's scaling needs a factor of at least 1"));
+  }
+  json r = scaling;
+  r["factor"] = 8.0;
+  EXPECT_EQ(load_with("rope_scaling", r), "(no error)");
+}
+
+TEST_P(HostileFolder, ModelSafetensorsIsReadBeforeAnIndexAsHuggingFaceDoes) {
+  // An index beside model.safetensors naming shards that are not there: Hugging Face reads the
+  // single file, and so does qkv.
+  const json gone = {{"weight_map", {{"model.embed_tokens.weight", "gone.safetensors"}}}};
+  write("model.safetensors.index.json", gone.dump());
+  EXPECT_EQ(error_of([&] { load_model(dir_); }), "(no error)");
+  // Without model.safetensors, the index is read: every missing shard counted, the first named.
+  fs::rename(dir_ + "/model.safetensors", dir_ + "/kept.safetensors");
+  json map;
+  for (int i = 0; i < 100000; ++i) map[str("t", i)] = str("shard-", i % 70000, ".safetensors");
+  write("model.safetensors.index.json", json{{"weight_map", map}}.dump());
+  const auto start = std::chrono::steady_clock::now();
+  const std::string e = error_of([&] { load_model(dir_); });
+  EXPECT_THAT(e, HasSubstr("names the shard 'shard-0.safetensors', which is missing from"));
+  EXPECT_THAT(e, HasSubstr("(70000 of its 70000 shards are)"));
+  // not a timing test: a bound 100x what it takes, against the O(shards^2) scan it was (minutes)
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+TEST_P(HostileFolder, AGgufFileIsNamedAsGguf) {
+  std::string gguf = "GGUF";
+  gguf += std::string("\x03\x00\x00\x00", 4) + std::string(64, '\x7f');  // version 3, then anything
+  write("model.safetensors", gguf);
+  EXPECT_THAT(error_of([&] { load_model(dir_); }),
+              HasSubstr("model.safetensors' is a GGUF file (llama.cpp's format, its first bytes \"GGUF\"), not "
+                        "safetensors; qkv does not read GGUF files yet"));
+  write("model.gguf", gguf);
+  EXPECT_THAT(error_of([&] { load_model(dir_ + "/model.gguf"); }), HasSubstr("model.gguf' is a GGUF file"));
+}
+
+TEST_P(HostileFolder, WithoutTokenizerJsonTextIsRefusedSayingSo) {
+  LoadedModel m = load_model(dir_);
+  EXPECT_THAT(error_of([&] { m.encode("hi"); }), HasSubstr("has no tokenizer to read text with: '" + dir_ +
+                                                           "' has no tokenizer.json"));
+  EXPECT_THAT(error_of([&] { m.decode({1}); }), HasSubstr("has no tokenizer.json"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, HostileFolder, testing::Values("llama", "qwen3"));
+
+TEST(JsonSize, ALongerTextThanTheLimitIsRefusedNamingTheLimit) {
+  testing_support::ScopedLimits keep;
+  Limits l = limits();
+  l.max_json_bytes = 1000;
+  set_limits(l);
+  std::string fits(998, ' '), over(999, ' ');
+  fits.append("{}");
+  over.append("{}");
+  EXPECT_EQ(parse_json(fits, "x.json").dump(), "{}");
+  EXPECT_THAT(error_of([&] { parse_json(over, "x.json"); }),
+              HasSubstr("x.json is 1001 bytes of JSON, more than the 1000 qkv parses (max_json_bytes)"));
+}
+
+TEST(Sampling, NonFiniteLogitsAreRefusedAndATinyTemperatureIsGreedy) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<float> scratch;
+  for (double temperature : {0.0, 1.0}) {
+    SamplingOptions o;
+    o.temperature = temperature;
+    Generator gen(1);
+    EXPECT_THAT(error_of([&] {
+                  const std::vector<float> z = {0.5f, nan, 1.0f};
+                  pick_next_token(z.data(), 3, o, gen, scratch);
+                }),
+                HasSubstr("logits hold NaN (at id 1 of 3)"));
+    EXPECT_THAT(error_of([&] {
+                  const std::vector<float> z = {0.5f, 1.0f, inf};
+                  pick_next_token(z.data(), 3, o, gen, scratch);
+                }),
+                HasSubstr("logits hold +inf (at id 2 of 3)"));
+    EXPECT_THAT(error_of([&] {
+                  const std::vector<float> z = {-inf, -inf};
+                  pick_next_token(z.data(), 2, o, gen, scratch);
+                }),
+                HasSubstr("logits are all -inf"));
+    const std::vector<float> some = {-inf, 2.0f, -inf};  // -inf is a token never drawn
+    EXPECT_EQ(pick_next_token(some.data(), 3, o, gen, scratch), 1);
+  }
+  // logits / 1e-45 overflows to inf (and inf - inf to NaN in softmax): the greedy limit, at every
+  // scale of logits and with top-k
+  for (float scale : {1.0f, 1e-3f, 1e30f}) {
+    const std::vector<float> z = {0.25f * scale, -1.0f * scale, 3.0f * scale, 2.5f * scale};
+    for (int64_t top_k : {0, 2}) {
+      SamplingOptions o;
+      o.temperature = 1e-45;
+      o.top_k = top_k;
+      Generator gen(3);
+      EXPECT_EQ(pick_next_token(z.data(), 4, o, gen, scratch), 2) << scale << " " << top_k;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qkv
