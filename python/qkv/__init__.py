@@ -17,6 +17,7 @@ import atexit
 import functools
 import json
 import operator
+import os
 import queue
 import threading
 
@@ -74,6 +75,14 @@ class Model:
 
     def __init__(self, model):
         self._m = model
+        self._streams = 0  # streams of this model still open: other calls would wait for them
+
+    def _not_streaming(self, call):
+        # A stream still open holds the model until it is read to its end or closed: a call on the
+        # same model meanwhile would wait for the reader, who is usually this very caller.
+        if self._streams:
+            raise Error(f"{call}: the model is in the middle of a streamed generate(); read it to its end or "
+                        "close it (it.close(), or leave its for loop) first")
 
     def __repr__(self):
         return f"qkv.Model({self._m.description})"
@@ -117,10 +126,12 @@ class Model:
 
     def logits(self, ids):
         """Logits of every position: ids (T) -> float32 (T, V); (B, T) -> (B, T, V)."""
+        self._not_streaming("logits")
         return self._m.logits(ids)
 
     def state_dict(self):
         """{name: float32 numpy array}, copies, in the model's state_dict order."""
+        self._not_streaming("state_dict")
         return self._m.state_dict()
 
     def generate(self, prompt, max_new_tokens=None, temperature=0.0, top_k=None, seed=None, stream=False,
@@ -134,6 +145,7 @@ class Model:
         max_new_tokens None: the model's default (50). stream=True returns an iterator yielding each
         id as it is picked (closing it early stops the generation).
         """
+        self._not_streaming("generate")
         ids = self._m.encode(prompt) if isinstance(prompt, str) else [operator.index(i) for i in prompt]
         args = dict(max_new_tokens=max_new_tokens, temperature=float(temperature), top_k=top_k, seed=seed,
                     stop_at_eos=stop_at_eos)
@@ -142,13 +154,22 @@ class Model:
         return self._stream(ids, args)
 
     def _stream(self, ids, args):
-        # The generation runs on a thread of its own (the GIL released but between tokens); each id
-        # comes through a queue. Closing the iterator asks the generation to stop after its token.
-        tokens, end, stop, failure = queue.Queue(), object(), threading.Event(), []
+        # The generation runs on a thread of its own (the GIL released but between tokens) and hands
+        # each id over a queue of one: it picks the next token only once the reader has taken the
+        # last, so an iterator left unread costs nothing. Closing it stops the generation.
+        tokens, end, stop, failure = queue.Queue(maxsize=1), object(), threading.Event(), []
+
+        def hand_over(item):
+            while not stop.is_set():
+                try:
+                    tokens.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    pass
+            return False
 
         def on_token(i):
-            tokens.put(i)
-            return not stop.is_set()
+            return hand_over(i) and not stop.is_set()
 
         def run():
             try:
@@ -156,11 +177,12 @@ class Model:
             except BaseException as e:  # handed to the consumer
                 failure.append(e)
             finally:
-                tokens.put(end)
+                hand_over(end)
 
         worker = threading.Thread(target=run, name="qkv.generate", daemon=True)
         running = (stop, worker)
         _running_streams.add(running)
+        self._streams += 1
         worker.start()
         try:
             while True:
@@ -172,6 +194,7 @@ class Model:
             stop.set()
             worker.join()
             _running_streams.discard(running)
+            self._streams -= 1
         if failure:
             raise failure[0]
 
@@ -199,7 +222,11 @@ def load(path, *, dtype=None, vocab_dir="", num_heads=None):
     and its state_dict() then needs dtype="f32"); num_heads for a GPT file without config.json.
     A path that holds no model is a qkv.Error naming it and what is wrong.
     """
-    return Model(_qkv.load(str(path), dtype=dtype, vocab_dir=vocab_dir, num_heads=num_heads))
+    if not isinstance(path, (str, os.PathLike)) or isinstance(path, bytes):
+        raise TypeError(f"qkv.load: path must be a str or os.PathLike, not {type(path).__name__}")
+    if num_heads is not None and operator.index(num_heads) < 1:
+        raise Error(f"qkv.load: num_heads is {num_heads}; expected a positive number of heads")
+    return Model(_qkv.load(os.fspath(path), dtype=dtype, vocab_dir=vocab_dir, num_heads=num_heads))
 
 
 def make_model(preset, seed=123, *, dtype=None, vocab_dir=""):

@@ -71,7 +71,9 @@ std::optional<Dtype> dtype_of_name(const std::optional<std::string>& name) {
   return parse_dtype(*name);  // qkv.Error naming it
 }
 
-std::vector<int64_t> ids_of(const char* fn, py::handle obj, int64_t& batch, int64_t& tokens, bool& one_row) {
+// `obj` as (B, T) ids of at most `max_tokens` a row, checked before they are copied.
+std::vector<int64_t> ids_of(const char* fn, py::handle obj, int64_t max_tokens, int64_t vocab,
+                            int64_t& batch, int64_t& tokens, bool& one_row) {
   // Integers only: a float array is a TypeError rather than ids rounded without a word.
   const py::array a = py::array::ensure(obj);
   if (!a) throw py::type_error(std::string(fn) + ": ids must be a sequence or array of integers");
@@ -85,7 +87,18 @@ std::vector<int64_t> ids_of(const char* fn, py::handle obj, int64_t& batch, int6
   tokens = one_row ? a.shape(0) : a.shape(1);
   if (batch < 1 || tokens < 1)
     throw py::value_error(std::string(fn) + ": ids must hold at least one token in each of at least one row");
+  if (tokens > max_tokens)
+    throw Error(str(fn, ": ids hold ", tokens, " tokens a row, more than the model's context_length of ", max_tokens));
+  const int64_t n = checked_product({batch, tokens}, "ids");
+  check_memory_request(checked_bytes(n, 8, "ids"), "the ids as int64");
+  // Unsigned 64-bit ids above 2^63 - 1 would wrap to negative ones in the cast below.
+  if (a.dtype().kind() == 'u' && a.dtype().itemsize() == 8) {
+    const auto largest = a.attr("max")().cast<uint64_t>();
+    if (largest > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw Error(str(fn, ": id ", largest, " is outside the vocabulary of ", vocab));
+  }
   const auto v = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+  if (!v) throw py::error_already_set();  // the copy could not be made (numpy's MemoryError)
   return std::vector<int64_t>(v.data(), v.data() + v.size());
 }
 
@@ -139,8 +152,9 @@ std::vector<int64_t> generate_ids(Model& self, const std::vector<int64_t>& promp
 py::array logits_of(Model& self, py::handle ids_obj) {
   int64_t B = 0, T = 0;
   bool one_row = false;
-  const std::vector<int64_t> ids = ids_of("logits", ids_obj, B, T, one_row);
   LoadedModel& m = self.loaded;
+  const std::vector<int64_t> ids =
+      ids_of("logits", ids_obj, m.model->context_length(), m.model->vocab_size(), B, T, one_row);
   const int64_t V = m.model->vocab_size();
   // The (B, T, V) output, the largest thing the call makes, against the memory limit before any work.
   check_memory_request(checked_bytes(checked_product({B, T, V}, "logits: B x T x V"), 4, "logits: B x T x V"),

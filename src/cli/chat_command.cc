@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "qkv/core/error.h"
+#include "qkv/core/limits.h"
 #include "qkv/qkv.h"
 #include "sampling_flags.h"
 #include "stop_signals.h"
@@ -66,9 +67,11 @@ int run_chat_turn(LoadedModel& m, const ChatFlags& f, const std::string& prompt,
     return *StopSignals::flag() == 0;
   });
   if (json) {
+    std::vector<int64_t> ids = t.prompt_ids;  // the turn's whole text (the cache lacks the reply's last token)
+    ids.insert(ids.end(), t.new_ids.begin(), t.new_ids.end());
     std::cout << nlohmann::json({{"prompt", prompt},
                                  {"completion", t.text},
-                                 {"ids", chat.ids()},
+                                 {"ids", ids},
                                  {"prompt_ids", t.prompt_ids},
                                  {"new_ids", t.new_ids},
                                  {"prompt_tokens", t.prompt_ids.size()},
@@ -116,22 +119,27 @@ int run_chat(ChatCommandFlags& f, const CLI::App& sub) {
     std::vector<ChatMessage> messages;
     if (first && !f.chat.system.empty()) messages.push_back({"system", f.chat.system});
     messages.push_back({"user", line});
-    first = false;
     StopSignals signals;  // Ctrl-C ends this reply, not the chat
     ChatSession::Turn t;
     try {
+      // a message is input read whole: no longer than a file may be (before it is encoded)
+      const int64_t max_bytes = limits().max_file_bytes;
+      QKV_CHECK(static_cast<int64_t>(line.size()) <= max_bytes, "chat: the message is ", line.size(),
+                " bytes, more than the ", max_bytes, " of an input read whole (max_file_bytes)");
       t = chat.respond(messages, f.sampling, f.chat.thinking, [&](int64_t id) {
         if (!f.json) std::cout << m.tokenizer->token_text(id) << std::flush;
         return *StopSignals::flag() == 0;
       });
     } catch (const Error& e) {  // a turn that does not fit: say so, keep the conversation
-      std::cerr << "qkv chat: " << e.what() << "\n";
+      const std::string what = e.what();
+      std::cerr << (what.rfind("chat: ", 0) == 0 ? "qkv " : "qkv chat: ") << what << limit_hint(what) << "\n";
       if (f.json)
         std::cout << nlohmann::json({{"error", e.what()}, {"context", chat.length()}, {"max_context", chat.capacity()}})
                          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
                   << std::endl;
       continue;
     }
+    first = false;  // the system message went with this turn (a refused turn keeps it for the next)
     ++turn;
     if (f.json) {
       std::cout << nlohmann::json({{"turn", turn},

@@ -119,7 +119,12 @@ int run_forward_model(const ModuleFlags& m, const ModelSizeFlags& g, const Forwa
       LoadOptions o;
       o.vocab_dir = out.vocab_dir;
       QKV_CHECK(family.tokenizer != nullptr, "--module ", m.module, " has no tokenizer here for --text");
-      loaded.tokenizer = family.tokenizer(family.vocabulary, o, file);
+      // The family's installed vocabulary, checked against the model's (a folder without
+      // tokenizer.json may be of another vocabulary: refused, not read with the wrong ids).
+      const std::string source = m.weights.empty() ? family.vocabulary + "'s installed tokenizer"
+                                                   : str(loaded.no_tokenizer, ", and ", family.vocabulary,
+                                                         "'s installed tokenizer");
+      attach_tokenizer(loaded, family.tokenizer(family.vocabulary, o, file), source, file);
     }
     ids = loaded.encode(out.text);
     T = static_cast<int64_t>(ids.size());

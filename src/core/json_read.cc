@@ -150,8 +150,10 @@ json parse_json(std::string_view text, const std::string& what, JsonKeys keys) {
   } catch (const json::parse_error& e) {
     fail(what, ": not valid JSON at byte ", e.byte, ": ", parse_error_reason(e), ", near ",
          text_near(text, e.byte > 0 ? e.byte - 1 : 0));
-  } catch (const json::exception& e) {
-    fail(what, ": not valid JSON: ", excerpt(e.what(), 200));
+  } catch (const json::exception& e) {  // a number out of range ("1e999"): nlohmann's words without its tag
+    std::string m = e.what();
+    if (m.rfind("[json.exception.", 0) == 0 && m.find("] ") != std::string::npos) m = m.substr(m.find("] ") + 2);
+    fail(what, ": not valid JSON: ", excerpt(m, 200));
   }
   if (sax.too_deep()) {
     const size_t at = deep_nesting_offset(text, max_depth);

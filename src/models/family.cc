@@ -69,7 +69,16 @@ const ModelFamily& family_of_preset(const std::string& preset) {
 const ModelFamily& family_of_path(const std::string& path) {
   if (is_directory(path)) {  // config.json's model_type; GPT-2's folders say "gpt2", or nothing
     const std::optional<std::string> type = hf_model_type(path);
-    if (!type) return models_detail::gpt_family();
+    if (!type) {  // GPT-2's folders may not say; anything else must
+      const std::string dir = path.back() == '/' ? path : path + "/";
+      struct stat st {};
+      if (::stat((dir + "config.json").c_str(), &st) == 0 && ::stat((dir + "model.safetensors").c_str(), &st) == 0)
+        QKV_CHECK(is_gpt_weights(MappedSafetensors(dir + "model.safetensors")), excerpt(dir + "config.json"),
+                  " has no \"model_type\" and ", excerpt(dir + "model.safetensors"),
+                  " is not GPT-2's weights (which is all a folder without one may hold); config.json must say ",
+                  "\"model_type\": \"llama\", \"qwen3\" or \"gpt2\"");
+      return models_detail::gpt_family();
+    }
     const ModelFamily* f = family_of_model_type(*type);
     if (f == nullptr) {
       std::vector<std::string> types;
@@ -83,6 +92,11 @@ const ModelFamily& family_of_path(const std::string& path) {
   const MappedSafetensors header(path);  // the header only: the tensors are read when loaded
   if (is_lm_checkpoint(header.metadata())) return models_detail::attention_lm_family();
   if (is_gpt_weights(header)) return models_detail::gpt_family();
+  // A Llama 3 / Qwen3 model.safetensors on its own: its sizes are in the config.json beside it.
+  for (const ModelFamily* f : model_families())
+    if (f->read_config != nullptr && f->name != "gpt" && header.contains(f->names.embed + "weight"))
+      fail(excerpt(path), " holds Hugging Face ", f->names.embed, "weight (Llama 3 or Qwen3 weights): give the ",
+           "folder that holds it with its config.json (and tokenizer.json)");
   // Neither: the checkpoint reader says what is missing
   return models_detail::attention_lm_family();
 }

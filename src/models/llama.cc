@@ -193,15 +193,17 @@ DecoderSpec read_llama_config(const json& j, const std::string& where) {
     QKV_CHECK(r.is_object(), where, ": \"rope_scaling\" is ", excerpt(r.dump()), "; expected an object or null");
     const std::string scaling = where + " rope_scaling";
     const std::string rope_type = r.contains("rope_type") ? text(r, "rope_type", scaling) : text(r, "type", scaling);
-    QKV_CHECK(rope_type == "llama3", where, ": \"rope_scaling\" has rope_type ", excerpt(rope_type),
-              "; qkv reads Llama 3's (\"llama3\") or none");
-    a.rope_scaling.factor = number(r, "factor", scaling);
-    // A factor of 0 or less would read as no scaling at all (RopeScaling::on): refused, as 0.5 is.
-    QKV_CHECK(a.rope_scaling.factor > 0.0, scaling, ": \"factor\" is ", a.rope_scaling.factor,
-              "; Llama 3's scaling needs a factor of at least 1");
-    a.rope_scaling.low_freq_factor = number(r, "low_freq_factor", scaling);
-    a.rope_scaling.high_freq_factor = number(r, "high_freq_factor", scaling);
-    a.rope_scaling.original_max_positions = integer(r, "original_max_position_embeddings", scaling);
+    QKV_CHECK(rope_type == "llama3" || rope_type == "default", where, ": \"rope_scaling\" has rope_type ",
+              excerpt(rope_type), "; qkv reads Llama 3's (\"llama3\") or none (\"default\", or null)");
+    if (rope_type == "llama3") {
+      a.rope_scaling.factor = number(r, "factor", scaling);
+      // A factor of 0 or less would read as no scaling at all (RopeScaling::on): refused, as 0.5 is.
+      QKV_CHECK(a.rope_scaling.factor > 0.0, scaling, ": \"factor\" is ", a.rope_scaling.factor,
+                "; Llama 3's scaling needs a factor of at least 1");
+      a.rope_scaling.low_freq_factor = number(r, "low_freq_factor", scaling);
+      a.rope_scaling.high_freq_factor = number(r, "high_freq_factor", scaling);
+      a.rope_scaling.original_max_positions = integer(r, "original_max_position_embeddings", scaling);
+    }
   }
   a.qk_norm = type == "qwen3";  // Qwen3's RMSNorm on each head's queries and keys
   a.qk_norm_eps = s.norm_eps;

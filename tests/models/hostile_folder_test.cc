@@ -97,6 +97,16 @@ TEST_P(HostileFolder, AnUnknownOrUnreadableModelTypeIsNamed) {
   EXPECT_THAT(error_of([&] { load_model(dir_); }), HasSubstr("config.json' is not a JSON object"));
 }
 
+TEST_P(HostileFolder, AFolderWithoutModelTypeOrItsWeightsAloneAreNamed) {
+  // config.json without model_type: only GPT-2's folders may say nothing
+  EXPECT_THAT(load_with("model_type", nullptr),
+              HasSubstr("config.json' has no \"model_type\" and '" + dir_ +
+                        "/model.safetensors' is not GPT-2's weights (which is all a folder without one may hold)"));
+  // the folder's model.safetensors given alone: the sizes are in config.json beside it
+  EXPECT_THAT(error_of([&] { load_model(dir_ + "/model.safetensors"); }),
+              HasSubstr("holds Hugging Face model.embed_tokens.weight (Llama 3 or Qwen3 weights): give the folder"));
+}
+
 TEST_P(HostileFolder, KeysOfTheWrongTypeAreNamed) {
   EXPECT_THAT(load_with("tie_word_embeddings", "yes"),
               HasSubstr("\"tie_word_embeddings\" is \"yes\"; expected true or false"));
@@ -106,6 +116,11 @@ TEST_P(HostileFolder, KeysOfTheWrongTypeAreNamed) {
   EXPECT_THAT(load_with("rope_scaling", json{{"rope_type", 3}}), HasSubstr("\"rope_type\" is 3; expected a string"));
   EXPECT_THAT(load_with("rope_scaling", json{{"type", json::array()}}), HasSubstr("\"type\" is []; expected a string"));
   EXPECT_THAT(load_with("hidden_size", 16.5), HasSubstr("\"hidden_size\" is 16.5; expected an integer"));
+  // a number past double's range: the parser's words, without its library tag
+  write("config.json", "{\"model_type\": \"" + GetParam() + "\", \"vocab_size\": 1e999}");
+  const std::string overflow = error_of([&] { load_model(dir_); });
+  EXPECT_THAT(overflow, HasSubstr("config.json': not valid JSON: 'number overflow parsing"));
+  EXPECT_THAT(overflow, testing::Not(HasSubstr("json.exception")));
   // past int64: refused by name, never wrapped to a negative size
   for (const json& big : {json(uint64_t{1} << 63), json(std::numeric_limits<uint64_t>::max())})
     EXPECT_THAT(load_with("vocab_size", big),
@@ -127,6 +142,10 @@ TEST_P(HostileFolder, RopeScalingWithAFactorOfZeroOrLessIsRefused) {
   json r = scaling;
   r["factor"] = 8.0;
   EXPECT_EQ(load_with("rope_scaling", r), "(no error)");
+  // Hugging Face's "no scaling", as null
+  EXPECT_EQ(load_with("rope_scaling", json{{"rope_type", "default"}}), "(no error)");
+  EXPECT_EQ(load_with("rope_scaling", json{{"type", "default"}, {"factor", 0}}), "(no error)");
+  EXPECT_THAT(load_with("rope_scaling", json{{"rope_type", "yarn"}, {"factor", 4}}), HasSubstr("rope_type 'yarn'"));
 }
 
 TEST_P(HostileFolder, ModelSafetensorsIsReadBeforeAnIndexAsHuggingFaceDoes) {

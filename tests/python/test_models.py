@@ -172,6 +172,15 @@ def test_a_stream_left_open_at_exit_and_a_callback_into_the_model(models, tmp_pa
             model._m.generate([1, 2, 3], max_new_tokens=2, temperature=0.0, top_k=None, seed=None,
                               stop_at_eos=False, on_token=lambda i, call=call: call())
     assert len(model.generate([1, 2, 3], max_new_tokens=2)) == 2  # and the model is free afterwards
+    # a stream left open holds the model: a call meanwhile is a qkv.Error, not a wait for the reader;
+    # the stream picks no token it has not been asked for, and once closed the model is free
+    stream = model.generate("Every effort", max_new_tokens=10**6, temperature=1.0, stream=True)
+    first = next(stream)
+    for call in [lambda: model.logits([1]), lambda: model.generate([1], max_new_tokens=1), model.state_dict]:
+        with pytest.raises(qkv.Error, match="in the middle of a streamed generate"):
+            call()
+    stream.close()
+    assert first >= 0 and model.logits([1]).shape == (1, V)
     # a batch whose (B, T, V) logits cannot fit is refused before any work, naming the size
     with pytest.raises(qkv.Error, match=r"logits: the \(B, T, V\) output needs \d+ bytes"):
         model.logits(np.ones((200_000, model.context_length), dtype=np.int64))
@@ -194,6 +203,13 @@ def test_bad_input_is_a_clear_exception(models, tmp_path):
         (lambda: model.logits([-1]), qkv.Error, "-1"),
         (lambda: model.logits(list(range(C + 1))), qkv.Error, "context_length"),
         (lambda: model.logits([]), ValueError, "at least one token"),
+        # rows past the context refused before the ids are copied (a broadcast array of 2^31 crashed)
+        (lambda: model.logits(np.broadcast_to(np.int64(0), (1, 2**31))), qkv.Error, "context_length of"),
+        (lambda: model.logits(np.array([[2**63]], dtype=np.uint64)), qkv.Error, str(2**63)),
+        (lambda: model.logits(np.array([[2**64 - 1]], dtype=np.uint64)), qkv.Error, str(2**64 - 1)),
+        (lambda: qkv.load(None), TypeError, "str or os.PathLike"),
+        (lambda: qkv.load(path.encode()), TypeError, "not bytes"),
+        (lambda: qkv.load(path, num_heads=0), qkv.Error, "num_heads is 0"),
         (lambda: model.generate([], max_new_tokens=2), qkv.Error, "prompt is empty"),
         (lambda: model.generate([V + 5], max_new_tokens=2), qkv.Error, str(V + 5)),
         (lambda: model.generate("a", max_new_tokens=-1), qkv.Error, "max_new_tokens"),

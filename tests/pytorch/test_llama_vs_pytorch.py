@@ -331,6 +331,8 @@ def chat(h, tmp, family, cfg, tokenizer, end):
         errors = []
         if out["prompt_ids"] != want_prompt:
             errors.append(f"prompt_ids {out['prompt_ids']}, the template's {want_prompt}")
+        if out["ids"] != out["prompt_ids"] + out["new_ids"]:
+            errors.append(f"ids {out['ids']} are not prompt_ids + new_ids")
         if out["new_ids"] != want or out["ended"] != (len(want) < new_tokens):
             errors.append(f"new_ids {out['new_ids']} (ended {out['ended']}), twin {want}")
     except harness.QkvError as e:
@@ -588,6 +590,13 @@ def bad_input(h, tmp):
         out = os.path.join(tmp, f"bad-ids-{len(ids[0])}.out.st")
         cmd = [h.qkv, "forward", "--module", "qwen3", "--weights", good, "--input", p, "--output", out]
         h.record(f"bad input: {label}", refusal(cmd, needle, out), cmd)
+    # --text on a folder without tokenizer.json: the family's installed vocabulary is checked against
+    # the model's, not used with ids past its table
+    notok = variant("notok")  # these folders hold no tokenizer.json
+    out = os.path.join(tmp, "bad-notok.out.st")
+    cmd = [h.qkv, "forward", "--module", "qwen3", "--weights", notok, "--text", "hi", "--output", out]
+    h.record("bad input: --text on a folder without tokenizer.json",
+             refusal(cmd, "has no tokenizer.json, and qwen3's installed tokenizer has", out), cmd)
     text = os.path.join(tmp, "bad-text.txt")
     with open(text, "w") as f:
         f.write("the cat sat on the mat. " * 40)
