@@ -268,6 +268,56 @@ def hf_seeds():
     write("hf_config", "truncated", json.dumps(llama)[:60])
 
 
+def gguf(tensors, kvs, alignment=32, version=3):
+    """A GGUF file: kvs [(key, type, payload bytes)], tensors [(name, ne, ggml type, data bytes)]."""
+    def s(x):
+        x = x.encode() if isinstance(x, str) else x
+        return struct.pack("<Q", len(x)) + x
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    for key, t, payload in kvs:
+        out += s(key) + struct.pack("<I", t) + payload
+    offset, blobs = 0, b""
+    for name, ne, t, data in tensors:
+        offset = (offset + alignment - 1) // alignment * alignment
+        blobs = blobs.ljust(offset, b"\0") + data
+        out += s(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", n) for n in ne)
+        out += struct.pack("<IQ", t, offset)
+        offset += len(data)
+    out = out.ljust((len(out) + alignment - 1) // alignment * alignment, b"\0")
+    return out + blobs
+
+
+def gguf_seeds():
+    string = lambda x: struct.pack("<Q", len(x)) + x.encode()
+    kvs = [("general.architecture", 8, string("qwen3")), ("qwen3.block_count", 4, struct.pack("<I", 2)),
+           ("qwen3.rope.freq_base", 6, struct.pack("<f", 1e6)), ("general.flag", 7, b"\1"),
+           ("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 2) + string("a") + string("<|im_end|>")),
+           ("tokenizer.ggml.scores", 9, struct.pack("<IQ", 6, 2) + struct.pack("<2f", 0, -1)),
+           ("tokenizer.ggml.token_type", 9, struct.pack("<IQ", 5, 2) + struct.pack("<2i", 1, 3))]
+    q8 = struct.pack("<H", 0x3800) + bytes(range(32))
+    q4 = struct.pack("<H", 0x4000) + bytes(range(16))
+    q4k = struct.pack("<2H", 0x3C00, 0x3800) + bytes(range(12)) + bytes(range(128))
+    q6k = bytes(range(128)) + bytes(range(64)) + bytes(range(16)) + struct.pack("<H", 0x3C00)
+    tensors = [("token_embd.weight", [4, 2], 0, struct.pack("<8f", *range(8))),
+               ("blk.0.attn_q.weight", [32, 1], 8, q8), ("blk.0.attn_k.weight", [32, 1], 2, q4),
+               ("blk.0.ffn_up.weight", [256], 12, q4k), ("output.weight", [256], 14, q6k),
+               ("blk.0.attn_norm.weight", [4], 1, struct.pack("<4H", 0x3C00, 0x7C00, 0x7E00, 1)),
+               ("blk.0.ffn_norm.weight", [4], 30, struct.pack("<4H", 0x3F80, 0, 0xFF80, 0x7FC0))]
+    write("gguf", "small", gguf(tensors, kvs))
+    write("gguf", "aligned-64", gguf(tensors, kvs + [("general.alignment", 4, struct.pack("<I", 64))], 64))
+    write("gguf", "version-2", gguf(tensors[:2], kvs[:2], version=2))
+    write("gguf", "truncated", gguf(tensors, kvs)[:-7])
+    write("gguf", "count-2e62", b"GGUF" + struct.pack("<IQQ", 3, 2 ** 62, 0))
+    write("gguf", "string-2e40", gguf([], [("k", 8, struct.pack("<Q", 2 ** 40))]))
+    write("gguf", "array-2e62", gguf([], [("k", 9, struct.pack("<IQ", 4, 2 ** 62))]))
+    write("gguf", "duplicate-key", gguf([], kvs[:2] + kvs[:1]))
+    write("gguf", "duplicate-tensor", gguf(tensors[:1] + tensors[:1], []))
+    write("gguf", "rows-not-blocks", gguf([("w", [33, 1], 8, q8 + q8)], []))
+    write("gguf", "unknown-type", gguf([("w", [4], 99, b"\0" * 16)], []))
+    write("gguf", "version-1", b"GGUF" + struct.pack("<IQQ", 1, 0, 0))
+    write("gguf", "big-endian", b"GGUF" + struct.pack(">IQQ", 3, 0, 0))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--qkv", help="the qkv binary, for the checkpoint seeds (qkv train --steps 2)")
@@ -277,6 +327,7 @@ def main():
     rank_seeds()
     text_seeds()
     hf_seeds()
+    gguf_seeds()
     if a.qkv:
         checkpoint_seeds(a.qkv)
 

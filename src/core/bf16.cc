@@ -2,6 +2,8 @@
 #include "qkv/core/bf16.h"
 
 #include <atomic>
+#include <bit>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -9,6 +11,19 @@
 #include "qkv/core/excerpt.h"
 
 namespace qkv {
+
+float f16_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t man = h & 0x3ffu;
+  if (exp == 0) {
+    // Zero or subnormal: man * 2^-24, exactly representable as a (normal) float.
+    float magnitude = std::ldexp(static_cast<float>(man), -24);
+    return sign ? -magnitude : magnitude;
+  }
+  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));  // inf / NaN
+  return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (man << 13));
+}
 
 const char* dtype_name(Dtype dtype) { return dtype == Dtype::kBF16 ? "bf16" : "f32"; }
 

@@ -267,18 +267,7 @@ void decode(const Entry& e, const unsigned char* src, float* dst, int64_t n) {
 
 // --- conversions ------------------------------------------------------------------------------
 
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  const uint32_t man = h & 0x3ffu;
-  if (exp == 0) {
-    // Zero or subnormal: man * 2^-24, exactly representable as a (normal) float.
-    float magnitude = std::ldexp(static_cast<float>(man), -24);
-    return sign ? -magnitude : magnitude;
-  }
-  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));  // inf / NaN
-  return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (man << 13));
-}
+float f16_to_f32(uint16_t h) { return f16_to_float(h); }
 
 float bf16_to_f32(uint16_t bits) { return bf16_to_float(bits); }
 

@@ -39,6 +39,10 @@ inline float bf16_to_float(uint16_t x) {
   return f;
 }
 
+// IEEE 754 binary16 (a safetensors F16, a GGUF F16 tensor or a quantized block's scale) to float32:
+// exact for every value, subnormals, infinities and NaNs included.
+float f16_to_float(uint16_t bits);
+
 // n values; src and dst may not overlap.
 void floats_to_bf16(const float* src, uint16_t* dst, size_t n);
 void bf16_to_floats(const uint16_t* src, float* dst, size_t n);
