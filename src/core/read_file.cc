@@ -2,6 +2,7 @@
 #include "qkv/core/read_file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -89,6 +90,29 @@ std::string read_file(const std::string& path, StdinRule stdin_rule) {
   QKV_CHECK(st.st_size <= limit, "cannot read ", name, ": it is ", st.st_size,
             " bytes, more than the file size limit of ", limit, " bytes (max_file_bytes)");
   return read_all(raw_fd, name, st.st_size);
+}
+
+MappedFile::MappedFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p != MAP_FAILED) {
+      map_ = p;
+      data_ = static_cast<const unsigned char*>(p);
+      size_ = static_cast<uint64_t>(st.st_size);
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  if (map_ == nullptr) {  // read_file says what is wrong with the path, or reads what cannot be mapped
+    bytes_ = read_file(path);
+    data_ = reinterpret_cast<const unsigned char*>(bytes_.data());
+    size_ = bytes_.size();
+  }
+}
+
+MappedFile::~MappedFile() {
+  if (map_ != nullptr) ::munmap(map_, static_cast<size_t>(size_));
 }
 
 }  // namespace qkv

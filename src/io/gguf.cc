@@ -1,11 +1,6 @@
 // llama.cpp's GGUF files. See include/qkv/io/gguf.h.
 #include "qkv/io/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <bit>
 #include <cstring>
 #include <limits>
@@ -146,18 +141,13 @@ int64_t GgufTensor::numel() const {
 
 struct GgufFile::Impl {
   std::string path;
-  std::string bytes;       // the file, when read rather than mapped
-  void* map = nullptr;
-  size_t map_size = 0;
+  std::string bytes;                 // the file, when parsed from memory
+  std::unique_ptr<MappedFile> mapped;  // the file, mapped
   uint32_t version = 0;
   int64_t alignment = 32;
   std::map<std::string, GgufValue> metadata;
   std::vector<GgufTensor> tensors;
   std::map<std::string, size_t> index;
-
-  ~Impl() {
-    if (map != nullptr) ::munmap(map, map_size);
-  }
 
   void parse(const uint8_t* data, uint64_t size);
   [[noreturn]] void missing(const std::string& key) const {
@@ -267,19 +257,8 @@ GgufFile& GgufFile::operator=(GgufFile&&) noexcept = default;
 GgufFile::GgufFile(const std::string& path) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.path = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  struct stat st {};
-  if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-    void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p != MAP_FAILED) {
-      m.map = p;
-      m.map_size = static_cast<size_t>(st.st_size);
-    }
-  }
-  if (fd >= 0) ::close(fd);
-  if (m.map == nullptr) m.bytes = read_file(path);  // says what is wrong with the path, or reads what cannot be mapped
-  const auto* data = m.map ? static_cast<const uint8_t*>(m.map) : reinterpret_cast<const uint8_t*>(m.bytes.data());
-  m.parse(data, m.map ? m.map_size : m.bytes.size());
+  m.mapped = std::make_unique<MappedFile>(path);
+  m.parse(m.mapped->data(), m.mapped->size());
 }
 
 GgufFile GgufFile::parse(std::string bytes, const std::string& name) {

@@ -5,9 +5,7 @@
 // allocated for a tensor until its shape, dtype and byte range have been found consistent.
 #include "qkv/io/safetensors.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -370,16 +368,11 @@ TensorFile load_safetensors(const std::string& path) {
 
 struct MappedSafetensors::Impl {
   std::string path;
-  void* map = nullptr;  // the whole file, read-only (nullptr: `bytes` holds it)
-  size_t map_size = 0;
-  std::string bytes;    // a file that cannot be mapped (not a regular file, empty), read whole
+  std::unique_ptr<MappedFile> file;  // the whole file, mapped read-only (or read whole)
   Layout layout;
   std::vector<std::string> names;
   std::map<std::string, size_t> index;  // name -> entry
 
-  ~Impl() {
-    if (map != nullptr) ::munmap(map, map_size);
-  }
   const Entry& entry(const std::string& name) const {
     auto it = index.find(name);
     if (it == index.end())
@@ -391,26 +384,8 @@ struct MappedSafetensors::Impl {
 MappedSafetensors::MappedSafetensors(const std::string& path) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.path = path;
-  const unsigned char* raw = nullptr;
-  uint64_t size = 0;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  struct stat st {};
-  if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-    void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p != MAP_FAILED) {
-      m.map = p;
-      m.map_size = static_cast<size_t>(st.st_size);
-      raw = static_cast<const unsigned char*>(p);
-      size = m.map_size;
-    }
-  }
-  if (fd >= 0) ::close(fd);
-  if (m.map == nullptr) {  // read_file says what is wrong with the path, or reads what cannot be mapped
-    m.bytes = read_file(path);
-    raw = reinterpret_cast<const unsigned char*>(m.bytes.data());
-    size = m.bytes.size();
-  }
-  m.layout = parse_layout(raw, size, path);
+  m.file = std::make_unique<MappedFile>(path);
+  m.layout = parse_layout(m.file->data(), m.file->size(), path);
   for (size_t i = 0; i < m.layout.entries.size(); ++i) {
     m.names.push_back(m.layout.entries[i].name);
     m.index.emplace(m.layout.entries[i].name, i);
@@ -437,7 +412,7 @@ void MappedSafetensors::read_into(const std::string& name, float* out) const {
   const Impl& m = *impl_;
   const Entry& e = m.entry(name);
   const int64_t n = numel_of(e.shape);
-  if (m.map == nullptr) {
+  if (!m.file->mapped()) {
     decode(e, m.layout.data + e.begin, out, n);
     return;
   }
@@ -469,7 +444,7 @@ void MappedSafetensors::read_bf16_into(const std::string& name, uint16_t* out) c
       const int64_t k = std::min(piece, n - i);
       const unsigned char* src = data + e.begin + static_cast<uint64_t>(i * 2);
       std::memcpy(out + i, src, static_cast<size_t>(k) * 2);
-      if (m.map != nullptr) {  // the pages copied leave this process (the page cache keeps them)
+      if (m.file->mapped()) {  // the pages copied leave this process (the page cache keeps them)
         const auto first = reinterpret_cast<uintptr_t>(src) & ~(page - 1);
         const auto last = reinterpret_cast<uintptr_t>(src + k * 2);
         ::madvise(reinterpret_cast<void*>(first), static_cast<size_t>(last - first), MADV_DONTNEED);

@@ -49,9 +49,10 @@ void k_scale(const uint8_t* sc, int sub, int& scale, int& min) {
 
 // Value `idx` of one block of type `name`.
 float value_ref(const std::string& name, const uint8_t* b, int idx) {
-  if (name == "F32") return std::bit_cast<float>(static_cast<uint32_t>(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24));
+  const uint32_t b0 = b[0], b1 = b[1];  // every block has two bytes at least
+  if (name == "F32") return std::bit_cast<float>(b0 | b1 << 8 | uint32_t{b[2]} << 16 | uint32_t{b[3]} << 24);
   if (name == "F16") return half_at(b);
-  if (name == "BF16") return std::bit_cast<float>(static_cast<uint32_t>(b[0] | b[1] << 8) << 16);
+  if (name == "BF16") return std::bit_cast<float>((b0 | b1 << 8) << 16);
   if (name == "Q8_0") return static_cast<float>(static_cast<int8_t>(b[2 + idx])) * half_at(b);
   if (name[0] == 'Q' && name[2] == '_' && name[3] != 'K') {  // Q4_0 Q4_1 Q5_0 Q5_1
     const bool with_min = name[3] == '1', five = name[1] == '5';

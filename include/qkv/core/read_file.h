@@ -1,6 +1,7 @@
 // qkv/core/read_file.h - whole-file reads, bounded and refusing what is not a regular file.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace qkv {
@@ -14,5 +15,26 @@ enum class StdinRule { kNoStdin, kDashIsStdin };
 // qkv::Error "cannot open 'path': No such file or directory" (or "cannot read 'path': it is a
 // directory ...", "... more than the file size limit of N bytes (max_file_bytes)") on failure.
 std::string read_file(const std::string& path, StdinRule stdin_rule = StdinRule::kNoStdin);
+
+// A whole file's bytes, valid while it lives: memory-mapped read-only when the path is a regular,
+// non-empty file (no size limit: the pages come from the page cache as they are read), else read
+// whole by read_file (which refuses what it must, naming the path).
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const unsigned char* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  bool mapped() const { return map_ != nullptr; }
+
+ private:
+  void* map_ = nullptr;
+  std::string bytes_;  // when not mapped
+  const unsigned char* data_ = nullptr;
+  uint64_t size_ = 0;
+};
 
 }  // namespace qkv
