@@ -30,8 +30,9 @@ class Writer {
     out_ += s;
     return *this;
   }
-  Writer& u(uint64_t v, int bytes) {
-    for (int k = 0; k < bytes; ++k) out_ += static_cast<char>((v >> (8 * k)) & 0xFF);
+  Writer& u(uint64_t v, int bytes) {  // 1 to 8 bytes, little-endian
+    EXPECT_TRUE(bytes >= 1 && bytes <= 8) << bytes;
+    for (int k = 0; k < bytes && k < 8; ++k) out_ += static_cast<char>((v >> (8 * k)) & 0xFF);
     return *this;
   }
   Writer& str(const std::string& s) { return u(s.size(), 8).raw(s); }
@@ -164,7 +165,7 @@ TEST(Gguf, HostileHeadersAreRefusedNamingTheField) {
   auto refused = [](const std::string& bytes) { return error_of([&] { GgufFile::parse(bytes, "h.gguf"); }); };
   EXPECT_THAT(refused("GGML" + std::string(20, '\0')), HasSubstr("is not a GGUF file"));
   EXPECT_THAT(refused(Writer().header(0, 0, 1).bytes()), HasSubstr("version 1; qkv reads versions 2 and 3"));
-  EXPECT_THAT(refused(Writer().raw("GGUF").u(0x03000000, 4).u(0, 16).bytes()), HasSubstr("a big-endian GGUF file"));
+  EXPECT_THAT(refused(Writer().raw("GGUF").u(0x03000000, 4).u(0, 8).u(0, 8).bytes()), HasSubstr("a big-endian GGUF file"));
   EXPECT_EQ(refused(Writer().header(0, 0, 2).bytes()), "(no error)");  // version 2: the same layout
   // counts and lengths beyond the file, before anything is allocated for them
   EXPECT_THAT(refused(Writer().header(uint64_t{1} << 62, 0).bytes()), HasSubstr("the tensor count 4611686018427387904"));
