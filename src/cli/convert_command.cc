@@ -1,4 +1,9 @@
 // qkv convert --weights IN --to huggingface|book|qkv --out OUT [--config config.json] [--num-heads H]
+// qkv convert --weights IN --to gguf --out OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k]
+//
+// --to gguf: any Llama 3 or Qwen3 model qkv reads (a Hugging Face folder, a GGUF file) as llama.cpp's
+// GGUF file (models/gguf_model.h), its 2-D weights in --type (default: f32 for float32 weights,
+// else bf16), with the model's tokenizer.
 //
 // GPT-2's weights from one layout into another (qkv/models/gpt_weights.h), bit for bit: Hugging
 // Face's model.safetensors (Conv1D weights transposed back; lm_head only when the head is not tied;
@@ -15,17 +20,36 @@
 #include "qkv/io/output_files.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/models/family.h"
+#include "qkv/models/gguf_model.h"
 #include "qkv/models/gpt_weights.h"
 
 namespace qkv::cli {
 namespace {
 
 struct ConvertFlags {
-  std::string weights, to, out, config;
+  std::string weights, to, out, config, type;
   std::optional<int64_t> num_heads;
 };
 
+int run_gguf(const ConvertFlags& f) {
+  check_output_files({{f.out, "", "--out"}});
+  LoadOptions options;
+  options.float_weights = true;
+  const LoadedModel m = load_model(f.weights, options);
+  const std::string type = !f.type.empty() ? f.type : m.model->spec().attention.dtype == Dtype::kF32 ? "f32" : "bf16";
+  const std::optional<nlohmann::json> tokenizer = model_tokenizer_json(m, f.weights);
+  std::vector<std::string> notes;
+  std::string bytes = gguf_model_bytes(*m.model, tokenizer ? &*tokenizer : nullptr, type, notes);
+  const size_t size = bytes.size();
+  write_files_atomically({{f.out, std::move(bytes), "--out"}});
+  std::cout << "wrote " << f.out << " (" << size << " bytes): " << m.model->describe() << ", GGUF " << type << "\n";
+  for (const std::string& n : notes) std::cout << "  note: " << n << "\n";
+  return 0;
+}
+
 int run_convert(const ConvertFlags& f) {
+  if (f.to == "gguf") return run_gguf(f);
+  if (!f.type.empty()) bad_flag("--type", "is the GGUF file's tensor type: it goes with --to gguf");
   std::vector<OutputFile> destinations = {{f.out, "", "--out"}};
   if (!f.config.empty()) destinations.push_back({f.config, "", "--config"});
   check_output_files(destinations);
@@ -46,14 +70,17 @@ int run_convert(const ConvertFlags& f) {
 Command add_convert(CLI::App& app) {
   auto f = std::make_shared<ConvertFlags>();
   CLI::App* sub = app.add_subcommand("convert", "Convert GPT-2's weights between Hugging Face's layout, the book's "
-                                                "names and qkv's, bit for bit");
+                                                "names and qkv's, bit for bit; or Llama 3 / Qwen3 to llama.cpp's GGUF");
   sub->add_option("--weights", f->weights, "The weights: model.safetensors (or its directory with config.json), the "
                                            "book's names, or qkv's")
       ->required();
-  sub->add_option("--to", f->to, "huggingface | book | qkv")
+  sub->add_option("--to", f->to, "huggingface | book | qkv (GPT-2) | gguf (Llama 3, Qwen3)")
       ->required()
-      ->check(CLI::IsMember({"huggingface", "book", "qkv"}));
-  sub->add_option("--out", f->out, "The safetensors file to write")->required();
+      ->check(CLI::IsMember({"huggingface", "book", "qkv", "gguf"}));
+  sub->add_option("--out", f->out, "The file to write (safetensors, or GGUF with --to gguf)")->required();
+  sub->add_option("--type", f->type, "--to gguf: the 2-D weights' type, f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q6_k "
+                                     "(default: f32 for float32 weights, else bf16)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"}, CLI::ignore_case));
   sub->add_option("--config", f->config, "--to huggingface: also write config.json here");
   add_number(sub, "--num-heads", f->num_heads, "The head count, when the file does not say it and its width is not "
                                                "one of GPT-2's", positive<int64_t>());

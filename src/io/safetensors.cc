@@ -306,8 +306,8 @@ Layout parse_layout(const unsigned char* raw, uint64_t size, const std::string& 
   QKV_CHECK(size >= 8, quoted_path(file), ": file is ", size, " bytes, too short for a safetensors file ",
             "(expected at least 8 bytes: the header length)");
   QKV_CHECK(std::memcmp(raw, "GGUF", 4) != 0, quoted_path(file), " is a GGUF file (llama.cpp's format, its first ",
-            "bytes \"GGUF\"), not safetensors; qkv does not read GGUF files yet: give it the model's Hugging Face ",
-            "folder (config.json and model.safetensors)");
+            "bytes \"GGUF\"), not safetensors: give the GGUF file itself (--weights FILE.gguf), not as a folder's ",
+            "model.safetensors");
   const uint64_t header_len = load_le(raw, 8);
   QKV_CHECK(header_len <= size - 8, quoted_path(file), ": header length is ", header_len,
             " bytes but only ", size - 8, " bytes follow the 8-byte length (truncated file?)");

@@ -9,6 +9,7 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/models/decoder.h"
+#include "qkv/models/gguf_model.h"
 #include "qkv/models/gpt_weights.h"
 #include "qkv/models/hf_folder.h"
 #include "qkv/models/lm_checkpoint.h"
@@ -89,6 +90,7 @@ const ModelFamily& family_of_path(const std::string& path) {
     }
     return *f;
   }
+  if (is_gguf_file(path)) return family_of_gguf(GgufFile(path));  // the metadata only: tensors are mapped
   const MappedSafetensors header(path);  // the header only: the tensors are read when loaded
   if (is_lm_checkpoint(header.metadata())) return models_detail::attention_lm_family();
   if (is_gpt_weights(header)) return models_detail::gpt_family();

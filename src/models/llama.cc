@@ -8,6 +8,7 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/core/json_read.h"
 #include "qkv/models/family.h"
+#include "qkv/models/gguf_model.h"
 #include "qkv/models/hf_folder.h"
 #include "qkv/text/vocab_files.h"
 #include "models/families.h"
@@ -91,8 +92,9 @@ std::unique_ptr<Tokenizer> hf_tokenizer(const std::string& source, const LoadOpt
 }
 
 // Hugging Face's folder: products in the weights' precision unless asked (f32 when the float
-// weights are wanted), a BF16 folder's weights kept in bf16 only for generation.
+// weights are wanted), a BF16 folder's weights kept in bf16 only for generation. Or a GGUF file.
 LoadedModel load_folder(const std::string& dir, const LoadOptions& options) {
+  if (is_gguf_file(dir)) return load_gguf(dir, options);
   HfFolder w = read_hf_folder(dir);
   if (options.dropout) w.spec.attention.dropout = *options.dropout;
   const Dtype dtype =
@@ -125,6 +127,7 @@ ModelFamily family_entry(const char* name) {
   f.name = name;
   f.title = q ? "Qwen3" : "Llama 3";
   f.model_types = {name};
+  f.gguf_architectures = {name};
   f.names = {.embed = "model.embed_tokens.", .positions = "", .blocks = "model.layers.",
              .norm1 = "input_layernorm.", .attention = "self_attn.", .norm2 = "post_attention_layernorm.", .ff = "mlp.",
              .q = "q_proj.", .k = "k_proj.", .v = "v_proj.", .o = "o_proj.", .q_norm = "q_norm.", .k_norm = "k_norm.",

@@ -173,9 +173,10 @@ TEST_P(HostileFolder, AGgufFileIsNamedAsGguf) {
   write("model.safetensors", gguf);
   EXPECT_THAT(error_of([&] { load_model(dir_); }),
               HasSubstr("model.safetensors' is a GGUF file (llama.cpp's format, its first bytes \"GGUF\"), not "
-                        "safetensors; qkv does not read GGUF files yet"));
-  write("model.gguf", gguf);
-  EXPECT_THAT(error_of([&] { load_model(dir_ + "/model.gguf"); }), HasSubstr("model.gguf' is a GGUF file"));
+                        "safetensors: give the GGUF file itself"));
+  write("model.gguf", gguf);  // read as GGUF: its metadata count (0x7f7f...) is more than the file holds
+  EXPECT_THAT(error_of([&] { load_model(dir_ + "/model.gguf"); }), HasSubstr("model.gguf"));
+  EXPECT_THAT(error_of([&] { load_model(dir_ + "/model.gguf"); }), HasSubstr("the metadata count 9187201950435737471"));
 }
 
 TEST_P(HostileFolder, WithoutTokenizerJsonTextIsRefusedSayingSo) {

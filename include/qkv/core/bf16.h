@@ -42,6 +42,8 @@ inline float bf16_to_float(uint16_t x) {
 // IEEE 754 binary16 (a safetensors F16, a GGUF F16 tensor or a quantized block's scale) to float32:
 // exact for every value, subnormals, infinities and NaNs included.
 float f16_to_float(uint16_t bits);
+// An IEEE half of x, rounded to nearest even (beyond 65504: infinity; NaN stays NaN).
+uint16_t float_to_f16(float x);
 
 // n values; src and dst may not overlap.
 void floats_to_bf16(const float* src, uint16_t* dst, size_t n);

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace qkv {
 
@@ -53,5 +54,13 @@ int64_t quant_bytes(const QuantType& t, int64_t n, const std::string& what);
 
 // n values of type t from `src` (quant_bytes(t, n) bytes) into out[0..n). The scalar reference.
 void dequantize(const QuantType& t, const uint8_t* src, int64_t n, float* out);
+
+// The types quantize() writes: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K.
+const std::vector<std::string>& writable_quant_types();
+// n finite values (whole blocks) into quant_bytes(t, n) bytes at `out` (src/core/quant_encode.cc):
+// each block's scale from its largest magnitude (Q4_K: from its range, with a min), each value the
+// nearest integer of it; F16 and BF16 rounded to nearest even. A value that is not finite, or a
+// type it does not write, is a qkv::Error.
+void quantize(const QuantType& t, const float* x, int64_t n, uint8_t* out);
 
 }  // namespace qkv

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -99,5 +100,28 @@ class GgufFile {
   explicit GgufFile(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// What a GGUF file to write holds: metadata entries in order, and tensors whose bytes are written
+// by `fill` straight into the file's buffer (quant_bytes(type, numel) of them).
+struct GgufMetadata {
+  std::string key;
+  GgufValue value;
+};
+struct GgufTensorSource {
+  std::string name;
+  Shape shape;  // PyTorch's order (written reversed, as ne)
+  const QuantType* type = nullptr;
+  std::function<void(uint8_t* out)> fill;
+};
+// Scalars and arrays for GgufMetadata: u32, f32, bool, string, arrays of strings and of i32.
+GgufValue gguf_u32(uint64_t v);  // qkv::Error past 2^32 - 1
+GgufValue gguf_f32(double v);
+GgufValue gguf_bool(bool v);
+GgufValue gguf_string(std::string v);
+GgufValue gguf_strings(std::vector<std::string> v);
+GgufValue gguf_i32s(std::vector<int64_t> v);  // qkv::Error for a value outside int32
+// The file's bytes, version 3, little-endian, general.alignment 32 (data and each tensor padded to
+// it): what GgufFile reads back. Keys and tensor names must be unique (qkv::Error otherwise).
+std::string serialize_gguf(const std::vector<GgufMetadata>& metadata, const std::vector<GgufTensorSource>& tensors);
 
 }  // namespace qkv

@@ -58,6 +58,9 @@ struct ModelFamily {
   std::string name;                      // "gpt"
   std::string title;                     // "GPT", for people
   std::vector<std::string> model_types;  // config.json's model_type values it reads ("gpt2")
+  // GGUF's general.architecture values whose files it reads (models/gguf_model.h): its metadata
+  // into read_config's config.json, its tensors by the state names.
+  std::vector<std::string> gguf_architectures;
   StateNames names;
   FamilyWords words;
   DecoderNames keys;                     // its configuration's names for the spec's fields, in messages
@@ -73,7 +76,8 @@ struct ModelFamily {
   std::vector<std::string> presets;
   DecoderSpec (*preset)(const std::string& name) = nullptr;
 
-  // Its files: a folder or file of the family -> the model with its tokenizer, in eval mode.
+  // Its files: a folder or file of the family (a GGUF file too, with gguf_architectures: load_gguf)
+  // -> the model with its tokenizer, in eval mode.
   // Throws qkv::Error naming the file and what is wrong before anything is half-built.
   LoadedModel (*load)(const std::string& path, const LoadOptions& options) = nullptr;
   // A checkpoint of `model` at `path` in the family's own format, as files for the caller to
@@ -106,8 +110,8 @@ const ModelFamily* family_of_model_type(const std::string& model_type);
 std::vector<std::string> model_preset_names();
 const ModelFamily& family_of_preset(const std::string& preset);
 // The family of a model's files: a folder's config.json model_type (a folder without one: gpt,
-// GPT-2's), a qkv train checkpoint (attention-lm), GPT-2's weights in a file (gpt); anything else
-// a qkv::Error saying what qkv reads.
+// GPT-2's), a GGUF file's general.architecture, a qkv train checkpoint (attention-lm), GPT-2's
+// weights in a file (gpt); anything else a qkv::Error saying what qkv reads.
 const ModelFamily& family_of_path(const std::string& path);
 
 // Where a checkpoint of the family at `path` goes, for check_output_files before any training: a

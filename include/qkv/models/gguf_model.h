@@ -1,0 +1,82 @@
+// qkv/models/gguf_model.h - a model from llama.cpp's GGUF file (io/gguf.h), for the families whose
+// registry entry names a GGUF architecture (models/family.h: gguf_architectures).
+//
+//   general.architecture "llama" | "qwen3"      the family
+//   {arch}.block_count, .embedding_length, .feed_forward_length, .context_length,
+//   .attention.head_count, .attention.head_count_kv, .attention.key_length (head_dim, when given),
+//   .attention.layer_norm_rms_epsilon, .rope.freq_base, .rope.dimension_count (all of head_dim),
+//   .vocab_size (else token_embd's rows)     -> the config.json the family reads (gguf_config_json),
+//                                               so one validation holds for both formats
+//   rope_freqs.weight (Llama 3's scaling)    -> the largest is the factor; with Llama 3's low / high
+//                                               frequency factors 1 and 4, the original context
+//                                               from a factor between (8,192 when none pins it);
+//                                               then checked against every one of the file's
+//                                               factors (other scalings are refused)
+//   no output.weight                         -> the head tied to token_embd
+//
+// Tensors, by the family's state names (gguf_tensor_name):
+//   model.embed_tokens.weight -> token_embd.weight      model.norm.weight -> output_norm.weight
+//   lm_head.weight -> output.weight                      model.layers.N.X -> blk.N.Y with X -> Y:
+//   input_layernorm -> attn_norm, self_attn.{q,k,v,o}_proj -> attn_{q,k,v,output},
+//   self_attn.{q,k}_norm -> attn_{q,k}_norm, post_attention_layernorm -> ffn_norm,
+//   mlp.{gate,up,down}_proj -> ffn_{gate,up,down}
+// llama.cpp's converter reorders the rows of each head of Q and K for the "llama" architecture
+// (rotary pairs interleaved: row h D + 2 i + s holds Hugging Face's row h D + s D/2 + i); they are
+// put back as they are read.
+//
+// Loading: every name, shape and type is checked against the model before any is read, and the
+// file's parameters against the metadata's (a block_count of 10^6 over a file of two layers is
+// refused before the model is made). A file of F32 weights computes in f32; any other (F16, BF16,
+// the quantized types) in bf16, its products' weights dequantized one tensor at a time straight
+// into the model's bf16 copies (no float copy of the model). The tokenizer is the file's
+// (gguf_tokenizer).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/io/gguf.h"
+#include "qkv/models/family.h"
+#include "qkv/text/hf_tokenizer.h"
+
+namespace qkv {
+
+// The file starts with GGUF's magic.
+bool is_gguf_file(const std::string& path);
+// The family whose gguf_architectures has the file's general.architecture; qkv::Error naming it
+// and the architectures qkv reads otherwise.
+const ModelFamily& family_of_gguf(const GgufFile& file);
+// The file's metadata as the family's config.json (model_type, sizes, rope, tie_word_embeddings).
+nlohmann::json gguf_config_json(const GgufFile& file);
+// A state name of the family's model -> the tensor's GGUF name ("" for a name GGUF has none for).
+std::string gguf_tensor_name(const ModelFamily& family, const std::string& state_name);
+// The tokenizer GGUF's metadata describes (tokenizer.ggml.*), as a tokenizer.json for HfTokenizer:
+// model "gpt2" (byte-level BPE) with pre "llama-bpe" (Llama 3's split), "qwen2" (Qwen's, and NFC
+// as Qwen's tokenizer.json has) or "gpt-2"; token_type 1 the vocabulary, 3 special added tokens,
+// 4 added tokens that are not special, 5 unused (no text); merges "a b". Anything else is refused
+// naming the key.
+nlohmann::json gguf_tokenizer_json(const GgufFile& file);
+// The model, in eval mode, with the file's tokenizer (options.tokenizer) and its family's end
+// tokens and chat format.
+LoadedModel load_gguf(const std::string& path, const LoadOptions& options);
+
+// Writing (src/models/gguf_writer.cc): the model (its float weights: load it with float_weights) as
+// llama.cpp's converter writes its family: the metadata above, Q and K permuted for "llama",
+// rope_freqs.weight for Llama 3's scaling, 1-D tensors F32, every 2-D tensor in `type` (F32, F16,
+// BF16, Q8_0, Q4_0, Q4_K, Q6_K), or where its rows are not whole blocks of it in Q8_0 or F16 (said
+// in `notes`), and the tokenizer from its tokenizer.json (none: said in notes).
+std::string gguf_model_bytes(LanguageModel& model, const nlohmann::json* tokenizer, const std::string& type,
+                             std::vector<std::string>& notes);
+// tokenizer.json as GGUF's metadata for a model of `vocab` ids: tokens 0..vocab-1 ([PADn], type 5,
+// for ids it has no token for), types, merges, pre (from its split), bos / eos / padding ids and
+// add_bos_token as llama.cpp's converter writes them for the family.
+std::vector<GgufMetadata> gguf_tokenizer_metadata(const nlohmann::json& tokenizer, int64_t vocab,
+                                                  const ModelFamily& family);
+// The tokenizer.json of a loaded model: its file, or the GGUF file `source`'s metadata; none when
+// it has neither.
+std::optional<nlohmann::json> model_tokenizer_json(const LoadedModel& m, const std::string& source);
+
+}  // namespace qkv

@@ -1,0 +1,313 @@
+// A model from llama.cpp's GGUF file. See include/qkv/models/gguf_model.h.
+#include "qkv/models/gguf_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <set>
+
+#include "qkv/core/bf16.h"
+#include "qkv/core/checked.h"
+#include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
+#include "qkv/kernels/rope.h"
+#include "qkv/models/decoder.h"
+
+namespace qkv {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::string list(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "\"" : ", \"") + n + "\"";
+  return s;
+}
+
+// Where a family's state name sits in GGUF: the block prefix's tail, then one of these.
+struct Part {
+  std::string state, gguf;
+};
+std::vector<Part> block_parts(const StateNames& n) {
+  return {{n.norm1, "attn_norm."},
+          {n.attention + n.q, "attn_q."},
+          {n.attention + n.k, "attn_k."},
+          {n.attention + n.v, "attn_v."},
+          {n.attention + n.o, "attn_output."},
+          {n.attention + n.q_norm, "attn_q_norm."},
+          {n.attention + n.k_norm, "attn_k_norm."},
+          {n.norm2, "ffn_norm."},
+          {n.ff + "gate_proj.", "ffn_gate."},
+          {n.ff + "up_proj.", "ffn_up."},
+          {n.ff + "down_proj.", "ffn_down."}};
+}
+
+bool starts(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+// The tail after a part: "weight" or "bias".
+std::string tail_of(const std::string& s, const std::string& prefix) {
+  const std::string t = s.substr(prefix.size());
+  return t == "weight" || t == "bias" ? t : "";
+}
+
+// llama.cpp's "llama" Q and K: within each head of D rows, GGUF row 2 i + s holds Hugging Face's
+// row s D/2 + i. `heads` heads of `rows_per_head` rows of `cols` values, in place.
+template <typename T>
+void unpermute_rows(T* w, int64_t heads, int64_t rows_per_head, int64_t cols) {
+  const int64_t half = rows_per_head / 2;
+  std::vector<T> head(static_cast<size_t>(rows_per_head * cols));
+  for (int64_t h = 0; h < heads; ++h) {
+    T* base = w + h * rows_per_head * cols;
+    std::memcpy(head.data(), base, head.size() * sizeof(T));
+    for (int64_t s = 0; s < 2; ++s)
+      for (int64_t i = 0; i < half; ++i)
+        std::memcpy(base + (s * half + i) * cols, head.data() + (2 * i + s) * cols, static_cast<size_t>(cols) * sizeof(T));
+  }
+}
+
+// Llama 3's scaling from rope_freqs.weight: llama.cpp divides each frequency by the file's factor.
+std::optional<kernels::RopeScaling> rope_scaling_of(const GgufFile& f, int64_t head_dim, double base) {
+  const GgufTensor& t = f.tensor("rope_freqs.weight");
+  const std::string where = excerpt(f.path()) + ": rope_freqs.weight";
+  QKV_CHECK(t.shape == Shape({head_dim / 2}), where, " has shape ", shape_str(t.shape), "; expected (",
+            head_dim / 2, ") for a head_dim of ", head_dim);
+  std::vector<float> factors(static_cast<size_t>(head_dim / 2));
+  f.read_floats("rope_freqs.weight", factors.data());
+  kernels::RopeScaling s;
+  s.factor = 0;
+  for (float x : factors) {
+    QKV_CHECK(std::isfinite(x) && x > 0, where, " holds ", x, "; expected positive factors");
+    s.factor = std::max(s.factor, static_cast<double>(x));
+  }
+  if (s.factor == 1.0) return std::nullopt;  // every frequency as it is
+  s.low_freq_factor = 1.0;
+  s.high_freq_factor = 4.0;
+  // The original context L: from a factor between 1 and the largest (its wave within L/4..L:
+  // 1/f = (1 - s)/factor + s, s = (L/w - 1)/3), else the only constraint is 4 w1 < L <= w2 (w1 the
+  // longest wave left alone, w2 the shortest scaled): Llama 3's 8192 when it fits.
+  auto wave = [&](int64_t i) { return 2.0 * M_PI / kernels::rope_frequency(i, head_dim, base); };
+  double w1 = 0, w2 = INFINITY, L = 0;
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    const double x = factors[i];
+    if (std::fabs(x - 1.0) <= 1e-6) {
+      w1 = std::max(w1, wave(i));
+    } else if (std::fabs(x - s.factor) <= 1e-6 * s.factor) {
+      w2 = std::min(w2, wave(i));
+    } else if (L == 0) {
+      L = std::round(wave(i) * (3.0 * (1.0 / x - 1.0 / s.factor) / (1.0 - 1.0 / s.factor) + 1.0));
+    }
+  }
+  if (L == 0) L = 4 * w1 < 8192 && 8192 <= w2 ? 8192 : std::floor(4 * w1) + 1;
+  s.original_max_positions = static_cast<int64_t>(std::min(L, 1e15));
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    const double want = kernels::rope_frequency(i, head_dim, base) / kernels::rope_frequency(i, head_dim, base, s);
+    QKV_CHECK(std::fabs(factors[i] - want) <= 1e-5 * want, where, "[", i, "] is ", factors[i], "; Llama 3's scaling ",
+              "(factor ", s.factor, ", low_freq_factor 1, high_freq_factor 4, ", s.original_max_positions,
+              " original positions) gives ", want,
+              ": qkv reads Llama 3's scaling only");
+  }
+  return s;
+}
+
+// The file's parameters (the tied head's once), against the metadata's model before it is made.
+void check_file_holds(const GgufFile& f, const DecoderSpec& spec, const ModelFamily& family) {
+  int64_t held = 0;
+  for (const GgufTensor& t : f.tensors())
+    if (t.name != "rope_freqs.weight") held = checked_add(held, t.numel(), "the file's parameters");
+  const int64_t wanted = decoder_parameters(spec, "the metadata's parameters");
+  QKV_CHECK(wanted / 2 <= held, excerpt(f.path()), "'s metadata describes a ", family.name, " model of ", wanted,
+            " parameters (", spec.layers, " layers, width ", spec.width, ", vocabulary ", spec.vocab_size,
+            ") but its tensors hold only ", held, " (", f.tensors().size(), " tensors), not half of it");
+}
+
+// The most common type among the products' weights, for people ("Q8_0").
+std::string weights_type(const GgufFile& f) {
+  std::map<std::string, int64_t> count;
+  for (const GgufTensor& t : f.tensors())
+    if (t.shape.size() == 2) count[t.type->name] += t.numel();
+  std::string best = "F32";
+  int64_t most = -1;
+  for (const auto& [name, n] : count)
+    if (n > most) best = name, most = n;
+  return best;
+}
+
+}  // namespace
+
+bool is_gguf_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+const ModelFamily& family_of_gguf(const GgufFile& file) {
+  const std::string arch = file.string("general.architecture");
+  std::vector<std::string> known;
+  for (const ModelFamily* f : model_families())
+    for (const std::string& a : f->gguf_architectures) {
+      if (a == arch) return *f;
+      known.push_back(a);
+    }
+  fail(excerpt(file.path()), ": general.architecture is ", excerpt(arch), "; qkv reads GGUF files of ", list(known));
+}
+
+json gguf_config_json(const GgufFile& f) {
+  const ModelFamily& family = family_of_gguf(f);
+  const std::string a = f.string("general.architecture") + ".";
+  auto integer = [&](const std::string& key) { return static_cast<int64_t>(std::min<uint64_t>(f.unsigned_int(a + key), INT64_MAX)); };
+  json j = {{"model_type", family.model_types.front()}};
+  j["hidden_size"] = integer("embedding_length");
+  j["intermediate_size"] = integer("feed_forward_length");
+  j["num_hidden_layers"] = integer("block_count");
+  j["num_attention_heads"] = integer("attention.head_count");
+  j["num_key_value_heads"] = f.has(a + "attention.head_count_kv") ? integer("attention.head_count_kv")
+                                                                   : j["num_attention_heads"].get<int64_t>();
+  j["max_position_embeddings"] = integer("context_length");
+  j["rms_norm_eps"] = f.number(a + "attention.layer_norm_rms_epsilon");
+  j["rope_theta"] = f.has(a + "rope.freq_base") ? f.number(a + "rope.freq_base") : 10000.0;
+  if (f.has(a + "vocab_size")) {
+    j["vocab_size"] = integer("vocab_size");
+  } else {
+    const GgufTensor& embed = f.tensor("token_embd.weight");
+    QKV_CHECK(embed.shape.size() == 2, excerpt(f.path()), ": token_embd.weight has shape ", shape_str(embed.shape),
+              "; expected (vocab, embedding_length)");
+    j["vocab_size"] = embed.shape[0];
+  }
+  const int64_t heads = j["num_attention_heads"];
+  const int64_t width = j["hidden_size"];
+  int64_t head_dim = heads > 0 && width % heads == 0 ? width / heads : 0;
+  if (f.has(a + "attention.key_length")) {
+    head_dim = integer("attention.key_length");
+    j["head_dim"] = head_dim;
+    if (f.has(a + "attention.value_length"))
+      QKV_CHECK(integer("attention.value_length") == head_dim, excerpt(f.path()), ": ", a, "attention.value_length (",
+                integer("attention.value_length"), ") differs from ", a, "attention.key_length (", head_dim,
+                "); qkv's heads have one head_dim");
+  }
+  if (f.has(a + "rope.dimension_count"))
+    QKV_CHECK(integer("rope.dimension_count") == head_dim, excerpt(f.path()), ": ", a, "rope.dimension_count (",
+              integer("rope.dimension_count"), ") is not the head's dimension (", head_dim,
+              "); qkv rotates every dimension of a head");
+  if (f.has(a + "rope.scaling.type")) {
+    const std::string type = f.string(a + "rope.scaling.type");
+    QKV_CHECK(type == "none", excerpt(f.path()), ": ", a, "rope.scaling.type is ", excerpt(type),
+              "; qkv reads Llama 3's scaling (rope_freqs.weight) or none");
+  }
+  j["tie_word_embeddings"] = !f.contains("output.weight");
+  if (f.contains("rope_freqs.weight") && head_dim > 0 && head_dim % 2 == 0) {
+    if (const auto s = rope_scaling_of(f, head_dim, j["rope_theta"]))
+      j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", s->factor}, {"low_freq_factor", s->low_freq_factor},
+                           {"high_freq_factor", s->high_freq_factor},
+                           {"original_max_position_embeddings", s->original_max_positions}};
+  }
+  return j;
+}
+
+std::string gguf_tensor_name(const ModelFamily& family, const std::string& name) {
+  const StateNames& n = family.names;
+  if (name == n.embed + "weight") return "token_embd.weight";
+  if (name == n.final_norm + "weight") return "output_norm.weight";
+  if (name == n.head + "weight") return "output.weight";
+  if (!starts(name, n.blocks)) return "";
+  const size_t dot = name.find('.', n.blocks.size());
+  if (dot == std::string::npos) return "";
+  const std::string layer = name.substr(n.blocks.size(), dot - n.blocks.size());
+  const std::string rest = name.substr(dot + 1);
+  for (const Part& p : block_parts(n))
+    if (starts(rest, p.state))
+      if (const std::string tail = tail_of(rest, p.state); !tail.empty()) return "blk." + layer + "." + p.gguf + tail;
+  return "";
+}
+
+LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
+  const GgufFile file(path);
+  const ModelFamily& family = family_of_gguf(file);
+  const std::string where = excerpt(path) + "'s metadata";
+  DecoderSpec spec = family.read_config(gguf_config_json(file), where);
+  if (options.dropout) spec.attention.dropout = *options.dropout;
+  check_file_holds(file, spec, family);
+  const std::string type = weights_type(file);
+  const Dtype dtype = options.dtype.value_or(type == "F32" || options.float_weights ? Dtype::kF32 : Dtype::kBF16);
+  const bool bf16_only = dtype == Dtype::kBF16 && !options.float_weights;
+  spec.attention.dtype = dtype;
+  spec.path = options.path.value_or(AttentionPath::kFused);
+
+  LoadedModel m;
+  m.generator = std::make_unique<Generator>(options.seed.value_or(Generator::kDefaultSeed));
+  QKV_CHECK(!(options.draw && bf16_only), "weights in bf16 only are never drawn");
+  std::unique_ptr<DecoderModel> model = options.draw ? std::make_unique<DecoderModel>(spec, *m.generator)
+                                                     : build_model_to_load(spec, *m.generator);
+  // Every tensor against the model first: names, shapes, types, nothing left over.
+  std::map<std::string, std::string> gguf_of;  // state name -> GGUF name
+  std::set<std::string> wanted;
+  for (const StateEntry& e : model->state_dict()) {
+    const std::string g = gguf_tensor_name(family, e.name);
+    QKV_CHECK(!g.empty(), "qkv has no GGUF name for the ", family.name, " model's ", excerpt(e.name));
+    QKV_CHECK(file.contains(g), excerpt(path), " has no tensor ", excerpt(g), " (", e.name, ", of shape ",
+              shape_str(e.shape()), ", which its metadata's model needs)");
+    const GgufTensor& t = file.tensor(g);
+    QKV_CHECK(t.shape == e.shape(), excerpt(path), ": tensor ", excerpt(g), " has shape ", shape_str(t.shape),
+              "; the metadata's model has ", shape_str(e.shape()), " (", e.name, ")");
+    QKV_CHECK(t.type->readable, excerpt(path), ": tensor ", excerpt(g), " is ", t.type->name, "; qkv reads ",
+              readable_quant_types());
+    gguf_of[e.name] = g;
+    wanted.insert(g);
+  }
+  for (const GgufTensor& t : file.tensors())
+    QKV_CHECK(wanted.count(t.name) || t.name == "rope_freqs.weight", excerpt(path), ": tensor ", excerpt(t.name),
+              " is not of the metadata's ", family.name, " model");
+
+  // llama.cpp's order of Q's and K's rows, put back (the "llama" architecture's only).
+  const bool permuted = file.string("general.architecture") == "llama";
+  const kernels::AttentionSpec& a = spec.attention;
+  auto heads_of = [&](const std::string& g) -> int64_t {
+    if (!permuted) return 0;
+    const auto ends = [&](const char* s) { return g.size() > std::strlen(s) && g.compare(g.size() - std::strlen(s), std::strlen(s), s) == 0; };
+    return ends(".attn_q.weight") ? a.heads : ends(".attn_k.weight") ? a.groups() : 0;
+  };
+  auto read32 = [&](const std::string& name, float* out) {
+    const std::string& g = gguf_of.at(name);
+    file.read_floats(g, out);
+    const GgufTensor& t = file.tensor(g);
+    if (const int64_t h = heads_of(g)) unpermute_rows(out, h, t.shape[0] / h, t.shape[1]);
+  };
+  if (bf16_only) {
+    std::vector<float> row;
+    model->load_bf16_only(
+        [&](const std::string& name, uint16_t* out) {
+          const std::string& g = gguf_of.at(name);
+          const GgufTensor& t = file.tensor(g);
+          if (std::string(t.type->name) == "BF16") {
+            std::memcpy(out, t.data, static_cast<size_t>(t.numel()) * 2);
+          } else {  // a block row at a time: never the whole tensor in floats
+            const int64_t cols = t.shape.back(), rows = t.numel() / cols;
+            row.resize(static_cast<size_t>(cols));
+            const int64_t row_bytes = quant_bytes(*t.type, cols, g);
+            for (int64_t r = 0; r < rows; ++r) {
+              dequantize(*t.type, t.data + r * row_bytes, cols, row.data());
+              floats_to_bf16(row.data(), out + r * cols, static_cast<size_t>(cols));
+            }
+          }
+          if (const int64_t h = heads_of(g)) unpermute_rows(out, h, t.shape[0] / h, t.shape[1]);
+        },
+        read32);
+  } else {
+    for (const StateEntry& e : model->state_dict()) read32(e.name, e.tensor->data());
+  }
+  model->eval();
+  if (dtype == Dtype::kBF16 && !bf16_only) model->keep_bf16_weights();
+  m.model = std::move(model);
+  m.description = str(m.model->describe(), " from ", excerpt(path), " (GGUF, ", type, " weights, ", dtype_name(dtype),
+                      " products)");
+  m.no_tokenizer = str(excerpt(path), " has no tokenizer (tokenizer.ggml.*)");
+  if (options.tokenizer && file.has("tokenizer.ggml.model")) {
+    auto t = std::make_unique<HfTextTokenizer>(HfTokenizer::parse(gguf_tokenizer_json(file).dump(), excerpt(path)),
+                                               excerpt(path) + "'s tokenizer.ggml");
+    attach_tokenizer(m, std::move(t), excerpt(path) + "'s tokenizer", "");
+  }
+  return m;
+}
+
+}  // namespace qkv

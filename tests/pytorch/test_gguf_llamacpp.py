@@ -1,0 +1,296 @@
+#!/usr/bin/python3
+"""llama.cpp's GGUF files both ways, against the PyTorch twin and llama.cpp itself (npm's
+node-llama-cpp 3.22.1, its prebuilt CPU build, driven by tests/llamacpp/greedy.mjs).
+
+    /usr/bin/python3 tests/pytorch/test_gguf_llamacpp.py --qkv build/qkv [--npm-dir DIR] [--verbose] [--keep]
+
+Small twins of both families (Qwen3: QK-norm, no permutation; Llama 3: Q/K rows permuted, head_dim
+not the width over the heads, Llama 3 RoPE scaling as rope_freqs.weight, tied heads; vocabularies
+padded with [PAD] tokens; widths of 256 for the K-quants' blocks). For each type:
+  the twin's file   written as llama.cpp's converter writes the family (tests/pytorch/gguf_files.py:
+                    F32, F16, BF16, Q8_0): llama.cpp reads it, and qkv (`qkv forward --dtype f32`,
+                    the reference path: dequantized, float32 products) gives the logits of the twin
+                    holding the file's numbers within 1e-5 relative (max |qkv - twin| / max |twin|);
+  qkv's file        `qkv convert --to gguf --type T` of the twin's Hugging Face folder (F32, F16,
+                    BF16, Q8_0, Q4_0, Q4_K, Q6_K): qkv's logits within 1e-5 of the twin holding the
+                    weights qkv read back (`--save-weights`); in F32 those are the twin's exactly and
+                    qkv's greedy ids are the twin's;
+and on each file llama.cpp gives
+  f32              the twin's greedy ids and last-position logits within 1e-5 relative;
+  f16, bf16, q*    the logits of the twin holding the file's numbers within 3e-3, 3e-2, 6e-2
+                   relative (llama.cpp also rounds the activations to the weight's dot-product
+                   type: F16, BF16, Q8_0 / Q8_K blocks - as much again as the weights' rounding),
+                   and the twin's ids in f16.
+node-llama-cpp is installed on first use (npm, --omit=optional plus the one platform package,
+NODE_LLAMA_CPP_SKIP_DOWNLOAD=true) into --npm-dir, $QKV_NPM_DIR, or npm-llamacpp beside --qkv; when
+that fails the test fails, saying why.
+"""
+
+import argparse
+import copy
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import gguf_files  # noqa: E402
+import llama_model  # noqa: E402
+import safetensors_io  # noqa: E402
+from llama_files import make_cfg, small_tokenizer, twin, write_dir  # noqa: E402
+
+GREEDY = os.path.join(os.path.dirname(HERE), "llamacpp", "greedy.mjs")
+PACKAGES = ["node-llama-cpp@3.22.1", "@node-llama-cpp/linux-x64@3.22.1"]
+TOL = {"f32": 1e-5, "f16": 3e-3, "bf16": 3e-2, "q8_0": 6e-2, "q4_0": 6e-2, "q4_k": 6e-2, "q6_k": 6e-2}
+IDS = [5, 40, 100, 7, 200, 33, 260, 12]
+NEW = 8
+SCALING = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_context_length=16)
+
+# (label, family, extra [PAD] ids, E, F, L, H, G, D, theta, tied, rope_freq, types)
+CASES = [
+    ("qwen3", "qwen3", 7, 64, 128, 2, 4, 2, 16, 1e6, False, None, ["f32", "f16", "bf16", "q8_0", "q4_0"]),
+    ("qwen3 k-quants", "qwen3", 0, 256, 512, 1, 4, 2, 64, 1e6, False, None, ["q4_k", "q6_k"]),
+    ("llama k-quants", "llama", 0, 256, 256, 1, 4, 2, 64, 5e5, True, None, ["q4_k", "q6_k"]),
+    ("qwen3 tied D=32", "qwen3", 0, 64, 96, 2, 4, 1, 32, 1e4, True, None, ["f32", "q8_0"]),
+    ("llama", "llama", 0, 64, 128, 2, 4, 2, 16, 5e5, False, None, ["f32", "f16", "bf16", "q8_0"]),
+    ("llama D=8 rope scaling", "llama", 5, 64, 128, 2, 4, 2, 8, 5e5, False, SCALING, ["f32", "q8_0"]),
+    ("llama tied D=32", "llama", 0, 64, 128, 1, 2, 2, 32, 1e4, True, None, ["f32"]),
+]
+
+
+class Unavailable(Exception):
+    pass
+
+
+def ensure_node_llama_cpp(npm_dir):
+    """Installs node-llama-cpp and its linux-x64 CPU binaries into npm_dir unless there; raises
+    Unavailable saying why it cannot."""
+    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
+        raise Unavailable(f"node-llama-cpp's prebuilt binaries are pinned for linux x64, this is "
+                          f"{sys.platform} {platform.machine()}")
+    have = [os.path.isdir(os.path.join(npm_dir, "node_modules", p.rsplit("@", 1)[0])) for p in PACKAGES]
+    if all(have):
+        return
+    os.makedirs(npm_dir, exist_ok=True)
+    cmd = ["npm", "install", "--prefix", npm_dir, "--no-audit", "--no-fund", "--loglevel=error",
+           "--omit=optional", *PACKAGES]
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600,
+                           env=dict(os.environ, NODE_LLAMA_CPP_SKIP_DOWNLOAD="true"))
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise Unavailable(f"npm install of {' '.join(PACKAGES)} failed: {e}") from None
+    if p.returncode != 0:
+        tail = p.stdout.decode("utf-8", "replace").strip()[-600:]
+        raise Unavailable(f"npm install of {' '.join(PACKAGES)} failed (status {p.returncode}): {tail}")
+
+
+def llamacpp(npm_dir, gguf, ids, new, logits=True):
+    """greedy.mjs's JSON for the file: {"ids": [...], "logits": [...]}; raises RuntimeError with its
+    stderr when llama.cpp fails."""
+    cmd = ["node", GREEDY, gguf, "--ids", ",".join(map(str, ids)), "--new", str(new), "--threads", "1"]
+    if logits:
+        cmd.append("--logits")
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300,
+                       env=dict(os.environ, QKV_NPM_DIR=npm_dir))
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: status {p.returncode}: {p.stderr.decode('utf-8', 'replace')[-2000:]}")
+    return json.loads(p.stdout.decode().strip().splitlines()[-1])
+
+
+def file_twin(m, path):
+    """A copy of the twin holding the numbers the GGUF file holds (dequantized, Q/K rows unpermuted)."""
+    _, tensors = gguf_files.read_gguf(path)
+    r = copy.deepcopy(m)
+    if m.cfg["tied"]:
+        r.out_head.weight = r.tok_emb.weight
+    state = dict(r.named_parameters())
+    with torch.no_grad():
+        for twin_name, hf in llama_model.hf_names(m.cfg):
+            x = torch.from_numpy(np.array(gguf_files.tensor_values(*tensors[gguf_files.gguf_name(hf)])))
+            if m.cfg["family"] == "llama" and hf.endswith(("q_proj.weight", "k_proj.weight")):
+                heads = m.cfg["n_heads"] if hf.endswith("q_proj.weight") else m.cfg["n_kv_groups"]
+                x = x.reshape(heads, -1, 2, x.shape[1]).swapaxes(1, 2).reshape(x.shape)  # the inverse
+            state[twin_name].copy_(x)
+    return r
+
+
+def qkv_run(qkv, args):
+    """qkv's stdout; raises RuntimeError with its stderr when it fails."""
+    p = subprocess.run([qkv, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"qkv {' '.join(args)}: status {p.returncode}: {p.stderr.decode('utf-8', 'replace')[-2000:]}")
+    return p.stdout.decode()
+
+
+def qkv_forward(qkv, family, gguf, ids, tmp, save=False):
+    """qkv's logits (1, T, V) on `ids` from the GGUF file in float32 products (dequantized: the
+    reference path), and with save its state dict as it loaded it (Hugging Face's names)."""
+    inp, out, weights = (os.path.join(tmp, n) for n in ("ids.st", "logits.st", "weights.st"))
+    safetensors_io.save(inp, {"input": torch.tensor([ids], dtype=torch.float32)})
+    args = ["forward", "--module", family, "--weights", gguf, "--dtype", "f32", "--input", inp, "--output", out]
+    qkv_run(qkv, args + (["--save-weights", weights] if save else []))
+    return safetensors_io.load(out)["output"].double(), safetensors_io.load(weights) if save else None
+
+
+def twin_holding(m, hf_state):
+    """A copy of the twin holding qkv's loaded weights (Hugging Face's names)."""
+    r = copy.deepcopy(m)
+    if m.cfg["tied"]:
+        r.out_head.weight = r.tok_emb.weight
+    state = dict(r.named_parameters())
+    with torch.no_grad():
+        for twin_name, hf in llama_model.hf_names(m.cfg):
+            state[twin_name].copy_(hf_state[hf])
+    return r
+
+
+def greedy(m, ids, new):
+    seq = list(ids)
+    with torch.no_grad():
+        for _ in range(new):
+            seq.append(int(torch.argmax(m(torch.tensor([seq]))[0, -1])))
+    return seq[len(ids):]
+
+
+def rel(got, want):
+    return (got - want).abs().max().item() / want.abs().max().item()
+
+
+def check_case(qkv, npm_dir, tmp, case):
+    """[(label, [errors], summary)] for one model in each of its types: the twin's GGUF file read by
+    llama.cpp and by qkv, and qkv's (qkv convert --to gguf from the twin's folder) read by llama.cpp."""
+    label, family, pad, E, F, L, H, G, D, theta, tied, rope_freq, types = case
+    tok, V = small_tokenizer(family)
+    m = twin(make_cfg(family, V + pad, E, F, L, H, G, D, 32, theta, 1e-6, tied, rope_freq), 11)
+    with torch.no_grad():  # larger weights: logits spread out, the greedy ids decided by wide margins
+        for name, p in m.named_parameters():
+            if p.dim() == 2:
+                p.mul_(3.0)
+    want_ids = greedy(m, IDS, NEW)
+    stem = os.path.join(tmp, label.replace(" ", "_"))
+    folder = write_dir(m, stem + "_hf", "f32", tok)
+    results = []
+
+    def oracle(path, ref, t, errors):
+        """llama.cpp's logits and ids on `path` against the twin `ref` holding the file's numbers."""
+        with torch.no_grad():
+            want = ref(torch.tensor([IDS]))[0, -1].double()
+        got = llamacpp(npm_dir, path, IDS, NEW)
+        logits = torch.tensor(got["logits"], dtype=torch.float64)
+        if logits.shape != want.shape:
+            errors.append(f"llama.cpp gave {logits.shape[0]} logits, the twin {want.shape[0]}")
+            return float("nan"), got["ids"]
+        r = rel(logits, want)
+        if not r <= TOL[t]:
+            errors.append(f"llama.cpp's logits: relative difference {r:.3g} from the twin > {TOL[t]:g}")
+        if t in ("f32", "f16") and got["ids"] != want_ids:
+            errors.append(f"llama.cpp's greedy ids {got['ids']}, the twin's {want_ids}")
+        return r, got["ids"]
+
+    for t in types:
+        # The twin's file (llama.cpp's converter's layout): llama.cpp and qkv read it.
+        if t in gguf_files.FILE_TYPES:
+            path = f"{stem}_{t}.gguf"
+            gguf_files.write_gguf(m, path, tok, type=t)
+            ref = m if t == "f32" else file_twin(m, path)
+            errors = []
+            try:
+                r, ids = oracle(path, ref, t, errors)
+                got, _ = qkv_forward(qkv, family, path, IDS, tmp)
+                with torch.no_grad():
+                    want = ref(torch.tensor([IDS])).double()
+                q = rel(got, want)
+                if not q <= 1e-5:
+                    errors.append(f"qkv's logits (f32 products) from the twin's file: relative difference {q:.3g} > 1e-5")
+            except RuntimeError as e:
+                results.append((f"{label} {t} (twin's file)", [str(e)], ""))
+                continue
+            results.append((f"{label} {t} (twin's file)", errors,
+                            f"{label} {t} twin's file: llama.cpp rel {r:.2g}, qkv rel {q:.2g}, llama.cpp ids "
+                            f"{'equal' if ids == want_ids else 'differ: ' + str(ids)}"))
+        # qkv's file, from the twin's folder: qkv's reference path on it, and llama.cpp on it.
+        path = f"{stem}_{t}.qkv.gguf"
+        errors = []
+        try:
+            qkv_run(qkv, ["convert", "--weights", folder, "--to", "gguf", "--type", t, "--out", path])
+            got, state = qkv_forward(qkv, family, path, IDS + want_ids, tmp, save=True)
+            ref = twin_holding(m, state)
+            with torch.no_grad():
+                want = ref(torch.tensor([IDS + want_ids])).double()
+            q = rel(got, want)
+            if not q <= 1e-5:
+                errors.append(f"qkv's logits (f32 products) from its file: relative difference {q:.3g} > 1e-5")
+            if t == "f32":
+                if rel(want, m(torch.tensor([IDS + want_ids])).double()) != 0:
+                    errors.append("qkv's F32 file does not hold the twin's weights exactly")
+                forced = got[0, len(IDS) - 1:-1].argmax(-1).tolist()
+                if forced != want_ids:
+                    errors.append(f"qkv's greedy ids {forced}, the twin's {want_ids}")
+            r, ids = oracle(path, ref, t, errors)
+        except RuntimeError as e:
+            results.append((f"{label} {t} (qkv's file)", [str(e)], ""))
+            continue
+        results.append((f"{label} {t} (qkv's file)", errors,
+                        f"{label} {t} qkv's file: llama.cpp rel {r:.2g}, qkv rel {q:.2g}, llama.cpp ids "
+                        f"{'equal' if ids == want_ids else 'differ: ' + str(ids)}"))
+    return results
+
+
+def default_npm_dir(qkv=None):
+    if os.environ.get("QKV_NPM_DIR"):
+        return os.environ["QKV_NPM_DIR"]
+    if qkv:
+        return os.path.join(os.path.dirname(os.path.abspath(qkv)), "npm-llamacpp")
+    return os.path.join(tempfile.gettempdir(), "qkv-npm-llamacpp")
+
+
+# --- as a script (ctest runs tests/pytorch/test_*.py with --qkv) -------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--qkv", required=True, help="the qkv executable (npm-llamacpp beside it is the default --npm-dir)")
+    ap.add_argument("--npm-dir", help="where node-llama-cpp is (or gets) installed")
+    ap.add_argument("--verbose", "-v", action="store_true")
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    npm_dir = args.npm_dir or default_npm_dir(args.qkv)
+    try:
+        ensure_node_llama_cpp(npm_dir)
+    except Unavailable as e:  # the oracle is part of the test setup: its absence is a failure
+        print(f"gguf vs llama.cpp: FAILED: the oracle is unavailable: {e}", file=sys.stderr)
+        return 1
+    passed, failed = 0, []
+    tmp = tempfile.mkdtemp(prefix="qkv-gguf-")
+    try:
+        for case in CASES:
+            for label, errors, summary in check_case(args.qkv, npm_dir, tmp, case):
+                if errors:
+                    failed.append((label, errors))
+                else:
+                    passed += 1
+                if args.verbose or errors:
+                    print(summary or label)
+    finally:
+        if args.keep:
+            print(f"files kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    for label, errors in failed:
+        print(f"FAILED {label}", file=sys.stderr)
+        for e in errors:
+            print("  " + e, file=sys.stderr)
+    print(f"gguf vs llama.cpp: {passed} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
