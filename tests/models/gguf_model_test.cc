@@ -1,0 +1,230 @@
+// Llama 3 and Qwen3 models through llama.cpp's GGUF files (models/gguf_model.h): written by qkv
+// convert's writer and read back - in F32 the same model bit for bit, in every quantized type the
+// weights each type's reference decoder gives - and files edited into what a hostile or broken file
+// holds, each refused naming the field before the model is made. The layout itself is checked
+// against llama.cpp and the PyTorch twin's own writer in tests/pytorch/test_gguf_llamacpp.py.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model_support.h"
+#include "qkv/core/quant_blocks.h"
+#include "qkv/core/read_file.h"
+#include "qkv/io/gguf.h"
+#include "qkv/models/gguf_model.h"
+#include "qkv/text/vocab_files.h"
+#include "test_support.h"
+
+namespace qkv {
+namespace {
+
+using testing::HasSubstr;
+using testing_support::error_of;
+using testing_support::temp_dir;
+
+class GgufModel : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { dir_ = temp_dir("qkv_gguf_model_"); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // A small model of the family (head_dim not the width over the heads, grouped keys; rows of 256
+  // for the K-quants' blocks), drawn from a seed.
+  std::unique_ptr<DecoderModel> model(bool tied = false) {
+    DecoderSpec spec = llama_sizes(GetParam(), 300, 256, 512, 2, 4, 2, 32, 64, tied);
+    Generator gen(7);
+    return std::make_unique<DecoderModel>(spec, gen);
+  }
+  std::string write(const std::string& name, const std::string& bytes) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+  std::string gguf(LanguageModel& m, const std::string& type) {
+    std::vector<std::string> notes;
+    return gguf_model_bytes(m, nullptr, type, notes);
+  }
+  LoadedModel load(const std::string& path, bool f32 = true) {
+    LoadOptions o;
+    if (f32) o.dtype = Dtype::kF32;
+    o.float_weights = f32;
+    return load_model(path, o);
+  }
+  // The file with its metadata and tensors edited, re-serialized.
+  std::string edited(const std::string& bytes, const std::function<void(std::vector<GgufMetadata>&)>& meta,
+                     const std::function<void(std::vector<GgufTensorSource>&)>& tensors = nullptr) {
+    files_.push_back(std::make_unique<GgufFile>(GgufFile::parse(bytes, "model.gguf")));
+    const GgufFile& f = *files_.back();
+    std::vector<GgufMetadata> m;
+    for (const auto& [key, value] : f.metadata()) m.push_back({key, value});
+    std::vector<GgufTensorSource> t;
+    for (const GgufTensor& x : f.tensors())
+      t.push_back({x.name, x.shape, x.type, [&x](uint8_t* out) { std::memcpy(out, x.data, static_cast<size_t>(x.bytes)); }});
+    meta(m);
+    if (tensors) tensors(t);
+    return serialize_gguf(m, t);
+  }
+
+  std::string dir_;
+  std::vector<std::unique_ptr<GgufFile>> files_;
+};
+
+TEST_P(GgufModel, AnF32FileIsTheSameModelBitForBit) {
+  for (const bool tied : {false, true}) {
+    auto m = model(tied);
+    const std::string path = write("m.gguf", gguf(*m, "f32"));
+    LoadedModel back = load(path);
+    const std::vector<StateEntry> want = m->state_dict(), got = back.model->state_dict();
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(want[i].name, got[i].name);
+      ASSERT_EQ(std::memcmp(want[i].tensor->data(), got[i].tensor->data(), 4 * static_cast<size_t>(want[i].tensor->numel())), 0)
+          << want[i].name;
+    }
+    const std::vector<int64_t> ids = {3, 1, 4, 1, 5, 9, 2, 6};
+    m->eval();
+    const Tensor a = m->forward(ids, 1, 8), b = back.model->forward(ids, 1, 8);
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), 4 * static_cast<size_t>(a.numel())), 0);
+    EXPECT_THAT(back.description, HasSubstr("(GGUF, F32 weights, f32 products)"));
+  }
+}
+
+TEST_P(GgufModel, EveryTypeReadsBackAsItsBlocksDecode) {
+  auto m = model();
+  for (const std::string type : {"f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"}) {
+    const std::string path = write("m.gguf", gguf(*m, type));
+    LoadedModel back = load(path);
+    const std::vector<StateEntry> want = m->state_dict(), got = back.model->state_dict();
+    for (size_t i = 0; i < want.size(); ++i) {
+      const int64_t n = want[i].tensor->numel();
+      // 1-D tensors stay F32; 2-D rows are blocks of the type (a row's blocks never span rows, so
+      // Q and K's row order in the file does not change what each row decodes to), or Q8_0 where a
+      // row is not whole blocks of it (o_proj's rows of 128 and the K-quants' 256)
+      const int64_t cols = want[i].shape().back();
+      const QuantType& t = want[i].shape().size() == 1 ? quant_type_named("F32")
+                           : cols % quant_type_named(type).block == 0 ? quant_type_named(type)
+                                                                      : quant_type_named("Q8_0");
+      std::vector<uint8_t> blocks(static_cast<size_t>(quant_bytes(t, n, want[i].name)));
+      quantize(t, want[i].tensor->data(), n, blocks.data());
+      std::vector<float> expect(static_cast<size_t>(n));
+      dequantize(t, blocks.data(), n, expect.data());
+      ASSERT_EQ(std::memcmp(expect.data(), got[i].tensor->data(), 4 * static_cast<size_t>(n)), 0)
+          << type << " " << want[i].name;
+    }
+    // loaded for generation: bf16 products, the weights in bf16 only
+    LoadedModel fast = load_model(path);
+    EXPECT_TRUE(fast.model->bf16_only()) << type;
+    EXPECT_THAT(fast.description, HasSubstr(std::string("(GGUF, ") + quant_type_named(type).name + " weights, bf16 products)"));
+  }
+}
+
+TEST_P(GgufModel, TheTokenizerComesThroughTheFile) {
+  const std::string vocab = GetParam() == "qwen3" ? "qwen3" : "llama3";
+  if (!find_hf_vocab(vocab)) GTEST_SKIP() << vocab << "'s tokenizer.json is not installed (scripts/setup.sh installs it)";
+  const std::string json_text = read_file(*find_hf_vocab(vocab));
+  const nlohmann::json tokenizer = nlohmann::json::parse(json_text);
+  const HfTokenizer original = HfTokenizer::load(vocab);
+  const int64_t V = GetParam() == "qwen3" ? 151936 : 128256;
+  std::vector<GgufMetadata> meta = {{"general.architecture", gguf_string(GetParam())}};
+  for (GgufMetadata& m : gguf_tokenizer_metadata(tokenizer, V, model_family(GetParam()))) meta.push_back(std::move(m));
+  const GgufFile f = GgufFile::parse(serialize_gguf(meta, {}), "t.gguf");
+  EXPECT_EQ(f.strings("tokenizer.ggml.tokens").size(), static_cast<size_t>(V));
+  EXPECT_EQ(f.string("tokenizer.ggml.pre"), GetParam() == "qwen3" ? "qwen2" : "llama-bpe");
+  EXPECT_EQ(f.boolean("tokenizer.ggml.add_bos_token"), GetParam() == "llama");
+  const HfTokenizer back = HfTokenizer::parse(gguf_tokenizer_json(f).dump(), "t.gguf");
+  EXPECT_EQ(back.vocab_size(), original.vocab_size());
+  for (const std::string text : {"Hello, world! It's 2026: 12345 tokens.", "  spaces\n\n\tand tabs  ",
+                                 "caf\xc3\xa9 \xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\x98\x80", "<|im_start|>user\nhi<|im_end|>",
+                                 "<|begin_of_text|>x<|eot_id|>", "e\xcc\x81 (decomposed)", "don't WE'LL I'M"}) {
+    EXPECT_EQ(back.encode(text), original.encode(text)) << text;
+    EXPECT_EQ(back.decode(original.encode(text)), original.decode(original.encode(text))) << text;
+  }
+}
+
+TEST_P(GgufModel, BrokenFilesAreRefusedNamingTheField) {
+  auto m = model();
+  const std::string good = gguf(*m, "q8_0");
+  const std::string a = GetParam() + ".";
+  auto set = [&](const std::string& key, GgufValue v) {  // the key's value, or the key added
+    return [key, v](std::vector<GgufMetadata>& meta) {
+      for (GgufMetadata& e : meta)
+        if (e.key == key) {
+          e.value = v;
+          return;
+        }
+      meta.push_back({key, v});
+    };
+  };
+  auto refused = [&](const std::string& bytes) { return error_of([&] { load(write("bad.gguf", bytes)); }); };
+
+  // 10^6 layers over a file of 2: refused before the model is made, in well under a second
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(refused(edited(good, set(a + "block_count", gguf_u32(1000000)))),
+              HasSubstr("but its tensors hold only"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));  // 100x what it takes
+  EXPECT_THAT(refused(edited(good, set("general.architecture", gguf_string("mamba")))),
+              HasSubstr("general.architecture is 'mamba'; qkv reads GGUF files of \"llama\", \"qwen3\""));
+  EXPECT_THAT(refused(edited(good, set(a + "embedding_length", gguf_string("256")))),
+              HasSubstr("metadata '" + a + "embedding_length' is string; expected an integer"));
+  EXPECT_THAT(refused(edited(good, set(a + "attention.head_count_kv", gguf_u32(3)))),
+              HasSubstr("num_key_value_heads"));
+  EXPECT_THAT(refused(edited(good, set(a + "attention.value_length", gguf_u32(16)))),
+              HasSubstr("attention.value_length (16) differs from " + a + "attention.key_length (32)"));
+  EXPECT_THAT(refused(edited(good, set(a + "rope.dimension_count", gguf_u32(16)))),
+              HasSubstr("rope.dimension_count (16) is not the head's dimension (32)"));
+  EXPECT_THAT(refused(edited(good, [&](auto& meta) { meta.push_back({a + "rope.scaling.type", gguf_string("yarn")}); })),
+              HasSubstr("rope.scaling.type is 'yarn'"));
+  EXPECT_THAT(refused(edited(good, [](auto&) {}, [](auto& t) { t.erase(t.begin() + 3); })), HasSubstr("has no tensor"));
+  EXPECT_THAT(refused(edited(good, [](auto&) {},
+                             [](auto& t) { t.push_back({"extra.weight", {32}, &quant_type_named("F32"), [](uint8_t*) {}}); })),
+              HasSubstr("tensor 'extra.weight' is not of the metadata's"));
+  EXPECT_THAT(refused(edited(good, [](auto&) {},
+                             [](auto& t) {
+                               for (auto& x : t)
+                                 if (x.name == "blk.1.ffn_up.weight") x.shape = {256, 512};
+                             })),
+              HasSubstr("tensor 'blk.1.ffn_up.weight' has shape (256, 512); the metadata's model has (512, 256)"));
+  EXPECT_THAT(refused(edited(good, [](auto&) {},
+                             [](auto& t) {
+                               for (auto& x : t)
+                                 if (x.name == "blk.0.attn_v.weight") x.type = &quant_type(16);  // IQ2_XXS
+                             })),
+              HasSubstr("tensor 'blk.0.attn_v.weight' is IQ2_XXS; qkv reads F32, F16, Q4_0"));
+  // Llama 3's scaling factors that are not Llama 3's
+  EXPECT_THAT(refused(edited(good, [](auto&) {},
+                             [](auto& t) {
+                               t.push_back({"rope_freqs.weight", {16}, &quant_type_named("F32"), [](uint8_t* out) {
+                                              std::vector<float> f(16, 1.0f);
+                                              f[3] = 5.0f;
+                                              std::memcpy(out, f.data(), 64);
+                                            }});
+                             })),
+              HasSubstr("qkv reads Llama 3's scaling only"));
+  // a tokenizer qkv does not read
+  std::vector<std::string> notes;
+  EXPECT_THAT(refused(edited(good, [](auto& meta) {
+                meta.push_back({"tokenizer.ggml.model", gguf_string("gpt2")});
+                meta.push_back({"tokenizer.ggml.pre", gguf_string("falcon")});
+                meta.push_back({"tokenizer.ggml.tokens", gguf_strings({"a", "b"})});
+              })),
+              HasSubstr("tokenizer.ggml.pre is 'falcon'"));
+  EXPECT_THAT(refused(edited(good, [](auto& meta) {
+                meta.push_back({"tokenizer.ggml.model", gguf_string("llama")});
+              })),
+              HasSubstr("tokenizer.ggml.model is 'llama'; qkv reads byte-level BPE"));
+  EXPECT_THAT(refused(edited(good, [](auto& meta) {
+                meta.push_back({"tokenizer.ggml.model", gguf_string("gpt2")});
+                meta.push_back({"tokenizer.ggml.tokens", gguf_strings({"a", "a"})});
+              })),
+              HasSubstr("tokenizer.ggml.tokens[1] ('a') is another token's text too"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, GgufModel, testing::Values("llama", "qwen3"));
+
+}  // namespace
+}  // namespace qkv
