@@ -215,8 +215,9 @@ def _stop_running_streams():
 def load(path, *, dtype=None, vocab_dir="", num_heads=None):
     """The model in `path`: GPT-2's weights (Hugging Face's model.safetensors or a directory holding
     it and config.json, or the book's state-dict names), a Llama 3 or Qwen3 folder as Hugging Face
-    ships it (config.json, model.safetensors or shards, tokenizer.json), or a checkpoint `qkv train`
-    wrote.
+    ships it (config.json, model.safetensors or shards, tokenizer.json) or as llama.cpp's GGUF file
+    (F32, F16, BF16 and the quantized types: dequantized into bf16 weights), or a checkpoint
+    `qkv train` wrote.
 
     dtype "f32" or "bf16" (None: as saved; a bf16 Llama/Qwen3 model keeps its weights in bf16 only,
     and its state_dict() then needs dtype="f32"); num_heads for a GPT file without config.json.

@@ -165,7 +165,7 @@ Command add_chat(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("chat", "Chat with a Llama 3 or Qwen3 model (one message per line of input)");
   sub->add_option("--weights", f->weights,
                   "A Llama 3 / Qwen3 directory as Hugging Face ships it (config.json, model.safetensors or shards, "
-                  "tokenizer.json)");
+                  "tokenizer.json), or its GGUF file (llama.cpp's)");
   sub->add_option("--model", f->model, "An untrained preset instead (a family with a chat format): " + preset_list());
   add_chat_flags(sub, f->chat);
   add_sampling_flags(sub, f->pick);

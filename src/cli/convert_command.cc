@@ -27,7 +27,8 @@ namespace qkv::cli {
 namespace {
 
 struct ConvertFlags {
-  std::string weights, to, out, config, type;
+  std::string weights, model, to, out, config, type;
+  uint64_t seed = 123;
   std::optional<int64_t> num_heads;
 };
 
@@ -35,7 +36,7 @@ int run_gguf(const ConvertFlags& f) {
   check_output_files({{f.out, "", "--out"}});
   LoadOptions options;
   options.float_weights = true;
-  const LoadedModel m = load_model(f.weights, options);
+  const LoadedModel m = !f.model.empty() ? make_model(f.model, f.seed, options) : load_model(f.weights, options);
   const std::string type = !f.type.empty() ? f.type : m.model->spec().attention.dtype == Dtype::kF32 ? "f32" : "bf16";
   const std::optional<nlohmann::json> tokenizer = model_tokenizer_json(m, f.weights);
   std::vector<std::string> notes;
@@ -48,6 +49,8 @@ int run_gguf(const ConvertFlags& f) {
 }
 
 int run_convert(const ConvertFlags& f) {
+  if (f.weights.empty() == f.model.empty()) bad_flag("--weights", "give one of --weights PATH or --model PRESET");
+  if (!f.model.empty() && f.to != "gguf") bad_flag("--model", "writes an untrained preset as GGUF: it goes with --to gguf");
   if (f.to == "gguf") return run_gguf(f);
   if (!f.type.empty()) bad_flag("--type", "is the GGUF file's tensor type: it goes with --to gguf");
   std::vector<OutputFile> destinations = {{f.out, "", "--out"}};
@@ -72,8 +75,11 @@ Command add_convert(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("convert", "Convert GPT-2's weights between Hugging Face's layout, the book's "
                                                 "names and qkv's, bit for bit; or Llama 3 / Qwen3 to llama.cpp's GGUF");
   sub->add_option("--weights", f->weights, "The weights: model.safetensors (or its directory with config.json), the "
-                                           "book's names, or qkv's")
-      ->required();
+                                           "book's names, or qkv's; --to gguf: a Llama 3 / Qwen3 folder or GGUF file");
+  sub->add_option("--model", f->model, "--to gguf: an untrained preset drawn from --seed instead (as "
+                                       "torch.manual_seed(S); Model(cfg)), with its installed tokenizer: " + preset_list())
+      ->check(CLI::IsMember(model_preset_names()));
+  add_number_with_default(sub, "--seed", f->seed, "--model: the seed its weights are drawn from");
   sub->add_option("--to", f->to, "huggingface | book | qkv (GPT-2) | gguf (Llama 3, Qwen3)")
       ->required()
       ->check(CLI::IsMember({"huggingface", "book", "qkv", "gguf"}));

@@ -132,7 +132,8 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--checkpoint", f->checkpoint, "A checkpoint written by qkv train");
   sub->add_option("--weights", f->weights,
                   "A model's files: a Hugging Face folder (Llama 3, Qwen3, GPT-2: config.json, model.safetensors or "
-                  "shards, tokenizer.json), GPT-2's model.safetensors, or the book's state-dict names as safetensors");
+                  "shards, tokenizer.json), a Llama 3 / Qwen3 GGUF file (llama.cpp's), GPT-2's model.safetensors, or "
+                  "the book's state-dict names as safetensors");
   sub->add_option("--model", f->model, "An untrained preset drawn from --seed (as torch.manual_seed(S); "
                                        "GPTModel(cfg)): " + preset_list())
       ->check(CLI::IsMember(model_preset_names()));

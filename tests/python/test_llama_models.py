@@ -82,3 +82,29 @@ def test_a_bf16_folder_keeps_its_weights_in_bf16_only(family_dir, tmp_path):
     assert list(floats.state_dict())[0] == "model.embed_tokens.weight"
     # the same greedy ids in f32 and bf16 products here is not promised: only that both run
     assert len(floats.generate(ids, max_new_tokens=4, temperature=0.0)) == 4
+
+
+def test_a_gguf_file_loads_as_its_folder(family_dir, tmp_path):
+    """llama.cpp's GGUF file of the twin (tests/pytorch/gguf_files.py writes it as llama.cpp's converter
+    does): the same logits, ids and tokenizer as the folder; a Q8_0 file generates from bf16 weights only."""
+    import gguf_files
+    family, m, path, tokenizer, _ = family_dir
+    f32, q8 = str(tmp_path / "m-f32.gguf"), str(tmp_path / "m-q8_0.gguf")
+    gguf_files.write_gguf(m, f32, tokenizer, type="f32")
+    gguf_files.write_gguf(m, q8, tokenizer, type="q8_0")
+    folder, model = qkv.load(path), qkv.load(f32)
+    text = "the cat sat on the mat"
+    ids = folder.encode(text)
+    assert model.encode(text) == ids and model.decode(ids) == folder.decode(ids)
+    with torch.no_grad():
+        want = m.double()(torch.tensor([ids])).float()[0].numpy()
+        m.float()
+    assert np.abs(model.logits(ids) - want).max() / np.abs(want).max() <= 1e-5
+    for temperature, top_k, seed in [(0.0, None, 0), (0.8, 5, 11)]:
+        assert model.generate(ids, max_new_tokens=8, temperature=temperature, top_k=top_k, seed=seed) == \
+            twin_generate(m, ids, 8, temperature, top_k, seed)
+    quantized = qkv.load(q8)
+    assert len(quantized.generate(ids, max_new_tokens=4, temperature=0.0)) == 4
+    with pytest.raises(qkv.Error, match="f32"):
+        quantized.state_dict()
+    assert list(qkv.load(q8, dtype="f32").state_dict()) == list(folder.state_dict())

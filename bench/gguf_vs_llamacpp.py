@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""qkv and llama.cpp side by side on the same GGUF files, same threads, one run.
+
+    python3 bench/gguf_vs_llamacpp.py --qkv build/qkv [--preset qwen3-0.6b] [--types bf16,q8_0,q4_0]
+                                      [--threads 2] [--rounds 3] [--dir /tmp/qkv-gguf-bench]
+
+The files: `qkv convert --model PRESET --to gguf --type T` (the preset's weights drawn from seed 123,
+the installed tokenizer), written once into --dir and reused.
+  decode   a 4-token prompt, 200 new tokens, greedy; tokens/s after the first token.
+           qkv: `qkv generate --weights F --json` (tokens_per_s); llama.cpp: node-llama-cpp 3.22.1's
+           prebuilt CPU build (tests/llamacpp/greedy.mjs --bench-decode 200). Each against the
+           measured read bandwidth (`qkv bench --module decode`'s, same threads) for the bytes it reads
+           per token: llama.cpp the file's tensors; qkv the weights it holds (today every non-F32
+           file is dequantized into bf16 at load: 2 bytes per weight).
+  prefill  1,000 prompt tokens: qkv's prefill_ms (the prompt and the first token), llama.cpp's
+           --bench-prefill 1000 (one evaluation of the prompt).
+Runs alternate qkv and llama.cpp, never together (llama.cpp spins its threads); medians of --rounds;
+a ratio is llama.cpp's time over qkv's (above 1: qkv is faster). node-llama-cpp is installed into
+--npm-dir (default: npm-llamacpp beside --qkv, as the tests install it) when missing.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "pytorch"))
+
+import test_gguf_llamacpp  # noqa: E402  (its npm install of node-llama-cpp)
+
+GREEDY = os.path.join(ROOT, "tests", "llamacpp", "greedy.mjs")
+PROMPT_WORDS = "The quick brown fox jumps over the lazy dog while the cat sleeps. "
+
+
+def run_json(cmd, env=None):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, timeout=3600)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.decode(errors='replace')[-1500:]}")
+    return json.loads(p.stdout.decode().strip().splitlines()[-1])
+
+
+def file_tensor_bytes(path):
+    """The bytes of the file's tensors (what llama.cpp reads per token: every weight once)."""
+    import gguf_files
+    _, tensors = gguf_files.read_gguf(path)
+    return sum(len(t[2]) for t in tensors.values())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--qkv", required=True)
+    ap.add_argument("--preset", default="qwen3-0.6b")
+    ap.add_argument("--types", default="bf16,q8_0,q4_0")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--new-tokens", type=int, default=200)
+    ap.add_argument("--prefill-tokens", type=int, default=1000)
+    ap.add_argument("--dir", default="/tmp/qkv-gguf-bench")
+    ap.add_argument("--npm-dir")
+    a = ap.parse_args()
+    npm_dir = a.npm_dir or test_gguf_llamacpp.default_npm_dir(a.qkv)
+    test_gguf_llamacpp.ensure_node_llama_cpp(npm_dir)
+    os.makedirs(a.dir, exist_ok=True)
+    env = dict(os.environ, QKV_NUM_THREADS=str(a.threads), QKV_NPM_DIR=npm_dir)
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    bw = run_json([a.qkv, "bench", "--module", "decode", "--kv-len", "64", "--threads", str(a.threads), "--json"], env)
+    print(f"{cpu}; {a.threads} threads; read bandwidth {bw['bandwidth_gb_s']:.1f} GB/s (qkv bench, "
+          f"{bw['simd']}); {a.rounds} rounds, medians")
+    rows = []
+    for t in a.types.split(","):
+        path = os.path.join(a.dir, f"{a.preset}-{t}.gguf")
+        if not os.path.exists(path):
+            subprocess.run([a.qkv, "convert", "--model", a.preset, "--to", "gguf", "--type", t, "--out", path],
+                           check=True, env=env, stdout=subprocess.DEVNULL)
+        file_bytes = file_tensor_bytes(path)
+        # a prompt of about --prefill-tokens of the model's own tokenizer, as text for qkv and ids for llama.cpp
+        vocab = "qwen3" if a.preset.startswith("qwen3") else "llama3"  # the preset's installed tokenizer
+        n = len(run_json([a.qkv, "encode", "--tokenizer", vocab, "--text", PROMPT_WORDS * 100], env))
+        prompt = PROMPT_WORDS * max(1, round(100 * a.prefill_tokens / n))
+        ids = run_json([a.qkv, "encode", "--tokenizer", vocab, "--text", prompt], env)
+        ids_arg = ",".join(map(str, ids))
+        q_dec, l_dec, q_pre, l_pre = [], [], [], []
+        for _ in range(a.rounds):
+            r = run_json([a.qkv, "generate", "--weights", path, "--prompt", "The quick brown fox", "--temperature", "0",
+                          "--max-new-tokens", str(a.new_tokens), "--json"], env)
+            q_dec.append(r["tokens_per_s"])
+            model = r["model"]
+            r = run_json(["node", GREEDY, path, "--ids", ",".join(map(str, ids[:4])), "--bench-decode",
+                          str(a.new_tokens), "--threads", str(a.threads)], env)
+            l_dec.append(r["decode"]["tokens_per_s"])
+            r = run_json([a.qkv, "generate", "--weights", path, "--prompt", prompt, "--temperature", "0",
+                          "--max-new-tokens", "1", "--json"], env)
+            q_pre.append(r["prefill_ms"] / 1000)
+            r = run_json(["node", GREEDY, path, "--ids", ids_arg, "--bench-prefill", str(len(ids)), "--threads",
+                          str(a.threads)], env)
+            l_pre.append(r["prefill"]["seconds"])
+        qd, ld = statistics.median(q_dec), statistics.median(l_dec)
+        qp, lp = statistics.median(q_pre), statistics.median(l_pre)
+        held = file_bytes if t == "f32" else None
+        rows.append((t, file_bytes, qd, ld, qp, lp, held, model))
+    gb = bw["bandwidth_gb_s"] * 1e9
+    print(f"\n| {a.preset} file | MB | qkv decode tok/s | llama.cpp | ratio | llama.cpp % of bw | "
+          f"prefill {a.prefill_tokens} qkv s | llama.cpp s | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for t, fb, qd, ld, qp, lp, _, _ in rows:
+        print(f"| {t.upper()} | {fb / 1e6:.0f} | {qd:.1f} | {ld:.1f} | {qd / ld:.2f}x | {100 * ld * fb / gb:.0f}% | "
+              f"{qp:.2f} | {lp:.2f} | {lp / qp:.2f}x |")
+    print("\nqkv's models:", *sorted({r[7] for r in rows}), sep="\n  ")
+
+
+if __name__ == "__main__":
+    main()
