@@ -10,8 +10,8 @@ the installed tokenizer), written once into --dir and reused.
            qkv: `qkv generate --weights F --json` (tokens_per_s); llama.cpp: node-llama-cpp 3.22.1's
            prebuilt CPU build (tests/llamacpp/greedy.mjs --bench-decode 200). Each against the
            measured read bandwidth (`qkv bench --module decode`'s, same threads) for the bytes it reads
-           per token: llama.cpp the file's tensors; qkv the weights it holds (today every non-F32
-           file is dequantized into bf16 at load: 2 bytes per weight).
+           per token: the file's tensors, for both (qkv keeps Q8_0 / Q4_0 / Q4_K / Q6_K weights as
+           their blocks and BF16 ones as bf16).
   prefill  1,000 prompt tokens: qkv's prefill_ms (the prompt and the first token), llama.cpp's
            --bench-prefill 1000 (one evaluation of the prompt).
 Runs alternate qkv and llama.cpp, never together (llama.cpp spins its threads); medians of --rounds;
@@ -103,12 +103,12 @@ def main():
         held = file_bytes if t == "f32" else None
         rows.append((t, file_bytes, qd, ld, qp, lp, held, model))
     gb = bw["bandwidth_gb_s"] * 1e9
-    print(f"\n| {a.preset} file | MB | qkv decode tok/s | llama.cpp | ratio | llama.cpp % of bw | "
+    print(f"\n| {a.preset} file | MB | qkv decode tok/s | llama.cpp | ratio | % of bw qkv | llama.cpp | "
           f"prefill {a.prefill_tokens} qkv s | llama.cpp s | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for t, fb, qd, ld, qp, lp, _, _ in rows:
-        print(f"| {t.upper()} | {fb / 1e6:.0f} | {qd:.1f} | {ld:.1f} | {qd / ld:.2f}x | {100 * ld * fb / gb:.0f}% | "
-              f"{qp:.2f} | {lp:.2f} | {lp / qp:.2f}x |")
+        print(f"| {t.upper()} | {fb / 1e6:.0f} | {qd:.1f} | {ld:.1f} | {qd / ld:.2f}x | {100 * qd * fb / gb:.0f}% | "
+              f"{100 * ld * fb / gb:.0f}% | {qp:.2f} | {lp:.2f} | {lp / qp:.2f}x |")
     print("\nqkv's models:", *sorted({r[7] for r in rows}), sep="\n  ")
 
 

@@ -5,6 +5,7 @@
 
 #include "core/gemv.h"
 #include "qkv/core/gemm.h"
+#include "qkv/core/quant_matvec.h"
 
 namespace qkv {
 
@@ -21,7 +22,14 @@ GemmArgs in_dtype(GemmArgs g, Dtype dtype, const uint16_t* W16) {
 }  // namespace
 
 void linear(const float* x, int64_t M, int64_t K, const float* W, const float* bias, int64_t N, float* y,
-            ThreadPool* pool, Dtype dtype, const uint16_t* W16) {
+            ThreadPool* pool, Dtype dtype, const uint16_t* W16, QuantView Wq) {
+  if (Wq) {  // ggml blocks: the integer product (any number of rows), then the bias in every row
+    quant_matvec(*Wq.type, Wq.blocks, N, K, x, M, y, pool);
+    if (bias != nullptr)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) y[m * N + n] += bias[n];
+    return;
+  }
   // A few rows (decoding): W streamed once, the bias added in the same pass (core/gemv.h); bf16
   // mode when W is kept in bf16 (rounding W at every call would read it twice).
   const bool bf16_weights = dtype == Dtype::kBF16 && W16 != nullptr;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <system_error>
 
@@ -113,6 +114,13 @@ MappedFile::MappedFile(const std::string& path) {
 
 MappedFile::~MappedFile() {
   if (map_ != nullptr) ::munmap(map_, static_cast<size_t>(size_));
+}
+
+void MappedFile::release(uint64_t offset, uint64_t bytes) const {
+  if (map_ == nullptr || offset >= size_) return;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t begin = (offset + page - 1) / page * page, end = std::min(offset + bytes, size_) / page * page;
+  if (end > begin) ::madvise(static_cast<char*>(map_) + begin, end - begin, MADV_DONTNEED);
 }
 
 }  // namespace qkv

@@ -348,4 +348,9 @@ void GgufFile::read_floats(const std::string& name, float* out) const {
   dequantize(*t.type, t.data, t.numel(), out);
 }
 
+void GgufFile::release(const std::string& name) const {
+  const GgufTensor& t = tensor(name);
+  if (impl_->mapped) impl_->mapped->release(static_cast<uint64_t>(t.data - impl_->mapped->data()), static_cast<uint64_t>(t.bytes));
+}
+
 }  // namespace qkv

@@ -396,7 +396,7 @@ void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, 
   float* lse = MhaSavedWriter::lse(scratch);
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t n = std::min(chunk, rows - r0);
-    linear(x + r0 * s.d_in, n, s.d_in, w.w_qkv, w.b_qkv, Q, ws.qkv(), pool, s.dtype(), w.w_qkv16);
+    linear(x + r0 * s.d_in, n, s.d_in, w.w_qkv, w.b_qkv, Q, ws.qkv(), pool, s.dtype(), w.w_qkv16, w.w_qkv_q);
     split_heads(s, ws.qkv(), r0, n, heads, pool ? *pool : default_pool());
   }
   const MutableHeads q = MutableHeads::contiguous(heads, B, s.heads(), Tn, D);
@@ -428,7 +428,7 @@ void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, 
   }
   // y = ctx W_out^T + b_out                                    (B*Tn, C_o)
   if (w.w_out) {
-    linear(ctx_data, rows, C, w.w_out, w.b_out, s.out_width(), y, pool, s.dtype(), w.w_out16);
+    linear(ctx_data, rows, C, w.w_out, w.b_out, s.out_width(), y, pool, s.dtype(), w.w_out16, w.w_out_q);
   } else {
     std::copy(ctx_data, ctx_data + rows * C, y);
   }

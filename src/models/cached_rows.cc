@@ -16,11 +16,12 @@ void add_into(float* x, const float* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += a[i];
 }
 
-void linear_rows(const char* model, const float* x, int64_t N, const Linear& l, const uint16_t* w16, float* y) {
+void linear_rows(const char* model, const float* x, int64_t N, const Linear& l, const uint16_t* w16, float* y,
+                 QuantView wq) {
   QKV_CHECK(l.weight.is_contiguous() && (!l.has_bias || l.bias.is_contiguous()), model,
             ": a Linear's weight and bias must be contiguous for a cached forward");
   linear(x, N, l.weight.size(1), l.weight.data(), l.has_bias ? l.bias.data() : nullptr, l.weight.size(0), y, nullptr,
-         w16 ? Dtype::kBF16 : l.dtype, w16);
+         w16 ? Dtype::kBF16 : l.dtype, w16, wq);
 }
 
 std::vector<uint16_t> bf16_copy(const Tensor& w) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "qkv/core/quant_blocks.h"
 #include "qkv/core/tensor.h"
 #include "qkv/modules/layers.h"
 
@@ -16,8 +17,10 @@ float* rows_of(std::vector<float>& v, int64_t n);
 // x[i] += a[i], i < n.
 void add_into(float* x, const float* a, int64_t n);
 // y (N, out) = x (N, in) W^T (+ b) through the Linear in its precision, reading its bf16 weight w16
-// when given; `model` names the caller when the Linear's tensors are not contiguous.
-void linear_rows(const char* model, const float* x, int64_t N, const Linear& l, const uint16_t* w16, float* y);
+// or its quantized weight wq when given; `model` names the caller when the Linear's tensors are
+// not contiguous.
+void linear_rows(const char* model, const float* x, int64_t N, const Linear& l, const uint16_t* w16, float* y,
+                 QuantView wq = {});
 // w's values rounded to bf16 (nearest even), row-major.
 std::vector<uint16_t> bf16_copy(const Tensor& w);
 

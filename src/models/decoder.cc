@@ -135,9 +135,12 @@ Tensor DecoderBlock::backward(const Tensor& doutput) {
 void DecoderBlock::forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCache& cache, int64_t layer,
                                   const Weights16* w16, const Scratch& s) {
   const bool bf16 = w16 != nullptr && att.config.attention.dtype == Dtype::kBF16;
-  const FusedWeights16 att16 = bf16 ? FusedWeights16{w16->qkv.data(), w16->out.data()} : FusedWeights16{};
+  auto bits = [](const std::vector<uint16_t>& v) { return v.empty() ? nullptr : v.data(); };
+  const FusedWeights16 att16 =
+      bf16 ? FusedWeights16{bits(w16->qkv), bits(w16->out), w16->qkv_q.view(), w16->out_q.view()} : FusedWeights16{};
   const int64_t N = B * Tn, E = att.config.d_in;
-  auto w = [&](size_t i) { return bf16 ? w16->ff[i].data() : nullptr; };
+  auto w = [&](size_t i) { return bf16 ? bits(w16->ff[i]) : nullptr; };
+  auto wq = [&](size_t i) { return bf16 && i < w16->ff_q.size() ? w16->ff_q[i].view() : QuantView{}; };
   // x = x + att(norm1(x))
   const float* h = x;
   if (norm1.on()) {
@@ -151,15 +154,15 @@ void DecoderBlock::forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCa
   norm2.rows(x, N, s.h);
   if (ff.kind() == FeedForwardKind::kGelu) {  // layers.2(gelu(layers.0(h)))
     const FeedForward& g = ff.gelu_net();
-    linear_rows(kWho, s.h, N, g.fc, w(0), s.hidden);
+    linear_rows(kWho, s.h, N, g.fc, w(0), s.hidden, wq(0));
     gelu_tanh(s.hidden, s.hidden, N * g.fc.weight.size(0));
-    linear_rows(kWho, s.hidden, N, g.proj, w(1), s.a);
+    linear_rows(kWho, s.hidden, N, g.proj, w(1), s.a, wq(1));
   } else {  // down_proj(silu(gate_proj(h)) * up_proj(h))
     const SwiGLUFeedForward& g = ff.swiglu_net();
-    linear_rows(kWho, s.h, N, g.gate_proj, w(0), s.hidden);
-    linear_rows(kWho, s.h, N, g.up_proj, w(1), s.up);
+    linear_rows(kWho, s.h, N, g.gate_proj, w(0), s.hidden, wq(0));
+    linear_rows(kWho, s.h, N, g.up_proj, w(1), s.up, wq(1));
     swiglu(s.hidden, s.up, s.hidden, N * g.gate_proj.weight.size(0));
-    linear_rows(kWho, s.hidden, N, g.down_proj, w(2), s.a);
+    linear_rows(kWho, s.hidden, N, g.down_proj, w(2), s.a, wq(2));
   }
   add_into(x, s.a, N * E);
 }
@@ -230,7 +233,9 @@ void DecoderModel::keep_bf16_weights(bool on) {
   head16_.clear();
   if (!on) return;
   for (const DecoderBlock& b : blocks) {
-    DecoderBlock::Weights16 w{bf16_copy(b.att.fused_qkv_weight()), bf16_copy(b.att.out_proj.weight), {}};
+    DecoderBlock::Weights16 w;
+    w.qkv = bf16_copy(b.att.fused_qkv_weight());
+    w.out = bf16_copy(b.att.out_proj.weight);
     for (const Linear* l : b.ff.linears()) w.ff.push_back(bf16_copy(l->weight));
     blocks16_.push_back(std::move(w));
   }
@@ -238,7 +243,8 @@ void DecoderModel::keep_bf16_weights(bool on) {
 }
 
 void DecoderModel::load_bf16_only(const std::function<void(const std::string&, uint16_t*)>& read16,
-                                  const std::function<void(const std::string&, float*)>& read32) {
+                                  const std::function<void(const std::string&, float*)>& read32,
+                                  const std::function<std::optional<QuantMatrix>(const std::string&)>& readq) {
   QKV_CHECK(spec_.attention.dtype == Dtype::kBF16, family().title,
             " model: weights in bf16 only need bf16 products (the spec's attention.dtype)");
   QKV_CHECK(!spec_.head_f32, family().title, " model: its head computes in f32; it cannot hold bf16 weights only");
@@ -250,42 +256,82 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
     read16(name, out);
     as_bf16[name] = true;
   };
+  auto read_q = [&](const std::string& name) -> std::optional<QuantMatrix> {
+    if (!readq) return std::nullopt;
+    std::optional<QuantMatrix> m = readq(name);
+    if (m) as_bf16[name] = true;
+    return m;
+  };
   const StateNames& n = *names_;
   std::vector<DecoderBlock::Weights16> blocks16;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const DecoderBlock& b = blocks[i];
     const std::string a = n.blocks + std::to_string(i) + "." + n.attention;
     const int64_t E = spec_.width, Q = b.att.W_query.weight.size(0), KV = b.att.W_key.weight.size(0);
-    DecoderBlock::Weights16 w{bits((Q + 2 * KV) * E), bits(b.att.out_proj.weight.numel()), {}};
-    read_bits(a + n.q + "weight", w.qkv.data());  // rows [0, Q): W_query, then W_key, W_value
-    read_bits(a + n.k + "weight", w.qkv.data() + Q * E);
-    read_bits(a + n.v + "weight", w.qkv.data() + (Q + KV) * E);
-    read_bits(a + n.o + "weight", w.out.data());
+    DecoderBlock::Weights16 w;
+    // rows [0, Q): W_query, then W_key, W_value: one matrix of blocks when all three are of one type
+    std::optional<QuantMatrix> q = read_q(a + n.q + "weight"), k = read_q(a + n.k + "weight"),
+                               v = read_q(a + n.v + "weight");
+    if (q && k && v && q->type == k->type && k->type == v->type) {
+      w.qkv_q.type = q->type;
+      w.qkv_q.blocks = std::move(q->blocks);
+      w.qkv_q.blocks.insert(w.qkv_q.blocks.end(), k->blocks.begin(), k->blocks.end());
+      w.qkv_q.blocks.insert(w.qkv_q.blocks.end(), v->blocks.begin(), v->blocks.end());
+    } else {
+      w.qkv = bits((Q + 2 * KV) * E);
+      read_bits(a + n.q + "weight", w.qkv.data());
+      read_bits(a + n.k + "weight", w.qkv.data() + Q * E);
+      read_bits(a + n.v + "weight", w.qkv.data() + (Q + KV) * E);
+    }
+    if (std::optional<QuantMatrix> o = read_q(a + n.o + "weight")) {
+      w.out_q = std::move(*o);
+    } else {
+      w.out = bits(b.att.out_proj.weight.numel());
+      read_bits(a + n.o + "weight", w.out.data());
+    }
     std::vector<StateEntry> ff;
     const_cast<FeedForwardNet&>(b.ff).collect_state(n.blocks + std::to_string(i) + "." + n.ff, ff);
     for (const StateEntry& e : ff) {
       if (e.shape().size() != 2) continue;  // the linears' weights; their biases as floats below
-      w.ff.push_back(bits(e.tensor->numel()));
-      read_bits(e.name, w.ff.back().data());
+      if (std::optional<QuantMatrix> m = read_q(e.name)) {
+        w.ff.emplace_back();
+        w.ff_q.resize(w.ff.size());
+        w.ff_q.back() = std::move(*m);
+      } else {
+        w.ff.push_back(bits(e.tensor->numel()));
+        read_bits(e.name, w.ff.back().data());
+      }
     }
     blocks16.push_back(std::move(w));
   }
   const int64_t VE = spec_.vocab_size * spec_.width;
-  std::vector<uint16_t> embed = bits(VE), head_bits;
-  read_bits(n.embed + "weight", embed.data());
+  std::vector<uint16_t> embed, head_bits;
+  std::optional<QuantMatrix> embed_q = read_q(n.embed + "weight"), head_q;
+  if (!embed_q) {
+    embed = bits(VE);
+    read_bits(n.embed + "weight", embed.data());
+  }
   if (!spec_.tied_head) {
-    head_bits = bits(VE);
-    read_bits(n.head + "weight", head_bits.data());
+    head_q = read_q(n.head + "weight");
+    if (!head_q) {
+      head_bits = bits(VE);
+      read_bits(n.head + "weight", head_bits.data());
+    }
   }
   for (const StateEntry& e : entries)  // norms, biases, positions
     if (e.tensor != nullptr && !as_bf16.count(e.name)) read32(e.name, e.tensor->data());
   blocks16_ = std::move(blocks16);
+  QuantMatrix none;
   if (spec_.tied_head) {
     head16_ = std::move(embed);
     embed16_.clear();
+    head_q_ = embed_q ? std::move(*embed_q) : none;
+    embed_q_ = none;
   } else {
     head16_ = std::move(head_bits);
     embed16_ = std::move(embed);
+    head_q_ = head_q ? std::move(*head_q) : none;
+    embed_q_ = embed_q ? std::move(*embed_q) : none;
   }
   bf16_only_ = true;
 }
@@ -358,8 +404,15 @@ void DecoderModel::embed_rows(const std::vector<int64_t>& ids, int64_t batch, in
   }
   if (bf16_only_) {
     const std::vector<uint16_t>& table = spec_.tied_head ? head16_ : embed16_;
-    for (int64_t i = 0; i < N; ++i)
-      bf16_to_floats(table.data() + ids[static_cast<size_t>(i)] * E, x + i * E, static_cast<size_t>(E));
+    const QuantMatrix& table_q = spec_.tied_head ? head_q_ : embed_q_;
+    if (!table_q.empty()) {  // a row of blocks per id, decoded
+      const int64_t row = quant_bytes(*table_q.type, E, "the embedding's rows");
+      for (int64_t i = 0; i < N; ++i)
+        dequantize(*table_q.type, table_q.blocks.data() + ids[static_cast<size_t>(i)] * row, E, x + i * E);
+    } else {
+      for (int64_t i = 0; i < N; ++i)
+        bf16_to_floats(table.data() + ids[static_cast<size_t>(i)] * E, x + i * E, static_cast<size_t>(E));
+    }
     if (pos_emb) {
       const float* pos = pos_emb->weight.data();
       for (int64_t i = 0; i < N; ++i) add_into(x + i * E, pos + (P + i % tokens) * E, E);
@@ -393,13 +446,14 @@ void DecoderModel::cached_pass(const std::vector<int64_t>& ids, int64_t batch, i
     blocks[l].forward_cached(x, batch, tokens, cache, static_cast<int64_t>(l), bf16 ? &blocks16_[l] : nullptr, s);
   cache.commit();
   const uint16_t* head16 = bf16 && !head16_.empty() ? head16_.data() : nullptr;
+  const QuantView head_q = bf16 ? head_q_.view() : QuantView{};
   if (all_rows) {  // logits = head(final_norm(x))                      (B, Tn, V)
     const float* h = x;
     if (final_norm.on()) {
       final_norm.rows(x, N, s.h);
       h = s.h;
     }
-    linear_rows(kWho, h, N, head, head16, logits);
+    linear_rows(kWho, h, N, head, head16, logits, head_q);
     return;
   }
   // logits = head(final_norm(x[:, -1]))                               (B, V)
@@ -407,7 +461,7 @@ void DecoderModel::cached_pass(const std::vector<int64_t>& ids, int64_t batch, i
   for (int64_t b = 0; b < batch; ++b)
     std::memcpy(last + b * E, x + (b * tokens + tokens - 1) * E, static_cast<size_t>(E) * sizeof(float));
   if (final_norm.on()) final_norm.rows(last, batch, last);
-  linear_rows(kWho, last, batch, head, head16, logits);
+  linear_rows(kWho, last, batch, head, head16, logits, head_q);
 }
 
 // --- building and watching -----------------------------------------------------------------------

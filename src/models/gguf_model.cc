@@ -270,8 +270,41 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   auto read32 = [&](const std::string& name, float* out) {
     const std::string& g = gguf_of.at(name);
     file.read_floats(g, out);
+    file.release(g);
     const GgufTensor& t = file.tensor(g);
     if (const int64_t h = heads_of(g)) unpermute_rows(out, h, t.shape[0] / h, t.shape[1]);
+  };
+  // The products' weights in the types the integer products read, kept as their blocks (rows
+  // reordered for Q and K as above); the other quantized types converted to the nearest of them.
+  std::map<std::string, int64_t> converted;  // "Q5_K to Q6_K" -> tensors
+  auto readq = [&](const std::string& name) -> std::optional<QuantMatrix> {
+    const std::string& g = gguf_of.at(name);
+    const GgufTensor& t = file.tensor(g);
+    const std::string tt = t.type->name;
+    const int64_t cols = t.shape.back(), rows = t.numel() / cols;
+    QuantMatrix q;
+    if (tt == "Q8_0" || tt == "Q4_0" || tt == "Q4_K" || tt == "Q6_K") {
+      q.type = t.type;
+      q.blocks.assign(t.data, t.data + t.bytes);
+    } else if (tt == "Q4_1" || tt == "Q5_0" || tt == "Q5_1" || tt == "Q5_K") {
+      q.type = &quant_type_named(tt == "Q5_K" ? "Q6_K" : "Q8_0");
+      const int64_t in_row = quant_bytes(*t.type, cols, g), out_row = quant_bytes(*q.type, cols, g);
+      q.blocks.resize(static_cast<size_t>(rows * out_row));
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize(*t.type, t.data + r * in_row, cols, row.data());
+        quantize(*q.type, row.data(), cols, q.blocks.data() + r * out_row);
+      }
+      ++converted[tt + " to " + q.type->name];
+    } else {
+      return std::nullopt;  // F32, F16, BF16: bf16 weights
+    }
+    if (const int64_t h = heads_of(g)) {  // whole rows of blocks, reordered
+      const int64_t row = quant_bytes(*q.type, cols, g);
+      unpermute_rows(q.blocks.data(), h, rows / h, row);
+    }
+    file.release(g);
+    return q;
   };
   if (bf16_only) {
     std::vector<float> row;
@@ -291,16 +324,21 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
             }
           }
           if (const int64_t h = heads_of(g)) unpermute_rows(out, h, t.shape[0] / h, t.shape[1]);
+          file.release(g);
         },
-        read32);
+        read32, options.dequantize ? nullptr : std::function<std::optional<QuantMatrix>(const std::string&)>(readq));
   } else {
     for (const StateEntry& e : model->state_dict()) read32(e.name, e.tensor->data());
   }
   model->eval();
   if (dtype == Dtype::kBF16 && !bf16_only) model->keep_bf16_weights();
   m.model = std::move(model);
-  m.description = str(m.model->describe(), " from ", excerpt(path), " (GGUF, ", type, " weights, ", dtype_name(dtype),
-                      " products)");
+  std::string how = str(dtype_name(dtype), " products");
+  if (bf16_only && !options.dequantize && type != "F16" && type != "BF16") {
+    how = "integer products on its blocks";
+    for (const auto& [what, n] : converted) how += str(", ", n, " tensors converted ", what);
+  }
+  m.description = str(m.model->describe(), " from ", excerpt(path), " (GGUF, ", type, " weights, ", how, ")");
   m.no_tokenizer = str(excerpt(path), " has no tokenizer (tokenizer.ggml.*)");
   if (options.tokenizer && file.has("tokenizer.ggml.model")) {
     auto t = std::make_unique<HfTextTokenizer>(HfTokenizer::parse(gguf_tokenizer_json(file).dump(), excerpt(path)),

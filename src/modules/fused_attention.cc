@@ -159,6 +159,8 @@ void FusedAttention::forward_cached(const float* x, int64_t B, int64_t Tn, int64
     w.w_qkv16 = w16.qkv;
     w.w_out16 = p.out ? w16.out : nullptr;
   }
+  w.w_qkv_q = w16.qkv_q;  // quantized weights kept by the caller
+  if (p.out) w.w_out_q = w16.out_q;
   kernels::mha_forward_cached(s, w, x, y, cache, layer, cached_scratch_, cached_ws_, call);
 }
 

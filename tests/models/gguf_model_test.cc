@@ -119,7 +119,46 @@ TEST_P(GgufModel, EveryTypeReadsBackAsItsBlocksDecode) {
     // loaded for generation: bf16 products, the weights in bf16 only
     LoadedModel fast = load_model(path);
     EXPECT_TRUE(fast.model->bf16_only()) << type;
-    EXPECT_THAT(fast.description, HasSubstr(std::string("(GGUF, ") + quant_type_named(type).name + " weights, bf16 products)"));
+    const bool blocks = type[0] == 'q';  // the quantized types compute on their blocks
+    EXPECT_THAT(fast.description, HasSubstr(std::string("(GGUF, ") + quant_type_named(type).name + " weights, " +
+                                            (blocks ? "integer products on its blocks)" : "bf16 products)")));
+  }
+}
+
+// Loaded for generation, the quantized types compute on their blocks (x quantized per block, integer
+// dot products): the logits of the model holding the decoded weights in f32, up to the activations'
+// rounding - each product's error at most sum |w| d_x / 2 (core/quant_matvec.h), about 1/254 of the
+// row's scale per product, compounding over 2 layers: judged at 5% of the logits' largest magnitude,
+// and far from equal to the bf16 path's (the products are not that one's). A step of the cache gives
+// the full forward's last row exactly (each row's activations and sums do not depend on the others).
+TEST_P(GgufModel, QuantizedTypesComputeOnTheirBlocks) {
+  auto m = model();
+  const std::vector<int64_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+  const int64_t T = static_cast<int64_t>(ids.size()), V = 300;
+  for (const std::string type : {"q8_0", "q4_0", "q4_k", "q6_k"}) {
+    const std::string path = write("m.gguf", gguf(*m, type));
+    LoadedModel f32 = load(path);
+    LoadedModel q = load_model(path);
+    LoadOptions o;
+    o.dequantize = true;
+    LoadedModel b16 = load_model(path, o);
+    EXPECT_THAT(q.description, HasSubstr("integer products on its blocks")) << type;
+    EXPECT_THAT(b16.description, HasSubstr("bf16 products")) << type;
+    const Tensor want = f32.model->forward(ids, 1, T), got = q.model->forward(ids, 1, T),
+                 bf16 = b16.model->forward(ids, 1, T);
+    float scale = 0, err = 0, from_bf16 = 0;
+    for (int64_t i = 0; i < T * V; ++i) {
+      scale = std::max(scale, std::fabs(want.data()[i]));
+      err = std::max(err, std::fabs(got.data()[i] - want.data()[i]));
+      from_bf16 = std::max(from_bf16, std::fabs(got.data()[i] - bf16.data()[i]));
+    }
+    EXPECT_LE(err, 0.05f * scale) << type;
+    EXPECT_GT(from_bf16, 0.0f) << type;
+    kernels::KvCache cache = q.model->make_cache(1, kernels::CacheDtype::kF32, T);
+    std::vector<float> step(static_cast<size_t>(V));
+    q.model->forward_cached_into(std::vector<int64_t>(ids.begin(), ids.end() - 1), 1, T - 1, cache, step.data());
+    q.model->forward_cached_into({ids.back()}, 1, 1, cache, step.data());
+    EXPECT_EQ(std::memcmp(step.data(), got.data() + (T - 1) * V, step.size() * 4), 0) << type;
   }
 }
 

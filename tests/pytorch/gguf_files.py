@@ -304,7 +304,8 @@ def write_gguf(m, path, tokenizer, type="f32", name="qkv twin", alignment=None, 
 
 # --- a reader, for checks ---------------------------------------------------------------------------
 
-_TYPE_SIZE = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_BF16: (1, 2), GGML_Q8_0: (32, 34)}
+_TYPE_SIZE = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_BF16: (1, 2), GGML_Q8_0: (32, 34), 2: (32, 18), 12: (256, 144),
+              14: (256, 210)}  # and Q4_0, Q4_K, Q6_K: their sizes only (the bench counts bytes)
 
 
 def read_gguf(path):

@@ -13,14 +13,18 @@
 #include <cstdint>
 
 #include "qkv/core/bf16.h"
+#include "qkv/core/quant_blocks.h"
 #include "qkv/core/thread_pool.h"
 
 namespace qkv {
 
 // dtype kBF16: the products multiply in bf16 (gemm.h), reading W16 (W in bf16, (N, K)) when it is
-// given instead of rounding W; the bias and every sum stay float32.
+// given instead of rounding W; the bias and every sum stay float32. Wq (W in a ggml type, (N, K)),
+// when given, is read instead of W and W16 whatever the dtype: x's rows quantized per block and
+// integer dot products (core/quant_matvec.h), the bias added after.
 void linear(const float* x, int64_t M, int64_t K, const float* W, const float* bias, int64_t N, float* y,
-            ThreadPool* pool = nullptr, Dtype dtype = Dtype::kF32, const uint16_t* W16 = nullptr);
+            ThreadPool* pool = nullptr, Dtype dtype = Dtype::kF32, const uint16_t* W16 = nullptr,
+            QuantView Wq = {});
 
 // Given x (M, K), W (N, K) and dy = dLoss/dy (M, N), writes (overwrites) whichever of
 // dx = dy W (M, K), dW = dy^T x (N, K) and db = the column sums of dy (N) is not null; with

@@ -55,6 +55,21 @@ int64_t quant_bytes(const QuantType& t, int64_t n, const std::string& what);
 // n values of type t from `src` (quant_bytes(t, n) bytes) into out[0..n). The scalar reference.
 void dequantize(const QuantType& t, const uint8_t* src, int64_t n, float* out);
 
+// A matrix in a ggml type, as a product reads it: N rows of K values, each row quant_bytes(type, K)
+// bytes of blocks, one after another (a GGUF tensor's layout). Null blocks: none.
+struct QuantView {
+  const QuantType* type = nullptr;
+  const uint8_t* blocks = nullptr;
+  explicit operator bool() const { return blocks != nullptr; }
+};
+// The same, owning its blocks.
+struct QuantMatrix {
+  const QuantType* type = nullptr;
+  std::vector<uint8_t> blocks;
+  QuantView view() const { return {type, blocks.empty() ? nullptr : blocks.data()}; }
+  bool empty() const { return blocks.empty(); }
+};
+
 // The types quantize() writes: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K.
 const std::vector<std::string>& writable_quant_types();
 // n finite values (whole blocks) into quant_bytes(t, n) bytes at `out` (src/core/quant_encode.cc):

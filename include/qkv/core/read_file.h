@@ -29,6 +29,10 @@ class MappedFile {
   const unsigned char* data() const { return data_; }
   uint64_t size() const { return size_; }
   bool mapped() const { return map_ != nullptr; }
+  // The pages wholly inside [offset, offset + bytes) given back (madvise DONTNEED): a reader that
+  // has copied them out keeps the process's memory at one copy. They read again from the file if
+  // touched. Nothing when not mapped.
+  void release(uint64_t offset, uint64_t bytes) const;
 
  private:
   void* map_ = nullptr;

@@ -94,6 +94,9 @@ class GgufFile {
   const GgufTensor& tensor(const std::string& name) const;  // qkv::Error naming it otherwise
   // The tensor's values as floats (dequantized): out holds numel() floats.
   void read_floats(const std::string& name, float* out) const;
+  // The tensor's mapped pages given back once it has been copied out (MappedFile::release): loading
+  // a file into memory then holds about one copy of it, not two.
+  void release(const std::string& name) const;
 
  private:
   struct Impl;

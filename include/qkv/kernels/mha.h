@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "qkv/core/bf16.h"
+#include "qkv/core/quant_blocks.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/attention_bf16.h"
 #include "qkv/kernels/attention_spec.h"
@@ -81,6 +82,10 @@ struct MhaWeights {
   // w_qkv and w_out at every product (bf16_weights below makes them).
   const uint16_t* w_qkv16 = nullptr;  // (Q, C_in)
   const uint16_t* w_out16 = nullptr;  // (C_o, C)
+  // Cached steps only, optional: the weights in a ggml type (a GGUF file's), read instead of the
+  // others (core/linear.h: x quantized per block, integer dot products).
+  QuantView w_qkv_q = {};             // (Q, C_in)
+  QuantView w_out_q = {};             // (C_o, C)
 };
 
 struct MhaGradients {             // null members are skipped

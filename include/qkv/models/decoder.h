@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "qkv/core/generator.h"
+#include "qkv/core/quant_blocks.h"
 #include "qkv/models/decoder_spec.h"
 #include "qkv/models/language_model.h"
 #include "qkv/modules/feed_forward.h"
@@ -55,6 +56,10 @@ class DecoderBlock : public Module {
   struct Weights16 {
     std::vector<uint16_t> qkv, out;             // att's fused (H D + 2 G D, E), out_proj (E, H D)
     std::vector<std::vector<uint16_t>> ff;      // the feed-forward's linears, FeedForwardNet::linears() order
+    // Loaded quantized (load_bf16_only's readq): each product read from its blocks instead where
+    // these are not empty (ff_q parallel to ff: one of the two holds each linear).
+    QuantMatrix qkv_q = {}, out_q = {};
+    std::vector<QuantMatrix> ff_q = {};
   };
   // Working rows from the caller: h, a (N, E); hidden, up (N, F); N = B Tn.
   struct Scratch {
@@ -108,8 +113,12 @@ class DecoderModel : public LanguageModel {
   // Needs bf16 products (spec.attention.dtype). Afterwards forward() runs the cached computation
   // over a fresh cache (every position's logits), and the state dict, backward, train(true) and
   // keep_bf16_weights(false) are refused with a qkv::Error saying to load with f32 products.
+  // readq (optional): a product's weight in a ggml type (core/quant_blocks.h), read from its blocks
+  // at every step instead of bf16 (core/quant_matvec.h), or none (then read16 reads it). Q, K and V
+  // are one product: quantized only when all three come in one type.
   void load_bf16_only(const std::function<void(const std::string&, uint16_t*)>& read16,
-                      const std::function<void(const std::string&, float*)>& read32);
+                      const std::function<void(const std::string&, float*)>& read32,
+                      const std::function<std::optional<QuantMatrix>(const std::string&)>& readq = nullptr);
 
   Embedding tok_emb;                  // weight (V, E)
   std::optional<Embedding> pos_emb;   // weight (context_length, E), with learned positions
@@ -126,6 +135,7 @@ class DecoderModel : public LanguageModel {
   std::vector<DecoderBlock::Weights16> blocks16_;  // keep_bf16_weights / load_bf16_only, one per block
   std::vector<uint16_t> head16_;                   // (V, E)
   std::vector<uint16_t> embed16_;                  // (V, E): bf16-only and untied (tied: head16_)
+  QuantMatrix head_q_, embed_q_;                   // the same, loaded quantized (then the bf16 ones are empty)
   bool bf16_only_ = false;
   void check_floats(const char* what) const;
   // The cached computation: the logits of the last position of each sequence (B, V), or of every

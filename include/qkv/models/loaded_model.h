@@ -32,6 +32,9 @@ struct LoadOptions {
   // Keep the float weights even when the products are bf16 (a BF16 folder otherwise keeps its
   // weights in bf16 only): for tools that read the weights or train (the explorer, fine-tuning).
   bool float_weights = false;
+  // A GGUF file's quantized weights decoded into bf16 weights instead of kept as their blocks (read
+  // by integer products: core/quant_matvec.h), for comparing the two.
+  bool dequantize = false;
   // The generator's seed (LoadedModel::generator: the dropouts' draws, a training run's shuffles);
   // unset: PyTorch's default seed (a qkv train checkpoint: its own). With `draw`, the weights are
   // drawn from it first and then replaced by the file's, as torch.manual_seed(S); Model(cfg);

@@ -53,6 +53,7 @@ struct QkvWeights {
 struct FusedWeights16 {
   const uint16_t* qkv = nullptr;  // (Q, d_in)
   const uint16_t* out = nullptr;  // (d_out, d_out)
+  QuantView qkv_q = {}, out_q = {};  // the same in a ggml type instead (read whatever the dtype)
 };
 
 struct FusedProjections {

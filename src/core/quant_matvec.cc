@@ -1,0 +1,504 @@
+// The quantized decoding step's product: integer dot products over ggml's blocks. See
+// include/qkv/core/quant_matvec.h. Compiled once per SIMD target by Highway and dispatched at run
+// time; this file also asks for AVX3_DL (AVX-512 VNNI's vpdpbusd), which Highway 1.0.3 builds only
+// on request. Legend: M rows of x, N rows of W (outputs), K values per row, nb blocks per row.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "core/quant_matvec.cc"
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL
+#endif
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "qkv/core/bf16.h"
+#include "qkv/core/quant_matvec.h"
+
+// The scalar block sums, shared by the reference and by the targets without a fast path (compiled
+// once: this part is outside Highway's per-target namespace).
+#ifndef QKV_QUANT_MATVEC_SHARED
+#define QKV_QUANT_MATVEC_SHARED
+namespace qkv::quant_detail {
+
+constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14;  // ggml's type numbers
+
+inline float half_at(const uint8_t* p) { return f16_to_float(static_cast<uint16_t>(p[0] | (p[1] << 8))); }
+
+// One output: the float sum, and the sum of the |terms| it rounds (quant_matvec_reference's magnitude).
+struct Dot {
+  float y = 0.0f;
+  double magnitude = 0.0;
+};
+
+// Q8_0 (34 bytes: f16 d, int8 q[32]) or Q4_0 (18 bytes: f16 d, qs[16]; q[j] = lo(qs[j]) - 8,
+// q[j + 16] = hi(qs[j]) - 8) against BlockQ8: sum_b (dw dx) float(sum_i qw_i qx_i).
+template <bool kQ4>
+Dot row_dot_32(const uint8_t* w, const BlockQ8* x, int64_t nb) {
+  Dot out;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + b * (kQ4 ? 18 : 34);
+    int32_t s = 0, a = 0;
+    for (int i = 0; i < 32; ++i) {
+      const int qw = kQ4 ? (i < 16 ? (blk[2 + i] & 0xF) : (blk[2 + i - 16] >> 4)) - 8 : static_cast<int8_t>(blk[2 + i]);
+      s += qw * x[b].q[i];
+      a += std::abs(qw * x[b].q[i]);
+    }
+    const float dd = half_at(blk) * x[b].d;
+    out.y += dd * static_cast<float>(s);
+    out.magnitude += std::fabs(static_cast<double>(dd)) * a;
+  }
+  return out;
+}
+
+// Sub-block j's (0..7) 6-bit scale and min of a Q4_K super-block's 12 scale bytes.
+inline void q4_k_scale_min(int j, const uint8_t* q, int& scale, int& min) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    min = q[j + 4] & 63;
+  } else {
+    scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Q4_K (144 bytes) against BlockQ8K: per super-block, in int32,
+//   scaled = sum_j s_j sum_i q_i qx_i,  mins = sum_j m_j sum_i qx_i     (j: 8 sub-blocks of 32)
+// then y += (dx d) float(scaled) - (dx dmin) float(mins).
+inline Dot row_dot_q4_k(const uint8_t* w, const BlockQ8K* x, int64_t nb) {
+  Dot out;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + b * 144;
+    const uint8_t* qs = blk + 16;
+    int32_t scaled = 0, mins = 0;
+    int64_t abs_scaled = 0, abs_mins = 0;
+    for (int j = 0; j < 8; ++j) {
+      int s = 0, m = 0;
+      q4_k_scale_min(j, blk + 4, s, m);
+      int32_t sub = 0, abs_sub = 0, xs = 0, abs_xs = 0;
+      for (int i = 0; i < 32; ++i) {
+        const uint8_t byte = qs[32 * (j / 2) + i];
+        const int q = j % 2 == 0 ? byte & 0xF : byte >> 4;
+        const int qx = x[b].q[32 * j + i];
+        sub += q * qx;
+        abs_sub += std::abs(q * qx);
+        xs += qx;
+        abs_xs += std::abs(qx);
+      }
+      scaled += s * sub;
+      mins += m * xs;
+      abs_scaled += int64_t{s} * abs_sub;
+      abs_mins += int64_t{m} * abs_xs;
+    }
+    const float dd = x[b].d * half_at(blk), dm = x[b].d * half_at(blk + 2);
+    out.y += dd * static_cast<float>(scaled) - dm * static_cast<float>(mins);
+    out.magnitude += std::fabs(static_cast<double>(dd)) * static_cast<double>(abs_scaled) +
+                     std::fabs(static_cast<double>(dm)) * static_cast<double>(abs_mins);
+  }
+  return out;
+}
+
+// Q6_K (210 bytes: ql[128], qh[64], int8 sc[16], f16 d) against BlockQ8K: per super-block
+// isum = sum_g sc_g sum_i (q_i - 32) qx_i (g: 16 groups of 16) in int32, y += (dx d) float(isum).
+// The magnitude counts q_i and 32 apart (|sc| (q + 32) |qx|): the fast kernel sums q qx and 32 qx
+// separately, so its partial sums are that large even where q - 32 cancels.
+inline Dot row_dot_q6_k(const uint8_t* w, const BlockQ8K* x, int64_t nb) {
+  Dot out;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + b * 210;
+    const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    int32_t isum = 0;
+    int64_t abs_sum = 0;
+    for (int v = 0; v < 256; ++v) {
+      const int h = v / 128, k = (v % 128) / 32, l = v % 32;
+      const uint8_t* ql = blk + 64 * h;
+      const uint8_t* qh = blk + 128 + 32 * h;
+      const int low = k == 0 ? ql[l] & 0xF : k == 1 ? ql[l + 32] & 0xF : k == 2 ? ql[l] >> 4 : ql[l + 32] >> 4;
+      const int q = low | (((qh[l] >> (2 * k)) & 3) << 4);
+      const int qx = x[b].q[v];
+      isum += sc[v / 16] * (q - 32) * qx;
+      abs_sum += std::abs(sc[v / 16]) * (q + 32) * std::abs(qx);
+    }
+    const float dd = x[b].d * half_at(blk + 208);
+    out.y += dd * static_cast<float>(isum);
+    out.magnitude += std::fabs(static_cast<double>(dd)) * static_cast<double>(abs_sum);
+  }
+  return out;
+}
+
+// One row of W (nb blocks of type `id`) against one row of quantized x (BlockQ8 or BlockQ8K).
+inline Dot row_dot(uint32_t id, const uint8_t* w, const void* xq, int64_t nb) {
+  switch (id) {
+    case kQ8_0: return row_dot_32<false>(w, static_cast<const BlockQ8*>(xq), nb);
+    case kQ4_0: return row_dot_32<true>(w, static_cast<const BlockQ8*>(xq), nb);
+    case kQ4_K: return row_dot_q4_k(w, static_cast<const BlockQ8K*>(xq), nb);
+    default: return row_dot_q6_k(w, static_cast<const BlockQ8K*>(xq), nb);
+  }
+}
+
+}  // namespace qkv::quant_detail
+#endif  // QKV_QUANT_MATVEC_SHARED
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::HWY_NAMESPACE {
+namespace qd = quant_detail;
+
+// How far ahead of the loads W is asked for (as gemv.cc: the hardware prefetcher alone falls short).
+constexpr int64_t kPrefetchBytes = 1024;
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// AVX2, AVX3 and AVX3_DL: 256-bit integer dot products, 32 int8 pairs into 8 int32 lanes.
+#undef QKV_QMV_ATTR
+#if HWY_TARGET == HWY_AVX3_DL
+// Highway 1.0.3's AVX3_DL target string has the VEX "avxvnni" (which Zen 4 lacks), not the EVEX
+// avx512vnni its CPU check asks for: ask for the latter, and take the former away so that the
+// compiler cannot pick the VEX encoding. (This path calls intrinsics only, no Highway ops, so
+// nothing compiled with the full target string is inlined here.)
+#define QKV_QMV_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vnni,avx512vl,no-avxvnni")))
+#else
+#define QKV_QMV_ATTR
+#endif
+
+QKV_QMV_ATTR HWY_INLINE float HalfAt(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+QKV_QMV_ATTR HWY_INLINE __m256i Load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+QKV_QMV_ATTR HWY_INLINE float Sum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+QKV_QMV_ATTR HWY_INLINE float Sum4(__m128 s) {
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// sum of u_i s_i in 8 int32 lanes, u unsigned in [0, 128], s signed in [-127, 127]: vpmaddubsw's
+// int16 pairs cannot saturate (2 x 128 x 127 < 2^15). VNNI does it in one instruction.
+QKV_QMV_ATTR HWY_INLINE __m256i DotU8S8(__m256i u, __m256i s) {
+#if HWY_TARGET == HWY_AVX3_DL
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+// The same with a signed w in [-128, 127]: |w| (as unsigned) against x with w's sign (llama.cpp's trick).
+QKV_QMV_ATTR HWY_INLINE __m256i DotS8S8(__m256i abs_w, __m256i w, __m256i x) {
+  return DotU8S8(abs_w, _mm256_sign_epi8(x, w));
+}
+// sum of u_i s_i scale_(i / 16) as 8 int32 lanes: the scale multiplies the int16 pairs (vpmaddwd),
+// scale16 holding one int16 per lane pair (the low 128 bits: values 0..15, the high: 16..31).
+QKV_QMV_ATTR HWY_INLINE __m256i DotScaled(__m256i u, __m256i s, __m256i scale16) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale16);
+}
+
+// Q8_0 (kQ4 false) or Q4_0 rows [n0, n1) of W against R rows of x (BlockQ8, nb per row, row r at
+// x + r nb): y[r N + n]. Two float accumulators per row (even and odd blocks).
+// Block b of one row of Q8_0 (kQ4 false) or Q4_0 weights `w` against R rows of x (BlockQ8, nb per
+// row, row r at x + r nb), into the accumulators acc[r].
+template <int R, bool kQ4>
+QKV_QMV_ATTR HWY_INLINE void Block32(const uint8_t* w, int64_t b, const BlockQ8* x, int64_t nb, __m256* acc) {
+  const uint8_t* blk = w + b * (kQ4 ? 18 : 34);
+  hwy::Prefetch(blk + kPrefetchBytes);
+  const float dw = HalfAt(blk);
+  __m256i q;
+  if constexpr (kQ4) {  // lo nibbles are values 0..15, hi nibbles 16..31
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+    q = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+    q = _mm256_sub_epi8(_mm256_and_si256(q, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+  } else {
+    q = Load256(blk + 2);
+  }
+  const __m256i abs_q = _mm256_sign_epi8(q, q);
+  for (int r = 0; r < R; ++r) {
+    const BlockQ8& xb = x[r * nb + b];
+    const __m256i s = DotS8S8(abs_q, q, Load256(xb.q));
+    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb.d), _mm256_cvtepi32_ps(s), acc[r]);
+  }
+}
+
+// Q8_0 or Q4_0 rows [n0, n1) of W against R rows of x: y[r N + n]. Two float accumulators per row
+// (even and odd blocks: one FMA chain is latency-bound).
+template <int R, bool kQ4>
+QKV_QMV_ATTR void Rows32(const uint8_t* W, int64_t row_bytes, int64_t nb, const BlockQ8* x, int64_t N, int64_t n0,
+                         int64_t n1, float* y) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* w = W + n * row_bytes;
+    __m256 even[R], odd[R];
+    for (int r = 0; r < R; ++r) even[r] = odd[r] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      Block32<R, kQ4>(w, b, x, nb, even);
+      Block32<R, kQ4>(w, b + 1, x, nb, odd);
+    }
+    if (b < nb) Block32<R, kQ4>(w, b, x, nb, even);
+    for (int r = 0; r < R; ++r) y[r * N + n] = Sum8(_mm256_add_ps(even[r], odd[r]));
+  }
+}
+
+// Q4_K rows against BlockQ8K rows: per super-block the scaled sums in int32 lanes (vpmaddwd by the
+// sub-block's scale), the mins against the bsums of each 32 (vpmaddwd), then one FMA each.
+template <int R>
+QKV_QMV_ATTR void RowsQ4K(const uint8_t* W, int64_t row_bytes, int64_t nb, const BlockQ8K* x, int64_t N, int64_t n0,
+                          int64_t n1, float* y) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* w = W + n * row_bytes;
+    __m256 acc[R];
+    __m128 acc_min[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), acc_min[r] = _mm_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = w + b * 144;
+      for (int line = 0; line < 144; line += 64) hwy::Prefetch(blk + kPrefetchBytes + line);
+      const float d = HalfAt(blk), dmin = HalfAt(blk + 2);
+      // The 12 scale bytes to scales in bytes 0..7 and mins in bytes 8..15 (llama.cpp's unpacking).
+      uint32_t u[4];
+      std::memcpy(u, blk + 4, 12);
+      constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+      u[3] = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
+      const uint32_t min_low = u[1] & k6;
+      u[1] = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
+      u[2] = min_low;
+      u[0] &= k6;
+      uint8_t sm[16];
+      std::memcpy(sm, u, 16);
+      const __m128i mins16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
+      __m256i isum[R];
+      for (int r = 0; r < R; ++r) {
+        const BlockQ8K& xb = x[r * nb + b];
+        const __m256i bsums = Load256(xb.bsums);  // 16 sums of 16 -> 8 sums of 32 (at most 4064)
+        const __m128i sums32 = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
+        acc_min[r] = _mm_fmadd_ps(_mm_set1_ps(xb.d * dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins16, sums32)),
+                                  acc_min[r]);
+        isum[r] = _mm256_setzero_si256();
+      }
+      for (int pair = 0; pair < 4; ++pair) {
+        const __m256i q = Load256(blk + 16 + 32 * pair);
+        const __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+        const __m256i s_lo = _mm256_set1_epi16(sm[2 * pair]), s_hi = _mm256_set1_epi16(sm[2 * pair + 1]);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xq = x[r * nb + b].q + 64 * pair;
+          isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(DotScaled(lo, Load256(xq), s_lo),
+                                                               DotScaled(hi, Load256(xq + 32), s_hi)));
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(x[r * nb + b].d * d), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+    }
+    for (int r = 0; r < R; ++r) y[r * N + n] = Sum8(acc[r]) - Sum4(acc_min[r]);
+  }
+}
+
+// Q6_K rows against BlockQ8K rows: q (0..63) against x by vpmaddubsw, each group's scale by
+// vpmaddwd, and the offset 32 as 32 sum_g sc_g bsum_g (vpmaddwd of the scales and the bsums).
+template <int R>
+QKV_QMV_ATTR void RowsQ6K(const uint8_t* W, int64_t row_bytes, int64_t nb, const BlockQ8K* x, int64_t N, int64_t n0,
+                          int64_t n1, float* y) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(0x03), m3_2 = _mm256_set1_epi8(0x0C),
+                m3_4 = _mm256_set1_epi8(0x30), m3_6 = _mm256_set1_epi8(static_cast<char>(0xC0));
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* w = W + n * row_bytes;
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = w + b * 210;
+      for (int line = 0; line < 210; line += 64) hwy::Prefetch(blk + kPrefetchBytes + line);
+      const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+      const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+      __m256i isum[R];
+      for (int r = 0; r < R; ++r)  // -32 sum_g sc_g bsum_g
+        isum[r] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                   _mm256_slli_epi32(_mm256_madd_epi16(sc16, Load256(x[r * nb + b].bsums)), 5));
+      for (int h = 0; h < 2; ++h) {
+        const __m256i ql1 = Load256(blk + 64 * h), ql2 = Load256(blk + 64 * h + 32);
+        const __m256i qh = Load256(blk + 128 + 32 * h);
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+        q[1] = _mm256_or_si256(_mm256_and_si256(ql2, low4), _mm256_slli_epi16(_mm256_and_si256(qh, m3_2), 2));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), _mm256_and_si256(qh, m3_4));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql2, 4), low4),
+                               _mm256_srli_epi16(_mm256_and_si256(qh, m3_6), 2));
+        for (int k = 0; k < 4; ++k) {
+          const int g = 8 * h + 2 * k;  // values 0..15 of this quarter: group g, 16..31: g + 1
+          const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+          for (int r = 0; r < R; ++r)
+            isum[r] = _mm256_add_epi32(isum[r], DotScaled(q[k], Load256(x[r * nb + b].q + 128 * h + 32 * k), scale));
+        }
+      }
+      const float d = HalfAt(blk + 208);
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(x[r * nb + b].d * d), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+    }
+    for (int r = 0; r < R; ++r) y[r * N + n] = Sum8(acc[r]);
+  }
+}
+
+template <int R>
+void RowsOfType(uint32_t id, const uint8_t* W, int64_t row_bytes, int64_t nb, const void* xq, int64_t N, int64_t n0,
+                int64_t n1, float* y) {
+  switch (id) {
+    case qd::kQ8_0: Rows32<R, false>(W, row_bytes, nb, static_cast<const BlockQ8*>(xq), N, n0, n1, y); break;
+    case qd::kQ4_0: Rows32<R, true>(W, row_bytes, nb, static_cast<const BlockQ8*>(xq), N, n0, n1, y); break;
+    case qd::kQ4_K: RowsQ4K<R>(W, row_bytes, nb, static_cast<const BlockQ8K*>(xq), N, n0, n1, y); break;
+    default: RowsQ6K<R>(W, row_bytes, nb, static_cast<const BlockQ8K*>(xq), N, n0, n1, y); break;
+  }
+}
+#else
+// Other targets: the reference's scalar block sums (the compiler vectorizes what it can).
+template <int R>
+void RowsOfType(uint32_t id, const uint8_t* W, int64_t row_bytes, int64_t nb, const void* xq, int64_t N, int64_t n0,
+                int64_t n1, float* y) {
+  const int64_t x_row = nb * (id == qd::kQ8_0 || id == qd::kQ4_0 ? int64_t{sizeof(BlockQ8)} : int64_t{sizeof(BlockQ8K)});
+  for (int64_t n = n0; n < n1; ++n)
+    for (int r = 0; r < R; ++r)
+      y[r * N + n] = qd::row_dot(id, W + n * row_bytes, static_cast<const uint8_t*>(xq) + r * x_row, nb).y;
+}
+#endif
+
+// Rows [n0, n1) of y = x W^T for all M rows of x: tiles of kTileRows rows of W (a few KiB, in L1
+// or L2) meeting the rows of x four at a time, so W comes from memory once whatever M.
+constexpr int64_t kTileRows = 8;
+void QuantRowsRange(uint32_t id, const uint8_t* W, int64_t row_bytes, int64_t nb, const void* xq, int64_t x_row_bytes,
+                    int64_t M, int64_t N, int64_t n0, int64_t n1, float* y) {
+  for (int64_t t0 = n0; t0 < n1; t0 += kTileRows) {
+    const int64_t t1 = std::min(n1, t0 + kTileRows);
+    for (int64_t r = 0; r < M; r += 4) {
+      const void* xr = static_cast<const uint8_t*>(xq) + r * x_row_bytes;
+      float* yr = y + r * N;
+      switch (std::min<int64_t>(4, M - r)) {
+        case 1: RowsOfType<1>(id, W, row_bytes, nb, xr, N, t0, t1, yr); break;
+        case 2: RowsOfType<2>(id, W, row_bytes, nb, xr, N, t0, t1, yr); break;
+        case 3: RowsOfType<3>(id, W, row_bytes, nb, xr, N, t0, t1, yr); break;
+        default: RowsOfType<4>(id, W, row_bytes, nb, xr, N, t0, t1, yr); break;
+      }
+    }
+  }
+}
+
+}  // namespace qkv::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <vector>
+
+#include "hwy/targets.h"
+#include "qkv/core/error.h"
+
+namespace qkv {
+
+HWY_EXPORT(QuantRowsRange);
+
+namespace {
+
+// d = max|x| / 127 and q = round(x / d) in [-127, 127], the division in double (no overflow of
+// 127 / max|x| for tiny x); a scale that underflows to 0 leaves q = 0 (x below 2e-43).
+void quantize_run(const float* x, int n, float& d, int8_t* q) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  d = amax / 127.0f;
+  const double id = d > 0.0f ? 127.0 / static_cast<double>(amax) : 0.0;
+  for (int i = 0; i < n; ++i)
+    q[i] = static_cast<int8_t>(std::clamp(std::round(static_cast<double>(x[i]) * id), -127.0, 127.0));
+}
+
+bool multiplies(uint32_t id) {
+  return id == quant_detail::kQ8_0 || id == quant_detail::kQ4_0 || id == quant_detail::kQ4_K ||
+         id == quant_detail::kQ6_K;
+}
+bool k_quant(uint32_t id) { return id == quant_detail::kQ4_K || id == quant_detail::kQ6_K; }
+
+void check_arguments(const char* what, const QuantType& t, int64_t N, int64_t K, int64_t M) {
+  QKV_CHECK(multiplies(t.id), what, ": weights of type ", t.name, " are not supported; it multiplies ",
+            quant_matvec_types());
+  QKV_CHECK(K > 0 && K % t.block == 0, what, ": K (", K, ") must be a positive multiple of ", t.name, "'s block of ",
+            t.block);
+  QKV_CHECK(M >= 1 && N >= 0, what, ": (M, N) = (", M, ", ", N, "): M must be at least 1 and N not negative");
+}
+
+// x (M, K) quantized into `scratch` for t (BlockQ8 or BlockQ8K rows); returns the bytes per row.
+int64_t quantize_rows(const QuantType& t, const float* x, int64_t M, int64_t K, std::vector<uint8_t>& scratch) {
+  const bool k = k_quant(t.id);
+  const int64_t row = k ? K / 256 * int64_t{sizeof(BlockQ8K)} : K / 32 * int64_t{sizeof(BlockQ8)};
+  if (scratch.size() < static_cast<size_t>(M * row)) scratch.resize(static_cast<size_t>(M * row));
+  for (int64_t m = 0; m < M; ++m) {
+    uint8_t* out = scratch.data() + m * row;
+    if (k)
+      quantize_activations_q8_k(x + m * K, K, reinterpret_cast<BlockQ8K*>(out));
+    else
+      quantize_activations_q8(x + m * K, K, reinterpret_cast<BlockQ8*>(out));
+  }
+  return row;
+}
+
+}  // namespace
+
+void quantize_activations_q8(const float* x, int64_t K, BlockQ8* out) {
+  QKV_CHECK(K >= 0 && K % 32 == 0, "quantize_activations_q8: K (", K, ") must be a multiple of 32");
+  for (int64_t b = 0; b < K / 32; ++b) quantize_run(x + 32 * b, 32, out[b].d, out[b].q);
+}
+
+void quantize_activations_q8_k(const float* x, int64_t K, BlockQ8K* out) {
+  QKV_CHECK(K >= 0 && K % 256 == 0, "quantize_activations_q8_k: K (", K, ") must be a multiple of 256");
+  for (int64_t b = 0; b < K / 256; ++b) {
+    quantize_run(x + 256 * b, 256, out[b].d, out[b].q);
+    for (int g = 0; g < 16; ++g) {
+      int s = 0;
+      for (int i = 0; i < 16; ++i) s += out[b].q[16 * g + i];
+      out[b].bsums[g] = static_cast<int16_t>(s);
+    }
+  }
+}
+
+std::string quant_matvec_types() { return "Q8_0, Q4_0, Q4_K, Q6_K"; }
+
+void quant_matvec(const QuantType& t, const uint8_t* W, int64_t N, int64_t K, const float* x, int64_t M, float* y,
+                  ThreadPool* pool) {
+  check_arguments("quant_matvec", t, N, K, M);
+  if (N == 0) return;
+  thread_local std::vector<uint8_t> scratch;  // x quantized, kept between calls: no allocation per token
+  const int64_t x_row = quantize_rows(t, x, M, K, scratch);
+  const uint8_t* xq = scratch.data();
+  const int64_t row_bytes = quant_bytes(t, K, "quant_matvec");
+  const int64_t nb = K / t.block;
+  ThreadPool& p = pool ? *pool : default_pool();
+  // Blocks of W's rows: four per thread (the last ones balance a slow start), at least 16 rows.
+  const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(4 * p.num_threads(), N / 16));
+  const int64_t per = (N + tasks - 1) / tasks;
+  p.parallel_for(tasks, [&](int64_t task, int) {
+    const int64_t n0 = task * per, n1 = std::min(N, n0 + per);
+    if (n0 < n1) HWY_DYNAMIC_DISPATCH(QuantRowsRange)(t.id, W, row_bytes, nb, xq, x_row, M, N, n0, n1, y);
+  });
+}
+
+void quant_matvec_reference(const QuantType& t, const uint8_t* W, int64_t N, int64_t K, const float* x, int64_t M,
+                            float* y, float* magnitude) {
+  check_arguments("quant_matvec_reference", t, N, K, M);
+  std::vector<uint8_t> scratch;
+  const int64_t x_row = quantize_rows(t, x, M, K, scratch);
+  const int64_t row_bytes = quant_bytes(t, K, "quant_matvec_reference");
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      const quant_detail::Dot dot = quant_detail::row_dot(t.id, W + n * row_bytes, scratch.data() + m * x_row, K / t.block);
+      y[m * N + n] = dot.y;
+      if (magnitude) magnitude[m * N + n] = static_cast<float>(dot.magnitude);
+    }
+}
+
+std::vector<int64_t> quant_matvec_simd_targets() {
+  // HWY_TARGETS: this file's targets (AVX3_DL among them), not the other kernels'.
+  const int64_t runnable = HWY_TARGETS & hwy::SupportedTargets();
+  std::vector<int64_t> out;
+  for (int bit = 0; bit < 63; ++bit)
+    if ((runnable >> bit) & 1) out.push_back(int64_t{1} << bit);
+  return out;
+}
+
+}  // namespace qkv
+#endif  // HWY_ONCE
