@@ -96,6 +96,7 @@ struct ChatCommandFlags {
   SamplingFlags pick;
   SamplingOptions sampling;
   std::optional<Dtype> dtype;
+  std::string quantize;
   bool json = false;
 };
 
@@ -103,6 +104,7 @@ int run_chat(ChatCommandFlags& f, const CLI::App& sub) {
   if (f.weights.empty() == f.model.empty()) bad_flag("--weights", "give one of --weights DIR or --model PRESET");
   LoadOptions load;
   load.dtype = f.dtype;
+  load.quantize = f.quantize;
   LoadedModel m = !f.model.empty() ? make_model(f.model, f.sampling.seed, load) : load_model(f.weights, load);
   if (sub.count("--max-new-tokens") == 0) f.sampling.max_new_tokens = 1024;
   apply_sampling_flags(f.pick, m.model->vocab_size(), f.sampling);
@@ -166,6 +168,7 @@ Command add_chat(CLI::App& app) {
   sub->add_option("--weights", f->weights,
                   "A Llama 3 / Qwen3 directory as Hugging Face ships it (config.json, model.safetensors or shards, "
                   "tokenizer.json), or its GGUF file (llama.cpp's)");
+  add_quantize_flag(sub, f->quantize);
   sub->add_option("--model", f->model, "An untrained preset instead (a family with a chat format): " + preset_list());
   add_chat_flags(sub, f->chat);
   add_sampling_flags(sub, f->pick);

@@ -145,6 +145,13 @@ CLI::Option* add_dtype_flag(CLI::App* sub, const std::string& flag, std::functio
       ->type_name("DTYPE");
 }
 
+void add_quantize_flag(CLI::App* sub, std::string& value) {
+  sub->add_option("--quantize", value, "q8_0 | q4_0 | q4_k | q6_k: a Llama 3 / Qwen3 model's float weights (a folder, "
+                                       "an F32/F16/BF16 GGUF file) quantized at load into that type's blocks, read "
+                                       "by integer products as llama.cpp reads its files (docs/gguf.md)")
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k", "q6_k"}, CLI::ignore_case));
+}
+
 std::string preset_list() {
   std::string s;
   for (const std::string& p : model_preset_names()) s += (s.empty() ? "" : " | ") + p;

@@ -108,6 +108,8 @@ void add_module_flags(CLI::App* sub, ModuleFlags& f);
 bool is_model_family(const std::string& module);
 // Every family's presets, "gpt2-small | ... | qwen3-1.7b", for help texts.
 std::string preset_list();
+// --quantize TYPE (LoadOptions::quantize): a float model's products quantized at load.
+void add_quantize_flag(CLI::App* sub, std::string& value);
 // The module's config from the flags (attention_config with the variants), checked against each
 // other before anything is built: a usage error naming the flag.
 AttentionConfig module_config(const ModuleFlags& f, const CLI::App& sub);

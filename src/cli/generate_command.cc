@@ -38,6 +38,7 @@ struct GenerateFlags {
   SamplingOptions sampling;
   bool json = false;
   std::optional<Dtype> dtype;  // the blocks' products; default: the checkpoint's
+  std::string quantize;        // --quantize
   bool chat = false;           // one chat turn (Llama 3, Qwen3)
   ChatFlags chat_flags;
 };
@@ -52,6 +53,7 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
   load.vocab_dir = f.vocab_dir;
   load.dtype = f.dtype;
   load.num_heads = f.num_heads;
+  load.quantize = f.quantize;
   LoadedModel m = !f.model.empty() ? make_model(f.model, f.sampling.seed, load)
                                    : load_model(f.checkpoint.empty() ? f.weights : f.checkpoint, load);
   for (const char* flag : {"--system", "--thinking", "--max-context"})
@@ -134,6 +136,7 @@ Command add_generate(CLI::App& app) {
                   "A model's files: a Hugging Face folder (Llama 3, Qwen3, GPT-2: config.json, model.safetensors or "
                   "shards, tokenizer.json), a Llama 3 / Qwen3 GGUF file (llama.cpp's), GPT-2's model.safetensors, or "
                   "the book's state-dict names as safetensors");
+  add_quantize_flag(sub, f->quantize);
   sub->add_option("--model", f->model, "An untrained preset drawn from --seed (as torch.manual_seed(S); "
                                        "GPTModel(cfg)): " + preset_list())
       ->check(CLI::IsMember(model_preset_names()));

@@ -162,4 +162,32 @@ void quantize(const QuantType& t, const float* x, int64_t n, uint8_t* out) {
   }
 }
 
+const QuantType& product_quant_type(const std::string& name) {
+  const QuantType& t = quant_type_named(name);
+  const std::string n = t.name;
+  QKV_CHECK(n == "Q8_0" || n == "Q4_0" || n == "Q4_K" || n == "Q6_K", "quantize: ", name,
+            " is not a type the integer products read; expected q8_0, q4_0, q4_k or q6_k");
+  return t;
+}
+
+QuantMatrix quantize_matrix(const QuantType& t, int64_t rows, int64_t cols,
+                            const std::function<void(int64_t, float*)>& row) {
+  const int64_t row_bytes = quant_bytes(t, cols, "a row to quantize");
+  QuantMatrix q;
+  q.type = &t;
+  q.blocks.resize(static_cast<size_t>(rows * row_bytes));
+  std::vector<float> x(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    row(r, x.data());
+    quantize(t, x.data(), cols, q.blocks.data() + r * row_bytes);
+  }
+  return q;
+}
+
+const QuantType& fitting_quant_type(const QuantType& want, int64_t cols) {
+  if (cols % want.block == 0) return want;
+  const QuantType& q8 = quant_type_named("Q8_0");
+  return cols % q8.block == 0 ? q8 : quant_type_named("F16");
+}
+
 }  // namespace qkv

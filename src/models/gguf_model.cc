@@ -229,7 +229,11 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   if (options.dropout) spec.attention.dropout = *options.dropout;
   check_file_holds(file, spec, family);
   const std::string type = weights_type(file);
-  const Dtype dtype = options.dtype.value_or(type == "F32" || options.float_weights ? Dtype::kF32 : Dtype::kBF16);
+  QKV_CHECK(options.quantize.empty() || (!options.float_weights && options.dtype.value_or(Dtype::kBF16) == Dtype::kBF16),
+            "quantizing the weights (", options.quantize, ") is for generation: it does not go with f32 products or ",
+            "the float weights");
+  const Dtype dtype = options.dtype.value_or(
+      (type == "F32" && options.quantize.empty()) || options.float_weights ? Dtype::kF32 : Dtype::kBF16);
   const bool bf16_only = dtype == Dtype::kBF16 && !options.float_weights;
   spec.attention.dtype = dtype;
   spec.path = options.path.value_or(AttentionPath::kFused);
@@ -277,6 +281,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   // The products' weights in the types the integer products read, kept as their blocks (rows
   // reordered for Q and K as above); the other quantized types converted to the nearest of them.
   std::map<std::string, int64_t> converted;  // "Q5_K to Q6_K" -> tensors
+  const QuantType* quantize_to = options.quantize.empty() ? nullptr : &product_quant_type(options.quantize);
   auto readq = [&](const std::string& name) -> std::optional<QuantMatrix> {
     const std::string& g = gguf_of.at(name);
     const GgufTensor& t = file.tensor(g);
@@ -295,6 +300,11 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
         dequantize(*t.type, t.data + r * in_row, cols, row.data());
         quantize(*q.type, row.data(), cols, q.blocks.data() + r * out_row);
       }
+      ++converted[tt + " to " + q.type->name];
+    } else if (quantize_to != nullptr && std::string(fitting_quant_type(*quantize_to, cols).name) != "F16") {
+      const int64_t in_row = quant_bytes(*t.type, cols, g);  // F32, F16, BF16 asked to be quantized
+      q = quantize_matrix(fitting_quant_type(*quantize_to, cols), rows, cols,
+                          [&](int64_t r, float* out) { dequantize(*t.type, t.data + r * in_row, cols, out); });
       ++converted[tt + " to " + q.type->name];
     } else {
       return std::nullopt;  // F32, F16, BF16: bf16 weights
@@ -334,7 +344,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   if (dtype == Dtype::kBF16 && !bf16_only) model->keep_bf16_weights();
   m.model = std::move(model);
   std::string how = str(dtype_name(dtype), " products");
-  if (bf16_only && !options.dequantize && type != "F16" && type != "BF16") {
+  if (bf16_only && !options.dequantize && ((type != "F16" && type != "BF16") || quantize_to != nullptr)) {
     how = "integer products on its blocks";
     for (const auto& [what, n] : converted) how += str(", ", n, " tensors converted ", what);
   }

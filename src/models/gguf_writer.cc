@@ -26,14 +26,6 @@ uint64_t file_type(const std::string& t) {
   return 32;                   // BF16
 }
 
-// The type a 2-D tensor of rows of `cols` values is written in: `want`, or for rows that are not
-// whole blocks of it the nearest that fits (Q8_0, then F16), as llama.cpp's quantizer falls back.
-const QuantType& fitting(const QuantType& want, int64_t cols) {
-  if (cols % want.block == 0) return want;
-  const QuantType& q8 = quant_type_named("Q8_0");
-  return cols % q8.block == 0 ? q8 : quant_type_named("F16");
-}
-
 // llama.cpp's "llama" order of Q's and K's rows (the inverse of the reader's): GGUF row h D + 2 i
 // + s is Hugging Face's row h D + s D/2 + i.
 void permute_rows(const float* w, float* out, int64_t heads, int64_t rows_per_head, int64_t cols) {
@@ -107,7 +99,7 @@ std::string gguf_model_bytes(LanguageModel& model, const json* tokenizer, const 
     const std::string name = gguf_tensor_name(family, e.name);
     QKV_CHECK(!name.empty(), "qkv has no GGUF name for the ", family.name, " model's ", excerpt(e.name));
     const Shape shape = e.shape();
-    const QuantType& t = shape.size() == 1 ? quant_type_named("F32") : fitting(type, shape.back());
+    const QuantType& t = shape.size() == 1 ? quant_type_named("F32") : fitting_quant_type(type, shape.back());
     if (&t != &type && shape.size() != 1) fallbacks[t.name].push_back(name);
     const int64_t heads = !llama ? 0 : ends_with(name, ".attn_q.weight") ? a.heads
                                      : ends_with(name, ".attn_k.weight") ? a.groups() : 0;

@@ -157,20 +157,34 @@ std::vector<StateEntry> check_folder(LanguageModel& model, const HfFolder& w) {
 }  // namespace
 
 std::unique_ptr<LanguageModel> hf_model_from(const HfFolder& w, Dtype dtype, AttentionPath path, Generator& gen,
-                                             bool bf16_only, bool draw) {
+                                             bool bf16_only, bool draw, const QuantType* quantize) {
   DecoderSpec spec = w.spec;
   spec.attention.dtype = dtype;
   spec.path = path;
   QKV_CHECK(!(draw && bf16_only), "weights in bf16 only are never drawn");
+  QKV_CHECK(quantize == nullptr || bf16_only, "quantized weights are loaded for generation (bf16 only)");
   std::unique_ptr<DecoderModel> model =
       draw ? std::make_unique<DecoderModel>(spec, gen) : build_model_to_load(spec, gen);  // to load: nothing drawn
   const std::vector<StateEntry> entries = check_folder(*model, w);
   auto file = [&](const std::string& name) -> const MappedSafetensors& { return *w.files[w.file_of.at(name)]; };
   if (bf16_only) {
     QKV_CHECK(dtype == Dtype::kBF16, "weights in bf16 only need bf16 products");
+    std::function<std::optional<QuantMatrix>(const std::string&)> readq;
+    if (quantize != nullptr)
+      readq = [&](const std::string& name) -> std::optional<QuantMatrix> {
+        const Shape shape = file(name).shape(name);
+        if (shape.size() != 2) return std::nullopt;
+        const QuantType& t = fitting_quant_type(*quantize, shape[1]);  // as qkv convert --to gguf writes it
+        if (std::string(t.name) == "F16") return std::nullopt;          // rows not whole blocks of 32: bf16
+        std::vector<uint16_t> bits(static_cast<size_t>(shape[0] * shape[1]));  // half the floats' size
+        file(name).read_bf16_into(name, bits.data());
+        return quantize_matrix(t, shape[0], shape[1], [&](int64_t r, float* out) {
+          bf16_to_floats(bits.data() + r * shape[1], out, static_cast<size_t>(shape[1]));
+        });
+      };
     model->load_bf16_only(
         [&](const std::string& name, uint16_t* out) { file(name).read_bf16_into(name, out); },
-        [&](const std::string& name, float* out) { file(name).read_into(name, out); });
+        [&](const std::string& name, float* out) { file(name).read_into(name, out); }, readq);
   } else {
     // Straight into the model's own tensors, one at a time: no second copy of the model.
     for (const StateEntry& e : entries) file(e.name).read_into(e.name, e.tensor->data());

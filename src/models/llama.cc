@@ -91,22 +91,39 @@ std::unique_ptr<Tokenizer> hf_tokenizer(const std::string& source, const LoadOpt
                                            installed ? source + "'s installed tokenizer.json" : excerpt(source));
 }
 
+// "quantized to Q4_K (2 of 16 matrices to Q8_0), integer products": hf_model_from's rule.
+std::string quantized(const HfFolder& w, const QuantType& t) {
+  std::map<std::string, int64_t> to;  // type -> matrices
+  for (const auto& [name, i] : w.file_of) {
+    const Shape& s = w.files[i]->shape(name);
+    if (s.size() == 2) ++to[fitting_quant_type(t, s[1]).name];
+  }
+  std::string others;
+  for (const auto& [type, n] : to)
+    if (type != t.name) others += str(others.empty() ? " (" : ", ", n, " matrices ", type == "F16" ? "bf16" : "to " + type);
+  return str("quantized to ", t.name, others, others.empty() ? "" : ")", ", integer products");
+}
+
 // Hugging Face's folder: products in the weights' precision unless asked (f32 when the float
 // weights are wanted), a BF16 folder's weights kept in bf16 only for generation. Or a GGUF file.
 LoadedModel load_folder(const std::string& dir, const LoadOptions& options) {
   if (is_gguf_file(dir)) return load_gguf(dir, options);
   HfFolder w = read_hf_folder(dir);
   if (options.dropout) w.spec.attention.dropout = *options.dropout;
-  const Dtype dtype =
-      options.dtype.value_or(w.stored_dtype == "F32" || options.float_weights ? Dtype::kF32 : Dtype::kBF16);
+  const QuantType* quantize = options.quantize.empty() ? nullptr : &product_quant_type(options.quantize);
+  QKV_CHECK(!quantize || (!options.float_weights && options.dtype.value_or(Dtype::kBF16) == Dtype::kBF16),
+            "quantizing the weights (", options.quantize, ") is for generation: it does not go with f32 products or ",
+            "the float weights");
+  const Dtype dtype = options.dtype.value_or(
+      (w.stored_dtype == "F32" && !quantize) || options.float_weights ? Dtype::kF32 : Dtype::kBF16);
   const bool bf16_only = dtype == Dtype::kBF16 && !options.float_weights;
   LoadedModel m;
   m.generator = std::make_unique<Generator>(options.seed.value_or(Generator::kDefaultSeed));
   m.model = hf_model_from(w, dtype, options.path.value_or(AttentionPath::kFused), *m.generator, bf16_only,
-                          options.draw);
+                          options.draw && !quantize, quantize);
   if (dtype == Dtype::kBF16 && !bf16_only) m.model->keep_bf16_weights();
   m.description = str(m.model->describe(), " from ", excerpt(dir), " (", w.stored_dtype, " weights, ",
-                      dtype_name(dtype), " products)");
+                      quantize ? quantized(w, *quantize) : dtype_name(dtype) + std::string(" products"), ")");
   const std::string tokenizer = (dir.back() == '/' ? dir : dir + "/") + "tokenizer.json";
   m.no_tokenizer = str(excerpt(dir), " has no tokenizer.json");
   if (options.tokenizer && exists(tokenizer)) {

@@ -18,6 +18,7 @@
 #include "qkv/core/read_file.h"
 #include "qkv/io/gguf.h"
 #include "qkv/models/gguf_model.h"
+#include "qkv/models/hf_folder.h"
 #include "qkv/text/vocab_files.h"
 #include "test_support.h"
 
@@ -160,6 +161,46 @@ TEST_P(GgufModel, QuantizedTypesComputeOnTheirBlocks) {
     q.model->forward_cached_into({ids.back()}, 1, 1, cache, step.data());
     EXPECT_EQ(std::memcmp(step.data(), got.data() + (T - 1) * V, step.size() * 4), 0) << type;
   }
+}
+
+// --quantize on a Hugging Face folder: the matrices quantized at load into the very blocks qkv
+// convert writes into a GGUF file of the type (from the same bf16 values), so the logits are that
+// file's, bit for bit, and off the f32 model's by no more than the activations' rounding (the 5% of
+// QuantizedTypesComputeOnTheirBlocks). Refused with the float weights or f32 products.
+TEST_P(GgufModel, AFolderQuantizedAtLoadIsItsGgufFile) {
+  auto drawn = model();
+  save_hf_folder(*drawn, dir_, /*bf16=*/true);
+  LoadOptions floats;
+  floats.dtype = Dtype::kF32;
+  floats.float_weights = true;
+  LoadedModel m = load_model(dir_, floats);  // the folder's bf16 values, as floats
+  const std::vector<int64_t> ids = {3, 1, 4, 1, 5, 9, 2, 6};
+  for (const std::string type : {"q8_0", "q4_k"}) {
+    LoadOptions o;
+    o.quantize = type;
+    LoadedModel q = load_model(dir_, o);
+    // o_proj's rows of 128 are not whole Q4_K blocks: Q8_0, as the GGUF writer falls back
+    EXPECT_THAT(q.description, HasSubstr(type == "q8_0" ? "(BF16 weights, quantized to Q8_0, integer products)"
+                                                        : "quantized to Q4_K (2 matrices to Q8_0), integer products"))
+        << type;
+    const std::string path = write("m.gguf", gguf(*m.model, type));
+    const Tensor got = q.model->forward(ids, 1, 8), file = load_model(path).model->forward(ids, 1, 8),
+                 want = load(path).model->forward(ids, 1, 8);
+    EXPECT_EQ(std::memcmp(got.data(), file.data(), 4 * static_cast<size_t>(got.numel())), 0) << type;
+    float scale = 0, err = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      scale = std::max(scale, std::fabs(want.data()[i]));
+      err = std::max(err, std::fabs(got.data()[i] - want.data()[i]));
+    }
+    EXPECT_LE(err, 0.05f * scale) << type;
+  }
+  LoadOptions bad;
+  bad.quantize = "q8_0";
+  bad.float_weights = true;
+  EXPECT_THAT(error_of([&] { load_model(dir_, bad); }), HasSubstr("quantizing the weights (q8_0) is for generation"));
+  bad.float_weights = false;
+  bad.quantize = "q5_k";
+  EXPECT_THAT(error_of([&] { load_model(dir_, bad); }), HasSubstr("q5_k is not a type the integer products read"));
 }
 
 TEST_P(GgufModel, TheTokenizerComesThroughTheFile) {

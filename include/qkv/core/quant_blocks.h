@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -77,5 +78,15 @@ const std::vector<std::string>& writable_quant_types();
 // nearest integer of it; F16 and BF16 rounded to nearest even. A value that is not finite, or a
 // type it does not write, is a qkv::Error.
 void quantize(const QuantType& t, const float* x, int64_t n, uint8_t* out);
+// The type a load's quantize option names ("q8_0", ..., case as given), checked to be one the
+// integer products read (Q8_0, Q4_0, Q4_K, Q6_K): qkv::Error naming it otherwise.
+const QuantType& product_quant_type(const std::string& name);
+// The type rows of `cols` values are written in when `want` is asked: `want`, or where the rows are
+// not whole blocks of it the nearest that fits - Q8_0, then F16 - as llama.cpp's quantizer falls back.
+const QuantType& fitting_quant_type(const QuantType& want, int64_t cols);
+// A (rows, cols) matrix in type t (cols whole blocks of it), each row's floats given by
+// row(r, out[cols]) and quantized in turn: never more than one row in floats.
+QuantMatrix quantize_matrix(const QuantType& t, int64_t rows, int64_t cols,
+                            const std::function<void(int64_t, float*)>& row);
 
 }  // namespace qkv

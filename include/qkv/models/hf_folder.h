@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "qkv/core/generator.h"
+#include "qkv/core/quant_blocks.h"
 #include "qkv/io/output_files.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/models/decoder_spec.h"
@@ -49,8 +50,12 @@ HfFolder read_hf_folder(const std::string& dir);
 // straight into the model's bf16 copies and never as floats (DecoderModel::load_bf16_only: a
 // BF16 checkpoint in about its file size). Every name, shape and dtype is checked first.
 // draw: the weights drawn from gen first (then replaced), as torch.manual_seed(S); Model(cfg) does.
+// quantize (with bf16_only): the products' weights quantized into that type's blocks as they are
+// read (models/decoder.h: load_bf16_only's readq), or into Q8_0 where their rows are not whole
+// blocks of it (core/quant_blocks.h: fitting_quant_type), bf16 where not even of Q8_0.
 std::unique_ptr<LanguageModel> hf_model_from(const HfFolder& folder, Dtype dtype, AttentionPath path, Generator& gen,
-                                             bool bf16_only = false, bool draw = false);
+                                             bool bf16_only = false, bool draw = false,
+                                             const QuantType* quantize = nullptr);
 // The folder's files for `model`: config.json (its family's, "torch_dtype" saying the weights'),
 // model.safetensors (bf16: every tensor as BF16, as the families ship; else F32), and
 // tokenizer_file's bytes as tokenizer.json when given; for the caller to write together.

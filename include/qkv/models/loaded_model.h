@@ -35,6 +35,10 @@ struct LoadOptions {
   // A GGUF file's quantized weights decoded into bf16 weights instead of kept as their blocks (read
   // by integer products: core/quant_matvec.h), for comparing the two.
   bool dequantize = false;
+  // Quantize the products' weights at load ("q8_0", "q4_0", "q4_k", "q6_k"; "" none): a Llama 3 /
+  // Qwen3 folder's or a GGUF file's float weights (F32, F16, BF16) into that type's blocks, read by
+  // the integer products; a matrix whose rows are not whole blocks of it stays bf16.
+  std::string quantize;
   // The generator's seed (LoadedModel::generator: the dropouts' draws, a training run's shuffles);
   // unset: PyTorch's default seed (a qkv train checkpoint: its own). With `draw`, the weights are
   // drawn from it first and then replaced by the file's, as torch.manual_seed(S); Model(cfg);
