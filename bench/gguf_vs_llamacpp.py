@@ -100,16 +100,15 @@ def main():
             l_pre.append(r["prefill"]["seconds"])
         qd, ld = statistics.median(q_dec), statistics.median(l_dec)
         qp, lp = statistics.median(q_pre), statistics.median(l_pre)
-        held = file_bytes if t == "f32" else None
-        rows.append((t, file_bytes, qd, ld, qp, lp, held, model))
+        rows.append((t, file_bytes, qd, ld, qp, lp, model))
     gb = bw["bandwidth_gb_s"] * 1e9
     print(f"\n| {a.preset} file | MB | qkv decode tok/s | llama.cpp | ratio | % of bw qkv | llama.cpp | "
           f"prefill {a.prefill_tokens} qkv s | llama.cpp s | ratio |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for t, fb, qd, ld, qp, lp, _, _ in rows:
+    for t, fb, qd, ld, qp, lp, _ in rows:
         print(f"| {t.upper()} | {fb / 1e6:.0f} | {qd:.1f} | {ld:.1f} | {qd / ld:.2f}x | {100 * qd * fb / gb:.0f}% | "
               f"{100 * ld * fb / gb:.0f}% | {qp:.2f} | {lp:.2f} | {lp / qp:.2f}x |")
-    print("\nqkv's models:", *sorted({r[7] for r in rows}), sep="\n  ")
+    print("\nqkv's models:", *sorted({r[6] for r in rows}), sep="\n  ")
 
 
 if __name__ == "__main__":

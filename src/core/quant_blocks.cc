@@ -38,17 +38,6 @@ uint32_t u32(const uint8_t* p) {
 }
 float half(const uint8_t* p) { return f16_to_float(u16(p)); }
 
-// Sub-block j's (0..7) 6-bit scale and min of a Q4_K / Q5_K super-block's 12 scale bytes.
-void scale_and_min(int j, const uint8_t* q, int& scale, int& min) {
-  if (j < 4) {
-    scale = q[j] & 63;
-    min = q[j + 4] & 63;
-  } else {
-    scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // One block of 32: f16 d [, f16 m] [, u32 qh], u8 qs[16]; bits 5 when qh, an offset when no m.
 template <bool kMin, bool kFifthBit>
 void small_block(const uint8_t* b, float* y) {
@@ -81,8 +70,8 @@ void k_block(const uint8_t* b, float* y) {
   const uint8_t* qs = b + (kFifthBit ? 48 : 16);
   for (int pair = 0; pair < 4; ++pair) {
     int s0 = 0, m0 = 0, s1 = 0, m1 = 0;
-    scale_and_min(2 * pair, scales, s0, m0);
-    scale_and_min(2 * pair + 1, scales, s1, m1);
+    k_scale_min(2 * pair, scales, s0, m0);
+    k_scale_min(2 * pair + 1, scales, s1, m1);
     const float d0 = d * static_cast<float>(s0), min0 = dmin * static_cast<float>(m0);
     const float d1 = d * static_cast<float>(s1), min1 = dmin * static_cast<float>(m1);
     const uint8_t* q = qs + 32 * pair;

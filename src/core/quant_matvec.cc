@@ -56,17 +56,6 @@ Dot row_dot_32(const uint8_t* w, const BlockQ8* x, int64_t nb) {
   return out;
 }
 
-// Sub-block j's (0..7) 6-bit scale and min of a Q4_K super-block's 12 scale bytes.
-inline void q4_k_scale_min(int j, const uint8_t* q, int& scale, int& min) {
-  if (j < 4) {
-    scale = q[j] & 63;
-    min = q[j + 4] & 63;
-  } else {
-    scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // Q4_K (144 bytes) against BlockQ8K: per super-block, in int32,
 //   scaled = sum_j s_j sum_i q_i qx_i,  mins = sum_j m_j sum_i qx_i     (j: 8 sub-blocks of 32)
 // then y += (dx d) float(scaled) - (dx dmin) float(mins).
@@ -79,7 +68,7 @@ inline Dot row_dot_q4_k(const uint8_t* w, const BlockQ8K* x, int64_t nb) {
     int64_t abs_scaled = 0, abs_mins = 0;
     for (int j = 0; j < 8; ++j) {
       int s = 0, m = 0;
-      q4_k_scale_min(j, blk + 4, s, m);
+      k_scale_min(j, blk + 4, s, m);
       int32_t sub = 0, abs_sub = 0, xs = 0, abs_xs = 0;
       for (int i = 0; i < 32; ++i) {
         const uint8_t byte = qs[32 * (j / 2) + i];

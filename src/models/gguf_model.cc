@@ -44,8 +44,6 @@ std::vector<Part> block_parts(const StateNames& n) {
           {n.ff + "down_proj.", "ffn_down."}};
 }
 
-bool starts(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-
 // The tail after a part: "weight" or "bias".
 std::string tail_of(const std::string& s, const std::string& prefix) {
   const std::string t = s.substr(prefix.size());
@@ -210,15 +208,20 @@ std::string gguf_tensor_name(const ModelFamily& family, const std::string& name)
   if (name == n.embed + "weight") return "token_embd.weight";
   if (name == n.final_norm + "weight") return "output_norm.weight";
   if (name == n.head + "weight") return "output.weight";
-  if (!starts(name, n.blocks)) return "";
+  if (!name.starts_with(n.blocks)) return "";
   const size_t dot = name.find('.', n.blocks.size());
   if (dot == std::string::npos) return "";
   const std::string layer = name.substr(n.blocks.size(), dot - n.blocks.size());
   const std::string rest = name.substr(dot + 1);
   for (const Part& p : block_parts(n))
-    if (starts(rest, p.state))
+    if (rest.starts_with(p.state))
       if (const std::string tail = tail_of(rest, p.state); !tail.empty()) return "blk." + layer + "." + p.gguf + tail;
   return "";
+}
+
+int64_t gguf_reordered_heads(const std::string& arch, const std::string& name, const kernels::AttentionSpec& a) {
+  if (arch != "llama") return 0;
+  return name.ends_with(".attn_q.weight") ? a.heads : name.ends_with(".attn_k.weight") ? a.groups() : 0;
 }
 
 LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
@@ -264,13 +267,8 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
               " is not of the metadata's ", family.name, " model");
 
   // llama.cpp's order of Q's and K's rows, put back (the "llama" architecture's only).
-  const bool permuted = file.string("general.architecture") == "llama";
-  const kernels::AttentionSpec& a = spec.attention;
-  auto heads_of = [&](const std::string& g) -> int64_t {
-    if (!permuted) return 0;
-    const auto ends = [&](const char* s) { return g.size() > std::strlen(s) && g.compare(g.size() - std::strlen(s), std::strlen(s), s) == 0; };
-    return ends(".attn_q.weight") ? a.heads : ends(".attn_k.weight") ? a.groups() : 0;
-  };
+  const std::string arch = file.string("general.architecture");
+  auto heads_of = [&](const std::string& g) { return gguf_reordered_heads(arch, g, spec.attention); };
   auto read32 = [&](const std::string& name, float* out) {
     const std::string& g = gguf_of.at(name);
     file.read_floats(g, out);

@@ -37,11 +37,6 @@ void permute_rows(const float* w, float* out, int64_t heads, int64_t rows_per_he
                     static_cast<size_t>(cols) * sizeof(float));
 }
 
-bool ends_with(const std::string& s, const char* tail) {
-  const size_t n = std::strlen(tail);
-  return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
-}
-
 }  // namespace
 
 std::string gguf_model_bytes(LanguageModel& model, const json* tokenizer, const std::string& type_name,
@@ -101,8 +96,7 @@ std::string gguf_model_bytes(LanguageModel& model, const json* tokenizer, const 
     const Shape shape = e.shape();
     const QuantType& t = shape.size() == 1 ? quant_type_named("F32") : fitting_quant_type(type, shape.back());
     if (&t != &type && shape.size() != 1) fallbacks[t.name].push_back(name);
-    const int64_t heads = !llama ? 0 : ends_with(name, ".attn_q.weight") ? a.heads
-                                     : ends_with(name, ".attn_k.weight") ? a.groups() : 0;
+    const int64_t heads = gguf_reordered_heads(arch, name, a);
     const Tensor* tensor = e.tensor;
     tensors.push_back({name, shape, &t, [tensor, heads, &t, shape](uint8_t* out) {
                          const float* w = tensor->data();
@@ -123,7 +117,7 @@ std::string gguf_model_bytes(LanguageModel& model, const json* tokenizer, const 
 }
 
 std::optional<json> model_tokenizer_json(const LoadedModel& m, const std::string& source) {
-  if (!m.tokenizer_file.empty() && ends_with(m.tokenizer_file, "tokenizer.json"))
+  if (!m.tokenizer_file.empty() && m.tokenizer_file.ends_with("tokenizer.json"))
     return parse_json(read_file(m.tokenizer_file), excerpt(m.tokenizer_file));
   if (is_gguf_file(source)) {
     const GgufFile f(source);

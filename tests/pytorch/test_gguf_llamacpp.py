@@ -108,18 +108,14 @@ def llamacpp(npm_dir, gguf, ids, new, logits=True):
 def file_twin(m, path):
     """A copy of the twin holding the numbers the GGUF file holds (dequantized, Q/K rows unpermuted)."""
     _, tensors = gguf_files.read_gguf(path)
-    r = copy.deepcopy(m)
-    if m.cfg["tied"]:
-        r.out_head.weight = r.tok_emb.weight
-    state = dict(r.named_parameters())
-    with torch.no_grad():
-        for twin_name, hf in llama_model.hf_names(m.cfg):
-            x = torch.from_numpy(np.array(gguf_files.tensor_values(*tensors[gguf_files.gguf_name(hf)])))
-            if m.cfg["family"] == "llama" and hf.endswith(("q_proj.weight", "k_proj.weight")):
-                heads = m.cfg["n_heads"] if hf.endswith("q_proj.weight") else m.cfg["n_kv_groups"]
-                x = x.reshape(heads, -1, 2, x.shape[1]).swapaxes(1, 2).reshape(x.shape)  # the inverse
-            state[twin_name].copy_(x)
-    return r
+    state = {}
+    for _, hf in llama_model.hf_names(m.cfg):
+        x = torch.from_numpy(np.array(gguf_files.tensor_values(*tensors[gguf_files.gguf_name(hf)])))
+        if m.cfg["family"] == "llama" and hf.endswith(("q_proj.weight", "k_proj.weight")):
+            heads = m.cfg["n_heads"] if hf.endswith("q_proj.weight") else m.cfg["n_kv_groups"]
+            x = x.reshape(heads, -1, 2, x.shape[1]).swapaxes(1, 2).reshape(x.shape)  # the inverse
+        state[hf] = x
+    return twin_holding(m, state)
 
 
 def qkv_run(qkv, args):

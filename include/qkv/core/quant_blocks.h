@@ -53,6 +53,18 @@ std::string readable_quant_types();
 // `what`); overflow is an error.
 int64_t quant_bytes(const QuantType& t, int64_t n, const std::string& what);
 
+// Sub-block j's (0..7) 6-bit scale and min of a Q4_K / Q5_K super-block's 12 scale bytes (the
+// layout above): the decoder's and the integer products' one reading of them.
+inline void k_scale_min(int j, const uint8_t* q, int& scale, int& min) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    min = q[j + 4] & 63;
+  } else {
+    scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
 // n values of type t from `src` (quant_bytes(t, n) bytes) into out[0..n). The scalar reference.
 void dequantize(const QuantType& t, const uint8_t* src, int64_t n, float* out);
 

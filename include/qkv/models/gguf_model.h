@@ -53,6 +53,9 @@ const ModelFamily& family_of_gguf(const GgufFile& file);
 nlohmann::json gguf_config_json(const GgufFile& file);
 // A state name of the family's model -> the tensor's GGUF name ("" for a name GGUF has none for).
 std::string gguf_tensor_name(const ModelFamily& family, const std::string& state_name);
+// The heads whose rows llama.cpp reorders in the GGUF tensor `name` of architecture `arch` (above):
+// H for blk.N.attn_q.weight and G for blk.N.attn_k.weight of "llama"; 0 for any other tensor.
+int64_t gguf_reordered_heads(const std::string& arch, const std::string& name, const kernels::AttentionSpec& a);
 // The tokenizer GGUF's metadata describes (tokenizer.ggml.*), as a tokenizer.json for HfTokenizer:
 // model "gpt2" (byte-level BPE) with pre "llama-bpe" (Llama 3's split), "qwen2" (Qwen's, and NFC
 // as Qwen's tokenizer.json has) or "gpt-2"; token_type 1 the vocabulary, 3 special added tokens,
