@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/quant_gemm.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "qkv/core/bf16.h"
@@ -25,8 +26,6 @@
 #ifndef QKV_QUANT_MATVEC_SHARED
 #define QKV_QUANT_MATVEC_SHARED
 namespace qkv::quant_detail {
-
-constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14;  // ggml's type numbers
 
 inline float half_at(const uint8_t* p) { return f16_to_float(static_cast<uint16_t>(p[0] | (p[1] << 8))); }
 
@@ -50,7 +49,7 @@ Dot row_dot_32(const uint8_t* w, const BlockQ8* x, int64_t nb) {
       a += std::abs(qw * x[b].q[i]);
     }
     const float dd = half_at(blk) * x[b].d;
-    out.y += dd * static_cast<float>(s);
+    out.y = std::fma(static_cast<float>(s), dd, out.y);  // quant_gemm.h's order
     out.magnitude += std::fabs(static_cast<double>(dd)) * a;
   }
   return out;
@@ -120,6 +119,18 @@ inline Dot row_dot_q6_k(const uint8_t* w, const BlockQ8K* x, int64_t nb) {
   return out;
 }
 
+// n activations to d and q (the definition; see quantize_activations_q8): d = max|x| / 127 and
+// q = round(x / d) in [-127, 127], half away from zero, the division in double (no overflow of
+// 127 / max|x| for tiny x); a scale that underflows to 0 leaves q = 0 (x below 2e-43).
+inline void quantize_run(const float* x, int n, float& d, int8_t* q) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  d = amax / 127.0f;
+  const double id = d > 0.0f ? 127.0 / static_cast<double>(amax) : 0.0;
+  for (int i = 0; i < n; ++i)
+    q[i] = static_cast<int8_t>(std::clamp(std::round(static_cast<double>(x[i]) * id), -127.0, 127.0));
+}
+
 // One row of W (nb blocks of type `id`) against one row of quantized x (BlockQ8 or BlockQ8K).
 inline Dot row_dot(uint32_t id, const uint8_t* w, const void* xq, int64_t nb) {
   switch (id) {
@@ -169,6 +180,35 @@ QKV_QMV_ATTR HWY_INLINE float Sum4(__m128 s) {
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
+// quant_detail::quantize_run for n = 8 k values, bit for bit: the same float max and scale, the
+// product in double, rounded half away from zero (truncate, then one more step where the dropped
+// part is at least a half), clamped, then narrowed to int8.
+QKV_QMV_ATTR void QuantizeRun(const float* x, int n, float& d, int8_t* q) {
+  const __m256 no_sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + i), no_sign));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  const float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+  d = amax / 127.0f;
+  const __m256d id = _mm256_set1_pd(d > 0.0f ? 127.0 / static_cast<double>(amax) : 0.0);
+  const __m256d half = _mm256_set1_pd(0.5), lim = _mm256_set1_pd(127.0), sign = _mm256_set1_pd(-0.0);
+  const __m256d one = _mm256_set1_pd(1.0);
+  auto rounded = [&](__m128 v4) {
+    const __m256d v = _mm256_mul_pd(_mm256_cvtps_pd(v4), id);
+    const __m256d t = _mm256_round_pd(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256d away = _mm256_and_pd(_mm256_cmp_pd(_mm256_andnot_pd(sign, _mm256_sub_pd(v, t)), half, _CMP_GE_OQ),
+                                       _mm256_or_pd(one, _mm256_and_pd(sign, v)));
+    const __m256d r = _mm256_min_pd(lim, _mm256_max_pd(_mm256_sub_pd(_mm256_setzero_pd(), lim), _mm256_add_pd(t, away)));
+    return _mm256_cvttpd_epi32(r);
+  };
+  for (int i = 0; i < n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m128i w16 = _mm_packs_epi32(rounded(_mm256_castps256_ps128(v)), rounded(_mm256_extractf128_ps(v, 1)));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), _mm_packs_epi16(w16, w16));
+  }
+}
+
 // sum of u_i s_i in 8 int32 lanes, u unsigned in [0, 128], s signed in [-127, 127]: vpmaddubsw's
 // int16 pairs cannot saturate (2 x 128 x 127 < 2^15). VNNI does it in one instruction.
 QKV_QMV_ATTR HWY_INLINE __m256i DotU8S8(__m256i u, __m256i s) {
@@ -188,48 +228,69 @@ QKV_QMV_ATTR HWY_INLINE __m256i DotScaled(__m256i u, __m256i s, __m256i scale16)
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale16);
 }
 
-// Q8_0 (kQ4 false) or Q4_0 rows [n0, n1) of W against R rows of x (BlockQ8, nb per row, row r at
-// x + r nb): y[r N + n]. Two float accumulators per row (even and odd blocks).
-// Block b of one row of Q8_0 (kQ4 false) or Q4_0 weights `w` against R rows of x (BlockQ8, nb per
-// row, row r at x + r nb), into the accumulators acc[r].
-template <int R, bool kQ4>
-QKV_QMV_ATTR HWY_INLINE void Block32(const uint8_t* w, int64_t b, const BlockQ8* x, int64_t nb, __m256* acc) {
-  const uint8_t* blk = w + b * (kQ4 ? 18 : 34);
-  hwy::Prefetch(blk + kPrefetchBytes);
-  const float dw = HalfAt(blk);
-  __m256i q;
-  if constexpr (kQ4) {  // lo nibbles are values 0..15, hi nibbles 16..31
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-    q = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-    q = _mm256_sub_epi8(_mm256_and_si256(q, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
-  } else {
-    q = Load256(blk + 2);
-  }
-  const __m256i abs_q = _mm256_sign_epi8(q, q);
-  for (int r = 0; r < R; ++r) {
-    const BlockQ8& xb = x[r * nb + b];
-    const __m256i s = DotS8S8(abs_q, q, Load256(xb.q));
-    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb.d), _mm256_cvtepi32_ps(s), acc[r]);
-  }
+// The 8 sums of v[0..7]'s lanes, exact: lane j holds the sum of v[j].
+QKV_QMV_ATTR HWY_INLINE __m256i SumsOf8(const __m256i* v) {
+  // per 128-bit half: ab = [v0 v1 v2 v3 partial sums], then the halves added
+  const __m256i ab = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i cd = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
 }
 
-// Q8_0 or Q4_0 rows [n0, n1) of W against R rows of x: y[r N + n]. Two float accumulators per row
-// (even and odd blocks: one FMA chain is latency-bound).
+#if HWY_TARGET == HWY_AVX3_DL
+constexpr bool kVnni = true;
+#else
+constexpr bool kVnni = false;
+#endif
+
+// Q8_0 (kQ4 false) or Q4_0 rows [n0, n1) of W against R rows of x (BlockQ8, nb per row, row r at
+// x + r nb; xsum: each block's sum of quants): y[r N + n]. Eight rows of W at a time: each block's
+// eight exact integer sums as one vector (SumsOf8), then quant_gemm.h's float order, one FMA per
+// block for the eight. Q4_0's nibbles, and Q8_0's q + 128 on VNNI, enter the products unsigned and
+// their offset (8, 128) times the block's sum of x comes off; Q8_0 without VNNI moves w's sign onto
+// x (vpmaddubsw's int16 pairs would saturate on q + 128).
 template <int R, bool kQ4>
-QKV_QMV_ATTR void Rows32(const uint8_t* W, int64_t row_bytes, int64_t nb, const BlockQ8* x, int64_t N, int64_t n0,
-                         int64_t n1, float* y) {
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* w = W + n * row_bytes;
-    __m256 even[R], odd[R];
-    for (int r = 0; r < R; ++r) even[r] = odd[r] = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-      Block32<R, kQ4>(w, b, x, nb, even);
-      Block32<R, kQ4>(w, b + 1, x, nb, odd);
+QKV_QMV_ATTR void Rows32(const uint8_t* W, int64_t row_bytes, int64_t nb, const BlockQ8* x, const int32_t* xsum,
+                         int64_t N, int64_t n0, int64_t n1, float* y) {
+  constexpr int64_t kBytes = kQ4 ? 18 : 34;
+  constexpr bool kUnsigned = kQ4 || kVnni;
+  constexpr int32_t kOffset = kQ4 ? 8 : 128;
+  const __m256i low4 = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(static_cast<char>(0x80));
+  int64_t n = n0;
+  for (; n + 8 <= n1; n += 8) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m256i u[8], w[8];
+      alignas(16) uint16_t h[8];
+      for (int j = 0; j < 8; ++j) {
+        const uint8_t* blk = W + (n + j) * row_bytes + b * kBytes;
+        hwy::Prefetch(blk + kPrefetchBytes);
+        std::memcpy(&h[j], blk, 2);
+        if constexpr (kQ4) {  // lo nibbles are values 0..15, hi nibbles 16..31
+          const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+          u[j] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low4);
+        } else if constexpr (kVnni) {
+          u[j] = _mm256_xor_si256(Load256(blk + 2), top);
+        } else {
+          w[j] = Load256(blk + 2);
+          u[j] = _mm256_sign_epi8(w[j], w[j]);
+        }
+      }
+      const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
+      for (int r = 0; r < R; ++r) {
+        const BlockQ8& xb = x[r * nb + b];
+        const __m256i xv = Load256(xb.q);
+        __m256i dots[8];
+        for (int j = 0; j < 8; ++j) dots[j] = DotU8S8(u[j], kUnsigned ? xv : _mm256_sign_epi8(xv, w[j]));
+        __m256i isum = SumsOf8(dots);
+        if constexpr (kUnsigned) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(kOffset * xsum[r * nb + b]));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), acc[r]);
+      }
     }
-    if (b < nb) Block32<R, kQ4>(w, b, x, nb, even);
-    for (int r = 0; r < R; ++r) y[r * N + n] = Sum8(_mm256_add_ps(even[r], odd[r]));
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * N + n, acc[r]);
   }
+  for (; n < n1; ++n)  // the last rows one at a time, in the same order (the reference's block sums)
+    for (int r = 0; r < R; ++r) y[r * N + n] = qd::row_dot_32<kQ4>(W + n * row_bytes, x + r * nb, nb).y;
 }
 
 // Q4_K rows against BlockQ8K rows: per super-block the scaled sums in int32 lanes (vpmaddwd by the
@@ -330,20 +391,21 @@ QKV_QMV_ATTR void RowsQ6K(const uint8_t* W, int64_t row_bytes, int64_t nb, const
 }
 
 template <int R>
-void RowsOfType(uint32_t id, const uint8_t* W, int64_t row_bytes, int64_t nb, const void* xq, int64_t N, int64_t n0,
-                int64_t n1, float* y) {
+void RowsOfType(uint32_t id, const uint8_t* W, int64_t row_bytes, int64_t nb, const void* xq, const int32_t* xsum,
+                int64_t N, int64_t n0, int64_t n1, float* y) {
   switch (id) {
-    case qd::kQ8_0: Rows32<R, false>(W, row_bytes, nb, static_cast<const BlockQ8*>(xq), N, n0, n1, y); break;
-    case qd::kQ4_0: Rows32<R, true>(W, row_bytes, nb, static_cast<const BlockQ8*>(xq), N, n0, n1, y); break;
+    case qd::kQ8_0: Rows32<R, false>(W, row_bytes, nb, static_cast<const BlockQ8*>(xq), xsum, N, n0, n1, y); break;
+    case qd::kQ4_0: Rows32<R, true>(W, row_bytes, nb, static_cast<const BlockQ8*>(xq), xsum, N, n0, n1, y); break;
     case qd::kQ4_K: RowsQ4K<R>(W, row_bytes, nb, static_cast<const BlockQ8K*>(xq), N, n0, n1, y); break;
     default: RowsQ6K<R>(W, row_bytes, nb, static_cast<const BlockQ8K*>(xq), N, n0, n1, y); break;
   }
 }
 #else
 // Other targets: the reference's scalar block sums (the compiler vectorizes what it can).
+void QuantizeRun(const float* x, int n, float& d, int8_t* q) { qd::quantize_run(x, n, d, q); }
 template <int R>
-void RowsOfType(uint32_t id, const uint8_t* W, int64_t row_bytes, int64_t nb, const void* xq, int64_t N, int64_t n0,
-                int64_t n1, float* y) {
+void RowsOfType(uint32_t id, const uint8_t* W, int64_t row_bytes, int64_t nb, const void* xq, const int32_t*, int64_t N,
+                int64_t n0, int64_t n1, float* y) {
   const int64_t x_row = nb * (id == qd::kQ8_0 || id == qd::kQ4_0 ? int64_t{sizeof(BlockQ8)} : int64_t{sizeof(BlockQ8K)});
   for (int64_t n = n0; n < n1; ++n)
     for (int r = 0; r < R; ++r)
@@ -355,18 +417,34 @@ void RowsOfType(uint32_t id, const uint8_t* W, int64_t row_bytes, int64_t nb, co
 // or L2) meeting the rows of x four at a time, so W comes from memory once whatever M.
 constexpr int64_t kTileRows = 8;
 void QuantRowsRange(uint32_t id, const uint8_t* W, int64_t row_bytes, int64_t nb, const void* xq, int64_t x_row_bytes,
-                    int64_t M, int64_t N, int64_t n0, int64_t n1, float* y) {
+                    const int32_t* xsum, int64_t M, int64_t N, int64_t n0, int64_t n1, float* y) {
   for (int64_t t0 = n0; t0 < n1; t0 += kTileRows) {
     const int64_t t1 = std::min(n1, t0 + kTileRows);
     for (int64_t r = 0; r < M; r += 4) {
       const void* xr = static_cast<const uint8_t*>(xq) + r * x_row_bytes;
+      const int32_t* sr = xsum ? xsum + r * nb : nullptr;
       float* yr = y + r * N;
       switch (std::min<int64_t>(4, M - r)) {
-        case 1: RowsOfType<1>(id, W, row_bytes, nb, xr, N, t0, t1, yr); break;
-        case 2: RowsOfType<2>(id, W, row_bytes, nb, xr, N, t0, t1, yr); break;
-        case 3: RowsOfType<3>(id, W, row_bytes, nb, xr, N, t0, t1, yr); break;
-        default: RowsOfType<4>(id, W, row_bytes, nb, xr, N, t0, t1, yr); break;
+        case 1: RowsOfType<1>(id, W, row_bytes, nb, xr, sr, N, t0, t1, yr); break;
+        case 2: RowsOfType<2>(id, W, row_bytes, nb, xr, sr, N, t0, t1, yr); break;
+        case 3: RowsOfType<3>(id, W, row_bytes, nb, xr, sr, N, t0, t1, yr); break;
+        default: RowsOfType<4>(id, W, row_bytes, nb, xr, sr, N, t0, t1, yr); break;
       }
+    }
+  }
+}
+
+// One row of x (K values) into BlockQ8 blocks, or BlockQ8K blocks with their bsums.
+void QuantizeQ8(const float* x, int64_t K, BlockQ8* out) {
+  for (int64_t b = 0; b < K / 32; ++b) QuantizeRun(x + 32 * b, 32, out[b].d, out[b].q);
+}
+void QuantizeQ8K(const float* x, int64_t K, BlockQ8K* out) {
+  for (int64_t b = 0; b < K / 256; ++b) {
+    QuantizeRun(x + 256 * b, 256, out[b].d, out[b].q);
+    for (int g = 0; g < 16; ++g) {
+      int s = 0;
+      for (int i = 0; i < 16; ++i) s += out[b].q[16 * g + i];
+      out[b].bsums[g] = static_cast<int16_t>(s);
     }
   }
 }
@@ -383,19 +461,10 @@ HWY_AFTER_NAMESPACE();
 namespace qkv {
 
 HWY_EXPORT(QuantRowsRange);
+HWY_EXPORT(QuantizeQ8);
+HWY_EXPORT(QuantizeQ8K);
 
 namespace {
-
-// d = max|x| / 127 and q = round(x / d) in [-127, 127], the division in double (no overflow of
-// 127 / max|x| for tiny x); a scale that underflows to 0 leaves q = 0 (x below 2e-43).
-void quantize_run(const float* x, int n, float& d, int8_t* q) {
-  float amax = 0.0f;
-  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-  d = amax / 127.0f;
-  const double id = d > 0.0f ? 127.0 / static_cast<double>(amax) : 0.0;
-  for (int i = 0; i < n; ++i)
-    q[i] = static_cast<int8_t>(std::clamp(std::round(static_cast<double>(x[i]) * id), -127.0, 127.0));
-}
 
 bool multiplies(uint32_t id) {
   return id == quant_detail::kQ8_0 || id == quant_detail::kQ4_0 || id == quant_detail::kQ4_K ||
@@ -411,38 +480,55 @@ void check_arguments(const char* what, const QuantType& t, int64_t N, int64_t K,
   QKV_CHECK(M >= 1 && N >= 0, what, ": (M, N) = (", M, ", ", N, "): M must be at least 1 and N not negative");
 }
 
-// x (M, K) quantized into `scratch` for t (BlockQ8 or BlockQ8K rows); returns the bytes per row.
-int64_t quantize_rows(const QuantType& t, const float* x, int64_t M, int64_t K, std::vector<uint8_t>& scratch) {
+// x (M, K) quantized for t: BlockQ8 or BlockQ8K rows into `scratch` (x_row bytes each) and, for
+// the 32-value types, each block's sum of quants into `sums`. Rows split over the pool.
+struct QuantizedRows {
+  const uint8_t* q;
+  int64_t x_row;
+  const int32_t* sums;  // null for the K-quants
+};
+QuantizedRows quantize_rows(const QuantType& t, const float* x, int64_t M, int64_t K, std::vector<uint8_t>& scratch,
+                            std::vector<int32_t>& sums, ThreadPool* pool) {
   const bool k = k_quant(t.id);
-  const int64_t row = k ? K / 256 * int64_t{sizeof(BlockQ8K)} : K / 32 * int64_t{sizeof(BlockQ8)};
+  const int64_t nb = K / t.block;
+  const int64_t row = k ? nb * int64_t{sizeof(BlockQ8K)} : nb * int64_t{sizeof(BlockQ8)};
   if (scratch.size() < static_cast<size_t>(M * row)) scratch.resize(static_cast<size_t>(M * row));
-  for (int64_t m = 0; m < M; ++m) {
-    uint8_t* out = scratch.data() + m * row;
-    if (k)
-      quantize_activations_q8_k(x + m * K, K, reinterpret_cast<BlockQ8K*>(out));
-    else
+  if (!k && sums.size() < static_cast<size_t>(M * nb)) sums.resize(static_cast<size_t>(M * nb));
+  auto rows = [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) {
+      uint8_t* out = scratch.data() + m * row;
+      if (k) {
+        quantize_activations_q8_k(x + m * K, K, reinterpret_cast<BlockQ8K*>(out));
+        continue;
+      }
+      const auto* blocks = reinterpret_cast<const BlockQ8*>(out);
       quantize_activations_q8(x + m * K, K, reinterpret_cast<BlockQ8*>(out));
+      for (int64_t b = 0; b < nb; ++b) {
+        int32_t s = 0;
+        for (int8_t q : blocks[b].q) s += q;
+        sums[static_cast<size_t>(m * nb + b)] = s;
+      }
+    }
+  };
+  if (pool && M >= 2 * pool->num_threads()) {
+    const int64_t tasks = pool->num_threads(), per = (M + tasks - 1) / tasks;
+    pool->parallel_for(tasks, [&](int64_t task, int) { rows(task * per, std::min(M, task * per + per)); });
+  } else {
+    rows(0, M);
   }
-  return row;
+  return {scratch.data(), row, k ? nullptr : sums.data()};
 }
 
 }  // namespace
 
 void quantize_activations_q8(const float* x, int64_t K, BlockQ8* out) {
   QKV_CHECK(K >= 0 && K % 32 == 0, "quantize_activations_q8: K (", K, ") must be a multiple of 32");
-  for (int64_t b = 0; b < K / 32; ++b) quantize_run(x + 32 * b, 32, out[b].d, out[b].q);
+  HWY_DYNAMIC_DISPATCH(QuantizeQ8)(x, K, out);
 }
 
 void quantize_activations_q8_k(const float* x, int64_t K, BlockQ8K* out) {
   QKV_CHECK(K >= 0 && K % 256 == 0, "quantize_activations_q8_k: K (", K, ") must be a multiple of 256");
-  for (int64_t b = 0; b < K / 256; ++b) {
-    quantize_run(x + 256 * b, 256, out[b].d, out[b].q);
-    for (int g = 0; g < 16; ++g) {
-      int s = 0;
-      for (int i = 0; i < 16; ++i) s += out[b].q[16 * g + i];
-      out[b].bsums[g] = static_cast<int16_t>(s);
-    }
-  }
+  HWY_DYNAMIC_DISPATCH(QuantizeQ8K)(x, K, out);
 }
 
 std::string quant_matvec_types() { return "Q8_0, Q4_0, Q4_K, Q6_K"; }
@@ -451,18 +537,31 @@ void quant_matvec(const QuantType& t, const uint8_t* W, int64_t N, int64_t K, co
                   ThreadPool* pool) {
   check_arguments("quant_matvec", t, N, K, M);
   if (N == 0) return;
-  thread_local std::vector<uint8_t> scratch;  // x quantized, kept between calls: no allocation per token
-  const int64_t x_row = quantize_rows(t, x, M, K, scratch);
-  const uint8_t* xq = scratch.data();
+  ThreadPool& p = pool ? *pool : default_pool();
+  // x quantized, kept between calls: no allocation per token
+  thread_local std::vector<uint8_t> scratch;
+  thread_local std::vector<int32_t> sums;
+  const QuantizedRows xq = quantize_rows(t, x, M, K, scratch, sums, &p);
   const int64_t row_bytes = quant_bytes(t, K, "quant_matvec");
   const int64_t nb = K / t.block;
-  ThreadPool& p = pool ? *pool : default_pool();
+  if (!k_quant(t.id) && M >= quant_detail::kGemmMinRows && quant_detail::quant_gemm_available()) {
+    // Many rows: W packed panel by panel; the panels split over the pool (four tasks per thread).
+    const int64_t panels = (N + quant_detail::kPanelRows - 1) / quant_detail::kPanelRows;
+    const int64_t tasks = std::min<int64_t>(panels, 4 * p.num_threads());
+    const int64_t per = (panels + tasks - 1) / tasks * quant_detail::kPanelRows;
+    const quant_detail::Activations32 act{reinterpret_cast<const BlockQ8*>(xq.q), xq.sums, nb};
+    p.parallel_for(tasks, [&](int64_t task, int) {
+      const int64_t n0 = task * per, n1 = std::min(N, n0 + per);
+      if (n0 < n1) quant_detail::quant_gemm_32(t.id, W, row_bytes, act, M, N, n0, n1, y);
+    });
+    return;
+  }
   // Blocks of W's rows: four per thread (the last ones balance a slow start), at least 16 rows.
   const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(4 * p.num_threads(), N / 16));
   const int64_t per = (N + tasks - 1) / tasks;
   p.parallel_for(tasks, [&](int64_t task, int) {
     const int64_t n0 = task * per, n1 = std::min(N, n0 + per);
-    if (n0 < n1) HWY_DYNAMIC_DISPATCH(QuantRowsRange)(t.id, W, row_bytes, nb, xq, x_row, M, N, n0, n1, y);
+    if (n0 < n1) HWY_DYNAMIC_DISPATCH(QuantRowsRange)(t.id, W, row_bytes, nb, xq.q, xq.x_row, xq.sums, M, N, n0, n1, y);
   });
 }
 
@@ -470,7 +569,8 @@ void quant_matvec_reference(const QuantType& t, const uint8_t* W, int64_t N, int
                             float* y, float* magnitude) {
   check_arguments("quant_matvec_reference", t, N, K, M);
   std::vector<uint8_t> scratch;
-  const int64_t x_row = quantize_rows(t, x, M, K, scratch);
+  std::vector<int32_t> sums;
+  const int64_t x_row = quantize_rows(t, x, M, K, scratch, sums, nullptr).x_row;
   const int64_t row_bytes = quant_bytes(t, K, "quant_matvec_reference");
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {

@@ -2,8 +2,8 @@
 // kernel against the naive reference (the same integer block sums, so only the float combination's
 // rounding may differ), and the reference against the float product with the dequantized weights
 // (only the activations' quantization may differ, bounded by their block scales). Every weight type,
-// N not a multiple of any vector width, K of 1, 2 and several blocks, M = 1, 3, 16 (and 17, past
-// the decode sizes); edge blocks: all zeros, zero scales, the extreme quants and scales, a row of x
+// N not a multiple of any vector width, K of 1, 2 and several blocks, M = 1, 3 (the row kernel), 16
+// and 17 (the packed panels); a row's bits independent of the rows beside it; edge blocks: all zeros, zero scales, the extreme quants and scales, a row of x
 // of equal values, x spanning 60 orders of magnitude; the same bits whatever the thread count; the
 // errors.
 #include <gmock/gmock.h>
@@ -154,7 +154,7 @@ TEST(QuantMatvec, EveryTypeAndShapeMatchesTheReferenceAndTheDequantizedProductOn
       int64_t checked = 0, expected = 0;
       for (int64_t blocks : {1, 2, 5})
         for (int64_t N : {1, 5, 37})
-          for (int64_t M : {1, 3, 16, 17}) {
+          for (int64_t M : {1, 3, 8, 17}) {
             const int64_t K = blocks * t.block;
             const auto W = random_weights(t, N, K, rng, 0.05f);
             const auto x = normal_vector(static_cast<size_t>(M * K), rng);
@@ -191,7 +191,7 @@ TEST(QuantMatvec, EdgeBlocks) {
     for (const char* name : kTypes) {
       const QuantType& t = quant_type_named(name);
       std::mt19937 rng(3);
-      const int64_t K = 2 * t.block, N = 9, M = 3;
+      const int64_t K = 2 * t.block, N = 19, M = 9;  // M: three of each row below; past kGemmMinRows
       const std::string label = target + " " + name;
       // All zeros: weights and x.
       const std::vector<uint8_t> zeros(static_cast<size_t>(N * quant_bytes(t, K, "W")), 0);
@@ -209,11 +209,13 @@ TEST(QuantMatvec, EdgeBlocks) {
       // the largest f16 scale that keeps the sums finite, and x with a row of equal values, a row
       // spanning 1e-30 to 1e30 (the small ones quantize to 0) and a normal row.
       std::vector<float> xe(static_cast<size_t>(M * K));
-      for (int64_t k = 0; k < K; ++k) {
-        xe[static_cast<size_t>(k)] = 0.75f;
-        xe[static_cast<size_t>(K + k)] = (k % 2 ? -1.0f : 1.0f) * std::pow(10.0f, static_cast<float>(k % 61 - 30));
-        xe[static_cast<size_t>(2 * K + k)] = x[static_cast<size_t>(k)];
-      }
+      for (int64_t m = 0; m < M; m += 3)
+        for (int64_t k = 0; k < K; ++k) {
+          xe[static_cast<size_t>(m * K + k)] = 0.75f;
+          xe[static_cast<size_t>((m + 1) * K + k)] =
+              (k % 2 ? -1.0f : 1.0f) * std::pow(10.0f, static_cast<float>(k % 61 - 30));
+          xe[static_cast<size_t>((m + 2) * K + k)] = x[static_cast<size_t>(m * K + k)];
+        }
       for (int fill : {0x00, 0xFF, 0x80, 0x7F})
         for (float scale : {1.0f, 1000.0f})
           EXPECT_EQ(check(t, random_weights(t, N, K, rng, scale, fill, true), N, K, xe, M, pool,
@@ -251,17 +253,41 @@ TEST(QuantMatvec, KnownAnswers) {
 
 TEST(QuantMatvec, TheThreadCountDoesNotChangeABit) {
   std::mt19937 rng(9);
-  for (const char* name : kTypes) {
-    const QuantType& t = quant_type_named(name);
-    const int64_t M = 3, K = 4 * t.block, N = 1001;
-    const auto W = random_weights(t, N, K, rng, 0.1f);
-    const auto x = normal_vector(static_cast<size_t>(M * K), rng);
-    std::vector<float> one(static_cast<size_t>(M * N)), three(one.size());
-    ThreadPool p1(1), p3(3);
-    quant_matvec(t, W.data(), N, K, x.data(), M, one.data(), &p1);
-    quant_matvec(t, W.data(), N, K, x.data(), M, three.data(), &p3);
-    EXPECT_EQ(one, three) << name;
-  }
+  for (const char* name : kTypes)
+    for (int64_t M : {3, 20}) {  // the row kernel, and the packed panels from kGemmMinRows rows on
+      const QuantType& t = quant_type_named(name);
+      const int64_t K = 4 * t.block, N = 1001;
+      const auto W = random_weights(t, N, K, rng, 0.1f);
+      const auto x = normal_vector(static_cast<size_t>(M * K), rng);
+      std::vector<float> one(static_cast<size_t>(M * N)), three(one.size());
+      ThreadPool p1(1), p3(3);
+      quant_matvec(t, W.data(), N, K, x.data(), M, one.data(), &p1);
+      quant_matvec(t, W.data(), N, K, x.data(), M, three.data(), &p3);
+      EXPECT_EQ(one, three) << name << " M " << M;
+    }
+}
+
+TEST(QuantMatvec, ARowHasTheSameBitsWhateverTheRowsBesideIt) {
+  // A prompt's rows (the packed panels) and a decoding step's one row (the row kernel) give a row
+  // the same bits: a cached step equals the full forward's last row. N past whole panels and whole
+  // groups of 8; every target.
+  ThreadPool pool(2);
+  for_each_target([&](const std::string& target) {
+    for (const char* name : kTypes) {
+      const QuantType& t = quant_type_named(name);
+      std::mt19937 rng(21);
+      const int64_t M = 23, K = 3 * t.block, N = 45;
+      const auto W = random_weights(t, N, K, rng, 0.05f);
+      const auto x = normal_vector(static_cast<size_t>(M * K), rng);
+      std::vector<float> all(static_cast<size_t>(M * N)), alone(static_cast<size_t>(N));
+      quant_matvec(t, W.data(), N, K, x.data(), M, all.data(), &pool);
+      for (int64_t m = 0; m < M; ++m) {
+        quant_matvec(t, W.data(), N, K, x.data() + m * K, 1, alone.data(), &pool);
+        EXPECT_EQ(std::memcmp(alone.data(), all.data() + m * N, alone.size() * sizeof(float)), 0)
+            << target << " " << name << " row " << m;
+      }
+    }
+  });
 }
 
 TEST(QuantMatvec, ActivationsAreQuantizedAsLlamaCppDoes) {
@@ -282,6 +308,59 @@ TEST(QuantMatvec, ActivationsAreQuantizedAsLlamaCppDoes) {
     EXPECT_EQ(q8k[0].bsums[g], s);
   }
   for (int i = 0; i < 256; ++i) EXPECT_LE(std::abs(q8k[0].q[i]), 127);
+}
+
+TEST(QuantMatvec, EveryTargetQuantizesActivationsByTheDefinition) {
+  // d = max|x| / 127 (float), q = round(x 127 / max|x|) computed in double, halves away from zero,
+  // written here from the definition; rows of normal values at several scales, halves exactly
+  // (max 127: x 127 / max|x| = x), tiny and zero rows.
+  std::mt19937 rng(31);
+  std::vector<float> x;
+  for (float scale : {1.0f, 1e-3f, 1e30f, 1e-38f}) {
+    const auto row = normal_vector(256, rng);
+    for (float v : row) x.push_back(v * scale);
+  }
+  for (int i = 0; i < 256; ++i) x.push_back(i % 32 == 0 ? 127.0f : static_cast<float>(i % 127 - 63) + 0.5f);
+  for (int i = 0; i < 256; ++i) x.push_back(0.0f);
+  const int64_t K = static_cast<int64_t>(x.size());
+  // The definition's scales and quants of every value, in blocks of `block`.
+  auto expected = [&](int64_t block, std::vector<float>& d, std::vector<int>& q) {
+    d.assign(static_cast<size_t>(K), 0.0f);
+    q.assign(static_cast<size_t>(K), 0);
+    for (int64_t b = 0; b < K / block; ++b) {
+      float amax = 0;
+      for (int64_t i = 0; i < block; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(b * block + i)]));
+      for (int64_t i = 0; i < block; ++i) {
+        const size_t at = static_cast<size_t>(b * block + i);
+        const double v = amax > 0 ? static_cast<double>(x[at]) * (127.0 / amax) : 0.0;
+        const double r = v < 0 ? -std::floor(-v + 0.5) : std::floor(v + 0.5);  // valid for |v| <= 127.5
+        q[at] = static_cast<int>(std::clamp(r, -127.0, 127.0));
+        d[at] = amax / 127.0f;
+      }
+    }
+  };
+  std::vector<float> d32, d256;
+  std::vector<int> q32, q256;
+  expected(32, d32, q32);
+  expected(256, d256, q256);
+  EXPECT_EQ(q32[static_cast<size_t>(4 * 256 + 1)], -62);  // x = -61.5 with max 127: away from zero
+  EXPECT_EQ(q32[static_cast<size_t>(4 * 256 + 126)], 64);  // x = 63.5
+  for_each_target([&](const std::string& target) {
+    std::vector<BlockQ8> q8(static_cast<size_t>(K / 32));
+    std::vector<BlockQ8K> q8k(static_cast<size_t>(K / 256));
+    quantize_activations_q8(x.data(), K, q8.data());
+    quantize_activations_q8_k(x.data(), K, q8k.data());
+    std::vector<int> got32(static_cast<size_t>(K)), got256(static_cast<size_t>(K));
+    for (int64_t i = 0; i < K; ++i) {
+      const size_t at = static_cast<size_t>(i);
+      EXPECT_EQ(q8[at / 32].d, d32[at]) << target << " at " << i;
+      EXPECT_EQ(q8k[at / 256].d, d256[at]) << target << " at " << i;
+      got32[at] = q8[at / 32].q[i % 32];
+      got256[at] = q8k[at / 256].q[i % 256];
+    }
+    EXPECT_EQ(got32, q32) << target;
+    EXPECT_EQ(got256, q256) << target;
+  });
 }
 
 TEST(QuantMatvec, BadInputsAreErrorsNamingThem) {

@@ -15,11 +15,14 @@
 // |w_i| dx_b(i) / 2 (plus float rounding of the block sums), where dx_b is the scale of the
 // activation block holding i.
 //
-// The weights are streamed once per call whatever M (tiles of W's rows meet every row of x while in
-// cache), split over the pool by blocks of W's rows; each output's sum has a fixed order, so the
-// result does not depend on the thread count. The integer dot products use AVX2's vpmaddubsw +
-// vpmaddwd, or AVX-512 VNNI's vpdpbusd where the CPU has it (Highway's AVX3_DL target), picked at
-// run time; other targets run the reference's scalar block sums.
+// The weights are streamed once per call whatever M, split over the pool by blocks of W's rows: for
+// a few rows of x (decoding), tiles of W's rows meet them in cache; from 8 rows on (a prompt), Q8_0
+// and Q4_0 weights are packed per call into panels of 16 rows that one instruction multiplies at
+// once (src/core/quant_gemm.h). Each output's sum has one fixed order, the same in both kernels and
+// for every thread count: a row of y has the same bits whatever M is and whichever threads ran it.
+// The integer dot products use AVX2's vpmaddubsw + vpmaddwd, or AVX-512 VNNI's vpdpbusd where the
+// CPU has it (Highway's AVX3_DL target), picked at run time; other targets run the reference's
+// scalar block sums.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +34,9 @@
 
 namespace qkv {
 
-// 32 activations: x[i] ~ d q[i], d = max|x| / 127, q[i] = round(x[i] / d) in [-127, 127]
-// (an all-zero block: d = 0, q = 0). llama.cpp's Q8_0 with a float scale.
+// 32 activations: x[i] ~ d q[i], d = max|x| / 127, q[i] = round(x[i] 127 / max|x|) in [-127, 127]
+// (computed in double, halves away from zero; an all-zero block: d = 0, q = 0). llama.cpp's Q8_0
+// with a float scale.
 struct BlockQ8 {
   float d;
   int8_t q[32];
@@ -54,8 +58,8 @@ void quantize_activations_q8_k(const float* x, int64_t K, BlockQ8K* out);
 // "Q8_0, Q4_0, Q4_K, Q6_K": the weight types quant_matvec multiplies.
 std::string quant_matvec_types();
 
-// y (M, N) = x (M, K) W^T, W (N, K) in type t (see the top). M >= 1 (tuned for M <= 16: each tile
-// of W meets the rows of x four at a time), N >= 0, K a positive multiple of t's block; y is
+// y (M, N) = x (M, K) W^T, W (N, K) in type t (see the top). M >= 1, N >= 0, K a positive multiple
+// of t's block; y is
 // overwritten. Errors: a type not listed above (the message lists those that are), K not whole
 // blocks of t (naming K and the block).
 void quant_matvec(const QuantType& t, const uint8_t* W, int64_t N, int64_t K, const float* x, int64_t M, float* y,

@@ -1,0 +1,47 @@
+// src/core/quant_gemm.h - the quantized product for a prompt's many rows of x (core internal; the
+// public entry is quant_matvec, include/qkv/core/quant_matvec.h, which calls it from M rows on).
+//
+// Q8_0 and Q4_0 weights, repacked per call into panels of 16 rows (as a GEMM packs B) so that one
+// integer instruction multiplies 16 rows of W at once:
+//   panel block b:  u8 q[8 steps][16 rows][4 values]   (512 bytes: values 4 s .. 4 s + 3 of row j)
+//                   float d[16]                          (the rows' scales)
+// and each step is a dot product of 4 values per lane against 4 values of x broadcast to every
+// lane. The quants are stored unsigned (Q4_0: the nibbles 0..15; Q8_0 on VNNI: q + 128) and the
+// offset taken back from the block's integer sum as offset x sum_i qx_i, or signed (Q8_0 without
+// VNNI: vpsignb moves w's sign onto x, as the row kernel does), so every block's sum is exact.
+//
+// One order of float operations, shared with quant_matvec's row kernel so that a row of y has the
+// same bits whatever M is (a cached decoding step equals the full forward's last row):
+//   y = 0;  for b in order:  y = fma(float(isum_b), dw_b * dx_b, y)
+#pragma once
+
+#include <cstdint>
+
+#include "qkv/core/quant_matvec.h"
+
+namespace qkv::quant_detail {
+
+constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14;  // ggml's type numbers
+constexpr int64_t kPanelRows = 16;
+// From this many rows of x on, quant_matvec packs W into panels (below it, packing W once costs
+// more than the few rows gain).
+constexpr int64_t kGemmMinRows = 8;
+
+// x quantized for the 32-value block types: M rows of nb blocks, row m at q + m nb, and each
+// block's sum of quants (sums[m nb + b] = sum_i q[m nb + b].q[i]).
+struct Activations32 {
+  const BlockQ8* q;
+  const int32_t* sums;
+  int64_t nb;
+};
+
+// True if the SIMD target in use (the CPU's best, or the forced one) has the packed kernel; if not,
+// quant_matvec's row kernel does every M.
+bool quant_gemm_available();
+
+// Rows [n0, n1) of y (M, N) = x W^T, W (N, K = 32 nb) of Q8_0 (id 8) or Q4_0 (id 2), row n at
+// W + n row_bytes; n0 a multiple of kPanelRows. Single-threaded (quant_matvec splits N).
+void quant_gemm_32(uint32_t id, const uint8_t* W, int64_t row_bytes, const Activations32& x, int64_t M, int64_t N,
+                   int64_t n0, int64_t n1, float* y);
+
+}  // namespace qkv::quant_detail
