@@ -3,8 +3,12 @@
 // next to the machine's read bandwidth measured in the same run (kernels/memory_bandwidth.h), on
 // 1 and 2 threads. Decode streams every weight from memory, so each call reads a different copy of
 // W from a ring of copies at least 4 x L3 (and 512 MiB) long: the weight is never in cache.
+// With --rows M > 1 (a prompt's M rows: the packed kernel, src/core/quant_gemm.h), the figure is
+// GOP/s instead: 2 M N K / the median call time (the integer products' multiply-adds as 2 ops),
+// for the quantized types, on 1 and 2 threads.
 //
 //   build/bench/qkv_quant_matvec_bench [--target AVX2|AVX3|AVX3_DL] [--passes 3] [--shapes 2048x1024,...]
+//                                      [--rows M]
 //
 // Legend: N output rows (W's rows), K values per row.
 #include <algorithm>
@@ -95,14 +99,16 @@ std::vector<Shape> parse_shapes(const std::string& s) {
 int main(int argc, char** argv) {
   std::string target_name, shapes_arg = "2048x1024,1024x2048,3072x1024,1024x3072,151936x1024";
   int passes = 3;
+  int64_t rows = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--target" && i + 1 < argc) target_name = argv[++i];
     else if (a == "--passes" && i + 1 < argc) passes = std::stoi(argv[++i]);
     else if (a == "--shapes" && i + 1 < argc) shapes_arg = argv[++i];
+    else if (a == "--rows" && i + 1 < argc) rows = std::max<int64_t>(1, std::stoll(argv[++i]));
     else {
-      std::printf("usage: %s [--target AVX2|AVX3|AVX3_DL] (default: the best) [--passes 3] [--shapes %s]\n", argv[0],
-                  shapes_arg.c_str());
+      std::printf("usage: %s [--target AVX2|AVX3|AVX3_DL] (default: the best) [--passes 3] [--shapes %s] [--rows 1]\n",
+                  argv[0], shapes_arg.c_str());
       return a == "--help" ? 0 : 2;
     }
   }
@@ -130,6 +136,33 @@ int main(int argc, char** argv) {
   std::printf("read bandwidth (kernels/memory_bandwidth.h): %.1f GB/s on 1 thread, %.1f GB/s on 2\n\n", bw1, bw2);
   const int64_t ring_bytes = std::max<int64_t>(4 * qkv::cache_sizes().l3, int64_t{512} << 20);
 
+  if (rows > 1) {  // a prompt: compute-bound, W in cache after the first call
+    std::printf("M = %lld rows of x\n%-13s %-5s | %9s | %9s\n", static_cast<long long>(rows), "N x K", "W", "1T GOP/s",
+                "2T GOP/s");
+    for (const Shape& s : parse_shapes(shapes_arg)) {
+      std::vector<float> x(static_cast<size_t>(rows * s.K)), y(static_cast<size_t>(rows * s.N));
+      std::mt19937 rng(2);
+      std::normal_distribution<float> normal;
+      for (float& v : x) v = normal(rng);
+      for (const char* name : {"Q8_0", "Q4_0", "Q4_K", "Q6_K"}) {
+        const qkv::QuantType& t = qkv::quant_type_named(name);
+        const int64_t bytes = s.N * qkv::quant_bytes(t, s.K, "W");
+        const std::vector<uint8_t> W = weight_ring(&t, bytes, 1);
+        const double ops = 2.0 * static_cast<double>(rows) * static_cast<double>(s.N) * static_cast<double>(s.K);
+        double gops[2];
+        qkv::ThreadPool* pools[2] = {&p1, &p2};
+        for (int p = 0; p < 2; ++p)  // measure() gives units per second of its first argument / 1e9
+          gops[p] = measure(static_cast<int64_t>(ops), 1, passes + 2, [&](int64_t) {
+            qkv::quant_matvec(t, W.data(), s.N, s.K, x.data(), rows, y.data(), pools[p]);
+          });
+        std::printf("%6lldx%-6lld %-5s | %9.1f | %9.1f\n", static_cast<long long>(s.N), static_cast<long long>(s.K),
+                    name, gops[0], gops[1]);
+        std::fflush(stdout);
+      }
+    }
+    qkv::kernels::force_simd_target(0);
+    return 0;
+  }
   std::printf("%-13s %-5s %9s | %8s %6s | %8s %6s\n", "N x K", "W", "MB", "1T GB/s", "%bw", "2T GB/s", "%bw");
   const char* types[] = {"bf16", "Q8_0", "Q6_K", "Q4_K", "Q4_0"};
   for (const Shape& s : parse_shapes(shapes_arg)) {

@@ -67,133 +67,135 @@ void PackPanel(uint32_t id, const uint8_t* W, int64_t row_bytes, int64_t nb, int
   }
 }
 
-QKV_QG_ATTR HWY_INLINE __m256i Broadcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
+#if HWY_TARGET == HWY_AVX3_DL
+constexpr int kGroup = 8;  // rows of x per kernel call: 8 accumulators of 16 lanes, 8 of sums
+#else
+constexpr int kGroup = 4;  // AVX2's 16 registers: 4 accumulators and 4 sums per half panel
+#endif
+// x packed per group of kGroup rows, per block: int32 q4[8 steps][kGroup] (row r's values 4 s ..
+// 4 s + 3), int32 start[kGroup] (-offset x the block's sum of quants), float d[kGroup].
+constexpr int64_t kXBlockBytes = 4 * kGroup * 10;
+
+// Rows missing from the last group are zero (scale 0: their outputs are computed, not stored).
+void PackActivations(const qd::Activations32& x, int32_t offset, int64_t M, uint8_t* out) {
+  const int64_t nb = x.nb, groups = (M + kGroup - 1) / kGroup;
+  std::memset(out, 0, static_cast<size_t>(groups * nb * kXBlockBytes));
+  for (int64_t m = 0; m < M; ++m) {
+    uint8_t* group = out + (m / kGroup) * nb * kXBlockBytes;
+    const int r = static_cast<int>(m % kGroup);
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ8& blk = x.q[m * nb + b];
+      auto* words = reinterpret_cast<int32_t*>(group + b * kXBlockBytes);
+      for (int s = 0; s < 8; ++s) std::memcpy(&words[s * kGroup + r], blk.q + 4 * s, 4);
+      words[8 * kGroup + r] = -offset * x.sums[m * nb + b];
+      std::memcpy(&words[9 * kGroup + r], &blk.d, 4);
+    }
+  }
 }
 
 #if HWY_TARGET == HWY_AVX3_DL
-// MR rows of x (from m) against one panel: 16 outputs each, VNNI on 512 bits.
-template <int MR>
-QKV_QG_ATTR void PanelRows(const uint8_t* panel, const qd::Activations32& x, int32_t offset, int64_t m, int64_t N,
-                           int64_t n, int64_t cols, float* y) {
-  const int64_t nb = x.nb;
-  __m512 acc[MR];
-  for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_ps();
+// One group of x's rows (packed) against one panel: kGroup x 16 outputs, VNNI on 512 bits; `rows`
+// of the group and `cols` of the panel stored.
+QKV_QG_ATTR void PanelGroup(const uint8_t* panel, const uint8_t* xg, int64_t nb, int64_t rows, int64_t cols,
+                            float* y, int64_t N) {
+  __m512 acc[kGroup];
+  for (int r = 0; r < kGroup; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = panel + b * kBlockBytes;
-    __m512i isum[MR];
-    for (int r = 0; r < MR; ++r) isum[r] = _mm512_set1_epi32(-offset * x.sums[(m + r) * nb + b]);
+    const auto* xw = reinterpret_cast<const int32_t*>(xg + b * kXBlockBytes);
+    const auto* xd = reinterpret_cast<const float*>(xw + 9 * kGroup);
+    __m512i isum[kGroup];
+    for (int r = 0; r < kGroup; ++r) isum[r] = _mm512_set1_epi32(xw[8 * kGroup + r]);
     for (int s = 0; s < 8; ++s) {
       const __m512i w = _mm512_loadu_si512(p + s * kStepBytes);
-      for (int r = 0; r < MR; ++r) {
-        int32_t v;
-        std::memcpy(&v, x.q[(m + r) * nb + b].q + 4 * s, 4);
-        isum[r] = _mm512_dpbusd_epi32(isum[r], w, _mm512_set1_epi32(v));
-      }
+      for (int r = 0; r < kGroup; ++r) isum[r] = _mm512_dpbusd_epi32(isum[r], w, _mm512_set1_epi32(xw[s * kGroup + r]));
     }
     const __m512 dw = _mm512_loadu_ps(p + kQuantBytes);
-    for (int r = 0; r < MR; ++r)
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(dw, _mm512_set1_ps(x.q[(m + r) * nb + b].d)),
-                               acc[r]);
+    for (int r = 0; r < kGroup; ++r)
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[r])), acc[r]);
   }
   const __mmask16 keep = static_cast<__mmask16>((1u << cols) - 1);
-  for (int r = 0; r < MR; ++r) _mm512_mask_storeu_ps(y + (m + r) * N + n, keep, acc[r]);
+  for (int r = 0; r < rows; ++r) _mm512_mask_storeu_ps(y + r * N, keep, acc[r]);
 }
-constexpr int kMaxMR = 8;
 #else
-// MR rows of x against one half (8 rows, `half` 0 or 1) of a panel: AVX2's vpmaddubsw + vpmaddwd.
-template <int MR>
-QKV_QG_ATTR void HalfPanelRows(const uint8_t* panel, const qd::Activations32& x, bool q4, int32_t offset, int64_t m,
-                               int64_t N, int64_t n, int half, int64_t cols, float* y) {
-  const int64_t nb = x.nb;
+// One group against one half (8 rows, `half` 0 or 1) of a panel: AVX2's vpmaddubsw + vpmaddwd
+// (Q8_0's quants signed: vpsignb moves w's sign onto x).
+template <bool kQ4>
+QKV_QG_ATTR void HalfPanelGroup(const uint8_t* panel, int half, const uint8_t* xg, int64_t nb, int64_t rows,
+                                int64_t cols, float* y, int64_t N) {
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[MR];
-  for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
+  __m256 acc[kGroup];
+  for (int r = 0; r < kGroup; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = panel + b * kBlockBytes;
-    const uint8_t* p = blk + 32 * half;  // this half's 32 bytes of each step
-    __m256i isum[MR];
-    for (int r = 0; r < MR; ++r) isum[r] = _mm256_set1_epi32(-offset * x.sums[(m + r) * nb + b]);
+    const auto* xw = reinterpret_cast<const int32_t*>(xg + b * kXBlockBytes);
+    const auto* xd = reinterpret_cast<const float*>(xw + 9 * kGroup);
+    __m256i isum[kGroup];
+    for (int r = 0; r < kGroup; ++r) isum[r] = _mm256_set1_epi32(xw[8 * kGroup + r]);
     for (int s = 0; s < 8; ++s) {
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + s * kStepBytes));
-      const __m256i u = q4 ? w : _mm256_sign_epi8(w, w);  // Q8_0 signed: |w| against x with w's sign
-      for (int r = 0; r < MR; ++r) {
-        __m256i xv = Broadcast4(x.q[(m + r) * nb + b].q + 4 * s);
-        if (!q4) xv = _mm256_sign_epi8(xv, w);
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + s * kStepBytes + 32 * half));
+      const __m256i u = kQ4 ? w : _mm256_sign_epi8(w, w);
+      for (int r = 0; r < kGroup; ++r) {
+        __m256i xv = _mm256_set1_epi32(xw[s * kGroup + r]);
+        if (!kQ4) xv = _mm256_sign_epi8(xv, w);
         isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones));
       }
     }
     const __m256 dw = _mm256_loadu_ps(reinterpret_cast<const float*>(blk + kQuantBytes) + 8 * half);
-    for (int r = 0; r < MR; ++r)
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(dw, _mm256_set1_ps(x.q[(m + r) * nb + b].d)),
-                               acc[r]);
+    for (int r = 0; r < kGroup; ++r)
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(dw, _mm256_set1_ps(xd[r])), acc[r]);
   }
-  for (int r = 0; r < MR; ++r) {
+  for (int r = 0; r < rows; ++r) {
     if (cols >= 8) {
-      _mm256_storeu_ps(y + (m + r) * N + n + 8 * half, acc[r]);
+      _mm256_storeu_ps(y + r * N + 8 * half, acc[r]);
     } else {
       alignas(32) float tmp[8];
       _mm256_store_ps(tmp, acc[r]);
-      std::memcpy(y + (m + r) * N + n + 8 * half, tmp, static_cast<size_t>(cols) * sizeof(float));
+      std::memcpy(y + r * N + 8 * half, tmp, static_cast<size_t>(cols) * sizeof(float));
     }
   }
 }
-// The panel's two halves, the second only where it has rows.
-template <int MR>
-QKV_QG_ATTR void PanelRows(const uint8_t* panel, const qd::Activations32& x, bool q4, int32_t offset, int64_t m,
-                           int64_t N, int64_t n, int64_t cols, float* y) {
-  HalfPanelRows<MR>(panel, x, q4, offset, m, N, n, 0, std::min<int64_t>(cols, 8), y);
-  if (cols > 8) HalfPanelRows<MR>(panel, x, q4, offset, m, N, n, 1, cols - 8, y);
+template <bool kQ4>
+QKV_QG_ATTR void PanelGroupOf(const uint8_t* panel, const uint8_t* xg, int64_t nb, int64_t rows, int64_t cols,
+                              float* y, int64_t N) {
+  HalfPanelGroup<kQ4>(panel, 0, xg, nb, rows, std::min<int64_t>(cols, 8), y, N);
+  if (cols > 8) HalfPanelGroup<kQ4>(panel, 1, xg, nb, rows, cols - 8, y, N);
 }
-constexpr int kMaxMR = 4;
 #endif
-
-template <int MR>
-QKV_QG_ATTR void PanelRowsOf(const uint8_t* panel, const qd::Activations32& x, bool q4, int32_t offset, int64_t m,
-                             int64_t N, int64_t n, int64_t cols, float* y) {
-#if HWY_TARGET == HWY_AVX3_DL
-  (void)q4;
-  PanelRows<MR>(panel, x, offset, m, N, n, cols, y);
-#else
-  PanelRows<MR>(panel, x, q4, offset, m, N, n, cols, y);
-#endif
-}
 
 bool HasGemm() { return true; }
 
-void Gemm32(uint32_t id, const uint8_t* W, int64_t row_bytes, const qd::Activations32& x, int64_t M, int64_t N,
+int64_t PackedActivationBytes(int64_t M, int64_t nb) { return (M + kGroup - 1) / kGroup * nb * kXBlockBytes; }
+
+void PackX(uint32_t id, const qd::Activations32& x, int64_t M, uint8_t* out) { PackActivations(x, Offset(id), M, out); }
+
+// Rows [n0, n1) of y for every row of x (packed by PackX), one panel of W at a time.
+void Gemm32(uint32_t id, const uint8_t* W, int64_t row_bytes, const uint8_t* xp, int64_t nb, int64_t M, int64_t N,
             int64_t n0, int64_t n1, float* y) {
   thread_local std::vector<uint8_t> panel;  // one panel, reused: no allocation per call
-  const int64_t nb = x.nb;
   if (panel.size() < static_cast<size_t>(nb * kBlockBytes)) panel.resize(static_cast<size_t>(nb * kBlockBytes));
-  const bool q4 = id == qd::kQ4_0;
-  const int32_t offset = Offset(id);
   for (int64_t n = n0; n < n1; n += qd::kPanelRows) {
     const int64_t cols = std::min(qd::kPanelRows, n1 - n);
     PackPanel(id, W, row_bytes, nb, n, cols, panel.data());
-    int64_t m = 0;
-    for (; m + kMaxMR <= M; m += kMaxMR) PanelRowsOf<kMaxMR>(panel.data(), x, q4, offset, m, N, n, cols, y);
-    switch (M - m) {
-      case 0: break;
-      case 1: PanelRowsOf<1>(panel.data(), x, q4, offset, m, N, n, cols, y); break;
-      case 2: PanelRowsOf<2>(panel.data(), x, q4, offset, m, N, n, cols, y); break;
-      case 3: PanelRowsOf<3>(panel.data(), x, q4, offset, m, N, n, cols, y); break;
+    for (int64_t m = 0; m < M; m += kGroup) {
+      const uint8_t* xg = xp + (m / kGroup) * nb * kXBlockBytes;
+      const int64_t rows = std::min<int64_t>(kGroup, M - m);
 #if HWY_TARGET == HWY_AVX3_DL
-      case 4: PanelRowsOf<4>(panel.data(), x, q4, offset, m, N, n, cols, y); break;
-      case 5: PanelRowsOf<5>(panel.data(), x, q4, offset, m, N, n, cols, y); break;
-      case 6: PanelRowsOf<6>(panel.data(), x, q4, offset, m, N, n, cols, y); break;
-      default: PanelRowsOf<7>(panel.data(), x, q4, offset, m, N, n, cols, y); break;
+      PanelGroup(panel.data(), xg, nb, rows, cols, y + m * N + n, N);
 #else
-      default: break;
+      if (id == qd::kQ4_0)
+        PanelGroupOf<true>(panel.data(), xg, nb, rows, cols, y + m * N + n, N);
+      else
+        PanelGroupOf<false>(panel.data(), xg, nb, rows, cols, y + m * N + n, N);
 #endif
     }
   }
 }
 #else
 bool HasGemm() { return false; }
-void Gemm32(uint32_t, const uint8_t*, int64_t, const qd::Activations32&, int64_t, int64_t, int64_t, int64_t, float*) {}
+int64_t PackedActivationBytes(int64_t, int64_t) { return 0; }
+void PackX(uint32_t, const qd::Activations32&, int64_t, uint8_t*) {}
+void Gemm32(uint32_t, const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*) {}
 #endif
 
 }  // namespace qkv::HWY_NAMESPACE
@@ -203,13 +205,27 @@ HWY_AFTER_NAMESPACE();
 namespace qkv::quant_detail {
 
 HWY_EXPORT(HasGemm);
+HWY_EXPORT(PackedActivationBytes);
+HWY_EXPORT(PackX);
 HWY_EXPORT(Gemm32);
 
 bool quant_gemm_available() { return HWY_DYNAMIC_DISPATCH(HasGemm)(); }
 
 void quant_gemm_32(uint32_t id, const uint8_t* W, int64_t row_bytes, const Activations32& x, int64_t M, int64_t N,
-                   int64_t n0, int64_t n1, float* y) {
-  HWY_DYNAMIC_DISPATCH(Gemm32)(id, W, row_bytes, x, M, N, n0, n1, y);
+                   float* y, ThreadPool& pool) {
+  thread_local std::vector<uint8_t> packed;  // x for the kernel, kept between calls
+  const size_t bytes = static_cast<size_t>(HWY_DYNAMIC_DISPATCH(PackedActivationBytes)(M, x.nb));
+  if (packed.size() < bytes) packed.resize(bytes);
+  HWY_DYNAMIC_DISPATCH(PackX)(id, x, M, packed.data());
+  // Panels of W's rows: four tasks per thread (the last ones balance a slow start).
+  const int64_t panels = (N + kPanelRows - 1) / kPanelRows;
+  const int64_t tasks = std::min<int64_t>(panels, 4 * pool.num_threads());
+  const int64_t per = (panels + tasks - 1) / tasks * kPanelRows;
+  const uint8_t* xp = packed.data();
+  pool.parallel_for(tasks, [&](int64_t task, int) {
+    const int64_t n0 = task * per, n1 = std::min(N, n0 + per);
+    if (n0 < n1) HWY_DYNAMIC_DISPATCH(Gemm32)(id, W, row_bytes, xp, x.nb, M, N, n0, n1, y);
+  });
 }
 
 }  // namespace qkv::quant_detail

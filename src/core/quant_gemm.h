@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "qkv/core/quant_matvec.h"
+#include "qkv/core/thread_pool.h"
 
 namespace qkv::quant_detail {
 
@@ -39,9 +40,10 @@ struct Activations32 {
 // quant_matvec's row kernel does every M.
 bool quant_gemm_available();
 
-// Rows [n0, n1) of y (M, N) = x W^T, W (N, K = 32 nb) of Q8_0 (id 8) or Q4_0 (id 2), row n at
-// W + n row_bytes; n0 a multiple of kPanelRows. Single-threaded (quant_matvec splits N).
+// y (M, N) = x W^T, W (N, K = 32 nb) of Q8_0 (id 8) or Q4_0 (id 2), row n at W + n row_bytes: x's
+// blocks repacked once for the kernel (groups of rows, each step's 4 values of every row of the
+// group side by side), then panels of W's rows split over the pool.
 void quant_gemm_32(uint32_t id, const uint8_t* W, int64_t row_bytes, const Activations32& x, int64_t M, int64_t N,
-                   int64_t n0, int64_t n1, float* y);
+                   float* y, ThreadPool& pool);
 
 }  // namespace qkv::quant_detail

@@ -545,15 +545,8 @@ void quant_matvec(const QuantType& t, const uint8_t* W, int64_t N, int64_t K, co
   const int64_t row_bytes = quant_bytes(t, K, "quant_matvec");
   const int64_t nb = K / t.block;
   if (!k_quant(t.id) && M >= quant_detail::kGemmMinRows && quant_detail::quant_gemm_available()) {
-    // Many rows: W packed panel by panel; the panels split over the pool (four tasks per thread).
-    const int64_t panels = (N + quant_detail::kPanelRows - 1) / quant_detail::kPanelRows;
-    const int64_t tasks = std::min<int64_t>(panels, 4 * p.num_threads());
-    const int64_t per = (panels + tasks - 1) / tasks * quant_detail::kPanelRows;
     const quant_detail::Activations32 act{reinterpret_cast<const BlockQ8*>(xq.q), xq.sums, nb};
-    p.parallel_for(tasks, [&](int64_t task, int) {
-      const int64_t n0 = task * per, n1 = std::min(N, n0 + per);
-      if (n0 < n1) quant_detail::quant_gemm_32(t.id, W, row_bytes, act, M, N, n0, n1, y);
-    });
+    quant_detail::quant_gemm_32(t.id, W, row_bytes, act, M, N, y, p);
     return;
   }
   // Blocks of W's rows: four per thread (the last ones balance a slow start), at least 16 rows.
