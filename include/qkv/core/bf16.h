@@ -8,7 +8,7 @@
 // bf16 mode: weights, activations and the K/V operands in bf16, every product
 // accumulated in float32. The kernels use AVX512_BF16's dot product (vdpbf16ps: two bf16 products
 // added into each float32 lane, twice the float32 FMA's work per instruction) where the CPU has it
-// and bf16_dot_allowed() says so, and otherwise widen bf16 to float32 (exact) and use FMAs: the
+// and bf16_dot_allowed() says so (by default where it is faster), and otherwise widen bf16 to float32 (exact) and use FMAs: the
 // same results up to the order of float32 additions.
 #pragma once
 
@@ -52,9 +52,10 @@ void bf16_to_floats(const uint16_t* src, float* dst, size_t n);
 // Whether the CPU has AVX512_BF16 (cpuid leaf 7, subleaf 1, EAX bit 5) and the OS saves the
 // AVX-512 registers; read once.
 bool cpu_has_bf16_dot();
-// cpu_has_bf16_dot() unless forced off: by set_bf16_dot_allowed(false) or QKV_BF16_DOT=off in the
-// environment (tests and benchmarks force the widening fallback this way on a CPU that has the
-// instruction; QKV_BF16_DOT=on or unset: allowed; any other value is a qkv::Error at the first call).
+// cpu_has_bf16_dot() where the instruction pays: by default on AMD's CPUs only (Intel's Xeons run
+// it at half the FMAs' rate, so widening is faster there; src/core/bf16.cc). QKV_BF16_DOT=on or
+// off in the environment, or set_bf16_dot_allowed(), overrides (tests and benchmarks force either
+// path this way); any other value is a qkv::Error at the first call.
 bool bf16_dot_allowed();
 // Returns the previous setting. Process-wide; not for use while kernels run.
 bool set_bf16_dot_allowed(bool allowed);
