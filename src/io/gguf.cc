@@ -348,9 +348,17 @@ void GgufFile::read_floats(const std::string& name, float* out) const {
   dequantize(*t.type, t.data, t.numel(), out);
 }
 
-void GgufFile::release(const std::string& name) const {
+void GgufFile::release(const std::string& name) const { release(name, 0, tensor(name).bytes); }
+
+void GgufFile::release(const std::string& name, int64_t begin, int64_t end) const {
   const GgufTensor& t = tensor(name);
-  if (impl_->mapped) impl_->mapped->release(static_cast<uint64_t>(t.data - impl_->mapped->data()), static_cast<uint64_t>(t.bytes));
+  QKV_CHECK(0 <= begin && begin <= end && end <= t.bytes, excerpt(impl_->path), ": bytes [", begin, ", ", end,
+            ") of tensor ", excerpt(name), " given back; it has ", t.bytes);
+  if (impl_->mapped)
+    impl_->mapped->release(static_cast<uint64_t>(t.data - impl_->mapped->data() + begin),
+                           static_cast<uint64_t>(end - begin));
 }
+
+void GgufFile::drop(const std::string& key) { impl_->metadata.erase(key); }
 
 }  // namespace qkv

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
@@ -250,19 +251,29 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
   QKV_CHECK(!spec_.head_f32, family().title, " model: its head computes in f32; it cannot hold bf16 weights only");
   std::vector<StateEntry> entries;
   collect_state("", entries);  // (before bf16_only_ is set)
-  std::map<std::string, bool> as_bf16;  // the state names read as bf16
-  auto bits = [](int64_t n) { return std::vector<uint16_t>(static_cast<size_t>(n)); };
-  auto read_bits = [&](const std::string& name, uint16_t* out) {
-    read16(name, out);
-    as_bf16[name] = true;
-  };
+  const StateNames& n = *names_;
+  // The products' weights, read as bf16 or blocks below; every other tensor (norms, biases,
+  // positions) is read first, as floats: a reader that gives a mapped file's pages back once a
+  // tensor is copied then never maps a product's pages again by reading a small tensor beside it
+  // (a file's pages come in folios of up to 2 MB).
+  std::set<std::string> products = {n.embed + "weight"};
+  if (!spec_.tied_head) products.insert(n.head + "weight");
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const std::string a = n.blocks + std::to_string(i) + "." + n.attention;
+    for (const std::string* p : {&n.q, &n.k, &n.v, &n.o}) products.insert(a + *p + "weight");
+    std::vector<StateEntry> ff;
+    const_cast<FeedForwardNet&>(blocks[i].ff).collect_state(n.blocks + std::to_string(i) + "." + n.ff, ff);
+    for (const StateEntry& e : ff)
+      if (e.shape().size() == 2) products.insert(e.name);
+  }
+  for (const StateEntry& e : entries)
+    if (e.tensor != nullptr && !products.count(e.name)) read32(e.name, e.tensor->data());
+  auto bits = [](int64_t count) { return std::vector<uint16_t>(static_cast<size_t>(count)); };
+  auto read_bits = [&](const std::string& name, uint16_t* out) { read16(name, out); };
   auto read_q = [&](const std::string& name) -> std::optional<QuantMatrix> {
     if (!readq) return std::nullopt;
-    std::optional<QuantMatrix> m = readq(name);
-    if (m) as_bf16[name] = true;
-    return m;
+    return readq(name);
   };
-  const StateNames& n = *names_;
   std::vector<DecoderBlock::Weights16> blocks16;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const DecoderBlock& b = blocks[i];
@@ -318,8 +329,6 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
       read_bits(n.head + "weight", head_bits.data());
     }
   }
-  for (const StateEntry& e : entries)  // norms, biases, positions
-    if (e.tensor != nullptr && !as_bf16.count(e.name)) read32(e.name, e.tensor->data());
   blocks16_ = std::move(blocks16);
   QuantMatrix none;
   if (spec_.tied_head) {

@@ -1,11 +1,15 @@
 // A model from llama.cpp's GGUF file. See include/qkv/models/gguf_model.h.
 #include "qkv/models/gguf_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <optional>
 #include <set>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/checked.h"
@@ -120,6 +124,22 @@ void check_file_holds(const GgufFile& f, const DecoderSpec& spec, const ModelFam
             ") but its tensors hold only ", held, " (", f.tensors().size(), " tensors), not half of it");
 }
 
+// A tensor copied out of the mapped file a piece at a time: rows [r0, r1) of about kPieceBytes
+// handed to `copy`, then their pages given back. The file's pages and their copy are in memory
+// together for one piece, never for a whole tensor (Qwen3-0.6B's embedding is 311 MB in BF16).
+constexpr int64_t kPieceBytes = int64_t{2} << 20;
+template <typename Copy>
+void copy_in_pieces(const GgufFile& f, const std::string& g, int64_t row_bytes, Copy&& copy) {
+  const GgufTensor& t = f.tensor(g);
+  const int64_t rows = t.bytes / row_bytes, step = std::max<int64_t>(1, kPieceBytes / row_bytes);
+  for (int64_t r = 0; r < rows; r += step) {
+    const int64_t end = std::min(rows, r + step);
+    copy(r, end);
+    f.release(g, r * row_bytes, end * row_bytes);
+  }
+  f.release(g);  // the pages two pieces shared
+}
+
 // The most common type among the products' weights, for people ("Q8_0").
 std::string weights_type(const GgufFile& f) {
   std::map<std::string, int64_t> count;
@@ -225,7 +245,7 @@ int64_t gguf_reordered_heads(const std::string& arch, const std::string& name, c
 }
 
 LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
-  const GgufFile file(path);
+  GgufFile file(path);
   const ModelFamily& family = family_of_gguf(file);
   const std::string where = excerpt(path) + "'s metadata";
   DecoderSpec spec = family.read_config(gguf_config_json(file), where);
@@ -266,6 +286,17 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     QKV_CHECK(wanted.count(t.name) || t.name == "rope_freqs.weight", excerpt(path), ": tensor ", excerpt(t.name),
               " is not of the metadata's ", family.name, " model");
 
+  // The tokenizer before the weights, and its metadata forgotten: building it takes a few tens of MB
+  // for a while (151,936 tokens and 151,387 merges), which is then free again for the weights.
+  std::optional<HfTokenizer> tokenizer;
+  if (options.tokenizer && file.has("tokenizer.ggml.model"))
+    tokenizer = HfTokenizer::build(gguf_tokenizer_parts(file), excerpt(path));
+  for (const char* key : {"tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"})
+    file.drop(key);
+#if defined(__GLIBC__)
+  malloc_trim(0);  // the freed strings' pages given back, not kept by the allocator through the load
+#endif
+
   // llama.cpp's order of Q's and K's rows, put back (the "llama" architecture's only).
   const std::string arch = file.string("general.architecture");
   auto heads_of = [&](const std::string& g) { return gguf_reordered_heads(arch, g, spec.attention); };
@@ -286,21 +317,27 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     const std::string tt = t.type->name;
     const int64_t cols = t.shape.back(), rows = t.numel() / cols;
     QuantMatrix q;
+    const int64_t in_row = quant_bytes(*t.type, cols, g);
     if (tt == "Q8_0" || tt == "Q4_0" || tt == "Q4_K" || tt == "Q6_K") {
       q.type = t.type;
-      q.blocks.assign(t.data, t.data + t.bytes);
+      q.blocks.reserve(static_cast<size_t>(t.bytes));
+      copy_in_pieces(file, g, in_row, [&](int64_t r0, int64_t r1) {
+        q.blocks.insert(q.blocks.end(), t.data + r0 * in_row, t.data + r1 * in_row);
+      });
     } else if (tt == "Q4_1" || tt == "Q5_0" || tt == "Q5_1" || tt == "Q5_K") {
       q.type = &quant_type_named(tt == "Q5_K" ? "Q6_K" : "Q8_0");
-      const int64_t in_row = quant_bytes(*t.type, cols, g), out_row = quant_bytes(*q.type, cols, g);
+      const int64_t out_row = quant_bytes(*q.type, cols, g);
       q.blocks.resize(static_cast<size_t>(rows * out_row));
       std::vector<float> row(static_cast<size_t>(cols));
-      for (int64_t r = 0; r < rows; ++r) {
-        dequantize(*t.type, t.data + r * in_row, cols, row.data());
-        quantize(*q.type, row.data(), cols, q.blocks.data() + r * out_row);
-      }
+      copy_in_pieces(file, g, in_row, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          dequantize(*t.type, t.data + r * in_row, cols, row.data());
+          quantize(*q.type, row.data(), cols, q.blocks.data() + r * out_row);
+        }
+      });
       ++converted[tt + " to " + q.type->name];
     } else if (quantize_to != nullptr && std::string(fitting_quant_type(*quantize_to, cols).name) != "F16") {
-      const int64_t in_row = quant_bytes(*t.type, cols, g);  // F32, F16, BF16 asked to be quantized
+      // F32, F16, BF16 asked to be quantized
       q = quantize_matrix(fitting_quant_type(*quantize_to, cols), rows, cols,
                           [&](int64_t r, float* out) { dequantize(*t.type, t.data + r * in_row, cols, out); });
       ++converted[tt + " to " + q.type->name];
@@ -320,16 +357,20 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
         [&](const std::string& name, uint16_t* out) {
           const std::string& g = gguf_of.at(name);
           const GgufTensor& t = file.tensor(g);
+          const int64_t cols = t.shape.back();
+          const int64_t row_bytes = quant_bytes(*t.type, cols, g);
           if (std::string(t.type->name) == "BF16") {
-            std::memcpy(out, t.data, static_cast<size_t>(t.numel()) * 2);
+            copy_in_pieces(file, g, row_bytes, [&](int64_t r0, int64_t r1) {
+              std::memcpy(out + r0 * cols, t.data + r0 * row_bytes, static_cast<size_t>((r1 - r0) * row_bytes));
+            });
           } else {  // a block row at a time: never the whole tensor in floats
-            const int64_t cols = t.shape.back(), rows = t.numel() / cols;
             row.resize(static_cast<size_t>(cols));
-            const int64_t row_bytes = quant_bytes(*t.type, cols, g);
-            for (int64_t r = 0; r < rows; ++r) {
-              dequantize(*t.type, t.data + r * row_bytes, cols, row.data());
-              floats_to_bf16(row.data(), out + r * cols, static_cast<size_t>(cols));
-            }
+            copy_in_pieces(file, g, row_bytes, [&](int64_t r0, int64_t r1) {
+              for (int64_t r = r0; r < r1; ++r) {
+                dequantize(*t.type, t.data + r * row_bytes, cols, row.data());
+                floats_to_bf16(row.data(), out + r * cols, static_cast<size_t>(cols));
+              }
+            });
           }
           if (const int64_t h = heads_of(g)) unpermute_rows(out, h, t.shape[0] / h, t.shape[1]);
           file.release(g);
@@ -348,9 +389,8 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   }
   m.description = str(m.model->describe(), " from ", excerpt(path), " (GGUF, ", type, " weights, ", how, ")");
   m.no_tokenizer = str(excerpt(path), " has no tokenizer (tokenizer.ggml.*)");
-  if (options.tokenizer && file.has("tokenizer.ggml.model")) {
-    auto t = std::make_unique<HfTextTokenizer>(HfTokenizer::parse(gguf_tokenizer_json(file).dump(), excerpt(path)),
-                                               excerpt(path) + "'s tokenizer.ggml");
+  if (tokenizer) {
+    auto t = std::make_unique<HfTextTokenizer>(std::move(*tokenizer), excerpt(path) + "'s tokenizer.ggml");
     attach_tokenizer(m, std::move(t), excerpt(path) + "'s tokenizer", "");
   }
   return m;

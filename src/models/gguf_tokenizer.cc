@@ -1,10 +1,15 @@
-// GGUF's tokenizer metadata as the tokenizer.json it came from. See include/qkv/models/gguf_model.h.
-#include <set>
+// GGUF's tokenizer metadata as a byte-level BPE tokenizer's parts (and tokenizer.json as GGUF's
+// metadata). See include/qkv/models/gguf_model.h.
+#include <limits>
+#include <string_view>
+#include <unordered_set>
 
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/core/json_read.h"
 #include "qkv/models/gguf_model.h"
+#include "qkv/text/hf_tokenizer_json.h"
+#include "qkv/text/pretokenize.h"
 
 namespace qkv {
 
@@ -21,71 +26,79 @@ const char* const kQwen2Split =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
     "\\s+(?!\\S)|\\s+";
 
-json split_then_bytes(const char* pattern) {
-  return {{"type", "Sequence"},
-          {"pretokenizers",
-           {{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
-            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}}}};
-}
-
 // GGUF's token types.
 enum TokenType : int64_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
 }  // namespace
 
-json gguf_tokenizer_json(const GgufFile& f) {
+HfTokenizerParts gguf_tokenizer_parts(const GgufFile& f) {
   const std::string where = excerpt(f.path());
   const std::string model = f.string("tokenizer.ggml.model");
   QKV_CHECK(model == "gpt2", where, ": tokenizer.ggml.model is ", excerpt(model),
             "; qkv reads byte-level BPE (\"gpt2\": Llama 3's, Qwen's, GPT-2's)");
   const std::string pre = f.has("tokenizer.ggml.pre") ? f.string("tokenizer.ggml.pre") : "default";
-  json j = {{"version", "1.0"}, {"normalizer", nullptr}, {"decoder", {{"type", "ByteLevel"}}}};
-  bool ignore_merges = false;
+  HfTokenizerParts parts;
+  parts.vocab_name = "tokenizer.ggml.tokens";
+  parts.merges_name = "tokenizer.ggml.merges";
+  parts.added_name = "tokenizer.ggml.tokens' added";
   if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
-    j["pre_tokenizer"] = split_then_bytes(kLlama3Split);
-    ignore_merges = true;  // as Llama 3's tokenizer.json says
+    parts.pattern = kLlama3Split;
+    parts.ignore_merges = true;  // as Llama 3's tokenizer.json says
   } else if (pre == "qwen2") {
-    j["pre_tokenizer"] = split_then_bytes(kQwen2Split);
-    j["normalizer"] = {{"type", "NFC"}};  // Qwen's tokenizer.json normalizes (llama.cpp does not)
+    parts.pattern = kQwen2Split;
+    parts.nfc = true;  // Qwen's tokenizer.json normalizes (llama.cpp does not)
   } else if (pre == "gpt-2" || pre == "default") {
-    j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", true}};
+    parts.pattern = std::string(kGpt2Pattern);
   } else {
     fail(where, ": tokenizer.ggml.pre is ", excerpt(pre), "; qkv reads \"llama-bpe\" (Llama 3), \"qwen2\" (Qwen) ",
          "and \"gpt-2\"");
   }
   const std::vector<std::string>& tokens = f.strings("tokenizer.ggml.tokens");
-  std::vector<int64_t> types(tokens.size(), kNormal);
+  QKV_CHECK(tokens.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()), where,
+            ": tokenizer.ggml.tokens has ", tokens.size(), " entries; ids are whole numbers 0 .. 2^31 - 2");
+  const std::vector<int64_t>* types = nullptr;
   if (f.has("tokenizer.ggml.token_type")) {
-    types = f.ints("tokenizer.ggml.token_type");
-    QKV_CHECK(types.size() == tokens.size(), where, ": tokenizer.ggml.token_type has ", types.size(),
+    types = &f.ints("tokenizer.ggml.token_type");
+    QKV_CHECK(types->size() == tokens.size(), where, ": tokenizer.ggml.token_type has ", types->size(),
               " entries; tokenizer.ggml.tokens has ", tokens.size());
   }
-  json vocab = json::object();
-  json added = json::array();
-  std::set<std::string> seen;
+  parts.vocab.reserve(tokens.size());
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(tokens.size());
   for (size_t id = 0; id < tokens.size(); ++id) {
-    const int64_t type = types[id];
+    const int64_t type = types ? (*types)[id] : kNormal;
     if (type == kUnused) continue;  // padding rows: no text
     QKV_CHECK(type == kNormal || type == kControl || type == kUserDefined || type == kUnknown || type == kByte, where,
               ": tokenizer.ggml.token_type[", id, "] is ", type, "; expected 1 (normal), 2, 3 (control), ",
               "4 (user-defined), 5 (unused) or 6");
     QKV_CHECK(seen.insert(tokens[id]).second, where, ": tokenizer.ggml.tokens[", id, "] (", excerpt(tokens[id]),
               ") is another token's text too");
-    if (type == kControl || type == kUserDefined)
-      added.push_back({{"id", id}, {"content", tokens[id]}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false}, {"normalized", false}, {"special", type == kControl}});
-    else
-      vocab[tokens[id]] = id;
+    const auto tid = static_cast<TokenId>(id);
+    if (type == kControl || type == kUserDefined) {
+      HfAddedToken a;
+      a.id = tid;
+      a.content = tokens[id];
+      a.special = type == kControl;
+      parts.added.push_back(std::move(a));
+    } else {
+      parts.vocab.push_back({tokens[id], tid});
+    }
   }
-  json merges = json::array();
-  if (f.has("tokenizer.ggml.merges"))
-    for (const std::string& m : f.strings("tokenizer.ggml.merges")) merges.push_back(m);
-  j["added_tokens"] = std::move(added);
-  j["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"fuse_unk", false},
-                {"byte_fallback", false}, {"ignore_merges", ignore_merges}, {"vocab", std::move(vocab)},
-                {"merges", std::move(merges)}};
-  return j;
+  if (f.has("tokenizer.ggml.merges")) {
+    const std::vector<std::string>& merges = f.strings("tokenizer.ggml.merges");
+    parts.merges.reserve(merges.size());
+    for (size_t r = 0; r < merges.size(); ++r) {
+      const std::string& m = merges[r];
+      const size_t sp = m.find(' ');
+      QKV_CHECK(sp != std::string::npos && m.find(' ', sp + 1) == std::string::npos, where,
+                ": tokenizer.ggml.merges[", r, "] is ", excerpt(m), "; expected two tokens separated by one space");
+      parts.merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
+    }
+  }
+  return parts;
 }
+
+json gguf_tokenizer_json(const GgufFile& f) { return hf_tokenizer_json(gguf_tokenizer_parts(f)); }
 
 std::vector<GgufMetadata> gguf_tokenizer_metadata(const json& t, int64_t vocab, const ModelFamily& family) {
   const std::string where = "the tokenizer.json";

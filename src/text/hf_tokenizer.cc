@@ -1,34 +1,34 @@
-// Hugging Face's tokenizer.json for byte-level BPE. See include/qkv/text/hf_tokenizer.h.
+// Hugging Face's byte-level BPE: the tables and the encoding. See include/qkv/text/hf_tokenizer.h
+// (tokenizer.json's reader: hf_tokenizer_json.cc).
 //
 // Every step is linear in the text (or n log n): the merges by a heap over a piece's parts
 // (hf_merges.h), NFC by a stable sort of each run of marks (nfc.h), the added tokens by one walk
 // of a trie from each position (token_trie.h), at most kMaxAddedTokenBytes long. Tables are sized by the number of
 // entries the file holds, never by the largest id it names.
+//
+// The vocabulary is held flat (a Qwen's 151,643 tokens in about 5 MB, where maps of strings took
+// 22): its bytes one after another, entries sorted by id, and an open-addressed table of the entries
+// by bytes.
 #include "qkv/text/hf_tokenizer.h"
 
 #include <algorithm>
 #include <atomic>
-#include <filesystem>
+#include <bit>
+#include <functional>
 #include <limits>
 #include <unordered_map>
-
-#include <nlohmann/json.hpp>
 
 #include "hf_merges.h"
 #include "nfc.h"
 #include "token_trie.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
-#include "qkv/core/json_read.h"
-#include "qkv/core/read_file.h"
 #include "qkv/text/byte_level.h"
 #include "qkv/text/pretokenize.h"
 #include "qkv/text/utf8.h"
-#include "qkv/text/vocab_files.h"
 
 namespace qkv {
 
-using json = nlohmann::json;
 using hf_detail::HfMerges;
 using Rank = bpe_detail::Rank;
 
@@ -42,13 +42,75 @@ struct PieceHash {
 template <typename V>
 using PieceMap = std::unordered_map<std::string, V, PieceHash, std::equal_to<>>;
 
+// The vocabulary: each token's bytes by id, and its id by bytes.
+class VocabTable {
+ public:
+  struct Entry {
+    int32_t id;         // (ids are 0 .. 2^31 - 2)
+    uint32_t at, size;  // its bytes in text_
+  };
+  // entries: (id, bytes), any order; ids distinct (checked by the caller). Of two equal byte
+  // strings the first in `order` is found by id_of.
+  void build(std::string text, std::vector<Entry> entries) {
+    text_ = std::move(text);
+    entries_ = std::move(entries);
+    slots_.assign(std::bit_ceil(std::max<size_t>(2 * entries_.size(), 16)), -1);
+    const size_t mask = slots_.size() - 1;
+    for (size_t k = 0; k < entries_.size(); ++k) {  // in the file's order: the first stands
+      size_t s = PieceHash{}(bytes(entries_[k])) & mask;
+      bool taken = false;
+      for (; slots_[s] >= 0; s = (s + 1) & mask)
+        if (bytes(entries_[static_cast<size_t>(slots_[s])]) == bytes(entries_[k])) {
+          taken = true;
+          break;
+        }
+      if (!taken) slots_[s] = static_cast<int32_t>(k);
+    }
+    // then sorted by id (the slots follow their entries)
+    std::vector<int32_t> place(entries_.size());
+    std::vector<uint32_t> order(entries_.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<uint32_t>(k);
+    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return entries_[a].id < entries_[b].id; });
+    std::vector<Entry> sorted(entries_.size());
+    for (size_t k = 0; k < order.size(); ++k) {
+      sorted[k] = entries_[order[k]];
+      place[order[k]] = static_cast<int32_t>(k);
+    }
+    entries_ = std::move(sorted);
+    for (int32_t& s : slots_)
+      if (s >= 0) s = place[static_cast<size_t>(s)];
+  }
+  std::string_view bytes(const Entry& e) const { return std::string_view(text_).substr(e.at, e.size); }
+  // The entry of id, or null.
+  const Entry* find(TokenId id) const {
+    const auto it = std::lower_bound(entries_.begin(), entries_.end(), id,
+                                     [](const Entry& e, TokenId x) { return int64_t{e.id} < x; });
+    return it != entries_.end() && it->id == id ? &*it : nullptr;
+  }
+  // The id of the token that is these bytes, or -1.
+  int32_t id_of(std::string_view b) const {
+    if (slots_.empty()) return -1;
+    const size_t mask = slots_.size() - 1;
+    for (size_t s = PieceHash{}(b) & mask; slots_[s] >= 0; s = (s + 1) & mask) {
+      const Entry& e = entries_[static_cast<size_t>(slots_[s])];
+      if (bytes(e) == b) return e.id;
+    }
+    return -1;
+  }
+  const std::vector<Entry>& entries() const { return entries_; }
+
+ private:
+  std::string text_;
+  std::vector<Entry> entries_;  // by id
+  std::vector<int32_t> slots_;  // an index into entries_, or -1; linear probing
+};
+
 }  // namespace
 
 struct HfTokenizer::Impl {
   std::string where;
-  std::unordered_map<TokenId, std::string> token_of;  // vocabulary id -> the bytes it stands for
-  PieceMap<int32_t> ids;                              // bytes -> vocabulary id
-  int32_t byte_id[256];                               // the single bytes' ids
+  VocabTable vocab;         // vocabulary id <-> the bytes it stands for
+  int32_t byte_id[256];     // the single bytes' ids
   HfMerges merges;
   bool ignore_merges = false;
   bool nfc = false;
@@ -66,208 +128,75 @@ struct HfTokenizer::Impl {
 
 namespace {
 
-constexpr int kMaxPreTokenizerNesting = 16;
+constexpr TokenId kMaxId = std::numeric_limits<int32_t>::max() - 1;  // 2^31 - 2
 
-// The bytes a byte-level token spells, or nullopt when a character is not in the alphabet.
-std::optional<std::string> bytes_of(std::string_view token) {
-  std::string out;
-  if (!byte_level_decode(token, out)) return std::nullopt;
-  return out;
-}
-
-// j[key], or nullptr when it is absent or null. j is an object (checked by the callers).
-const json* member(const json& j, const char* key) {
-  const auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
-// The typed members of an object, their errors naming "<where>: <field>.<key>".
-bool flag(const json& j, const char* key, bool otherwise, const std::string& where, const std::string& field) {
-  const json* v = member(j, key);
-  if (!v) return otherwise;
-  QKV_CHECK(v->is_boolean(), where, ": ", field, ".", key, " is ", json_excerpt(*v), "; expected true or false");
-  return v->get<bool>();
-}
-
-std::string text_of(const json& j, const char* key, const std::string& where, const std::string& field,
-                    const std::string& otherwise = "") {
-  const json* v = member(j, key);
-  if (!v) return otherwise;
-  QKV_CHECK(v->is_string(), where, ": ", field, ".", key, " is ", json_excerpt(*v), "; expected a string");
-  return v->get<std::string>();
-}
-
-const json& object_at(const json& j, const std::string& where, const std::string& field) {
-  QKV_CHECK(j.is_object(), where, ": ", field, " is ", json_excerpt(j), "; expected an object");
-  return j;
-}
-
-// An id: a whole number in 0 .. 2^31 - 2 (1.5, "3" and -1 are refused, not truncated).
-int32_t id_of(const json& v, const std::string& where, const std::string& field) {
-  QKV_CHECK(v.is_number_integer() && (v.is_number_unsigned() || v.get<int64_t>() >= 0) &&
-                v.get<uint64_t>() < static_cast<uint64_t>(std::numeric_limits<int32_t>::max()),
-            where, ": ", field, " is ", json_excerpt(v), "; ids are whole numbers 0 .. 2^31 - 2");
-  return static_cast<int32_t>(v.get<int64_t>());
-}
-
-// A pre-tokenizer object: a byte-level one (with or without GPT-2's regex) or a regex Split.
-struct PreTokenizer {
-  std::string pattern;  // empty: none yet
-  bool byte_level = false;
-};
-
-void read_pre_tokenizer(const json& j, const std::string& where, const std::string& field, int depth,
-                        PreTokenizer& out) {
-  QKV_CHECK(depth <= kMaxPreTokenizerNesting, where, ": ", field, " nests Sequences more than ",
-            kMaxPreTokenizerNesting, " deep; qkv reads a Sequence of ByteLevel and Split steps");
-  const json& p = object_at(j, where, field);
-  const std::string type = text_of(p, "type", where, field);
-  if (type == "Sequence") {
-    const json* list = member(p, "pretokenizers");
-    if (!list) return;
-    QKV_CHECK(list->is_array(), where, ": ", field, ".pretokenizers is ", json_excerpt(*list), "; expected a list");
-    for (size_t k = 0; k < list->size(); ++k)
-      read_pre_tokenizer((*list)[k], where, field + ".pretokenizers[" + std::to_string(k) + "]", depth + 1, out);
-    return;
-  }
-  if (type == "ByteLevel") {
-    QKV_CHECK(!flag(p, "add_prefix_space", false, where, field), where, ": ", field,
-              ".add_prefix_space is true; qkv reads byte-level pre-tokenizers without a prefix space");
-    if (flag(p, "use_regex", true, where, field)) {
-      QKV_CHECK(out.pattern.empty(), where, ": ", field, " splits by GPT-2's regex after another split");
-      out.pattern = std::string(kGpt2Pattern);
-    }
-    out.byte_level = true;
-    return;
-  }
-  if (type == "Split") {
-    const json* pattern = member(p, "pattern");
-    QKV_CHECK(pattern && pattern->is_object() && pattern->contains("Regex"), where, ": ", field,
-              ".pattern is not a {\"Regex\": ...}; qkv splits by regular expressions");
-    const std::string behavior = text_of(p, "behavior", where, field);
-    QKV_CHECK(behavior == "Isolated", where, ": ", field, ".behavior is ", excerpt(behavior),
-              "; qkv reads \"Isolated\" splits");
-    QKV_CHECK(!flag(p, "invert", false, where, field), where, ": ", field,
-              ".invert is true; qkv reads splits that keep the matches");
-    QKV_CHECK(out.pattern.empty() && !out.byte_level, where, ": ", field,
-              " splits again; qkv reads one regex split before the byte-level step");
-    out.pattern = text_of(*pattern, "Regex", where, field + ".pattern");
-    return;
-  }
-  fail(where, ": ", field, ".type is ", excerpt(type), "; qkv reads byte-level BPE tokenizers (pre-tokenizers "
-       "ByteLevel, Split with a regex, or a Sequence of them)");
-}
-
-bool is_space_byte(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-
-void read_vocab(const json& m, const std::string& where, HfTokenizer::Impl& impl, int64_t& largest) {
-  const json* vocab = member(m, "vocab");
-  QKV_CHECK(vocab && vocab->is_object(), where, ": model.vocab is not an object of token -> id");
-  impl.token_of.reserve(vocab->size());
-  impl.ids.reserve(vocab->size());
-  for (auto it = vocab->begin(); it != vocab->end(); ++it) {
-    const int32_t id = id_of(it.value(), where, "model.vocab[" + excerpt(it.key()) + "]");
-    largest = std::max<int64_t>(largest, id);
-    const auto bytes = bytes_of(it.key());
-    QKV_CHECK(bytes.has_value(), where, ": model.vocab holds ", excerpt(it.key()),
+void build_vocab(HfTokenizerParts& p, const std::string& where, HfTokenizer::Impl& impl) {
+  std::string text;
+  std::vector<VocabTable::Entry> entries;
+  entries.reserve(p.vocab.size());
+  int64_t largest = -1;
+  for (HfTokenizerParts::Token& t : p.vocab) {
+    QKV_CHECK(t.id >= 0 && t.id <= kMaxId, where, ": ", p.vocab_name, "[", excerpt(t.text), "] is ", t.id,
+              "; ids are whole numbers 0 .. 2^31 - 2");
+    largest = std::max<int64_t>(largest, t.id);
+    const size_t at = text.size();
+    QKV_CHECK(byte_level_decode(t.text, text), where, ": ", p.vocab_name, " holds ", excerpt(t.text),
               ", which is not spelled in the byte-level alphabet (a byte-level BPE vocabulary spells every byte "
               "as one character)");
-    QKV_CHECK(impl.token_of.emplace(id, *bytes).second, where, ": model.vocab gives id ", id, " twice");
-    impl.ids.emplace(*bytes, id);
+    QKV_CHECK(text.size() <= std::numeric_limits<uint32_t>::max(), where, ": ", p.vocab_name, "'s tokens spell more ",
+              "than 4 GiB");
+    entries.push_back({static_cast<int32_t>(t.id), static_cast<uint32_t>(at), static_cast<uint32_t>(text.size() - at)});
+    std::string().swap(t.text);  // given back as it is read
   }
+  std::vector<HfTokenizerParts::Token>().swap(p.vocab);
+  impl.vocab.build(std::move(text), std::move(entries));
+  const auto& sorted = impl.vocab.entries();
+  for (size_t k = 1; k < sorted.size(); ++k)
+    QKV_CHECK(sorted[k].id != sorted[k - 1].id, where, ": ", p.vocab_name, " gives id ", sorted[k].id, " twice");
+  impl.vocab_size = largest + 1;
   for (int b = 0; b < 256; ++b) {
-    const auto it = impl.ids.find(std::string(1, static_cast<char>(b)));
-    QKV_CHECK(it != impl.ids.end(), where, ": model.vocab has no token for byte ", b,
+    const char c = static_cast<char>(b);
+    impl.byte_id[b] = impl.vocab.id_of(std::string_view(&c, 1));
+    QKV_CHECK(impl.byte_id[b] >= 0, where, ": ", p.vocab_name, " has no token for byte ", b,
               " (a byte-level vocabulary has all 256)");
-    impl.byte_id[b] = it->second;
   }
 }
 
-void read_merges(const json& m, const std::string& where, HfTokenizer::Impl& impl) {
-  const json* merges = member(m, "merges");
-  QKV_CHECK(merges && merges->is_array(), where, ": model.merges is not a list");
-  impl.merges.reserve(merges->size());
-  for (size_t r = 0; r < merges->size(); ++r) {
-    std::string left, right;
-    const json& e = (*merges)[r];
-    if (e.is_string()) {  // "left right"
-      const std::string& s = e.get_ref<const std::string&>();
-      const size_t sp = s.find(' ');
-      QKV_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, where, ": model.merges[", r,
-                "] is ", excerpt(s), "; expected two tokens separated by one space");
-      left = s.substr(0, sp);
-      right = s.substr(sp + 1);
-    } else {
-      QKV_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(), where, ": model.merges[", r,
-                "] is not a pair of tokens");
-      left = e[0].get<std::string>();
-      right = e[1].get<std::string>();
-    }
+void build_merges(HfTokenizerParts& p, const std::string& where, HfTokenizer::Impl& impl) {
+  impl.merges.reserve(p.merges.size());
+  std::string joined;
+  for (size_t r = 0; r < p.merges.size(); ++r) {
     Rank pair_ids[2];
-    std::string joined;
+    joined.clear();
     for (int k = 0; k < 2; ++k) {
-      const std::string& tok = k == 0 ? left : right;
-      const auto bytes = bytes_of(tok);
-      const auto it = bytes ? impl.ids.find(*bytes) : impl.ids.end();
-      QKV_CHECK(it != impl.ids.end(), where, ": model.merges[", r, "] names ", excerpt(tok),
-                ", which is not in model.vocab");
-      pair_ids[k] = static_cast<Rank>(it->second);
-      joined += *bytes;
+      const std::string& tok = k == 0 ? p.merges[r].first : p.merges[r].second;
+      const size_t at = joined.size();
+      const int32_t id = byte_level_decode(tok, joined) ? impl.vocab.id_of(std::string_view(joined).substr(at)) : -1;
+      QKV_CHECK(id >= 0, where, ": ", p.merges_name, "[", r, "] names ", excerpt(tok), ", which is not in ",
+                p.vocab_name);
+      pair_ids[k] = static_cast<Rank>(id);
     }
-    const auto merged = impl.ids.find(joined);
-    QKV_CHECK(merged != impl.ids.end(), where, ": model.merges[", r, "] makes ", excerpt(left + right),
-              ", which is not in model.vocab");
-    impl.merges.add(pair_ids[0], pair_ids[1], static_cast<Rank>(r), static_cast<Rank>(merged->second));
+    const int32_t merged = impl.vocab.id_of(joined);
+    QKV_CHECK(merged >= 0, where, ": ", p.merges_name, "[", r, "] makes ",
+              excerpt(p.merges[r].first + p.merges[r].second), ", which is not in ", p.vocab_name);
+    impl.merges.add(pair_ids[0], pair_ids[1], static_cast<Rank>(r), static_cast<Rank>(merged));
   }
+  std::vector<std::pair<std::string, std::string>>().swap(p.merges);
 }
 
-void read_normalizer(const json& j, const std::string& where, HfTokenizer::Impl& impl) {
-  const json* n = member(j, "normalizer");
-  if (!n) return;
-  const std::string type = text_of(object_at(*n, where, "normalizer"), "type", where, "normalizer");
-  std::vector<const json*> parts{n};
-  if (type == "Sequence") {
-    const json* list = member(*n, "normalizers");
-    QKV_CHECK(!list || list->is_array(), where, ": normalizer.normalizers is ", json_excerpt(*list),
-              "; expected a list");
-    parts.clear();
-    if (list)
-      for (const json& x : *list) parts.push_back(&x);
-  }
-  for (size_t k = 0; k < parts.size(); ++k) {
-    const std::string field = type == "Sequence" ? "normalizer.normalizers[" + std::to_string(k) + "]" : "normalizer";
-    const std::string t = text_of(object_at(*parts[k], where, field), "type", where, field, "(none)");
-    QKV_CHECK(t == "NFC", where, ": ", field, ".type is ", excerpt(t), "; qkv reads no normalizer, or NFC");
-    impl.nfc = true;
-    impl.normalizer_name = "NFC";
-  }
-}
-
-void read_added_tokens(const json& j, const std::string& where, HfTokenizer::Impl& impl) {
-  const json* list = member(j, "added_tokens");
-  if (!list) return;
-  QKV_CHECK(list->is_array(), where, ": added_tokens is ", json_excerpt(*list), "; expected a list");
-  for (size_t k = 0; k < list->size(); ++k) {
-    const std::string field = "added_tokens[" + std::to_string(k) + "]";
-    const json& a = object_at((*list)[k], where, field);
-    HfAddedToken t;
-    const json* id = member(a, "id");
-    QKV_CHECK(id, where, ": ", field, " has no id");
-    t.id = id_of(*id, where, field + ".id");
-    t.content = text_of(a, "content", where, field);
-    t.special = flag(a, "special", false, where, field);
-    t.lstrip = flag(a, "lstrip", false, where, field);
-    t.rstrip = flag(a, "rstrip", false, where, field);
+void build_added_tokens(HfTokenizerParts& p, const std::string& where, HfTokenizer::Impl& impl) {
+  for (size_t k = 0; k < p.added.size(); ++k) {
+    HfAddedToken& t = p.added[k];
+    const std::string field = p.added_name + "[" + std::to_string(k) + "]";
+    QKV_CHECK(t.id >= 0 && t.id <= kMaxId, where, ": ", field, ".id is ", t.id, "; ids are whole numbers 0 .. 2^31 - 2");
     QKV_CHECK(!t.content.empty(), where, ": ", field, " (id ", t.id, ") is empty");
     QKV_CHECK(t.content.size() <= HfTokenizer::kMaxAddedTokenBytes, where, ": ", field, " (id ", t.id, ") is ",
               t.content.size(), " bytes long; qkv matches added tokens of at most ", HfTokenizer::kMaxAddedTokenBytes);
-    QKV_CHECK(!flag(a, "single_word", false, where, field), where, ": added token ", excerpt(t.content),
-              " is single_word; qkv matches added tokens anywhere");
     QKV_CHECK(!impl.added_at.count(t.id), where, ": added token id ", t.id, " appears twice");
     // an added token may also be a vocabulary token (the same bytes): its id must agree
-    if (const auto it = impl.token_of.find(t.id); it != impl.token_of.end())
-      QKV_CHECK(it->second == t.content, where, ": added token ", excerpt(t.content), " has id ", t.id,
-                ", which model.vocab gives to ", excerpt(it->second));
+    if (const VocabTable::Entry* e = impl.vocab.find(t.id))
+      QKV_CHECK(impl.vocab.bytes(*e) == t.content, where, ": added token ", excerpt(t.content), " has id ", t.id,
+                ", which ", p.vocab_name, " gives to ", excerpt(impl.vocab.bytes(*e)));
     impl.vocab_size = std::max<int64_t>(impl.vocab_size, int64_t{t.id} + 1);
     impl.added_at[t.id] = impl.added.size();
     impl.added_trie.add(t.content, static_cast<int32_t>(impl.added.size()));
@@ -275,68 +204,23 @@ void read_added_tokens(const json& j, const std::string& where, HfTokenizer::Imp
   }
 }
 
-std::shared_ptr<HfTokenizer::Impl> read_tokenizer(const json& j, const std::string& where) {
-  QKV_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), where,
-            " has no \"model\" object: not a Hugging Face tokenizer.json");
-  auto impl = std::make_shared<HfTokenizer::Impl>();
-  static std::atomic<uint64_t> tokenizers{0};
-  impl->serial = ++tokenizers;
-  impl->where = where;
-  const json& m = j["model"];
-  const std::string type = text_of(m, "type", where, "model", "(none)");
-  QKV_CHECK(type == "BPE", where, ": model.type is ", excerpt(type),
-            "; qkv reads BPE tokenizers (not WordPiece, Unigram or WordLevel)");
-  QKV_CHECK(!flag(m, "byte_fallback", false, where, "model"), where, ": model.byte_fallback is true; qkv reads byte-level BPE");
-  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
-    QKV_CHECK(text_of(m, key, where, "model").empty(), where, ": model.", key,
-              " is set; qkv reads byte-level BPE without word affixes");
-  QKV_CHECK(!member(m, "dropout"), where, ": model.dropout is set; qkv encodes deterministically");
-  impl->ignore_merges = flag(m, "ignore_merges", false, where, "model");
-  int64_t largest = -1;
-  read_vocab(m, where, *impl, largest);
-  impl->vocab_size = largest + 1;
-  read_merges(m, where, *impl);
-  read_normalizer(j, where, *impl);
-  const json* pre_tokenizer = member(j, "pre_tokenizer");
-  QKV_CHECK(pre_tokenizer, where, ": pre_tokenizer is missing; qkv reads byte-level BPE tokenizers");
-  PreTokenizer pre;
-  read_pre_tokenizer(*pre_tokenizer, where, "pre_tokenizer", 0, pre);
-  QKV_CHECK(pre.byte_level, where, ": pre_tokenizer has no ByteLevel step; qkv reads byte-level BPE tokenizers");
-  QKV_CHECK(!pre.pattern.empty(), where, ": pre_tokenizer has no regex (a Split, or ByteLevel with use_regex)");
-  impl->split = make_pretokenizer(pre.pattern);
-  if (const json* decoder = member(j, "decoder")) {
-    const std::string d = text_of(object_at(*decoder, where, "decoder"), "type", where, "decoder", "(none)");
-    QKV_CHECK(d == "ByteLevel", where, ": decoder.type is ", excerpt(d), "; qkv reads ByteLevel decoders");
-  }
-  read_added_tokens(j, where, *impl);
-  return impl;
-}
+bool is_space_byte(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 }  // namespace
 
-HfTokenizer HfTokenizer::load(const std::string& path) {
-  // A vocabulary's name (qwen3, llama3) that is not a path here: the installed file, verified.
-  if (!std::filesystem::exists(path))
-    if (const std::optional<std::string> installed = find_hf_vocab(path)) {
-      const std::string text = read_file(*installed);
-      QKV_CHECK(hf_vocab_verified(path, text), "refusing to load ", *installed, ": its SHA-256 is not the ", path,
-                " vocabulary's; the file is damaged or another version: delete it and reinstall (", kVocabInstallHint,
-                ")");
-      return parse(text, *installed);
-    }
-  std::string file = path;
-  if (std::filesystem::is_directory(path)) file = (std::filesystem::path(path) / "tokenizer.json").string();
-  QKV_CHECK(std::filesystem::is_regular_file(file), excerpt(path), " is not a tokenizer.json (nor a folder holding one)");
-  return parse(read_file(file), file);
-}
-
-HfTokenizer HfTokenizer::parse(std::string_view text, const std::string& where) {
-  const json j = parse_json(text, where);  // no recursion, linear, nesting bounded (json_max_depth)
-  try {
-    return HfTokenizer(read_tokenizer(j, where));
-  } catch (const json::exception& e) {  // (every member is checked for its type before it is read)
-    fail(where, ": unexpected JSON: ", e.what());
-  }
+HfTokenizer HfTokenizer::build(HfTokenizerParts parts, const std::string& where) {
+  auto impl = std::make_shared<Impl>();
+  static std::atomic<uint64_t> tokenizers{0};
+  impl->serial = ++tokenizers;
+  impl->where = where;
+  impl->ignore_merges = parts.ignore_merges;
+  build_vocab(parts, where, *impl);
+  build_merges(parts, where, *impl);
+  impl->nfc = parts.nfc;
+  impl->normalizer_name = parts.nfc ? "NFC" : "none";
+  impl->split = make_pretokenizer(parts.pattern);
+  build_added_tokens(parts, where, *impl);
+  return HfTokenizer(std::move(impl));
 }
 
 // One piece's bytes: merged pair by pair, the earliest merge first, leftmost among equals.
@@ -365,8 +249,8 @@ void HfTokenizer::Impl::bpe(std::string_view piece, std::vector<TokenId>& out) c
   }
   thread_local std::vector<Rank> sym;
   sym.clear();
-  if (const auto it = ignore_merges ? ids.find(piece) : ids.end(); it != ids.end()) {
-    sym.push_back(static_cast<Rank>(it->second));
+  if (const int32_t id = ignore_merges ? vocab.id_of(piece) : -1; id >= 0) {
+    sym.push_back(static_cast<Rank>(id));
   } else {
     for (char c : piece) sym.push_back(static_cast<Rank>(byte_id[static_cast<unsigned char>(c)]));
     hf_detail::merge_piece(merges, sym);
@@ -426,8 +310,8 @@ std::string HfTokenizer::decode_bytes(std::span<const TokenId> ids, bool skip_sp
     QKV_CHECK(id >= 0, "token id ", id, " is negative (", m.where, "'s ids are 0 .. ", m.vocab_size - 1, ")");
     if (auto it = m.added_at.find(id); it != m.added_at.end()) {
       if (!(skip_special && m.added[it->second].special)) out += m.added[it->second].content;
-    } else if (auto t = m.token_of.find(id); t != m.token_of.end()) {
-      out += t->second;
+    } else if (const auto* e = m.vocab.find(id)) {
+      out += m.vocab.bytes(*e);
     }  // an id the file does not hold (a model's padding ids) is no text, as Hugging Face decodes it
   }
   return out;
@@ -442,7 +326,7 @@ std::string HfTokenizer::token_text(TokenId id) const { return decode(std::span<
 int64_t HfTokenizer::vocab_size() const { return impl_->vocab_size; }
 
 bool HfTokenizer::has_token(TokenId id) const {
-  return impl_->added_at.count(id) > 0 || impl_->token_of.count(id) > 0;
+  return impl_->added_at.count(id) > 0 || impl_->vocab.find(id) != nullptr;
 }
 
 const std::vector<HfAddedToken>& HfTokenizer::added_tokens() const { return impl_->added; }

@@ -137,6 +137,15 @@ TEST(Gguf, ReadsMetadataOfEveryTypeAndTensorsAtAnyAlignment) {
                 HasSubstr("is an array of string; expected an array of floats"));
     EXPECT_THAT(error_of([&] { f.string("general.name"); }), HasSubstr("'s.gguf' has no metadata 'general.name'"));
     EXPECT_THAT(error_of([&] { f.tensor("output.weight"); }), HasSubstr("has no tensor 'output.weight'"));
+    // pages given back by range (nothing to give back in memory), metadata forgotten once read
+    EXPECT_NO_THROW(f.release("blk.0.attn_q.weight", 0, 34));
+    EXPECT_THAT(error_of([&] { f.release("blk.0.attn_q.weight", 34, 69); }),
+                HasSubstr("bytes [34, 69) of tensor 'blk.0.attn_q.weight' given back; it has 68"));
+    GgufFile g = GgufFile::parse(sample(alignment), "s.gguf");
+    g.drop("tokenizer.ggml.tokens");
+    g.drop("no such key");
+    EXPECT_FALSE(g.has("tokenizer.ggml.tokens"));
+    EXPECT_TRUE(g.has("tokenizer.ggml.token_type"));
   }
 }
 

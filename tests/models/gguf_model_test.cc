@@ -19,6 +19,8 @@
 #include "qkv/io/gguf.h"
 #include "qkv/models/gguf_model.h"
 #include "qkv/models/hf_folder.h"
+#include "qkv/text/byte_level.h"
+#include "qkv/text/utf8.h"
 #include "qkv/text/vocab_files.h"
 #include "test_support.h"
 
@@ -216,13 +218,22 @@ TEST_P(GgufModel, TheTokenizerComesThroughTheFile) {
   EXPECT_EQ(f.strings("tokenizer.ggml.tokens").size(), static_cast<size_t>(V));
   EXPECT_EQ(f.string("tokenizer.ggml.pre"), GetParam() == "qwen3" ? "qwen2" : "llama-bpe");
   EXPECT_EQ(f.boolean("tokenizer.ggml.add_bos_token"), GetParam() == "llama");
+  // built straight from the file's arrays (as a load does), and through the tokenizer.json they make
+  const HfTokenizer built = HfTokenizer::build(gguf_tokenizer_parts(f), "t.gguf");
   const HfTokenizer back = HfTokenizer::parse(gguf_tokenizer_json(f).dump(), "t.gguf");
+  EXPECT_EQ(built.vocab_size(), original.vocab_size());
   EXPECT_EQ(back.vocab_size(), original.vocab_size());
+  EXPECT_EQ(built.added_tokens().size(), original.added_tokens().size());
+  std::vector<TokenId> every(static_cast<size_t>(V));
+  for (int64_t id = 0; id < V; ++id) every[static_cast<size_t>(id)] = static_cast<TokenId>(id);
+  EXPECT_EQ(built.decode_bytes(every), original.decode_bytes(every));  // each token's bytes, in order
   for (const std::string text : {"Hello, world! It's 2026: 12345 tokens.", "  spaces\n\n\tand tabs  ",
                                  "caf\xc3\xa9 \xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\x98\x80", "<|im_start|>user\nhi<|im_end|>",
-                                 "<|begin_of_text|>x<|eot_id|>", "e\xcc\x81 (decomposed)", "don't WE'LL I'M"}) {
+                                 "<|begin_of_text|>x<|eot_id|>", "e\xcc\x81 (decomposed)", "don't WE'LL I'M",
+                                 "antidisestablishmentarianism internationalization"}) {
+    EXPECT_EQ(built.encode(text), original.encode(text)) << text;
     EXPECT_EQ(back.encode(text), original.encode(text)) << text;
-    EXPECT_EQ(back.decode(original.encode(text)), original.decode(original.encode(text))) << text;
+    EXPECT_EQ(built.decode(original.encode(text)), original.decode(original.encode(text))) << text;
   }
 }
 
@@ -302,6 +313,28 @@ TEST_P(GgufModel, BrokenFilesAreRefusedNamingTheField) {
                 meta.push_back({"tokenizer.ggml.tokens", gguf_strings({"a", "a"})});
               })),
               HasSubstr("tokenizer.ggml.tokens[1] ('a') is another token's text too"));
+  // the engine's checks name GGUF's keys: every byte spelled, then a merge of two tokens into none
+  std::vector<std::string> bytes;
+  for (int b = 0; b < 256; ++b) {
+    std::string spelled;
+    utf8::append(spelled, byte_level_char(static_cast<uint8_t>(b)));
+    bytes.push_back(spelled);
+  }
+  auto with_merges = [&](std::vector<std::string> merges) {
+    return edited(good, [&](auto& meta) {
+      meta.push_back({"tokenizer.ggml.model", gguf_string("gpt2")});
+      meta.push_back({"tokenizer.ggml.pre", gguf_string("qwen2")});
+      meta.push_back({"tokenizer.ggml.tokens", gguf_strings(bytes)});
+      meta.push_back({"tokenizer.ggml.merges", gguf_strings(merges)});
+    });
+  };
+  EXPECT_NO_THROW(load(write("bytes.gguf", with_merges({}))));
+  EXPECT_THAT(refused(with_merges({"a b"})),
+              HasSubstr("tokenizer.ggml.merges[0] makes 'ab', which is not in tokenizer.ggml.tokens"));
+  EXPECT_THAT(refused(with_merges({"ab"})),
+              HasSubstr("tokenizer.ggml.merges[0] is 'ab'; expected two tokens separated by one space"));
+  bytes.pop_back();
+  EXPECT_THAT(refused(with_merges({})), HasSubstr("tokenizer.ggml.tokens has no token for byte"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GgufModel, testing::Values("llama", "qwen3"));

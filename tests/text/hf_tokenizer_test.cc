@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "qkv/core/error.h"
 #include "qkv/text/byte_level.h"
 #include "qkv/text/hf_tokenizer.h"
+#include "qkv/text/hf_tokenizer_json.h"
 #include "qkv/text/utf8.h"
 
 namespace qkv {
@@ -133,6 +135,15 @@ TEST(HfTokenizer, DecodingJoinsBytesAndRepairsThem) {
   }
 }
 
+std::string testing_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 void refused(const json& j, const std::string& what) {
   try {
     make(j);
@@ -221,6 +232,47 @@ TEST(HfTokenizer, HostileFilesAreRefusedNamingTheFieldAndTheLimit) {
   const HfTokenizer sparse = make(j);
   EXPECT_EQ(sparse.vocab_size(), 100000001);
   EXPECT_EQ(sparse.decode(Ids{100000000, 260}), "xy");  // 260 is in no table now
+}
+
+// One engine for both readers: the parts a tokenizer.json holds, built straight, encode and decode
+// as the file parsed does; written back as tokenizer.json they read back the same; and build's
+// checks name the lists as the parts name them (GGUF's keys for a GGUF file).
+TEST(HfTokenizer, PartsBuildWhatTheFileParsesTo) {
+  json j = tiny("\\w+|\\s+");
+  j["normalizer"] = {{"type", "NFC"}};
+  j["added_tokens"] = json::array({{{"id", 300}, {"content", "<s>"}, {"special", true}},
+                                   {{"id", 301}, {"content", "<t>"}, {"rstrip", true}}});
+  const HfTokenizerParts parts = hf_tokenizer_parts(j, "tiny.json");
+  EXPECT_EQ(parts.vocab.size(), 261u);
+  ASSERT_EQ(parts.merges.size(), 4u);
+  EXPECT_EQ(parts.merges[1], (std::pair<std::string, std::string>{"ab", "c"}));
+  EXPECT_TRUE(parts.nfc);
+  const HfTokenizer parsed = make(j), built = HfTokenizer::build(parts, "tiny.json");
+  const HfTokenizer written = HfTokenizer::parse(hf_tokenizer_json(parts).dump(), "written.json");
+  for (const std::string text : {"abc bc", " a<s>xy", "<t>  abcabc", "e\xcc\x81", "abcbcab"}) {
+    EXPECT_EQ(built.encode(text), parsed.encode(text)) << text;
+    EXPECT_EQ(written.encode(text), parsed.encode(text)) << text;
+    EXPECT_EQ(built.decode(parsed.encode(text)), parsed.decode(parsed.encode(text))) << text;
+  }
+  EXPECT_EQ(built.vocab_size(), 302);
+  EXPECT_EQ(built.normalizer(), "NFC");
+  const HfTokenizerParts back = hf_tokenizer_parts(hf_tokenizer_json(parts), "written.json");
+  EXPECT_EQ(back.merges, parts.merges);
+  EXPECT_EQ(back.pattern, parts.pattern);
+  ASSERT_EQ(back.added.size(), 2u);
+  EXPECT_TRUE(back.added[0].special && !back.added[1].special && back.added[1].rstrip);
+
+  HfTokenizerParts gguf = parts;
+  gguf.vocab_name = "tokenizer.ggml.tokens";
+  gguf.merges_name = "tokenizer.ggml.merges";
+  gguf.merges.emplace_back("a", "q7");
+  EXPECT_THAT(testing_error([&] { HfTokenizer::build(gguf, "t.gguf"); }),
+              ::testing::HasSubstr("t.gguf: tokenizer.ggml.merges[4] names 'q7', which is not in tokenizer.ggml.tokens"));
+  gguf = parts;
+  gguf.vocab_name = "tokenizer.ggml.tokens";
+  gguf.vocab.push_back({"ab", 7});
+  EXPECT_THAT(testing_error([&] { HfTokenizer::build(gguf, "t.gguf"); }),
+              ::testing::HasSubstr("tokenizer.ggml.tokens gives id 7 twice"));
 }
 
 TEST(HfTokenizer, LoadNamesAPathThatHoldsNoTokenizer) {

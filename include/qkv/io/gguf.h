@@ -95,8 +95,13 @@ class GgufFile {
   // The tensor's values as floats (dequantized): out holds numel() floats.
   void read_floats(const std::string& name, float* out) const;
   // The tensor's mapped pages given back once it has been copied out (MappedFile::release): loading
-  // a file into memory then holds about one copy of it, not two.
+  // a file into memory then holds about one copy of it, not two. With begin, end: the pages wholly
+  // within bytes [begin, end) of its data, for a tensor copied out a piece at a time.
   void release(const std::string& name) const;
+  void release(const std::string& name, int64_t begin, int64_t end) const;
+  // A metadata entry forgotten once it has been read (its memory given back: a 151,936-token
+  // vocabulary's tokenizer.ggml.tokens and .merges hold about 15 MB); nothing when it is absent.
+  void drop(const std::string& key);
 
  private:
   struct Impl;

@@ -28,8 +28,10 @@
 // file's parameters against the metadata's (a block_count of 10^6 over a file of two layers is
 // refused before the model is made). A file of F32 weights computes in f32; any other (F16, BF16,
 // the quantized types) in bf16, its products' weights dequantized one tensor at a time straight
-// into the model's bf16 copies (no float copy of the model). The tokenizer is the file's
-// (gguf_tokenizer).
+// into the model's bf16 copies (no float copy of the model), a piece of a tensor at a time, each
+// piece's mapped pages given back once copied. The tokenizer is the file's (gguf_tokenizer_parts),
+// made before the weights are read, its metadata then forgotten: a load peaks at about the file's
+// size (bench/gguf_peak_memory.sh).
 #pragma once
 
 #include <optional>
@@ -56,11 +58,13 @@ std::string gguf_tensor_name(const ModelFamily& family, const std::string& state
 // The heads whose rows llama.cpp reorders in the GGUF tensor `name` of architecture `arch` (above):
 // H for blk.N.attn_q.weight and G for blk.N.attn_k.weight of "llama"; 0 for any other tensor.
 int64_t gguf_reordered_heads(const std::string& arch, const std::string& name, const kernels::AttentionSpec& a);
-// The tokenizer GGUF's metadata describes (tokenizer.ggml.*), as a tokenizer.json for HfTokenizer:
-// model "gpt2" (byte-level BPE) with pre "llama-bpe" (Llama 3's split), "qwen2" (Qwen's, and NFC
-// as Qwen's tokenizer.json has) or "gpt-2"; token_type 1 the vocabulary, 3 special added tokens,
-// 4 added tokens that are not special, 5 unused (no text); merges "a b". Anything else is refused
-// naming the key.
+// The tokenizer GGUF's metadata describes (tokenizer.ggml.*), as the parts HfTokenizer::build
+// checks and makes the tokenizer of, as it does tokenizer.json's: model "gpt2" (byte-level BPE)
+// with pre "llama-bpe" (Llama 3's split), "qwen2" (Qwen's, and NFC as Qwen's tokenizer.json has)
+// or "gpt-2"; token_type 1 the vocabulary, 3 special added tokens, 4 added tokens that are not
+// special, 5 unused (no text); merges "a b"; no text twice. Anything else is refused naming the key.
+HfTokenizerParts gguf_tokenizer_parts(const GgufFile& file);
+// The same as a tokenizer.json (text/hf_tokenizer_json.h), for writing it out.
 nlohmann::json gguf_tokenizer_json(const GgufFile& file);
 // The model, in eval mode, with the file's tokenizer (options.tokenizer) and its family's end
 // tokens and chat format.

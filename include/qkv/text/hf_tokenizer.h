@@ -28,6 +28,12 @@
 // entries the file holds, not by the largest id it names; an added token is at most
 // kMaxAddedTokenBytes long, Sequences of pre-tokenizers nest at most 16 deep.
 //
+// Two readers, one engine: HfTokenizer::parse reads a tokenizer.json (text/hf_tokenizer_json.h),
+// gguf_tokenizer_parts GGUF's tokenizer.ggml.* (models/gguf_model.h); each hands the same
+// HfTokenizerParts to HfTokenizer::build, which checks them (every token spelled in the
+// byte-level alphabet, all 256 bytes, no id twice, merges of two tokens making a third, added
+// tokens' lengths and ids) and makes the tables.
+//
 // What else a tokenizer.json may hold (another model type, WordPiece or Unigram, a byte fallback, a
 // normalizer or pre-tokenizer other than these) is refused at load with the field's name, as are
 // merges naming tokens that are not in the vocabulary. An HfTokenizer is immutable, cheap to copy
@@ -40,6 +46,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "qkv/text/bpe.h"
@@ -51,6 +58,22 @@ struct HfAddedToken {
   std::string content;
   bool special = false;  // decode(ids, true) leaves it out
   bool lstrip = false, rstrip = false;
+};
+
+// A byte-level BPE tokenizer as its file describes it, before it is checked (HfTokenizer::build).
+struct HfTokenizerParts {
+  struct Token {
+    std::string text;  // spelled in the byte-level alphabet
+    TokenId id = 0;
+  };
+  std::vector<Token> vocab;                                 // in the file's order
+  std::vector<std::pair<std::string, std::string>> merges;  // (left, right), the earliest first
+  std::vector<HfAddedToken> added;                          // in the file's order
+  std::string pattern;         // the pre-tokenizer's regex (then each piece spelled byte by byte)
+  bool nfc = false;            // the normalizer: NFC, or none
+  bool ignore_merges = false;  // a piece that is a token is that token, unmerged
+  // Errors name the lists so: tokenizer.json's fields, or GGUF's keys.
+  std::string vocab_name = "model.vocab", merges_name = "model.merges", added_name = "added_tokens";
 };
 
 // Which added tokens encode() matches in the text: all, or only those that are not special.
@@ -65,6 +88,8 @@ class HfTokenizer {
   static HfTokenizer load(const std::string& path);
   // The text of a tokenizer.json; `where` names it in errors.
   static HfTokenizer parse(std::string_view json, const std::string& where);
+  // The tokenizer `parts` describe, checked (qkv::Error naming `where`, the list and the entry).
+  static HfTokenizer build(HfTokenizerParts parts, const std::string& where);
 
   std::vector<TokenId> encode(std::string_view text, AddedTokens match = AddedTokens::kAll) const;
   std::string decode(std::span<const TokenId> ids, bool skip_special = false) const;
