@@ -37,6 +37,7 @@ void LogitTally::add(const float* ref, const float* cand, int64_t V, int64_t nex
   log_softmax(cand, V, lq, "candidate's", positions_);
   double kl = 0;
   for (size_t v = 0; v < lp.size(); ++v) kl += std::exp(lp[v]) * (lp[v] - lq[v]);
+  kl = std::max(kl, 0.0);  // never below 0 but by rounding (distributions within 1e-16 of one-hot)
   kl_sum_ += kl;
   kl_max_ = positions_ == 0 ? kl : std::max(kl_max_, kl);
   same_top_ += argmax(ref, V) == argmax(cand, V);
@@ -58,8 +59,10 @@ LogitAgreement LogitTally::result() const {
     a.top1 = static_cast<double>(same_top_) / static_cast<double>(positions_);
   }
   if (predictions_ > 0) {
-    a.ref_perplexity = std::exp(ref_nll_ / static_cast<double>(predictions_));
-    a.cand_perplexity = std::exp(cand_nll_ / static_cast<double>(predictions_));
+    a.ref_nll = ref_nll_ / static_cast<double>(predictions_);
+    a.cand_nll = cand_nll_ / static_cast<double>(predictions_);
+    a.ref_perplexity = std::exp(a.ref_nll);
+    a.cand_perplexity = std::exp(a.cand_nll);
   }
   return a;
 }

@@ -125,18 +125,20 @@ std::string report_text(const AccuracyBenchReport& r) {
   out << "  reference: " << r.reference << "\n";
   for (const AccuracyRow& row : r.rows) out << "  " << row.type << ": " << row.candidate << "\n";
   char line[256];
-  std::snprintf(line, sizeof line, "  %-10s %11s %10s %10s %8s %10s %10s\n", "type", "bits/weight", "mean KL",
-                "max KL", "top-1", "PPL ref", "PPL cand");
+  std::snprintf(line, sizeof line, "  %-10s %11s %10s %10s %8s %10s %10s %12s\n", "type", "bits/weight", "mean KL",
+                "max KL", "top-1", "PPL ref", "PPL cand", "ln PPL ratio");
   out << line;
   for (const AccuracyRow& row : r.rows) {
     const LogitAgreement& a = row.agreement;
-    std::snprintf(line, sizeof line, "  %-10s %11.4g %10.3e %10.3e %7.2f%% %10.4g %10.4g\n", row.type.c_str(),
-                  row.bits_per_weight, a.mean_kl, a.max_kl, 100 * a.top1, a.ref_perplexity, a.cand_perplexity);
+    std::snprintf(line, sizeof line, "  %-10s %11.4g %10.3e %10.3e %7.2f%% %10.4g %10.4g %12.3e\n", row.type.c_str(),
+                  row.bits_per_weight, a.mean_kl, a.max_kl, 100 * a.top1, a.ref_perplexity, a.cand_perplexity,
+                  a.cand_nll - a.ref_nll);
     out << line;
   }
   out << "  KL(p_ref || p_cand) in nats per position; top-1: positions whose most likely token is the same;\n"
          "  PPL: exp(mean -log p(next token)) over the "
-      << (r.rows.empty() ? 0 : r.rows[0].agreement.predictions) << " predictions\n";
+      << (r.rows.empty() ? 0 : r.rows[0].agreement.predictions)
+      << " predictions; ln PPL ratio: ln(PPL cand / PPL ref), the difference of the means\n";
   return out.str();
 }
 
@@ -152,6 +154,8 @@ nlohmann::json report_json(const AccuracyBenchReport& r) {
                     {"mean_kl", a.mean_kl},
                     {"max_kl", a.max_kl},
                     {"top1", a.top1},
+                    {"ref_nll", a.ref_nll},
+                    {"cand_nll", a.cand_nll},
                     {"ref_perplexity", a.ref_perplexity},
                     {"cand_perplexity", a.cand_perplexity}});
   }

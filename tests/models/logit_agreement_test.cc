@@ -58,6 +58,23 @@ TEST(LogitAgreement, TwoPositionsOfThreeTokensGiveTheDefinitions) {
   EXPECT_NEAR(a.ref_perplexity, 1 / softmax_of(ref[0])[1], 1e-12);   // 4.0861...
   EXPECT_NEAR(a.cand_perplexity, 1 / softmax_of(cand[0])[1], 1e-12);  // 3.0166...
   EXPECT_NEAR(a.ref_perplexity, 4.0861612696, 1e-9);
+  EXPECT_NEAR(a.ref_nll, -std::log(softmax_of(ref[0])[1]), 1e-12);
+  EXPECT_NEAR(a.cand_nll, -std::log(softmax_of(cand[0])[1]), 1e-12);
+}
+
+// Distributions within rounding of one-hot (logits 800 apart: the others' probabilities e^-800,
+// below a double's range): a KL that sums to a hair below 0 by rounding counts as 0, and the
+// perplexity of an unlikely next token is past a double (inf) while its mean -log p is not.
+TEST(LogitAgreement, SaturatedDistributionsStayAtOrAbove0) {
+  const std::vector<float> ref = {800, 0, 0}, cand = {800, 0, 1};
+  LogitTally tally;
+  tally.add(ref.data(), cand.data(), 3, 1);
+  const LogitAgreement a = tally.result();
+  EXPECT_GE(a.mean_kl, 0.0);
+  EXPECT_LT(a.mean_kl, 1e-300);
+  EXPECT_EQ(a.top1, 1.0);
+  EXPECT_NEAR(a.ref_nll, 800.0, 1e-9);
+  EXPECT_EQ(a.ref_perplexity, INFINITY);
 }
 
 // Logits far from zero: the log-softmax subtracts the largest first (exp(1000) overflows a double).

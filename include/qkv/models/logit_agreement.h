@@ -11,7 +11,8 @@
 //   LogitTally::add(ref, cand, next)   one position's two rows of V logits: p = softmax(ref),
 //                                      q = softmax(cand) from log-softmax in double (the largest
 //                                      logit subtracted first),
-//                                        KL(p || q) = sum_v p_v (log p_v - log q_v)     (nats)
+//                                        KL(p || q) = sum_v p_v (log p_v - log q_v)     (nats;
+//                                      a sum rounded below 0 counts as 0)
 //                                      top-1 agreement: argmax p == argmax q (the first of equal
 //                                      largest logits); with next >= 0 (the token that follows),
 //                                      -log p_next and -log q_next toward the perplexities
@@ -33,7 +34,9 @@ struct LogitAgreement {
   int64_t predictions = 0;  // next tokens scored: T - 1
   double mean_kl = 0, max_kl = 0;  // KL(p_ref || p_cand) over the positions, nats
   double top1 = 0;                 // the share of positions whose argmax is the same, in [0, 1]
-  // exp(the mean of -log p(next)) over the predictions: the reference's and the candidate's
+  // the mean of -log p(next) over the predictions (nats), the reference's and the candidate's, and
+  // its exp, the perplexity (inf past a double's range: a mean above 709.78)
+  double ref_nll = 0, cand_nll = 0;
   double ref_perplexity = 0, cand_perplexity = 0;
 };
 
