@@ -1,12 +1,15 @@
 // qkv bench --module {mha|causal-attention|attention-core} --batch B --seq-len T ...
 // qkv bench --module decode --kv-len S ...
 // qkv bench --module gpt --preset NAME --batch B --seq-len T [--backward | --new-tokens N] ...
+// qkv bench --module accuracy --weights PATH --text FILE [--quantize T] [--seq-len N]
 // mpirun -np N qkv bench --module ring-attention --seq-len T ... (bench_ring.cc, with MPI)
 //
 // Times the fast path on random inputs: median milliseconds over --iters runs after --warmup
 // runs, GFLOP/s counting only the work causal attention needs (projections + the visible half of
 // the scores), and the share of the FMA peak this machine reaches on the same threads (measured
-// here, first). With --json the last line is one JSON object for machines.
+// here, first). --module accuracy measures instead how far quantized weights move the model's
+// next-token distributions (qkv/perf/accuracy_bench.h). With --json the last line is one JSON
+// object for machines.
 #include <iostream>
 #include <memory>
 
@@ -14,10 +17,13 @@
 #include "commands.h"
 #include "flags.h"
 #include "qkv/core/checked.h"
+#include "qkv/core/excerpt.h"
+#include "qkv/core/read_file.h"
 #include "qkv/core/error.h"
 #include "qkv/core/gemm.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/modules/attention_module.h"
+#include "qkv/perf/accuracy_bench.h"
 #include "qkv/perf/attention_bench.h"
 #include "qkv/perf/decode_bench.h"
 #include "qkv/perf/gpt_bench.h"
@@ -64,6 +70,37 @@ int run_gpt(const BenchFlags& f, const CLI::App& sub) {
   return 0;
 }
 
+// --module accuracy: a model's weights, the text and the types; the timing flags are refused by name.
+int run_accuracy(const BenchFlags& f, const CLI::App& sub) {
+  for (const char* flag : {"--preset", "--new-tokens", "--batch", "--kv-len", "--cache-dtype", "--d-model",
+                           "--num-heads", "--head-dim", "--backward", "--no-mask", "--dropout", "--iters", "--warmup",
+                           "--num-kv-heads", "--window", "--alibi", "--softcap", "--rope", "--dtype", "--gemm", "--split"})
+    QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module accuracy (it runs a model's weights over a "
+              "text: --weights, --text, --quantize, --seq-len, --threads)");
+  QKV_CHECK(!f.weights.empty(), "--module accuracy needs --weights PATH: a GGUF file or a Hugging Face folder");
+  QKV_CHECK(!f.text.empty(), "--module accuracy needs --text FILE, the text both models read (qkv installs none; "
+            "docs/gguf.md uses the source tree's tests/data/the-verdict.txt)");
+  check_threads(f.threads);
+  if (f.threads > 0) set_default_thread_count(f.threads);
+  perf::AccuracyBenchOptions o;
+  o.weights = f.weights;
+  o.quantize = f.quantize;
+  o.text = read_file(f.text);
+  o.text_name = f.text;
+  if (sub.count("--seq-len") > 0) o.seq_len = f.seq_len;
+  try {
+    const perf::AccuracyBenchReport r = perf::run_accuracy_bench(o);
+    std::cout << perf::report_text(r);
+    if (f.json) std::cout << perf::report_json(r).dump() << "\n";
+  } catch (const Error& e) {  // the harness names its fields; the user typed flags
+    std::string m = e.what();
+    for (const auto& [field, flag] : {std::pair{"seq_len ", "--seq-len "}, {"text ", "--text "}})
+      if (m.rfind(field, 0) == 0) m = flag + m.substr(std::string(field).size());
+    fail(m);
+  }
+  return 0;
+}
+
 // --module ring-attention: the ring's own flags; the others are refused by name.
 int run_ring(const BenchFlags& f, const CLI::App& sub) {
   for (const char* flag : {"--kv-len", "--cache-dtype", "--rope", "--d-model"})
@@ -82,6 +119,9 @@ int run_ring(const BenchFlags& f, const CLI::App& sub) {
 // The flags, checked and named in errors; the harness (qkv/perf/attention_bench.h) does the rest.
 int run_bench(BenchFlags& f, const CLI::App& sub) {
   QKV_CHECK(f.threads >= 0, "--threads ", f.threads, ": must be at least 1 (or 0: the default)");
+  if (f.module == "accuracy") return run_accuracy(f, sub);
+  for (const char* flag : {"--weights", "--quantize", "--text"})
+    QKV_CHECK(sub.count(flag) == 0, flag, " is a flag of --module accuracy, not ", f.module);
   if (f.module == "ring-attention") return run_ring(f, sub);
   if (f.module == "gpt") return run_gpt(f, sub);
   for (const char* flag : {"--preset", "--new-tokens"})
@@ -181,15 +221,22 @@ Command add_bench(CLI::App& app) {
                   "out_proj) | attention-core (the fused kernel alone on (B, H, T, D)) | decode (one query per "
                   "head over a KV cache of --kv-len positions, against the memory bandwidth) | ring-attention (the "
                   "fused kernel's ring across MPI ranks: mpirun -np N qkv bench ...) | gpt (the whole GPT model of --preset: "
-                  "a forward, a training step with --backward, or decoding with --new-tokens)")
+                  "a forward, a training step with --backward, or decoding with --new-tokens) | accuracy (quantized "
+                  "weights against the float ones on --text: KL divergence, top-1 agreement, perplexities)")
       ->required()
-      ->check(CLI::IsMember({"mha", "causal-attention", "attention-core", "decode", "ring-attention", "gpt"}));
+      ->check(CLI::IsMember({"mha", "causal-attention", "attention-core", "decode", "ring-attention", "gpt", "accuracy"}));
   sub->add_option("--preset", f->preset, "gpt: the model's sizes, " + preset_list())
       ->default_val("gpt2-small");
+  sub->add_option("--weights", f->weights,
+                  "accuracy: a Llama 3 / Qwen3 model's files, a GGUF file (llama.cpp's) or a Hugging Face folder; a "
+                  "quantized file is compared with itself decoded to f32, a float model with --quantize T (or, "
+                  "without it, every type)");
+  add_quantize_flag(sub, f->quantize);
+  sub->add_option("--text", f->text, "accuracy: the text both models read (the first --seq-len tokens, default 1000)");
   add_number(sub, "--new-tokens", f->new_tokens,
              "gpt: decode --new-tokens steps after a --seq-len prompt, each timed (tokens/s against the read bandwidth)");
   add_number_with_default(sub, "--batch", f->batch, "Batch size B");
-  add_number(sub, "--seq-len", f->seq_len, "Tokens T (every module but decode)");
+  add_number(sub, "--seq-len", f->seq_len, "Tokens T (every module but decode; accuracy: the text's first T, default 1000)");
   add_number(sub, "--kv-len", f->kv_len, "decode: cached positions S the query attends to");
   sub->add_option("--cache-dtype", f->cache_dtype, "decode: the KV cache's element type")
       ->default_val("f32")

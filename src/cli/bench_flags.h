@@ -23,6 +23,7 @@ struct BenchFlags {
   std::string split = "contiguous";  // ring-attention
   std::string preset = "gpt2-small";  // gpt
   int64_t new_tokens = 0;             // gpt: decode
+  std::string weights, quantize, text;  // accuracy
 };
 
 // --module ring-attention under mpirun (bench_ring.cc, built with the MPI layer only): every rank

@@ -8,6 +8,7 @@
 #include "qkv/core/checked.h"
 #include "qkv/core/error.h"
 #include "qkv/core/limits.h"
+#include "qkv/core/quant_blocks.h"
 #include "qkv/kernels/rope.h"
 
 namespace qkv::cli {
@@ -149,7 +150,7 @@ void add_quantize_flag(CLI::App* sub, std::string& value) {
   sub->add_option("--quantize", value, "q8_0 | q4_0 | q4_k | q6_k: a Llama 3 / Qwen3 model's float weights (a folder, "
                                        "an F32/F16/BF16 GGUF file) quantized at load into that type's blocks, read "
                                        "by integer products as llama.cpp reads its files (docs/gguf.md)")
-      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k", "q6_k"}, CLI::ignore_case));
+      ->check(CLI::IsMember(product_quant_names(), CLI::ignore_case));
 }
 
 std::string preset_list() {

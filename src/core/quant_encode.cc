@@ -4,6 +4,7 @@
 // tests/core/quant_blocks_test.cc.
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 
@@ -162,12 +163,22 @@ void quantize(const QuantType& t, const float* x, int64_t n, uint8_t* out) {
   }
 }
 
+const std::vector<std::string>& product_quant_names() {
+  static const std::vector<std::string> names = {"q8_0", "q6_k", "q4_k", "q4_0"};
+  return names;
+}
+
 const QuantType& product_quant_type(const std::string& name) {
-  const QuantType& t = quant_type_named(name);
-  const std::string n = t.name;
-  QKV_CHECK(n == "Q8_0" || n == "Q4_0" || n == "Q4_K" || n == "Q6_K", "quantize: ", name,
-            " is not a type the integer products read; expected q8_0, q4_0, q4_k or q6_k");
-  return t;
+  std::string lower = name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::vector<std::string>& names = product_quant_names();
+  if (std::find(names.begin(), names.end(), lower) == names.end()) {
+    std::string expected;
+    for (size_t i = 0; i < names.size(); ++i)
+      expected += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+    fail("quantize: ", name, " is not a type the integer products read; expected ", expected);
+  }
+  return quant_type_named(name);
 }
 
 QuantMatrix quantize_matrix(const QuantType& t, int64_t rows, int64_t cols,

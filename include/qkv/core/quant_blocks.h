@@ -93,6 +93,8 @@ void quantize(const QuantType& t, const float* x, int64_t n, uint8_t* out);
 // The type a load's quantize option names ("q8_0", ..., case as given), checked to be one the
 // integer products read (Q8_0, Q4_0, Q4_K, Q6_K): qkv::Error naming it otherwise.
 const QuantType& product_quant_type(const std::string& name);
+// Those types' names as the quantize option takes them, most bits first: q8_0, q6_k, q4_k, q4_0.
+const std::vector<std::string>& product_quant_names();
 // The type rows of `cols` values are written in when `want` is asked: `want`, or where the rows are
 // not whole blocks of it the nearest that fits - Q8_0, then F16 - as llama.cpp's quantizer falls back.
 const QuantType& fitting_quant_type(const QuantType& want, int64_t cols);

@@ -1,0 +1,133 @@
+// `qkv bench --module accuracy` as a user runs it, on a small Qwen3-shaped model with Qwen3's
+// tokenizer (installed by scripts/setup.sh; skipped without it): a float file against every type
+// the products read, a quantized file against itself decoded, and bad input named. (What the
+// figures mean is tested in tests/models/logit_agreement_test.cc; here, that the command reports
+// them for the right models and tokens.)
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "model_support.h"
+#include "qkv/core/read_file.h"
+#include "qkv/models/gguf_model.h"
+#include "qkv/text/vocab_files.h"
+
+namespace qkv {
+namespace {
+
+using ::testing::HasSubstr;
+
+class CliBenchAccuracy : public CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    if (!find_hf_vocab("qwen3")) GTEST_SKIP() << "qwen3's tokenizer.json is not installed (scripts/setup.sh installs it)";
+  }
+  // The model (rows of 64: whole blocks of Q8_0 and Q4_0; the K-quants' 256 fall back to Q8_0) in
+  // a GGUF file of `type` with Qwen3's tokenizer.
+  std::string model_file(const std::string& type) {
+    Generator gen(3);
+    DecoderModel m(llama_sizes("qwen3", 151936, 64, 128, 1, 2, 1, 32, 64, /*tied=*/true), gen);
+    const nlohmann::json tokenizer = nlohmann::json::parse(read_file(*find_hf_vocab("qwen3")));
+    std::vector<std::string> notes;
+    return write("m-" + type + ".gguf", gguf_model_bytes(m, &tokenizer, type, notes));
+  }
+  static nlohmann::json last_json_line(const std::string& out) {
+    std::string s = out;
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    return nlohmann::json::parse(s.substr(s.rfind('\n') + 1));
+  }
+  const std::string verdict_ = std::string(QKV_TEST_DATA_DIR) + "/the-verdict.txt";
+};
+
+TEST_F(CliBenchAccuracy, AFloatFileAgainstEveryTypeTheProductsRead) {
+  const std::string f32 = model_file("f32");
+  Result r = run("bench --module accuracy --weights " + f32 + " --text " + verdict_ + " --seq-len 40 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("on 40 tokens of " + verdict_ + " (of its "));
+  EXPECT_THAT(r.out, HasSubstr("1 window of up to 64"));
+  const nlohmann::json j = last_json_line(r.out);
+  EXPECT_EQ(j["tokens"], 40);
+  EXPECT_GT(j["text_tokens"].get<int>(), 1000);
+  EXPECT_THAT(j["reference"].get<std::string>(), HasSubstr("f32 products"));
+  ASSERT_EQ(j["rows"].size(), 4u);
+  const std::vector<std::pair<std::string, double>> types = {{"Q8_0", 8.5}, {"Q6_K", 6.5625}, {"Q4_K", 4.5}, {"Q4_0", 4.5}};
+  for (size_t i = 0; i < types.size(); ++i) {
+    const nlohmann::json& row = j["rows"][i];
+    EXPECT_EQ(row["type"], types[i].first);
+    EXPECT_EQ(row["bits_per_weight"], types[i].second);
+    EXPECT_EQ(row["positions"], 40);
+    EXPECT_EQ(row["predictions"], 39);
+    EXPECT_GT(row["mean_kl"].get<double>(), 0.0) << types[i].first;
+    EXPECT_GE(row["max_kl"].get<double>(), row["mean_kl"].get<double>()) << types[i].first;
+    EXPECT_GE(row["top1"].get<double>(), 0.0);
+    EXPECT_LE(row["top1"].get<double>(), 1.0);
+    EXPECT_EQ(row["ref_perplexity"], j["rows"][0]["ref_perplexity"]);  // one reference for all
+    EXPECT_THAT(row["candidate"].get<std::string>(), HasSubstr("integer products"));
+    EXPECT_THAT(r.out, HasSubstr("  " + types[i].first + " "));
+  }
+  // Q8_0 against Q4_0 on the same rows of 64 (the K-quants' fall back to Q8_0 here)
+  EXPECT_LT(j["rows"][0]["mean_kl"].get<double>(), j["rows"][3]["mean_kl"].get<double>());
+  // one type: the same figures as its row of the table
+  r = run("bench --module accuracy --weights " + f32 + " --text " + verdict_ + " --seq-len 40 --quantize q4_0 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json one = last_json_line(r.out);
+  ASSERT_EQ(one["rows"].size(), 1u);
+  EXPECT_EQ(one["rows"][0]["mean_kl"], j["rows"][3]["mean_kl"]);
+  EXPECT_EQ(one["rows"][0]["cand_perplexity"], j["rows"][3]["cand_perplexity"]);
+}
+
+TEST_F(CliBenchAccuracy, AQuantizedFileAgainstItselfDecoded) {
+  const std::string q8 = model_file("q8_0");
+  Result r = run("bench --module accuracy --weights " + q8 + " --text " + verdict_ + " --seq-len 30 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = last_json_line(r.out);
+  ASSERT_EQ(j["rows"].size(), 1u);
+  EXPECT_EQ(j["rows"][0]["type"], "Q8_0");       // every matrix's rows are whole Q8_0 blocks
+  EXPECT_EQ(j["rows"][0]["bits_per_weight"], 8.5);  // 34 bytes per 32 values
+  EXPECT_EQ(j["rows"][0]["positions"], 30);
+  EXPECT_GT(j["rows"][0]["mean_kl"].get<double>(), 0.0);  // the activations' rounding alone
+  EXPECT_THAT(j["reference"].get<std::string>(), HasSubstr("Q8_0 weights, f32 products"));
+  EXPECT_THAT(j["rows"][0]["candidate"].get<std::string>(), HasSubstr("integer products on its blocks"));
+}
+
+TEST_F(CliBenchAccuracy, BadInputNamesTheValueAndWhatWasExpected) {
+  const std::string q8 = model_file("q8_0");
+  const std::string one = write("one.txt", "a");
+  const std::string w = " --weights " + q8 + " --text " + verdict_;
+  // (the paths in the messages are excerpts: the scratch folder's long name is cut)
+  const std::pair<std::string, std::string> cases[] = {
+      {w + " --seq-len 0", "--seq-len 0: must be at least 2"},
+      {w + " --seq-len 1", "--seq-len 1: must be at least 2"},
+      {" --weights " + q8 + " --text " + one, "qkv: error: --text '"},
+      {" --weights " + q8 + " --text " + one, ": 1 token with the model's tokenizer; expected at least 2"},
+      {w + " --quantize q4_0", "qkv: error: quantizing the weights (q4_0): '"},
+      {w + " --quantize q4_0", "'s weights are Q8_0 already; expected a file of float weights (F32, F16, BF16) to "
+                               "quantize"},
+      {" --weights " + q8, "--module accuracy needs --text FILE"},
+      {" --text " + verdict_, "--module accuracy needs --weights PATH"},
+      {w + " --iters 3", "--iters is not a flag of --module accuracy"},
+      {" --weights " + path("none.gguf") + " --text " + verdict_, "none.gguf"},
+      {" --weights " + q8 + " --text " + path("none.txt"), "none.txt"},
+  };
+  for (const auto& [args, message] : cases) {
+    Result r = run("bench --module accuracy" + args);
+    EXPECT_EQ(r.status, 1) << args;
+    EXPECT_THAT(r.err, HasSubstr(message)) << args;
+    EXPECT_EQ(r.out, "") << args;
+  }
+  Result r = run("bench --module accuracy" + w + " --quantize q5_k");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.err, HasSubstr("--quantize: q5_k not in {q8_0,q6_k,q4_k,q4_0}"));
+  r = run("bench --module mha --seq-len 4 --weights " + q8);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("--weights is a flag of --module accuracy, not mha"));
+}
+
+}  // namespace
+}  // namespace qkv
