@@ -259,12 +259,15 @@ QKV_QMV_ATTR void Rows32(const uint8_t* W, int64_t row_bytes, int64_t nb, const 
   for (; n + 8 <= n1; n += 8) {
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    // The eight rows are one run of memory; the next eight are asked for as this run is read (as
+    // much of them per block as of these), so the loads meet one stream a group ahead, not eight.
+    const uint8_t* next = W + (n + 8) * row_bytes;
     for (int64_t b = 0; b < nb; ++b) {
       __m256i u[8], w[8];
       alignas(16) uint16_t h[8];
+      for (int64_t line = 0; line < 8 * kBytes + 64; line += 64) hwy::Prefetch(next + b * 8 * kBytes + line);
       for (int j = 0; j < 8; ++j) {
         const uint8_t* blk = W + (n + j) * row_bytes + b * kBytes;
-        hwy::Prefetch(blk + kPrefetchBytes);
         std::memcpy(&h[j], blk, 2);
         if constexpr (kQ4) {  // lo nibbles are values 0..15, hi nibbles 16..31
           const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
