@@ -215,7 +215,7 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
 
 Command add_bench(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
-  CLI::App* sub = app.add_subcommand("bench", "Time qkv on random inputs: the fused attention kernels and modules, decoding over a KV cache, whole models");
+  CLI::App* sub = app.add_subcommand("bench", "Time qkv on random inputs: the fused attention kernels and modules, decoding over a KV cache, whole models; or measure what quantized weights change (--module accuracy)");
   sub->add_option("--module", f->module,
                   "mha (fused QKV GEMM -> fused attention -> out_proj) | causal-attention (one head, no "
                   "out_proj) | attention-core (the fused kernel alone on (B, H, T, D)) | decode (one query per "

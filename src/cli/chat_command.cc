@@ -164,7 +164,7 @@ int run_chat(ChatCommandFlags& f, const CLI::App& sub) {
 
 Command add_chat(CLI::App& app) {
   auto f = std::make_shared<ChatCommandFlags>();
-  CLI::App* sub = app.add_subcommand("chat", "Chat with a Llama 3 or Qwen3 model (one message per line of input)");
+  CLI::App* sub = app.add_subcommand("chat", "Chat with a Llama 3 or Qwen3 model, a Hugging Face folder or a GGUF file (one message per line of input)");
   sub->add_option("--weights", f->weights,
                   "A Llama 3 / Qwen3 directory as Hugging Face ships it (config.json, model.safetensors or shards, "
                   "tokenizer.json), or its GGUF file (llama.cpp's)");
