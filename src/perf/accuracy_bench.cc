@@ -10,6 +10,7 @@
 #include "qkv/core/quant_blocks.h"
 #include "qkv/io/gguf.h"
 #include "qkv/models/gguf_model.h"
+#include "qkv/models/hf_folder.h"
 #include "qkv/qkv.h"
 
 namespace qkv::perf {
@@ -43,6 +44,31 @@ FileMatrices quantized_matrices(const std::string& path) {
   for (const auto& [n, name] : by_share) m.types += (m.types.empty() ? "" : "+") + name;
   m.bits_per_weight = 8 * bytes / count;
   return m;
+}
+
+// Bits per weight of a float model's matrices as --quantize t keeps them: each 2-D weight in
+// fitting_quant_type(t, its row length) - the loaders' rule - so Q8_0 where t's blocks do not fit a
+// row and bf16 (16 bits) where not even Q8_0's do.
+double quantized_bits(const std::string& path, const QuantType& t) {
+  double bits = 0, count = 0;
+  auto add = [&](int64_t rows, int64_t cols) {
+    const QuantType& q = fitting_quant_type(t, cols);
+    const double per = std::string(q.name) == "F16" ? 16.0 : 8.0 * static_cast<double>(q.block_bytes) / static_cast<double>(q.block);
+    bits += per * static_cast<double>(rows * cols);
+    count += static_cast<double>(rows * cols);
+  };
+  if (is_gguf_file(path)) {
+    const GgufFile file(path);
+    for (const GgufTensor& g : file.tensors())
+      if (g.shape.size() == 2) add(g.shape[0], g.shape[1]);
+  } else {
+    const HfFolder w = read_hf_folder(path);
+    for (const auto& [name, i] : w.file_of) {
+      const Shape& s = w.files[i]->shape(name);
+      if (s.size() == 2) add(s[0], s[1]);
+    }
+  }
+  return count > 0 ? bits / count : 0.0;
 }
 
 }  // namespace
@@ -95,7 +121,7 @@ AccuracyBenchReport run_accuracy_bench(const AccuracyBenchOptions& o) {
     } else {
       const QuantType& t = product_quant_type(type);
       row.type = t.name;
-      row.bits_per_weight = 8.0 * static_cast<double>(t.block_bytes) / static_cast<double>(t.block);
+      row.bits_per_weight = quantized_bits(o.weights, t);  // the matrices as quantized, fallbacks counted
     }
     row.candidate = m.description;
     return row;
