@@ -27,19 +27,17 @@ namespace qd = quant_detail;
 #if HWY_TARGET == HWY_AVX3_DL
 // As quant_matvec.cc: the EVEX avx512vnni, never the VEX avxvnni Highway 1.0.3's string names.
 #define QKV_QG_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vnni,avx512vl,no-avxvnni")))
-constexpr bool kVnni = true;
 #else
 #define QKV_QG_ATTR
-constexpr bool kVnni = false;
 #endif
 
 constexpr int64_t kStepBytes = 4 * qd::kPanelRows;        // one step: 4 values of each of 16 rows
 constexpr int64_t kQuantBytes = 8 * kStepBytes;           // a block's 32 values of 16 rows
 constexpr int64_t kBlockBytes = kQuantBytes + 4 * qd::kPanelRows;  // + the 16 scales
 
-// Whether Q8_0's quants are stored as q + 128 (unsigned, the offset taken back from the sum) or as
-// q (signed: vpsignb). Without VNNI, vpmaddubsw's int16 pairs would saturate on (q + 128) x.
-constexpr bool kQ8Unsigned = kVnni;
+// Whether Q8_0's quants are stored as q + 128 (unsigned, the offset taken back from the sum: VNNI)
+// or as q (signed: vpsignb). Without VNNI, vpmaddubsw's int16 pairs would saturate on (q + 128) x.
+constexpr bool kQ8Unsigned = HWY_TARGET == HWY_AVX3_DL;
 
 // The offset the stored quants carry: isum = sum_i stored_i qx_i - offset sum_i qx_i.
 constexpr int32_t Offset(uint32_t id) { return id == qd::kQ4_0 ? 8 : (kQ8Unsigned ? 128 : 0); }

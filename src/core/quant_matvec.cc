@@ -218,10 +218,6 @@ QKV_QMV_ATTR HWY_INLINE __m256i DotU8S8(__m256i u, __m256i s) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 #endif
 }
-// The same with a signed w in [-128, 127]: |w| (as unsigned) against x with w's sign (llama.cpp's trick).
-QKV_QMV_ATTR HWY_INLINE __m256i DotS8S8(__m256i abs_w, __m256i w, __m256i x) {
-  return DotU8S8(abs_w, _mm256_sign_epi8(x, w));
-}
 // sum of u_i s_i scale_(i / 16) as 8 int32 lanes: the scale multiplies the int16 pairs (vpmaddwd),
 // scale16 holding one int16 per lane pair (the low 128 bits: values 0..15, the high: 16..31).
 QKV_QMV_ATTR HWY_INLINE __m256i DotScaled(__m256i u, __m256i s, __m256i scale16) {
