@@ -212,22 +212,29 @@ def _stop_running_streams():
     _running_streams.clear()
 
 
-def load(path, *, dtype=None, vocab_dir="", num_heads=None):
+def load(path, *, dtype=None, vocab_dir="", num_heads=None, quantize=None, dequantize=False):
     """The model in `path`: GPT-2's weights (Hugging Face's model.safetensors or a directory holding
     it and config.json, or the book's state-dict names), a Llama 3 or Qwen3 folder as Hugging Face
     ships it (config.json, model.safetensors or shards, tokenizer.json) or as llama.cpp's GGUF file
-    (F32, F16, BF16 and the quantized types: dequantized into bf16 weights), or a checkpoint
-    `qkv train` wrote.
+    (F32, F16, BF16 and the quantized types, whose blocks generation reads with integer products as
+    llama.cpp does), or a checkpoint `qkv train` wrote.
 
     dtype "f32" or "bf16" (None: as saved; a bf16 Llama/Qwen3 model keeps its weights in bf16 only,
     and its state_dict() then needs dtype="f32"); num_heads for a GPT file without config.json.
-    A path that holds no model is a qkv.Error naming it and what is wrong.
+    quantize "q8_0", "q4_0", "q4_k" or "q6_k": a Llama 3 / Qwen3 model's float weights (a folder, an
+    F32/F16/BF16 GGUF file) quantized at load into that type's blocks (a matrix whose rows are not
+    whole blocks stays bf16; `description` says what was kept); dequantize=True: a quantized GGUF
+    file's blocks decoded into bf16 weights instead (the float path, to compare with).
+    A path that holds no model, or settings that do not go together, is a qkv.Error naming them.
     """
     if not isinstance(path, (str, os.PathLike)) or isinstance(path, bytes):
         raise TypeError(f"qkv.load: path must be a str or os.PathLike, not {type(path).__name__}")
     if num_heads is not None and operator.index(num_heads) < 1:
         raise Error(f"qkv.load: num_heads is {num_heads}; expected a positive number of heads")
-    return Model(_qkv.load(os.fspath(path), dtype=dtype, vocab_dir=vocab_dir, num_heads=num_heads))
+    if quantize is not None and not isinstance(quantize, str):
+        raise TypeError(f"qkv.load: quantize must be a str such as \"q8_0\" or None, not {type(quantize).__name__}")
+    return Model(_qkv.load(os.fspath(path), dtype=dtype, vocab_dir=vocab_dir, num_heads=num_heads,
+                           quantize=quantize, dequantize=bool(dequantize)))
 
 
 def make_model(preset, seed=123, *, dtype=None, vocab_dir=""):

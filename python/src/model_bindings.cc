@@ -1,7 +1,7 @@
 // python/src/model_bindings.cc - language models through qkv's front door (qkv/qkv.h) for Python:
 // what qkv.load and qkv.make_model (python/qkv/__init__.py) wrap.
 //
-//   m = _qkv.load(path, dtype=None, vocab_dir="", num_heads=None)   # GPT-2's weights, a Llama 3 / Qwen3 folder, a qkv checkpoint
+//   m = _qkv.load(path, dtype=None, vocab_dir="", num_heads=None, quantize=None, dequantize=False)   # GPT-2's weights, a Llama 3 / Qwen3 folder, a qkv checkpoint
 //   m = _qkv.make_model("gpt2-small", seed=123, dtype=None)         # untrained, as torch.manual_seed(S); GPTModel(cfg)
 //   m.generate(prompt_ids, max_new_tokens, temperature, top_k, seed, stop_at_eos, on_token) -> new ids
 //   m.logits(ids (T) or (B, T) integers) -> float32 (T, V) or (B, T, V)
@@ -188,11 +188,14 @@ py::dict state_dict_of(Model& self) {
 }
 
 std::shared_ptr<Model> load(const std::string& path, const std::optional<std::string>& dtype,
-                            const std::string& vocab_dir, std::optional<int64_t> num_heads) {
+                            const std::string& vocab_dir, std::optional<int64_t> num_heads,
+                            const std::optional<std::string>& quantize, bool dequantize) {
   LoadOptions o;
   o.vocab_dir = vocab_dir;
   o.dtype = dtype_of_name(dtype);
   o.num_heads = num_heads;
+  o.quantize = quantize.value_or("");
+  o.dequantize = dequantize;
   auto model = std::make_shared<Model>();
   py::gil_scoped_release release;
   std::shared_lock<std::shared_mutex> pool_lock(pool_mutex());
@@ -234,7 +237,7 @@ void bind_models(py::module_& m) {
       .def_property_readonly("end_ids", [](const Model& self) { return self.loaded.end_ids; })
       .def_property_readonly("has_tokenizer", [](const Model& self) { return self.loaded.tokenizer != nullptr; });
   m.def("load", &load, py::arg("path"), py::arg("dtype") = py::none(), py::arg("vocab_dir") = "",
-        py::arg("num_heads") = py::none());
+        py::arg("num_heads") = py::none(), py::arg("quantize") = py::none(), py::arg("dequantize") = false);
   m.def("make_model", &make, py::arg("preset"), py::arg("seed") = 123, py::arg("dtype") = py::none(),
         py::arg("vocab_dir") = "");
 }

@@ -409,26 +409,33 @@ Tensor MappedSafetensors::read(const std::string& name) const {
 }
 
 void MappedSafetensors::read_into(const std::string& name, float* out) const {
+  read_range_into(name, 0, numel_of(impl_->entry(name).shape), out);
+}
+
+void MappedSafetensors::read_range_into(const std::string& name, int64_t first, int64_t count, float* out) const {
   const Impl& m = *impl_;
   const Entry& e = m.entry(name);
   const int64_t n = numel_of(e.shape);
+  QKV_CHECK(first >= 0 && count >= 0 && first <= n && count <= n - first, "elements [", first, ", ", first, " + ",
+            count, ") of ", excerpt(name), " in ", excerpt(m.path), ": expected a range within its ", n, " elements");
+  const auto size = static_cast<int64_t>(e.dtype->size);
+  const unsigned char* data = m.layout.data + e.begin + static_cast<uint64_t>(first * size);
   if (!m.file->mapped()) {
-    decode(e, m.layout.data + e.begin, out, n);
+    decode(e, data, out, count);
     return;
   }
   // In pieces of about 8 MiB, each piece's pages dropped from this process's memory once decoded
   // (whole pages: a neighbour's page dropped too comes back from the page cache when it is read),
   // so that a tensor costs its float32 copy and not its bytes in the file as well.
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto size = static_cast<int64_t>(e.dtype->size);
   const int64_t piece = std::max<int64_t>(1, (int64_t{8} << 20) / size);
-  for (int64_t i = 0; i < n; i += piece) {
-    const int64_t k = std::min(piece, n - i);
-    const unsigned char* src = m.layout.data + e.begin + static_cast<uint64_t>(i * size);
+  for (int64_t i = 0; i < count; i += piece) {
+    const int64_t k = std::min(piece, count - i);
+    const unsigned char* src = data + static_cast<uint64_t>(i * size);
     decode(e, src, out + i, k);
-    const auto first = reinterpret_cast<uintptr_t>(src) & ~(page - 1);
-    const auto last = reinterpret_cast<uintptr_t>(src + k * size);
-    ::madvise(reinterpret_cast<void*>(first), static_cast<size_t>(last - first), MADV_DONTNEED);
+    const auto lo = reinterpret_cast<uintptr_t>(src) & ~(page - 1);
+    const auto hi = reinterpret_cast<uintptr_t>(src + k * size);
+    ::madvise(reinterpret_cast<void*>(lo), static_cast<size_t>(hi - lo), MADV_DONTNEED);
   }
 }
 

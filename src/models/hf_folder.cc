@@ -176,10 +176,17 @@ std::unique_ptr<LanguageModel> hf_model_from(const HfFolder& w, Dtype dtype, Att
         if (shape.size() != 2) return std::nullopt;
         const QuantType& t = fitting_quant_type(*quantize, shape[1]);  // as qkv convert --to gguf writes it
         if (std::string(t.name) == "F16") return std::nullopt;          // rows not whole blocks of 32: bf16
-        std::vector<uint16_t> bits(static_cast<size_t>(shape[0] * shape[1]));  // half the floats' size
-        file(name).read_bf16_into(name, bits.data());
-        return quantize_matrix(t, shape[0], shape[1], [&](int64_t r, float* out) {
-          bf16_to_floats(bits.data() + r * shape[1], out, static_cast<size_t>(shape[1]));
+        // The file's values as stored (an F32 folder's floats, not rounded to bf16 first), a piece
+        // of rows at a time: never the whole matrix in floats.
+        const int64_t cols = shape[1], piece = std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(1, cols));
+        std::vector<float> rows(static_cast<size_t>(std::min(piece, shape[0]) * cols));
+        int64_t held = -1;  // the first row in `rows`
+        return quantize_matrix(t, shape[0], cols, [&](int64_t r, float* out) {
+          if (held < 0 || r < held || r >= held + piece) {
+            held = r;
+            file(name).read_range_into(name, r * cols, std::min(piece, shape[0] - r) * cols, rows.data());
+          }
+          std::copy_n(rows.data() + (r - held) * cols, cols, out);
         });
       };
     model->load_bf16_only(

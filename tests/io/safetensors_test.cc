@@ -695,6 +695,36 @@ TEST(SafetensorsMapped, ReadsWhatTheWholeFileReaderReadsTensorByTensorAndAgain) 
   EXPECT_TRUE(ThrowsErrorWith([&] { mapped.shape("input"); }, {"has no tensor 'input'"}));
 }
 
+TEST(SafetensorsMapped, ARangeOfElementsIsThatSliceOfTheWholeTensorAndAnyRangeOutsideIsRefused) {
+  std::mt19937 rng(12);
+  TempDir dir;
+  const std::string path = dir.file("r.safetensors");
+  NamedTensors tensors = {{"f", Tensor::from({700, 6}, random_values(4200, rng))},
+                          {"h", Tensor::from({9, 5}, random_values(45, rng))}};
+  save_safetensors(path, tensors, {}, {"h"});
+  const TensorFile whole = load_safetensors(path);
+  const MappedSafetensors mapped(path);
+  for (const std::string name : {"f", "h"}) {
+    const Tensor all = whole.get(name);
+    const int64_t n = all.numel();
+    for (auto [first, count] : {std::pair<int64_t, int64_t>{0, n}, {0, 0}, {n, 0}, {6, 12}, {n - 7, 7}, {1, n - 2}}) {
+      SCOPED_TRACE(name + " [" + std::to_string(first) + ", +" + std::to_string(count) + ")");
+      std::vector<float> got(static_cast<size_t>(count) + 1, -7.0f);
+      mapped.read_range_into(name, first, count, got.data());
+      for (int64_t i = 0; i < count; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], all.data()[first + i]) << i;
+      EXPECT_EQ(got.back(), -7.0f) << "written past the range";
+    }
+    float sink[8];
+    EXPECT_TRUE(ThrowsErrorWith([&] { mapped.read_range_into(name, n - 3, 4, sink); },
+                                {"elements [" + std::to_string(n - 3) + ", " + std::to_string(n - 3) + " + 4) of '" + name +
+                                     "'",
+                                 "expected a range within its " + std::to_string(n) + " elements"}));
+    EXPECT_TRUE(ThrowsErrorWith([&] { mapped.read_range_into(name, -1, 1, sink); }, {"elements [-1, -1 + 1)"}));
+    EXPECT_TRUE(ThrowsErrorWith([&] { mapped.read_range_into(name, 0, -2, sink); }, {"elements [0, 0 + -2)"}));
+    EXPECT_TRUE(ThrowsErrorWith([&] { mapped.read_range_into(name, n + 1, 0, sink); }, {"expected a range within"}));
+  }
+}
+
 TEST(SafetensorsMapped, RefusesWhatTheWholeFileReaderRefusesWithItsErrors) {
   TempDir dir;
   auto write = [&](const std::string& name, const std::string& bytes) {

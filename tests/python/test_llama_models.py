@@ -108,3 +108,52 @@ def test_a_gguf_file_loads_as_its_folder(family_dir, tmp_path):
     with pytest.raises(qkv.Error, match="f32"):
         quantized.state_dict()
     assert list(qkv.load(q8, dtype="f32").state_dict()) == list(folder.state_dict())
+
+
+def test_quantized_weights_from_a_folder_and_from_a_gguf_file():
+    """quantize="q8_0" at load: the folder's float weights into Q8_0 blocks, read by integer products;
+    the same blocks as the Q8_0 GGUF file of the same weights (written by the definition in
+    tests/pytorch/gguf_files.py), so the same logits, bit for bit. dequantize=True on that file: bf16
+    weights, whose logits are the twin's on the dequantized weights (rounded to bf16). Bad settings
+    are a qkv.Error naming them."""
+    import gguf_files
+    import tempfile
+    tokenizer, V = small_tokenizer("qwen3")
+    # rows of 64 and 96 values: whole Q8_0 blocks (32), so every matrix is quantized
+    cfg = make_cfg("qwen3", V, 64, 96, 2, 4, 2, 16, 64, 10000.0, 1e-6, True, None)
+    m = twin(cfg, 90)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = write_dir(m, os.path.join(tmp, "f32"), "f32", tokenizer)
+        q8 = os.path.join(tmp, "m-q8_0.gguf")
+        gguf_files.write_gguf(m, q8, tokenizer, type="q8_0")
+        at_load, from_file = qkv.load(folder, quantize="q8_0"), qkv.load(q8)
+        assert "quantized to Q8_0" in at_load.description and "integer products" in at_load.description
+        assert "integer products" in from_file.description
+        ids = at_load.encode("the cat sat on the mat")
+        got = at_load.logits(ids)
+        np.testing.assert_array_equal(got, from_file.logits(ids))
+        floats = qkv.load(folder).logits(ids)
+        rel = np.abs(got - floats).max() / np.abs(floats).max()
+        assert 0 < rel < 0.05, rel  # moved by the rounding of weights and activations, not far
+        assert len(at_load.generate(ids, max_new_tokens=4, temperature=0.0)) == 4
+
+        decoded = qkv.load(q8, dequantize=True)  # bf16 weights, float products
+        assert "integer products" not in decoded.description and "bf16" in decoded.description
+        assert len(decoded.generate(ids, max_new_tokens=4, temperature=0.0)) == 4
+        with torch.no_grad():  # f32 products: the twin on the file's weights (Q8_0 blocks decoded) within 1e-5
+            for name, w in llama_model.to_hugging_face(m).items():
+                if w.dim() == 2:
+                    w.copy_(torch.from_numpy(gguf_files.dequantize_q8_0(gguf_files.quantize_q8_0(w.numpy()),
+                                                                        tuple(w.shape))))
+            want = m.double()(torch.tensor([ids])).float()[0].numpy()
+            m.float()
+        assert np.abs(qkv.load(q8, dtype="f32").logits(ids) - want).max() / np.abs(want).max() <= 1e-5
+
+        with pytest.raises(qkv.Error, match="q5_0 is not a type the integer products read"):
+            qkv.load(folder, quantize="q5_0")
+        with pytest.raises(qkv.Error, match="Q8_0"):
+            qkv.load(q8, quantize="q4_0")
+        with pytest.raises(qkv.Error, match="f32 products"):
+            qkv.load(folder, quantize="q8_0", dtype="f32")
+        with pytest.raises(TypeError, match="quantize must be a str"):
+            qkv.load(folder, quantize=8)

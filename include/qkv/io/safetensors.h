@@ -60,6 +60,9 @@ class MappedSafetensors {
   std::string stored_dtype(const std::string& name) const;  // "F32", "BF16", ...
   Tensor read(const std::string& name) const;                // float32, contiguous, named
   void read_into(const std::string& name, float* out) const; // the same into out[numel of its shape]
+  // Elements [first, first + count) of the tensor in row-major order, as float32, into out[count]
+  // (a matrix read a few rows at a time); a range outside [0, numel] throws, naming it.
+  void read_range_into(const std::string& name, int64_t first, int64_t count, float* out) const;
   // The tensor as bf16 bits into out[numel]: a BF16 tensor's bits as stored (no float copy made),
   // another dtype's values rounded to nearest even.
   void read_bf16_into(const std::string& name, uint16_t* out) const;
