@@ -278,10 +278,18 @@ def test_the_gil_is_released_while_a_kernel_runs():
 
 def test_ctrl_c_during_a_call_raises_keyboard_interrupt_when_it_returns():
     """SIGINT arriving while the kernel runs (GIL released): the call raises KeyboardInterrupt
-    instead of returning its result (about 137 GFLOP: 0.3 s at the 450 GFLOP/s of two Zen 5 cores,
-    far longer than the 0.05 s before the signal; 34 GFLOP finished first there)."""
+    instead of returning its result. The call is sized from this build's speed to last about half a
+    second or more, far longer than the 0.05 s before the signal (T = 8,192 on two Zen 5 cores; the
+    sanitizer build's kernels are a hundred times slower, and a shorter T is enough there)."""
     rng = np.random.default_rng(8)
-    q = rand(rng, 1, 8, 8192, 64)
+    small = rand(rng, 1, 8, 1024, 64)
+    t0 = time.perf_counter()
+    qkv.attention(small, small, small)
+    took = time.perf_counter() - t0
+    T = 1024
+    while took * (T / 1024) ** 2 < 0.5 and T < 16384:  # the work grows as T^2
+        T *= 2
+    q = rand(rng, 1, 8, T, 64)
 
     def interrupt():
         time.sleep(0.05)

