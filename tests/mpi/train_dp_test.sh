@@ -14,7 +14,7 @@
 #            and says the step where they stopped.
 # ctrlc:     the same with Ctrl-C at mpirun (which sends SIGTERM to every rank).
 # die:       one rank killed (SIGKILL): the job ends with an error, no hang; the checkpoint is whole.
-# gpt:       `qkv train --model gpt` (chapter 5's loop) on the book's text, a small model with dropout
+# gpt:       `qkv train --model gpt` (chapter 5's loop) on 40% of the book's text, a small model with dropout
 #            0.1, alone and on 2 ranks (a batch of 4): every evaluation's losses within 1e-6 relative,
 #            one table (rank 0 prints), the weights within 1e-6 of their tensor's largest.
 set -u
@@ -100,11 +100,11 @@ PY
     ;;
   gpt)
     gpt=(train --model gpt --text-file "$here/../data/the-verdict.txt" --d-model 16 --num-heads 2 --num-layers 1
-         --context-length 16 --epochs 1 --eval-freq 10 --eval-iter 2 --batch-size 4 --dropout 0.1
+         --context-length 16 --epochs 1 --train-ratio 0.4 --eval-freq 10 --eval-iter 2 --batch-size 4 --dropout 0.1
          --sample-tokens 4 --svg "" --json)
-    timeout 120 "$qkv" "${gpt[@]}" --checkpoint "$dir/alone.safetensors" >"$dir/alone.out" 2>"$err" ||
+    timeout 300 "$qkv" "${gpt[@]}" --checkpoint "$dir/alone.safetensors" >"$dir/alone.out" 2>"$err" ||
       { cp "$dir/alone.out" "$out"; fail "the single-process run failed"; }
-    timeout 120 "$mpiexec" --oversubscribe --bind-to none -np 2 "$qkv" "${gpt[@]}" \
+    timeout 300 "$mpiexec" --oversubscribe --bind-to none -np 2 "$qkv" "${gpt[@]}" \
       --checkpoint "$dir/ranks.safetensors" >"$out" 2>"$err"; status=$?
     [ "$status" = 124 ] && fail "the job hung"
     [ "$status" = 0 ] || fail "exit status $status"
