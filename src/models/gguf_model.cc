@@ -256,7 +256,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
             "quantizing the weights (", options.quantize, ") is for generation: it does not go with f32 products or ",
             "the float weights");
   QKV_CHECK(options.quantize.empty() || type == "F32" || type == "F16" || type == "BF16", "quantizing the weights (",
-            options.quantize, "): ", excerpt(path), "'s weights are ", type, " already; expected a file of float ",
+            options.quantize, "): the weights of ", excerpt(path), " are ", type, " already; expected a file of float ",
             "weights (F32, F16, BF16) to quantize");
   const Dtype dtype = options.dtype.value_or(
       (type == "F32" && options.quantize.empty()) || options.float_weights ? Dtype::kF32 : Dtype::kBF16);

@@ -108,8 +108,8 @@ TEST_F(CliBenchAccuracy, BadInputNamesTheValueAndWhatWasExpected) {
       {w + " --seq-len 1", "--seq-len 1: must be at least 2"},
       {" --weights " + q8 + " --text " + one, "qkv: error: --text '"},
       {" --weights " + q8 + " --text " + one, ": 1 token with the model's tokenizer; expected at least 2"},
-      {w + " --quantize q4_0", "qkv: error: quantizing the weights (q4_0): '"},
-      {w + " --quantize q4_0", "'s weights are Q8_0 already; expected a file of float weights (F32, F16, BF16) to "
+      {w + " --quantize q4_0", "qkv: error: quantizing the weights (q4_0): the weights of '"},
+      {w + " --quantize q4_0", " are Q8_0 already; expected a file of float weights (F32, F16, BF16) to "
                                "quantize"},
       {" --weights " + q8, "--module accuracy needs --text FILE"},
       {" --text " + verdict_, "--module accuracy needs --weights PATH"},
