@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace qkv::testing {
+namespace qkv::testing_support {
 
 inline nlohmann::json load_python_json(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -37,4 +37,4 @@ inline nlohmann::json load_python_json(const std::string& path) {
   return nlohmann::json::parse(out);
 }
 
-}  // namespace qkv::testing
+}  // namespace qkv::testing_support

@@ -3,11 +3,13 @@
 
 #include <stdlib.h>
 
+#include <bit>
 #include <cmath>
 #include <filesystem>
 #include <stdexcept>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,7 +18,30 @@
 #include "qkv/core/limits.h"
 #include "qkv/kernels/attention.h"
 
+namespace qkv {
+
+inline constexpr float kInf = std::numeric_limits<float>::infinity();
+
+}  // namespace qkv
+
 namespace qkv::testing_support {
+
+// v's 8 bytes, least significant first (the files' little-endian integers).
+inline std::string le64(uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[static_cast<size_t>(i)] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return s;
+}
+
+// The floats' bytes as a little-endian file stores them.
+inline std::string f32_bytes(const std::vector<float>& values) {
+  std::string s;
+  for (float f : values) {
+    const uint32_t bits = std::bit_cast<uint32_t>(f);
+    for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>((bits >> (8 * i)) & 0xff));
+  }
+  return s;
+}
 
 // n draws of N(0, 1) from rng.
 inline std::vector<float> normal_vector(size_t n, std::mt19937& rng) {

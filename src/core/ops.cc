@@ -254,6 +254,14 @@ float sum_all(const Tensor& a) {
   return static_cast<float>(acc);
 }
 
+bool all_finite(const Tensor& a) {
+  const Tensor c = a.contiguous();
+  const float* p = c.data();
+  for (int64_t i = 0, n = c.numel(); i < n; ++i)
+    if (!std::isfinite(p[i])) return false;
+  return true;
+}
+
 Tensor softmax(const Tensor& a, int dim) {
   return along(a, dim, [](const float* x, float* y, int64_t n, int64_t s) {
     float m = -std::numeric_limits<float>::infinity();

@@ -20,7 +20,7 @@ namespace {
 using explore_detail::repeat_heads;
 using explore_detail::step;
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kInfinity = std::numeric_limits<float>::infinity();
 
 // "norm1." -> "norm1": a state prefix as a name in captions.
 std::string bare(const std::string& prefix) {
@@ -58,7 +58,7 @@ void lens_row(ExploreLens& lens, LanguageModel& model, const Tensor& x, const To
     pool.parallel_for(rows, [&](int64_t r0, int worker) {  // positions apart: each writes its own slots
       const int64_t t = t0 + r0;
       const float* z = logits.data() + r0 * V;
-      float hi = -kInf;
+      float hi = -kInfinity;
       for (int64_t v = 0; v < V; ++v) hi = std::max(hi, z[v]);
       double total = 0;
       for (int64_t v = 0; v < V; ++v) total += std::exp(static_cast<double>(z[v]) - hi);

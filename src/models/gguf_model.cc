@@ -24,7 +24,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string list(const std::vector<std::string>& names) {
+std::string quoted_list(const std::vector<std::string>& names) {
   std::string s;
   for (const std::string& n : names) s += (s.empty() ? "\"" : ", \"") + n + "\"";
   return s;
@@ -168,7 +168,7 @@ const ModelFamily& family_of_gguf(const GgufFile& file) {
       if (a == arch) return *f;
       known.push_back(a);
     }
-  fail(excerpt(file.path()), ": general.architecture is ", excerpt(arch), "; qkv reads GGUF files of ", list(known));
+  fail(excerpt(file.path()), ": general.architecture is ", excerpt(arch), "; qkv reads GGUF files of ", quoted_list(known));
 }
 
 json gguf_config_json(const GgufFile& f) {

@@ -20,7 +20,6 @@
 namespace qkv {
 namespace {
 
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 bool ends_with(const std::string& s, const std::string& p) {
   return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
 }
@@ -45,7 +44,7 @@ int64_t default_heads(int64_t E) {
 int64_t count_blocks(const MappedSafetensors& f, const std::string& prefix) {
   int64_t n = 0;
   for (const std::string& name : f.names()) {
-    if (!starts_with(name, prefix)) continue;
+    if (!name.starts_with(prefix)) continue;
     const std::string rest = name.substr(prefix.size());
     const size_t dot = rest.find('.');
     if (dot == 0 || dot == std::string::npos) continue;

@@ -9,24 +9,16 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/core/numbers.h"
 #include "qkv/core/json_read.h"
+#include "qkv/core/ops.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/models/decoder.h"
 
 namespace qkv {
 namespace {
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-
 // A name the trainer keeps beside the model's in the same file.
 bool trainer_tensor(const std::string& name) {
-  return starts_with(name, "optimizer.") || starts_with(name, "train.") || starts_with(name, "data.");
-}
-
-bool all_finite(const Tensor& t) {
-  const float* p = t.data();
-  for (int64_t i = 0, n = t.numel(); i < n; ++i)
-    if (!std::isfinite(p[i])) return false;
-  return true;
+  return name.starts_with("optimizer.") || name.starts_with("train.") || name.starts_with("data.");
 }
 
 bool ends_with_mask(const std::string& name) { return name.size() >= 5 && name.compare(name.size() - 5, 5, ".mask") == 0; }

@@ -128,7 +128,7 @@ struct HfTokenizer::Impl {
 
 namespace {
 
-constexpr TokenId kMaxId = std::numeric_limits<int32_t>::max() - 1;  // 2^31 - 2
+constexpr TokenId kMaxTokenId = std::numeric_limits<int32_t>::max() - 1;  // 2^31 - 2
 
 void build_vocab(HfTokenizerParts& p, const std::string& where, HfTokenizer::Impl& impl) {
   std::string text;
@@ -136,7 +136,7 @@ void build_vocab(HfTokenizerParts& p, const std::string& where, HfTokenizer::Imp
   entries.reserve(p.vocab.size());
   int64_t largest = -1;
   for (HfTokenizerParts::Token& t : p.vocab) {
-    QKV_CHECK(t.id >= 0 && t.id <= kMaxId, where, ": ", p.vocab_name, "[", excerpt(t.text), "] is ", t.id,
+    QKV_CHECK(t.id >= 0 && t.id <= kMaxTokenId, where, ": ", p.vocab_name, "[", excerpt(t.text), "] is ", t.id,
               "; ids are whole numbers 0 .. 2^31 - 2");
     largest = std::max<int64_t>(largest, t.id);
     const size_t at = text.size();
@@ -188,7 +188,7 @@ void build_added_tokens(HfTokenizerParts& p, const std::string& where, HfTokeniz
   for (size_t k = 0; k < p.added.size(); ++k) {
     HfAddedToken& t = p.added[k];
     const std::string field = p.added_name + "[" + std::to_string(k) + "]";
-    QKV_CHECK(t.id >= 0 && t.id <= kMaxId, where, ": ", field, ".id is ", t.id, "; ids are whole numbers 0 .. 2^31 - 2");
+    QKV_CHECK(t.id >= 0 && t.id <= kMaxTokenId, where, ": ", field, ".id is ", t.id, "; ids are whole numbers 0 .. 2^31 - 2");
     QKV_CHECK(!t.content.empty(), where, ": ", field, " (id ", t.id, ") is empty");
     QKV_CHECK(t.content.size() <= HfTokenizer::kMaxAddedTokenBytes, where, ": ", field, " (id ", t.id, ") is ",
               t.content.size(), " bytes long; qkv matches added tokens of at most ", HfTokenizer::kMaxAddedTokenBytes);

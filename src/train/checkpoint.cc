@@ -8,6 +8,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/core/json_read.h"
+#include "qkv/core/ops.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/models/lm_checkpoint.h"
 
@@ -16,8 +17,6 @@ namespace {
 
 constexpr const char* kKind = kLmCheckpointKind;
 constexpr const char* kOptimizerPrefix = "optimizer.";
-
-bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
 Tensor as_tensor(const std::vector<float>& v) { return Tensor::from({static_cast<int64_t>(v.size())}, v); }
 
@@ -28,7 +27,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   std::set<std::string> bf16;  // the model's weights in bf16 mode's checkpoints
   for (const auto& [name, t] : c.model) {
     if (c.weights_dtype == Dtype::kBF16) bf16.insert(name);
-    QKV_CHECK(!starts_with(name, kOptimizerPrefix) && !starts_with(name, "train.") && !starts_with(name, "data."),
+    QKV_CHECK(!name.starts_with(kOptimizerPrefix) && !name.starts_with("train.") && !name.starts_with("data."),
               "checkpoint: the model tensor name ", excerpt(name), " collides with the checkpoint's own names");
     tensors.push_back({name, t});
   }
@@ -62,13 +61,6 @@ void read_evals(const nlohmann::json& j, std::vector<EvalStats>& out) {
     QKV_CHECK(ok, "an evaluation must be {\"step\": N, \"loss\": X, \"accuracy\": X}, not ", json_excerpt(e));
     out.push_back({e["step"].get<int64_t>(), e["loss"].get<float>(), e["accuracy"].get<double>()});
   }
-}
-
-bool all_finite(const Tensor& t) {
-  const float* p = t.data();
-  for (int64_t i = 0, n = t.numel(); i < n; ++i)
-    if (!std::isfinite(p[i])) return false;
-  return true;
 }
 
 // Everything a checkpoint says, checked against everything else it says, before anything is built
@@ -122,7 +114,7 @@ Checkpoint load_checkpoint(const std::string& path) {
     c.data_state = parse_json(meta("data.state"), "its data state");
     read_evals(parse_json(meta("evals"), "its evaluations"), c.evals);
     for (const auto& [name, t] : f.tensors) {
-      if (starts_with(name, kOptimizerPrefix)) {
+      if (name.starts_with(kOptimizerPrefix)) {
         c.optimizer[name.substr(std::string(kOptimizerPrefix).size())] = t;
       } else if (name == "train.losses") {
         c.losses = t.to_vector();

@@ -6,16 +6,10 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/pointwise.h"
+#include "qkv/core/ops.h"
 
 namespace qkv {
 namespace {
-
-bool all_finite(const Tensor& t) {
-  const float* x = t.data();
-  for (int64_t i = 0, n = t.numel(); i < n; ++i)
-    if (!std::isfinite(x[i])) return false;
-  return true;
-}
 
 }  // namespace
 

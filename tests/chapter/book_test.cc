@@ -34,7 +34,7 @@ class Book : public ::testing::Test {
   // skipping them.
   void SetUp() override {
     if (cases_.empty()) {
-      json doc = testing::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/book.json");
+      json doc = testing_support::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/book.json");
       for (const json& c : doc["cases"]) cases_[c["name"].get<std::string>()] = c;
     }
     ASSERT_EQ(cases_.size(), 70u);

@@ -114,10 +114,10 @@ TEST_F(GenerateCacheCli, TokensStreamAndCtrlCStopsWithWhatWasGenerated) {
 // bytes as --json's prompt + completion.
 TEST_F(GenerateCacheCli, StreamedTextEqualsTheJsonCompletion) {
   const std::string g = "generate --checkpoint t.st --prompt \"the dog\" --max-new-tokens 40 --temperature 1.2 --seed 9";
-  const Result plain = run(g), json = run(g + " --json");
+  const Result plain = run(g), json_run = run(g + " --json");
   ASSERT_EQ(plain.status, 0) << plain.err;
-  ASSERT_EQ(json.status, 0) << json.err;
-  const nlohmann::json j = last_json(json.out);
+  ASSERT_EQ(json_run.status, 0) << json_run.err;
+  const nlohmann::json j = last_json(json_run.out);
   EXPECT_EQ(plain.out, "the dog" + j["completion"].get<std::string>() + "\n");
   EXPECT_EQ(j["stopped"], false);
 }

@@ -226,9 +226,9 @@ TEST_F(Cli, WalkthroughEndsWithTheBooksChapter4Figure) {
   const std::vector<int64_t> book = {15496, 11, 314, 716, 27018, 24086, 47843, 30961, 42348, 7267, 49706, 43231, 47062,
                                      34657};
   const std::string text = "Hello, I am Featureiman Byeswickattribute argue logger Normandy Compton analogous";
-  const Result json = run("walkthrough --json");
-  ASSERT_EQ(json.status, 0) << json.err;
-  const nlohmann::json j = nlohmann::json::parse(json.out)["gpt.hello_i_am"];
+  const Result json_run = run("walkthrough --json");
+  ASSERT_EQ(json_run.status, 0) << json_run.err;
+  const nlohmann::json j = nlohmann::json::parse(json_run.out)["gpt.hello_i_am"];
   EXPECT_EQ(j["ids"].get<std::vector<int64_t>>(), book);
   EXPECT_EQ(j["text"], text);
   const Result gen = run("generate --model gpt2-small --seed 123 --prompt \"Hello, I am\" --max-new-tokens 10 "

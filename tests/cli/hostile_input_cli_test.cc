@@ -7,6 +7,7 @@
 
 #include "cli_runner.h"
 #include "qkv/io/safetensors.h"
+#include "test_support.h"
 
 namespace qkv {
 namespace {
@@ -14,15 +15,9 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-const std::string kTiny =
+const std::string kTinyTrainNoSvg =
     "train --length 4 --symbols 6 --d-model 16 --num-heads 2 --num-layers 1 --batch-size 8 --eval-sequences 64 "
     "--quiet --svg \"\" ";
-
-std::string le64(uint64_t v) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  return s;
-}
 
 using HostileCli = CliTest;
 
@@ -46,7 +41,7 @@ TEST_F(HostileCli, DecodeNamesAnIdBeyondInt64AsWritten) {
 
 TEST_F(HostileCli, ADeeplyNestedCheckpointIsRefusedByGenerate) {
   const std::string header = std::string(100000, '[') + std::string(100000, ']');
-  write("deep.st", le64(header.size()) + header);
+  write("deep.st", testing_support::le64(header.size()) + header);
   const Result r = run("generate --checkpoint deep.st --prompt ab");
   EXPECT_EQ(r.status, 1) << r.err.substr(0, 400);
   EXPECT_THAT(r.err, HasSubstr("'deep.st': header: arrays and objects nest more than 64 deep (json_max_depth)"));
@@ -54,7 +49,7 @@ TEST_F(HostileCli, ADeeplyNestedCheckpointIsRefusedByGenerate) {
 }
 
 TEST_F(HostileCli, ANonFiniteCheckpointIsRefusedByGenerate) {
-  ASSERT_EQ(run(kTiny + "--steps 3 --checkpoint c.st").status, 0);
+  ASSERT_EQ(run(kTinyTrainNoSvg + "--steps 3 --checkpoint c.st").status, 0);
   TensorFile f = load_safetensors(path("c.st"));
   NamedTensors tensors;
   for (const std::string& name : f.names) {
@@ -69,7 +64,7 @@ TEST_F(HostileCli, ANonFiniteCheckpointIsRefusedByGenerate) {
   EXPECT_EQ(g.out, "");
   EXPECT_THAT(g.err, HasSubstr("'nan.st': tensor 'blocks.0.W_value.weight' holds a value that is not finite"));
   // Resuming from it is refused the same way.
-  const Result resume = run(kTiny + "--steps 6 --resume nan.st");
+  const Result resume = run(kTinyTrainNoSvg + "--steps 6 --resume nan.st");
   EXPECT_EQ(resume.status, 1);
   EXPECT_THAT(resume.err, HasSubstr("tensor 'blocks.0.W_value.weight' holds a value that is not finite"));
 }

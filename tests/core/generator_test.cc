@@ -30,7 +30,7 @@ const json& load(const std::string& file) {
   static std::map<std::string, json> cache;
   auto it = cache.find(file);
   if (it == cache.end())
-    it = cache.emplace(file, qkv::testing::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/" + file)).first;
+    it = cache.emplace(file, qkv::testing_support::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/" + file)).first;
   return it->second;
 }
 

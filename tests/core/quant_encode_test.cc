@@ -26,7 +26,7 @@ namespace {
 using testing::HasSubstr;
 using testing_support::error_of;
 
-float half_at(const uint8_t* p) { return f16_to_float(static_cast<uint16_t>(p[0] | p[1] << 8)); }
+float stored_half(const uint8_t* p) { return f16_to_float(static_cast<uint16_t>(p[0] | p[1] << 8)); }
 
 TEST(QuantEncode, HalvesRoundToNearestEven) {
   for (uint32_t h = 0; h < 0x7c00; ++h) {  // every finite non-negative half, and its negative
@@ -96,16 +96,16 @@ struct Step {
 float half_rounding(float d16) { return std::max(std::fabs(d16) / 2048.0f, 0x1p-25f); }
 Step step_of(const std::string& type, const uint8_t* block, int i) {
   if (type == "Q8_0") {
-    const float d = half_at(block);
+    const float d = stored_half(block);
     // q = round(x / d32) then times d16: half a step, plus up to 127 steps of |d32 - d16|
     return {d, -127 * d, 127 * d, 127 * half_rounding(d)};
   }
   if (type == "Q4_0") {  // q - 8 in -8..7 times a signed d; q from x / d32 as Q8_0's (8 steps of d's rounding)
-    const float d = half_at(block);
+    const float d = stored_half(block);
     return {std::fabs(d), -8 * d, 7 * d, 8 * half_rounding(d)};
   }
   if (type == "Q4_K") {
-    const float d = half_at(block), dmin = half_at(block + 2);
+    const float d = stored_half(block), dmin = stored_half(block + 2);
     const uint8_t* s = block + 4;
     const int j = i / 32;
     const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
@@ -113,7 +113,7 @@ Step step_of(const std::string& type, const uint8_t* block, int i) {
     const float step = d * static_cast<float>(sc), off = dmin * static_cast<float>(mn);
     return {step, -off, 15 * step - off};
   }
-  const float d = half_at(block + 208);  // Q6_K
+  const float d = stored_half(block + 208);  // Q6_K
   const float step = d * static_cast<float>(static_cast<int8_t>(block[192 + i / 16]));
   return {step, -32 * step, 31 * step};
 }

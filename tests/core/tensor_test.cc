@@ -24,8 +24,8 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-const json& fixtures() {
-  static const json doc = testing::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/op_fixtures.json");
+const json& op_fixtures() {
+  static const json doc = testing_support::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/op_fixtures.json");
   return doc;
 }
 
@@ -47,7 +47,7 @@ void expect_close(const Tensor& got, const Tensor& want, double tol, const std::
 
 TEST(TensorPrint, MatchesPyTorchForEveryFixture) {
   int n = 0;
-  for (const json& p : fixtures()["prints"]) {
+  for (const json& p : op_fixtures()["prints"]) {
     Tensor t = tensor_from_json(p["tensor"]);
     EXPECT_EQ(to_string(t), p["str"].get<std::string>()) << "shape " << shape_str(t.shape());
     ++n;
@@ -57,7 +57,7 @@ TEST(TensorPrint, MatchesPyTorchForEveryFixture) {
 
 TEST(TensorOps, MatchPyTorchForEveryFixture) {
   int n = 0;
-  for (const json& c : fixtures()["ops"]) {
+  for (const json& c : op_fixtures()["ops"]) {
     std::vector<Tensor> in;
     for (const json& t : c["inputs"]) in.push_back(tensor_from_json(t));
     Tensor want = tensor_from_json(c["output"]);

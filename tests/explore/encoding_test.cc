@@ -8,11 +8,11 @@
 #include <string>
 
 #include "qkv/explore/page_encoding.h"
+#include "test_support.h"
 
 namespace qkv {
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
 TEST(ExploreEncoding, HalfOfExactValues) {
   EXPECT_EQ(float_to_half(0.0f), 0x0000);

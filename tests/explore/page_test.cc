@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/explore/explore.h"
+#include "test_support.h"
 
 namespace qkv {
 namespace {
@@ -47,7 +48,6 @@ nlohmann::json page_data(const ExplorePage& p, ExplorePrecision precision) {
   return nlohmann::json::parse(html.substr(a, b - a));
 }
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
 TEST(ExplorePage, AFloat16PageKeepsATensorBeyondFloat16AsFloat32) {
   const nlohmann::json d = page_data(tiny_page({step_of("big", {1e6f, 1.0f}), step_of("small", {65504.0f, -2.0f})}),

@@ -55,12 +55,6 @@ class Writer {
   std::string out_;
 };
 
-std::string f32_bytes(const std::vector<float>& v) {
-  Writer w;
-  for (float x : v) w.u(std::bit_cast<uint32_t>(x), 4);
-  return w.bytes();
-}
-
 // A small model-like file: metadata of every type, an F32 (2, 3) tensor and a Q8_0 (2, 32) one,
 // aligned to `alignment` (32: GGUF's default, unsaid).
 std::string sample(uint32_t alignment) {
@@ -88,7 +82,7 @@ std::string sample(uint32_t alignment) {
   w.tensor("token_embd.weight", {3, 2}, 0, 0);
   w.tensor("blk.0.attn_q.weight", {32, 2}, 8, second);
   w.pad(alignment);
-  w.raw(f32_bytes({1, 2, 3, 4, 5, 6})).pad(alignment);
+  w.raw(testing_support::f32_bytes({1, 2, 3, 4, 5, 6})).pad(alignment);
   for (int row = 0; row < 2; ++row) {  // Q8_0 rows: d = 0.5 (row 0) or 2 (row 1), q = 0..31
     w.u(row == 0 ? 0x3800 : 0x4000, 2);
     for (int j = 0; j < 32; ++j) w.u(static_cast<uint64_t>(j - 16) & 0xFF, 1);

@@ -68,14 +68,8 @@ std::string error_on_small_stack(const std::function<void()>& f) {
 
 using testing_support::error_of;
 
-std::string le64(uint64_t v) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  return s;
-}
-
 std::string safetensors_bytes(const std::string& header, const std::string& data = "") {
-  return le64(header.size()) + header + data;
+  return testing_support::le64(header.size()) + header + data;
 }
 
 std::string nested(char open, char close, size_t depth, const std::string& inside = "") {
@@ -118,15 +112,13 @@ class Scratch {
 
 using LimitsGuard = testing_support::ScopedLimits;  // the limits in force, restored at the end of the scope
 
-TrainOptions tiny_options() { return testing_support::tiny_copy_task(); }
-
 // A real checkpoint after two steps, as a safetensors file we can take apart and put back together.
 struct CheckpointParts {
   NamedTensors tensors;
   std::map<std::string, std::string> metadata;
 };
 
-CheckpointParts tiny_checkpoint(const std::string& path, TrainOptions o = tiny_options()) {
+CheckpointParts tiny_checkpoint(const std::string& path, TrainOptions o = testing_support::tiny_copy_task()) {
   Trainer t(o);
   t.step();
   t.step();
@@ -332,7 +324,7 @@ TEST(HostileCheckpoint, ACheckpointAskingForTooMuchIsRefusedBeforeAnythingIsBuil
     EXPECT_THAT(msg, HasSubstr(c.expected)) << c.what;
   }
   // The Trainer checks the same before it builds a model from options given in code.
-  TrainOptions o = tiny_options();
+  TrainOptions o = testing_support::tiny_copy_task();
   o.model.d_model = int64_t{1} << 20;
   EXPECT_THAT(error_of([&] { Trainer t(o); }), HasSubstr("max_memory_bytes"));
 }
@@ -380,7 +372,7 @@ TEST(HostileCheckpoint, ADataRowOutsideTheDataIsRefusedOnResume) {
   // Fixed batches: 3 rows of 4 tokens.
   save_safetensors(s.path("data.st"), {{"inputs", Tensor::from({3, 4}, std::vector<float>(12, 1.0f))},
                                        {"targets", Tensor::from({3, 4}, std::vector<float>(12, 2.0f))}});
-  TrainOptions o = tiny_options();
+  TrainOptions o = testing_support::tiny_copy_task();
   o.task = TrainTask::kData;
   o.data_file = s.path("data.st");
   CheckpointParts p = tiny_checkpoint(s.path("c.st"), o);

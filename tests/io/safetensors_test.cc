@@ -16,6 +16,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/io/atomic_file.h"
+#include "test_support.h"
 
 namespace qkv {
 namespace {
@@ -71,15 +72,9 @@ testing::AssertionResult ThrowsErrorWith(F&& f, std::initializer_list<std::strin
   return testing::AssertionFailure() << "did not throw";
 }
 
-std::string le64(uint64_t v) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  return s;
-}
-
 // A safetensors file from a header text and a data buffer, byte by byte.
 std::string make_file(const std::string& header, const std::string& data) {
-  return le64(header.size()) + header + data;
+  return testing_support::le64(header.size()) + header + data;
 }
 
 template <typename T>
@@ -89,12 +84,6 @@ std::string le_bytes(const std::vector<T>& values) {
     for (size_t i = 0; i < sizeof(T); ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
   }
   return s;
-}
-
-std::string f32_bytes(const std::vector<float>& values) {
-  std::vector<uint32_t> bits;
-  for (float f : values) bits.push_back(std::bit_cast<uint32_t>(f));
-  return le_bytes(bits);
 }
 
 std::vector<float> random_values(size_t n, std::mt19937& rng) {
@@ -193,7 +182,7 @@ TEST(SafetensorsRoundTrip, WrittenLayoutIsF32WithAHeaderPaddedToAMultipleOfEight
   EXPECT_EQ(header.rfind("{\"__metadata__\":{\"k\":\"v\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2],"
                          "\"data_offsets\":[0,8]}}", 0), 0u) << header;
   EXPECT_EQ(header.find_last_not_of(' '), header.find_last_of('}'));
-  EXPECT_EQ(bytes.substr(8 + n), f32_bytes({1.0f, -2.0f}));
+  EXPECT_EQ(bytes.substr(8 + n), testing_support::f32_bytes({1.0f, -2.0f}));
 }
 
 TEST(SafetensorsRoundTrip, AFileWithNoTensorsAndNoMetadataIsValid) {
@@ -311,7 +300,7 @@ TEST(SafetensorsDtypes, F64IsRoundedToTheNearestFloat32) {
 }
 
 TEST(SafetensorsDtypes, MixedDtypesInOneFileAreAllConverted) {
-  std::string data = f32_bytes({1.5f}) + le_bytes(std::vector<uint16_t>{0x3C00}) +
+  std::string data = testing_support::f32_bytes({1.5f}) + le_bytes(std::vector<uint16_t>{0x3C00}) +
                      le_bytes(std::vector<uint16_t>{0x4000});
   std::string header = R"({"f":{"dtype":"F32","shape":[],"data_offsets":[0,4]},)"
                        R"("h":{"dtype":"F16","shape":[1],"data_offsets":[4,6]},)"
@@ -336,9 +325,9 @@ TEST(SafetensorsMalformed, AFileShorterThanEightBytesIsRejected) {
 }
 
 TEST(SafetensorsMalformed, AHeaderLengthBeyondTheFileIsReportedAsTruncation) {
-  EXPECT_TRUE(ThrowsErrorWith([] { parse(le64(1000) + "{}"); },
+  EXPECT_TRUE(ThrowsErrorWith([] { parse(testing_support::le64(1000) + "{}"); },
                               {"'bad.safetensors'", "1000", "only 2 bytes", "truncated"}));
-  EXPECT_TRUE(ThrowsErrorWith([] { parse(le64(~uint64_t{0}) + "{}"); }, {"truncated"}));
+  EXPECT_TRUE(ThrowsErrorWith([] { parse(testing_support::le64(~uint64_t{0}) + "{}"); }, {"truncated"}));
 }
 
 TEST(SafetensorsMalformed, AHeaderThatIsNotJsonOrNotAnObjectIsRejected) {
@@ -474,7 +463,7 @@ TEST(SafetensorsMalformed, TouchingRangesAndZeroSizeTensorsDoNotCountAsOverlap) 
   std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                        R"("e":{"dtype":"F32","shape":[0,5],"data_offsets":[4,4]},)"
                        R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})";
-  TensorFile f = parse(make_file(header, f32_bytes({1, 2, 3, 4})));
+  TensorFile f = parse(make_file(header, testing_support::f32_bytes({1, 2, 3, 4})));
   EXPECT_EQ(f.get("b").to_vector(), (std::vector<float>{3, 4}));
   EXPECT_EQ(f.get("e").shape(), (Shape{0, 5}));
   EXPECT_EQ(f.names, (std::vector<std::string>{"a", "e", "b"}));
@@ -504,7 +493,7 @@ TEST(SafetensorsMalformed, ErrorsFromLoadNameTheFilePath) {
 
 TEST(SafetensorsFuzz, TruncatedOrCorruptedFilesEitherParseOrThrowQkvError) {
   // A valid file with every supported dtype, metadata, empty and rank-0 tensors.
-  std::string data = f32_bytes({1, 2, 3, 4, 5, 6}) + le_bytes(std::vector<uint16_t>{0x3C00, 0x7E00}) +
+  std::string data = testing_support::f32_bytes({1, 2, 3, 4, 5, 6}) + le_bytes(std::vector<uint16_t>{0x3C00, 0x7E00}) +
                      le_bytes(std::vector<uint16_t>{0x3F80}) +
                      le_bytes(std::vector<uint64_t>{std::bit_cast<uint64_t>(2.5)});
   std::string header =
@@ -737,7 +726,7 @@ TEST(SafetensorsMapped, RefusesWhatTheWholeFileReaderRefusesWithItsErrors) {
       write("overlap", make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                                  R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                                  std::string(12, '\0'))),
-      write("header", le64(1000) + "{}"),
+      write("header", testing_support::le64(1000) + "{}"),
       write("empty", ""),
       dir.path().string(),  // a directory: read_file's error
       dir.file("absent"),

@@ -51,7 +51,6 @@
 namespace qkv::kernels {
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
 // The backward's bounds, as fractions of the largest element of the gradient (file header).
 const double kGradNormBound = std::ldexp(1.0, -5);
 const double kFlipBound = std::ldexp(1.0, -8);
@@ -102,7 +101,7 @@ BF16Array make_bf16(int64_t B, int64_t H, int64_t N, int64_t D, Layout layout, s
   return a;
 }
 
-struct Case {
+struct Bf16Case {
   int64_t B = 1, H = 1, G = 1, T = 1, S = 1, D = 1, Dv = 1;
   MaskKind mask = MaskKind::kNone;
   float dropout = 0.0f;
@@ -147,7 +146,7 @@ struct Figures {  // the worst error seen, as a fraction of its bound; o's mean 
   double o_typical[2] = {0, 0};
 };
 
-void check_case(const Case& c, std::mt19937& rng, ThreadPool* pool, Figures* fig) {
+void check_case(const Bf16Case& c, std::mt19937& rng, ThreadPool* pool, Figures* fig) {
   SCOPED_TRACE(c.name());
   BF16Array q = make_bf16(c.B, c.H, c.T, c.D, c.layout, rng), k = make_bf16(c.B, c.G, c.S, c.D, c.layout, rng),
             v = make_bf16(c.B, c.G, c.S, c.Dv, c.layout, rng);
@@ -251,9 +250,9 @@ void check_case(const Case& c, std::mt19937& rng, ThreadPool* pool, Figures* fig
   }
 }
 
-std::vector<Case> all_cases() {
-  std::vector<Case> cases;
-  auto add = [&](Case c) { cases.push_back(c); };
+std::vector<Bf16Case> all_cases() {
+  std::vector<Bf16Case> cases;
+  auto add = [&](Bf16Case c) { cases.push_back(c); };
   // sizes from 0 and 1 up, odd ones
   add({1, 1, 1, 0, 3, 4, 4});
   add({1, 1, 1, 3, 0, 4, 4});
@@ -273,7 +272,7 @@ std::vector<Case> all_cases() {
   // grouped-query heads, offsets, window, ALiBi, softcap
   add({1, 4, 2, 90, 90, 64, 64, MaskKind::kCausal});
   add({2, 6, 1, 40, 41, 16, 16, MaskKind::kNone, 0.1f});
-  Case c{1, 2, 2, 50, 120, 64, 64, MaskKind::kCausal};
+  Bf16Case c{1, 2, 2, 50, 120, 64, 64, MaskKind::kCausal};
   c.query_offset = 70;
   c.head_offset = 3;
   c.dropout = 0.25f;
@@ -322,7 +321,7 @@ TEST(FusedAttentionBF16, MatchesTheReferenceOnEveryTargetWithAndWithoutTheDotPro
       const Bf16Dot scope(dot);
       std::mt19937 rng(5);
       Figures fig;
-      for (const Case& c : all_cases()) check_case(c, rng, &pool, &fig);
+      for (const Bf16Case& c : all_cases()) check_case(c, rng, &pool, &fig);
       // The measured worst errors as fractions of their bounds (see the file's header).
       std::printf("  %s, bf16 dot %s (%s): |o - ref| worst %.3f, mean %.4f of 2^-8 z max|v|; grads: worst %.4f of "
                   "their bound, given the reference's o %.4f of theirs against the rounded reference and %.2e of "

@@ -17,17 +17,17 @@
 
 #include "qkv/core/error.h"
 #include "qkv/kernels/attention.h"
+#include "test_support.h"
 
 namespace qkv::kernels {
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // A contiguous (B, H, N, D) array.
-struct Array {
+struct KeyArray {
   int64_t B = 0, H = 0, N = 0, D = 0;
   std::vector<float> x;
-  Array(int64_t b, int64_t h, int64_t n, int64_t d, std::mt19937* rng)
+  KeyArray(int64_t b, int64_t h, int64_t n, int64_t d, std::mt19937* rng)
       : B(b), H(h), N(n), D(d), x(static_cast<size_t>(std::max<int64_t>(b * h * n * d, 1)), 0.0f) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     if (rng)
@@ -47,7 +47,7 @@ struct Array {
 // max |got - want| / max(1, max |want|) over the arrays. The tests allow 2e-6: float32 sums of the
 // same terms in two orders (the whole sequence's blocks, the test's merge) differ by about 1e-6
 // of the largest element; a wrong mask, offset or dropout key differs by far more.
-double relative_error(const std::vector<double>& got, const Array& want) {
+double relative_error(const std::vector<double>& got, const KeyArray& want) {
   double diff = 0.0, scale = 1.0;
   for (size_t i = 0; i < got.size(); ++i) {
     diff = std::max(diff, std::fabs(got[i] - static_cast<double>(want.x[i])));
@@ -56,7 +56,7 @@ double relative_error(const std::vector<double>& got, const Array& want) {
   return diff / scale;
 }
 
-struct Case {
+struct KeyBlockCase {
   int64_t T = 1, D = 64;
   bool causal = true;
   float dropout = 0.0f;
@@ -68,11 +68,11 @@ struct Case {
   }
 };
 
-void check_blocks(const Case& c) {
+void check_blocks(const KeyBlockCase& c) {
   SCOPED_TRACE(c.name());
   const int64_t B = 2, H = 3, T = c.T, D = c.D;
   std::mt19937 rng(static_cast<uint32_t>(T * 7 + D));
-  Array q(B, H, T, D, &rng), k(B, H, T, D, &rng), v(B, H, T, D, &rng), d_o(B, H, T, D, &rng);
+  KeyArray q(B, H, T, D, &rng), k(B, H, T, D, &rng), v(B, H, T, D, &rng), d_o(B, H, T, D, &rng);
   AttentionOptions opt;
   opt.scale = 1.0f / std::sqrt(static_cast<float>(D));
   opt.mask = c.causal ? AttentionMask::causal() : AttentionMask::none();
@@ -80,8 +80,8 @@ void check_blocks(const Case& c) {
   opt.dropout_seed = 0x5eed0123456789ULL;
 
   // The whole sequence in one call.
-  Array o(B, H, T, D, nullptr), dq(B, H, T, D, nullptr), dk(B, H, T, D, nullptr), dv(B, H, T, D, nullptr);
-  Array lse(B, H, T, 1, nullptr);
+  KeyArray o(B, H, T, D, nullptr), dq(B, H, T, D, nullptr), dk(B, H, T, D, nullptr), dv(B, H, T, D, nullptr);
+  KeyArray lse(B, H, T, 1, nullptr);
   attention_forward(q.all(), k.all(), v.all(), o.all(), lse.x.data(), opt);
   attention_backward(q.all(), k.all(), v.all(), o.all(), d_o.all(), lse.x.data(), dq.all(), dk.all(), dv.all(), opt);
 
@@ -98,7 +98,7 @@ void check_blocks(const Case& c) {
       AttentionOptions part = opt;
       part.query_offset = q0;
       part.key_offset = k0;
-      Array o_p(B, H, q1 - q0, D, nullptr), lse_p(B, H, q1 - q0, 1, nullptr);
+      KeyArray o_p(B, H, q1 - q0, D, nullptr), lse_p(B, H, q1 - q0, 1, nullptr);
       attention_forward(q.rows(q0, q1), k.rows(k0, k1), v.rows(k0, k1), o_p.all(), lse_p.x.data(), part);
       for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h)
@@ -134,11 +134,11 @@ void check_blocks(const Case& c) {
       AttentionOptions part = opt;
       part.query_offset = q0;
       part.key_offset = k0;
-      Array lse_p(B, H, q1 - q0, 1, nullptr);
+      KeyArray lse_p(B, H, q1 - q0, 1, nullptr);
       for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h)
           for (int64_t i = q0; i < q1; ++i) lse_p.x[static_cast<size_t>((b * H + h) * (q1 - q0) + i - q0)] = lse.at(b, h, i, 0);
-      Array dq_p(B, H, q1 - q0, D, nullptr), dk_p(B, H, k1 - k0, D, nullptr), dv_p(B, H, k1 - k0, D, nullptr);
+      KeyArray dq_p(B, H, q1 - q0, D, nullptr), dk_p(B, H, k1 - k0, D, nullptr), dv_p(B, H, k1 - k0, D, nullptr);
       attention_backward(q.rows(q0, q1), k.rows(k0, k1), v.rows(k0, k1), o.rows(q0, q1), d_o.rows(q0, q1),
                          lse_p.x.data(), dq_p.all(), dk_p.all(), dv_p.all(), part);
       for (int64_t b = 0; b < B; ++b)
@@ -157,7 +157,7 @@ void check_blocks(const Case& c) {
 }
 
 TEST(AttentionKeyBlocks, MergedBlocksEqualTheWholeSequence) {
-  std::vector<Case> cases;
+  std::vector<KeyBlockCase> cases;
   for (bool causal : {true, false})
     for (float p : {0.0f, 0.3f})
       for (int64_t D : {64, 9}) {
@@ -168,14 +168,14 @@ TEST(AttentionKeyBlocks, MergedBlocksEqualTheWholeSequence) {
         cases.push_back({130, D, causal, p, {4, 64, 101}});
         cases.push_back({200, D, causal, p, {25, 50, 150, 175}});  // a zigzag-like split of 4 blocks
       }
-  for (const Case& c : cases) check_blocks(c);
+  for (const KeyBlockCase& c : cases) check_blocks(c);
 }
 
 // A key block wholly after a causal query block: every row sees no key (o = 0, lse = -inf) and
 // the backward gives zero gradients, not NaN.
 TEST(AttentionKeyBlocks, KeysAfterEveryQueryGiveEmptyRows) {
   std::mt19937 rng(5);
-  Array q(1, 2, 5, 8, &rng), k(1, 2, 6, 8, &rng), v(1, 2, 6, 8, &rng), o(1, 2, 5, 8, nullptr);
+  KeyArray q(1, 2, 5, 8, &rng), k(1, 2, 6, 8, &rng), v(1, 2, 6, 8, &rng), o(1, 2, 5, 8, nullptr);
   std::vector<float> lse(10, 0.0f);
   AttentionOptions opt;
   opt.mask = AttentionMask::causal();
@@ -185,10 +185,10 @@ TEST(AttentionKeyBlocks, KeysAfterEveryQueryGiveEmptyRows) {
   for (float l : lse) EXPECT_EQ(l, -kInf);
   for (float x : o.x) EXPECT_EQ(x, 0.0f);
   std::vector<float> finite_lse(10, 1.5f);
-  Array dq(1, 2, 5, 8, nullptr), dk(1, 2, 6, 8, nullptr), dv(1, 2, 6, 8, nullptr), d_o(1, 2, 5, 8, &rng);
+  KeyArray dq(1, 2, 5, 8, nullptr), dk(1, 2, 6, 8, nullptr), dv(1, 2, 6, 8, nullptr), d_o(1, 2, 5, 8, &rng);
   for (float& x : dq.x) x = kInf;
   attention_backward(q.all(), k.all(), v.all(), o.all(), d_o.all(), finite_lse.data(), dq.all(), dk.all(), dv.all(), opt);
-  for (const Array* a : {&dq, &dk, &dv})
+  for (const KeyArray* a : {&dq, &dk, &dv})
     for (float x : a->x) EXPECT_EQ(x, 0.0f);
 }
 
@@ -197,16 +197,16 @@ TEST(AttentionKeyBlocks, KeysAfterEveryQueryGiveEmptyRows) {
 TEST(AttentionKeyBlocks, HeadSlicesDrawTheLayersDropoutMask) {
   std::mt19937 rng(9);
   const int64_t B = 2, H = 3, T = 37, D = 16;
-  Array q(B, H, T, D, &rng), k(B, H, T, D, &rng), v(B, H, T, D, &rng), d_o(B, H, T, D, &rng);
+  KeyArray q(B, H, T, D, &rng), k(B, H, T, D, &rng), v(B, H, T, D, &rng), d_o(B, H, T, D, &rng);
   AttentionOptions opt;
   opt.mask = AttentionMask::causal();
   opt.dropout_p = 0.4f;
   opt.dropout_seed = 77;
-  Array o(B, H, T, D, nullptr), dq(B, H, T, D, nullptr), dk(B, H, T, D, nullptr), dv(B, H, T, D, nullptr);
-  Array lse(B, H, T, 1, nullptr);
+  KeyArray o(B, H, T, D, nullptr), dq(B, H, T, D, nullptr), dk(B, H, T, D, nullptr), dv(B, H, T, D, nullptr);
+  KeyArray lse(B, H, T, 1, nullptr);
   attention_forward(q.all(), k.all(), v.all(), o.all(), lse.x.data(), opt);
   attention_backward(q.all(), k.all(), v.all(), o.all(), d_o.all(), lse.x.data(), dq.all(), dk.all(), dv.all(), opt);
-  const auto heads = [](Array& a, int64_t h0) {  // heads [h0, H) of a
+  const auto heads = [](KeyArray& a, int64_t h0) {  // heads [h0, H) of a
     MutableHeads x = a.all();
     x.data += h0 * x.stride_h;
     x.heads -= h0;
@@ -214,7 +214,7 @@ TEST(AttentionKeyBlocks, HeadSlicesDrawTheLayersDropoutMask) {
   };
   AttentionOptions part = opt;
   part.head_offset = 1;
-  Array o2(B, H, T, D, nullptr), dq2(B, H, T, D, nullptr), dk2(B, H, T, D, nullptr), dv2(B, H, T, D, nullptr);
+  KeyArray o2(B, H, T, D, nullptr), dq2(B, H, T, D, nullptr), dk2(B, H, T, D, nullptr), dv2(B, H, T, D, nullptr);
   std::vector<float> lse2(static_cast<size_t>(B * 2 * T));
   attention_forward(heads(q, 1), heads(k, 1), heads(v, 1), heads(o2, 1), lse2.data(), part);
   attention_backward(heads(q, 1), heads(k, 1), heads(v, 1), heads(o2, 1), heads(d_o, 1), lse2.data(), heads(dq2, 1),

@@ -17,19 +17,19 @@
 #include "qkv/kernels/philox.h"
 #include "qkv/kernels/simd.h"
 #include "qkv/modules/attention_core.h"
+#include "test_support.h"
 
 namespace qkv::kernels {
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
-enum class Layout { kContiguous, kInterleaved, kMisaligned, kStridedDim };
-const char* layout_name(Layout l) {
+enum class ArrayLayout { kContiguous, kInterleaved, kMisaligned, kStridedDim };
+const char* layout_name(ArrayLayout l) {
   switch (l) {
-    case Layout::kContiguous: return "contiguous";
-    case Layout::kInterleaved: return "interleaved";
-    case Layout::kMisaligned: return "misaligned";
-    case Layout::kStridedDim: return "strided-dim";
+    case ArrayLayout::kContiguous: return "contiguous";
+    case ArrayLayout::kInterleaved: return "interleaved";
+    case ArrayLayout::kMisaligned: return "misaligned";
+    case ArrayLayout::kStridedDim: return "strided-dim";
   }
   return "?";
 }
@@ -45,27 +45,27 @@ struct Array {
   float& at(int64_t b, int64_t h, int64_t n, int64_t d) { return view.row(b, h, n)[d * view.stride_d]; }
 };
 
-Array make_array(int64_t B, int64_t H, int64_t N, int64_t D, Layout layout, std::mt19937& rng, float fill_nan = 0) {
+Array make_array(int64_t B, int64_t H, int64_t N, int64_t D, ArrayLayout layout, std::mt19937& rng, float fill_nan = 0) {
   Array a;
   int64_t size = 0, offset = 0;
   switch (layout) {
-    case Layout::kContiguous:
+    case ArrayLayout::kContiguous:
       size = B * H * N * D;
       a.storage.assign(static_cast<size_t>(size), 0.0f);
       a.view = MutableHeads::contiguous(nullptr, B, H, N, D);
       break;
-    case Layout::kInterleaved:  // (B, N, H * D + 5): heads side by side in padded rows
+    case ArrayLayout::kInterleaved:  // (B, N, H * D + 5): heads side by side in padded rows
       size = B * N * (H * D + 5);
       a.storage.assign(static_cast<size_t>(size), 0.0f);
       a.view = MutableHeads::interleaved(nullptr, B, H, N, D, H * D + 5);
       break;
-    case Layout::kMisaligned:  // one float off any alignment, rows of D + 3
+    case ArrayLayout::kMisaligned:  // one float off any alignment, rows of D + 3
       offset = 1;
       size = offset + B * H * N * (D + 3);
       a.storage.assign(static_cast<size_t>(size), 0.0f);
       a.view = {nullptr, B, H, N, D, H * N * (D + 3), N * (D + 3), D + 3, 1};
       break;
-    case Layout::kStridedDim:  // (B, H, D, N) storage: the head dim is the strided one
+    case ArrayLayout::kStridedDim:  // (B, H, D, N) storage: the head dim is the strided one
       size = B * H * N * D;
       a.storage.assign(static_cast<size_t>(size), 0.0f);
       a.view = {nullptr, B, H, N, D, H * N * D, N * D, 1, N};
@@ -123,7 +123,7 @@ struct Case {
   int64_t B, H, T, S, D, Dv;
   AttentionMask::Kind mask;
   float dropout;
-  Layout layout;
+  ArrayLayout layout;
   std::string name() const {
     const char* m[] = {"none", "causal", "additive", "blocked"};
     return str("B=", B, " H=", H, " T=", T, " S=", S, " D=", D, " Dv=", Dv, " mask=", m[static_cast<int>(mask)],
@@ -166,7 +166,7 @@ std::vector<Case> forward_cases() {
   std::vector<Case> cases;
   const int64_t Ts[] = {1, 2, 3, 17, 63, 65, 130};
   const std::pair<int64_t, int64_t> dims[] = {{1, 1}, {3, 3}, {3, 5}, {32, 32}, {64, 64}, {64, 16}, {80, 80}, {128, 128}};
-  const Layout layouts[] = {Layout::kContiguous, Layout::kInterleaved, Layout::kMisaligned, Layout::kStridedDim};
+  const ArrayLayout layouts[] = {ArrayLayout::kContiguous, ArrayLayout::kInterleaved, ArrayLayout::kMisaligned, ArrayLayout::kStridedDim};
   int n = 0;
   for (int64_t T : Ts)
     for (auto [D, Dv] : dims)
@@ -186,7 +186,7 @@ void check_forward(const Case& c, std::mt19937& rng, ThreadPool* pool) {
   Array q = make_array(c.B, c.H, c.T, c.D, c.layout, rng), k = make_array(c.B, c.H, c.S, c.D, c.layout, rng),
         v = make_array(c.B, c.H, c.S, c.Dv, c.layout, rng);
   Array o = make_array(c.B, c.H, c.T, c.Dv, c.layout, rng, kInf);  // fused: starts as garbage
-  Array ref = make_array(c.B, c.H, c.T, c.Dv, Layout::kContiguous, rng);
+  Array ref = make_array(c.B, c.H, c.T, c.Dv, ArrayLayout::kContiguous, rng);
   const int64_t row_stride = c.S + 3;
   const std::vector<float> mask = make_mask(c, rng, row_stride);
   const AttentionOptions opt = options_for(c, mask, row_stride, pool);
@@ -205,9 +205,9 @@ void check_backward(const Case& c, std::mt19937& rng, ThreadPool* pool) {
   Array o = make_array(c.B, c.H, c.T, c.Dv, c.layout, rng);
   Array dq = make_array(c.B, c.H, c.T, c.D, c.layout, rng, kInf), dk = make_array(c.B, c.H, c.S, c.D, c.layout, rng, kInf),
         dv = make_array(c.B, c.H, c.S, c.Dv, c.layout, rng, kInf);
-  Array rq = make_array(c.B, c.H, c.T, c.D, Layout::kContiguous, rng),
-        rk = make_array(c.B, c.H, c.S, c.D, Layout::kContiguous, rng),
-        rv = make_array(c.B, c.H, c.S, c.Dv, Layout::kContiguous, rng);
+  Array rq = make_array(c.B, c.H, c.T, c.D, ArrayLayout::kContiguous, rng),
+        rk = make_array(c.B, c.H, c.S, c.D, ArrayLayout::kContiguous, rng),
+        rv = make_array(c.B, c.H, c.S, c.Dv, ArrayLayout::kContiguous, rng);
   const int64_t row_stride = c.S;
   const std::vector<float> mask = make_mask(c, rng, row_stride);
   const AttentionOptions opt = options_for(c, mask, row_stride, pool);
@@ -242,7 +242,7 @@ TEST(FusedAttention, BackwardMatchesTheReference) {
       for (int m = 0; m < 4; ++m, ++n) {
         const int64_t S = n % 3 == 0 ? (T > 5 ? T - 5 : T + 4) : T;
         check_backward({1, 2, T, S, D, Dv, static_cast<AttentionMask::Kind>(m), n % 2 ? 0.25f : 0.0f,
-                        static_cast<Layout>((n / 2) % 4)},
+                        static_cast<ArrayLayout>((n / 2) % 4)},
                        rng, &pool);
         ++checked;
       }
@@ -257,12 +257,12 @@ TEST(FusedAttention, LongSequencesMatchTheReference) {
   std::mt19937 rng(12);
   ThreadPool pool(2);
   const Case cases[] = {
-      {1, 1, 1100, 1100, 64, 64, AttentionMask::Kind::kCausal, 0.0f, Layout::kContiguous},
-      {1, 1, 1100, 1100, 64, 64, AttentionMask::Kind::kCausal, 0.2f, Layout::kInterleaved},
-      {1, 1, 1037, 1100, 64, 64, AttentionMask::Kind::kNone, 0.0f, Layout::kMisaligned},
-      {1, 1, 700, 1100, 64, 64, AttentionMask::Kind::kAdditive, 0.1f, Layout::kContiguous},
-      {1, 1, 1100, 1090, 64, 64, AttentionMask::Kind::kBlocked, 0.0f, Layout::kStridedDim},
-      {1, 2, 531, 531, 200, 136, AttentionMask::Kind::kCausal, 0.0f, Layout::kContiguous},
+      {1, 1, 1100, 1100, 64, 64, AttentionMask::Kind::kCausal, 0.0f, ArrayLayout::kContiguous},
+      {1, 1, 1100, 1100, 64, 64, AttentionMask::Kind::kCausal, 0.2f, ArrayLayout::kInterleaved},
+      {1, 1, 1037, 1100, 64, 64, AttentionMask::Kind::kNone, 0.0f, ArrayLayout::kMisaligned},
+      {1, 1, 700, 1100, 64, 64, AttentionMask::Kind::kAdditive, 0.1f, ArrayLayout::kContiguous},
+      {1, 1, 1100, 1090, 64, 64, AttentionMask::Kind::kBlocked, 0.0f, ArrayLayout::kStridedDim},
+      {1, 2, 531, 531, 200, 136, AttentionMask::Kind::kCausal, 0.0f, ArrayLayout::kContiguous},
   };
   for (const Case& c : cases) {
     ASSERT_GT(c.S * (c.D + c.Dv) * 4, 512 * 1024) << c.name();
@@ -289,7 +289,7 @@ TEST(FusedAttention, EverySimdTargetMatchesTheReference) {
       for (auto [D, Dv] : std::vector<std::pair<int64_t, int64_t>>{{3, 5}, {64, 64}, {80, 80}})
         for (int m = 0; m < 4; ++m, ++n) {
           const Case c{1, 2, T, n % 3 == 0 ? T + 4 : T, D, Dv, static_cast<AttentionMask::Kind>(m),
-                       n % 2 ? 0.25f : 0.0f, static_cast<Layout>(n % 4)};
+                       n % 2 ? 0.25f : 0.0f, static_cast<ArrayLayout>(n % 4)};
           check_forward(c, rng, &pool);
           check_backward(c, rng, &pool);
         }
@@ -304,7 +304,7 @@ TEST(FusedAttention, EverySimdTargetMatchesTheReference) {
 TEST(FusedAttention, ReferenceBackwardMatchesFiniteDifferences) {
   std::mt19937 rng(3);
   for (int m = 0; m < 4; ++m) {
-    const Case c{1, 1, 5, 6, 3, 2, static_cast<AttentionMask::Kind>(m), m == 1 ? 0.3f : 0.0f, Layout::kContiguous};
+    const Case c{1, 1, 5, 6, 3, 2, static_cast<AttentionMask::Kind>(m), m == 1 ? 0.3f : 0.0f, ArrayLayout::kContiguous};
     SCOPED_TRACE(c.name());
     Array q = make_array(1, 1, c.T, c.D, c.layout, rng), k = make_array(1, 1, c.S, c.D, c.layout, rng),
           v = make_array(1, 1, c.S, c.Dv, c.layout, rng), g = make_array(1, 1, c.T, c.Dv, c.layout, rng);
@@ -348,8 +348,8 @@ TEST(FusedAttention, ResultsDoNotDependOnTheThreadCount) {
   std::mt19937 rng(4);
   // Six heads: one backward task per head. One head: its keys split into runs (fewer heads than
   // the split threshold), the dq shares summed afterwards.
-  for (const Case& c : {Case{2, 3, 131, 131, 64, 64, AttentionMask::Kind::kCausal, 0.2f, Layout::kContiguous},
-                        Case{1, 1, 300, 300, 64, 64, AttentionMask::Kind::kCausal, 0.2f, Layout::kInterleaved}}) {
+  for (const Case& c : {Case{2, 3, 131, 131, 64, 64, AttentionMask::Kind::kCausal, 0.2f, ArrayLayout::kContiguous},
+                        Case{1, 1, 300, 300, 64, 64, AttentionMask::Kind::kCausal, 0.2f, ArrayLayout::kInterleaved}}) {
     SCOPED_TRACE(str("B=", c.B, " H=", c.H, " T=", c.T));
     Array q = make_array(c.B, c.H, c.T, c.D, c.layout, rng), k = make_array(c.B, c.H, c.S, c.D, c.layout, rng),
           v = make_array(c.B, c.H, c.S, c.Dv, c.layout, rng), d_o = make_array(c.B, c.H, c.T, c.Dv, c.layout, rng);
@@ -408,7 +408,7 @@ TEST(FusedAttention, MatchesTheTextbookAttend) {
 // Weights after dropout, recomputed on demand for some rows, times v give the fused output.
 TEST(FusedAttention, WeightsOnDemandReproduceTheOutput) {
   std::mt19937 rng(6);
-  const Case c{2, 2, 77, 77, 16, 16, AttentionMask::Kind::kCausal, 0.4f, Layout::kContiguous};
+  const Case c{2, 2, 77, 77, 16, 16, AttentionMask::Kind::kCausal, 0.4f, ArrayLayout::kContiguous};
   Array q = make_array(c.B, c.H, c.T, c.D, c.layout, rng), k = make_array(c.B, c.H, c.S, c.D, c.layout, rng),
         v = make_array(c.B, c.H, c.S, c.Dv, c.layout, rng), o = make_array(c.B, c.H, c.T, c.Dv, c.layout, rng);
   const AttentionOptions opt = options_for(c, {}, 0, nullptr);
@@ -443,23 +443,23 @@ TEST(FusedAttention, WeightsOnDemandReproduceTheOutput) {
 TEST(FusedAttention, WeightsOnDemandMatchTheReferenceWeightsForEveryMask) {
   std::mt19937 rng(11);
   for (int m = 0; m < 4; ++m) {
-    const Case c{2, 2, 13, 21, 8, 21, static_cast<AttentionMask::Kind>(m), 0.0f, Layout::kInterleaved};
+    const Case c{2, 2, 13, 21, 8, 21, static_cast<AttentionMask::Kind>(m), 0.0f, ArrayLayout::kInterleaved};
     SCOPED_TRACE(c.name());
     Array q = make_array(c.B, c.H, c.T, c.D, c.layout, rng), k = make_array(c.B, c.H, c.S, c.D, c.layout, rng);
-    Array eye = make_array(c.B, c.H, c.S, c.S, Layout::kContiguous, rng);
+    Array eye = make_array(c.B, c.H, c.S, c.S, ArrayLayout::kContiguous, rng);
     for (int64_t b = 0; b < c.B; ++b)
       for (int64_t h = 0; h < c.H; ++h)
         for (int64_t j = 0; j < c.S; ++j)
           for (int64_t d = 0; d < c.S; ++d) eye.at(b, h, j, d) = j == d ? 1.0f : 0.0f;
-    Array ref = make_array(c.B, c.H, c.T, c.S, Layout::kContiguous, rng);  // (B, H, T, S) weights
-    Array o = make_array(c.B, c.H, c.T, c.S, Layout::kContiguous, rng);
+    Array ref = make_array(c.B, c.H, c.T, c.S, ArrayLayout::kContiguous, rng);  // (B, H, T, S) weights
+    Array o = make_array(c.B, c.H, c.T, c.S, ArrayLayout::kContiguous, rng);
     const int64_t row_stride = c.S + 2;
     const std::vector<float> mask = make_mask(c, rng, row_stride);
     const AttentionOptions opt = options_for(c, mask, row_stride, nullptr);
     std::vector<float> lse(static_cast<size_t>(c.B * c.H * c.T)), lse_ref(lse.size());
     attention_forward_reference(q.in(), k.in(), eye.in(), ref.view, lse_ref.data(), opt);
     attention_forward(q.in(), k.in(), eye.in(), o.view, lse.data(), opt);  // the lse a module keeps
-    Array w = make_array(c.B, c.H, c.T, c.S, Layout::kContiguous, rng, kInf);
+    Array w = make_array(c.B, c.H, c.T, c.S, ArrayLayout::kContiguous, rng, kInf);
     for (int64_t b = 0; b < c.B; ++b)
       for (int64_t h = 0; h < c.H; ++h)
         attention_weights(q.in(), k.in(), lse.data(), opt, b, h, 0, c.T, false, w.view.row(b, h, 0), c.S);
@@ -484,7 +484,7 @@ TEST(FusedAttention, DropoutDropsAboutPAndIsPhilox) {
 TEST(FusedAttention, FullyMaskedRowsGiveZeroAndMinusInfinity) {
   std::mt19937 rng(7);
   for (int64_t T : {1, 5, 70}) {
-    const Case c{1, 2, T, T, 64, 64, AttentionMask::Kind::kBlocked, 0.0f, Layout::kContiguous};
+    const Case c{1, 2, T, T, 64, 64, AttentionMask::Kind::kBlocked, 0.0f, ArrayLayout::kContiguous};
     Array q = make_array(1, 2, T, 64, c.layout, rng), k = make_array(1, 2, T, 64, c.layout, rng),
           v = make_array(1, 2, T, 64, c.layout, rng), o = make_array(1, 2, T, 64, c.layout, rng),
           d_o = make_array(1, 2, T, 64, c.layout, rng);
@@ -510,12 +510,12 @@ TEST(FusedAttention, FullyMaskedRowsGiveZeroAndMinusInfinity) {
 TEST(FusedAttention, EmptySequencesWork) {
   std::mt19937 rng(8);
   // T = 0: nothing to do. S = 0: every query sees nothing: o = 0, lse = -inf, dq = 0.
-  Array q0 = make_array(1, 2, 0, 8, Layout::kContiguous, rng), k = make_array(1, 2, 4, 8, Layout::kContiguous, rng);
-  Array o0 = make_array(1, 2, 0, 8, Layout::kContiguous, rng);
+  Array q0 = make_array(1, 2, 0, 8, ArrayLayout::kContiguous, rng), k = make_array(1, 2, 4, 8, ArrayLayout::kContiguous, rng);
+  Array o0 = make_array(1, 2, 0, 8, ArrayLayout::kContiguous, rng);
   attention_forward(q0.in(), k.in(), k.in(), o0.view, nullptr, {});
-  Array q = make_array(1, 2, 3, 8, Layout::kContiguous, rng), k0 = make_array(1, 2, 0, 8, Layout::kContiguous, rng);
-  Array o = make_array(1, 2, 3, 8, Layout::kContiguous, rng), d_o = make_array(1, 2, 3, 8, Layout::kContiguous, rng),
-        dq = make_array(1, 2, 3, 8, Layout::kContiguous, rng);
+  Array q = make_array(1, 2, 3, 8, ArrayLayout::kContiguous, rng), k0 = make_array(1, 2, 0, 8, ArrayLayout::kContiguous, rng);
+  Array o = make_array(1, 2, 3, 8, ArrayLayout::kContiguous, rng), d_o = make_array(1, 2, 3, 8, ArrayLayout::kContiguous, rng),
+        dq = make_array(1, 2, 3, 8, ArrayLayout::kContiguous, rng);
   std::vector<float> lse(6, 0.0f);
   for (auto mask : {AttentionMask::none(), AttentionMask::causal()}) {
     AttentionOptions opt;
@@ -530,7 +530,7 @@ TEST(FusedAttention, EmptySequencesWork) {
 
 TEST(FusedAttention, NonFiniteInputsPropagateLikeTheReference) {
   std::mt19937 rng(9);
-  const Case c{1, 1, 100, 100, 64, 64, AttentionMask::Kind::kCausal, 0.0f, Layout::kContiguous};
+  const Case c{1, 1, 100, 100, 64, 64, AttentionMask::Kind::kCausal, 0.0f, ArrayLayout::kContiguous};
   Array q = make_array(1, 1, 100, 64, c.layout, rng), k = make_array(1, 1, 100, 64, c.layout, rng),
         v = make_array(1, 1, 100, 64, c.layout, rng), o = make_array(1, 1, 100, 64, c.layout, rng),
         ref = make_array(1, 1, 100, 64, c.layout, rng);
@@ -549,8 +549,8 @@ TEST(FusedAttention, NonFiniteInputsPropagateLikeTheReference) {
 
 TEST(FusedAttention, BadArgumentsSayWhatIsWrong) {
   std::mt19937 rng(10);
-  Array q = make_array(1, 2, 4, 8, Layout::kContiguous, rng), k = make_array(1, 2, 5, 8, Layout::kContiguous, rng),
-        v = make_array(1, 2, 4, 8, Layout::kContiguous, rng), o = make_array(1, 2, 4, 8, Layout::kContiguous, rng);
+  Array q = make_array(1, 2, 4, 8, ArrayLayout::kContiguous, rng), k = make_array(1, 2, 5, 8, ArrayLayout::kContiguous, rng),
+        v = make_array(1, 2, 4, 8, ArrayLayout::kContiguous, rng), o = make_array(1, 2, 4, 8, ArrayLayout::kContiguous, rng);
   std::vector<float> lse(8);
   auto message = [&](const AttentionOptions& opt, ConstHeads vv) {
     try {
@@ -563,7 +563,7 @@ TEST(FusedAttention, BadArgumentsSayWhatIsWrong) {
   EXPECT_EQ(message({}, v.in()), "attention_forward: v (1, 2, 4, 8) should be (1, 2, 5, 8)");
   AttentionOptions bad;
   bad.dropout_p = 1.0f;
-  Array v5 = make_array(1, 2, 5, 8, Layout::kContiguous, rng);
+  Array v5 = make_array(1, 2, 5, 8, ArrayLayout::kContiguous, rng);
   EXPECT_EQ(message(bad, v5.in()), "attention_forward: dropout p must be in [0, 1), got 1");
   AttentionOptions small_mask;
   std::vector<float> m(20);

@@ -24,20 +24,19 @@ namespace {
 
 using testing_support::error_of;
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr double kTol = 1e-5;
 
 // Owns a (B, H, N, D) array, contiguous or with its heads interleaved in padded rows (the layout of
 // a projection output).
-struct Array {
+struct VariantArray {
   std::vector<float> storage;
   MutableHeads view;
   ConstHeads in() const { return view; }
   float& at(int64_t b, int64_t h, int64_t n, int64_t d) { return view.row(b, h, n)[d * view.stride_d]; }
 };
 
-Array make_array(int64_t B, int64_t H, int64_t N, int64_t D, bool interleaved, std::mt19937& rng, float fill = 0) {
-  Array a;
+VariantArray make_array(int64_t B, int64_t H, int64_t N, int64_t D, bool interleaved, std::mt19937& rng, float fill = 0) {
+  VariantArray a;
   const int64_t width = H * D + 3;
   a.storage.assign(static_cast<size_t>(std::max<int64_t>(interleaved ? B * N * width : B * H * N * D, 1)), 0.0f);
   a.view = interleaved ? MutableHeads::interleaved(a.storage.data(), B, H, N, D, width)
@@ -80,7 +79,7 @@ testing::AssertionResult close_lse(const std::vector<float>& got, const std::vec
 
 enum class Slopes { kNone, kDefault, kArbitrary };
 
-struct Case {
+struct VariantCase {
   int64_t B = 1, H = 1, G = 1, T = 1, S = 1, D = 64, Dv = 64;
   MaskKind mask = MaskKind::kNone;
   int64_t offset = 0, window = 0, key_offset = 0;
@@ -99,9 +98,9 @@ struct Case {
 
 // Everything one case reads: inputs, mask values, slopes.
 struct Inputs {
-  Array q, k, v, d_o;
+  VariantArray q, k, v, d_o;
   std::vector<float> mask, slopes;
-  AttentionOptions options(const Case& c, ThreadPool* pool) const {
+  AttentionOptions options(const VariantCase& c, ThreadPool* pool) const {
     AttentionOptions o = testing_support::case_attention_options(c.T, c.D, c.mask, mask.data(), c.S + 2, c.dropout, pool);
     o.query_offset = c.offset;
     o.key_offset = c.key_offset;
@@ -112,7 +111,7 @@ struct Inputs {
   }
 };
 
-Inputs make_inputs(const Case& c, std::mt19937& rng) {
+Inputs make_inputs(const VariantCase& c, std::mt19937& rng) {
   Inputs in{make_array(c.B, c.H, c.T, c.D, c.interleaved, rng), make_array(c.B, c.G, c.S, c.D, c.interleaved, rng),
             make_array(c.B, c.G, c.S, c.Dv, c.interleaved, rng), make_array(c.B, c.H, c.T, c.Dv, c.interleaved, rng),
             {}, {}};
@@ -141,17 +140,17 @@ Inputs make_inputs(const Case& c, std::mt19937& rng) {
 // One run of the fused forward and backward: every output in one vector (for bitwise comparison)
 // and the arrays to compare with the references.
 struct Fused {
-  Array o, dq, dk, dv;
+  VariantArray o, dq, dk, dv;
   std::vector<float> lse;
   std::vector<float> all() const {
     std::vector<float> a = o.storage;
-    for (const Array* x : {&dq, &dk, &dv}) a.insert(a.end(), x->storage.begin(), x->storage.end());
+    for (const VariantArray* x : {&dq, &dk, &dv}) a.insert(a.end(), x->storage.begin(), x->storage.end());
     a.insert(a.end(), lse.begin(), lse.end());
     return a;
   }
 };
 
-Fused run_fused(const Case& c, const Inputs& in, ThreadPool* pool, std::mt19937& rng) {
+Fused run_fused(const VariantCase& c, const Inputs& in, ThreadPool* pool, std::mt19937& rng) {
   Fused f{make_array(c.B, c.H, c.T, c.Dv, c.interleaved, rng, kInf), make_array(c.B, c.H, c.T, c.D, c.interleaved, rng, kInf),
           make_array(c.B, c.G, c.S, c.D, c.interleaved, rng, kInf), make_array(c.B, c.G, c.S, c.Dv, c.interleaved, rng, kInf),
           std::vector<float>(static_cast<size_t>(c.B * c.H * c.T), kInf)};
@@ -163,7 +162,7 @@ Fused run_fused(const Case& c, const Inputs& in, ThreadPool* pool, std::mt19937&
 }
 
 // The fused forward and backward against the references, on 1 and 2 threads (bit for bit equal).
-void check_case(const Case& c, std::mt19937& rng) {
+void check_case(const VariantCase& c, std::mt19937& rng) {
   SCOPED_TRACE(c.name());
   const Inputs in = make_inputs(c, rng);
   ThreadPool one(1), two(2);
@@ -171,7 +170,7 @@ void check_case(const Case& c, std::mt19937& rng) {
   EXPECT_TRUE(f1.all() == f2.all()) << "1 and 2 threads differ";
 
   const AttentionOptions opt = in.options(c, nullptr);
-  Array o = make_array(c.B, c.H, c.T, c.Dv, false, rng), dq = make_array(c.B, c.H, c.T, c.D, false, rng),
+  VariantArray o = make_array(c.B, c.H, c.T, c.Dv, false, rng), dq = make_array(c.B, c.H, c.T, c.D, false, rng),
         dk = make_array(c.B, c.G, c.S, c.D, false, rng), dv = make_array(c.B, c.G, c.S, c.Dv, false, rng);
   std::vector<float> lse(f2.lse.size());
   attention_forward_reference(in.q.in(), in.k.in(), in.v.in(), o.view, lse.data(), opt);
@@ -184,15 +183,15 @@ void check_case(const Case& c, std::mt19937& rng) {
 }
 
 // Random configurations over every variant and its combinations (seeded).
-std::vector<Case> random_cases(int n, uint32_t seed) {
+std::vector<VariantCase> random_cases(int n, uint32_t seed) {
   std::mt19937 rng(seed);
   auto pick = [&](auto... xs) {
     const std::vector<std::common_type_t<decltype(xs)...>> v{xs...};
     return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)];
   };
-  std::vector<Case> cases;
+  std::vector<VariantCase> cases;
   for (int i = 0; i < n; ++i) {
-    Case c;
+    VariantCase c;
     c.B = pick(1, 1, 2);
     c.H = pick(1, 2, 4, 6);
     c.G = pick(c.H, c.H % 2 == 0 ? c.H / 2 : c.H, int64_t{1});
@@ -216,7 +215,7 @@ std::vector<Case> random_cases(int n, uint32_t seed) {
 TEST(AttentionVariants, RandomConfigurationsMatchTheReferences) {
   std::mt19937 rng(21);
   int checked = 0;
-  for (const Case& c : random_cases(60, 7)) {
+  for (const VariantCase& c : random_cases(60, 7)) {
     check_case(c, rng);
     ++checked;
   }
@@ -227,7 +226,7 @@ TEST(AttentionVariants, RandomConfigurationsMatchTheReferences) {
 TEST(AttentionVariants, EachVariantAloneAndAllTogether) {
   std::mt19937 rng(22);
   for (int64_t D : {64, 9}) {
-    Case base;
+    VariantCase base;
     base.B = 2;
     base.H = 4;
     base.G = 4;
@@ -235,44 +234,44 @@ TEST(AttentionVariants, EachVariantAloneAndAllTogether) {
     base.S = 77;
     base.D = D;
     base.Dv = D;
-    std::vector<Case> cases;
+    std::vector<VariantCase> cases;
     for (MaskKind m : {MaskKind::kNone, MaskKind::kCausal}) {
-      Case c = base;
+      VariantCase c = base;
       c.mask = m;
       for (int64_t G : {int64_t{2}, int64_t{1}}) {  // grouped-query, multi-query
-        Case x = c;
+        VariantCase x = c;
         x.G = G;
         cases.push_back(x);
       }
       for (int64_t offset : {3, 100}) {
-        Case x = c;
+        VariantCase x = c;
         x.offset = offset;
         x.S = base.T + offset;  // a KV cache of S keys decoding T queries
         cases.push_back(x);
       }
       for (int64_t key_offset : {1, 6, 40, 90}) {  // a block of keys of a longer sequence (ring attention)
-        Case x = c;
+        VariantCase x = c;
         x.key_offset = key_offset;
         x.offset = 50;
         x.dropout = key_offset == 6 ? 0.25f : 0.0f;
         cases.push_back(x);
       }
       for (int64_t w : {1, 8, 64, 500}) {
-        Case x = c;
+        VariantCase x = c;
         x.window = w;
         cases.push_back(x);
       }
       for (Slopes a : {Slopes::kDefault, Slopes::kArbitrary}) {
-        Case x = c;
+        VariantCase x = c;
         x.alibi = a;
         cases.push_back(x);
       }
       for (float cap : {5.0f, 1000.0f}) {
-        Case x = c;
+        VariantCase x = c;
         x.softcap = cap;
         cases.push_back(x);
       }
-      Case all = c;
+      VariantCase all = c;
       all.G = 2;
       all.offset = 11;
       all.S = base.T + 11;
@@ -283,7 +282,7 @@ TEST(AttentionVariants, EachVariantAloneAndAllTogether) {
       all.interleaved = true;
       cases.push_back(all);
     }
-    for (const Case& c : cases) check_case(c, rng);
+    for (const VariantCase& c : cases) check_case(c, rng);
   }
 }
 
@@ -291,10 +290,10 @@ TEST(AttentionVariants, EachVariantAloneAndAllTogether) {
 // all (o = 0, lse = -inf, dq = 0); T != S both ways.
 TEST(AttentionVariants, EdgeSizesMatchTheReferences) {
   std::mt19937 rng(23);
-  std::vector<Case> cases;
+  std::vector<VariantCase> cases;
   for (int64_t T : {0, 1})
     for (int64_t S : {0, 1, 5}) {
-      Case c;
+      VariantCase c;
       c.H = 2;
       c.G = 1;
       c.T = T;
@@ -309,7 +308,7 @@ TEST(AttentionVariants, EdgeSizesMatchTheReferences) {
       cases.push_back(c);
     }
   {
-    Case c;  // non-causal window with a large offset: queries past S + window - 1 see no key
+    VariantCase c;  // non-causal window with a large offset: queries past S + window - 1 see no key
     c.H = 3;
     c.G = 1;
     c.T = 60;
@@ -320,7 +319,7 @@ TEST(AttentionVariants, EdgeSizesMatchTheReferences) {
     cases.push_back(c);
   }
   {
-    Case c;  // causal with T > S: every key visible to the last rows, the window slides past
+    VariantCase c;  // causal with T > S: every key visible to the last rows, the window slides past
     c.H = 4;
     c.G = 2;
     c.T = 130;
@@ -331,7 +330,7 @@ TEST(AttentionVariants, EdgeSizesMatchTheReferences) {
     cases.push_back(c);
   }
   {
-    Case c;  // boolean mask under a window: rows with every visible key blocked
+    VariantCase c;  // boolean mask under a window: rows with every visible key blocked
     c.B = 2;
     c.H = 2;
     c.G = 2;
@@ -342,14 +341,14 @@ TEST(AttentionVariants, EdgeSizesMatchTheReferences) {
     c.softcap = 3.0f;
     cases.push_back(c);
   }
-  for (const Case& c : cases) check_case(c, rng);
+  for (const VariantCase& c : cases) check_case(c, rng);
 }
 
 // Heads whose keys and values outgrow L2 take the kernels' grouped paths (several query blocks per
 // key block in the forward, several key blocks per pass in the backward): the variants there too.
 TEST(AttentionVariants, LongSequencesMatchTheReferences) {
   std::mt19937 rng(24);
-  Case c;
+  VariantCase c;
   c.H = 2;
   c.G = 1;
   c.T = 1100;
@@ -369,8 +368,8 @@ TEST(AttentionVariants, EverySimdTargetMatchesTheReferences) {
   const std::vector<int64_t> targets = available_simd_targets();
   ASSERT_FALSE(targets.empty());
   std::mt19937 rng(28);
-  std::vector<Case> cases = random_cases(6, 8);
-  Case all;
+  std::vector<VariantCase> cases = random_cases(6, 8);
+  VariantCase all;
   all.B = 2;
   all.H = 4;
   all.G = 2;
@@ -386,7 +385,7 @@ TEST(AttentionVariants, EverySimdTargetMatchesTheReferences) {
   for (int64_t target : targets) {
     force_simd_target(target);
     SCOPED_TRACE(simd_target_name(target));
-    for (const Case& c : cases) check_case(c, rng);
+    for (const VariantCase& c : cases) check_case(c, rng);
     EXPECT_EQ(simd_target(), simd_target_name(target));
   }
   force_simd_target(0);
@@ -396,7 +395,7 @@ TEST(AttentionVariants, EverySimdTargetMatchesTheReferences) {
 // that sees a key, and with dropout they reproduce the fused output.
 TEST(AttentionVariants, WeightsOnDemandReproduceTheFusedOutput) {
   std::mt19937 rng(25);
-  Case c;
+  VariantCase c;
   c.B = 1;
   c.H = 4;
   c.G = 2;
@@ -413,11 +412,11 @@ TEST(AttentionVariants, WeightsOnDemandReproduceTheFusedOutput) {
   const Inputs in = make_inputs(c, rng);
   ThreadPool pool(2);
   const AttentionOptions opt = in.options(c, &pool);
-  Array o = make_array(c.B, c.H, c.T, c.Dv, false, rng);
+  VariantArray o = make_array(c.B, c.H, c.T, c.Dv, false, rng);
   std::vector<float> lse(static_cast<size_t>(c.H * c.T));
   attention_forward(in.q.in(), in.k.in(), in.v.in(), o.view, lse.data(), opt);
   std::vector<float> w(static_cast<size_t>(c.T * c.S)), wz(w.size());
-  Array v = in.v;
+  VariantArray v = in.v;
   for (int64_t h = 0; h < c.H; ++h) {
     attention_weights(in.q.in(), in.k.in(), lse.data(), opt, 0, h, 0, c.T, false, w.data(), c.S);
     attention_weights(in.q.in(), in.k.in(), lse.data(), opt, 0, h, 0, c.T, true, wz.data(), c.S);
@@ -436,11 +435,11 @@ TEST(AttentionVariants, WeightsOnDemandReproduceTheFusedOutput) {
 
 TEST(AttentionVariants, BadOptionsSayWhatIsWrong) {
   std::mt19937 rng(26);
-  Array q = make_array(1, 4, 4, 8, false, rng), k = make_array(1, 2, 5, 8, false, rng),
+  VariantArray q = make_array(1, 4, 4, 8, false, rng), k = make_array(1, 2, 5, 8, false, rng),
         v = make_array(1, 2, 5, 8, false, rng), o = make_array(1, 4, 4, 8, false, rng);
-  Array k3 = make_array(1, 3, 5, 8, false, rng), v3 = make_array(1, 3, 5, 8, false, rng);
+  VariantArray k3 = make_array(1, 3, 5, 8, false, rng), v3 = make_array(1, 3, 5, 8, false, rng);
   std::vector<float> lse(16);
-  auto forward = [&](const AttentionOptions& opt, const Array& kk, const Array& vv) {
+  auto forward = [&](const AttentionOptions& opt, const VariantArray& kk, const VariantArray& vv) {
     return error_of([&] { attention_forward(q.in(), kk.in(), vv.in(), o.view, lse.data(), opt); });
   };
   EXPECT_EQ(forward({}, k, v), "(no error)");
@@ -466,7 +465,7 @@ TEST(AttentionVariants, BadOptionsSayWhatIsWrong) {
   bad.alibi_slopes = slopes;
   EXPECT_EQ(forward(bad, k, v), "attention_forward: ALiBi slope 1 must be finite, got inf");
   // dk and dv have the kv heads' shape.
-  Array dq = make_array(1, 4, 4, 8, false, rng), dk4 = make_array(1, 4, 5, 8, false, rng),
+  VariantArray dq = make_array(1, 4, 4, 8, false, rng), dk4 = make_array(1, 4, 5, 8, false, rng),
         dv = make_array(1, 2, 5, 8, false, rng);
   EXPECT_EQ(error_of([&] {
               attention_backward(q.in(), k.in(), v.in(), o.in(), o.in(), lse.data(), dq.view, dk4.view, dv.view, {});

@@ -25,7 +25,6 @@ namespace qkv::kernels {
 namespace {
 
 using testing_support::error_of;
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
 std::vector<float> normal_vector(int64_t n, std::mt19937& rng, float sd = 1.0f) {
   std::normal_distribution<float> normal(0.0f, sd);

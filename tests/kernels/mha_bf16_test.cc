@@ -44,7 +44,7 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-struct Config {
+struct Bf16Config {
   int64_t B, T, d_in, d_out, H, G;
   bool bias;
   float dropout;
@@ -54,7 +54,7 @@ struct Config {
   float softcap;
 };
 
-std::string describe(const Config& c) {
+std::string describe(const Bf16Config& c) {
   return str("B=", c.B, " T=", c.T, " d_in=", c.d_in, " d_out=", c.d_out, " H=", c.H, " G=", c.G, " p=", c.dropout,
              " rope=", static_cast<int>(c.rope), " window=", c.window, " alibi=", c.alibi, " softcap=", c.softcap);
 }
@@ -66,12 +66,12 @@ struct LayerRun {
 
 // One layer's inputs and weights (nn.Linear's scale), random.
 struct Layer {
-  Config c;
+  Bf16Config c;
   MhaShape s;
   std::vector<float> x, dy, w_qkv, b_qkv, w_out, b_out, slopes;
   std::vector<uint16_t> w_qkv16, w_out16;
 
-  explicit Layer(const Config& config) : c(config) {
+  explicit Layer(const Bf16Config& config) : c(config) {
     std::mt19937 rng(7);
     s.batch = c.B;
     s.tokens = c.T;
@@ -144,7 +144,7 @@ double expect_close(const LayerRun& got, const LayerRun& want, double y_bound, d
   return worst;
 }
 
-const Config kConfigs[] = {
+const Bf16Config kConfigs[] = {
     {2, 37, 24, 32, 4, 0, true, 0.0f, RopeLayout::kNone, 0, false, 0.0f},
     {1, 130, 64, 128, 2, 0, false, 0.1f, RopeLayout::kNone, 0, false, 0.0f},
     {2, 70, 48, 96, 6, 2, true, 0.0f, RopeLayout::kHalf, 0, false, 0.0f},
@@ -153,7 +153,7 @@ const Config kConfigs[] = {
 };
 
 TEST(MhaBf16, MatchesTheFloatPipelineWithinBf16Rounding) {
-  for (const Config& c : kConfigs) {
+  for (const Bf16Config& c : kConfigs) {
     const Layer layer(c);
     const double worst = expect_close(layer.run(Dtype::kBF16), layer.run(Dtype::kF32), 1e-2, 1.5e-2, describe(c));
     std::printf("bf16 vs f32, %s: worst norm-wise relative error %.2e\n", describe(c).c_str(), worst);
@@ -163,7 +163,7 @@ TEST(MhaBf16, MatchesTheFloatPipelineWithinBf16Rounding) {
 // The fused bf16 attention against the naive reference attention on the same bf16 heads: they
 // differ by the rounding of P (and dS, d_o) to bf16 and the float32 sums' order.
 TEST(MhaBf16, FusedAttentionMatchesTheTextbookAttentionOnTheSameHeads) {
-  for (const Config& c : kConfigs) {
+  for (const Bf16Config& c : kConfigs) {
     const Layer layer(c);
     const LayerRun fused = layer.run(Dtype::kBF16);
     const bool was = mha_use_reference_attention(true);
@@ -181,7 +181,7 @@ TEST(MhaBf16, FusedAttentionMatchesTheTextbookAttentionOnTheSameHeads) {
 // 2e-4, is still 25x below bf16's own error against float32 (5e-3), which a wrong pairing or
 // a skipped rounding point would show.
 TEST(MhaBf16, WideningFallbackGivesTheDotProductsResults) {
-  for (const Config& c : kConfigs) {
+  for (const Bf16Config& c : kConfigs) {
     const Layer layer(c);
     const LayerRun dot = layer.run(Dtype::kBF16);
     const bool was = set_bf16_dot_allowed(false);

@@ -27,7 +27,7 @@ RopeScaling scaling_of(const json& c) {
 }
 
 TEST(RopeScaling, FrequenciesAndTablesAreLlama3s) {
-  const json doc = testing::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/rope_fixtures.json");
+  const json doc = testing_support::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/rope_fixtures.json");
   int cases = 0;
   double worst_freq = 0, worst_table = 0;
   int scaled = 0, kept = 0;

@@ -29,7 +29,7 @@ using kernels::CacheDtype;
 using kernels::KvCache;
 using kernels::RopeLayout;
 
-struct Variant {
+struct CacheVariant {
   std::string name;
   int64_t kv_heads = 0;
   RopeLayout rope = RopeLayout::kNone;
@@ -40,7 +40,7 @@ struct Variant {
 };
 
 // An attention LM (the attention-lm family's DecoderModel) whose blocks carry the variant.
-DecoderModel make_lm(const Variant& v, int64_t context, uint64_t seed = 7, int64_t vocab = 23, int64_t layers = 2) {
+DecoderModel make_lm(const CacheVariant& v, int64_t context, uint64_t seed = 7, int64_t vocab = 23, int64_t layers = 2) {
   LMConfig c;
   c.vocab_size = vocab;
   c.context_length = context;
@@ -89,8 +89,8 @@ double max_relative_diff(const Generated& a, const Generated& b) {
   return worst;
 }
 
-const std::vector<Variant>& variants() {
-  static const std::vector<Variant> v = {
+const std::vector<CacheVariant>& variants() {
+  static const std::vector<CacheVariant> v = {
       {"plain"},
       {"gqa", 2},
       {"mqa", 1},
@@ -108,7 +108,7 @@ const std::vector<Variant>& variants() {
 
 TEST(GenerationCache, CachedAndUncachedGiveTheSameTokensAndLogitsForEveryVariant) {
   const int64_t context = 12, vocab = 23;
-  for (const Variant& v : variants()) {
+  for (const CacheVariant& v : variants()) {
     for (int64_t prompt_len : {5, 12, 17}) {  // shorter than, equal to, longer than the context
       for (double temperature : {0.0, 0.8}) {
         DecoderModel lm = make_lm(v, context);
@@ -153,7 +153,7 @@ TEST(GenerationCache, Bf16CacheIsWithinBf16ToleranceAndNotFp32) {
   // the largest value, a key error each score by 2^-9 |q . k|; through two residual blocks and
   // the output head (weights of norm about 1 at this size) the logits move by a few times 2^-9
   // of their scale: 2e-2 of the row's largest logit (about 10 x 2^-9) bounds it with room.
-  for (const Variant& v : {Variant{"plain"}, Variant{"gqa_rope", 2, RopeLayout::kHalf}}) {
+  for (const CacheVariant& v : {CacheVariant{"plain"}, CacheVariant{"gqa_rope", 2, RopeLayout::kHalf}}) {
     DecoderModel lm = make_lm(v, 12);
     SamplingOptions o;
     o.max_new_tokens = 6;  // no slide: every step decodes against the bf16 cache

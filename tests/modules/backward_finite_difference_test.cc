@@ -119,7 +119,7 @@ void ref_attention(Strided q, Strided k, Strided v, int64_t T, int64_t S, int64_
 
 // --- the check ---------------------------------------------------------------------------------
 
-struct Case {
+struct GradCase {
   std::string what;
   Params at;                                     // the point: every input and parameter, in double
   std::function<Vec(const Params&)> forward;     // the double reference forward
@@ -128,7 +128,7 @@ struct Case {
   std::map<std::string, Tensor> qkv_grads;       // qkv's float gradients, by the names in `at`
 };
 
-void check(const Case& c, double tol = 1e-4) {
+void check(const GradCase& c, double tol = 1e-4) {
   SCOPED_TRACE(c.what);
   // 1. The reference computes the same function as qkv.
   Vec y = c.forward(c.at);
@@ -194,7 +194,7 @@ TEST(BackwardFiniteDifferences, Linear) {
     Generator gen(11 + bias);
     Linear lin(5, 3, bias, gen);
     Tensor x = random_tensor({2, 4, 5}, gen);
-    Case c{"Linear bias=" + std::to_string(bias), params_of(lin), nullptr, lin.forward(x), {}, {}};
+    GradCase c{"Linear bias=" + std::to_string(bias), params_of(lin), nullptr, lin.forward(x), {}, {}};
     c.g = random_tensor(c.qkv_output.shape(), gen);
     c.at["input"] = to_double(x);
     c.forward = [bias](const Params& p) {
@@ -213,7 +213,7 @@ TEST(BackwardFiniteDifferences, RMSNorm) {
   RMSNorm norm(6, 1e-5);
   gen.normal(norm.weight.data(), 6, 1.0, 0.5);  // not ones, so that dweight is not trivially dx
   Tensor x = random_tensor({2, 3, 6}, gen);
-  Case c{"RMSNorm", params_of(norm), nullptr, norm.forward(x), {}, {}};
+  GradCase c{"RMSNorm", params_of(norm), nullptr, norm.forward(x), {}, {}};
   c.g = random_tensor(c.qkv_output.shape(), gen);
   c.at["input"] = to_double(x);
   c.forward = [](const Params& p) {
@@ -237,7 +237,7 @@ TEST(BackwardFiniteDifferences, SwiGLUFeedForward) {
   Generator gen(22);
   SwiGLUFeedForward ff(5, 7, gen);
   Tensor x = random_tensor({2, 3, 5}, gen, 2.0);  // wide enough that silu's curve matters
-  Case c{"SwiGLUFeedForward", params_of(ff), nullptr, ff.forward(x), {}, {}};
+  GradCase c{"SwiGLUFeedForward", params_of(ff), nullptr, ff.forward(x), {}, {}};
   c.g = random_tensor(c.qkv_output.shape(), gen);
   c.at["input"] = to_double(x);
   c.forward = [](const Params& p) {
@@ -263,7 +263,7 @@ TEST(BackwardFiniteDifferences, EmbeddingAccumulatesRepeatedRowsAndPositional) {
   Generator gen(3);
   Embedding emb(6, 4, gen);
   const std::vector<int64_t> ids = {1, 4, 1, 0, 5, 1};  // row 1 three times; rows 2, 3 unused
-  Case c{"Embedding", params_of(emb), nullptr, emb.forward(ids, {2, 3}), {}, {}};
+  GradCase c{"Embedding", params_of(emb), nullptr, emb.forward(ids, {2, 3}), {}, {}};
   c.g = random_tensor({2, 3, 4}, gen);
   emb.backward(c.g);
   c.qkv_grads["weight"] = emb.dweight;
@@ -276,7 +276,7 @@ TEST(BackwardFiniteDifferences, EmbeddingAccumulatesRepeatedRowsAndPositional) {
   check(c);
 
   PositionalEmbedding pos(7, 3, gen);
-  Case d{"PositionalEmbedding", params_of(pos), nullptr, pos.forward(5), {}, {}};
+  GradCase d{"PositionalEmbedding", params_of(pos), nullptr, pos.forward(5), {}, {}};
   d.g = random_tensor({5, 3}, gen);
   pos.backward(d.g);
   d.qkv_grads["weight"] = pos.table.dweight;
@@ -289,7 +289,7 @@ TEST(BackwardFiniteDifferences, DropoutUsesTheForwardMask) {
   Dropout drop(0.4, gen);
   drop.train();
   Tensor x = random_tensor({3, 7}, gen);
-  Case c{"Dropout", {{"input", to_double(x)}}, nullptr, drop.forward(x), {}, {}};
+  GradCase c{"Dropout", {{"input", to_double(x)}}, nullptr, drop.forward(x), {}, {}};
   Vec noise = to_double(drop.last_noise());
   ASSERT_EQ(noise.size(), 21u);
   c.g = random_tensor({3, 7}, gen);
@@ -313,7 +313,7 @@ TEST(BackwardFiniteDifferences, SoftmaxIncludingFullyMaskedRows) {
   x.at({2, 0}) = -inf;                                // a partly masked one
   Tensor y = softmax(x, -1);
   Tensor g = random_tensor({3, 5}, gen);
-  Case c{"softmax", {{"input", to_double(x)}}, nullptr, y, g, {{"input", softmax_backward(y, g, -1)}}};
+  GradCase c{"softmax", {{"input", to_double(x)}}, nullptr, y, g, {{"input", softmax_backward(y, g, -1)}}};
   // -inf entries stay -inf under perturbation (x + h = -inf), so their gradient is 0 either way.
   c.forward = [](const Params& p) {
     Vec z = p.at("input");
@@ -360,7 +360,7 @@ TEST(BackwardFiniteDifferences, SelfAttentionV1AndV2) {
   Generator gen(21);
   SelfAttentionV1 v1(3, 4, gen, MatrixInit::kRandn);
   Tensor x = random_tensor({5, 3}, gen);
-  Case c{"SelfAttentionV1", params_of(v1), nullptr, v1.forward(x), {}, {}};
+  GradCase c{"SelfAttentionV1", params_of(v1), nullptr, v1.forward(x), {}, {}};
   c.at["input"] = to_double(x);
   c.g = random_tensor({5, 4}, gen);
   Tensor dx1 = v1.backward(c.g);
@@ -375,7 +375,7 @@ TEST(BackwardFiniteDifferences, SelfAttentionV1AndV2) {
   check(c);
 
   SelfAttentionV2 v2(3, 4, /*qkv_bias=*/true, gen);
-  Case d{"SelfAttentionV2", params_of(v2), nullptr, v2.forward(x), {}, {}};
+  GradCase d{"SelfAttentionV2", params_of(v2), nullptr, v2.forward(x), {}, {}};
   d.at["input"] = to_double(x);
   d.g = random_tensor({5, 4}, gen);
   Tensor dx = v2.backward(d.g);
@@ -406,7 +406,7 @@ TEST(BackwardFiniteDifferences, CausalAttentionWithDropoutAndFullyMaskedRows) {
     if (tril_bug) ca.mask.load(tril(Tensor::ones({6, 6})));
     ca.train();
     Tensor x = random_tensor({2, 5, 3}, gen);
-    Case c{str("CausalAttention tril_bug=", tril_bug), params_of(ca), nullptr, ca.forward(x), {}, {}};
+    GradCase c{str("CausalAttention tril_bug=", tril_bug), params_of(ca), nullptr, ca.forward(x), {}, {}};
     c.at["input"] = to_double(x);
     c.g = random_tensor({2, 5, 4}, gen);
     Tensor dx = ca.backward(c.g);
@@ -432,7 +432,7 @@ TEST(BackwardFiniteDifferences, MultiHeadAttentionWrapper) {
   MultiHeadAttentionWrapper w(cfg, gen);
   w.train();
   Tensor x = random_tensor({2, 4, 3}, gen);
-  Case c{"MultiHeadAttentionWrapper", params_of(w), nullptr, w.forward(x), {}, {}};
+  GradCase c{"MultiHeadAttentionWrapper", params_of(w), nullptr, w.forward(x), {}, {}};
   c.at["input"] = to_double(x);
   c.g = random_tensor({2, 4, 6}, gen);
   Tensor dx = w.backward(c.g);
@@ -474,7 +474,7 @@ TEST(BackwardFiniteDifferences, MultiHeadAttention) {
     MultiHeadAttention mha(cfg, gen);
     mha.train();
     Tensor x = random_tensor({2, 5, 3}, gen);
-    Case c{str("MultiHeadAttention dropout=", p_drop), params_of(mha), nullptr, mha.forward(x), {}, {}};
+    GradCase c{str("MultiHeadAttention dropout=", p_drop), params_of(mha), nullptr, mha.forward(x), {}, {}};
     c.at["input"] = to_double(x);
     c.g = random_tensor({2, 5, 6}, gen);
     Tensor dx = mha.backward(c.g);
@@ -504,7 +504,7 @@ TEST(BackwardFiniteDifferences, ScaledDotProductAttentionMasksAndBroadcasting) {
     SdpaResult r = scaled_dot_product_attention(q, k, v, m, kind);
     Tensor g = random_tensor(r.output.shape(), gen);
     SdpaGrads grads = scaled_dot_product_attention_backward(g, q, k, v, r, m, kind);
-    Case c{str("sdpa kind=", static_cast<int>(kind)), {{"q", to_double(q)}, {"k", to_double(k)}, {"v", to_double(v)}},
+    GradCase c{str("sdpa kind=", static_cast<int>(kind)), {{"q", to_double(q)}, {"k", to_double(k)}, {"v", to_double(v)}},
            nullptr, r.output, g, {{"q", grads.dq}, {"k", grads.dk}, {"v", grads.dv}}};
     Vec mv = to_double(mask);
     c.forward = [mv, kind](const Params& p) {
@@ -561,7 +561,7 @@ TEST(BackwardFiniteDifferences, CrossEntropyWithIgnoredTargets) {
   CrossEntropyLoss ce;
   const float loss = ce.forward(logits, targets);
   EXPECT_EQ(ce.count(), 4);
-  Case c{"cross_entropy", {{"logits", to_double(logits)}}, nullptr, Tensor::scalar(loss), Tensor::scalar(1.0f),
+  GradCase c{"cross_entropy", {{"logits", to_double(logits)}}, nullptr, Tensor::scalar(loss), Tensor::scalar(1.0f),
          {{"logits", ce.backward()}}};
   c.forward = [targets](const Params& p) { return Vec{ref_cross_entropy(p.at("logits"), targets, 5)}; };
   check(c);
@@ -589,7 +589,7 @@ TEST(BackwardFiniteDifferences, AttentionLanguageModelEndToEnd) {
   lm.backward(ce.backward());
   std::vector<std::vector<Vec>> noise;
   for (DecoderBlock& b : lm.blocks) noise.push_back(split_noise(b.att.dropout.last_noise(), 4, 4));
-  Case c{"AttentionLM", params_of(lm), nullptr, Tensor::scalar(loss), Tensor::scalar(1.0f), grads_of(lm)};
+  GradCase c{"AttentionLM", params_of(lm), nullptr, Tensor::scalar(loss), Tensor::scalar(1.0f), grads_of(lm)};
   c.forward = [ids, targets, noise](const Params& p) {
     Vec x(2 * 4 * 4);
     for (int64_t i = 0; i < 8; ++i)

@@ -28,8 +28,8 @@ namespace {
 
 using nlohmann::json;
 
-const json& fixtures() {
-  static const json doc = testing::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/grad_fixtures.json");
+const json& backward_fixtures() {
+  static const json doc = testing_support::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/grad_fixtures.json");
   return doc;
 }
 
@@ -66,7 +66,7 @@ Tensor T(const json& j) { return tensor_from_json(j); }
 TEST(BackwardVsPyTorch, Linear) {
   Worst worst("Linear");
   int i = 0;
-  for (const json& c : fixtures()["linear"]) {
+  for (const json& c : backward_fixtures()["linear"]) {
     const bool bias = c.contains("bias");
     Tensor w = T(c["weight"]);
     Generator gen(0);
@@ -86,7 +86,7 @@ TEST(BackwardVsPyTorch, Linear) {
 TEST(BackwardVsPyTorch, RMSNorm) {
   Worst worst("RMSNorm");
   int i = 0;
-  for (const json& c : fixtures()["rms_norm"]) {
+  for (const json& c : backward_fixtures()["rms_norm"]) {
     Tensor w = T(c["weight"]);
     RMSNorm norm(w.size(0), c["eps"].get<double>());
     norm.weight.copy_from(w);
@@ -102,7 +102,7 @@ TEST(BackwardVsPyTorch, RMSNorm) {
 TEST(BackwardVsPyTorch, SwiGLUFeedForward) {
   Worst worst("SwiGLUFeedForward");
   int i = 0;
-  for (const json& c : fixtures()["swiglu"]) {
+  for (const json& c : backward_fixtures()["swiglu"]) {
     Tensor gate = T(c["gate"]);
     Generator gen(0);
     SwiGLUFeedForward ff(gate.size(1), gate.size(0), gen);
@@ -123,7 +123,7 @@ TEST(BackwardVsPyTorch, SwiGLUFeedForward) {
 TEST(BackwardVsPyTorch, EmbeddingAndPositionalEmbedding) {
   Worst worst("Embedding"), pos("PositionalEmbedding");
   int i = 0;
-  for (const json& c : fixtures()["embedding"]) {
+  for (const json& c : backward_fixtures()["embedding"]) {
     Tensor w = T(c["weight"]);
     Generator gen(0);
     Embedding emb(w.size(0), w.size(1), gen);
@@ -135,7 +135,7 @@ TEST(BackwardVsPyTorch, EmbeddingAndPositionalEmbedding) {
   }
   EXPECT_EQ(i, 100);
   i = 0;
-  for (const json& c : fixtures()["positional"]) {
+  for (const json& c : backward_fixtures()["positional"]) {
     Tensor w = T(c["weight"]);
     Generator gen(0);
     PositionalEmbedding p(w.size(0), w.size(1), gen);
@@ -151,7 +151,7 @@ TEST(BackwardVsPyTorch, EmbeddingAndPositionalEmbedding) {
 TEST(BackwardVsPyTorch, DropoutDrawsPyTorchsMaskAndUsesItBackward) {
   Worst worst("Dropout");
   int i = 0;
-  for (const json& c : fixtures()["dropout"]) {
+  for (const json& c : backward_fixtures()["dropout"]) {
     Generator gen(c["seed"].get<uint64_t>());  // torch.manual_seed(seed); nn.Dropout(p)
     Dropout d(c["p"].get<double>(), gen);
     d.train();
@@ -169,7 +169,7 @@ TEST(BackwardVsPyTorch, DropoutDrawsPyTorchsMaskAndUsesItBackward) {
 TEST(BackwardVsPyTorch, Softmax) {
   Worst worst("softmax");
   int i = 0;
-  for (const json& c : fixtures()["softmax"]) {
+  for (const json& c : backward_fixtures()["softmax"]) {
     const int dim = c["dim"].get<int>();
     Tensor y = softmax(T(c["x"]), dim);
     worst.compare(softmax_backward(y, T(c["grad"]), dim), c["dx"], "softmax case " + std::to_string(i++));
@@ -182,7 +182,7 @@ TEST(BackwardVsPyTorch, ScaledDotProductAttentionWithMasks) {
   Worst worst("scaled_dot_product_attention");
   int i = 0;
   std::map<MaskKind, int> kinds;
-  for (const json& c : fixtures()["sdpa"]) {
+  for (const json& c : backward_fixtures()["sdpa"]) {
     const std::string kind_name = c["kind"].get<std::string>();
     const MaskKind kind = kind_name == "additive" ? MaskKind::kAdditive
                           : kind_name == "blocked" ? MaskKind::kBlocked
@@ -208,7 +208,7 @@ TEST(BackwardVsPyTorch, ScaledDotProductAttentionWithMasks) {
 TEST(BackwardVsPyTorch, CrossEntropyWithIgnoreIndex) {
   Worst worst("cross_entropy");
   int i = 0;
-  for (const json& c : fixtures()["cross_entropy"]) {
+  for (const json& c : backward_fixtures()["cross_entropy"]) {
     CrossEntropyLoss ce;
     const float loss = ce.forward(T(c["logits"]), c["targets"].get<std::vector<int64_t>>());
     const std::string at = "cross_entropy case " + std::to_string(i++);

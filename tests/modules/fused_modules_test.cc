@@ -61,25 +61,25 @@ Tensor random_tensor(const Shape& shape, std::mt19937& rng) {
   return t;
 }
 
-struct Case {
+struct ModuleCase {
   std::string module;
   AttentionConfig config;
   int64_t B = 0, T = 0;
   bool loaded_mask = false;  // a random (context, context) mask instead of the causal one
 };
 
-std::string describe(const Case& c) {
+std::string describe(const ModuleCase& c) {
   return str(c.module, " B=", c.B, " T=", c.T, " d_in=", c.config.d_in, " d_out=", c.config.d_out(),
              " heads=", c.config.attention.heads, " context=", c.config.context_length, c.config.qkv_bias ? " bias" : "",
              c.loaded_mask ? " loaded-mask" : "");
 }
 
-std::vector<Case> random_cases(const std::string& module, int n, uint32_t seed) {
+std::vector<ModuleCase> random_cases(const std::string& module, int n, uint32_t seed) {
   std::mt19937 rng(seed);
   auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
-  std::vector<Case> cases;
+  std::vector<ModuleCase> cases;
   for (int i = 0; i < n; ++i) {
-    Case c;
+    ModuleCase c;
     c.module = module;
     c.B = i == 0 ? 0 : pick(1, 3);
     c.T = i == 1 ? 0 : i == 2 ? 1 : pick(1, 19);
@@ -102,7 +102,7 @@ struct Built {
   AttentionModule* operator->() const { return module.get(); }
 };
 
-Built build(const Case& c, AttentionPath path, const Tensor& mask) {
+Built build(const ModuleCase& c, AttentionPath path, const Tensor& mask) {
   AttentionConfig config = c.config;
   config.path = path;
   Built b{std::make_unique<Generator>(1234), nullptr};  // the same weights on both paths
@@ -114,7 +114,7 @@ Built build(const Case& c, AttentionPath path, const Tensor& mask) {
 }
 
 // Forward, trace and backward on both paths; every tensor compared.
-void compare_paths(const Case& c, uint32_t seed) {
+void compare_paths(const ModuleCase& c, uint32_t seed) {
   SCOPED_TRACE(describe(c));
   std::mt19937 rng(seed);
   Tensor mask;
@@ -153,26 +153,26 @@ void compare_paths(const Case& c, uint32_t seed) {
 TEST(FusedModules, CausalAttentionAgreesWithTheTextbookPath) {
   uint32_t seed = 1;
   g_worst = 0.0;
-  for (const Case& c : random_cases("causal-attention", 120, 11)) compare_paths(c, seed++);
+  for (const ModuleCase& c : random_cases("causal-attention", 120, 11)) compare_paths(c, seed++);
   std::printf("causal-attention, 120 configurations: worst relative difference %.2e\n", g_worst);
 }
 
 TEST(FusedModules, WrapperAgreesWithTheTextbookPath) {
   uint32_t seed = 1000;
   g_worst = 0.0;
-  for (const Case& c : random_cases("mha-wrapper", 100, 12)) compare_paths(c, seed++);
+  for (const ModuleCase& c : random_cases("mha-wrapper", 100, 12)) compare_paths(c, seed++);
   std::printf("mha-wrapper, 100 configurations: worst relative difference %.2e\n", g_worst);
 }
 
 TEST(FusedModules, MultiHeadAttentionAgreesWithTheTextbookPath) {
   uint32_t seed = 2000;
   g_worst = 0.0;
-  for (const Case& c : random_cases("mha", 120, 13)) compare_paths(c, seed++);
+  for (const ModuleCase& c : random_cases("mha", 120, 13)) compare_paths(c, seed++);
   std::printf("mha, 120 configurations: worst relative difference %.2e\n", g_worst);
 }
 
 TEST(FusedModules, GradientsAccumulateAcrossCallsOnTheFusedPath) {
-  const Case c{"mha", attention_config("mha", 5, 8, 7, 0.0, 2, true), 2, 7};
+  const ModuleCase c{"mha", attention_config("mha", 5, 8, 7, 0.0, 2, true), 2, 7};
   auto m = build(c, AttentionPath::kFused, Tensor());
   auto once = build(c, AttentionPath::kFused, Tensor());
   std::mt19937 rng(5);
@@ -191,7 +191,7 @@ TEST(FusedModules, GradientsAccumulateAcrossCallsOnTheFusedPath) {
 }
 
 TEST(FusedModules, AutoRunsTheTextbookPathUnderDropoutSoTheMasksArePyTorchs) {
-  const Case c{"mha", attention_config("mha", 6, 8, 9, 0.25, 2, false), 2, 9};
+  const ModuleCase c{"mha", attention_config("mha", 6, 8, 9, 0.25, 2, false), 2, 9};
   auto automatic = build(c, AttentionPath::kAuto, Tensor());
   auto textbook = build(c, AttentionPath::kTextbook, Tensor());
   automatic->train(true);
@@ -211,7 +211,7 @@ TEST(FusedModules, AutoRunsTheTextbookPathUnderDropoutSoTheMasksArePyTorchs) {
 TEST(FusedModules, FusedDropoutIsTheTraceMaskAndItsBackwardUsesIt) {
   for (const char* module : {"causal-attention", "mha"}) {
     SCOPED_TRACE(module);
-    Case c;
+    ModuleCase c;
     c.module = module;
     c.config = attention_config(module, 5, 6, 11, 0.3, c.module == "causal-attention" ? 1 : 3, true);
     c.B = 2;
@@ -276,7 +276,7 @@ TEST(FusedModules, PathNamesParseAndUnknownNamesAreRefused) {
 }
 
 TEST(FusedModules, NonFiniteInputsPropagateOnBothPathsWithoutCrashing) {
-  const Case c{"mha", attention_config("mha", 4, 4, 6, 0.0, 2, false), 1, 6};
+  const ModuleCase c{"mha", attention_config("mha", 4, 4, 6, 0.0, 2, false), 1, 6};
   auto fused = build(c, AttentionPath::kFused, Tensor());
   auto textbook = build(c, AttentionPath::kTextbook, Tensor());
   std::mt19937 rng(3);

@@ -28,7 +28,7 @@ double relative(const Tensor& a, const std::vector<double>& b) {
   return std::sqrt(num / den);
 }
 
-Tensor random_tensor(Shape shape, Generator& gen) {
+Tensor random_bf16_case_tensor(Shape shape, Generator& gen) {
   Tensor t = Tensor::empty(shape);
   gen.uniform(t.data(), t.numel(), -1.0, 1.0);
   return t;
@@ -42,7 +42,7 @@ TEST(LinearBf16, ForwardAndBackwardAreTheRoundedOperandsProducts) {
   b16.dtype = Dtype::kBF16;
   b16.dweight = Tensor::zeros(f32.weight.shape());
   b16.dbias = Tensor::zeros(f32.bias.shape());
-  const Tensor x = random_tensor({M, K}, gen), dy = random_tensor({M, N}, gen);
+  const Tensor x = random_bf16_case_tensor({M, K}, gen), dy = random_bf16_case_tensor({M, N}, gen);
   std::vector<double> y(M * N), dx(M * K), dw(N * K), db(N, 0.0);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {

@@ -13,6 +13,7 @@
 #include "qkv/text/utf8.h"
 #include "qkv/text/vocab_files.h"
 #include "test_json.h"
+#include "test_support.h"
 
 namespace qkv {
 namespace {
@@ -29,14 +30,14 @@ const Encoding& gpt2() {
 }
 
 const json& book_case(const std::string& name) {
-  static const json doc = testing::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/book.json");
+  static const json doc = testing_support::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/book.json");
   for (const json& c : doc["cases"])
     if (c["name"] == name) return c["expected"];
   throw std::runtime_error("no case " + name + " in book.json");
 }
 
 const json& tiktoken_cases() {
-  static const json doc = testing::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/gpt2_cases.json");
+  static const json doc = testing_support::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/gpt2_cases.json");
   return doc["cases"];
 }
 
@@ -49,15 +50,6 @@ std::string from_hex(const std::string& hex) {
 SpecialTokens special_arg(const json& j) {
   if (j.is_string()) return SpecialTokens::parse(j.get<std::string>());
   return SpecialTokens::only(j.get<std::vector<std::string>>());
-}
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(BpeBook, EncodeTheSentence) {
@@ -98,7 +90,7 @@ TEST(BpeEncode, VocabularyFacts) {
   EXPECT_FALSE(gpt2().is_special_token(220));
   EXPECT_EQ(gpt2().encode_single_token(" journey"), 7002);
   EXPECT_EQ(gpt2().encode_single_token("<|endoftext|>"), 50256);
-  EXPECT_THAT(message_of([] { gpt2().encode_single_token("journeys starts"); }), HasSubstr("not a single token"));
+  EXPECT_THAT(testing_support::error_of([] { gpt2().encode_single_token("journeys starts"); }), HasSubstr("not a single token"));
 }
 
 TEST(BpeEncode, MatchesTiktokenFixtures) {
@@ -149,13 +141,13 @@ TEST(BpeEncode, RoundTripsValidUtf8) {
 }
 
 TEST(BpeSpecial, DefaultRefusesSpecialTextNamingTokenAndFlag) {
-  const std::string msg = message_of([] { gpt2().encode("Hello <|endoftext|> there"); });
+  const std::string msg = testing_support::error_of([] { gpt2().encode("Hello <|endoftext|> there"); });
   EXPECT_THAT(msg, HasSubstr("<|endoftext|>"));
   EXPECT_THAT(msg, HasSubstr("disallowed"));
   EXPECT_THAT(msg, HasSubstr("allowed_special"));
   EXPECT_THAT(msg, HasSubstr("at byte 6"));
   // Disallowing one by name, and with the others allowed, refuses just the same.
-  EXPECT_THAT(message_of([] {
+  EXPECT_THAT(testing_support::error_of([] {
                 gpt2().encode("<|endoftext|>", SpecialTokens::none(), SpecialTokens::only({"<|endoftext|>"}));
               }),
               HasSubstr("<|endoftext|>"));
@@ -181,7 +173,7 @@ TEST(BpeSpecial, ParseAndUnknownNames) {
   EXPECT_FALSE(SpecialTokens::parse("none").is_all);
   EXPECT_TRUE(SpecialTokens::parse("none").tokens.empty());
   EXPECT_THAT(SpecialTokens::parse("<|a|>,<|b|>").tokens, ElementsAre("<|a|>", "<|b|>"));
-  const std::string msg = message_of([] { gpt2().encode("x", SpecialTokens::only({"<|fim_prefix|>"})); });
+  const std::string msg = testing_support::error_of([] { gpt2().encode("x", SpecialTokens::only({"<|fim_prefix|>"})); });
   EXPECT_THAT(msg, HasSubstr("<|fim_prefix|>"));
   EXPECT_THAT(msg, HasSubstr("not a special token of gpt2"));
   EXPECT_THAT(msg, HasSubstr("<|endoftext|>"));  // lists the ones there are
@@ -189,10 +181,10 @@ TEST(BpeSpecial, ParseAndUnknownNames) {
 
 TEST(BpeDecode, IdOutsideTheVocabularyIsNamed) {
   for (TokenId bad : {TokenId{50257}, TokenId{-1}, TokenId{1} << 40}) {
-    const std::string msg = message_of([&] { gpt2().decode(std::vector<TokenId>{15496, bad}); });
+    const std::string msg = testing_support::error_of([&] { gpt2().decode(std::vector<TokenId>{15496, bad}); });
     EXPECT_THAT(msg, HasSubstr("token id " + std::to_string(bad)));
     EXPECT_THAT(msg, HasSubstr("0..50256"));
-    EXPECT_THAT(message_of([&] { gpt2().decode_single_token_bytes(bad); }), HasSubstr(std::to_string(bad)));
+    EXPECT_THAT(testing_support::error_of([&] { gpt2().decode_single_token_bytes(bad); }), HasSubstr(std::to_string(bad)));
   }
 }
 
@@ -252,14 +244,14 @@ TEST(BpeBatch, IntoAReusedTokenBatch) {
       }
     }
   }
-  EXPECT_THAT(message_of([&] { gpt2().encode_batch_into(views, batch, 2); }), HasSubstr("<|endoftext|>"));
+  EXPECT_THAT(testing_support::error_of([&] { gpt2().encode_batch_into(views, batch, 2); }), HasSubstr("<|endoftext|>"));
 }
 
 TEST(BpeBatch, AnErrorNamesTheText) {
-  const std::string msg = message_of([] { gpt2().encode_batch({"fine", "also fine", "bad <|endoftext|>"}, 2); });
+  const std::string msg = testing_support::error_of([] { gpt2().encode_batch({"fine", "also fine", "bad <|endoftext|>"}, 2); });
   EXPECT_THAT(msg, HasSubstr("text 3 of 3"));
   EXPECT_THAT(msg, HasSubstr("<|endoftext|>"));
-  EXPECT_THAT(message_of([] { gpt2().encode_batch({"x"}, -1); }), HasSubstr("threads"));
+  EXPECT_THAT(testing_support::error_of([] { gpt2().encode_batch({"x"}, -1); }), HasSubstr("threads"));
 }
 
 // --- the merge rule on small vocabularies --------------------------------------------------------
@@ -329,16 +321,16 @@ TEST(BpeMerge, LongPiecesMergeAsTheReferenceScan) {
 TEST(BpeEncodingSpec, BadSpecsSayWhatIsWrong) {
   EncodingSpec missing_byte = tiny_spec({});
   missing_byte.mergeable_ranks.erase(missing_byte.mergeable_ranks.begin() + 0x41);
-  EXPECT_THAT(message_of([&] { Encoding e(missing_byte); }), HasSubstr("single byte"));
-  EXPECT_THAT(message_of([] { Encoding e(tiny_spec({{"ab", 1}, {"ab", 2}})); }), HasSubstr("appears twice"));
-  EXPECT_THAT(message_of([] { Encoding e(tiny_spec({{"ab", 1}, {"cd", 1}})); }), HasSubstr("id 1 is given to both"));
+  EXPECT_THAT(testing_support::error_of([&] { Encoding e(missing_byte); }), HasSubstr("single byte"));
+  EXPECT_THAT(testing_support::error_of([] { Encoding e(tiny_spec({{"ab", 1}, {"ab", 2}})); }), HasSubstr("appears twice"));
+  EXPECT_THAT(testing_support::error_of([] { Encoding e(tiny_spec({{"ab", 1}, {"cd", 1}})); }), HasSubstr("id 1 is given to both"));
   EncodingSpec clash = tiny_spec({{"ab", 1}});
   clash.special_tokens = {{"<|end|>", 1}};
-  EXPECT_THAT(message_of([&] { Encoding e(clash); }), HasSubstr("id 1"));
-  EXPECT_THAT(message_of([] { Encoding e(tiny_spec({}, "(unclosed")); }), HasSubstr("PCRE2"));
+  EXPECT_THAT(testing_support::error_of([&] { Encoding e(clash); }), HasSubstr("id 1"));
+  EXPECT_THAT(testing_support::error_of([] { Encoding e(tiny_spec({}, "(unclosed")); }), HasSubstr("PCRE2"));
   EncodingSpec n_vocab = tiny_spec({{"ab", 1}});
   n_vocab.explicit_n_vocab = 5;
-  EXPECT_THAT(message_of([&] { Encoding e(n_vocab); }), HasSubstr("n_vocab"));
+  EXPECT_THAT(testing_support::error_of([&] { Encoding e(n_vocab); }), HasSubstr("n_vocab"));
 }
 
 TEST(BpeEncodingSpec, OtherPatternsAndSpecialTokens) {
@@ -352,7 +344,7 @@ TEST(BpeEncodingSpec, OtherPatternsAndSpecialTokens) {
   EXPECT_THAT(e.encode("ab<|x|>ab", SpecialTokens::all()), ElementsAre(1, 5000, 1));
   EXPECT_THROW(e.eot_token(), Error);
   EXPECT_EQ(e.n_vocab(), 5002);
-  EXPECT_THAT(message_of([&] { e.decode(std::vector<TokenId>{500}); }), HasSubstr("unassigned"));
+  EXPECT_THAT(testing_support::error_of([&] { e.decode(std::vector<TokenId>{500}); }), HasSubstr("unassigned"));
 }
 
 }  // namespace

@@ -13,21 +13,13 @@
 #include "qkv/text/bpe.h"
 #include "qkv/text/pretokenize.h"
 #include "qkv/text/vocab_files.h"
+#include "test_support.h"
 
 namespace qkv {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 class BpeVocabFiles : public ::testing::Test {
  protected:
@@ -73,11 +65,11 @@ TEST_F(BpeVocabFiles, SearchPathInOrder) {
 TEST_F(BpeVocabFiles, MissingFilesListEveryPlaceAndTheInstallCommand) {
   write("half/encoder.json", "{}");
   const std::vector<VocabPlace> places = {{(dir_ / "none").string(), "first"}, {(dir_ / "half").string(), "second"}};
-  const std::string msg = message_of([&] { find_gpt2_vocab(places); });
+  const std::string msg = testing_support::error_of([&] { find_gpt2_vocab(places); });
   EXPECT_THAT(msg, HasSubstr((dir_ / "none").string() + " (first): neither file"));
   EXPECT_THAT(msg, HasSubstr((dir_ / "half").string() + " (second): no vocab.bpe"));
   EXPECT_THAT(msg, HasSubstr("bash scripts/setup.sh"));
-  EXPECT_THAT(message_of([&] { load_gpt2((dir_ / "none").string()); }), HasSubstr("QKV_VOCAB_DIR"));
+  EXPECT_THAT(testing_support::error_of([&] { load_gpt2((dir_ / "none").string()); }), HasSubstr("QKV_VOCAB_DIR"));
 }
 
 TEST_F(BpeVocabFiles, ADamagedCopyIsRefused) {
@@ -89,14 +81,14 @@ TEST_F(BpeVocabFiles, ADamagedCopyIsRefused) {
   encoder[1000] ^= 1;
   write("bad/encoder.json", encoder);
   write("bad/vocab.bpe", merges);
-  const std::string msg = message_of([&] { load_gpt2((dir_ / "bad").string()); });
+  const std::string msg = testing_support::error_of([&] { load_gpt2((dir_ / "bad").string()); });
   EXPECT_THAT(msg, HasSubstr("refusing to load " + (dir_ / "bad" / "encoder.json").string()));
   EXPECT_THAT(msg, HasSubstr("SHA-256"));
   EXPECT_THAT(msg, HasSubstr(std::string(kGpt2EncoderJsonSha256)));
 
   write("bad2/encoder.json", installed("encoder.json"));
   write("bad2/vocab.bpe", merges.substr(0, merges.size() - 1));
-  EXPECT_THAT(message_of([&] { load_gpt2((dir_ / "bad2").string()); }), HasSubstr("vocab.bpe"));
+  EXPECT_THAT(testing_support::error_of([&] { load_gpt2((dir_ / "bad2").string()); }), HasSubstr("vocab.bpe"));
 }
 
 TEST_F(BpeVocabFiles, EncoderJsonMustAgreeWithTheMerges) {
@@ -106,8 +98,8 @@ TEST_F(BpeVocabFiles, EncoderJsonMustAgreeWithTheMerges) {
   const size_t l1 = merges.find('\n') + 1, l2 = merges.find('\n', l1) + 1, l3 = merges.find('\n', l2) + 1;
   const std::string swapped =
       merges.substr(0, l1) + merges.substr(l2, l3 - l2) + merges.substr(l1, l2 - l1) + merges.substr(l3);
-  EXPECT_THAT(message_of([&] { data_gym_to_mergeable_ranks(swapped, encoder); }), HasSubstr("disagree"));
-  EXPECT_THAT(message_of([&] { data_gym_to_mergeable_ranks("#version: 0.2\na b c\n", "{}"); }),
+  EXPECT_THAT(testing_support::error_of([&] { data_gym_to_mergeable_ranks(swapped, encoder); }), HasSubstr("disagree"));
+  EXPECT_THAT(testing_support::error_of([&] { data_gym_to_mergeable_ranks("#version: 0.2\na b c\n", "{}"); }),
               HasSubstr("vocab.bpe line 2"));
 }
 
@@ -147,16 +139,16 @@ TEST_F(BpeVocabFiles, TiktokenRankFilesGiveTheSameEncoding) {
   EXPECT_EQ(pcre.encode_ordinary("Your journey starts  with one step."),
             gpt2.encode_ordinary("Your journey starts  with one step."));
   // A digest given and not matched: refused.
-  EXPECT_THAT(message_of([&] { load_tiktoken_encoding(path, "\\S+", {}, "x", std::string(64, '0')); }),
+  EXPECT_THAT(testing_support::error_of([&] { load_tiktoken_encoding(path, "\\S+", {}, "x", std::string(64, '0')); }),
               HasSubstr("refusing to load"));
 }
 
 TEST_F(BpeVocabFiles, BadTiktokenLinesAreNamed) {
-  EXPECT_THAT(message_of([] { parse_tiktoken_ranks("IQ== 0\nnot-base64! 1\n", "f.tiktoken"); }),
+  EXPECT_THAT(testing_support::error_of([] { parse_tiktoken_ranks("IQ== 0\nnot-base64! 1\n", "f.tiktoken"); }),
               HasSubstr("f.tiktoken line 2"));
-  EXPECT_THAT(message_of([] { parse_tiktoken_ranks("IQ== zero\n", "f.tiktoken"); }), HasSubstr("not a rank"));
-  EXPECT_THAT(message_of([] { parse_tiktoken_ranks("IQ==\n", "f.tiktoken"); }), HasSubstr("line 1"));
-  EXPECT_THAT(message_of([] { parse_tiktoken_ranks("\n\n", "f.tiktoken"); }), HasSubstr("no ranks"));
+  EXPECT_THAT(testing_support::error_of([] { parse_tiktoken_ranks("IQ== zero\n", "f.tiktoken"); }), HasSubstr("not a rank"));
+  EXPECT_THAT(testing_support::error_of([] { parse_tiktoken_ranks("IQ==\n", "f.tiktoken"); }), HasSubstr("line 1"));
+  EXPECT_THAT(testing_support::error_of([] { parse_tiktoken_ranks("\n\n", "f.tiktoken"); }), HasSubstr("no ranks"));
   EXPECT_EQ(parse_tiktoken_ranks("IQ== 0\r\nIiM= 7\n", "f").at(1), (std::pair<std::string, TokenId>{"\"#", 7}));
 }
 

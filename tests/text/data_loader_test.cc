@@ -50,7 +50,7 @@ TEST(DataLoader, InOrderBatchesAndDropLast) {
 }
 
 TEST(DataLoader, ShuffledEpochsInPyTorchsOrder) {
-  nlohmann::json doc = testing::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/loader_fixtures.json");
+  nlohmann::json doc = testing_support::load_python_json(std::string(QKV_TEST_DATA_DIR) + "/loader_fixtures.json");
   int checked = 0;
   for (const auto& c : doc["cases"]) {
     if (c.contains("randperm")) {

@@ -43,7 +43,7 @@ double seconds_of(const std::function<void()>& f) {
   return cpu_seconds() - t0;
 }
 
-std::string spelled(std::string_view bytes) {
+std::string byte_level_spelling(std::string_view bytes) {
   std::string out;
   for (char c : bytes) utf8::append(out, byte_level_char(static_cast<uint8_t>(c)));
   return out;
@@ -86,11 +86,11 @@ const Merges& merges() {
 // Qwen3's pattern and its NFC normalizer, the vocabulary above, `added` added tokens <|t0|>, ...
 HfTokenizer hf_tokenizer(int added) {
   json vocab = json::object();
-  for (int b = 0; b < 256; ++b) vocab[spelled(std::string(1, static_cast<char>(b)))] = b;
+  for (int b = 0; b < 256; ++b) vocab[byte_level_spelling(std::string(1, static_cast<char>(b)))] = b;
   int next = 256;
-  for (const std::string& t : merges().tokens) vocab[spelled(t)] = next++;
+  for (const std::string& t : merges().tokens) vocab[byte_level_spelling(t)] = next++;
   json list = json::array();
-  for (const auto& [l, r] : merges().pairs) list.push_back(spelled(l) + " " + spelled(r));
+  for (const auto& [l, r] : merges().pairs) list.push_back(byte_level_spelling(l) + " " + byte_level_spelling(r));
   json added_tokens = json::array();
   for (int k = 0; k < added; ++k)
     added_tokens.push_back({{"id", next++}, {"content", "<|t" + std::to_string(k) + "|>"}, {"special", true}});

@@ -52,6 +52,7 @@ Tensor sum(const Tensor& a, int dim, bool keepdim = false);
 Tensor max(const Tensor& a, int dim, bool keepdim = false);
 Tensor mean(const Tensor& a, int dim, bool keepdim = false);
 float sum_all(const Tensor& a);  // accumulated in double
+bool all_finite(const Tensor& a);  // no NaN, no infinity
 
 // --- softmax and friends ---------------------------------------------------------------------
 // Numerically stable: exp(x - max) / sum. A row whose entries are all -inf (every key masked)
