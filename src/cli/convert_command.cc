@@ -1,9 +1,9 @@
 // qkv convert --weights IN --to huggingface|book|qkv --out OUT [--config config.json] [--num-heads H]
 // qkv convert --weights IN --to gguf --out OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k]
 //
-// --to gguf: any Llama 3 or Qwen3 model qkv reads (a Hugging Face folder, a GGUF file) as llama.cpp's
-// GGUF file (models/gguf_model.h), its 2-D weights in --type (default: f32 for float32 weights,
-// else bf16), with the model's tokenizer.
+// --to gguf: any GPT-2, Llama 3 or Qwen3 model qkv reads (a Hugging Face folder, GPT-2's weights in
+// any layout below, a GGUF file) as llama.cpp's GGUF file (models/gguf_model.h), its 2-D weights in
+// --type (default: f32 for float32 weights, else bf16), with the model's tokenizer.
 //
 // GPT-2's weights from one layout into another (qkv/models/gpt_weights.h), bit for bit: Hugging
 // Face's model.safetensors (Conv1D weights transposed back; lm_head only when the head is not tied;
@@ -36,6 +36,7 @@ int run_gguf(const ConvertFlags& f) {
   check_output_files({{f.out, "", "--out"}});
   LoadOptions options;
   options.float_weights = true;
+  options.num_heads = f.num_heads;  // GPT-2's weights in the book's names carry no head count
   const LoadedModel m = !f.model.empty() ? make_model(f.model, f.seed, options) : load_model(f.weights, options);
   const std::string type = !f.type.empty() ? f.type : m.model->spec().attention.dtype == Dtype::kF32 ? "f32" : "bf16";
   const std::optional<nlohmann::json> tokenizer = model_tokenizer_json(m, f.weights);
@@ -73,9 +74,9 @@ int run_convert(const ConvertFlags& f) {
 Command add_convert(CLI::App& app) {
   auto f = std::make_shared<ConvertFlags>();
   CLI::App* sub = app.add_subcommand("convert", "Convert GPT-2's weights between Hugging Face's layout, the book's "
-                                                "names and qkv's, bit for bit; or Llama 3 / Qwen3 to llama.cpp's GGUF");
+                                                "names and qkv's, bit for bit; or a GPT-2, Llama 3 or Qwen3 model to llama.cpp's GGUF");
   sub->add_option("--weights", f->weights, "The weights: model.safetensors (or its directory with config.json), the "
-                                           "book's names, or qkv's; --to gguf: a Llama 3 / Qwen3 folder or GGUF file");
+                                           "book's names, or qkv's; --to gguf: any GPT-2, Llama 3 or Qwen3 model qkv reads");
   sub->add_option("--model", f->model, "--to gguf: an untrained preset drawn from --seed instead (as "
                                        "torch.manual_seed(S); Model(cfg)), with its installed tokenizer: " + preset_list())
       ->check(CLI::IsMember(model_preset_names()));

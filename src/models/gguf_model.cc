@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <set>
 #if defined(__GLIBC__)
@@ -45,14 +46,19 @@ std::vector<Part> block_parts(const StateNames& n) {
           {n.norm2, "ffn_norm."},
           {n.ff + "gate_proj.", "ffn_gate."},
           {n.ff + "up_proj.", "ffn_up."},
-          {n.ff + "down_proj.", "ffn_down."}};
+          {n.ff + "down_proj.", "ffn_down."},
+          {n.ff + "layers.0.", "ffn_up."},  // the book's FeedForward: Linear, GELU, Linear
+          {n.ff + "layers.2.", "ffn_down."}};
 }
 
-// The tail after a part: "weight" or "bias".
+// The tail after a part as GGUF names it: "weight" or "bias" (the book's LayerNorm: scale, shift).
 std::string tail_of(const std::string& s, const std::string& prefix) {
   const std::string t = s.substr(prefix.size());
-  return t == "weight" || t == "bias" ? t : "";
+  return t == "weight" || t == "scale" ? "weight" : t == "bias" || t == "shift" ? "bias" : "";
 }
+
+// Architectures whose files hold Q, K and V as one tensor of their rows in turn.
+bool fuses_qkv(const std::string& arch) { return arch == "gpt2"; }
 
 // llama.cpp's "llama" Q and K: within each head of D rows, GGUF row 2 i + s holds Hugging Face's
 // row s D/2 + i. `heads` heads of `rows_per_head` rows of `cols` values, in place.
@@ -124,17 +130,18 @@ void check_file_holds(const GgufFile& f, const DecoderSpec& spec, const ModelFam
             ") but its tensors hold only ", held, " (", f.tensors().size(), " tensors), not half of it");
 }
 
-// A tensor copied out of the mapped file a piece at a time: rows [r0, r1) of about kPieceBytes
-// handed to `copy`, then their pages given back. The file's pages and their copy are in memory
-// together for one piece, never for a whole tensor (Qwen3-0.6B's embedding is 311 MB in BF16).
+// A tensor's rows [first, last) copied out of the mapped file a piece at a time: rows [r0, r1) of
+// about kPieceBytes handed to `copy` (numbered from first), then their pages given back. The file's
+// pages and their copy are in memory together for one piece, never for a whole tensor (Qwen3-0.6B's
+// embedding is 311 MB in BF16).
 constexpr int64_t kPieceBytes = int64_t{2} << 20;
 template <typename Copy>
-void copy_in_pieces(const GgufFile& f, const std::string& g, int64_t row_bytes, Copy&& copy) {
-  const GgufTensor& t = f.tensor(g);
-  const int64_t rows = t.bytes / row_bytes, step = std::max<int64_t>(1, kPieceBytes / row_bytes);
-  for (int64_t r = 0; r < rows; r += step) {
-    const int64_t end = std::min(rows, r + step);
-    copy(r, end);
+void copy_in_pieces(const GgufFile& f, const std::string& g, int64_t row_bytes, int64_t first, int64_t last,
+                    Copy&& copy) {
+  const int64_t step = std::max<int64_t>(1, kPieceBytes / row_bytes);
+  for (int64_t r = first; r < last; r += step) {
+    const int64_t end = std::min(last, r + step);
+    copy(r - first, end - first, f.tensor(g).data + r * row_bytes);
     f.release(g, r * row_bytes, end * row_bytes);
   }
   f.release(g);  // the pages two pieces shared
@@ -171,10 +178,48 @@ const ModelFamily& family_of_gguf(const GgufFile& file) {
   fail(excerpt(file.path()), ": general.architecture is ", excerpt(arch), "; qkv reads GGUF files of ", quoted_list(known));
 }
 
+namespace {
+
+// gpt2's metadata as the book's cfg dict (the GPT family's configuration); Q, K and V's bias when
+// the file has one.
+json gpt2_cfg(const GgufFile& f, const std::function<int64_t(const std::string&)>& integer) {
+  const std::string where = excerpt(f.path()) + ": gpt2.";
+  json j = {{"emb_dim", integer("embedding_length")},
+            {"n_layers", integer("block_count")},
+            {"n_heads", integer("attention.head_count")},
+            {"context_length", integer("context_length")},
+            {"drop_rate", 0.0},
+            {"qkv_bias", f.contains("blk.0.attn_qkv.bias")},
+            {"tied_head", !f.contains("output.weight")}};
+  const int64_t width = j["emb_dim"];
+  QKV_CHECK(integer("feed_forward_length") == checked_mul(4, width, "4 x gpt2.embedding_length"), where,
+            "feed_forward_length is ", integer("feed_forward_length"), "; the book's GPT has 4 x embedding_length (",
+            4 * width, ")");
+  if (f.has("gpt2.attention.head_count_kv"))
+    QKV_CHECK(integer("attention.head_count_kv") == j["n_heads"].get<int64_t>(), where, "attention.head_count_kv is ",
+              integer("attention.head_count_kv"), "; GPT-2's keys have as many heads as its queries (",
+              j["n_heads"].get<int64_t>(), ")");
+  const double eps = f.number("gpt2.attention.layer_norm_epsilon");
+  QKV_CHECK(std::fabs(eps - 1e-5) <= 1e-9, where, "attention.layer_norm_epsilon is ", eps,
+            "; the book's GPT normalises with 1e-5");
+  if (f.has("gpt2.vocab_size")) {
+    j["vocab_size"] = integer("vocab_size");
+  } else {
+    const GgufTensor& embed = f.tensor("token_embd.weight");
+    QKV_CHECK(embed.shape.size() == 2, excerpt(f.path()), ": token_embd.weight has shape ", shape_str(embed.shape),
+              "; expected (vocab, embedding_length)");
+    j["vocab_size"] = embed.shape[0];
+  }
+  return j;
+}
+
+}  // namespace
+
 json gguf_config_json(const GgufFile& f) {
   const ModelFamily& family = family_of_gguf(f);
   const std::string a = f.string("general.architecture") + ".";
   auto integer = [&](const std::string& key) { return static_cast<int64_t>(std::min<uint64_t>(f.unsigned_int(a + key), INT64_MAX)); };
+  if (a == "gpt2.") return gpt2_cfg(f, integer);
   json j = {{"model_type", family.model_types.front()}};
   j["hidden_size"] = integer("embedding_length");
   j["intermediate_size"] = integer("feed_forward_length");
@@ -223,20 +268,32 @@ json gguf_config_json(const GgufFile& f) {
   return j;
 }
 
-std::string gguf_tensor_name(const ModelFamily& family, const std::string& name) {
+GgufPlace gguf_place(const ModelFamily& family, const std::string& arch, const DecoderSpec& spec,
+                     const std::string& name) {
   const StateNames& n = family.names;
-  if (name == n.embed + "weight") return "token_embd.weight";
-  if (name == n.final_norm + "weight") return "output_norm.weight";
-  if (name == n.head + "weight") return "output.weight";
-  if (!name.starts_with(n.blocks)) return "";
+  if (name == n.embed + "weight") return {"token_embd.weight"};
+  if (!n.positions.empty() && name == n.positions + "weight") return {"position_embd.weight"};
+  if (name.starts_with(n.final_norm))
+    if (const std::string tail = tail_of(name, n.final_norm); !tail.empty()) return {"output_norm." + tail};
+  if (name == n.head + "weight") return {"output.weight"};
+  if (!name.starts_with(n.blocks)) return {};
   const size_t dot = name.find('.', n.blocks.size());
-  if (dot == std::string::npos) return "";
+  if (dot == std::string::npos) return {};
   const std::string layer = name.substr(n.blocks.size(), dot - n.blocks.size());
   const std::string rest = name.substr(dot + 1);
+  if (fuses_qkv(arch)) {  // Q's rows, then K's, then V's
+    const kernels::AttentionSpec& a = spec.attention;
+    const int64_t q = a.heads * a.head_dim, kv = a.groups() * a.head_dim;
+    const std::pair<const std::string*, int64_t> parts[] = {{&n.q, 0}, {&n.k, q}, {&n.v, q + kv}};
+    for (const auto& [part, first] : parts)
+      if (const std::string p = n.attention + *part; rest.starts_with(p))
+        if (const std::string tail = tail_of(rest, p); !tail.empty())
+          return {"blk." + layer + ".attn_qkv." + tail, first, q + 2 * kv};
+  }
   for (const Part& p : block_parts(n))
     if (rest.starts_with(p.state))
-      if (const std::string tail = tail_of(rest, p.state); !tail.empty()) return "blk." + layer + "." + p.gguf + tail;
-  return "";
+      if (const std::string tail = tail_of(rest, p.state); !tail.empty()) return {"blk." + layer + "." + p.gguf + tail};
+  return {};
 }
 
 int64_t gguf_reordered_heads(const std::string& arch, const std::string& name, const kernels::AttentionSpec& a) {
@@ -270,19 +327,27 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   std::unique_ptr<DecoderModel> model = options.draw ? std::make_unique<DecoderModel>(spec, *m.generator)
                                                      : build_model_to_load(spec, *m.generator);
   // Every tensor against the model first: names, shapes, types, nothing left over.
-  std::map<std::string, std::string> gguf_of;  // state name -> GGUF name
+  const std::string arch = file.string("general.architecture");
+  std::map<std::string, GgufPlace> place_of;  // state name -> where in the file
+  std::map<std::string, int64_t> state_rows;  // state name -> its rows (a 1-D tensor's elements)
   std::set<std::string> wanted;
   for (const StateEntry& e : model->state_dict()) {
-    const std::string g = gguf_tensor_name(family, e.name);
+    if (e.tensor == nullptr) continue;  // the book's mask buffers: made, not read
+    const GgufPlace place = gguf_place(family, arch, spec, e.name);
+    const std::string& g = place.name;
     QKV_CHECK(!g.empty(), "qkv has no GGUF name for the ", family.name, " model's ", excerpt(e.name));
     QKV_CHECK(file.contains(g), excerpt(path), " has no tensor ", excerpt(g), " (", e.name, ", of shape ",
               shape_str(e.shape()), ", which its metadata's model needs)");
     const GgufTensor& t = file.tensor(g);
-    QKV_CHECK(t.shape == e.shape(), excerpt(path), ": tensor ", excerpt(g), " has shape ", shape_str(t.shape),
-              "; the metadata's model has ", shape_str(e.shape()), " (", e.name, ")");
+    Shape want = e.shape();
+    if (place.part()) want[0] = place.rows;  // Q, K and V's rows together
+    QKV_CHECK(t.shape == want, excerpt(path), ": tensor ", excerpt(g), " has shape ", shape_str(t.shape),
+              "; the metadata's model has ", shape_str(want), " (", e.name, place.part() ? " and its neighbours" : "",
+              ")");
     QKV_CHECK(t.type->readable, excerpt(path), ": tensor ", excerpt(g), " is ", t.type->name, "; qkv reads ",
               readable_quant_types());
-    gguf_of[e.name] = g;
+    place_of[e.name] = place;
+    state_rows[e.name] = e.shape()[0];
     wanted.insert(g);
   }
   for (const GgufTensor& t : file.tensors())
@@ -301,40 +366,61 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
 #endif
 
   // llama.cpp's order of Q's and K's rows, put back (the "llama" architecture's only).
-  const std::string arch = file.string("general.architecture");
   auto heads_of = [&](const std::string& g) { return gguf_reordered_heads(arch, g, spec.attention); };
-  auto read32 = [&](const std::string& name, float* out) {
-    const std::string& g = gguf_of.at(name);
-    file.read_floats(g, out);
-    file.release(g);
-    const GgufTensor& t = file.tensor(g);
-    if (const int64_t h = heads_of(g)) unpermute_rows(out, h, t.shape[0] / h, t.shape[1]);
+  // A state tensor's rows [first, last) of its GGUF tensor, and the bytes of one row (a 1-D
+  // tensor's rows are its elements).
+  struct Rows {
+    const GgufTensor* t;
+    int64_t first, last, cols, row_bytes;
   };
+  auto rows_of = [&](const std::string& name) {
+    const GgufPlace& p = place_of.at(name);
+    const GgufTensor& t = file.tensor(p.name);
+    const int64_t cols = t.shape.size() == 1 ? 1 : t.shape.back(), all = t.numel() / cols;
+    const int64_t first = p.part() ? p.first_row : 0, last = p.part() ? first + state_rows.at(name) : all;
+    return Rows{&t, first, last, cols, quant_bytes(*t.type, cols, p.name)};
+  };
+  auto read32 = [&](const std::string& name, float* out) {
+    const GgufPlace& p = place_of.at(name);
+    const GgufTensor& t = file.tensor(p.name);
+    if (p.part()) {  // the whole tensor, then this part's rows
+      const Rows r = rows_of(name);
+      std::vector<float> all(static_cast<size_t>(t.numel()));
+      file.read_floats(p.name, all.data());
+      std::memcpy(out, all.data() + r.first * r.cols, static_cast<size_t>((r.last - r.first) * r.cols) * sizeof(float));
+    } else {
+      file.read_floats(p.name, out);
+    }
+    file.release(p.name);
+    if (const int64_t h = heads_of(p.name)) unpermute_rows(out, h, t.shape[0] / h, t.shape[1]);
+  };
+
   // The products' weights in the types the integer products read, kept as their blocks (rows
   // reordered for Q and K as above); the other quantized types converted to the nearest of them.
   std::map<std::string, int64_t> converted;  // "Q5_K to Q6_K" -> tensors
   const QuantType* quantize_to = options.quantize.empty() ? nullptr : &product_quant_type(options.quantize);
   auto readq = [&](const std::string& name) -> std::optional<QuantMatrix> {
-    const std::string& g = gguf_of.at(name);
-    const GgufTensor& t = file.tensor(g);
+    const std::string& g = place_of.at(name).name;
+    const Rows in = rows_of(name);
+    const GgufTensor& t = *in.t;
     const std::string tt = t.type->name;
-    const int64_t cols = t.shape.back(), rows = t.numel() / cols;
+    const int64_t cols = in.cols, rows = in.last - in.first, in_row = in.row_bytes;
+    const uint8_t* first = t.data + in.first * in_row;
     QuantMatrix q;
-    const int64_t in_row = quant_bytes(*t.type, cols, g);
     if (tt == "Q8_0" || tt == "Q4_0" || tt == "Q4_K" || tt == "Q6_K") {
       q.type = t.type;
-      q.blocks.reserve(static_cast<size_t>(t.bytes));
-      copy_in_pieces(file, g, in_row, [&](int64_t r0, int64_t r1) {
-        q.blocks.insert(q.blocks.end(), t.data + r0 * in_row, t.data + r1 * in_row);
+      q.blocks.reserve(static_cast<size_t>(rows * in_row));
+      copy_in_pieces(file, g, in_row, in.first, in.last, [&](int64_t r0, int64_t r1, const uint8_t* from) {
+        q.blocks.insert(q.blocks.end(), from, from + (r1 - r0) * in_row);
       });
     } else if (tt == "Q4_1" || tt == "Q5_0" || tt == "Q5_1" || tt == "Q5_K") {
       q.type = &quant_type_named(tt == "Q5_K" ? "Q6_K" : "Q8_0");
       const int64_t out_row = quant_bytes(*q.type, cols, g);
       q.blocks.resize(static_cast<size_t>(rows * out_row));
       std::vector<float> row(static_cast<size_t>(cols));
-      copy_in_pieces(file, g, in_row, [&](int64_t r0, int64_t r1) {
+      copy_in_pieces(file, g, in_row, in.first, in.last, [&](int64_t r0, int64_t r1, const uint8_t* from) {
         for (int64_t r = r0; r < r1; ++r) {
-          dequantize(*t.type, t.data + r * in_row, cols, row.data());
+          dequantize(*t.type, from + (r - r0) * in_row, cols, row.data());
           quantize(*q.type, row.data(), cols, q.blocks.data() + r * out_row);
         }
       });
@@ -342,7 +428,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     } else if (quantize_to != nullptr && std::string(fitting_quant_type(*quantize_to, cols).name) != "F16") {
       // F32, F16, BF16 asked to be quantized
       q = quantize_matrix(fitting_quant_type(*quantize_to, cols), rows, cols,
-                          [&](int64_t r, float* out) { dequantize(*t.type, t.data + r * in_row, cols, out); });
+                          [&](int64_t r, float* out) { dequantize(*t.type, first + r * in_row, cols, out); });
       ++converted[tt + " to " + q.type->name];
     } else {
       return std::nullopt;  // F32, F16, BF16: bf16 weights
@@ -358,19 +444,19 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     std::vector<float> row;
     model->load_bf16_only(
         [&](const std::string& name, uint16_t* out) {
-          const std::string& g = gguf_of.at(name);
-          const GgufTensor& t = file.tensor(g);
-          const int64_t cols = t.shape.back();
-          const int64_t row_bytes = quant_bytes(*t.type, cols, g);
+          const std::string& g = place_of.at(name).name;
+          const Rows in = rows_of(name);
+          const GgufTensor& t = *in.t;
+          const int64_t cols = in.cols, row_bytes = in.row_bytes;
           if (std::string(t.type->name) == "BF16") {
-            copy_in_pieces(file, g, row_bytes, [&](int64_t r0, int64_t r1) {
-              std::memcpy(out + r0 * cols, t.data + r0 * row_bytes, static_cast<size_t>((r1 - r0) * row_bytes));
+            copy_in_pieces(file, g, row_bytes, in.first, in.last, [&](int64_t r0, int64_t r1, const uint8_t* from) {
+              std::memcpy(out + r0 * cols, from, static_cast<size_t>((r1 - r0) * row_bytes));
             });
           } else {  // a block row at a time: never the whole tensor in floats
             row.resize(static_cast<size_t>(cols));
-            copy_in_pieces(file, g, row_bytes, [&](int64_t r0, int64_t r1) {
+            copy_in_pieces(file, g, row_bytes, in.first, in.last, [&](int64_t r0, int64_t r1, const uint8_t* from) {
               for (int64_t r = r0; r < r1; ++r) {
-                dequantize(*t.type, t.data + r * row_bytes, cols, row.data());
+                dequantize(*t.type, from + (r - r0) * row_bytes, cols, row.data());
                 floats_to_bf16(row.data(), out + r * cols, static_cast<size_t>(cols));
               }
             });
@@ -380,7 +466,8 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
         },
         read32, options.dequantize ? nullptr : std::function<std::optional<QuantMatrix>(const std::string&)>(readq));
   } else {
-    for (const StateEntry& e : model->state_dict()) read32(e.name, e.tensor->data());
+    for (const StateEntry& e : model->state_dict())
+      if (e.tensor != nullptr) read32(e.name, e.tensor->data());
   }
   model->eval();
   if (dtype == Dtype::kBF16 && !bf16_only) model->keep_bf16_weights();

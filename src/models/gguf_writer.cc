@@ -8,6 +8,7 @@
 #include "qkv/core/read_file.h"
 #include "qkv/kernels/rope.h"
 #include "qkv/models/gguf_model.h"
+#include "qkv/text/vocab_files.h"
 
 namespace qkv {
 
@@ -42,7 +43,7 @@ void permute_rows(const float* w, float* out, int64_t heads, int64_t rows_per_he
 std::string gguf_model_bytes(LanguageModel& model, const json* tokenizer, const std::string& type_name,
                              std::vector<std::string>& notes) {
   const ModelFamily& family = model.family();
-  QKV_CHECK(!family.gguf_architectures.empty(), "qkv writes GGUF files of Llama 3 and Qwen3 models, not of ",
+  QKV_CHECK(!family.gguf_architectures.empty(), "qkv writes GGUF files of GPT-2, Llama 3 and Qwen3 models, not of ",
             family.title, " models");
   const QuantType& type = quant_type_named(type_name);
   bool writable = false;
@@ -63,12 +64,16 @@ std::string gguf_model_bytes(LanguageModel& model, const json* tokenizer, const 
       {arch + ".context_length", gguf_u32(static_cast<uint64_t>(s.context_length))},
       {arch + ".embedding_length", gguf_u32(static_cast<uint64_t>(s.width))},
       {arch + ".feed_forward_length", gguf_u32(static_cast<uint64_t>(s.ff_width))},
-      {arch + ".attention.head_count", gguf_u32(static_cast<uint64_t>(a.heads))},
-      {arch + ".attention.head_count_kv", gguf_u32(static_cast<uint64_t>(a.groups()))},
-      {arch + ".attention.key_length", gguf_u32(static_cast<uint64_t>(a.head_dim))},
-      {arch + ".attention.value_length", gguf_u32(static_cast<uint64_t>(a.head_dim))},
-      {arch + ".rope.freq_base", gguf_f32(a.rope_base)},
-      {arch + ".attention.layer_norm_rms_epsilon", gguf_f32(s.norm_eps)}};
+      {arch + ".attention.head_count", gguf_u32(static_cast<uint64_t>(a.heads))}};
+  if (arch == "gpt2") {  // LayerNorm, learned positions: no rotary keys
+    meta.push_back({arch + ".attention.layer_norm_epsilon", gguf_f32(s.norm_eps)});
+  } else {
+    meta.push_back({arch + ".attention.head_count_kv", gguf_u32(static_cast<uint64_t>(a.groups()))});
+    meta.push_back({arch + ".attention.key_length", gguf_u32(static_cast<uint64_t>(a.head_dim))});
+    meta.push_back({arch + ".attention.value_length", gguf_u32(static_cast<uint64_t>(a.head_dim))});
+    meta.push_back({arch + ".rope.freq_base", gguf_f32(a.rope_base)});
+    meta.push_back({arch + ".attention.layer_norm_rms_epsilon", gguf_f32(s.norm_eps)});
+  }
   if (llama) {  // as llama.cpp's converter writes them for this architecture
     meta.push_back({arch + ".vocab_size", gguf_u32(static_cast<uint64_t>(s.vocab_size))});
     meta.push_back({arch + ".rope.dimension_count", gguf_u32(static_cast<uint64_t>(a.head_dim))});
@@ -90,23 +95,48 @@ std::string gguf_model_bytes(LanguageModel& model, const json* tokenizer, const 
                          std::memcpy(out, f.data(), f.size() * 4);
                        }});
   }
+  // Each GGUF tensor and the state tensors it holds (gpt2's attn_qkv: Q, K and V's rows in turn).
+  std::vector<std::pair<std::string, std::vector<const Tensor*>>> parts;
+  std::map<std::string, size_t> index;
   for (const StateEntry& e : model.state_dict()) {
-    const std::string name = gguf_tensor_name(family, e.name);
-    QKV_CHECK(!name.empty(), "qkv has no GGUF name for the ", family.name, " model's ", excerpt(e.name));
-    const Shape shape = e.shape();
+    if (e.tensor == nullptr) continue;  // the book's mask buffers
+    const GgufPlace place = gguf_place(family, arch, s, e.name);
+    QKV_CHECK(!place.name.empty(), "qkv has no GGUF name for the ", family.name, " model's ", excerpt(e.name));
+    if (!index.count(place.name)) {
+      index[place.name] = parts.size();
+      parts.push_back({place.name, {}});
+    }
+    parts[index[place.name]].second.push_back(e.tensor);
+  }
+  // llama.cpp's gpt2 reads a bias for Q, K and V: zeros for a model without one (the book's default).
+  std::vector<float> zeros;
+  if (arch == "gpt2" && !s.qkv_bias) {
+    const int64_t rows = (a.heads + 2 * a.groups()) * a.head_dim;
+    zeros.assign(static_cast<size_t>(rows), 0.0f);
+    notes.push_back("the model has no bias on Q, K and V: the file holds zeros there (llama.cpp reads one)");
+    for (int64_t i = 0; i < s.layers; ++i)
+      tensors.push_back({str("blk.", i, ".attn_qkv.bias"), {rows}, &quant_type_named("F32"), [&zeros](uint8_t* out) {
+                           std::memcpy(out, zeros.data(), zeros.size() * sizeof(float));
+                         }});
+  }
+  for (const auto& [name, held] : parts) {
+    Shape shape = held.front()->shape();
+    for (size_t i = 1; i < held.size(); ++i) shape[0] += held[i]->size(0);
     const QuantType& t = shape.size() == 1 ? quant_type_named("F32") : fitting_quant_type(type, shape.back());
     if (&t != &type && shape.size() != 1) fallbacks[t.name].push_back(name);
     const int64_t heads = gguf_reordered_heads(arch, name, a);
-    const Tensor* tensor = e.tensor;
-    tensors.push_back({name, shape, &t, [tensor, heads, &t, shape](uint8_t* out) {
-                         const float* w = tensor->data();
-                         std::vector<float> permuted;
-                         if (heads > 0) {
-                           permuted.resize(static_cast<size_t>(tensor->numel()));
-                           permute_rows(w, permuted.data(), heads, shape[0] / heads, shape[1]);
-                           w = permuted.data();
+    tensors.push_back({name, shape, &t, [held, heads, &t, shape](uint8_t* out) {
+                         for (const Tensor* tensor : held) {  // rows whole blocks: quantized part by part
+                           const float* w = tensor->data();
+                           std::vector<float> permuted;
+                           if (heads > 0) {
+                             permuted.resize(static_cast<size_t>(tensor->numel()));
+                             permute_rows(w, permuted.data(), heads, shape[0] / heads, shape[1]);
+                             w = permuted.data();
+                           }
+                           quantize(t, w, tensor->numel(), out);
+                           out += quant_bytes(t, tensor->numel(), "a GGUF tensor");
                          }
-                         quantize(t, w, tensor->numel(), out);
                        }});
   }
   for (const auto& [name, which] : fallbacks)
@@ -116,9 +146,35 @@ std::string gguf_model_bytes(LanguageModel& model, const json* tokenizer, const 
   return serialize_gguf(meta, tensors);
 }
 
+namespace {
+
+// GPT-2's vocabulary (encoder.json, vocab.bpe: text/vocab_files.h) as a tokenizer.json: the same
+// tokens, merges and split (ByteLevel's own), <|endoftext|> its special token.
+json gpt2_tokenizer_json() {
+  const std::string dir = find_gpt2_vocab(gpt2_vocab_places());
+  json vocab = parse_json(read_file(dir + "/encoder.json"), excerpt(dir + "/encoder.json"));
+  const std::string bpe = read_file(dir + "/vocab.bpe");
+  json merges = json::array();
+  size_t at = bpe.find('\n');  // the first line is "#version: ..."
+  while (at != std::string::npos && at + 1 < bpe.size()) {
+    const size_t end = bpe.find('\n', at + 1);
+    const std::string line = bpe.substr(at + 1, (end == std::string::npos ? bpe.size() : end) - at - 1);
+    if (!line.empty()) merges.push_back(line);
+    at = end;
+  }
+  return {{"model", {{"type", "BPE"}, {"vocab", std::move(vocab)}, {"merges", std::move(merges)}}},
+          {"added_tokens", json::array({{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}}})},
+          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}};
+}
+
+}  // namespace
+
 std::optional<json> model_tokenizer_json(const LoadedModel& m, const std::string& source) {
   if (!m.tokenizer_file.empty() && m.tokenizer_file.ends_with("tokenizer.json"))
     return parse_json(read_file(m.tokenizer_file), excerpt(m.tokenizer_file));
+  if (m.tokenizer != nullptr && m.model->family().vocabulary == "gpt2" && !is_gguf_file(source) &&
+      m.tokenizer->vocab_size() == 50257)
+    return gpt2_tokenizer_json();
   if (is_gguf_file(source)) {
     const GgufFile f(source);
     if (f.has("tokenizer.ggml.model")) return gguf_tokenizer_json(f);

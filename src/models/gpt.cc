@@ -6,6 +6,7 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/models/family.h"
+#include "qkv/models/gguf_model.h"
 #include "qkv/models/gpt_weights.h"
 #include "qkv/models/option_fields.h"
 #include "qkv/text/vocab_files.h"
@@ -112,6 +113,7 @@ std::unique_ptr<Tokenizer> gpt2_tokenizer(const std::string& /*source*/, const L
 
 // GPT-2's weights in any layout gpt_weights.h reads.
 LoadedModel load_gpt(const std::string& path, const LoadOptions& options) {
+  if (is_gguf_file(path)) return load_gguf(path, options);
   GptWeights w = read_gpt_weights(path, options.num_heads);
   if (options.path) w.spec.path = *options.path;
   if (options.dropout) w.spec.attention.dropout = *options.dropout;
@@ -188,6 +190,7 @@ const ModelFamily& gpt_family() {
     g.name = "gpt";
     g.title = "GPT";
     g.model_types = {"gpt2"};
+    g.gguf_architectures = {"gpt2"};
     g.names = {.embed = "tok_emb.", .positions = "pos_emb.", .blocks = "trf_blocks.",
                .norm1 = "norm1.", .attention = "att.", .norm2 = "norm2.", .ff = "ff.",
                .q = "W_query.", .k = "W_key.", .v = "W_value.", .o = "out_proj.", .q_norm = "q_norm.", .k_norm = "k_norm.",

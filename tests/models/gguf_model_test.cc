@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@
 #include "qkv/core/read_file.h"
 #include "qkv/io/gguf.h"
 #include "qkv/models/gguf_model.h"
+#include "qkv/models/gpt.h"
+#include "qkv/models/tokenizer.h"
 #include "qkv/models/hf_folder.h"
 #include "qkv/text/byte_level.h"
 #include "qkv/text/utf8.h"
@@ -259,7 +262,7 @@ TEST_P(GgufModel, BrokenFilesAreRefusedNamingTheField) {
               HasSubstr("but its tensors hold only"));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));  // 100x what it takes
   EXPECT_THAT(refused(edited(good, set("general.architecture", gguf_string("mamba")))),
-              HasSubstr("general.architecture is 'mamba'; qkv reads GGUF files of \"llama\", \"qwen3\""));
+              HasSubstr("general.architecture is 'mamba'; qkv reads GGUF files of \"gpt2\", \"llama\", \"qwen3\""));
   EXPECT_THAT(refused(edited(good, set(a + "embedding_length", gguf_string("256")))),
               HasSubstr("metadata '" + a + "embedding_length' is string; expected an integer"));
   EXPECT_THAT(refused(edited(good, set(a + "attention.head_count_kv", gguf_u32(3)))),
@@ -338,6 +341,150 @@ TEST_P(GgufModel, BrokenFilesAreRefusedNamingTheField) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GgufModel, testing::Values("llama", "qwen3"));
+
+// The book's GPT model as llama.cpp's "gpt2" file: LayerNorm's scale and shift, learned positions,
+// Q, K and V's rows in one attn_qkv tensor (their biases too), GELU feed-forward with biases.
+class GgufGpt : public GgufModel {
+ protected:
+  // Rows of 256 (whole Q4_K blocks) in every product but the head's.
+  static std::unique_ptr<DecoderModel> gpt(bool qkv_bias, bool tied, int64_t vocab = 300, int64_t width = 256) {
+    Generator gen(5);
+    auto m = std::make_unique<DecoderModel>(gpt_spec(vocab, 32, width, 4, 2, 0.0, qkv_bias, tied), gen);
+    for (const StateEntry& e : m->state_dict())  // LayerNorm's scale and shift, and the biases, off 1 and 0
+      if (e.tensor != nullptr && e.shape().size() == 1)
+        for (int64_t i = 0; i < e.tensor->numel(); ++i) e.tensor->data()[i] += 0.01f * static_cast<float>(i % 7 + 1);
+    m->eval();
+    return m;
+  }
+};
+
+TEST_F(GgufGpt, AnF32FileIsTheBooksModelBitForBit) {
+  const std::vector<int64_t> ids = {3, 1, 4, 1, 5, 9, 2, 6};
+  for (const auto& [bias, tied] : {std::pair{true, false}, std::pair{false, true}}) {
+    auto m = gpt(bias, tied);
+    const std::string path = write("g.gguf", gguf(*m, "f32"));
+    const GgufFile file(path);
+    EXPECT_EQ(file.tensor("blk.1.attn_qkv.weight").shape, Shape({768, 256}));
+    EXPECT_EQ(file.tensor("blk.1.attn_qkv.bias").shape, Shape({768}));  // zeros for the model without
+    EXPECT_EQ(file.contains("output.weight"), !tied);
+    LoadedModel back = load(path);
+    EXPECT_EQ(back.model->family().name, "gpt");
+    EXPECT_TRUE(back.model->spec().qkv_bias);  // the file's zeros are read as a bias: the same numbers
+    EXPECT_EQ(back.model->spec().tied_head, tied);
+    std::map<std::string, const Tensor*> got;
+    for (const StateEntry& e : back.model->state_dict()) got[e.name] = e.tensor;
+    for (const StateEntry& e : m->state_dict()) {
+      if (e.tensor == nullptr) continue;  // the mask buffers
+      ASSERT_TRUE(got.count(e.name)) << e.name;
+      ASSERT_EQ(std::memcmp(e.tensor->data(), got[e.name]->data(), 4 * static_cast<size_t>(e.tensor->numel())), 0)
+          << e.name;
+    }
+    if (!bias) {
+      for (const char* q : {"trf_blocks.0.att.W_query.bias", "trf_blocks.1.att.W_value.bias"})
+        for (int64_t i = 0; i < got[q]->numel(); ++i) ASSERT_EQ(got[q]->data()[i], 0.0f) << q;
+    }
+    const Tensor a = m->forward(ids, 1, 8), b = back.model->forward(ids, 1, 8);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), 4 * static_cast<size_t>(a.numel())), 0);
+  }
+}
+
+TEST_F(GgufGpt, QuantizedFilesReadBackAsTheirBlocksAndComputeOnThem) {
+  auto m = gpt(true, false);
+  const std::vector<int64_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+  const int64_t T = static_cast<int64_t>(ids.size()), V = 300;
+  for (const std::string type : {"q8_0", "q4_k"}) {
+    const std::string path = write("g.gguf", gguf(*m, type));
+    LoadedModel f32 = load(path);
+    std::map<std::string, const Tensor*> got;
+    for (const StateEntry& e : f32.model->state_dict()) got[e.name] = e.tensor;
+    for (const StateEntry& e : m->state_dict()) {  // each part of attn_qkv its own rows' blocks
+      if (e.tensor == nullptr) continue;
+      const int64_t n = e.tensor->numel(), cols = e.shape().back();
+      const QuantType& t = e.shape().size() == 1 ? quant_type_named("F32")
+                           : cols % quant_type_named(type).block == 0 ? quant_type_named(type)
+                                                                      : quant_type_named("Q8_0");
+      std::vector<uint8_t> blocks(static_cast<size_t>(quant_bytes(t, n, e.name)));
+      quantize(t, e.tensor->data(), n, blocks.data());
+      std::vector<float> expect(static_cast<size_t>(n));
+      dequantize(t, blocks.data(), n, expect.data());
+      ASSERT_EQ(std::memcmp(expect.data(), got[e.name]->data(), 4 * static_cast<size_t>(n)), 0) << type << " " << e.name;
+    }
+    LoadedModel q = load_model(path);
+    EXPECT_THAT(q.description, HasSubstr("integer products on its blocks")) << type;
+    const Tensor want = f32.model->forward(ids, 1, T), fast = q.model->forward(ids, 1, T);
+    float scale = 0, err = 0;
+    for (int64_t i = 0; i < T * V; ++i) {
+      scale = std::max(scale, std::fabs(want.data()[i]));
+      err = std::max(err, std::fabs(fast.data()[i] - want.data()[i]));
+    }
+    EXPECT_LE(err, 0.05f * scale) << type;
+    kernels::KvCache cache = q.model->make_cache(1, kernels::CacheDtype::kF32, T);
+    std::vector<float> step(static_cast<size_t>(V));
+    q.model->forward_cached_into(std::vector<int64_t>(ids.begin(), ids.end() - 1), 1, T - 1, cache, step.data());
+    q.model->forward_cached_into({ids.back()}, 1, 1, cache, step.data());
+    EXPECT_EQ(std::memcmp(step.data(), fast.data() + (T - 1) * V, step.size() * 4), 0) << type;
+  }
+}
+
+TEST_F(GgufGpt, GptTwoFilesTheBooksModelCannotBeAreRefusedNamingTheKey) {
+  auto m = gpt(true, false);
+  const std::string good = gguf(*m, "q8_0");
+  auto set = [](const std::string& key, GgufValue v) {
+    return [key, v](std::vector<GgufMetadata>& meta) {
+      for (GgufMetadata& e : meta)
+        if (e.key == key) e.value = v;
+    };
+  };
+  auto refused = [&](const std::string& bytes) { return error_of([&] { load(write("bad.gguf", bytes)); }); };
+  EXPECT_THAT(refused(edited(good, set("gpt2.feed_forward_length", gguf_u32(768)))),
+              HasSubstr("gpt2.feed_forward_length is 768; the book's GPT has 4 x embedding_length (1024)"));
+  EXPECT_THAT(refused(edited(good, set("gpt2.attention.layer_norm_epsilon", gguf_f32(1e-6)))),
+              HasSubstr("gpt2.attention.layer_norm_epsilon is 1e-06; the book's GPT normalises with 1e-5"));
+  EXPECT_THAT(refused(edited(good, set("gpt2.attention.head_count", gguf_u32(3)))), HasSubstr("divisible by n_heads (3)"));
+  // an attn_qkv of two parts' rows, not three
+  EXPECT_THAT(refused(edited(
+                  good, [](std::vector<GgufMetadata>&) {},
+                  [](std::vector<GgufTensorSource>& t) {
+                    for (GgufTensorSource& x : t)
+                      if (x.name == "blk.1.attn_qkv.weight") {
+                        x.shape = {512, 256};
+                        auto whole = x.fill;
+                        x.fill = [whole](uint8_t* out) {
+                          std::vector<uint8_t> all(768 * 272);
+                          whole(all.data());
+                          std::memcpy(out, all.data(), 512 * 272);
+                        };
+                      }
+                  })),
+              HasSubstr("'blk.1.attn_qkv.weight' has shape (512, 256); the metadata's model has (768, 256) "
+                        "(trf_blocks.1.att.W_query.weight and its neighbours)"));
+}
+
+// GPT-2's vocabulary (encoder.json, vocab.bpe) as GGUF's tokenizer.ggml.*: the tokenizer made from
+// the file encodes and decodes as GPT-2's tiktoken encoding does.
+TEST_F(GgufGpt, GptTwosVocabularyComesThroughTheFile) {
+  LoadedModel m;
+  Generator gen(1);
+  m.model = std::make_unique<DecoderModel>(gpt_spec(50257, 8, 16, 2, 1, 0.0, false, false), gen);
+  attach_tokenizer(m, std::make_unique<Gpt2Tokenizer>(load_gpt2()), "GPT-2's vocabulary", "");
+  const std::optional<nlohmann::json> t = model_tokenizer_json(m, "preset");
+  ASSERT_TRUE(t.has_value());
+  std::vector<GgufMetadata> meta = {{"general.architecture", gguf_string("gpt2")}};
+  for (GgufMetadata& x : gguf_tokenizer_metadata(*t, 50257, model_family("gpt"))) meta.push_back(std::move(x));
+  const GgufFile f = GgufFile::parse(serialize_gguf(meta, {}), "t.gguf");
+  EXPECT_EQ(f.string("tokenizer.ggml.pre"), "gpt-2");
+  EXPECT_EQ(f.strings("tokenizer.ggml.merges").size(), 50000u);
+  EXPECT_EQ(f.unsigned_int("tokenizer.ggml.eos_token_id"), 50256u);
+  const HfTokenizer built = HfTokenizer::build(gguf_tokenizer_parts(f), "t.gguf");
+  const Encoding gpt2 = load_gpt2();
+  for (const std::string text : {"Hello, world! It's 2026: 12345 tokens.", "  spaces\n\n\tand tabs  ",
+                                 "caf\xc3\xa9 \xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\x98\x80", "don't WE'LL I'M",
+                                 "antidisestablishmentarianism internationalization", "<|endoftext|> after"}) {
+    std::vector<TokenId> want = gpt2.encode(text, SpecialTokens::all());
+    EXPECT_EQ(built.encode(text), want) << text;
+    EXPECT_EQ(built.decode(want), text) << text;
+  }
+}
 
 }  // namespace
 }  // namespace qkv

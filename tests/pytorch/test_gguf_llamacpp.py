@@ -21,6 +21,11 @@ and on each file llama.cpp gives
                    relative (llama.cpp also rounds the activations to the weight's dot-product
                    type: F16, BF16, Q8_0 / Q8_K blocks - as much again as the weights' rounding),
                    and the twin's ids in f16.
+GPT-2 ("gpt2": the book's GPTModel, LayerNorm, learned positions, Q, K and V's rows in one attn_qkv
+tensor): qkv's F32 and Q8_0 files of its Hugging Face folder; in F32 qkv's logits within 1e-5 of the
+twin and its greedy ids, llama.cpp's within 1e-5 of the twin computing GELU as llama.cpp's CPU build
+does (a table of halves: 1e-4 off a float32 GELU) and the twin's greedy ids; in Q8_0 llama.cpp's
+within 6e-2 of qkv's reference path on the same blocks.
 node-llama-cpp is installed on first use (npm, --omit=optional plus the one platform package,
 NODE_LLAMA_CPP_SKIP_DOWNLOAD=true) into --npm-dir, $QKV_NPM_DIR, or npm-llamacpp beside --qkv; when
 that fails the test fails, saying why.
@@ -43,6 +48,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import gguf_files  # noqa: E402
+import gpt_model  # noqa: E402
 import llama_model  # noqa: E402
 import safetensors_io  # noqa: E402
 from llama_files import make_cfg, small_tokenizer, twin, write_dir  # noqa: E402
@@ -240,6 +246,69 @@ def check_case(qkv, npm_dir, tmp, case):
     return results
 
 
+class GgmlGelu(torch.nn.Module):
+    """GELU as llama.cpp's CPU build computes it: a table of halves, the input rounded to a half and
+    the value a half. Its GPT-2 logits are 1e-4 off a float32 GELU's (measured: 9.4e-5 relative on
+    check_gpt2's twin) and 3e-7 off this one's."""
+
+    def forward(self, x):
+        return gpt_model.GELU()(x.half().float()).half().float()
+
+
+def check_gpt2(qkv, npm_dir, tmp):
+    """[(label, [errors], summary)] for GPT-2: the book's GPTModel (perturbed biases and norms), its
+    Hugging Face folder written as qkv's GGUF file ("gpt2": Q, K and V in one attn_qkv tensor) in F32
+    and Q8_0, read by qkv's reference path (f32 products) and by llama.cpp."""
+    cfg = dict(vocab_size=50257, context_length=64, emb_dim=64, n_heads=4, n_layers=2, drop_rate=0.0, qkv_bias=True)
+    torch.manual_seed(11)
+    m = gpt_model.perturb(gpt_model.GPTModel(cfg), 12, head_scale=4.0).eval()
+    want_ids = greedy(m, IDS, NEW)
+    folder = os.path.join(tmp, "gpt2_hf")
+    os.makedirs(folder, exist_ok=True)
+    safetensors_io.save(os.path.join(folder, "model.safetensors"), gpt_model.to_hugging_face(m.state_dict()))
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 64,
+                   "vocab_size": 50257, "layer_norm_epsilon": 1e-5}, f)
+    ggml = copy.deepcopy(m)  # the twin with llama.cpp's GELU: the oracle's float32 reference
+    for block in ggml.trf_blocks:
+        block.ff.layers[1] = GgmlGelu()
+    with torch.no_grad():
+        want = m(torch.tensor([IDS + want_ids])).double()
+        want_ggml = ggml(torch.tensor([IDS])).double()[0, -1]
+    results = []
+    for t in ("f32", "q8_0"):
+        path = os.path.join(tmp, f"gpt2_{t}.qkv.gguf")
+        errors = []
+        try:
+            qkv_run(qkv, ["convert", "--weights", folder, "--to", "gguf", "--type", t, "--out", path])
+            got, _ = qkv_forward(qkv, "gpt", path, IDS + want_ids, tmp)
+            q = rel(got, want)
+            if t == "f32":
+                if not q <= 1e-5:
+                    errors.append(f"qkv's logits (f32 products) from its file: relative difference {q:.3g} > 1e-5")
+                forced = got[0, len(IDS) - 1:-1].argmax(-1).tolist()
+                if forced != want_ids:
+                    errors.append(f"qkv's greedy ids {forced}, the twin's {want_ids}")
+            lc = llamacpp(npm_dir, path, IDS, NEW)
+            logits = torch.tensor(lc["logits"], dtype=torch.float64)
+            # f32: against the twin with llama.cpp's GELU; q8_0: against qkv's reference path on the
+            # same blocks
+            ref = want_ggml if t == "f32" else got[0, len(IDS) - 1]
+            r = rel(logits, ref)
+            if not r <= TOL[t]:
+                errors.append(f"llama.cpp's logits: relative difference {r:.3g} from the "
+                              f"{'twin (GELU in halves)' if t == 'f32' else 'qkv reference'} > {TOL[t]:g}")
+            if t == "f32" and lc["ids"] != want_ids:
+                errors.append(f"llama.cpp's greedy ids {lc['ids']}, the twin's {want_ids}")
+        except RuntimeError as e:
+            results.append((f"gpt2 {t} (qkv's file)", [str(e)], ""))
+            continue
+        results.append((f"gpt2 {t} (qkv's file)", errors,
+                        f"gpt2 {t} qkv's file: llama.cpp rel {r:.2g}, qkv rel {q:.2g}, llama.cpp ids "
+                        f"{'equal' if lc['ids'] == want_ids else 'differ: ' + str(lc['ids'])}"))
+    return results
+
+
 def default_npm_dir(qkv=None):
     if os.environ.get("QKV_NPM_DIR"):
         return os.environ["QKV_NPM_DIR"]
@@ -267,8 +336,10 @@ def main():
     passed, failed = 0, []
     tmp = tempfile.mkdtemp(prefix="qkv-gguf-")
     try:
-        for case in CASES:
-            for label, errors, summary in check_case(args.qkv, npm_dir, tmp, case):
+        checks = [lambda c=c: check_case(args.qkv, npm_dir, tmp, c) for c in CASES]
+        checks.append(lambda: check_gpt2(args.qkv, npm_dir, tmp))
+        for check in checks:
+            for label, errors, summary in check():
                 if errors:
                     failed.append((label, errors))
                 else:

@@ -1,7 +1,7 @@
 // qkv/models/gguf_model.h - a model from llama.cpp's GGUF file (io/gguf.h), for the families whose
 // registry entry names a GGUF architecture (models/family.h: gguf_architectures).
 //
-//   general.architecture "llama" | "qwen3"      the family
+//   general.architecture "llama" | "qwen3" | "gpt2"   the family
 //   {arch}.block_count, .embedding_length, .feed_forward_length, .context_length,
 //   .attention.head_count, .attention.head_count_kv, .attention.key_length (head_dim, when given),
 //   .attention.layer_norm_rms_epsilon, .rope.freq_base, .rope.dimension_count (all of head_dim),
@@ -13,6 +13,11 @@
 //                                               then checked against every one of the file's
 //                                               factors (other scalings are refused)
 //   no output.weight                         -> the head tied to token_embd
+//   gpt2: {arch}.block_count, .embedding_length, .feed_forward_length (4 x the width),
+//   .context_length, .attention.head_count, .attention.layer_norm_epsilon (1e-5)
+//                                            -> the book's cfg dict (drop_rate 0; qkv_bias when the
+//                                               file has blk.0.attn_qkv.bias: qkv writes zeros there
+//                                               for a model without, as llama.cpp needs one)
 //
 // Tensors, by the family's state names (gguf_tensor_name):
 //   model.embed_tokens.weight -> token_embd.weight      model.norm.weight -> output_norm.weight
@@ -20,6 +25,10 @@
 //   input_layernorm -> attn_norm, self_attn.{q,k,v,o}_proj -> attn_{q,k,v,output},
 //   self_attn.{q,k}_norm -> attn_{q,k}_norm, post_attention_layernorm -> ffn_norm,
 //   mlp.{gate,up,down}_proj -> ffn_{gate,up,down}
+// and the book's GPT names: tok_emb -> token_embd, pos_emb -> position_embd, final_norm ->
+//   output_norm, out_head -> output, trf_blocks.N.X -> blk.N.Y with X -> Y: norm1 -> attn_norm,
+//   att.W_{query,key,value} -> attn_qkv (its rows: Q, K, V), att.out_proj -> attn_output, norm2 ->
+//   ffn_norm, ff.layers.{0,2} -> ffn_{up,down}; LayerNorm's scale and shift -> weight and bias
 // llama.cpp's converter reorders the rows of each head of Q and K for the "llama" architecture
 // (rotary pairs interleaved: row h D + 2 i + s holds Hugging Face's row h D + s D/2 + i); they are
 // put back as they are read.
@@ -53,8 +62,17 @@ bool is_gguf_file(const std::string& path);
 const ModelFamily& family_of_gguf(const GgufFile& file);
 // The file's metadata as the family's config.json (model_type, sizes, rope, tie_word_embeddings).
 nlohmann::json gguf_config_json(const GgufFile& file);
-// A state name of the family's model -> the tensor's GGUF name ("" for a name GGUF has none for).
-std::string gguf_tensor_name(const ModelFamily& family, const std::string& state_name);
+// Where a tensor of the family's model sits in a GGUF file of architecture `arch`: the whole of
+// tensor `name`, or (gpt2's blk.N.attn_qkv, Q's rows then K's then V's) its rows [first_row,
+// first_row + the tensor's rows) of `rows` (a bias's elements). name "" where GGUF has none.
+struct GgufPlace {
+  std::string name;
+  int64_t first_row = 0;
+  int64_t rows = 0;  // the GGUF tensor's rows when it holds more than this one; else 0
+  bool part() const { return rows > 0; }
+};
+GgufPlace gguf_place(const ModelFamily& family, const std::string& arch, const DecoderSpec& spec,
+                     const std::string& state_name);
 // The heads whose rows llama.cpp reorders in the GGUF tensor `name` of architecture `arch` (above):
 // H for blk.N.attn_q.weight and G for blk.N.attn_k.weight of "llama"; 0 for any other tensor.
 int64_t gguf_reordered_heads(const std::string& arch, const std::string& name, const kernels::AttentionSpec& a);
@@ -82,8 +100,8 @@ std::string gguf_model_bytes(LanguageModel& model, const nlohmann::json* tokeniz
 // add_bos_token as llama.cpp's converter writes them for the family.
 std::vector<GgufMetadata> gguf_tokenizer_metadata(const nlohmann::json& tokenizer, int64_t vocab,
                                                   const ModelFamily& family);
-// The tokenizer.json of a loaded model: its file, or the GGUF file `source`'s metadata; none when
-// it has neither.
+// The tokenizer.json of a loaded model: its file, GPT-2's vocabulary as one (the GPT family's
+// installed files), or the GGUF file `source`'s metadata; none when it has none of them.
 std::optional<nlohmann::json> model_tokenizer_json(const LoadedModel& m, const std::string& source);
 
 }  // namespace qkv
