@@ -1,6 +1,7 @@
 // qkv bench --module {mha|causal-attention|attention-core} --batch B --seq-len T ...
 // qkv bench --module decode --kv-len S ...
 // qkv bench --module gpt --preset NAME --batch B --seq-len T [--backward | --new-tokens N] ...
+// qkv bench --module gpt --weights PATH [--quantize T] --seq-len T [--new-tokens N]   (a model's files)
 // qkv bench --module accuracy --weights PATH --text FILE [--quantize T] [--seq-len N]
 // mpirun -np N qkv bench --module ring-attention --seq-len T ... (bench_ring.cc, with MPI)
 //
@@ -35,7 +36,16 @@ namespace {
 int run_gpt(const BenchFlags& f, const CLI::App& sub) {
   for (const char* flag : {"--kv-len", "--cache-dtype", "--d-model", "--num-heads", "--head-dim", "--no-mask",
                            "--num-kv-heads", "--window", "--alibi", "--softcap", "--rope", "--gemm", "--split"})
-    QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module gpt (the preset sets the model's shape)");
+    QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module gpt (the preset or --weights sets the model's shape)");
+  QKV_CHECK(f.weights.empty() || sub.count("--preset") == 0, "--preset and --weights: time a preset's drawn weights or a ",
+            "model's files, not both");
+  QKV_CHECK(!f.weights.empty() || sub.count("--quantize") == 0, "--quantize quantizes --weights' float weights at load: ",
+            "give --weights");
+  QKV_CHECK(f.weights.empty() || !f.backward, "--backward with --weights: a model's files are timed in a forward or ",
+            "decoding (--new-tokens); a training step times a --preset");
+  QKV_CHECK(f.weights.empty() || sub.count("--dtype") == 0, "--dtype with --weights: the model computes as its files ",
+            "load (f32 for F32 weights, else bf16; --quantize for blocks)");
+  QKV_CHECK(sub.count("--text") == 0, "--text is a flag of --module accuracy, not gpt");
   QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module gpt (with --new-tokens: the prompt's)");
   QKV_CHECK(sub.count("--new-tokens") == 0 || f.new_tokens >= 1, "--new-tokens ", f.new_tokens,
             ": must be at least 1 (the decoding steps timed)");
@@ -48,7 +58,11 @@ int run_gpt(const BenchFlags& f, const CLI::App& sub) {
   QKV_CHECK(f.seq_len >= 1, "--seq-len ", f.seq_len, ": must be at least 1 (decode: the prompt's tokens)");
   check_threads(f.threads);
   if (f.threads > 0) set_default_thread_count(f.threads);
-  perf::GptBenchShape s = perf::bench_shape_of_preset(f.preset);  // names the presets when unknown
+  perf::GptBenchShape s = f.weights.empty() ? perf::bench_shape_of_preset(f.preset)  // names the presets when unknown
+                                            : perf::GptBenchShape{};
+  s.weights = f.weights;
+  s.quantize = f.quantize;
+  if (!f.weights.empty()) s.name = f.weights;
   s.batch = f.batch;
   s.seq_len = f.seq_len;
   s.new_tokens = f.new_tokens;
@@ -120,10 +134,10 @@ int run_ring(const BenchFlags& f, const CLI::App& sub) {
 int run_bench(BenchFlags& f, const CLI::App& sub) {
   QKV_CHECK(f.threads >= 0, "--threads ", f.threads, ": must be at least 1 (or 0: the default)");
   if (f.module == "accuracy") return run_accuracy(f, sub);
-  for (const char* flag : {"--weights", "--quantize", "--text"})
-    QKV_CHECK(sub.count(flag) == 0, flag, " is a flag of --module accuracy, not ", f.module);
-  if (f.module == "ring-attention") return run_ring(f, sub);
   if (f.module == "gpt") return run_gpt(f, sub);
+  for (const char* flag : {"--weights", "--quantize", "--text"})
+    QKV_CHECK(sub.count(flag) == 0, flag, " is a flag of --module accuracy or gpt, not ", f.module);
+  if (f.module == "ring-attention") return run_ring(f, sub);
   for (const char* flag : {"--preset", "--new-tokens"})
     QKV_CHECK(sub.count(flag) == 0, flag, " is a flag of --module gpt, not ", f.module);
   QKV_CHECK(sub.count("--split") == 0, "--split is a flag of --module ring-attention, not ", f.module);
@@ -230,7 +244,8 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--weights", f->weights,
                   "accuracy: a Llama 3 / Qwen3 model's files, a GGUF file (llama.cpp's) or a Hugging Face folder; a "
                   "quantized file is compared with itself decoded to f32, a float model with --quantize T (or, "
-                  "without it, every type)");
+                  "without it, every type). gpt: a model's files (any qkv generate reads) timed instead of --preset, "
+                  "loaded as generate loads them");
   add_quantize_flag(sub, f->quantize);
   sub->add_option("--text", f->text, "accuracy: the text both models read (the first --seq-len tokens, default 1000)");
   add_number(sub, "--new-tokens", f->new_tokens,

@@ -228,6 +228,21 @@ nlohmann::json DecoderModel::config_json() const {
 
 std::string DecoderModel::describe() const { return family().describe(spec_); }
 
+int64_t DecoderModel::step_weight_bytes() const {
+  if (blocks16_.empty())
+    return 4 * product_parameters(spec_);  // the floats: every product weight, the head's too
+  auto bytes = [](const std::vector<uint16_t>& w16, const QuantMatrix& q) {
+    return q.empty() ? 2 * static_cast<int64_t>(w16.size()) : static_cast<int64_t>(q.blocks.size());
+  };
+  int64_t n = head_q_.empty() ? (spec_.head_f32 ? 4 * head.weight.numel() : 2 * static_cast<int64_t>(head16_.size()))
+                              : static_cast<int64_t>(head_q_.blocks.size());
+  for (const DecoderBlock::Weights16& w : blocks16_) {
+    n += bytes(w.qkv, w.qkv_q) + bytes(w.out, w.out_q);
+    for (size_t i = 0; i < w.ff.size(); ++i) n += bytes(w.ff[i], i < w.ff_q.size() ? w.ff_q[i] : QuantMatrix{});
+  }
+  return n;
+}
+
 void DecoderModel::keep_bf16_weights(bool on) {
   check_floats("keep_bf16_weights");
   blocks16_.clear();

@@ -51,7 +51,18 @@ GptBenchShape bench_shape_of_preset(const std::string& preset) {
   return s;
 }
 
-GptBenchReport run_gpt_bench(const GptBenchShape& shape, int iters, int warmup, ThreadPool& pool) {
+GptBenchReport run_gpt_bench(const GptBenchShape& in, int iters, int warmup, ThreadPool& pool) {
+  GptBenchShape shape = in;
+  LoadedModel loaded;
+  if (!shape.weights.empty()) {  // the model's files, as qkv generate loads them; its spec and dtype
+    QKV_CHECK(shape.mode != GptBenchMode::kStep, "weights: a model loaded from its files is timed in a forward or ",
+              "decoding; a training step times a preset");
+    LoadOptions o;
+    o.quantize = shape.quantize;
+    loaded = load_model(shape.weights, o);
+    shape.spec = loaded.model->spec();
+    shape.dtype = shape.spec.attention.dtype;
+  }
   DecoderSpec c = shape.spec;
   const int64_t context = c.context_length;
   const bool decode = shape.mode == GptBenchMode::kDecode;
@@ -86,9 +97,11 @@ GptBenchReport run_gpt_bench(const GptBenchShape& shape, int iters, int warmup, 
   }
 
   Generator gen(123);
-  const std::unique_ptr<LanguageModel> owned = build_model(c, gen);
-  LanguageModel& model = *owned;
-  r.parameters = static_cast<double>(model.num_parameters());
+  const std::unique_ptr<LanguageModel> owned = loaded.model ? nullptr : build_model(c, gen);
+  LanguageModel& model = loaded.model ? *loaded.model : *owned;
+  r.model = loaded.model ? loaded.description : shape.name;
+  r.parameters = static_cast<double>(model.bf16_only() ? decoder_parameters(c, "the model's parameters")
+                                                       : model.num_parameters());
   const double attention_flops = 4.0 * static_cast<double>(L * B * H * D) * static_cast<double>(T * (T + 1) / 2);
   const double forward_flops = 2.0 * r.product_parameters * static_cast<double>(B * T) + attention_flops;
 
@@ -120,7 +133,7 @@ GptBenchReport run_gpt_bench(const GptBenchShape& shape, int iters, int warmup, 
     r.flops = 3.0 * forward_flops;
   } else {
     model.eval();
-    if (shape.dtype == Dtype::kBF16) model.keep_bf16_weights();
+    if (shape.dtype == Dtype::kBF16 && !model.bf16_only() && !model.has_bf16_weights()) model.keep_bf16_weights();
     kernels::KvCache cache = model.make_cache(B, kernels::CacheDtype::kF32, T + shape.new_tokens + warmup);
     model.forward_cached(some_ids(B * T, V, 1), B, T, cache);  // the prefill, untimed
     const int64_t untimed = std::min<int64_t>(warmup, context - T - shape.new_tokens);
@@ -134,7 +147,7 @@ GptBenchReport run_gpt_bench(const GptBenchShape& shape, int iters, int warmup, 
       if (i >= untimed) r.times_ms.push_back(ms_since(t0));
       if (i >= untimed && (i - untimed + 1) % 20 == 0) passes.push_back(kernels::measure_read_bandwidth(pool, 1).gb_s);
     }
-    r.weight_bytes = r.product_parameters * (shape.dtype == Dtype::kBF16 ? 2.0 : 4.0);
+    r.weight_bytes = static_cast<double>(model.step_weight_bytes());
     std::sort(passes.begin(), passes.end());
     r.bandwidth_gb_s = passes[passes.size() / 2];
     r.bandwidth_passes = passes;
@@ -162,7 +175,7 @@ std::string report_text(const GptBenchReport& r) {
   const char* what = decode ? "decode" : s.mode == GptBenchMode::kStep ? "training step (forward, loss, backward, AdamW)"
                                                                        : "forward";
   std::ostringstream out;
-  out << "qkv bench: " << s.name << " " << what << ", B=" << s.batch << " T=" << s.seq_len
+  out << "qkv bench: " << (s.weights.empty() ? s.name : r.model) << " " << what << ", B=" << s.batch << " T=" << s.seq_len
       << (decode ? " new=" + std::to_string(s.new_tokens) : "") << " " << dtype_name(s.dtype) << ", " << r.threads
       << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n  products: " << r.gemm << "\n";
   out << std::fixed << std::setprecision(2) << "  median " << r.median_ms << " ms  (min " << r.min_ms << ", max "
@@ -194,7 +207,9 @@ nlohmann::json report_json(const GptBenchReport& r) {
                       {"median_ms", r.median_ms},  {"min_ms", r.min_ms},
                       {"times_ms", r.times_ms},    {"parameters", r.parameters},
                       {"product_parameters", r.product_parameters}, {"simd", r.simd},
-                      {"gemm", r.gemm},            {"max_rss_mib", r.max_rss_mib}};
+                      {"gemm", r.gemm},            {"max_rss_mib", r.max_rss_mib},
+                      {"model", r.model}};
+  if (!s.weights.empty()) j["weights"] = s.weights;
   if (s.mode == GptBenchMode::kDecode) {
     j["tokens_per_s"] = r.tokens_per_s;
     j["weight_bytes"] = r.weight_bytes;

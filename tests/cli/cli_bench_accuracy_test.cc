@@ -14,6 +14,7 @@
 #include "cli_runner.h"
 #include "model_support.h"
 #include "qkv/core/read_file.h"
+#include "qkv/io/gguf.h"
 #include "qkv/models/gguf_model.h"
 #include "qkv/text/vocab_files.h"
 
@@ -128,7 +129,48 @@ TEST_F(CliBenchAccuracy, BadInputNamesTheValueAndWhatWasExpected) {
   EXPECT_THAT(r.err, HasSubstr("--quantize: q5_k not in {q8_0,q6_k,q4_k,q4_0}"));
   r = run("bench --module mha --seq-len 4 --weights " + q8);
   EXPECT_EQ(r.status, 1);
-  EXPECT_THAT(r.err, HasSubstr("--weights is a flag of --module accuracy, not mha"));
+  EXPECT_THAT(r.err, HasSubstr("--weights is a flag of --module accuracy or gpt, not mha"));
+}
+
+// qkv bench --module gpt --weights: a model's files timed as qkv generate loads them; a decoding
+// step's bytes are the products' as held (this tied model's head is token_embd: every 2-D tensor
+// of the file once), and --quantize's blocks are the file's of that type.
+TEST_F(CliBenchAccuracy, GptTimesAModelsFilesAsTheyLoad) {
+  auto matrix_bytes = [](const std::string& path) {
+    const GgufFile f(path);
+    double n = 0;
+    for (const GgufTensor& t : f.tensors())
+      if (t.shape.size() == 2) n += static_cast<double>(t.bytes);
+    return n;
+  };
+  const std::string q8 = model_file("q8_0"), q4 = model_file("q4_0"), f32 = model_file("f32");
+  Result r = run("bench --module gpt --weights " + q8 + " --seq-len 8 --new-tokens 3 --threads 1 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = last_json_line(r.out);
+  EXPECT_EQ(j["weights"], q8);
+  EXPECT_EQ(j["mode"], "decode");
+  EXPECT_THAT(j["model"].get<std::string>(), HasSubstr("(GGUF, Q8_0 weights, integer products on its blocks)"));
+  EXPECT_EQ(j["weight_bytes"].get<double>(), matrix_bytes(q8));
+  r = run("bench --module gpt --weights " + f32 + " --quantize q4_0 --seq-len 8 --new-tokens 3 --threads 1 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(last_json_line(r.out)["weight_bytes"].get<double>(), matrix_bytes(q4));
+  r = run("bench --module gpt --weights " + f32 + " --seq-len 8 --iters 1 --warmup 0 --threads 1 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  j = last_json_line(r.out);
+  EXPECT_EQ(j["mode"], "forward");
+  EXPECT_EQ(j["dtype"], "f32");
+  EXPECT_THAT(r.out, HasSubstr("(GGUF, F32 weights, f32 products) forward, B=1 T=8 f32"));
+  for (const auto& [flags, message] :
+       {std::pair<std::string, std::string>{"--preset qwen3-0.6b", "--preset and --weights: time a preset's drawn "
+                                                                    "weights or a model's files, not both"},
+        {"--backward", "--backward with --weights: a model's files are timed in a forward or decoding"},
+        {"--dtype bf16", "--dtype with --weights: the model computes as its files load"}}) {
+    r = run("bench --module gpt --weights " + f32 + " --seq-len 8 " + flags);
+    EXPECT_EQ(r.status, 1) << flags;  // as the other combinations bench refuses
+    EXPECT_THAT(r.err, HasSubstr(message)) << flags;
+  }
+  r = run("bench --module gpt --preset gpt2-small --seq-len 8 --quantize q8_0");
+  EXPECT_THAT(r.err, HasSubstr("--quantize quantizes --weights' float weights at load: give --weights"));
 }
 
 }  // namespace

@@ -106,6 +106,7 @@ class DecoderModel : public LanguageModel {
   void keep_bf16_weights(bool on = true) override;
   bool has_bf16_weights() const override { return !blocks16_.empty(); }
   bool bf16_only() const override { return bf16_only_; }
+  int64_t step_weight_bytes() const override;
   // Inference with the weights in bf16 only: every product's weight - the projections, the
   // feed-forward's, the embedding, the head - read as bf16 bits by read16(state name, out) straight
   // into the bf16 copies, the float tensors never filled (built with the generator's init draws

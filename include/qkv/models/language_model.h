@@ -95,6 +95,9 @@ class LanguageModel : public Module {
   // Whether the weights are held in bf16 only (a BF16 checkpoint loaded for generation): the state
   // dict, backward and training are refused.
   virtual bool bf16_only() const = 0;
+  // The bytes of product weights one cached step reads (every block's and the head's, once): their
+  // quantized blocks, their bf16 copies when the products are bf16, else the floats.
+  virtual int64_t step_weight_bytes() const = 0;
 };
 
 }  // namespace qkv

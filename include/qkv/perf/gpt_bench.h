@@ -18,7 +18,10 @@
 //             bandwidth measured on the same threads through the run (a pass before the steps and one
 //             after every 20; their median: a shared host's bandwidth moves during a run):
 //             weight_gb_s / bandwidth_gb_s
-// Weights are the preset's drawn from a fixed seed (untrained GPT-2 is as fast as trained).
+// Weights are the preset's drawn from a fixed seed (untrained GPT-2 is as fast as trained), or a
+// model's files (`--weights`: a GGUF file, a Hugging Face folder, GPT-2's weights) loaded as `qkv
+// generate` loads them (bf16 products unless F32; a quantized file's blocks, or --quantize's): then
+// forward and decode, the decode's bytes those the products hold (LanguageModel::step_weight_bytes).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +46,8 @@ struct GptBenchShape {
   int64_t new_tokens = 0;              // decode: the steps timed
   Dtype dtype = Dtype::kF32;           // kBF16: bf16 mode (decode: with the weights kept in bf16)
   double dropout = 0.0;                // step: the model's drop_rate (0: the fused attention)
+  std::string weights;                 // a model's files instead of spec (forward and decode only)
+  std::string quantize;                // with weights: quantized at load (models/loaded_model.h)
 };
 
 struct GptBenchReport {
@@ -56,6 +61,7 @@ struct GptBenchReport {
   double flops = 0, gflops = 0, peak_gflops = 0;            // forward and step
   double bf16_peak_gflops = 0;                               // forward and step in bf16 mode
   double tokens_per_s = 0, weight_bytes = 0, weight_gb_s = 0, bandwidth_gb_s = 0;  // decode
+  std::string model;                    // what ran: the loaded model's description, or the preset's
   std::vector<double> bandwidth_passes;  // decode: every pass measured, sorted
   double max_rss_mib = 0;
 };
