@@ -10,12 +10,13 @@
 // (LanguageModel::spec(), family()) and never name a model class.
 //
 //   attention-lm  chapter 3's attention-only LM (qkv train's checkpoints)
-//   gpt           the book's GPT model and GPT-2 (config.json model_type "gpt2")
-//   llama         Llama 3 (model_type "llama")
-//   qwen3         Qwen3 (model_type "qwen3")
+//   gpt           the book's GPT model and GPT-2 (config.json model_type "gpt2", GGUF "gpt2")
+//   llama         Llama 3 (model_type "llama", GGUF "llama")
+//   qwen3         Qwen3 (model_type "qwen3", GGUF "qwen3")
 //
-// Adding a family: one entry (its file in src/models/families/, listed in family.cc) and, when its
-// block differs, the block's choice in DecoderSpec. docs/families.md walks through one.
+// Adding a family: one entry (in its own file in src/models/, as gpt.cc and llama.cc are, declared
+// in src/models/families.h and listed in family.cc) and, when its block differs, the block's
+// choice in DecoderSpec. docs/families.md walks through one.
 #pragma once
 
 #include <memory>
