@@ -81,7 +81,7 @@ Command add_convert(CLI::App& app) {
                                        "torch.manual_seed(S); Model(cfg)), with its installed tokenizer: " + preset_list())
       ->check(CLI::IsMember(model_preset_names()));
   add_number_with_default(sub, "--seed", f->seed, "--model: the seed its weights are drawn from");
-  sub->add_option("--to", f->to, "huggingface | book | qkv (GPT-2) | gguf (Llama 3, Qwen3)")
+  sub->add_option("--to", f->to, "huggingface | book | qkv (GPT-2) | gguf (GPT-2, Llama 3, Qwen3)")
       ->required()
       ->check(CLI::IsMember({"huggingface", "book", "qkv", "gguf"}));
   sub->add_option("--out", f->out, "The file to write (safetensors, or GGUF with --to gguf)")->required();

@@ -130,11 +130,11 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
 Command add_generate(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
   CLI::App* sub = app.add_subcommand(
-      "generate", "Generate text with a model: GPT-2's weights, a Llama 3 / Qwen3 folder or GGUF file, an untrained preset, or a checkpoint qkv train wrote");
+      "generate", "Generate text with a model: GPT-2's weights, a Llama 3 / Qwen3 folder, a GGUF file (GPT-2, Llama 3, Qwen3), an untrained preset, or a checkpoint qkv train wrote");
   sub->add_option("--checkpoint", f->checkpoint, "A checkpoint written by qkv train");
   sub->add_option("--weights", f->weights,
                   "A model's files: a Hugging Face folder (Llama 3, Qwen3, GPT-2: config.json, model.safetensors or "
-                  "shards, tokenizer.json), a Llama 3 / Qwen3 GGUF file (llama.cpp's), GPT-2's model.safetensors, or "
+                  "shards, tokenizer.json), a GGUF file (llama.cpp's: GPT-2, Llama 3, Qwen3), GPT-2's model.safetensors, or "
                   "the book's state-dict names as safetensors");
   add_quantize_flag(sub, f->quantize);
   sub->add_option("--model", f->model, "An untrained preset drawn from --seed (as torch.manual_seed(S); "

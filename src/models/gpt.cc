@@ -114,6 +114,9 @@ std::unique_ptr<Tokenizer> gpt2_tokenizer(const std::string& /*source*/, const L
 // GPT-2's weights in any layout gpt_weights.h reads.
 LoadedModel load_gpt(const std::string& path, const LoadOptions& options) {
   if (is_gguf_file(path)) return load_gguf(path, options);
+  QKV_CHECK(options.quantize.empty(), "quantizing the weights (", options.quantize, ") at load reads a Llama 3 / Qwen3 ",
+            "folder or a float GGUF file; GPT-2's weights in ", excerpt(path), " are quantized by writing them as GGUF: ",
+            "qkv convert --weights ", path, " --to gguf --type ", options.quantize, " --out model.gguf");
   GptWeights w = read_gpt_weights(path, options.num_heads);
   if (options.path) w.spec.path = *options.path;
   if (options.dropout) w.spec.attention.dropout = *options.dropout;

@@ -18,6 +18,7 @@
 #include "qkv/core/quant_blocks.h"
 #include "qkv/core/read_file.h"
 #include "qkv/io/gguf.h"
+#include "qkv/io/output_files.h"
 #include "qkv/models/gguf_model.h"
 #include "qkv/models/gpt.h"
 #include "qkv/models/tokenizer.h"
@@ -424,6 +425,24 @@ TEST_F(GgufGpt, QuantizedFilesReadBackAsTheirBlocksAndComputeOnThem) {
     q.model->forward_cached_into({ids.back()}, 1, 1, cache, step.data());
     EXPECT_EQ(std::memcmp(step.data(), fast.data() + (T - 1) * V, step.size() * 4), 0) << type;
   }
+}
+
+// --quantize reads a float GGUF file of GPT-2 (into its blocks, as for every family); GPT-2's
+// safetensors layouts are not quantized at load, and say how to get the file that is.
+TEST_F(GgufGpt, QuantizingAtLoadReadsTheGgufFileAndNamesTheWayForSafetensors) {
+  auto m = gpt(true, false);
+  const std::string f32 = write("g.gguf", gguf(*m, "f32"));
+  LoadOptions o;
+  o.quantize = "q8_0";
+  const LoadedModel q = load_model(f32, o);
+  // 2 layers x (Q, K, V, out_proj, the feed-forward's two) + the embedding and the head
+  EXPECT_THAT(q.description,
+              HasSubstr("(GGUF, F32 weights, integer products on its blocks, 14 tensors converted F32 to Q8_0)"));
+  const std::string book = dir_ + "/g.safetensors";
+  write_files_atomically(model_family("gpt").checkpoint(*m, book, ""));
+  EXPECT_THAT(error_of([&] { load_model(book, o); }),
+              HasSubstr("GPT-2's weights in '" + book + "' are quantized by writing them as GGUF: qkv convert --weights " +
+                        book + " --to gguf --type q8_0"));
 }
 
 TEST_F(GgufGpt, GptTwoFilesTheBooksModelCannotBeAreRefusedNamingTheKey) {
