@@ -180,6 +180,15 @@ const ModelFamily& family_of_gguf(const GgufFile& file) {
 
 namespace {
 
+// {arch}.vocab_size, else token_embd's rows.
+int64_t vocab_size(const GgufFile& f, const std::function<int64_t(const std::string&)>& integer) {
+  if (f.has(f.string("general.architecture") + ".vocab_size")) return integer("vocab_size");
+  const GgufTensor& embed = f.tensor("token_embd.weight");
+  QKV_CHECK(embed.shape.size() == 2, excerpt(f.path()), ": token_embd.weight has shape ", shape_str(embed.shape),
+            "; expected (vocab, embedding_length)");
+  return embed.shape[0];
+}
+
 // gpt2's metadata as the book's cfg dict (the GPT family's configuration); Q, K and V's bias when
 // the file has one.
 json gpt2_cfg(const GgufFile& f, const std::function<int64_t(const std::string&)>& integer) {
@@ -202,14 +211,7 @@ json gpt2_cfg(const GgufFile& f, const std::function<int64_t(const std::string&)
   const double eps = f.number("gpt2.attention.layer_norm_epsilon");
   QKV_CHECK(std::fabs(eps - 1e-5) <= 1e-9, where, "attention.layer_norm_epsilon is ", eps,
             "; the book's GPT normalises with 1e-5");
-  if (f.has("gpt2.vocab_size")) {
-    j["vocab_size"] = integer("vocab_size");
-  } else {
-    const GgufTensor& embed = f.tensor("token_embd.weight");
-    QKV_CHECK(embed.shape.size() == 2, excerpt(f.path()), ": token_embd.weight has shape ", shape_str(embed.shape),
-              "; expected (vocab, embedding_length)");
-    j["vocab_size"] = embed.shape[0];
-  }
+  j["vocab_size"] = vocab_size(f, integer);
   return j;
 }
 
@@ -230,14 +232,7 @@ json gguf_config_json(const GgufFile& f) {
   j["max_position_embeddings"] = integer("context_length");
   j["rms_norm_eps"] = f.number(a + "attention.layer_norm_rms_epsilon");
   j["rope_theta"] = f.has(a + "rope.freq_base") ? f.number(a + "rope.freq_base") : 10000.0;
-  if (f.has(a + "vocab_size")) {
-    j["vocab_size"] = integer("vocab_size");
-  } else {
-    const GgufTensor& embed = f.tensor("token_embd.weight");
-    QKV_CHECK(embed.shape.size() == 2, excerpt(f.path()), ": token_embd.weight has shape ", shape_str(embed.shape),
-              "; expected (vocab, embedding_length)");
-    j["vocab_size"] = embed.shape[0];
-  }
+  j["vocab_size"] = vocab_size(f, integer);
   const int64_t heads = j["num_attention_heads"];
   const int64_t width = j["hidden_size"];
   int64_t head_dim = heads > 0 && width % heads == 0 ? width / heads : 0;
@@ -383,11 +378,9 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   auto read32 = [&](const std::string& name, float* out) {
     const GgufPlace& p = place_of.at(name);
     const GgufTensor& t = file.tensor(p.name);
-    if (p.part()) {  // the whole tensor, then this part's rows
+    if (p.part()) {  // this part's rows only (rows are whole blocks; the type was checked readable above)
       const Rows r = rows_of(name);
-      std::vector<float> all(static_cast<size_t>(t.numel()));
-      file.read_floats(p.name, all.data());
-      std::memcpy(out, all.data() + r.first * r.cols, static_cast<size_t>((r.last - r.first) * r.cols) * sizeof(float));
+      dequantize(*t.type, t.data + r.first * r.row_bytes, (r.last - r.first) * r.cols, out);
     } else {
       file.read_floats(p.name, out);
     }
