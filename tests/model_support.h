@@ -28,7 +28,7 @@ inline DecoderModel tiny_gpt(int64_t vocab, int64_t context, int64_t emb_dim, in
   return DecoderModel(gpt_spec(vocab, context, emb_dim, heads, layers, drop_rate, /*qkv_bias=*/true), gen);
 }
 
-// A Llama 3 ("llama") or Qwen3 ("qwen3") spec of these sizes, as config.json would say them.
+// A Llama 3 ("llama"), Qwen2.5 ("qwen2": biases on q, k, v) or Qwen3 ("qwen3") spec of these sizes, as config.json would say them.
 inline DecoderSpec llama_sizes(const std::string& family, int64_t vocab, int64_t hidden, int64_t intermediate,
                                int64_t layers, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t context,
                                bool tied = false, double rope_theta = 10000.0, double eps = 1e-6) {

@@ -214,7 +214,7 @@ def _stop_running_streams():
 
 def load(path, *, dtype=None, vocab_dir="", num_heads=None, quantize=None, dequantize=False):
     """The model in `path`: GPT-2's weights (Hugging Face's model.safetensors or a directory holding
-    it and config.json, or the book's state-dict names), a Llama 3 or Qwen3 folder as Hugging Face
+    it and config.json, or the book's state-dict names), a Llama 3, Qwen2.5 or Qwen3 folder as Hugging Face
     ships it (config.json, model.safetensors or shards, tokenizer.json) or as llama.cpp's GGUF file
     (F32, F16, BF16 and the quantized types, whose blocks generation reads with integer products as
     llama.cpp does), or a checkpoint `qkv train` wrote.
@@ -239,6 +239,7 @@ def load(path, *, dtype=None, vocab_dir="", num_heads=None, quantize=None, dequa
 
 def make_model(preset, seed=123, *, dtype=None, vocab_dir=""):
     """An untrained model of a preset: GPT-2's (gpt2-small, gpt2-medium, gpt2-large, gpt2-xl), its
-    weights drawn as torch.manual_seed(seed); GPTModel(cfg) draws them; or Llama 3's and Qwen3's
-    (llama-3.2-1b, llama-3.2-3b, qwen3-0.6b, qwen3-1.7b) with the installed vocabulary."""
+    weights drawn as torch.manual_seed(seed); GPTModel(cfg) draws them; or Llama 3's, Qwen2.5's and
+    Qwen3's (llama-3.2-1b, llama-3.2-3b, qwen2.5-0.5b, qwen3-0.6b, qwen3-1.7b) with the installed
+    vocabulary."""
     return Model(_qkv.make_model(preset, seed=seed, dtype=dtype, vocab_dir=vocab_dir))

@@ -35,7 +35,7 @@ void add_chat_flags(CLI::App* sub, ChatFlags& f) {
              throw CLI::ValidationError("--thinking: " + s + " is not on or off");
            f.thinking = s == "on";
          },
-         "Qwen3's thinking block: on (the model may think first, as Qwen3's default) | off (an empty "
+         "Qwen3's thinking block (other families have none): on (the model may think first, as Qwen3's default) | off (an empty "
          "<think></think> after the reply's header)")
       ->type_name("on|off")
       ->default_str("on");
@@ -50,7 +50,7 @@ void add_chat_flags(CLI::App* sub, ChatFlags& f) {
 
 ChatSession make_chat_session(const LoadedModel& m, const ChatFlags& f) {
   QKV_CHECK(m.chat_format.has_value() && m.tokenizer, m.description,
-            " has no chat format (chat is for the Llama 3 and Qwen3 families, with their tokenizer.json)");
+            " has no chat format (chat is for the ", family_titles(has_chat), " families, with their tokenizer)");
   ChatSession chat(*m.model, *m.tokenizer, *m.chat_format, m.end_ids, f.max_context);
   chat.set_special_tokens_in_messages(f.special_in_messages);
   return chat;
@@ -164,10 +164,11 @@ int run_chat(ChatCommandFlags& f, const CLI::App& sub) {
 
 Command add_chat(CLI::App& app) {
   auto f = std::make_shared<ChatCommandFlags>();
-  CLI::App* sub = app.add_subcommand("chat", "Chat with a Llama 3 or Qwen3 model, a Hugging Face folder or a GGUF file (one message per line of input)");
+  CLI::App* sub = app.add_subcommand("chat", "Chat with a " + family_titles(has_chat, "or") + " model, a Hugging Face folder "
+                                             "or a GGUF file (one message per line of input)");
   sub->add_option("--weights", f->weights,
-                  "A Llama 3 / Qwen3 directory as Hugging Face ships it (config.json, model.safetensors or shards, "
-                  "tokenizer.json), or its GGUF file (llama.cpp's)");
+                  "A " + family_titles(has_chat, "or") + " directory as Hugging Face ships it (config.json, model.safetensors "
+                  "or shards, tokenizer.json), or its GGUF file (llama.cpp's)");
   add_quantize_flag(sub, f->quantize);
   sub->add_option("--model", f->model, "An untrained preset instead (a family with a chat format): " + preset_list());
   add_chat_flags(sub, f->chat);

@@ -74,14 +74,16 @@ int run_convert(const ConvertFlags& f) {
 Command add_convert(CLI::App& app) {
   auto f = std::make_shared<ConvertFlags>();
   CLI::App* sub = app.add_subcommand("convert", "Convert GPT-2's weights between Hugging Face's layout, the book's "
-                                                "names and qkv's, bit for bit; or a GPT-2, Llama 3 or Qwen3 model to llama.cpp's GGUF");
+                                                "names and qkv's, bit for bit; or a " + family_titles(has_gguf, "or") +
+                                                " model to llama.cpp's GGUF");
   sub->add_option("--weights", f->weights, "The weights: model.safetensors (or its directory with config.json), the "
-                                           "book's names, or qkv's; --to gguf: any GPT-2, Llama 3 or Qwen3 model qkv reads");
+                                           "book's names, or qkv's; --to gguf: any " + family_titles(has_gguf, "or") +
+                                           " model qkv reads");
   sub->add_option("--model", f->model, "--to gguf: an untrained preset drawn from --seed instead (as "
                                        "torch.manual_seed(S); Model(cfg)), with its installed tokenizer: " + preset_list())
       ->check(CLI::IsMember(model_preset_names()));
   add_number_with_default(sub, "--seed", f->seed, "--model: the seed its weights are drawn from");
-  sub->add_option("--to", f->to, "huggingface | book | qkv (GPT-2) | gguf (GPT-2, Llama 3, Qwen3)")
+  sub->add_option("--to", f->to, "huggingface | book | qkv (GPT-2) | gguf (" + family_titles(has_gguf) + ")")
       ->required()
       ->check(CLI::IsMember({"huggingface", "book", "qkv", "gguf"}));
   sub->add_option("--out", f->out, "The file to write (safetensors, or GGUF with --to gguf)")->required();

@@ -147,7 +147,7 @@ CLI::Option* add_dtype_flag(CLI::App* sub, const std::string& flag, std::functio
 }
 
 void add_quantize_flag(CLI::App* sub, std::string& value) {
-  sub->add_option("--quantize", value, "q8_0 | q4_0 | q4_k | q6_k: a model's float weights (a Llama 3 / Qwen3 folder, "
+  sub->add_option("--quantize", value, "q8_0 | q4_0 | q4_k | q6_k: a model's float weights (a Llama 3 or Qwen Hugging Face folder, "
                                        "an F32/F16/BF16 GGUF file of any family) quantized at load into that type's blocks, read "
                                        "by integer products as llama.cpp reads its files (docs/gguf.md)")
       ->check(CLI::IsMember(product_quant_names(), CLI::ignore_case));

@@ -114,7 +114,7 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
 
 Command add_forward(CLI::App& app) {
   auto f = std::make_shared<ForwardFlags>();
-  CLI::App* sub = app.add_subcommand("forward", "Run one attention module on a tensor from a safetensors file, or a whole model (gpt, llama, qwen3) on ids");
+  CLI::App* sub = app.add_subcommand("forward", "Run one attention module on a tensor from a safetensors file, or a whole model (gpt, llama, qwen2, qwen3) on ids");
   add_module_flags(sub, *f);
   sub->get_option("--module")->required();
   add_model_size_flags(sub, f->sizes);

@@ -130,12 +130,13 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
 Command add_generate(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
   CLI::App* sub = app.add_subcommand(
-      "generate", "Generate text with a model: GPT-2's weights, a Llama 3 / Qwen3 folder, a GGUF file (GPT-2, Llama 3, Qwen3), an untrained preset, or a checkpoint qkv train wrote");
+      "generate", "Generate text with a model: GPT-2's weights, a Hugging Face folder, a GGUF file (" +
+                      family_titles(has_gguf) + "), an untrained preset, or a checkpoint qkv train wrote");
   sub->add_option("--checkpoint", f->checkpoint, "A checkpoint written by qkv train");
   sub->add_option("--weights", f->weights,
-                  "A model's files: a Hugging Face folder (Llama 3, Qwen3, GPT-2: config.json, model.safetensors or "
-                  "shards, tokenizer.json), a GGUF file (llama.cpp's: GPT-2, Llama 3, Qwen3), GPT-2's model.safetensors, or "
-                  "the book's state-dict names as safetensors");
+                  "A model's files: a Hugging Face folder (" + family_titles(has_gguf) + ": config.json, "
+                  "model.safetensors or shards, tokenizer.json), a GGUF file (llama.cpp's), GPT-2's model.safetensors, "
+                  "or the book's state-dict names as safetensors");
   add_quantize_flag(sub, f->quantize);
   sub->add_option("--model", f->model, "An untrained preset drawn from --seed (as torch.manual_seed(S); "
                                        "GPTModel(cfg)): " + preset_list())
@@ -172,7 +173,7 @@ Command add_generate(CLI::App& app) {
                  "head's too, and keeps its weights in bf16: half the bytes per token; default: as the checkpoint was "
                  "trained)");
   sub->add_flag("--chat", f->chat,
-                "One chat turn with a Llama 3 or Qwen3 model: --prompt is the user's message, wrapped in the "
+                "One chat turn with a " + family_titles(has_chat, "or") + " model: --prompt is the user's message, wrapped in the "
                 "family's chat format; the reply ends at its end token (default --max-new-tokens 1024). --json "
                 "prints {prompt, completion, ids, prompt_ids, new_ids, prompt_tokens, new_tokens, ended, "
                 "chat_format, model}");

@@ -33,7 +33,7 @@ void print_error(const std::string& message) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"qkv: transformer attention, the book's GPT model, Llama 3 and Qwen3, exact to PyTorch", "qkv"};
+  CLI::App app{"qkv: transformer attention, the book's GPT model, Llama 3, Qwen2.5 and Qwen3, exact to PyTorch", "qkv"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "qkv 0.1.0");
   app.footer(kExitCodes);

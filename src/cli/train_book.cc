@@ -41,15 +41,16 @@ void add_book_train_flags(CLI::App* sub, BookTrainFlags& g) {
   std::vector<std::string> families;
   for (const ModelFamily* f : model_families()) families.push_back(f->name);
   sub->add_option("--model", g.model, "attention-lm (the attention-only LM) | gpt (the book's GPT model, chapter 5) | "
-                                      "llama | qwen3 (Llama 3, Qwen3: chapter 5's loop, fine-tuning from --init)")
+                                      "llama | qwen2 | qwen3 (Llama 3, Qwen2.5, Qwen3: chapter 5's loop, fine-tuning "
+                                      "from --init)")
       ->check(CLI::IsMember(families))
       ->capture_default_str();
   sub->add_option("--preset", g.preset, "--model gpt: the sizes to start from (the flags given override them); "
-                                        "llama, qwen3: an untrained model of these sizes (llama-3.2-1b, qwen3-0.6b, ...)")
+                                        "llama, qwen2, qwen3: an untrained model of these sizes (llama-3.2-1b, qwen3-0.6b, ...)")
       ->check(CLI::IsMember(model_preset_names()))
       ->capture_default_str();
   sub->add_option("--init", g.init, "--model gpt: start from these weights (fine-tuning; any layout qkv generate "
-                                    "--weights reads); llama, qwen3: Hugging Face's folder (config.json, the weights, "
+                                    "--weights reads); llama, qwen2, qwen3: Hugging Face's folder (config.json, the weights, "
                                     "tokenizer.json)");
   visit_fields(OptionFlags{sub}, g.book);
 }

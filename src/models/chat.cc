@@ -7,7 +7,16 @@
 
 namespace qkv {
 
-const char* chat_format_name(ChatFormat f) { return f == ChatFormat::kQwen3 ? "qwen3" : "llama3"; }
+const char* chat_format_name(ChatFormat f) {
+  switch (f) {
+    case ChatFormat::kLlama3: return "llama3";
+    case ChatFormat::kQwen2: return "qwen2";
+    case ChatFormat::kQwen3: return "qwen3";
+  }
+  return "?";
+}
+
+const char* const kQwen2DefaultSystem = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 std::vector<ChatPiece> chat_pieces(ChatFormat format, const std::vector<ChatMessage>& messages, bool first,
                                    bool thinking) {
@@ -25,14 +34,19 @@ std::vector<ChatPiece> chat_pieces(ChatFormat format, const std::vector<ChatMess
       p.push_back({"<|eot_id|>", false});
     }
     p.push_back({"<|start_header_id|>assistant<|end_header_id|>\n\n", false});
-  } else {
+  } else {  // ChatML
+    if (format == ChatFormat::kQwen2 && first && (messages.empty() || messages.front().role != "system")) {
+      p.push_back({"<|im_start|>", false});
+      p.push_back({std::string("system\n") + kQwen2DefaultSystem, true});
+      p.push_back({"<|im_end|>\n", false});
+    }
     for (const ChatMessage& m : messages) {
       p.push_back({"<|im_start|>", false});
       p.push_back({m.role + "\n" + m.content, true});
       p.push_back({"<|im_end|>\n", false});
     }
     p.push_back({"<|im_start|>assistant\n", false});
-    if (!thinking) p.push_back({"<think>\n\n</think>\n\n", false});
+    if (format == ChatFormat::kQwen3 && !thinking) p.push_back({"<think>\n\n</think>\n\n", false});
   }
   return p;
 }
@@ -54,7 +68,7 @@ std::vector<int64_t> chat_ids(const Tokenizer& tokenizer, ChatFormat format, con
   return ids;
 }
 
-std::string chat_turn_close(ChatFormat format) { return format == ChatFormat::kQwen3 ? "\n" : ""; }
+std::string chat_turn_close(ChatFormat format) { return format == ChatFormat::kLlama3 ? "" : "\n"; }
 
 namespace {
 // The conversation's positions: `capacity`, at most the model's context; checked before the cache is made.

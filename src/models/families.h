@@ -9,6 +9,7 @@ namespace qkv::models_detail {
 const ModelFamily& attention_lm_family();  // attention_lm.cc
 const ModelFamily& gpt_family();           // gpt.cc
 const ModelFamily& llama_family();         // llama.cc
+const ModelFamily& qwen2_family();         // llama.cc
 const ModelFamily& qwen3_family();         // llama.cc
 
 }  // namespace qkv::models_detail

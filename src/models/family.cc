@@ -34,7 +34,7 @@ std::string list(const std::vector<std::string>& names) {
 const std::vector<const ModelFamily*>& model_families() {
   static const std::vector<const ModelFamily*> all = {&models_detail::attention_lm_family(),
                                                       &models_detail::gpt_family(), &models_detail::llama_family(),
-                                                      &models_detail::qwen3_family()};
+                                                      &models_detail::qwen2_family(), &models_detail::qwen3_family()};
   return all;
 }
 
@@ -46,6 +46,19 @@ const ModelFamily& model_family(const std::string& name) {
   }
   fail("unknown model family ", excerpt(name), "; qkv knows ", list(names));
 }
+
+std::string family_titles(bool (*has)(const ModelFamily&), const char* last) {
+  std::vector<std::string> titles;
+  for (const ModelFamily* f : model_families())
+    if (has(*f)) titles.push_back(f->title);
+  std::string s;
+  for (size_t i = 0; i < titles.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == titles.size() ? str(" ", last, " ") : ", ") + titles[i];
+  return s;
+}
+
+bool has_gguf(const ModelFamily& f) { return !f.gguf_architectures.empty(); }
+bool has_chat(const ModelFamily& f) { return f.chat.has_value(); }
 
 const ModelFamily* family_of_model_type(const std::string& model_type) {
   for (const ModelFamily* f : model_families())
@@ -77,7 +90,7 @@ const ModelFamily& family_of_path(const std::string& path) {
         QKV_CHECK(is_gpt_weights(MappedSafetensors(dir + "model.safetensors")), excerpt(dir + "config.json"),
                   " has no \"model_type\" and ", excerpt(dir + "model.safetensors"),
                   " is not GPT-2's weights (which is all a folder without one may hold); config.json must say ",
-                  "\"model_type\": \"llama\", \"qwen3\" or \"gpt2\"");
+                  "\"model_type\": \"llama\", \"qwen2\", \"qwen3\" or \"gpt2\"");
       return models_detail::gpt_family();
     }
     const ModelFamily* f = family_of_model_type(*type);
@@ -94,10 +107,10 @@ const ModelFamily& family_of_path(const std::string& path) {
   const MappedSafetensors header(path);  // the header only: the tensors are read when loaded
   if (is_lm_checkpoint(header.metadata())) return models_detail::attention_lm_family();
   if (is_gpt_weights(header)) return models_detail::gpt_family();
-  // A Llama 3 / Qwen3 model.safetensors on its own: its sizes are in the config.json beside it.
+  // A Llama 3 / Qwen model.safetensors on its own: its sizes are in the config.json beside it.
   for (const ModelFamily* f : model_families())
     if (f->read_config != nullptr && f->name != "gpt" && header.contains(f->names.embed + "weight"))
-      fail(excerpt(path), " holds Hugging Face ", f->names.embed, "weight (Llama 3 or Qwen3 weights): give the ",
+      fail(excerpt(path), " holds Hugging Face ", f->names.embed, "weight (Llama 3 or Qwen weights): give the ",
            "folder that holds it with its config.json (and tokenizer.json)");
   // Neither: the checkpoint reader says what is missing
   return models_detail::attention_lm_family();

@@ -61,7 +61,7 @@ HfFolder read_hf_folder(const std::string& path) {
   QKV_CHECK(family != nullptr && family->read_config != nullptr && family->name != "gpt", where, ": \"model_type\" is ",
             !config.contains("model_type") ? std::string("missing")
                                            : config["model_type"].is_string() ? excerpt(type) : excerpt(config["model_type"].dump()),
-            "; qkv reads \"llama\" (Llama 3) and \"qwen3\" folders here (GPT-2's \"gpt2\" loads as the book's GPT model)");
+            "; qkv reads \"llama\" (Llama 3), \"qwen2\" (Qwen2.5) and \"qwen3\" folders here (GPT-2's \"gpt2\" loads as the book's GPT model)");
   w.spec = family->read_config(config, where);
   // The files: model.safetensors when there is one (as Hugging Face's from_pretrained reads it, even
   // beside an index), else the shards the index names (each once, in order of first mention).

@@ -1,4 +1,4 @@
-// The Llama 3 and Qwen3 families: config.json, the presets, their registry entries. See
+// The Llama 3, Qwen2.5 and Qwen3 families: config.json, the presets, their registry entries. See
 // include/qkv/models/llama.h; their files are hf_folder.cc's.
 #include "qkv/models/llama.h"
 
@@ -69,11 +69,14 @@ std::string config_attention_key(kernels::SpecField f) {
 }
 const DecoderNames kConfigKeys{config_key, config_attention_key};
 
-bool qwen3(const DecoderSpec& s) { return s.family == "qwen3"; }
+// "Qwen3", "Qwen2", "Llama": the family's word for people (Qwen2's model_type is Qwen2.5's too).
+const char* title_of(const std::string& family) {
+  return family == "qwen3" ? "Qwen3" : family == "qwen2" ? "Qwen2" : "Llama";
+}
 
 std::string describe_llama(const DecoderSpec& s) {
   const kernels::AttentionSpec& a = s.attention;
-  return str(qwen3(s) ? "Qwen3" : "Llama", " model: ", s.layers, " layers x ", a.heads, " heads (", a.groups(),
+  return str(title_of(s.family), " model: ", s.layers, " layers x ", a.heads, " heads (", a.groups(),
              " key/value) of ", a.head_dim, ", hidden ", s.width, ", intermediate ", s.ff_width, ", vocab ",
              s.vocab_size, ", context ", s.context_length, s.tied_head ? ", head tied to the embedding" : "");
 }
@@ -139,10 +142,11 @@ std::vector<OutputFile> folder_checkpoint(LanguageModel& model, const std::strin
 }
 
 ModelFamily family_entry(const char* name) {
-  const bool q = std::string(name) == "qwen3";
+  const std::string family = name;
+  const bool qwen = family != "llama";  // Qwen2.5 and Qwen3: ChatML, Qwen's vocabulary
   ModelFamily f;
   f.name = name;
-  f.title = q ? "Qwen3" : "Llama 3";
+  f.title = family == "qwen3" ? "Qwen3" : family == "qwen2" ? "Qwen2.5" : "Llama 3";
   f.model_types = {name};
   f.gguf_architectures = {name};
   f.names = {.embed = "model.embed_tokens.", .positions = "", .blocks = "model.layers.",
@@ -154,18 +158,21 @@ ModelFamily family_entry(const char* name) {
   f.read_config = read_llama_config;
   f.write_config = llama_config_json;
   f.describe = describe_llama;
+  const std::string prefix = family == "qwen3" ? "qwen3-" : family == "qwen2" ? "qwen2.5-" : "llama-";
   for (const std::string& p : llama_preset_names())
-    if ((p.rfind("qwen3", 0) == 0) == q) f.presets.push_back(p);
+    if (p.starts_with(prefix)) f.presets.push_back(p);
   f.preset = llama_preset;
   f.load = load_folder;
   f.checkpoint = folder_checkpoint;
   f.checkpoint_kind = "Hugging Face's folder, F32; qkv generate --weights and qkv chat read it";
   f.checkpoint_folder = true;
-  f.vocabulary = q ? "qwen3" : "llama3";
+  // Qwen2.5's tokenizer is Qwen3's but for Qwen3's last four added tokens (<tool_response>,
+  // </tool_response>, <think>, </think>): the installed Qwen3 file serves its presets.
+  f.vocabulary = qwen ? "qwen3" : "llama3";
   f.tokenizer = hf_tokenizer;
-  f.end_tokens = q ? std::vector<std::string>{"<|im_end|>", "<|endoftext|>"}
-                   : std::vector<std::string>{"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"};
-  f.chat = q ? ChatFormat::kQwen3 : ChatFormat::kLlama3;
+  f.end_tokens = qwen ? std::vector<std::string>{"<|im_end|>", "<|endoftext|>"}
+                      : std::vector<std::string>{"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"};
+  f.chat = family == "qwen3" ? ChatFormat::kQwen3 : family == "qwen2" ? ChatFormat::kQwen2 : ChatFormat::kLlama3;
   return f;
 }
 
@@ -175,10 +182,11 @@ DecoderSpec read_llama_config(const json& j, const std::string& where) {
   QKV_CHECK(j.is_object(), where, " is not a JSON object");
   DecoderSpec s;
   const std::string type = j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
-  if (type != "llama" && type != "qwen3")
+  if (type != "llama" && type != "qwen2" && type != "qwen3")
     fail(where, ": \"model_type\" is ",
          !j.contains("model_type") ? std::string("missing") : j["model_type"].is_string() ? excerpt(type) : excerpt(j["model_type"].dump()),
-         "; qkv reads \"llama\" (Llama 3) and \"qwen3\" here (GPT-2's \"gpt2\" loads as the book's GPT model)");
+         "; qkv reads \"llama\" (Llama 3), \"qwen2\" (Qwen2.5) and \"qwen3\" here (GPT-2's \"gpt2\" loads as ",
+         "the book's GPT model)");
   s.family = type;
   kernels::AttentionSpec& a = s.attention;
   s.vocab_size = integer(j, "vocab_size", where);
@@ -205,9 +213,17 @@ DecoderSpec read_llama_config(const json& j, const std::string& where) {
   if (j.contains("hidden_act"))
     QKV_CHECK(j["hidden_act"] == "silu", where, ": \"hidden_act\" is ", excerpt(j["hidden_act"].dump()),
               "; the SwiGLU feed-forward uses \"silu\"");
-  for (const char* key : {"attention_bias", "mlp_bias"})
-    QKV_CHECK(!boolean(j, key, false, where), where, ": \"", key,
-              "\" is true; qkv's Llama and Qwen3 projections have no bias");
+  // Qwen2's q, k and v always have a bias (its config.json has no key for it); no other projection has.
+  const bool qwen2 = type == "qwen2";
+  if (qwen2) {
+    QKV_CHECK(!boolean(j, "use_sliding_window", false, where), where, ": \"use_sliding_window\" is true; qkv ",
+              "runs Qwen2's full attention in every layer (the published Qwen2.5 models turn it off)");
+    QKV_CHECK(!boolean(j, "mlp_bias", false, where), where, ": \"mlp_bias\" is true; Qwen2's feed-forward has no bias");
+  } else {
+    for (const char* key : {"attention_bias", "mlp_bias"})
+      QKV_CHECK(!boolean(j, key, false, where), where, ": \"", key,
+                "\" is true; qkv's Llama and Qwen3 projections have no bias");
+  }
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const json& r = j["rope_scaling"];
     QKV_CHECK(r.is_object(), where, ": \"rope_scaling\" is ", excerpt(r.dump()), "; expected an object or null");
@@ -229,7 +245,8 @@ DecoderSpec read_llama_config(const json& j, const std::string& where) {
   a.qk_norm_eps = s.norm_eps;
   s.ff = FeedForwardKind::kSwiGLU;
   s.learned_positions = false;
-  s.qkv_bias = s.out_bias = s.head_bias = false;
+  s.qkv_bias = qwen2;
+  s.out_bias = s.head_bias = false;
   s.shortcut_dropout = false;
   validate_decoder_spec(s, where, kConfigKeys);
   return s;
@@ -238,13 +255,17 @@ DecoderSpec read_llama_config(const json& j, const std::string& where) {
 json llama_config_json(const DecoderSpec& s) {
   const kernels::AttentionSpec& a = s.attention;
   json j = {{"model_type", s.family},
-            {"architectures", {qwen3(s) ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
+            {"architectures", {str(title_of(s.family), "ForCausalLM")}},
             {"vocab_size", s.vocab_size}, {"hidden_size", s.width},
             {"intermediate_size", s.ff_width}, {"num_hidden_layers", s.layers},
             {"num_attention_heads", a.heads}, {"num_key_value_heads", a.groups()},
             {"head_dim", a.head_dim}, {"rms_norm_eps", s.norm_eps}, {"rope_theta", a.rope_base},
             {"max_position_embeddings", s.context_length}, {"tie_word_embeddings", s.tied_head},
-            {"hidden_act", "silu"}, {"attention_bias", false}};
+            {"hidden_act", "silu"}};
+  if (s.family == "qwen2")
+    j["use_sliding_window"] = false;
+  else
+    j["attention_bias"] = false;
   if (a.rope_scaling.on())
     j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", a.rope_scaling.factor},
                          {"low_freq_factor", a.rope_scaling.low_freq_factor},
@@ -254,7 +275,8 @@ json llama_config_json(const DecoderSpec& s) {
 }
 
 const std::vector<std::string>& llama_preset_names() {
-  static const std::vector<std::string> names = {"llama-3.2-1b", "llama-3.2-3b", "qwen3-0.6b", "qwen3-1.7b"};
+  static const std::vector<std::string> names = {"llama-3.2-1b", "llama-3.2-3b", "qwen2.5-0.5b", "qwen3-0.6b",
+                                                 "qwen3-1.7b"};
   return names;
 }
 
@@ -269,8 +291,15 @@ DecoderSpec llama_preset(const std::string& name) {
                       {"rope_theta", 1000000.0}, {"max_position_embeddings", 40960}, {"tie_word_embeddings", true},
                       {"num_key_value_heads", 8}, {"head_dim", 128}, {"hidden_act", "silu"}, {"num_hidden_layers", 28},
                       {"num_attention_heads", 16}};
+  const json qwen25 = {{"model_type", "qwen2"}, {"vocab_size", 151936}, {"rms_norm_eps", 1e-6},
+                       {"rope_theta", 1000000.0}, {"max_position_embeddings", 32768}, {"hidden_act", "silu"},
+                       {"use_sliding_window", false}};
   json j;
-  if (name == "llama-3.2-1b") {
+  if (name == "qwen2.5-0.5b") {
+    j = qwen25;
+    j.update({{"hidden_size", 896}, {"intermediate_size", 4864}, {"num_hidden_layers", 24},
+              {"num_attention_heads", 14}, {"num_key_value_heads", 2}, {"tie_word_embeddings", true}});
+  } else if (name == "llama-3.2-1b") {
     j = llama32;
     j.update({{"hidden_size", 2048}, {"num_hidden_layers", 16}, {"num_attention_heads", 32}, {"head_dim", 64}});
   } else if (name == "llama-3.2-3b") {
@@ -285,7 +314,7 @@ DecoderSpec llama_preset(const std::string& name) {
   } else {
     std::string known;
     for (const std::string& n : llama_preset_names()) known += (known.empty() ? "" : ", ") + n;
-    fail("unknown Llama/Qwen3 preset ", excerpt(name), "; expected one of: ", known);
+    fail("unknown Llama/Qwen preset ", excerpt(name), "; expected one of: ", known);
   }
   return read_llama_config(j, name);
 }
@@ -294,6 +323,11 @@ namespace models_detail {
 
 const ModelFamily& llama_family() {
   static const ModelFamily f = family_entry("llama");
+  return f;
+}
+
+const ModelFamily& qwen2_family() {
+  static const ModelFamily f = family_entry("qwen2");
   return f;
 }
 

@@ -52,7 +52,7 @@ TEST_P(ExploreLlama, EveryLayersWeightsPerQueryHeadAndTheResidualStreamAreTheFor
   EXPECT_EQ(page.lens.rows, (std::vector<std::string>{"embeddings", "layer 0", "layer 1"}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, ExploreLlama, ::testing::Values("llama", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Families, ExploreLlama, ::testing::Values("llama", "qwen2", "qwen3"));
 
 }  // namespace
 }  // namespace qkv

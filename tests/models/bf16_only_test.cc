@@ -102,7 +102,7 @@ TEST_P(Bf16Only, SameNumbersAsTheFloatModelWithBf16Copies) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Bf16Only,
-                         ::testing::Combine(::testing::Values("llama", "qwen3", "gpt"), ::testing::Bool()));
+                         ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3", "gpt"), ::testing::Bool()));
 
 TEST(Bf16OnlyRefusals, WhatNeedsTheFloatWeightsSaysHowToLoadThem) {
   Generator gen(6);

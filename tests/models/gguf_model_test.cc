@@ -210,17 +210,18 @@ TEST_P(GgufModel, AFolderQuantizedAtLoadIsItsGgufFile) {
 }
 
 TEST_P(GgufModel, TheTokenizerComesThroughTheFile) {
-  const std::string vocab = GetParam() == "qwen3" ? "qwen3" : "llama3";
+  const bool qwen = GetParam() != "llama";  // Qwen2.5 and Qwen3: Qwen's vocabulary
+  const std::string vocab = qwen ? "qwen3" : "llama3";
   if (!find_hf_vocab(vocab)) GTEST_SKIP() << vocab << "'s tokenizer.json is not installed (scripts/setup.sh installs it)";
   const std::string json_text = read_file(*find_hf_vocab(vocab));
   const nlohmann::json tokenizer = nlohmann::json::parse(json_text);
   const HfTokenizer original = HfTokenizer::load(vocab);
-  const int64_t V = GetParam() == "qwen3" ? 151936 : 128256;
+  const int64_t V = qwen ? 151936 : 128256;
   std::vector<GgufMetadata> meta = {{"general.architecture", gguf_string(GetParam())}};
   for (GgufMetadata& m : gguf_tokenizer_metadata(tokenizer, V, model_family(GetParam()))) meta.push_back(std::move(m));
   const GgufFile f = GgufFile::parse(serialize_gguf(meta, {}), "t.gguf");
   EXPECT_EQ(f.strings("tokenizer.ggml.tokens").size(), static_cast<size_t>(V));
-  EXPECT_EQ(f.string("tokenizer.ggml.pre"), GetParam() == "qwen3" ? "qwen2" : "llama-bpe");
+  EXPECT_EQ(f.string("tokenizer.ggml.pre"), qwen ? "qwen2" : "llama-bpe");
   EXPECT_EQ(f.boolean("tokenizer.ggml.add_bos_token"), GetParam() == "llama");
   // built straight from the file's arrays (as a load does), and through the tokenizer.json they make
   const HfTokenizer built = HfTokenizer::build(gguf_tokenizer_parts(f), "t.gguf");
@@ -263,7 +264,7 @@ TEST_P(GgufModel, BrokenFilesAreRefusedNamingTheField) {
               HasSubstr("but its tensors hold only"));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));  // 100x what it takes
   EXPECT_THAT(refused(edited(good, set("general.architecture", gguf_string("mamba")))),
-              HasSubstr("general.architecture is 'mamba'; qkv reads GGUF files of \"gpt2\", \"llama\", \"qwen3\""));
+              HasSubstr("general.architecture is 'mamba'; qkv reads GGUF files of \"gpt2\", \"llama\", \"qwen2\", \"qwen3\""));
   EXPECT_THAT(refused(edited(good, set(a + "embedding_length", gguf_string("256")))),
               HasSubstr("metadata '" + a + "embedding_length' is string; expected an integer"));
   EXPECT_THAT(refused(edited(good, set(a + "attention.head_count_kv", gguf_u32(3)))),
@@ -341,7 +342,7 @@ TEST_P(GgufModel, BrokenFilesAreRefusedNamingTheField) {
   EXPECT_THAT(refused(with_merges({})), HasSubstr("tokenizer.ggml.tokens has no token for byte"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, GgufModel, testing::Values("llama", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Families, GgufModel, testing::Values("llama", "qwen2", "qwen3"));
 
 // The book's GPT model as llama.cpp's "gpt2" file: LayerNorm's scale and shift, learned positions,
 // Q, K and V's rows in one attn_qkv tensor (their biases too), GELU feed-forward with biases.

@@ -87,7 +87,7 @@ TEST_P(HostileFolder, AnUnknownOrUnreadableModelTypeIsNamed) {
   for (const json& type : {json("mistral"), json("gemma3"), json("")}) {
     const std::string e = load_with("model_type", type);
     EXPECT_THAT(e, HasSubstr("\"model_type\" is '" + type.get<std::string>() + "'")) << e;
-    EXPECT_THAT(e, HasSubstr("qkv reads \"gpt2\", \"llama\", \"qwen3\"")) << e;
+    EXPECT_THAT(e, HasSubstr("qkv reads \"gpt2\", \"llama\", \"qwen2\", \"qwen3\"")) << e;
     EXPECT_THAT(e, testing::Not(HasSubstr("GPT model"))) << e;
   }
   EXPECT_THAT(load_with("model_type", 5), HasSubstr("\"model_type\" is 5; expected a string"));
@@ -104,14 +104,15 @@ TEST_P(HostileFolder, AFolderWithoutModelTypeOrItsWeightsAloneAreNamed) {
                         "/model.safetensors' is not GPT-2's weights (which is all a folder without one may hold)"));
   // the folder's model.safetensors given alone: the sizes are in config.json beside it
   EXPECT_THAT(error_of([&] { load_model(dir_ + "/model.safetensors"); }),
-              HasSubstr("holds Hugging Face model.embed_tokens.weight (Llama 3 or Qwen3 weights): give the folder"));
+              HasSubstr("holds Hugging Face model.embed_tokens.weight (Llama 3 or Qwen weights): give the folder"));
 }
 
 TEST_P(HostileFolder, KeysOfTheWrongTypeAreNamed) {
   EXPECT_THAT(load_with("tie_word_embeddings", "yes"),
               HasSubstr("\"tie_word_embeddings\" is \"yes\"; expected true or false"));
   EXPECT_THAT(load_with("tie_word_embeddings", 1), HasSubstr("\"tie_word_embeddings\" is 1; expected true or false"));
-  EXPECT_THAT(load_with("attention_bias", "no"), HasSubstr("\"attention_bias\" is \"no\"; expected true or false"));
+  const std::string flag = GetParam() == "qwen2" ? "use_sliding_window" : "attention_bias";  // Qwen2: biases always
+  EXPECT_THAT(load_with(flag, "no"), HasSubstr("\"" + flag + "\" is \"no\"; expected true or false"));
   EXPECT_THAT(load_with("rope_scaling", "llama3"), HasSubstr("\"rope_scaling\" is '\"llama3\"'; expected an object"));
   EXPECT_THAT(load_with("rope_scaling", json{{"rope_type", 3}}), HasSubstr("\"rope_type\" is 3; expected a string"));
   EXPECT_THAT(load_with("rope_scaling", json{{"type", json::array()}}), HasSubstr("\"type\" is []; expected a string"));
@@ -186,7 +187,7 @@ TEST_P(HostileFolder, WithoutTokenizerJsonTextIsRefusedSayingSo) {
   EXPECT_THAT(error_of([&] { m.decode({1}); }), HasSubstr("has no tokenizer.json"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, HostileFolder, testing::Values("llama", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Families, HostileFolder, testing::Values("llama", "qwen2", "qwen3"));
 
 TEST(JsonSize, ALongerTextThanTheLimitIsRefusedNamingTheLimit) {
   testing_support::ScopedLimits keep;

@@ -1,4 +1,4 @@
-// The Llama 3 / Qwen3 configuration (qkv/models/llama.h): config.json as Hugging Face publishes it
+// The Llama 3 / Qwen2.5 / Qwen3 configuration (qkv/models/llama.h): config.json as Hugging Face publishes it
 // read into the one description (DecoderSpec), the presets' published sizes, and every field out of
 // range refused by config.json's name for it.
 #include <gtest/gtest.h>
@@ -86,15 +86,54 @@ TEST(LlamaConfigJson, PresetsAreThePublishedSizes) {
   const DecoderSpec r = llama_preset("qwen3-1.7b");
   EXPECT_EQ(r.width, 2048);
   EXPECT_EQ(r.ff_width, 6144);
-  EXPECT_EQ(llama_preset_names().size(), 4u);
+  EXPECT_EQ(llama_preset_names().size(), 5u);
   try {
     llama_preset("llama-4");
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown Llama/Qwen3 preset 'llama-4'; expected one of: llama-3.2-1b"),
+    EXPECT_NE(std::string(e.what()).find("unknown Llama/Qwen preset 'llama-4'; expected one of: llama-3.2-1b"),
               std::string::npos)
         << e.what();
   }
+}
+
+// Qwen/Qwen2.5-0.5B's config.json as published.
+const char* kQwen25_05B = R"({
+  "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+  "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02,
+  "intermediate_size": 4864, "max_position_embeddings": 32768, "max_window_layers": 24,
+  "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16", "transformers_version": "4.40.1", "use_cache": true,
+  "use_sliding_window": false, "vocab_size": 151936})";
+
+TEST(LlamaConfigJson, ReadsQwen25sPublishedConfigWithItsBiases) {
+  const DecoderSpec c = read_llama_config(json::parse(kQwen25_05B));
+  EXPECT_EQ(c.family, "qwen2");
+  EXPECT_EQ(c.width, 896);
+  EXPECT_EQ(c.attention.heads, 14);
+  EXPECT_EQ(c.attention.kv_heads, 2);
+  EXPECT_EQ(c.attention.head_dim, 64);  // no head_dim: hidden_size / heads
+  EXPECT_EQ(c.ff_width, 4864);
+  EXPECT_EQ(c.layers, 24);
+  EXPECT_EQ(c.context_length, 32768);
+  EXPECT_TRUE(c.tied_head);
+  EXPECT_TRUE(c.qkv_bias);  // Qwen2's q, k and v have biases; nothing else has
+  EXPECT_FALSE(c.out_bias || c.head_bias || c.attention.qk_norm || c.learned_positions);
+  // The model card's counts: 0.49B parameters, 0.36B of them not the embedding.
+  EXPECT_EQ(decoder_parameters(c), 494032768);
+  EXPECT_EQ(decoder_parameters(c) - c.vocab_size * c.width, 357898112);
+  // The preset is the published file, and the spec goes back to config.json's keys unchanged.
+  EXPECT_EQ(llama_config_json(llama_preset("qwen2.5-0.5b")), llama_config_json(c));
+  EXPECT_EQ(llama_config_json(read_llama_config(llama_config_json(c))), llama_config_json(c));
+  EXPECT_EQ(llama_config_json(c)["architectures"][0], "Qwen2ForCausalLM");
+  // What qkv does not run is refused by name.
+  json j = json::parse(kQwen25_05B);
+  j["use_sliding_window"] = true;
+  EXPECT_NE(error_of(j).find("\"use_sliding_window\" is true"), std::string::npos) << error_of(j);
+  j = json::parse(kQwen25_05B);
+  j["mlp_bias"] = true;
+  EXPECT_NE(error_of(j).find("\"mlp_bias\" is true"), std::string::npos) << error_of(j);
 }
 
 TEST(LlamaConfigJson, HeadDimDefaultsToHiddenOverHeads) {

@@ -1,4 +1,4 @@
-"""qkv.load on Llama 3 and Qwen3 folders (tests/pytorch/llama_files.py writes them as Hugging Face ships
+"""qkv.load on Llama 3, Qwen2.5 and Qwen3 folders (tests/pytorch/llama_files.py writes them as Hugging Face ships
 them, around the PyTorch twin of tests/pytorch/llama_model.py): the logits are the twin's within 1e-5
 (relative to the largest), greedy and sampled generation give the twin's ids, stop_at_eos stops at the
 family's end token, a BF16 folder keeps its weights in bf16 only (generating; its state_dict() a
@@ -15,13 +15,14 @@ from llama_files import SPECIALS, make_cfg, small_tokenizer, twin, write_dir
 import qkv
 
 
-@pytest.fixture(scope="module", params=["qwen3", "llama"])
+@pytest.fixture(scope="module", params=["qwen3", "llama", "qwen2"])
 def family_dir(request, tmp_path_factory):
     family = request.param
     tokenizer, V = small_tokenizer(family)
-    rope = None if family == "qwen3" else dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+    rope = None if family != "llama" else dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                                  original_context_length=8)
-    cfg = make_cfg(family, V, 16, 24, 2, 4, 2, 6, 64, 10000.0, 1e-6, family == "qwen3", rope)
+    D = 4 if family == "qwen2" else 6  # Qwen2's head_dim is the width over the heads
+    cfg = make_cfg(family, V, 16, 24, 2, 4, 2, D, 64, 10000.0, 1e-6, family == "qwen3", rope)
     m = twin(cfg, 70)
     with torch.no_grad():
         m.final_norm.weight.mul_(3.0)  # spread the logits: sampling has clear winners
@@ -51,11 +52,12 @@ def test_logits_and_generation_are_the_twins(family_dir):
     names = list(model.state_dict())
     assert names[0] == "model.embed_tokens.weight" and "model.norm.weight" in names
     assert ("model.layers.0.self_attn.q_norm.weight" in names) == (family == "qwen3")
+    assert ("model.layers.0.self_attn.q_proj.bias" in names) == (family == "qwen2")
 
 
 def test_stop_at_eos_stops_at_the_end_token(family_dir, tmp_path):
     family, m, _, tokenizer, V = family_dir
-    end = V - len(SPECIALS[family]) + SPECIALS[family].index("<|im_end|>" if family == "qwen3" else "<|eot_id|>")
+    end = V - len(SPECIALS[family]) + SPECIALS[family].index("<|im_end|>" if family != "llama" else "<|eot_id|>")
     stop = copy.deepcopy(m)
     prompt = qkv.load(write_dir(m, str(tmp_path / "probe"), "f32", tokenizer)).encode("the cat")
     first = twin_generate(m, prompt, 4, 0.0, None, 0)

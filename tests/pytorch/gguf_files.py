@@ -1,4 +1,4 @@
-"""The Llama 3 / Qwen3 twin (tests/pytorch/llama_model.py) written as llama.cpp's GGUF v3 file, laid out
+"""The Llama 3 / Qwen2.5 / Qwen3 twin (tests/pytorch/llama_model.py) written as llama.cpp's GGUF v3 file, laid out
 as llama.cpp's convert_hf_to_gguf.py writes the Hugging Face model the twin stands for (checked against
 the llama.cpp source node-llama-cpp 3.22.1 bundles). A small serializer of its own (struct-packing),
 depending only on numpy, torch and the standard library.
@@ -9,18 +9,18 @@ depending only on numpy, torch and the standard library.
     kv, tensors = read_gguf("model.gguf")     # {key: value}, {name: (ggml type, ne, bytes)}: for checks
 
 What convert writes, and so this:
-  metadata  general.architecture ("llama" | "qwen3"), general.type "model", general.name,
+  metadata  general.architecture ("llama" | "qwen2" | "qwen3"), general.type "model", general.name,
             {arch}.block_count, context_length, embedding_length, feed_forward_length,
             attention.head_count, attention.head_count_kv, rope.freq_base (f32),
             attention.layer_norm_rms_epsilon (f32), attention.key_length and value_length (head_dim:
-            written whenever config.json has head_dim, which the twin's always has), general.file_type
+            written whenever config.json has head_dim, which the twin's has but for qwen2), general.file_type
             (0 F32, 1 F16, 32 BF16, 7 Q8_0), and for "llama" also llama.vocab_size and
             llama.rope.dimension_count (= head_dim); general.quantization_version 2. Integers are
             UINT32, floats FLOAT32. Llama 3 RoPE scaling is no key: it is the tensor rope_freqs.weight
             (F32, head_dim/2 factors by which llama.cpp divides each frequency), written first.
   tensors   token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, attn_q_norm, attn_k_norm
             (qwen3), ffn_norm, ffn_gate, ffn_up, ffn_down}, output_norm, output (absent when tied), all
-            ".weight", in the order of the Hugging Face names sorted (a safetensors file's order);
+            ".weight", and blk.N.attn_{q,k,v}.bias (qwen2), in the order of the Hugging Face names sorted (a safetensors file's order);
             dimensions stored reversed (ne0 = the row length = in_features). 1-D tensors and names
             ending "_norm.weight" stay F32; 2-D ones take the type (Q8_0 falls back to F16 for a tensor
             whose rows are not a multiple of 32). For "llama", attn_q and attn_k rows are permuted from
@@ -53,14 +53,16 @@ GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16 = 0, 1, 8, 30
 FILE_TYPES = {"f32": (0, GGML_F32), "f16": (1, GGML_F16), "bf16": (32, GGML_BF16), "q8_0": (7, GGML_Q8_0)}
 TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5
 
-ARCH = {"llama": "llama", "qwen3": "qwen3"}
-PRE = {"llama": "llama-bpe", "qwen3": "qwen2"}
+ARCH = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+PRE = {"llama": "llama-bpe", "qwen2": "qwen2", "qwen3": "qwen2"}
 # What convert writes for the official repos (meta-llama/Llama-3.2-*-Instruct, Qwen/Qwen3-*), in its
 # order: [(kind, token text)], then add_bos_token. Llama 3: bos from tokenizer_config's bos_token,
 # eos from its eos_token (<|eot_id|> for Instruct, <|end_of_text|> for base), add_bos from the
 # TemplateProcessing post-processor; Qwen3: eos <|im_end|> and pad <|endoftext|> from
-# tokenizer_config, bos 151643 (<|endoftext|>) from config.json's bos_token_id, add_bos_token false.
+# tokenizer_config, bos 151643 (<|endoftext|>) from config.json's bos_token_id, add_bos_token false;
+# Qwen2.5-*-Instruct the same.
 SPECIAL_IDS = {
+    "qwen2": ([("eos", "<|im_end|>"), ("padding", "<|endoftext|>"), ("bos", "<|endoftext|>")], False),
     "llama": ([("bos", "<|begin_of_text|>"), ("eos", "<|eot_id|>")], True),
     "qwen3": ([("eos", "<|im_end|>"), ("padding", "<|endoftext|>"), ("bos", "<|endoftext|>")], False),
 }
@@ -200,7 +202,7 @@ _LAYER_NAMES = {
 
 
 def gguf_name(hf):
-    """llama.cpp's tensor name for a Hugging Face Llama / Qwen3 name."""
+    """llama.cpp's tensor name for a Hugging Face Llama / Qwen name (Qwen2's q, k, v biases too)."""
     if hf == "model.embed_tokens.weight":
         return "token_embd.weight"
     if hf == "model.norm.weight":
@@ -208,9 +210,9 @@ def gguf_name(hf):
     if hf == "lm_head.weight":
         return "output.weight"
     parts = hf.split(".")  # model.layers.N.<module...>.weight
-    if parts[:2] != ["model", "layers"] or parts[-1] != "weight":
+    if parts[:2] != ["model", "layers"] or parts[-1] not in ("weight", "bias"):
         raise ValueError(f"no GGUF name for {hf}")
-    return f"blk.{parts[2]}.{_LAYER_NAMES['.'.join(parts[3:-1])]}.weight"
+    return f"blk.{parts[2]}.{_LAYER_NAMES['.'.join(parts[3:-1])]}.{parts[-1]}"
 
 
 def tokenizer_arrays(tokenizer, vocab_size):
@@ -244,7 +246,7 @@ def tokenizer_arrays(tokenizer, vocab_size):
 
 
 def write_gguf(m, path, tokenizer, type="f32", name="qkv twin", alignment=None, specials=None):
-    """The twin `m` (its cfg's family "llama" or "qwen3") as a GGUF v3 file at `path`, with the
+    """The twin `m` (its cfg's family "llama", "qwen2" or "qwen3") as a GGUF v3 file at `path`, with the
     tokenizer.json dict `tokenizer`, the 2-D weights in `type`. `specials` overrides SPECIAL_IDS[family]:
     ([(kind, token text)], add_bos). `alignment` other than 32 is written as general.alignment."""
     cfg = m.cfg
@@ -264,8 +266,9 @@ def write_gguf(m, path, tokenizer, type="f32", name="qkv twin", alignment=None, 
             (a + "attention.head_count", UINT32, H), (a + "attention.head_count_kv", UINT32, G),
             (a + "rope.freq_base", FLOAT32, float(cfg["rope_base"])),
             (a + "attention.layer_norm_rms_epsilon", FLOAT32, float(cfg["rms_eps"])),
-            (a + "attention.key_length", UINT32, D), (a + "attention.value_length", UINT32, D),
             ("general.file_type", UINT32, file_type)]
+    if family != "qwen2":  # Qwen2's config.json has no head_dim: convert writes no key_length
+        kvs[-1:-1] = [(a + "attention.key_length", UINT32, D), (a + "attention.value_length", UINT32, D)]
     if family == "llama":
         kvs += [(a + "vocab_size", UINT32, V), (a + "rope.dimension_count", UINT32, D)]
     elif cfg["rope_freq"] is not None:

@@ -4,7 +4,7 @@ small vocabulary. Shared by tests/pytorch/test_llama_vs_pytorch.py and tests/pyt
 
     m = twin(make_cfg(...), seed)                    # llama_model.LlamaModel(cfg), norms off 1
     write_dir(m, path, "f32" | "bf16" | "shards", tokenizer)
-    tokenizer, V = small_tokenizer("qwen3" | "llama")
+    tokenizer, V = small_tokenizer("qwen3" | "qwen2" | "llama")
 """
 
 import json
@@ -72,9 +72,10 @@ def bytes_to_unicode():
 
 
 SPECIALS = {"qwen3": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+            "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
             "llama": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                       "<|eom_id|>", "<|eot_id|>"]}
-INSTALLED = {"qwen3": "qwen3", "llama": "llama3"}
+INSTALLED = {"qwen3": "qwen3", "qwen2": "qwen3", "llama": "llama3"}  # Qwen2.5's tokenizer is Qwen3's
 
 
 def small_tokenizer(family):
@@ -87,7 +88,7 @@ def small_tokenizer(family):
     vocab = {alphabet[b]: i for i, b in enumerate(sorted(alphabet))}
     merges = []
     for a, b in [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("e", "r"), ("o", "n"), ("Ġ", "a")]:
-        merges.append([a, b] if family == "qwen3" else f"{a} {b}")
+        merges.append([a, b] if family != "llama" else f"{a} {b}")
         vocab[a + b] = len(vocab)
     j["model"]["vocab"] = vocab
     j["model"]["merges"] = merges

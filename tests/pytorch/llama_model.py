@@ -1,7 +1,7 @@
-"""The PyTorch twin of qkv's Llama 3 and Qwen3 models (include/qkv/models/llama.h), written for these
+"""The PyTorch twin of qkv's Llama 3, Qwen2.5 and Qwen3 models (include/qkv/models/llama.h), written for these
 tests from the formulas, as the book's bonus chapters (Llama 3.2 and Qwen3 from scratch) write them:
 
-    cfg = {"family": "llama" | "qwen3", "vocab_size": V, "emb_dim": E, "hidden_dim": F, "n_layers": L,
+    cfg = {"family": "llama" | "qwen2" | "qwen3", "vocab_size": V, "emb_dim": E, "hidden_dim": F, "n_layers": L,
            "n_heads": H, "n_kv_groups": G, "head_dim": D, "rope_base": theta, "rms_eps": eps,
            "context_length": C, "rope_freq": None | {"factor", "low_freq_factor", "high_freq_factor",
            "original_context_length"}, "tied": bool}
@@ -13,7 +13,8 @@ tests from the formulas, as the book's bonus chapters (Llama 3.2 and Qwen3 from 
 
 Blocks: x = x + att(norm1(x)); x = x + ff(norm2(x)); RMSNorm everywhere (weight only); the attention
 is grouped-query with RoPE (the "rotate half" layout) and, for Qwen3, an RMSNorm over each head's
-queries and keys before RoPE; no biases; FeedForward fc3(silu(fc1(x)) * fc2(x)).
+queries and keys before RoPE; no biases but Qwen2's on the query, key and value projections (head_dim
+then emb_dim / n_heads, as Qwen2's config.json has none); FeedForward fc3(silu(fc1(x)) * fc2(x)).
 """
 
 import torch
@@ -63,9 +64,10 @@ class GroupedQueryAttention(nn.Module):
         super().__init__()
         E, H, G, D = cfg["emb_dim"], cfg["n_heads"], cfg["n_kv_groups"], cfg["head_dim"]
         self.H, self.G, self.D = H, G, D
-        self.W_query = nn.Linear(E, H * D, bias=False)
-        self.W_key = nn.Linear(E, G * D, bias=False)
-        self.W_value = nn.Linear(E, G * D, bias=False)
+        bias = cfg["family"] == "qwen2"
+        self.W_query = nn.Linear(E, H * D, bias=bias)
+        self.W_key = nn.Linear(E, G * D, bias=bias)
+        self.W_value = nn.Linear(E, G * D, bias=bias)
         self.out_proj = nn.Linear(H * D, E, bias=False)
         self.qk_norm = cfg["family"] == "qwen3"
         if self.qk_norm:
@@ -144,6 +146,9 @@ def hf_names(cfg):
                   (t + "att.W_key.weight", h + "self_attn.k_proj.weight"),
                   (t + "att.W_value.weight", h + "self_attn.v_proj.weight"),
                   (t + "att.out_proj.weight", h + "self_attn.o_proj.weight")]
+        if cfg["family"] == "qwen2":
+            pairs += [(t + f"att.{w}.bias", h + f"self_attn.{p}.bias")
+                      for w, p in [("W_query", "q_proj"), ("W_key", "k_proj"), ("W_value", "v_proj")]]
         if cfg["family"] == "qwen3":
             pairs += [(t + "att.q_norm.weight", h + "self_attn.q_norm.weight"),
                       (t + "att.k_norm.weight", h + "self_attn.k_norm.weight")]
@@ -169,6 +174,10 @@ def config_json(cfg):
          "head_dim": cfg["head_dim"], "rms_norm_eps": cfg["rms_eps"], "rope_theta": cfg["rope_base"],
          "max_position_embeddings": cfg["context_length"], "tie_word_embeddings": cfg["tied"],
          "hidden_act": "silu", "attention_bias": False, "torch_dtype": "float32"}
+    if cfg["family"] == "qwen2":  # Qwen2's config.json: no head_dim, no attention_bias (q, k, v always have one)
+        assert cfg["head_dim"] * cfg["n_heads"] == cfg["emb_dim"], "Qwen2's head_dim is emb_dim / n_heads"
+        del j["head_dim"], j["attention_bias"]
+        j.update(use_sliding_window=False, sliding_window=cfg["context_length"], max_window_layers=cfg["n_layers"])
     if cfg["rope_freq"] is not None:
         f = cfg["rope_freq"]
         j["rope_scaling"] = {"rope_type": "llama3", "factor": f["factor"], "low_freq_factor": f["low_freq_factor"],

@@ -69,6 +69,8 @@ CASES = [
     ("llama", "llama", 0, 64, 128, 2, 4, 2, 16, 5e5, False, None, ["f32", "f16", "bf16", "q8_0"]),
     ("llama D=8 rope scaling", "llama", 5, 64, 128, 2, 4, 2, 8, 5e5, False, SCALING, ["f32", "q8_0"]),
     ("llama tied D=32", "llama", 0, 64, 128, 1, 2, 2, 32, 1e4, True, None, ["f32"]),
+    ("qwen2", "qwen2", 3, 64, 128, 2, 4, 2, 16, 1e6, False, None, ["f32", "bf16", "q8_0", "q4_0"]),
+    ("qwen2 tied k-quants", "qwen2", 0, 256, 512, 1, 4, 2, 64, 1e6, True, None, ["q4_k", "q6_k"]),
 ]
 
 

@@ -1,17 +1,20 @@
-// qkv/models/chat.h - the Llama 3 and Qwen3 chat formats as fixed templates, and a conversation that
+// qkv/models/chat.h - the Llama 3, Qwen2.5 and Qwen3 chat formats as fixed templates, and a conversation that
 // keeps its KV cache from turn to turn.
 //
 // Llama 3 (the book's bonus chapter's format, Meta's header tokens):
 //   <|begin_of_text|>                                                   once, at the start
 //   <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>    each message
 //   <|start_header_id|>assistant<|end_header_id|>\n\n                    the reply's header
-// Qwen3 (ChatML):
+// Qwen2.5 and Qwen3 (ChatML):
+//   <|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n
+//                                                                        Qwen2.5's only: once, at the start,
+//                                                                        when the first message is not a system one
 //   <|im_start|>{role}\n{content}<|im_end|>\n                            each message
 //   <|im_start|>assistant\n                                              the reply's header
-//   <think>\n\n</think>\n\n                                               after it, with thinking off
-//                                                                        (Qwen3's enable_thinking=False)
+//   <think>\n\n</think>\n\n                                               Qwen3's only: after it, with thinking
+//                                                                        off (Qwen3's enable_thinking=False)
 // A reply ends at one of the family's end tokens (LoadedModel::end_ids): it is not part of the
-// reply's text, and the conversation records it (with Qwen3's "\n") before the next message, as the
+// reply's text, and the conversation records it (with ChatML's "\n") before the next message, as the
 // template writes a finished turn. Each turn feeds only its new tokens to the model: the cache holds
 // the conversation so far. Templates are text; the tokenizer matches the special tokens in them.
 //
@@ -35,8 +38,8 @@
 
 namespace qkv {
 
-enum class ChatFormat { kLlama3, kQwen3 };
-const char* chat_format_name(ChatFormat f);  // "llama3" | "qwen3"
+enum class ChatFormat { kLlama3, kQwen2, kQwen3 };
+const char* chat_format_name(ChatFormat f);  // "llama3" | "qwen2" | "qwen3"
 
 struct ChatMessage {
   std::string role;     // "system" | "user" | "assistant"
@@ -58,7 +61,7 @@ std::vector<ChatPiece> chat_pieces(ChatFormat format, const std::vector<ChatMess
 // messages' through encode_text (as text) unless special_tokens_in_messages.
 std::vector<int64_t> chat_ids(const Tokenizer& tokenizer, ChatFormat format, const std::vector<ChatMessage>& messages,
                               bool first, bool thinking, bool special_tokens_in_messages = false);
-// What closes a finished reply in the template after its end token: Qwen3's "\n", Llama 3's nothing.
+// What closes a finished reply in the template after its end token: ChatML's "\n", Llama 3's nothing.
 std::string chat_turn_close(ChatFormat format);
 
 class ChatSession {

@@ -12,6 +12,7 @@
 //   attention-lm  chapter 3's attention-only LM (qkv train's checkpoints)
 //   gpt           the book's GPT model and GPT-2 (config.json model_type "gpt2", GGUF "gpt2")
 //   llama         Llama 3 (model_type "llama", GGUF "llama")
+//   qwen2         Qwen2 and Qwen2.5 (model_type "qwen2", GGUF "qwen2")
 //   qwen3         Qwen3 (model_type "qwen3", GGUF "qwen3")
 //
 // Adding a family: one entry (in its own file in src/models/, as gpt.cc and llama.cc are, declared
@@ -105,6 +106,11 @@ struct ModelFamily {
 const std::vector<const ModelFamily*>& model_families();
 // By name; an unknown name is a qkv::Error listing the known ones.
 const ModelFamily& model_family(const std::string& name);
+// The titles of the families for which `has` holds, in the registry's order, for help texts and
+// messages: "GPT, Llama 3, Qwen2.5 and Qwen3" (`last` "or": "... Qwen2.5 or Qwen3").
+std::string family_titles(bool (*has)(const ModelFamily&), const char* last = "and");
+bool has_gguf(const ModelFamily& f);  // a GGUF architecture
+bool has_chat(const ModelFamily& f);  // a chat format
 // The family reading config.json's model_type, or null.
 const ModelFamily* family_of_model_type(const std::string& model_type);
 // Every family's presets, and the family a preset belongs to (qkv::Error listing them all).

@@ -1,7 +1,7 @@
 // qkv/models/gguf_model.h - a model from llama.cpp's GGUF file (io/gguf.h), for the families whose
 // registry entry names a GGUF architecture (models/family.h: gguf_architectures).
 //
-//   general.architecture "llama" | "qwen3" | "gpt2"   the family
+//   general.architecture "llama" | "qwen2" | "qwen3" | "gpt2"   the family
 //   {arch}.block_count, .embedding_length, .feed_forward_length, .context_length,
 //   .attention.head_count, .attention.head_count_kv, .attention.key_length (head_dim, when given),
 //   .attention.layer_norm_rms_epsilon, .rope.freq_base, .rope.dimension_count (all of head_dim),
