@@ -78,7 +78,7 @@ def main():
                            check=True, env=env, stdout=subprocess.DEVNULL)
         file_bytes = file_tensor_bytes(path)
         # a prompt of about --prefill-tokens of the model's own tokenizer, as text for qkv and ids for llama.cpp
-        vocab = "qwen3" if a.preset.startswith("qwen3") else "llama3"  # the preset's installed tokenizer
+        vocab = "qwen3" if a.preset.startswith("qwen") else "llama3"  # the preset's installed tokenizer (Qwen2.5: Qwen3's)
         n = len(run_json([a.qkv, "encode", "--tokenizer", vocab, "--text", PROMPT_WORDS * 100], env))
         prompt = PROMPT_WORDS * max(1, round(100 * a.prefill_tokens / n))
         ids = run_json([a.qkv, "encode", "--tokenizer", vocab, "--text", prompt], env)

@@ -17,6 +17,7 @@
 #include "core/quant_gemm.h"
 #include "hwy/highway.h"
 #include "qkv/core/bf16.h"
+#include "qkv/core/quant_blocks.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::HWY_NAMESPACE {
@@ -161,6 +162,179 @@ QKV_QG_ATTR void PanelGroupOf(const uint8_t* panel, const uint8_t* xg, int64_t n
 }
 #endif
 
+// --- the K-quants (Q4_K, Q6_K): AVX3_DL only ---------------------------------------------------
+//
+// A super-block of 256 values of 16 rows of W, unpacked:
+//   u8 q[64 steps][16 rows][4 values]         4096 bytes (Q4_K 0..15, Q6_K 0..63)
+//   int32 scale[U units][16]                  Q4_K: U = 8 sub-blocks of 32 (s_j); Q6_K: 16 groups of 16 (sc_g)
+//   int32 pairs[8][16] of two int16           Q4_K (m_p, m_p); Q6_K (sc_2p, sc_2p+1): against x's bsums in pairs
+//   float d[16] (Q4_K: and dmin[16])
+// and x per group of kGroup rows and super-block: int32 q4[64 steps][kGroup], int32 bsum pairs
+// [8][kGroup] (bsums[2p] | bsums[2p+1] << 16), float d[kGroup]. Per super-block, exact in int32:
+//   scaled = sum_u scale_u (sum over the unit's steps of q . qx)      (vpdpbusd, then vpmulld)
+//   pairs  = sum_p pair_p . bsum pair_p                                (vpdpwssd)
+// Q4_K: y = fma(float(scaled), d dx, y); y = fma(float(-pairs), dmin dx, y)     (mins = pairs)
+// Q6_K: y = fma(float(scaled - 32 pairs), d dx, y)
+// the float order of quant_matvec's row kernel (RowsK), so a row has the same bits whatever M.
+#if HWY_TARGET == HWY_AVX3_DL
+constexpr int64_t kKQuantBytes = 64 * kStepBytes;
+template <bool kQ6>
+constexpr int64_t KUnits() { return kQ6 ? 16 : 8; }
+template <bool kQ6>
+constexpr int64_t KPairsAt() { return kKQuantBytes + KUnits<kQ6>() * 64; }
+template <bool kQ6>
+constexpr int64_t KScalesAt() { return KPairsAt<kQ6>() + 8 * 64; }
+template <bool kQ6>
+constexpr int64_t KBlockBytes() { return KScalesAt<kQ6>() + (kQ6 ? 64 : 128); }
+constexpr int64_t kKXBlockBytes = 4 * kGroup * (64 + 8 + 1);
+
+// Rows [n, n + rows) of W (rows <= 16; missing rows zero) into one panel (nb super-blocks).
+template <bool kQ6>
+void PackPanelK(const uint8_t* W, int64_t row_bytes, int64_t nb, int64_t n, int64_t rows, uint8_t* panel) {
+  constexpr int64_t kBytes = kQ6 ? 210 : 144, kBlock = KBlockBytes<kQ6>();
+  std::memset(panel, 0, static_cast<size_t>(nb * kBlock));
+  for (int64_t j = 0; j < rows; ++j) {
+    const uint8_t* row = W + (n + j) * row_bytes;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = row + b * kBytes;
+      uint8_t* out = panel + b * kBlock;
+      uint8_t v[256];
+      auto* scale = reinterpret_cast<int32_t*>(out + kKQuantBytes);
+      auto* pairs = reinterpret_cast<int32_t*>(out + KPairsAt<kQ6>());
+      auto* d = reinterpret_cast<float*>(out + KScalesAt<kQ6>());
+      if constexpr (kQ6) {
+        for (int i = 0; i < 256; ++i) {
+          const int h = i / 128, k = (i % 128) / 32, l = i % 32;
+          const uint8_t* ql = blk + 64 * h;
+          const uint8_t* qh = blk + 128 + 32 * h;
+          const int low = k == 0 ? ql[l] & 0xF : k == 1 ? ql[l + 32] & 0xF : k == 2 ? ql[l] >> 4 : ql[l + 32] >> 4;
+          v[i] = static_cast<uint8_t>(low | (((qh[l] >> (2 * k)) & 3) << 4));
+        }
+        const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+        for (int g = 0; g < 16; ++g) scale[g * 16 + j] = sc[g];
+        for (int p = 0; p < 8; ++p)
+          pairs[p * 16 + j] = static_cast<int32_t>(static_cast<uint16_t>(sc[2 * p]) |
+                                                   (static_cast<uint32_t>(static_cast<uint16_t>(sc[2 * p + 1])) << 16));
+        d[j] = f16_to_float(static_cast<uint16_t>(blk[208] | (blk[209] << 8)));
+      } else {
+        for (int i = 0; i < 256; ++i) {
+          const uint8_t byte = blk[16 + 32 * (i / 64) + i % 32];
+          v[i] = (i / 32) % 2 == 0 ? byte & 0xF : byte >> 4;
+        }
+        for (int sub = 0; sub < 8; ++sub) {
+          int sc = 0, m = 0;
+          k_scale_min(sub, blk + 4, sc, m);
+          scale[sub * 16 + j] = sc;
+          pairs[sub * 16 + j] = m | (m << 16);
+        }
+        d[j] = f16_to_float(static_cast<uint16_t>(blk[0] | (blk[1] << 8)));
+        d[16 + j] = f16_to_float(static_cast<uint16_t>(blk[2] | (blk[3] << 8)));
+      }
+      for (int st = 0; st < 64; ++st) std::memcpy(out + st * kStepBytes + 4 * j, v + 4 * st, 4);
+    }
+  }
+}
+
+// Rows missing from the last group are zero (scale 0: their outputs are computed, not stored).
+void PackActivationsK(const BlockQ8K* x, int64_t nb, int64_t M, uint8_t* out) {
+  const int64_t groups = (M + kGroup - 1) / kGroup;
+  std::memset(out, 0, static_cast<size_t>(groups * nb * kKXBlockBytes));
+  for (int64_t m = 0; m < M; ++m) {
+    uint8_t* group = out + (m / kGroup) * nb * kKXBlockBytes;
+    const int r = static_cast<int>(m % kGroup);
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ8K& blk = x[m * nb + b];
+      auto* words = reinterpret_cast<int32_t*>(group + b * kKXBlockBytes);
+      for (int st = 0; st < 64; ++st) std::memcpy(&words[st * kGroup + r], blk.q + 4 * st, 4);
+      for (int p = 0; p < 8; ++p)
+        words[(64 + p) * kGroup + r] = static_cast<int32_t>(static_cast<uint16_t>(blk.bsums[2 * p]) |
+                                                            (static_cast<uint32_t>(static_cast<uint16_t>(blk.bsums[2 * p + 1])) << 16));
+      std::memcpy(&words[72 * kGroup + r], &blk.d, 4);
+    }
+  }
+}
+
+// One group of x's rows (packed) against one panel: kGroup x 16 outputs.
+template <bool kQ6>
+QKV_QG_ATTR void PanelGroupK(const uint8_t* panel, const uint8_t* xg, int64_t nb, int64_t rows, int64_t cols, float* y,
+                             int64_t N) {
+  constexpr int kUnits = static_cast<int>(KUnits<kQ6>()), kSteps = 64 / kUnits;
+  __m512 acc[kGroup];
+  for (int r = 0; r < kGroup; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = panel + b * KBlockBytes<kQ6>();
+    const auto* xw = reinterpret_cast<const int32_t*>(xg + b * kKXBlockBytes);
+    __m512i scaled[kGroup];
+    for (int r = 0; r < kGroup; ++r) scaled[r] = _mm512_setzero_si512();
+    for (int u = 0; u < kUnits; ++u) {
+      __m512i part[kGroup];
+      for (int r = 0; r < kGroup; ++r) part[r] = _mm512_setzero_si512();
+      for (int st = u * kSteps; st < (u + 1) * kSteps; ++st) {
+        const __m512i w = _mm512_loadu_si512(p + st * kStepBytes);
+        for (int r = 0; r < kGroup; ++r) part[r] = _mm512_dpbusd_epi32(part[r], w, _mm512_set1_epi32(xw[st * kGroup + r]));
+      }
+      const __m512i scale = _mm512_loadu_si512(p + kKQuantBytes + 64 * u);
+      for (int r = 0; r < kGroup; ++r) scaled[r] = _mm512_add_epi32(scaled[r], _mm512_mullo_epi32(part[r], scale));
+    }
+    __m512i pairs[kGroup];
+    for (int r = 0; r < kGroup; ++r) pairs[r] = _mm512_setzero_si512();
+    for (int q = 0; q < 8; ++q) {
+      const __m512i w = _mm512_loadu_si512(p + KPairsAt<kQ6>() + 64 * q);
+      for (int r = 0; r < kGroup; ++r) pairs[r] = _mm512_dpwssd_epi32(pairs[r], w, _mm512_set1_epi32(xw[(64 + q) * kGroup + r]));
+    }
+    const auto* xd = reinterpret_cast<const float*>(xw + 72 * kGroup);
+    const __m512 d = _mm512_loadu_ps(p + KScalesAt<kQ6>());
+    if constexpr (kQ6) {
+      for (int r = 0; r < kGroup; ++r)
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(scaled[r], _mm512_slli_epi32(pairs[r], 5))),
+                                 _mm512_mul_ps(d, _mm512_set1_ps(xd[r])), acc[r]);
+    } else {
+      const __m512 dmin = _mm512_loadu_ps(p + KScalesAt<kQ6>() + 64);
+      for (int r = 0; r < kGroup; ++r) {
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(scaled[r]), _mm512_mul_ps(d, _mm512_set1_ps(xd[r])), acc[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_setzero_si512(), pairs[r])),
+                                 _mm512_mul_ps(dmin, _mm512_set1_ps(xd[r])), acc[r]);
+      }
+    }
+  }
+  const __mmask16 keep = static_cast<__mmask16>((1u << cols) - 1);
+  for (int r = 0; r < rows; ++r) _mm512_mask_storeu_ps(y + r * N + 0, keep, acc[r]);
+}
+
+bool HasGemmK() { return true; }
+int64_t PackedActivationBytesK(int64_t M, int64_t nb) { return (M + kGroup - 1) / kGroup * nb * kKXBlockBytes; }
+void PackXK(const BlockQ8K* x, int64_t nb, int64_t M, uint8_t* out) { PackActivationsK(x, nb, M, out); }
+
+// Rows [n0, n1) of y for every row of x (packed by PackXK), one panel of W at a time.
+void GemmK(uint32_t id, const uint8_t* W, int64_t row_bytes, const uint8_t* xp, int64_t nb, int64_t M, int64_t N,
+           int64_t n0, int64_t n1, float* y) {
+  const bool q6 = id == qd::kQ6_K;
+  const int64_t block = q6 ? KBlockBytes<true>() : KBlockBytes<false>();
+  thread_local std::vector<uint8_t> panel;  // one panel, reused: no allocation per call
+  if (panel.size() < static_cast<size_t>(nb * block)) panel.resize(static_cast<size_t>(nb * block));
+  for (int64_t n = n0; n < n1; n += qd::kPanelRows) {
+    const int64_t cols = std::min(qd::kPanelRows, n1 - n);
+    if (q6)
+      PackPanelK<true>(W, row_bytes, nb, n, cols, panel.data());
+    else
+      PackPanelK<false>(W, row_bytes, nb, n, cols, panel.data());
+    for (int64_t m = 0; m < M; m += kGroup) {
+      const uint8_t* xg = xp + (m / kGroup) * nb * kKXBlockBytes;
+      const int64_t rows = std::min<int64_t>(kGroup, M - m);
+      if (q6)
+        PanelGroupK<true>(panel.data(), xg, nb, rows, cols, y + m * N + n, N);
+      else
+        PanelGroupK<false>(panel.data(), xg, nb, rows, cols, y + m * N + n, N);
+    }
+  }
+}
+#else
+bool HasGemmK() { return false; }
+int64_t PackedActivationBytesK(int64_t, int64_t) { return 0; }
+void PackXK(const BlockQ8K*, int64_t, int64_t, uint8_t*) {}
+void GemmK(uint32_t, const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*) {}
+#endif
+
 bool HasGemm() { return true; }
 
 int64_t PackedActivationBytes(int64_t M, int64_t nb) { return (M + kGroup - 1) / kGroup * nb * kXBlockBytes; }
@@ -191,6 +365,10 @@ void Gemm32(uint32_t id, const uint8_t* W, int64_t row_bytes, const uint8_t* xp,
 }
 #else
 bool HasGemm() { return false; }
+bool HasGemmK() { return false; }
+int64_t PackedActivationBytesK(int64_t, int64_t) { return 0; }
+void PackXK(const BlockQ8K*, int64_t, int64_t, uint8_t*) {}
+void GemmK(uint32_t, const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*) {}
 int64_t PackedActivationBytes(int64_t, int64_t) { return 0; }
 void PackX(uint32_t, const qd::Activations32&, int64_t, uint8_t*) {}
 void Gemm32(uint32_t, const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*) {}
@@ -206,8 +384,29 @@ HWY_EXPORT(HasGemm);
 HWY_EXPORT(PackedActivationBytes);
 HWY_EXPORT(PackX);
 HWY_EXPORT(Gemm32);
+HWY_EXPORT(HasGemmK);
+HWY_EXPORT(PackedActivationBytesK);
+HWY_EXPORT(PackXK);
+HWY_EXPORT(GemmK);
 
 bool quant_gemm_available() { return HWY_DYNAMIC_DISPATCH(HasGemm)(); }
+bool quant_gemm_k_available() { return HWY_DYNAMIC_DISPATCH(HasGemmK)(); }
+
+void quant_gemm_k(uint32_t id, const uint8_t* W, int64_t row_bytes, const BlockQ8K* x, int64_t nb, int64_t M, int64_t N,
+                  float* y, ThreadPool& pool) {
+  thread_local std::vector<uint8_t> packed;  // x for the kernel, kept between calls
+  const size_t bytes = static_cast<size_t>(HWY_DYNAMIC_DISPATCH(PackedActivationBytesK)(M, nb));
+  if (packed.size() < bytes) packed.resize(bytes);
+  HWY_DYNAMIC_DISPATCH(PackXK)(x, nb, M, packed.data());
+  const int64_t panels = (N + kPanelRows - 1) / kPanelRows;
+  const int64_t tasks = std::min<int64_t>(panels, 4 * pool.num_threads());
+  const int64_t per = (panels + tasks - 1) / tasks * kPanelRows;
+  const uint8_t* xp = packed.data();
+  pool.parallel_for(tasks, [&](int64_t task, int) {
+    const int64_t n0 = task * per, n1 = std::min(N, n0 + per);
+    if (n0 < n1) HWY_DYNAMIC_DISPATCH(GemmK)(id, W, row_bytes, xp, nb, M, N, n0, n1, y);
+  });
+}
 
 void quant_gemm_32(uint32_t id, const uint8_t* W, int64_t row_bytes, const Activations32& x, int64_t M, int64_t N,
                    float* y, ThreadPool& pool) {

@@ -57,7 +57,7 @@ Dot row_dot_32(const uint8_t* w, const BlockQ8* x, int64_t nb) {
 
 // Q4_K (144 bytes) against BlockQ8K: per super-block, in int32,
 //   scaled = sum_j s_j sum_i q_i qx_i,  mins = sum_j m_j sum_i qx_i     (j: 8 sub-blocks of 32)
-// then y += (dx d) float(scaled) - (dx dmin) float(mins).
+// then y = fma(float(scaled), dx d, y), y = fma(float(-mins), dx dmin, y) (quant_gemm.h's order).
 inline Dot row_dot_q4_k(const uint8_t* w, const BlockQ8K* x, int64_t nb) {
   Dot out;
   for (int64_t b = 0; b < nb; ++b) {
@@ -84,7 +84,8 @@ inline Dot row_dot_q4_k(const uint8_t* w, const BlockQ8K* x, int64_t nb) {
       abs_mins += int64_t{m} * abs_xs;
     }
     const float dd = x[b].d * half_at(blk), dm = x[b].d * half_at(blk + 2);
-    out.y += dd * static_cast<float>(scaled) - dm * static_cast<float>(mins);
+    out.y = std::fma(static_cast<float>(scaled), dd, out.y);
+    out.y = std::fma(static_cast<float>(-mins), dm, out.y);
     out.magnitude += std::fabs(static_cast<double>(dd)) * static_cast<double>(abs_scaled) +
                      std::fabs(static_cast<double>(dm)) * static_cast<double>(abs_mins);
   }
@@ -92,7 +93,7 @@ inline Dot row_dot_q4_k(const uint8_t* w, const BlockQ8K* x, int64_t nb) {
 }
 
 // Q6_K (210 bytes: ql[128], qh[64], int8 sc[16], f16 d) against BlockQ8K: per super-block
-// isum = sum_g sc_g sum_i (q_i - 32) qx_i (g: 16 groups of 16) in int32, y += (dx d) float(isum).
+// isum = sum_g sc_g sum_i (q_i - 32) qx_i (g: 16 groups of 16) in int32, y = fma(float(isum), dx d, y).
 // The magnitude counts q_i and 32 apart (|sc| (q + 32) |qx|): the fast kernel sums q qx and 32 qx
 // separately, so its partial sums are that large even where q - 32 cancels.
 inline Dot row_dot_q6_k(const uint8_t* w, const BlockQ8K* x, int64_t nb) {
@@ -113,7 +114,7 @@ inline Dot row_dot_q6_k(const uint8_t* w, const BlockQ8K* x, int64_t nb) {
       abs_sum += std::abs(sc[v / 16]) * (q + 32) * std::abs(qx);
     }
     const float dd = x[b].d * half_at(blk + 208);
-    out.y += dd * static_cast<float>(isum);
+    out.y = std::fma(static_cast<float>(isum), dd, out.y);
     out.magnitude += std::fabs(static_cast<double>(dd)) * static_cast<double>(abs_sum);
   }
   return out;
@@ -292,101 +293,131 @@ QKV_QMV_ATTR void Rows32(const uint8_t* W, int64_t row_bytes, int64_t nb, const 
     for (int r = 0; r < R; ++r) y[r * N + n] = qd::row_dot_32<kQ4>(W + n * row_bytes, x + r * nb, nb).y;
 }
 
-// Q4_K rows against BlockQ8K rows: per super-block the scaled sums in int32 lanes (vpmaddwd by the
-// sub-block's scale), the mins against the bsums of each 32 (vpmaddwd), then one FMA each.
+// The 8 sums of v[0..7]'s four lanes, exact: lane j holds the sum of v[j].
+QKV_QMV_ATTR HWY_INLINE __m256i SumsOf8x4(const __m128i* v) {
+  __m256i w[8];
+  for (int j = 0; j < 8; ++j) w[j] = _mm256_zextsi128_si256(v[j]);
+  return SumsOf8(w);
+}
+
+// One Q4_K super-block of one row of W against R rows of x: isum[r] the scaled sums in 8 int32
+// lanes (vpmaddwd by the sub-block's scale), mins[r] the mins against the bsums of each 32 in 4.
 template <int R>
-QKV_QMV_ATTR void RowsQ4K(const uint8_t* W, int64_t row_bytes, int64_t nb, const BlockQ8K* x, int64_t N, int64_t n0,
-                          int64_t n1, float* y) {
+QKV_QMV_ATTR HWY_INLINE void BlockQ4K(const uint8_t* blk, const BlockQ8K* const* xb, __m256i* isum, __m128i* mins) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* w = W + n * row_bytes;
-    __m256 acc[R];
-    __m128 acc_min[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), acc_min[r] = _mm_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = w + b * 144;
-      for (int line = 0; line < 144; line += 64) hwy::Prefetch(blk + kPrefetchBytes + line);
-      const float d = HalfAt(blk), dmin = HalfAt(blk + 2);
-      // The 12 scale bytes to scales in bytes 0..7 and mins in bytes 8..15 (llama.cpp's unpacking).
-      uint32_t u[4];
-      std::memcpy(u, blk + 4, 12);
-      constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
-      u[3] = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
-      const uint32_t min_low = u[1] & k6;
-      u[1] = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
-      u[2] = min_low;
-      u[0] &= k6;
-      uint8_t sm[16];
-      std::memcpy(sm, u, 16);
-      const __m128i mins16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
-      __m256i isum[R];
-      for (int r = 0; r < R; ++r) {
-        const BlockQ8K& xb = x[r * nb + b];
-        const __m256i bsums = Load256(xb.bsums);  // 16 sums of 16 -> 8 sums of 32 (at most 4064)
-        const __m128i sums32 = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
-        acc_min[r] = _mm_fmadd_ps(_mm_set1_ps(xb.d * dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins16, sums32)),
-                                  acc_min[r]);
-        isum[r] = _mm256_setzero_si256();
-      }
-      for (int pair = 0; pair < 4; ++pair) {
-        const __m256i q = Load256(blk + 16 + 32 * pair);
-        const __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-        const __m256i s_lo = _mm256_set1_epi16(sm[2 * pair]), s_hi = _mm256_set1_epi16(sm[2 * pair + 1]);
-        for (int r = 0; r < R; ++r) {
-          const int8_t* xq = x[r * nb + b].q + 64 * pair;
-          isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(DotScaled(lo, Load256(xq), s_lo),
-                                                               DotScaled(hi, Load256(xq + 32), s_hi)));
-        }
-      }
-      for (int r = 0; r < R; ++r)
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(x[r * nb + b].d * d), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+  // The 12 scale bytes to scales in bytes 0..7 and mins in bytes 8..15 (llama.cpp's unpacking).
+  uint32_t u[4];
+  std::memcpy(u, blk + 4, 12);
+  constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+  u[3] = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
+  const uint32_t min_low = u[1] & k6;
+  u[1] = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
+  u[2] = min_low;
+  u[0] &= k6;
+  uint8_t sm[16];
+  std::memcpy(sm, u, 16);
+  const __m128i mins16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
+  for (int r = 0; r < R; ++r) {
+    const __m256i bsums = Load256(xb[r]->bsums);  // 16 sums of 16 -> 8 sums of 32 (at most 4064)
+    const __m128i sums32 = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
+    mins[r] = _mm_madd_epi16(mins16, sums32);
+    isum[r] = _mm256_setzero_si256();
+  }
+  for (int pair = 0; pair < 4; ++pair) {
+    const __m256i q = Load256(blk + 16 + 32 * pair);
+    const __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+    const __m256i s_lo = _mm256_set1_epi16(sm[2 * pair]), s_hi = _mm256_set1_epi16(sm[2 * pair + 1]);
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xq = xb[r]->q + 64 * pair;
+      isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(DotScaled(lo, Load256(xq), s_lo),
+                                                           DotScaled(hi, Load256(xq + 32), s_hi)));
     }
-    for (int r = 0; r < R; ++r) y[r * N + n] = Sum8(acc[r]) - Sum4(acc_min[r]);
   }
 }
 
-// Q6_K rows against BlockQ8K rows: q (0..63) against x by vpmaddubsw, each group's scale by
-// vpmaddwd, and the offset 32 as 32 sum_g sc_g bsum_g (vpmaddwd of the scales and the bsums).
+// One Q6_K super-block of one row of W against R rows of x: isum[r] = sum_g sc_g sum_i (q_i - 32)
+// qx_i in 8 int32 lanes: q (0..63) against x by vpmaddubsw, each group's scale by vpmaddwd, and the
+// offset 32 as 32 sum_g sc_g bsum_g (vpmaddwd of the scales and the bsums).
 template <int R>
-QKV_QMV_ATTR void RowsQ6K(const uint8_t* W, int64_t row_bytes, int64_t nb, const BlockQ8K* x, int64_t N, int64_t n0,
-                          int64_t n1, float* y) {
+QKV_QMV_ATTR HWY_INLINE void BlockQ6K(const uint8_t* blk, const BlockQ8K* const* xb, __m256i* isum) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(0x03), m3_2 = _mm256_set1_epi8(0x0C),
                 m3_4 = _mm256_set1_epi8(0x30), m3_6 = _mm256_set1_epi8(static_cast<char>(0xC0));
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* w = W + n * row_bytes;
+  const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+  const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+  for (int r = 0; r < R; ++r)  // -32 sum_g sc_g bsum_g
+    isum[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, Load256(xb[r]->bsums)), 5));
+  for (int h = 0; h < 2; ++h) {
+    const __m256i ql1 = Load256(blk + 64 * h), ql2 = Load256(blk + 64 * h + 32);
+    const __m256i qh = Load256(blk + 128 + 32 * h);
+    __m256i q[4];
+    q[0] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+    q[1] = _mm256_or_si256(_mm256_and_si256(ql2, low4), _mm256_slli_epi16(_mm256_and_si256(qh, m3_2), 2));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), _mm256_and_si256(qh, m3_4));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql2, 4), low4),
+                           _mm256_srli_epi16(_mm256_and_si256(qh, m3_6), 2));
+    for (int k = 0; k < 4; ++k) {
+      const int g = 8 * h + 2 * k;  // values 0..15 of this quarter: group g, 16..31: g + 1
+      const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+      for (int r = 0; r < R; ++r)
+        isum[r] = _mm256_add_epi32(isum[r], DotScaled(q[k], Load256(xb[r]->q + 128 * h + 32 * k), scale));
+    }
+  }
+}
+
+// Q4_K (kQ6 false) or Q6_K rows [n0, n1) of W against R rows of x (BlockQ8K, nb per row): y[r N
+// + n]. Eight rows of W at a time: each super-block's eight exact integer sums as one vector
+// (SumsOf8), then quant_gemm.h's float order for the eight at once: y = fma(float(scaled), dx d,
+// y), and for Q4_K y = fma(float(-mins), dx dmin, y). The last rows one at a time, the same order.
+template <int R, bool kQ6>
+QKV_QMV_ATTR void RowsK(const uint8_t* W, int64_t row_bytes, int64_t nb, const BlockQ8K* x, int64_t N, int64_t n0,
+                        int64_t n1, float* y) {
+  constexpr int64_t kBytes = kQ6 ? 210 : 144;
+  int64_t n = n0;
+  for (; n + 8 <= n1; n += 8) {
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    const uint8_t* next = W + (n + 8) * row_bytes;  // the next eight rows, asked for as these are read
     for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = w + b * 210;
-      for (int line = 0; line < 210; line += 64) hwy::Prefetch(blk + kPrefetchBytes + line);
-      const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
-      const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
-      __m256i isum[R];
-      for (int r = 0; r < R; ++r)  // -32 sum_g sc_g bsum_g
-        isum[r] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                   _mm256_slli_epi32(_mm256_madd_epi16(sc16, Load256(x[r * nb + b].bsums)), 5));
-      for (int h = 0; h < 2; ++h) {
-        const __m256i ql1 = Load256(blk + 64 * h), ql2 = Load256(blk + 64 * h + 32);
-        const __m256i qh = Load256(blk + 128 + 32 * h);
-        __m256i q[4];
-        q[0] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
-        q[1] = _mm256_or_si256(_mm256_and_si256(ql2, low4), _mm256_slli_epi16(_mm256_and_si256(qh, m3_2), 2));
-        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), _mm256_and_si256(qh, m3_4));
-        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql2, 4), low4),
-                               _mm256_srli_epi16(_mm256_and_si256(qh, m3_6), 2));
-        for (int k = 0; k < 4; ++k) {
-          const int g = 8 * h + 2 * k;  // values 0..15 of this quarter: group g, 16..31: g + 1
-          const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
-          for (int r = 0; r < R; ++r)
-            isum[r] = _mm256_add_epi32(isum[r], DotScaled(q[k], Load256(x[r * nb + b].q + 128 * h + 32 * k), scale));
+      for (int64_t line = 0; line < 8 * kBytes + 64; line += 64) hwy::Prefetch(next + b * 8 * kBytes + line);
+      const BlockQ8K* xb[R];
+      for (int r = 0; r < R; ++r) xb[r] = &x[r * nb + b];
+      __m256i isum[R][8];
+      __m128i mins[R][8];
+      alignas(16) uint16_t d[8], dmin[8];
+      for (int j = 0; j < 8; ++j) {
+        const uint8_t* blk = W + (n + j) * row_bytes + b * kBytes;
+        __m256i is[R];
+        if constexpr (kQ6) {
+          std::memcpy(&d[j], blk + 208, 2);
+          BlockQ6K<R>(blk, xb, is);
+        } else {
+          std::memcpy(&d[j], blk, 2);
+          std::memcpy(&dmin[j], blk + 2, 2);
+          __m128i mn[R];
+          BlockQ4K<R>(blk, xb, is, mn);
+          for (int r = 0; r < R; ++r) mins[r][j] = mn[r];
+        }
+        for (int r = 0; r < R; ++r) isum[r][j] = is[r];
+      }
+      const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d)));
+      for (int r = 0; r < R; ++r) {
+        const __m256 dx = _mm256_set1_ps(xb[r]->d);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(SumsOf8(isum[r])), _mm256_mul_ps(dw, dx), acc[r]);
+      }
+      if constexpr (!kQ6) {
+        const __m256 dm = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dmin)));
+        for (int r = 0; r < R; ++r) {
+          const __m256i neg = _mm256_sub_epi32(_mm256_setzero_si256(), SumsOf8x4(mins[r]));
+          acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(neg), _mm256_mul_ps(dm, _mm256_set1_ps(xb[r]->d)), acc[r]);
         }
       }
-      const float d = HalfAt(blk + 208);
-      for (int r = 0; r < R; ++r)
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(x[r * nb + b].d * d), _mm256_cvtepi32_ps(isum[r]), acc[r]);
     }
-    for (int r = 0; r < R; ++r) y[r * N + n] = Sum8(acc[r]);
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * N + n, acc[r]);
   }
+  for (; n < n1; ++n)  // the last rows one at a time, in the same order (the reference's block sums)
+    for (int r = 0; r < R; ++r)
+      y[r * N + n] = kQ6 ? qd::row_dot_q6_k(W + n * row_bytes, x + r * nb, nb).y
+                         : qd::row_dot_q4_k(W + n * row_bytes, x + r * nb, nb).y;
 }
 
 template <int R>
@@ -395,8 +426,8 @@ void RowsOfType(uint32_t id, const uint8_t* W, int64_t row_bytes, int64_t nb, co
   switch (id) {
     case qd::kQ8_0: Rows32<R, false>(W, row_bytes, nb, static_cast<const BlockQ8*>(xq), xsum, N, n0, n1, y); break;
     case qd::kQ4_0: Rows32<R, true>(W, row_bytes, nb, static_cast<const BlockQ8*>(xq), xsum, N, n0, n1, y); break;
-    case qd::kQ4_K: RowsQ4K<R>(W, row_bytes, nb, static_cast<const BlockQ8K*>(xq), N, n0, n1, y); break;
-    default: RowsQ6K<R>(W, row_bytes, nb, static_cast<const BlockQ8K*>(xq), N, n0, n1, y); break;
+    case qd::kQ4_K: RowsK<R, false>(W, row_bytes, nb, static_cast<const BlockQ8K*>(xq), N, n0, n1, y); break;
+    default: RowsK<R, true>(W, row_bytes, nb, static_cast<const BlockQ8K*>(xq), N, n0, n1, y); break;
   }
 }
 #else
@@ -546,6 +577,10 @@ void quant_matvec(const QuantType& t, const uint8_t* W, int64_t N, int64_t K, co
   if (!k_quant(t.id) && M >= quant_detail::kGemmMinRows && quant_detail::quant_gemm_available()) {
     const quant_detail::Activations32 act{reinterpret_cast<const BlockQ8*>(xq.q), xq.sums, nb};
     quant_detail::quant_gemm_32(t.id, W, row_bytes, act, M, N, y, p);
+    return;
+  }
+  if (k_quant(t.id) && M >= quant_detail::kGemmMinRows && quant_detail::quant_gemm_k_available()) {
+    quant_detail::quant_gemm_k(t.id, W, row_bytes, reinterpret_cast<const BlockQ8K*>(xq.q), nb, M, N, y, p);
     return;
   }
   // Blocks of W's rows: four per thread (the last ones balance a slow start), at least 16 rows.
