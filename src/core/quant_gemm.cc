@@ -162,21 +162,22 @@ QKV_QG_ATTR void PanelGroupOf(const uint8_t* panel, const uint8_t* xg, int64_t n
 }
 #endif
 
-// --- the K-quants (Q4_K, Q6_K): AVX3_DL only ---------------------------------------------------
+// --- the K-quants (Q4_K, Q6_K) ------------------------------------------------------------------
 //
 // A super-block of 256 values of 16 rows of W, unpacked:
 //   u8 q[64 steps][16 rows][4 values]         4096 bytes (Q4_K 0..15, Q6_K 0..63)
 //   int32 scale[U units][16]                  Q4_K: U = 8 sub-blocks of 32 (s_j); Q6_K: 16 groups of 16 (sc_g)
+//                                             (AVX2: the scale twice, as two int16, for vpmaddwd)
 //   int32 pairs[8][16] of two int16           Q4_K (m_p, m_p); Q6_K (sc_2p, sc_2p+1): against x's bsums in pairs
 //   float d[16] (Q4_K: and dmin[16])
 // and x per group of kGroup rows and super-block: int32 q4[64 steps][kGroup], int32 bsum pairs
 // [8][kGroup] (bsums[2p] | bsums[2p+1] << 16), float d[kGroup]. Per super-block, exact in int32:
-//   scaled = sum_u scale_u (sum over the unit's steps of q . qx)      (vpdpbusd, then vpmulld)
-//   pairs  = sum_p pair_p . bsum pair_p                                (vpdpwssd)
+//   scaled = sum_u scale_u (sum over the unit's steps of q . qx)      (vpdpbusd, then vpmulld;
+//                                                                       AVX2 vpmaddubsw, then vpmaddwd by the scale)
+//   pairs  = sum_p pair_p . bsum pair_p                                (vpdpwssd; AVX2 vpmaddwd)
 // Q4_K: y = fma(float(scaled), d dx, y); y = fma(float(-pairs), dmin dx, y)     (mins = pairs)
 // Q6_K: y = fma(float(scaled - 32 pairs), d dx, y)
 // the float order of quant_matvec's row kernel (RowsK), so a row has the same bits whatever M.
-#if HWY_TARGET == HWY_AVX3_DL
 constexpr int64_t kKQuantBytes = 64 * kStepBytes;
 template <bool kQ6>
 constexpr int64_t KUnits() { return kQ6 ? 16 : 8; }
@@ -187,6 +188,12 @@ constexpr int64_t KScalesAt() { return KPairsAt<kQ6>() + 8 * 64; }
 template <bool kQ6>
 constexpr int64_t KBlockBytes() { return KScalesAt<kQ6>() + (kQ6 ? 64 : 128); }
 constexpr int64_t kKXBlockBytes = 4 * kGroup * (64 + 8 + 1);
+
+// A unit's scale as the kernel multiplies by it: an int32 (vpmulld), or on AVX2 two int16 (vpmaddwd).
+inline int32_t ScaleWord(int s) {
+  if constexpr (HWY_TARGET == HWY_AVX3_DL) return s;
+  return static_cast<int32_t>(static_cast<uint16_t>(s) | (static_cast<uint32_t>(static_cast<uint16_t>(s)) << 16));
+}
 
 // Rows [n, n + rows) of W (rows <= 16; missing rows zero) into one panel (nb super-blocks).
 template <bool kQ6>
@@ -211,7 +218,7 @@ void PackPanelK(const uint8_t* W, int64_t row_bytes, int64_t nb, int64_t n, int6
           v[i] = static_cast<uint8_t>(low | (((qh[l] >> (2 * k)) & 3) << 4));
         }
         const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
-        for (int g = 0; g < 16; ++g) scale[g * 16 + j] = sc[g];
+        for (int g = 0; g < 16; ++g) scale[g * 16 + j] = ScaleWord(sc[g]);
         for (int p = 0; p < 8; ++p)
           pairs[p * 16 + j] = static_cast<int32_t>(static_cast<uint16_t>(sc[2 * p]) |
                                                    (static_cast<uint32_t>(static_cast<uint16_t>(sc[2 * p + 1])) << 16));
@@ -224,7 +231,7 @@ void PackPanelK(const uint8_t* W, int64_t row_bytes, int64_t nb, int64_t n, int6
         for (int sub = 0; sub < 8; ++sub) {
           int sc = 0, m = 0;
           k_scale_min(sub, blk + 4, sc, m);
-          scale[sub * 16 + j] = sc;
+          scale[sub * 16 + j] = ScaleWord(sc);
           pairs[sub * 16 + j] = m | (m << 16);
         }
         d[j] = f16_to_float(static_cast<uint16_t>(blk[0] | (blk[1] << 8)));
@@ -254,6 +261,7 @@ void PackActivationsK(const BlockQ8K* x, int64_t nb, int64_t M, uint8_t* out) {
   }
 }
 
+#if HWY_TARGET == HWY_AVX3_DL
 // One group of x's rows (packed) against one panel: kGroup x 16 outputs.
 template <bool kQ6>
 QKV_QG_ATTR void PanelGroupK(const uint8_t* panel, const uint8_t* xg, int64_t nb, int64_t rows, int64_t cols, float* y,
@@ -298,8 +306,70 @@ QKV_QG_ATTR void PanelGroupK(const uint8_t* panel, const uint8_t* xg, int64_t nb
     }
   }
   const __mmask16 keep = static_cast<__mmask16>((1u << cols) - 1);
-  for (int r = 0; r < rows; ++r) _mm512_mask_storeu_ps(y + r * N + 0, keep, acc[r]);
+  for (int r = 0; r < rows; ++r) _mm512_mask_storeu_ps(y + r * N, keep, acc[r]);
 }
+#else
+// One group against one half (8 rows, `half` 0 or 1) of a panel: AVX2's vpmaddubsw (the quants are
+// unsigned, at most 63 x 127 x 2 per int16 pair: no saturation), then vpmaddwd by the unit's scale.
+template <bool kQ6>
+QKV_QG_ATTR void HalfPanelGroupK(const uint8_t* panel, int half, const uint8_t* xg, int64_t nb, int64_t rows,
+                                 int64_t cols, float* y, int64_t N) {
+  constexpr int kUnits = static_cast<int>(KUnits<kQ6>()), kSteps = 64 / kUnits;
+  __m256 acc[kGroup];
+  for (int r = 0; r < kGroup; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = panel + b * KBlockBytes<kQ6>() + 32 * half;
+    const auto* xw = reinterpret_cast<const int32_t*>(xg + b * kKXBlockBytes);
+    __m256i scaled[kGroup];
+    for (int r = 0; r < kGroup; ++r) scaled[r] = _mm256_setzero_si256();
+    for (int u = 0; u < kUnits; ++u) {
+      const __m256i scale = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kKQuantBytes + 64 * u));
+      for (int st = u * kSteps; st < (u + 1) * kSteps; ++st) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + st * kStepBytes));
+        for (int r = 0; r < kGroup; ++r)
+          scaled[r] = _mm256_add_epi32(
+              scaled[r], _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_set1_epi32(xw[st * kGroup + r])), scale));
+      }
+    }
+    __m256i pairs[kGroup];
+    for (int r = 0; r < kGroup; ++r) pairs[r] = _mm256_setzero_si256();
+    for (int q = 0; q < 8; ++q) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + KPairsAt<kQ6>() + 64 * q));
+      for (int r = 0; r < kGroup; ++r)
+        pairs[r] = _mm256_add_epi32(pairs[r], _mm256_madd_epi16(w, _mm256_set1_epi32(xw[(64 + q) * kGroup + r])));
+    }
+    const auto* xd = reinterpret_cast<const float*>(xw + 72 * kGroup);
+    const __m256 d = _mm256_loadu_ps(reinterpret_cast<const float*>(p - 32 * half + KScalesAt<kQ6>()) + 8 * half);
+    if constexpr (kQ6) {
+      for (int r = 0; r < kGroup; ++r)
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(scaled[r], _mm256_slli_epi32(pairs[r], 5))),
+                                 _mm256_mul_ps(d, _mm256_set1_ps(xd[r])), acc[r]);
+    } else {
+      const __m256 dmin = _mm256_loadu_ps(reinterpret_cast<const float*>(p - 32 * half + KScalesAt<kQ6>()) + 16 + 8 * half);
+      for (int r = 0; r < kGroup; ++r) {
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(scaled[r]), _mm256_mul_ps(d, _mm256_set1_ps(xd[r])), acc[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), pairs[r])),
+                                 _mm256_mul_ps(dmin, _mm256_set1_ps(xd[r])), acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < rows; ++r) {
+    if (cols >= 8) {
+      _mm256_storeu_ps(y + r * N + 8 * half, acc[r]);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, acc[r]);
+      std::memcpy(y + r * N + 8 * half, tmp, static_cast<size_t>(cols) * sizeof(float));
+    }
+  }
+}
+template <bool kQ6>
+QKV_QG_ATTR void PanelGroupK(const uint8_t* panel, const uint8_t* xg, int64_t nb, int64_t rows, int64_t cols, float* y,
+                             int64_t N) {
+  HalfPanelGroupK<kQ6>(panel, 0, xg, nb, rows, std::min<int64_t>(cols, 8), y, N);
+  if (cols > 8) HalfPanelGroupK<kQ6>(panel, 1, xg, nb, rows, cols - 8, y, N);
+}
+#endif
 
 bool HasGemmK() { return true; }
 int64_t PackedActivationBytesK(int64_t M, int64_t nb) { return (M + kGroup - 1) / kGroup * nb * kKXBlockBytes; }
@@ -328,12 +398,6 @@ void GemmK(uint32_t id, const uint8_t* W, int64_t row_bytes, const uint8_t* xp, 
     }
   }
 }
-#else
-bool HasGemmK() { return false; }
-int64_t PackedActivationBytesK(int64_t, int64_t) { return 0; }
-void PackXK(const BlockQ8K*, int64_t, int64_t, uint8_t*) {}
-void GemmK(uint32_t, const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*) {}
-#endif
 
 bool HasGemm() { return true; }
 

@@ -1,7 +1,7 @@
 // src/core/quant_gemm.h - the quantized product for a prompt's many rows of x (core internal; the
 // public entry is quant_matvec, include/qkv/core/quant_matvec.h, which calls it from M rows on).
 //
-// Q8_0 and Q4_0 weights (and on VNNI Q4_K and Q6_K: below), repacked per call into panels of 16 rows (as a GEMM packs B) so that one
+// Q8_0 and Q4_0 weights (and Q4_K and Q6_K: below), repacked per call into panels of 16 rows (as a GEMM packs B) so that one
 // integer instruction multiplies 16 rows of W at once:
 //   panel block b:  u8 q[8 steps][16 rows][4 values]   (512 bytes: values 4 s .. 4 s + 3 of row j)
 //                   float d[16]                          (the rows' scales)
@@ -47,7 +47,7 @@ void quant_gemm_32(uint32_t id, const uint8_t* W, int64_t row_bytes, const Activ
                    float* y, ThreadPool& pool);
 
 // The same for Q4_K (id 12) and Q6_K (id 14) weights against x's BlockQ8K rows (nb super-blocks
-// each), where quant_gemm_k_available(): the target has VNNI (AVX3_DL). Panels of 16 rows of W
+// each), where quant_gemm_k_available() (as quant_gemm_available: AVX2 and up). Panels of 16 rows of W
 // unpacked per call (each super-block's quants as bytes, its scales as int32 lanes), each unit of
 // a super-block (Q4_K's sub-block of 32, Q6_K's group of 16) one vpdpbusd chain then its scale.
 bool quant_gemm_k_available();
