@@ -5,10 +5,12 @@
 #include <cstdio>
 
 #include "qkv/core/error.h"
+#include "qkv/models/decoder.h"
 #include "qkv/models/generation.h"
 #include "qkv/text/data_loader.h"
 #include "qkv/train/loss.h"
 #include "qkv/train/optimizer.h"
+#include "qkv/train/trainer.h"
 
 namespace qkv {
 namespace {
@@ -103,8 +105,16 @@ BookTrainingReport train_like_the_book(LanguageModel& model, Generator& gen, con
     for (const WindowBatch& b : train_loader.epoch()) {
       optimizer.zero_grad();
       float l = 0;
+      // A loss that is not finite (weights that hold a NaN, an overflow) stops the run before the
+      // step changes anything, naming the first tensor that is not finite: no checkpoint of it.
+      auto check_loss = [&] {
+        if (!std::isfinite(l))
+          throw NonFiniteError(global_step + 1, str("the training loss is ", l),
+                               first_non_finite(model, b.inputs, b.batch, b.length));
+      };
       if (!ranks) {
         l = batch_loss(model, loss, b);
+        check_loss();
         model.backward(loss.backward());
       } else {
         WindowBatch mine;
@@ -117,6 +127,7 @@ BookTrainingReport train_like_the_book(LanguageModel& model, Generator& gen, con
         double totals[2] = {loss.total(), static_cast<double>(loss.count())};  // the whole batch's
         ranks->sum_doubles(totals, 2);
         l = static_cast<float>(totals[0] / totals[1]);
+        check_loss();
         model.backward(loss.backward_over(static_cast<int64_t>(totals[1])));  // this slice's share
         sum_gradients(*ranks, params, scratch);
       }
