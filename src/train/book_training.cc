@@ -109,7 +109,7 @@ BookTrainingReport train_like_the_book(LanguageModel& model, Generator& gen, con
       // step changes anything, naming the first tensor that is not finite: no checkpoint of it.
       auto check_loss = [&] {
         if (!std::isfinite(l))
-          throw NonFiniteError(global_step + 1, str("the training loss is ", l),
+          throw NonFiniteError(global_step + 1, "the training loss is " + number_text(l),
                                first_non_finite(model, b.inputs, b.batch, b.length));
       };
       if (!ranks) {

@@ -14,12 +14,6 @@
 namespace qkv {
 namespace {
 
-std::string number(float v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return str(v);
-}
-
 TaskKind task_kind(TrainTask task) { return task == TrainTask::kCopy ? TaskKind::kCopy : TaskKind::kReverse; }
 
 }  // namespace
@@ -76,6 +70,12 @@ void check_train_request(const TrainOptions& o) {
     const char* held_out = "the held-out set (eval_sequences x 2 x task_length tokens)";
     check_memory_request(checked_bytes(checked_mul(o.eval_sequences, seq, held_out), 16, held_out), held_out);
   }
+}
+
+std::string number_text(float v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return str(v);
 }
 
 NonFiniteError::NonFiniteError(int64_t s, std::string what, std::string t)
@@ -162,14 +162,14 @@ StepStats Trainer::step() {
     s.counted = static_cast<int64_t>(totals[2]);
   }
   if (!std::isfinite(s.loss))
-    throw NonFiniteError(s.step, "the loss is " + number(s.loss), first_non_finite(*model_, b.inputs, b.batch, b.tokens));
+    throw NonFiniteError(s.step, "the loss is " + number_text(s.loss), first_non_finite(*model_, b.inputs, b.batch, b.tokens));
   // The slice's share of the batch's mean: divided by the whole batch's count of targets.
   model_->backward(loss_.backward_over(s.counted));
   if (dp_) sum_gradients_over_ranks();
   s.grad_norm = clip_grad_norm(params_, options_.clip > 0.0 ? options_.clip : std::numeric_limits<double>::infinity());
   if (!std::isfinite(s.grad_norm)) {
     const std::string p = first_non_finite(params_, /*grads=*/true);
-    throw NonFiniteError(s.step, "the gradient norm is " + number(s.grad_norm), p.empty() ? "" : "the gradient of " + p);
+    throw NonFiniteError(s.step, "the gradient norm is " + number_text(s.grad_norm), p.empty() ? "" : "the gradient of " + p);
   }
   optimizer_->step();
   losses_.push_back(s.loss);

@@ -57,6 +57,9 @@ struct EvalStats {
   double accuracy = 0;  // fraction of counted targets whose argmax is right
 };
 
+// A number for messages: "nan" (whatever its sign bit), "inf", "-inf", or its digits.
+std::string number_text(float v);
+
 // A loss, or gradient, that is NaN or infinite. Nothing was updated in that step.
 class NonFiniteError : public Error {
  public:
