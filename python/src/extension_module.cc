@@ -11,6 +11,7 @@
 #include "bindings.h"
 #include "qkv/core/error.h"
 #include "qkv/core/thread_pool.h"
+#include "qkv/kernels/simd.h"
 
 namespace qkv::python {
 
@@ -56,6 +57,8 @@ PYBIND11_MODULE(_qkv, m) {
       PyErr_SetString(error.ptr(), e.what());
     }
   });
+
+  qkv::kernels::apply_simd_environment();  // $QKV_SIMD before any kernel runs (a bad one: qkv.Error on import)
 
   m.def("set_num_threads", &set_num_threads, py::arg("n"),
         "Threads the kernels use from now on (replaces QKV_NUM_THREADS, whose value, else the cores, is the default).");

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "hwy/targets.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 
@@ -75,9 +76,22 @@ std::atomic<bool>& allowed_flag() {
   }()};
   return allowed;
 }
+
+// The kernels' SIMD target is an AVX-512 one: the dot paths are AVX-512 code, kept off when
+// $QKV_SIMD (kernels/simd.h) or a test caps the kernels below it.
+bool avx512_target() {
+#if defined(__x86_64__)
+  return (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
-bool bf16_dot_allowed() { return cpu_has_bf16_dot() && allowed_flag().load(std::memory_order_relaxed); }
+bool bf16_dot_allowed() {
+  return cpu_has_bf16_dot() && allowed_flag().load(std::memory_order_relaxed) && avx512_target();
+}
 
 bool set_bf16_dot_allowed(bool allowed) { return allowed_flag().exchange(allowed); }
 

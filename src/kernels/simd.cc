@@ -1,7 +1,14 @@
 // Highway's target selection, behind a plain interface. See include/qkv/kernels/simd.h.
 #include "qkv/kernels/simd.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
 #include "hwy/targets.h"
+#include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
+#include "qkv/core/quant_matvec.h"
 
 namespace qkv::kernels {
 
@@ -27,5 +34,30 @@ int simd_vector_bits() {
 }
 
 void force_simd_target(int64_t target) { hwy::SetSupportedTargetsForTest(target); }
+
+std::string apply_simd_environment() {
+  const char* v = std::getenv("QKV_SIMD");
+  if (v == nullptr || *v == '\0') return "";
+  std::string want = v;
+  std::transform(want.begin(), want.end(), want.begin(), [](unsigned char c) { return std::toupper(c); });
+  if (want == "AVX512") want = "AVX3";
+  // Every target some kernel was built for that this CPU runs (quant_matvec's list adds AVX3_DL).
+  int64_t runs = 0;
+  for (int64_t t : available_simd_targets()) runs |= t;
+  for (int64_t t : quant_matvec_simd_targets()) runs |= t;
+  std::string names;
+  for (int64_t bits = runs; bits != 0; bits &= bits - 1) {
+    const int64_t t = bits & -bits;
+    const std::string name = simd_target_name(t);
+    if (name == want) {
+      // This target and every worse one the CPU runs (x86's worse targets have higher bits): each
+      // kernel then picks its best among them, as it would on a CPU whose best is this one.
+      force_simd_target(hwy::SupportedTargets() & ~(t - 1));
+      return name;
+    }
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  fail("QKV_SIMD is ", excerpt(v), "; this CPU and build run ", names, " (or unset: the best)");
+}
 
 }  // namespace qkv::kernels

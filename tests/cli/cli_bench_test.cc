@@ -47,6 +47,22 @@ TEST_F(CliBench, AttentionCoreReportsTimesFlopsAndThePeak) {
               1e-9);
 }
 
+// $QKV_SIMD caps the kernels' target: the benchmark runs and names it, its peak the target's own;
+// a name the CPU or the build does not run is refused naming it and listing those it does.
+TEST_F(CliBench, QkvSimdCapsTheKernelsTargetAndABadNameIsRefused) {
+  const std::string cmd = "bench --module attention-core --batch 1 --seq-len 32 --num-heads 2 --head-dim 16 --iters 1 --json";
+  for (int64_t t : kernels::available_simd_targets()) {
+    const std::string name = kernels::simd_target_name(t);
+    const Result r = run(cmd, "", "QKV_SIMD=" + name);
+    ASSERT_EQ(r.status, 0) << name << ": " << r.err;
+    EXPECT_EQ(last_json_line(r.out)["simd"], name);
+  }
+  const Result bad = run(cmd, "", "QKV_SIMD=avx9");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_THAT(bad.err, HasSubstr("QKV_SIMD is 'avx9'; this CPU and build run "));
+  EXPECT_THAT(bad.err, HasSubstr(kernels::simd_target()));
+}
+
 TEST_F(CliBench, MhaNamesTheBlasAndCountsTheProjections) {
   Result r = run("bench --module mha --batch 2 --seq-len 8 --d-model 32 --num-heads 4 --iters 1 --json");
   ASSERT_EQ(r.status, 0) << r.err;

@@ -78,6 +78,14 @@ TEST(Bf16, TheDotProductCanBeForcedOff) {
   EXPECT_FALSE(bf16_dot_allowed());
   set_bf16_dot_allowed(true);
   EXPECT_EQ(bf16_dot_allowed(), cpu_has_bf16_dot());
+  // Kernels capped below AVX-512 ($QKV_SIMD=avx2, a test's forced target) never reach the dot
+  // paths' AVX-512 code, whatever the CPU has.
+  for (int64_t t : kernels::available_simd_targets()) {
+    kernels::force_simd_target(t);
+    const bool wide = kernels::simd_target_vector_bits(t) == 512;
+    EXPECT_EQ(bf16_dot_allowed(), cpu_has_bf16_dot() && wide) << kernels::simd_target_name(t);
+  }
+  kernels::force_simd_target(0);
   set_bf16_dot_allowed(was);
 }
 

@@ -22,4 +22,13 @@ int simd_target_vector_bits(int64_t target);
 // against kernels running at the same time.
 void force_simd_target(int64_t target);
 
+// $QKV_SIMD: the best SIMD target the kernels may use, by name - avx2, avx3 (or avx512), avx3_dl
+// (AVX-512 with VNNI: the quantized products' target), sse4, emu128; any case - so that each path
+// can be measured on one machine: every kernel then runs its best target no better than that one,
+// and the bf16 dot-product paths (AVX512_BF16) only under an AVX-512 target. Unset or empty: the
+// CPU's best. A name this build or this CPU does not run is a qkv::Error listing those it does.
+// Call before any kernel runs (the command line and the Python module do); returns the target
+// forced, or "" when none.
+std::string apply_simd_environment();
+
 }  // namespace qkv::kernels
