@@ -23,6 +23,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/gemm.h"
 #include "qkv/core/thread_pool.h"
+#include "qkv/kernels/simd.h"
 #include "qkv/modules/attention_module.h"
 #include "qkv/perf/accuracy_bench.h"
 #include "qkv/perf/attention_bench.h"
@@ -133,6 +134,13 @@ int run_ring(const BenchFlags& f, const CLI::App& sub) {
 // The flags, checked and named in errors; the harness (qkv/perf/attention_bench.h) does the rest.
 int run_bench(BenchFlags& f, const CLI::App& sub) {
   QKV_CHECK(f.threads >= 0, "--threads ", f.threads, ": must be at least 1 (or 0: the default)");
+  if (sub.count("--simd")) {  // a target this CPU or build does not run is a usage error
+    try {
+      kernels::apply_simd_target(f.simd, "--simd");
+    } catch (const Error& e) {
+      bad_flag("--simd", std::string(e.what()).substr(std::string("--simd is ").size()));
+    }
+  }
   if (f.module == "accuracy") return run_accuracy(f, sub);
   if (f.module == "gpt") return run_gpt(f, sub);
   for (const char* flag : {"--weights", "--quantize", "--text"})
@@ -265,6 +273,10 @@ Command add_bench(CLI::App& app) {
   add_number_with_default(sub, "--dropout", f->attention.dropout,
                           "Dropout on the weights, in [0, 1) (the fused kernel's Philox mask)");
   add_number(sub, "--threads", f->threads, "Threads (default: QKV_NUM_THREADS, else the cores)");
+  sub->add_option("--simd", f->simd, "The best SIMD target the kernels may use, as QKV_SIMD says it (avx2, avx3, "
+                                     "avx3_dl, emu128; default: QKV_SIMD, else the CPU's best): each path measured on "
+                                     "one machine, against that target's own peak")
+      ->type_name("TARGET");
   add_number_with_default(sub, "--iters", f->iters, "Timed runs; the median is reported");
   add_number_with_default(sub, "--warmup", f->warmup, "Untimed runs first");
   add_number(sub, "--num-kv-heads", f->attention.kv_heads,

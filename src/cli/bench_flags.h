@@ -24,6 +24,7 @@ struct BenchFlags {
   std::string preset = "gpt2-small";  // gpt
   int64_t new_tokens = 0;             // gpt: decode
   std::string weights, quantize, text;  // accuracy
+  std::string simd;                     // the kernels' target cap (kernels/simd.h), over $QKV_SIMD
 };
 
 // --module ring-attention under mpirun (bench_ring.cc, built with the MPI layer only): every rank

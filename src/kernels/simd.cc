@@ -37,7 +37,12 @@ void force_simd_target(int64_t target) { hwy::SetSupportedTargetsForTest(target)
 
 std::string apply_simd_environment() {
   const char* v = std::getenv("QKV_SIMD");
-  if (v == nullptr || *v == '\0') return "";
+  return apply_simd_target(v == nullptr ? "" : v, "QKV_SIMD");
+}
+
+std::string apply_simd_target(const std::string& v, const std::string& what) {
+  force_simd_target(0);  // the CPU's own targets, whatever was capped before
+  if (v.empty()) return "";
   std::string want = v;
   std::transform(want.begin(), want.end(), want.begin(), [](unsigned char c) { return std::toupper(c); });
   if (want == "AVX512") want = "AVX3";
@@ -57,7 +62,7 @@ std::string apply_simd_environment() {
     }
     names += (names.empty() ? "" : ", ") + name;
   }
-  fail("QKV_SIMD is ", excerpt(v), "; this CPU and build run ", names, " (or unset: the best)");
+  fail(what, " is ", excerpt(v), "; this CPU and build run ", names, " (or none: the best)");
 }
 
 }  // namespace qkv::kernels

@@ -47,7 +47,7 @@ TEST_F(CliBench, AttentionCoreReportsTimesFlopsAndThePeak) {
               1e-9);
 }
 
-// $QKV_SIMD caps the kernels' target: the benchmark runs and names it, its peak the target's own;
+// $QKV_SIMD (and qkv bench --simd) caps the kernels' target: the benchmark runs and names it, its peak the target's own;
 // a name the CPU or the build does not run is refused naming it and listing those it does.
 TEST_F(CliBench, QkvSimdCapsTheKernelsTargetAndABadNameIsRefused) {
   const std::string cmd = "bench --module attention-core --batch 1 --seq-len 32 --num-heads 2 --head-dim 16 --iters 1 --json";
@@ -56,7 +56,14 @@ TEST_F(CliBench, QkvSimdCapsTheKernelsTargetAndABadNameIsRefused) {
     const Result r = run(cmd, "", "QKV_SIMD=" + name);
     ASSERT_EQ(r.status, 0) << name << ": " << r.err;
     EXPECT_EQ(last_json_line(r.out)["simd"], name);
+    const Result flag = run(cmd + " --simd " + name);  // the flag, over the environment's
+    ASSERT_EQ(flag.status, 0) << name << ": " << flag.err;
+    EXPECT_EQ(last_json_line(flag.out)["simd"], name);
   }
+  const Result bad_flag = run(cmd + " --simd avx9");
+  EXPECT_EQ(bad_flag.status, 2);  // a usage error, as any malformed flag value
+  EXPECT_THAT(bad_flag.err, HasSubstr("--simd"));
+  EXPECT_THAT(bad_flag.err, HasSubstr("'avx9'; this CPU and build run "));
   const Result bad = run(cmd, "", "QKV_SIMD=avx9");
   EXPECT_EQ(bad.status, 1);
   EXPECT_THAT(bad.err, HasSubstr("QKV_SIMD is 'avx9'; this CPU and build run "));

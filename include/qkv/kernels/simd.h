@@ -30,5 +30,8 @@ void force_simd_target(int64_t target);
 // Call before any kernel runs (the command line and the Python module do); returns the target
 // forced, or "" when none.
 std::string apply_simd_environment();
+// The same for a name given elsewhere (`what` names it in the error: "--simd"); "" restores the
+// CPU's best.
+std::string apply_simd_target(const std::string& name, const std::string& what);
 
 }  // namespace qkv::kernels
