@@ -117,6 +117,19 @@ QKV_QG_ATTR void PanelGroup(const uint8_t* panel, const uint8_t* xg, int64_t nb,
   for (int r = 0; r < rows; ++r) _mm512_mask_storeu_ps(y + r * N, keep, acc[r]);
 }
 #else
+// A half panel's outputs: `rows` rows of x, its first `cols` (at most 8) of W's rows.
+QKV_QG_ATTR inline void StoreHalf(const __m256* acc, int64_t rows, int64_t cols, int half, float* y, int64_t N) {
+  for (int r = 0; r < rows; ++r) {
+    if (cols >= 8) {
+      _mm256_storeu_ps(y + r * N + 8 * half, acc[r]);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, acc[r]);
+      std::memcpy(y + r * N + 8 * half, tmp, static_cast<size_t>(cols) * sizeof(float));
+    }
+  }
+}
+
 // One group against one half (8 rows, `half` 0 or 1) of a panel: AVX2's vpmaddubsw + vpmaddwd
 // (Q8_0's quants signed: vpsignb moves w's sign onto x).
 template <bool kQ4>
@@ -144,15 +157,7 @@ QKV_QG_ATTR void HalfPanelGroup(const uint8_t* panel, int half, const uint8_t* x
     for (int r = 0; r < kGroup; ++r)
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(dw, _mm256_set1_ps(xd[r])), acc[r]);
   }
-  for (int r = 0; r < rows; ++r) {
-    if (cols >= 8) {
-      _mm256_storeu_ps(y + r * N + 8 * half, acc[r]);
-    } else {
-      alignas(32) float tmp[8];
-      _mm256_store_ps(tmp, acc[r]);
-      std::memcpy(y + r * N + 8 * half, tmp, static_cast<size_t>(cols) * sizeof(float));
-    }
-  }
+  StoreHalf(acc, rows, cols, half, y, N);
 }
 template <bool kQ4>
 QKV_QG_ATTR void PanelGroupOf(const uint8_t* panel, const uint8_t* xg, int64_t nb, int64_t rows, int64_t cols,
@@ -353,15 +358,7 @@ QKV_QG_ATTR void HalfPanelGroupK(const uint8_t* panel, int half, const uint8_t* 
       }
     }
   }
-  for (int r = 0; r < rows; ++r) {
-    if (cols >= 8) {
-      _mm256_storeu_ps(y + r * N + 8 * half, acc[r]);
-    } else {
-      alignas(32) float tmp[8];
-      _mm256_store_ps(tmp, acc[r]);
-      std::memcpy(y + r * N + 8 * half, tmp, static_cast<size_t>(cols) * sizeof(float));
-    }
-  }
+  StoreHalf(acc, rows, cols, half, y, N);
 }
 template <bool kQ6>
 QKV_QG_ATTR void PanelGroupK(const uint8_t* panel, const uint8_t* xg, int64_t nb, int64_t rows, int64_t cols, float* y,
@@ -453,6 +450,21 @@ HWY_EXPORT(PackedActivationBytesK);
 HWY_EXPORT(PackXK);
 HWY_EXPORT(GemmK);
 
+namespace {
+// W's N rows in runs of whole panels over the pool: four tasks per thread (the last ones balance a
+// slow start); fn(n0, n1) for each non-empty run.
+template <typename Fn>
+void over_panels(int64_t N, ThreadPool& pool, const Fn& fn) {
+  const int64_t panels = (N + kPanelRows - 1) / kPanelRows;
+  const int64_t tasks = std::min<int64_t>(panels, 4 * pool.num_threads());
+  const int64_t per = (panels + tasks - 1) / tasks * kPanelRows;
+  pool.parallel_for(tasks, [&](int64_t task, int) {
+    const int64_t n0 = task * per, n1 = std::min(N, n0 + per);
+    if (n0 < n1) fn(n0, n1);
+  });
+}
+}  // namespace
+
 bool quant_gemm_available() { return HWY_DYNAMIC_DISPATCH(HasGemm)(); }
 bool quant_gemm_k_available() { return HWY_DYNAMIC_DISPATCH(HasGemmK)(); }
 
@@ -462,13 +474,9 @@ void quant_gemm_k(uint32_t id, const uint8_t* W, int64_t row_bytes, const BlockQ
   const size_t bytes = static_cast<size_t>(HWY_DYNAMIC_DISPATCH(PackedActivationBytesK)(M, nb));
   if (packed.size() < bytes) packed.resize(bytes);
   HWY_DYNAMIC_DISPATCH(PackXK)(x, nb, M, packed.data());
-  const int64_t panels = (N + kPanelRows - 1) / kPanelRows;
-  const int64_t tasks = std::min<int64_t>(panels, 4 * pool.num_threads());
-  const int64_t per = (panels + tasks - 1) / tasks * kPanelRows;
   const uint8_t* xp = packed.data();
-  pool.parallel_for(tasks, [&](int64_t task, int) {
-    const int64_t n0 = task * per, n1 = std::min(N, n0 + per);
-    if (n0 < n1) HWY_DYNAMIC_DISPATCH(GemmK)(id, W, row_bytes, xp, nb, M, N, n0, n1, y);
+  over_panels(N, pool, [&](int64_t n0, int64_t n1) {
+    HWY_DYNAMIC_DISPATCH(GemmK)(id, W, row_bytes, xp, nb, M, N, n0, n1, y);
   });
 }
 
@@ -478,14 +486,9 @@ void quant_gemm_32(uint32_t id, const uint8_t* W, int64_t row_bytes, const Activ
   const size_t bytes = static_cast<size_t>(HWY_DYNAMIC_DISPATCH(PackedActivationBytes)(M, x.nb));
   if (packed.size() < bytes) packed.resize(bytes);
   HWY_DYNAMIC_DISPATCH(PackX)(id, x, M, packed.data());
-  // Panels of W's rows: four tasks per thread (the last ones balance a slow start).
-  const int64_t panels = (N + kPanelRows - 1) / kPanelRows;
-  const int64_t tasks = std::min<int64_t>(panels, 4 * pool.num_threads());
-  const int64_t per = (panels + tasks - 1) / tasks * kPanelRows;
   const uint8_t* xp = packed.data();
-  pool.parallel_for(tasks, [&](int64_t task, int) {
-    const int64_t n0 = task * per, n1 = std::min(N, n0 + per);
-    if (n0 < n1) HWY_DYNAMIC_DISPATCH(Gemm32)(id, W, row_bytes, xp, x.nb, M, N, n0, n1, y);
+  over_panels(N, pool, [&](int64_t n0, int64_t n1) {
+    HWY_DYNAMIC_DISPATCH(Gemm32)(id, W, row_bytes, xp, x.nb, M, N, n0, n1, y);
   });
 }
 
