@@ -148,7 +148,7 @@ void DecoderBlock::forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCa
     norm1.rows(x, N, s.h);
     h = s.h;
   }
-  att.forward_cached(h, B, Tn, s.a, cache, layer, att16);
+  att.forward_cached(h, B, Tn, s.a, cache, layer, att16, s.att);
   add_into(x, s.a, N * E);
   if (!ff.on()) return;
   // x = x + ff(norm2(x))
@@ -462,7 +462,7 @@ void DecoderModel::cached_pass(const std::vector<int64_t>& ids, int64_t batch, i
   const int64_t N = batch * tokens, E = spec_.width, F = std::max<int64_t>(spec_.ff_width, 1);
   float* x = rows_of(step_x_, N * E);
   const DecoderBlock::Scratch s{rows_of(step_h_, N * E), rows_of(step_a_, N * E), rows_of(step_hidden_, N * F),
-                                rows_of(step_up_, spec_.ff == FeedForwardKind::kSwiGLU ? N * F : 1)};
+                                rows_of(step_up_, spec_.ff == FeedForwardKind::kSwiGLU ? N * F : 1), &step_att_};
   // x = tok_emb.weight[ids] (+ pos_emb.weight[P:P+Tn])                 (B, Tn, E), nothing recorded
   embed_rows(ids, batch, tokens, P, x);
   const bool bf16 = !blocks16_.empty() && spec_.attention.dtype == Dtype::kBF16;
@@ -486,6 +486,13 @@ void DecoderModel::cached_pass(const std::vector<int64_t>& ids, int64_t batch, i
     std::memcpy(last + b * E, x + (b * tokens + tokens - 1) * E, static_cast<size_t>(E) * sizeof(float));
   if (final_norm.on()) final_norm.rows(last, batch, last);
   linear_rows(kWho, last, batch, head, head16, logits, head_q);
+}
+
+size_t DecoderModel::step_scratch_bytes() const {
+  size_t floats = 0;
+  for (const std::vector<float>* v : {&step_x_, &step_h_, &step_a_, &step_hidden_, &step_up_, &step_last_})
+    floats += v->size();
+  return floats * sizeof(float) + step_att_.bytes();
 }
 
 // --- building and watching -----------------------------------------------------------------------

@@ -130,7 +130,7 @@ Tensor FusedAttention::forward(const Tensor& x, const FusedProjections& p, const
 void FusedAttention::forward_cached(const float* x, int64_t B, int64_t Tn, int64_t d_in, float* y,
                                     const FusedProjections& p, const kernels::AttentionSpec& spec,
                                     const std::vector<float>& slopes, const MaskBuffer& mask, kernels::KvCache& cache,
-                                    int64_t layer, FusedWeights16 w16) {
+                                    int64_t layer, FusedWeights16 w16, CachedScratch* scratch) {
   QKV_CHECK(mask.is_causal(), "attention: a cached forward needs the causal mask, but the module holds a ",
             "loaded (", mask.size(), ", ", mask.size(), ") mask that is not causal");
   QKV_CHECK(cache.length() + Tn <= mask.size(), "attention: ", Tn, " new tokens after the cache's ", cache.length(),
@@ -161,7 +161,8 @@ void FusedAttention::forward_cached(const float* x, int64_t B, int64_t Tn, int64
   }
   w.w_qkv_q = w16.qkv_q;  // quantized weights kept by the caller
   if (p.out) w.w_out_q = w16.out_q;
-  kernels::mha_forward_cached(s, w, x, y, cache, layer, cached_scratch_, cached_ws_, call);
+  CachedScratch& sc = scratch != nullptr ? *scratch : cached_;
+  kernels::mha_forward_cached(s, w, x, y, cache, layer, sc.saved, sc.ws, call);
 }
 
 void FusedAttention::fill_trace(AttentionTrace& t, const MaskBuffer& mask, bool dropped, bool per_head) {

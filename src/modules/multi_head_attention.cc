@@ -157,11 +157,11 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x, kernels::KvCache& cac
 }
 
 void MultiHeadAttention::forward_cached(const float* x, int64_t B, int64_t Tn, float* y, kernels::KvCache& cache,
-                                        int64_t layer, FusedWeights16 w16) {
+                                        int64_t layer, FusedWeights16 w16, CachedScratch* scratch) {
   QKV_CHECK(!dropout.active(), "MultiHeadAttention: forward_cached is inference, but dropout (p = ", dropout.p(),
             ") is active: call eval() first");
   fused_.forward_cached(x, B, Tn, config.d_in, y, projections(), config.attention, alibi_slopes_, mask, cache, layer,
-                        w16);
+                        w16, scratch);
 }
 
 Tensor MultiHeadAttention::backward(const Tensor& doutput) {

@@ -147,6 +147,24 @@ TEST(GenerationCache, AFusedPrefillOfALongPromptMatchesTheUncachedRun) {
   EXPECT_LE(max_relative_diff(cached, plain), 1e-5);
 }
 
+TEST(GenerationCache, ALongPromptsAttentionRowsAreHeldOnceForTheWholeModelNotOncePerLayer) {
+  // A 70-token prefill grows the attention's working rows (the heads, the context, the QKV
+  // product's staging) to 70 rows; the blocks run one after another, so one set serves them all:
+  // the model's scratch is the same with 1 layer and with 4, and no block keeps a set of its own.
+  std::vector<size_t> scratch;
+  for (int64_t layers : {1, 4}) {
+    DecoderModel lm = make_lm({"plain"}, 80, 3, 31, layers);
+    lm.eval();
+    KvCache cache = lm.make_cache(1);
+    const std::vector<int64_t> ids = prompt_of(70, 31);
+    lm.forward_cached(ids, 1, static_cast<int64_t>(ids.size()), cache);
+    for (const DecoderBlock& b : lm.blocks) EXPECT_EQ(b.att.own_cached_bytes(), 0u) << layers << " layers";
+    scratch.push_back(lm.step_scratch_bytes());
+  }
+  EXPECT_GT(scratch[0], size_t{70 * 16 * 3 * sizeof(float)});  // at least the QKV rows of 70 tokens
+  EXPECT_EQ(scratch[1], scratch[0]);
+}
+
 TEST(GenerationCache, Bf16CacheIsWithinBf16ToleranceAndNotFp32) {
   // bf16 keeps 8 significant bits: each cached key and value is off by at most 2^-9 relative.
   // A value error moves an attention output (a convex combination of values) by at most 2^-9 of

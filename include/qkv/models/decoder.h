@@ -61,9 +61,11 @@ class DecoderBlock : public Module {
     QuantMatrix qkv_q = {}, out_q = {};
     std::vector<QuantMatrix> ff_q = {};
   };
-  // Working rows from the caller: h, a (N, E); hidden, up (N, F); N = B Tn.
+  // Working rows from the caller: h, a (N, E); hidden, up (N, F); N = B Tn; and the attention's
+  // scratch, one for every block of the model (null: the block's own).
   struct Scratch {
     float *h, *a, *hidden, *up;
+    CachedScratch* att = nullptr;
   };
   // x (B, Tn, E) at the cache's next positions, updated in place; records nothing for backward;
   // allocates nothing once the attention's buffers have grown. w16: read in bf16 mode, or null.
@@ -107,6 +109,9 @@ class DecoderModel : public LanguageModel {
   bool has_bf16_weights() const override { return !blocks16_.empty(); }
   bool bf16_only() const override { return bf16_only_; }
   int64_t step_weight_bytes() const override;
+  // The bytes of the working rows cached passes have grown: the model's, and its blocks' attention
+  // scratch (one for all of them).
+  size_t step_scratch_bytes() const;
   // Inference with the weights in bf16 only: every product's weight - the projections, the
   // feed-forward's, the embedding, the head - read as bf16 bits by read16(state name, out) straight
   // into the bf16 copies, the float tensors never filled (built with the generator's init draws
@@ -145,6 +150,7 @@ class DecoderModel : public LanguageModel {
                    float* logits, bool all_rows);
   void embed_rows(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, int64_t P, float* x) const;
   std::vector<float> step_x_, step_h_, step_a_, step_hidden_, step_up_, step_last_;
+  CachedScratch step_att_;  // every block's attention works here in a cached pass
 };
 
 // A model of `spec` (its family's names), drawn from gen as the family's PyTorch constructor draws.

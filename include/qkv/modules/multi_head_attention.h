@@ -65,12 +65,15 @@ class MultiHeadAttention : public AttentionModule {
   Tensor forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer, FusedWeights16 w16 = {});
   // The same on raw rows: x (B, Tn, d_in) contiguous -> y (B, Tn, d_out), not overlapping x;
   // allocates nothing once its buffers have grown (a decoding step).
+  // scratch: where the step works (FusedAttention's CachedScratch), or null for the module's own.
   void forward_cached(const float* x, int64_t B, int64_t Tn, float* y, kernels::KvCache& cache, int64_t layer,
-                      FusedWeights16 w16 = {});
+                      FusedWeights16 w16 = {}, CachedScratch* scratch = nullptr);
   int64_t head_dim() const { return config.attention.head_dim; }
   int64_t num_kv_heads() const { return config.attention.groups(); }
   // (Q, d_in): W_query, W_key and W_value's rows in one tensor (they view it).
   const Tensor& fused_qkv_weight() const { return qkv_.weight; }
+  // The bytes of forward_cached's own scratch (FusedAttention::own_cached_bytes).
+  size_t own_cached_bytes() const { return fused_.own_cached_bytes(); }
 
   AttentionConfig config;
   Linear W_query;                  // weight (d_out, d_in)
