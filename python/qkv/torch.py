@@ -28,6 +28,8 @@ dropout (Philox, keyed by a seed and the position) draws a different mask; set
 generator, so runs stay reproducible under torch.manual_seed, but they are not the book's).
 In eval mode, or with p = 0, dropout does nothing and the kernel runs.
 
+GatedMultiHeadAttention is the book's bonus gated attention (ch04/08_deltanet), seed for seed.
+
 Beyond the book: MultiHeadAttention takes today's variants as keywords (num_kv_heads, rope,
 rope_base, window, alibi, softcap, dtype="bf16") and decodes with a KVCache
 (mha(x, kv_cache=cache, layer=l)), both in qkv's pipeline.
@@ -48,6 +50,7 @@ __all__ = [
     "CausalAttention",
     "MultiHeadAttentionWrapper",
     "MultiHeadAttention",
+    "GatedMultiHeadAttention",
     "LayerNorm",
     "GELU",
     "FeedForward",
@@ -236,9 +239,10 @@ class _CausalMask:
         self.W_value = nn.Linear(d_in, kv_out, bias=qkv_bias)
         self._variants = {}  # today's variants as _qkv.mha_forward's keywords (MultiHeadAttention's)
 
-    def _add_dropout_and_mask(self, dropout, context_length):
+    def _add_dropout_and_mask(self, dropout, context_length, persistent=True):
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1),
+                             persistent=persistent)
         self.fused_dropout = False
 
     def _kernel_mask(self, num_tokens):
@@ -457,6 +461,50 @@ class MultiHeadAttention(_CausalMask, nn.Module):
             b = None if params[3] is None else torch.cat(params[3:])
             self._joined, self._joined_key = (w, b), key
         return self._joined
+
+
+class GatedMultiHeadAttention(_CausalMask, nn.Module):
+    """The book's bonus gated attention (ch04/08_deltanet; Qwen3-Next's and Qwen3.5's full-attention
+    layers): MultiHeadAttention whose context is multiplied by sigmoid(W_gate(x)) before out_proj.
+    Its submodules in the bonus class's order (W_query, W_gate, W_key, W_value, out_proj), so
+    torch.manual_seed(s) gives its weights; its mask buffer non-persistent (not in the state dict),
+    as the bonus class registers it. The attention runs in qkv's pipeline (float32 CPU tensors)
+    without out_proj; the gate and out_proj in PyTorch."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads != 0:
+            raise ValueError(f"GatedMultiHeadAttention: d_out ({d_out}) must be divisible by num_heads ({num_heads})")
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_gate = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self._variants = {}
+        self.out_proj = nn.Linear(d_out, d_out)
+        self._add_dropout_and_mask(dropout, context_length, persistent=False)
+
+    def forward(self, x):
+        """x (B, T, d_in) -> out_proj(context * sigmoid(W_gate(x))) (B, T, d_out)."""
+        _check_rank(self, x, 3, "(B, T, d_in)")
+        b, num_tokens, _ = x.shape
+        gate = torch.sigmoid(self.W_gate(x))
+        if not self._book_dropout() and self._runs_pipeline(x, None):
+            context = self._pipeline(x, self.num_heads, None)  # (B, T, d_out), the heads merged
+        else:
+            split = lambda t: t.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # noqa: E731
+            queries, keys, values = split(self.W_query(x)), split(self.W_key(x)), split(self.W_value(x))
+            if self._book_dropout():
+                self._kernel_mask(num_tokens)
+                attn_scores = queries @ keys.transpose(2, 3)
+                attn_scores = attn_scores.masked_fill(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+                heads = self.dropout(torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)) @ values
+            else:
+                heads = self._fused(queries, keys, values, num_tokens)
+            context = heads.transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)
+        return self.out_proj(context * gate)
 
 
 class KVCache:

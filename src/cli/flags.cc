@@ -101,7 +101,7 @@ AttentionConfig module_config(const ModuleFlags& f, const CLI::App& sub) {
   const kernels::AttentionSpec& v = f.variants;
   if (v.dtype == Dtype::kBF16) {
     if (!info.causal)
-      bad_flag("--dtype", "bf16 runs the fused path of causal-attention, mha-wrapper and mha; ", f.module,
+      bad_flag("--dtype", "bf16 runs the fused path of causal-attention, mha-wrapper, mha and gated-mha; ", f.module,
                " computes in f32 only");
     if (f.path == AttentionPath::kTextbook)
       bad_flag("--dtype", "bf16 runs on the fused path; --attention textbook computes in f32 only");
@@ -110,9 +110,10 @@ AttentionConfig module_config(const ModuleFlags& f, const CLI::App& sub) {
                "for PyTorch's dropout masks, in f32)");
   }
   const char* variant_flags[] = {"--num-kv-heads", "--rope", "--rope-base", "--window", "--alibi", "--softcap"};
-  if (f.module != "mha")
+  if (!info.variants)
     for (const char* flag : variant_flags)
-      if (sub.count(flag) > 0) bad_flag(flag, "only --module mha takes the attention variants, not ", f.module);
+      if (sub.count(flag) > 0)
+        bad_flag(flag, "only --module mha and gated-mha take the attention variants, not ", f.module);
   if (sub.count("--rope-base") > 0 && v.rope == kernels::RopeLayout::kNone)
     bad_flag("--rope-base", "needs --rope half or --rope interleaved");
   if (sub.count("--softcap") > 0 && !(v.softcap > 0.0))
@@ -196,28 +197,32 @@ bool is_model_family(const std::string& module) {
 
 void add_module_flags(CLI::App* sub, ModuleFlags& f) {
   std::vector<std::string> modules = attention_module_names();
-  std::string families;
+  std::string classes, families, multi_head;
+  for (const AttentionModuleInfo& m : attention_modules()) {
+    classes += std::string(classes.empty() ? "" : " | ") + m.name;
+    if (m.multi_head) multi_head += std::string(multi_head.empty() ? "" : ", ") + m.name;
+  }
   for (const ModelFamily* m : model_families()) {
     modules.push_back(m->name);
     families += " | " + m->name;
   }
   sub->add_option("--module", f.module,
-                  "self-attention-v1 | self-attention-v2 | causal-attention | mha-wrapper | mha; or a whole model "
-                  "(qkv forward only)" + families + " (gpt with --seed: the book's GPT of the sizes given; any with "
-                  "--weights PATH: its files)")
+                  classes + " (gated-mha: the book's bonus gated attention); or a whole model (qkv forward only)" +
+                      families + " (gpt with --seed: the book's GPT of the sizes given; any with --weights PATH: its "
+                      "files)")
       ->check(CLI::IsMember(modules));
   add_number(sub, "--d-in", f.d_in, "Input features (the last dimension of 'input')", positive<int64_t>());
   add_number(sub, "--d-out", f.d_out, "Output features (per head for mha-wrapper)", positive<int64_t>());
   add_number(sub, "--context-length", f.context_length, "Size of the causal mask buffer (causal modules)",
              positive<int64_t>());
-  add_number_with_default(sub, "--num-heads", f.num_heads, "Heads (mha-wrapper, mha)", positive<int64_t>());
+  add_number_with_default(sub, "--num-heads", f.num_heads, "Heads (" + multi_head + ")", positive<int64_t>());
   add_number_with_default(sub, "--dropout", f.dropout, "Dropout on the attention weights, in [0, 1)");
   sub->add_flag("--qkv-bias", f.qkv_bias, "Give the query, key and value projections a bias");
   add_attention_flag(sub, f.path,
                      "Causal modules: auto (fused; textbook under --train dropout, for PyTorch's masks) | fused | "
                   "textbook");
   add_number(sub, "--num-kv-heads", f.variants.kv_heads,
-             "mha: key/value heads G, dividing --num-heads (grouped-query attention; 1: multi-query); W_key and "
+             "mha, gated-mha: key/value heads G, dividing --num-heads (grouped-query attention; 1: multi-query); W_key and "
              "W_value are (G * head_dim, d_in) (default: --num-heads)",
              positive<int64_t>());
   sub->add_option_function<std::string>(
@@ -227,16 +232,16 @@ void add_module_flags(CLI::App* sub, ModuleFlags& f) {
              throw CLI::ValidationError("--rope: " + excerpt(s) + " is not a RoPE layout; expected half or interleaved");
            f.variants.rope = kernels::parse_rope_layout(s);
          },
-         "mha: rotary position embedding of queries and keys: half (pairs i, i + D/2: Hugging Face, the book's "
+         "mha, gated-mha: rotary position embedding of queries and keys: half (pairs i, i + D/2: Hugging Face, the book's "
          "Llama) | interleaved (pairs 2i, 2i + 1: GPT-J, Meta's Llama) (default: none)")
       ->type_name("LAYOUT");
-  add_number_with_default(sub, "--rope-base", f.variants.rope_base, "mha: RoPE's base (frequencies base^(-2i/D))",
+  add_number_with_default(sub, "--rope-base", f.variants.rope_base, "mha, gated-mha: RoPE's base (frequencies base^(-2i/D))",
                           Range<double>{std::numeric_limits<double>::min(), std::numeric_limits<double>::max()});
   add_number(sub, "--window", f.variants.window,
-             "mha: sliding window: query i sees keys j > i - W (W >= 1; default: no window)", positive<int64_t>());
-  sub->add_flag("--alibi", f.variants.alibi, "mha: ALiBi bias -slope_h * (i - j) with the paper's slopes");
+             "mha, gated-mha: sliding window: query i sees keys j > i - W (W >= 1; default: no window)", positive<int64_t>());
+  sub->add_flag("--alibi", f.variants.alibi, "mha, gated-mha: ALiBi bias -slope_h * (i - j) with the paper's slopes");
   add_number(sub, "--softcap", f.variants.softcap,
-             "mha: cap the scaled scores as C * tanh(x / C) (Gemma 2; C > 0; default: none)");
+             "mha, gated-mha: cap the scaled scores as C * tanh(x / C) (Gemma 2; C > 0; default: none)");
   add_dtype_flag(sub, "--dtype", [&f](Dtype d) { f.variants.dtype = d; },
                  "Causal modules' fused path: f32 | bf16 (bf16 products, q, k, v; fp32 sums, softmax and outputs) "
                  "(default: f32)");

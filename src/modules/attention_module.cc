@@ -25,29 +25,42 @@ const char* attention_path_name(AttentionPath path) {
   return "?";
 }
 
-const std::vector<std::string>& attention_module_names() {
-  static const std::vector<std::string> names = {"self-attention-v1", "self-attention-v2", "causal-attention",
-                                                 "mha-wrapper", "mha"};
-  return names;
-}
-
 const std::vector<AttentionModuleInfo>& attention_modules() {
+  //  name                 class                      rank causal heads  bias   split  variants
   static const std::vector<AttentionModuleInfo> modules = {
-      {"self-attention-v1", "SelfAttentionV1", 2, false, false, false},
-      {"self-attention-v2", "SelfAttentionV2", 2, false, false, true},
-      {"causal-attention", "CausalAttention", 3, true, false, true},
-      {"mha-wrapper", "MultiHeadAttentionWrapper", 3, true, true, true},
-      {"mha", "MultiHeadAttention", 3, true, true, true},
+      {"self-attention-v1", "SelfAttentionV1", 2, false, false, false, false, false},
+      {"self-attention-v2", "SelfAttentionV2", 2, false, false, true, false, false},
+      {"causal-attention", "CausalAttention", 3, true, false, true, false, false},
+      {"mha-wrapper", "MultiHeadAttentionWrapper", 3, true, true, true, false, false},
+      {"mha", "MultiHeadAttention", 3, true, true, true, true, true},
+      {"gated-mha", "GatedMultiHeadAttention", 3, true, true, true, true, true},
   };
   return modules;
 }
 
+const std::vector<std::string>& attention_module_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const AttentionModuleInfo& m : attention_modules()) n.push_back(m.name);
+    return n;
+  }();
+  return names;
+}
+
+namespace {
+
+std::string known_modules() {
+  std::string known;
+  for (const std::string& n : attention_module_names()) known += (known.empty() ? "" : ", ") + n;
+  return known;
+}
+
+}  // namespace
+
 const AttentionModuleInfo& attention_module_info(const std::string& name) {
   for (const AttentionModuleInfo& m : attention_modules())
     if (name == m.name) return m;
-  std::string known;
-  for (const std::string& n : attention_module_names()) known += (known.empty() ? "" : ", ") + n;
-  fail("unknown module '", name, "'; expected one of: ", known);
+  fail("unknown module '", name, "'; expected one of: ", known_modules());
 }
 
 std::string attention_config_name(kernels::SpecField field) {
@@ -73,7 +86,8 @@ AttentionConfig attention_config(const std::string& module, int64_t d_in, int64_
   c.attention.heads = num_heads;
   c.attention.causal = info.causal;
   c.attention.dropout = dropout;
-  if (module == "mha") {
+  c.output_gate = module == "gated-mha";
+  if (info.split_heads) {
     QKV_CHECK(d_out % num_heads == 0, who, ": d_out (", d_out, ") must be divisible by num_heads (", num_heads, ")");
     c.attention.head_dim = d_out / num_heads;
   } else {
@@ -84,10 +98,14 @@ AttentionConfig attention_config(const std::string& module, int64_t d_in, int64_
 
 std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, const AttentionConfig& c,
                                                        Generator& gen) {
-  QKV_CHECK(name == "mha" || !c.attention.has_variants(), "the attention module ", name,
-            " takes no variants (num_kv_heads, rope, window, alibi, softcap): only mha (MultiHeadAttention) does");
-  QKV_CHECK(c.attention.dtype == Dtype::kF32 || attention_module_info(name).causal, "the attention module ", name,
-            " computes in f32 only: dtype bf16 runs the fused path of causal-attention, mha-wrapper and mha");
+  const AttentionModuleInfo& info = attention_module_info(name);
+  QKV_CHECK(info.variants || !c.attention.has_variants(), "the attention module ", name,
+            " takes no variants (num_kv_heads, rope, window, alibi, softcap): only mha and gated-mha do");
+  QKV_CHECK(c.attention.dtype == Dtype::kF32 || info.causal, "the attention module ", name,
+            " computes in f32 only: dtype bf16 runs the fused path of causal-attention, mha-wrapper, mha and ",
+            "gated-mha");
+  QKV_CHECK(c.output_gate == (name == "gated-mha"), "the attention module ", name,
+            c.output_gate ? " has no output gate (output_gate is gated-mha's)" : " needs output_gate");
   const int64_t d_out = c.attention.head_dim;
   if (name == "self-attention-v1") {
     QKV_CHECK(!c.qkv_bias, "self-attention-v1 has no bias (its weights are plain matrices); qkv_bias must be false");
@@ -97,9 +115,8 @@ std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, 
   if (name == "causal-attention") return std::make_unique<CausalAttention>(c, gen);
   if (name == "mha-wrapper") return std::make_unique<MultiHeadAttentionWrapper>(c, gen);
   if (name == "mha") return std::make_unique<MultiHeadAttention>(c, gen);
-  std::string known;
-  for (const std::string& n : attention_module_names()) known += (known.empty() ? "" : ", ") + n;
-  fail("unknown module '", name, "'; expected one of: ", known);
+  if (name == "gated-mha") return std::make_unique<GatedMultiHeadAttention>(c, gen);
+  fail("unknown module '", name, "'; expected one of: ", known_modules());
 }
 
 }  // namespace qkv

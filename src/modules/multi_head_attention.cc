@@ -19,6 +19,11 @@ std::vector<CausalAttention> build_heads(const AttentionConfig& c, Generator& ge
   return heads;
 }
 
+std::optional<Linear> gate_of(const AttentionConfig& c, Generator& gen) {
+  if (!c.output_gate) return std::nullopt;
+  return Linear(c.d_in, c.d_out(), c.qkv_bias, gen);
+}
+
 Tensor stack_or_empty(const std::vector<Tensor>& parts) {
   return parts.empty() || !parts[0].defined() ? Tensor() : stack(parts, 1);
 }
@@ -82,6 +87,7 @@ Tensor MultiHeadAttentionWrapper::backward(const Tensor& doutput) {
 MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, Generator& gen)
     : config(validate(c, "MultiHeadAttention")),
       W_query(c.d_in, c.d_out(), c.qkv_bias, gen),
+      W_gate(gate_of(c, gen)),
       W_key(c.d_in, c.attention.kv_width(), c.qkv_bias, gen),
       W_value(c.d_in, c.attention.kv_width(), c.qkv_bias, gen),
       out_proj(c.d_out(), c.out_width(), c.out_bias, gen),
@@ -97,6 +103,7 @@ void MultiHeadAttention::collect_state(const std::string& prefix, std::vector<St
   // The module's own buffer first, then its children: PyTorch's state_dict() order.
   out.push_back({prefix + "mask", nullptr, false, nullptr, &mask});
   W_query.collect_state(prefix + "W_query.", out);
+  if (W_gate) W_gate->collect_state(prefix + "W_gate.", out);
   W_key.collect_state(prefix + "W_key.", out);
   W_value.collect_state(prefix + "W_value.", out);
   out_proj.collect_state(prefix + "out_proj.", out);
@@ -117,7 +124,8 @@ Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
   fused_last_ = runs_fused(config.path, dropout);
   check_runs_in_dtype("MultiHeadAttention", config, fused_last_);
   if (fused_last_) {
-    return fused_.forward(x, projections(), config.attention, alibi_slopes_, mask, dropout, trace, true);
+    Tensor y = fused_.forward(x, projections(), config.attention, alibi_slopes_, mask, dropout, trace, true);
+    return W_gate ? gated_out(x, y) : y;  // (with the gate, y is the context: out_proj is the module's)
   }
   const kernels::AttentionSpec& spec = config.attention;
   const int64_t B = x.size(0), T = x.size(1), H = spec.heads, G = spec.groups(), D = spec.head_dim;
@@ -143,7 +151,23 @@ Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
     context = attend(queries, keys, values, &blocked, &dropout, trace, &saved_);
   }
   Tensor merged = context.transpose(1, 2).reshape({B, T, config.d_out()});  // (B, T, d_out)
+  if (W_gate) return gated_out(x, merged);
   return out_proj.forward(merged);  // (B, T, out_width)
+}
+
+Tensor MultiHeadAttention::gated_out(const Tensor& x, const Tensor& context) {
+  gate_sigmoid_ = sigmoid(W_gate->forward(x));  // (B, T, d_out)
+  gate_context_ = context;
+  return out_proj.forward(mul(context, gate_sigmoid_));
+}
+
+Tensor MultiHeadAttention::gated_backward(const Tensor& doutput, Tensor& dx_gate) {
+  // out = out_proj(gated), gated = context * s, s = sigmoid(gate), gate = W_gate(x)
+  const Tensor dgated = out_proj.backward(doutput);
+  // ds = dgated * context; dgate = ds * s (1 - s)
+  const Tensor dgate = mul(mul(dgated, gate_context_), mul(gate_sigmoid_, add(neg(gate_sigmoid_), 1.0f)));
+  dx_gate = W_gate->backward(dgate);
+  return mul(dgated, gate_sigmoid_);  // dcontext
 }
 
 Tensor MultiHeadAttention::forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer,
@@ -160,17 +184,26 @@ void MultiHeadAttention::forward_cached(const float* x, int64_t B, int64_t Tn, f
                                         int64_t layer, FusedWeights16 w16, CachedScratch* scratch) {
   QKV_CHECK(!dropout.active(), "MultiHeadAttention: forward_cached is inference, but dropout (p = ", dropout.p(),
             ") is active: call eval() first");
+  QKV_CHECK(!W_gate, type_name(), ": no cached forward: the book's gated class has no KV cache");
   fused_.forward_cached(x, B, Tn, config.d_in, y, projections(), config.attention, alibi_slopes_, mask, cache, layer,
                         w16, scratch);
 }
 
 Tensor MultiHeadAttention::backward(const Tensor& doutput) {
   QKV_CHECK(x_shape_.size() == 3, "MultiHeadAttention: backward before forward");
+  if (W_gate) {
+    Tensor dx_gate;
+    const Tensor dcontext = gated_backward(doutput, dx_gate);
+    return add(fused_last_ ? fused_.backward(dcontext, projections()) : textbook_backward(dcontext), dx_gate);
+  }
   if (fused_last_) return fused_.backward(doutput, projections());
+  // return out_proj.forward(merged)
+  return textbook_backward(out_proj.backward(doutput));  // (B, T, d_out), contiguous
+}
+
+Tensor MultiHeadAttention::textbook_backward(const Tensor& dmerged) {
   const kernels::AttentionSpec& spec = config.attention;
   const int64_t B = x_shape_[0], T = x_shape_[1], H = spec.heads, D = spec.head_dim;
-  // return out_proj.forward(merged)
-  Tensor dmerged = out_proj.backward(doutput);  // (B, T, d_out), contiguous
   // merged = context.transpose(1, 2).reshape({B, T, d_out})
   Tensor dcontext = dmerged.view({B, T, H, D}).transpose(1, 2);  // (B, H, T, D)
   AttentionGrads g;
@@ -193,6 +226,20 @@ Tensor MultiHeadAttention::backward(const Tensor& doutput) {
   Tensor dx = W_value.backward(merge(g.dv));
   dx = add(dx, W_query.backward(merge(g.dq)));
   return add(dx, W_key.backward(merge(g.dk)));  // (B, T, d_in)
+}
+
+GatedMultiHeadAttention::GatedMultiHeadAttention(const AttentionConfig& c, Generator& gen)
+    : MultiHeadAttention(c, gen) {
+  QKV_CHECK(c.output_gate, "GatedMultiHeadAttention: the config has no output gate (output_gate is false)");
+}
+
+void GatedMultiHeadAttention::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  const size_t first = out.size();
+  MultiHeadAttention::collect_state(prefix, out);
+  // the book's class registers its mask with persistent=False: not in its state dict
+  QKV_CHECK(out.size() > first && out[first].name == prefix + "mask", "GatedMultiHeadAttention: expected ",
+            prefix, "mask first in MultiHeadAttention's state");
+  out.erase(out.begin() + static_cast<std::ptrdiff_t>(first));
 }
 
 }  // namespace qkv

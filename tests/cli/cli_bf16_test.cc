@@ -97,7 +97,7 @@ TEST_F(Bf16Cli, ForwardInBf16IsCloseToF32) {
 TEST_F(Bf16Cli, WhatHasNoBf16ModeSaysWhich) {
   const std::pair<std::string, std::string> cases[] = {
       {"forward --module self-attention-v2 --d-in 4 --d-out 2 --text hi --dtype bf16",
-       "--dtype: bf16 runs the fused path of causal-attention, mha-wrapper and mha; self-attention-v2 computes in f32 only"},
+       "--dtype: bf16 runs the fused path of causal-attention, mha-wrapper, mha and gated-mha; self-attention-v2 computes in f32 only"},
       {"forward --module mha --d-in 4 --d-out 2 --context-length 8 --text hi --dtype bf16 --attention textbook",
        "--dtype: bf16 runs on the fused path; --attention textbook computes in f32 only"},
       {"forward --module mha --d-in 4 --d-out 2 --context-length 8 --text hi --dtype f16",

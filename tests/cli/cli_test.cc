@@ -147,7 +147,9 @@ TEST(AttentionModules, TheirInfoSaysWhatEachModuleTakes) {
       has_mask = has_mask || e.name.ends_with("mask");
       has_bias = has_bias || e.name.ends_with("bias");
     }
-    EXPECT_EQ(has_mask, info.causal) << "a causal module holds PyTorch's mask buffer";
+    // a causal module holds PyTorch's mask buffer; gated-mha's is not in its state dict, as the bonus
+    // class registers it with persistent=False
+    EXPECT_EQ(has_mask, info.causal && std::string(info.name) != "gated-mha") << "the mask buffer in the state";
     EXPECT_EQ(has_bias, info.bias);
     AttentionConfig biased = c;
     biased.qkv_bias = true;

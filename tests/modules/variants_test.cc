@@ -25,7 +25,7 @@ using testing_support::error_of;
 
 struct Outcome {
   Tensor y, dx;
-  std::vector<Tensor> grads;  // W_query, W_key, W_value, out_proj: weight then bias
+  std::vector<Tensor> grads;  // W_query, W_key, W_value, out_proj (, W_gate): weight then bias
 };
 
 // max|a - b| / max(1, max|b|)
@@ -46,7 +46,9 @@ Outcome run(AttentionConfig c, AttentionPath path, int64_t B, int64_t T, uint64_
   Outcome r;
   r.y = m.forward(x);
   r.dx = m.backward(dy);
-  for (Linear* l : {&m.W_query, &m.W_key, &m.W_value, &m.out_proj}) {
+  std::vector<Linear*> linears = {&m.W_query, &m.W_key, &m.W_value, &m.out_proj};
+  if (m.W_gate) linears.push_back(&*m.W_gate);
+  for (Linear* l : linears) {
     r.grads.push_back(l->dweight.clone());
     if (l->has_bias) r.grads.push_back(l->dbias.clone());
   }
@@ -82,8 +84,9 @@ const Variant kVariants[] = {
     {"gqa-rope-half-window", 6, 3, 24, RopeLayout::kHalf, 1, false, 0.0f},
 };
 
-AttentionConfig config_of(const Variant& v) {
-  AttentionConfig c = attention_config("mha", 5, v.d_out, 13, 0.0, v.heads, true);
+// module: mha, or gated-mha (GatedMultiHeadAttention's output gate on the same attention).
+AttentionConfig config_of(const Variant& v, const std::string& module = "mha") {
+  AttentionConfig c = attention_config(module, 5, v.d_out, 13, 0.0, v.heads, true);
   c.attention.kv_heads = v.kv_heads;
   c.attention.rope = v.rope;
   c.attention.window = v.window;
@@ -104,12 +107,37 @@ TEST(MhaVariants, FusedPipelineWithReferenceAttentionMatchesTextbook) {
 }
 
 TEST(MhaVariants, FusedKernelMatchesTextbook) {
-  for (const Variant& v : kVariants) {
-    const AttentionConfig c = config_of(v);
-    Outcome fused;
-    ASSERT_EQ(error_of([&] { fused = run(c, AttentionPath::kFused, 2, 11); }), "(no error)") << v.name;
-    expect_close(fused, run(c, AttentionPath::kTextbook, 2, 11), v.name);
+  for (const char* module : {"mha", "gated-mha"})
+    for (const Variant& v : kVariants) {
+      const AttentionConfig c = config_of(v, module);
+      Outcome fused;
+      ASSERT_EQ(error_of([&] { fused = run(c, AttentionPath::kFused, 2, 11); }), "(no error)") << v.name;
+      expect_close(fused, run(c, AttentionPath::kTextbook, 2, 11), std::string(module) + " " + v.name);
+    }
+}
+
+TEST(MhaVariants, TheOutputGateChangesTheOutputAndItsGradientIsTheGatesShare) {
+  // gated-mha draws W_gate between W_query and W_key: its W_key differs from mha's under one seed,
+  // and its output is out_proj(context * sigmoid(W_gate x)), not mha's; with W_gate's rows zero the
+  // gate is 1/2 everywhere, so its output is mha's with out_proj's weight halved (same W_key: loaded).
+  const Variant& v = kVariants[0];
+  Generator g1(5), g2(5);
+  MultiHeadAttention plain(config_of(v), g1), gated(config_of(v, "gated-mha"), g2);
+  ASSERT_TRUE(gated.W_gate.has_value());
+  ASSERT_FALSE(plain.W_gate.has_value());
+  EXPECT_GT(max_abs_diff(plain.W_key.weight, gated.W_key.weight), 0.0);
+  for (Linear* l : {&gated.W_query, &gated.W_key, &gated.W_value}) {
+    Linear& p = l == &gated.W_query ? plain.W_query : l == &gated.W_key ? plain.W_key : plain.W_value;
+    l->weight.copy_from(p.weight);
+    l->bias.copy_from(p.bias);
   }
+  gated.out_proj.weight.copy_from(mul(plain.out_proj.weight, 2.0f));
+  gated.out_proj.bias.copy_from(plain.out_proj.bias);
+  gated.W_gate->weight.copy_from(Tensor::zeros(gated.W_gate->weight.shape()));
+  gated.W_gate->bias.copy_from(Tensor::zeros(gated.W_gate->bias.shape()));
+  Generator data(9);
+  const Tensor x = randn({2, 7, 5}, data);
+  EXPECT_LE(rel(gated.forward(x), plain.forward(x)), 1e-6);
 }
 
 // Grouped-query attention is multi-head attention whose key/value heads repeat: a G-head module

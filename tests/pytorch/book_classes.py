@@ -24,6 +24,9 @@ changes the numerics, the random draws, or the state dict.
                                                          input (B, T, d_in), output d_out * num_heads
     MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)
                                                          input (B, T, d_in), d_out % num_heads == 0
+    GatedMultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)
+                                                         the book's bonus ch04/08_deltanet: MultiHeadAttention
+                                                         with a sigmoid output gate W_gate
 """
 
 import torch
@@ -35,6 +38,7 @@ __all__ = [
     "CausalAttention",
     "MultiHeadAttentionWrapper",
     "MultiHeadAttention",
+    "GatedMultiHeadAttention",
     "enable_recording",
 ]
 
@@ -201,3 +205,48 @@ class MultiHeadAttention(nn.Module, _Recorder):
         context_vec = (attn_weights @ values).transpose(1, 2)
         context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)
         return self.out_proj(context_vec)
+
+
+class GatedMultiHeadAttention(nn.Module, _Recorder):
+    """The bonus material's gated attention (ch04/08_deltanet): section 3.6.2's class plus an output
+    gate. Its submodules in the bonus class's order (W_query, W_gate, W_key, W_value, out_proj), its
+    mask registered non-persistent (not in the state dict), masked scores filled with the dtype's
+    lowest value rather than -inf."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
+        self._init_recording()
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_gate = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1),
+                             persistent=False)
+
+    def forward(self, x):
+        b, num_tokens, _ = x.shape
+        heads = (b, num_tokens, self.num_heads, self.head_dim)
+        queries = self.W_query(x)
+        gate = self.W_gate(x)
+        keys = self.W_key(x)
+        values = self.W_value(x)
+        queries = queries.view(heads).transpose(1, 2)
+        keys = keys.view(heads).transpose(1, 2)
+        values = values.view(heads).transpose(1, 2)
+
+        attn_scores = queries @ keys.transpose(2, 3)
+        hidden = self.mask.bool()[:num_tokens, :num_tokens]
+        attn_scores.masked_fill_(hidden, torch.finfo(attn_scores.dtype).min)
+        attn_weights = torch.softmax(attn_scores / (self.head_dim ** 0.5), dim=-1)
+        before_dropout = attn_weights
+        attn_weights = self.dropout(attn_weights)
+        self._record(before_dropout, attn_weights if _dropout_changed(self.dropout, before_dropout) else None)
+
+        context = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)
+        return self.out_proj(context * torch.sigmoid(gate))

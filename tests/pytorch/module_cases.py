@@ -11,15 +11,16 @@ import torch
 import book_classes
 from harness import run_qkv
 
-MODULES = ["self-attention-v1", "self-attention-v2", "causal-attention", "mha-wrapper", "mha"]
-CAUSAL = {"causal-attention", "mha-wrapper", "mha"}
+MODULES = ["self-attention-v1", "self-attention-v2", "causal-attention", "mha-wrapper", "mha", "gated-mha"]
+CAUSAL = {"causal-attention", "mha-wrapper", "mha", "gated-mha"}
+SPLIT_HEADS = {"mha", "gated-mha"}  # d_out = num_heads * head_dim
 
 
 def random_config(rng, module):
     cfg = {"module": module, "B": 1, "H": None, "ctx": None, "p": 0.0, "bias": False}
     cfg["T"] = rng.randint(1, 12)
     cfg["d_in"] = rng.randint(1, 16)
-    if module == "mha":
+    if module in SPLIT_HEADS:
         cfg["H"] = rng.randint(1, 4)
         cfg["d_out"] = cfg["H"] * rng.randint(1, 16 // cfg["H"])
     else:
@@ -64,6 +65,9 @@ def construct(cfg):
             cfg["d_in"], cfg["d_out"], cfg["ctx"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"])
     if m == "mha":
         return book_classes.MultiHeadAttention(
+            cfg["d_in"], cfg["d_out"], cfg["ctx"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"])
+    if m == "gated-mha":
+        return book_classes.GatedMultiHeadAttention(
             cfg["d_in"], cfg["d_out"], cfg["ctx"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"])
     raise ValueError(m)
 

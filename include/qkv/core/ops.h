@@ -37,6 +37,7 @@ Tensor div(const Tensor& a, float s);
 Tensor exp(const Tensor& a);
 Tensor sqrt(const Tensor& a);
 Tensor neg(const Tensor& a);
+Tensor sigmoid(const Tensor& a);  // 1 / (1 + exp(-a)), computed in double
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }

@@ -49,6 +49,10 @@ struct AttentionConfig {
   // maps H D = 2,048 back to 1,024) and whether it has a bias (the book's has).
   int64_t out_dim = 0;
   bool out_bias = true;
+  // GatedMultiHeadAttention's sigmoid output gate: W_gate (d_out, d_in) (with qkv_bias), drawn
+  // right after W_query; out_proj reads context * sigmoid(W_gate(x)). Set by attention_config for
+  // gated-mha.
+  bool output_gate = false;
   int64_t d_out() const { return attention.width(); }  // H D: the attention's width
   int64_t out_width() const { return out_dim > 0 ? out_dim : d_out(); }
 };
@@ -78,7 +82,7 @@ class AttentionModule : public Module {
 };
 
 // Names as the command line spells them: self-attention-v1, self-attention-v2, causal-attention,
-// mha-wrapper, mha. The constructor draws from `gen` exactly as the PyTorch class would.
+// mha-wrapper, mha, gated-mha. The constructor draws from `gen` exactly as the PyTorch class would.
 std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, const AttentionConfig& config,
                                                        Generator& gen);
 const std::vector<std::string>& attention_module_names();
@@ -92,6 +96,8 @@ struct AttentionModuleInfo {
   bool causal;             // has a causal mask (of context_length), dropout and an AttentionPath
   bool multi_head;         // takes num_heads
   bool bias;               // takes qkv_bias
+  bool split_heads;        // d_out is split into num_heads heads (d_out % num_heads == 0)
+  bool variants;           // takes the attention variants (num_kv_heads, rope, window, alibi, softcap)
 };
 const std::vector<AttentionModuleInfo>& attention_modules();  // in attention_module_names() order
 // The module called `name`; throws qkv::Error naming the known ones.

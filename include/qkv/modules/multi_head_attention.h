@@ -19,6 +19,7 @@
 // (B, G, T, D), queries and keys after RoPE.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "qkv/kernels/kv_cache.h"
@@ -77,6 +78,7 @@ class MultiHeadAttention : public AttentionModule {
 
   AttentionConfig config;
   Linear W_query;                  // weight (d_out, d_in)
+  std::optional<Linear> W_gate;    // weight (d_out, d_in), with config.output_gate (GatedMultiHeadAttention)
   Linear W_key, W_value;           // weight (G D, d_in): d_out rows without grouped-query heads
   Linear out_proj;                 // weight (out_width, d_out), bias (out_width) unless config.out_bias is false
   Dropout dropout;
@@ -84,7 +86,17 @@ class MultiHeadAttention : public AttentionModule {
   RMSNorm q_norm, k_norm;          // QK-norm's weight (D) each: state only with config.attention.qk_norm
 
  private:
-  FusedProjections projections() { return {&qkv_, &W_query, &W_key, &W_value, &out_proj, &q_norm, &k_norm}; }
+  // The fused path's projections; with the output gate without out_proj (the module gates the
+  // context, then projects it).
+  FusedProjections projections() {
+    return {&qkv_, &W_query, &W_key, &W_value, W_gate ? nullptr : &out_proj, &q_norm, &k_norm};
+  }
+  // out = out_proj(context * sigmoid(W_gate(x))); keeps what gated_backward needs.
+  Tensor gated_out(const Tensor& x, const Tensor& context);
+  // dL/dcontext from dL/dout, adding W_gate's and out_proj's gradients; dx_gate: W_gate's share of dL/dx.
+  Tensor gated_backward(const Tensor& doutput, Tensor& dx_gate);
+  // dL/dx from dL/dmerged ((B, T, d_out), the heads merged) for the last textbook forward.
+  Tensor textbook_backward(const Tensor& dmerged);
   std::vector<float> alibi_slopes_;  // (H) the spec's ALiBi slopes (spec_alibi_slopes), or empty
   QkvWeights qkv_;        // owns W_query, W_key and W_value (they view its rows)
   Shape x_shape_;         // (B, T, d_in) of the last forward
@@ -92,6 +104,22 @@ class MultiHeadAttention : public AttentionModule {
   VariantSaved variant_saved_;  // textbook path with variants
   FusedAttention fused_;  // fused path
   bool fused_last_ = false;
+  Tensor gate_sigmoid_, gate_context_;  // (B, T, d_out): sigmoid(W_gate(x)) and the context it gated
+};
+
+// GatedMultiHeadAttention (the book's bonus ch04/08_deltanet; Qwen3-Next's and Qwen3.5's full
+// attention layers): MultiHeadAttention with a sigmoid output gate.
+//   gate = W_gate(x)                                   (B, T, d_out), drawn right after W_query
+//   context as MultiHeadAttention's                    (B, T, d_out), heads merged
+//   out = out_proj(context * sigmoid(gate))            (B, T, d_out)
+// The state dict is the book class's: W_query, W_gate, W_key, W_value, out_proj (its mask buffer
+// is registered persistent=False). Variants, paths and dtypes as MultiHeadAttention's; no cached
+// forward (the book's class has no KV cache).
+class GatedMultiHeadAttention : public MultiHeadAttention {
+ public:
+  GatedMultiHeadAttention(const AttentionConfig& config, Generator& gen);
+  const char* type_name() const override { return "GatedMultiHeadAttention"; }
+  void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
 };
 
 }  // namespace qkv
