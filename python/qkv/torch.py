@@ -28,7 +28,8 @@ dropout (Philox, keyed by a seed and the position) draws a different mask; set
 generator, so runs stay reproducible under torch.manual_seed, but they are not the book's).
 In eval mode, or with p = 0, dropout does nothing and the kernel runs.
 
-GatedMultiHeadAttention is the book's bonus gated attention (ch04/08_deltanet), seed for seed.
+GatedMultiHeadAttention and MultiHeadLatentAttention are the book's bonus gated attention
+(ch04/08_deltanet) and latent attention (ch04/05_mla, without its cache), seed for seed.
 
 Beyond the book: MultiHeadAttention takes today's variants as keywords (num_kv_heads, rope,
 rope_base, window, alibi, softcap, dtype="bf16") and decodes with a KVCache
@@ -51,6 +52,7 @@ __all__ = [
     "MultiHeadAttentionWrapper",
     "MultiHeadAttention",
     "GatedMultiHeadAttention",
+    "MultiHeadLatentAttention",
     "LayerNorm",
     "GELU",
     "FeedForward",
@@ -505,6 +507,48 @@ class GatedMultiHeadAttention(_CausalMask, nn.Module):
                 heads = self._fused(queries, keys, values, num_tokens)
             context = heads.transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)
         return self.out_proj(context * gate)
+
+
+class MultiHeadLatentAttention(nn.Module):
+    """The book's bonus latent attention (ch04/05_mla; DeepSeek V2/V3): queries from x, keys and values
+    up-projected (W_UK, W_UV) from a latent W_DKV(x) of latent_dim features (default
+    max(16, d_out // 8)). Its submodules in the bonus class's order (W_query, W_DKV, W_UK, W_UV,
+    out_proj), no mask buffer (causal by positions). The projections run in PyTorch, the attention
+    in qkv's fused kernel; in training mode with dropout the book's PyTorch computation (nn.Dropout's
+    mask). No KV cache here (the bonus class's latent cache is not built yet)."""
+
+    def __init__(self, d_in, d_out, dropout, num_heads, qkv_bias=False, latent_dim=None):
+        super().__init__()
+        if d_out % num_heads != 0:
+            raise ValueError(f"MultiHeadLatentAttention: d_out ({d_out}) must be divisible by num_heads ({num_heads})")
+        self.latent_dim = latent_dim if latent_dim is not None else max(16, d_out // 8)
+        if self.latent_dim < 1:
+            raise ValueError(f"MultiHeadLatentAttention: latent_dim ({self.latent_dim}) must be positive")
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_DKV = nn.Linear(d_in, self.latent_dim, bias=qkv_bias)
+        self.W_UK = nn.Linear(self.latent_dim, d_out, bias=qkv_bias)
+        self.W_UV = nn.Linear(self.latent_dim, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        """x (B, T, d_in) -> (B, T, d_out)."""
+        _check_rank(self, x, 3, "(B, T, d_in)")
+        b, num_tokens, _ = x.shape
+        split = lambda t: t.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # noqa: E731
+        latent = self.W_DKV(x)
+        queries, keys, values = split(self.W_query(x)), split(self.W_UK(latent)), split(self.W_UV(latent))
+        if self.training and self.dropout.p > 0:
+            attn_scores = queries @ keys.transpose(2, 3)
+            hidden = torch.ones(num_tokens, num_tokens, dtype=torch.bool).triu(1)
+            attn_scores = attn_scores.masked_fill(hidden, -torch.inf)
+            heads = self.dropout(torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)) @ values
+        else:
+            heads = attention(queries, keys, values, causal=True)
+        return self.out_proj(heads.transpose(1, 2).contiguous().view(b, num_tokens, self.d_out))
 
 
 class KVCache:

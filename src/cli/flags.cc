@@ -119,7 +119,9 @@ AttentionConfig module_config(const ModuleFlags& f, const CLI::App& sub) {
   if (sub.count("--softcap") > 0 && !(v.softcap > 0.0))
     bad_flag("--softcap", v.softcap, " must be positive (leave the flag out for no softcap)");
   // (the book's constructor's own checks, as the class makes them: "d_out (10) must be divisible by ...")
+  if (f.latent_dim && f.module != "mla") bad_flag("--latent-dim", "only --module mla has a latent, not ", f.module);
   AttentionConfig c = attention_config(f.module, f.d_in, f.d_out, f.context_length, f.dropout, f.num_heads, f.qkv_bias);
+  if (f.latent_dim) c.latent_dim = *f.latent_dim;
   c.path = f.path;
   kernels::AttentionSpec& a = c.attention;
   a.kv_heads = v.kv_heads;
@@ -207,7 +209,7 @@ void add_module_flags(CLI::App* sub, ModuleFlags& f) {
     families += " | " + m->name;
   }
   sub->add_option("--module", f.module,
-                  classes + " (gated-mha: the book's bonus gated attention); or a whole model (qkv forward only)" +
+                  classes + " (gated-mha, mla: the book's bonus gated and latent attention); or a whole model (qkv forward only)" +
                       families + " (gpt with --seed: the book's GPT of the sizes given; any with --weights PATH: its "
                       "files)")
       ->check(CLI::IsMember(modules));
@@ -216,6 +218,10 @@ void add_module_flags(CLI::App* sub, ModuleFlags& f) {
   add_number(sub, "--context-length", f.context_length, "Size of the causal mask buffer (causal modules)",
              positive<int64_t>());
   add_number_with_default(sub, "--num-heads", f.num_heads, "Heads (" + multi_head + ")", positive<int64_t>());
+  add_number(sub, "--latent-dim", f.latent_dim,
+             "mla: the latent's width L (W_DKV (L, d_in); W_UK, W_UV (d_out, L)) (default: max(16, d_out / 8), the "
+             "book's)",
+             positive<int64_t>());
   add_number_with_default(sub, "--dropout", f.dropout, "Dropout on the attention weights, in [0, 1)");
   sub->add_flag("--qkv-bias", f.qkv_bias, "Give the query, key and value projections a bias");
   add_attention_flag(sub, f.path,

@@ -95,6 +95,7 @@ std::string limit_hint(const std::string& message);
 struct ModuleFlags {
   std::string module;
   int64_t d_in = 0, d_out = 0, context_length = 0, num_heads = 1;
+  std::optional<int64_t> latent_dim;  // --latent-dim (mla)
   double dropout = 0.0;
   bool qkv_bias = false;
   AttentionPath path = AttentionPath::kAuto;

@@ -4,6 +4,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/modules/causal_attention.h"
+#include "qkv/modules/latent_attention.h"
 #include "qkv/modules/multi_head_attention.h"
 #include "qkv/modules/self_attention.h"
 
@@ -34,6 +35,7 @@ const std::vector<AttentionModuleInfo>& attention_modules() {
       {"mha-wrapper", "MultiHeadAttentionWrapper", 3, true, true, true, false, false},
       {"mha", "MultiHeadAttention", 3, true, true, true, true, true},
       {"gated-mha", "GatedMultiHeadAttention", 3, true, true, true, true, true},
+      {"mla", "MultiHeadLatentAttention", 3, true, true, true, true, false},
   };
   return modules;
 }
@@ -87,6 +89,7 @@ AttentionConfig attention_config(const std::string& module, int64_t d_in, int64_
   c.attention.causal = info.causal;
   c.attention.dropout = dropout;
   c.output_gate = module == "gated-mha";
+  if (module == "mla") c.latent_dim = mla_default_latent_dim(d_out);
   if (info.split_heads) {
     QKV_CHECK(d_out % num_heads == 0, who, ": d_out (", d_out, ") must be divisible by num_heads (", num_heads, ")");
     c.attention.head_dim = d_out / num_heads;
@@ -106,6 +109,8 @@ std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, 
             "gated-mha");
   QKV_CHECK(c.output_gate == (name == "gated-mha"), "the attention module ", name,
             c.output_gate ? " has no output gate (output_gate is gated-mha's)" : " needs output_gate");
+  QKV_CHECK((c.latent_dim != 0) == (name == "mla"), "the attention module ", name,
+            c.latent_dim != 0 ? " has no latent (latent_dim is mla's)" : " needs latent_dim");
   const int64_t d_out = c.attention.head_dim;
   if (name == "self-attention-v1") {
     QKV_CHECK(!c.qkv_bias, "self-attention-v1 has no bias (its weights are plain matrices); qkv_bias must be false");
@@ -116,6 +121,7 @@ std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, 
   if (name == "mha-wrapper") return std::make_unique<MultiHeadAttentionWrapper>(c, gen);
   if (name == "mha") return std::make_unique<MultiHeadAttention>(c, gen);
   if (name == "gated-mha") return std::make_unique<GatedMultiHeadAttention>(c, gen);
+  if (name == "mla") return std::make_unique<MultiHeadLatentAttention>(c, gen);
   fail("unknown module '", name, "'; expected one of: ", known_modules());
 }
 

@@ -147,9 +147,10 @@ TEST(AttentionModules, TheirInfoSaysWhatEachModuleTakes) {
       has_mask = has_mask || e.name.ends_with("mask");
       has_bias = has_bias || e.name.ends_with("bias");
     }
-    // a causal module holds PyTorch's mask buffer; gated-mha's is not in its state dict, as the bonus
-    // class registers it with persistent=False
-    EXPECT_EQ(has_mask, info.causal && std::string(info.name) != "gated-mha") << "the mask buffer in the state";
+    // a chapter-3 causal module holds PyTorch's mask buffer; the bonus classes' is not in their state
+    // dicts (gated-mha registers it with persistent=False, mla masks by positions)
+    const bool bonus = std::string(info.name) == "gated-mha" || std::string(info.name) == "mla";
+    EXPECT_EQ(has_mask, info.causal && !bonus) << "the mask buffer in the state";
     EXPECT_EQ(has_bias, info.bias);
     AttentionConfig biased = c;
     biased.qkv_bias = true;

@@ -15,7 +15,7 @@ from conftest import attention_reference
 FWD_TOL = 1e-5
 GRAD_TOL = 1e-4
 CLASSES = ["SelfAttention_v1", "SelfAttention_v2", "CausalAttention", "MultiHeadAttentionWrapper",
-           "MultiHeadAttention", "GatedMultiHeadAttention"]
+           "MultiHeadAttention", "GatedMultiHeadAttention", "MultiHeadLatentAttention"]
 
 
 def rel_err(got, want):
@@ -26,7 +26,8 @@ def rel_err(got, want):
 def random_config(name, rng):
     d_in, T, B = rng.randint(1, 12), rng.randint(1, 20), rng.randint(1, 3)
     heads = rng.randint(1, 4)
-    d_out = rng.randint(1, 8) * (heads if name in ("MultiHeadAttention", "GatedMultiHeadAttention") else 1)
+    split = ("MultiHeadAttention", "GatedMultiHeadAttention", "MultiHeadLatentAttention")
+    d_out = rng.randint(1, 8) * (heads if name in split else 1)
     bias = rng.random() < 0.5
     context = T + rng.randint(0, 5)
     dropout = rng.choice([0.0, 0.0, 0.1, 0.5])
@@ -37,6 +38,7 @@ def random_config(name, rng):
         "MultiHeadAttentionWrapper": (d_in, d_out, context, dropout, heads, bias),
         "MultiHeadAttention": (d_in, d_out, context, dropout, heads, bias),
         "GatedMultiHeadAttention": (d_in, d_out, context, dropout, heads, bias),
+        "MultiHeadLatentAttention": (d_in, d_out, dropout, heads, bias, rng.choice([None, rng.randint(1, 9)])),
     }[name]
     shape = (T, d_in) if name.startswith("SelfAttention") else (B, T, d_in)
     return args, shape

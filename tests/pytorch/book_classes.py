@@ -27,6 +27,9 @@ changes the numerics, the random draws, or the state dict.
     GatedMultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)
                                                          the book's bonus ch04/08_deltanet: MultiHeadAttention
                                                          with a sigmoid output gate W_gate
+    MultiHeadLatentAttention(d_in, d_out, dropout, num_heads, qkv_bias=False, latent_dim=None)
+                                                         the book's bonus ch04/05_mla (no cache here): keys
+                                                         and values up-projected from a latent W_DKV(x)
 """
 
 import torch
@@ -39,6 +42,7 @@ __all__ = [
     "MultiHeadAttentionWrapper",
     "MultiHeadAttention",
     "GatedMultiHeadAttention",
+    "MultiHeadLatentAttention",
     "enable_recording",
 ]
 
@@ -250,3 +254,45 @@ class GatedMultiHeadAttention(nn.Module, _Recorder):
 
         context = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)
         return self.out_proj(context * torch.sigmoid(gate))
+
+
+class MultiHeadLatentAttention(nn.Module, _Recorder):
+    """The bonus material's latent attention (ch04/05_mla) without its KV cache: queries from x, keys
+    and values up-projected (W_UK, W_UV) from a latent W_DKV(x) of latent_dim features (default
+    max(16, d_out // 8)). Submodules in the bonus class's order (W_query, W_DKV, W_UK, W_UV, out_proj),
+    no mask buffer: the causal mask comes from the positions (query i sees keys j <= i)."""
+
+    def __init__(self, d_in, d_out, dropout, num_heads, qkv_bias=False, latent_dim=None):
+        super().__init__()
+        assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
+        self._init_recording()
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads
+        self.latent_dim = latent_dim if latent_dim is not None else max(16, d_out // 8)
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_DKV = nn.Linear(d_in, self.latent_dim, bias=qkv_bias)
+        self.W_UK = nn.Linear(self.latent_dim, d_out, bias=qkv_bias)
+        self.W_UV = nn.Linear(self.latent_dim, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        b, num_tokens, _ = x.shape
+        heads = lambda t: t.view(b, t.shape[1], self.num_heads, self.head_dim).transpose(1, 2)  # noqa: E731
+        queries = heads(self.W_query(x))
+        latent = self.W_DKV(x)
+        keys = heads(self.W_UK(latent))
+        values = heads(self.W_UV(latent))
+
+        attn_scores = queries @ keys.transpose(-2, -1)
+        positions = torch.arange(num_tokens)
+        hidden = positions.unsqueeze(-1) < positions.unsqueeze(0)  # key after query
+        attn_scores.masked_fill_(hidden, -torch.inf)
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)
+        before_dropout = attn_weights
+        attn_weights = self.dropout(attn_weights)
+        self._record(before_dropout, attn_weights if _dropout_changed(self.dropout, before_dropout) else None)
+
+        context = (attn_weights @ values).transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)
+        return self.out_proj(context)

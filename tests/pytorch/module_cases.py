@@ -11,9 +11,9 @@ import torch
 import book_classes
 from harness import run_qkv
 
-MODULES = ["self-attention-v1", "self-attention-v2", "causal-attention", "mha-wrapper", "mha", "gated-mha"]
-CAUSAL = {"causal-attention", "mha-wrapper", "mha", "gated-mha"}
-SPLIT_HEADS = {"mha", "gated-mha"}  # d_out = num_heads * head_dim
+MODULES = ["self-attention-v1", "self-attention-v2", "causal-attention", "mha-wrapper", "mha", "gated-mha", "mla"]
+CAUSAL = {"causal-attention", "mha-wrapper", "mha", "gated-mha", "mla"}  # (mla: context_length is qkv's limit only)
+SPLIT_HEADS = {"mha", "gated-mha", "mla"}  # d_out = num_heads * head_dim
 
 
 def random_config(rng, module):
@@ -29,6 +29,8 @@ def random_config(rng, module):
             cfg["H"] = rng.randint(1, 4)
     if module != "self-attention-v1":
         cfg["bias"] = rng.random() < 0.5
+    if module == "mla":  # the class's default half the time, else any width
+        cfg["latent"] = None if rng.random() < 0.5 else rng.randint(1, 12)
     if module in CAUSAL:
         cfg["B"] = rng.randint(1, 4)
         cfg["ctx"] = cfg["T"] if rng.random() < 0.35 else cfg["T"] + rng.randint(1, 8)
@@ -48,6 +50,8 @@ def describe(cfg):
         parts.append(f"dropout={cfg['p']}")
     if cfg["module"] != "self-attention-v1":
         parts.append(f"qkv_bias={cfg['bias']}")
+    if cfg.get("latent") is not None:
+        parts.append(f"latent_dim={cfg['latent']}")
     return " ".join(parts)
 
 
@@ -66,6 +70,9 @@ def construct(cfg):
     if m == "mha":
         return book_classes.MultiHeadAttention(
             cfg["d_in"], cfg["d_out"], cfg["ctx"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"])
+    if m == "mla":
+        return book_classes.MultiHeadLatentAttention(
+            cfg["d_in"], cfg["d_out"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"], latent_dim=cfg.get("latent"))
     if m == "gated-mha":
         return book_classes.GatedMultiHeadAttention(
             cfg["d_in"], cfg["d_out"], cfg["ctx"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"])
@@ -96,6 +103,8 @@ def qkv_args(cfg):
         args += ["--num-heads", str(cfg["H"])]
     if cfg["bias"]:
         args.append("--qkv-bias")
+    if cfg.get("latent") is not None:
+        args += ["--latent-dim", str(cfg["latent"])]
     return args
 
 

@@ -53,6 +53,9 @@ struct AttentionConfig {
   // right after W_query; out_proj reads context * sigmoid(W_gate(x)). Set by attention_config for
   // gated-mha.
   bool output_gate = false;
+  // MultiHeadLatentAttention's latent width L (W_DKV (L, d_in), W_UK and W_UV (d_out, L)); 0 for the
+  // other modules. attention_config sets the class's default, max(16, d_out / 8), for mla.
+  int64_t latent_dim = 0;
   int64_t d_out() const { return attention.width(); }  // H D: the attention's width
   int64_t out_width() const { return out_dim > 0 ? out_dim : d_out(); }
 };
@@ -82,7 +85,7 @@ class AttentionModule : public Module {
 };
 
 // Names as the command line spells them: self-attention-v1, self-attention-v2, causal-attention,
-// mha-wrapper, mha, gated-mha. The constructor draws from `gen` exactly as the PyTorch class would.
+// mha-wrapper, mha, gated-mha, mla. The constructor draws from `gen` exactly as the PyTorch class would.
 std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, const AttentionConfig& config,
                                                        Generator& gen);
 const std::vector<std::string>& attention_module_names();

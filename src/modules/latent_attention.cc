@@ -1,0 +1,124 @@
+// MultiHeadLatentAttention. See include/qkv/modules/latent_attention.h.
+#include "qkv/modules/latent_attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "qkv/core/error.h"
+#include "qkv/core/ops.h"
+#include "qkv/kernels/attention.h"
+#include "qkv/modules/fused_attention.h"
+
+namespace qkv {
+namespace {
+
+constexpr const char* kWho = "MultiHeadLatentAttention";
+
+const AttentionConfig& validated(const AttentionConfig& c) {
+  validate(c, kWho);
+  QKV_CHECK(c.latent_dim > 0, kWho, ": latent_dim (", c.latent_dim, ") must be positive");
+  QKV_CHECK(!c.attention.has_variants(), kWho, " takes no variants (num_kv_heads, rope, window, alibi, softcap)");
+  QKV_CHECK(c.attention.dtype == Dtype::kF32, kWho, " computes in f32 only");
+  QKV_CHECK(c.out_dim == 0 && c.out_bias, kWho, ": out_proj is (d_out, d_out) with a bias, as the book's class has it");
+  return c;
+}
+
+kernels::ConstHeads heads_of(const Tensor& t) {  // (B, H, T, D) contiguous
+  return kernels::ConstHeads::contiguous(t.data(), t.size(0), t.size(1), t.size(2), t.size(3));
+}
+
+kernels::MutableHeads mutable_heads_of(Tensor& t) {
+  return kernels::MutableHeads::contiguous(t.data(), t.size(0), t.size(1), t.size(2), t.size(3));
+}
+
+}  // namespace
+
+int64_t mla_default_latent_dim(int64_t d_out) { return std::max<int64_t>(16, d_out / 8); }
+
+MultiHeadLatentAttention::MultiHeadLatentAttention(const AttentionConfig& c, Generator& gen)
+    : config(validated(c)),
+      W_query(c.d_in, c.d_out(), c.qkv_bias, gen),
+      W_DKV(c.d_in, c.latent_dim, c.qkv_bias, gen),
+      W_UK(c.latent_dim, c.d_out(), c.qkv_bias, gen),
+      W_UV(c.latent_dim, c.d_out(), c.qkv_bias, gen),
+      out_proj(c.d_out(), c.d_out(), true, gen),
+      dropout(c.attention.dropout, gen) {}
+
+void MultiHeadLatentAttention::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  W_query.collect_state(prefix + "W_query.", out);
+  W_DKV.collect_state(prefix + "W_DKV.", out);
+  W_UK.collect_state(prefix + "W_UK.", out);
+  W_UV.collect_state(prefix + "W_UV.", out);
+  out_proj.collect_state(prefix + "out_proj.", out);
+}
+
+void MultiHeadLatentAttention::train(bool on) {
+  Module::train(on);
+  dropout.train(on);
+}
+
+Tensor MultiHeadLatentAttention::forward(const Tensor& x, AttentionTrace* trace) {
+  check_batch_input(kWho, x, config.d_in, config.context_length);
+  x_shape_ = x.shape();
+  const int64_t B = x.size(0), T = x.size(1), H = config.attention.heads, D = config.attention.head_dim;
+  auto split = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };  // (B, H, T, D)
+  const Tensor queries = split(W_query.forward(x));
+  const Tensor latent = W_DKV.forward(x);  // (B, T, L)
+  const Tensor keys = split(W_UK.forward(latent));
+  const Tensor values = split(W_UV.forward(latent));
+  // The trace holds the textbook computation's intermediates: a traced call runs it.
+  fused_last_ = runs_fused(config.path, dropout) && trace == nullptr;
+  Tensor context;  // (B, H, T, D)
+  if (fused_last_) {
+    q_ = queries.contiguous();
+    k_ = keys.contiguous();
+    v_ = values.contiguous();
+    o_ = Tensor::empty({B, H, T, D});
+    lse_.assign(static_cast<size_t>(B * H * T), 0.0f);
+    kernels::AttentionOptions o;
+    o.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    o.mask = kernels::AttentionMask::causal();
+    dropout_p_ = 0.0f;
+    if (dropout.active()) {  // --attention fused under dropout: the kernel's mask (Philox), not PyTorch's
+      dropout_p_ = static_cast<float>(dropout.p());
+      dropout_seed_ = dropout.draw_seed();
+    }
+    o.dropout_p = dropout_p_;
+    o.dropout_seed = dropout_seed_;
+    kernels::attention_forward(heads_of(q_), heads_of(k_), heads_of(v_), mutable_heads_of(o_), lse_.data(), o);
+    context = o_;
+  } else {
+    const Tensor blocked = causal_mask(T);  // the class's q_position < k_position
+    context = attend(queries, keys, values, &blocked, &dropout, trace, &saved_);
+  }
+  return out_proj.forward(context.transpose(1, 2).reshape({B, T, config.d_out()}));
+}
+
+Tensor MultiHeadLatentAttention::backward(const Tensor& doutput) {
+  QKV_CHECK(x_shape_.size() == 3, kWho, ": backward before forward");
+  const int64_t B = x_shape_[0], T = x_shape_[1], H = config.attention.heads, D = config.attention.head_dim;
+  const Tensor dmerged = out_proj.backward(doutput);               // (B, T, d_out)
+  const Tensor dcontext = dmerged.view({B, T, H, D}).transpose(1, 2);  // (B, H, T, D)
+  AttentionGrads g;
+  if (fused_last_) {
+    const Tensor d_o = dcontext.contiguous();
+    g.dq = Tensor::empty({B, H, T, D});
+    g.dk = Tensor::empty({B, H, T, D});
+    g.dv = Tensor::empty({B, H, T, D});
+    kernels::AttentionOptions o;
+    o.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    o.mask = kernels::AttentionMask::causal();
+    o.dropout_p = dropout_p_;  // the forward's mask, recomputed from its seed
+    o.dropout_seed = dropout_seed_;
+    kernels::attention_backward(heads_of(q_), heads_of(k_), heads_of(v_), heads_of(o_), heads_of(d_o), lse_.data(),
+                                mutable_heads_of(g.dq), mutable_heads_of(g.dk), mutable_heads_of(g.dv), o);
+  } else {
+    g = attend_backward(dcontext, saved_, &dropout);
+  }
+  auto merge = [&](const Tensor& t) { return t.transpose(1, 2).reshape({B, T, config.d_out()}); };
+  // keys = W_UK(latent), values = W_UV(latent): both reach latent
+  const Tensor dlatent = add(W_UK.backward(merge(g.dk)), W_UV.backward(merge(g.dv)));  // (B, T, L)
+  return add(W_query.backward(merge(g.dq)), W_DKV.backward(dlatent));                   // (B, T, d_in)
+}
+
+}  // namespace qkv
