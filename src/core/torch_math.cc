@@ -7,7 +7,10 @@
 #include <immintrin.h>
 // SLEEF's AVX2 logf (libsleef; sleef.h declares it only when the file is compiled for AVX, which this
 // one is not: only the function below, which runs on AVX2 CPUs alone, is)
-extern "C" __attribute__((target("avx2,fma"))) __m256 Sleef_logf8_u10avx2(__m256 x);
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+extern "C" __m256 Sleef_logf8_u10avx2(__m256 x);
+#pragma GCC pop_options
 #endif
 
 namespace qkv {
