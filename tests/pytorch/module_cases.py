@@ -11,16 +11,9 @@ import torch
 import book_classes
 from harness import run_qkv
 
-MODULES = ["self-attention-v1", "self-attention-v2", "causal-attention", "mha-wrapper", "mha", "gated-mha", "mla",
-           "deltanet"]
-# (mla, deltanet: context_length is qkv's limit only; deltanet's dropout is on its context, not on weights)
-CAUSAL = {"causal-attention", "mha-wrapper", "mha", "gated-mha", "mla", "deltanet"}
-SPLIT_HEADS = {"mha", "gated-mha", "mla", "deltanet"}  # d_out = num_heads * head_dim
-NO_SOFTMAX = {"deltanet"}  # no attention weights: the forward differential compares the output only
-# Gradients judged against the PyTorch class run in float64: with a head width of 1, l2norm(k) is a
-# sign whose small derivative PyTorch's float32 autograd gets only to ~3e-3 (its own distance from
-# float64); qkv computes it without the cancellation.
-FLOAT64_GRADIENTS = {"deltanet"}
+MODULES = ["self-attention-v1", "self-attention-v2", "causal-attention", "mha-wrapper", "mha", "gated-mha", "mla"]
+CAUSAL = {"causal-attention", "mha-wrapper", "mha", "gated-mha", "mla"}  # (mla: context_length is qkv's limit only)
+SPLIT_HEADS = {"mha", "gated-mha", "mla"}  # d_out = num_heads * head_dim
 
 
 def random_config(rng, module):
@@ -77,8 +70,6 @@ def construct(cfg):
     if m == "mha":
         return book_classes.MultiHeadAttention(
             cfg["d_in"], cfg["d_out"], cfg["ctx"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"])
-    if m == "deltanet":
-        return book_classes.GatedDeltaNet(cfg["d_in"], cfg["d_out"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"])
     if m == "mla":
         return book_classes.MultiHeadLatentAttention(
             cfg["d_in"], cfg["d_out"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"], latent_dim=cfg.get("latent"))

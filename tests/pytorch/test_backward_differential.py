@@ -37,7 +37,7 @@ import torch  # noqa: E402
 
 import harness  # noqa: E402
 import safetensors_io  # noqa: E402
-from module_cases import (CAUSAL, FLOAT64_GRADIENTS, MODULES, construct, describe, perturbed_weights, qkv_args,  # noqa: E402
+from module_cases import (CAUSAL, MODULES, construct, describe, perturbed_weights, qkv_args,  # noqa: E402
                           random_config, rel_err, run_all)
 
 TOLERANCE = 1e-4
@@ -77,16 +77,13 @@ def prepare(case, qkv, tmp, rng):
     model.train(case.kind == "dropout")
     if case.kind == "dropout":
         args.append("--train")
-    wide = cfg["module"] in FLOAT64_GRADIENTS  # (nn.Dropout draws the same mask in float64)
-    if wide:
-        model.double()
-    xg = (x.double() if wide else x.clone()).requires_grad_(True)
+    xg = x.clone().requires_grad_(True)
     y = model(xg)
     grad = torch.randn(y.shape, generator=g)
-    y.backward(grad.double() if wide else grad)
-    case.expected = {"input": xg.grad.detach().float()}
+    y.backward(grad)
+    case.expected = {"input": xg.grad.detach().clone()}
     for name, p in model.named_parameters():
-        case.expected[name] = p.grad.detach().float() if p.grad is not None else torch.zeros_like(p).float()
+        case.expected[name] = p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
     safetensors_io.save(f["input"], {"input": x})
     safetensors_io.save(f["grad"], {"grad_output": grad})
     case.cmd = args + ["--input", f["input"], "--output", base + ".out.safetensors",
