@@ -16,6 +16,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/limits.h"
+#include "qkv/core/ops.h"
 #include "qkv/kernels/attention.h"
 
 namespace qkv {
@@ -66,6 +67,16 @@ inline std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// max|a - b| / max(1, max|b|): a tensor's distance from the one it should equal, relative to that
+// one's scale (and absolute below 1). Shapes must match.
+inline double relative_error(const Tensor& a, const Tensor& b) {
+  QKV_CHECK(a.shape() == b.shape(), "relative_error: shapes ", a.describe(), " and ", b.describe(), " differ");
+  double scale = 1.0;
+  const Tensor bc = b.contiguous();
+  for (int64_t i = 0; i < bc.numel(); ++i) scale = std::max(scale, static_cast<double>(std::abs(bc.data()[i])));
+  return max_abs_diff(a, b) / scale;
 }
 
 // The fused attention tests' options for a case of T queries and head dim D: scale 1 / sqrt(D),

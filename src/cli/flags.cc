@@ -113,7 +113,8 @@ AttentionConfig module_config(const ModuleFlags& f, const CLI::App& sub) {
   if (!info.variants)
     for (const char* flag : variant_flags)
       if (sub.count(flag) > 0)
-        bad_flag(flag, "only --module mha and gated-mha take the attention variants, not ", f.module);
+        bad_flag(flag, "only --module ", attention_module_list(&AttentionModuleInfo::variants),
+                 " take the attention variants, not ", f.module);
   if (sub.count("--rope-base") > 0 && v.rope == kernels::RopeLayout::kNone)
     bad_flag("--rope-base", "needs --rope half or --rope interleaved");
   if (sub.count("--softcap") > 0 && !(v.softcap > 0.0))
@@ -199,11 +200,8 @@ bool is_model_family(const std::string& module) {
 
 void add_module_flags(CLI::App* sub, ModuleFlags& f) {
   std::vector<std::string> modules = attention_module_names();
-  std::string classes, families, multi_head;
-  for (const AttentionModuleInfo& m : attention_modules()) {
-    classes += std::string(classes.empty() ? "" : " | ") + m.name;
-    if (m.multi_head) multi_head += std::string(multi_head.empty() ? "" : ", ") + m.name;
-  }
+  std::string classes, families;
+  for (const AttentionModuleInfo& m : attention_modules()) classes += std::string(classes.empty() ? "" : " | ") + m.name;
   for (const ModelFamily* m : model_families()) {
     modules.push_back(m->name);
     families += " | " + m->name;
@@ -217,7 +215,8 @@ void add_module_flags(CLI::App* sub, ModuleFlags& f) {
   add_number(sub, "--d-out", f.d_out, "Output features (per head for mha-wrapper)", positive<int64_t>());
   add_number(sub, "--context-length", f.context_length, "Size of the causal mask buffer (causal modules)",
              positive<int64_t>());
-  add_number_with_default(sub, "--num-heads", f.num_heads, "Heads (" + multi_head + ")", positive<int64_t>());
+  const std::string variants = attention_module_list(&AttentionModuleInfo::variants) + ": ";  // the variants' help
+  add_number_with_default(sub, "--num-heads", f.num_heads, "Heads (" + attention_module_list(&AttentionModuleInfo::multi_head) + ")", positive<int64_t>());
   add_number(sub, "--latent-dim", f.latent_dim,
              "mla: the latent's width L (W_DKV (L, d_in); W_UK, W_UV (d_out, L)) (default: max(16, d_out / 8), the "
              "book's)",
@@ -228,7 +227,7 @@ void add_module_flags(CLI::App* sub, ModuleFlags& f) {
                      "Causal modules: auto (fused; textbook under --train dropout, for PyTorch's masks) | fused | "
                   "textbook");
   add_number(sub, "--num-kv-heads", f.variants.kv_heads,
-             "mha, gated-mha: key/value heads G, dividing --num-heads (grouped-query attention; 1: multi-query); W_key and "
+             variants + "key/value heads G, dividing --num-heads (grouped-query attention; 1: multi-query); W_key and "
              "W_value are (G * head_dim, d_in) (default: --num-heads)",
              positive<int64_t>());
   sub->add_option_function<std::string>(
@@ -238,16 +237,16 @@ void add_module_flags(CLI::App* sub, ModuleFlags& f) {
              throw CLI::ValidationError("--rope: " + excerpt(s) + " is not a RoPE layout; expected half or interleaved");
            f.variants.rope = kernels::parse_rope_layout(s);
          },
-         "mha, gated-mha: rotary position embedding of queries and keys: half (pairs i, i + D/2: Hugging Face, the book's "
+         variants + "rotary position embedding of queries and keys: half (pairs i, i + D/2: Hugging Face, the book's "
          "Llama) | interleaved (pairs 2i, 2i + 1: GPT-J, Meta's Llama) (default: none)")
       ->type_name("LAYOUT");
-  add_number_with_default(sub, "--rope-base", f.variants.rope_base, "mha, gated-mha: RoPE's base (frequencies base^(-2i/D))",
+  add_number_with_default(sub, "--rope-base", f.variants.rope_base, variants + "RoPE's base (frequencies base^(-2i/D))",
                           Range<double>{std::numeric_limits<double>::min(), std::numeric_limits<double>::max()});
   add_number(sub, "--window", f.variants.window,
-             "mha, gated-mha: sliding window: query i sees keys j > i - W (W >= 1; default: no window)", positive<int64_t>());
-  sub->add_flag("--alibi", f.variants.alibi, "mha, gated-mha: ALiBi bias -slope_h * (i - j) with the paper's slopes");
+             variants + "sliding window: query i sees keys j > i - W (W >= 1; default: no window)", positive<int64_t>());
+  sub->add_flag("--alibi", f.variants.alibi, variants + "ALiBi bias -slope_h * (i - j) with the paper's slopes");
   add_number(sub, "--softcap", f.variants.softcap,
-             "mha, gated-mha: cap the scaled scores as C * tanh(x / C) (Gemma 2; C > 0; default: none)");
+             variants + "cap the scaled scores as C * tanh(x / C) (Gemma 2; C > 0; default: none)");
   add_dtype_flag(sub, "--dtype", [&f](Dtype d) { f.variants.dtype = d; },
                  "Causal modules' fused path: f32 | bf16 (bf16 products, q, k, v; fp32 sums, softmax and outputs) "
                  "(default: f32)");

@@ -49,20 +49,17 @@ const std::vector<std::string>& attention_module_names() {
   return names;
 }
 
-namespace {
-
-std::string known_modules() {
-  std::string known;
-  for (const std::string& n : attention_module_names()) known += (known.empty() ? "" : ", ") + n;
-  return known;
+std::string attention_module_list(bool AttentionModuleInfo::*what) {
+  std::string list;
+  for (const AttentionModuleInfo& m : attention_modules())
+    if (what == nullptr || m.*what) list += std::string(list.empty() ? "" : ", ") + m.name;
+  return list;
 }
-
-}  // namespace
 
 const AttentionModuleInfo& attention_module_info(const std::string& name) {
   for (const AttentionModuleInfo& m : attention_modules())
     if (name == m.name) return m;
-  fail("unknown module '", name, "'; expected one of: ", known_modules());
+  fail("unknown module '", name, "'; expected one of: ", attention_module_list());
 }
 
 std::string attention_config_name(kernels::SpecField field) {
@@ -103,7 +100,8 @@ std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, 
                                                        Generator& gen) {
   const AttentionModuleInfo& info = attention_module_info(name);
   QKV_CHECK(info.variants || !c.attention.has_variants(), "the attention module ", name,
-            " takes no variants (num_kv_heads, rope, window, alibi, softcap): only mha and gated-mha do");
+            " takes no variants (num_kv_heads, rope, window, alibi, softcap): only ",
+            attention_module_list(&AttentionModuleInfo::variants), " do");
   QKV_CHECK(c.attention.dtype == Dtype::kF32 || info.causal, "the attention module ", name,
             " computes in f32 only: dtype bf16 runs the fused path of causal-attention, mha-wrapper, mha and ",
             "gated-mha");
@@ -122,7 +120,7 @@ std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, 
   if (name == "mha") return std::make_unique<MultiHeadAttention>(c, gen);
   if (name == "gated-mha") return std::make_unique<GatedMultiHeadAttention>(c, gen);
   if (name == "mla") return std::make_unique<MultiHeadLatentAttention>(c, gen);
-  fail("unknown module '", name, "'; expected one of: ", known_modules());
+  fail("unknown module '", name, "'; expected one of: ", attention_module_list());
 }
 
 }  // namespace qkv

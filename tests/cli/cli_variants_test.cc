@@ -46,7 +46,7 @@ TEST_F(CliVariants, BadValuesExitWith2NamingTheFlag) {
   const Result other = run("forward --module causal-attention --d-in 4 --d-out 8 --context-length 6 --seed 3 "
                            "--alibi --input x.safetensors");
   EXPECT_EQ(other.status, 2) << other.err;
-  EXPECT_NE(other.err.find("--alibi: only --module mha and gated-mha take the attention variants"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("--alibi: only --module mha, gated-mha take the attention variants"), std::string::npos) << other.err;
 }
 
 TEST_F(CliVariants, GroupedQueryRunWritesGroupedWeightsAndGradients) {

@@ -20,15 +20,7 @@ namespace qkv {
 namespace {
 
 using testing_support::error_of;
-
-// max|a - b| / max(1, max|b|)
-double rel(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  double scale = 1.0;
-  const Tensor bc = b.contiguous();
-  for (int64_t i = 0; i < bc.numel(); ++i) scale = std::max(scale, static_cast<double>(std::abs(bc.data()[i])));
-  return max_abs_diff(a, b) / scale;
-}
+using testing_support::relative_error;
 
 struct MlaRun {
   Tensor y, dx;
@@ -59,10 +51,10 @@ TEST(LatentAttention, TheFusedPathAgreesWithTheTextbookForwardAndBackward) {
                              " T=" + std::to_string(T) + " L=" + std::to_string(c.latent_dim);
     const MlaRun fused = run(c, AttentionPath::kFused, B, T, 100 + i);
     const MlaRun textbook = run(c, AttentionPath::kTextbook, B, T, 100 + i);
-    EXPECT_LE(rel(fused.y, textbook.y), 1e-5) << what;
-    EXPECT_LE(rel(fused.dx, textbook.dx), 1e-4) << what;
+    EXPECT_LE(relative_error(fused.y, textbook.y), 1e-5) << what;
+    EXPECT_LE(relative_error(fused.dx, textbook.dx), 1e-4) << what;
     ASSERT_EQ(fused.grads.size(), textbook.grads.size());
-    for (size_t g = 0; g < fused.grads.size(); ++g) EXPECT_LE(rel(fused.grads[g], textbook.grads[g]), 1e-4) << what;
+    for (size_t g = 0; g < fused.grads.size(); ++g) EXPECT_LE(relative_error(fused.grads[g], textbook.grads[g]), 1e-4) << what;
   }
 }
 

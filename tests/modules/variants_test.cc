@@ -22,20 +22,12 @@ namespace {
 
 using kernels::RopeLayout;
 using testing_support::error_of;
+using testing_support::relative_error;
 
 struct Outcome {
   Tensor y, dx;
   std::vector<Tensor> grads;  // W_query, W_key, W_value, out_proj (, W_gate): weight then bias
 };
-
-// max|a - b| / max(1, max|b|)
-double rel(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  double scale = 1.0;
-  const Tensor bc = b.contiguous();
-  for (int64_t i = 0; i < bc.numel(); ++i) scale = std::max(scale, static_cast<double>(std::abs(bc.data()[i])));
-  return max_abs_diff(a, b) / scale;
-}
 
 Outcome run(AttentionConfig c, AttentionPath path, int64_t B, int64_t T, uint64_t seed = 5) {
   c.path = path;
@@ -56,11 +48,11 @@ Outcome run(AttentionConfig c, AttentionPath path, int64_t B, int64_t T, uint64_
 }
 
 void expect_close(const Outcome& fused, const Outcome& textbook, const std::string& what) {
-  EXPECT_LE(rel(fused.y, textbook.y), 1e-5) << what << ": output";
-  EXPECT_LE(rel(fused.dx, textbook.dx), 1e-4) << what << ": dx";
+  EXPECT_LE(relative_error(fused.y, textbook.y), 1e-5) << what << ": output";
+  EXPECT_LE(relative_error(fused.dx, textbook.dx), 1e-4) << what << ": dx";
   ASSERT_EQ(fused.grads.size(), textbook.grads.size());
   for (size_t i = 0; i < fused.grads.size(); ++i)
-    EXPECT_LE(rel(fused.grads[i], textbook.grads[i]), 1e-4) << what << ": parameter gradient " << i;
+    EXPECT_LE(relative_error(fused.grads[i], textbook.grads[i]), 1e-4) << what << ": parameter gradient " << i;
 }
 
 struct Variant {
@@ -137,7 +129,7 @@ TEST(MhaVariants, TheOutputGateChangesTheOutputAndItsGradientIsTheGatesShare) {
   gated.W_gate->bias.copy_from(Tensor::zeros(gated.W_gate->bias.shape()));
   Generator data(9);
   const Tensor x = randn({2, 7, 5}, data);
-  EXPECT_LE(rel(gated.forward(x), plain.forward(x)), 1e-6);
+  EXPECT_LE(relative_error(gated.forward(x), plain.forward(x)), 1e-6);
 }
 
 // Grouped-query attention is multi-head attention whose key/value heads repeat: a G-head module
@@ -166,7 +158,7 @@ TEST(MhaVariants, GroupedQueryEqualsRepeatedKeyValueWeights) {
     for (int64_t i = 0; i < a.out_proj.bias.numel(); ++i) b.out_proj.bias.data()[i] = a.out_proj.bias.data()[i];
     Generator data(4);
     const Tensor x = randn({2, 6, 4}, data);
-    EXPECT_LE(rel(a.forward(x), b.forward(x)), 1e-5) << attention_path_name(path);
+    EXPECT_LE(relative_error(a.forward(x), b.forward(x)), 1e-5) << attention_path_name(path);
   }
 }
 

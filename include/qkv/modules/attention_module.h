@@ -105,5 +105,8 @@ struct AttentionModuleInfo {
 const std::vector<AttentionModuleInfo>& attention_modules();  // in attention_module_names() order
 // The module called `name`; throws qkv::Error naming the known ones.
 const AttentionModuleInfo& attention_module_info(const std::string& name);
+// The names of the modules that have `what` ("mha, gated-mha" for &AttentionModuleInfo::variants),
+// in table order, for messages and help texts; every name without a field.
+std::string attention_module_list(bool AttentionModuleInfo::*what = nullptr);
 
 }  // namespace qkv
