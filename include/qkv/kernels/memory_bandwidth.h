@@ -2,8 +2,9 @@
 // of memory-bound kernels (decoding over a KV cache) as the FMA peak (fma_peak.h) is of
 // compute-bound ones.
 //
-// A buffer well beyond the last-level cache (8 x L3 from qkv/core/machine.h, at least 256 MiB)
-// is split into one contiguous slice per pool thread; every thread sums its slice with SIMD
+// A buffer well beyond the last-level cache (8 x L3 from qkv/core/machine.h, at least 256 MiB,
+// at most 1 GiB: no L3 one thread fills is near 128 MiB, and a VM may report the whole package's
+// L3 as one - 508 MiB on an EPYC Zen 5 guest, whose 4 GiB buffer took 13 s to touch) is split into one contiguous slice per pool thread; every thread sums its slice with SIMD
 // loads into independent accumulators (the best target this CPU supports), all at the same
 // time. A pass is the whole buffer over the wall time; the result is the median of `passes`
 // passes, in GB/s (1e9 bytes per second). The buffer is written once first (so its pages exist),
@@ -24,7 +25,7 @@ struct MemoryBandwidth {
 
 MemoryBandwidth measure_read_bandwidth(ThreadPool& pool, int passes = 7);
 
-// The buffer measure_read_bandwidth reads: max(8 x L3, 256 MiB).
+// The buffer measure_read_bandwidth reads: 8 x L3 within [256 MiB, 1 GiB].
 int64_t read_bandwidth_buffer_bytes();
 
 }  // namespace qkv::kernels
