@@ -17,6 +17,7 @@ want_tests=0
 
 packages=(g++ cmake make pkg-config nlohmann-json3-dev libcli11-dev libopenblas-dev libpcre2-dev libhwy-dev)
 packages+=(libutf8proc-dev)  # NFC for Hugging Face tokenizer.json (Qwen3's normaliser)
+packages+=(libsleef-dev)  # PyTorch's vectorised math (torch.log-exact initial values: GatedDeltaNet's A_log)
 packages+=(python3 python3-dev pybind11-dev python3-numpy)  # the Python package (python/): `import qkv`
 packages+=(python3-venv python3-pip python3-setuptools python3-wheel)  # pip install . (offline, docs/python.md)
 packages+=(libopenmpi-dev openmpi-bin)  # the MPI layer (src/mpi): ring attention under mpirun

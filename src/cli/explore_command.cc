@@ -64,6 +64,9 @@ ExploreLimits limits_of(const ExploreFlags& f) {
 // The chapter's module on GPT-2 tokens, as `qkv forward --text` runs it.
 ExplorePage module_page(ExploreFlags& f, const CLI::App& sub, const std::string& text) {
   const AttentionModuleInfo& info = attention_module_info(f.module);
+  if (!info.softmax)
+    bad_flag("--module", f.module, " (", info.class_name, ") has no softmax attention weights to show; the page of a ",
+             "linear recurrence is not built yet");
   const AttentionConfig c = checked_module_config(f, sub, /*on_text=*/true);
   Encoding gpt2 = load_gpt2(f.vocab_dir);
   const std::vector<int64_t> ids = gpt2.encode(text, SpecialTokens::all());

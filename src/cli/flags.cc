@@ -207,7 +207,7 @@ void add_module_flags(CLI::App* sub, ModuleFlags& f) {
     families += " | " + m->name;
   }
   sub->add_option("--module", f.module,
-                  classes + " (gated-mha, mla: the book's bonus gated and latent attention); or a whole model (qkv forward only)" +
+                  classes + " (gated-mha, mla, deltanet: the book's bonus gated, latent and Gated DeltaNet attention); or a whole model (qkv forward only)" +
                       families + " (gpt with --seed: the book's GPT of the sizes given; any with --weights PATH: its "
                       "files)")
       ->check(CLI::IsMember(modules));

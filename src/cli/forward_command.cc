@@ -44,7 +44,10 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   for (const char* flag : {"--vocab-size", "--d-model", "--num-layers"})
     if (sub.count(flag) > 0) bad_flag(flag, "is a flag of --module gpt, not ", f.module);
   const bool from_text = !f.text.empty() || !f.text_file.empty() || sub.count("--text") > 0;
-  const bool causal = attention_module_info(f.module).causal;
+  const AttentionModuleInfo& info = attention_module_info(f.module);
+  const bool causal = info.causal;
+  if (!info.softmax && !f.attn_weights.empty())
+    bad_flag("--attn-weights", f.module, " (", info.class_name, ") has no softmax attention weights");
   const AttentionConfig c = checked_module_config(f, sub, from_text);
   QKV_CHECK((from_text ? 1 : 0) + (f.input.empty() ? 0 : 1) == 1, "give exactly one of --input FILE (a tensor), --text T or ",
             "--text-file F (GPT-2 tokens through token + positional embeddings)");
@@ -56,7 +59,7 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
     if (!path->empty()) destinations.push_back({*path, "", flag});
   check_output_files(destinations);
 
-  if (causal && !f.save_weights.empty())  // the state dict holds the (context_length, context_length) mask
+  if (causal && info.softmax && !f.save_weights.empty())  // the state dict may hold the (context_length, context_length) mask
     check_sizes({c.context_length, c.context_length}, 4, "the causal mask (--context-length squared)");
 
   // Read everything first: a bad input file fails before any module is built.

@@ -4,6 +4,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/modules/causal_attention.h"
+#include "qkv/modules/gated_deltanet.h"
 #include "qkv/modules/latent_attention.h"
 #include "qkv/modules/multi_head_attention.h"
 #include "qkv/modules/self_attention.h"
@@ -27,15 +28,16 @@ const char* attention_path_name(AttentionPath path) {
 }
 
 const std::vector<AttentionModuleInfo>& attention_modules() {
-  //  name                 class                      rank causal heads  bias   split  variants
+  //  name, class, input rank, causal, multi_head, bias, split_heads, variants, softmax
   static const std::vector<AttentionModuleInfo> modules = {
-      {"self-attention-v1", "SelfAttentionV1", 2, false, false, false, false, false},
-      {"self-attention-v2", "SelfAttentionV2", 2, false, false, true, false, false},
-      {"causal-attention", "CausalAttention", 3, true, false, true, false, false},
-      {"mha-wrapper", "MultiHeadAttentionWrapper", 3, true, true, true, false, false},
-      {"mha", "MultiHeadAttention", 3, true, true, true, true, true},
-      {"gated-mha", "GatedMultiHeadAttention", 3, true, true, true, true, true},
-      {"mla", "MultiHeadLatentAttention", 3, true, true, true, true, false},
+      {"self-attention-v1", "SelfAttentionV1", 2, false, false, false, false, false, true},
+      {"self-attention-v2", "SelfAttentionV2", 2, false, false, true, false, false, true},
+      {"causal-attention", "CausalAttention", 3, true, false, true, false, false, true},
+      {"mha-wrapper", "MultiHeadAttentionWrapper", 3, true, true, true, false, false, true},
+      {"mha", "MultiHeadAttention", 3, true, true, true, true, true, true},
+      {"gated-mha", "GatedMultiHeadAttention", 3, true, true, true, true, true, true},
+      {"mla", "MultiHeadLatentAttention", 3, true, true, true, true, false, true},
+      {"deltanet", "GatedDeltaNet", 3, true, true, true, true, false, false},
   };
   return modules;
 }
@@ -120,6 +122,7 @@ std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, 
   if (name == "mha") return std::make_unique<MultiHeadAttention>(c, gen);
   if (name == "gated-mha") return std::make_unique<GatedMultiHeadAttention>(c, gen);
   if (name == "mla") return std::make_unique<MultiHeadLatentAttention>(c, gen);
+  if (name == "deltanet") return std::make_unique<GatedDeltaNet>(c, gen);
   fail("unknown module '", name, "'; expected one of: ", attention_module_list());
 }
 

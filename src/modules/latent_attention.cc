@@ -12,14 +12,14 @@
 namespace qkv {
 namespace {
 
-constexpr const char* kWho = "MultiHeadLatentAttention";
+constexpr const char* kMla = "MultiHeadLatentAttention";
 
-const AttentionConfig& validated(const AttentionConfig& c) {
-  validate(c, kWho);
-  QKV_CHECK(c.latent_dim > 0, kWho, ": latent_dim (", c.latent_dim, ") must be positive");
-  QKV_CHECK(!c.attention.has_variants(), kWho, " takes no variants (num_kv_heads, rope, window, alibi, softcap)");
-  QKV_CHECK(c.attention.dtype == Dtype::kF32, kWho, " computes in f32 only");
-  QKV_CHECK(c.out_dim == 0 && c.out_bias, kWho, ": out_proj is (d_out, d_out) with a bias, as the book's class has it");
+const AttentionConfig& mla_config(const AttentionConfig& c) {
+  validate(c, kMla);
+  QKV_CHECK(c.latent_dim > 0, kMla, ": latent_dim (", c.latent_dim, ") must be positive");
+  QKV_CHECK(!c.attention.has_variants(), kMla, " takes no variants (num_kv_heads, rope, window, alibi, softcap)");
+  QKV_CHECK(c.attention.dtype == Dtype::kF32, kMla, " computes in f32 only");
+  QKV_CHECK(c.out_dim == 0 && c.out_bias, kMla, ": out_proj is (d_out, d_out) with a bias, as the book's class has it");
   return c;
 }
 
@@ -36,7 +36,7 @@ kernels::MutableHeads mutable_heads_of(Tensor& t) {
 int64_t mla_default_latent_dim(int64_t d_out) { return std::max<int64_t>(16, d_out / 8); }
 
 MultiHeadLatentAttention::MultiHeadLatentAttention(const AttentionConfig& c, Generator& gen)
-    : config(validated(c)),
+    : config(mla_config(c)),
       W_query(c.d_in, c.d_out(), c.qkv_bias, gen),
       W_DKV(c.d_in, c.latent_dim, c.qkv_bias, gen),
       W_UK(c.latent_dim, c.d_out(), c.qkv_bias, gen),
@@ -58,7 +58,7 @@ void MultiHeadLatentAttention::train(bool on) {
 }
 
 Tensor MultiHeadLatentAttention::forward(const Tensor& x, AttentionTrace* trace) {
-  check_batch_input(kWho, x, config.d_in, config.context_length);
+  check_batch_input(kMla, x, config.d_in, config.context_length);
   x_shape_ = x.shape();
   const int64_t B = x.size(0), T = x.size(1), H = config.attention.heads, D = config.attention.head_dim;
   auto split = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };  // (B, H, T, D)
@@ -95,7 +95,7 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x, AttentionTrace* trace)
 }
 
 Tensor MultiHeadLatentAttention::backward(const Tensor& doutput) {
-  QKV_CHECK(x_shape_.size() == 3, kWho, ": backward before forward");
+  QKV_CHECK(x_shape_.size() == 3, kMla, ": backward before forward");
   const int64_t B = x_shape_[0], T = x_shape_[1], H = config.attention.heads, D = config.attention.head_dim;
   const Tensor dmerged = out_proj.backward(doutput);               // (B, T, d_out)
   const Tensor dcontext = dmerged.view({B, T, H, D}).transpose(1, 2);  // (B, H, T, D)

@@ -148,8 +148,9 @@ TEST(AttentionModules, TheirInfoSaysWhatEachModuleTakes) {
       has_bias = has_bias || e.name.ends_with("bias");
     }
     // a chapter-3 causal module holds PyTorch's mask buffer; the bonus classes' is not in their state
-    // dicts (gated-mha registers it with persistent=False, mla masks by positions)
-    const bool bonus = std::string(info.name) == "gated-mha" || std::string(info.name) == "mla";
+    // dicts (gated-mha registers it with persistent=False, mla masks by positions, deltanet has none)
+    const std::string name = info.name;
+    const bool bonus = name == "gated-mha" || name == "mla" || name == "deltanet";
     EXPECT_EQ(has_mask, info.causal && !bonus) << "the mask buffer in the state";
     EXPECT_EQ(has_bias, info.bias);
     AttentionConfig biased = c;

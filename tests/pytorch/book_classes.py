@@ -30,10 +30,14 @@ changes the numerics, the random draws, or the state dict.
     MultiHeadLatentAttention(d_in, d_out, dropout, num_heads, qkv_bias=False, latent_dim=None)
                                                          the book's bonus ch04/05_mla (no cache here): keys
                                                          and values up-projected from a latent W_DKV(x)
+    GatedDeltaNet(d_in, d_out, dropout, num_heads, qkv_bias=False)
+                                                         the book's bonus ch04/08_deltanet: the gated delta
+                                                         rule, token by token (its gate per token and head)
 """
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 __all__ = [
     "SelfAttention_v1",
@@ -43,6 +47,7 @@ __all__ = [
     "MultiHeadAttention",
     "GatedMultiHeadAttention",
     "MultiHeadLatentAttention",
+    "GatedDeltaNet",
     "enable_recording",
 ]
 
@@ -295,4 +300,75 @@ class MultiHeadLatentAttention(nn.Module, _Recorder):
         self._record(before_dropout, attn_weights if _dropout_changed(self.dropout, before_dropout) else None)
 
         context = (attn_weights @ values).transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)
+        return self.out_proj(context)
+
+
+class _RMSNorm(nn.Module):
+    """nn.RMSNorm(dim, eps) of PyTorch 2.4+ (this PyTorch, 1.13, has none): x / sqrt(mean(x^2) + eps) * weight."""
+
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def _l2norm(x, eps=1e-6):
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+
+
+class GatedDeltaNet(nn.Module, _Recorder):
+    """The bonus material's simplified Gated DeltaNet (ch04/08_deltanet; no convolution): a (D x D)
+    state per head, decayed by alpha and corrected by the delta rule at every token, read by the
+    query. Parameters in the bonus class's order (W_query, W_key, W_value, W_gate, W_beta, W_alpha,
+    dt_bias = ones, A_log = log(uniform(0, 16)), norm, out_proj). One change: the bonus snippet
+    multiplies the context (b, T, H, D) by the gate transposed to (b, H, T, D), which fails unless
+    T == H; here each token's head is gated by its own gate (the official implementation's)."""
+
+    def __init__(self, d_in, d_out, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
+        self._init_recording()
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_gate = nn.Linear(d_in, d_out, bias=False)
+        self.W_beta = nn.Linear(d_in, d_out, bias=False)
+        self.W_alpha = nn.Linear(d_in, num_heads, bias=False)
+        self.dt_bias = nn.Parameter(torch.ones(num_heads))
+        self.A_log = nn.Parameter(torch.log(torch.empty(num_heads).uniform_(0, 16)))
+        self.norm = _RMSNorm(self.head_dim, eps=1e-6)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        b, T, _ = x.shape
+        H, D = self.num_heads, self.head_dim
+        per_head = lambda t: t.view(b, T, H, D).transpose(1, 2)  # noqa: E731  (b, H, T, D)
+        queries = per_head(self.W_query(x))
+        keys = per_head(self.W_key(x))
+        values = per_head(self.W_value(x))
+        beta = per_head(torch.sigmoid(self.W_beta(x)))
+        alpha = torch.exp(-self.A_log.exp().view(1, 1, -1) * F.softplus(self.W_alpha(x) + self.dt_bias))  # (b, T, H)
+        gate = self.W_gate(x).view(b, T, H, D)
+
+        queries = _l2norm(queries) / (D ** 0.5)
+        keys = _l2norm(keys)
+        S = x.new_zeros(b, H, D, D)
+        outs = []
+        for t in range(T):
+            k_t, q_t, v_t, b_t = keys[:, :, t], queries[:, :, t], values[:, :, t], beta[:, :, t]
+            S = S * alpha[:, t].unsqueeze(-1).unsqueeze(-1)
+            remembered = (S * k_t.unsqueeze(-1)).sum(dim=-2)  # S^T k
+            delta = (v_t - remembered) * b_t
+            S = S + k_t.unsqueeze(-1) * delta.unsqueeze(-2)
+            outs.append((S * q_t.unsqueeze(-1)).sum(dim=-2))  # S^T q
+        context = torch.stack(outs, dim=1)  # (b, T, H, D)
+        context = self.norm(context) * F.silu(gate)
+        context = self.dropout(context.reshape(b, T, self.d_out))
         return self.out_proj(context)

@@ -11,9 +11,16 @@ import torch
 import book_classes
 from harness import run_qkv
 
-MODULES = ["self-attention-v1", "self-attention-v2", "causal-attention", "mha-wrapper", "mha", "gated-mha", "mla"]
-CAUSAL = {"causal-attention", "mha-wrapper", "mha", "gated-mha", "mla"}  # (mla: context_length is qkv's limit only)
-SPLIT_HEADS = {"mha", "gated-mha", "mla"}  # d_out = num_heads * head_dim
+MODULES = ["self-attention-v1", "self-attention-v2", "causal-attention", "mha-wrapper", "mha", "gated-mha", "mla",
+           "deltanet"]
+# (mla, deltanet: context_length is qkv's limit only; deltanet's dropout is on its context, not on weights)
+CAUSAL = {"causal-attention", "mha-wrapper", "mha", "gated-mha", "mla", "deltanet"}
+SPLIT_HEADS = {"mha", "gated-mha", "mla", "deltanet"}  # d_out = num_heads * head_dim
+NO_SOFTMAX = {"deltanet"}  # no attention weights: the forward differential compares the output only
+# Gradients judged against the PyTorch class run in float64 (test_backward_differential.py): with a
+# head width of 1, l2norm(k) is a sign whose small derivative PyTorch's float32 autograd gets only to
+# ~1e-2 (its own distance from float64); a tensor over 1e-4 passes within 2x that distance.
+FLOAT64_GRADIENTS = {"deltanet"}
 
 
 def random_config(rng, module):
@@ -70,6 +77,8 @@ def construct(cfg):
     if m == "mha":
         return book_classes.MultiHeadAttention(
             cfg["d_in"], cfg["d_out"], cfg["ctx"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"])
+    if m == "deltanet":
+        return book_classes.GatedDeltaNet(cfg["d_in"], cfg["d_out"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"])
     if m == "mla":
         return book_classes.MultiHeadLatentAttention(
             cfg["d_in"], cfg["d_out"], cfg["p"], cfg["H"], qkv_bias=cfg["bias"], latent_dim=cfg.get("latent"))

@@ -10,7 +10,12 @@ on or off. A random input x and upstream gradient g = dL/doutput (standard norma
 safetensors files; PyTorch computes y = module(x) and y.backward(g); qkv runs the same forward and
 backward. The gradient of the input ('input') and of every parameter (state-dict names) must agree
 within a relative error max|qkv - torch| / max(1, max|torch|) <= 1e-4, and qkv must write exactly
-those tensors (no gradient for the mask buffer).
+those tensors (no gradient for the mask buffer). The modules in module_cases.FLOAT64_GRADIENTS
+(GatedDeltaNet) are judged against the class run in float64, and a tensor of theirs over 1e-4 passes
+only within 2x the float32 class's own farthest distance from float64 on the same case, run on x and
+on four copies of x with each element moved by about one float32 ulp (on some cases float32
+arithmetic cannot reach 1e-4: PyTorch's float32 misses it on 3 of 400 random cases, and on one case
+qkv missed at 1.4e-4 the nudged copies put PyTorch's float32 at 2e-5 .. 2e-4).
 
 Three kinds of case, in turn:
   weights  weights made in PyTorch (seeded constructor, then every parameter += randn * 0.5),
@@ -37,10 +42,11 @@ import torch  # noqa: E402
 
 import harness  # noqa: E402
 import safetensors_io  # noqa: E402
-from module_cases import (CAUSAL, MODULES, construct, describe, perturbed_weights, qkv_args,  # noqa: E402
+from module_cases import (CAUSAL, FLOAT64_GRADIENTS, MODULES, construct, describe, perturbed_weights, qkv_args,  # noqa: E402
                           random_config, rel_err, run_all)
 
 TOLERANCE = 1e-4
+FLOAT32_RUNS = 5  # FLOAT64_GRADIENTS: the float32 class on x and on 4 nudged copies of it
 
 
 class Case:
@@ -51,6 +57,22 @@ class Case:
         self.expected = None  # name -> gradient
         self.errors = []
         self.worst = {}       # "input" / "parameters" -> relative error
+        self.float32 = None   # FLOAT64_GRADIENTS: the float32 class's gradients, FLOAT32_RUNS of them
+        self.by_float32 = 0   # tensors within 2x the float32 class's distance, not within 1e-4
+
+
+def gradients(model, x, g_state, dtype):
+    """{"input": dL/dx, parameter name: dL/dp, "output": y} in float32, for x and a g = dL/dy drawn
+    from the generator state g_state, the model and x computing in dtype."""
+    g = torch.Generator().set_state(g_state)
+    xg = x.detach().to(dtype).clone().requires_grad_(True)
+    y = model(xg)
+    y.backward(torch.randn(y.shape, generator=g).to(dtype))
+    out = {"input": xg.grad.detach().float().clone(), "output": y.detach()}
+    for name, p in model.named_parameters():
+        out[name] = p.grad.detach().float().clone() if p.grad is not None else torch.zeros_like(p).float()
+    model.zero_grad()
+    return out
 
 
 def prepare(case, qkv, tmp, rng):
@@ -77,13 +99,24 @@ def prepare(case, qkv, tmp, rng):
     model.train(case.kind == "dropout")
     if case.kind == "dropout":
         args.append("--train")
-    xg = x.clone().requires_grad_(True)
-    y = model(xg)
-    grad = torch.randn(y.shape, generator=g)
-    y.backward(grad)
-    case.expected = {"input": xg.grad.detach().clone()}
-    for name, p in model.named_parameters():
-        case.expected[name] = p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+    wide = cfg["module"] in FLOAT64_GRADIENTS
+    if wide:
+        # The float32 class's own gradients first, on x and on x rounded differently (each element
+        # moved by about one float32 ulp): how far float32 arithmetic lands from float64 on this
+        # case. Each run repeats the dropout draws.
+        rng_state = torch.get_rng_state()
+        nudge = torch.Generator().manual_seed(case.index)
+        case.float32 = []
+        for i in range(FLOAT32_RUNS):
+            xi = x if i == 0 else (x.double() * (1 + 2.0**-23 * torch.randn(x.shape, generator=nudge,
+                                                                            dtype=torch.float64))).float()
+            torch.set_rng_state(rng_state)
+            case.float32.append(gradients(model, xi, g.get_state(), torch.float32))
+            case.float32[-1].pop("output")
+        torch.set_rng_state(rng_state)
+        model.double()
+    case.expected = gradients(model, x, g.get_state(), torch.float64 if wide else torch.float32)
+    grad = torch.randn(case.expected.pop("output").shape, generator=g)
     safetensors_io.save(f["input"], {"input": x})
     safetensors_io.save(f["grad"], {"grad_output": grad})
     case.cmd = args + ["--input", f["input"], "--output", base + ".out.safetensors",
@@ -112,9 +145,16 @@ def check(case, result):
         err, i = rel_err(g, want)
         kind = "input" if name == "input" else "parameters"
         case.worst[kind] = max(case.worst.get(kind, 0.0), err)
-        if not err <= TOLERANCE:
+        # against float64: float32 arithmetic itself misses 1e-4 on some ill-conditioned cases, so
+        # a tensor is held to 2x the float32 class's farthest distance on the case, if that is more
+        bound = TOLERANCE
+        if case.float32 is not None:
+            bound = max(TOLERANCE, 2 * max(rel_err(run[name], want)[0] for run in case.float32))
+        if err > TOLERANCE and err <= bound:
+            case.by_float32 += 1
+        if not err <= bound:
             idx = [int(v) for v in np.unravel_index(i, tuple(want.shape))] if want.dim() else []
-            case.errors.append(f"d {name}: relative error {err:.3g} > {TOLERANCE:g} at {idx}: "
+            case.errors.append(f"d {name}: relative error {err:.3g} > {bound:.3g} at {idx}: "
                                f"qkv {g.flatten()[i].item()!r}, PyTorch {want.flatten()[i].item()!r}")
 
 
@@ -151,8 +191,9 @@ def main():
         for case, result in zip(cases, results):
             check(case, result)
             h.record(case.name, case.errors, case.cmd)
-            s = summary.setdefault(case.cfg["module"], {"passed": 0, "failed": 0, "worst": {}, "kinds": {}})
+            s = summary.setdefault(case.cfg["module"], {"passed": 0, "failed": 0, "worst": {}, "kinds": {}, "by_float32": 0})
             s["failed" if case.errors else "passed"] += 1
+            s["by_float32"] += case.by_float32
             s["kinds"][case.kind] = s["kinds"].get(case.kind, 0) + 1
             for k, v in case.worst.items():
                 s["worst"][k] = max(s["worst"].get(k, 0.0), v)
@@ -164,7 +205,8 @@ def main():
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(s["kinds"].items()))
         worst = ", ".join(f"d{k} {v:.2g}" for k, v in sorted(s["worst"].items()))
         print(f"  {module:18s} {s['passed']:4d} passed, {s['failed']:3d} failed ({kinds}); "
-              f"worst relative error: {worst}")
+              f"worst relative error: {worst}"
+              + (f"; {s['by_float32']} tensors over 1e-4 within 2x PyTorch float32's distance" if s["by_float32"] else ""))
     return h.finish()
 
 

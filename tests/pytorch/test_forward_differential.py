@@ -40,7 +40,7 @@ import torch  # noqa: E402
 import book_classes  # noqa: E402
 import harness  # noqa: E402
 import safetensors_io  # noqa: E402
-from module_cases import (CAUSAL, MODULES, construct, describe, perturbed_weights, qkv_args,  # noqa: E402
+from module_cases import (CAUSAL, MODULES, NO_SOFTMAX, construct, describe, perturbed_weights, qkv_args,  # noqa: E402
                           random_config, rel_err, run_all, seeded)
 
 TOLERANCE = 1e-5
@@ -64,7 +64,7 @@ def run_torch(model, x, train):
         y = model(x)
     return {
         "output": y.clone(),
-        "attn_weights": model.last_attn_weights.clone(),
+        "attn_weights": None if model.last_attn_weights is None else model.last_attn_weights.clone(),
         "attn_weights_dropped": None if model.last_attn_weights_dropped is None
         else model.last_attn_weights_dropped.clone(),
     }
@@ -125,7 +125,9 @@ def prepare(case, qkv, tmp, rng_seed):
             args += ["--weights", f["weights"]]
     else:
         raise ValueError(case.kind)
-    args += ["--input", f["input"], "--output", f["output"], "--attn-weights", f["attn"]]
+    args += ["--input", f["input"], "--output", f["output"]]
+    if cfg["module"] not in NO_SOFTMAX:
+        args += ["--attn-weights", f["attn"]]
     case.cmd = args
 
 
@@ -155,12 +157,13 @@ def check(case, result):
     f = case.files
     try:
         y = safetensors_io.load(f["output"])
-        attn = safetensors_io.load(f["attn"])
+        attn = safetensors_io.load(f["attn"]) if case.expected["attn_weights"] is not None else {}
     except Exception as e:  # noqa: BLE001 - report any unreadable file as a failure
         case.errors.append(f"cannot read qkv's files: {e}")
         return
     compare(case, "output", y.get("output"), case.expected["output"])
-    compare(case, "attn_weights", attn.get("attn_weights"), case.expected["attn_weights"])
+    if case.expected["attn_weights"] is not None:
+        compare(case, "attn_weights", attn.get("attn_weights"), case.expected["attn_weights"])
     want_dropped = case.expected["attn_weights_dropped"]
     got_dropped = attn.get("attn_weights_dropped")
     if want_dropped is None:

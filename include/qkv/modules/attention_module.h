@@ -85,7 +85,7 @@ class AttentionModule : public Module {
 };
 
 // Names as the command line spells them: self-attention-v1, self-attention-v2, causal-attention,
-// mha-wrapper, mha, gated-mha, mla. The constructor draws from `gen` exactly as the PyTorch class would.
+// mha-wrapper, mha, gated-mha, mla, deltanet. The constructor draws from `gen` exactly as the PyTorch class would.
 std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, const AttentionConfig& config,
                                                        Generator& gen);
 const std::vector<std::string>& attention_module_names();
@@ -101,6 +101,7 @@ struct AttentionModuleInfo {
   bool bias;               // takes qkv_bias
   bool split_heads;        // d_out is split into num_heads heads (d_out % num_heads == 0)
   bool variants;           // takes the attention variants (num_kv_heads, rope, window, alibi, softcap)
+  bool softmax;            // attends by softmax weights (a trace has them); false: a linear recurrence
 };
 const std::vector<AttentionModuleInfo>& attention_modules();  // in attention_module_names() order
 // The module called `name`; throws qkv::Error naming the known ones.

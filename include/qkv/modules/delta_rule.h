@@ -1,0 +1,64 @@
+// qkv/modules/delta_rule.h - the gated delta rule token by token, forward and backward: the
+// reference form of the linear attention in the book's GatedDeltaNet and Qwen3.5's linear layers,
+// and the L2 normalisation both apply to their queries and keys.
+//
+// Legend: B batch, T tokens, H heads, Dk key width, Dv value width. Per sequence and head a state
+// S (Dk x Dv), S_0 = 0; per token t:
+//   S = alpha_t S;  delta = (v_t - S^T k_t) * beta_t;  S = S + k_t delta^T;  y_t = S^T q_t
+//   q, k (B, T, H, Dk); v, y (B, T, H, Dv); alpha (B, T, H);
+//   beta (B, T, H, Dv) per channel (the book's class) or (B, T, H) per head (Qwen3.5)
+// The state and its sums are carried in double, so that the float32 rounding of the inputs is all
+// that separates the result from a float64 computation. The forward keeps the state after every
+// token (B, H, T, Dk, Dv doubles) for the backward.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace qkv {
+
+struct DeltaRuleShape {
+  int64_t batch = 0, tokens = 0, heads = 0, key_dim = 0, value_dim = 0;
+  bool beta_per_channel = false;
+  int64_t rows() const { return batch * tokens * heads; }  // (b, t, h) rows
+  int64_t beta_width() const { return beta_per_channel ? value_dim : 1; }
+};
+
+// The inputs (as laid out above), and their gradients (written, same layouts).
+struct DeltaRuleInputs {
+  const float *q, *k, *v, *beta, *alpha;
+};
+struct DeltaRuleGrads {
+  float *q, *k, *v, *beta, *alpha;
+};
+
+// y (B, T, H, Dv) = the recurrence; states resized and written (B, H, T, Dk, Dv).
+void delta_rule_forward(const DeltaRuleShape& s, const DeltaRuleInputs& in, std::vector<double>& states, float* y);
+
+// The gradients of the inputs given dy = dL/dy (B, T, H, Dv), from the inputs and states of the
+// forward. Every gradient is written (not accumulated).
+void delta_rule_backward(const DeltaRuleShape& s, const DeltaRuleInputs& in, const std::vector<double>& states,
+                         const float* dy, const DeltaRuleGrads& grad);
+
+// The same y in chunks of `chunk` tokens (beta per head only): within a chunk, with g_t the sum of
+// log alpha up to t and S_0 the state at the chunk's start, the update of token s is
+//   u_s = beta_s (v_s - e^{g_s} S_0^T k_s - sum_{r<s} e^{g_s - g_r} (k_s . k_r) u_r)
+// a lower-triangular system (I + L) U = diag(beta) (V - diag(e^g) K S_0) solved by substitution, and
+//   Y = diag(e^g) Q S_0 + (Q K^T o E o lower) U,   S_C = e^{g_C} S_0 + K^T diag(e^{g_C - g}) U
+// with E_ts = e^{g_t - g_s}: products of (C x Dk), (C x C) and (C x Dv) matrices instead of C
+// rank-1 updates. final_state, if given, receives the state after the last token (B, H, Dk, Dv).
+void delta_rule_forward_chunked(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t chunk, float* y,
+                                std::vector<double>* final_state = nullptr);
+
+// l2norm(u) = u / sqrt(sum u^2 + eps) over rows of `width`, times `scale`: out (rows, width) and
+// r (rows) = 1 / sqrt(sum u^2 + eps).
+void l2norm_rows(const float* u, int64_t rows, int64_t width, float eps, float scale, float* out, float* r);
+
+// du given dout for l2norm_rows' output: r (dout - n <n, dout>) * scale with n = u r. Written as
+// r (dout - h <h, dout>) + r h <h, dout> eps r^2 with h = u / |u| (1 - |n|^2 = eps r^2 exactly): the
+// part along u is tiny when |u|^2 >> eps, and so it is not the difference of two nearly equal
+// numbers (with a width of 1 it is all there is).
+void l2norm_rows_backward(const float* u, const float* r, const float* dout, int64_t rows, int64_t width, float eps,
+                          float scale, float* du);
+
+}  // namespace qkv

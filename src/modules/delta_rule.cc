@@ -1,0 +1,224 @@
+// The gated delta rule token by token. See include/qkv/modules/delta_rule.h.
+#include "qkv/modules/delta_rule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "qkv/core/error.h"
+
+namespace qkv {
+
+void delta_rule_forward(const DeltaRuleShape& s, const DeltaRuleInputs& in, std::vector<double>& states, float* y) {
+  const int64_t T = s.tokens, H = s.heads, Dk = s.key_dim, Dv = s.value_dim, KV = Dk * Dv, bw = s.beta_width();
+  states.assign(static_cast<size_t>(s.batch * H * T * KV), 0.0);
+  std::vector<double> mem(Dv), delta(Dv);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const double* prev = nullptr;
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t row = (b * T + t) * H + h;  // (b, t, h)
+        const float* k = in.k + row * Dk;
+        const float* q = in.q + row * Dk;
+        const float* v = in.v + row * Dv;
+        const float* be = in.beta + row * bw;
+        const double a = in.alpha[row];
+        double* S = &states[((b * H + h) * T + t) * KV];
+        for (int64_t i = 0; i < KV; ++i) S[i] = prev ? prev[i] * a : 0.0;  // S = alpha S
+        std::fill(mem.begin(), mem.end(), 0.0);
+        for (int64_t i = 0; i < Dk; ++i)  // mem = S^T k
+          for (int64_t j = 0; j < Dv; ++j) mem[j] += S[i * Dv + j] * k[i];
+        for (int64_t j = 0; j < Dv; ++j) delta[j] = (v[j] - mem[j]) * be[bw == 1 ? 0 : j];
+        for (int64_t i = 0; i < Dk; ++i)  // S += k delta^T
+          for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] += k[i] * delta[j];
+        float* yt = y + row * Dv;  // y = S^T q
+        for (int64_t j = 0; j < Dv; ++j) {
+          double acc = 0;
+          for (int64_t i = 0; i < Dk; ++i) acc += S[i * Dv + j] * q[i];
+          yt[j] = static_cast<float>(acc);
+        }
+        prev = S;
+      }
+    }
+}
+
+void delta_rule_backward(const DeltaRuleShape& s, const DeltaRuleInputs& in, const std::vector<double>& states,
+                         const float* dy, const DeltaRuleGrads& grad) {
+  const int64_t T = s.tokens, H = s.heads, Dk = s.key_dim, Dv = s.value_dim, KV = Dk * Dv, bw = s.beta_width();
+  std::vector<double> G(KV), mem(Dv), delta(Dv), ddelta(Dv), dmem(Dv);  // G = dL/dS_t
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      std::fill(G.begin(), G.end(), 0.0);
+      for (int64_t t = T - 1; t >= 0; --t) {
+        const int64_t row = (b * T + t) * H + h;
+        const float* k = in.k + row * Dk;
+        const float* q = in.q + row * Dk;
+        const float* v = in.v + row * Dv;
+        const float* be = in.beta + row * bw;
+        const double a = in.alpha[row];
+        const double* S = &states[((b * H + h) * T + t) * KV];
+        const double* prev = t > 0 ? S - KV : nullptr;
+        const float* g_y = dy + row * Dv;
+        // y = S^T q: dq = S dy; G += q dy^T
+        for (int64_t i = 0; i < Dk; ++i) {
+          double acc = 0;
+          for (int64_t j = 0; j < Dv; ++j) {
+            acc += S[i * Dv + j] * g_y[j];
+            G[i * Dv + j] += static_cast<double>(q[i]) * g_y[j];
+          }
+          grad.q[row * Dk + i] = static_cast<float>(acc);
+        }
+        // recompute S' = alpha prev, mem = S'^T k and delta
+        std::fill(mem.begin(), mem.end(), 0.0);
+        if (prev)
+          for (int64_t i = 0; i < Dk; ++i)
+            for (int64_t j = 0; j < Dv; ++j) mem[j] += prev[i * Dv + j] * a * k[i];
+        for (int64_t j = 0; j < Dv; ++j) delta[j] = (v[j] - mem[j]) * be[bw == 1 ? 0 : j];
+        // S = S' + k delta^T, delta = (v - mem) beta: dk = G delta; ddelta = G^T k
+        float* dk = grad.k + row * Dk;
+        std::fill(ddelta.begin(), ddelta.end(), 0.0);
+        for (int64_t i = 0; i < Dk; ++i) {
+          double acc = 0;
+          for (int64_t j = 0; j < Dv; ++j) {
+            acc += G[i * Dv + j] * delta[j];
+            ddelta[j] += G[i * Dv + j] * k[i];
+          }
+          dk[i] = static_cast<float>(acc);
+        }
+        double dbeta_head = 0;
+        for (int64_t j = 0; j < Dv; ++j) {
+          const double beta = be[bw == 1 ? 0 : j];
+          grad.v[row * Dv + j] = static_cast<float>(ddelta[j] * beta);
+          const double db = ddelta[j] * (v[j] - mem[j]);
+          if (bw == 1)
+            dbeta_head += db;
+          else
+            grad.beta[row * bw + j] = static_cast<float>(db);
+          dmem[j] = -ddelta[j] * beta;
+        }
+        if (bw == 1) grad.beta[row] = static_cast<float>(dbeta_head);
+        // mem = S'^T k: dS' = G + k dmem^T; dk += S' dmem
+        for (int64_t i = 0; i < Dk; ++i) {
+          double acc = 0;
+          for (int64_t j = 0; j < Dv; ++j) {
+            G[i * Dv + j] += k[i] * dmem[j];
+            if (prev) acc += prev[i * Dv + j] * a * dmem[j];
+          }
+          dk[i] += static_cast<float>(acc);
+        }
+        // S' = alpha prev: dalpha = <dS', prev>; dL/dS_{t-1} = alpha dS'
+        double da = 0;
+        if (prev)
+          for (int64_t i = 0; i < KV; ++i) da += G[i] * prev[i];
+        grad.alpha[row] = static_cast<float>(da);
+        for (int64_t i = 0; i < KV; ++i) G[i] *= a;
+      }
+    }
+}
+
+void delta_rule_forward_chunked(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t chunk, float* y,
+                                std::vector<double>* final_state) {
+  QKV_CHECK(!s.beta_per_channel, "delta_rule_forward_chunked: beta per head only (this shape has beta per channel)");
+  QKV_CHECK(chunk >= 1, "delta_rule_forward_chunked: chunk must be at least 1, got ", chunk);
+  const int64_t T = s.tokens, H = s.heads, Dk = s.key_dim, Dv = s.value_dim, KV = Dk * Dv;
+  if (final_state) final_state->assign(static_cast<size_t>(s.batch * H * KV), 0.0);
+  // per chunk: decay[t][r] = alpha_{r+1} ... alpha_t (t >= r), lead[t] = alpha_0 ... alpha_t,
+  // kk = K K^T, qk = Q K^T (C x C), ks = K S_0, qs = Q S_0 (C x Dv), U (C x Dv)
+  std::vector<double> S(KV), decay(chunk * chunk), lead(chunk), kk(chunk * chunk), qk(chunk * chunk),
+      ks(chunk * Dv), qs(chunk * Dv), U(chunk * Dv);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      std::fill(S.begin(), S.end(), 0.0);
+      for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+        const int64_t C = std::min(chunk, T - t0);
+        auto row = [&](int64_t i) { return (b * T + t0 + i) * H + h; };
+        auto key = [&](int64_t i) { return in.k + row(i) * Dk; };
+        auto query = [&](int64_t i) { return in.q + row(i) * Dk; };
+        for (int64_t t = 0; t < C; ++t) {
+          const double a = in.alpha[row(t)];
+          lead[t] = t == 0 ? a : lead[t - 1] * a;
+          decay[t * chunk + t] = 1.0;
+          for (int64_t r = 0; r < t; ++r) decay[t * chunk + r] = decay[(t - 1) * chunk + r] * a;
+          for (int64_t r = 0; r <= t; ++r) {
+            double dk = 0, dq = 0;
+            for (int64_t i = 0; i < Dk; ++i) {
+              dk += static_cast<double>(key(t)[i]) * key(r)[i];
+              dq += static_cast<double>(query(t)[i]) * key(r)[i];
+            }
+            kk[t * chunk + r] = dk;
+            qk[t * chunk + r] = dq;
+          }
+          for (int64_t j = 0; j < Dv; ++j) {
+            double sk = 0, sq = 0;
+            for (int64_t i = 0; i < Dk; ++i) {
+              sk += static_cast<double>(key(t)[i]) * S[i * Dv + j];
+              sq += static_cast<double>(query(t)[i]) * S[i * Dv + j];
+            }
+            ks[t * Dv + j] = sk;
+            qs[t * Dv + j] = sq;
+          }
+        }
+        // (I + L) U = diag(beta) (V - diag(lead) K S_0), L_tr = beta_t decay_tr kk_tr (r < t), by substitution
+        for (int64_t t = 0; t < C; ++t) {
+          const double beta = in.beta[row(t)];
+          const float* v = in.v + row(t) * Dv;
+          for (int64_t j = 0; j < Dv; ++j) {
+            double acc = v[j] - lead[t] * ks[t * Dv + j];
+            for (int64_t r = 0; r < t; ++r) acc -= decay[t * chunk + r] * kk[t * chunk + r] * U[r * Dv + j];
+            U[t * Dv + j] = beta * acc;
+          }
+        }
+        // Y = diag(lead) Q S_0 + (Q K^T o decay, lower with the diagonal) U
+        for (int64_t t = 0; t < C; ++t) {
+          float* yt = y + row(t) * Dv;
+          for (int64_t j = 0; j < Dv; ++j) {
+            double acc = lead[t] * qs[t * Dv + j];
+            for (int64_t r = 0; r <= t; ++r) acc += decay[t * chunk + r] * qk[t * chunk + r] * U[r * Dv + j];
+            yt[j] = static_cast<float>(acc);
+          }
+        }
+        // S_C = lead_C S_0 + K^T diag(decay_{C-1, r}) U
+        for (int64_t i = 0; i < Dk; ++i)
+          for (int64_t j = 0; j < Dv; ++j) {
+            double acc = lead[C - 1] * S[i * Dv + j];
+            for (int64_t r = 0; r < C; ++r) acc += key(r)[i] * decay[(C - 1) * chunk + r] * U[r * Dv + j];
+            S[i * Dv + j] = acc;
+          }
+      }
+      if (final_state) std::copy(S.begin(), S.end(), final_state->begin() + (b * H + h) * KV);
+    }
+}
+
+void l2norm_rows(const float* u, int64_t rows, int64_t width, float eps, float scale, float* out, float* r) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* x = u + row * width;
+    float sum = 0;
+    for (int64_t d = 0; d < width; ++d) sum += x[d] * x[d];
+    r[row] = 1.0f / std::sqrt(sum + eps);
+    for (int64_t d = 0; d < width; ++d) out[row * width + d] = x[d] * r[row] * scale;
+  }
+}
+
+void l2norm_rows_backward(const float* u, const float* r, const float* dout, int64_t rows, int64_t width, float eps,
+                          float scale, float* du) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* x = u + row * width;
+    const float* dn = dout + row * width;
+    float* dx = du + row * width;
+    double sum = 0;
+    for (int64_t d = 0; d < width; ++d) sum += static_cast<double>(x[d]) * x[d];
+    if (sum == 0) {
+      for (int64_t d = 0; d < width; ++d) dx[d] = r[row] * dn[d] * scale;
+      continue;
+    }
+    const double inv_len = 1.0 / std::sqrt(sum), rr = r[row];
+    double p = 0;  // <h, dout>
+    for (int64_t d = 0; d < width; ++d) p += x[d] * inv_len * dn[d];
+    const double along = p * eps * rr * rr;
+    for (int64_t d = 0; d < width; ++d) {
+      const double h = x[d] * inv_len;
+      dx[d] = static_cast<float>(rr * ((dn[d] - h * p) + h * along) * scale);
+    }
+  }
+}
+
+}  // namespace qkv

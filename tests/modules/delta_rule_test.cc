@@ -1,0 +1,154 @@
+// The gated delta rule (modules/delta_rule.h): the chunked form against the token-by-token
+// recurrence, and the recurrence's backward against central differences of its forward, on shapes
+// the book's GatedDeltaNet does not reach (key width != value width, beta per head).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "qkv/core/generator.h"
+#include "qkv/modules/delta_rule.h"
+#include "test_support.h"
+
+namespace qkv {
+namespace {
+
+using testing_support::error_of;
+
+// Random inputs of a shape: q, k rows of unit length (as after l2norm), beta in (0, 1), alpha in
+// (0.5, 1) or, with `forgetful`, some alphas of exactly 0 and some tiny.
+struct Inputs {
+  std::vector<float> q, k, v, beta, alpha;
+  DeltaRuleInputs view() const { return {q.data(), k.data(), v.data(), beta.data(), alpha.data()}; }
+};
+
+Inputs random_inputs(const DeltaRuleShape& s, Generator& gen, bool forgetful = false) {
+  Inputs in;
+  const int64_t rows = s.rows();
+  auto draw = [&](std::vector<float>& x, int64_t n) {
+    x.resize(static_cast<size_t>(n));
+    gen.normal(x.data(), n, 0.0, 1.0);
+  };
+  draw(in.q, rows * s.key_dim);
+  draw(in.k, rows * s.key_dim);
+  draw(in.v, rows * s.value_dim);
+  for (std::vector<float>* u : {&in.q, &in.k})
+    for (int64_t r = 0; r < rows; ++r) {
+      float* x = u->data() + r * s.key_dim;
+      double n = 0;
+      for (int64_t i = 0; i < s.key_dim; ++i) n += static_cast<double>(x[i]) * x[i];
+      for (int64_t i = 0; i < s.key_dim; ++i) x[i] = static_cast<float>(x[i] / std::sqrt(n));
+    }
+  in.beta.resize(static_cast<size_t>(rows * s.beta_width()));
+  gen.uniform(in.beta.data(), static_cast<int64_t>(in.beta.size()), 0.05, 0.95);
+  in.alpha.resize(static_cast<size_t>(rows));
+  gen.uniform(in.alpha.data(), rows, 0.5, 1.0);
+  if (forgetful)
+    for (size_t i = 0; i < in.alpha.size(); i += 3) in.alpha[i] = i % 2 ? 0.0f : 1e-30f;
+  return in;
+}
+
+double max_abs(const std::vector<float>& x) {
+  double m = 0;
+  for (float v : x) m = std::max(m, static_cast<double>(std::fabs(v)));
+  return m;
+}
+
+TEST(DeltaRule, TheChunkedFormEqualsTheRecurrenceAcrossChunkBoundaries) {
+  Generator gen(11);
+  struct Case {
+    DeltaRuleShape shape;
+    int64_t chunk;
+    bool forgetful;
+  };
+  const Case cases[] = {
+      {{1, 1, 1, 4, 4}, 64, false},   {{1, 7, 2, 3, 5}, 1, false},   {{2, 9, 3, 4, 2}, 3, false},
+      {{3, 70, 2, 8, 6}, 64, false},  {{1, 130, 1, 16, 16}, 64, false}, {{2, 65, 2, 5, 7}, 16, true},
+      {{1, 128, 4, 8, 8}, 64, false}, {{1, 20, 1, 1, 3}, 7, false},
+  };
+  for (const Case& c : cases) {
+    const DeltaRuleShape& s = c.shape;
+    const std::string what = "B=" + std::to_string(s.batch) + " T=" + std::to_string(s.tokens) +
+                             " H=" + std::to_string(s.heads) + " Dk=" + std::to_string(s.key_dim) +
+                             " Dv=" + std::to_string(s.value_dim) + " chunk=" + std::to_string(c.chunk);
+    const Inputs in = random_inputs(s, gen, c.forgetful);
+    std::vector<float> y(static_cast<size_t>(s.rows() * s.value_dim)), yc(y.size());
+    std::vector<double> states, last;
+    delta_rule_forward(s, in.view(), states, y.data());
+    delta_rule_forward_chunked(s, in.view(), c.chunk, yc.data(), &last);
+    double err = 0;
+    for (size_t i = 0; i < y.size(); ++i) err = std::max(err, static_cast<double>(std::fabs(y[i] - yc[i])));
+    EXPECT_LE(err, 1e-5 * std::max(1.0, max_abs(y))) << what;
+    // the state after the last token: the recurrence keeps every token's
+    const int64_t KV = s.key_dim * s.value_dim;
+    double state_err = 0, state_scale = 1;
+    for (int64_t bh = 0; bh < s.batch * s.heads; ++bh)
+      for (int64_t i = 0; i < KV; ++i) {
+        const double want = states[static_cast<size_t>((bh * s.tokens + s.tokens - 1) * KV + i)];
+        state_err = std::max(state_err, std::fabs(want - last[static_cast<size_t>(bh * KV + i)]));
+        state_scale = std::max(state_scale, std::fabs(want));
+      }
+    EXPECT_LE(state_err, 1e-9 * state_scale) << what;  // both in double
+  }
+}
+
+TEST(DeltaRule, TheChunkedFormTakesBetaPerHeadAndAChunkOfAtLeastOne) {
+  Generator gen(3);
+  DeltaRuleShape s{1, 4, 1, 2, 2, /*beta_per_channel=*/true};
+  const Inputs in = random_inputs(s, gen);
+  std::vector<float> y(8);
+  EXPECT_NE(error_of([&] { delta_rule_forward_chunked(s, in.view(), 2, y.data()); }).find("beta per head only"),
+            std::string::npos);
+  s.beta_per_channel = false;
+  EXPECT_NE(error_of([&] { delta_rule_forward_chunked(s, in.view(), 0, y.data()); }).find("chunk must be at least 1, got 0"),
+            std::string::npos);
+}
+
+// L = sum(y * w) for fixed random w: the backward's gradients against central differences of the
+// forward (the recurrence in double; y rounded to float, so steps of 3e-3 and a 1e-3 tolerance).
+TEST(DeltaRule, TheBackwardMatchesCentralDifferences) {
+  Generator gen(5);
+  for (const bool per_channel : {false, true}) {
+    const DeltaRuleShape s{2, 5, 2, 3, 4, per_channel};
+    Inputs in = random_inputs(s, gen);
+    std::vector<float> w(static_cast<size_t>(s.rows() * s.value_dim));
+    gen.normal(w.data(), static_cast<int64_t>(w.size()), 0.0, 1.0);
+    auto loss = [&] {
+      std::vector<float> y(w.size());
+      std::vector<double> states;
+      delta_rule_forward(s, in.view(), states, y.data());
+      double l = 0;
+      for (size_t i = 0; i < y.size(); ++i) l += static_cast<double>(y[i]) * w[i];
+      return l;
+    };
+    std::vector<float> y(w.size());
+    std::vector<double> states;
+    delta_rule_forward(s, in.view(), states, y.data());
+    Inputs grad = in;
+    delta_rule_backward(s, in.view(), states, w.data(),
+                        {grad.q.data(), grad.k.data(), grad.v.data(), grad.beta.data(), grad.alpha.data()});
+    const std::pair<const char*, std::pair<std::vector<float>*, std::vector<float>*>> tensors[] = {
+        {"q", {&in.q, &grad.q}},          {"k", {&in.k, &grad.k}},       {"v", {&in.v, &grad.v}},
+        {"beta", {&in.beta, &grad.beta}}, {"alpha", {&in.alpha, &grad.alpha}}};
+    for (const auto& [name, pair] : tensors) {
+      std::vector<float>& x = *pair.first;
+      const std::vector<float>& g = *pair.second;
+      const double scale = std::max(1.0, max_abs(g));
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float keep = x[i], h = 3e-3f;
+        x[i] = keep + h;
+        const double up = loss();
+        x[i] = keep - h;
+        const double down = loss();
+        x[i] = keep;
+        const double numeric = (up - down) / (static_cast<double>(keep + h) - static_cast<double>(keep - h));
+        EXPECT_NEAR(g[i], numeric, 1e-3 * scale) << name << "[" << i << "] beta per channel " << per_channel;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qkv
