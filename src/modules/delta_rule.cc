@@ -221,4 +221,49 @@ void l2norm_rows_backward(const float* u, const float* r, const float* dout, int
   }
 }
 
+namespace {
+double sigmoid_d(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+}  // namespace
+
+void gated_rms_norm_rows(const float* y, const float* z, const float* w, int64_t rows, int64_t width, double eps,
+                         float* out) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* u = y + row * width;
+    float sum = 0;
+    for (int64_t d = 0; d < width; ++d) sum += u[d] * u[d];
+    const float r = 1.0f / std::sqrt(sum / static_cast<float>(width) + static_cast<float>(eps));
+    for (int64_t d = 0; d < width; ++d) {
+      const float g = z[row * width + d];
+      out[row * width + d] = u[d] * r * w[d] * (g * static_cast<float>(sigmoid_d(g)));
+    }
+  }
+}
+
+void gated_rms_norm_rows_backward(const float* y, const float* z, const float* w, const float* dout, int64_t rows,
+                                  int64_t width, double eps, float* dy, float* dz, float* dw) {
+  std::vector<double> g(width);
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* u = y + row * width;
+    const float* zr = z + row * width;
+    const float* dn = dout + row * width;
+    double sum = 0;
+    for (int64_t d = 0; d < width; ++d) sum += static_cast<double>(u[d]) * u[d];
+    const double inv = 1.0 / std::sqrt(sum / static_cast<double>(width) + eps);
+    for (int64_t d = 0; d < width; ++d) {
+      const double s = sigmoid_d(zr[d]), silu = zr[d] * s, n = u[d] * inv;
+      dw[d] += static_cast<float>(dn[d] * n * silu);
+      dz[row * width + d] = static_cast<float>(dn[d] * n * w[d] * s * (1.0 + zr[d] * (1.0 - s)));
+      g[d] = static_cast<double>(dn[d]) * w[d] * silu;
+    }
+    const double inv_len = sum > 0 ? 1.0 / std::sqrt(sum) : 0.0;
+    double p = 0;  // <h, g>
+    for (int64_t d = 0; d < width; ++d) p += u[d] * inv_len * g[d];
+    const double along = p * eps * inv * inv;
+    for (int64_t d = 0; d < width; ++d) {
+      const double h = u[d] * inv_len;
+      dy[row * width + d] = static_cast<float>(inv * ((g[d] - h * p) + h * along));
+    }
+  }
+}
+
 }  // namespace qkv

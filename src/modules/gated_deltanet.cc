@@ -110,12 +110,12 @@ Tensor GatedDeltaNet::forward(const Tensor& x, AttentionTrace* trace) {
   delta_rule_forward(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()}, states_,
                      y.data());
   // out = out_proj(dropout(rmsnorm(y) * silu(gate)))
-  normed_ = norm.forward(y).contiguous();  // (B, T, H, D)
+  const Tensor normed = norm.forward(y).contiguous();  // (B, T, H, D)
   ctx_ = y.to_vector();
   Tensor gated = Tensor::empty({B, T, C});
   for (int64_t i = 0; i < B * T * C; ++i) {
     const float g = xg_[i];
-    gated.data()[i] = normed_.data()[i] * (g * sigmoid1(g));
+    gated.data()[i] = normed.data()[i] * (g * sigmoid1(g));
   }
   if (trace) {
     auto heads = [&](const std::vector<float>& v) {  // (B, T, H, D) -> (B, H, T, D)
@@ -134,43 +134,10 @@ Tensor GatedDeltaNet::backward(const Tensor& doutput) {
   const int64_t B = x_shape_[0], T = x_shape_[1], H = config.attention.heads, D = config.attention.head_dim;
   const int64_t C = H * D;
   const Tensor dgated = dropout.backward(out_proj.backward(doutput)).contiguous();  // (B, T, C)
-  // gated = normed * silu(g): dnormed = dgated silu(g); dg = dgated normed s (1 + g (1 - s))
-  Tensor dnormed = Tensor::empty({B, T, H, D});
-  std::vector<float> dxg(static_cast<size_t>(B * T * C));
-  for (int64_t i = 0; i < B * T * C; ++i) {
-    const float g = xg_[i], s = sigmoid1(g), dv = dgated.data()[i];
-    dnormed.data()[i] = dv * g * s;
-    dxg[i] = dv * normed_.data()[i] * s * (1.0f + g * (1.0f - s));
-  }
-  // normed = rmsnorm(y) w, per (b, t, h) over D: n = y r, r = 1 / sqrt(mean(y^2) + eps); dw += dnormed n;
-  // with g = dnormed w, dy = r (g - n <n, g> / D), written as l2norm's is: the part along y is
-  // r h <h, g> eps r^2 (1 - mean(y^2) r^2 = eps r^2), not a difference of nearly equal numbers.
-  std::vector<float> dy(ctx_.size());
-  {
-    const double eps = norm.eps;
-    const float* w = norm.weight.data();
-    float* dw = norm.dweight.data();
-    std::vector<double> g(D);
-    for (int64_t r = 0; r < B * T * H; ++r) {
-      const float* u = &ctx_[r * D];
-      const float* dn = dnormed.data() + r * D;
-      double sum = 0;
-      for (int64_t d = 0; d < D; ++d) sum += static_cast<double>(u[d]) * u[d];
-      const double inv = 1.0 / std::sqrt(sum / static_cast<double>(D) + eps);
-      for (int64_t d = 0; d < D; ++d) {
-        dw[d] += static_cast<float>(dn[d] * u[d] * inv);
-        g[d] = static_cast<double>(dn[d]) * w[d];
-      }
-      const double inv_len = sum > 0 ? 1.0 / std::sqrt(sum) : 0.0;
-      double p = 0;  // <h, g>
-      for (int64_t d = 0; d < D; ++d) p += u[d] * inv_len * g[d];
-      const double along = p * eps * inv * inv;
-      for (int64_t d = 0; d < D; ++d) {
-        const double h = u[d] * inv_len;
-        dy[r * D + d] = static_cast<float>(inv * ((g[d] - h * p) + h * along));
-      }
-    }
-  }
+  // gated = rmsnorm(y) w silu(g)
+  std::vector<float> dy(ctx_.size()), dxg(static_cast<size_t>(B * T * C));
+  gated_rms_norm_rows_backward(ctx_.data(), xg_.data(), norm.weight.data(), dgated.data(), B * T * H, D, norm.eps,
+                               dy.data(), dxg.data(), norm.dweight.data());
   // the recurrence backward, then q, k normalised: qn = l2norm(xq) / sqrt(D), kn = l2norm(xk)
   std::vector<float> dqn(qn_.size()), dkn(kn_.size()), dv(v_.size()), dbeta(beta_.size()), dalpha(alpha_.size());
   delta_rule_backward(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()}, states_,

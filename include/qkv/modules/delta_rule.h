@@ -61,4 +61,14 @@ void l2norm_rows(const float* u, int64_t rows, int64_t width, float eps, float s
 void l2norm_rows_backward(const float* u, const float* r, const float* dout, int64_t rows, int64_t width, float eps,
                           float scale, float* du);
 
+// The gated RMSNorm both apply to the recurrence's output, per row of `width`:
+//   out = y r w silu(z),  r = 1 / sqrt(mean(y^2) + eps)
+void gated_rms_norm_rows(const float* y, const float* z, const float* w, int64_t rows, int64_t width, double eps,
+                         float* out);
+// dy and dz written, dw (width) accumulated, given dout. dy = r (g - n <n, g> / width) with g = dout w
+// silu(z) and n = y r, written as l2norm_rows_backward is: the part along y is r h <h, g> eps r^2
+// (1 - mean(y^2) r^2 = eps r^2), not a difference of nearly equal numbers.
+void gated_rms_norm_rows_backward(const float* y, const float* z, const float* w, const float* dout, int64_t rows,
+                                  int64_t width, double eps, float* dy, float* dz, float* dw);
+
 }  // namespace qkv

@@ -56,11 +56,10 @@ class GatedDeltaNet : public AttentionModule {
   Shape x_shape_;
   // The last forward's values, (B, T, H, D) unless said: the projections, the normalised q and k
   // and their 1 / norms (B, T, H), beta, alpha (B, T, H), z = W_alpha(x) + dt_bias (B, T, H), the
-  // states after each token (B, H, T, D, D), the gate's input and the normalised context.
+  // states after each token (B, H, T, D, D) and the gate's input.
   std::vector<float> xq_, xk_, v_, xg_, beta_, alpha_, z_, qn_, kn_, rq_, rk_;
   std::vector<double> states_;  // the recurrence in double: the reference form, its sums exact enough
                                 // that float32 rounding of the inputs is all that differs from float64
-  Tensor normed_;
   std::vector<float> ctx_;  // y, the context before the norm (B, T, H, D)
 };
 
