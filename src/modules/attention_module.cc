@@ -5,6 +5,7 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/modules/causal_attention.h"
 #include "qkv/modules/gated_deltanet.h"
+#include "qkv/modules/gated_deltanet_layer.h"
 #include "qkv/modules/latent_attention.h"
 #include "qkv/modules/multi_head_attention.h"
 #include "qkv/modules/self_attention.h"
@@ -38,6 +39,7 @@ const std::vector<AttentionModuleInfo>& attention_modules() {
       {"gated-mha", "GatedMultiHeadAttention", 3, true, true, true, true, true, true},
       {"mla", "MultiHeadLatentAttention", 3, true, true, true, true, false, true},
       {"deltanet", "GatedDeltaNet", 3, true, true, true, true, false, false},
+      {"gated-deltanet", "Qwen3_5GatedDeltaNet", 3, true, true, false, false, false, false},
   };
   return modules;
 }
@@ -75,6 +77,8 @@ std::string attention_config_name(kernels::SpecField field) {
 AttentionConfig attention_config(const std::string& module, int64_t d_in, int64_t d_out, int64_t context_length,
                                  double dropout, int64_t num_heads, bool qkv_bias) {
   const AttentionModuleInfo& info = attention_module_info(module);
+  QKV_CHECK(module != "gated-deltanet", "gated-deltanet's sizes are Qwen3.5's, not the book constructor's: ",
+            "use gated_deltanet_config");
   const std::string who = info.class_name;
   QKV_CHECK(d_in > 0, who, ": d_in (", d_in, ") must be positive");
   QKV_CHECK(d_out > 0, who, ": d_out (", d_out, ") must be positive");
@@ -111,6 +115,9 @@ std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, 
             c.output_gate ? " has no output gate (output_gate is gated-mha's)" : " needs output_gate");
   QKV_CHECK((c.latent_dim != 0) == (name == "mla"), "the attention module ", name,
             c.latent_dim != 0 ? " has no latent (latent_dim is mla's)" : " needs latent_dim");
+  QKV_CHECK((c.linear.conv_kernel != 0) == (name == "gated-deltanet"), "the attention module ", name,
+            c.linear.conv_kernel != 0 ? " has no convolution (the linear sizes are gated-deltanet's)"
+                                      : " needs its linear sizes (gated_deltanet_config)");
   const int64_t d_out = c.attention.head_dim;
   if (name == "self-attention-v1") {
     QKV_CHECK(!c.qkv_bias, "self-attention-v1 has no bias (its weights are plain matrices); qkv_bias must be false");
@@ -123,6 +130,7 @@ std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, 
   if (name == "gated-mha") return std::make_unique<GatedMultiHeadAttention>(c, gen);
   if (name == "mla") return std::make_unique<MultiHeadLatentAttention>(c, gen);
   if (name == "deltanet") return std::make_unique<GatedDeltaNet>(c, gen);
+  if (name == "gated-deltanet") return std::make_unique<GatedDeltaNetLayer>(c, gen);
   fail("unknown module '", name, "'; expected one of: ", attention_module_list());
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "qkv/core/error.h"
+#include "qkv/core/torch_math.h"
 
 namespace qkv {
 
@@ -224,6 +225,38 @@ void l2norm_rows_backward(const float* u, const float* r, const float* dout, int
 namespace {
 double sigmoid_d(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 }  // namespace
+
+float sigmoid_value(float x) { return static_cast<float>(sigmoid_d(x)); }
+float softplus_value(float x) { return x > 20.0f ? x : static_cast<float>(std::log1p(std::exp(static_cast<double>(x)))); }
+
+void decay_forward(float* a, const float* dt_bias, const float* A_log, int64_t n, int64_t H, float* alpha) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t h = i % H;
+    a[i] += dt_bias[h];
+    alpha[i] = std::exp(-std::exp(A_log[h]) * softplus_value(a[i]));
+  }
+}
+
+void decay_backward(const float* a, const float* alpha, const float* dalpha, const float* A_log, int64_t n, int64_t H,
+                    float* da, float* ddt_bias, float* dA_log) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t h = i % H;
+    const float e = std::exp(A_log[h]);
+    const float dlog = dalpha[i] * alpha[i];  // d(alpha) / d(log alpha) = alpha
+    da[i] = -dlog * e * sigmoid_value(a[i]);
+    dA_log[h] += -dlog * e * softplus_value(a[i]);
+    ddt_bias[h] += da[i];
+  }
+}
+
+Tensor drawn_a_log(int64_t H, Generator& gen) {
+  Tensor a = Tensor::zeros({H});
+  if (gen.init_draws()) {
+    gen.uniform(a.data(), H, 0.0, 16.0);
+    torch_log(a.data(), a.data(), H);  // torch.log's float32 results
+  }
+  return a;
+}
 
 void gated_rms_norm_rows(const float* y, const float* z, const float* w, int64_t rows, int64_t width, double eps,
                          float* out) {

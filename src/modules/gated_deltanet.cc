@@ -5,7 +5,6 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/ops.h"
-#include "qkv/core/torch_math.h"
 #include "qkv/modules/causal_attention.h"
 #include "qkv/modules/delta_rule.h"
 
@@ -23,20 +22,6 @@ const AttentionConfig& deltanet_config(const AttentionConfig& c) {
             " runs its token-by-token recurrence only (--attention auto or textbook); the chunked form is not built");
   return c;
 }
-
-// A_log = log(torch.empty(H).uniform_(0, 16)), drawn when the generator draws.
-Tensor drawn_a_log(int64_t H, Generator& gen) {
-  Tensor a = Tensor::zeros({H});
-  if (gen.init_draws()) {
-    gen.uniform(a.data(), H, 0.0, 16.0);
-    torch_log(a.data(), a.data(), H);  // torch.log's float32 results
-  }
-  return a;
-}
-
-float sigmoid1(float x) { return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x)))); }
-// torch.nn.functional.softplus (beta 1, threshold 20)
-float softplus1(float x) { return x > 20.0f ? x : static_cast<float>(std::log1p(std::exp(static_cast<double>(x)))); }
 
 std::vector<float> values_of(const Tensor& t) { return t.contiguous().to_vector(); }
 
@@ -92,13 +77,9 @@ Tensor GatedDeltaNet::forward(const Tensor& x, AttentionTrace* trace) {
   xg_ = values_of(W_gate.forward(x));
   beta_ = values_of(W_beta.forward(x));
   z_ = values_of(W_alpha.forward(x));  // (B, T, H)
-  for (float& b : beta_) b = sigmoid1(b);
+  for (float& b : beta_) b = sigmoid_value(b);
   alpha_.resize(z_.size());
-  for (size_t i = 0; i < z_.size(); ++i) {
-    const int64_t h = static_cast<int64_t>(i) % H;
-    z_[i] += dt_bias.data()[h];
-    alpha_[i] = std::exp(-std::exp(A_log.data()[h]) * softplus1(z_[i]));
-  }
+  decay_forward(z_.data(), dt_bias.data(), A_log.data(), static_cast<int64_t>(z_.size()), H, alpha_.data());
   // q, k = l2norm(q) / sqrt(D), l2norm(k), per (b, t, h)
   qn_.resize(xq_.size());
   kn_.resize(xk_.size());
@@ -115,7 +96,7 @@ Tensor GatedDeltaNet::forward(const Tensor& x, AttentionTrace* trace) {
   Tensor gated = Tensor::empty({B, T, C});
   for (int64_t i = 0; i < B * T * C; ++i) {
     const float g = xg_[i];
-    gated.data()[i] = normed.data()[i] * (g * sigmoid1(g));
+    gated.data()[i] = normed.data()[i] * (g * sigmoid_value(g));
   }
   if (trace) {
     auto heads = [&](const std::vector<float>& v) {  // (B, T, H, D) -> (B, H, T, D)
@@ -149,14 +130,8 @@ Tensor GatedDeltaNet::backward(const Tensor& doutput) {
   // beta = sigmoid(xb); alpha = exp(-exp(A_log) softplus(z)), z = W_alpha(x) + dt_bias
   std::vector<float> dxb(beta_.size()), dz(z_.size());
   for (size_t i = 0; i < beta_.size(); ++i) dxb[i] = dbeta[i] * beta_[i] * (1.0f - beta_[i]);
-  for (size_t i = 0; i < z_.size(); ++i) {
-    const int64_t h = static_cast<int64_t>(i) % H;
-    const float e = std::exp(A_log.data()[h]);
-    const float dlog = dalpha[i] * alpha_[i];  // d(alpha) / d(log alpha) = alpha
-    dz[i] = -dlog * e * sigmoid1(z_[i]);
-    dA_log.data()[h] += -dlog * e * softplus1(z_[i]);
-    ddt_bias.data()[h] += dz[i];
-  }
+  decay_backward(z_.data(), alpha_.data(), dalpha.data(), A_log.data(), static_cast<int64_t>(z_.size()), H, dz.data(),
+                 ddt_bias.data(), dA_log.data());
   auto tensor = [&](const std::vector<float>& v, int64_t width) { return Tensor::from({B, T, width}, v); };
   Tensor dx = W_query.backward(tensor(dxq, C));
   dx = add(dx, W_key.backward(tensor(dxk, C)));

@@ -27,7 +27,7 @@ struct MlaRun {
   std::vector<Tensor> grads;
 };
 
-MlaRun run(AttentionConfig c, AttentionPath path, int64_t B, int64_t T, uint64_t seed) {
+MlaRun run_mla(AttentionConfig c, AttentionPath path, int64_t B, int64_t T, uint64_t seed) {
   c.path = path;
   Generator gen(seed);
   MultiHeadLatentAttention m(c, gen);
@@ -49,8 +49,8 @@ TEST(LatentAttention, TheFusedPathAgreesWithTheTextbookForwardAndBackward) {
     if (i % 2 == 1) c.latent_dim = pick(1, 12);
     const std::string what = "case " + std::to_string(i) + " H=" + std::to_string(H) + " D=" + std::to_string(D) +
                              " T=" + std::to_string(T) + " L=" + std::to_string(c.latent_dim);
-    const MlaRun fused = run(c, AttentionPath::kFused, B, T, 100 + i);
-    const MlaRun textbook = run(c, AttentionPath::kTextbook, B, T, 100 + i);
+    const MlaRun fused = run_mla(c, AttentionPath::kFused, B, T, 100 + i);
+    const MlaRun textbook = run_mla(c, AttentionPath::kTextbook, B, T, 100 + i);
     EXPECT_LE(relative_error(fused.y, textbook.y), 1e-5) << what;
     EXPECT_LE(relative_error(fused.dx, textbook.dx), 1e-4) << what;
     ASSERT_EQ(fused.grads.size(), textbook.grads.size());

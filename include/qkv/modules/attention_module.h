@@ -56,6 +56,12 @@ struct AttentionConfig {
   // MultiHeadLatentAttention's latent width L (W_DKV (L, d_in), W_UK and W_UV (d_out, L)); 0 for the
   // other modules. attention_config sets the class's default, max(16, d_out / 8), for mla.
   int64_t latent_dim = 0;
+  // Qwen3.5's linear-attention layer (gated-deltanet; modules/gated_deltanet_layer.h): its value
+  // heads are attention.heads and its key width attention.head_dim; here the key heads (dividing
+  // the value heads), the value width and the convolution's kernel. All 0 for the other modules.
+  struct LinearSizes {
+    int64_t key_heads = 0, value_dim = 0, conv_kernel = 0;
+  } linear;
   int64_t d_out() const { return attention.width(); }  // H D: the attention's width
   int64_t out_width() const { return out_dim > 0 ? out_dim : d_out(); }
 };
@@ -68,6 +74,13 @@ struct AttentionConfig {
 // other than 1 for the one-head classes.
 AttentionConfig attention_config(const std::string& module, int64_t d_in, int64_t d_out, int64_t context_length = 0,
                                  double dropout = 0.0, int64_t num_heads = 1, bool qkv_bias = false);
+
+// gated-deltanet's config: Qwen3_5GatedDeltaNet(hidden_size d_model, linear_num_value_heads,
+// linear_num_key_heads, linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim), and
+// qkv's limit on T. Throws qkv::Error naming the value: sizes below 1, value heads not a multiple
+// of key heads, a kernel below 1.
+AttentionConfig gated_deltanet_config(int64_t d_model, int64_t value_heads, int64_t key_heads, int64_t key_dim,
+                                      int64_t value_dim, int64_t conv_kernel, int64_t context_length);
 
 // The modules' names for the spec's fields in messages (num_heads, num_kv_heads, head_dim, window,
 // rope, rope_base, alibi_slopes, softcap, dropout): the configs' keys.
@@ -85,7 +98,7 @@ class AttentionModule : public Module {
 };
 
 // Names as the command line spells them: self-attention-v1, self-attention-v2, causal-attention,
-// mha-wrapper, mha, gated-mha, mla, deltanet. The constructor draws from `gen` exactly as the PyTorch class would.
+// mha-wrapper, mha, gated-mha, mla, deltanet, gated-deltanet. The constructor draws from `gen` exactly as the PyTorch class would.
 std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, const AttentionConfig& config,
                                                        Generator& gen);
 const std::vector<std::string>& attention_module_names();

@@ -15,6 +15,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "qkv/core/generator.h"
+#include "qkv/core/tensor.h"
+
 namespace qkv {
 
 struct DeltaRuleShape {
@@ -60,6 +63,20 @@ void l2norm_rows(const float* u, int64_t rows, int64_t width, float eps, float s
 // numbers (with a width of 1 it is all there is).
 void l2norm_rows_backward(const float* u, const float* r, const float* dout, int64_t rows, int64_t width, float eps,
                           float scale, float* du);
+
+// The decay both compute, over n = rows x H values of a (head = index % H):
+//   a += dt_bias[h] (in place);  alpha = exp(-exp(A_log[h]) * softplus(a))
+void decay_forward(float* a, const float* dt_bias, const float* A_log, int64_t n, int64_t H, float* alpha);
+// da written; ddt_bias and dA_log (H) accumulated, given dalpha and forward's a (with dt_bias) and alpha.
+void decay_backward(const float* a, const float* alpha, const float* dalpha, const float* A_log, int64_t n, int64_t H,
+                    float* da, float* ddt_bias, float* dA_log);
+// A_log's initial values: log(torch.empty(H).uniform_(0, 16)), drawn when the generator draws, with
+// torch.log's own float32 results (core/torch_math.h).
+Tensor drawn_a_log(int64_t H, Generator& gen);
+
+// sigmoid and softplus (beta 1, threshold 20) of one value, computed in double and rounded once.
+float sigmoid_value(float x);
+float softplus_value(float x);
 
 // The gated RMSNorm both apply to the recurrence's output, per row of `width`:
 //   out = y r w silu(z),  r = 1 / sqrt(mean(y^2) + eps)

@@ -1,0 +1,66 @@
+// qkv/modules/gated_deltanet_layer.h - Qwen3.5's linear-attention layer (Hugging Face's
+// Qwen3_5GatedDeltaNet; the book's ch05/16_qwen3.5): the gated delta rule of GatedDeltaNet with a
+// causal depthwise convolution before it, key heads that value heads share, and beta per head.
+//
+// Legend: B batch, T tokens, M = d_model, Hk key heads, Hv value heads (a multiple of Hk), Dk key
+// width, Dv value width, K the convolution's kernel; Kd = Hk Dk, Vd = Hv Dv.
+//   qkv   = in_proj_qkv(x)                                  (B, T, 2 Kd + Vd), no bias
+//   qkv   = silu(conv1d(qkv))   causal, depthwise: c_t = sum_i w[c, i] qkv[t - K + 1 + i, c]
+//   q, k, v = split(qkv)                                    (B, T, Hk, Dk) x 2, (B, T, Hv, Dv)
+//   q, k  = l2norm(q) / sqrt(Dk), l2norm(k)                 value head h reads key head h / (Hv / Hk)
+//   beta  = sigmoid(in_proj_b(x))                           (B, T, Hv): one per head
+//   alpha = exp(-exp(A_log) * softplus(in_proj_a(x) + dt_bias))   (B, T, Hv)
+//   y     = the gated delta rule (modules/delta_rule.h)     (B, T, Hv, Dv)
+//   out   = out_proj(rmsnorm(y) * norm.weight * silu(in_proj_z(x)))   per head over Dv, eps 1e-6
+// The state dict is Hugging Face's: conv1d.weight (2 Kd + Vd, 1, K), dt_bias (Hv), A_log (Hv),
+// norm.weight (Dv), out_proj.weight (M, Vd), in_proj_qkv.weight (2 Kd + Vd, M), in_proj_z.weight
+// (Vd, M), in_proj_b.weight and in_proj_a.weight (Hv, M), drawn in that order as the class does
+// (conv1d as nn.Conv1d: uniform(+-1/sqrt(K)); A_log = log(uniform(0, 16)); dt_bias, norm ones).
+// The computation: the token-by-token recurrence (the reference form; it keeps every token's state
+// for the backward). config.context_length is qkv's limit on T only.
+#pragma once
+
+#include <vector>
+
+#include "qkv/modules/attention_module.h"
+#include "qkv/modules/delta_rule.h"
+#include "qkv/modules/layers.h"
+
+namespace qkv {
+
+class GatedDeltaNetLayer : public AttentionModule {
+ public:
+  GatedDeltaNetLayer(const AttentionConfig& config, Generator& gen);
+  const char* type_name() const override { return "Qwen3_5GatedDeltaNet"; }
+  void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
+  // (B, T, M) -> (B, T, M); a trace keeps the normalised queries and keys (per value head), the
+  // values and the context y, (B, Hv, T, D) each.
+  Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr) override;
+  Tensor backward(const Tensor& doutput) override;  // (B, T, M) -> (B, T, M)
+
+  int64_t key_width() const;    // Kd
+  int64_t value_width() const;  // Vd
+
+  // (declared in the class's draw order)
+  AttentionConfig config;
+  Tensor conv_weight, dconv_weight;  // conv1d.weight (2 Kd + Vd, 1, K)
+  Tensor dt_bias, ddt_bias;          // (Hv), ones
+  Tensor A_log, dA_log;              // (Hv), log(uniform(0, 16))
+  Tensor norm_weight, dnorm_weight;  // norm.weight (Dv), ones
+  Linear out_proj;                   // (M, Vd), no bias
+  Linear in_proj_qkv;                // (2 Kd + Vd, M), no bias
+  Linear in_proj_z;                  // (Vd, M)
+  Linear in_proj_b, in_proj_a;       // (Hv, M)
+
+ private:
+  DeltaRuleShape rule_shape(int64_t B, int64_t T) const;
+  Shape x_shape_;
+  // The last forward's values: the projection before the convolution and after it (before silu)
+  // (B, T, 2 Kd + Vd), the values (after it) (B, T, Hv, Dv); z (B, T, Vd); beta, alpha, a + dt_bias (B, T, Hv); q and k
+  // normalised and repeated to the value heads (B, T, Hv, Dk) with the key heads' 1 / norms
+  // (B, T, Hk); the recurrence's states and its output y (B, T, Hv, Dv).
+  std::vector<float> mixed_, conv_, v_, z_, beta_, alpha_, a_, qn_, kn_, rq_, rk_, y_;
+  std::vector<double> states_;
+};
+
+}  // namespace qkv

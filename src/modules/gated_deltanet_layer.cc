@@ -1,0 +1,227 @@
+// Qwen3.5's linear-attention layer. See include/qkv/modules/gated_deltanet_layer.h.
+#include "qkv/modules/gated_deltanet_layer.h"
+
+#include <cmath>
+
+#include "qkv/core/error.h"
+#include "qkv/modules/causal_attention.h"
+
+namespace qkv {
+namespace {
+
+constexpr const char* kLayer = "Qwen3_5GatedDeltaNet";
+constexpr float kEps = 1e-6f;  // l2norm's and the gated RMSNorm's (rms_norm_eps)
+
+const AttentionConfig& layer_config(const AttentionConfig& c) {
+  const AttentionConfig::LinearSizes& l = c.linear;
+  QKV_CHECK(c.d_in > 0 && c.attention.heads > 0 && c.attention.head_dim > 0 && l.key_heads > 0 && l.value_dim > 0 &&
+                l.conv_kernel > 0,
+            kLayer, ": every size must be positive (d_model ", c.d_in, ", value heads ", c.attention.heads,
+            ", key heads ", l.key_heads, ", key width ", c.attention.head_dim, ", value width ", l.value_dim,
+            ", conv kernel ", l.conv_kernel, ")");
+  QKV_CHECK(c.attention.heads % l.key_heads == 0, kLayer, ": the value heads (", c.attention.heads,
+            ") must be a multiple of the key heads (", l.key_heads, ")");
+  QKV_CHECK(c.attention.dtype == Dtype::kF32, kLayer, " computes in f32 only");
+  QKV_CHECK(c.path != AttentionPath::kFused, kLayer,
+            " runs its token-by-token recurrence only (--attention auto or textbook)");
+  QKV_CHECK(c.attention.dropout == 0.0, kLayer, " has no dropout");
+  return c;
+}
+
+std::vector<float> flat(const Tensor& t) { return t.contiguous().to_vector(); }
+
+Tensor drawn_conv(int64_t channels, int64_t kernel, Generator& gen) {  // nn.Conv1d(groups = channels, bias=False)
+  Tensor w = Tensor::zeros({channels, 1, kernel});
+  gen.linear_init(w.data(), nullptr, channels, kernel);  // kaiming_uniform(a = sqrt(5)), fan_in = kernel
+  return w;
+}
+
+}  // namespace
+
+AttentionConfig gated_deltanet_config(int64_t d_model, int64_t value_heads, int64_t key_heads, int64_t key_dim,
+                                      int64_t value_dim, int64_t conv_kernel, int64_t context_length) {
+  AttentionConfig c;
+  c.d_in = d_model;
+  c.context_length = context_length;
+  c.attention.heads = value_heads;
+  c.attention.kv_heads = value_heads;  // (no grouped-query variant: the key heads are linear.key_heads)
+  c.attention.head_dim = key_dim;
+  c.attention.causal = true;
+  c.out_dim = d_model;
+  c.out_bias = false;
+  c.linear = {key_heads, value_dim, conv_kernel};
+  QKV_CHECK(context_length > 0, kLayer, ": context_length (", context_length, ") must be positive");
+  layer_config(c);
+  return c;
+}
+
+GatedDeltaNetLayer::GatedDeltaNetLayer(const AttentionConfig& c, Generator& gen)
+    : config(layer_config(c)),
+      conv_weight(drawn_conv(2 * c.linear.key_heads * c.attention.head_dim + c.attention.heads * c.linear.value_dim,
+                             c.linear.conv_kernel, gen)),
+      dconv_weight(Tensor::zeros(conv_weight.shape())),
+      dt_bias(Tensor::ones({c.attention.heads})),
+      ddt_bias(Tensor::zeros({c.attention.heads})),
+      A_log(drawn_a_log(c.attention.heads, gen)),
+      dA_log(Tensor::zeros({c.attention.heads})),
+      norm_weight(Tensor::ones({c.linear.value_dim})),
+      dnorm_weight(Tensor::zeros({c.linear.value_dim})),
+      out_proj(c.attention.heads * c.linear.value_dim, c.d_in, false, gen),
+      in_proj_qkv(c.d_in, conv_weight.size(0), false, gen),
+      in_proj_z(c.d_in, c.attention.heads * c.linear.value_dim, false, gen),
+      in_proj_b(c.d_in, c.attention.heads, false, gen),
+      in_proj_a(c.d_in, c.attention.heads, false, gen) {}
+
+int64_t GatedDeltaNetLayer::key_width() const { return config.linear.key_heads * config.attention.head_dim; }
+int64_t GatedDeltaNetLayer::value_width() const { return config.attention.heads * config.linear.value_dim; }
+
+DeltaRuleShape GatedDeltaNetLayer::rule_shape(int64_t B, int64_t T) const {
+  return {B, T, config.attention.heads, config.attention.head_dim, config.linear.value_dim, /*beta_per_channel=*/false};
+}
+
+void GatedDeltaNetLayer::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
+  out.push_back({prefix + "dt_bias", &dt_bias, true, &ddt_bias});
+  out.push_back({prefix + "A_log", &A_log, true, &dA_log});
+  out.push_back({prefix + "conv1d.weight", &conv_weight, true, &dconv_weight});
+  out.push_back({prefix + "norm.weight", &norm_weight, true, &dnorm_weight});
+  out_proj.collect_state(prefix + "out_proj.", out);
+  in_proj_qkv.collect_state(prefix + "in_proj_qkv.", out);
+  in_proj_z.collect_state(prefix + "in_proj_z.", out);
+  in_proj_b.collect_state(prefix + "in_proj_b.", out);
+  in_proj_a.collect_state(prefix + "in_proj_a.", out);
+}
+
+Tensor GatedDeltaNetLayer::forward(const Tensor& x, AttentionTrace* trace) {
+  check_batch_input(kLayer, x, config.d_in, config.context_length);
+  x_shape_ = x.shape();
+  const int64_t B = x.size(0), T = x.size(1), Hv = config.attention.heads, Hk = config.linear.key_heads;
+  const int64_t Dk = config.attention.head_dim, Dv = config.linear.value_dim, K = config.linear.conv_kernel;
+  const int64_t Kd = key_width(), Vd = value_width(), C = 2 * Kd + Vd, share = Hv / Hk;
+  mixed_ = flat(in_proj_qkv.forward(x));  // (B, T, C)
+  // the causal depthwise convolution, then silu: conv_ before it, the split q, k, v after it
+  conv_.assign(mixed_.size(), 0.0f);
+  const float* w = conv_weight.data();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        float acc = 0;
+        for (int64_t i = 0; i < K; ++i) {
+          const int64_t src = t - K + 1 + i;
+          if (src >= 0) acc += w[c * K + i] * mixed_[(b * T + src) * C + c];
+        }
+        conv_[(b * T + t) * C + c] = acc;
+      }
+  std::vector<float> q(static_cast<size_t>(B * T * Kd)), k(q.size()), v(static_cast<size_t>(B * T * Vd));
+  for (int64_t r = 0; r < B * T; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      const float u = conv_[r * C + c], a = u * sigmoid_value(u);
+      if (c < Kd)
+        q[r * Kd + c] = a;
+      else if (c < 2 * Kd)
+        k[r * Kd + c - Kd] = a;
+      else
+        v[r * Vd + c - 2 * Kd] = a;
+    }
+  // q, k normalised per key head, then each value head reads its key head's
+  std::vector<float> qh(q.size()), kh(k.size());
+  rq_.resize(static_cast<size_t>(B * T * Hk));
+  rk_.resize(rq_.size());
+  l2norm_rows(q.data(), B * T * Hk, Dk, kEps, 1.0f / std::sqrt(static_cast<float>(Dk)), qh.data(), rq_.data());
+  l2norm_rows(k.data(), B * T * Hk, Dk, kEps, 1.0f, kh.data(), rk_.data());
+  qn_.resize(static_cast<size_t>(B * T * Hv * Dk));
+  kn_.resize(qn_.size());
+  for (int64_t r = 0; r < B * T; ++r)
+    for (int64_t h = 0; h < Hv; ++h)
+      for (int64_t d = 0; d < Dk; ++d) {
+        qn_[(r * Hv + h) * Dk + d] = qh[(r * Hk + h / share) * Dk + d];
+        kn_[(r * Hv + h) * Dk + d] = kh[(r * Hk + h / share) * Dk + d];
+      }
+  z_ = flat(in_proj_z.forward(x));
+  beta_ = flat(in_proj_b.forward(x));
+  for (float& b : beta_) b = sigmoid_value(b);
+  a_ = flat(in_proj_a.forward(x));
+  alpha_.resize(a_.size());
+  decay_forward(a_.data(), dt_bias.data(), A_log.data(), static_cast<int64_t>(a_.size()), Hv, alpha_.data());
+  v_ = std::move(v);
+  y_.resize(static_cast<size_t>(B * T * Vd));
+  delta_rule_forward(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()}, states_,
+                     y_.data());
+  Tensor gated = Tensor::empty({B, T, Vd});
+  gated_rms_norm_rows(y_.data(), z_.data(), norm_weight.data(), B * T * Hv, Dv, kEps, gated.data());
+  if (trace) {
+    auto heads = [&](const std::vector<float>& u, int64_t D) {  // (B, T, Hv, D) -> (B, Hv, T, D)
+      return Tensor::from({B, T, Hv, D}, u).transpose(1, 2).contiguous();
+    };
+    trace->queries = heads(qn_, Dk);
+    trace->keys = heads(kn_, Dk);
+    trace->values = heads(v_, Dv);
+    trace->context = heads(y_, Dv);
+  }
+  return out_proj.forward(gated);
+}
+
+Tensor GatedDeltaNetLayer::backward(const Tensor& doutput) {
+  QKV_CHECK(x_shape_.size() == 3, kLayer, ": backward before forward");
+  const int64_t B = x_shape_[0], T = x_shape_[1], Hv = config.attention.heads, Hk = config.linear.key_heads;
+  const int64_t Dk = config.attention.head_dim, Dv = config.linear.value_dim, K = config.linear.conv_kernel;
+  const int64_t Kd = key_width(), Vd = value_width(), C = 2 * Kd + Vd, share = Hv / Hk;
+  const Tensor dgated = out_proj.backward(doutput).contiguous();  // (B, T, Vd)
+  std::vector<float> dy(y_.size()), dz(z_.size());
+  gated_rms_norm_rows_backward(y_.data(), z_.data(), norm_weight.data(), dgated.data(), B * T * Hv, Dv, kEps,
+                               dy.data(), dz.data(), dnorm_weight.data());
+  std::vector<float> dqn(qn_.size()), dkn(kn_.size()), dv(v_.size()), dbeta(beta_.size()), dalpha(alpha_.size());
+  delta_rule_backward(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()}, states_,
+                      dy.data(), {dqn.data(), dkn.data(), dv.data(), dbeta.data(), dalpha.data()});
+  // the value heads' copies summed back to their key heads, then l2norm's backward, then silu's
+  std::vector<float> dqh(static_cast<size_t>(B * T * Kd), 0.0f), dkh(dqh.size(), 0.0f);
+  for (int64_t r = 0; r < B * T; ++r)
+    for (int64_t h = 0; h < Hv; ++h)
+      for (int64_t d = 0; d < Dk; ++d) {
+        dqh[(r * Hk + h / share) * Dk + d] += dqn[(r * Hv + h) * Dk + d];
+        dkh[(r * Hk + h / share) * Dk + d] += dkn[(r * Hv + h) * Dk + d];
+      }
+  std::vector<float> q(dqh.size()), k(dqh.size()), dq(dqh.size()), dk(dqh.size());
+  for (int64_t r = 0; r < B * T; ++r)
+    for (int64_t c = 0; c < Kd; ++c) {
+      const float uq = conv_[r * C + c], uk = conv_[r * C + Kd + c];
+      q[r * Kd + c] = uq * sigmoid_value(uq);
+      k[r * Kd + c] = uk * sigmoid_value(uk);
+    }
+  l2norm_rows_backward(q.data(), rq_.data(), dqh.data(), B * T * Hk, Dk, kEps, 1.0f / std::sqrt(static_cast<float>(Dk)),
+                       dq.data());
+  l2norm_rows_backward(k.data(), rk_.data(), dkh.data(), B * T * Hk, Dk, kEps, 1.0f, dk.data());
+  std::vector<float> dconv(conv_.size());  // d(conv output): silu'(u) = s (1 + u (1 - s))
+  for (int64_t r = 0; r < B * T; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      const float g = c < Kd ? dq[r * Kd + c] : c < 2 * Kd ? dk[r * Kd + c - Kd] : dv[r * Vd + c - 2 * Kd];
+      const float u = conv_[r * C + c], s = sigmoid_value(u);
+      dconv[r * C + c] = g * s * (1.0f + u * (1.0f - s));
+    }
+  // the convolution: dw[c, i] += sum dconv[t, c] mixed[t - K + 1 + i, c]; dmixed[s, c] += w[c, i] dconv[s + K - 1 - i, c]
+  std::vector<float> dmixed(mixed_.size(), 0.0f);
+  const float* w = conv_weight.data();
+  float* dw = dconv_weight.data();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        const float g = dconv[(b * T + t) * C + c];
+        for (int64_t i = 0; i < K; ++i) {
+          const int64_t src = t - K + 1 + i;
+          if (src < 0) continue;
+          dw[c * K + i] += g * mixed_[(b * T + src) * C + c];
+          dmixed[(b * T + src) * C + c] += w[c * K + i] * g;
+        }
+      }
+  // beta = sigmoid(b); alpha = exp(-exp(A_log) softplus(a)), a = in_proj_a(x) + dt_bias
+  std::vector<float> db(beta_.size()), da(a_.size());
+  for (size_t i = 0; i < beta_.size(); ++i) db[i] = dbeta[i] * beta_[i] * (1.0f - beta_[i]);
+  decay_backward(a_.data(), alpha_.data(), dalpha.data(), A_log.data(), static_cast<int64_t>(a_.size()), Hv, da.data(),
+                 ddt_bias.data(), dA_log.data());
+  auto tensor = [&](const std::vector<float>& u, int64_t width) { return Tensor::from({B, T, width}, u); };
+  Tensor dx = in_proj_qkv.backward(tensor(dmixed, C));
+  dx = add(dx, in_proj_z.backward(tensor(dz, Vd)));
+  dx = add(dx, in_proj_b.backward(tensor(db, Hv)));
+  return add(dx, in_proj_a.backward(tensor(da, Hv)));  // (B, T, d_model)
+}
+
+}  // namespace qkv

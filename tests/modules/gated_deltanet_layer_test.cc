@@ -1,0 +1,146 @@
+// Qwen3.5's linear-attention layer (modules/gated_deltanet_layer.h): its state in Hugging Face's
+// names and order, every gradient against central differences of the forward, key heads shared by
+// value heads equal to the same keys written out per value head, causality, and the bad configs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "qkv/core/generator.h"
+#include "qkv/core/ops.h"
+#include "qkv/core/random_tensor.h"
+#include "qkv/modules/gated_deltanet_layer.h"
+#include "test_support.h"
+
+namespace qkv {
+namespace {
+
+using testing_support::error_of;
+
+// d_model 6, 4 value heads of 2, 2 key heads of 3, kernel 3
+AttentionConfig small_config(int64_t key_heads = 2) { return gated_deltanet_config(6, 4, key_heads, 3, 2, 3, 16); }
+
+TEST(GatedDeltaNetLayer, ItsStateIsHuggingFacesInItsOrder) {
+  Generator gen(1);
+  GatedDeltaNetLayer m(small_config(), gen);
+  std::vector<std::string> names;
+  std::vector<Shape> shapes;
+  for (const StateEntry& e : m.state_dict()) {
+    names.push_back(e.name);
+    shapes.push_back(e.tensor->shape());
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"dt_bias", "A_log", "conv1d.weight", "norm.weight", "out_proj.weight",
+                                             "in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.weight",
+                                             "in_proj_a.weight"}));
+  // conv channels 2 Kd + Vd = 2 * 6 + 8 = 20
+  EXPECT_EQ(shapes, (std::vector<Shape>{{4}, {4}, {20, 1, 3}, {2}, {6, 8}, {20, 6}, {8, 6}, {4, 6}, {4, 6}}));
+  for (float w : m.conv_weight.to_vector()) EXPECT_LE(std::fabs(w), 1.0f / std::sqrt(3.0f));  // nn.Conv1d's bound
+}
+
+// L = sum(out * g): every parameter's gradient and the input's against central differences.
+TEST(GatedDeltaNetLayer, EveryGradientMatchesCentralDifferences) {
+  Generator gen(2);
+  GatedDeltaNetLayer m(small_config(), gen);
+  for (const StateEntry& e : m.state_dict())  // weights of order 1, so that every path carries gradient
+    if (e.name != "A_log") {
+      Generator g(static_cast<uint64_t>(e.name.size()));
+      const Tensor r = randn(e.tensor->shape(), g);
+      for (int64_t i = 0; i < e.tensor->numel(); ++i) e.tensor->data()[i] += 0.5f * r.data()[i];
+    }
+  Generator data(3);
+  Tensor x = randn({2, 5, 6}, data);
+  const Tensor g = randn({2, 5, 6}, data);
+  auto loss = [&] {
+    const Tensor y = m.forward(x);
+    double l = 0;
+    for (int64_t i = 0; i < y.numel(); ++i) l += static_cast<double>(y.data()[i]) * g.data()[i];
+    return l;
+  };
+  loss();
+  const Tensor dx = m.backward(g);
+  std::vector<std::pair<std::string, std::pair<Tensor*, const Tensor*>>> tensors = {{"input", {&x, &dx}}};
+  for (const StateEntry& e : m.state_dict()) tensors.push_back({e.name, {e.tensor, e.grad}});
+  for (const auto& [name, pair] : tensors) {
+    Tensor& t = *pair.first;
+    const Tensor& grad = *pair.second;
+    double scale = 1;
+    for (int64_t i = 0; i < grad.numel(); ++i) scale = std::max(scale, static_cast<double>(std::fabs(grad.data()[i])));
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const float keep = t.data()[i], h = 2e-3f;
+      t.data()[i] = keep + h;
+      const double up = loss();
+      t.data()[i] = keep - h;
+      const double down = loss();
+      t.data()[i] = keep;
+      const double numeric = (up - down) / (static_cast<double>(keep + h) - static_cast<double>(keep - h));
+      EXPECT_NEAR(grad.data()[i], numeric, 2e-3 * scale) << name << "[" << i << "]";
+    }
+  }
+}
+
+// Two key heads each shared by two value heads equal four key heads holding the same rows twice
+// (in_proj_qkv's and conv1d's q and k channels copied per value head).
+TEST(GatedDeltaNetLayer, SharedKeyHeadsEqualTheirCopiesPerValueHead) {
+  Generator gen(4);
+  GatedDeltaNetLayer shared(small_config(2), gen);
+  GatedDeltaNetLayer copied(small_config(4), gen);
+  for (const std::string name : {"dt_bias", "A_log", "norm.weight", "out_proj.weight", "in_proj_z.weight",
+                                 "in_proj_b.weight", "in_proj_a.weight"}) {
+    const auto find = [&](GatedDeltaNetLayer& m) {
+      for (const StateEntry& e : m.state_dict())
+        if (e.name == name) return e.tensor;
+      return static_cast<Tensor*>(nullptr);
+    };
+    *find(copied) = find(shared)->clone();
+  }
+  // channels: shared q (2 heads x 3), k (2 x 3), v (8): 20; copied q (4 x 3), k (4 x 3), v (8): 32
+  auto channel_of = [](int64_t c) {  // copied's channel -> shared's: head h of q or k is head h / 2's
+    if (c < 12) return (c / 3 / 2) * 3 + c % 3;
+    if (c < 24) return 6 + ((c - 12) / 3 / 2) * 3 + (c - 12) % 3;
+    return c - 12;
+  };
+  for (int64_t c = 0; c < 32; ++c) {
+    for (int64_t j = 0; j < 6; ++j)
+      copied.in_proj_qkv.weight.data()[c * 6 + j] = shared.in_proj_qkv.weight.data()[channel_of(c) * 6 + j];
+    for (int64_t i = 0; i < 3; ++i) copied.conv_weight.data()[c * 3 + i] = shared.conv_weight.data()[channel_of(c) * 3 + i];
+  }
+  Generator data(5);
+  const Tensor x = randn({2, 7, 6}, data);
+  EXPECT_LE(max_abs_diff(shared.forward(x), copied.forward(x)), 1e-6);
+}
+
+TEST(GatedDeltaNetLayer, AnOutputDependsOnItsPastOnly) {
+  Generator gen(6);
+  GatedDeltaNetLayer m(small_config(), gen);
+  Generator data(7);
+  Tensor x = randn({1, 6, 6}, data);
+  const Tensor before = m.forward(x).clone();
+  for (int64_t j = 0; j < 6; ++j) x.data()[4 * 6 + j] += 1.0f;  // token 4 changes
+  const Tensor after = m.forward(x);
+  EXPECT_EQ(max_abs_diff(before.slice(1, 0, 4), after.slice(1, 0, 4)), 0.0);
+  EXPECT_GT(max_abs_diff(before.slice(1, 4, 6), after.slice(1, 4, 6)), 1e-4);
+}
+
+TEST(GatedDeltaNetLayer, BadConfigsAreRefusedNamingTheValue) {
+  EXPECT_NE(error_of([] { gated_deltanet_config(6, 4, 3, 3, 2, 3, 16); })
+                .find("the value heads (4) must be a multiple of the key heads (3)"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { gated_deltanet_config(6, 4, 2, 3, 2, 0, 16); }).find("conv kernel 0"), std::string::npos);
+  EXPECT_NE(error_of([] { gated_deltanet_config(6, 4, 2, 3, 0, 3, 16); }).find("value width 0"), std::string::npos);
+  EXPECT_NE(error_of([] { gated_deltanet_config(6, 4, 2, 3, 2, 3, 0); }).find("context_length (0) must be positive"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { attention_config("gated-deltanet", 6, 8); }).find("use gated_deltanet_config"),
+            std::string::npos);
+  Generator gen(1);
+  EXPECT_NE(error_of([&] { make_attention_module("mha", small_config(), gen); }).find("has no convolution"),
+            std::string::npos);
+  GatedDeltaNetLayer m(small_config(), gen);
+  EXPECT_NE(error_of([&] { m.backward(randn({1, 2, 6}, gen)); }).find("backward before forward"), std::string::npos);
+  EXPECT_NE(error_of([&] { m.forward(randn({1, 17, 6}, gen)); }).find("context_length is 16"), std::string::npos);
+  EXPECT_NE(error_of([&] { m.forward(randn({1, 3, 5}, gen)); }).find("6"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace qkv
