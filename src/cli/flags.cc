@@ -112,9 +112,29 @@ AttentionConfig module_config(const ModuleFlags& f, const CLI::App& sub) {
   const char* variant_flags[] = {"--num-kv-heads", "--rope", "--rope-base", "--window", "--alibi", "--softcap"};
   if (!info.variants)
     for (const char* flag : variant_flags)
-      if (sub.count(flag) > 0)
+      if (sub.count(flag) > 0 && !(info.linear_sizes && std::string(flag) == "--num-kv-heads"))
         bad_flag(flag, "only --module ", attention_module_list(&AttentionModuleInfo::variants),
                  " take the attention variants, not ", f.module);
+  for (const char* flag : {"--head-dim", "--value-head-dim", "--conv-kernel"})
+    if (sub.count(flag) > 0 && !info.linear_sizes)
+      bad_flag(flag, "only --module ", attention_module_list(&AttentionModuleInfo::linear_sizes), " takes it, not ",
+               f.module);
+  if (info.linear_sizes) {
+    for (const char* flag : {"--d-out", "--dropout", "--latent-dim", "--qkv-bias"})
+      if (sub.count(flag) > 0)
+        bad_flag(flag, "--module ", f.module, " takes none of --d-out, --dropout, --latent-dim, --qkv-bias (it maps "
+                 "--d-in back to --d-in through --head-dim and --value-head-dim wide heads, without dropout or biases)");
+    for (const char* flag : {"--head-dim", "--value-head-dim", "--conv-kernel"})
+      if (sub.count(flag) == 0) bad_flag(flag, "--module ", f.module, " needs it");
+    const int64_t key_heads = sub.count("--num-kv-heads") > 0 ? v.kv_heads : f.num_heads;
+    if (f.num_heads % key_heads != 0)
+      bad_flag("--num-kv-heads", key_heads, " (key heads) must divide --num-heads (", f.num_heads, ", value heads)");
+    AttentionConfig c = gated_deltanet_config(f.d_in, f.num_heads, key_heads, f.head_dim, f.value_head_dim,
+                                              f.conv_kernel, f.context_length > 0 ? f.context_length : 1);
+    c.path = f.path;
+    c.attention.dtype = v.dtype;
+    return c;
+  }
   if (sub.count("--rope-base") > 0 && v.rope == kernels::RopeLayout::kNone)
     bad_flag("--rope-base", "needs --rope half or --rope interleaved");
   if (sub.count("--softcap") > 0 && !(v.softcap > 0.0))
@@ -167,7 +187,7 @@ AttentionConfig checked_module_config(const ModuleFlags& f, const CLI::App& sub,
   const AttentionModuleInfo& info = attention_module_info(f.module);
   auto given = [&](const char* flag) { return sub.count(flag) > 0; };
   for (const char* flag : {"--d-in", "--d-out"})
-    if (!given(flag)) bad_flag(flag, "--module ", f.module, " needs it");
+    if (!given(flag) && !(info.linear_sizes && std::string(flag) == "--d-out")) bad_flag(flag, "--module ", f.module, " needs it");
   if (!info.causal)
     for (const char* flag : {"--context-length", "--dropout", "--num-heads"})
       if (given(flag) && !(on_text && std::string(flag) == "--context-length"))
@@ -183,8 +203,13 @@ AttentionConfig checked_module_config(const ModuleFlags& f, const CLI::App& sub,
   if (!f.seed && f.weights.empty())
     bad_flag("--seed", "give --seed S (weights as torch.manual_seed(S) and the PyTorch constructor make them) or ",
              "--weights FILE (a safetensors state dict) for --module ", f.module);
-  check_sizes({f.d_in, f.d_out}, 4, "the projection weights (--d-in x --d-out)");
-  if (info.multi_head) {
+  if (info.linear_sizes) {
+    check_sizes({f.d_in, 2 * c.linear.key_heads * f.head_dim + f.num_heads * f.value_head_dim}, 4,
+                "in_proj_qkv (--d-in x (2 --num-kv-heads --head-dim + --num-heads --value-head-dim))");
+  } else {
+    check_sizes({f.d_in, f.d_out}, 4, "the projection weights (--d-in x --d-out)");
+  }
+  if (info.multi_head && !info.linear_sizes) {
     check_sizes({f.num_heads, f.d_in, f.d_out}, 4, "the projection weights (--num-heads x --d-in x --d-out)");
     check_sizes({f.num_heads, f.d_out, f.d_out}, 4, "the output projection (--num-heads x --d-out x --d-out)");
   }
@@ -207,7 +232,7 @@ void add_module_flags(CLI::App* sub, ModuleFlags& f) {
     families += " | " + m->name;
   }
   sub->add_option("--module", f.module,
-                  classes + " (gated-mha, mla, deltanet: the book's bonus gated, latent and Gated DeltaNet attention); or a whole model (qkv forward only)" +
+                  classes + " (gated-mha, mla, deltanet: the book's bonus gated, latent and Gated DeltaNet attention; gated-deltanet: Qwen3.5's linear-attention layer); or a whole model (qkv forward only)" +
                       families + " (gpt with --seed: the book's GPT of the sizes given; any with --weights PATH: its "
                       "files)")
       ->check(CLI::IsMember(modules));
@@ -217,6 +242,11 @@ void add_module_flags(CLI::App* sub, ModuleFlags& f) {
              positive<int64_t>());
   const std::string variants = attention_module_list(&AttentionModuleInfo::variants) + ": ";  // the variants' help
   add_number_with_default(sub, "--num-heads", f.num_heads, "Heads (" + attention_module_list(&AttentionModuleInfo::multi_head) + ")", positive<int64_t>());
+  const std::string linear = attention_module_list(&AttentionModuleInfo::linear_sizes) + " (Qwen3.5's linear attention; --num-heads: value heads, --num-kv-heads: key heads): ";
+  add_number(sub, "--head-dim", f.head_dim, linear + "the key heads' width", positive<int64_t>());
+  add_number(sub, "--value-head-dim", f.value_head_dim, linear + "the value heads' width", positive<int64_t>());
+  add_number(sub, "--conv-kernel", f.conv_kernel, linear + "the causal depthwise convolution's kernel (Qwen3.5: 4)",
+             positive<int64_t>());
   add_number(sub, "--latent-dim", f.latent_dim,
              "mla: the latent's width L (W_DKV (L, d_in); W_UK, W_UV (d_out, L)) (default: max(16, d_out / 8), the "
              "book's)",

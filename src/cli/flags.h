@@ -96,6 +96,7 @@ struct ModuleFlags {
   std::string module;
   int64_t d_in = 0, d_out = 0, context_length = 0, num_heads = 1;
   std::optional<int64_t> latent_dim;  // --latent-dim (mla)
+  int64_t head_dim = 0, value_head_dim = 0, conv_kernel = 0;  // gated-deltanet's widths and kernel
   double dropout = 0.0;
   bool qkv_bias = false;
   AttentionPath path = AttentionPath::kAuto;

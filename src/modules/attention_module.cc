@@ -29,17 +29,17 @@ const char* attention_path_name(AttentionPath path) {
 }
 
 const std::vector<AttentionModuleInfo>& attention_modules() {
-  //  name, class, input rank, causal, multi_head, bias, split_heads, variants, softmax
+  //  name, class, input rank, causal, multi_head, bias, split_heads, variants, softmax, linear_sizes
   static const std::vector<AttentionModuleInfo> modules = {
-      {"self-attention-v1", "SelfAttentionV1", 2, false, false, false, false, false, true},
-      {"self-attention-v2", "SelfAttentionV2", 2, false, false, true, false, false, true},
-      {"causal-attention", "CausalAttention", 3, true, false, true, false, false, true},
-      {"mha-wrapper", "MultiHeadAttentionWrapper", 3, true, true, true, false, false, true},
-      {"mha", "MultiHeadAttention", 3, true, true, true, true, true, true},
-      {"gated-mha", "GatedMultiHeadAttention", 3, true, true, true, true, true, true},
-      {"mla", "MultiHeadLatentAttention", 3, true, true, true, true, false, true},
-      {"deltanet", "GatedDeltaNet", 3, true, true, true, true, false, false},
-      {"gated-deltanet", "Qwen3_5GatedDeltaNet", 3, true, true, false, false, false, false},
+      {"self-attention-v1", "SelfAttentionV1", 2, false, false, false, false, false, true, false},
+      {"self-attention-v2", "SelfAttentionV2", 2, false, false, true, false, false, true, false},
+      {"causal-attention", "CausalAttention", 3, true, false, true, false, false, true, false},
+      {"mha-wrapper", "MultiHeadAttentionWrapper", 3, true, true, true, false, false, true, false},
+      {"mha", "MultiHeadAttention", 3, true, true, true, true, true, true, false},
+      {"gated-mha", "GatedMultiHeadAttention", 3, true, true, true, true, true, true, false},
+      {"mla", "MultiHeadLatentAttention", 3, true, true, true, true, false, true, false},
+      {"deltanet", "GatedDeltaNet", 3, true, true, true, true, false, false, false},
+      {"gated-deltanet", "Qwen3_5GatedDeltaNet", 3, true, true, false, false, false, false, true},
   };
   return modules;
 }
@@ -77,8 +77,7 @@ std::string attention_config_name(kernels::SpecField field) {
 AttentionConfig attention_config(const std::string& module, int64_t d_in, int64_t d_out, int64_t context_length,
                                  double dropout, int64_t num_heads, bool qkv_bias) {
   const AttentionModuleInfo& info = attention_module_info(module);
-  QKV_CHECK(module != "gated-deltanet", "gated-deltanet's sizes are Qwen3.5's, not the book constructor's: ",
-            "use gated_deltanet_config");
+  QKV_CHECK(!info.linear_sizes, module, "'s sizes are Qwen3.5's, not the book constructor's: use gated_deltanet_config");
   const std::string who = info.class_name;
   QKV_CHECK(d_in > 0, who, ": d_in (", d_in, ") must be positive");
   QKV_CHECK(d_out > 0, who, ": d_out (", d_out, ") must be positive");
@@ -115,7 +114,7 @@ std::unique_ptr<AttentionModule> make_attention_module(const std::string& name, 
             c.output_gate ? " has no output gate (output_gate is gated-mha's)" : " needs output_gate");
   QKV_CHECK((c.latent_dim != 0) == (name == "mla"), "the attention module ", name,
             c.latent_dim != 0 ? " has no latent (latent_dim is mla's)" : " needs latent_dim");
-  QKV_CHECK((c.linear.conv_kernel != 0) == (name == "gated-deltanet"), "the attention module ", name,
+  QKV_CHECK((c.linear.conv_kernel != 0) == info.linear_sizes, "the attention module ", name,
             c.linear.conv_kernel != 0 ? " has no convolution (the linear sizes are gated-deltanet's)"
                                       : " needs its linear sizes (gated_deltanet_config)");
   const int64_t d_out = c.attention.head_dim;

@@ -25,6 +25,7 @@ const AttentionConfig& layer_config(const AttentionConfig& c) {
   QKV_CHECK(c.path != AttentionPath::kFused, kLayer,
             " runs its token-by-token recurrence only (--attention auto or textbook)");
   QKV_CHECK(c.attention.dropout == 0.0, kLayer, " has no dropout");
+  QKV_CHECK(!c.qkv_bias, kLayer, " has no biases (its projections are plain matrices); qkv_bias must be false");
   return c;
 }
 

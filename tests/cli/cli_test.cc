@@ -138,19 +138,21 @@ TEST(AttentionModules, TheirInfoSaysWhatEachModuleTakes) {
     SCOPED_TRACE(info.name);
     EXPECT_EQ(info.name, attention_module_names()[i]);
     EXPECT_EQ(&attention_module_info(info.name), &info);
-    const AttentionConfig c = attention_config(info.name, 4, 4, 3, 0.0, info.multi_head ? 2 : 1, info.bias);
+    const AttentionConfig c = info.linear_sizes ? gated_deltanet_config(4, 2, 1, 2, 2, 2, 3)
+                                                : attention_config(info.name, 4, 4, 3, 0.0, info.multi_head ? 2 : 1, info.bias);
     Generator gen(1);
     std::unique_ptr<AttentionModule> m = make_attention_module(info.name, c, gen);
     EXPECT_EQ(m->input_rank(), info.input_rank);
     bool has_mask = false, has_bias = false;
     for (const StateEntry& e : m->state_dict()) {
       has_mask = has_mask || e.name.ends_with("mask");
-      has_bias = has_bias || e.name.ends_with("bias");
+      has_bias = has_bias || e.name.ends_with(".bias");  // (not dt_bias: the decay's, no projection's)
     }
     // a chapter-3 causal module holds PyTorch's mask buffer; the bonus classes' is not in their state
-    // dicts (gated-mha registers it with persistent=False, mla masks by positions, deltanet has none)
+    // dicts (gated-mha registers it with persistent=False, mla masks by positions, the linear
+    // attentions have none)
     const std::string name = info.name;
-    const bool bonus = name == "gated-mha" || name == "mla" || name == "deltanet";
+    const bool bonus = name == "gated-mha" || name == "mla" || !info.softmax;
     EXPECT_EQ(has_mask, info.causal && !bonus) << "the mask buffer in the state";
     EXPECT_EQ(has_bias, info.bias);
     AttentionConfig biased = c;

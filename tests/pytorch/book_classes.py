@@ -372,3 +372,67 @@ class GatedDeltaNet(nn.Module, _Recorder):
         context = self.norm(context) * F.silu(gate)
         context = self.dropout(context.reshape(b, T, self.d_out))
         return self.out_proj(context)
+
+
+class _GatedRMSNorm(nn.Module):
+    """Qwen3.5's gated RMSNorm: x / sqrt(mean(x^2) + eps) * weight * silu(gate), over the last dim."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x, gate):
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x * F.silu(gate)
+
+
+class Qwen3_5GatedDeltaNet(nn.Module, _Recorder):
+    """Qwen3.5's linear-attention layer (the book's ch05/16_qwen3.5, as Hugging Face names it): a
+    causal depthwise convolution and silu over the projected q, k, v; q and k L2-normalised per key
+    head, each key head shared by num_v_heads / num_k_heads value heads; beta = sigmoid(in_proj_b)
+    per value head; the decay exp(-exp(A_log) softplus(in_proj_a + dt_bias)); the gated delta rule
+    token by token (the reference form); the gated RMSNorm with silu(in_proj_z); out_proj. Modules
+    made in the class's order: conv1d, dt_bias, A_log, norm, out_proj, in_proj_qkv, in_proj_z,
+    in_proj_b, in_proj_a."""
+
+    def __init__(self, hidden_size, num_v_heads, num_k_heads, head_k_dim, head_v_dim, conv_kernel, eps=1e-6):
+        super().__init__()
+        assert num_v_heads % num_k_heads == 0
+        self._init_recording()
+        self.num_v_heads, self.num_k_heads = num_v_heads, num_k_heads
+        self.head_k_dim, self.head_v_dim = head_k_dim, head_v_dim
+        self.key_dim, self.value_dim = num_k_heads * head_k_dim, num_v_heads * head_v_dim
+        conv_dim = 2 * self.key_dim + self.value_dim
+        self.conv1d = nn.Conv1d(conv_dim, conv_dim, conv_kernel, groups=conv_dim, padding=conv_kernel - 1, bias=False)
+        self.dt_bias = nn.Parameter(torch.ones(num_v_heads))
+        self.A_log = nn.Parameter(torch.log(torch.empty(num_v_heads).uniform_(0, 16)))
+        self.norm = _GatedRMSNorm(head_v_dim, eps)
+        self.out_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
+        self.in_proj_qkv = nn.Linear(hidden_size, conv_dim, bias=False)
+        self.in_proj_z = nn.Linear(hidden_size, self.value_dim, bias=False)
+        self.in_proj_b = nn.Linear(hidden_size, num_v_heads, bias=False)
+        self.in_proj_a = nn.Linear(hidden_size, num_v_heads, bias=False)
+
+    def forward(self, x):
+        b, T, _ = x.shape
+        Hv, Dk, Dv = self.num_v_heads, self.head_k_dim, self.head_v_dim
+        mixed = F.silu(self.conv1d(self.in_proj_qkv(x).transpose(1, 2))[:, :, :T]).transpose(1, 2)
+        q, k, v = torch.split(mixed, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        share = Hv // self.num_k_heads
+        q = _l2norm(q.reshape(b, T, -1, Dk)).repeat_interleave(share, dim=2) / (Dk ** 0.5)  # (b, T, Hv, Dk)
+        k = _l2norm(k.reshape(b, T, -1, Dk)).repeat_interleave(share, dim=2)
+        v = v.reshape(b, T, Hv, Dv)
+        beta = torch.sigmoid(self.in_proj_b(x))                                          # (b, T, Hv)
+        alpha = torch.exp(-self.A_log.exp() * F.softplus(self.in_proj_a(x) + self.dt_bias))
+        S = x.new_zeros(b, Hv, Dk, Dv)
+        outs = []
+        for t in range(T):
+            S = S * alpha[:, t, :, None, None]
+            remembered = (S * k[:, t, :, :, None]).sum(dim=-2)  # S^T k  (b, Hv, Dv)
+            delta = (v[:, t] - remembered) * beta[:, t, :, None]
+            S = S + k[:, t, :, :, None] * delta[:, :, None, :]
+            outs.append((S * q[:, t, :, :, None]).sum(dim=-2))  # S^T q
+        y = torch.stack(outs, dim=1)  # (b, T, Hv, Dv)
+        z = self.in_proj_z(x).reshape(b, T, Hv, Dv)
+        return self.out_proj(self.norm(y, z).reshape(b, T, self.value_dim))

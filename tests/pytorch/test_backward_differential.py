@@ -42,11 +42,10 @@ import torch  # noqa: E402
 
 import harness  # noqa: E402
 import safetensors_io  # noqa: E402
-from module_cases import (CAUSAL, FLOAT64_GRADIENTS, MODULES, construct, describe, perturbed_weights, qkv_args,  # noqa: E402
+from module_cases import (CAUSAL, FLOAT64_GRADIENTS, MODULES, NO_DROPOUT, nudged_inputs, construct, describe, perturbed_weights, qkv_args,  # noqa: E402
                           random_config, rel_err, run_all)
 
 TOLERANCE = 1e-4
-FLOAT32_RUNS = 5  # FLOAT64_GRADIENTS: the float32 class on x and on 4 nudged copies of it
 
 
 class Case:
@@ -57,7 +56,7 @@ class Case:
         self.expected = None  # name -> gradient
         self.errors = []
         self.worst = {}       # "input" / "parameters" -> relative error
-        self.float32 = None   # FLOAT64_GRADIENTS: the float32 class's gradients, FLOAT32_RUNS of them
+        self.float32 = None   # FLOAT64_GRADIENTS: the float32 class's gradients on nudged_inputs(x)
         self.by_float32 = 0   # tensors within 2x the float32 class's distance, not within 1e-4
 
 
@@ -105,11 +104,8 @@ def prepare(case, qkv, tmp, rng):
         # moved by about one float32 ulp): how far float32 arithmetic lands from float64 on this
         # case. Each run repeats the dropout draws.
         rng_state = torch.get_rng_state()
-        nudge = torch.Generator().manual_seed(case.index)
         case.float32 = []
-        for i in range(FLOAT32_RUNS):
-            xi = x if i == 0 else (x.double() * (1 + 2.0**-23 * torch.randn(x.shape, generator=nudge,
-                                                                            dtype=torch.float64))).float()
+        for xi in nudged_inputs(x, case.index):
             torch.set_rng_state(rng_state)
             case.float32.append(gradients(model, xi, g.get_state(), torch.float32))
             case.float32[-1].pop("output")
@@ -167,9 +163,9 @@ def build_cases(args):
             cfg = random_config(rng, module)
             if i < args.cases - n_special:
                 kind = "weights"
-                if module in CAUSAL and rng.random() < 0.3:
+                if module in CAUSAL - NO_DROPOUT and rng.random() < 0.3:
                     cfg["p"] = rng.choice([0.1, 0.5, 0.7])  # given, but off in eval mode
-            elif module in CAUSAL:
+            elif module in CAUSAL - NO_DROPOUT:
                 kind = "dropout"
                 cfg["p"] = [0.1, 0.5, 0.7][i % 3]
             else:

@@ -115,6 +115,7 @@ struct AttentionModuleInfo {
   bool split_heads;        // d_out is split into num_heads heads (d_out % num_heads == 0)
   bool variants;           // takes the attention variants (num_kv_heads, rope, window, alibi, softcap)
   bool softmax;            // attends by softmax weights (a trace has them); false: a linear recurrence
+  bool linear_sizes;       // sized by gated_deltanet_config (key heads, key and value widths, a conv kernel)
 };
 const std::vector<AttentionModuleInfo>& attention_modules();  // in attention_module_names() order
 // The module called `name`; throws qkv::Error naming the known ones.
