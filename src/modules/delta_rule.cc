@@ -9,37 +9,57 @@
 
 namespace qkv {
 
+namespace {
+
+// Token `row` (b, t, h) on its head's state S (Dk x Dv), in place:
+// S = alpha S;  delta = (v - S^T k) beta;  S = S + k delta^T;  y = S^T q. mem, delta: Dv scratch.
+void update(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t row, double* S, double* mem, double* delta,
+            float* y) {
+  const int64_t Dk = s.key_dim, Dv = s.value_dim, bw = s.beta_width();
+  const float* k = in.k + row * Dk;
+  const float* q = in.q + row * Dk;
+  const float* v = in.v + row * Dv;
+  const float* be = in.beta + row * bw;
+  const double a = in.alpha[row];
+  for (int64_t i = 0; i < Dk * Dv; ++i) S[i] *= a;
+  std::fill(mem, mem + Dv, 0.0);
+  for (int64_t i = 0; i < Dk; ++i)  // mem = S^T k
+    for (int64_t j = 0; j < Dv; ++j) mem[j] += S[i * Dv + j] * k[i];
+  for (int64_t j = 0; j < Dv; ++j) delta[j] = (v[j] - mem[j]) * be[bw == 1 ? 0 : j];
+  for (int64_t i = 0; i < Dk; ++i)  // S += k delta^T
+    for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] += k[i] * delta[j];
+  float* yt = y + row * Dv;  // y = S^T q
+  for (int64_t j = 0; j < Dv; ++j) {
+    double acc = 0;
+    for (int64_t i = 0; i < Dk; ++i) acc += S[i * Dv + j] * q[i];
+    yt[j] = static_cast<float>(acc);
+  }
+}
+
+}  // namespace
+
 void delta_rule_forward(const DeltaRuleShape& s, const DeltaRuleInputs& in, std::vector<double>& states, float* y) {
-  const int64_t T = s.tokens, H = s.heads, Dk = s.key_dim, Dv = s.value_dim, KV = Dk * Dv, bw = s.beta_width();
+  const int64_t T = s.tokens, H = s.heads, KV = s.key_dim * s.value_dim;
   states.assign(static_cast<size_t>(s.batch * H * T * KV), 0.0);
-  std::vector<double> mem(Dv), delta(Dv);
+  std::vector<double> mem(s.value_dim), delta(s.value_dim);
   for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      const double* prev = nullptr;
+    for (int64_t h = 0; h < H; ++h)
       for (int64_t t = 0; t < T; ++t) {
-        const int64_t row = (b * T + t) * H + h;  // (b, t, h)
-        const float* k = in.k + row * Dk;
-        const float* q = in.q + row * Dk;
-        const float* v = in.v + row * Dv;
-        const float* be = in.beta + row * bw;
-        const double a = in.alpha[row];
         double* S = &states[((b * H + h) * T + t) * KV];
-        for (int64_t i = 0; i < KV; ++i) S[i] = prev ? prev[i] * a : 0.0;  // S = alpha S
-        std::fill(mem.begin(), mem.end(), 0.0);
-        for (int64_t i = 0; i < Dk; ++i)  // mem = S^T k
-          for (int64_t j = 0; j < Dv; ++j) mem[j] += S[i * Dv + j] * k[i];
-        for (int64_t j = 0; j < Dv; ++j) delta[j] = (v[j] - mem[j]) * be[bw == 1 ? 0 : j];
-        for (int64_t i = 0; i < Dk; ++i)  // S += k delta^T
-          for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] += k[i] * delta[j];
-        float* yt = y + row * Dv;  // y = S^T q
-        for (int64_t j = 0; j < Dv; ++j) {
-          double acc = 0;
-          for (int64_t i = 0; i < Dk; ++i) acc += S[i * Dv + j] * q[i];
-          yt[j] = static_cast<float>(acc);
-        }
-        prev = S;
+        if (t > 0) std::copy(S - KV, S, S);  // from the previous token's state
+        update(s, in, (b * T + t) * H + h, S, mem.data(), delta.data(), y);
       }
-    }
+}
+
+void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, std::vector<double>& state, float* y) {
+  const int64_t T = s.tokens, H = s.heads, KV = s.key_dim * s.value_dim;
+  QKV_CHECK(static_cast<int64_t>(state.size()) == s.batch * H * KV, "delta_rule_run: the state holds ", state.size(),
+            " numbers; expected batch x heads x key width x value width = ", s.batch * H * KV);
+  std::vector<double> mem(s.value_dim), delta(s.value_dim);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        update(s, in, (b * T + t) * H + h, &state[(b * H + h) * KV], mem.data(), delta.data(), y);
 }
 
 void delta_rule_backward(const DeltaRuleShape& s, const DeltaRuleInputs& in, const std::vector<double>& states,

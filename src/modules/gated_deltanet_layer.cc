@@ -92,14 +92,13 @@ void GatedDeltaNetLayer::collect_state(const std::string& prefix, std::vector<St
   in_proj_a.collect_state(prefix + "in_proj_a.", out);
 }
 
-Tensor GatedDeltaNetLayer::forward(const Tensor& x, AttentionTrace* trace) {
-  check_batch_input(kLayer, x, config.d_in, config.context_length);
-  x_shape_ = x.shape();
+void GatedDeltaNetLayer::project(const Tensor& x, const float* history) {
   const int64_t B = x.size(0), T = x.size(1), Hv = config.attention.heads, Hk = config.linear.key_heads;
-  const int64_t Dk = config.attention.head_dim, Dv = config.linear.value_dim, K = config.linear.conv_kernel;
+  const int64_t Dk = config.attention.head_dim, K = config.linear.conv_kernel;
   const int64_t Kd = key_width(), Vd = value_width(), C = 2 * Kd + Vd, share = Hv / Hk;
   mixed_ = flat(in_proj_qkv.forward(x));  // (B, T, C)
-  // the causal depthwise convolution, then silu: conv_ before it, the split q, k, v after it
+  // the causal depthwise convolution (over history, then x), then silu: conv_ before it, the split
+  // q, k, v after it
   conv_.assign(mixed_.size(), 0.0f);
   const float* w = conv_weight.data();
   for (int64_t b = 0; b < B; ++b)
@@ -108,11 +107,15 @@ Tensor GatedDeltaNetLayer::forward(const Tensor& x, AttentionTrace* trace) {
         float acc = 0;
         for (int64_t i = 0; i < K; ++i) {
           const int64_t src = t - K + 1 + i;
-          if (src >= 0) acc += w[c * K + i] * mixed_[(b * T + src) * C + c];
+          if (src >= 0)
+            acc += w[c * K + i] * mixed_[(b * T + src) * C + c];
+          else if (history)
+            acc += w[c * K + i] * history[(b * (K - 1) + K - 1 + src) * C + c];
         }
         conv_[(b * T + t) * C + c] = acc;
       }
-  std::vector<float> q(static_cast<size_t>(B * T * Kd)), k(q.size()), v(static_cast<size_t>(B * T * Vd));
+  std::vector<float> q(static_cast<size_t>(B * T * Kd)), k(q.size());
+  v_.resize(static_cast<size_t>(B * T * Vd));
   for (int64_t r = 0; r < B * T; ++r)
     for (int64_t c = 0; c < C; ++c) {
       const float u = conv_[r * C + c], a = u * sigmoid_value(u);
@@ -121,7 +124,7 @@ Tensor GatedDeltaNetLayer::forward(const Tensor& x, AttentionTrace* trace) {
       else if (c < 2 * Kd)
         k[r * Kd + c - Kd] = a;
       else
-        v[r * Vd + c - 2 * Kd] = a;
+        v_[r * Vd + c - 2 * Kd] = a;
     }
   // q, k normalised per key head, then each value head reads its key head's
   std::vector<float> qh(q.size()), kh(k.size());
@@ -143,12 +146,23 @@ Tensor GatedDeltaNetLayer::forward(const Tensor& x, AttentionTrace* trace) {
   a_ = flat(in_proj_a.forward(x));
   alpha_.resize(a_.size());
   decay_forward(a_.data(), dt_bias.data(), A_log.data(), static_cast<int64_t>(a_.size()), Hv, alpha_.data());
-  v_ = std::move(v);
-  y_.resize(static_cast<size_t>(B * T * Vd));
+}
+
+Tensor GatedDeltaNetLayer::output(int64_t B, int64_t T) {
+  Tensor gated = Tensor::empty({B, T, value_width()});
+  gated_rms_norm_rows(y_.data(), z_.data(), norm_weight.data(), B * T * config.attention.heads, config.linear.value_dim,
+                      kEps, gated.data());
+  return out_proj.forward(gated);
+}
+
+Tensor GatedDeltaNetLayer::forward(const Tensor& x, AttentionTrace* trace) {
+  check_batch_input(kLayer, x, config.d_in, config.context_length);
+  const int64_t B = x.size(0), T = x.size(1), Hv = config.attention.heads;
+  const int64_t Dk = config.attention.head_dim, Dv = config.linear.value_dim;
+  project(x, nullptr);
+  y_.resize(static_cast<size_t>(B * T * value_width()));
   delta_rule_forward(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()}, states_,
                      y_.data());
-  Tensor gated = Tensor::empty({B, T, Vd});
-  gated_rms_norm_rows(y_.data(), z_.data(), norm_weight.data(), B * T * Hv, Dv, kEps, gated.data());
   if (trace) {
     auto heads = [&](const std::vector<float>& u, int64_t D) {  // (B, T, Hv, D) -> (B, Hv, T, D)
       return Tensor::from({B, T, Hv, D}, u).transpose(1, 2).contiguous();
@@ -158,7 +172,43 @@ Tensor GatedDeltaNetLayer::forward(const Tensor& x, AttentionTrace* trace) {
     trace->values = heads(v_, Dv);
     trace->context = heads(y_, Dv);
   }
-  return out_proj.forward(gated);
+  x_shape_ = x.shape();
+  return output(B, T);
+}
+
+GatedDeltaNetCache GatedDeltaNetLayer::new_cache(int64_t batch) const {
+  QKV_CHECK(batch >= 1, kLayer, ": a cache's batch must be at least 1, got ", batch);
+  GatedDeltaNetCache c;
+  c.batch = batch;
+  c.conv.assign(static_cast<size_t>(batch * (config.linear.conv_kernel - 1) * (2 * key_width() + value_width())), 0.0f);
+  c.state.assign(static_cast<size_t>(batch * config.attention.heads * config.attention.head_dim * config.linear.value_dim),
+                 0.0);
+  return c;
+}
+
+Tensor GatedDeltaNetLayer::forward_cached(const Tensor& x, GatedDeltaNetCache& cache) {
+  QKV_CHECK(x.dim() == 3 && x.size(0) == cache.batch && x.size(2) == config.d_in, kLayer,
+            ": forward_cached takes (", cache.batch, ", T, ", config.d_in, ") for this cache, got ", shape_str(x.shape()));
+  const GatedDeltaNetCache fresh = new_cache(cache.batch);
+  QKV_CHECK(cache.conv.size() == fresh.conv.size() && cache.state.size() == fresh.state.size(), kLayer,
+            ": the cache holds ", cache.conv.size(), " convolution inputs and ", cache.state.size(),
+            " state numbers; this layer's take ", fresh.conv.size(), " and ", fresh.state.size());
+  x_shape_.clear();  // what project() keeps is not a training forward's: no backward after this
+  const int64_t B = x.size(0), T = x.size(1), K = config.linear.conv_kernel, C = 2 * key_width() + value_width();
+  project(x, cache.conv.data());
+  y_.resize(static_cast<size_t>(B * T * value_width()));
+  delta_rule_run(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()}, cache.state,
+                 y_.data());
+  // the convolution's last K - 1 inputs: of the history, then of x
+  std::vector<float> last(cache.conv.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < K - 1; ++j) {
+      const int64_t p = T - (K - 1) + j;  // position in x; negative: in the history
+      const float* src = p >= 0 ? &mixed_[(b * T + p) * C] : &cache.conv[(b * (K - 1) + K - 1 + p) * C];
+      std::copy(src, src + C, &last[(b * (K - 1) + j) * C]);
+    }
+  cache.conv = std::move(last);
+  return output(B, T);
 }
 
 Tensor GatedDeltaNetLayer::backward(const Tensor& doutput) {

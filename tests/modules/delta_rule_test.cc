@@ -94,6 +94,38 @@ TEST(DeltaRule, TheChunkedFormEqualsTheRecurrenceAcrossChunkBoundaries) {
   }
 }
 
+// The inference form: from zeros it equals the forward; in two runs (the state carried between
+// them) it equals one; a state of another size is refused.
+TEST(DeltaRule, RunningFromAStateEqualsTheForward) {
+  Generator gen(13);
+  const DeltaRuleShape s{2, 7, 3, 4, 5, false};
+  const Inputs in = random_inputs(s, gen);
+  std::vector<float> y(static_cast<size_t>(s.rows() * s.value_dim)), run(y.size());
+  std::vector<double> states;
+  delta_rule_forward(s, in.view(), states, y.data());
+  std::vector<double> state(static_cast<size_t>(2 * 3 * 4 * 5), 0.0);
+  delta_rule_run(s, in.view(), state, run.data());
+  EXPECT_EQ(y, run);  // the same sums in the same order
+  // tokens 0..3, then 4..6, each run on its own rows (B, t, H) of the inputs
+  auto rows = [&](const std::vector<float>& x, int64_t width, int64_t t0, int64_t n) {
+    std::vector<float> out;
+    for (int64_t b = 0; b < 2; ++b)
+      out.insert(out.end(), x.begin() + ((b * 7 + t0) * 3) * width, x.begin() + ((b * 7 + t0 + n) * 3) * width);
+    return out;
+  };
+  std::fill(state.begin(), state.end(), 0.0);
+  for (const auto& [t0, n] : {std::pair<int64_t, int64_t>{0, 4}, {4, 3}}) {
+    const Inputs part{rows(in.q, 4, t0, n), rows(in.k, 4, t0, n), rows(in.v, 5, t0, n), rows(in.beta, 1, t0, n),
+                      rows(in.alpha, 1, t0, n)};
+    std::vector<float> got(static_cast<size_t>(2 * n * 3 * 5));
+    delta_rule_run({2, n, 3, 4, 5, false}, part.view(), state, got.data());
+    EXPECT_EQ(got, rows(y, 5, t0, n)) << "tokens from " << t0;
+  }
+  std::vector<double> wrong(3);
+  EXPECT_NE(error_of([&] { delta_rule_run(s, in.view(), wrong, run.data()); }).find("the state holds 3 numbers; expected"),
+            std::string::npos);
+}
+
 TEST(DeltaRule, TheChunkedFormTakesBetaPerHeadAndAChunkOfAtLeastOne) {
   Generator gen(3);
   DeltaRuleShape s{1, 4, 1, 2, 2, /*beta_per_channel=*/true};

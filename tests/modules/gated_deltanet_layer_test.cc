@@ -123,6 +123,43 @@ TEST(GatedDeltaNetLayer, AnOutputDependsOnItsPastOnly) {
   EXPECT_GT(max_abs_diff(before.slice(1, 4, 6), after.slice(1, 4, 6)), 1e-4);
 }
 
+// A prompt in pieces, then token by token, through the cache (its convolution inputs and state)
+// equals one forward over the whole sequence: the pieces shorter and longer than the kernel.
+TEST(GatedDeltaNetLayer, TheCachedFormInPiecesEqualsTheWholeForward) {
+  Generator gen(8);
+  for (const int64_t key_heads : {int64_t{1}, int64_t{2}}) {
+    GatedDeltaNetLayer m(small_config(key_heads), gen);
+    Generator data(9);
+    const Tensor x = randn({2, 9, 6}, data);
+    const Tensor whole = m.forward(x).clone();
+    GatedDeltaNetCache cache = m.new_cache(2);
+    int64_t t = 0;
+    for (const int64_t n : {4, 1, 2, 1, 1}) {
+      const Tensor part = m.forward_cached(x.slice(1, t, t + n).contiguous(), cache);
+      EXPECT_LE(max_abs_diff(part, whole.slice(1, t, t + n)), 1e-6) << "tokens " << t << ".." << t + n;
+      t += n;
+    }
+    EXPECT_EQ(t, 9);
+    EXPECT_EQ(cache.state.size(), size_t{2 * 4 * 3 * 2});  // B Hv Dk Dv, whatever the length
+  }
+}
+
+TEST(GatedDeltaNetLayer, ACacheOfAnotherShapeAndABackwardAfterItAreRefused) {
+  Generator gen(10);
+  GatedDeltaNetLayer m(small_config(), gen);
+  GatedDeltaNetLayer other(gated_deltanet_config(6, 4, 2, 3, 3, 3, 16), gen);
+  GatedDeltaNetCache cache = other.new_cache(1);
+  EXPECT_NE(error_of([&] { m.forward_cached(randn({1, 2, 6}, gen), cache); }).find("this layer's take"),
+            std::string::npos);
+  cache = m.new_cache(1);
+  EXPECT_NE(error_of([&] { m.forward_cached(randn({2, 2, 6}, gen), cache); }).find("takes (1, T, 6)"),
+            std::string::npos);
+  m.forward(randn({1, 3, 6}, gen));
+  m.forward_cached(randn({1, 2, 6}, gen), cache);
+  EXPECT_NE(error_of([&] { m.backward(randn({1, 2, 6}, gen)); }).find("backward before forward"), std::string::npos);
+  EXPECT_NE(error_of([&] { m.new_cache(0); }).find("at least 1, got 0"), std::string::npos);
+}
+
 TEST(GatedDeltaNetLayer, BadConfigsAreRefusedNamingTheValue) {
   EXPECT_NE(error_of([] { gated_deltanet_config(6, 4, 3, 3, 2, 3, 16); })
                 .find("the value heads (4) must be a multiple of the key heads (3)"),

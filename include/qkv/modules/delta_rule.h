@@ -38,6 +38,11 @@ struct DeltaRuleGrads {
 // y (B, T, H, Dv) = the recurrence; states resized and written (B, H, T, Dk, Dv).
 void delta_rule_forward(const DeltaRuleShape& s, const DeltaRuleInputs& in, std::vector<double>& states, float* y);
 
+// The same y from a given state, keeping none (inference: a prompt, or one decoding step): `state`
+// (B, H, Dk, Dv) is the state before the first token (zeros for a sequence's start) and becomes the
+// state after the last. A state of another size is an error naming both sizes.
+void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, std::vector<double>& state, float* y);
+
 // The gradients of the inputs given dy = dL/dy (B, T, H, Dv), from the inputs and states of the
 // forward. Every gradient is written (not accumulated).
 void delta_rule_backward(const DeltaRuleShape& s, const DeltaRuleInputs& in, const std::vector<double>& states,

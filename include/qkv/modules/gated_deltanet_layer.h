@@ -28,6 +28,15 @@
 
 namespace qkv {
 
+// What a batch of sequences' later tokens need of their earlier ones, fixed in size whatever their
+// length: the convolution's last K - 1 inputs (B, K - 1, 2 Kd + Vd) and the recurrence's state
+// (B, Hv, Dk, Dv). From GatedDeltaNetLayer::new_cache: zeros, a sequence's start.
+struct GatedDeltaNetCache {
+  int64_t batch = 0;
+  std::vector<float> conv;
+  std::vector<double> state;
+};
+
 class GatedDeltaNetLayer : public AttentionModule {
  public:
   GatedDeltaNetLayer(const AttentionConfig& config, Generator& gen);
@@ -37,6 +46,12 @@ class GatedDeltaNetLayer : public AttentionModule {
   // values and the context y, (B, Hv, T, D) each.
   Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr) override;
   Tensor backward(const Tensor& doutput) override;  // (B, T, M) -> (B, T, M)
+
+  // Inference, T new tokens (a prompt, or one decoding step) after those the cache holds: (B, T, M)
+  // -> (B, T, M), equal to forward's rows for them; the cache becomes the state after them. Keeps
+  // nothing for backward (a backward after it is refused). A cache of another size is an error.
+  GatedDeltaNetCache new_cache(int64_t batch) const;
+  Tensor forward_cached(const Tensor& x, GatedDeltaNetCache& cache);
 
   int64_t key_width() const;    // Kd
   int64_t value_width() const;  // Vd
@@ -54,6 +69,11 @@ class GatedDeltaNetLayer : public AttentionModule {
 
  private:
   DeltaRuleShape rule_shape(int64_t B, int64_t T) const;
+  // x's projections, convolution (after `history`, (B, K - 1, 2 Kd + Vd), or zeros if null), split,
+  // normalised q and k, beta and the decay, into the members below; then y_ through the gated norm
+  // and out_proj.
+  void project(const Tensor& x, const float* history);
+  Tensor output(int64_t B, int64_t T);
   Shape x_shape_;
   // The last forward's values: the projection before the convolution and after it (before silu)
   // (B, T, 2 Kd + Vd), the values (after it) (B, T, Hv, Dv); z (B, T, Vd); beta, alpha, a + dt_bias (B, T, Hv); q and k
