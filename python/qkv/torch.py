@@ -29,7 +29,9 @@ generator, so runs stay reproducible under torch.manual_seed, but they are not t
 In eval mode, or with p = 0, dropout does nothing and the kernel runs.
 
 GatedMultiHeadAttention and MultiHeadLatentAttention are the book's bonus gated attention
-(ch04/08_deltanet) and latent attention (ch04/05_mla, without its cache), seed for seed.
+(ch04/08_deltanet) and latent attention (ch04/05_mla, without its cache), seed for seed;
+GatedDeltaNet the bonus Gated DeltaNet and Qwen3_5GatedDeltaNet Qwen3.5's linear-attention layer
+(Hugging Face's names), seed for seed, their recurrence (delta_rule) in qkv, token by token.
 
 Beyond the book: MultiHeadAttention takes today's variants as keywords (num_kv_heads, rope,
 rope_base, window, alibi, softcap, dtype="bf16") and decodes with a KVCache
@@ -53,6 +55,9 @@ __all__ = [
     "MultiHeadAttention",
     "GatedMultiHeadAttention",
     "MultiHeadLatentAttention",
+    "delta_rule",
+    "GatedDeltaNet",
+    "Qwen3_5GatedDeltaNet",
     "LayerNorm",
     "GELU",
     "FeedForward",
@@ -549,6 +554,138 @@ class MultiHeadLatentAttention(nn.Module):
         else:
             heads = attention(queries, keys, values, causal=True)
         return self.out_proj(heads.transpose(1, 2).contiguous().view(b, num_tokens, self.d_out))
+
+
+class _DeltaRule(torch.autograd.Function):
+    """The gated delta rule token by token in qkv (its state in float64); backward from the kept states."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, beta, alpha):
+        y, states = _qkv.delta_rule(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(beta, "beta"),
+                                    _array(alpha, "alpha"))
+        ctx.save_for_backward(q, k, v, beta, alpha)
+        ctx.states = states
+        return torch.from_numpy(y)
+
+    @staticmethod
+    def backward(ctx, dy):
+        _refuse_double_backward("qkv.torch.delta_rule")
+        q, k, v, beta, alpha = ctx.saved_tensors
+        grads = _qkv.delta_rule_backward(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(beta, "beta"),
+                                         _array(alpha, "alpha"), ctx.states, _array(dy.contiguous(), "dy"))
+        return tuple(torch.from_numpy(g) for g in grads)
+
+
+def delta_rule(q, k, v, beta, alpha):
+    """The gated delta rule, differentiable, per sequence and head from a zero state S (Dk x Dv):
+    S = alpha_t S; delta = (v_t - S^T k_t) * beta_t; S = S + k_t delta^T; y_t = S^T q_t.
+
+    q, k (B, T, H, Dk); v (B, T, H, Dv); beta (B, T, H) per head or (B, T, H, Dv) per channel; alpha
+    (B, T, H) -> y (B, T, H, Dv). Token by token in qkv (the state in float64); the backward keeps
+    every token's state (B H T Dk Dv float64 numbers)."""
+    return _DeltaRule.apply(q, k, v, beta, alpha)
+
+
+def _l2norm(x, eps=1e-6):
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+
+
+class _RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight over the last dimension (nn.RMSNorm of PyTorch 2.4+)."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x, gate=None):
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        return y if gate is None else y * torch.nn.functional.silu(gate)
+
+
+class GatedDeltaNet(nn.Module):
+    """The book's bonus Gated DeltaNet (ch04/08_deltanet; no convolution): per head a (D x D) state,
+    decayed by alpha = exp(-exp(A_log) softplus(W_alpha(x) + dt_bias)) and corrected by the delta
+    rule with beta = sigmoid(W_beta(x)) per channel; out_proj(dropout(rmsnorm(y) silu(W_gate(x)))).
+    Parameters in the bonus class's order (torch.manual_seed(s) gives its weights); the recurrence
+    in qkv (delta_rule). Each token's head is gated by its own gate (the bonus snippet's transposed
+    gate fails unless T == H)."""
+
+    def __init__(self, d_in, d_out, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads != 0:
+            raise ValueError(f"GatedDeltaNet: d_out ({d_out}) must be divisible by num_heads ({num_heads})")
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_gate = nn.Linear(d_in, d_out, bias=False)
+        self.W_beta = nn.Linear(d_in, d_out, bias=False)
+        self.W_alpha = nn.Linear(d_in, num_heads, bias=False)
+        self.dt_bias = nn.Parameter(torch.ones(num_heads))
+        self.A_log = nn.Parameter(torch.log(torch.empty(num_heads).uniform_(0, 16)))
+        self.norm = _RMSNorm(self.head_dim, eps=1e-6)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        """x (B, T, d_in) -> (B, T, d_out)."""
+        _check_rank(self, x, 3, "(B, T, d_in)")
+        b, T, _ = x.shape
+        H, D = self.num_heads, self.head_dim
+        heads = lambda t: t.view(b, T, H, D)  # noqa: E731
+        q = _l2norm(heads(self.W_query(x))) / (D ** 0.5)
+        k = _l2norm(heads(self.W_key(x)))
+        beta = heads(torch.sigmoid(self.W_beta(x)))
+        alpha = torch.exp(-self.A_log.exp() * torch.nn.functional.softplus(self.W_alpha(x) + self.dt_bias))
+        y = delta_rule(q, k, heads(self.W_value(x)), beta, alpha)  # (B, T, H, D)
+        context = self.norm(y, heads(self.W_gate(x)))
+        return self.out_proj(self.dropout(context.reshape(b, T, self.d_out)))
+
+
+class Qwen3_5GatedDeltaNet(nn.Module):
+    """Qwen3.5's linear-attention layer, with Hugging Face's names (the book's ch05/16_qwen3.5): a
+    causal depthwise convolution and silu over in_proj_qkv(x); q and k L2-normalised per key head,
+    each shared by num_v_heads / num_k_heads value heads; beta = sigmoid(in_proj_b(x)) per head; the
+    decay from A_log, dt_bias and in_proj_a(x); the gated delta rule (delta_rule, in qkv); the gated
+    RMSNorm with silu(in_proj_z(x)); out_proj. Modules made in the class's order, so
+    torch.manual_seed(s) gives its weights."""
+
+    def __init__(self, hidden_size, num_v_heads, num_k_heads, head_k_dim, head_v_dim, conv_kernel, eps=1e-6):
+        super().__init__()
+        if num_v_heads % num_k_heads != 0:
+            raise ValueError(f"Qwen3_5GatedDeltaNet: num_v_heads ({num_v_heads}) must be a multiple of num_k_heads "
+                             f"({num_k_heads})")
+        self.num_v_heads, self.num_k_heads = num_v_heads, num_k_heads
+        self.head_k_dim, self.head_v_dim = head_k_dim, head_v_dim
+        self.key_dim, self.value_dim = num_k_heads * head_k_dim, num_v_heads * head_v_dim
+        conv_dim = 2 * self.key_dim + self.value_dim
+        self.conv1d = nn.Conv1d(conv_dim, conv_dim, conv_kernel, groups=conv_dim, padding=conv_kernel - 1, bias=False)
+        self.dt_bias = nn.Parameter(torch.ones(num_v_heads))
+        self.A_log = nn.Parameter(torch.log(torch.empty(num_v_heads).uniform_(0, 16)))
+        self.norm = _RMSNorm(head_v_dim, eps)
+        self.out_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
+        self.in_proj_qkv = nn.Linear(hidden_size, conv_dim, bias=False)
+        self.in_proj_z = nn.Linear(hidden_size, self.value_dim, bias=False)
+        self.in_proj_b = nn.Linear(hidden_size, num_v_heads, bias=False)
+        self.in_proj_a = nn.Linear(hidden_size, num_v_heads, bias=False)
+
+    def forward(self, x):
+        """x (B, T, hidden_size) -> (B, T, hidden_size)."""
+        _check_rank(self, x, 3, "(B, T, hidden_size)")
+        b, T, _ = x.shape
+        Hv, Dk, Dv = self.num_v_heads, self.head_k_dim, self.head_v_dim
+        silu = torch.nn.functional.silu
+        mixed = silu(self.conv1d(self.in_proj_qkv(x).transpose(1, 2))[:, :, :T]).transpose(1, 2)
+        q, k, v = torch.split(mixed, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        share = Hv // self.num_k_heads
+        q = _l2norm(q.reshape(b, T, -1, Dk)).repeat_interleave(share, dim=2) / (Dk ** 0.5)
+        k = _l2norm(k.reshape(b, T, -1, Dk)).repeat_interleave(share, dim=2)
+        beta = torch.sigmoid(self.in_proj_b(x))
+        alpha = torch.exp(-self.A_log.exp() * torch.nn.functional.softplus(self.in_proj_a(x) + self.dt_bias))
+        y = delta_rule(q, k, v.reshape(b, T, Hv, Dv), beta, alpha)
+        z = self.in_proj_z(x).reshape(b, T, Hv, Dv)
+        return self.out_proj(self.norm(y, z).reshape(b, T, self.value_dim))
 
 
 class KVCache:

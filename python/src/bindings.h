@@ -11,6 +11,7 @@
 //   mha_bindings.cc        mha_forward, mha_backward: the book's MultiHeadAttention in qkv's pipeline
 //   model_bindings.cc      load, make_model: language models through the front door (qkv/qkv.h)
 //   gpt_bindings.cc        GptCore: the book's GPTModel in C++ for qkv.torch.GPTModel's autograd Function
+//   delta_rule_bindings.cc delta_rule, delta_rule_backward: the Gated DeltaNets' recurrence
 //   extension_module.cc    the module itself: errors, threads
 #pragma once
 
@@ -35,5 +36,6 @@ void bind_attention(py::module_& m);
 void bind_mha(py::module_& m);
 void bind_models(py::module_& m);
 void bind_gpt(py::module_& m);
+void bind_delta_rule(py::module_& m);
 
 }  // namespace qkv::python

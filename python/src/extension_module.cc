@@ -69,4 +69,5 @@ PYBIND11_MODULE(_qkv, m) {
   bind_mha(m);
   bind_models(m);
   bind_gpt(m);
+  bind_delta_rule(m);
 }

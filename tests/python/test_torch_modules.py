@@ -52,6 +52,18 @@ def run(module, x, grad_seed):
     return y, x.grad, {n: p.grad for n, p in module.named_parameters()}
 
 
+def seeded_pair(name, args, seed, train):
+    """The book's class and qkv.torch's, each made after torch.manual_seed(seed): the same state."""
+    torch.manual_seed(seed)
+    ref = getattr(book, name)(*args)
+    torch.manual_seed(seed)
+    mine = getattr(qt, name)(*args)
+    assert list(mine.state_dict()) == list(ref.state_dict())
+    for k, v in ref.state_dict().items():
+        assert torch.equal(mine.state_dict()[k], v), k
+    return ref.train(train), mine.train(train)
+
+
 @pytest.mark.parametrize("name", CLASSES)
 @pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
 def test_forward_and_backward_match_the_book(name, train):
@@ -60,15 +72,7 @@ def test_forward_and_backward_match_the_book(name, train):
         args, shape = random_config(name, rng)
         seed = rng.randint(0, 10_000)
         x = torch.randn(shape, generator=torch.Generator().manual_seed(seed + 1))
-        torch.manual_seed(seed)
-        ref = getattr(book, name)(*args)
-        torch.manual_seed(seed)
-        mine = getattr(qt, name)(*args)
-        assert list(mine.state_dict()) == list(ref.state_dict())
-        for k, v in ref.state_dict().items():
-            assert torch.equal(mine.state_dict()[k], v), k
-        ref.train(train)
-        mine.train(train)
+        ref, mine = seeded_pair(name, args, seed, train)
         torch.manual_seed(seed + 2)  # dropout draws (training mode) start from here in both
         y_ref, dx_ref, dp_ref = run(ref, x, seed + 3)
         torch.manual_seed(seed + 2)
@@ -79,6 +83,64 @@ def test_forward_and_backward_match_the_book(name, train):
         assert rel_err(dx, dx_ref) < GRAD_TOL, where
         for n in dp_ref:
             assert rel_err(dp[n], dp_ref[n]) < GRAD_TOL, f"{where}: {n}"
+
+
+def deltanet_config(name, rng):
+    B, T, d_in = rng.randint(1, 3), rng.randint(1, 20), rng.randint(1, 12)
+    if name == "GatedDeltaNet":
+        heads = rng.randint(1, 4)
+        return (d_in, rng.randint(1, 6) * heads, rng.choice([0.0, 0.0, 0.1, 0.5]), heads, rng.random() < 0.5), (B, T, d_in)
+    key_heads = rng.randint(1, 3)
+    return (d_in, key_heads * rng.randint(1, 2), key_heads, rng.randint(1, 6), rng.randint(1, 6),
+            rng.randint(2, 4)), (B, T, d_in)
+
+
+# The two Gated DeltaNets (their recurrence in qkv, in float64) against the book's classes run in
+# float64: within the tolerances, or within 2x the float32 class's own farthest distance on x and
+# nudged copies of it where float32 arithmetic cannot reach them (heads of width 1 or 2; as the
+# differential tests judge qkv forward's).
+@pytest.mark.parametrize("name", ["GatedDeltaNet", "Qwen3_5GatedDeltaNet"])
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_the_gated_deltanets_match_the_book_in_float64(name, train):
+    import copy
+
+    from module_cases import nudged_inputs
+    rng = random.Random(hash((name, train, "deltanet")) % 1000)
+    for case in range(12):
+        args, shape = deltanet_config(name, rng)
+        seed = rng.randint(0, 10_000)
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(seed + 1))
+        ref, mine = seeded_pair(name, args, seed, train)
+        ref64 = copy.deepcopy(ref).double()
+        torch.manual_seed(seed + 2)  # dropout draws (training mode) start from here in every run
+        want = run(ref64, x.double(), seed + 3)
+        runs = []
+        for xi in nudged_inputs(x, seed):
+            torch.manual_seed(seed + 2)
+            ref.zero_grad()
+            runs.append(run(ref, xi, seed + 3))
+        torch.manual_seed(seed + 2)
+        got = run(mine, x, seed + 3)
+        where = f"{name}{args} x{tuple(shape)} seed {seed}"
+
+        def check(pick, tol, what):
+            bound = max(tol, 2 * max(rel_err(pick(r), pick(want)) for r in runs))
+            assert rel_err(pick(got), pick(want)) <= bound, f"{where}: {what}"
+
+        check(lambda r: r[0], FWD_TOL, "output")
+        check(lambda r: r[1], GRAD_TOL, "d input")
+        for n in want[2]:
+            check(lambda r: r[2][n], GRAD_TOL, f"d {n}")
+
+
+def test_delta_rule_bad_shapes_name_the_array():
+    q = torch.randn(1, 3, 2, 4)
+    with pytest.raises(ValueError, match=r"qkv.delta_rule: v has shape \(1, 3, 3, 5\); expected \(B, T, H, Dv\)"):
+        qt.delta_rule(q, q, torch.randn(1, 3, 3, 5), torch.rand(1, 3, 2), torch.rand(1, 3, 2))
+    with pytest.raises(ValueError, match=r"qkv.delta_rule: alpha must be \(B, T, H\), got shape \(1, 3\)"):
+        qt.delta_rule(q, q, torch.randn(1, 3, 2, 5), torch.rand(1, 3, 2), torch.rand(1, 3))
+    with pytest.raises(ValueError, match=r"Qwen3_5GatedDeltaNet: num_v_heads \(3\) must be a multiple of num_k_heads \(2\)"):
+        qt.Qwen3_5GatedDeltaNet(4, 3, 2, 2, 2, 4)
 
 
 def test_an_optimizer_step_matches_the_book():
