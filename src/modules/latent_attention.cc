@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "qkv/core/error.h"
+#include "qkv/core/limits.h"
 #include "qkv/core/ops.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/modules/fused_attention.h"
@@ -92,6 +93,76 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x, AttentionTrace* trace)
     context = attend(queries, keys, values, &blocked, &dropout, trace, &saved_);
   }
   return out_proj.forward(context.transpose(1, 2).reshape({B, T, config.d_out()}));
+}
+
+LatentCache MultiHeadLatentAttention::new_cache(int64_t batch, int64_t capacity) const {
+  QKV_CHECK(batch >= 1 && capacity >= 1, kMla, ": a latent cache needs batch and capacity of at least 1, got ", batch,
+            " and ", capacity);
+  check_memory_request(batch * capacity * config.latent_dim * static_cast<int64_t>(sizeof(float)), "the latent cache");
+  LatentCache c;
+  c.batch = batch;
+  c.capacity = capacity;
+  c.latent_dim = config.latent_dim;
+  c.latents.assign(static_cast<size_t>(batch * capacity * config.latent_dim), 0.0f);
+  return c;
+}
+
+Tensor MultiHeadLatentAttention::forward_cached(const Tensor& x, LatentCache& cache) {
+  const int64_t L = config.latent_dim, H = config.attention.heads, D = config.attention.head_dim;
+  QKV_CHECK(x.dim() == 3 && x.size(0) == cache.batch && x.size(2) == config.d_in, kMla, ": forward_cached takes (",
+            cache.batch, ", T, ", config.d_in, ") for this cache, got ", shape_str(x.shape()));
+  QKV_CHECK(cache.latent_dim == L && static_cast<int64_t>(cache.latents.size()) == cache.batch * cache.capacity * L,
+            kMla, ": the cache holds latents of ", cache.latent_dim, " numbers; this module's are ", L);
+  const int64_t B = x.size(0), T = x.size(1), past = cache.length;
+  QKV_CHECK(past + T <= cache.capacity, kMla, ": ", T, " new tokens after ", past, " exceed the cache's capacity of ",
+            cache.capacity);
+  QKV_CHECK(!dropout.active(), kMla, ": forward_cached is for inference; call train(false) first (dropout is on)");
+  x_shape_.clear();  // the Linears' inputs below are not a training forward's: no backward after this
+  const std::vector<float> q = W_query.forward(x).contiguous().to_vector();  // (B, T, H D)
+  const Tensor latent = W_DKV.forward(x).contiguous();                        // (B, T, L)
+  for (int64_t b = 0; b < B; ++b)
+    std::copy(latent.data() + b * T * L, latent.data() + (b + 1) * T * L,
+              cache.latents.begin() + (b * cache.capacity + past) * L);
+  const float* uk = W_UK.weight.data();  // (H D, L)
+  const float* uv = W_UV.weight.data();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(static_cast<float>(D)));
+  Tensor context = Tensor::empty({B, T, H * D});
+  std::vector<double> qa(L), z(L), w;
+  for (int64_t b = 0; b < B; ++b) {
+    const float* c = cache.latents.data() + b * cache.capacity * L;  // (capacity, L)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t S = past + t + 1;  // the positions this token sees
+      w.resize(static_cast<size_t>(S));
+      for (int64_t h = 0; h < H; ++h) {
+        const float* qh = &q[(b * T + t) * H * D + h * D];
+        std::fill(qa.begin(), qa.end(), 0.0);  // W_UK_h^T q_h
+        for (int64_t d = 0; d < D; ++d)
+          for (int64_t l = 0; l < L; ++l) qa[l] += static_cast<double>(qh[d]) * uk[(h * D + d) * L + l];
+        double top = -INFINITY, sum = 0;
+        for (int64_t s = 0; s < S; ++s) {
+          double dot = 0;
+          for (int64_t l = 0; l < L; ++l) dot += qa[l] * c[s * L + l];
+          w[s] = dot * scale;
+          top = std::max(top, w[s]);
+        }
+        std::fill(z.begin(), z.end(), 0.0);
+        for (int64_t s = 0; s < S; ++s) {
+          w[s] = std::exp(w[s] - top);
+          sum += w[s];
+        }
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t l = 0; l < L; ++l) z[l] += w[s] / sum * c[s * L + l];
+        float* out = context.data() + (b * T + t) * H * D + h * D;
+        for (int64_t d = 0; d < D; ++d) {
+          double acc = W_UV.has_bias ? W_UV.bias.data()[h * D + d] : 0.0;
+          for (int64_t l = 0; l < L; ++l) acc += uv[(h * D + d) * L + l] * z[l];
+          out[d] = static_cast<float>(acc);
+        }
+      }
+    }
+  }
+  cache.length += T;
+  return out_proj.forward(context);
 }
 
 Tensor MultiHeadLatentAttention::backward(const Tensor& doutput) {

@@ -96,5 +96,54 @@ TEST(LatentAttention, BadConfigsAreRefusedNamingTheValue) {
   EXPECT_NE(error_of([&] { m.backward(randn({1, 3, 8}, g2)); }).find("backward before forward"), std::string::npos);
 }
 
+// Absorbed decoding: a prompt in pieces, then token by token, through the latent cache gives the
+// rows of one forward over the whole sequence, with and without biases, on both paths' forward;
+// the cache keeps L numbers per token where keys and values would be 2 d_out.
+TEST(LatentAttention, AbsorbedDecodingFromTheLatentCacheEqualsTheForward) {
+  Generator gen(21);
+  for (const bool bias : {false, true}) {
+    AttentionConfig c = attention_config("mla", 7, 12, 16, 0.0, 3, bias);
+    c.latent_dim = 5;
+    MultiHeadLatentAttention m(c, gen);
+    if (bias)  // biases far from zero, so that dropping one would show
+      for (Linear* l : {&m.W_query, &m.W_DKV, &m.W_UK, &m.W_UV})
+        for (int64_t i = 0; i < l->bias.numel(); ++i) l->bias.data()[i] += 1.0f;
+    m.train(false);
+    Generator data(22);
+    const Tensor x = randn({2, 9, 7}, data);
+    const Tensor whole = m.forward(x).clone();
+    LatentCache cache = m.new_cache(2, 12);
+    EXPECT_EQ(cache.bytes(), 2 * 12 * 5 * 4);  // MultiHeadAttention's: 2 * 12 * 2 * 12 * 4
+    int64_t t = 0;
+    for (const int64_t n : {3, 1, 4, 1}) {
+      const Tensor part = m.forward_cached(x.slice(1, t, t + n).contiguous(), cache);
+      EXPECT_LE(max_abs_diff(part, whole.slice(1, t, t + n)), 2e-6) << "bias " << bias << " tokens " << t;
+      t += n;
+    }
+    EXPECT_EQ(cache.length, 9);
+    EXPECT_NE(error_of([&] { m.forward_cached(x.slice(1, 0, 4).contiguous(), cache); })
+                  .find("4 new tokens after 9 exceed the cache's capacity of 12"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { m.backward(randn({2, 1, 12}, data)); }).find("backward before forward"), std::string::npos);
+  }
+}
+
+TEST(LatentAttention, TheLatentCacheRefusesTrainingAndCachesOfAnotherShape) {
+  Generator gen(23);
+  MultiHeadLatentAttention m(attention_config("mla", 4, 8, 6, 0.5, 2), gen);
+  LatentCache cache = m.new_cache(1, 4);
+  m.train(true);
+  EXPECT_NE(error_of([&] { m.forward_cached(randn({1, 1, 4}, gen), cache); }).find("call train(false) first"),
+            std::string::npos);
+  m.train(false);
+  EXPECT_NE(error_of([&] { m.forward_cached(randn({2, 1, 4}, gen), cache); }).find("takes (1, T, 4)"), std::string::npos);
+  AttentionConfig wide = attention_config("mla", 4, 8, 6, 0.0, 2);
+  wide.latent_dim = 3;
+  LatentCache other = MultiHeadLatentAttention(wide, gen).new_cache(1, 4);
+  EXPECT_NE(error_of([&] { m.forward_cached(randn({1, 1, 4}, gen), other); }).find("latents of 3 numbers"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { m.new_cache(1, 0); }).find("at least 1, got 1 and 0"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace qkv

@@ -27,6 +27,15 @@ namespace qkv {
 // The book class's default latent_dim: max(16, d_out / 8).
 int64_t mla_default_latent_dim(int64_t d_out);
 
+// What MLA's decoding keeps of the tokens a batch of sequences has seen: their latents only,
+// (B, capacity, L) with `length` filled - L numbers per token, where MultiHeadAttention's cache
+// keeps 2 d_out (keys and values).
+struct LatentCache {
+  int64_t batch = 0, capacity = 0, latent_dim = 0, length = 0;
+  std::vector<float> latents;
+  int64_t bytes() const { return static_cast<int64_t>(latents.size() * sizeof(float)); }
+};
+
 class MultiHeadLatentAttention : public AttentionModule {
  public:
   MultiHeadLatentAttention(const AttentionConfig& config, Generator& gen);
@@ -35,6 +44,18 @@ class MultiHeadLatentAttention : public AttentionModule {
   void train(bool on = true) override;
   Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr) override;  // (B, T, d_in) -> (B, T, d_out)
   Tensor backward(const Tensor& doutput) override;                            // (B, T, d_out) -> (B, T, d_in)
+
+  // Inference with W_UK and W_UV absorbed: T new tokens after the cache's `length` (a prompt or one
+  // decoding step), attending causally to every cached latent c_s and to each other, (B, T, d_in) ->
+  // (B, T, d_out), equal to forward's rows for them. Per head h no key or value is made:
+  //   scores(t, s) = (W_UK_h^T q_h(t)) . c_s / sqrt(D)   (W_UK's bias adds the same to a row's
+  //                                                       scores: the softmax cancels it)
+  //   context_h(t) = W_UV_h (sum_s w(t, s) c_s) + b_UV_h  (the weights of a row sum to 1)
+  // so a step reads L numbers per cached token. The new latents are appended. Eval mode only (no
+  // dropout); more tokens than the capacity left, or a cache of another shape, are errors naming
+  // the sizes; nothing is kept for backward (a backward after it is refused).
+  LatentCache new_cache(int64_t batch, int64_t capacity) const;
+  Tensor forward_cached(const Tensor& x, LatentCache& cache);
 
   AttentionConfig config;
   Linear W_query;     // (d_out, d_in)
