@@ -49,7 +49,9 @@ Arrays arrays_of(const char* fn, py::handle q, py::handle k, py::handle v, py::h
   a.v = float32_contiguous(v, fn, "v", 4, "(B, T, H, Dv)");
   const py::ssize_t Dv = a.v.shape(3);
   expect_shape(fn, "v", a.v, {B, T, H, Dv}, "(B, T, H, Dv)");
-  a.beta = float32_contiguous(beta, fn, "beta", py::array::ensure(beta).ndim() == 4 ? 4 : 3, "(B, T, H) or (B, T, H, Dv)");
+  const py::array as_array = py::array::ensure(beta);  // null when beta is no array: float32_contiguous says so
+  const py::ssize_t beta_rank = as_array && as_array.ndim() == 4 ? 4 : 3;
+  a.beta = float32_contiguous(beta, fn, "beta", beta_rank, "(B, T, H) or (B, T, H, Dv)");
   const bool per_channel = a.beta.ndim() == 4;
   if (per_channel)
     expect_shape(fn, "beta", a.beta, {B, T, H, Dv}, "(B, T, H, Dv)");
@@ -82,7 +84,7 @@ py::tuple delta_rule_backward(py::handle q, py::handle k, py::handle v, py::hand
   const Arrays a = arrays_of(fn, q, k, v, beta, alpha);
   const DeltaRuleShape& s = a.shape;
   const auto states = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(states_);
-  if (!states) throw py::error_already_set();
+  if (!states) throw py::type_error(std::string(fn) + ": states must be the float64 array qkv.delta_rule returned");
   expect_shape(fn, "states", states, {s.batch, s.heads, s.tokens, s.key_dim, s.value_dim}, "(B, H, T, Dk, Dv)");
   const py::array dy = float32_contiguous(dy_, fn, "dy", 4, "(B, T, H, Dv)");
   expect_shape(fn, "dy", dy, {s.batch, s.tokens, s.heads, s.value_dim}, "(B, T, H, Dv)");

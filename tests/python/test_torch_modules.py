@@ -139,6 +139,14 @@ def test_delta_rule_bad_shapes_name_the_array():
         qt.delta_rule(q, q, torch.randn(1, 3, 3, 5), torch.rand(1, 3, 2), torch.rand(1, 3, 2))
     with pytest.raises(ValueError, match=r"qkv.delta_rule: alpha must be \(B, T, H\), got shape \(1, 3\)"):
         qt.delta_rule(q, q, torch.randn(1, 3, 2, 5), torch.rand(1, 3, 2), torch.rand(1, 3))
+    with pytest.raises(TypeError, match=r"qkv.delta_rule: beta has dtype object; qkv computes in float32"):
+        qkv._qkv.delta_rule(q.numpy(), q.numpy(), q.numpy(), None, torch.rand(1, 3, 2).numpy())
+    with pytest.raises(ValueError, match=r"qkv.delta_rule_backward: states has shape \(\); expected \(B, H, T, Dk, Dv\)"):
+        qkv._qkv.delta_rule_backward(q.numpy(), q.numpy(), q.numpy(), torch.rand(1, 3, 2).numpy(),
+                                     torch.rand(1, 3, 2).numpy(), None, q.numpy())
+    with pytest.raises(TypeError, match=r"qkv.delta_rule_backward: states must be the float64 array"):
+        qkv._qkv.delta_rule_backward(q.numpy(), q.numpy(), q.numpy(), torch.rand(1, 3, 2).numpy(),
+                                     torch.rand(1, 3, 2).numpy(), "states", q.numpy())
     with pytest.raises(ValueError, match=r"Qwen3_5GatedDeltaNet: num_v_heads \(3\) must be a multiple of num_k_heads \(2\)"):
         qt.Qwen3_5GatedDeltaNet(4, 3, 2, 2, 2, 4)
 
