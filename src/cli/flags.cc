@@ -76,6 +76,7 @@ std::string attention_flag_name(kernels::SpecField field) {
     case kernels::SpecField::kRope: return "--rope";
     case kernels::SpecField::kRopeBase: return "--rope-base";
     case kernels::SpecField::kRopeScaling: return "rope scaling";
+    case kernels::SpecField::kRopeDim: return "rope dim";
     case kernels::SpecField::kQkNorm: return "qk-norm eps";
     case kernels::SpecField::kAlibiSlopes: return "--alibi";
     case kernels::SpecField::kSoftcap: return "--softcap";

@@ -21,6 +21,7 @@ std::string spec_field_name(SpecField field) {
     case SpecField::kRope: return "rope";
     case SpecField::kRopeBase: return "rope_base";
     case SpecField::kRopeScaling: return "rope_scaling";
+    case SpecField::kRopeDim: return "rope_dim";
     case SpecField::kQkNorm: return "qk_norm_eps";
     case SpecField::kAlibiSlopes: return "alibi_slopes";
     case SpecField::kSoftcap: return "softcap";
@@ -67,6 +68,13 @@ void validate_attention_spec(const AttentionSpec& s, const std::string& who, Spe
              str(name(SpecField::kRope), " (", rope_layout_name(s.rope), ") needs an even ", name(SpecField::kHeadDim),
                  ", got ", s.head_dim));
   }
+  if (s.rope_dim != 0 && (s.rope == RopeLayout::kNone || s.rope_dim < 2 || s.rope_dim % 2 != 0 || s.rope_dim > s.head_dim))
+    refuse(SpecField::kRopeDim, who,
+           s.rope == RopeLayout::kNone
+               ? str(name(SpecField::kRopeDim), " (", s.rope_dim, ") says how much of a head RoPE rotates: it needs ",
+                     name(SpecField::kRope))
+               : str(name(SpecField::kRopeDim), " (", s.rope_dim, ") must be even, at least 2 and at most ",
+                     name(SpecField::kHeadDim), " (", s.head_dim, "), or 0 for all of it"));
   if (!(std::isfinite(s.rope_base) && s.rope_base > 0.0))
     refuse(SpecField::kRopeBase, who,
            str(name(SpecField::kRopeBase), " (", s.rope_base, ") must be a positive finite number"));
@@ -75,7 +83,7 @@ void validate_attention_spec(const AttentionSpec& s, const std::string& who, Spe
       refuse(SpecField::kRopeScaling, who, str(name(SpecField::kRopeScaling), " scales RoPE's frequencies: it needs ",
                                                name(SpecField::kRope)));
     try {
-      rope_frequency(0, std::max<int64_t>(s.head_dim, 2), s.rope_base, s.rope_scaling);  // its ranges
+      rope_frequency(0, std::max<int64_t>(s.rotary_dim(), 2), s.rope_base, s.rope_scaling);  // its ranges
     } catch (const Error& e) {
       refuse(SpecField::kRopeScaling, who, str(name(SpecField::kRopeScaling), ": ", e.what()));
     }

@@ -238,7 +238,8 @@ void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* 
       qk_norm_forward(s, w, heads, MhaSavedWriter::qk_norm(saved), MhaSavedWriter::qk_inv_rms(saved), pool);
     // q, k = rope(q), rope(k)                                    in place, positions offset + t
     if (rope != RopeLayout::kNone) {
-      const RopeTable table(s.tokens, D, s.attention.rope_base, s.position_offset, s.attention.rope_scaling);
+      const RopeTable table(s.tokens, s.attention.rotary_dim(), s.attention.rope_base, s.position_offset,
+                            s.attention.rope_scaling);
       rope_rotate(MutableHeads::contiguous(heads, s.batch, s.heads(), s.tokens, D), table, rope, false, pool);
       rope_rotate(MutableHeads::contiguous(heads + split_part_of(s, s.heads()).region_offset, s.batch, s.groups(),
                                            s.tokens, D),
@@ -274,8 +275,8 @@ bool same_shape(const MhaShape& a, const MhaShape& b) {
   return a.batch == b.batch && a.tokens == b.tokens && a.d_in == b.d_in && a.position_offset == b.position_offset &&
          x.heads == y.heads && x.groups() == y.groups() && x.head_dim == y.head_dim && x.causal == y.causal &&
          x.window == y.window && x.rope == y.rope && x.rope_base == y.rope_base && x.rope_scaling == y.rope_scaling &&
-         x.qk_norm == y.qk_norm && x.qk_norm_eps == y.qk_norm_eps && a.out_dim == b.out_dim && x.softcap == y.softcap &&
-         x.dropout == y.dropout && x.dtype == y.dtype;
+         x.rope_dim == y.rope_dim && x.qk_norm == y.qk_norm && x.qk_norm_eps == y.qk_norm_eps &&
+         a.out_dim == b.out_dim && x.softcap == y.softcap && x.dropout == y.dropout && x.dtype == y.dtype;
 }
 }  // namespace
 
@@ -354,7 +355,8 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
   // q, k = rope(q), rope(k)  ->  dq, dk = R^T dq, R^T dk (the rotation by -theta), in place
   const RopeLayout rope = s.attention.rope;
   if (rope != RopeLayout::kNone) {
-    const RopeTable table(s.tokens, D, s.attention.rope_base, s.position_offset, s.attention.rope_scaling);
+    const RopeTable table(s.tokens, s.attention.rotary_dim(), s.attention.rope_base, s.position_offset,
+                          s.attention.rope_scaling);
     rope_rotate(dq, table, rope, true, pool);
     rope_rotate(dk, table, rope, true, pool);
   }
@@ -406,7 +408,7 @@ void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, 
   // q, k = rope(q), rope(k)                                    at positions P + t
   const RopeLayout rope = s.attention.rope;
   if (rope != RopeLayout::kNone) {
-    const RopeTable table(Tn, D, s.attention.rope_base, P, s.attention.rope_scaling);
+    const RopeTable table(Tn, s.attention.rotary_dim(), s.attention.rope_base, P, s.attention.rope_scaling);
     rope_rotate(q, table, rope, false, pool);
     rope_rotate(k, table, rope, false, pool);
   }

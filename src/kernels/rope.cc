@@ -42,19 +42,19 @@ double rope_frequency(int64_t i, int64_t head_dim, double base, const RopeScalin
   return (1.0 - smooth) * f / s.factor + smooth * f;
 }
 
-RopeTable::RopeTable(int64_t positions, int64_t head_dim, double base, int64_t position_offset,
+RopeTable::RopeTable(int64_t positions, int64_t rotary_dim, double base, int64_t position_offset,
                      const RopeScaling& scaling)
-    : positions_(positions), dim_(head_dim) {
-  QKV_CHECK(head_dim >= 2 && head_dim % 2 == 0, "RoPE: the head dim D (", head_dim,
+    : positions_(positions), dim_(rotary_dim) {
+  QKV_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0, "RoPE: the rotated dims R (", rotary_dim,
             ") must be even (RoPE rotates pairs of elements)");
   QKV_CHECK(std::isfinite(base) && base > 0.0, "RoPE: the base must be positive, got ", base);
   QKV_CHECK(positions >= 0 && position_offset >= 0, "RoPE: positions (", positions, ") and the position offset (",
             position_offset, ") must not be negative");
-  const int64_t half = head_dim / 2;
+  const int64_t half = rotary_dim / 2;
   cos_.resize(static_cast<size_t>(positions * half));
   sin_.resize(static_cast<size_t>(positions * half));
   for (int64_t i = 0; i < half; ++i) {
-    const double freq = rope_frequency(i, head_dim, base, scaling);
+    const double freq = rope_frequency(i, rotary_dim, base, scaling);
     for (int64_t n = 0; n < positions; ++n) {
       const double theta = static_cast<double>(position_offset + n) * freq;
       cos_[static_cast<size_t>(n * half + i)] = static_cast<float>(std::cos(theta));
@@ -65,11 +65,11 @@ RopeTable::RopeTable(int64_t positions, int64_t head_dim, double base, int64_t p
 
 void rope_rotate(MutableHeads x, const RopeTable& table, RopeLayout layout, bool inverse, ThreadPool* pool) {
   if (layout == RopeLayout::kNone) return;
-  QKV_CHECK(x.dim == table.head_dim() && x.tokens <= table.positions(), "RoPE: heads (", x.batch, ", ", x.heads,
-            ", ", x.tokens, ", ", x.dim, ") do not fit a table of ", table.positions(), " positions and D = ",
-            table.head_dim());
-  const int64_t half = x.dim / 2;
-  // the pair (a, b) of element i: (i, i + D/2) or (2i, 2i + 1), in strides of d
+  QKV_CHECK(x.dim >= table.rotary_dim() && x.tokens <= table.positions(), "RoPE: heads (", x.batch, ", ", x.heads,
+            ", ", x.tokens, ", ", x.dim, ") do not fit a table of ", table.positions(), " positions and R = ",
+            table.rotary_dim());
+  const int64_t half = table.rotary_dim() / 2;
+  // the pair (a, b) of element i: (i, i + R/2) or (2i, 2i + 1), in strides of d
   const int64_t a_step = layout == RopeLayout::kHalf ? 1 : 2;
   const int64_t b_offset = layout == RopeLayout::kHalf ? half : 1;
   const float sign = inverse ? -1.0f : 1.0f;  // R^T: the rotation by -theta
@@ -90,7 +90,7 @@ void rope_rotate(MutableHeads x, const RopeTable& table, RopeLayout layout, bool
   };
   // A decoding step's few rows are rotated on this thread: waking the pool would cost more.
   const int64_t heads = x.batch * x.heads;
-  if (heads * x.tokens * x.dim < 65536) {
+  if (heads * x.tokens * table.rotary_dim() < 65536) {
     for (int64_t t = 0; t < heads; ++t) rotate_head(t, 0);
     return;
   }

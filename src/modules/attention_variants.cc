@@ -52,9 +52,15 @@ Tensor map(const Tensor& x, float (*f)(float, float), float arg) {
 
 }  // namespace
 
-Tensor rope(const Tensor& x, RopeLayout layout, double base, bool inverse, const kernels::RopeScaling& scaling) {
+Tensor rope(const Tensor& x, RopeLayout layout, double base, bool inverse, const kernels::RopeScaling& scaling,
+            int64_t rotary_dim) {
   if (layout == RopeLayout::kNone) return x;
   QKV_CHECK(x.dim() >= 2, "rope: x ", x.describe(), " needs (..., T, D)");
+  const int last = x.dim() - 1;
+  if (rotary_dim > 0 && rotary_dim < x.size(last))  // cat(rope(x[..., :R]), x[..., R:])
+    return cat({rope(x.slice(last, 0, rotary_dim), layout, base, inverse, scaling),
+                x.slice(last, rotary_dim, x.size(last))},
+               last);
   Tensor cos, sin;
   rope_tables(x.size(-2), x.size(-1), layout, base, scaling, cos, sin);
   // y = x * cos + rotate(x) * sin; R^T: y = x * cos - rotate(x) * sin (the rotation by -theta)

@@ -64,8 +64,8 @@ void set_qk_norm(kernels::MhaWeights& w, const FusedProjections& p, const kernel
                 p.k_norm->weight.numel() == spec.head_dim && p.q_norm->weight.is_contiguous() &&
                 p.k_norm->weight.is_contiguous(),
             "attention: QK-norm needs q_norm and k_norm weights of head_dim (", spec.head_dim, ") values");
-  w.q_norm = p.q_norm->weight.data();
-  w.k_norm = p.k_norm->weight.data();
+  w.q_norm = p.q_norm->scale();
+  w.k_norm = p.k_norm->scale();
 }
 
 bool runs_fused(AttentionPath path, const Dropout& dropout) {

@@ -49,10 +49,21 @@ Tensor LayerNorm::backward(const Tensor& doutput) {
   return dx;
 }
 
-RMSNorm::RMSNorm(int64_t emb_dim, double e)
-    : weight(Tensor::ones({emb_dim})), dweight(Tensor::zeros({emb_dim})), eps(e) {
+RMSNorm::RMSNorm(int64_t emb_dim, double e, bool offset)
+    : weight(offset ? Tensor::zeros({emb_dim}) : Tensor::ones({emb_dim})),
+      dweight(Tensor::zeros({emb_dim})),
+      eps(e),
+      unit_offset(offset) {
   QKV_CHECK(emb_dim > 0, "RMSNorm: emb_dim (", emb_dim, ") must be positive");
   QKV_CHECK(std::isfinite(e) && e > 0, "RMSNorm: eps (", e, ") must be positive");
+}
+
+const float* RMSNorm::scale() const {
+  if (!unit_offset) return weight.data();
+  const int64_t E = weight.numel();
+  offset_scale_.resize(static_cast<size_t>(E));
+  for (int64_t i = 0; i < E; ++i) offset_scale_[static_cast<size_t>(i)] = 1.0f + weight.data()[i];
+  return offset_scale_.data();
 }
 
 void RMSNorm::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
@@ -68,7 +79,7 @@ Tensor RMSNorm::forward(const Tensor& x) {
   norm_ = Tensor::empty({N, E});
   inv_rms_.assign(static_cast<size_t>(N), 0.0f);
   Tensor y = Tensor::empty(x.shape());
-  kernels::rms_norm_rows(xc.data(), N, E, weight.data(), eps, y.data(), norm_.data(), inv_rms_.data());
+  kernels::rms_norm_rows(xc.data(), N, E, scale(), eps, y.data(), norm_.data(), inv_rms_.data());
   return y;
 }
 
@@ -78,7 +89,7 @@ Tensor RMSNorm::backward(const Tensor& doutput) {
   const int64_t E = weight.size(0), N = norm_.size(0);
   const Tensor dy = doutput.contiguous();
   Tensor dx = Tensor::empty(shape_);
-  kernels::rms_norm_rows_backward(dy.data(), norm_.data(), inv_rms_.data(), N, E, weight.data(), dweight.data(),
+  kernels::rms_norm_rows_backward(dy.data(), norm_.data(), inv_rms_.data(), N, E, scale(), dweight.data(),
                      dx.data());
   return dx;
 }

@@ -93,8 +93,8 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, Generator& gen)
       out_proj(c.d_out(), c.out_width(), c.out_bias, gen),
       dropout(c.attention.dropout, gen),
       mask(c.context_length),
-      q_norm(c.attention.head_dim, c.attention.qk_norm_eps),
-      k_norm(c.attention.head_dim, c.attention.qk_norm_eps),
+      q_norm(c.attention.head_dim, c.attention.qk_norm_eps, c.qk_norm_unit_offset),
+      k_norm(c.attention.head_dim, c.attention.qk_norm_eps, c.qk_norm_unit_offset),
       alibi_slopes_(kernels::spec_alibi_slopes(c.attention)) {
   qkv_.bind(W_query, W_key, W_value, gen.init_draws());
 }
@@ -144,8 +144,8 @@ Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
       keys = k_norm.forward(keys);
     }
     // queries, keys = rope(queries), rope(keys), then the variants' scores (attention_variants.h)
-    queries = rope(queries, spec.rope, spec.rope_base, false, spec.rope_scaling);
-    keys = rope(keys, spec.rope, spec.rope_base, false, spec.rope_scaling);
+    queries = rope(queries, spec.rope, spec.rope_base, false, spec.rope_scaling, spec.rope_dim);
+    keys = rope(keys, spec.rope, spec.rope_base, false, spec.rope_scaling, spec.rope_dim);
     context = attend_variants(queries, keys, values, &blocked, spec, alibi_slopes_, &dropout, trace, &variant_saved_);
   } else {
     context = attend(queries, keys, values, &blocked, &dropout, trace, &saved_);
@@ -211,8 +211,8 @@ Tensor MultiHeadAttention::textbook_backward(const Tensor& dmerged) {
     // context = attend_variants(queries, keys, values, ...)
     g = attend_variants_backward(dcontext, variant_saved_, spec, &dropout);
     // queries, keys = rope(queries), rope(keys): dq, dk = R^T dq, R^T dk
-    g.dq = rope(g.dq, spec.rope, spec.rope_base, /*inverse=*/true, spec.rope_scaling);
-    g.dk = rope(g.dk, spec.rope, spec.rope_base, /*inverse=*/true, spec.rope_scaling);
+    g.dq = rope(g.dq, spec.rope, spec.rope_base, /*inverse=*/true, spec.rope_scaling, spec.rope_dim);
+    g.dk = rope(g.dk, spec.rope, spec.rope_base, /*inverse=*/true, spec.rope_scaling, spec.rope_dim);
     if (spec.qk_norm) {  // queries, keys = q_norm(queries), k_norm(keys)
       g.dq = q_norm.backward(g.dq);
       g.dk = k_norm.backward(g.dk);

@@ -12,9 +12,9 @@ const char* norm_kind_name(NormKind k) {
   return k == NormKind::kLayerNorm ? "layernorm" : k == NormKind::kRMSNorm ? "rmsnorm" : "none";
 }
 
-Norm::Norm(NormKind kind, int64_t emb_dim, double eps) {
+Norm::Norm(NormKind kind, int64_t emb_dim, double eps, bool unit_offset) {
   if (kind == NormKind::kLayerNorm) n_.emplace<LayerNorm>(emb_dim, eps);
-  if (kind == NormKind::kRMSNorm) n_.emplace<RMSNorm>(emb_dim, eps);
+  if (kind == NormKind::kRMSNorm) n_.emplace<RMSNorm>(emb_dim, eps, unit_offset);
 }
 
 NormKind Norm::kind() const {
@@ -44,7 +44,7 @@ void Norm::rows(const float* x, int64_t N, float* y) const {
   if (const auto* l = std::get_if<LayerNorm>(&n_)) {
     kernels::layer_norm_rows(x, N, l->scale.size(0), l->scale.data(), l->shift.data(), l->eps, y);
   } else if (const auto* r = std::get_if<RMSNorm>(&n_)) {
-    kernels::rms_norm_rows(x, N, r->weight.size(0), r->weight.data(), r->eps, y);
+    kernels::rms_norm_rows(x, N, r->weight.size(0), r->scale(), r->eps, y);
   } else {
     QKV_CHECK(false, "Norm::rows: a block without a norm has no row width here; copy the rows instead");
   }

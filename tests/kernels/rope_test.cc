@@ -88,7 +88,7 @@ TEST(Rope, InverseIsTheTranspose) {
 TEST(Rope, ErrorsNameTheValue) {
   float x[6] = {};
   EXPECT_NE(error_of([&] { rope_rotate(MutableHeads::contiguous(x, 1, 1, 2, 3), RopeOptions{RopeLayout::kHalf}); })
-                .find("head dim D (3) must be even"),
+                .find("the rotated dims R (3) must be even"),
             std::string::npos);
   EXPECT_NE(error_of([] { RopeTable(4, 8, -1.0); }).find("base must be positive, got -1"), std::string::npos);
   EXPECT_NE(error_of([] { parse_rope_layout("neox"); }).find("expected one of: none, half, interleaved"),

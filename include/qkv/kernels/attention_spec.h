@@ -18,7 +18,8 @@
 //            -> -inf where j > i (causal), or j <= i - window (window > 0)
 //   weights = dropout(softmax(scores))           dropout in [0, 1)
 // with QK-norm (qk_norm: Qwen3's RMSNorm over each head's D of q and of k, eps qk_norm_eps, by the
-// layer's weights q_norm and k_norm (D), before RoPE), RoPE (rope != kNone, base rope_base) rotating q and k per head before the product, and
+// layer's weights q_norm and k_norm (D), before RoPE), RoPE (rope != kNone, base rope_base) rotating q and k per head
+// before the product (the first rope_dim elements of each head only, when set: partial rotary), and
 // dtype kBF16 running the products in bf16 (fp32 sums, softmax and outputs).
 #pragma once
 
@@ -42,6 +43,8 @@ struct AttentionSpec {
   RopeLayout rope = RopeLayout::kNone;  // RoPE on queries and keys (an even head_dim)
   double rope_base = 10000.0;           // RoPE's base, > 0 (frequencies base^(-2i / D))
   RopeScaling rope_scaling = {};        // Llama 3's frequency scaling (with rope only), or none
+  int64_t rope_dim = 0;                 // RoPE rotates each head's first rope_dim elements (even, <= D;
+                                        // Qwen3.5's partial_rotary_factor D / 4), the rest pass; 0: all D
   bool qk_norm = false;                 // RMSNorm on each head's queries and keys (before RoPE)
   double qk_norm_eps = 1e-6;            // its epsilon, > 0
   bool alibi = false;                   // ALiBi bias with the paper's slopes (alibi_default_slopes)
@@ -54,6 +57,7 @@ struct AttentionSpec {
   int64_t width() const { return heads * head_dim; }                  // H D: queries and outputs
   int64_t kv_width() const { return groups() * head_dim; }            // G D: keys and values
   bool has_alibi() const { return alibi || !alibi_slopes.empty(); }
+  int64_t rotary_dim() const { return rope_dim > 0 ? rope_dim : head_dim; }  // R: the elements RoPE rotates
   // Whether anything differs from the book's multi-head attention (G = H, no QK-norm, RoPE,
   // window, ALiBi or softcap).
   bool has_variants() const {
@@ -63,7 +67,7 @@ struct AttentionSpec {
 
 // The fields, for messages and for callers that name them their own way.
 enum class SpecField {
-  kHeads, kKvHeads, kHeadDim, kWindow, kRope, kRopeBase, kRopeScaling, kQkNorm, kAlibiSlopes, kSoftcap, kDropout
+  kHeads, kKvHeads, kHeadDim, kWindow, kRope, kRopeBase, kRopeScaling, kRopeDim, kQkNorm, kAlibiSlopes, kSoftcap, kDropout
 };
 
 // How a caller names a field in messages: the spec's own names ("kv_heads") by default, a JSON
@@ -84,7 +88,7 @@ class AttentionSpecError : public Error {
 constexpr double kMaxSoftcap = 1e30;
 
 // Checks every field against its rule and the others (heads >= 1; kv_heads in [0, H] dividing H;
-// head_dim >= 1, even with RoPE; a finite positive rope_base; a finite positive qk_norm_eps; window >= 0; H finite ALiBi slopes
+// head_dim >= 1, even with RoPE; rope_dim 0 or even within D, with RoPE only; a finite positive rope_base; a finite positive qk_norm_eps; window >= 0; H finite ALiBi slopes
 // when given; softcap finite in [0, kMaxSoftcap]; dropout in [0, 1)). Throws AttentionSpecError
 // "<who>: <field> (<value>) must ..." with fields named by `namer`.
 void validate_attention_spec(const AttentionSpec& spec, const std::string& who, SpecNamer namer = spec_field_name);

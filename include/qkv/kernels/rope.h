@@ -1,17 +1,19 @@
 // qkv/kernels/rope.h - rotary position embedding (RoPE, Su et al. 2021) on strided (B, H, N, D)
 // heads, in place.
 //
-// Legend: B batch, H heads, N positions, D head dim (even), i = 0 .. D/2 - 1.
+// Legend: B batch, H heads, N positions, D head dim, R <= D the rotated elements of a row (even;
+// R = D but for partial rotary: Qwen3.5 rotates D / 4), i = 0 .. R/2 - 1.
 //
-//   theta[n, i] = (offset + n) * base^(-2i / D)           (in double, then cos and sin as float;
+//   theta[n, i] = (offset + n) * base^(-2i / R)           (in double, then cos and sin as float;
 //                                                          Llama 3 scales the frequencies: RopeScaling)
 //   a pair (x_a, x_b) of a row becomes (x_a cos - x_b sin,  x_b cos + x_a sin)
-//     kHalf         pairs element i with i + D/2 (Hugging Face's Llama and the book's Llama
+//     kHalf         pairs element i with i + R/2 (Hugging Face's Llama and the book's Llama
 //                   bonus code: x * cos + rotate_half(x) * sin)
 //     kInterleaved  pairs element 2i with 2i + 1 (GPT-J, Meta's original Llama)
+//   elements R .. D - 1 pass unchanged
 //
 // The rotation R is orthogonal, so the backward of y = R x is dx = R^T dy = the rotation by
-// -theta (rope_rotate with inverse = true). O(N D) work; the table is (N, D/2) cos and sin.
+// -theta (rope_rotate with inverse = true). O(N R) work; the table is (N, R/2) cos and sin.
 #pragma once
 
 #include <cstdint>
@@ -50,26 +52,26 @@ struct RopeOptions {
   RopeScaling scaling = {};               // Llama 3's, or none
 };
 
-// cos and sin of theta[n, i] for positions offset .. offset + N - 1: (N, D/2) each, row-major.
+// cos and sin of theta[n, i] for positions offset .. offset + N - 1: (N, R/2) each, row-major.
 class RopeTable {
  public:
-  RopeTable(int64_t positions, int64_t head_dim, double base, int64_t position_offset = 0,
+  RopeTable(int64_t positions, int64_t rotary_dim, double base, int64_t position_offset = 0,
             const RopeScaling& scaling = {});
   int64_t positions() const { return positions_; }
-  int64_t head_dim() const { return dim_; }
-  const float* cos_row(int64_t n) const { return cos_.data() + n * (dim_ / 2); }  // (D/2)
-  const float* sin_row(int64_t n) const { return sin_.data() + n * (dim_ / 2); }  // (D/2)
+  int64_t rotary_dim() const { return dim_; }  // R
+  const float* cos_row(int64_t n) const { return cos_.data() + n * (dim_ / 2); }  // (R/2)
+  const float* sin_row(int64_t n) const { return sin_.data() + n * (dim_ / 2); }  // (R/2)
 
  private:
   int64_t positions_, dim_;
   std::vector<float> cos_, sin_;  // (N, D/2)
 };
 
-// x (B, H, N, D) <- R x (or R^T x with inverse), row n at the table's position n. The table must
-// cover N positions of x's D. Runs over (b, h) pairs on `pool` (null: default_pool()).
+// x (B, H, N, D) <- R x (or R^T x with inverse), row n at the table's position n: each row's first
+// R elements (the table's), D >= R. The table must cover N positions. Runs over (b, h) pairs on `pool` (null: default_pool()).
 void rope_rotate(MutableHeads x, const RopeTable& table, RopeLayout layout, bool inverse = false,
                  ThreadPool* pool = nullptr);
-// The same, building the table from `options` (a no-op for RopeLayout::kNone). D must be even.
+// The same, building the table from `options` over all of D (a no-op for RopeLayout::kNone). D must be even.
 void rope_rotate(MutableHeads x, const RopeOptions& options, bool inverse = false, ThreadPool* pool = nullptr);
 
 }  // namespace qkv::kernels

@@ -53,6 +53,8 @@ struct AttentionConfig {
   // right after W_query; out_proj reads context * sigmoid(W_gate(x)). Set by attention_config for
   // gated-mha.
   bool output_gate = false;
+  // QK-norm's RMSNorms scale by 1 + weight, zero-initialised (Qwen3.5's; layer_norm.h's unit_offset).
+  bool qk_norm_unit_offset = false;
   // MultiHeadLatentAttention's latent width L (W_DKV (L, d_in), W_UK and W_UV (d_out, L)); 0 for the
   // other modules. attention_config sets the class's default, max(16, d_out / 8), for mla.
   int64_t latent_dim = 0;

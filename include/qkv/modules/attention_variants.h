@@ -30,9 +30,10 @@
 namespace qkv {
 
 // x (..., T, D) rotated at positions 0 .. T-1 (R x), or back (R^T x) with inverse:
-// x * cos + rotate(x) * sin, rotate = rotate_half (kHalf) or rotate_every_two (kInterleaved).
+// x * cos + rotate(x) * sin, rotate = rotate_half (kHalf) or rotate_every_two (kInterleaved);
+// with rotary_dim R < D (partial rotary) on x[..., :R] only, x[..., R:] passing (0: all of D).
 Tensor rope(const Tensor& x, kernels::RopeLayout layout, double base, bool inverse = false,
-            const kernels::RopeScaling& scaling = {});
+            const kernels::RopeScaling& scaling = {}, int64_t rotary_dim = 0);
 // (B, G, T, D) -> (B, G r, T, D), each head repeated r times in place (torch.repeat_interleave).
 Tensor repeat_kv(const Tensor& x, int64_t r);
 // Its backward: (B, G r, T, D) -> (B, G, T, D), the r copies of each head summed.

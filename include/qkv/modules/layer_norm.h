@@ -43,19 +43,28 @@ class LayerNorm : public Module {
 //   rms = sqrt(x.pow(2).mean(-1) + eps),  y = weight * x / rms              x (..., E), weight (E)
 // State name: weight (ones). Backward:
 //   dnorm = dy * weight;  dx = (dnorm - norm * mean(dnorm * norm)) / rms;  dweight += sum dy * norm
+// With unit_offset (Qwen3.5's, Gemma's): y = (1 + weight) * x / rms, weight zero-initialised; the
+// scale 1 + weight is rounded to float32 as PyTorch's `1.0 + self.weight.float()` rounds it, and
+// dweight is the scale's gradient.
 class RMSNorm : public Module {
  public:
-  explicit RMSNorm(int64_t emb_dim, double eps = 1e-6);
+  explicit RMSNorm(int64_t emb_dim, double eps = 1e-6, bool unit_offset = false);
   const char* type_name() const override { return "RMSNorm"; }
   void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
   Tensor forward(const Tensor& x);  // (..., E) -> (..., E)
   Tensor backward(const Tensor& doutput);
 
+  // What multiplies the normalised rows (E): weight, or 1 + weight with unit_offset (worked out at
+  // each call from the weight as it is then).
+  const float* scale() const;
+
   Tensor weight;   // (E)
   Tensor dweight;  // (E)
   double eps;
+  bool unit_offset;
 
  private:
+  mutable std::vector<float> offset_scale_;  // (E) 1 + weight, with unit_offset
   Tensor norm_;                 // (N, E) x / rms of the last forward
   std::vector<float> inv_rms_;  // (N)
   Shape shape_;

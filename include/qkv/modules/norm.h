@@ -3,7 +3,7 @@
 //
 //   kNone       y = x; no state
 //   kLayerNorm  layer_norm.h's LayerNorm: state scale, shift
-//   kRMSNorm    layer_norm.h's RMSNorm: state weight
+//   kRMSNorm    layer_norm.h's RMSNorm: state weight (scaling by 1 + weight with unit_offset: Qwen3.5)
 //
 // x (..., E) -> y (..., E). rows() is the same on raw rows for cached steps (no state kept).
 #pragma once
@@ -23,7 +23,7 @@ const char* norm_kind_name(NormKind k);  // "none" | "layernorm" | "rmsnorm"
 
 class Norm : public Module {
  public:
-  Norm(NormKind kind, int64_t emb_dim, double eps);
+  Norm(NormKind kind, int64_t emb_dim, double eps, bool unit_offset = false);  // unit_offset: kRMSNorm's
   const char* type_name() const override { return "Norm"; }
   void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
   Tensor forward(const Tensor& x);         // (..., E) -> (..., E)
