@@ -62,7 +62,7 @@ void validate_attention_spec(const AttentionSpec& s, const std::string& who, Spe
                ") (or be 0 for as many as ", name(SpecField::kHeads), ")"));
   if (s.head_dim < 1)
     refuse(SpecField::kHeadDim, who, str(name(SpecField::kHeadDim), " (", s.head_dim, ") must be at least 1"));
-  if (s.rope != RopeLayout::kNone) {
+  if (s.rope != RopeLayout::kNone && s.rope_dim == 0) {  // (a partial rotation needs only rope_dim even)
     if (s.head_dim % 2 != 0)
       refuse(SpecField::kRope, who,
              str(name(SpecField::kRope), " (", rope_layout_name(s.rope), ") needs an even ", name(SpecField::kHeadDim),

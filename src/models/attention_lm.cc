@@ -23,6 +23,7 @@ std::string lm_key(DecoderField f) {
     case DecoderField::kLayers: return "num_layers";
     case DecoderField::kFfWidth: return "ff_width";
     case DecoderField::kNormEps: return "norm_eps";
+    default: return spec_names().field(f);  // (no linear-attention layers in this family)
   }
   return "?";
 }
@@ -173,7 +174,7 @@ const ModelFamily& attention_lm_family() {
     g.title = "attention LM";
     g.names = {.embed = "tok_emb.", .positions = "pos_emb.", .blocks = "blocks.",
                .norm1 = "", .attention = "", .norm2 = "", .ff = "",
-               .q = "W_query.", .k = "W_key.", .v = "W_value.", .o = "out_proj.", .q_norm = "q_norm.", .k_norm = "k_norm.",
+               .q = "W_query.", .k = "W_key.", .v = "W_value.", .o = "out_proj.", .q_norm = "q_norm.", .k_norm = "k_norm.", .linear = "",
                .final_norm = "", .head = "out_head.", .mask = true, .norms_last = false};
     g.words = {.projection_note = "", .attention = "", .layer = "block", .show_weights = true};
     g.keys = kLmKeys;

@@ -41,7 +41,28 @@ AttentionConfig attention_of(const DecoderSpec& s) {
   a.out_dim = s.width;
   a.path = s.path;
   a.attention = s.attention;
+  a.output_gate = a.gate_in_query = s.attention_gate;
+  a.qk_norm_unit_offset = s.norm_unit_offset;
   return a;
+}
+
+// A linear block's Gated DeltaNet (in f32 on its recurrence, whatever the model's products).
+AttentionConfig linear_of(const DecoderSpec& s) {
+  const LinearAttentionSizes& l = s.linear;
+  AttentionConfig c = gated_deltanet_config(s.width, l.value_heads, l.key_heads, l.key_dim, l.value_dim, l.conv_kernel,
+                                            s.context_length);
+  c.linear.norm_eps = s.norm_eps;
+  return c;
+}
+
+std::optional<MultiHeadAttention> attention_of(const DecoderSpec& s, int64_t layer, Generator& gen) {
+  if (s.kind(layer) != LayerKind::kAttention) return std::nullopt;
+  return std::optional<MultiHeadAttention>(std::in_place, attention_of(s), gen);
+}
+
+std::optional<GatedDeltaNetLayer> linear_of(const DecoderSpec& s, int64_t layer, Generator& gen) {
+  if (s.kind(layer) != LayerKind::kLinear) return std::nullopt;
+  return std::optional<GatedDeltaNetLayer>(std::in_place, linear_of(s), gen);
 }
 
 double shortcut_rate(const DecoderSpec& s) { return s.shortcut_dropout ? s.attention.dropout : 0.0; }
@@ -49,7 +70,7 @@ double shortcut_rate(const DecoderSpec& s) { return s.shortcut_dropout ? s.atten
 std::vector<DecoderBlock> build_blocks(const DecoderSpec& s, const StateNames& names, Generator& gen) {
   std::vector<DecoderBlock> blocks;
   blocks.reserve(static_cast<size_t>(s.layers));
-  for (int64_t i = 0; i < s.layers; ++i) blocks.emplace_back(s, names, gen);  // in order, as nn.Sequential
+  for (int64_t i = 0; i < s.layers; ++i) blocks.emplace_back(s, names, gen, i);  // in order, as nn.Sequential
   return blocks;
 }
 
@@ -62,14 +83,17 @@ std::optional<Embedding> positions_of(const DecoderSpec& s, Generator& gen) {
 
 // --- DecoderBlock --------------------------------------------------------------------------------
 
-DecoderBlock::DecoderBlock(const DecoderSpec& s, const StateNames& names, Generator& gen)
-    : norm1(s.norm, s.width, s.norm_eps),
-      att(attention_of(s), gen),
-      norm2(s.ff == FeedForwardKind::kNone ? NormKind::kNone : s.norm, s.width, s.norm_eps),
+DecoderBlock::DecoderBlock(const DecoderSpec& s, const StateNames& names, Generator& gen, int64_t layer)
+    : norm1(s.norm, s.width, s.norm_eps, s.norm_unit_offset),
+      att(attention_of(s, layer, gen)),
+      linear(linear_of(s, layer, gen)),
+      norm2(s.ff == FeedForwardKind::kNone ? NormKind::kNone : s.norm, s.width, s.norm_eps, s.norm_unit_offset),
       ff(s.ff, s.width, s.ff_width, gen),
       drop_att(shortcut_rate(s), gen),
       drop_ff(shortcut_rate(s), gen),
-      names_(&names) {
+      names_(&names),
+      width_(s.width),
+      dtype_(s.attention.dtype) {
   // bf16 mode: every product of the block in it, the feed-forward's as the attention's
   for (Linear* l : ff.linears()) l->dtype = s.attention.dtype;
 }
@@ -77,15 +101,20 @@ DecoderBlock::DecoderBlock(const DecoderSpec& s, const StateNames& names, Genera
 void DecoderBlock::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
   const StateNames& n = *names_;
   auto attention = [&] {
+    if (linear) {
+      linear->collect_state(prefix + n.linear, out);
+      return;
+    }
     const std::string a = prefix + n.attention;
-    if (n.mask) out.push_back({a + "mask", nullptr, false, nullptr, &att.mask});  // the module's buffer first
-    att.W_query.collect_state(a + n.q, out);
-    att.W_key.collect_state(a + n.k, out);
-    att.W_value.collect_state(a + n.v, out);
-    att.out_proj.collect_state(a + n.o, out);
-    if (att.config.attention.qk_norm) {
-      att.q_norm.collect_state(a + n.q_norm, out);
-      att.k_norm.collect_state(a + n.k_norm, out);
+    if (n.mask) out.push_back({a + "mask", nullptr, false, nullptr, &att->mask});  // the module's buffer first
+    if (att->q_and_gate) att->q_and_gate->collect_state(a + n.q, out);  // the queries' and the gate's rows
+    else att->W_query.collect_state(a + n.q, out);
+    att->W_key.collect_state(a + n.k, out);
+    att->W_value.collect_state(a + n.v, out);
+    att->out_proj.collect_state(a + n.o, out);
+    if (att->config.attention.qk_norm) {
+      att->q_norm.collect_state(a + n.q_norm, out);
+      att->k_norm.collect_state(a + n.k_norm, out);
     }
   };
   if (n.norms_last) {  // the book's TransformerBlock registers att, ff, norm1, norm2
@@ -103,7 +132,8 @@ void DecoderBlock::collect_state(const std::string& prefix, std::vector<StateEnt
 
 void DecoderBlock::train(bool on) {
   Module::train(on);
-  att.train(on);
+  if (att) att->train(on);
+  if (linear) linear->train(on);
   drop_att.train(on);
   drop_ff.train(on);
 }
@@ -113,7 +143,7 @@ Tensor DecoderBlock::forward(const Tensor& x, ForwardObserver* observer, int64_t
   AttentionTrace* t = observer != nullptr && observer->wants_trace() ? &trace : nullptr;
   // shortcut = x; x = drop_shortcut(att(norm1(x))); x = x + shortcut
   const Tensor h = norm1.forward(x);
-  const Tensor a = att.forward(h, t);
+  const Tensor a = att ? att->forward(h, t) : linear->forward(h, t);
   Tensor out = add(x, drop_att.forward(a));
   Tensor f;
   if (ff.on()) {  // shortcut = x; x = drop_shortcut(ff(norm2(x))); x = x + shortcut
@@ -130,16 +160,18 @@ Tensor DecoderBlock::backward(const Tensor& doutput) {
   // out = mid + drop_ff(ff(norm2(mid))): the gradient reaches mid directly and through the branch
   if (ff.on()) dmid = add(doutput, norm2.backward(ff.backward(drop_ff.backward(doutput))));
   // mid = x + drop_att(att(norm1(x)))
-  return add(dmid, norm1.backward(att.backward(drop_att.backward(dmid))));
+  const Tensor da = drop_att.backward(dmid);
+  return add(dmid, norm1.backward(att ? att->backward(da) : linear->backward(da)));
 }
 
 void DecoderBlock::forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCache& cache, int64_t layer,
                                   const Weights16* w16, const Scratch& s) {
-  const bool bf16 = w16 != nullptr && att.config.attention.dtype == Dtype::kBF16;
+  const bool bf16 = w16 != nullptr && dtype_ == Dtype::kBF16;
   auto bits = [](const std::vector<uint16_t>& v) { return v.empty() ? nullptr : v.data(); };
   const FusedWeights16 att16 =
-      bf16 ? FusedWeights16{bits(w16->qkv), bits(w16->out), w16->qkv_q.view(), w16->out_q.view()} : FusedWeights16{};
-  const int64_t N = B * Tn, E = att.config.d_in;
+      bf16 ? FusedWeights16{bits(w16->qkv), bits(w16->out), w16->qkv_q.view(), w16->out_q.view(), bits(w16->gate)}
+           : FusedWeights16{};
+  const int64_t N = B * Tn, E = width_;
   auto w = [&](size_t i) { return bf16 ? bits(w16->ff[i]) : nullptr; };
   auto wq = [&](size_t i) { return bf16 && i < w16->ff_q.size() ? w16->ff_q[i].view() : QuantView{}; };
   // x = x + att(norm1(x))
@@ -148,7 +180,16 @@ void DecoderBlock::forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCa
     norm1.rows(x, N, s.h);
     h = s.h;
   }
-  att.forward_cached(h, B, Tn, s.a, cache, layer, att16, s.att);
+  if (att) {
+    att->forward_cached(h, B, Tn, s.a, cache, layer, att16, s.att);
+  } else {  // the recurrence's state and the convolution's last inputs: the cache's state layer
+    QKV_CHECK(cache.state_size(layer) == linear->cache_doubles(B), kWho, ": layer ", layer, " of the cache holds ",
+              cache.state_size(layer), " state numbers; its linear-attention block keeps ", linear->cache_doubles(B),
+              " for a batch of ", B);
+    QKV_CHECK(!cache.appended(layer), kWho, ": layer ", layer, " already took part in the cache's step in progress");
+    linear->forward_cached(h, B, Tn, s.a, cache.state(layer));
+    cache.advance(layer, Tn);
+  }
   add_into(x, s.a, N * E);
   if (!ff.on()) return;
   // x = x + ff(norm2(x))
@@ -175,7 +216,7 @@ DecoderModel::DecoderModel(const DecoderSpec& s, Generator& gen)
       pos_emb(positions_of(s, gen)),
       drop_emb(shortcut_rate(s), gen),
       blocks(build_blocks(s, model_family(s.family).names, gen)),
-      final_norm(s.norm, s.width, s.norm_eps),
+      final_norm(s.norm, s.width, s.norm_eps, s.norm_unit_offset),
       head(s.width, s.vocab_size, s.head_bias, gen),
       spec_(s),
       names_(&model_family(s.family).names),
@@ -214,7 +255,7 @@ void DecoderModel::train(bool on) {
 void DecoderModel::set_batch_slice(int64_t begin, int64_t total) {
   drop_emb.set_batch_slice(begin, total);
   for (DecoderBlock& b : blocks) {
-    b.att.dropout.set_batch_slice(begin, total);
+    if (b.att) b.att->dropout.set_batch_slice(begin, total);
     b.drop_att.set_batch_slice(begin, total);
     b.drop_ff.set_batch_slice(begin, total);
   }
@@ -236,9 +277,13 @@ int64_t DecoderModel::step_weight_bytes() const {
   };
   int64_t n = head_q_.empty() ? (spec_.head_f32 ? 4 * head.weight.numel() : 2 * static_cast<int64_t>(head16_.size()))
                               : static_cast<int64_t>(head_q_.blocks.size());
-  for (const DecoderBlock::Weights16& w : blocks16_) {
-    n += bytes(w.qkv, w.qkv_q) + bytes(w.out, w.out_q);
+  for (size_t b = 0; b < blocks16_.size(); ++b) {
+    const DecoderBlock::Weights16& w = blocks16_[b];
+    n += bytes(w.qkv, w.qkv_q) + bytes(w.out, w.out_q) + 2 * static_cast<int64_t>(w.gate.size());
     for (size_t i = 0; i < w.ff.size(); ++i) n += bytes(w.ff[i], i < w.ff_q.size() ? w.ff_q[i] : QuantMatrix{});
+    if (const auto& l = blocks[b].linear)  // its products read as floats
+      for (const Linear* p : {&l->in_proj_qkv, &l->in_proj_z, &l->in_proj_b, &l->in_proj_a, &l->out_proj})
+        n += 4 * p->weight.numel();
   }
   return n;
 }
@@ -248,10 +293,14 @@ void DecoderModel::keep_bf16_weights(bool on) {
   blocks16_.clear();
   head16_.clear();
   if (!on) return;
-  for (const DecoderBlock& b : blocks) {
+  for (DecoderBlock& b : blocks) {
     DecoderBlock::Weights16 w;
-    w.qkv = bf16_copy(b.att.fused_qkv_weight());
-    w.out = bf16_copy(b.att.out_proj.weight);
+    if (b.att) {  // (a linear block computes in f32 from its floats)
+      b.att->unpack_query_and_gate();
+      w.qkv = bf16_copy(b.att->fused_qkv_weight());
+      w.out = bf16_copy(b.att->out_proj.weight);
+      if (b.att->W_gate) w.gate = bf16_copy(b.att->W_gate->weight);
+    }
     for (const Linear* l : b.ff.linears()) w.ff.push_back(bf16_copy(l->weight));
     blocks16_.push_back(std::move(w));
   }
@@ -275,7 +324,8 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
   if (!spec_.tied_head) products.insert(n.head + "weight");
   for (size_t i = 0; i < blocks.size(); ++i) {
     const std::string a = n.blocks + std::to_string(i) + "." + n.attention;
-    for (const std::string* p : {&n.q, &n.k, &n.v, &n.o}) products.insert(a + *p + "weight");
+    if (blocks[i].att)  // (a linear block's tensors are all read as floats)
+      for (const std::string* p : {&n.q, &n.k, &n.v, &n.o}) products.insert(a + *p + "weight");
     std::vector<StateEntry> ff;
     const_cast<FeedForwardNet&>(blocks[i].ff).collect_state(n.blocks + std::to_string(i) + "." + n.ff, ff);
     for (const StateEntry& e : ff)
@@ -293,27 +343,44 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
   for (size_t i = 0; i < blocks.size(); ++i) {
     const DecoderBlock& b = blocks[i];
     const std::string a = n.blocks + std::to_string(i) + "." + n.attention;
-    const int64_t E = spec_.width, Q = b.att.W_query.weight.size(0), KV = b.att.W_key.weight.size(0);
     DecoderBlock::Weights16 w;
-    // rows [0, Q): W_query, then W_key, W_value: one matrix of blocks when all three are of one type
-    std::optional<QuantMatrix> q = read_q(a + n.q + "weight"), k = read_q(a + n.k + "weight"),
-                               v = read_q(a + n.v + "weight");
-    if (q && k && v && q->type == k->type && k->type == v->type) {
-      w.qkv_q.type = q->type;
-      w.qkv_q.blocks = std::move(q->blocks);
-      w.qkv_q.blocks.insert(w.qkv_q.blocks.end(), k->blocks.begin(), k->blocks.end());
-      w.qkv_q.blocks.insert(w.qkv_q.blocks.end(), v->blocks.begin(), v->blocks.end());
-    } else {
-      w.qkv = bits((Q + 2 * KV) * E);
-      read_bits(a + n.q + "weight", w.qkv.data());
-      read_bits(a + n.k + "weight", w.qkv.data() + Q * E);
-      read_bits(a + n.v + "weight", w.qkv.data() + (Q + KV) * E);
-    }
-    if (std::optional<QuantMatrix> o = read_q(a + n.o + "weight")) {
-      w.out_q = std::move(*o);
-    } else {
-      w.out = bits(b.att.out_proj.weight.numel());
-      read_bits(a + n.o + "weight", w.out.data());
+    if (b.att) {  // (a linear block's tensors are floats, read above: it computes in f32)
+      const int64_t E = spec_.width, Q = b.att->W_query.weight.size(0), KV = b.att->W_key.weight.size(0);
+      // rows [0, Q): W_query, then W_key, W_value: one matrix of blocks when all three are of one type
+      // (the packed queries and gate in bf16: unpacked below)
+      const bool packed = b.att->q_and_gate.has_value();
+      std::optional<QuantMatrix> q = packed ? std::nullopt : read_q(a + n.q + "weight"),
+                                 k = packed ? std::nullopt : read_q(a + n.k + "weight"),
+                                 v = packed ? std::nullopt : read_q(a + n.v + "weight");
+      if (packed) {  // (2 Q, E): head h's D query rows, then its D gate rows
+        const int64_t D = spec_.attention.head_dim, H = spec_.attention.heads;
+        std::vector<uint16_t> both = bits(2 * Q * E);
+        read_bits(a + n.q + "weight", both.data());
+        w.qkv = bits((Q + 2 * KV) * E);
+        w.gate = bits(Q * E);
+        for (int64_t h = 0; h < H; ++h) {
+          std::copy_n(both.data() + 2 * h * D * E, D * E, w.qkv.data() + h * D * E);
+          std::copy_n(both.data() + (2 * h + 1) * D * E, D * E, w.gate.data() + h * D * E);
+        }
+        read_bits(a + n.k + "weight", w.qkv.data() + Q * E);
+        read_bits(a + n.v + "weight", w.qkv.data() + (Q + KV) * E);
+      } else if (q && k && v && q->type == k->type && k->type == v->type) {
+        w.qkv_q.type = q->type;
+        w.qkv_q.blocks = std::move(q->blocks);
+        w.qkv_q.blocks.insert(w.qkv_q.blocks.end(), k->blocks.begin(), k->blocks.end());
+        w.qkv_q.blocks.insert(w.qkv_q.blocks.end(), v->blocks.begin(), v->blocks.end());
+      } else {
+        w.qkv = bits((Q + 2 * KV) * E);
+        read_bits(a + n.q + "weight", w.qkv.data());
+        read_bits(a + n.k + "weight", w.qkv.data() + Q * E);
+        read_bits(a + n.v + "weight", w.qkv.data() + (Q + KV) * E);
+      }
+      if (std::optional<QuantMatrix> o = read_q(a + n.o + "weight")) {
+        w.out_q = std::move(*o);
+      } else {
+        w.out = bits(b.att->out_proj.weight.numel());
+        read_bits(a + n.o + "weight", w.out.data());
+      }
     }
     std::vector<StateEntry> ff;
     const_cast<FeedForwardNet&>(b.ff).collect_state(n.blocks + std::to_string(i) + "." + n.ff, ff);
@@ -409,8 +476,12 @@ kernels::KvCache DecoderModel::make_cache(int64_t batch, kernels::CacheDtype dty
   QKV_CHECK(!blocks.empty(), family().title, " model: a model without blocks (0 layers) has no keys or values to cache");
   QKV_CHECK(batch >= 1, family().title, " model: the cache's batch (", batch, ") must be at least 1");
   const kernels::AttentionSpec& a = spec_.attention;
+  std::vector<int64_t> states;  // a linear block's fixed-size state instead of keys and values
+  if (spec_.linear_layers() > 0)
+    for (const DecoderBlock& b : blocks) states.push_back(b.linear ? b.linear->cache_doubles(batch) : 0);
   return kernels::KvCache(static_cast<int64_t>(blocks.size()), batch, a.groups(),
-                          models_detail::cache_capacity(capacity, spec_.context_length), a.head_dim, a.head_dim, dtype);
+                          models_detail::cache_capacity(capacity, spec_.context_length), a.head_dim, a.head_dim, dtype,
+                          std::move(states));
 }
 
 void DecoderModel::forward_cached_into(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,

@@ -24,6 +24,7 @@ std::string gpt_key(DecoderField f) {
     case DecoderField::kLayers: return "n_layers";
     case DecoderField::kFfWidth: return "4 * emb_dim";
     case DecoderField::kNormEps: return "the LayerNorm's eps";
+    default: return spec_names().field(f);  // (no linear-attention layers in this family)
   }
   return "?";
 }
@@ -196,7 +197,7 @@ const ModelFamily& gpt_family() {
     g.gguf_architectures = {"gpt2"};
     g.names = {.embed = "tok_emb.", .positions = "pos_emb.", .blocks = "trf_blocks.",
                .norm1 = "norm1.", .attention = "att.", .norm2 = "norm2.", .ff = "ff.",
-               .q = "W_query.", .k = "W_key.", .v = "W_value.", .o = "out_proj.", .q_norm = "q_norm.", .k_norm = "k_norm.",
+               .q = "W_query.", .k = "W_key.", .v = "W_value.", .o = "out_proj.", .q_norm = "q_norm.", .k_norm = "k_norm.", .linear = "",
                .final_norm = "final_norm.", .head = "out_head.", .mask = true, .norms_last = true};
     g.words = {.projection_note = " (+ bias)", .attention = "att(norm1(x))", .layer = "block", .show_weights = false};
     g.keys = kGptKeys;

@@ -53,6 +53,12 @@ std::string config_key(DecoderField f) {
     case DecoderField::kLayers: return "\"num_hidden_layers\"";
     case DecoderField::kFfWidth: return "\"intermediate_size\"";
     case DecoderField::kNormEps: return "\"rms_norm_eps\"";
+    case DecoderField::kLayerKinds: return "\"layer_types\"";
+    case DecoderField::kLinearValueHeads: return "\"linear_num_value_heads\"";
+    case DecoderField::kLinearKeyHeads: return "\"linear_num_key_heads\"";
+    case DecoderField::kLinearKeyDim: return "\"linear_key_head_dim\"";
+    case DecoderField::kLinearValueDim: return "\"linear_value_head_dim\"";
+    case DecoderField::kLinearConvKernel: return "\"linear_conv_kernel_dim\"";
   }
   return "?";
 }
@@ -151,7 +157,7 @@ ModelFamily family_entry(const char* name) {
   f.gguf_architectures = {name};
   f.names = {.embed = "model.embed_tokens.", .positions = "", .blocks = "model.layers.",
              .norm1 = "input_layernorm.", .attention = "self_attn.", .norm2 = "post_attention_layernorm.", .ff = "mlp.",
-             .q = "q_proj.", .k = "k_proj.", .v = "v_proj.", .o = "o_proj.", .q_norm = "q_norm.", .k_norm = "k_norm.",
+             .q = "q_proj.", .k = "k_proj.", .v = "v_proj.", .o = "o_proj.", .q_norm = "q_norm.", .k_norm = "k_norm.", .linear = "",
              .final_norm = "model.norm.", .head = "lm_head.", .mask = false, .norms_last = false};
   f.words = {.projection_note = "", .attention = "self_attn(h)", .layer = "layer", .show_weights = false};
   f.keys = kConfigKeys;

@@ -52,9 +52,14 @@ void delta_rule_forward(const DeltaRuleShape& s, const DeltaRuleInputs& in, std:
 }
 
 void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, std::vector<double>& state, float* y) {
-  const int64_t T = s.tokens, H = s.heads, KV = s.key_dim * s.value_dim;
+  const int64_t H = s.heads, KV = s.key_dim * s.value_dim;
   QKV_CHECK(static_cast<int64_t>(state.size()) == s.batch * H * KV, "delta_rule_run: the state holds ", state.size(),
             " numbers; expected batch x heads x key width x value width = ", s.batch * H * KV);
+  delta_rule_run(s, in, state.data(), y);
+}
+
+void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, double* state, float* y) {
+  const int64_t T = s.tokens, H = s.heads, KV = s.key_dim * s.value_dim;
   std::vector<double> mem(s.value_dim), delta(s.value_dim);
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < H; ++h)

@@ -10,7 +10,7 @@ namespace qkv {
 namespace {
 
 constexpr const char* kLayer = "Qwen3_5GatedDeltaNet";
-constexpr float kEps = 1e-6f;  // l2norm's and the gated RMSNorm's (rms_norm_eps)
+constexpr float kEps = 1e-6f;  // l2norm's (the gated RMSNorm's is config.linear.norm_eps: rms_norm_eps)
 
 const AttentionConfig& layer_config(const AttentionConfig& c) {
   const AttentionConfig::LinearSizes& l = c.linear;
@@ -151,7 +151,7 @@ void GatedDeltaNetLayer::project(const Tensor& x, const float* history) {
 Tensor GatedDeltaNetLayer::output(int64_t B, int64_t T) {
   Tensor gated = Tensor::empty({B, T, value_width()});
   gated_rms_norm_rows(y_.data(), z_.data(), norm_weight.data(), B * T * config.attention.heads, config.linear.value_dim,
-                      kEps, gated.data());
+                      static_cast<float>(config.linear.norm_eps), gated.data());
   return out_proj.forward(gated);
 }
 
@@ -193,22 +193,43 @@ Tensor GatedDeltaNetLayer::forward_cached(const Tensor& x, GatedDeltaNetCache& c
   QKV_CHECK(cache.conv.size() == fresh.conv.size() && cache.state.size() == fresh.state.size(), kLayer,
             ": the cache holds ", cache.conv.size(), " convolution inputs and ", cache.state.size(),
             " state numbers; this layer's take ", fresh.conv.size(), " and ", fresh.state.size());
+  return cached_step(x, cache.conv.data(), cache.state.data(), cache.conv.data());
+}
+
+Tensor GatedDeltaNetLayer::cached_step(const Tensor& x, const float* history, double* state, float* next_history) {
   x_shape_.clear();  // what project() keeps is not a training forward's: no backward after this
   const int64_t B = x.size(0), T = x.size(1), K = config.linear.conv_kernel, C = 2 * key_width() + value_width();
-  project(x, cache.conv.data());
+  project(x, history);
   y_.resize(static_cast<size_t>(B * T * value_width()));
-  delta_rule_run(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()}, cache.state,
-                 y_.data());
+  delta_rule_run(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()}, state, y_.data());
   // the convolution's last K - 1 inputs: of the history, then of x
-  std::vector<float> last(cache.conv.size());
+  std::vector<float> last(static_cast<size_t>(B * (K - 1) * C));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t j = 0; j < K - 1; ++j) {
       const int64_t p = T - (K - 1) + j;  // position in x; negative: in the history
-      const float* src = p >= 0 ? &mixed_[(b * T + p) * C] : &cache.conv[(b * (K - 1) + K - 1 + p) * C];
+      const float* src = p >= 0 ? &mixed_[(b * T + p) * C] : &history[(b * (K - 1) + K - 1 + p) * C];
       std::copy(src, src + C, &last[(b * (K - 1) + j) * C]);
     }
-  cache.conv = std::move(last);
+  std::copy(last.begin(), last.end(), next_history);
   return output(B, T);
+}
+
+int64_t GatedDeltaNetLayer::cache_doubles(int64_t batch) const {
+  const int64_t K = config.linear.conv_kernel, C = 2 * key_width() + value_width();
+  return batch * (config.attention.heads * config.attention.head_dim * config.linear.value_dim + (K - 1) * C);
+}
+
+void GatedDeltaNetLayer::forward_cached(const float* x, int64_t B, int64_t T, float* y, double* cache) {
+  QKV_CHECK(B >= 1 && T >= 0, kLayer, ": forward_cached takes (B >= 1, T >= 0) rows, got (", B, ", ", T, ")");
+  if (T == 0) return;
+  const int64_t M = config.d_in, K = config.linear.conv_kernel, C = 2 * key_width() + value_width();
+  const int64_t S = B * config.attention.heads * config.attention.head_dim * config.linear.value_dim;
+  std::vector<float> history(static_cast<size_t>(B * (K - 1) * C));  // floats kept as doubles: exact both ways
+  std::copy_n(cache + S, history.size(), history.begin());
+  const Tensor out = cached_step(Tensor::from({B, T, M}, std::vector<float>(x, x + B * T * M)), history.data(), cache,
+                                 history.data());
+  std::copy(history.begin(), history.end(), cache + S);
+  std::copy_n(out.contiguous().data(), B * T * M, y);
 }
 
 Tensor GatedDeltaNetLayer::backward(const Tensor& doutput) {
@@ -218,7 +239,8 @@ Tensor GatedDeltaNetLayer::backward(const Tensor& doutput) {
   const int64_t Kd = key_width(), Vd = value_width(), C = 2 * Kd + Vd, share = Hv / Hk;
   const Tensor dgated = out_proj.backward(doutput).contiguous();  // (B, T, Vd)
   std::vector<float> dy(y_.size()), dz(z_.size());
-  gated_rms_norm_rows_backward(y_.data(), z_.data(), norm_weight.data(), dgated.data(), B * T * Hv, Dv, kEps,
+  gated_rms_norm_rows_backward(y_.data(), z_.data(), norm_weight.data(), dgated.data(), B * T * Hv, Dv,
+                               static_cast<float>(config.linear.norm_eps),
                                dy.data(), dz.data(), dnorm_weight.data());
   std::vector<float> dqn(qn_.size()), dkn(kn_.size()), dv(v_.size()), dbeta(beta_.size()), dalpha(alpha_.size());
   delta_rule_backward(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()}, states_,

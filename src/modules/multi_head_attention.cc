@@ -1,7 +1,11 @@
 // MultiHeadAttentionWrapper and MultiHeadAttention. See include/qkv/modules/multi_head_attention.h.
 #include "qkv/modules/multi_head_attention.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "qkv/core/error.h"
+#include "qkv/core/linear.h"
 #include "qkv/core/ops.h"
 
 namespace qkv {
@@ -19,9 +23,48 @@ std::vector<CausalAttention> build_heads(const AttentionConfig& c, Generator& ge
   return heads;
 }
 
+// A Linear drawn from gen, or with gen's init draws off (its values to be filled: packed ones' copies).
+Linear linear_of(int64_t in, int64_t out, bool bias, Generator& gen, bool draw) {
+  if (draw) return Linear(in, out, bias, gen);
+  const bool was = gen.init_draws();
+  gen.set_init_draws(false);
+  try {
+    Linear l(in, out, bias, gen);
+    gen.set_init_draws(was);
+    return l;
+  } catch (...) {
+    gen.set_init_draws(was);
+    throw;
+  }
+}
+
+std::optional<Linear> packed_of(const AttentionConfig& c, Generator& gen) {
+  QKV_CHECK(!c.gate_in_query || c.output_gate, "MultiHeadAttention: gate_in_query packs the output gate's rows ",
+            "with the queries', but the config has no output gate");
+  if (!c.gate_in_query) return std::nullopt;
+  return Linear(c.d_in, 2 * c.d_out(), c.qkv_bias, gen);
+}
+
 std::optional<Linear> gate_of(const AttentionConfig& c, Generator& gen) {
   if (!c.output_gate) return std::nullopt;
-  return Linear(c.d_in, c.d_out(), c.qkv_bias, gen);
+  return linear_of(c.d_in, c.d_out(), c.qkv_bias, gen, !c.gate_in_query);
+}
+
+// Rows [0, D) of each 2D-row block of `packed` to `a`'s D-row block, rows [D, 2D) to `b`'s
+// (unpacking; `to_packed` adds them back instead). row: the elements of a row (d_in, or 1 for biases).
+void interleave(float* packed, float* a, float* b, int64_t heads, int64_t D, int64_t row, bool to_packed) {
+  const size_t n = static_cast<size_t>(D * row);
+  for (int64_t h = 0; h < heads; ++h) {
+    float* p = packed + 2 * h * D * row;
+    float* qa = a + h * D * row;
+    float* qb = b + h * D * row;
+    if (to_packed) {
+      for (size_t i = 0; i < n; ++i) p[i] += qa[i], p[n + i] += qb[i];
+    } else {
+      std::copy_n(p, n, qa);
+      std::copy_n(p + n, n, qb);
+    }
+  }
 }
 
 Tensor stack_or_empty(const std::vector<Tensor>& parts) {
@@ -86,7 +129,8 @@ Tensor MultiHeadAttentionWrapper::backward(const Tensor& doutput) {
 
 MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, Generator& gen)
     : config(validate(c, "MultiHeadAttention")),
-      W_query(c.d_in, c.d_out(), c.qkv_bias, gen),
+      q_and_gate(packed_of(c, gen)),
+      W_query(linear_of(c.d_in, c.d_out(), c.qkv_bias, gen, !c.gate_in_query)),
       W_gate(gate_of(c, gen)),
       W_key(c.d_in, c.attention.kv_width(), c.qkv_bias, gen),
       W_value(c.d_in, c.attention.kv_width(), c.qkv_bias, gen),
@@ -97,13 +141,39 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, Generator& gen)
       k_norm(c.attention.head_dim, c.attention.qk_norm_eps, c.qk_norm_unit_offset),
       alibi_slopes_(kernels::spec_alibi_slopes(c.attention)) {
   qkv_.bind(W_query, W_key, W_value, gen.init_draws());
+  if (q_and_gate && gen.init_draws()) unpack_query_and_gate();
+}
+
+void MultiHeadAttention::unpack_query_and_gate() {
+  if (!q_and_gate) return;
+  const int64_t H = config.attention.heads, D = config.attention.head_dim, E = config.d_in;
+  Linear& p = *q_and_gate;
+  QKV_CHECK(p.weight.is_contiguous() && W_query.weight.is_contiguous() && W_gate->weight.is_contiguous(),
+            "MultiHeadAttention: the packed queries and gate must be contiguous");
+  interleave(p.weight.data(), W_query.weight.data(), W_gate->weight.data(), H, D, E, false);
+  if (p.has_bias) interleave(p.bias.data(), W_query.bias.data(), W_gate->bias.data(), H, D, 1, false);
+}
+
+void MultiHeadAttention::pack_gradients() {
+  if (!q_and_gate) return;
+  const int64_t H = config.attention.heads, D = config.attention.head_dim, E = config.d_in;
+  Linear& p = *q_and_gate;
+  interleave(p.dweight.data(), W_query.dweight.data(), W_gate->dweight.data(), H, D, E, true);
+  if (p.has_bias) interleave(p.dbias.data(), W_query.dbias.data(), W_gate->dbias.data(), H, D, 1, true);
+  // added into the packed gradients: the copies' start again from zero
+  for (Tensor* t : {&W_query.dweight, &W_gate->dweight, &W_query.dbias, &W_gate->dbias})
+    if (t->defined()) std::fill_n(t->data(), t->numel(), 0.0f);
 }
 
 void MultiHeadAttention::collect_state(const std::string& prefix, std::vector<StateEntry>& out) {
   // The module's own buffer first, then its children: PyTorch's state_dict() order.
   out.push_back({prefix + "mask", nullptr, false, nullptr, &mask});
-  W_query.collect_state(prefix + "W_query.", out);
-  if (W_gate) W_gate->collect_state(prefix + "W_gate.", out);
+  if (q_and_gate) {
+    q_and_gate->collect_state(prefix + "W_query.", out);  // the book's Qwen3.5 class: W_query (2 d_out, d_in)
+  } else {
+    W_query.collect_state(prefix + "W_query.", out);
+    if (W_gate) W_gate->collect_state(prefix + "W_gate.", out);
+  }
   W_key.collect_state(prefix + "W_key.", out);
   W_value.collect_state(prefix + "W_value.", out);
   out_proj.collect_state(prefix + "out_proj.", out);
@@ -120,6 +190,7 @@ void MultiHeadAttention::train(bool on) {
 
 Tensor MultiHeadAttention::forward(const Tensor& x, AttentionTrace* trace) {
   check_batch_input("MultiHeadAttention", x, config.d_in, config.context_length);
+  unpack_query_and_gate();  // (the packed parameter may have changed: loaded, or a step taken)
   x_shape_ = x.shape();
   fused_last_ = runs_fused(config.path, dropout);
   check_runs_in_dtype("MultiHeadAttention", config, fused_last_);
@@ -184,9 +255,33 @@ void MultiHeadAttention::forward_cached(const float* x, int64_t B, int64_t Tn, f
                                         int64_t layer, FusedWeights16 w16, CachedScratch* scratch) {
   QKV_CHECK(!dropout.active(), "MultiHeadAttention: forward_cached is inference, but dropout (p = ", dropout.p(),
             ") is active: call eval() first");
-  QKV_CHECK(!W_gate, type_name(), ": no cached forward: the book's gated class has no KV cache");
-  fused_.forward_cached(x, B, Tn, config.d_in, y, projections(), config.attention, alibi_slopes_, mask, cache, layer,
-                        w16, scratch);
+  if (!W_gate) {
+    fused_.forward_cached(x, B, Tn, config.d_in, y, projections(), config.attention, alibi_slopes_, mask, cache, layer,
+                          w16, scratch);
+    return;
+  }
+  // f32 weights (no bf16 or quantized copies given): the packed parameter's rows as they are now
+  if (w16.qkv == nullptr && !w16.qkv_q) unpack_query_and_gate();
+  // The output gate (Qwen3.5's): context = attention(x) (the fused step without out_proj);
+  // y = out_proj(context * sigmoid(W_gate(x))), each product in its Linear's precision or from the
+  // caller's bf16 / quantized copies
+  const int64_t N = B * Tn, C = config.d_out();
+  if (gate_ctx_.size() < static_cast<size_t>(N * C)) {  // grown to the largest step, then reused
+    gate_ctx_.resize(static_cast<size_t>(N * C));
+    gate_rows_.resize(static_cast<size_t>(N * C));
+  }
+  float* context = gate_ctx_.data();
+  float* gated = gate_rows_.data();
+  fused_.forward_cached(x, B, Tn, config.d_in, context, projections(), config.attention, alibi_slopes_, mask, cache,
+                        layer, w16, scratch);
+  const bool bf16 = config.attention.dtype == Dtype::kBF16;
+  const Linear& g = *W_gate;
+  linear(x, N, config.d_in, g.weight.data(), g.has_bias ? g.bias.data() : nullptr, C, gated, nullptr,
+         bf16 && w16.gate ? Dtype::kBF16 : g.dtype, bf16 ? w16.gate : nullptr, w16.gate_q);
+  for (int64_t i = 0; i < N * C; ++i)  // as sigmoid() (core/ops.h): in double, rounded once
+    gated[i] = context[i] * static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gated[i]))));
+  linear(gated, N, C, out_proj.weight.data(), out_proj.has_bias ? out_proj.bias.data() : nullptr, config.out_width(), y,
+         nullptr, bf16 && w16.out ? Dtype::kBF16 : out_proj.dtype, bf16 ? w16.out : nullptr, w16.out_q);
 }
 
 Tensor MultiHeadAttention::backward(const Tensor& doutput) {
@@ -194,7 +289,9 @@ Tensor MultiHeadAttention::backward(const Tensor& doutput) {
   if (W_gate) {
     Tensor dx_gate;
     const Tensor dcontext = gated_backward(doutput, dx_gate);
-    return add(fused_last_ ? fused_.backward(dcontext, projections()) : textbook_backward(dcontext), dx_gate);
+    Tensor dx = add(fused_last_ ? fused_.backward(dcontext, projections()) : textbook_backward(dcontext), dx_gate);
+    pack_gradients();
+    return dx;
   }
   if (fused_last_) return fused_.backward(doutput, projections());
   // return out_proj.forward(merged)

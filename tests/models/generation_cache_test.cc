@@ -158,7 +158,7 @@ TEST(GenerationCache, ALongPromptsAttentionRowsAreHeldOnceForTheWholeModelNotOnc
     KvCache cache = lm.make_cache(1);
     const std::vector<int64_t> ids = prompt_of(70, 31);
     lm.forward_cached(ids, 1, static_cast<int64_t>(ids.size()), cache);
-    for (const DecoderBlock& b : lm.blocks) EXPECT_EQ(b.att.own_cached_bytes(), 0u) << layers << " layers";
+    for (const DecoderBlock& b : lm.blocks) EXPECT_EQ(b.att->own_cached_bytes(), 0u) << layers << " layers";
     scratch.push_back(lm.step_scratch_bytes());
   }
   EXPECT_GT(scratch[0], size_t{70 * 16 * 3 * sizeof(float)});  // at least the QKV rows of 70 tokens
@@ -304,7 +304,7 @@ TEST(GenerationCache, LmErrorsNameTheMismatch) {
     lm.forward_cached({1, 2, 3, 4}, 1, 4, cache);
     EXPECT_THAT(message([&] { lm.forward_cached({1, 2, 3}, 1, 3, cache); }),
                 HasSubstr("3 new tokens after the cache's 4 positions exceed context_length 6"));
-    lm.blocks[0].att.forward_cached(Tensor::zeros({1, 1, 16}), cache, 0);  // a step left in progress
+    lm.blocks[0].att->forward_cached(Tensor::zeros({1, 1, 16}), cache, 0);  // a step left in progress
     EXPECT_THAT(message([&] { lm.forward_cached({1}, 1, 1, cache); }),
                 HasSubstr("the cache has a step of 1 positions in progress"));
     cache.reset();

@@ -66,7 +66,7 @@ TEST(GptBf16Weights, KeptWeightsAreWhatTheBf16DecodeReads) {
     m.keep_bf16_weights();
     const std::vector<float> before = decode(m);
     for (DecoderBlock& b : m.blocks) {
-      Tensor& w = which == "att qkv" ? b.att.W_key.weight : which == "att out_proj" ? b.att.out_proj.weight
+      Tensor& w = which == "att qkv" ? b.att->W_key.weight : which == "att out_proj" ? b.att->out_proj.weight
                   : which == "ff fc" ? b.ff.gelu_net().fc.weight : b.ff.gelu_net().proj.weight;
       if (which != "out_head") w.data()[0] += 100.0f;  // W_key views the fused QKV weight
     }

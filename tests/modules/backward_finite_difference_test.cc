@@ -588,7 +588,7 @@ TEST(BackwardFiniteDifferences, AttentionLanguageModelEndToEnd) {
   const float loss = ce.forward(logits, targets);
   lm.backward(ce.backward());
   std::vector<std::vector<Vec>> noise;
-  for (DecoderBlock& b : lm.blocks) noise.push_back(split_noise(b.att.dropout.last_noise(), 4, 4));
+  for (DecoderBlock& b : lm.blocks) noise.push_back(split_noise(b.att->dropout.last_noise(), 4, 4));
   GradCase c{"AttentionLM", params_of(lm), nullptr, Tensor::scalar(loss), Tensor::scalar(1.0f), grads_of(lm)};
   c.forward = [ids, targets, noise](const Params& p) {
     Vec x(2 * 4 * 4);

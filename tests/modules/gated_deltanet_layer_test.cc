@@ -144,6 +144,26 @@ TEST(GatedDeltaNetLayer, TheCachedFormInPiecesEqualsTheWholeForward) {
   }
 }
 
+// The same on raw rows with the cache in the caller's doubles (a hybrid model's KvCache state
+// layer): the recurrence's state, then the convolution's last K - 1 inputs, zeros at the start.
+TEST(GatedDeltaNetLayer, TheCachedFormOnACallersDoublesEqualsTheWholeForward) {
+  Generator gen(8);
+  GatedDeltaNetLayer m(small_config(2), gen);
+  Generator data(9);
+  const Tensor x = randn({2, 9, 6}, data);
+  const Tensor whole = m.forward(x).clone();
+  std::vector<double> cache(static_cast<size_t>(m.cache_doubles(2)), 0.0);
+  EXPECT_EQ(m.cache_doubles(2), 2 * 4 * 3 * 2 + 2 * (m.config.linear.conv_kernel - 1) * (2 * m.key_width() + m.value_width()));
+  int64_t t = 0;
+  for (const int64_t n : {4, 1, 2, 1, 1}) {
+    const Tensor piece = x.slice(1, t, t + n).contiguous();
+    std::vector<float> y(static_cast<size_t>(2 * n * 6));
+    m.forward_cached(piece.data(), 2, n, y.data(), cache.data());
+    EXPECT_LE(max_abs_diff(Tensor::from({2, n, 6}, y), whole.slice(1, t, t + n)), 1e-6) << "tokens " << t << ".." << t + n;
+    t += n;
+  }
+}
+
 TEST(GatedDeltaNetLayer, ACacheOfAnotherShapeAndABackwardAfterItAreRefused) {
   Generator gen(10);
   GatedDeltaNetLayer m(small_config(), gen);

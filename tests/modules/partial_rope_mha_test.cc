@@ -21,12 +21,12 @@ namespace {
 
 using kernels::RopeLayout;
 
-constexpr int64_t kD = 12, kH = 4, kG = 2;
+constexpr int64_t kRopeD = 12, kRopeH = 4, kRopeG = 2;
 
 // GQA (4 query heads, 2 key/value heads, D 12), QK-norm, RoPE over the first `rope_dim` of D.
 AttentionConfig partial_config(int64_t rope_dim, RopeLayout layout, AttentionPath path) {
-  AttentionConfig c = attention_config("mha", 6, kH * kD, 16, 0.0, kH, false);
-  c.attention.kv_heads = kG;
+  AttentionConfig c = attention_config("mha", 6, kRopeH * kRopeD, 16, 0.0, kRopeH, false);
+  c.attention.kv_heads = kRopeG;
   c.attention.rope = layout;
   c.attention.rope_base = 1000.0;
   c.attention.rope_dim = rope_dim;
@@ -44,11 +44,11 @@ TEST(PartialRope, TextbookRotatesTheFirstRElementsOnly) {
     AttentionTrace trace;
     m.forward(x, &trace);
     // the queries after QK-norm, before RoPE: the module's own norm of W_query(x)'s heads
-    const Tensor q = m.q_norm.forward(m.W_query.forward(x).reshape({B, T, kH, kD}).transpose(1, 2)).contiguous();
+    const Tensor q = m.q_norm.forward(m.W_query.forward(x).reshape({B, T, kRopeH, kRopeD}).transpose(1, 2)).contiguous();
     double worst = 0;
-    for (int64_t h = 0; h < kH; ++h)
+    for (int64_t h = 0; h < kRopeH; ++h)
       for (int64_t t = 0; t < T; ++t) {
-        const float* row = q.data() + (h * T + t) * kD;
+        const float* row = q.data() + (h * T + t) * kRopeD;
         for (int64_t i = 0; i < R / 2; ++i) {
           const int64_t a = layout == RopeLayout::kHalf ? i : 2 * i, b = layout == RopeLayout::kHalf ? i + R / 2 : 2 * i + 1;
           const double theta = static_cast<double>(t) * std::pow(1000.0, -2.0 * static_cast<double>(i) / R);
@@ -57,7 +57,7 @@ TEST(PartialRope, TextbookRotatesTheFirstRElementsOnly) {
           worst = std::max({worst, std::fabs(trace.queries.at({0, h, t, a}) - ya),
                             std::fabs(trace.queries.at({0, h, t, b}) - yb)});
         }
-        for (int64_t e = R; e < kD; ++e)  // passed through unchanged
+        for (int64_t e = R; e < kRopeD; ++e)  // passed through unchanged
           worst = std::max(worst, std::fabs(static_cast<double>(trace.queries.at({0, h, t, e})) - row[e]));
       }
     EXPECT_LE(worst, 1e-5) << kernels::rope_layout_name(layout);
@@ -67,7 +67,7 @@ TEST(PartialRope, TextbookRotatesTheFirstRElementsOnly) {
 TEST(PartialRope, FusedBackwardAndCachedPathsGiveTheTextbooksNumbers) {
   const int64_t B = 2, T = 10;
   Generator data(7);
-  const Tensor x = randn({B, T, 6}, data), dy = randn({B, T, kH * kD}, data);
+  const Tensor x = randn({B, T, 6}, data), dy = randn({B, T, kRopeH * kRopeD}, data);
   auto run = [&](int64_t rope_dim, RopeLayout layout, AttentionPath path, Tensor* dx) {
     Generator gen(5);
     MultiHeadAttention m(partial_config(rope_dim, layout, path), gen);
@@ -87,7 +87,7 @@ TEST(PartialRope, FusedBackwardAndCachedPathsGiveTheTextbooksNumbers) {
     Generator gen(5);
     MultiHeadAttention m(partial_config(4, layout, AttentionPath::kFused), gen);
     m.eval();
-    kernels::KvCache cache(1, B, kG, T, kD, kD, kernels::CacheDtype::kF32);
+    kernels::KvCache cache(1, B, kRopeG, T, kRopeD, kRopeD, kernels::CacheDtype::kF32);
     double worst = 0;
     for (int64_t t = 0; t < T; ++t) {
       const Tensor step = m.forward_cached(x.slice(1, t, t + 1).contiguous(), cache, 0);

@@ -132,6 +132,28 @@ TEST(MhaVariants, TheOutputGateChangesTheOutputAndItsGradientIsTheGatesShare) {
   EXPECT_LE(relative_error(gated.forward(x), plain.forward(x)), 1e-6);
 }
 
+// The gated module decodes through a KV cache (Qwen3.5's full-attention layers do): a prompt of 4
+// tokens, then one token at a time, gives the whole forward's rows on every variant.
+TEST(MhaVariants, GatedCachedDecodingEqualsTheWholeForward) {
+  for (const Variant& v : kVariants) {
+    Generator gen(5), data(8);
+    MultiHeadAttention m(config_of(v, "gated-mha"), gen);
+    m.eval();
+    const int64_t B = 2, T = 9;
+    const Tensor x = randn({B, T, 5}, data);
+    const Tensor whole = m.forward(x);
+    kernels::KvCache cache(1, B, v.kv_heads, T, v.d_out / v.heads, v.d_out / v.heads, kernels::CacheDtype::kF32);
+    double worst = 0;
+    for (int64_t t = 0; t < T; t += t == 0 ? 4 : 1) {
+      const int64_t n = t == 0 ? 4 : 1;
+      const Tensor step = m.forward_cached(x.slice(1, t, t + n).contiguous(), cache, 0);
+      cache.commit();
+      worst = std::max(worst, max_abs_diff(step, whole.slice(1, t, t + n)));
+    }
+    EXPECT_LE(worst, 1e-5) << v.name;
+  }
+}
+
 // Grouped-query attention is multi-head attention whose key/value heads repeat: a G-head module
 // equals an H-head one whose W_key / W_value rows are the G heads' rows, each repeated H / G times.
 TEST(MhaVariants, GroupedQueryEqualsRepeatedKeyValueWeights) {

@@ -25,6 +25,12 @@
 // the values, never a silent corruption: a layer appended twice in a step, a step appending a
 // different n than the layers before it, committing before every layer appended, appending past
 // the capacity, truncating or resetting in the middle of a step.
+//
+// State layers (a hybrid model's linear-attention layers: Qwen3.5's Gated DeltaNet): a layer given
+// a state size S > 0 holds S doubles for the whole batch instead of keys and values - whatever the
+// layer keeps of the past, fixed in size however long the sequence. Such a layer takes its part in
+// a step by advance(layer, n) after updating its state(layer) in place; the step rules are the
+// same. Its past cannot be taken back: truncating below length() is refused, reset() zeroes it.
 #pragma once
 
 #include <cstdint>
@@ -49,8 +55,9 @@ class KvCache {
  public:
   // All sizes >= 1 except capacity >= 0; throws qkv::Error naming the bad size, a product that
   // overflows, or a request beyond limits().max_memory_bytes.
+  // state_sizes: empty, or one per layer: 0 for keys and values, S > 0 for a state of S doubles.
   KvCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t capacity, int64_t head_dim, int64_t value_dim,
-          CacheDtype dtype);
+          CacheDtype dtype, std::vector<int64_t> state_sizes = {});
 
   int64_t layers() const { return layers_; }
   int64_t batch() const { return batch_; }
@@ -69,12 +76,19 @@ class KvCache {
   // Writes k_new (B, G, n, D) and v_new (B, G, n, Dv) at positions [length(), length() + n) of
   // `layer` (any strides). n may be 0. See the step rules at the top.
   void append(int64_t layer, ConstHeads k_new, ConstHeads v_new);
+  // A state layer's part in the step of n positions, its state already updated (the same rules).
+  void advance(int64_t layer, int64_t n);
+  bool holds_state(int64_t layer) const;  // whether `layer` is a state layer
+  int64_t state_size(int64_t layer) const;  // its S doubles (0: a layer of keys and values)
+  double* state(int64_t layer);             // (S), zeros at the start and after reset()
+  const double* state(int64_t layer) const;
   // Ends the step: length() += pending(). Every layer must have appended (a step of no layer
   // appended is an error too: nothing to commit).
   void commit();
-  // Keeps the first n positions (n <= length()), for a rejected speculative step or a rewind.
+  // Keeps the first n positions (n <= length()), for a rejected speculative step or a rewind; with
+  // state layers only n = length().
   void truncate(int64_t n);
-  // Empties the cache (a new sequence), discarding a step in progress.
+  // Empties the cache (a new sequence), discarding a step in progress; zeroes the states.
   void reset();
 
   // fp32 caches only: the positions layer `layer` sees now, as (B, G, length(layer), D) and
@@ -96,13 +110,17 @@ class KvCache {
     void operator()(void* p) const;
   };
   void check_layer(const char* what, int64_t layer) const;
+  void check_kv_layer(const char* what, int64_t layer) const;  // and not a state layer
+  void mark_appended(const char* what, int64_t layer, int64_t n);  // the step rules
   void copy_out(const char* what, int64_t layer, bool keys, MutableHeads out) const;
   void* layer_data(int64_t layer, bool keys) const;
   ConstHeads f32_view(const char* what, int64_t layer, bool keys) const;  // keys() / values()
 
   int64_t layers_, batch_, kv_heads_, capacity_, head_dim_, value_dim_;
   CacheDtype dtype_;
-  int64_t key_elements_ = 0, value_elements_ = 0;  // per layer
+  int64_t key_elements_ = 0, value_elements_ = 0;  // per layer of keys and values
+  std::vector<int64_t> state_sizes_;               // (L) 0, or a state layer's doubles
+  std::vector<int64_t> offsets_;                   // (L) each layer's first byte in storage_
   int64_t bytes_ = 0;
   std::unique_ptr<unsigned char, Free> storage_;
   int64_t length_ = 0, pending_ = 0;

@@ -7,7 +7,8 @@
 //   ids (B, T) -> x = tok_emb.weight[ids] (+ pos_emb.weight[0:T])             (B, T, E)
 //              -> x = drop_emb(x)
 //              -> L x DecoderBlock:
-//                   x = x + drop_att(att(norm1(x)))        att: MultiHeadAttention(E -> H D -> E)
+//                   x = x + drop_att(att(norm1(x)))        att: MultiHeadAttention(E -> H D -> E), or a
+//                                                          linear block's GatedDeltaNetLayer (E -> E)
 //                   x = x + drop_ff(ff(norm2(x)))          (without a feed-forward: nothing)
 //              -> final_norm(x) -> head: x @ head.weight^T (+ head.bias)      (B, T, V)
 //
@@ -33,6 +34,7 @@
 #include "qkv/models/decoder_spec.h"
 #include "qkv/models/language_model.h"
 #include "qkv/modules/feed_forward.h"
+#include "qkv/modules/gated_deltanet_layer.h"
 #include "qkv/modules/layers.h"
 #include "qkv/modules/multi_head_attention.h"
 #include "qkv/modules/norm.h"
@@ -43,8 +45,8 @@ struct StateNames;
 
 class DecoderBlock : public Module {
  public:
-  // names: the family's (it outlives the block: the registry's).
-  DecoderBlock(const DecoderSpec& s, const StateNames& names, Generator& gen);
+  // names: the family's (it outlives the block: the registry's). layer: the block's index (its kind).
+  DecoderBlock(const DecoderSpec& s, const StateNames& names, Generator& gen, int64_t layer = 0);
   const char* type_name() const override { return "DecoderBlock"; }
   void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
   void train(bool on = true) override;
@@ -55,6 +57,7 @@ class DecoderBlock : public Module {
   // The block's product weights in bf16, read by cached steps in bf16 mode.
   struct Weights16 {
     std::vector<uint16_t> qkv, out;             // att's fused (H D + 2 G D, E), out_proj (E, H D)
+    std::vector<uint16_t> gate;                 // att's W_gate (H D, E), with the output gate
     std::vector<std::vector<uint16_t>> ff;      // the feed-forward's linears, FeedForwardNet::linears() order
     // Loaded quantized (load_bf16_only's readq): each product read from its blocks instead where
     // these are not empty (ff_q parallel to ff: one of the two holds each linear).
@@ -69,17 +72,21 @@ class DecoderBlock : public Module {
   };
   // x (B, Tn, E) at the cache's next positions, updated in place; records nothing for backward;
   // allocates nothing once the attention's buffers have grown. w16: read in bf16 mode, or null.
+  // A linear-attention block updates its state layer of the cache (f32, whatever the mode).
   void forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCache& cache, int64_t layer, const Weights16* w16,
                       const Scratch& scratch);
 
   Norm norm1;
-  MultiHeadAttention att;
+  std::optional<MultiHeadAttention> att;     // the block's token mixer: attention (LayerKind::kAttention)
+  std::optional<GatedDeltaNetLayer> linear;  // or Qwen3.5's Gated DeltaNet (kLinear)
   Norm norm2;
   FeedForwardNet ff;
   Dropout drop_att, drop_ff;  // the shortcuts' (the book's one drop_shortcut, applied twice: two records)
 
  private:
   const StateNames* names_;
+  int64_t width_;  // E
+  Dtype dtype_;    // the products'
 };
 
 class DecoderModel : public LanguageModel {

@@ -22,6 +22,13 @@
 //   ff     kNone: no second half (the attention-only LM) | kGelu: Linear(E, F) -> GELU (tanh) ->
 //          Linear(F, E), with biases | kSwiGLU: down(silu(gate(x)) * up(x)), without
 //   the head is tok_emb's weight when tied_head (one tensor, both gradients added into it)
+//   norm_unit_offset: every RMSNorm (the blocks', the final one, QK-norm's) scales by 1 + weight,
+//          the weights zero-initialised (Qwen3.5)
+//   attention_gate: out_proj(context * sigmoid(gate)), the gate's rows packed with the queries' in
+//          q (2 H D, E): each head's D query rows, then its D gate rows (Qwen3.5's q_proj)
+//   layer_kinds: which blocks mix tokens by attention and which by Qwen3.5's Gated DeltaNet
+//          (modules/gated_deltanet_layer.h: x = x + linear_attention(norm1(x)), sized by `linear`,
+//          in f32; config.json's layer_types); empty: every block attends
 //   dropout: attention.dropout on the attention weights; with shortcut_dropout the same rate on the
 //   embeddings and each shortcut too (the book's one drop_rate)
 //   attention.dtype: the precision of every product of the model (bf16: bf16 operands, f32 sums),
@@ -30,6 +37,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "qkv/kernels/attention_spec.h"
 #include "qkv/modules/attention_module.h"
@@ -37,6 +45,17 @@
 #include "qkv/modules/norm.h"
 
 namespace qkv {
+
+// What mixes a block's tokens (config.json's layer_types: "full_attention" | "linear_attention").
+enum class LayerKind { kAttention, kLinear };
+const char* layer_kind_name(LayerKind k);
+
+// Qwen3.5's Gated DeltaNet layers' sizes (config.json's linear_num_value_heads, linear_num_key_heads,
+// linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim).
+struct LinearAttentionSizes {
+  int64_t value_heads = 0, key_heads = 0, key_dim = 0, value_dim = 0, conv_kernel = 0;
+  bool operator==(const LinearAttentionSizes&) const = default;
+};
 
 struct DecoderSpec {
   std::string family;          // the registry's name of its family: "attention-lm" | "gpt" | "llama" | "qwen3"
@@ -61,11 +80,23 @@ struct DecoderSpec {
   // heads, kv_heads, head_dim, rope and its base and scaling, qk_norm, window, alibi, softcap,
   // dropout, dtype; causal always
   kernels::AttentionSpec attention;
+  bool norm_unit_offset = false;  // RMSNorms scale by 1 + weight (Qwen3.5)
+  bool attention_gate = false;    // the attention's output gate, packed in q (Qwen3.5)
+  std::vector<LayerKind> layer_kinds = {};  // empty (every block attends), or one per layer
+  LinearAttentionSizes linear = {};         // the kLinear blocks' sizes
+
+  LayerKind kind(int64_t layer) const {
+    return layer_kinds.empty() ? LayerKind::kAttention : layer_kinds[static_cast<size_t>(layer)];
+  }
+  int64_t linear_layers() const;  // how many blocks are kLinear
 };
 
 // A field of the spec, for messages: each family names them its own way (config.json's
 // "hidden_size", the book's emb_dim).
-enum class DecoderField { kVocabSize, kContextLength, kWidth, kLayers, kFfWidth, kNormEps };
+enum class DecoderField {
+  kVocabSize, kContextLength, kWidth, kLayers, kFfWidth, kNormEps, kLayerKinds,
+  kLinearValueHeads, kLinearKeyHeads, kLinearKeyDim, kLinearValueDim, kLinearConvKernel
+};
 struct DecoderNames {
   std::string (*field)(DecoderField);  // the family's key for a field
   kernels::SpecNamer attention;        // ... and for the attention's
@@ -74,7 +105,9 @@ DecoderNames spec_names();  // the spec's own: vocab_size, context_length, width
 
 // Every rule, once: sizes positive (layers >= 0; ff_width with a feed-forward), norm_eps finite and
 // positive with a norm, the attention spec valid (validate_attention_spec) and causal, a window
-// within the context, bf16 products on the fused path. Throws qkv::Error (AttentionSpecError for the
+// within the context, bf16 products on the fused path; layer_kinds empty or one per layer, with
+// linear blocks the linear sizes positive (value heads a multiple of key heads) and RMSNorm; the
+// unit offset with RMSNorm only. Throws qkv::Error (AttentionSpecError for the
 // attention's fields) "<where>: <key> (<value>) must ..." with keys named by `names`.
 void validate_decoder_spec(const DecoderSpec& s, const std::string& where, const DecoderNames& names = spec_names());
 

@@ -42,6 +42,7 @@ struct StateNames {
   std::string embed, positions, blocks;
   std::string norm1, attention, norm2, ff;
   std::string q, k, v, o, q_norm, k_norm;
+  std::string linear;       // a linear-attention block's layer ("linear_attn."; its own names below it)
   std::string final_norm, head;
   bool mask = false;        // each block lists its causal mask buffer (<attention>mask), as the book's classes
   bool norms_last = false;  // a block's order: attention, ff, norm1, norm2 (the book's TransformerBlock);

@@ -53,6 +53,10 @@ struct AttentionConfig {
   // right after W_query; out_proj reads context * sigmoid(W_gate(x)). Set by attention_config for
   // gated-mha.
   bool output_gate = false;
+  // With output_gate, Qwen3.5's layout: one parameter holds the queries' and the gate's rows
+  // (MultiHeadAttention::q_and_gate, (2 d_out, d_in): head h's D query rows, then its D gate rows),
+  // drawn as one Linear where W_query is drawn (the book's Qwen3.5 GroupedQueryAttention.W_query).
+  bool gate_in_query = false;
   // QK-norm's RMSNorms scale by 1 + weight, zero-initialised (Qwen3.5's; layer_norm.h's unit_offset).
   bool qk_norm_unit_offset = false;
   // MultiHeadLatentAttention's latent width L (W_DKV (L, d_in), W_UK and W_UV (d_out, L)); 0 for the
@@ -63,6 +67,7 @@ struct AttentionConfig {
   // the value heads), the value width and the convolution's kernel. All 0 for the other modules.
   struct LinearSizes {
     int64_t key_heads = 0, value_dim = 0, conv_kernel = 0;
+    double norm_eps = 1e-6;  // the gated RMSNorm's epsilon (config.json's rms_norm_eps)
   } linear;
   int64_t d_out() const { return attention.width(); }  // H D: the attention's width
   int64_t out_width() const { return out_dim > 0 ? out_dim : d_out(); }

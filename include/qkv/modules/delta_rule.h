@@ -42,6 +42,8 @@ void delta_rule_forward(const DeltaRuleShape& s, const DeltaRuleInputs& in, std:
 // (B, H, Dk, Dv) is the state before the first token (zeros for a sequence's start) and becomes the
 // state after the last. A state of another size is an error naming both sizes.
 void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, std::vector<double>& state, float* y);
+// The same on a state the caller holds: (B, H, Dk, Dv) doubles at `state`.
+void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, double* state, float* y);
 
 // The gradients of the inputs given dy = dL/dy (B, T, H, Dv), from the inputs and states of the
 // forward. Every gradient is written (not accumulated).

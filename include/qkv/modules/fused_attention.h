@@ -54,6 +54,8 @@ struct FusedWeights16 {
   const uint16_t* qkv = nullptr;  // (Q, d_in)
   const uint16_t* out = nullptr;  // (d_out, d_out)
   QuantView qkv_q = {}, out_q = {};  // the same in a ggml type instead (read whatever the dtype)
+  const uint16_t* gate = nullptr;    // the output gate's W_gate (d_out, d_in), with one
+  QuantView gate_q = {};
 };
 
 // What a cached forward works in: the step's heads, context and log-sum-exp, the QKV product's

@@ -52,6 +52,12 @@ class GatedDeltaNetLayer : public AttentionModule {
   // nothing for backward (a backward after it is refused). A cache of another size is an error.
   GatedDeltaNetCache new_cache(int64_t batch) const;
   Tensor forward_cached(const Tensor& x, GatedDeltaNetCache& cache);
+  // The same on raw rows x (B, T, M) -> y (B, T, M) with the cache in the caller's doubles (a
+  // hybrid model's KvCache state layer): the recurrence's state (B, Hv, Dk, Dv), then the
+  // convolution's last K - 1 inputs (B, K - 1, 2 Kd + Vd); cache_doubles(B) of them, zeros at a
+  // sequence's start.
+  int64_t cache_doubles(int64_t batch) const;
+  void forward_cached(const float* x, int64_t B, int64_t T, float* y, double* cache);
 
   int64_t key_width() const;    // Kd
   int64_t value_width() const;  // Vd
@@ -74,6 +80,9 @@ class GatedDeltaNetLayer : public AttentionModule {
   // and out_proj.
   void project(const Tensor& x, const float* history);
   Tensor output(int64_t B, int64_t T);
+  // A cached step: project x after `history` (B, K - 1, C), run the recurrence from `state` (updated),
+  // write the convolution's new last K - 1 inputs to `next_history` (may be history) -> out_proj's rows.
+  Tensor cached_step(const Tensor& x, const float* history, double* state, float* next_history);
   Shape x_shape_;
   // The last forward's values: the projection before the convolution and after it (before silu)
   // (B, T, 2 Kd + Vd), the values (after it) (B, T, Hv, Dv); z (B, T, Vd); beta, alpha, a + dt_bias (B, T, Hv); q and k

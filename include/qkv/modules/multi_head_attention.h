@@ -62,7 +62,8 @@ class MultiHeadAttention : public AttentionModule {
   // step in progress, or positions past the context length or the cache's capacity. It keeps no
   // state for backward (and leaves the last forward's intact).
   // w16: in bf16 mode, the projections' weights kept in bf16 (FusedWeights16), read instead of
-  // rounding the float weights at every step.
+  // rounding the float weights at every step. With the output gate (gated-mha, Qwen3.5): the
+  // context times sigmoid(W_gate(x)), then out_proj, as forward() computes them.
   Tensor forward_cached(const Tensor& x, kernels::KvCache& cache, int64_t layer, FusedWeights16 w16 = {});
   // The same on raw rows: x (B, Tn, d_in) contiguous -> y (B, Tn, d_out), not overlapping x;
   // allocates nothing once its buffers have grown (a decoding step).
@@ -76,7 +77,15 @@ class MultiHeadAttention : public AttentionModule {
   // The bytes of forward_cached's own scratch (FusedAttention::own_cached_bytes).
   size_t own_cached_bytes() const { return fused_.own_cached_bytes(); }
 
+  // With config.gate_in_query: W_query's and W_gate's rows in one parameter, (2 d_out, d_in), head
+  // h's D query rows then its D gate rows (and the biases likewise) - the state dict's and the
+  // optimizer's. W_query and W_gate are then its unpacked copies: unpack_query_and_gate() before
+  // they are read (forward does), pack_gradients() after a backward (backward does).
+  void unpack_query_and_gate();
+  void pack_gradients();
+
   AttentionConfig config;
+  std::optional<Linear> q_and_gate;  // (declared before W_query: drawn first)
   Linear W_query;                  // weight (d_out, d_in)
   std::optional<Linear> W_gate;    // weight (d_out, d_in), with config.output_gate (GatedMultiHeadAttention)
   Linear W_key, W_value;           // weight (G D, d_in): d_out rows without grouped-query heads
@@ -105,6 +114,7 @@ class MultiHeadAttention : public AttentionModule {
   FusedAttention fused_;  // fused path
   bool fused_last_ = false;
   Tensor gate_sigmoid_, gate_context_;  // (B, T, d_out): sigmoid(W_gate(x)) and the context it gated
+  std::vector<float> gate_ctx_, gate_rows_;  // a gated cached step's context and gated rows (B Tn, d_out)
 };
 
 // GatedMultiHeadAttention (the book's bonus ch04/08_deltanet; Qwen3-Next's and Qwen3.5's full
