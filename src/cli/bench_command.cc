@@ -250,7 +250,7 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--preset", f->preset, "gpt: the model's sizes, " + preset_list())
       ->default_val("gpt2-small");
   sub->add_option("--weights", f->weights,
-                  "accuracy: a Llama 3 / Qwen3 model's files, a GGUF file (llama.cpp's) or a Hugging Face folder; a "
+                  "accuracy: a model's files, a GGUF file (llama.cpp's) or a Hugging Face folder; a "
                   "quantized file is compared with itself decoded to f32, a float model with --quantize T (or, "
                   "without it, every type). gpt: a model's files (any qkv generate reads) timed instead of --preset, "
                   "loaded as generate loads them");

@@ -14,6 +14,7 @@
 #include "flags.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
+#include "qkv/models/family.h"
 #include "qkv/core/generator.h"
 #include "qkv/core/print.h"
 #include "qkv/io/atomic_file.h"
@@ -117,7 +118,11 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
 
 Command add_forward(CLI::App& app) {
   auto f = std::make_shared<ForwardFlags>();
-  CLI::App* sub = app.add_subcommand("forward", "Run one attention module on a tensor from a safetensors file, or a whole model (gpt, llama, qwen2, qwen3) on ids");
+  std::string families;
+  for (const ModelFamily* m : model_families())
+    if (m->name != "attention-lm") families += (families.empty() ? "" : ", ") + m->name;
+  CLI::App* sub = app.add_subcommand("forward", "Run one attention module on a tensor from a safetensors file, or a whole "
+                                                "model (" + families + ") on ids");
   add_module_flags(sub, *f);
   sub->get_option("--module")->required();
   add_model_size_flags(sub, f->sizes);

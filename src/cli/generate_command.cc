@@ -134,8 +134,10 @@ Command add_generate(CLI::App& app) {
                       family_titles(has_gguf) + "), an untrained preset, or a checkpoint qkv train wrote");
   sub->add_option("--checkpoint", f->checkpoint, "A checkpoint written by qkv train");
   sub->add_option("--weights", f->weights,
-                  "A model's files: a Hugging Face folder (" + family_titles(has_gguf) + ": config.json, "
-                  "model.safetensors or shards, tokenizer.json), a GGUF file (llama.cpp's), GPT-2's model.safetensors, "
+                  "A model's files: a Hugging Face folder (" +
+                      family_titles([](const ModelFamily& m) { return m.checkpoint_folder || m.name == "gpt"; }) +
+                      ": config.json, model.safetensors or shards, tokenizer.json), a GGUF file (llama.cpp's: " +
+                      family_titles(has_gguf) + "), GPT-2's model.safetensors, "
                   "or the book's state-dict names as safetensors");
   add_quantize_flag(sub, f->quantize);
   sub->add_option("--model", f->model, "An untrained preset drawn from --seed (as torch.manual_seed(S); "

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "qkv/io/standard_output.h"
+#include "qkv/models/family.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/core/bf16.h"
@@ -34,7 +35,10 @@ void print_error(const std::string& message) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"qkv: transformer attention, the book's GPT model, Llama 3, Qwen2.5 and Qwen3, exact to PyTorch", "qkv"};
+  CLI::App app{"qkv: transformer attention, the book's GPT model, " +
+                   qkv::family_titles([](const qkv::ModelFamily& f) { return f.checkpoint_folder; }) +
+                   ", exact to PyTorch",
+               "qkv"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "qkv 0.1.0");
   app.footer(kExitCodes);

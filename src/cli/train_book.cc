@@ -39,18 +39,22 @@ constexpr const char* kNotForGpt[] = {"--task", "--length", "--symbols", "--data
 
 void add_book_train_flags(CLI::App* sub, BookTrainFlags& g) {
   std::vector<std::string> families;
-  for (const ModelFamily* f : model_families()) families.push_back(f->name);
-  sub->add_option("--model", g.model, "attention-lm (the attention-only LM) | gpt (the book's GPT model, chapter 5) | "
-                                      "llama | qwen2 | qwen3 (Llama 3, Qwen2.5, Qwen3: chapter 5's loop, fine-tuning "
-                                      "from --init)")
+  std::string folders;  // the families of Hugging Face's folders: llama | qwen2 | ...
+  for (const ModelFamily* f : model_families()) {
+    families.push_back(f->name);
+    if (f->checkpoint_folder) folders += (folders.empty() ? "" : " | ") + f->name;
+  }
+  sub->add_option("--model", g.model, "attention-lm (the attention-only LM) | gpt (the book's GPT model, chapter 5) | " +
+                                          folders + " (" + family_titles([](const ModelFamily& f) { return f.checkpoint_folder; }) +
+                                          ": chapter 5's loop, fine-tuning from --init)")
       ->check(CLI::IsMember(families))
       ->capture_default_str();
   sub->add_option("--preset", g.preset, "--model gpt: the sizes to start from (the flags given override them); "
-                                        "llama, qwen2, qwen3: an untrained model of these sizes (llama-3.2-1b, qwen3-0.6b, ...)")
+                                        "the others: an untrained model of these sizes (llama-3.2-1b, qwen3-0.6b, ...)")
       ->check(CLI::IsMember(model_preset_names()))
       ->capture_default_str();
   sub->add_option("--init", g.init, "--model gpt: start from these weights (fine-tuning; any layout qkv generate "
-                                    "--weights reads); llama, qwen2, qwen3: Hugging Face's folder (config.json, the weights, "
+                                    "--weights reads); the others: Hugging Face's folder (config.json, the weights, "
                                     "tokenizer.json)");
   visit_fields(OptionFlags{sub}, g.book);
 }

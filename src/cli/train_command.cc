@@ -232,7 +232,7 @@ Command add_train(CLI::App& app) {
   TrainOptions& o = f->o;
   CLI::App* sub = app.add_subcommand(
       "train", "Train a model: the attention-only LM (built-in copy/reverse task, or a text file), the book's GPT "
-               "model on a text (--model gpt, chapter 5), or fine-tune Llama 3 / Qwen3 (--model llama|qwen3 --init DIR)");
+               "model on a text (--model gpt, chapter 5), or fine-tune a Hugging Face model (--model FAMILY --init DIR)");
   // The run's options, each from its one declaration (qkv/train/train_options.h).
   visit_fields(OptionFlags{sub,
                            [sub, f](const OptionField& field) {

@@ -250,6 +250,9 @@ ExplorePage explore_model(LanguageModel& model, const std::vector<int64_t>& ids,
   QKV_CHECK(model.spec().layers > 0, "explore: the ", who, " has no blocks (0 layers): no attention to show");
   QKV_CHECK(options.lens_top >= 0, "explore: lens_top is ", options.lens_top, "; expected >= 0");
   QKV_CHECK(!model.bf16_only(), "explore: the ", who, " holds its weights in bf16 only; load it with f32 products");
+  QKV_CHECK(model.spec().linear_layers() == 0, "explore: the ", who, " has ", model.spec().linear_layers(),
+            " Gated DeltaNet layers, which mix tokens without softmax weights; the page shows softmax attention ",
+            "only (qkv forward --module gated-deltanet shows one such layer's values)");
   ExplorePage p;
   p.source = "checkpoint";
   p.title = std::move(title);

@@ -34,7 +34,8 @@ std::string list(const std::vector<std::string>& names) {
 const std::vector<const ModelFamily*>& model_families() {
   static const std::vector<const ModelFamily*> all = {&models_detail::attention_lm_family(),
                                                       &models_detail::gpt_family(), &models_detail::llama_family(),
-                                                      &models_detail::qwen2_family(), &models_detail::qwen3_family()};
+                                                      &models_detail::qwen2_family(), &models_detail::qwen3_family(),
+                                                      &models_detail::qwen3_5_family()};
   return all;
 }
 
@@ -152,6 +153,12 @@ LoadedModel make_model(const std::string& preset, uint64_t seed, const LoadOptio
   m.model->eval();
   if (spec.attention.dtype == Dtype::kBF16) m.model->keep_bf16_weights();  // decoding reads bf16
   m.description = str("untrained ", preset, " (seed ", seed, "): ", m.model->describe());
+  if (f.vocabulary.empty()) {  // (Qwen3.5's: not installed) the model runs on ids; text needs its folder
+    m.no_tokenizer = str(f.title, "'s vocabulary is not installed: an untrained ", preset,
+                         " is for benchmarks (qkv bench --module gpt --preset ", preset, "); for text, load a ", f.title,
+                         " folder with its tokenizer.json (--weights DIR)");
+    return m;
+  }
   std::string file;
   std::unique_ptr<Tokenizer> t = f.tokenizer(f.vocabulary, options, file);
   attach_tokenizer(m, std::move(t), f.vocabulary + "'s installed tokenizer", file);

@@ -25,10 +25,27 @@ bool exists(const std::string& path, bool directory) {
 
 std::string slash(const std::string& dir) { return dir.empty() || dir.back() == '/' ? dir : dir + "/"; }
 
-// Names a file may carry that are not the model's and are skipped: rotary tables some exporters write.
-bool skipped(const std::string& name) {
+// Names a file may carry that are not the model's and are skipped: rotary tables some exporters
+// write, and what the family says is not its model's (Qwen3.5's vision tower).
+bool skipped(const std::string& name, const ModelFamily& family) {
   const std::string tail = "rotary_emb.inv_freq";
-  return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  if (name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0) return true;
+  for (const std::string& prefix : family.other_tensors)
+    if (name.starts_with(prefix)) return true;
+  return false;
+}
+
+// The families whose folders are read here (config.json's read by the family): all but GPT-2's
+// (its folders load as the book's GPT model) and qkv train's checkpoints.
+bool reads_folders(const ModelFamily& f) { return f.read_config != nullptr && f.name != "gpt" && f.checkpoint_folder; }
+
+// "\"llama\" (Llama 3), ..., \"qwen3_5\" (Qwen3.5)": their model_type values, for messages.
+std::string folder_types() {
+  std::string s;
+  for (const ModelFamily* f : model_families())
+    if (reads_folders(*f))
+      for (const std::string& t : f->model_types) s += str(s.empty() ? "" : ", ", "\"", t, "\" (", f->title, ")");
+  return s;
 }
 
 }  // namespace
@@ -61,7 +78,7 @@ HfFolder read_hf_folder(const std::string& path) {
   QKV_CHECK(family != nullptr && family->read_config != nullptr && family->name != "gpt", where, ": \"model_type\" is ",
             !config.contains("model_type") ? std::string("missing")
                                            : config["model_type"].is_string() ? excerpt(type) : excerpt(config["model_type"].dump()),
-            "; qkv reads \"llama\" (Llama 3), \"qwen2\" (Qwen2.5) and \"qwen3\" folders here (GPT-2's \"gpt2\" loads as the book's GPT model)");
+            "; qkv reads ", folder_types(), " folders here (GPT-2's \"gpt2\" loads as the book's GPT model)");
   w.spec = family->read_config(config, where);
   // The files: model.safetensors when there is one (as Hugging Face's from_pretrained reads it, even
   // beside an index), else the shards the index names (each once, in order of first mention).
@@ -117,7 +134,7 @@ HfFolder read_hf_folder(const std::string& path) {
   int64_t held = 0;
   const std::string tied = family->names.head + "weight";
   for (const auto& [name, i] : w.file_of)
-    if (!skipped(name) && !(w.spec.tied_head && name == tied))
+    if (!skipped(name, *family) && !(w.spec.tied_head && name == tied))
       held = checked_add(held, checked_product(w.files[i]->shape(name), "the files' parameters"),
                          "the files' parameters");
   const int64_t wanted = decoder_parameters(w.spec, "config.json's parameters");
@@ -148,7 +165,7 @@ std::vector<StateEntry> check_folder(LanguageModel& model, const HfFolder& w) {
               excerpt(f.path()), " is ", dtype, "; qkv reads these families' weights in BF16, F16 or F32");
   }
   for (const auto& [name, i] : w.file_of)
-    QKV_CHECK(wanted.count(name) || skipped(name) ||
+    QKV_CHECK(wanted.count(name) || skipped(name, model.family()) ||
                   (name == model.family().names.head + "weight" && model.spec().tied_head),
               "the tensor ", excerpt(name), " in ", excerpt(w.files[i]->path()), " is not of config.json's ",
               model.family().name, " model");

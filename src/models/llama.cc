@@ -17,7 +17,8 @@ namespace qkv {
 
 using json = nlohmann::json;
 
-namespace {
+namespace models_detail {
+
 
 int64_t integer(const json& j, const char* key, const std::string& where) {
   QKV_CHECK(j.contains(key), where, ": \"", key, "\" is missing");
@@ -73,19 +74,7 @@ std::string config_attention_key(kernels::SpecField f) {
     default: return kernels::spec_field_name(f);
   }
 }
-const DecoderNames kConfigKeys{config_key, config_attention_key};
-
-// "Qwen3", "Qwen2", "Llama": the family's word for people (Qwen2's model_type is Qwen2.5's too).
-const char* title_of(const std::string& family) {
-  return family == "qwen3" ? "Qwen3" : family == "qwen2" ? "Qwen2" : "Llama";
-}
-
-std::string describe_llama(const DecoderSpec& s) {
-  const kernels::AttentionSpec& a = s.attention;
-  return str(title_of(s.family), " model: ", s.layers, " layers x ", a.heads, " heads (", a.groups(),
-             " key/value) of ", a.head_dim, ", hidden ", s.width, ", intermediate ", s.ff_width, ", vocab ",
-             s.vocab_size, ", context ", s.context_length, s.tied_head ? ", head tied to the embedding" : "");
-}
+extern const DecoderNames kConfigKeys{config_key, config_attention_key};
 
 bool exists(const std::string& path) {
   struct stat st {};
@@ -115,7 +104,7 @@ std::string quantized(const HfFolder& w, const QuantType& t) {
 
 // Hugging Face's folder: products in the weights' precision unless asked (f32 when the float
 // weights are wanted), a BF16 folder's weights kept in bf16 only for generation. Or a GGUF file.
-LoadedModel load_folder(const std::string& dir, const LoadOptions& options) {
+LoadedModel load_hf_folder(const std::string& dir, const LoadOptions& options) {
   if (is_gguf_file(dir)) return load_gguf(dir, options);
   HfFolder w = read_hf_folder(dir);
   if (options.dropout) w.spec.attention.dropout = *options.dropout;
@@ -143,8 +132,30 @@ LoadedModel load_folder(const std::string& dir, const LoadOptions& options) {
   return m;
 }
 
-std::vector<OutputFile> folder_checkpoint(LanguageModel& model, const std::string& dir, const std::string& tokenizer) {
+std::vector<OutputFile> hf_folder_checkpoint(LanguageModel& model, const std::string& dir, const std::string& tokenizer) {
   return hf_folder_files(model, dir, tokenizer);
+}
+
+}  // namespace models_detail
+
+using models_detail::boolean;
+using models_detail::integer;
+using models_detail::kConfigKeys;
+using models_detail::number;
+using models_detail::text;
+
+namespace {
+
+// "Qwen3", "Qwen2", "Llama": the family's word for people (Qwen2's model_type is Qwen2.5's too).
+const char* title_of(const std::string& family) {
+  return family == "qwen3" ? "Qwen3" : family == "qwen2" ? "Qwen2" : "Llama";
+}
+
+std::string describe_llama(const DecoderSpec& s) {
+  const kernels::AttentionSpec& a = s.attention;
+  return str(title_of(s.family), " model: ", s.layers, " layers x ", a.heads, " heads (", a.groups(),
+             " key/value) of ", a.head_dim, ", hidden ", s.width, ", intermediate ", s.ff_width, ", vocab ",
+             s.vocab_size, ", context ", s.context_length, s.tied_head ? ", head tied to the embedding" : "");
 }
 
 ModelFamily family_entry(const char* name) {
@@ -168,14 +179,14 @@ ModelFamily family_entry(const char* name) {
   for (const std::string& p : llama_preset_names())
     if (p.starts_with(prefix)) f.presets.push_back(p);
   f.preset = llama_preset;
-  f.load = load_folder;
-  f.checkpoint = folder_checkpoint;
+  f.load = models_detail::load_hf_folder;
+  f.checkpoint = models_detail::hf_folder_checkpoint;
   f.checkpoint_kind = "Hugging Face's folder, F32; qkv generate --weights and qkv chat read it";
   f.checkpoint_folder = true;
   // Qwen2.5's tokenizer is Qwen3's but for Qwen3's last four added tokens (<tool_response>,
   // </tool_response>, <think>, </think>): the installed Qwen3 file serves its presets.
   f.vocabulary = qwen ? "qwen3" : "llama3";
-  f.tokenizer = hf_tokenizer;
+  f.tokenizer = models_detail::hf_tokenizer;
   f.end_tokens = qwen ? std::vector<std::string>{"<|im_end|>", "<|endoftext|>"}
                       : std::vector<std::string>{"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"};
   f.chat = family == "qwen3" ? ChatFormat::kQwen3 : family == "qwen2" ? ChatFormat::kQwen2 : ChatFormat::kLlama3;

@@ -57,6 +57,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import torch  # noqa: E402
+import torch.utils.data  # noqa: E402
 
 import harness  # noqa: E402
 import llama_model  # noqa: E402
@@ -456,26 +457,87 @@ def chat(h, tmp, family, cfg, tokenizer, end):
 VERDICT = os.path.join(os.path.dirname(HERE), "data", "the-verdict.txt")
 
 
-def training(h, tmp):
-    """`qkv train --model qwen3|llama|qwen2 --init DIR` (chapter 5's loop, fine-tuning) against the twin run
+class Windows(torch.utils.data.Dataset):
+    """Chapter 5's GPTDatasetV1 on ids: windows of n tokens and their targets, stride n."""
+
+    def __init__(self, ids, n):
+        self.x = [torch.tensor(ids[i:i + n]) for i in range(0, len(ids) - n, n)]
+        self.y = [torch.tensor(ids[i + 1:i + n + 1]) for i in range(0, len(ids) - n, n)]
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+def fine_tune_case(h, tmp, family, m, weights, text, text_file, seed):
+    """`qkv train --model FAMILY --init DIR` (chapter 5's loop, fine-tuning) against the twin m run
     through the same loop in PyTorch: the text split at int(0.9 len) characters, windows of the
     context (stride the same), a shuffled DataLoader with drop_last and one in order, AdamW(4e-4, 0.1),
     an evaluation every eval_freq steps over eval_iter batches of each (iterating both loaders, which
     draws their seeds from the generator torch.manual_seed(seed) started): every evaluation's losses
-    within 1e-4 relative; the checkpoint folder it writes generates."""
-    from torch.utils.data import DataLoader, Dataset
+    within 1e-4 relative; the checkpoint folder it writes generates. Trains m."""
+    from torch.utils.data import DataLoader
 
-    class Windows(Dataset):
-        def __init__(self, ids, n):
-            self.x = [torch.tensor(ids[i:i + n]) for i in range(0, len(ids) - n, n)]
-            self.y = [torch.tensor(ids[i + 1:i + n + 1]) for i in range(0, len(ids) - n, n)]
+    C, batch, eval_freq, eval_iter = 16, 2, 7, 2
+    split = int(0.9 * len(text))
+    train_ids, val_ids = encode(h, weights, text[:split]), encode(h, weights, text[split:])
+    torch.manual_seed(seed)
+    train_loader = DataLoader(Windows(train_ids, C), batch_size=batch, shuffle=True, drop_last=True)
+    val_loader = DataLoader(Windows(val_ids, C), batch_size=batch, shuffle=False, drop_last=False)
 
-        def __len__(self):
-            return len(self.x)
+    def loss_of(x, y):
+        return torch.nn.functional.cross_entropy(m(x).flatten(0, 1), y.flatten())
 
-        def __getitem__(self, i):
-            return self.x[i], self.y[i]
+    def loader_loss(loader):
+        total, n = 0.0, min(eval_iter, len(loader))
+        for i, (x, y) in enumerate(loader):
+            if i >= n:
+                break
+            total += loss_of(x, y).item()
+        return total / n
 
+    opt = torch.optim.AdamW(m.parameters(), lr=4e-4, weight_decay=0.1)
+    want, step = [], -1
+    for x, y in train_loader:
+        opt.zero_grad()
+        loss_of(x, y).backward()
+        opt.step()
+        step += 1
+        if step % eval_freq == 0:
+            with torch.no_grad():
+                want.append((step, loader_loss(train_loader), loader_loss(val_loader)))
+    out = os.path.join(tmp, f"trained-{family}")
+    cmd = [h.qkv, "train", "--model", family, "--init", weights, "--text-file", text_file, "--context-length",
+           str(C), "--seed", str(seed), "--epochs", "1", "--eval-freq", str(eval_freq), "--eval-iter",
+           str(eval_iter), "--batch-size", str(batch), "--sample-tokens", "0", "--json", "--quiet",
+           "--checkpoint", out, "--svg", ""]
+    run = harness.run_qkv(cmd, timeout=600)
+    errors, worst = [], 0.0
+    if run.problem():
+        errors.append(run.problem())
+    else:
+        got = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+        if [g["step"] for g in got] != [w[0] for w in want]:
+            errors.append(f"evaluations at steps {[g['step'] for g in got]}, the twin's at {[w[0] for w in want]}")
+        for g, (st, tl, vl) in zip(got, want):
+            for name, a, b in (("train", g["train_loss"], tl), ("val", g["val_loss"], vl)):
+                worst = max(worst, abs(a - b) / abs(b))
+                if abs(a - b) > 1e-4 * abs(b):
+                    errors.append(f"step {st}: {name} loss {a:.7f}, the twin's {b:.7f}")
+        if not errors and len(want) < 3:
+            errors.append(f"only {len(want)} evaluations: the run is too short to compare")
+        gen = harness.run_qkv([h.qkv, "generate", "--weights", out, "--prompt", "the", "--max-new-tokens", "3"])
+        if gen.problem():
+            errors.append(f"the checkpoint folder does not generate: {gen.problem()}")
+    name = f"train --model {family} --init (fine-tuning, chapter 5's loop)"
+    h.record(name, errors, cmd)
+    print(f"  {'ok  ' if not errors else 'FAIL'} {name}: {len(want)} evaluations, worst relative {worst:.2e}")
+
+
+def training(h, tmp):
+    """fine_tune_case for a model of each family."""
     with open(VERDICT, encoding="utf-8") as f:
         text = f.read()[:2500]
     text_file = os.path.join(tmp, "train.txt")
@@ -486,60 +548,7 @@ def training(h, tmp):
         cfg = make_cfg(family, V, 16, 24, 2, 4, 2, 4, 64, 10000.0, 1e-6, k == 0, None)
         m = twin(cfg, 80 + k)
         weights = write_dir(m, os.path.join(tmp, f"train-{family}"), "f32", tokenizer)
-        C, seed, batch, eval_freq, eval_iter = 16, 5 + k, 2, 7, 2
-        split = int(0.9 * len(text))
-        train_ids, val_ids = encode(h, weights, text[:split]), encode(h, weights, text[split:])
-        torch.manual_seed(seed)
-        train_loader = DataLoader(Windows(train_ids, C), batch_size=batch, shuffle=True, drop_last=True)
-        val_loader = DataLoader(Windows(val_ids, C), batch_size=batch, shuffle=False, drop_last=False)
-
-        def loss_of(x, y):
-            return torch.nn.functional.cross_entropy(m(x).flatten(0, 1), y.flatten())
-
-        def loader_loss(loader):
-            total, n = 0.0, min(eval_iter, len(loader))
-            for i, (x, y) in enumerate(loader):
-                if i >= n:
-                    break
-                total += loss_of(x, y).item()
-            return total / n
-
-        opt = torch.optim.AdamW(m.parameters(), lr=4e-4, weight_decay=0.1)
-        want, step = [], -1
-        for x, y in train_loader:
-            opt.zero_grad()
-            loss_of(x, y).backward()
-            opt.step()
-            step += 1
-            if step % eval_freq == 0:
-                with torch.no_grad():
-                    want.append((step, loader_loss(train_loader), loader_loss(val_loader)))
-        out = os.path.join(tmp, f"trained-{family}")
-        cmd = [h.qkv, "train", "--model", family, "--init", weights, "--text-file", text_file, "--context-length",
-               str(C), "--seed", str(seed), "--epochs", "1", "--eval-freq", str(eval_freq), "--eval-iter",
-               str(eval_iter), "--batch-size", str(batch), "--sample-tokens", "0", "--json", "--quiet",
-               "--checkpoint", out, "--svg", ""]
-        run = harness.run_qkv(cmd, timeout=600)
-        errors, worst = [], 0.0
-        if run.problem():
-            errors.append(run.problem())
-        else:
-            got = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
-            if [g["step"] for g in got] != [w[0] for w in want]:
-                errors.append(f"evaluations at steps {[g['step'] for g in got]}, the twin's at {[w[0] for w in want]}")
-            for g, (st, tl, vl) in zip(got, want):
-                for name, a, b in (("train", g["train_loss"], tl), ("val", g["val_loss"], vl)):
-                    worst = max(worst, abs(a - b) / abs(b))
-                    if abs(a - b) > 1e-4 * abs(b):
-                        errors.append(f"step {st}: {name} loss {a:.7f}, the twin's {b:.7f}")
-            if not errors and len(want) < 3:
-                errors.append(f"only {len(want)} evaluations: the run is too short to compare")
-            gen = harness.run_qkv([h.qkv, "generate", "--weights", out, "--prompt", "the", "--max-new-tokens", "3"])
-            if gen.problem():
-                errors.append(f"the checkpoint folder does not generate: {gen.problem()}")
-        name = f"train --model {family} --init (fine-tuning, chapter 5's loop)"
-        h.record(name, errors, cmd)
-        print(f"  {'ok  ' if not errors else 'FAIL'} {name}: {len(want)} evaluations, worst relative {worst:.2e}")
+        fine_tune_case(h, tmp, family, m, weights, text, text_file, 5 + k)
 
 
 # --- bad input ------------------------------------------------------------------------------------------

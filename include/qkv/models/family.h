@@ -14,6 +14,7 @@
 //   llama         Llama 3 (model_type "llama", GGUF "llama")
 //   qwen2         Qwen2 and Qwen2.5 (model_type "qwen2", GGUF "qwen2")
 //   qwen3         Qwen3 (model_type "qwen3", GGUF "qwen3")
+//   qwen3_5       Qwen3.5's text model (model_type "qwen3_5"): Gated DeltaNet and gated attention
 //
 // Adding a family: one entry (in its own file in src/models/, as gpt.cc and llama.cc are, declared
 // in src/models/families.h and listed in family.cc) and, when its block differs, the block's
@@ -64,6 +65,8 @@ struct ModelFamily {
   // GGUF's general.architecture values whose files it reads (models/gguf_model.h): its metadata
   // into read_config's config.json, its tensors by the state names.
   std::vector<std::string> gguf_architectures;
+  // The prefixes of a folder's tensors that are not the model's, skipped (Qwen3.5's vision tower).
+  std::vector<std::string> other_tensors = {};
   StateNames names;
   FamilyWords words;
   DecoderNames keys;                     // its configuration's names for the spec's fields, in messages
