@@ -18,6 +18,7 @@ echo "== sanitizer build (ASan + UBSan): ctest" >&2
 sanitize=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" -DBUILD_TESTING=ON
           -DQKV_WERROR=ON -DQKV_SANITIZE=ON -DQKV_BENCH=OFF)
 grep -qw avx512f /proc/cpuinfo || sanitize+=("-DQKV_HWY_DISABLED_TARGETS=HWY_SSSE3|HWY_SSE4|HWY_AVX3")
+[ -f build-sanitize/CMakeCache.txt ] || sanitize+=(-G Ninja)  # as setup.sh's build (a tree keeps its generator)
 cmake -S . -B build-sanitize "${sanitize[@]}" >/dev/null
 cmake --build build-sanitize -j"$jobs" >&2
 (cd build-sanitize && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
