@@ -1,7 +1,7 @@
 // A model loaded with its weights in bf16 only (DecoderModel::load_bf16_only): the same numbers as
 // the float model with bf16 copies kept (keep_bf16_weights) - bit for bit on the cached path,
-// forward() as its last position - for every family the decoder has (Llama 3 and Qwen3 from a BF16
-// Hugging Face folder, as they ship; the book's GPT, whose positions, biases and LayerNorms are read
+// forward() as its last position - for every family the decoder has (Llama 3, Qwen2.5, Qwen3 and
+// Qwen3.5 from a BF16 Hugging Face folder, as they ship; the book's GPT, whose positions, biases and LayerNorms are read
 // as floats beside the bf16 products), and every use that needs the float weights refused with a
 // message saying how to load them.
 #include <gtest/gtest.h>
@@ -17,14 +17,29 @@
 #include "qkv/core/generator.h"
 #include "qkv/core/ops.h"
 #include "qkv/models/hf_folder.h"
+#include "qkv/models/qwen3_5.h"
 #include "test_support.h"
 
 namespace qkv {
 namespace {
 
+// A small Qwen3.5: two Gated DeltaNet layers (4 value heads sharing 2 key heads) and two gated
+// attention layers (partial rotary: 4 of 8 dims).
+DecoderSpec small_qwen3_5(bool tied) {
+  const nlohmann::json text = {{"vocab_size", 40}, {"hidden_size", 24}, {"intermediate_size", 36},
+                               {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                               {"head_dim", 8}, {"max_position_embeddings", 16},
+                               {"rope_parameters", {{"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}}},
+                               {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
+                               {"linear_num_value_heads", 4}, {"linear_num_key_heads", 2}, {"linear_key_head_dim", 4},
+                               {"linear_value_head_dim", 6}, {"linear_conv_kernel_dim", 3}};
+  return read_qwen3_5_config({{"model_type", "qwen3_5"}, {"tie_word_embeddings", tied}, {"text_config", text}});
+}
+
 DecoderSpec small(const std::string& family, bool tied) {
-  DecoderSpec s = family == "gpt" ? gpt_spec(40, 16, 24, 4, 2, 0.0, /*qkv_bias=*/true, tied)
-                                  : llama_sizes(family, 40, 24, 36, 2, 4, 2, 8, 16, tied);
+  DecoderSpec s = family == "gpt"       ? gpt_spec(40, 16, 24, 4, 2, 0.0, /*qkv_bias=*/true, tied)
+                  : family == "qwen3_5" ? small_qwen3_5(tied)
+                                        : llama_sizes(family, 40, 24, 36, 2, 4, 2, 8, 16, tied);
   s.attention.dtype = Dtype::kBF16;
   s.path = AttentionPath::kFused;
   return s;
@@ -102,7 +117,7 @@ TEST_P(Bf16Only, SameNumbersAsTheFloatModelWithBf16Copies) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Bf16Only,
-                         ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3", "gpt"), ::testing::Bool()));
+                         ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3", "qwen3_5", "gpt"), ::testing::Bool()));
 
 TEST(Bf16OnlyRefusals, WhatNeedsTheFloatWeightsSaysHowToLoadThem) {
   Generator gen(6);
