@@ -36,7 +36,7 @@ void print_error(const std::string& message) {
 
 int run(int argc, char** argv) {
   CLI::App app{"qkv: transformer attention, the book's GPT model, " +
-                   qkv::family_titles([](const qkv::ModelFamily& f) { return f.checkpoint_folder; }) +
+                   qkv::family_titles(qkv::has_hf_folder) +
                    ", exact to PyTorch",
                "qkv"};
   app.require_subcommand(1);

@@ -42,10 +42,10 @@ void add_book_train_flags(CLI::App* sub, BookTrainFlags& g) {
   std::string folders;  // the families of Hugging Face's folders: llama | qwen2 | ...
   for (const ModelFamily* f : model_families()) {
     families.push_back(f->name);
-    if (f->checkpoint_folder) folders += (folders.empty() ? "" : " | ") + f->name;
+    if (has_hf_folder(*f)) folders += (folders.empty() ? "" : " | ") + f->name;
   }
   sub->add_option("--model", g.model, "attention-lm (the attention-only LM) | gpt (the book's GPT model, chapter 5) | " +
-                                          folders + " (" + family_titles([](const ModelFamily& f) { return f.checkpoint_folder; }) +
+                                          folders + " (" + family_titles(has_hf_folder) +
                                           ": chapter 5's loop, fine-tuning from --init)")
       ->check(CLI::IsMember(families))
       ->capture_default_str();

@@ -60,6 +60,7 @@ std::string family_titles(bool (*has)(const ModelFamily&), const char* last) {
 
 bool has_gguf(const ModelFamily& f) { return !f.gguf_architectures.empty(); }
 bool has_chat(const ModelFamily& f) { return f.chat.has_value(); }
+bool has_hf_folder(const ModelFamily& f) { return f.checkpoint_folder; }
 
 const ModelFamily* family_of_model_type(const std::string& model_type) {
   for (const ModelFamily* f : model_families())

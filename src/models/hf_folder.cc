@@ -35,15 +35,11 @@ bool skipped(const std::string& name, const ModelFamily& family) {
   return false;
 }
 
-// The families whose folders are read here (config.json's read by the family): all but GPT-2's
-// (its folders load as the book's GPT model) and qkv train's checkpoints.
-bool reads_folders(const ModelFamily& f) { return f.read_config != nullptr && f.name != "gpt" && f.checkpoint_folder; }
-
 // "\"llama\" (Llama 3), ..., \"qwen3_5\" (Qwen3.5)": their model_type values, for messages.
 std::string folder_types() {
   std::string s;
   for (const ModelFamily* f : model_families())
-    if (reads_folders(*f))
+    if (has_hf_folder(*f))
       for (const std::string& t : f->model_types) s += str(s.empty() ? "" : ", ", "\"", t, "\" (", f->title, ")");
   return s;
 }

@@ -9,6 +9,7 @@ book's notebook (ch05/16_qwen3.5), its linear-attention layer book_classes.Qwen3
     logits = model(ids)                              # ids (B, T) long -> (B, T, V)
     hf = to_hugging_face(model)                      # Hugging Face's tensor names (model.language_model.*)
     config_json(cfg)                                 # Hugging Face's config.json for it
+    generate(model, idx, max_new_tokens, context_size, temperature, top_k, stop_ids)   # llama_model's loop
 
 Blocks: x = x + mixer(norm1(x)); x = x + ff(norm2(x)); the mixer is the gated attention
 (full_attention: W_query (2 H D, E) packs each head's D query rows then its D gate rows; QK-norm; RoPE
@@ -20,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from book_classes import Qwen3_5GatedDeltaNet
+from llama_model import generate  # noqa: F401  (chapter 5's loop, the same for every twin)
 
 
 class RMSNorm(nn.Module):
@@ -186,21 +188,3 @@ def perturb(model, seed):
             if "norm" in name or name.endswith("dt_bias"):
                 p.add_(0.3 * torch.randn(p.shape, generator=g))
     return model
-
-
-def generate(model, idx, max_new_tokens, context_size, temperature=0.0, top_k=None, stop_ids=()):
-    """Chapter 5's loop: top-k, temperature, torch.multinomial; stops (without adding it) at a stop id."""
-    for _ in range(max_new_tokens):
-        with torch.no_grad():
-            logits = model(idx[:, -context_size:])[:, -1, :]
-        if top_k is not None:
-            top_logits, _ = torch.topk(logits, top_k)
-            logits = torch.where(logits < top_logits[:, -1], torch.tensor(float("-inf")), logits)
-        if temperature > 0.0:
-            idx_next = torch.multinomial(torch.softmax(logits / temperature, dim=-1), num_samples=1)
-        else:
-            idx_next = torch.argmax(logits, dim=-1, keepdim=True)
-        if idx_next.item() in stop_ids:
-            break
-        idx = torch.cat((idx, idx_next), dim=1)
-    return idx

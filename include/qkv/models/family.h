@@ -115,6 +115,7 @@ const ModelFamily& model_family(const std::string& name);
 std::string family_titles(bool (*has)(const ModelFamily&), const char* last = "and");
 bool has_gguf(const ModelFamily& f);  // a GGUF architecture
 bool has_chat(const ModelFamily& f);  // a chat format
+bool has_hf_folder(const ModelFamily& f);  // Hugging Face's folders (hf_folder.h): read, and its checkpoints
 // The family reading config.json's model_type, or null.
 const ModelFamily* family_of_model_type(const std::string& model_type);
 // Every family's presets, and the family a preset belongs to (qkv::Error listing them all).
