@@ -28,6 +28,7 @@
 #include "qkv/perf/accuracy_bench.h"
 #include "qkv/perf/attention_bench.h"
 #include "qkv/perf/decode_bench.h"
+#include "qkv/perf/deltanet_bench.h"
 #include "qkv/perf/gpt_bench.h"
 
 namespace qkv::cli {
@@ -116,6 +117,27 @@ int run_accuracy(const BenchFlags& f, const CLI::App& sub) {
   return 0;
 }
 
+// --module gated-deltanet: the rule's sizes; the attention's flags are refused by name.
+int run_deltanet(BenchFlags& f, const CLI::App& sub) {
+  for (const char* flag : {"--kv-len", "--cache-dtype", "--no-mask", "--dropout", "--window", "--alibi", "--softcap",
+                           "--rope", "--num-kv-heads", "--dtype", "--gemm", "--d-model"})
+    QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module gated-deltanet (it times the gated delta rule "
+              "alone: --batch, --seq-len, --num-heads, --head-dim, --backward)");
+  QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module gated-deltanet");
+  check_threads(f.threads);
+  if (f.threads > 0) set_default_thread_count(f.threads);
+  perf::DeltaNetBenchShape s;
+  s.batch = f.batch;
+  s.tokens = f.seq_len;
+  s.heads = sub.count("--num-heads") ? f.attention.heads : 16;
+  s.head_dim = f.attention.head_dim > 0 ? f.attention.head_dim : 128;
+  s.backward = f.backward;
+  const perf::DeltaNetBenchReport r = perf::run_deltanet_bench(s, f.iters, f.warmup, default_pool());
+  std::cout << perf::report_text(r);
+  if (f.json) std::cout << perf::report_json(r).dump() << "\n";
+  return 0;
+}
+
 // --module ring-attention: the ring's own flags; the others are refused by name.
 int run_ring(const BenchFlags& f, const CLI::App& sub) {
   for (const char* flag : {"--kv-len", "--cache-dtype", "--rope", "--d-model"})
@@ -149,6 +171,7 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   for (const char* flag : {"--preset", "--new-tokens"})
     QKV_CHECK(sub.count(flag) == 0, flag, " is a flag of --module gpt, not ", f.module);
   QKV_CHECK(sub.count("--split") == 0, "--split is a flag of --module ring-attention, not ", f.module);
+  if (f.module == "gated-deltanet") return run_deltanet(f, sub);
   if (f.module == "decode") {
     for (const char* flag : {"--seq-len", "--backward", "--no-mask", "--dropout", "--window", "--alibi", "--softcap", "--rope"})
       QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module decode (it times one causal query per head "
@@ -244,9 +267,12 @@ Command add_bench(CLI::App& app) {
                   "head over a KV cache of --kv-len positions, against the memory bandwidth) | ring-attention (the "
                   "fused kernel's ring across MPI ranks: mpirun -np N qkv bench ...) | gpt (the whole GPT model of --preset: "
                   "a forward, a training step with --backward, or decoding with --new-tokens) | accuracy (quantized "
-                  "weights against the float ones on --text: KL divergence, top-1 agreement, perplexities)")
+                  "weights against the float ones on --text: KL divergence, top-1 agreement, perplexities) | "
+                  "gated-deltanet (the gated delta rule of Qwen3.5's linear layers in chunks, --num-heads heads of "
+                  "--head-dim, against the FMA peak and the token-by-token recurrence)")
       ->required()
-      ->check(CLI::IsMember({"mha", "causal-attention", "attention-core", "decode", "ring-attention", "gpt", "accuracy"}));
+      ->check(CLI::IsMember({"mha", "causal-attention", "attention-core", "decode", "ring-attention", "gpt", "accuracy",
+                             "gated-deltanet"}));
   sub->add_option("--preset", f->preset, "gpt: the model's sizes, " + preset_list())
       ->default_val("gpt2-small");
   sub->add_option("--weights", f->weights,
@@ -265,8 +291,9 @@ Command add_bench(CLI::App& app) {
       ->default_val("f32")
       ->check(CLI::IsMember({"f32", "bf16"}));
   add_number_with_default(sub, "--d-model", f->d_model, "Channels C = d_in = d_out");
-  add_number_with_default(sub, "--num-heads", f->attention.heads, "Heads H");
-  add_number(sub, "--head-dim", f->attention.head_dim, "Head dim D (attention-core; default d_model / num_heads)");
+  add_number_with_default(sub, "--num-heads", f->attention.heads, "Heads H (gated-deltanet: default 16)");
+  add_number(sub, "--head-dim", f->attention.head_dim,
+             "Head dim D (attention-core; default d_model / num_heads; gated-deltanet: Dk = Dv, default 128)");
   sub->add_flag("--backward", f->backward, "Time forward + backward (one training step of the layer)");
   sub->add_flag_function("--no-mask", [f](int64_t) { f->attention.causal = false; },
                          "No causal mask (FLOPs then count every score)");

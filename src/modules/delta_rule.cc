@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "qkv/core/error.h"
+#include "qkv/core/thread_pool.h"
 #include "qkv/core/torch_math.h"
 
 namespace qkv {
@@ -41,14 +42,15 @@ void update(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t row, dou
 void delta_rule_forward(const DeltaRuleShape& s, const DeltaRuleInputs& in, std::vector<double>& states, float* y) {
   const int64_t T = s.tokens, H = s.heads, KV = s.key_dim * s.value_dim;
   states.assign(static_cast<size_t>(s.batch * H * T * KV), 0.0);
-  std::vector<double> mem(s.value_dim), delta(s.value_dim);
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t t = 0; t < T; ++t) {
-        double* S = &states[((b * H + h) * T + t) * KV];
-        if (t > 0) std::copy(S - KV, S, S);  // from the previous token's state
-        update(s, in, (b * T + t) * H + h, S, mem.data(), delta.data(), y);
-      }
+  default_pool().parallel_for(s.batch * H, [&](int64_t bh, int) {  // sequences and heads are independent
+    const int64_t b = bh / H, h = bh % H;
+    std::vector<double> mem(s.value_dim), delta(s.value_dim);
+    for (int64_t t = 0; t < T; ++t) {
+      double* S = &states[(bh * T + t) * KV];
+      if (t > 0) std::copy(S - KV, S, S);  // from the previous token's state
+      update(s, in, (b * T + t) * H + h, S, mem.data(), delta.data(), y);
+    }
+  });
 }
 
 void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, std::vector<double>& state, float* y) {
@@ -60,20 +62,20 @@ void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, std::vec
 
 void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, double* state, float* y) {
   const int64_t T = s.tokens, H = s.heads, KV = s.key_dim * s.value_dim;
-  std::vector<double> mem(s.value_dim), delta(s.value_dim);
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t t = 0; t < T; ++t)
-        update(s, in, (b * T + t) * H + h, &state[(b * H + h) * KV], mem.data(), delta.data(), y);
+  default_pool().parallel_for(s.batch * H, [&](int64_t bh, int) {
+    const int64_t b = bh / H, h = bh % H;
+    std::vector<double> mem(s.value_dim), delta(s.value_dim);
+    for (int64_t t = 0; t < T; ++t) update(s, in, (b * T + t) * H + h, &state[bh * KV], mem.data(), delta.data(), y);
+  });
 }
 
 void delta_rule_backward(const DeltaRuleShape& s, const DeltaRuleInputs& in, const std::vector<double>& states,
                          const float* dy, const DeltaRuleGrads& grad) {
   const int64_t T = s.tokens, H = s.heads, Dk = s.key_dim, Dv = s.value_dim, KV = Dk * Dv, bw = s.beta_width();
-  std::vector<double> G(KV), mem(Dv), delta(Dv), ddelta(Dv), dmem(Dv);  // G = dL/dS_t
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      std::fill(G.begin(), G.end(), 0.0);
+  default_pool().parallel_for(s.batch * H, [&](int64_t bh, int) {
+    const int64_t b = bh / H, h = bh % H;
+    std::vector<double> G(KV, 0.0), mem(Dv), delta(Dv), ddelta(Dv), dmem(Dv);  // G = dL/dS_t
+    {
       for (int64_t t = T - 1; t >= 0; --t) {
         const int64_t row = (b * T + t) * H + h;
         const float* k = in.k + row * Dk;
@@ -139,6 +141,7 @@ void delta_rule_backward(const DeltaRuleShape& s, const DeltaRuleInputs& in, con
         for (int64_t i = 0; i < KV; ++i) G[i] *= a;
       }
     }
+  });
 }
 
 void delta_rule_forward_chunked(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t chunk, float* y,

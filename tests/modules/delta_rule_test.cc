@@ -10,12 +10,21 @@
 
 #include "qkv/core/generator.h"
 #include "qkv/modules/delta_rule.h"
+#include "qkv/modules/delta_rule_chunked.h"
 #include "test_support.h"
 
 namespace qkv {
 namespace {
 
 using testing_support::error_of;
+
+// The decays as the chunked form takes them: log alpha, with -200 for an alpha of 0 (a decay that
+// leaves nothing of the state in float or double).
+std::vector<float> log_of(const std::vector<float>& alpha) {
+  std::vector<float> out(alpha.size());
+  for (size_t i = 0; i < alpha.size(); ++i) out[i] = alpha[i] > 0 ? std::log(alpha[i]) : -200.0f;
+  return out;
+}
 
 // Random inputs of a shape: q, k rows of unit length (as after l2norm), beta in (0, 1), alpha in
 // (0.5, 1) or, with `forgetful`, some alphas of exactly 0 and some tiny.
@@ -180,6 +189,109 @@ TEST(DeltaRule, TheBackwardMatchesCentralDifferences) {
       }
     }
   }
+}
+
+
+// The fast chunked form (float32 products) against the recurrence in double: across chunk
+// boundaries, mild decays (one exp per token) and strong ones (one per pair), from a given state
+// and from zeros; the state after the last token too.
+TEST(DeltaRuleChunked, TheForwardEqualsTheRecurrence) {
+  Generator gen(17);
+  struct Case {
+    DeltaRuleShape shape;
+    bool forgetful, from_state;
+  };
+  const Case cases[] = {
+      {{1, 1, 1, 4, 4}, false, false},     {{2, 63, 3, 8, 5}, false, true},   {{1, 64, 2, 16, 16}, false, false},
+      {{3, 65, 2, 8, 6}, true, false},     {{1, 130, 1, 32, 16}, false, true}, {{2, 200, 2, 12, 20}, true, true},
+      {{1, 129, 4, 8, 8}, false, false},
+  };
+  for (const Case& c : cases) {
+    const DeltaRuleShape& s = c.shape;
+    const std::string what = "B=" + std::to_string(s.batch) + " T=" + std::to_string(s.tokens) +
+                             " H=" + std::to_string(s.heads) + " Dk=" + std::to_string(s.key_dim) +
+                             " Dv=" + std::to_string(s.value_dim) + (c.forgetful ? " forgetful" : "");
+    const Inputs in = random_inputs(s, gen, c.forgetful);
+    const std::vector<float> log_alpha = log_of(in.alpha);
+    const int64_t KV = s.key_dim * s.value_dim;
+    std::vector<float> start(static_cast<size_t>(s.batch * s.heads * KV), 0.0f);
+    if (c.from_state) gen.normal(start.data(), static_cast<int64_t>(start.size()), 0.0, 1.0);
+    std::vector<float> y(static_cast<size_t>(s.rows() * s.value_dim)), yc(y.size());
+    std::vector<double> state(start.begin(), start.end());
+    delta_rule_run(s, in.view(), state, y.data());
+    std::vector<float> fstate = start;
+    delta_rule_chunked_forward(s, {in.q.data(), in.k.data(), in.v.data(), in.beta.data(), log_alpha.data()}, yc.data(),
+                               fstate.data());
+    double err = 0;
+    for (size_t i = 0; i < y.size(); ++i) err = std::max(err, static_cast<double>(std::fabs(y[i] - yc[i])));
+    EXPECT_LE(err, 1e-5 * std::max(1.0, max_abs(y))) << what;
+    EXPECT_GT(max_abs(y), 0.1) << what;
+    double state_err = 0, state_scale = 1;
+    for (size_t i = 0; i < state.size(); ++i) {
+      state_err = std::max(state_err, std::fabs(state[i] - fstate[i]));
+      state_scale = std::max(state_scale, std::fabs(state[i]));
+    }
+    EXPECT_LE(state_err, 1e-5 * state_scale) << what;
+  }
+}
+
+
+// The chunked backward against the recurrence's (log alpha's gradient = alpha's times alpha), on
+// the same cases' kinds: every gradient within 1e-4 of the tensor's scale.
+TEST(DeltaRuleChunked, TheBackwardEqualsTheRecurrences) {
+  Generator gen(19);
+  const std::pair<DeltaRuleShape, bool> cases[] = {
+      {{1, 1, 1, 4, 4}, false}, {{2, 63, 3, 8, 5}, false}, {{3, 65, 2, 8, 6}, true},
+      {{1, 130, 1, 32, 16}, false}, {{2, 200, 2, 12, 20}, true}, {{1, 129, 4, 8, 8}, false},
+  };
+  for (const auto& [s, forgetful] : cases) {
+    const std::string what = "B=" + std::to_string(s.batch) + " T=" + std::to_string(s.tokens) +
+                             " H=" + std::to_string(s.heads) + " Dk=" + std::to_string(s.key_dim) +
+                             " Dv=" + std::to_string(s.value_dim) + (forgetful ? " forgetful" : "");
+    Inputs in = random_inputs(s, gen, forgetful);
+    if (forgetful)  // alpha's gradient at alpha = 0 has no log alpha's counterpart
+      for (float& a : in.alpha) a = std::max(a, 1e-30f);
+    const std::vector<float> log_alpha = log_of(in.alpha);
+    std::vector<float> dy(static_cast<size_t>(s.rows() * s.value_dim)), y(dy.size());
+    gen.normal(dy.data(), static_cast<int64_t>(dy.size()), 0.0, 1.0);
+    std::vector<double> states;
+    delta_rule_forward(s, in.view(), states, y.data());
+    Inputs want = in;
+    delta_rule_backward(s, in.view(), states, dy.data(),
+                        {want.q.data(), want.k.data(), want.v.data(), want.beta.data(), want.alpha.data()});
+    for (size_t i = 0; i < want.alpha.size(); ++i) want.alpha[i] *= in.alpha[i];  // d/d log alpha
+    const DeltaRuleLogInputs log_in{in.q.data(), in.k.data(), in.v.data(), in.beta.data(), log_alpha.data()};
+    std::vector<float> chunk_states;
+    delta_rule_chunked_forward(s, log_in, y.data(), nullptr, &chunk_states);
+    EXPECT_EQ(chunk_states.size(), static_cast<size_t>(s.batch * s.heads * delta_rule_chunks(s.tokens) * s.key_dim *
+                                                       s.value_dim));
+    Inputs got = in;
+    delta_rule_chunked_backward(s, log_in, chunk_states, dy.data(),
+                                {got.q.data(), got.k.data(), got.v.data(), got.beta.data(), got.alpha.data()});
+    const std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>> grads[] = {
+        {"q", {&want.q, &got.q}},          {"k", {&want.k, &got.k}},       {"v", {&want.v, &got.v}},
+        {"beta", {&want.beta, &got.beta}}, {"log alpha", {&want.alpha, &got.alpha}}};
+    double largest = 0;
+    for (const auto& [name, pair] : grads) largest = std::max(largest, max_abs(*pair.first));
+    for (const auto& [name, pair] : grads) {
+      const std::vector<float>& a = *pair.first;
+      const std::vector<float>& b = *pair.second;
+      double err = 0;
+      for (size_t i = 0; i < a.size(); ++i) err = std::max(err, static_cast<double>(std::fabs(a[i] - b[i])));
+      // one token: alpha multiplies a state of zeros, its gradient is 0 (judged against the others')
+      const bool zero = s.tokens == 1 && std::string(name) == "log alpha";
+      EXPECT_EQ(zero, max_abs(a) == 0) << name << " " << what;
+      EXPECT_LE(err, 1e-4 * (zero ? largest : max_abs(a))) << name << " " << what;
+    }
+  }
+  std::vector<float> none;
+  const DeltaRuleShape s{1, 3, 1, 2, 2, false};
+  std::vector<float> x(12), g(12);
+  EXPECT_NE(error_of([&] {
+              delta_rule_chunked_backward(s, {x.data(), x.data(), x.data(), x.data(), x.data()}, none, x.data(),
+                                          {g.data(), g.data(), g.data(), g.data(), g.data()});
+            }).find("0 chunk-state numbers; expected batch x heads x chunks x Dk x Dv = 4"),
+            std::string::npos);
 }
 
 }  // namespace

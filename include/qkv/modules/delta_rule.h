@@ -9,7 +9,9 @@
 //   beta (B, T, H, Dv) per channel (the book's class) or (B, T, H) per head (Qwen3.5)
 // The state and its sums are carried in double, so that the float32 rounding of the inputs is all
 // that separates the result from a float64 computation. The forward keeps the state after every
-// token (B, H, T, Dk, Dv doubles) for the backward.
+// token (B, H, T, Dk, Dv doubles) for the backward. Sequences and heads run in parallel on the
+// default pool (each one's sums in the same order whatever the threads). The fast form for
+// prompts and training is modules/delta_rule_chunked.h's, tested against this one.
 #pragma once
 
 #include <cstdint>

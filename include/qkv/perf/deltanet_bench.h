@@ -1,0 +1,48 @@
+// qkv/perf/deltanet_bench.h - timing the gated delta rule's chunked form against the machine's
+// FMA peak and against the token-by-token recurrence (`qkv bench --module gated-deltanet`).
+//
+// Legend: B batch, T tokens, H heads, Dk = Dv = D head width. A case is random inputs as Qwen3.5's
+// linear layer makes them: q and k rows of unit length (q times 1 / sqrt(D)), v uniform in [-1, 1),
+// beta in (0, 1), per-token decays alpha in (0.9, 1) (a trained layer's range: mild decays). The
+// chunked form's FLOPs are its products' (modules/delta_rule_chunked.h: delta_rule_chunked_flops,
+// the triangular ones counted half); the recurrence (modules/delta_rule.h, double states) runs on
+// the same inputs, and its time against the chunked form's is the speedup.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qkv/core/thread_pool.h"
+
+namespace qkv::perf {
+
+struct DeltaNetBenchShape {
+  int64_t batch = 1, tokens = 0, heads = 16, head_dim = 128;
+  bool backward = false;  // a step is the forward (keeping the chunk states) and the backward
+};
+
+struct DeltaNetBenchReport {
+  DeltaNetBenchShape shape;
+  int threads = 0, iters = 0;
+  std::string simd, gemm;                 // the kernels' target, what runs the products
+  double peak_gflops = 0;                 // measured fp32 FMA peak, same threads
+  std::vector<double> times_ms;           // each timed step of the chunked form
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  double flops = 0, gflops = 0;           // per step; flops / median
+  std::vector<double> recurrence_ms;      // the recurrence's steps (fewer runs: it is slow)
+  double recurrence_median_ms = 0;
+  double max_abs_difference = 0;          // |y_chunked - y_recurrence|, the forward's outputs
+  double max_rss_mib = 0;
+};
+
+// Checks the shape (qkv::Error naming a size below 1), measures the peak, then times `warmup`
+// untimed and `iters` timed steps of the chunked form, and min(iters, 3) of the recurrence.
+DeltaNetBenchReport run_deltanet_bench(const DeltaNetBenchShape& shape, int iters, int warmup, ThreadPool& pool);
+
+std::string report_text(const DeltaNetBenchReport& r);
+nlohmann::json report_json(const DeltaNetBenchReport& r);
+
+}  // namespace qkv::perf

@@ -1,0 +1,312 @@
+// The gated delta rule in chunks, float32 products. See include/qkv/modules/delta_rule_chunked.h.
+#include "qkv/modules/delta_rule_chunked.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "qkv/core/error.h"
+#include "qkv/core/gemm.h"
+
+namespace qkv {
+
+namespace {
+
+constexpr int64_t kC = kDeltaRuleChunk;
+
+// One (b, h)'s rows: row t of q at q + t * ldk (ldk = H Dk), of v and y at t * ldv (ldv = H Dv), of
+// beta and log alpha at t * H.
+struct HeadRows {
+  const float *q, *k, *v, *beta, *log_alpha;
+  int64_t ldk, ldv, H;
+};
+
+HeadRows head_rows(const DeltaRuleShape& s, const DeltaRuleLogInputs& in, int64_t b, int64_t h) {
+  const int64_t H = s.heads, first = b * s.tokens * H + h;
+  return {in.q + first * s.key_dim, in.k + first * s.key_dim, in.v + first * s.value_dim, in.beta + first,
+          in.log_alpha + first, H * s.key_dim, H * s.value_dim, H};
+}
+
+// C (M, N) = alpha op(A) op(B) + beta C on the pool (nested in a task: on its worker).
+void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+             const float* B, int64_t ldb, float beta, float* C, int64_t ldc, ThreadPool* pool) {
+  GemmArgs g = gemm_args(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+  g.alpha = alpha;
+  g.beta = beta;
+  sgemm(g, pool);
+}
+
+// A chunk's decays from its C log alphas: g (C, double), gamma = e^g, tail_r = e^{g_{C-1} - g_r}, and
+// E (C, C, row stride kC) = e^{g_t - g_r} on and below the diagonal, 0 above. When the chunk's whole
+// decay is at most e^-80, E = (e^{g_t - g_0}) (e^{g_0 - g_r}), two exps per token instead of one per
+// pair, neither factor leaving float's range; else one exp per pair (0 once below float's range).
+struct Decays {
+  double g[kC];
+  float gamma[kC], tail[kC], E[kC * kC];
+  void compute(const float* log_alpha, int64_t H, int64_t C) {
+    double sum = 0;
+    for (int64_t t = 0; t < C; ++t) g[t] = sum += log_alpha[t * H];
+    for (int64_t t = 0; t < C; ++t) {
+      gamma[t] = static_cast<float>(std::exp(g[t]));
+      tail[t] = std::exp(static_cast<float>(g[C - 1] - g[t]));
+    }
+    if (g[0] - g[C - 1] <= 80.0) {
+      float lead[kC], back[kC];
+      for (int64_t t = 0; t < C; ++t) {
+        lead[t] = std::exp(static_cast<float>(g[t] - g[0]));
+        back[t] = std::exp(static_cast<float>(g[0] - g[t]));
+      }
+      for (int64_t t = 0; t < C; ++t) {
+        float* row = E + t * kC;
+        for (int64_t r = 0; r <= t; ++r) row[r] = lead[t] * back[r];
+        row[t] = 1.0f;
+        std::fill(row + t + 1, row + C, 0.0f);
+      }
+      return;
+    }
+    for (int64_t t = 0; t < C; ++t) {
+      float* row = E + t * kC;
+      std::fill(row, row + C, 0.0f);
+      for (int64_t r = t; r >= 0 && g[t] - g[r] > -104.0; --r) row[r] = std::exp(static_cast<float>(g[t] - g[r]));
+    }
+  }
+};
+
+// What one chunk's forward computes before its state is needed, and its update U.
+struct ChunkWork {
+  Decays d;
+  float kkqk[2 * kC * kC], a[kC * kC], tm[kC * kC];  // [K K^T; Q K^T -> P]; A; (I + A)^-1
+  float *kk = kkqk, *qk = kkqk;                       // qk: kkqk's rows C.. (set by run)
+  // kq: the chunk's [K; Q] rows (2C, Dk); x: [diag(beta) V | diag(beta gamma) K] (C, Dv + Dk);
+  // uw: [U0 -> U | W] (C, Dv + Dk), U's rows at u with row stride ldu; kt: diag(tail) K (C, Dk)
+  std::vector<float> kq, x, uw, kt;
+  float* u = nullptr;
+  int64_t ldu = 0;
+  ChunkWork(int64_t Dk, int64_t Dv) : kq(2 * kC * Dk), x(kC * (Dv + Dk)), uw(x.size()), kt(kC * Dk) {
+    u = uw.data();
+    ldu = Dv + Dk;
+  }
+
+  // Everything of the chunk's C rows up to U = U0 - W S_0 (S: Dk x Dv).
+  void run(const HeadRows& r, int64_t C, int64_t Dk, int64_t Dv, const float* S, ThreadPool* pool) {
+    d.compute(r.log_alpha, r.H, C);
+    for (int64_t t = 0; t < C; ++t) {
+      std::copy_n(r.k + t * r.ldk, Dk, &kq[t * Dk]);
+      std::copy_n(r.q + t * r.ldk, Dk, &kq[(C + t) * Dk]);
+    }
+    qk = kkqk + C * kC;
+    product(false, true, 2 * C, C, Dk, 1.0f, kq.data(), Dk, kq.data(), Dk, 0.0f, kkqk, kC, pool);
+    for (int64_t t = 0; t < C; ++t) {  // A = strict_lower(beta_t K K^T o E), P = lower(Q K^T o E)
+      const float beta = r.beta[t * r.H];
+      for (int64_t c = 0; c < C; ++c) {
+        const float e = c <= t ? d.E[t * kC + c] : 0.0f;
+        a[t * kC + c] = c < t ? beta * kk[t * kC + c] * e : 0.0f;
+        qk[t * kC + c] *= e;
+      }
+    }
+    // (I + A)^-1 by rows: row_t = e_t - sum_{c < t} A_tc row_c (lower, unit diagonal)
+    for (int64_t t = 0; t < C; ++t) {
+      float* row = tm + t * kC;
+      std::fill(row, row + C, 0.0f);
+      row[t] = 1.0f;
+      for (int64_t c = 0; c < t; ++c) {
+        const float atc = a[t * kC + c];
+        const float* prev = tm + c * kC;
+        for (int64_t j = 0; j <= c; ++j) row[j] -= atc * prev[j];
+      }
+    }
+    // [U0 | W] = (I + A)^-1 [diag(beta) V | diag(beta gamma) K]
+    const int64_t n = Dv + Dk;
+    for (int64_t t = 0; t < C; ++t) {
+      const float beta = r.beta[t * r.H], bg = beta * d.gamma[t];
+      for (int64_t j = 0; j < Dv; ++j) x[t * n + j] = beta * r.v[t * r.ldv + j];
+      for (int64_t i = 0; i < Dk; ++i) x[t * n + Dv + i] = bg * kq[t * Dk + i];
+    }
+    product(false, false, C, n, C, 1.0f, tm, kC, x.data(), n, 0.0f, uw.data(), n, pool);
+    product(false, false, C, Dv, Dk, -1.0f, uw.data() + Dv, n, S, Dv, 1.0f, u, ldu, pool);  // U = U0 - W S_0
+    for (int64_t t = 0; t < C; ++t)
+      for (int64_t i = 0; i < Dk; ++i) kt[t * Dk + i] = d.tail[t] * kq[t * Dk + i];
+  }
+};
+
+}  // namespace
+
+void delta_rule_chunked_forward(const DeltaRuleShape& s, const DeltaRuleLogInputs& in, float* y, float* state,
+                                std::vector<float>* chunk_states, ThreadPool* pool) {
+  QKV_CHECK(!s.beta_per_channel, "delta_rule_chunked_forward: beta per head only (this shape has beta per channel)");
+  if (!pool) pool = &default_pool();
+  const int64_t T = s.tokens, H = s.heads, Dk = s.key_dim, Dv = s.value_dim, KV = Dk * Dv, n = delta_rule_chunks(T);
+  if (chunk_states) chunk_states->assign(static_cast<size_t>(s.batch * H * n * KV), 0.0f);
+  pool->parallel_for(s.batch * H, [&](int64_t bh, int) {
+    const int64_t b = bh / H, h = bh % H;
+    const HeadRows rows = head_rows(s, in, b, h);
+    std::vector<float> S(static_cast<size_t>(KV), 0.0f);
+    if (state) std::copy_n(state + bh * KV, KV, S.begin());
+    ChunkWork work(Dk, Dv);
+    for (int64_t c = 0; c < n; ++c) {
+      const int64_t t0 = c * kC, C = std::min(kC, T - t0);
+      if (chunk_states) std::copy(S.begin(), S.end(), chunk_states->begin() + (bh * n + c) * KV);
+      HeadRows r = rows;
+      r.q += t0 * r.ldk;
+      r.k += t0 * r.ldk;
+      r.v += t0 * r.ldv;
+      r.beta += t0 * H;
+      r.log_alpha += t0 * H;
+      work.run(r, C, Dk, Dv, S.data(), pool);
+      // Y = diag(gamma) Q S_0 + P U
+      float* yc = y + ((b * T + t0) * H + h) * Dv;
+      product(false, false, C, Dv, Dk, 1.0f, work.kq.data() + C * Dk, Dk, S.data(), Dv, 0.0f, yc, r.ldv, pool);
+      for (int64_t t = 0; t < C; ++t)
+        for (int64_t j = 0; j < Dv; ++j) yc[t * r.ldv + j] *= work.d.gamma[t];
+      product(false, false, C, Dv, C, 1.0f, work.qk, kC, work.u, work.ldu, 1.0f, yc, r.ldv, pool);
+      // S_C = gamma_{C-1} S_0 + (diag(tail) K)^T U
+      product(true, false, Dk, Dv, C, 1.0f, work.kt.data(), Dk, work.u, work.ldu, work.d.gamma[C - 1], S.data(), Dv,
+              pool);
+    }
+    if (state) std::copy(S.begin(), S.end(), state + bh * KV);
+  });
+}
+
+void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInputs& in,
+                                 const std::vector<float>& chunk_states, const float* dy, const DeltaRuleLogGrads& grad,
+                                 ThreadPool* pool) {
+  QKV_CHECK(!s.beta_per_channel, "delta_rule_chunked_backward: beta per head only (this shape has beta per channel)");
+  if (!pool) pool = &default_pool();
+  const int64_t T = s.tokens, H = s.heads, Dk = s.key_dim, Dv = s.value_dim, KV = Dk * Dv, n = delta_rule_chunks(T);
+  QKV_CHECK(static_cast<int64_t>(chunk_states.size()) == s.batch * H * n * KV, "delta_rule_chunked_backward: ",
+            chunk_states.size(), " chunk-state numbers; expected batch x heads x chunks x Dk x Dv = ",
+            s.batch * H * n * KV);
+  pool->parallel_for(s.batch * H, [&](int64_t bh, int) {
+    const int64_t b = bh / H, h = bh % H;
+    const HeadRows rows = head_rows(s, in, b, h);
+    ChunkWork work(Dk, Dv);
+    // dS = dL/dS_C carried from chunk to chunk backwards; per chunk (C, Dv): dU, dR, diag(gamma) dY,
+    // diag(beta gamma) dR; (C, Dk): dQ, dK, dR S_0^T, U dS^T; (C, C): dA, dP, dQK, dKK + dKK^T
+    std::vector<float> dS(static_cast<size_t>(KV), 0.0f), dS0(dS.size()), dU(static_cast<size_t>(kC * Dv)),
+        dR(dU.size()), dYg(dU.size()), dRb(dU.size()), dQ(static_cast<size_t>(kC * Dk)), dK(dQ.size()),
+        M0(dQ.size()), dKt(dQ.size()), dA(kC * kC), dP(kC * kC), dQK(kC * kC), sym(kC * kC);
+    double dg[kC], dgamma[kC], dtail[kC];
+    for (int64_t c = n - 1; c >= 0; --c) {
+      const int64_t t0 = c * kC, C = std::min(kC, T - t0);
+      const float* S0 = &chunk_states[(bh * n + c) * KV];
+      HeadRows r = rows;
+      r.q += t0 * r.ldk;
+      r.k += t0 * r.ldk;
+      r.v += t0 * r.ldv;
+      r.beta += t0 * H;
+      r.log_alpha += t0 * H;
+      work.run(r, C, Dk, Dv, S0, pool);
+      const Decays& d = work.d;
+      const float* U = work.u;
+      const int64_t ldu = work.ldu;
+      const int64_t first = (b * T + t0) * H + h;  // the chunk's first row (b, t0, h)
+      const float* dyc = dy + first * Dv;
+      // U's gradient: from Y = ... + P U and S_C = ... + (diag(tail) K)^T U; then R's, (I + A) U = R
+      product(true, false, C, Dv, C, 1.0f, work.qk, kC, dyc, r.ldv, 0.0f, dU.data(), Dv, pool);
+      product(false, false, C, Dv, Dk, 1.0f, work.kt.data(), Dk, dS.data(), Dv, 1.0f, dU.data(), Dv, pool);
+      product(true, false, C, Dv, C, 1.0f, work.tm, kC, dU.data(), Dv, 0.0f, dR.data(), Dv, pool);
+      product(false, true, C, C, Dv, -1.0f, dR.data(), Dv, U, ldu, 0.0f, dA.data(), kC, pool);  // dA = -dR U^T
+      product(false, true, C, C, Dv, 1.0f, dyc, r.ldv, U, ldu, 0.0f, dP.data(), kC, pool);     // dP = dY U^T
+      product(false, true, C, Dk, Dv, 1.0f, dR.data(), Dv, S0, Dv, 0.0f, M0.data(), Dk, pool);  // dR S_0^T
+      product(false, true, C, Dk, Dv, 1.0f, dyc, r.ldv, S0, Dv, 0.0f, dQ.data(), Dk, pool);     // dY S_0^T
+      product(false, true, C, Dk, Dv, 1.0f, U, ldu, dS.data(), Dv, 0.0f, dKt.data(), Dk, pool);  // U dS^T
+      // R = diag(beta) (V - diag(gamma) K S_0) and Y's diag(gamma) Q S_0, row by row
+      for (int64_t t = 0; t < C; ++t) {
+        const float beta = r.beta[t * H], gam = d.gamma[t];
+        const float* q = r.q + t * r.ldk;
+        const float* k = r.k + t * r.ldk;
+        const float* v = r.v + t * r.ldv;
+        double qy = 0, km = 0, kt = 0, rv = 0;
+        for (int64_t i = 0; i < Dk; ++i) {
+          qy += static_cast<double>(dQ[t * Dk + i]) * q[i];
+          km += static_cast<double>(M0[t * Dk + i]) * k[i];
+          kt += static_cast<double>(dKt[t * Dk + i]) * k[i];
+          dQ[t * Dk + i] *= gam;
+          dK[t * Dk + i] = -beta * gam * M0[t * Dk + i] + d.tail[t] * dKt[t * Dk + i];
+        }
+        float* dv = grad.v + (first + t * H) * Dv;
+        for (int64_t j = 0; j < Dv; ++j) {
+          rv += static_cast<double>(dR[t * Dv + j]) * v[j];
+          dv[j] = beta * dR[t * Dv + j];
+          dYg[t * Dv + j] = gam * dyc[t * r.ldv + j];
+          dRb[t * Dv + j] = beta * gam * dR[t * Dv + j];
+        }
+        dgamma[t] = qy - beta * km;
+        dtail[t] = kt;
+        double db = rv - gam * km;
+        // A_tc = beta_t (K K^T)_tc E_tc (c < t), P_tc = (Q K^T)_tc E_tc (c <= t); F = dE o E into dg
+        double row_f = 0;
+        for (int64_t col = 0; col < C; ++col) {
+          const float e = d.E[t * kC + col];
+          const float da = col < t ? dA[t * kC + col] : 0.0f, dp = col <= t ? dP[t * kC + col] : 0.0f;
+          db += static_cast<double>(da) * work.kk[t * kC + col] * e;
+          sym[t * kC + col] = da * beta * e;  // dKK, made symmetric below
+          dQK[t * kC + col] = dp * e;
+          // (E's diagonal is e^0: no gradient, its row and column terms would cancel)
+          const double f = col == t ? 0.0 : static_cast<double>(da) * work.a[t * kC + col] +
+                                                static_cast<double>(dp) * work.qk[t * kC + col];
+          row_f += f;
+          dA[t * kC + col] = static_cast<float>(f);  // dA now holds F
+        }
+        grad.beta[first + t * H] = static_cast<float>(db);
+        dg[t] = row_f;
+      }
+      for (int64_t t = 0; t < C; ++t)  // E_tc = e^{g_t - g_c}: F's column sums leave g_c
+        for (int64_t col = 0; col < C; ++col) dg[col] -= dA[t * kC + col];
+      for (int64_t t = 0; t < C; ++t)
+        for (int64_t col = 0; col < t; ++col) {
+          const float both = sym[t * kC + col] + sym[col * kC + t];
+          sym[t * kC + col] = sym[col * kC + t] = both;
+        }
+      for (int64_t t = 0; t < C; ++t) sym[t * kC + t] = 0.0f;
+      product(false, false, C, Dk, C, 1.0f, dQK.data(), kC, r.k, r.ldk, 1.0f, dQ.data(), Dk, pool);  // dQ += dQK K
+      product(true, false, C, Dk, C, 1.0f, dQK.data(), kC, r.q, r.ldk, 1.0f, dK.data(), Dk, pool);   // dK += dQK^T Q
+      product(false, false, C, Dk, C, 1.0f, sym.data(), kC, r.k, r.ldk, 1.0f, dK.data(), Dk, pool);  // dK += (dKK + dKK^T) K
+      // dS_0 = gamma_{C-1} dS + Q^T diag(gamma) dY - K^T diag(beta gamma) dR
+      double last = 0;
+      for (int64_t i = 0; i < KV; ++i) {
+        last += static_cast<double>(dS[i]) * S0[i];
+        dS0[i] = d.gamma[C - 1] * dS[i];
+      }
+      product(true, false, Dk, Dv, C, 1.0f, r.q, r.ldk, dYg.data(), Dv, 1.0f, dS0.data(), Dv, pool);
+      product(true, false, Dk, Dv, C, -1.0f, r.k, r.ldk, dRb.data(), Dv, 1.0f, dS0.data(), Dv, pool);
+      std::swap(dS, dS0);
+      // g's gradient: gamma_t = e^{g_t}, tail_t = e^{g_{C-1} - g_t}, gamma_{C-1} in S_C; then log alpha's
+      for (int64_t t = 0; t < C; ++t) {
+        dg[t] += dgamma[t] * d.gamma[t];
+        if (t == C - 1) continue;  // tail_{C-1} = e^0
+        dg[t] -= dtail[t] * d.tail[t];
+        dg[C - 1] += dtail[t] * d.tail[t];
+      }
+      dg[C - 1] += last * d.gamma[C - 1];
+      double suffix = 0;
+      for (int64_t t = C - 1; t >= 0; --t) {
+        suffix += dg[t];
+        grad.log_alpha[first + t * H] = static_cast<float>(suffix);
+        std::copy_n(&dQ[t * Dk], Dk, grad.q + (first + t * H) * Dk);
+        std::copy_n(&dK[t * Dk], Dk, grad.k + (first + t * H) * Dk);
+      }
+    }
+  });
+}
+
+double delta_rule_chunked_flops(const DeltaRuleShape& s, bool backward) {
+  // per chunk of C tokens: C^2 Dk each for K K^T (strict lower) and Q K^T (lower); C^2 (Dk + Dv)
+  // for the inverse's products; C^2 Dv for P U; 2 C Dk Dv each for W S_0, Q S_0 and the state.
+  // The backward: the forward's products but Q S_0 and the state's, then 13 more (see below).
+  const double Dk = static_cast<double>(s.key_dim), Dv = static_cast<double>(s.value_dim);
+  double total = 0;
+  for (int64_t t0 = 0; t0 < s.tokens; t0 += kC) {
+    const double C = static_cast<double>(std::min(kC, s.tokens - t0));
+    const double sq = C * C, cube = 2 * C * Dk * Dv;
+    const double forward = sq * Dk * 2 + sq * (Dk + Dv) + sq * Dv + 3 * cube;
+    // backward: the recomputation (forward less Q S_0, P U and the state's product) and dU (P^T dY
+    // and diag(tail) K dS), dR, dA, dR S_0^T, dS_0's two, dY S_0^T, dP, dQK K, dQK^T Q, sym K, U dS^T
+    const double again = sq * Dk * 2 + sq * (Dk + Dv) + cube;
+    const double grads = sq * Dv + cube + sq * Dv + sq * Dv + cube + 2 * cube + cube + sq * Dv + 2 * sq * Dk +
+                         2 * sq * Dk + cube;
+    total += backward ? again + grads : forward;
+  }
+  return total * static_cast<double>(s.batch * s.heads);
+}
+
+}  // namespace qkv
