@@ -257,20 +257,29 @@ double sigmoid_d(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 float sigmoid_value(float x) { return static_cast<float>(sigmoid_d(x)); }
 float softplus_value(float x) { return x > 20.0f ? x : static_cast<float>(std::log1p(std::exp(static_cast<double>(x)))); }
 
-void decay_forward(float* a, const float* dt_bias, const float* A_log, int64_t n, int64_t H, float* alpha) {
+void decay_forward(float* a, const float* dt_bias, const float* A_log, int64_t n, int64_t H, float* alpha,
+                   float* log_alpha) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t h = i % H;
     a[i] += dt_bias[h];
-    alpha[i] = std::exp(-std::exp(A_log[h]) * softplus_value(a[i]));
+    const float g = -std::exp(A_log[h]) * softplus_value(a[i]);
+    alpha[i] = std::exp(g);
+    if (log_alpha) log_alpha[i] = g;
   }
 }
 
 void decay_backward(const float* a, const float* alpha, const float* dalpha, const float* A_log, int64_t n, int64_t H,
                     float* da, float* ddt_bias, float* dA_log) {
+  std::vector<float> dlog(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) dlog[i] = dalpha[i] * alpha[i];  // d(alpha) / d(log alpha) = alpha
+  decay_log_backward(a, dlog.data(), A_log, n, H, da, ddt_bias, dA_log);
+}
+
+void decay_log_backward(const float* a, const float* dlog_alpha, const float* A_log, int64_t n, int64_t H, float* da,
+                        float* ddt_bias, float* dA_log) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t h = i % H;
-    const float e = std::exp(A_log[h]);
-    const float dlog = dalpha[i] * alpha[i];  // d(alpha) / d(log alpha) = alpha
+    const float e = std::exp(A_log[h]), dlog = dlog_alpha[i];
     da[i] = -dlog * e * sigmoid_value(a[i]);
     dA_log[h] += -dlog * e * softplus_value(a[i]);
     ddt_bias[h] += da[i];

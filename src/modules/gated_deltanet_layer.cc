@@ -5,6 +5,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/modules/causal_attention.h"
+#include "qkv/modules/delta_rule_chunked.h"
 
 namespace qkv {
 namespace {
@@ -22,8 +23,6 @@ const AttentionConfig& layer_config(const AttentionConfig& c) {
   QKV_CHECK(c.attention.heads % l.key_heads == 0, kLayer, ": the value heads (", c.attention.heads,
             ") must be a multiple of the key heads (", l.key_heads, ")");
   QKV_CHECK(c.attention.dtype == Dtype::kF32, kLayer, " computes in f32 only");
-  QKV_CHECK(c.path != AttentionPath::kFused, kLayer,
-            " runs its token-by-token recurrence only (--attention auto or textbook)");
   QKV_CHECK(c.attention.dropout == 0.0, kLayer, " has no dropout");
   QKV_CHECK(!c.qkv_bias, kLayer, " has no biases (its projections are plain matrices); qkv_bias must be false");
   return c;
@@ -145,7 +144,9 @@ void GatedDeltaNetLayer::project(const Tensor& x, const float* history) {
   for (float& b : beta_) b = sigmoid_value(b);
   a_ = flat(in_proj_a.forward(x));
   alpha_.resize(a_.size());
-  decay_forward(a_.data(), dt_bias.data(), A_log.data(), static_cast<int64_t>(a_.size()), Hv, alpha_.data());
+  log_alpha_.resize(a_.size());
+  decay_forward(a_.data(), dt_bias.data(), A_log.data(), static_cast<int64_t>(a_.size()), Hv, alpha_.data(),
+                log_alpha_.data());
 }
 
 Tensor GatedDeltaNetLayer::output(int64_t B, int64_t T) {
@@ -161,8 +162,11 @@ Tensor GatedDeltaNetLayer::forward(const Tensor& x, AttentionTrace* trace) {
   const int64_t Dk = config.attention.head_dim, Dv = config.linear.value_dim;
   project(x, nullptr);
   y_.resize(static_cast<size_t>(B * T * value_width()));
-  delta_rule_forward(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()}, states_,
-                     y_.data());
+  if (chunked())
+    delta_rule_chunked_forward(rule_shape(B, T), log_inputs(), y_.data(), nullptr, &chunk_states_);
+  else
+    delta_rule_forward(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()}, states_,
+                       y_.data());
   if (trace) {
     auto heads = [&](const std::vector<float>& u, int64_t D) {  // (B, T, Hv, D) -> (B, Hv, T, D)
       return Tensor::from({B, T, Hv, D}, u).transpose(1, 2).contiguous();
@@ -201,7 +205,15 @@ Tensor GatedDeltaNetLayer::cached_step(const Tensor& x, const float* history, do
   const int64_t B = x.size(0), T = x.size(1), K = config.linear.conv_kernel, C = 2 * key_width() + value_width();
   project(x, history);
   y_.resize(static_cast<size_t>(B * T * value_width()));
-  delta_rule_run(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()}, state, y_.data());
+  if (chunked() && T > 1) {  // a prompt: in chunks, on the state rounded to float and back
+    const int64_t n = B * config.attention.heads * config.attention.head_dim * config.linear.value_dim;
+    std::vector<float> s(state, state + n);
+    delta_rule_chunked_forward(rule_shape(B, T), log_inputs(), y_.data(), s.data());
+    std::copy(s.begin(), s.end(), state);
+  } else {
+    delta_rule_run(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()}, state,
+                   y_.data());
+  }
   // the convolution's last K - 1 inputs: of the history, then of x
   std::vector<float> last(static_cast<size_t>(B * (K - 1) * C));
   for (int64_t b = 0; b < B; ++b)
@@ -243,8 +255,12 @@ Tensor GatedDeltaNetLayer::backward(const Tensor& doutput) {
                                static_cast<float>(config.linear.norm_eps),
                                dy.data(), dz.data(), dnorm_weight.data());
   std::vector<float> dqn(qn_.size()), dkn(kn_.size()), dv(v_.size()), dbeta(beta_.size()), dalpha(alpha_.size());
-  delta_rule_backward(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()}, states_,
-                      dy.data(), {dqn.data(), dkn.data(), dv.data(), dbeta.data(), dalpha.data()});
+  if (chunked())  // dalpha holds log alpha's gradient
+    delta_rule_chunked_backward(rule_shape(B, T), log_inputs(), chunk_states_, dy.data(),
+                                {dqn.data(), dkn.data(), dv.data(), dbeta.data(), dalpha.data()});
+  else
+    delta_rule_backward(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()}, states_,
+                        dy.data(), {dqn.data(), dkn.data(), dv.data(), dbeta.data(), dalpha.data()});
   // the value heads' copies summed back to their key heads, then l2norm's backward, then silu's
   std::vector<float> dqh(static_cast<size_t>(B * T * Kd), 0.0f), dkh(dqh.size(), 0.0f);
   for (int64_t r = 0; r < B * T; ++r)
@@ -288,8 +304,12 @@ Tensor GatedDeltaNetLayer::backward(const Tensor& doutput) {
   // beta = sigmoid(b); alpha = exp(-exp(A_log) softplus(a)), a = in_proj_a(x) + dt_bias
   std::vector<float> db(beta_.size()), da(a_.size());
   for (size_t i = 0; i < beta_.size(); ++i) db[i] = dbeta[i] * beta_[i] * (1.0f - beta_[i]);
-  decay_backward(a_.data(), alpha_.data(), dalpha.data(), A_log.data(), static_cast<int64_t>(a_.size()), Hv, da.data(),
-                 ddt_bias.data(), dA_log.data());
+  if (chunked())
+    decay_log_backward(a_.data(), dalpha.data(), A_log.data(), static_cast<int64_t>(a_.size()), Hv, da.data(),
+                       ddt_bias.data(), dA_log.data());
+  else
+    decay_backward(a_.data(), alpha_.data(), dalpha.data(), A_log.data(), static_cast<int64_t>(a_.size()), Hv,
+                   da.data(), ddt_bias.data(), dA_log.data());
   auto tensor = [&](const std::vector<float>& u, int64_t width) { return Tensor::from({B, T, width}, u); };
   Tensor dx = in_proj_qkv.backward(tensor(dmixed, C));
   dx = add(dx, in_proj_z.backward(tensor(dz, Vd)));

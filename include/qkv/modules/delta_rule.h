@@ -74,11 +74,16 @@ void l2norm_rows_backward(const float* u, const float* r, const float* dout, int
                           float scale, float* du);
 
 // The decay both compute, over n = rows x H values of a (head = index % H):
-//   a += dt_bias[h] (in place);  alpha = exp(-exp(A_log[h]) * softplus(a))
-void decay_forward(float* a, const float* dt_bias, const float* A_log, int64_t n, int64_t H, float* alpha);
+//   a += dt_bias[h] (in place);  alpha = exp(log_alpha),  log_alpha = -exp(A_log[h]) * softplus(a)
+// (log_alpha written when not null: what the chunked form takes).
+void decay_forward(float* a, const float* dt_bias, const float* A_log, int64_t n, int64_t H, float* alpha,
+                   float* log_alpha = nullptr);
 // da written; ddt_bias and dA_log (H) accumulated, given dalpha and forward's a (with dt_bias) and alpha.
 void decay_backward(const float* a, const float* alpha, const float* dalpha, const float* A_log, int64_t n, int64_t H,
                     float* da, float* ddt_bias, float* dA_log);
+// The same given log alpha's gradient instead (the chunked form's).
+void decay_log_backward(const float* a, const float* dlog_alpha, const float* A_log, int64_t n, int64_t H, float* da,
+                        float* ddt_bias, float* dA_log);
 // A_log's initial values: log(torch.empty(H).uniform_(0, 16)), drawn when the generator draws, with
 // torch.log's own float32 results (core/torch_math.h).
 Tensor drawn_a_log(int64_t H, Generator& gen);

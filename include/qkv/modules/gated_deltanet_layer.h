@@ -16,14 +16,18 @@
 // norm.weight (Dv), out_proj.weight (M, Vd), in_proj_qkv.weight (2 Kd + Vd, M), in_proj_z.weight
 // (Vd, M), in_proj_b.weight and in_proj_a.weight (Hv, M), drawn in that order as the class does
 // (conv1d as nn.Conv1d: uniform(+-1/sqrt(K)); A_log = log(uniform(0, 16)); dt_bias, norm ones).
-// The computation: the token-by-token recurrence (the reference form; it keeps every token's state
-// for the backward). config.context_length is qkv's limit on T only.
+// The computation: the gated delta rule in chunks (modules/delta_rule_chunked.h: float32 products,
+// keeping each chunk's starting state for the backward), or with config.path kTextbook the
+// token-by-token recurrence it is tested against (double states, every token's kept). A cached
+// step of one token runs the recurrence on the cache's double state; a prompt of more runs in
+// chunks on that state rounded to float. config.context_length is qkv's limit on T only.
 #pragma once
 
 #include <vector>
 
 #include "qkv/modules/attention_module.h"
 #include "qkv/modules/delta_rule.h"
+#include "qkv/modules/delta_rule_chunked.h"
 #include "qkv/modules/layers.h"
 
 namespace qkv {
@@ -75,6 +79,10 @@ class GatedDeltaNetLayer : public AttentionModule {
 
  private:
   DeltaRuleShape rule_shape(int64_t B, int64_t T) const;
+  bool chunked() const { return config.path != AttentionPath::kTextbook; }
+  DeltaRuleLogInputs log_inputs() const {
+    return {qn_.data(), kn_.data(), v_.data(), beta_.data(), log_alpha_.data()};
+  }
   // x's projections, convolution (after `history`, (B, K - 1, 2 Kd + Vd), or zeros if null), split,
   // normalised q and k, beta and the decay, into the members below; then y_ through the gated norm
   // and out_proj.
@@ -85,10 +93,11 @@ class GatedDeltaNetLayer : public AttentionModule {
   Tensor cached_step(const Tensor& x, const float* history, double* state, float* next_history);
   Shape x_shape_;
   // The last forward's values: the projection before the convolution and after it (before silu)
-  // (B, T, 2 Kd + Vd), the values (after it) (B, T, Hv, Dv); z (B, T, Vd); beta, alpha, a + dt_bias (B, T, Hv); q and k
+  // (B, T, 2 Kd + Vd), the values (after it) (B, T, Hv, Dv); z (B, T, Vd); beta, alpha, log alpha, a + dt_bias (B, T, Hv); q and k
   // normalised and repeated to the value heads (B, T, Hv, Dk) with the key heads' 1 / norms
-  // (B, T, Hk); the recurrence's states and its output y (B, T, Hv, Dv).
-  std::vector<float> mixed_, conv_, v_, z_, beta_, alpha_, a_, qn_, kn_, rq_, rk_, y_;
+  // (B, T, Hk); the recurrence's states (textbook) or the chunks' starting states, and the output y
+  // (B, T, Hv, Dv).
+  std::vector<float> mixed_, conv_, v_, z_, beta_, alpha_, log_alpha_, a_, qn_, kn_, rq_, rk_, y_, chunk_states_;
   std::vector<double> states_;
 };
 
