@@ -35,6 +35,20 @@ void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, con
   sgemm(g, pool);
 }
 
+// Y (C, N) = L X + beta Y for L (C, C, row stride kC) lower-triangular, or L^T X with `transposed`:
+// in two halves of rows, so that the zero quarter is not multiplied.
+void triangular_product(bool transposed, int64_t C, int64_t N, const float* L, const float* X, int64_t ldx, float beta,
+                        float* Y, int64_t ldy, ThreadPool* pool) {
+  const int64_t h = C / 2;
+  if (!transposed) {  // L's rows [0, h) have nothing past column h
+    if (h > 0) product(false, false, h, N, h, 1.0f, L, kC, X, ldx, beta, Y, ldy, pool);
+    product(false, false, C - h, N, C, 1.0f, L + h * kC, kC, X, ldx, beta, Y + h * ldy, ldy, pool);
+  } else {  // L^T's rows [h, C) have nothing before column h
+    if (h > 0) product(true, false, h, N, C, 1.0f, L, kC, X, ldx, beta, Y, ldy, pool);
+    product(true, false, C - h, N, C - h, 1.0f, L + h * kC + h, kC, X + h * ldx, ldx, beta, Y + h * ldy, ldy, pool);
+  }
+}
+
 // A chunk's decays from its C log alphas: g (C, double), gamma = e^g, tail_r = e^{g_{C-1} - g_r}, and
 // E (C, C, row stride kC) = e^{g_t - g_r} on and below the diagonal, 0 above. When the chunk's whole
 // decay is at most e^-80, E = (e^{g_t - g_0}) (e^{g_0 - g_r}), two exps per token instead of one per
@@ -74,8 +88,9 @@ struct Decays {
 // What one chunk's forward computes before its state is needed, and its update U.
 struct ChunkWork {
   Decays d;
-  float kkqk[2 * kC * kC], a[kC * kC], tm[kC * kC];  // [K K^T; Q K^T -> P]; A; (I + A)^-1
-  float *kk = kkqk, *qk = kkqk;                       // qk: kkqk's rows C.. (set by run)
+  // K [K; Q]^T = [K K^T | (Q K^T)^T] (C, 2C: a product as wide as the GEMM's tiles like), then
+  // K K^T, A, P = lower(Q K^T o E) and (I + A)^-1, (C, C) each
+  float kkqk[2 * kC * kC], kk[kC * kC], a[kC * kC], qk[kC * kC], tm[kC * kC];
   // kq: the chunk's [K; Q] rows (2C, Dk); x: [diag(beta) V | diag(beta gamma) K] (C, Dv + Dk);
   // uw: [U0 -> U | W] (C, Dv + Dk), U's rows at u with row stride ldu; kt: diag(tail) K (C, Dk)
   std::vector<float> kq, x, uw, kt;
@@ -93,14 +108,14 @@ struct ChunkWork {
       std::copy_n(r.k + t * r.ldk, Dk, &kq[t * Dk]);
       std::copy_n(r.q + t * r.ldk, Dk, &kq[(C + t) * Dk]);
     }
-    qk = kkqk + C * kC;
-    product(false, true, 2 * C, C, Dk, 1.0f, kq.data(), Dk, kq.data(), Dk, 0.0f, kkqk, kC, pool);
+    product(false, true, C, 2 * C, Dk, 1.0f, kq.data(), Dk, kq.data(), Dk, 0.0f, kkqk, 2 * kC, pool);
     for (int64_t t = 0; t < C; ++t) {  // A = strict_lower(beta_t K K^T o E), P = lower(Q K^T o E)
       const float beta = r.beta[t * r.H];
       for (int64_t c = 0; c < C; ++c) {
-        const float e = c <= t ? d.E[t * kC + c] : 0.0f;
-        a[t * kC + c] = c < t ? beta * kk[t * kC + c] * e : 0.0f;
-        qk[t * kC + c] *= e;
+        const float e = c <= t ? d.E[t * kC + c] : 0.0f, kkv = kkqk[t * 2 * kC + c];
+        kk[t * kC + c] = kkv;
+        a[t * kC + c] = c < t ? beta * kkv * e : 0.0f;
+        qk[t * kC + c] = kkqk[c * 2 * kC + C + t] * e;
       }
     }
     // (I + A)^-1 by rows: row_t = e_t - sum_{c < t} A_tc row_c (lower, unit diagonal)
@@ -121,7 +136,7 @@ struct ChunkWork {
       for (int64_t j = 0; j < Dv; ++j) x[t * n + j] = beta * r.v[t * r.ldv + j];
       for (int64_t i = 0; i < Dk; ++i) x[t * n + Dv + i] = bg * kq[t * Dk + i];
     }
-    product(false, false, C, n, C, 1.0f, tm, kC, x.data(), n, 0.0f, uw.data(), n, pool);
+    triangular_product(false, C, n, tm, x.data(), n, 0.0f, uw.data(), n, pool);
     product(false, false, C, Dv, Dk, -1.0f, uw.data() + Dv, n, S, Dv, 1.0f, u, ldu, pool);  // U = U0 - W S_0
     for (int64_t t = 0; t < C; ++t)
       for (int64_t i = 0; i < Dk; ++i) kt[t * Dk + i] = d.tail[t] * kq[t * Dk + i];
@@ -157,7 +172,7 @@ void delta_rule_chunked_forward(const DeltaRuleShape& s, const DeltaRuleLogInput
       product(false, false, C, Dv, Dk, 1.0f, work.kq.data() + C * Dk, Dk, S.data(), Dv, 0.0f, yc, r.ldv, pool);
       for (int64_t t = 0; t < C; ++t)
         for (int64_t j = 0; j < Dv; ++j) yc[t * r.ldv + j] *= work.d.gamma[t];
-      product(false, false, C, Dv, C, 1.0f, work.qk, kC, work.u, work.ldu, 1.0f, yc, r.ldv, pool);
+      triangular_product(false, C, Dv, work.qk, work.u, work.ldu, 1.0f, yc, r.ldv, pool);
       // S_C = gamma_{C-1} S_0 + (diag(tail) K)^T U
       product(true, false, Dk, Dv, C, 1.0f, work.kt.data(), Dk, work.u, work.ldu, work.d.gamma[C - 1], S.data(), Dv,
               pool);
@@ -201,9 +216,9 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
       const int64_t first = (b * T + t0) * H + h;  // the chunk's first row (b, t0, h)
       const float* dyc = dy + first * Dv;
       // U's gradient: from Y = ... + P U and S_C = ... + (diag(tail) K)^T U; then R's, (I + A) U = R
-      product(true, false, C, Dv, C, 1.0f, work.qk, kC, dyc, r.ldv, 0.0f, dU.data(), Dv, pool);
+      triangular_product(true, C, Dv, work.qk, dyc, r.ldv, 0.0f, dU.data(), Dv, pool);
       product(false, false, C, Dv, Dk, 1.0f, work.kt.data(), Dk, dS.data(), Dv, 1.0f, dU.data(), Dv, pool);
-      product(true, false, C, Dv, C, 1.0f, work.tm, kC, dU.data(), Dv, 0.0f, dR.data(), Dv, pool);
+      triangular_product(true, C, Dv, work.tm, dU.data(), Dv, 0.0f, dR.data(), Dv, pool);
       product(false, true, C, C, Dv, -1.0f, dR.data(), Dv, U, ldu, 0.0f, dA.data(), kC, pool);  // dA = -dR U^T
       product(false, true, C, C, Dv, 1.0f, dyc, r.ldv, U, ldu, 0.0f, dP.data(), kC, pool);     // dP = dY U^T
       product(false, true, C, Dk, Dv, 1.0f, dR.data(), Dv, S0, Dv, 0.0f, M0.data(), Dk, pool);  // dR S_0^T
