@@ -35,6 +35,30 @@ void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, con
   sgemm(g, pool);
 }
 
+// sum a_i b_i and sum a_i over n floats, in 16 running sums (one per lane of a vector the compiler
+// may use: no reassociation of one sum is needed), then added in double.
+constexpr int kLanes = 16;
+double lane_dot(const float* a, const float* b, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
+  double sum = 0;
+  for (; i < n; ++i) sum += static_cast<double>(a[i]) * b[i];
+  for (int l = 0; l < kLanes; ++l) sum += acc[l];
+  return sum;
+}
+double lane_sum(const float* a, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l];
+  double sum = 0;
+  for (; i < n; ++i) sum += a[i];
+  for (int l = 0; l < kLanes; ++l) sum += acc[l];
+  return sum;
+}
+
 // Y (C, N) = L X + beta Y for L (C, C, row stride kC) lower-triangular, or L^T X with `transposed`:
 // in two halves of rows, so that the zero quarter is not multiplied.
 void triangular_product(bool transposed, int64_t C, int64_t N, const float* L, const float* X, int64_t ldx, float beta,
@@ -200,6 +224,7 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
         dR(dU.size()), dYg(dU.size()), dRb(dU.size()), dQ(static_cast<size_t>(kC * Dk)), dK(dQ.size()),
         M0(dQ.size()), dKt(dQ.size()), dA(kC * kC), dP(kC * kC), dQK(kC * kC), sym(kC * kC);
     double dg[kC], dgamma[kC], dtail[kC];
+    float ke[kC];
     for (int64_t c = n - 1; c >= 0; --c) {
       const int64_t t0 = c * kC, C = std::min(kC, T - t0);
       const float* S0 = &chunk_states[(bh * n + c) * KV];
@@ -226,44 +251,39 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
       product(false, true, C, Dk, Dv, 1.0f, U, ldu, dS.data(), Dv, 0.0f, dKt.data(), Dk, pool);  // U dS^T
       // R = diag(beta) (V - diag(gamma) K S_0) and Y's diag(gamma) Q S_0, row by row
       for (int64_t t = 0; t < C; ++t) {
-        const float beta = r.beta[t * H], gam = d.gamma[t];
-        const float* q = r.q + t * r.ldk;
-        const float* k = r.k + t * r.ldk;
-        const float* v = r.v + t * r.ldv;
-        double qy = 0, km = 0, kt = 0, rv = 0;
+        const float beta = r.beta[t * H], gam = d.gamma[t], tail = d.tail[t];
+        float* dq = &dQ[t * Dk];
+        const float *m0 = &M0[t * Dk], *dkt = &dKt[t * Dk], *dr = &dR[t * Dv], *dyt = dyc + t * r.ldv;
+        const double qy = lane_dot(dq, r.q + t * r.ldk, Dk), km = lane_dot(m0, r.k + t * r.ldk, Dk);
+        dtail[t] = lane_dot(dkt, r.k + t * r.ldk, Dk);
         for (int64_t i = 0; i < Dk; ++i) {
-          qy += static_cast<double>(dQ[t * Dk + i]) * q[i];
-          km += static_cast<double>(M0[t * Dk + i]) * k[i];
-          kt += static_cast<double>(dKt[t * Dk + i]) * k[i];
-          dQ[t * Dk + i] *= gam;
-          dK[t * Dk + i] = -beta * gam * M0[t * Dk + i] + d.tail[t] * dKt[t * Dk + i];
+          dq[i] *= gam;
+          dK[t * Dk + i] = -beta * gam * m0[i] + tail * dkt[i];
         }
         float* dv = grad.v + (first + t * H) * Dv;
         for (int64_t j = 0; j < Dv; ++j) {
-          rv += static_cast<double>(dR[t * Dv + j]) * v[j];
-          dv[j] = beta * dR[t * Dv + j];
-          dYg[t * Dv + j] = gam * dyc[t * r.ldv + j];
-          dRb[t * Dv + j] = beta * gam * dR[t * Dv + j];
+          dv[j] = beta * dr[j];
+          dYg[t * Dv + j] = gam * dyt[j];
+          dRb[t * Dv + j] = beta * gam * dr[j];
         }
         dgamma[t] = qy - beta * km;
-        dtail[t] = kt;
-        double db = rv - gam * km;
-        // A_tc = beta_t (K K^T)_tc E_tc (c < t), P_tc = (Q K^T)_tc E_tc (c <= t); F = dE o E into dg
-        double row_f = 0;
+        double db = lane_dot(dr, r.v + t * r.ldv, Dv) - gam * km;
+        // A_tc = beta_t (K K^T)_tc E_tc (c < t), P_tc = (Q K^T)_tc E_tc (c <= t); F = dE o E into dg.
+        // dA past the diagonal is not A's (A is strictly lower); E, A and P are 0 past it.
+        float* da = &dA[t * kC];
+        const float *dp = &dP[t * kC], *e = &d.E[t * kC], *kk = &work.kk[t * kC];
+        const float *a = &work.a[t * kC], *p = &work.qk[t * kC];
+        std::fill(da + t, da + C, 0.0f);
         for (int64_t col = 0; col < C; ++col) {
-          const float e = d.E[t * kC + col];
-          const float da = col < t ? dA[t * kC + col] : 0.0f, dp = col <= t ? dP[t * kC + col] : 0.0f;
-          db += static_cast<double>(da) * work.kk[t * kC + col] * e;
-          sym[t * kC + col] = da * beta * e;  // dKK, made symmetric below
-          dQK[t * kC + col] = dp * e;
-          // (E's diagonal is e^0: no gradient, its row and column terms would cancel)
-          const double f = col == t ? 0.0 : static_cast<double>(da) * work.a[t * kC + col] +
-                                                static_cast<double>(dp) * work.qk[t * kC + col];
-          row_f += f;
-          dA[t * kC + col] = static_cast<float>(f);  // dA now holds F
+          ke[col] = kk[col] * e[col];
+          sym[t * kC + col] = da[col] * beta * e[col];  // dKK, made symmetric below
+          dQK[t * kC + col] = dp[col] * e[col];
         }
+        db += lane_dot(da, ke, C);
+        for (int64_t col = 0; col < C; ++col) da[col] = da[col] * a[col] + dp[col] * p[col];  // dA now holds F
+        da[t] = 0.0f;  // E's diagonal is e^0: no gradient (its row and column terms would cancel)
         grad.beta[first + t * H] = static_cast<float>(db);
-        dg[t] = row_f;
+        dg[t] = lane_sum(da, C);
       }
       for (int64_t t = 0; t < C; ++t)  // E_tc = e^{g_t - g_c}: F's column sums leave g_c
         for (int64_t col = 0; col < C; ++col) dg[col] -= dA[t * kC + col];
@@ -277,11 +297,8 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
       product(true, false, C, Dk, C, 1.0f, dQK.data(), kC, r.q, r.ldk, 1.0f, dK.data(), Dk, pool);   // dK += dQK^T Q
       product(false, false, C, Dk, C, 1.0f, sym.data(), kC, r.k, r.ldk, 1.0f, dK.data(), Dk, pool);  // dK += (dKK + dKK^T) K
       // dS_0 = gamma_{C-1} dS + Q^T diag(gamma) dY - K^T diag(beta gamma) dR
-      double last = 0;
-      for (int64_t i = 0; i < KV; ++i) {
-        last += static_cast<double>(dS[i]) * S0[i];
-        dS0[i] = d.gamma[C - 1] * dS[i];
-      }
+      const double last = lane_dot(dS.data(), S0, KV);
+      for (int64_t i = 0; i < KV; ++i) dS0[i] = d.gamma[C - 1] * dS[i];
       product(true, false, Dk, Dv, C, 1.0f, r.q, r.ldk, dYg.data(), Dv, 1.0f, dS0.data(), Dv, pool);
       product(true, false, Dk, Dv, C, -1.0f, r.k, r.ldk, dRb.data(), Dv, 1.0f, dS0.data(), Dv, pool);
       std::swap(dS, dS0);
