@@ -218,11 +218,13 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
     const int64_t b = bh / H, h = bh % H;
     const HeadRows rows = head_rows(s, in, b, h);
     ChunkWork work(Dk, Dv);
-    // dS = dL/dS_C carried from chunk to chunk backwards; per chunk (C, Dv): dU, dR, diag(gamma) dY,
-    // diag(beta gamma) dR; (C, Dk): dQ, dK, dR S_0^T, U dS^T; (C, C): dA, dP, dQK, dKK + dKK^T
+    // dS = dL/dS_C carried from chunk to chunk backwards; per chunk, stacked where two products share
+    // an operand: dU (C, Dv); RY = [dR; dY] (2C, Dv); G = [-diag(beta gamma) dR; diag(gamma) dY]
+    // (2C, Dv); Z = [dR S_0^T; dQ; dK] (3C, Dk); U dS^T (C, Dk); AP = [-dA; dP] = RY U^T (2C, C);
+    // dQK and dKK + dKK^T (C, C) stacked as (2C, C)
     std::vector<float> dS(static_cast<size_t>(KV), 0.0f), dS0(dS.size()), dU(static_cast<size_t>(kC * Dv)),
-        dR(dU.size()), dYg(dU.size()), dRb(dU.size()), dQ(static_cast<size_t>(kC * Dk)), dK(dQ.size()),
-        M0(dQ.size()), dKt(dQ.size()), dA(kC * kC), dP(kC * kC), dQK(kC * kC), sym(kC * kC);
+        RY(2 * dU.size()), G(RY.size()), Z(static_cast<size_t>(3 * kC * Dk)), dKt(static_cast<size_t>(kC * Dk)),
+        AP(2 * kC * kC), QS(2 * kC * kC);
     double dg[kC], dgamma[kC], dtail[kC];
     float ke[kC];
     for (int64_t c = n - 1; c >= 0; --c) {
@@ -240,20 +242,21 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
       const int64_t ldu = work.ldu;
       const int64_t first = (b * T + t0) * H + h;  // the chunk's first row (b, t0, h)
       const float* dyc = dy + first * Dv;
+      float *dR = RY.data(), *M0 = Z.data(), *dQ = M0 + C * Dk, *dK = dQ + C * Dk, *dA = AP.data();
+      float *dP = dA + C * kC, *dQK = QS.data(), *sym = dQK + C * kC;
+      for (int64_t t = 0; t < C; ++t) std::copy_n(dyc + t * r.ldv, Dv, &RY[(C + t) * Dv]);
       // U's gradient: from Y = ... + P U and S_C = ... + (diag(tail) K)^T U; then R's, (I + A) U = R
       triangular_product(true, C, Dv, work.qk, dyc, r.ldv, 0.0f, dU.data(), Dv, pool);
       product(false, false, C, Dv, Dk, 1.0f, work.kt.data(), Dk, dS.data(), Dv, 1.0f, dU.data(), Dv, pool);
-      triangular_product(true, C, Dv, work.tm, dU.data(), Dv, 0.0f, dR.data(), Dv, pool);
-      product(false, true, C, C, Dv, -1.0f, dR.data(), Dv, U, ldu, 0.0f, dA.data(), kC, pool);  // dA = -dR U^T
-      product(false, true, C, C, Dv, 1.0f, dyc, r.ldv, U, ldu, 0.0f, dP.data(), kC, pool);     // dP = dY U^T
-      product(false, true, C, Dk, Dv, 1.0f, dR.data(), Dv, S0, Dv, 0.0f, M0.data(), Dk, pool);  // dR S_0^T
-      product(false, true, C, Dk, Dv, 1.0f, dyc, r.ldv, S0, Dv, 0.0f, dQ.data(), Dk, pool);     // dY S_0^T
-      product(false, true, C, Dk, Dv, 1.0f, U, ldu, dS.data(), Dv, 0.0f, dKt.data(), Dk, pool);  // U dS^T
+      triangular_product(true, C, Dv, work.tm, dU.data(), Dv, 0.0f, dR, Dv, pool);
+      product(false, true, 2 * C, C, Dv, 1.0f, RY.data(), Dv, U, ldu, 0.0f, AP.data(), kC, pool);  // [dR; dY] U^T
+      product(false, true, 2 * C, Dk, Dv, 1.0f, RY.data(), Dv, S0, Dv, 0.0f, Z.data(), Dk, pool);  // [dR; dY] S_0^T
+      product(false, true, C, Dk, Dv, 1.0f, U, ldu, dS.data(), Dv, 0.0f, dKt.data(), Dk, pool);     // U dS^T
       // R = diag(beta) (V - diag(gamma) K S_0) and Y's diag(gamma) Q S_0, row by row
       for (int64_t t = 0; t < C; ++t) {
         const float beta = r.beta[t * H], gam = d.gamma[t], tail = d.tail[t];
         float* dq = &dQ[t * Dk];
-        const float *m0 = &M0[t * Dk], *dkt = &dKt[t * Dk], *dr = &dR[t * Dv], *dyt = dyc + t * r.ldv;
+        const float *m0 = &M0[t * Dk], *dkt = &dKt[t * Dk], *dr = &dR[t * Dv], *dyt = &RY[(C + t) * Dv];
         const double qy = lane_dot(dq, r.q + t * r.ldk, Dk), km = lane_dot(m0, r.k + t * r.ldk, Dk);
         dtail[t] = lane_dot(dkt, r.k + t * r.ldk, Dk);
         for (int64_t i = 0; i < Dk; ++i) {
@@ -263,8 +266,8 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
         float* dv = grad.v + (first + t * H) * Dv;
         for (int64_t j = 0; j < Dv; ++j) {
           dv[j] = beta * dr[j];
-          dYg[t * Dv + j] = gam * dyt[j];
-          dRb[t * Dv + j] = beta * gam * dr[j];
+          G[t * Dv + j] = -beta * gam * dr[j];
+          G[(C + t) * Dv + j] = gam * dyt[j];
         }
         dgamma[t] = qy - beta * km;
         double db = lane_dot(dr, r.v + t * r.ldv, Dv) - gam * km;
@@ -273,6 +276,7 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
         float* da = &dA[t * kC];
         const float *dp = &dP[t * kC], *e = &d.E[t * kC], *kk = &work.kk[t * kC];
         const float *a = &work.a[t * kC], *p = &work.qk[t * kC];
+        for (int64_t col = 0; col < t; ++col) da[col] = -da[col];  // AP held -dA
         std::fill(da + t, da + C, 0.0f);
         for (int64_t col = 0; col < C; ++col) {
           ke[col] = kk[col] * e[col];
@@ -293,14 +297,14 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
           sym[t * kC + col] = sym[col * kC + t] = both;
         }
       for (int64_t t = 0; t < C; ++t) sym[t * kC + t] = 0.0f;
-      product(false, false, C, Dk, C, 1.0f, dQK.data(), kC, r.k, r.ldk, 1.0f, dQ.data(), Dk, pool);  // dQ += dQK K
-      product(true, false, C, Dk, C, 1.0f, dQK.data(), kC, r.q, r.ldk, 1.0f, dK.data(), Dk, pool);   // dK += dQK^T Q
-      product(false, false, C, Dk, C, 1.0f, sym.data(), kC, r.k, r.ldk, 1.0f, dK.data(), Dk, pool);  // dK += (dKK + dKK^T) K
+      // [dQ; dK] += [dQK; dKK + dKK^T] K, dK += dQK^T Q
+      const float *kc = work.kq.data(), *qc = kc + C * Dk;
+      product(false, false, 2 * C, Dk, C, 1.0f, dQK, kC, kc, Dk, 1.0f, dQ, Dk, pool);
+      product(true, false, C, Dk, C, 1.0f, dQK, kC, qc, Dk, 1.0f, dK, Dk, pool);
       // dS_0 = gamma_{C-1} dS + Q^T diag(gamma) dY - K^T diag(beta gamma) dR
       const double last = lane_dot(dS.data(), S0, KV);
       for (int64_t i = 0; i < KV; ++i) dS0[i] = d.gamma[C - 1] * dS[i];
-      product(true, false, Dk, Dv, C, 1.0f, r.q, r.ldk, dYg.data(), Dv, 1.0f, dS0.data(), Dv, pool);
-      product(true, false, Dk, Dv, C, -1.0f, r.k, r.ldk, dRb.data(), Dv, 1.0f, dS0.data(), Dv, pool);
+      product(true, false, Dk, Dv, 2 * C, 1.0f, kc, Dk, G.data(), Dv, 1.0f, dS0.data(), Dv, pool);  // [K; Q]^T G
       std::swap(dS, dS0);
       // g's gradient: gamma_t = e^{g_t}, tail_t = e^{g_{C-1} - g_t}, gamma_{C-1} in S_C; then log alpha's
       for (int64_t t = 0; t < C; ++t) {
