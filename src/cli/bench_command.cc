@@ -27,6 +27,7 @@
 #include "qkv/modules/attention_module.h"
 #include "qkv/perf/accuracy_bench.h"
 #include "qkv/perf/attention_bench.h"
+#include "qkv/perf/cache_memory_bench.h"
 #include "qkv/perf/decode_bench.h"
 #include "qkv/perf/deltanet_bench.h"
 #include "qkv/perf/gpt_bench.h"
@@ -138,6 +139,37 @@ int run_deltanet(BenchFlags& f, const CLI::App& sub) {
   return 0;
 }
 
+// --module cache-memory: sizes only, nothing timed; the book's MLA estimator's sizes by default.
+int run_cache_memory(BenchFlags& f, const CLI::App& sub) {
+  for (const char* flag : {"--kv-len", "--no-mask", "--dropout", "--window", "--alibi", "--softcap", "--rope", "--dtype",
+                           "--gemm", "--head-dim", "--backward", "--iters", "--warmup", "--threads", "--weights",
+                           "--quantize", "--text", "--new-tokens", "--split"})
+    QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module cache-memory (it sizes caches: --preset or "
+              "--d-model, --num-heads, --num-kv-heads, --num-layers, --latent-dim; --seq-len, --batch, --cache-dtype)");
+  perf::CacheMemoryShape s;
+  auto given = [&](const char* flag) { return sub.count(flag) > 0; };
+  if (given("--preset")) {
+    for (const char* flag : {"--d-model", "--num-heads", "--num-kv-heads", "--num-layers", "--latent-dim"})
+      QKV_CHECK(!given(flag), flag, " and --preset: the preset sets the model's sizes");
+    s.preset = f.preset;
+  }
+  s.batch = f.batch;
+  if (given("--seq-len")) s.tokens = f.seq_len;
+  if (given("--d-model")) s.d_model = f.d_model;
+  if (given("--num-heads")) s.heads = f.attention.heads;
+  if (given("--num-kv-heads")) s.kv_heads = f.attention.kv_heads;
+  if (given("--num-layers")) s.layers = f.layers;
+  if (given("--latent-dim")) s.latent_dim = f.latent_dim;
+  if (given("--cache-dtype"))
+    s.dtype = f.cache_dtype == "f32" ? kernels::CacheDtype::kF32 : kernels::CacheDtype::kBF16;
+  QKV_CHECK(f.cache_dtype == "f32" || f.cache_dtype == "bf16", "--cache-dtype '", f.cache_dtype,
+            "': expected f32 or bf16");
+  const perf::CacheMemoryReport r = perf::run_cache_memory_bench(s);
+  std::cout << perf::report_text(r);
+  if (f.json) std::cout << perf::report_json(r).dump() << "\n";
+  return 0;
+}
+
 // --module ring-attention: the ring's own flags; the others are refused by name.
 int run_ring(const BenchFlags& f, const CLI::App& sub) {
   for (const char* flag : {"--kv-len", "--cache-dtype", "--rope", "--d-model"})
@@ -163,6 +195,9 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
       bad_flag("--simd", std::string(e.what()).substr(std::string("--simd is ").size()));
     }
   }
+  if (f.module == "cache-memory") return run_cache_memory(f, sub);
+  for (const char* flag : {"--num-layers", "--latent-dim"})
+    QKV_CHECK(sub.count(flag) == 0, flag, " is a flag of --module cache-memory, not ", f.module);
   if (f.module == "accuracy") return run_accuracy(f, sub);
   if (f.module == "gpt") return run_gpt(f, sub);
   for (const char* flag : {"--weights", "--quantize", "--text"})
@@ -269,10 +304,12 @@ Command add_bench(CLI::App& app) {
                   "a forward, a training step with --backward, or decoding with --new-tokens) | accuracy (quantized "
                   "weights against the float ones on --text: KL divergence, top-1 agreement, perplexities) | "
                   "gated-deltanet (the gated delta rule of Qwen3.5's linear layers in chunks, --num-heads heads of "
-                  "--head-dim, against the FMA peak and the token-by-token recurrence)")
+                  "--head-dim, against the FMA peak and the token-by-token recurrence) | cache-memory (what a "
+                  "generation's cache holds: MHA, GQA and MLA as the book's estimator sizes them, or --preset's model "
+                  "over --seq-len tokens)")
       ->required()
       ->check(CLI::IsMember({"mha", "causal-attention", "attention-core", "decode", "ring-attention", "gpt", "accuracy",
-                             "gated-deltanet"}));
+                             "gated-deltanet", "cache-memory"}));
   sub->add_option("--preset", f->preset, "gpt: the model's sizes, " + preset_list())
       ->default_val("gpt2-small");
   sub->add_option("--weights", f->weights,
@@ -287,7 +324,10 @@ Command add_bench(CLI::App& app) {
   add_number_with_default(sub, "--batch", f->batch, "Batch size B");
   add_number(sub, "--seq-len", f->seq_len, "Tokens T (every module but decode; accuracy: the text's first T, default 1000)");
   add_number(sub, "--kv-len", f->kv_len, "decode: cached positions S the query attends to");
-  sub->add_option("--cache-dtype", f->cache_dtype, "decode: the KV cache's element type")
+  add_number(sub, "--num-layers", f->layers, "cache-memory: layers L (default 48, the book's MLA estimator's)");
+  add_number(sub, "--latent-dim", f->latent_dim, "cache-memory: MLA's latent numbers per token and layer (default 1024)");
+  sub->add_option("--cache-dtype", f->cache_dtype,
+                  "decode, cache-memory: the KV cache's element type (cache-memory's default: bf16, the book's)")
       ->default_val("f32")
       ->check(CLI::IsMember({"f32", "bf16"}));
   add_number_with_default(sub, "--d-model", f->d_model, "Channels C = d_in = d_out");

@@ -18,6 +18,8 @@ struct BenchFlags {
   kernels::AttentionSpec attention = {.heads = 12};
   // --module decode
   int64_t kv_len = 0;
+  // --module cache-memory
+  int64_t layers = 0, latent_dim = 0;
   std::string cache_dtype = "f32";
   std::string gemm;           // mha, causal-attention: the projections' product (empty: QKV_GEMM or qkv)
   std::string split = "contiguous";  // ring-attention

@@ -46,7 +46,7 @@ AttentionConfig attention_of(const DecoderSpec& s) {
   return a;
 }
 
-// A linear block's Gated DeltaNet (in f32 on its recurrence, whatever the model's products).
+// A linear block's Gated DeltaNet (in f32, whatever the model's products).
 AttentionConfig linear_of(const DecoderSpec& s) {
   const LinearAttentionSizes& l = s.linear;
   AttentionConfig c = gated_deltanet_config(s.width, l.value_heads, l.key_heads, l.key_dim, l.value_dim, l.conv_kernel,
@@ -475,13 +475,17 @@ void DecoderModel::backward(const Tensor& dlogits) {
 kernels::KvCache DecoderModel::make_cache(int64_t batch, kernels::CacheDtype dtype, int64_t capacity) const {
   QKV_CHECK(!blocks.empty(), family().title, " model: a model without blocks (0 layers) has no keys or values to cache");
   QKV_CHECK(batch >= 1, family().title, " model: the cache's batch (", batch, ") must be at least 1");
-  const kernels::AttentionSpec& a = spec_.attention;
+  return decoder_cache(spec_, batch, dtype, capacity);
+}
+
+kernels::KvCache decoder_cache(const DecoderSpec& spec, int64_t batch, kernels::CacheDtype dtype, int64_t capacity) {
+  const kernels::AttentionSpec& a = spec.attention;
   std::vector<int64_t> states;  // a linear block's fixed-size state instead of keys and values
-  if (spec_.linear_layers() > 0)
-    for (const DecoderBlock& b : blocks) states.push_back(b.linear ? b.linear->cache_doubles(batch) : 0);
-  return kernels::KvCache(static_cast<int64_t>(blocks.size()), batch, a.groups(),
-                          models_detail::cache_capacity(capacity, spec_.context_length), a.head_dim, a.head_dim, dtype,
-                          std::move(states));
+  if (spec.linear_layers() > 0)
+    for (int64_t l = 0; l < spec.layers; ++l)
+      states.push_back(spec.kind(l) == LayerKind::kLinear ? gated_deltanet_cache_doubles(linear_of(spec), batch) : 0);
+  return kernels::KvCache(spec.layers, batch, a.groups(), models_detail::cache_capacity(capacity, spec.context_length),
+                          a.head_dim, a.head_dim, dtype, std::move(states));
 }
 
 void DecoderModel::forward_cached_into(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens,

@@ -226,10 +226,13 @@ Tensor GatedDeltaNetLayer::cached_step(const Tensor& x, const float* history, do
   return output(B, T);
 }
 
-int64_t GatedDeltaNetLayer::cache_doubles(int64_t batch) const {
-  const int64_t K = config.linear.conv_kernel, C = 2 * key_width() + value_width();
-  return batch * (config.attention.heads * config.attention.head_dim * config.linear.value_dim + (K - 1) * C);
+int64_t gated_deltanet_cache_doubles(const AttentionConfig& c, int64_t batch) {
+  const int64_t Hv = c.attention.heads, Dk = c.attention.head_dim, Dv = c.linear.value_dim;
+  const int64_t K = c.linear.conv_kernel, C = 2 * c.linear.key_heads * Dk + Hv * Dv;
+  return batch * (Hv * Dk * Dv + (K - 1) * C);
 }
+
+int64_t GatedDeltaNetLayer::cache_doubles(int64_t batch) const { return gated_deltanet_cache_doubles(config, batch); }
 
 void GatedDeltaNetLayer::forward_cached(const float* x, int64_t B, int64_t T, float* y, double* cache) {
   QKV_CHECK(B >= 1 && T >= 0, kLayer, ": forward_cached takes (B >= 1, T >= 0) rows, got (", B, ", ", T, ")");

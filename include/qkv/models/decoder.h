@@ -161,6 +161,11 @@ class DecoderModel : public LanguageModel {
 };
 
 // A model of `spec` (its family's names), drawn from gen as the family's PyTorch constructor draws.
+// The cache generation makes for a model of `spec` (DecoderModel::make_cache, without the model):
+// keys and values of up to `capacity` positions (0: the context length) per attention layer, a
+// fixed-size state per linear-attention layer.
+kernels::KvCache decoder_cache(const DecoderSpec& spec, int64_t batch, kernels::CacheDtype dtype, int64_t capacity);
+
 std::unique_ptr<LanguageModel> build_model(const DecoderSpec& spec, Generator& gen);
 // The same with the init draws off, for loaders (every weight is about to be loaded): nothing is drawn.
 std::unique_ptr<DecoderModel> build_model_to_load(const DecoderSpec& spec, Generator& gen);

@@ -41,6 +41,10 @@ struct GatedDeltaNetCache {
   std::vector<double> state;
 };
 
+// The doubles of a cache for `batch` sequences of a layer of config c (GatedDeltaNetLayer::cache_doubles
+// without the layer).
+int64_t gated_deltanet_cache_doubles(const AttentionConfig& c, int64_t batch);
+
 class GatedDeltaNetLayer : public AttentionModule {
  public:
   GatedDeltaNetLayer(const AttentionConfig& config, Generator& gen);
