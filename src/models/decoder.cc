@@ -183,11 +183,16 @@ void DecoderBlock::forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCa
   if (att) {
     att->forward_cached(h, B, Tn, s.a, cache, layer, att16, s.att);
   } else {  // the recurrence's state and the convolution's last inputs: the cache's state layer
+    GatedDeltaNetLayer::Weights16 lw;
+    const bool linear16 = bf16 && w16->linear.size() == 5;
+    if (linear16)
+      lw = {w16->linear[0].data(), w16->linear[1].data(), w16->linear[2].data(), w16->linear[3].data(),
+            w16->linear[4].data()};
     QKV_CHECK(cache.state_size(layer) == linear->cache_doubles(B), kWho, ": layer ", layer, " of the cache holds ",
               cache.state_size(layer), " state numbers; its linear-attention block keeps ", linear->cache_doubles(B),
               " for a batch of ", B);
     QKV_CHECK(!cache.appended(layer), kWho, ": layer ", layer, " already took part in the cache's step in progress");
-    linear->forward_cached(h, B, Tn, s.a, cache.state(layer));
+    linear->forward_cached(h, B, Tn, s.a, cache.state(layer), linear16 ? &lw : nullptr);
     cache.advance(layer, Tn);
   }
   add_into(x, s.a, N * E);
@@ -281,9 +286,7 @@ int64_t DecoderModel::step_weight_bytes() const {
     const DecoderBlock::Weights16& w = blocks16_[b];
     n += bytes(w.qkv, w.qkv_q) + bytes(w.out, w.out_q) + 2 * static_cast<int64_t>(w.gate.size());
     for (size_t i = 0; i < w.ff.size(); ++i) n += bytes(w.ff[i], i < w.ff_q.size() ? w.ff_q[i] : QuantMatrix{});
-    if (const auto& l = blocks[b].linear)  // its products read as floats
-      for (const Linear* p : {&l->in_proj_qkv, &l->in_proj_z, &l->in_proj_b, &l->in_proj_a, &l->out_proj})
-        n += 4 * p->weight.numel();
+    for (const std::vector<uint16_t>& p : w.linear) n += 2 * static_cast<int64_t>(p.size());
   }
   return n;
 }
@@ -300,11 +303,25 @@ void DecoderModel::keep_bf16_weights(bool on) {
       w.qkv = bf16_copy(b.att->fused_qkv_weight());
       w.out = bf16_copy(b.att->out_proj.weight);
       if (b.att->W_gate) w.gate = bf16_copy(b.att->W_gate->weight);
+    } else {
+      for (const Linear* p : b.linear->products()) w.linear.push_back(bf16_copy(p->weight));
     }
     for (const Linear* l : b.ff.linears()) w.ff.push_back(bf16_copy(l->weight));
     blocks16_.push_back(std::move(w));
   }
   if (!spec_.head_f32) head16_ = bf16_copy(head.weight);
+}
+
+std::vector<std::string> DecoderModel::linear_product_names(size_t block) {
+  const std::string prefix = names_->blocks + std::to_string(block) + "." + names_->linear;
+  std::vector<StateEntry> entries;
+  blocks[block].linear->collect_state(prefix, entries);
+  std::vector<std::string> names;
+  for (const Linear* p : blocks[block].linear->products())
+    for (const StateEntry& e : entries)
+      if (e.tensor == &p->weight) names.push_back(e.name);
+  QKV_CHECK(names.size() == 5, who_, ": a linear block's products are not in its state");
+  return names;
 }
 
 void DecoderModel::load_bf16_only(const std::function<void(const std::string&, uint16_t*)>& read16,
@@ -324,8 +341,10 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
   if (!spec_.tied_head) products.insert(n.head + "weight");
   for (size_t i = 0; i < blocks.size(); ++i) {
     const std::string a = n.blocks + std::to_string(i) + "." + n.attention;
-    if (blocks[i].att)  // (a linear block's tensors are all read as floats)
+    if (blocks[i].att)
       for (const std::string* p : {&n.q, &n.k, &n.v, &n.o}) products.insert(a + *p + "weight");
+    else
+      for (const std::string& name : linear_product_names(i)) products.insert(name);
     std::vector<StateEntry> ff;
     const_cast<FeedForwardNet&>(blocks[i].ff).collect_state(n.blocks + std::to_string(i) + "." + n.ff, ff);
     for (const StateEntry& e : ff)
@@ -344,7 +363,15 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
     const DecoderBlock& b = blocks[i];
     const std::string a = n.blocks + std::to_string(i) + "." + n.attention;
     DecoderBlock::Weights16 w;
-    if (b.att) {  // (a linear block's tensors are floats, read above: it computes in f32)
+    if (!b.att) {  // a linear block: its five products in bf16 (its other tensors are floats, read above)
+      const std::vector<std::string> names = linear_product_names(i);
+      const std::vector<const Linear*> ps = b.linear->products();
+      for (size_t k = 0; k < ps.size(); ++k) {
+        w.linear.push_back(bits(ps[k]->weight.numel()));
+        read_bits(names[k], w.linear.back().data());
+      }
+    }
+    if (b.att) {
       const int64_t E = spec_.width, Q = b.att->W_query.weight.size(0), KV = b.att->W_key.weight.size(0);
       // rows [0, Q): W_query, then W_key, W_value: one matrix of blocks when all three are of one type
       // (the packed queries and gate in bf16: unpacked below)

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "qkv/core/error.h"
+#include "qkv/core/linear.h"
 #include "qkv/modules/causal_attention.h"
 #include "qkv/modules/delta_rule_chunked.h"
 
@@ -91,11 +92,27 @@ void GatedDeltaNetLayer::collect_state(const std::string& prefix, std::vector<St
   in_proj_a.collect_state(prefix + "in_proj_a.", out);
 }
 
-void GatedDeltaNetLayer::project(const Tensor& x, const float* history) {
+namespace {
+// x (..., in) @ l.weight^T as a flat vector: through the Linear, or from its bf16 copy w16 (bf16 products).
+std::vector<float> product(const Linear& l, const Tensor& x, const uint16_t* w16) {
+  if (!w16) return flat(l.forward(x));
+  const Tensor c = x.contiguous();
+  const int64_t in = l.weight.size(1), out = l.weight.size(0), N = c.numel() / in;
+  std::vector<float> y(static_cast<size_t>(N * out));
+  linear(c.data(), N, in, l.weight.data(), nullptr, out, y.data(), nullptr, Dtype::kBF16, w16);
+  return y;
+}
+}  // namespace
+
+std::vector<const Linear*> GatedDeltaNetLayer::products() const {
+  return {&in_proj_qkv, &in_proj_z, &in_proj_b, &in_proj_a, &out_proj};
+}
+
+void GatedDeltaNetLayer::project(const Tensor& x, const float* history, const Weights16* w16) {
   const int64_t B = x.size(0), T = x.size(1), Hv = config.attention.heads, Hk = config.linear.key_heads;
   const int64_t Dk = config.attention.head_dim, K = config.linear.conv_kernel;
   const int64_t Kd = key_width(), Vd = value_width(), C = 2 * Kd + Vd, share = Hv / Hk;
-  mixed_ = flat(in_proj_qkv.forward(x));  // (B, T, C)
+  mixed_ = product(in_proj_qkv, x, w16 ? w16->qkv : nullptr);  // (B, T, C)
   // the causal depthwise convolution (over history, then x), then silu: conv_ before it, the split
   // q, k, v after it
   conv_.assign(mixed_.size(), 0.0f);
@@ -139,21 +156,22 @@ void GatedDeltaNetLayer::project(const Tensor& x, const float* history) {
         qn_[(r * Hv + h) * Dk + d] = qh[(r * Hk + h / share) * Dk + d];
         kn_[(r * Hv + h) * Dk + d] = kh[(r * Hk + h / share) * Dk + d];
       }
-  z_ = flat(in_proj_z.forward(x));
-  beta_ = flat(in_proj_b.forward(x));
+  z_ = product(in_proj_z, x, w16 ? w16->z : nullptr);
+  beta_ = product(in_proj_b, x, w16 ? w16->b : nullptr);
   for (float& b : beta_) b = sigmoid_value(b);
-  a_ = flat(in_proj_a.forward(x));
+  a_ = product(in_proj_a, x, w16 ? w16->a : nullptr);
   alpha_.resize(a_.size());
   log_alpha_.resize(a_.size());
   decay_forward(a_.data(), dt_bias.data(), A_log.data(), static_cast<int64_t>(a_.size()), Hv, alpha_.data(),
                 log_alpha_.data());
 }
 
-Tensor GatedDeltaNetLayer::output(int64_t B, int64_t T) {
+Tensor GatedDeltaNetLayer::output(int64_t B, int64_t T, const Weights16* w16) {
   Tensor gated = Tensor::empty({B, T, value_width()});
   gated_rms_norm_rows(y_.data(), z_.data(), norm_weight.data(), B * T * config.attention.heads, config.linear.value_dim,
                       static_cast<float>(config.linear.norm_eps), gated.data());
-  return out_proj.forward(gated);
+  if (!w16) return out_proj.forward(gated);
+  return Tensor::from({B, T, config.d_in}, product(out_proj, gated, w16->out));
 }
 
 Tensor GatedDeltaNetLayer::forward(const Tensor& x, AttentionTrace* trace) {
@@ -200,10 +218,11 @@ Tensor GatedDeltaNetLayer::forward_cached(const Tensor& x, GatedDeltaNetCache& c
   return cached_step(x, cache.conv.data(), cache.state.data(), cache.conv.data());
 }
 
-Tensor GatedDeltaNetLayer::cached_step(const Tensor& x, const float* history, double* state, float* next_history) {
+Tensor GatedDeltaNetLayer::cached_step(const Tensor& x, const float* history, double* state, float* next_history,
+                                       const Weights16* w16) {
   x_shape_.clear();  // what project() keeps is not a training forward's: no backward after this
   const int64_t B = x.size(0), T = x.size(1), K = config.linear.conv_kernel, C = 2 * key_width() + value_width();
-  project(x, history);
+  project(x, history, w16);
   y_.resize(static_cast<size_t>(B * T * value_width()));
   if (chunked() && T > 1) {  // a prompt: in chunks, on the state rounded to float and back
     const int64_t n = B * config.attention.heads * config.attention.head_dim * config.linear.value_dim;
@@ -223,7 +242,7 @@ Tensor GatedDeltaNetLayer::cached_step(const Tensor& x, const float* history, do
       std::copy(src, src + C, &last[(b * (K - 1) + j) * C]);
     }
   std::copy(last.begin(), last.end(), next_history);
-  return output(B, T);
+  return output(B, T, w16);
 }
 
 int64_t gated_deltanet_cache_doubles(const AttentionConfig& c, int64_t batch) {
@@ -234,7 +253,8 @@ int64_t gated_deltanet_cache_doubles(const AttentionConfig& c, int64_t batch) {
 
 int64_t GatedDeltaNetLayer::cache_doubles(int64_t batch) const { return gated_deltanet_cache_doubles(config, batch); }
 
-void GatedDeltaNetLayer::forward_cached(const float* x, int64_t B, int64_t T, float* y, double* cache) {
+void GatedDeltaNetLayer::forward_cached(const float* x, int64_t B, int64_t T, float* y, double* cache,
+                                        const Weights16* w16) {
   QKV_CHECK(B >= 1 && T >= 0, kLayer, ": forward_cached takes (B >= 1, T >= 0) rows, got (", B, ", ", T, ")");
   if (T == 0) return;
   const int64_t M = config.d_in, K = config.linear.conv_kernel, C = 2 * key_width() + value_width();
@@ -242,7 +262,7 @@ void GatedDeltaNetLayer::forward_cached(const float* x, int64_t B, int64_t T, fl
   std::vector<float> history(static_cast<size_t>(B * (K - 1) * C));  // floats kept as doubles: exact both ways
   std::copy_n(cache + S, history.size(), history.begin());
   const Tensor out = cached_step(Tensor::from({B, T, M}, std::vector<float>(x, x + B * T * M)), history.data(), cache,
-                                 history.data());
+                                 history.data(), w16);
   std::copy(history.begin(), history.end(), cache + S);
   std::copy_n(out.contiguous().data(), B * T * M, y);
 }

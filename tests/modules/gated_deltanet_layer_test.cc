@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "qkv/core/bf16.h"
 #include "qkv/core/generator.h"
 #include "qkv/core/ops.h"
 #include "qkv/core/random_tensor.h"
@@ -230,6 +232,52 @@ TEST(GatedDeltaNetLayer, TheChunkedFormEqualsTheRecurrenceInTheLayer) {
   const Tensor step = a.forward_cached(x.slice(1, 70, 71).contiguous(), cache);
   EXPECT_LE(testing_support::relative_error(prompt, yb.slice(1, 0, 70)), 1e-5);
   EXPECT_LE(testing_support::relative_error(step, yb.slice(1, 70, 71)), 1e-5);
+}
+
+
+// bf16 decoding: each of the five products read from its own bf16 copy. Against the same layer with
+// its float weights rounded to those bf16 values (the products then differ by the activations'
+// rounding only): within 1e-2 of the outputs' scale, where a copy in another product's place (b's
+// and a's, both (Hv, M)) is far off; and the copies are read (the float weights moved after the
+// copies were made change nothing).
+TEST(GatedDeltaNetLayer, Bf16CopiesServeTheirOwnProducts) {
+  Generator gen(4);
+  GatedDeltaNetLayer m(gated_deltanet_config(16, 4, 2, 8, 6, 3, 64), gen);
+  for (const StateEntry& e : m.state_dict())  // weights of order 1, so that every product matters
+    if (e.name != "A_log") {
+      Generator g(std::hash<std::string>{}(e.name));  // (in_proj_a's and in_proj_b's differ)
+      const Tensor r = randn(e.tensor->shape(), g);
+      for (int64_t i = 0; i < e.tensor->numel(); ++i) e.tensor->data()[i] = 0.5f * r.data()[i];
+    }
+  std::vector<std::vector<uint16_t>> copies;
+  for (const Linear* p : m.products()) {
+    std::vector<uint16_t> c(static_cast<size_t>(p->weight.numel()));
+    for (size_t i = 0; i < c.size(); ++i) c[i] = float_to_bf16(p->weight.data()[i]);
+    copies.push_back(c);
+  }
+  const std::vector<const Linear*> products = m.products();
+  for (size_t k = 0; k < products.size(); ++k)  // the float weights become the copies' values
+    for (int64_t i = 0; i < products[k]->weight.numel(); ++i)
+      const_cast<float*>(products[k]->weight.data())[i] = bf16_to_float(copies[k][static_cast<size_t>(i)]);
+  Generator data(9);
+  const Tensor x = randn({2, 5, 16}, data);
+  auto run = [&](const GatedDeltaNetLayer::Weights16* w16) {
+    std::vector<double> cache(static_cast<size_t>(m.cache_doubles(2)), 0.0);
+    std::vector<float> y(2 * 5 * 16);
+    m.forward_cached(x.data(), 2, 5, y.data(), cache.data(), w16);
+    return Tensor::from({2, 5, 16}, y);
+  };
+  const Tensor want = run(nullptr);
+  const GatedDeltaNetLayer::Weights16 w16{copies[0].data(), copies[1].data(), copies[2].data(), copies[3].data(),
+                                          copies[4].data()};
+  EXPECT_LE(testing_support::relative_error(run(&w16), want), 1e-2);
+  const GatedDeltaNetLayer::Weights16 swapped{copies[0].data(), copies[1].data(), copies[3].data(), copies[2].data(),
+                                              copies[4].data()};
+  EXPECT_GT(testing_support::relative_error(run(&swapped), want), 5e-2);
+  for (const Linear* p : products) const_cast<float*>(p->weight.data())[0] += 1.0f;
+  const Tensor moved = run(nullptr);
+  EXPECT_GT(testing_support::relative_error(moved, want), 1e-3);
+  EXPECT_LE(testing_support::relative_error(run(&w16), want), 1e-2);
 }
 
 }  // namespace

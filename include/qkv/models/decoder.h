@@ -58,6 +58,7 @@ class DecoderBlock : public Module {
   struct Weights16 {
     std::vector<uint16_t> qkv, out;             // att's fused (H D + 2 G D, E), out_proj (E, H D)
     std::vector<uint16_t> gate;                 // att's W_gate (H D, E), with the output gate
+    std::vector<std::vector<uint16_t>> linear;  // a linear block's products, GatedDeltaNetLayer::products() order
     std::vector<std::vector<uint16_t>> ff;      // the feed-forward's linears, FeedForwardNet::linears() order
     // Loaded quantized (load_bf16_only's readq): each product read from its blocks instead where
     // these are not empty (ff_q parallel to ff: one of the two holds each linear).
@@ -151,6 +152,8 @@ class DecoderModel : public LanguageModel {
   QuantMatrix head_q_, embed_q_;                   // the same, loaded quantized (then the bf16 ones are empty)
   bool bf16_only_ = false;
   void check_floats(const char* what) const;
+  // The state names of linear block `block`'s five products (GatedDeltaNetLayer::products()).
+  std::vector<std::string> linear_product_names(size_t block);
   // The cached computation: the logits of the last position of each sequence (B, V), or of every
   // position (B, Tn, V) with all_rows.
   void cached_pass(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, kernels::KvCache& cache,

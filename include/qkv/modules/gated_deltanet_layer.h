@@ -65,7 +65,14 @@ class GatedDeltaNetLayer : public AttentionModule {
   // convolution's last K - 1 inputs (B, K - 1, 2 Kd + Vd); cache_doubles(B) of them, zeros at a
   // sequence's start.
   int64_t cache_doubles(int64_t batch) const;
-  void forward_cached(const float* x, int64_t B, int64_t T, float* y, double* cache);
+  // w16 (optional): the five products' weights in bf16 (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a,
+  // out_proj; bf16 products, read instead of the float weights, which need not be filled).
+  struct Weights16 {
+    const uint16_t *qkv = nullptr, *z = nullptr, *b = nullptr, *a = nullptr, *out = nullptr;
+  };
+  void forward_cached(const float* x, int64_t B, int64_t T, float* y, double* cache, const Weights16* w16 = nullptr);
+  // The five products in that order (their weights' names and shapes; bf16 copies are made of them).
+  std::vector<const Linear*> products() const;
 
   int64_t key_width() const;    // Kd
   int64_t value_width() const;  // Vd
@@ -90,11 +97,12 @@ class GatedDeltaNetLayer : public AttentionModule {
   // x's projections, convolution (after `history`, (B, K - 1, 2 Kd + Vd), or zeros if null), split,
   // normalised q and k, beta and the decay, into the members below; then y_ through the gated norm
   // and out_proj.
-  void project(const Tensor& x, const float* history);
-  Tensor output(int64_t B, int64_t T);
+  void project(const Tensor& x, const float* history, const Weights16* w16 = nullptr);
+  Tensor output(int64_t B, int64_t T, const Weights16* w16 = nullptr);
   // A cached step: project x after `history` (B, K - 1, C), run the recurrence from `state` (updated),
   // write the convolution's new last K - 1 inputs to `next_history` (may be history) -> out_proj's rows.
-  Tensor cached_step(const Tensor& x, const float* history, double* state, float* next_history);
+  Tensor cached_step(const Tensor& x, const float* history, double* state, float* next_history,
+                     const Weights16* w16 = nullptr);
   Shape x_shape_;
   // The last forward's values: the projection before the convolution and after it (before silu)
   // (B, T, 2 Kd + Vd), the values (after it) (B, T, Hv, Dv); z (B, T, Vd); beta, alpha, log alpha, a + dt_bias (B, T, Hv); q and k
