@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "commands.h"
 #include "flags.h"
@@ -164,9 +165,13 @@ int run_explore(ExploreFlags& f, const CLI::App& sub) {
   ExploreStorage st;
   const std::string html = fit_page(page, limits_of(f), st);  // --pipeline-layer checked before any work
   write_files_atomically({{f.out, html, "--out"}});
+  std::set<int64_t> counts;  // one, or a Qwen3.5's two: its linear layers' value heads, its attention's query heads
+  for (const ExploreLayer& l : page.layers) counts.insert(l.weights.size(0));
+  std::string heads;
+  for (int64_t n : counts) heads += (heads.empty() ? "" : " or ") + std::to_string(n);
   std::cout << "wrote " << f.out << ": " << html.size() << " bytes (" << megabytes(static_cast<int64_t>(html.size()))
             << "), " << page.tokens.size() << " tokens, " << page.layers.size() << " layer(s) x "
-            << page.layers.front().weights.size(0) << " head(s), values as " << storage_name(st)
+            << heads << " head(s), values as " << storage_name(st)
             << (page.pipeline_layer >= 0 ? str("; the pipeline of layer ", page.pipeline_layer, " only") : "") << "\n";
   return 0;
 }

@@ -109,7 +109,12 @@ class PageWriter : public ForwardObserver {
     if (words_.show_weights)
       for (const std::string* w : {&names_.q, &names_.k, &names_.v}) parameter(a + bare(*w) + ".weight",
                                                                                bare(*w) + ".weight: head h uses rows h D .. h D + D - 1", l);
-    add_attention(b, l, *v.trace, [&](const std::string& name, const std::string& w) {
+    const bool linear = spec_.kind(l) == LayerKind::kLinear;
+    add_attention(b, l, *v.trace, linear, [&](const std::string& name, const std::string& w) {
+      if (linear)  // Qwen3.5's Gated DeltaNet (modules/gated_deltanet_layer.h)
+        return std::pair{name + " = silu(conv1d(" + names_.linear + "in_proj_qkv(" + n1 + "(x))))" +
+                             (name != "values" ? ", L2-normalised per head" : "") + ", per value head (T, D)",
+                         std::vector<ExploreLink>{{b + (v.normed ? n1 : "input"), "i", "*"}}};
       const bool qk = name != "values";
       const kernels::AttentionSpec& s = spec_.attention;
       const std::string norm = qk && s.qk_norm ? ", RMS-normalised per head" : "";
@@ -163,7 +168,8 @@ class PageWriter : public ForwardObserver {
   // head and neuron views read.
   using Projection = std::function<std::pair<std::string, std::vector<ExploreLink>>(const std::string& name,
                                                                                      const std::string& weight)>;
-  void add_attention(const std::string& b, int64_t l, const AttentionTrace& trace, const Projection& projection) {
+  void add_attention(const std::string& b, int64_t l, const AttentionTrace& trace, bool linear,
+                     const Projection& projection) {
     const Tensor queries = rows(trace.queries), keys = rows(trace.keys);
     const std::pair<const char*, const Tensor> qkv[] = {
         {"queries", queries}, {"keys", keys}, {"values", rows(trace.values)}};
@@ -174,10 +180,15 @@ class PageWriter : public ForwardObserver {
     }
     const Tensor weights = rows(trace.weights);
     p_.pipeline.push_back(step(b + "attn_weights",
-                               "softmax(masked(queries @ keys.T) / sqrt(D)), per head (the neuron view shows the "
-                               "scores)",
+                               linear ? "A: the gated delta rule's exact map from values to context (context = A @ "
+                                        "values), per head; A[i][j] = q_i . M_i ... M_{j+1} beta_j k_j, M = alpha (I - "
+                                        "beta k k^T): not softmax weights (rows need not sum to 1, and may be negative)"
+                                      : "softmax(masked(queries @ keys.T) / sqrt(D)), per head (the neuron view shows "
+                                        "the scores)",
                                weights, true, {{b + "queries", "i", "*"}, {b + "keys", "j", "*"}}, l));
-    p_.pipeline.push_back(step(b + "context", "context = attn_weights @ values, per head", rows(trace.context), true,
+    p_.pipeline.push_back(step(b + "context", linear ? "context = A @ values, per head (before the gated norm)"
+                                                     : "context = attn_weights @ values, per head",
+                               rows(trace.context), true,
                                {{b + "attn_weights", "i", "*"}, {b + "values", "*", "j"}}, l));
     const kernels::AttentionSpec& s = spec_.attention;
     ExploreLayer layer;
@@ -188,6 +199,7 @@ class PageWriter : public ForwardObserver {
     layer.softcap = static_cast<float>(s.softcap);
     layer.alibi = kernels::spec_alibi_slopes(s);
     layer.window = s.window;
+    layer.linear = linear;
     p_.layers.push_back(layer);
   }
 
@@ -250,9 +262,6 @@ ExplorePage explore_model(LanguageModel& model, const std::vector<int64_t>& ids,
   QKV_CHECK(model.spec().layers > 0, "explore: the ", who, " has no blocks (0 layers): no attention to show");
   QKV_CHECK(options.lens_top >= 0, "explore: lens_top is ", options.lens_top, "; expected >= 0");
   QKV_CHECK(!model.bf16_only(), "explore: the ", who, " holds its weights in bf16 only; load it with f32 products");
-  QKV_CHECK(model.spec().linear_layers() == 0, "explore: the ", who, " has ", model.spec().linear_layers(),
-            " Gated DeltaNet layers, which mix tokens without softmax weights; the page shows softmax attention ",
-            "only (qkv forward --module gated-deltanet shows one such layer's values)");
   ExplorePage p;
   p.source = "checkpoint";
   p.title = std::move(title);

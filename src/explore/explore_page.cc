@@ -151,9 +151,10 @@ template <typename F>
 void for_each_tensor(const ExplorePage& page, ExploreStorage st, F&& f) {
   std::map<TensorKey, ExplorePrecision> how;
   for (const ExploreLayer& l : page.layers) {
-    how.emplace(key_of(l.weights), st.computed ? ExplorePrecision::kAuto : st.values);
-    how.emplace(key_of(l.queries), st.computed ? ExplorePrecision::kF16 : st.values);
-    how.emplace(key_of(l.keys), st.computed ? ExplorePrecision::kF16 : st.values);
+    const bool computed = st.computed && !l.linear;
+    how.emplace(key_of(l.weights), computed ? ExplorePrecision::kAuto : st.values);
+    how.emplace(key_of(l.queries), computed ? ExplorePrecision::kF16 : st.values);
+    how.emplace(key_of(l.keys), computed ? ExplorePrecision::kF16 : st.values);
   }
   std::set<TensorKey> done;
   auto visit = [&](const Tensor& t) {
@@ -213,7 +214,8 @@ int64_t estimate_page_bytes(const ExplorePage& page, ExploreStorage st) {
   for (const ExploreStep& s : page.pipeline) bytes += static_cast<int64_t>(s.caption.size()) + 256;
   if (st.computed)  // each correction an index and a value, 4 bytes each
     for (const ExploreLayer& l : page.layers)
-      bytes += static_cast<int64_t>(explore_layer_corrections(l, page.causal).index.size()) * 8 * 5 / 4 + 512;
+      if (!l.linear)
+        bytes += static_cast<int64_t>(explore_layer_corrections(l, page.causal).index.size()) * 8 * 5 / 4 + 512;
   return bytes;
 }
 
@@ -271,6 +273,7 @@ std::string explore_html(const ExplorePage& page, ExploreStorage st) {
   if (st.computed)  // first, so that the pipeline's steps holding them name these entries
     for (size_t l = 0; l < page.layers.size(); ++l) {
       const ExploreLayer& L = page.layers[l];
+      if (L.linear) continue;  // A is no softmax of the queries and keys: stored
       const std::string n = "layer" + std::to_string(l) + ".";
       const std::string q = tensors.add(n + "queries", L.queries, ExplorePrecision::kF16);
       const std::string k = tensors.add(n + "keys", L.keys, ExplorePrecision::kF16);
@@ -300,7 +303,9 @@ std::string explore_html(const ExplorePage& page, ExploreStorage st) {
                       {"scale", L.scale},
                       {"softcap", L.softcap},
                       {"alibi", L.alibi},
-                      {"window", L.window}});
+                      {"window", L.window},
+                      {"linear", L.linear},
+                      {"heads", L.weights.size(0)}});  // this layer's: layers may differ (Qwen3.5's)
   }
   nlohmann::json j = {{"title", page.title},
                       {"source", page.source},
@@ -310,7 +315,6 @@ std::string explore_html(const ExplorePage& page, ExploreStorage st) {
                       {"precision", explore_precision_name(p)},
                       {"computedWeights", st.computed},
                       {"pipelineLayer", page.pipeline_layer},
-                      {"heads", page.layers.front().weights.size(0)},
                       {"layers", layers},
                       {"rollout", tensors.add("rollout", page.rollout)},
                       {"rolloutThumbnail", tensors.add("rollout_thumbnail", page.rollout_thumbnail)},

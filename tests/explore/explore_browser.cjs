@@ -42,16 +42,18 @@ async function setView(page, v) { await page.click(`nav button[data-view='${v}']
     const { page, errors, requests, ms } = await open(browser, pg.file);
     check(true, `${pg.name}: opened and drew in ${ms} ms`);
     // a page that computes its weights (qkv explore --attention-weights computed) reads every cell
-    // as the page that stores them does, within pg.weightsLike.tol
+    // as the page that stores them does, within pg.weightsLike.tol; a linear layer's A is no softmax: stored
     if (pg.weightsLike) {
       const all = (p) => p.evaluate(() => { const E = window.qkvExplore, T = E.data.tokens.length, out = [];
-        for (const ly of E.data.layers) { const w = E.tensor(ly.weights); for (let h = 0; h < E.data.heads; ++h) for (let i = 0; i < T; ++i) for (let j = 0; j < T; ++j) out.push(w.at(h, i, j)); }
-        return { computed: E.data.computedWeights, out }; });
+        for (const ly of E.data.layers) { const w = E.tensor(ly.weights); if (ly.linear) continue;
+          for (let h = 0; h < ly.heads; ++h) for (let i = 0; i < T; ++i) for (let j = 0; j < T; ++j) out.push(w.at(h, i, j)); }
+        return { computed: E.data.computedWeights, out, linear: E.data.layers.filter((ly) => ly.linear).map((ly) => E.tensor(ly.weights).dtype) }; });
       const other = await open(browser, pages.find((q) => q.name === pg.weightsLike.page).file);
       const [mine, theirs] = [await all(page), await all(other.page)];
       let worst = 0; for (let n = 0; n < mine.out.length; ++n) worst = Math.max(worst, Math.abs(mine.out[n] - theirs.out[n]));
       check(mine.computed && !theirs.computed && mine.out.length === theirs.out.length && mine.out.length >= 98 && worst <= pg.weightsLike.tol,
             `${pg.name}: its ${mine.out.length} computed weights read as ${pg.weightsLike.page}'s stored ones within ${pg.weightsLike.tol} (largest difference ${worst.toExponential(2)})`);
+      if (mine.linear.length) check(mine.linear.every((d) => d !== "computed"), `${pg.name}: its linear layers' A stored (${mine.linear})`);
       await other.page.close();
     }
     if (pg.pipelineLayer !== undefined) {
@@ -60,6 +62,44 @@ async function setView(page, v) { await page.click(`nav button[data-view='${v}']
       check(note.data === pg.pipelineLayer && note.layers.length === 1 && note.layers[0] === pg.pipelineLayer, `${pg.name}: the pipeline holds layer ${pg.pipelineLayer}'s steps only (${JSON.stringify(note)})`);
       await notBlank(page, `${pg.name}.pipeline-other-layer`);
       await page.evaluate(() => { Object.assign(window.qkvExplore.state, { layer: 0 }); window.qkvExplore.render(); });
+    }
+    // each layer its own heads (a Qwen3.5's Gated DeltaNet layers have other heads than its attention
+    // layers): chosen in the layer selector, the head selector and the toggles offer that layer's;
+    // every head of a linear layer shows its A (the hovered cell reads the page's A, and A @ values
+    // is the page's context), captioned as the delta rule's map in the pipeline and the neuron view
+    if (pg.layerHeads) {
+      await setView(page, "pipeline");
+      for (const [l, n] of pg.layerHeads.entries()) {
+        await page.selectOption("#layer", String(l));
+        const got = await page.evaluate(() => { const E = window.qkvExplore; return { options: document.querySelectorAll("#head option").length,
+          toggles: document.querySelectorAll(".head-toggle").length, data: E.data.layers[E.state.layer].heads, linear: E.data.layers[E.state.layer].linear }; });
+        check(got.options === n && got.toggles === n && got.data === n, `${pg.name}: layer ${l} (${got.linear ? "linear" : "attention"}) offers its ${n} heads (selector ${got.options}, toggles ${got.toggles}, data ${got.data})`);
+        if (!got.linear) continue;
+        const T = await page.evaluate(() => window.qkvExplore.data.tokens.length);
+        for (let h = 0; h < n; ++h) {
+          await page.selectOption("#head", String(h));
+          const a = await page.evaluate(([l, h]) => { const E = window.qkvExplore, step = (end) => E.data.pipeline.find((s) => s.layer === l && s.name.endsWith(end));
+            const A = E.tensor(step(".attn_weights").tensor), v = E.tensor(step(".values").tensor), c = E.tensor(step(".context").tensor);
+            let worst = 0, top = 0;
+            for (let i = 0; i < c.rows; ++i) for (let d = 0; d < c.cols; ++d) { let y = 0; for (let j = 0; j < c.rows; ++j) y += A.at(h, i, j) * v.at(h, j, d);
+              worst = Math.max(worst, Math.abs(y - c.at(h, i, d))); top = Math.max(top, Math.abs(c.at(h, i, d))); }
+            // float32 (a stored page) to rounding; float16 (a computed page's values) to its precision
+            const tol = [A, v, c].every((t) => t.dtype === "f32") ? 1e-5 : 3e-3;
+            return { name: step(".attn_weights").name, mats: [A.mats, v.mats, c.mats], err: worst / top, tol, cell: A.at(h, c.rows - 1, c.rows - 2).toFixed(4) }; }, [l, h]);
+          const text = await hoverAt(page, await page.evaluate(([name, i]) => window.qkvExplore.cell(name, i, i - 1), [a.name, T - 1]));
+          const want = `${a.name}[${h}][${T - 1}][${T - 2}] = ${a.cell}`;
+          check(a.mats.every((m) => m === n) && a.err < a.tol && text.startsWith(want) && await page.evaluate(() => window.qkvExplore.state.head) === h,
+                `${pg.name}: layer ${l} head ${h} shows A: '${text.split("   ")[0]}' (expected '${want}'), A @ values is the context within ${a.err.toExponential(2)} relative (< ${a.tol}), ${a.mats} matrices`);
+          await page.mouse.move(1, 1);
+        }
+        const svg = await page.evaluate(() => window.qkvExplore.exportSVG());
+        check(svg.includes(pg.linearCaption), `${pg.name}: layer ${l}'s pipeline captions A ('${pg.linearCaption}')`);
+        await setView(page, "neuron");
+        const nsvg = await page.evaluate(() => window.qkvExplore.exportSVG());
+        check(nsvg.includes("A (delta rule)") && nsvg.includes(`head ${n - 1}, layer ${l}`), `${pg.name}: the neuron view of layer ${l} head ${n - 1} names A, not softmax`);
+        await setView(page, "pipeline");
+      }
+      await page.evaluate(() => { Object.assign(window.qkvExplore.state, { layer: 0, head: 0 }); window.qkvExplore.render(); });
     }
     // values on hover: the pipeline's cells read as qkv prints them
     for (const c of pg.cells || []) {
@@ -112,7 +152,7 @@ async function setView(page, v) { await page.click(`nav button[data-view='${v}']
     // head view: toggling, soloing, selecting
     await setView(page, "heads");
     check(page.url().includes("view=heads"), `${pg.name}: switching views writes the fragment (${page.url().split("#")[1]})`);
-    const H = await page.evaluate(() => window.qkvExplore.data.heads);
+    const H = await page.evaluate(() => window.qkvExplore.data.layers[window.qkvExplore.state.layer].heads);
     if (H > 1) {
       await page.click(".head-toggle[data-head='1']");
       check(await page.evaluate(() => window.qkvExplore.state.off.includes(1)) && page.url().includes("off=1"), `${pg.name}: toggling head 1 hides it`);

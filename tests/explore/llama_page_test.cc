@@ -3,16 +3,20 @@
 // those the model's forward makes for that layer - one (T, T) matrix per query
 // head, a grouped-query head's keys those of its group - and the last layer's residual stream
 // through the final norm and head must give the forward's logits; the logit lens has a row per layer.
+// A Qwen3.5's page: each layer its own heads, a Gated DeltaNet layer's A.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "qkv/core/generator.h"
 #include "qkv/core/ops.h"
 #include "qkv/explore/explore.h"
 #include "model_support.h"
 #include "qkv/models/llama.h"
+#include "qkv/models/qwen3_5.h"
 
 namespace qkv {
 namespace {
@@ -53,6 +57,58 @@ TEST_P(ExploreLlama, EveryLayersWeightsPerQueryHeadAndTheResidualStreamAreTheFor
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ExploreLlama, ::testing::Values("llama", "qwen2", "qwen3"));
+
+nlohmann::json page_data(const ExplorePage& p, ExploreStorage st) {
+  const std::string html = explore_html(p, st);
+  const std::string open = "<script id=\"qkv-data\" type=\"application/json\">";
+  const size_t a = html.find(open) + open.size(), b = html.find("</script>", a);
+  return nlohmann::json::parse(html.substr(a, b - a));
+}
+
+// A Qwen3.5 whose Gated DeltaNet layers (4 value heads on 2 key heads) have other heads than its
+// gated attention layers (2 query heads): each layer shows its own, A (context = A @ values, per
+// value head) for a linear layer, and the page's data gives each layer's count; a page computing its
+// weights computes the attention layers' only (A is no softmax of the queries and keys).
+TEST(ExploreQwen3_5, EachLayerShowsItsOwnHeadsAndALinearLayerItsA) {
+  const nlohmann::json text = {{"vocab_size", 40}, {"hidden_size", 16}, {"intermediate_size", 24},
+                               {"num_hidden_layers", 4}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
+                               {"head_dim", 8}, {"max_position_embeddings", 16},
+                               {"rope_parameters", {{"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}}},
+                               {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
+                               {"linear_num_value_heads", 4}, {"linear_num_key_heads", 2}, {"linear_key_head_dim", 4},
+                               {"linear_value_head_dim", 6}, {"linear_conv_kernel_dim", 3}};
+  Generator gen(6);
+  DecoderModel model(read_qwen3_5_config({{"model_type", "qwen3_5"}, {"tie_word_embeddings", false}, {"text_config", text}}), gen);
+  const std::vector<int64_t> ids = {3, 17, 36, 0, 9, 9, 22, 5};
+  const int64_t T = static_cast<int64_t>(ids.size());
+  const ExplorePage page = explore_model(model, ids, std::vector<std::string>(ids.size(), "t"), "tiny");
+  ASSERT_EQ(page.layers.size(), 4u);
+  const nlohmann::json stored = page_data(page, {ExplorePrecision::kF32, false});
+  const nlohmann::json computed = page_data(page, {ExplorePrecision::kF16, true});
+  EXPECT_FALSE(stored.contains("heads"));  // no one count for every layer
+  for (size_t l = 0; l < 4; ++l) {
+    const ExploreLayer& layer = page.layers[l];
+    const bool linear = l % 2 == 0;
+    const int64_t H = linear ? 4 : 2;
+    EXPECT_EQ(layer.linear, linear) << "layer " << l;
+    EXPECT_EQ(layer.weights.shape(), (Shape{H, T, T})) << "layer " << l;
+    EXPECT_EQ(stored["layers"][l]["heads"], H) << "layer " << l;
+    EXPECT_EQ(stored["layers"][l]["linear"], linear) << "layer " << l;
+    const std::string w = computed["layers"][l]["weights"];
+    EXPECT_EQ(computed["tensors"][w].value("computed", false), !linear) << "layer " << l;
+    if (!linear) continue;
+    const std::string b = "model.language_model.layers." + std::to_string(l) + ".";
+    const Tensor* values = nullptr;
+    const Tensor* context = nullptr;
+    for (const ExploreStep& s : page.pipeline) {
+      if (s.name == b + "values") values = &s.value;
+      if (s.name == b + "context") context = &s.value;
+    }
+    ASSERT_TRUE(values && context) << "layer " << l;
+    EXPECT_EQ(values->size(0), H);
+    EXPECT_LE(max_abs_diff(matmul(layer.weights, *values), *context), 1e-5) << "layer " << l;  // (H, T, T) @ (H, T, 6)
+  }
+}
 
 }  // namespace
 }  // namespace qkv

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """qkv explore in a real browser: makes pages with the qkv binary (the chapter's walkthrough, a
-module on GPT-2 tokens, a trained 2-layer x 4-head model, a hostile label), works out what their
+module on GPT-2 tokens, a trained 2-layer x 4-head model, a small Qwen3.5 whose Gated DeltaNet layers
+have other heads than its attention layers, a hostile label), works out what their
 cells must read from `qkv walkthrough --json` and `qkv forward --attn-weights`, and has
 explore_browser.cjs drive headless chromium (npm playwright-core, installed into the build tree
 as the tiktoken test installs its packages) over them.
 
   test_explore.py --qkv build/qkv --npm-dir build/npm [--shots DIR]
+
+The Qwen3.5 folder is drawn by the PyTorch twin: run it with an interpreter that has torch (Debian's
+/usr/bin/python3 with python3-torch, as ctest does).
 """
 import argparse
 import json
@@ -28,6 +32,7 @@ VARIANTS = ["--alibi", "--softcap", "1.5"]
 # the steps that are not computed from other steps: the input, the parameters, the mask, dropout's draw
 MODULE_SOURCES = ["^inputs$", "^mask$", "^dropout_mask$", r"^(W_query|W_key|W_value|out_proj)(\.weight|\.bias)?$"]
 HOSTILE = 'a </script><img src=x onerror="window.__pwned=1"> b'
+LINEAR_CAPTION = "A: the gated delta rule's exact map"  # a Gated DeltaNet layer's weights, in the pipeline
 
 
 def ensure_packages(npm_dir):
@@ -67,6 +72,22 @@ def at(shape, data, *index):
     for d, i in zip(shape, index):
         off = off * d + i
     return data[off]
+
+
+def qwen3_5_folder(path):
+    """A small Qwen3.5 from the PyTorch twin (tests/pytorch/qwen3_5_model.py), written as Hugging Face
+    ships it: layers linear, attention, linear, attention; the attention's 2 query heads (1 key/value
+    head), the linear layers' 4 value heads on 2 key heads. Returns [heads of layer l]."""
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pytorch"))
+    from llama_files import small_tokenizer
+    from test_qwen3_5_vs_pytorch import twin, write_dir
+    tokenizer, V = small_tokenizer("qwen3")
+    types = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
+    cfg = dict(vocab_size=V, emb_dim=16, hidden_dim=24, n_layers=4, n_heads=2, n_kv_groups=1, head_dim=8,
+               partial_rotary_factor=0.5, rope_base=10000.0, rms_eps=1e-6, context_length=64, layer_types=types,
+               linear=dict(key_heads=2, value_heads=4, key_dim=4, value_dim=6, conv_kernel=3), tied=False)
+    write_dir(twin(cfg, 7), path, tokenizer=tokenizer)
+    return [4 if t == "linear_attention" else 2 for t in types]
 
 
 def main():
@@ -177,6 +198,21 @@ def main():
              "--precision", "u8", "--pipeline-layer", "1", "--out", gc])
         pages.append({"name": "gpt-computed", "file": gc, "thumbs": 144, "pipelineLayer": 1,
                       "weightsLike": {"page": "gpt", "tol": 1e-5}})
+        # 3d. Qwen3.5: its Gated DeltaNet layers (4 value heads) show A, the delta rule's exact map
+        # (context = A @ values, per head), its attention layers (2 query heads) softmax weights; each
+        # layer offers its own heads. The same page computing its weights stores the linear layers' A.
+        q35 = qwen3_5_folder(os.path.join(tmp, "qwen3_5"))
+        qp = os.path.join(tmp, "qwen3_5.html")
+        run([qkv, "explore", "--weights", os.path.join(tmp, "qwen3_5"), "--text", TEXT, "--out", qp])
+        pages.append({"name": "qwen3_5", "file": qp, "thumbs": sum(q35), "layerHeads": q35,
+                      "linearCaption": LINEAR_CAPTION,
+                      "sources": [r"^model\.language_model\.layers\.0\.input$"],
+                      "linkHover": [f"model.language_model.layers.0.{s}" for s in ("attn_weights", "context")]})
+        qc = os.path.join(tmp, "qwen3_5-computed.html")
+        run([qkv, "explore", "--weights", os.path.join(tmp, "qwen3_5"), "--text", TEXT, "--attention-weights",
+             "computed", "--out", qc])
+        pages.append({"name": "qwen3_5-computed", "file": qc, "thumbs": sum(q35), "layerHeads": q35,
+                      "linearCaption": LINEAR_CAPTION, "weightsLike": {"page": "qwen3_5", "tol": 1e-5}})
         # 4. labels that are markup: shown as text, nothing runs
         bad = os.path.join(tmp, "hostile.html")
         run([qkv, "explore", "--text", HOSTILE, *MHA, "--out", bad])

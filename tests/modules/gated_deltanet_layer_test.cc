@@ -113,6 +113,33 @@ TEST(GatedDeltaNetLayer, SharedKeyHeadsEqualTheirCopiesPerValueHead) {
   EXPECT_LE(max_abs_diff(shared.forward(x), copied.forward(x)), 1e-6);
 }
 
+// The trace's weights are the recurrence's exact linear map on the values: y_t = sum_s A[t][s] v_s
+// per head, A lower-triangular; and A is not the softmax of the scores (rows need not sum to 1).
+TEST(GatedDeltaNetLayer, ItsTraceWeightsAreTheExactMapFromValuesToTheContext) {
+  Generator gen(8);
+  for (const int64_t key_heads : {int64_t{1}, int64_t{2}}) {
+    GatedDeltaNetLayer m(small_config(key_heads), gen);
+    Generator data(4);
+    AttentionTrace trace;
+    m.forward(randn({2, 7, 6}, data), &trace);
+    const Tensor& A = trace.weights;  // (B, Hv, T, T)
+    ASSERT_EQ(A.shape(), (Shape{2, 4, 7, 7}));
+    const Tensor y = matmul(A, trace.values);  // (B, Hv, T, Dv)
+    const double scale = max_abs_diff(trace.context, Tensor::zeros(trace.context.shape()));
+    EXPECT_LE(max_abs_diff(y, trace.context), 1e-5 * std::max(1.0, scale));
+    double above = 0, row_sum_gap = 0;
+    for (int64_t t = 0; t < 7; ++t)
+      for (int64_t s = t + 1; s < 7; ++s) above = std::max(above, static_cast<double>(std::fabs(A.at({1, 2, t, s}))));
+    for (int64_t t = 0; t < 7; ++t) {
+      double sum = 0;
+      for (int64_t s = 0; s <= t; ++s) sum += A.at({0, 1, t, s});
+      row_sum_gap = std::max(row_sum_gap, std::fabs(sum - 1.0));
+    }
+    EXPECT_EQ(above, 0.0);
+    EXPECT_GT(row_sum_gap, 1e-3);
+  }
+}
+
 TEST(GatedDeltaNetLayer, AnOutputDependsOnItsPastOnly) {
   Generator gen(6);
   GatedDeltaNetLayer m(small_config(), gen);

@@ -4,7 +4,9 @@
 //   tokens     (T) the labels shown (escaped by the page: they are data, never markup)
 //   layers     one per attention block (the chapter's modules have one): the softmax weights
 //              (H, T, T), queries (H, T, D) and keys (H, T, D) per query head (grouped keys
-//              repeated), for the head, model and neuron views
+//              repeated), for the head, model and neuron views; H is the layer's own (a Qwen3.5
+//              model's Gated DeltaNet layers have their value heads, its attention layers their
+//              query heads), and the page's data gives each layer's
 //   stats      per layer and head, the head-patterns table's statistics (ExploreHeadStats)
 //   lens       for a model, the logit lens: per layer and position the tokens the residual stream
 //              would predict through the model's final norm and head
@@ -80,7 +82,7 @@ struct ExploreCorrections {
 };
 
 struct ExploreLayer {
-  Tensor weights;  // (H, T, T) softmax weights, before dropout
+  Tensor weights;  // (H, T, T) softmax weights, before dropout; H this layer's heads
   Tensor queries;  // (H, T, D)
   Tensor keys;     // (H, T, D), the key head each query head reads
   float scale = 1; // what the scores are divided by (sqrt(D))
@@ -95,6 +97,10 @@ struct ExploreLayer {
   float softcap = 0;          // 0: none
   std::vector<float> alibi;   // (H) slopes, or empty
   int64_t window = 0;         // 0: none
+  // A linear-attention layer (Qwen3.5's Gated DeltaNet): weights is its exact map from values to
+  // context (o = A v, lower-triangular; not a softmax of the scores), queries and keys its
+  // normalised ones, H its value heads; a computed page (ExploreWeights::kComputed) stores its A.
+  bool linear = false;
   // A computed page's corrections (explore_layer_corrections), made once when first needed.
   mutable std::shared_ptr<const ExploreCorrections> corrections;
 };
@@ -179,6 +185,7 @@ inline constexpr int64_t kExploreExactBytes = 24ll << 20;
 // it is first shown: the scores as the neuron view shows them (explore_page_scores), softmax, and
 // the cells where that differs from qkv's weights by more than kExploreComputedTolerance replaced
 // by qkv's float32 values (the page stores those). A layer then costs 2 T H D values, not H T^2.
+// A linear layer's weights (ExploreLayer::linear) are no softmax: stored whatever this says.
 enum class ExploreWeights { kAuto, kStored, kComputed };
 ExploreWeights parse_explore_weights(const std::string& name);  // "auto" | "stored" | "computed"
 inline constexpr double kExploreComputedTolerance = 5e-6;

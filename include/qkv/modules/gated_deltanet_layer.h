@@ -51,7 +51,9 @@ class GatedDeltaNetLayer : public AttentionModule {
   const char* type_name() const override { return "Qwen3_5GatedDeltaNet"; }
   void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
   // (B, T, M) -> (B, T, M); a trace keeps the normalised queries and keys (per value head), the
-  // values and the context y, (B, Hv, T, D) each.
+  // values and the context y, (B, Hv, T, D) each, and as `weights` the exact linear map the
+  // recurrence applies to the values: y = A v per head, A (B, Hv, T, T) lower-triangular (not
+  // softmax weights: its rows need not sum to 1 and may be negative).
   Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr) override;
   Tensor backward(const Tensor& doutput) override;  // (B, T, M) -> (B, T, M)
 
@@ -99,6 +101,8 @@ class GatedDeltaNetLayer : public AttentionModule {
   // and out_proj.
   void project(const Tensor& x, const float* history, const Weights16* w16 = nullptr);
   Tensor output(int64_t B, int64_t T, const Weights16* w16 = nullptr);
+  // A of the last forward (see forward).
+  Tensor linear_weights(int64_t B, int64_t T) const;
   // A cached step: project x after `history` (B, K - 1, C), run the recurrence from `state` (updated),
   // write the convolution's new last K - 1 inputs to `next_history` (may be history) -> out_proj's rows.
   Tensor cached_step(const Tensor& x, const float* history, double* state, float* next_history,
