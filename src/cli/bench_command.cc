@@ -310,7 +310,7 @@ Command add_bench(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember({"mha", "causal-attention", "attention-core", "decode", "ring-attention", "gpt", "accuracy",
                              "gated-deltanet", "cache-memory"}));
-  sub->add_option("--preset", f->preset, "gpt: the model's sizes, " + preset_list())
+  sub->add_option("--preset", f->preset, "gpt, cache-memory: the model's sizes, " + preset_list())
       ->default_val("gpt2-small");
   sub->add_option("--weights", f->weights,
                   "accuracy: a model's files, a GGUF file (llama.cpp's) or a Hugging Face folder; a "
