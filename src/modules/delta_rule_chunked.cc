@@ -18,6 +18,9 @@ constexpr int64_t kC = kDeltaRuleChunk;
 struct HeadRows {
   const float *q, *k, *v, *beta, *log_alpha;
   int64_t ldk, ldv, H;
+  HeadRows from(int64_t t0) const {  // the rows from token t0 on
+    return {q + t0 * ldk, k + t0 * ldk, v + t0 * ldv, beta + t0 * H, log_alpha + t0 * H, ldk, ldv, H};
+  }
 };
 
 HeadRows head_rows(const DeltaRuleShape& s, const DeltaRuleLogInputs& in, int64_t b, int64_t h) {
@@ -184,12 +187,7 @@ void delta_rule_chunked_forward(const DeltaRuleShape& s, const DeltaRuleLogInput
     for (int64_t c = 0; c < n; ++c) {
       const int64_t t0 = c * kC, C = std::min(kC, T - t0);
       if (chunk_states) std::copy(S.begin(), S.end(), chunk_states->begin() + (bh * n + c) * KV);
-      HeadRows r = rows;
-      r.q += t0 * r.ldk;
-      r.k += t0 * r.ldk;
-      r.v += t0 * r.ldv;
-      r.beta += t0 * H;
-      r.log_alpha += t0 * H;
+      const HeadRows r = rows.from(t0);
       work.run(r, C, Dk, Dv, S.data(), pool);
       // Y = diag(gamma) Q S_0 + P U
       float* yc = y + ((b * T + t0) * H + h) * Dv;
@@ -230,12 +228,7 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
     for (int64_t c = n - 1; c >= 0; --c) {
       const int64_t t0 = c * kC, C = std::min(kC, T - t0);
       const float* S0 = &chunk_states[(bh * n + c) * KV];
-      HeadRows r = rows;
-      r.q += t0 * r.ldk;
-      r.k += t0 * r.ldk;
-      r.v += t0 * r.ldv;
-      r.beta += t0 * H;
-      r.log_alpha += t0 * H;
+      const HeadRows r = rows.from(t0);
       work.run(r, C, Dk, Dv, S0, pool);
       const Decays& d = work.d;
       const float* U = work.u;

@@ -20,6 +20,7 @@
 #include "qkv/kernels/attention_bf16.h"
 #include "qkv/kernels/fma_peak.h"
 #include "qkv/kernels/simd.h"
+#include "perf/counter_hash.h"
 #include "perf/timing.h"
 
 namespace qkv::perf {
@@ -37,13 +38,8 @@ struct Buffer {
 void fill_random(Buffer& b, uint64_t seed, float scale, ThreadPool& pool) {
   const int64_t chunk = 1 << 20, n = static_cast<int64_t>(b.size);
   pool.parallel_for((n + chunk - 1) / chunk, [&](int64_t t, int) {
-    for (int64_t i = t * chunk; i < std::min(n, (t + 1) * chunk); ++i) {
-      uint64_t z = seed + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ULL;
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-      z ^= z >> 31;
-      b.get()[i] = scale * (static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f);
-    }
+    for (int64_t i = t * chunk; i < std::min(n, (t + 1) * chunk); ++i)
+      b.get()[i] = scale * counter_uniform(seed, static_cast<uint64_t>(i));
   });
 }
 

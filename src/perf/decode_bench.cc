@@ -13,20 +13,15 @@
 #include "qkv/kernels/decode.h"
 #include "qkv/kernels/memory_bandwidth.h"
 #include "qkv/kernels/simd.h"
+#include "perf/counter_hash.h"
 #include "perf/timing.h"
 
 namespace qkv::perf {
 namespace {
 
-// Uniform values in [-1, 1) from a counter hash (SplitMix64).
+// Uniform values in [-1, 1).
 void fill_random(std::vector<float>& x, uint64_t seed) {
-  for (size_t i = 0; i < x.size(); ++i) {
-    uint64_t z = seed + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    x[i] = static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
-  }
+  for (size_t i = 0; i < x.size(); ++i) x[i] = counter_uniform(seed, i);
 }
 
 }  // namespace

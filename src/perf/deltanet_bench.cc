@@ -15,29 +15,15 @@
 #include "qkv/kernels/simd.h"
 #include "qkv/modules/delta_rule.h"
 #include "qkv/modules/delta_rule_chunked.h"
+#include "perf/counter_hash.h"
 #include "perf/timing.h"
 
 namespace qkv::perf {
 namespace {
 
-// Uniform values in [lo, hi) from a counter hash (SplitMix64).
+// Uniform values in [lo, hi).
 void fill_uniform(std::vector<float>& x, uint64_t seed, float lo, float hi) {
-  for (size_t i = 0; i < x.size(); ++i) {
-    uint64_t z = seed + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    x[i] = lo + static_cast<float>(z >> 40) * ((hi - lo) / 16777216.0f);
-  }
-}
-
-// Rows of `width` scaled to length `length`.
-void normalise_rows(std::vector<float>& x, int64_t width, float length) {
-  for (size_t r = 0; r < x.size(); r += static_cast<size_t>(width)) {
-    double n = 0;
-    for (int64_t i = 0; i < width; ++i) n += static_cast<double>(x[r + i]) * x[r + i];
-    for (int64_t i = 0; i < width; ++i) x[r + i] = static_cast<float>(x[r + i] * length / std::sqrt(n));
-  }
+  for (size_t i = 0; i < x.size(); ++i) x[i] = lo + (hi - lo) * 0.5f * (counter_uniform(seed, i) + 1.0f);
 }
 
 double milliseconds_of(const std::chrono::steady_clock::time_point& t0) {
@@ -69,8 +55,9 @@ DeltaNetBenchReport run_deltanet_bench(const DeltaNetBenchShape& s, int iters, i
   fill_uniform(dy, 4, -1, 1);
   fill_uniform(beta, 5, 0.05f, 0.95f);
   fill_uniform(alpha, 6, 0.9f, 1.0f);
-  normalise_rows(q, D, 1.0f / std::sqrt(static_cast<float>(D)));
-  normalise_rows(k, D, 1.0f);
+  std::vector<float> norms(beta.size());  // q and k as the layer makes them: l2norm(q) / sqrt(D), l2norm(k)
+  l2norm_rows(q.data(), rows, D, 1e-6f, 1.0f / std::sqrt(static_cast<float>(D)), q.data(), norms.data());
+  l2norm_rows(k.data(), rows, D, 1e-6f, 1.0f, k.data(), norms.data());
   for (size_t i = 0; i < alpha.size(); ++i) log_alpha[i] = std::log(alpha[i]);
   const DeltaRuleLogInputs in{q.data(), k.data(), v.data(), beta.data(), log_alpha.data()};
   std::vector<float> dq(q.size()), dk(q.size()), dv(q.size()), dbeta(beta.size()), dlog(beta.size());

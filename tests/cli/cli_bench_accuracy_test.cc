@@ -38,11 +38,6 @@ class CliBenchAccuracy : public CliTest {
     std::vector<std::string> notes;
     return write("m-" + type + ".gguf", gguf_model_bytes(m, &tokenizer, type, notes));
   }
-  static nlohmann::json last_json_line(const std::string& out) {
-    std::string s = out;
-    while (!s.empty() && s.back() == '\n') s.pop_back();
-    return nlohmann::json::parse(s.substr(s.rfind('\n') + 1));
-  }
   const std::string verdict_ = std::string(QKV_TEST_DATA_DIR) + "/the-verdict.txt";
 };
 

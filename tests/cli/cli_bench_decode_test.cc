@@ -14,14 +14,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class CliBenchDecode : public CliTest {
- protected:
-  static nlohmann::json last_json_line(const std::string& out) {
-    std::string s = out;
-    while (!s.empty() && s.back() == '\n') s.pop_back();
-    return nlohmann::json::parse(s.substr(s.rfind('\n') + 1));
-  }
-};
+class CliBenchDecode : public CliTest {};
 
 TEST_F(CliBenchDecode, ReportsBytesReadAgainstTheBandwidth) {
   Result r = run("bench --module decode --kv-len 300 --batch 2 --num-heads 6 --num-kv-heads 2 --head-dim 16 "

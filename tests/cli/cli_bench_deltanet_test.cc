@@ -21,9 +21,7 @@ TEST_F(CliTest, GatedDeltaNetBenchCountsTheChunkedProducts) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("gated-deltanet (the gated delta rule in chunks of 64), B=2 T=70 H=2 Dk=Dv=16, "
                                "forward + backward, 2 threads"));
-  std::string s = r.out;
-  while (!s.empty() && s.back() == '\n') s.pop_back();
-  const nlohmann::json j = nlohmann::json::parse(s.substr(s.rfind('\n') + 1));
+  const nlohmann::json j = last_json_line(r.out);
   // chunks of 64 and 6 tokens, D = 16, triangles counted half. Forward: K K^T, Q K^T (C^2 D each),
   // (I + A)^-1 [V | K] (2 C^2 D), W S_0, Q S_0, K^T U (2 C D^2 each), P U (C^2 D). Backward: the
   // forward's first four again (4 C^2 D + 2 C D^2); P^T dY, (I + A)^-T dU, dA, dP, dQK K, dQK^T Q

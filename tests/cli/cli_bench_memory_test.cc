@@ -15,12 +15,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-nlohmann::json last_json_line(const std::string& out) {
-  std::string s = out;
-  while (!s.empty() && s.back() == '\n') s.pop_back();
-  return nlohmann::json::parse(s.substr(s.rfind('\n') + 1));
-}
-
 TEST_F(CliTest, CacheMemoryReproducesTheBooksMlaEstimate) {
   Result r = run("bench --module cache-memory --json");
   ASSERT_EQ(r.status, 0) << r.err;

@@ -18,15 +18,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-class CliBench : public CliTest {
- protected:
-  // The JSON object on the last line of standard output.
-  static nlohmann::json last_json_line(const std::string& out) {
-    std::string s = out;
-    while (!s.empty() && s.back() == '\n') s.pop_back();
-    return nlohmann::json::parse(s.substr(s.rfind('\n') + 1));
-  }
-};
+class CliBench : public CliTest {};
 
 TEST_F(CliBench, AttentionCoreReportsTimesFlopsAndThePeak) {
   Result r = run("bench --module attention-core --batch 1 --seq-len 64 --num-heads 2 --head-dim 16 --iters 3 --json");

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace qkv {
 
 struct Result {
@@ -32,6 +34,12 @@ inline std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
+}
+
+// The last line of a command's output parsed as JSON (what --json prints last).
+inline nlohmann::json last_json_line(std::string out) {
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return nlohmann::json::parse(out.substr(out.rfind('\n') + 1));
 }
 
 class CliTest : public ::testing::Test {
