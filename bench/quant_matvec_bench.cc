@@ -26,6 +26,7 @@
 #include "qkv/core/machine.h"
 #include "qkv/core/quant_blocks.h"
 #include "qkv/core/quant_matvec.h"
+#include "qkv/core/quant_panels.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/kernels/memory_bandwidth.h"
 #include "qkv/kernels/simd.h"
@@ -47,8 +48,8 @@ std::string cpu_line(const char* key) {
 }
 
 // `copies` copies of one random W of `bytes` bytes (type t: random quants, f16 scales of 0.01; bf16:
-// random normal-ish values), end to end.
-std::vector<uint8_t> weight_ring(const qkv::QuantType* t, int64_t bytes, int64_t copies) {
+// random normal-ish values), end to end; with K > 0, each stored in panels (core/quant_panels.h).
+std::vector<uint8_t> weight_ring(const qkv::QuantType* t, int64_t bytes, int64_t copies, int64_t K = 0) {
   std::vector<uint8_t> ring(static_cast<size_t>(bytes * copies));
   std::mt19937_64 rng(1);
   for (int64_t i = 0; i + 8 <= bytes; i += 8) {
@@ -62,6 +63,11 @@ std::vector<uint8_t> weight_ring(const qkv::QuantType* t, int64_t bytes, int64_t
       for (int o : offsets) std::memcpy(ring.data() + b + o, &scale, 2);
   } else {  // bf16: keep the exponents sane (0.01-ish values with random mantissas and signs)
     for (int64_t i = 0; i + 2 <= bytes; i += 2) ring[static_cast<size_t>(i + 1)] = (ring[static_cast<size_t>(i + 1)] & 0x80) | 0x3c;
+  }
+  if (K > 0) {
+    qkv::QuantMatrix m{t, std::vector<uint8_t>(ring.begin(), ring.begin() + bytes)};
+    qkv::to_panels(m, K);
+    std::memcpy(ring.data(), m.blocks.data(), static_cast<size_t>(bytes));
   }
   for (int64_t c = 1; c < copies; ++c) std::memcpy(ring.data() + c * bytes, ring.data(), static_cast<size_t>(bytes));
   return ring;
@@ -164,7 +170,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("%-13s %-5s %9s | %8s %6s | %8s %6s\n", "N x K", "W", "MB", "1T GB/s", "%bw", "2T GB/s", "%bw");
-  const char* types[] = {"bf16", "Q8_0", "Q6_K", "Q4_K", "Q4_0"};
+  // "Q8_0p", "Q4_0p": stored in panels (core/quant_panels.h), as a loaded model keeps them
+  const char* types[] = {"bf16", "Q8_0", "Q8_0p", "Q6_K", "Q4_K", "Q4_0", "Q4_0p"};
   for (const Shape& s : parse_shapes(shapes_arg)) {
     std::vector<float> x(static_cast<size_t>(s.K)), y(static_cast<size_t>(s.N));
     std::mt19937 rng(2);
@@ -172,10 +179,12 @@ int main(int argc, char** argv) {
     for (float& v : x) v = normal(rng);
     for (const char* name : types) {
       const bool bf16 = std::strcmp(name, "bf16") == 0;
-      const qkv::QuantType* t = bf16 ? nullptr : &qkv::quant_type_named(name);
+      const std::string type_name(name);
+      const bool panels = type_name.back() == 'p';
+      const qkv::QuantType* t = bf16 ? nullptr : &qkv::quant_type_named(panels ? type_name.substr(0, 4) : type_name);
       const int64_t bytes = bf16 ? s.N * s.K * 2 : s.N * qkv::quant_bytes(*t, s.K, "W");
       const int64_t copies = std::max<int64_t>(2, (ring_bytes + bytes - 1) / bytes);
-      const std::vector<uint8_t> ring = weight_ring(t, bytes, copies);
+      const std::vector<uint8_t> ring = weight_ring(t, bytes, copies, panels ? s.K : 0);
       double gb[2];
       qkv::ThreadPool* pools[2] = {&p1, &p2};
       for (int p = 0; p < 2; ++p)
@@ -185,7 +194,7 @@ int main(int argc, char** argv) {
             qkv::gemv_rows(x.data(), 1, s.K, nullptr, reinterpret_cast<const uint16_t*>(W), nullptr, s.N, y.data(),
                            pools[p]);
           else
-            qkv::quant_matvec(*t, W, s.N, s.K, x.data(), 1, y.data(), pools[p]);
+            qkv::quant_matvec(qkv::QuantView{t, W, panels}, s.N, s.K, x.data(), 1, y.data(), pools[p]);
         });
       std::printf("%6lldx%-6lld %-5s %9.2f | %8.1f %5.0f%% | %8.1f %5.0f%%\n", static_cast<long long>(s.N),
                   static_cast<long long>(s.K), name, static_cast<double>(bytes) / 1e6, gb[0], 100 * gb[0] / bw1, gb[1],

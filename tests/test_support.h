@@ -17,7 +17,9 @@
 #include "qkv/core/error.h"
 #include "qkv/core/limits.h"
 #include "qkv/core/ops.h"
+#include "qkv/core/quant_matvec.h"
 #include "qkv/kernels/attention.h"
+#include "qkv/kernels/simd.h"
 
 namespace qkv {
 
@@ -108,5 +110,18 @@ class ScopedLimits {
  private:
   Limits saved_;
 };
+
+// fn(target name) once on every SIMD target the quantized products were compiled for that this
+// CPU runs, each forced in turn (then the CPU's best again).
+template <typename Fn>
+void for_each_quant_target(Fn&& fn) {
+  const std::vector<int64_t> targets = quant_matvec_simd_targets();
+  if (targets.empty()) throw std::runtime_error("no SIMD target for the quantized products");
+  for (int64_t target : targets) {
+    kernels::force_simd_target(target);
+    fn(kernels::simd_target_name(target));
+  }
+  kernels::force_simd_target(0);
+}
 
 }  // namespace qkv::testing_support

@@ -24,7 +24,7 @@ GemmArgs in_dtype(GemmArgs g, Dtype dtype, const uint16_t* W16) {
 void linear(const float* x, int64_t M, int64_t K, const float* W, const float* bias, int64_t N, float* y,
             ThreadPool* pool, Dtype dtype, const uint16_t* W16, QuantView Wq) {
   if (Wq) {  // ggml blocks: the integer product (any number of rows), then the bias in every row
-    quant_matvec(*Wq.type, Wq.blocks, N, K, x, M, y, pool);
+    quant_matvec(Wq, N, K, x, M, y, pool);
     if (bias != nullptr)
       for (int64_t m = 0; m < M; ++m)
         for (int64_t n = 0; n < N; ++n) y[m * N + n] += bias[n];

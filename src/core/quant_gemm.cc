@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/quant_gemm.h"
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "qkv/core/bf16.h"
 #include "qkv/core/quant_blocks.h"
@@ -71,23 +72,25 @@ constexpr int kGroup = 8;  // rows of x per kernel call: 8 accumulators of 16 la
 #else
 constexpr int kGroup = 4;  // AVX2's 16 registers: 4 accumulators and 4 sums per half panel
 #endif
-// x packed per group of kGroup rows, per block: int32 q4[8 steps][kGroup] (row r's values 4 s ..
-// 4 s + 3), int32 start[kGroup] (-offset x the block's sum of quants), float d[kGroup].
-constexpr int64_t kXBlockBytes = 4 * kGroup * 10;
+// x packed per group of g rows (g = kGroup; the stored panels' kernels: fewer when M is), per
+// block: int32 q4[8 steps][g] (row r's values 4 s .. 4 s + 3), int32 start[g] (-offset x the
+// block's sum of quants), float d[g]: 40 g bytes.
+constexpr int64_t XBlockBytes(int64_t g) { return 4 * g * 10; }
+constexpr int64_t kXBlockBytes = XBlockBytes(kGroup);
 
 // Rows missing from the last group are zero (scale 0: their outputs are computed, not stored).
-void PackActivations(const qd::Activations32& x, int32_t offset, int64_t M, uint8_t* out) {
-  const int64_t nb = x.nb, groups = (M + kGroup - 1) / kGroup;
-  std::memset(out, 0, static_cast<size_t>(groups * nb * kXBlockBytes));
+void PackActivations(const qd::Activations32& x, int32_t offset, int64_t M, int64_t g, uint8_t* out) {
+  const int64_t nb = x.nb, groups = (M + g - 1) / g;
+  std::memset(out, 0, static_cast<size_t>(groups * nb * XBlockBytes(g)));
   for (int64_t m = 0; m < M; ++m) {
-    uint8_t* group = out + (m / kGroup) * nb * kXBlockBytes;
-    const int r = static_cast<int>(m % kGroup);
+    uint8_t* group = out + (m / g) * nb * XBlockBytes(g);
+    const int64_t r = m % g;
     for (int64_t b = 0; b < nb; ++b) {
       const BlockQ8& blk = x.q[m * nb + b];
-      auto* words = reinterpret_cast<int32_t*>(group + b * kXBlockBytes);
-      for (int s = 0; s < 8; ++s) std::memcpy(&words[s * kGroup + r], blk.q + 4 * s, 4);
-      words[8 * kGroup + r] = -offset * x.sums[m * nb + b];
-      std::memcpy(&words[9 * kGroup + r], &blk.d, 4);
+      auto* words = reinterpret_cast<int32_t*>(group + b * XBlockBytes(g));
+      for (int s = 0; s < 8; ++s) std::memcpy(&words[s * g + r], blk.q + 4 * s, 4);
+      words[8 * g + r] = -offset * x.sums[m * nb + b];
+      std::memcpy(&words[9 * g + r], &blk.d, 4);
     }
   }
 }
@@ -166,6 +169,211 @@ QKV_QG_ATTR void PanelGroupOf(const uint8_t* panel, const uint8_t* xg, int64_t n
   if (cols > 8) HalfPanelGroup<kQ4>(panel, 1, xg, nb, rows, cols - 8, y, N);
 }
 #endif
+
+// --- W stored in panels (qkv/core/quant_panels.h) -----------------------------------------------
+//
+// The same products on W kept in panels, read as they are (no packing per call): a stored block of
+// 16 rows is f16 d[16], then S steps of 64 bytes (16 rows x 4 quant bytes). A Q4_0 step's bytes are
+// two of the kernel's steps: the low nibbles values 4s .. 4s + 3, the high ones 16 + 4s .. 19 + 4s;
+// Q8_0's are signed quants (made q + 128 for VNNI by flipping the top bit). Each block's integer
+// sum is exact and enters y in the same float order as above, so the bits are the packed kernel's.
+// R rows of x at a time (R <= kGroup): decoding's one row multiplies only what it needs.
+template <bool kQ4>
+constexpr int64_t StoredBlockBytes() { return qd::kPanelRows * (kQ4 ? 18 : 34); }
+constexpr int64_t kStoredScaleBytes = 2 * qd::kPanelRows;
+// How far ahead of its loads the kernel asks for W (the hardware prefetcher alone falls short of
+// the bandwidth on one stream, as in gemv.cc).
+constexpr int64_t kStoredPrefetch = 2048;
+
+#if HWY_TARGET == HWY_AVX3_DL
+template <int R, int G, bool kQ4>
+QKV_QG_ATTR void StoredPanelRows(const uint8_t* panel, const uint8_t* xg, int64_t nb, bool ahead, float* y, int64_t N) {
+  constexpr bool kTwo = R <= 4;  // two dependency chains per row when registers allow
+  const __m512i low4 = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = panel + b * StoredBlockBytes<kQ4>();
+    const uint8_t* q = p + kStoredScaleBytes;
+    if (ahead)
+      for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64) hwy::Prefetch(p + kStoredPrefetch + line);
+    const auto* xw = reinterpret_cast<const int32_t*>(xg + b * XBlockBytes(G));
+    const auto* xd = reinterpret_cast<const float*>(xw + 9 * G);
+    __m512i even[R], odd[R];
+    for (int r = 0; r < R; ++r) {
+      even[r] = _mm512_set1_epi32(xw[8 * G + r]);
+      odd[r] = _mm512_setzero_si512();
+    }
+    // (w0, w1): the quants of steps s0 and s1, into the two chains
+    __m512i w0[4], w1[4];
+    int s0[4], s1[4];
+    if constexpr (kQ4) {
+      for (int s = 0; s < 4; ++s) {
+        const __m512i raw = _mm512_loadu_si512(q + 64 * s);
+        w0[s] = _mm512_and_si512(raw, low4);
+        w1[s] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+        s0[s] = s;
+        s1[s] = s + 4;
+      }
+    } else {
+      for (int s = 0; s < 4; ++s) {
+        w0[s] = _mm512_xor_si512(_mm512_loadu_si512(q + 128 * s), top);
+        w1[s] = _mm512_xor_si512(_mm512_loadu_si512(q + 128 * s + 64), top);
+        s0[s] = 2 * s;
+        s1[s] = 2 * s + 1;
+      }
+    }
+    for (int s = 0; s < 4; ++s)
+      for (int r = 0; r < R; ++r) {
+        even[r] = _mm512_dpbusd_epi32(even[r], w0[s], _mm512_set1_epi32(xw[s0[s] * G + r]));
+        __m512i& second = kTwo ? odd[r] : even[r];
+        second = _mm512_dpbusd_epi32(second, w1[s], _mm512_set1_epi32(xw[s1[s] * G + r]));
+      }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    for (int r = 0; r < R; ++r) {
+      const __m512i isum = kTwo ? _mm512_add_epi32(even[r], odd[r]) : even[r];
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(xd[r])), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * N, acc[r]);
+}
+#else
+// R rows of x against one half (8 rows of W) of a stored panel: vpmaddubsw + vpmaddwd (Q8_0's
+// quants signed: vpsignb moves w's sign onto x, as HalfPanelGroup).
+template <int R, int G, bool kQ4>
+QKV_QG_ATTR void StoredHalfRows(const uint8_t* panel, int half, const uint8_t* xg, int64_t nb, bool ahead, float* y,
+                                int64_t N) {
+  const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0F);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = panel + b * StoredBlockBytes<kQ4>();
+    const uint8_t* q = p + kStoredScaleBytes + 32 * half;
+    if (half == 0)
+      if (ahead)
+      for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64) hwy::Prefetch(p + kStoredPrefetch + line);
+    const auto* xw = reinterpret_cast<const int32_t*>(xg + b * XBlockBytes(G));
+    const auto* xd = reinterpret_cast<const float*>(xw + 9 * G);
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_set1_epi32(xw[8 * G + r]);
+    auto dot = [&](__m256i u, __m256i xv) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones); };
+    if constexpr (kQ4) {
+      for (int s = 0; s < 4; ++s) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s));
+        const __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        for (int r = 0; r < R; ++r)
+          isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(dot(lo, _mm256_set1_epi32(xw[s * G + r])),
+                                                               dot(hi, _mm256_set1_epi32(xw[(s + 4) * G + r]))));
+      }
+    } else {
+      for (int s = 0; s < 8; ++s) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s));
+        const __m256i u = _mm256_sign_epi8(w, w);
+        for (int r = 0; r < R; ++r)
+          isum[r] = _mm256_add_epi32(isum[r], dot(u, _mm256_sign_epi8(_mm256_set1_epi32(xw[s * G + r]), w)));
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * half)));
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(dw, _mm256_set1_ps(xd[r])), acc[r]);
+  }
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * N + 8 * half, acc[r]);
+}
+template <int R, int G, bool kQ4>
+QKV_QG_ATTR void StoredPanelRows(const uint8_t* panel, const uint8_t* xg, int64_t nb, bool ahead, float* y, int64_t N) {
+  StoredHalfRows<R, G, kQ4>(panel, 0, xg, nb, ahead, y, N);
+  StoredHalfRows<R, G, kQ4>(panel, 1, xg, nb, false, y, N);
+}
+#endif
+
+// `rows` (1 .. R) rows of x, packed in groups of g (kGroup, or M when M is fewer), against one
+// stored panel.
+// `ahead`: ask for the panel that follows as this one is read (the first group only: the others
+// find this panel in cache).
+template <int R, bool kQ4>
+void StoredPanelGroup(int64_t rows, int64_t g, const uint8_t* panel, const uint8_t* xg, int64_t nb, bool ahead,
+                      float* y, int64_t N) {
+  if constexpr (R > 1) {
+    if (rows < R) return StoredPanelGroup<R - 1, kQ4>(rows, g, panel, xg, nb, ahead, y, N);
+  }
+  if (g == R)
+    StoredPanelRows<R, R, kQ4>(panel, xg, nb, ahead, y, N);
+  else
+    StoredPanelRows<R, kGroup, kQ4>(panel, xg, nb, ahead, y, N);
+}
+
+// x for the stored panels' kernels: groups of min(M, kGroup) rows (one row: 40 bytes per block).
+int64_t StoredGroupRows(int64_t M) { return std::min<int64_t>(M, kGroup); }
+int64_t PackedActivationBytesStored(int64_t M, int64_t nb) {
+  const int64_t g = StoredGroupRows(M);
+  return (M + g - 1) / g * nb * XBlockBytes(g);
+}
+void PackXStored(uint32_t id, const qd::Activations32& x, int64_t M, uint8_t* out) {
+  PackActivations(x, Offset(id), M, StoredGroupRows(M), out);
+}
+
+// A stored panel (nb blocks) into PackPanel's layout: Q4_0's nibbles as bytes, Q8_0's quants as
+// the kernel takes them, the scales as floats. For a prompt's many groups of rows, which then meet
+// aligned bytes that need no unpacking (as the panels packed from rows).
+void UnpackStoredPanel(uint32_t id, const uint8_t* panel, int64_t nb, uint8_t* out) {
+  const bool q4 = id == qd::kQ4_0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = panel + b * (q4 ? StoredBlockBytes<true>() : StoredBlockBytes<false>());
+    const uint8_t* q = p + kStoredScaleBytes;
+    uint8_t* o = out + b * kBlockBytes;
+    if (q4) {
+      for (int64_t i = 0; i < 4 * kStepBytes; ++i) {
+        o[i] = q[i] & 0xF;
+        o[4 * kStepBytes + i] = q[i] >> 4;
+      }
+    } else {
+      for (int64_t i = 0; i < kQuantBytes; ++i) o[i] = kQ8Unsigned ? static_cast<uint8_t>(q[i] ^ 0x80) : q[i];
+    }
+    for (int64_t j = 0; j < qd::kPanelRows; ++j) {
+      const float d = f16_to_float(static_cast<uint16_t>(p[2 * j] | (p[2 * j + 1] << 8)));
+      std::memcpy(o + kQuantBytes + 4 * j, &d, 4);
+    }
+  }
+}
+
+// Rows [n0, n1) of y (whole panels of W, stored) for every row of x (packed by PackXStored): a
+// decoding step's few rows straight from the stored panels, a prompt's (kGemmMinRows and more)
+// through each panel unpacked once, as Gemm32 does.
+void GemmPanels(uint32_t id, const uint8_t* W, int64_t row_bytes, const uint8_t* xp, int64_t nb, int64_t M, int64_t N,
+                int64_t n0, int64_t n1, float* y) {
+  const int64_t g = StoredGroupRows(M);
+  if (M >= qd::kGemmMinRows) {
+    thread_local std::vector<uint8_t> unpacked;  // one panel, reused: no allocation per call
+    if (unpacked.size() < static_cast<size_t>(nb * kBlockBytes)) unpacked.resize(static_cast<size_t>(nb * kBlockBytes));
+    for (int64_t n = n0; n < n1; n += qd::kPanelRows) {
+      UnpackStoredPanel(id, W + n * row_bytes, nb, unpacked.data());
+      for (int64_t m = 0; m < M; m += g) {
+        const uint8_t* xg = xp + (m / g) * nb * XBlockBytes(g);
+        const int64_t rows = std::min<int64_t>(g, M - m);
+#if HWY_TARGET == HWY_AVX3_DL
+        PanelGroup(unpacked.data(), xg, nb, rows, qd::kPanelRows, y + m * N + n, N);
+#else
+        if (id == qd::kQ4_0)
+          PanelGroupOf<true>(unpacked.data(), xg, nb, rows, qd::kPanelRows, y + m * N + n, N);
+        else
+          PanelGroupOf<false>(unpacked.data(), xg, nb, rows, qd::kPanelRows, y + m * N + n, N);
+#endif
+      }
+    }
+    return;
+  }
+  for (int64_t n = n0; n < n1; n += qd::kPanelRows) {
+    const uint8_t* panel = W + n * row_bytes;
+    for (int64_t m = 0; m < M; m += g) {
+      const uint8_t* xg = xp + (m / g) * nb * XBlockBytes(g);
+      const int64_t rows = std::min<int64_t>(g, M - m);
+      if (id == qd::kQ4_0)
+        StoredPanelGroup<kGroup, true>(rows, g, panel, xg, nb, m == 0, y + m * N + n, N);
+      else
+        StoredPanelGroup<kGroup, false>(rows, g, panel, xg, nb, m == 0, y + m * N + n, N);
+    }
+  }
+}
 
 // --- the K-quants (Q4_K, Q6_K) ------------------------------------------------------------------
 //
@@ -400,7 +608,9 @@ bool HasGemm() { return true; }
 
 int64_t PackedActivationBytes(int64_t M, int64_t nb) { return (M + kGroup - 1) / kGroup * nb * kXBlockBytes; }
 
-void PackX(uint32_t id, const qd::Activations32& x, int64_t M, uint8_t* out) { PackActivations(x, Offset(id), M, out); }
+void PackX(uint32_t id, const qd::Activations32& x, int64_t M, uint8_t* out) {
+  PackActivations(x, Offset(id), M, kGroup, out);
+}
 
 // Rows [n0, n1) of y for every row of x (packed by PackX), one panel of W at a time.
 void Gemm32(uint32_t id, const uint8_t* W, int64_t row_bytes, const uint8_t* xp, int64_t nb, int64_t M, int64_t N,
@@ -430,6 +640,9 @@ bool HasGemmK() { return false; }
 int64_t PackedActivationBytesK(int64_t, int64_t) { return 0; }
 void PackXK(const BlockQ8K*, int64_t, int64_t, uint8_t*) {}
 void GemmK(uint32_t, const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*) {}
+void GemmPanels(uint32_t, const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*) {}
+int64_t PackedActivationBytesStored(int64_t, int64_t) { return 0; }
+void PackXStored(uint32_t, const qd::Activations32&, int64_t, uint8_t*) {}
 int64_t PackedActivationBytes(int64_t, int64_t) { return 0; }
 void PackX(uint32_t, const qd::Activations32&, int64_t, uint8_t*) {}
 void Gemm32(uint32_t, const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*) {}
@@ -445,18 +658,21 @@ HWY_EXPORT(HasGemm);
 HWY_EXPORT(PackedActivationBytes);
 HWY_EXPORT(PackX);
 HWY_EXPORT(Gemm32);
+HWY_EXPORT(GemmPanels);
+HWY_EXPORT(PackedActivationBytesStored);
+HWY_EXPORT(PackXStored);
 HWY_EXPORT(HasGemmK);
 HWY_EXPORT(PackedActivationBytesK);
 HWY_EXPORT(PackXK);
 HWY_EXPORT(GemmK);
 
 namespace {
-// W's N rows in runs of whole panels over the pool: four tasks per thread (the last ones balance a
+// W's N rows in runs of whole panels over the pool: `per_thread` tasks per thread (more balance a
 // slow start); fn(n0, n1) for each non-empty run.
 template <typename Fn>
-void over_panels(int64_t N, ThreadPool& pool, const Fn& fn) {
+void over_panels(int64_t N, ThreadPool& pool, int64_t per_thread, const Fn& fn) {
   const int64_t panels = (N + kPanelRows - 1) / kPanelRows;
-  const int64_t tasks = std::min<int64_t>(panels, 4 * pool.num_threads());
+  const int64_t tasks = std::min<int64_t>(panels, per_thread * pool.num_threads());
   const int64_t per = (panels + tasks - 1) / tasks * kPanelRows;
   pool.parallel_for(tasks, [&](int64_t task, int) {
     const int64_t n0 = task * per, n1 = std::min(N, n0 + per);
@@ -475,7 +691,7 @@ void quant_gemm_k(uint32_t id, const uint8_t* W, int64_t row_bytes, const BlockQ
   if (packed.size() < bytes) packed.resize(bytes);
   HWY_DYNAMIC_DISPATCH(PackXK)(x, nb, M, packed.data());
   const uint8_t* xp = packed.data();
-  over_panels(N, pool, [&](int64_t n0, int64_t n1) {
+  over_panels(N, pool, 4, [&](int64_t n0, int64_t n1) {
     HWY_DYNAMIC_DISPATCH(GemmK)(id, W, row_bytes, xp, nb, M, N, n0, n1, y);
   });
 }
@@ -487,8 +703,22 @@ void quant_gemm_32(uint32_t id, const uint8_t* W, int64_t row_bytes, const Activ
   if (packed.size() < bytes) packed.resize(bytes);
   HWY_DYNAMIC_DISPATCH(PackX)(id, x, M, packed.data());
   const uint8_t* xp = packed.data();
-  over_panels(N, pool, [&](int64_t n0, int64_t n1) {
+  over_panels(N, pool, 4, [&](int64_t n0, int64_t n1) {
     HWY_DYNAMIC_DISPATCH(Gemm32)(id, W, row_bytes, xp, x.nb, M, N, n0, n1, y);
+  });
+}
+
+void quant_gemm_panels(uint32_t id, const uint8_t* W, int64_t row_bytes, const Activations32& x, int64_t M,
+                       int64_t N, float* y, ThreadPool& pool) {
+  thread_local std::vector<uint8_t> packed;  // x for the kernel, kept between calls
+  const size_t bytes = static_cast<size_t>(HWY_DYNAMIC_DISPATCH(PackedActivationBytesStored)(M, x.nb));
+  if (packed.size() < bytes) packed.resize(bytes);
+  HWY_DYNAMIC_DISPATCH(PackXStored)(id, x, M, packed.data());
+  const uint8_t* xp = packed.data();
+  // A decoding step's few rows: one run of W per thread (a run's start waits for memory while the
+  // prefetchers find the stream; every extra run pays it again). A prompt's: four, for balance.
+  over_panels(N / kPanelRows * kPanelRows, pool, M < kGemmMinRows ? 1 : 4, [&](int64_t n0, int64_t n1) {
+    HWY_DYNAMIC_DISPATCH(GemmPanels)(id, W, row_bytes, xp, x.nb, M, N, n0, n1, y);
   });
 }
 

@@ -487,6 +487,7 @@ HWY_AFTER_NAMESPACE();
 
 #include "hwy/targets.h"
 #include "qkv/core/error.h"
+#include "qkv/core/quant_panels.h"
 
 namespace qkv {
 
@@ -590,6 +591,36 @@ void quant_matvec(const QuantType& t, const uint8_t* W, int64_t N, int64_t K, co
     const int64_t n0 = task * per, n1 = std::min(N, n0 + per);
     if (n0 < n1) HWY_DYNAMIC_DISPATCH(QuantRowsRange)(t.id, W, row_bytes, nb, xq.q, xq.x_row, xq.sums, M, N, n0, n1, y);
   });
+}
+
+void quant_matvec(const QuantView& W, int64_t N, int64_t K, const float* x, int64_t M, float* y, ThreadPool* pool) {
+  QKV_CHECK(W.type != nullptr, "quant_matvec: a matrix without a type");
+  if (!W.panels) return quant_matvec(*W.type, W.blocks, N, K, x, M, y, pool);
+  const QuantType& t = *W.type;
+  check_arguments("quant_matvec", t, N, K, M);
+  QKV_CHECK(panel_type(t), "quant_matvec: weights of type ", t.name, " are not stored in panels");
+  if (N == 0) return;
+  ThreadPool& p = pool ? *pool : default_pool();
+  thread_local std::vector<uint8_t> scratch;
+  thread_local std::vector<int32_t> sums;
+  const QuantizedRows xq = quantize_rows(t, x, M, K, scratch, sums, &p);
+  const int64_t row_bytes = quant_bytes(t, K, "quant_matvec");
+  const int64_t nb = K / t.block;
+  if (quant_detail::quant_gemm_available()) {
+    const quant_detail::Activations32 act{reinterpret_cast<const BlockQ8*>(xq.q), xq.sums, nb};
+    const int64_t whole = N / kQuantPanelRows * kQuantPanelRows;
+    if (whole > 0) quant_detail::quant_gemm_panels(t.id, W.blocks, row_bytes, act, M, N, y, p);
+    // the rows after the last panel, in the rows' layout: the row kernel (the same order of sums)
+    if (whole < N)
+      HWY_DYNAMIC_DISPATCH(QuantRowsRange)(t.id, W.blocks, row_bytes, nb, xq.q, xq.x_row, xq.sums, M, N, whole, N, y);
+    return;
+  }
+  // A target without the packed kernels: each row back in the rows' layout, the reference's sums.
+  std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
+  for (int64_t n = 0; n < N; ++n) {
+    quant_row(W, N, K, n, row.data());
+    for (int64_t m = 0; m < M; ++m) y[m * N + n] = quant_detail::row_dot(t.id, row.data(), xq.q + m * xq.x_row, nb).y;
+  }
 }
 
 void quant_matvec_reference(const QuantType& t, const uint8_t* W, int64_t N, int64_t K, const float* x, int64_t M,

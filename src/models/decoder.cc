@@ -10,6 +10,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/ops.h"
 #include "qkv/core/pointwise.h"
+#include "qkv/core/quant_panels.h"
 #include "qkv/models/family.h"
 #include "models/cached_rows.h"
 #include "models/model_shape.h"
@@ -438,6 +439,21 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
       read_bits(n.head + "weight", head_bits.data());
     }
   }
+  // The Q8_0 and Q4_0 products stored in panels of 16 rows (core/quant_panels.h), in place: a
+  // decoding step reads each as one stream. Each matrix's K: the rows' width.
+  for (size_t i = 0; i < blocks16.size(); ++i) {
+    DecoderBlock::Weights16& w = blocks16[i];
+    if (!blocks[i].att) continue;
+    to_panels(w.qkv_q, spec_.width);
+    to_panels(w.out_q, blocks[i].att->out_proj.weight.size(1));
+    std::vector<StateEntry> ff;
+    const_cast<FeedForwardNet&>(blocks[i].ff).collect_state("", ff);
+    size_t k = 0;
+    for (const StateEntry& e : ff)
+      if (e.shape().size() == 2 && k < w.ff_q.size()) to_panels(w.ff_q[k++], e.shape()[1]);
+  }
+  if (embed_q) to_panels(*embed_q, spec_.width);
+  if (head_q) to_panels(*head_q, spec_.width);
   blocks16_ = std::move(blocks16);
   QuantMatrix none;
   if (spec_.tied_head) {
@@ -531,10 +547,12 @@ void DecoderModel::embed_rows(const std::vector<int64_t>& ids, int64_t batch, in
   if (bf16_only_) {
     const std::vector<uint16_t>& table = spec_.tied_head ? head16_ : embed16_;
     const QuantMatrix& table_q = spec_.tied_head ? head_q_ : embed_q_;
-    if (!table_q.empty()) {  // a row of blocks per id, decoded
-      const int64_t row = quant_bytes(*table_q.type, E, "the embedding's rows");
-      for (int64_t i = 0; i < N; ++i)
-        dequantize(*table_q.type, table_q.blocks.data() + ids[static_cast<size_t>(i)] * row, E, x + i * E);
+    if (!table_q.empty()) {  // a row of blocks per id (gathered from its panel), decoded
+      std::vector<uint8_t> row(static_cast<size_t>(quant_bytes(*table_q.type, E, "the embedding's rows")));
+      for (int64_t i = 0; i < N; ++i) {
+        quant_row(table_q.view(), V, E, ids[static_cast<size_t>(i)], row.data());
+        dequantize(*table_q.type, row.data(), E, x + i * E);
+      }
     } else {
       for (int64_t i = 0; i < N; ++i)
         bf16_to_floats(table.data() + ids[static_cast<size_t>(i)] * E, x + i * E, static_cast<size_t>(E));

@@ -27,6 +27,7 @@ namespace {
 
 using testing::HasSubstr;
 using testing_support::error_of;
+using testing_support::for_each_quant_target;
 using testing_support::normal_vector;
 
 constexpr double kU = 0x1p-24;  // float's unit roundoff
@@ -133,21 +134,9 @@ int64_t check(const QuantType& t, const std::vector<uint8_t>& W, int64_t N, int6
   return checked;
 }
 
-// Every target Highway compiled quant_matvec for that this CPU runs, each forced in turn.
-template <typename Fn>
-void for_each_target(Fn&& fn) {
-  const std::vector<int64_t> targets = quant_matvec_simd_targets();
-  ASSERT_FALSE(targets.empty());
-  for (int64_t target : targets) {
-    kernels::force_simd_target(target);
-    fn(kernels::simd_target_name(target));
-  }
-  kernels::force_simd_target(0);
-}
-
 TEST(QuantMatvec, EveryTypeAndShapeMatchesTheReferenceAndTheDequantizedProductOnEveryTarget) {
   ThreadPool pool(2);
-  for_each_target([&](const std::string& target) {
+  for_each_quant_target([&](const std::string& target) {
     for (const char* name : kTypes) {
       const QuantType& t = quant_type_named(name);
       std::mt19937 rng(11);
@@ -172,7 +161,7 @@ TEST(QuantMatvec, WeightsQuantizedFromFloatsOnDecodeShapes) {
   // quantize()'s blocks of normal weights (the realistic case), a wider N, and K = 1024.
   ThreadPool pool(2);
   std::mt19937 rng(5);
-  for_each_target([&](const std::string& target) {
+  for_each_quant_target([&](const std::string& target) {
     for (const char* name : kTypes) {
       const QuantType& t = quant_type_named(name);
       const int64_t N = 133, K = 1024, M = 1;
@@ -187,7 +176,7 @@ TEST(QuantMatvec, WeightsQuantizedFromFloatsOnDecodeShapes) {
 
 TEST(QuantMatvec, EdgeBlocks) {
   ThreadPool pool(2);
-  for_each_target([&](const std::string& target) {
+  for_each_quant_target([&](const std::string& target) {
     for (const char* name : kTypes) {
       const QuantType& t = quant_type_named(name);
       std::mt19937 rng(3);
@@ -272,7 +261,7 @@ TEST(QuantMatvec, ARowHasTheSameBitsWhateverTheRowsBesideIt) {
   // the same bits: a cached step equals the full forward's last row. N past whole panels and whole
   // groups of 8; every target.
   ThreadPool pool(2);
-  for_each_target([&](const std::string& target) {
+  for_each_quant_target([&](const std::string& target) {
     for (const char* name : kTypes) {
       const QuantType& t = quant_type_named(name);
       std::mt19937 rng(21);
@@ -345,7 +334,7 @@ TEST(QuantMatvec, EveryTargetQuantizesActivationsByTheDefinition) {
   expected(256, d256, q256);
   EXPECT_EQ(q32[static_cast<size_t>(4 * 256 + 1)], -62);  // x = -61.5 with max 127: away from zero
   EXPECT_EQ(q32[static_cast<size_t>(4 * 256 + 126)], 64);  // x = 63.5
-  for_each_target([&](const std::string& target) {
+  for_each_quant_target([&](const std::string& target) {
     std::vector<BlockQ8> q8(static_cast<size_t>(K / 32));
     std::vector<BlockQ8K> q8k(static_cast<size_t>(K / 256));
     quantize_activations_q8(x.data(), K, q8.data());

@@ -69,17 +69,20 @@ inline void k_scale_min(int j, const uint8_t* q, int& scale, int& min) {
 void dequantize(const QuantType& t, const uint8_t* src, int64_t n, float* out);
 
 // A matrix in a ggml type, as a product reads it: N rows of K values, each row quant_bytes(type, K)
-// bytes of blocks, one after another (a GGUF tensor's layout). Null blocks: none.
+// bytes of blocks, one after another (a GGUF tensor's layout), or with `panels` the same bytes
+// reordered into panels of 16 rows (qkv/core/quant_panels.h). Null blocks: none.
 struct QuantView {
   const QuantType* type = nullptr;
   const uint8_t* blocks = nullptr;
+  bool panels = false;
   explicit operator bool() const { return blocks != nullptr; }
 };
 // The same, owning its blocks.
 struct QuantMatrix {
   const QuantType* type = nullptr;
   std::vector<uint8_t> blocks;
-  QuantView view() const { return {type, blocks.empty() ? nullptr : blocks.data()}; }
+  bool panels = false;
+  QuantView view() const { return {type, blocks.empty() ? nullptr : blocks.data(), panels}; }
   bool empty() const { return blocks.empty(); }
 };
 

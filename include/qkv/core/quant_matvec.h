@@ -65,6 +65,12 @@ std::string quant_matvec_types();
 void quant_matvec(const QuantType& t, const uint8_t* W, int64_t N, int64_t K, const float* x, int64_t M, float* y,
                   ThreadPool* pool = nullptr);
 
+// The same for W given as a view: in the rows' layout as above, or stored in panels
+// (qkv/core/quant_panels.h: Q8_0 and Q4_0), read as stored for every M (one stream of W, no packing
+// per call) with the same bits as the rows' layout gives. Errors as above; a view without a type.
+void quant_matvec(const QuantView& W, int64_t N, int64_t K, const float* x, int64_t M, float* y,
+                  ThreadPool* pool = nullptr);
+
 // The naive reference, kept beside it: the same activations, each block's integer sum exactly
 // (int64, one value at a time), the same float combination per block, blocks added in order in
 // float. If `magnitude` is given, magnitude[m N + n] is the sum over the blocks of the |terms|

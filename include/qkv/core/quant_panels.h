@@ -1,0 +1,41 @@
+// qkv/core/quant_panels.h - Q8_0 and Q4_0 matrices stored for the integer products: rows in
+// panels of 16, so that decoding reads a matrix as one stream and one vector instruction
+// multiplies 16 rows at once (llama.cpp's "repack" of the same formats, in a layout of qkv's own).
+//
+//   QuantMatrix m = ...;            // N rows of K values, a GGUF tensor's layout
+//   to_panels(m, K);                // in place: the same bytes, reordered (m.panels set)
+//   quant_matvec(m.view(), N, K, x, M, y);  // as before; a row of y has the same bits
+//
+// The layout (bs = the block's bytes: Q4_0 18, Q8_0 34; nb = K / 32 blocks per row): rows
+// [0, 16 P), P = N / 16, in panels; panel p is the 16 rows' bytes (16 nb bs, where the rows were),
+// block after block; its block b, 16 bs bytes:
+//   f16 d[16]                        the 16 rows' scales (row j at bytes 2j)
+//   u8  q[S][16][4]                  step s (S = (bs - 2) / 4: Q4_0 4, Q8_0 8): row j's quant bytes
+//                                    4s .. 4s + 3 at 64 s + 4 j (Q4_0: the byte holding values
+//                                    4s + i (low nibble) and 16 + 4s + i (high); Q8_0: values 4s + i)
+// and rows [16 P, N) as they were (a GGUF tensor's rows). Nothing is converted: every block keeps
+// its bits, only their places change, so the products' results are those of the rows' layout.
+#pragma once
+
+#include <cstdint>
+
+#include "qkv/core/quant_blocks.h"
+
+namespace qkv {
+
+constexpr int64_t kQuantPanelRows = 16;
+
+// True for the types stored in panels (Q8_0, Q4_0); the others keep the rows' layout.
+bool panel_type(const QuantType& t);
+
+// m (N rows of K values in m.type, the rows' layout) reordered into panels in place, no other
+// memory than one panel's; a type without panels, or m already in panels, is left as it is.
+// K must be whole blocks of the type and m.blocks N whole rows (qkv::Error naming them).
+void to_panels(QuantMatrix& m, int64_t K);
+
+// Row n (< N) of W (N rows of K values) in the rows' layout (quant_bytes(type, K) bytes into
+// `row`), whichever layout W is in: the embedding's lookup in a tied head, and the products'
+// scalar fallback.
+void quant_row(const QuantView& W, int64_t N, int64_t K, int64_t n, uint8_t* row);
+
+}  // namespace qkv

@@ -1,0 +1,132 @@
+// Q8_0 and Q4_0 matrices stored in panels (qkv/core/quant_panels.h): the products on every SIMD
+// target this CPU runs give the bits of the same matrix in the rows' layout, for a decoding step's
+// few rows (the stored-panel kernel, every count of rows below a group) and a prompt's (the
+// panels unpacked per call); N in whole panels, past them and below one; every row reads back;
+// the layout is the one the header documents (checked byte by byte against it); errors.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qkv/core/bf16.h"
+#include "qkv/core/error.h"
+#include "qkv/core/quant_blocks.h"
+#include "qkv/core/quant_matvec.h"
+#include "qkv/core/quant_panels.h"
+#include "qkv/kernels/simd.h"
+#include "test_support.h"
+
+namespace qkv {
+namespace {
+
+using testing::HasSubstr;
+using testing_support::error_of;
+using testing_support::for_each_quant_target;
+using testing_support::normal_vector;
+
+// N rows of K values of type t: every quant byte random, each block's f16 scale in [0.01, 0.05].
+QuantMatrix random_matrix(const QuantType& t, int64_t N, int64_t K, std::mt19937& rng) {
+  QuantMatrix m{&t, std::vector<uint8_t>(static_cast<size_t>(N * quant_bytes(t, K, "W")))};
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.01f, 0.05f);
+  for (uint8_t& b : m.blocks) b = static_cast<uint8_t>(byte(rng));
+  for (size_t b = 0; b < m.blocks.size(); b += static_cast<size_t>(t.block_bytes)) {
+    const uint16_t h = float_to_f16(scale(rng));
+    m.blocks[b] = static_cast<uint8_t>(h);
+    m.blocks[b + 1] = static_cast<uint8_t>(h >> 8);
+  }
+  return m;
+}
+
+TEST(QuantPanels, ProductsGiveTheRowsLayoutsBitsOnEveryTarget) {
+  ThreadPool pool(2);
+  for_each_quant_target([&](const std::string& target) {
+    for (const char* name : {"Q8_0", "Q4_0"}) {
+      const QuantType& t = quant_type_named(name);
+      std::mt19937 rng(31);
+      for (int64_t K : {32, 96, 1024})
+        for (int64_t N : {5, 16, 37, 160}) {
+          const QuantMatrix rows = random_matrix(t, N, K, rng);
+          QuantMatrix panels = rows;
+          to_panels(panels, K);
+          ASSERT_TRUE(panels.panels);
+          if (N >= 16) {
+            ASSERT_NE(panels.blocks, rows.blocks) << "nothing was reordered";
+          }
+          // every count of rows the stored kernel takes (1 .. 7), a prompt's (8, 17), one past groups
+          for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 17}) {
+            const auto x = normal_vector(static_cast<size_t>(M * K), rng);
+            std::vector<float> want(static_cast<size_t>(M * N)), got(want.size(), -1.0f);
+            quant_matvec(rows.view(), N, K, x.data(), M, want.data(), &pool);
+            quant_matvec(panels.view(), N, K, x.data(), M, got.data(), &pool);
+            ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+                << target << " " << name << " K " << K << " N " << N << " M " << M;
+          }
+        }
+    }
+  });
+}
+
+TEST(QuantPanels, EveryRowReadsBackAndTheLayoutIsTheDocumentedOne) {
+  std::mt19937 rng(3);
+  for (const char* name : {"Q8_0", "Q4_0"}) {
+    const QuantType& t = quant_type_named(name);
+    const int64_t K = 64, N = 37, nb = 2, row = quant_bytes(t, K, "row"), steps = (t.block_bytes - 2) / 4;
+    const QuantMatrix rows = random_matrix(t, N, K, rng);
+    QuantMatrix panels = rows;
+    to_panels(panels, K);
+    EXPECT_EQ(panels.blocks.size(), rows.blocks.size());
+    std::vector<uint8_t> back(static_cast<size_t>(row));
+    for (int64_t n = 0; n < N; ++n) {
+      quant_row(panels.view(), N, K, n, back.data());
+      EXPECT_EQ(std::memcmp(back.data(), rows.blocks.data() + n * row, back.size()), 0) << name << " row " << n;
+    }
+    // The header's layout, byte by byte: panel p, block b: f16 d[16], then step s's 4 bytes of row j
+    // at 32 + 64 s + 4 j; the rows after the last whole panel as they were.
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* src = rows.blocks.data() + n * row + b * t.block_bytes;
+        if (n >= 32) {
+          EXPECT_EQ(std::memcmp(panels.blocks.data() + n * row + b * t.block_bytes, src, 2), 0);
+          continue;
+        }
+        const uint8_t* blk = panels.blocks.data() + (n / 16) * 16 * row + b * 16 * t.block_bytes;
+        const int64_t j = n % 16;
+        EXPECT_EQ(std::memcmp(blk + 2 * j, src, 2), 0) << name << " the scale of row " << n << " block " << b;
+        for (int64_t s = 0; s < steps; ++s)
+          EXPECT_EQ(std::memcmp(blk + 32 + 64 * s + 4 * j, src + 2 + 4 * s, 4), 0)
+              << name << " row " << n << " block " << b << " step " << s;
+      }
+    // Twice is once; other types keep the rows' layout.
+    QuantMatrix again = panels;
+    to_panels(again, K);
+    EXPECT_EQ(again.blocks, panels.blocks);
+    QuantMatrix k_quant = random_matrix(quant_type_named("Q4_K"), 16, 256, rng);
+    const std::vector<uint8_t> before = k_quant.blocks;
+    to_panels(k_quant, 256);
+    EXPECT_FALSE(k_quant.panels);
+    EXPECT_EQ(k_quant.blocks, before);
+  }
+}
+
+TEST(QuantPanels, BadInputsAreErrorsNamingThem) {
+  std::mt19937 rng(1);
+  QuantMatrix m = random_matrix(quant_type_named("Q8_0"), 16, 64, rng);
+  m.blocks.pop_back();
+  EXPECT_THAT(error_of([&] { to_panels(m, 64); }), HasSubstr("1087 bytes are not whole rows of 68 (64 values of Q8_0)"));
+  EXPECT_THAT(error_of([&] { to_panels(m, 48); }), HasSubstr("48"));
+  QuantMatrix ok = random_matrix(quant_type_named("Q4_0"), 16, 64, rng);
+  to_panels(ok, 64);
+  std::vector<uint8_t> row(36);
+  EXPECT_THAT(error_of([&] { quant_row(ok.view(), 16, 64, 16, row.data()); }), HasSubstr("row 16 of a matrix of 16 rows"));
+  std::vector<float> x(64), y(16);
+  QuantView k_view{&quant_type_named("Q4_K"), ok.blocks.data(), true};
+  EXPECT_THAT(error_of([&] { quant_matvec(k_view, 1, 256, x.data(), 1, y.data()); }),
+              HasSubstr("weights of type Q4_K are not stored in panels"));
+}
+
+}  // namespace
+}  // namespace qkv
