@@ -3,6 +3,8 @@
 // next to the machine's read bandwidth measured in the same run (kernels/memory_bandwidth.h), on
 // 1 and 2 threads. Decode streams every weight from memory, so each call reads a different copy of
 // W from a ring of copies at least 4 x L3 (and 512 MiB) long: the weight is never in cache.
+// Q8_0p and Q4_0p: the same types stored in panels of 16 rows (core/quant_panels.h), as a loaded
+// model keeps them.
 // With --rows M > 1 (a prompt's M rows: the packed kernel, src/core/quant_gemm.h), the figure is
 // GOP/s instead: 2 M N K / the median call time (the integer products' multiply-adds as 2 ops),
 // for the quantized types, on 1 and 2 threads.

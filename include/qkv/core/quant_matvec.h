@@ -18,7 +18,8 @@
 // The weights are streamed once per call whatever M, split over the pool by blocks of W's rows: for
 // a few rows of x (decoding), tiles of W's rows meet them in cache; from 8 rows on (a prompt), Q8_0
 // and Q4_0 weights are packed per call into panels of 16 rows that one instruction multiplies at
-// once (src/core/quant_gemm.h). Each output's sum has one fixed order, the same in both kernels and
+// once (src/core/quant_gemm.h). A model keeps its Q8_0 and Q4_0 weights stored in such panels
+// (qkv/core/quant_panels.h), read as stored for every M: the QuantView overload below. Each output's sum has one fixed order, the same in both kernels and
 // for every thread count: a row of y has the same bits whatever M is and whichever threads ran it.
 // The integer dot products use AVX2's vpmaddubsw + vpmaddwd, or AVX-512 VNNI's vpdpbusd where the
 // CPU has it (Highway's AVX3_DL target), picked at run time; other targets run the reference's
