@@ -238,39 +238,42 @@ QKV_QG_ATTR void StoredPanelRows(const uint8_t* panel, const uint8_t* xg, int64_
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * N, acc[r]);
 }
 #else
+// sum of u_i s_i in 8 int32 lanes (4 pairs each), u unsigned, s signed, no int16 pair saturating.
+QKV_QG_ATTR HWY_INLINE __m256i DotPairs(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
 // R rows of x against one half (8 rows of W) of a stored panel: vpmaddubsw + vpmaddwd (Q8_0's
 // quants signed: vpsignb moves w's sign onto x, as HalfPanelGroup).
 template <int R, int G, bool kQ4>
 QKV_QG_ATTR void StoredHalfRows(const uint8_t* panel, int half, const uint8_t* xg, int64_t nb, bool ahead, float* y,
                                 int64_t N) {
-  const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = panel + b * StoredBlockBytes<kQ4>();
     const uint8_t* q = p + kStoredScaleBytes + 32 * half;
-    if (half == 0)
-      if (ahead)
+    if (ahead)
       for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64) hwy::Prefetch(p + kStoredPrefetch + line);
     const auto* xw = reinterpret_cast<const int32_t*>(xg + b * XBlockBytes(G));
     const auto* xd = reinterpret_cast<const float*>(xw + 9 * G);
     __m256i isum[R];
     for (int r = 0; r < R; ++r) isum[r] = _mm256_set1_epi32(xw[8 * G + r]);
-    auto dot = [&](__m256i u, __m256i xv) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones); };
     if constexpr (kQ4) {
       for (int s = 0; s < 4; ++s) {
         const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s));
         const __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
         for (int r = 0; r < R; ++r)
-          isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(dot(lo, _mm256_set1_epi32(xw[s * G + r])),
-                                                               dot(hi, _mm256_set1_epi32(xw[(s + 4) * G + r]))));
+          isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(DotPairs(lo, _mm256_set1_epi32(xw[s * G + r])),
+                                                               DotPairs(hi, _mm256_set1_epi32(xw[(s + 4) * G + r]))));
       }
     } else {
       for (int s = 0; s < 8; ++s) {
         const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s));
         const __m256i u = _mm256_sign_epi8(w, w);
         for (int r = 0; r < R; ++r)
-          isum[r] = _mm256_add_epi32(isum[r], dot(u, _mm256_sign_epi8(_mm256_set1_epi32(xw[s * G + r]), w)));
+          isum[r] = _mm256_add_epi32(isum[r], DotPairs(u, _mm256_sign_epi8(_mm256_set1_epi32(xw[s * G + r]), w)));
       }
     }
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * half)));
