@@ -443,9 +443,10 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
   // decoding step reads each as one stream. Each matrix's K: the rows' width.
   for (size_t i = 0; i < blocks16.size(); ++i) {
     DecoderBlock::Weights16& w = blocks16[i];
-    if (!blocks[i].att) continue;
-    to_panels(w.qkv_q, spec_.width);
-    to_panels(w.out_q, blocks[i].att->out_proj.weight.size(1));
+    if (blocks[i].att) {
+      to_panels(w.qkv_q, spec_.width);
+      to_panels(w.out_q, blocks[i].att->out_proj.weight.size(1));
+    }
     std::vector<StateEntry> ff;
     const_cast<FeedForwardNet&>(blocks[i].ff).collect_state("", ff);
     size_t k = 0;
