@@ -345,6 +345,8 @@ void UnpackStoredPanel(uint32_t id, const uint8_t* panel, int64_t nb, uint8_t* o
 void GemmPanels(uint32_t id, const uint8_t* W, int64_t row_bytes, const uint8_t* xp, int64_t nb, int64_t M, int64_t N,
                 int64_t n0, int64_t n1, float* y) {
   const int64_t g = StoredGroupRows(M);
+  // PanelGroup reads x in groups of kGroup: a prompt's x is packed so (g = kGroup) from here on
+  static_assert(qd::kGemmMinRows >= kGroup, "the packed kernels need whole groups of kGroup rows of x");
   if (M >= qd::kGemmMinRows) {
     thread_local std::vector<uint8_t> unpacked;  // one panel, reused: no allocation per call
     if (unpacked.size() < static_cast<size_t>(nb * kBlockBytes)) unpacked.resize(static_cast<size_t>(nb * kBlockBytes));

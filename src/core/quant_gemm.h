@@ -47,10 +47,11 @@ void quant_gemm_32(uint32_t id, const uint8_t* W, int64_t row_bytes, const Activ
                    float* y, ThreadPool& pool);
 
 // The same on W stored in panels (qkv/core/quant_panels.h), its whole panels only: y's columns
-// [0, 16 floor(N / 16)) (the rows after them, in the rows' layout, are the caller's), for any M from 1: W is read as it is
-// stored, one stream per thread, no packing per call (a decoding step's product), with the float
-// order above (the bits of quant_gemm_32 and of the row kernel on the same rows). Where
-// quant_gemm_available().
+// [0, 16 floor(N / 16)) (the rows after them, in the rows' layout, are the caller's), for any M
+// from 1: below kGemmMinRows rows of x W is read as it is stored, one stream per thread, no
+// packing (a decoding step's product); from there on each panel is unpacked once per call to the
+// packed layout above. The float order above (the bits of quant_gemm_32 and of the row kernel on
+// the same rows). Where quant_gemm_available().
 void quant_gemm_panels(uint32_t id, const uint8_t* W, int64_t row_bytes, const Activations32& x, int64_t M,
                        int64_t N, float* y, ThreadPool& pool);
 

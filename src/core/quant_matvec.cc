@@ -615,12 +615,18 @@ void quant_matvec(const QuantView& W, int64_t N, int64_t K, const float* x, int6
       HWY_DYNAMIC_DISPATCH(QuantRowsRange)(t.id, W.blocks, row_bytes, nb, xq.q, xq.x_row, xq.sums, M, N, whole, N, y);
     return;
   }
-  // A target without the packed kernels: each row back in the rows' layout, the reference's sums.
-  std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
-  for (int64_t n = 0; n < N; ++n) {
-    quant_row(W, N, K, n, row.data());
-    for (int64_t m = 0; m < M; ++m) y[m * N + n] = quant_detail::row_dot(t.id, row.data(), xq.q + m * xq.x_row, nb).y;
-  }
+  // A target without the packed kernels: each row back in the rows' layout, the reference's sums;
+  // blocks of rows over the pool as the rows' layout splits them.
+  const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(4 * p.num_threads(), N / 16));
+  const int64_t per = (N + tasks - 1) / tasks;
+  p.parallel_for(tasks, [&](int64_t task, int) {
+    std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
+    for (int64_t n = task * per; n < std::min(N, task * per + per); ++n) {
+      quant_row(W, N, K, n, row.data());
+      for (int64_t m = 0; m < M; ++m)
+        y[m * N + n] = quant_detail::row_dot(t.id, row.data(), xq.q + m * xq.x_row, nb).y;
+    }
+  });
 }
 
 void quant_matvec_reference(const QuantType& t, const uint8_t* W, int64_t N, int64_t K, const float* x, int64_t M,

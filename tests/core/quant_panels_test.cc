@@ -122,7 +122,7 @@ TEST(QuantPanels, BadInputsAreErrorsNamingThem) {
   to_panels(ok, 64);
   std::vector<uint8_t> row(36);
   EXPECT_THAT(error_of([&] { quant_row(ok.view(), 16, 64, 16, row.data()); }), HasSubstr("row 16 of a matrix of 16 rows"));
-  std::vector<float> x(64), y(16);
+  std::vector<float> x(256), y(16);
   QuantView k_view{&quant_type_named("Q4_K"), ok.blocks.data(), true};
   EXPECT_THAT(error_of([&] { quant_matvec(k_view, 1, 256, x.data(), 1, y.data()); }),
               HasSubstr("weights of type Q4_K are not stored in panels"));
