@@ -566,7 +566,14 @@ std::string quant_matvec_types() { return "Q8_0, Q4_0, Q4_K, Q6_K"; }
 
 void quant_matvec(const QuantType& t, const uint8_t* W, int64_t N, int64_t K, const float* x, int64_t M, float* y,
                   ThreadPool* pool) {
+  quant_matvec(QuantView{&t, W, false}, N, K, x, M, y, pool);
+}
+
+void quant_matvec(const QuantView& W, int64_t N, int64_t K, const float* x, int64_t M, float* y, ThreadPool* pool) {
+  QKV_CHECK(W.type != nullptr, "quant_matvec: a matrix without a type");
+  const QuantType& t = *W.type;
   check_arguments("quant_matvec", t, N, K, M);
+  QKV_CHECK(!W.panels || panel_type(t), "quant_matvec: weights of type ", t.name, " are not stored in panels");
   if (N == 0) return;
   ThreadPool& p = pool ? *pool : default_pool();
   // x quantized, kept between calls: no allocation per token
@@ -575,53 +582,38 @@ void quant_matvec(const QuantType& t, const uint8_t* W, int64_t N, int64_t K, co
   const QuantizedRows xq = quantize_rows(t, x, M, K, scratch, sums, &p);
   const int64_t row_bytes = quant_bytes(t, K, "quant_matvec");
   const int64_t nb = K / t.block;
-  if (!k_quant(t.id) && M >= quant_detail::kGemmMinRows && quant_detail::quant_gemm_available()) {
+  const bool packed = k_quant(t.id) ? quant_detail::quant_gemm_k_available() : quant_detail::quant_gemm_available();
+  const int64_t whole = N / kQuantPanelRows * kQuantPanelRows;  // the rows of whole panels
+  if (W.panels && packed) {  // every M; the rows after the last panel below, in the rows' layout
     const quant_detail::Activations32 act{reinterpret_cast<const BlockQ8*>(xq.q), xq.sums, nb};
-    quant_detail::quant_gemm_32(t.id, W, row_bytes, act, M, N, y, p);
-    return;
-  }
-  if (k_quant(t.id) && M >= quant_detail::kGemmMinRows && quant_detail::quant_gemm_k_available()) {
-    quant_detail::quant_gemm_k(t.id, W, row_bytes, reinterpret_cast<const BlockQ8K*>(xq.q), nb, M, N, y, p);
-    return;
-  }
-  // Blocks of W's rows: four per thread (the last ones balance a slow start), at least 16 rows.
-  const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(4 * p.num_threads(), N / 16));
-  const int64_t per = (N + tasks - 1) / tasks;
-  p.parallel_for(tasks, [&](int64_t task, int) {
-    const int64_t n0 = task * per, n1 = std::min(N, n0 + per);
-    if (n0 < n1) HWY_DYNAMIC_DISPATCH(QuantRowsRange)(t.id, W, row_bytes, nb, xq.q, xq.x_row, xq.sums, M, N, n0, n1, y);
-  });
-}
-
-void quant_matvec(const QuantView& W, int64_t N, int64_t K, const float* x, int64_t M, float* y, ThreadPool* pool) {
-  QKV_CHECK(W.type != nullptr, "quant_matvec: a matrix without a type");
-  if (!W.panels) return quant_matvec(*W.type, W.blocks, N, K, x, M, y, pool);
-  const QuantType& t = *W.type;
-  check_arguments("quant_matvec", t, N, K, M);
-  QKV_CHECK(panel_type(t), "quant_matvec: weights of type ", t.name, " are not stored in panels");
-  if (N == 0) return;
-  ThreadPool& p = pool ? *pool : default_pool();
-  thread_local std::vector<uint8_t> scratch;
-  thread_local std::vector<int32_t> sums;
-  const QuantizedRows xq = quantize_rows(t, x, M, K, scratch, sums, &p);
-  const int64_t row_bytes = quant_bytes(t, K, "quant_matvec");
-  const int64_t nb = K / t.block;
-  if (quant_detail::quant_gemm_available()) {
-    const quant_detail::Activations32 act{reinterpret_cast<const BlockQ8*>(xq.q), xq.sums, nb};
-    const int64_t whole = N / kQuantPanelRows * kQuantPanelRows;
     if (whole > 0) quant_detail::quant_gemm_panels(t.id, W.blocks, row_bytes, act, M, N, y, p);
-    // the rows after the last panel, in the rows' layout: the row kernel (the same order of sums)
     if (whole < N)
       HWY_DYNAMIC_DISPATCH(QuantRowsRange)(t.id, W.blocks, row_bytes, nb, xq.q, xq.x_row, xq.sums, M, N, whole, N, y);
     return;
   }
-  // A target without the packed kernels: each row back in the rows' layout, the reference's sums;
-  // blocks of rows over the pool as the rows' layout splits them.
+  if (!W.panels && packed && M >= quant_detail::kGemmMinRows) {
+    if (k_quant(t.id)) {
+      quant_detail::quant_gemm_k(t.id, W.blocks, row_bytes, reinterpret_cast<const BlockQ8K*>(xq.q), nb, M, N, y, p);
+    } else {
+      const quant_detail::Activations32 act{reinterpret_cast<const BlockQ8*>(xq.q), xq.sums, nb};
+      quant_detail::quant_gemm_32(t.id, W.blocks, row_bytes, act, M, N, y, p);
+    }
+    return;
+  }
+  // Blocks of W's rows: four per thread (the last ones balance a slow start), at least 16 rows. In
+  // panels on a target without the packed kernels: each row back in the rows' layout, the
+  // reference's block sums (the row kernel's on that target).
   const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(4 * p.num_threads(), N / 16));
   const int64_t per = (N + tasks - 1) / tasks;
   p.parallel_for(tasks, [&](int64_t task, int) {
+    const int64_t n0 = task * per, n1 = std::min(N, n0 + per);
+    if (n0 >= n1) return;
+    if (!W.panels) {
+      HWY_DYNAMIC_DISPATCH(QuantRowsRange)(t.id, W.blocks, row_bytes, nb, xq.q, xq.x_row, xq.sums, M, N, n0, n1, y);
+      return;
+    }
     std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
-    for (int64_t n = task * per; n < std::min(N, task * per + per); ++n) {
+    for (int64_t n = n0; n < n1; ++n) {
       quant_row(W, N, K, n, row.data());
       for (int64_t m = 0; m < M; ++m)
         y[m * N + n] = quant_detail::row_dot(t.id, row.data(), xq.q + m * xq.x_row, nb).y;
