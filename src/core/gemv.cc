@@ -194,7 +194,7 @@ void gemv_rows(const float* x, int64_t M, int64_t K, const float* W, const uint1
   QKV_CHECK((W == nullptr) != (W16 == nullptr), "gemv_rows: exactly one of W and W16 must be given");
   if (N == 0) return;
   const float* xs = x;
-  const uint16_t* xb = nullptr;  // x's bf16 bits, for the dot-product path
+  [[maybe_unused]] const uint16_t* xb = nullptr;  // x's bf16 bits, for the dot-product path (x86)
   if (W16 != nullptr) {  // bf16 mode: x rounded to bf16 as the GEMM rounds it, then widened back
     thread_local std::vector<float> rounded;  // (M, K), kept between calls: no allocation per token
     thread_local std::vector<uint16_t> bits;

@@ -43,7 +43,9 @@ double FmaChains(int64_t iters, float* sink) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include "qkv/core/bf16.h"
 
@@ -116,7 +118,8 @@ double measure_fma_peak_gflops(ThreadPool& pool, double seconds, int repeats) {
   return measure_peak(pool, seconds, repeats, FmaChainsDispatched);
 }
 
-double measure_bf16_dot_peak_gflops(ThreadPool& pool, double seconds, int repeats) {
+double measure_bf16_dot_peak_gflops([[maybe_unused]] ThreadPool& pool, [[maybe_unused]] double seconds,
+                                    [[maybe_unused]] int repeats) {
 #if defined(__x86_64__)
   if (bf16_dot_allowed()) return measure_peak(pool, seconds, repeats, Bf16DotChains);
 #endif
