@@ -313,14 +313,15 @@ void sgemm_reference(const GemmArgs& g) {
 
 void sum_rows(const float* X, int64_t M, int64_t N, int64_t ldx, float* out, ThreadPool* pool_arg) {
   ThreadPool& pool = pool_arg ? *pool_arg : default_pool();
-  const int64_t chunk = 256;  // columns per task
-  pool.parallel_for((N + chunk - 1) / chunk, [&](int64_t t, int) {
-    const int64_t n0 = t * chunk, n1 = std::min(N, n0 + chunk);
-    std::fill(out + n0, out + n1, 0.0f);
+  constexpr int64_t kChunk = 256;  // columns per task
+  pool.parallel_for((N + kChunk - 1) / kChunk, [&](int64_t t, int) {
+    const int64_t n0 = t * kChunk, n1 = std::min(N, n0 + kChunk);
+    double acc[kChunk] = {};
     for (int64_t m = 0; m < M; ++m) {
       const float* x = X + m * ldx;
-      for (int64_t n = n0; n < n1; ++n) out[n] += x[n];
+      for (int64_t n = n0; n < n1; ++n) acc[n - n0] += static_cast<double>(x[n]);
     }
+    for (int64_t n = n0; n < n1; ++n) out[n] = static_cast<float>(acc[n - n0]);
   });
 }
 

@@ -108,6 +108,7 @@ AttentionProblem make_problem(const char* what, Heads<const T> q, Heads<const T>
   p.window = options.window;
   p.alibi = options.alibi_slopes;
   p.softcap = options.softcap;
+  p.lse_low = options.lse_low;
   return p;
 }
 
@@ -181,7 +182,8 @@ void attention_weights(ConstHeads q, ConstHeads k, const float* lse, const Atten
   std::vector<double> s(static_cast<size_t>(p.S));  // one score row, the references' (score_row)
   for (int64_t i = row_begin; i < row_end; ++i) {
     float* w = out + (i - row_begin) * out_row_stride;
-    const double l = lse[(b * p.H + h) * p.T + i];
+    const int64_t at = (b * p.H + h) * p.T + i;
+    const double l = lse[at] == -inf || !p.lse_low ? lse[at] : double{lse[at]} + p.lse_low[at];
     score_row(p, b, h, i, s.data());
     for (int64_t j = 0; j < p.S; ++j) {
       const double sj = s[static_cast<size_t>(j)];

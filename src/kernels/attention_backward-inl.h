@@ -63,7 +63,8 @@ struct BackwardScratch {
   float *qs;     // (Tp, Dp)          fp32: q * scale, rows zero-padded
   float *dot;    // (blocks, Dv, Br)  fp32: d_o^T per query block
   float *dob;    // (Tp, Dvp)         fp32: d_o
-  float *lse;    // (Tp)              lse * log2(e), or +inf where the weights are all zero
+  float *lse;    // (Tp)              lse * log2(e) rounded to float, or +inf where the weights are all zero
+  float *lse_lo; // (Tp)              what that rounding dropped (the weights: 2^((s - lse) - lse_lo))
   float *di;     // (Tp)              sum_d d_o * o
   float *dq;     // (Tp, Dp)          dq accumulator
   float *anchor; // (Tp)              ALiBi's anchors (AlibiAnchor)
@@ -75,7 +76,7 @@ struct BackwardScratch {
   // (variants: whether to carve anchor and tt; without, the layout is the book's path's as it was.)
   static size_t floats(size_t blocks, size_t group, size_t D, size_t Dv, bool variants, size_t extra) {
     const size_t Tp = blocks * kBr, Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes), v = variants ? 1 : 0;
-    return Carver::size({blocks * D * kBr, Tp * Dp, blocks * Dv * kBr, Tp * Dvp, Tp, Tp, Tp * Dp, v * Tp,
+    return Carver::size({blocks * D * kBr, Tp * Dp, blocks * Dv * kBr, Tp * Dvp, Tp, Tp, Tp, Tp * Dp, v * Tp,
                          kBcB * kBr, kBcB * kBr, v * kBcB * kBr, extra}) +
            group * Carver::size({kBcB * Dp, kBcB * Dv, kBcB * Dp, kBcB * Dvp});
   }
@@ -87,6 +88,7 @@ struct BackwardScratch {
     dot = c.take(blocks * Dv * kBr);
     dob = c.take(Tp * Dvp);
     lse = c.take(Tp);
+    lse_lo = c.take(Tp);
     di = c.take(Tp);
     dq = c.take(Tp * Dp);
     anchor = c.take(v * Tp);
@@ -141,19 +143,22 @@ struct WidenedBackward {
       const T* x = q.row(b, h, ii);
       const float* g = d_o.row(b, h, ii);
       const float* out = o.row(b, h, ii);
-      float dsum = 0.0f;
+      // D_i = d_o . o in double, rounded once: it stands for sum_j P_ij dP_ij, and any error of
+      // its own moves every dS_ij = P_ij (dP_ij - D_i) of the row the same way (the gradients of
+      // a key bias, zero in exact arithmetic, sum exactly those)
+      double dsum = 0.0;
       if (unit_stride && !kRound) {  // the common case, in loops the compiler vectorises
         for (size_t c = 0; c < D; ++c) qrow[c] = Widen(x[c]) * q_scale;
         for (size_t c = 0; c < Dv; ++c) drow[c] = g[c];
-        for (size_t c = 0; c < Dv; ++c) dsum += g[c] * out[c];
+        for (size_t c = 0; c < Dv; ++c) dsum += static_cast<double>(g[c]) * out[c];
       } else {
         for (size_t c = 0; c < D; ++c) qrow[c] = Widen(x[c * q.stride_d]) * q_scale;
         for (size_t c = 0; c < Dv; ++c) {
           drow[c] = round(g[c * d_o.stride_d]);
-          dsum += drow[c] * out[c * o.stride_d];
+          dsum += static_cast<double>(drow[c]) * out[c * o.stride_d];
         }
       }
-      s.di[i] = dsum;
+      s.di[i] = static_cast<float>(dsum);
     }
   }
 
@@ -226,13 +231,22 @@ void PackHeadForBackward(const AttentionProblem& p, const Operands& ops, ConstHe
   }
   for (size_t i = first * kBr; i < Tp; ++i) {
     s.lse[i] = std::numeric_limits<float>::infinity();
+    s.lse_lo[i] = 0.0f;
     if (i >= T) continue;
     const int64_t ii = static_cast<int64_t>(i);
-    const float l = lse[(b * p.H + h) * p.T + ii];
-    // -inf: no visible key, every weight is 0 (2^(s - inf) = 0). With ALiBi, the anchored
-    // scores' lse (lse + shift), in double.
-    if (l != kNegInf)
-      s.lse[i] = p.alibi ? static_cast<float>((static_cast<double>(l) + AlibiShift(p, h, ii)) * kLog2e) : l * kLog2e;
+    const int64_t at = (b * p.H + h) * p.T + ii;
+    const float l = lse[at];
+    // -inf: no visible key, every weight is 0 (2^(s - inf) = 0). Else, in double: the forward's
+    // lse with the part a float dropped (AttentionOptions::lse_low) and, with ALiBi, the anchored
+    // scores' shift, back in base 2 (the forward's m + log2 l: / kLn2 undoes its * kLn2); then a
+    // float and its remainder, so that s - lse, small where a weight matters, is not rounded at
+    // lse's magnitude.
+    if (l != kNegInf) {
+      const double exact = (static_cast<double>(l) + (p.lse_low ? static_cast<double>(p.lse_low[at]) : 0.0) +
+                            (p.alibi ? AlibiShift(p, h, ii) : 0.0)) / kLn2;
+      s.lse[i] = static_cast<float>(exact);
+      s.lse_lo[i] = static_cast<float>(exact - static_cast<double>(s.lse[i]));
+    }
   }
   std::fill(s.dq + first * kBr * Dp, s.dq + Tp * Dp, 0.0f);
 }
@@ -242,11 +256,12 @@ void PackHeadForBackward(const AttentionProblem& p, const Operands& ops, ConstHe
 // (pos0: the position of the block's first query, which keys the dropout mask.)
 template <bool kDropout>
 void WeightsAndScoreGradient(const AttentionProblem& p, const DropoutKey& key, const float* HWY_RESTRICT lse,
+                             const float* HWY_RESTRICT lse_lo,
                              const float* HWY_RESTRICT di, float* HWY_RESTRICT pt, float* HWY_RESTRICT dpt,
                              int64_t pos0, int64_t j0, size_t cols) {
   const DF d;
   for (int v = 0; v < kQueryVectors; ++v) {
-    const VF l = hn::LoadU(d, lse + v * kLanes);
+    const VF l = hn::LoadU(d, lse + v * kLanes), l_lo = hn::LoadU(d, lse_lo + v * kLanes);
     const VF dsum = hn::LoadU(d, di + v * kLanes);
     const VF z = hn::Set(d, p.keep_scale);
     for (size_t j = 0; j < cols; j += 4) {
@@ -255,7 +270,7 @@ void WeightsAndScoreGradient(const AttentionProblem& p, const DropoutKey& key, c
         DropoutDrop4(key, pos0 + v * static_cast<int64_t>(kLanes), p.key_pos(j0 + static_cast<int64_t>(j)), drop);
       for (size_t r = 0; r < 4 && j + r < cols; ++r) {
         const size_t at = (j + r) * kBr + v * kLanes;
-        const VF w = Exp2(d, hn::Sub(hn::LoadU(d, pt + at), l));
+        const VF w = Exp2(d, hn::Sub(hn::Sub(hn::LoadU(d, pt + at), l), l_lo));
         VF dw = hn::LoadU(d, dpt + at);
         VF wz = w;
         if constexpr (kDropout) {
@@ -349,9 +364,9 @@ void BackwardTask(const AttentionProblem& p, const Operands& ops, ConstHeads o, 
         if (BlockNeedsMask(p, pos0, rows, j0, cols)) ApplyMask(p, s.pt, i0, pos0, j0, rows, cols);
         ops.template ScoreGradient<kD>(p, s, blk, kj, s.dpt);
         if (p.dropout) {
-          WeightsAndScoreGradient<true>(p, key, s.lse + i0, s.di + i0, s.pt, s.dpt, pos0, j0, cols);
+          WeightsAndScoreGradient<true>(p, key, s.lse + i0, s.lse_lo + i0, s.di + i0, s.pt, s.dpt, pos0, j0, cols);
         } else {
-          WeightsAndScoreGradient<false>(p, key, s.lse + i0, s.di + i0, s.pt, s.dpt, pos0, j0, cols);
+          WeightsAndScoreGradient<false>(p, key, s.lse + i0, s.lse_lo + i0, s.di + i0, s.pt, s.dpt, pos0, j0, cols);
         }
         if (p.softcap > 0.0f) SoftcapGradient(s.dpt, s.tt, cols);
         ops.Gradients(p, s, blk, rows, kj);

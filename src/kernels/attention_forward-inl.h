@@ -256,12 +256,15 @@ void AttendKeyBlock(const AttentionProblem& p, const Operands& ops, const Dropou
 // lse and o = (Ot / l)^T of query block q; a row with no visible key (l = 0) gets o = 0, lse = -inf.
 inline void WriteQueryBlock(const AttentionProblem& p, const QueryBlock& q, MutableHeads o, float* lse, int64_t b,
                      int64_t h, size_t Dv) {
-  float* lse_row = lse + (b * p.H + h) * p.T + q.i0;
+  const int64_t row0 = (b * p.H + h) * p.T + q.i0;
   for (size_t i = 0; i < q.rows; ++i) {
     const float l = q.l[i];
     // m and l are base 2: lse = ln(2^m l) = (m + log2 l) ln 2
     const double shift = p.alibi ? AlibiShift(p, h, q.i0 + static_cast<int64_t>(i)) : 0.0;
-    lse_row[i] = l == 0.0f ? kNegInf : static_cast<float>((q.m[i] + std::log2(static_cast<double>(l))) * kLn2 - shift);
+    const double exact = l == 0.0f ? 0.0 : (q.m[i] + std::log2(static_cast<double>(l))) * kLn2 - shift;
+    const float rounded = l == 0.0f ? kNegInf : static_cast<float>(exact);
+    lse[row0 + static_cast<int64_t>(i)] = rounded;
+    if (p.lse_low) p.lse_low[row0 + static_cast<int64_t>(i)] = l == 0.0f ? 0.0f : static_cast<float>(exact - rounded);
   }
   if constexpr (kHasTranspose16) {
     if (q.rows == kBr && o.stride_d == 1 && Dv % 16 == 0) {  // 16 x 16 blocks transposed in registers

@@ -25,6 +25,7 @@ struct AttentionProblem {
   int64_t window = 0;            // 0: none
   const float* alibi = nullptr;  // (H) slopes or null
   float softcap = 0.0f;          // 0: none
+  float* lse_low = nullptr;      // AttentionOptions::lse_low: forward writes it, backward reads it
 
   bool causal() const { return mask.kind == AttentionMask::Kind::kCausal; }
   // The key/value head query head h reads.

@@ -155,7 +155,7 @@ struct MhaSavedWriter {
     }
     if (bf16) saved.heads16_.reserve(rows * Q);
     saved.ctx_.reserve(rows * C);
-    saved.lse_.reserve(static_cast<size_t>(s.batch * s.heads() * s.tokens));
+    saved.lse_.reserve(2 * static_cast<size_t>(s.batch * s.heads() * s.tokens));  // lse, then its low part
   }
   static float* heads(MhaSaved& saved) { return saved.heads_.get(); }
   static uint16_t* heads16(MhaSaved& saved) { return saved.heads16_.get(); }
@@ -213,7 +213,8 @@ void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* 
   if (rows > 0) {
     ws.reserve_forward(s);
     MhaSavedWriter::reserve(saved, s, /*float_heads=*/false);
-    const AttentionOptions options = mha_options(s, call);
+    AttentionOptions options = mha_options(s, call);
+    options.lse_low = MhaSavedWriter::lse(saved) + s.batch * s.heads() * s.tokens;  // for the backward
     ThreadPool* pool = call.pool;
     ThreadPool& workers = pool ? *pool : default_pool();
     const bool bf16 = s.dtype() == Dtype::kBF16, reference = g_reference_attention;
@@ -322,7 +323,9 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
   const int64_t rows = s.batch * s.tokens, C = s.d_out(), D = s.head_dim(), Q = s.qkv_width();
   if (rows == 0) return;
   ws.reserve_backward(s);
-  const AttentionOptions options = mha_options(s, call);
+  AttentionOptions options = mha_options(s, call);
+  // the forward's low parts of lse, after lse (the backward only reads them)
+  options.lse_low = const_cast<float*>(saved.lse()) + s.batch * s.heads() * s.tokens;
   ThreadPool* pool = call.pool;
   // y = ctx W_out^T + b_out  ->  dW_out, db_out, dctx
   const float* dctx = dy;

@@ -75,8 +75,9 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x, AttentionTrace* trace)
     k_ = keys.contiguous();
     v_ = values.contiguous();
     o_ = Tensor::empty({B, H, T, D});
-    lse_.assign(static_cast<size_t>(B * H * T), 0.0f);
+    lse_.assign(2 * static_cast<size_t>(B * H * T), 0.0f);  // lse, then its low parts
     kernels::AttentionOptions o;
+    o.lse_low = lse_.data() + B * H * T;
     o.scale = 1.0f / std::sqrt(static_cast<float>(D));
     o.mask = kernels::AttentionMask::causal();
     dropout_p_ = 0.0f;
@@ -181,6 +182,7 @@ Tensor MultiHeadLatentAttention::backward(const Tensor& doutput) {
     o.mask = kernels::AttentionMask::causal();
     o.dropout_p = dropout_p_;  // the forward's mask, recomputed from its seed
     o.dropout_seed = dropout_seed_;
+    o.lse_low = lse_.data() + B * H * T;  // read only
     kernels::attention_backward(heads_of(q_), heads_of(k_), heads_of(v_), heads_of(o_), heads_of(d_o), lse_.data(),
                                 mutable_heads_of(g.dq), mutable_heads_of(g.dk), mutable_heads_of(g.dv), o);
   } else {

@@ -262,6 +262,13 @@ TEST(Gemm, BiasHelpers) {
   std::vector<float> sums(3);
   sum_rows(y.data(), 1000, 3, 4, sums.data(), &pool);
   EXPECT_EQ(sums, (std::vector<float>{1000, 2000, 3000}));
+  // 1 and then 4096 rows of 2^-24: a float accumulator stays at 1 (1 + 2^-24 rounds to 1 each time);
+  // the sum is 1 + 2^-12, which a float holds.
+  std::vector<float> column(4097, 0x1p-24f);
+  column[0] = 1.0f;
+  float total = 0.0f;
+  sum_rows(column.data(), 4097, 1, 1, &total, &pool);
+  EXPECT_EQ(total, 1.0f + 0x1p-12f);
 }
 
 TEST(Gemm, BadLeadingDimensionsSayWhatIsWrong) {

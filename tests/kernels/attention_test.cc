@@ -344,6 +344,62 @@ TEST(FusedAttention, ReferenceBackwardMatchesFiniteDifferences) {
   }
 }
 
+// At scores in the tens a float lse is off by up to |lse| 2^-25, and every weight the backward
+// recomputes from it, exp(s - lse), carries that error for the whole row. The part a float drops
+// (AttentionOptions::lse_low), which the forward writes and the backward reads, removes it.
+TEST(FusedAttention, TheLowPartOfLseKeepsTheBackwardExactAtLargeScores) {
+  ThreadPool pool(2);
+  std::mt19937 rng(7);
+  const int64_t B = 1, H = 2, T = 96, D = 32;
+  Array q = make_array(B, H, T, D, ArrayLayout::kContiguous, rng), k = make_array(B, H, T, D, ArrayLayout::kContiguous, rng),
+        v = make_array(B, H, T, D, ArrayLayout::kContiguous, rng), d_o = make_array(B, H, T, D, ArrayLayout::kContiguous, rng);
+  for (float& x : q.storage) x *= 12.0f;  // scores of tens
+  Array o = make_array(B, H, T, D, ArrayLayout::kContiguous, rng);
+  AttentionOptions opt;
+  opt.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  opt.mask = AttentionMask::causal();
+  opt.pool = &pool;
+  std::vector<float> lse(static_cast<size_t>(B * H * T)), low(lse.size(), kInf);
+  opt.lse_low = low.data();
+  attention_forward(q.in(), k.in(), v.in(), o.view, lse.data(), opt);
+  float largest = 0.0f;
+  for (size_t i = 0; i < lse.size(); ++i) {
+    largest = std::max(largest, std::abs(lse[i]));
+    // the low part is what rounding lse to float dropped: at most half an ulp of it
+    ASSERT_LE(std::abs(low[i]), std::abs(std::nextafter(lse[i], kInf) - lse[i]) / 2) << i;
+  }
+  ASSERT_GT(largest, 40.0f) << "the case must have large scores";
+  Array rq = make_array(B, H, T, D, ArrayLayout::kContiguous, rng), rk = make_array(B, H, T, D, ArrayLayout::kContiguous, rng),
+        rv = make_array(B, H, T, D, ArrayLayout::kContiguous, rng);
+  attention_backward_reference(q.in(), k.in(), v.in(), d_o.in(), rq.view, rk.view, rv.view, opt);
+  // What a value bias's gradient sums: dv over the keys, sum_j dv_j = sum_i d_o_i sum_j w_ij, in
+  // which a row-wide error of the weights adds up instead of averaging out. Distance from the
+  // reference's sums, relative to max(1, their largest).
+  const auto distance = [&](const AttentionOptions& o_opt) {
+    Array dq = make_array(B, H, T, D, ArrayLayout::kContiguous, rng), dk = make_array(B, H, T, D, ArrayLayout::kContiguous, rng),
+          dv = make_array(B, H, T, D, ArrayLayout::kContiguous, rng);
+    attention_backward(q.in(), k.in(), v.in(), o.in(), d_o.in(), lse.data(), dq.view, dk.view, dv.view, o_opt);
+    double diff = 0.0, size = 1.0;
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d) {
+        double got = 0.0, want = 0.0;
+        for (int64_t j = 0; j < T; ++j) {
+          got += dv.at(0, h, j, d);
+          want += rv.at(0, h, j, d);
+        }
+        diff = std::max(diff, std::abs(got - want));
+        size = std::max(size, std::abs(want));
+      }
+    return diff / size;
+  };
+  AttentionOptions without = opt;
+  without.lse_low = nullptr;
+  const double exact = distance(opt), rounded = distance(without);
+  EXPECT_LT(exact, 5e-7) << "with the low part";
+  EXPECT_GT(rounded, 3 * exact) << "without it: " << rounded << ", with it: " << exact;
+  std::printf("value sums' distance from the reference: %.3g with lse's low part, %.3g without\n", exact, rounded);
+}
+
 TEST(FusedAttention, ResultsDoNotDependOnTheThreadCount) {
   std::mt19937 rng(4);
   // Six heads: one backward task per head. One head: its keys split into runs (fewer heads than

@@ -61,12 +61,13 @@ class QkvError(RuntimeError):
         self.cmd = cmd
 
 
-def run_qkv(cmd, timeout=120, input=None):
-    """Runs one qkv command (with `input`, text, on its standard input); a run over `timeout` seconds
-    counts as failed (status -1)."""
+def run_qkv(cmd, timeout=120, input=None, env=None):
+    """Runs one qkv command (with `input`, text, on its standard input; `env`, a dict, added to the
+    environment); a run over `timeout` seconds counts as failed (status -1)."""
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
-                           input=None if input is None else input.encode("utf-8"))
+                           input=None if input is None else input.encode("utf-8"),
+                           env=None if env is None else {**os.environ, **env})
         return Run(p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace"))
     except subprocess.TimeoutExpired:
         return Run(-1, "", f"timed out after {timeout} s")

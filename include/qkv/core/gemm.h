@@ -119,8 +119,11 @@ void sgemm(const GemmArgs& g, ThreadPool* pool = nullptr);  // pool: nullptr = d
 // kBF16). For tests.
 void sgemm_reference(const GemmArgs& g);
 
-// out (N) = sum over the M rows of X (M, N) (ldx): a bias gradient. Accumulated in float per
-// column, rows in order, so the result does not depend on the thread count.
+// out (N) = sum over the M rows of X (M, N) (ldx): a bias gradient. Accumulated in double per
+// column, rows in order, then rounded once: the exact sum's float (to half an ulp) unless the column
+// cancels by ~2^29, where a float accumulator over thousands of rows drifts by many ulps (and
+// PyTorch's cascade of partial sums by a few; tests/pytorch/test_accuracy_targets.py). The same
+// whatever the thread count.
 void sum_rows(const float* X, int64_t M, int64_t N, int64_t ldx, float* out, ThreadPool* pool = nullptr);
 
 // 2 M N K.

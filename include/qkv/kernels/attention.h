@@ -123,6 +123,12 @@ struct AttentionOptions {
   int64_t window = 0;                   // > 0: key j hidden from query i when j <= pos_i - window; 0: none
   const float* alibi_slopes = nullptr;  // (H) one finite slope per query head, or null: no ALiBi
   float softcap = 0.0f;                 // > 0: scores capped as softcap * tanh(x / softcap); 0: none
+  // (B, H, T, contiguous) or null: the part of each row's lse a float drops, lse - (double)lse_f.
+  // The forward writes it beside lse, the backward reads it: the weights it recomputes, exp(s -
+  // lse), then carry no row-wide error of about |lse| * 2^-25 (at scores in the tens, a dozen
+  // float32 ulps on every weight of the row, and on the gradients they make; PyTorch's textbook
+  // softmax keeps its weights and has no such error). Null: the backward uses lse alone.
+  float* lse_low = nullptr;
 };
 
 // The ALiBi paper's slopes for H heads: the geometric sequence 2^(-8 / n), 2^(-16 / n), ... for

@@ -69,7 +69,7 @@ class MultiHeadLatentAttention : public AttentionModule {
   bool fused_last_ = false;
   AttentionSaved saved_;   // textbook path
   Tensor q_, k_, v_, o_;   // fused path: (B, H, T, D) contiguous heads and the context
-  std::vector<float> lse_; // fused path: (B, H, T)
+  std::vector<float> lse_; // fused path: (B, H, T), then its low parts (kernels::AttentionOptions::lse_low)
   float dropout_p_ = 0.0f;  // fused path: the kernel's dropout (p, and the Philox seed drawn for it)
   uint64_t dropout_seed_ = 0;
 };
