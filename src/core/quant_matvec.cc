@@ -612,7 +612,8 @@ void quant_matvec(const QuantView& W, int64_t N, int64_t K, const float* x, int6
       HWY_DYNAMIC_DISPATCH(QuantRowsRange)(t.id, W.blocks, row_bytes, nb, xq.q, xq.x_row, xq.sums, M, N, n0, n1, y);
       return;
     }
-    std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
+    thread_local std::vector<uint8_t> row;  // kept between calls: no allocation per call
+    if (row.size() < static_cast<size_t>(row_bytes)) row.resize(static_cast<size_t>(row_bytes));
     for (int64_t n = n0; n < n1; ++n) {
       quant_row(W, N, K, n, row.data());
       for (int64_t m = 0; m < M; ++m)

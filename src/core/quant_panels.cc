@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/quant_gemm.h"
 #include "qkv/core/error.h"
 
 namespace qkv {
@@ -23,6 +24,8 @@ struct PanelBlock {
 }  // namespace
 
 bool panel_type(const QuantType& t) { return t.id == 2 || t.id == 8; }  // Q4_0, Q8_0
+
+bool panels_pay() { return quant_detail::quant_gemm_available(); }
 
 void to_panels(QuantMatrix& m, int64_t K) {
   if (m.type == nullptr || !panel_type(*m.type) || m.panels) return;

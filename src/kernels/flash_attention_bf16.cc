@@ -323,13 +323,14 @@ struct BF16DotBackward {
     PackTransposedPairs(g, 0, 0, 0, rows, words(s.dot) + blk * Pairs(Dv) * kBr);
     PackColumnPairs(q, b, h, i0, rows, kBr, Dp, words(s.qs) + blk * kBr / 2 * Dp);
     PackColumnPairs(g, 0, 0, 0, rows, kBr, Dvp, words(s.dob) + blk * kBr / 2 * Dvp);
-    for (size_t i = 0; i < kBr; ++i) {  // D_i = sum_d d_o (rounded, as the products take it) * o
-      float dsum = 0.0f;
+    for (size_t i = 0; i < kBr; ++i) {  // D_i = sum_d d_o (rounded, as the products take it) * o, in double
+      double dsum = 0.0;                 // as the float path's (attention_backward-inl.h says why)
       if (i < rows) {
         const float* out = o.row(b, h, i0 + static_cast<int64_t>(i));
-        for (size_t c = 0; c < Dv; ++c) dsum += bf16_to_float(g16[i * Dv + c]) * out[static_cast<int64_t>(c) * o.stride_d];
+        for (size_t c = 0; c < Dv; ++c)
+          dsum += static_cast<double>(bf16_to_float(g16[i * Dv + c])) * out[static_cast<int64_t>(c) * o.stride_d];
       }
-      s.di[static_cast<size_t>(i0) + i] = dsum;
+      s.di[static_cast<size_t>(i0) + i] = static_cast<float>(dsum);
     }
   }
 

@@ -214,7 +214,7 @@ void mha_forward(const MhaShape& s, const MhaWeights& w, const float* x, float* 
     ws.reserve_forward(s);
     MhaSavedWriter::reserve(saved, s, /*float_heads=*/false);
     AttentionOptions options = mha_options(s, call);
-    options.lse_low = MhaSavedWriter::lse(saved) + s.batch * s.heads() * s.tokens;  // for the backward
+    options.lse_low = const_cast<float*>(saved.lse_low());  // written here, read by the backward
     ThreadPool* pool = call.pool;
     ThreadPool& workers = pool ? *pool : default_pool();
     const bool bf16 = s.dtype() == Dtype::kBF16, reference = g_reference_attention;
@@ -324,8 +324,7 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
   if (rows == 0) return;
   ws.reserve_backward(s);
   AttentionOptions options = mha_options(s, call);
-  // the forward's low parts of lse, after lse (the backward only reads them)
-  options.lse_low = const_cast<float*>(saved.lse()) + s.batch * s.heads() * s.tokens;
+  options.lse_low = const_cast<float*>(saved.lse_low());  // the forward's; only read here
   ThreadPool* pool = call.pool;
   // y = ctx W_out^T + b_out  ->  dW_out, db_out, dctx
   const float* dctx = dy;

@@ -440,21 +440,24 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
     }
   }
   // The Q8_0 and Q4_0 products stored in panels of 16 rows (core/quant_panels.h), in place: a
-  // decoding step reads each as one stream. Each matrix's K: the rows' width.
-  for (size_t i = 0; i < blocks16.size(); ++i) {
-    DecoderBlock::Weights16& w = blocks16[i];
-    if (blocks[i].att) {
-      to_panels(w.qkv_q, spec_.width);
-      to_panels(w.out_q, blocks[i].att->out_proj.weight.size(1));
+  // decoding step reads each as one stream (where the products read panels as stored: panels_pay()).
+  // Each matrix's K: the rows' width.
+  if (panels_pay()) {
+    for (size_t i = 0; i < blocks16.size(); ++i) {
+      DecoderBlock::Weights16& w = blocks16[i];
+      if (blocks[i].att) {
+        to_panels(w.qkv_q, spec_.width);
+        to_panels(w.out_q, blocks[i].att->out_proj.weight.size(1));
+      }
+      std::vector<StateEntry> ff;
+      const_cast<FeedForwardNet&>(blocks[i].ff).collect_state("", ff);
+      size_t k = 0;
+      for (const StateEntry& e : ff)
+        if (e.shape().size() == 2 && k < w.ff_q.size()) to_panels(w.ff_q[k++], e.shape()[1]);
     }
-    std::vector<StateEntry> ff;
-    const_cast<FeedForwardNet&>(blocks[i].ff).collect_state("", ff);
-    size_t k = 0;
-    for (const StateEntry& e : ff)
-      if (e.shape().size() == 2 && k < w.ff_q.size()) to_panels(w.ff_q[k++], e.shape()[1]);
+    if (embed_q) to_panels(*embed_q, spec_.width);
+    if (head_q) to_panels(*head_q, spec_.width);
   }
-  if (embed_q) to_panels(*embed_q, spec_.width);
-  if (head_q) to_panels(*head_q, spec_.width);
   blocks16_ = std::move(blocks16);
   QuantMatrix none;
   if (spec_.tied_head) {

@@ -28,6 +28,11 @@ constexpr int64_t kQuantPanelRows = 16;
 // True for the types stored in panels (Q8_0, Q4_0); the others keep the rows' layout.
 bool panel_type(const QuantType& t);
 
+// True where the products read panels as stored (the packed integer kernels: x86 with AVX2 and up,
+// under $QKV_SIMD's cap). Elsewhere (ARM, older x86) a product reads a matrix in panels back row
+// by row, slower than the rows' layout: a model keeps its rows there.
+bool panels_pay();
+
 // m (N rows of K values in m.type, the rows' layout) reordered into panels in place, no other
 // memory than one panel's; a type without panels, or m already in panels, is left as it is.
 // K must be whole blocks of the type and m.blocks N whole rows (qkv::Error naming them).

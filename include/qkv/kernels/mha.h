@@ -116,7 +116,9 @@ class MhaSaved {
   const float* heads() const { return heads_.get(); }       // q (B, H, T, D), then k, v (B, G, T, D)
   const uint16_t* heads16() const { return heads16_.get(); }  // the same in bf16 (bf16 mode)
   const float* ctx() const { return ctx_.get(); }           // (B*T, C)
-  const float* lse() const { return lse_.get(); }           // (B, H, T), then its low parts (AttentionOptions::lse_low)
+  const float* lse() const { return lse_.get(); }           // (B, H, T)
+  // (B, H, T): the part of each lse a float dropped (AttentionOptions::lse_low), after lse
+  const float* lse_low() const { return lse_.get() + shape_.batch * shape_.heads() * shape_.tokens; }
   // QK-norm: q and k divided by their RMS (before the weights and RoPE), (B, H + G, T, D) as the
   // heads' first two parts, and 1 / RMS per row (B, H + G, T); null without it.
   const float* qk_norm() const { return qk_norm_.get(); }
