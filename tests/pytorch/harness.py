@@ -7,7 +7,8 @@ pass/fail tally, the summary line and the exit status.
             for case in cases:
                 ...
                 h.record(case.name, case.errors, case.cmd)
-        return h.finish()       # prints "forward differential: N passed, M failed (T s)"; 1 on a failure
+        return h.finish()       # prints "forward differential: N passed, M failed (T s; qkv's processes
+                                # Q s)"; 1 on a failure
                                 # or when no case ran at all
 
     if __name__ == "__main__":
@@ -36,6 +37,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import namedtuple
 
@@ -61,9 +63,14 @@ class QkvError(RuntimeError):
         self.cmd = cmd
 
 
+_qkv_seconds = [0.0]  # wall time of every qkv process this script ran, summed (the summary line's)
+_qkv_seconds_lock = threading.Lock()
+
+
 def run_qkv(cmd, timeout=120, input=None, env=None):
     """Runs one qkv command (with `input`, text, on its standard input; `env`, a dict, added to the
     environment); a run over `timeout` seconds counts as failed (status -1)."""
+    t0 = time.time()
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
                            input=None if input is None else input.encode("utf-8"),
@@ -71,6 +78,9 @@ def run_qkv(cmd, timeout=120, input=None, env=None):
         return Run(p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace"))
     except subprocess.TimeoutExpired:
         return Run(-1, "", f"timed out after {timeout} s")
+    finally:
+        with _qkv_seconds_lock:
+            _qkv_seconds[0] += time.time() - t0
 
 
 def check_qkv(cmd, timeout=120):
@@ -138,7 +148,8 @@ class Harness:
                 print(f"  command: {shlex.join(command)}", file=sys.stderr)
             for e in errors:
                 print("  " + str(e).replace("\n", "\n  "), file=sys.stderr)
-        print(f"{self.name}: {self.passed} passed, {self.failed} failed ({time.time() - self.start:.1f} s)")
+        print(f"{self.name}: {self.passed} passed, {self.failed} failed ({time.time() - self.start:.1f} s; "
+              f"qkv's processes {_qkv_seconds[0]:.1f} s)")
         if not self.failures and self.passed == 0:
             print(f"{self.name}: FAILED: no case ran", file=sys.stderr)
             return 1

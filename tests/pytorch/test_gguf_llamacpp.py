@@ -100,17 +100,46 @@ def ensure_node_llama_cpp(npm_dir):
         raise Unavailable(f"npm install of {' '.join(PACKAGES)} failed (status {p.returncode}): {tail}")
 
 
-def llamacpp(npm_dir, gguf, ids, new, logits=True):
-    """greedy.mjs's JSON for the file: {"ids": [...], "logits": [...]}; raises RuntimeError with its
-    stderr when llama.cpp fails."""
-    cmd = ["node", GREEDY, gguf, "--ids", ",".join(map(str, ids)), "--new", str(new), "--threads", "1"]
-    if logits:
-        cmd.append("--logits")
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300,
-                       env=dict(os.environ, QKV_NPM_DIR=npm_dir))
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: status {p.returncode}: {p.stderr.decode('utf-8', 'replace')[-2000:]}")
-    return json.loads(p.stdout.decode().strip().splitlines()[-1])
+class LlamaCpp:
+    """llama.cpp as one process for the whole run (greedy.mjs --serve: its start costs more than a
+    small model's run), answering one file's greedy run at a time."""
+
+    def __init__(self, npm_dir):
+        self.npm_dir, self.proc, self.log = npm_dir, None, None
+
+    def __call__(self, gguf, ids, new, logits=True):
+        """greedy.mjs's JSON for the file: {"ids": [...], "logits": [...]}; raises RuntimeError with
+        llama.cpp's message when the job fails or the process ends."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.close()
+            self.log = tempfile.TemporaryFile()
+            self.proc = subprocess.Popen(["node", GREEDY, "--serve", "--threads", "1"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                         env=dict(os.environ, QKV_NPM_DIR=self.npm_dir))
+        job = {"file": gguf, "ids": list(ids), "new": new, "logits": logits}
+        try:
+            self.proc.stdin.write(json.dumps(job) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except OSError:
+            line = ""
+        if not line:
+            self.log.seek(0)
+            err = self.log.read().decode("utf-8", "replace")[-2000:]
+            raise RuntimeError(f"greedy.mjs --serve ended (status {self.proc.wait()}) on {gguf}: {err}")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"llama.cpp on {gguf}: {reply['error']}")
+        return reply
+
+    def close(self):
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+            self.proc = None
+        if self.log is not None:
+            self.log.close()
+            self.log = None
 
 
 def file_twin(m, path):
@@ -168,7 +197,7 @@ def rel(got, want):
     return (got - want).abs().max().item() / want.abs().max().item()
 
 
-def check_case(qkv, npm_dir, tmp, case):
+def check_case(qkv, llamacpp, tmp, case):
     """[(label, [errors], summary)] for one model in each of its types: the twin's GGUF file read by
     llama.cpp and by qkv, and qkv's (qkv convert --to gguf from the twin's folder) read by llama.cpp."""
     label, family, pad, E, F, L, H, G, D, theta, tied, rope_freq, types = case
@@ -187,7 +216,7 @@ def check_case(qkv, npm_dir, tmp, case):
         """llama.cpp's logits and ids on `path` against the twin `ref` holding the file's numbers."""
         with torch.no_grad():
             want = ref(torch.tensor([IDS]))[0, -1].double()
-        got = llamacpp(npm_dir, path, IDS, NEW)
+        got = llamacpp(path, IDS, NEW)
         logits = torch.tensor(got["logits"], dtype=torch.float64)
         if logits.shape != want.shape:
             errors.append(f"llama.cpp gave {logits.shape[0]} logits, the twin {want.shape[0]}")
@@ -257,7 +286,7 @@ class GgmlGelu(torch.nn.Module):
         return gpt_model.GELU()(x.half().float()).half().float()
 
 
-def check_gpt2(qkv, npm_dir, tmp):
+def check_gpt2(qkv, llamacpp, tmp):
     """[(label, [errors], summary)] for GPT-2: the book's GPTModel (perturbed biases and norms), its
     Hugging Face folder written as qkv's GGUF file ("gpt2": Q, K and V in one attn_qkv tensor) in F32
     and Q8_0, read by qkv's reference path (f32 products) and by llama.cpp."""
@@ -291,7 +320,7 @@ def check_gpt2(qkv, npm_dir, tmp):
                 forced = got[0, len(IDS) - 1:-1].argmax(-1).tolist()
                 if forced != want_ids:
                     errors.append(f"qkv's greedy ids {forced}, the twin's {want_ids}")
-            lc = llamacpp(npm_dir, path, IDS, NEW)
+            lc = llamacpp(path, IDS, NEW)
             logits = torch.tensor(lc["logits"], dtype=torch.float64)
             # f32: against the twin with llama.cpp's GELU; q8_0: against qkv's reference path on the
             # same blocks
@@ -337,9 +366,10 @@ def main():
         return 1
     passed, failed = 0, []
     tmp = tempfile.mkdtemp(prefix="qkv-gguf-")
+    llamacpp = LlamaCpp(npm_dir)
     try:
-        checks = [lambda c=c: check_case(args.qkv, npm_dir, tmp, c) for c in CASES]
-        checks.append(lambda: check_gpt2(args.qkv, npm_dir, tmp))
+        checks = [lambda c=c: check_case(args.qkv, llamacpp, tmp, c) for c in CASES]
+        checks.append(lambda: check_gpt2(args.qkv, llamacpp, tmp))
         for check in checks:
             for label, errors, summary in check():
                 if errors:
@@ -349,6 +379,7 @@ def main():
                 if args.verbose or errors:
                     print(summary or label)
     finally:
+        llamacpp.close()
         if args.keep:
             print(f"files kept in {tmp}")
         else:
