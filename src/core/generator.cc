@@ -24,6 +24,16 @@ constexpr double kPi = 3.14159265358979323846;
 constexpr char kMagic[4] = {'Q', 'R', 'N', 'G'};
 constexpr uint32_t kLayoutVersion = 1;
 
+// The float loops below call std::fmaf dozens of times per element. fmaf's result is defined
+// exactly (one rounding), so any implementation gives the same bits; on x86 without the FMA
+// extension in the baseline it is a call into libm per use, so the loops are also compiled for
+// x86-64-v3 (FMA, AVX2), where it is one instruction, and the loader picks the clone.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define QKV_FMA_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define QKV_FMA_CLONES
+#endif
+
 inline float from_bits(uint32_t u) { return std::bit_cast<float>(u); }
 inline uint32_t to_bits(float f) { return std::bit_cast<uint32_t>(f); }
 
@@ -32,7 +42,7 @@ inline uint32_t to_bits(float f) { return std::bit_cast<uint32_t>(f); }
 // multiply and add is one that it did not (the result feeds a multiply, or is an explicit step).
 
 // Natural log, Cephes single-precision polynomial (log256_ps).
-float lane_log(float x) {
+inline float lane_log(float x) {
   const bool invalid = x <= 0.0f;  // ordered compare: NaN is not "invalid" here
   const float min_normal = std::numeric_limits<float>::min();
   x = x > min_normal ? x : min_normal;  // max_ps(x, min_normal): NaN -> min_normal
@@ -64,7 +74,7 @@ float lane_log(float x) {
 }
 
 // Sine and cosine together, Cephes single-precision polynomials (sincos256_ps).
-void lane_sincos(float x, float* sin_out, float* cos_out) {
+inline void lane_sincos(float x, float* sin_out, float* cos_out) {
   uint32_t sign_sin = to_bits(x) & 0x80000000u;
   x = std::fabs(x);
   float y = x * 1.27323954473516f;  // 4 / pi
@@ -106,7 +116,7 @@ void lane_sincos(float x, float* sin_out, float* cos_out) {
 }
 
 // One block of 16 uniforms in place -> 16 normals (normal_fill_16_AVX2).
-void normal_block16(float* d, float mean, float std) {
+inline void normal_block16(float* d, float mean, float std) {
   const float two_pi = static_cast<float>(2.0 * kPi);
   for (int j = 0; j < 8; ++j) {
     const float u1 = 1.0f - d[j];
@@ -120,6 +130,27 @@ void normal_block16(float* d, float mean, float std) {
     const float n2 = radius * sin_t;
     d[j] = std::fmaf(n1, std, mean);
     d[j + 8] = std::fmaf(n2, std, mean);
+  }
+}
+
+// Every whole block of 16 of d[0, n) (normal_block16 over each).
+QKV_FMA_CLONES void normal_blocks16(float* d, int64_t n, float mean, float std) {
+  for (int64_t i = 0; i + 16 <= n; i += 16) normal_block16(d + i, mean, std);
+}
+
+// MT19937's output function.
+inline uint32_t temper(uint32_t y) {
+  y ^= y >> 11;
+  y ^= (y << 7) & 0x9d2c5680u;
+  y ^= (y << 15) & 0xefc60000u;
+  y ^= y >> 18;
+  return y;
+}
+
+// u[i] -> fmaf((u[i] & 0xffffff) * 2^-24, width, from): uniform_float01 scaled, in place as floats.
+QKV_FMA_CLONES void uniform_floats(const uint32_t* u, float* out, int64_t n, float width, float from) {
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = std::fmaf(static_cast<float>(u[i] & 0xffffffu) * (1.0f / 16777216.0f), width, from);
   }
 }
 
@@ -161,22 +192,36 @@ void Generator::manual_seed(uint64_t seed) {
 }
 
 void Generator::twist() {
-  for (int i = 0; i < kN; ++i) {
-    const uint32_t next = mt_[(i + 1) % kN];
-    const uint32_t mixed = (mt_[i] & kUpper) | (next & kLower);
-    mt_[i] = mt_[(i + kM) % kN] ^ (mixed >> 1) ^ ((next & 1u) ? kMatrixA : 0u);
-  }
+  // In place and in order, as for (i = 0; i < kN; ++i) mt[i] = mt[(i + kM) % kN] ^ f(mt[i],
+  // mt[(i + 1) % kN]): the three ranges where those indices do not wrap (later words read the
+  // ones already replaced, as there).
+  const auto f = [](uint32_t word, uint32_t next) {
+    const uint32_t mixed = (word & kUpper) | (next & kLower);
+    return (mixed >> 1) ^ ((next & 1u) ? kMatrixA : 0u);
+  };
+  uint32_t* mt = mt_.data();
+  int i = 0;
+  for (; i < kN - kM; ++i) mt[i] = mt[i + kM] ^ f(mt[i], mt[i + 1]);
+  for (; i < kN - 1; ++i) mt[i] = mt[i + kM - kN] ^ f(mt[i], mt[i + 1]);
+  mt[kN - 1] = mt[kM - 1] ^ f(mt[kN - 1], mt[0]);
   index_ = 0;
 }
 
 uint32_t Generator::random() {
   if (index_ >= kN) twist();
-  uint32_t y = mt_[index_++];
-  y ^= y >> 11;
-  y ^= (y << 7) & 0x9d2c5680u;
-  y ^= (y << 15) & 0xefc60000u;
-  y ^= y >> 18;
-  return y;
+  return temper(mt_[index_++]);
+}
+
+void Generator::random(uint32_t* out, int64_t n) {
+  while (n > 0) {
+    if (index_ >= kN) twist();
+    const int take = static_cast<int>(std::min<int64_t>(n, kN - index_));
+    const uint32_t* words = mt_.data() + index_;
+    for (int i = 0; i < take; ++i) out[i] = temper(words[i]);
+    index_ += take;
+    out += take;
+    n -= take;
+  }
 }
 
 uint64_t Generator::random64() {
@@ -192,10 +237,6 @@ void Generator::discard(uint64_t draws) {
     index_ += static_cast<int>(take);
     draws -= take;
   }
-}
-
-float Generator::uniform_float01() {
-  return static_cast<float>(random() & 0xffffffu) * (1.0f / 16777216.0f);
 }
 
 double Generator::uniform_double01() {
@@ -216,7 +257,17 @@ void Generator::uniform(float* out, int64_t n, double from, double to) {
   const float f_from = static_cast<float>(from);
   const float f_to = static_cast<float>(to);
   const float width = f_to - f_from;
-  for (int64_t i = 0; i < n; ++i) out[i] = std::fmaf(uniform_float01(), width, f_from);
+  uniform_fill(out, n, width, f_from);
+}
+
+void Generator::uniform_fill(float* out, int64_t n, float width, float from) {
+  constexpr int64_t kChunk = 1024;  // draws at a time, on the stack
+  uint32_t u[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = std::min(kChunk, n - i);
+    random(u, m);
+    uniform_floats(u, out + i, m, width, from);
+  }
 }
 
 void Generator::normal(float* out, int64_t n, double mean, double std) {
@@ -248,12 +299,12 @@ void Generator::normal_serial(float* out, int64_t n, double mean, double std) {
 }
 
 void Generator::normal_vectorised(float* out, int64_t n, float mean, float std) {
-  for (int64_t i = 0; i < n; ++i) out[i] = uniform_float01();
-  for (int64_t i = 0; i + 16 <= n; i += 16) normal_block16(out + i, mean, std);
+  uniform_fill(out, n, 1.0f, 0.0f);  // fmaf(x, 1, 0) = x: uniform_float01's values
+  normal_blocks16(out, n, mean, std);
   if (n % 16 != 0) {
     float* tail = out + n - 16;
-    for (int i = 0; i < 16; ++i) tail[i] = uniform_float01();
-    normal_block16(tail, mean, std);
+    uniform_fill(tail, 16, 1.0f, 0.0f);
+    normal_blocks16(tail, 16, mean, std);
   }
 }
 

@@ -77,6 +77,7 @@ class Generator {
   uint64_t initial_seed() const { return seed_; }
 
   uint32_t random();    // one MT19937 32-bit draw
+  void random(uint32_t* out, int64_t n);  // the next n draws: n calls of random(), at once
   uint64_t random64();  // (random() << 32) | random(), as PyTorch combines two draws
   // Skips `draws` 32-bit draws: the state afterwards is the one `draws` calls of random() leave
   // (bernoulli of n elements takes 2n). For a rank that draws only its slice of a batch's mask.
@@ -122,7 +123,9 @@ class Generator {
 
  private:
   void twist();
-  float uniform_float01();    // low 24 bits of random() * 2^-24
+  // out[i] = fmaf((random() & 0xffffff) * 2^-24, width, from) for i in [0, n), a block of draws
+  // at a time
+  void uniform_fill(float* out, int64_t n, float width, float from);
   double uniform_double01();  // low 53 bits of random64() * 2^-53
   void normal_serial(float* out, int64_t n, double mean, double std);
   void normal_vectorised(float* out, int64_t n, float mean, float std);
