@@ -23,8 +23,10 @@ gradient, each parameter's gradient):
 
 Distances are module_cases.rel_err's: max |a - b| / max(1, max |reference|). Prints per target and
 module the worst ratio of qkv's distance to float32's, and how many tensors miss the 2x bound (the
-target of issue 44; docs/developing.md says where qkv stands and why). Exits non-zero only when a
-qkv run fails or writes the wrong tensors.
+target of issue 44; docs/developing.md says where qkv stands and why). Exits non-zero when a qkv
+run fails or writes the wrong tensors, and with --fail-over R when a tensor's ratio exceeds R (ctest
+runs it so, as a guard against the 10-50x errors this script found, with R above the few cases
+still between 2x and R: docs/developing.md#accuracy-on-every-simd-path).
 """
 
 import os
@@ -123,9 +125,10 @@ def prepare(case, qkv, tmp, seed):
                                         "--grads-out", case.files["grads"]]
 
 
-def check(case, target, result, worst):
+def check(case, target, result, worst, fail_over=0.0):
     """(failures, misses) of one case under one target: failures, a run that failed or files that
-    are wrong; misses, tensors over the bound. worst[(target, module)] keeps the largest ratio."""
+    are wrong, or (fail_over > 0) a tensor whose ratio exceeds fail_over; misses, tensors over the
+    bound. worst[(target, module)] keeps the largest ratio."""
     problem = result.problem()
     if problem:
         return [problem], []
@@ -157,6 +160,9 @@ def check(case, target, result, worst):
         ratio = err / max(f32, floor / RATIO)
         if ratio > worst.get(key, (0.0, ""))[0]:
             worst[key] = (ratio, f"{case.name} {name}: qkv {err:.3g}, float32 {f32:.3g}")
+        if fail_over > 0 and not ratio <= fail_over:
+            failures.append(f"{name}: qkv's distance from float64 {err:.3g} is {ratio:.2f}x PyTorch float32's "
+                            f"{f32:.3g} (or the floor), over --fail-over {fail_over:g}")
         if not err <= bound:
             misses.append(f"{name}: qkv's distance from float64 {err:.3g} > {bound:.3g} (PyTorch float32's {f32:.3g})")
     return failures, misses
@@ -165,6 +171,8 @@ def check(case, target, result, worst):
 def add_flags(ap):
     ap.add_argument("--cases", type=int, default=12, help="configurations per module")
     ap.add_argument("--targets", default="", help="a comma-separated subset of the targets (default: all)")
+    ap.add_argument("--fail-over", type=float, default=0.0,
+                    help="fail when a tensor's ratio to PyTorch float32's distance exceeds this (0: report only)")
 
 
 def main():
@@ -184,7 +192,7 @@ def main():
             prepare(case, h.qkv, tmp, rng.randrange(2**40))
             for target in targets:
                 result = run_qkv(case.cmd, env={"QKV_SIMD": target})
-                failures, misses = check(case, target, result, worst)
+                failures, misses = check(case, target, result, worst, h.args.fail_over)
                 h.record(f"{target} {case.name}", failures, ["env", f"QKV_SIMD={target}"] + case.cmd)
                 tensors += len(case.reference)
                 missed += len(misses)

@@ -109,6 +109,7 @@ AttentionProblem make_problem(const char* what, Heads<const T> q, Heads<const T>
   p.alibi = options.alibi_slopes;
   p.softcap = options.softcap;
   p.lse_low = options.lse_low;
+  p.partial_keys = options.partial_keys;
   return p;
 }
 

@@ -284,6 +284,100 @@ void WeightsAndScoreGradient(const AttentionProblem& p, const DropoutKey& key, c
   }
 }
 
+// For the rows of one (query block, key block) pair: e += sum_j P dP' and l += sum_j P over the
+// block's keys (P = exp(mask(St) - lse) as above, dP' = dPt * z), lane-wise in float, then added
+// into the rows' double sums (e, l: Br each).
+template <bool kDropout>
+void AddWeightSums(const AttentionProblem& p, const DropoutKey& key, const float* HWY_RESTRICT lse,
+                   const float* HWY_RESTRICT lse_lo, const float* HWY_RESTRICT pt, const float* HWY_RESTRICT dpt,
+                   int64_t pos0, int64_t j0, size_t cols, double* HWY_RESTRICT e, double* HWY_RESTRICT l) {
+  const DF d;
+  HWY_ALIGN float es[kLanes], ls[kLanes];
+  for (int v = 0; v < kQueryVectors; ++v) {
+    const VF lv = hn::LoadU(d, lse + v * kLanes), lo = hn::LoadU(d, lse_lo + v * kLanes);
+    const VF z = hn::Set(d, p.keep_scale);
+    VF esum = hn::Zero(d), lsum = hn::Zero(d);
+    for (size_t j = 0; j < cols; j += 4) {
+      hn::Mask<DF> drop[4];
+      if constexpr (kDropout)
+        DropoutDrop4(key, pos0 + v * static_cast<int64_t>(kLanes), p.key_pos(j0 + static_cast<int64_t>(j)), drop);
+      for (size_t r = 0; r < 4 && j + r < cols; ++r) {
+        const size_t at = (j + r) * kBr + v * kLanes;
+        const VF w = Exp2(d, hn::Sub(hn::Sub(hn::LoadU(d, pt + at), lv), lo));
+        VF dw = hn::LoadU(d, dpt + at);
+        if constexpr (kDropout) dw = hn::IfThenZeroElse(drop[r], hn::Mul(dw, z));
+        esum = hn::MulAdd(w, dw, esum);
+        lsum = hn::Add(lsum, w);
+      }
+    }
+    hn::Store(esum, d, es);
+    hn::Store(lsum, d, ls);
+    for (size_t c = 0; c < kLanes; ++c) {
+      e[v * kLanes + c] += es[c];
+      l[v * kLanes + c] += ls[c];
+    }
+  }
+}
+
+// Rows that see at most this many keys take D_i from their own weights (RowSumsFromWeights).
+constexpr int64_t kOwnSumKeys = 64;
+
+// D_i = sum_j P_ij dP'_ij from the weights and dP the backward itself computes, instead of
+// d_o . o, for each query row that sees at most kOwnSumKeys keys (short rows; a causal
+// sequence's first rows). Exactly, both are the same; in float, dS_ij = P_ij (dP_ij - D_i)
+// cancels what dP_ij's rounding shares with D_i only when D_i is summed from those same dP: with
+// the weights on one key (a saturated softmax; a causal sequence's first query, whose one weight
+// is 1) dS is then about P_ij (1 - P_ij) times that rounding, as PyTorch's softmax backward
+// gives, not P_ij times it (the gradients of q and k at T = 2 were 10-30x PyTorch float32's
+// distance from float64). It costs two of the five products again, on these rows' blocks only.
+// The rows are chosen by their own keys, whatever the task's share of the keys and the target's
+// block sizes, so every target and thread count picks the same rows. D_i = e / l (l = sum_j P_ij,
+// 1 up to rounding: sum_j dS_ij stays 0). Not when the keys are a part (p.partial_keys: ring
+// attention's ranks each hold some of them; D needs all), and, should a caller give a part
+// without saying so, not for a row whose l is not 1 within 2^-16 (keys elsewhere carry weight).
+template <int kD, class Operands>
+void RowSumsFromWeights(const AttentionProblem& p, const Operands& ops, const DropoutKey& key, int64_t b, int64_t h,
+                        size_t first_block, size_t end_block, BackwardScratch& s) {
+  if (p.partial_keys) return;
+  const bool variants = HasScoreVariants(p);
+  const int64_t kvh = p.kv_head(h);
+  const auto own = [&](int64_t i) {
+    const int64_t span = p.visible_end(i) - p.visible_begin(i);
+    return span > 0 && span <= kOwnSumKeys;
+  };
+  for (size_t blk = first_block; blk < end_block; ++blk) {
+    const int64_t i0 = static_cast<int64_t>(blk * kBr), pos0 = p.pos(i0);
+    const size_t rows = std::min(kBr, static_cast<size_t>(p.T) - blk * kBr);
+    int64_t begin = p.S, end = 0;
+    for (size_t r = 0; r < rows; ++r) {
+      const int64_t i = i0 + static_cast<int64_t>(r);
+      if (!own(i)) continue;
+      begin = std::min(begin, p.visible_begin(i));
+      end = std::max(end, p.visible_end(i));
+    }
+    if (end <= begin) continue;
+    double e[kBr] = {}, l[kBr] = {};
+    for (int64_t j0 = begin; j0 < end; j0 += static_cast<int64_t>(kBcB)) {
+      KeyBlock& kj = s.keys[0];  // the main loop packs its own blocks afterwards
+      kj.j0 = j0;
+      kj.cols = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kBcB), end - j0));
+      ops.PackKeys(p, b, kvh, kj);
+      ops.template Scores<kD>(p, s, blk, kj, s.pt);
+      if (variants) ApplyScoreVariants(p, h, s.pt, s.tt, s.anchor + i0, j0, kj.cols);
+      if (BlockNeedsMask(p, pos0, rows, j0, kj.cols)) ApplyMask(p, s.pt, i0, pos0, j0, rows, kj.cols);
+      ops.template ScoreGradient<kD>(p, s, blk, kj, s.dpt);
+      if (p.dropout) {
+        AddWeightSums<true>(p, key, s.lse + i0, s.lse_lo + i0, s.pt, s.dpt, pos0, j0, kj.cols, e, l);
+      } else {
+        AddWeightSums<false>(p, key, s.lse + i0, s.lse_lo + i0, s.pt, s.dpt, pos0, j0, kj.cols, e, l);
+      }
+    }
+    for (size_t r = 0; r < rows; ++r)
+      if (own(i0 + static_cast<int64_t>(r)) && std::abs(l[r] - 1.0) <= 1.0 / 65536.0)
+        s.di[static_cast<size_t>(i0) + r] = static_cast<float>(e[r] / l[r]);
+  }
+}
+
 // With a softcap, dS with respect to x = scale q.k: dSt *= 1 - tanh^2(x / cap) (tt holds the tanh).
 inline void SoftcapGradient(float* HWY_RESTRICT dpt, const float* HWY_RESTRICT tt, size_t cols) {
   const DF d;
@@ -329,6 +423,7 @@ void BackwardTask(const AttentionProblem& p, const Operands& ops, ConstHeads o, 
   PackHeadForBackward(p, ops, o, d_o, lse, b, h, first_block, end_block, s);
   const DropoutKey key = MakeDropoutKey(p, b, h);
   const bool variants = HasScoreVariants(p);
+  RowSumsFromWeights<kD>(p, ops, key, b, h, first_block, end_block, s);
 
   for (int64_t g0 = key0; g0 < key1; g0 += static_cast<int64_t>(group * kBcB)) {
     size_t count = 0;

@@ -26,6 +26,7 @@ struct AttentionProblem {
   const float* alibi = nullptr;  // (H) slopes or null
   float softcap = 0.0f;          // 0: none
   float* lse_low = nullptr;      // AttentionOptions::lse_low: forward writes it, backward reads it
+  bool partial_keys = false;     // AttentionOptions::partial_keys: D_i = d_o . o for every row
 
   bool causal() const { return mask.kind == AttentionMask::Kind::kCausal; }
   // The key/value head query head h reads.

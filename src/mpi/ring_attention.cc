@@ -308,7 +308,8 @@ void backward_step(const Ring& r, ConstHeads q, ConstHeads o, ConstHeads d_o, co
     for (size_t c = 0; c < theirs.size(); ++c) {
       const Run &qr = r.mine[a], &kr = theirs[c];
       if (r.hidden(qr, kr)) continue;
-      const AttentionOptions opt = r.pair_options(qr, kr, h0);
+      AttentionOptions opt = r.pair_options(qr, kr, h0);
+      opt.partial_keys = true;  // D_i from the whole o: these keys are one block of them
       const int64_t Lq = qr.length, Lk = kr.length, t0 = my_starts[a], j0 = their_starts[c];
       s.lse_part.resize(static_cast<size_t>(r.B * Hp * Lq));
       for (int64_t b = 0; b < r.B; ++b)

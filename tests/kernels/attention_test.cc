@@ -400,6 +400,56 @@ TEST(FusedAttention, TheLowPartOfLseKeepsTheBackwardExactAtLargeScores) {
   std::printf("value sums' distance from the reference: %.3g with lse's low part, %.3g without\n", exact, rounded);
 }
 
+// dS_ij = P_ij (dP_ij - D_i): with D_i = d_o . o, dP's rounding does not cancel against D's, and
+// where the weights sit on one key dS is that rounding times P instead of about P (1 - P) times it
+// (PyTorch's softmax backward sums D from its own dP). Rows that see at most 64 keys sum D_i from
+// their own weights and dP: a causal sequence's first query, whose one weight is 1, gets dq = 0
+// as in exact arithmetic, and the rows of a peaked softmax land near the float64 reference; rows
+// past 64 keys keep d_o . o. On every SIMD target (the rows do not depend on its block sizes).
+TEST(FusedAttention, ShortRowsSumDFromTheirOwnWeights) {
+  ThreadPool pool(2);
+  std::mt19937 rng(11);
+  const int64_t B = 1, H = 3, T = 80, D = 24;
+  Array q = make_array(B, H, T, D, ArrayLayout::kContiguous, rng), k = make_array(B, H, T, D, ArrayLayout::kContiguous, rng),
+        v = make_array(B, H, T, D, ArrayLayout::kContiguous, rng), d_o = make_array(B, H, T, D, ArrayLayout::kContiguous, rng);
+  for (float& x : q.storage) x *= 6.0f;   // peaked weights
+  for (float& x : v.storage) x *= 10.0f;  // dP of tens: its rounding is what dS must not keep
+  AttentionOptions opt;
+  opt.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  opt.mask = AttentionMask::causal();
+  opt.pool = &pool;
+  std::vector<float> lse(static_cast<size_t>(B * H * T)), low(lse.size());
+  opt.lse_low = low.data();
+  Array rq = make_array(B, H, T, D, ArrayLayout::kContiguous, rng), rk = make_array(B, H, T, D, ArrayLayout::kContiguous, rng),
+        rv = make_array(B, H, T, D, ArrayLayout::kContiguous, rng);
+  attention_backward_reference(q.in(), k.in(), v.in(), d_o.in(), rq.view, rk.view, rv.view, opt);
+  double scale = 1.0;  // the reference dq's largest
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t d = 0; d < D; ++d) scale = std::max(scale, std::abs(static_cast<double>(rq.at(0, h, i, d))));
+  for (int64_t target : available_simd_targets()) {
+    force_simd_target(target);
+    SCOPED_TRACE(simd_target_name(target));
+    Array o = make_array(B, H, T, D, ArrayLayout::kContiguous, rng);
+    attention_forward(q.in(), k.in(), v.in(), o.view, lse.data(), opt);
+    Array dq = make_array(B, H, T, D, ArrayLayout::kContiguous, rng), dk = make_array(B, H, T, D, ArrayLayout::kContiguous, rng),
+          dv = make_array(B, H, T, D, ArrayLayout::kContiguous, rng);
+    attention_backward(q.in(), k.in(), v.in(), o.in(), d_o.in(), lse.data(), dq.view, dk.view, dv.view, opt);
+    double first = 0.0, short_rows = 0.0;  // |dq| of row 0; distance from the reference over rows 1..63
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d) {
+        first = std::max(first, std::abs(static_cast<double>(dq.at(0, h, 0, d))));
+        for (int64_t i = 1; i < 64; ++i)
+          short_rows = std::max(short_rows, std::abs(static_cast<double>(dq.at(0, h, i, d)) - rq.at(0, h, i, d)));
+      }
+    EXPECT_LE(first, 1e-9 * scale) << "the first query's dq, zero in exact arithmetic";
+    EXPECT_LE(short_rows / scale, 1.5e-6) << "rows 1..63's dq from the float64 reference";
+    std::printf("%s: first row's |dq| %.3g, short rows' dq distance %.3g (scale %.3g)\n",
+                simd_target_name(target).c_str(), first, short_rows / scale, scale);
+  }
+  force_simd_target(0);
+}
+
 TEST(FusedAttention, ResultsDoNotDependOnTheThreadCount) {
   std::mt19937 rng(4);
   // Six heads: one backward task per head. One head: its keys split into runs (fewer heads than

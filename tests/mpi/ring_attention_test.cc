@@ -138,8 +138,12 @@ int check_case(const Case& c) {
   Array o(c.B, c.H, c.T, c.D), lse(c.B, c.H, c.T, 1), dq(c.B, c.H, c.T, c.D), dk(c.B, c.G, c.T, c.D),
       dv(c.B, c.G, c.T, c.D);
   kernels::attention_forward(q.in(), k.in(), v.in(), o.view(), lse.x.data(), opt);
+  // D_i = d_o . o for every row, as the ring's ranks, which each hold part of the keys, take it
+  // (with every key, rows of at most 64 keys would sum D_i from their own weights instead)
+  kernels::AttentionOptions as_the_ring = opt;
+  as_the_ring.partial_keys = true;
   kernels::attention_backward(q.in(), k.in(), v.in(), o.in(), d_o.in(), lse.x.data(), dq.view(), dk.view(), dv.view(),
-                              opt);
+                              as_the_ring);
   // The ring on this rank's positions.
   const SequenceSplit split(c.split, c.T, comm.size());
   const int me = comm.rank();

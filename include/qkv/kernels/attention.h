@@ -129,6 +129,11 @@ struct AttentionOptions {
   // float32 ulps on every weight of the row, and on the gradients they make; PyTorch's textbook
   // softmax keeps its weights and has no such error). Null: the backward uses lse alone.
   float* lse_low = nullptr;
+  // The backward only: k and v hold part of the keys o and lse were computed over (ring
+  // attention's blocks, each a rank's). The backward then takes D_i = d_o . o for every row; with
+  // every key given (false), rows that see at most 64 keys sum D_i from their own weights, which
+  // cancels dP's rounding in dS as PyTorch's softmax backward does (docs/kernels.md).
+  bool partial_keys = false;
 };
 
 // The ALiBi paper's slopes for H heads: the geometric sequence 2^(-8 / n), 2^(-16 / n), ... for
