@@ -147,7 +147,7 @@ inline uint32_t temper(uint32_t y) {
   return y;
 }
 
-// u[i] -> fmaf((u[i] & 0xffffff) * 2^-24, width, from): uniform_float01 scaled, in place as floats.
+// out[i] = fmaf((u[i] & 0xffffff) * 2^-24, width, from): uniform_float01 of each word, scaled.
 QKV_FMA_CLONES void uniform_floats(const uint32_t* u, float* out, int64_t n, float width, float from) {
   for (int64_t i = 0; i < n; ++i) {
     out[i] = std::fmaf(static_cast<float>(u[i] & 0xffffffu) * (1.0f / 16777216.0f), width, from);

@@ -28,7 +28,8 @@ import {pathToFileURL} from "node:url";
 function usage(message) {
     process.stderr.write(`greedy.mjs: ${message}\n` +
         "usage: node greedy.mjs FILE.gguf --ids 1,2,3 [--new 8] [--logits] [--threads N] [--kv-type f32|f16]\n" +
-        "       [--bench-prefill N] [--bench-decode N] [--json]\n");
+        "       [--bench-prefill N] [--bench-decode N] [--json]\n" +
+        "       node greedy.mjs --serve [--threads N] [--kv-type f32|f16]   (jobs as JSON lines on stdin)\n");
     process.exit(2);
 }
 
