@@ -10,6 +10,9 @@
 #include <cstdio>
 #include <vector>
 
+#include <algorithm>
+
+#include "core/gemm_packed.h"
 #include "qkv/core/bf16.h"
 #include "qkv/core/gemm.h"
 #include "qkv/core/thread_pool.h"
@@ -183,6 +186,44 @@ BENCHMARK(BM_Sgemm)
     ->Args({0, 0, 1024, 3072, 768})->Args({2, 0, 1024, 3072, 768})
     ->Args({0, 0, 1024, 768, 3072})->Args({2, 0, 1024, 768, 3072})
     ->Args({0, 0, 1024, 50257, 768})->Args({2, 0, 1024, 50257, 768})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The packed product's K loop alone, one thread, for a tile of mr rows x nv vectors: `panels`
+// micro-panels of A (kc, mr) against one panel of B in L1, as the product's inner loop meets them.
+// Each iteration times the tile and then the FMA peak of one thread (register-only chains), so a
+// noisy host moves both: pct_peak is the median of the per-iteration ratios. What a tile shape can
+// reach before memory enters (AVX2's 16 registers: 6x2 is 8 loads - 6 of them broadcasts - per 12
+// FMAs, 4x3 is 7 - 4 broadcasts). Tiles the target does not build are skipped.
+void BM_GemmTile(benchmark::State& state) {
+  const int mr = static_cast<int>(state.range(0)), nv = static_cast<int>(state.range(1));
+  const int64_t kc = state.range(2), panels = state.range(3);
+  static ThreadPool one(1);
+  const int64_t lanes = packed_gemm_shape().vector_bits / 32;
+  const double flops_per_rep = 2.0 * mr * nv * static_cast<double>(lanes * kc * panels);
+  const int64_t reps = std::max<int64_t>(1, static_cast<int64_t>(2e6 / flops_per_rep * 10));  // ~20 MFLOP a run
+  if (packed_tile_seconds(mr, nv, kc, panels, 1, 1) < 0) {
+    state.SkipWithError("this tile is not built for the dispatched target");
+    return;
+  }
+  std::vector<double> ratio, gflops;
+  for (auto _ : state) {
+    const double s = packed_tile_seconds(mr, nv, kc, panels, reps, 1);
+    const double peak = measure_fma_peak_gflops(one, 0.01, 1);
+    gflops.push_back(flops_per_rep * static_cast<double>(reps) / s / 1e9);
+    ratio.push_back(gflops.back() / peak);
+  }
+  std::sort(ratio.begin(), ratio.end());
+  std::sort(gflops.begin(), gflops.end());
+  state.counters["GFLOPs"] = gflops[gflops.size() / 2];
+  state.counters["pct_peak"] = 100.0 * ratio[ratio.size() / 2];
+  state.SetLabel(packed_gemm_shape().target + ", one thread, against its own FMA peak");
+}
+BENCHMARK(BM_GemmTile)
+    ->ArgNames({"mr", "nv", "kc", "panels"})
+    ->Args({6, 2, 256, 32})->Args({4, 3, 256, 32})->Args({6, 2, 512, 32})->Args({4, 3, 512, 32})
+    ->Args({8, 3, 256, 32})->Args({12, 2, 256, 32})->Args({6, 4, 256, 32})  // AVX-512's (8x3: its product's)
+    ->Iterations(30)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -13,7 +13,11 @@
 //     vector loads and 2 MR fused multiply-adds per step. A (KC, NR) panel of B (KC from the L1
 //     size: half of L1) stays in L1 while the task's MR-row panels of A (MC rows, from half of
 //     L2) stream past it.
-// Tiles per target: AVX-512 14 x 32 (28 accumulators of the 32 registers), AVX2 6 x 16 (12 of 16).
+// Tiles per target: AVX-512 8 x 48 (24 accumulators of the 32 registers), AVX2 4 x 24 (12 of 16:
+// 4 broadcasts and 3 loads a step, where 6 x 16 takes 6 and 2; the K loop alone on one Zen 3 thread,
+// B in L1 and A from L2, ran at 79% of the FMA peak with 6 x 16 and 90% with 4 x 24, and the
+// products of GPT-2's shapes 2-7% faster, paired runs in one process: broadcasts cost Zen 3 more than
+// loads. qkv_bench's BM_GemmTile measures it).
 //
 // bf16 precision (Dtype::kBF16): on a CPU with AVX512_BF16 (AVX-512 target), the panels
 // hold pairs of bf16 along K in one 32-bit word and the micro-kernel runs vdpbf16ps: each step
@@ -27,11 +31,13 @@
 #include "core/gemm_packed.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/machine.h"
@@ -93,7 +99,7 @@ using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 constexpr size_t kLanes = HWY_LANES(float);
 #if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3  // 16 vector registers (AVX2) or emulated ones
-constexpr size_t kMR = 6, kNV = 2;         // 12 accumulators + 2 B vectors + 1 broadcast = 15 registers
+constexpr size_t kMR = 4, kNV = 3;         // 12 accumulators + 3 B vectors + 1 broadcast = 16 registers
 #else
 constexpr size_t kMR = 8, kNV = 3;  // AVX-512: 24 accumulators + 3 B vectors + 1 broadcast = 28 registers
 #endif
@@ -148,23 +154,45 @@ HWY_INLINE void PrefetchTile(const float* c, size_t ldc, size_t rows) {
     for (size_t v = 0; v < kNR; v += 16) hwy::Prefetch(c + m * ldc + v);
 }
 
+// acc (MR, NV vectors) = A~ (KC, MR) B~ (KC, NV vectors): a tile's KC steps, MR broadcasts, NV
+// vector loads and MR NV fused multiply-adds each (MicroKernel's, and the tile benchmark's).
+template <size_t MR, size_t NV>
+HWY_INLINE void TileSteps(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, size_t kc, VF (&acc)[MR][NV]) {
+  const DF d;
+  HWY_UNROLL(16) for (size_t m = 0; m < MR; ++m)
+    HWY_UNROLL(4) for (size_t v = 0; v < NV; ++v) acc[m][v] = hn::Zero(d);
+  for (size_t k = 0; k < kc; ++k) {
+    VF bv[NV];
+    HWY_UNROLL(4) for (size_t v = 0; v < NV; ++v) bv[v] = hn::Load(d, b + k * NV * kLanes + v * kLanes);
+    HWY_UNROLL(16) for (size_t m = 0; m < MR; ++m) {
+      const VF am = hn::Set(d, a[k * MR + m]);
+      HWY_UNROLL(4) for (size_t v = 0; v < NV; ++v) acc[m][v] = hn::MulAdd(am, bv[v], acc[m][v]);
+    }
+  }
+}
+
 // C (rows <= MR, cols <= NR) op= A~ (KC, MR) B~ (KC, NR), both packed (see the top of the file).
 HWY_NOINLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, size_t kc,
                               float* HWY_RESTRICT c, size_t ldc, size_t rows, size_t cols, const TileWrite& w) {
-  const DF d;
   PrefetchTile(c, ldc, rows);
   VF acc[kMR][kNV];
-  HWY_UNROLL(16) for (size_t m = 0; m < kMR; ++m)
-    HWY_UNROLL(4) for (size_t v = 0; v < kNV; ++v) acc[m][v] = hn::Zero(d);
-  for (size_t k = 0; k < kc; ++k) {
-    VF bv[kNV];
-    HWY_UNROLL(4) for (size_t v = 0; v < kNV; ++v) bv[v] = hn::Load(d, b + k * kNR + v * kLanes);
-    HWY_UNROLL(16) for (size_t m = 0; m < kMR; ++m) {
-      const VF am = hn::Set(d, a[k * kMR + m]);
-      HWY_UNROLL(4) for (size_t v = 0; v < kNV; ++v) acc[m][v] = hn::MulAdd(am, bv[v], acc[m][v]);
-    }
-  }
+  TileSteps<kMR, kNV>(a, b, kc, acc);
   StoreTile(acc, c, ldc, rows, cols, w);
+}
+
+// The tile benchmark's kernel: `panels` micro-panels of A~ (KC, MR) against one panel of B~
+// (KC, NV vectors), as the packed product's inner loop meets them (B~ in L1, A~ from L2), the sums
+// stored to c (MR NV vectors).
+template <size_t MR, size_t NV>
+HWY_NOINLINE void TilePass(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, size_t kc, size_t panels,
+                           float* HWY_RESTRICT c) {
+  const DF d;
+  for (size_t p = 0; p < panels; ++p) {
+    VF acc[MR][NV];
+    TileSteps<MR, NV>(a + p * kc * MR, b, kc, acc);
+    HWY_UNROLL(16) for (size_t m = 0; m < MR; ++m)
+      HWY_UNROLL(4) for (size_t v = 0; v < NV; ++v) hn::Store(acc[m][v], d, c + (m * NV + v) * kLanes);
+  }
 }
 
 // An operand's element as a float: itself, or a bf16 widened (exactly).
@@ -242,6 +270,33 @@ HWY_INLINE void Transpose8x8(const float* HWY_RESTRICT src, size_t lds, float* H
 }
 #endif
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// dst[k MR + r] = src[r lds + k] for r in [0, MR), k in [0, kc): a whole micro-panel of op(A),
+// MR values of k at a time transposed in registers (MR = 4: 128-bit vectors, interleaved, then
+// their 64-bit halves joined; MR = 8: Transpose8x8), the last kc mod MR one by one.
+HWY_INLINE void PanelTransposed(const float* HWY_RESTRICT src, size_t lds, size_t kc, float* HWY_RESTRICT dst) {
+  size_t k = 0;
+  if constexpr (kMR == 4) {
+    const hn::FixedTag<float, 4> d;
+    for (; k + 4 <= kc; k += 4) {
+      const auto r0 = hn::LoadU(d, src + k), r1 = hn::LoadU(d, src + lds + k);
+      const auto r2 = hn::LoadU(d, src + 2 * lds + k), r3 = hn::LoadU(d, src + 3 * lds + k);
+      const auto t0 = hn::InterleaveLower(d, r0, r1), t1 = hn::InterleaveUpper(d, r0, r1);  // r0[0] r1[0] r0[1] r1[1]; [2], [3]
+      const auto t2 = hn::InterleaveLower(d, r2, r3), t3 = hn::InterleaveUpper(d, r2, r3);
+      float* out = dst + k * kMR;
+      hn::StoreU(hn::ConcatLowerLower(d, t2, t0), d, out);       // column k: r0 r1 r2 r3
+      hn::StoreU(hn::ConcatUpperUpper(d, t2, t0), d, out + 4);   // k + 1
+      hn::StoreU(hn::ConcatLowerLower(d, t3, t1), d, out + 8);   // k + 2
+      hn::StoreU(hn::ConcatUpperUpper(d, t3, t1), d, out + 12);  // k + 3
+    }
+  } else if constexpr (kMR == 8) {
+    for (; k + 8 <= kc; k += 8) Transpose8x8(src + k, lds, dst + k * kMR, kMR);
+  }
+  for (; k < kc; ++k)
+    for (size_t r = 0; r < kMR; ++r) dst[k * kMR + r] = src[r * lds + k];
+}
+#endif
+
 // Panels [j0, j1) of B~ for rows [k0, k0 + kc) of op(B): panel j holds columns [j NR, j NR + NR)
 // as a (kc, NR) block at dst + j kc NR; zero past N.
 // B: g.B, or g.B16 (bf16, widened).
@@ -311,9 +366,23 @@ void PackBlockA(const GemmArgs& g, const T* A, size_t i0, size_t rows, size_t k0
   }
   // op(A)(m, k) = A[m lda + k]: each row's kc values written with stride MR; the rows two ahead
   // are prefetched (each row is a short run of kc floats, too short for the hardware to follow).
+  // Whole float micro-panels on x86 go through registers, MR rows by MR (4 or 8) values of k at a
+  // time (PanelTransposed); the edges one element at a time.
   for (size_t p = 0; p < panels; ++p) {
     float* panel = dst + p * kc * kMR;
     const size_t r_end = std::min(kMR, rows - p * kMR);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    if constexpr (std::is_same_v<T, float> && (kMR == 4 || kMR == 8)) {
+      if (r_end == kMR) {
+        const size_t row = i0 + p * kMR;
+        if (row + 2 * kMR <= i0 + rows)  // the next micro-panel's rows
+          for (size_t r = kMR; r < 2 * kMR; ++r)
+            for (size_t k = 0; k < kc; k += 16) hwy::Prefetch(A + (row + r) * lda + k0 + k);
+        PanelTransposed(A + row * lda + k0, lda, kc, panel);
+        continue;
+      }
+    }
+#endif
     for (size_t r = 0; r < kMR; ++r) {
       if (r < r_end) {
         const size_t row = i0 + p * kMR + r;
@@ -449,6 +518,38 @@ void PackedGemmImpl(const GemmArgs& g, ThreadPool* pool) {
   PackedGemm<F32Path>(g, pool);
 }
 
+// Seconds per pass of TilePass<MR, NV> on this target (median of `passes`, each `reps` times over
+// the panels), or -1 for a tile this target does not compile: the register file holds MR NV
+// accumulators, NV vectors of B and a broadcast (16 registers on AVX2, 32 on AVX-512).
+double PackedTileSecondsImpl(int mr, int nv, int64_t kc, int64_t panels, int64_t reps, int passes) {
+  const size_t k = static_cast<size_t>(kc), np = static_cast<size_t>(panels);
+  std::vector<float> buf(np * k * 16 + k * 4 * kLanes + 16 * 6 * kLanes + 64, 0.001f);
+  float* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
+  float* a = base;
+  float* b = a + np * k * 16;
+  float* c = b + k * 4 * kLanes;
+  void (*pass)(const float*, const float*, size_t, size_t, float*) = nullptr;
+  if (mr == static_cast<int>(kMR) && nv == static_cast<int>(kNV)) pass = TilePass<kMR, kNV>;
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+  if (mr == 4 && nv == 3) pass = TilePass<4, 3>;
+#elif HWY_ARCH_X86
+  if (mr == 6 && nv == 2) pass = TilePass<6, 2>;
+  if (mr == 4 && nv == 3) pass = TilePass<4, 3>;
+  if (mr == 12 && nv == 2) pass = TilePass<12, 2>;
+  if (mr == 6 && nv == 4) pass = TilePass<6, 4>;
+#endif
+  if (pass == nullptr) return -1.0;
+  std::vector<double> t;
+  for (int i = -1; i < passes; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t r = 0; r < reps; ++r) pass(a, b, k, np, c);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= 0) t.push_back(s);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 PackedGemmShape PackedGemmShapeImpl() {
   PackedGemmShape s;
   s.mr = static_cast<int>(kMR);
@@ -470,6 +571,11 @@ HWY_AFTER_NAMESPACE();
 namespace qkv {
 HWY_EXPORT(PackedGemmImpl);
 HWY_EXPORT(PackedGemmShapeImpl);
+HWY_EXPORT(PackedTileSecondsImpl);
+
+double packed_tile_seconds(int mr, int nv, int64_t kc, int64_t panels, int64_t reps, int passes) {
+  return HWY_DYNAMIC_DISPATCH(PackedTileSecondsImpl)(mr, nv, kc, panels, reps, passes);
+}
 
 void packed_sgemm(const GemmArgs& g, ThreadPool* pool) { HWY_DYNAMIC_DISPATCH(PackedGemmImpl)(g, pool); }
 

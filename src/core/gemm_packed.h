@@ -21,4 +21,12 @@ struct PackedGemmShape {
 };
 PackedGemmShape packed_gemm_shape();
 
+// For the tile benchmark (bench/attention_microbench.cc, BM_GemmTile): the median seconds of
+// `passes` runs of the micro-kernel's K loop for a tile of mr rows x nv vectors, each `reps` times
+// over `panels` micro-panels of A (kc, mr) against one panel of B (kc, nv vectors) - B in L1, A
+// from L2 when kc mr panels floats exceed L1 - on this thread; 2 mr nv kc panels reps lanes
+// FLOPs a run. -1 for a tile the target does not build (the packed product's own tile and, on x86,
+// 4x3 on AVX2; 6x2, 4x3, 12x2 and 6x4 on AVX-512).
+double packed_tile_seconds(int mr, int nv, int64_t kc, int64_t panels, int64_t reps, int passes);
+
 }  // namespace qkv
