@@ -119,8 +119,18 @@ const float* cols_of(const float* X, bool trans, int64_t ld, int64_t first) {
   return trans ? X + first * ld : X + first;
 }
 
-// A weight gradient's shape: a long reduction (K = batch x tokens) into a small C.
-bool splits_k(const GemmArgs& g) { return g.K >= 2048 && g.K >= 2 * std::max(g.M, g.N); }
+// A weight gradient's shape: a long reduction (K = batch x tokens) into a small C, split in two
+// halves of K (sgemm_k_split below) - for OpenBLAS, and for qkv's packed product at 512 bits. At
+// 256 bits (AVX2) and below the packed product runs these shapes whole: it packs op(B) once for
+// all its threads and each thread packs only its own rows of op(A), so the split's reason is
+// OpenBLAS's alone; on a Zen 3, the two builds alternating in one process (2 threads, medians of
+// 10-16 rounds), weight gradients of K = 8,192 ran 1.03-1.09x (one run of one shape 0.98x, 1.04x
+// and 1.09x again) and GPT-2's proj (1,024 x 768 x 3,072) 1.05x without it. The AVX-512 path
+// keeps it until it is measured there.
+bool splits_k(const GemmArgs& g, bool packed) {
+  if (g.K < 2048 || g.K < 2 * std::max(g.M, g.N)) return false;
+  return !packed || packed_gemm_shape().vector_bits > 256;
+}
 
 // C = alpha op(A) op(B) + beta C as two products over the halves of K run side by side: C gets
 // the first half (with beta), a scratch matrix the second, then C += scratch. A row or column
@@ -260,14 +270,14 @@ void sgemm(const GemmArgs& args, ThreadPool* pool_arg) {
   // into C first (C = beta C + bias, then beta = 1).
   const bool small = gemm_flops(g.M, g.N, g.K) < 4e6;  // below about 4 MFLOP a split costs more than it saves
   const bool packed = g.precision == Dtype::kBF16 || (gemm_backend() == GemmBackend::kQkv && (g.M > 1 || !kHaveOpenBlas));
-  if (g.bias != nullptr && (g.K == 0 || !packed || (!small && splits_k(g)))) {
+  if (g.bias != nullptr && (g.K == 0 || !packed || (!small && splits_k(g, packed)))) {
     add_bias_first(g, pool);
     g.bias = nullptr;
     g.beta = 1.0f;
   }
   if (g.K == 0) return scale_only(g);
   if (small) return serial_product(g);
-  if (splits_k(g)) return sgemm_k_split(g, pool);
+  if (splits_k(g, packed)) return sgemm_k_split(g, pool);
   if (packed) return packed_sgemm(g, &pool);
   // Panels of a fixed size (not one per thread), so every element of C comes out of the same
   // BLAS call whatever the thread count: the result does not depend on it, bit for bit.

@@ -13,6 +13,7 @@
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
+#include "core/gemm_packed.h"
 #include "qkv/core/gemm.h"
 #include "qkv/kernels/simd.h"
 #include "test_support.h"
@@ -201,9 +202,14 @@ TEST(Gemm, LargeProductsSplitOverThePoolGiveTheSameResult) {
   EXPECT_EQ(w1, w3);
 }
 
-// Two weight-gradient products (split along K, each with its own scratch) at once from two
-// threads, on their own pools and on one shared pool, many times over: each matches the reference.
+// Two weight-gradient products (split along K, each with its own scratch, under OpenBLAS and under
+// qkv's product on a 512-bit target; whole, with each thread's packing buffers, elsewhere) at once
+// from two threads, on their own pools and on one shared pool, many times over, under each backend:
+// each matches the reference.
 TEST(Gemm, ConcurrentKSplitProductsDoNotShareScratch) {
+  const GemmBackend before = gemm_backend();
+  std::vector<GemmBackend> backends = {GemmBackend::kQkv};
+  if (!blas_core().empty()) backends.push_back(GemmBackend::kOpenBlas);
   struct Product {
     int64_t O, I, R;
     std::vector<float> dy, x, want;
@@ -217,7 +223,9 @@ TEST(Gemm, ConcurrentKSplitProductsDoNotShareScratch) {
     sgemm_reference(gemm_args(true, false, p.O, p.I, p.R, p.dy.data(), p.O, p.x.data(), p.I, p.want.data(), p.I));
   }
   ThreadPool shared(2), own0(2), own1(2);
+  for (GemmBackend backend : backends)
   for (bool share : {false, true}) {
+    set_gemm_backend(backend);
     std::atomic<int> mismatches[2] = {0, 0};
     std::vector<std::thread> threads;
     for (int t = 0; t < 2; ++t)
@@ -237,6 +245,20 @@ TEST(Gemm, ConcurrentKSplitProductsDoNotShareScratch) {
     EXPECT_EQ(mismatches[0].load(), 0) << "product 0, " << (share ? "shared pool" : "own pools");
     EXPECT_EQ(mismatches[1].load(), 0) << "product 1, " << (share ? "shared pool" : "own pools");
   }
+  set_gemm_backend(before);
+}
+
+// The tile benchmark's hook (qkv_bench BM_GemmTile) times the product's own tile on every target
+// and refuses a tile no target builds, before any timing.
+TEST(Gemm, TileBenchmarkTimesTheProductsTileAndRefusesOthers) {
+  for (int64_t target : kernels::available_simd_targets()) {
+    kernels::force_simd_target(target);
+    const PackedGemmShape shape = packed_gemm_shape();
+    const int nv = shape.nr / (shape.vector_bits / 32);
+    EXPECT_GT(packed_tile_seconds(shape.mr, nv, 64, 2, 3, 3), 0.0) << shape.target << " " << shape.mr << "x" << nv;
+    EXPECT_EQ(packed_tile_seconds(5, 7, 64, 2, 3, 3), -1.0) << shape.target;
+  }
+  kernels::force_simd_target(0);
 }
 
 TEST(Gemm, TensorOpsEntryMatchesTheReference) {
