@@ -5,14 +5,15 @@
 //
 // The classic packed scheme (Goto and van de Geijn's, as BLIS and OpenBLAS lay it out):
 //   - op(B) is packed once per call into panels of NR columns, each (K, NR) contiguous: the
-//     micro-kernel's B row at step k is NR consecutive floats (two vectors);
+//     micro-kernel's B row at step k is NR consecutive floats (NV vectors);
 //   - each task packs its rows of op(A), a block of KC columns at a time, into micro-panels of MR
 //     rows, each (KC, MR) contiguous: the MR values the micro-kernel broadcasts at step k are
 //     adjacent;
-//   - the micro-kernel keeps an MR x NR tile of C in registers over KC steps: MR broadcasts, two
-//     vector loads and 2 MR fused multiply-adds per step. A (KC, NR) panel of B (KC from the L1
-//     size: half of L1) stays in L1 while the task's MR-row panels of A (MC rows, from half of
-//     L2) stream past it.
+//   - the micro-kernel keeps an MR x NR tile of C in registers over KC steps: MR broadcasts, NV
+//     vector loads and MR NV fused multiply-adds per step. A (KC, NR) panel of B is reused by
+//     every MR-row panel of the task's block of A (MC rows, from half of L2) as they stream past
+//     it; at KC = 512 it is 48 KB (AVX2) or 96 KB (AVX-512), so it comes from L2 more than L1 (KC
+//     256 or 128, which would fit L1, measured no faster on Zen 3).
 // Tiles per target: AVX-512 8 x 48 (24 accumulators of the 32 registers), AVX2 4 x 24 (12 of 16:
 // 4 broadcasts and 3 loads a step, where 6 x 16 takes 6 and 2; the K loop alone on one Zen 3 thread,
 // B in L1 and A from L2, ran at 79% of the FMA peak with 6 x 16 and 90% with 4 x 24, and the
