@@ -282,10 +282,57 @@ QKV_QG_ATTR void StoredHalfRows(const uint8_t* panel, int half, const uint8_t* x
   }
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * N + 8 * half, acc[r]);
 }
+// One row of x (a decoding step) against both halves of a stored panel in one pass: each 64-byte
+// line of the panel is used whole when it arrives, and the stream from memory never pauses for a
+// second pass over the panel from cache (two passes left memory idle for the second). Each half's
+// sums in the order StoredHalfRows takes them: the same bits.
+template <bool kQ4>
+QKV_QG_ATTR void StoredPanelRow(const uint8_t* panel, const uint8_t* xg, int64_t nb, bool ahead, float* y) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = panel + b * StoredBlockBytes<kQ4>();
+    const uint8_t* q = p + kStoredScaleBytes;
+    if (ahead)
+      for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64) hwy::Prefetch(p + kStoredPrefetch + line);
+    const auto* xw = reinterpret_cast<const int32_t*>(xg + b * XBlockBytes(1));
+    const auto* xd = reinterpret_cast<const float*>(xw + 9);
+    __m256i isum0 = _mm256_set1_epi32(xw[8]), isum1 = isum0;
+    if constexpr (kQ4) {
+      for (int s = 0; s < 4; ++s) {
+        const __m256i xa = _mm256_set1_epi32(xw[s]), xb = _mm256_set1_epi32(xw[s + 4]);
+        const __m256i raw0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s)), raw1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s + 32));
+        isum0 = _mm256_add_epi32(isum0, _mm256_add_epi32(DotPairs(_mm256_and_si256(raw0, low4), xa),
+                                                         DotPairs(_mm256_and_si256(_mm256_srli_epi16(raw0, 4), low4), xb)));
+        isum1 = _mm256_add_epi32(isum1, _mm256_add_epi32(DotPairs(_mm256_and_si256(raw1, low4), xa),
+                                                         DotPairs(_mm256_and_si256(_mm256_srli_epi16(raw1, 4), low4), xb)));
+      }
+    } else {
+      for (int s = 0; s < 8; ++s) {
+        const __m256i xs = _mm256_set1_epi32(xw[s]);
+        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s)), w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s + 32));
+        isum0 = _mm256_add_epi32(isum0, DotPairs(_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(xs, w0)));
+        isum1 = _mm256_add_epi32(isum1, DotPairs(_mm256_sign_epi8(w1, w1), _mm256_sign_epi8(xs, w1)));
+      }
+    }
+    const __m256 xdv = _mm256_set1_ps(xd[0]);
+    const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum0), _mm256_mul_ps(dw0, xdv), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum1), _mm256_mul_ps(dw1, xdv), acc1);
+  }
+  _mm256_storeu_ps(y, acc0);
+  _mm256_storeu_ps(y + 8, acc1);
+}
+
 template <int R, int G, bool kQ4>
 QKV_QG_ATTR void StoredPanelRows(const uint8_t* panel, const uint8_t* xg, int64_t nb, bool ahead, float* y, int64_t N) {
-  StoredHalfRows<R, G, kQ4>(panel, 0, xg, nb, ahead, y, N);
-  StoredHalfRows<R, G, kQ4>(panel, 1, xg, nb, false, y, N);
+  if constexpr (R == 1 && G == 1) {
+    StoredPanelRow<kQ4>(panel, xg, nb, ahead, y);
+  } else {
+    StoredHalfRows<R, G, kQ4>(panel, 0, xg, nb, ahead, y, N);
+    StoredHalfRows<R, G, kQ4>(panel, 1, xg, nb, false, y, N);
+  }
 }
 #endif
 
