@@ -314,9 +314,9 @@ QKV_QMV_ATTR HWY_INLINE void BlockQ4K(const uint8_t* blk, const BlockQ8K* const*
   u[1] = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
   u[2] = min_low;
   u[0] &= k6;
-  uint8_t sm[16];
-  std::memcpy(sm, u, 16);
-  const __m128i mins16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
+  const __m128i sm = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+  const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+  const __m256i scales = _mm256_broadcastsi128_si256(sm);  // sub-block j's scale: int16 by vpshufb
   for (int r = 0; r < R; ++r) {
     const __m256i bsums = Load256(xb[r]->bsums);  // 16 sums of 16 -> 8 sums of 32 (at most 4064)
     const __m128i sums32 = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
@@ -326,7 +326,8 @@ QKV_QMV_ATTR HWY_INLINE void BlockQ4K(const uint8_t* blk, const BlockQ8K* const*
   for (int pair = 0; pair < 4; ++pair) {
     const __m256i q = Load256(blk + 16 + 32 * pair);
     const __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-    const __m256i s_lo = _mm256_set1_epi16(sm[2 * pair]), s_hi = _mm256_set1_epi16(sm[2 * pair + 1]);
+    const __m256i s_lo = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>(0x8000 | (2 * pair))));
+    const __m256i s_hi = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>(0x8000 | (2 * pair + 1))));
     for (int r = 0; r < R; ++r) {
       const int8_t* xq = xb[r]->q + 64 * pair;
       isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(DotScaled(lo, Load256(xq), s_lo),
