@@ -243,14 +243,18 @@ QKV_QG_ATTR HWY_INLINE __m256i DotPairs(__m256i u, __m256i s) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
-// R rows of x against one half (8 rows of W) of a stored panel: vpmaddubsw + vpmaddwd (Q8_0's
-// quants signed: vpsignb moves w's sign onto x, as HalfPanelGroup).
-template <int R, int G, bool kQ4>
+// R rows of x against H halves (8 rows of W each) of a stored panel from `half` on, in one pass:
+// vpmaddubsw + vpmaddwd (Q8_0's quants signed: vpsignb moves w's sign onto x, as HalfPanelGroup).
+// Both halves at once (H = 2) use each 64-byte line whole as it arrives, so the stream from memory
+// never pauses; AVX2's 16 registers hold that for one row of x, more rows take a half per pass
+// (the second from cache, while memory idles). A half's sums are in the same order either way.
+template <int R, int G, bool kQ4, int H>
 QKV_QG_ATTR void StoredHalfRows(const uint8_t* panel, int half, const uint8_t* xg, int64_t nb, bool ahead, float* y,
                                 int64_t N) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  __m256 acc[H][R];
+  for (int h = 0; h < H; ++h)
+    for (int r = 0; r < R; ++r) acc[h][r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = panel + b * StoredBlockBytes<kQ4>();
     const uint8_t* q = p + kStoredScaleBytes + 32 * half;
@@ -258,80 +262,44 @@ QKV_QG_ATTR void StoredHalfRows(const uint8_t* panel, int half, const uint8_t* x
       for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64) hwy::Prefetch(p + kStoredPrefetch + line);
     const auto* xw = reinterpret_cast<const int32_t*>(xg + b * XBlockBytes(G));
     const auto* xd = reinterpret_cast<const float*>(xw + 9 * G);
-    __m256i isum[R];
-    for (int r = 0; r < R; ++r) isum[r] = _mm256_set1_epi32(xw[8 * G + r]);
+    __m256i isum[H][R];
+    for (int h = 0; h < H; ++h)
+      for (int r = 0; r < R; ++r) isum[h][r] = _mm256_set1_epi32(xw[8 * G + r]);
     if constexpr (kQ4) {
-      for (int s = 0; s < 4; ++s) {
-        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s));
-        const __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-        for (int r = 0; r < R; ++r)
-          isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(DotPairs(lo, _mm256_set1_epi32(xw[s * G + r])),
-                                                               DotPairs(hi, _mm256_set1_epi32(xw[(s + 4) * G + r]))));
-      }
+      for (int s = 0; s < 4; ++s)
+        for (int h = 0; h < H; ++h) {
+          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s + 32 * h));
+          const __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+          for (int r = 0; r < R; ++r)
+            isum[h][r] = _mm256_add_epi32(isum[h][r], _mm256_add_epi32(DotPairs(lo, _mm256_set1_epi32(xw[s * G + r])),
+                                                                       DotPairs(hi, _mm256_set1_epi32(xw[(s + 4) * G + r]))));
+        }
     } else {
-      for (int s = 0; s < 8; ++s) {
-        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s));
-        const __m256i u = _mm256_sign_epi8(w, w);
-        for (int r = 0; r < R; ++r)
-          isum[r] = _mm256_add_epi32(isum[r], DotPairs(u, _mm256_sign_epi8(_mm256_set1_epi32(xw[s * G + r]), w)));
-      }
+      for (int s = 0; s < 8; ++s)
+        for (int h = 0; h < H; ++h) {
+          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s + 32 * h));
+          const __m256i u = _mm256_sign_epi8(w, w);
+          for (int r = 0; r < R; ++r)
+            isum[h][r] = _mm256_add_epi32(isum[h][r], DotPairs(u, _mm256_sign_epi8(_mm256_set1_epi32(xw[s * G + r]), w)));
+        }
     }
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * half)));
-    for (int r = 0; r < R; ++r)
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(dw, _mm256_set1_ps(xd[r])), acc[r]);
-  }
-  for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * N + 8 * half, acc[r]);
-}
-// One row of x (a decoding step) against both halves of a stored panel in one pass: each 64-byte
-// line of the panel is used whole when it arrives, and the stream from memory never pauses for a
-// second pass over the panel from cache (two passes left memory idle for the second). Each half's
-// sums in the order StoredHalfRows takes them: the same bits.
-template <bool kQ4>
-QKV_QG_ATTR void StoredPanelRow(const uint8_t* panel, const uint8_t* xg, int64_t nb, bool ahead, float* y) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* p = panel + b * StoredBlockBytes<kQ4>();
-    const uint8_t* q = p + kStoredScaleBytes;
-    if (ahead)
-      for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64) hwy::Prefetch(p + kStoredPrefetch + line);
-    const auto* xw = reinterpret_cast<const int32_t*>(xg + b * XBlockBytes(1));
-    const auto* xd = reinterpret_cast<const float*>(xw + 9);
-    __m256i isum0 = _mm256_set1_epi32(xw[8]), isum1 = isum0;
-    if constexpr (kQ4) {
-      for (int s = 0; s < 4; ++s) {
-        const __m256i xa = _mm256_set1_epi32(xw[s]), xb = _mm256_set1_epi32(xw[s + 4]);
-        const __m256i raw0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s)), raw1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s + 32));
-        isum0 = _mm256_add_epi32(isum0, _mm256_add_epi32(DotPairs(_mm256_and_si256(raw0, low4), xa),
-                                                         DotPairs(_mm256_and_si256(_mm256_srli_epi16(raw0, 4), low4), xb)));
-        isum1 = _mm256_add_epi32(isum1, _mm256_add_epi32(DotPairs(_mm256_and_si256(raw1, low4), xa),
-                                                         DotPairs(_mm256_and_si256(_mm256_srli_epi16(raw1, 4), low4), xb)));
-      }
-    } else {
-      for (int s = 0; s < 8; ++s) {
-        const __m256i xs = _mm256_set1_epi32(xw[s]);
-        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s)), w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s + 32));
-        isum0 = _mm256_add_epi32(isum0, DotPairs(_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(xs, w0)));
-        isum1 = _mm256_add_epi32(isum1, DotPairs(_mm256_sign_epi8(w1, w1), _mm256_sign_epi8(xs, w1)));
-      }
+    for (int h = 0; h < H; ++h) {
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * (half + h))));
+      for (int r = 0; r < R; ++r)
+        acc[h][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h][r]), _mm256_mul_ps(dw, _mm256_set1_ps(xd[r])), acc[h][r]);
     }
-    const __m256 xdv = _mm256_set1_ps(xd[0]);
-    const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
-    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum0), _mm256_mul_ps(dw0, xdv), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum1), _mm256_mul_ps(dw1, xdv), acc1);
   }
-  _mm256_storeu_ps(y, acc0);
-  _mm256_storeu_ps(y + 8, acc1);
+  for (int h = 0; h < H; ++h)
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * N + 8 * (half + h), acc[h][r]);
 }
 
 template <int R, int G, bool kQ4>
 QKV_QG_ATTR void StoredPanelRows(const uint8_t* panel, const uint8_t* xg, int64_t nb, bool ahead, float* y, int64_t N) {
-  if constexpr (R == 1 && G == 1) {
-    StoredPanelRow<kQ4>(panel, xg, nb, ahead, y);
+  if constexpr (R == 1) {
+    StoredHalfRows<1, G, kQ4, 2>(panel, 0, xg, nb, ahead, y, N);
   } else {
-    StoredHalfRows<R, G, kQ4>(panel, 0, xg, nb, ahead, y, N);
-    StoredHalfRows<R, G, kQ4>(panel, 1, xg, nb, false, y, N);
+    StoredHalfRows<R, G, kQ4, 1>(panel, 0, xg, nb, ahead, y, N);
+    StoredHalfRows<R, G, kQ4, 1>(panel, 1, xg, nb, false, y, N);
   }
 }
 #endif
