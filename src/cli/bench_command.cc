@@ -118,20 +118,44 @@ int run_accuracy(const BenchFlags& f, const CLI::App& sub) {
   return 0;
 }
 
-// --module gated-deltanet: the rule's sizes; the attention's flags are refused by name.
+// --module gated-deltanet: the rule's sizes; a prompt in chunks (--seq-len) or decoding steps
+// (--new-tokens, through --num-layers layers' states); the attention's flags are refused by name.
 int run_deltanet(BenchFlags& f, const CLI::App& sub) {
   for (const char* flag : {"--kv-len", "--cache-dtype", "--no-mask", "--dropout", "--window", "--alibi", "--softcap",
-                           "--rope", "--num-kv-heads", "--dtype", "--gemm", "--d-model"})
+                           "--rope", "--num-kv-heads", "--dtype", "--gemm", "--d-model", "--latent-dim", "--weights",
+                           "--quantize", "--text", "--preset", "--split"})
     QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module gated-deltanet (it times the gated delta rule "
-              "alone: --batch, --seq-len, --num-heads, --head-dim, --backward)");
-  QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module gated-deltanet");
+              "alone: --batch, --num-heads, --head-dim, and --seq-len [--backward] for a prompt in chunks or "
+              "--new-tokens [--num-layers] for decoding steps)");
   check_threads(f.threads);
   if (f.threads > 0) set_default_thread_count(f.threads);
+  const int64_t heads = sub.count("--num-heads") ? f.attention.heads : 16;
+  const int64_t head_dim = f.attention.head_dim > 0 ? f.attention.head_dim : 128;
+  if (sub.count("--new-tokens")) {
+    for (const char* flag : {"--seq-len", "--backward", "--iters", "--warmup"})
+      QKV_CHECK(sub.count(flag) == 0, flag, " and --new-tokens: decoding times each of the --new-tokens steps, one "
+                "token each (--seq-len and --backward time a prompt in chunks)");
+    QKV_CHECK(f.new_tokens >= 1, "--new-tokens ", f.new_tokens, ": must be at least 1 (the decoding steps timed)");
+    perf::DeltaNetDecodeShape s;
+    s.batch = f.batch;
+    s.heads = heads;
+    s.head_dim = head_dim;
+    if (sub.count("--num-layers")) s.layers = f.layers;
+    s.steps = f.new_tokens;
+    const perf::DeltaNetDecodeReport r = perf::run_deltanet_decode_bench(s, default_pool());
+    std::cout << perf::report_text(r);
+    if (f.json) std::cout << perf::report_json(r).dump() << "\n";
+    return 0;
+  }
+  QKV_CHECK(sub.count("--num-layers") == 0, "--num-layers is a flag of --module gated-deltanet's decoding steps "
+            "(--new-tokens), not of a prompt in chunks");
+  QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module gated-deltanet (or --new-tokens: "
+            "decoding steps)");
   perf::DeltaNetBenchShape s;
   s.batch = f.batch;
   s.tokens = f.seq_len;
-  s.heads = sub.count("--num-heads") ? f.attention.heads : 16;
-  s.head_dim = f.attention.head_dim > 0 ? f.attention.head_dim : 128;
+  s.heads = heads;
+  s.head_dim = head_dim;
   s.backward = f.backward;
   const perf::DeltaNetBenchReport r = perf::run_deltanet_bench(s, f.iters, f.warmup, default_pool());
   std::cout << perf::report_text(r);
@@ -196,6 +220,7 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
     }
   }
   if (f.module == "cache-memory") return run_cache_memory(f, sub);
+  if (f.module == "gated-deltanet") return run_deltanet(f, sub);
   for (const char* flag : {"--num-layers", "--latent-dim"})
     QKV_CHECK(sub.count(flag) == 0, flag, " is a flag of --module cache-memory, not ", f.module);
   if (f.module == "accuracy") return run_accuracy(f, sub);
@@ -206,7 +231,6 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   for (const char* flag : {"--preset", "--new-tokens"})
     QKV_CHECK(sub.count(flag) == 0, flag, " is a flag of --module gpt, not ", f.module);
   QKV_CHECK(sub.count("--split") == 0, "--split is a flag of --module ring-attention, not ", f.module);
-  if (f.module == "gated-deltanet") return run_deltanet(f, sub);
   if (f.module == "decode") {
     for (const char* flag : {"--seq-len", "--backward", "--no-mask", "--dropout", "--window", "--alibi", "--softcap", "--rope"})
       QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module decode (it times one causal query per head "
@@ -304,7 +328,8 @@ Command add_bench(CLI::App& app) {
                   "a forward, a training step with --backward, or decoding with --new-tokens) | accuracy (quantized "
                   "weights against the float ones on --text: KL divergence, top-1 agreement, perplexities) | "
                   "gated-deltanet (the gated delta rule of Qwen3.5's linear layers in chunks, --num-heads heads of "
-                  "--head-dim, against the FMA peak and the token-by-token recurrence) | cache-memory (what a "
+                  "--head-dim, against the FMA peak and the token-by-token recurrence; with --new-tokens, decoding "
+                  "steps on each layer's state against the read bandwidth) | cache-memory (what a "
                   "generation's cache holds: MHA, GQA and MLA as the book's estimator sizes them, or --preset's model "
                   "over --seq-len tokens)")
       ->required()
@@ -320,11 +345,13 @@ Command add_bench(CLI::App& app) {
   add_quantize_flag(sub, f->quantize);
   sub->add_option("--text", f->text, "accuracy: the text both models read (the first --seq-len tokens, default 1000)");
   add_number(sub, "--new-tokens", f->new_tokens,
-             "gpt: decode --new-tokens steps after a --seq-len prompt, each timed (tokens/s against the read bandwidth)");
+             "gpt: decode --new-tokens steps after a --seq-len prompt, each timed (tokens/s against the read bandwidth); "
+             "gated-deltanet: --new-tokens decoding steps through --num-layers layers' states");
   add_number_with_default(sub, "--batch", f->batch, "Batch size B");
   add_number(sub, "--seq-len", f->seq_len, "Tokens T (every module but decode; accuracy: the text's first T, default 1000)");
   add_number(sub, "--kv-len", f->kv_len, "decode: cached positions S the query attends to");
-  add_number(sub, "--num-layers", f->layers, "cache-memory: layers L (default 48, the book's MLA estimator's)");
+  add_number(sub, "--num-layers", f->layers, "cache-memory: layers L (default 48, the book's MLA estimator's); gated-deltanet --new-tokens: "
+             "layers L (default 18, Qwen3.5-0.8B's linear ones)");
   add_number(sub, "--latent-dim", f->latent_dim, "cache-memory: MLA's latent numbers per token and layer (default 1024)");
   sub->add_option("--cache-dtype", f->cache_dtype,
                   "decode, cache-memory: the KV cache's element type (cache-memory's default: bf16, the book's)")

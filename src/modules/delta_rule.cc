@@ -7,34 +7,18 @@
 #include "qkv/core/error.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/core/torch_math.h"
+#include "qkv/kernels/delta_rule_step.h"
 
 namespace qkv {
 
 namespace {
 
-// Token `row` (b, t, h) on its head's state S (Dk x Dv), in place:
-// S = alpha S;  delta = (v - S^T k) beta;  S = S + k delta^T;  y = S^T q. mem, delta: Dv scratch.
-void update(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t row, double* S, double* mem, double* delta,
-            float* y) {
+// Token `row` (b, t, h) on its head's state S (Dk x Dv), in place, as the definition reads
+// (kernels/delta_rule_step.h): the reference the training forward keeps its states from.
+void update(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t row, double* S, float* y) {
   const int64_t Dk = s.key_dim, Dv = s.value_dim, bw = s.beta_width();
-  const float* k = in.k + row * Dk;
-  const float* q = in.q + row * Dk;
-  const float* v = in.v + row * Dv;
-  const float* be = in.beta + row * bw;
-  const double a = in.alpha[row];
-  for (int64_t i = 0; i < Dk * Dv; ++i) S[i] *= a;
-  std::fill(mem, mem + Dv, 0.0);
-  for (int64_t i = 0; i < Dk; ++i)  // mem = S^T k
-    for (int64_t j = 0; j < Dv; ++j) mem[j] += S[i * Dv + j] * k[i];
-  for (int64_t j = 0; j < Dv; ++j) delta[j] = (v[j] - mem[j]) * be[bw == 1 ? 0 : j];
-  for (int64_t i = 0; i < Dk; ++i)  // S += k delta^T
-    for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] += k[i] * delta[j];
-  float* yt = y + row * Dv;  // y = S^T q
-  for (int64_t j = 0; j < Dv; ++j) {
-    double acc = 0;
-    for (int64_t i = 0; i < Dk; ++i) acc += S[i * Dv + j] * q[i];
-    yt[j] = static_cast<float>(acc);
-  }
+  kernels::delta_rule_step_reference(in.q + row * Dk, in.k + row * Dk, in.v + row * Dv, in.alpha[row],
+                                     in.beta + row * bw, bw, Dk, Dv, S, y + row * Dv);
 }
 
 }  // namespace
@@ -44,11 +28,10 @@ void delta_rule_forward(const DeltaRuleShape& s, const DeltaRuleInputs& in, std:
   states.assign(static_cast<size_t>(s.batch * H * T * KV), 0.0);
   default_pool().parallel_for(s.batch * H, [&](int64_t bh, int) {  // sequences and heads are independent
     const int64_t b = bh / H, h = bh % H;
-    std::vector<double> mem(s.value_dim), delta(s.value_dim);
     for (int64_t t = 0; t < T; ++t) {
       double* S = &states[(bh * T + t) * KV];
       if (t > 0) std::copy(S - KV, S, S);  // from the previous token's state
-      update(s, in, (b * T + t) * H + h, S, mem.data(), delta.data(), y);
+      update(s, in, (b * T + t) * H + h, S, y);
     }
   });
 }
@@ -64,8 +47,12 @@ void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, double* 
   const int64_t T = s.tokens, H = s.heads, KV = s.key_dim * s.value_dim;
   default_pool().parallel_for(s.batch * H, [&](int64_t bh, int) {
     const int64_t b = bh / H, h = bh % H;
-    std::vector<double> mem(s.value_dim), delta(s.value_dim);
-    for (int64_t t = 0; t < T; ++t) update(s, in, (b * T + t) * H + h, &state[bh * KV], mem.data(), delta.data(), y);
+    const int64_t Dk = s.key_dim, Dv = s.value_dim, bw = s.beta_width();
+    for (int64_t t = 0; t < T; ++t) {  // one pass over the state a token (kernels/delta_rule_step.h)
+      const int64_t row = (b * T + t) * H + h;
+      kernels::delta_rule_step(in.q + row * Dk, in.k + row * Dk, in.v + row * Dv, in.alpha[row], in.beta + row * bw, bw,
+                               Dk, Dv, &state[bh * KV], y + row * Dv);
+    }
   });
 }
 

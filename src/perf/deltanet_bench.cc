@@ -10,8 +10,11 @@
 #include "qkv/core/checked.h"
 #include "qkv/core/error.h"
 #include "qkv/core/gemm.h"
+#include "qkv/core/limits.h"
 #include "qkv/core/machine.h"
+#include "qkv/kernels/delta_rule_step.h"
 #include "qkv/kernels/fma_peak.h"
+#include "qkv/kernels/memory_bandwidth.h"
 #include "qkv/kernels/simd.h"
 #include "qkv/modules/delta_rule.h"
 #include "qkv/modules/delta_rule_chunked.h"
@@ -141,6 +144,120 @@ nlohmann::json report_json(const DeltaNetBenchReport& r) {
           {"speedup", r.recurrence_median_ms / r.median_ms},
           {"max_abs_difference", r.max_abs_difference},
           {"max_rss_mib", r.max_rss_mib}};
+}
+
+DeltaNetDecodeReport run_deltanet_decode_bench(const DeltaNetDecodeShape& s, ThreadPool& pool) {
+  QKV_CHECK(s.batch >= 1 && s.heads >= 1 && s.head_dim >= 1 && s.layers >= 1 && s.steps >= 1,
+            "gated-deltanet decoding bench: batch (", s.batch, "), heads (", s.heads, "), head_dim (", s.head_dim,
+            "), layers (", s.layers, ") and steps (", s.steps, ") must be at least 1");
+  const int64_t D = s.head_dim, heads = s.batch * s.heads, KV = checked_product({D, D}, "a head's state");
+  const int64_t per_layer = checked_product({heads, KV}, "a layer's state");
+  const int64_t total = checked_product({s.layers, per_layer, 8}, "the states' bytes");
+  check_memory_request(2 * total, "gated-deltanet decoding bench: the states (twice: the definition's form too)");
+  DeltaNetDecodeReport r;
+  r.shape = s;
+  r.threads = pool.num_threads();
+  r.simd = kernels::simd_target();
+  r.state_bytes = total;
+  r.bandwidth_gb_s = kernels::measure_read_bandwidth(pool).gb_s;
+  // one token's inputs per layer, as the layer makes them (unit q and k, q / sqrt(D))
+  const int64_t rows = s.layers * heads, n = rows * D;
+  std::vector<float> q(static_cast<size_t>(n)), k(q.size()), v(q.size()), beta(static_cast<size_t>(rows)),
+      alpha(beta.size()), y(q.size()), y_ref(q.size()), norms(beta.size());
+  fill_uniform(q, 11, -1, 1);
+  fill_uniform(k, 12, -1, 1);
+  fill_uniform(v, 13, -1, 1);
+  fill_uniform(beta, 14, 0.05f, 0.95f);
+  fill_uniform(alpha, 15, 0.9f, 1.0f);
+  l2norm_rows(q.data(), rows, D, 1e-6f, 1.0f / std::sqrt(static_cast<float>(D)), q.data(), norms.data());
+  l2norm_rows(k.data(), rows, D, 1e-6f, 1.0f, k.data(), norms.data());
+  std::vector<double> states(static_cast<size_t>(s.layers * per_layer), 0.0), ref(states.size(), 0.0);
+  const DeltaRuleShape one{s.batch, 1, s.heads, D, D, false};
+  auto layer_inputs = [&](int64_t l) {
+    const int64_t r0 = l * heads;
+    return DeltaRuleInputs{&q[r0 * D], &k[r0 * D], &v[r0 * D], &beta[r0], &alpha[r0]};
+  };
+  auto kernel_step = [&] {
+    for (int64_t l = 0; l < s.layers; ++l)
+      delta_rule_run(one, layer_inputs(l), &states[l * per_layer], &y[l * heads * D]);
+  };
+  auto reference_step = [&] {
+    for (int64_t l = 0; l < s.layers; ++l) {
+      const DeltaRuleInputs in = layer_inputs(l);
+      pool.parallel_for(heads, [&](int64_t h, int) {
+        kernels::delta_rule_step_reference(in.q + h * D, in.k + h * D, in.v + h * D, in.alpha[h], in.beta + h, 1, D, D,
+                                           &ref[l * per_layer + h * KV], &y_ref[(l * heads + h) * D]);
+      });
+    }
+  };
+  for (int64_t i = 0; i < s.steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    kernel_step();
+    r.times_ms.push_back(milliseconds_of(t0));
+  }
+  const TimeSummary t = summarize_times(r.times_ms);
+  r.median_ms = t.median_ms;
+  r.min_ms = t.min_ms;
+  r.max_ms = t.max_ms;
+  r.read_gb_s = static_cast<double>(total) / (r.median_ms * 1e-3) / 1e9;
+  // the definition's form: as many steps (at most 20 timed), so the states can be compared
+  std::vector<double> ref_ms;
+  for (int64_t i = 0; i < s.steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    reference_step();
+    if (i < 20) ref_ms.push_back(milliseconds_of(t0));
+  }
+  r.reference_median_ms = summarize_times(ref_ms).median_ms;
+  double scale = 0;
+  for (double x : ref) scale = std::max(scale, std::fabs(x));
+  for (size_t i = 0; i < ref.size(); ++i)
+    r.max_state_difference = std::max(r.max_state_difference, std::fabs(states[i] - ref[i]) / std::max(scale, 1e-300));
+  for (size_t i = 0; i < y.size(); ++i)
+    r.max_output_difference = std::max(r.max_output_difference, static_cast<double>(std::fabs(y[i] - y_ref[i])));
+  return r;
+}
+
+std::string report_text(const DeltaNetDecodeReport& r) {
+  const DeltaNetDecodeShape& s = r.shape;
+  std::ostringstream out;
+  out << "qkv bench: gated-deltanet decoding (one token through " << s.layers << " layers' gated delta rule), B="
+      << s.batch << " H=" << s.heads << " Dk=Dv=" << s.head_dim << ", " << r.threads << " thread"
+      << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n"
+      << std::fixed << std::setprecision(3) << "  median " << r.median_ms << " ms a step  (min " << r.min_ms
+      << ", max " << r.max_ms << ", " << r.times_ms.size() << " steps)\n"
+      << std::setprecision(1) << "  states " << static_cast<double>(r.state_bytes) / (1 << 20)
+      << " MiB (doubles), read and written once a step -> read at " << r.read_gb_s << " GB/s = "
+      << 100.0 * r.read_gb_s / r.bandwidth_gb_s << "% of the measured read bandwidth " << r.bandwidth_gb_s
+      << " GB/s\n"
+      << std::setprecision(3) << "  the definition's form (four passes over a state): median " << r.reference_median_ms
+      << " ms -> the one-pass kernel is " << std::setprecision(2) << r.reference_median_ms / r.median_ms
+      << "x faster\n"
+      << std::scientific << std::setprecision(2) << "  states: max |kernel - definition| " << r.max_state_difference
+      << " of their largest; outputs: " << r.max_output_difference << "\n";
+  return out.str();
+}
+
+nlohmann::json report_json(const DeltaNetDecodeReport& r) {
+  const DeltaNetDecodeShape& s = r.shape;
+  return {{"module", "gated-deltanet"},
+          {"decoding", true},
+          {"batch", s.batch},
+          {"num_heads", s.heads},
+          {"head_dim", s.head_dim},
+          {"num_layers", s.layers},
+          {"new_tokens", s.steps},
+          {"threads", r.threads},
+          {"simd", r.simd},
+          {"state_bytes", r.state_bytes},
+          {"median_ms", r.median_ms},
+          {"times_ms", r.times_ms},
+          {"read_gb_s", r.read_gb_s},
+          {"bandwidth_gb_s", r.bandwidth_gb_s},
+          {"percent_of_bandwidth", 100.0 * r.read_gb_s / r.bandwidth_gb_s},
+          {"reference_median_ms", r.reference_median_ms},
+          {"speedup", r.reference_median_ms / r.median_ms},
+          {"max_state_difference", r.max_state_difference},
+          {"max_output_difference", r.max_output_difference}};
 }
 
 }  // namespace qkv::perf

@@ -38,9 +38,31 @@ TEST_F(CliTest, GatedDeltaNetBenchCountsTheChunkedProducts) {
   EXPECT_GT(j["peak_gflops"].get<double>(), 0.0);
 }
 
+TEST_F(CliTest, GatedDeltaNetDecodingBenchSizesTheStatesAndAgreesWithTheDefinition) {
+  Result r = run("bench --module gated-deltanet --new-tokens 3 --num-layers 2 --num-heads 3 --head-dim 10 --batch 2 "
+                 "--threads 2 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("gated-deltanet decoding (one token through 2 layers' gated delta rule), B=2 H=3 "
+                               "Dk=Dv=10, 2 threads"));
+  const nlohmann::json j = last_json_line(r.out);
+  EXPECT_EQ(j["state_bytes"].get<int64_t>(), 2 * 2 * 3 * 10 * 10 * 8);  // layers x B x H x Dk x Dv doubles
+  EXPECT_EQ(j["times_ms"].size(), 3u);
+  EXPECT_NEAR(j["read_gb_s"].get<double>(), 9600 / (j["median_ms"].get<double>() * 1e-3) / 1e9, 1e-9);
+  EXPECT_NEAR(j["speedup"].get<double>(), j["reference_median_ms"].get<double>() / j["median_ms"].get<double>(), 1e-9);
+  EXPECT_LT(j["max_state_difference"].get<double>(), 1e-13);  // three tokens from zero states
+  EXPECT_LT(j["max_output_difference"].get<double>(), 1e-6);
+  EXPECT_GT(j["bandwidth_gb_s"].get<double>(), 0.0);
+}
+
 TEST_F(CliTest, GatedDeltaNetBenchBadFlagsNameTheValue) {
   const std::pair<std::string, std::string> cases[] = {
-      {"--module gated-deltanet", "--seq-len is required for --module gated-deltanet"},
+      {"--module gated-deltanet", "--seq-len is required for --module gated-deltanet (or --new-tokens"},
+      {"--module gated-deltanet --new-tokens 2 --seq-len 8", "--seq-len and --new-tokens: decoding times each"},
+      {"--module gated-deltanet --new-tokens 0", "--new-tokens 0: must be at least 1"},
+      {"--module gated-deltanet --new-tokens 2 --num-layers 0", "layers (0) and steps (2) must be at least 1"},
+      {"--module gated-deltanet --seq-len 8 --num-layers 2", "--num-layers is a flag of --module gated-deltanet's "
+                                                             "decoding steps"},
+      {"--module gated-deltanet --new-tokens 2 --preset gpt2-small", "--preset is not a flag of --module gated-deltanet"},
       {"--module gated-deltanet --seq-len 8 --num-heads 0", "heads (0) and head_dim (128) must be at least 1"},
       {"--module gated-deltanet --seq-len 8 --window 4", "--window is not a flag of --module gated-deltanet"},
       {"--module gated-deltanet --seq-len 8 --iters 0", "iters (0) must be at least 1"},

@@ -42,7 +42,8 @@ void delta_rule_forward(const DeltaRuleShape& s, const DeltaRuleInputs& in, std:
 
 // The same y from a given state, keeping none (inference: a prompt, or one decoding step): `state`
 // (B, H, Dk, Dv) is the state before the first token (zeros for a sequence's start) and becomes the
-// state after the last. A state of another size is an error naming both sizes.
+// state after the last. A state of another size is an error naming both sizes. Each token is one
+// pass over the state (kernels/delta_rule_step.h: within a few double ulps of the forward's sums).
 void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, std::vector<double>& state, float* y);
 // The same on a state the caller holds: (B, H, Dk, Dv) doubles at `state`.
 void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, double* state, float* y);

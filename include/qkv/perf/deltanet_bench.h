@@ -45,4 +45,37 @@ DeltaNetBenchReport run_deltanet_bench(const DeltaNetBenchShape& shape, int iter
 std::string report_text(const DeltaNetBenchReport& r);
 nlohmann::json report_json(const DeltaNetBenchReport& r);
 
+// `qkv bench --module gated-deltanet --new-tokens N`: decoding, the linear layers' share of it. A
+// step is one token of each of `layers` layers (Qwen3.5-0.8B has 18 linear ones of 16 heads of 128)
+// through the gated delta rule on its own state (B, H, D, D doubles, modules/delta_rule.h's
+// delta_rule_run: one pass over the state, kernels/delta_rule_step.h). What a step must move is
+// the states, read once and written once; the time of the state's read is set against the
+// machine's measured read bandwidth. The definition's form (four passes over a state,
+// delta_rule_step_reference, on the same threads) runs the same steps for the ratio, and its
+// outputs and states are compared with the kernel's.
+struct DeltaNetDecodeShape {
+  int64_t batch = 1, heads = 16, head_dim = 128, layers = 18, steps = 0;
+};
+
+struct DeltaNetDecodeReport {
+  DeltaNetDecodeShape shape;
+  int threads = 0;
+  std::string simd;
+  double bandwidth_gb_s = 0;               // measured streaming read bandwidth, same threads
+  int64_t state_bytes = 0;                 // every layer's state: read and written by each step
+  std::vector<double> times_ms;            // each step
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  double read_gb_s = 0;                    // state_bytes / median
+  double reference_median_ms = 0;          // the definition's form, the same steps
+  double max_state_difference = 0;         // |kernel - definition| over the states, relative to their largest
+  double max_output_difference = 0;        // |kernel - definition| over the last step's outputs
+};
+
+// Checks the shape (qkv::Error naming a size below 1, or states past the memory limit), measures the
+// bandwidth, then times `steps` steps of the kernel and min(steps, 20) of the definition's form.
+DeltaNetDecodeReport run_deltanet_decode_bench(const DeltaNetDecodeShape& shape, ThreadPool& pool);
+
+std::string report_text(const DeltaNetDecodeReport& r);
+nlohmann::json report_json(const DeltaNetDecodeReport& r);
+
 }  // namespace qkv::perf

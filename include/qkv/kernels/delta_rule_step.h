@@ -1,0 +1,34 @@
+// qkv/kernels/delta_rule_step.h - one token of the gated delta rule on one head's state, in one
+// pass over the state: the recurrent (decoding) form of Qwen3.5's linear attention and of the
+// book's GatedDeltaNet.
+//
+// Legend: Dk key width, Dv value width, S (Dk, Dv) the head's state in double, row-major.
+//
+//   m     = S^T k                                (Dv)
+//   delta = (v - alpha m) * beta                 (Dv; beta one number, or one per channel)
+//   S     = alpha S + k delta^T                  (in place)
+//   y     = S^T q                                (Dv, rounded to float)
+//
+// which is the reference's S = alpha S; delta = (v - S^T k) beta; S += k delta^T; y = S^T q with
+// alpha applied to the sum instead of to each term (the reference rounds alpha S first: the two
+// differ by a few double ulps). A decoding step's cost is moving S (Dk Dv doubles, 128 KiB for 128
+// x 128): the kernel reads S's rows in order once from memory for m (four rows at a time through
+// the Dv sums, kept in L1), then updates the same rows from L2 for S and y, so S crosses the memory
+// bus once each way (the definition's form passes over it four times). Highway picks the vector
+// width at run time; columns past the last whole vector are summed one by one in the same order.
+
+#pragma once
+
+#include <cstdint>
+
+namespace qkv::kernels {
+
+// q, k (Dk); v, y (Dv); beta (1 or Dv numbers: beta_width); S (Dk, Dv) updated in place.
+void delta_rule_step(const float* q, const float* k, const float* v, double alpha, const float* beta,
+                     int64_t beta_width, int64_t Dk, int64_t Dv, double* S, float* y);
+
+// The same, written as the definition reads: the naive form the kernel is tested against.
+void delta_rule_step_reference(const float* q, const float* k, const float* v, double alpha, const float* beta,
+                               int64_t beta_width, int64_t Dk, int64_t Dv, double* S, float* y);
+
+}  // namespace qkv::kernels
