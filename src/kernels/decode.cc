@@ -581,13 +581,19 @@ void MergeChunks(const DecodeProblem& p, int64_t b, int64_t g) {
   }
 }
 
-}  // namespace
+// The keys and values a call reads: (B, G, C, D) and (B, G, C, Dv), float or bf16 bits, the first
+// S of each C visible.
+struct KvRows {
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  bool bf16 = false;
+  int64_t B = 0, G = 0, C = 0, S = 0, D = 0, Dv = 0;
+};
 
-void decode_attention(ConstHeads q, const KvCache& cache, int64_t layer, MutableHeads o, float* lse,
-                      const AttentionOptions& options, DecodeWorkspace* workspace) {
-  const char* what = "decode_attention";
-  QKV_CHECK(layer >= 0 && layer < cache.layers(), what, ": layer ", layer, " is not in [0, ", cache.layers(), ")");
-  const int64_t G = cache.kv_heads(), D = cache.head_dim(), Dv = cache.value_dim(), B = cache.batch();
+// decode_attention on kv, validated here but for kv's own fields (the callers').
+void DecodeOn(const char* what, ConstHeads q, const KvRows& kv, MutableHeads o, float* lse,
+              const AttentionOptions& options, DecodeWorkspace* workspace) {
+  const int64_t G = kv.G, D = kv.D, Dv = kv.Dv, B = kv.B;
   QKV_CHECK(q.batch == B && q.dim == D && q.heads >= 1 && q.tokens >= 0, what, ": q (", q.batch, ", ", q.heads,
             ", ", q.tokens, ", ", q.dim, ") should be (", B, ", H, Tq, ", D, ") for the cache's batch and head_dim");
   QKV_CHECK(q.heads % G == 0, what, ": the cache's ", G, " key/value heads must divide q's ", q.heads,
@@ -612,7 +618,7 @@ void decode_attention(ConstHeads q, const KvCache& cache, int64_t layer, Mutable
     for (int64_t h = 0; h < q.heads; ++h)
       QKV_CHECK(std::isfinite(options.alibi_slopes[h]), what, ": ALiBi slope ", h, " must be finite, got ",
                 options.alibi_slopes[h]);
-  const int64_t S = cache.length(layer);
+  const int64_t S = kv.S;
   const AttentionMask& m = options.mask;
   if (m.kind == AttentionMask::Kind::kAdditive || m.kind == AttentionMask::Kind::kBlocked) {
     QKV_CHECK(m.values != nullptr || q.tokens * S == 0, what, ": the mask has no values");
@@ -623,16 +629,16 @@ void decode_attention(ConstHeads q, const KvCache& cache, int64_t layer, Mutable
   p.q = q;
   p.o = o;
   p.lse = lse;
-  p.keys = cache.key_data(layer);
-  p.values = cache.value_data(layer);
-  p.bf16 = cache.dtype() == CacheDtype::kBF16;
+  p.keys = kv.keys;
+  p.values = kv.values;
+  p.bf16 = kv.bf16;
   p.B = B;
   p.H = q.heads;
   p.G = G;
   p.Tq = q.tokens;
   p.D = D;
   p.Dv = Dv;
-  p.C = cache.capacity();
+  p.C = kv.C;
   p.S = S;
   p.group = p.H / G;
   p.rows = p.group * p.Tq;
@@ -671,6 +677,46 @@ void decode_attention(ConstHeads q, const KvCache& cache, int64_t layer, Mutable
   p.scratch = ws.scratch.data();
   if (p.chunks > 0) HWY_DYNAMIC_DISPATCH(DecodeChunks)(p);
   ForTasks(p, B * G, [&](int64_t bg, int) { MergeChunks(p, bg / G, bg % G); });
+}
+
+}  // namespace
+
+void decode_attention(ConstHeads q, const KvCache& cache, int64_t layer, MutableHeads o, float* lse,
+                      const AttentionOptions& options, DecodeWorkspace* workspace) {
+  const char* what = "decode_attention";
+  QKV_CHECK(layer >= 0 && layer < cache.layers(), what, ": layer ", layer, " is not in [0, ", cache.layers(), ")");
+  KvRows kv;
+  kv.keys = cache.key_data(layer);
+  kv.values = cache.value_data(layer);
+  kv.bf16 = cache.dtype() == CacheDtype::kBF16;
+  kv.B = cache.batch();
+  kv.G = cache.kv_heads();
+  kv.C = cache.capacity();
+  kv.S = cache.length(layer);
+  kv.D = cache.head_dim();
+  kv.Dv = cache.value_dim();
+  DecodeOn(what, q, kv, o, lse, options, workspace);
+}
+
+void decode_attention_rows(ConstHeads q, const float* keys, const float* values, int64_t G, int64_t capacity,
+                           int64_t length, int64_t Dv, MutableHeads o, float* lse, const AttentionOptions& options,
+                           DecodeWorkspace* workspace) {
+  const char* what = "decode_attention_rows";
+  QKV_CHECK(G >= 1 && Dv >= 1 && q.dim >= 1 && q.batch >= 1, what, ": key/value heads (", G, "), value dim (", Dv,
+            "), q's batch (", q.batch, ") and dim (", q.dim, ") must be at least 1");
+  QKV_CHECK(length >= 0 && length <= capacity, what, ": ", length, " keys in rows of capacity ", capacity,
+            " (0 <= length <= capacity)");
+  QKV_CHECK((keys && values) || length == 0, what, ": no keys or values");
+  KvRows kv;
+  kv.keys = keys;
+  kv.values = values;
+  kv.B = q.batch;
+  kv.G = G;
+  kv.C = capacity;
+  kv.S = length;
+  kv.D = q.dim;
+  kv.Dv = Dv;
+  DecodeOn(what, q, kv, o, lse, options, workspace);
 }
 
 }  // namespace qkv::kernels

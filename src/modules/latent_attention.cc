@@ -7,7 +7,9 @@
 #include "qkv/core/error.h"
 #include "qkv/core/limits.h"
 #include "qkv/core/ops.h"
+#include "qkv/core/gemm.h"
 #include "qkv/kernels/attention.h"
+#include "qkv/kernels/decode.h"
 #include "qkv/modules/fused_attention.h"
 
 namespace qkv {
@@ -119,48 +121,34 @@ Tensor MultiHeadLatentAttention::forward_cached(const Tensor& x, LatentCache& ca
             cache.capacity);
   QKV_CHECK(!dropout.active(), kMla, ": forward_cached is for inference; call train(false) first (dropout is on)");
   x_shape_.clear();  // the Linears' inputs below are not a training forward's: no backward after this
-  const std::vector<float> q = W_query.forward(x).contiguous().to_vector();  // (B, T, H D)
-  const Tensor latent = W_DKV.forward(x).contiguous();                        // (B, T, L)
+  const Tensor q = W_query.forward(x).contiguous();       // (B, T, H D)
+  const Tensor latent = W_DKV.forward(x).contiguous();    // (B, T, L)
   for (int64_t b = 0; b < B; ++b)
     std::copy(latent.data() + b * T * L, latent.data() + (b + 1) * T * L,
               cache.latents.begin() + (b * cache.capacity + past) * L);
-  const float* uk = W_UK.weight.data();  // (H D, L)
+  const float* uk = W_UK.weight.data();  // (H D, L): head h's rows [h D, (h + 1) D)
   const float* uv = W_UV.weight.data();
-  const double scale = 1.0 / std::sqrt(static_cast<double>(static_cast<float>(D)));
+  const int64_t N = B * T;
+  // qa (B, T, H, L): each head's W_UK_h^T q_h, for every row at once
+  std::vector<float> qa(static_cast<size_t>(N * H * L)), z(qa.size()), lse(static_cast<size_t>(B * H * T));
+  for (int64_t h = 0; h < H; ++h)
+    sgemm(gemm_args(false, false, N, L, D, q.data() + h * D, H * D, uk + h * D * L, L, qa.data() + h * L, H * L));
+  // z_h (B, T, H, L) = softmax(qa_h . c / sqrt(D)) c over the cached latents, causal: one
+  // key/value head whose keys and values are both the latents (kernels/decode.h)
+  kernels::AttentionOptions o;
+  o.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  o.mask = kernels::AttentionMask::causal();
+  o.query_offset = past;
+  kernels::decode_attention_rows(kernels::ConstHeads::interleaved(qa.data(), B, H, T, L, H * L), cache.latents.data(),
+                                 cache.latents.data(), 1, cache.capacity, past + T, L,
+                                 kernels::MutableHeads::interleaved(z.data(), B, H, T, L, H * L), lse.data(), o);
+  // context_h = W_UV_h z_h + b_UV_h (the weights of a row sum to 1)
   Tensor context = Tensor::empty({B, T, H * D});
-  std::vector<double> qa(L), z(L), w;
-  for (int64_t b = 0; b < B; ++b) {
-    const float* c = cache.latents.data() + b * cache.capacity * L;  // (capacity, L)
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t S = past + t + 1;  // the positions this token sees
-      w.resize(static_cast<size_t>(S));
-      for (int64_t h = 0; h < H; ++h) {
-        const float* qh = &q[(b * T + t) * H * D + h * D];
-        std::fill(qa.begin(), qa.end(), 0.0);  // W_UK_h^T q_h
-        for (int64_t d = 0; d < D; ++d)
-          for (int64_t l = 0; l < L; ++l) qa[l] += static_cast<double>(qh[d]) * uk[(h * D + d) * L + l];
-        double top = -INFINITY, sum = 0;
-        for (int64_t s = 0; s < S; ++s) {
-          double dot = 0;
-          for (int64_t l = 0; l < L; ++l) dot += qa[l] * c[s * L + l];
-          w[s] = dot * scale;
-          top = std::max(top, w[s]);
-        }
-        std::fill(z.begin(), z.end(), 0.0);
-        for (int64_t s = 0; s < S; ++s) {
-          w[s] = std::exp(w[s] - top);
-          sum += w[s];
-        }
-        for (int64_t s = 0; s < S; ++s)
-          for (int64_t l = 0; l < L; ++l) z[l] += w[s] / sum * c[s * L + l];
-        float* out = context.data() + (b * T + t) * H * D + h * D;
-        for (int64_t d = 0; d < D; ++d) {
-          double acc = W_UV.has_bias ? W_UV.bias.data()[h * D + d] : 0.0;
-          for (int64_t l = 0; l < L; ++l) acc += uv[(h * D + d) * L + l] * z[l];
-          out[d] = static_cast<float>(acc);
-        }
-      }
-    }
+  for (int64_t h = 0; h < H; ++h) {
+    GemmArgs g = gemm_args(false, true, N, D, L, z.data() + h * L, H * L, uv + h * D * L, L, context.data() + h * D,
+                           H * D);
+    g.bias = W_UV.has_bias ? W_UV.bias.data() + h * D : nullptr;
+    sgemm(g);
   }
   cache.length += T;
   return out_proj.forward(context);

@@ -458,5 +458,55 @@ TEST_F(DecodeAttention, BadArgumentsAreErrorsNamingThem) {
   EXPECT_EQ(call(4, 8, 8, 0), "decode_attention: dropout p must be in [0, 1), got 1");
 }
 
+// decode_attention_rows on the caller's rows gives decode_attention's bits on a cache holding the
+// same keys and values (rows past the length hold NaN: never read), keys and values as one array
+// (latent attention's absorbed decoding) included; bad rows are errors naming the sizes.
+TEST(DecodeAttentionRows, TheCallersRowsGiveTheCachesBits) {
+  std::mt19937 rng(31);
+  for (const bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "keys and values one array" : "keys and values apart");
+    const int64_t B = 2, H = 6, G = shared ? 1 : 2, Tq = 2, S = decode_chunk_keys(1) + 37, C = S + 5, D = 24;
+    const int64_t Dv = shared ? D : 16;
+    const std::vector<float> k = normal_vector(B * G * S * D, rng);
+    const std::vector<float> v = shared ? k : normal_vector(B * G * S * Dv, rng);
+    KvCache cache(1, B, G, C, D, Dv, CacheDtype::kF32);
+    cache.append(0, ConstHeads::contiguous(k.data(), B, G, S, D), ConstHeads::contiguous(v.data(), B, G, S, Dv));
+    cache.commit();
+    std::vector<float> keys(static_cast<size_t>(B * G * C * D), std::nanf("")), values(B * G * C * Dv, std::nanf(""));
+    for (int64_t bg = 0; bg < B * G; ++bg) {
+      std::copy_n(&k[bg * S * D], S * D, &keys[bg * C * D]);
+      std::copy_n(&v[bg * S * Dv], S * Dv, &values[bg * C * Dv]);
+    }
+    const std::vector<float> q = normal_vector(B * H * Tq * D, rng);
+    AttentionOptions opt;
+    opt.scale = 0.3f;
+    opt.mask = AttentionMask::causal();
+    opt.query_offset = S - Tq;
+    std::vector<float> o1(static_cast<size_t>(B * H * Tq * Dv)), o2(o1.size()), l1(B * H * Tq), l2(l1.size());
+    const ConstHeads qh = ConstHeads::contiguous(q.data(), B, H, Tq, D);
+    decode_attention(qh, cache, 0, MutableHeads::contiguous(o1.data(), B, H, Tq, Dv), l1.data(), opt);
+    decode_attention_rows(qh, keys.data(), shared ? keys.data() : values.data(), G, C, S, Dv,
+                          MutableHeads::contiguous(o2.data(), B, H, Tq, Dv), l2.data(), opt);
+    for (size_t i = 0; i < o1.size(); ++i) ASSERT_EQ(o1[i], o2[i]) << i;
+    for (size_t i = 0; i < l1.size(); ++i) ASSERT_EQ(l1[i], l2[i]) << i;
+  }
+  const std::vector<float> q(8, 1.0f), rows(64, 1.0f);
+  std::vector<float> o(8), l(2);
+  const ConstHeads qh = ConstHeads::contiguous(q.data(), 1, 2, 1, 4);
+  const MutableHeads oh = MutableHeads::contiguous(o.data(), 1, 2, 1, 4);
+  EXPECT_NE(error_of([&] { decode_attention_rows(qh, rows.data(), rows.data(), 1, 4, 5, 4, oh, l.data(), {}); })
+                .find("decode_attention_rows: 5 keys in rows of capacity 4"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { decode_attention_rows(qh, nullptr, rows.data(), 1, 4, 3, 4, oh, l.data(), {}); })
+                .find("decode_attention_rows: no keys or values"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { decode_attention_rows(qh, rows.data(), rows.data(), 0, 4, 3, 4, oh, l.data(), {}); })
+                .find("key/value heads (0)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { decode_attention_rows(qh, rows.data(), rows.data(), 1, 16, 3, 5, oh, l.data(), {}); })
+                .find("o (1, 2, 1, 4) should be (1, 2, 1, 5)"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace qkv::kernels

@@ -45,6 +45,14 @@ struct DecodeWorkspace {
 void decode_attention(ConstHeads q, const KvCache& cache, int64_t layer, MutableHeads o, float* lse,
                       const AttentionOptions& options, DecodeWorkspace* workspace = nullptr);
 
+// The same over keys and values the caller holds as float rows: keys (B, G, capacity, D) and values
+// (B, G, capacity, Dv), B = q.batch and D = q.dim, their first `length` rows the cached positions.
+// keys and values may be one array (latent attention's absorbed decoding attends over its latents
+// as keys and as values: G = 1, D = Dv = latent_dim). Sizes below 1, a length past the capacity or
+// missing rows are errors naming them.
+void decode_attention_rows(ConstHeads q, const float* keys, const float* values, int64_t G, int64_t capacity,
+                           int64_t length, int64_t Dv, MutableHeads o, float* lse, const AttentionOptions& options,
+                           DecodeWorkspace* workspace = nullptr);
 // The chunk length (in keys) decode_attention cuts `visible_keys` keys into: a function of the
 // count alone, so tests can make a cache span several chunks.
 int64_t decode_chunk_keys(int64_t visible_keys);
