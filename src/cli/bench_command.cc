@@ -221,8 +221,10 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
   }
   if (f.module == "cache-memory") return run_cache_memory(f, sub);
   if (f.module == "gated-deltanet") return run_deltanet(f, sub);
-  for (const char* flag : {"--num-layers", "--latent-dim"})
-    QKV_CHECK(sub.count(flag) == 0, flag, " is a flag of --module cache-memory, not ", f.module);
+  QKV_CHECK(sub.count("--num-layers") == 0, "--num-layers is a flag of --module cache-memory or gated-deltanet, not ",
+            f.module);
+  QKV_CHECK(sub.count("--latent-dim") == 0 || f.module == "decode", "--latent-dim is a flag of --module cache-memory "
+            "or decode, not ", f.module);
   if (f.module == "accuracy") return run_accuracy(f, sub);
   if (f.module == "gpt") return run_gpt(f, sub);
   for (const char* flag : {"--weights", "--quantize", "--text"})
@@ -246,7 +248,13 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
     QKV_CHECK(f.attention.heads >= 1, "--num-heads ", f.attention.heads, ": must be at least 1");
     QKV_CHECK(f.cache_dtype == "f32" || f.cache_dtype == "bf16", "--cache-dtype '", f.cache_dtype,
               "': expected f32 or bf16");
+    QKV_CHECK(sub.count("--latent-dim") == 0 || f.latent_dim >= 1, "--latent-dim ", f.latent_dim,
+              ": must be at least 1 (the latent numbers each cached position keeps)");
+    QKV_CHECK(sub.count("--latent-dim") == 0 || (sub.count("--cache-dtype") == 0 && sub.count("--num-kv-heads") == 0),
+              "--latent-dim with --cache-dtype or --num-kv-heads: latent attention's cache is one f32 latent per "
+              "position, read by every head");
     perf::DecodeBenchShape s;
+    if (sub.count("--latent-dim")) s.latent_dim = f.latent_dim;
     s.batch = f.batch;
     s.attention = f.attention;
     if (s.attention.head_dim == 0) s.attention.head_dim = f.d_model / f.attention.heads;
@@ -352,7 +360,8 @@ Command add_bench(CLI::App& app) {
   add_number(sub, "--kv-len", f->kv_len, "decode: cached positions S the query attends to");
   add_number(sub, "--num-layers", f->layers, "cache-memory: layers L (default 48, the book's MLA estimator's); gated-deltanet --new-tokens: "
              "layers L (default 18, Qwen3.5-0.8B's linear ones)");
-  add_number(sub, "--latent-dim", f->latent_dim, "cache-memory: MLA's latent numbers per token and layer (default 1024)");
+  add_number(sub, "--latent-dim", f->latent_dim, "cache-memory: MLA's latent numbers per token and layer (default 1024); decode: time latent attention's "
+             "absorbed step over --kv-len cached latents of this size instead of a KV cache");
   sub->add_option("--cache-dtype", f->cache_dtype,
                   "decode, cache-memory: the KV cache's element type (cache-memory's default: bf16, the book's)")
       ->default_val("f32")

@@ -148,43 +148,25 @@ HWY_INLINE VF LoadWide(DF d, const uint16_t* HWY_RESTRICT p) {
   return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
 }
 
-// s[r, j] = q_r . k_j for rows [0, R) and keys [0, cols) of kb (cols, ldk); q rows of ldq,
-// nv = ldk / kLanes vectors (kNV > 0: fixed at compile time, the key row held in registers
-// for every row r).
+// s[r, j] = q_r . k_j for rows [0, R) and keys [0, cols) of kb (cols, ldk); q rows of ldq, the
+// key row of kNV vectors (fixed at compile time) held in registers for every row r.
 template <int kNV, typename T>
 void QDotK(const float* HWY_RESTRICT qs, size_t ldq, size_t R, const T* HWY_RESTRICT kb, size_t ldk, size_t cols,
-           size_t nv_runtime, float* HWY_RESTRICT s) {
+           float* HWY_RESTRICT s) {
+  static_assert(kNV > 0, "QDotK: rows of kNV vectors; QDotKAny takes any");
   const DF d;
-  if constexpr (kNV > 0) {
-    for (size_t j = 0; j < cols; ++j) {
-      VF k[kNV];
-      HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) k[v] = LoadWide(d, kb + j * ldk + v * kLanes);
-      for (size_t r = 0; r < R; ++r) {
-        const float* q = qs + r * ldq;
-        VF a0 = hn::Mul(hn::LoadU(d, q), k[0]), a1 = hn::Zero(d);
-        if constexpr (kNV > 1) a1 = hn::Mul(hn::LoadU(d, q + kLanes), k[1]);
-        HWY_UNROLL(8) for (int v = 2; v < kNV; v += 2) {
-          a0 = hn::MulAdd(hn::LoadU(d, q + v * kLanes), k[v], a0);
-          a1 = hn::MulAdd(hn::LoadU(d, q + (v + 1) * kLanes), k[v + 1], a1);
-        }
-        s[r * kBlock + j] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+  for (size_t j = 0; j < cols; ++j) {
+    VF k[kNV];
+    HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) k[v] = LoadWide(d, kb + j * ldk + v * kLanes);
+    for (size_t r = 0; r < R; ++r) {
+      const float* q = qs + r * ldq;
+      VF a0 = hn::Mul(hn::LoadU(d, q), k[0]), a1 = hn::Zero(d);
+      if constexpr (kNV > 1) a1 = hn::Mul(hn::LoadU(d, q + kLanes), k[1]);
+      HWY_UNROLL(8) for (int v = 2; v < kNV; v += 2) {
+        a0 = hn::MulAdd(hn::LoadU(d, q + v * kLanes), k[v], a0);
+        a1 = hn::MulAdd(hn::LoadU(d, q + (v + 1) * kLanes), k[v + 1], a1);
       }
-    }
-  } else {
-    const size_t nv = nv_runtime;
-    for (size_t j = 0; j < cols; ++j) {
-      const T* k = kb + j * ldk;
-      for (size_t r = 0; r < R; ++r) {
-        const float* q = qs + r * ldq;
-        VF a0 = hn::Zero(d), a1 = hn::Zero(d);
-        size_t v = 0;
-        for (; v + 2 <= nv; v += 2) {
-          a0 = hn::MulAdd(hn::LoadU(d, q + v * kLanes), LoadWide(d, k + v * kLanes), a0);
-          a1 = hn::MulAdd(hn::LoadU(d, q + (v + 1) * kLanes), LoadWide(d, k + (v + 1) * kLanes), a1);
-        }
-        if (v < nv) a0 = hn::MulAdd(hn::LoadU(d, q + v * kLanes), LoadWide(d, k + v * kLanes), a0);
-        s[r * kBlock + j] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
-      }
+      s[r * kBlock + j] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
     }
   }
 }
@@ -221,6 +203,63 @@ HWY_INLINE VF SumsOfLanes(DF d, const VF* HWY_RESTRICT a) {
     return hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, y0, y1)), hn::BitCast(d, hn::InterleaveUpper(d64, y0, y1)));
   }
 #endif
+}
+
+// s[r, j] = q_r . k_j for rows [0, R) and keys [0, cols) of keys kb (cols, ldk; nv vectors a row),
+// any nv: kLanes (row, key) pairs at a time, kRB rows by kLanes / kRB keys (kRB = 4 while four
+// rows are left, then 2, then 1), one accumulator each (kRB + kLanes / kRB loads per kLanes FMAs),
+// then one transposed reduction into a vector of their kLanes scores; keys past the last whole
+// group one pair at a time. Many rows per key (latent attention's heads over one latent) or long
+// rows (D of 128 on 8 lanes) make this the bulk of a step.
+template <size_t kRB>
+HWY_INLINE void PairScores(const float* HWY_RESTRICT qs, size_t ldq, size_t r, const float* HWY_RESTRICT kb,
+                           size_t ldk, size_t j, size_t nv, float* HWY_RESTRICT s) {
+  constexpr size_t kJB = kLanes / kRB;
+  const DF d;
+  VF acc[kLanes];
+  HWY_UNROLL(16) for (size_t i = 0; i < kLanes; ++i) acc[i] = hn::Zero(d);
+  for (size_t v = 0; v < nv; ++v) {
+    VF q[kRB];
+    HWY_UNROLL(16) for (size_t rr = 0; rr < kRB; ++rr) q[rr] = hn::LoadU(d, qs + (r + rr) * ldq + v * kLanes);
+    HWY_UNROLL(16) for (size_t jj = 0; jj < kJB; ++jj) {
+      const VF k = hn::LoadU(d, kb + (j + jj) * ldk + v * kLanes);
+      HWY_UNROLL(16) for (size_t rr = 0; rr < kRB; ++rr) acc[rr * kJB + jj] = hn::MulAdd(q[rr], k, acc[rr * kJB + jj]);
+    }
+  }
+  HWY_ALIGN float out[kLanes];
+  hn::Store(SumsOfLanes<kLanes>(d, acc), d, out);
+  for (size_t rr = 0; rr < kRB; ++rr)
+    for (size_t jj = 0; jj < kJB; ++jj) s[(r + rr) * kBlock + j + jj] = out[rr * kJB + jj];
+}
+
+void QDotKAny(const float* HWY_RESTRICT qs, size_t ldq, size_t R, const float* HWY_RESTRICT kb, size_t ldk,
+              size_t cols, size_t nv, float* HWY_RESTRICT s) {
+  const DF d;
+  auto one = [&](size_t r, size_t j) {
+    const float *q = qs + r * ldq, *k = kb + j * ldk;
+    VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+    size_t v = 0;
+    for (; v + 2 <= nv; v += 2) {
+      a0 = hn::MulAdd(hn::LoadU(d, q + v * kLanes), hn::LoadU(d, k + v * kLanes), a0);
+      a1 = hn::MulAdd(hn::LoadU(d, q + (v + 1) * kLanes), hn::LoadU(d, k + (v + 1) * kLanes), a1);
+    }
+    if (v < nv) a0 = hn::MulAdd(hn::LoadU(d, q + v * kLanes), hn::LoadU(d, k + v * kLanes), a0);
+    s[r * kBlock + j] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+  };
+  size_t r = 0;
+  auto rows_of = [&]<size_t kRB>() {
+    constexpr size_t kJB = kLanes / kRB;
+    const size_t keys = cols / kJB * kJB;
+    for (size_t j = 0; j < keys; j += kJB) PairScores<kRB>(qs, ldq, r, kb, ldk, j, nv, s);
+    for (size_t j = keys; j < cols; ++j)
+      for (size_t rr = 0; rr < kRB; ++rr) one(r + rr, j);
+    r += kRB;
+  };
+  if constexpr (kLanes >= 4)
+    while (R - r >= 4) rows_of.template operator()<4>();
+  if constexpr (kLanes >= 2)
+    while (R - r >= 2) rows_of.template operator()<2>();
+  while (r < R) rows_of.template operator()<1>();
 }
 
 // s[j] = q . k_j for a full block of kBlock keys kb (kBlock, kNV * kLanes), read in place: per
@@ -304,6 +343,26 @@ HWY_NOINLINE void RowBlock(const float* HWY_RESTRICT q_row, const T* HWY_RESTRIC
 // o_r += sum_j p[r, j] v_j for rows [0, R), keys [0, cols) of vb (cols, ldv). With kNV > 0 o_r
 // stays in registers over the block, in two sets (even and odd keys) so that consecutive keys'
 // FMAs do not wait on each other.
+// ov rows [r, r + kR), vectors [c, c + kC) += s's rows times the block's cols values (vb, ldv).
+template <size_t kR, size_t kC, typename T>
+HWY_INLINE void WeightedBlock(const float* HWY_RESTRICT s, size_t r, const T* HWY_RESTRICT vb, size_t ldv, size_t cols,
+                              size_t c, float* HWY_RESTRICT ov, size_t ldo) {
+  const DF d;
+  VF a[kR][kC];
+  HWY_UNROLL(8) for (size_t rr = 0; rr < kR; ++rr)
+    HWY_UNROLL(8) for (size_t cc = 0; cc < kC; ++cc) a[rr][cc] = hn::LoadU(d, ov + (r + rr) * ldo + (c + cc) * kLanes);
+  for (size_t j = 0; j < cols; ++j) {
+    VF v[kC];
+    HWY_UNROLL(8) for (size_t cc = 0; cc < kC; ++cc) v[cc] = LoadWide(d, vb + j * ldv + (c + cc) * kLanes);
+    HWY_UNROLL(8) for (size_t rr = 0; rr < kR; ++rr) {
+      const VF p = hn::Set(d, s[(r + rr) * kBlock + j]);
+      HWY_UNROLL(8) for (size_t cc = 0; cc < kC; ++cc) a[rr][cc] = hn::MulAdd(p, v[cc], a[rr][cc]);
+    }
+  }
+  HWY_UNROLL(8) for (size_t rr = 0; rr < kR; ++rr)
+    HWY_UNROLL(8) for (size_t cc = 0; cc < kC; ++cc) hn::StoreU(a[rr][cc], d, ov + (r + rr) * ldo + (c + cc) * kLanes);
+}
+
 template <int kNV, typename T>
 void WeightedSumV(const float* HWY_RESTRICT s, size_t R, const T* HWY_RESTRICT vb, size_t ldv, size_t cols,
                   size_t nv_runtime, float* HWY_RESTRICT ov, size_t ldo) {
@@ -334,18 +393,21 @@ void WeightedSumV(const float* HWY_RESTRICT s, size_t R, const T* HWY_RESTRICT v
       HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) hn::StoreU(hn::Add(a[v], b[v]), d, o + v * kLanes);
     }
   } else {
+    // kR rows by 8 / kR vectors of columns held in registers over the block's keys (kR = 4 while
+    // four rows are left, then 2, then 1; each element's sum over j in order, as one row at a time
+    // would take it).
     const size_t nv = nv_runtime;
-    for (size_t j = 0; j < cols; ++j) {
-      const T* v = vb + j * ldv;
-      for (size_t r = 0; r < R; ++r) {
-        const float pr = s[r * kBlock + j];
-        if (pr == 0.0f) continue;
-        const VF pv = hn::Set(d, pr);
-        float* o = ov + r * ldo;
-        for (size_t c = 0; c < nv; ++c)
-          hn::StoreU(hn::MulAdd(pv, LoadWide(d, v + c * kLanes), hn::LoadU(d, o + c * kLanes)), d, o + c * kLanes);
-      }
-    }
+    size_t r = 0;
+    auto rows_of = [&]<size_t kR>() {
+      constexpr size_t kC = 8 / kR;
+      size_t c = 0;
+      for (; c + kC <= nv; c += kC) WeightedBlock<kR, kC>(s, r, vb, ldv, cols, c, ov, ldo);
+      for (; c < nv; ++c) WeightedBlock<kR, 1>(s, r, vb, ldv, cols, c, ov, ldo);
+      r += kR;
+    };
+    while (R - r >= 4) rows_of.template operator()<4>();
+    while (R - r >= 2) rows_of.template operator()<2>();
+    while (r < R) rows_of.template operator()<1>();
   }
 }
 
@@ -467,11 +529,20 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
       if (cols == kBlock) {
         for (size_t r = 0; r < R; ++r) QDotKBlockRow<kNV>(qs + r * Dp, keys + jb * p.D, s + r * kBlock);
       } else {
-        QDotK<kNV>(qs, Dp, R, keys + jb * p.D, D, cols, Dp / kLanes, s);
+        QDotK<kNV>(qs, Dp, R, keys + jb * p.D, D, cols, s);
       }
     } else {
-      PackRows(keys + jb * p.D, D, cols, kb, Dp);
-      QDotK<kNV>(qs, Dp, R, static_cast<const float*>(kb), Dp, cols, Dp / kLanes, s);
+      if constexpr (std::is_same_v<T, float>) {
+        if (D == Dp) {  // whole vectors: read in place (a latent of 96 or 512, a head of 128 on AVX2)
+          QDotKAny(qs, Dp, R, keys + jb * p.D, D, cols, Dp / kLanes, s);
+        } else {
+          PackRows(keys + jb * p.D, D, cols, kb, Dp);
+          QDotKAny(qs, Dp, R, kb, Dp, cols, Dp / kLanes, s);
+        }
+      } else {
+        PackRows(keys + jb * p.D, D, cols, kb, Dp);
+        QDotKAny(qs, Dp, R, kb, Dp, cols, Dp / kLanes, s);
+      }
     }
     for (size_t r = 0; r < R; ++r) {
       const int64_t h = g * p.group + static_cast<int64_t>(r) / p.Tq, i = static_cast<int64_t>(r) % p.Tq;
@@ -481,8 +552,12 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
     if constexpr (kInPlace) {
       WeightedSumV<kNV>(s, R, values + jb * p.Dv, Dv, cols, Dvp / kLanes, ov, Dvp);
     } else {
-      PackRows(values + jb * p.Dv, Dv, cols, vb, Dvp);
-      WeightedSumV<kNV>(s, R, static_cast<const float*>(vb), Dvp, cols, Dvp / kLanes, ov, Dvp);
+      if (std::is_same_v<T, float> && Dv == Dvp) {
+        WeightedSumV<kNV>(s, R, values + jb * p.Dv, Dv, cols, Dvp / kLanes, ov, Dvp);
+      } else {
+        PackRows(values + jb * p.Dv, Dv, cols, vb, Dvp);
+        WeightedSumV<kNV>(s, R, static_cast<const float*>(vb), Dvp, cols, Dvp / kLanes, ov, Dvp);
+      }
     }
   }
   const int64_t bg = b * p.G + g;

@@ -36,6 +36,21 @@ TEST_F(CliBenchDecode, ReportsBytesReadAgainstTheBandwidth) {
               100.0 * j["read_gb_s"].get<double>() / j["bandwidth_gb_s"].get<double>(), 1e-9);
 }
 
+TEST_F(CliBenchDecode, LatentAttentionReadsTheLatentsOnceForEveryHead) {
+  Result r = run("bench --module decode --kv-len 200 --batch 2 --num-heads 5 --head-dim 8 --latent-dim 24 --iters 2 "
+                 "--threads 2 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("decode, latent attention absorbed (5 queries of latent_dim 24 over the cached latents, "
+                               "keys and values both), B=2 kv_len=200"));
+  const nlohmann::json j = last_json_line(r.out);
+  EXPECT_EQ(j["attention"], "latent");
+  EXPECT_DOUBLE_EQ(j["read_bytes"].get<double>(), 2.0 * 200 * 24 * 4);  // B S L floats, not B H S 2 D
+  EXPECT_DOUBLE_EQ(j["flops"].get<double>(), 4.0 * 2 * 5 * 200 * 24);   // scores and weighted sums of every head
+  EXPECT_NEAR(j["gflops"].get<double>(), j["flops"].get<double>() / (j["median_ms"].get<double>() * 1e-3) / 1e9, 1e-9);
+  EXPECT_GT(j["peak_gflops"].get<double>(), 0.0);
+  EXPECT_EQ(j["times_ms"].size(), 2u);
+}
+
 TEST_F(CliBenchDecode, BadFlagsNameTheValueAndWhatWasExpected) {
   const std::pair<std::string, std::string> cases[] = {
       {"--module decode --kv-len 0", "--kv-len 0: must be at least 1"},
@@ -46,6 +61,9 @@ TEST_F(CliBenchDecode, BadFlagsNameTheValueAndWhatWasExpected) {
       {"--module decode --kv-len 8 --head-dim -1", "--head-dim (-1) must be at least 1"},
       {"--module attention-core --seq-len 4 --kv-len 8", "--kv-len is a flag of --module decode, not attention-core"},
       {"--module attention-core", "--seq-len is required for --module attention-core"},
+      {"--module decode --kv-len 8 --latent-dim 0", "--latent-dim 0: must be at least 1"},
+      {"--module decode --kv-len 8 --latent-dim 4 --cache-dtype bf16", "--latent-dim with --cache-dtype or"},
+      {"--module mha --seq-len 8 --latent-dim 4", "--latent-dim is a flag of --module cache-memory or decode, not mha"},
   };
   for (const auto& [args, message] : cases) {
     Result r = run("bench " + args);

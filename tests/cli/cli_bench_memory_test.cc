@@ -58,7 +58,7 @@ TEST_F(CliTest, CacheMemoryBadFlagsNameTheValue) {
       {"--module cache-memory --iters 3", "--iters is not a flag of --module cache-memory"},
       {"--module cache-memory --seq-len 0", "tokens (0) must be at least 1"},
       {"--module cache-memory --latent-dim 0", "latent_dim (0) must be at least 1"},
-      {"--module decode --kv-len 8 --num-layers 4", "--num-layers is a flag of --module cache-memory, not decode"},
+      {"--module decode --kv-len 8 --num-layers 4", "--num-layers is a flag of --module cache-memory or gated-deltanet, not decode"},
   };
   for (const auto& [args, message] : cases) {
     Result r = run("bench " + args);

@@ -29,6 +29,13 @@ struct DecodeBenchShape {
   // H, G, D (kernels/attention_spec.h; causal, one query at position S - 1): GPT-2's 12 heads of 64
   kernels::AttentionSpec attention = {.heads = 12, .head_dim = 64};
   kernels::CacheDtype dtype = kernels::CacheDtype::kF32;  // the cache's
+  // > 0: latent attention's absorbed decoding instead (MultiHeadLatentAttention::forward_cached):
+  // H query heads of latent_dim L (queries already folded through W_UK) over a (B, S, L) f32 cache
+  // of latents, the keys and the values both (kernels::decode_attention_rows). It reads B S L
+  // floats a call and does 4 B H S L FLOPs (scores and the weighted sum): at H / 2 FMAs per byte
+  // read, past a handful of heads the FMA peak bounds it before the bandwidth does, so the report
+  // gives its share of both.
+  int64_t latent_dim = 0;
 };
 
 struct DecodeBenchReport {
@@ -42,6 +49,7 @@ struct DecodeBenchReport {
   double bandwidth_gb_s = 0;    // measured streaming read bandwidth, same threads
   int64_t bandwidth_buffer_bytes = 0;
   int64_t cache_bytes = 0;      // allocated
+  double flops = 0, gflops = 0, peak_gflops = 0;  // latent_dim > 0 only: per call, per second, FMA peak
 };
 
 // Checks the shape (qkv::Error naming the bad value: sizes below 1, the spec's rules), measures
