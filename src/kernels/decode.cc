@@ -582,8 +582,9 @@ void RunChunk(const DecodeProblem& p, int nv, int64_t b, int64_t g, int64_t c, f
 
 void RunChunks(const DecodeProblem& p) {
   // D = Dv a multiple of 16 of 1, 2, 4 or 8 vectors (16 to 128 with 16 lanes; GPT-2's 64, a small
-  // model's 16): the row loops unrolled, keys and values read in place. Any other D packs each block
-  // into padded rows first (a copy of every key and value the step reads).
+  // model's 16): the row loops unrolled, keys and values read in place. Any other D takes the
+  // register-blocked path (QDotKAny, WeightedBlock): rows of whole vectors read in place, others (and
+  // bf16) packed into padded float rows first (a copy of every key and value the step reads).
   const int nv = p.D == p.Dv && p.D % 16 == 0 ? static_cast<int>(p.D / static_cast<int64_t>(kLanes)) : 0;
   ForTasks(p, p.B * p.G * p.chunks, [&](int64_t task, int worker) {
     float* scratch = p.scratch + static_cast<size_t>(worker) * p.scratch_stride;
