@@ -33,10 +33,13 @@ struct ForwardFlags : ModuleFlags {
   std::string input, output, save_weights, attn_weights;
   std::string text, text_file, vocab_dir;
   std::string grad_output, grads_out;  // backward: dL/doutput in, gradients out
+  bool cached = false;                 // through the module's inference cache, token by token
 };
 
 int run_forward(ForwardFlags& f, const CLI::App& sub) {
   if (is_model_family(f.module)) {  // a whole model of a family
+    if (f.cached) bad_flag("--cached", "a flag of the modules with an inference cache (",
+                           attention_module_list(&AttentionModuleInfo::cached), "), not of --module ", f.module);
     const std::string text = f.text_file.empty() ? f.text : read_file(f.text_file);
     return run_forward_model(f, f.sizes, {f.input, f.output, f.save_weights, f.grad_output, f.grads_out, text,
                                           f.vocab_dir, f.attn_weights},
@@ -49,6 +52,15 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   const bool causal = info.causal;
   if (!info.softmax && !f.attn_weights.empty())
     bad_flag("--attn-weights", f.module, " (", info.class_name, ") has no softmax attention weights");
+  if (f.cached) {
+    if (!info.cached)
+      bad_flag("--cached", f.module, " (", info.class_name, ") has no inference cache (modules with one: ",
+               attention_module_list(&AttentionModuleInfo::cached), ")");
+    for (const auto& [flag, given] : {std::pair{"--train", f.train}, {"--attn-weights", !f.attn_weights.empty()},
+                                      {"--grad-output", !f.grad_output.empty()}})
+      if (given) bad_flag("--cached", "not with ", flag, ": the cached form is inference, one token at a time (no "
+                          "dropout, attention weights or backward)");
+  }
   const AttentionConfig c = checked_module_config(f, sub, from_text);
   QKV_CHECK((from_text ? 1 : 0) + (f.input.empty() ? 0 : 1) == 1, "give exactly one of --input FILE (a tensor), --text T or ",
             "--text-file F (GPT-2 tokens through token + positional embeddings)");
@@ -95,6 +107,7 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
     run.input_name = "the tensor 'input' in " + excerpt(f.input);
   }
   run.attention_weights = !f.attn_weights.empty();
+  run.cached = f.cached;
   if (grad_file) {
     run.doutput = &grad_file->get("grad_output");
     run.doutput_name = "the tensor 'grad_output' in " + excerpt(f.grad_output);
@@ -138,6 +151,10 @@ Command add_forward(CLI::App& app) {
                   "Write the attention weights as 'attn_weights' (per head), and after dropout as "
                   "'attn_weights_dropped' when dropout is active; --module gpt: every block's as "
                   "'trf_blocks.N.attn_weights' (B, H, T, T)");
+  sub->add_flag("--cached", f->cached,
+                "mla, gated-deltanet: run the module as decoding does, through its inference cache one token at a "
+                "time (latent attention absorbed over the cached latents; the delta rule's recurrent step on its "
+                "state): the forward's output within float rounding");
   sub->add_option("--grad-output", f->grad_output,
                   "Run the backward pass with dL/doutput = the tensor 'grad_output' of this safetensors file");
   sub->add_option("--grads-out", f->grads_out,

@@ -97,7 +97,9 @@ ModuleResult run_module(const ModuleRun& r) {
               " (the causal mask covers only that many); use a larger --context-length or a shorter input");
   AttentionTrace trace;
   ModuleResult out;
-  out.output = m.forward(x, r.attention_weights ? &trace : nullptr);
+  QKV_CHECK(!r.cached || (!r.attention_weights && !r.doutput && !r.train), r.module,
+            ": the cached form is inference only (no attention weights, backward or training mode)");
+  out.output = r.cached ? m.forward_token_by_token(x) : m.forward(x, r.attention_weights ? &trace : nullptr);
   if (r.attention_weights) {
     out.attention_weights = {{"attn_weights", trace.weights}};
     if (trace.dropped_weights.numel() > 0) out.attention_weights.push_back({"attn_weights_dropped", trace.dropped_weights});

@@ -29,17 +29,17 @@ const char* attention_path_name(AttentionPath path) {
 }
 
 const std::vector<AttentionModuleInfo>& attention_modules() {
-  //  name, class, input rank, causal, multi_head, bias, split_heads, variants, softmax, linear_sizes
+  //  name, class, input rank, causal, multi_head, bias, split_heads, variants, softmax, linear_sizes, cached
   static const std::vector<AttentionModuleInfo> modules = {
-      {"self-attention-v1", "SelfAttentionV1", 2, false, false, false, false, false, true, false},
-      {"self-attention-v2", "SelfAttentionV2", 2, false, false, true, false, false, true, false},
-      {"causal-attention", "CausalAttention", 3, true, false, true, false, false, true, false},
-      {"mha-wrapper", "MultiHeadAttentionWrapper", 3, true, true, true, false, false, true, false},
-      {"mha", "MultiHeadAttention", 3, true, true, true, true, true, true, false},
-      {"gated-mha", "GatedMultiHeadAttention", 3, true, true, true, true, true, true, false},
-      {"mla", "MultiHeadLatentAttention", 3, true, true, true, true, false, true, false},
-      {"deltanet", "GatedDeltaNet", 3, true, true, true, true, false, false, false},
-      {"gated-deltanet", "Qwen3_5GatedDeltaNet", 3, true, true, false, false, false, false, true},
+      {"self-attention-v1", "SelfAttentionV1", 2, false, false, false, false, false, true, false, false},
+      {"self-attention-v2", "SelfAttentionV2", 2, false, false, true, false, false, true, false, false},
+      {"causal-attention", "CausalAttention", 3, true, false, true, false, false, true, false, false},
+      {"mha-wrapper", "MultiHeadAttentionWrapper", 3, true, true, true, false, false, true, false, false},
+      {"mha", "MultiHeadAttention", 3, true, true, true, true, true, true, false, false},
+      {"gated-mha", "GatedMultiHeadAttention", 3, true, true, true, true, true, true, false, false},
+      {"mla", "MultiHeadLatentAttention", 3, true, true, true, true, false, true, false, true},
+      {"deltanet", "GatedDeltaNet", 3, true, true, true, true, false, false, false, false},
+      {"gated-deltanet", "Qwen3_5GatedDeltaNet", 3, true, true, false, false, false, false, true, true},
   };
   return modules;
 }
@@ -51,6 +51,11 @@ const std::vector<std::string>& attention_module_names() {
     return n;
   }();
   return names;
+}
+
+Tensor AttentionModule::forward_token_by_token(const Tensor&) {
+  fail(type_name(), " has no inference cache to run token by token (modules with one: ",
+       attention_module_list(&AttentionModuleInfo::cached), ")");
 }
 
 std::string attention_module_list(bool AttentionModuleInfo::*what) {

@@ -250,6 +250,15 @@ Tensor GatedDeltaNetLayer::forward_cached(const Tensor& x, GatedDeltaNetCache& c
   return cached_step(x, cache.conv.data(), cache.state.data(), cache.conv.data());
 }
 
+Tensor GatedDeltaNetLayer::forward_token_by_token(const Tensor& x) {
+  QKV_CHECK(x.dim() == 3 && x.size(1) >= 1, kLayer, ": forward_token_by_token takes (B, T >= 1, d_in), got ",
+            shape_str(x.shape()));
+  GatedDeltaNetCache cache = new_cache(x.size(0));
+  std::vector<Tensor> rows;
+  for (int64_t t = 0; t < x.size(1); ++t) rows.push_back(forward_cached(x.slice(1, t, t + 1).contiguous(), cache));
+  return cat(rows, 1);
+}
+
 Tensor GatedDeltaNetLayer::cached_step(const Tensor& x, const float* history, double* state, float* next_history,
                                        const Weights16* w16) {
   x_shape_.clear();  // what project() keeps is not a training forward's: no backward after this

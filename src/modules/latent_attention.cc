@@ -154,6 +154,15 @@ Tensor MultiHeadLatentAttention::forward_cached(const Tensor& x, LatentCache& ca
   return out_proj.forward(context);
 }
 
+Tensor MultiHeadLatentAttention::forward_token_by_token(const Tensor& x) {
+  QKV_CHECK(x.dim() == 3 && x.size(1) >= 1, kMla, ": forward_token_by_token takes (B, T >= 1, d_in), got ",
+            shape_str(x.shape()));
+  LatentCache cache = new_cache(x.size(0), x.size(1));
+  std::vector<Tensor> rows;
+  for (int64_t t = 0; t < x.size(1); ++t) rows.push_back(forward_cached(x.slice(1, t, t + 1).contiguous(), cache));
+  return cat(rows, 1);
+}
+
 Tensor MultiHeadLatentAttention::backward(const Tensor& doutput) {
   QKV_CHECK(x_shape_.size() == 3, kMla, ": backward before forward");
   const int64_t B = x_shape_[0], T = x_shape_[1], H = config.attention.heads, D = config.attention.head_dim;

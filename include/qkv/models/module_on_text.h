@@ -72,6 +72,7 @@ struct ModuleRun {
   int64_t vocab_size = 0;                                 //   this vocabulary
   std::string input_name = "the input";                   // in messages: "the tensor 'input' in 'x.st'"
   bool attention_weights = false;
+  bool cached = false;                                    // forward_token_by_token (eval, forward only)
   const Tensor* doutput = nullptr;                        // dL/doutput, the output's shape: run the backward
   std::string doutput_name = "the gradient";
 };

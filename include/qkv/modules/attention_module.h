@@ -102,6 +102,11 @@ class AttentionModule : public Module {
   // forward call; adds every parameter's gradient into its d<name> member (see module.h).
   virtual Tensor backward(const Tensor& doutput) = 0;
   virtual int input_rank() const { return 3; }
+  // The output computed through the module's inference cache, fed one token at a time as a
+  // decoding loop feeds it (eval mode; nothing kept for backward): forward's rows within float
+  // rounding. Modules with no cache (AttentionModuleInfo::cached false) throw naming the ones that
+  // have one.
+  virtual Tensor forward_token_by_token(const Tensor& x);
 };
 
 // Names as the command line spells them: self-attention-v1, self-attention-v2, causal-attention,
@@ -123,6 +128,7 @@ struct AttentionModuleInfo {
   bool variants;           // takes the attention variants (num_kv_heads, rope, window, alibi, softcap)
   bool softmax;            // attends by softmax weights (a trace has them); false: a linear recurrence
   bool linear_sizes;       // sized by gated_deltanet_config (key heads, key and value widths, a conv kernel)
+  bool cached;             // has an inference cache: forward_token_by_token runs through it
 };
 const std::vector<AttentionModuleInfo>& attention_modules();  // in attention_module_names() order
 // The module called `name`; throws qkv::Error naming the known ones.

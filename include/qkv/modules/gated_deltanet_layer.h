@@ -62,6 +62,8 @@ class GatedDeltaNetLayer : public AttentionModule {
   // nothing for backward (a backward after it is refused). A cache of another size is an error.
   GatedDeltaNetCache new_cache(int64_t batch) const;
   Tensor forward_cached(const Tensor& x, GatedDeltaNetCache& cache);
+  // A fresh cache, then x's tokens one at a time through it (each a recurrent step on the state).
+  Tensor forward_token_by_token(const Tensor& x) override;
   // The same on raw rows x (B, T, M) -> y (B, T, M) with the cache in the caller's doubles (a
   // hybrid model's KvCache state layer): the recurrence's state (B, Hv, Dk, Dv), then the
   // convolution's last K - 1 inputs (B, K - 1, 2 Kd + Vd); cache_doubles(B) of them, zeros at a

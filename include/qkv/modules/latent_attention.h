@@ -56,6 +56,8 @@ class MultiHeadLatentAttention : public AttentionModule {
   // the sizes; nothing is kept for backward (a backward after it is refused).
   LatentCache new_cache(int64_t batch, int64_t capacity) const;
   Tensor forward_cached(const Tensor& x, LatentCache& cache);
+  // A cache of x's length, then x's tokens one at a time through it.
+  Tensor forward_token_by_token(const Tensor& x) override;
 
   AttentionConfig config;
   Linear W_query;     // (d_out, d_in)
