@@ -54,14 +54,13 @@ void DeltaRuleStep(const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, con
   const DD d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), whole = Dv / lanes * lanes;
   thread_local std::vector<double> scratch;
-  if (static_cast<int64_t>(scratch.size()) < 2 * whole + 2 * lanes) scratch.resize(static_cast<size_t>(2 * whole + 2 * lanes));
-  // m (then delta) and the output's sums, one vector per `lanes` columns, aligned
-  double* m = scratch.data() + (lanes - reinterpret_cast<uintptr_t>(scratch.data()) / 8 % lanes) % lanes;
-  double* acc = m + whole;
+  if (static_cast<int64_t>(scratch.size()) < 2 * whole) scratch.resize(static_cast<size_t>(2 * whole));
+  double* m = scratch.data();  // m (then delta), a vector per `lanes` columns
+  double* acc = m + whole;     // the output's sums
   const VD zero = hn::Zero(d), va = hn::Set(d, alpha);
   for (int64_t j = 0; j < whole; j += lanes) {
-    hn::Store(zero, d, m + j);
-    hn::Store(zero, d, acc + j);
+    hn::StoreU(zero, d, m + j);
+    hn::StoreU(zero, d, acc + j);
   }
   // m = S^T k: S's rows in order from memory, kRows at a time through the sums (each column's sum
   // over i in order)
@@ -70,15 +69,16 @@ void DeltaRuleStep(const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, con
     const double* r = S + i * Dv;
     const VD k0 = hn::Set(d, k[i]), k1 = hn::Set(d, k[i + 1]), k2 = hn::Set(d, k[i + 2]), k3 = hn::Set(d, k[i + 3]);
     for (int64_t j = 0; j < whole; j += lanes) {
-      VD a = hn::MulAdd(hn::LoadU(d, r + j), k0, hn::Load(d, m + j));
+      VD a = hn::MulAdd(hn::LoadU(d, r + j), k0, hn::LoadU(d, m + j));
       a = hn::MulAdd(hn::LoadU(d, r + Dv + j), k1, a);
       a = hn::MulAdd(hn::LoadU(d, r + 2 * Dv + j), k2, a);
-      hn::Store(hn::MulAdd(hn::LoadU(d, r + 3 * Dv + j), k3, a), d, m + j);
+      hn::StoreU(hn::MulAdd(hn::LoadU(d, r + 3 * Dv + j), k3, a), d, m + j);
     }
   }
   for (; i < Dk; ++i) {
     const VD ki = hn::Set(d, k[i]);
-    for (int64_t j = 0; j < whole; j += lanes) hn::Store(hn::MulAdd(hn::LoadU(d, S + i * Dv + j), ki, hn::Load(d, m + j)), d, m + j);
+    for (int64_t j = 0; j < whole; j += lanes)
+      hn::StoreU(hn::MulAdd(hn::LoadU(d, S + i * Dv + j), ki, hn::LoadU(d, m + j)), d, m + j);
   }
   // delta = (v - alpha m) beta, in m's place
   HWY_ALIGN double buf[2 * HWY_LANES(double)];
@@ -87,7 +87,7 @@ void DeltaRuleStep(const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, con
       buf[l] = static_cast<double>(v[j + l]);
       buf[lanes + l] = static_cast<double>(beta[beta_width == 1 ? 0 : j + l]);
     }
-    hn::Store(hn::Mul(hn::NegMulAdd(va, hn::Load(d, m + j), hn::Load(d, buf)), hn::Load(d, buf + lanes)), d, m + j);
+    hn::StoreU(hn::Mul(hn::NegMulAdd(va, hn::LoadU(d, m + j), hn::Load(d, buf)), hn::Load(d, buf + lanes)), d, m + j);
   }
   // S = alpha S + k delta^T and y = S^T q: the same rows again, now from L2 (a head's state of 128 x
   // 128 doubles is 128 KiB), each written once
@@ -95,15 +95,12 @@ void DeltaRuleStep(const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, con
     double* r = S + i * Dv;
     const VD ki = hn::Set(d, k[i]), qi = hn::Set(d, q[i]);
     for (int64_t j = 0; j < whole; j += lanes) {
-      const VD s = hn::MulAdd(ki, hn::Load(d, m + j), hn::Mul(va, hn::LoadU(d, r + j)));
+      const VD s = hn::MulAdd(ki, hn::LoadU(d, m + j), hn::Mul(va, hn::LoadU(d, r + j)));
       hn::StoreU(s, d, r + j);
-      hn::Store(hn::MulAdd(s, qi, hn::Load(d, acc + j)), d, acc + j);
+      hn::StoreU(hn::MulAdd(s, qi, hn::LoadU(d, acc + j)), d, acc + j);
     }
   }
-  for (int64_t j = 0; j < whole; j += lanes) {
-    hn::Store(hn::Load(d, acc + j), d, buf);
-    for (int64_t l = 0; l < lanes; ++l) y[j + l] = static_cast<float>(buf[l]);
-  }
+  for (int64_t j = 0; j < whole; ++j) y[j] = static_cast<float>(acc[j]);
   StepColumns(q, k, v, alpha, beta, beta_width, Dk, Dv, whole, Dv, S, y);
 }
 

@@ -33,6 +33,24 @@ double milliseconds_of(const std::chrono::steady_clock::time_point& t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// `rows` rows of the rule's inputs as Qwen3.5's layer makes them (head width D): q and k of unit
+// length (q then times 1 / sqrt(D)), v uniform in [-1, 1), beta in (0.05, 0.95), alpha in (0.9, 1).
+struct RuleInputs {
+  std::vector<float> q, k, v, beta, alpha;
+  RuleInputs(int64_t rows, int64_t D)
+      : q(static_cast<size_t>(checked_product({rows, D}, "gated-deltanet bench inputs"))), k(q.size()), v(q.size()),
+        beta(static_cast<size_t>(rows)), alpha(beta.size()) {
+    fill_uniform(q, 1, -1, 1);
+    fill_uniform(k, 2, -1, 1);
+    fill_uniform(v, 3, -1, 1);
+    fill_uniform(beta, 5, 0.05f, 0.95f);
+    fill_uniform(alpha, 6, 0.9f, 1.0f);
+    std::vector<float> norms(beta.size());
+    l2norm_rows(q.data(), rows, D, 1e-6f, 1.0f / std::sqrt(static_cast<float>(D)), q.data(), norms.data());
+    l2norm_rows(k.data(), rows, D, 1e-6f, 1.0f, k.data(), norms.data());
+  }
+};
+
 }  // namespace
 
 DeltaNetBenchReport run_deltanet_bench(const DeltaNetBenchShape& s, int iters, int warmup, ThreadPool& pool) {
@@ -42,7 +60,7 @@ DeltaNetBenchReport run_deltanet_bench(const DeltaNetBenchShape& s, int iters, i
             warmup, ") at least 0");
   const int64_t D = s.head_dim;
   const DeltaRuleShape shape{s.batch, s.tokens, s.heads, D, D, false};
-  const int64_t rows = shape.rows(), n = checked_product({rows, D}, "gated-deltanet bench inputs");
+  const int64_t rows = shape.rows();
   DeltaNetBenchReport r;
   r.shape = s;
   r.threads = pool.num_threads();
@@ -50,17 +68,10 @@ DeltaNetBenchReport run_deltanet_bench(const DeltaNetBenchShape& s, int iters, i
   r.simd = kernels::simd_target();
   r.gemm = gemm_description();
   r.peak_gflops = kernels::measure_fma_peak_gflops(pool);
-  std::vector<float> q(static_cast<size_t>(n)), k(q.size()), v(q.size()), beta(static_cast<size_t>(rows)),
-      alpha(beta.size()), log_alpha(beta.size()), y(q.size()), y_ref(q.size()), dy(q.size());
-  fill_uniform(q, 1, -1, 1);
-  fill_uniform(k, 2, -1, 1);
-  fill_uniform(v, 3, -1, 1);
+  const RuleInputs inputs(rows, D);
+  const std::vector<float> &q = inputs.q, &k = inputs.k, &v = inputs.v, &beta = inputs.beta, &alpha = inputs.alpha;
+  std::vector<float> log_alpha(beta.size()), y(q.size()), y_ref(q.size()), dy(q.size());
   fill_uniform(dy, 4, -1, 1);
-  fill_uniform(beta, 5, 0.05f, 0.95f);
-  fill_uniform(alpha, 6, 0.9f, 1.0f);
-  std::vector<float> norms(beta.size());  // q and k as the layer makes them: l2norm(q) / sqrt(D), l2norm(k)
-  l2norm_rows(q.data(), rows, D, 1e-6f, 1.0f / std::sqrt(static_cast<float>(D)), q.data(), norms.data());
-  l2norm_rows(k.data(), rows, D, 1e-6f, 1.0f, k.data(), norms.data());
   for (size_t i = 0; i < alpha.size(); ++i) log_alpha[i] = std::log(alpha[i]);
   const DeltaRuleLogInputs in{q.data(), k.data(), v.data(), beta.data(), log_alpha.data()};
   std::vector<float> dq(q.size()), dk(q.size()), dv(q.size()), dbeta(beta.size()), dlog(beta.size());
@@ -160,17 +171,9 @@ DeltaNetDecodeReport run_deltanet_decode_bench(const DeltaNetDecodeShape& s, Thr
   r.simd = kernels::simd_target();
   r.state_bytes = total;
   r.bandwidth_gb_s = kernels::measure_read_bandwidth(pool).gb_s;
-  // one token's inputs per layer, as the layer makes them (unit q and k, q / sqrt(D))
-  const int64_t rows = s.layers * heads, n = rows * D;
-  std::vector<float> q(static_cast<size_t>(n)), k(q.size()), v(q.size()), beta(static_cast<size_t>(rows)),
-      alpha(beta.size()), y(q.size()), y_ref(q.size()), norms(beta.size());
-  fill_uniform(q, 11, -1, 1);
-  fill_uniform(k, 12, -1, 1);
-  fill_uniform(v, 13, -1, 1);
-  fill_uniform(beta, 14, 0.05f, 0.95f);
-  fill_uniform(alpha, 15, 0.9f, 1.0f);
-  l2norm_rows(q.data(), rows, D, 1e-6f, 1.0f / std::sqrt(static_cast<float>(D)), q.data(), norms.data());
-  l2norm_rows(k.data(), rows, D, 1e-6f, 1.0f, k.data(), norms.data());
+  const RuleInputs inputs(s.layers * heads, D);  // one token's inputs per layer and head
+  const std::vector<float> &q = inputs.q, &k = inputs.k, &v = inputs.v, &beta = inputs.beta, &alpha = inputs.alpha;
+  std::vector<float> y(q.size()), y_ref(q.size());
   std::vector<double> states(static_cast<size_t>(s.layers * per_layer), 0.0), ref(states.size(), 0.0);
   const DeltaRuleShape one{s.batch, 1, s.heads, D, D, false};
   auto layer_inputs = [&](int64_t l) {
