@@ -65,10 +65,10 @@ ExploreLimits limits_of(const ExploreFlags& f) {
 // The chapter's module on GPT-2 tokens, as `qkv forward --text` runs it.
 ExplorePage module_page(ExploreFlags& f, const CLI::App& sub, const std::string& text) {
   const AttentionModuleInfo& info = attention_module_info(f.module);
-  if (!info.softmax)
-    bad_flag("--module", f.module, " (", info.class_name, ") has no softmax attention weights to show; the page of a ",
-             "linear recurrence is not built yet");
   const AttentionConfig c = checked_module_config(f, sub, /*on_text=*/true);
+  // the page's (T, T) matrices per head: softmax weights, or a linear recurrence's maps A (the
+  // book's GatedDeltaNet has one per head and value channel)
+  const int64_t maps = info.softmax || info.linear_sizes ? c.attention.heads : c.attention.heads * c.attention.head_dim;
   Encoding gpt2 = load_gpt2(f.vocab_dir);
   const std::vector<int64_t> ids = gpt2.encode(text, SpecialTokens::all());
   QKV_CHECK(!ids.empty(), "the text has no tokens: there is nothing to attend over");
@@ -76,8 +76,8 @@ ExplorePage module_page(ExploreFlags& f, const CLI::App& sub, const std::string&
   QKV_CHECK(T <= c.context_length, "the text is ", T, " GPT-2 tokens but --context-length is ", c.context_length,
             "; shorten the text or raise --context-length");
   // the module's pipeline shows its scores and scaled scores, (T, T) per head, besides the weights
-  check_page_fits(1, c.attention.heads, c.attention.head_dim, T, info.causal, limits_of(f), /*square_steps=*/2);
-  check_sizes({c.attention.heads, T, T, 8}, 4, "the page's (T, T) matrices per head");
+  check_page_fits(1, maps, c.attention.head_dim, T, info.causal, limits_of(f), /*square_steps=*/info.softmax ? 2 : 1);
+  check_sizes({maps, T, T, 8}, 4, "the page's (T, T) matrices per head");
   std::map<std::string, Tensor> state;
   if (!f.weights.empty()) state = load_safetensors(f.weights).tensors;
   // torch.manual_seed(S); embeddings; module = Class(...); [load_state_dict(...)]; module(x)

@@ -51,7 +51,8 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   const AttentionModuleInfo& info = attention_module_info(f.module);
   const bool causal = info.causal;
   if (!info.softmax && !f.attn_weights.empty())
-    bad_flag("--attn-weights", f.module, " (", info.class_name, ") has no softmax attention weights");
+    bad_flag("--attn-weights", f.module, " (", info.class_name, ") has no softmax attention weights (qkv explore --module ",
+             f.module, " shows the map its recurrence applies to the values)");
   if (f.cached) {
     if (!info.cached)
       bad_flag("--cached", f.module, " (", info.class_name, ") has no inference cache (modules with one: ",

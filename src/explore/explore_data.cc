@@ -112,6 +112,8 @@ void summarise(ExplorePage& p) {
       for (int64_t n = 0; n < cells; ++n) max_over.data()[n] = std::max(max_over.data()[n], w.data()[h * cells + n]);
     l.thumbnails = explore_thumbnail(cat({w, mean(w, 0).unsqueeze(0), max_over}, 0));
     l.stats = head_stats(w);
+    if (l.linear)  // A is no distribution over the keys: no entropy, no mean distance (A's cells stay)
+      for (ExploreHeadStats& st : l.stats) st.entropy = st.distance = std::numeric_limits<double>::quiet_NaN();
   }
 }
 
@@ -222,6 +224,59 @@ ExplorePage explore_walkthrough(const Walkthrough& w) {
   return p;
 }
 
+namespace {
+
+// A linear recurrence's steps (the book's GatedDeltaNet, Qwen3.5's layer) and its layer: queries,
+// keys and values as the delta rule reads them; in place of softmax weights the exact map A the
+// recurrence applies to the values (modules/delta_rule.h's delta_rule_map: context = A @ values);
+// the context. The layer's heads are A's maps: the value heads (beta per head), or the book's
+// (head, value channel) pairs (beta per channel: each channel has its own map).
+void add_linear_steps(ExplorePage& p, const AttentionModuleInfo& info, const AttentionTrace& trace) {
+  const bool book = !info.linear_sizes;
+  auto first = [](const Tensor& t) { return t.select(0, 0).contiguous(); };  // batch item 0
+  const Tensor q = first(trace.queries), k = first(trace.keys), v = first(trace.values), A = first(trace.weights);
+  const int64_t Dv = v.size(2), maps = A.size(0);
+  if (book) {
+    for (const auto& [name, what] : {std::pair{"queries", "l2norm(W_query(x)) / sqrt(D)"},
+                                     std::pair{"keys", "l2norm(W_key(x))"}, std::pair{"values", "W_value(x)"}}) {
+      const std::string w = std::string("W_") + (name[0] == 'q' ? "query" : name[0] == 'k' ? "key" : "value");
+      p.pipeline.push_back(step(name, std::string(name) + " = " + what + ", per head (T, D)",
+                                name[0] == 'q' ? q : name[0] == 'k' ? k : v, true,
+                                {{"inputs", "i", "*"}, {w + ".weight", "hj", "*"}}));
+    }
+  } else {  // the convolution reads rows i - K + 1 .. i of the projection
+    const std::string conv = " of silu(conv1d(in_proj_qkv(x))) (causal, over the K - 1 rows before too)";
+    const std::vector<ExploreLink> from_x = {{"inputs", "*", "*"}};
+    p.pipeline.push_back(step("queries", "queries = l2norm(q" + conv + ") / sqrt(Dk), per value head (T, Dk)", q,
+                              true, from_x));
+    p.pipeline.push_back(step("keys", "keys = l2norm(k" + conv + "), per value head (T, Dk)", k, true, from_x));
+    p.pipeline.push_back(step("values", "values = v" + conv + ", per value head (T, Dv)", v, true, from_x));
+  }
+  p.pipeline.push_back(step("A",
+                            std::string("A: the delta rule's exact map from values to context, from the queries, keys, "
+                                        "beta and the decays; lower-triangular, not softmax weights (a row need not "
+                                        "sum to 1, and may be negative). ") +
+                                (book ? "One map per head and value channel (beta corrects each channel by its own "
+                                        "amount): map h D + c is head h's channel c"
+                                      : "One map per value head"),
+                            A, true, {{"queries", "i", "*"}, {"keys", "*", "*"}}));
+  p.pipeline.push_back(step("context",
+                            book ? "context[:, c] = A[h D + c] @ values[:, c], per head (T, D)"
+                                 : "context = A @ values, per value head (T, Dv)",
+                            first(trace.context), true, {{"A", "i", "*"}, {"values", "*", "j"}}));
+  ExploreLayer layer;
+  layer.weights = A;
+  layer.queries = repeat_heads(q, maps);  // map m reads head m / (maps / heads)
+  layer.keys = repeat_heads(k, maps);
+  layer.linear = true;
+  if (book)
+    for (int64_t m = 0; m < maps; ++m)
+      layer.head_names.push_back("head " + std::to_string(m / Dv) + " ch " + std::to_string(m % Dv));
+  p.layers.push_back(std::move(layer));
+}
+
+}  // namespace
+
 ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& info, const AttentionConfig& config,
                            const Tensor& inputs, const AttentionTrace& trace, const Tensor& output,
                            std::vector<std::string> tokens, std::string title) {
@@ -254,6 +309,29 @@ ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& i
       if (e.name == name) return true;
     return false;
   };
+  // output[i][j]: out_proj from context row i (every head's) and weight row j; without out_proj the
+  // context itself (heads concatenated for the wrapper: column j is head j / D's column j mod D)
+  ExploreStep out = step("output", has("out_proj.weight") ? "out_proj(context heads concatenated), (T, d_out)"
+                                                          : "the module's output, (T, d_out)",
+                         rank == 3 ? output.select(0, 0).contiguous() : output);
+  out.index_prefix = batch;
+  if (has("out_proj.weight"))
+    out.links = {{"context", "i", "*"}, {"out_proj.weight", "j", "*"}, {"out_proj.bias", "0", "j"}};
+  else
+    out.links = {{"context", "i", mh ? "jd" : "j"}};
+  if (!info.softmax) {
+    add_linear_steps(p, info, trace);
+    if (info.linear_sizes) {  // Qwen3.5's layer: out_proj without a bias
+      out.caption = "out_proj(rmsnorm(context) * norm.weight * silu(in_proj_z(x))), (T, d_model)";
+      out.links = {{"context", "i", "*"}, {"out_proj.weight", "j", "*"}};
+    } else {
+      out.caption = "out_proj(dropout(rmsnorm(context) * norm.weight * silu(W_gate(x)))), (T, d_out)";
+      out.links = {{"context", "i", "*"}, {"out_proj.weight", "j", "*"}, {"out_proj.bias", "0", "j"}};
+    }
+    p.pipeline.push_back(out);
+    summarise(p);
+    return p;
+  }
   std::string w_suffix = ".weight";
   if (has("W_query")) {  // SelfAttention_v1: x @ W_query, W (d_in, d_out)
     w_suffix = "";
@@ -364,16 +442,6 @@ ExplorePage explore_module(AttentionModule& module, const AttentionModuleInfo& i
   }
   p.pipeline.push_back(step("context", "context_vec = attn_weights @ values, per head", H(trace.context), true,
                             {{context_from, "i", "*"}, {"values", "*", "j"}}));
-  ExploreStep out = step("output", has("out_proj.weight") ? "out_proj(context heads concatenated), (T, d_out)"
-                                                          : "the module's output, (T, d_out)",
-                         rank == 3 ? output.select(0, 0).contiguous() : output);
-  out.index_prefix = batch;
-  // output[i][j]: out_proj from context row i (every head's) and weight row j; without out_proj the
-  // context itself (heads concatenated for the wrapper: column j is head j / D's column j mod D)
-  if (has("out_proj.weight"))
-    out.links = {{"context", "i", "*"}, {"out_proj.weight", "j", "*"}, {"out_proj.bias", "0", "j"}};
-  else
-    out.links = {{"context", "i", mh ? "jd" : "j"}};
   p.pipeline.push_back(out);
 
   ExploreLayer layer;

@@ -292,9 +292,10 @@ std::string explore_html(const ExplorePage& page, ExploreStorage st) {
     const ExploreLayer& L = page.layers[l];
     const std::string n = "layer" + std::to_string(l) + ".";
     nlohmann::json stats = nlohmann::json::array();
-    for (const ExploreHeadStats& h : L.stats)  // induction null when not measured
-      stats.push_back({{"entropy", h.entropy}, {"distance", h.distance}, {"first", h.first}, {"previous", h.previous},
-                       {"induction", std::isnan(h.induction) ? nlohmann::json() : nlohmann::json(h.induction)}});
+    auto value = [](double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); };  // null: not measured
+    for (const ExploreHeadStats& h : L.stats)
+      stats.push_back({{"entropy", value(h.entropy)}, {"distance", value(h.distance)}, {"first", value(h.first)},
+                       {"previous", value(h.previous)}, {"induction", value(h.induction)}});
     layers.push_back({{"weights", tensors.add(n + "weights", L.weights)},
                       {"stats", stats},
                       {"queries", tensors.add(n + "queries", L.queries)},
@@ -306,6 +307,7 @@ std::string explore_html(const ExplorePage& page, ExploreStorage st) {
                       {"window", L.window},
                       {"linear", L.linear},
                       {"heads", L.weights.size(0)}});  // this layer's: layers may differ (Qwen3.5's)
+    if (!L.head_names.empty()) layers.back()["headNames"] = L.head_names;
   }
   nlohmann::json j = {{"title", page.title},
                       {"source", page.source},

@@ -204,6 +204,36 @@ void delta_rule_forward_chunked(const DeltaRuleShape& s, const DeltaRuleInputs& 
     }
 }
 
+Tensor delta_rule_map(const DeltaRuleShape& s, const DeltaRuleInputs& in) {
+  const int64_t B = s.batch, T = s.tokens, H = s.heads, Dk = s.key_dim, W = s.beta_width();
+  Tensor A = Tensor::zeros({B, H, W, T, T});
+  default_pool().parallel_for(B * H * W, [&](int64_t m, int) {  // map m = (b, h, w)
+    const int64_t b = m / (H * W), h = m / W % H, c = m % W;
+    float* a = A.data() + m * T * T;
+    auto row = [&](int64_t t) { return (b * T + t) * H + h; };  // (B, T, H) row
+    auto beta = [&](int64_t t) { return static_cast<double>(in.beta[row(t) * W + c]); };
+    std::vector<double> w(static_cast<size_t>(Dk));
+    for (int64_t r = 0; r < T; ++r) {  // v_r's column: w = beta_r k_r, then w = M_t w for t > r
+      const float* kr = in.k + row(r) * Dk;
+      for (int64_t d = 0; d < Dk; ++d) w[static_cast<size_t>(d)] = beta(r) * kr[d];
+      for (int64_t t = r; t < T; ++t) {
+        if (t > r) {
+          const float* kt = in.k + row(t) * Dk;
+          double kw = 0;
+          for (int64_t d = 0; d < Dk; ++d) kw += kt[d] * w[static_cast<size_t>(d)];
+          const double bt = beta(t), at = in.alpha[row(t)];
+          for (int64_t d = 0; d < Dk; ++d) w[static_cast<size_t>(d)] = at * (w[static_cast<size_t>(d)] - bt * kt[d] * kw);
+        }
+        const float* qt = in.q + row(t) * Dk;
+        double y = 0;
+        for (int64_t d = 0; d < Dk; ++d) y += qt[d] * w[static_cast<size_t>(d)];
+        a[t * T + r] = static_cast<float>(y);
+      }
+    }
+  });
+  return A;
+}
+
 void l2norm_rows(const float* u, int64_t rows, int64_t width, float eps, float scale, float* out, float* r) {
   for (int64_t row = 0; row < rows; ++row) {
     const float* x = u + row * width;

@@ -106,6 +106,8 @@ Tensor GatedDeltaNet::forward(const Tensor& x, AttentionTrace* trace) {
     trace->keys = heads(kn_);
     trace->values = heads(v_);
     trace->context = y.transpose(1, 2).contiguous();
+    trace->weights = delta_rule_map(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()})
+                         .reshape({B, H * D, T, T});  // map h D + c: head h's value channel c
   }
   return out_proj.forward(dropout.forward(gated));
 }

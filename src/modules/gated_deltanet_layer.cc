@@ -174,37 +174,6 @@ Tensor GatedDeltaNetLayer::output(int64_t B, int64_t T, const Weights16* w16) {
   return Tensor::from({B, T, config.d_in}, product(out_proj, gated, w16->out));
 }
 
-Tensor GatedDeltaNetLayer::linear_weights(int64_t B, int64_t T) const {
-  // S_t = M_t S_{t-1} + beta_t k_t v_t^T with M_t = alpha_t (I - beta_t k_t k_t^T), y_t = S_t^T q_t:
-  // v_s reaches y_t through A[t][s] = q_t . (M_t ... M_{s+1} beta_s k_s), one vector carried forward.
-  const int64_t Hv = config.attention.heads, Dk = config.attention.head_dim;
-  Tensor A = Tensor::zeros({B, Hv, T, T});
-  std::vector<double> w(static_cast<size_t>(Dk));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < Hv; ++h) {
-      float* a = A.data() + (b * Hv + h) * T * T;
-      auto row = [&](int64_t t) { return (b * T + t) * Hv + h; };  // (B, T, Hv) index
-      for (int64_t s = 0; s < T; ++s) {
-        const float* ks = &kn_[static_cast<size_t>(row(s) * Dk)];
-        for (int64_t d = 0; d < Dk; ++d) w[static_cast<size_t>(d)] = static_cast<double>(beta_[static_cast<size_t>(row(s))]) * ks[d];
-        for (int64_t t = s; t < T; ++t) {
-          if (t > s) {  // w = M_t w
-            const float* kt = &kn_[static_cast<size_t>(row(t) * Dk)];
-            double kw = 0;
-            for (int64_t d = 0; d < Dk; ++d) kw += kt[d] * w[static_cast<size_t>(d)];
-            const double bt = beta_[static_cast<size_t>(row(t))], at = alpha_[static_cast<size_t>(row(t))];
-            for (int64_t d = 0; d < Dk; ++d) w[static_cast<size_t>(d)] = at * (w[static_cast<size_t>(d)] - bt * kt[d] * kw);
-          }
-          const float* qt = &qn_[static_cast<size_t>(row(t) * Dk)];
-          double y = 0;
-          for (int64_t d = 0; d < Dk; ++d) y += qt[d] * w[static_cast<size_t>(d)];
-          a[t * T + s] = static_cast<float>(y);
-        }
-      }
-    }
-  return A;
-}
-
 Tensor GatedDeltaNetLayer::forward(const Tensor& x, AttentionTrace* trace) {
   check_batch_input(kLayer, x, config.d_in, config.context_length);
   const int64_t B = x.size(0), T = x.size(1), Hv = config.attention.heads;
@@ -224,7 +193,8 @@ Tensor GatedDeltaNetLayer::forward(const Tensor& x, AttentionTrace* trace) {
     trace->keys = heads(kn_, Dk);
     trace->values = heads(v_, Dv);
     trace->context = heads(y_, Dv);
-    trace->weights = linear_weights(B, T);
+    trace->weights = delta_rule_map(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()})
+                         .reshape({B, Hv, T, T});
   }
   x_shape_ = x.shape();
   return output(B, T);

@@ -194,6 +194,33 @@ TEST_F(ExploreCli, ModuleFlagsThatDoNotFitAreUsageErrors) {
   refused("explore --checkpoint c.safetensors --module mha", 2, "does not apply to --checkpoint");
 }
 
+// A linear recurrence's page: in place of softmax weights its maps A (tests/explore's
+// linear_module_page_test checks their numbers), one per head and value channel for the book's
+// GatedDeltaNet, named so; the size check before any work counts those maps.
+TEST_F(ExploreCli, TheGatedDeltaNetsPagesShowTheirMaps) {
+  const Result r = run("explore --module deltanet --d-in 6 --d-out 8 --num-heads 2 --context-length 16 --seed 123 "
+                       "--out page.html");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("1 layer(s) x 8 head(s)"), std::string::npos) << r.out;
+  std::string html = slurp(path("page.html"));
+  EXPECT_NE(html.find("\"linear\":true"), std::string::npos);
+  EXPECT_NE(html.find("\"headNames\":[\"head 0 ch 0\""), std::string::npos);
+  std::filesystem::remove(path("page.html"));
+  const Result q = run("explore --module gated-deltanet --d-in 8 --num-heads 4 --num-kv-heads 2 --head-dim 4 "
+                       "--value-head-dim 2 --conv-kernel 4 --context-length 16 --seed 123 --out page.html");
+  ASSERT_EQ(q.status, 0) << q.err;
+  EXPECT_NE(q.out.find("1 layer(s) x 4 head(s)"), std::string::npos) << q.out;
+  html = slurp(path("page.html"));
+  EXPECT_NE(html.find("\"linear\":true"), std::string::npos);
+  EXPECT_EQ(html.find("\"headNames\":"), std::string::npos);
+  std::filesystem::remove(path("page.html"));
+  std::string text;
+  for (int i = 0; i < 600; ++i) text += " a";
+  write_file_atomically(path("long.txt"), text);
+  refused("explore --text-file " + path("long.txt") + " --module deltanet --d-in 8 --d-out 64 --num-heads 2 "
+          "--context-length 1000 --seed 1 --precision u8 --max-page-size 1M", 1, "1 layer(s) x 64 head(s) of 600 x 600");
+}
+
 TEST_F(ExploreCli, APageOverTheSizeLimitIsRefusedNamingTheFlags) {
   // Too large even in 8 bits (the template alone is more than 20K): no advice to use 8 bits.
   refused("explore " + mha + " --max-page-size 20K", 1, "(u8), more than --max-page-size");

@@ -61,6 +61,7 @@ struct ExploreStep {
 };
 
 // One head's statistics over the page's query rows i (weights w = the layer's (T, T) for the head).
+// A linear layer's A is no distribution: its entropy and distance are NaN (not shown).
 struct ExploreHeadStats {
   double entropy = 0;   // mean over i of -sum_j w[i][j] ln w[i][j] (nats): 0 for one key, ln(i + 1) for uniform
   double distance = 0;  // mean over i of sum_j w[i][j] (i - j): how far back the head looks, in tokens
@@ -101,6 +102,9 @@ struct ExploreLayer {
   // context (o = A v, lower-triangular; not a softmax of the scores), queries and keys its
   // normalised ones, H its value heads; a computed page (ExploreWeights::kComputed) stores its A.
   bool linear = false;
+  // What the page calls each head (empty: "head h"): the book's GatedDeltaNet's maps are its (head,
+  // value channel) pairs, "head 1 ch 3".
+  std::vector<std::string> head_names;
   // A computed page's corrections (explore_layer_corrections), made once when first needed.
   mutable std::shared_ptr<const ExploreCorrections> corrections;
 };

@@ -63,6 +63,14 @@ void delta_rule_backward(const DeltaRuleShape& s, const DeltaRuleInputs& in, con
 void delta_rule_forward_chunked(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t chunk, float* y,
                                 std::vector<double>* final_state = nullptr);
 
+// The exact linear map the recurrence applies to the values from a zero state (what the explorer
+// shows in place of softmax weights): y_t[c] = sum_{s <= t} A[b][h][w][t][s] v_s[c], A (B, H, W, T, T)
+// lower-triangular, W = s.beta_width() (one map per head when beta is per head; one per value
+// channel c = w when it is per channel, each channel corrected by its own beta). With
+// M_t = alpha_t (I - beta_t k_t k_t^T): A[t][s] = q_t . (M_t ... M_{s+1} beta_s k_s), in double.
+// Not softmax weights: a row need not sum to 1 and may be negative.
+Tensor delta_rule_map(const DeltaRuleShape& s, const DeltaRuleInputs& in);
+
 // l2norm(u) = u / sqrt(sum u^2 + eps) over rows of `width`, times `scale`: out (rows, width) and
 // r (rows) = 1 / sqrt(sum u^2 + eps).
 void l2norm_rows(const float* u, int64_t rows, int64_t width, float eps, float scale, float* out, float* r);

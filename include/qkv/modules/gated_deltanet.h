@@ -36,7 +36,10 @@ class GatedDeltaNet : public AttentionModule {
   void collect_state(const std::string& prefix, std::vector<StateEntry>& out) override;
   void train(bool on = true) override;
   // (B, T, d_in) -> (B, T, d_out); a trace keeps the (normalised) queries and keys, the values and
-  // the context y, per head (B, H, T, D).
+  // the context y, per head (B, H, T, D), and as `weights` the exact linear map the recurrence applies
+  // to the values, one per head and value channel (beta corrects each channel by its own amount):
+  // y[:, h, c] = A[h D + c] @ v[:, h, c], A (B, H D, T, T) lower-triangular (delta_rule_map; not
+  // softmax weights).
   Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr) override;
   Tensor backward(const Tensor& doutput) override;  // (B, T, d_out) -> (B, T, d_in)
 

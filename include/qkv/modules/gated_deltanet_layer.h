@@ -103,8 +103,6 @@ class GatedDeltaNetLayer : public AttentionModule {
   // and out_proj.
   void project(const Tensor& x, const float* history, const Weights16* w16 = nullptr);
   Tensor output(int64_t B, int64_t T, const Weights16* w16 = nullptr);
-  // A of the last forward (see forward).
-  Tensor linear_weights(int64_t B, int64_t T) const;
   // A cached step: project x after `history` (B, K - 1, C), run the recurrence from `state` (updated),
   // write the convolution's new last K - 1 inputs to `next_history` (may be history) -> out_proj's rows.
   Tensor cached_step(const Tensor& x, const float* history, double* state, float* next_history,
