@@ -1,0 +1,133 @@
+// Small products in cache, nothing packed. See include/qkv/kernels/small_gemm.h.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/small_gemm.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <cstdint>
+
+#include "hwy/highway.h"
+#include "qkv/kernels/small_gemm.h"
+
+#ifndef QKV_KERNELS_SMALL_GEMM_ONCE
+#define QKV_KERNELS_SMALL_GEMM_ONCE
+namespace qkv::kernels {
+namespace {
+
+// C's columns [n0, n1) one at a time, in the kernel's order (terms added in k's order, in float).
+void ScalarColumns(bool trans_a, int64_t M, int64_t n0, int64_t n1, int64_t K, float alpha, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = n0; n < n1; ++n) {
+      float sum = 0.0f;
+      for (int64_t k = 0; k < K; ++k) sum += (trans_a ? A[k * lda + m] : A[m * lda + k]) * B[k * ldb + n];
+      float* c = C + m * ldc + n;
+      *c = beta == 0.0f ? alpha * sum : alpha * sum + beta * *c;
+    }
+}
+
+}  // namespace
+}  // namespace qkv::kernels
+#endif  // QKV_KERNELS_SMALL_GEMM_ONCE
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// One tile: kR rows (from m0) by kV vectors of columns (from n0), summed over all of K.
+template <int kR, int kV>
+HWY_INLINE void Tile(bool trans_a, int64_t m0, int64_t n0, int64_t K, float alpha, const float* HWY_RESTRICT A,
+                     int64_t lda, const float* HWY_RESTRICT B, int64_t ldb, float beta, float* HWY_RESTRICT C,
+                     int64_t ldc) {
+  const DF d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  VF acc[kR][kV];
+  for (int r = 0; r < kR; ++r)
+    for (int v = 0; v < kV; ++v) acc[r][v] = hn::Zero(d);
+  // op(A)(m0 + r, k): A[(m0 + r) lda + k], or A[k lda + m0 + r] transposed
+  const int64_t row_step = trans_a ? 1 : lda, k_step = trans_a ? lda : 1;
+  const float* a = A + m0 * row_step;
+  const float* b = B + n0;
+  for (int64_t k = 0; k < K; ++k) {
+    VF bv[kV];
+    for (int v = 0; v < kV; ++v) bv[v] = hn::LoadU(d, b + v * L);
+    for (int r = 0; r < kR; ++r) {
+      const VF ar = hn::Set(d, a[r * row_step]);
+      for (int v = 0; v < kV; ++v) acc[r][v] = hn::MulAdd(ar, bv[v], acc[r][v]);
+    }
+    a += k_step;
+    b += ldb;
+  }
+  const VF va = hn::Set(d, alpha), vb = hn::Set(d, beta);
+  for (int r = 0; r < kR; ++r)
+    for (int v = 0; v < kV; ++v) {
+      float* c = C + (m0 + r) * ldc + n0 + v * L;
+      const VF out = hn::Mul(va, acc[r][v]);
+      hn::StoreU(beta == 0.0f ? out : hn::MulAdd(vb, hn::LoadU(d, c), out), d, c);
+    }
+}
+
+// Every row tile of one column panel of kV vectors: 4 rows at a time, then the last 1-3.
+template <int kV>
+HWY_INLINE void Panel(bool trans_a, int64_t M, int64_t n0, int64_t K, float alpha, const float* A, int64_t lda,
+                      const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) Tile<4, kV>(trans_a, m, n0, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  switch (M - m) {
+    case 3: Tile<3, kV>(trans_a, m, n0, K, alpha, A, lda, B, ldb, beta, C, ldc); break;
+    case 2: Tile<2, kV>(trans_a, m, n0, K, alpha, A, lda, B, ldb, beta, C, ldc); break;
+    case 1: Tile<1, kV>(trans_a, m, n0, K, alpha, A, lda, B, ldb, beta, C, ldc); break;
+    default: break;
+  }
+}
+
+void SmallGemm(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
+               int64_t ldb, float beta, float* C, int64_t ldc) {
+  const DF d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  int64_t vectors = N / L, n0 = 0;
+  // panels of 3 vectors; 4 left are two of 2 (a panel of one vector has too few sums to hide the
+  // FMA's latency)
+  while (vectors > 0) {
+    const int64_t take = vectors >= 3 && vectors != 4 ? 3 : vectors >= 2 ? 2 : 1;
+    if (take == 3) Panel<3>(trans_a, M, n0, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else if (take == 2) Panel<2>(trans_a, M, n0, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else Panel<1>(trans_a, M, n0, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    vectors -= take;
+    n0 += take * L;
+  }
+  ScalarColumns(trans_a, M, n0, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace qkv::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv::kernels {
+
+HWY_EXPORT(SmallGemm);
+
+void small_gemm(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  HWY_DYNAMIC_DISPATCH(SmallGemm)(trans_a, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void small_gemm_reference(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double sum = 0;
+      for (int64_t k = 0; k < K; ++k)
+        sum += static_cast<double>(trans_a ? A[k * lda + m] : A[m * lda + k]) * static_cast<double>(B[k * ldb + n]);
+      float* c = C + m * ldc + n;
+      const double out = static_cast<double>(alpha) * sum;
+      *c = static_cast<float>(beta == 0.0f ? out : out + static_cast<double>(beta) * static_cast<double>(*c));
+    }
+}
+
+}  // namespace qkv::kernels
+#endif  // HWY_ONCE

@@ -1,0 +1,74 @@
+// kernels/small_gemm.h: the unpacked product against the definition (sums in double), on every
+// SIMD target, over shapes that leave rows past the last tile of four, panels of 3, 2 and 1
+// vectors, columns past the last whole vector, A transposed or not, strides wider than the
+// operands, beta 0 over a C of NaNs (never read) and beta != 0.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "qkv/core/generator.h"
+#include "qkv/core/random_tensor.h"
+#include "qkv/kernels/simd.h"
+#include "qkv/kernels/small_gemm.h"
+
+namespace qkv::kernels {
+namespace {
+
+std::vector<float> uniform(int64_t n, Generator& gen) {
+  const Tensor t = rand({n}, gen);
+  std::vector<float> out(t.data(), t.data() + n);
+  for (float& x : out) x = 2 * x - 1;
+  return out;
+}
+
+// Each element within float32's rounding bound of the double reference: K + 2 roundings of the
+// sum of the terms' magnitudes, two of beta C's.
+void check_product(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, float beta, uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << (trans_a ? "A^T " : "A ") << M << " x " << N << " x " << K << " alpha " << alpha
+                                  << " beta " << beta);
+  Generator gen(seed);
+  const int64_t lda = (trans_a ? M : K) + 3, ldb = N + 5, ldc = N + 2;
+  const std::vector<float> A = uniform((trans_a ? K : M) * lda, gen), B = uniform(std::max<int64_t>(K, 1) * ldb, gen);
+  std::vector<float> C = uniform(M * ldc, gen);
+  if (beta == 0.0f) std::fill(C.begin(), C.end(), std::numeric_limits<float>::quiet_NaN());
+  const std::vector<float> before = C;
+  std::vector<float> want = C;
+  small_gemm(trans_a, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+  small_gemm_reference(trans_a, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double magnitude = 0;
+      for (int64_t k = 0; k < K; ++k)
+        magnitude += std::fabs(static_cast<double>(trans_a ? A[k * lda + m] : A[m * lda + k]) * B[k * ldb + n]);
+      const double old = beta == 0.0f ? 0.0 : std::fabs(beta * before[m * ldc + n]);
+      const double tol = 6e-8 * ((static_cast<double>(K) + 2) * std::fabs(alpha) * magnitude + 2 * old) + 1e-30;
+      ASSERT_LE(std::fabs(C[m * ldc + n] - want[m * ldc + n]), tol) << "C[" << m << "][" << n << "]";
+    }
+  for (int64_t m = 0; m < M; ++m)  // the columns between N and ldc are not written
+    for (int64_t n = N; n < ldc; ++n)
+      if (beta != 0.0f) ASSERT_EQ(C[m * ldc + n], want[m * ldc + n]) << "padding C[" << m << "][" << n << "]";
+      else ASSERT_TRUE(std::isnan(C[m * ldc + n])) << "padding C[" << m << "][" << n << "]";
+}
+
+TEST(SmallGemm, EverySimdTargetMatchesTheDefinition) {
+  for (int64_t target : available_simd_targets()) {
+    SCOPED_TRACE(simd_target_name(target));
+    force_simd_target(target);
+    uint64_t seed = 1;
+    for (bool trans_a : {false, true})
+      for (int64_t M : {1, 3, 4, 6, 64})
+        for (int64_t N : {1, 7, 8, 16, 17, 24, 32, 40, 72, 128, 131})
+          for (int64_t K : {0, 1, 5, 64}) {
+            check_product(trans_a, M, N, K, seed % 2 ? 1.0f : -0.5f, seed % 3 ? 0.0f : 0.75f, seed);
+            ++seed;
+          }
+    check_product(false, 64, 128, 128, 1.0f, 1.0f, 99);  // a chunk's shapes
+    check_product(true, 128, 128, 64, 1.0f, 0.5f, 100);
+  }
+  force_simd_target(0);
+}
+
+}  // namespace
+}  // namespace qkv::kernels
