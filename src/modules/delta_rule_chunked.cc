@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "qkv/core/error.h"
 #include "qkv/kernels/small_gemm.h"
@@ -190,37 +191,54 @@ void delta_rule_chunked_forward(const DeltaRuleShape& s, const DeltaRuleLogInput
   QKV_CHECK(!s.beta_per_channel, "delta_rule_chunked_forward: beta per head only (this shape has beta per channel)");
   if (!pool) pool = &default_pool();
   const int64_t T = s.tokens, H = s.heads, Dk = s.key_dim, Dv = s.value_dim, KV = Dk * Dv, n = delta_rule_chunks(T);
-  if (chunk_states) chunk_states->assign(static_cast<size_t>(s.batch * H * n * KV), 0.0f);
-  pool->parallel_for(s.batch * H, [&](int64_t bh, int) {
-    const int64_t b = bh / H, h = bh % H;
-    const HeadRows rows = head_rows(s, in, b, h);
-    // the state's rows padded to lds (and y's chunk computed in yw, rows at lds, then copied out)
-    const int64_t lds = Dv + kPad;
-    std::vector<float> S(static_cast<size_t>(Dk * lds), 0.0f), yw(static_cast<size_t>(kC * lds));
-    auto rows_of_state = [&](float* to, bool out) {  // S <-> Dk x Dv contiguous
-      for (int64_t i = 0; i < Dk; ++i)
-        if (out) std::copy_n(&S[static_cast<size_t>(i * lds)], Dv, to + i * Dv);
-        else std::copy_n(to + i * Dv, Dv, &S[static_cast<size_t>(i * lds)]);
-    };
-    if (state) rows_of_state(state + bh * KV, false);
-    ChunkWork work(Dk, Dv);
-    for (int64_t c = 0; c < n; ++c) {
-      const int64_t t0 = c * kC, C = std::min(kC, T - t0);
-      if (chunk_states) rows_of_state(chunk_states->data() + (bh * n + c) * KV, true);
-      const HeadRows r = rows.from(t0);
-      work.run(r, C, Dk, Dv, S.data(), lds);
+  const int64_t BH = s.batch * H;
+  if (chunk_states) chunk_states->assign(static_cast<size_t>(BH * n * KV), 0.0f);
+  // Every head's state, its rows padded to lds (and a chunk's y computed in a worker's yw, rows at
+  // lds, then copied out)
+  const int64_t lds = Dv + kPad;
+  std::vector<float> states(static_cast<size_t>(BH * Dk * lds), 0.0f);
+  auto rows_of_state = [&](int64_t bh, float* to, bool out) {  // head bh's S <-> Dk x Dv contiguous
+    float* S = &states[static_cast<size_t>(bh * Dk * lds)];
+    for (int64_t i = 0; i < Dk; ++i)
+      if (out) std::copy_n(S + i * lds, Dv, to + i * Dv);
+      else std::copy_n(to + i * Dv, Dv, S + i * lds);
+  };
+  if (state)
+    for (int64_t bh = 0; bh < BH; ++bh) rows_of_state(bh, state + bh * KV, false);
+  struct Worker {
+    ChunkWork work;
+    std::vector<float> yw;
+  };
+  std::vector<std::unique_ptr<Worker>> workers(static_cast<size_t>(pool->num_threads()));
+  // Chunk by chunk, every head of a chunk in parallel: a chunk's rows of q, k, v and y for all heads
+  // are contiguous (B, T, H, D), so each worker streams through its heads' share of each row
+  // instead of reading one head's row at H D floats from the next (a cache miss per row: on a
+  // Zen 3 a fifth of the forward's time when each head ran all its chunks in turn).
+  for (int64_t c = 0; c < n; ++c) {
+    const int64_t t0 = c * kC, C = std::min(kC, T - t0);
+    pool->parallel_for(BH, [&](int64_t bh, int worker) {
+      std::unique_ptr<Worker>& w = workers[static_cast<size_t>(worker)];
+      if (!w) w.reset(new Worker{ChunkWork(Dk, Dv), std::vector<float>(static_cast<size_t>(kC * lds))});
+      ChunkWork& work = w->work;
+      float* yw = w->yw.data();
+      const int64_t b = bh / H, h = bh % H;
+      float* S = &states[static_cast<size_t>(bh * Dk * lds)];
+      if (chunk_states) rows_of_state(bh, chunk_states->data() + (bh * n + c) * KV, true);
+      const HeadRows r = head_rows(s, in, b, h).from(t0);
+      work.run(r, C, Dk, Dv, S, lds);
       // Y = diag(gamma) Q S_0 + P U
-      product(false, false, C, Dv, Dk, 1.0f, work.kq.data() + C * Dk, Dk, S.data(), lds, 0.0f, yw.data(), lds);
+      product(false, false, C, Dv, Dk, 1.0f, work.kq.data() + C * Dk, Dk, S, lds, 0.0f, yw, lds);
       for (int64_t t = 0; t < C; ++t)
-        for (int64_t j = 0; j < Dv; ++j) yw[static_cast<size_t>(t * lds + j)] *= work.d.gamma[t];
-      triangular_product(false, C, Dv, work.qk, work.u, work.ldu, 1.0f, yw.data(), lds);
+        for (int64_t j = 0; j < Dv; ++j) yw[t * lds + j] *= work.d.gamma[t];
+      triangular_product(false, C, Dv, work.qk, work.u, work.ldu, 1.0f, yw, lds);
       float* yc = y + ((b * T + t0) * H + h) * Dv;
-      for (int64_t t = 0; t < C; ++t) std::copy_n(&yw[static_cast<size_t>(t * lds)], Dv, yc + t * r.ldv);
+      for (int64_t t = 0; t < C; ++t) std::copy_n(yw + t * lds, Dv, yc + t * r.ldv);
       // S_C = gamma_{C-1} S_0 + (diag(tail) K)^T U
-      product(true, false, Dk, Dv, C, 1.0f, work.kt.data(), Dk, work.u, work.ldu, work.d.gamma[C - 1], S.data(), lds);
-    }
-    if (state) rows_of_state(state + bh * KV, true);
-  });
+      product(true, false, Dk, Dv, C, 1.0f, work.kt.data(), Dk, work.u, work.ldu, work.d.gamma[C - 1], S, lds);
+    });
+  }
+  if (state)
+    for (int64_t bh = 0; bh < BH; ++bh) rows_of_state(bh, state + bh * KV, true);
 }
 
 void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInputs& in,
