@@ -261,23 +261,36 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
   QKV_CHECK(static_cast<int64_t>(chunk_states.size()) == s.batch * H * n * KV, "delta_rule_chunked_backward: ",
             chunk_states.size(), " chunk-state numbers; expected batch x heads x chunks x Dk x Dv = ",
             s.batch * H * n * KV);
-  pool->parallel_for(s.batch * H, [&](int64_t bh, int) {
-    const int64_t b = bh / H, h = bh % H;
-    const HeadRows rows = head_rows(s, in, b, h);
-    ChunkWork work(Dk, Dv);
-    // dS = dL/dS_C carried from chunk to chunk backwards; per chunk, stacked where two products share
-    // an operand: dU (C, Dv); RY = [dR; dY] (2C, Dv); G = [-diag(beta gamma) dR; diag(gamma) dY]
-    // (2C, Dv); Z = [dR S_0^T; dQ; dK] (3C, Dk); U dS^T (C, Dk); AP = [-dA; dP] = RY U^T (2C, C);
-    // dQK and dKK + dKK^T (C, C) stacked as (2C, C)
-    std::vector<float> dS(static_cast<size_t>(KV), 0.0f), dS0(dS.size()), dU(static_cast<size_t>(kC * Dv)),
-        RY(2 * dU.size()), G(RY.size()), Z(static_cast<size_t>(3 * kC * Dk)), dKt(static_cast<size_t>(kC * Dk)),
-        AP(2 * kC * kC), QS(2 * kC * kC);
-    double dg[kC], dgamma[kC], dtail[kC];
-    float ke[kC];
-    for (int64_t c = n - 1; c >= 0; --c) {
-      const int64_t t0 = c * kC, C = std::min(kC, T - t0);
+  const int64_t BH = s.batch * H;
+  // dS = dL/dS_C of each head, carried from chunk to chunk backwards. Chunk by chunk (the last
+  // first), every head of a chunk in parallel, as the forward runs (its rows streamed). Per chunk,
+  // stacked where two products share an operand: dU (C, Dv); RY = [dR; dY] (2C, Dv); G =
+  // [-diag(beta gamma) dR; diag(gamma) dY] (2C, Dv); Z = [dR S_0^T; dQ; dK] (3C, Dk); U dS^T (C, Dk);
+  // AP = [-dA; dP] = RY U^T (2C, C); dQK and dKK + dKK^T (C, C) stacked as (2C, C): a worker's.
+  std::vector<std::vector<float>> dSs(static_cast<size_t>(BH), std::vector<float>(static_cast<size_t>(KV), 0.0f));
+  struct Worker {
+    ChunkWork work;
+    std::vector<float> dS0, dU, RY, G, Z, dKt, AP, QS;
+  };
+  std::vector<std::unique_ptr<Worker>> workers(static_cast<size_t>(pool->num_threads()));
+  for (int64_t c = n - 1; c >= 0; --c) {
+    const int64_t t0 = c * kC, C = std::min(kC, T - t0);
+    pool->parallel_for(BH, [&](int64_t bh, int worker) {
+      std::unique_ptr<Worker>& wk = workers[static_cast<size_t>(worker)];
+      if (!wk) {
+        const auto v = [](int64_t count) { return std::vector<float>(static_cast<size_t>(count)); };
+        wk.reset(new Worker{ChunkWork(Dk, Dv), v(KV), v(kC * Dv), v(2 * kC * Dv), v(2 * kC * Dv), v(3 * kC * Dk),
+                            v(kC * Dk), v(2 * kC * kC), v(2 * kC * kC)});
+      }
+      ChunkWork& work = wk->work;
+      std::vector<float>& dS = dSs[static_cast<size_t>(bh)];
+      std::vector<float>&dS0 = wk->dS0, &dU = wk->dU, &RY = wk->RY, &G = wk->G, &Z = wk->Z, &dKt = wk->dKt;
+      std::vector<float>&AP = wk->AP, &QS = wk->QS;
+      double dg[kC], dgamma[kC], dtail[kC];
+      float ke[kC];
+      const int64_t b = bh / H, h = bh % H;
       const float* S0 = &chunk_states[(bh * n + c) * KV];
-      const HeadRows r = rows.from(t0);
+      const HeadRows r = head_rows(s, in, b, h).from(t0);
       work.run(r, C, Dk, Dv, S0, Dv);
       const Decays& d = work.d;
       const float* U = work.u;
@@ -363,8 +376,8 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
         std::copy_n(&dQ[t * Dk], Dk, grad.q + (first + t * H) * Dk);
         std::copy_n(&dK[t * Dk], Dk, grad.k + (first + t * H) * Dk);
       }
-    }
-  });
+    });
+  }
 }
 
 double delta_rule_chunked_flops(const DeltaRuleShape& s, bool backward) {
