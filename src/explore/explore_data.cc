@@ -236,14 +236,14 @@ void add_linear_steps(ExplorePage& p, const AttentionModuleInfo& info, const Att
   auto first = [](const Tensor& t) { return t.select(0, 0).contiguous(); };  // batch item 0
   const Tensor q = first(trace.queries), k = first(trace.keys), v = first(trace.values), A = first(trace.weights);
   const int64_t Dv = v.size(2), maps = A.size(0);
-  if (book) {
-    for (const auto& [name, what] : {std::pair{"queries", "l2norm(W_query(x)) / sqrt(D)"},
-                                     std::pair{"keys", "l2norm(W_key(x))"}, std::pair{"values", "W_value(x)"}}) {
-      const std::string w = std::string("W_") + (name[0] == 'q' ? "query" : name[0] == 'k' ? "key" : "value");
-      p.pipeline.push_back(step(name, std::string(name) + " = " + what + ", per head (T, D)",
-                                name[0] == 'q' ? q : name[0] == 'k' ? k : v, true,
-                                {{"inputs", "i", "*"}, {w + ".weight", "hj", "*"}}));
-    }
+  if (book) {  // head h's rows h D .. h D + D - 1 of each projection
+    auto projection = [&](const std::string& name, const std::string& weight, const std::string& what, const Tensor& t) {
+      p.pipeline.push_back(step(name, name + " = " + what + ", per head (T, D)", t, true,
+                                {{"inputs", "i", "*"}, {weight + ".weight", "hj", "*"}}));
+    };
+    projection("queries", "W_query", "l2norm(W_query(x)) / sqrt(D)", q);
+    projection("keys", "W_key", "l2norm(W_key(x))", k);
+    projection("values", "W_value", "W_value(x)", v);
   } else {  // the convolution reads rows i - K + 1 .. i of the projection
     const std::string conv = " of silu(conv1d(in_proj_qkv(x))) (causal, over the K - 1 rows before too)";
     const std::vector<ExploreLink> from_x = {{"inputs", "*", "*"}};

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 
 #include "qkv/core/error.h"
 #include "qkv/kernels/small_gemm.h"
@@ -35,7 +34,7 @@ HeadRows head_rows(const DeltaRuleShape& s, const DeltaRuleLogInputs& in, int64_
           in.log_alpha + first, H * s.key_dim, H * s.value_dim, H};
 }
 
-// C (M, N) = alpha op(A) op(B) + beta C, on this thread (each task a head's chunks): a chunk's
+// C (M, N) = alpha op(A) op(B) + beta C, on this thread (each task one head's chunk): a chunk's
 // products are small and in cache, and run unpacked (kernels/small_gemm.h); op(B) = B^T is first
 // copied transposed, in a padded scratch.
 void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -134,16 +133,12 @@ struct ChunkWork {
   // (C, C) each
   float kk[kC * kC], a[kC * kC], qk[kC * kC], tm[kC * kC];
   // kq: the chunk's [K; Q] rows (2C, Dk); x: [diag(beta) V | diag(beta gamma) K] (C, Dv + Dk);
-  // uw: [U0 -> U | W] (C, Dv + Dk), U's rows at u; x's and uw's rows padded to ldu; kt: diag(tail) K (C, Dk)
-  // kT: K^T (Dk, C), rows at kC + kPad
+  // uw: [U0 -> U | W] (C, Dv + Dk), U in its first Dv columns; x's and uw's rows padded to ldu;
+  // kt: diag(tail) K (C, Dk); kT: K^T (Dk, C), rows at kC + kPad
+  int64_t ldu;
   std::vector<float> kq, x, uw, kt, kT;
-  float* u = nullptr;
-  int64_t ldu = 0;
   ChunkWork(int64_t Dk, int64_t Dv)
-      : kq(2 * kC * Dk), x(kC * (Dv + Dk + kPad)), uw(x.size()), kt(kC * Dk), kT(Dk * (kC + kPad)) {
-    u = uw.data();
-    ldu = Dv + Dk + kPad;
-  }
+      : ldu(Dv + Dk + kPad), kq(2 * kC * Dk), x(kC * ldu), uw(x.size()), kt(kC * Dk), kT(Dk * (kC + kPad)) {}
 
   // Everything of the chunk's C rows up to U = U0 - W S_0 (S: Dk x Dv, rows at lds).
   void run(const HeadRows& r, int64_t C, int64_t Dk, int64_t Dv, const float* S, int64_t lds) {
@@ -189,7 +184,7 @@ struct ChunkWork {
       for (int64_t i = 0; i < Dk; ++i) x[t * ld + Dv + i] = bg * kq[t * Dk + i];
     }
     triangular_product(false, C, n, tm, x.data(), ld, 0.0f, uw.data(), ld);
-    product(false, false, C, Dv, Dk, -1.0f, uw.data() + Dv, ld, S, lds, 1.0f, u, ldu);  // U = U0 - W S_0
+    product(false, false, C, Dv, Dk, -1.0f, uw.data() + Dv, ld, S, lds, 1.0f, uw.data(), ldu);  // U = U0 - W S_0
     for (int64_t t = 0; t < C; ++t)
       for (int64_t i = 0; i < Dk; ++i) kt[t * Dk + i] = d.tail[t] * kq[t * Dk + i];
   }
@@ -220,7 +215,9 @@ void delta_rule_chunked_forward(const DeltaRuleShape& s, const DeltaRuleLogInput
     ChunkWork work;
     std::vector<float> yw;
   };
-  std::vector<std::unique_ptr<Worker>> workers(static_cast<size_t>(pool->num_threads()));
+  std::vector<Worker> workers;
+  for (int i = 0; i < pool->num_threads(); ++i)
+    workers.push_back({ChunkWork(Dk, Dv), std::vector<float>(static_cast<size_t>(kC * lds))});
   // Chunk by chunk, every head of a chunk in parallel: a chunk's rows of q, k, v and y for all heads
   // are contiguous (B, T, H, D), so each worker streams through its heads' share of each row
   // instead of reading one head's row at H D floats from the next (a cache miss per row: on a
@@ -228,10 +225,8 @@ void delta_rule_chunked_forward(const DeltaRuleShape& s, const DeltaRuleLogInput
   for (int64_t c = 0; c < n; ++c) {
     const int64_t t0 = c * kC, C = std::min(kC, T - t0);
     pool->parallel_for(BH, [&](int64_t bh, int worker) {
-      std::unique_ptr<Worker>& w = workers[static_cast<size_t>(worker)];
-      if (!w) w.reset(new Worker{ChunkWork(Dk, Dv), std::vector<float>(static_cast<size_t>(kC * lds))});
-      ChunkWork& work = w->work;
-      float* yw = w->yw.data();
+      ChunkWork& work = workers[static_cast<size_t>(worker)].work;
+      float* yw = workers[static_cast<size_t>(worker)].yw.data();
       const int64_t b = bh / H, h = bh % H;
       float* S = &states[static_cast<size_t>(bh * Dk * lds)];
       if (chunk_states) rows_of_state(bh, chunk_states->data() + (bh * n + c) * KV, true);
@@ -241,11 +236,11 @@ void delta_rule_chunked_forward(const DeltaRuleShape& s, const DeltaRuleLogInput
       product(false, false, C, Dv, Dk, 1.0f, work.kq.data() + C * Dk, Dk, S, lds, 0.0f, yw, lds);
       for (int64_t t = 0; t < C; ++t)
         for (int64_t j = 0; j < Dv; ++j) yw[t * lds + j] *= work.d.gamma[t];
-      triangular_product(false, C, Dv, work.qk, work.u, work.ldu, 1.0f, yw, lds);
+      triangular_product(false, C, Dv, work.qk, work.uw.data(), work.ldu, 1.0f, yw, lds);
       float* yc = y + ((b * T + t0) * H + h) * Dv;
       for (int64_t t = 0; t < C; ++t) std::copy_n(yw + t * lds, Dv, yc + t * r.ldv);
       // S_C = gamma_{C-1} S_0 + (diag(tail) K)^T U
-      product(true, false, Dk, Dv, C, 1.0f, work.kt.data(), Dk, work.u, work.ldu, work.d.gamma[C - 1], S, lds);
+      product(true, false, Dk, Dv, C, 1.0f, work.kt.data(), Dk, work.uw.data(), work.ldu, work.d.gamma[C - 1], S, lds);
     });
   }
   if (state)
@@ -272,20 +267,19 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
     ChunkWork work;
     std::vector<float> dS0, dU, RY, G, Z, dKt, AP, QS;
   };
-  std::vector<std::unique_ptr<Worker>> workers(static_cast<size_t>(pool->num_threads()));
+  std::vector<Worker> workers;
+  const auto zeros = [](int64_t count) { return std::vector<float>(static_cast<size_t>(count)); };
+  for (int i = 0; i < pool->num_threads(); ++i)
+    workers.push_back({ChunkWork(Dk, Dv), zeros(KV), zeros(kC * Dv), zeros(2 * kC * Dv), zeros(2 * kC * Dv),
+                       zeros(3 * kC * Dk), zeros(kC * Dk), zeros(2 * kC * kC), zeros(2 * kC * kC)});
   for (int64_t c = n - 1; c >= 0; --c) {
     const int64_t t0 = c * kC, C = std::min(kC, T - t0);
     pool->parallel_for(BH, [&](int64_t bh, int worker) {
-      std::unique_ptr<Worker>& wk = workers[static_cast<size_t>(worker)];
-      if (!wk) {
-        const auto v = [](int64_t count) { return std::vector<float>(static_cast<size_t>(count)); };
-        wk.reset(new Worker{ChunkWork(Dk, Dv), v(KV), v(kC * Dv), v(2 * kC * Dv), v(2 * kC * Dv), v(3 * kC * Dk),
-                            v(kC * Dk), v(2 * kC * kC), v(2 * kC * kC)});
-      }
-      ChunkWork& work = wk->work;
+      Worker& wk = workers[static_cast<size_t>(worker)];
+      ChunkWork& work = wk.work;
       std::vector<float>& dS = dSs[static_cast<size_t>(bh)];
-      std::vector<float>&dS0 = wk->dS0, &dU = wk->dU, &RY = wk->RY, &G = wk->G, &Z = wk->Z, &dKt = wk->dKt;
-      std::vector<float>&AP = wk->AP, &QS = wk->QS;
+      std::vector<float>&dS0 = wk.dS0, &dU = wk.dU, &RY = wk.RY, &G = wk.G, &Z = wk.Z, &dKt = wk.dKt;
+      std::vector<float>&AP = wk.AP, &QS = wk.QS;
       double dg[kC], dgamma[kC], dtail[kC];
       float ke[kC];
       const int64_t b = bh / H, h = bh % H;
@@ -293,7 +287,7 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
       const HeadRows r = head_rows(s, in, b, h).from(t0);
       work.run(r, C, Dk, Dv, S0, Dv);
       const Decays& d = work.d;
-      const float* U = work.u;
+      const float* U = work.uw.data();
       const int64_t ldu = work.ldu;
       const int64_t first = (b * T + t0) * H + h;  // the chunk's first row (b, t0, h)
       const float* dyc = dy + first * Dv;
