@@ -9,7 +9,6 @@
 
 #include "qkv/core/checked.h"
 #include "qkv/core/error.h"
-#include "qkv/core/gemm.h"
 #include "qkv/core/limits.h"
 #include "qkv/core/machine.h"
 #include "qkv/kernels/delta_rule_step.h"
@@ -66,7 +65,8 @@ DeltaNetBenchReport run_deltanet_bench(const DeltaNetBenchShape& s, int iters, i
   r.threads = pool.num_threads();
   r.iters = iters;
   r.simd = kernels::simd_target();
-  r.gemm = gemm_description();
+  r.gemm = "qkv's unpacked in-cache product (kernels/small_gemm.h), " + r.simd + ", " +
+           std::to_string(kernels::simd_vector_bits()) + "-bit";
   r.peak_gflops = kernels::measure_fma_peak_gflops(pool);
   const RuleInputs inputs(rows, D);
   const std::vector<float> &q = inputs.q, &k = inputs.k, &v = inputs.v, &beta = inputs.beta, &alpha = inputs.alpha;
