@@ -1,7 +1,7 @@
 // qkv convert --weights IN --to huggingface|book|qkv --out OUT [--config config.json] [--num-heads H]
 // qkv convert --weights IN --to gguf --out OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k]
 //
-// --to gguf: any GPT-2, Llama 3 or Qwen3 model qkv reads (a Hugging Face folder, GPT-2's weights in
+// --to gguf: any GPT-2, Llama 3, Qwen2.5 or Qwen3 model qkv reads (a Hugging Face folder, GPT-2's weights in
 // any layout below, a GGUF file) as llama.cpp's GGUF file (models/gguf_model.h), its 2-D weights in
 // --type (default: f32 for float32 weights, else bf16), with the model's tokenizer.
 //
@@ -34,6 +34,9 @@ struct ConvertFlags {
 
 int run_gguf(const ConvertFlags& f) {
   check_output_files({{f.out, "", "--out"}});
+  // the family from the preset or the files' description (config.json, GGUF metadata) alone, so a
+  // model qkv cannot write is refused before its weights are drawn or read
+  check_gguf_writable(!f.model.empty() ? family_of_preset(f.model) : family_of_path(f.weights));
   LoadOptions options;
   options.float_weights = true;
   options.num_heads = f.num_heads;  // GPT-2's weights in the book's names carry no head count

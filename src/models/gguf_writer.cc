@@ -40,11 +40,15 @@ void permute_rows(const float* w, float* out, int64_t heads, int64_t rows_per_he
 
 }  // namespace
 
+void check_gguf_writable(const ModelFamily& family) {
+  QKV_CHECK(has_gguf(family), "qkv writes GGUF files of ", family_titles(has_gguf), " models, not of ", family.title,
+            " models");
+}
+
 std::string gguf_model_bytes(LanguageModel& model, const json* tokenizer, const std::string& type_name,
                              std::vector<std::string>& notes) {
   const ModelFamily& family = model.family();
-  QKV_CHECK(!family.gguf_architectures.empty(), "qkv writes GGUF files of GPT-2, Llama 3, Qwen2.5 and Qwen3 models, not of ",
-            family.title, " models");
+  check_gguf_writable(family);
   const QuantType& type = quant_type_named(type_name);
   bool writable = false;
   for (const std::string& w : writable_quant_types()) writable |= w == type.name;

@@ -417,6 +417,22 @@ TEST_F(CliHardening, ParserErrorsReadLikeEveryOtherError) {
   }
 }
 
+// A family qkv writes no GGUF of is refused from its description alone: a preset before its weights
+// are drawn, a folder before its weights are read (this one has none: reading them would fail on
+// the missing file instead); nothing is written.
+TEST_F(CliHardening, ConvertRefusesAFamilyWithoutGgufBeforeItsWeights) {
+  const std::string refused = "qkv writes GGUF files of GPT, Llama 3, Qwen2.5 and Qwen3 models, not of Qwen3.5 models";
+  Result r = run("convert --model qwen3.5-0.8b --to gguf --out q.gguf");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(refused));
+  fs::create_directories(path("q35"));
+  write("q35/config.json", R"({"model_type": "qwen3_5", "text_config": {"hidden_size": 8}})");
+  r = run("convert --weights q35 --to gguf --out q.gguf");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(refused));
+  EXPECT_FALSE(fs::exists(path("q.gguf")));
+}
+
 TEST(OutputFiles, EveryFileIsWrittenOrNone) {
   const fs::path dir = fs::temp_directory_path() / ("qkv_output_files_" + std::to_string(::getpid()));
   fs::remove_all(dir);

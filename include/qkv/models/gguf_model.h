@@ -95,6 +95,9 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options);
 // in `notes`), and the tokenizer from its tokenizer.json (none: said in notes).
 std::string gguf_model_bytes(LanguageModel& model, const nlohmann::json* tokenizer, const std::string& type,
                              std::vector<std::string>& notes);
+// A qkv::Error unless qkv writes GGUF files of the family (one with a GGUF architecture): what
+// gguf_model_bytes checks first, and what a caller may check before reading a model's weights.
+void check_gguf_writable(const ModelFamily& family);
 // tokenizer.json as GGUF's metadata for a model of `vocab` ids: tokens 0..vocab-1 ([PADn], type 5,
 // for ids it has no token for), types, merges, pre (from its split), bos / eos / padding ids and
 // add_bos_token as llama.cpp's converter writes them for the family.
