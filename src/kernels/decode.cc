@@ -10,6 +10,9 @@
 // and writes (m, l, o) per row; the merge per (b, g) sums the chunks in order:
 //   M = max_c m_c,  L = sum_c l_c 2^(m_c - M),  o = sum_c o_c 2^(m_c - M) / (1 - p) / L,
 //   lse = (M + log2 L) ln 2.
+// With many rows per key (kProductRows: latent attention's heads over one latent) and float keys
+// not read by the per-row loops, a block is kWide keys and its scores and weighted sum are two
+// small products (kernels/small_gemm.h), each key and value read once for all rows by the tiles.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/decode.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -30,6 +33,7 @@
 #include "qkv/core/error.h"
 #include "qkv/kernels/decode.h"
 #include "qkv/kernels/philox.h"
+#include "qkv/kernels/small_gemm.h"
 
 #ifndef QKV_KERNELS_DECODE_PROBLEM_ONCE
 #define QKV_KERNELS_DECODE_PROBLEM_ONCE
@@ -37,6 +41,10 @@ namespace qkv::kernels {
 namespace {
 
 constexpr int64_t kBlock = 16;  // keys per block: one AVX-512 vector of scores per row
+// From this many rows per key on (a group's heads times the new queries), a wide block of kWide
+// keys is two small products (see ChunkTask).
+constexpr size_t kProductRows = 12;
+constexpr int64_t kWide = 4 * kBlock;
 
 size_t pad16(int64_t n) { return static_cast<size_t>((n + 15) / 16 * 16); }
 
@@ -78,11 +86,12 @@ struct DecodeProblem {
   float* part(int64_t bg, int64_t c, int64_t r) const {
     return partials + (static_cast<size_t>((bg * chunks + c) * rows + r)) * part_stride;
   }
-  // Per-task scratch, in floats: q rows, o rows, m, l, scores, a block of keys and of values.
+  // Per-task scratch, in floats: q rows, o rows, m, l, scores (a wide block's), a block of keys and
+  // of values, and for the products' path q^T and a wide block's scores transposed.
   size_t scratch_floats() const {
     const size_t R = static_cast<size_t>(rows);
-    return R * pad16(D) + R * pad16(Dv) + 2 * pad16(rows) + R * kBlock + kBlock * pad16(D) + kBlock * pad16(Dv) +
-           pad16(rows);
+    return R * pad16(D) + R * pad16(Dv) + 2 * pad16(rows) + R * kWide + kBlock * pad16(D) + kBlock * pad16(Dv) +
+           pad16(rows) + pad16(D) * pad16(rows) + kWide * pad16(rows);
   }
 };
 
@@ -450,19 +459,22 @@ void ApplyVariants(const DecodeProblem& p, int64_t h, int64_t i, int64_t jb, siz
 
 // The online softmax step of one row over one block: m, l updated, o rescaled, s replaced by the
 // (dropped-out, unscaled) probabilities.
+// s holds `width` scores (kBlock, or kWide on the products' path).
 void OnlineSoftmaxStep(const DecodeProblem& p, int64_t b, int64_t h, int64_t i, int64_t jb, size_t cols,
-                       float* HWY_RESTRICT s, float& m, float& l, float* HWY_RESTRICT o, size_t nvo) {
+                       float* HWY_RESTRICT s, float& m, float& l, float* HWY_RESTRICT o, size_t nvo,
+                       size_t width = kBlock) {
   const DF d;
+  const size_t vectors = width / kLanes;
   VF mx = hn::LoadU(d, s);
-  for (size_t v = 1; v < kBlockVectors; ++v) mx = hn::Max(mx, hn::LoadU(d, s + v * kLanes));
+  for (size_t v = 1; v < vectors; ++v) mx = hn::Max(mx, hn::LoadU(d, s + v * kLanes));
   const float m_new = std::max(m, hn::GetLane(hn::MaxOfLanes(d, mx)));
   if (m_new == kNegInf) {  // nothing visible yet: no weight
-    std::fill(s, s + kBlock, 0.0f);
+    std::fill(s, s + width, 0.0f);
     return;
   }
   const VF mv = hn::Set(d, m_new);
   VF sum = hn::Zero(d);
-  for (size_t v = 0; v < kBlockVectors; ++v) {
+  for (size_t v = 0; v < vectors; ++v) {
     const VF pr = Exp2(d, hn::Sub(hn::LoadU(d, s + v * kLanes), mv));
     sum = hn::Add(sum, pr);
     hn::StoreU(pr, d, s + v * kLanes);
@@ -494,9 +506,12 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
   float* ov = qs + R * Dp;            // (R, Dvp) sum_j p z v_j
   float* ms = ov + R * Dvp;           // (R) running max, base 2
   float* ls = ms + pad16(p.rows);     // (R) running sum
-  float* s = ls + pad16(p.rows);      // (R, kBlock) scores, then probabilities
-  float* kb = s + R * kBlock;         // (kBlock, Dp) packed keys
+  float* s = ls + pad16(p.rows);      // (R, kBlock) scores, then probabilities ((R, kWide): products)
+  float* kb = s + R * kWide;          // (kBlock, Dp) packed keys
   float* vb = kb + kBlock * Dp;       // (kBlock, Dvp) packed values
+  const size_t Rp = pad16(p.rows);
+  float* qt = vb + kBlock * Dvp;      // (D, Rp) (scale q)^T, columns past R zero: the products' path
+  float* st = qt + Dp * Rp;           // (kWide, Rp) a wide block's scores, a key a row
   for (size_t r = 0; r < R; ++r) {
     const int64_t h = g * p.group + static_cast<int64_t>(r) / p.Tq, i = static_cast<int64_t>(r) % p.Tq;
     const float* q = p.q.row(b, h, i);
@@ -513,7 +528,36 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
   const bool plain = p.softcap == 0.0f && p.alibi == nullptr && !p.dropout &&
                      (p.mask.kind == AttentionMask::Kind::kNone || p.causal());
   const int64_t last_begin = p.visible_begin(p.Tq - 1), first_end = p.visible_end(0);
-  for (int64_t jb = j0; jb < j1; jb += kBlock) {
+  // Many rows over each key (latent attention's heads over one latent, a large group of heads): a
+  // wide block's scores and its weighted sum as two small products (kernels/small_gemm.h), keys and
+  // values read in place, instead of each row's dot products.
+  const bool products = std::is_same_v<T, float> && !kInPlace && R >= kProductRows;
+  if constexpr (std::is_same_v<T, float> && !kInPlace) {
+    if (products) {
+      for (size_t x = 0; x < D; ++x)
+        for (size_t r = 0; r < Rp; ++r) qt[x * Rp + r] = r < R ? qs[r * Dp + x] : 0.0f;
+      for (int64_t jb = j0; jb < j1; jb += kWide) {
+        const size_t cols = static_cast<size_t>(std::min<int64_t>(kWide, j1 - jb));
+        // st (cols, Rp) = K_block (cols, D) (scale q)^T (D, Rp); s = st^T, 0 past cols
+        small_gemm(false, static_cast<int64_t>(cols), static_cast<int64_t>(Rp), p.D, 1.0f, keys + jb * p.D, p.D, qt,
+                   static_cast<int64_t>(Rp), 0.0f, st, static_cast<int64_t>(Rp));
+        for (size_t r = 0; r < R; ++r) {
+          float* sr = s + r * kWide;
+          for (size_t j = 0; j < static_cast<size_t>(kWide); ++j) sr[j] = j < cols ? st[j * Rp + r] : 0.0f;
+          const int64_t h = g * p.group + static_cast<int64_t>(r) / p.Tq, i = static_cast<int64_t>(r) % p.Tq;
+          for (int64_t sb = 0; sb < kWide; sb += kBlock) {  // the variants by blocks; keys past cols hidden
+            const int64_t left = std::clamp<int64_t>(static_cast<int64_t>(cols) - sb, 0, kBlock);
+            ApplyVariants(p, h, i, jb + sb, static_cast<size_t>(left), sr + sb);
+          }
+          OnlineSoftmaxStep(p, b, h, i, jb, cols, sr, ms[r], ls[r], ov + r * Dvp, Dvp / kLanes, kWide);
+        }
+        // o (R, Dv) += s (R, cols) V_block (cols, Dv)
+        small_gemm(false, static_cast<int64_t>(R), p.Dv, static_cast<int64_t>(cols), 1.0f, s, kWide, values + jb * p.Dv,
+                   p.Dv, 1.0f, ov, static_cast<int64_t>(Dvp));
+      }
+    }
+  }
+  for (int64_t jb = products ? j1 : j0; jb < j1; jb += kBlock) {
     const size_t cols = static_cast<size_t>(std::min<int64_t>(kBlock, j1 - jb));
     if (jb + 2 * kBlock < j1) {  // two blocks ahead: the hardware prefetcher alone leaves gaps
       const size_t ahead = static_cast<size_t>(std::min<int64_t>(kBlock, j1 - jb - 2 * kBlock));

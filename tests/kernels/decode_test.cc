@@ -381,6 +381,37 @@ TEST_F(DecodeAttention, SharpSoftmaxOverGroupedHeadsMatchesTheReference) {
     }
 }
 
+// Twelve or more rows per key on float keys of widths that are not 1, 2, 4 or 8 vectors (latent
+// attention's heads over one latent, a large group): each block of 64 keys is two small products,
+// the variants applied to its scores by blocks of 16; every variant, a draft's causal tail, caches
+// that end inside a block and span several chunks; on every SIMD target.
+TEST_F(DecodeAttention, ManyRowsPerKeyAsProductsMatchTheReference) {
+  const int64_t chunked = 2 * decode_chunk_keys(1) + 77;
+  for (int64_t target : available_simd_targets()) {
+    SCOPED_TRACE(simd_target_name(target));
+    force_simd_target(target);
+    uint32_t seed = 300;
+    for (int64_t S : {int64_t{5}, int64_t{64}, int64_t{130}, chunked}) {
+      DecodeCase base;
+      base.H = 12;
+      base.G = 1;
+      base.S = S;
+      base.D = base.Dv = 48;
+      std::vector<DecodeCase> cases;
+      cases.push_back(base);
+      { DecodeCase c = base; c.H = 16; c.D = 33; c.Dv = 17; cases.push_back(c); }
+      { DecodeCase c = base; c.H = 6; c.Tq = 3; c.window = 40; cases.push_back(c); }  // 18 rows, a draft's tail
+      { DecodeCase c = base; c.alibi = true; c.softcap = 2.0f; cases.push_back(c); }
+      { DecodeCase c = base; c.dropout = 0.25f; cases.push_back(c); }
+      { DecodeCase c = base; c.causal = false; c.mask = AttentionMask::Kind::kAdditive; cases.push_back(c); }
+      { DecodeCase c = base; c.causal = false; c.mask = AttentionMask::Kind::kBlocked; cases.push_back(c); }
+      { DecodeCase c = base; c.scale = 2.0f; cases.push_back(c); }  // a sharp softmax: the max jumps
+      for (const DecodeCase& c : cases) check_case(c, seed++, one, two);
+    }
+  }
+  force_simd_target(0);
+}
+
 TEST_F(DecodeAttention, ARowThatSeesNoKeyIsZeroWithMinusInfinityLse) {
   DecodeCase c;
   c.S = 10;
