@@ -539,5 +539,43 @@ TEST(DecodeAttentionRows, TheCallersRowsGiveTheCachesBits) {
             std::string::npos);
 }
 
+// Latent attention's absorbed step: 12 and more heads over one array of latents as keys and values,
+// of every width (those the per-row loops unroll included: there only one array makes the step a
+// block's products), against the reference reading the same array twice; on every SIMD target.
+TEST(DecodeAttentionRows, LatentsAsKeysAndValuesMatchTheReference) {
+  ThreadPool two(2);
+  for (int64_t target : available_simd_targets()) {
+    SCOPED_TRACE(simd_target_name(target));
+    force_simd_target(target);
+    std::mt19937 rng(41);
+    for (const int64_t D : {int64_t{16}, int64_t{24}, int64_t{64}, int64_t{96}, int64_t{128}})
+      for (const int64_t H : {int64_t{12}, int64_t{16}})
+        for (const int64_t window : {int64_t{0}, int64_t{100}}) {
+          SCOPED_TRACE("D=" + std::to_string(D) + " H=" + std::to_string(H) + " window=" + std::to_string(window));
+          const int64_t B = 2, Tq = 1, S = 2 * decode_chunk_keys(1) + 45, C = S + 3;
+          std::vector<float> latents = normal_vector(B * C * D, rng);
+          const std::vector<float> q = normal_vector(B * H * Tq * D, rng);
+          AttentionOptions opt;
+          opt.scale = 0.25f;
+          opt.mask = AttentionMask::causal();
+          opt.query_offset = S - Tq;
+          opt.window = window;
+          opt.pool = &two;
+          std::vector<float> o(static_cast<size_t>(B * H * Tq * D)), l(static_cast<size_t>(B * H * Tq));
+          std::vector<float> want_o(o.size()), want_l(l.size());
+          const ConstHeads qh = ConstHeads::contiguous(q.data(), B, H, Tq, D);
+          decode_attention_rows(qh, latents.data(), latents.data(), 1, C, S, D,
+                                MutableHeads::contiguous(o.data(), B, H, Tq, D), l.data(), opt);
+          ConstHeads kh = ConstHeads::contiguous(latents.data(), B, 1, C, D);
+          kh.tokens = S;
+          attention_forward_reference(qh, kh, kh, MutableHeads::contiguous(want_o.data(), B, H, Tq, D), want_l.data(),
+                                      opt);
+          EXPECT_TRUE(close(o, want_o, 1e-5, "o"));
+          EXPECT_TRUE(close(l, want_l, 1e-5, "lse"));
+        }
+  }
+  force_simd_target(0);
+}
+
 }  // namespace
 }  // namespace qkv::kernels
