@@ -12,7 +12,9 @@
 //   lse = (M + log2 L) ln 2.
 // With many rows per key (kProductRows: latent attention's heads over one latent) and float keys
 // (see ChunkTask for which), a block is kWide keys and its scores and weighted sum are two
-// small products (kernels/small_gemm.h), each key and value read once for all rows by the tiles.
+// small products (kernels/small_gemm.h), each key and value read once for all rows by the tiles;
+// where every row sees the whole block, the softmax runs on the scores key-major, a lane a row
+// (KeyMajorSoftmax).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/decode.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -494,6 +496,36 @@ void OnlineSoftmaxStep(const DecodeProblem& p, int64_t b, int64_t h, int64_t i, 
   }
 }
 
+// The online softmax step over a wide block every row sees whole, its scores key-major: st (kWide,
+// rs) holds scale q_r . k_j at st[j rs + r]; per row r (a lane): the scores made base 2, m[r] and
+// l[r] updated, st replaced by the probabilities, alpha[r] = 2^(m_old - m_new) (1 where the max
+// did not move) for the caller to rescale o_r. rs: a multiple of the vector length.
+void KeyMajorSoftmax(float* HWY_RESTRICT st, size_t rs, float* HWY_RESTRICT m, float* HWY_RESTRICT l,
+                     float* HWY_RESTRICT alpha) {
+  const DF d;
+  const VF log2e = hn::Set(d, kLog2e), one = hn::Set(d, 1.0f);
+  for (size_t v = 0; v < rs; v += kLanes) {
+    const VF m_old = hn::LoadU(d, m + v);
+    VF mx = m_old;
+    for (int64_t j = 0; j < kWide; ++j) {
+      const VF x = hn::Mul(hn::LoadU(d, st + static_cast<size_t>(j) * rs + v), log2e);
+      hn::StoreU(x, d, st + static_cast<size_t>(j) * rs + v);
+      mx = hn::Max(mx, x);
+    }
+    VF sum = hn::Zero(d);
+    for (int64_t j = 0; j < kWide; ++j) {
+      float* at = st + static_cast<size_t>(j) * rs + v;
+      const VF pr = Exp2(d, hn::Sub(hn::LoadU(d, at), mx));
+      sum = hn::Add(sum, pr);
+      hn::StoreU(pr, d, at);
+    }
+    const VF a = hn::IfThenElse(hn::Eq(m_old, mx), one, Exp2(d, hn::Sub(m_old, mx)));  // 0 from -inf
+    hn::StoreU(hn::MulAdd(hn::LoadU(d, l + v), a, sum), d, l + v);
+    hn::StoreU(mx, d, m + v);
+    hn::StoreU(a, d, alpha + v);
+  }
+}
+
 // One task: rows of group (b, g) against chunk c. T: float or uint16_t (bf16 bits).
 // kNV: D / kLanes = Dv / kLanes fixed at compile time (the keys read in place when T is float),
 // 0 for any other D.
@@ -537,6 +569,10 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
   const bool products = std::is_same_v<T, float> && R >= kProductRows && (!kInPlace || p.keys == p.values);
   if constexpr (std::is_same_v<T, float>) {
     if (products) {
+      for (size_t r = R; r < Rp; ++r) {  // the lanes of rows past R in KeyMajorSoftmax
+        ms[r] = kNegInf;
+        ls[r] = 0.0f;
+      }
       for (size_t x = 0; x < D; ++x)
         for (size_t r = 0; r < Rp; ++r) qt[x * Rp + r] = r < R ? qs[r * Dp + x] : 0.0f;
       for (int64_t jb = j0; jb < j1; jb += kWide) {
@@ -544,6 +580,20 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
         // st (cols, Rp) = K_block (cols, D) (scale q)^T (D, Rp); s = st^T, 0 past cols
         small_gemm(false, static_cast<int64_t>(cols), static_cast<int64_t>(Rp), p.D, 1.0f, keys + jb * p.D, p.D, qt,
                    static_cast<int64_t>(Rp), 0.0f, st, static_cast<int64_t>(Rp));
+        if (plain && cols == static_cast<size_t>(kWide) && last_begin <= jb && first_end >= jb + kWide) {
+          // Every row sees every key of the block: the online softmax in st's layout, a lane a row
+          // (rows past R, of zero queries, computed and never written out), then o += P^T V.
+          KeyMajorSoftmax(st, Rp, ms, ls, s);
+          const float* alpha = s;
+          const DF d;
+          for (size_t r = 0; r < R; ++r)
+            if (alpha[r] != 1.0f)
+              for (size_t x = 0; x < Dvp; x += kLanes)
+                hn::StoreU(hn::Mul(hn::Set(d, alpha[r]), hn::LoadU(d, ov + r * Dvp + x)), d, ov + r * Dvp + x);
+          small_gemm(true, static_cast<int64_t>(R), p.Dv, kWide, 1.0f, st, static_cast<int64_t>(Rp), values + jb * p.Dv,
+                     p.Dv, 1.0f, ov, static_cast<int64_t>(Dvp));
+          continue;
+        }
         for (size_t r = 0; r < R; ++r) {
           float* sr = s + r * kWide;
           for (size_t j = 0; j < static_cast<size_t>(kWide); ++j) sr[j] = j < cols ? st[j * Rp + r] : 0.0f;
