@@ -566,9 +566,17 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
   // rows the per-row loops unroll (kInPlace): there those loops, reading twice the bytes a key,
   // were faster (12 heads over one of 64, 32,768 keys: 2.3-2.6 against 2.6-3.3 ms on a Zen 3,
   // where latents of 64 went 2.2-2.5 -> 1.6-1.7 ms as products).
-  const bool products = std::is_same_v<T, float> && R >= kProductRows && (!kInPlace || p.keys == p.values);
+  auto write_partials = [&] {  // (m, l, o) of each row, for the merge
+    const int64_t bg = b * p.G + g;
+    for (size_t r = 0; r < R; ++r) {
+      float* out = p.part(bg, c, static_cast<int64_t>(r));
+      out[0] = ms[r];
+      out[1] = ls[r];
+      std::memcpy(out + 2, ov + r * Dvp, Dvp * sizeof(float));
+    }
+  };
   if constexpr (std::is_same_v<T, float>) {
-    if (products) {
+    if (R >= kProductRows && (!kInPlace || p.keys == p.values)) {
       for (size_t r = R; r < Rp; ++r) {  // the lanes of rows past R in KeyMajorSoftmax
         ms[r] = kNegInf;
         ls[r] = 0.0f;
@@ -608,9 +616,10 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
         small_gemm(false, static_cast<int64_t>(R), p.Dv, static_cast<int64_t>(cols), 1.0f, s, kWide, values + jb * p.Dv,
                    p.Dv, 1.0f, ov, static_cast<int64_t>(Dvp));
       }
+      return write_partials();
     }
   }
-  for (int64_t jb = products ? j1 : j0; jb < j1; jb += kBlock) {
+  for (int64_t jb = j0; jb < j1; jb += kBlock) {
     const size_t cols = static_cast<size_t>(std::min<int64_t>(kBlock, j1 - jb));
     if (jb + 2 * kBlock < j1) {  // two blocks ahead: the hardware prefetcher alone leaves gaps
       const size_t ahead = static_cast<size_t>(std::min<int64_t>(kBlock, j1 - jb - 2 * kBlock));
@@ -657,13 +666,7 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
       }
     }
   }
-  const int64_t bg = b * p.G + g;
-  for (size_t r = 0; r < R; ++r) {
-    float* out = p.part(bg, c, static_cast<int64_t>(r));
-    out[0] = ms[r];
-    out[1] = ls[r];
-    std::memcpy(out + 2, ov + r * Dvp, Dvp * sizeof(float));
-  }
+  write_partials();
 }
 
 template <typename T>
