@@ -35,7 +35,16 @@ std::string quoted_list(const std::vector<std::string>& names) {
 struct Part {
   std::string state, gguf;
 };
-std::vector<Part> block_parts(const StateNames& n) {
+std::vector<Part> block_parts(const StateNames& n, const std::string& arch) {
+  if (arch == "qwen35" && !n.linear.empty()) {  // (the linear layers' parts first: their norm)
+    const std::string& l = n.linear;
+    std::vector<Part> parts = {{l + "in_proj_qkv.", "attn_qkv."}, {l + "in_proj_z.", "attn_gate."},
+                               {l + "in_proj_b.", "ssm_beta."},   {l + "in_proj_a.", "ssm_alpha."},
+                               {l + "conv1d.", "ssm_conv1d."},   {l + "norm.", "ssm_norm."},
+                               {l + "out_proj.", "ssm_out."}};
+    for (Part& p : block_parts(n, "")) parts.push_back(p.state == n.norm2 ? Part{n.norm2, "post_attention_norm."} : p);
+    return parts;
+  }
   return {{n.norm1, "attn_norm."},
           {n.attention + n.q, "attn_q."},
           {n.attention + n.k, "attn_k."},
@@ -59,21 +68,6 @@ std::string tail_of(const std::string& s, const std::string& prefix) {
 
 // Architectures whose files hold Q, K and V as one tensor of their rows in turn.
 bool fuses_qkv(const std::string& arch) { return arch == "gpt2"; }
-
-// llama.cpp's "llama" Q and K: within each head of D rows, GGUF row 2 i + s holds Hugging Face's
-// row s D/2 + i. `heads` heads of `rows_per_head` rows of `cols` values, in place.
-template <typename T>
-void unpermute_rows(T* w, int64_t heads, int64_t rows_per_head, int64_t cols) {
-  const int64_t half = rows_per_head / 2;
-  std::vector<T> head(static_cast<size_t>(rows_per_head * cols));
-  for (int64_t h = 0; h < heads; ++h) {
-    T* base = w + h * rows_per_head * cols;
-    std::memcpy(head.data(), base, head.size() * sizeof(T));
-    for (int64_t s = 0; s < 2; ++s)
-      for (int64_t i = 0; i < half; ++i)
-        std::memcpy(base + (s * half + i) * cols, head.data() + (2 * i + s) * cols, static_cast<size_t>(cols) * sizeof(T));
-  }
-}
 
 // Llama 3's scaling from rope_freqs.weight: llama.cpp divides each frequency by the file's factor.
 std::optional<kernels::RopeScaling> rope_scaling_of(const GgufFile& f, int64_t head_dim, double base) {
@@ -215,6 +209,58 @@ json gpt2_cfg(const GgufFile& f, const std::function<int64_t(const std::string&)
   return j;
 }
 
+// qwen35's metadata as Qwen3.5's config.json: the gated attention's sizes as the other families',
+// rope.dimension_count the rotated dims of key_length (rope.dimension_sections: a text token's
+// positions are one, plain RoPE whatever the sections), the linear layers' from ssm.* (group_count
+// the key heads, time_step_rank the value heads, state_size the key width, inner_size the value
+// heads' widths), layer_types from full_attention_interval (4 when absent, as llama.cpp reads it).
+json qwen35_config(const GgufFile& f, const std::function<int64_t(const std::string&)>& integer) {
+  const std::string a = "qwen35.", where = excerpt(f.path()) + ": qwen35.";
+  const int64_t layers = integer("block_count"), heads = integer("attention.head_count");
+  const int64_t head_dim = integer("attention.key_length");
+  if (f.has(a + "attention.value_length"))
+    QKV_CHECK(integer("attention.value_length") == head_dim, where, "attention.value_length (",
+              integer("attention.value_length"), ") differs from attention.key_length (", head_dim,
+              "); Qwen3.5's heads have one head_dim");
+  const int64_t rotated = f.has(a + "rope.dimension_count") ? integer("rope.dimension_count") : head_dim;
+  QKV_CHECK(rotated > 0 && rotated <= head_dim, where, "rope.dimension_count (", rotated,
+            ") is not between 1 and attention.key_length (", head_dim, ")");
+  const int64_t value_heads = integer("ssm.time_step_rank"), inner = integer("ssm.inner_size");
+  QKV_CHECK(value_heads > 0 && inner % value_heads == 0, where, "ssm.inner_size (", inner,
+            ") is not a whole number of ssm.time_step_rank's (", value_heads, ") value heads");
+  // (as config.json's factor: the rotated dims are floor(head_dim x factor))
+  double factor = static_cast<double>(rotated) / static_cast<double>(head_dim);
+  while (std::floor(static_cast<double>(head_dim) * factor) < static_cast<double>(rotated))
+    factor = std::nextafter(factor, 2.0);
+  const int64_t every = f.has(a + "full_attention_interval") ? integer("full_attention_interval") : 4;
+  QKV_CHECK(every >= 1, where, "full_attention_interval is ", every, "; expected at least 1");
+  json types = json::array();
+  for (int64_t i = 0; i < layers && i < (int64_t{1} << 20); ++i)
+    types.push_back((i + 1) % every != 0 ? "linear_attention" : "full_attention");
+  const json text = {
+      {"vocab_size", vocab_size(f, integer)},
+      {"hidden_size", integer("embedding_length")},
+      {"intermediate_size", integer("feed_forward_length")},
+      {"num_hidden_layers", layers},
+      {"num_attention_heads", heads},
+      {"num_key_value_heads", f.has(a + "attention.head_count_kv") ? integer("attention.head_count_kv") : heads},
+      {"head_dim", head_dim},
+      {"rms_norm_eps", f.number(a + "attention.layer_norm_rms_epsilon")},
+      {"max_position_embeddings", integer("context_length")},
+      {"rope_parameters",
+       {{"rope_type", "default"},
+        {"rope_theta", f.has(a + "rope.freq_base") ? f.number(a + "rope.freq_base") : 10000.0},
+        {"partial_rotary_factor", factor}}},
+      {"layer_types", types},
+      {"linear_num_value_heads", value_heads},
+      {"linear_num_key_heads", integer("ssm.group_count")},
+      {"linear_key_head_dim", integer("ssm.state_size")},
+      {"linear_value_head_dim", inner / value_heads},
+      {"linear_conv_kernel_dim", integer("ssm.conv_kernel")},
+      {"tie_word_embeddings", !f.contains("output.weight")}};
+  return {{"model_type", "qwen3_5"}, {"tie_word_embeddings", !f.contains("output.weight")}, {"text_config", text}};
+}
+
 }  // namespace
 
 json gguf_config_json(const GgufFile& f) {
@@ -222,6 +268,7 @@ json gguf_config_json(const GgufFile& f) {
   const std::string a = f.string("general.architecture") + ".";
   auto integer = [&](const std::string& key) { return static_cast<int64_t>(std::min<uint64_t>(f.unsigned_int(a + key), INT64_MAX)); };
   if (a == "gpt2.") return gpt2_cfg(f, integer);
+  if (a == "qwen35.") return qwen35_config(f, integer);
   json j = {{"model_type", family.model_types.front()}};
   j["hidden_size"] = integer("embedding_length");
   j["intermediate_size"] = integer("feed_forward_length");
@@ -263,37 +310,144 @@ json gguf_config_json(const GgufFile& f) {
   return j;
 }
 
+int64_t GgufOrder::state_index(int64_t i) const {
+  if (kind == kSame || i < first || i >= first + heads * width) return i;
+  const int64_t j = (i - first) / width, d = (i - first) % width;
+  if (kind == kRopePairs) {  // the file's d = 2 i + s is the state's s D/2 + i
+    return first + j * width + (d % 2) * (width / 2) + d / 2;
+  }
+  const int64_t r = heads / key_heads;  // kTiledValueHeads
+  return first + ((j % key_heads) * r + j / key_heads) * width + d;
+}
+
+void gguf_reorder(const GgufOrder& o, void* data, int64_t rows, int64_t cols, int64_t elem_bytes, bool to_state) {
+  if (o.same()) return;
+  const int64_t n = o.columns ? cols : rows;  // what is reordered: columns within each row, or rows
+  const int64_t unit = o.columns ? elem_bytes : cols * elem_bytes;
+  QKV_CHECK(o.first + o.heads * o.width <= n && o.width > 0 && (o.kind != GgufOrder::kTiledValueHeads ||
+                                                                  (o.key_heads > 0 && o.heads % o.key_heads == 0)),
+            "a GGUF tensor's order of ", o.heads, " heads of ", o.width, " from ", o.first, " does not fit its ", n,
+            o.columns ? " columns" : " rows");
+  auto* bytes = static_cast<uint8_t*>(data);
+  const int64_t span = o.heads * o.width;
+  std::vector<uint8_t> copy(static_cast<size_t>(span * unit));
+  for (int64_t row = 0; row < (o.columns ? rows : 1); ++row) {
+    uint8_t* base = bytes + (o.columns ? row * cols * elem_bytes : 0);
+    std::memcpy(copy.data(), base + o.first * unit, copy.size());
+    for (int64_t i = o.first; i < o.first + span; ++i) {  // file index i, state index s
+      const int64_t s = o.state_index(i);
+      const int64_t to = to_state ? s : i, from = (to_state ? i : s) - o.first;
+      std::memcpy(base + to * unit, copy.data() + from * unit, static_cast<size_t>(unit));
+    }
+  }
+}
+
+void gguf_map_values(GgufValues values, float* data, int64_t n, bool to_state, const std::string& where) {
+  for (int64_t i = 0; i < n; ++i) {
+    float& x = data[i];
+    if (values == GgufValues::kOnePlus) {
+      x = to_state ? x - 1.0f : 1.0f + x;
+    } else if (values == GgufValues::kNegExp) {
+      if (to_state) {
+        QKV_CHECK(x < 0.0f && std::isfinite(x), where, "[", i, "] is ", x, "; expected negative values (-exp(A_log))");
+        x = std::log(-x);
+      } else {
+        x = -std::exp(x);
+      }
+    }
+  }
+}
+
+int64_t full_attention_interval(const DecoderSpec& s) {
+  for (int64_t n = 1; n <= s.layers + 1; ++n) {
+    bool fits = true;
+    for (int64_t i = 0; i < s.layers && fits; ++i)
+      fits = (s.kind(i) == LayerKind::kAttention) == ((i + 1) % n == 0);
+    if (fits) return n;
+  }
+  std::string kinds;
+  for (int64_t i = 0; i < s.layers && i < 64; ++i)
+    kinds += std::string(i ? ", " : "") + (s.kind(i) == LayerKind::kLinear ? "linear" : "full");
+  fail("the model's layers are ", kinds, s.layers > 64 ? ", ..." : "", "; llama.cpp's qwen35 has a full-attention ",
+       "layer exactly at every full_attention_interval-th layer");
+}
+
 GgufPlace gguf_place(const ModelFamily& family, const std::string& arch, const DecoderSpec& spec,
                      const std::string& name) {
   const StateNames& n = family.names;
-  if (name == n.embed + "weight") return {"token_embd.weight"};
-  if (!n.positions.empty() && name == n.positions + "weight") return {"position_embd.weight"};
+  const kernels::AttentionSpec& a = spec.attention;
+  // a norm's values: the scale itself in llama.cpp's files
+  const GgufValues norm = spec.norm_unit_offset ? GgufValues::kOnePlus : GgufValues::kSame;
+  // the tensor `g` as a whole, its values and order
+  auto at = [](std::string g, GgufValues values = GgufValues::kSame, GgufOrder order = {}, bool f32 = false) {
+    GgufPlace p;
+    p.name = std::move(g);
+    p.values = values;
+    p.order = order;
+    p.f32 = f32;
+    return p;
+  };
+  if (name == n.embed + "weight") return at("token_embd.weight");
+  if (!n.positions.empty() && name == n.positions + "weight") return at("position_embd.weight");
   if (name.starts_with(n.final_norm))
-    if (const std::string tail = tail_of(name, n.final_norm); !tail.empty()) return {"output_norm." + tail};
-  if (name == n.head + "weight") return {"output.weight"};
-  if (!name.starts_with(n.blocks)) return {};
+    if (const std::string tail = tail_of(name, n.final_norm); !tail.empty())
+      return at("output_norm." + tail, tail == "weight" ? norm : GgufValues::kSame);
+  if (name == n.head + "weight") return at("output.weight");
+  if (!name.starts_with(n.blocks)) return GgufPlace();
   const size_t dot = name.find('.', n.blocks.size());
-  if (dot == std::string::npos) return {};
+  if (dot == std::string::npos) return GgufPlace();
   const std::string layer = name.substr(n.blocks.size(), dot - n.blocks.size());
   const std::string rest = name.substr(dot + 1);
   if (fuses_qkv(arch)) {  // Q's rows, then K's, then V's
-    const kernels::AttentionSpec& a = spec.attention;
     const int64_t q = a.heads * a.head_dim, kv = a.groups() * a.head_dim;
     const std::pair<const std::string*, int64_t> parts[] = {{&n.q, 0}, {&n.k, q}, {&n.v, q + kv}};
     for (const auto& [part, first] : parts)
       if (const std::string p = n.attention + *part; rest.starts_with(p))
         if (const std::string tail = tail_of(rest, p); !tail.empty())
-          return {"blk." + layer + ".attn_qkv." + tail, first, q + 2 * kv};
+        {
+          GgufPlace place = at("blk." + layer + ".attn_qkv." + tail);
+          place.first_row = first;
+          place.rows = q + 2 * kv;
+          return place;
+        }
   }
-  for (const Part& p : block_parts(n))
+  const std::string blk = "blk." + layer + ".";
+  const LinearAttentionSizes& l = spec.linear;
+  // qwen35's value heads, tiled where the key heads are fewer: rows (columns) of `width` from `first`
+  auto tiled = [&](int64_t first, int64_t width, bool columns = false) {
+    GgufOrder o;
+    if (l.key_heads > 0 && l.value_heads != l.key_heads)
+      o = {GgufOrder::kTiledValueHeads, l.value_heads, l.key_heads, first, width, columns};
+    return o;
+  };
+  const int64_t qk_rows = 2 * l.key_heads * l.key_dim;
+  if (arch == "qwen35" && !n.linear.empty() && rest.starts_with(n.linear)) {
+    const std::string own = rest.substr(n.linear.size());
+    if (own == "dt_bias") return at(blk + "ssm_dt.bias", GgufValues::kSame, tiled(0, 1), true);
+    if (own == "A_log") return at(blk + "ssm_a", GgufValues::kNegExp, tiled(0, 1), true);
+  }
+  for (const Part& p : block_parts(n, arch))
     if (rest.starts_with(p.state))
-      if (const std::string tail = tail_of(rest, p.state); !tail.empty()) return {"blk." + layer + "." + p.gguf + tail};
-  return {};
-}
-
-int64_t gguf_reordered_heads(const std::string& arch, const std::string& name, const kernels::AttentionSpec& a) {
-  if (arch != "llama") return 0;
-  return name.ends_with(".attn_q.weight") ? a.heads : name.ends_with(".attn_k.weight") ? a.groups() : 0;
+      if (const std::string tail = tail_of(rest, p.state); !tail.empty()) {
+        GgufPlace place = at(blk + p.gguf + tail);
+        const std::string& g = p.gguf;
+        if (g.ends_with("norm.") && g != "ssm_norm." && tail == "weight") place.values = norm;
+        if (arch == "llama" && tail == "weight" && (g == "attn_q." || g == "attn_k."))
+          place.order = {GgufOrder::kRopePairs, g == "attn_q." ? a.heads : a.groups(), 0, 0, a.head_dim};
+        if (arch == "qwen35") {
+          if (g == "attn_qkv.") place.order = tiled(qk_rows, l.value_dim);
+          if (g == "attn_gate.") place.order = tiled(0, l.value_dim);
+          if (g == "ssm_beta." || g == "ssm_alpha.") place.order = tiled(0, 1);
+          if (g == "ssm_out.") place.order = tiled(0, l.value_dim, true);
+          if (g == "ssm_conv1d.") {
+            place.order = tiled(qk_rows, l.value_dim);
+            place.shape = {qk_rows + l.value_heads * l.value_dim, l.conv_kernel};
+            place.f32 = true;
+          }
+        }
+        return place;
+      }
+  return GgufPlace();
 }
 
 LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
@@ -334,7 +488,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     QKV_CHECK(file.contains(g), excerpt(path), " has no tensor ", excerpt(g), " (", e.name, ", of shape ",
               shape_str(e.shape()), ", which its metadata's model needs)");
     const GgufTensor& t = file.tensor(g);
-    Shape want = e.shape();
+    Shape want = place.shape.empty() ? e.shape() : place.shape;
     if (place.part()) want[0] = place.rows;  // Q, K and V's rows together
     QKV_CHECK(t.shape == want, excerpt(path), ": tensor ", excerpt(g), " has shape ", shape_str(t.shape),
               "; the metadata's model has ", shape_str(want), " (", e.name, place.part() ? " and its neighbours" : "",
@@ -360,8 +514,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   malloc_trim(0);  // the freed strings' pages given back, not kept by the allocator through the load
 #endif
 
-  // llama.cpp's order of Q's and K's rows, put back (the "llama" architecture's only).
-  auto heads_of = [&](const std::string& g) { return gguf_reordered_heads(arch, g, spec.attention); };
+  // llama.cpp's order of rows (columns), put back: "llama"'s Q and K, qwen35's value heads.
   // A state tensor's rows [first, last) of its GGUF tensor, and the bytes of one row (a 1-D
   // tensor's rows are its elements).
   struct Rows {
@@ -385,7 +538,9 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
       file.read_floats(p.name, out);
     }
     file.release(p.name);
-    if (const int64_t h = heads_of(p.name)) unpermute_rows(out, h, t.shape[0] / h, t.shape[1]);
+    const Rows r = rows_of(name);
+    gguf_map_values(p.values, out, (r.last - r.first) * r.cols, true, excerpt(path) + ": " + p.name);
+    gguf_reorder(p.order, out, r.last - r.first, r.cols, sizeof(float), true);
   };
 
   // The products' weights in the types the integer products read, kept as their blocks (rows
@@ -426,10 +581,10 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     } else {
       return std::nullopt;  // F32, F16, BF16: bf16 weights
     }
-    if (const int64_t h = heads_of(g)) {  // whole rows of blocks, reordered
-      const int64_t row = quant_bytes(*q.type, cols, g);
-      unpermute_rows(q.blocks.data(), h, rows / h, row);
-    }
+    const GgufPlace& place = place_of.at(name);  // whole rows of blocks, reordered
+    QKV_CHECK(!place.order.columns && place.values == GgufValues::kSame, "qkv reads ", excerpt(g),
+              "'s blocks reordered by rows only");
+    gguf_reorder(place.order, q.blocks.data(), rows, quant_bytes(*q.type, cols, g), 1, true);
     file.release(g);
     return q;
   };
@@ -454,7 +609,9 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
               }
             });
           }
-          if (const int64_t h = heads_of(g)) unpermute_rows(out, h, t.shape[0] / h, t.shape[1]);
+          const GgufPlace& place = place_of.at(name);
+          QKV_CHECK(place.values == GgufValues::kSame, "qkv reads ", excerpt(g), " as floats only");
+          gguf_reorder(place.order, out, in.last - in.first, cols, sizeof(uint16_t), true);
           file.release(g);
         },
         read32, options.dequantize ? nullptr : std::function<std::optional<QuantMatrix>(const std::string&)>(readq));

@@ -25,6 +25,10 @@ const char* const kLlama3Split =
 const char* const kQwen2Split =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
     "\\s+(?!\\S)|\\s+";
+// Qwen3.5's: letters' runs take their combining marks (\p{M}) too.
+const char* const kQwen35Split =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 // GGUF's token types.
 enum TokenType : int64_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
@@ -44,13 +48,14 @@ HfTokenizerParts gguf_tokenizer_parts(const GgufFile& f) {
   if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
     parts.pattern = kLlama3Split;
     parts.ignore_merges = true;  // as Llama 3's tokenizer.json says
-  } else if (pre == "qwen2") {
-    parts.pattern = kQwen2Split;
+  } else if (pre == "qwen2" || pre == "qwen35") {
+    parts.pattern = pre == "qwen2" ? kQwen2Split : kQwen35Split;
     parts.nfc = true;  // Qwen's tokenizer.json normalizes (llama.cpp does not)
   } else if (pre == "gpt-2" || pre == "default") {
     parts.pattern = std::string(kGpt2Pattern);
   } else {
-    fail(where, ": tokenizer.ggml.pre is ", excerpt(pre), "; qkv reads \"llama-bpe\" (Llama 3), \"qwen2\" (Qwen) ",
+    fail(where, ": tokenizer.ggml.pre is ", excerpt(pre), "; qkv reads \"llama-bpe\" (Llama 3), \"qwen2\" (Qwen), ",
+         "\"qwen35\" (Qwen3.5) ",
          "and \"gpt-2\"");
   }
   const std::vector<std::string>& tokens = f.strings("tokenizer.ggml.tokens");
@@ -114,14 +119,17 @@ std::vector<GgufMetadata> gguf_tokenizer_metadata(const json& t, int64_t vocab, 
     if (!p.is_object()) continue;
     if (p.value("type", "") == "Split" && p.contains("pattern") && p["pattern"].is_object()) {
       const std::string regex = p["pattern"].value("Regex", "");
-      pre = regex == kLlama3Split ? "llama-bpe" : regex == kQwen2Split ? "qwen2" : "?" + regex;
+      pre = regex == kLlama3Split   ? "llama-bpe"
+            : regex == kQwen2Split  ? "qwen2"
+            : regex == kQwen35Split ? "qwen35"
+                                    : "?" + regex;
     } else if (p.value("type", "") == "ByteLevel" && p.value("use_regex", false) && pre.empty()) {
       pre = "gpt-2";
     }
   }
   QKV_CHECK(!pre.empty() && pre[0] != '?', where, "'s pre-tokenizer ",
             pre.empty() ? std::string("has no split") : "splits by " + excerpt(pre.substr(1)),
-            "; GGUF names Llama 3's (llama-bpe), Qwen's (qwen2) and GPT-2's splits");
+            "; GGUF names Llama 3's (llama-bpe), Qwen's (qwen2), Qwen3.5's (qwen35) and GPT-2's splits");
   std::vector<std::string> tokens(static_cast<size_t>(vocab));
   std::vector<int64_t> types(static_cast<size_t>(vocab), kUnused);
   auto place = [&](int64_t id, const std::string& text, int64_t type) {

@@ -27,17 +27,6 @@ uint64_t file_type(const std::string& t) {
   return 32;                   // BF16
 }
 
-// llama.cpp's "llama" order of Q's and K's rows (the inverse of the reader's): GGUF row h D + 2 i
-// + s is Hugging Face's row h D + s D/2 + i.
-void permute_rows(const float* w, float* out, int64_t heads, int64_t rows_per_head, int64_t cols) {
-  const int64_t half = rows_per_head / 2;
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t s = 0; s < 2; ++s)
-      for (int64_t i = 0; i < half; ++i)
-        std::memcpy(out + (h * rows_per_head + 2 * i + s) * cols, w + (h * rows_per_head + s * half + i) * cols,
-                    static_cast<size_t>(cols) * sizeof(float));
-}
-
 }  // namespace
 
 void check_gguf_writable(const ModelFamily& family) {
@@ -56,7 +45,14 @@ std::string gguf_model_bytes(LanguageModel& model, const json* tokenizer, const 
   const DecoderSpec& s = model.spec();
   const kernels::AttentionSpec& a = s.attention;
   const std::string arch = family.gguf_architectures.front();
-  const bool llama = arch == "llama";
+  const bool llama = arch == "llama", qwen35 = arch == "qwen35";
+  if (qwen35) {
+    QKV_CHECK(s.attention_gate, "llama.cpp's qwen35 gates every full-attention layer's output; this ", family.title,
+              " model has attn_output_gate false");
+    QKV_CHECK(s.linear_layers() == 0 || s.linear.key_dim == s.linear.value_dim, "llama.cpp's qwen35 reads linear ",
+              "layers whose key and value heads are of one width (ssm.state_size); this model's are ",
+              s.linear.key_dim, " (linear_key_head_dim) and ", s.linear.value_dim, " (linear_value_head_dim)");
+  }
 
   std::vector<GgufMetadata> meta = {
       {"general.architecture", gguf_string(arch)},
@@ -82,6 +78,21 @@ std::string gguf_model_bytes(LanguageModel& model, const json* tokenizer, const 
     meta.push_back({arch + ".vocab_size", gguf_u32(static_cast<uint64_t>(s.vocab_size))});
     meta.push_back({arch + ".rope.dimension_count", gguf_u32(static_cast<uint64_t>(a.head_dim))});
   }
+  if (qwen35) {  // partial RoPE, the linear layers
+    const LinearAttentionSizes& l = s.linear;
+    meta.push_back({arch + ".rope.dimension_count", gguf_u32(static_cast<uint64_t>(a.rotary_dim()))});
+    // llama.cpp's multimodal RoPE sections: the rotated pairs shared between the time, height and
+    // width positions, interleaved (a text token's three positions are one: plain RoPE); as Qwen3.5's
+    // mrope_section (11, 11, 10 of 32 pairs), none left to a fourth
+    const int64_t pairs = a.rotary_dim() / 2, t = (pairs + 2) / 3, h = (pairs - t + 1) / 2;
+    meta.push_back({arch + ".rope.dimension_sections", gguf_i32s({t, h, pairs - t - h, 0})});
+    meta.push_back({arch + ".full_attention_interval", gguf_u32(static_cast<uint64_t>(full_attention_interval(s)))});
+    meta.push_back({arch + ".ssm.conv_kernel", gguf_u32(static_cast<uint64_t>(l.conv_kernel))});
+    meta.push_back({arch + ".ssm.state_size", gguf_u32(static_cast<uint64_t>(l.key_dim))});
+    meta.push_back({arch + ".ssm.group_count", gguf_u32(static_cast<uint64_t>(l.key_heads))});
+    meta.push_back({arch + ".ssm.time_step_rank", gguf_u32(static_cast<uint64_t>(l.value_heads))});
+    meta.push_back({arch + ".ssm.inner_size", gguf_u32(static_cast<uint64_t>(l.value_heads * l.value_dim))});
+  }
   if (tokenizer != nullptr)
     for (GgufMetadata& m : gguf_tokenizer_metadata(*tokenizer, s.vocab_size, family)) meta.push_back(std::move(m));
   else
@@ -100,7 +111,7 @@ std::string gguf_model_bytes(LanguageModel& model, const json* tokenizer, const 
                        }});
   }
   // Each GGUF tensor and the state tensors it holds (gpt2's attn_qkv: Q, K and V's rows in turn).
-  std::vector<std::pair<std::string, std::vector<const Tensor*>>> parts;
+  std::vector<std::pair<GgufPlace, std::vector<const Tensor*>>> parts;
   std::map<std::string, size_t> index;
   for (const StateEntry& e : model.state_dict()) {
     if (e.tensor == nullptr) continue;  // the book's mask buffers
@@ -108,7 +119,7 @@ std::string gguf_model_bytes(LanguageModel& model, const json* tokenizer, const 
     QKV_CHECK(!place.name.empty(), "qkv has no GGUF name for the ", family.name, " model's ", excerpt(e.name));
     if (!index.count(place.name)) {
       index[place.name] = parts.size();
-      parts.push_back({place.name, {}});
+      parts.push_back({place, {}});
     }
     parts[index[place.name]].second.push_back(e.tensor);
   }
@@ -123,20 +134,22 @@ std::string gguf_model_bytes(LanguageModel& model, const json* tokenizer, const 
                            std::memcpy(out, zeros.data(), zeros.size() * sizeof(float));
                          }});
   }
-  for (const auto& [name, held] : parts) {
-    Shape shape = held.front()->shape();
+  for (const auto& [place, held] : parts) {
+    const std::string& name = place.name;
+    Shape shape = place.shape.empty() ? held.front()->shape() : place.shape;
     for (size_t i = 1; i < held.size(); ++i) shape[0] += held[i]->size(0);
-    const QuantType& t = shape.size() == 1 ? quant_type_named("F32") : fitting_quant_type(type, shape.back());
-    if (&t != &type && shape.size() != 1) fallbacks[t.name].push_back(name);
-    const int64_t heads = gguf_reordered_heads(arch, name, a);
-    tensors.push_back({name, shape, &t, [held, heads, &t, shape](uint8_t* out) {
+    const QuantType& t = shape.size() == 1 || place.f32 ? quant_type_named("F32") : fitting_quant_type(type, shape.back());
+    if (&t != &type && !place.f32 && shape.size() != 1) fallbacks[t.name].push_back(name);
+    tensors.push_back({name, shape, &t, [held, place, &t, shape](uint8_t* out) {
                          for (const Tensor* tensor : held) {  // rows whole blocks: quantized part by part
                            const float* w = tensor->data();
-                           std::vector<float> permuted;
-                           if (heads > 0) {
-                             permuted.resize(static_cast<size_t>(tensor->numel()));
-                             permute_rows(w, permuted.data(), heads, shape[0] / heads, shape[1]);
-                             w = permuted.data();
+                           std::vector<float> mine;
+                           if (!place.order.same() || place.values != GgufValues::kSame) {
+                             mine.assign(w, w + tensor->numel());
+                             const int64_t cols = shape.size() == 1 ? 1 : shape.back();
+                             gguf_reorder(place.order, mine.data(), tensor->numel() / cols, cols, sizeof(float), false);
+                             gguf_map_values(place.values, mine.data(), tensor->numel(), false, place.name);
+                             w = mine.data();
                            }
                            quantize(t, w, tensor->numel(), out);
                            out += quant_bytes(t, tensor->numel(), "a GGUF tensor");

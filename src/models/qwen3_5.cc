@@ -83,6 +83,7 @@ ModelFamily family_entry() {
   f.name = "qwen3_5";
   f.title = "Qwen3.5";
   f.model_types = {"qwen3_5"};
+  f.gguf_architectures = {"qwen35"};
   f.other_tensors = {"model.visual.", "mtp."};
   f.names = {.embed = "model.language_model.embed_tokens.", .positions = "", .blocks = "model.language_model.layers.",
              .norm1 = "input_layernorm.", .attention = "self_attn.", .norm2 = "post_attention_layernorm.", .ff = "mlp.",

@@ -26,6 +26,11 @@ tensor): qkv's F32 and Q8_0 files of its Hugging Face folder; in F32 qkv's logit
 twin and its greedy ids, llama.cpp's within 1e-5 of the twin computing GELU as llama.cpp's CPU build
 does (a table of halves: 1e-4 off a float32 GELU) and the twin's greedy ids; in Q8_0 llama.cpp's
 within 6e-2 of qkv's reference path on the same blocks.
+Qwen3.5 ("qwen35": norms as 1 + weight, A_log as -exp, the convolution squeezed, value heads tiled
+where the key heads are fewer): qkv's F32, BF16, Q8_0 and Q4_0 files of two twins' Hugging Face
+folders (tests/pytorch/qwen3_5_model.py; a tokenizer splitting as Qwen3.5's: pre "qwen35"): qkv's
+logits within 1e-5 of the twin holding the weights it read back (in F32 those within 1e-6 of the
+twin's, and its greedy ids); llama.cpp's as for the families above.
 node-llama-cpp is installed on first use (npm, --omit=optional plus the one platform package,
 NODE_LLAMA_CPP_SKIP_DOWNLOAD=true) into --npm-dir, $QKV_NPM_DIR, or npm-llamacpp beside --qkv; when
 that fails the test fails, saying why.
@@ -50,6 +55,7 @@ import torch  # noqa: E402
 import gguf_files  # noqa: E402
 import gpt_model  # noqa: E402
 import llama_model  # noqa: E402
+import qwen3_5_model  # noqa: E402
 import safetensors_io  # noqa: E402
 from llama_files import make_cfg, small_tokenizer, twin, write_dir  # noqa: E402
 
@@ -340,6 +346,102 @@ def check_gpt2(qkv, llamacpp, tmp):
     return results
 
 
+QWEN3_5_TYPES = ["f32", "bf16", "q8_0"]
+
+
+def qwen3_5_cases():
+    """(label, cfg, types): small Qwen3.5 models in the layouts llama.cpp's qwen35 reads (full
+    attention every n-th layer, key and value heads of one width): 4 value heads over 2 key heads
+    (tiled in the file), partial RoPE, untied; and as many value as key heads, tied, every other
+    layer full attention, RoPE on the whole head; rows of 32 (Q8_0 and Q4_0's blocks)."""
+    base = dict(vocab_size=None, emb_dim=64, hidden_dim=96, n_layers=4, n_heads=4, n_kv_groups=2, head_dim=16,
+                partial_rotary_factor=0.25, rope_base=1e7, rms_eps=1e-6, context_length=32,
+                layer_types=["linear_attention"] * 3 + ["full_attention"],
+                linear=dict(key_heads=2, value_heads=4, key_dim=32, value_dim=32, conv_kernel=4), tied=False)
+    other = dict(base, n_layers=2, layer_types=["linear_attention", "full_attention"], partial_rotary_factor=1.0,
+                 n_heads=2, n_kv_groups=1, tied=True, linear=dict(key_heads=2, value_heads=2, key_dim=32,
+                                                                   value_dim=32, conv_kernel=3))
+    return [("qwen3.5 Hv=2Hk", base, QWEN3_5_TYPES), ("qwen3.5 tied", other, ["f32", "q8_0", "q4_0"])]
+
+
+def qwen3_5_twin_holding(m, hf_state):
+    """A copy of the Qwen3.5 twin holding qkv's loaded weights (Hugging Face's names)."""
+    r = copy.deepcopy(m)
+    params = dict(r.named_parameters())
+    with torch.no_grad():
+        for twin_name, hf in qwen3_5_model.hf_names(m.cfg):
+            params[twin_name].copy_(hf_state[hf].reshape(params[twin_name].shape))
+    return r
+
+
+def check_qwen3_5(qkv, llamacpp, tmp):
+    """[(label, [errors], summary)] for Qwen3.5 ("qwen35": norms as 1 + weight, A_log as -exp, the
+    convolution squeezed, value heads tiled): the twin's Hugging Face folder (with a tokenizer
+    splitting as Qwen3.5's does: pre "qwen35") written by qkv convert --to gguf in each type, read by
+    qkv's reference path (within 1e-5 of the twin holding the weights qkv read back; in F32 those
+    within 1e-6 of the twin's own and its greedy ids) and by llama.cpp (f32: the twin's greedy ids and
+    logits within 1e-5; the others within the type's tolerance of the twin holding the file's numbers)."""
+    tok, V = small_tokenizer("qwen3")
+    for p in tok["pre_tokenizer"]["pretokenizers"]:  # Qwen3.5's split: letters' runs take their marks
+        if p.get("type") == "Split":
+            p["pattern"]["Regex"] = p["pattern"]["Regex"].replace("\\p{L}+|", "[\\p{L}\\p{M}]+|").replace(
+                "[^\\s\\p{L}\\p{N}]+", "[^\\s\\p{L}\\p{M}\\p{N}]+")
+    results = []
+    for label, cfg, types in qwen3_5_cases():
+        cfg = dict(cfg, vocab_size=V)
+        torch.manual_seed(21)
+        m = qwen3_5_model.perturb(qwen3_5_model.Qwen3_5Model(cfg), 22).eval()
+        with torch.no_grad():  # larger weights: logits spread out, the greedy ids decided by wide margins
+            for name, p in m.named_parameters():
+                if p.dim() == 2:
+                    p.mul_(3.0)
+        want_ids = greedy(m, IDS, NEW)
+        folder = os.path.join(tmp, label.replace(" ", "_").replace("=", "") + "_hf")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(qwen3_5_model.config_json(cfg), f)
+        with open(os.path.join(folder, "tokenizer.json"), "w") as f:
+            json.dump(tok, f)
+        safetensors_io.save(os.path.join(folder, "model.safetensors"), qwen3_5_model.to_hugging_face(m))
+        for t in types:
+            path = f"{folder}_{t}.qkv.gguf"
+            errors = []
+            try:
+                qkv_run(qkv, ["convert", "--weights", folder, "--to", "gguf", "--type", t, "--out", path])
+                got, state = qkv_forward(qkv, "qwen3_5", path, IDS + want_ids, tmp, save=True)
+                ref = qwen3_5_twin_holding(m, state)
+                with torch.no_grad():
+                    want = ref(torch.tensor([IDS + want_ids])).double()
+                q = rel(got, want)
+                if not q <= 1e-5:
+                    errors.append(f"qkv's logits (f32 products) from its file: relative difference {q:.3g} > 1e-5")
+                if t == "f32":
+                    own = dict(m.named_parameters())
+                    held = max(rel(ref_p.detach().double(), own[n].detach().double())
+                               for n, ref_p in ref.named_parameters())
+                    if not held <= 1e-6:
+                        errors.append(f"qkv's F32 file reads back {held:.3g} off the twin's weights (> 1e-6)")
+                    forced = got[0, len(IDS) - 1:-1].argmax(-1).tolist()
+                    if forced != want_ids:
+                        errors.append(f"qkv's greedy ids {forced}, the twin's {want_ids}")
+                lc = llamacpp(path, IDS, NEW)
+                logits = torch.tensor(lc["logits"], dtype=torch.float64)
+                with torch.no_grad():
+                    want_last = ref(torch.tensor([IDS]))[0, -1].double()
+                r = rel(logits, want_last) if logits.shape == want_last.shape else float("nan")
+                if not r <= TOL[t]:
+                    errors.append(f"llama.cpp's logits: relative difference {r:.3g} from the twin > {TOL[t]:g}")
+                if t == "f32" and lc["ids"] != want_ids:
+                    errors.append(f"llama.cpp's greedy ids {lc['ids']}, the twin's {want_ids}")
+            except RuntimeError as e:
+                results.append((f"{label} {t} (qkv's file)", [str(e)], ""))
+                continue
+            results.append((f"{label} {t} (qkv's file)", errors,
+                            f"{label} {t} qkv's file: llama.cpp rel {r:.2g}, qkv rel {q:.2g}, llama.cpp ids "
+                            f"{'equal' if lc['ids'] == want_ids else 'differ: ' + str(lc['ids'])}"))
+    return results
+
+
 def default_npm_dir(qkv=None):
     if os.environ.get("QKV_NPM_DIR"):
         return os.environ["QKV_NPM_DIR"]
@@ -370,6 +472,7 @@ def main():
     try:
         checks = [lambda c=c: check_case(args.qkv, llamacpp, tmp, c) for c in CASES]
         checks.append(lambda: check_gpt2(args.qkv, llamacpp, tmp))
+        checks.append(lambda: check_qwen3_5(args.qkv, llamacpp, tmp))
         for check in checks:
             for label, errors, summary in check():
                 if errors:

@@ -1,7 +1,7 @@
 // qkv/models/gguf_model.h - a model from llama.cpp's GGUF file (io/gguf.h), for the families whose
 // registry entry names a GGUF architecture (models/family.h: gguf_architectures).
 //
-//   general.architecture "llama" | "qwen2" | "qwen3" | "gpt2"   the family
+//   general.architecture "llama" | "qwen2" | "qwen3" | "gpt2" | "qwen35"   the family
 //   {arch}.block_count, .embedding_length, .feed_forward_length, .context_length,
 //   .attention.head_count, .attention.head_count_kv, .attention.key_length (head_dim, when given),
 //   .attention.layer_norm_rms_epsilon, .rope.freq_base, .rope.dimension_count (all of head_dim),
@@ -29,6 +29,13 @@
 //   output_norm, out_head -> output, trf_blocks.N.X -> blk.N.Y with X -> Y: norm1 -> attn_norm,
 //   att.W_{query,key,value} -> attn_qkv (its rows: Q, K, V), att.out_proj -> attn_output, norm2 ->
 //   ffn_norm, ff.layers.{0,2} -> ffn_{up,down}; LayerNorm's scale and shift -> weight and bias
+//   qwen35: .rope.dimension_count (the rotated dims), .full_attention_interval (layer_types),
+//   .ssm.{group_count, time_step_rank, state_size, inner_size, conv_kernel} (the linear layers' key
+//   heads, value heads, key width, value heads x width, kernel); tensors as above with
+//   post_attention_layernorm -> post_attention_norm and linear_attn.X -> blk.N.Y: in_proj_qkv ->
+//   attn_qkv, in_proj_z -> attn_gate, in_proj_b -> ssm_beta, in_proj_a -> ssm_alpha, conv1d ->
+//   ssm_conv1d (C, K), dt_bias -> ssm_dt.bias, A_log -> ssm_a (-exp), norm -> ssm_norm, out_proj ->
+//   ssm_out; the other norms hold 1 + weight; value heads tiled (GgufOrder)
 // llama.cpp's converter reorders the rows of each head of Q and K for the "llama" architecture
 // (rotary pairs interleaved: row h D + 2 i + s holds Hugging Face's row h D + s D/2 + i); they are
 // put back as they are read.
@@ -62,6 +69,26 @@ bool is_gguf_file(const std::string& path);
 const ModelFamily& family_of_gguf(const GgufFile& file);
 // The file's metadata as the family's config.json (model_type, sizes, rope, tie_word_embeddings).
 nlohmann::json gguf_config_json(const GgufFile& file);
+// How a GGUF tensor's rows (or columns) are ordered against the state tensor's. kRopePairs:
+// llama.cpp's "llama" Q and K, row h D + 2 i + s of the file is the state's row h D + s D/2 + i
+// (`heads` heads of `width` = D rows). kTiledValueHeads: qwen35's linear layers with more value
+// heads than key heads (r = Hv / Hk), the file's head j is the state's head (j % Hk) r + j / Hk
+// (llama.cpp reads value head j with key head j % Hk; Hugging Face and qkv with key head j / r),
+// `heads` = Hv heads of `width` rows from row `first` (or columns: ssm_out).
+struct GgufOrder {
+  enum Kind { kSame, kRopePairs, kTiledValueHeads };
+  Kind kind = kSame;
+  int64_t heads = 0, key_heads = 0, first = 0, width = 0;
+  bool columns = false;
+  bool same() const { return kind == kSame; }
+  // The state's index of the file's row (column) i; those outside the heads are the same.
+  int64_t state_index(int64_t i) const;
+};
+// The values a GGUF tensor holds against the state's w: w itself, 1 + w (the norms of a family
+// whose RMSNorm scales by 1 + weight: llama.cpp's files hold the scale), or -exp(w) (qwen35's
+// ssm_a from A_log).
+enum class GgufValues { kSame, kOnePlus, kNegExp };
+
 // Where a tensor of the family's model sits in a GGUF file of architecture `arch`: the whole of
 // tensor `name`, or (gpt2's blk.N.attn_qkv, Q's rows then K's then V's) its rows [first_row,
 // first_row + the tensor's rows) of `rows` (a bias's elements). name "" where GGUF has none.
@@ -69,13 +96,24 @@ struct GgufPlace {
   std::string name;
   int64_t first_row = 0;
   int64_t rows = 0;  // the GGUF tensor's rows when it holds more than this one; else 0
+  GgufOrder order;
+  GgufValues values = GgufValues::kSame;
+  Shape shape;       // the GGUF tensor's shape where it is not the state's (qwen35's conv1d: (C, K))
+  bool f32 = false;  // llama.cpp keeps it in F32 whatever the file's type (1-D tensors, ssm_conv1d)
   bool part() const { return rows > 0; }
 };
 GgufPlace gguf_place(const ModelFamily& family, const std::string& arch, const DecoderSpec& spec,
                      const std::string& state_name);
-// The heads whose rows llama.cpp reorders in the GGUF tensor `name` of architecture `arch` (above):
-// H for blk.N.attn_q.weight and G for blk.N.attn_k.weight of "llama"; 0 for any other tensor.
-int64_t gguf_reordered_heads(const std::string& arch, const std::string& name, const kernels::AttentionSpec& a);
+// A tensor's `rows` x `cols` elements of `elem_bytes` (a quantized tensor: rows of cols = its
+// row's bytes, elem_bytes 1; its order's rows only) from the file's order into the state's
+// (to_state) or back; in place.
+void gguf_reorder(const GgufOrder& order, void* data, int64_t rows, int64_t cols, int64_t elem_bytes, bool to_state);
+// Its values from the state's into the file's (to_state false) or back; `where` names the tensor
+// in the error for a value the file cannot hold (ssm_a not negative).
+void gguf_map_values(GgufValues values, float* data, int64_t n, bool to_state, const std::string& where);
+// qwen35's full_attention_interval: n when layer i attends exactly where (i + 1) % n == 0 (L + 1
+// when none does); a qkv::Error naming the layer types otherwise (llama.cpp knows no other pattern).
+int64_t full_attention_interval(const DecoderSpec& spec);
 // The tokenizer GGUF's metadata describes (tokenizer.ggml.*), as the parts HfTokenizer::build
 // checks and makes the tokenizer of, as it does tokenizer.json's: model "gpt2" (byte-level BPE)
 // with pre "llama-bpe" (Llama 3's split), "qwen2" (Qwen's, and NFC as Qwen's tokenizer.json has)
