@@ -5,7 +5,8 @@
                                       [--threads 2] [--rounds 3] [--dir /tmp/qkv-gguf-bench]
 
 The files: `qkv convert --model PRESET --to gguf --type T` (the preset's weights drawn from seed 123,
-the installed tokenizer), written once into --dir and reused.
+the installed tokenizer; for qwen3.5-0.8b, which has none installed, Qwen3's: the speed does not
+depend on it), written once into --dir and reused.
   decode   a 4-token prompt, 200 new tokens, greedy; tokens/s after the first token.
            qkv: `qkv generate --weights F --json` (tokens_per_s); llama.cpp: node-llama-cpp 3.22.1's
            prebuilt CPU build (tests/llamacpp/greedy.mjs --bench-decode 200). Each against the
@@ -74,7 +75,11 @@ def main():
     for t in a.types.split(","):
         path = os.path.join(a.dir, f"{a.preset}-{t}.gguf")
         if not os.path.exists(path):
-            subprocess.run([a.qkv, "convert", "--model", a.preset, "--to", "gguf", "--type", t, "--out", path],
+            extra = []
+            if a.preset.startswith("qwen3.5"):  # no Qwen3.5 tokenizer installed: Qwen3's (llama.cpp needs one)
+                home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+                extra = ["--tokenizer", os.path.join(home, "qkv", "qwen3", "tokenizer.json")]
+            subprocess.run([a.qkv, "convert", "--model", a.preset, "--to", "gguf", "--type", t, "--out", path, *extra],
                            check=True, env=env, stdout=subprocess.DEVNULL)
         file_bytes = file_tensor_bytes(path)
         # a prompt of about --prefill-tokens of the model's own tokenizer, as text for qkv and ids for llama.cpp

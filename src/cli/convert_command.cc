@@ -27,7 +27,7 @@ namespace qkv::cli {
 namespace {
 
 struct ConvertFlags {
-  std::string weights, model, to, out, config, type;
+  std::string weights, model, to, out, config, type, tokenizer;
   uint64_t seed = 123;
   std::optional<int64_t> num_heads;
 };
@@ -37,12 +37,14 @@ int run_gguf(const ConvertFlags& f) {
   // the family from the preset or the files' description (config.json, GGUF metadata) alone, so a
   // model qkv cannot write is refused before its weights are drawn or read
   check_gguf_writable(!f.model.empty() ? family_of_preset(f.model) : family_of_path(f.weights));
+  std::optional<nlohmann::json> tokenizer;  // --tokenizer's, read before the weights
+  if (!f.tokenizer.empty()) tokenizer = tokenizer_json_file(f.tokenizer);
   LoadOptions options;
   options.float_weights = true;
   options.num_heads = f.num_heads;  // GPT-2's weights in the book's names carry no head count
   const LoadedModel m = !f.model.empty() ? make_model(f.model, f.seed, options) : load_model(f.weights, options);
   const std::string type = !f.type.empty() ? f.type : m.model->spec().attention.dtype == Dtype::kF32 ? "f32" : "bf16";
-  const std::optional<nlohmann::json> tokenizer = model_tokenizer_json(m, f.weights);
+  if (!tokenizer) tokenizer = model_tokenizer_json(m, f.weights);
   std::vector<std::string> notes;
   std::string bytes = gguf_model_bytes(*m.model, tokenizer ? &*tokenizer : nullptr, type, notes);
   const size_t size = bytes.size();
@@ -57,6 +59,7 @@ int run_convert(const ConvertFlags& f) {
   if (!f.model.empty() && f.to != "gguf") bad_flag("--model", "writes an untrained preset as GGUF: it goes with --to gguf");
   if (f.to == "gguf") return run_gguf(f);
   if (!f.type.empty()) bad_flag("--type", "is the GGUF file's tensor type: it goes with --to gguf");
+  if (!f.tokenizer.empty()) bad_flag("--tokenizer", "is the GGUF file's tokenizer: it goes with --to gguf");
   std::vector<OutputFile> destinations = {{f.out, "", "--out"}};
   if (!f.config.empty()) destinations.push_back({f.config, "", "--config"});
   check_output_files(destinations);
@@ -93,6 +96,8 @@ Command add_convert(CLI::App& app) {
   sub->add_option("--type", f->type, "--to gguf: the 2-D weights' type, f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q6_k "
                                      "(default: f32 for float32 weights, else bf16)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"}, CLI::ignore_case));
+  sub->add_option("--tokenizer", f->tokenizer, "--to gguf: the tokenizer.json the file holds (default: the "
+                                               "model's own; a preset's installed one, which Qwen3.5 has not)");
   sub->add_option("--config", f->config, "--to huggingface: also write config.json here");
   add_number(sub, "--num-heads", f->num_heads, "The head count, when the file does not say it and its width is not "
                                                "one of GPT-2's", positive<int64_t>());

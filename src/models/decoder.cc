@@ -170,7 +170,8 @@ void DecoderBlock::forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCa
   const bool bf16 = w16 != nullptr && dtype_ == Dtype::kBF16;
   auto bits = [](const std::vector<uint16_t>& v) { return v.empty() ? nullptr : v.data(); };
   const FusedWeights16 att16 =
-      bf16 ? FusedWeights16{bits(w16->qkv), bits(w16->out), w16->qkv_q.view(), w16->out_q.view(), bits(w16->gate)}
+      bf16 ? FusedWeights16{bits(w16->qkv), bits(w16->out), w16->qkv_q.view(), w16->out_q.view(), bits(w16->gate),
+                            w16->gate_q.view()}
            : FusedWeights16{};
   const int64_t N = B * Tn, E = width_;
   auto w = [&](size_t i) { return bf16 ? bits(w16->ff[i]) : nullptr; };
@@ -186,9 +187,11 @@ void DecoderBlock::forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCa
   } else {  // the recurrence's state and the convolution's last inputs: the cache's state layer
     GatedDeltaNetLayer::Weights16 lw;
     const bool linear16 = bf16 && w16->linear.size() == 5;
-    if (linear16)
-      lw = {w16->linear[0].data(), w16->linear[1].data(), w16->linear[2].data(), w16->linear[3].data(),
-            w16->linear[4].data()};
+    if (linear16) {
+      auto q = [&](size_t k) { return k < w16->linear_q.size() ? w16->linear_q[k].view() : QuantView{}; };
+      lw = {bits(w16->linear[0]), bits(w16->linear[1]), bits(w16->linear[2]), bits(w16->linear[3]),
+            bits(w16->linear[4]), q(0), q(1), q(2), q(3), q(4)};
+    }
     QKV_CHECK(cache.state_size(layer) == linear->cache_doubles(B), kWho, ": layer ", layer, " of the cache holds ",
               cache.state_size(layer), " state numbers; its linear-attention block keeps ", linear->cache_doubles(B),
               " for a batch of ", B);
@@ -285,9 +288,10 @@ int64_t DecoderModel::step_weight_bytes() const {
                               : static_cast<int64_t>(head_q_.blocks.size());
   for (size_t b = 0; b < blocks16_.size(); ++b) {
     const DecoderBlock::Weights16& w = blocks16_[b];
-    n += bytes(w.qkv, w.qkv_q) + bytes(w.out, w.out_q) + 2 * static_cast<int64_t>(w.gate.size());
+    n += bytes(w.qkv, w.qkv_q) + bytes(w.out, w.out_q) + bytes(w.gate, w.gate_q);
     for (size_t i = 0; i < w.ff.size(); ++i) n += bytes(w.ff[i], i < w.ff_q.size() ? w.ff_q[i] : QuantMatrix{});
-    for (const std::vector<uint16_t>& p : w.linear) n += 2 * static_cast<int64_t>(p.size());
+    for (size_t i = 0; i < w.linear.size(); ++i)
+      n += bytes(w.linear[i], i < w.linear_q.size() ? w.linear_q[i] : QuantMatrix{});
   }
   return n;
 }
@@ -364,10 +368,16 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
     const DecoderBlock& b = blocks[i];
     const std::string a = n.blocks + std::to_string(i) + "." + n.attention;
     DecoderBlock::Weights16 w;
-    if (!b.att) {  // a linear block: its five products in bf16 (its other tensors are floats, read above)
+    if (!b.att) {  // a linear block: its five products in bf16 or blocks (its other tensors are floats, read above)
       const std::vector<std::string> names = linear_product_names(i);
       const std::vector<const Linear*> ps = b.linear->products();
+      w.linear_q.resize(ps.size());
       for (size_t k = 0; k < ps.size(); ++k) {
+        if (std::optional<QuantMatrix> m = read_q(names[k])) {
+          w.linear.emplace_back();
+          w.linear_q[k] = std::move(*m);
+          continue;
+        }
         w.linear.push_back(bits(ps[k]->weight.numel()));
         read_bits(names[k], w.linear.back().data());
       }
@@ -377,10 +387,22 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
       // rows [0, Q): W_query, then W_key, W_value: one matrix of blocks when all three are of one type
       // (the packed queries and gate in bf16: unpacked below)
       const bool packed = b.att->q_and_gate.has_value();
-      std::optional<QuantMatrix> q = packed ? std::nullopt : read_q(a + n.q + "weight"),
-                                 k = packed ? std::nullopt : read_q(a + n.k + "weight"),
-                                 v = packed ? std::nullopt : read_q(a + n.v + "weight");
-      if (packed) {  // (2 Q, E): head h's D query rows, then its D gate rows
+      std::optional<QuantMatrix> q = read_q(a + n.q + "weight"), k = read_q(a + n.k + "weight"),
+                                 v = read_q(a + n.v + "weight");
+      const bool quantized = q && k && v && q->type == k->type && k->type == v->type;
+      if (packed && quantized) {  // the packed rows' blocks split: queries to qkv_q, gates to gate_q
+        const int64_t D = spec_.attention.head_dim, H = spec_.attention.heads;
+        const size_t rows = static_cast<size_t>(D * quant_bytes(*q->type, E, "the packed queries"));
+        w.qkv_q.type = w.gate_q.type = q->type;
+        for (int64_t h = 0; h < H; ++h) {
+          const auto rows_h = q->blocks.begin() + static_cast<std::ptrdiff_t>(2 * static_cast<size_t>(h) * rows);
+          w.qkv_q.blocks.insert(w.qkv_q.blocks.end(), rows_h, rows_h + static_cast<std::ptrdiff_t>(rows));
+          w.gate_q.blocks.insert(w.gate_q.blocks.end(), rows_h + static_cast<std::ptrdiff_t>(rows),
+                                 rows_h + static_cast<std::ptrdiff_t>(2 * rows));
+        }
+        w.qkv_q.blocks.insert(w.qkv_q.blocks.end(), k->blocks.begin(), k->blocks.end());
+        w.qkv_q.blocks.insert(w.qkv_q.blocks.end(), v->blocks.begin(), v->blocks.end());
+      } else if (packed) {  // (2 Q, E): head h's D query rows, then its D gate rows
         const int64_t D = spec_.attention.head_dim, H = spec_.attention.heads;
         std::vector<uint16_t> both = bits(2 * Q * E);
         read_bits(a + n.q + "weight", both.data());
@@ -392,7 +414,7 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
         }
         read_bits(a + n.k + "weight", w.qkv.data() + Q * E);
         read_bits(a + n.v + "weight", w.qkv.data() + (Q + KV) * E);
-      } else if (q && k && v && q->type == k->type && k->type == v->type) {
+      } else if (quantized) {
         w.qkv_q.type = q->type;
         w.qkv_q.blocks = std::move(q->blocks);
         w.qkv_q.blocks.insert(w.qkv_q.blocks.end(), k->blocks.begin(), k->blocks.end());
@@ -447,7 +469,11 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
       DecoderBlock::Weights16& w = blocks16[i];
       if (blocks[i].att) {
         to_panels(w.qkv_q, spec_.width);
+        to_panels(w.gate_q, spec_.width);
         to_panels(w.out_q, blocks[i].att->out_proj.weight.size(1));
+      } else {
+        const std::vector<const Linear*> ps = blocks[i].linear->products();
+        for (size_t k = 0; k < ps.size() && k < w.linear_q.size(); ++k) to_panels(w.linear_q[k], ps[k]->weight.size(1));
       }
       std::vector<StateEntry> ff;
       const_cast<FeedForwardNet&>(blocks[i].ff).collect_state("", ff);

@@ -581,10 +581,21 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     } else {
       return std::nullopt;  // F32, F16, BF16: bf16 weights
     }
-    const GgufPlace& place = place_of.at(name);  // whole rows of blocks, reordered
-    QKV_CHECK(!place.order.columns && place.values == GgufValues::kSame, "qkv reads ", excerpt(g),
-              "'s blocks reordered by rows only");
-    gguf_reorder(place.order, q.blocks.data(), rows, quant_bytes(*q.type, cols, g), 1, true);
+    const GgufPlace& place = place_of.at(name);
+    QKV_CHECK(place.values == GgufValues::kSame, "qkv reads ", excerpt(g), " as floats only");
+    if (!place.order.columns) {  // whole rows of blocks, reordered
+      gguf_reorder(place.order, q.blocks.data(), rows, quant_bytes(*q.type, cols, g), 1, true);
+    } else {  // heads of columns (qwen35's ssm_out): whole blocks where a head is, else decoded to bf16
+      const int64_t block = q.type->block;
+      GgufOrder o = place.order;
+      if (o.width % block != 0 || o.first % block != 0) {
+        file.release(g);
+        return std::nullopt;
+      }
+      o.first /= block;
+      o.width /= block;
+      gguf_reorder(o, q.blocks.data(), rows, cols / block, quant_bytes(*q.type, block, g), true);
+    }
     file.release(g);
     return q;
   };

@@ -186,6 +186,8 @@ json gpt2_tokenizer_json() {
 
 }  // namespace
 
+json tokenizer_json_file(const std::string& path) { return parse_json(read_file(path), excerpt(path)); }
+
 std::optional<json> model_tokenizer_json(const LoadedModel& m, const std::string& source) {
   if (!m.tokenizer_file.empty() && m.tokenizer_file.ends_with("tokenizer.json"))
     return parse_json(read_file(m.tokenizer_file), excerpt(m.tokenizer_file));

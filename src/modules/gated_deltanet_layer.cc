@@ -93,13 +93,14 @@ void GatedDeltaNetLayer::collect_state(const std::string& prefix, std::vector<St
 }
 
 namespace {
-// x (..., in) @ l.weight^T as a flat vector: through the Linear, or from its bf16 copy w16 (bf16 products).
-std::vector<float> product(const Linear& l, const Tensor& x, const uint16_t* w16) {
-  if (!w16) return flat(l.forward(x));
+// x (..., in) @ l.weight^T as a flat vector: through the Linear, or from its bf16 copy w16 (bf16
+// products) or its blocks wq (integer products).
+std::vector<float> product(const Linear& l, const Tensor& x, const uint16_t* w16, QuantView wq = {}) {
+  if (!w16 && !wq) return flat(l.forward(x));
   const Tensor c = x.contiguous();
   const int64_t in = l.weight.size(1), out = l.weight.size(0), N = c.numel() / in;
   std::vector<float> y(static_cast<size_t>(N * out));
-  linear(c.data(), N, in, l.weight.data(), nullptr, out, y.data(), nullptr, Dtype::kBF16, w16);
+  linear(c.data(), N, in, l.weight.data(), nullptr, out, y.data(), nullptr, Dtype::kBF16, w16, wq);
   return y;
 }
 }  // namespace
@@ -112,7 +113,7 @@ void GatedDeltaNetLayer::project(const Tensor& x, const float* history, const We
   const int64_t B = x.size(0), T = x.size(1), Hv = config.attention.heads, Hk = config.linear.key_heads;
   const int64_t Dk = config.attention.head_dim, K = config.linear.conv_kernel;
   const int64_t Kd = key_width(), Vd = value_width(), C = 2 * Kd + Vd, share = Hv / Hk;
-  mixed_ = product(in_proj_qkv, x, w16 ? w16->qkv : nullptr);  // (B, T, C)
+  mixed_ = product(in_proj_qkv, x, w16 ? w16->qkv : nullptr, w16 ? w16->qkv_q : QuantView{});  // (B, T, C)
   // the causal depthwise convolution (over history, then x), then silu: conv_ before it, the split
   // q, k, v after it
   conv_.assign(mixed_.size(), 0.0f);
@@ -156,10 +157,10 @@ void GatedDeltaNetLayer::project(const Tensor& x, const float* history, const We
         qn_[(r * Hv + h) * Dk + d] = qh[(r * Hk + h / share) * Dk + d];
         kn_[(r * Hv + h) * Dk + d] = kh[(r * Hk + h / share) * Dk + d];
       }
-  z_ = product(in_proj_z, x, w16 ? w16->z : nullptr);
-  beta_ = product(in_proj_b, x, w16 ? w16->b : nullptr);
+  z_ = product(in_proj_z, x, w16 ? w16->z : nullptr, w16 ? w16->z_q : QuantView{});
+  beta_ = product(in_proj_b, x, w16 ? w16->b : nullptr, w16 ? w16->b_q : QuantView{});
   for (float& b : beta_) b = sigmoid_value(b);
-  a_ = product(in_proj_a, x, w16 ? w16->a : nullptr);
+  a_ = product(in_proj_a, x, w16 ? w16->a : nullptr, w16 ? w16->a_q : QuantView{});
   alpha_.resize(a_.size());
   log_alpha_.resize(a_.size());
   decay_forward(a_.data(), dt_bias.data(), A_log.data(), static_cast<int64_t>(a_.size()), Hv, alpha_.data(),
@@ -171,7 +172,7 @@ Tensor GatedDeltaNetLayer::output(int64_t B, int64_t T, const Weights16* w16) {
   gated_rms_norm_rows(y_.data(), z_.data(), norm_weight.data(), B * T * config.attention.heads, config.linear.value_dim,
                       static_cast<float>(config.linear.norm_eps), gated.data());
   if (!w16) return out_proj.forward(gated);
-  return Tensor::from({B, T, config.d_in}, product(out_proj, gated, w16->out));
+  return Tensor::from({B, T, config.d_in}, product(out_proj, gated, w16->out, w16->out_q));
 }
 
 Tensor GatedDeltaNetLayer::forward(const Tensor& x, AttentionTrace* trace) {

@@ -19,7 +19,13 @@
 #include "cli_runner.h"
 #include "qkv/core/error.h"
 #include "qkv/io/output_files.h"
+#include "qkv/io/gguf.h"
 #include "qkv/io/safetensors.h"
+#include "qkv/models/decoder.h"
+#include "qkv/models/family.h"
+#include "qkv/models/gpt.h"
+#include "qkv/text/byte_level.h"
+#include "qkv/text/utf8.h"
 
 namespace qkv {
 namespace {
@@ -430,6 +436,47 @@ TEST_F(CliHardening, ConvertRefusesAFamilyWithoutGgufBeforeItsWeights) {
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr(refused));
   EXPECT_FALSE(fs::exists(path("q.gguf")));
+}
+
+// --tokenizer: the tokenizer.json the GGUF file holds in place of the model's (GPT-2's vocabulary,
+// for the book's GPT: here one of 50,300 ids); read before the weights.
+TEST_F(CliHardening, ConvertWritesTheTokenizerItIsGiven) {
+  Generator gen(3);
+  DecoderModel m(gpt_spec(50300, 16, 32, 2, 1, 0.0, true), gen);
+  write_files_atomically(model_family("gpt").checkpoint(m, path("g.safetensors"), ""));
+  nlohmann::json vocab = nlohmann::json::object();  // the 256 bytes as GPT-2 spells them, then one merge
+  for (int b = 0; b < 256; ++b) {
+    std::string spelled;
+    utf8::append(spelled, byte_level_char(static_cast<uint8_t>(b)));
+    vocab[spelled] = b;
+  }
+  ASSERT_EQ(vocab.size(), 256u);
+  vocab["ab"] = 256;
+  const nlohmann::json tokenizer = {
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b"}}}},
+      {"added_tokens", nlohmann::json::array()},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}};
+  write("tok.json", tokenizer.dump());
+  Result r = run("convert --weights g.safetensors --num-heads 2 --to gguf --type f32 --out g.gguf --tokenizer tok.json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const GgufFile f(path("g.gguf"));
+  const std::vector<std::string>& tokens = f.strings("tokenizer.ggml.tokens");
+  ASSERT_EQ(tokens.size(), 50300u);
+  EXPECT_EQ(tokens[256], "ab");
+  EXPECT_EQ(f.strings("tokenizer.ggml.merges"), std::vector<std::string>{"a b"});
+  EXPECT_EQ(f.string("tokenizer.ggml.pre"), "gpt-2");
+  r = run("convert --weights g.safetensors --num-heads 2 --to gguf --out h.gguf");  // the model's own: GPT-2's
+  ASSERT_EQ(r.status, 0) << r.err;
+  const GgufFile own(path("h.gguf"));
+  EXPECT_EQ(own.strings("tokenizer.ggml.tokens")[256], "\xc4\xa0t");  // GPT-2's first merge
+  EXPECT_EQ(own.strings("tokenizer.ggml.merges").size(), 50000u);
+  r = run("convert --weights g.safetensors --num-heads 2 --to gguf --out i.gguf --tokenizer none.json");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("none.json"));
+  EXPECT_FALSE(fs::exists(path("i.gguf")));
+  r = run("convert --weights g.safetensors --to book --out b.safetensors --tokenizer tok.json");
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--tokenizer: is the GGUF file's tokenizer: it goes with --to gguf"));
 }
 
 TEST(OutputFiles, EveryFileIsWrittenOrNone) {

@@ -211,6 +211,13 @@ TEST_F(GgufQwen3_5, EveryTypeReadsBackAsItsBlocksDecode) {
     EXPECT_EQ(f.tensor("blk.1.attn_gate.weight").type->name, quant_type_named(type).name) << type;
     LoadedModel fast = load_model(path);
     EXPECT_TRUE(fast.model->bf16_only()) << type;
+    // a step reads the file's blocks for every product: the linear layers' five, the gated
+    // attention's packed queries and gates (split by rows), the head (the embedding: one row a token)
+    int64_t want_bytes = 0;
+    for (const GgufTensor& t : f.tensors())
+      if (t.shape.size() == 2 && !t.name.ends_with("ssm_conv1d.weight") && t.name != "token_embd.weight")
+        want_bytes += type == "bf16" ? 2 * t.numel() : t.bytes;
+    EXPECT_EQ(dynamic_cast<const DecoderModel&>(*fast.model).step_weight_bytes(), want_bytes) << type;
     const std::vector<int64_t> ids = {3, 1, 4, 1, 5};
     const Tensor a = back.model->forward(ids, 1, 5), b = fast.model->forward(ids, 1, 5);
     float scale = 0, diff = 0;

@@ -62,8 +62,9 @@ class DecoderBlock : public Module {
     std::vector<std::vector<uint16_t>> ff;      // the feed-forward's linears, FeedForwardNet::linears() order
     // Loaded quantized (load_bf16_only's readq): each product read from its blocks instead where
     // these are not empty (ff_q parallel to ff: one of the two holds each linear).
-    QuantMatrix qkv_q = {}, out_q = {};
+    QuantMatrix qkv_q = {}, out_q = {}, gate_q = {};
     std::vector<QuantMatrix> ff_q = {};
+    std::vector<QuantMatrix> linear_q = {};  // parallel to linear
   };
   // Working rows from the caller: h, a (N, E); hidden, up (N, F); N = B Tn; and the attention's
   // scratch, one for every block of the model (null: the block's own).

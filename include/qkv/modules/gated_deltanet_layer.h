@@ -70,9 +70,11 @@ class GatedDeltaNetLayer : public AttentionModule {
   // sequence's start.
   int64_t cache_doubles(int64_t batch) const;
   // w16 (optional): the five products' weights in bf16 (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a,
-  // out_proj; bf16 products, read instead of the float weights, which need not be filled).
+  // out_proj; bf16 products, read instead of the float weights, which need not be filled), or as a
+  // ggml type's blocks (x quantized per block, integer products: core/linear.h), read instead of both.
   struct Weights16 {
     const uint16_t *qkv = nullptr, *z = nullptr, *b = nullptr, *a = nullptr, *out = nullptr;
+    QuantView qkv_q = {}, z_q = {}, b_q = {}, a_q = {}, out_q = {};
   };
   void forward_cached(const float* x, int64_t B, int64_t T, float* y, double* cache, const Weights16* w16 = nullptr);
   // The five products in that order (their weights' names and shapes; bf16 copies are made of them).
