@@ -235,6 +235,10 @@ DecoderModel::DecoderModel(const DecoderSpec& s, Generator& gen)
     head.dweight = tok_emb.dweight;
   }
   head.dtype = s.head_f32 ? Dtype::kF32 : s.attention.dtype;
+  // the linear blocks' cached calls share their working rows (one prompt's, not one per layer)
+  auto work = std::make_shared<GatedDeltaNetLayer::CachedWork>();
+  for (DecoderBlock& b : blocks)
+    if (b.linear) b.linear->share_cached_work(work);
 }
 
 void DecoderModel::check_floats(const char* what) const {

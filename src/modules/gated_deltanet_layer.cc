@@ -95,13 +95,16 @@ void GatedDeltaNetLayer::collect_state(const std::string& prefix, std::vector<St
 namespace {
 // x (..., in) @ l.weight^T as a flat vector: through the Linear, or from its bf16 copy w16 (bf16
 // products) or its blocks wq (integer products).
-std::vector<float> product(const Linear& l, const Tensor& x, const uint16_t* w16, QuantView wq = {}) {
-  if (!w16 && !wq) return flat(l.forward(x));
+// Into y (its capacity kept).
+void product(const Linear& l, const Tensor& x, const uint16_t* w16, QuantView wq, std::vector<float>& y) {
+  if (!w16 && !wq) {
+    y = flat(l.forward(x));
+    return;
+  }
   const Tensor c = x.contiguous();
   const int64_t in = l.weight.size(1), out = l.weight.size(0), N = c.numel() / in;
-  std::vector<float> y(static_cast<size_t>(N * out));
+  y.resize(static_cast<size_t>(N * out));
   linear(c.data(), N, in, l.weight.data(), nullptr, out, y.data(), nullptr, Dtype::kBF16, w16, wq);
-  return y;
 }
 }  // namespace
 
@@ -113,7 +116,7 @@ void GatedDeltaNetLayer::project(const Tensor& x, const float* history, const We
   const int64_t B = x.size(0), T = x.size(1), Hv = config.attention.heads, Hk = config.linear.key_heads;
   const int64_t Dk = config.attention.head_dim, K = config.linear.conv_kernel;
   const int64_t Kd = key_width(), Vd = value_width(), C = 2 * Kd + Vd, share = Hv / Hk;
-  mixed_ = product(in_proj_qkv, x, w16 ? w16->qkv : nullptr, w16 ? w16->qkv_q : QuantView{});  // (B, T, C)
+  product(in_proj_qkv, x, w16 ? w16->qkv : nullptr, w16 ? w16->qkv_q : QuantView{}, mixed_);  // (B, T, C)
   // the causal depthwise convolution (over history, then x), then silu: conv_ before it, the split
   // q, k, v after it
   conv_.assign(mixed_.size(), 0.0f);
@@ -131,7 +134,9 @@ void GatedDeltaNetLayer::project(const Tensor& x, const float* history, const We
         }
         conv_[(b * T + t) * C + c] = acc;
       }
-  std::vector<float> q(static_cast<size_t>(B * T * Kd)), k(q.size());
+  std::vector<float>&q = q_, &k = k_;
+  q.resize(static_cast<size_t>(B * T * Kd));
+  k.resize(q.size());
   v_.resize(static_cast<size_t>(B * T * Vd));
   for (int64_t r = 0; r < B * T; ++r)
     for (int64_t c = 0; c < C; ++c) {
@@ -144,7 +149,9 @@ void GatedDeltaNetLayer::project(const Tensor& x, const float* history, const We
         v_[r * Vd + c - 2 * Kd] = a;
     }
   // q, k normalised per key head, then each value head reads its key head's
-  std::vector<float> qh(q.size()), kh(k.size());
+  std::vector<float>&qh = qh_, &kh = kh_;
+  qh.resize(q.size());
+  kh.resize(k.size());
   rq_.resize(static_cast<size_t>(B * T * Hk));
   rk_.resize(rq_.size());
   l2norm_rows(q.data(), B * T * Hk, Dk, kEps, 1.0f / std::sqrt(static_cast<float>(Dk)), qh.data(), rq_.data());
@@ -157,10 +164,10 @@ void GatedDeltaNetLayer::project(const Tensor& x, const float* history, const We
         qn_[(r * Hv + h) * Dk + d] = qh[(r * Hk + h / share) * Dk + d];
         kn_[(r * Hv + h) * Dk + d] = kh[(r * Hk + h / share) * Dk + d];
       }
-  z_ = product(in_proj_z, x, w16 ? w16->z : nullptr, w16 ? w16->z_q : QuantView{});
-  beta_ = product(in_proj_b, x, w16 ? w16->b : nullptr, w16 ? w16->b_q : QuantView{});
+  product(in_proj_z, x, w16 ? w16->z : nullptr, w16 ? w16->z_q : QuantView{}, z_);
+  product(in_proj_b, x, w16 ? w16->b : nullptr, w16 ? w16->b_q : QuantView{}, beta_);
   for (float& b : beta_) b = sigmoid_value(b);
-  a_ = product(in_proj_a, x, w16 ? w16->a : nullptr, w16 ? w16->a_q : QuantView{});
+  product(in_proj_a, x, w16 ? w16->a : nullptr, w16 ? w16->a_q : QuantView{}, a_);
   alpha_.resize(a_.size());
   log_alpha_.resize(a_.size());
   decay_forward(a_.data(), dt_bias.data(), A_log.data(), static_cast<int64_t>(a_.size()), Hv, alpha_.data(),
@@ -172,7 +179,9 @@ Tensor GatedDeltaNetLayer::output(int64_t B, int64_t T, const Weights16* w16) {
   gated_rms_norm_rows(y_.data(), z_.data(), norm_weight.data(), B * T * config.attention.heads, config.linear.value_dim,
                       static_cast<float>(config.linear.norm_eps), gated.data());
   if (!w16) return out_proj.forward(gated);
-  return Tensor::from({B, T, config.d_in}, product(out_proj, gated, w16->out, w16->out_q));
+  std::vector<float> y;
+  product(out_proj, gated, w16->out, w16->out_q, y);
+  return Tensor::from({B, T, config.d_in}, std::move(y));
 }
 
 Tensor GatedDeltaNetLayer::forward(const Tensor& x, AttentionTrace* trace) {
@@ -234,6 +243,22 @@ Tensor GatedDeltaNetLayer::cached_step(const Tensor& x, const float* history, do
                                        const Weights16* w16) {
   x_shape_.clear();  // what project() keeps is not a training forward's: no backward after this
   const int64_t B = x.size(0), T = x.size(1), K = config.linear.conv_kernel, C = 2 * key_width() + value_width();
+  // the shared working rows moved in for the call, and back (on an error too)
+  struct Borrowed {
+    std::vector<float>* mine[17];
+    CachedWork* work;
+    std::unique_lock<std::mutex> held;
+    void swap() {
+      if (held.owns_lock())
+        for (size_t i = 0; i < 17; ++i) std::swap(*mine[i], work->rows[i]);
+    }
+    ~Borrowed() { swap(); }
+  } borrowed{{&mixed_, &conv_, &v_, &z_, &beta_, &alpha_, &log_alpha_, &a_, &qn_, &kn_, &rq_, &rk_, &y_, &q_, &k_, &qh_,
+              &kh_},
+             cached_work_.get(),
+             cached_work_ ? std::unique_lock<std::mutex>(cached_work_->busy, std::try_to_lock)
+                          : std::unique_lock<std::mutex>()};
+  borrowed.swap();
   project(x, history, w16);
   y_.resize(static_cast<size_t>(B * T * value_width()));
   if (chunked() && T > 1) {  // a prompt: in chunks, on the state rounded to float and back

@@ -193,6 +193,38 @@ TEST(GatedDeltaNetLayer, TheCachedFormOnACallersDoublesEqualsTheWholeForward) {
   }
 }
 
+// Two layers sharing their cached calls' working rows (as a model's do), prompts and steps
+// interleaved, give the bits each gives working in its own, and the rows are the shared set's.
+TEST(GatedDeltaNetLayer, LayersSharingTheirWorkingRowsGiveTheirOwnBits) {
+  Generator gen(8);
+  GatedDeltaNetLayer a(small_config(2), gen), b(small_config(1), gen);
+  GatedDeltaNetLayer a_alone = a, b_alone = b;
+  auto work = std::make_shared<GatedDeltaNetLayer::CachedWork>();
+  a.share_cached_work(work);
+  b.share_cached_work(work);
+  Generator data(9);
+  const Tensor x = randn({2, 9, 6}, data);
+  std::vector<double> ca(static_cast<size_t>(a.cache_doubles(2))), cb(static_cast<size_t>(b.cache_doubles(2)));
+  std::vector<double> ca_alone = ca, cb_alone = cb;
+  int64_t t = 0;
+  for (const int64_t n : {5, 1, 2, 1}) {
+    const Tensor piece = x.slice(1, t, t + n).contiguous();
+    std::vector<float> ya(static_cast<size_t>(2 * n * 6)), yb(ya.size()), ya_alone(ya.size()), yb_alone(ya.size());
+    a.forward_cached(piece.data(), 2, n, ya.data(), ca.data());
+    b.forward_cached(ya.data(), 2, n, yb.data(), cb.data());  // b reads a's output, as the next layer
+    a_alone.forward_cached(piece.data(), 2, n, ya_alone.data(), ca_alone.data());
+    b_alone.forward_cached(ya_alone.data(), 2, n, yb_alone.data(), cb_alone.data());
+    EXPECT_EQ(ya, ya_alone) << t;
+    EXPECT_EQ(yb, yb_alone) << t;
+    EXPECT_EQ(ca, ca_alone) << t;
+    EXPECT_EQ(cb, cb_alone) << t;
+    t += n;
+  }
+  size_t held = 0;  // the shared rows hold the last call's (b's)
+  for (const std::vector<float>& r : work->rows) held += r.size();
+  EXPECT_GT(held, 0u);
+}
+
 TEST(GatedDeltaNetLayer, ACacheOfAnotherShapeAndABackwardAfterItAreRefused) {
   Generator gen(10);
   GatedDeltaNetLayer m(small_config(), gen);

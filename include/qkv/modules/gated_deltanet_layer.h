@@ -23,6 +23,8 @@
 // chunks on that state rounded to float. config.context_length is qkv's limit on T only.
 #pragma once
 
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "qkv/modules/attention_module.h"
@@ -79,6 +81,16 @@ class GatedDeltaNetLayer : public AttentionModule {
   void forward_cached(const float* x, int64_t B, int64_t T, float* y, double* cache, const Weights16* w16 = nullptr);
   // The five products in that order (their weights' names and shapes; bf16 copies are made of them).
   std::vector<const Linear*> products() const;
+  // The working rows of a cached call (the projections, the convolution, q, k, v, z, the decays,
+  // y: about 150 floats a token for Qwen3.5-0.8B's layer), moved in from `work` for the call and
+  // back after it, so that the layers of a model share one set: a prompt's rows are then held
+  // once, not once per layer, and their pages are touched once (DecoderModel gives its linear
+  // layers one). Without one, or while another thread holds it, a layer works in its own.
+  struct CachedWork {
+    std::mutex busy;
+    std::vector<float> rows[17];
+  };
+  void share_cached_work(std::shared_ptr<CachedWork> work) { cached_work_ = std::move(work); }
 
   int64_t key_width() const;    // Kd
   int64_t value_width() const;  // Vd
@@ -117,6 +129,8 @@ class GatedDeltaNetLayer : public AttentionModule {
   // (B, T, Hv, Dv).
   std::vector<float> mixed_, conv_, v_, z_, beta_, alpha_, log_alpha_, a_, qn_, kn_, rq_, rk_, y_, chunk_states_;
   std::vector<double> states_;
+  std::vector<float> q_, k_, qh_, kh_;  // project()'s q and k before and after their norms
+  std::shared_ptr<CachedWork> cached_work_;
 };
 
 }  // namespace qkv
