@@ -1,11 +1,15 @@
 // tests/model_support.h - what the model tests share: a model's attention weights as its forward
-// makes them, and small models of the families.
+// makes them, small models of the families, and GGUF files edited into broken ones.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "qkv/core/tensor.h"
+#include "qkv/io/gguf.h"
 #include "qkv/models/decoder.h"
 #include "qkv/models/gpt.h"
 #include "qkv/models/llama.h"
@@ -38,6 +42,20 @@ inline DecoderSpec llama_sizes(const std::string& family, int64_t vocab, int64_t
                             {"max_position_embeddings", context}, {"tie_word_embeddings", tied},
                             {"rope_theta", rope_theta}, {"rms_norm_eps", eps}},
                            "the test's config");
+}
+
+// The GGUF file `bytes` with its metadata and tensors edited by `meta` and `tensors`, re-serialized.
+inline std::string edited(const std::string& bytes, const std::function<void(std::vector<GgufMetadata>&)>& meta,
+                          const std::function<void(std::vector<GgufTensorSource>&)>& tensors = nullptr) {
+  const GgufFile f = GgufFile::parse(bytes, "model.gguf");
+  std::vector<GgufMetadata> m;
+  for (const auto& [key, value] : f.metadata()) m.push_back({key, value});
+  std::vector<GgufTensorSource> t;
+  for (const GgufTensor& x : f.tensors())
+    t.push_back({x.name, x.shape, x.type, [&x](uint8_t* out) { std::memcpy(out, x.data, static_cast<size_t>(x.bytes)); }});
+  meta(m);
+  if (tensors) tensors(t);
+  return serialize_gguf(m, t);  // (the tensors' bytes copied out of f here)
 }
 
 }  // namespace qkv

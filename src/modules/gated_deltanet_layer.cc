@@ -2,6 +2,8 @@
 #include "qkv/modules/gated_deltanet_layer.h"
 
 #include <cmath>
+#include <iterator>
+#include <type_traits>
 
 #include "qkv/core/error.h"
 #include "qkv/core/linear.h"
@@ -93,9 +95,8 @@ void GatedDeltaNetLayer::collect_state(const std::string& prefix, std::vector<St
 }
 
 namespace {
-// x (..., in) @ l.weight^T as a flat vector: through the Linear, or from its bf16 copy w16 (bf16
-// products) or its blocks wq (integer products).
-// Into y (its capacity kept).
+// x (..., in) @ l.weight^T into y (flat, its capacity kept): through the Linear, or from its bf16
+// copy w16 (bf16 products) or its blocks wq (integer products).
 void product(const Linear& l, const Tensor& x, const uint16_t* w16, QuantView wq, std::vector<float>& y) {
   if (!w16 && !wq) {
     y = flat(l.forward(x));
@@ -134,7 +135,8 @@ void GatedDeltaNetLayer::project(const Tensor& x, const float* history, const We
         }
         conv_[(b * T + t) * C + c] = acc;
       }
-  std::vector<float>&q = q_, &k = k_;
+  std::vector<float>& q = q_;
+  std::vector<float>& k = k_;
   q.resize(static_cast<size_t>(B * T * Kd));
   k.resize(q.size());
   v_.resize(static_cast<size_t>(B * T * Vd));
@@ -149,7 +151,8 @@ void GatedDeltaNetLayer::project(const Tensor& x, const float* history, const We
         v_[r * Vd + c - 2 * Kd] = a;
     }
   // q, k normalised per key head, then each value head reads its key head's
-  std::vector<float>&qh = qh_, &kh = kh_;
+  std::vector<float>& qh = qh_;
+  std::vector<float>& kh = kh_;
   qh.resize(q.size());
   kh.resize(k.size());
   rq_.resize(static_cast<size_t>(B * T * Hk));
@@ -244,17 +247,19 @@ Tensor GatedDeltaNetLayer::cached_step(const Tensor& x, const float* history, do
   x_shape_.clear();  // what project() keeps is not a training forward's: no backward after this
   const int64_t B = x.size(0), T = x.size(1), K = config.linear.conv_kernel, C = 2 * key_width() + value_width();
   // the shared working rows moved in for the call, and back (on an error too)
+  std::vector<float>* const mine[] = {&mixed_, &conv_, &v_,  &z_,  &beta_, &alpha_, &log_alpha_, &a_, &qn_,
+                                      &kn_,    &rq_,   &rk_, &y_,  &q_,    &k_,     &qh_,        &kh_};
+  static_assert(std::size(mine) == std::extent_v<decltype(CachedWork::rows)>, "one shared row set per member");
   struct Borrowed {
-    std::vector<float>* mine[17];
+    std::vector<float>* const* mine;
     CachedWork* work;
     std::unique_lock<std::mutex> held;
     void swap() {
       if (held.owns_lock())
-        for (size_t i = 0; i < 17; ++i) std::swap(*mine[i], work->rows[i]);
+        for (size_t i = 0; i < std::size(work->rows); ++i) std::swap(*mine[i], work->rows[i]);
     }
     ~Borrowed() { swap(); }
-  } borrowed{{&mixed_, &conv_, &v_, &z_, &beta_, &alpha_, &log_alpha_, &a_, &qn_, &kn_, &rq_, &rk_, &y_, &q_, &k_, &qh_,
-              &kh_},
+  } borrowed{mine,
              cached_work_.get(),
              cached_work_ ? std::unique_lock<std::mutex>(cached_work_->busy, std::try_to_lock)
                           : std::unique_lock<std::mutex>()};

@@ -62,23 +62,8 @@ class GgufModel : public testing::TestWithParam<std::string> {
     o.float_weights = f32;
     return load_model(path, o);
   }
-  // The file with its metadata and tensors edited, re-serialized.
-  std::string edited(const std::string& bytes, const std::function<void(std::vector<GgufMetadata>&)>& meta,
-                     const std::function<void(std::vector<GgufTensorSource>&)>& tensors = nullptr) {
-    files_.push_back(std::make_unique<GgufFile>(GgufFile::parse(bytes, "model.gguf")));
-    const GgufFile& f = *files_.back();
-    std::vector<GgufMetadata> m;
-    for (const auto& [key, value] : f.metadata()) m.push_back({key, value});
-    std::vector<GgufTensorSource> t;
-    for (const GgufTensor& x : f.tensors())
-      t.push_back({x.name, x.shape, x.type, [&x](uint8_t* out) { std::memcpy(out, x.data, static_cast<size_t>(x.bytes)); }});
-    meta(m);
-    if (tensors) tensors(t);
-    return serialize_gguf(m, t);
-  }
 
   std::string dir_;
-  std::vector<std::unique_ptr<GgufFile>> files_;
 };
 
 TEST_P(GgufModel, AnF32FileIsTheSameModelBitForBit) {

@@ -203,6 +203,61 @@ def rel(got, want):
     return (got - want).abs().max().item() / want.abs().max().item()
 
 
+def oracle(llamacpp, path, ref, t, want_ids, errors):
+    """llama.cpp's logits and ids on `path` against the twin `ref` holding the file's numbers (errors
+    appended to `errors`): (relative difference, ids)."""
+    with torch.no_grad():
+        want = ref(torch.tensor([IDS]))[0, -1].double()
+    got = llamacpp(path, IDS, NEW)
+    logits = torch.tensor(got["logits"], dtype=torch.float64)
+    if logits.shape != want.shape:
+        errors.append(f"llama.cpp gave {logits.shape[0]} logits, the twin {want.shape[0]}")
+        return float("nan"), got["ids"]
+    r = rel(logits, want)
+    if not r <= TOL[t]:
+        errors.append(f"llama.cpp's logits: relative difference {r:.3g} from the twin > {TOL[t]:g}")
+    if t in ("f32", "f16") and got["ids"] != want_ids:
+        errors.append(f"llama.cpp's greedy ids {got['ids']}, the twin's {want_ids}")
+    return r, got["ids"]
+
+
+def exact_weights(m, ref, ids):
+    """An error unless the twin holding qkv's read-back weights gives the twin's logits on ids exactly."""
+    with torch.no_grad():
+        x = torch.tensor([ids])
+        if rel(ref(x).double(), m(x).double()) != 0:
+            return "qkv's F32 file does not hold the twin's weights exactly"
+    return None
+
+
+def qkv_file_case(qkv, llamacpp, tmp, label, family, folder, path, t, m, want_ids, holding, weights_check):
+    """(label, [errors], summary) for qkv's file of type t (`qkv convert --to gguf` of the twin's
+    folder): qkv's reference path within 1e-5 of the twin holding the weights qkv read back
+    (holding(m, state)); in F32 weights_check(m, that twin, ids) and the twin's greedy ids; llama.cpp on it
+    (oracle)."""
+    errors = []
+    try:
+        qkv_run(qkv, ["convert", "--weights", folder, "--to", "gguf", "--type", t, "--out", path])
+        got, state = qkv_forward(qkv, family, path, IDS + want_ids, tmp, save=True)
+        ref = holding(m, state)
+        with torch.no_grad():
+            want = ref(torch.tensor([IDS + want_ids])).double()
+        q = rel(got, want)
+        if not q <= 1e-5:
+            errors.append(f"qkv's logits (f32 products) from its file: relative difference {q:.3g} > 1e-5")
+        if t == "f32":
+            if (e := weights_check(m, ref, IDS + want_ids)) is not None:
+                errors.append(e)
+            forced = got[0, len(IDS) - 1:-1].argmax(-1).tolist()
+            if forced != want_ids:
+                errors.append(f"qkv's greedy ids {forced}, the twin's {want_ids}")
+        r, ids = oracle(llamacpp, path, ref, t, want_ids, errors)
+    except RuntimeError as e:
+        return (f"{label} (qkv's file)", [str(e)], "")
+    return (f"{label} (qkv's file)", errors, f"{label} qkv's file: llama.cpp rel {r:.2g}, qkv rel {q:.2g}, llama.cpp "
+            f"ids {'equal' if ids == want_ids else 'differ: ' + str(ids)}")
+
+
 def check_case(qkv, llamacpp, tmp, case):
     """[(label, [errors], summary)] for one model in each of its types: the twin's GGUF file read by
     llama.cpp and by qkv, and qkv's (qkv convert --to gguf from the twin's folder) read by llama.cpp."""
@@ -218,22 +273,6 @@ def check_case(qkv, llamacpp, tmp, case):
     folder = write_dir(m, stem + "_hf", "f32", tok)
     results = []
 
-    def oracle(path, ref, t, errors):
-        """llama.cpp's logits and ids on `path` against the twin `ref` holding the file's numbers."""
-        with torch.no_grad():
-            want = ref(torch.tensor([IDS]))[0, -1].double()
-        got = llamacpp(path, IDS, NEW)
-        logits = torch.tensor(got["logits"], dtype=torch.float64)
-        if logits.shape != want.shape:
-            errors.append(f"llama.cpp gave {logits.shape[0]} logits, the twin {want.shape[0]}")
-            return float("nan"), got["ids"]
-        r = rel(logits, want)
-        if not r <= TOL[t]:
-            errors.append(f"llama.cpp's logits: relative difference {r:.3g} from the twin > {TOL[t]:g}")
-        if t in ("f32", "f16") and got["ids"] != want_ids:
-            errors.append(f"llama.cpp's greedy ids {got['ids']}, the twin's {want_ids}")
-        return r, got["ids"]
-
     for t in types:
         # The twin's file (llama.cpp's converter's layout): llama.cpp and qkv read it.
         if t in gguf_files.FILE_TYPES:
@@ -242,7 +281,7 @@ def check_case(qkv, llamacpp, tmp, case):
             ref = m if t == "f32" else file_twin(m, path)
             errors = []
             try:
-                r, ids = oracle(path, ref, t, errors)
+                r, ids = oracle(llamacpp, path, ref, t, want_ids, errors)
                 got, _ = qkv_forward(qkv, family, path, IDS, tmp)
                 with torch.no_grad():
                     want = ref(torch.tensor([IDS])).double()
@@ -256,30 +295,8 @@ def check_case(qkv, llamacpp, tmp, case):
                             f"{label} {t} twin's file: llama.cpp rel {r:.2g}, qkv rel {q:.2g}, llama.cpp ids "
                             f"{'equal' if ids == want_ids else 'differ: ' + str(ids)}"))
         # qkv's file, from the twin's folder: qkv's reference path on it, and llama.cpp on it.
-        path = f"{stem}_{t}.qkv.gguf"
-        errors = []
-        try:
-            qkv_run(qkv, ["convert", "--weights", folder, "--to", "gguf", "--type", t, "--out", path])
-            got, state = qkv_forward(qkv, family, path, IDS + want_ids, tmp, save=True)
-            ref = twin_holding(m, state)
-            with torch.no_grad():
-                want = ref(torch.tensor([IDS + want_ids])).double()
-            q = rel(got, want)
-            if not q <= 1e-5:
-                errors.append(f"qkv's logits (f32 products) from its file: relative difference {q:.3g} > 1e-5")
-            if t == "f32":
-                if rel(want, m(torch.tensor([IDS + want_ids])).double()) != 0:
-                    errors.append("qkv's F32 file does not hold the twin's weights exactly")
-                forced = got[0, len(IDS) - 1:-1].argmax(-1).tolist()
-                if forced != want_ids:
-                    errors.append(f"qkv's greedy ids {forced}, the twin's {want_ids}")
-            r, ids = oracle(path, ref, t, errors)
-        except RuntimeError as e:
-            results.append((f"{label} {t} (qkv's file)", [str(e)], ""))
-            continue
-        results.append((f"{label} {t} (qkv's file)", errors,
-                        f"{label} {t} qkv's file: llama.cpp rel {r:.2g}, qkv rel {q:.2g}, llama.cpp ids "
-                        f"{'equal' if ids == want_ids else 'differ: ' + str(ids)}"))
+        results.append(qkv_file_case(qkv, llamacpp, tmp, f"{label} {t}", family, folder, f"{stem}_{t}.qkv.gguf", t, m,
+                                     want_ids, twin_holding, exact_weights))
     return results
 
 
@@ -374,6 +391,14 @@ def qwen3_5_twin_holding(m, hf_state):
     return r
 
 
+def close_weights(m, ref, ids):
+    """An error unless the twin holding qkv's read-back weights holds the twin's within 1e-6 (Qwen3.5's
+    norms and A_log pass through 1 + w and -exp(w))."""
+    own = dict(m.named_parameters())
+    held = max(rel(p.detach().double(), own[n].detach().double()) for n, p in ref.named_parameters())
+    return None if held <= 1e-6 else f"qkv's F32 file reads back {held:.3g} off the twin's weights (> 1e-6)"
+
+
 def check_qwen3_5(qkv, llamacpp, tmp):
     """[(label, [errors], summary)] for Qwen3.5 ("qwen35": norms as 1 + weight, A_log as -exp, the
     convolution squeezed, value heads tiled): the twin's Hugging Face folder (with a tokenizer
@@ -404,41 +429,9 @@ def check_qwen3_5(qkv, llamacpp, tmp):
             json.dump(tok, f)
         safetensors_io.save(os.path.join(folder, "model.safetensors"), qwen3_5_model.to_hugging_face(m))
         for t in types:
-            path = f"{folder}_{t}.qkv.gguf"
-            errors = []
-            try:
-                qkv_run(qkv, ["convert", "--weights", folder, "--to", "gguf", "--type", t, "--out", path])
-                got, state = qkv_forward(qkv, "qwen3_5", path, IDS + want_ids, tmp, save=True)
-                ref = qwen3_5_twin_holding(m, state)
-                with torch.no_grad():
-                    want = ref(torch.tensor([IDS + want_ids])).double()
-                q = rel(got, want)
-                if not q <= 1e-5:
-                    errors.append(f"qkv's logits (f32 products) from its file: relative difference {q:.3g} > 1e-5")
-                if t == "f32":
-                    own = dict(m.named_parameters())
-                    held = max(rel(ref_p.detach().double(), own[n].detach().double())
-                               for n, ref_p in ref.named_parameters())
-                    if not held <= 1e-6:
-                        errors.append(f"qkv's F32 file reads back {held:.3g} off the twin's weights (> 1e-6)")
-                    forced = got[0, len(IDS) - 1:-1].argmax(-1).tolist()
-                    if forced != want_ids:
-                        errors.append(f"qkv's greedy ids {forced}, the twin's {want_ids}")
-                lc = llamacpp(path, IDS, NEW)
-                logits = torch.tensor(lc["logits"], dtype=torch.float64)
-                with torch.no_grad():
-                    want_last = ref(torch.tensor([IDS]))[0, -1].double()
-                r = rel(logits, want_last) if logits.shape == want_last.shape else float("nan")
-                if not r <= TOL[t]:
-                    errors.append(f"llama.cpp's logits: relative difference {r:.3g} from the twin > {TOL[t]:g}")
-                if t == "f32" and lc["ids"] != want_ids:
-                    errors.append(f"llama.cpp's greedy ids {lc['ids']}, the twin's {want_ids}")
-            except RuntimeError as e:
-                results.append((f"{label} {t} (qkv's file)", [str(e)], ""))
-                continue
-            results.append((f"{label} {t} (qkv's file)", errors,
-                            f"{label} {t} qkv's file: llama.cpp rel {r:.2g}, qkv rel {q:.2g}, llama.cpp ids "
-                            f"{'equal' if lc['ids'] == want_ids else 'differ: ' + str(lc['ids'])}"))
+            results.append(qkv_file_case(qkv, llamacpp, tmp, f"{label} {t}", "qwen3_5", folder,
+                                         f"{folder}_{t}.qkv.gguf", t, m, want_ids, qwen3_5_twin_holding,
+                                         close_weights))
     return results
 
 
