@@ -174,6 +174,18 @@ const ModelFamily& family_of_gguf(const GgufFile& file) {
 
 namespace {
 
+// The model's layers: {arch}.block_count less {arch}.nextn_predict_layers, the layers after them
+// that predict further tokens (multi-token prediction: llama.cpp's converter keeps Qwen3.5's mtp.*
+// there, blk.L.*); qkv predicts the next token only and leaves them unread.
+int64_t model_layers(const GgufFile& f, const std::function<int64_t(const std::string&)>& integer) {
+  const int64_t blocks = integer("block_count");
+  if (!f.has(f.string("general.architecture") + ".nextn_predict_layers")) return blocks;
+  const int64_t later = integer("nextn_predict_layers");
+  QKV_CHECK(later < blocks, excerpt(f.path()), ": ", f.string("general.architecture"), ".nextn_predict_layers (",
+            later, ") is not fewer than block_count (", blocks, "); expected the model's layers before them");
+  return blocks - later;
+}
+
 // {arch}.vocab_size, else token_embd's rows.
 int64_t vocab_size(const GgufFile& f, const std::function<int64_t(const std::string&)>& integer) {
   if (f.has(f.string("general.architecture") + ".vocab_size")) return integer("vocab_size");
@@ -188,7 +200,7 @@ int64_t vocab_size(const GgufFile& f, const std::function<int64_t(const std::str
 json gpt2_cfg(const GgufFile& f, const std::function<int64_t(const std::string&)>& integer) {
   const std::string where = excerpt(f.path()) + ": gpt2.";
   json j = {{"emb_dim", integer("embedding_length")},
-            {"n_layers", integer("block_count")},
+            {"n_layers", model_layers(f, integer)},
             {"n_heads", integer("attention.head_count")},
             {"context_length", integer("context_length")},
             {"drop_rate", 0.0},
@@ -216,7 +228,7 @@ json gpt2_cfg(const GgufFile& f, const std::function<int64_t(const std::string&)
 // heads' widths), layer_types from full_attention_interval (4 when absent, as llama.cpp reads it).
 json qwen35_config(const GgufFile& f, const std::function<int64_t(const std::string&)>& integer) {
   const std::string a = "qwen35.", where = excerpt(f.path()) + ": qwen35.";
-  const int64_t layers = integer("block_count"), heads = integer("attention.head_count");
+  const int64_t layers = model_layers(f, integer), heads = integer("attention.head_count");
   const int64_t head_dim = integer("attention.key_length");
   if (f.has(a + "attention.value_length"))
     QKV_CHECK(integer("attention.value_length") == head_dim, where, "attention.value_length (",
@@ -272,7 +284,7 @@ json gguf_config_json(const GgufFile& f) {
   json j = {{"model_type", family.model_types.front()}};
   j["hidden_size"] = integer("embedding_length");
   j["intermediate_size"] = integer("feed_forward_length");
-  j["num_hidden_layers"] = integer("block_count");
+  j["num_hidden_layers"] = model_layers(f, integer);
   j["num_attention_heads"] = integer("attention.head_count");
   j["num_key_value_heads"] = f.has(a + "attention.head_count_kv") ? integer("attention.head_count_kv")
                                                                    : j["num_attention_heads"].get<int64_t>();
@@ -499,9 +511,19 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     state_rows[e.name] = e.shape()[0];
     wanted.insert(g);
   }
+  // (the layers after the model's, block_count's last nextn_predict_layers, are not read)
+  const uint64_t blocks = file.unsigned_int(arch + ".block_count");
+  auto later_layer = [&](const std::string& name) {
+    if (!name.starts_with("blk.")) return false;
+    const size_t dot = name.find('.', 4);
+    const std::string n = name.substr(4, dot == std::string::npos ? 0 : dot - 4);
+    if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos) return false;
+    const uint64_t layer = std::stoull(n);
+    return layer >= static_cast<uint64_t>(spec.layers) && layer < blocks;
+  };
   for (const GgufTensor& t : file.tensors())
-    QKV_CHECK(wanted.count(t.name) || t.name == "rope_freqs.weight", excerpt(path), ": tensor ", excerpt(t.name),
-              " is not of the metadata's ", family.name, " model");
+    QKV_CHECK(wanted.count(t.name) || t.name == "rope_freqs.weight" || later_layer(t.name), excerpt(path),
+              ": tensor ", excerpt(t.name), " is not of the metadata's ", family.name, " model");
 
   // The tokenizer before the weights, and its metadata forgotten: building it takes a few tens of MB
   // for a while (151,936 tokens and 151,387 merges), which is then free again for the weights.

@@ -265,6 +265,52 @@ TEST_F(GgufQwen3_5, BrokenFilesAreRefusedNamingTheField) {
               HasSubstr("blk.3.ssm_a[1] is 0.5; expected negative values (-exp(A_log))"));
 }
 
+// llama.cpp's converter keeps Qwen3.5's multi-token-prediction layer (mtp.*) after the model's:
+// block_count counts it, nextn_predict_layers says how many there are, blk.L.* holds a full-attention
+// block and its nextn.* tensors. qkv reads the model before them and leaves them unread.
+TEST_F(GgufQwen3_5, MultiTokenPredictionLayersAreLeftUnread) {
+  auto m = draw(small_config(false));
+  const std::string plain = gguf(*m, "f32");
+  const GgufFile f = GgufFile::parse(plain, "m.gguf");
+  std::vector<float> ones(128, 1.0f);
+  auto with_mtp = [&](uint64_t blocks, uint64_t later, const std::string& layer) {
+    return edited(
+        plain,
+        [&](std::vector<GgufMetadata>& meta) {
+          for (GgufMetadata& x : meta)
+            if (x.key == "qwen35.block_count") x.value = gguf_u32(blocks);
+          meta.push_back({"qwen35.nextn_predict_layers", gguf_u32(later)});
+        },
+        [&](std::vector<GgufTensorSource>& t) {
+          const size_t n = t.size();
+          for (size_t i = 0; i < n; ++i)  // layer 2's full attention as the later layer's
+            if (t[i].name.starts_with("blk.2."))
+              t.push_back({"blk." + layer + "." + t[i].name.substr(6), t[i].shape, t[i].type, t[i].fill});
+          const QuantType* f32 = &quant_type_named("F32");
+          auto fill = [&](uint8_t* out, size_t n_floats) { std::memcpy(out, ones.data(), n_floats * 4); };
+          t.push_back({"blk." + layer + ".nextn.eh_proj.weight", {64, 128}, f32,
+                       [&, fill](uint8_t* out) {
+                         for (int r = 0; r < 64; ++r) fill(out + r * 128 * 4, 128);
+                       }});
+          for (const char* norm : {"enorm", "hnorm", "shared_head_norm"})
+            t.push_back({"blk." + layer + ".nextn." + norm + ".weight", {64}, f32, [fill](uint8_t* out) { fill(out, 64); }});
+        });
+  };
+  ASSERT_FALSE(f.has("qwen35.nextn_predict_layers"));
+  LoadedModel back = load_f32(write("mtp.gguf", with_mtp(7, 1, "6")));
+  const std::vector<int64_t> ids = {3, 1, 4, 1, 5, 9, 2, 6};
+  const Tensor a = load_f32(write("plain.gguf", plain)).model->forward(ids, 1, 8), b = back.model->forward(ids, 1, 8);
+  ASSERT_EQ(a.numel(), b.numel());
+  for (int64_t k = 0; k < a.numel(); ++k) ASSERT_EQ(a.data()[k], b.data()[k]) << k;
+  auto refused = [&](const std::string& bytes) {
+    return error_of([&] { load_f32(write("bad.gguf", bytes)); });
+  };
+  EXPECT_THAT(refused(with_mtp(7, 7, "6")),
+              HasSubstr("qwen35.nextn_predict_layers (7) is not fewer than block_count (7)"));
+  // a layer past block_count is no one's
+  EXPECT_THAT(refused(with_mtp(7, 1, "7")), HasSubstr("tensor 'blk.7.attn_q.weight' is not of the metadata's qwen3_5 model"));
+}
+
 // Qwen3.5's split (letters' runs take their combining marks) as GGUF's pre "qwen35", and back: here
 // on Qwen3's vocabulary (Qwen3.5's own 248,320 tokens are not installed).
 TEST(GgufQwen3_5Tokenizer, Qwen3_5sSplitComesThroughTheFile) {

@@ -12,6 +12,9 @@
 //                                               from a factor between (8,192 when none pins it);
 //                                               then checked against every one of the file's
 //                                               factors (other scalings are refused)
+//   .nextn_predict_layers (n)                -> the model's layers are block_count - n; the n
+//                                               after them (multi-token prediction, Qwen3.5's
+//                                               mtp.*) are left unread
 //   no output.weight                         -> the head tied to token_embd
 //   gpt2: {arch}.block_count, .embedding_length, .feed_forward_length (4 x the width),
 //   .context_length, .attention.head_count, .attention.layer_norm_epsilon (1e-5)
