@@ -113,6 +113,18 @@ void SwigluSpan(const float* g, const float* u, float* h, size_t n) {
   if (i < n) swiglu_reference(g + i, u + i, h + i, static_cast<int64_t>(n - i));
 }
 
+// y = x s.
+void SiluSpan(const float* x, float* y, size_t n) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + L <= n; i += L) {
+    const VF xv = hn::LoadU(d, x + i);
+    hn::StoreU(hn::Mul(xv, Sigmoid(d, xv)), d, y + i);
+  }
+  if (i < n) silu_reference(x + i, y + i, static_cast<int64_t>(n - i));
+}
+
 // dg = dh u s (1 + g (1 - s)), du = dh g s.
 void SwigluBackwardSpan(const float* g, const float* u, const float* dh, float* dg, float* du, size_t n) {
   const DF d;
@@ -160,6 +172,7 @@ HWY_EXPORT(GeluSpan);
 HWY_EXPORT(GeluBackwardSpan);
 HWY_EXPORT(AdamWSpan);
 HWY_EXPORT(SwigluSpan);
+HWY_EXPORT(SiluSpan);
 HWY_EXPORT(SwigluBackwardSpan);
 
 namespace {
@@ -202,6 +215,15 @@ void swiglu_backward(const float* g, const float* u, const float* dh, float* dg,
   for_chunks(n, pool, [&](int64_t b, int64_t k) {
     HWY_DYNAMIC_DISPATCH(SwigluBackwardSpan)(g + b, u + b, dh + b, dg + b, du + b, static_cast<size_t>(k));
   });
+}
+
+void silu(const float* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(SiluSpan)(x, y, static_cast<size_t>(n)); }
+
+void silu_reference(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    y[i] = static_cast<float>(v / (1.0 + std::exp(-v)));
+  }
 }
 
 void swiglu_reference(const float* g, const float* u, float* h, int64_t n) {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "qkv/core/error.h"
+#include "qkv/core/pointwise.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/core/torch_math.h"
 #include "qkv/kernels/delta_rule_step.h"
@@ -314,16 +315,18 @@ Tensor drawn_a_log(int64_t H, Generator& gen) {
 
 void gated_rms_norm_rows(const float* y, const float* z, const float* w, int64_t rows, int64_t width, double eps,
                          float* out) {
-  for (int64_t row = 0; row < rows; ++row) {
-    const float* u = y + row * width;
-    float sum = 0;
-    for (int64_t d = 0; d < width; ++d) sum += u[d] * u[d];
-    const float r = 1.0f / std::sqrt(sum / static_cast<float>(width) + static_cast<float>(eps));
-    for (int64_t d = 0; d < width; ++d) {
-      const float g = z[row * width + d];
-      out[row * width + d] = u[d] * r * w[d] * (g * static_cast<float>(sigmoid_d(g)));
+  constexpr int64_t kRowsPerTask = 64;  // rows are independent: split over the pool
+  default_pool().parallel_for((rows + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t task, int) {
+    for (int64_t row = task * kRowsPerTask; row < std::min(rows, (task + 1) * kRowsPerTask); ++row) {
+      const float* u = y + row * width;
+      float* o = out + row * width;
+      float sum = 0;
+      for (int64_t d = 0; d < width; ++d) sum += u[d] * u[d];
+      const float r = 1.0f / std::sqrt(sum / static_cast<float>(width) + static_cast<float>(eps));
+      silu(z + row * width, o, width);
+      for (int64_t d = 0; d < width; ++d) o[d] = u[d] * r * w[d] * o[d];
     }
-  }
+  });
 }
 
 void gated_rms_norm_rows_backward(const float* y, const float* z, const float* w, const float* dout, int64_t rows,

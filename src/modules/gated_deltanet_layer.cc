@@ -1,12 +1,15 @@
 // Qwen3.5's linear-attention layer. See include/qkv/modules/gated_deltanet_layer.h.
 #include "qkv/modules/gated_deltanet_layer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <type_traits>
 
 #include "qkv/core/error.h"
 #include "qkv/core/linear.h"
+#include "qkv/core/pointwise.h"
+#include "qkv/core/thread_pool.h"
 #include "qkv/modules/causal_attention.h"
 #include "qkv/modules/delta_rule_chunked.h"
 
@@ -118,55 +121,52 @@ void GatedDeltaNetLayer::project(const Tensor& x, const float* history, const We
   const int64_t Dk = config.attention.head_dim, K = config.linear.conv_kernel;
   const int64_t Kd = key_width(), Vd = value_width(), C = 2 * Kd + Vd, share = Hv / Hk;
   product(in_proj_qkv, x, w16 ? w16->qkv : nullptr, w16 ? w16->qkv_q : QuantView{}, mixed_);  // (B, T, C)
-  // the causal depthwise convolution (over history, then x), then silu: conv_ before it, the split
-  // q, k, v after it
-  conv_.assign(mixed_.size(), 0.0f);
-  const float* w = conv_weight.data();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = 0; c < C; ++c) {
-        float acc = 0;
-        for (int64_t i = 0; i < K; ++i) {
-          const int64_t src = t - K + 1 + i;
-          if (src >= 0)
-            acc += w[c * K + i] * mixed_[(b * T + src) * C + c];
-          else if (history)
-            acc += w[c * K + i] * history[(b * (K - 1) + K - 1 + src) * C + c];
-        }
-        conv_[(b * T + t) * C + c] = acc;
-      }
+  // Row by row, over the pool (every row's numbers its own, whatever the threads): the causal
+  // depthwise convolution (over history, then x; conv_ keeps it for the backward), silu, the split
+  // into q, k, v, q and k normalised per key head, then each value head's copy of its key head's.
+  const int64_t rows = B * T;
+  conv_.resize(mixed_.size());
   std::vector<float>& q = q_;
   std::vector<float>& k = k_;
-  q.resize(static_cast<size_t>(B * T * Kd));
+  q.resize(static_cast<size_t>(rows * Kd));
   k.resize(q.size());
-  v_.resize(static_cast<size_t>(B * T * Vd));
-  for (int64_t r = 0; r < B * T; ++r)
-    for (int64_t c = 0; c < C; ++c) {
-      const float u = conv_[r * C + c], a = u * sigmoid_value(u);
-      if (c < Kd)
-        q[r * Kd + c] = a;
-      else if (c < 2 * Kd)
-        k[r * Kd + c - Kd] = a;
-      else
-        v_[r * Vd + c - 2 * Kd] = a;
-    }
-  // q, k normalised per key head, then each value head reads its key head's
-  std::vector<float>& qh = qh_;
-  std::vector<float>& kh = kh_;
-  qh.resize(q.size());
-  kh.resize(k.size());
-  rq_.resize(static_cast<size_t>(B * T * Hk));
+  v_.resize(static_cast<size_t>(rows * Vd));
+  qh_.resize(q.size());
+  kh_.resize(k.size());
+  rq_.resize(static_cast<size_t>(rows * Hk));
   rk_.resize(rq_.size());
-  l2norm_rows(q.data(), B * T * Hk, Dk, kEps, 1.0f / std::sqrt(static_cast<float>(Dk)), qh.data(), rq_.data());
-  l2norm_rows(k.data(), B * T * Hk, Dk, kEps, 1.0f, kh.data(), rk_.data());
-  qn_.resize(static_cast<size_t>(B * T * Hv * Dk));
+  qn_.resize(static_cast<size_t>(rows * Hv * Dk));
   kn_.resize(qn_.size());
-  for (int64_t r = 0; r < B * T; ++r)
-    for (int64_t h = 0; h < Hv; ++h)
-      for (int64_t d = 0; d < Dk; ++d) {
-        qn_[(r * Hv + h) * Dk + d] = qh[(r * Hk + h / share) * Dk + d];
-        kn_[(r * Hv + h) * Dk + d] = kh[(r * Hk + h / share) * Dk + d];
+  std::vector<float> taps(static_cast<size_t>(K * C));  // the kernel by tap: taps[i C + c] = w[c K + i]
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t i = 0; i < K; ++i) taps[i * C + c] = conv_weight.data()[c * K + i];
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(Dk));
+  constexpr int64_t kRowsPerTask = 4;
+  default_pool().parallel_for((rows + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t task, int) {
+    for (int64_t r = task * kRowsPerTask; r < std::min(rows, (task + 1) * kRowsPerTask); ++r) {
+      const int64_t b = r / T, t = r % T;
+      float* u = conv_.data() + r * C;
+      std::fill(u, u + C, 0.0f);
+      for (int64_t i = 0; i < K; ++i) {  // tap i reads position t - K + 1 + i
+        const int64_t src = t - K + 1 + i;
+        const float* in = src >= 0 ? mixed_.data() + (b * T + src) * C
+                          : history ? history + (b * (K - 1) + K - 1 + src) * C
+                                    : nullptr;
+        if (in == nullptr) continue;
+        const float* w = taps.data() + i * C;
+        for (int64_t c = 0; c < C; ++c) u[c] += w[c] * in[c];
       }
+      silu(u, q.data() + r * Kd, Kd);
+      silu(u + Kd, k.data() + r * Kd, Kd);
+      silu(u + 2 * Kd, v_.data() + r * Vd, Vd);
+      l2norm_rows(q.data() + r * Kd, Hk, Dk, kEps, q_scale, qh_.data() + r * Kd, rq_.data() + r * Hk);
+      l2norm_rows(k.data() + r * Kd, Hk, Dk, kEps, 1.0f, kh_.data() + r * Kd, rk_.data() + r * Hk);
+      for (int64_t h = 0; h < Hv; ++h) {
+        std::copy_n(qh_.data() + (r * Hk + h / share) * Dk, Dk, qn_.data() + (r * Hv + h) * Dk);
+        std::copy_n(kh_.data() + (r * Hk + h / share) * Dk, Dk, kn_.data() + (r * Hv + h) * Dk);
+      }
+    }
+  });
   product(in_proj_z, x, w16 ? w16->z : nullptr, w16 ? w16->z_q : QuantView{}, z_);
   product(in_proj_b, x, w16 ? w16->b : nullptr, w16 ? w16->b_q : QuantView{}, beta_);
   for (float& b : beta_) b = sigmoid_value(b);

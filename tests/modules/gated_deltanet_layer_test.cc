@@ -7,12 +7,14 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/generator.h"
 #include "qkv/core/ops.h"
 #include "qkv/core/random_tensor.h"
+#include "qkv/core/thread_pool.h"
 #include "qkv/modules/gated_deltanet_layer.h"
 #include "test_support.h"
 
@@ -223,6 +225,30 @@ TEST(GatedDeltaNetLayer, LayersSharingTheirWorkingRowsGiveTheirOwnBits) {
   size_t held = 0;  // the shared rows hold the last call's (b's)
   for (const std::vector<float>& r : work->rows) held += r.size();
   EXPECT_GT(held, 0u);
+}
+
+// The layer splits its rows over the default pool (the convolution, SiLU, the norms): a prompt
+// and steps after it give the same bits on one thread or three.
+TEST(GatedDeltaNetLayer, OneThreadOrThreeGiveTheSameBits) {
+  Generator gen(8);
+  const GatedDeltaNetLayer m(gated_deltanet_config(6, 4, 1, 3, 2, 3, 64), gen);  // small_config's, 64 tokens
+  Generator data(9);
+  const Tensor x = randn({2, 23, 6}, data);  // 46 rows: several of the rows' tasks, and a short last one
+  auto run = [&](int threads) {
+    set_default_thread_count(threads);
+    GatedDeltaNetLayer layer = m;
+    std::vector<float> out = layer.forward(x).to_vector();
+    GatedDeltaNetCache cache = layer.new_cache(2);
+    for (const auto& [t, n] : {std::pair<int64_t, int64_t>{0, 21}, {21, 1}, {22, 1}}) {
+      const std::vector<float> y = layer.forward_cached(x.slice(1, t, t + n).contiguous(), cache).to_vector();
+      out.insert(out.end(), y.begin(), y.end());
+    }
+    return out;
+  };
+  const std::vector<float> one = run(1), three = run(3);
+  set_default_thread_count(default_thread_count());
+  ASSERT_EQ(one.size(), three.size());
+  for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], three[i]) << i;
 }
 
 TEST(GatedDeltaNetLayer, ACacheOfAnotherShapeAndABackwardAfterItAreRefused) {

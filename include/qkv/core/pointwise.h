@@ -1,6 +1,6 @@
 // qkv/core/pointwise.h - the model's element-by-element passes, vectorised and split over the pool:
 // GELU (the tanh approximation) and its gradient, SwiGLU's gate (Llama's, Qwen3's) and its
-// gradient, and AdamW's update of one parameter tensor.
+// gradient, SiLU (Qwen3.5's linear layers), and AdamW's update of one parameter tensor.
 //
 //   gelu(x) = 0.5 x (1 + tanh(u)),   u = sqrt(2 / pi) (x + 0.044715 x^3)
 //   gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t)(1 + t) sqrt(2 / pi) (1 + 3 0.044715 x^2),  t = tanh(u)
@@ -38,6 +38,12 @@ void swiglu_backward(const float* g, const float* u, const float* dh, float* dg,
                      ThreadPool* pool = nullptr);
 void swiglu_reference(const float* g, const float* u, float* h, int64_t n);
 void swiglu_backward_reference(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n);
+
+// y[i] = silu(x[i]) = x[i] sigmoid(x[i]) for i in [0, n) (y may be x), on the calling thread: for
+// callers that split rows over the pool themselves. float32 SIMD through Highway's exp, as SwiGLU's
+// gate; the reference in double, rounded once.
+void silu(const float* x, float* y, int64_t n);
+void silu_reference(const float* x, float* y, int64_t n);
 
 // AdamW's step on one tensor, PyTorch's single-tensor update (torch.optim.AdamW, amsgrad off), its
 // scalars computed by the caller (in double, then float32, as torch does):

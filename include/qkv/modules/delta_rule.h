@@ -103,6 +103,7 @@ float softplus_value(float x);
 
 // The gated RMSNorm both apply to the recurrence's output, per row of `width`:
 //   out = y r w silu(z),  r = 1 / sqrt(mean(y^2) + eps)
+// (rows split over the default pool, silu as core/pointwise.h computes it)
 void gated_rms_norm_rows(const float* y, const float* z, const float* w, int64_t rows, int64_t width, double eps,
                          float* out);
 // dy and dz written, dw (width) accumulated, given dout. dy = r (g - n <n, g> / width) with g = dout w
