@@ -50,7 +50,7 @@ KvCache::KvCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t capaci
     const int64_t S = state_sizes_[static_cast<size_t>(l)];
     QKV_CHECK(S >= 0, "KvCache: layer ", l, "'s state size (", S, ") must not be negative (0: keys and values)");
     offsets_[static_cast<size_t>(l)] = at;
-    at = checked_add(at, S > 0 ? checked_add(checked_bytes(S, 8, what), 63, what) / 64 * 64 : kv_bytes, what);
+    at = checked_add(at, S > 0 ? checked_add(checked_bytes(S, 4, what), 63, what) / 64 * 64 : kv_bytes, what);
   }
   bytes_ = at;
   check_memory_request(bytes_, "KvCache");
@@ -87,12 +87,12 @@ int64_t KvCache::state_size(int64_t layer) const {
   return state_sizes_[static_cast<size_t>(layer)];
 }
 
-double* KvCache::state(int64_t layer) {
+float* KvCache::state(int64_t layer) {
   QKV_CHECK(state_size(layer) > 0, "KvCache::state: layer ", layer, " holds keys and values, not a state");
-  return reinterpret_cast<double*>(storage_.get() + offsets_[static_cast<size_t>(layer)]);
+  return reinterpret_cast<float*>(storage_.get() + offsets_[static_cast<size_t>(layer)]);
 }
 
-const double* KvCache::state(int64_t layer) const { return const_cast<KvCache*>(this)->state(layer); }
+const float* KvCache::state(int64_t layer) const { return const_cast<KvCache*>(this)->state(layer); }
 
 int64_t KvCache::length(int64_t layer) const {
   check_layer("KvCache::length", layer);
@@ -211,7 +211,7 @@ void KvCache::truncate(int64_t n) {
 void KvCache::reset() {
   for (int64_t l = 0; l < layers_; ++l)
     if (const int64_t S = state_sizes_[static_cast<size_t>(l)]; S > 0)
-      std::fill_n(reinterpret_cast<double*>(storage_.get() + offsets_[static_cast<size_t>(l)]), S, 0.0);
+      std::fill_n(reinterpret_cast<float*>(storage_.get() + offsets_[static_cast<size_t>(l)]), S, 0.0f);
   length_ = 0;
   pending_ = 0;
   appended_count_ = 0;

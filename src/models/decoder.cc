@@ -192,8 +192,8 @@ void DecoderBlock::forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCa
       lw = {bits(w16->linear[0]), bits(w16->linear[1]), bits(w16->linear[2]), bits(w16->linear[3]),
             bits(w16->linear[4]), q(0), q(1), q(2), q(3), q(4)};
     }
-    QKV_CHECK(cache.state_size(layer) == linear->cache_doubles(B), kWho, ": layer ", layer, " of the cache holds ",
-              cache.state_size(layer), " state numbers; its linear-attention block keeps ", linear->cache_doubles(B),
+    QKV_CHECK(cache.state_size(layer) == linear->cache_floats(B), kWho, ": layer ", layer, " of the cache holds ",
+              cache.state_size(layer), " state numbers; its linear-attention block keeps ", linear->cache_floats(B),
               " for a batch of ", B);
     QKV_CHECK(!cache.appended(layer), kWho, ": layer ", layer, " already took part in the cache's step in progress");
     linear->forward_cached(h, B, Tn, s.a, cache.state(layer), linear16 ? &lw : nullptr);
@@ -560,7 +560,7 @@ kernels::KvCache decoder_cache(const DecoderSpec& spec, int64_t batch, kernels::
   std::vector<int64_t> states;  // a linear block's fixed-size state instead of keys and values
   if (spec.linear_layers() > 0)
     for (int64_t l = 0; l < spec.layers; ++l)
-      states.push_back(spec.kind(l) == LayerKind::kLinear ? gated_deltanet_cache_doubles(linear_of(spec), batch) : 0);
+      states.push_back(spec.kind(l) == LayerKind::kLinear ? gated_deltanet_cache_floats(linear_of(spec), batch) : 0);
   return kernels::KvCache(spec.layers, batch, a.groups(), models_detail::cache_capacity(capacity, spec.context_length),
                           a.head_dim, a.head_dim, dtype, std::move(states));
 }

@@ -44,7 +44,9 @@ void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, std::vec
   delta_rule_run(s, in, state.data(), y);
 }
 
-void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, double* state, float* y) {
+namespace {
+template <typename State>
+void run_steps(const DeltaRuleShape& s, const DeltaRuleInputs& in, State* state, float* y) {
   const int64_t T = s.tokens, H = s.heads, KV = s.key_dim * s.value_dim;
   default_pool().parallel_for(s.batch * H, [&](int64_t bh, int) {
     const int64_t b = bh / H, h = bh % H;
@@ -55,6 +57,14 @@ void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, double* 
                                Dk, Dv, &state[bh * KV], y + row * Dv);
     }
   });
+}
+}  // namespace
+
+void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, double* state, float* y) {
+  run_steps(s, in, state, y);
+}
+void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, float* state, float* y) {
+  run_steps(s, in, state, y);
 }
 
 void delta_rule_backward(const DeltaRuleShape& s, const DeltaRuleInputs& in, const std::vector<double>& states,

@@ -242,7 +242,7 @@ Tensor GatedDeltaNetLayer::forward_token_by_token(const Tensor& x) {
   return cat(rows, 1);
 }
 
-Tensor GatedDeltaNetLayer::cached_step(const Tensor& x, const float* history, double* state, float* next_history,
+Tensor GatedDeltaNetLayer::cached_step(const Tensor& x, const float* history, float* state, float* next_history,
                                        const Weights16* w16) {
   x_shape_.clear();  // what project() keeps is not a training forward's: no backward after this
   const int64_t B = x.size(0), T = x.size(1), K = config.linear.conv_kernel, C = 2 * key_width() + value_width();
@@ -266,11 +266,8 @@ Tensor GatedDeltaNetLayer::cached_step(const Tensor& x, const float* history, do
   borrowed.swap();
   project(x, history, w16);
   y_.resize(static_cast<size_t>(B * T * value_width()));
-  if (chunked() && T > 1) {  // a prompt: in chunks, on the state rounded to float and back
-    const int64_t n = B * config.attention.heads * config.attention.head_dim * config.linear.value_dim;
-    std::vector<float> s(state, state + n);
-    delta_rule_chunked_forward(rule_shape(B, T), log_inputs(), y_.data(), s.data());
-    std::copy(s.begin(), s.end(), state);
+  if (chunked() && T > 1) {  // a prompt: in chunks
+    delta_rule_chunked_forward(rule_shape(B, T), log_inputs(), y_.data(), state);
   } else {
     delta_rule_run(rule_shape(B, T), {qn_.data(), kn_.data(), v_.data(), beta_.data(), alpha_.data()}, state,
                    y_.data());
@@ -287,25 +284,22 @@ Tensor GatedDeltaNetLayer::cached_step(const Tensor& x, const float* history, do
   return output(B, T, w16);
 }
 
-int64_t gated_deltanet_cache_doubles(const AttentionConfig& c, int64_t batch) {
+int64_t gated_deltanet_cache_floats(const AttentionConfig& c, int64_t batch) {
   const int64_t Hv = c.attention.heads, Dk = c.attention.head_dim, Dv = c.linear.value_dim;
   const int64_t K = c.linear.conv_kernel, C = 2 * c.linear.key_heads * Dk + Hv * Dv;
   return batch * (Hv * Dk * Dv + (K - 1) * C);
 }
 
-int64_t GatedDeltaNetLayer::cache_doubles(int64_t batch) const { return gated_deltanet_cache_doubles(config, batch); }
+int64_t GatedDeltaNetLayer::cache_floats(int64_t batch) const { return gated_deltanet_cache_floats(config, batch); }
 
-void GatedDeltaNetLayer::forward_cached(const float* x, int64_t B, int64_t T, float* y, double* cache,
+void GatedDeltaNetLayer::forward_cached(const float* x, int64_t B, int64_t T, float* y, float* cache,
                                         const Weights16* w16) {
   QKV_CHECK(B >= 1 && T >= 0, kLayer, ": forward_cached takes (B >= 1, T >= 0) rows, got (", B, ", ", T, ")");
   if (T == 0) return;
-  const int64_t M = config.d_in, K = config.linear.conv_kernel, C = 2 * key_width() + value_width();
+  const int64_t M = config.d_in;
   const int64_t S = B * config.attention.heads * config.attention.head_dim * config.linear.value_dim;
-  std::vector<float> history(static_cast<size_t>(B * (K - 1) * C));  // floats kept as doubles: exact both ways
-  std::copy_n(cache + S, history.size(), history.begin());
-  const Tensor out = cached_step(Tensor::from({B, T, M}, std::vector<float>(x, x + B * T * M)), history.data(), cache,
-                                 history.data(), w16);
-  std::copy(history.begin(), history.end(), cache + S);
+  const Tensor out = cached_step(Tensor::from({B, T, M}, std::vector<float>(x, x + B * T * M)), cache + S, cache,
+                                 cache + S, w16);
   std::copy_n(out.contiguous().data(), B * T * M, y);
 }
 

@@ -23,7 +23,7 @@ CacheMemoryReport run_cache_memory_bench(const CacheMemoryShape& s) {
     const kernels::KvCache cache = decoder_cache(spec, s.batch, s.dtype, s.tokens);
     r.linear_layers = spec.linear_layers();
     r.attention_layers = spec.layers - r.linear_layers;
-    for (int64_t l = 0; l < spec.layers; ++l) r.state_bytes += cache.state_size(l) * 8;
+    for (int64_t l = 0; l < spec.layers; ++l) r.state_bytes += cache.state_size(l) * static_cast<int64_t>(sizeof(float));
     r.total_bytes = cache.bytes();
     r.kv_bytes = r.total_bytes - r.state_bytes;
     return r;
@@ -60,7 +60,7 @@ std::string report_text(const CacheMemoryReport& r) {
         << "  keys and values: " << r.attention_layers << " attention layers, " << gb(r.kv_bytes) << " ("
         << r.kv_bytes / (s.batch * s.tokens) << " bytes per token)\n"
         << "  states: " << r.linear_layers << " linear-attention layers, " << std::fixed << std::setprecision(1)
-        << static_cast<double>(r.state_bytes) / 1e6 << " MB (doubles; the same whatever T)\n"
+        << static_cast<double>(r.state_bytes) / 1e6 << " MB (floats; the same whatever T)\n"
         << "  total " << gb(r.total_bytes) << "\n";
     return out.str();
   }

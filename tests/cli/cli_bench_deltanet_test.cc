@@ -45,11 +45,11 @@ TEST_F(CliTest, GatedDeltaNetDecodingBenchSizesTheStatesAndAgreesWithTheDefiniti
   EXPECT_THAT(r.out, HasSubstr("gated-deltanet decoding (one token through 2 layers' gated delta rule), B=2 H=3 "
                                "Dk=Dv=10, 2 threads"));
   const nlohmann::json j = last_json_line(r.out);
-  EXPECT_EQ(j["state_bytes"].get<int64_t>(), 2 * 2 * 3 * 10 * 10 * 8);  // layers x B x H x Dk x Dv doubles
+  EXPECT_EQ(j["state_bytes"].get<int64_t>(), 2 * 2 * 3 * 10 * 10 * 4);  // layers x B x H x Dk x Dv floats
   EXPECT_EQ(j["times_ms"].size(), 3u);
-  EXPECT_NEAR(j["read_gb_s"].get<double>(), 9600 / (j["median_ms"].get<double>() * 1e-3) / 1e9, 1e-9);
+  EXPECT_NEAR(j["read_gb_s"].get<double>(), 4800 / (j["median_ms"].get<double>() * 1e-3) / 1e9, 1e-9);
   EXPECT_NEAR(j["speedup"].get<double>(), j["reference_median_ms"].get<double>() / j["median_ms"].get<double>(), 1e-9);
-  EXPECT_LT(j["max_state_difference"].get<double>(), 1e-13);  // three tokens from zero states
+  EXPECT_LT(j["max_state_difference"].get<double>(), 3 * 0x1p-24);  // three tokens, each state number rounded to float once a token
   EXPECT_LT(j["max_output_difference"].get<double>(), 1e-6);
   EXPECT_GT(j["bandwidth_gb_s"].get<double>(), 0.0);
 }

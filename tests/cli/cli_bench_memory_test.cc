@@ -42,7 +42,7 @@ TEST_F(CliTest, CacheMemoryOfAHybridModelGrowsWithItsAttentionLayersOnly) {
   EXPECT_EQ(q35["linear_layers"].get<int64_t>(), 18);
   EXPECT_EQ(q35["kv_bytes"].get<int64_t>(), int64_t{6} * 2 * 2 * 256 * 32768 * 4);
   // per layer: the state 16 x 128 x 128 and the convolution's last 3 inputs of 2 x 16 x 128 + 16 x 128 channels
-  EXPECT_EQ(q35["state_bytes"].get<int64_t>(), int64_t{18} * (16 * 128 * 128 + 3 * (2 * 16 * 128 + 16 * 128)) * 8);
+  EXPECT_EQ(q35["state_bytes"].get<int64_t>(), int64_t{18} * (16 * 128 * 128 + 3 * (2 * 16 * 128 + 16 * 128)) * 4);  // floats
   const nlohmann::json longer = run_json("--preset qwen3.5-0.8b --seq-len 65536");
   EXPECT_EQ(longer["kv_bytes"].get<int64_t>(), 2 * q35["kv_bytes"].get<int64_t>());
   EXPECT_EQ(longer["state_bytes"].get<int64_t>(), q35["state_bytes"].get<int64_t>());

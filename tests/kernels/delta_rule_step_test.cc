@@ -1,9 +1,11 @@
 // kernels/delta_rule_step.h: the one-pass step against the definition's naive form, on every SIMD
-// target, over widths that leave rows past the last block of four and columns past the last whole vector, beta per head and per channel.
+// target, over widths that leave rows past the last block of four and columns past the last whole vector, beta per head and per channel,
+// on a state of doubles and of floats.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "qkv/core/generator.h"
@@ -24,27 +26,33 @@ std::vector<float> uniform(int64_t n, float lo, float hi, Generator& gen) {
 // Several tokens of one head from a random state, by the kernel and by the reference: the states
 // within 1e-13 of their scale (the sums differ only by where alpha is applied), each output within
 // one float rounding of the reference's (the doubles it rounds differ by a few ulps) plus 1e-13 of
-// the outputs' scale.
+// the outputs' scale. On a state of floats (a decoding cache's), both round each state number to
+// float once a token from doubles a few ulps apart: the states within a float rounding a token of
+// their scale, the outputs within two roundings of their scale.
+template <typename State>
 void check_tokens(int64_t Dk, int64_t Dv, bool per_channel, uint64_t seed) {
+  constexpr bool kFloat = std::is_same_v<State, float>;
   SCOPED_TRACE(testing::Message() << "Dk " << Dk << " Dv " << Dv << (per_channel ? " beta per channel" : ""));
   Generator gen(seed);
   const int64_t tokens = 4, bw = per_channel ? Dv : 1;
   const std::vector<float> q = uniform(tokens * Dk, -1, 1, gen), k = uniform(tokens * Dk, -1, 1, gen),
                            v = uniform(tokens * Dv, -2, 2, gen), beta = uniform(tokens * bw, 0.05f, 0.95f, gen),
                            alpha = uniform(tokens, 0.5f, 1.0f, gen), s0 = uniform(Dk * Dv, -1, 1, gen);
-  std::vector<double> fast(s0.begin(), s0.end()), ref = fast;
+  std::vector<State> fast(s0.begin(), s0.end()), ref = fast;
   std::vector<float> y_fast(static_cast<size_t>(Dv)), y_ref(y_fast.size());
   for (int64_t t = 0; t < tokens; ++t) {
     const float *qt = &q[t * Dk], *kt = &k[t * Dk], *vt = &v[t * Dv], *bt = &beta[t * bw];
     delta_rule_step(qt, kt, vt, alpha[t], bt, bw, Dk, Dv, fast.data(), y_fast.data());
     delta_rule_step_reference(qt, kt, vt, alpha[t], bt, bw, Dk, Dv, ref.data(), y_ref.data());
     double s_scale = 0, y_scale = 0;
-    for (double x : ref) s_scale = std::max(s_scale, std::fabs(x));
+    for (State x : ref) s_scale = std::max(s_scale, std::fabs(static_cast<double>(x)));
     for (float x : y_ref) y_scale = std::max(y_scale, static_cast<double>(std::fabs(x)));
+    const double s_tol = kFloat ? 0x1p-24 * static_cast<double>(t + 1) : 1e-13, y_tol = kFloat ? 0x1p-23 : 1e-13;
     for (size_t i = 0; i < ref.size(); ++i)
-      ASSERT_LE(std::fabs(fast[i] - ref[i]), 1e-13 * s_scale) << "token " << t << " state " << i;
+      ASSERT_LE(std::fabs(static_cast<double>(fast[i]) - static_cast<double>(ref[i])), s_tol * s_scale)
+          << "token " << t << " state " << i;
     for (int64_t j = 0; j < Dv; ++j)
-      ASSERT_LE(std::fabs(y_fast[j] - y_ref[j]), 1.2e-7 * std::fabs(y_ref[j]) + 1e-13 * y_scale)
+      ASSERT_LE(std::fabs(y_fast[j] - y_ref[j]), 1.2e-7 * std::fabs(y_ref[j]) + y_tol * y_scale)
           << "token " << t << " y[" << j << "]: " << y_fast[j] << " vs " << y_ref[j];
   }
 }
@@ -56,7 +64,10 @@ TEST(DeltaRuleStep, EverySimdTargetMatchesTheDefinition) {
     uint64_t seed = 1;
     for (int64_t Dk : {1, 3, 64, 128})
       for (int64_t Dv : {1, 5, 16, 17, 40, 128, 130})
-        for (bool per_channel : {false, true}) check_tokens(Dk, Dv, per_channel, seed++);
+        for (bool per_channel : {false, true}) {
+          check_tokens<double>(Dk, Dv, per_channel, seed);
+          check_tokens<float>(Dk, Dv, per_channel, seed++);
+        }
   }
   force_simd_target(0);
 }

@@ -16,17 +16,17 @@ namespace {
 
 using testing_support::error_of;
 
-TEST(KvCacheState, StateLayersHoldTheirDoublesInsteadOfKeysAndValues) {
-  // 4 layers, batch 2, 2 kv heads, capacity 8, D 4: layers 1 and 2 keep states of 10 and 3 doubles
+TEST(KvCacheState, StateLayersHoldTheirFloatsInsteadOfKeysAndValues) {
+  // 4 layers, batch 2, 2 kv heads, capacity 8, D 4: layers 1 and 2 keep states of 10 and 3 floats
   KvCache plain(4, 2, 2, 8, 4, 4, CacheDtype::kF32);
   KvCache hybrid(4, 2, 2, 8, 4, 4, CacheDtype::kF32, {0, 10, 3, 0});
   const int64_t kv_layer = 2 * 2 * 8 * (4 + 4) * 4;  // bytes
   EXPECT_EQ(plain.bytes(), 4 * kv_layer);
-  EXPECT_EQ(hybrid.bytes(), 2 * kv_layer + 128 + 64);  // each state rounded up to 64 bytes
+  EXPECT_EQ(hybrid.bytes(), 2 * kv_layer + 64 + 64);  // each state rounded up to 64 bytes
   EXPECT_FALSE(hybrid.holds_state(0));
   EXPECT_TRUE(hybrid.holds_state(1));
   EXPECT_EQ(hybrid.state_size(2), 3);
-  for (double v : std::vector<double>(hybrid.state(1), hybrid.state(1) + 10)) EXPECT_EQ(v, 0.0);
+  for (float v : std::vector<float>(hybrid.state(1), hybrid.state(1) + 10)) EXPECT_EQ(v, 0.0f);
   // a step: the keys layers append, the state layers advance, by the same n
   std::vector<float> k(2 * 2 * 3 * 4, 1.0f);
   const ConstHeads kn = ConstHeads::contiguous(k.data(), 2, 2, 3, 4);

@@ -175,16 +175,16 @@ TEST(GatedDeltaNetLayer, TheCachedFormInPiecesEqualsTheWholeForward) {
   }
 }
 
-// The same on raw rows with the cache in the caller's doubles (a hybrid model's KvCache state
+// The same on raw rows with the cache in the caller's floats (a hybrid model's KvCache state
 // layer): the recurrence's state, then the convolution's last K - 1 inputs, zeros at the start.
-TEST(GatedDeltaNetLayer, TheCachedFormOnACallersDoublesEqualsTheWholeForward) {
+TEST(GatedDeltaNetLayer, TheCachedFormOnACallersFloatsEqualsTheWholeForward) {
   Generator gen(8);
   GatedDeltaNetLayer m(small_config(2), gen);
   Generator data(9);
   const Tensor x = randn({2, 9, 6}, data);
   const Tensor whole = m.forward(x).clone();
-  std::vector<double> cache(static_cast<size_t>(m.cache_doubles(2)), 0.0);
-  EXPECT_EQ(m.cache_doubles(2), 2 * 4 * 3 * 2 + 2 * (m.config.linear.conv_kernel - 1) * (2 * m.key_width() + m.value_width()));
+  std::vector<float> cache(static_cast<size_t>(m.cache_floats(2)), 0.0f);
+  EXPECT_EQ(m.cache_floats(2), 2 * 4 * 3 * 2 + 2 * (m.config.linear.conv_kernel - 1) * (2 * m.key_width() + m.value_width()));
   int64_t t = 0;
   for (const int64_t n : {4, 1, 2, 1, 1}) {
     const Tensor piece = x.slice(1, t, t + n).contiguous();
@@ -206,8 +206,8 @@ TEST(GatedDeltaNetLayer, LayersSharingTheirWorkingRowsGiveTheirOwnBits) {
   b.share_cached_work(work);
   Generator data(9);
   const Tensor x = randn({2, 9, 6}, data);
-  std::vector<double> ca(static_cast<size_t>(a.cache_doubles(2))), cb(static_cast<size_t>(b.cache_doubles(2)));
-  std::vector<double> ca_alone = ca, cb_alone = cb;
+  std::vector<float> ca(static_cast<size_t>(a.cache_floats(2))), cb(static_cast<size_t>(b.cache_floats(2)));
+  std::vector<float> ca_alone = ca, cb_alone = cb;
   int64_t t = 0;
   for (const int64_t n : {5, 1, 2, 1}) {
     const Tensor piece = x.slice(1, t, t + n).contiguous();
@@ -347,7 +347,7 @@ TEST(GatedDeltaNetLayer, Bf16CopiesServeTheirOwnProducts) {
   Generator data(9);
   const Tensor x = randn({2, 5, 16}, data);
   auto run = [&](const GatedDeltaNetLayer::Weights16* w16) {
-    std::vector<double> cache(static_cast<size_t>(m.cache_doubles(2)), 0.0);
+    std::vector<float> cache(static_cast<size_t>(m.cache_floats(2)), 0.0f);
     std::vector<float> y(2 * 5 * 16);
     m.forward_cached(x.data(), 2, 5, y.data(), cache.data(), w16);
     return Tensor::from({2, 5, 16}, y);

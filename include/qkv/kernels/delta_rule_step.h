@@ -2,7 +2,7 @@
 // pass over the state: the recurrent (decoding) form of Qwen3.5's linear attention and of the
 // book's GatedDeltaNet.
 //
-// Legend: Dk key width, Dv value width, S (Dk, Dv) the head's state in double, row-major.
+// Legend: Dk key width, Dv value width, S (Dk, Dv) the head's state in double (or float), row-major.
 //
 //   m     = S^T k                                (Dv)
 //   delta = (v - alpha m) * beta                 (Dv; beta one number, or one per channel)
@@ -26,9 +26,16 @@ namespace qkv::kernels {
 // q, k (Dk); v, y (Dv); beta (1 or Dv numbers: beta_width); S (Dk, Dv) updated in place.
 void delta_rule_step(const float* q, const float* k, const float* v, double alpha, const float* beta,
                      int64_t beta_width, int64_t Dk, int64_t Dv, double* S, float* y);
+// The same on a state kept in float (a decoding cache's: half the bytes to move): read widened to
+// double, the step's sums in double as above, each number rounded to float once when written.
+void delta_rule_step(const float* q, const float* k, const float* v, double alpha, const float* beta,
+                     int64_t beta_width, int64_t Dk, int64_t Dv, float* S, float* y);
 
-// The same, written as the definition reads: the naive form the kernel is tested against.
+// The same, written as the definition reads: the naive form the kernel is tested against (on a
+// float state: the double form on its widened copy, rounded back once).
 void delta_rule_step_reference(const float* q, const float* k, const float* v, double alpha, const float* beta,
                                int64_t beta_width, int64_t Dk, int64_t Dv, double* S, float* y);
+void delta_rule_step_reference(const float* q, const float* k, const float* v, double alpha, const float* beta,
+                               int64_t beta_width, int64_t Dk, int64_t Dv, float* S, float* y);
 
 }  // namespace qkv::kernels

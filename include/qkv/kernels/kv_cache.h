@@ -27,7 +27,7 @@
 // the capacity, truncating or resetting in the middle of a step.
 //
 // State layers (a hybrid model's linear-attention layers: Qwen3.5's Gated DeltaNet): a layer given
-// a state size S > 0 holds S doubles for the whole batch instead of keys and values - whatever the
+// a state size S > 0 holds S floats for the whole batch instead of keys and values - whatever the
 // layer keeps of the past, fixed in size however long the sequence. Such a layer takes its part in
 // a step by advance(layer, n) after updating its state(layer) in place; the step rules are the
 // same. Its past cannot be taken back: truncating below length() is refused, reset() zeroes it.
@@ -55,7 +55,7 @@ class KvCache {
  public:
   // All sizes >= 1 except capacity >= 0; throws qkv::Error naming the bad size, a product that
   // overflows, or a request beyond limits().max_memory_bytes.
-  // state_sizes: empty, or one per layer: 0 for keys and values, S > 0 for a state of S doubles.
+  // state_sizes: empty, or one per layer: 0 for keys and values, S > 0 for a state of S floats.
   KvCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t capacity, int64_t head_dim, int64_t value_dim,
           CacheDtype dtype, std::vector<int64_t> state_sizes = {});
 
@@ -79,9 +79,9 @@ class KvCache {
   // A state layer's part in the step of n positions, its state already updated (the same rules).
   void advance(int64_t layer, int64_t n);
   bool holds_state(int64_t layer) const;  // whether `layer` is a state layer
-  int64_t state_size(int64_t layer) const;  // its S doubles (0: a layer of keys and values)
-  double* state(int64_t layer);             // (S), zeros at the start and after reset()
-  const double* state(int64_t layer) const;
+  int64_t state_size(int64_t layer) const;  // its S floats (0: a layer of keys and values)
+  float* state(int64_t layer);              // (S), zeros at the start and after reset()
+  const float* state(int64_t layer) const;
   // Ends the step: length() += pending(). Every layer must have appended (a step of no layer
   // appended is an error too: nothing to commit).
   void commit();
@@ -119,7 +119,7 @@ class KvCache {
   int64_t layers_, batch_, kv_heads_, capacity_, head_dim_, value_dim_;
   CacheDtype dtype_;
   int64_t key_elements_ = 0, value_elements_ = 0;  // per layer of keys and values
-  std::vector<int64_t> state_sizes_;               // (L) 0, or a state layer's doubles
+  std::vector<int64_t> state_sizes_;               // (L) 0, or a state layer's floats
   std::vector<int64_t> offsets_;                   // (L) each layer's first byte in storage_
   int64_t bytes_ = 0;
   std::unique_ptr<unsigned char, Free> storage_;

@@ -45,8 +45,10 @@ void delta_rule_forward(const DeltaRuleShape& s, const DeltaRuleInputs& in, std:
 // state after the last. A state of another size is an error naming both sizes. Each token is one
 // pass over the state (kernels/delta_rule_step.h: within a few double ulps of the forward's sums).
 void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, std::vector<double>& state, float* y);
-// The same on a state the caller holds: (B, H, Dk, Dv) doubles at `state`.
+// The same on a state the caller holds: (B, H, Dk, Dv) doubles at `state`, or floats (a decoding
+// cache's: the step's sums in double, each state number rounded to float once a token).
 void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, double* state, float* y);
+void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, float* state, float* y);
 
 // The gradients of the inputs given dy = dL/dy (B, T, H, Dv), from the inputs and states of the
 // forward. Every gradient is written (not accumulated).

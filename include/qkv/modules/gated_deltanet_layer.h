@@ -40,12 +40,12 @@ namespace qkv {
 struct GatedDeltaNetCache {
   int64_t batch = 0;
   std::vector<float> conv;
-  std::vector<double> state;
+  std::vector<float> state;
 };
 
-// The doubles of a cache for `batch` sequences of a layer of config c (GatedDeltaNetLayer::cache_doubles
+// The floats of a cache for `batch` sequences of a layer of config c (GatedDeltaNetLayer::cache_floats
 // without the layer).
-int64_t gated_deltanet_cache_doubles(const AttentionConfig& c, int64_t batch);
+int64_t gated_deltanet_cache_floats(const AttentionConfig& c, int64_t batch);
 
 class GatedDeltaNetLayer : public AttentionModule {
  public:
@@ -66,11 +66,11 @@ class GatedDeltaNetLayer : public AttentionModule {
   Tensor forward_cached(const Tensor& x, GatedDeltaNetCache& cache);
   // A fresh cache, then x's tokens one at a time through it (each a recurrent step on the state).
   Tensor forward_token_by_token(const Tensor& x) override;
-  // The same on raw rows x (B, T, M) -> y (B, T, M) with the cache in the caller's doubles (a
+  // The same on raw rows x (B, T, M) -> y (B, T, M) with the cache in the caller's floats (a
   // hybrid model's KvCache state layer): the recurrence's state (B, Hv, Dk, Dv), then the
-  // convolution's last K - 1 inputs (B, K - 1, 2 Kd + Vd); cache_doubles(B) of them, zeros at a
+  // convolution's last K - 1 inputs (B, K - 1, 2 Kd + Vd); cache_floats(B) of them, zeros at a
   // sequence's start.
-  int64_t cache_doubles(int64_t batch) const;
+  int64_t cache_floats(int64_t batch) const;
   // w16 (optional): the five products' weights in bf16 (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a,
   // out_proj; bf16 products, read instead of the float weights, which need not be filled), or as a
   // ggml type's blocks (x quantized per block, integer products: core/linear.h), read instead of both.
@@ -78,7 +78,7 @@ class GatedDeltaNetLayer : public AttentionModule {
     const uint16_t *qkv = nullptr, *z = nullptr, *b = nullptr, *a = nullptr, *out = nullptr;
     QuantView qkv_q = {}, z_q = {}, b_q = {}, a_q = {}, out_q = {};
   };
-  void forward_cached(const float* x, int64_t B, int64_t T, float* y, double* cache, const Weights16* w16 = nullptr);
+  void forward_cached(const float* x, int64_t B, int64_t T, float* y, float* cache, const Weights16* w16 = nullptr);
   // The five products in that order (their weights' names and shapes; bf16 copies are made of them).
   std::vector<const Linear*> products() const;
   // The working rows of a cached call (the projections, the convolution, q, k, v, z, the decays,
@@ -119,7 +119,7 @@ class GatedDeltaNetLayer : public AttentionModule {
   Tensor output(int64_t B, int64_t T, const Weights16* w16 = nullptr);
   // A cached step: project x after `history` (B, K - 1, C), run the recurrence from `state` (updated),
   // write the convolution's new last K - 1 inputs to `next_history` (may be history) -> out_proj's rows.
-  Tensor cached_step(const Tensor& x, const float* history, double* state, float* next_history,
+  Tensor cached_step(const Tensor& x, const float* history, float* state, float* next_history,
                      const Weights16* w16 = nullptr);
   Shape x_shape_;
   // The last forward's values: the projection before the convolution and after it (before silu)

@@ -47,7 +47,7 @@ nlohmann::json report_json(const DeltaNetBenchReport& r);
 
 // `qkv bench --module gated-deltanet --new-tokens N`: decoding, the linear layers' share of it. A
 // step is one token of each of `layers` layers (Qwen3.5-0.8B has 18 linear ones of 16 heads of 128)
-// through the gated delta rule on its own state (B, H, D, D doubles, modules/delta_rule.h's
+// through the gated delta rule on its own state (B, H, D, D floats, as a decoding cache holds it, modules/delta_rule.h's
 // delta_rule_run: one pass over the state, kernels/delta_rule_step.h). What a step must move is
 // the states, read once and written once; the time of the state's read is set against the
 // machine's measured read bandwidth. The definition's form (four passes over a state,
