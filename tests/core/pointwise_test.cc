@@ -13,6 +13,7 @@
 
 #include "qkv/core/pointwise.h"
 #include "qkv/core/thread_pool.h"
+#include "qkv/kernels/simd.h"
 #include "test_support.h"
 
 namespace qkv {
@@ -179,26 +180,31 @@ TEST(Pointwise, SwigluAndItsGradientWithinUlpsOfTheDoubleFormula) {
 
 // SiLU alone (Qwen3.5's linear layers): the same sweep, within 2^-19 of |x| (a few float32 ulps of
 // the value for x > 0, where silu(x) ~ x; below, silu(x) is x s with s small, held to the same
-// scale), in place too; the saturated ends exact.
+// scale), in place too; the saturated ends exact; on every SIMD target this CPU runs.
 TEST(Pointwise, SiluWithinUlpsOfTheDoubleFormula) {
   std::vector<float> x;
   for (int i = -20000; i <= 20000; ++i) x.push_back(static_cast<float>(i) * 5e-3f);
   for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 200.0f, -200.0f}) x.push_back(v);
-  for (int64_t n : {static_cast<int64_t>(x.size()), int64_t{1}, int64_t{17}, int64_t{40003}}) {
-    std::vector<float> y(n), yr(n), inplace(x.begin(), x.begin() + n);
-    silu(x.data(), y.data(), n);
-    silu_reference(x.data(), yr.data(), n);
-    silu(inplace.data(), inplace.data(), n);
-    for (int64_t i = 0; i < n; ++i) {
-      ASSERT_LE(std::fabs(y[i] - double(yr[i])), 0x1p-19 * (std::fabs(double(x[i])) + 1e-37)) << "silu at " << x[i];
-      ASSERT_EQ(inplace[i], y[i]) << i;
+  for (int64_t target : kernels::available_simd_targets()) {
+    SCOPED_TRACE(kernels::simd_target_name(target));
+    kernels::force_simd_target(target);
+    for (int64_t n : {static_cast<int64_t>(x.size()), int64_t{1}, int64_t{17}, int64_t{40003}}) {
+      std::vector<float> y(n), yr(n), inplace(x.begin(), x.begin() + n);
+      silu(x.data(), y.data(), n);
+      silu_reference(x.data(), yr.data(), n);
+      silu(inplace.data(), inplace.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_LE(std::fabs(y[i] - double(yr[i])), 0x1p-19 * (std::fabs(double(x[i])) + 1e-37)) << "silu at " << x[i];
+        ASSERT_EQ(inplace[i], y[i]) << i;
+      }
     }
+    const float ends[2] = {200.0f, -200.0f};
+    float out[2];
+    silu(ends, out, 2);
+    EXPECT_EQ(out[0], 200.0f);
+    EXPECT_EQ(out[1], 0.0f);
   }
-  const float ends[2] = {200.0f, -200.0f};
-  float out[2];
-  silu(ends, out, 2);
-  EXPECT_EQ(out[0], 200.0f);
-  EXPECT_EQ(out[1], 0.0f);
+  kernels::force_simd_target(0);
 }
 
 TEST(Pointwise, AdamWEqualsTheReferenceBitForBit) {
