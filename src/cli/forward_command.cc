@@ -153,9 +153,10 @@ Command add_forward(CLI::App& app) {
                   "'attn_weights_dropped' when dropout is active; --module gpt: every block's as "
                   "'trf_blocks.N.attn_weights' (B, H, T, T)");
   sub->add_flag("--cached", f->cached,
-                "mla, gated-deltanet: run the module as decoding does, through its inference cache one token at a "
-                "time (latent attention absorbed over the cached latents; the delta rule's recurrent step on its "
-                "state): the forward's output within float rounding");
+                "mha, gated-mha, mla, gated-deltanet: run the module as decoding does, through its inference cache "
+                "one token at a time (keys and values in a KV cache; latent attention absorbed over the cached "
+                "latents; the delta rule's recurrent step on its state): the forward's output within float "
+                "rounding");
   sub->add_option("--grad-output", f->grad_output,
                   "Run the backward pass with dL/doutput = the tensor 'grad_output' of this safetensors file");
   sub->add_option("--grads-out", f->grads_out,

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "qkv/core/error.h"
 #include "qkv/core/linear.h"
@@ -282,6 +283,19 @@ void MultiHeadAttention::forward_cached(const float* x, int64_t B, int64_t Tn, f
     gated[i] = context[i] * static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gated[i]))));
   linear(gated, N, C, out_proj.weight.data(), out_proj.has_bias ? out_proj.bias.data() : nullptr, config.out_width(), y,
          nullptr, bf16 && w16.out ? Dtype::kBF16 : out_proj.dtype, bf16 ? w16.out : nullptr, w16.out_q);
+}
+
+Tensor MultiHeadAttention::forward_token_by_token(const Tensor& x) {
+  QKV_CHECK(x.dim() == 3 && x.size(1) >= 1 && x.size(2) == config.d_in, type_name(),
+            ": forward_token_by_token takes (batch, T >= 1, d_in = ", config.d_in, "), got ", x.describe());
+  const kernels::AttentionSpec& a = config.attention;
+  kernels::KvCache cache(1, x.size(0), a.groups(), x.size(1), a.head_dim, a.head_dim, kernels::CacheDtype::kF32);
+  std::vector<Tensor> rows;
+  for (int64_t t = 0; t < x.size(1); ++t) {
+    rows.push_back(forward_cached(x.slice(1, t, t + 1).contiguous(), cache, 0));
+    cache.commit();
+  }
+  return cat(rows, 1);
 }
 
 Tensor MultiHeadAttention::backward(const Tensor& doutput) {

@@ -70,6 +70,9 @@ class MultiHeadAttention : public AttentionModule {
   // scratch: where the step works (FusedAttention's CachedScratch), or null for the module's own.
   void forward_cached(const float* x, int64_t B, int64_t Tn, float* y, kernels::KvCache& cache, int64_t layer,
                       FusedWeights16 w16 = {}, CachedScratch* scratch = nullptr);
+  // x's tokens one at a time through a fresh one-layer f32 KvCache of T positions (a decoding
+  // loop's steps, each committed): forward's rows within float rounding.
+  Tensor forward_token_by_token(const Tensor& x) override;
   int64_t head_dim() const { return config.attention.head_dim; }
   int64_t num_kv_heads() const { return config.attention.groups(); }
   // (Q, d_in): W_query, W_key and W_value's rows in one tensor (they view it).
