@@ -58,6 +58,17 @@ Tensor AttentionModule::forward_token_by_token(const Tensor&) {
        attention_module_list(&AttentionModuleInfo::cached), ")");
 }
 
+void AttentionModule::check_token_input(const Tensor& x, int64_t d_in) const {
+  QKV_CHECK(x.dim() == 3 && x.size(0) >= 1 && x.size(1) >= 1 && x.size(2) == d_in, type_name(),
+            ": forward_token_by_token takes (batch >= 1, T >= 1, d_in = ", d_in, "), got ", x.describe());
+}
+
+Tensor AttentionModule::each_token(const Tensor& x, const std::function<Tensor(const Tensor&)>& step) {
+  std::vector<Tensor> rows;
+  for (int64_t t = 0; t < x.size(1); ++t) rows.push_back(step(x.slice(1, t, t + 1).contiguous()));
+  return cat(rows, 1);
+}
+
 std::string attention_module_list(bool AttentionModuleInfo::*what) {
   std::string list;
   for (const AttentionModuleInfo& m : attention_modules())

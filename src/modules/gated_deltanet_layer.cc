@@ -181,10 +181,11 @@ Tensor GatedDeltaNetLayer::output(int64_t B, int64_t T, const Weights16* w16) {
   Tensor gated = Tensor::empty({B, T, value_width()});
   gated_rms_norm_rows(y_.data(), z_.data(), norm_weight.data(), B * T * config.attention.heads, config.linear.value_dim,
                       static_cast<float>(config.linear.norm_eps), gated.data());
-  if (!w16) return out_proj.forward(gated);
-  std::vector<float> y;
-  product(out_proj, gated, w16->out, w16->out_q, y);
-  return Tensor::from({B, T, config.d_in}, std::move(y));
+  if (!w16 || (!w16->out && !w16->out_q)) return out_proj.forward(gated);
+  Tensor y = Tensor::empty({B, T, config.d_in});  // from the tensors' kept blocks: no fresh pages a call
+  linear(gated.data(), B * T, value_width(), out_proj.weight.data(), nullptr, config.d_in, y.data(), nullptr,
+         Dtype::kBF16, w16->out, w16->out_q);
+  return y;
 }
 
 Tensor GatedDeltaNetLayer::forward(const Tensor& x, AttentionTrace* trace) {
@@ -234,12 +235,9 @@ Tensor GatedDeltaNetLayer::forward_cached(const Tensor& x, GatedDeltaNetCache& c
 }
 
 Tensor GatedDeltaNetLayer::forward_token_by_token(const Tensor& x) {
-  QKV_CHECK(x.dim() == 3 && x.size(1) >= 1, kLayer, ": forward_token_by_token takes (B, T >= 1, d_in), got ",
-            shape_str(x.shape()));
+  check_token_input(x, config.d_in);
   GatedDeltaNetCache cache = new_cache(x.size(0));
-  std::vector<Tensor> rows;
-  for (int64_t t = 0; t < x.size(1); ++t) rows.push_back(forward_cached(x.slice(1, t, t + 1).contiguous(), cache));
-  return cat(rows, 1);
+  return each_token(x, [&](const Tensor& row) { return forward_cached(row, cache); });
 }
 
 Tensor GatedDeltaNetLayer::cached_step(const Tensor& x, const float* history, float* state, float* next_history,
@@ -298,8 +296,9 @@ void GatedDeltaNetLayer::forward_cached(const float* x, int64_t B, int64_t T, fl
   if (T == 0) return;
   const int64_t M = config.d_in;
   const int64_t S = B * config.attention.heads * config.attention.head_dim * config.linear.value_dim;
-  const Tensor out = cached_step(Tensor::from({B, T, M}, std::vector<float>(x, x + B * T * M)), cache + S, cache,
-                                 cache + S, w16);
+  Tensor rows = Tensor::empty({B, T, M});  // from the tensors' kept blocks: no fresh pages a call
+  std::copy_n(x, B * T * M, rows.data());
+  const Tensor out = cached_step(rows, cache + S, cache, cache + S, w16);
   std::copy_n(out.contiguous().data(), B * T * M, y);
 }
 

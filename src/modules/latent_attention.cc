@@ -155,12 +155,9 @@ Tensor MultiHeadLatentAttention::forward_cached(const Tensor& x, LatentCache& ca
 }
 
 Tensor MultiHeadLatentAttention::forward_token_by_token(const Tensor& x) {
-  QKV_CHECK(x.dim() == 3 && x.size(1) >= 1, kMla, ": forward_token_by_token takes (B, T >= 1, d_in), got ",
-            shape_str(x.shape()));
+  check_token_input(x, config.d_in);
   LatentCache cache = new_cache(x.size(0), x.size(1));
-  std::vector<Tensor> rows;
-  for (int64_t t = 0; t < x.size(1); ++t) rows.push_back(forward_cached(x.slice(1, t, t + 1).contiguous(), cache));
-  return cat(rows, 1);
+  return each_token(x, [&](const Tensor& row) { return forward_cached(row, cache); });
 }
 
 Tensor MultiHeadLatentAttention::backward(const Tensor& doutput) {

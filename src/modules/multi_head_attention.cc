@@ -8,6 +8,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/linear.h"
 #include "qkv/core/ops.h"
+#include "qkv/core/thread_pool.h"
 
 namespace qkv {
 namespace {
@@ -267,35 +268,37 @@ void MultiHeadAttention::forward_cached(const float* x, int64_t B, int64_t Tn, f
   // y = out_proj(context * sigmoid(W_gate(x))), each product in its Linear's precision or from the
   // caller's bf16 / quantized copies
   const int64_t N = B * Tn, C = config.d_out();
-  if (gate_ctx_.size() < static_cast<size_t>(N * C)) {  // grown to the largest step, then reused
-    gate_ctx_.resize(static_cast<size_t>(N * C));
-    gate_rows_.resize(static_cast<size_t>(N * C));
+  CachedScratch& rows = scratch ? *scratch : gate_scratch_;  // a model's blocks share the caller's
+  if (rows.gate_context.size() < static_cast<size_t>(N * C)) {  // grown to the largest step, then reused
+    rows.gate_context.resize(static_cast<size_t>(N * C));
+    rows.gate_rows.resize(static_cast<size_t>(N * C));
   }
-  float* context = gate_ctx_.data();
-  float* gated = gate_rows_.data();
+  float* context = rows.gate_context.data();
+  float* gated = rows.gate_rows.data();
   fused_.forward_cached(x, B, Tn, config.d_in, context, projections(), config.attention, alibi_slopes_, mask, cache,
                         layer, w16, scratch);
   const bool bf16 = config.attention.dtype == Dtype::kBF16;
   const Linear& g = *W_gate;
   linear(x, N, config.d_in, g.weight.data(), g.has_bias ? g.bias.data() : nullptr, C, gated, nullptr,
          bf16 && w16.gate ? Dtype::kBF16 : g.dtype, bf16 ? w16.gate : nullptr, w16.gate_q);
-  for (int64_t i = 0; i < N * C; ++i)  // as sigmoid() (core/ops.h): in double, rounded once
-    gated[i] = context[i] * static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gated[i]))));
+  constexpr int64_t kRowsPerTask = 8;  // as sigmoid() (core/ops.h): in double, rounded once; rows over the pool
+  default_pool().parallel_for((N + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t task, int) {
+    for (int64_t i = task * kRowsPerTask * C; i < std::min(N, (task + 1) * kRowsPerTask) * C; ++i)
+      gated[i] = context[i] * static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gated[i]))));
+  });
   linear(gated, N, C, out_proj.weight.data(), out_proj.has_bias ? out_proj.bias.data() : nullptr, config.out_width(), y,
          nullptr, bf16 && w16.out ? Dtype::kBF16 : out_proj.dtype, bf16 ? w16.out : nullptr, w16.out_q);
 }
 
 Tensor MultiHeadAttention::forward_token_by_token(const Tensor& x) {
-  QKV_CHECK(x.dim() == 3 && x.size(1) >= 1 && x.size(2) == config.d_in, type_name(),
-            ": forward_token_by_token takes (batch, T >= 1, d_in = ", config.d_in, "), got ", x.describe());
+  check_token_input(x, config.d_in);
   const kernels::AttentionSpec& a = config.attention;
   kernels::KvCache cache(1, x.size(0), a.groups(), x.size(1), a.head_dim, a.head_dim, kernels::CacheDtype::kF32);
-  std::vector<Tensor> rows;
-  for (int64_t t = 0; t < x.size(1); ++t) {
-    rows.push_back(forward_cached(x.slice(1, t, t + 1).contiguous(), cache, 0));
+  return each_token(x, [&](const Tensor& row) {
+    Tensor y = forward_cached(row, cache, 0);
     cache.commit();
-  }
-  return cat(rows, 1);
+    return y;
+  });
 }
 
 Tensor MultiHeadAttention::backward(const Tensor& doutput) {

@@ -265,6 +265,12 @@ TEST(GatedDeltaNetLayer, ACacheOfAnotherShapeAndABackwardAfterItAreRefused) {
   m.forward_cached(randn({1, 2, 6}, gen), cache);
   EXPECT_NE(error_of([&] { m.backward(randn({1, 2, 6}, gen)); }).find("backward before forward"), std::string::npos);
   EXPECT_NE(error_of([&] { m.new_cache(0); }).find("at least 1, got 0"), std::string::npos);
+  // token by token: the width and a token at least, before any cache is made
+  EXPECT_NE(error_of([&] { m.forward_token_by_token(randn({1, 2, 5}, gen)); }).find("d_in = 6), got tensor (1, 2, 5)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { m.forward_token_by_token(Tensor::zeros({0, 2, 6})); }).find("got tensor (0, 2, 6)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { m.forward_token_by_token(randn({1, 0, 6}, gen)); }).find("T >= 1"), std::string::npos);
 }
 
 TEST(GatedDeltaNetLayer, BadConfigsAreRefusedNamingTheValue) {

@@ -143,6 +143,8 @@ TEST(LatentAttention, TheLatentCacheRefusesTrainingAndCachesOfAnotherShape) {
   EXPECT_NE(error_of([&] { m.forward_cached(randn({1, 1, 4}, gen), other); }).find("latents of 3 numbers"),
             std::string::npos);
   EXPECT_NE(error_of([&] { m.new_cache(1, 0); }).find("at least 1, got 1 and 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { m.forward_token_by_token(randn({1, 2, 5}, gen)); }).find("d_in = 4), got tensor (1, 2, 5)"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // factory that builds one by its command-line name.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -107,6 +109,13 @@ class AttentionModule : public Module {
   // rounding. Modules with no cache (AttentionModuleInfo::cached false) throw naming the ones that
   // have one.
   virtual Tensor forward_token_by_token(const Tensor& x);
+
+ protected:
+  // What forward_token_by_token's overrides share. x (B, T, d_in) with B and T at least 1, or a clear error
+  void check_token_input(const Tensor& x, int64_t d_in) const;
+  // step(x[:, t : t + 1]) for t = 0, 1, ... (each a (B, 1, out) row through the caller's cache),
+  // the rows concatenated: (B, T, out).
+  static Tensor each_token(const Tensor& x, const std::function<Tensor(const Tensor&)>& step);
 };
 
 // Names as the command line spells them: self-attention-v1, self-attention-v2, causal-attention,

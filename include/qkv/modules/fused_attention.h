@@ -65,7 +65,8 @@ struct FusedWeights16 {
 struct CachedScratch {
   kernels::MhaSaved saved;
   kernels::MhaWorkspace ws;
-  size_t bytes() const { return saved.bytes() + ws.bytes(); }
+  std::vector<float> gate_context, gate_rows;  // an output-gated step's context and gated rows (B Tn, d_out)
+  size_t bytes() const { return saved.bytes() + ws.bytes() + (gate_context.size() + gate_rows.size()) * sizeof(float); }
 };
 
 struct FusedProjections {

@@ -117,7 +117,7 @@ class MultiHeadAttention : public AttentionModule {
   FusedAttention fused_;  // fused path
   bool fused_last_ = false;
   Tensor gate_sigmoid_, gate_context_;  // (B, T, d_out): sigmoid(W_gate(x)) and the context it gated
-  std::vector<float> gate_ctx_, gate_rows_;  // a gated cached step's context and gated rows (B Tn, d_out)
+  CachedScratch gate_scratch_;  // a gated cached step's rows when the caller passes no scratch
 };
 
 // GatedMultiHeadAttention (the book's bonus ch04/08_deltanet; Qwen3-Next's and Qwen3.5's full
