@@ -137,9 +137,12 @@ void GatedDeltaNetLayer::project(const Tensor& x, const float* history, const We
   rk_.resize(rq_.size());
   qn_.resize(static_cast<size_t>(rows * Hv * Dk));
   kn_.resize(qn_.size());
-  std::vector<float> taps(static_cast<size_t>(K * C));  // the kernel by tap: taps[i C + c] = w[c K + i]
+  // the kernel by tap: taps[i C + c] = w[c K + i] (rewritten every call: the weight may have been
+  // stepped; into kept capacity: no allocation a decoding step)
+  std::vector<float>& taps = taps_;
+  taps.resize(static_cast<size_t>(K * C));
   for (int64_t c = 0; c < C; ++c)
-    for (int64_t i = 0; i < K; ++i) taps[i * C + c] = conv_weight.data()[c * K + i];
+    for (int64_t i = 0; i < K; ++i) taps[static_cast<size_t>(i * C + c)] = conv_weight.data()[c * K + i];
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(Dk));
   constexpr int64_t kRowsPerTask = 4;
   default_pool().parallel_for((rows + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t task, int) {

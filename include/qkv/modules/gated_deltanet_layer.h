@@ -130,6 +130,7 @@ class GatedDeltaNetLayer : public AttentionModule {
   std::vector<float> mixed_, conv_, v_, z_, beta_, alpha_, log_alpha_, a_, qn_, kn_, rq_, rk_, y_, chunk_states_;
   std::vector<double> states_;
   std::vector<float> q_, k_, qh_, kh_;  // project()'s q and k before and after their norms
+  std::vector<float> taps_;  // project()'s convolution kernel by tap (K, 2 Kd + Vd), its capacity kept
   std::shared_ptr<CachedWork> cached_work_;
 };
 
