@@ -48,8 +48,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DD = hn::ScalableTag<double>;
 using VD = hn::Vec<DD>;
 
-// Rows a block: each block of rows streams through the Dv sums (held in L1) once.
-constexpr int64_t kRows = 4;
+// Columns a block: kBlock vectors of columns (64 on AVX-512 for a state of floats, 32 on AVX2).
+// The block's sums stay in registers through the Dk rows, and the block's part of the rows (Dk x
+// 64 floats, 32 KiB at 128 rows) stays in L1 between the two passes over it. A state of doubles
+// takes half as many columns a block, the same bytes.
+template <typename State>
+constexpr int kBlock = std::is_same_v<State, double> ? 4 : 8;
 
 // A state's `lanes` numbers from p as doubles, and back (floats widened exactly, rounded once).
 template <typename State>
@@ -71,70 +75,75 @@ HWY_INLINE void StoreState(DD d, VD x, State* HWY_RESTRICT p) {
   }
 }
 
-template <typename State>
-void Step(const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, double alpha,
-          const float* HWY_RESTRICT beta, int64_t beta_width, int64_t Dk, int64_t Dv, State* HWY_RESTRICT S,
-          float* HWY_RESTRICT y) {
-  const DD d;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), whole = Dv / lanes * lanes;
-  thread_local std::vector<double> scratch;
-  if (static_cast<int64_t>(scratch.size()) < 2 * whole) scratch.resize(static_cast<size_t>(2 * whole));
-  double* m = scratch.data();  // m (then delta), a vector per `lanes` columns
-  double* acc = m + whole;     // the output's sums
-  const VD zero = hn::Zero(d), va = hn::Set(d, alpha);
-  for (int64_t j = 0; j < whole; j += lanes) {
-    hn::StoreU(zero, d, m + j);
-    hn::StoreU(zero, d, acc + j);
-  }
-  // m = S^T k: S's rows in order from memory, kRows at a time through the sums (each column's sum
-  // over i in order)
-  int64_t i = 0;
-  for (; i + kRows <= Dk; i += kRows) {
-    const State* r = S + i * Dv;
-    const VD k0 = hn::Set(d, k[i]), k1 = hn::Set(d, k[i + 1]), k2 = hn::Set(d, k[i + 2]), k3 = hn::Set(d, k[i + 3]);
-    for (int64_t j = 0; j < whole; j += lanes) {
-      VD a = hn::MulAdd(LoadState(d, r + j), k0, hn::LoadU(d, m + j));
-      a = hn::MulAdd(LoadState(d, r + Dv + j), k1, a);
-      a = hn::MulAdd(LoadState(d, r + 2 * Dv + j), k2, a);
-      hn::StoreU(hn::MulAdd(LoadState(d, r + 3 * Dv + j), k3, a), d, m + j);
-    }
-  }
-  for (; i < Dk; ++i) {
+// Columns [j0, j0 + NV lanes) of the step. m = S^T k (each column's sum over i in order), delta =
+// (v - alpha m) beta, then S = alpha S + k delta^T and y = S^T q over the same rows again (now in
+// L1), each number written once. While it updates row i, it asks for row i of the next block's
+// columns (`next`, null for none), which the memory then delivers during this block's arithmetic.
+template <int NV, typename State>
+HWY_INLINE void StepBlock(DD d, const float* HWY_RESTRICT q, const float* HWY_RESTRICT k,
+                          const float* HWY_RESTRICT v, double alpha, const float* HWY_RESTRICT beta,
+                          int64_t beta_width, int64_t Dk, int64_t Dv, int64_t j0, State* HWY_RESTRICT S,
+                          const State* next, float* HWY_RESTRICT y) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const VD va = hn::Set(d, alpha);
+  VD m[NV];
+  for (int c = 0; c < NV; ++c) m[c] = hn::Zero(d);
+  for (int64_t i = 0; i < Dk; ++i) {
+    const State* r = S + i * Dv + j0;
     const VD ki = hn::Set(d, k[i]);
-    for (int64_t j = 0; j < whole; j += lanes)
-      hn::StoreU(hn::MulAdd(LoadState(d, S + i * Dv + j), ki, hn::LoadU(d, m + j)), d, m + j);
+    for (int c = 0; c < NV; ++c) m[c] = hn::MulAdd(LoadState(d, r + c * lanes), ki, m[c]);
   }
-  // delta = (v - alpha m) beta, in m's place
   HWY_ALIGN double buf[2 * HWY_LANES(double)];
-  for (int64_t j = 0; j < whole; j += lanes) {
+  VD delta[NV], acc[NV];
+  for (int c = 0; c < NV; ++c) {
+    const int64_t j = j0 + c * lanes;
     for (int64_t l = 0; l < lanes; ++l) {
       buf[l] = static_cast<double>(v[j + l]);
       buf[lanes + l] = static_cast<double>(beta[beta_width == 1 ? 0 : j + l]);
     }
-    hn::StoreU(hn::Mul(hn::NegMulAdd(va, hn::LoadU(d, m + j), hn::Load(d, buf)), hn::Load(d, buf + lanes)), d, m + j);
+    delta[c] = hn::Mul(hn::NegMulAdd(va, m[c], hn::Load(d, buf)), hn::Load(d, buf + lanes));
+    acc[c] = hn::Zero(d);
   }
-  // S = alpha S + k delta^T and y = S^T q: the same rows again, now from L2 (a head's state of 128 x
-  // 128 doubles is 128 KiB), each written once
-  for (i = 0; i < Dk; ++i) {
-    State* r = S + i * Dv;
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(State));  // numbers a cache line
+  for (int64_t i = 0; i < Dk; ++i) {
+    State* r = S + i * Dv + j0;
+    if (next != nullptr)
+      for (int64_t l = 0; l < NV * lanes; l += kLine) hwy::Prefetch(next + i * Dv + l);
     const VD ki = hn::Set(d, k[i]), qi = hn::Set(d, q[i]);
-    for (int64_t j = 0; j < whole; j += lanes) {
-      const VD s = hn::MulAdd(ki, hn::LoadU(d, m + j), hn::Mul(va, LoadState(d, r + j)));
-      StoreState(d, s, r + j);
-      hn::StoreU(hn::MulAdd(s, qi, hn::LoadU(d, acc + j)), d, acc + j);
+    for (int c = 0; c < NV; ++c) {
+      const VD s = hn::MulAdd(ki, delta[c], hn::Mul(va, LoadState(d, r + c * lanes)));
+      StoreState(d, s, r + c * lanes);
+      acc[c] = hn::MulAdd(s, qi, acc[c]);
     }
   }
-  for (int64_t j = 0; j < whole; ++j) y[j] = static_cast<float>(acc[j]);
+  const hn::Rebind<float, DD> df;
+  for (int c = 0; c < NV; ++c) hn::StoreU(hn::DemoteTo(df, acc[c]), df, y + j0 + c * lanes);
+}
+
+template <typename State>
+void Step(const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, double alpha,
+          const float* HWY_RESTRICT beta, int64_t beta_width, int64_t Dk, int64_t Dv, State* HWY_RESTRICT S,
+          float* HWY_RESTRICT y, const State* next_state) {
+  const DD d;
+  constexpr int NV = kBlock<State>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), block = NV * lanes;
+  const int64_t blocks_end = Dv / block * block, whole = Dv / lanes * lanes;
+  int64_t j = 0;
+  for (; j < blocks_end; j += block) {
+    const State* next = j + block < blocks_end ? S + j + block : next_state;
+    StepBlock<NV, State>(d, q, k, v, alpha, beta, beta_width, Dk, Dv, j, S, next, y);
+  }
+  for (; j < whole; j += lanes) StepBlock<1, State>(d, q, k, v, alpha, beta, beta_width, Dk, Dv, j, S, nullptr, y);
   StepColumns(q, k, v, alpha, beta, beta_width, Dk, Dv, whole, Dv, S, y);
 }
 
 void DeltaRuleStep(const float* q, const float* k, const float* v, double alpha, const float* beta, int64_t beta_width,
-                   int64_t Dk, int64_t Dv, double* S, float* y) {
-  Step(q, k, v, alpha, beta, beta_width, Dk, Dv, S, y);
+                   int64_t Dk, int64_t Dv, double* S, float* y, const double* next_state) {
+  Step(q, k, v, alpha, beta, beta_width, Dk, Dv, S, y, next_state);
 }
 void DeltaRuleStepF32(const float* q, const float* k, const float* v, double alpha, const float* beta,
-                      int64_t beta_width, int64_t Dk, int64_t Dv, float* S, float* y) {
-  Step(q, k, v, alpha, beta, beta_width, Dk, Dv, S, y);
+                      int64_t beta_width, int64_t Dk, int64_t Dv, float* S, float* y, const float* next_state) {
+  Step(q, k, v, alpha, beta, beta_width, Dk, Dv, S, y, next_state);
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
@@ -148,13 +157,13 @@ HWY_EXPORT(DeltaRuleStep);
 HWY_EXPORT(DeltaRuleStepF32);
 
 void delta_rule_step(const float* q, const float* k, const float* v, double alpha, const float* beta,
-                     int64_t beta_width, int64_t Dk, int64_t Dv, double* S, float* y) {
-  HWY_DYNAMIC_DISPATCH(DeltaRuleStep)(q, k, v, alpha, beta, beta_width, Dk, Dv, S, y);
+                     int64_t beta_width, int64_t Dk, int64_t Dv, double* S, float* y, const double* next_state) {
+  HWY_DYNAMIC_DISPATCH(DeltaRuleStep)(q, k, v, alpha, beta, beta_width, Dk, Dv, S, y, next_state);
 }
 
 void delta_rule_step(const float* q, const float* k, const float* v, double alpha, const float* beta,
-                     int64_t beta_width, int64_t Dk, int64_t Dv, float* S, float* y) {
-  HWY_DYNAMIC_DISPATCH(DeltaRuleStepF32)(q, k, v, alpha, beta, beta_width, Dk, Dv, S, y);
+                     int64_t beta_width, int64_t Dk, int64_t Dv, float* S, float* y, const float* next_state) {
+  HWY_DYNAMIC_DISPATCH(DeltaRuleStepF32)(q, k, v, alpha, beta, beta_width, Dk, Dv, S, y, next_state);
 }
 
 void delta_rule_step_reference(const float* q, const float* k, const float* v, double alpha, const float* beta,

@@ -52,50 +52,68 @@ int64_t read_bandwidth_buffer_bytes() {
   return std::clamp<int64_t>(int64_t{8} * cache_sizes().l3, int64_t{256} << 20, int64_t{1} << 30);
 }
 
-MemoryBandwidth measure_read_bandwidth(ThreadPool& pool, int passes) {
-  QKV_CHECK(passes >= 1, "measure_read_bandwidth: passes must be at least 1, got ", passes);
+float sum_floats(const float* p, size_t n) {
+  const size_t whole = n / 256 * 256;  // whole iterations of the loop at any vector width up to 32 floats
+  float tail = 0;
+  for (size_t i = whole; i < n; ++i) tail += p[i];
+  return HWY_DYNAMIC_DISPATCH(SumFloats)(p, whole) + tail;
+}
+
+StreamBuffer::StreamBuffer(ThreadPool& pool) : threads_(pool.num_threads()) {
   const int64_t bytes = read_bandwidth_buffer_bytes();
   check_memory_request(bytes, "the memory bandwidth measurement's buffer");
-  const int threads = pool.num_threads();
   // Slices of whole 4 KiB pages (a multiple of any vector width x 8).
-  const size_t page_floats = 1024, floats = static_cast<size_t>(bytes) / sizeof(float) / page_floats * page_floats;
-  const size_t pages = floats / page_floats;
-  std::unique_ptr<float, decltype(&std::free)> buffer(
-      static_cast<float*>(std::aligned_alloc(4096, floats * sizeof(float))), &std::free);
-  QKV_CHECK(buffer != nullptr, "measure_read_bandwidth: could not allocate ", bytes, " bytes");
+  const size_t page_floats = 1024;
+  floats_ = static_cast<size_t>(bytes) / sizeof(float) / page_floats * page_floats;
+  pages_ = floats_ / page_floats;
+  buffer_.reset(static_cast<float*>(std::aligned_alloc(4096, floats_ * sizeof(float))));
+  QKV_CHECK(buffer_ != nullptr, "the memory bandwidth measurement: could not allocate ", bytes, " bytes");
 #ifdef __linux__
   // 2 MiB pages where the kernel grants them: the first touch of 4 KiB pages costs ~15 us each
   // on some VMs (4 s for 1 GiB); the reads' speed is the same or higher (fewer TLB misses).
-  madvise(buffer.get(), floats * sizeof(float), MADV_HUGEPAGE);
+  madvise(buffer_.get(), floats_ * sizeof(float), MADV_HUGEPAGE);
 #endif
-  auto slice = [&](int64_t t, size_t& begin, size_t& n) {
-    const size_t first = pages * static_cast<size_t>(t) / static_cast<size_t>(threads);
-    const size_t last = pages * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
-    begin = first * page_floats;
-    n = (last - first) * page_floats;
-  };
-  pool.parallel_for(threads, [&](int64_t t, int) {  // first touch by the thread that reads it
-    size_t begin, n;
-    slice(t, begin, n);
-    std::fill(buffer.get() + begin, buffer.get() + begin + n, 1.0f);
+  pool.parallel_for(threads_, [&](int64_t t, int) {  // first touch by the thread that reads it
+    const auto [begin, n] = slice(t);
+    std::fill(buffer_.get() + begin, buffer_.get() + begin + n, 1.0f);
   });
-  std::vector<float> sinks(static_cast<size_t>(threads) * 16);
+  sinks_.assign(static_cast<size_t>(threads_) * 16, 0.0f);
+}
+
+std::pair<size_t, size_t> StreamBuffer::slice(int64_t t) const {
+  const size_t page_floats = 1024;
+  const size_t first = pages_ * static_cast<size_t>(t) / static_cast<size_t>(threads_);
+  const size_t last = pages_ * static_cast<size_t>(t + 1) / static_cast<size_t>(threads_);
+  return {first * page_floats, (last - first) * page_floats};
+}
+
+double StreamBuffer::read(ThreadPool& pool) {
+  QKV_CHECK(pool.num_threads() == threads_, "StreamBuffer::read: made for ", threads_, " threads, read by ",
+            pool.num_threads());
+  const auto t0 = std::chrono::steady_clock::now();
+  pool.parallel_for(threads_, [&](int64_t t, int) {
+    const auto [begin, n] = slice(t);
+    sinks_[static_cast<size_t>(t) * 16] += HWY_DYNAMIC_DISPATCH(SumFloats)(buffer_.get() + begin, n);
+  });
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+MemoryBandwidth measure_read_bandwidth(ThreadPool& pool, int passes) {
+  StreamBuffer buffer(pool);
+  return measure_read_bandwidth(buffer, pool, passes);
+}
+
+MemoryBandwidth measure_read_bandwidth(StreamBuffer& buffer, ThreadPool& pool, int passes) {
+  QKV_CHECK(passes >= 1, "measure_read_bandwidth: passes must be at least 1, got ", passes);
   std::vector<double> gb_s;
-  using Clock = std::chrono::steady_clock;
   for (int pass = 0; pass <= passes; ++pass) {  // pass 0 warms up (TLB, frequency)
-    const auto t0 = Clock::now();
-    pool.parallel_for(threads, [&](int64_t t, int) {
-      size_t begin, n;
-      slice(t, begin, n);
-      sinks[static_cast<size_t>(t) * 16] += HWY_DYNAMIC_DISPATCH(SumFloats)(buffer.get() + begin, n);
-    });
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (pass > 0) gb_s.push_back(static_cast<double>(floats * sizeof(float)) / dt / 1e9);
+    const double dt = buffer.read(pool);
+    if (pass > 0) gb_s.push_back(static_cast<double>(buffer.bytes()) / dt / 1e9);
   }
   std::sort(gb_s.begin(), gb_s.end());
   MemoryBandwidth r;
   r.gb_s = gb_s[gb_s.size() / 2];
-  r.buffer_bytes = static_cast<int64_t>(floats * sizeof(float));
+  r.buffer_bytes = buffer.bytes();
   r.passes = passes;
   return r;
 }

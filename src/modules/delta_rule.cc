@@ -45,16 +45,24 @@ void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, std::vec
 }
 
 namespace {
+// Each thread takes a contiguous run of (sequence, head) states, equal shares (a step's work is
+// the same for every head), so that while it steps one state it can ask the memory for the next.
 template <typename State>
 void run_steps(const DeltaRuleShape& s, const DeltaRuleInputs& in, State* state, float* y) {
-  const int64_t T = s.tokens, H = s.heads, KV = s.key_dim * s.value_dim;
-  default_pool().parallel_for(s.batch * H, [&](int64_t bh, int) {
-    const int64_t b = bh / H, h = bh % H;
+  const int64_t T = s.tokens, H = s.heads, KV = s.key_dim * s.value_dim, BH = s.batch * H;
+  ThreadPool& pool = default_pool();
+  const int64_t shares = std::min<int64_t>(BH, pool.num_threads());
+  pool.parallel_for(shares, [&](int64_t share, int) {
     const int64_t Dk = s.key_dim, Dv = s.value_dim, bw = s.beta_width();
-    for (int64_t t = 0; t < T; ++t) {  // one pass over the state a token (kernels/delta_rule_step.h)
-      const int64_t row = (b * T + t) * H + h;
-      kernels::delta_rule_step(in.q + row * Dk, in.k + row * Dk, in.v + row * Dv, in.alpha[row], in.beta + row * bw, bw,
-                               Dk, Dv, &state[bh * KV], y + row * Dv);
+    const int64_t first = BH * share / shares, end = BH * (share + 1) / shares;
+    for (int64_t bh = first; bh < end; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      for (int64_t t = 0; t < T; ++t) {  // one pass over the state a token (kernels/delta_rule_step.h)
+        const int64_t row = (b * T + t) * H + h;
+        const State* next = t + 1 == T && bh + 1 < end ? &state[(bh + 1) * KV] : nullptr;
+        kernels::delta_rule_step(in.q + row * Dk, in.k + row * Dk, in.v + row * Dv, in.alpha[row], in.beta + row * bw,
+                                 bw, Dk, Dv, &state[bh * KV], y + row * Dv, next);
+      }
     }
   });
 }

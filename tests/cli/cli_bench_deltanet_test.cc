@@ -52,6 +52,8 @@ TEST_F(CliTest, GatedDeltaNetDecodingBenchSizesTheStatesAndAgreesWithTheDefiniti
   EXPECT_LT(j["max_state_difference"].get<double>(), 3 * 0x1p-24);  // three tokens, each state number rounded to float once a token
   EXPECT_LT(j["max_output_difference"].get<double>(), 1e-6);
   EXPECT_GT(j["bandwidth_gb_s"].get<double>(), 0.0);
+  EXPECT_GE(j["eviction_bytes"].get<int64_t>(), int64_t{256} << 20);  // the caches flushed between steps
+  EXPECT_GT(j["plain_read_gb_s"].get<double>(), 0.0);
 }
 
 TEST_F(CliTest, GatedDeltaNetBenchBadFlagsNameTheValue) {

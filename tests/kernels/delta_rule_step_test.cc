@@ -1,5 +1,5 @@
 // kernels/delta_rule_step.h: the one-pass step against the definition's naive form, on every SIMD
-// target, over widths that leave rows past the last block of four and columns past the last whole vector, beta per head and per channel,
+// target, over widths that leave columns past the last block and past the last whole vector, beta per head and per channel,
 // on a state of doubles and of floats.
 #include <gtest/gtest.h>
 
@@ -63,7 +63,7 @@ TEST(DeltaRuleStep, EverySimdTargetMatchesTheDefinition) {
     force_simd_target(target);
     uint64_t seed = 1;
     for (int64_t Dk : {1, 3, 64, 128})
-      for (int64_t Dv : {1, 5, 16, 17, 40, 128, 130})
+      for (int64_t Dv : {1, 5, 16, 17, 40, 72, 128, 130, 200})
         for (bool per_channel : {false, true}) {
           check_tokens<double>(Dk, Dv, per_channel, seed);
           check_tokens<float>(Dk, Dv, per_channel, seed++);

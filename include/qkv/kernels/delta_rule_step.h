@@ -11,11 +11,14 @@
 //
 // which is the reference's S = alpha S; delta = (v - S^T k) beta; S += k delta^T; y = S^T q with
 // alpha applied to the sum instead of to each term (the reference rounds alpha S first: the two
-// differ by a few double ulps). A decoding step's cost is moving S (Dk Dv doubles, 128 KiB for 128
-// x 128): the kernel reads S's rows in order once from memory for m (four rows at a time through
-// the Dv sums, kept in L1), then updates the same rows from L2 for S and y, so S crosses the memory
-// bus once each way (the definition's form passes over it four times). Highway picks the vector
-// width at run time; columns past the last whole vector are summed one by one in the same order.
+// differ by a few double ulps). A decoding step's cost is moving S (Dk Dv floats in a decoding
+// cache, 64 KiB for 128 x 128). The kernel takes S's columns in blocks (64 at a time on AVX-512,
+// 32 on AVX2; half as many on a state of doubles): it reads the block's part of every row for m,
+// with the block's sums held in registers, then updates the same part from L1 for S and y, so S
+// crosses the memory bus once each way (the definition's form passes over it four times). While it
+// updates a block it asks the memory for the next block's rows (the next state's first block after
+// the last one), which arrive while the arithmetic runs. Highway picks the vector width at run
+// time; columns past the last block go one vector at a time, then one by one, in the same order.
 
 #pragma once
 
@@ -24,12 +27,16 @@
 namespace qkv::kernels {
 
 // q, k (Dk); v, y (Dv); beta (1 or Dv numbers: beta_width); S (Dk, Dv) updated in place.
+// next_state: the state of the same shape the caller steps next, or null; the kernel asks the
+// memory for its first rows while it works on S's last columns (a hint: never read or written).
 void delta_rule_step(const float* q, const float* k, const float* v, double alpha, const float* beta,
-                     int64_t beta_width, int64_t Dk, int64_t Dv, double* S, float* y);
+                     int64_t beta_width, int64_t Dk, int64_t Dv, double* S, float* y,
+                     const double* next_state = nullptr);
 // The same on a state kept in float (a decoding cache's: half the bytes to move): read widened to
 // double, the step's sums in double as above, each number rounded to float once when written.
 void delta_rule_step(const float* q, const float* k, const float* v, double alpha, const float* beta,
-                     int64_t beta_width, int64_t Dk, int64_t Dv, float* S, float* y);
+                     int64_t beta_width, int64_t Dk, int64_t Dv, float* S, float* y,
+                     const float* next_state = nullptr);
 
 // The same, written as the definition reads: the naive form the kernel is tested against (on a
 // float state: the double form on its widened copy, rounded back once).

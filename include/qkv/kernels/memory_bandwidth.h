@@ -12,6 +12,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "qkv/core/thread_pool.h"
 
@@ -27,5 +31,34 @@ MemoryBandwidth measure_read_bandwidth(ThreadPool& pool, int passes = 7);
 
 // The buffer measure_read_bandwidth reads: 8 x L3 within [256 MiB, 1 GiB].
 int64_t read_bandwidth_buffer_bytes();
+
+// That buffer, kept: made (and its pages touched) by the pool's threads, each reading its own slice
+// of it. measure_read_bandwidth times reads of one; a benchmark reads one between its timed steps
+// to leave nothing of its data in the caches, as a model's weights, streamed between two visits to
+// a layer, leave nothing of the layer's state.
+class StreamBuffer {
+ public:
+  explicit StreamBuffer(ThreadPool& pool);  // read_bandwidth_buffer_bytes(), checked against memory
+  double read(ThreadPool& pool);             // one read of the whole buffer; its wall time in seconds
+  int64_t bytes() const { return static_cast<int64_t>(floats_ * sizeof(float)); }
+
+ private:
+  std::pair<size_t, size_t> slice(int64_t thread) const;  // (first float, floats)
+
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  int threads_;
+  size_t floats_ = 0, pages_ = 0;
+  std::unique_ptr<float, Free> buffer_;
+  std::vector<float> sinks_;  // one per thread, a cache line apart: the sums, so the reads stay
+};
+
+// The sum of p[0, n) by the measurement's loop (SIMD loads into independent accumulators): a plain
+// read of n floats, the ceiling a benchmark compares a kernel reading the same bytes with.
+float sum_floats(const float* p, size_t n);
+
+// The same measurement on a buffer the caller keeps (and may read again between timed steps).
+MemoryBandwidth measure_read_bandwidth(StreamBuffer& buffer, ThreadPool& pool, int passes = 7);
 
 }  // namespace qkv::kernels

@@ -63,9 +63,11 @@ struct DeltaNetDecodeReport {
   std::string simd;
   double bandwidth_gb_s = 0;               // measured streaming read bandwidth, same threads
   int64_t state_bytes = 0;                 // every layer's state: read and written by each step
+  int64_t eviction_bytes = 0;              // the buffer read between two steps (kernels::StreamBuffer)
   std::vector<double> times_ms;            // each step
   double median_ms = 0, min_ms = 0, max_ms = 0;
   double read_gb_s = 0;                    // state_bytes / median
+  double plain_read_gb_s = 0;              // state_bytes / a plain read's median (kernels::sum_floats)
   double reference_median_ms = 0;          // the definition's form, the same steps
   double max_state_difference = 0;         // |kernel - definition| over the states, relative to their largest
   double max_output_difference = 0;        // |kernel - definition| over the last step's outputs
