@@ -1,0 +1,35 @@
+// kernels/memory_bandwidth.h's plain read: sum_floats, the ceiling benchmarks set beside a kernel
+// reading the same bytes, must read every float it is given (the SIMD loop's whole iterations and
+// the tail past them), on every SIMD target.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "qkv/kernels/memory_bandwidth.h"
+#include "qkv/kernels/simd.h"
+
+namespace qkv::kernels {
+namespace {
+
+// Small whole numbers: every partial sum is exact in float, whatever the order, so the sum must
+// equal the exact one. Lengths below, at and around the loop's 256-float iterations.
+TEST(SumFloats, ReadsEveryFloatOnEveryTarget) {
+  for (int64_t target : available_simd_targets()) {
+    SCOPED_TRACE(simd_target_name(target));
+    force_simd_target(target);
+    for (size_t n : {0u, 1u, 255u, 256u, 257u, 1000u, 4099u}) {
+      std::vector<float> x(n);
+      int64_t exact = 0;
+      for (size_t i = 0; i < n; ++i) {
+        x[i] = static_cast<float>(static_cast<int64_t>(i % 7) - 2);
+        exact += static_cast<int64_t>(i % 7) - 2;
+      }
+      EXPECT_EQ(sum_floats(x.data(), n), static_cast<float>(exact)) << "n " << n;
+    }
+  }
+  force_simd_target(0);
+}
+
+}  // namespace
+}  // namespace qkv::kernels
