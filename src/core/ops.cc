@@ -232,10 +232,7 @@ Tensor div(const Tensor& a, float s) { return unary(a, [s](float x) { return x /
 Tensor exp(const Tensor& a) { return unary(a, [](float x) { return std::exp(x); }); }
 Tensor sqrt(const Tensor& a) { return unary(a, [](float x) { return std::sqrt(x); }); }
 Tensor neg(const Tensor& a) { return unary(a, [](float x) { return -x; }); }
-// 1 / (1 + e^-x) in double, rounded once: within an ulp of torch.sigmoid's float32.
-Tensor sigmoid(const Tensor& a) {
-  return unary(a, [](float x) { return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x)))); });
-}
+Tensor sigmoid(const Tensor& a) { return unary(a, sigmoid_value); }
 
 Tensor sum(const Tensor& a, int dim, bool keepdim) {
   return reduce(a, dim, keepdim, "sum", 0.0f, [](float acc, float x) { return acc + x; });

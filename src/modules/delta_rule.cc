@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "qkv/core/error.h"
+#include "qkv/core/ops.h"
 #include "qkv/core/pointwise.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/core/torch_math.h"
@@ -286,11 +287,6 @@ void l2norm_rows_backward(const float* u, const float* r, const float* dout, int
   }
 }
 
-namespace {
-double sigmoid_d(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-}  // namespace
-
-float sigmoid_value(float x) { return static_cast<float>(sigmoid_d(x)); }
 float softplus_value(float x) { return x > 20.0f ? x : static_cast<float>(std::log1p(std::exp(static_cast<double>(x)))); }
 
 void decay_forward(float* a, const float* dt_bias, const float* A_log, int64_t n, int64_t H, float* alpha,
@@ -358,7 +354,7 @@ void gated_rms_norm_rows_backward(const float* y, const float* z, const float* w
     for (int64_t d = 0; d < width; ++d) sum += static_cast<double>(u[d]) * u[d];
     const double inv = 1.0 / std::sqrt(sum / static_cast<double>(width) + eps);
     for (int64_t d = 0; d < width; ++d) {
-      const double s = sigmoid_d(zr[d]), silu = zr[d] * s, n = u[d] * inv;
+      const double s = sigmoid_double(zr[d]), silu = zr[d] * s, n = u[d] * inv;
       dw[d] += static_cast<float>(dn[d] * n * silu);
       dz[row * width + d] = static_cast<float>(dn[d] * n * w[d] * s * (1.0 + zr[d] * (1.0 - s)));
       g[d] = static_cast<double>(dn[d]) * w[d] * silu;

@@ -8,6 +8,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/linear.h"
+#include "qkv/core/ops.h"
 #include "qkv/core/pointwise.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/modules/causal_attention.h"

@@ -284,7 +284,7 @@ void MultiHeadAttention::forward_cached(const float* x, int64_t B, int64_t Tn, f
   constexpr int64_t kRowsPerTask = 8;  // as sigmoid() (core/ops.h): in double, rounded once; rows over the pool
   default_pool().parallel_for((N + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t task, int) {
     for (int64_t i = task * kRowsPerTask * C; i < std::min(N, (task + 1) * kRowsPerTask) * C; ++i)
-      gated[i] = context[i] * static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gated[i]))));
+      gated[i] = context[i] * sigmoid_value(gated[i]);
   });
   linear(gated, N, C, out_proj.weight.data(), out_proj.has_bias ? out_proj.bias.data() : nullptr, config.out_width(), y,
          nullptr, bf16 && w16.out ? Dtype::kBF16 : out_proj.dtype, bf16 ? w16.out : nullptr, w16.out_q);

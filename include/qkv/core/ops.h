@@ -6,6 +6,7 @@
 // clarity and the same arithmetic order as PyTorch's CPU kernels where the numbers depend on it.
 #pragma once
 
+#include <cmath>
 #include <vector>
 
 #include "qkv/core/bf16.h"
@@ -38,6 +39,10 @@ Tensor exp(const Tensor& a);
 Tensor sqrt(const Tensor& a);
 Tensor neg(const Tensor& a);
 Tensor sigmoid(const Tensor& a);  // 1 / (1 + exp(-a)), computed in double
+// The same of one value: in double (sigmoid_double), rounded once (within an ulp of torch.sigmoid's
+// float32).
+inline double sigmoid_double(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+inline float sigmoid_value(float x) { return static_cast<float>(sigmoid_double(x)); }
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }

@@ -99,8 +99,8 @@ void decay_log_backward(const float* a, const float* dlog_alpha, const float* A_
 // torch.log's own float32 results (core/torch_math.h).
 Tensor drawn_a_log(int64_t H, Generator& gen);
 
-// sigmoid and softplus (beta 1, threshold 20) of one value, computed in double and rounded once.
-float sigmoid_value(float x);
+// softplus (beta 1, threshold 20) of one value, computed in double and rounded once (sigmoid's:
+// core/ops.h's sigmoid_value).
 float softplus_value(float x);
 
 // The gated RMSNorm both apply to the recurrence's output, per row of `width`:
