@@ -99,17 +99,22 @@ void GatedDeltaNetLayer::collect_state(const std::string& prefix, std::vector<St
 }
 
 namespace {
-// x (..., in) @ l.weight^T into y (flat, its capacity kept): through the Linear, or from its bf16
-// copy w16 (bf16 products) or its blocks wq (integer products).
+// x (N, in) @ l.weight^T into y (N, out) from the weight's bf16 copy w16 (bf16 products) or its
+// blocks wq (integer products), one of them set.
+void stored_product(const Linear& l, const float* x, int64_t N, const uint16_t* w16, QuantView wq, float* y) {
+  linear(x, N, l.weight.size(1), l.weight.data(), nullptr, l.weight.size(0), y, nullptr, Dtype::kBF16, w16, wq);
+}
+
+// x (..., in) @ l.weight^T into y (flat, its capacity kept): through the Linear, or stored_product.
 void product(const Linear& l, const Tensor& x, const uint16_t* w16, QuantView wq, std::vector<float>& y) {
   if (!w16 && !wq) {
     y = flat(l.forward(x));
     return;
   }
   const Tensor c = x.contiguous();
-  const int64_t in = l.weight.size(1), out = l.weight.size(0), N = c.numel() / in;
-  y.resize(static_cast<size_t>(N * out));
-  linear(c.data(), N, in, l.weight.data(), nullptr, out, y.data(), nullptr, Dtype::kBF16, w16, wq);
+  const int64_t N = c.numel() / l.weight.size(1);
+  y.resize(static_cast<size_t>(N * l.weight.size(0)));
+  stored_product(l, c.data(), N, w16, wq, y.data());
 }
 }  // namespace
 
@@ -187,8 +192,7 @@ Tensor GatedDeltaNetLayer::output(int64_t B, int64_t T, const Weights16* w16) {
                       static_cast<float>(config.linear.norm_eps), gated.data());
   if (!w16 || (!w16->out && !w16->out_q)) return out_proj.forward(gated);
   Tensor y = Tensor::empty({B, T, config.d_in});  // from the tensors' kept blocks: no fresh pages a call
-  linear(gated.data(), B * T, value_width(), out_proj.weight.data(), nullptr, config.d_in, y.data(), nullptr,
-         Dtype::kBF16, w16->out, w16->out_q);
+  stored_product(out_proj, gated.data(), B * T, w16->out, w16->out_q, y.data());
   return y;
 }
 
