@@ -241,5 +241,30 @@ TEST(Sampling, NonFiniteLogitsAreRefusedAndATinyTemperatureIsGreedy) {
   }
 }
 
+// Greedy picks the first index of the largest logit, as torch.argmax: on vocabularies of every
+// length around the greedy scan's blocks of eight, the largest value placed anywhere, tied at a
+// later index (and as -0 beside +0), among -inf tokens; against a one-pass scan written here.
+TEST(Sampling, GreedyIsTheFirstLargestLogitAtEveryPlace) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> scratch;
+  SamplingOptions o;  // temperature 0, no top-k
+  o.temperature = 0.0;
+  Generator gen(1), values(9);
+  for (int64_t V : {1, 2, 7, 8, 9, 17, 64, 1001}) {
+    for (int64_t at = 0; at < V; at += std::max<int64_t>(1, V / 13)) {
+      std::vector<float> z(static_cast<size_t>(V));
+      for (float& x : z) x = static_cast<float>(values.random64() % 1000) / 1000.0f - 2.0f;  // in [-2, -1)
+      if (V > 3) z[static_cast<size_t>((at + 2) % V)] = -inf;
+      z[static_cast<size_t>(at)] = 0.0f;
+      if (at + 3 < V) z[static_cast<size_t>(at + 3)] = -0.0f;  // equal to +0: the first stays the pick
+      int64_t naive = 0;
+      for (int64_t j = 1; j < V; ++j)
+        if (z[static_cast<size_t>(j)] > z[static_cast<size_t>(naive)]) naive = j;
+      ASSERT_EQ(naive, at);  // the case is what it says
+      EXPECT_EQ(pick_next_token(z.data(), V, o, gen, scratch), at) << "V " << V;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace qkv
