@@ -10,6 +10,7 @@
 #include "hwy/targets.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
+#include "qkv/core/simd_targets.h"
 
 namespace qkv {
 
@@ -81,7 +82,7 @@ std::atomic<bool>& allowed_flag() {
 // $QKV_SIMD (kernels/simd.h) or a test caps the kernels below it.
 bool avx512_target() {
 #if defined(__x86_64__)
-  return (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
+  return (supported_simd_targets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
 #else
   return false;
 #endif

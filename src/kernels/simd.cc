@@ -9,6 +9,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/core/quant_matvec.h"
+#include "qkv/core/simd_targets.h"
 
 namespace qkv::kernels {
 
@@ -33,7 +34,10 @@ int simd_vector_bits() {
   return targets.empty() ? 128 : simd_target_vector_bits(targets.front());
 }
 
-void force_simd_target(int64_t target) { hwy::SetSupportedTargetsForTest(target); }
+void force_simd_target(int64_t target) {
+  hwy::SetSupportedTargetsForTest(target);
+  refresh_supported_simd_targets();  // the core's copy of the mask (qkv/core/simd_targets.h)
+}
 
 std::string apply_simd_environment() {
   const char* v = std::getenv("QKV_SIMD");
