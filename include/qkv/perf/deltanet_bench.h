@@ -50,7 +50,9 @@ nlohmann::json report_json(const DeltaNetBenchReport& r);
 // through the gated delta rule on its own state (B, H, D, D floats, as a decoding cache holds it, modules/delta_rule.h's
 // delta_rule_run: one pass over the state, kernels/delta_rule_step.h). What a step must move is
 // the states, read once and written once; the time of the state's read is set against the
-// machine's measured read bandwidth. The definition's form (four passes over a state,
+// machine's measured read bandwidth and against a plain read of the same states. Before each step
+// (untimed) the bandwidth buffer is read, so the states come from memory, as in a model whose
+// weights stream between two visits to a layer. The definition's form (four passes over a state,
 // delta_rule_step_reference, on the same threads) runs the same steps for the ratio, and its
 // outputs and states are compared with the kernel's.
 struct DeltaNetDecodeShape {
