@@ -22,7 +22,8 @@ namespace qkv::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // The sum of n floats (n a multiple of 8 vectors) with 8 independent accumulators, so that the
-// loads, not the adds' latency, bound the loop.
+// loads, not the adds' latency, bound the loop. p need not be aligned (sum_floats reads a state's
+// share from any float; the measurement's buffer is page-aligned, where LoadU costs the same).
 float SumFloats(const float* HWY_RESTRICT p, size_t n) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
@@ -30,7 +31,7 @@ float SumFloats(const float* HWY_RESTRICT p, size_t n) {
   V a[8];
   for (V& x : a) x = hn::Zero(d);
   for (size_t i = 0; i + 8 * L <= n; i += 8 * L) {
-    HWY_UNROLL(8) for (size_t k = 0; k < 8; ++k) a[k] = hn::Add(a[k], hn::Load(d, p + i + k * L));
+    HWY_UNROLL(8) for (size_t k = 0; k < 8; ++k) a[k] = hn::Add(a[k], hn::LoadU(d, p + i + k * L));
   }
   for (size_t k = 1; k < 8; ++k) a[0] = hn::Add(a[0], a[k]);
   return hn::GetLane(hn::SumOfLanes(d, a[0]));
