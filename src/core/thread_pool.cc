@@ -127,22 +127,27 @@ inline void pause() {
 void ThreadPool::worker_loop(int worker) {
   uint64_t seen = 0;
   for (;;) {
-    const Frame* caller = nullptr;
-    for (int i = 0; i < kSpins && generation_.load(std::memory_order_acquire) == seen &&
-                    !stopping_.load(std::memory_order_relaxed);
-         ++i)
+    uint64_t now = seen;
+    for (int i = 0; i < kSpins; ++i) {
+      now = generation_.load(std::memory_order_acquire);
+      if (now != seen || stopping_.load(std::memory_order_relaxed)) break;
       pause();
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
-      caller = caller_frame_;
     }
-    drain(worker, caller, true);
-    {
+    if (now == seen && !stopping_.load(std::memory_order_relaxed)) {
+      // Asleep: counted first, then the job looked for under the mutex. run() bumps the generation
+      // first, then looks for sleepers: whichever comes second sees the other's change.
+      std::unique_lock<std::mutex> lock(mutex_);
+      sleepers_.fetch_add(1);
+      wake_.wait(lock, [&] { return stopping_.load() || generation_.load() != seen; });
+      sleepers_.fetch_sub(1);
+    }
+    if (stopping_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);  // the job's fields were written before it
+    drain(worker, caller_frame_, true);
+    // The last worker out wakes the caller if it went to sleep (the same two-sided order as above).
+    if (busy_.fetch_sub(1) == 1 && caller_asleep_.load()) {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (--busy_ == 0) done_.notify_one();
+      done_.notify_one();
     }
   }
 }
@@ -170,28 +175,32 @@ void ThreadPool::run(int64_t num_tasks, TaskFn fn, void* ctx) {
   // An outside caller (possibly a worker of another pool): worker 0 of this pool, one at a time.
   std::lock_guard<std::mutex> call(call_mutex_);
   if (num_threads_ == 1 || num_tasks == 1) return run_inline(num_tasks, fn, ctx, 0);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    fn_ = fn;
-    ctx_ = ctx;
-    caller_frame_ = innermost_;
-    num_tasks_ = num_tasks;
-    next_task_.store(0, std::memory_order_relaxed);
-    failed_.store(false, std::memory_order_relaxed);
-    error_ = nullptr;
-    busy_ = num_threads_ - 1;
-    ++generation_;
+  // The job's fields, then the generation that publishes them: a spinning worker sees it at once; a
+  // sleeping one (the pool idle a while) is woken.
+  fn_ = fn;
+  ctx_ = ctx;
+  caller_frame_ = innermost_;
+  num_tasks_ = num_tasks;
+  next_task_.store(0, std::memory_order_relaxed);
+  failed_.store(false, std::memory_order_relaxed);
+  error_ = nullptr;
+  busy_.store(num_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1);
+  if (sleepers_.load() > 0) {
+    { std::lock_guard<std::mutex> lock(mutex_); }  // a worker between counting itself and waiting
+    wake_.notify_all();
   }
-  wake_.notify_all();
   drain(0, innermost_, false);
   for (int i = 0; i < kSpins && busy_.load(std::memory_order_acquire) != 0; ++i) pause();
-  std::exception_ptr error;
-  {
+  if (busy_.load(std::memory_order_acquire) != 0) {
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return busy_ == 0; });
-    error = error_;
-    error_ = nullptr;
+    caller_asleep_.store(true);
+    done_.wait(lock, [&] { return busy_.load() == 0; });
+    caller_asleep_.store(false);
   }
+  // every worker is out of the job: its error (written before its busy_ decrement) is seen here
+  std::exception_ptr error = std::move(error_);
+  error_ = nullptr;
   if (error) std::rethrow_exception(error);
 }
 

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <future>
+#include <iostream>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -50,6 +53,69 @@ TEST(ThreadPool, ReusesThreadsAcrossManyCalls) {
   EXPECT_GE(seen.size(), 1u);
   EXPECT_LE(seen.size(), static_cast<size_t>(pool.num_threads()));
   EXPECT_EQ(seen.count(std::this_thread::get_id()), 1u) << "the caller takes a share as worker 0";
+}
+
+// Two tasks that each wait for the other to start: they finish only if both threads run them at
+// once, so the pool's thread must take up the job however long it was idle (spinning, asleep, or
+// in between); a lost wake-up fails here after ten seconds instead of hanging.
+// fn() run on another thread; a call still not back after 30 seconds (a thread asleep that nobody
+// wakes) ends the test process with a message instead of hanging until ctest's timeout.
+template <typename Fn>
+void ReturnsWithinSeconds(const std::string& what, Fn&& fn) {
+  std::promise<void> done;
+  std::thread caller([&] {
+    fn();
+    done.set_value();
+  });
+  if (done.get_future().wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    std::cerr << "ThreadPool: " << what << " has not returned after 30 s: a lost wake-up\n";
+    std::abort();
+  }
+  caller.join();
+}
+
+bool RanTogether(ThreadPool& pool) {
+  std::atomic<int> started{0};
+  std::atomic<bool> alone{false};
+  pool.parallel_for(2, [&](int64_t, int) {
+    started.fetch_add(1);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (started.load() < 2)
+      if (std::chrono::steady_clock::now() > until) {
+        alone = true;
+        return;
+      }
+  });
+  return !alone.load();
+}
+
+TEST(ThreadPool, AnIdleThreadTakesUpTheNextJobHoweverLongItWaited) {
+  ThreadPool pool(2);
+  for (int round = 0; round < 3; ++round)
+    for (int micros : {0, 1, 20, 100, 1000, 20000}) {  // from still spinning to long asleep
+      std::this_thread::sleep_for(std::chrono::microseconds(micros));
+      bool together = false;
+      ReturnsWithinSeconds("a job after " + std::to_string(micros) + " us idle",
+                           [&] { together = RanTogether(pool); });
+      ASSERT_TRUE(together) << "after " << micros << " us idle, round " << round;
+    }
+}
+
+TEST(ThreadPool, TheCallerWaitsForASlowWorkerAsleepOrSpinning) {
+  // The pool's thread runs one slow task while the caller has nothing left: the caller looks for
+  // the job's end, then sleeps, and must be woken when it ends; every task has run by then.
+  ThreadPool pool(2);
+  for (int micros : {0, 5, 50, 500, 5000, 30000}) {
+    std::atomic<int> ran{0};
+    std::atomic<bool> slow_taken{false};
+    ReturnsWithinSeconds("a job with a " + std::to_string(micros) + " us task", [&] {
+      pool.parallel_for(2, [&](int64_t, int worker) {
+        if (worker != 0 && !slow_taken.exchange(true)) std::this_thread::sleep_for(std::chrono::microseconds(micros));
+        ran.fetch_add(1);
+      });
+    });
+    EXPECT_EQ(ran.load(), 2) << micros << " us";
+  }
 }
 
 TEST(ThreadPool, ScratchIsPerWorkerAlignedAndKept) {

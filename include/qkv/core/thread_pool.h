@@ -5,10 +5,11 @@
 //
 // A persistent pool of num_threads - 1 threads plus the calling thread. parallel_for hands out
 // tasks 0, 1, 2, ... in increasing order to whichever thread is free (so put the longest tasks
-// first) and returns when all have run. Idle threads sleep on a condition variable (blocking
-// waits, no spinning), so a pool between calls costs nothing and never fights the BLAS or another
-// process for the cores. Results must not depend on which worker ran a task: `worker` is only for
-// indexing per-worker scratch memory.
+// first) and returns when all have run. Idle threads look for the next job for a few tens of
+// microseconds (a model's step hands out jobs back to back), then sleep on a condition variable,
+// so a pool between calls costs nothing and never fights the BLAS or another process for the
+// cores. Results must not depend on which worker ran a task: `worker` is only for indexing
+// per-worker scratch memory.
 //
 // The thread count comes from, in order: the constructor argument (the command line's
 // --threads), the environment variable QKV_NUM_THREADS, the number of cores this process may run
@@ -92,11 +93,16 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable wake_;  // workers wait for a new job
   std::condition_variable done_;  // the caller waits for the job's end
-  std::atomic<uint64_t> generation_{0};  // bumped per job (under mutex_; read without it while spinning)
+  // Handing a job over takes no lock: the caller writes the job's fields, then bumps generation_;
+  // workers spinning on it start at once, each decrements busy_ when out of the job, and the caller
+  // spins on busy_. The mutex and condition variables serve only threads that stopped spinning.
+  alignas(64) std::atomic<uint64_t> generation_{0};  // bumped per job
   std::atomic<bool> stopping_{false};
-  std::atomic<int> busy_{0};             // workers still inside the current job (changed under mutex_)
+  std::atomic<int> sleepers_{0};            // workers asleep on wake_ (or about to be)
+  alignas(64) std::atomic<int> busy_{0};    // workers still inside the current job
+  std::atomic<bool> caller_asleep_{false};  // the caller waits on done_ (or is about to)
 
-  // The current job (written under mutex_ before generation_ is bumped).
+  // The current job (written before generation_ is bumped, read after).
   TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;
   const Frame* caller_frame_ = nullptr;  // the calling thread's innermost frame (or none)
