@@ -5,7 +5,7 @@
 //
 // A persistent pool of num_threads - 1 threads plus the calling thread. parallel_for hands out
 // tasks 0, 1, 2, ... in increasing order to whichever thread is free (so put the longest tasks
-// first) and returns when all have run. Idle threads look for the next job for a few tens of
+// first) and returns when all have run. Idle threads look for the next job for up to about 100
 // microseconds (a model's step hands out jobs back to back), then sleep on a condition variable,
 // so a pool between calls costs nothing and never fights the BLAS or another process for the
 // cores. Results must not depend on which worker ran a task: `worker` is only for indexing
