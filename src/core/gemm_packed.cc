@@ -12,7 +12,7 @@
 //   - the micro-kernel keeps an MR x NR tile of C in registers over KC steps: MR broadcasts, NV
 //     vector loads and MR NV fused multiply-adds per step. A (KC, NR) panel of B is reused by
 //     every MR-row panel of the task's block of A (MC rows, from half of L2) as they stream past
-//     it; at KC = 512 it is 48 KB (AVX2) or 96 KB (AVX-512), so it comes from L2 more than L1 (KC
+//     it; at KC = 768 it is 72 KB (AVX2) or 144 KB (AVX-512), so it comes from L2 more than L1 (KC
 //     256 or 128, which would fit L1, measured no faster on Zen 3).
 // Tiles per target: AVX-512 8 x 48 (24 accumulators of the 32 registers), AVX2 4 x 24 (12 of 16:
 // 4 broadcasts and 3 loads a step, where 6 x 16 takes 6 and 2; the K loop alone on one Zen 3 thread,
@@ -76,11 +76,20 @@ inline thread_local AlignedFloats packed_a;
 
 // Blocking from the caches: KC so a micro-panel of A (KC, MR) takes half of L1, and the (KC, NR)
 // panels of B that stream past it come from L2; MC so a task's block of A (MC, KC) takes half of
-// L2. KC a multiple of 16 in [64, 512]; MC a multiple of MR.
-inline size_t block_k(size_t mr) {
+// L2. KC a multiple of 16 in [64, max_kc]; MC a multiple of MR.
+inline size_t block_k(size_t mr, size_t max_kc) {
   const int64_t l1 = cache_sizes().l1d > 0 ? cache_sizes().l1d : 32 * 1024;
   const size_t kc = static_cast<size_t>(l1) / 2 / (mr * sizeof(float));
-  return std::clamp<size_t>(kc / 16 * 16, 64, 512);
+  return std::clamp<size_t>(kc / 16 * 16, 64, max_kc);
+}
+
+// The K block for a product of depth k, at most kc_max: the fewest blocks, of equal length (a
+// multiple of 16, the last one shorter), so no block is a short remainder that costs a pass over C
+// for little work (K 768 at KC 512 was 512 + 256; now one block, or 384 + 384).
+inline size_t even_block(size_t k, size_t kc_max) {
+  if (k <= kc_max) return kc_max;
+  const size_t blocks = (k + kc_max - 1) / kc_max;
+  return std::min(kc_max, ((k + blocks - 1) / blocks + 15) / 16 * 16);
 }
 inline size_t block_m(size_t mr, size_t kc) {
   const int64_t l2 = cache_sizes().l2 > 0 ? cache_sizes().l2 : 1024 * 1024;
@@ -402,6 +411,11 @@ void PackBlockA(const GemmArgs& g, const T* A, size_t i0, size_t rows, size_t k0
 struct F32Path {
   using Word = float;
   static constexpr size_t kSteps = 1;  // steps of K per word
+  // The longest K block (block_k's cap), in panel rows: 768 puts a model width of 768 in one block
+  // (each further block reads and writes all of C again). Against 512 (then 512 + 256 for K 768),
+  // in alternated calls on a Zen 5: AVX2 products of GPT-2's shapes 3-6% faster at K 768, 1% at
+  // K 3,072; AVX-512 within the noise.
+  static constexpr size_t kMaxBlockRows = 768;
   static size_t rows_of(size_t kc) { return kc; }  // panel rows for a K block of kc
   static void PackB(const GemmArgs& g, size_t k0, size_t kc, size_t j0, size_t j1, float* dst) {
     if (g.B16 != nullptr) return PackPanelsB(g, g.B16, k0, kc, j0, j1, dst);
@@ -426,6 +440,9 @@ struct F32Path {
 struct DotPath {
   using Word = uint32_t;
   static constexpr size_t kSteps = 2;  // steps of K per word
+  // 512 words (1,024 steps of K): at 768 (MC 168 rows instead of 256) the products of K 768 ran
+  // 1-4% slower on a Zen 5.
+  static constexpr size_t kMaxBlockRows = 512;
   static size_t rows_of(size_t kc) { return (kc + 1) / 2; }
   static void PackB(const GemmArgs& g, size_t k0, size_t kc, size_t j0, size_t j1, uint32_t* dst) {
     if (g.B16 != nullptr) return PackPanelsBDot(g, g.B16, k0, kc, j0, j1, dst);
@@ -453,8 +470,9 @@ void PackedGemm(const GemmArgs& g, ThreadPool* pool) {
   // block_k and block_m count a panel's rows of 4-byte words (the caches hold bytes): a word holds
   // kSteps steps of K, so the dot path's K block is twice as long (GPT-2's K = 768 in one block:
   // 77-88% of the bf16 peak on its prefill's products, against 70-77% with 512, Zen 5).
-  const size_t kc_max = Path::kSteps * packed_detail::block_k(kMR);
-  const size_t mc_max = packed_detail::block_m(kMR, kc_max / Path::kSteps);
+  const size_t kc_cache = Path::kSteps * packed_detail::block_k(kMR, Path::kMaxBlockRows);
+  const size_t kc_max = packed_detail::even_block(K, kc_cache);
+  const size_t mc_max = packed_detail::block_m(kMR, kc_cache / Path::kSteps);
   const size_t panels = (N + kNR - 1) / kNR;
   // one K block of B~: (panels, rows_of(KC), NR)
   Word* bt = reinterpret_cast<Word*>(packed_detail::packed_b.get(panels * Path::rows_of(kc_max) * kNR));
@@ -555,7 +573,7 @@ PackedGemmShape PackedGemmShapeImpl() {
   PackedGemmShape s;
   s.mr = static_cast<int>(kMR);
   s.nr = static_cast<int>(kNR);
-  s.kc = static_cast<int>(packed_detail::block_k(kMR));
+  s.kc = static_cast<int>(packed_detail::block_k(kMR, F32Path::kMaxBlockRows));
   s.mc = static_cast<int>(packed_detail::block_m(kMR, static_cast<size_t>(s.kc)));
   s.vector_bits = static_cast<int>(kLanes * 32);
   s.target = hwy::TargetName(HWY_TARGET);
