@@ -252,7 +252,9 @@ std::string gemm_bf16_description() {
   const PackedGemmShape s = packed_gemm_shape();
   return "qkv packed GEMM, " + s.target + ", " + std::to_string(s.vector_bits) + "-bit, " + std::to_string(s.mr) + "x" +
          std::to_string(s.nr) + " tiles, " +
-         (s.bf16_dot ? "bf16 pairs by the AVX512_BF16 dot product" : "bf16 widened to float32");
+         (s.bf16_dot ? "bf16 pairs by the AVX512_BF16 dot product, KC " + std::to_string(s.dot_kc) + ", MC " +
+                           std::to_string(s.dot_mc)
+                     : "bf16 widened to float32");
 }
 
 bool gemm_bf16_dot() { return packed_gemm_shape().bf16_dot; }

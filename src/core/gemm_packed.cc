@@ -580,6 +580,13 @@ PackedGemmShape PackedGemmShapeImpl() {
   GemmArgs bf16;
   bf16.precision = Dtype::kBF16;
   s.bf16_dot = UsesDotPath(bf16);
+#if HWY_TARGET == HWY_AVX3
+  if (s.bf16_dot) {
+    const size_t words = packed_detail::block_k(kMR, DotPath::kMaxBlockRows);
+    s.dot_kc = static_cast<int>(DotPath::kSteps * words);
+    s.dot_mc = static_cast<int>(packed_detail::block_m(kMR, words));
+  }
+#endif
   return s;
 }
 

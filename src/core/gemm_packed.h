@@ -17,6 +17,7 @@ void packed_sgemm(const GemmArgs& g, ThreadPool* pool);
 struct PackedGemmShape {
   int mr = 0, nr = 0, kc = 0, mc = 0, vector_bits = 0;
   bool bf16_dot = false;  // bf16 precision runs AVX512_BF16's dot product (else float32 on rounded values)
+  int dot_kc = 0, dot_mc = 0;  // that dot product's K block (steps of K) and row block, when bf16_dot
   std::string target;
 };
 PackedGemmShape packed_gemm_shape();

@@ -87,7 +87,7 @@ GptBenchReport run_gpt_bench(const GptBenchShape& in, int iters, int warmup, Thr
   r.shape = shape;
   r.threads = pool.num_threads();
   r.simd = kernels::simd_target();
-  r.gemm = gemm_description();
+  r.gemm = shape.dtype == Dtype::kBF16 ? gemm_bf16_description() : gemm_description();
   const int64_t B = shape.batch, T = shape.seq_len, L = c.layers, V = c.vocab_size;
   const int64_t H = c.attention.heads, D = c.attention.head_dim;
   r.product_parameters = static_cast<double>(product_parameters(c));

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
+#include "qkv/core/gemm.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/kernels/simd.h"
 
@@ -75,6 +76,19 @@ TEST_F(CliBench, MhaNamesTheBlasAndCountsTheProjections) {
   const double B = 2, T = 8, C = 32, H = 4, D = 8;
   EXPECT_DOUBLE_EQ(j["gflop"].get<double>(),
                    (2 * B * T * C * 3 * C + 2 * B * T * C * C + 4 * D * (T * (T + 1) / 2) * B * H) / 1e9);
+}
+
+// A GPT bench names the product that ran in its precision: the float32 one with its blocks, or
+// in bf16 mode the bf16 one (the AVX512_BF16 dot product with its own blocks, or the widening path).
+TEST_F(CliBench, GptNamesTheProductOfItsPrecision) {
+  Result r = run("bench --module gpt --seq-len 4 --iters 1 --warmup 0 --threads 1 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(last_json_line(r.out)["gemm"].get<std::string>(), HasSubstr("tiles, KC "));
+  r = run("bench --module gpt --seq-len 4 --iters 1 --warmup 0 --threads 1 --json --dtype bf16");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string bf16 = last_json_line(r.out)["gemm"].get<std::string>();
+  EXPECT_EQ(bf16, gemm_bf16_description());
+  EXPECT_THAT(bf16, HasSubstr(gemm_bf16_dot() ? "AVX512_BF16 dot product, KC " : "bf16 widened to float32"));
 }
 
 // OPENBLAS_CORETYPE=Haswell pins OpenBLAS to 256-bit kernels. With --gemm openblas (or
