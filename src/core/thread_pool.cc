@@ -195,7 +195,11 @@ void ThreadPool::run(int64_t num_tasks, TaskFn fn, void* ctx) {
   for (int i = 0; i < kSpins && busy_.load(std::memory_order_acquire) != 0; ++i) pause();
   if (busy_.load(std::memory_order_acquire) != 0) {
     std::unique_lock<std::mutex> lock(mutex_);
-    caller_asleep_.store(true);
+    // An exchange, not a store: a read-modify-write is ordered before the load of busy_ that
+    // follows on every machine and emulator. qemu-user, running the aarch64 build on x86, let a
+    // store-release pass a later load-acquire: the caller read busy_ before its mark was seen,
+    // the last worker out read the mark before it was written, and both slept.
+    caller_asleep_.exchange(true);
     done_.wait(lock, [&] { return busy_.load() == 0; });
     caller_asleep_.store(false);
   }

@@ -118,6 +118,33 @@ TEST(ThreadPool, TheCallerWaitsForASlowWorkerAsleepOrSpinning) {
   }
 }
 
+TEST(ThreadPool, ManyJobsEndingAsTheCallerGoesToSleepEachWakeIt) {
+  // The last worker out and a caller going to sleep meet in a window of a few instructions: the
+  // caller marks itself asleep, then looks at the count of busy workers; the worker counts itself
+  // out, then looks for a sleeping caller. Each must see the other's write (a store passing the
+  // load after it leaves both asleep; qemu-user running the aarch64 build on x86 did that). Tasks
+  // of 0 to 300 us on the pool's thread sweep the moment the job ends across the caller's spin.
+  ThreadPool pool(2);
+  std::atomic<int64_t> ran{0};
+  constexpr int kJobs = 6000;
+  ReturnsWithinSeconds("one of " + std::to_string(kJobs) + " short jobs", [&] {
+    for (int job = 0; job < kJobs; ++job) {
+      const auto micros = std::chrono::microseconds(job % 301);
+      std::atomic<int> started{0};
+      pool.parallel_for(2, [&](int64_t, int worker) {
+        started.fetch_add(1);  // one task each: the caller's ends at once, the pool thread's after `micros`
+        const auto start = std::chrono::steady_clock::now();
+        while (started.load() < 2 && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+        }
+        while (worker != 0 && std::chrono::steady_clock::now() - start < micros) {
+        }
+        ran.fetch_add(1);
+      });
+    }
+  });
+  EXPECT_EQ(ran.load(), 2 * kJobs);
+}
+
 TEST(ThreadPool, ScratchIsPerWorkerAlignedAndKept) {
   ThreadPool pool(2);
   std::vector<float*> first(2, nullptr);
