@@ -366,10 +366,18 @@ void PackBlockA(const GemmArgs& g, const T* A, size_t i0, size_t rows, size_t k0
   const size_t lda = static_cast<size_t>(g.lda);
   const size_t panels = (rows + kMR - 1) / kMR;
   if (g.trans_a) {  // op(A)(m, k) = A[k lda + m]: row k0 + k of A holds step k of every micro-panel
-    for (size_t k = 0; k < kc; ++k) {
-      const T* src = A + (k0 + k) * lda + i0;
-      for (size_t p = 0; p < panels; ++p) {
-        CopyRun<kMR>(src + p * kMR, std::min(kMR, rows - p * kMR), dst + p * kc * kMR + k * kMR);
+    // A group of micro-panels whose MR-runs fill a 64-byte line at a time, over all of the block's
+    // k: each row's line read once, and the writes go to a few panels. (One k across all the panels
+    // wrote MR floats every kc MR floats, 8 KiB apart at KC 512: one L1 set, each line evicted
+    // before the next k came back to it.)
+    constexpr size_t kGroup = kMR * sizeof(T) >= 64 ? 1 : 64 / (kMR * sizeof(T));
+    for (size_t p0 = 0; p0 < panels; p0 += kGroup) {
+      const size_t p1 = std::min(panels, p0 + kGroup);
+      for (size_t k = 0; k < kc; ++k) {
+        const T* src = A + (k0 + k) * lda + i0;
+        if (k + 8 < kc) hwy::Prefetch(src + 8 * lda + p0 * kMR);
+        for (size_t p = p0; p < p1; ++p)
+          CopyRun<kMR>(src + p * kMR, std::min(kMR, rows - p * kMR), dst + p * kc * kMR + k * kMR);
       }
     }
     return;
