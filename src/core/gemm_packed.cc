@@ -368,8 +368,8 @@ void PackBlockA(const GemmArgs& g, const T* A, size_t i0, size_t rows, size_t k0
   if (g.trans_a) {  // op(A)(m, k) = A[k lda + m]: row k0 + k of A holds step k of every micro-panel
     // A group of micro-panels whose MR-runs fill a 64-byte line at a time, over all of the block's
     // k: each row's line read once, and the writes go to a few panels. (One k across all the panels
-    // wrote MR floats every kc MR floats, 8 KiB apart at KC 512: one L1 set, each line evicted
-    // before the next k came back to it.)
+    // wrote MR floats every kc MR floats, 8 KiB apart at a K block of 512, a multiple of 4 KiB: one
+    // L1 set for all the panels, each line evicted before the next k came back to it.)
     constexpr size_t kGroup = kMR * sizeof(T) >= 64 ? 1 : 64 / (kMR * sizeof(T));
     for (size_t p0 = 0; p0 < panels; p0 += kGroup) {
       const size_t p1 = std::min(panels, p0 + kGroup);
