@@ -24,10 +24,12 @@
 #include "qkv/kernels/simd.h"
 #include "qkv/perf/attention_bench.h"
 #include "bench_support.h"
+#include "projection_products.h"
 
 namespace qkv::kernels {
 namespace {
 
+using bench::projection_product;
 using bench::random_vector;
 using bench::report;
 using bench::report_bf16;
@@ -161,9 +163,7 @@ void BM_Sgemm(benchmark::State& state) {
                      c(static_cast<size_t>(M * N));
   std::vector<uint16_t> b16(b.size());
   floats_to_bf16(b.data(), b16.data(), b.size());
-  GemmArgs g = op == 0   ? gemm_args(false, true, M, N, K, a.data(), K, b.data(), K, c.data(), N)
-               : op == 1 ? gemm_args(false, false, M, N, K, a.data(), K, b.data(), N, c.data(), N)
-                         : gemm_args(true, false, M, N, K, a.data(), M, b.data(), N, c.data(), N);
+  GemmArgs g = projection_product(op, M, N, K, a.data(), b.data(), c.data());
   if (product == 2) {
     g.precision = Dtype::kBF16;
     g.B = nullptr;

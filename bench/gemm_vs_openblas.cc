@@ -21,12 +21,13 @@
 #include "qkv/core/thread_pool.h"
 #include "qkv/kernels/fma_peak.h"
 #include "qkv/kernels/simd.h"
+#include "projection_products.h"
 
 namespace {
 
 struct Case {
   const char* name;
-  int op;  // 0 y = x W^T, 1 dx = dy W, 2 dW = dy^T x (as qkv_bench's BM_Sgemm)
+  int op;  // 0 y = x W^T, 1 dx = dy W, 2 dW = dy^T x (projection_products.h)
   int64_t M, N, K;
 };
 
@@ -90,10 +91,7 @@ int main(int argc, char** argv) {
     std::vector<float> a(a_size), b(b_size), y(static_cast<size_t>(c.M * c.N));
     for (float& x : a) x = u(rng);
     for (float& x : b) x = u(rng);
-    const qkv::GemmArgs g =
-        c.op == 0   ? qkv::gemm_args(false, true, c.M, c.N, c.K, a.data(), c.K, b.data(), c.K, y.data(), c.N)
-        : c.op == 1 ? qkv::gemm_args(false, false, c.M, c.N, c.K, a.data(), c.K, b.data(), c.N, y.data(), c.N)
-                    : qkv::gemm_args(true, false, c.M, c.N, c.K, a.data(), c.M, b.data(), c.N, y.data(), c.N);
+    const qkv::GemmArgs g = qkv::bench::projection_product(c.op, c.M, c.N, c.K, a.data(), b.data(), y.data());
     auto seconds = [&](qkv::GemmBackend backend) {
       qkv::set_gemm_backend(backend);
       const auto t0 = std::chrono::steady_clock::now();

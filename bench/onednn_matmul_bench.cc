@@ -47,6 +47,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "bench_support.h"
+#include "projection_products.h"
 #include "qkv/core/bf16.h"
 #include "qkv/core/gemm.h"
 #include "qkv/core/thread_pool.h"
@@ -78,9 +79,7 @@ struct Operands {
   }
   // The fp32 arguments of C = op(A) op(B) on these buffers (BM_Sgemm's).
   GemmArgs args(float* out) const {
-    return op == 0   ? qkv::gemm_args(false, true, M, N, K, a.data(), K, b.data(), K, out, N)
-           : op == 1 ? qkv::gemm_args(false, false, M, N, K, a.data(), K, b.data(), N, out, N)
-                     : qkv::gemm_args(true, false, M, N, K, a.data(), M, b.data(), N, out, N);
+    return qkv::bench::projection_product(op, M, N, K, a.data(), b.data(), out);
   }
 };
 

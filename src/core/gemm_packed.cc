@@ -470,17 +470,27 @@ constexpr bool kHasDotPath = true;
 constexpr bool kHasDotPath = false;
 #endif
 
+// A path's cache blocks (block_k and block_m count a panel's rows of 4-byte words, the caches hold
+// bytes; a word holds kSteps steps of K, so the dot path's K block is twice as long): the K block
+// in steps of K, and the row block.
+struct CacheBlocks {
+  size_t kc, mc;
+};
+template <class Path>
+CacheBlocks BlocksOf() {
+  const size_t rows = packed_detail::block_k(kMR, Path::kMaxBlockRows);
+  return {Path::kSteps * rows, packed_detail::block_m(kMR, rows)};
+}
+
 template <class Path>
 void PackedGemm(const GemmArgs& g, ThreadPool* pool) {
   using Word = typename Path::Word;  // 4 bytes: a float, or two bf16
   static_assert(sizeof(Word) == sizeof(float), "the packing buffers hold 4-byte words");
   const size_t M = static_cast<size_t>(g.M), N = static_cast<size_t>(g.N), K = static_cast<size_t>(g.K);
-  // block_k and block_m count a panel's rows of 4-byte words (the caches hold bytes): a word holds
-  // kSteps steps of K, so the dot path's K block is twice as long (GPT-2's K = 768 in one block:
-  // 77-88% of the bf16 peak on its prefill's products, against 70-77% with 512, Zen 5).
-  const size_t kc_cache = Path::kSteps * packed_detail::block_k(kMR, Path::kMaxBlockRows);
-  const size_t kc_max = packed_detail::even_block(K, kc_cache);
-  const size_t mc_max = packed_detail::block_m(kMR, kc_cache / Path::kSteps);
+  // The dot path's K block is twice as long (GPT-2's K = 768 in one block: 77-88% of the bf16 peak
+  // on its prefill's products, against 70-77% with 512, Zen 5).
+  const CacheBlocks blocks = BlocksOf<Path>();
+  const size_t kc_max = packed_detail::even_block(K, blocks.kc), mc_max = blocks.mc;
   const size_t panels = (N + kNR - 1) / kNR;
   // one K block of B~: (panels, rows_of(KC), NR)
   Word* bt = reinterpret_cast<Word*>(packed_detail::packed_b.get(panels * Path::rows_of(kc_max) * kNR));
@@ -581,8 +591,9 @@ PackedGemmShape PackedGemmShapeImpl() {
   PackedGemmShape s;
   s.mr = static_cast<int>(kMR);
   s.nr = static_cast<int>(kNR);
-  s.kc = static_cast<int>(packed_detail::block_k(kMR, F32Path::kMaxBlockRows));
-  s.mc = static_cast<int>(packed_detail::block_m(kMR, static_cast<size_t>(s.kc)));
+  const CacheBlocks blocks = BlocksOf<F32Path>();
+  s.kc = static_cast<int>(blocks.kc);
+  s.mc = static_cast<int>(blocks.mc);
   s.vector_bits = static_cast<int>(kLanes * 32);
   s.target = hwy::TargetName(HWY_TARGET);
   GemmArgs bf16;
@@ -590,9 +601,9 @@ PackedGemmShape PackedGemmShapeImpl() {
   s.bf16_dot = UsesDotPath(bf16);
 #if HWY_TARGET == HWY_AVX3
   if (s.bf16_dot) {
-    const size_t words = packed_detail::block_k(kMR, DotPath::kMaxBlockRows);
-    s.dot_kc = static_cast<int>(DotPath::kSteps * words);
-    s.dot_mc = static_cast<int>(packed_detail::block_m(kMR, words));
+    const CacheBlocks dot = BlocksOf<DotPath>();
+    s.dot_kc = static_cast<int>(dot.kc);
+    s.dot_mc = static_cast<int>(dot.mc);
   }
 #endif
   return s;
