@@ -492,8 +492,11 @@ void PackedGemm(const GemmArgs& g, ThreadPool* pool) {
   const CacheBlocks blocks = BlocksOf<Path>();
   const size_t kc_max = packed_detail::even_block(K, blocks.kc), mc_max = blocks.mc;
   const size_t panels = (N + kNR - 1) / kNR;
-  // one K block of B~: (panels, rows_of(KC), NR)
-  Word* bt = reinterpret_cast<Word*>(packed_detail::packed_b.get(panels * Path::rows_of(kc_max) * kNR));
+  // B~ for one K block: (panels, rows_of(KC), NR); two of them when K has more than one block, so
+  // the next block's B~ is packed while the current one's tasks run
+  const size_t b_words = panels * Path::rows_of(kc_max) * kNR;
+  const bool ahead = kc_max < K;
+  Word* bt_all = reinterpret_cast<Word*>(packed_detail::packed_b.get(b_words * (ahead ? 2 : 1)));
 
   // The task grid: equal blocks of rows (at most MC, a multiple of MR; their count a multiple of
   // the threads when there are rows enough), times chunks of panels until there are two tasks per
@@ -508,39 +511,53 @@ void PackedGemm(const GemmArgs& g, ThreadPool* pool) {
   const size_t panels_per_chunk = (panels + n_chunks - 1) / n_chunks;
   const int64_t b_tasks = static_cast<int64_t>((panels + 7) / 8), tasks = static_cast<int64_t>(m_blocks * n_chunks);
 
-  // One K block at a time: all of its B~ packed (8 panels a task), then the tasks, each packing
-  // its rows of A for the block and running the micro-kernel over its panels.
-  for (size_t k0 = 0; k0 < K; k0 += kc_max) {
-    const size_t kc = std::min(kc_max, K - k0), kr = Path::rows_of(kc);
+  // B~ of K block `blk` (8 panels a task)
+  auto pack_b = [&](size_t blk, int64_t t) {
+    const size_t k0 = blk * kc_max, kc = std::min(kc_max, K - k0), j0 = static_cast<size_t>(t) * 8;
+    Path::PackB(g, k0, kc, j0, std::min(panels, j0 + 8), bt_all + (blk % 2) * b_words);
+  };
+  // task t of K block `blk`: its rows of A packed for the block, the micro-kernel over its panels
+  auto run_task = [&](size_t blk, int64_t t) {
+    const size_t k0 = blk * kc_max, kc = std::min(kc_max, K - k0), kr = Path::rows_of(kc);
+    const Word* bt = bt_all + (blk % 2) * b_words;
+    const size_t mb = static_cast<size_t>(t) / n_chunks, nc = static_cast<size_t>(t) % n_chunks;
+    const size_t i0 = mb * mc, rows = std::min(mc, M - i0);
+    const size_t j0 = nc * panels_per_chunk, j1 = std::min(panels, j0 + panels_per_chunk);
+    if (j0 >= j1) return;
+    Word* at = reinterpret_cast<Word*>(packed_detail::packed_a.get(((rows + kMR - 1) / kMR) * kMR * kr));
+    Path::PackA(g, i0, rows, k0, kc, at);
     const TileWrite w{g.alpha, g.beta, k0 == 0};
-    auto pack_b = [&](int64_t t) {
-      const size_t j0 = static_cast<size_t>(t) * 8;
-      Path::PackB(g, k0, kc, j0, std::min(panels, j0 + 8), bt);
-    };
-    auto run_task = [&](int64_t t) {
-      const size_t mb = static_cast<size_t>(t) / n_chunks, nc = static_cast<size_t>(t) % n_chunks;
-      const size_t i0 = mb * mc, rows = std::min(mc, M - i0);
-      const size_t j0 = nc * panels_per_chunk, j1 = std::min(panels, j0 + panels_per_chunk);
-      if (j0 >= j1) return;
-      Word* at = reinterpret_cast<Word*>(packed_detail::packed_a.get(((rows + kMR - 1) / kMR) * kMR * kr));
-      Path::PackA(g, i0, rows, k0, kc, at);
-      for (size_t j = j0; j < j1; ++j) {
-        const Word* b = bt + j * kr * kNR;
-        const size_t cols = std::min(kNR, N - j * kNR);
-        TileWrite wj = w;
-        if (g.bias != nullptr) wj.bias = g.bias + j * kNR;
-        for (size_t p0 = 0; p0 < rows; p0 += kMR)
-          Path::Tile(at + (p0 / kMR) * kr * kMR, b, kc, g.C + (i0 + p0) * static_cast<size_t>(g.ldc) + j * kNR,
-                     static_cast<size_t>(g.ldc), std::min(kMR, rows - p0), cols, wj);
-      }
-    };
-    if (pool == nullptr || threads == 1) {
-      for (int64_t t = 0; t < b_tasks; ++t) pack_b(t);
-      for (int64_t t = 0; t < tasks; ++t) run_task(t);
-    } else {
-      pool->parallel_for(b_tasks, [&](int64_t t, int) { pack_b(t); });
-      pool->parallel_for(tasks, [&](int64_t t, int) { run_task(t); });
+    for (size_t j = j0; j < j1; ++j) {
+      const Word* b = bt + j * kr * kNR;
+      const size_t cols = std::min(kNR, N - j * kNR);
+      TileWrite wj = w;
+      if (g.bias != nullptr) wj.bias = g.bias + j * kNR;
+      for (size_t p0 = 0; p0 < rows; p0 += kMR)
+        Path::Tile(at + (p0 / kMR) * kr * kMR, b, kc, g.C + (i0 + p0) * static_cast<size_t>(g.ldc) + j * kNR,
+                   static_cast<size_t>(g.ldc), std::min(kMR, rows - p0), cols, wj);
     }
+  };
+
+  // One job per K block: its tasks first (the long ones), then the packing of the next block's B~
+  // into the other buffer, which the threads take as they finish; one join per block, and the
+  // packing fills the gap a thread would otherwise wait out at the join. The first block's B~ is
+  // packed on its own.
+  const size_t k_blocks = (K + kc_max - 1) / kc_max;
+  if (k_blocks == 0) return;  // K = 0: sgemm scales C instead (scale_only)
+  if (pool == nullptr || threads == 1) {
+    for (size_t blk = 0; blk < k_blocks; ++blk) {
+      for (int64_t t = 0; t < b_tasks; ++t) pack_b(blk, t);
+      for (int64_t t = 0; t < tasks; ++t) run_task(blk, t);
+    }
+    return;
+  }
+  pool->parallel_for(b_tasks, [&](int64_t t, int) { pack_b(0, t); });
+  for (size_t blk = 0; blk < k_blocks; ++blk) {
+    const int64_t next = blk + 1 < k_blocks ? b_tasks : 0;
+    pool->parallel_for(tasks + next, [&](int64_t t, int) {
+      if (t < tasks) run_task(blk, t);
+      else pack_b(blk + 1, t - tasks);
+    });
   }
 }
 

@@ -202,6 +202,35 @@ TEST(Gemm, LargeProductsSplitOverThePoolGiveTheSameResult) {
   EXPECT_EQ(w1, w3);
 }
 
+// The packed product packs the next K block's B~ while the current block's tasks run, into a second
+// buffer: a product of many K blocks (not split along K: N is wide), a few rows (so its tasks end
+// soon and the threads turn to packing while others still read), on every target, many times,
+// equals the reference (one buffer for both blocks gives wrong sums here).
+TEST(Gemm, PackingTheNextKBlockLeavesTheCurrentOneAlone) {
+  const GemmBackend before = gemm_backend();
+  set_gemm_backend(GemmBackend::kQkv);
+  std::mt19937 rng(5);
+  const int64_t M = 24, N = 1500, K = 2900;
+  const auto a = normal_vector(static_cast<size_t>(M * K), rng), b = normal_vector(static_cast<size_t>(K * N), rng);
+  std::vector<float> want(static_cast<size_t>(M * N)), got(want.size());
+  sgemm_reference(gemm_args(false, false, M, N, K, a.data(), K, b.data(), N, want.data(), N));
+  ThreadPool pool(2);
+  for (int64_t target : kernels::available_simd_targets()) {
+    kernels::force_simd_target(target);
+    int mismatches = 0;
+    for (int rep = 0; rep < 10; ++rep) {
+      std::fill(got.begin(), got.end(), std::nanf(""));
+      sgemm(gemm_args(false, false, M, N, K, a.data(), K, b.data(), N, got.data(), N), &pool);
+      for (size_t i = 0; i < got.size(); ++i)
+        if (!(std::fabs(got[i] - want[i]) <= 1e-5 * (1 + std::fabs(want[i])) * std::sqrt(static_cast<double>(K) + 1.0)))
+          ++mismatches;
+    }
+    EXPECT_EQ(mismatches, 0) << kernels::simd_target_name(target);
+  }
+  kernels::force_simd_target(0);
+  set_gemm_backend(before);
+}
+
 // Two weight-gradient products (split along K, each with its own scratch, under OpenBLAS and under
 // qkv's product on a 512-bit target; whole, with each thread's packing buffers, elsewhere) at once
 // from two threads, on their own pools and on one shared pool, many times over, under each backend:
