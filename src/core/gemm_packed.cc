@@ -492,16 +492,17 @@ void PackedGemm(const GemmArgs& g, ThreadPool* pool) {
   const CacheBlocks blocks = BlocksOf<Path>();
   const size_t kc_max = packed_detail::even_block(K, blocks.kc), mc_max = blocks.mc;
   const size_t panels = (N + kNR - 1) / kNR;
-  // B~ for one K block: (panels, rows_of(KC), NR); two of them when K has more than one block, so
-  // the next block's B~ is packed while the current one's tasks run
-  const size_t b_words = panels * Path::rows_of(kc_max) * kNR;
-  const bool ahead = kc_max < K;
-  Word* bt_all = reinterpret_cast<Word*>(packed_detail::packed_b.get(b_words * (ahead ? 2 : 1)));
+  const size_t k_blocks = (K + kc_max - 1) / kc_max;
+  if (k_blocks == 0) return;  // K = 0: sgemm scales C instead (scale_only)
+  const size_t threads = pool ? static_cast<size_t>(pool->num_threads()) : 1;
+  // B~ for one K block: (panels, rows_of(KC), NR); two of them when the pool runs several blocks,
+  // so the next block's B~ is packed while the current one's tasks run
+  const size_t b_words = panels * Path::rows_of(kc_max) * kNR, buffers = threads > 1 && k_blocks > 1 ? 2 : 1;
+  Word* bt_all = reinterpret_cast<Word*>(packed_detail::packed_b.get(b_words * buffers));
 
   // The task grid: equal blocks of rows (at most MC, a multiple of MR; their count a multiple of
   // the threads when there are rows enough), times chunks of panels until there are two tasks per
   // thread (each task packs its own rows of A, so chunks keep at least 4 panels).
-  const size_t threads = pool ? static_cast<size_t>(pool->num_threads()) : 1;
   size_t m_blocks = (M + mc_max - 1) / mc_max;
   if (M >= threads * kMR) m_blocks = (m_blocks + threads - 1) / threads * threads;
   const size_t mc = ((M + m_blocks - 1) / m_blocks + kMR - 1) / kMR * kMR;
@@ -514,12 +515,12 @@ void PackedGemm(const GemmArgs& g, ThreadPool* pool) {
   // B~ of K block `blk` (8 panels a task)
   auto pack_b = [&](size_t blk, int64_t t) {
     const size_t k0 = blk * kc_max, kc = std::min(kc_max, K - k0), j0 = static_cast<size_t>(t) * 8;
-    Path::PackB(g, k0, kc, j0, std::min(panels, j0 + 8), bt_all + (blk % 2) * b_words);
+    Path::PackB(g, k0, kc, j0, std::min(panels, j0 + 8), bt_all + (blk % buffers) * b_words);
   };
   // task t of K block `blk`: its rows of A packed for the block, the micro-kernel over its panels
   auto run_task = [&](size_t blk, int64_t t) {
     const size_t k0 = blk * kc_max, kc = std::min(kc_max, K - k0), kr = Path::rows_of(kc);
-    const Word* bt = bt_all + (blk % 2) * b_words;
+    const Word* bt = bt_all + (blk % buffers) * b_words;
     const size_t mb = static_cast<size_t>(t) / n_chunks, nc = static_cast<size_t>(t) % n_chunks;
     const size_t i0 = mb * mc, rows = std::min(mc, M - i0);
     const size_t j0 = nc * panels_per_chunk, j1 = std::min(panels, j0 + panels_per_chunk);
@@ -542,9 +543,7 @@ void PackedGemm(const GemmArgs& g, ThreadPool* pool) {
   // into the other buffer, which the threads take as they finish; one join per block, and the
   // packing fills the gap a thread would otherwise wait out at the join. The first block's B~ is
   // packed on its own.
-  const size_t k_blocks = (K + kc_max - 1) / kc_max;
-  if (k_blocks == 0) return;  // K = 0: sgemm scales C instead (scale_only)
-  if (pool == nullptr || threads == 1) {
+  if (threads == 1) {
     for (size_t blk = 0; blk < k_blocks; ++blk) {
       for (int64_t t = 0; t < b_tasks; ++t) pack_b(blk, t);
       for (int64_t t = 0; t < tasks; ++t) run_task(blk, t);
