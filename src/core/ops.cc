@@ -271,9 +271,12 @@ Tensor softmax(const Tensor& a, int dim) {
       for (int64_t k = 0; k < n; ++k) y[k * s] = 0.0f;
       return;
     }
-    float total = 0.0f;
+    // The sum in double: in float, each small weight added to the largest (1) loses its rounding
+    // at 1's size, and a saturated row's weights then carry its sum's error, which the backward
+    // amplifies (docs/developing.md#accuracy-on-every-simd-path).
+    double total = 0.0;
     for (int64_t k = 0; k < n; ++k) total += (y[k * s] = std::exp(x[k * s] - m));
-    for (int64_t k = 0; k < n; ++k) y[k * s] /= total;
+    for (int64_t k = 0; k < n; ++k) y[k * s] = static_cast<float>(y[k * s] / total);
   });
 }
 
@@ -286,10 +289,12 @@ Tensor softmax_backward(const Tensor& y, const Tensor& dy, int dim) {
   return along(yc, dim, [y0, g0](const float* yl, float* dx, int64_t n, int64_t s) {
     const float* gy = g0 + (yl - y0);  // yl: a lane of y
     // dx = y * (dy - sum(y * dy)): the Jacobian of softmax applied to dy. Where y is 0 (masked
-    // keys, and every key of a fully masked row) dx is 0.
-    float dot = 0.0f;
-    for (int64_t k = 0; k < n; ++k) dot += yl[k * s] * gy[k * s];
-    for (int64_t k = 0; k < n; ++k) dx[k * s] = yl[k * s] * (gy[k * s] - dot);
+    // keys, and every key of a fully masked row) dx is 0. The sum and dy - sum in double: where
+    // the weights sit on one key, dy there and the sum are nearly equal, and a float sum's
+    // rounding (at dy's size) would be most of their difference.
+    double dot = 0.0;
+    for (int64_t k = 0; k < n; ++k) dot += static_cast<double>(yl[k * s]) * gy[k * s];
+    for (int64_t k = 0; k < n; ++k) dx[k * s] = yl[k * s] * static_cast<float>(gy[k * s] - dot);
   });
 }
 

@@ -261,6 +261,39 @@ TEST(Softmax, StableWhereNaiveOverflows) {
   EXPECT_TRUE(std::isnan(softmax_naive(s, 0).at({0})));  // inf / inf, as exp(x)/exp(x).sum() gives
 }
 
+// A saturated row: one weight near 1 and 40 small ones. Summed in float, each small weight added
+// to the 1 rounds at 1's size (here about half an ulp each time, 40 times); the weights then carry
+// that error, and a backward through them amplifies it. Each weight within 2 ulps of the row's
+// softmax in double.
+TEST(Softmax, ASaturatedRowIsRoundedOnceNotOncePerWeight) {
+  std::vector<float> row(41, -11.84f);  // e^-11.84: about 60.5 ulps of 1
+  row[0] = 0.0f;
+  const Tensor y = softmax(Tensor::from({41}, row), 0);
+  double total = 0.0;
+  for (float x : row) total += std::exp(static_cast<double>(x));
+  for (size_t j = 0; j < row.size(); ++j) {
+    const double want = std::exp(static_cast<double>(row[j])) / total;
+    EXPECT_LE(std::abs(y.at({static_cast<int64_t>(j)}) - want), 0x1p-22 * want) << j;
+  }
+}
+
+// dx = y (dy - sum(y dy)) on a saturated row: there dy_0 and the sum are nearly equal, and their
+// difference is what the gradient is made of. Each dx within 2 roundings of its own size of the
+// formula in double on the same y and dy (a float sum, rounded at dy's size, is off by ~1%).
+TEST(Softmax, BackwardOnASaturatedRowKeepsTheDifferenceExact) {
+  std::vector<float> row(41, -11.84f), dy(41);
+  row[0] = 0.0f;
+  for (size_t j = 0; j < dy.size(); ++j) dy[j] = 50.0f - 0.37f * static_cast<float>(j);
+  const Tensor y = softmax(Tensor::from({41}, row), 0);
+  const Tensor dx = softmax_backward(y, Tensor::from({41}, dy), 0);
+  double dot = 0.0;
+  for (int64_t j = 0; j < 41; ++j) dot += static_cast<double>(y.at({j})) * dy[static_cast<size_t>(j)];
+  for (int64_t j = 0; j < 41; ++j) {
+    const double want = y.at({j}) * (dy[static_cast<size_t>(j)] - dot);
+    EXPECT_LE(std::abs(dx.at({j}) - want), 0x1p-22 * std::abs(want)) << j;
+  }
+}
+
 // Storage of 1 MiB and more is kept when freed and handed out again for the same rounded size;
 // smaller storage and Tensor::zeros never come from it; the limit bounds what is kept.
 TEST(TensorBlockCache, AFreedBlockServesTheNextRequestOfItsSize) {
