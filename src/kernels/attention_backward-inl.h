@@ -59,7 +59,7 @@ constexpr size_t kMaxKeyGroup = 4;
 // per-pair room (pair_floats()).
 struct BackwardScratch {
   // Whole head, packed once per task.
-  float *qt;     // (blocks, D, Br)   fp32: (q * scale * log2(e))^T per query block: base-2 scores
+  float *qt;     // (blocks, D, Br)   fp32: (q * ScoreUnits::score)^T per query block
   float *qs;     // (Tp, Dp)          fp32: q * scale, rows zero-padded
   float *dot;    // (blocks, Dv, Br)  fp32: d_o^T per query block
   float *dob;    // (Tp, Dvp)         fp32: d_o
@@ -126,7 +126,7 @@ struct WidenedBackward {
     const size_t D = static_cast<size_t>(p.D), Dv = static_cast<size_t>(p.Dv);
     const size_t Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes);
     const int64_t i0 = static_cast<int64_t>(blk * kBr);
-    PackTransposed(q, b, h, i0, rows, p.scale * kLog2e, s.qt + blk * D * kBr);
+    PackTransposed(q, b, h, i0, rows, ScoreUnitsOf(p).score, s.qt + blk * D * kBr);
     PackTransposed(d_o, b, h, i0, rows, 1.0f, s.dot + blk * Dv * kBr);
     if constexpr (kRound) RoundBlockToBF16(s.dot + blk * Dv * kBr, Dv);
     const bool unit_stride = q.stride_d == 1 && d_o.stride_d == 1 && o.stride_d == 1;
@@ -168,7 +168,7 @@ struct WidenedBackward {
     PackRows(v, b, kvh, kj.j0, kj.cols, kj.vb, static_cast<size_t>(p.Dv));
   }
 
-  // St (cols, Br) = k_j Qt_i: base-2 scores of query block blk
+  // St (cols, Br) = k_j Qt_i: the scores of query block blk in ScoreUnits
   template <int kD>
   void Scores(const AttentionProblem& p, const BackwardScratch& s, size_t blk, const KeyBlock& kj, float* st) const {
     const size_t D = kD > 0 ? kD : static_cast<size_t>(p.D), Dp = round_up(D, kLanes);
@@ -260,6 +260,7 @@ void WeightsAndScoreGradient(const AttentionProblem& p, const DropoutKey& key, c
                              const float* HWY_RESTRICT di, float* HWY_RESTRICT pt, float* HWY_RESTRICT dpt,
                              int64_t pos0, int64_t j0, size_t cols) {
   const DF d;
+  const VF f = hn::Set(d, ScoreUnitsOf(p).exp);
   for (int v = 0; v < kQueryVectors; ++v) {
     const VF l = hn::LoadU(d, lse + v * kLanes), l_lo = hn::LoadU(d, lse_lo + v * kLanes);
     const VF dsum = hn::LoadU(d, di + v * kLanes);
@@ -270,7 +271,7 @@ void WeightsAndScoreGradient(const AttentionProblem& p, const DropoutKey& key, c
         DropoutDrop4(key, pos0 + v * static_cast<int64_t>(kLanes), p.key_pos(j0 + static_cast<int64_t>(j)), drop);
       for (size_t r = 0; r < 4 && j + r < cols; ++r) {
         const size_t at = (j + r) * kBr + v * kLanes;
-        const VF w = Exp2(d, hn::Sub(hn::Sub(hn::LoadU(d, pt + at), l), l_lo));
+        const VF w = Exp2(d, hn::Sub(FusedMulSub(d, hn::LoadU(d, pt + at), f, l), l_lo));
         VF dw = hn::LoadU(d, dpt + at);
         VF wz = w;
         if constexpr (kDropout) {
@@ -293,6 +294,7 @@ void AddWeightSums(const AttentionProblem& p, const DropoutKey& key, const float
                    int64_t pos0, int64_t j0, size_t cols, double* HWY_RESTRICT e, double* HWY_RESTRICT l) {
   const DF d;
   HWY_ALIGN float es[kLanes], ls[kLanes];
+  const VF f = hn::Set(d, ScoreUnitsOf(p).exp);
   for (int v = 0; v < kQueryVectors; ++v) {
     const VF lv = hn::LoadU(d, lse + v * kLanes), lo = hn::LoadU(d, lse_lo + v * kLanes);
     const VF z = hn::Set(d, p.keep_scale);
@@ -303,7 +305,7 @@ void AddWeightSums(const AttentionProblem& p, const DropoutKey& key, const float
         DropoutDrop4(key, pos0 + v * static_cast<int64_t>(kLanes), p.key_pos(j0 + static_cast<int64_t>(j)), drop);
       for (size_t r = 0; r < 4 && j + r < cols; ++r) {
         const size_t at = (j + r) * kBr + v * kLanes;
-        const VF w = Exp2(d, hn::Sub(hn::Sub(hn::LoadU(d, pt + at), lv), lo));
+        const VF w = Exp2(d, hn::Sub(FusedMulSub(d, hn::LoadU(d, pt + at), f, lv), lo));
         VF dw = hn::LoadU(d, dpt + at);
         if constexpr (kDropout) dw = hn::IfThenZeroElse(drop[r], hn::Mul(dw, z));
         esum = hn::MulAdd(w, dw, esum);

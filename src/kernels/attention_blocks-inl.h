@@ -41,7 +41,7 @@ constexpr int kScoreRows = kVectorRegisters == 32 ? 8 : 4;
 constexpr int kGradRows = kVectorRegisters == 32 ? 4 : 2;
 constexpr int kGradVectors = 4;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// The kernels keep scores in base 2: s2 = s * log2(e), so that exp(s - m) = 2^(s2 - m2).
+// exp(x) = 2^(x log2(e)): the kernels compute their weights with Exp2 (ScoreUnits).
 constexpr float kLog2e = 1.44269504088896341f;
 constexpr double kLn2 = 0.693147180559945309417;
 
@@ -203,7 +203,7 @@ inline void ApplyPositionMask(const AttentionProblem& p, float* HWY_RESTRICT st,
   }
 }
 
-// Applies the mask to St (Bc, Br, base-2 scores) for queries i0 + [0, rows) (at positions
+// Applies the mask to St (Bc, Br, base-2 scores where an additive mask is added: ScoreUnits) for queries i0 + [0, rows) (at positions
 // pos0 + [0, rows)) and keys j0 + [0, cols): the additive or boolean mask's values, then the
 // causal mask and the window.
 inline void ApplyMask(const AttentionProblem& p, float* HWY_RESTRICT st, int64_t i0, int64_t pos0, int64_t j0, size_t rows,
@@ -264,7 +264,7 @@ inline void FillAlibiAnchors(const AttentionProblem& p, int64_t h, int64_t i0, s
     anchor[i] = static_cast<float>(AlibiAnchor(p, h, i0 + static_cast<int64_t>(std::min(i, rows - 1))));
 }
 
-// The softcap and ALiBi on St (Bc, Br; base-2 scores x2 = x log2(e) of query head h, keys
+// The softcap and ALiBi on St (Bc, Br; base-2 scores (ScoreUnits) x2 = x log2(e) of query head h, keys
 // j0 + row), before the masks (attention.h's order):
 //   s2 = cap2 tanh(x2 / cap2), cap2 = cap log2(e)   (tanh kept in tt, (Bc, Br), when not null)
 //   s2 -= slope[h] log2(e) (anchor - j)            (anchor (Br): the queries' AlibiAnchor)
@@ -293,6 +293,25 @@ inline void ApplyScoreVariants(const AttentionProblem& p, int64_t h, float* HWY_
       }
     }
   }
+}
+
+// What the kernels' scores St hold, and how a weight comes from them. A weight is
+// 2^(St f - m2), m2 the row's largest St f rounded to float (or lse in base 2), in one FMA: St f
+// is not rounded, so the exponent is rounded only at its own size, small where the weight is
+// large. On the book's path St is the raw product q . k (score 1) and f = scale log2(e) (exp):
+// the weights' only rounding before the exponent is the product's, where scaling q first (or
+// St after) added one per element (the accuracy target of docs/developing.md). The softcap,
+// ALiBi and an additive mask transform scaled scores, so with them (or an unusual scale: 0,
+// negative, or small enough that raw products could overflow where scaled ones do not) q is
+// scaled by scale log2(e) before the product (score) and f = 1: base-2 scores.
+struct ScoreUnits {
+  float score = 1.0f;  // the factor on q (or on the product): St = score (q . k)
+  float exp = 1.0f;    // f: a weight is 2^(St f - m2)
+};
+inline ScoreUnits ScoreUnitsOf(const AttentionProblem& p) {
+  const float base2 = p.scale * kLog2e;
+  const bool raw = !HasScoreVariants(p) && p.mask.kind != AttentionMask::Kind::kAdditive && p.scale >= 0x1p-8f;
+  return raw ? ScoreUnits{1.0f, base2} : ScoreUnits{base2, 1.0f};
 }
 
 inline DropoutKey MakeDropoutKey(const AttentionProblem& p, int64_t b, int64_t h) {

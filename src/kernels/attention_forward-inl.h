@@ -38,11 +38,11 @@ namespace {
 // One query block's running state: its queries (transposed and pre-scaled), the output
 // accumulator and the online softmax's running max and sum, lane i = query i0 + i.
 struct QueryBlock {
-  float* qt = nullptr;     // the queries as the Operands pack them: (D, Br) (q * scale * log2(e))^T
+  float* qt = nullptr;     // the queries as the Operands pack them: (D, Br) (q * ScoreUnits::score)^T
                            // in float32 (WidenedOperands), bf16 pairs (BF16DotOperands)
   float* ot = nullptr;     // (Dv, Br)  sum_j P[i, j] v[j], transposed
-  float* m = nullptr;      // (Br)      running max of the base-2 scores
-  float* l = nullptr;      // (Br)      running sum of 2^(s - m)
+  float* m = nullptr;      // (Br)      running max of the scores St
+  float* l = nullptr;      // (Br)      running sum of 2^((St - m) f) (f: ScoreUnits)
   float* alpha = nullptr;  // (Br)      this step's rescale 2^(m_old - m_new)
   float* mx = nullptr;     // (Br)      this step's column max
   float* anchor = nullptr; // (Br)      ALiBi's anchors (AlibiAnchor), with ALiBi
@@ -132,7 +132,7 @@ struct WidenedOperands {
     return direct ? 0 : static_cast<size_t>(p.S) * static_cast<size_t>(p.D + p.Dv);
   }
   void PackQueries(const AttentionProblem& p, int64_t b, int64_t h, const QueryBlock& qb) const {
-    PackTransposed(q, b, h, qb.i0, qb.rows, p.scale * kLog2e, qb.qt);
+    PackTransposed(q, b, h, qb.i0, qb.rows, ScoreUnitsOf(p).score, qb.qt);
   }
   // Keys [0, j_end) of key/value head (b, kvh) in the cache (unless read in place).
   void CacheKeys(const AttentionProblem& p, int64_t b, int64_t kvh, int64_t j_end, HeadCache& cache,
@@ -146,7 +146,7 @@ struct WidenedOperands {
     PackRows(v, b, kvh, cache.rows, n, c + static_cast<size_t>(p.S) * D + r0 * Dv, Dv);
     cache.rows = j_end;
   }
-  // St (cols, Br) = k_block Qt: base-2 scores
+  // St (cols, Br) = k_block Qt: the scores in ScoreUnits
   template <int kD>
   void Scores(const AttentionProblem& p, int64_t b, int64_t kvh, const QueryBlock& qb, const float* c, int64_t j0,
               size_t cols, float* st) const {
@@ -181,19 +181,22 @@ struct WidenedOperands {
   }
 };
 
-// One online-softmax step over St (cols, Br) for query block q: updates m, l, writes alpha =
-// exp(m_old - m_new) and replaces St by the (dropped-out) probabilities exp(St - m_new). q.mx
-// holds the block's column max.
+// One online-softmax step over St (cols, Br) for query block q: updates m and l, writes alpha =
+// 2^((m_old - m_new) f) and replaces St by the (dropped-out) probabilities 2^((St - m_new) f)
+// (f: ScoreUnits). St - m is exact near the max (0 at the max itself: a query that sees one key
+// gets its value exactly), and rounding (St - m) f errs in proportion to the exponent, small where
+// a weight matters. q.mx holds the block's column max of St.
 inline void OnlineSoftmaxStep(const AttentionProblem& p, const DropoutKey& key, const QueryBlock& q, float* st_base,
                        int64_t j0, size_t cols) {
   const DF d;
+  const VF f = hn::Set(d, ScoreUnitsOf(p).exp);
   VF m_use[kQueryVectors], sum[kQueryVectors];
   for (int v = 0; v < kQueryVectors; ++v) {
     const VF m_old = hn::LoadU(d, q.m + v * kLanes);
     const VF m_new = hn::Max(m_old, hn::LoadU(d, q.mx + v * kLanes));
     // A query with no visible key yet keeps m = -inf; subtract 0 instead so exp gives 0, not NaN.
     m_use[v] = hn::IfThenZeroElse(hn::Eq(m_new, hn::Set(d, kNegInf)), m_new);
-    const VF alpha = Exp2(d, hn::Sub(m_old, m_use[v]));
+    const VF alpha = Exp2(d, hn::Mul(hn::Sub(m_old, m_use[v]), f));
     hn::StoreU(alpha, d, q.alpha + v * kLanes);
     hn::StoreU(m_new, d, q.m + v * kLanes);
     sum[v] = hn::Mul(hn::LoadU(d, q.l + v * kLanes), alpha);
@@ -202,7 +205,7 @@ inline void OnlineSoftmaxStep(const AttentionProblem& p, const DropoutKey& key, 
     for (size_t j = 0; j < cols; ++j) {
       HWY_UNROLL(4) for (int v = 0; v < kQueryVectors; ++v) {
         float* st = st_base + j * kBr + v * kLanes;
-        const VF pr = Exp2(d, hn::Sub(hn::LoadU(d, st), m_use[v]));
+        const VF pr = Exp2(d, hn::Mul(hn::Sub(hn::LoadU(d, st), m_use[v]), f));
         sum[v] = hn::Add(sum[v], pr);
         hn::StoreU(pr, d, st);
       }
@@ -214,7 +217,7 @@ inline void OnlineSoftmaxStep(const AttentionProblem& p, const DropoutKey& key, 
         DropoutDrop4(key, q.pos0 + v * static_cast<int64_t>(kLanes), p.key_pos(j0 + static_cast<int64_t>(j)), drop);
         for (size_t r = 0; r < 4 && j + r < cols; ++r) {
           float* st = st_base + (j + r) * kBr + v * kLanes;
-          const VF pr = Exp2(d, hn::Sub(hn::LoadU(d, st), m_use[v]));
+          const VF pr = Exp2(d, hn::Mul(hn::Sub(hn::LoadU(d, st), m_use[v]), f));
           sum[v] = hn::Add(sum[v], pr);  // the normaliser counts every weight, dropped or not
           hn::StoreU(hn::IfThenZeroElse(drop[r], pr), d, st);
         }
@@ -257,11 +260,13 @@ void AttendKeyBlock(const AttentionProblem& p, const Operands& ops, const Dropou
 inline void WriteQueryBlock(const AttentionProblem& p, const QueryBlock& q, MutableHeads o, float* lse, int64_t b,
                      int64_t h, size_t Dv) {
   const int64_t row0 = (b * p.H + h) * p.T + q.i0;
+  const double f = ScoreUnitsOf(p).exp;
   for (size_t i = 0; i < q.rows; ++i) {
     const float l = q.l[i];
-    // m and l are base 2: lse = ln(2^m l) = (m + log2 l) ln 2
+    // l = sum 2^((s - m) f): lse = ln(2^(m f) l) = (m f + log2 l) ln 2, in double: m f as the
+    // backward's FMA takes s f, unrounded
     const double shift = p.alibi ? AlibiShift(p, h, q.i0 + static_cast<int64_t>(i)) : 0.0;
-    const double exact = l == 0.0f ? 0.0 : (q.m[i] + std::log2(static_cast<double>(l))) * kLn2 - shift;
+    const double exact = l == 0.0f ? 0.0 : (q.m[i] * f + std::log2(static_cast<double>(l))) * kLn2 - shift;
     const float rounded = l == 0.0f ? kNegInf : static_cast<float>(exact);
     lse[row0 + static_cast<int64_t>(i)] = rounded;
     if (p.lse_low) p.lse_low[row0 + static_cast<int64_t>(i)] = l == 0.0f ? 0.0f : static_cast<float>(exact - rounded);

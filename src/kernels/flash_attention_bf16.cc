@@ -10,8 +10,8 @@
 //       Ot += v^T Pt:   Pt rounded to bf16 as pairs of key rows interleaved per lane (word (r, i)
 //                       = P[2r][i], P[2r+1][i]), v packed transposed as pairs (word (d, r) =
 //                       v[2r][d], v[2r+1][d]) and broadcast.
-//     An odd D or key count is padded with zeros. The scale (and log2(e), the kernels' base-2
-//     scores) multiplies St as the tile is stored.
+//     An odd D or key count is padded with zeros. ScoreUnits' factor (1 on the book's path,
+//     else the scale and log2(e)) multiplies St as the tile is stored.
 //   - WidenedOperands<uint16_t> everywhere else (AVX2, the portable targets, or forced off):
 //     bf16 widened to float32 (exact) as it is packed, the fp32 tiles, P rounded to bf16 before
 //     Ot += v^T Pt - the same math up to the order of float32 additions.
@@ -269,7 +269,7 @@ struct BF16DotOperands {
               size_t cols, float* st) const {
     const size_t P = Pairs(static_cast<size_t>(p.D));
     ScoresDot(key_words(c) + static_cast<size_t>(j0) * P, P, reinterpret_cast<const uint32_t*>(qb.qt), P, cols,
-              p.scale * kLog2e, st);
+              ScoreUnitsOf(p).score, st);
   }
 
   template <int kD>
@@ -346,7 +346,7 @@ struct BF16DotBackward {
   template <int kD>
   void Scores(const AttentionProblem& p, const BackwardScratch& s, size_t blk, const KeyBlock& kj, float* st) const {
     const size_t P = Pairs(static_cast<size_t>(p.D));
-    ScoresDot(words(kj.kb), P, words(s.qt) + blk * P * kBr, P, kj.cols, p.scale * kLog2e, st);
+    ScoresDot(words(kj.kb), P, words(s.qt) + blk * P * kBr, P, kj.cols, ScoreUnitsOf(p).score, st);
   }
   template <int kD>
   void ScoreGradient(const AttentionProblem& p, const BackwardScratch& s, size_t blk, const KeyBlock& kj,

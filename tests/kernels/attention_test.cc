@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -124,10 +125,11 @@ struct Case {
   AttentionMask::Kind mask;
   float dropout;
   ArrayLayout layout;
+  std::optional<float> scale = {};  // default 1 / sqrt(D)
   std::string name() const {
     const char* m[] = {"none", "causal", "additive", "blocked"};
     return str("B=", B, " H=", H, " T=", T, " S=", S, " D=", D, " Dv=", Dv, " mask=", m[static_cast<int>(mask)],
-               " p=", dropout, " ", layout_name(layout));
+               " p=", dropout, " ", layout_name(layout), scale ? str(" scale=", *scale) : std::string());
   }
 };
 
@@ -149,7 +151,7 @@ std::vector<float> make_mask(const Case& c, std::mt19937& rng, int64_t row_strid
 
 AttentionOptions options_for(const Case& c, const std::vector<float>& mask, int64_t row_stride, ThreadPool* pool) {
   AttentionOptions o;
-  o.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+  o.scale = c.scale ? *c.scale : 1.0f / std::sqrt(static_cast<float>(c.D));
   switch (c.mask) {
     case AttentionMask::Kind::kNone: break;
     case AttentionMask::Kind::kCausal: o.mask = AttentionMask::causal(); break;
@@ -299,6 +301,29 @@ TEST(FusedAttention, EverySimdTargetMatchesTheReference) {
   EXPECT_GE(targets.size(), 2u) << "expected at least the best target and the portable fallback";
 }
 
+// Scales the book's path does not use: the kernels then scale q before the product (ScoreUnits in
+// attention_blocks-inl.h) - negative (the largest raw product is not the largest score), zero,
+// small enough that raw products could overflow where scaled ones do not - and the edges of the
+// raw-product path (2^-8, and 0.5: scores 4 times the usual at D = 64, as large as the reference's
+// 1e-5 allows). Forward and backward, every mask, every SIMD target.
+TEST(FusedAttention, EveryScaleMatchesTheReference) {
+  std::mt19937 rng(17);
+  ThreadPool pool(2);
+  int n = 0;
+  for (int64_t target : available_simd_targets()) {
+    force_simd_target(target);
+    SCOPED_TRACE(simd_target_name(target));
+    for (float scale : {-0.3f, 0.0f, 1e-3f, 0x1p-8f, 0.5f})
+      for (int m = 0; m < 4; ++m, ++n) {
+        const Case c{1, 2, n % 2 ? 17 : 65, 65, n % 3 ? 64 : 3, 5, static_cast<AttentionMask::Kind>(m), 0.0f,
+                     ArrayLayout::kContiguous, scale};
+        check_forward(c, rng, &pool);
+        check_backward(c, rng, &pool);
+      }
+  }
+  force_simd_target(0);
+}
+
 // The reference backward against central finite differences of the reference forward, so the
 // fused backward is tied to the forward's math and not only to a second implementation of it.
 TEST(FusedAttention, ReferenceBackwardMatchesFiniteDifferences) {
@@ -446,6 +471,64 @@ TEST(FusedAttention, ShortRowsSumDFromTheirOwnWeights) {
     EXPECT_LE(short_rows / scale, 1.5e-6) << "rows 1..63's dq from the float64 reference";
     std::printf("%s: first row's |dq| %.3g, short rows' dq distance %.3g (scale %.3g)\n",
                 simd_target_name(target).c_str(), first, short_rows / scale, scale);
+  }
+  force_simd_target(0);
+}
+
+// On the book's path the kernels keep the raw products q . k as scores and take a weight as
+// 2^(s f - m2), s f (f = scale log2(e)) inside one FMA: the only rounding before the exponent is
+// the product's. With small-integer q and k the products are exact, so the forward's o and the
+// backward's gradients land within float rounding of the float64 reference; scaling q by
+// scale log2(e) first (as the kernels did) rounds every element of q, and at scores of hundreds
+// that put o 35 times further from the reference (3.8e-6 against 1.1e-7). On every SIMD target.
+TEST(FusedAttention, ExactProductsGiveWeightsWithinFloatRounding) {
+  ThreadPool pool(2);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> small(-12, 12);
+  const int64_t B = 1, H = 2, T = 70, D = 64;
+  Array q = make_array(B, H, T, D, ArrayLayout::kContiguous, rng), k = make_array(B, H, T, D, ArrayLayout::kContiguous, rng),
+        v = make_array(B, H, T, D, ArrayLayout::kContiguous, rng), d_o = make_array(B, H, T, D, ArrayLayout::kContiguous, rng);
+  for (float& x : q.storage) x = static_cast<float>(small(rng));
+  for (float& x : k.storage) x = static_cast<float>(small(rng));
+  AttentionOptions opt;
+  opt.scale = 1.0f / 8.0f;  // 1 / sqrt(D), exact
+  opt.mask = AttentionMask::causal();
+  opt.pool = &pool;
+  std::vector<float> lse(static_cast<size_t>(B * H * T)), low(lse.size());
+  opt.lse_low = low.data();
+  Array ro = make_array(B, H, T, D, ArrayLayout::kContiguous, rng), rq = make_array(B, H, T, D, ArrayLayout::kContiguous, rng),
+        rk = make_array(B, H, T, D, ArrayLayout::kContiguous, rng), rv = make_array(B, H, T, D, ArrayLayout::kContiguous, rng);
+  std::vector<float> rlse(lse.size());
+  attention_forward_reference(q.in(), k.in(), v.in(), ro.view, rlse.data(), opt);
+  attention_backward_reference(q.in(), k.in(), v.in(), d_o.in(), rq.view, rk.view, rv.view, opt);
+  // the largest |distance| / max(1, largest |reference|) of each tensor
+  const auto distance = [&](Array& got, Array& want) {
+    double diff = 0.0, size = 1.0;
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t d = 0; d < D; ++d) {
+          diff = std::max(diff, std::abs(static_cast<double>(got.at(0, h, i, d)) - want.at(0, h, i, d)));
+          size = std::max(size, std::abs(static_cast<double>(want.at(0, h, i, d))));
+        }
+    return diff / size;
+  };
+  float largest = 0.0f;
+  for (float l : rlse) largest = std::max(largest, std::abs(l));
+  ASSERT_GT(largest, 100.0f) << "the case must have scores in the hundreds";
+  for (int64_t target : available_simd_targets()) {
+    force_simd_target(target);
+    SCOPED_TRACE(simd_target_name(target));
+    Array o = make_array(B, H, T, D, ArrayLayout::kContiguous, rng), dq = make_array(B, H, T, D, ArrayLayout::kContiguous, rng),
+          dk = make_array(B, H, T, D, ArrayLayout::kContiguous, rng), dv = make_array(B, H, T, D, ArrayLayout::kContiguous, rng);
+    attention_forward(q.in(), k.in(), v.in(), o.view, lse.data(), opt);
+    attention_backward(q.in(), k.in(), v.in(), o.in(), d_o.in(), lse.data(), dq.view, dk.view, dv.view, opt);
+    const double eo = distance(o, ro), eq = distance(dq, rq), ek = distance(dk, rk), ev = distance(dv, rv);
+    EXPECT_LE(eo, 1e-6) << "o";
+    EXPECT_LE(eq, 1e-6) << "dq";
+    EXPECT_LE(ek, 1e-6) << "dk";
+    EXPECT_LE(ev, 1e-6) << "dv";
+    std::printf("%s: distance from float64: o %.3g, dq %.3g, dk %.3g, dv %.3g\n", simd_target_name(target).c_str(), eo, eq,
+                ek, ev);
   }
   force_simd_target(0);
 }
