@@ -47,7 +47,7 @@ def attention(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike, *, causal: b
 def attention(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike, *, causal: bool = ...,
               mask: npt.ArrayLike | None = ..., dropout_p: float = ..., scale: float | None = ...,
               return_lse: Literal[True], seed: int | None = ...,
-              out: FloatArray | None = ...) -> tuple[FloatArray, FloatArray]: ...
+              out: FloatArray | None = ...) -> tuple[FloatArray, npt.NDArray[np.float64]]: ...
 def attention_backward(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike, o: npt.ArrayLike, lse: npt.ArrayLike,
                        grad_out: npt.ArrayLike, *, causal: bool = ..., mask: npt.ArrayLike | None = ...,
                        dropout_p: float = ..., scale: float | None = ..., seed: int | None = ...,

@@ -83,6 +83,27 @@ def test_lse_is_the_log_sum_exp_of_the_scaled_scores():
     assert np.max(np.abs(lse - want)) < 1e-5
 
 
+def test_the_float64_lse_keeps_the_backward_exact_at_large_scores():
+    # lse comes back in float64: the float the kernel keeps plus the digits a float drops. At scores
+    # in the hundreds a float32 lse is off by up to |lse| 2^-25 for a whole row, and every weight
+    # the backward recomputes from it carries that; dv (a sum of weights) shows it. Given the
+    # float64 lse, dv lands within float rounding of the float64 reference; given the same lse cast
+    # to float32 (accepted as before), several times further.
+    rng = np.random.default_rng(5)
+    q, k, v, do = (rand(rng, 1, 2, 40, 16) for _ in range(4))
+    q *= 8.0
+    k *= 8.0
+    o, lse = qkv.attention(q, k, v, causal=True, return_lse=True)
+    assert lse.dtype == np.float64 and lse.shape == (1, 2, 40)
+    assert np.max(np.abs(lse)) > 100.0, "the case must have scores in the hundreds"
+    _, _, _, rdv = reference_with_grads(q, k, v, do, causal=True)
+    _, _, dv = qkv.attention_backward(q, k, v, o, lse, do, causal=True)
+    _, _, dv32 = qkv.attention_backward(q, k, v, o, lse.astype(np.float32), do, causal=True)
+    exact, rounded = max_rel_err(dv, rdv), max_rel_err(dv32, rdv)
+    assert exact < 1e-6
+    assert rounded > 3 * exact, (rounded, exact)
+
+
 def test_scale_is_used():
     rng = np.random.default_rng(2)
     q, k, v = rand(rng, 1, 1, 4, 3), rand(rng, 1, 1, 4, 3), rand(rng, 1, 1, 4, 3)
