@@ -24,9 +24,11 @@ gradient, each parameter's gradient):
 Distances are module_cases.rel_err's: max |a - b| / max(1, max |reference|). Prints per target and
 module the worst ratio of qkv's distance to float32's, and how many tensors miss the 2x bound (the
 target of issue 44; docs/developing.md says where qkv stands and why). Exits non-zero when a qkv
-run fails or writes the wrong tensors, and with --fail-over R when a tensor's ratio exceeds R (ctest
-runs it so, as a guard against the 10-50x errors this script found, with R above the few cases
-still between 2x and R: docs/developing.md#accuracy-on-every-simd-path).
+run fails or writes the wrong tensors, and with --fail-over R when a tensor's ratio exceeds R
+(--portable-fail-over R' instead on the portable targets, SCALAR and EMU128, whose multiply-adds
+round twice). ctest runs it with R = 2, issue 44's target, and R' = 3: PyTorch's own distance moves
+with its BLAS kernels, and under OpenBLAS's SkylakeX ones a portable-target tensor is at 2.5x
+(docs/developing.md#accuracy-on-every-simd-path).
 """
 
 import os
@@ -46,6 +48,7 @@ from module_cases import (CAUSAL, MODULES, SPLIT_HEADS, construct, describe, nud
                           qkv_args, random_config, rel_err)
 
 RATIO = 2.0
+PORTABLE = ("SCALAR", "EMU128")
 FLOOR = 8 * 2.0**-24
 NEAR_ZERO = 2.0**-12
 
@@ -162,7 +165,7 @@ def check(case, target, result, worst, fail_over=0.0):
             worst[key] = (ratio, f"{case.name} {name}: qkv {err:.3g}, float32 {f32:.3g}")
         if fail_over > 0 and not ratio <= fail_over:
             failures.append(f"{name}: qkv's distance from float64 {err:.3g} is {ratio:.2f}x PyTorch float32's "
-                            f"{f32:.3g} (or the floor), over --fail-over {fail_over:g}")
+                            f"{f32:.3g} (or the floor), over {fail_over:g}")
         if not err <= bound:
             misses.append(f"{name}: qkv's distance from float64 {err:.3g} > {bound:.3g} (PyTorch float32's {f32:.3g})")
     return failures, misses
@@ -171,6 +174,8 @@ def check(case, target, result, worst, fail_over=0.0):
 def add_flags(ap):
     ap.add_argument("--cases", type=int, default=12, help="configurations per module")
     ap.add_argument("--targets", default="", help="a comma-separated subset of the targets (default: all)")
+    ap.add_argument("--portable-fail-over", type=float, default=None,
+                    help="--fail-over for the portable targets (SCALAR, EMU128; default: --fail-over)")
     ap.add_argument("--fail-over", type=float, default=0.0,
                     help="fail when a tensor's ratio to PyTorch float32's distance exceeds this (0: report only)")
 
@@ -192,7 +197,9 @@ def main():
             prepare(case, h.qkv, tmp, rng.randrange(2**40))
             for target in targets:
                 result = run_qkv(case.cmd, env={"QKV_SIMD": target})
-                failures, misses = check(case, target, result, worst, h.args.fail_over)
+                portable = target in PORTABLE and h.args.portable_fail_over is not None
+                failures, misses = check(case, target, result, worst,
+                                         h.args.portable_fail_over if portable else h.args.fail_over)
                 h.record(f"{target} {case.name}", failures, ["env", f"QKV_SIMD={target}"] + case.cmd)
                 tensors += len(case.reference)
                 missed += len(misses)
