@@ -295,18 +295,18 @@ inline void ApplyScoreVariants(const AttentionProblem& p, int64_t h, float* HWY_
   }
 }
 
-// What the kernels' scores St hold, and how a weight comes from them. A weight is
-// 2^(St f - m2), m2 the row's largest St f rounded to float (or lse in base 2), in one FMA: St f
-// is not rounded, so the exponent is rounded only at its own size, small where the weight is
-// large. On the book's path St is the raw product q . k (score 1) and f = scale log2(e) (exp):
-// the weights' only rounding before the exponent is the product's, where scaling q first (or
-// St after) added one per element (the accuracy target of docs/developing.md). The softcap,
-// ALiBi and an additive mask transform scaled scores, so with them (or an unusual scale: 0,
-// negative, or small enough that raw products could overflow where scaled ones do not) q is
-// scaled by scale log2(e) before the product (score) and f = 1: base-2 scores.
+// What the kernels' scores St hold, and how a weight comes from them: 2^(x f) with x = St - m in
+// the forward (m the row's running max of St: exact near the max, 0 at it) and x f = St f - lse2
+// in the backward (lse2 the forward's lse in base 2, St f inside one FMA), so the exponent is
+// rounded only at its own size, small where the weight is large. On the book's path St is the raw
+// product q . k (score 1) and f = scale log2(e) (exp): the weights' only rounding before the
+// exponent is the product's, where scaling q first (or St after) added one per element
+// (docs/kernels.md). The softcap, ALiBi and an additive mask transform scaled scores, so with them
+// (or an unusual scale: 0, negative, or small enough that raw products could overflow where scaled
+// ones do not) q is scaled by scale log2(e) before the product (score) and f = 1: base-2 scores.
 struct ScoreUnits {
   float score = 1.0f;  // the factor on q (or on the product): St = score (q . k)
-  float exp = 1.0f;    // f: a weight is 2^(St f - m2)
+  float exp = 1.0f;    // f: a weight is 2^((St - m) f)
 };
 inline ScoreUnits ScoreUnitsOf(const AttentionProblem& p) {
   const float base2 = p.scale * kLog2e;

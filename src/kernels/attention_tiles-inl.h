@@ -104,7 +104,7 @@ HWY_NOINLINE void BlockProduct(size_t M, size_t nvec, const float* HWY_RESTRICT 
 }
 
 // 2^x to about 1 ulp for x <= 127; 0 for x = -inf (so for a blocked score), NaN for NaN. The
-// kernels work in base 2 (exponents St f - m2: ScoreUnits), which makes the range reduction
+// kernels work in base 2 (exponents (St - m) f: ScoreUnits), which makes the range reduction
 // exact (r = x - round(x)); 2^r on [-1/2, 1/2] is the Taylor polynomial of e^(r ln 2) of degree 7
 // (error < 6e-9). Results below 2^-126 must not come out as subnormals: producing one costs a
 // microcode assist of ~100 cycles per instruction on Intel cores (with the -inf of every masked
@@ -141,8 +141,8 @@ HWY_INLINE VF Exp2(DF d, VF x) {
 #endif
 }
 
-// a b - c rounded once: a weight's exponent St f - m2 (ScoreUnits), whose product must not be
-// rounded at the size of St f. Targets without a fused multiply-add (the portable ones, where
+// a b - c rounded once: the backward's exponent St f - lse2 (ScoreUnits), whose product must not
+// be rounded at the size of St f. Targets without a fused multiply-add (the portable ones, where
 // hn::MulSub multiplies and subtracts) take std::fma lane by lane.
 HWY_INLINE VF FusedMulSub(DF d, VF a, VF b, VF c) {
 #if HWY_NATIVE_FMA
