@@ -309,12 +309,20 @@ void decay_backward(const float* a, const float* alpha, const float* dalpha, con
 
 void decay_log_backward(const float* a, const float* dlog_alpha, const float* A_log, int64_t n, int64_t H, float* da,
                         float* ddt_bias, float* dA_log) {
+  // Each token's terms in double, rounded once; dA_log and ddt_bias sum a head's B T terms in
+  // double and add the sums once (a float sum rounds at the sum's size at every token).
+  std::vector<double> sum_a(static_cast<size_t>(H), 0.0), sum_bias(static_cast<size_t>(H), 0.0);
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t h = i % H;
-    const float e = std::exp(A_log[h]), dlog = dlog_alpha[i];
-    da[i] = -dlog * e * sigmoid_value(a[i]);
-    dA_log[h] += -dlog * e * softplus_value(a[i]);
-    ddt_bias[h] += da[i];
+    const auto h = static_cast<size_t>(i % H);
+    const double x = a[i], scaled = -static_cast<double>(dlog_alpha[i]) * std::exp(static_cast<double>(A_log[h]));
+    const double dai = scaled * sigmoid_double(x);
+    da[i] = static_cast<float>(dai);
+    sum_a[h] += scaled * (x > 20.0 ? x : std::log1p(std::exp(x)));  // softplus (threshold 20)
+    sum_bias[h] += dai;
+  }
+  for (size_t h = 0; h < static_cast<size_t>(H); ++h) {
+    dA_log[h] += static_cast<float>(sum_a[h]);
+    ddt_bias[h] += static_cast<float>(sum_bias[h]);
   }
 }
 

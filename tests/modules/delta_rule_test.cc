@@ -65,6 +65,36 @@ double max_abs(const std::vector<float>& x) {
   return m;
 }
 
+// The decay's parameter gradients sum one term per token of a head: over a long sequence a float
+// sum rounds at the sum's size at every token. Summed in double, each lands within a few float
+// roundings of the sum in double of the same terms (64K tokens of 2 heads; a float sum was off
+// by hundreds of ulps). da, one term per token, within an ulp or two.
+TEST(DeltaRule, TheDecayGradientsSumTheirTokensInDouble) {
+  const int64_t H = 2, n = int64_t{1} << 16;
+  std::vector<float> a(static_cast<size_t>(n)), dlog(a.size()), da(a.size());
+  for (int64_t i = 0; i < n; ++i) {
+    a[static_cast<size_t>(i)] = 0.37f * static_cast<float>(i % 17) - 3.0f;
+    dlog[static_cast<size_t>(i)] = 0.01f * static_cast<float>((i * 7) % 13) + 0.003f;
+  }
+  const std::vector<float> A_log = {0.5f, -1.25f};
+  std::vector<float> ddt_bias(2, 0.0f), dA_log(2, 0.0f);
+  decay_log_backward(a.data(), dlog.data(), A_log.data(), n, H, da.data(), ddt_bias.data(), dA_log.data());
+  for (int64_t h = 0; h < H; ++h) {
+    double want_a = 0.0, want_bias = 0.0;
+    const double e = std::exp(static_cast<double>(A_log[static_cast<size_t>(h)]));
+    for (int64_t i = h; i < n; i += H) {
+      const double x = a[static_cast<size_t>(i)];
+      const double scaled = -static_cast<double>(dlog[static_cast<size_t>(i)]) * e;
+      const double dai = scaled / (1.0 + std::exp(-x));
+      EXPECT_NEAR(da[static_cast<size_t>(i)], dai, 2e-7 * std::abs(dai)) << i;
+      want_a += scaled * std::log1p(std::exp(x));
+      want_bias += dai;
+    }
+    EXPECT_NEAR(dA_log[static_cast<size_t>(h)], want_a, 4e-7 * std::abs(want_a)) << "head " << h;
+    EXPECT_NEAR(ddt_bias[static_cast<size_t>(h)], want_bias, 4e-7 * std::abs(want_bias)) << "head " << h;
+  }
+}
+
 TEST(DeltaRule, TheChunkedFormEqualsTheRecurrenceAcrossChunkBoundaries) {
   Generator gen(11);
   struct Case {
