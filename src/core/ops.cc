@@ -294,7 +294,7 @@ Tensor softmax_backward(const Tensor& y, const Tensor& dy, int dim) {
     // rounding (at dy's size) would be most of their difference.
     double dot = 0.0;
     for (int64_t k = 0; k < n; ++k) dot += static_cast<double>(yl[k * s]) * gy[k * s];
-    for (int64_t k = 0; k < n; ++k) dx[k * s] = yl[k * s] * static_cast<float>(gy[k * s] - dot);
+    for (int64_t k = 0; k < n; ++k) dx[k * s] = static_cast<float>(yl[k * s] * (gy[k * s] - dot));
   });
 }
 

@@ -64,7 +64,7 @@ struct BackwardScratch {
   float *dot;    // (blocks, Dv, Br)  fp32: d_o^T per query block
   float *dob;    // (Tp, Dvp)         fp32: d_o
   float *lse;    // (Tp)              lse * log2(e) rounded to float, or +inf where the weights are all zero
-  float *lse_lo; // (Tp)              what that rounding dropped (the weights: 2^((s - lse) - lse_lo))
+  float *lse_lo; // (Tp)              what that rounding dropped (the weights: 2^((s f - lse) - lse_lo))
   float *di;     // (Tp)              sum_d d_o * o
   float *dq;     // (Tp, Dp)          dq accumulator
   float *anchor; // (Tp)              ALiBi's anchors (AlibiAnchor)
@@ -238,8 +238,8 @@ void PackHeadForBackward(const AttentionProblem& p, const Operands& ops, ConstHe
     const float l = lse[at];
     // -inf: no visible key, every weight is 0 (2^(s - inf) = 0). Else, in double: the forward's
     // lse with the part a float dropped (AttentionOptions::lse_low) and, with ALiBi, the anchored
-    // scores' shift, back in base 2 (the forward's m + log2 l: / kLn2 undoes its * kLn2); then a
-    // float and its remainder, so that s - lse, small where a weight matters, is not rounded at
+    // scores' shift, back in base 2 (the forward's m f + log2 l: / kLn2 undoes its * kLn2); then a
+    // float and its remainder, so that s f - lse, small where a weight matters, is not rounded at
     // lse's magnitude.
     if (l != kNegInf) {
       const double exact = (static_cast<double>(l) + (p.lse_low ? static_cast<double>(p.lse_low[at]) : 0.0) +

@@ -302,8 +302,9 @@ inline void ApplyScoreVariants(const AttentionProblem& p, int64_t h, float* HWY_
 // product q . k (score 1) and f = scale log2(e) (exp): the weights' only rounding before the
 // exponent is the product's, where scaling q first (or St after) added one per element
 // (docs/kernels.md). The softcap, ALiBi and an additive mask transform scaled scores, so with them
-// (or an unusual scale: 0, negative, or small enough that raw products could overflow where scaled
-// ones do not) q is scaled by scale log2(e) before the product (score) and f = 1: base-2 scores.
+// (or an unusual scale: 0 or negative, where the raw max is not the scores' max, or below 2^-8,
+// where raw products would overflow hundreds of times sooner than scaled ones) q is scaled by
+// scale log2(e) before the product (score) and f = 1: base-2 scores.
 struct ScoreUnits {
   float score = 1.0f;  // the factor on q (or on the product): St = score (q . k)
   float exp = 1.0f;    // f: a weight is 2^((St - m) f)

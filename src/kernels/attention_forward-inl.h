@@ -35,7 +35,7 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Forward
 
-// One query block's running state: its queries (transposed and pre-scaled), the output
+// One query block's running state: its queries (transposed, scaled as ScoreUnits says), the output
 // accumulator and the online softmax's running max and sum, lane i = query i0 + i.
 struct QueryBlock {
   float* qt = nullptr;     // the queries as the Operands pack them: (D, Br) (q * ScoreUnits::score)^T
@@ -43,7 +43,7 @@ struct QueryBlock {
   float* ot = nullptr;     // (Dv, Br)  sum_j P[i, j] v[j], transposed
   float* m = nullptr;      // (Br)      running max of the scores St
   float* l = nullptr;      // (Br)      running sum of 2^((St - m) f) (f: ScoreUnits)
-  float* alpha = nullptr;  // (Br)      this step's rescale 2^(m_old - m_new)
+  float* alpha = nullptr;  // (Br)      this step's rescale 2^((m_old - m_new) f)
   float* mx = nullptr;     // (Br)      this step's column max
   float* anchor = nullptr; // (Br)      ALiBi's anchors (AlibiAnchor), with ALiBi
   int64_t i0 = 0;          // the block's first query

@@ -12,7 +12,6 @@
 #define QKV_KERNELS_ATTENTION_TILES_INL_H_
 #endif
 
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -143,7 +142,9 @@ HWY_INLINE VF Exp2(DF d, VF x) {
 
 // a b - c rounded once: the backward's exponent St f - lse2 (ScoreUnits), whose product must not
 // be rounded at the size of St f. Targets without a fused multiply-add (the portable ones, where
-// hn::MulSub multiplies and subtracts) take std::fma lane by lane.
+// hn::MulSub rounds the product) compute lane by lane in double: the product of two floats is
+// exact there, and the difference is rounded to double and then to float (no libm fma, which is
+// software on the CPUs that run these targets).
 HWY_INLINE VF FusedMulSub(DF d, VF a, VF b, VF c) {
 #if HWY_NATIVE_FMA
   (void)d;
@@ -153,7 +154,8 @@ HWY_INLINE VF FusedMulSub(DF d, VF a, VF b, VF c) {
   hn::Store(a, d, x);
   hn::Store(b, d, y);
   hn::Store(c, d, z);
-  for (size_t i = 0; i < kLanes; ++i) x[i] = std::fma(x[i], y[i], -z[i]);
+  for (size_t i = 0; i < kLanes; ++i)
+    x[i] = static_cast<float>(static_cast<double>(x[i]) * static_cast<double>(y[i]) - static_cast<double>(z[i]));
   return hn::Load(d, x);
 #endif
 }

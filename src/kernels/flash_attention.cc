@@ -6,14 +6,14 @@
 //
 // Forward, per task = (b, h, group of query blocks of Br queries; one block unless the head's keys
 // and values outgrow L2), for each query block:
-//   Qt = (q_block * scale)^T                                      (D, Br)
+//   Qt = q_block^T (the book's path; scaled by scale log2(e) with the variants: ScoreUnits) (D, Br)
 //   for each block of Bc keys from the window's start to the causal diagonal (each key block
 //   visits the group's query blocks in turn):
 //     St = k_block Qt                                             (Bc, Br)  scores^T
 //     softcap, ALiBi, mask St; m_new = max(m, column max of St)   online softmax, lane-wise
-//     Pt = exp(St - m_new); l = l * exp(m - m_new) + column sum of Pt
-//     Ot = Ot * exp(m - m_new) + v_block^T (Pt * dropout)         (Dv, Br)
-//   o = (Ot / l)^T, lse = m + log(l)
+//     Pt = 2^((St - m_new) f); l = l * 2^((m - m_new) f) + column sum of Pt   (f = scale log2(e))
+//     Ot = Ot * 2^((m - m_new) f) + v_block^T (Pt * dropout)      (Dv, Br)
+//   o = (Ot / l)^T, lse = (m f + log2(l)) ln 2
 // Backward, per task = (b, g) - a key/value head - FlashAttention-2's loop order, for each query
 // head h of g's group in turn: for each key block j (holding dk_j, dv_j, which the group's
 // heads add to in head order), for each query block i that sees it:
