@@ -287,7 +287,11 @@ void l2norm_rows_backward(const float* u, const float* r, const float* dout, int
   }
 }
 
-float softplus_value(float x) { return x > 20.0f ? x : static_cast<float>(std::log1p(std::exp(static_cast<double>(x)))); }
+namespace {
+double softplus_double(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }  // threshold 20, as PyTorch's
+}  // namespace
+
+float softplus_value(float x) { return static_cast<float>(softplus_double(x)); }
 
 void decay_forward(float* a, const float* dt_bias, const float* A_log, int64_t n, int64_t H, float* alpha,
                    float* log_alpha) {
@@ -317,7 +321,7 @@ void decay_log_backward(const float* a, const float* dlog_alpha, const float* A_
     const double x = a[i], scaled = -static_cast<double>(dlog_alpha[i]) * std::exp(static_cast<double>(A_log[h]));
     const double dai = scaled * sigmoid_double(x);
     da[i] = static_cast<float>(dai);
-    sum_a[h] += scaled * (x > 20.0 ? x : std::log1p(std::exp(x)));  // softplus (threshold 20)
+    sum_a[h] += scaled * softplus_double(x);
     sum_bias[h] += dai;
   }
   for (size_t h = 0; h < static_cast<size_t>(H); ++h) {
