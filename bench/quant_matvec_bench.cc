@@ -172,8 +172,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("%-13s %-5s %9s | %8s %6s | %8s %6s\n", "N x K", "W", "MB", "1T GB/s", "%bw", "2T GB/s", "%bw");
-  // "Q8_0p", "Q4_0p": stored in panels (core/quant_panels.h), as a loaded model keeps them
-  const char* types[] = {"bf16", "Q8_0", "Q8_0p", "Q6_K", "Q4_K", "Q4_0", "Q4_0p"};
+  // "Q8_0p", "Q4_Kp", "Q4_0p": stored in panels (core/quant_panels.h), as a loaded model keeps them
+  const char* types[] = {"bf16", "Q8_0", "Q8_0p", "Q6_K", "Q4_K", "Q4_Kp", "Q4_0", "Q4_0p"};
   for (const Shape& s : parse_shapes(shapes_arg)) {
     std::vector<float> x(static_cast<size_t>(s.K)), y(static_cast<size_t>(s.N));
     std::mt19937 rng(2);

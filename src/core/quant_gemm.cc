@@ -19,6 +19,7 @@
 #include "hwy/highway.h"
 #include "qkv/core/bf16.h"
 #include "qkv/core/quant_blocks.h"
+#include "qkv/core/quant_panels.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::HWY_NAMESPACE {
@@ -185,6 +186,16 @@ constexpr int64_t kStoredScaleBytes = 2 * qd::kPanelRows;
 // the bandwidth on one stream, as in gemv.cc).
 constexpr int64_t kStoredPrefetch = 2048;
 
+// v, from here on held in a register: the compiler would otherwise read a line of nibbles from
+// memory twice, once into the AND of the low ones and once into the shift of the high ones, and a
+// block's loads, not its vpdpbusd, would set the kernel's pace (Q4_0 in L1 on Zen 5: 13.7 cycles a
+// block of 16 rows against 9.7 with one load).
+template <typename V>
+QKV_QG_ATTR HWY_INLINE V InRegister(V v) {
+  asm volatile("" : "+v"(v));
+  return v;
+}
+
 #if HWY_TARGET == HWY_AVX3_DL
 template <int R, int G, bool kQ4>
 QKV_QG_ATTR void StoredPanelRows(const uint8_t* panel, const uint8_t* xg, int64_t nb, bool ahead, float* y, int64_t N) {
@@ -209,7 +220,7 @@ QKV_QG_ATTR void StoredPanelRows(const uint8_t* panel, const uint8_t* xg, int64_
     int s0[4], s1[4];
     if constexpr (kQ4) {
       for (int s = 0; s < 4; ++s) {
-        const __m512i raw = _mm512_loadu_si512(q + 64 * s);
+        const __m512i raw = InRegister(_mm512_loadu_si512(q + 64 * s));
         w0[s] = _mm512_and_si512(raw, low4);
         w1[s] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
         s0[s] = s;
@@ -600,6 +611,16 @@ bool HasGemmK() { return true; }
 int64_t PackedActivationBytesK(int64_t M, int64_t nb) { return (M + kGroup - 1) / kGroup * nb * kKXBlockBytes; }
 void PackXK(const BlockQ8K* x, int64_t nb, int64_t M, uint8_t* out) { PackActivationsK(x, nb, M, out); }
 
+// A packed panel (columns [n, n + cols) of y) against every row of x (packed by PackXK).
+template <bool kQ6>
+void MultiplyPanelK(const uint8_t* panel, const uint8_t* xp, int64_t nb, int64_t M, int64_t N, int64_t n, int64_t cols,
+                    float* y) {
+  for (int64_t m = 0; m < M; m += kGroup) {
+    const uint8_t* xg = xp + (m / kGroup) * nb * kKXBlockBytes;
+    PanelGroupK<kQ6>(panel, xg, nb, std::min<int64_t>(kGroup, M - m), cols, y + m * N + n, N);
+  }
+}
+
 // Rows [n0, n1) of y for every row of x (packed by PackXK), one panel of W at a time.
 void GemmK(uint32_t id, const uint8_t* W, int64_t row_bytes, const uint8_t* xp, int64_t nb, int64_t M, int64_t N,
            int64_t n0, int64_t n1, float* y) {
@@ -609,17 +630,12 @@ void GemmK(uint32_t id, const uint8_t* W, int64_t row_bytes, const uint8_t* xp, 
   if (panel.size() < static_cast<size_t>(nb * block)) panel.resize(static_cast<size_t>(nb * block));
   for (int64_t n = n0; n < n1; n += qd::kPanelRows) {
     const int64_t cols = std::min(qd::kPanelRows, n1 - n);
-    if (q6)
+    if (q6) {
       PackPanelK<true>(W, row_bytes, nb, n, cols, panel.data());
-    else
+      MultiplyPanelK<true>(panel.data(), xp, nb, M, N, n, cols, y);
+    } else {
       PackPanelK<false>(W, row_bytes, nb, n, cols, panel.data());
-    for (int64_t m = 0; m < M; m += kGroup) {
-      const uint8_t* xg = xp + (m / kGroup) * nb * kKXBlockBytes;
-      const int64_t rows = std::min<int64_t>(kGroup, M - m);
-      if (q6)
-        PanelGroupK<true>(panel.data(), xg, nb, rows, cols, y + m * N + n, N);
-      else
-        PanelGroupK<false>(panel.data(), xg, nb, rows, cols, y + m * N + n, N);
+      MultiplyPanelK<false>(panel.data(), xp, nb, M, N, n, cols, y);
     }
   }
 }
@@ -654,6 +670,167 @@ void Gemm32(uint32_t id, const uint8_t* W, int64_t row_bytes, const uint8_t* xp,
     }
   }
 }
+
+// --- Q4_K stored in panels (qkv/core/quant_panels.h) --------------------------------------------
+//
+// A stored super-block of 16 rows (16 x 144 = 2304 bytes): f16 d[16], f16 dmin[16], then the rows'
+// 12 bytes of packed scales and mins as three words each, w0[16] w1[16] w2[16], then 32 steps of
+// 64 bytes: step s = 8 p + t holds row j's quant bytes 32 p + 4 t .. 32 p + 4 t + 3 at 256 + 64 s +
+// 4 j, whose low nibbles are values 4 t .. 4 t + 3 of sub-block 2 p and whose high nibbles are the
+// same values of sub-block 2 p + 1. The 16 rows' scales and mins are unpacked in registers (the
+// operations of k_scale_min on every row at once), and a super-block's sums are those of the row
+// kernel (RowsK), exact in int32:
+//   scaled = sum_j s_j (sum_i q_i qx_i)     (per sub-block j: a vpdpbusd chain, then vpmulld;
+//                                             AVX2: vpmaddubsw summed in int16, then vpmaddwd by s_j)
+//   mins   = sum_j m_j xs_j                  (xs_j: x's sum over sub-block j; vpdpwssd / vpmaddwd)
+// and enter y in RowsK's float order: y = fma(float(scaled), d dx, y); y = fma(float(-mins), dmin dx, y).
+// x is read as quantized (BlockQ8K) with, per super-block, its sub-blocks' sums as the four words
+// (xs0 | xs2 << 16, xs1 | xs3 << 16, xs4 | xs6 << 16, xs5 | xs7 << 16) that the mins' pairs meet.
+constexpr int64_t kQ4KStoredBlock = 16 * 144;
+constexpr int64_t kQ4KStoredSteps = 256;  // where the steps start (after the header's columns)
+
+QKV_QG_ATTR HWY_INLINE int32_t Word(const int8_t* q) {
+  int32_t w;
+  std::memcpy(&w, q, 4);
+  return w;
+}
+
+#if HWY_TARGET == HWY_AVX3_DL
+// One row of x against one stored Q4_K panel (nb super-blocks): y[0 .. 16).
+QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int32_t* xmins, int64_t nb, bool ahead,
+                              float* y) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F), byte = _mm512_set1_epi32(0xFF);
+  const __m512i k6 = _mm512_set1_epi32(0x3f3f3f3f), k4 = _mm512_set1_epi32(0x0f0f0f0f),
+                k2 = _mm512_set1_epi32(0x03030303), even16 = _mm512_set1_epi32(0x00FF00FF);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = panel + b * kQ4KStoredBlock;
+    if (ahead)
+      for (int64_t line = 0; line < kQ4KStoredBlock; line += 64) hwy::Prefetch(p + kStoredPrefetch + line);
+    const int8_t* xq = x[b].q;
+    const int32_t* xm = xmins + 4 * b;
+    // k_scale_min on 16 rows: sc_lo / mn_lo the bytes of sub-blocks 0..3, sc_hi / mn_hi of 4..7
+    const __m512i w0 = _mm512_loadu_si512(p + 64), w1 = _mm512_loadu_si512(p + 128), w2 = _mm512_loadu_si512(p + 192);
+    const __m512i sc_lo = _mm512_and_si512(w0, k6), mn_lo = _mm512_and_si512(w1, k6);
+    const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(w2, k4),
+                                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), k2), 4));
+    const __m512i mn_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), k4),
+                                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), k2), 4));
+    __m512i mins = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(mn_lo, even16), _mm512_set1_epi32(xm[0]));
+    mins = _mm512_dpwssd_epi32(mins, _mm512_and_si512(_mm512_srli_epi32(mn_lo, 8), even16), _mm512_set1_epi32(xm[1]));
+    mins = _mm512_dpwssd_epi32(mins, _mm512_and_si512(mn_hi, even16), _mm512_set1_epi32(xm[2]));
+    mins = _mm512_dpwssd_epi32(mins, _mm512_and_si512(_mm512_srli_epi32(mn_hi, 8), even16), _mm512_set1_epi32(xm[3]));
+    __m512i scaled = _mm512_setzero_si512();
+    for (int pair = 0; pair < 4; ++pair) {
+      __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+      for (int t = 0; t < 8; ++t) {
+        const __m512i raw = InRegister(_mm512_loadu_si512(p + kQ4KStoredSteps + 64 * (8 * pair + t)));
+        lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(raw, low4), _mm512_set1_epi32(Word(xq + 64 * pair + 4 * t)));
+        hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4),
+                                 _mm512_set1_epi32(Word(xq + 64 * pair + 32 + 4 * t)));
+      }
+      const __m512i sc = pair < 2 ? sc_lo : sc_hi;
+      const int shift = 16 * (pair % 2);  // sub-block 2 pair's byte; 2 pair + 1's is the next
+      const __m512i s_even = _mm512_and_si512(_mm512_srli_epi32(sc, static_cast<unsigned>(shift)), byte);
+      const __m512i s_odd = _mm512_and_si512(_mm512_srli_epi32(sc, static_cast<unsigned>(shift + 8)), byte);
+      scaled = _mm512_add_epi32(scaled, _mm512_add_epi32(_mm512_mullo_epi32(lo, s_even), _mm512_mullo_epi32(hi, s_odd)));
+    }
+    const __m512 dx = _mm512_set1_ps(x[b].d);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(scaled), _mm512_mul_ps(d, dx), acc);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_setzero_si512(), mins)), _mm512_mul_ps(dmin, dx), acc);
+  }
+  _mm512_storeu_ps(y, acc);
+}
+#else
+// The same on AVX2: the panel's two halves of 8 rows, each super-block's second half from L1.
+QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int32_t* xmins, int64_t nb, bool ahead,
+                              float* y) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i k6 = _mm256_set1_epi32(0x3f3f3f3f), k4 = _mm256_set1_epi32(0x0f0f0f0f),
+                k2 = _mm256_set1_epi32(0x03030303), even16 = _mm256_set1_epi32(0x00FF00FF);
+  // vpshufb controls: byte k of each dword as an int16 twice (the scale of sub-block k or 4 + k)
+  __m256i pick[4];
+  for (int k = 0; k < 4; ++k) {
+    alignas(32) int8_t c[32];
+    for (int i = 0; i < 32; ++i) c[i] = i % 2 == 0 ? static_cast<int8_t>((i / 4) * 4 + k) : static_cast<int8_t>(-128);
+    pick[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(c));
+  }
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = panel + b * kQ4KStoredBlock;
+    if (ahead)
+      for (int64_t line = 0; line < kQ4KStoredBlock; line += 64) hwy::Prefetch(p + kStoredPrefetch + line);
+    const int8_t* xq = x[b].q;
+    const int32_t* xm = xmins + 4 * b;
+    const __m256 dx = _mm256_set1_ps(x[b].d);
+    for (int h = 0; h < 2; ++h) {
+      auto load = [&](int64_t at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + at + 32 * h)); };
+      const __m256i w0 = load(64), w1 = load(128), w2 = load(192);
+      const __m256i sc_lo = _mm256_and_si256(w0, k6), mn_lo = _mm256_and_si256(w1, k6);
+      const __m256i sc_hi = _mm256_or_si256(_mm256_and_si256(w2, k4),
+                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w0, 6), k2), 4));
+      const __m256i mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), k4),
+                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), k2), 4));
+      const __m256i mins = _mm256_add_epi32(
+          _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(mn_lo, even16), _mm256_set1_epi32(xm[0])),
+                           _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(mn_lo, 8), even16), _mm256_set1_epi32(xm[1]))),
+          _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(mn_hi, even16), _mm256_set1_epi32(xm[2])),
+                           _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(mn_hi, 8), even16), _mm256_set1_epi32(xm[3]))));
+      __m256i scaled = _mm256_setzero_si256();
+      for (int pair = 0; pair < 4; ++pair) {
+        // int16 sums of a sub-block's 8 steps: at most 8 x 2 x 15 x 127 = 30480, no overflow
+        __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+        for (int t = 0; t < 8; ++t) {
+          const __m256i raw = InRegister(load(kQ4KStoredSteps + 64 * (8 * pair + t)));
+          lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(_mm256_and_si256(raw, low4),
+                                                         _mm256_set1_epi32(Word(xq + 64 * pair + 4 * t))));
+          hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low4),
+                                                         _mm256_set1_epi32(Word(xq + 64 * pair + 32 + 4 * t))));
+        }
+        const __m256i sc = pair < 2 ? sc_lo : sc_hi;
+        const int k = 2 * (pair % 2);
+        scaled = _mm256_add_epi32(scaled, _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_shuffle_epi8(sc, pick[k])),
+                                                           _mm256_madd_epi16(hi, _mm256_shuffle_epi8(sc, pick[k + 1]))));
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+      const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
+      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(scaled), _mm256_mul_ps(d, dx), acc[h]);
+      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), mins)), _mm256_mul_ps(dmin, dx),
+                               acc[h]);
+    }
+  }
+  _mm256_storeu_ps(y, acc[0]);
+  _mm256_storeu_ps(y + 8, acc[1]);
+}
+#endif
+
+// Rows [n0, n1) of y (whole panels of a stored Q4_K W) for every row of x: below kGemmMinRows rows
+// each panel as stored against each row (the first asks for what follows); from there on each
+// panel back in the rows' layout, then packed as GemmK packs it (xp: x packed by PackXK).
+void GemmPanelsK(const uint8_t* W, int64_t row_bytes, const BlockQ8K* x, const int32_t* xmins, const uint8_t* xp,
+                 int64_t nb, int64_t M, int64_t N, int64_t n0, int64_t n1, float* y) {
+  if (M < qd::kGemmMinRows) {
+    for (int64_t n = n0; n < n1; n += qd::kPanelRows)
+      for (int64_t m = 0; m < M; ++m)
+        StoredQ4KRow(W + n * row_bytes, x + m * nb, xmins + m * nb * 4, nb, m == 0, y + m * N + n);
+    return;
+  }
+  thread_local std::vector<uint8_t> rows, panel;  // one panel's rows and its packing, reused
+  if (rows.size() < static_cast<size_t>(qd::kPanelRows * row_bytes))
+    rows.resize(static_cast<size_t>(qd::kPanelRows * row_bytes));
+  if (panel.size() < static_cast<size_t>(nb * KBlockBytes<false>()))
+    panel.resize(static_cast<size_t>(nb * KBlockBytes<false>()));
+  const QuantType& t = quant_type(qd::kQ4_K);
+  for (int64_t n = n0; n < n1; n += qd::kPanelRows) {
+    const QuantView stored{&t, W + n * row_bytes, true};
+    for (int64_t j = 0; j < qd::kPanelRows; ++j)
+      quant_row(stored, qd::kPanelRows, 256 * nb, j, rows.data() + j * row_bytes);
+    PackPanelK<false>(rows.data(), row_bytes, nb, 0, qd::kPanelRows, panel.data());
+    MultiplyPanelK<false>(panel.data(), xp, nb, M, N, n, qd::kPanelRows, y);
+  }
+}
 #else
 bool HasGemm() { return false; }
 bool HasGemmK() { return false; }
@@ -661,6 +838,8 @@ int64_t PackedActivationBytesK(int64_t, int64_t) { return 0; }
 void PackXK(const BlockQ8K*, int64_t, int64_t, uint8_t*) {}
 void GemmK(uint32_t, const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*) {}
 void GemmPanels(uint32_t, const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*) {}
+void GemmPanelsK(const uint8_t*, int64_t, const BlockQ8K*, const int32_t*, const uint8_t*, int64_t, int64_t, int64_t,
+                 int64_t, int64_t, float*) {}
 int64_t PackedActivationBytesStored(int64_t, int64_t) { return 0; }
 void PackXStored(uint32_t, const qd::Activations32&, int64_t, uint8_t*) {}
 int64_t PackedActivationBytes(int64_t, int64_t) { return 0; }
@@ -685,6 +864,7 @@ HWY_EXPORT(HasGemmK);
 HWY_EXPORT(PackedActivationBytesK);
 HWY_EXPORT(PackXK);
 HWY_EXPORT(GemmK);
+HWY_EXPORT(GemmPanelsK);
 
 namespace {
 // W's N rows in runs of whole panels over the pool: `per_thread` tasks per thread (more balance a
@@ -739,6 +919,37 @@ void quant_gemm_panels(uint32_t id, const uint8_t* W, int64_t row_bytes, const A
   // prefetchers find the stream; every extra run pays it again). A prompt's: four, for balance.
   over_panels(N / kPanelRows * kPanelRows, pool, M < kGemmMinRows ? 1 : 4, [&](int64_t n0, int64_t n1) {
     HWY_DYNAMIC_DISPATCH(GemmPanels)(id, W, row_bytes, xp, x.nb, M, N, n0, n1, y);
+  });
+}
+
+void quant_gemm_panels_k(const uint8_t* W, int64_t row_bytes, const BlockQ8K* x, int64_t nb, int64_t M, int64_t N,
+                         float* y, ThreadPool& pool) {
+  // x's sub-block sums as the words the mins' pairs meet (4 per super-block), and for a prompt x packed
+  thread_local std::vector<int32_t> xmins;
+  if (xmins.size() < static_cast<size_t>(M * nb * 4)) xmins.resize(static_cast<size_t>(M * nb * 4));
+  auto pair = [](int a, int b) {
+    return static_cast<int32_t>(static_cast<uint16_t>(a) | (static_cast<uint32_t>(static_cast<uint16_t>(b)) << 16));
+  };
+  for (int64_t i = 0; i < M * nb; ++i) {
+    int xs[8];
+    for (int j = 0; j < 8; ++j) xs[j] = x[i].bsums[2 * j] + x[i].bsums[2 * j + 1];
+    int32_t* w = xmins.data() + 4 * i;
+    w[0] = pair(xs[0], xs[2]);
+    w[1] = pair(xs[1], xs[3]);
+    w[2] = pair(xs[4], xs[6]);
+    w[3] = pair(xs[5], xs[7]);
+  }
+  thread_local std::vector<uint8_t> packed;
+  if (M >= kGemmMinRows) {
+    const size_t bytes = static_cast<size_t>(HWY_DYNAMIC_DISPATCH(PackedActivationBytesK)(M, nb));
+    if (packed.size() < bytes) packed.resize(bytes);
+    HWY_DYNAMIC_DISPATCH(PackXK)(x, nb, M, packed.data());
+  }
+  // (pointers taken here: in the lambda, on a worker, the thread_local names would be the worker's)
+  const int32_t* xm = xmins.data();
+  const uint8_t* xp = packed.data();
+  over_panels(N / kPanelRows * kPanelRows, pool, M < kGemmMinRows ? 1 : 4, [&](int64_t n0, int64_t n1) {
+    HWY_DYNAMIC_DISPATCH(GemmPanelsK)(W, row_bytes, x, xm, xp, nb, M, N, n0, n1, y);
   });
 }
 
