@@ -3,7 +3,7 @@
 // next to the machine's read bandwidth measured in the same run (kernels/memory_bandwidth.h), on
 // 1 and 2 threads. Decode streams every weight from memory, so each call reads a different copy of
 // W from a ring of copies at least 4 x L3 (and 512 MiB) long: the weight is never in cache.
-// Q8_0p and Q4_0p: the same types stored in panels of 16 rows (core/quant_panels.h), as a loaded
+// Q8_0p, Q6_Kp, Q4_Kp and Q4_0p: the same types stored in panels of 16 rows (core/quant_panels.h), as a loaded
 // model keeps them.
 // With --rows M > 1 (a prompt's M rows: the packed kernel, src/core/quant_gemm.h), the figure is
 // GOP/s instead: 2 M N K / the median call time (the integer products' multiply-adds as 2 ops),
@@ -172,8 +172,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("%-13s %-5s %9s | %8s %6s | %8s %6s\n", "N x K", "W", "MB", "1T GB/s", "%bw", "2T GB/s", "%bw");
-  // "Q8_0p", "Q4_Kp", "Q4_0p": stored in panels (core/quant_panels.h), as a loaded model keeps them
-  const char* types[] = {"bf16", "Q8_0", "Q8_0p", "Q6_K", "Q4_K", "Q4_Kp", "Q4_0", "Q4_0p"};
+  // "Q8_0p", "Q6_Kp", "Q4_Kp", "Q4_0p": stored in panels (core/quant_panels.h), as a loaded model keeps them
+  const char* types[] = {"bf16", "Q8_0", "Q8_0p", "Q6_K", "Q6_Kp", "Q4_K", "Q4_Kp", "Q4_0", "Q4_0p"};
   for (const Shape& s : parse_shapes(shapes_arg)) {
     std::vector<float> x(static_cast<size_t>(s.K)), y(static_cast<size_t>(s.N));
     std::mt19937 rng(2);

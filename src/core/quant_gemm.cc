@@ -671,7 +671,7 @@ void Gemm32(uint32_t id, const uint8_t* W, int64_t row_bytes, const uint8_t* xp,
   }
 }
 
-// --- Q4_K stored in panels (qkv/core/quant_panels.h) --------------------------------------------
+// --- Q4_K and Q6_K stored in panels (qkv/core/quant_panels.h) ------------------------------------
 //
 // A stored super-block of 16 rows (16 x 144 = 2304 bytes): f16 d[16], f16 dmin[16], then the rows'
 // 12 bytes of packed scales and mins as three words each, w0[16] w1[16] w2[16], then 32 steps of
@@ -685,9 +685,12 @@ void Gemm32(uint32_t id, const uint8_t* W, int64_t row_bytes, const uint8_t* xp,
 //   mins   = sum_j m_j xs_j                  (xs_j: x's sum over sub-block j; vpdpwssd / vpmaddwd)
 // and enter y in RowsK's float order: y = fma(float(scaled), d dx, y); y = fma(float(-mins), dmin dx, y).
 // x is read as quantized (BlockQ8K) with, per super-block, its sub-blocks' sums as the four words
-// (xs0 | xs2 << 16, xs1 | xs3 << 16, xs4 | xs6 << 16, xs5 | xs7 << 16) that the mins' pairs meet.
+// (xs0 | xs2 << 16, xs1 | xs3 << 16, xs4 | xs6 << 16, xs5 | xs7 << 16) that the mins' pairs meet
+// (quant_gemm_panels_k's xwords, 8 a super-block: Q6_K's take all 8).
 constexpr int64_t kQ4KStoredBlock = 16 * 144;
 constexpr int64_t kQ4KStoredSteps = 256;  // where the steps start (after the header's columns)
+constexpr int64_t kQ6KStoredBlock = 16 * 210;
+constexpr int64_t kQ6KStoredSteps = 288;
 
 QKV_QG_ATTR HWY_INLINE int32_t Word(const int8_t* q) {
   int32_t w;
@@ -708,7 +711,7 @@ QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int
     if (ahead)
       for (int64_t line = 0; line < kQ4KStoredBlock; line += 64) hwy::Prefetch(p + kStoredPrefetch + line);
     const int8_t* xq = x[b].q;
-    const int32_t* xm = xmins + 4 * b;
+    const int32_t* xm = xmins + 8 * b;
     // k_scale_min on 16 rows: sc_lo / mn_lo the bytes of sub-blocks 0..3, sc_hi / mn_hi of 4..7
     const __m512i w0 = _mm512_loadu_si512(p + 64), w1 = _mm512_loadu_si512(p + 128), w2 = _mm512_loadu_si512(p + 192);
     const __m512i sc_lo = _mm512_and_si512(w0, k6), mn_lo = _mm512_and_si512(w1, k6);
@@ -743,6 +746,59 @@ QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int
   }
   _mm512_storeu_ps(y, acc);
 }
+
+// One row of x against one stored Q6_K panel: d[16], the four words of int8 scales c0..c3[16]
+// (groups 4 c .. 4 c + 3), then 48 steps (ql's 32, qh's 16) from byte 288. Values 128 h + 32 k +
+// 4 t + i of row j: low bits from ql step 16 h + t (k 0, 2: its low / high nibble) or 16 h + 8 + t
+// (k 1, 3), high bits (2 k, 2 k + 1) of qh step 32 + 8 h + t; group g = 8 h + 2 k + t / 4.
+//   isum = sum_g sc_g (sum_i q_i qx_i) - 32 sum_g sc_g bsum_g     (RowsK's, exact in int32)
+QKV_QG_ATTR void StoredQ6KRow(const uint8_t* panel, const BlockQ8K* x, const int32_t* xwords, int64_t nb, bool ahead,
+                              float* y) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = panel + b * kQ6KStoredBlock;
+    if (ahead)
+      for (int64_t line = 0; line < kQ6KStoredBlock; line += 64) hwy::Prefetch(p + kStoredPrefetch + line);
+    const int8_t* xq = x[b].q;
+    const int32_t* xw = xwords + 8 * b;
+    __m512i c[4], offset = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) {
+      c[k] = _mm512_loadu_si512(p + 32 + 64 * k);
+      offset = _mm512_dpwssd_epi32(offset, _mm512_srai_epi16(_mm512_slli_epi16(c[k], 8), 8), _mm512_set1_epi32(xw[2 * k]));
+      offset = _mm512_dpwssd_epi32(offset, _mm512_srai_epi16(c[k], 8), _mm512_set1_epi32(xw[2 * k + 1]));
+    }
+    __m512i scaled = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h)
+      for (int half = 0; half < 2; ++half) {
+        __m512i part[4];
+        for (int k = 0; k < 4; ++k) part[k] = _mm512_setzero_si512();
+        for (int t = 4 * half; t < 4 * half + 4; ++t) {
+          const uint8_t* st = p + kQ6KStoredSteps;
+          const __m512i qa = InRegister(_mm512_loadu_si512(st + 64 * (16 * h + t)));
+          const __m512i qb = InRegister(_mm512_loadu_si512(st + 64 * (16 * h + 8 + t)));
+          const __m512i qh = InRegister(_mm512_loadu_si512(st + 64 * (32 + 8 * h + t)));
+          __m512i q[4];
+          q[0] = _mm512_or_si512(_mm512_and_si512(qa, low4), _mm512_and_si512(_mm512_slli_epi16(qh, 4), bits45));
+          q[1] = _mm512_or_si512(_mm512_and_si512(qb, low4), _mm512_and_si512(_mm512_slli_epi16(qh, 2), bits45));
+          q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(qa, 4), low4), _mm512_and_si512(qh, bits45));
+          q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(qb, 4), low4),
+                                 _mm512_and_si512(_mm512_srli_epi16(qh, 2), bits45));
+          for (int k = 0; k < 4; ++k)
+            part[k] = _mm512_dpbusd_epi32(part[k], q[k], _mm512_set1_epi32(Word(xq + 128 * h + 32 * k + 4 * t)));
+        }
+        for (int k = 0; k < 4; ++k) {
+          const int g = 8 * h + 2 * k + half;  // its scale: byte g % 4 of word g / 4, sign-extended
+          const __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(c[g / 4], static_cast<unsigned>(24 - 8 * (g % 4))), 24);
+          scaled = _mm512_add_epi32(scaled, _mm512_mullo_epi32(part[k], sc));
+        }
+      }
+    const __m512i isum = _mm512_sub_epi32(scaled, _mm512_slli_epi32(offset, 5));
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, _mm512_set1_ps(x[b].d)), acc);
+  }
+  _mm512_storeu_ps(y, acc);
+}
 #else
 // The same on AVX2: the panel's two halves of 8 rows, each super-block's second half from L1.
 QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int32_t* xmins, int64_t nb, bool ahead,
@@ -763,7 +819,7 @@ QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int
     if (ahead)
       for (int64_t line = 0; line < kQ4KStoredBlock; line += 64) hwy::Prefetch(p + kStoredPrefetch + line);
     const int8_t* xq = x[b].q;
-    const int32_t* xm = xmins + 4 * b;
+    const int32_t* xm = xmins + 8 * b;
     const __m256 dx = _mm256_set1_ps(x[b].d);
     for (int h = 0; h < 2; ++h) {
       auto load = [&](int64_t at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + at + 32 * h)); };
@@ -804,31 +860,110 @@ QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int
   _mm256_storeu_ps(y, acc[0]);
   _mm256_storeu_ps(y + 8, acc[1]);
 }
+
+// The same on AVX2 (each half of 8 rows in turn): two steps' vpmaddubsw summed in int16 (at most
+// 2 x 2 x 63 x 127 = 32004), then vpmaddwd by the group's scale.
+QKV_QG_ATTR void StoredQ6KRow(const uint8_t* panel, const BlockQ8K* x, const int32_t* xwords, int64_t nb, bool ahead,
+                              float* y) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+  // vpshufb controls: byte k of each dword into the high byte of both its words (then >> 8: the
+  // signed scale as two int16)
+  __m256i pick[4];
+  for (int k = 0; k < 4; ++k) {
+    alignas(32) int8_t ctl[32];
+    for (int i = 0; i < 32; ++i) ctl[i] = i % 2 == 1 ? static_cast<int8_t>((i / 4) * 4 + k) : static_cast<int8_t>(-128);
+    pick[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ctl));
+  }
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = panel + b * kQ6KStoredBlock;
+    if (ahead)
+      for (int64_t line = 0; line < kQ6KStoredBlock; line += 64) hwy::Prefetch(p + kStoredPrefetch + line);
+    const int8_t* xq = x[b].q;
+    const int32_t* xw = xwords + 8 * b;
+    const __m256 dx = _mm256_set1_ps(x[b].d);
+    for (int rows = 0; rows < 2; ++rows) {
+      auto load = [&](int64_t at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + at + 32 * rows)); };
+      __m256i c[4], offset = _mm256_setzero_si256();
+      for (int k = 0; k < 4; ++k) {
+        c[k] = load(32 + 64 * k);
+        offset = _mm256_add_epi32(offset, _mm256_madd_epi16(_mm256_srai_epi16(_mm256_slli_epi16(c[k], 8), 8),
+                                                            _mm256_set1_epi32(xw[2 * k])));
+        offset = _mm256_add_epi32(offset, _mm256_madd_epi16(_mm256_srai_epi16(c[k], 8), _mm256_set1_epi32(xw[2 * k + 1])));
+      }
+      __m256i scaled = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h)
+        for (int half = 0; half < 2; ++half) {
+          __m256i sc[4];
+          for (int k = 0; k < 4; ++k) {
+            const int g = 8 * h + 2 * k + half;
+            sc[k] = _mm256_srai_epi16(_mm256_shuffle_epi8(c[g / 4], pick[g % 4]), 8);
+          }
+          for (int t = 4 * half; t < 4 * half + 4; t += 2) {
+            __m256i s16[4];
+            for (int k = 0; k < 4; ++k) s16[k] = _mm256_setzero_si256();
+            for (int u = t; u < t + 2; ++u) {
+              const __m256i qa = InRegister(load(kQ6KStoredSteps + 64 * (16 * h + u)));
+              const __m256i qb = InRegister(load(kQ6KStoredSteps + 64 * (16 * h + 8 + u)));
+              const __m256i qh = InRegister(load(kQ6KStoredSteps + 64 * (32 + 8 * h + u)));
+              __m256i q[4];
+              q[0] = _mm256_or_si256(_mm256_and_si256(qa, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
+              q[1] = _mm256_or_si256(_mm256_and_si256(qb, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
+              q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), low4), _mm256_and_si256(qh, bits45));
+              q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), low4),
+                                     _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
+              for (int k = 0; k < 4; ++k)
+                s16[k] = _mm256_add_epi16(
+                    s16[k], _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(Word(xq + 128 * h + 32 * k + 4 * u))));
+            }
+            for (int k = 0; k < 4; ++k) scaled = _mm256_add_epi32(scaled, _mm256_madd_epi16(s16[k], sc[k]));
+          }
+        }
+      const __m256i isum = _mm256_sub_epi32(scaled, _mm256_slli_epi32(offset, 5));
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * rows)));
+      acc[rows] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dx), acc[rows]);
+    }
+  }
+  _mm256_storeu_ps(y, acc[0]);
+  _mm256_storeu_ps(y + 8, acc[1]);
+}
 #endif
 
-// Rows [n0, n1) of y (whole panels of a stored Q4_K W) for every row of x: below kGemmMinRows rows
-// each panel as stored against each row (the first asks for what follows); from there on each
-// panel back in the rows' layout, then packed as GemmK packs it (xp: x packed by PackXK).
-void GemmPanelsK(const uint8_t* W, int64_t row_bytes, const BlockQ8K* x, const int32_t* xmins, const uint8_t* xp,
-                 int64_t nb, int64_t M, int64_t N, int64_t n0, int64_t n1, float* y) {
+// Rows [n0, n1) of y (whole panels of a stored Q4_K or Q6_K W) for every row of x (xwords: 8 per
+// super-block): below kGemmMinRows rows each panel as stored against each row (the first asks for
+// what follows); from there on each panel back in the rows' layout, then packed as GemmK packs it
+// (xp: x packed by PackXK).
+void GemmPanelsK(uint32_t id, const uint8_t* W, int64_t row_bytes, const BlockQ8K* x, const int32_t* xwords,
+                 const uint8_t* xp, int64_t nb, int64_t M, int64_t N, int64_t n0, int64_t n1, float* y) {
+  const bool q6 = id == qd::kQ6_K;
   if (M < qd::kGemmMinRows) {
     for (int64_t n = n0; n < n1; n += qd::kPanelRows)
-      for (int64_t m = 0; m < M; ++m)
-        StoredQ4KRow(W + n * row_bytes, x + m * nb, xmins + m * nb * 4, nb, m == 0, y + m * N + n);
+      for (int64_t m = 0; m < M; ++m) {
+        const uint8_t* panel = W + n * row_bytes;
+        if (q6)
+          StoredQ6KRow(panel, x + m * nb, xwords + m * nb * 8, nb, m == 0, y + m * N + n);
+        else
+          StoredQ4KRow(panel, x + m * nb, xwords + m * nb * 8, nb, m == 0, y + m * N + n);
+      }
     return;
   }
   thread_local std::vector<uint8_t> rows, panel;  // one panel's rows and its packing, reused
   if (rows.size() < static_cast<size_t>(qd::kPanelRows * row_bytes))
     rows.resize(static_cast<size_t>(qd::kPanelRows * row_bytes));
-  if (panel.size() < static_cast<size_t>(nb * KBlockBytes<false>()))
-    panel.resize(static_cast<size_t>(nb * KBlockBytes<false>()));
-  const QuantType& t = quant_type(qd::kQ4_K);
+  const int64_t block = q6 ? KBlockBytes<true>() : KBlockBytes<false>();
+  if (panel.size() < static_cast<size_t>(nb * block)) panel.resize(static_cast<size_t>(nb * block));
+  const QuantType& t = quant_type(id);
   for (int64_t n = n0; n < n1; n += qd::kPanelRows) {
     const QuantView stored{&t, W + n * row_bytes, true};
     for (int64_t j = 0; j < qd::kPanelRows; ++j)
       quant_row(stored, qd::kPanelRows, 256 * nb, j, rows.data() + j * row_bytes);
-    PackPanelK<false>(rows.data(), row_bytes, nb, 0, qd::kPanelRows, panel.data());
-    MultiplyPanelK<false>(panel.data(), xp, nb, M, N, n, qd::kPanelRows, y);
+    if (q6) {
+      PackPanelK<true>(rows.data(), row_bytes, nb, 0, qd::kPanelRows, panel.data());
+      MultiplyPanelK<true>(panel.data(), xp, nb, M, N, n, qd::kPanelRows, y);
+    } else {
+      PackPanelK<false>(rows.data(), row_bytes, nb, 0, qd::kPanelRows, panel.data());
+      MultiplyPanelK<false>(panel.data(), xp, nb, M, N, n, qd::kPanelRows, y);
+    }
   }
 }
 #else
@@ -838,8 +973,8 @@ int64_t PackedActivationBytesK(int64_t, int64_t) { return 0; }
 void PackXK(const BlockQ8K*, int64_t, int64_t, uint8_t*) {}
 void GemmK(uint32_t, const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*) {}
 void GemmPanels(uint32_t, const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*) {}
-void GemmPanelsK(const uint8_t*, int64_t, const BlockQ8K*, const int32_t*, const uint8_t*, int64_t, int64_t, int64_t,
-                 int64_t, int64_t, float*) {}
+void GemmPanelsK(uint32_t, const uint8_t*, int64_t, const BlockQ8K*, const int32_t*, const uint8_t*, int64_t, int64_t,
+                 int64_t, int64_t, int64_t, float*) {}
 int64_t PackedActivationBytesStored(int64_t, int64_t) { return 0; }
 void PackXStored(uint32_t, const qd::Activations32&, int64_t, uint8_t*) {}
 int64_t PackedActivationBytes(int64_t, int64_t) { return 0; }
@@ -922,22 +1057,28 @@ void quant_gemm_panels(uint32_t id, const uint8_t* W, int64_t row_bytes, const A
   });
 }
 
-void quant_gemm_panels_k(const uint8_t* W, int64_t row_bytes, const BlockQ8K* x, int64_t nb, int64_t M, int64_t N,
-                         float* y, ThreadPool& pool) {
-  // x's sub-block sums as the words the mins' pairs meet (4 per super-block), and for a prompt x packed
-  thread_local std::vector<int32_t> xmins;
-  if (xmins.size() < static_cast<size_t>(M * nb * 4)) xmins.resize(static_cast<size_t>(M * nb * 4));
+void quant_gemm_panels_k(uint32_t id, const uint8_t* W, int64_t row_bytes, const BlockQ8K* x, int64_t nb, int64_t M,
+                         int64_t N, float* y, ThreadPool& pool) {
+  // x's sums as the words the kernels' pairs meet, 8 per super-block: Q4_K the sub-blocks' sums
+  // xs_j (xs0 | xs2 << 16, xs1 | xs3 << 16, xs4 | xs6 << 16, xs5 | xs7 << 16, then zeros) against
+  // the mins; Q6_K the bsums (b0 | b2 << 16, b1 | b3 << 16, b4 | b6 << 16, ...) against the scales
+  thread_local std::vector<int32_t> xwords;
+  if (xwords.size() < static_cast<size_t>(M * nb * 8)) xwords.resize(static_cast<size_t>(M * nb * 8));
   auto pair = [](int a, int b) {
     return static_cast<int32_t>(static_cast<uint16_t>(a) | (static_cast<uint32_t>(static_cast<uint16_t>(b)) << 16));
   };
   for (int64_t i = 0; i < M * nb; ++i) {
-    int xs[8];
-    for (int j = 0; j < 8; ++j) xs[j] = x[i].bsums[2 * j] + x[i].bsums[2 * j + 1];
-    int32_t* w = xmins.data() + 4 * i;
-    w[0] = pair(xs[0], xs[2]);
-    w[1] = pair(xs[1], xs[3]);
-    w[2] = pair(xs[4], xs[6]);
-    w[3] = pair(xs[5], xs[7]);
+    int s[16];
+    const bool q6 = id == kQ6_K;
+    for (int j = 0; j < (q6 ? 16 : 8); ++j)
+      s[j] = q6 ? x[i].bsums[j] : x[i].bsums[2 * j] + x[i].bsums[2 * j + 1];
+    if (!q6)
+      for (int j = 8; j < 16; ++j) s[j] = 0;
+    int32_t* w = xwords.data() + 8 * i;
+    for (int c = 0; c < 4; ++c) {
+      w[2 * c] = pair(s[4 * c], s[4 * c + 2]);
+      w[2 * c + 1] = pair(s[4 * c + 1], s[4 * c + 3]);
+    }
   }
   thread_local std::vector<uint8_t> packed;
   if (M >= kGemmMinRows) {
@@ -946,10 +1087,10 @@ void quant_gemm_panels_k(const uint8_t* W, int64_t row_bytes, const BlockQ8K* x,
     HWY_DYNAMIC_DISPATCH(PackXK)(x, nb, M, packed.data());
   }
   // (pointers taken here: in the lambda, on a worker, the thread_local names would be the worker's)
-  const int32_t* xm = xmins.data();
+  const int32_t* xw = xwords.data();
   const uint8_t* xp = packed.data();
   over_panels(N / kPanelRows * kPanelRows, pool, M < kGemmMinRows ? 1 : 4, [&](int64_t n0, int64_t n1) {
-    HWY_DYNAMIC_DISPATCH(GemmPanelsK)(W, row_bytes, x, xm, xp, nb, M, N, n0, n1, y);
+    HWY_DYNAMIC_DISPATCH(GemmPanelsK)(id, W, row_bytes, x, xw, xp, nb, M, N, n0, n1, y);
   });
 }
 

@@ -63,11 +63,12 @@ bool quant_gemm_k_available();
 void quant_gemm_k(uint32_t id, const uint8_t* W, int64_t row_bytes, const BlockQ8K* x, int64_t nb, int64_t M, int64_t N,
                   float* y, ThreadPool& pool);
 
-// The same for Q4_K (id 12) stored in panels (qkv/core/quant_panels.h), its whole panels only, for
-// any M: below kGemmMinRows a stored-panel kernel per row of x (one stream of W per thread); from
-// there on each panel back in the rows' layout, packed and multiplied as quant_gemm_k does. The
-// bits of quant_gemm_k and of the row kernel on the same rows. Where quant_gemm_k_available().
-void quant_gemm_panels_k(const uint8_t* W, int64_t row_bytes, const BlockQ8K* x, int64_t nb, int64_t M, int64_t N,
-                         float* y, ThreadPool& pool);
+// The same for Q4_K (id 12) and Q6_K (id 14) stored in panels (qkv/core/quant_panels.h), their
+// whole panels only, for any M: below kGemmMinRows a stored-panel kernel per row of x (one stream
+// of W per thread); from there on each panel back in the rows' layout, packed and multiplied as
+// quant_gemm_k does. The bits of quant_gemm_k and of the row kernel on the same rows. Where
+// quant_gemm_k_available().
+void quant_gemm_panels_k(uint32_t id, const uint8_t* W, int64_t row_bytes, const BlockQ8K* x, int64_t nb, int64_t M,
+                         int64_t N, float* y, ThreadPool& pool);
 
 }  // namespace qkv::quant_detail

@@ -587,7 +587,7 @@ void quant_matvec(const QuantView& W, int64_t N, int64_t K, const float* x, int6
   const int64_t whole = N / kQuantPanelRows * kQuantPanelRows;  // the rows of whole panels
   if (W.panels && packed) {  // every M; the rows after the last panel below, in the rows' layout
     if (whole > 0 && k_quant(t.id)) {
-      quant_detail::quant_gemm_panels_k(W.blocks, row_bytes, reinterpret_cast<const BlockQ8K*>(xq.q), nb, M, N, y, p);
+      quant_detail::quant_gemm_panels_k(t.id, W.blocks, row_bytes, reinterpret_cast<const BlockQ8K*>(xq.q), nb, M, N, y, p);
     } else if (whole > 0) {
       const quant_detail::Activations32 act{reinterpret_cast<const BlockQ8*>(xq.q), xq.sums, nb};
       quant_detail::quant_gemm_panels(t.id, W.blocks, row_bytes, act, M, N, y, p);

@@ -1,4 +1,4 @@
-// Q8_0, Q4_0 and Q4_K rows in panels of 16. See include/qkv/core/quant_panels.h.
+// Q8_0, Q4_0, Q4_K and Q6_K rows in panels of 16. See include/qkv/core/quant_panels.h.
 #include "qkv/core/quant_panels.h"
 
 #include <array>
@@ -11,19 +11,27 @@
 namespace qkv {
 namespace {
 
-// Where row j's block b lives in a panel (relative to the panel's start). A block's header (the
-// bytes before its quants) is a few columns (Q4_0, Q8_0: the f16 d; Q4_K: d, dmin and the three
-// words of packed scales and mins), each stored as the 16 rows' values side by side, then its
-// quant bytes in steps of 4 of each row.
+// Where row j's block b lives in a panel (relative to the panel's start). A block is a few header
+// columns (its scales: Q4_0, Q8_0 the f16 d; Q4_K d, dmin and the three words of packed scales and
+// mins; Q6_K d and the four words of its 16 int8 scales), each stored as the 16 rows' values side
+// by side, then its quant bytes in steps of 4 of each row (Q6_K: ql's 32, then qh's 16).
 struct PanelBlock {
-  int64_t block_bytes;  // bs
-  int64_t header;       // h: the header's bytes in a row's block
-  std::array<int64_t, 5> widths{};  // the header's columns, in order (summing to h; 0: none)
-  explicit PanelBlock(const QuantType& t) : block_bytes(t.block_bytes), header(t.id == 12 ? 16 : 2) {
-    if (t.id == 12)
-      widths = {2, 2, 4, 4, 4};  // Q4_K: f16 d, f16 dmin, scales and mins (12 bytes, k_scale_min's packing)
-    else
-      widths = {2};
+  struct Column {
+    int64_t at = 0, width = 0;  // in a row's block
+  };
+  int64_t block_bytes;              // bs
+  std::array<Column, 5> columns{};  // in the panel's order (width 0: none)
+  int64_t header = 0;               // the columns' bytes in a row's block
+  int64_t quants_at = 0;            // where the quant bytes start in a row's block
+  explicit PanelBlock(const QuantType& t) : block_bytes(t.block_bytes) {
+    if (t.id == 12)  // Q4_K: f16 d, f16 dmin, 12 bytes of scales and mins (k_scale_min's packing), qs[128]
+      columns = {{{0, 2}, {2, 2}, {4, 4}, {8, 4}, {12, 4}}};
+    else if (t.id == 14)  // Q6_K: ql[128], qh[64], int8 scales[16], f16 d
+      columns = {{{208, 2}, {192, 4}, {196, 4}, {200, 4}, {204, 4}}};
+    else  // Q4_0, Q8_0: f16 d, quants
+      columns = {{{0, 2}}};
+    for (const Column& c : columns) header += c.width;
+    quants_at = t.id == 14 ? 0 : header;
   }
   int64_t steps() const { return (block_bytes - header) / 4; }
   int64_t at(int64_t b) const { return b * kQuantPanelRows * block_bytes; }
@@ -33,18 +41,18 @@ struct PanelBlock {
   template <typename Fn>
   void for_each_piece(int64_t b, int64_t j, const Fn& fn) const {
     int64_t off = 0;
-    for (const int64_t w : widths) {
-      if (w == 0) break;
-      fn(off, at(b) + kQuantPanelRows * off + w * j, w);
-      off += w;
+    for (const Column& c : columns) {
+      if (c.width == 0) break;
+      fn(c.at, at(b) + kQuantPanelRows * off + c.width * j, c.width);
+      off += c.width;
     }
-    for (int64_t s = 0; s < steps(); ++s) fn(header + 4 * s, step(b, s, j), int64_t{4});
+    for (int64_t s = 0; s < steps(); ++s) fn(quants_at + 4 * s, step(b, s, j), int64_t{4});
   }
 };
 
 }  // namespace
 
-bool panel_type(const QuantType& t) { return t.id == 2 || t.id == 8 || t.id == 12; }  // Q4_0, Q8_0, Q4_K
+bool panel_type(const QuantType& t) { return t.id == 2 || t.id == 8 || t.id == 12 || t.id == 14; }  // Q4_0, Q8_0, Q4_K, Q6_K
 
 bool panels_pay() { return quant_detail::quant_gemm_available(); }
 

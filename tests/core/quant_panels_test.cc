@@ -1,4 +1,4 @@
-// Q8_0, Q4_0 and Q4_K matrices stored in panels (qkv/core/quant_panels.h): the products on every SIMD
+// Q8_0, Q4_0, Q4_K and Q6_K matrices stored in panels (qkv/core/quant_panels.h): the products on every SIMD
 // target this CPU runs give the bits of the same matrix in the rows' layout, for a decoding step's
 // few rows (the stored-panel kernel, every count of rows below a group) and a prompt's (the
 // panels unpacked per call); N in whole panels, past them and below one; every row reads back;
@@ -27,8 +27,8 @@ using testing_support::error_of;
 using testing_support::for_each_quant_target;
 using testing_support::normal_vector;
 
-// N rows of K values of type t: every quant byte random (Q4_K's packed scales and mins too), each
-// block's f16 scale in [0.01, 0.05] (Q4_K: and its dmin).
+// N rows of K values of type t: every quant byte random (the K-quants' packed or int8 scales too),
+// each block's f16 scale in [0.01, 0.05] (Q4_K: and its dmin).
 QuantMatrix random_matrix(const QuantType& t, int64_t N, int64_t K, std::mt19937& rng) {
   QuantMatrix m{&t, std::vector<uint8_t>(static_cast<size_t>(N * quant_bytes(t, K, "W")))};
   std::uniform_int_distribution<int> byte(0, 255);
@@ -36,8 +36,9 @@ QuantMatrix random_matrix(const QuantType& t, int64_t N, int64_t K, std::mt19937
   for (uint8_t& b : m.blocks) b = static_cast<uint8_t>(byte(rng));
   for (size_t b = 0; b < m.blocks.size(); b += static_cast<size_t>(t.block_bytes)) {
     const uint16_t h = float_to_f16(scale(rng));
-    m.blocks[b] = static_cast<uint8_t>(h);
-    m.blocks[b + 1] = static_cast<uint8_t>(h >> 8);
+    const size_t d = t.id == 14 ? 208 : 0;  // Q6_K's d is last
+    m.blocks[b + d] = static_cast<uint8_t>(h);
+    m.blocks[b + d + 1] = static_cast<uint8_t>(h >> 8);
     if (t.id == 12) {
       const uint16_t dmin = float_to_f16(scale(rng));
       m.blocks[b + 2] = static_cast<uint8_t>(dmin);
@@ -50,7 +51,7 @@ QuantMatrix random_matrix(const QuantType& t, int64_t N, int64_t K, std::mt19937
 TEST(QuantPanels, ProductsGiveTheRowsLayoutsBitsOnEveryTarget) {
   ThreadPool pool(2);
   for_each_quant_target([&](const std::string& target) {
-    for (const char* name : {"Q8_0", "Q4_0", "Q4_K"}) {
+    for (const char* name : {"Q8_0", "Q4_0", "Q4_K", "Q6_K"}) {
       const QuantType& t = quant_type_named(name);
       std::mt19937 rng(31);
       for (int64_t K : t.block == 256 ? std::vector<int64_t>{256, 768, 1024} : std::vector<int64_t>{32, 96, 1024})
@@ -78,11 +79,12 @@ TEST(QuantPanels, ProductsGiveTheRowsLayoutsBitsOnEveryTarget) {
 
 TEST(QuantPanels, EveryRowReadsBackAndTheLayoutIsTheDocumentedOne) {
   std::mt19937 rng(3);
-  for (const char* name : {"Q8_0", "Q4_0", "Q4_K"}) {
+  for (const char* name : {"Q8_0", "Q4_0", "Q4_K", "Q6_K"}) {
     const QuantType& t = quant_type_named(name);
-    const bool k4 = t.id == 12;
+    const bool k4 = t.id == 12, k6 = t.id == 14;
     const int64_t K = 2 * t.block, N = 37, nb = 2, row = quant_bytes(t, K, "row");
-    const int64_t header = k4 ? 16 : 2, steps = (t.block_bytes - header) / 4;
+    const int64_t header = k4 ? 16 : k6 ? 18 : 2, quants_at = k6 ? 0 : header;  // Q6_K: quants first
+    const int64_t steps = (t.block_bytes - header) / 4;
     const QuantMatrix rows = random_matrix(t, N, K, rng);
     QuantMatrix panels = rows;
     to_panels(panels, K);
@@ -94,11 +96,14 @@ TEST(QuantPanels, EveryRowReadsBackAndTheLayoutIsTheDocumentedOne) {
     }
     // The header's layout, byte by byte: panel p, block b: the header's columns of the 16 rows
     // (Q4_0, Q8_0: f16 d[16]; Q4_K: f16 d[16], f16 dmin[16], then its 12 bytes of scales and mins
-    // as three words w0[16] w1[16] w2[16]), then step s's 4 bytes of row j at 16 h + 64 s + 4 j (h:
-    // the header's bytes in a row's block); the rows after the last whole panel as they were.
-    const std::vector<std::pair<int64_t, int64_t>> columns =  // (offset in a row's block, bytes)
-        k4 ? std::vector<std::pair<int64_t, int64_t>>{{0, 2}, {2, 2}, {4, 4}, {8, 4}, {12, 4}}
-           : std::vector<std::pair<int64_t, int64_t>>{{0, 2}};
+    // as three words w0[16] w1[16] w2[16]; Q6_K: f16 d[16], then its 16 int8 scales as four words),
+    // then step s's 4 bytes of row j (the row's quant bytes 4 s .. 4 s + 3: Q6_K's ql then qh) at
+    // 16 h + 64 s + 4 j (h: the header's bytes in a row's block); the rows after the last whole
+    // panel as they were.
+    using Columns = std::vector<std::pair<int64_t, int64_t>>;  // (offset in a row's block, bytes)
+    const Columns columns = k4   ? Columns{{0, 2}, {2, 2}, {4, 4}, {8, 4}, {12, 4}}
+                            : k6 ? Columns{{208, 2}, {192, 4}, {196, 4}, {200, 4}, {204, 4}}
+                                 : Columns{{0, 2}};
     for (int64_t n = 0; n < N; ++n)
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* src = rows.blocks.data() + n * row + b * t.block_bytes;
@@ -108,18 +113,21 @@ TEST(QuantPanels, EveryRowReadsBackAndTheLayoutIsTheDocumentedOne) {
         }
         const uint8_t* blk = panels.blocks.data() + (n / 16) * 16 * row + b * 16 * t.block_bytes;
         const int64_t j = n % 16;
-        for (const auto& [off, w] : columns)
-          EXPECT_EQ(std::memcmp(blk + 16 * off + w * j, src + off, static_cast<size_t>(w)), 0)
+        int64_t column_at = 0;  // in the panel's block, / 16
+        for (const auto& [off, w] : columns) {
+          EXPECT_EQ(std::memcmp(blk + 16 * column_at + w * j, src + off, static_cast<size_t>(w)), 0)
               << name << " header bytes " << off << ".. of row " << n << " block " << b;
+          column_at += w;
+        }
         for (int64_t s = 0; s < steps; ++s)
-          EXPECT_EQ(std::memcmp(blk + 16 * header + 64 * s + 4 * j, src + header + 4 * s, 4), 0)
+          EXPECT_EQ(std::memcmp(blk + 16 * header + 64 * s + 4 * j, src + quants_at + 4 * s, 4), 0)
               << name << " row " << n << " block " << b << " step " << s;
       }
     // Twice is once; other types keep the rows' layout.
     QuantMatrix again = panels;
     to_panels(again, K);
     EXPECT_EQ(again.blocks, panels.blocks);
-    QuantMatrix k_quant = random_matrix(quant_type_named("Q6_K"), 16, 256, rng);
+    QuantMatrix k_quant = random_matrix(quant_type_named("Q5_K"), 16, 256, rng);
     const std::vector<uint8_t> before = k_quant.blocks;
     to_panels(k_quant, 256);
     EXPECT_FALSE(k_quant.panels);
@@ -138,9 +146,9 @@ TEST(QuantPanels, BadInputsAreErrorsNamingThem) {
   std::vector<uint8_t> row(36);
   EXPECT_THAT(error_of([&] { quant_row(ok.view(), 16, 64, 16, row.data()); }), HasSubstr("row 16 of a matrix of 16 rows"));
   std::vector<float> x(256), y(16);
-  QuantView k_view{&quant_type_named("Q6_K"), ok.blocks.data(), true};
+  QuantView k_view{&quant_type_named("Q5_K"), ok.blocks.data(), true};
   EXPECT_THAT(error_of([&] { quant_matvec(k_view, 1, 256, x.data(), 1, y.data()); }),
-              HasSubstr("weights of type Q6_K are not stored in panels"));
+              HasSubstr("weights of type Q5_K are not supported"));
 }
 
 }  // namespace

@@ -18,8 +18,8 @@
 // The weights are streamed once per call whatever M, split over the pool by blocks of W's rows: for
 // a few rows of x (decoding), tiles of W's rows meet them in cache; from 8 rows on (a prompt), Q8_0
 // and Q4_0 weights are packed per call into panels of 16 rows that one instruction multiplies at
-// once (src/core/quant_gemm.h). A model keeps its Q8_0, Q4_0 and Q4_K weights stored in panels of
-// 16 rows of its own (qkv/core/quant_panels.h: the file's bytes reordered, scales first, the
+// once (src/core/quant_gemm.h). A model keeps its Q8_0, Q4_0, Q4_K and Q6_K weights stored in
+// panels of 16 rows of its own (qkv/core/quant_panels.h: the file's bytes reordered, scales first, the
 // nibbles still packed), which a decoding step reads as stored and a prompt unpacks per call: the
 // QuantView overload below. Each output's sum has one fixed order, the same in both kernels and
 // for every thread count: a row of y has the same bits whatever M is and whichever threads ran it.
@@ -69,7 +69,7 @@ void quant_matvec(const QuantType& t, const uint8_t* W, int64_t N, int64_t K, co
                   ThreadPool* pool = nullptr);
 
 // The same for W given as a view: in the rows' layout as above, or stored in panels
-// (qkv/core/quant_panels.h: Q8_0, Q4_0 and Q4_K), read as stored for fewer than 8 rows of x (one stream
+// (qkv/core/quant_panels.h: Q8_0, Q4_0, Q4_K and Q6_K), read as stored for fewer than 8 rows of x (one stream
 // of W, no packing) and unpacked panel by panel for more, with the same bits as the rows' layout
 // gives. Errors as above; a view without a type.
 void quant_matvec(const QuantView& W, int64_t N, int64_t K, const float* x, int64_t M, float* y,
