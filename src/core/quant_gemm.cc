@@ -803,65 +803,81 @@ QKV_QG_ATTR void StoredQ6KRow(const uint8_t* panel, const BlockQ8K* x, const int
   _mm512_storeu_ps(y, acc);
 }
 #else
-// The same on AVX2: the panel's two halves of 8 rows, each super-block's second half from L1.
+// vpshufb controls for AVX2: byte k of each dword of a line copied into both its int16 words, as
+// the low byte (the byte above zeroed: an unsigned 6-bit scale) or as the high byte (the one below
+// zeroed: >> 8 then sign-extends an int8 scale).
+inline void DwordBytePicks(bool high, __m256i pick[4]) {
+  for (int k = 0; k < 4; ++k) {
+    alignas(32) int8_t c[32];
+    for (int i = 0; i < 32; ++i)
+      c[i] = (i % 2 == 1) == high ? static_cast<int8_t>((i / 4) * 4 + k) : static_cast<int8_t>(-128);
+    pick[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(c));
+  }
+}
+
+// The AVX2 stored kernels' frame: a panel's super-blocks (`block` bytes each; with `ahead`, the
+// lines `ahead_at` bytes on asked for as each starts), each as two halves of 8 rows, the second
+// half's lines from L1: half(p, b, rows, acc[rows]) adds super-block b's part to rows' 8 sums.
+template <class Half>
+inline void StoredHalves(const uint8_t* panel, int64_t nb, int64_t block, int64_t ahead_at, bool ahead, float* y,
+                         const Half& half) {
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = panel + b * block;
+    if (ahead)
+      for (int64_t line = 0; line < block; line += 64) hwy::Prefetch(p + ahead_at + line);
+    for (int rows = 0; rows < 2; ++rows) half(p, b, rows, acc[rows]);
+  }
+  _mm256_storeu_ps(y, acc[0]);
+  _mm256_storeu_ps(y + 8, acc[1]);
+}
+
+// The same on AVX2.
 QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int32_t* xmins, int64_t nb, bool ahead,
                               float* y) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i k6 = _mm256_set1_epi32(0x3f3f3f3f), k4 = _mm256_set1_epi32(0x0f0f0f0f),
                 k2 = _mm256_set1_epi32(0x03030303), even16 = _mm256_set1_epi32(0x00FF00FF);
-  // vpshufb controls: byte k of each dword as an int16 twice (the scale of sub-block k or 4 + k)
-  __m256i pick[4];
-  for (int k = 0; k < 4; ++k) {
-    alignas(32) int8_t c[32];
-    for (int i = 0; i < 32; ++i) c[i] = i % 2 == 0 ? static_cast<int8_t>((i / 4) * 4 + k) : static_cast<int8_t>(-128);
-    pick[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(c));
-  }
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* p = panel + b * kQ4KStoredBlock;
-    if (ahead)
-      for (int64_t line = 0; line < kQ4KStoredBlock; line += 64) hwy::Prefetch(p + kStoredPrefetch + line);
+  __m256i pick[4];  // the scale of sub-block k or 4 + k
+  DwordBytePicks(false, pick);
+  StoredHalves(panel, nb, kQ4KStoredBlock, kStoredPrefetch, ahead, y, [&](const uint8_t* p, int64_t b, int h, __m256& acc) {
     const int8_t* xq = x[b].q;
     const int32_t* xm = xmins + 8 * b;
     const __m256 dx = _mm256_set1_ps(x[b].d);
-    for (int h = 0; h < 2; ++h) {
-      auto load = [&](int64_t at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + at + 32 * h)); };
-      const __m256i w0 = load(64), w1 = load(128), w2 = load(192);
-      const __m256i sc_lo = _mm256_and_si256(w0, k6), mn_lo = _mm256_and_si256(w1, k6);
-      const __m256i sc_hi = _mm256_or_si256(_mm256_and_si256(w2, k4),
-                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w0, 6), k2), 4));
-      const __m256i mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), k4),
-                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), k2), 4));
-      const __m256i mins = _mm256_add_epi32(
-          _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(mn_lo, even16), _mm256_set1_epi32(xm[0])),
-                           _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(mn_lo, 8), even16), _mm256_set1_epi32(xm[1]))),
-          _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(mn_hi, even16), _mm256_set1_epi32(xm[2])),
-                           _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(mn_hi, 8), even16), _mm256_set1_epi32(xm[3]))));
-      __m256i scaled = _mm256_setzero_si256();
-      for (int pair = 0; pair < 4; ++pair) {
-        // int16 sums of a sub-block's 8 steps: at most 8 x 2 x 15 x 127 = 30480, no overflow
-        __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-        for (int t = 0; t < 8; ++t) {
-          const __m256i raw = InRegister(load(kQ4KStoredSteps + 64 * (8 * pair + t)));
-          lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(_mm256_and_si256(raw, low4),
-                                                         _mm256_set1_epi32(Word(xq + 64 * pair + 4 * t))));
-          hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low4),
-                                                         _mm256_set1_epi32(Word(xq + 64 * pair + 32 + 4 * t))));
-        }
-        const __m256i sc = pair < 2 ? sc_lo : sc_hi;
-        const int k = 2 * (pair % 2);
-        scaled = _mm256_add_epi32(scaled, _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_shuffle_epi8(sc, pick[k])),
-                                                           _mm256_madd_epi16(hi, _mm256_shuffle_epi8(sc, pick[k + 1]))));
+    auto load = [&](int64_t at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + at + 32 * h)); };
+    const __m256i w0 = load(64), w1 = load(128), w2 = load(192);
+    const __m256i sc_lo = _mm256_and_si256(w0, k6), mn_lo = _mm256_and_si256(w1, k6);
+    const __m256i sc_hi = _mm256_or_si256(_mm256_and_si256(w2, k4),
+                                          _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w0, 6), k2), 4));
+    const __m256i mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), k4),
+                                          _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), k2), 4));
+    const __m256i mins = _mm256_add_epi32(
+        _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(mn_lo, even16), _mm256_set1_epi32(xm[0])),
+                         _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(mn_lo, 8), even16), _mm256_set1_epi32(xm[1]))),
+        _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(mn_hi, even16), _mm256_set1_epi32(xm[2])),
+                         _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(mn_hi, 8), even16), _mm256_set1_epi32(xm[3]))));
+    __m256i scaled = _mm256_setzero_si256();
+    for (int pair = 0; pair < 4; ++pair) {
+      // int16 sums of a sub-block's 8 steps: at most 8 x 2 x 15 x 127 = 30480, no overflow
+      __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+      for (int t = 0; t < 8; ++t) {
+        const __m256i raw = InRegister(load(kQ4KStoredSteps + 64 * (8 * pair + t)));
+        lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(_mm256_and_si256(raw, low4),
+                                                       _mm256_set1_epi32(Word(xq + 64 * pair + 4 * t))));
+        hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low4),
+                                                       _mm256_set1_epi32(Word(xq + 64 * pair + 32 + 4 * t))));
       }
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
-      const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
-      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(scaled), _mm256_mul_ps(d, dx), acc[h]);
-      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), mins)), _mm256_mul_ps(dmin, dx),
-                               acc[h]);
+      const __m256i sc = pair < 2 ? sc_lo : sc_hi;
+      const int k = 2 * (pair % 2);
+      scaled = _mm256_add_epi32(scaled, _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_shuffle_epi8(sc, pick[k])),
+                                                         _mm256_madd_epi16(hi, _mm256_shuffle_epi8(sc, pick[k + 1]))));
     }
-  }
-  _mm256_storeu_ps(y, acc[0]);
-  _mm256_storeu_ps(y + 8, acc[1]);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(scaled), _mm256_mul_ps(d, dx), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), mins)), _mm256_mul_ps(dmin, dx),
+                          acc);
+  });
 }
 
 // The same on AVX2 (each half of 8 rows in turn): two steps' vpmaddubsw summed in int16 (at most
@@ -869,66 +885,52 @@ QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int
 QKV_QG_ATTR void StoredQ6KRow(const uint8_t* panel, const BlockQ8K* x, const int32_t* xwords, int64_t nb, bool ahead,
                               float* y) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
-  // vpshufb controls: byte k of each dword into the high byte of both its words (then >> 8: the
-  // signed scale as two int16)
-  __m256i pick[4];
-  for (int k = 0; k < 4; ++k) {
-    alignas(32) int8_t ctl[32];
-    for (int i = 0; i < 32; ++i) ctl[i] = i % 2 == 1 ? static_cast<int8_t>((i / 4) * 4 + k) : static_cast<int8_t>(-128);
-    pick[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ctl));
-  }
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* p = panel + b * kQ6KStoredBlock;
-    if (ahead)
-      for (int64_t line = 0; line < kQ6KStoredBlock; line += 64) hwy::Prefetch(p + kQ6KStoredBlock + line);
+  __m256i pick[4];  // the signed scales as int16
+  DwordBytePicks(true, pick);
+  StoredHalves(panel, nb, kQ6KStoredBlock, kQ6KStoredBlock, ahead, y, [&](const uint8_t* p, int64_t b, int rows, __m256& acc) {
     const int8_t* xq = x[b].q;
     const int32_t* xw = xwords + 8 * b;
     const __m256 dx = _mm256_set1_ps(x[b].d);
-    for (int rows = 0; rows < 2; ++rows) {
-      auto load = [&](int64_t at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + at + 32 * rows)); };
-      __m256i c[4], offset = _mm256_setzero_si256();
-      for (int k = 0; k < 4; ++k) {
-        c[k] = load(32 + 64 * k);
-        offset = _mm256_add_epi32(offset, _mm256_madd_epi16(_mm256_srai_epi16(_mm256_slli_epi16(c[k], 8), 8),
-                                                            _mm256_set1_epi32(xw[2 * k])));
-        offset = _mm256_add_epi32(offset, _mm256_madd_epi16(_mm256_srai_epi16(c[k], 8), _mm256_set1_epi32(xw[2 * k + 1])));
-      }
-      __m256i scaled = _mm256_setzero_si256();
-      for (int h = 0; h < 2; ++h)
-        for (int half = 0; half < 2; ++half) {
-          __m256i sc[4];
-          for (int k = 0; k < 4; ++k) {
-            const int g = 8 * h + 2 * k + half;
-            sc[k] = _mm256_srai_epi16(_mm256_shuffle_epi8(c[g / 4], pick[g % 4]), 8);
-          }
-          for (int t = 4 * half; t < 4 * half + 4; t += 2) {
-            __m256i s16[4];
-            for (int k = 0; k < 4; ++k) s16[k] = _mm256_setzero_si256();
-            for (int u = t; u < t + 2; ++u) {
-              const __m256i qa = InRegister(load(kQ6KStoredSteps + 64 * (16 * h + u)));
-              const __m256i qb = InRegister(load(kQ6KStoredSteps + 64 * (16 * h + 8 + u)));
-              const __m256i qh = InRegister(load(kQ6KStoredSteps + 64 * (32 + 8 * h + u)));
-              __m256i q[4];
-              q[0] = _mm256_or_si256(_mm256_and_si256(qa, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
-              q[1] = _mm256_or_si256(_mm256_and_si256(qb, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
-              q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), low4), _mm256_and_si256(qh, bits45));
-              q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), low4),
-                                     _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
-              for (int k = 0; k < 4; ++k)
-                s16[k] = _mm256_add_epi16(
-                    s16[k], _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(Word(xq + 128 * h + 32 * k + 4 * u))));
-            }
-            for (int k = 0; k < 4; ++k) scaled = _mm256_add_epi32(scaled, _mm256_madd_epi16(s16[k], sc[k]));
-          }
-        }
-      const __m256i isum = _mm256_sub_epi32(scaled, _mm256_slli_epi32(offset, 5));
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * rows)));
-      acc[rows] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dx), acc[rows]);
+    auto load = [&](int64_t at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + at + 32 * rows)); };
+    __m256i c[4], offset = _mm256_setzero_si256();
+    for (int k = 0; k < 4; ++k) {
+      c[k] = load(32 + 64 * k);
+      offset = _mm256_add_epi32(offset, _mm256_madd_epi16(_mm256_srai_epi16(_mm256_slli_epi16(c[k], 8), 8),
+                                                          _mm256_set1_epi32(xw[2 * k])));
+      offset = _mm256_add_epi32(offset, _mm256_madd_epi16(_mm256_srai_epi16(c[k], 8), _mm256_set1_epi32(xw[2 * k + 1])));
     }
-  }
-  _mm256_storeu_ps(y, acc[0]);
-  _mm256_storeu_ps(y + 8, acc[1]);
+    __m256i scaled = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h)
+      for (int half = 0; half < 2; ++half) {
+        __m256i sc[4];
+        for (int k = 0; k < 4; ++k) {
+          const int g = 8 * h + 2 * k + half;
+          sc[k] = _mm256_srai_epi16(_mm256_shuffle_epi8(c[g / 4], pick[g % 4]), 8);
+        }
+        for (int t = 4 * half; t < 4 * half + 4; t += 2) {
+          __m256i s16[4];
+          for (int k = 0; k < 4; ++k) s16[k] = _mm256_setzero_si256();
+          for (int u = t; u < t + 2; ++u) {
+            const __m256i qa = InRegister(load(kQ6KStoredSteps + 64 * (16 * h + u)));
+            const __m256i qb = InRegister(load(kQ6KStoredSteps + 64 * (16 * h + 8 + u)));
+            const __m256i qh = InRegister(load(kQ6KStoredSteps + 64 * (32 + 8 * h + u)));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(qa, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
+            q[1] = _mm256_or_si256(_mm256_and_si256(qb, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), low4), _mm256_and_si256(qh, bits45));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), low4),
+                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
+            for (int k = 0; k < 4; ++k)
+              s16[k] = _mm256_add_epi16(
+                  s16[k], _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(Word(xq + 128 * h + 32 * k + 4 * u))));
+          }
+          for (int k = 0; k < 4; ++k) scaled = _mm256_add_epi32(scaled, _mm256_madd_epi16(s16[k], sc[k]));
+        }
+      }
+    const __m256i isum = _mm256_sub_epi32(scaled, _mm256_slli_epi32(offset, 5));
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * rows)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dx), acc);
+  });
 }
 #endif
 
