@@ -105,7 +105,7 @@ int run_generate(GenerateFlags& f, const CLI::App& sub) {
                                  {"prompt_tokens", prompt.size()},
                                  {"new_tokens", out.size()},
                                  {"kv_cache", f.sampling.kv_cache},
-                                 {"cache_dtype", kernels::cache_dtype_name(f.sampling.cache_dtype)},
+                                 {"cache_dtype", kernels::cache_dtype_name(f.sampling.cache_dtype.value_or(m.model->default_cache_dtype()))},
                                  {"dtype", m.model->config_json().value("dtype", "f32")},
                                  {"seconds", times.seconds},
                                  {"prefill_ms", times.prefill_ms},
@@ -168,7 +168,7 @@ Command add_generate(CLI::App& app) {
            f->sampling.cache_dtype = s == "bf16" ? kernels::CacheDtype::kBF16 : kernels::CacheDtype::kF32;
          },
          "The KV cache's element type: f32 | bf16 (half the memory; keys and values rounded to bf16) "
-         "(default: f32)")
+         "(default: bf16 when the products run in bf16 - a bf16 checkpoint, a GGUF file, --dtype bf16 - else f32)")
       ->type_name("TYPE");
   add_dtype_flag(sub, "--dtype", [f](Dtype d) { f->dtype = d; },
                  "The products: f32 | bf16 (bf16 mode; a GPT model runs every product in it, the feed-forward's and the "

@@ -79,13 +79,13 @@ int64_t chat_capacity(int64_t capacity, const LanguageModel& model) {
 }  // namespace
 
 ChatSession::ChatSession(LanguageModel& model, const Tokenizer& tokenizer, ChatFormat format,
-                         std::vector<int64_t> stop_ids, int64_t capacity, kernels::CacheDtype cache_dtype)
+                         std::vector<int64_t> stop_ids, int64_t capacity, std::optional<kernels::CacheDtype> cache_dtype)
     : model_(model),
       tokenizer_(tokenizer),
       format_(format),
       stop_ids_(std::move(stop_ids)),
       capacity_(chat_capacity(capacity, model)),
-      cache_(model.make_cache(1, cache_dtype, capacity_)) {
+      cache_(model.make_cache(1, cache_dtype.value_or(model.default_cache_dtype()), capacity_)) {
   QKV_CHECK(!stop_ids_.empty(), "chat: the tokenizer has none of the family's end tokens");
   model_.eval();
 }

@@ -135,7 +135,7 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
   std::optional<kernels::KvCache> cache;
   // the cache holds at most the window: the context, or the prompt and the new tokens when fewer
   if (o.kv_cache && o.max_new_tokens > 0 && model.has_cache())
-    cache.emplace(model.make_cache(1, o.cache_dtype, std::min(ctx, prompt_size + o.max_new_tokens)));
+    cache.emplace(model.make_cache(1, o.cache_dtype.value_or(model.default_cache_dtype()), std::min(ctx, prompt_size + o.max_new_tokens)));
   int64_t cache_start = 0;  // the cache holds the positions of ids[cache_start, cache_start + length)
   std::vector<float> p, step_logits(cache ? static_cast<size_t>(V) : 0);  // the cached steps write into it
   std::vector<int64_t> window;

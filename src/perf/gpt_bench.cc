@@ -134,20 +134,34 @@ GptBenchReport run_gpt_bench(const GptBenchShape& in, int iters, int warmup, Thr
   } else {
     model.eval();
     if (shape.dtype == Dtype::kBF16 && !model.bf16_only() && !model.has_bf16_weights()) model.keep_bf16_weights();
-    kernels::KvCache cache = model.make_cache(B, kernels::CacheDtype::kF32, T + shape.new_tokens + warmup);
+    // the cache generate keeps (bf16 when the products are)
+    r.cache_dtype = model.default_cache_dtype();
+    kernels::KvCache cache = model.make_cache(B, r.cache_dtype, T + shape.new_tokens + warmup);
     model.forward_cached(some_ids(B * T, V, 1), B, T, cache);  // the prefill, untimed
     const int64_t untimed = std::min<int64_t>(warmup, context - T - shape.new_tokens);
+    double read_positions = 0;  // summed over the timed steps
     // The bandwidth through the run: a pass before the steps and one after every 20 timed steps
     // (untimed), their median the limit's yardstick; a shared host's bandwidth moves during a run.
     std::vector<double> passes = {kernels::measure_read_bandwidth(pool, 1).gb_s};
     for (int64_t i = 0; i < untimed + shape.new_tokens; ++i) {
       const std::vector<int64_t> next = some_ids(B, V, 3 + i);
+      const int64_t before = cache.length();
       const auto t0 = Clock::now();
       const Tensor logits = model.forward_cached(next, B, 1, cache);
-      if (i >= untimed) r.times_ms.push_back(ms_since(t0));
+      if (i >= untimed) {
+        r.times_ms.push_back(ms_since(t0));
+        read_positions += static_cast<double>(before + 1);  // the keys and values of every position, the new one's too
+      }
       if (i >= untimed && (i - untimed + 1) % 20 == 0) passes.push_back(kernels::measure_read_bandwidth(pool, 1).gb_s);
     }
     r.weight_bytes = static_cast<double>(model.step_weight_bytes());
+    // a step's keys and values, per position: every attention layer's, each of B sequences
+    const DecoderSpec& ms = model.spec();
+    int64_t attending = 0;
+    for (int64_t l = 0; l < ms.layers; ++l) attending += ms.kind(l) == LayerKind::kAttention;
+    const double per_position = static_cast<double>(attending * B * cache.kv_heads() * (cache.head_dim() + cache.value_dim()) *
+                                                    kernels::cache_dtype_bytes(r.cache_dtype));
+    r.cache_bytes = per_position * read_positions / static_cast<double>(shape.new_tokens);
     std::sort(passes.begin(), passes.end());
     r.bandwidth_gb_s = passes[passes.size() / 2];
     r.bandwidth_passes = passes;
@@ -156,6 +170,7 @@ GptBenchReport run_gpt_bench(const GptBenchShape& in, int iters, int warmup, Thr
   if (decode) {
     r.tokens_per_s = static_cast<double>(B) * 1e3 / r.median_ms;
     r.weight_gb_s = r.weight_bytes / (r.median_ms * 1e6);
+    r.read_gb_s = (r.weight_bytes + r.cache_bytes) / (r.median_ms * 1e6);
   } else {
     r.gflops = r.flops / (r.median_ms * 1e6);
   }
@@ -182,9 +197,11 @@ std::string report_text(const GptBenchReport& r) {
       << r.max_ms << ", " << r.iters << (decode ? " steps)\n" : " runs)\n");
   if (decode) {
     out << std::setprecision(1) << "  " << r.tokens_per_s << " tokens/s; " << r.weight_bytes / 1e6
-        << " MB of weights read per step -> " << r.weight_gb_s << " GB/s = " << 100.0 * r.weight_gb_s / r.bandwidth_gb_s
-        << "% of the measured read bandwidth " << r.bandwidth_gb_s << " GB/s (the memory-bound limit: "
-        << static_cast<double>(s.batch) * r.bandwidth_gb_s * 1e9 / r.weight_bytes << " tokens/s)\n";
+        << " MB of weights and " << r.cache_bytes / 1e6 << " MB of " << kernels::cache_dtype_name(r.cache_dtype)
+        << " KV cache (a step's mean) read per step -> " << r.read_gb_s << " GB/s = "
+        << 100.0 * r.read_gb_s / r.bandwidth_gb_s << "% of the measured read bandwidth " << r.bandwidth_gb_s
+        << " GB/s (the memory-bound limit: "
+        << static_cast<double>(s.batch) * r.bandwidth_gb_s * 1e9 / (r.weight_bytes + r.cache_bytes) << " tokens/s)\n";
   } else {
     out << std::setprecision(1) << "  " << r.flops / 1e9 << " GFLOP -> " << r.gflops << " GFLOP/s = "
         << 100.0 * r.gflops / r.peak_gflops << "% of the measured FMA peak " << r.peak_gflops << " GFLOP/s";
@@ -214,9 +231,12 @@ nlohmann::json report_json(const GptBenchReport& r) {
     j["tokens_per_s"] = r.tokens_per_s;
     j["weight_bytes"] = r.weight_bytes;
     j["weight_gb_s"] = r.weight_gb_s;
+    j["cache_dtype"] = kernels::cache_dtype_name(r.cache_dtype);
+    j["cache_bytes"] = r.cache_bytes;
+    j["read_gb_s"] = r.read_gb_s;
     j["bandwidth_gb_s"] = r.bandwidth_gb_s;
     j["bandwidth_passes_gb_s"] = r.bandwidth_passes;
-    j["percent_of_bandwidth"] = 100.0 * r.weight_gb_s / r.bandwidth_gb_s;
+    j["percent_of_bandwidth"] = 100.0 * r.read_gb_s / r.bandwidth_gb_s;
   } else {
     j["gflop"] = r.flops / 1e9;
     j["gflops"] = r.gflops;

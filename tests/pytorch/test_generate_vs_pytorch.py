@@ -32,8 +32,9 @@ still spread:
   data             --data (fixed batches): `qkv generate` must refuse it, the model having no
                    tokenizer to read a prompt with (so there is nothing to compare)
 and for each, `qkv generate --json` runs with greedy, temperature-only, top-k-only and
-temperature + top-k settings, seeds from 0 to 2^64 - 1, and three caches: the default fp32 KV
-cache, --no-kv-cache and --cache-dtype bf16, with more new tokens than the context holds. The
+temperature + top-k settings, seeds from 0 to 2^64 - 1, and three caches: the default KV cache
+(fp32; bf16 for a bf16 model), --no-kv-cache and --cache-dtype of the other type, with more new
+tokens than the context holds. The
 "new_ids" qkv prints must be the twin's, id for id, and "new_tokens", "prompt_tokens", "kv_cache",
 "cache_dtype" and "dtype" must say what ran.
 
@@ -148,7 +149,12 @@ SETTINGS = [
     ("top-k 3", 1.0, 3, [5, 123]),
     ("temperature 1.3 + top-k 2", 1.3, 2, [7, 2**32 + 5]),
 ]
-CACHES = ["f32", "none", "bf16"]  # the default KV cache, --no-kv-cache, --cache-dtype bf16
+CACHES = ["default", "none", "other"]  # the model's default KV cache, --no-kv-cache, --cache-dtype of the other type
+
+
+def default_cache(dtype):
+    """The KV cache `qkv generate` keeps unless told: in the products' precision."""
+    return "bf16" if dtype == "bf16" else "f32"
 APART_SEARCH = 300  # seeds tried for cases the bf16 attention kernel's rounding tells apart
 
 
@@ -321,16 +327,19 @@ def rule(perturb, ties):
 class Case:
     """One `qkv generate` run: a model, a sampling setting, a seed, a cache."""
 
-    def __init__(self, qkv, model, label, temperature, top_k, seed, cache):
-        self.model, self.temperature, self.top_k, self.seed, self.cache = model, temperature, top_k, seed, cache
-        self.name = f"{model.name} | {label}, seed {seed} | cache {cache}"
+    def __init__(self, qkv, model, label, temperature, top_k, seed, cache, dtype):
+        # self.cache: what runs, "none", "f32" or "bf16"
+        default = default_cache(dtype)
+        self.cache = {"default": default, "none": "none", "other": "f32" if default == "bf16" else "bf16"}[cache]
+        self.model, self.temperature, self.top_k, self.seed = model, temperature, top_k, seed
+        self.name = f"{model.name} | {label}, seed {seed} | cache {cache} ({self.cache})"
         self.cmd = [qkv, "generate", "--checkpoint", model.path, "--prompt", model.prompt,
                     "--max-new-tokens", str(model.new_tokens), "--temperature", repr(temperature),
                     "--seed", str(seed), "--json"] + (["--top-k", str(top_k)] if top_k else [])
         if cache == "none":
             self.cmd.append("--no-kv-cache")
-        elif cache == "bf16":
-            self.cmd += ["--cache-dtype", "bf16"]
+        elif cache == "other":
+            self.cmd += ["--cache-dtype", self.cache]
         self.ids = None
 
 
@@ -359,7 +368,7 @@ def check_case(case, run, prompt_ids, twin, want, decode):
         return [f"qkv printed no JSON line ({e}): {run.stdout[:200]!r}"]
     errors = []
     expected = {"new_tokens": case.model.new_tokens, "prompt_tokens": len(prompt_ids), "kv_cache": case.cache != "none",
-                "cache_dtype": "bf16" if case.cache == "bf16" else "f32", "dtype": twin.dtype}
+                "cache_dtype": case.cache if case.cache != "none" else default_cache(twin.dtype), "dtype": twin.dtype}
     for key, value in expected.items():
         if out.get(key) != value:
             errors.append(f'"{key}": qkv {out.get(key)!r}, expected {value!r}')
@@ -504,7 +513,7 @@ def run_model(h, model, pool, pick, apart):
                 if len(found) == 2:
                     break
         settings.append(("temperature 1.6, seeds the rounding tells apart", 1.6, 0, found))
-    cases = [Case(h.qkv, model, label, t, k, seed, cache) for label, t, k, seeds in settings
+    cases = [Case(h.qkv, model, label, t, k, seed, cache, twin.dtype) for label, t, k, seeds in settings
              for seed in seeds for cache in CACHES]
     runs = [pool.submit(harness.run_qkv, case.cmd) for case in cases]
 

@@ -67,9 +67,10 @@ std::string chat_turn_close(ChatFormat format);
 class ChatSession {
  public:
   // capacity: the most positions the conversation may hold (at most the model's context); the
-  // cache is made once, of that many positions (cache_dtype). stop_ids: the family's end tokens.
+  // cache is made once, of that many positions (cache_dtype; none: the model's default_cache_dtype()).
+  // stop_ids: the family's end tokens.
   ChatSession(LanguageModel& model, const Tokenizer& tokenizer, ChatFormat format, std::vector<int64_t> stop_ids,
-              int64_t capacity, kernels::CacheDtype cache_dtype = kernels::CacheDtype::kF32);
+              int64_t capacity, std::optional<kernels::CacheDtype> cache_dtype = std::nullopt);
 
   struct Turn {
     std::vector<int64_t> prompt_ids;  // the tokens this turn fed (the messages and the reply's header)

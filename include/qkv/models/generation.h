@@ -47,7 +47,7 @@ struct SamplingOptions {
   std::optional<int64_t> eos_id;   // stop, without adding it, when this id is picked
   std::vector<int64_t> stop_ids;   // the same for each of these (a family's end tokens)
   bool kv_cache = true;                                          // false: recompute the window every token
-  kernels::CacheDtype cache_dtype = kernels::CacheDtype::kF32;   // with kv_cache
+  std::optional<kernels::CacheDtype> cache_dtype;  // with kv_cache; none: the model's default_cache_dtype()
   // Called with each step's last-position logits (V floats), before the next id is picked.
   std::function<void(const float* logits, int64_t vocab)> on_logits = nullptr;
 };

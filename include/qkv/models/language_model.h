@@ -64,6 +64,12 @@ class LanguageModel : public Module {
   // attention layers) or past the memory limit.
   virtual kernels::KvCache make_cache(int64_t batch, kernels::CacheDtype dtype = kernels::CacheDtype::kF32,
                                       int64_t capacity = 0) const = 0;
+  // The cache a generation or a chat keeps unless told otherwise: bf16 when the products run in
+  // bf16 (a bf16 checkpoint, a GGUF file, --dtype bf16: half the cache's bytes and memory, as
+  // llama.cpp keeps f16), f32 otherwise.
+  kernels::CacheDtype default_cache_dtype() const {
+    return spec().attention.dtype == Dtype::kBF16 ? kernels::CacheDtype::kBF16 : kernels::CacheDtype::kF32;
+  }
   // ids (B, Tn), the next Tn tokens of each sequence at positions P .. P + Tn - 1 with
   // P = cache.length() -> the logits of the last of them (B, V); commits the step. Needs eval mode
   // (no active dropout) and P + Tn <= context_length(); leaves the last forward's state (for

@@ -14,10 +14,12 @@
 //             given): FLOPs three times the forward's (the backward's two products per forward one)
 //   decode    B sequences of a T-token prompt, then one token per sequence per step over the KV
 //             cache: tokens_per_s = B / the median step; each step reads every weight of P once
-//             (4 bytes, 2 in bf16 with the weights kept in bf16), the yardstick is the streaming read
+//             (4 bytes, 2 in bf16 with the weights kept in bf16) and the cache's keys and values
+//             (the cache generate keeps: bf16 when the products are bf16, else f32; cache_bytes, a
+//             timed step's mean), read_gb_s = their sum / the median step; the yardstick is the streaming read
 //             bandwidth measured on the same threads through the run (a pass before the steps and one
 //             after every 20; their median: a shared host's bandwidth moves during a run):
-//             weight_gb_s / bandwidth_gb_s
+//             read_gb_s / bandwidth_gb_s
 // Weights are the preset's drawn from a fixed seed (untrained GPT-2 is as fast as trained), or a
 // model's files (`--weights`: a GGUF file, a Hugging Face folder, GPT-2's weights) loaded as `qkv
 // generate` loads them (bf16 products unless F32; a quantized file's blocks, or --quantize's): then
@@ -32,6 +34,7 @@
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/thread_pool.h"
+#include "qkv/kernels/kv_cache.h"
 #include "qkv/models/decoder_spec.h"
 
 namespace qkv::perf {
@@ -61,6 +64,9 @@ struct GptBenchReport {
   double flops = 0, gflops = 0, peak_gflops = 0;            // forward and step
   double bf16_peak_gflops = 0;                               // forward and step in bf16 mode
   double tokens_per_s = 0, weight_bytes = 0, weight_gb_s = 0, bandwidth_gb_s = 0;  // decode
+  kernels::CacheDtype cache_dtype = kernels::CacheDtype::kF32;  // decode: the model's default_cache_dtype()
+  double cache_bytes = 0;  // decode: the KV cache's bytes a timed step reads, their mean
+  double read_gb_s = 0;    // decode: (weight_bytes + cache_bytes) / the median step
   std::string model;                    // what ran: the loaded model's description, or the preset's
   std::vector<double> bandwidth_passes;  // decode: every pass measured, sorted
   double max_rss_mib = 0;
