@@ -420,12 +420,31 @@ void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, 
   AttentionOptions o = mha_options(s, call);
   o.query_offset = P;
   const MutableHeads ctx = MutableHeads::interleaved(ctx_data, B, s.heads(), Tn, D, C);
-  if (Tn >= 64 && cache.dtype() == CacheDtype::kF32) {
-    // a prefill: the flash kernel over the cache's fp32 view of its P + Tn positions
-    if (g_reference_attention) {
-      attention_forward_reference(q, cache.keys(layer), cache.values(layer), ctx, lse, o);
+  if (Tn >= 64 && (cache.dtype() == CacheDtype::kF32 || P == 0)) {
+    // a prefill: the flash kernel over the cache's fp32 view of its P + Tn positions; a bf16
+    // cache's first prefill over this step's own keys and values, rounded as the cache holds them
+    // (its positions are exactly these; the decode kernel would read them so, widened exactly)
+    ConstHeads keys, values;
+    if (cache.dtype() == CacheDtype::kF32) {
+      keys = cache.keys(layer);
+      values = cache.values(layer);
     } else {
-      attention_forward(q, cache.keys(layer), cache.values(layer), ctx, lse, o);
+      // k then v: (B, G, Tn, D) each, one after the other
+      float* kv = heads + split_part_of(s, s.heads()).region_offset;
+      const int64_t n = 2 * B * G * Tn * D;
+      uint16_t bits[4096];
+      for (int64_t i = 0; i < n; i += 4096) {
+        const auto m = static_cast<size_t>(std::min<int64_t>(4096, n - i));
+        floats_to_bf16(kv + i, bits, m);
+        bf16_to_floats(bits, kv + i, m);
+      }
+      keys = ConstHeads::contiguous(kv, B, G, Tn, D);
+      values = ConstHeads::contiguous(kv + B * G * Tn * D, B, G, Tn, D);
+    }
+    if (g_reference_attention) {
+      attention_forward_reference(q, keys, values, ctx, lse, o);
+    } else {
+      attention_forward(q, keys, values, ctx, lse, o);
     }
   } else {
     decode_attention(q, cache, layer, ctx, lse, o, &ws.decode());

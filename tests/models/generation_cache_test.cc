@@ -147,6 +147,28 @@ TEST(GenerationCache, AFusedPrefillOfALongPromptMatchesTheUncachedRun) {
   EXPECT_LE(max_relative_diff(cached, plain), 1e-5);
 }
 
+TEST(GenerationCache, ABf16CachesFirstPrefillAttendsToTheKeysAndValuesAsTheCacheHoldsThem) {
+  // 70 prompt tokens on an empty bf16 cache: the flash kernel over the step's own keys and values,
+  // rounded to bf16 as the cache keeps them. The same prompt as two prefills of 35 (below 64: the
+  // decoding kernel, over the cache's bf16 values widened) gives the same last logits up to the
+  // order of fp32 sums; unrounded keys and values would be off by bf16's rounding (~2^-9).
+  for (const CacheVariant& v : {CacheVariant{"plain"}, CacheVariant{"gqa_rope", 2, RopeLayout::kHalf}}) {
+    DecoderModel lm = make_lm(v, 80, 3, 31);
+    lm.eval();
+    const std::vector<int64_t> ids = prompt_of(70, 31);
+    KvCache whole = lm.make_cache(1, CacheDtype::kBF16), halves = lm.make_cache(1, CacheDtype::kBF16);
+    const Tensor a = lm.forward_cached(ids, 1, 70, whole);
+    lm.forward_cached(std::vector<int64_t>(ids.begin(), ids.begin() + 35), 1, 35, halves);
+    const Tensor b = lm.forward_cached(std::vector<int64_t>(ids.begin() + 35, ids.end()), 1, 35, halves);
+    double scale = 0, diff = 0;
+    for (int64_t j = 0; j < 31; ++j) {
+      scale = std::max(scale, std::abs(static_cast<double>(b.data()[j])));
+      diff = std::max(diff, std::abs(static_cast<double>(a.data()[j]) - b.data()[j]));
+    }
+    EXPECT_LE(diff / scale, 1e-5) << v.name;
+  }
+}
+
 TEST(GenerationCache, ALongPromptsAttentionRowsAreHeldOnceForTheWholeModelNotOncePerLayer) {
   // A 70-token prefill grows the attention's working rows (the heads, the context, the QKV
   // product's staging) to 70 rows; the blocks run one after another, so one set serves them all:
