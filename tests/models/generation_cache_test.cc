@@ -40,7 +40,8 @@ struct CacheVariant {
 };
 
 // An attention LM (the attention-lm family's DecoderModel) whose blocks carry the variant.
-DecoderModel make_lm(const CacheVariant& v, int64_t context, uint64_t seed = 7, int64_t vocab = 23, int64_t layers = 2) {
+DecoderModel make_lm(const CacheVariant& v, int64_t context, uint64_t seed = 7, int64_t vocab = 23, int64_t layers = 2,
+                     Dtype dtype = Dtype::kF32) {
   LMConfig c;
   c.vocab_size = vocab;
   c.context_length = context;
@@ -53,8 +54,10 @@ DecoderModel make_lm(const CacheVariant& v, int64_t context, uint64_t seed = 7, 
   c.attention.alibi = v.alibi;
   c.attention.softcap = v.softcap;
   set_head_dim(c);
+  DecoderSpec spec = lm_spec(c);
+  spec.attention.dtype = dtype;  // kBF16: bf16 mode
   Generator gen(seed);  // (no dropout: nothing draws from it after the weights)
-  return DecoderModel(lm_spec(c), gen);
+  return DecoderModel(spec, gen);
 }
 
 struct Generated {
@@ -212,17 +215,7 @@ TEST(GenerationCache, TheDefaultCacheIsInTheProductsPrecision) {
   // model in bf16 mode (a bf16 checkpoint, a GGUF file). Each default run gives the explicit run's
   // logits bit for bit, and not the other type's.
   for (const Dtype dtype : {Dtype::kF32, Dtype::kBF16}) {
-    LMConfig c;
-    c.vocab_size = 23;
-    c.context_length = 12;
-    c.d_model = 16;
-    c.attention.heads = 4;
-    c.num_layers = 2;
-    set_head_dim(c);
-    DecoderSpec spec = lm_spec(c);
-    spec.attention.dtype = dtype;
-    Generator gen(7);
-    DecoderModel lm(spec, gen);
+    DecoderModel lm = make_lm({"plain"}, 12, 7, 23, 2, dtype);
     const bool bf16 = dtype == Dtype::kBF16;
     EXPECT_EQ(lm.default_cache_dtype(), bf16 ? CacheDtype::kBF16 : CacheDtype::kF32);
     SamplingOptions o;
