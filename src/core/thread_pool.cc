@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -114,27 +115,38 @@ void ThreadPool::drain(int worker, const Frame* parent, bool parent_elsewhere) {
 namespace {
 // How long a worker keeps looking for the next job, and the caller for the job's end, before
 // sleeping on the condition variable: a model's step hands out hundreds of short jobs back to back
-// (a decoded token: five products per layer, each a few tens of microseconds), and waking a sleeping
-// thread costs a futex call and a reschedule each time. 2,000 pause instructions: about 100 us on
-// Zen 5 (a pause there is ~50 ns), less on cores with a shorter pause.
-constexpr int kSpins = 2000;
+// (a decoded token: five products per layer, each a few tens of microseconds, with the layer's
+// norms, rotations and attention between them on the calling thread), and waking a sleeping thread
+// costs a futex call and a reschedule each time. Counted in time, not in pause instructions: a
+// pause takes ~20 ns on Zen 5 and longer on Intel cores; 2,000 of them (this spin before) were 42 us on Zen 5,
+// and a Qwen3-0.6B-shaped decoding step put its pool thread to sleep ~28 times a token.
+constexpr auto kSpinTime = std::chrono::microseconds(100);
 inline void pause() {
 #if defined(__x86_64__)
   __builtin_ia32_pause();
 #endif
+}
+// Spins until done() or kSpinTime has passed; returns done().
+template <typename Done>
+bool spin_until(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      pause();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+  }
 }
 }  // namespace
 
 void ThreadPool::worker_loop(int worker) {
   uint64_t seen = 0;
   for (;;) {
-    uint64_t now = seen;
-    for (int i = 0; i < kSpins; ++i) {
-      now = generation_.load(std::memory_order_acquire);
-      if (now != seen || stopping_.load(std::memory_order_relaxed)) break;
-      pause();
-    }
-    if (now == seen && !stopping_.load(std::memory_order_relaxed)) {
+    const bool job = spin_until([&] {
+      return generation_.load(std::memory_order_acquire) != seen || stopping_.load(std::memory_order_relaxed);
+    });
+    if (!job) {
       // Asleep: counted first, then the job looked for under the mutex. run() bumps the generation
       // first, then looks for sleepers: whichever comes second sees the other's change.
       std::unique_lock<std::mutex> lock(mutex_);
@@ -192,8 +204,7 @@ void ThreadPool::run(int64_t num_tasks, TaskFn fn, void* ctx) {
     wake_.notify_all();
   }
   drain(0, innermost_, false);
-  for (int i = 0; i < kSpins && busy_.load(std::memory_order_acquire) != 0; ++i) pause();
-  if (busy_.load(std::memory_order_acquire) != 0) {
+  if (!spin_until([&] { return busy_.load(std::memory_order_acquire) == 0; })) {
     std::unique_lock<std::mutex> lock(mutex_);
     // An exchange, not a store: a read-modify-write is ordered before the load of busy_ that
     // follows on every machine and emulator. qemu-user, running the aarch64 build on x86, let a

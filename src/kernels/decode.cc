@@ -97,11 +97,13 @@ struct DecodeProblem {
   }
 };
 
-// Below this many bytes of keys and values a call runs its tasks on the calling thread: waking the
-// pool's sleeping threads costs some microseconds a call, more than reading 1 MiB takes a core
-// (a small model's decoding step: 4 heads x 1,024 keys x (16 + 16) floats is 512 KiB). The tasks and
-// the chunks are the same either way, so the result is too, bit for bit.
-constexpr double kSerialBytes = 1024.0 * 1024.0;
+// Below this many bytes of keys and values a call runs its tasks on the calling thread: handing
+// them to the pool costs more than the second thread saves. In a decoding step the pool's threads
+// are spinning between the step's products, and the crossing is near 0.2 MiB (Zen 5, 2 threads,
+// 16 heads over 8 key/value heads of 128, bf16 cache; calling thread alone / both: 0.1 MiB 6 / 8 us,
+// 0.2 MiB 10 / 10 us, 0.4 MiB 19 / 15 us, 0.8 MiB 33 / 23 us). The tasks and the chunks are the
+// same either way, so the result is too, bit for bit.
+constexpr double kSerialBytes = 256.0 * 1024.0;
 
 // p.pool->parallel_for(n, f), or the same tasks in order on this thread (as worker 0) when p.serial.
 template <typename F>
