@@ -420,34 +420,67 @@ void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, 
   AttentionOptions o = mha_options(s, call);
   o.query_offset = P;
   const MutableHeads ctx = MutableHeads::interleaved(ctx_data, B, s.heads(), Tn, D, C);
-  if (Tn >= 64 && (cache.dtype() == CacheDtype::kF32 || P == 0)) {
-    // a prefill: the flash kernel over the cache's fp32 view of its P + Tn positions; a bf16
-    // cache's first prefill over this step's own keys and values, rounded as the cache holds them
-    // (its positions are exactly these; the decode kernel would read them so, widened exactly)
-    ConstHeads keys, values;
-    if (cache.dtype() == CacheDtype::kF32) {
-      keys = cache.keys(layer);
-      values = cache.values(layer);
-    } else {
-      // k then v: (B, G, Tn, D) each, one after the other
-      float* kv = heads + split_part_of(s, s.heads()).region_offset;
-      const int64_t n = 2 * B * G * Tn * D;
-      uint16_t bits[4096];
-      for (int64_t i = 0; i < n; i += 4096) {
-        const auto m = static_cast<size_t>(std::min<int64_t>(4096, n - i));
-        floats_to_bf16(kv + i, bits, m);
-        bf16_to_floats(bits, kv + i, m);
-      }
-      keys = ConstHeads::contiguous(kv, B, G, Tn, D);
-      values = ConstHeads::contiguous(kv + B * G * Tn * D, B, G, Tn, D);
-    }
+  auto flash = [&](ConstHeads qv, ConstHeads keys, ConstHeads values, MutableHeads out, float* lse_out,
+                   const AttentionOptions& opts) {
     if (g_reference_attention) {
-      attention_forward_reference(q, keys, values, ctx, lse, o);
+      attention_forward_reference(qv, keys, values, out, lse_out, opts);
     } else {
-      attention_forward(q, keys, values, ctx, lse, o);
+      attention_forward(qv, keys, values, out, lse_out, opts);
     }
-  } else {
+  };
+  if (Tn < 64) {
     decode_attention(q, cache, layer, ctx, lse, o, &ws.decode());
+  } else if (cache.dtype() == CacheDtype::kF32) {
+    // a prefill: the flash kernel over the cache's fp32 view of its P + Tn positions
+    flash(q, cache.keys(layer), cache.values(layer), ctx, lse, o);
+  } else if (P == 0) {
+    // a bf16 cache's first prefill: the flash kernel over this step's own keys and values, rounded
+    // as the cache holds them (its positions are exactly these; the decode kernel would read them
+    // so, widened exactly). k then v: (B, G, Tn, D) each, one after the other
+    float* kv = heads + split_part_of(s, s.heads()).region_offset;
+    const int64_t n = 2 * B * G * Tn * D;
+    uint16_t bits[4096];
+    for (int64_t i = 0; i < n; i += 4096) {
+      const auto m = static_cast<size_t>(std::min<int64_t>(4096, n - i));
+      floats_to_bf16(kv + i, bits, m);
+      bf16_to_floats(bits, kv + i, m);
+    }
+    flash(q, ConstHeads::contiguous(kv, B, G, Tn, D), ConstHeads::contiguous(kv + B * G * Tn * D, B, G, Tn, D), ctx,
+          lse, o);
+  } else {
+    // a later prefill on a bf16 cache (a chat's next turn): one key/value head at a time, its P + Tn
+    // cached positions widened to fp32 (exactly) into scratch kept per thread (one head's, not the
+    // layer's: 2 (P + Tn) D floats a sequence), and the flash kernel for that head's query heads
+    const int64_t N = P + Tn, per = s.heads() / G, cap = cache.capacity();
+    thread_local std::vector<float> widened;
+    if (widened.size() < static_cast<size_t>(2 * B * N * D)) widened.resize(static_cast<size_t>(2 * B * N * D));
+    const auto* kbits = static_cast<const uint16_t*>(cache.key_data(layer));
+    const auto* vbits = static_cast<const uint16_t*>(cache.value_data(layer));
+    float* wk = widened.data();
+    float* wv = wk + B * N * D;
+    for (int64_t g = 0; g < G; ++g) {
+      for (int64_t b = 0; b < B; ++b) {
+        const auto at = static_cast<size_t>((b * G + g) * cap * D);
+        bf16_to_floats(kbits + at, wk + b * N * D, static_cast<size_t>(N * D));
+        bf16_to_floats(vbits + at, wv + b * N * D, static_cast<size_t>(N * D));
+      }
+      // query heads [g per, (g + 1) per) of every sequence; their lse lands in lse's own rows
+      ConstHeads qg = q;
+      qg.data += g * per * q.stride_h;
+      qg.heads = per;
+      MutableHeads cg = ctx;
+      cg.data += g * per * ctx.stride_h;
+      cg.heads = per;
+      AttentionOptions og = o;
+      og.head_offset += g * per;
+      float* lse_g = lse + g * per * Tn;  // (B, per, Tn) rows of the (B, H, Tn) scratch: B = 1 in place
+      std::vector<float> lse_rows;
+      if (B > 1) {
+        lse_rows.resize(static_cast<size_t>(B * per * Tn));
+        lse_g = lse_rows.data();
+      }
+      flash(qg, ConstHeads::contiguous(wk, B, 1, N, D), ConstHeads::contiguous(wv, B, 1, N, D), cg, lse_g, og);
+    }
   }
   // y = ctx W_out^T + b_out                                    (B*Tn, C_o)
   if (w.w_out) {

@@ -172,6 +172,39 @@ TEST(GenerationCache, ABf16CachesFirstPrefillAttendsToTheKeysAndValuesAsTheCache
   }
 }
 
+TEST(GenerationCache, ALaterLongPrefillOnABf16CacheAttendsToTheCachedKeysAndValues) {
+  // A chat's next turn: 70 tokens after 40 already cached in bf16. It runs the flash kernel one
+  // key/value head at a time over that head's 110 cached positions widened to fp32; the same 70 as
+  // two steps of 35 (the decoding kernel) give the same last logits up to the order of fp32 sums.
+  // Batch 2 (rows of their own per sequence) and grouped heads with RoPE.
+  for (const CacheVariant& v : {CacheVariant{"plain"}, CacheVariant{"gqa_rope", 2, RopeLayout::kHalf}}) {
+    DecoderModel lm = make_lm(v, 120, 3, 31);
+    lm.eval();
+    const std::vector<int64_t> a = prompt_of(110, 31), c = prompt_of(110, 29);  // two different sequences
+    auto rows = [&](int64_t t0, int64_t n) {  // tokens [t0, t0 + n) of both sequences, (2, n)
+      std::vector<int64_t> ids;
+      for (const auto* seq : {&a, &c}) ids.insert(ids.end(), seq->begin() + t0, seq->begin() + t0 + n);
+      return ids;
+    };
+    KvCache whole = lm.make_cache(2, CacheDtype::kBF16), halves = lm.make_cache(2, CacheDtype::kBF16);
+    lm.forward_cached(rows(0, 40), 2, 40, whole);
+    lm.forward_cached(rows(0, 40), 2, 40, halves);
+    const Tensor x = lm.forward_cached(rows(40, 70), 2, 70, whole);
+    lm.forward_cached(rows(40, 35), 2, 35, halves);
+    const Tensor y = lm.forward_cached(rows(75, 35), 2, 35, halves);
+    for (int64_t b = 0; b < 2; ++b) {
+      const float* xr = x.data() + b * 31;  // (B, V): the last position's logits
+      const float* yr = y.data() + b * 31;
+      double scale = 0, diff = 0;
+      for (int64_t j = 0; j < 31; ++j) {
+        scale = std::max(scale, std::abs(static_cast<double>(yr[j])));
+        diff = std::max(diff, std::abs(static_cast<double>(xr[j]) - yr[j]));
+      }
+      EXPECT_LE(diff / scale, 1e-5) << v.name << ", sequence " << b;
+    }
+  }
+}
+
 TEST(GenerationCache, ALongPromptsAttentionRowsAreHeldOnceForTheWholeModelNotOncePerLayer) {
   // A 70-token prefill grows the attention's working rows (the heads, the context, the QKV
   // product's staging) to 70 rows; the blocks run one after another, so one set serves them all:
