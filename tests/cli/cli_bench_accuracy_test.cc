@@ -15,6 +15,7 @@
 #include "model_support.h"
 #include "qkv/core/read_file.h"
 #include "qkv/io/gguf.h"
+#include "qkv/kernels/memory_bandwidth.h"
 #include "qkv/models/gguf_model.h"
 #include "qkv/text/vocab_files.h"
 
@@ -146,6 +147,11 @@ TEST_F(CliBenchAccuracy, GptTimesAModelsFilesAsTheyLoad) {
   EXPECT_EQ(j["mode"], "decode");
   EXPECT_THAT(j["model"].get<std::string>(), HasSubstr("(GGUF, Q8_0 weights, integer products on its blocks)"));
   EXPECT_EQ(j["weight_bytes"].get<double>(), matrix_bytes(q8));
+  // the model's own peak is taken before the bandwidth probe's buffer, which the process's includes
+  const double buffer_mib = static_cast<double>(kernels::read_bandwidth_buffer_bytes()) / (1 << 20);
+  EXPECT_GT(j["model_max_rss_mib"].get<double>(), 0.0);
+  EXPECT_LE(j["model_max_rss_mib"].get<double>(), j["max_rss_mib"].get<double>() - buffer_mib / 2);
+  EXPECT_THAT(r.out, HasSubstr(" MiB before the bandwidth probe, "));
   r = run("bench --module gpt --weights " + f32 + " --quantize q4_0 --seq-len 8 --new-tokens 3 --threads 1 --json");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(last_json_line(r.out)["weight_bytes"].get<double>(), matrix_bytes(q4));

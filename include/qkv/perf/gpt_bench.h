@@ -70,6 +70,7 @@ struct GptBenchReport {
   std::string model;                    // what ran: the loaded model's description, or the preset's
   std::vector<double> bandwidth_passes;  // decode: every pass measured, sorted
   double max_rss_mib = 0;
+  double model_rss_mib = 0;  // decode: the peak before the bandwidth probe's buffer (the model's own)
 };
 
 // The preset's shape: its family's preset (models/family.h; an unknown name lists every family's).
