@@ -149,12 +149,14 @@ TEST(ThreadPool, ManyJobsEndingAsTheCallerGoesToSleepEachWakeIt) {
 TEST(ThreadPool, AThreadKeepsLookingForTheNextJobThroughAStepsGaps) {
   // A decoding step's jobs come 10-60 us apart (the layer's norms, rotations and attention on the
   // calling thread between its products). The pool's thread must still be looking when the next
-  // one comes, not asleep on the condition variable: every sleep is a voluntary context switch of
-  // that thread and a futex wake for the next job. 1,000 jobs 70 us apart, each run by both threads
-  // at once (RanTogether); the pool thread's own voluntary switches are counted (RUSAGE_THREAD).
-  // A spin of 2,000 pauses (42 us on Zen 5) slept before almost every job. Other processes on the
-  // cores (ctest -j) can stall the calling thread past the spin now and then, so up to five tries,
-  // one of which must stay under a quarter of the jobs.
+  // one comes, not asleep on the condition variable (a voluntary context switch of that thread,
+  // then a futex wake). Jobs 70 us apart, each run by both threads at once; a job is judged when
+  // the time from the pool thread's end of the last job to this job's hand-out was under 90 us
+  // (other processes on the cores, as under ctest -j, stall the calling thread past any spin now
+  // and then: those jobs say nothing), and the pool thread's own voluntary switches in between
+  // (RUSAGE_THREAD) say whether it slept. A spin of 2,000 pauses (42 us on Zen 5) slept before
+  // almost every judged job.
+  using Clock = std::chrono::steady_clock;
   ThreadPool pool(2);
   auto voluntary_switches = [] {
     rusage usage{};
@@ -162,31 +164,40 @@ TEST(ThreadPool, AThreadKeepsLookingForTheNextJobThroughAStepsGaps) {
     return usage.ru_nvcsw;
   };
   constexpr int kJobs = 1000;
-  long fewest = -1;
-  for (int attempt = 0; attempt < 5 && (fewest < 0 || fewest >= kJobs / 4); ++attempt) {
-    std::atomic<long> first{-1}, last{-1};
+  int judged = 0, slept = 0;
+  for (int attempt = 0; attempt < 5 && judged < kJobs / 2; ++attempt) {
+    Clock::time_point last_end{};  // the pool thread's end of the last job
+    long last_switches = -1;       // its voluntary switches then
     for (int job = 0; job < kJobs; ++job) {
-      const auto start = std::chrono::steady_clock::now();
-      while (std::chrono::steady_clock::now() - start < std::chrono::microseconds(70)) {
+      const auto start = Clock::now();
+      while (Clock::now() - start < std::chrono::microseconds(70)) {
       }
+      const Clock::time_point posted = Clock::now();
       std::atomic<int> started{0};
+      long switches_at_start = -1, switches_at_end = -1;
+      Clock::time_point end{};
       pool.parallel_for(2, [&](int64_t, int worker) {
+        if (worker != 0) switches_at_start = voluntary_switches();
         started.fetch_add(1);
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (started.load() < 2 && std::chrono::steady_clock::now() < until) {
+        const auto until = Clock::now() + std::chrono::seconds(10);
+        while (started.load() < 2 && Clock::now() < until) {
         }
         if (worker != 0) {
-          if (first.load() < 0) first = voluntary_switches();
-          last = voluntary_switches();
+          switches_at_end = voluntary_switches();
+          end = Clock::now();
         }
       });
+      if (switches_at_start >= 0 && last_switches >= 0 && posted - last_end < std::chrono::microseconds(90)) {
+        ++judged;
+        slept += switches_at_start > last_switches;
+      }
+      last_switches = switches_at_end;
+      last_end = end;
     }
-    ASSERT_GE(first.load(), 0) << "the pool's thread ran none of the jobs";
-    const long slept = last.load() - first.load();
-    if (fewest < 0 || slept < fewest) fewest = slept;
   }
-  EXPECT_LT(fewest, kJobs / 4) << "the pool's thread slept " << fewest << " times in " << kJobs
-                               << " jobs 70 us apart (the fewest of five tries)";
+  if (judged < 100) GTEST_SKIP() << "only " << judged << " jobs came within 90 us of the last: the cores are too busy";
+  EXPECT_LE(slept, judged / 4) << "the pool's thread slept before " << slept << " of " << judged
+                               << " jobs handed out within 90 us of its last";
 }
 
 TEST(ThreadPool, ScratchIsPerWorkerAlignedAndKept) {
