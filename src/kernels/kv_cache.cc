@@ -231,28 +231,42 @@ ConstHeads KvCache::keys(int64_t layer) const { return f32_view("KvCache::keys",
 
 ConstHeads KvCache::values(int64_t layer) const { return f32_view("KvCache::values", layer, false); }
 
-void KvCache::copy_out(const char* what, int64_t layer, bool keys, MutableHeads out) const {
+void KvCache::copy_out(const char* what, int64_t layer, bool keys, MutableHeads out, int64_t first_head) const {
   check_kv_layer(what, layer);
   const int64_t dim = keys ? head_dim_ : value_dim_;
-  QKV_CHECK(out.batch == batch_ && out.heads == kv_heads_ && out.dim == dim && out.tokens >= 0 &&
-                out.tokens <= length(layer),
+  QKV_CHECK(first_head >= 0 && first_head < kv_heads_, what, ": first_head ", first_head, " is outside the cache's ",
+            kv_heads_, " key/value heads");
+  QKV_CHECK(out.batch == batch_ && out.heads >= 1 && out.heads <= kv_heads_ - first_head && out.dim == dim &&
+                out.tokens >= 0 && out.tokens <= length(layer),
             what, ": out (", out.batch, ", ", out.heads, ", ", out.tokens, ", ", out.dim, ") should be (", batch_,
-            ", ", kv_heads_, ", N <= ", length(layer), ", ", dim, ")");
+            ", 1 .. ", kv_heads_ - first_head, " heads from head ", first_head, ", N <= ", length(layer), ", ", dim,
+            ")");
   const void* base = layer_data(layer, keys);
   for (int64_t b = 0; b < batch_; ++b)
-    for (int64_t g = 0; g < kv_heads_; ++g)
+    for (int64_t h = 0; h < out.heads; ++h) {
+      const int64_t head_at = (b * kv_heads_ + first_head + h) * capacity_ * dim;
       for (int64_t n = 0; n < out.tokens; ++n) {
-        const int64_t at = ((b * kv_heads_ + g) * capacity_ + n) * dim;
-        float* dst = out.row(b, g, n);
-        for (int64_t c = 0; c < dim; ++c)
-          dst[c * out.stride_d] = dtype_ == CacheDtype::kBF16 ? bf16_to_float(static_cast<const uint16_t*>(base)[at + c])
-                                                              : static_cast<const float*>(base)[at + c];
+        const int64_t at = head_at + n * dim;
+        float* dst = out.row(b, h, n);
+        if (out.stride_d == 1 && dtype_ == CacheDtype::kBF16) {
+          bf16_to_floats(static_cast<const uint16_t*>(base) + at, dst, static_cast<size_t>(dim));
+        } else if (out.stride_d == 1) {
+          std::memcpy(dst, static_cast<const float*>(base) + at, static_cast<size_t>(dim) * sizeof(float));
+        } else {
+          for (int64_t c = 0; c < dim; ++c)
+            dst[c * out.stride_d] = dtype_ == CacheDtype::kBF16
+                                        ? bf16_to_float(static_cast<const uint16_t*>(base)[at + c])
+                                        : static_cast<const float*>(base)[at + c];
+        }
       }
+    }
 }
 
-void KvCache::copy_keys(int64_t layer, MutableHeads out) const { copy_out("KvCache::copy_keys", layer, true, out); }
-void KvCache::copy_values(int64_t layer, MutableHeads out) const {
-  copy_out("KvCache::copy_values", layer, false, out);
+void KvCache::copy_keys(int64_t layer, MutableHeads out, int64_t first_head) const {
+  copy_out("KvCache::copy_keys", layer, true, out, first_head);
+}
+void KvCache::copy_values(int64_t layer, MutableHeads out, int64_t first_head) const {
+  copy_out("KvCache::copy_values", layer, false, out, first_head);
 }
 
 }  // namespace qkv::kernels

@@ -451,19 +451,16 @@ void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, 
     // a later prefill on a bf16 cache (a chat's next turn): one key/value head at a time, its P + Tn
     // cached positions widened to fp32 (exactly) into scratch kept per thread (one head's, not the
     // layer's: 2 (P + Tn) D floats a sequence), and the flash kernel for that head's query heads
-    const int64_t N = P + Tn, per = s.heads() / G, cap = cache.capacity();
+    const int64_t N = P + Tn, per = s.heads() / G;
     thread_local std::vector<float> widened;
     if (widened.size() < static_cast<size_t>(2 * B * N * D)) widened.resize(static_cast<size_t>(2 * B * N * D));
-    const auto* kbits = static_cast<const uint16_t*>(cache.key_data(layer));
-    const auto* vbits = static_cast<const uint16_t*>(cache.value_data(layer));
     float* wk = widened.data();
     float* wv = wk + B * N * D;
+    // (B, per, Tn) lse rows of one group: with B = 1 they are the (B, H, Tn) scratch's own rows
+    std::vector<float> lse_rows(B > 1 ? static_cast<size_t>(B * per * Tn) : 0);
     for (int64_t g = 0; g < G; ++g) {
-      for (int64_t b = 0; b < B; ++b) {
-        const auto at = static_cast<size_t>((b * G + g) * cap * D);
-        bf16_to_floats(kbits + at, wk + b * N * D, static_cast<size_t>(N * D));
-        bf16_to_floats(vbits + at, wv + b * N * D, static_cast<size_t>(N * D));
-      }
+      cache.copy_keys(layer, MutableHeads::contiguous(wk, B, 1, N, D), g);
+      cache.copy_values(layer, MutableHeads::contiguous(wv, B, 1, N, D), g);
       // query heads [g per, (g + 1) per) of every sequence; their lse lands in lse's own rows
       ConstHeads qg = q;
       qg.data += g * per * q.stride_h;
@@ -473,12 +470,7 @@ void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, 
       cg.heads = per;
       AttentionOptions og = o;
       og.head_offset += g * per;
-      float* lse_g = lse + g * per * Tn;  // (B, per, Tn) rows of the (B, H, Tn) scratch: B = 1 in place
-      std::vector<float> lse_rows;
-      if (B > 1) {
-        lse_rows.resize(static_cast<size_t>(B * per * Tn));
-        lse_g = lse_rows.data();
-      }
+      float* lse_g = B > 1 ? lse_rows.data() : lse + g * per * Tn;
       flash(qg, ConstHeads::contiguous(wk, B, 1, N, D), ConstHeads::contiguous(wv, B, 1, N, D), cg, lse_g, og);
     }
   }

@@ -134,6 +134,46 @@ TEST(KvCache, Bf16StoresRoundedValuesAndCopiesThemOutAsFloat) {
   EXPECT_NE(error_of([&] { (void)cache.keys(0); }).find("holds bf16, not f32 (use copy_keys)"), std::string::npos);
 }
 
+TEST(KvCache, CopiesOneHeadOfEverySequenceInEitherDtype) {
+  // 2 sequences, 3 key/value heads, 5 of 6 positions: head g's copy is the full copy's head g, in
+  // a contiguous (B, 1, N, D) buffer and in one with a column stride.
+  std::mt19937 rng(11);
+  std::vector<float> k = normal_vector(2 * 3 * 5 * 4, rng), v = normal_vector(2 * 3 * 5 * 2, rng);
+  for (CacheDtype dtype : {CacheDtype::kF32, CacheDtype::kBF16}) {
+    KvCache cache(1, 2, 3, 6, 4, 2, dtype);
+    cache.append(0, ConstHeads::contiguous(k.data(), 2, 3, 5, 4), ConstHeads::contiguous(v.data(), 2, 3, 5, 2));
+    cache.commit();
+    std::vector<float> all_k(k.size()), all_v(v.size());
+    cache.copy_keys(0, MutableHeads::contiguous(all_k.data(), 2, 3, 5, 4));
+    cache.copy_values(0, MutableHeads::contiguous(all_v.data(), 2, 3, 5, 2));
+    for (int64_t g = 0; g < 3; ++g) {
+      std::vector<float> hk(2 * 5 * 4, -1.0f), hv(2 * 5 * 2, -1.0f), strided(2 * 5 * 4 * 2, -1.0f);
+      cache.copy_keys(0, MutableHeads::contiguous(hk.data(), 2, 1, 5, 4), g);
+      cache.copy_values(0, MutableHeads::contiguous(hv.data(), 2, 1, 5, 2), g);
+      MutableHeads sk = MutableHeads::contiguous(strided.data(), 2, 1, 5, 4);
+      sk.stride_d = 2, sk.stride_n *= 2, sk.stride_h *= 2, sk.stride_b *= 2;
+      cache.copy_keys(0, sk, g);
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t t = 0; t < 5; ++t) {
+          for (int64_t c = 0; c < 4; ++c) {
+            const float want = all_k[static_cast<size_t>(((b * 3 + g) * 5 + t) * 4 + c)];
+            EXPECT_EQ(hk[static_cast<size_t>((b * 5 + t) * 4 + c)], want) << "b " << b << " g " << g << " t " << t;
+            EXPECT_EQ(sk.row(b, 0, t)[2 * c], want);
+          }
+          for (int64_t c = 0; c < 2; ++c)
+            EXPECT_EQ(hv[static_cast<size_t>((b * 5 + t) * 2 + c)],
+                      all_v[static_cast<size_t>(((b * 3 + g) * 5 + t) * 2 + c)]);
+        }
+    }
+    EXPECT_NE(error_of([&] { cache.copy_keys(0, MutableHeads::contiguous(all_k.data(), 2, 1, 5, 4), 3); })
+                  .find("first_head 3 is outside the cache's 3 key/value heads"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { cache.copy_keys(0, MutableHeads::contiguous(all_k.data(), 2, 2, 5, 4), 2); })
+                  .find("should be (2, 1 .. 1 heads from head 2"),
+              std::string::npos);
+  }
+}
+
 TEST(KvCache, MixUpsAreErrorsNamingTheValues) {
   KvCache cache(2, 1, 1, 4, 2, 2, CacheDtype::kF32);
   std::vector<float> x(16, 1.0f);

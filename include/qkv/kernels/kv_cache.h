@@ -95,10 +95,11 @@ class KvCache {
   // (B, G, length(layer), Dv) views (row stride D, head stride C * D) that the fused kernels read.
   ConstHeads keys(int64_t layer) const;
   ConstHeads values(int64_t layer) const;
-  // Any dtype: the first `out.tokens` positions (<= length(layer)) widened to fp32 into out
-  // (B, G, N, D) / (B, G, N, Dv).
-  void copy_keys(int64_t layer, MutableHeads out) const;
-  void copy_values(int64_t layer, MutableHeads out) const;
+  // Any dtype: the first `out.tokens` positions (<= length(layer)) of heads [first_head,
+  // first_head + out.heads) widened exactly to fp32 into out (B, out.heads, N, D) / (B, out.heads,
+  // N, Dv): every head by default, one head of every sequence with out.heads = 1.
+  void copy_keys(int64_t layer, MutableHeads out, int64_t first_head = 0) const;
+  void copy_values(int64_t layer, MutableHeads out, int64_t first_head = 0) const;
 
   // Raw storage of a layer, for the kernels: (B, G, C, D) and (B, G, C, Dv) contiguous arrays of
   // float (kF32) or bf16 bits as uint16_t (kBF16).
@@ -112,7 +113,7 @@ class KvCache {
   void check_layer(const char* what, int64_t layer) const;
   void check_kv_layer(const char* what, int64_t layer) const;  // and not a state layer
   void mark_appended(const char* what, int64_t layer, int64_t n);  // the step rules
-  void copy_out(const char* what, int64_t layer, bool keys, MutableHeads out) const;
+  void copy_out(const char* what, int64_t layer, bool keys, MutableHeads out, int64_t first_head) const;
   void* layer_data(int64_t layer, bool keys) const;
   ConstHeads f32_view(const char* what, int64_t layer, bool keys) const;  // keys() / values()
 
