@@ -6,7 +6,11 @@ cells must read from `qkv walkthrough --json` and `qkv forward --attn-weights`, 
 explore_browser.cjs drive headless chromium (npm playwright-core, installed into the build tree
 as the tiktoken test installs its packages) over them.
 
-  test_explore.py --qkv build/qkv --npm-dir build/npm [--shots DIR]
+  test_explore.py --qkv build/qkv --npm-dir build/npm [--shots DIR] [--pages-only]
+
+--pages-only makes the pages and checks that each is a whole HTML file, without the browser: the
+sanitizer build's run (scripts/test.sh), where the qkv side is what the sanitizers check and the
+browser's side - the page's JavaScript, the same bytes in both builds - is the release build's.
 
 The Qwen3.5 folder is drawn by the PyTorch twin: run it with an interpreter that has torch (Debian's
 /usr/bin/python3 with python3-torch, as ctest does).
@@ -97,10 +101,12 @@ def main():
     ap.add_argument("--shots", help="keep the screenshots here")
     ap.add_argument("--checkpoint", help="the trained model's page from this checkpoint (2 layers x 4 heads, "
                     "as qkv train's default model) instead of one trained 20 steps here")
+    ap.add_argument("--pages-only", action="store_true", help="make and check the pages; no browser")
     args = ap.parse_args()
-    if not os.path.exists(CHROMIUM):
+    if not args.pages_only and not os.path.exists(CHROMIUM):
         raise SystemExit(f"{CHROMIUM} is missing: bash scripts/setup.sh --test installs Debian's chromium")
-    ensure_packages(args.npm_dir)
+    if not args.pages_only:
+        ensure_packages(args.npm_dir)
     qkv = os.path.abspath(args.qkv)
     with tempfile.TemporaryDirectory() as tmp:
         pages = []
@@ -218,6 +224,16 @@ def main():
         run([qkv, "explore", "--text", HOSTILE, *MHA, "--out", bad])
         pages.append({"name": "hostile", "file": bad, "title": HOSTILE})
 
+        if args.pages_only:
+            bad_pages = []
+            for p in pages:
+                with open(p["file"], "rb") as f:
+                    page = f.read()
+                if not (page.lstrip().lower().startswith(b"<!doctype html") and page.rstrip().endswith(b"</html>")):
+                    bad_pages.append(p["name"])
+            print(f"pages only: {len(pages) - len(bad_pages)} of {len(pages)} pages are whole HTML files"
+                  + (f"; not: {', '.join(bad_pages)}" if bad_pages else ""))
+            return 1 if bad_pages or not pages else 0
         shots = args.shots or os.path.join(tmp, "shots")
         os.makedirs(shots, exist_ok=True)
         spec = os.path.join(tmp, "spec.json")
