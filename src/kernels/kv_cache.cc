@@ -245,13 +245,17 @@ void KvCache::copy_out(const char* what, int64_t layer, bool keys, MutableHeads 
   for (int64_t b = 0; b < batch_; ++b)
     for (int64_t h = 0; h < out.heads; ++h) {
       const int64_t head_at = (b * kv_heads_ + first_head + h) * capacity_ * dim;
-      for (int64_t n = 0; n < out.tokens; ++n) {
+      // rows next to each other in out as in the cache: the head's positions as one run
+      const bool one_run = out.stride_d == 1 && out.stride_n == dim;
+      const int64_t runs = one_run ? std::min<int64_t>(out.tokens, 1) : out.tokens;
+      const int64_t run = one_run ? out.tokens * dim : dim;
+      for (int64_t n = 0; n < runs; ++n) {
         const int64_t at = head_at + n * dim;
         float* dst = out.row(b, h, n);
         if (out.stride_d == 1 && dtype_ == CacheDtype::kBF16) {
-          bf16_to_floats(static_cast<const uint16_t*>(base) + at, dst, static_cast<size_t>(dim));
+          bf16_to_floats(static_cast<const uint16_t*>(base) + at, dst, static_cast<size_t>(run));
         } else if (out.stride_d == 1) {
-          std::memcpy(dst, static_cast<const float*>(base) + at, static_cast<size_t>(dim) * sizeof(float));
+          std::memcpy(dst, static_cast<const float*>(base) + at, static_cast<size_t>(run) * sizeof(float));
         } else {
           for (int64_t c = 0; c < dim; ++c)
             dst[c * out.stride_d] = dtype_ == CacheDtype::kBF16

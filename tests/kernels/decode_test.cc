@@ -153,6 +153,10 @@ TEST(KvCache, CopiesOneHeadOfEverySequenceInEitherDtype) {
       MutableHeads sk = MutableHeads::contiguous(strided.data(), 2, 1, 5, 4);
       sk.stride_d = 2, sk.stride_n *= 2, sk.stride_h *= 2, sk.stride_b *= 2;
       cache.copy_keys(0, sk, g);
+      std::vector<float> pad(2 * 5 * 3, -1.0f);
+      MutableHeads padded = MutableHeads::contiguous(pad.data(), 2, 1, 5, 3);
+      padded.dim = 2;
+      cache.copy_values(0, padded, g);  // (2, 1, 5, 2) in rows 3 floats apart: one copy per row
       for (int64_t b = 0; b < 2; ++b)
         for (int64_t t = 0; t < 5; ++t) {
           for (int64_t c = 0; c < 4; ++c) {
@@ -160,9 +164,11 @@ TEST(KvCache, CopiesOneHeadOfEverySequenceInEitherDtype) {
             EXPECT_EQ(hk[static_cast<size_t>((b * 5 + t) * 4 + c)], want) << "b " << b << " g " << g << " t " << t;
             EXPECT_EQ(sk.row(b, 0, t)[2 * c], want);
           }
-          for (int64_t c = 0; c < 2; ++c)
-            EXPECT_EQ(hv[static_cast<size_t>((b * 5 + t) * 2 + c)],
-                      all_v[static_cast<size_t>(((b * 3 + g) * 5 + t) * 2 + c)]);
+          for (int64_t c = 0; c < 2; ++c) {
+            const float want = all_v[static_cast<size_t>(((b * 3 + g) * 5 + t) * 2 + c)];
+            EXPECT_EQ(hv[static_cast<size_t>((b * 5 + t) * 2 + c)], want);
+            EXPECT_EQ(padded.row(b, 0, t)[c], want) << "b " << b << " g " << g << " t " << t;
+          }
         }
     }
     EXPECT_NE(error_of([&] { cache.copy_keys(0, MutableHeads::contiguous(all_k.data(), 2, 1, 5, 4), 3); })
