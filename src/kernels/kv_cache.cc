@@ -242,13 +242,13 @@ void KvCache::copy_out(const char* what, int64_t layer, bool keys, MutableHeads 
             ", 1 .. ", kv_heads_ - first_head, " heads from head ", first_head, ", N <= ", length(layer), ", ", dim,
             ")");
   const void* base = layer_data(layer, keys);
+  // rows next to each other in out as in the cache: each head's positions as one run of values
+  const bool one_run = out.stride_d == 1 && out.stride_n == dim;
+  const int64_t runs = one_run ? std::min<int64_t>(out.tokens, 1) : out.tokens;
+  const int64_t run = one_run ? out.tokens * dim : dim;
   for (int64_t b = 0; b < batch_; ++b)
     for (int64_t h = 0; h < out.heads; ++h) {
       const int64_t head_at = (b * kv_heads_ + first_head + h) * capacity_ * dim;
-      // rows next to each other in out as in the cache: the head's positions as one run
-      const bool one_run = out.stride_d == 1 && out.stride_n == dim;
-      const int64_t runs = one_run ? std::min<int64_t>(out.tokens, 1) : out.tokens;
-      const int64_t run = one_run ? out.tokens * dim : dim;
       for (int64_t n = 0; n < runs; ++n) {
         const int64_t at = head_at + n * dim;
         float* dst = out.row(b, h, n);
