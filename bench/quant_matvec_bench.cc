@@ -5,12 +5,14 @@
 // W from a ring of copies at least 4 x L3 (and 512 MiB) long: the weight is never in cache.
 // Q8_0p, Q6_Kp, Q4_Kp and Q4_0p: the same types stored in panels of 16 rows (core/quant_panels.h), as a loaded
 // model keeps them.
+// With --in-cache, one copy of W, read again and again: for a W that fits the cache (512x1024 fits
+// a 1 MiB L2 in every type), the kernel's own ceiling, what its instructions allow without memory.
 // With --rows M > 1 (a prompt's M rows: the packed kernel, src/core/quant_gemm.h), the figure is
 // GOP/s instead: 2 M N K / the median call time (the integer products' multiply-adds as 2 ops),
 // for the quantized types, on 1 and 2 threads.
 //
 //   build/bench/qkv_quant_matvec_bench [--target AVX2|AVX3|AVX3_DL] [--passes 3] [--shapes 2048x1024,...]
-//                                      [--rows M]
+//                                      [--rows M] [--in-cache]
 //
 // Legend: N output rows (W's rows), K values per row.
 #include <algorithm>
@@ -108,14 +110,16 @@ int main(int argc, char** argv) {
   std::string target_name, shapes_arg = "2048x1024,1024x2048,3072x1024,1024x3072,151936x1024";
   int passes = 3;
   int64_t rows = 1;
+  bool in_cache = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--target" && i + 1 < argc) target_name = argv[++i];
     else if (a == "--passes" && i + 1 < argc) passes = std::stoi(argv[++i]);
     else if (a == "--shapes" && i + 1 < argc) shapes_arg = argv[++i];
     else if (a == "--rows" && i + 1 < argc) rows = std::max<int64_t>(1, std::stoll(argv[++i]));
+    else if (a == "--in-cache") in_cache = true;
     else {
-      std::printf("usage: %s [--target AVX2|AVX3|AVX3_DL] (default: the best) [--passes 3] [--shapes %s] [--rows 1]\n",
+      std::printf("usage: %s [--target AVX2|AVX3|AVX3_DL] (default: the best) [--passes 3] [--shapes %s] [--rows 1] [--in-cache]\n",
                   argv[0], shapes_arg.c_str());
       return a == "--help" ? 0 : 2;
     }
@@ -171,6 +175,7 @@ int main(int argc, char** argv) {
     qkv::kernels::force_simd_target(0);
     return 0;
   }
+  if (in_cache) std::printf("W in cache: one copy, read again and again (%%bw: of the read bandwidth from memory)\n");
   std::printf("%-13s %-5s %9s | %8s %6s | %8s %6s\n", "N x K", "W", "MB", "1T GB/s", "%bw", "2T GB/s", "%bw");
   // "Q8_0p", "Q6_Kp", "Q4_Kp", "Q4_0p": stored in panels (core/quant_panels.h), as a loaded model keeps them
   const char* types[] = {"bf16", "Q8_0", "Q8_0p", "Q6_K", "Q6_Kp", "Q4_K", "Q4_Kp", "Q4_0", "Q4_0p"};
@@ -185,7 +190,7 @@ int main(int argc, char** argv) {
       const bool panels = type_name.back() == 'p';
       const qkv::QuantType* t = bf16 ? nullptr : &qkv::quant_type_named(panels ? type_name.substr(0, 4) : type_name);
       const int64_t bytes = bf16 ? s.N * s.K * 2 : s.N * qkv::quant_bytes(*t, s.K, "W");
-      const int64_t copies = std::max<int64_t>(2, (ring_bytes + bytes - 1) / bytes);
+      const int64_t copies = in_cache ? 1 : std::max<int64_t>(2, (ring_bytes + bytes - 1) / bytes);
       const std::vector<uint8_t> ring = weight_ring(t, bytes, copies, panels ? s.K : 0);
       double gb[2];
       qkv::ThreadPool* pools[2] = {&p1, &p2};

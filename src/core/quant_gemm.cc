@@ -691,9 +691,19 @@ constexpr int64_t kQ4KStoredBlock = 16 * 144;
 constexpr int64_t kQ4KStoredSteps = 256;  // where the steps start (after the header's columns)
 constexpr int64_t kQ6KStoredBlock = 16 * 210;
 constexpr int64_t kQ6KStoredSteps = 288;
-// A Q6_K kernel asks for the whole next super-block as it starts one (kStoredPrefetch, 2 KiB, is
-// less than a block here, whose lines it reads out of order: ql's two steps and qh's in turn). On
-// AVX2, Zen 5, the kernel alone from memory, one thread: 20-26 -> 28-33 GB/s.
+// A Q6_K kernel (and AVX2's Q4_K) asks for the super-block after next, into L2 (prefetcht1), as it
+// starts one; its lines are read out of order (ql's two steps and qh's in turn), which the hardware
+// prefetcher does not follow. Asking for the whole next block into L1 instead (kStoredPrefetch, 2
+// KiB, is less than a block here) took AVX2 on Zen 5 from 20-26 to 28-33 GB/s (one thread, the
+// kernel alone from memory), but on Zen 4 (family 25 model 17, read bandwidth 28 GB/s on one
+// thread, 33 on two) it held the AVX-512 Q6_K kernel to 11-13 GB/s on one thread (lines asked for
+// 2 KiB or a block ahead, spread one per line read, or not at all: 7-13); into L2 two blocks ahead:
+// 20-21 (2 threads 13-17 -> 21-28), AVX2's Q6_K 2 threads 9-10 -> 20-25, AVX2's Q4_K 18-20 -> 24-26.
+constexpr int64_t kQ6KL2Ahead = 2 * kQ6KStoredBlock;
+
+QKV_QG_ATTR HWY_INLINE void PrefetchToL2(const uint8_t* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+}
 
 QKV_QG_ATTR HWY_INLINE int32_t Word(const int8_t* q) {
   int32_t w;
@@ -762,7 +772,7 @@ QKV_QG_ATTR void StoredQ6KRow(const uint8_t* panel, const BlockQ8K* x, const int
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = panel + b * kQ6KStoredBlock;
     if (ahead)
-      for (int64_t line = 0; line < kQ6KStoredBlock; line += 64) hwy::Prefetch(p + kQ6KStoredBlock + line);
+      for (int64_t line = 0; line < kQ6KStoredBlock; line += 64) PrefetchToL2(p + kQ6KL2Ahead + line);
     const int8_t* xq = x[b].q;
     const int32_t* xw = xwords + 8 * b;
     __m512i c[4], offset = _mm512_setzero_si512();
@@ -772,10 +782,16 @@ QKV_QG_ATTR void StoredQ6KRow(const uint8_t* panel, const BlockQ8K* x, const int
       offset = _mm512_dpwssd_epi32(offset, _mm512_srai_epi16(c[k], 8), _mm512_set1_epi32(xw[2 * k + 1]));
     }
     __m512i scaled = _mm512_setzero_si512();
+    // unrolled whole, so that each group's scale is picked with constant shifts from c in registers
+    // (rolled, GCC kept c on the stack and shifted by counts in registers: W in L2, one thread, Zen 4,
+    // `qkv_quant_matvec_bench --in-cache --shapes 512x1024` 27-40 -> 50 GB/s)
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 2
       for (int half = 0; half < 2; ++half) {
         __m512i part[4];
         for (int k = 0; k < 4; ++k) part[k] = _mm512_setzero_si512();
+#pragma GCC unroll 4
         for (int t = 4 * half; t < 4 * half + 4; ++t) {
           const uint8_t* st = p + kQ6KStoredSteps;
           const __m512i qa = InRegister(_mm512_loadu_si512(st + 64 * (16 * h + t)));
@@ -816,16 +832,16 @@ inline void DwordBytePicks(bool high, __m256i pick[4]) {
 }
 
 // The AVX2 stored kernels' frame: a panel's super-blocks (`block` bytes each; with `ahead`, the
-// lines `ahead_at` bytes on asked for as each starts), each as two halves of 8 rows, the second
+// super-block after next asked for into L2 as each starts), each as two halves of 8 rows, the second
 // half's lines from L1: half(p, b, rows, acc[rows]) adds super-block b's part to rows' 8 sums.
 template <class Half>
-inline void StoredHalves(const uint8_t* panel, int64_t nb, int64_t block, int64_t ahead_at, bool ahead, float* y,
+inline void StoredHalves(const uint8_t* panel, int64_t nb, int64_t block, bool ahead, float* y,
                          const Half& half) {
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = panel + b * block;
     if (ahead)
-      for (int64_t line = 0; line < block; line += 64) hwy::Prefetch(p + ahead_at + line);
+      for (int64_t line = 0; line < block; line += 64) PrefetchToL2(p + 2 * block + line);
     for (int rows = 0; rows < 2; ++rows) half(p, b, rows, acc[rows]);
   }
   _mm256_storeu_ps(y, acc[0]);
@@ -840,7 +856,7 @@ QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int
                 k2 = _mm256_set1_epi32(0x03030303), even16 = _mm256_set1_epi32(0x00FF00FF);
   __m256i pick[4];  // the scale of sub-block k or 4 + k
   DwordBytePicks(false, pick);
-  StoredHalves(panel, nb, kQ4KStoredBlock, kStoredPrefetch, ahead, y, [&](const uint8_t* p, int64_t b, int h, __m256& acc) {
+  StoredHalves(panel, nb, kQ4KStoredBlock, ahead, y, [&](const uint8_t* p, int64_t b, int h, __m256& acc) {
     const int8_t* xq = x[b].q;
     const int32_t* xm = xmins + 8 * b;
     const __m256 dx = _mm256_set1_ps(x[b].d);
@@ -887,7 +903,7 @@ QKV_QG_ATTR void StoredQ6KRow(const uint8_t* panel, const BlockQ8K* x, const int
   const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
   __m256i pick[4];  // the signed scales as int16
   DwordBytePicks(true, pick);
-  StoredHalves(panel, nb, kQ6KStoredBlock, kQ6KStoredBlock, ahead, y, [&](const uint8_t* p, int64_t b, int rows, __m256& acc) {
+  StoredHalves(panel, nb, kQ6KStoredBlock, ahead, y, [&](const uint8_t* p, int64_t b, int rows, __m256& acc) {
     const int8_t* xq = x[b].q;
     const int32_t* xw = xwords + 8 * b;
     const __m256 dx = _mm256_set1_ps(x[b].d);
