@@ -183,8 +183,18 @@ template <bool kQ4>
 constexpr int64_t StoredBlockBytes() { return qd::kPanelRows * (kQ4 ? 18 : 34); }
 constexpr int64_t kStoredScaleBytes = 2 * qd::kPanelRows;
 // How far ahead of its loads the kernel asks for W (the hardware prefetcher alone falls short of
-// the bandwidth on one stream, as in gemv.cc).
+// the bandwidth on one stream, as in gemv.cc): AVX2's into L1, 2 KiB ahead; AVX-512's into L2, four
+// blocks ahead (1,152 bytes for Q4_0, 2,176 for Q8_0). On Zen 4 (family 25 model 17), whole Qwen3
+// decoding steps (`bench/ab.sh` on `qkv bench --module gpt`, 100 new tokens, median ratios of 3
+// rounds) into L2 against into L1: Q4_0 0.91, Q8_0 0.89, Q4_K 0.94 (4 KiB ahead instead: 1.03 and
+// 1.19 of four blocks); AVX2's into L2 four blocks ahead: Q4_0 1.05, Q8_0 1.10 (kept in L1).
 constexpr int64_t kStoredPrefetch = 2048;
+template <bool kQ4>
+constexpr int64_t StoredL2Ahead() { return 4 * StoredBlockBytes<kQ4>(); }
+
+QKV_QG_ATTR HWY_INLINE void PrefetchToL2(const uint8_t* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+}
 
 // v, from here on held in a register: the compiler would otherwise read a line of nibbles from
 // memory twice, once into the AND of the low ones and once into the shift of the high ones, and a
@@ -207,7 +217,7 @@ QKV_QG_ATTR void StoredPanelRows(const uint8_t* panel, const uint8_t* xg, int64_
     const uint8_t* p = panel + b * StoredBlockBytes<kQ4>();
     const uint8_t* q = p + kStoredScaleBytes;
     if (ahead)
-      for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64) hwy::Prefetch(p + kStoredPrefetch + line);
+      for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64) PrefetchToL2(p + StoredL2Ahead<kQ4>() + line);
     const auto* xw = reinterpret_cast<const int32_t*>(xg + b * XBlockBytes(G));
     const auto* xd = reinterpret_cast<const float*>(xw + 9 * G);
     __m512i even[R], odd[R];
@@ -691,19 +701,15 @@ constexpr int64_t kQ4KStoredBlock = 16 * 144;
 constexpr int64_t kQ4KStoredSteps = 256;  // where the steps start (after the header's columns)
 constexpr int64_t kQ6KStoredBlock = 16 * 210;
 constexpr int64_t kQ6KStoredSteps = 288;
-// A Q6_K kernel (and AVX2's Q4_K) asks for the super-block after next, into L2 (prefetcht1), as it
-// starts one; its lines are read out of order (ql's two steps and qh's in turn), which the hardware
+// A K-quant kernel asks for the super-block after next, into L2 (prefetcht1), as it starts one; its lines are read out of order (ql's two steps and qh's in turn), which the hardware
 // prefetcher does not follow. Asking for the whole next block into L1 instead (kStoredPrefetch, 2
 // KiB, is less than a block here) took AVX2 on Zen 5 from 20-26 to 28-33 GB/s (one thread, the
 // kernel alone from memory), but on Zen 4 (family 25 model 17, read bandwidth 28 GB/s on one
 // thread, 33 on two) it held the AVX-512 Q6_K kernel to 11-13 GB/s on one thread (lines asked for
 // 2 KiB or a block ahead, spread one per line read, or not at all: 7-13); into L2 two blocks ahead:
-// 20-21 (2 threads 13-17 -> 21-28), AVX2's Q6_K 2 threads 9-10 -> 20-25, AVX2's Q4_K 18-20 -> 24-26.
+// 20-21 (2 threads 13-17 -> 21-28), AVX2's Q6_K 2 threads 9-10 -> 20-25, AVX2's Q4_K 18-20 -> 24-26;
+// AVX-512's Q4_K made a decoding step 0.94x as long (see kStoredPrefetch).
 constexpr int64_t kQ6KL2Ahead = 2 * kQ6KStoredBlock;
-
-QKV_QG_ATTR HWY_INLINE void PrefetchToL2(const uint8_t* p) {
-  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
-}
 
 QKV_QG_ATTR HWY_INLINE int32_t Word(const int8_t* q) {
   int32_t w;
@@ -722,7 +728,7 @@ QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = panel + b * kQ4KStoredBlock;
     if (ahead)
-      for (int64_t line = 0; line < kQ4KStoredBlock; line += 64) hwy::Prefetch(p + kStoredPrefetch + line);
+      for (int64_t line = 0; line < kQ4KStoredBlock; line += 64) PrefetchToL2(p + 2 * kQ4KStoredBlock + line);
     const int8_t* xq = x[b].q;
     const int32_t* xm = xmins + 8 * b;
     // k_scale_min on 16 rows: sc_lo / mn_lo the bytes of sub-blocks 0..3, sc_hi / mn_hi of 4..7
