@@ -701,8 +701,9 @@ constexpr int64_t kQ4KStoredBlock = 16 * 144;
 constexpr int64_t kQ4KStoredSteps = 256;  // where the steps start (after the header's columns)
 constexpr int64_t kQ6KStoredBlock = 16 * 210;
 constexpr int64_t kQ6KStoredSteps = 288;
-// A K-quant kernel asks for the super-block after next, into L2 (prefetcht1), as it starts one; its lines are read out of order (ql's two steps and qh's in turn), which the hardware
-// prefetcher does not follow. Asking for the whole next block into L1 instead (kStoredPrefetch, 2
+// A K-quant kernel asks for the super-block after next, into L2 (prefetcht1), as it starts one; its
+// lines are read out of order (ql's two steps and qh's in turn), which the hardware prefetcher does
+// not follow. Asking for the whole next block into L1 instead (kStoredPrefetch, 2
 // KiB, is less than a block here) took AVX2 on Zen 5 from 20-26 to 28-33 GB/s (one thread, the
 // kernel alone from memory), but on Zen 4 (family 25 model 17, read bandwidth 28 GB/s on one
 // thread, 33 on two) it held the AVX-512 Q6_K kernel to 11-13 GB/s on one thread (lines asked for

@@ -26,8 +26,6 @@
 #include <type_traits>
 
 #include "hwy/base.h"
-#include "hwy/cache_control.h"  // hwy::Prefetch
-
 #include "hwy/highway.h"
 #include "kernels/flush_subnormals.h"
 #include "hwy/contrib/math/math-inl.h"  // Tanh

@@ -9,7 +9,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "hwy/cache_control.h"  // hwy::Prefetch
 #include "hwy/highway.h"
 #include "qkv/kernels/delta_rule_step.h"
 
