@@ -18,6 +18,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "qkv/core/bf16.h"
+#include "qkv/core/machine.h"
 #include "qkv/core/quant_blocks.h"
 #include "qkv/core/quant_panels.h"
 
@@ -192,10 +193,6 @@ constexpr int64_t kStoredPrefetch = 2048;
 template <bool kQ4>
 constexpr int64_t StoredL2Ahead() { return 4 * StoredBlockBytes<kQ4>(); }
 
-QKV_QG_ATTR HWY_INLINE void PrefetchToL2(const uint8_t* p) {
-  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
-}
-
 // v, from here on held in a register: the compiler would otherwise read a line of nibbles from
 // memory twice, once into the AND of the low ones and once into the shift of the high ones, and a
 // block's loads, not its vpdpbusd, would set the kernel's pace (Q4_0 in L1 on Zen 5: 13.7 cycles a
@@ -217,7 +214,7 @@ QKV_QG_ATTR void StoredPanelRows(const uint8_t* panel, const uint8_t* xg, int64_
     const uint8_t* p = panel + b * StoredBlockBytes<kQ4>();
     const uint8_t* q = p + kStoredScaleBytes;
     if (ahead)
-      for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64) PrefetchToL2(p + StoredL2Ahead<kQ4>() + line);
+      for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64) prefetch_to_l2(p + StoredL2Ahead<kQ4>() + line);
     const auto* xw = reinterpret_cast<const int32_t*>(xg + b * XBlockBytes(G));
     const auto* xd = reinterpret_cast<const float*>(xw + 9 * G);
     __m512i even[R], odd[R];
@@ -710,7 +707,6 @@ constexpr int64_t kQ6KStoredSteps = 288;
 // 2 KiB or a block ahead, spread one per line read, or not at all: 7-13); into L2 two blocks ahead:
 // 20-21 (2 threads 13-17 -> 21-28), AVX2's Q6_K 2 threads 9-10 -> 20-25, AVX2's Q4_K 18-20 -> 24-26;
 // AVX-512's Q4_K made a decoding step 0.94x as long (see kStoredPrefetch).
-constexpr int64_t kQ6KL2Ahead = 2 * kQ6KStoredBlock;
 
 QKV_QG_ATTR HWY_INLINE int32_t Word(const int8_t* q) {
   int32_t w;
@@ -729,7 +725,7 @@ QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = panel + b * kQ4KStoredBlock;
     if (ahead)
-      for (int64_t line = 0; line < kQ4KStoredBlock; line += 64) PrefetchToL2(p + 2 * kQ4KStoredBlock + line);
+      for (int64_t line = 0; line < kQ4KStoredBlock; line += 64) prefetch_to_l2(p + 2 * kQ4KStoredBlock + line);
     const int8_t* xq = x[b].q;
     const int32_t* xm = xmins + 8 * b;
     // k_scale_min on 16 rows: sc_lo / mn_lo the bytes of sub-blocks 0..3, sc_hi / mn_hi of 4..7
@@ -779,7 +775,7 @@ QKV_QG_ATTR void StoredQ6KRow(const uint8_t* panel, const BlockQ8K* x, const int
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = panel + b * kQ6KStoredBlock;
     if (ahead)
-      for (int64_t line = 0; line < kQ6KStoredBlock; line += 64) PrefetchToL2(p + kQ6KL2Ahead + line);
+      for (int64_t line = 0; line < kQ6KStoredBlock; line += 64) prefetch_to_l2(p + 2 * kQ6KStoredBlock + line);
     const int8_t* xq = x[b].q;
     const int32_t* xw = xwords + 8 * b;
     __m512i c[4], offset = _mm512_setzero_si512();
@@ -848,7 +844,7 @@ inline void StoredHalves(const uint8_t* panel, int64_t nb, int64_t block, bool a
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = panel + b * block;
     if (ahead)
-      for (int64_t line = 0; line < block; line += 64) PrefetchToL2(p + 2 * block + line);
+      for (int64_t line = 0; line < block; line += 64) prefetch_to_l2(p + 2 * block + line);
     for (int rows = 0; rows < 2; ++rows) half(p, b, rows, acc[rows]);
   }
   _mm256_storeu_ps(y, acc[0]);

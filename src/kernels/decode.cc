@@ -31,6 +31,7 @@
 #include "hwy/contrib/math/math-inl.h"  // Tanh
 #include "kernels/attention_tiles-inl.h"  // Exp2
 #include "qkv/core/error.h"
+#include "qkv/core/machine.h"
 #include "qkv/kernels/decode.h"
 #include "qkv/kernels/philox.h"
 #include "qkv/kernels/small_gemm.h"
@@ -154,7 +155,7 @@ void PackRows(const uint16_t* src, size_t dim, size_t n, float* HWY_RESTRICT dst
 // 64`, 2 threads; into L2: 24-31; bf16 keys 19-20 -> 21-29; AVX2 16-21 -> 24-26, bf16 16-17 -> 28).
 void Prefetch(const void* p, size_t bytes) {
   const char* c = static_cast<const char*>(p);
-  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 2);  // x86: prefetcht1
+  for (size_t off = 0; off < bytes; off += 64) prefetch_to_l2(c + off);
 }
 
 // kLanes elements at p, widened to float (bf16 bits: shifted into the high half).

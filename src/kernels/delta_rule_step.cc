@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hwy/highway.h"
+#include "qkv/core/machine.h"
 #include "qkv/kernels/delta_rule_step.h"
 
 #ifndef QKV_KERNELS_DELTA_RULE_STEP_ONCE
@@ -109,7 +110,7 @@ HWY_INLINE void StepBlock(DD d, const float* HWY_RESTRICT q, const float* HWY_RE
   for (int64_t i = 0; i < Dk; ++i) {
     State* r = S + i * Dv + j0;
     if (next != nullptr)
-      for (int64_t l = 0; l < NV * lanes; l += kLine) __builtin_prefetch(next + i * Dv + l, 0, 2);  // x86: prefetcht1
+      for (int64_t l = 0; l < NV * lanes; l += kLine) prefetch_to_l2(next + i * Dv + l);
     const VD ki = hn::Set(d, k[i]), qi = hn::Set(d, q[i]);
     for (int c = 0; c < NV; ++c) {
       const VD s = hn::MulAdd(ki, delta[c], hn::Mul(va, LoadState(d, r + c * lanes)));
