@@ -10,6 +10,7 @@
 
 #include "bindings.h"
 #include "qkv/core/error.h"
+#include "qkv/core/machine.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/kernels/simd.h"
 
@@ -59,6 +60,7 @@ PYBIND11_MODULE(_qkv, m) {
   });
 
   qkv::kernels::apply_simd_environment();  // $QKV_SIMD before any kernel runs (a bad one: qkv.Error on import)
+  qkv::prefetch_bursts_to_l2();             // and $QKV_PREFETCH
 
   m.def("set_num_threads", &set_num_threads, py::arg("n"),
         "Threads the kernels use from now on (replaces QKV_NUM_THREADS, whose value, else the cores, is the default).");

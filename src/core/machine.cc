@@ -1,5 +1,9 @@
-// The machine's caches: sysfs, then cpuid, then defaults. See include/qkv/core/machine.h.
+// The machine's caches: sysfs, then cpuid, then defaults; where burst prefetches go. See
+// include/qkv/core/machine.h.
 #include "qkv/core/machine.h"
+
+#include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -8,7 +12,10 @@
 #define QKV_HAVE_CPUID 0
 #endif
 
+#include <atomic>
 #include <cctype>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -147,5 +154,41 @@ const CacheSizes& cache_sizes() {
   static const CacheSizes sizes = read_cache_sizes("/sys/devices/system/cpu/cpu0/cache");
   return sizes;
 }
+
+bool prefetch_bursts_to_l2_pay(bool amd, unsigned family, bool avx512f) { return amd && family == 25 && avx512f; }
+
+namespace {
+
+bool this_cpu_prefetch_bursts_to_l2_pay() {
+#if QKV_HAVE_CPUID
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;  // "AuthenticAMD"
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  unsigned family = (eax >> 8) & 0xF;
+  if (family == 0xF) family += (eax >> 20) & 0xFF;  // the extended family
+  // libgcc's check includes the OS's XSAVE support of the AVX-512 state
+  return prefetch_bursts_to_l2_pay(amd, family, __builtin_cpu_supports("avx512f"));
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool>& bursts_to_l2_flag() {
+  static std::atomic<bool> to_l2{[] {
+    const char* v = std::getenv("QKV_PREFETCH");
+    if (v == nullptr) return this_cpu_prefetch_bursts_to_l2_pay();
+    if (std::strcmp(v, "l2") == 0) return true;
+    if (std::strcmp(v, "l1") == 0) return false;
+    fail("QKV_PREFETCH: ", excerpt(v), " is not l1 or l2");
+  }()};
+  return to_l2;
+}
+
+}  // namespace
+
+bool prefetch_bursts_to_l2() { return bursts_to_l2_flag().load(std::memory_order_relaxed); }
+
+bool set_prefetch_bursts_to_l2(bool on) { return bursts_to_l2_flag().exchange(on); }
 
 }  // namespace qkv

@@ -184,14 +184,23 @@ template <bool kQ4>
 constexpr int64_t StoredBlockBytes() { return qd::kPanelRows * (kQ4 ? 18 : 34); }
 constexpr int64_t kStoredScaleBytes = 2 * qd::kPanelRows;
 // How far ahead of its loads the kernel asks for W (the hardware prefetcher alone falls short of
-// the bandwidth on one stream, as in gemv.cc): AVX2's into L1, 2 KiB ahead; AVX-512's into L2, four
-// blocks ahead (1,152 bytes for Q4_0, 2,176 for Q8_0). On Zen 4 (family 25 model 17), whole Qwen3
-// decoding steps (`bench/ab.sh` on `qkv bench --module gpt`, 100 new tokens, median ratios of 3
-// rounds) into L2 against into L1: Q4_0 0.91, Q8_0 0.89, Q4_K 0.94 (4 KiB ahead instead: 1.03 and
-// 1.19 of four blocks); AVX2's into L2 four blocks ahead: Q4_0 1.05, Q8_0 1.10 (kept in L1).
+// the bandwidth on one stream, as in gemv.cc): into L1, 2 KiB ahead; AVX-512's into L2 where
+// prefetch_bursts_to_l2() (core/machine.h) says so, four blocks ahead (1,152 bytes for Q4_0, 2,176
+// for Q8_0). Whole Qwen3 decoding steps (`bench/ab.sh` on `qkv bench --module gpt`, 100 new tokens,
+// median ratios) into L2 against into L1: Zen 4 (family 25 model 17) Q4_0 0.91, Q8_0 0.89, Q4_K
+// 0.94 (4 KiB ahead instead: 1.03 and 1.19 of four blocks); Zen 5 (family 26) Q4_0 1.19, Q8_0 1.17,
+// Q4_K 0.99. AVX2's Q4_0 and Q8_0 into L2 on Zen 4: 1.05, 1.10; they keep L1 on every CPU.
 constexpr int64_t kStoredPrefetch = 2048;
 template <bool kQ4>
 constexpr int64_t StoredL2Ahead() { return 4 * StoredBlockBytes<kQ4>(); }
+
+// Whether a stored kernel asks for what follows its panel as it reads it, and into which cache.
+enum class Ahead : uint8_t { kNone, kL1, kL2 };
+// The first row's kernel asks (the others find the panel in cache), as this CPU prefers.
+Ahead AheadFor(bool first) {
+  if (!first) return Ahead::kNone;
+  return prefetch_bursts_to_l2() ? Ahead::kL2 : Ahead::kL1;
+}
 
 // v, from here on held in a register: the compiler would otherwise read a line of nibbles from
 // memory twice, once into the AND of the low ones and once into the shift of the high ones, and a
@@ -205,7 +214,9 @@ QKV_QG_ATTR HWY_INLINE V InRegister(V v) {
 
 #if HWY_TARGET == HWY_AVX3_DL
 template <int R, int G, bool kQ4>
-QKV_QG_ATTR void StoredPanelRows(const uint8_t* panel, const uint8_t* xg, int64_t nb, bool ahead, float* y, int64_t N) {
+QKV_QG_ATTR void StoredPanelRows(const uint8_t* panel, const uint8_t* xg, int64_t nb, Ahead ahead, float* y, int64_t N) {
+  const bool to_l2 = ahead == Ahead::kL2;
+  const int64_t ahead_at = to_l2 ? StoredL2Ahead<kQ4>() : kStoredPrefetch;
   constexpr bool kTwo = R <= 4;  // two dependency chains per row when registers allow
   const __m512i low4 = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[R];
@@ -213,8 +224,8 @@ QKV_QG_ATTR void StoredPanelRows(const uint8_t* panel, const uint8_t* xg, int64_
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = panel + b * StoredBlockBytes<kQ4>();
     const uint8_t* q = p + kStoredScaleBytes;
-    if (ahead)
-      for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64) prefetch_to_l2(p + StoredL2Ahead<kQ4>() + line);
+    if (ahead != Ahead::kNone)
+      for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64) prefetch_line(p + ahead_at + line, to_l2);
     const auto* xw = reinterpret_cast<const int32_t*>(xg + b * XBlockBytes(G));
     const auto* xd = reinterpret_cast<const float*>(xw + 9 * G);
     __m512i even[R], odd[R];
@@ -267,7 +278,7 @@ QKV_QG_ATTR HWY_INLINE __m256i DotPairs(__m256i u, __m256i s) {
 // never pauses; AVX2's 16 registers hold that for one row of x, more rows take a half per pass
 // (the second from cache, while memory idles). A half's sums are in the same order either way.
 template <int R, int G, bool kQ4, int H>
-QKV_QG_ATTR void StoredHalfRows(const uint8_t* panel, int half, const uint8_t* xg, int64_t nb, bool ahead, float* y,
+QKV_QG_ATTR void StoredHalfRows(const uint8_t* panel, int half, const uint8_t* xg, int64_t nb, Ahead ahead, float* y,
                                 int64_t N) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   __m256 acc[H][R];
@@ -276,7 +287,7 @@ QKV_QG_ATTR void StoredHalfRows(const uint8_t* panel, int half, const uint8_t* x
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = panel + b * StoredBlockBytes<kQ4>();
     const uint8_t* q = p + kStoredScaleBytes + 32 * half;
-    if (ahead)
+    if (ahead != Ahead::kNone)  // into L1 on every CPU (see kStoredPrefetch)
       for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64) hwy::Prefetch(p + kStoredPrefetch + line);
     const auto* xw = reinterpret_cast<const int32_t*>(xg + b * XBlockBytes(G));
     const auto* xd = reinterpret_cast<const float*>(xw + 9 * G);
@@ -312,22 +323,22 @@ QKV_QG_ATTR void StoredHalfRows(const uint8_t* panel, int half, const uint8_t* x
 }
 
 template <int R, int G, bool kQ4>
-QKV_QG_ATTR void StoredPanelRows(const uint8_t* panel, const uint8_t* xg, int64_t nb, bool ahead, float* y, int64_t N) {
+QKV_QG_ATTR void StoredPanelRows(const uint8_t* panel, const uint8_t* xg, int64_t nb, Ahead ahead, float* y, int64_t N) {
   if constexpr (R == 1) {
     StoredHalfRows<1, G, kQ4, 2>(panel, 0, xg, nb, ahead, y, N);
   } else {
     StoredHalfRows<R, G, kQ4, 1>(panel, 0, xg, nb, ahead, y, N);
-    StoredHalfRows<R, G, kQ4, 1>(panel, 1, xg, nb, false, y, N);
+    StoredHalfRows<R, G, kQ4, 1>(panel, 1, xg, nb, Ahead::kNone, y, N);
   }
 }
 #endif
 
 // `rows` (1 .. R) rows of x, packed in groups of g (kGroup, or M when M is fewer), against one
 // stored panel.
-// `ahead`: ask for the panel that follows as this one is read (the first group only: the others
-// find this panel in cache).
+// `ahead`: ask for the panel that follows as this one is read, and into which cache (the first group
+// only: the others find this panel in cache).
 template <int R, bool kQ4>
-void StoredPanelGroup(int64_t rows, int64_t g, const uint8_t* panel, const uint8_t* xg, int64_t nb, bool ahead,
+void StoredPanelGroup(int64_t rows, int64_t g, const uint8_t* panel, const uint8_t* xg, int64_t nb, Ahead ahead,
                       float* y, int64_t N) {
   if constexpr (R > 1) {
     if (rows < R) return StoredPanelGroup<R - 1, kQ4>(rows, g, panel, xg, nb, ahead, y, N);
@@ -406,9 +417,9 @@ void GemmPanels(uint32_t id, const uint8_t* W, int64_t row_bytes, const uint8_t*
       const uint8_t* xg = xp + (m / g) * nb * XBlockBytes(g);
       const int64_t rows = std::min<int64_t>(g, M - m);
       if (id == qd::kQ4_0)
-        StoredPanelGroup<kGroup, true>(rows, g, panel, xg, nb, m == 0, y + m * N + n, N);
+        StoredPanelGroup<kGroup, true>(rows, g, panel, xg, nb, AheadFor(m == 0), y + m * N + n, N);
       else
-        StoredPanelGroup<kGroup, false>(rows, g, panel, xg, nb, m == 0, y + m * N + n, N);
+        StoredPanelGroup<kGroup, false>(rows, g, panel, xg, nb, AheadFor(m == 0), y + m * N + n, N);
     }
   }
 }
@@ -698,15 +709,18 @@ constexpr int64_t kQ4KStoredBlock = 16 * 144;
 constexpr int64_t kQ4KStoredSteps = 256;  // where the steps start (after the header's columns)
 constexpr int64_t kQ6KStoredBlock = 16 * 210;
 constexpr int64_t kQ6KStoredSteps = 288;
-// A K-quant kernel asks for the super-block after next, into L2 (prefetcht1), as it starts one; its
-// lines are read out of order (ql's two steps and qh's in turn), which the hardware prefetcher does
-// not follow. Asking for the whole next block into L1 instead (kStoredPrefetch, 2
-// KiB, is less than a block here) took AVX2 on Zen 5 from 20-26 to 28-33 GB/s (one thread, the
-// kernel alone from memory), but on Zen 4 (family 25 model 17, read bandwidth 28 GB/s on one
-// thread, 33 on two) it held the AVX-512 Q6_K kernel to 11-13 GB/s on one thread (lines asked for
-// 2 KiB or a block ahead, spread one per line read, or not at all: 7-13); into L2 two blocks ahead:
-// 20-21 (2 threads 13-17 -> 21-28), AVX2's Q6_K 2 threads 9-10 -> 20-25, AVX2's Q4_K 18-20 -> 24-26;
-// AVX-512's Q4_K made a decoding step 0.94x as long (see kStoredPrefetch).
+// A K-quant kernel asks for lines ahead as it starts a super-block; its lines are read out of order
+// (ql's two steps and qh's in turn), which the hardware prefetcher does not follow. Into L1 (Q4_K 2
+// KiB ahead, kStoredPrefetch; Q6_K the whole next block, which 2 KiB does not cover): AVX2's Q6_K on
+// Zen 5 from 20-26 to 28-33 GB/s (one thread, the kernel alone from memory). On Zen 4 (family 25
+// model 17, read bandwidth 28 GB/s on one thread, 33 on two) into L1 held the AVX-512 Q6_K kernel
+// to 11-13 GB/s on one thread (lines asked for 2 KiB or a block ahead, spread one per line read,
+// or not at all: 7-13); the super-block after next into L2 (prefetch_bursts_to_l2(), Zen 4's
+// choice): 20-21 (2 threads 13-17 -> 21-28), AVX2's Q6_K 2 threads 9-10 -> 20-25, AVX2's Q4_K
+// 18-20 -> 24-26; AVX-512's Q4_K made a decoding step 0.94x as long. On Zen 5 into L2 made Q6_K
+// decoding steps 1.14x (AVX-512) and 1.11x (AVX2) as long, Q4_K's 0.99x and 1.02x.
+// Where a K-quant kernel asks, `l1_at` bytes on when into L1.
+int64_t KAheadAt(Ahead ahead, int64_t block, int64_t l1_at) { return ahead == Ahead::kL2 ? 2 * block : l1_at; }
 
 QKV_QG_ATTR HWY_INLINE int32_t Word(const int8_t* q) {
   int32_t w;
@@ -716,16 +730,18 @@ QKV_QG_ATTR HWY_INLINE int32_t Word(const int8_t* q) {
 
 #if HWY_TARGET == HWY_AVX3_DL
 // One row of x against one stored Q4_K panel (nb super-blocks): y[0 .. 16).
-QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int32_t* xmins, int64_t nb, bool ahead,
+QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int32_t* xmins, int64_t nb, Ahead ahead,
                               float* y) {
+  const bool to_l2 = ahead == Ahead::kL2;
+  const int64_t ahead_at = KAheadAt(ahead, kQ4KStoredBlock, kStoredPrefetch);
   const __m512i low4 = _mm512_set1_epi8(0x0F), byte = _mm512_set1_epi32(0xFF);
   const __m512i k6 = _mm512_set1_epi32(0x3f3f3f3f), k4 = _mm512_set1_epi32(0x0f0f0f0f),
                 k2 = _mm512_set1_epi32(0x03030303), even16 = _mm512_set1_epi32(0x00FF00FF);
   __m512 acc = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = panel + b * kQ4KStoredBlock;
-    if (ahead)
-      for (int64_t line = 0; line < kQ4KStoredBlock; line += 64) prefetch_to_l2(p + 2 * kQ4KStoredBlock + line);
+    if (ahead != Ahead::kNone)
+      for (int64_t line = 0; line < kQ4KStoredBlock; line += 64) prefetch_line(p + ahead_at + line, to_l2);
     const int8_t* xq = x[b].q;
     const int32_t* xm = xmins + 8 * b;
     // k_scale_min on 16 rows: sc_lo / mn_lo the bytes of sub-blocks 0..3, sc_hi / mn_hi of 4..7
@@ -768,14 +784,16 @@ QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int
 // 4 t + i of row j: low bits from ql step 16 h + t (k 0, 2: its low / high nibble) or 16 h + 8 + t
 // (k 1, 3), high bits (2 k, 2 k + 1) of qh step 32 + 8 h + t; group g = 8 h + 2 k + t / 4.
 //   isum = sum_g sc_g (sum_i q_i qx_i) - 32 sum_g sc_g bsum_g     (RowsK's, exact in int32)
-QKV_QG_ATTR void StoredQ6KRow(const uint8_t* panel, const BlockQ8K* x, const int32_t* xwords, int64_t nb, bool ahead,
+QKV_QG_ATTR void StoredQ6KRow(const uint8_t* panel, const BlockQ8K* x, const int32_t* xwords, int64_t nb, Ahead ahead,
                               float* y) {
+  const bool to_l2 = ahead == Ahead::kL2;
+  const int64_t ahead_at = KAheadAt(ahead, kQ6KStoredBlock, kQ6KStoredBlock);
   const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
   __m512 acc = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = panel + b * kQ6KStoredBlock;
-    if (ahead)
-      for (int64_t line = 0; line < kQ6KStoredBlock; line += 64) prefetch_to_l2(p + 2 * kQ6KStoredBlock + line);
+    if (ahead != Ahead::kNone)
+      for (int64_t line = 0; line < kQ6KStoredBlock; line += 64) prefetch_line(p + ahead_at + line, to_l2);
     const int8_t* xq = x[b].q;
     const int32_t* xw = xwords + 8 * b;
     __m512i c[4], offset = _mm512_setzero_si512();
@@ -834,17 +852,20 @@ inline void DwordBytePicks(bool high, __m256i pick[4]) {
   }
 }
 
-// The AVX2 stored kernels' frame: a panel's super-blocks (`block` bytes each; with `ahead`, the
-// super-block after next asked for into L2 as each starts), each as two halves of 8 rows, the second
-// half's lines from L1: half(p, b, rows, acc[rows]) adds super-block b's part to rows' 8 sums.
+// The AVX2 stored kernels' frame: a panel's super-blocks (`block` bytes each; with `ahead`, lines
+// asked for as each starts: into L1 `l1_at` bytes on, into L2 the super-block after next), each as
+// two halves of 8 rows, the second half's lines from L1: half(p, b, rows, acc[rows]) adds
+// super-block b's part to rows' 8 sums.
 template <class Half>
-inline void StoredHalves(const uint8_t* panel, int64_t nb, int64_t block, bool ahead, float* y,
+inline void StoredHalves(const uint8_t* panel, int64_t nb, int64_t block, int64_t l1_at, Ahead ahead, float* y,
                          const Half& half) {
+  const bool to_l2 = ahead == Ahead::kL2;
+  const int64_t ahead_at = KAheadAt(ahead, block, l1_at);
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = panel + b * block;
-    if (ahead)
-      for (int64_t line = 0; line < block; line += 64) prefetch_to_l2(p + 2 * block + line);
+    if (ahead != Ahead::kNone)
+      for (int64_t line = 0; line < block; line += 64) prefetch_line(p + ahead_at + line, to_l2);
     for (int rows = 0; rows < 2; ++rows) half(p, b, rows, acc[rows]);
   }
   _mm256_storeu_ps(y, acc[0]);
@@ -852,14 +873,14 @@ inline void StoredHalves(const uint8_t* panel, int64_t nb, int64_t block, bool a
 }
 
 // The same on AVX2.
-QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int32_t* xmins, int64_t nb, bool ahead,
+QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int32_t* xmins, int64_t nb, Ahead ahead,
                               float* y) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i k6 = _mm256_set1_epi32(0x3f3f3f3f), k4 = _mm256_set1_epi32(0x0f0f0f0f),
                 k2 = _mm256_set1_epi32(0x03030303), even16 = _mm256_set1_epi32(0x00FF00FF);
   __m256i pick[4];  // the scale of sub-block k or 4 + k
   DwordBytePicks(false, pick);
-  StoredHalves(panel, nb, kQ4KStoredBlock, ahead, y, [&](const uint8_t* p, int64_t b, int h, __m256& acc) {
+  StoredHalves(panel, nb, kQ4KStoredBlock, kStoredPrefetch, ahead, y, [&](const uint8_t* p, int64_t b, int h, __m256& acc) {
     const int8_t* xq = x[b].q;
     const int32_t* xm = xmins + 8 * b;
     const __m256 dx = _mm256_set1_ps(x[b].d);
@@ -901,12 +922,12 @@ QKV_QG_ATTR void StoredQ4KRow(const uint8_t* panel, const BlockQ8K* x, const int
 
 // The same on AVX2 (each half of 8 rows in turn): two steps' vpmaddubsw summed in int16 (at most
 // 2 x 2 x 63 x 127 = 32004), then vpmaddwd by the group's scale.
-QKV_QG_ATTR void StoredQ6KRow(const uint8_t* panel, const BlockQ8K* x, const int32_t* xwords, int64_t nb, bool ahead,
+QKV_QG_ATTR void StoredQ6KRow(const uint8_t* panel, const BlockQ8K* x, const int32_t* xwords, int64_t nb, Ahead ahead,
                               float* y) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
   __m256i pick[4];  // the signed scales as int16
   DwordBytePicks(true, pick);
-  StoredHalves(panel, nb, kQ6KStoredBlock, ahead, y, [&](const uint8_t* p, int64_t b, int rows, __m256& acc) {
+  StoredHalves(panel, nb, kQ6KStoredBlock, kQ6KStoredBlock, ahead, y, [&](const uint8_t* p, int64_t b, int rows, __m256& acc) {
     const int8_t* xq = x[b].q;
     const int32_t* xw = xwords + 8 * b;
     const __m256 dx = _mm256_set1_ps(x[b].d);
@@ -965,9 +986,9 @@ void GemmPanelsK(uint32_t id, const uint8_t* W, int64_t row_bytes, const BlockQ8
       for (int64_t m = 0; m < M; ++m) {
         const uint8_t* panel = W + n * row_bytes;
         if (q6)
-          StoredQ6KRow(panel, x + m * nb, xwords + m * nb * 8, nb, m == 0, y + m * N + n);
+          StoredQ6KRow(panel, x + m * nb, xwords + m * nb * 8, nb, AheadFor(m == 0), y + m * N + n);
         else
-          StoredQ4KRow(panel, x + m * nb, xwords + m * nb * 8, nb, m == 0, y + m * N + n);
+          StoredQ4KRow(panel, x + m * nb, xwords + m * nb * 8, nb, AheadFor(m == 0), y + m * N + n);
       }
     return;
   }

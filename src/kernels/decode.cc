@@ -149,13 +149,15 @@ void PackRows(const uint16_t* src, size_t dim, size_t n, float* HWY_RESTRICT dst
   }
 }
 
-// Asks for the cache lines of `bytes` bytes at p, into L2 (prefetcht1): a block's keys and values
-// are 64-128 lines asked for at once, and into L1 (prefetcht0) they held Zen 4 (family 25 model 17)
-// to 12-17 GB/s of its 27-32 (`qkv bench --module decode --kv-len 32768 --num-heads 12 --head-dim
-// 64`, 2 threads; into L2: 24-31; bf16 keys 19-20 -> 21-29; AVX2 16-21 -> 24-26, bf16 16-17 -> 28).
-void Prefetch(const void* p, size_t bytes) {
+// Asks for the cache lines of `bytes` bytes at p, into L2 or L1 (prefetch_bursts_to_l2(),
+// core/machine.h): a block's keys and values are 64-128 lines asked for at once. Into L1 they held
+// Zen 4 (family 25 model 17) to 12-17 GB/s of its 27-32 (`qkv bench --module decode --kv-len 32768
+// --num-heads 12 --head-dim 64`, 2 threads; into L2: 24-31; bf16 keys 19-20 -> 21-29; AVX2 16-21 ->
+// 24-26, bf16 16-17 -> 28); on Zen 5 into L2 made the same call 1.11x as long (AVX2 1.17x; bf16
+// 1.00x and 1.07x; 16 heads of 128 over 8: 1.03x and 1.05x).
+void Prefetch(const void* p, size_t bytes, bool to_l2) {
   const char* c = static_cast<const char*>(p);
-  for (size_t off = 0; off < bytes; off += 64) prefetch_to_l2(c + off);
+  for (size_t off = 0; off < bytes; off += 64) prefetch_line(c + off, to_l2);
 }
 
 // kLanes elements at p, widened to float (bf16 bits: shifted into the high half).
@@ -541,6 +543,7 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
   FlushSubnormals flush;
   const size_t R = static_cast<size_t>(p.rows), Dp = pad16(p.D), Dvp = pad16(p.Dv);
   const size_t D = static_cast<size_t>(p.D), Dv = static_cast<size_t>(p.Dv);
+  const bool to_l2 = prefetch_bursts_to_l2();
   float* qs = scratch;                // (R, Dp) scale * q
   float* ov = qs + R * Dp;            // (R, Dvp) sum_j p z v_j
   float* ms = ov + R * Dvp;           // (R) running max, base 2
@@ -630,8 +633,8 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
     const size_t cols = static_cast<size_t>(std::min<int64_t>(kBlock, j1 - jb));
     if (jb + 2 * kBlock < j1) {  // two blocks ahead: the hardware prefetcher alone leaves gaps
       const size_t ahead = static_cast<size_t>(std::min<int64_t>(kBlock, j1 - jb - 2 * kBlock));
-      Prefetch(keys + (jb + 2 * kBlock) * p.D, ahead * D * sizeof(T));
-      Prefetch(values + (jb + 2 * kBlock) * p.Dv, ahead * Dv * sizeof(T));
+      Prefetch(keys + (jb + 2 * kBlock) * p.D, ahead * D * sizeof(T), to_l2);
+      Prefetch(values + (jb + 2 * kBlock) * p.Dv, ahead * Dv * sizeof(T), to_l2);
     }
     if constexpr (kInPlace) {
       if (plain && cols == kBlock && last_begin <= jb && first_end >= jb + kBlock) {  // the common case

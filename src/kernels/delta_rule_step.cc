@@ -79,13 +79,14 @@ HWY_INLINE void StoreState(DD d, VD x, State* HWY_RESTRICT p) {
 // (v - alpha m) beta, then S = alpha S + k delta^T and y = S^T q over the same rows again (now in
 // L1), each number written once. While it updates row i, it asks for row i of the next block's
 // columns (`next`, null for none), which the memory then delivers during this block's arithmetic,
-// into L2 (into L1 it was 8-20% slower a step on Zen 4: `qkv bench --module gated-deltanet
-// --new-tokens 50`, 1.14-1.57 -> 1.05-1.22 ms in three alternating pairs).
+// into L2 or L1 (`to_l2`: prefetch_bursts_to_l2(), core/machine.h). Into L1 a step was 8-20% slower
+// on Zen 4 (`qkv bench --module gated-deltanet --new-tokens 50`, 1.14-1.57 -> 1.05-1.22 ms in three
+// alternating pairs); into L2 it was 1.12x as long on Zen 5 (AVX2 1.09x).
 template <int NV, typename State>
 HWY_INLINE void StepBlock(DD d, const float* HWY_RESTRICT q, const float* HWY_RESTRICT k,
                           const float* HWY_RESTRICT v, double alpha, const float* HWY_RESTRICT beta,
                           int64_t beta_width, int64_t Dk, int64_t Dv, int64_t j0, State* HWY_RESTRICT S,
-                          const State* next, float* HWY_RESTRICT y) {
+                          const State* next, bool to_l2, float* HWY_RESTRICT y) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const VD va = hn::Set(d, alpha);
   VD m[NV];
@@ -110,7 +111,7 @@ HWY_INLINE void StepBlock(DD d, const float* HWY_RESTRICT q, const float* HWY_RE
   for (int64_t i = 0; i < Dk; ++i) {
     State* r = S + i * Dv + j0;
     if (next != nullptr)
-      for (int64_t l = 0; l < NV * lanes; l += kLine) prefetch_to_l2(next + i * Dv + l);
+      for (int64_t l = 0; l < NV * lanes; l += kLine) prefetch_line(next + i * Dv + l, to_l2);
     const VD ki = hn::Set(d, k[i]), qi = hn::Set(d, q[i]);
     for (int c = 0; c < NV; ++c) {
       const VD s = hn::MulAdd(ki, delta[c], hn::Mul(va, LoadState(d, r + c * lanes)));
@@ -130,12 +131,13 @@ void Step(const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float*
   constexpr int NV = kBlock<State>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), block = NV * lanes;
   const int64_t blocks_end = Dv / block * block, whole = Dv / lanes * lanes;
+  const bool to_l2 = prefetch_bursts_to_l2();
   int64_t j = 0;
   for (; j < blocks_end; j += block) {
     const State* next = j + block < blocks_end ? S + j + block : next_state;
-    StepBlock<NV, State>(d, q, k, v, alpha, beta, beta_width, Dk, Dv, j, S, next, y);
+    StepBlock<NV, State>(d, q, k, v, alpha, beta, beta_width, Dk, Dv, j, S, next, to_l2, y);
   }
-  for (; j < whole; j += lanes) StepBlock<1, State>(d, q, k, v, alpha, beta, beta_width, Dk, Dv, j, S, nullptr, y);
+  for (; j < whole; j += lanes) StepBlock<1, State>(d, q, k, v, alpha, beta, beta_width, Dk, Dv, j, S, nullptr, to_l2, y);
   StepColumns(q, k, v, alpha, beta, beta_width, Dk, Dv, whole, Dv, S, y);
 }
 

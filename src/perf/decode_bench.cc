@@ -150,7 +150,8 @@ std::string report_text(const DecodeBenchReport& r) {
   }
   out << "qkv bench: decode (one query per head over a KV cache), B=" << s.batch << " H=" << s.attention.heads
       << " G=" << s.attention.groups() << " D=" << s.attention.head_dim << " kv_len=" << s.kv_len << " "
-      << cache_name(s.dtype) << ", " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n";
+      << cache_name(s.dtype) << ", " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd
+      << ", lines prefetched in bursts into " << burst_prefetch_name() << "\n";
   out << "  caches: L1d " << caches.l1d / 1024 << " KiB, L2 " << caches.l2 / 1024 << " KiB, L3 " << caches.l3 / 1024
       << " KiB (" << caches.source << ")\n";
   out << std::fixed << std::setprecision(3) << "  median " << r.median_ms << " ms  (min " << r.min_ms << ", max "
@@ -181,7 +182,7 @@ nlohmann::json report_json(const DecodeBenchReport& r) {
           {"min_ms", r.min_ms},        {"times_ms", r.times_ms},
           {"read_bytes", r.read_bytes}, {"read_gb_s", r.read_gb_s},
           {"bandwidth_gb_s", r.bandwidth_gb_s}, {"percent_of_bandwidth", 100.0 * r.read_gb_s / r.bandwidth_gb_s},
-          {"simd", r.simd},            {"l1d_bytes", caches.l1d},
+          {"simd", r.simd},            {"prefetch", burst_prefetch_name()}, {"l1d_bytes", caches.l1d},
           {"l2_bytes", caches.l2},     {"l3_bytes", caches.l3}};
 }
 

@@ -253,7 +253,8 @@ std::string report_text(const DeltaNetDecodeReport& r) {
   std::ostringstream out;
   out << "qkv bench: gated-deltanet decoding (one token through " << s.layers << " layers' gated delta rule), B="
       << s.batch << " H=" << s.heads << " Dk=Dv=" << s.head_dim << ", " << r.threads << " thread"
-      << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n"
+      << (r.threads == 1 ? "" : "s") << ", " << r.simd << ", lines prefetched in bursts into " << burst_prefetch_name()
+      << "\n"
       << std::fixed << std::setprecision(3) << "  median " << r.median_ms << " ms a step  (min " << r.min_ms
       << ", max " << r.max_ms << ", " << r.times_ms.size() << " steps)\n"
       << std::setprecision(1) << "  states " << static_cast<double>(r.state_bytes) / (1 << 20)
@@ -283,6 +284,7 @@ nlohmann::json report_json(const DeltaNetDecodeReport& r) {
           {"new_tokens", s.steps},
           {"threads", r.threads},
           {"simd", r.simd},
+          {"prefetch", burst_prefetch_name()},
           {"state_bytes", r.state_bytes},
           {"eviction_bytes", r.eviction_bytes},
           {"plain_read_gb_s", r.plain_read_gb_s},

@@ -193,7 +193,8 @@ std::string report_text(const GptBenchReport& r) {
   std::ostringstream out;
   out << "qkv bench: " << (s.weights.empty() ? s.name : r.model) << " " << what << ", B=" << s.batch << " T=" << s.seq_len
       << (decode ? " new=" + std::to_string(s.new_tokens) : "") << " " << dtype_name(s.dtype) << ", " << r.threads
-      << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd << "\n  products: " << r.gemm << "\n";
+      << " thread" << (r.threads == 1 ? "" : "s") << ", " << r.simd << ", lines prefetched in bursts into "
+      << burst_prefetch_name() << "\n  products: " << r.gemm << "\n";
   out << std::fixed << std::setprecision(2) << "  median " << r.median_ms << " ms  (min " << r.min_ms << ", max "
       << r.max_ms << ", " << r.iters << (decode ? " steps)\n" : " runs)\n");
   if (decode) {
@@ -230,7 +231,7 @@ nlohmann::json report_json(const GptBenchReport& r) {
                       {"threads", r.threads},      {"iters", r.iters},
                       {"median_ms", r.median_ms},  {"min_ms", r.min_ms},
                       {"times_ms", r.times_ms},    {"parameters", r.parameters},
-                      {"product_parameters", r.product_parameters}, {"simd", r.simd},
+                      {"product_parameters", r.product_parameters}, {"simd", r.simd}, {"prefetch", burst_prefetch_name()},
                       {"gemm", r.gemm},            {"max_rss_mib", r.max_rss_mib},
                       {"model", r.model}};
   if (!s.weights.empty()) j["weights"] = s.weights;

@@ -1,5 +1,6 @@
 // qkv/core/machine.h - the machine's caches, read once, so the kernels size their blocks from
-// what this CPU has rather than from one assumed CPU.
+// what this CPU has rather than from one assumed CPU; and which cache level the kernels' bursts of
+// prefetches fill on it.
 //
 //   const CacheSizes& c = cache_sizes();   // e.g. l1d 32 KiB, l2 1 MiB, l3 32 MiB, "sysfs"
 //
@@ -25,14 +26,33 @@ struct CacheSizes {
   std::string source;
 };
 
-// Asks for the cache line holding p into L2 (x86: prefetcht1; elsewhere the compiler's hint for
-// it), not into L1: the kernels that ask for a block's many lines at once ahead of their loads
-// (the quantized products' stored panels, decoding attention, the delta rule's decoding step). On
-// Zen 4, into L1 such bursts held those kernels to about half the read bandwidth (docs/gguf.md,
-// docs/benchmarks.md).
+// Where the kernels that ask for a block's many lines at once, ahead of their loads (the quantized
+// products' stored panels, decoding attention, the delta rule's decoding step), have them put: into
+// L2 (x86: prefetcht1) or into L1 (prefetcht0). Which is faster depends on the CPU, measured with
+// whole decoding steps (docs/benchmarks.md, "Prefetching in bursts"): on Zen 4 into L1 such bursts
+// held those kernels to about half the read bandwidth and into L2 a Q4_0 step took 0.91x as long;
+// on Zen 5 into L2 the same step took 1.19x as long.
+//   prefetch_bursts_to_l2_pay(amd, family, avx512f): the rule, true on Zen 4 only (AMD's family 25
+//     with AVX-512; its Zen 3 members lack it; Zen 5 is family 26); L1 elsewhere, the choice
+//     measured before the rule existed (Zen 3, Zen 5, Intel's Xeons);
+//   prefetch_bursts_to_l2(): this process's choice, read once: $QKV_PREFETCH (l1 or l2; anything
+//     else is a qkv::Error naming it), else the rule for this CPU;
+//   set_prefetch_bursts_to_l2(on): overrides it (tests, benchmarks); returns the previous choice.
+// A kernel reads the choice once a call and passes it down to prefetch_line.
+bool prefetch_bursts_to_l2_pay(bool amd, unsigned family, bool avx512f);
+bool prefetch_bursts_to_l2();
+bool set_prefetch_bursts_to_l2(bool on);
+
+// Asks for the cache line holding p into L2 or L1 (elsewhere than x86, the compiler's hint for it).
 // (always inlined: GCC takes a function whose only statement is a prefetch for one without effects,
 // and drops calls to it that it has not inlined)
-__attribute__((always_inline)) inline void prefetch_to_l2(const void* p) { __builtin_prefetch(p, 0, 2); }
+__attribute__((always_inline)) inline void prefetch_line(const void* p, bool to_l2) {
+  if (to_l2) {
+    __builtin_prefetch(p, 0, 2);
+  } else {
+    __builtin_prefetch(p, 0, 3);
+  }
+}
 
 // This machine's caches, read on the first call (thread-safe), then kept.
 const CacheSizes& cache_sizes();
