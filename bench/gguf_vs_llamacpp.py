@@ -10,9 +10,11 @@ depend on it), written once into --dir and reused.
   decode   a 4-token prompt, 200 new tokens, greedy; tokens/s after the first token.
            qkv: `qkv generate --weights F --json` (tokens_per_s); llama.cpp: node-llama-cpp 3.22.1's
            prebuilt CPU build (tests/llamacpp/greedy.mjs --bench-decode 200). Each against the
-           measured read bandwidth (`qkv bench --module decode`'s, same threads) for the bytes it reads
-           per token: the file's tensors, for both (qkv keeps Q8_0 / Q4_0 / Q4_K / Q6_K weights as
-           their blocks and BF16 ones as bf16).
+           measured read bandwidth (`qkv bench --module decode`'s, same threads, probed again just
+           before each round's qkv run: a shared host's bandwidth moves during a run) for the bytes
+           it reads per token: the file's tensors, for both (qkv keeps Q8_0 / Q4_0 / Q4_K / Q6_K
+           weights as their blocks and BF16 ones as bf16). A % column is the median of the rounds'
+           shares, each against the probe of its own round.
   prefill  1,000 prompt tokens: qkv's prefill_ms (the prompt and the first token), llama.cpp's
            --bench-prefill 1000 (one evaluation of the prompt).
 Runs alternate qkv and llama.cpp, never together (llama.cpp spins its threads); medians of --rounds;
@@ -68,9 +70,17 @@ def main():
     os.makedirs(a.dir, exist_ok=True)
     env = dict(os.environ, QKV_NUM_THREADS=str(a.threads), QKV_NPM_DIR=npm_dir)
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    bw = run_json([a.qkv, "bench", "--module", "decode", "--kv-len", "64", "--threads", str(a.threads), "--json"], env)
-    print(f"{cpu}; {a.threads} threads; read bandwidth {bw['bandwidth_gb_s']:.1f} GB/s (qkv bench, "
-          f"{bw['simd']}); {a.rounds} rounds, medians")
+    probe_cmd = [a.qkv, "bench", "--module", "decode", "--kv-len", "64", "--threads", str(a.threads), "--json"]
+    probes = []  # GB/s, one a round and file
+
+    def probe():
+        r = run_json(probe_cmd, env)
+        probes.append(r["bandwidth_gb_s"])
+        return r
+
+    first = probe()
+    print(f"{cpu}; {a.threads} threads; {first['simd']}, lines prefetched in bursts into {first['prefetch']}; "
+          f"{a.rounds} rounds, medians")
     rows = []
     for t in a.types.split(","):
         path = os.path.join(a.dir, f"{a.preset}-{t}.gguf")
@@ -88,15 +98,18 @@ def main():
         prompt = PROMPT_WORDS * max(1, round(100 * a.prefill_tokens / n))
         ids = run_json([a.qkv, "encode", "--tokenizer", vocab, "--text", prompt], env)
         ids_arg = ",".join(map(str, ids))
-        q_dec, l_dec, q_pre, l_pre = [], [], [], []
+        q_dec, l_dec, q_pre, l_pre, q_share, l_share = [], [], [], [], [], []
         for _ in range(a.rounds):
+            gb = probe()["bandwidth_gb_s"] * 1e9
             r = run_json([a.qkv, "generate", "--weights", path, "--prompt", "The quick brown fox", "--temperature", "0",
                           "--max-new-tokens", str(a.new_tokens), "--json"], env)
             q_dec.append(r["tokens_per_s"])
+            q_share.append(r["tokens_per_s"] * file_bytes / gb)
             model = r["model"]
             r = run_json(["node", GREEDY, path, "--ids", ",".join(map(str, ids[:4])), "--bench-decode",
                           str(a.new_tokens), "--threads", str(a.threads)], env)
             l_dec.append(r["decode"]["tokens_per_s"])
+            l_share.append(r["decode"]["tokens_per_s"] * file_bytes / gb)
             r = run_json([a.qkv, "generate", "--weights", path, "--prompt", prompt, "--temperature", "0",
                           "--max-new-tokens", "1", "--json"], env)
             q_pre.append(r["prefill_ms"] / 1000)
@@ -105,14 +118,15 @@ def main():
             l_pre.append(r["prefill"]["seconds"])
         qd, ld = statistics.median(q_dec), statistics.median(l_dec)
         qp, lp = statistics.median(q_pre), statistics.median(l_pre)
-        rows.append((t, file_bytes, qd, ld, qp, lp, model))
-    gb = bw["bandwidth_gb_s"] * 1e9
+        rows.append((t, file_bytes, qd, ld, qp, lp, model, statistics.median(q_share), statistics.median(l_share)))
+    print(f"read bandwidth (qkv bench --module decode, {len(probes)} probes, one before each round's qkv run): "
+          f"median {statistics.median(probes):.1f} GB/s, {min(probes):.1f}-{max(probes):.1f}")
     print(f"\n| {a.preset} file | MB | qkv decode tok/s | llama.cpp | ratio | % of bw qkv | llama.cpp | "
           f"prefill {a.prefill_tokens} qkv s | llama.cpp s | ratio |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for t, fb, qd, ld, qp, lp, _ in rows:
-        print(f"| {t.upper()} | {fb / 1e6:.0f} | {qd:.1f} | {ld:.1f} | {qd / ld:.2f}x | {100 * qd * fb / gb:.0f}% | "
-              f"{100 * ld * fb / gb:.0f}% | {qp:.2f} | {lp:.2f} | {lp / qp:.2f}x |")
+    for t, fb, qd, ld, qp, lp, _, qs, ls in rows:
+        print(f"| {t.upper()} | {fb / 1e6:.0f} | {qd:.1f} | {ld:.1f} | {qd / ld:.2f}x | {100 * qs:.0f}% | "
+              f"{100 * ls:.0f}% | {qp:.2f} | {lp:.2f} | {lp / qp:.2f}x |")
     print("\nqkv's models:", *sorted({r[6] for r in rows}), sep="\n  ")
 
 
