@@ -142,8 +142,10 @@ GptBenchReport run_gpt_bench(const GptBenchShape& in, int iters, int warmup, Thr
     double read_positions = 0;  // summed over the timed steps
     // The bandwidth through the run: a pass before the steps and one after every 20 timed steps
     // (untimed), their median the limit's yardstick; a shared host's bandwidth moves during a run.
+    // One buffer, made once (a new 1 GiB one per pass spent most of such a run's CPU clearing pages).
     r.model_rss_mib = max_rss_mib();  // the model, its cache and its prefill: before the probe's buffer
-    std::vector<double> passes = {kernels::measure_read_bandwidth(pool, 1).gb_s};
+    kernels::StreamBuffer probe(pool);
+    std::vector<double> passes = {kernels::measure_read_bandwidth(probe, pool, 1).gb_s};
     for (int64_t i = 0; i < untimed + shape.new_tokens; ++i) {
       const std::vector<int64_t> next = some_ids(B, V, 3 + i);
       const int64_t before = cache.length();
@@ -153,7 +155,7 @@ GptBenchReport run_gpt_bench(const GptBenchShape& in, int iters, int warmup, Thr
         r.times_ms.push_back(ms_since(t0));
         read_positions += static_cast<double>(before + 1);  // the keys and values of every position, the new one's too
       }
-      if (i >= untimed && (i - untimed + 1) % 20 == 0) passes.push_back(kernels::measure_read_bandwidth(pool, 1).gb_s);
+      if (i >= untimed && (i - untimed + 1) % 20 == 0) passes.push_back(kernels::measure_read_bandwidth(probe, pool, 1).gb_s);
     }
     r.weight_bytes = static_cast<double>(model.step_weight_bytes());
     // a step's keys and values, per position: every attention layer's, each of B sequences
