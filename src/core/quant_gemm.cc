@@ -196,11 +196,9 @@ constexpr int64_t StoredL2Ahead() { return 4 * StoredBlockBytes<kQ4>(); }
 
 // Whether a stored kernel asks for what follows its panel as it reads it, and into which cache.
 enum class Ahead : uint8_t { kNone, kL1, kL2 };
-// The first row's kernel asks (the others find the panel in cache), as this CPU prefers.
-Ahead AheadFor(bool first) {
-  if (!first) return Ahead::kNone;
-  return prefetch_bursts_to_l2() ? Ahead::kL2 : Ahead::kL1;
-}
+// How a product's first row asks, as this CPU prefers (read once a product, not once a panel); the
+// other rows find the panel in cache and do not ask.
+Ahead AheadOfFirstRow() { return prefetch_bursts_to_l2() ? Ahead::kL2 : Ahead::kL1; }
 
 // v, from here on held in a register: the compiler would otherwise read a line of nibbles from
 // memory twice, once into the AND of the low ones and once into the shift of the high ones, and a
@@ -411,15 +409,17 @@ void GemmPanels(uint32_t id, const uint8_t* W, int64_t row_bytes, const uint8_t*
     }
     return;
   }
+  const Ahead first = AheadOfFirstRow();
   for (int64_t n = n0; n < n1; n += qd::kPanelRows) {
     const uint8_t* panel = W + n * row_bytes;
     for (int64_t m = 0; m < M; m += g) {
       const uint8_t* xg = xp + (m / g) * nb * XBlockBytes(g);
       const int64_t rows = std::min<int64_t>(g, M - m);
+      const Ahead ahead = m == 0 ? first : Ahead::kNone;
       if (id == qd::kQ4_0)
-        StoredPanelGroup<kGroup, true>(rows, g, panel, xg, nb, AheadFor(m == 0), y + m * N + n, N);
+        StoredPanelGroup<kGroup, true>(rows, g, panel, xg, nb, ahead, y + m * N + n, N);
       else
-        StoredPanelGroup<kGroup, false>(rows, g, panel, xg, nb, AheadFor(m == 0), y + m * N + n, N);
+        StoredPanelGroup<kGroup, false>(rows, g, panel, xg, nb, ahead, y + m * N + n, N);
     }
   }
 }
@@ -982,13 +982,15 @@ void GemmPanelsK(uint32_t id, const uint8_t* W, int64_t row_bytes, const BlockQ8
                  const uint8_t* xp, int64_t nb, int64_t M, int64_t N, int64_t n0, int64_t n1, float* y) {
   const bool q6 = id == qd::kQ6_K;
   if (M < qd::kGemmMinRows) {
+    const Ahead first = AheadOfFirstRow();
     for (int64_t n = n0; n < n1; n += qd::kPanelRows)
       for (int64_t m = 0; m < M; ++m) {
         const uint8_t* panel = W + n * row_bytes;
+        const Ahead ahead = m == 0 ? first : Ahead::kNone;
         if (q6)
-          StoredQ6KRow(panel, x + m * nb, xwords + m * nb * 8, nb, AheadFor(m == 0), y + m * N + n);
+          StoredQ6KRow(panel, x + m * nb, xwords + m * nb * 8, nb, ahead, y + m * N + n);
         else
-          StoredQ4KRow(panel, x + m * nb, xwords + m * nb * 8, nb, AheadFor(m == 0), y + m * N + n);
+          StoredQ4KRow(panel, x + m * nb, xwords + m * nb * 8, nb, ahead, y + m * N + n);
       }
     return;
   }
