@@ -1,9 +1,6 @@
 // The KV cache's storage and its step rules. See include/qkv/kernels/kv_cache.h.
 #include "qkv/kernels/kv_cache.h"
 
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,6 +8,7 @@
 
 #include "qkv/core/checked.h"
 #include "qkv/core/error.h"
+#include "qkv/core/huge_pages.h"
 #include "qkv/core/limits.h"
 
 namespace qkv::kernels {
@@ -62,9 +60,7 @@ KvCache::KvCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t capaci
   const int64_t rounded = checked_add(bytes_, align - 1, what) / align * align;
   void* p = std::aligned_alloc(static_cast<size_t>(align), static_cast<size_t>(rounded > 0 ? rounded : 64));
   QKV_CHECK(p != nullptr, "KvCache: could not allocate ", bytes_, " bytes");
-#ifdef __linux__
-  if (align == kHuge) madvise(p, static_cast<size_t>(rounded), MADV_HUGEPAGE);
-#endif
+  advise_huge_pages(p, static_cast<size_t>(rounded));
   storage_.reset(static_cast<unsigned char*>(p));
   appended_.assign(static_cast<size_t>(layers), 0);
   reset();  // the states' zeros

@@ -10,9 +10,6 @@
 #include <memory>
 #include <vector>
 
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
 
 #include "hwy/highway.h"
 #include "qkv/kernels/memory_bandwidth.h"
@@ -42,6 +39,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include "qkv/core/error.h"
+#include "qkv/core/huge_pages.h"
 #include "qkv/core/limits.h"
 #include "qkv/core/machine.h"
 
@@ -69,11 +67,8 @@ StreamBuffer::StreamBuffer(ThreadPool& pool) : threads_(pool.num_threads()) {
   pages_ = floats_ / page_floats;
   buffer_.reset(static_cast<float*>(std::aligned_alloc(4096, floats_ * sizeof(float))));
   QKV_CHECK(buffer_ != nullptr, "the memory bandwidth measurement: could not allocate ", bytes, " bytes");
-#ifdef __linux__
-  // 2 MiB pages where the kernel grants them: the first touch of 4 KiB pages costs ~15 us each
-  // on some VMs (4 s for 1 GiB); the reads' speed is the same or higher (fewer TLB misses).
-  madvise(buffer_.get(), floats_ * sizeof(float), MADV_HUGEPAGE);
-#endif
+  // 2 MiB pages where the kernel grants them, as a loaded model's weights (core/huge_pages.h).
+  advise_huge_pages(buffer_.get(), floats_ * sizeof(float));
   pool.parallel_for(threads_, [&](int64_t t, int) {  // first touch by the thread that reads it
     const auto [begin, n] = slice(t);
     std::fill(buffer_.get() + begin, buffer_.get() + begin + n, 1.0f);

@@ -1,0 +1,71 @@
+// Large buffers on 2 MiB pages: what is advised and what is not, and, where Linux grants huge
+// pages on advice, that a huge_vector's storage is backed by them once touched.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "qkv/core/huge_pages.h"
+
+namespace qkv {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+TEST(HugePages, NothingIsAskedBelowTwoMebibytesOrForNoBuffer) {
+  std::vector<uint8_t> small(kMiB);
+  EXPECT_FALSE(advise_huge_pages(small.data(), small.size()));
+  EXPECT_FALSE(advise_huge_pages(small.data(), 2 * kMiB - 1));
+  EXPECT_FALSE(advise_huge_pages(nullptr, 64 * kMiB));
+}
+
+TEST(HugePages, AHugeVectorHoldsZerosOfItsSize) {
+  const std::vector<float> v = huge_vector<float>(3 * kMiB + 7);
+  ASSERT_EQ(v.size(), 3 * kMiB + 7);
+  EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; }));
+  EXPECT_TRUE(huge_vector<uint16_t>(0).empty());
+}
+
+// The kilobytes /proc/self/smaps counts as AnonHugePages in the mapping holding p (-1: not found).
+long long anon_huge_kb_at(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long long lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      inside = lo <= at && at < hi;
+      continue;
+    }
+    if (inside && line.rfind("AnonHugePages:", 0) == 0) return std::stoll(line.substr(14));
+  }
+  return -1;
+}
+
+TEST(HugePages, AHugeVectorIsBackedByThemWhereTheKernelGrantsThemOnAdvice) {
+#ifndef __linux__
+  GTEST_SKIP() << "transparent huge pages are Linux's";
+#else
+  std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(mode_file, mode);
+  if (mode.find("[madvise]") == std::string::npos && mode.find("[always]") == std::string::npos)
+    GTEST_SKIP() << "transparent huge pages are off here (" << (mode.empty() ? "no sysfs file" : mode) << ")";
+  const std::vector<uint8_t> v = huge_vector<uint8_t>(16 * kMiB);  // touched: zeroed
+  const long long kb = anon_huge_kb_at(v.data() + 8 * kMiB);
+  ASSERT_GE(kb, 0) << "no mapping in /proc/self/smaps holds the vector";
+  // 16 MiB hold at least seven whole aligned 2 MiB stretches
+  EXPECT_GE(kb, 2048) << "the kernel (transparent huge pages: " << mode
+                      << ") backed none of a 16 MiB huge_vector with 2 MiB pages";
+#endif
+}
+
+}  // namespace
+}  // namespace qkv
