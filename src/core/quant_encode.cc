@@ -10,7 +10,6 @@
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
-#include "qkv/core/huge_pages.h"
 #include "qkv/core/quant_blocks.h"
 
 namespace qkv {
@@ -187,7 +186,7 @@ QuantMatrix quantize_matrix(const QuantType& t, int64_t rows, int64_t cols,
   const int64_t row_bytes = quant_bytes(t, cols, "a row to quantize");
   QuantMatrix q;
   q.type = &t;
-  q.blocks = huge_vector<uint8_t>(static_cast<size_t>(rows * row_bytes));
+  q.blocks.resize(static_cast<size_t>(rows * row_bytes));
   std::vector<float> x(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
     row(r, x.data());

@@ -3,7 +3,6 @@
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
-#include "qkv/core/huge_pages.h"
 #include "qkv/core/linear.h"
 
 namespace qkv::models_detail {
@@ -27,7 +26,7 @@ void linear_rows(const char* model, const float* x, int64_t N, const Linear& l, 
 
 std::vector<uint16_t> bf16_copy(const Tensor& w) {
   const Tensor c = w.contiguous();
-  std::vector<uint16_t> bits = huge_vector<uint16_t>(static_cast<size_t>(c.numel()));
+  std::vector<uint16_t> bits(static_cast<size_t>(c.numel()));
   floats_to_bf16(c.data(), bits.data(), bits.size());
   return bits;
 }

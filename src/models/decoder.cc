@@ -8,7 +8,6 @@
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
-#include "qkv/core/huge_pages.h"
 #include "qkv/core/ops.h"
 #include "qkv/core/pointwise.h"
 #include "qkv/core/quant_panels.h"
@@ -362,7 +361,7 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
   }
   for (const StateEntry& e : entries)
     if (e.tensor != nullptr && !products.count(e.name)) read32(e.name, e.tensor->data());
-  auto bits = [](int64_t count) { return huge_vector<uint16_t>(static_cast<size_t>(count)); };
+  auto bits = [](int64_t count) { return std::vector<uint16_t>(static_cast<size_t>(count)); };
   auto read_bits = [&](const std::string& name, uint16_t* out) { read16(name, out); };
   auto read_q = [&](const std::string& name) -> std::optional<QuantMatrix> {
     if (!readq) return std::nullopt;
@@ -399,10 +398,6 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
         const int64_t D = spec_.attention.head_dim, H = spec_.attention.heads;
         const size_t rows = static_cast<size_t>(D * quant_bytes(*q->type, E, "the packed queries"));
         w.qkv_q.type = w.gate_q.type = q->type;
-        w.qkv_q.blocks.reserve(H * rows + k->blocks.size() + v->blocks.size());
-        w.gate_q.blocks.reserve(H * rows);
-        advise_huge_pages(w.qkv_q.blocks.data(), w.qkv_q.blocks.capacity());
-        advise_huge_pages(w.gate_q.blocks.data(), w.gate_q.blocks.capacity());
         for (int64_t h = 0; h < H; ++h) {
           const auto rows_h = q->blocks.begin() + static_cast<std::ptrdiff_t>(2 * static_cast<size_t>(h) * rows);
           w.qkv_q.blocks.insert(w.qkv_q.blocks.end(), rows_h, rows_h + static_cast<std::ptrdiff_t>(rows));
@@ -425,10 +420,9 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
         read_bits(a + n.v + "weight", w.qkv.data() + (Q + KV) * E);
       } else if (quantized) {
         w.qkv_q.type = q->type;
-        w.qkv_q.blocks.reserve(q->blocks.size() + k->blocks.size() + v->blocks.size());
-        advise_huge_pages(w.qkv_q.blocks.data(), w.qkv_q.blocks.capacity());
-        for (const std::optional<QuantMatrix>* m : {&q, &k, &v})
-          w.qkv_q.blocks.insert(w.qkv_q.blocks.end(), (*m)->blocks.begin(), (*m)->blocks.end());
+        w.qkv_q.blocks = std::move(q->blocks);
+        w.qkv_q.blocks.insert(w.qkv_q.blocks.end(), k->blocks.begin(), k->blocks.end());
+        w.qkv_q.blocks.insert(w.qkv_q.blocks.end(), v->blocks.begin(), v->blocks.end());
       } else {
         w.qkv = bits((Q + 2 * KV) * E);
         read_bits(a + n.q + "weight", w.qkv.data());

@@ -16,7 +16,6 @@
 #include "qkv/core/checked.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
-#include "qkv/core/huge_pages.h"
 #include "qkv/kernels/rope.h"
 #include "qkv/models/decoder.h"
 
@@ -581,14 +580,13 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     if (tt == "Q8_0" || tt == "Q4_0" || tt == "Q4_K" || tt == "Q6_K") {
       q.type = t.type;
       q.blocks.reserve(static_cast<size_t>(rows * in_row));
-      advise_huge_pages(q.blocks.data(), q.blocks.capacity());
       copy_in_pieces(file, g, in_row, in.first, in.last, [&](int64_t r0, int64_t r1, const uint8_t* from) {
         q.blocks.insert(q.blocks.end(), from, from + (r1 - r0) * in_row);
       });
     } else if (tt == "Q4_1" || tt == "Q5_0" || tt == "Q5_1" || tt == "Q5_K") {
       q.type = &quant_type_named(tt == "Q5_K" ? "Q6_K" : "Q8_0");
       const int64_t out_row = quant_bytes(*q.type, cols, g);
-      q.blocks = huge_vector<uint8_t>(static_cast<size_t>(rows * out_row));
+      q.blocks.resize(static_cast<size_t>(rows * out_row));
       std::vector<float> row(static_cast<size_t>(cols));
       copy_in_pieces(file, g, in_row, in.first, in.last, [&](int64_t r0, int64_t r1, const uint8_t* from) {
         for (int64_t r = r0; r < r1; ++r) {
