@@ -1,7 +1,6 @@
 // The KV cache's storage and its step rules. See include/qkv/kernels/kv_cache.h.
 #include "qkv/kernels/kv_cache.h"
 
-
 #include <algorithm>
 #include <cstdlib>
 #include <utility>

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <memory>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -54,7 +54,8 @@ TEST(HugePages, AnAdvisedBufferIsBackedByThemWhereTheKernelGrantsThemOnAdvice) {
   if (mode.find("[madvise]") == std::string::npos && mode.find("[always]") == std::string::npos)
     GTEST_SKIP() << "transparent huge pages are off here (" << (mode.empty() ? "no sysfs file" : mode) << ")";
   const size_t bytes = 16 * kMiB;
-  std::unique_ptr<uint8_t, decltype(&std::free)> buffer(static_cast<uint8_t*>(std::aligned_alloc(4096, bytes)), &std::free);
+  std::unique_ptr<uint8_t, decltype(&std::free)> buffer(static_cast<uint8_t*>(std::aligned_alloc(4096, bytes)),
+                                                        &std::free);
   ASSERT_NE(buffer, nullptr);
   EXPECT_TRUE(advise_huge_pages(buffer.get(), bytes));
   std::fill(buffer.get(), buffer.get() + bytes, uint8_t{1});  // first touch
