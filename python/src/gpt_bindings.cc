@@ -9,13 +9,15 @@
 //   core.forward_id                          # counts forwards: a backward must follow its own
 //
 // Legend: B batch, T tokens, V vocabulary. One call at a time (a mutex); the GIL released and the
-// default pool held shared while the model computes.
+// default pool held shared while the model computes and the copies run (over the pool).
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "bindings.h"
 #include "qkv/core/error.h"
 #include "qkv/core/generator.h"
+#include "qkv/core/thread_pool.h"
 #include "qkv/models/decoder.h"
 #include "qkv/models/gpt.h"
 
@@ -32,17 +35,42 @@ namespace {
 
 using F32 = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
-// A float32 array of `shape` for a result: slot's array again when nothing but the slot holds it
-// any more (the caller dropped the tensor it became), else a new one kept in the slot. Fresh
-// memory costs a page fault per 4 KiB: for GPT-2 small's gradients, 0.9 s of a 3 s step.
-py::array_t<float> recycled(py::object& slot, const std::vector<py::ssize_t>& shape) {
-  if (slot && slot.ref_count() == 1) {
+// A float32 array of `shape` for a result: one of slots' arrays again when nothing but the slot
+// holds it any more (the caller dropped the tensor it became), else a new one kept in a free slot
+// (or the last). Fresh memory costs a page fault per 4 KiB: for GPT-2 small's gradients, 0.9 s of a
+// 3 s step. Two slots for the logits: `logits = model(ids)` holds the last step's logits while the
+// next forward runs.
+py::array_t<float> recycled(std::span<py::object> slots, const std::vector<py::ssize_t>& shape) {
+  for (py::object& slot : slots) {
+    if (!slot || slot.ref_count() != 1) continue;
     auto a = py::reinterpret_borrow<py::array_t<float>>(slot);
     if (std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()) == shape) return a;
   }
+  py::object* slot = &slots.back();
+  for (py::object& s : slots)
+    if (!s || s.ref_count() == 1) slot = &s;
   py::array_t<float> a(shape);
-  slot = a;
+  *slot = a;
   return a;
+}
+
+// Copies of float runs, split in chunks of 256 Ki floats over the default pool (the caller holds
+// pool_mutex shared): one thread's memcpy leaves part of the memory bandwidth idle, and GPT-2
+// small's parameters, gradients and logits are 1.2 GB a step.
+struct CopyRun {
+  float* dst;
+  const float* src;
+  int64_t n;
+};
+void copy_runs(const std::vector<CopyRun>& runs) {
+  constexpr int64_t kChunk = int64_t{1} << 18;
+  std::vector<CopyRun> chunks;  // runs cut to at most kChunk floats
+  for (const CopyRun& r : runs)
+    for (int64_t at = 0; at < r.n; at += kChunk) chunks.push_back({r.dst + at, r.src + at, std::min(kChunk, r.n - at)});
+  default_pool().parallel_for(static_cast<int64_t>(chunks.size()), [&](int64_t c, int) {
+    const CopyRun& r = chunks[static_cast<size_t>(c)];
+    std::memcpy(r.dst, r.src, static_cast<size_t>(r.n) * sizeof(float));
+  });
 }
 
 class GptCore {
@@ -58,6 +86,7 @@ class GptCore {
     for (const StateEntry& e : params_) own.push_back(e.name);
     QKV_CHECK(own == names, "GptCore: the module's parameters (", names.size(), ") are not the book's GPTModel's (",
               own.size(), ") in its order");
+    grad_slots_.resize(params_.size());
   }
 
   py::array forward(py::handle ids_obj, const std::vector<py::handle>& params) {
@@ -66,27 +95,28 @@ class GptCore {
     const int64_t B = ids_array.shape(0), T = ids_array.shape(1);
     const std::vector<int64_t> ids(ids_array.data(), ids_array.data() + ids_array.size());
     QKV_CHECK(params.size() == params_.size(), "GptCore.forward: ", params.size(), " parameters for ", params_.size());
-    std::vector<F32> arrays;
+    std::vector<F32> arrays;  // held until the copies are done
+    std::vector<CopyRun> params_in;
     arrays.reserve(params.size());
     for (size_t i = 0; i < params.size(); ++i) {
       arrays.push_back(F32::ensure(params[i]));
-      const Tensor& t = *params_[i].tensor;
+      Tensor& t = *params_[i].tensor;
       QKV_CHECK(arrays.back() && arrays.back().size() == t.numel(), "GptCore.forward: parameter ", params_[i].name,
                 " does not have ", t.numel(), " float32 values");
+      params_in.push_back({t.data(), arrays.back().data(), t.numel()});
     }
-    Tensor y;
+    py::array_t<float> out = recycled(logits_slots_, {B, T, model_->vocab_size()});
     {
       py::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mutex_);
       std::shared_lock<std::shared_mutex> pool_lock(pool_mutex());
-      for (size_t i = 0; i < arrays.size(); ++i)
-        std::memcpy(params_[i].tensor->data(), arrays[i].data(), static_cast<size_t>(arrays[i].size()) * sizeof(float));
-      y = model_->forward(ids, B, T);  // (B, T, V), contiguous
+      copy_runs(params_in);
+      const Tensor y = model_->forward(ids, B, T);  // (B, T, V), contiguous
+      QKV_CHECK(y.numel() == out.size(), "GptCore.forward: logits of ", y.numel(), " values for ", out.size());
+      copy_runs({{out.mutable_data(), y.data(), y.numel()}});
       ++forward_id_;
     }
     raise_pending_signals();
-    py::array_t<float> out = recycled(logits_slot_, {B, T, model_->vocab_size()});
-    std::memcpy(out.mutable_data(), y.data(), static_cast<size_t>(y.numel()) * sizeof(float));
     return out;
   }
 
@@ -95,27 +125,27 @@ class GptCore {
               forward_id_, "); run each backward before the next forward, or keep separate modules");
     const F32 d = F32::ensure(dlogits_obj);
     QKV_CHECK(d && d.ndim() == 3, "GptCore.backward: dlogits must be a (B, T, V) float32 array");
-    Tensor dlogits = Tensor::empty({d.shape(0), d.shape(1), d.shape(2)});
-    std::memcpy(dlogits.data(), d.data(), static_cast<size_t>(d.size()) * sizeof(float));
+    std::vector<py::array_t<float>> grads;  // allocated with the GIL, filled without it
+    grads.reserve(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const Shape& shape = params_[i].tensor->shape();
+      grads.push_back(recycled({&grad_slots_[i], 1}, std::vector<py::ssize_t>(shape.begin(), shape.end())));
+    }
+    std::vector<CopyRun> grads_out(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) grads_out[i] = {grads[i].mutable_data(), nullptr, grads[i].size()};
     {
       py::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mutex_);
       std::shared_lock<std::shared_mutex> pool_lock(pool_mutex());
+      Tensor dlogits = Tensor::empty({d.shape(0), d.shape(1), d.shape(2)});
+      copy_runs({{dlogits.data(), d.data(), dlogits.numel()}});
       model_->zero_grad();
       model_->backward(dlogits);  // shape checked against the last forward's
+      for (size_t i = 0; i < params_.size(); ++i) grads_out[i].src = params_[i].grad->data();
+      copy_runs(grads_out);
     }
     raise_pending_signals();
-    std::vector<py::array> grads;
-    grads.reserve(params_.size());
-    grad_slots_.resize(params_.size());
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const Tensor& g = *params_[i].grad;
-      std::vector<py::ssize_t> shape(g.shape().begin(), g.shape().end());
-      py::array_t<float> a = recycled(grad_slots_[i], shape);
-      std::memcpy(a.mutable_data(), g.data(), static_cast<size_t>(g.numel()) * sizeof(float));
-      grads.push_back(std::move(a));
-    }
-    return grads;
+    return {grads.begin(), grads.end()};
   }
 
   int64_t forward_id() const { return forward_id_; }
@@ -126,7 +156,7 @@ class GptCore {
   std::vector<StateEntry> params_;  // the parameters, in state_dict order
   std::mutex mutex_;
   int64_t forward_id_ = 0;
-  py::object logits_slot_;               // the last logits array handed out (recycled)
+  py::object logits_slots_[2];           // the last two logits arrays handed out (recycled)
   std::vector<py::object> grad_slots_;   // the last gradient arrays handed out, one per parameter
 };
 
