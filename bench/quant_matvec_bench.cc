@@ -69,7 +69,7 @@ std::vector<uint8_t> weight_ring(const qkv::QuantType* t, int64_t bytes, int64_t
     for (int64_t i = 0; i + 2 <= bytes; i += 2) ring[static_cast<size_t>(i + 1)] = (ring[static_cast<size_t>(i + 1)] & 0x80) | 0x3c;
   }
   if (K > 0) {
-    qkv::QuantMatrix m{t, std::vector<uint8_t>(ring.begin(), ring.begin() + bytes)};
+    qkv::QuantMatrix m{t, qkv::PrefaultedVector<uint8_t>(ring.begin(), ring.begin() + bytes)};
     qkv::to_panels(m, K);
     std::memcpy(ring.data(), m.blocks.data(), static_cast<size_t>(bytes));
   }

@@ -32,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "qkv/core/prefault.h"
+
 namespace qkv {
 
 struct QuantType {
@@ -80,7 +82,7 @@ struct QuantView {
 // The same, owning its blocks.
 struct QuantMatrix {
   const QuantType* type = nullptr;
-  std::vector<uint8_t> blocks;
+  PrefaultedVector<uint8_t> blocks;  // written whole as it is loaded or quantized
   bool panels = false;
   QuantView view() const { return {type, blocks.empty() ? nullptr : blocks.data(), panels}; }
   bool empty() const { return blocks.empty(); }
