@@ -9,6 +9,7 @@
 #include "qkv/core/checked.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
+#include "qkv/core/prefault.h"
 #include "qkv/core/read_file.h"
 
 namespace qkv {
@@ -345,6 +346,7 @@ void GgufFile::read_floats(const std::string& name, float* out) const {
   const GgufTensor& t = tensor(name);
   QKV_CHECK(t.type->readable, excerpt(impl_->path), ": tensor ", excerpt(name), " is ", t.type->name,
             "; qkv reads ", readable_quant_types());
+  prefault_pages(out, static_cast<size_t>(t.numel()) * sizeof(float));  // written whole: mapped in one call
   dequantize(*t.type, t.data, t.numel(), out);
 }
 

@@ -22,6 +22,7 @@
 #include "qkv/core/excerpt.h"
 #include "qkv/io/atomic_file.h"
 #include "qkv/core/json_read.h"
+#include "qkv/core/prefault.h"
 
 namespace qkv {
 namespace {
@@ -432,6 +433,7 @@ void MappedSafetensors::read_range_into(const std::string& name, int64_t first, 
   for (int64_t i = 0; i < count; i += piece) {
     const int64_t k = std::min(piece, count - i);
     const unsigned char* src = data + static_cast<uint64_t>(i * size);
+    prefault_pages(out + i, static_cast<size_t>(k) * sizeof(float));  // written whole: mapped in one call
     decode(e, src, out + i, k);
     const auto lo = reinterpret_cast<uintptr_t>(src) & ~(page - 1);
     const auto hi = reinterpret_cast<uintptr_t>(src + k * size);

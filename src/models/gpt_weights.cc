@@ -12,6 +12,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/core/ops.h"
+#include "qkv/core/prefault.h"
 #include "qkv/io/atomic_file.h"
 #include "qkv/core/json_read.h"
 #include "qkv/models/decoder.h"
@@ -84,6 +85,7 @@ struct Source {
     return {{end - begin, shape[0]}, [f = f, full = check(name, shape), begin, end](float* out) {
               const Tensor w = f->read(full);  // (in, out)
               const int64_t in = w.size(0), cols = w.size(1), rows = end - begin;
+              prefault_pages(out, static_cast<size_t>(rows * in) * sizeof(float));  // written whole: mapped in one call
               constexpr int64_t kTile = 32;    // out[j][i] = w[i][begin + j], tile by tile (cache-friendly)
               for (int64_t j0 = 0; j0 < rows; j0 += kTile)
                 for (int64_t i0 = 0; i0 < in; i0 += kTile)
