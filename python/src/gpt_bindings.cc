@@ -126,13 +126,13 @@ class GptCore {
     const F32 d = F32::ensure(dlogits_obj);
     QKV_CHECK(d && d.ndim() == 3, "GptCore.backward: dlogits must be a (B, T, V) float32 array");
     std::vector<py::array_t<float>> grads;  // allocated with the GIL, filled without it
+    std::vector<CopyRun> grads_out;        // their sources once the backward has run
     grads.reserve(params_.size());
     for (size_t i = 0; i < params_.size(); ++i) {
       const Shape& shape = params_[i].tensor->shape();
       grads.push_back(recycled({&grad_slots_[i], 1}, std::vector<py::ssize_t>(shape.begin(), shape.end())));
+      grads_out.push_back({grads.back().mutable_data(), nullptr, grads.back().size()});
     }
-    std::vector<CopyRun> grads_out(params_.size());
-    for (size_t i = 0; i < params_.size(); ++i) grads_out[i] = {grads[i].mutable_data(), nullptr, grads[i].size()};
     {
       py::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mutex_);
