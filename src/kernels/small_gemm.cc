@@ -101,6 +101,36 @@ void SmallGemm(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const
   ScalarColumns(trans_a, M, n0, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+// 4 x 4 blocks through 128-bit vectors (every target has them): rows a, b, c, d interleaved in
+// pairs, then the pairs' halves joined, so each output row is one column of the block.
+void Transpose(int64_t rows, int64_t cols, const float* HWY_RESTRICT src, int64_t lds, float* HWY_RESTRICT dst,
+               int64_t ldd) {
+#if HWY_TARGET == HWY_SCALAR
+  const int64_t R = 0, Cw = 0;
+#else
+  const hn::FixedTag<float, 4> d;
+  const int64_t R = rows / 4 * 4, Cw = cols / 4 * 4;
+  for (int64_t r = 0; r < R; r += 4)
+    for (int64_t c = 0; c < Cw; c += 4) {
+      const float* s = src + r * lds + c;
+      const auto a = hn::LoadU(d, s), b = hn::LoadU(d, s + lds), cc = hn::LoadU(d, s + 2 * lds),
+                 e = hn::LoadU(d, s + 3 * lds);
+      const auto ab_lo = hn::InterleaveLower(d, a, b), ce_lo = hn::InterleaveLower(d, cc, e);  // a0 b0 a1 b1
+      const auto ab_hi = hn::InterleaveUpper(d, a, b), ce_hi = hn::InterleaveUpper(d, cc, e);  // a2 b2 a3 b3
+      float* o = dst + c * ldd + r;
+      hn::StoreU(hn::ConcatLowerLower(d, ce_lo, ab_lo), d, o);  // a0 b0 c0 e0
+      hn::StoreU(hn::ConcatUpperUpper(d, ce_lo, ab_lo), d, o + ldd);
+      hn::StoreU(hn::ConcatLowerLower(d, ce_hi, ab_hi), d, o + 2 * ldd);
+      hn::StoreU(hn::ConcatUpperUpper(d, ce_hi, ab_hi), d, o + 3 * ldd);
+    }
+#endif
+  // the rows past the last whole block, then the columns past it
+  for (int64_t r = R; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = Cw; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace qkv::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -114,6 +144,18 @@ void small_gemm(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, cons
                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   HWY_DYNAMIC_DISPATCH(SmallGemm)(trans_a, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+HWY_EXPORT(Transpose);
+
+void transpose(int64_t rows, int64_t cols, const float* src, int64_t lds, float* dst, int64_t ldd) {
+  if (rows <= 0 || cols <= 0) return;
+  HWY_DYNAMIC_DISPATCH(Transpose)(rows, cols, src, lds, dst, ldd);
+}
+
+void transpose_reference(int64_t rows, int64_t cols, const float* src, int64_t lds, float* dst, int64_t ldd) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
 }
 
 void small_gemm_reference(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

@@ -37,15 +37,14 @@ HeadRows head_rows(const DeltaRuleShape& s, const DeltaRuleLogInputs& in, int64_
 
 // C (M, N) = alpha op(A) op(B) + beta C, on this thread (each task one head's chunk): a chunk's
 // products are small and in cache, and run unpacked (kernels/small_gemm.h); op(B) = B^T is first
-// copied transposed, in a padded scratch.
+// copied transposed (kernels::transpose), in a padded scratch.
 void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (tb) {  // B (N, K) -> B^T (K, N)
     thread_local std::vector<float> bt;
     const int64_t ld = N + kPad;
     if (static_cast<int64_t>(bt.size()) < K * ld) bt.resize(static_cast<size_t>(K * ld));
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k) bt[static_cast<size_t>(k * ld + n)] = B[n * ldb + k];
+    kernels::transpose(N, K, B, ldb, bt.data(), ld);
     B = bt.data();
     ldb = ld;
   }
@@ -147,8 +146,7 @@ struct ChunkWork {
     }
     // K K^T and Q K^T by blocks of rows, each as far as its last row's diagonal, against K^T
     const int64_t ldT = kC + kPad;
-    for (int64_t t = 0; t < C; ++t)
-      for (int64_t i = 0; i < Dk; ++i) kT[i * ldT + t] = kq[t * Dk + i];
+    kernels::transpose(C, Dk, kq.data(), Dk, kT.data(), ldT);
     for (int64_t r0 = 0; r0 < C; r0 += kTriangleRows) {
       const int64_t rows = std::min(kTriangleRows, C - r0), cols = r0 + rows;
       product(false, false, rows, cols, Dk, 1.0f, &kq[r0 * Dk], Dk, kT.data(), ldT, 0.0f, kk + r0 * kC, kC);

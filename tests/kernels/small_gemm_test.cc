@@ -1,7 +1,7 @@
 // kernels/small_gemm.h: the unpacked product against the definition (sums in double), on every
 // SIMD target, over shapes that leave rows past the last tile of four, panels of 3, 2 and 1
 // vectors, columns past the last whole vector, A transposed or not, strides wider than the
-// operands, beta 0 over a C of NaNs (never read) and beta != 0.
+// operands, beta 0 over a C of NaNs (never read) and beta != 0; and the transposed copy.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -66,6 +66,35 @@ TEST(SmallGemm, EverySimdTargetMatchesTheDefinition) {
           }
     check_product(false, 64, 128, 128, 1.0f, 1.0f, 99);  // a chunk's shapes
     check_product(true, 128, 128, 64, 1.0f, 0.5f, 100);
+  }
+  force_simd_target(0);
+}
+
+// The transposed copy is exact: every element of dst (cols, rows) is src's (r, c), bit for bit, on
+// every target, for shapes with rows and columns past the last whole 4 x 4 block and strides wider
+// than the matrices; what lies between rows and ldd is not written.
+TEST(SmallGemm, TransposeCopiesEveryElementOnEveryTarget) {
+  for (int64_t target : available_simd_targets()) {
+    SCOPED_TRACE(simd_target_name(target));
+    force_simd_target(target);
+    uint64_t seed = 7;
+    for (int64_t rows : {1, 3, 4, 5, 8, 63, 64, 128})
+      for (int64_t cols : {1, 2, 4, 7, 16, 64, 131}) {
+        SCOPED_TRACE(testing::Message() << rows << " x " << cols);
+        Generator gen(seed++);
+        const int64_t lds = cols + 3, ldd = rows + 5;
+        const std::vector<float> src = uniform(rows * lds, gen);
+        constexpr float kUnwritten = 12345.0f;
+        std::vector<float> dst(static_cast<size_t>(cols * ldd), kUnwritten), want = dst;
+        transpose(rows, cols, src.data(), lds, dst.data(), ldd);
+        transpose_reference(rows, cols, src.data(), lds, want.data(), ldd);
+        for (int64_t c = 0; c < cols; ++c)
+          for (int64_t r = 0; r < ldd; ++r) {
+            const float expected = r < rows ? src[static_cast<size_t>(r * lds + c)] : kUnwritten;
+            ASSERT_EQ(want[static_cast<size_t>(c * ldd + r)], expected) << "reference dst[" << c << "][" << r << "]";
+            ASSERT_EQ(dst[static_cast<size_t>(c * ldd + r)], expected) << "dst[" << c << "][" << r << "]";
+          }
+      }
   }
   force_simd_target(0);
 }

@@ -26,4 +26,10 @@ void small_gemm(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, cons
 void small_gemm_reference(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// dst (cols, rows) at ldd = src^T, src (rows, cols) at lds: how a product by B^T gets its B (K, N)
+// row-major. In 4 x 4 blocks in registers (the rows and columns past the last whole block one at
+// a time); the copy is exact, so the reference below is the definition.
+void transpose(int64_t rows, int64_t cols, const float* src, int64_t lds, float* dst, int64_t ldd);
+void transpose_reference(int64_t rows, int64_t cols, const float* src, int64_t lds, float* dst, int64_t ldd);
+
 }  // namespace qkv::kernels
