@@ -244,7 +244,10 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
   // stacked where two products share an operand: dU (C, Dv); RY = [dR; dY] (2C, Dv); G =
   // [-diag(beta gamma) dR; diag(gamma) dY] (2C, Dv); Z = [dR S_0^T; dQ; dK] (3C, Dk); U dS^T (C, Dk);
   // AP = [-dA; dP] = RY U^T (2C, C); dQK and dKK + dKK^T (C, C) stacked as (2C, C): a worker's.
-  std::vector<std::vector<float>> dSs(static_cast<size_t>(BH), std::vector<float>(static_cast<size_t>(KV), 0.0f));
+  // dS, dS_0 and G have padded rows (at lds): the products read them down their columns (as B), where
+  // rows of 128 floats would fall in the same few sets of L1
+  const int64_t lds = Dv + kPad, KVp = Dk * lds;
+  std::vector<std::vector<float>> dSs(static_cast<size_t>(BH), std::vector<float>(static_cast<size_t>(KVp), 0.0f));
   struct Worker {
     ChunkWork work;
     std::vector<float> dS0, dU, RY, G, Z, dKt, AP, QS;
@@ -252,7 +255,7 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
   std::vector<Worker> workers;
   const auto zeros = [](int64_t count) { return std::vector<float>(static_cast<size_t>(count)); };
   for (int i = 0; i < pool->num_threads(); ++i)
-    workers.push_back({ChunkWork(Dk, Dv), zeros(KV), zeros(kC * Dv), zeros(2 * kC * Dv), zeros(2 * kC * Dv),
+    workers.push_back({ChunkWork(Dk, Dv), zeros(KVp), zeros(kC * Dv), zeros(2 * kC * Dv), zeros(2 * kC * lds),
                        zeros(3 * kC * Dk), zeros(kC * Dk), zeros(2 * kC * kC), zeros(2 * kC * kC)});
   for (int64_t c = n - 1; c >= 0; --c) {
     const int64_t t0 = c * kC, C = std::min(kC, T - t0);
@@ -277,12 +280,12 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
       float *dP = dA + C * kC, *dQK = QS.data(), *sym = dQK + C * kC;
       for (int64_t t = 0; t < C; ++t) std::copy_n(dyc + t * r.ldv, Dv, &RY[(C + t) * Dv]);
       // U's gradient: from Y = ... + P U and S_C = ... + (diag(tail) K)^T U; then R's, (I + A) U = R
-      triangular_product(true, C, Dv, work.qk, dyc, r.ldv, 0.0f, dU.data(), Dv);
-      product(false, false, C, Dv, Dk, 1.0f, work.kt.data(), work.ldt, dS.data(), Dv, 1.0f, dU.data(), Dv);
+      triangular_product(true, C, Dv, work.qk, &RY[C * Dv], Dv, 0.0f, dU.data(), Dv);
+      product(false, false, C, Dv, Dk, 1.0f, work.kt.data(), work.ldt, dS.data(), lds, 1.0f, dU.data(), Dv);
       triangular_product(true, C, Dv, work.tm, dU.data(), Dv, 0.0f, dR, Dv);
       product(false, true, 2 * C, C, Dv, 1.0f, RY.data(), Dv, U, ldu, 0.0f, AP.data(), kC);  // [dR; dY] U^T
       product(false, true, 2 * C, Dk, Dv, 1.0f, RY.data(), Dv, S0, Dv, 0.0f, Z.data(), Dk);  // [dR; dY] S_0^T
-      product(false, true, C, Dk, Dv, 1.0f, U, ldu, dS.data(), Dv, 0.0f, dKt.data(), Dk);     // U dS^T
+      product(false, true, C, Dk, Dv, 1.0f, U, ldu, dS.data(), lds, 0.0f, dKt.data(), Dk);    // U dS^T
       // R = diag(beta) (V - diag(gamma) K S_0) and Y's diag(gamma) Q S_0, row by row
       for (int64_t t = 0; t < C; ++t) {
         const float beta = r.beta[t * H], gam = d.gamma[t], tail = d.tail[t];
@@ -297,8 +300,8 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
         float* dv = grad.v + (first + t * H) * Dv;
         for (int64_t j = 0; j < Dv; ++j) {
           dv[j] = beta * dr[j];
-          G[t * Dv + j] = -beta * gam * dr[j];
-          G[(C + t) * Dv + j] = gam * dyt[j];
+          G[t * lds + j] = -beta * gam * dr[j];
+          G[(C + t) * lds + j] = gam * dyt[j];
         }
         dgamma[t] = qy - beta * km;
         double db = lane_dot(dr, r.v + t * r.ldv, Dv) - gam * km;
@@ -333,9 +336,10 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
       product(false, false, 2 * C, Dk, C, 1.0f, dQK, kC, kc, Dk, 1.0f, dQ, Dk);
       product(true, false, C, Dk, C, 1.0f, dQK, kC, qc, Dk, 1.0f, dK, Dk);
       // dS_0 = gamma_{C-1} dS + Q^T diag(gamma) dY - K^T diag(beta gamma) dR
-      const double last = lane_dot(dS.data(), S0, KV);
-      for (int64_t i = 0; i < KV; ++i) dS0[i] = d.gamma[C - 1] * dS[i];
-      product(true, false, Dk, Dv, 2 * C, 1.0f, kc, Dk, G.data(), Dv, 1.0f, dS0.data(), Dv);  // [K; Q]^T G
+      double last = 0;
+      for (int64_t i = 0; i < Dk; ++i) last += lane_dot(&dS[i * lds], S0 + i * Dv, Dv);
+      for (int64_t i = 0; i < KVp; ++i) dS0[i] = d.gamma[C - 1] * dS[i];
+      product(true, false, Dk, Dv, 2 * C, 1.0f, kc, Dk, G.data(), lds, 1.0f, dS0.data(), lds);  // [K; Q]^T G
       std::swap(dS, dS0);
       // g's gradient: gamma_t = e^{g_t}, tail_t = e^{g_{C-1} - g_t}, gamma_{C-1} in S_C; then log alpha's
       for (int64_t t = 0; t < C; ++t) {
