@@ -51,6 +51,21 @@ void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, con
   kernels::small_gemm(ta, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+// The order a chunk's BH head tasks are handed out in, for P threads: the heads in P runs of
+// ceil(BH / P), one from each run in turn, so that the tasks running at once are heads far apart.
+// Claimed in order (0, 1, 2, ...), two threads always ran neighbouring heads, whose rows of y and of
+// the gradients meet in a shared cache line wherever a tensor is not 64-byte aligned (a std::vector's
+// 16): that line then went back and forth between the cores.
+std::vector<int64_t> task_order(int64_t BH, int64_t P) {
+  const int64_t run = (BH + P - 1) / P;
+  std::vector<int64_t> order;
+  order.reserve(static_cast<size_t>(BH));
+  for (int64_t j = 0; j < run; ++j)
+    for (int64_t p = 0; p < P; ++p)
+      if (p * run + j < BH) order.push_back(p * run + j);
+  return order;
+}
+
 // sum a_i b_i and sum a_i over n floats, in 16 running sums (one per lane of a vector the compiler
 // may use: no reassociation of one sum is needed), then added in double.
 constexpr int kLanes = 16;
@@ -199,13 +214,15 @@ void delta_rule_chunked_forward(const DeltaRuleShape& s, const DeltaRuleLogInput
   std::vector<Worker> workers;
   for (int i = 0; i < pool->num_threads(); ++i)
     workers.push_back({ChunkWork(Dk, Dv), std::vector<float>(static_cast<size_t>(kC * lds))});
+  const std::vector<int64_t> order = task_order(BH, pool->num_threads());
   // Chunk by chunk, every head of a chunk in parallel: a chunk's rows of q, k, v and y for all heads
   // are contiguous (B, T, H, D), so each worker streams through its heads' share of each row
   // instead of reading one head's row at H D floats from the next (a cache miss per row: on a
   // Zen 3 a fifth of the forward's time when each head ran all its chunks in turn).
   for (int64_t c = 0; c < n; ++c) {
     const int64_t t0 = c * kC, C = std::min(kC, T - t0);
-    pool->parallel_for(BH, [&](int64_t bh, int worker) {
+    pool->parallel_for(BH, [&](int64_t task, int worker) {
+      const int64_t bh = order[static_cast<size_t>(task)];
       ChunkWork& work = workers[static_cast<size_t>(worker)].work;
       float* yw = workers[static_cast<size_t>(worker)].yw.data();
       const int64_t b = bh / H, h = bh % H;
@@ -257,9 +274,14 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
   for (int i = 0; i < pool->num_threads(); ++i)
     workers.push_back({ChunkWork(Dk, Dv), zeros(KVp), zeros(kC * Dv), zeros(2 * kC * Dv), zeros(2 * kC * lds),
                        zeros(3 * kC * Dk), zeros(kC * Dk), zeros(2 * kC * kC), zeros(2 * kC * kC)});
+  const std::vector<int64_t> order = task_order(BH, pool->num_threads());
+  // beta's and log alpha's gradients, (B H, T): a head's own rows, scattered into (B, T, H) at the
+  // end (written in place, every head's value of a token shares one cache line across the threads)
+  std::vector<float> dbeta(static_cast<size_t>(BH * T)), dlog_alpha(dbeta.size());
   for (int64_t c = n - 1; c >= 0; --c) {
     const int64_t t0 = c * kC, C = std::min(kC, T - t0);
-    pool->parallel_for(BH, [&](int64_t bh, int worker) {
+    pool->parallel_for(BH, [&](int64_t task, int worker) {
+      const int64_t bh = order[static_cast<size_t>(task)];
       Worker& wk = workers[static_cast<size_t>(worker)];
       ChunkWork& work = wk.work;
       std::vector<float>& dS = dSs[static_cast<size_t>(bh)];
@@ -320,7 +342,7 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
         db += lane_dot(da, ke, C);
         for (int64_t col = 0; col < C; ++col) da[col] = da[col] * a[col] + dp[col] * p[col];  // dA now holds F
         da[t] = 0.0f;  // E's diagonal is e^0: no gradient (its row and column terms would cancel)
-        grad.beta[first + t * H] = static_cast<float>(db);
+        dbeta[static_cast<size_t>(bh * T + t0 + t)] = static_cast<float>(db);
         dg[t] = lane_sum(da, C);
       }
       for (int64_t t = 0; t < C; ++t)  // E_tc = e^{g_t - g_c}: F's column sums leave g_c
@@ -352,12 +374,18 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
       double suffix = 0;
       for (int64_t t = C - 1; t >= 0; --t) {
         suffix += dg[t];
-        grad.log_alpha[first + t * H] = static_cast<float>(suffix);
+        dlog_alpha[static_cast<size_t>(bh * T + t0 + t)] = static_cast<float>(suffix);
         std::copy_n(&dQ[t * Dk], Dk, grad.q + (first + t * H) * Dk);
         std::copy_n(&dK[t * Dk], Dk, grad.k + (first + t * H) * Dk);
       }
     });
   }
+  for (int64_t bh = 0; bh < BH; ++bh)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t at = ((bh / H) * T + t) * H + bh % H;  // (b, t, h)
+      grad.beta[at] = dbeta[static_cast<size_t>(bh * T + t)];
+      grad.log_alpha[at] = dlog_alpha[static_cast<size_t>(bh * T + t)];
+    }
 }
 
 double delta_rule_chunked_flops(const DeltaRuleShape& s, bool backward) {
