@@ -155,7 +155,10 @@ struct ChunkWork {
   // Everything of the chunk's C rows up to U = U0 - W S_0 (S: Dk x Dv, rows at lds).
   void run(const HeadRows& r, int64_t C, int64_t Dk, int64_t Dv, const float* S, int64_t lds) {
     d.compute(r.log_alpha, r.H, C);
+    // v's rows are read after the inverse: asked for now, as k's and q's are read (each row's lines
+    // H Dv floats from the last row's: the hardware's prefetchers do not follow)
     for (int64_t t = 0; t < C; ++t) {
+      for (int64_t j = 0; j < Dv; j += 16) __builtin_prefetch(r.v + t * r.ldv + j);
       std::copy_n(r.k + t * r.ldk, Dk, &kq[t * Dk]);
       std::copy_n(r.q + t * r.ldk, Dk, &kq[(C + t) * Dk]);
     }
