@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hwy/highway.h"
+#include "qkv/core/error.h"
 #include "qkv/kernels/delta_chunk.h"
 
 #ifndef QKV_KERNELS_DELTA_CHUNK_ONCE
@@ -112,6 +113,83 @@ void UnitLowerInverse(int64_t C, const float* HWY_RESTRICT A, float* HWY_RESTRIC
   }
 }
 
+// Plain loops from here: the compiler vectorizes them with this target's instructions.
+constexpr int kLanes = 16;
+double LaneDot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
+  double sum = 0;
+  for (; i < n; ++i) sum += static_cast<double>(a[i]) * b[i];
+  for (int l = 0; l < kLanes; ++l) sum += acc[l];
+  return sum;
+}
+double LaneSum(const float* HWY_RESTRICT a, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l];
+  double sum = 0;
+  for (; i < n; ++i) sum += a[i];
+  for (int l = 0; l < kLanes; ++l) sum += acc[l];
+  return sum;
+}
+
+void DeltaChunkRowsOf(const DeltaChunkRows& r) {
+  const int64_t C = r.C, Dk = r.Dk, Dv = r.Dv, ld = r.ld;
+  float ke[256];  // one row of kk o E (C <= 256: the module's chunk is 64)
+  for (int64_t t = 0; t < C; ++t) {
+    const float beta = r.beta[t * r.beta_stride], gam = r.gamma[t], tail = r.tail[t];
+    float* HWY_RESTRICT dq = r.dq + t * Dk;
+    float* HWY_RESTRICT dk = r.dk + t * Dk;
+    const float *m0 = r.m0 + t * Dk, *dkt = r.dkt + t * Dk, *kt = r.k + t * Dk;
+    const float *dr = r.dr + t * Dv, *dyt = r.dy + t * Dv;
+    const double qy = LaneDot(dq, r.q + t * Dk, Dk), km = LaneDot(m0, kt, Dk);
+    r.dtail[t] = LaneDot(dkt, kt, Dk);
+    for (int64_t i = 0; i < Dk; ++i) {
+      dq[i] *= gam;
+      dk[i] = -beta * gam * m0[i] + tail * dkt[i];
+    }
+    float* HWY_RESTRICT dv = r.dv + t * r.lddv;
+    float* HWY_RESTRICT g0 = r.G + t * r.ldg;
+    float* HWY_RESTRICT g1 = r.G + (C + t) * r.ldg;
+    for (int64_t j = 0; j < Dv; ++j) {
+      dv[j] = beta * dr[j];
+      g0[j] = -beta * gam * dr[j];
+      g1[j] = gam * dyt[j];
+    }
+    r.dgamma[t] = qy - beta * km;
+    double db = LaneDot(dr, r.v + t * r.ldv, Dv) - gam * km;
+    // A_tc = beta_t (K K^T)_tc E_tc (c < t), P_tc = (Q K^T)_tc E_tc (c <= t); F = dE o E into dg.
+    // dA past the diagonal is not A's (A is strictly lower); E, A and P are 0 past it.
+    float* HWY_RESTRICT da = r.dA + t * ld;
+    const float *dp = r.dP + t * ld, *e = r.E + t * ld, *kk = r.kk + t * ld, *a = r.a + t * ld, *p = r.p + t * ld;
+    float* HWY_RESTRICT sym = r.sym + t * ld;
+    float* HWY_RESTRICT dqk = r.dQK + t * ld;
+    for (int64_t col = 0; col < t; ++col) da[col] = -da[col];
+    for (int64_t col = t; col < C; ++col) da[col] = 0.0f;
+    for (int64_t col = 0; col < C; ++col) {
+      ke[col] = kk[col] * e[col];
+      sym[col] = da[col] * beta * e[col];  // dKK, made symmetric below
+      dqk[col] = dp[col] * e[col];
+    }
+    db += LaneDot(da, ke, C);
+    for (int64_t col = 0; col < C; ++col) da[col] = da[col] * a[col] + dp[col] * p[col];  // dA now holds F
+    da[t] = 0.0f;  // E's diagonal is e^0: no gradient (its row and column terms would cancel)
+    r.dbeta[t] = static_cast<float>(db);
+    r.dg[t] = LaneSum(da, C);
+  }
+  for (int64_t t = 0; t < C; ++t)  // E_tc = e^{g_t - g_c}: F's column sums leave g_c
+    for (int64_t col = 0; col < C; ++col) r.dg[col] -= r.dA[t * ld + col];
+  for (int64_t t = 0; t < C; ++t)
+    for (int64_t col = 0; col < t; ++col) {
+      const float both = r.sym[t * ld + col] + r.sym[col * ld + t];
+      r.sym[t * ld + col] = r.sym[col * ld + t] = both;
+    }
+  for (int64_t t = 0; t < C; ++t) r.sym[t * ld + t] = 0.0f;
+}
+
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace qkv::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -122,6 +200,16 @@ namespace qkv::kernels {
 HWY_EXPORT(DecayMatrix);
 HWY_EXPORT(ChunkTriangles);
 HWY_EXPORT(UnitLowerInverse);
+HWY_EXPORT(DeltaChunkRowsOf);
+HWY_EXPORT(LaneDot);
+
+void delta_chunk_rows(const DeltaChunkRows& r) {
+  QKV_CHECK(r.C >= 0 && r.C <= 256 && r.C <= r.ld, "delta_chunk_rows: C (", r.C, ") must be in [0, min(256, ld = ",
+            r.ld, ")]");
+  HWY_DYNAMIC_DISPATCH(DeltaChunkRowsOf)(r);
+}
+
+double lane_dot16(const float* a, const float* b, int64_t n) { return HWY_DYNAMIC_DISPATCH(LaneDot)(a, b, n); }
 
 void decay_matrix(int64_t C, const float* lead, const float* back, float* E, int64_t ld) {
   HWY_DYNAMIC_DISPATCH(DecayMatrix)(C, lead, back, E, ld);

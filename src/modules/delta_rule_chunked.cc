@@ -66,30 +66,6 @@ std::vector<int64_t> task_order(int64_t BH, int64_t P) {
   return order;
 }
 
-// sum a_i b_i and sum a_i over n floats, in 16 running sums (one per lane of a vector the compiler
-// may use: no reassociation of one sum is needed), then added in double.
-constexpr int kLanes = 16;
-double lane_dot(const float* a, const float* b, int64_t n) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
-  double sum = 0;
-  for (; i < n; ++i) sum += static_cast<double>(a[i]) * b[i];
-  for (int l = 0; l < kLanes; ++l) sum += acc[l];
-  return sum;
-}
-double lane_sum(const float* a, int64_t n) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l];
-  double sum = 0;
-  for (; i < n; ++i) sum += a[i];
-  for (int l = 0; l < kLanes; ++l) sum += acc[l];
-  return sum;
-}
-
 // Y (C, N) = L X + beta Y for L (C, C, row stride kC) lower-triangular, or L^T X with `transposed`:
 // in blocks of kTriangleRows rows, each multiplying only the columns of L (or L^T) it has (at C = 64:
 // 62% of the whole product's work; halves did 75%).
@@ -291,7 +267,6 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
       std::vector<float>&dS0 = wk.dS0, &dU = wk.dU, &RY = wk.RY, &G = wk.G, &Z = wk.Z, &dKt = wk.dKt;
       std::vector<float>&AP = wk.AP, &QS = wk.QS;
       double dg[kC], dgamma[kC], dtail[kC];
-      float ke[kC];
       const int64_t b = bh / H, h = bh % H;
       const float* S0 = &chunk_states[(bh * n + c) * KV];
       const HeadRows r = head_rows(s, in, b, h).from(t0);
@@ -311,58 +286,19 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
       product(false, true, 2 * C, C, Dv, 1.0f, RY.data(), Dv, U, ldu, 0.0f, AP.data(), kC);  // [dR; dY] U^T
       product(false, true, 2 * C, Dk, Dv, 1.0f, RY.data(), Dv, S0, Dv, 0.0f, Z.data(), Dk);  // [dR; dY] S_0^T
       product(false, true, C, Dk, Dv, 1.0f, U, ldu, dS.data(), lds, 0.0f, dKt.data(), Dk);    // U dS^T
-      // R = diag(beta) (V - diag(gamma) K S_0) and Y's diag(gamma) Q S_0, row by row
-      for (int64_t t = 0; t < C; ++t) {
-        const float beta = r.beta[t * H], gam = d.gamma[t], tail = d.tail[t];
-        float* dq = &dQ[t * Dk];
-        const float *m0 = &M0[t * Dk], *dkt = &dKt[t * Dk], *dr = &dR[t * Dv], *dyt = &RY[(C + t) * Dv];
-        const double qy = lane_dot(dq, r.q + t * r.ldk, Dk), km = lane_dot(m0, r.k + t * r.ldk, Dk);
-        dtail[t] = lane_dot(dkt, r.k + t * r.ldk, Dk);
-        for (int64_t i = 0; i < Dk; ++i) {
-          dq[i] *= gam;
-          dK[t * Dk + i] = -beta * gam * m0[i] + tail * dkt[i];
-        }
-        float* dv = grad.v + (first + t * H) * Dv;
-        for (int64_t j = 0; j < Dv; ++j) {
-          dv[j] = beta * dr[j];
-          G[t * lds + j] = -beta * gam * dr[j];
-          G[(C + t) * lds + j] = gam * dyt[j];
-        }
-        dgamma[t] = qy - beta * km;
-        double db = lane_dot(dr, r.v + t * r.ldv, Dv) - gam * km;
-        // A_tc = beta_t (K K^T)_tc E_tc (c < t), P_tc = (Q K^T)_tc E_tc (c <= t); F = dE o E into dg.
-        // dA past the diagonal is not A's (A is strictly lower); E, A and P are 0 past it.
-        float* da = &dA[t * kC];
-        const float *dp = &dP[t * kC], *e = &d.E[t * kC], *kk = &work.kk[t * kC];
-        const float *a = &work.a[t * kC], *p = &work.qk[t * kC];
-        for (int64_t col = 0; col < t; ++col) da[col] = -da[col];  // AP held -dA
-        std::fill(da + t, da + C, 0.0f);
-        for (int64_t col = 0; col < C; ++col) {
-          ke[col] = kk[col] * e[col];
-          sym[t * kC + col] = da[col] * beta * e[col];  // dKK, made symmetric below
-          dQK[t * kC + col] = dp[col] * e[col];
-        }
-        db += lane_dot(da, ke, C);
-        for (int64_t col = 0; col < C; ++col) da[col] = da[col] * a[col] + dp[col] * p[col];  // dA now holds F
-        da[t] = 0.0f;  // E's diagonal is e^0: no gradient (its row and column terms would cancel)
-        dbeta[static_cast<size_t>(bh * T + t0 + t)] = static_cast<float>(db);
-        dg[t] = lane_sum(da, C);
-      }
-      for (int64_t t = 0; t < C; ++t)  // E_tc = e^{g_t - g_c}: F's column sums leave g_c
-        for (int64_t col = 0; col < C; ++col) dg[col] -= dA[t * kC + col];
-      for (int64_t t = 0; t < C; ++t)
-        for (int64_t col = 0; col < t; ++col) {
-          const float both = sym[t * kC + col] + sym[col * kC + t];
-          sym[t * kC + col] = sym[col * kC + t] = both;
-        }
-      for (int64_t t = 0; t < C; ++t) sym[t * kC + t] = 0.0f;
+      // R = diag(beta) (V - diag(gamma) K S_0) and Y's diag(gamma) Q S_0, row by row; A's, P's and E's
+      // gradients; dKK made symmetric (kernels/delta_chunk.h)
+      kernels::delta_chunk_rows({C, Dk, Dv, kC, r.beta, H, d.gamma, d.tail, work.kq.data(), work.kq.data() + C * Dk, M0,
+                                 dKt.data(), dQ, dK, r.v, dR, &RY[C * Dv], r.ldv, grad.v + first * Dv, H * Dv, G.data(),
+                                 lds, dA, dP, d.E, work.kk, work.a, work.qk, sym, dQK, dgamma, dtail, dg,
+                                 &dbeta[static_cast<size_t>(bh * T + t0)]});
       // [dQ; dK] += [dQK; dKK + dKK^T] K, dK += dQK^T Q
       const float *kc = work.kq.data(), *qc = kc + C * Dk;
       product(false, false, 2 * C, Dk, C, 1.0f, dQK, kC, kc, Dk, 1.0f, dQ, Dk);
       product(true, false, C, Dk, C, 1.0f, dQK, kC, qc, Dk, 1.0f, dK, Dk);
       // dS_0 = gamma_{C-1} dS + Q^T diag(gamma) dY - K^T diag(beta gamma) dR
       double last = 0;
-      for (int64_t i = 0; i < Dk; ++i) last += lane_dot(&dS[i * lds], S0 + i * Dv, Dv);
+      for (int64_t i = 0; i < Dk; ++i) last += kernels::lane_dot16(&dS[i * lds], S0 + i * Dv, Dv);
       for (int64_t i = 0; i < KVp; ++i) dS0[i] = d.gamma[C - 1] * dS[i];
       product(true, false, Dk, Dv, 2 * C, 1.0f, kc, Dk, G.data(), lds, 1.0f, dS0.data(), lds);  // [K; Q]^T G
       std::swap(dS, dS0);

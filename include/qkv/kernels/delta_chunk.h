@@ -38,4 +38,41 @@ void unit_lower_inverse(int64_t C, const float* A, float* T, int64_t ld);
 // The same, each row's sums in double, rounded once.
 void unit_lower_inverse_reference(int64_t C, const float* A, float* T, int64_t ld);
 
+// The backward's per-row gradients of one chunk (modules/delta_rule_chunked.cc), between its
+// products: plain loops compiled once per SIMD target (Highway's targets, run-time dispatch), so the
+// compiler vectorizes them at the CPU's width where the module's baseline code had SSE2. No sum is
+// reassociated and nothing is contracted: every target gives the same bits. Rows t < C:
+//   dq_t *= gamma_t; dk_t = -beta_t gamma_t m0_t + tail_t dkt_t; dv_t = beta_t dr_t;
+//   G_t = -beta_t gamma_t dr_t, G_{C+t} = gamma_t dy_t; dgamma_t = q_t.dq_t - beta_t k_t.m0_t;
+//   dtail_t = k_t.dkt_t; dbeta_t = v_t.dr_t - gamma_t k_t.m0_t + dA_t.(kk_t o E_t);
+//   sym_t = beta_t dA_t o E_t, dQK_t = dP_t o E_t, F_t = dA_t o a_t + dP_t o p_t (into dA, its
+//   diagonal 0), dg_t = sum F_t; then dg_c -= sum_t F_tc, and sym made symmetric, its diagonal 0.
+// dA holds -dA on entry (below the diagonal; what is on and above it is not read). The dots are
+// lane_dot16's.
+struct DeltaChunkRows {
+  int64_t C, Dk, Dv, ld;                    // (C, C) matrices at ld
+  const float* beta;                        // beta_t at beta[t * beta_stride]
+  int64_t beta_stride;
+  const float *gamma, *tail;                // (C)
+  const float *k, *q, *m0, *dkt;            // (C, Dk) contiguous
+  float *dq, *dk;                           // (C, Dk) contiguous
+  const float *v, *dr, *dy;                 // v at ldv, dr and dy (C, Dv) contiguous
+  int64_t ldv;
+  float* dv;                                // at lddv
+  int64_t lddv;
+  float* G;                                 // (2C, Dv) at ldg
+  int64_t ldg;
+  float* dA;                                // (C, C) at ld: -dA in, F out
+  const float *dP, *E, *kk, *a, *p;         // (C, C) at ld
+  float *sym, *dQK;                         // (C, C) at ld
+  double *dgamma, *dtail, *dg;              // (C)
+  float* dbeta;                             // (C)
+};
+void delta_chunk_rows(const DeltaChunkRows& r);
+
+// sum a_i b_i over n floats in 16 running float sums (lane l takes i = l mod 16, in i's order), the
+// elements past the last 16 in double, then the 16 sums added in double in lane order: the same
+// bits on every target.
+double lane_dot16(const float* a, const float* b, int64_t n);
+
 }  // namespace qkv::kernels
