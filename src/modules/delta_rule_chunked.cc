@@ -288,10 +288,13 @@ void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInpu
       product(false, true, C, Dk, Dv, 1.0f, U, ldu, dS.data(), lds, 0.0f, dKt.data(), Dk);    // U dS^T
       // R = diag(beta) (V - diag(gamma) K S_0) and Y's diag(gamma) Q S_0, row by row; A's, P's and E's
       // gradients; dKK made symmetric (kernels/delta_chunk.h)
-      kernels::delta_chunk_rows({C, Dk, Dv, kC, r.beta, H, d.gamma, d.tail, work.kq.data(), work.kq.data() + C * Dk, M0,
-                                 dKt.data(), dQ, dK, r.v, dR, &RY[C * Dv], r.ldv, grad.v + first * Dv, H * Dv, G.data(),
-                                 lds, dA, dP, d.E, work.kk, work.a, work.qk, sym, dQK, dgamma, dtail, dg,
-                                 &dbeta[static_cast<size_t>(bh * T + t0)]});
+      kernels::delta_chunk_rows({.C = C, .Dk = Dk, .Dv = Dv, .ld = kC, .beta = r.beta, .beta_stride = H,
+                                 .gamma = d.gamma, .tail = d.tail, .k = work.kq.data(), .q = work.kq.data() + C * Dk,
+                                 .m0 = M0, .dkt = dKt.data(), .dq = dQ, .dk = dK, .v = r.v, .dr = dR,
+                                 .dy = &RY[C * Dv], .ldv = r.ldv, .dv = grad.v + first * Dv, .lddv = H * Dv,
+                                 .G = G.data(), .ldg = lds, .dA = dA, .dP = dP, .E = d.E, .kk = work.kk, .a = work.a,
+                                 .p = work.qk, .sym = sym, .dQK = dQK, .dgamma = dgamma, .dtail = dtail, .dg = dg,
+                                 .dbeta = &dbeta[static_cast<size_t>(bh * T + t0)]});
       // [dQ; dK] += [dQK; dKK + dKK^T] K, dK += dQK^T Q
       const float *kc = work.kq.data(), *qc = kc + C * Dk;
       product(false, false, 2 * C, Dk, C, 1.0f, dQK, kC, kc, Dk, 1.0f, dQ, Dk);

@@ -186,11 +186,12 @@ struct RowsCase {
     dg = dgamma;
   }
   DeltaChunkRows args() {
-    return {C,         Dk,         Dv,          ld,        beta.data(), 2,         gamma.data(), tail.data(),
-            k.data(),  q.data(),   m0.data(),   dkt.data(), dq.data(),  dk.data(), v.data(),     dr.data(),
-            dy.data(), ldv,        dv.data(),   lddv,      G.data(),    ldg,       dA.data(),    dP.data(),
-            E.data(),  kk.data(),  a.data(),    p.data(),  sym.data(),  dQK.data(), dgamma.data(), dtail.data(),
-            dg.data(), dbeta.data()};
+    return {.C = C, .Dk = Dk, .Dv = Dv, .ld = ld, .beta = beta.data(), .beta_stride = 2, .gamma = gamma.data(),
+            .tail = tail.data(), .k = k.data(), .q = q.data(), .m0 = m0.data(), .dkt = dkt.data(), .dq = dq.data(),
+            .dk = dk.data(), .v = v.data(), .dr = dr.data(), .dy = dy.data(), .ldv = ldv, .dv = dv.data(),
+            .lddv = lddv, .G = G.data(), .ldg = ldg, .dA = dA.data(), .dP = dP.data(), .E = E.data(),
+            .kk = kk.data(), .a = a.data(), .p = p.data(), .sym = sym.data(), .dQK = dQK.data(),
+            .dgamma = dgamma.data(), .dtail = dtail.data(), .dg = dg.data(), .dbeta = dbeta.data()};
   }
 };
 
