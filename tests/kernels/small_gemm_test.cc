@@ -58,7 +58,7 @@ TEST(SmallGemm, EverySimdTargetMatchesTheDefinition) {
     force_simd_target(target);
     uint64_t seed = 1;
     for (bool trans_a : {false, true})
-      for (int64_t M : {1, 3, 4, 6, 64})
+      for (int64_t M : {1, 3, 4, 6, 11, 13, 64})
         for (int64_t N : {1, 7, 8, 16, 17, 24, 32, 40, 72, 128, 131})
           for (int64_t K : {0, 1, 5, 64}) {
             check_product(trans_a, M, N, K, seed % 2 ? 1.0f : -0.5f, seed % 3 ? 0.0f : 0.75f, seed);
