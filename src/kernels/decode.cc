@@ -20,6 +20,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -75,6 +76,10 @@ struct DecodeProblem {
   size_t part_stride = 0;         // 2 + pad16(Dv)
   float* scratch = nullptr;       // (threads, scratch_stride) per-worker scratch
   size_t scratch_stride = 0;      // pad16(scratch_floats())
+  // (threads, 2): the call and the group (b G + g + 1) whose queries a worker's scratch holds (its
+  // next chunk of the same group reuses them); `call` numbers the calls of this process.
+  uint64_t* held = nullptr;
+  uint64_t call = 0;
   bool serial = false;            // too little to read to pay for waking the pool (kSerialBytes)
   // With one chunk per (b, g), the task that computes it merges it (MergeChunks) at once: one
   // parallel_for a call instead of two, the same arithmetic.
@@ -539,7 +544,7 @@ void KeyMajorSoftmax(float* HWY_RESTRICT st, size_t rs, float* HWY_RESTRICT m, f
 // kNV: D / kLanes = Dv / kLanes fixed at compile time (the keys read in place when T is float),
 // 0 for any other D.
 template <typename T, int kNV>
-void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* scratch) {
+void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* scratch, uint64_t* held) {
   FlushSubnormals flush;
   const size_t R = static_cast<size_t>(p.rows), Dp = pad16(p.D), Dvp = pad16(p.Dv);
   const size_t D = static_cast<size_t>(p.D), Dv = static_cast<size_t>(p.Dv);
@@ -554,10 +559,16 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
   const size_t Rp = pad16(p.rows);
   float* qt = vb + kBlock * Dvp;      // (D, Rp) (scale q)^T, columns past R zero: the products' path
   float* st = qt + Dp * Rp;           // (kWide, Rp) a wide block's scores, a key a row
+  // The group's scaled queries (and their transpose, below), unless this worker's last chunk was
+  // of the same group in the same call.
+  const bool have_queries = held[0] == p.call && held[1] == static_cast<uint64_t>(b * p.G + g + 1);
+  held[0] = p.call;
+  held[1] = static_cast<uint64_t>(b * p.G + g + 1);
   for (size_t r = 0; r < R; ++r) {
     const int64_t h = g * p.group + static_cast<int64_t>(r) / p.Tq, i = static_cast<int64_t>(r) % p.Tq;
     const float* q = p.q.row(b, h, i);
-    for (size_t x = 0; x < Dp; ++x) qs[r * Dp + x] = x < D ? q[static_cast<int64_t>(x) * p.q.stride_d] * p.scale : 0.0f;
+    if (!have_queries)
+      for (size_t x = 0; x < Dp; ++x) qs[r * Dp + x] = x < D ? q[static_cast<int64_t>(x) * p.q.stride_d] * p.scale : 0.0f;
     std::fill(ov + r * Dvp, ov + (r + 1) * Dvp, 0.0f);
     ms[r] = kNegInf;
     ls[r] = 0.0f;
@@ -591,10 +602,16 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
         ms[r] = kNegInf;
         ls[r] = 0.0f;
       }
-      for (size_t x = 0; x < D; ++x)
-        for (size_t r = 0; r < Rp; ++r) qt[x * Rp + r] = r < R ? qs[r * Dp + x] : 0.0f;
+      if (!have_queries)
+        for (size_t x = 0; x < D; ++x)
+          for (size_t r = 0; r < Rp; ++r) qt[x * Rp + r] = r < R ? qs[r * Dp + x] : 0.0f;
       for (int64_t jb = j0; jb < j1; jb += kWide) {
         const size_t cols = static_cast<size_t>(std::min<int64_t>(kWide, j1 - jb));
+        if (jb + kWide < j1) {  // the next block asked for while this one is multiplied
+          const size_t ahead = static_cast<size_t>(std::min<int64_t>(kWide, j1 - jb - kWide));
+          Prefetch(keys + (jb + kWide) * p.D, ahead * D * sizeof(float), to_l2);
+          if (p.keys != p.values) Prefetch(values + (jb + kWide) * p.Dv, ahead * Dv * sizeof(float), to_l2);
+        }
         // st (cols, Rp) = K_block (cols, D) (scale q)^T (D, Rp); s = st^T, 0 past cols
         small_gemm(false, static_cast<int64_t>(cols), static_cast<int64_t>(Rp), p.D, 1.0f, keys + jb * p.D, p.D, qt,
                    static_cast<int64_t>(Rp), 0.0f, st, static_cast<int64_t>(Rp));
@@ -680,13 +697,13 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
 }
 
 template <typename T>
-void RunChunk(const DecodeProblem& p, int nv, int64_t b, int64_t g, int64_t c, float* scratch) {
+void RunChunk(const DecodeProblem& p, int nv, int64_t b, int64_t g, int64_t c, float* scratch, uint64_t* held) {
   switch (nv) {
-    case 1: return ChunkTask<T, 1>(p, b, g, c, scratch);
-    case 2: return ChunkTask<T, 2>(p, b, g, c, scratch);
-    case 4: return ChunkTask<T, 4>(p, b, g, c, scratch);
-    case 8: return ChunkTask<T, 8>(p, b, g, c, scratch);
-    default: return ChunkTask<T, 0>(p, b, g, c, scratch);
+    case 1: return ChunkTask<T, 1>(p, b, g, c, scratch, held);
+    case 2: return ChunkTask<T, 2>(p, b, g, c, scratch, held);
+    case 4: return ChunkTask<T, 4>(p, b, g, c, scratch, held);
+    case 8: return ChunkTask<T, 8>(p, b, g, c, scratch, held);
+    default: return ChunkTask<T, 0>(p, b, g, c, scratch, held);
   }
 }
 
@@ -699,8 +716,9 @@ void RunChunks(const DecodeProblem& p) {
   ForTasks(p, p.B * p.G * p.chunks, [&](int64_t task, int worker) {
     float* scratch = p.scratch + static_cast<size_t>(worker) * p.scratch_stride;
     const int64_t c = task % p.chunks, bg = task / p.chunks, b = bg / p.G, g = bg % p.G;
-    if (p.bf16) RunChunk<uint16_t>(p, nv, b, g, c, scratch);
-    else RunChunk<float>(p, nv, b, g, c, scratch);
+    uint64_t* held = p.held + 2 * static_cast<size_t>(worker);
+    if (p.bf16) RunChunk<uint16_t>(p, nv, b, g, c, scratch, held);
+    else RunChunk<float>(p, nv, b, g, c, scratch, held);
     if (p.merge) p.merge(p, b, g);
   });
 }
@@ -732,40 +750,47 @@ int64_t decode_chunk_keys(int64_t visible_keys) {
 
 namespace {
 
-// The chunks' partial results of group (b, g) merged into o and lse, in chunk order.
-void MergeChunks(const DecodeProblem& p, int64_t b, int64_t g) {
+// Row r of group (b, g): the chunks' partial results merged into o and lse, in chunk order.
+void MergeRow(const DecodeProblem& p, int64_t b, int64_t g, int64_t r) {
   const int64_t bg = b * p.G + g;
-  for (int64_t r = 0; r < p.rows; ++r) {
-    const int64_t h = g * p.group + r / p.Tq, i = r % p.Tq;
-    float* out = p.o.row(b, h, i);
-    float& lse = p.lse[(b * p.H + h) * p.Tq + i];
-    float M = -std::numeric_limits<float>::infinity();
-    for (int64_t c = 0; c < p.chunks; ++c) M = std::max(M, p.part(bg, c, r)[0]);
-    if (M == -std::numeric_limits<float>::infinity() || p.chunks == 0) {
-      for (int64_t x = 0; x < p.Dv; ++x) out[x * p.o.stride_d] = 0.0f;
-      lse = -std::numeric_limits<float>::infinity();
-      continue;
-    }
-    // The chunks' weights 2^(m_c - M), once per chunk (not once per output column).
-    double weight[kMaxChunks];  // chunks <= kMaxChunks (decode_chunk_keys)
-    double L = 0.0;
+  const int64_t h = g * p.group + r / p.Tq, i = r % p.Tq;
+  float* out = p.o.row(b, h, i);
+  float& lse = p.lse[(b * p.H + h) * p.Tq + i];
+  float M = -std::numeric_limits<float>::infinity();
+  for (int64_t c = 0; c < p.chunks; ++c) M = std::max(M, p.part(bg, c, r)[0]);
+  if (M == -std::numeric_limits<float>::infinity() || p.chunks == 0) {
+    for (int64_t x = 0; x < p.Dv; ++x) out[x * p.o.stride_d] = 0.0f;
+    lse = -std::numeric_limits<float>::infinity();
+    return;
+  }
+  // The chunks' weights 2^(m_c - M), once per chunk (not once per output column).
+  double weight[kMaxChunks];  // chunks <= kMaxChunks (decode_chunk_keys)
+  double L = 0.0;
+  for (int64_t c = 0; c < p.chunks; ++c) {
+    const float* part = p.part(bg, c, r);
+    weight[c] = std::exp2(static_cast<double>(part[0]) - M);
+    L += static_cast<double>(part[1]) * weight[c];
+  }
+  const double norm = static_cast<double>(p.keep_scale) / L;
+  // Each column's terms in chunk order, a tile of columns at a time: each chunk's row read along.
+  constexpr int64_t kTile = 64;
+  double acc[kTile];
+  for (int64_t x0 = 0; x0 < p.Dv; x0 += kTile) {
+    const int64_t n = std::min(kTile, p.Dv - x0);
+    std::fill(acc, acc + n, 0.0);
     for (int64_t c = 0; c < p.chunks; ++c) {
       const float* part = p.part(bg, c, r);
-      weight[c] = std::exp2(static_cast<double>(part[0]) - M);
-      L += static_cast<double>(part[1]) * weight[c];
+      if (part[0] == -std::numeric_limits<float>::infinity()) continue;
+      for (int64_t x = 0; x < n; ++x) acc[x] += static_cast<double>(part[2 + x0 + x]) * weight[c];
     }
-    const double norm = static_cast<double>(p.keep_scale) / L;
-    for (int64_t x = 0; x < p.Dv; ++x) {
-      double acc = 0.0;
-      for (int64_t c = 0; c < p.chunks; ++c) {
-        const float* part = p.part(bg, c, r);
-        if (part[0] == -std::numeric_limits<float>::infinity()) continue;
-        acc += static_cast<double>(part[2 + x]) * weight[c];
-      }
-      out[x * p.o.stride_d] = static_cast<float>(acc * norm);
-    }
-    lse = static_cast<float>((static_cast<double>(M) + std::log2(L)) * 0.693147180559945309417);
+    for (int64_t x = 0; x < n; ++x) out[(x0 + x) * p.o.stride_d] = static_cast<float>(acc[x] * norm);
   }
+  lse = static_cast<float>((static_cast<double>(M) + std::log2(L)) * 0.693147180559945309417);
+}
+
+// Every row of group (b, g) (MergeRow).
+void MergeChunks(const DecodeProblem& p, int64_t b, int64_t g) {
+  for (int64_t r = 0; r < p.rows; ++r) MergeRow(p, b, g, r);
 }
 
 // The keys and values a call reads: (B, G, C, D) and (B, G, C, Dv), float or bf16 bits, the first
@@ -862,9 +887,18 @@ void DecodeOn(const char* what, ConstHeads q, const KvRows& kv, MutableHeads o, 
   const size_t scratch = static_cast<size_t>(p.pool->num_threads()) * p.scratch_stride;
   if (ws.scratch.size() < scratch) ws.scratch.resize(scratch);
   p.scratch = ws.scratch.data();
+  static std::atomic<uint64_t> calls{0};
+  p.call = ++calls;
+  if (ws.held.size() < static_cast<size_t>(2 * p.pool->num_threads()))
+    ws.held.resize(static_cast<size_t>(2 * p.pool->num_threads()), 0);
+  p.held = ws.held.data();
   if (p.chunks == 1) p.merge = MergeChunks;
   if (p.chunks > 0) HWY_DYNAMIC_DISPATCH(DecodeChunks)(p);
-  if (p.chunks != 1) ForTasks(p, B * G, [&](int64_t bg, int) { MergeChunks(p, bg / G, bg % G); });
+  if (p.chunks != 1)  // a task a row: one group's rows (latent attention's heads) merged by every thread
+    ForTasks(p, B * G * p.rows, [&](int64_t task, int) {
+      const int64_t bg = task / p.rows;
+      MergeRow(p, bg / G, bg % G, task % p.rows);
+    });
 }
 
 }  // namespace

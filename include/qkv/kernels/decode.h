@@ -37,6 +37,7 @@ namespace qkv::kernels {
 struct DecodeWorkspace {
   std::vector<float> partials;  // (B, G, chunks, H / G * Tq, 2 + Dv): max, sum, output per chunk
   std::vector<float> scratch;   // (threads, ...) each worker's queries, outputs and blocks of scores
+  std::vector<uint64_t> held;   // (threads, 2) which call's and group's queries a worker's scratch holds
 };
 
 // Throws qkv::Error naming the argument on a shape that does not match the cache (q's batch and
