@@ -33,6 +33,16 @@ float SumFloats(const float* HWY_RESTRICT p, size_t n) {
   return hn::GetLane(hn::SumOfLanes(d, a[0]));
 }
 
+// p[i] *= a for n floats (n a multiple of 8 vectors): each vector read and written back in place.
+void ScaleFloats(float* HWY_RESTRICT p, size_t n, float a) {
+  const hn::ScalableTag<float> d;
+  const size_t L = hn::Lanes(d);
+  const auto va = hn::Set(d, a);
+  for (size_t i = 0; i + 8 * L <= n; i += 8 * L) {
+    HWY_UNROLL(8) for (size_t k = 0; k < 8; ++k) hn::StoreU(hn::Mul(hn::LoadU(d, p + i + k * L), va), d, p + i + k * L);
+  }
+}
+
 }  // namespace qkv::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -55,6 +65,14 @@ float sum_floats(const float* p, size_t n) {
   float tail = 0;
   for (size_t i = whole; i < n; ++i) tail += p[i];
   return HWY_DYNAMIC_DISPATCH(SumFloats)(p, whole) + tail;
+}
+
+HWY_EXPORT(ScaleFloats);
+
+void scale_floats(float* p, size_t n, float a) {
+  const size_t whole = n / 256 * 256;
+  for (size_t i = whole; i < n; ++i) p[i] *= a;
+  HWY_DYNAMIC_DISPATCH(ScaleFloats)(p, whole, a);
 }
 
 StreamBuffer::StreamBuffer(ThreadPool& pool) : threads_(pool.num_threads()) {

@@ -58,6 +58,11 @@ class StreamBuffer {
 // read of n floats, the ceiling a benchmark compares a kernel reading the same bytes with.
 float sum_floats(const float* p, size_t n);
 
+// p[i] *= a for i in [0, n) by the same SIMD loop: a plain update in place, each float read and
+// written back (a = 1 leaves them as they were): the ceiling of a kernel that reads and rewrites the
+// same bytes (a decoding step's linear-attention states).
+void scale_floats(float* p, size_t n, float a);
+
 // The same measurement on a buffer the caller keeps (and may read again between timed steps).
 MemoryBandwidth measure_read_bandwidth(StreamBuffer& buffer, ThreadPool& pool, int passes = 7);
 

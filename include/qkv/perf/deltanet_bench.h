@@ -50,7 +50,8 @@ nlohmann::json report_json(const DeltaNetBenchReport& r);
 // through the gated delta rule on its own state (B, H, D, D floats, as a decoding cache holds it, modules/delta_rule.h's
 // delta_rule_run: one pass over the state, kernels/delta_rule_step.h). What a step must move is
 // the states, read once and written once; the time of the state's read is set against the
-// machine's measured read bandwidth and against a plain read of the same states. Before each step
+// machine's measured read bandwidth, against a plain read of the same states and against a plain
+// update of them in place (read and written back: the step's own traffic). Before each step
 // (untimed) the bandwidth buffer is read, so the states come from memory, as in a model whose
 // weights stream between two visits to a layer. The definition's form (four passes over a state,
 // delta_rule_step_reference, on the same threads) runs the same steps for the ratio, and its
@@ -70,6 +71,7 @@ struct DeltaNetDecodeReport {
   double median_ms = 0, min_ms = 0, max_ms = 0;
   double read_gb_s = 0;                    // state_bytes / median
   double plain_read_gb_s = 0;              // state_bytes / a plain read's median (kernels::sum_floats)
+  double plain_update_gb_s = 0;            // state_bytes / a plain update in place's (kernels::scale_floats)
   double reference_median_ms = 0;          // the definition's form, the same steps
   double max_state_difference = 0;         // |kernel - definition| over the states, relative to their largest
   double max_output_difference = 0;        // |kernel - definition| over the last step's outputs
