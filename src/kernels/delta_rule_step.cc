@@ -81,12 +81,15 @@ HWY_INLINE void StoreState(DD d, VD x, State* HWY_RESTRICT p) {
 // columns (`next`, null for none), which the memory then delivers during this block's arithmetic,
 // into L2 or L1 (`to_l2`: prefetch_bursts_to_l2(), core/machine.h). Into L1 a step was 8-20% slower
 // on Zen 4 (`qkv bench --module gated-deltanet --new-tokens 50`, 1.14-1.57 -> 1.05-1.22 ms in three
-// alternating pairs); into L2 it was 1.12x as long on Zen 5 (AVX2 1.09x).
+// alternating pairs); into L2 it was 1.12x as long on Zen 5 (AVX2 1.09x). It also asks for row i of
+// the block after that (`later`) into L2: one block's update is too short for the next block's
+// 32 KiB to arrive from memory, and a block's lead that way is the L2's (Zen 5, 18 layers of 16
+// heads of 128: 0.86-1.02x the time, median 0.925, in eight alternating pairs; AVX2 0.80-1.12x).
 template <int NV, typename State>
 HWY_INLINE void StepBlock(DD d, const float* HWY_RESTRICT q, const float* HWY_RESTRICT k,
                           const float* HWY_RESTRICT v, double alpha, const float* HWY_RESTRICT beta,
                           int64_t beta_width, int64_t Dk, int64_t Dv, int64_t j0, State* HWY_RESTRICT S,
-                          const State* next, bool to_l2, float* HWY_RESTRICT y) {
+                          const State* next, const State* later, bool to_l2, float* HWY_RESTRICT y) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const VD va = hn::Set(d, alpha);
   VD m[NV];
@@ -112,6 +115,8 @@ HWY_INLINE void StepBlock(DD d, const float* HWY_RESTRICT q, const float* HWY_RE
     State* r = S + i * Dv + j0;
     if (next != nullptr)
       for (int64_t l = 0; l < NV * lanes; l += kLine) prefetch_line(next + i * Dv + l, to_l2);
+    if (later != nullptr)
+      for (int64_t l = 0; l < NV * lanes; l += kLine) prefetch_line(later + i * Dv + l, true);
     const VD ki = hn::Set(d, k[i]), qi = hn::Set(d, q[i]);
     for (int c = 0; c < NV; ++c) {
       const VD s = hn::MulAdd(ki, delta[c], hn::Mul(va, LoadState(d, r + c * lanes)));
@@ -133,11 +138,17 @@ void Step(const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float*
   const int64_t blocks_end = Dv / block * block, whole = Dv / lanes * lanes;
   const bool to_l2 = prefetch_bursts_to_l2();
   int64_t j = 0;
-  for (; j < blocks_end; j += block) {
-    const State* next = j + block < blocks_end ? S + j + block : next_state;
-    StepBlock<NV, State>(d, q, k, v, alpha, beta, beta_width, Dk, Dv, j, S, next, to_l2, y);
-  }
-  for (; j < whole; j += lanes) StepBlock<1, State>(d, q, k, v, alpha, beta, beta_width, Dk, Dv, j, S, nullptr, to_l2, y);
+  // The block `ahead` blocks on: this state's, or past its last block the next state's (the same
+  // shape) block of that offset past the end, if it has one.
+  auto block_ahead = [&](int64_t ahead) -> const State* {
+    const int64_t at = j + ahead * block;
+    if (at < blocks_end) return S + at;
+    return next_state != nullptr && at - blocks_end < blocks_end ? next_state + (at - blocks_end) : nullptr;
+  };
+  for (; j < blocks_end; j += block)
+    StepBlock<NV, State>(d, q, k, v, alpha, beta, beta_width, Dk, Dv, j, S, block_ahead(1), block_ahead(2), to_l2, y);
+  for (; j < whole; j += lanes)
+    StepBlock<1, State>(d, q, k, v, alpha, beta, beta_width, Dk, Dv, j, S, nullptr, nullptr, to_l2, y);
   StepColumns(q, k, v, alpha, beta, beta_width, Dk, Dv, whole, Dv, S, y);
 }
 
