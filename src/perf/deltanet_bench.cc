@@ -212,37 +212,31 @@ DeltaNetDecodeReport run_deltanet_decode_bench(const DeltaNetDecodeShape& s, Thr
   r.min_ms = t.min_ms;
   r.max_ms = t.max_ms;
   r.read_gb_s = static_cast<double>(total) / (r.median_ms * 1e-3) / 1e9;
-  // A plain read of the same states after the same flush, each thread its share of each layer as the
-  // step's: the step's ceiling here (the step must also do its arithmetic and write the states).
-  std::vector<double> plain_ms;
+  // The states' bytes over the median time of `pass` after the same flush (at most 20 times), each
+  // thread passing over its share of each layer as the step's threads do.
+  auto plain_gb_s = [&](auto&& pass) {  // pass(floats of one share, count, thread)
+    std::vector<double> ms;
+    for (int64_t i = 0; i < std::min<int64_t>(s.steps, 20); ++i) {
+      cold.read(pool);
+      const auto t0 = std::chrono::steady_clock::now();
+      const int64_t threads = pool.num_threads();
+      pool.parallel_for(threads, [&](int64_t w, int) {
+        const int64_t first = per_layer * w / threads, end = per_layer * (w + 1) / threads;
+        for (int64_t l = 0; l < s.layers; ++l) pass(cache.state(l) + first, static_cast<size_t>(end - first), w);
+      });
+      ms.push_back(milliseconds_of(t0));
+    }
+    return static_cast<double>(total) / (summarize_times(ms).median_ms * 1e-3) / 1e9;
+  };
+  // A plain read of the same states: the step's ceiling here (the step must also do its arithmetic
+  // and write the states).
   std::vector<float> sinks(static_cast<size_t>(pool.num_threads()) * 16, 0.0f);
-  for (int64_t i = 0; i < std::min<int64_t>(s.steps, 20); ++i) {
-    cold.read(pool);
-    const auto t0 = std::chrono::steady_clock::now();
-    const int64_t threads = pool.num_threads();
-    pool.parallel_for(threads, [&](int64_t w, int) {
-      const int64_t first = per_layer * w / threads, end = per_layer * (w + 1) / threads;
-      for (int64_t l = 0; l < s.layers; ++l)
-        sinks[static_cast<size_t>(w) * 16] += kernels::sum_floats(cache.state(l) + first, static_cast<size_t>(end - first));
-    });
-    plain_ms.push_back(milliseconds_of(t0));
-  }
-  r.plain_read_gb_s = static_cast<double>(total) / (summarize_times(plain_ms).median_ms * 1e-3) / 1e9;
-  // A plain update in place of the same states after the same flush (each float read and written
-  // back, times 1: unchanged), shared as the read is: the ceiling of a step that reads and rewrites them.
-  std::vector<double> update_ms;
-  for (int64_t i = 0; i < std::min<int64_t>(s.steps, 20); ++i) {
-    cold.read(pool);
-    const auto t0 = std::chrono::steady_clock::now();
-    const int64_t threads = pool.num_threads();
-    pool.parallel_for(threads, [&](int64_t w, int) {
-      const int64_t first = per_layer * w / threads, end = per_layer * (w + 1) / threads;
-      for (int64_t l = 0; l < s.layers; ++l)
-        kernels::scale_floats(cache.state(l) + first, static_cast<size_t>(end - first), 1.0f);
-    });
-    update_ms.push_back(milliseconds_of(t0));
-  }
-  r.plain_update_gb_s = static_cast<double>(total) / (summarize_times(update_ms).median_ms * 1e-3) / 1e9;
+  r.plain_read_gb_s = plain_gb_s([&](const float* p, size_t n, int64_t w) {
+    sinks[static_cast<size_t>(w) * 16] += kernels::sum_floats(p, n);
+  });
+  // A plain update in place (each float read and written back, times 1: unchanged): the ceiling of
+  // a step that reads and rewrites them.
+  r.plain_update_gb_s = plain_gb_s([](float* p, size_t n, int64_t) { kernels::scale_floats(p, n, 1.0f); });
   // the definition's form: as many steps (at most 20 timed), so the states can be compared
   std::vector<double> ref_ms;
   for (int64_t i = 0; i < s.steps; ++i) {
