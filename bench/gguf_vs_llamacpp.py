@@ -10,11 +10,12 @@ depend on it), written once into --dir and reused.
   decode   a 4-token prompt, 200 new tokens, greedy; tokens/s after the first token.
            qkv: `qkv generate --weights F --json` (tokens_per_s); llama.cpp: node-llama-cpp 3.22.1's
            prebuilt CPU build (tests/llamacpp/greedy.mjs --bench-decode 200). Each against the
-           measured read bandwidth (`qkv bench --module decode`'s, same threads, probed again just
-           before each round's qkv run: a shared host's bandwidth moves during a run) for the bytes
-           it reads per token: the file's tensors, for both (qkv keeps Q8_0 / Q4_0 / Q4_K / Q6_K
-           weights as their blocks and BF16 ones as bf16). A % column is the median of the rounds'
-           shares, each against the probe of its own round.
+           measured read bandwidth (`qkv bench --module decode`'s, same threads, probed just
+           before and just after each round's qkv run, the larger of the two: a shared host's
+           bandwidth moves during a run, and a probe caught in a slow spell would inflate a share)
+           for the bytes it reads per token: the file's tensors, for both (qkv keeps Q8_0 / Q4_0 /
+           Q4_K / Q6_K weights as their blocks and BF16 ones as bf16). A % column is the median of
+           the rounds' shares, each against the probes of its own round.
   prefill  1,000 prompt tokens: qkv's prefill_ms (the prompt and the first token), llama.cpp's
            --bench-prefill 1000 (one evaluation of the prompt).
 Runs alternate qkv and llama.cpp, never together (llama.cpp spins its threads); medians of --rounds;
@@ -71,7 +72,7 @@ def main():
     env = dict(os.environ, QKV_NUM_THREADS=str(a.threads), QKV_NPM_DIR=npm_dir)
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     probe_cmd = [a.qkv, "bench", "--module", "decode", "--kv-len", "64", "--threads", str(a.threads), "--json"]
-    probes = []  # GB/s, one a round and file
+    probes = []  # GB/s: the first, then two a round and file
 
     def probe():
         r = run_json(probe_cmd, env)
@@ -100,9 +101,10 @@ def main():
         ids_arg = ",".join(map(str, ids))
         q_dec, l_dec, q_pre, l_pre, q_share, l_share = [], [], [], [], [], []
         for _ in range(a.rounds):
-            gb = probe()["bandwidth_gb_s"] * 1e9
+            before = probe()["bandwidth_gb_s"]
             r = run_json([a.qkv, "generate", "--weights", path, "--prompt", "The quick brown fox", "--temperature", "0",
                           "--max-new-tokens", str(a.new_tokens), "--json"], env)
+            gb = max(before, probe()["bandwidth_gb_s"]) * 1e9
             q_dec.append(r["tokens_per_s"])
             q_share.append(r["tokens_per_s"] * file_bytes / gb)
             model = r["model"]
@@ -119,7 +121,7 @@ def main():
         qd, ld = statistics.median(q_dec), statistics.median(l_dec)
         qp, lp = statistics.median(q_pre), statistics.median(l_pre)
         rows.append((t, file_bytes, qd, ld, qp, lp, model, statistics.median(q_share), statistics.median(l_share)))
-    print(f"read bandwidth (qkv bench --module decode, {len(probes)} probes, one before each round's qkv run): "
+    print(f"read bandwidth (qkv bench --module decode, {len(probes)} probes, before and after each round's qkv run): "
           f"median {statistics.median(probes):.1f} GB/s, {min(probes):.1f}-{max(probes):.1f}")
     print(f"\n| {a.preset} file | MB | qkv decode tok/s | llama.cpp | ratio | % of bw qkv | llama.cpp | "
           f"prefill {a.prefill_tokens} qkv s | llama.cpp s | ratio |")
