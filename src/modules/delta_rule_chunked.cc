@@ -184,8 +184,18 @@ void delta_rule_chunked_forward(const DeltaRuleShape& s, const DeltaRuleLogInput
       if (out) std::copy_n(S + i * lds, Dv, to + i * Dv);
       else std::copy_n(to + i * Dv, Dv, S + i * lds);
   };
+  auto decoding_state = [&](int64_t bh, bool out) {  // head bh's S <-> the caller's column blocks
+    float* S = &states[static_cast<size_t>(bh * Dk * lds)];
+    float* to = state + bh * KV;
+    for (int64_t i = 0; i < Dk; ++i)
+      for (int64_t j = 0; j < Dv; ++j) {
+        float& blocked = to[delta_state_index(Dk, Dv, i, j)];
+        if (out) blocked = S[i * lds + j];
+        else S[i * lds + j] = blocked;
+      }
+  };
   if (state)
-    for (int64_t bh = 0; bh < BH; ++bh) rows_of_state(bh, state + bh * KV, false);
+    for (int64_t bh = 0; bh < BH; ++bh) decoding_state(bh, false);
   struct Worker {
     ChunkWork work;
     std::vector<float> yw;
@@ -222,7 +232,7 @@ void delta_rule_chunked_forward(const DeltaRuleShape& s, const DeltaRuleLogInput
     });
   }
   if (state)
-    for (int64_t bh = 0; bh < BH; ++bh) rows_of_state(bh, state + bh * KV, true);
+    for (int64_t bh = 0; bh < BH; ++bh) decoding_state(bh, true);
 }
 
 void delta_rule_chunked_backward(const DeltaRuleShape& s, const DeltaRuleLogInputs& in,

@@ -247,11 +247,15 @@ DeltaNetDecodeReport run_deltanet_decode_bench(const DeltaNetDecodeShape& s, Thr
   r.reference_median_ms = summarize_times(ref_ms).median_ms;
   double scale = 0;
   for (float x : ref) scale = std::max(scale, static_cast<double>(std::fabs(x)));
-  for (int64_t l = 0; l < s.layers; ++l)
-    for (int64_t i = 0; i < per_layer; ++i)
-      r.max_state_difference =
-          std::max(r.max_state_difference, static_cast<double>(std::fabs(cache.state(l)[i] - ref[l * per_layer + i])) /
-                                               std::max(scale, 1e-300));
+  for (int64_t l = 0; l < s.layers; ++l)  // the cache's heads in column blocks, the reference's in rows
+    for (int64_t h = 0; h < s.batch * s.heads; ++h)
+      for (int64_t i = 0; i < D; ++i)
+        for (int64_t j = 0; j < D; ++j) {
+          const float got = cache.state(l)[h * KV + delta_state_index(D, D, i, j)];
+          const float want = ref[l * per_layer + h * KV + i * D + j];
+          r.max_state_difference =
+              std::max(r.max_state_difference, static_cast<double>(std::fabs(got - want)) / std::max(scale, 1e-300));
+        }
   for (size_t i = 0; i < y.size(); ++i)
     r.max_output_difference = std::max(r.max_output_difference, static_cast<double>(std::fabs(y[i] - y_ref[i])));
   return r;

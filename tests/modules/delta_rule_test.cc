@@ -165,6 +165,54 @@ TEST(DeltaRule, RunningFromAStateEqualsTheForward) {
             std::string::npos);
 }
 
+// A state of floats is kept in column blocks of 64 (delta_state_index): widths of several blocks
+// and a narrow last one, beta per head and per channel. Each token from the same numbers, once on
+// a state of doubles in rows and once on floats in blocks: the float state holds the double one's
+// numbers rounded once, each where delta_state_index puts it, and y is the same (its sums are
+// the same doubles), token after token.
+TEST(DeltaRule, AStateOfFloatsIsKeptInColumnBlocks) {
+  Generator gen(29);
+  for (const int64_t Dv : {5, 64, 65, 130, 200})
+    for (const bool per_channel : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "Dv " << Dv << (per_channel ? " beta per channel" : ""));
+      const int64_t B = 2, H = 2, Dk = 7, KV = Dk * Dv;
+      const DeltaRuleShape s{B, 3, H, Dk, Dv, per_channel}, one{B, 1, H, Dk, Dv, per_channel};
+      const Inputs in = random_inputs(s, gen);
+      std::vector<float> blocked(static_cast<size_t>(B * H * KV));
+      gen.normal(blocked.data(), static_cast<int64_t>(blocked.size()), 0.0, 1.0);
+      for (int64_t t = 0; t < 3; ++t) {
+        std::vector<double> rows(blocked.size());  // the float state's numbers, in rows
+        for (int64_t bh = 0; bh < B * H; ++bh)
+          for (int64_t i = 0; i < Dk; ++i)
+            for (int64_t j = 0; j < Dv; ++j)
+              rows[bh * KV + i * Dv + j] = blocked[bh * KV + delta_state_index(Dk, Dv, i, j)];
+        auto token = [&](const std::vector<float>& x, int64_t width) {  // token t's rows (B, H, width)
+          std::vector<float> out;
+          for (int64_t b = 0; b < B; ++b)
+            out.insert(out.end(), x.begin() + (b * 3 + t) * H * width, x.begin() + (b * 3 + t + 1) * H * width);
+          return out;
+        };
+        const Inputs now{token(in.q, Dk), token(in.k, Dk), token(in.v, Dv), token(in.beta, s.beta_width()),
+                         token(in.alpha, 1)};
+        std::vector<float> y_rows(static_cast<size_t>(B * H * Dv)), y_blocks(y_rows.size());
+        delta_rule_run(one, now.view(), rows.data(), y_rows.data());
+        delta_rule_run(one, now.view(), blocked.data(), y_blocks.data());
+        ASSERT_EQ(y_rows, y_blocks) << "token " << t;
+        for (int64_t bh = 0; bh < B * H; ++bh)
+          for (int64_t i = 0; i < Dk; ++i)
+            for (int64_t j = 0; j < Dv; ++j)
+              ASSERT_EQ(blocked[bh * KV + delta_state_index(Dk, Dv, i, j)], static_cast<float>(rows[bh * KV + i * Dv + j]))
+                  << "token " << t << " head " << bh << " S[" << i << "][" << j << "]";
+      }
+    }
+  // the layout itself: block 0's rows of 64, then block 1's (the last, 6 wide) rows
+  EXPECT_EQ(delta_state_index(3, 70, 0, 63), 63);
+  EXPECT_EQ(delta_state_index(3, 70, 1, 0), 64);
+  EXPECT_EQ(delta_state_index(3, 70, 0, 64), 192);
+  EXPECT_EQ(delta_state_index(3, 70, 2, 69), 192 + 2 * 6 + 5);
+  EXPECT_EQ(delta_state_index(3, 40, 2, 39), 2 * 40 + 39);  // one block: the rows' layout
+}
+
 TEST(DeltaRule, TheChunkedFormTakesBetaPerHeadAndAChunkOfAtLeastOne) {
   Generator gen(3);
   DeltaRuleShape s{1, 4, 1, 2, 2, /*beta_per_channel=*/true};
@@ -234,7 +282,7 @@ TEST(DeltaRuleChunked, TheForwardEqualsTheRecurrence) {
   const Case cases[] = {
       {{1, 1, 1, 4, 4}, false, false},     {{2, 63, 3, 8, 5}, false, true},   {{1, 64, 2, 16, 16}, false, false},
       {{3, 65, 2, 8, 6}, true, false},     {{1, 130, 1, 32, 16}, false, true}, {{2, 200, 2, 12, 20}, true, true},
-      {{1, 129, 4, 8, 8}, false, false},
+      {{1, 129, 4, 8, 8}, false, false},   {{1, 70, 2, 8, 72}, false, true},
   };
   for (const Case& c : cases) {
     const DeltaRuleShape& s = c.shape;
@@ -244,12 +292,18 @@ TEST(DeltaRuleChunked, TheForwardEqualsTheRecurrence) {
     const Inputs in = random_inputs(s, gen, c.forgetful);
     const std::vector<float> log_alpha = log_of(in.alpha);
     const int64_t KV = s.key_dim * s.value_dim;
-    std::vector<float> start(static_cast<size_t>(s.batch * s.heads * KV), 0.0f);
+    std::vector<float> start(static_cast<size_t>(s.batch * s.heads * KV), 0.0f);  // in rows
     if (c.from_state) gen.normal(start.data(), static_cast<int64_t>(start.size()), 0.0, 1.0);
     std::vector<float> y(static_cast<size_t>(s.rows() * s.value_dim)), yc(y.size());
     std::vector<double> state(start.begin(), start.end());
     delta_rule_run(s, in.view(), state, y.data());
-    std::vector<float> fstate = start;
+    // the chunked form's state: a decoding state of floats, in column blocks
+    auto blocked = [&](int64_t at) {
+      const int64_t head = at / KV, i = at % KV / s.value_dim, j = at % s.value_dim;
+      return static_cast<size_t>(head * KV + delta_state_index(s.key_dim, s.value_dim, i, j));
+    };
+    std::vector<float> fstate(start.size());
+    for (size_t i = 0; i < start.size(); ++i) fstate[blocked(static_cast<int64_t>(i))] = start[i];
     delta_rule_chunked_forward(s, {in.q.data(), in.k.data(), in.v.data(), in.beta.data(), log_alpha.data()}, yc.data(),
                                fstate.data());
     double err = 0;
@@ -258,7 +312,7 @@ TEST(DeltaRuleChunked, TheForwardEqualsTheRecurrence) {
     EXPECT_GT(max_abs(y), 0.1) << what;
     double state_err = 0, state_scale = 1;
     for (size_t i = 0; i < state.size(); ++i) {
-      state_err = std::max(state_err, std::fabs(state[i] - fstate[i]));
+      state_err = std::max(state_err, std::fabs(state[i] - fstate[blocked(static_cast<int64_t>(i))]));
       state_scale = std::max(state_scale, std::fabs(state[i]));
     }
     EXPECT_LE(state_err, 1e-5 * state_scale) << what;

@@ -40,8 +40,9 @@ struct DeltaRuleLogGrads {
 // The number of chunks a sequence of T tokens is cut into.
 inline int64_t delta_rule_chunks(int64_t tokens) { return (tokens + kDeltaRuleChunk - 1) / kDeltaRuleChunk; }
 
-// y (B, T, H, Dv). `state` (B, H, Dk, Dv) or null: the state before the first token (null: zeros),
-// overwritten with the state after the last. `chunk_states` or null: resized and written with the
+// y (B, T, H, Dv). `state` (B, H, Dk, Dv) in column blocks (a decoding state, delta_state_index in
+// modules/delta_rule.h) or null: the state before the first token (null: zeros), overwritten with
+// the state after the last. `chunk_states` or null: resized and written with the
 // state at each chunk's start, (B, H, chunks, Dk, Dv), what delta_rule_chunked_backward needs.
 // Beta per channel is an error (the book's GatedDeltaNet runs the recurrence).
 void delta_rule_chunked_forward(const DeltaRuleShape& s, const DeltaRuleLogInputs& in, float* y, float* state = nullptr,
