@@ -158,8 +158,13 @@ TEST(GatedDeltaNetLayer, AnOutputDependsOnItsPastOnly) {
 // equals one forward over the whole sequence: the pieces shorter and longer than the kernel.
 TEST(GatedDeltaNetLayer, TheCachedFormInPiecesEqualsTheWholeForward) {
   Generator gen(8);
-  for (const int64_t key_heads : {int64_t{1}, int64_t{2}}) {
-    GatedDeltaNetLayer m(small_config(key_heads), gen);
+  // the last: value heads of 70, a state of two column blocks (64 and 6) in the cache
+  for (const AttentionConfig& config : {small_config(1), small_config(2), gated_deltanet_config(6, 2, 1, 3, 70, 3, 16)}) {
+    GatedDeltaNetLayer m(config, gen);
+    const int64_t Hv = config.attention.heads, Dk = config.attention.head_dim, Dv = config.linear.value_dim;
+    // decays near 1 (A_log = log(uniform(0, 16)) forgets most of a state in a token), so that what
+    // the cache carries from one piece to the next shows in the output
+    for (int64_t h = 0; h < Hv; ++h) m.A_log.data()[h] = -6.0f;
     Generator data(9);
     const Tensor x = randn({2, 9, 6}, data);
     const Tensor whole = m.forward(x).clone();
@@ -171,7 +176,7 @@ TEST(GatedDeltaNetLayer, TheCachedFormInPiecesEqualsTheWholeForward) {
       t += n;
     }
     EXPECT_EQ(t, 9);
-    EXPECT_EQ(cache.state.size(), size_t{2 * 4 * 3 * 2});  // B Hv Dk Dv, whatever the length
+    EXPECT_EQ(cache.state.size(), static_cast<size_t>(2 * Hv * Dk * Dv));  // B Hv Dk Dv, whatever the length
   }
 }
 
