@@ -57,24 +57,21 @@ void run_steps(const DeltaRuleShape& s, const DeltaRuleInputs& in, State* state,
   pool.parallel_for(shares, [&](int64_t share, int) {
     const int64_t Dk = s.key_dim, Dv = s.value_dim, bw = s.beta_width();
     const int64_t first = BH * share / shares, end = BH * (share + 1) / shares;
+    const int64_t block = std::is_same_v<State, float> ? kDeltaStateColumns : Dv;
     for (int64_t bh = first; bh < end; ++bh) {
       const int64_t b = bh / H, h = bh % H;
       for (int64_t t = 0; t < T; ++t) {  // one pass over the state a token (kernels/delta_rule_step.h)
         const int64_t row = (b * T + t) * H + h;
         const State* next_head = t + 1 == T && bh + 1 < end ? &state[(bh + 1) * KV] : nullptr;
-        if constexpr (std::is_same_v<State, float>) {
-          // column blocks (delta_state_index), each its own (Dk, w) state: a column's step needs
-          // only its column, so the sums are those of the whole state's step
-          for (int64_t j0 = 0; j0 < Dv; j0 += kDeltaStateColumns) {
-            const int64_t w = std::min(kDeltaStateColumns, Dv - j0);
-            const State* next = j0 + w < Dv ? &state[bh * KV + (j0 + w) * Dk] : next_head;
-            kernels::delta_rule_step(in.q + row * Dk, in.k + row * Dk, in.v + row * Dv + j0, in.alpha[row],
-                                     in.beta + row * bw + (bw == 1 ? 0 : j0), bw == 1 ? 1 : w, Dk, w,
-                                     &state[bh * KV + j0 * Dk], y + row * Dv + j0, next);
-          }
-        } else {
-          kernels::delta_rule_step(in.q + row * Dk, in.k + row * Dk, in.v + row * Dv, in.alpha[row], in.beta + row * bw,
-                                   bw, Dk, Dv, &state[bh * KV], y + row * Dv, next_head);
+        // a state of floats in column blocks (delta_state_index), each stepped as its own (Dk, w)
+        // state: a column's step needs only its column, so the sums are the whole state's; a state
+        // of doubles in rows, one block of Dv
+        for (int64_t j0 = 0; j0 < Dv; j0 += block) {
+          const int64_t w = std::min(block, Dv - j0);
+          const State* next = j0 + w < Dv ? &state[bh * KV + (j0 + w) * Dk] : next_head;
+          kernels::delta_rule_step(in.q + row * Dk, in.k + row * Dk, in.v + row * Dv + j0, in.alpha[row],
+                                   in.beta + row * bw + (bw == 1 ? 0 : j0), bw == 1 ? 1 : w, Dk, w,
+                                   &state[bh * KV + j0 * Dk], y + row * Dv + j0, next);
         }
       }
     }
