@@ -9,8 +9,7 @@
 // a(2q+1) b(2q+1) into each float32 lane of C: one instruction does two steps of K.
 //
 // Legend as in gemm_packed.cc: MR x NR tiles, KC a block of K, kp = ceil(kc / 2) word rows.
-#pragma GCC push_options
-#pragma GCC target("avx512bf16")
+QKV_AVX512BF16_BEGIN
 
 // The bf16 bits of an operand's element (a float rounded to nearest even, or a bf16 as it is).
 HWY_INLINE uint32_t Bits(float x) { return float_to_bf16(x); }
@@ -140,4 +139,4 @@ HWY_NOINLINE void MicroKernelDot(const uint32_t* HWY_RESTRICT a, const uint32_t*
   StoreTile(acc, c, ldc, rows, cols, w);
 }
 
-#pragma GCC pop_options
+QKV_AVX512BF16_END

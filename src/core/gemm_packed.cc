@@ -40,6 +40,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "qkv/core/avx512bf16_region.h"
 #include "qkv/core/bf16.h"
 #include "qkv/core/machine.h"
 #include "qkv/core/thread_pool.h"

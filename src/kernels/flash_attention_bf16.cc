@@ -19,7 +19,7 @@
 // pair-packed products (below) or, without AVX512_BF16, WidenedBackward<uint16_t>.
 //
 // Nothing compiled for AVX512_BF16 is reachable without the run-time check: its functions are in
-// this file's AVX-512 target only, between #pragma GCC push_options / pop_options, in an
+// this file's AVX-512 target only, between QKV_AVX512BF16_BEGIN / END (qkv/core/avx512bf16_region.h), in an
 // anonymous namespace (internal linkage, so the linker cannot pick them for other code), and
 // only ForwardBF16Impl and BackwardBF16Impl call them, after bf16_dot_allowed().
 #undef HWY_TARGET_INCLUDE
@@ -33,6 +33,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/attention_problem.h"
+#include "qkv/core/avx512bf16_region.h"
 #include "qkv/core/bf16.h"
 #include "kernels/attention_tiles-inl.h"
 #include "kernels/attention_blocks-inl.h"
@@ -47,8 +48,7 @@ namespace {
 // Two bf16 (lo: element 2i, hi: element 2i + 1) as the 32-bit word a lane's pair is.
 inline uint32_t BF16Pair(uint16_t lo, uint16_t hi) { return static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16; }
 
-#pragma GCC push_options
-#pragma GCC target("avx512bf16")
+QKV_AVX512BF16_BEGIN
 
 inline __m512 Dot(__m512 acc, __m512i a, __m512i b) {
   return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
@@ -148,7 +148,7 @@ __attribute__((noinline)) void GradDot(size_t M, size_t nvec, const uint32_t* a,
   for (; v0 < nvec; ++v0) rows_of(std::integral_constant<int, 1>{}, v0);
 }
 
-#pragma GCC pop_options
+QKV_AVX512BF16_END
 
 // Pair words that n values take (an odd n padded with a zero).
 inline size_t Pairs(size_t n) { return (n + 1) / 2; }

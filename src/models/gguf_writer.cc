@@ -134,7 +134,9 @@ std::string gguf_model_bytes(LanguageModel& model, const json* tokenizer, const 
                            std::memcpy(out, zeros.data(), zeros.size() * sizeof(float));
                          }});
   }
-  for (const auto& [place, held] : parts) {
+  for (const auto& part : parts) {
+    const GgufPlace& place = part.first;  // named, not bound: a lambda below copies both
+    const std::vector<const Tensor*>& held = part.second;
     const std::string& name = place.name;
     Shape shape = place.shape.empty() ? held.front()->shape() : place.shape;
     for (size_t i = 1; i < held.size(); ++i) shape[0] += held[i]->size(0);
