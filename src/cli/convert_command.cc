@@ -42,6 +42,7 @@ int run_gguf(const ConvertFlags& f) {
   LoadOptions options;
   options.float_weights = true;
   options.num_heads = f.num_heads;  // GPT-2's weights in the book's names carry no head count
+  options.tokenizer = !tokenizer;   // --tokenizer stands in for the model's own (a GPT of another vocabulary)
   const LoadedModel m = !f.model.empty() ? make_model(f.model, f.seed, options) : load_model(f.weights, options);
   const std::string type = !f.type.empty() ? f.type : m.model->spec().attention.dtype == Dtype::kF32 ? "f32" : "bf16";
   if (!tokenizer) tokenizer = model_tokenizer_json(m, f.weights);

@@ -470,6 +470,13 @@ TEST_F(CliHardening, ConvertWritesTheTokenizerItIsGiven) {
   const GgufFile own(path("h.gguf"));
   EXPECT_EQ(own.strings("tokenizer.ggml.tokens")[256], "\xc4\xa0t");  // GPT-2's first merge
   EXPECT_EQ(own.strings("tokenizer.ggml.merges").size(), 50000u);
+  // a GPT of another vocabulary than GPT-2's: the tokenizer given stands in for GPT-2's, which
+  // would not fit it
+  DecoderModel small(gpt_spec(300, 16, 32, 2, 1, 0.0, true), gen);
+  write_files_atomically(model_family("gpt").checkpoint(small, path("s.safetensors"), ""));
+  r = run("convert --weights s.safetensors --num-heads 2 --to gguf --type f32 --out s.gguf --tokenizer tok.json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(GgufFile(path("s.gguf")).strings("tokenizer.ggml.tokens").size(), 300u);
   r = run("convert --weights g.safetensors --num-heads 2 --to gguf --out i.gguf --tokenizer none.json");
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("none.json"));
