@@ -4,57 +4,29 @@
 // config.json, the bytes a lone file). Both go through a temporary folder, read_gpt_weights taking
 // a path; the loaded model then runs one token forward, which must give finite-or-not logits of
 // the model's vocabulary without a crash.
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cstdio>
 #include <string>
 
 #include "fuzz_target.h"
 #include "qkv/models/gpt_weights.h"
+#include "temp_files.h"
 
 namespace {
-
-// One folder per process, its files rewritten for every input. A global made before RemoveAtExit's
-// (same file: constructed in order, destroyed in reverse), so that it outlives the clean-up.
-std::string make_temp_dir() {
-  const char* t = std::getenv("TMPDIR");
-  std::string d = std::string(t && *t ? t : "/tmp") + "/qkv-fuzz-gpt-" + std::to_string(getpid());
-  ::mkdir(d.c_str(), 0700);
-  return d;
-}
-const std::string g_temp_dir = make_temp_dir();
-const std::string& temp_dir() { return g_temp_dir; }
-
-void write(const std::string& path, std::string_view bytes) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  QKV_FUZZ_EXPECT(f != nullptr);
-  QKV_FUZZ_EXPECT(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
-  QKV_FUZZ_EXPECT(std::fclose(f) == 0);
-}
-
-struct RemoveAtExit {
-  ~RemoveAtExit() {
-    std::remove((temp_dir() + "/config.json").c_str());
-    std::remove((temp_dir() + "/model.safetensors").c_str());
-    ::rmdir(temp_dir().c_str());
-  }
-} remove_at_exit;
-
+const qkv_fuzz::TempFiles g_files("gpt");
 }  // namespace
 
 QKV_FUZZ_TARGET(data) {
   constexpr std::string_view kSeparator = "\n=====\n";
   const size_t cut = data.find(kSeparator);
-  const std::string model = temp_dir() + "/model.safetensors", config = temp_dir() + "/config.json";
-  std::remove(config.c_str());
+  g_files.remove("config.json");
+  std::string path;
   if (cut == std::string_view::npos) {
-    write(model, data);
+    path = g_files.write("model.safetensors", data);
   } else {
-    write(config, data.substr(0, cut));
-    write(model, data.substr(cut + kSeparator.size()));
+    g_files.write("config.json", data.substr(0, cut));
+    g_files.write("model.safetensors", data.substr(cut + kSeparator.size()));
+    path = g_files.dir();
   }
-  const qkv::GptWeights w = qkv::read_gpt_weights(cut == std::string_view::npos ? model : temp_dir());
+  const qkv::GptWeights w = qkv::read_gpt_weights(path);
   qkv::Generator gen;
   const std::unique_ptr<qkv::LanguageModel> m = qkv::gpt_model_from(w, gen);
   QKV_FUZZ_EXPECT(m->vocab_size() == w.spec.vocab_size);

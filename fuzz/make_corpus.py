@@ -318,9 +318,110 @@ def gguf_seeds():
     write("gguf", "big-endian", b"GGUF" + struct.pack(">IQQ", 3, 0, 0))
 
 
+def gguf_model_seeds(qkv):
+    """Small models of every family qkv reads from GGUF (llama, qwen2, qwen3, gpt2, qwen35), each a
+    Hugging Face folder written here (weights from a fixed sequence, norms near 1) and converted by
+    `qkv convert --to gguf` with hf_tokenizer()'s small tokenizer.json; rows of 32 and 64 numbers
+    (Q8_0's and Q4_0's blocks), one or two layers, a vocabulary of 300."""
+    V, E, F = 300, 64, 96
+    def f32(name, shape, scale=0.05, base=0.0):
+        n = 1
+        for d in shape:
+            n *= d
+        vals = [base + scale * (((i * 2654435761 + len(name)) % 1009) / 504.5 - 1.0) for i in range(n)]
+        return (name, "F32", list(shape), struct.pack(f"<{n}f", *vals))
+    def llama_layer(p, heads, kv_heads, D, bias=False, qk_norm=False):
+        t = [f32(p + "input_layernorm.weight", (E,), 0.1, 1.0), f32(p + "post_attention_layernorm.weight", (E,), 0.1, 1.0),
+             f32(p + "self_attn.q_proj.weight", (heads * D, E)), f32(p + "self_attn.k_proj.weight", (kv_heads * D, E)),
+             f32(p + "self_attn.v_proj.weight", (kv_heads * D, E)), f32(p + "self_attn.o_proj.weight", (E, heads * D)),
+             f32(p + "mlp.gate_proj.weight", (F, E)), f32(p + "mlp.up_proj.weight", (F, E)),
+             f32(p + "mlp.down_proj.weight", (E, F))]
+        if bias:
+            t += [f32(p + f"self_attn.{x}_proj.bias", (n * D,)) for x, n in (("q", heads), ("k", kv_heads), ("v", kv_heads))]
+        if qk_norm:
+            t += [f32(p + "self_attn.q_norm.weight", (D,), 0.1, 1.0), f32(p + "self_attn.k_norm.weight", (D,), 0.1, 1.0)]
+        return t
+    llama = {"model_type": "llama", "vocab_size": V, "hidden_size": E, "intermediate_size": F,
+             "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+             "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 64, "tie_word_embeddings": True,
+             "hidden_act": "silu", "attention_bias": False,
+             "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 16}}
+    qwen3 = dict(llama, model_type="qwen3", rope_scaling=None, tie_word_embeddings=False, rope_theta=1e6)
+    qwen2 = dict(llama, model_type="qwen2", rope_scaling=None, head_dim=None, num_attention_heads=2,
+                 attention_bias=True)
+    del qwen2["head_dim"]
+    embed = [f32("model.embed_tokens.weight", (V, E)), f32("model.norm.weight", (E,), 0.1, 1.0)]
+    qwen35_text = {"model_type": "qwen3_5_text", "vocab_size": V, "hidden_size": E, "intermediate_size": F,
+                   "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+                   "rms_norm_eps": 1e-6, "max_position_embeddings": 64, "hidden_act": "silu", "attention_bias": False,
+                   "attn_output_gate": True, "layer_types": ["linear_attention", "full_attention"],
+                   "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+                                       "mrope_interleaved": True, "mrope_section": [11, 11, 10]},
+                   "linear_num_value_heads": 2, "linear_num_key_heads": 1, "linear_key_head_dim": 32,
+                   "linear_value_head_dim": 32, "linear_conv_kernel_dim": 3, "full_attention_interval": 2}
+    lp, fp, C = "model.language_model.layers.0.", "model.language_model.layers.1.", 2 * 32 + 2 * 32
+    qwen35 = [f32("model.language_model.embed_tokens.weight", (V, E)),
+              f32("model.language_model.norm.weight", (E,), 0.1),
+              f32(lp + "input_layernorm.weight", (E,), 0.1), f32(lp + "post_attention_layernorm.weight", (E,), 0.1),
+              f32(lp + "linear_attn.in_proj_qkv.weight", (C, E)), f32(lp + "linear_attn.in_proj_z.weight", (64, E)),
+              f32(lp + "linear_attn.in_proj_b.weight", (2, E)), f32(lp + "linear_attn.in_proj_a.weight", (2, E)),
+              f32(lp + "linear_attn.conv1d.weight", (C, 1, 3), 0.3), f32(lp + "linear_attn.dt_bias", (2,), 0.5),
+              f32(lp + "linear_attn.A_log", (2,), 0.5), f32(lp + "linear_attn.norm.weight", (32,), 0.1, 1.0),
+              f32(lp + "linear_attn.out_proj.weight", (E, 64)),
+              f32(fp + "input_layernorm.weight", (E,), 0.1), f32(fp + "post_attention_layernorm.weight", (E,), 0.1),
+              f32(fp + "self_attn.q_proj.weight", (2 * 2 * 32, E)), f32(fp + "self_attn.k_proj.weight", (32, E)),
+              f32(fp + "self_attn.v_proj.weight", (32, E)), f32(fp + "self_attn.o_proj.weight", (E, 64)),
+              f32(fp + "self_attn.q_norm.weight", (32,), 0.1), f32(fp + "self_attn.k_norm.weight", (32,), 0.1)]
+    for p in (lp, fp):
+        qwen35 += [f32(p + "mlp.gate_proj.weight", (F, E)), f32(p + "mlp.up_proj.weight", (F, E)),
+                   f32(p + "mlp.down_proj.weight", (E, F))]
+    gpt = [f32("wte.weight", (V, E)), f32("wpe.weight", (16, E)), f32("ln_f.weight", (E,), 0.1, 1.0), f32("ln_f.bias", (E,))]
+    for x, shape in (("ln_1.weight", (E,)), ("ln_1.bias", (E,)), ("attn.c_attn.weight", (E, 3 * E)),
+                     ("attn.c_attn.bias", (3 * E,)), ("attn.c_proj.weight", (E, E)), ("attn.c_proj.bias", (E,)),
+                     ("ln_2.weight", (E,)), ("ln_2.bias", (E,)), ("mlp.c_fc.weight", (E, 4 * E)),
+                     ("mlp.c_fc.bias", (4 * E,)), ("mlp.c_proj.weight", (4 * E, E)), ("mlp.c_proj.bias", (E,))):
+        gpt.append(f32("h.0." + x, shape, 0.1, 1.0) if x.endswith("_1.weight") or x.endswith("_2.weight") else f32("h.0." + x, shape))
+    special = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True), ("<think>", False)]
+    cases = [
+        ("llama-q4_0", llama, embed + llama_layer("model.layers.0.", 2, 1, 32), "q4_0"),
+        ("qwen3-q8_0", qwen3, embed + llama_layer("model.layers.0.", 2, 1, 32, qk_norm=True) +
+         [f32("lm_head.weight", (V, E))], "q8_0"),
+        ("qwen2-f16", qwen2, embed + llama_layer("model.layers.0.", 2, 1, 32, bias=True), "f16"),
+        ("gpt2-q8_0", {"n_embd": E, "n_head": 2, "n_layer": 1, "n_positions": 16, "vocab_size": V,
+                       "layer_norm_epsilon": 1e-5}, gpt, "q8_0"),
+        ("qwen35-q8_0", {"model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"],
+                         "tie_word_embeddings": True, "text_config": qwen35_text}, qwen35, "q8_0"),
+    ]
+    # the splits GGUF names (tokenizer.ggml.pre): Llama 3's, and Qwen's for the others
+    letters = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}%s| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+    rest = r"\s*[\r\n]+|\s+(?!\S)|\s+"
+    splits = {"llama": letters % "{1,3}" + rest, "qwen": letters % "" + rest}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, config, tensors, qtype in cases:
+            tokenizer = os.path.join(tmp, name + "-tokenizer.json")
+            split = {"type": "Split", "pattern": {"Regex": splits["llama" if name.startswith("llama") else "qwen"]},
+                     "behavior": "Isolated", "invert": False}
+            byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+            with open(tokenizer, "w", encoding="utf-8") as f:
+                f.write(hf_tokenizer(special, pre_tokenizer={"type": "Sequence", "pretokenizers": [split, byte_level]}))
+            folder = os.path.join(tmp, name)
+            os.makedirs(folder)
+            with open(os.path.join(folder, "config.json"), "w") as f:
+                json.dump(config, f)
+            with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+                f.write(safetensors(tensors, {"format": "pt"}))
+            out = os.path.join(tmp, name + ".gguf")
+            subprocess.run([qkv, "convert", "--weights", folder, "--to", "gguf", "--type", qtype,
+                            "--tokenizer", tokenizer, "--out", out], check=True, stdout=subprocess.DEVNULL)
+            with open(out, "rb") as f:
+                write("gguf_model", name, f.read())
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--qkv", help="the qkv binary, for the checkpoint seeds (qkv train --steps 2)")
+    ap.add_argument("--qkv", help="the qkv binary, for the checkpoint seeds (qkv train --steps 2) and the GGUF "
+                    "models (qkv convert --to gguf)")
     a = ap.parse_args()
     safetensors_seeds()
     gpt_seeds()
@@ -330,6 +431,7 @@ def main():
     gguf_seeds()
     if a.qkv:
         checkpoint_seeds(a.qkv)
+        gguf_model_seeds(a.qkv)
 
 
 if __name__ == "__main__":
