@@ -9,7 +9,7 @@
 #include "temp_files.h"
 
 namespace {
-const qkv_fuzz::TempFiles g_files("checkpoint");
+qkv_fuzz::TempFiles g_files("checkpoint");
 }  // namespace
 
 QKV_FUZZ_TARGET(data) {

@@ -13,7 +13,7 @@
 #include "temp_files.h"
 
 namespace {
-const qkv_fuzz::TempFiles g_files("gguf-model");
+qkv_fuzz::TempFiles g_files("gguf-model");
 }  // namespace
 
 QKV_FUZZ_TARGET(data) {

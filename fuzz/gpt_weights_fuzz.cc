@@ -11,7 +11,7 @@
 #include "temp_files.h"
 
 namespace {
-const qkv_fuzz::TempFiles g_files("gpt");
+qkv_fuzz::TempFiles g_files("gpt");
 }  // namespace
 
 QKV_FUZZ_TARGET(data) {

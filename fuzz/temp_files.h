@@ -2,11 +2,12 @@
 // folder or file): one folder per process, $TMPDIR/qkv-fuzz-<target>-<pid>, each file rewritten for
 // every input, the files and the folder removed when the process ends.
 //
-//   const qkv_fuzz::TempFiles g_files("gguf-model");   // a global: see below
+//   qkv_fuzz::TempFiles g_files("gguf-model");   // a global: see below
 //   const std::string path = g_files.write("model.gguf", data);
 //
-// Make it a global of the target's file (in an unnamed namespace): a function-local static would be made after the clean-up
-// of other globals and destroyed first (ASan caught a read after free at exit that way).
+// Make it a global of the target's file (in an unnamed namespace): a function-local static would
+// be made after the clean-up of other globals and destroyed first (ASan caught a read after free
+// at exit that way).
 #pragma once
 
 #include <sys/stat.h>
@@ -39,7 +40,7 @@ class TempFiles {
   const std::string& dir() const { return dir_; }
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
   // The bytes as the file `name` of the folder (replacing it); its path.
-  std::string write(const std::string& name, std::string_view bytes) const {
+  std::string write(const std::string& name, std::string_view bytes) {
     names_.insert(name);
     const std::string p = path(name);
     std::FILE* f = std::fopen(p.c_str(), "wb");
@@ -53,7 +54,7 @@ class TempFiles {
 
  private:
   std::string dir_;
-  mutable std::set<std::string> names_;
+  std::set<std::string> names_;  // the files written, removed at the end
 };
 
 }  // namespace qkv_fuzz
