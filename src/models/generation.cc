@@ -87,16 +87,34 @@ int64_t pick_next_token(const float* last, int64_t V, const SamplingOptions& o, 
   // A temperature so small that logits / t overflows (or underflows to -inf everywhere) leaves
   // softmax undefined; its limit as t -> 0 is the greedy choice, and that is what is returned.
   if (!std::isfinite(m)) return first_argmax(last, V);
+  // exp(x - m), where below -104 the float result is 0 (e^-104 < 2^-150, half the least
+  // subnormal): not computed there (glibc's expf takes its slow underflow path for each)
   double total = 0;
-  for (float& x : z) total += (x = std::exp(x - m));
-  const auto inv = static_cast<float>(1.0 / total);
-  // next = multinomial(probs, 1) = argmax(probs / q), q ~ Exp(1) = -log(1 - u) per entry
   for (float& x : z) {
-    const double u = static_cast<double>(gen.random64() & ((uint64_t{1} << 53) - 1)) * 0x1.0p-53;
-    const auto q = static_cast<float>(-std::log(1.0 - u));
-    x = (x * inv) / q;
+    const float d = x - m;
+    total += (x = d < -104.0f ? 0.0f : std::exp(d));
   }
-  return first_argmax(z.data(), V);
+  const auto inv = static_cast<float>(1.0 / total);
+  // next = multinomial(probs, 1) = argmax(probs / q), q ~ Exp(1) = -log(1 - u) per entry: the
+  // first index of the largest, as first_argmax. Every entry draws its u (the generator's stream),
+  // but the logarithm is taken only where the entry could win: -log(1 - u) >= u, and the double
+  // logarithm rounded to float stays above 0.999 u, so fl(p / (0.999 fl(u))) bounds p / q from above
+  // (division rounds monotonically); an entry whose bound is not above the best so far is not the
+  // first largest. u = 0 (a bound of p / 0) and a NaN best take the whole path.
+  int64_t best = -1;
+  float best_value = 0.0f;
+  for (int64_t j = 0; j < V; ++j) {
+    const double u = static_cast<double>(gen.random64() & ((uint64_t{1} << 53) - 1)) * 0x1.0p-53;
+    const float p = z[static_cast<size_t>(j)] * inv;
+    if (best >= 0 && p / (0.999f * static_cast<float>(u)) <= best_value) continue;
+    const auto q = static_cast<float>(-std::log(1.0 - u));
+    const float v = p / q;
+    if (best < 0 || v > best_value) {
+      best = j;
+      best_value = v;
+    }
+  }
+  return best;
 }
 
 void check_sampling_options(const SamplingOptions& o, int64_t V, const char* who) {

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -264,6 +266,75 @@ TEST(Sampling, GreedyIsTheFirstLargestLogitAtEveryPlace) {
       EXPECT_EQ(pick_next_token(z.data(), V, o, gen, scratch), at) << "V " << V;
     }
   }
+}
+
+// Sampling draws next = argmax(probs / q), q = -log(1 - u) per entry, as torch.multinomial; the
+// scan takes the logarithm only where an entry could win. Against every entry's quotient computed
+// here, in full: flat, peaked and long-tailed logits (tails that underflow in exp), ties, -inf
+// tokens and top-k, over many draws, the same ids; and the generator left at the same place.
+TEST(Sampling, DrawsTheFirstLargestQuotientOfEveryEntry) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> scratch;
+  Generator values(17);
+  auto uniform = [&] { return static_cast<float>(values.random64() % 1000003) / 1000003.0f; };
+  int64_t draws = 0, differing_from_argmax = 0;
+  for (int kind = 0; kind < 5; ++kind) {
+    for (int64_t V : {1, 3, 50, 1000, 20000}) {
+      std::vector<float> z(static_cast<size_t>(V));
+      for (size_t j = 0; j < z.size(); ++j) {
+        const float r = uniform();
+        z[j] = kind == 0   ? 0.0f                                 // flat: every entry ties
+               : kind == 1 ? 8.0f * r                             // a spread of 8
+               : kind == 2 ? (j % 97 == 5 ? 30.0f : -200.0f * r)  // peaks over a tail exp underflows
+               : kind == 3 ? (j % 3 == 0 ? -inf : 3.0f * r)       // tokens never drawn
+                           : std::round(4.0f * r);                // few values: many ties
+      }
+      if (kind == 3) z[0] = 1.0f;  // one finite logit at least
+      for (double temperature : {1.0, 0.7, 3.0}) {
+        for (int64_t top_k : {int64_t{0}, std::min<int64_t>(V, 5)}) {
+          SamplingOptions o;
+          o.temperature = temperature;
+          o.top_k = top_k;
+          for (uint64_t seed = 1; seed <= 6; ++seed) {
+            // the reference: torch.softmax in float over the (top-k) logits / T, then every
+            // quotient, then the first index of the largest
+            std::vector<float> w = z;
+            if (top_k > 0 && top_k < V) {
+              std::vector<float> sorted = z;
+              std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+              for (float& x : w)
+                if (x < sorted[static_cast<size_t>(top_k - 1)]) x = -inf;
+            }
+            float m = -inf;
+            for (float& x : w) m = std::max(m, x = x / static_cast<float>(temperature));
+            double total = 0;
+            for (float& x : w) total += (x = std::exp(x - m));
+            const auto inv = static_cast<float>(1.0 / total);
+            Generator ref_gen(seed);
+            for (float& x : w) {
+              const double u = static_cast<double>(ref_gen.random64() & ((uint64_t{1} << 53) - 1)) * 0x1.0p-53;
+              x = (x * inv) / static_cast<float>(-std::log(1.0 - u));
+            }
+            int64_t expected = 0;
+            for (int64_t j = 1; j < V; ++j)
+              if (w[static_cast<size_t>(j)] > w[static_cast<size_t>(expected)]) expected = j;
+            Generator gen(seed);
+            const int64_t got = pick_next_token(z.data(), V, o, gen, scratch);
+            ASSERT_EQ(got, expected) << "kind " << kind << " V " << V << " T " << temperature << " top-k " << top_k
+                                     << " seed " << seed;
+            ASSERT_EQ(gen.random64(), ref_gen.random64()) << "the draws taken: one per entry";
+            ++draws;
+            int64_t top = 0;
+            for (int64_t j = 1; j < V; ++j)
+              if (z[static_cast<size_t>(j)] > z[static_cast<size_t>(top)]) top = j;
+            differing_from_argmax += got != top;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(draws, 5 * 5 * 3 * 2 * 6);
+  EXPECT_GT(differing_from_argmax, draws / 4);  // the cases do sample, not only pick the largest
 }
 
 }  // namespace
