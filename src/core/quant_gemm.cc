@@ -185,12 +185,13 @@ constexpr int64_t StoredBlockBytes() { return qd::kPanelRows * (kQ4 ? 18 : 34); 
 constexpr int64_t kStoredScaleBytes = 2 * qd::kPanelRows;
 // How far ahead of its loads the kernel asks for W (the hardware prefetcher alone falls short of
 // the bandwidth on one stream, as in gemv.cc): into L1, 4 KiB ahead (Zen 5, 2026-12-05, Qwen3
-// decoding steps against 2 KiB, `bench/ab.sh` 6 rounds: Q4_0 0.951, Q8_0 0.982, AVX2's 0.931, 0.941;
-// 8 KiB against 4: 1.042); AVX-512's into L2 where prefetch_bursts_to_l2() (core/machine.h) says
-// so, four blocks ahead (1,152 bytes for Q4_0, 2,176 for Q8_0). Whole Qwen3 decoding steps (`bench/ab.sh` on `qkv bench --module gpt`, 100 new tokens,
-// median ratios) into L2 against into L1: Zen 4 (family 25 model 17) Q4_0 0.91, Q8_0 0.89, Q4_K
-// 0.94 (4 KiB ahead instead: 1.03 and 1.19 of four blocks); Zen 5 (family 26) Q4_0 1.19, Q8_0 1.17,
-// Q4_K 0.99. AVX2's Q4_0 and Q8_0 into L2 on Zen 4: 1.05, 1.10; they keep L1 on every CPU.
+// decoding steps against 2 KiB, `bench/ab.sh` 6 rounds: Q4_0 0.951, Q8_0 0.982; AVX2's 0.931,
+// 0.941; 8 KiB against 4: 1.042); AVX-512's into L2 where prefetch_bursts_to_l2() (core/machine.h)
+// says so, four blocks ahead (1,152 bytes for Q4_0, 2,176 for Q8_0). Whole Qwen3 decoding steps
+// (`bench/ab.sh` on `qkv bench --module gpt`, 100 new tokens, median ratios) into L2 against into
+// L1: Zen 4 (family 25 model 17) Q4_0 0.91, Q8_0 0.89, Q4_K 0.94 (4 KiB ahead instead: 1.03 and
+// 1.19 of four blocks); Zen 5 (family 26) Q4_0 1.19, Q8_0 1.17, Q4_K 0.99. AVX2's Q4_0 and Q8_0
+// into L2 on Zen 4: 1.05, 1.10; they keep L1 on every CPU.
 constexpr int64_t kStoredPrefetch = 4096;
 template <bool kQ4>
 constexpr int64_t StoredL2Ahead() { return 4 * StoredBlockBytes<kQ4>(); }
