@@ -2,14 +2,15 @@
 // on Qwen3-0.6B's weight shapes, M = 1: GB/s of W read (the weight's bytes / the median call time)
 // next to the machine's read bandwidth measured in the same run (kernels/memory_bandwidth.h), on
 // 1 and 2 threads. Decode streams every weight from memory, so each call reads a different copy of
-// W from a ring of copies at least 4 x L3 (and 512 MiB) long: the weight is never in cache.
+// W from a ring of copies at least 4 x L3 (and 512 MiB) long: the weight is never in cache. The
+// ring is where a loaded model keeps its weights (core/weight_memory.h: 2 MiB pages where granted).
 // Q8_0p, Q6_Kp, Q4_Kp and Q4_0p: the same types stored in panels of 16 rows (core/quant_panels.h), as a loaded
 // model keeps them.
 // With --in-cache, one copy of W, read again and again: for a W that fits the cache (512x1024 fits
 // a 1 MiB L2 in every type), the kernel's own ceiling, what its instructions allow without memory.
 // With --rows M > 1 (a prompt's M rows: the packed kernel, src/core/quant_gemm.h), the figure is
 // GOP/s instead: 2 M N K / the median call time (the integer products' multiply-adds as 2 ops),
-// for the quantized types, on 1 and 2 threads.
+// for the quantized types, in rows and in panels, on 1 and 2 threads.
 //
 //   build/bench/qkv_quant_matvec_bench [--target AVX2|AVX3|AVX3_DL] [--passes 3] [--shapes 2048x1024,...]
 //                                      [--rows M] [--in-cache]
@@ -32,6 +33,7 @@
 #include "qkv/core/quant_matvec.h"
 #include "qkv/core/quant_panels.h"
 #include "qkv/core/thread_pool.h"
+#include "qkv/core/weight_memory.h"
 #include "qkv/kernels/memory_bandwidth.h"
 #include "qkv/kernels/simd.h"
 
@@ -53,8 +55,10 @@ std::string cpu_line(const char* key) {
 
 // `copies` copies of one random W of `bytes` bytes (type t: random quants, f16 scales of 0.01; bf16:
 // random normal-ish values), end to end; with K > 0, each stored in panels (core/quant_panels.h).
-std::vector<uint8_t> weight_ring(const qkv::QuantType* t, int64_t bytes, int64_t copies, int64_t K = 0) {
-  std::vector<uint8_t> ring(static_cast<size_t>(bytes * copies));
+using Ring = qkv::WeightVector<uint8_t>;  // where a loaded model keeps its weights (2 MiB pages)
+
+Ring weight_ring(const qkv::QuantType* t, int64_t bytes, int64_t copies, int64_t K = 0) {
+  Ring ring(static_cast<size_t>(bytes * copies), uint8_t{0});
   std::mt19937_64 rng(1);
   for (int64_t i = 0; i + 8 <= bytes; i += 8) {
     const uint64_t r = rng();
@@ -69,7 +73,7 @@ std::vector<uint8_t> weight_ring(const qkv::QuantType* t, int64_t bytes, int64_t
     for (int64_t i = 0; i + 2 <= bytes; i += 2) ring[static_cast<size_t>(i + 1)] = (ring[static_cast<size_t>(i + 1)] & 0x80) | 0x3c;
   }
   if (K > 0) {
-    qkv::QuantMatrix m{t, qkv::PrefaultedVector<uint8_t>(ring.begin(), ring.begin() + bytes)};
+    qkv::QuantMatrix m{t, qkv::WeightVector<uint8_t>(ring.begin(), ring.begin() + bytes)};
     qkv::to_panels(m, K);
     std::memcpy(ring.data(), m.blocks.data(), static_cast<size_t>(bytes));
   }
@@ -156,16 +160,18 @@ int main(int argc, char** argv) {
       std::mt19937 rng(2);
       std::normal_distribution<float> normal;
       for (float& v : x) v = normal(rng);
-      for (const char* name : {"Q8_0", "Q4_0", "Q4_K", "Q6_K"}) {
-        const qkv::QuantType& t = qkv::quant_type_named(name);
+      for (const char* name : {"Q8_0", "Q4_0", "Q4_K", "Q6_K", "Q8_0p", "Q4_0p", "Q4_Kp", "Q6_Kp"}) {
+        const std::string type_name(name);
+        const bool panels = type_name.back() == 'p';
+        const qkv::QuantType& t = qkv::quant_type_named(panels ? type_name.substr(0, 4) : type_name);
         const int64_t bytes = s.N * qkv::quant_bytes(t, s.K, "W");
-        const std::vector<uint8_t> W = weight_ring(&t, bytes, 1);
+        const Ring W = weight_ring(&t, bytes, 1, panels ? s.K : 0);
         const double ops = 2.0 * static_cast<double>(rows) * static_cast<double>(s.N) * static_cast<double>(s.K);
         double gops[2];
         qkv::ThreadPool* pools[2] = {&p1, &p2};
         for (int p = 0; p < 2; ++p)  // measure() gives units per second of its first argument / 1e9
           gops[p] = measure(static_cast<int64_t>(ops), 1, passes + 2, [&](int64_t) {
-            qkv::quant_matvec(t, W.data(), s.N, s.K, x.data(), rows, y.data(), pools[p]);
+            qkv::quant_matvec(qkv::QuantView{&t, W.data(), panels}, s.N, s.K, x.data(), rows, y.data(), pools[p]);
           });
         std::printf("%6lldx%-6lld %-5s | %9.1f | %9.1f\n", static_cast<long long>(s.N), static_cast<long long>(s.K),
                     name, gops[0], gops[1]);
@@ -191,7 +197,7 @@ int main(int argc, char** argv) {
       const qkv::QuantType* t = bf16 ? nullptr : &qkv::quant_type_named(panels ? type_name.substr(0, 4) : type_name);
       const int64_t bytes = bf16 ? s.N * s.K * 2 : s.N * qkv::quant_bytes(*t, s.K, "W");
       const int64_t copies = in_cache ? 1 : std::max<int64_t>(2, (ring_bytes + bytes - 1) / bytes);
-      const std::vector<uint8_t> ring = weight_ring(t, bytes, copies, panels ? s.K : 0);
+      const Ring ring = weight_ring(t, bytes, copies, panels ? s.K : 0);
       double gb[2];
       qkv::ThreadPool* pools[2] = {&p1, &p2};
       for (int p = 0; p < 2; ++p)

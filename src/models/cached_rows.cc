@@ -24,9 +24,9 @@ void linear_rows(const char* model, const float* x, int64_t N, const Linear& l, 
          w16 ? Dtype::kBF16 : l.dtype, w16, wq);
 }
 
-PrefaultedVector<uint16_t> bf16_copy(const Tensor& w) {
+WeightVector<uint16_t> bf16_copy(const Tensor& w) {
   const Tensor c = w.contiguous();
-  PrefaultedVector<uint16_t> bits(static_cast<size_t>(c.numel()));
+  WeightVector<uint16_t> bits(static_cast<size_t>(c.numel()));
   floats_to_bf16(c.data(), bits.data(), bits.size());
   return bits;
 }

@@ -22,6 +22,6 @@ void add_into(float* x, const float* a, int64_t n);
 void linear_rows(const char* model, const float* x, int64_t N, const Linear& l, const uint16_t* w16, float* y,
                  QuantView wq = {});
 // w's values rounded to bf16 (nearest even), row-major.
-PrefaultedVector<uint16_t> bf16_copy(const Tensor& w);
+WeightVector<uint16_t> bf16_copy(const Tensor& w);
 
 }  // namespace qkv::models_detail

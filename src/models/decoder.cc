@@ -168,7 +168,7 @@ Tensor DecoderBlock::backward(const Tensor& doutput) {
 void DecoderBlock::forward_cached(float* x, int64_t B, int64_t Tn, kernels::KvCache& cache, int64_t layer,
                                   const Weights16* w16, const Scratch& s) {
   const bool bf16 = w16 != nullptr && dtype_ == Dtype::kBF16;
-  auto bits = [](const PrefaultedVector<uint16_t>& v) { return v.empty() ? nullptr : v.data(); };
+  auto bits = [](const WeightVector<uint16_t>& v) { return v.empty() ? nullptr : v.data(); };
   const FusedWeights16 att16 =
       bf16 ? FusedWeights16{bits(w16->qkv), bits(w16->out), w16->qkv_q.view(), w16->out_q.view(), bits(w16->gate),
                             w16->gate_q.view()}
@@ -285,7 +285,7 @@ std::string DecoderModel::describe() const { return family().describe(spec_); }
 int64_t DecoderModel::step_weight_bytes() const {
   if (blocks16_.empty())
     return 4 * product_parameters(spec_);  // the floats: every product weight, the head's too
-  auto bytes = [](const PrefaultedVector<uint16_t>& w16, const QuantMatrix& q) {
+  auto bytes = [](const WeightVector<uint16_t>& w16, const QuantMatrix& q) {
     return q.empty() ? 2 * static_cast<int64_t>(w16.size()) : static_cast<int64_t>(q.blocks.size());
   };
   int64_t n = head_q_.empty() ? (spec_.head_f32 ? 4 * head.weight.numel() : 2 * static_cast<int64_t>(head16_.size()))
@@ -361,7 +361,7 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
   }
   for (const StateEntry& e : entries)
     if (e.tensor != nullptr && !products.count(e.name)) read32(e.name, e.tensor->data());
-  auto bits = [](int64_t count) { return PrefaultedVector<uint16_t>(static_cast<size_t>(count)); };
+  auto bits = [](int64_t count) { return WeightVector<uint16_t>(static_cast<size_t>(count)); };
   auto read_bits = [&](const std::string& name, uint16_t* out) { read16(name, out); };
   auto read_q = [&](const std::string& name) -> std::optional<QuantMatrix> {
     if (!readq) return std::nullopt;
@@ -408,7 +408,7 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
         w.qkv_q.blocks.insert(w.qkv_q.blocks.end(), v->blocks.begin(), v->blocks.end());
       } else if (packed) {  // (2 Q, E): head h's D query rows, then its D gate rows
         const int64_t D = spec_.attention.head_dim, H = spec_.attention.heads;
-        PrefaultedVector<uint16_t> both = bits(2 * Q * E);
+        WeightVector<uint16_t> both = bits(2 * Q * E);
         read_bits(a + n.q + "weight", both.data());
         w.qkv = bits((Q + 2 * KV) * E);
         w.gate = bits(Q * E);
@@ -452,7 +452,7 @@ void DecoderModel::load_bf16_only(const std::function<void(const std::string&, u
     blocks16.push_back(std::move(w));
   }
   const int64_t VE = spec_.vocab_size * spec_.width;
-  PrefaultedVector<uint16_t> embed, head_bits;
+  WeightVector<uint16_t> embed, head_bits;
   std::optional<QuantMatrix> embed_q = read_q(n.embed + "weight"), head_q;
   if (!embed_q) {
     embed = bits(VE);
@@ -579,7 +579,7 @@ void DecoderModel::embed_rows(const std::vector<int64_t>& ids, int64_t batch, in
               " is outside the vocabulary of ", V);
   }
   if (bf16_only_) {
-    const PrefaultedVector<uint16_t>& table = spec_.tied_head ? head16_ : embed16_;
+    const WeightVector<uint16_t>& table = spec_.tied_head ? head16_ : embed16_;
     const QuantMatrix& table_q = spec_.tied_head ? head_q_ : embed_q_;
     if (!table_q.empty()) {  // a row of blocks per id (gathered from its panel), decoded
       std::vector<uint8_t> row(static_cast<size_t>(quant_bytes(*table_q.type, E, "the embedding's rows")));

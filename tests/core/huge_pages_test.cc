@@ -1,5 +1,6 @@
 // Large buffers on 2 MiB pages: what is advised and what is not, and, where Linux grants huge
-// pages on advice, that an advised buffer is backed by them once touched.
+// pages on advice, that an advised buffer is backed by them once touched, and so are weights
+// smaller than a page, packed together (qkv/core/weight_memory.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "qkv/core/huge_pages.h"
+#include "qkv/core/weight_memory.h"
 
 namespace qkv {
 namespace {
@@ -44,15 +46,22 @@ long long anon_huge_kb_at(const void* p) {
   return -1;
 }
 
+// The transparent huge pages mode ("always [madvise] never"), or why it does not grant them on
+// advice (empty when it does).
+std::string refusal(std::string& mode) {
+  std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::getline(mode_file, mode);
+  if (mode.find("[madvise]") == std::string::npos && mode.find("[always]") == std::string::npos)
+    return "transparent huge pages are off here (" + (mode.empty() ? std::string("no sysfs file") : mode) + ")";
+  return "";
+}
+
 TEST(HugePages, AnAdvisedBufferIsBackedByThemWhereTheKernelGrantsThemOnAdvice) {
 #ifndef __linux__
   GTEST_SKIP() << "transparent huge pages are Linux's";
 #else
-  std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string mode;
-  std::getline(mode_file, mode);
-  if (mode.find("[madvise]") == std::string::npos && mode.find("[always]") == std::string::npos)
-    GTEST_SKIP() << "transparent huge pages are off here (" << (mode.empty() ? "no sysfs file" : mode) << ")";
+  if (const std::string why = refusal(mode); !why.empty()) GTEST_SKIP() << why;
   const size_t bytes = 16 * kMiB;
   std::unique_ptr<uint8_t, decltype(&std::free)> buffer(static_cast<uint8_t*>(std::aligned_alloc(4096, bytes)),
                                                         &std::free);
@@ -64,6 +73,28 @@ TEST(HugePages, AnAdvisedBufferIsBackedByThemWhereTheKernelGrantsThemOnAdvice) {
   // 16 MiB hold at least seven whole aligned 2 MiB stretches
   EXPECT_GE(kb, 2048) << "the kernel (transparent huge pages: " << mode
                       << ") backed none of an advised 16 MiB buffer with 2 MiB pages";
+#endif
+}
+
+// Eight weights of 1 MiB (each under a page, as most of Q4_0 Qwen3-0.6B's matrices are), written
+// as a loader writes them: their 8 MiB hold at least three whole 2 MiB pages, all granted.
+TEST(HugePages, WeightsSmallerThanAPageAreBackedByThemTogether) {
+#ifndef __linux__
+  GTEST_SKIP() << "transparent huge pages are Linux's";
+#else
+  std::string mode;
+  if (const std::string why = refusal(mode); !why.empty()) GTEST_SKIP() << why;
+  std::vector<WeightVector<uint8_t>> weights;
+  for (int i = 0; i < 8; ++i) {
+    weights.emplace_back(kMiB);
+    std::fill(weights.back().begin(), weights.back().end(), uint8_t{1});
+  }
+  for (int i = 1; i < 8; ++i)  // (one after another: the test's reading of smaps assumes so)
+    ASSERT_EQ(weights[static_cast<size_t>(i)].data(), weights[static_cast<size_t>(i - 1)].data() + kMiB) << i;
+  const long long kb = anon_huge_kb_at(weights[4].data());
+  ASSERT_GE(kb, 0) << "no mapping in /proc/self/smaps holds the weights";
+  EXPECT_GE(kb, 3 * 2048) << "the kernel (transparent huge pages: " << mode
+                          << ") backed less than three 2 MiB pages of 8 MiB of weights packed together";
 #endif
 }
 

@@ -30,7 +30,7 @@ using testing_support::normal_vector;
 // N rows of K values of type t: every quant byte random (the K-quants' packed or int8 scales too),
 // each block's f16 scale in [0.01, 0.05] (Q4_K: and its dmin).
 QuantMatrix random_matrix(const QuantType& t, int64_t N, int64_t K, std::mt19937& rng) {
-  QuantMatrix m{&t, PrefaultedVector<uint8_t>(static_cast<size_t>(N * quant_bytes(t, K, "W")))};
+  QuantMatrix m{&t, WeightVector<uint8_t>(static_cast<size_t>(N * quant_bytes(t, K, "W")))};
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(0.01f, 0.05f);
   for (uint8_t& b : m.blocks) b = static_cast<uint8_t>(byte(rng));
@@ -128,7 +128,7 @@ TEST(QuantPanels, EveryRowReadsBackAndTheLayoutIsTheDocumentedOne) {
     to_panels(again, K);
     EXPECT_EQ(again.blocks, panels.blocks);
     QuantMatrix k_quant = random_matrix(quant_type_named("Q5_K"), 16, 256, rng);
-    const PrefaultedVector<uint8_t> before = k_quant.blocks;
+    const WeightVector<uint8_t> before = k_quant.blocks;
     to_panels(k_quant, 256);
     EXPECT_FALSE(k_quant.panels);
     EXPECT_EQ(k_quant.blocks, before);

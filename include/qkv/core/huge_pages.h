@@ -8,9 +8,9 @@ namespace qkv {
 // Linux backs a buffer it is asked to (madvise MADV_HUGEPAGE; transparent huge pages in "madvise"
 // mode, Debian's default) with 2 MiB pages as they are first touched: 512 times fewer page faults
 // (a fresh 4 KiB page costs ~15 us to touch on some VMs). Used where a buffer is written as it
-// grows (the KV cache) or streamed whole (the bandwidth probe). Not for weights or tensors: on a
-// Zen 5 VM a BF16 Qwen3-0.6B file then loaded in half the time, but a 512-token prefill ran up to 1.14x
-// (BF16) and 1.49x (Q4_0) as long and a GPT-2 training step 1.11x (docs/benchmarks.md).
+// grows (the KV cache) or streamed whole (the bandwidth probe); a loaded model's weights are in
+// chunks advised so (core/weight_memory.h). Not for tensors: a GPT-2 training step ran 1.11x as
+// long with tensors of 1 MiB and more advised (Zen 5 VM, docs/benchmarks.md).
 //   advise_huge_pages(p, bytes): asks for the whole 4 KiB pages inside [p, p + bytes) when the
 //     range spans at least 2 MiB (the kernel then uses 2 MiB pages on the 2 MiB-aligned stretches);
 //     below that, and elsewhere than Linux, nothing. Returns whether it asked. The bytes are

@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "qkv/core/prefault.h"
+#include "qkv/core/weight_memory.h"
 
 namespace qkv {
 
@@ -82,7 +82,7 @@ struct QuantView {
 // The same, owning its blocks.
 struct QuantMatrix {
   const QuantType* type = nullptr;
-  PrefaultedVector<uint8_t> blocks;  // written whole as it is loaded or quantized
+  WeightVector<uint8_t> blocks;  // written whole as it is loaded or quantized
   bool panels = false;
   QuantView view() const { return {type, blocks.empty() ? nullptr : blocks.data(), panels}; }
   bool empty() const { return blocks.empty(); }

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "qkv/core/generator.h"
-#include "qkv/core/prefault.h"
+#include "qkv/core/weight_memory.h"
 #include "qkv/core/quant_blocks.h"
 #include "qkv/models/decoder_spec.h"
 #include "qkv/models/language_model.h"
@@ -57,10 +57,10 @@ class DecoderBlock : public Module {
 
   // The block's product weights in bf16, read by cached steps in bf16 mode.
   struct Weights16 {
-    PrefaultedVector<uint16_t> qkv, out;        // att's fused (H D + 2 G D, E), out_proj (E, H D)
-    PrefaultedVector<uint16_t> gate;            // att's W_gate (H D, E), with the output gate
-    std::vector<PrefaultedVector<uint16_t>> linear;  // a linear block's products, GatedDeltaNetLayer::products() order
-    std::vector<PrefaultedVector<uint16_t>> ff;  // the feed-forward's linears, FeedForwardNet::linears() order
+    WeightVector<uint16_t> qkv, out;        // att's fused (H D + 2 G D, E), out_proj (E, H D)
+    WeightVector<uint16_t> gate;            // att's W_gate (H D, E), with the output gate
+    std::vector<WeightVector<uint16_t>> linear;  // a linear block's products, GatedDeltaNetLayer::products() order
+    std::vector<WeightVector<uint16_t>> ff;  // the feed-forward's linears, FeedForwardNet::linears() order
     // Loaded quantized (load_bf16_only's readq): each product read from its blocks instead where
     // these are not empty (ff_q parallel to ff: one of the two holds each linear).
     QuantMatrix qkv_q = {}, out_q = {}, gate_q = {};
@@ -149,8 +149,8 @@ class DecoderModel : public LanguageModel {
   std::string who_;  // "GPT model": starts its messages
   Shape x_shape_;  // (B, T, E) of the last forward
   std::vector<DecoderBlock::Weights16> blocks16_;  // keep_bf16_weights / load_bf16_only, one per block
-  PrefaultedVector<uint16_t> head16_;              // (V, E)
-  PrefaultedVector<uint16_t> embed16_;             // (V, E): bf16-only and untied (tied: head16_)
+  WeightVector<uint16_t> head16_;              // (V, E)
+  WeightVector<uint16_t> embed16_;             // (V, E): bf16-only and untied (tied: head16_)
   QuantMatrix head_q_, embed_q_;                   // the same, loaded quantized (then the bf16 ones are empty)
   bool bf16_only_ = false;
   void check_floats(const char* what) const;
