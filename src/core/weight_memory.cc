@@ -14,6 +14,18 @@
 #include <sys/mman.h>
 #endif
 
+// Under AddressSanitizer a chunk's bytes are poisoned but for its live weights: reading past a
+// weight, or a freed one, is reported as it would be on the heap. (No-ops in other builds.)
+#if defined(__has_include)
+#if __has_include(<sanitizer/asan_interface.h>)
+#include <sanitizer/asan_interface.h>
+#endif
+#endif
+#ifndef ASAN_POISON_MEMORY_REGION
+#define ASAN_POISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
+#define ASAN_UNPOISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
+#endif
+
 namespace qkv {
 namespace {
 
@@ -56,13 +68,15 @@ uint8_t* map_chunk(size_t size) {
   if (aligned + size < at + size + kHugePage) munmap(reinterpret_cast<void*>(aligned + size), at + kHugePage - aligned);
   auto* base = reinterpret_cast<uint8_t*>(aligned);
   madvise(base, size, MADV_HUGEPAGE);  // refused where transparent huge pages are off: plain pages
-  return base;
 #else
-  return static_cast<uint8_t*>(::operator new(size, std::align_val_t{kHugePage}));
+  auto* base = static_cast<uint8_t*>(::operator new(size, std::align_val_t{kHugePage}));
 #endif
+  ASAN_POISON_MEMORY_REGION(base, size);
+  return base;
 }
 
 void unmap_chunk(uint8_t* base, size_t size) noexcept {
+  ASAN_UNPOISON_MEMORY_REGION(base, size);  // memory mapped here later starts clean
 #ifdef __linux__
   munmap(base, size);
 #else
@@ -116,6 +130,7 @@ void* allocate_weight_bytes(size_t bytes) {
     chunk->free.erase(range);
     if (bytes_free > need) chunk->free.emplace(at + need, bytes_free - need);
     p = chunk->base + at;
+    ASAN_UNPOISON_MEMORY_REGION(p, bytes);  // not the rounding to a line after it
     chunk->live_bytes += need;
     chunk->live_count += 1;
   }
@@ -133,6 +148,7 @@ void free_weight_bytes(void* p, size_t bytes) noexcept {
   auto c = std::find_if(all.list.begin(), all.list.end(),
                         [&](const Chunk& k) { return k.base <= at && at < k.base + k.size; });
   if (c == all.list.end()) return;  // not ours: cannot happen for a pointer from allocate_weight_bytes
+  ASAN_POISON_MEMORY_REGION(at, need);
   c->live_bytes -= need;
   c->live_count -= 1;
   if (c->live_count == 0) {

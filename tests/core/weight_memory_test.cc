@@ -108,6 +108,32 @@ TEST(WeightMemory, LiveWeightsNeverOverlap) {
   }
 }
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define QKV_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define QKV_TEST_ASAN 1
+#endif
+
+// A chunk's bytes past a weight, and a freed weight's, are poisoned as the heap's would be: the
+// sanitizer build reports reads there (the hostile-input tests rely on it).
+TEST(WeightMemoryDeathTest, ReadsPastAWeightOrOfAFreedOneAreReportedUnderAddressSanitizer) {
+#ifndef QKV_TEST_ASAN
+  GTEST_SKIP() << "a build without AddressSanitizer";
+#else
+  WeightVector<uint8_t> before(300 * kKiB), w(300 * kKiB + 3), after(300 * kKiB);
+  const volatile uint8_t* past = w.data() + w.size();
+  EXPECT_DEATH((void)*past, "AddressSanitizer");
+  auto freed = std::make_unique<WeightVector<uint8_t>>(400 * kKiB);
+  const volatile uint8_t* gone = freed->data() + 1000;
+  freed.reset();
+  EXPECT_DEATH((void)*gone, "AddressSanitizer");
+  EXPECT_EQ(before.size() + after.size(), 600 * kKiB);
+#endif
+}
+
 TEST(WeightMemory, ALargeWeightsPagesAreMappedAsItIsAllocated) {
 #ifndef __linux__
   GTEST_SKIP() << "MADV_POPULATE_WRITE is Linux's";
