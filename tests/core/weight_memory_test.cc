@@ -1,6 +1,7 @@
 // Weights' storage (qkv/core/weight_memory.h): elements left unwritten by construction, weights of
 // 256 KiB and more packed into shared chunks that are unmapped with their last weight, freed bytes
-// reused, no two live weights overlapping, and pages mapped when allocated. (On 2 MiB pages: huge_pages_test.cc.)
+// reused, no two live weights overlapping, poisoned for AddressSanitizer where not live, and pages
+// mapped when allocated. (On 2 MiB pages: huge_pages_test.cc.)
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -3,15 +3,16 @@
 // A decoding step reads every weight once, each product's matrix as one stream. On 4 KiB pages a
 // stream meets a new page every 4 KiB: a TLB miss each (a step's 335 MB of Q4_0 Qwen3-0.6B are
 // 82,000 pages; the TLBs hold a few thousand), and the hardware prefetchers stop at every page's
-// end. The same products read from 2 MiB pages ran at 90-115% of the bandwidth probe's figure (the
-// probe reads 2 MiB pages) against 50-80% from 4 KiB pages, and Q4_0 Qwen3-0.6B decoded 1.3-1.4x
-// as fast (Zen 5 VM, docs/benchmarks.md). Most matrices are smaller than a 2 MiB page (Q4_0
-// Qwen3-0.6B's are 0.3-1.8 MB), so each is not given memory of its own: weights of 256 KiB and more
-// are carved one after another from chunks of 2 MiB-aligned memory advised MADV_HUGEPAGE (Linux
-// grants 2 MiB pages where transparent huge pages are "madvise" or "always"; elsewhere the chunks
-// are plain pages and only the packing remains). A freed weight's bytes go to the next weights
-// that fit (first fit; a loader's temporaries do not leave holes that cost new pages), and a chunk
-// is unmapped when the last weight in it is freed.
+// end. The same products read from 2 MiB pages ran at 87-112% of the bandwidth probe's figure (the
+// probe reads 2 MiB pages) against 50-89% from 4 KiB pages, and Qwen3-0.6B's decoding steps took
+// 0.76-1.0x as long, the gain largest where the host's bandwidth is high (Zen 5 VM,
+// docs/benchmarks.md). Most matrices are smaller than a 2 MiB page (Q4_0 Qwen3-0.6B's are 0.3-1.8
+// MB), so each is not given memory of its own: weights of 256 KiB and more are carved one after
+// another from chunks of 2 MiB-aligned memory advised MADV_HUGEPAGE (Linux grants 2 MiB pages where
+// transparent huge pages are "madvise" or "always"; elsewhere the chunks are plain pages and only
+// the packing remains). A freed weight's bytes go to the next weights that fit (first fit; a
+// loader's temporaries do not leave holes that cost new pages), and a chunk is unmapped when the
+// last weight in it is freed.
 //
 //   WeightVector<T>: a std::vector whose elements start uninitialised (no zero fill: the loader
 //     writes them all), whose storage is 64-byte aligned and, from 256 KiB on, in the chunks, its
@@ -28,7 +29,7 @@ namespace qkv {
 
 constexpr size_t kWeightChunkFrom = size_t{256} << 10;  // smaller weights come from the heap
 
-void* allocate_weight_bytes(size_t bytes);              // 64-byte aligned, uninitialised; throws std::bad_alloc
+void* allocate_weight_bytes(size_t bytes);              // 64-byte aligned, uninitialised; or bad_alloc
 void free_weight_bytes(void* p, size_t bytes) noexcept;  // p from allocate_weight_bytes(bytes)
 
 struct WeightChunkStats {
