@@ -1,6 +1,6 @@
 // The madvise calls behind qkv/core/huge_pages.h (2 MiB pages on first touch) and
-// qkv/core/prefault.h (every page mapped now): both ask for the whole 4 KiB pages inside a buffer
-// of at least 2 MiB.
+// qkv/core/prefault.h (every page mapped now): the first two ask for the whole 4 KiB pages inside a
+// buffer of at least 2 MiB; map_pages_for_writing for every page a range of any size touches.
 #include <cstdint>
 
 #ifdef __linux__
@@ -43,5 +43,17 @@ constexpr int kHugePage = 0, kPopulateWrite = 0;
 bool advise_huge_pages(void* p, size_t bytes) { return advise_whole_pages(p, bytes, kHugePage); }
 
 bool prefault_pages(void* p, size_t bytes) { return advise_whole_pages(p, bytes, kPopulateWrite); }
+
+bool map_pages_for_writing([[maybe_unused]] void* p, [[maybe_unused]] size_t bytes) {
+  if (p == nullptr || bytes == 0) return false;
+#ifdef __linux__
+  constexpr uintptr_t kPage = 4096;
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = begin / kPage * kPage, last = (begin + bytes + kPage - 1) / kPage * kPage;
+  return madvise(reinterpret_cast<void*>(first), last - first, kPopulateWrite) == 0;
+#else
+  return false;
+#endif
+}
 
 }  // namespace qkv

@@ -2,6 +2,9 @@
 // include/qkv/core/weight_memory.h.
 #include "qkv/core/weight_memory.h"
 
+#include "qkv/core/huge_pages.h"
+#include "qkv/core/prefault.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <iterator>
@@ -32,7 +35,6 @@ namespace {
 constexpr size_t kAlign = 64;                       // every weight starts on a cache line
 constexpr size_t kHugePage = size_t{2} << 20;       // chunks start and end on 2 MiB boundaries
 constexpr size_t kChunkBytes = size_t{128} << 20;   // a chunk, unless one weight needs more
-constexpr size_t kPage = 4096;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -67,7 +69,7 @@ uint8_t* map_chunk(size_t size) {
   if (aligned > at) munmap(raw, aligned - at);
   if (aligned + size < at + size + kHugePage) munmap(reinterpret_cast<void*>(aligned + size), at + kHugePage - aligned);
   auto* base = reinterpret_cast<uint8_t*>(aligned);
-  madvise(base, size, MADV_HUGEPAGE);  // refused where transparent huge pages are off: plain pages
+  advise_huge_pages(base, size);  // refused where transparent huge pages are off: plain pages
 #else
   auto* base = static_cast<uint8_t*>(::operator new(size, std::align_val_t{kHugePage}));
 #endif
@@ -82,20 +84,6 @@ void unmap_chunk(uint8_t* base, size_t size) noexcept {
 #else
   (void)size;
   ::operator delete(base, std::align_val_t{kHugePage});
-#endif
-}
-
-// The pages of [p, p + bytes) mapped for writing now, in one call (a refusal: they fault one by one).
-void populate(uint8_t* p, size_t bytes) noexcept {
-#ifdef __linux__
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  // Linux 5.14's value; older headers lack the name
-#endif
-  const auto first = reinterpret_cast<uintptr_t>(p) / kPage * kPage;
-  const uintptr_t last = round_up(reinterpret_cast<uintptr_t>(p) + bytes, kPage);
-  madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_WRITE);
-#else
-  (void)p, (void)bytes;
 #endif
 }
 
@@ -134,7 +122,7 @@ void* allocate_weight_bytes(size_t bytes) {
     chunk->live_bytes += need;
     chunk->live_count += 1;
   }
-  populate(p, need);  // outside the lock: only this weight's pages (and whole pages it shares)
+  map_pages_for_writing(p, need);  // outside the lock: this weight's pages (and those it shares)
   return p;
 }
 

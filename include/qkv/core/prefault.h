@@ -9,6 +9,8 @@
 //   prefault_pages(p, bytes): maps the whole 4 KiB pages inside [p, p + bytes) for writing when the
 //     range spans at least 2 MiB; below that, on kernels without the advice, and elsewhere than
 //     Linux, nothing. Returns whether the kernel mapped them.
+//   map_pages_for_writing(p, bytes): the same for every page [p, p + bytes) touches, whatever its
+//     size (pages it shares with a neighbour included: a weight carved from a chunk of mapped memory).
 #pragma once
 
 #include <cstddef>
@@ -16,5 +18,6 @@
 namespace qkv {
 
 bool prefault_pages(void* p, size_t bytes);
+bool map_pages_for_writing(void* p, size_t bytes);
 
 }  // namespace qkv
