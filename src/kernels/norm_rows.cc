@@ -8,6 +8,21 @@
 namespace qkv::kernels {
 namespace {
 
+// sum over i < n of term(i) in double, in eight interleaved partial sums (i mod 8) added pairwise,
+// then the tail: independent chains the compiler keeps in vectors, where one running sum waits a
+// double add's latency per element (a decoding step's norms, ~5,000 elements a layer, ran on the
+// calling thread at that pace while the pool's thread waited).
+template <typename Term>
+double sum_of(int64_t n, const Term& term) {
+  double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) a[j] += term(i + j);
+  double s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+  for (; i < n; ++i) s += term(i);
+  return s;
+}
+
 // One normalisation of rows, LayerNorm's (centered: x - mean over var) or RMSNorm's (x over the
 // mean of squares), statistics in double; y = scale * norm (+ shift when there is one).
 void norm_rows(const float* x, int64_t N, int64_t E, const float* scale, const float* shift, double eps, bool centered,

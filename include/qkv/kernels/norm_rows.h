@@ -5,7 +5,8 @@
 //   LayerNorm  y = scale * (x - mean) / sqrt(var + eps) + shift      x (N, E), var biased (over E)
 //   RMSNorm    y = weight * x / sqrt(mean(x^2) + eps)
 //
-// Statistics are accumulated in double; y and the gradients are float32. Rows are split over the
+// Statistics are accumulated in double (eight partial sums a row, added pairwise); y and the
+// gradients are float32. Rows are split over the
 // pool (null: the default pool) in fixed blocks: the same bits on any thread count.
 #pragma once
 
