@@ -6,8 +6,8 @@
 //   RMSNorm    y = weight * x / sqrt(mean(x^2) + eps)
 //
 // Statistics are accumulated in double (eight partial sums a row, added pairwise); y and the
-// gradients are float32. Rows are split over the
-// pool (null: the default pool) in fixed blocks: the same bits on any thread count.
+// gradients are float32. Rows are split over the pool (null: the default pool) in fixed blocks: the
+// same bits on any thread count.
 #pragma once
 
 #include <cstdint>
