@@ -14,7 +14,9 @@
 // (see ChunkTask for which), a block is kWide keys and its scores and weighted sum are two
 // small products (kernels/small_gemm.h), each key and value read once for all rows by the tiles;
 // where every row sees the whole block, the softmax runs on the scores key-major, a lane a row
-// (KeyMajorSoftmax).
+// (KeyMajorSoftmax). Otherwise a full block that every row sees whole, without variants, takes the
+// rows in fours (AVX-512) or pairs (RowsBlock): each key and value widened once for them together,
+// each row's arithmetic the same as alone.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/decode.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -230,6 +232,18 @@ HWY_INLINE VF SumsOfLanes(DF d, const VF* HWY_RESTRICT a) {
 #endif
 }
 
+// f.template operator()<k>(r) over rows [0, R) in groups of k = kFirst while that many are left, then
+// 2, then 1 (kFirst: 4, 2 or 1).
+template <size_t kFirst, typename F>
+HWY_INLINE void InRowGroups(size_t R, F&& f) {
+  size_t r = 0;
+  if constexpr (kFirst >= 4)
+    for (; R - r >= 4; r += 4) f.template operator()<4>(r);
+  if constexpr (kFirst >= 2)
+    for (; R - r >= 2; r += 2) f.template operator()<2>(r);
+  for (; r < R; ++r) f.template operator()<1>(r);
+}
+
 // s[r, j] = q_r . k_j for rows [0, R) and keys [0, cols) of keys kb (cols, ldk; nv vectors a row),
 // any nv: kLanes (row, key) pairs at a time, kRB rows by kLanes / kRB keys (kRB = 4 while four
 // rows are left, then 2, then 1), one accumulator each (kRB + kLanes / kRB loads per kLanes FMAs),
@@ -271,59 +285,64 @@ void QDotKAny(const float* HWY_RESTRICT qs, size_t ldq, size_t R, const float* H
     if (v < nv) a0 = hn::MulAdd(hn::LoadU(d, q + v * kLanes), hn::LoadU(d, k + v * kLanes), a0);
     s[r * kBlock + j] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
   };
-  size_t r = 0;
-  auto rows_of = [&]<size_t kRB>() {
+  InRowGroups<std::min<size_t>(kLanes, 4)>(R, [&]<size_t kRB>(size_t r) {
     constexpr size_t kJB = kLanes / kRB;
     const size_t keys = cols / kJB * kJB;
     for (size_t j = 0; j < keys; j += kJB) PairScores<kRB>(qs, ldq, r, kb, ldk, j, nv, s);
     for (size_t j = keys; j < cols; ++j)
       for (size_t rr = 0; rr < kRB; ++rr) one(r + rr, j);
-    r += kRB;
-  };
-  if constexpr (kLanes >= 4)
-    while (R - r >= 4) rows_of.template operator()<4>();
-  if constexpr (kLanes >= 2)
-    while (R - r >= 2) rows_of.template operator()<2>();
-  while (r < R) rows_of.template operator()<1>();
+  });
 }
 
-// s[j] = q . k_j for a full block of kBlock keys kb (kBlock, kNV * kLanes), read in place: per
-// kLanes keys, one accumulator per key (vertical FMAs) and one transposed reduction into a vector
-// of kLanes scores.
-template <int kNV, typename T>
-HWY_INLINE void BlockScores(const float* HWY_RESTRICT q_row, const T* HWY_RESTRICT kb, float* HWY_RESTRICT s) {
-  const DF d;
+// Vector registers a block kernel fills with accumulators: half of AVX-512's 32 (and of 128-bit
+// targets'), half of AVX2's 16. The rest hold the widened keys or values, queries and weights.
+constexpr size_t kAccRegs = kLanes == 8 ? 8 : 16;
+
+// s[r kBlock + j] = q_r . k_j for kRows rows (q + r ldq) and a full block of kBlock keys kb (kBlock,
+// kNV * kLanes), read in place: kLanes / kRows keys at a time, one accumulator per (row, key)
+// (vertical FMAs over the key's vectors in order), then one transposed reduction into a vector of
+// their kLanes scores. Each key vector is loaded and widened once for all kRows rows.
+template <size_t kRows, int kNV, typename T>
+HWY_INLINE void BlockScores(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_RESTRICT kb, float* HWY_RESTRICT s) {
+  static_assert(kRows >= 1 && kLanes % kRows == 0, "BlockScores: kLanes / kRows keys at a time");
+  constexpr size_t kKeys = kLanes / kRows;
   constexpr size_t ldk = static_cast<size_t>(kNV) * kLanes;
-  VF q[kNV];
-  HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) q[v] = hn::LoadU(d, q_row + v * kLanes);
-  for (size_t bv = 0; bv < kBlockVectors; ++bv) {
-    const T* k = kb + bv * kLanes * ldk;
-    VF acc[kLanes];
-    HWY_UNROLL(16) for (size_t j = 0; j < kLanes; ++j) {
-      VF a = hn::Mul(q[0], LoadWide(d, k + j * ldk));
-      HWY_UNROLL(8) for (int v = 1; v < kNV; ++v) a = hn::MulAdd(q[v], LoadWide(d, k + j * ldk + v * kLanes), a);
-      acc[j] = a;
+  const DF d;
+  for (size_t j = 0; j < static_cast<size_t>(kBlock); j += kKeys) {
+    VF acc[kLanes];  // acc[r kKeys + jj]: row r against key j + jj
+    HWY_UNROLL(16) for (size_t i = 0; i < kLanes; ++i) acc[i] = hn::Zero(d);
+    HWY_UNROLL(16) for (int v = 0; v < kNV; ++v) {
+      VF qv[kRows];
+      HWY_UNROLL(4) for (size_t r = 0; r < kRows; ++r) qv[r] = hn::LoadU(d, q + r * ldq + static_cast<size_t>(v) * kLanes);
+      HWY_UNROLL(16) for (size_t jj = 0; jj < kKeys; ++jj) {
+        const VF k = LoadWide(d, kb + (j + jj) * ldk + static_cast<size_t>(v) * kLanes);
+        HWY_UNROLL(4) for (size_t r = 0; r < kRows; ++r) acc[r * kKeys + jj] = hn::MulAdd(qv[r], k, acc[r * kKeys + jj]);
+      }
     }
-    hn::StoreU(SumsOfLanes<kLanes>(d, acc), d, s + bv * kLanes);
+    const VF sums = SumsOfLanes<kLanes>(d, acc);
+    if constexpr (kRows == 1) {
+      hn::StoreU(sums, d, s + j);
+    } else {
+      HWY_ALIGN float out[kLanes];
+      hn::Store(sums, d, out);
+      for (size_t r = 0; r < kRows; ++r)
+        for (size_t jj = 0; jj < kKeys; ++jj) s[r * kBlock + j + jj] = out[r * kKeys + jj];
+    }
   }
 }
 
-// BlockScores for the loop over rows, not inlined into it: the compiler would hoist the block's key
-// loads out of the loop and spill all kNV * kBlock vectors to the stack.
+// BlockScores of one row for the loop over rows, not inlined into it.
 template <int kNV, typename T>
 HWY_NOINLINE void QDotKBlockRow(const float* HWY_RESTRICT q_row, const T* HWY_RESTRICT kb, float* HWY_RESTRICT s) {
-  BlockScores<kNV>(q_row, kb, s);
+  BlockScores<1, kNV>(q_row, 0, kb, s);
 }
 
-// One row (query) against a full block of kBlock keys kb and values vb (kBlock, kNV * kLanes), all
-// visible to it, without softcap, mask values, ALiBi or dropout: the scores, the online softmax
-// step (m, l) and o_row += p V with o_row in registers. pb: (kBlock) scratch for the weights.
-template <int kNV, typename T>
-HWY_NOINLINE void RowBlock(const float* HWY_RESTRICT q_row, const T* HWY_RESTRICT kb, const T* HWY_RESTRICT vb,
-                           float* HWY_RESTRICT pb, float& m, float& l, float* HWY_RESTRICT o_row) {
+// The online softmax step of one row over a full block of scores pb (kBlock), every key visible
+// and no variant: the scores made base 2, m and l updated, pb replaced by the weights
+// 2^(s - m_new); alpha = 2^(m_old - m_new), the factor for o (1 where the max did not move). False
+// (and nothing changed) when every score is -inf: no weight.
+HWY_INLINE bool BlockSoftmax(float* HWY_RESTRICT pb, float& m, float& l, float& alpha) {
   const DF d;
-  constexpr size_t ldv = static_cast<size_t>(kNV) * kLanes;
-  BlockScores<kNV>(q_row, kb, pb);
   const VF log2e = hn::Set(d, kLog2e);
   VF x[kBlockVectors];
   x[0] = hn::Mul(hn::LoadU(d, pb), log2e);
@@ -333,7 +352,7 @@ HWY_NOINLINE void RowBlock(const float* HWY_RESTRICT q_row, const T* HWY_RESTRIC
     mx = hn::Max(mx, x[v]);
   }
   const float m_new = std::max(m, hn::GetLane(hn::MaxOfLanes(d, mx)));
-  if (m_new == kNegInf) return;  // scores of -inf: no weight
+  if (m_new == kNegInf) return false;
   const VF mv = hn::Set(d, m_new);
   VF sum = hn::Zero(d);
   for (size_t v = 0; v < kBlockVectors; ++v) {
@@ -341,28 +360,75 @@ HWY_NOINLINE void RowBlock(const float* HWY_RESTRICT q_row, const T* HWY_RESTRIC
     sum = hn::Add(sum, pr);
     hn::StoreU(pr, d, pb + v * kLanes);
   }
-  VF a[4][kNV];  // four sets of o (keys j mod 4): FMA chains of kBlock / 4
-  HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) {
-    a[0][v] = hn::LoadU(d, o_row + v * kLanes);
-    a[1][v] = a[2][v] = a[3][v] = hn::Zero(d);
-  }
+  alpha = 1.0f;
   if (m_new != m) {
-    const float alpha = std::exp2(m - m_new);  // 0 when m was -inf
-    const VF av = hn::Set(d, alpha);
-    HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) a[0][v] = hn::Mul(av, a[0][v]);
+    alpha = std::exp2(m - m_new);  // 0 when m was -inf
     l *= alpha;
     m = m_new;
   }
   l += hn::GetLane(hn::SumOfLanes(d, sum));
-  HWY_UNROLL(4) for (size_t j = 0; j < static_cast<size_t>(kBlock); j += 4) {
-    HWY_UNROLL(4) for (size_t u = 0; u < 4; ++u) {
-      const VF pj = hn::Set(d, pb[j + u]);
-      const T* vj = vb + (j + u) * ldv;
-      HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) a[u][v] = hn::MulAdd(pj, LoadWide(d, vj + v * kLanes), a[u][v]);
+  return true;
+}
+
+// o_r (kNV vectors, rows at o + r ldo) = alpha[r] o_r + sum_j pb[r kBlock + j] v_j for kRows rows
+// over a full block of values vb (kBlock, kNV * kLanes). Each element's terms in four sets (keys j
+// mod 4: FMA chains of kBlock / 4) added pairwise at the end; kC vectors of columns at a time, so
+// that the 4 kRows kC accumulators stay in registers. Each value vector is loaded and widened once
+// for all kRows rows.
+template <size_t kRows, int kNV, typename T>
+HWY_INLINE void BlockWeighted(const float* HWY_RESTRICT pb, const T* HWY_RESTRICT vb, const float* HWY_RESTRICT alpha,
+                              float* HWY_RESTRICT o, size_t ldo) {
+  constexpr size_t kC = std::clamp<size_t>(kAccRegs / (4 * kRows), 1, static_cast<size_t>(kNV));
+  static_assert(kNV % kC == 0, "BlockWeighted: whole tiles of columns");
+  constexpr size_t ldv = static_cast<size_t>(kNV) * kLanes;
+  const DF d;
+  for (size_t c = 0; c < static_cast<size_t>(kNV); c += kC) {
+    VF a[kRows][4][kC];
+    HWY_UNROLL(4) for (size_t r = 0; r < kRows; ++r) {
+      const VF av = hn::Set(d, alpha[r]);
+      HWY_UNROLL(4) for (size_t cc = 0; cc < kC; ++cc) {
+        a[r][0][cc] = hn::LoadU(d, o + r * ldo + (c + cc) * kLanes);
+        if (alpha[r] != 1.0f) a[r][0][cc] = hn::Mul(av, a[r][0][cc]);
+        a[r][1][cc] = a[r][2][cc] = a[r][3][cc] = hn::Zero(d);
+      }
     }
+    HWY_UNROLL(4) for (size_t j = 0; j < static_cast<size_t>(kBlock); j += 4) {
+      HWY_UNROLL(4) for (size_t u = 0; u < 4; ++u) {
+        VF pj[kRows];
+        HWY_UNROLL(4) for (size_t r = 0; r < kRows; ++r) pj[r] = hn::Set(d, pb[r * kBlock + j + u]);
+        HWY_UNROLL(4) for (size_t cc = 0; cc < kC; ++cc) {
+          const VF v = LoadWide(d, vb + (j + u) * ldv + (c + cc) * kLanes);
+          HWY_UNROLL(4) for (size_t r = 0; r < kRows; ++r) a[r][u][cc] = hn::MulAdd(pj[r], v, a[r][u][cc]);
+        }
+      }
+    }
+    HWY_UNROLL(4) for (size_t r = 0; r < kRows; ++r)
+      HWY_UNROLL(4) for (size_t cc = 0; cc < kC; ++cc)
+        hn::StoreU(hn::Add(hn::Add(a[r][0][cc], a[r][1][cc]), hn::Add(a[r][2][cc], a[r][3][cc])), d,
+                   o + r * ldo + (c + cc) * kLanes);
   }
-  HWY_UNROLL(8) for (int v = 0; v < kNV; ++v)
-    hn::StoreU(hn::Add(hn::Add(a[0][v], a[1][v]), hn::Add(a[2][v], a[3][v])), d, o_row + v * kLanes);
+}
+
+// kRows rows (heads of a group, or queries) against a full block of kBlock keys kb and values vb
+// (kBlock, kNV * kLanes), all visible to every row, without softcap, mask values, ALiBi or dropout:
+// the scores, the online softmax step and o_r += p V, each key and value vector read and widened
+// once for all rows. Each row's arithmetic, term for term, is the same whatever kRows (the same
+// bits). q: rows at q + r ldq; pb (kRows, kBlock) scratch for the weights; m, l: (kRows); o: rows
+// at o + r ldo.
+template <size_t kRows, int kNV, typename T>
+HWY_NOINLINE void RowsBlock(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_RESTRICT kb,
+                            const T* HWY_RESTRICT vb, float* HWY_RESTRICT pb, float* HWY_RESTRICT m,
+                            float* HWY_RESTRICT l, float* HWY_RESTRICT o, size_t ldo) {
+  BlockScores<kRows, kNV>(q, ldq, kb, pb);
+  float alpha[kRows];
+  bool ok[kRows], all = true;
+  for (size_t r = 0; r < kRows; ++r) {
+    ok[r] = BlockSoftmax(pb + r * kBlock, m[r], l[r], alpha[r]);
+    all = all && ok[r];
+  }
+  if (all) return BlockWeighted<kRows, kNV>(pb, vb, alpha, o, ldo);
+  for (size_t r = 0; r < kRows; ++r)  // a row of -inf scores takes no weight: the others alone
+    if (ok[r]) BlockWeighted<1, kNV>(pb + r * kBlock, vb, alpha + r, o + r * ldo, ldo);
 }
 
 // o_r += sum_j p[r, j] v_j for rows [0, R), keys [0, cols) of vb (cols, ldv). With kNV > 0 o_r
@@ -393,46 +459,47 @@ void WeightedSumV(const float* HWY_RESTRICT s, size_t R, const T* HWY_RESTRICT v
                   size_t nv_runtime, float* HWY_RESTRICT ov, size_t ldo) {
   const DF d;
   if constexpr (kNV > 0) {
+    // kC vectors of columns at a time in two sets (even and odd keys), so that the 2 kC
+    // accumulators stay in registers (all of a row's at once up to 8 vectors on AVX-512).
+    constexpr size_t kC = std::min(kAccRegs / 2, static_cast<size_t>(kNV));
     for (size_t r = 0; r < R; ++r) {
       const float* pr = s + r * kBlock;
-      float* o = ov + r * ldo;
-      VF a[kNV], b[kNV];
-      HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) {
-        a[v] = hn::LoadU(d, o + v * kLanes);
-        b[v] = hn::Zero(d);
-      }
-      size_t j = 0;
-      for (; j + 2 <= cols; j += 2) {
-        const VF p0 = hn::Set(d, pr[j]), p1 = hn::Set(d, pr[j + 1]);
-        const T* v0 = vb + j * ldv;
-        const T* v1 = v0 + ldv;
-        HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) {
-          a[v] = hn::MulAdd(p0, LoadWide(d, v0 + v * kLanes), a[v]);
-          b[v] = hn::MulAdd(p1, LoadWide(d, v1 + v * kLanes), b[v]);
+      for (size_t c0 = 0; c0 < static_cast<size_t>(kNV); c0 += kC) {
+        float* o = ov + r * ldo + c0 * kLanes;
+        const T* vc = vb + c0 * kLanes;
+        VF a[kC], b[kC];
+        HWY_UNROLL(8) for (size_t v = 0; v < kC; ++v) {
+          a[v] = hn::LoadU(d, o + v * kLanes);
+          b[v] = hn::Zero(d);
         }
+        size_t j = 0;
+        for (; j + 2 <= cols; j += 2) {
+          const VF p0 = hn::Set(d, pr[j]), p1 = hn::Set(d, pr[j + 1]);
+          const T* v0 = vc + j * ldv;
+          const T* v1 = v0 + ldv;
+          HWY_UNROLL(8) for (size_t v = 0; v < kC; ++v) {
+            a[v] = hn::MulAdd(p0, LoadWide(d, v0 + v * kLanes), a[v]);
+            b[v] = hn::MulAdd(p1, LoadWide(d, v1 + v * kLanes), b[v]);
+          }
+        }
+        if (j < cols) {
+          const VF p0 = hn::Set(d, pr[j]);
+          HWY_UNROLL(8) for (size_t v = 0; v < kC; ++v) a[v] = hn::MulAdd(p0, LoadWide(d, vc + j * ldv + v * kLanes), a[v]);
+        }
+        HWY_UNROLL(8) for (size_t v = 0; v < kC; ++v) hn::StoreU(hn::Add(a[v], b[v]), d, o + v * kLanes);
       }
-      if (j < cols) {
-        const VF p0 = hn::Set(d, pr[j]);
-        HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) a[v] = hn::MulAdd(p0, LoadWide(d, vb + j * ldv + v * kLanes), a[v]);
-      }
-      HWY_UNROLL(8) for (int v = 0; v < kNV; ++v) hn::StoreU(hn::Add(a[v], b[v]), d, o + v * kLanes);
     }
   } else {
     // kR rows by 8 / kR vectors of columns held in registers over the block's keys (kR = 4 while
     // four rows are left, then 2, then 1; each element's sum over j in order, as one row at a time
     // would take it).
     const size_t nv = nv_runtime;
-    size_t r = 0;
-    auto rows_of = [&]<size_t kR>() {
+    InRowGroups<4>(R, [&]<size_t kR>(size_t r) {
       constexpr size_t kC = 8 / kR;
       size_t c = 0;
       for (; c + kC <= nv; c += kC) WeightedBlock<kR, kC>(s, r, vb, ldv, cols, c, ov, ldo);
       for (; c < nv; ++c) WeightedBlock<kR, 1>(s, r, vb, ldv, cols, c, ov, ldo);
-      r += kR;
-    };
-    while (R - r >= 4) rows_of.template operator()<4>();
-    while (R - r >= 2) rows_of.template operator()<2>();
-    while (r < R) rows_of.template operator()<1>();
+    });
   }
 }
 
@@ -577,7 +644,7 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
   const T* keys = static_cast<const T*>(p.keys) + (b * p.G + g) * p.C * p.D;
   const T* values = static_cast<const T*>(p.values) + (b * p.G + g) * p.C * p.Dv;
   constexpr bool kInPlace = kNV > 0;  // rows of D = Dv = kNV vectors: read where they are
-  // No variant but the causal mask and the window: blocks every query sees fully take RowBlock.
+  // No variant but the causal mask and the window: blocks every query sees fully take RowsBlock.
   const bool plain = p.softcap == 0.0f && p.alibi == nullptr && !p.dropout &&
                      (p.mask.kind == AttentionMask::Kind::kNone || p.causal());
   const int64_t last_begin = p.visible_begin(p.Tq - 1), first_end = p.visible_end(0);
@@ -648,15 +715,23 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
   }
   for (int64_t jb = j0; jb < j1; jb += kBlock) {
     const size_t cols = static_cast<size_t>(std::min<int64_t>(kBlock, j1 - jb));
-    if (jb + 2 * kBlock < j1) {  // two blocks ahead: the hardware prefetcher alone leaves gaps
-      const size_t ahead = static_cast<size_t>(std::min<int64_t>(kBlock, j1 - jb - 2 * kBlock));
-      Prefetch(keys + (jb + 2 * kBlock) * p.D, ahead * D * sizeof(T), to_l2);
-      Prefetch(values + (jb + 2 * kBlock) * p.Dv, ahead * Dv * sizeof(T), to_l2);
+    // A block's keys and values asked for ahead, all at once: the hardware prefetcher alone leaves
+    // gaps. Into L1 one block ahead (Zen 5: two blocks ahead made 16 heads of 128 over 8 at 32,768
+    // bf16 keys 1.24x as long, 12 heads of 64 fp32 1.13x: the block ahead and the one in hand
+    // crowd L1); into L2 two (Zen 4, measured before).
+    const int64_t ahead_at = jb + (to_l2 ? 2 : 1) * kBlock;
+    if (ahead_at < j1) {
+      const size_t ahead = static_cast<size_t>(std::min<int64_t>(kBlock, j1 - ahead_at));
+      Prefetch(keys + ahead_at * p.D, ahead * D * sizeof(T), to_l2);
+      Prefetch(values + ahead_at * p.Dv, ahead * Dv * sizeof(T), to_l2);
     }
     if constexpr (kInPlace) {
       if (plain && cols == kBlock && last_begin <= jb && first_end >= jb + kBlock) {  // the common case
-        for (size_t r = 0; r < R; ++r)
-          RowBlock<kNV>(qs + r * Dp, keys + jb * p.D, values + jb * p.Dv, s + r * kBlock, ms[r], ls[r], ov + r * Dvp);
+        // Rows in fours (AVX-512) or pairs: each key and value widened once for them all.
+        const T *kj = keys + jb * p.D, *vj = values + jb * p.Dv;
+        InRowGroups<kLanes >= 16 ? 4 : std::min<size_t>(kLanes, 2)>(R, [&]<size_t kRows>(size_t r) {
+          RowsBlock<kRows, kNV>(qs + r * Dp, Dp, kj, vj, s + r * kBlock, ms + r, ls + r, ov + r * Dvp, Dvp);
+        });
         continue;
       }
       if (cols == kBlock) {
@@ -703,15 +778,17 @@ void RunChunk(const DecodeProblem& p, int nv, int64_t b, int64_t g, int64_t c, f
     case 2: return ChunkTask<T, 2>(p, b, g, c, scratch, held);
     case 4: return ChunkTask<T, 4>(p, b, g, c, scratch, held);
     case 8: return ChunkTask<T, 8>(p, b, g, c, scratch, held);
+    case 16: return ChunkTask<T, 16>(p, b, g, c, scratch, held);
     default: return ChunkTask<T, 0>(p, b, g, c, scratch, held);
   }
 }
 
 void RunChunks(const DecodeProblem& p) {
-  // D = Dv a multiple of 16 of 1, 2, 4 or 8 vectors (16 to 128 with 16 lanes; GPT-2's 64, a small
-  // model's 16): the row loops unrolled, keys and values read in place. Any other D takes the
-  // register-blocked path (QDotKAny, WeightedBlock): rows of whole vectors read in place, others (and
-  // bf16) packed into padded float rows first (a copy of every key and value the step reads).
+  // D = Dv a multiple of 16 of 1, 2, 4, 8 or 16 vectors (16 to 256 with 16 lanes, 16 to 128 with 8;
+  // GPT-2's 64, Llama's and Qwen's 128, a small model's 16): the row loops unrolled, keys and values
+  // read in place. Any other D takes the register-blocked path (QDotKAny, WeightedBlock): rows of
+  // whole vectors read in place, others (and bf16) packed into padded float rows first (a copy of
+  // every key and value the step reads).
   const int nv = p.D == p.Dv && p.D % 16 == 0 ? static_cast<int>(p.D / static_cast<int64_t>(kLanes)) : 0;
   ForTasks(p, p.B * p.G * p.chunks, [&](int64_t task, int worker) {
     float* scratch = p.scratch + static_cast<size_t>(worker) * p.scratch_stride;

@@ -493,6 +493,66 @@ TEST_F(DecodeAttention, EverySimdTargetMatchesTheReference) {
   force_simd_target(0);
 }
 
+// A group's query heads over full blocks take the rows in fours (AVX-512), pairs or alone, each key
+// and value widened once for the rows together; a row's arithmetic is the same whichever: every
+// head of a group of 1 to 5 (and a draft of 2 queries) gives the bits it gives decoded alone over
+// its key/value head, on every SIMD target, for head sizes of 1 to 16 vectors; and matches the
+// reference. The cache spans two chunks of whole blocks (with a draft of 2, the last block takes the
+// general path, row by row). A cache that ends inside a block is not in this claim: on the
+// register-blocked path (heads past 16 vectors) the tail's sums group the rows, and differ.
+TEST_F(DecodeAttention, GroupedRowsGiveEachRowItsBitsAloneOnEverySimdTarget) {
+  const int64_t S = decode_chunk_keys(1) + 48, G = 2;  // whole blocks of 16
+  std::mt19937 rng(77);
+  for (int64_t target : available_simd_targets()) {
+    SCOPED_TRACE(simd_target_name(target));
+    force_simd_target(target);
+    for (CacheDtype dtype : {CacheDtype::kF32, CacheDtype::kBF16})
+      for (int64_t D : {int64_t{16}, int64_t{64}, int64_t{128}, int64_t{256}})
+        for (int64_t group : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}})
+          for (int64_t Tq : {int64_t{1}, int64_t{2}}) {
+            SCOPED_TRACE(str(cache_dtype_name(dtype), " D=", D, " group=", group, " Tq=", Tq));
+            const int64_t H = G * group;
+            const std::vector<float> k = normal_vector(G * S * D, rng), v = normal_vector(G * S * D, rng);
+            const std::vector<float> q = normal_vector(H * Tq * D, rng);
+            AttentionOptions opt;
+            opt.scale = 1.0f / std::sqrt(static_cast<float>(D));
+            opt.mask = AttentionMask::causal();
+            opt.query_offset = S - Tq;
+            opt.pool = &two;
+            // o (1, heads, Tq, D) of `heads` query heads at q over `kv_heads` key/value heads at k, v.
+            auto decode = [&](const float* qp, int64_t heads, const float* kp, const float* vp, int64_t kv_heads,
+                              std::vector<float>& o, std::vector<float>& lse) {
+              KvCache cache(1, 1, kv_heads, S, D, D, dtype);
+              cache.append(0, ConstHeads::contiguous(kp, 1, kv_heads, S, D), ConstHeads::contiguous(vp, 1, kv_heads, S, D));
+              cache.commit();
+              o.assign(static_cast<size_t>(heads * Tq * D), kInf);
+              lse.assign(static_cast<size_t>(heads * Tq), kInf);
+              decode_attention(ConstHeads::contiguous(qp, 1, heads, Tq, D), cache, 0,
+                               MutableHeads::contiguous(o.data(), 1, heads, Tq, D), lse.data(), opt);
+              return cache;
+            };
+            std::vector<float> o, lse, o1, lse1;
+            const KvCache cache = decode(q.data(), H, k.data(), v.data(), G, o, lse);
+            for (int64_t h = 0; h < H; ++h) {
+              const int64_t g = h / group;
+              decode(&q[h * Tq * D], 1, &k[g * S * D], &v[g * S * D], 1, o1, lse1);
+              ASSERT_EQ(std::memcmp(o1.data(), &o[h * Tq * D], o1.size() * sizeof(float)), 0) << "o of head " << h;
+              ASSERT_EQ(std::memcmp(lse1.data(), &lse[h * Tq], lse1.size() * sizeof(float)), 0) << "lse of head " << h;
+            }
+            std::vector<float> kc(static_cast<size_t>(G * S * D)), vc(kc.size()), want(o.size()), want_lse(lse.size());
+            cache.copy_keys(0, MutableHeads::contiguous(kc.data(), 1, G, S, D));
+            cache.copy_values(0, MutableHeads::contiguous(vc.data(), 1, G, S, D));
+            attention_forward_reference(ConstHeads::contiguous(q.data(), 1, H, Tq, D),
+                                        ConstHeads::contiguous(kc.data(), 1, G, S, D),
+                                        ConstHeads::contiguous(vc.data(), 1, G, S, D),
+                                        MutableHeads::contiguous(want.data(), 1, H, Tq, D), want_lse.data(), opt);
+            ASSERT_TRUE(close(o, want, 1e-5, "o"));
+            ASSERT_TRUE(close(lse, want_lse, 1e-5, "lse"));
+          }
+  }
+  force_simd_target(0);
+}
+
 TEST_F(DecodeAttention, SeesTheStepInProgressOfItsLayer) {
   // After layer 0 appends the new position (before commit), decoding layer 0 attends to it;
   // layer 1, not yet appended, sees the committed positions only.
