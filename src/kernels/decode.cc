@@ -15,8 +15,9 @@
 // small products (kernels/small_gemm.h), each key and value read once for all rows by the tiles;
 // where every row sees the whole block, the softmax runs on the scores key-major, a lane a row
 // (KeyMajorSoftmax). Otherwise a full block that every row sees whole, without variants, takes the
-// rows in fours (AVX-512) or pairs (RowsBlock): each key and value widened once for them together,
-// each row's arithmetic the same as alone.
+// rows in fours (AVX-512) or pairs (RowsStep): each key and value widened once for them together,
+// each row's arithmetic the same as alone, and the loop over such blocks pipelined (a block's
+// softmax step, then the next block's scores, then its weighted sum).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/decode.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -162,9 +163,18 @@ void PackRows(const uint16_t* src, size_t dim, size_t n, float* HWY_RESTRICT dst
 // --num-heads 12 --head-dim 64`, 2 threads; into L2: 24-31; bf16 keys 19-20 -> 21-29; AVX2 16-21 ->
 // 24-26, bf16 16-17 -> 28); on Zen 5 into L2 made the same call 1.11x as long (AVX2 1.17x; bf16
 // 1.00x and 1.07x; 16 heads of 128 over 8: 1.03x and 1.05x).
-void Prefetch(const void* p, size_t bytes, bool to_l2) {
+HWY_INLINE void Prefetch(const void* p, size_t bytes, bool to_l2) {
   const char* c = static_cast<const char*>(p);
   for (size_t off = 0; off < bytes; off += 64) prefetch_line(c + off, to_l2);
+}
+
+// Prefetch for the rows [at, min(at + kBlock, end)) of rows (.., dim), if any. (Always inlined, as
+// Prefetch is: GCC drops a call it has not inlined to a function that only prefetches.)
+template <typename T>
+HWY_INLINE void AskForBlock(const T* rows, int64_t at, int64_t end, size_t dim, bool to_l2) {
+  if (at >= end) return;
+  const size_t n = static_cast<size_t>(std::min<int64_t>(kBlock, end - at));
+  Prefetch(rows + at * static_cast<int64_t>(dim), n * dim * sizeof(T), to_l2);
 }
 
 // kLanes elements at p, widened to float (bf16 bits: shifted into the high half).
@@ -331,10 +341,10 @@ HWY_INLINE void BlockScores(const float* HWY_RESTRICT q, size_t ldq, const T* HW
   }
 }
 
-// BlockScores of one row for the loop over rows, not inlined into it.
-template <int kNV, typename T>
-HWY_NOINLINE void QDotKBlockRow(const float* HWY_RESTRICT q_row, const T* HWY_RESTRICT kb, float* HWY_RESTRICT s) {
-  BlockScores<1, kNV>(q_row, 0, kb, s);
+// BlockScores of kRows rows for the loops over rows, not inlined into them.
+template <size_t kRows, int kNV, typename T>
+HWY_NOINLINE void RowsScores(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_RESTRICT kb, float* HWY_RESTRICT s) {
+  BlockScores<kRows, kNV>(q, ldq, kb, s);
 }
 
 // The online softmax step of one row over a full block of scores pb (kBlock), every key visible
@@ -409,23 +419,26 @@ HWY_INLINE void BlockWeighted(const float* HWY_RESTRICT pb, const T* HWY_RESTRIC
   }
 }
 
-// kRows rows (heads of a group, or queries) against a full block of kBlock keys kb and values vb
-// (kBlock, kNV * kLanes), all visible to every row, without softcap, mask values, ALiBi or dropout:
-// the scores, the online softmax step and o_r += p V, each key and value vector read and widened
-// once for all rows. Each row's arithmetic, term for term, is the same whatever kRows (the same
-// bits). q: rows at q + r ldq; pb (kRows, kBlock) scratch for the weights; m, l: (kRows); o: rows
-// at o + r ldo.
+// One step of the loop over full blocks that every row sees whole, without softcap, mask values,
+// ALiBi or dropout, for kRows rows (heads of a group, or queries): the online softmax step over
+// this block's scores pb (made the step before), then the next block's scores into pn from its
+// keys kn (none after the last), then o_r += p V over this block's values vb (kBlock, kNV *
+// kLanes). The softmax's chain of dependent steps (maxima, exponentials, sums) is written before
+// the next block's independent dot products, so that the core runs them under it; taken block by
+// block, every step waited on the one before. Each key and value vector is read and widened once
+// for all rows, and each row's arithmetic, term for term, is the same whatever kRows (the same
+// bits). q: rows at q + r ldq; pb, pn: (kRows, kBlock); m, l: (kRows); o: rows at o + r ldo.
 template <size_t kRows, int kNV, typename T>
-HWY_NOINLINE void RowsBlock(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_RESTRICT kb,
-                            const T* HWY_RESTRICT vb, float* HWY_RESTRICT pb, float* HWY_RESTRICT m,
-                            float* HWY_RESTRICT l, float* HWY_RESTRICT o, size_t ldo) {
-  BlockScores<kRows, kNV>(q, ldq, kb, pb);
-  float alpha[kRows];
+HWY_NOINLINE void RowsStep(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_RESTRICT kn, const T* HWY_RESTRICT vb,
+                           float* HWY_RESTRICT pb, float* HWY_RESTRICT pn, float* HWY_RESTRICT m, float* HWY_RESTRICT l,
+                           float* HWY_RESTRICT o, size_t ldo) {
+  float alpha[kRows] = {};
   bool ok[kRows], all = true;
   for (size_t r = 0; r < kRows; ++r) {
     ok[r] = BlockSoftmax(pb + r * kBlock, m[r], l[r], alpha[r]);
     all = all && ok[r];
   }
+  if (kn != nullptr) BlockScores<kRows, kNV>(q, ldq, kn, pn);
   if (all) return BlockWeighted<kRows, kNV>(pb, vb, alpha, o, ldo);
   for (size_t r = 0; r < kRows; ++r)  // a row of -inf scores takes no weight: the others alone
     if (ok[r]) BlockWeighted<1, kNV>(pb + r * kBlock, vb, alpha + r, o + r * ldo, ldo);
@@ -644,7 +657,7 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
   const T* keys = static_cast<const T*>(p.keys) + (b * p.G + g) * p.C * p.D;
   const T* values = static_cast<const T*>(p.values) + (b * p.G + g) * p.C * p.Dv;
   constexpr bool kInPlace = kNV > 0;  // rows of D = Dv = kNV vectors: read where they are
-  // No variant but the causal mask and the window: blocks every query sees fully take RowsBlock.
+  // No variant but the causal mask and the window: blocks every query sees fully take RowsStep.
   const bool plain = p.softcap == 0.0f && p.alibi == nullptr && !p.dropout &&
                      (p.mask.kind == AttentionMask::Kind::kNone || p.causal());
   const int64_t last_begin = p.visible_begin(p.Tq - 1), first_end = p.visible_end(0);
@@ -713,29 +726,19 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
       return write_partials();
     }
   }
-  for (int64_t jb = j0; jb < j1; jb += kBlock) {
+  // A block's keys and values asked for ahead, all at once: the hardware prefetcher alone leaves
+  // gaps. Into L1 one block ahead of their use (Zen 5: two blocks ahead made 16 heads of 128 over 8
+  // at 32,768 bf16 keys 1.24x as long, 12 heads of 64 fp32 1.13x: the block ahead and the one in
+  // hand crowd L1); into L2 two (Zen 4, measured before). The pipelined loop below reads keys a
+  // block before their values, so it asks for them a block earlier.
+  const int64_t distance = (to_l2 ? 2 : 1) * kBlock;
+  auto block = [&](int64_t jb) {  // any block: the variants, a partial block, the register-blocked path
     const size_t cols = static_cast<size_t>(std::min<int64_t>(kBlock, j1 - jb));
-    // A block's keys and values asked for ahead, all at once: the hardware prefetcher alone leaves
-    // gaps. Into L1 one block ahead (Zen 5: two blocks ahead made 16 heads of 128 over 8 at 32,768
-    // bf16 keys 1.24x as long, 12 heads of 64 fp32 1.13x: the block ahead and the one in hand
-    // crowd L1); into L2 two (Zen 4, measured before).
-    const int64_t ahead_at = jb + (to_l2 ? 2 : 1) * kBlock;
-    if (ahead_at < j1) {
-      const size_t ahead = static_cast<size_t>(std::min<int64_t>(kBlock, j1 - ahead_at));
-      Prefetch(keys + ahead_at * p.D, ahead * D * sizeof(T), to_l2);
-      Prefetch(values + ahead_at * p.Dv, ahead * Dv * sizeof(T), to_l2);
-    }
+    AskForBlock(keys, jb + distance, j1, D, to_l2);
+    AskForBlock(values, jb + distance, j1, Dv, to_l2);
     if constexpr (kInPlace) {
-      if (plain && cols == kBlock && last_begin <= jb && first_end >= jb + kBlock) {  // the common case
-        // Rows in fours (AVX-512) or pairs: each key and value widened once for them all.
-        const T *kj = keys + jb * p.D, *vj = values + jb * p.Dv;
-        InRowGroups<kLanes >= 16 ? 4 : std::min<size_t>(kLanes, 2)>(R, [&]<size_t kRows>(size_t r) {
-          RowsBlock<kRows, kNV>(qs + r * Dp, Dp, kj, vj, s + r * kBlock, ms + r, ls + r, ov + r * Dvp, Dvp);
-        });
-        continue;
-      }
       if (cols == kBlock) {
-        for (size_t r = 0; r < R; ++r) QDotKBlockRow<kNV>(qs + r * Dp, keys + jb * p.D, s + r * kBlock);
+        for (size_t r = 0; r < R; ++r) RowsScores<1, kNV>(qs + r * Dp, 0, keys + jb * p.D, s + r * kBlock);
       } else {
         QDotK<kNV>(qs, Dp, R, keys + jb * p.D, D, cols, s);
       }
@@ -767,7 +770,41 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
         WeightedSumV<kNV>(s, R, static_cast<const float*>(vb), Dvp, cols, Dvp / kLanes, ov, Dvp);
       }
     }
+  };
+  int64_t jb = j0;
+  if constexpr (kInPlace) {
+    // The blocks every row sees whole (no variant but the causal mask and the window: a contiguous
+    // run), pipelined: block n's softmax step, block n + 1's scores, block n's weighted sum. Rows
+    // in fours (AVX-512) or pairs, each key and value widened once for them all. s holds two
+    // blocks of scores, (R, kBlock) each.
+    static_assert(kWide >= 2 * kBlock, "ChunkTask: s holds two blocks of scores");
+    int64_t fb = j1, fe = j1;  // the run [fb, fe) of such blocks
+    if (plain) {
+      fb = std::min(j1, j0 + std::max<int64_t>(0, (last_begin - j0 + kBlock - 1) / kBlock * kBlock));
+      const int64_t limit = std::min(j1, first_end);
+      fe = limit - fb >= kBlock ? fb + (limit - fb) / kBlock * kBlock : fb;
+    }
+    for (; jb < fb; jb += kBlock) block(jb);
+    if (fb < fe) {
+      constexpr size_t kGroup = kLanes >= 16 ? 4 : std::min<size_t>(kLanes, 2);
+      float *cur = s, *next = s + R * kBlock;
+      InRowGroups<kGroup>(R, [&]<size_t kRows>(size_t r) {
+        RowsScores<kRows, kNV>(qs + r * Dp, Dp, keys + fb * p.D, cur + r * kBlock);
+      });
+      for (; jb < fe; jb += kBlock) {
+        AskForBlock(keys, jb + kBlock + distance, j1, D, to_l2);  // read a step before their values
+        AskForBlock(values, jb + distance, j1, Dv, to_l2);
+        const T* kn = jb + kBlock < fe ? keys + (jb + kBlock) * p.D : nullptr;
+        const T* vj = values + jb * p.Dv;
+        InRowGroups<kGroup>(R, [&]<size_t kRows>(size_t r) {
+          RowsStep<kRows, kNV>(qs + r * Dp, Dp, kn, vj, cur + r * kBlock, next + r * kBlock, ms + r, ls + r,
+                               ov + r * Dvp, Dvp);
+        });
+        std::swap(cur, next);
+      }
+    }
   }
+  for (; jb < j1; jb += kBlock) block(jb);
   write_partials();
 }
 
