@@ -265,8 +265,10 @@ bool all_finite(const Tensor& a) {
 
 Tensor softmax(const Tensor& a, int dim) {
   return along(a, dim, [](const float* x, float* y, int64_t n, int64_t s) {
+    // The largest entry, NaN if any is (as torch.softmax: a NaN makes the whole row NaN, where
+    // std::max would pass over it and a row of NaN and -inf would pass for a masked one)
     float m = -std::numeric_limits<float>::infinity();
-    for (int64_t k = 0; k < n; ++k) m = std::max(m, x[k * s]);
+    for (int64_t k = 0; k < n; ++k) m = x[k * s] > m || std::isnan(x[k * s]) ? x[k * s] : m;
     if (m == -std::numeric_limits<float>::infinity()) {  // every entry masked: no key to attend to
       for (int64_t k = 0; k < n; ++k) y[k * s] = 0.0f;
       return;

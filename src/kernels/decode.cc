@@ -131,8 +131,16 @@ namespace qkv::kernels::HWY_NAMESPACE {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kLog2e = 1.44269504088896341f;
 constexpr size_t kBlockVectors = kBlock / kLanes;  // 1 (AVX-512), 2 (AVX2), 4 (128-bit)
+
+// Whether any of s[0, n) is NaN: a row's scores whose max came out -inf (the rare path).
+bool HasNaN(const float* s, size_t n) {
+  for (size_t j = 0; j < n; ++j)
+    if (std::isnan(s[j])) return true;
+  return false;
+}
 
 // Rows [j0, j0 + n) of a contiguous (.., dim) array of float or bf16 bits, widened into dst
 // (n, ld) with columns [dim, ld) zero.
@@ -361,8 +369,11 @@ HWY_INLINE bool BlockSoftmax(float* HWY_RESTRICT pb, float& m, float& l, float& 
     x[v] = hn::Mul(hn::LoadU(d, pb + v * kLanes), log2e);
     mx = hn::Max(mx, x[v]);
   }
-  const float m_new = std::max(m, hn::GetLane(hn::MaxOfLanes(d, mx)));
-  if (m_new == kNegInf) return false;
+  float m_new = std::max(m, hn::GetLane(hn::MaxOfLanes(d, mx)));
+  if (m_new == kNegInf) {  // every score -inf (no weight), or NaN, which the max passes over
+    if (!HasNaN(pb, kBlock)) return false;
+    m_new = kNaN;  // as PyTorch's softmax: the row's weights, and with them its output, NaN
+  }
   const VF mv = hn::Set(d, m_new);
   VF sum = hn::Zero(d);
   for (size_t v = 0; v < kBlockVectors; ++v) {
@@ -563,10 +574,13 @@ void OnlineSoftmaxStep(const DecodeProblem& p, int64_t b, int64_t h, int64_t i, 
   const size_t vectors = width / kLanes;
   VF mx = hn::LoadU(d, s);
   for (size_t v = 1; v < vectors; ++v) mx = hn::Max(mx, hn::LoadU(d, s + v * kLanes));
-  const float m_new = std::max(m, hn::GetLane(hn::MaxOfLanes(d, mx)));
-  if (m_new == kNegInf) {  // nothing visible yet: no weight
-    std::fill(s, s + width, 0.0f);
-    return;
+  float m_new = std::max(m, hn::GetLane(hn::MaxOfLanes(d, mx)));
+  if (m_new == kNegInf) {
+    if (!HasNaN(s, width)) {  // nothing visible yet: no weight
+      std::fill(s, s + width, 0.0f);
+      return;
+    }
+    m_new = kNaN;  // NaN scores, which the max passed over: the row's output NaN, as PyTorch's
   }
   const VF mv = hn::Set(d, m_new);
   VF sum = hn::Zero(d);
@@ -871,7 +885,17 @@ void MergeRow(const DecodeProblem& p, int64_t b, int64_t g, int64_t r) {
   float* out = p.o.row(b, h, i);
   float& lse = p.lse[(b * p.H + h) * p.Tq + i];
   float M = -std::numeric_limits<float>::infinity();
-  for (int64_t c = 0; c < p.chunks; ++c) M = std::max(M, p.part(bg, c, r)[0]);
+  bool nan = false;  // a chunk whose scores held NaN (OnlineSoftmaxStep): the row NaN, as PyTorch's
+  for (int64_t c = 0; c < p.chunks; ++c) {
+    const float m = p.part(bg, c, r)[0];
+    nan = nan || std::isnan(m);
+    M = std::max(M, m);
+  }
+  if (nan) {
+    for (int64_t x = 0; x < p.Dv; ++x) out[x * p.o.stride_d] = std::numeric_limits<float>::quiet_NaN();
+    lse = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
   if (M == -std::numeric_limits<float>::infinity() || p.chunks == 0) {
     for (int64_t x = 0; x < p.Dv; ++x) out[x * p.o.stride_d] = 0.0f;
     lse = -std::numeric_limits<float>::infinity();

@@ -255,6 +255,17 @@ TEST(Softmax, FullyMaskedRowGivesZerosNotNaN) {
   EXPECT_EQ(w.at({1, 1}), 0.0f);
 }
 
+// A NaN anywhere in a row makes the row NaN, as torch.softmax: not passed over by the max, and a
+// row of NaN and -inf not taken for a masked one (zeros). A model with a NaN weight then has NaN
+// logits, which generation refuses, rather than finite ones.
+TEST(Softmax, ANaNMakesItsRowNaNAsPyTorch) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  Tensor s = Tensor::from({4, 3}, {nan, -inf, -inf, -inf, nan, -inf, 1.0f, nan, 0.5f, 0.0f, 1.0f, 2.0f});
+  const std::vector<float> w = softmax(s, -1).to_vector();
+  for (size_t i = 0; i < 9; ++i) EXPECT_TRUE(std::isnan(w[i])) << "entry " << i;
+  for (size_t i = 9; i < 12; ++i) EXPECT_TRUE(std::isfinite(w[i])) << "entry " << i << " of the row without NaN";
+}
+
 TEST(Softmax, StableWhereNaiveOverflows) {
   Tensor s = Tensor::from({3}, {1000.0f, 1000.0f, 0.0f});
   EXPECT_NEAR(softmax(s, 0).at({0}), 0.5f, 1e-6);

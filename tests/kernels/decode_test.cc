@@ -245,6 +245,7 @@ struct DecodeCase {
   AttentionMask::Kind mask = AttentionMask::Kind::kNone;  // additive / blocked instead of causal
   int64_t prefill = -1;  // positions in the first step (-1: all but the last Tq); the rest one per step
   float scale = 0.0f;    // 0: 1 / sqrt(D)
+  bool nan_query = false;  // the first query row (b 0, head 0, position 0) starts with a NaN
   std::string name() const {
     return str("B=", B, " H=", H, " G=", G, " Tq=", Tq, " S=", S, " D=", D, " Dv=", Dv, " ",
                cache_dtype_name(dtype), causal ? " causal" : "", " offset=", query_offset, " window=", window,
@@ -280,6 +281,7 @@ DecodeRun run_case(const DecodeCase& c, ThreadPool* pool, DecodeRun* want, uint3
     at += n;
   }
   std::vector<float> q = normal_vector(c.B * c.H * c.Tq * c.D, rng), slopes(static_cast<size_t>(c.H));
+  if (c.nan_query) q[0] = std::nanf("");
   alibi_default_slopes(c.H, slopes.data());
   std::vector<float> mask(static_cast<size_t>(c.Tq * (c.S + 2)));
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
@@ -469,6 +471,38 @@ TEST_F(DecodeAttention, ARowThatSeesNoKeyIsZeroWithMinusInfinityLse) {
   for (float x : got.o) EXPECT_EQ(x, 0.0f);
   for (float x : got.lse) EXPECT_EQ(x, -kInf);
   EXPECT_TRUE(close(got.o, want.o, 1e-5, "o"));
+}
+
+// A NaN in a query makes its row's scores NaN, and PyTorch's softmax then gives NaN weights and a
+// NaN output; the kernel's running max passes over NaN, and a row whose max came out -inf took no
+// weight: an output of zeros, so a model with a NaN weight decoded finite garbage. Now the row is
+// NaN (its lse too) on every path - one block or many, one chunk or several, a group's rows
+// together - and on every SIMD target; the other rows keep their values.
+TEST_F(DecodeAttention, ANaNQueryGivesANaNRowAsPyTorch) {
+  for (int64_t target : available_simd_targets()) {
+    SCOPED_TRACE(simd_target_name(target));
+    force_simd_target(target);
+    for (CacheDtype dtype : {CacheDtype::kF32, CacheDtype::kBF16})
+      for (int64_t S : {int64_t{7}, int64_t{64}, decode_chunk_keys(1) + 100})
+        for (int64_t G : {int64_t{1}, int64_t{2}}) {
+          DecodeCase c;
+          c.dtype = dtype;
+          c.S = S;
+          c.G = G;
+          c.H = 4;
+          c.nan_query = true;
+          SCOPED_TRACE(c.name());
+          DecodeRun want;
+          const DecodeRun got = run_case(c, &one, &want, 3);
+          const size_t row = static_cast<size_t>(c.Dv);
+          for (size_t i = 0; i < row; ++i) ASSERT_TRUE(std::isnan(got.o[i])) << "o[" << i << "] of the NaN row";
+          EXPECT_TRUE(std::isnan(got.lse[0]));
+          const std::vector<float> rest(got.o.begin() + static_cast<std::ptrdiff_t>(row), got.o.end()),
+              want_rest(want.o.begin() + static_cast<std::ptrdiff_t>(row), want.o.end());
+          EXPECT_TRUE(close(rest, want_rest, 1e-5, "o of the other rows"));
+        }
+  }
+  force_simd_target(0);
 }
 
 TEST_F(DecodeAttention, EverySimdTargetMatchesTheReference) {
