@@ -9,6 +9,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/limits.h"
+#include "qkv/core/torch_math.h"
 
 namespace qkv {
 
@@ -77,41 +78,53 @@ int64_t pick_next_token(const float* last, int64_t V, const SamplingOptions& o, 
       if (x < min_val) x = -std::numeric_limits<float>::infinity();
   }
   if (o.temperature == 0.0) return first_argmax(z.data(), V);
-  // probs = softmax(logits / temperature), in float32 as torch.softmax
+  // probs = softmax(logits / temperature), in float32 as torch.softmax computes it (to the bit:
+  // core/torch_math.h)
   const auto t = static_cast<float>(o.temperature);
-  float m = -std::numeric_limits<float>::infinity();
-  for (float& x : z) {
-    x = x / t;
-    m = std::max(m, x);
-  }
+  for (float& x : z) x = x / t;
   // A temperature so small that logits / t overflows (or underflows to -inf everywhere) leaves
   // softmax undefined; its limit as t -> 0 is the greedy choice, and that is what is returned.
+  const float m = z[static_cast<size_t>(first_argmax_of_checked(z.data(), V))];
   if (!std::isfinite(m)) return first_argmax(last, V);
-  // exp(x - m), where below -104 the float result is 0 (e^-104 < 2^-150, half the least
-  // subnormal): not computed there (glibc's expf takes its slow underflow path for each)
-  double total = 0;
-  for (float& x : z) {
-    const float d = x - m;
-    total += (x = d < -104.0f ? 0.0f : std::exp(d));
-  }
-  const auto inv = static_cast<float>(1.0 / total);
-  // next = multinomial(probs, 1) = argmax(probs / q), q ~ Exp(1) = -log(1 - u) per entry: the
-  // first index of the largest, as first_argmax. Every entry draws its u (the generator's stream),
-  // but the logarithm is taken only where the entry could win: -log(1 - u) >= u, and the double
-  // logarithm rounded to float stays above 0.999 u, so fl(p / (0.999 fl(u))) bounds p / q from above
-  // (division rounds monotonically); an entry whose bound is not above the best so far is not the
-  // first largest. u = 0 (a bound of p / 0) and a NaN best take the whole path.
+  torch_softmax(z.data(), V);
+  // next = multinomial(probs, 1) = argmax(probs / q), q ~ Exp(1) = -log(1 - u) per entry, u the low
+  // 53 bits of a random64() times 2^-53: the first index of the largest, as first_argmax. Every entry
+  // draws its u (the generator's stream, taken a block at a time), but the logarithm is taken only
+  // where the entry could win. Since -log(1 - u) >= u >= lo, lo being u cut to its top 24 bits,
+  // p / q <= p / lo; an entry with p <= fl(fl(0.999 best) lo) has p / q below best by more than the
+  // roundings of q and of the quotient (about 1e-7 each against 1e-3), so it is not the first
+  // largest. A block where every entry is so is skipped whole (most of them, once a large quotient
+  // is found). u = 0 (lo = 0: only p = 0 passes) and a NaN best (the test is false) take the whole
+  // path.
+  constexpr int64_t kBlock = 512;
+  uint32_t words[2 * kBlock];
   int64_t best = -1;
   float best_value = 0.0f;
-  for (int64_t j = 0; j < V; ++j) {
-    const double u = static_cast<double>(gen.random64() & ((uint64_t{1} << 53) - 1)) * 0x1.0p-53;
-    const float p = z[static_cast<size_t>(j)] * inv;
-    if (best >= 0 && p / (0.999f * static_cast<float>(u)) <= best_value) continue;
-    const auto q = static_cast<float>(-std::log(1.0 - u));
-    const float v = p / q;
-    if (best < 0 || v > best_value) {
-      best = j;
-      best_value = v;
+  for (int64_t j0 = 0; j0 < V; j0 += kBlock) {
+    const int64_t n = std::min(kBlock, V - j0);
+    gen.random(words, 2 * n);  // entry j's random64() is (words[2 j] << 32) | words[2 j + 1]
+    const float* p = z.data() + j0;
+    if (best >= 0) {
+      const float c = best_value * 0.999f;
+      int32_t open = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        // the top 24 of u's 53 bits: the high word's low 21 bits, then the low word's top 3
+        const uint32_t top = ((words[2 * j] & 0x1FFFFFu) << 3) | (words[2 * j + 1] >> 29);
+        open |= !(p[j] <= c * (static_cast<float>(static_cast<int32_t>(top)) * 0x1.0p-24f));
+      }
+      if (open == 0) continue;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const uint64_t bits = (static_cast<uint64_t>(words[2 * j]) << 32) | words[2 * j + 1];
+      const double u = static_cast<double>(bits & ((uint64_t{1} << 53) - 1)) * 0x1.0p-53;
+      const float lo = static_cast<float>(static_cast<int32_t>((bits >> 29) & 0xFFFFFFu)) * 0x1.0p-24f;
+      if (best >= 0 && p[j] <= best_value * 0.999f * lo) continue;
+      const auto q = static_cast<float>(-std::log(1.0 - u));
+      const float v = p[j] / q;
+      if (best < 0 || v > best_value) {
+        best = j0 + j;
+        best_value = v;
+      }
     }
   }
   return best;

@@ -22,6 +22,7 @@
 #include "qkv/core/json_read.h"
 #include "qkv/core/limits.h"
 #include "qkv/core/read_file.h"
+#include "qkv/core/torch_math.h"
 #include "qkv/models/family.h"
 #include "qkv/models/generation.h"
 #include "qkv/models/hf_folder.h"
@@ -269,9 +270,11 @@ TEST(Sampling, GreedyIsTheFirstLargestLogitAtEveryPlace) {
 }
 
 // Sampling draws next = argmax(probs / q), q = -log(1 - u) per entry, as torch.multinomial; the
-// scan takes the logarithm only where an entry could win. Against every entry's quotient computed
-// here, in full: flat, peaked and long-tailed logits (tails that underflow in exp), ties, -inf
-// tokens and top-k, over many draws, the same ids; and the generator left at the same place.
+// scan takes the logarithm only where an entry could win, and skips blocks of entries none of
+// which can. Against every entry's quotient computed here, in full: flat, peaked and long-tailed
+// logits (tails that underflow in exp), ties, -inf tokens and top-k, over many draws, vocabularies
+// shorter and longer than the scan's blocks, the same ids; and the generator left at the same
+// place.
 TEST(Sampling, DrawsTheFirstLargestQuotientOfEveryEntry) {
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> scratch;
@@ -279,7 +282,7 @@ TEST(Sampling, DrawsTheFirstLargestQuotientOfEveryEntry) {
   auto uniform = [&] { return static_cast<float>(values.random64() % 1000003) / 1000003.0f; };
   int64_t draws = 0, differing_from_argmax = 0;
   for (int kind = 0; kind < 5; ++kind) {
-    for (int64_t V : {1, 3, 50, 1000, 20000}) {
+    for (int64_t V : {1, 3, 50, 511, 513, 1000, 20000}) {
       std::vector<float> z(static_cast<size_t>(V));
       for (size_t j = 0; j < z.size(); ++j) {
         const float r = uniform();
@@ -296,8 +299,9 @@ TEST(Sampling, DrawsTheFirstLargestQuotientOfEveryEntry) {
           o.temperature = temperature;
           o.top_k = top_k;
           for (uint64_t seed = 1; seed <= 6; ++seed) {
-            // the reference: torch.softmax in float over the (top-k) logits / T, then every
-            // quotient, then the first index of the largest
+            // the reference: torch.softmax over the (top-k) logits / T (torch_softmax: its own
+            // test holds it to PyTorch's rule), then every quotient, then the first index of the
+            // largest
             std::vector<float> w = z;
             if (top_k > 0 && top_k < V) {
               std::vector<float> sorted = z;
@@ -305,15 +309,12 @@ TEST(Sampling, DrawsTheFirstLargestQuotientOfEveryEntry) {
               for (float& x : w)
                 if (x < sorted[static_cast<size_t>(top_k - 1)]) x = -inf;
             }
-            float m = -inf;
-            for (float& x : w) m = std::max(m, x = x / static_cast<float>(temperature));
-            double total = 0;
-            for (float& x : w) total += (x = std::exp(x - m));
-            const auto inv = static_cast<float>(1.0 / total);
+            for (float& x : w) x = x / static_cast<float>(temperature);
+            torch_softmax(w.data(), V);
             Generator ref_gen(seed);
             for (float& x : w) {
               const double u = static_cast<double>(ref_gen.random64() & ((uint64_t{1} << 53) - 1)) * 0x1.0p-53;
-              x = (x * inv) / static_cast<float>(-std::log(1.0 - u));
+              x = x / static_cast<float>(-std::log(1.0 - u));
             }
             int64_t expected = 0;
             for (int64_t j = 1; j < V; ++j)
@@ -333,7 +334,7 @@ TEST(Sampling, DrawsTheFirstLargestQuotientOfEveryEntry) {
       }
     }
   }
-  EXPECT_EQ(draws, 5 * 5 * 3 * 2 * 6);
+  EXPECT_EQ(draws, 5 * 7 * 3 * 2 * 6);
   EXPECT_GT(differing_from_argmax, draws / 4);  // the cases do sample, not only pick the largest
 }
 

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <vector>
 
+#include "qkv/core/quant_blocks.h"
 #include "qkv/modules/attention_module.h"
 #include "qkv/modules/delta_rule.h"
 #include "qkv/modules/delta_rule_chunked.h"
