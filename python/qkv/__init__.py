@@ -151,9 +151,9 @@ class Model:
                     stop_at_eos=stop_at_eos)
         if not stream:
             return self._m.generate(ids, **args)
-        return self._stream(ids, args)
+        return _Stream(self, ids, args)
 
-    def _stream(self, ids, args):
+    def _stream(self, ids, args, release):
         # The generation runs on a thread of its own (the GIL released but between tokens) and hands
         # each id over a queue of one: it picks the next token only once the reader has taken the
         # last, so an iterator left unread costs nothing. Closing it stops the generation.
@@ -182,7 +182,6 @@ class Model:
         worker = threading.Thread(target=run, name="qkv.generate", daemon=True)
         running = (stop, worker)
         _running_streams.add(running)
-        self._streams += 1
         worker.start()
         try:
             while True:
@@ -194,9 +193,43 @@ class Model:
             stop.set()
             worker.join()
             _running_streams.discard(running)
-            self._streams -= 1
+            release()
         if failure:
             raise failure[0]
+
+
+class _Stream:
+    """The iterator generate(stream=True) returns. The model counts it as open from the call on, not
+    from its first read: a second stream (or any call on the model) made before this one is read is
+    a qkv.Error, where it used to pass and then wait for this stream's reader forever. Open until read
+    to its end, closed, or collected."""
+
+    def __init__(self, model, ids, args):
+        model._streams += 1
+        held = [True]
+
+        def release():  # once; refers to no _Stream, so that dropping one collects it at once
+            if held[0]:
+                held[0] = False
+                model._streams -= 1
+
+        self._release = release
+        self._gen = model._stream(ids, args, release)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._gen)
+
+    def close(self):
+        """Stops the generation (a stream never read has not started one) and frees the model."""
+        self._gen.close()
+        self._release()
+
+    def __del__(self):
+        if hasattr(self, "_gen"):
+            self.close()
 
 
 # Streams left open (an iterator abandoned part-way, never closed): at the interpreter's exit each

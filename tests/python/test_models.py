@@ -181,6 +181,16 @@ def test_a_stream_left_open_at_exit_and_a_callback_into_the_model(models, tmp_pa
             call()
     stream.close()
     assert first >= 0 and model.logits([1]).shape == (1, V)
+    # two streams asked for before either is read: the second is refused at once (it used to pass,
+    # then wait for the first's reader, who was waiting for it: a hang Ctrl-C could not break); a
+    # stream never read and closed, or dropped, frees the model as well
+    a = model.generate("Hi", max_new_tokens=3, stream=True)
+    with pytest.raises(qkv.Error, match="in the middle of a streamed generate"):
+        model.generate("Yo", max_new_tokens=3, stream=True)
+    a.close()
+    b = model.generate("Yo", max_new_tokens=3, stream=True)
+    del b
+    assert len(list(model.generate("Hi", max_new_tokens=3, stream=True))) == 3
     # a batch whose (B, T, V) logits cannot fit is refused before any work, naming the size
     with pytest.raises(qkv.Error, match=r"logits: the \(B, T, V\) output needs \d+ bytes"):
         model.logits(np.ones((200_000, model.context_length), dtype=np.int64))
