@@ -815,6 +815,9 @@ class GPTModel(nn.Module):
         self._cfg = {k: cfg[k] for k in _GPT_KEYS}
         self._gpt_core = None
         self.whole_model_in_qkv = True  # False: only the attention in qkv, the rest in PyTorch's ops
+        # the parameters' names as built: a parameter tied to another (out_head.weight =
+        # tok_emb.weight) drops out of named_parameters(), which lists a shared one once
+        self._param_names = [n for n, _ in self.named_parameters()]
 
     def _runs_core(self, in_idx, named):
         """Whether the whole model runs in qkv's C++: float32 CPU parameters and long CPU ids, no
@@ -823,7 +826,7 @@ class GPTModel(nn.Module):
             return False
         if self.training and self._cfg["drop_rate"] > 0:
             return False  # PyTorch's masks: the book's path
-        return (len({id(p) for _, p in named}) == len(named)
+        return ([n for n, _ in named] == self._param_names
                 and all(p.dtype == torch.float32 and p.device.type == "cpu" for _, p in named))
 
     def _core(self, named):
@@ -863,5 +866,6 @@ class _GptFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_logits):
+        _refuse_double_backward("qkv.torch.GPTModel")
         grads = ctx.core.backward(grad_logits.detach().contiguous().numpy(), ctx.forward_id)
         return (None, None, *[torch.from_numpy(g) for g in grads])

@@ -168,3 +168,28 @@ def test_logits_held_by_the_caller_are_left_alone_and_the_next_ones_reuse_memory
         assert again is dropped_ref() and again is not kept
         assert rel_err(torch.from_numpy(kept), want(b)) < FWD_TOL
         assert rel_err(torch.from_numpy(again), want(a)) < FWD_TOL
+
+
+def test_a_tied_head_runs_on_the_books_path_and_double_backward_is_refused():
+    # A head tied to the embedding (GPT-2's weights are): named_parameters() lists the shared weight
+    # once, so the C++ core, built for separate ones, cannot hold it; the model runs on the book's
+    # path (PyTorch's ops around qkv's attention), where it used to raise "the module's parameters
+    # (30) are not the book's GPTModel's (31)". Forward and the shared weight's gradient (both uses
+    # summed) as the twin's.
+    cfg = dict(vocab_size=23, context_length=8, emb_dim=6, n_heads=2, n_layers=2, drop_rate=0.0, qkv_bias=True)
+    got, want = pair(cfg, 7)
+    got.out_head.weight = got.tok_emb.weight
+    want.out_head.weight = want.tok_emb.weight
+    ids = torch.randint(0, cfg["vocab_size"], (2, 6))
+    G = torch.randn(2, 6, cfg["vocab_size"])
+    lg, lw = got(ids), want(ids)
+    assert rel_err(lg, lw) < FWD_TOL
+    (lg * G).sum().backward()
+    (lw * G).sum().backward()
+    assert rel_err(got.tok_emb.weight.grad, want.tok_emb.weight.grad) < GRAD_TOL
+    # A second derivative through the C++ core is refused, as qkv.torch's attention refuses it (it
+    # used to return first-order gradients marked constant: a gradient penalty then came out wrong)
+    model = qt.GPTModel(cfg)
+    loss = model(ids).sum()
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(loss, list(model.parameters()), create_graph=True)
