@@ -69,8 +69,7 @@ py::array float32_input(py::handle obj, const char* fn, const char* name, py::ss
                          "; qkv computes in float32 and converts only floating-point arrays (float16, float32, float64)");
   if (a.ndim() != rank)
     throw py::value_error(std::string(fn) + ": " + name + " must be " + dims + ", got shape " + shape_of(a));
-  if (!readable_in_place(a)) a = Float32Array::ensure(a);
-  if (!a) throw py::error_already_set();
+  if (!readable_in_place(a)) a = converted<Float32Array>(a);
   return a;
 }
 
@@ -129,8 +128,7 @@ Options options_of(const char* fn, int64_t T, int64_t S, int64_t D, bool causal,
     if (m.ndim() != 2 || m.shape(0) != T || m.shape(1) != S)
       throw py::value_error(std::string(fn) + ": mask must be (T, S) = (" + std::to_string(T) + ", " + std::to_string(S) +
                             "), got shape " + shape_of(m));
-    if (kind == 'b' || !readable_in_place(m) || (S > 1 && m.strides(1) != sizeof(float))) m = Float32Array::ensure(m);
-    if (!m) throw py::error_already_set();
+    if (kind == 'b' || !readable_in_place(m) || (S > 1 && m.strides(1) != sizeof(float))) m = converted<Float32Array>(m);
     const auto* values = static_cast<const float*>(m.data());
     const int64_t row_stride = T > 1 ? static_cast<int64_t>(m.strides(0)) / 4 : S;
     o.options.mask = kind == 'b' ? AttentionMask::blocked(values, row_stride) : AttentionMask::additive(values, row_stride);
@@ -164,8 +162,7 @@ void add_variants(Options& o, const char* fn, int64_t H, int64_t window, py::han
 
 py::array float32_contiguous(py::handle obj, const char* fn, const char* name, py::ssize_t rank, const char* dims) {
   py::array a = float32_input(obj, fn, name, rank, dims);
-  if (!(a.flags() & py::array::c_style)) a = Float32Array::ensure(a);
-  if (!a) throw py::error_already_set();
+  if (!(a.flags() & py::array::c_style)) a = converted<Float32Array>(a);
   return a;
 }
 

@@ -25,6 +25,14 @@ namespace qkv::python {
 
 using Float32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
+// obj as T (a py::array_t with forcecast), as T::ensure makes it, except that a conversion that
+// fails raises its own Python error (numpy's MemoryError for a copy that cannot be made): ensure
+// clears that error, and an error_already_set thrown after it came out as pybind's "Internal error".
+template <typename T>
+T converted(py::handle obj) {
+  return T(py::reinterpret_borrow<py::object>(obj));
+}
+
 std::string shape_of(const py::array& a);
 std::string dtype_of(const py::array& a);
 

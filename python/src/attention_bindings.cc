@@ -44,8 +44,7 @@ LseInput lse_input(py::handle obj, const char* fn, const py::array& q) {
   LseInput in;
   const py::array a = py::array::ensure(obj);
   if (a && a.dtype().kind() == 'f' && a.dtype().itemsize() == 8 && a.ndim() == 3) {
-    const auto exact = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(a);
-    if (!exact) throw py::error_already_set();
+    const auto exact = converted<py::array_t<double, py::array::c_style | py::array::forcecast>>(a);
     py::array_t<float> hi({exact.shape(0), exact.shape(1), exact.shape(2)});
     const auto n = static_cast<size_t>(exact.size());
     in.low.resize(n);
@@ -57,8 +56,7 @@ LseInput lse_input(py::handle obj, const char* fn, const py::array& q) {
     }
     in.values = hi;
   } else {
-    in.values = Float32Array::ensure(float32_input(obj, fn, "lse", 3, "(B, H, T)"));
-    if (!in.values) throw py::error_already_set();
+    in.values = converted<Float32Array>(float32_input(obj, fn, "lse", 3, "(B, H, T)"));
   }
   const py::array& l = in.values;
   if (l.shape(0) != q.shape(0) || l.shape(1) != q.shape(1) || l.shape(2) != q.shape(2))
@@ -78,6 +76,7 @@ py::object attention(py::handle q_, py::handle k_, py::handle v_, bool causal, p
   add_variants(opt, fn, q.shape(1), window, alibi, softcap);
   py::array o = float32_output(out, fn, "out", {q.shape(0), q.shape(1), q.shape(2), v.shape(3)});
   check_disjoint(fn, "out", o, {{"q", &q}, {"k", &k}, {"v", &v}});
+  if (opt.mask) check_disjoint(fn, "out", o, {{"mask", &opt.mask}});  // read in place when it can be
   // lse in float64: the float the kernel writes plus the part it drops (AttentionOptions::lse_low)
   const auto rows = static_cast<size_t>(q.shape(0) * q.shape(1) * q.shape(2));
   std::vector<float> lse(rows), low(rows);
@@ -117,6 +116,9 @@ py::tuple attention_backward(py::handle q_, py::handle k_, py::handle v_, py::ha
   check_disjoint(fn, "dv", dv, read);
   check_disjoint(fn, "dq", dq, {{"dk", &dk}, {"dv", &dv}});
   check_disjoint(fn, "dk", dk, {{"dv", &dv}});
+  if (opt.mask)
+    for (const auto& [name, d] : {std::pair<const char*, const py::array*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}})
+      check_disjoint(fn, name, *d, {{"mask", &opt.mask}});
   const ConstHeads qh = const_heads(q), kh = const_heads(k), vh = const_heads(v), oh = const_heads(o),
                    doh = const_heads(d_o);
   const MutableHeads dqh = mutable_heads(dq), dkh = mutable_heads(dk), dvh = mutable_heads(dv);

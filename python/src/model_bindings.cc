@@ -97,8 +97,7 @@ std::vector<int64_t> ids_of(const char* fn, py::handle obj, int64_t max_tokens, 
     if (largest > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
       throw Error(str(fn, ": id ", largest, " is outside the vocabulary of ", vocab));
   }
-  const auto v = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
-  if (!v) throw py::error_already_set();  // the copy could not be made (numpy's MemoryError)
+  const auto v = converted<py::array_t<int64_t, py::array::c_style | py::array::forcecast>>(a);  // or MemoryError
   return std::vector<int64_t>(v.data(), v.data() + v.size());
 }
 

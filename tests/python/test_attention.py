@@ -229,6 +229,19 @@ def test_wrong_ranks_and_shapes_are_value_errors_with_the_shapes():
     buf = np.empty((2, 2, 4, 6), dtype=np.float32)
     with pytest.raises(ValueError, match="dq overlaps dk in memory"):
         qkv.attention_backward(f, f, f, o, lse, o, dq=buf[..., :3], dk=buf[..., 2:5])
+    # a mask kept inside out (read in place) would be overwritten as the kernel writes out (it gave
+    # wrong numbers, silently); so would a mask inside dq, dk or dv in the backward
+    f4 = np.ones((2, 2, 4, 4), dtype=np.float32)
+    o2 = np.zeros((2, 2, 4, 4), dtype=np.float32)
+    with pytest.raises(ValueError, match="out overlaps mask in memory"):
+        qkv.attention(f4, f4, f4, mask=o2[1, 1], out=o2)
+    o4, l4 = qkv.attention(f4, f4, f4, mask=np.zeros((4, 4), dtype=np.float32), return_lse=True)
+    with pytest.raises(ValueError, match="dq overlaps mask in memory"):
+        qkv.attention_backward(f4, f4, f4, o4, l4, o4, mask=o2[0, 0], dq=o2)
+    # a copy too large for memory raises numpy's MemoryError (it came out as pybind's "Internal error")
+    with pytest.raises(MemoryError):
+        huge = np.broadcast_to(np.float64(0.5), (1, 1, 2**40, 8))
+        qkv.attention(huge, huge, huge)
     with pytest.raises(ValueError, match=r"lse must be \(B, H, T\), got shape \(2, 2\)"):
         qkv.attention_backward(f, f, f, o, lse[:, :, 0], o)
     with pytest.raises(ValueError, match=r"lse has shape \(2, 2, 3\); q \(2, 2, 4, 3\) needs"):
