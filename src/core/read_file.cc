@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <system_error>
 
 #include "qkv/core/error.h"
@@ -64,8 +65,30 @@ std::string read_all(int fd, const std::string& name, int64_t expected) {
 
 }  // namespace
 
+void check_path(const std::string& path) {
+  QKV_CHECK(path.find('\0') == std::string::npos, "cannot open ", excerpt(path, 4096),
+            ": the path holds a NUL byte (the system would read it as ", excerpt(path.substr(0, path.find('\0')), 4096),
+            ", another file)");
+}
+
+bool file_starts_with(const std::string& path, const std::string& magic) {
+  if (path.find('\0') != std::string::npos || magic.size() > 16) return false;
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO: no wait for a writer
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return false;
+  const Fd owner(fd);
+  struct stat st {};
+  char head[16] = {};
+  return ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+         ::pread(fd, head, magic.size(), 0) == static_cast<ssize_t>(magic.size()) &&
+         std::memcmp(head, magic.data(), magic.size()) == 0;
+}
+
 std::string read_file(const std::string& path, StdinRule stdin_rule) {
   if (path == "-" && stdin_rule == StdinRule::kDashIsStdin) return read_all(STDIN_FILENO, "standard input", 0);
+  check_path(path);
   const std::string name = excerpt(path, 4096);
   int raw_fd;
   do {
@@ -94,7 +117,8 @@ std::string read_file(const std::string& path, StdinRule stdin_rule) {
 }
 
 MappedFile::MappedFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  check_path(path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO: refused below, not waited on
   struct stat st {};
   if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
     void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);

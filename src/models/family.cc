@@ -7,6 +7,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
+#include "qkv/core/read_file.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/models/decoder.h"
 #include "qkv/models/gguf_model.h"
@@ -83,6 +84,7 @@ const ModelFamily& family_of_preset(const std::string& preset) {
 }
 
 const ModelFamily& family_of_path(const std::string& path) {
+  check_path(path);
   if (is_directory(path)) {  // config.json's model_type; GPT-2's folders say "gpt2", or nothing
     const std::optional<std::string> type = hf_model_type(path);
     if (!type) {  // GPT-2's folders may not say; anything else must

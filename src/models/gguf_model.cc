@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <optional>
 #include <set>
@@ -16,6 +15,7 @@
 #include "qkv/core/checked.h"
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
+#include "qkv/core/read_file.h"
 #include "qkv/kernels/rope.h"
 #include "qkv/models/decoder.h"
 
@@ -155,11 +155,7 @@ std::string weights_type(const GgufFile& f) {
 
 }  // namespace
 
-bool is_gguf_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
-}
+bool is_gguf_file(const std::string& path) { return file_starts_with(path, "GGUF"); }
 
 const ModelFamily& family_of_gguf(const GgufFile& file) {
   const std::string arch = file.string("general.architecture");

@@ -6,6 +6,7 @@
 // logits that hold NaN or inf refused (a temperature too small for logits / t: the greedy limit).
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +26,7 @@
 #include "qkv/core/torch_math.h"
 #include "qkv/models/family.h"
 #include "qkv/models/generation.h"
+#include "qkv/models/gguf_model.h"
 #include "qkv/models/hf_folder.h"
 #include "test_support.h"
 
@@ -84,6 +86,20 @@ TEST_P(HostileFolder, AConfigLargerThanItsWeightsIsRefusedBeforeTheModelIsMade) 
   EXPECT_THAT(load_with("num_hidden_layers", 3), HasSubstr("has no tensor 'model.layers.2."));
   EXPECT_THAT(load_with("num_hidden_layers", 1), HasSubstr("model.layers.1."));
   EXPECT_THAT(load_with("num_hidden_layers", 2), "(no error)");
+}
+
+// A path holding a NUL byte is refused naming it: the system's calls would stop at the NUL and open
+// another file (a library caller's "folder\0.gguf" loaded the folder). A FIFO is refused at once: the
+// GGUF check's plain open waited for a writer forever.
+TEST_P(HostileFolder, APathWithANulByteOrAFifoIsRefusedAtOnce) {
+  const std::string nul = dir_ + std::string(1, '\0') + "x.gguf";
+  EXPECT_THAT(error_of([&] { load_model(nul); }), HasSubstr("the path holds a NUL byte"));
+  EXPECT_THAT(error_of([&] { read_file(nul); }), HasSubstr("the path holds a NUL byte"));
+  EXPECT_THAT(error_of([&] { MappedFile f(dir_ + "/config.json" + std::string(1, '\0')); }),
+              HasSubstr("the path holds a NUL byte"));
+  ASSERT_EQ(::mkfifo((dir_ + "/fifo").c_str(), 0600), 0);
+  EXPECT_FALSE(is_gguf_file(dir_ + "/fifo"));
+  EXPECT_THAT(error_of([&] { load_model(dir_ + "/fifo"); }), HasSubstr("it is a FIFO (named pipe)"));
 }
 
 TEST_P(HostileFolder, AnUnknownOrUnreadableModelTypeIsNamed) {

@@ -16,6 +16,15 @@ enum class StdinRule { kNoStdin, kDashIsStdin };
 // directory ...", "... more than the file size limit of N bytes (max_file_bytes)") on failure.
 std::string read_file(const std::string& path, StdinRule stdin_rule = StdinRule::kNoStdin);
 
+// Throws qkv::Error naming `path` when it holds a NUL byte: the system's calls would stop there and
+// open another file ("a.safetensors\0.gguf" is "a.safetensors" to them). read_file, MappedFile and
+// the model loaders' path checks call it first.
+void check_path(const std::string& path);
+
+// Whether `path` is a regular file that starts with `magic` (at most 16 bytes). Never waits: a FIFO,
+// a device or a missing file is not one.
+bool file_starts_with(const std::string& path, const std::string& magic);
+
 // A whole file's bytes, valid while it lives: memory-mapped read-only when the path is a regular,
 // non-empty file (no size limit: the pages come from the page cache as they are read), else read
 // whole by read_file (which refuses what it must, naming the path).
