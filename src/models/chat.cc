@@ -57,8 +57,26 @@ std::string chat_text(ChatFormat format, const std::vector<ChatMessage>& message
   return t;
 }
 
+namespace {
+// The format's control tokens must each be one token of the tokenizer: a tokenizer without them (a
+// base model's, or an edited tokenizer.json) would spell "<|im_start|>" out as text, and the reply
+// could never end at its end token.
+void check_control_tokens(const Tokenizer& tokenizer, ChatFormat format) {
+  const std::vector<std::string> needed =
+      format == ChatFormat::kLlama3
+          ? std::vector<std::string>{"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}
+          : std::vector<std::string>{"<|im_start|>", "<|im_end|>"};
+  for (const std::string& t : needed)
+    QKV_CHECK(tokenizer.encode(t).size() == 1, "chat: the tokenizer has no ", t, " token, which the ",
+              chat_format_name(format), " chat format needs (", format == ChatFormat::kLlama3 ? needed[0] + ", ..." : "",
+              format == ChatFormat::kLlama3 ? "" : needed[0] + " and " + needed[1],
+              "): it would be spelled out as text; a base model's tokenizer may lack them");
+}
+}  // namespace
+
 std::vector<int64_t> chat_ids(const Tokenizer& tokenizer, ChatFormat format, const std::vector<ChatMessage>& messages,
                               bool first, bool thinking, bool special_tokens_in_messages) {
+  check_control_tokens(tokenizer, format);
   std::vector<int64_t> ids;
   for (const ChatPiece& piece : chat_pieces(format, messages, first, thinking)) {
     const std::vector<int64_t> more = piece.message && !special_tokens_in_messages ? tokenizer.encode_text(piece.text)
@@ -87,6 +105,7 @@ ChatSession::ChatSession(LanguageModel& model, const Tokenizer& tokenizer, ChatF
       capacity_(chat_capacity(capacity, model)),
       cache_(model.make_cache(1, cache_dtype.value_or(model.default_cache_dtype()), capacity_)) {
   QKV_CHECK(!stop_ids_.empty(), "chat: the tokenizer has none of the family's end tokens");
+  check_control_tokens(tokenizer_, format_);  // before the first turn, not as each turn's error
   model_.eval();
 }
 

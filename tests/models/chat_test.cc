@@ -71,6 +71,26 @@ TEST(ChatSession, RefusesAContextBelowOneAndATurnThatDoesNotFit) {
   EXPECT_GT(chat.length(), held);
 }
 
+// A tokenizer without the format's control tokens (a base model's, an edited tokenizer.json) is
+// refused naming the token: it used to spell "<|im_start|>" out as text, and the reply could never
+// end. The session refuses it when made, before the first turn.
+TEST(ChatIds, AControlTokenTheTokenizerLacksIsNamed) {
+  const HfTextTokenizer qwen(HfTokenizer::load("qwen3"), "qwen3"), llama(HfTokenizer::load("llama3"), "llama3");
+  const std::vector<ChatMessage> hi = {{"user", "hi"}};
+  const std::string e = testing_support::error_of([&] { chat_ids(qwen, ChatFormat::kLlama3, hi, true, false); });
+  EXPECT_NE(e.find("chat: the tokenizer has no <|begin_of_text|> token, which the llama3 chat format needs"),
+            std::string::npos)
+      << e;
+  const std::string f = testing_support::error_of([&] { chat_ids(llama, ChatFormat::kQwen3, hi, true, false); });
+  EXPECT_NE(f.find("no <|im_start|> token, which the qwen3 chat format needs"), std::string::npos) << f;
+  const DecoderSpec c = llama_sizes("qwen3", 151669, 8, 8, 1, 2, 1, 4, 64, false, 10000.0, 1e-5);
+  Generator gen(3);
+  DecoderModel model(c, gen);
+  const std::string g = testing_support::error_of([&] { ChatSession s(model, llama, ChatFormat::kQwen3, {128009}, 40); });
+  EXPECT_NE(g.find("no <|im_start|> token"), std::string::npos) << g;
+  EXPECT_NO_THROW(chat_ids(qwen, ChatFormat::kQwen3, hi, true, false));
+}
+
 // The ids of `id`'s text in `ids`, counted.
 int64_t count_of(const std::vector<int64_t>& ids, int64_t id) { return std::count(ids.begin(), ids.end(), id); }
 
