@@ -142,11 +142,20 @@ const std::vector<std::string>& writable_quant_types() {
   return names;
 }
 
-void quantize(const QuantType& t, const float* x, int64_t n, uint8_t* out) {
+namespace {
+// The first value of x[0, n) that is not finite, or n.
+int64_t first_not_finite(const float* x, int64_t n) {
+  int64_t i = 0;
+  while (i < n && std::isfinite(x[i])) ++i;
+  return i;
+}
+}  // namespace
+
+void quantize(const QuantType& t, const float* x, int64_t n, uint8_t* out, const std::string& what) {
   QKV_CHECK(n % t.block == 0, n, " values are not whole blocks of ", t.block, " (", t.name, ")");
-  for (int64_t i = 0; i < n; ++i)
-    QKV_CHECK(std::isfinite(x[i]), "value ", i, " of the tensor to quantize to ", t.name, " is ", x[i],
-              "; only finite values are quantized");
+  const int64_t bad = first_not_finite(x, n);
+  QKV_CHECK(bad == n, what, " holds ", x[bad < n ? bad : 0], " at value ", bad, "; only finite values can be written as ",
+            t.name);
   const std::string name = t.name;
   const int64_t blocks = n / t.block;
   if (name == "F32") {
@@ -182,7 +191,7 @@ const QuantType& product_quant_type(const std::string& name) {
 }
 
 QuantMatrix quantize_matrix(const QuantType& t, int64_t rows, int64_t cols,
-                            const std::function<void(int64_t, float*)>& row) {
+                            const std::function<void(int64_t, float*)>& row, const std::string& what) {
   const int64_t row_bytes = quant_bytes(t, cols, "a row to quantize");
   QuantMatrix q;
   q.type = &t;
@@ -190,7 +199,10 @@ QuantMatrix quantize_matrix(const QuantType& t, int64_t rows, int64_t cols,
   std::vector<float> x(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
     row(r, x.data());
-    quantize(t, x.data(), cols, q.blocks.data() + r * row_bytes);
+    const int64_t bad = first_not_finite(x.data(), cols);
+    QKV_CHECK(bad == cols, what, " holds ", x[static_cast<size_t>(bad < cols ? bad : 0)], " at row ", r, ", column ", bad,
+              "; only finite values can be quantized (to ", t.name, ")");
+    quantize(t, x.data(), cols, q.blocks.data() + r * row_bytes, what);
   }
   return q;
 }

@@ -587,14 +587,16 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
       copy_in_pieces(file, g, in_row, in.first, in.last, [&](int64_t r0, int64_t r1, const uint8_t* from) {
         for (int64_t r = r0; r < r1; ++r) {
           dequantize(*t.type, from + (r - r0) * in_row, cols, row.data());
-          quantize(*q.type, row.data(), cols, q.blocks.data() + r * out_row);
+          quantize(*q.type, row.data(), cols, q.blocks.data() + r * out_row,
+                   str("tensor ", excerpt(g), " of ", excerpt(path), ", row ", r, ","));
         }
       });
       ++converted[tt + " to " + q.type->name];
     } else if (quantize_to != nullptr && std::string(fitting_quant_type(*quantize_to, cols).name) != "F16") {
       // F32, F16, BF16 asked to be quantized
       q = quantize_matrix(fitting_quant_type(*quantize_to, cols), rows, cols,
-                          [&](int64_t r, float* out) { dequantize(*t.type, first + r * in_row, cols, out); });
+                          [&](int64_t r, float* out) { dequantize(*t.type, first + r * in_row, cols, out); },
+                          str("tensor ", excerpt(g), " of ", excerpt(path)));
       ++converted[tt + " to " + q.type->name];
     } else {
       return std::nullopt;  // F32, F16, BF16: bf16 weights

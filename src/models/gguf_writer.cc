@@ -153,7 +153,7 @@ std::string gguf_model_bytes(LanguageModel& model, const json* tokenizer, const 
                              gguf_map_values(place.values, mine.data(), tensor->numel(), false, place.name);
                              w = mine.data();
                            }
-                           quantize(t, w, tensor->numel(), out);
+                           quantize(t, w, tensor->numel(), out, "tensor " + excerpt(place.name));
                            out += quant_bytes(t, tensor->numel(), "a GGUF tensor");
                          }
                        }});

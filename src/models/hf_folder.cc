@@ -200,7 +200,7 @@ std::unique_ptr<LanguageModel> hf_model_from(const HfFolder& w, Dtype dtype, Att
             file(name).read_range_into(name, r * cols, std::min(piece, shape[0] - r) * cols, rows.data());
           }
           std::copy_n(rows.data() + (r - held) * cols, cols, out);
-        });
+        }, "tensor " + excerpt(name));
       };
     model->load_bf16_only(
         [&](const std::string& name, uint16_t* out) { file(name).read_bf16_into(name, out); },

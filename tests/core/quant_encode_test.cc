@@ -154,8 +154,18 @@ TEST(QuantEncode, RefusesWhatItCannotWrite) {
   std::vector<float> x(32, 1.0f);
   std::vector<uint8_t> b(1024);
   x[5] = NAN;
-  EXPECT_THAT(error_of([&] { quantize(quant_type_named("Q8_0"), x.data(), 32, b.data()); }),
-              HasSubstr("value 5 of the tensor to quantize to Q8_0 is nan"));
+  EXPECT_THAT(error_of([&] { quantize(quant_type_named("Q8_0"), x.data(), 32, b.data(), "tensor 'w'"); }),
+              HasSubstr("tensor 'w' holds nan at value 5; only finite values can be written as Q8_0"));
+  // a matrix names the row and the column (the tensor's own, not the row's block)
+  std::vector<float> m(3 * 64, 1.0f);
+  m[2 * 64 + 40] = INFINITY;
+  EXPECT_THAT(error_of([&] {
+                quantize_matrix(quant_type_named("Q8_0"), 3, 64, [&](int64_t r, float* out) {
+                  std::copy_n(m.data() + r * 64, 64, out);
+                }, "tensor 'blk.0.attn_q.weight' of 'm.gguf'");
+              }),
+              HasSubstr("tensor 'blk.0.attn_q.weight' of 'm.gguf' holds inf at row 2, column 40; only finite values "
+                        "can be quantized (to Q8_0)"));
   x[5] = 1.0f;
   EXPECT_THAT(error_of([&] { quantize(quant_type_named("Q8_0"), x.data(), 16, b.data()); }),
               HasSubstr("16 values are not whole blocks of 32 (Q8_0)"));

@@ -93,8 +93,8 @@ const std::vector<std::string>& writable_quant_types();
 // n finite values (whole blocks) into quant_bytes(t, n) bytes at `out` (src/core/quant_encode.cc):
 // each block's scale from its largest magnitude (Q4_K: from its range, with a min), each value the
 // nearest integer of it; F16 and BF16 rounded to nearest even. A value that is not finite, or a
-// type it does not write, is a qkv::Error.
-void quantize(const QuantType& t, const float* x, int64_t n, uint8_t* out);
+// type it does not write, is a qkv::Error (naming `what`, the values' tensor, and the value's index).
+void quantize(const QuantType& t, const float* x, int64_t n, uint8_t* out, const std::string& what = "the tensor");
 // The type a load's quantize option names ("q8_0", ..., case as given), checked to be one the
 // integer products read (Q8_0, Q4_0, Q4_K, Q6_K): qkv::Error naming it otherwise.
 const QuantType& product_quant_type(const std::string& name);
@@ -105,7 +105,9 @@ const std::vector<std::string>& product_quant_names();
 const QuantType& fitting_quant_type(const QuantType& want, int64_t cols);
 // A (rows, cols) matrix in type t (cols whole blocks of it), each row's floats given by
 // row(r, out[cols]) and quantized in turn: never more than one row in floats.
+// `what` names the matrix in the error a value that is not finite gets ("tensor 'x.weight'"), with
+// the value's row and column.
 QuantMatrix quantize_matrix(const QuantType& t, int64_t rows, int64_t cols,
-                            const std::function<void(int64_t, float*)>& row);
+                            const std::function<void(int64_t, float*)>& row, const std::string& what = "the matrix");
 
 }  // namespace qkv
