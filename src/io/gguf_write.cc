@@ -39,6 +39,7 @@ class Bytes {
 void write_value(Bytes& b, const GgufValue& v) {
   switch (v.type) {
     case GgufType::kU32: b.u(v.u, 4); break;
+    case GgufType::kU64: b.u(v.u, 8); break;
     case GgufType::kBool: b.u(v.u, 1); break;
     case GgufType::kF32: b.f32(v.f); break;
     case GgufType::kString: b.string(v.s); break;
@@ -52,11 +53,18 @@ void write_value(Bytes& b, const GgufValue& v) {
         for (int64_t x : v.ints) b.u(static_cast<uint64_t>(x), 4);
       }
       break;
-    default: fail("qkv's GGUF writer writes u32, f32, bool, string and array values, not ", gguf_type_name(v.type));
+    default: fail("qkv's GGUF writer writes u32, u64, f32, bool, string and array values, not ", gguf_type_name(v.type));
   }
 }
 
 }  // namespace
+
+GgufValue gguf_u64(uint64_t v) {
+  GgufValue g;
+  g.type = GgufType::kU64;
+  g.u = v;
+  return g;
+}
 
 GgufValue gguf_u32(uint64_t v) {
   QKV_CHECK(v <= std::numeric_limits<uint32_t>::max(), "a GGUF u32 holds at most 4294967295, not ", v);

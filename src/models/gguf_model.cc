@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <set>
 #if defined(__GLIBC__)
@@ -274,7 +275,12 @@ json qwen35_config(const GgufFile& f, const std::function<int64_t(const std::str
 json gguf_config_json(const GgufFile& f) {
   const ModelFamily& family = family_of_gguf(f);
   const std::string a = f.string("general.architecture") + ".";
-  auto integer = [&](const std::string& key) { return static_cast<int64_t>(std::min<uint64_t>(f.unsigned_int(a + key), INT64_MAX)); };
+  auto integer = [&](const std::string& key) {  // a count past int64 is named, not clamped to 2^63 - 1
+    const uint64_t v = f.unsigned_int(a + key);
+    QKV_CHECK(v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), excerpt(f.path()), ": metadata ",
+              excerpt(a + key), " is ", v, "; more than qkv reads (2^63 - 1)");
+    return static_cast<int64_t>(v);
+  };
   if (a == "gpt2.") return gpt2_cfg(f, integer);
   if (a == "qwen35.") return qwen35_config(f, integer);
   json j = {{"model_type", family.model_types.front()}};

@@ -248,6 +248,10 @@ TEST_P(GgufModel, BrokenFilesAreRefusedNamingTheField) {
   EXPECT_THAT(refused(edited(good, set(a + "block_count", gguf_u32(1000000)))),
               HasSubstr("but its tensors hold only"));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));  // 100x what it takes
+  // a count past int64 is named with the file's key and value (it was clamped to 2^63 - 1 and refused
+  // as a product of sizes naming neither)
+  EXPECT_THAT(refused(edited(good, set(a + "block_count", gguf_u64(~uint64_t{0})))),
+              HasSubstr("metadata '" + a + "block_count' is 18446744073709551615; more than qkv reads (2^63 - 1)"));
   EXPECT_THAT(refused(edited(good, set("general.architecture", gguf_string("mamba")))),
               HasSubstr("general.architecture is 'mamba'; qkv reads GGUF files of \"gpt2\", \"llama\", \"qwen2\", \"qwen3\""));
   EXPECT_THAT(refused(edited(good, set(a + "embedding_length", gguf_string("256")))),

@@ -121,8 +121,9 @@ struct GgufTensorSource {
   const QuantType* type = nullptr;
   std::function<void(uint8_t* out)> fill;
 };
-// Scalars and arrays for GgufMetadata: u32, f32, bool, string, arrays of strings and of i32.
+// Scalars and arrays for GgufMetadata: u32, u64, f32, bool, string, arrays of strings and of i32.
 GgufValue gguf_u32(uint64_t v);  // qkv::Error past 2^32 - 1
+GgufValue gguf_u64(uint64_t v);
 GgufValue gguf_f32(double v);
 GgufValue gguf_bool(bool v);
 GgufValue gguf_string(std::string v);
