@@ -86,7 +86,7 @@ py::array float32_output(py::handle out, const char* fn, const char* name, const
   if (!a.writeable()) throw py::value_error(std::string(fn) + ": " + name + " is read-only");
   if (!readable_in_place(a))
     throw py::value_error(std::string(fn) + ": " + name + " must have non-negative strides of whole float32 elements");
-  for (py::ssize_t i = 0; i < a.ndim(); ++i)
+  for (py::ssize_t i = 0; i < a.ndim() && a.size() > 0; ++i)  // an empty array has no elements to share
     if (a.strides(i) == 0 && a.shape(i) > 1)
       throw py::value_error(std::string(fn) + ": " + name + " has a zero stride (a broadcast view); give a real array");
   return a;

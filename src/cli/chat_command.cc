@@ -100,13 +100,12 @@ struct ChatCommandFlags {
   bool json = false;
 };
 
-int run_chat(ChatCommandFlags& f, const CLI::App& sub) {
+int run_chat(ChatCommandFlags& f) {
   if (f.weights.empty() == f.model.empty()) bad_flag("--weights", "give one of --weights DIR or --model PRESET");
   LoadOptions load;
   load.dtype = f.dtype;
   load.quantize = f.quantize;
   LoadedModel m = !f.model.empty() ? make_model(f.model, f.sampling.seed, load) : load_model(f.weights, load);
-  if (sub.count("--max-new-tokens") == 0) f.sampling.max_new_tokens = 1024;
   apply_sampling_flags(f.pick, m.model->vocab_size(), f.sampling);
   ChatSession chat = make_chat_session(m, f.chat);
   if (!f.json)
@@ -174,13 +173,14 @@ Command add_chat(CLI::App& app) {
   add_chat_flags(sub, f->chat);
   add_sampling_flags(sub, f->pick);
   add_number_with_default(sub, "--seed", f->sampling.seed, "Seed of the draws (continued from turn to turn)");
-  add_number_with_default(sub, "--max-new-tokens", f->sampling.max_new_tokens,
-                          "The longest reply, in tokens (default 1024)", non_negative<int64_t>());
+  f->sampling.max_new_tokens = 1024;  // a reply's default (generate's is 50), shown by --help as it is
+  add_number_with_default(sub, "--max-new-tokens", f->sampling.max_new_tokens, "The longest reply, in tokens",
+                          non_negative<int64_t>());
   add_dtype_flag(sub, "--dtype", [f](Dtype d) { f->dtype = d; },
                  "The products: f32 | bf16 (default: the weights' own precision)");
   sub->add_flag("--json", f->json,
                 "One JSON object per turn: {turn, prompt_ids, new_ids, reply, ended, context, max_context}");
-  return {sub, [f, sub]() { return run_chat(*f, *sub); }};
+  return {sub, [f]() { return run_chat(*f); }};
 }
 
 }  // namespace qkv::cli

@@ -407,3 +407,20 @@ def test_double_backward_says_it_is_not_supported():
     x = torch.randn(2, 8, 16, requires_grad=True)
     with pytest.raises(RuntimeError, match="double backward"):
         torch.autograd.grad(mine(x).sum(), x, create_graph=True)
+
+
+def test_empty_batches_and_sequences_give_empty_results():
+    # PyTorch hands an empty tensor to numpy with zero strides, which the output check took for a
+    # broadcast view ("out has a zero stride"); the book's classes return empty results, and so do
+    # these, forward and backward
+    q = torch.rand(0, 2, 4, 8, requires_grad=True)
+    o = qt.attention(q, q, q, causal=True)
+    o.sum().backward()
+    assert o.shape == (0, 2, 4, 8) and q.grad.shape == q.shape
+    assert qt.attention(torch.rand(1, 2, 0, 8), torch.rand(1, 2, 0, 8), torch.rand(1, 2, 0, 8)).shape == (1, 2, 0, 8)
+    torch.manual_seed(1)
+    assert qt.SelfAttention_v2(3, 2)(torch.rand(0, 3)).shape == (0, 2)
+    m = qt.MultiHeadAttention(3, 4, 6, 0.0, num_heads=2)
+    x = torch.rand(0, 6, 3, requires_grad=True)
+    m(x).sum().backward()
+    assert x.grad.shape == x.shape
