@@ -38,27 +38,21 @@ bool has_avx2_fma() {
 }
 #endif
 
+// exp (exp = true) or log on x[0, n) into y, as torch.exp / torch.log compute them on this CPU
+void elementwise(bool exp, const float* x, float* y, int64_t n) {
+#if defined(__x86_64__)
+  if (has_avx2_fma()) {
+    sleef_avx2(exp, x, y, n);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = exp ? std::exp(x[i]) : std::log(x[i]);
+}
+
 }  // namespace
 
-void torch_log(const float* x, float* y, int64_t n) {
-#if defined(__x86_64__)
-  if (has_avx2_fma()) {
-    sleef_avx2(false, x, y, n);
-    return;
-  }
-#endif
-  for (int64_t i = 0; i < n; ++i) y[i] = std::log(x[i]);
-}
-
-void torch_exp(const float* x, float* y, int64_t n) {
-#if defined(__x86_64__)
-  if (has_avx2_fma()) {
-    sleef_avx2(true, x, y, n);
-    return;
-  }
-#endif
-  for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
-}
+void torch_log(const float* x, float* y, int64_t n) { elementwise(false, x, y, n); }
+void torch_exp(const float* x, float* y, int64_t n) { elementwise(true, x, y, n); }
 
 void torch_softmax(float* x, int64_t n) {
   // the largest value: eight running maxima (any order gives the same value), NaN kept
