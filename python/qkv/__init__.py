@@ -118,6 +118,8 @@ class Model:
 
     def encode(self, text):
         """The model's ids for `text` (GPT-2's tokenizer for GPT models)."""
+        if not isinstance(text, str):  # bytes would pass as UTF-8 unchecked, as tiktoken's encode refuses them
+            raise TypeError(f"encode: text must be a str, not {type(text).__name__}")
         return self._m.encode(text)
 
     def decode(self, ids):
@@ -146,6 +148,8 @@ class Model:
         id as it is picked (closing it early stops the generation).
         """
         self._not_streaming("generate")
+        if isinstance(prompt, (bytes, bytearray)):  # not ids: b"Hello" would be [72, 101, ...]
+            raise TypeError(f"generate: prompt must be a str or a list of ids, not {type(prompt).__name__}")
         ids = self._m.encode(prompt) if isinstance(prompt, str) else [operator.index(i) for i in prompt]
         args = dict(max_new_tokens=max_new_tokens, temperature=float(temperature), top_k=top_k, seed=seed,
                     stop_at_eos=stop_at_eos)

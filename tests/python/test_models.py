@@ -207,6 +207,8 @@ def test_bad_input_is_a_clear_exception(models, tmp_path):
         (lambda: qkv.load(str(tmp_path / "missing.safetensors")), qkv.Error, "missing.safetensors"),
         (lambda: qkv.load(path, dtype="f16"), qkv.Error, "f16"),
         (lambda: qkv.make_model("gpt2-tiny"), qkv.Error, "gpt2-tiny"),
+        (lambda: model.generate(b"Hello", max_new_tokens=1), TypeError, "not bytes"),  # were ids 72, 101, ...
+        (lambda: model.encode(b"a\xff"), TypeError, "text must be a str, not bytes"),
         (lambda: model.logits(np.array([1.5, 2.0])), TypeError, "integers"),
         (lambda: model.logits(np.zeros((1, 2, 3), dtype=np.int64)), ValueError, "(T) or (B, T)"),
         (lambda: model.logits([V]), qkv.Error, str(V)),
