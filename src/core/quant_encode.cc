@@ -149,13 +149,10 @@ int64_t first_not_finite(const float* x, int64_t n) {
   while (i < n && std::isfinite(x[i])) ++i;
   return i;
 }
-}  // namespace
 
-void quantize(const QuantType& t, const float* x, int64_t n, uint8_t* out, const std::string& what) {
+// quantize's work on values already checked finite
+void write_blocks(const QuantType& t, const float* x, int64_t n, uint8_t* out) {
   QKV_CHECK(n % t.block == 0, n, " values are not whole blocks of ", t.block, " (", t.name, ")");
-  const int64_t bad = first_not_finite(x, n);
-  QKV_CHECK(bad == n, what, " holds ", x[bad < n ? bad : 0], " at value ", bad, "; only finite values can be written as ",
-            t.name);
   const std::string name = t.name;
   const int64_t blocks = n / t.block;
   if (name == "F32") {
@@ -170,6 +167,15 @@ void quantize(const QuantType& t, const float* x, int64_t n, uint8_t* out, const
     QKV_CHECK(block != nullptr, "qkv does not write ", name, " blocks; it writes F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K");
     for (int64_t i = 0; i < blocks; ++i) block(x + i * t.block, out + i * t.block_bytes);
   }
+}
+
+}  // namespace
+
+void quantize(const QuantType& t, const float* x, int64_t n, uint8_t* out, const std::string& what) {
+  const int64_t bad = first_not_finite(x, n);
+  QKV_CHECK(bad == n, what, " holds ", x[bad < n ? bad : 0], " at value ", bad, "; only finite values can be written as ",
+            t.name);
+  write_blocks(t, x, n, out);
 }
 
 const std::vector<std::string>& product_quant_names() {
@@ -202,7 +208,7 @@ QuantMatrix quantize_matrix(const QuantType& t, int64_t rows, int64_t cols,
     const int64_t bad = first_not_finite(x.data(), cols);
     QKV_CHECK(bad == cols, what, " holds ", x[static_cast<size_t>(bad < cols ? bad : 0)], " at row ", r, ", column ", bad,
               "; only finite values can be quantized (to ", t.name, ")");
-    quantize(t, x.data(), cols, q.blocks.data() + r * row_bytes, what);
+    write_blocks(t, x.data(), cols, q.blocks.data() + r * row_bytes);
   }
   return q;
 }

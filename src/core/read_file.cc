@@ -63,6 +63,16 @@ std::string read_all(int fd, const std::string& name, int64_t expected) {
   return out;
 }
 
+// path opened to read, never waiting (a FIFO with no writer opens at once, to be refused by its
+// kind), retried when a signal interrupts; -1 with errno set on failure.
+int open_to_read(const std::string& path) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
 }  // namespace
 
 void check_path(const std::string& path) {
@@ -73,10 +83,7 @@ void check_path(const std::string& path) {
 
 bool file_starts_with(const std::string& path, const std::string& magic) {
   if (path.find('\0') != std::string::npos || magic.size() > 16) return false;
-  int fd;
-  do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO: no wait for a writer
-  } while (fd < 0 && errno == EINTR);
+  const int fd = open_to_read(path);
   if (fd < 0) return false;
   const Fd owner(fd);
   struct stat st {};
@@ -90,11 +97,7 @@ std::string read_file(const std::string& path, StdinRule stdin_rule) {
   if (path == "-" && stdin_rule == StdinRule::kDashIsStdin) return read_all(STDIN_FILENO, "standard input", 0);
   check_path(path);
   const std::string name = excerpt(path, 4096);
-  int raw_fd;
-  do {
-    // O_NONBLOCK: opening a FIFO must not wait for a writer before it can be refused below.
-    raw_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  } while (raw_fd < 0 && errno == EINTR);
+  const int raw_fd = open_to_read(path);
   if (raw_fd < 0) {
     int err = errno;
     fail("cannot open ", name, ": ", errno_message(err));
@@ -118,7 +121,7 @@ std::string read_file(const std::string& path, StdinRule stdin_rule) {
 
 MappedFile::MappedFile(const std::string& path) {
   check_path(path);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO: refused below, not waited on
+  const int fd = open_to_read(path);  // a FIFO: refused by read_file below, not waited on
   struct stat st {};
   if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
     void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);

@@ -66,10 +66,11 @@ void check_control_tokens(const Tokenizer& tokenizer, ChatFormat format) {
       format == ChatFormat::kLlama3
           ? std::vector<std::string>{"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}
           : std::vector<std::string>{"<|im_start|>", "<|im_end|>"};
+  std::string all;
+  for (const std::string& t : needed) all += (all.empty() ? "" : " ") + t;
   for (const std::string& t : needed)
     QKV_CHECK(tokenizer.encode(t).size() == 1, "chat: the tokenizer has no ", t, " token, which the ",
-              chat_format_name(format), " chat format needs (", format == ChatFormat::kLlama3 ? needed[0] + ", ..." : "",
-              format == ChatFormat::kLlama3 ? "" : needed[0] + " and " + needed[1],
+              chat_format_name(format), " chat format needs (", all,
               "): it would be spelled out as text; a base model's tokenizer may lack them");
 }
 }  // namespace

@@ -82,11 +82,11 @@ int64_t pick_next_token(const float* last, int64_t V, const SamplingOptions& o, 
   // core/torch_math.h)
   const auto t = static_cast<float>(o.temperature);
   for (float& x : z) x = x / t;
-  // A temperature so small that logits / t overflows (or underflows to -inf everywhere) leaves
-  // softmax undefined; its limit as t -> 0 is the greedy choice, and that is what is returned.
-  const float m = z[static_cast<size_t>(first_argmax_of_checked(z.data(), V))];
-  if (!std::isfinite(m)) return first_argmax(last, V);
   torch_softmax(z.data(), V);
+  // A temperature so small that logits / t overflows (or underflows to -inf everywhere) leaves
+  // softmax undefined (torch_softmax's NaN: z held no NaN); its limit as t -> 0 is the greedy
+  // choice, and that is what is returned.
+  if (std::isnan(z[0])) return first_argmax(last, V);
   // next = multinomial(probs, 1) = argmax(probs / q), q ~ Exp(1) = -log(1 - u) per entry, u the low
   // 53 bits of a random64() times 2^-53: the first index of the largest, as first_argmax. Every entry
   // draws its u (the generator's stream, taken a block at a time), but the logarithm is taken only
@@ -98,6 +98,11 @@ int64_t pick_next_token(const float* last, int64_t V, const SamplingOptions& o, 
   // path.
   constexpr int64_t kBlock = 512;
   uint32_t words[2 * kBlock];
+  // lo for entry j of a block: the top 24 of u's 53 bits (the high word's low 21, the low word's top 3)
+  auto lo_of = [&words](int64_t j) {
+    const uint32_t top = ((words[2 * j] & 0x1FFFFFu) << 3) | (words[2 * j + 1] >> 29);
+    return static_cast<float>(static_cast<int32_t>(top)) * 0x1.0p-24f;
+  };
   int64_t best = -1;
   float best_value = 0.0f;
   for (int64_t j0 = 0; j0 < V; j0 += kBlock) {
@@ -107,18 +112,13 @@ int64_t pick_next_token(const float* last, int64_t V, const SamplingOptions& o, 
     if (best >= 0) {
       const float c = best_value * 0.999f;
       int32_t open = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        // the top 24 of u's 53 bits: the high word's low 21 bits, then the low word's top 3
-        const uint32_t top = ((words[2 * j] & 0x1FFFFFu) << 3) | (words[2 * j + 1] >> 29);
-        open |= !(p[j] <= c * (static_cast<float>(static_cast<int32_t>(top)) * 0x1.0p-24f));
-      }
+      for (int64_t j = 0; j < n; ++j) open |= !(p[j] <= c * lo_of(j));
       if (open == 0) continue;
     }
     for (int64_t j = 0; j < n; ++j) {
       const uint64_t bits = (static_cast<uint64_t>(words[2 * j]) << 32) | words[2 * j + 1];
       const double u = static_cast<double>(bits & ((uint64_t{1} << 53) - 1)) * 0x1.0p-53;
-      const float lo = static_cast<float>(static_cast<int32_t>((bits >> 29) & 0xFFFFFFu)) * 0x1.0p-24f;
-      if (best >= 0 && p[j] <= best_value * 0.999f * lo) continue;
+      if (best >= 0 && p[j] <= best_value * 0.999f * lo_of(j)) continue;
       const auto q = static_cast<float>(-std::log(1.0 - u));
       const float v = p[j] / q;
       if (best < 0 || v > best_value) {
