@@ -4,6 +4,8 @@
 
 #include <sys/stat.h>
 
+#include <utility>
+
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
 #include "qkv/core/json_read.h"
@@ -193,6 +195,20 @@ ModelFamily family_entry(const char* name) {
   return f;
 }
 
+// Newer config.json files list each layer's attention ("layer_types"); qkv runs full attention in
+// every layer, so such a list must say so, once per layer.
+void check_full_attention_layers(const json& j, int64_t layers, const std::string& where) {
+  if (!j.contains("layer_types") || j["layer_types"].is_null()) return;
+  const json& types = j["layer_types"];
+  QKV_CHECK(types.is_array(), where, ": \"layer_types\" is ", json_excerpt(types),
+            "; expected a list of \"full_attention\", one per layer");
+  QKV_CHECK(std::cmp_equal(types.size(), layers), where, ": \"layer_types\" has ", types.size(),
+            " entries for \"num_hidden_layers\" ", layers, "; expected one per layer");
+  for (size_t i = 0; i < types.size(); ++i)
+    QKV_CHECK(types[i] == "full_attention", where, ": \"layer_types\"[", i, "] is ", json_excerpt(types[i]),
+              "; qkv runs full attention in every layer (\"full_attention\")");
+}
+
 }  // namespace
 
 DecoderSpec read_llama_config(const json& j, const std::string& where) {
@@ -232,9 +248,11 @@ DecoderSpec read_llama_config(const json& j, const std::string& where) {
               "; the SwiGLU feed-forward uses \"silu\"");
   // Qwen2's q, k and v always have a bias (its config.json has no key for it); no other projection has.
   const bool qwen2 = type == "qwen2";
-  if (qwen2) {
+  if (type != "llama")
     QKV_CHECK(!boolean(j, "use_sliding_window", false, where), where, ": \"use_sliding_window\" is true; qkv ",
-              "runs Qwen2's full attention in every layer (the published Qwen2.5 models turn it off)");
+              "runs ", title_of(type), "'s full attention in every layer (the published models turn it off)");
+  check_full_attention_layers(j, s.layers, where);
+  if (qwen2) {
     QKV_CHECK(!boolean(j, "mlp_bias", false, where), where, ": \"mlp_bias\" is true; Qwen2's feed-forward has no bias");
   } else {
     for (const char* key : {"attention_bias", "mlp_bias"})

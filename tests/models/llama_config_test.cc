@@ -178,5 +178,28 @@ TEST(LlamaConfigJson, FieldsOutOfRangeAreRefusedByName) {
   EXPECT_NE(error_of(json::array()).find("is not a JSON object"), std::string::npos);
 }
 
+// Newer transformers write each layer's attention into config.json; qkv runs full attention in
+// every layer, so a list saying otherwise, or of another length, is refused by name (it was ignored).
+TEST(LlamaConfigJson, LayerTypesMustSayFullAttentionOncePerLayer) {
+  json j = llama_config_json(llama_preset("qwen3-0.6b"));
+  j["layer_types"] = json(std::vector<std::string>(28, "full_attention"));
+  EXPECT_EQ(read_llama_config(j).layers, 28);
+  j["layer_types"].erase(27);
+  EXPECT_NE(error_of(j).find("\"layer_types\" has 27 entries for \"num_hidden_layers\" 28"), std::string::npos)
+      << error_of(j);
+  j["layer_types"].push_back("sliding_attention");
+  EXPECT_NE(error_of(j).find("\"layer_types\"[27] is \"sliding_attention\"; qkv runs full attention"),
+            std::string::npos)
+      << error_of(j);
+  j["layer_types"] = "full_attention";
+  EXPECT_NE(error_of(j).find("\"layer_types\" is \"full_attention\"; expected a list"), std::string::npos)
+      << error_of(j);
+  // Qwen3's sliding window was run as full attention; only Qwen2's was refused.
+  j = llama_config_json(llama_preset("qwen3-0.6b"));
+  j["use_sliding_window"] = true;
+  EXPECT_NE(error_of(j).find("\"use_sliding_window\" is true; qkv runs Qwen3's full attention"), std::string::npos)
+      << error_of(j);
+}
+
 }  // namespace
 }  // namespace qkv
