@@ -464,11 +464,52 @@ GgufPlace gguf_place(const ModelFamily& family, const std::string& arch, const D
   return GgufPlace();
 }
 
+namespace {
+
+// The configuration's keys (config.json's, the book's cfg's) and the metadata gguf_config_json reads
+// them from, after "{arch}.": the family's checks of a configuration name the file's own keys.
+struct GgufKeyOf {
+  const char* config;
+  const char* gguf;
+};
+constexpr GgufKeyOf kGgufKeys[] = {
+    {"hidden_size", "embedding_length"},        {"emb_dim", "embedding_length"},
+    {"intermediate_size", "feed_forward_length"}, {"num_hidden_layers", "block_count"},
+    {"n_layers", "block_count"},                {"num_attention_heads", "attention.head_count"},
+    {"n_heads", "attention.head_count"},        {"num_key_value_heads", "attention.head_count_kv"},
+    {"max_position_embeddings", "context_length"}, {"context_length", "context_length"},
+    {"rms_norm_eps", "attention.layer_norm_rms_epsilon"}, {"rope_theta", "rope.freq_base"},
+    {"head_dim", "attention.key_length"},       {"linear_num_value_heads", "ssm.time_step_rank"},
+    {"linear_num_key_heads", "ssm.group_count"}, {"linear_key_head_dim", "ssm.state_size"},
+    {"linear_conv_kernel_dim", "ssm.conv_kernel"}, {"vocab_size", "vocab_size"}};
+
+// The family's reading of gguf_config_json(file), its errors in the file's keys.
+DecoderSpec read_gguf_config(const GgufFile& file, const ModelFamily& family, const std::string& where) {
+  const json config = gguf_config_json(file);
+  try {
+    return family.read_config(config, where);
+  } catch (const Error& e) {
+    const std::string arch = file.string("general.architecture") + ".";
+    std::string m = e.what();
+    for (const GgufKeyOf& k : kGgufKeys) {
+      const std::string key = str("\"", k.config, "\""), gguf = arch + k.gguf;
+      // (a vocabulary counted from token_embd.weight's rows has no key of its own)
+      const std::string named = file.has(gguf) || std::string(k.gguf) != "vocab_size" ? gguf
+                                                                                      : "token_embd.weight's rows";
+      for (size_t at = m.find(key); at != std::string::npos; at = m.find(key, at + named.size()))
+        m.replace(at, key.size(), named);
+    }
+    fail(m);
+  }
+}
+
+}  // namespace
+
 LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   GgufFile file(path);
   const ModelFamily& family = family_of_gguf(file);
   const std::string where = excerpt(path) + "'s metadata";
-  DecoderSpec spec = family.read_config(gguf_config_json(file), where);
+  DecoderSpec spec = read_gguf_config(file, family, where);
   if (options.dropout) spec.attention.dropout = *options.dropout;
   check_file_holds(file, spec, family);
   const std::string type = weights_type(file);

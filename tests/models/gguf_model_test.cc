@@ -256,8 +256,14 @@ TEST_P(GgufModel, BrokenFilesAreRefusedNamingTheField) {
               HasSubstr("general.architecture is 'mamba'; qkv reads GGUF files of \"gpt2\", \"llama\", \"qwen2\", \"qwen3\""));
   EXPECT_THAT(refused(edited(good, set(a + "embedding_length", gguf_string("256")))),
               HasSubstr("metadata '" + a + "embedding_length' is string; expected an integer"));
+  // the configuration's checks name the file's keys, not the config.json keys they were read into
+  // ("hidden_size" (0) must be positive, for embedding_length 0)
   EXPECT_THAT(refused(edited(good, set(a + "attention.head_count_kv", gguf_u32(3)))),
-              HasSubstr("num_key_value_heads"));
+              HasSubstr(a + "attention.head_count_kv (3) must divide " + a + "attention.head_count (4)"));
+  EXPECT_THAT(refused(edited(good, set(a + "embedding_length", gguf_u32(0)))),
+              HasSubstr(a + "embedding_length (0) must be positive"));
+  EXPECT_THAT(refused(edited(good, set(a + "attention.layer_norm_rms_epsilon", gguf_f32(-1.0f)))),
+              HasSubstr(a + "attention.layer_norm_rms_epsilon (-1) must be a positive number"));
   EXPECT_THAT(refused(edited(good, set(a + "attention.value_length", gguf_u32(16)))),
               HasSubstr("attention.value_length (16) differs from " + a + "attention.key_length (32)"));
   EXPECT_THAT(refused(edited(good, set(a + "rope.dimension_count", gguf_u32(16)))),
