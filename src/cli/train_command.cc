@@ -57,6 +57,8 @@ void check_model_flags(const LMConfig& m, const CLI::App& sub) {
   check_attention_flags(m.attention);
   if (sub.count("--rope-base") > 0 && m.attention.rope == kernels::RopeLayout::kNone)
     bad_flag("--rope-base", m.attention.rope_base, " needs --rope half or --rope interleaved");
+  if (sub.count("--context-length") > 0 && m.context_length < 1)
+    bad_flag("--context-length", m.context_length, " must be at least 1 (leave the flag out for the task's length)");
   if (m.attention.window > m.context_length && m.context_length > 0)
     bad_flag("--window", m.attention.window, " must be at most --context-length (", m.context_length,
              "): a wider window hides nothing");

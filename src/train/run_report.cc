@@ -77,11 +77,18 @@ RunSummary summarize_run(const Trainer& t, const RunResult& r, double seconds, c
 
 std::string summary_line(const RunSummary& s) {
   char line[256];
-  std::snprintf(line, sizeof line, "%s %lld steps (%lld in this run) in %.1f s, %s tokens/s; final loss %.4f",
+  std::snprintf(line, sizeof line, "%s %lld steps (%lld in this run) in %.1f s, %s tokens/s",
                 s.finished ? "trained" : "stopped after", static_cast<long long>(s.steps),
-                static_cast<long long>(s.steps_this_run), s.seconds, rate_text(s.tokens_per_s).c_str(),
-                static_cast<double>(s.final_loss));
+                static_cast<long long>(s.steps_this_run), s.seconds, rate_text(s.tokens_per_s).c_str());
   std::string out = line;
+  // (a loss only after a step: none when --steps is 0)
+  if (std::isnan(s.final_loss)) {
+    out += "; no loss (no step taken)";
+  } else {
+    char loss[48];
+    std::snprintf(loss, sizeof loss, "; final loss %.4f", static_cast<double>(s.final_loss));
+    out += loss;
+  }
   if (s.ranks > 0) out += str(", ", s.ranks, " ranks");
   if (s.accuracy) out += ", held-out accuracy " + percent_text(*s.accuracy);
   return out;

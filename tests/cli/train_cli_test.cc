@@ -229,6 +229,7 @@ TEST_F(TrainCli, BadAttentionVariantFlagsAreUsageErrorsNamingTheFlag) {
       {"--softcap -1", "--softcap (-1) must be positive and at most 1e+30"},
       {"--softcap 3.4e38", "--softcap (3.4e+38) must be positive and at most 1e+30"},
       {"--softcap nan", "--softcap: 'nan' is not a finite number"},
+      {"--context-length 0", "--context-length: 0 must be at least 1 (leave the flag out for the task's length)"},
   };
   const std::string base = "train --length 4 --symbols 6 --num-heads 2 --num-layers 1 --steps 1 --quiet --svg \"\" ";
   for (const auto& [flags, message] : cases) {
@@ -237,6 +238,15 @@ TEST_F(TrainCli, BadAttentionVariantFlagsAreUsageErrorsNamingTheFlag) {
     EXPECT_THAT(r.err, HasSubstr(message)) << flags;
   }
   EXPECT_FALSE(fs::exists(path("qkv-train.safetensors")));
+}
+
+// --steps 0 writes the untrained model; its summary has no loss to give (it printed "final loss nan").
+TEST_F(TrainCli, NoStepsReportsNoLoss) {
+  Result r = run(kTinyModel + "--steps 0 --svg \"\"");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("trained 0 steps (0 in this run)"));
+  EXPECT_THAT(r.out, HasSubstr("; no loss (no step taken)"));
+  EXPECT_THAT(r.out, Not(HasSubstr("nan")));
 }
 
 TEST_F(TrainCli, TextTooShortForOneWindowSaysTheLengthNeeded) {
