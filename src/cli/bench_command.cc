@@ -39,30 +39,34 @@ namespace {
 int run_gpt(const BenchFlags& f, const CLI::App& sub) {
   for (const char* flag : {"--kv-len", "--cache-dtype", "--d-model", "--num-heads", "--head-dim", "--no-mask",
                            "--num-kv-heads", "--window", "--alibi", "--softcap", "--rope", "--gemm", "--split"})
-    QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module gpt (the preset or --weights sets the model's shape)");
-  QKV_CHECK(f.weights.empty() || sub.count("--preset") == 0, "--preset and --weights: time a preset's drawn weights or a ",
+    check_flags(sub.count(flag) == 0, flag, " is not a flag of --module gpt (the preset or --weights sets the model's shape)");
+  check_flags(f.weights.empty() || sub.count("--preset") == 0, "--preset and --weights: time a preset's drawn weights or a ",
             "model's files, not both");
-  QKV_CHECK(!f.weights.empty() || sub.count("--quantize") == 0, "--quantize quantizes --weights' float weights at load: ",
+  check_flags(!f.weights.empty() || sub.count("--quantize") == 0, "--quantize quantizes --weights' float weights at load: ",
             "give --weights");
-  QKV_CHECK(f.weights.empty() || !f.backward, "--backward with --weights: a model's files are timed in a forward or ",
+  check_flags(f.weights.empty() || !f.backward, "--backward with --weights: a model's files are timed in a forward or ",
             "decoding (--new-tokens); a training step times a --preset");
-  QKV_CHECK(f.weights.empty() || sub.count("--dtype") == 0, "--dtype with --weights: the model computes as its files ",
+  check_flags(f.weights.empty() || sub.count("--dtype") == 0, "--dtype with --weights: the model computes as its files ",
             "load (f32 for F32 weights, else bf16; --quantize for blocks)");
-  QKV_CHECK(sub.count("--text") == 0, "--text is a flag of --module accuracy, not gpt");
-  QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module gpt (with --new-tokens: the prompt's)");
-  QKV_CHECK(sub.count("--new-tokens") == 0 || f.new_tokens >= 1, "--new-tokens ", f.new_tokens,
+  check_flags(sub.count("--text") == 0, "--text is a flag of --module accuracy, not gpt");
+  check_flags(sub.count("--seq-len") == 1, "--seq-len is required for --module gpt (with --new-tokens: the prompt's)");
+  check_flags(sub.count("--new-tokens") == 0 || f.new_tokens >= 1, "--new-tokens ", f.new_tokens,
             ": must be at least 1 (the decoding steps timed)");
-  QKV_CHECK(sub.count("--new-tokens") == 0 || sub.count("--iters") == 0,
+  check_flags(sub.count("--new-tokens") == 0 || sub.count("--iters") == 0,
             "--iters: decoding times each of the --new-tokens steps; give one or the other");
-  QKV_CHECK(!(f.backward && f.new_tokens > 0), "--backward and --new-tokens: a training step or decoding, not both");
-  QKV_CHECK(f.attention.dropout == 0.0 || f.backward, "--dropout ", f.attention.dropout,
+  check_flags(!(f.backward && f.new_tokens > 0), "--backward and --new-tokens: a training step or decoding, not both");
+  check_flags(f.attention.dropout == 0.0 || f.backward, "--dropout ", f.attention.dropout,
             ": dropout acts in a training step (--backward)");
-  QKV_CHECK(f.batch >= 1, "--batch ", f.batch, ": must be at least 1");
-  QKV_CHECK(f.seq_len >= 1, "--seq-len ", f.seq_len, ": must be at least 1 (decode: the prompt's tokens)");
+  check_flags(f.batch >= 1, "--batch ", f.batch, ": must be at least 1");
+  check_flags(f.seq_len >= 1, "--seq-len ", f.seq_len, ": must be at least 1 (decode: the prompt's tokens)");
   check_threads(f.threads);
   if (f.threads > 0) set_default_thread_count(f.threads);
-  perf::GptBenchShape s = f.weights.empty() ? perf::bench_shape_of_preset(f.preset)  // names the presets when unknown
-                                            : perf::GptBenchShape{};
+  perf::GptBenchShape s;
+  try {
+    if (f.weights.empty()) s = perf::bench_shape_of_preset(f.preset);  // names the presets when unknown
+  } catch (const Error& e) {
+    bad_flag("--preset", e.what());
+  }
   s.weights = f.weights;
   s.quantize = f.quantize;
   if (!f.weights.empty()) s.name = f.weights;
@@ -81,7 +85,10 @@ int run_gpt(const BenchFlags& f, const CLI::App& sub) {
     std::string m = e.what();
     for (const auto& [field, flag] : {std::pair{"seq_len ", "--seq-len "}, {"new_tokens ", "--new-tokens "},
                                       {"iters ", "--iters "}, {"warmup ", "--warmup "}, {"batch ", "--batch "}})
-      if (m.rfind(field, 0) == 0) m = flag + m.substr(std::string(field).size());
+      if (m.rfind(field, 0) == 0) {
+        m = flag + m.substr(std::string(field).size());
+        throw CLI::ValidationError(m);  // a value out of its range: bad usage
+      }
     fail(m);
   }
   return 0;
@@ -92,10 +99,10 @@ int run_accuracy(const BenchFlags& f, const CLI::App& sub) {
   for (const char* flag : {"--preset", "--new-tokens", "--batch", "--kv-len", "--cache-dtype", "--d-model",
                            "--num-heads", "--head-dim", "--backward", "--no-mask", "--dropout", "--iters", "--warmup",
                            "--num-kv-heads", "--window", "--alibi", "--softcap", "--rope", "--dtype", "--gemm", "--split"})
-    QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module accuracy (it runs a model's weights over a "
+    check_flags(sub.count(flag) == 0, flag, " is not a flag of --module accuracy (it runs a model's weights over a "
               "text: --weights, --text, --quantize, --seq-len, --threads)");
-  QKV_CHECK(!f.weights.empty(), "--module accuracy needs --weights PATH: a GGUF file or a Hugging Face folder");
-  QKV_CHECK(!f.text.empty(), "--module accuracy needs --text FILE, the text both models read (qkv installs none; "
+  check_flags(!f.weights.empty(), "--module accuracy needs --weights PATH: a GGUF file or a Hugging Face folder");
+  check_flags(!f.text.empty(), "--module accuracy needs --text FILE, the text both models read (qkv installs none; "
             "docs/gguf.md uses the source tree's tests/data/the-verdict.txt)");
   check_threads(f.threads);
   if (f.threads > 0) set_default_thread_count(f.threads);
@@ -111,8 +118,8 @@ int run_accuracy(const BenchFlags& f, const CLI::App& sub) {
     if (f.json) std::cout << perf::report_json(r).dump() << "\n";
   } catch (const Error& e) {  // the harness names its fields; the user typed flags
     std::string m = e.what();
-    for (const auto& [field, flag] : {std::pair{"seq_len ", "--seq-len "}, {"text ", "--text "}})
-      if (m.rfind(field, 0) == 0) m = flag + m.substr(std::string(field).size());
+    if (m.rfind("seq_len ", 0) == 0) throw CLI::ValidationError("--seq-len " + m.substr(8));  // out of its range
+    if (m.rfind("text ", 0) == 0) m = "--text " + m.substr(5);  // (the file's contents: not a usage error)
     fail(m);
   }
   return 0;
@@ -124,7 +131,7 @@ int run_deltanet(BenchFlags& f, const CLI::App& sub) {
   for (const char* flag : {"--kv-len", "--cache-dtype", "--no-mask", "--dropout", "--window", "--alibi", "--softcap",
                            "--rope", "--num-kv-heads", "--dtype", "--gemm", "--d-model", "--latent-dim", "--weights",
                            "--quantize", "--text", "--preset", "--split"})
-    QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module gated-deltanet (it times the gated delta rule "
+    check_flags(sub.count(flag) == 0, flag, " is not a flag of --module gated-deltanet (it times the gated delta rule "
               "alone: --batch, --num-heads, --head-dim, and --seq-len [--backward] for a prompt in chunks or "
               "--new-tokens [--num-layers] for decoding steps)");
   check_threads(f.threads);
@@ -133,9 +140,9 @@ int run_deltanet(BenchFlags& f, const CLI::App& sub) {
   const int64_t head_dim = f.attention.head_dim > 0 ? f.attention.head_dim : 128;
   if (sub.count("--new-tokens")) {
     for (const char* flag : {"--seq-len", "--backward", "--iters", "--warmup"})
-      QKV_CHECK(sub.count(flag) == 0, flag, " and --new-tokens: decoding times each of the --new-tokens steps, one "
+      check_flags(sub.count(flag) == 0, flag, " and --new-tokens: decoding times each of the --new-tokens steps, one "
                 "token each (--seq-len and --backward time a prompt in chunks)");
-    QKV_CHECK(f.new_tokens >= 1, "--new-tokens ", f.new_tokens, ": must be at least 1 (the decoding steps timed)");
+    check_flags(f.new_tokens >= 1, "--new-tokens ", f.new_tokens, ": must be at least 1 (the decoding steps timed)");
     perf::DeltaNetDecodeShape s;
     s.batch = f.batch;
     s.heads = heads;
@@ -147,9 +154,9 @@ int run_deltanet(BenchFlags& f, const CLI::App& sub) {
     if (f.json) std::cout << perf::report_json(r).dump() << "\n";
     return 0;
   }
-  QKV_CHECK(sub.count("--num-layers") == 0, "--num-layers is a flag of --module gated-deltanet's decoding steps "
+  check_flags(sub.count("--num-layers") == 0, "--num-layers is a flag of --module gated-deltanet's decoding steps "
             "(--new-tokens), not of a prompt in chunks");
-  QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module gated-deltanet (or --new-tokens: "
+  check_flags(sub.count("--seq-len") == 1, "--seq-len is required for --module gated-deltanet (or --new-tokens: "
             "decoding steps)");
   perf::DeltaNetBenchShape s;
   s.batch = f.batch;
@@ -168,13 +175,13 @@ int run_cache_memory(BenchFlags& f, const CLI::App& sub) {
   for (const char* flag : {"--kv-len", "--no-mask", "--dropout", "--window", "--alibi", "--softcap", "--rope", "--dtype",
                            "--gemm", "--head-dim", "--backward", "--iters", "--warmup", "--threads", "--weights",
                            "--quantize", "--text", "--new-tokens", "--split"})
-    QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module cache-memory (it sizes caches: --preset or "
+    check_flags(sub.count(flag) == 0, flag, " is not a flag of --module cache-memory (it sizes caches: --preset or "
               "--d-model, --num-heads, --num-kv-heads, --num-layers, --latent-dim; --seq-len, --batch, --cache-dtype)");
   perf::CacheMemoryShape s;
   auto given = [&](const char* flag) { return sub.count(flag) > 0; };
   if (given("--preset")) {
     for (const char* flag : {"--d-model", "--num-heads", "--num-kv-heads", "--num-layers", "--latent-dim"})
-      QKV_CHECK(!given(flag), flag, " and --preset: the preset sets the model's sizes");
+      check_flags(!given(flag), flag, " and --preset: the preset sets the model's sizes");
     s.preset = f.preset;
   }
   s.batch = f.batch;
@@ -186,7 +193,7 @@ int run_cache_memory(BenchFlags& f, const CLI::App& sub) {
   if (given("--latent-dim")) s.latent_dim = f.latent_dim;
   if (given("--cache-dtype"))
     s.dtype = f.cache_dtype == "f32" ? kernels::CacheDtype::kF32 : kernels::CacheDtype::kBF16;
-  QKV_CHECK(f.cache_dtype == "f32" || f.cache_dtype == "bf16", "--cache-dtype '", f.cache_dtype,
+  check_flags(f.cache_dtype == "f32" || f.cache_dtype == "bf16", "--cache-dtype '", f.cache_dtype,
             "': expected f32 or bf16");
   const perf::CacheMemoryReport r = perf::run_cache_memory_bench(s);
   std::cout << perf::report_text(r);
@@ -197,9 +204,9 @@ int run_cache_memory(BenchFlags& f, const CLI::App& sub) {
 // --module ring-attention: the ring's own flags; the others are refused by name.
 int run_ring(const BenchFlags& f, const CLI::App& sub) {
   for (const char* flag : {"--kv-len", "--cache-dtype", "--rope", "--d-model"})
-    QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module ring-attention");
-  QKV_CHECK(f.attention.dtype == Dtype::kF32, "--dtype bf16: --module ring-attention runs in f32 only");
-  QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module ring-attention");
+    check_flags(sub.count(flag) == 0, flag, " is not a flag of --module ring-attention");
+  check_flags(f.attention.dtype == Dtype::kF32, "--dtype bf16: --module ring-attention runs in f32 only");
+  check_flags(sub.count("--seq-len") == 1, "--seq-len is required for --module ring-attention");
   check_threads(f.threads);
 #ifdef QKV_HAVE_MPI
   return run_ring_bench(f);
@@ -211,7 +218,7 @@ int run_ring(const BenchFlags& f, const CLI::App& sub) {
 
 // The flags, checked and named in errors; the harness (qkv/perf/attention_bench.h) does the rest.
 int run_bench(BenchFlags& f, const CLI::App& sub) {
-  QKV_CHECK(f.threads >= 0, "--threads ", f.threads, ": must be at least 1 (or 0: the default)");
+  check_flags(f.threads >= 0, "--threads ", f.threads, ": must be at least 1 (or 0: the default)");
   if (sub.count("--simd")) {  // a target this CPU or build does not run is a usage error
     try {
       kernels::apply_simd_target(f.simd, "--simd");
@@ -219,38 +226,42 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
       bad_flag("--simd", std::string(e.what()).substr(std::string("--simd is ").size()));
     }
   }
+  check_flags(sub.count("--head-dim") == 0 || f.attention.head_dim >= 1, "--head-dim (", f.attention.head_dim,
+              ") must be at least 1 (leave the flag out for its default)");
+  check_flags(sub.count("--softcap") == 0 || f.attention.softcap > 0, "--softcap (", f.attention.softcap,
+              ") must be positive (leave the flag out for no softcap)");
   if (f.module == "cache-memory") return run_cache_memory(f, sub);
   if (f.module == "gated-deltanet") return run_deltanet(f, sub);
-  QKV_CHECK(sub.count("--num-layers") == 0, "--num-layers is a flag of --module cache-memory or gated-deltanet, not ",
+  check_flags(sub.count("--num-layers") == 0, "--num-layers is a flag of --module cache-memory or gated-deltanet, not ",
             f.module);
-  QKV_CHECK(sub.count("--latent-dim") == 0 || f.module == "decode", "--latent-dim is a flag of --module cache-memory "
+  check_flags(sub.count("--latent-dim") == 0 || f.module == "decode", "--latent-dim is a flag of --module cache-memory "
             "or decode, not ", f.module);
   if (f.module == "accuracy") return run_accuracy(f, sub);
   if (f.module == "gpt") return run_gpt(f, sub);
   for (const char* flag : {"--weights", "--quantize", "--text"})
-    QKV_CHECK(sub.count(flag) == 0, flag, " is a flag of --module accuracy or gpt, not ", f.module);
+    check_flags(sub.count(flag) == 0, flag, " is a flag of --module accuracy or gpt, not ", f.module);
   if (f.module == "ring-attention") return run_ring(f, sub);
   for (const char* flag : {"--preset", "--new-tokens"})
-    QKV_CHECK(sub.count(flag) == 0, flag, " is a flag of --module gpt, not ", f.module);
-  QKV_CHECK(sub.count("--split") == 0, "--split is a flag of --module ring-attention, not ", f.module);
+    check_flags(sub.count(flag) == 0, flag, " is a flag of --module gpt, not ", f.module);
+  check_flags(sub.count("--split") == 0, "--split is a flag of --module ring-attention, not ", f.module);
   if (f.module == "decode") {
     for (const char* flag : {"--seq-len", "--backward", "--no-mask", "--dropout", "--window", "--alibi", "--softcap", "--rope"})
-      QKV_CHECK(sub.count(flag) == 0, flag, " is not a flag of --module decode (it times one causal query per head "
+      check_flags(sub.count(flag) == 0, flag, " is not a flag of --module decode (it times one causal query per head "
                 "over --kv-len cached positions)");
-    QKV_CHECK(sub.count("--dtype") == 0, "--dtype is not a flag of --module decode: its cache's element type is "
+    check_flags(sub.count("--dtype") == 0, "--dtype is not a flag of --module decode: its cache's element type is "
               "--cache-dtype f32|bf16");
     check_threads(f.threads);
     if (f.threads > 0) set_default_thread_count(f.threads);
-    QKV_CHECK(f.iters >= 1, "--iters ", f.iters, ": must be at least 1");
-    QKV_CHECK(f.warmup >= 0, "--warmup ", f.warmup, ": must be at least 0");
-    QKV_CHECK(f.batch >= 1, "--batch ", f.batch, ": must be at least 1");
-    QKV_CHECK(f.kv_len >= 1, "--kv-len ", f.kv_len, ": must be at least 1 (the cached positions --module decode reads)");
-    QKV_CHECK(f.attention.heads >= 1, "--num-heads ", f.attention.heads, ": must be at least 1");
-    QKV_CHECK(f.cache_dtype == "f32" || f.cache_dtype == "bf16", "--cache-dtype '", f.cache_dtype,
+    check_flags(f.iters >= 1, "--iters ", f.iters, ": must be at least 1");
+    check_flags(f.warmup >= 0, "--warmup ", f.warmup, ": must be at least 0");
+    check_flags(f.batch >= 1, "--batch ", f.batch, ": must be at least 1");
+    check_flags(f.kv_len >= 1, "--kv-len ", f.kv_len, ": must be at least 1 (the cached positions --module decode reads)");
+    check_flags(f.attention.heads >= 1, "--num-heads ", f.attention.heads, ": must be at least 1");
+    check_flags(f.cache_dtype == "f32" || f.cache_dtype == "bf16", "--cache-dtype '", f.cache_dtype,
               "': expected f32 or bf16");
-    QKV_CHECK(sub.count("--latent-dim") == 0 || f.latent_dim >= 1, "--latent-dim ", f.latent_dim,
+    check_flags(sub.count("--latent-dim") == 0 || f.latent_dim >= 1, "--latent-dim ", f.latent_dim,
               ": must be at least 1 (the latent numbers each cached position keeps)");
-    QKV_CHECK(sub.count("--latent-dim") == 0 || (sub.count("--cache-dtype") == 0 && sub.count("--num-kv-heads") == 0),
+    check_flags(sub.count("--latent-dim") == 0 || (sub.count("--cache-dtype") == 0 && sub.count("--num-kv-heads") == 0),
               "--latent-dim with --cache-dtype or --num-kv-heads: latent attention's cache is one f32 latent per "
               "position, read by every head");
     perf::DecodeBenchShape s;
@@ -267,36 +278,36 @@ int run_bench(BenchFlags& f, const CLI::App& sub) {
     return 0;
   }
   for (const char* flag : {"--kv-len", "--cache-dtype"})
-    QKV_CHECK(sub.count(flag) == 0, flag, " is a flag of --module decode, not ", f.module);
-  QKV_CHECK(sub.count("--seq-len") == 1, "--seq-len is required for --module ", f.module);
+    check_flags(sub.count(flag) == 0, flag, " is a flag of --module decode, not ", f.module);
+  check_flags(sub.count("--seq-len") == 1, "--seq-len is required for --module ", f.module);
   const perf::BenchTarget target = perf::parse_bench_target(f.module);
   const bool core = target == perf::BenchTarget::kAttentionCore;
-  QKV_CHECK(f.batch >= 1, "--batch ", f.batch, ": must be at least 1");
-  QKV_CHECK(f.seq_len >= 1, "--seq-len ", f.seq_len, ": must be at least 1 (a benchmark of no work)");
-  QKV_CHECK(f.iters >= 1, "--iters ", f.iters, ": must be at least 1");
-  QKV_CHECK(f.warmup >= 0, "--warmup ", f.warmup, ": must be at least 0");
-  QKV_CHECK(f.threads >= 0, "--threads ", f.threads, ": must be at least 1 (or 0: the default)");
+  check_flags(f.batch >= 1, "--batch ", f.batch, ": must be at least 1");
+  check_flags(f.seq_len >= 1, "--seq-len ", f.seq_len, ": must be at least 1 (a benchmark of no work)");
+  check_flags(f.iters >= 1, "--iters ", f.iters, ": must be at least 1");
+  check_flags(f.warmup >= 0, "--warmup ", f.warmup, ": must be at least 0");
+  check_flags(f.threads >= 0, "--threads ", f.threads, ": must be at least 1 (or 0: the default)");
   check_threads(f.threads);
   if (f.threads > 0) set_default_thread_count(f.threads);
   if (!f.gemm.empty()) set_gemm_backend(parse_gemm_backend(f.gemm));
   ThreadPool& pool = default_pool();
   kernels::AttentionSpec& a = f.attention;
   if (!core && !attention_module_info(f.module).multi_head) {  // --num-heads' default is not for it
-    QKV_CHECK(sub.count("--num-heads") == 0 || a.heads == 1, "--num-heads ", a.heads, ": --module ", f.module,
+    check_flags(sub.count("--num-heads") == 0 || a.heads == 1, "--num-heads ", a.heads, ": --module ", f.module,
               " has one head");
     a.heads = 1;
   }
-  QKV_CHECK(a.heads >= 1, "--num-heads ", a.heads, ": must be at least 1");
+  check_flags(a.heads >= 1, "--num-heads ", a.heads, ": must be at least 1");
   if (core) {
-    QKV_CHECK(a.rope == kernels::RopeLayout::kNone, "--rope ", kernels::rope_layout_name(a.rope),
+    check_flags(a.rope == kernels::RopeLayout::kNone, "--rope ", kernels::rope_layout_name(a.rope),
               ": RoPE rotates q and k in the mha pipeline, outside the attention kernel; time it with --module mha");
   } else {
-    QKV_CHECK(f.module == "mha" || !a.has_variants(),
+    check_flags(f.module == "mha" || !a.has_variants(),
               "--num-kv-heads, --rope, --window, --alibi and --softcap are for --module mha and attention-core");
-    QKV_CHECK(f.d_model >= 1, "--d-model ", f.d_model, ": must be at least 1");
-    QKV_CHECK(f.d_model % a.heads == 0, "--d-model (", f.d_model, ") must be divisible by --num-heads (", a.heads,
+    check_flags(f.d_model >= 1, "--d-model ", f.d_model, ": must be at least 1");
+    check_flags(f.d_model % a.heads == 0, "--d-model (", f.d_model, ") must be divisible by --num-heads (", a.heads,
               ")");
-    QKV_CHECK(sub.count("--head-dim") == 0 || a.head_dim == f.d_model / a.heads,
+    check_flags(sub.count("--head-dim") == 0 || a.head_dim == f.d_model / a.heads,
               "--head-dim must be d_model / num_heads for --module ", f.module);
   }
   perf::AttentionBenchShape shape;

@@ -142,6 +142,13 @@ template <typename... Args>
   throw CLI::ValidationError(flag + ": " + str(what...));
 }
 
+// A check of flags against their ranges or each other, `what` naming them: exit status 2 (bad usage)
+// when it fails, as bad_flag.
+template <typename... Args>
+void check_flags(bool ok, const Args&... what) {
+  if (!ok) throw CLI::ValidationError(str(what...));
+}
+
 // --attention auto|fused|textbook, setting `path` (see AttentionPath).
 inline CLI::Option* add_attention_flag(CLI::App* sub, AttentionPath& path, const std::string& help) {
   return sub

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -100,23 +101,24 @@ TEST_F(CliBenchAccuracy, BadInputNamesTheValueAndWhatWasExpected) {
   const std::string one = write("one.txt", "a");
   const std::string w = " --weights " + q8 + " --text " + verdict_;
   // (the paths in the messages are excerpts: the scratch folder's long name is cut)
-  const std::pair<std::string, std::string> cases[] = {
-      {w + " --seq-len 0", "--seq-len 0: must be at least 2"},
-      {w + " --seq-len 1", "--seq-len 1: must be at least 2"},
-      {" --weights " + q8 + " --text " + one, "qkv: error: --text '"},
-      {" --weights " + q8 + " --text " + one, ": 1 token with the model's tokenizer; expected at least 2"},
-      {w + " --quantize q4_0", "qkv: error: quantizing the weights (q4_0): the weights of '"},
+  // (status 2: bad usage, a flag's value or combination; 1: the files' contents)
+  const std::tuple<std::string, std::string, int> cases[] = {
+      {w + " --seq-len 0", "--seq-len 0: must be at least 2", 2},
+      {w + " --seq-len 1", "--seq-len 1: must be at least 2", 2},
+      {" --weights " + q8 + " --text " + one, "qkv: error: --text '", 1},
+      {" --weights " + q8 + " --text " + one, ": 1 token with the model's tokenizer; expected at least 2", 1},
+      {w + " --quantize q4_0", "qkv: error: quantizing the weights (q4_0): the weights of '", 1},
       {w + " --quantize q4_0", " are Q8_0 already; expected a file of float weights (F32, F16, BF16) to "
-                               "quantize"},
-      {" --weights " + q8, "--module accuracy needs --text FILE"},
-      {" --text " + verdict_, "--module accuracy needs --weights PATH"},
-      {w + " --iters 3", "--iters is not a flag of --module accuracy"},
-      {" --weights " + path("none.gguf") + " --text " + verdict_, "none.gguf"},
-      {" --weights " + q8 + " --text " + path("none.txt"), "none.txt"},
+                               "quantize", 1},
+      {" --weights " + q8, "--module accuracy needs --text FILE", 2},
+      {" --text " + verdict_, "--module accuracy needs --weights PATH", 2},
+      {w + " --iters 3", "--iters is not a flag of --module accuracy", 2},
+      {" --weights " + path("none.gguf") + " --text " + verdict_, "none.gguf", 1},
+      {" --weights " + q8 + " --text " + path("none.txt"), "none.txt", 1},
   };
-  for (const auto& [args, message] : cases) {
+  for (const auto& [args, message, status] : cases) {
     Result r = run("bench --module accuracy" + args);
-    EXPECT_EQ(r.status, 1) << args;
+    EXPECT_EQ(r.status, status) << args;
     EXPECT_THAT(r.err, HasSubstr(message)) << args;
     EXPECT_EQ(r.out, "") << args;
   }
@@ -124,7 +126,7 @@ TEST_F(CliBenchAccuracy, BadInputNamesTheValueAndWhatWasExpected) {
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.err, HasSubstr("--quantize: q5_k not in {q8_0,q6_k,q4_k,q4_0}"));
   r = run("bench --module mha --seq-len 4 --weights " + q8);
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.err, HasSubstr("--weights is a flag of --module accuracy or gpt, not mha"));
 }
 
@@ -167,7 +169,7 @@ TEST_F(CliBenchAccuracy, GptTimesAModelsFilesAsTheyLoad) {
         {"--backward", "--backward with --weights: a model's files are timed in a forward or decoding"},
         {"--dtype bf16", "--dtype with --weights: the model computes as its files load"}}) {
     r = run("bench --module gpt --weights " + f32 + " --seq-len 8 " + flags);
-    EXPECT_EQ(r.status, 1) << flags;  // as the other combinations bench refuses
+    EXPECT_EQ(r.status, 2) << flags;  // bad usage, as the other combinations bench refuses
     EXPECT_THAT(r.err, HasSubstr(message)) << flags;
   }
   r = run("bench --module gpt --preset gpt2-small --seq-len 8 --quantize q8_0");

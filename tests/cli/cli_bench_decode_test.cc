@@ -64,10 +64,15 @@ TEST_F(CliBenchDecode, BadFlagsNameTheValueAndWhatWasExpected) {
       {"--module decode --kv-len 8 --latent-dim 0", "--latent-dim 0: must be at least 1"},
       {"--module decode --kv-len 8 --latent-dim 4 --cache-dtype bf16", "--latent-dim with --cache-dtype or"},
       {"--module mha --seq-len 8 --latent-dim 4", "--latent-dim is a flag of --module cache-memory or decode, not mha"},
+      // 0 was taken as "not given" (the default head width; no softcap) where --help says > 0
+      {"--module decode --kv-len 8 --head-dim 0", "--head-dim (0) must be at least 1"},
+      {"--module attention-core --seq-len 4 --head-dim 0", "--head-dim (0) must be at least 1"},
+      {"--module attention-core --seq-len 4 --softcap 0", "--softcap (0) must be positive"},
+      {"--module gated-deltanet --seq-len 4 --head-dim 0", "--head-dim (0) must be at least 1"},
   };
   for (const auto& [args, message] : cases) {
     Result r = run("bench " + args);
-    EXPECT_NE(r.status, 0) << args;
+    EXPECT_EQ(r.status, 2) << args;  // bad usage, as a flag's value out of its range is elsewhere
     EXPECT_THAT(r.err, HasSubstr(message)) << args;
     EXPECT_EQ(r.out, "") << args;
   }
