@@ -571,8 +571,11 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   // The tokenizer before the weights, and its metadata forgotten: building it takes a few tens of MB
   // for a while (151,936 tokens and 151,387 merges), which is then free again for the weights.
   std::optional<HfTokenizer> tokenizer;
-  if (options.tokenizer && file.has("tokenizer.ggml.model"))
+  std::vector<int64_t> end_ids;
+  if (options.tokenizer && file.has("tokenizer.ggml.model")) {
     tokenizer = HfTokenizer::build(gguf_tokenizer_parts(file), excerpt(path));
+    end_ids = gguf_end_ids(file);
+  }
   for (const char* key : {"tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"})
     file.drop(key);
 #if defined(__GLIBC__)
@@ -710,6 +713,9 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   if (tokenizer) {
     auto t = std::make_unique<HfTextTokenizer>(std::move(*tokenizer), excerpt(path) + "'s tokenizer.ggml");
     attach_tokenizer(m, std::move(t), excerpt(path) + "'s tokenizer", "");
+    for (const int64_t id : end_ids)  // the file's own, after the family's (the first is eos_id)
+      if (id < m.model->vocab_size() && std::find(m.end_ids.begin(), m.end_ids.end(), id) == m.end_ids.end())
+        m.end_ids.push_back(id);
   }
   return m;
 }

@@ -103,6 +103,19 @@ HfTokenizerParts gguf_tokenizer_parts(const GgufFile& f) {
   return parts;
 }
 
+std::vector<int64_t> gguf_end_ids(const GgufFile& f) {
+  std::vector<int64_t> ids;
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    if (!f.has(key)) continue;
+    const uint64_t id = f.unsigned_int(key);
+    const size_t tokens = f.strings("tokenizer.ggml.tokens").size();
+    QKV_CHECK(id < tokens, excerpt(f.path()), ": ", key, " is ", id, "; tokenizer.ggml.tokens has ids 0 .. ",
+              static_cast<int64_t>(tokens) - 1);
+    ids.push_back(static_cast<int64_t>(id));
+  }
+  return ids;
+}
+
 json gguf_tokenizer_json(const GgufFile& f) { return hf_tokenizer_json(gguf_tokenizer_parts(f)); }
 
 std::vector<GgufMetadata> gguf_tokenizer_metadata(const json& t, int64_t vocab, const ModelFamily& family) {

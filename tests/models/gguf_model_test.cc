@@ -208,6 +208,22 @@ TEST_P(GgufModel, TheTokenizerComesThroughTheFile) {
   EXPECT_EQ(f.strings("tokenizer.ggml.tokens").size(), static_cast<size_t>(V));
   EXPECT_EQ(f.string("tokenizer.ggml.pre"), qwen ? "qwen2" : "llama-bpe");
   EXPECT_EQ(f.boolean("tokenizer.ggml.add_bos_token"), GetParam() == "llama");
+  // The file's end token (the family's first, as llama.cpp's converter writes it), checked against
+  // the vocabulary by key; an id past it was ignored, as the key was.
+  const std::vector<int64_t> ends = gguf_end_ids(f);
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_EQ(ends[0], *original.added_token(model_family(GetParam()).end_tokens.front()));
+  auto with = [&](const std::string& key, const GgufValue& v) {
+    std::vector<GgufMetadata> edited = meta;
+    edited.push_back({key, v});
+    return GgufFile::parse(serialize_gguf(edited, {}), "t.gguf");
+  };
+  EXPECT_EQ(gguf_end_ids(with("tokenizer.ggml.eot_token_id", gguf_u32(100))), (std::vector<int64_t>{ends[0], 100}));
+  for (const std::string key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    EXPECT_THAT(error_of([&] { gguf_end_ids(with(key, gguf_u32(static_cast<uint64_t>(V)))); }),
+                HasSubstr(str(key, " is ", V, "; tokenizer.ggml.tokens has ids 0 .. ", V - 1)));
+    EXPECT_THAT(error_of([&] { gguf_end_ids(with(key, gguf_string("2"))); }), HasSubstr(key));
+  }
   // built straight from the file's arrays (as a load does), and through the tokenizer.json they make
   const HfTokenizer built = HfTokenizer::build(gguf_tokenizer_parts(f), "t.gguf");
   const HfTokenizer back = HfTokenizer::parse(gguf_tokenizer_json(f).dump(), "t.gguf");

@@ -123,6 +123,10 @@ int64_t full_attention_interval(const DecoderSpec& spec);
 // or "gpt-2"; token_type 1 the vocabulary, 3 special added tokens, 4 added tokens that are not
 // special, 5 unused (no text); merges "a b"; no text twice. Anything else is refused naming the key.
 HfTokenizerParts gguf_tokenizer_parts(const GgufFile& file);
+// The ids the file says end a text (tokenizer.ggml.eos_token_id, eot_token_id, eom_token_id, those
+// present, in that order), each checked against tokenizer.ggml.tokens (qkv::Error naming the key):
+// generation stops at them as at the family's end tokens, as llama.cpp does.
+std::vector<int64_t> gguf_end_ids(const GgufFile& file);
 // The same as a tokenizer.json (text/hf_tokenizer_json.h), for writing it out.
 nlohmann::json gguf_tokenizer_json(const GgufFile& file);
 // The model, in eval mode, with the file's tokenizer (options.tokenizer) and its family's end

@@ -69,7 +69,7 @@ struct LoadedModel {
   // The end-of-text token, when the tokenizer has one (GPT-2's <|endoftext|>; Qwen3's <|im_end|>,
   // Llama 3's <|eot_id|>), and every token that ends a turn or the text (the family's end tokens
   // that the tokenizer has: Qwen3 <|im_end|>, <|endoftext|>; Llama 3 <|eot_id|>, <|eom_id|>,
-  // <|end_of_text|>): SamplingOptions::stop_ids.
+  // <|end_of_text|>; a GGUF file's eos/eot/eom ids after them, gguf_end_ids): SamplingOptions::stop_ids.
   std::optional<int64_t> eos_id;
   std::vector<int64_t> end_ids;
   // The family's chat format (Llama 3's, Qwen3's: models/chat.h), when it has one and a tokenizer.
