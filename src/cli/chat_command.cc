@@ -112,7 +112,7 @@ int run_chat(ChatCommandFlags& f) {
     std::cerr << "qkv chat: " << m.description << "\n  one message per line; /exit or end of input ends the chat\n";
   std::string line;
   bool first = true;
-  int turn = 0;
+  int turn = 0, refused = 0;
   while (true) {
     if (!f.json) std::cout << "> " << std::flush;
     if (!std::getline(std::cin, line) || line == "/exit") break;
@@ -138,6 +138,7 @@ int run_chat(ChatCommandFlags& f) {
         std::cout << nlohmann::json({{"error", e.what()}, {"context", chat.length()}, {"max_context", chat.capacity()}})
                          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
                   << std::endl;
+      ++refused;
       continue;
     }
     first = false;  // the system message went with this turn (a refused turn keeps it for the next)
@@ -156,6 +157,9 @@ int run_chat(ChatCommandFlags& f) {
       std::cout << "\n";
     }
   }
+  // The chat went on past a refused message; a script reading the replies learns of it here.
+  QKV_CHECK(refused == 0, "chat: ", refused, refused == 1 ? " message" : " messages", " of ", refused + turn,
+            " got no reply (the errors above)");
   return 0;
 }
 

@@ -404,12 +404,14 @@ def chat(h, tmp, family, cfg, tokenizer, end):
              cmd)
 
     # chat --json goes on past a turn that does not fit, as text mode does: an error line, then the
-    # next turn as if the refused one had not been sent
+    # next turn as if the refused one had not been sent; the exit status is 1, the refusal counted
     cmd = [h.qkv, "chat", "--weights", weights, "--temperature", "0", "--max-new-tokens", "3", "--max-context", "130",
            "--json"]  # room for Qwen2.5's default system message (97 tokens here) and a short turn
     name = f"chat --json {family}: a turn that does not fit is an error line, and the chat goes on"
     run = harness.run_qkv(cmd, input="the cat sat on the mat " * 16 + "\non the mat\n")
-    errors = [run.problem()] if run.problem() else []
+    errors = []
+    if run.returncode != 1 or "chat: 1 message of 2 got no reply" not in run.stderr:
+        errors.append(f"expected status 1 and the refusal counted: {run.returncode}, {run.stderr[-300:]}")
     if not errors:
         lines = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
         if len(lines) != 2 or "exceed the chat's context" not in lines[0].get("error", "") or lines[0]["context"] != 0:
