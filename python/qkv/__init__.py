@@ -48,6 +48,18 @@ __all__ = [
 ]
 
 
+def _whole(fn, name, value, low, high):
+    """value as an int in [low, high): a TypeError or ValueError naming fn, name and value (pybind's
+    own refusal names neither: "incompatible function arguments")."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{fn}: {name} must be an int, not {type(value).__name__} ({value!r})") from None
+    if not low <= v < high:
+        raise ValueError(f"{fn}: {name} is {v}; expected an int in [{low}, {high})")
+    return v
+
+
 def list_encoding_names():
     """The encodings get_encoding knows (tiktoken's function of the same name)."""
     return ["gpt2"]
@@ -151,6 +163,12 @@ class Model:
         if isinstance(prompt, (bytes, bytearray)):  # not ids: b"Hello" would be [72, 101, ...]
             raise TypeError(f"generate: prompt must be a str or a list of ids, not {type(prompt).__name__}")
         ids = self._m.encode(prompt) if isinstance(prompt, str) else [operator.index(i) for i in prompt]
+        if max_new_tokens is not None:
+            max_new_tokens = _whole("generate", "max_new_tokens", max_new_tokens, -2**63, 2**63)
+        if top_k is not None:
+            top_k = _whole("generate", "top_k", top_k, -2**63, 2**63)  # (its range: the vocabulary's)
+        if seed is not None:
+            seed = _whole("generate", "seed", seed, 0, 2**64)
         args = dict(max_new_tokens=max_new_tokens, temperature=float(temperature), top_k=top_k, seed=seed,
                     stop_at_eos=stop_at_eos)
         if not stream:
@@ -279,4 +297,5 @@ def make_model(preset, seed=123, *, dtype=None, vocab_dir=""):
     weights drawn as torch.manual_seed(seed); GPTModel(cfg) draws them; or Llama 3's, Qwen2.5's and
     Qwen3's (llama-3.2-1b, llama-3.2-3b, qwen2.5-0.5b, qwen3-0.6b, qwen3-1.7b) with the installed
     vocabulary."""
-    return Model(_qkv.make_model(preset, seed=seed, dtype=dtype, vocab_dir=vocab_dir))
+    return Model(_qkv.make_model(preset, seed=_whole("make_model", "seed", seed, 0, 2**64), dtype=dtype,
+                                 vocab_dir=vocab_dir))

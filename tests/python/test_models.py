@@ -228,6 +228,14 @@ def test_bad_input_is_a_clear_exception(models, tmp_path):
         (lambda: model.generate("a", top_k=0), qkv.Error, "top_k (0)"),
         (lambda: model.generate("a", temperature=-1.0), qkv.Error, "temperature"),
         (lambda: model.generate([1.5]), TypeError, ""),
+        # a value out of its C type's range or of another type names itself (pybind's refusal,
+        # "incompatible function arguments", named neither)
+        (lambda: model.generate("a", seed=-1), ValueError, "generate: seed is -1; expected an int in [0, "),
+        (lambda: model.generate("a", seed=2**64), ValueError, f"seed is {2**64}"),
+        (lambda: model.generate("a", top_k=5.5), TypeError, "generate: top_k must be an int, not float (5.5)"),
+        (lambda: model.generate("a", top_k=2**64), ValueError, f"top_k is {2**64}"),
+        (lambda: model.generate("a", max_new_tokens="3"), TypeError, "max_new_tokens must be an int, not str"),
+        (lambda: qkv.make_model("gpt2-small", seed=-3), ValueError, "make_model: seed is -3"),
         (lambda: model.decode([V]), qkv.Error, str(V)),
     ]
     for i, (call, kind, words) in enumerate(cases):
