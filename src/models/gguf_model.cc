@@ -556,17 +556,21 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   }
   // (the layers after the model's, block_count's last nextn_predict_layers, are not read)
   const uint64_t blocks = file.unsigned_int(arch + ".block_count");
-  auto later_layer = [&](const std::string& name) {
-    if (!name.starts_with("blk.")) return false;
+  auto layer_of = [](const std::string& name) -> std::optional<uint64_t> {  // blk.L.*'s L
+    if (!name.starts_with("blk.")) return std::nullopt;
     const size_t dot = name.find('.', 4);
     const std::string n = name.substr(4, dot == std::string::npos ? 0 : dot - 4);
-    if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos) return false;
-    const uint64_t layer = std::stoull(n);
-    return layer >= static_cast<uint64_t>(spec.layers) && layer < blocks;
+    if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    return std::stoull(n);
   };
-  for (const GgufTensor& t : file.tensors())
-    QKV_CHECK(wanted.count(t.name) || t.name == "rope_freqs.weight" || later_layer(t.name), excerpt(path),
-              ": tensor ", excerpt(t.name), " is not of the metadata's ", family.name, " model");
+  for (const GgufTensor& t : file.tensors()) {
+    if (wanted.count(t.name) || t.name == "rope_freqs.weight") continue;
+    const std::optional<uint64_t> layer = layer_of(t.name);
+    if (layer && *layer >= static_cast<uint64_t>(spec.layers) && *layer < blocks) continue;
+    QKV_CHECK(!layer || *layer < blocks, excerpt(path), ": tensor ", excerpt(t.name), " is of layer ", *layer,
+              "; the metadata's ", arch, ".block_count is ", blocks);
+    fail(excerpt(path), ": tensor ", excerpt(t.name), " is not of the metadata's ", family.name, " model");
+  }
 
   // The tokenizer before the weights, and its metadata forgotten: building it takes a few tens of MB
   // for a while (151,936 tokens and 151,387 merges), which is then free again for the weights.

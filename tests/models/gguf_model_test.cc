@@ -276,6 +276,9 @@ TEST_P(GgufModel, BrokenFilesAreRefusedNamingTheField) {
   // ("hidden_size" (0) must be positive, for embedding_length 0)
   EXPECT_THAT(refused(edited(good, set(a + "attention.head_count_kv", gguf_u32(3)))),
               HasSubstr(a + "attention.head_count_kv (3) must divide " + a + "attention.head_count (4)"));
+  // a block_count below the file's layers names both (it read "tensor 'blk.0...' is not of the model")
+  EXPECT_THAT(refused(edited(good, set(a + "block_count", gguf_u32(0)))),
+              HasSubstr("tensor 'blk.0.attn_norm.weight' is of layer 0; the metadata's " + a + "block_count is 0"));
   EXPECT_THAT(refused(edited(good, set(a + "embedding_length", gguf_u32(0)))),
               HasSubstr(a + "embedding_length (0) must be positive"));
   EXPECT_THAT(refused(edited(good, set(a + "attention.layer_norm_rms_epsilon", gguf_f32(-1.0f)))),

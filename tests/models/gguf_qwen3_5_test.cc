@@ -308,7 +308,8 @@ TEST_F(GgufQwen3_5, MultiTokenPredictionLayersAreLeftUnread) {
   EXPECT_THAT(refused(with_mtp(7, 7, "6")),
               HasSubstr("qwen35.nextn_predict_layers (7) is not fewer than block_count (7)"));
   // a layer past block_count is no one's
-  EXPECT_THAT(refused(with_mtp(7, 1, "7")), HasSubstr("tensor 'blk.7.attn_q.weight' is not of the metadata's qwen3_5 model"));
+  EXPECT_THAT(refused(with_mtp(7, 1, "7")),
+              HasSubstr("tensor 'blk.7.attn_q.weight' is of layer 7; the metadata's qwen35.block_count is 7"));
 }
 
 // Qwen3.5's split (letters' runs take their combining marks) as GGUF's pre "qwen35", and back: here
