@@ -169,7 +169,12 @@ LoadedModel make_model(const std::string& preset, uint64_t seed, const LoadOptio
 }
 
 LoadedModel load_model(const std::string& path, const LoadOptions& options) {
-  return family_of_path(path).load(path, options);
+  const ModelFamily& family = family_of_path(path);
+  // (a head count is read only from GPT weights in safetensors, which may not say it)
+  QKV_CHECK(!options.num_heads || (family.name == "gpt" && !is_gguf_file(path)), "a head count (", *options.num_heads,
+            ") was given for ", excerpt(path), ", whose ", is_gguf_file(path) ? "GGUF metadata" : family.name + " files",
+            " give their own; it is for GPT weights in safetensors without a config.json");
+  return family.load(path, options);
 }
 
 std::vector<int64_t> LoadedModel::encode(const std::string& text) const {

@@ -276,6 +276,11 @@ TEST_P(GgufModel, BrokenFilesAreRefusedNamingTheField) {
   // ("hidden_size" (0) must be positive, for embedding_length 0)
   EXPECT_THAT(refused(edited(good, set(a + "attention.head_count_kv", gguf_u32(3)))),
               HasSubstr(a + "attention.head_count_kv (3) must divide " + a + "attention.head_count (4)"));
+  // a head count for a file that has its own was ignored
+  LoadOptions heads;
+  heads.num_heads = 4;
+  EXPECT_THAT(error_of([&] { load_model(write("heads.gguf", good), heads); }),
+              HasSubstr("a head count (4) was given for"));
   // a block_count below the file's layers names both (it read "tensor 'blk.0...' is not of the model")
   EXPECT_THAT(refused(edited(good, set(a + "block_count", gguf_u32(0)))),
               HasSubstr("tensor 'blk.0.attn_norm.weight' is of layer 0; the metadata's " + a + "block_count is 0"));
