@@ -213,6 +213,12 @@ void bind_encoding(py::module_& m) {
         return out;
       })
       .def("__repr__", [](const Encoding& e) { return "<Encoding " + std::string(py::repr(py::str(e.name()))) + ">"; })
+      // pickled by name, as tiktoken pickles its registered encodings: unpickling (another process's
+      // DataLoader worker) finds the vocabulary as get_encoding does
+      .def("__reduce__",
+           [](const Encoding& e) {
+             return py::make_tuple(py::module_::import("qkv").attr("get_encoding"), py::make_tuple(e.name()));
+           })
       .def(
           "encode",
           [](const Encoding& e, py::handle text, py::handle allowed, py::handle disallowed) {

@@ -3,7 +3,9 @@ tokenizer test corpus (tests/tiktoken/corpus.py), with the npm oracles the tikto
 (installed into $QKV_NPM_DIR, default build/npm, by test_tiktoken_differential.ensure_packages)."""
 import json
 import os
+import pickle
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -57,6 +59,19 @@ def test_attributes(enc):
     assert qkv.list_encoding_names() == ["gpt2"]
     with pytest.raises(ValueError, match="Unknown encoding cl100k_base"):
         qkv.get_encoding("cl100k_base")
+
+
+def test_pickles_by_name_as_tiktoken(enc):
+    """A DataLoader worker (or any process) gets the encoding through pickle, as tiktoken's do: by
+    name, found again as get_encoding finds it (it raised TypeError: cannot pickle)."""
+    data = pickle.dumps(enc)
+    assert len(data) < 200  # the name, not the vocabulary
+    assert pickle.loads(data) is enc
+    text = "Hello, do you like tea? <|endoftext|> In the sunlit terraces"
+    out = subprocess.run([sys.executable, "-c", "import pickle, sys; e = pickle.loads(sys.stdin.buffer.read()); "
+                          f"print(e.encode({text!r}, allowed_special='all'))"],
+                         input=data, capture_output=True, check=True, env=os.environ)
+    assert json.loads(out.stdout) == enc.encode(text, allowed_special="all")
 
 
 def test_special_tokens_as_tiktoken(enc):
