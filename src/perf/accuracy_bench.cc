@@ -18,44 +18,56 @@ namespace {
 
 bool is_float_type(const std::string& name) { return name == "F32" || name == "F16" || name == "BF16"; }
 
-// A GGUF file's matrices (its 2-D tensors): their types by their share of the values, most first
-// ("Q4_K+Q6_K"), and their bits per weight; no types for a float file's.
+// Matrices' types by their share of the values, most first ("Q4_K+Q6_K"), and their bits per weight.
 struct FileMatrices {
   std::string types;
   double bits_per_weight = 0;
 };
+class MatrixTally {
+ public:
+  void add(const std::string& type, int64_t values, double bits) {
+    values_[type] += values;
+    bits_ += bits;
+    count_ += static_cast<double>(values);
+  }
+  FileMatrices summary() const {
+    std::vector<std::pair<int64_t, std::string>> by_share;
+    for (const auto& [name, n] : values_) by_share.push_back({-n, name});
+    std::sort(by_share.begin(), by_share.end());
+    FileMatrices m;
+    for (const auto& [n, name] : by_share) m.types += (m.types.empty() ? "" : "+") + name;
+    m.bits_per_weight = count_ > 0 ? bits_ / count_ : 0.0;
+    return m;
+  }
+
+ private:
+  std::map<std::string, int64_t> values_;
+  double bits_ = 0, count_ = 0;
+};
+
+// A GGUF file's matrices (its 2-D tensors); no types for a float file's.
 FileMatrices quantized_matrices(const std::string& path) {
   const GgufFile file(path);
-  std::map<std::string, int64_t> values;
-  double bytes = 0, count = 0;
+  MatrixTally tally;
   bool quantized = false;
   for (const GgufTensor& t : file.tensors()) {
     if (t.shape.size() != 2) continue;
-    values[t.type->name] += t.numel();
-    bytes += static_cast<double>(t.bytes);
-    count += static_cast<double>(t.numel());
+    tally.add(t.type->name, t.numel(), 8.0 * static_cast<double>(t.bytes));
     quantized = quantized || !is_float_type(t.type->name);
   }
-  if (!quantized) return {};
-  std::vector<std::pair<int64_t, std::string>> by_share;
-  for (const auto& [name, n] : values) by_share.push_back({-n, name});
-  std::sort(by_share.begin(), by_share.end());
-  FileMatrices m;
-  for (const auto& [n, name] : by_share) m.types += (m.types.empty() ? "" : "+") + name;
-  m.bits_per_weight = 8 * bytes / count;
-  return m;
+  return quantized ? tally.summary() : FileMatrices{};
 }
 
-// Bits per weight of a float model's matrices as --quantize t keeps them: each 2-D weight in
-// fitting_quant_type(t, its row length) - the loaders' rule - so Q8_0 where t's blocks do not fit a
-// row and bf16 (16 bits) where not even Q8_0's do.
-double quantized_bits(const std::string& path, const QuantType& t) {
-  double bits = 0, count = 0;
+// A float model's matrices as --quantize t keeps them: each 2-D weight in fitting_quant_type(t, its
+// row length) - the loaders' rule - so Q8_0 where t's blocks do not fit a row and BF16 where not
+// even Q8_0's do ("Q4_K+Q8_0": the fallbacks named, not only t).
+FileMatrices quantized_as(const std::string& path, const QuantType& t) {
+  MatrixTally tally;
   auto add = [&](int64_t rows, int64_t cols) {
     const QuantType& q = fitting_quant_type(t, cols);
-    const double per = std::string(q.name) == "F16" ? 16.0 : 8.0 * static_cast<double>(q.block_bytes) / static_cast<double>(q.block);
-    bits += per * static_cast<double>(rows * cols);
-    count += static_cast<double>(rows * cols);
+    const bool kept = std::string(q.name) == "F16";  // (stays bf16)
+    const double per = kept ? 16.0 : 8.0 * static_cast<double>(q.block_bytes) / static_cast<double>(q.block);
+    tally.add(kept ? "BF16" : q.name, rows * cols, per * static_cast<double>(rows * cols));
   };
   if (is_gguf_file(path)) {
     const GgufFile file(path);
@@ -68,7 +80,7 @@ double quantized_bits(const std::string& path, const QuantType& t) {
       if (s.size() == 2) add(s[0], s[1]);
     }
   }
-  return count > 0 ? bits / count : 0.0;
+  return tally.summary();
 }
 
 }  // namespace
@@ -120,8 +132,9 @@ AccuracyBenchReport run_accuracy_bench(const AccuracyBenchOptions& o) {
       row.bits_per_weight = file.bits_per_weight;
     } else {
       const QuantType& t = product_quant_type(type);
-      row.type = t.name;
-      row.bits_per_weight = quantized_bits(o.weights, t);  // the matrices as quantized, fallbacks counted
+      const FileMatrices as = quantized_as(o.weights, t);  // fallbacks counted and named
+      row.type = as.types == t.name ? as.types : str(t.name, " as ", as.types);
+      row.bits_per_weight = as.bits_per_weight;
     }
     row.candidate = m.description;
     return row;
@@ -150,13 +163,15 @@ std::string report_text(const AccuracyBenchReport& r) {
   out << ", " << r.windows << " window" << (r.windows == 1 ? "" : "s") << " of up to " << r.context << "\n";
   out << "  reference: " << r.reference << "\n";
   for (const AccuracyRow& row : r.rows) out << "  " << row.type << ": " << row.candidate << "\n";
-  char line[256];
-  std::snprintf(line, sizeof line, "  %-10s %11s %10s %10s %8s %10s %10s %12s\n", "type", "bits/weight", "mean KL",
-                "max KL", "top-1", "PPL ref", "PPL cand", "ln PPL ratio");
+  char line[512];
+  int width = 10;  // the type column: as wide as its longest ("Q4_K as Q4_K+Q8_0")
+  for (const AccuracyRow& row : r.rows) width = std::max(width, static_cast<int>(std::min<size_t>(row.type.size(), 200)));
+  std::snprintf(line, sizeof line, "  %-*s %11s %10s %10s %8s %10s %10s %12s\n", width, "type", "bits/weight",
+                "mean KL", "max KL", "top-1", "PPL ref", "PPL cand", "ln PPL ratio");
   out << line;
   for (const AccuracyRow& row : r.rows) {
     const LogitAgreement& a = row.agreement;
-    std::snprintf(line, sizeof line, "  %-10s %11.4g %10.3e %10.3e %7.2f%% %10.4g %10.4g %12.3e\n", row.type.c_str(),
+    std::snprintf(line, sizeof line, "  %-*s %11.4g %10.3e %10.3e %7.2f%% %10.4g %10.4g %12.3e\n", width, row.type.c_str(),
                   row.bits_per_weight, a.mean_kl, a.max_kl, 100 * a.top1, a.ref_perplexity, a.cand_perplexity,
                   a.cand_nll - a.ref_nll);
     out << line;

@@ -55,8 +55,10 @@ TEST_F(CliBenchAccuracy, AFloatFileAgainstEveryTypeTheProductsRead) {
   EXPECT_THAT(j["reference"].get<std::string>(), HasSubstr("f32 products"));
   ASSERT_EQ(j["rows"].size(), 4u);
   // Bits per weight as the matrices are kept: every row here is 64 or 128 values, whole blocks of
-  // Q8_0 (34 bytes per 32) and Q4_0 (18 per 32) but not of the K-quants' 256, which fall back to Q8_0.
-  const std::vector<std::pair<std::string, double>> types = {{"Q8_0", 8.5}, {"Q6_K", 8.5}, {"Q4_K", 8.5}, {"Q4_0", 4.5}};
+  // Q8_0 (34 bytes per 32) and Q4_0 (18 per 32) but not of the K-quants' 256, which fall back to Q8_0,
+  // and say so (the rows were labelled Q6_K and Q4_K).
+  const std::vector<std::pair<std::string, double>> types = {
+      {"Q8_0", 8.5}, {"Q6_K as Q8_0", 8.5}, {"Q4_K as Q8_0", 8.5}, {"Q4_0", 4.5}};
   for (size_t i = 0; i < types.size(); ++i) {
     const nlohmann::json& row = j["rows"][i];
     EXPECT_EQ(row["type"], types[i].first);
