@@ -679,8 +679,9 @@ class Qwen3_5GatedDeltaNet(nn.Module):
         mixed = silu(self.conv1d(self.in_proj_qkv(x).transpose(1, 2))[:, :, :T]).transpose(1, 2)
         q, k, v = torch.split(mixed, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
         share = Hv // self.num_k_heads
-        q = _l2norm(q.reshape(b, T, -1, Dk)).repeat_interleave(share, dim=2) / (Dk ** 0.5)
-        k = _l2norm(k.reshape(b, T, -1, Dk)).repeat_interleave(share, dim=2)
+        Hk = self.num_k_heads  # (named: reshape cannot infer a -1 of an empty batch or sequence)
+        q = _l2norm(q.reshape(b, T, Hk, Dk)).repeat_interleave(share, dim=2) / (Dk ** 0.5)
+        k = _l2norm(k.reshape(b, T, Hk, Dk)).repeat_interleave(share, dim=2)
         beta = torch.sigmoid(self.in_proj_b(x))
         alpha = torch.exp(-self.A_log.exp() * torch.nn.functional.softplus(self.in_proj_a(x) + self.dt_bias))
         y = delta_rule(q, k, v.reshape(b, T, Hv, Dv), beta, alpha)
@@ -824,6 +825,8 @@ class GPTModel(nn.Module):
         dropout drawing (eval mode or drop_rate 0), and no parameter shared or replaced (tied)."""
         if not self.whole_model_in_qkv or in_idx.dtype != torch.long or in_idx.device.type != "cpu":
             return False
+        if in_idx.numel() == 0:
+            return False  # no tokens: the book's path gives its empty (B, 0, V) logits
         if self.training and self._cfg["drop_rate"] > 0:
             return False  # PyTorch's masks: the book's path
         return ([n for n, _ in named] == self._param_names

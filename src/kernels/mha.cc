@@ -4,6 +4,7 @@
 #include "kernels/mha_testing.h"
 
 #include <algorithm>
+#include <utility>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -321,7 +322,13 @@ void mha_backward(const MhaShape& s, const MhaWeights& w, const float* x, const 
             "'s): another forward overwrote it, or it was never filled");
   QKV_CHECK(same_shape(saved.shape(), s), "mha_backward: the saved forward ran on another shape or spec");
   const int64_t rows = s.batch * s.tokens, C = s.d_out(), D = s.head_dim(), Q = s.qkv_width();
-  if (rows == 0) return;
+  if (rows == 0) {  // no token: every gradient is zero (written, unless added to)
+    if (!grads.accumulate)
+      for (const auto& [g, n] : {std::pair{grads.dw_qkv, Q * s.d_in}, {grads.db_qkv, Q}, {grads.dw_out, s.out_width() * C},
+                                 {grads.db_out, s.out_width()}, {grads.dq_norm, D}, {grads.dk_norm, D}})
+        if (g != nullptr) std::fill(g, g + n, 0.0f);
+    return;
+  }
   ws.reserve_backward(s);
   AttentionOptions options = mha_options(s, call);
   options.lse_low = const_cast<float*>(saved.lse_low());  // the forward's; only read here

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "qkv/core/error.h"
@@ -163,6 +165,31 @@ TEST(MhaPipeline, ForwardAndBackwardMatchTheReferencePipeline) {
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t n = 0; n < 3 * C; ++n) db_ref[static_cast<size_t>(n)] += dqkv[static_cast<size_t>(r * 3 * C + n)];
       EXPECT_TRUE(close(db_qkv, db_ref, 1e-4)) << "db_qkv";
+    }
+  }
+}
+
+// No token (B = 0 or T = 0): every weight gradient is zero, written unless added to (they were left
+// as the memory held them: qkv.torch's MultiHeadAttention handed PyTorch garbage gradients).
+TEST(MhaPipeline, NoTokensWriteZeroWeightGradients) {
+  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{0, 5}, {2, 0}}) {
+    const int64_t d_in = 6, C = 8, H = 2;
+    const std::vector<float> w_qkv(3 * C * d_in, 0.5f), b_qkv(3 * C, 0.5f), w_out(C * C, 0.5f), b_out(C, 0.5f);
+    const MhaShape s = shape_of(B, T, d_in, C, H);
+    const MhaWeights w{w_qkv.data(), b_qkv.data(), w_out.data(), b_out.data()};
+    MhaSaved saved;
+    MhaWorkspace ws;
+    float x = 0, y = 0, dy = 0, dx = 0;  // (no element is read or written)
+    mha_forward(s, w, &x, &y, saved, ws, MhaCall{});
+    for (const bool accumulate : {false, true}) {
+      const float nan = std::numeric_limits<float>::quiet_NaN(), before = accumulate ? 3.0f : nan;
+      std::vector<float> dw_qkv(w_qkv.size(), before), db_qkv(b_qkv.size(), before), dw_out(w_out.size(), before),
+          db_out(b_out.size(), before);
+      MhaGradients g{dw_qkv.data(), db_qkv.data(), dw_out.data(), db_out.data()};
+      g.accumulate = accumulate;
+      mha_backward(s, w, &x, &dy, &dx, g, saved, saved.id(), ws, MhaCall{});
+      for (const std::vector<float>* v : {&dw_qkv, &db_qkv, &dw_out, &db_out})
+        for (float e : *v) ASSERT_EQ(e, accumulate ? 3.0f : 0.0f) << "B=" << B << " T=" << T;
     }
   }
 }

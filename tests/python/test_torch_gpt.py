@@ -109,6 +109,21 @@ def test_bad_configurations_and_inputs_are_value_errors():
         model(torch.zeros(9, dtype=torch.long))
 
 
+def test_no_tokens_give_the_twins_empty_logits_and_zero_gradients():
+    """(B, 0) or (0, T) ids: the book's model returns empty logits and its gradients are zero (the
+    C++ core raised qkv.Error)."""
+    cfg = dict(vocab_size=50, context_length=8, emb_dim=12, n_heads=3, n_layers=2, drop_rate=0.0, qkv_bias=True)
+    for shape in [(1, 0), (0, 3), (2, 0)]:
+        got, want = pair(cfg, 5)
+        ids = torch.zeros(shape, dtype=torch.long)
+        g, w = got(ids), want(ids)
+        assert g.shape == w.shape == (*shape, 50)
+        g.sum().backward()
+        w.sum().backward()
+        for (name, p), (_, q) in zip(got.named_parameters(), want.named_parameters()):
+            assert p.grad is not None and torch.equal(p.grad, q.grad), name
+
+
 def test_gradients_accumulate_and_a_backward_follows_its_own_forward():
     import copy
 

@@ -424,3 +424,33 @@ def test_empty_batches_and_sequences_give_empty_results():
     x = torch.rand(0, 6, 3, requires_grad=True)
     m(x).sum().backward()
     assert x.grad.shape == x.shape
+
+
+@pytest.mark.parametrize("make", [
+    lambda: qt.CausalAttention(4, 4, 6, 0.0),
+    lambda: qt.MultiHeadAttention(4, 4, 6, 0.0, num_heads=2, qkv_bias=True),
+    lambda: qt.MultiHeadAttention(4, 4, 6, 0.0, num_heads=2, num_kv_heads=1, rope="half"),
+    lambda: qt.MultiHeadAttentionWrapper(4, 2, 6, 0.0, num_heads=2),
+    lambda: qt.GatedMultiHeadAttention(4, 4, 6, 0.0, num_heads=2),
+    lambda: qt.MultiHeadLatentAttention(4, 4, 0.0, num_heads=2, latent_dim=3),
+    lambda: qt.GatedDeltaNet(4, 4, 0.0, num_heads=2),
+    lambda: qt.Qwen3_5GatedDeltaNet(4, 2, 1, 4, 4, 3),
+])
+@pytest.mark.parametrize("shape", [(2, 0), (0, 5)])
+def test_no_tokens_give_zero_weight_gradients(make, shape):
+    """No token contributes, so every parameter's gradient is zero, as the book's classes give it
+    (MultiHeadAttention and CausalAttention left theirs unwritten: whatever the memory held)."""
+    torch.manual_seed(3)
+    m = make()
+    x = torch.rand(*shape, 4, requires_grad=True)
+    if isinstance(m, qt.Qwen3_5GatedDeltaNet) and shape[1] == 0:
+        with pytest.raises(RuntimeError, match="zero batch or zero channel"):  # torch's conv1d, as in HF's layer
+            m(x)
+        return
+    y = m(x)
+    assert y.shape[:2] == shape
+    y.sum().backward()
+    assert x.grad.shape == x.shape
+    for name, p in m.named_parameters():
+        assert p.grad is not None and p.grad.shape == p.shape, name
+        assert torch.count_nonzero(p.grad) == 0, (name, p.grad)
