@@ -156,6 +156,11 @@ def attention(q, k, v, *, causal=False, mask=None, dropout_p=0.0, scale=None, se
     j > i - window), alibi (True: the paper's slopes; or H slopes; scores - slope_h (i - j)), softcap
     (scores capped as softcap * tanh(s / softcap), before ALiBi and the mask).
     """
+    for name, t in (("mask", mask), ("scale", scale), ("alibi", alibi)):
+        if isinstance(t, torch.Tensor) and t.requires_grad and torch.is_grad_enabled():
+            raise ValueError(f"qkv.torch.attention: {name} requires grad, but qkv's fused backward gives gradients "
+                             f"of q, k and v only (it would get none); pass {name}.detach(), or use PyTorch's "
+                             "attention to learn it")
     dropout_p = float(dropout_p)
     if dropout_p > 0 and seed is None:
         seed = _draw_seed()

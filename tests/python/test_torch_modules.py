@@ -267,6 +267,17 @@ def test_bad_inputs():
         qt.MultiHeadAttention(2, 5, 4, 0.0, num_heads=2)
     with pytest.raises(qkv.Error, match="dropout p"):
         qt.attention(f, f, f, dropout_p=1.0)
+    # a mask, scale or slopes to learn would get no gradient, silently: refused (detached, or under
+    # no_grad, they are read as before)
+    learned = dict(mask=torch.zeros(4, 4, requires_grad=True), scale=torch.tensor(0.5, requires_grad=True),
+                   alibi=torch.ones(1, requires_grad=True))
+    for name, t in learned.items():
+        with pytest.raises(ValueError, match=f"{name} requires grad, but qkv's fused backward gives gradients of q, k"):
+            qt.attention(f, f, f, **{name: t})
+        want = qt.attention(f, f, f, **{name: t.detach()})
+        assert torch.equal(qt.attention(f, f, f, **{name: t.detach()}), want)
+        with torch.no_grad():
+            assert torch.equal(qt.attention(f, f, f, **{name: t}), want)
 
 
 @pytest.mark.parametrize("name", ["CausalAttention", "MultiHeadAttention"])
