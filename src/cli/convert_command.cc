@@ -33,7 +33,7 @@ struct ConvertFlags {
 };
 
 int run_gguf(const ConvertFlags& f) {
-  check_output_files({{f.out, "", "--out"}});
+  check_output_files({{f.out, "", "--out"}}, {{f.weights, "--weights"}, {f.tokenizer, "--tokenizer"}});
   // the family from the preset or the files' description (config.json, GGUF metadata) alone, so a
   // model qkv cannot write is refused before its weights are drawn or read
   check_gguf_writable(!f.model.empty() ? family_of_preset(f.model) : family_of_path(f.weights));
@@ -63,7 +63,7 @@ int run_convert(const ConvertFlags& f) {
   if (!f.tokenizer.empty()) bad_flag("--tokenizer", "is the GGUF file's tokenizer: it goes with --to gguf");
   std::vector<OutputFile> destinations = {{f.out, "", "--out"}};
   if (!f.config.empty()) destinations.push_back({f.config, "", "--config"});
-  check_output_files(destinations);
+  check_output_files(destinations, {{f.weights, "--weights"}});
   if (!f.config.empty() && f.to != "huggingface")
     bad_flag("--config", "writes Hugging Face's config.json: it goes with --to huggingface");
   const GptWeights w = read_gpt_weights(f.weights, f.num_heads);

@@ -146,7 +146,10 @@ int run_explore(ExploreFlags& f, const CLI::App& sub) {
     for (const char* flag : kModuleFlagNames)
       if (sub.count(flag) > 0 && !model)
         bad_flag(flag, "needs --module M (without it, the page shows the chapter's walkthrough)");
-  check_output_files({{f.out, "", "--out"}});
+  check_output_files({{f.out, "", "--out"}}, {{f.text_file, "--text-file"},
+                                             {f.checkpoint, "--checkpoint"},
+                                             {f.weights, "--weights"},
+                                             {f.vocab_dir, "--vocab-dir"}});
   const std::string text = from_text_file ? read_file(f.text_file) : sub.count("--text") > 0 ? f.text : kBookSentence;
   QKV_CHECK(!text.empty(), "the text is empty: there are no tokens to attend over");
 

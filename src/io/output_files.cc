@@ -218,7 +218,22 @@ void write_direct(const OutputFile& f, const Destination& d) {
 
 }  // namespace
 
-void check_output_files(const std::vector<OutputFile>& files) { (void)check_all(files); }
+void check_output_files(const std::vector<OutputFile>& files, const std::vector<InputPath>& inputs) {
+  const std::vector<Destination> dests = check_all(files);
+  for (const InputPath& in : inputs) {
+    struct stat st {};
+    if (in.path.empty() || ::stat(in.path.c_str(), &st) != 0) continue;  // (a missing input fails as it is read)
+    const std::string input = (in.what.empty() ? "" : in.what + " ") + excerpt(in.path);
+    for (size_t i = 0; i < files.size(); ++i) {
+      const Destination& d = dests[i];
+      if (!d.exists || d.direct) continue;  // a new file harms no input; a stream is written as it is
+      if (S_ISDIR(st.st_mode) ? d.dir_dev == st.st_dev && d.dir_ino == st.st_ino
+                              : d.dev == st.st_dev && d.ino == st.st_ino)
+        fail(named(files[i]), S_ISDIR(st.st_mode) ? " is a file of the input folder " : " is the input ", input,
+             ": writing it would replace what this run reads; write the output elsewhere");
+    }
+  }
+}
 
 void write_files_atomically(const std::vector<OutputFile>& files) {
   const std::vector<Destination> dests = check_all(files);

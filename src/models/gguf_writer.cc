@@ -8,6 +8,7 @@
 #include "qkv/core/read_file.h"
 #include "qkv/kernels/rope.h"
 #include "qkv/models/gguf_model.h"
+#include "qkv/text/hf_tokenizer.h"
 #include "qkv/text/vocab_files.h"
 
 namespace qkv {
@@ -188,7 +189,11 @@ json gpt2_tokenizer_json() {
 
 }  // namespace
 
-json tokenizer_json_file(const std::string& path) { return parse_json(read_file(path), excerpt(path)); }
+json tokenizer_json_file(const std::string& path) {
+  const HfTokenizer::File f = HfTokenizer::read(path);  // a file, a folder holding one, or an installed name
+  (void)HfTokenizer::parse(f.text, f.file);  // the loader's checks: a tokenizer qkv refuses to read is not written
+  return parse_json(f.text, excerpt(f.file));
+}
 
 std::optional<json> model_tokenizer_json(const LoadedModel& m, const std::string& source) {
   if (!m.tokenizer_file.empty() && m.tokenizer_file.ends_with("tokenizer.json"))

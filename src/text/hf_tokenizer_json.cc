@@ -233,20 +233,25 @@ json hf_tokenizer_json(const HfTokenizerParts& parts) {
   return j;
 }
 
-HfTokenizer HfTokenizer::load(const std::string& path) {
+HfTokenizer::File HfTokenizer::read(const std::string& path) {
   // A vocabulary's name (qwen3, llama3) that is not a path here: the installed file, verified.
   if (!std::filesystem::exists(path))
     if (const std::optional<std::string> installed = find_hf_vocab(path)) {
-      const std::string text = read_file(*installed);
+      std::string text = read_file(*installed);
       QKV_CHECK(hf_vocab_verified(path, text), "refusing to load ", *installed, ": its SHA-256 is not the ", path,
                 " vocabulary's; the file is damaged or another version: delete it and reinstall (", kVocabInstallHint,
                 ")");
-      return parse(text, *installed);
+      return {std::move(text), *installed};
     }
   std::string file = path;
   if (std::filesystem::is_directory(path)) file = (std::filesystem::path(path) / "tokenizer.json").string();
   QKV_CHECK(std::filesystem::is_regular_file(file), excerpt(path), " is not a tokenizer.json (nor a folder holding one)");
-  return parse(read_file(file), file);
+  return {read_file(file), file};
+}
+
+HfTokenizer HfTokenizer::load(const std::string& path) {
+  const File f = read(path);
+  return parse(f.text, f.file);
 }
 
 HfTokenizer HfTokenizer::parse(std::string_view text, const std::string& where) {

@@ -14,10 +14,12 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli_runner.h"
 #include "qkv/core/error.h"
+#include "qkv/core/read_file.h"
 #include "qkv/io/output_files.h"
 #include "qkv/io/gguf.h"
 #include "qkv/io/safetensors.h"
@@ -484,6 +486,51 @@ TEST_F(CliHardening, ConvertWritesTheTokenizerItIsGiven) {
   r = run("convert --weights g.safetensors --to book --out b.safetensors --tokenizer tok.json");
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_THAT(r.err, HasSubstr("--tokenizer: is the GGUF file's tokenizer: it goes with --to gguf"));
+  // a tokenizer the loader would refuse is not written (the file was written, and then did not load
+  // or, its normalizer dropped, tokenized otherwise)
+  for (const auto& [key, value, words] :
+       {std::tuple<std::string, nlohmann::json, std::string>{"merges", {"a b", "zz qq"}, "names 'zz'"},
+        {"normalizer", {{"type", "Lowercase"}}, "normalizer"}}) {
+    nlohmann::json bad = tokenizer;
+    (key == "merges" ? bad["model"]["merges"] : bad[key]) = value;
+    write("bad.json", bad.dump());
+    r = run("convert --weights s.safetensors --num-heads 2 --to gguf --type f32 --out bad.gguf --tokenizer bad.json");
+    EXPECT_EQ(r.status, 1) << key;
+    EXPECT_THAT(r.err, HasSubstr(words)) << key;
+    EXPECT_FALSE(fs::exists(path("bad.gguf"))) << key;
+  }
+}
+
+// An output that is one of the run's inputs, or an existing file of an input folder, would destroy
+// what the run reads: refused, naming both (convert wrote GGUF over a folder's model.safetensors,
+// explore its page over the text it read).
+TEST_F(CliHardening, AnOutputOntoAnInputIsRefused) {
+  Generator gen(3);
+  DecoderModel m(gpt_spec(300, 16, 32, 2, 1, 0.0, true), gen);
+  write_files_atomically(model_family("gpt").checkpoint(m, path("g.safetensors"), ""));
+  const std::string weights = read_file(path("g.safetensors"));
+  Result r = run("convert --weights g.safetensors --num-heads 2 --to gguf --type f32 --out g.safetensors");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--out 'g.safetensors' is the input --weights 'g.safetensors': writing it would "
+                               "replace what this run reads"));
+  EXPECT_EQ(read_file(path("g.safetensors")), weights);
+  r = run("convert --weights g.safetensors --num-heads 2 --to book --out g.safetensors");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("is the input --weights"));
+  fs::create_directory(path("folder"));
+  fs::copy_file(path("g.safetensors"), path("folder/model.safetensors"));
+  write("folder/config.json", R"({"n_head": 2})");
+  r = run("convert --weights folder --to gguf --type f32 --out folder/config.json");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("is a file of the input folder --weights"));
+  EXPECT_EQ(read_file(path("folder/config.json")), R"({"n_head": 2})");
+  write("text.txt", "Every effort moves you");
+  r = run("explore --text-file text.txt --out text.txt");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("is the input --text-file"));
+  EXPECT_EQ(read_file(path("text.txt")), "Every effort moves you");
+  r = run("explore --text-file text.txt --out page.html");  // a new file beside them is fine
+  EXPECT_EQ(r.status, 0) << r.err;
 }
 
 TEST(OutputFiles, EveryFileIsWrittenOrNone) {

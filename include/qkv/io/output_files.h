@@ -31,9 +31,17 @@ struct OutputFile {
   std::string what;  // how the caller names it in messages (a flag: "--output"); "" for none
 };
 
-// Throws qkv::Error ("cannot write 'path': ...") unless every destination can be written as above.
-// `bytes` is not looked at, so a long run can check its outputs before it starts.
-void check_output_files(const std::vector<OutputFile>& files);
+// A file or folder a run reads, named as the caller names it ("--weights"); "" for none.
+struct InputPath {
+  std::string path;
+  std::string what;
+};
+
+// Throws qkv::Error ("cannot write 'path': ...") unless every destination can be written as above,
+// and is neither one of `inputs` (the same file) nor an existing file in an input folder (a model
+// folder's config.json): writing it would replace what the run reads. `bytes` is not looked at, so
+// a long run can check its outputs before it starts.
+void check_output_files(const std::vector<OutputFile>& files, const std::vector<InputPath>& inputs = {});
 
 // Checks, then writes every file (see above).
 void write_files_atomically(const std::vector<OutputFile>& files);

@@ -151,8 +151,9 @@ std::vector<GgufMetadata> gguf_tokenizer_metadata(const nlohmann::json& tokenize
 // The tokenizer.json of a loaded model: its file, GPT-2's vocabulary as one (the GPT family's
 // installed files), or the GGUF file `source`'s metadata; none when it has none of them.
 std::optional<nlohmann::json> model_tokenizer_json(const LoadedModel& m, const std::string& source);
-// A tokenizer.json file to write into a GGUF file in place of the model's (qkv convert --tokenizer);
-// a qkv::Error naming the file when it cannot be read or is not JSON.
+// A tokenizer.json to write into a GGUF file in place of the model's (qkv convert --tokenizer): a
+// file, a folder holding one or an installed vocabulary's name (HfTokenizer::read), checked as the
+// loader checks it (HfTokenizer::parse: qkv::Error naming the file and the entry).
 nlohmann::json tokenizer_json_file(const std::string& path);
 
 }  // namespace qkv

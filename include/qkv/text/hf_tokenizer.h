@@ -86,6 +86,11 @@ class HfTokenizer {
   // path: a tokenizer.json, or a folder holding one; or the name of an installed vocabulary
   // (qwen3, llama3: vocab_files.h's kHfVocabs, verified by SHA-256) when no such path exists.
   static HfTokenizer load(const std::string& path);
+  // The text of the tokenizer.json `path` names, found as load finds it, and the file it came from.
+  struct File {
+    std::string text, file;
+  };
+  static File read(const std::string& path);
   // The text of a tokenizer.json; `where` names it in errors.
   static HfTokenizer parse(std::string_view json, const std::string& where);
   // The tokenizer `parts` describe, checked (qkv::Error naming `where`, the list and the entry).
