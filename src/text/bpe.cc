@@ -181,6 +181,7 @@ void Encoding::Impl::encode_ordinary_into(std::string_view text, std::vector<Tok
     s.pieces.clear();
     pos = pretokenizer->split(text, pos, s.pieces, 1024);
     for (std::string_view piece : s.pieces) {
+      if (piece.empty()) continue;  // an empty match: nothing to encode
       if (piece.size() == 1) {
         out.push_back(byte_rank[static_cast<uint8_t>(piece[0])]);
         continue;

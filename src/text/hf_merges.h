@@ -19,9 +19,10 @@ using bpe_detail::Rank;
 class HfMerges {
  public:
   void reserve(size_t n) { merges_.reserve(n); }
-  // false when (left, right) already has a merge (the first one in model.merges stands)
+  // A pair listed twice in model.merges takes its last place, as Hugging Face's BpeBuilder (a map
+  // built in order) and transformers.js give it; false when it replaced an earlier one.
   bool add(Rank left, Rank right, Rank rank, Rank merged) {
-    return merges_.emplace(key(left, right), PairMerge{rank, merged}).second;
+    return merges_.insert_or_assign(key(left, right), PairMerge{rank, merged}).second;
   }
   PairMerge find(Rank left, Rank right) const {
     const auto it = merges_.find(key(left, right));

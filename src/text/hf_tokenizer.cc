@@ -225,6 +225,7 @@ HfTokenizer HfTokenizer::build(HfTokenizerParts parts, const std::string& where)
 
 // One piece's bytes: merged pair by pair, the earliest merge first, leftmost among equals.
 void HfTokenizer::Impl::bpe(std::string_view piece, std::vector<TokenId>& out) const {
+  if (piece.empty()) return;  // (an empty match: a boundary, no token)
   if (piece.size() == 1) {
     out.push_back(byte_id[static_cast<unsigned char>(piece[0])]);
     return;

@@ -58,7 +58,11 @@ class Pcre2Pretokenizer final : public Pretokenizer {
                           &code, &offset, nullptr);
     QKV_CHECK(code_ != nullptr, "pre-tokenisation pattern: PCRE2 rejects it at offset ", offset, ": ",
               pcre2_message(code), "\n  pattern: ", excerpt(pattern, 400));
-    jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
+    // (a pattern that starts (*NO_JIT) compiles "successfully" to no machine code: matched by the
+    // interpreter, as pcre2_jit_match would refuse it)
+    size_t jit_bytes = 0;
+    jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0 &&
+           pcre2_pattern_info(code_, PCRE2_INFO_JITSIZE, &jit_bytes) == 0 && jit_bytes > 0;
   }
   ~Pcre2Pretokenizer() override { pcre2_code_free(code_); }
   Pcre2Pretokenizer(const Pcre2Pretokenizer&) = delete;
@@ -99,11 +103,11 @@ class Pcre2Pretokenizer final : public Pretokenizer {
       if (rc < 0) fail_match(rc, pos, pattern());
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.match);
       const size_t start = ov[0], end = ov[1];
+      pieces.emplace_back(text.data() + start, end - start);
+      ++count;
       if (end > start) {
-        pieces.emplace_back(text.data() + start, end - start);
-        ++count;
         pos = end;
-      } else {  // an empty match: no piece; resume one character on
+      } else {  // an empty match (a boundary): resume one character on
         pos = start + 1;
         while (pos < n && (static_cast<uint8_t>(text[pos]) & 0xC0) == 0x80) ++pos;
       }

@@ -84,6 +84,27 @@ TEST(HfTokenizer, IsolatedSplitsKeepTheTextBetweenMatches) {
   EXPECT_EQ(w.encode(" abc"), (Ids{' ', 257}));  // a b (rank 0) before " a" (rank 3), then ab c
 }
 
+// An empty match of a Split is a boundary, as Hugging Face's find_matches makes it: "\b" cuts " ac"
+// before a (it was dropped, and " a" merged across it).
+TEST(HfTokenizer, EmptyMatchesSplitTheText) {
+  const HfTokenizer t = make(tiny("\\b"));
+  EXPECT_EQ(t.encode(" ac"), (Ids{' ', 'a', 'c'}));
+  EXPECT_EQ(t.encode(" ab c"), (Ids{' ', 256, ' ', 'c'}));
+  EXPECT_EQ(make(tiny("(?=c)")).encode("abc"), (Ids{256, 'c'}));  // a lookahead: ab | c, not abc
+  EXPECT_EQ(make(tiny("x*")).encode(" abc"), (Ids{' ', 'a', 'b', 'c'}));  // empty everywhere: every character
+  // (*NO_JIT) compiles to no machine code: the interpreter matches it (it failed: "bad JIT option")
+  EXPECT_EQ(make(tiny("(*NO_JIT)\\w+|\\s+")).encode("abc ab"), (Ids{257, ' ', 256}));
+}
+
+// A merge listed twice takes its last place, as Hugging Face's BpeBuilder and transformers.js take
+// it (the first place stood): a b after b c, so "abc" is a + bc.
+TEST(HfTokenizer, AMergeListedTwiceTakesItsLastRank) {
+  json j = tiny();
+  j["model"]["merges"].push_back("a b");
+  EXPECT_EQ(make(j).encode("abc"), (Ids{'a', 258}));
+  EXPECT_EQ(make(tiny()).encode("abc"), (Ids{257}));
+}
+
 TEST(HfTokenizer, AddedTokensAreMatchedInTheTextLongestFirst) {
   json j = tiny();
   j["added_tokens"] = json::array({{{"id", 300}, {"content", "<s>"}, {"special", true}},

@@ -40,7 +40,9 @@ class Pretokenizer {
  public:
   virtual ~Pretokenizer() = default;
   // Appends the pieces of text that start at or after pos, at most max of them, and returns the
-  // position to continue from (text.size() once the text is done).
+  // position to continue from (text.size() once the text is done). An empty match is an empty piece
+  // where it matched: a boundary between the text before and after it (Hugging Face's Split keeps
+  // them apart; tiktoken's encoding of it is nothing).
   virtual size_t split(std::string_view text, size_t pos, std::vector<std::string_view>& pieces,
                        size_t max) const = 0;
   virtual const char* engine() const = 0;  // "gpt2-scanner" or "pcre2-jit"
