@@ -130,8 +130,9 @@ std::vector<OutputFile> checkpoint_destinations(const ModelFamily& f, const std:
 void attach_tokenizer(LoadedModel& m, std::unique_ptr<Tokenizer> tokenizer, const std::string& source,
                       std::string file) {
   const LanguageModel& model = *m.model;
-  QKV_CHECK(tokenizer->vocab_size() <= model.vocab_size(), source, " has ", tokenizer->vocab_size(),
-            " tokens but the model's vocabulary has ", model.vocab_size());
+  QKV_CHECK(tokenizer->vocab_size() <= model.vocab_size(), source, " has ids up to ", tokenizer->vocab_size() - 1,
+            " (its largest), past the model's vocabulary of ", model.vocab_size(), " (ids 0 .. ", model.vocab_size() - 1,
+            ")");
   const ModelFamily& f = model.family();
   for (const std::string& end : f.end_tokens)
     if (const auto id = tokenizer->special_id(end); id && *id < model.vocab_size()) m.end_ids.push_back(*id);

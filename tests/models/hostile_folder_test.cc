@@ -28,6 +28,8 @@
 #include "qkv/models/generation.h"
 #include "qkv/models/gguf_model.h"
 #include "qkv/models/hf_folder.h"
+#include "qkv/text/byte_level.h"
+#include "qkv/text/utf8.h"
 #include "test_support.h"
 
 namespace qkv {
@@ -204,6 +206,23 @@ TEST_P(HostileFolder, WithoutTokenizerJsonTextIsRefusedSayingSo) {
   EXPECT_THAT(error_of([&] { m.encode("hi"); }), HasSubstr("has no tokenizer to read text with: '" + dir_ +
                                                            "' has no tokenizer.json"));
   EXPECT_THAT(error_of([&] { m.decode({1}); }), HasSubstr("has no tokenizer.json"));
+}
+
+// A tokenizer.json whose ids pass the model's vocabulary names its largest (a single added token of
+// id 2^31 - 2 read as "has 2147483647 tokens", for a file of a few hundred).
+TEST_P(HostileFolder, ATokenizerWhoseIdsPassTheVocabularyNamesTheLargest) {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) {
+    std::string spelled;
+    utf8::append(spelled, byte_level_char(static_cast<uint8_t>(b)));
+    vocab[spelled] = b;
+  }
+  const json tokenizer = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}},
+                          {"added_tokens", json::array({{{"id", 2147483646}, {"content", "<big>"}, {"special", true}}})},
+                          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}};
+  write("tokenizer.json", tokenizer.dump());
+  EXPECT_THAT(error_of([&] { load_model(dir_); }),
+              HasSubstr("has ids up to 2147483646 (its largest), past the model's vocabulary of 48 (ids 0 .. 47)"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, HostileFolder, testing::Values("llama", "qwen2", "qwen3"));
