@@ -10,8 +10,11 @@
 namespace qkv {
 namespace {
 
+// Sizes in MB, or in bytes below a tenth of one (where "0.0 MB" says nothing).
+std::string size_text(int64_t bytes) { return bytes < (1 << 20) / 10 ? str(bytes, " bytes") : megabytes(bytes); }
+
 [[noreturn]] void too_large(const std::string& what, int64_t bytes, ExploreStorage st, int64_t max_bytes) {
-  fail(what, megabytes(bytes), " (", storage_name(st), "), more than --max-page-size ", megabytes(max_bytes),
+  fail(what, size_text(bytes), " (", storage_name(st), "), more than --max-page-size ", size_text(max_bytes),
        ", beyond which a browser opens it slowly or not at all; make it smaller with ",
        st.values == ExplorePrecision::kU8 ? "" : "--precision u8 (8-bit values) or ",
        "a shorter --text, or raise --max-page-size");

@@ -21,6 +21,8 @@ using models_detail::text;
 
 namespace {
 
+constexpr int64_t kMaxLayers = int64_t{1} << 20;
+
 // A count or a list of layer types ("full_attention" / "linear_attention"), one per layer; without
 // one, Hugging Face's default: every full_attention_interval-th layer attends, the others are linear.
 std::vector<LayerKind> layer_kinds(const json& t, int64_t layers, const std::string& where) {
@@ -38,7 +40,7 @@ std::vector<LayerKind> layer_kinds(const json& t, int64_t layers, const std::str
   }
   const int64_t every = t.contains("full_attention_interval") ? integer(t, "full_attention_interval", where) : 4;
   QKV_CHECK(every >= 1, where, ": \"full_attention_interval\" (", every, ") must be at least 1");
-  for (int64_t i = 0; i < layers && i < (int64_t{1} << 20); ++i)
+  for (int64_t i = 0; i < layers && i < kMaxLayers; ++i)
     kinds.push_back((i + 1) % every != 0 ? LayerKind::kLinear : LayerKind::kAttention);
   return kinds;
 }
@@ -150,6 +152,9 @@ DecoderSpec read_qwen3_5_config(const json& j, const std::string& where) {
   read_rope(t, w, a);
   a.qk_norm = true;
   a.qk_norm_eps = s.norm_eps;
+  // (a kind per layer is kept: a count past any model's is refused by name, not by the list's length)
+  QKV_CHECK(s.layers <= kMaxLayers, w, ": \"num_hidden_layers\" (", s.layers, ") is more than the ", kMaxLayers,
+            " layers qkv reads");
   s.layer_kinds = layer_kinds(t, s.layers, w);
   if (s.linear_layers() > 0 || !t.contains("layer_types")) {
     LinearAttentionSizes& l = s.linear;

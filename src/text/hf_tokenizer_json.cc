@@ -246,6 +246,8 @@ HfTokenizer::File HfTokenizer::read(const std::string& path) {
   std::string file = path;
   if (std::filesystem::is_directory(path)) file = (std::filesystem::path(path) / "tokenizer.json").string();
   QKV_CHECK(std::filesystem::is_regular_file(file), excerpt(path), " is not a tokenizer.json (nor a folder holding one)");
+  QKV_CHECK(!file_starts_with(file, "GGUF"), excerpt(file), " is a GGUF file (llama.cpp's format), not a tokenizer.json: ",
+            "its tokenizer is read with its model (qkv generate --weights ", excerpt(file), ")");
   return {read_file(file), file};
 }
 

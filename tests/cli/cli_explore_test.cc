@@ -223,7 +223,7 @@ TEST_F(ExploreCli, TheGatedDeltaNetsPagesShowTheirMaps) {
 
 TEST_F(ExploreCli, APageOverTheSizeLimitIsRefusedNamingTheFlags) {
   // Too large even in 8 bits (the template alone is more than 20K): no advice to use 8 bits.
-  refused("explore " + mha + " --max-page-size 20K", 1, "(u8), more than --max-page-size");
+  refused("explore " + mha + " --max-page-size 20K", 1, "(u8), more than --max-page-size 20480 bytes");
   const Result r = run("explore " + mha + " --max-page-size 20K --out page.html");
   EXPECT_EQ(r.err.find("--precision u8"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("a shorter --text, or raise --max-page-size"), std::string::npos) << r.err;

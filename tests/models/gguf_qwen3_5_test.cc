@@ -247,6 +247,15 @@ TEST_F(GgufQwen3_5, BrokenFilesAreRefusedNamingTheField) {
               HasSubstr("qwen35.rope.dimension_count (17) is not between 1 and attention.key_length (16)"));
   EXPECT_THAT(refused(edited(good, [&](auto& meta) { set(meta, "qwen35.full_attention_interval", gguf_u32(0)); })),
               HasSubstr("qwen35.full_attention_interval is 0; expected at least 1"));
+  // a layer count past any model's is named as such (it read "layer_types has 1048576 entries"), in
+  // the file's key, and so in a config.json without layer_types
+  EXPECT_THAT(refused(edited(good, [&](auto& meta) { set(meta, "qwen35.block_count", gguf_u32(2000000)); })),
+              HasSubstr("qwen35.block_count (2000000) is more than the 1048576 layers qkv reads"));
+  nlohmann::json c = small_config(false);
+  c["text_config"].erase("layer_types");
+  c["text_config"]["num_hidden_layers"] = 2000000;
+  EXPECT_THAT(error_of([&] { read_qwen3_5_config(c); }),
+              HasSubstr("\"num_hidden_layers\" (2000000) is more than the 1048576 layers qkv reads"));
   // an interval the tensors do not follow: layer 2's attention tensors where a linear layer's are wanted
   EXPECT_THAT(refused(edited(good, [&](auto& meta) { set(meta, "qwen35.full_attention_interval", gguf_u32(2)); })),
               HasSubstr("has no tensor 'blk.1.attn_q.weight'"));

@@ -306,6 +306,12 @@ TEST(HfTokenizer, LoadNamesAPathThatHoldsNoTokenizer) {
     EXPECT_NE(std::string(e.what()).find("is not a tokenizer.json (nor a folder holding one)"), std::string::npos)
         << e.what();
   }
+  // a GGUF file is named as one (it was "not valid JSON", with its binary bytes in the message)
+  const std::string gguf = dir + "/model.gguf";
+  std::ofstream(gguf) << std::string("GGUF\x03\x00\x00\x00\xff\xfe", 10);
+  EXPECT_THAT(testing_error([&] { HfTokenizer::load(gguf); }),
+              ::testing::HasSubstr("model.gguf' is a GGUF file (llama.cpp's format), not a tokenizer.json: its "
+                                   "tokenizer is read with its model"));
 }
 
 // An installed vocabulary by name: found under $XDG_DATA_HOME/qkv/<name>, refused unless its
