@@ -6,6 +6,7 @@
 #include <map>
 
 #include "qkv/core/error.h"
+#include "qkv/core/excerpt.h"
 #include "qkv/core/generator.h"
 #include "qkv/core/ops.h"
 #include "qkv/core/random_tensor.h"
@@ -68,7 +69,7 @@ Walkthrough run_walkthrough(const std::string& text) {
   w.text = text;
   w.words = tiny_words(text);
   QKV_CHECK(w.words.size() >= 2, "walkthrough: the text needs at least 2 words (the chapter ",
-            "attends from the second one), got ", w.words.size(), " in \"", text, "\"");
+            "attends from the second one), got ", w.words.size(), " in ", excerpt(text));
   TinyVocab vocab(w.words);
   w.vocab = vocab.words();
   w.ids = vocab.encode(w.words);

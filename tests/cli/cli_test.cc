@@ -269,6 +269,15 @@ TEST_F(Cli, WalkthroughOnOtherTextAndTooShortText) {
   Result bad = run("walkthrough --no-gpt --text \"Hello\"");
   EXPECT_EQ(bad.status, 1);
   EXPECT_THAT(bad.err, HasSubstr("at least 2 words"));
+  // the text in the message escaped and cut short (a NUL ended it; a long one was printed whole)
+  write("nul.txt", std::string("a\0b", 3));
+  bad = run("explore --text-file nul.txt --out page.html");  // (the chapter's page, from a file)
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_THAT(bad.err, HasSubstr("got 1 in 'a\\x00b'")) << bad.err;
+  write("long.txt", "x" + std::string(100000, '!'));
+  bad = run("explore --text-file long.txt --out page.html");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_LT(bad.err.size(), 1000u);
 }
 
 }  // namespace
