@@ -62,7 +62,7 @@ LoadedModel model_of_sizes(const ModuleFlags& m, const ModelSizeFlags& g, const 
 
 int run_forward_model(const ModuleFlags& m, const ModelSizeFlags& g, const ForwardFiles& out, const CLI::App& sub) {
   const ModelFamily& family = model_family(m.module);
-  const bool sizes = m.weights.empty() && family.name == "gpt";  // the book's cfg dict as flags
+  const bool sizes = m.weights.empty() && family.book_config;  // the book's cfg dict as flags
   for (const char* flag : {"--d-in", "--d-out", "--num-kv-heads", "--rope", "--rope-base", "--window", "--alibi",
                            "--softcap"})
     if (sub.count(flag) > 0) bad_flag(flag, "is not a flag of --module ", m.module);
@@ -71,7 +71,7 @@ int run_forward_model(const ModuleFlags& m, const ModelSizeFlags& g, const Forwa
       if (sub.count(flag) > 0)
         bad_flag(flag, m.weights.empty() ? str("is not a flag of --module ", m.module, " (its model is config.json's)")
                                          : std::string("comes from the file with --weights"));
-  if (family.name != "gpt")
+  if (!family.book_config)
     for (const char* flag : {"--num-heads", "--dropout", "--train", "--seed"})
       if (sub.count(flag) > 0) bad_flag(flag, "is not a flag of --module ", m.module, " (its model is config.json's)");
   if (m.weights.empty() && !(sizes && m.seed))

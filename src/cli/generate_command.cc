@@ -135,7 +135,7 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--checkpoint", f->checkpoint, "A checkpoint written by qkv train");
   sub->add_option("--weights", f->weights,
                   "A model's files: a Hugging Face folder (" +
-                      family_titles([](const ModelFamily& m) { return has_hf_folder(m) || m.name == "gpt"; }) +
+                      family_titles([](const ModelFamily& m) { return has_hf_folder(m) || m.book_config; }) +
                       ": config.json, model.safetensors or shards, tokenizer.json), a GGUF file (llama.cpp's: " +
                       family_titles(has_gguf) + "), GPT-2's model.safetensors, "
                   "or the book's state-dict names as safetensors");

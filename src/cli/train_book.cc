@@ -85,7 +85,7 @@ DecoderSpec sized_gpt(const BookTrainFlags& g, const TrainOptions& o, const CLI:
 LoadedModel book_model(const ModelFamily& family, const BookTrainFlags& g, const TrainOptions& o, const CLI::App& sub,
                        const std::string& vocab_dir, uint64_t seed) {
   auto given = [&](const char* flag) { return sub.count(flag) > 0; };
-  const bool sized = family.name == "gpt";  // the book's cfg dict as flags
+  const bool sized = family.book_config;  // the book's cfg dict as flags
   for (const char* flag : {"--d-model", "--num-heads", "--num-layers", "--qkv-bias", "--dropout"})
     if (given(flag) && !sized) bad_flag(flag, "is not a flag of --model ", g.model, " (the model is --init's or --preset's)");
   if (!g.init.empty()) {
@@ -155,7 +155,7 @@ int run_train_book(const BookTrainFlags& g, const TrainOptions& o, const CLI::Ap
   // The windows: the model's own context for gpt (its --context-length sized the model; --init's its
   // file's); else --context-length, or chapter 5's 256 within the model's positions.
   const int64_t context = m.model->context_length();
-  if (family.name != "gpt")
+  if (!family.book_config)
     b.context_length = given("--context-length") ? o.model.context_length : std::min<int64_t>(256, context);
   if (b.context_length > context)
     bad_flag("--context-length", b.context_length, " is more than the model's ", context, " positions");

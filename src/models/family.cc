@@ -113,7 +113,7 @@ const ModelFamily& family_of_path(const std::string& path) {
   if (is_gpt_weights(header)) return models_detail::gpt_family();
   // A Llama 3 / Qwen model.safetensors on its own: its sizes are in the config.json beside it.
   for (const ModelFamily* f : model_families())
-    if (f->read_config != nullptr && f->name != "gpt" && header.contains(f->names.embed + "weight"))
+    if (f->read_config != nullptr && !f->book_config && header.contains(f->names.embed + "weight"))
       fail(excerpt(path), " holds Hugging Face ", f->names.embed, "weight (Llama 3 or Qwen weights): give the ",
            "folder that holds it with its config.json (and tokenizer.json)");
   // Neither: the checkpoint reader says what is missing
@@ -171,8 +171,8 @@ LoadedModel make_model(const std::string& preset, uint64_t seed, const LoadOptio
 
 LoadedModel load_model(const std::string& path, const LoadOptions& options) {
   const ModelFamily& family = family_of_path(path);
-  // (a head count is read only from GPT weights in safetensors, which may not say it)
-  QKV_CHECK(!options.num_heads || (family.name == "gpt" && !is_gguf_file(path)), "a head count (", *options.num_heads,
+  // (a head count is read only from the book's state dict in safetensors, which may not say it)
+  QKV_CHECK(!options.num_heads || (family.book_config && !is_gguf_file(path)), "a head count (", *options.num_heads,
             ") was given for ", excerpt(path), ", whose ", is_gguf_file(path) ? "GGUF metadata" : family.name + " files",
             " give their own; it is for GPT weights in safetensors without a config.json");
   return family.load(path, options);

@@ -195,6 +195,7 @@ const ModelFamily& gpt_family() {
     g.title = "GPT";
     g.model_types = {"gpt2"};
     g.gguf_architectures = {"gpt2"};
+    g.book_config = true;
     g.names = {.embed = "tok_emb.", .positions = "pos_emb.", .blocks = "trf_blocks.",
                .norm1 = "norm1.", .attention = "att.", .norm2 = "norm2.", .ff = "ff.",
                .q = "W_query.", .k = "W_key.", .v = "W_value.", .o = "out_proj.", .q_norm = "q_norm.", .k_norm = "k_norm.", .linear = "",

@@ -71,7 +71,7 @@ HfFolder read_hf_folder(const std::string& path) {
   const std::string type = config.contains("model_type") && config["model_type"].is_string()
                                ? config["model_type"].get<std::string>() : "";
   const ModelFamily* family = family_of_model_type(type);
-  QKV_CHECK(family != nullptr && family->read_config != nullptr && family->name != "gpt", where, ": \"model_type\" is ",
+  QKV_CHECK(family != nullptr && family->read_config != nullptr && !family->book_config, where, ": \"model_type\" is ",
             !config.contains("model_type") ? std::string("missing")
                                            : config["model_type"].is_string() ? excerpt(type) : excerpt(config["model_type"].dump()),
             "; qkv reads ", folder_types(), " folders here (GPT-2's \"gpt2\" loads as the book's GPT model)");

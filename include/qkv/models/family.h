@@ -70,6 +70,12 @@ struct ModelFamily {
   StateNames names;
   FamilyWords words;
   DecoderNames keys;                     // its configuration's names for the spec's fields, in messages
+  // Its configuration is the book's cfg dict (GPT_CONFIG_124M): qkv forward and train take its sizes
+  // as flags (--d-model, --num-heads, ...); its weights may come as one safetensors file without a
+  // config.json (GPT-2's model.safetensors, the book's state dict), whose head count --num-heads /
+  // LoadOptions::num_heads gives; its config.json ("gpt2") is read by its own loader, not as a
+  // Hugging Face folder of the others (hf_folder.h).
+  bool book_config = false;
 
   // Its configuration (config.json's keys; the book's cfg dict for gpt; qkv train's model options
   // for attention-lm) into the one description, validated (errors name the key); and back.
