@@ -171,35 +171,65 @@ const ModelFamily& family_of_gguf(const GgufFile& file) {
 
 namespace {
 
+// gguf_config_json's reading of a file's metadata, keys after "{arch}.": counts checked to fit an
+// int64, and the file's key each configuration key was read from (`sources`), so that the family's
+// checks of the configuration name the file's own keys (read_gguf_config).
+struct MetaReader {
+  const GgufFile& f;
+  std::string arch;  // "qwen3."
+  std::vector<std::pair<std::string, std::string>> sources;  // (configuration key, the file's)
+
+  explicit MetaReader(const GgufFile& file) : f(file), arch(file.string("general.architecture") + ".") {}
+  bool has(const std::string& key) const { return f.has(arch + key); }
+  int64_t integer(const std::string& key) const {  // a count past int64 is named, not clamped to 2^63 - 1
+    const uint64_t v = f.unsigned_int(arch + key);
+    QKV_CHECK(v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), excerpt(f.path()), ": metadata ",
+              excerpt(arch + key), " is ", v, "; more than qkv reads (2^63 - 1)");
+    return static_cast<int64_t>(v);
+  }
+  // The value of `key` as the configuration's `config`.
+  int64_t integer(const std::string& key, const char* config) {
+    sources.emplace_back(config, arch + key);
+    return integer(key);
+  }
+  double number(const std::string& key, const char* config) {
+    sources.emplace_back(config, arch + key);
+    return f.number(arch + key);
+  }
+};
+
 // The model's layers: {arch}.block_count less {arch}.nextn_predict_layers, the layers after them
 // that predict further tokens (multi-token prediction: llama.cpp's converter keeps Qwen3.5's mtp.*
 // there, blk.L.*); qkv predicts the next token only and leaves them unread.
-int64_t model_layers(const GgufFile& f, const std::function<int64_t(const std::string&)>& integer) {
-  const int64_t blocks = integer("block_count");
-  if (!f.has(f.string("general.architecture") + ".nextn_predict_layers")) return blocks;
-  const int64_t later = integer("nextn_predict_layers");
-  QKV_CHECK(later < blocks, excerpt(f.path()), ": ", f.string("general.architecture"), ".nextn_predict_layers (",
-            later, ") is not fewer than block_count (", blocks, "); expected the model's layers before them");
+int64_t model_layers(MetaReader& r, const char* config) {
+  const int64_t blocks = r.integer("block_count", config);
+  if (!r.has("nextn_predict_layers")) return blocks;
+  const int64_t later = r.integer("nextn_predict_layers");
+  QKV_CHECK(later < blocks, excerpt(r.f.path()), ": ", r.arch, "nextn_predict_layers (", later,
+            ") is not fewer than block_count (", blocks, "); expected the model's layers before them");
   return blocks - later;
 }
 
 // {arch}.vocab_size, else token_embd's rows.
-int64_t vocab_size(const GgufFile& f, const std::function<int64_t(const std::string&)>& integer) {
-  if (f.has(f.string("general.architecture") + ".vocab_size")) return integer("vocab_size");
-  const GgufTensor& embed = f.tensor("token_embd.weight");
-  QKV_CHECK(embed.shape.size() == 2, excerpt(f.path()), ": token_embd.weight has shape ", shape_str(embed.shape),
+int64_t vocab_size(MetaReader& r) {
+  if (r.has("vocab_size")) return r.integer("vocab_size", "vocab_size");
+  r.sources.emplace_back("vocab_size", "token_embd.weight's rows");
+  const GgufTensor& embed = r.f.tensor("token_embd.weight");
+  QKV_CHECK(embed.shape.size() == 2, excerpt(r.f.path()), ": token_embd.weight has shape ", shape_str(embed.shape),
             "; expected (vocab, embedding_length)");
   return embed.shape[0];
 }
 
 // gpt2's metadata as the book's cfg dict (the GPT family's configuration); Q, K and V's bias when
 // the file has one.
-json gpt2_cfg(const GgufFile& f, const std::function<int64_t(const std::string&)>& integer) {
+json gpt2_cfg(MetaReader& r) {
+  const GgufFile& f = r.f;
+  auto integer = [&](const std::string& key) { return r.integer(key); };
   const std::string where = excerpt(f.path()) + ": gpt2.";
-  json j = {{"emb_dim", integer("embedding_length")},
-            {"n_layers", model_layers(f, integer)},
-            {"n_heads", integer("attention.head_count")},
-            {"context_length", integer("context_length")},
+  json j = {{"emb_dim", r.integer("embedding_length", "emb_dim")},
+            {"n_layers", model_layers(r, "n_layers")},
+            {"n_heads", r.integer("attention.head_count", "n_heads")},
+            {"context_length", r.integer("context_length", "context_length")},
             {"drop_rate", 0.0},
             {"qkv_bias", f.contains("blk.0.attn_qkv.bias")},
             {"tied_head", !f.contains("output.weight")}};
@@ -214,7 +244,7 @@ json gpt2_cfg(const GgufFile& f, const std::function<int64_t(const std::string&)
   const double eps = f.number("gpt2.attention.layer_norm_epsilon");
   QKV_CHECK(std::fabs(eps - 1e-5) <= 1e-9, where, "attention.layer_norm_epsilon is ", eps,
             "; the book's GPT normalises with 1e-5");
-  j["vocab_size"] = vocab_size(f, integer);
+  j["vocab_size"] = vocab_size(r);
   return j;
 }
 
@@ -223,10 +253,13 @@ json gpt2_cfg(const GgufFile& f, const std::function<int64_t(const std::string&)
 // positions are one, plain RoPE whatever the sections), the linear layers' from ssm.* (group_count
 // the key heads, time_step_rank the value heads, state_size the key width, inner_size the value
 // heads' widths), layer_types from full_attention_interval (4 when absent, as llama.cpp reads it).
-json qwen35_config(const GgufFile& f, const std::function<int64_t(const std::string&)>& integer) {
+json qwen35_config(MetaReader& r) {
+  const GgufFile& f = r.f;
+  auto integer = [&](const std::string& key) { return r.integer(key); };
   const std::string a = "qwen35.", where = excerpt(f.path()) + ": qwen35.";
-  const int64_t layers = model_layers(f, integer), heads = integer("attention.head_count");
-  const int64_t head_dim = integer("attention.key_length");
+  const int64_t layers = model_layers(r, "num_hidden_layers");
+  const int64_t heads = r.integer("attention.head_count", "num_attention_heads");
+  const int64_t head_dim = r.integer("attention.key_length", "head_dim");
   if (f.has(a + "attention.value_length"))
     QKV_CHECK(integer("attention.value_length") == head_dim, where, "attention.value_length (",
               integer("attention.value_length"), ") differs from attention.key_length (", head_dim,
@@ -234,7 +267,8 @@ json qwen35_config(const GgufFile& f, const std::function<int64_t(const std::str
   const int64_t rotated = f.has(a + "rope.dimension_count") ? integer("rope.dimension_count") : head_dim;
   QKV_CHECK(rotated > 0 && rotated <= head_dim, where, "rope.dimension_count (", rotated,
             ") is not between 1 and attention.key_length (", head_dim, ")");
-  const int64_t value_heads = integer("ssm.time_step_rank"), inner = integer("ssm.inner_size");
+  const int64_t value_heads = r.integer("ssm.time_step_rank", "linear_num_value_heads");
+  const int64_t inner = integer("ssm.inner_size");
   QKV_CHECK(value_heads > 0 && inner % value_heads == 0, where, "ssm.inner_size (", inner,
             ") is not a whole number of ssm.time_step_rank's (", value_heads, ") value heads");
   // (as config.json's factor: the rotated dims are floor(head_dim x factor))
@@ -247,58 +281,58 @@ json qwen35_config(const GgufFile& f, const std::function<int64_t(const std::str
   for (int64_t i = 0; i < layers && i < (int64_t{1} << 20); ++i)
     types.push_back((i + 1) % every != 0 ? "linear_attention" : "full_attention");
   const json text = {
-      {"vocab_size", vocab_size(f, integer)},
-      {"hidden_size", integer("embedding_length")},
-      {"intermediate_size", integer("feed_forward_length")},
+      {"vocab_size", vocab_size(r)},
+      {"hidden_size", r.integer("embedding_length", "hidden_size")},
+      {"intermediate_size", r.integer("feed_forward_length", "intermediate_size")},
       {"num_hidden_layers", layers},
       {"num_attention_heads", heads},
-      {"num_key_value_heads", f.has(a + "attention.head_count_kv") ? integer("attention.head_count_kv") : heads},
+      {"num_key_value_heads",
+       r.has("attention.head_count_kv") ? r.integer("attention.head_count_kv", "num_key_value_heads") : heads},
       {"head_dim", head_dim},
-      {"rms_norm_eps", f.number(a + "attention.layer_norm_rms_epsilon")},
-      {"max_position_embeddings", integer("context_length")},
+      {"rms_norm_eps", r.number("attention.layer_norm_rms_epsilon", "rms_norm_eps")},
+      {"max_position_embeddings", r.integer("context_length", "max_position_embeddings")},
       {"rope_parameters",
        {{"rope_type", "default"},
-        {"rope_theta", f.has(a + "rope.freq_base") ? f.number(a + "rope.freq_base") : 10000.0},
+        {"rope_theta", r.has("rope.freq_base") ? r.number("rope.freq_base", "rope_theta") : 10000.0},
         {"partial_rotary_factor", factor}}},
       {"layer_types", types},
       {"linear_num_value_heads", value_heads},
-      {"linear_num_key_heads", integer("ssm.group_count")},
-      {"linear_key_head_dim", integer("ssm.state_size")},
+      {"linear_num_key_heads", r.integer("ssm.group_count", "linear_num_key_heads")},
+      {"linear_key_head_dim", r.integer("ssm.state_size", "linear_key_head_dim")},
       {"linear_value_head_dim", inner / value_heads},
-      {"linear_conv_kernel_dim", integer("ssm.conv_kernel")},
+      {"linear_conv_kernel_dim", r.integer("ssm.conv_kernel", "linear_conv_kernel_dim")},
       {"tie_word_embeddings", !f.contains("output.weight")}};
   return {{"model_type", "qwen3_5"}, {"tie_word_embeddings", !f.contains("output.weight")}, {"text_config", text}};
 }
 
 }  // namespace
 
-json gguf_config_json(const GgufFile& f) {
+namespace {
+
+json config_of(MetaReader& r) {
+  const GgufFile& f = r.f;
   const ModelFamily& family = family_of_gguf(f);
-  const std::string a = f.string("general.architecture") + ".";
-  auto integer = [&](const std::string& key) {  // a count past int64 is named, not clamped to 2^63 - 1
-    const uint64_t v = f.unsigned_int(a + key);
-    QKV_CHECK(v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), excerpt(f.path()), ": metadata ",
-              excerpt(a + key), " is ", v, "; more than qkv reads (2^63 - 1)");
-    return static_cast<int64_t>(v);
-  };
-  if (a == "gpt2.") return gpt2_cfg(f, integer);
-  if (a == "qwen35.") return qwen35_config(f, integer);
+  const std::string& a = r.arch;
+  auto integer = [&](const std::string& key) { return r.integer(key); };
+  if (a == "gpt2.") return gpt2_cfg(r);
+  if (a == "qwen35.") return qwen35_config(r);
   json j = {{"model_type", family.model_types.front()}};
-  j["hidden_size"] = integer("embedding_length");
-  j["intermediate_size"] = integer("feed_forward_length");
-  j["num_hidden_layers"] = model_layers(f, integer);
-  j["num_attention_heads"] = integer("attention.head_count");
-  j["num_key_value_heads"] = f.has(a + "attention.head_count_kv") ? integer("attention.head_count_kv")
-                                                                   : j["num_attention_heads"].get<int64_t>();
-  j["max_position_embeddings"] = integer("context_length");
-  j["rms_norm_eps"] = f.number(a + "attention.layer_norm_rms_epsilon");
-  j["rope_theta"] = f.has(a + "rope.freq_base") ? f.number(a + "rope.freq_base") : 10000.0;
-  j["vocab_size"] = vocab_size(f, integer);
+  j["hidden_size"] = r.integer("embedding_length", "hidden_size");
+  j["intermediate_size"] = r.integer("feed_forward_length", "intermediate_size");
+  j["num_hidden_layers"] = model_layers(r, "num_hidden_layers");
+  j["num_attention_heads"] = r.integer("attention.head_count", "num_attention_heads");
+  j["num_key_value_heads"] = r.has("attention.head_count_kv")
+                                 ? r.integer("attention.head_count_kv", "num_key_value_heads")
+                                 : j["num_attention_heads"].get<int64_t>();
+  j["max_position_embeddings"] = r.integer("context_length", "max_position_embeddings");
+  j["rms_norm_eps"] = r.number("attention.layer_norm_rms_epsilon", "rms_norm_eps");
+  j["rope_theta"] = r.has("rope.freq_base") ? r.number("rope.freq_base", "rope_theta") : 10000.0;
+  j["vocab_size"] = vocab_size(r);
   const int64_t heads = j["num_attention_heads"];
   const int64_t width = j["hidden_size"];
   int64_t head_dim = heads > 0 && width % heads == 0 ? width / heads : 0;
-  if (f.has(a + "attention.key_length")) {
-    head_dim = integer("attention.key_length");
+  if (r.has("attention.key_length")) {
+    head_dim = r.integer("attention.key_length", "head_dim");
     j["head_dim"] = head_dim;
     if (f.has(a + "attention.value_length"))
       QKV_CHECK(integer("attention.value_length") == head_dim, excerpt(f.path()), ": ", a, "attention.value_length (",
@@ -322,6 +356,13 @@ json gguf_config_json(const GgufFile& f) {
                            {"original_max_position_embeddings", s->original_max_positions}};
   }
   return j;
+}
+
+}  // namespace
+
+json gguf_config_json(const GgufFile& f) {
+  MetaReader r(f);
+  return config_of(r);
 }
 
 int64_t GgufOrder::state_index(int64_t i) const {
@@ -466,38 +507,18 @@ GgufPlace gguf_place(const ModelFamily& family, const std::string& arch, const D
 
 namespace {
 
-// The configuration's keys (config.json's, the book's cfg's) and the metadata gguf_config_json reads
-// them from, after "{arch}.": the family's checks of a configuration name the file's own keys.
-struct GgufKeyOf {
-  const char* config;
-  const char* gguf;
-};
-constexpr GgufKeyOf kGgufKeys[] = {
-    {"hidden_size", "embedding_length"},        {"emb_dim", "embedding_length"},
-    {"intermediate_size", "feed_forward_length"}, {"num_hidden_layers", "block_count"},
-    {"n_layers", "block_count"},                {"num_attention_heads", "attention.head_count"},
-    {"n_heads", "attention.head_count"},        {"num_key_value_heads", "attention.head_count_kv"},
-    {"max_position_embeddings", "context_length"}, {"context_length", "context_length"},
-    {"rms_norm_eps", "attention.layer_norm_rms_epsilon"}, {"rope_theta", "rope.freq_base"},
-    {"head_dim", "attention.key_length"},       {"linear_num_value_heads", "ssm.time_step_rank"},
-    {"linear_num_key_heads", "ssm.group_count"}, {"linear_key_head_dim", "ssm.state_size"},
-    {"linear_conv_kernel_dim", "ssm.conv_kernel"}, {"vocab_size", "vocab_size"}};
-
 // The family's reading of gguf_config_json(file), its errors in the file's keys.
 DecoderSpec read_gguf_config(const GgufFile& file, const ModelFamily& family, const std::string& where) {
-  const json config = gguf_config_json(file);
+  MetaReader r(file);
+  const json config = config_of(r);
   try {
     return family.read_config(config, where);
   } catch (const Error& e) {
-    const std::string arch = file.string("general.architecture") + ".";
     std::string m = e.what();
-    for (const GgufKeyOf& k : kGgufKeys) {
-      const std::string key = str("\"", k.config, "\""), gguf = arch + k.gguf;
-      // (a vocabulary counted from token_embd.weight's rows has no key of its own)
-      const std::string named = file.has(gguf) || std::string(k.gguf) != "vocab_size" ? gguf
-                                                                                      : "token_embd.weight's rows";
-      for (size_t at = m.find(key); at != std::string::npos; at = m.find(key, at + named.size()))
-        m.replace(at, key.size(), named);
+    for (const auto& [config_key, file_key] : r.sources) {
+      const std::string key = str("\"", config_key, "\"");
+      for (size_t at = m.find(key); at != std::string::npos; at = m.find(key, at + file_key.size()))
+        m.replace(at, key.size(), file_key);
     }
     fail(m);
   }
