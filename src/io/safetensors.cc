@@ -213,8 +213,12 @@ std::map<std::string, std::string> parse_metadata(const json& j, const std::stri
   return out;
 }
 
-// Two tensors whose byte ranges share a byte would alias each other's data: reject.
-void check_no_overlap(std::vector<const Entry*> entries, const std::string& file) {
+// The tensors' byte ranges tile the data buffer, as Hugging Face's safetensors requires (its
+// validate: each range starts where the one before it in offset order ends, and the last ends at
+// the end of the file): two ranges that share a byte would alias each other's data, and bytes that
+// belong to no tensor - a hole, or a tail after the last - are a damaged or padded file, which
+// safetensors refuses (InvalidOffset, MetadataIncompleteBuffer). Empty tensors take no bytes.
+void check_layout(std::vector<const Entry*> entries, uint64_t data_size, const std::string& file) {
   entries.erase(std::remove_if(entries.begin(), entries.end(),
                                [](const Entry* e) { return e->begin == e->end; }),
                 entries.end());
@@ -228,8 +232,17 @@ void check_no_overlap(std::vector<const Entry*> entries, const std::string& file
                 reach->begin, ", ", reach->end, "] and ", excerpt(e->name), " [", e->begin, ", ",
                 e->end, "] overlap in the data buffer");
     }
+    const uint64_t from = reach == nullptr ? 0 : reach->end;
+    QKV_CHECK(e->begin <= from, quoted_path(file), ": bytes [", from, ", ", e->begin, ") of the data buffer belong to ",
+              "no tensor (", reach == nullptr ? std::string("before the first, ") : "between " + excerpt(reach->name) +
+              " and ", excerpt(e->name), "); expected the tensors to fill it, each starting where the one before ends");
     if (reach == nullptr || e->end > reach->end) reach = e;
   }
+  const uint64_t end = reach == nullptr ? 0 : reach->end;
+  QKV_CHECK(end == data_size, quoted_path(file), ": ", data_size - end, " bytes follow the ",
+            reach == nullptr ? std::string("header, which lists no tensor data") : "last tensor, " + excerpt(reach->name),
+            " (the data buffer is ", data_size, " bytes, its tensors end at ", end, "); expected the file to end ",
+            "with its last tensor (a damaged or appended-to file?)");
 }
 
 // --- element conversion ---------------------------------------------------------------------
@@ -332,7 +345,7 @@ Layout parse_layout(const unsigned char* raw, uint64_t size, const std::string& 
   }
   std::vector<const Entry*> order;
   for (const Entry& e : out.entries) order.push_back(&e);
-  check_no_overlap(order, file);
+  check_layout(order, data_size, file);
   std::stable_sort(out.entries.begin(), out.entries.end(), [](const Entry& a, const Entry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });

@@ -459,6 +459,26 @@ TEST(SafetensorsMalformed, OverlappingTensorsAreBothNamed) {
                               {"'big'", "'x'", "overlap"}));
 }
 
+// Hugging Face's safetensors refuses a data buffer its tensors do not fill (InvalidOffset,
+// MetadataIncompleteBuffer): bytes after the last tensor, a hole between two, a hole before the first.
+TEST(SafetensorsMalformed, BytesThatBelongToNoTensorAreRefused) {
+  const std::string two = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                          R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})";
+  EXPECT_NO_THROW(parse(make_file(two, std::string(16, '\0'))));
+  EXPECT_TRUE(ThrowsErrorWith([&] { parse(make_file(two, std::string(17, '\0'))); },
+                              {"'bad.safetensors'", "1 bytes follow the last tensor, 'b'", "buffer is 17 bytes",
+                               "end at 16", "expected the file to end with its last tensor"}));
+  EXPECT_TRUE(ThrowsErrorWith([&] { parse(make_file("{}", std::string(4, '\0'))); },
+                              {"4 bytes follow the header, which lists no tensor data"}));
+  const std::string hole = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                           R"("b":{"dtype":"F32","shape":[2],"data_offsets":[12,20]}})";
+  EXPECT_TRUE(ThrowsErrorWith([&] { parse(make_file(hole, std::string(20, '\0'))); },
+                              {"bytes [8, 12) of the data buffer belong to no tensor (between 'a' and 'b')"}));
+  const std::string late = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
+  EXPECT_TRUE(ThrowsErrorWith([&] { parse(make_file(late, std::string(12, '\0'))); },
+                              {"bytes [0, 4)", "before the first, 'a'"}));
+}
+
 TEST(SafetensorsMalformed, TouchingRangesAndZeroSizeTensorsDoNotCountAsOverlap) {
   std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                        R"("e":{"dtype":"F32","shape":[0,5],"data_offsets":[4,4]},)"
