@@ -53,6 +53,11 @@ struct Destination {
 Destination resolve(const OutputFile& f) {
   QKV_CHECK(!f.path.empty(), "cannot write a file with an empty path", f.what.empty() ? "" : " (", f.what,
             f.what.empty() ? "" : ")");
+  // (for reading, "-" is standard input; for writing it would be a file named "-" where standard
+  // output was meant)
+  if (f.path == "-")
+    cannot_write(f, "\"-\" is standard input for qkv's inputs, not standard output for its outputs; give a file "
+                    "name, or /dev/stdout to write to standard output (./- for a file named \"-\")");
   Destination d;
   d.target = f.path;
   struct stat st {};

@@ -246,6 +246,22 @@ TEST_F(CliHardening, DevicesAndFifosAreWrittenDirectlyAndDirectoriesRefused) {
   EXPECT_TRUE(fs::is_character_file(path("null")));
 }
 
+// "-" reads standard input; as an output it would be a file named "-", so it is refused (the
+// explorer's page and forward's tensors alike), and ./- is that file when meant.
+TEST_F(CliHardening, ADashAsAnOutputIsRefusedNamingStandardOutput) {
+  const Result forward = run(kForward + "--output -");
+  EXPECT_EQ(forward.status, 1);
+  EXPECT_THAT(forward.err, HasSubstr("cannot write --output '-': \"-\" is standard input for qkv's inputs"));
+  EXPECT_THAT(forward.err, HasSubstr("/dev/stdout"));
+  const Result page = run("explore --text 'Your journey starts with one step' --out -");
+  EXPECT_EQ(page.status, 1);
+  EXPECT_THAT(page.err, HasSubstr("cannot write --out '-'"));
+  EXPECT_FALSE(fs::exists(path("-")));
+  const Result file = run(kForward + "--output ./-");
+  EXPECT_EQ(file.status, 0) << file.err;
+  EXPECT_TRUE(fs::exists(path("-")));
+}
+
 TEST_F(CliHardening, AFullStdoutIsAnError) {
   const std::string full_error = "qkv: error: writing to standard output: No space left on device";
   for (const std::string& args :

@@ -16,7 +16,8 @@
 //
 // A symlink is written through: its final target is replaced (atomically), the link stays; a link
 // into /proc (/dev/stdout, /dev/fd/N) is an open descriptor and written directly, appending. A
-// directory or other non-file is refused. Temporaries a killed run left for a destination (their
+// directory or other non-file is refused, and so is the name "-" (standard input for the inputs; a
+// file named "-" where standard output was meant: /dev/stdout is that). Temporaries a killed run left for a destination (their
 // pid no longer alive) are removed when the next write to it finds them.
 #pragma once
 
