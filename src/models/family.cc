@@ -180,7 +180,10 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options) {
 
 std::vector<int64_t> LoadedModel::encode(const std::string& text) const {
   QKV_CHECK(tokenizer != nullptr, description, " has no tokenizer to read text with: ", no_tokenizer);
-  return tokenizer->encode(text);
+  std::vector<int64_t> ids = tokenizer->prompt_prefix();
+  const std::vector<int64_t> body = tokenizer->encode(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
 }
 
 std::string LoadedModel::decode(const std::vector<int64_t>& ids) const {

@@ -100,6 +100,16 @@ HfTokenizerParts gguf_tokenizer_parts(const GgufFile& f) {
       parts.merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
     }
   }
+  // A text begins with the BOS token where the file says so, as llama.cpp reads it (absent: not).
+  if (f.has("tokenizer.ggml.add_bos_token") && f.boolean("tokenizer.ggml.add_bos_token")) {
+    QKV_CHECK(f.has("tokenizer.ggml.bos_token_id"), where, ": tokenizer.ggml.add_bos_token is true but the file has ",
+              "no tokenizer.ggml.bos_token_id");
+    const uint64_t bos = f.unsigned_int("tokenizer.ggml.bos_token_id");
+    QKV_CHECK(bos < tokens.size(), where, ": tokenizer.ggml.bos_token_id is ", bos, "; tokenizer.ggml.tokens has ids ",
+              "0 .. ", static_cast<int64_t>(tokens.size()) - 1);
+    parts.prefix = {static_cast<TokenId>(bos)};
+    parts.prefix_name = "tokenizer.ggml.bos_token_id (tokenizer.ggml.add_bos_token is true)";
+  }
   return parts;
 }
 
@@ -180,26 +190,30 @@ std::vector<GgufMetadata> gguf_tokenizer_metadata(const json& t, int64_t vocab, 
                                    {"tokenizer.ggml.tokens", gguf_strings(std::move(tokens))},
                                    {"tokenizer.ggml.token_type", gguf_i32s(std::move(types))},
                                    {"tokenizer.ggml.merges", gguf_strings(std::move(merges))}};
-  // The special ids llama.cpp's converter writes for the family's published tokenizers: Llama 3's
-  // text begins with <|begin_of_text|> (added), Qwen's does not; the end is the family's first end token.
+  // The special ids llama.cpp's converter writes: the token the post-processor puts before a text
+  // (Llama 3's published <|begin_of_text|>) as BOS, added to every text; else Llama 3's or Qwen's
+  // first token's name as BOS, not added; the end is the family's first end token; Qwen's
+  // <|endoftext|> pads.
+  const std::vector<TokenId> prefix = hf_tokenizer_parts(t, where).prefix;
+  QKV_CHECK(prefix.size() <= 1, where, "'s post_processor puts ", prefix.size(), " tokens before a text; GGUF's ",
+            "tokenizer.ggml.add_bos_token adds one");
   auto id_of = [&](const std::string& text) -> std::optional<int64_t> {
     if (t.contains("added_tokens") && t["added_tokens"].is_array())
       for (const json& a : t["added_tokens"])
         if (a["content"] == text) return a["id"].get<int64_t>();
     return std::nullopt;
   };
-  const bool llama3 = family.name == "llama";
-  if (const auto bos = id_of(llama3 ? "<|begin_of_text|>" : "<|endoftext|>"))
-    out.push_back({"tokenizer.ggml.bos_token_id", gguf_u32(static_cast<uint64_t>(*bos))});
+  std::optional<int64_t> bos = prefix.empty() ? id_of("<|begin_of_text|>") : std::optional<int64_t>(prefix[0]);
+  if (!bos) bos = id_of("<|endoftext|>");
+  if (bos) out.push_back({"tokenizer.ggml.bos_token_id", gguf_u32(static_cast<uint64_t>(*bos))});
   for (const std::string& end : family.end_tokens)
     if (const auto eos = id_of(end)) {
       out.push_back({"tokenizer.ggml.eos_token_id", gguf_u32(static_cast<uint64_t>(*eos))});
       break;
     }
-  if (!llama3)
-    if (const auto pad = id_of("<|endoftext|>"))
-      out.push_back({"tokenizer.ggml.padding_token_id", gguf_u32(static_cast<uint64_t>(*pad))});
-  out.push_back({"tokenizer.ggml.add_bos_token", gguf_bool(llama3)});
+  if (const auto pad = id_of("<|endoftext|>"))
+    out.push_back({"tokenizer.ggml.padding_token_id", gguf_u32(static_cast<uint64_t>(*pad))});
+  out.push_back({"tokenizer.ggml.add_bos_token", gguf_bool(!prefix.empty())});
   return out;
 }
 

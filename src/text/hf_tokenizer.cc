@@ -117,6 +117,7 @@ struct HfTokenizer::Impl {
   std::string normalizer_name = "none";
   std::unique_ptr<Pretokenizer> split;
   std::vector<HfAddedToken> added;                // as the file lists them
+  std::vector<TokenId> prefix;                    // the ids a model reads before a text
   std::unordered_map<TokenId, size_t> added_at;   // id -> index in added
   text_detail::TokenTrie added_trie;              // value: index in added
   uint64_t serial = 0;                            // this tokenizer's number (the piece caches' key)
@@ -220,6 +221,12 @@ HfTokenizer HfTokenizer::build(HfTokenizerParts parts, const std::string& where)
   impl->normalizer_name = parts.nfc ? "NFC" : "none";
   impl->split = make_pretokenizer(parts.pattern);
   build_added_tokens(parts, where, *impl);
+  for (size_t k = 0; k < parts.prefix.size(); ++k) {
+    const TokenId id = parts.prefix[k];
+    QKV_CHECK(impl->added_at.count(id) != 0 || impl->vocab.find(id) != nullptr, where, ": ", parts.prefix_name,
+              " puts id ", id, " before the text, which is no token of the vocabulary or the added tokens");
+  }
+  impl->prefix = std::move(parts.prefix);
   return HfTokenizer(std::move(impl));
 }
 
@@ -341,5 +348,6 @@ std::optional<TokenId> HfTokenizer::added_token(std::string_view content) const 
 const std::string& HfTokenizer::pattern() const { return impl_->split->pattern(); }
 
 const std::string& HfTokenizer::normalizer() const { return impl_->normalizer_name; }
+const std::vector<TokenId>& HfTokenizer::prefix() const { return impl_->prefix; }
 
 }  // namespace qkv

@@ -172,6 +172,60 @@ void read_added_tokens(const json& j, const std::string& where, HfTokenizerParts
   }
 }
 
+// The post-processor: the special tokens its template for one text puts before the text, into
+// parts.prefix. TemplateProcessing (its `single` list: SpecialToken items, then the Sequence A,
+// each SpecialToken's ids from `special_tokens`), ByteLevel (it adjusts offsets only), or a
+// Sequence of them; `field` names the object in errors.
+void read_post_processor(const json& p, const std::string& where, const std::string& field, bool nested,
+                         HfTokenizerParts& parts) {
+  const std::string type = text_of(object_at(p, where, field), "type", where, field, "(none)");
+  if (type == "ByteLevel") return;
+  if (type == "Sequence" && !nested) {
+    const json* list = member(p, "processors");
+    QKV_CHECK(list && list->is_array(), where, ": ", field, ".processors is ", list ? json_excerpt(*list) : "missing",
+              "; expected a list of post-processors");
+    for (size_t k = 0; k < list->size(); ++k)
+      read_post_processor((*list)[k], where, field + ".processors[" + std::to_string(k) + "]", true, parts);
+    return;
+  }
+  QKV_CHECK(type == "TemplateProcessing", where, ": ", field, ".type is ", excerpt(type), "; qkv reads ByteLevel and ",
+            "TemplateProcessing post-processors", nested ? "" : " (alone or in a Sequence)");
+  QKV_CHECK(parts.prefix.empty(), where, ": ", field, " is a second TemplateProcessing; expected one");
+  const json* single = member(p, "single");
+  QKV_CHECK(single && single->is_array(), where, ": ", field, ".single is ", single ? json_excerpt(*single) : "missing",
+            "; expected the template for one text: a list of SpecialToken and Sequence items");
+  const json* specials = member(p, "special_tokens");
+  bool text = false;  // the Sequence A seen
+  for (size_t k = 0; k < single->size(); ++k) {
+    const std::string item = field + ".single[" + std::to_string(k) + "]";
+    const json& e = object_at((*single)[k], where, item);
+    QKV_CHECK(e.size() == 1 && (e.contains("SpecialToken") || e.contains("Sequence")), where, ": ", item, " is ",
+              json_excerpt(e), "; expected {\"SpecialToken\": {...}} or {\"Sequence\": {...}}");
+    if (e.contains("Sequence")) {
+      const std::string id = text_of(object_at(e["Sequence"], where, item + ".Sequence"), "id", where,
+                                     item + ".Sequence", "(none)");
+      QKV_CHECK(id == "A" && !text, where, ": ", item, " is the sequence ", excerpt(id),
+                "; a template for one text holds the sequence \"A\" once");
+      text = true;
+      continue;
+    }
+    const std::string name = text_of(object_at(e["SpecialToken"], where, item + ".SpecialToken"), "id", where,
+                                     item + ".SpecialToken", "");
+    QKV_CHECK(!text, where, ": ", item, " puts ", excerpt(name), " after the text; qkv reads templates that add ",
+              "tokens before a text only");
+    const json* entry = specials && specials->is_object() ? member(*specials, name.c_str()) : nullptr;
+    QKV_CHECK(entry && entry->is_object(), where, ": ", item, " names the special token ", excerpt(name), ", which ",
+              field, ".special_tokens does not hold");
+    const json* ids = member(*entry, "ids");
+    QKV_CHECK(ids && ids->is_array() && !ids->empty(), where, ": ", field, ".special_tokens[", excerpt(name),
+              "].ids is ", ids ? json_excerpt(*ids) : "missing", "; expected a list of ids");
+    for (size_t i = 0; i < ids->size(); ++i)
+      parts.prefix.push_back(id_of((*ids)[i], where, field + ".special_tokens[" + excerpt(name) + "].ids[" +
+                                                         std::to_string(i) + "]"));
+  }
+  QKV_CHECK(text, where, ": ", field, ".single has no sequence \"A\" (the text itself)");
+}
+
 }  // namespace
 
 HfTokenizerParts hf_tokenizer_parts(const json& j, const std::string& where) {
@@ -203,6 +257,7 @@ HfTokenizerParts hf_tokenizer_parts(const json& j, const std::string& where) {
     QKV_CHECK(d == "ByteLevel", where, ": decoder.type is ", excerpt(d), "; qkv reads ByteLevel decoders");
   }
   read_added_tokens(j, where, parts);
+  if (const json* post = member(j, "post_processor")) read_post_processor(*post, where, "post_processor", false, parts);
   return parts;
 }
 
@@ -227,6 +282,28 @@ json hf_tokenizer_json(const HfTokenizerParts& parts) {
   json merges = json::array();
   for (const auto& [left, right] : parts.merges) merges.push_back(left + " " + right);
   j["added_tokens"] = std::move(added);
+  if (!parts.prefix.empty()) {  // Hugging Face's template for Llama 3's <|begin_of_text|>, one item a token
+    auto content = [&](TokenId id) {
+      for (const HfAddedToken& a : parts.added)
+        if (a.id == id) return a.content;
+      for (const HfTokenizerParts::Token& t : parts.vocab)
+        if (t.id == id) return t.text;
+      return std::to_string(id);
+    };
+    json single = json::array(), pair = json::array(), specials = json::object();
+    for (TokenId id : parts.prefix) {
+      const std::string name = content(id);
+      single.push_back({{"SpecialToken", {{"id", name}, {"type_id", 0}}}});
+      specials[name] = {{"id", name}, {"ids", {id}}, {"tokens", {name}}};
+    }
+    pair = single;  // a pair of texts: the tokens before each (type 0, then 1), as Llama 3's file has it
+    pair.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+    for (TokenId id : parts.prefix) pair.push_back({{"SpecialToken", {{"id", content(id)}, {"type_id", 1}}}});
+    pair.push_back({{"Sequence", {{"id", "B"}, {"type_id", 1}}}});
+    single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+    j["post_processor"] = {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair},
+                           {"special_tokens", specials}};
+  }
   j["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"fuse_unk", false},
                 {"byte_fallback", false}, {"ignore_merges", parts.ignore_merges}, {"vocab", std::move(vocab)},
                 {"merges", std::move(merges)}};

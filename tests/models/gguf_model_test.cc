@@ -207,7 +207,10 @@ TEST_P(GgufModel, TheTokenizerComesThroughTheFile) {
   const GgufFile f = GgufFile::parse(serialize_gguf(meta, {}), "t.gguf");
   EXPECT_EQ(f.strings("tokenizer.ggml.tokens").size(), static_cast<size_t>(V));
   EXPECT_EQ(f.string("tokenizer.ggml.pre"), qwen ? "qwen2" : "llama-bpe");
-  EXPECT_EQ(f.boolean("tokenizer.ggml.add_bos_token"), GetParam() == "llama");
+  // The installed files' post-processor is ByteLevel alone: nothing before a text (Meta's own Llama 3
+  // file's template, below, puts <|begin_of_text|> there).
+  EXPECT_FALSE(f.boolean("tokenizer.ggml.add_bos_token"));
+  EXPECT_TRUE(HfTokenizer::build(gguf_tokenizer_parts(f), "t.gguf").prefix().empty());
   // The file's end token (the family's first, as llama.cpp's converter writes it), checked against
   // the vocabulary by key; an id past it was ignored, as the key was.
   const std::vector<int64_t> ends = gguf_end_ids(f);
@@ -241,6 +244,51 @@ TEST_P(GgufModel, TheTokenizerComesThroughTheFile) {
     EXPECT_EQ(back.encode(text), original.encode(text)) << text;
     EXPECT_EQ(built.decode(original.encode(text)), original.decode(original.encode(text))) << text;
   }
+}
+
+// A tokenizer.json whose post-processor puts a token before every text (Meta's Llama 3 files:
+// <|begin_of_text|> $A) is a GGUF file with add_bos_token true and that token as BOS, as llama.cpp's
+// converter writes it; the file's tokenizer, and the tokenizer.json made back from it, read the same
+// prefix, and a model reads it before a text.
+TEST(GgufTokenizer, ATemplatesTokenBeforeTheTextIsAddBosToken) {
+  if (!find_hf_vocab("llama3")) GTEST_SKIP() << "llama3's tokenizer.json is not installed (scripts/setup.sh installs it)";
+  nlohmann::json t = nlohmann::json::parse(read_file(*find_hf_vocab("llama3")));
+  t["post_processor"] = nlohmann::json::parse(R"({"type": "Sequence", "processors": [
+      {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+      {"type": "TemplateProcessing",
+       "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+       "pair": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+       "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [128000],
+                                               "tokens": ["<|begin_of_text|>"]}}}]})");
+  const HfTokenizer parsed = HfTokenizer::parse(t.dump(), "tokenizer.json");
+  EXPECT_EQ(parsed.prefix(), (std::vector<TokenId>{128000}));
+  EXPECT_EQ(parsed.encode("hi"), HfTokenizer::load("llama3").encode("hi")) << "encode() adds no template's tokens";
+  std::vector<GgufMetadata> meta = {{"general.architecture", gguf_string("llama")}};
+  for (GgufMetadata& m : gguf_tokenizer_metadata(t, 128256, model_family("llama"))) meta.push_back(std::move(m));
+  const GgufFile f = GgufFile::parse(serialize_gguf(meta, {}), "t.gguf");
+  EXPECT_TRUE(f.boolean("tokenizer.ggml.add_bos_token"));
+  EXPECT_EQ(f.unsigned_int("tokenizer.ggml.bos_token_id"), 128000u);
+  EXPECT_EQ(HfTokenizer::build(gguf_tokenizer_parts(f), "t.gguf").prefix(), (std::vector<TokenId>{128000}));
+  EXPECT_EQ(HfTokenizer::parse(gguf_tokenizer_json(f).dump(), "back").prefix(), (std::vector<TokenId>{128000}));
+  LoadedModel model;  // a model reads the prefix before its text
+  model.tokenizer = std::make_unique<HfTextTokenizer>(parsed, "tokenizer.json");
+  std::vector<int64_t> want = {128000};
+  for (TokenId id : parsed.encode("hi there")) want.push_back(id);
+  EXPECT_EQ(model.encode("hi there"), want);
+  EXPECT_EQ(model.encode(""), (std::vector<int64_t>{128000}));
+  // add_bos_token without a BOS id, or with one past the vocabulary: named
+  auto edited = [&](const std::string& key, std::optional<GgufValue> v) {
+    std::vector<GgufMetadata> m;
+    for (const GgufMetadata& e : meta)
+      if (e.key != key) m.push_back(e);
+    if (v) m.push_back({key, *v});
+    return GgufFile::parse(serialize_gguf(m, {}), "t.gguf");
+  };
+  EXPECT_THAT(error_of([&] { gguf_tokenizer_parts(edited("tokenizer.ggml.bos_token_id", std::nullopt)); }),
+              HasSubstr("tokenizer.ggml.add_bos_token is true but the file has no tokenizer.ggml.bos_token_id"));
+  EXPECT_THAT(error_of([&] { gguf_tokenizer_parts(edited("tokenizer.ggml.bos_token_id", gguf_u32(128256))); }),
+              HasSubstr("tokenizer.ggml.bos_token_id is 128256; tokenizer.ggml.tokens has ids 0 .. 128255"));
 }
 
 TEST_P(GgufModel, BrokenFilesAreRefusedNamingTheField) {

@@ -86,6 +86,39 @@ def test_a_bf16_folder_keeps_its_weights_in_bf16_only(family_dir, tmp_path):
     assert len(floats.generate(ids, max_new_tokens=4, temperature=0.0)) == 4
 
 
+def test_a_template_puts_its_token_before_every_text(family_dir, tmp_path):
+    """A tokenizer.json whose post-processor puts <|begin_of_text|> before a text (Meta's Llama 3 files):
+    the model reads it first, as Hugging Face's tokenizer(text) gives it, from the folder and from its
+    GGUF file (add_bos_token true, as llama.cpp's converter writes it); generation starts from it."""
+    import gguf_files
+    family, m, _, tokenizer, _ = family_dir
+    if family != "llama":
+        pytest.skip("Llama 3's template")
+    plain = qkv.load(write_dir(m, str(tmp_path / "plain"), "f32", tokenizer))
+    bos = plain.encode("<|begin_of_text|>")
+    assert len(bos) == 1
+    templated = copy.deepcopy(tokenizer)
+    templated["post_processor"] = {
+        "type": "Sequence", "processors": [
+            {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+            {"type": "TemplateProcessing",
+             "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                        {"Sequence": {"id": "A", "type_id": 0}}],
+             "pair": [],
+             "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": bos,
+                                                      "tokens": ["<|begin_of_text|>"]}}}]}
+    folder = qkv.load(write_dir(m, str(tmp_path / "templated"), "f32", templated))
+    text = "the cat sat on the mat"
+    assert folder.encode(text) == bos + plain.encode(text)
+    assert folder.encode("") == bos
+    gguf = str(tmp_path / "m.gguf")
+    gguf_files.write_gguf(m, gguf, templated, type="f32")
+    assert qkv.load(gguf).encode(text) == bos + plain.encode(text)
+    plain_gguf = str(tmp_path / "plain.gguf")
+    gguf_files.write_gguf(m, plain_gguf, tokenizer, type="f32")
+    assert qkv.load(plain_gguf).encode(text) == plain.encode(text)
+
+
 def test_a_gguf_file_loads_as_its_folder(family_dir, tmp_path):
     """llama.cpp's GGUF file of the twin (tests/pytorch/gguf_files.py writes it as llama.cpp's converter
     does): the same logits, ids and tokenizer as the folder; a Q8_0 file generates from bf16 weights only."""

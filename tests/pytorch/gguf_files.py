@@ -56,16 +56,28 @@ TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5
 ARCH = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
 PRE = {"llama": "llama-bpe", "qwen2": "qwen2", "qwen3": "qwen2"}
 # What convert writes for the official repos (meta-llama/Llama-3.2-*-Instruct, Qwen/Qwen3-*), in its
-# order: [(kind, token text)], then add_bos_token. Llama 3: bos from tokenizer_config's bos_token,
-# eos from its eos_token (<|eot_id|> for Instruct, <|end_of_text|> for base), add_bos from the
-# TemplateProcessing post-processor; Qwen3: eos <|im_end|> and pad <|endoftext|> from
+# order: [(kind, token text)], then add_bos_token (None: from the tokenizer.json's post-processor,
+# template_adds_bos). Llama 3: bos from tokenizer_config's bos_token, eos from its eos_token
+# (<|eot_id|> for Instruct, <|end_of_text|> for base), add_bos from the TemplateProcessing
+# post-processor (Meta's files have one: true); Qwen3: eos <|im_end|> and pad <|endoftext|> from
 # tokenizer_config, bos 151643 (<|endoftext|>) from config.json's bos_token_id, add_bos_token false;
 # Qwen2.5-*-Instruct the same.
 SPECIAL_IDS = {
     "qwen2": ([("eos", "<|im_end|>"), ("padding", "<|endoftext|>"), ("bos", "<|endoftext|>")], False),
-    "llama": ([("bos", "<|begin_of_text|>"), ("eos", "<|eot_id|>")], True),
+    "llama": ([("bos", "<|begin_of_text|>"), ("eos", "<|eot_id|>")], None),
     "qwen3": ([("eos", "<|im_end|>"), ("padding", "<|endoftext|>"), ("bos", "<|endoftext|>")], False),
 }
+
+
+def template_adds_bos(tokenizer):
+    """Whether the tokenizer.json dict's post-processor puts a special token before a text, as
+    llama.cpp's converter reads it (a TemplateProcessing whose `single` starts with a SpecialToken,
+    alone or in a Sequence)."""
+    post = tokenizer.get("post_processor") or {}
+    for p in post.get("processors", []) if post.get("type") == "Sequence" else [post]:
+        if p.get("type") == "TemplateProcessing" and p.get("single") and "SpecialToken" in p["single"][0]:
+            return True
+    return False
 
 
 # --- the serializer ---------------------------------------------------------------------------------
@@ -280,6 +292,8 @@ def write_gguf(m, path, tokenizer, type="f32", name="qkv twin", alignment=None, 
             ("tokenizer.ggml.tokens", ARRAY, tokens, STRING), ("tokenizer.ggml.token_type", ARRAY, types, INT32),
             ("tokenizer.ggml.merges", ARRAY, merges, STRING)]
     ids_of, add_bos = specials if specials is not None else SPECIAL_IDS[family]
+    if add_bos is None:
+        add_bos = template_adds_bos(tokenizer)
     text_to_id = {t: i for i, t in enumerate(tokens)}
     for kind, text in ids_of:
         if text in text_to_id:

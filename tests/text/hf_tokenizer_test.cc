@@ -210,6 +210,49 @@ TEST(HfTokenizer, FilesItCannotReadAreRefusedNamingTheField) {
   EXPECT_THROW(HfTokenizer::parse("[]", "list.json"), Error);
 }
 
+// The post-processor's template for one text: the special tokens before $A are prefix(), which
+// encode() does not add (Hugging Face's tokenizer(text) does; a model reads them: LoadedModel::encode).
+TEST(HfTokenizer, TheTemplatesTokensBeforeTheTextAreItsPrefix) {
+  auto templ = [](const json& single, const json& specials) {
+    return json{{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}};
+  };
+  const json bos = {{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}};
+  const json text = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+  const json specials = {{"<s>", {{"id", "<s>"}, {"ids", {300}}, {"tokens", {"<s>"}}}}};
+  json j = tiny();
+  j["added_tokens"] = json::array({{{"id", 300}, {"content", "<s>"}, {"special", true}}});
+  EXPECT_EQ(make(j).prefix(), (Ids{}));
+  j["post_processor"] = {{"type", "ByteLevel"}, {"trim_offsets", false}};
+  EXPECT_EQ(make(j).prefix(), (Ids{}));
+  j["post_processor"] = templ(json::array({bos, text}), specials);
+  EXPECT_EQ(make(j).prefix(), (Ids{300}));
+  EXPECT_EQ(make(j).encode("abc"), (Ids{257}));
+  j["post_processor"] = {{"type", "Sequence"},
+                         {"processors", json::array({json{{"type", "ByteLevel"}}, templ(json::array({bos, bos, text}), specials)})}};
+  EXPECT_EQ(make(j).prefix(), (Ids{300, 300}));
+  const json base = j;
+  j["post_processor"] = templ(json::array({text, bos}), specials);
+  refused(j, "post_processor.single[1] puts '<s>' after the text; qkv reads templates that add tokens before a text only");
+  j["post_processor"] = templ(json::array({bos}), specials);
+  refused(j, "post_processor.single has no sequence \"A\" (the text itself)");
+  j["post_processor"] = templ(json::array({bos, text}), json::object());
+  refused(j, "post_processor.single[0] names the special token '<s>', which post_processor.special_tokens does not hold");
+  j["post_processor"] = templ(json::array({bos, text}), {{"<s>", {{"id", "<s>"}, {"ids", {301}}}}});
+  refused(j, "post_processor puts id 301 before the text, which is no token of the vocabulary or the added tokens");
+  j["post_processor"] = templ(json::array({bos, text}), {{"<s>", {{"id", "<s>"}, {"ids", {-1}}}}});
+  refused(j, "post_processor.special_tokens['<s>'].ids[0] is -1; ids are whole numbers");
+  j["post_processor"] = {{"type", "RobertaProcessing"}};
+  refused(j, "post_processor.type is 'RobertaProcessing'; qkv reads ByteLevel and TemplateProcessing post-processors");
+  j["post_processor"] = {{"type", "Sequence"}, {"processors", json::array({templ(json::array({bos, text}), specials), templ(json::array({bos, text}), specials)})}};
+  refused(j, "post_processor.processors[1] is a second TemplateProcessing; expected one");
+  j["post_processor"] = templ(json::array({json{{"Sequence", {{"id", "B"}}}}}), specials);
+  refused(j, "post_processor.single[0] is the sequence 'B'; a template for one text holds the sequence \"A\" once");
+  j["post_processor"] = templ(json::array({json{{"Special", 1}}}), specials);
+  refused(j, "post_processor.single[0] is {\"Special\":1}; expected {\"SpecialToken\": {...}} or {\"Sequence\": {...}}");
+  // what hf_tokenizer_json writes back reads the same prefix
+  EXPECT_EQ(HfTokenizer::parse(hf_tokenizer_json(hf_tokenizer_parts(base, "t")).dump(), "back").prefix(), (Ids{300, 300}));
+}
+
 TEST(HfTokenizer, HostileFilesAreRefusedNamingTheFieldAndTheLimit) {
   json j = tiny();
   j["model"]["vocab"]["xy"] = 1.5;  // not truncated to 1 (and then called a duplicate)

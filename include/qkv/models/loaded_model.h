@@ -80,7 +80,9 @@ struct LoadedModel {
   // Why there is no tokenizer, for the error when text is asked for ("its folder has no tokenizer.json").
   std::string no_tokenizer = "none was loaded";
 
-  // tokenizer->encode(text), or a qkv::Error saying the model has no tokenizer, and why.
+  // The text as the model reads it: tokenizer->prompt_prefix() (Llama 3's <|begin_of_text|> where its
+  // tokenizer says so), then tokenizer->encode(text); or a qkv::Error saying the model has no
+  // tokenizer, and why.
   std::vector<int64_t> encode(const std::string& text) const;
   std::string decode(const std::vector<int64_t>& ids) const;
 };

@@ -5,7 +5,7 @@
 //                        (id = symbols); spaces are skipped when encoding
 //   Gpt2Tokenizer        GPT-2's byte-level BPE (text/bpe.h), special tokens matched in the text
 //   HfTextTokenizer      Hugging Face's tokenizer.json (Qwen3's, Llama 3's): added tokens matched in
-//                        the text, no BOS added (text/hf_tokenizer.h)
+//                        the text; its template's BOS in prompt_prefix() (text/hf_tokenizer.h)
 //   VocabularyTokenizer  GPT-2's BPE restricted to the tokens a text model was trained on: model id
 //                        i is GPT-2 id vocab[i] (train/data.h's compact_vocabulary)
 #pragma once
@@ -37,6 +37,10 @@ class Tokenizer {
   std::string token_text(int64_t id) const { return decode({id}); }
   // The id of a special token by its text ("<|endoftext|>", "<|im_end|>"), when it has one.
   virtual std::optional<int64_t> special_id(const std::string& /*text*/) const { return std::nullopt; }
+  // The ids a model reads before a text (a prompt, the explorer's text), which encode() does not add:
+  // Llama 3's <|begin_of_text|> where its tokenizer.json's template (or a GGUF file's add_bos_token)
+  // says so, as Hugging Face's tokenizer(text) and llama.cpp add it. LoadedModel::encode adds them.
+  virtual std::vector<int64_t> prompt_prefix() const { return {}; }
 };
 
 class LetterTokenizer : public Tokenizer {
@@ -77,6 +81,9 @@ class HfTextTokenizer : public Tokenizer {
   std::vector<int64_t> encode_text(const std::string& text) const override;
   std::string decode(const std::vector<int64_t>& ids) const override;
   std::optional<int64_t> special_id(const std::string& text) const override { return tokenizer_.added_token(text); }
+  std::vector<int64_t> prompt_prefix() const override {
+    return std::vector<int64_t>(tokenizer_.prefix().begin(), tokenizer_.prefix().end());
+  }
   const HfTokenizer& tokenizer() const { return tokenizer_; }
 
  private:

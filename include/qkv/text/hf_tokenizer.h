@@ -5,7 +5,8 @@
 //   t.encode("Hello<|im_end|>")          // [9707, 151645]: added tokens are matched in the text
 //   t.decode(ids)                        // the text; decode(ids, true) leaves special tokens out
 //
-// Encoding (no template: no BOS is added; chat formats add their tokens themselves):
+// Encoding (encode() adds no template's tokens; prefix() names those a model reads before a text,
+// the post-processor's: Llama 3's <|begin_of_text|>; chat formats add their tokens themselves):
 //   1. added tokens (added_tokens): the text is cut at each occurrence of one, leftmost first, the
 //      longest where two start together; each becomes its id (lstrip / rstrip take the whitespace
 //      before / after it too); the text between is encoded alone. With AddedTokens::kPlain the
@@ -34,8 +35,10 @@
 // byte-level alphabet, all 256 bytes, no id twice, merges of two tokens making a third, added
 // tokens' lengths and ids) and makes the tables.
 //
+// The post-processor: none, ByteLevel (offsets only), or TemplateProcessing whose `single` template
+// puts special tokens before the text ($A) and none after (alone or in a Sequence of them).
 // What else a tokenizer.json may hold (another model type, WordPiece or Unigram, a byte fallback, a
-// normalizer or pre-tokenizer other than these) is refused at load with the field's name, as are
+// normalizer, pre-tokenizer or post-processor other than these) is refused at load with the field's name, as are
 // merges naming tokens that are not in the vocabulary. An HfTokenizer is immutable, cheap to copy
 // (shared), and safe to use from many threads at once.
 #pragma once
@@ -72,8 +75,13 @@ struct HfTokenizerParts {
   std::string pattern;         // the pre-tokenizer's regex (then each piece spelled byte by byte)
   bool nfc = false;            // the normalizer: NFC, or none
   bool ignore_merges = false;  // a piece that is a token is that token, unmerged
+  // The ids a text gets before it when a model reads it (Llama 3's <|begin_of_text|>): the
+  // post-processor's template (tokenizer.json) or add_bos_token (GGUF). encode() does not add them;
+  // prefix() gives them to the model's reader (models/tokenizer.h's prompt_prefix).
+  std::vector<TokenId> prefix;
   // Errors name the lists so: tokenizer.json's fields, or GGUF's keys.
   std::string vocab_name = "model.vocab", merges_name = "model.merges", added_name = "added_tokens";
+  std::string prefix_name = "post_processor";
 };
 
 // Which added tokens encode() matches in the text: all, or only those that are not special.
@@ -107,6 +115,9 @@ class HfTokenizer {
   std::optional<TokenId> added_token(std::string_view content) const;
   const std::string& pattern() const;         // the pre-tokenizer's regex
   const std::string& normalizer() const;      // "none" or "NFC"
+  // The ids a model reads before a text (HfTokenizerParts::prefix): Hugging Face's tokenizer(text)
+  // and llama.cpp add them; encode() does not.
+  const std::vector<TokenId>& prefix() const;
 
   struct Impl;
 
