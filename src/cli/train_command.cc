@@ -94,6 +94,7 @@ TrainSetup set_up(const TrainFlags& f, const CLI::App& sub, bool writes) {
   try {
     o = run_options(resumed ? &resumed->options : nullptr, f.o,
                     [&](const OptionField& field) { return sub.count(field.flag) > 0; }, f.resume);
+    check_train_options(o);
   } catch (const OptionError& e) {
     throw CLI::ValidationError(e.what());  // a usage error: exit status 2
   } catch (const Error& e) {  // set_head_dim: d_model and num_heads

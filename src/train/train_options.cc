@@ -41,8 +41,19 @@ nlohmann::json to_json(const TrainOptions& o) { return fields_to_json(o); }
 TrainOptions train_options_from_json(const nlohmann::json& j) {
   TrainOptions o;
   fields_from_json(j, o, "the training options");
+  try {
+    check_train_options(o);
+  } catch (const OptionError& e) {
+    fail("the training options: ", e.what());
+  }
   set_head_dim(o.model);
   return o;
+}
+
+void check_train_options(const TrainOptions& o) {
+  check_option_ranges(o);
+  if (!(o.min_lr <= o.lr))
+    throw OptionError("--min-lr", str("min_lr (--min-lr) is ", o.min_lr, "; expected at most lr (--lr), ", o.lr));
 }
 
 }  // namespace qkv

@@ -37,10 +37,7 @@ void check_train_request(const TrainOptions& o) {
             ") must be positive");
   QKV_CHECK(H >= 1 && C % H == 0, "train: d_model (", C, ") must be divisible by num_heads (", H, ")");
   QKV_CHECK(L >= 0, "train: num_layers (", L, ") must not be negative");
-  QKV_CHECK(B >= 1, "train: batch size (", B, ") must be at least 1");
-  QKV_CHECK(o.steps >= 0 && o.warmup >= 0 && o.eval_every >= 0 && o.eval_sequences >= 0,
-            "train: steps (", o.steps, "), warmup (", o.warmup, "), eval_every (", o.eval_every, ") and eval_sequences (",
-            o.eval_sequences, ") must not be negative");
+  check_train_options(o);
   // The parameters: tok_emb (V, C), pos_emb (T, C), per block W_query, W_key, W_value, out_proj (C, C) with
   // out_proj's bias (C) and, with qkv_bias, three more (C); out_head (V, C) and its bias (V).
   const char* what = "the model's parameters (from vocab_size, context_length, d_model and num_layers)";
@@ -60,9 +57,6 @@ void check_train_request(const TrainOptions& o) {
   check_memory_request(checked_bytes(checked_product({B, H, T, T, std::max<int64_t>(L, 1)}, weights), 4, weights),
                        weights);
   if (is_builtin_task(o.task)) {
-    QKV_CHECK(o.task_length >= 1, "train: task_length (", o.task_length, ") must be at least 1");
-    QKV_CHECK(o.task_symbols >= 2 && o.task_symbols <= 26, "train: task_symbols (", o.task_symbols,
-              ") must be in [2, 26]");
     // A sequence is 2 x task_length tokens, held as inputs and targets (8 bytes each).
     const int64_t seq = checked_mul(2, o.task_length, "a task sequence (2 x task_length)");
     const char* batch = "one batch of the task (batch_size x 2 x task_length tokens)";
@@ -88,11 +82,7 @@ Trainer::Trainer(TrainOptions options, std::unique_ptr<TrainingData> data, std::
     : options_(std::move(options)), data_(std::move(data)), vocab_(std::move(vocab)), model_gen_(options_.seed) {
   TrainOptions& o = options_;
   if (!data_) data_ = make_task_data(o);
-  QKV_CHECK(o.steps >= 0, "train: steps (", o.steps, ") must not be negative");
-  QKV_CHECK(o.batch_size >= 1, "train: batch size (", o.batch_size, ") must be at least 1");
-  QKV_CHECK(o.warmup >= 0, "train: warm-up steps (", o.warmup, ") must not be negative");
-  QKV_CHECK(o.clip >= 0.0, "train: clip (", o.clip, ") must not be negative (0 turns clipping off)");
-  QKV_CHECK(o.eval_every >= 0 && o.eval_sequences >= 0, "train: eval_every and eval_sequences must not be negative");
+  check_train_options(o);
   o.model.vocab_size = data_->vocab_size();
   set_head_dim(o.model);  // d_model / num_heads: the attention LM's only head width
   if (o.model.context_length == 0) o.model.context_length = data_->tokens();
@@ -111,7 +101,6 @@ Trainer::Trainer(TrainOptions options, std::unique_ptr<TrainingData> data, std::
       break;
   }
   QKV_CHECK(optimizer_ != nullptr, "train: unknown optimizer kind ", static_cast<int>(o.optimizer));
-  QKV_CHECK(o.min_lr >= 0.0 && o.min_lr <= o.lr, "train: min_lr (", o.min_lr, ") must be in [0, lr = ", o.lr, "]");
   schedule_ = LrSchedule{o.lr, o.min_lr, o.warmup, o.steps};
   if (is_builtin_task(o.task) && o.eval_sequences > 0) {
     SequenceTask held_out(task_kind(o.task), o.task_length, o.task_symbols,

@@ -240,6 +240,28 @@ TEST_F(TrainCli, BadAttentionVariantFlagsAreUsageErrorsNamingTheFlag) {
   EXPECT_FALSE(fs::exists(path("qkv-train.safetensors")));
 }
 
+// The run's options out of their ranges (each field's one declaration, train_options.h) are usage
+// errors naming the flag and the key; they were runtime errors naming "batch size", "AdamW: lr".
+TEST_F(TrainCli, OptionsOutOfTheirRangesAreUsageErrorsNamingTheFlag) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--batch-size 0", "batch_size (--batch-size) is 0; expected at least 1"},
+      {"--lr -1", "lr (--lr) is -1.0; expected at least 0.0"},
+      {"--min-lr 0.5 --lr 0.1", "min_lr (--min-lr) is 0.5; expected at most lr (--lr), 0.1"},
+      {"--beta2 1", "beta2 (--beta2) is 1.0; expected in [0.0, 1.0)"},
+      {"--eval-every -1", "eval_every (--eval-every) is -1; expected at least 0"},
+      {"--symbols 27", "task_symbols (--symbols) is 27; expected in [2, 26]"},
+      {"--length 0", "task_length (--length) is 0; expected at least 1"},
+      {"--clip -0.5", "clip (--clip) is -0.5; expected at least 0.0"},
+  };
+  const std::string base = "train --num-heads 2 --num-layers 1 --d-model 16 --steps 1 --quiet --svg \"\" ";
+  for (const auto& [flags, message] : cases) {
+    Result r = run(base + flags);
+    EXPECT_EQ(r.status, 2) << flags << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(message)) << flags;
+  }
+  EXPECT_FALSE(fs::exists(path("qkv-train.safetensors")));
+}
+
 // --steps 0 writes the untrained model; its summary has no loss to give (it printed "final loss nan").
 TEST_F(TrainCli, NoStepsReportsNoLoss) {
   Result r = run(kTinyModel + "--steps 0 --svg \"\"");

@@ -18,7 +18,9 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <set>
+#include <type_traits>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -36,6 +38,23 @@ struct OptionField {
   bool show_default = true;        // --help shows the default value
   bool required = false;           // JSON: an absent key is an error (otherwise the default stays)
   const char* section = nullptr;   // the JSON sub-object holding it ("model"), or none
+  // A number field's range, [min, max] ([min, max) with max_open), checked by check_option_ranges;
+  // set with at_least / within: OptionField{"steps", "--steps", "..."}.at_least(0).
+  double min = -std::numeric_limits<double>::infinity(), max = std::numeric_limits<double>::infinity();
+  bool max_open = false;
+
+  OptionField at_least(double lo) const {
+    OptionField f = *this;
+    f.min = lo;
+    return f;
+  }
+  OptionField within(double lo, double hi, bool open = false) const {
+    OptionField f = *this;
+    f.min = lo;
+    f.max = hi;
+    f.max_open = open;
+    return f;
+  }
 };
 
 // An option out of its range or in conflict with another, naming it by its flag (which a command
@@ -80,6 +99,32 @@ nlohmann::json fields_to_json(const T& o) {
   visit_fields([&](const OptionField& f, const auto& v) { (f.section ? j[f.section] : j)[f.key] = option_to_json(v); },
                o);
   return j;
+}
+
+// Every number field of `o` within its range (OptionField::min, max), else an OptionError naming
+// the key and the flag: "steps (--steps) is -1; expected at least 0". A command line reports it
+// as a usage error; fields_from_json's callers, as the file's error.
+template <typename T>
+void check_option_ranges(const T& o) {
+  visit_fields(
+      [&](const OptionField& f, const auto& v) {
+        using V = std::remove_cvref_t<decltype(v)>;
+        if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) {
+          const auto x = static_cast<double>(v);
+          const bool low = f.min != -std::numeric_limits<double>::infinity();
+          const bool high = f.max != std::numeric_limits<double>::infinity();
+          if ((low && !(x >= f.min)) || (high && !(f.max_open ? x < f.max : x <= f.max))) {
+            const std::string name = f.section ? std::string(f.section) + "." + f.key : std::string(f.key);
+            const std::string expected =
+                !high ? "at least " + option_text(static_cast<V>(f.min))
+                      : "in [" + option_text(static_cast<V>(f.min)) + ", " + option_text(static_cast<V>(f.max)) +
+                            (f.max_open ? ")" : "]");
+            throw OptionError(f.flag, name + (*f.flag ? std::string(" (") + f.flag + ")" : std::string()) + " is " +
+                                          option_text(v) + "; expected " + expected);
+          }
+        }
+      },
+      o);
 }
 
 // Reads `j` onto `o` (whose fields keep their values where a key is absent and not required).

@@ -55,8 +55,8 @@ template <typename V, typename... O>
   requires(std::same_as<std::remove_const_t<O>, TrainOptions> && ...)
 void visit_fields(V&& v, O&... o) {
   v(OptionField{"task", "--task", "copy | reverse (built in), text (with --text-file), data (with --data)"}, o.task...);
-  v(OptionField{"task_length", "--length", "Built-in task: symbols before the separator"}, o.task_length...);
-  v(OptionField{"task_symbols", "--symbols", "Built-in task: alphabet size (2..26)"}, o.task_symbols...);
+  v(OptionField{"task_length", "--length", "Built-in task: symbols before the separator"}.at_least(1), o.task_length...);
+  v(OptionField{"task_symbols", "--symbols", "Built-in task: alphabet size (2..26)"}.within(2, 26), o.task_symbols...);
   v(OptionField{"text_file", "--text-file", "Next-token prediction on this text, GPT-2 tokens (sets --task text)",
                 false},
     o.text_file...);
@@ -70,27 +70,32 @@ void visit_fields(V&& v, O&... o) {
       },
       o.model...);
   v(OptionField{"optimizer", "--optimizer", "adamw | sgd"}, o.optimizer...);
-  v(OptionField{"steps", "--steps", "Optimisation steps in all"}, o.steps...);
-  v(OptionField{"batch_size", "--batch-size", "Sequences per step"}, o.batch_size...);
-  v(OptionField{"lr", "--lr", "Peak learning rate"}, o.lr...);
-  v(OptionField{"min_lr", "--min-lr", "Learning rate at the end of the cosine decay"}, o.min_lr...);
-  v(OptionField{"warmup", "--warmup", "Steps of linear warm-up"}, o.warmup...);
-  v(OptionField{"weight_decay", "--weight-decay", "Weight decay (decoupled for AdamW)"}, o.weight_decay...);
-  v(OptionField{"beta1", "--beta1", "AdamW beta1"}, o.beta1...);
-  v(OptionField{"beta2", "--beta2", "AdamW beta2"}, o.beta2...);
-  v(OptionField{"eps", "--eps", "AdamW eps"}, o.eps...);
-  v(OptionField{"momentum", "--momentum", "SGD momentum"}, o.momentum...);
+  v(OptionField{"steps", "--steps", "Optimisation steps in all"}.at_least(0), o.steps...);
+  v(OptionField{"batch_size", "--batch-size", "Sequences per step"}.at_least(1), o.batch_size...);
+  v(OptionField{"lr", "--lr", "Peak learning rate"}.at_least(0), o.lr...);
+  v(OptionField{"min_lr", "--min-lr", "Learning rate at the end of the cosine decay"}.at_least(0), o.min_lr...);
+  v(OptionField{"warmup", "--warmup", "Steps of linear warm-up"}.at_least(0), o.warmup...);
+  v(OptionField{"weight_decay", "--weight-decay", "Weight decay (decoupled for AdamW)"}.at_least(0), o.weight_decay...);
+  v(OptionField{"beta1", "--beta1", "AdamW beta1"}.within(0, 1, true), o.beta1...);
+  v(OptionField{"beta2", "--beta2", "AdamW beta2"}.within(0, 1, true), o.beta2...);
+  v(OptionField{"eps", "--eps", "AdamW eps"}.at_least(0), o.eps...);
+  v(OptionField{"momentum", "--momentum", "SGD momentum"}.at_least(0), o.momentum...);
   v(OptionField{"dampening", "--dampening", "SGD dampening"}, o.dampening...);
   v(OptionField{"nesterov", "--nesterov", "SGD: Nesterov momentum", false}, o.nesterov...);
-  v(OptionField{"clip", "--clip", "Clip the global gradient norm to this (0: no clipping)"}, o.clip...);
+  v(OptionField{"clip", "--clip", "Clip the global gradient norm to this (0: no clipping)"}.at_least(0), o.clip...);
   v(OptionField{"seed", "--seed", "Seed: weights and dropout as torch.manual_seed(S), data from S + 1"}, o.seed...);
-  v(OptionField{"eval_every", "--eval-every", "Built-in task: held-out accuracy every N steps (0: only at the end)"},
+  v(OptionField{"eval_every", "--eval-every", "Built-in task: held-out accuracy every N steps (0: only at the end)"}
+        .at_least(0),
     o.eval_every...);
-  v(OptionField{"eval_sequences", "--eval-sequences", "Built-in task: held-out sequences"}, o.eval_sequences...);
+  v(OptionField{"eval_sequences", "--eval-sequences", "Built-in task: held-out sequences"}.at_least(0),
+    o.eval_sequences...);
 }
 
 nlohmann::json to_json(const TrainOptions& o);
-// Throws qkv::Error naming a missing, unknown or ill-typed key.
+// Throws qkv::Error naming a missing, unknown or ill-typed key, or a value outside its range.
 TrainOptions train_options_from_json(const nlohmann::json& j);
+// The options' ranges (visit_fields: check_option_ranges) and min_lr <= lr: an OptionError naming
+// the flag, which a command line reports as a usage error.
+void check_train_options(const TrainOptions& o);
 
 }  // namespace qkv
