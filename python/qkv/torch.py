@@ -45,6 +45,7 @@ import torch
 import torch.nn as nn
 
 from . import _qkv
+from . import _whole as _qkv_whole
 
 __all__ = [
     "attention",
@@ -242,6 +243,12 @@ class _CausalMask:
     editing it (load_state_dict, mask.data.zero_(), mask.numpy()[:] = 0, ...) goes unseen - and
     passes a corner that is not causal to the kernel as a boolean mask, as loaded."""
 
+    def __getstate__(self):  # copy.deepcopy, pickling, torch.save(module): the C++ scratch is made again
+        state = self.__dict__.copy()
+        for scratch in ("_workspaces", "_decode_workspace", "_causal"):
+            state.pop(scratch, None)
+        return state
+
     def _add_projections(self, d_in, d_out, qkv_bias, kv_out=None):
         # The book's order (its seeds draw W_query's weights first, then W_key's, then W_value's);
         # W_key and W_value have kv_out rows with grouped-query heads.
@@ -393,6 +400,7 @@ class MultiHeadAttention(_CausalMask, nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, *, num_kv_heads=None,
                  rope=None, rope_base=10000.0, window=0, alibi=False, softcap=0.0, dtype="f32"):
         super().__init__()
+        num_heads = _qkv_whole("MultiHeadAttention", "num_heads", num_heads, 1, 2**31)
         if d_out % num_heads != 0:
             raise ValueError(f"MultiHeadAttention: d_out ({d_out}) must be divisible by num_heads ({num_heads})")
         kv = num_heads if num_kv_heads is None else num_kv_heads
@@ -463,16 +471,12 @@ class MultiHeadAttention(_CausalMask, nn.Module):
         return torch.from_numpy(y)
 
     def _joined_projections(self):
-        """[W_query; W_key; W_value] and their biases as one matrix (and vector), joined again only
-        when a parameter was replaced or changed in place (its version), not on every decoding step."""
+        """[W_query; W_key; W_value] and their biases as one matrix (and vector), joined at every
+        decoding step: a weight changed through .data (p.data.mul_(2), an EMA's copy_) keeps its
+        version, so a join kept between steps would go stale unseen."""
         params = (self.W_query.weight, self.W_key.weight, self.W_value.weight, self.W_query.bias, self.W_key.bias,
                   self.W_value.bias)
-        key = tuple((id(p), p._version) if p is not None else None for p in params)
-        if getattr(self, "_joined_key", None) != key:
-            w = torch.cat(params[:3])
-            b = None if params[3] is None else torch.cat(params[3:])
-            self._joined, self._joined_key = (w, b), key
-        return self._joined
+        return torch.cat(params[:3]), None if params[3] is None else torch.cat(params[3:])
 
 
 class GatedMultiHeadAttention(_CausalMask, nn.Module):
@@ -485,6 +489,7 @@ class GatedMultiHeadAttention(_CausalMask, nn.Module):
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
         super().__init__()
+        num_heads = _qkv_whole("GatedMultiHeadAttention", "num_heads", num_heads, 1, 2**31)
         if d_out % num_heads != 0:
             raise ValueError(f"GatedMultiHeadAttention: d_out ({d_out}) must be divisible by num_heads ({num_heads})")
         self.d_out = d_out
@@ -529,6 +534,7 @@ class MultiHeadLatentAttention(nn.Module):
 
     def __init__(self, d_in, d_out, dropout, num_heads, qkv_bias=False, latent_dim=None):
         super().__init__()
+        num_heads = _qkv_whole("MultiHeadLatentAttention", "num_heads", num_heads, 1, 2**31)
         if d_out % num_heads != 0:
             raise ValueError(f"MultiHeadLatentAttention: d_out ({d_out}) must be divisible by num_heads ({num_heads})")
         self.latent_dim = latent_dim if latent_dim is not None else max(16, d_out // 8)
@@ -587,8 +593,10 @@ def delta_rule(q, k, v, beta, alpha):
 
     q, k (B, T, H, Dk); v (B, T, H, Dv); beta (B, T, H) per head or (B, T, H, Dv) per channel; alpha
     (B, T, H) -> y (B, T, H, Dv). Token by token in qkv (the state in float64); the backward keeps
-    every token's state (B H T Dk Dv float64 numbers)."""
-    return _DeltaRule.apply(q, k, v, beta, alpha)
+    every token's state (B H T Dk Dv float64 numbers). y is in q's dtype (computed in float32 and
+    float64, as qkv.torch.attention returns its inputs' dtype)."""
+    y = _DeltaRule.apply(q, k, v, beta, alpha)
+    return y if y.dtype == q.dtype else y.to(q.dtype)
 
 
 def _l2norm(x, eps=1e-6):
@@ -618,6 +626,7 @@ class GatedDeltaNet(nn.Module):
 
     def __init__(self, d_in, d_out, dropout, num_heads, qkv_bias=False):
         super().__init__()
+        num_heads = _qkv_whole("GatedDeltaNet", "num_heads", num_heads, 1, 2**31)
         if d_out % num_heads != 0:
             raise ValueError(f"GatedDeltaNet: d_out ({d_out}) must be divisible by num_heads ({num_heads})")
         self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
@@ -658,6 +667,8 @@ class Qwen3_5GatedDeltaNet(nn.Module):
 
     def __init__(self, hidden_size, num_v_heads, num_k_heads, head_k_dim, head_v_dim, conv_kernel, eps=1e-6):
         super().__init__()
+        num_v_heads = _qkv_whole("Qwen3_5GatedDeltaNet", "num_v_heads", num_v_heads, 1, 2**31)
+        num_k_heads = _qkv_whole("Qwen3_5GatedDeltaNet", "num_k_heads", num_k_heads, 1, 2**31)
         if num_v_heads % num_k_heads != 0:
             raise ValueError(f"Qwen3_5GatedDeltaNet: num_v_heads ({num_v_heads}) must be a multiple of num_k_heads "
                              f"({num_k_heads})")
@@ -824,10 +835,34 @@ class GPTModel(nn.Module):
         # the parameters' names as built: a parameter tied to another (out_head.weight =
         # tok_emb.weight) drops out of named_parameters(), which lists a shared one once
         self._param_names = [n for n, _ in self.named_parameters()]
+        self._param_shapes = [tuple(p.shape) for _, p in self.named_parameters()]
+        self._module_types = [(n, type(m)) for n, m in self.named_modules()]
+
+    def _as_built(self, seq_len, named):
+        """Whether the model is still the book's model the C++ core computes: the same modules (no
+        layer swapped for another), the parameters' shapes, no forward or backward hooks, the norms'
+        eps and the dropout rates as built, and every block's mask causal (a loaded mask that is not
+        is honoured by the book's lines, as the attention modules honour it)."""
+        from torch.nn.modules import module as torch_module
+        if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+            return False
+        if [tuple(p.shape) for _, p in named] != self._param_shapes:
+            return False
+        modules = list(self.named_modules())
+        if [(n, type(m)) for n, m in modules] != self._module_types:
+            return False
+        for _, m in modules:
+            if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks:
+                return False
+            if (isinstance(m, LayerNorm) and m.eps != 1e-5) or \
+                    (isinstance(m, nn.Dropout) and m.p != self._cfg["drop_rate"]):
+                return False
+        return all(block.att._kernel_mask(seq_len) is None for block in self.trf_blocks)
 
     def _runs_core(self, in_idx, named):
         """Whether the whole model runs in qkv's C++: float32 CPU parameters and long CPU ids, no
-        dropout drawing (eval mode or drop_rate 0), and no parameter shared or replaced (tied)."""
+        dropout drawing (eval mode or drop_rate 0), no parameter shared or replaced (tied), and the
+        model as built (_as_built)."""
         if not self.whole_model_in_qkv or in_idx.dtype != torch.long or in_idx.device.type != "cpu":
             return False
         if in_idx.numel() == 0:
@@ -835,7 +870,8 @@ class GPTModel(nn.Module):
         if self.training and self._cfg["drop_rate"] > 0:
             return False  # PyTorch's masks: the book's path
         return ([n for n, _ in named] == self._param_names
-                and all(p.dtype == torch.float32 and p.device.type == "cpu" for _, p in named))
+                and all(p.dtype == torch.float32 and p.device.type == "cpu" for _, p in named)
+                and self._as_built(in_idx.shape[1], named))
 
     def _core(self, named):
         if self._gpt_core is None:

@@ -208,3 +208,59 @@ def test_a_tied_head_runs_on_the_books_path_and_double_backward_is_refused():
     loss = model(ids).sum()
     with pytest.raises(RuntimeError, match="double backward"):
         torch.autograd.grad(loss, list(model.parameters()), create_graph=True)
+
+
+def test_a_model_changed_after_it_was_built_runs_as_changed():
+    """The C++ core computes the book's model as built; a model changed since - a block's mask loaded
+    non-causal, a layer swapped, a norm's eps, a hook, a head of another size - gives the book's
+    class's result (the changes are seen, by the book's lines in PyTorch), not the unchanged model's."""
+    cfg = dict(vocab_size=50, context_length=12, emb_dim=16, n_heads=4, n_layers=2, drop_rate=0.0, qkv_bias=False)
+    ids = torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(5))
+
+    def changed(edit):
+        got, want = pair(cfg, 0)
+        got.eval(), want.eval()
+        edit(got), edit(want)
+        return rel_err(got(ids), want(ids))
+
+    def zero_masks(m):
+        m.load_state_dict({k: (torch.zeros_like(v) if k.endswith("att.mask") else v) for k, v in m.state_dict().items()})
+
+    def relu(m):
+        m.trf_blocks[0].ff.layers[1] = torch.nn.ReLU()
+
+    def eps(m):
+        m.final_norm.eps = 0.1
+
+    def hook(m):
+        m.trf_blocks[0].register_forward_hook(lambda mod, i, o: o * 0)
+
+    def head(m):
+        torch.manual_seed(1)
+        m.out_head = torch.nn.Linear(16, 2, bias=False)
+
+    for edit in (zero_masks, relu, eps, hook, head):
+        assert changed(edit) <= FWD_TOL, edit.__name__
+    calls = []
+    got, _ = pair(cfg, 0)
+    got.trf_blocks[1].register_forward_hook(lambda mod, i, o: calls.append(tuple(o.shape)))
+    got(ids)
+    assert calls == [(2, 7, 16)]
+    got, want = pair(cfg, 0)  # unchanged: the core (the same numbers as the book's)
+    assert got._runs_core(ids, list(got.named_parameters()))
+    assert rel_err(got(ids), want(ids)) <= FWD_TOL
+
+
+def test_a_model_copies_after_it_ran():
+    """copy.deepcopy and pickling after forwards on both paths (the C++ scratch is not state)."""
+    import copy
+    import pickle
+    cfg = dict(vocab_size=30, context_length=8, emb_dim=8, n_heads=2, n_layers=1, drop_rate=0.0, qkv_bias=False)
+    got, _ = pair(cfg, 0)
+    ids = torch.tensor([[1, 2, 3]])
+    y = got(ids).detach()
+    got.whole_model_in_qkv = False
+    got(ids).sum().backward()
+    for twin in (copy.deepcopy(got), pickle.loads(pickle.dumps(got))):
+        twin.whole_model_in_qkv = True
+        assert torch.equal(twin(ids).detach(), y)

@@ -465,3 +465,67 @@ def test_no_tokens_give_zero_weight_gradients(make, shape):
     for name, p in m.named_parameters():
         assert p.grad is not None and p.grad.shape == p.shape, name
         assert torch.count_nonzero(p.grad) == 0, (name, p.grad)
+
+
+def test_cached_decoding_sees_weights_changed_through_data():
+    """p.data.mul_() (a manual update, an EMA) keeps the parameter's version: a decoding step still
+    uses the weights as they are now, equal to the full forward."""
+    torch.manual_seed(0)
+    m = qt.MultiHeadAttention(16, 16, 32, 0.0, 4).eval()
+    x = torch.randn(1, 8, 16)
+    m(x[:, :4], kv_cache=qt.KVCache(32, 4, 4))
+    for p in (m.W_query.weight, m.W_key.weight, m.W_value.weight):
+        p.data.mul_(2)
+    cache = qt.KVCache(32, 4, 4)
+    with torch.no_grad():
+        cached = torch.cat([m(x[:, :4], kv_cache=cache), m(x[:, 4:8], kv_cache=cache)], 1)
+        full = m(x)
+    assert (cached - full).abs().max() <= 1e-5 * full.abs().max()
+
+
+def test_attention_modules_copy_after_a_forward():
+    """copy.deepcopy, pickle and torch.save of a module that ran (its C++ scratch is not state)."""
+    import copy
+    import io
+    import pickle
+    x = torch.randn(1, 3, 4)
+    for make in (lambda: qt.MultiHeadAttention(4, 4, 8, 0.0, 2), lambda: qt.CausalAttention(4, 4, 8, 0.0),
+                 lambda: qt.GatedMultiHeadAttention(4, 4, 8, 0.0, 2)):
+        torch.manual_seed(0)
+        m = make()
+        y = m(x).detach()
+        m(x).sum().backward()
+        with torch.no_grad():
+            m(x)
+        buffer = io.BytesIO()
+        torch.save(m, buffer)
+        buffer.seek(0)
+        for twin in (copy.deepcopy(m), pickle.loads(pickle.dumps(m)), torch.load(buffer)):
+            assert torch.equal(twin(x).detach(), y), type(m).__name__
+    mha = qt.MultiHeadAttention(4, 4, 8, 0.0, 2).eval()
+    mha(x, kv_cache=qt.KVCache(8, 2, 2))
+    copy.deepcopy(mha)
+
+
+def test_delta_rule_returns_its_inputs_dtype():
+    """As qkv.torch.attention does: float64 in, float64 out (not float32's precision); the Gated
+    DeltaNets run in bf16."""
+    g = torch.Generator().manual_seed(0)
+    t = lambda *s: torch.rand(*s, dtype=torch.float64, generator=g)  # noqa: E731
+    q, k, v, beta, alpha = t(1, 3, 2, 4), t(1, 3, 2, 4), t(1, 3, 2, 4), t(1, 3, 2), t(1, 3, 2)
+    assert qt.delta_rule(q, k, v, beta, alpha).dtype == torch.float64
+    assert qt.delta_rule(*(a.float() for a in (q, k, v, beta, alpha))).dtype == torch.float32
+    torch.manual_seed(0)
+    y = qt.GatedDeltaNet(8, 8, 0.0, 2).to(torch.bfloat16)(torch.randn(2, 5, 8, dtype=torch.bfloat16))
+    assert y.dtype == torch.bfloat16 and y.shape == (2, 5, 8)
+
+
+def test_a_head_count_of_zero_or_not_an_int_names_it():
+    for make in (lambda n: qt.MultiHeadAttention(4, 4, 8, 0.0, n), lambda n: qt.GatedMultiHeadAttention(4, 4, 8, 0.0, n),
+                 lambda n: qt.MultiHeadLatentAttention(4, 4, 0.0, n), lambda n: qt.GatedDeltaNet(4, 4, 0.0, n)):
+        with pytest.raises(ValueError, match=r"num_heads is 0; expected an int in \[1, "):
+            make(0)
+        with pytest.raises(TypeError, match=r"num_heads must be an int, not float \(2.0\)"):
+            make(2.0)
+    with pytest.raises(ValueError, match=r"Qwen3_5GatedDeltaNet: num_k_heads is 0"):
+        qt.Qwen3_5GatedDeltaNet(8, 2, 0, 4, 4, 2)
