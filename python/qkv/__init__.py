@@ -60,6 +60,16 @@ def _whole(fn, name, value, low, high):
     return v
 
 
+def _without_lone_surrogates(text):
+    """text with each lone surrogate ('\\ud800', which UTF-8 cannot hold) as U+FFFD, as tiktoken's
+    encode and qkv.Encoding.encode read it; a surrogate pair is its character."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def list_encoding_names():
     """The encodings get_encoding knows (tiktoken's function of the same name)."""
     return ["gpt2"]
@@ -132,7 +142,7 @@ class Model:
         """The model's ids for `text` (GPT-2's tokenizer for GPT models)."""
         if not isinstance(text, str):  # bytes would pass as UTF-8 unchecked, as tiktoken's encode refuses them
             raise TypeError(f"encode: text must be a str, not {type(text).__name__}")
-        return self._m.encode(text)
+        return self._m.encode(_without_lone_surrogates(text))
 
     def decode(self, ids):
         """The text of `ids`."""
@@ -162,7 +172,8 @@ class Model:
         self._not_streaming("generate")
         if isinstance(prompt, (bytes, bytearray)):  # not ids: b"Hello" would be [72, 101, ...]
             raise TypeError(f"generate: prompt must be a str or a list of ids, not {type(prompt).__name__}")
-        ids = self._m.encode(prompt) if isinstance(prompt, str) else [operator.index(i) for i in prompt]
+        ids = self._m.encode(_without_lone_surrogates(prompt)) if isinstance(prompt, str) else \
+            [operator.index(i) for i in prompt]
         if max_new_tokens is not None:
             max_new_tokens = _whole("generate", "max_new_tokens", max_new_tokens, -2**63, 2**63)
         if top_k is not None:

@@ -4,6 +4,8 @@
 
 #include <sys/stat.h>
 
+#include <fstream>
+
 
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
@@ -83,6 +85,26 @@ const ModelFamily& family_of_preset(const std::string& preset) {
   fail("unknown preset ", excerpt(preset), "; expected one of: ", list(model_preset_names()));
 }
 
+namespace {
+
+// A file's first (up to) 4 bytes for a message: "it is empty", "its first bytes are 0x7b 0x22 ...".
+std::string first_bytes_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[4] = {};
+  in.read(head, 4);
+  const auto n = static_cast<size_t>(in.gcount());
+  if (n == 0) return "it is empty";
+  std::string text = n == 1 ? "its first byte is" : "its first bytes are";
+  static const char* digits = "0123456789abcdef";
+  for (size_t i = 0; i < n; ++i) {
+    const auto b = static_cast<unsigned char>(head[i]);
+    text += std::string(" 0x") + digits[b >> 4] + digits[b & 15];
+  }
+  return text;
+}
+
+}  // namespace
+
 const ModelFamily& family_of_path(const std::string& path) {
   check_path(path);
   if (is_directory(path)) {  // config.json's model_type; GPT-2's folders say "gpt2", or nothing
@@ -108,6 +130,12 @@ const ModelFamily& family_of_path(const std::string& path) {
     return *f;
   }
   if (is_gguf_file(path)) return family_of_gguf(GgufFile(path));  // the metadata only: tensors are mapped
+  // A file named .gguf without GGUF's first bytes: said so (read as safetensors, its first bytes
+  // made a header length of petabytes)
+  const size_t n = path.size();
+  if (n >= 5 && (path.compare(n - 5, 5, ".gguf") == 0 || path.compare(n - 5, 5, ".GGUF") == 0))
+    fail(excerpt(path), " is named .gguf but does not begin with GGUF's magic bytes \"GGUF\" (",
+         first_bytes_text(path), "); expected a GGUF file (llama.cpp's format): a damaged or unfinished download?");
   const MappedSafetensors header(path);  // the header only: the tensors are read when loaded
   if (is_lm_checkpoint(header.metadata())) return models_detail::attention_lm_family();
   if (is_gpt_weights(header)) return models_detail::gpt_family();

@@ -249,3 +249,24 @@ def test_bad_input_is_a_clear_exception(models, tmp_path):
     with pytest.raises(RuntimeError, match="stop here"):
         model._m.generate(model.encode("a"), max_new_tokens=3, on_token=boom)
     assert len(model.generate("a", max_new_tokens=2)) == 2  # still usable
+
+
+def test_lone_surrogates_read_as_the_replacement_character(tmp_path):
+    """A str holding a lone surrogate (which UTF-8 cannot hold) encodes as qkv.Encoding and tiktoken
+    read it, U+FFFD, in encode and in generate's prompt; a surrogate pair is its character. Each was
+    pybind's "incompatible function arguments"."""
+    model = qkv.make_model("gpt2-small", seed=1)
+    enc = qkv.get_encoding("gpt2")
+    assert model.encode("a\ud800b") == enc.encode("a\ud800b") == enc.encode("a\ufffdb")
+    assert model.encode("\ud83d\ude00") == enc.encode("\U0001F600")
+    assert len(model.generate("a\ud800b", max_new_tokens=1)) == 1
+
+
+def test_a_file_named_gguf_without_the_magic_says_so(tmp_path):
+    for name, data, said in [("empty.gguf", b"", "it is empty"),
+                             ("text.gguf", b'{"a": 1}', "its first bytes are 0x7b 0x22 0x61 0x22")]:
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(qkv.Error, match="is named .gguf but does not begin with GGUF's magic bytes") as e:
+            qkv.load(str(path))
+        assert said in str(e.value) and "safetensors" not in str(e.value)
