@@ -134,7 +134,7 @@ const ModelFamily& family_of_path(const std::string& path) {
   // made a header length of petabytes)
   const size_t n = path.size();
   if (n >= 5 && (path.compare(n - 5, 5, ".gguf") == 0 || path.compare(n - 5, 5, ".GGUF") == 0))
-    fail(excerpt(path), " is named .gguf but does not begin with GGUF's magic bytes \"GGUF\" (",
+    fail(excerpt(path, 4096), " is named .gguf but does not begin with GGUF's magic bytes \"GGUF\" (",
          first_bytes_text(path), "); expected a GGUF file (llama.cpp's format): a damaged or unfinished download?");
   const MappedSafetensors header(path);  // the header only: the tensors are read when loaded
   if (is_lm_checkpoint(header.metadata())) return models_detail::attention_lm_family();
