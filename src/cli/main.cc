@@ -53,8 +53,24 @@ int run(int argc, char** argv) {
                                                   qkv::cli::add_bench(app), qkv::cli::add_explore(app),
                                                   qkv::cli::add_convert(app)};
   for (const qkv::cli::Command& c : commands) qkv::cli::add_limit_flags(c.sub);
+  // "--flag=" is the flag with an empty value, as "--flag ''" is (--checkpoint= : no checkpoint):
+  // CLI11 alone takes the argument after it as the value (--checkpoint= --quiet wrote a file
+  // named --quiet).
+  std::vector<std::string> args;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    const size_t eq = a.find('=');
+    if (i > 0 && a.size() > 3 && a.compare(0, 2, "--") == 0 && eq == a.size() - 1) {
+      args.push_back(a.substr(0, eq));
+      args.emplace_back();
+    } else {
+      args.push_back(a);
+    }
+  }
+  std::vector<char*> pointers;
+  for (std::string& a : args) pointers.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(pointers.size()), pointers.data());
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);  // prints the help, the version or the error
     return code == 0 ? 0 : 2;      // --help and --version are successes; the rest bad usage

@@ -246,6 +246,20 @@ TEST_F(CliHardening, DevicesAndFifosAreWrittenDirectlyAndDirectoriesRefused) {
   EXPECT_TRUE(fs::is_character_file(path("null")));
 }
 
+// "--flag=" is the flag with an empty value (--checkpoint= : none, as --checkpoint ''); CLI11 took the
+// next argument as the value: --checkpoint= --quiet wrote the checkpoint to a file named --quiet.
+TEST_F(CliHardening, AnEmptyValueAfterAnEqualsSignIsEmpty) {
+  const Result r = run(kTinyTrain + "--steps 1 --checkpoint= --svg= --quiet");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_FALSE(fs::exists(path("--quiet")));
+  EXPECT_FALSE(fs::exists(path("qkv-train.safetensors")));
+  EXPECT_TRUE(r.err.empty()) << "--quiet was not taken as a flag: " << r.err;
+  const Result text = run("encode --text=");
+  EXPECT_EQ(text.status, 0) << text.err;
+  EXPECT_EQ(text.out, "[]\n");
+  EXPECT_EQ(run("encode --text=a=b").out, "[64, 28, 65]\n");  // a value holding '=' stays whole
+}
+
 // "-" reads standard input; as an output it would be a file named "-", so it is refused (the
 // explorer's page and forward's tensors alike), and ./- is that file when meant.
 TEST_F(CliHardening, ADashAsAnOutputIsRefusedNamingStandardOutput) {
@@ -547,6 +561,33 @@ TEST_F(CliHardening, AnOutputOntoAnInputIsRefused) {
   EXPECT_EQ(read_file(path("text.txt")), "Every effort moves you");
   r = run("explore --text-file text.txt --out page.html");  // a new file beside them is fine
   EXPECT_EQ(r.status, 0) << r.err;
+  // train's text and data, forward's input tensor and weights (each replaced, exit 0, before)
+  const std::string text = "Every effort moves you forward, step by step, until the book is done. " +
+                           std::string(300, 'a');
+  write("story.txt", text);
+  for (const std::string flags : {"--checkpoint story.txt", "--checkpoint c.st --svg story.txt"}) {
+    r = run("train --text-file story.txt --context-length 8 --steps 1 --quiet " + std::string(flags) +
+            (flags.find("--svg") == std::string::npos ? " --svg ''" : ""));
+    EXPECT_EQ(r.status, 1) << flags << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("is the input --text-file 'story.txt'")) << flags;
+    EXPECT_EQ(read_file(path("story.txt")), text) << flags;
+  }
+  r = run("train --model gpt --text-file story.txt --d-model 16 --num-heads 2 --num-layers 1 --context-length 8 "
+          "--epochs 1 --quiet --svg '' --checkpoint story.txt");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("is the input --text-file"));
+  EXPECT_EQ(read_file(path("story.txt")), text);
+  ASSERT_EQ(run(kForward + "--output x.safetensors").status, 0);
+  const std::string x = read_file(path("x.safetensors"));
+  r = run("forward --module mha --d-in 3 --d-out 4 --context-length 6 --num-heads 2 --seed 1 "
+          "--input x.safetensors --output x.safetensors");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("is the input --input"));
+  EXPECT_EQ(read_file(path("x.safetensors")), x);
+  r = run("forward --module gpt --weights g.safetensors --num-heads 2 --text hi --save-weights g.safetensors");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("is the input --weights"));
+  EXPECT_EQ(read_file(path("g.safetensors")), weights);
 }
 
 TEST(OutputFiles, EveryFileIsWrittenOrNone) {
