@@ -42,7 +42,7 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
                            attention_module_list(&AttentionModuleInfo::cached), "), not of --module ", f.module);
     const std::string text = f.text_file.empty() ? f.text : read_file(f.text_file);
     return run_forward_model(f, f.sizes, {f.input, f.output, f.save_weights, f.grad_output, f.grads_out, text,
-                                          f.vocab_dir, f.attn_weights},
+                                          f.vocab_dir, f.attn_weights, f.text_file},
                              sub);
   }
   for (const char* flag : {"--vocab-size", "--d-model", "--num-layers"})
@@ -71,7 +71,8 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   for (const auto& [path, flag] : {std::pair{&f.output, "--output"}, {&f.attn_weights, "--attn-weights"},
                                    {&f.save_weights, "--save-weights"}, {&f.grads_out, "--grads-out"}})
     if (!path->empty()) destinations.push_back({*path, "", flag});
-  check_output_files(destinations);
+  check_output_files(destinations, {{f.input, "--input"}, {f.weights, "--weights"}, {f.grad_output, "--grad-output"},
+                                    {f.text_file, "--text-file"}});
 
   if (causal && info.softmax && !f.save_weights.empty())  // the state dict may hold the (context_length, context_length) mask
     check_sizes({c.context_length, c.context_length}, 4, "the causal mask (--context-length squared)");

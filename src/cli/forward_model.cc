@@ -85,6 +85,8 @@ int run_forward_model(const ModuleFlags& m, const ModelSizeFlags& g, const Forwa
   for (const auto& [path, flag] : {std::pair{&out.output, "--output"}, {&out.save_weights, "--save-weights"},
                                    {&out.grads_out, "--grads-out"}, {&out.attn_weights, "--attn-weights"}})
     if (!path->empty()) destinations.push_back({*path, "", flag});
+  const std::vector<InputPath> inputs = {{out.input, "--input"}, {m.weights, "--weights"},
+                                         {out.grad_output, "--grad-output"}, {out.text_file, "--text-file"}};
 
   LoadedModel loaded;
   if (sizes && m.seed) {
@@ -94,7 +96,7 @@ int run_forward_model(const ModuleFlags& m, const ModelSizeFlags& g, const Forwa
     QKV_CHECK(file_family.name == family.name, excerpt(m.weights), " holds a ", file_family.name, " model (",
               file_family.model_types.empty() ? file_family.title : "model_type \"" + file_family.model_types[0] + "\"",
               "); --module ", m.module, " reads ", family.name, " models");
-    check_output_files(destinations);
+    check_output_files(destinations, inputs);
     LoadOptions load;
     load.vocab_dir = out.vocab_dir;
     load.dtype = m.variants.dtype;
@@ -107,7 +109,7 @@ int run_forward_model(const ModuleFlags& m, const ModelSizeFlags& g, const Forwa
     if (sub.count("--dropout") > 0) load.dropout = m.dropout;
     loaded = family.load(m.weights, load);
   }
-  check_output_files(destinations);
+  check_output_files(destinations, inputs);
   LanguageModel& model = *loaded.model;
   model.train(m.train);
 

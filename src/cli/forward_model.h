@@ -18,6 +18,7 @@ void add_model_size_flags(CLI::App* sub, ModelSizeFlags& f);
 // qkv forward's files and text.
 struct ForwardFiles {
   std::string input, output, save_weights, grad_output, grads_out, text, vocab_dir, attn_weights;
+  std::string text_file;  // where `text` came from, if a file (an input the outputs may not replace)
 };
 int run_forward_model(const ModuleFlags& m, const ModelSizeFlags& g, const ForwardFiles& out, const CLI::App& sub);
 

@@ -150,7 +150,7 @@ int run_train_book(const BookTrainFlags& g, const TrainOptions& o, const CLI::Ap
   if (!checkpoint.empty() && family.checkpoint_folder) folder = OutputFolder(checkpoint, "--checkpoint");
   if (!checkpoint.empty()) destinations = checkpoint_destinations(family, checkpoint, "--checkpoint");
   if (!svg.empty()) destinations.push_back({svg, "", "--svg"});
-  check_output_files(destinations);
+  check_output_files(destinations, {{o.text_file, "--text-file"}, {g.init, "--init"}});
   LoadedModel m = book_model(family, g, o, sub, vocab_dir, seed);
   // The windows: the model's own context for gpt (its --context-length sized the model; --init's its
   // file's); else --context-length, or chapter 5's 256 within the model's positions.

@@ -112,7 +112,8 @@ TrainSetup set_up(const TrainFlags& f, const CLI::App& sub, bool writes) {
     std::vector<OutputFile> destinations;
     if (!ckpt_file.empty()) destinations.push_back({ckpt_file, "", ckpt_flag});
     if (!f.svg.empty()) destinations.push_back({f.svg, "", "--svg"});
-    check_output_files(destinations);
+    // (the resumed checkpoint is an input the run may replace: its default destination)
+    check_output_files(destinations, {{o.text_file, "--text-file"}, {o.data_file, "--data"}});
   }
 
   std::unique_ptr<TrainingData> data;
