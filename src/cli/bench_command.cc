@@ -388,7 +388,7 @@ Command add_bench(CLI::App& app) {
                           "Dropout on the weights, in [0, 1) (the fused kernel's Philox mask)");
   add_number(sub, "--threads", f->threads, "Threads (default: QKV_NUM_THREADS, else the cores)");
   sub->add_option("--simd", f->simd, "The best SIMD target the kernels may use, as QKV_SIMD says it (avx2, avx3, "
-                                     "avx3_dl, emu128; default: QKV_SIMD, else the CPU's best): each path measured on "
+                                     "avx3_dl, scalar; default: QKV_SIMD, else the CPU's best): each path measured on "
                                      "one machine, against that target's own peak")
       ->type_name("TARGET");
   add_number_with_default(sub, "--iters", f->iters, "Timed runs; the median is reported");

@@ -102,6 +102,9 @@ struct ChatCommandFlags {
 
 int run_chat(ChatCommandFlags& f) {
   if (f.weights.empty() == f.model.empty()) bad_flag("--weights", "give one of --weights DIR or --model PRESET");
+  if (!f.model.empty() && !has_chat(family_of_preset(f.model)))  // before building it (gpt2-xl: 6 GB, 35 s)
+    bad_flag("--model", excerpt(f.model), " is a ", family_of_preset(f.model).title, " preset, which has no chat format; ",
+             "chat's presets: ", preset_list(has_chat));
   LoadOptions load;
   load.dtype = f.dtype;
   load.quantize = f.quantize;
@@ -173,7 +176,7 @@ Command add_chat(CLI::App& app) {
                   "A " + family_titles(has_chat, "or") + " directory as Hugging Face ships it (config.json, model.safetensors "
                   "or shards, tokenizer.json), or its GGUF file (llama.cpp's)");
   add_quantize_flag(sub, f->quantize);
-  sub->add_option("--model", f->model, "An untrained preset instead (a family with a chat format): " + preset_list());
+  sub->add_option("--model", f->model, "An untrained preset instead (a family with a chat format): " + preset_list(has_chat));
   add_chat_flags(sub, f->chat);
   add_sampling_flags(sub, f->pick);
   add_number_with_default(sub, "--seed", f->sampling.seed, "Seed of the draws (continued from turn to turn)");

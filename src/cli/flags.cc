@@ -178,9 +178,10 @@ void add_quantize_flag(CLI::App* sub, std::string& value) {
       ->check(CLI::IsMember(product_quant_names(), CLI::ignore_case));
 }
 
-std::string preset_list() {
+std::string preset_list(bool (*has)(const ModelFamily&)) {
   std::string s;
-  for (const std::string& p : model_preset_names()) s += (s.empty() ? "" : " | ") + p;
+  for (const std::string& p : model_preset_names())
+    if (has == nullptr || has(family_of_preset(p))) s += (s.empty() ? "" : " | ") + p;
   return s;
 }
 

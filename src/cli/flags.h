@@ -26,6 +26,10 @@
 #include "qkv/modules/attention_module.h"
 #include "qkv/train/train_options.h"
 
+namespace qkv {
+struct ModelFamily;  // qkv/models/family.h
+}  // namespace qkv
+
 namespace qkv::cli {
 
 // `text` whole as a T in `range` (core/numbers.h), or a CLI::ValidationError naming `flag`.
@@ -109,7 +113,7 @@ void add_module_flags(CLI::App* sub, ModuleFlags& f);
 // Whether --module names a model family (models/family.h) rather than one of the chapter's modules.
 bool is_model_family(const std::string& module);
 // Every family's presets, "gpt2-small | ... | qwen3-1.7b", for help texts.
-std::string preset_list();
+std::string preset_list(bool (*has)(const ModelFamily&) = nullptr);  // of the families `has` holds for (all: null)
 // --quantize TYPE (LoadOptions::quantize): a float model's products quantized at load.
 void add_quantize_flag(CLI::App* sub, std::string& value);
 // The module's config from the flags (attention_config with the variants), checked against each
