@@ -246,6 +246,18 @@ TEST_F(CliHardening, DevicesAndFifosAreWrittenDirectlyAndDirectoriesRefused) {
   EXPECT_TRUE(fs::is_character_file(path("null")));
 }
 
+// A preset of a family without a chat format is a usage error before the model is built (gpt2-xl
+// was built whole, 6 GB, then refused with exit 1); chat's help lists only its families' presets.
+TEST_F(CliHardening, ChatRefusesAPresetWithoutAChatFormatFirst) {
+  const Result r = run("chat --model gpt2-xl < /dev/null");
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--model: 'gpt2-xl' is a GPT preset, which has no chat format; chat's presets: "
+                               "llama-3.2-1b"));
+  const Result help = run("chat --help");
+  EXPECT_THAT(help.out, HasSubstr("(a family with a chat format): llama-3.2-1b"));
+  EXPECT_THAT(help.out, Not(HasSubstr("gpt2-small")));
+}
+
 // "--flag=" is the flag with an empty value (--checkpoint= : none, as --checkpoint ''); CLI11 took the
 // next argument as the value: --checkpoint= --quiet wrote the checkpoint to a file named --quiet.
 TEST_F(CliHardening, AnEmptyValueAfterAnEqualsSignIsEmpty) {
