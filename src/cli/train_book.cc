@@ -124,10 +124,13 @@ LoadedModel book_model(const ModelFamily& family, const BookTrainFlags& g, const
 
 }  // namespace
 
-int run_train_book(const BookTrainFlags& g, const TrainOptions& o, const CLI::App& sub, std::string checkpoint,
-                   std::string svg, const std::string& vocab_dir, bool json, bool quiet, TrainRanks* ranks) {
+int run_train_book(const BookTrainFlags& g, const TrainOptions& o, const CLI::App& sub,
+                   std::optional<std::string> given_checkpoint, std::string svg, const std::string& vocab_dir,
+                   bool json, bool quiet, TrainRanks* ranks) {
   const ModelFamily& family = model_family(g.model);
-  if (checkpoint.empty()) checkpoint = "qkv-" + family.name + (family.checkpoint_folder ? "" : ".safetensors");
+  // --checkpoint "" is none, as for the attention LM; without the flag, the family's default name
+  std::string checkpoint = given_checkpoint.value_or("qkv-" + family.name +
+                                                     (family.checkpoint_folder ? "" : ".safetensors"));
   const bool lead = ranks == nullptr || ranks->rank() == 0;
   if (!lead) {  // rank 0 prints and writes
     checkpoint.clear();

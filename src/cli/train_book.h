@@ -22,10 +22,11 @@ struct BookTrainFlags {
 
 void add_book_train_flags(CLI::App* sub, BookTrainFlags& g);
 // The run: `o` holds the shared flags' values (--d-model, --lr, --text-file, ...), taken only where
-// given; checkpoint ("": the family's default) and svg are the outputs (the model's weights in its
-// family's format, the curve). Under mpirun (ranks): data-parallel (train_like_the_book's ranks);
-// rank 0 prints and writes.
-int run_train_book(const BookTrainFlags& g, const TrainOptions& o, const CLI::App& sub, std::string checkpoint,
+// given; checkpoint (--checkpoint's value when given, "" none; not given: the family's default name)
+// and svg are the outputs (the model's weights in its family's format, the curve). Under mpirun
+// (ranks): data-parallel (train_like_the_book's ranks); rank 0 prints and writes.
+int run_train_book(const BookTrainFlags& g, const TrainOptions& o, const CLI::App& sub,
+                   std::optional<std::string> checkpoint,
                    std::string svg, const std::string& vocab_dir, bool json, bool quiet, TrainRanks* ranks = nullptr);
 
 }  // namespace qkv::cli

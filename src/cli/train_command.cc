@@ -144,8 +144,9 @@ std::string rank_description(const TrainFlags& f, const CLI::App& sub, const Tra
 int run_train(const TrainFlags& flags, const CLI::App& sub, TrainRanks* ranks) {
   TrainFlags f = flags;
   if (f.gpt.model != "attention-lm")  // chapter 5's loop on a model of any other family
-    return run_train_book(f.gpt, f.o, sub, sub.count("--checkpoint") > 0 ? f.checkpoint : "", f.svg, f.vocab_dir,
-                          f.json, f.quiet, ranks);
+    return run_train_book(f.gpt, f.o, sub,
+                          sub.count("--checkpoint") > 0 ? std::optional<std::string>(f.checkpoint) : std::nullopt,
+                          f.svg, f.vocab_dir, f.json, f.quiet, ranks);
   for (const char* flag : {"--preset", "--init", "--epochs", "--eval-freq", "--eval-iter", "--train-ratio",
                            "--start-context", "--sample-tokens"})
     if (sub.count(flag) > 0) bad_flag(flag, "is a flag of --model gpt");

@@ -300,6 +300,26 @@ TEST_F(TrainCli, TrainsOnATextFileAndGeneratesFromIt) {
   EXPECT_THAT(unknown.err, HasSubstr("does not occur in the text the model was trained on"));
 }
 
+// --checkpoint "" is none for chapter 5's loop too (it wrote the family's default qkv-gpt.safetensors,
+// over an existing file); without the flag, the default name.
+TEST_F(TrainCli, ABookRunWithAnEmptyCheckpointWritesNone) {
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "the cat sat on the mat. the dog sat on the log. ";
+  write_file_atomically(path("t.txt"), text);
+  write_file_atomically(path("qkv-gpt.safetensors"), "precious");
+  const std::string flags = "train --model gpt --text-file t.txt --context-length 16 --d-model 16 --num-heads 2 "
+                            "--num-layers 1 --eval-freq 5 --eval-iter 1 --batch-size 2 --sample-tokens 2 --epochs 1 "
+                            "--quiet --svg '' ";
+  const Result none = run(flags + "--checkpoint ''");
+  ASSERT_EQ(none.status, 0) << none.err;
+  EXPECT_EQ(read_file(path("qkv-gpt.safetensors")), "precious");
+  EXPECT_THAT(none.out, Not(HasSubstr("weights: ")));
+  fs::remove(path("qkv-gpt.safetensors"));
+  const Result named = run(flags);
+  ASSERT_EQ(named.status, 0) << named.err;
+  EXPECT_TRUE(load_safetensors(path("qkv-gpt.safetensors")).contains("tok_emb.weight"));
+}
+
 // Chapter 5's loop whose loss goes non-finite - a learning rate of 1e30, or a model to fine-tune that
 // holds a NaN - stops at that step, before it changes anything, naming the step and the first tensor
 // that is not finite, exit status 1 and no checkpoint (a NaN model is not written as a result).
