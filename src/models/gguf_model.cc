@@ -224,7 +224,6 @@ int64_t vocab_size(MetaReader& r) {
 // the file has one.
 json gpt2_cfg(MetaReader& r) {
   const GgufFile& f = r.f;
-  auto integer = [&](const std::string& key) { return r.integer(key); };
   const std::string where = excerpt(f.path()) + ": gpt2.";
   json j = {{"emb_dim", r.integer("embedding_length", "emb_dim")},
             {"n_layers", model_layers(r, "n_layers")},
@@ -234,12 +233,12 @@ json gpt2_cfg(MetaReader& r) {
             {"qkv_bias", f.contains("blk.0.attn_qkv.bias")},
             {"tied_head", !f.contains("output.weight")}};
   const int64_t width = j["emb_dim"];
-  QKV_CHECK(integer("feed_forward_length") == checked_mul(4, width, "4 x gpt2.embedding_length"), where,
-            "feed_forward_length is ", integer("feed_forward_length"), "; the book's GPT has 4 x embedding_length (",
+  QKV_CHECK(r.integer("feed_forward_length") == checked_mul(4, width, "4 x gpt2.embedding_length"), where,
+            "feed_forward_length is ", r.integer("feed_forward_length"), "; the book's GPT has 4 x embedding_length (",
             4 * width, ")");
   if (f.has("gpt2.attention.head_count_kv"))
-    QKV_CHECK(integer("attention.head_count_kv") == j["n_heads"].get<int64_t>(), where, "attention.head_count_kv is ",
-              integer("attention.head_count_kv"), "; GPT-2's keys have as many heads as its queries (",
+    QKV_CHECK(r.integer("attention.head_count_kv") == j["n_heads"].get<int64_t>(), where, "attention.head_count_kv is ",
+              r.integer("attention.head_count_kv"), "; GPT-2's keys have as many heads as its queries (",
               j["n_heads"].get<int64_t>(), ")");
   const double eps = f.number("gpt2.attention.layer_norm_epsilon");
   QKV_CHECK(std::fabs(eps - 1e-5) <= 1e-9, where, "attention.layer_norm_epsilon is ", eps,
@@ -255,27 +254,26 @@ json gpt2_cfg(MetaReader& r) {
 // heads' widths), layer_types from full_attention_interval (4 when absent, as llama.cpp reads it).
 json qwen35_config(MetaReader& r) {
   const GgufFile& f = r.f;
-  auto integer = [&](const std::string& key) { return r.integer(key); };
   const std::string a = "qwen35.", where = excerpt(f.path()) + ": qwen35.";
   const int64_t layers = model_layers(r, "num_hidden_layers");
   const int64_t heads = r.integer("attention.head_count", "num_attention_heads");
   const int64_t head_dim = r.integer("attention.key_length", "head_dim");
   if (f.has(a + "attention.value_length"))
-    QKV_CHECK(integer("attention.value_length") == head_dim, where, "attention.value_length (",
-              integer("attention.value_length"), ") differs from attention.key_length (", head_dim,
+    QKV_CHECK(r.integer("attention.value_length") == head_dim, where, "attention.value_length (",
+              r.integer("attention.value_length"), ") differs from attention.key_length (", head_dim,
               "); Qwen3.5's heads have one head_dim");
-  const int64_t rotated = f.has(a + "rope.dimension_count") ? integer("rope.dimension_count") : head_dim;
+  const int64_t rotated = f.has(a + "rope.dimension_count") ? r.integer("rope.dimension_count") : head_dim;
   QKV_CHECK(rotated > 0 && rotated <= head_dim, where, "rope.dimension_count (", rotated,
             ") is not between 1 and attention.key_length (", head_dim, ")");
   const int64_t value_heads = r.integer("ssm.time_step_rank", "linear_num_value_heads");
-  const int64_t inner = integer("ssm.inner_size");
+  const int64_t inner = r.integer("ssm.inner_size");
   QKV_CHECK(value_heads > 0 && inner % value_heads == 0, where, "ssm.inner_size (", inner,
             ") is not a whole number of ssm.time_step_rank's (", value_heads, ") value heads");
   // (as config.json's factor: the rotated dims are floor(head_dim x factor))
   double factor = static_cast<double>(rotated) / static_cast<double>(head_dim);
   while (std::floor(static_cast<double>(head_dim) * factor) < static_cast<double>(rotated))
     factor = std::nextafter(factor, 2.0);
-  const int64_t every = f.has(a + "full_attention_interval") ? integer("full_attention_interval") : 4;
+  const int64_t every = f.has(a + "full_attention_interval") ? r.integer("full_attention_interval") : 4;
   QKV_CHECK(every >= 1, where, "full_attention_interval is ", every, "; expected at least 1");
   json types = json::array();
   for (int64_t i = 0; i < layers && i < (int64_t{1} << 20); ++i)
@@ -305,15 +303,10 @@ json qwen35_config(MetaReader& r) {
   return {{"model_type", "qwen3_5"}, {"tie_word_embeddings", !f.contains("output.weight")}, {"text_config", text}};
 }
 
-}  // namespace
-
-namespace {
-
 json config_of(MetaReader& r) {
   const GgufFile& f = r.f;
   const ModelFamily& family = family_of_gguf(f);
   const std::string& a = r.arch;
-  auto integer = [&](const std::string& key) { return r.integer(key); };
   if (a == "gpt2.") return gpt2_cfg(r);
   if (a == "qwen35.") return qwen35_config(r);
   json j = {{"model_type", family.model_types.front()}};
@@ -335,13 +328,13 @@ json config_of(MetaReader& r) {
     head_dim = r.integer("attention.key_length", "head_dim");
     j["head_dim"] = head_dim;
     if (f.has(a + "attention.value_length"))
-      QKV_CHECK(integer("attention.value_length") == head_dim, excerpt(f.path()), ": ", a, "attention.value_length (",
-                integer("attention.value_length"), ") differs from ", a, "attention.key_length (", head_dim,
+      QKV_CHECK(r.integer("attention.value_length") == head_dim, excerpt(f.path()), ": ", a, "attention.value_length (",
+                r.integer("attention.value_length"), ") differs from ", a, "attention.key_length (", head_dim,
                 "); qkv's heads have one head_dim");
   }
   if (f.has(a + "rope.dimension_count"))
-    QKV_CHECK(integer("rope.dimension_count") == head_dim, excerpt(f.path()), ": ", a, "rope.dimension_count (",
-              integer("rope.dimension_count"), ") is not the head's dimension (", head_dim,
+    QKV_CHECK(r.integer("rope.dimension_count") == head_dim, excerpt(f.path()), ": ", a, "rope.dimension_count (",
+              r.integer("rope.dimension_count"), ") is not the head's dimension (", head_dim,
               "); qkv rotates every dimension of a head");
   if (f.has(a + "rope.scaling.type")) {
     const std::string type = f.string(a + "rope.scaling.type");

@@ -33,6 +33,15 @@ const char* const kQwen35Split =
 // GGUF's token types.
 enum TokenType : int64_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
+// The special id at `key`, checked against tokenizer.ggml.tokens.
+int64_t token_id(const GgufFile& f, const char* key) {
+  const uint64_t id = f.unsigned_int(key);
+  const size_t tokens = f.strings("tokenizer.ggml.tokens").size();
+  QKV_CHECK(id < tokens, excerpt(f.path()), ": ", key, " is ", id, "; tokenizer.ggml.tokens has ids 0 .. ",
+            static_cast<int64_t>(tokens) - 1);
+  return static_cast<int64_t>(id);
+}
+
 }  // namespace
 
 HfTokenizerParts gguf_tokenizer_parts(const GgufFile& f) {
@@ -104,10 +113,7 @@ HfTokenizerParts gguf_tokenizer_parts(const GgufFile& f) {
   if (f.has("tokenizer.ggml.add_bos_token") && f.boolean("tokenizer.ggml.add_bos_token")) {
     QKV_CHECK(f.has("tokenizer.ggml.bos_token_id"), where, ": tokenizer.ggml.add_bos_token is true but the file has ",
               "no tokenizer.ggml.bos_token_id");
-    const uint64_t bos = f.unsigned_int("tokenizer.ggml.bos_token_id");
-    QKV_CHECK(bos < tokens.size(), where, ": tokenizer.ggml.bos_token_id is ", bos, "; tokenizer.ggml.tokens has ids ",
-              "0 .. ", static_cast<int64_t>(tokens.size()) - 1);
-    parts.prefix = {static_cast<TokenId>(bos)};
+    parts.prefix = {static_cast<TokenId>(token_id(f, "tokenizer.ggml.bos_token_id"))};
     parts.prefix_name = "tokenizer.ggml.bos_token_id (tokenizer.ggml.add_bos_token is true)";
   }
   return parts;
@@ -116,12 +122,7 @@ HfTokenizerParts gguf_tokenizer_parts(const GgufFile& f) {
 std::vector<int64_t> gguf_end_ids(const GgufFile& f) {
   std::vector<int64_t> ids;
   for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
-    if (!f.has(key)) continue;
-    const uint64_t id = f.unsigned_int(key);
-    const size_t tokens = f.strings("tokenizer.ggml.tokens").size();
-    QKV_CHECK(id < tokens, excerpt(f.path()), ": ", key, " is ", id, "; tokenizer.ggml.tokens has ids 0 .. ",
-              static_cast<int64_t>(tokens) - 1);
-    ids.push_back(static_cast<int64_t>(id));
+    if (f.has(key)) ids.push_back(token_id(f, key));
   }
   return ids;
 }
@@ -194,7 +195,7 @@ std::vector<GgufMetadata> gguf_tokenizer_metadata(const json& t, int64_t vocab, 
   // (Llama 3's published <|begin_of_text|>) as BOS, added to every text; else Llama 3's or Qwen's
   // first token's name as BOS, not added; the end is the family's first end token; Qwen's
   // <|endoftext|> pads.
-  const std::vector<TokenId> prefix = hf_tokenizer_parts(t, where).prefix;
+  const std::vector<TokenId> prefix = hf_template_prefix(t, where);
   QKV_CHECK(prefix.size() <= 1, where, "'s post_processor puts ", prefix.size(), " tokens before a text; GGUF's ",
             "tokenizer.ggml.add_bos_token adds one");
   auto id_of = [&](const std::string& text) -> std::optional<int64_t> {

@@ -221,11 +221,9 @@ HfTokenizer HfTokenizer::build(HfTokenizerParts parts, const std::string& where)
   impl->normalizer_name = parts.nfc ? "NFC" : "none";
   impl->split = make_pretokenizer(parts.pattern);
   build_added_tokens(parts, where, *impl);
-  for (size_t k = 0; k < parts.prefix.size(); ++k) {
-    const TokenId id = parts.prefix[k];
+  for (const TokenId id : parts.prefix)
     QKV_CHECK(impl->added_at.count(id) != 0 || impl->vocab.find(id) != nullptr, where, ": ", parts.prefix_name,
               " puts id ", id, " before the text, which is no token of the vocabulary or the added tokens");
-  }
   impl->prefix = std::move(parts.prefix);
   return HfTokenizer(std::move(impl));
 }

@@ -257,8 +257,15 @@ HfTokenizerParts hf_tokenizer_parts(const json& j, const std::string& where) {
     QKV_CHECK(d == "ByteLevel", where, ": decoder.type is ", excerpt(d), "; qkv reads ByteLevel decoders");
   }
   read_added_tokens(j, where, parts);
-  if (const json* post = member(j, "post_processor")) read_post_processor(*post, where, "post_processor", false, parts);
+  parts.prefix = hf_template_prefix(j, where);
   return parts;
+}
+
+std::vector<TokenId> hf_template_prefix(const json& j, const std::string& where) {
+  QKV_CHECK(j.is_object(), where, " is not a JSON object: not a Hugging Face tokenizer.json");
+  HfTokenizerParts parts;
+  if (const json* post = member(j, "post_processor")) read_post_processor(*post, where, "post_processor", false, parts);
+  return parts.prefix;
 }
 
 json hf_tokenizer_json(const HfTokenizerParts& parts) {

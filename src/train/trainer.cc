@@ -82,7 +82,6 @@ Trainer::Trainer(TrainOptions options, std::unique_ptr<TrainingData> data, std::
     : options_(std::move(options)), data_(std::move(data)), vocab_(std::move(vocab)), model_gen_(options_.seed) {
   TrainOptions& o = options_;
   if (!data_) data_ = make_task_data(o);
-  check_train_options(o);
   o.model.vocab_size = data_->vocab_size();
   set_head_dim(o.model);  // d_model / num_heads: the attention LM's only head width
   if (o.model.context_length == 0) o.model.context_length = data_->tokens();

@@ -22,6 +22,9 @@ namespace qkv {
 
 // A tokenizer.json's parts; qkv::Error naming `where` and the field otherwise.
 HfTokenizerParts hf_tokenizer_parts(const nlohmann::json& tokenizer, const std::string& where);
+// Only its post-processor's ids before a text (HfTokenizerParts::prefix), checked as
+// hf_tokenizer_parts checks them (their ids against the vocabulary: HfTokenizer::build).
+std::vector<TokenId> hf_template_prefix(const nlohmann::json& tokenizer, const std::string& where);
 // The parts as a tokenizer.json that hf_tokenizer_parts reads back to the same parts: a Split by
 // the pattern then a ByteLevel (or a ByteLevel with GPT-2's regex when the pattern is GPT-2's),
 // the vocabulary as an object, the merges as "left right".
