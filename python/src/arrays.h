@@ -13,12 +13,12 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
-#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "bindings.h"
+#include "qkv/core/thread_pool.h"
 #include "qkv/kernels/attention.h"
 
 namespace qkv::python {
@@ -68,12 +68,12 @@ Options options_of(const char* fn, int64_t T, int64_t S, int64_t D, bool causal,
 // (> 0: scores capped as softcap * tanh(s / softcap)). Bad values: qkv.Error naming them.
 void add_variants(Options& o, const char* fn, int64_t H, int64_t window, py::handle alibi, double softcap);
 
-// Runs fn with the GIL released and the default pool held; then honours a pending Ctrl-C.
+// Runs fn with the GIL released and the default pool pinned; then honours a pending Ctrl-C.
 template <typename Fn>
 void run_kernel(Fn&& fn) {
   {
     py::gil_scoped_release release;
-    std::shared_lock<std::shared_mutex> lock(pool_mutex());
+    DefaultPoolPin pool_pin;
     fn();
   }
   raise_pending_signals();

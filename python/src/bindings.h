@@ -17,15 +17,10 @@
 
 #include <pybind11/pybind11.h>
 
-#include <shared_mutex>
 
 namespace qkv::python {
 
 namespace py = pybind11;
-
-// Kernels hold it shared while they run (GIL released); set_num_threads holds it exclusively,
-// because the default pool must not be replaced while a parallel_for runs on it.
-std::shared_mutex& pool_mutex();
 
 // After a long call with the GIL released: a Ctrl-C that arrived meanwhile raises now
 // (KeyboardInterrupt) instead of the call returning its result.

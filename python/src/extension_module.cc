@@ -16,11 +16,6 @@
 
 namespace qkv::python {
 
-std::shared_mutex& pool_mutex() {
-  static std::shared_mutex m;
-  return m;
-}
-
 void raise_pending_signals() {
   if (PyErr_CheckSignals() != 0) throw py::error_already_set();
 }
@@ -29,15 +24,12 @@ namespace {
 
 void set_num_threads(int n) {
   if (n < 1) throw py::value_error("set_num_threads: the thread count must be >= 1, not " + std::to_string(n));
-  py::gil_scoped_release release;
-  std::unique_lock<std::shared_mutex> lock(pool_mutex());  // waits for running kernels
-  set_default_thread_count(n);
+  py::gil_scoped_release release;  // a pool's threads are started and joined without the GIL
+  set_default_thread_count(n);      // calls running now keep their pool (DefaultPoolPin) to their end
 }
 
 int get_num_threads() {
-  py::gil_scoped_release release;
-  std::shared_lock<std::shared_mutex> lock(pool_mutex());
-  return default_pool().num_threads();
+  return default_pool_threads();  // set_num_threads' count, also inside a running call's callback
 }
 
 }  // namespace
@@ -63,7 +55,8 @@ PYBIND11_MODULE(_qkv, m) {
   qkv::prefetch_bursts_to_l2();             // and $QKV_PREFETCH
 
   m.def("set_num_threads", &set_num_threads, py::arg("n"),
-        "Threads the kernels use from now on (replaces QKV_NUM_THREADS, whose value, else the cores, is the default).");
+        "Threads the kernels use in the calls that start from now on (running calls keep theirs; replaces "
+        "QKV_NUM_THREADS, whose value, else the cores, is the default).");
   m.def("get_num_threads", &get_num_threads, "Threads the kernels use.");
 
   bind_encoding(m);

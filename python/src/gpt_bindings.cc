@@ -9,7 +9,7 @@
 //   core.forward_id                          # counts forwards: a backward must follow its own
 //
 // Legend: B batch, T tokens, V vocabulary. One call at a time (a mutex); the GIL released and the
-// default pool held shared while the model computes and the copies run (over the pool).
+// default pool pinned (DefaultPoolPin) while the model computes and the copies run (over the pool).
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
@@ -54,8 +54,8 @@ py::array_t<float> recycled(std::span<py::object> slots, const std::vector<py::s
   return a;
 }
 
-// Copies of float runs, split in chunks of 256 Ki floats over the default pool (the caller holds
-// pool_mutex shared): one thread's memcpy leaves part of the memory bandwidth idle, and GPT-2
+// Copies of float runs, split in chunks of 256 Ki floats over the default pool (the caller pins
+// it): one thread's memcpy leaves part of the memory bandwidth idle, and GPT-2
 // small's parameters, gradients and logits are 1.2 GB a step.
 struct CopyRun {
   float* dst;
@@ -109,7 +109,7 @@ class GptCore {
     {
       py::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mutex_);
-      std::shared_lock<std::shared_mutex> pool_lock(pool_mutex());
+      DefaultPoolPin pool_pin;
       copy_runs(params_in);
       const Tensor y = model_->forward(ids, B, T);  // (B, T, V), contiguous
       QKV_CHECK(y.numel() == out.size(), "GptCore.forward: logits of ", y.numel(), " values for ", out.size());
@@ -136,7 +136,7 @@ class GptCore {
     {
       py::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mutex_);
-      std::shared_lock<std::shared_mutex> pool_lock(pool_mutex());
+      DefaultPoolPin pool_pin;
       Tensor dlogits = Tensor::empty({d.shape(0), d.shape(1), d.shape(2)});
       copy_runs({{dlogits.data(), d.data(), dlogits.numel()}});
       model_->zero_grad();

@@ -7,8 +7,8 @@
 //   m.logits(ids (T) or (B, T) integers) -> float32 (T, V) or (B, T, V)
 //   m.state_dict() -> {name: float32 array}, the model's own names and order (the book's for GPT)
 //
-// One call runs at a time on a model (its mutex), with the GIL released and the default pool held
-// shared; generation takes the GIL back only between tokens, to honour Ctrl-C and to hand each id
+// One call runs at a time on a model (its mutex), with the GIL released and the default pool pinned
+// (set_num_threads meanwhile applies to the calls after it); generation takes the GIL back only between tokens, to honour Ctrl-C and to hand each id
 // to on_token. Every number comes from the library: this file converts and checks arguments.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -30,6 +30,7 @@
 #include "qkv/core/checked.h"
 #include "qkv/core/error.h"
 #include "qkv/core/limits.h"
+#include "qkv/core/thread_pool.h"
 #include "qkv/qkv.h"
 
 namespace qkv::python {
@@ -126,7 +127,7 @@ std::vector<int64_t> generate_ids(Model& self, const std::vector<int64_t>& promp
   {
     ModelLock model_lock(self, "generate");
     py::gil_scoped_release release;
-    std::shared_lock<std::shared_mutex> pool_lock(pool_mutex());
+    DefaultPoolPin pool_pin;
     out = generate(*m.model, prompt, o, [&](int64_t id) {
       py::gil_scoped_acquire acquire;
       try {
@@ -162,7 +163,7 @@ py::array logits_of(Model& self, py::handle ids_obj) {
   {
     ModelLock model_lock(self, "logits");
     py::gil_scoped_release release;
-    std::shared_lock<std::shared_mutex> pool_lock(pool_mutex());
+    DefaultPoolPin pool_pin;
     m.model->eval();
     y = m.model->forward(ids, B, T).contiguous();  // (B, T, V)
   }
@@ -197,7 +198,7 @@ std::shared_ptr<Model> load(const std::string& path, const std::optional<std::st
   o.dequantize = dequantize;
   auto model = std::make_shared<Model>();
   py::gil_scoped_release release;
-  std::shared_lock<std::shared_mutex> pool_lock(pool_mutex());
+  DefaultPoolPin pool_pin;
   model->loaded = load_model(path, o);
   return model;
 }
@@ -210,7 +211,7 @@ std::shared_ptr<Model> make(const std::string& preset, uint64_t seed, const std:
   auto model = std::make_shared<Model>();
   model->preset = true;
   py::gil_scoped_release release;
-  std::shared_lock<std::shared_mutex> pool_lock(pool_mutex());
+  DefaultPoolPin pool_pin;
   model->loaded = make_model(preset, seed, o);
   return model;
 }

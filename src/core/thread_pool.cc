@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <utility>
 
 #include "qkv/core/error.h"
 
@@ -14,7 +15,10 @@ namespace qkv {
 namespace {
 
 std::mutex g_default_mutex;
-std::unique_ptr<ThreadPool> g_default_pool;
+std::shared_ptr<ThreadPool> g_default_pool;
+// The default pool this thread's calls use while a DefaultPoolPin lives on it, or on the thread
+// whose job this pool thread is running (null: the process-wide one).
+thread_local ThreadPool* t_pinned_default = nullptr;
 
 }  // namespace
 
@@ -156,7 +160,9 @@ void ThreadPool::worker_loop(int worker) {
     }
     if (stopping_.load()) return;
     seen = generation_.load(std::memory_order_acquire);  // the job's fields were written before it
+    t_pinned_default = caller_pin_;  // the caller's pin holds that pool until the caller returns
     drain(worker, caller_frame_, true);
+    t_pinned_default = nullptr;
     // The last worker out wakes the caller if it went to sleep (the same two-sided order as above).
     if (busy_.fetch_sub(1) == 1 && caller_asleep_.load()) {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -193,6 +199,7 @@ void ThreadPool::run(int64_t num_tasks, TaskFn fn, void* ctx) {
   fn_ = fn;
   ctx_ = ctx;
   caller_frame_ = innermost_;
+  caller_pin_ = t_pinned_default;
   num_tasks_ = num_tasks;
   next_task_.store(0, std::memory_order_relaxed);
   failed_.store(false, std::memory_order_relaxed);
@@ -220,17 +227,36 @@ void ThreadPool::run(int64_t num_tasks, TaskFn fn, void* ctx) {
   if (error) std::rethrow_exception(error);
 }
 
-ThreadPool& default_pool() {
+namespace {
+// The process-wide default pool, made on first use.
+std::shared_ptr<ThreadPool> process_default_pool() {
   std::lock_guard<std::mutex> lock(g_default_mutex);
-  if (!g_default_pool) g_default_pool = std::make_unique<ThreadPool>(default_thread_count());
-  return *g_default_pool;
+  if (!g_default_pool) g_default_pool = std::make_shared<ThreadPool>(default_thread_count());
+  return g_default_pool;
+}
+}  // namespace
+
+ThreadPool& default_pool() {
+  if (t_pinned_default != nullptr) return *t_pinned_default;
+  return *process_default_pool();  // the global keeps it alive (replaced only by set_default_thread_count)
 }
 
 void set_default_thread_count(int num_threads) {
+  std::shared_ptr<ThreadPool> old;  // destroyed after the lock, when no pin holds it
   std::lock_guard<std::mutex> lock(g_default_mutex);
   if (g_default_pool && g_default_pool->num_threads() == num_threads) return;
-  g_default_pool.reset();
-  g_default_pool = std::make_unique<ThreadPool>(num_threads);
+  auto fresh = std::make_shared<ThreadPool>(num_threads);  // a bad count throws before any change
+  old = std::exchange(g_default_pool, std::move(fresh));
 }
+
+int default_pool_threads() { return process_default_pool()->num_threads(); }
+
+DefaultPoolPin::DefaultPoolPin() : saved_(t_pinned_default) {
+  if (saved_ != nullptr) return;  // nested: the outer pin's pool stays
+  pool_ = process_default_pool();
+  t_pinned_default = pool_.get();
+}
+
+DefaultPoolPin::~DefaultPoolPin() { t_pinned_default = saved_; }
 
 }  // namespace qkv

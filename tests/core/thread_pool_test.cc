@@ -353,5 +353,51 @@ TEST(ThreadPool, RejectsABadCountAndWarnsAboveTheCores) {
   EXPECT_NE(err.find("warning"), std::string::npos) << err;
 }
 
+// A pinned call keeps the default pool it started with - on its own thread and on the pool threads
+// running its jobs - while another thread replaces the default, which does not wait for it; the old
+// pool lives until the pin ends. (The Python bindings pin every call; set_num_threads used to wait
+// for running calls, and deadlocked when called from inside one.)
+TEST(ThreadPool, APinnedCallKeepsItsDefaultPoolWhileTheDefaultIsReplaced) {
+  set_default_thread_count(2);
+  std::promise<void> pinned, replaced;
+  std::shared_future<void> replaced_seen = replaced.get_future().share();
+  std::vector<int> counts;  // default_pool()'s threads inside the pinned call, before and after
+  std::atomic<int> inner_other{0};
+  std::thread call([&] {
+    DefaultPoolPin pin;
+    ThreadPool& mine = default_pool();
+    pinned.set_value();
+    replaced_seen.wait();
+    counts.push_back(default_pool().num_threads());
+    std::atomic<bool> second_started{false};
+    mine.parallel_for(2, [&](int64_t task, int) {  // task 1 runs on the pool's thread: task 0 waits for it
+      if (task == 1) second_started = true;
+      while (!second_started) std::this_thread::yield();
+      if (&default_pool() != &mine) inner_other.fetch_add(1);
+    });
+    { DefaultPoolPin nested; counts.push_back(default_pool().num_threads()); }
+    counts.push_back(default_pool().num_threads());
+  });
+  pinned.get_future().wait();
+  set_default_thread_count(3);  // returns at once: the pinned call is waiting for us
+  EXPECT_EQ(default_pool().num_threads(), 3);
+  EXPECT_EQ(default_pool_threads(), 3);
+  replaced.set_value();
+  call.join();
+  EXPECT_EQ(counts, (std::vector<int>{2, 2, 2}));
+  EXPECT_EQ(inner_other.load(), 0);
+  {
+    DefaultPoolPin pin;  // a new call pins the new pool
+    EXPECT_EQ(default_pool().num_threads(), 3);
+    set_default_thread_count(1);
+    EXPECT_EQ(default_pool().num_threads(), 3);
+    EXPECT_EQ(default_pool_threads(), 1);
+  }
+  EXPECT_EQ(default_pool().num_threads(), 1);
+  EXPECT_THROW(set_default_thread_count(0), Error);  // refused, the default kept
+  EXPECT_EQ(default_pool().num_threads(), 1);
+  set_default_thread_count(default_thread_count());
+}
+
 }  // namespace
 }  // namespace qkv

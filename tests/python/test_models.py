@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -148,6 +149,65 @@ def test_streaming_stops_when_closed(models):
     assert next(stream) == seen[0]
     stream.close()
     assert len(model.generate("Every effort", max_new_tokens=3)) == 3
+
+
+def test_set_num_threads_does_not_wait_for_a_running_generate(models, tmp_path):
+    """set_num_threads takes effect for the calls after it and waits for none that run: a generate
+    keeps the pool it started with to its end. Its ids do not depend on the thread count."""
+    m, path, H = models[0]
+    # From a stream's consumer (a generate running on the stream's thread, waiting for this reader):
+    # it used to deadlock there, so it runs in a process of its own, with a time limit.
+    script = tmp_path / "threads_in_stream.py"
+    script.write_text(f"import qkv\nm = qkv.load({path!r}, num_heads={H})\n"
+                      "qkv.set_num_threads(2)\n"
+                      "want = m.generate('Every effort', max_new_tokens=6)\n"
+                      "got = []\n"
+                      "for i in m.generate('Every effort', max_new_tokens=6, stream=True):\n"
+                      "    qkv.set_num_threads(1 + len(got) % 2)\n"
+                      "    assert qkv.get_num_threads() == 1 + len(got) % 2\n"
+                      "    got.append(i)\n"
+                      "assert got == want, (got, want)\n"
+                      "print(len(got))\n")
+    try:
+        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ))
+    except subprocess.TimeoutExpired:
+        pytest.fail("set_num_threads inside a stream's loop did not return in 60 s")
+    assert r.returncode == 0 and r.stdout.strip() == "6", (r.returncode, r.stdout, r.stderr[-800:])
+
+    # From another thread while a generate waits inside its on_token: it used to wait for the
+    # generate's end, here for ever, since the generate ends only after set_num_threads returned.
+    model = qkv.load(path, num_heads=H)
+    before = qkv.get_num_threads()
+    want = model.generate([1, 2, 3], max_new_tokens=4)
+    inside, go_on, got = threading.Event(), threading.Event(), []
+
+    def on_token(i):
+        inside.set()
+        go_on.wait(120)
+
+    def run():
+        got.extend(model._m.generate([1, 2, 3], max_new_tokens=4, temperature=0.0, top_k=None, seed=None,
+                                     stop_at_eos=False, on_token=on_token))
+
+    gen = threading.Thread(target=run)
+    gen.start()
+    try:
+        assert inside.wait(60)
+        setter = threading.Thread(target=qkv.set_num_threads, args=(1 if before != 1 else 2,))
+        setter.start()
+        setter.join(30)
+        returned = not setter.is_alive()
+    finally:
+        go_on.set()
+        gen.join(120)
+    try:
+        assert returned, "set_num_threads waited for a generate that was waiting for it"
+        assert qkv.get_num_threads() == (1 if before != 1 else 2)
+        assert got == want
+        assert model.generate([1, 2, 3], max_new_tokens=4) == want  # the next call, on the new pool
+    finally:
+        qkv.set_num_threads(before)
 
 
 def test_a_stream_left_open_at_exit_and_a_callback_into_the_model(models, tmp_path):

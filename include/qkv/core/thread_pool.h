@@ -106,6 +106,7 @@ class ThreadPool {
   TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;
   const Frame* caller_frame_ = nullptr;  // the calling thread's innermost frame (or none)
+  ThreadPool* caller_pin_ = nullptr;      // the calling thread's pinned default pool (or none)
   int64_t num_tasks_ = 0;
   alignas(64) std::atomic<int64_t> next_task_{0};
   std::atomic<bool> failed_{false};
@@ -113,9 +114,32 @@ class ThreadPool {
 };
 
 // The process-wide pool the kernels use when not given one. Created on first use with
-// default_thread_count() threads, or with the count given to set_default_thread_count.
+// default_thread_count() threads, or with the count given to set_default_thread_count. On a thread
+// that holds a DefaultPoolPin (or works on a job of one that does), the pinned pool.
 ThreadPool& default_pool();
-// Replaces the default pool (e.g. from --threads). Not while a parallel_for runs on it.
+// Replaces the default pool (e.g. from --threads) without waiting. The old pool lives on while a
+// DefaultPoolPin holds it; unpinned, it must not be running a parallel_for (the command line sets
+// its threads before any work).
 void set_default_thread_count(int num_threads);
+// The process-wide default pool's thread count (what set_default_thread_count last set), pinned or not.
+int default_pool_threads();
+
+// Holds the default pool of the moment for a call that may run while another thread replaces it
+// (the Python bindings: set_num_threads from any thread, a streamed generate's callback included).
+// While the pin lives, default_pool() on this thread, and on the pool threads running its jobs,
+// is the pinned pool; the last pin of a replaced pool destroys it.
+//
+//   { DefaultPoolPin pin; model.forward(...); }   // one pool from the call's start to its end
+class DefaultPoolPin {
+ public:
+  DefaultPoolPin();
+  ~DefaultPoolPin();
+  DefaultPoolPin(const DefaultPoolPin&) = delete;
+  DefaultPoolPin& operator=(const DefaultPoolPin&) = delete;
+
+ private:
+  std::shared_ptr<ThreadPool> pool_;
+  ThreadPool* saved_;  // the thread's pin before this one (pins nest)
+};
 
 }  // namespace qkv
