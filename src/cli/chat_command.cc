@@ -176,7 +176,7 @@ Command add_chat(CLI::App& app) {
                   "A " + family_titles(has_chat, "or") + " directory as Hugging Face ships it (config.json, model.safetensors "
                   "or shards, tokenizer.json), or its GGUF file (llama.cpp's)");
   add_quantize_flag(sub, f->quantize);
-  sub->add_option("--model", f->model, "An untrained preset instead (a family with a chat format): " + preset_list(has_chat));
+  add_preset_flag(sub, f->model, "An untrained preset instead (a family with a chat format)", has_chat);
   add_chat_flags(sub, f->chat);
   add_sampling_flags(sub, f->pick);
   add_number_with_default(sub, "--seed", f->sampling.seed, "Seed of the draws (continued from turn to turn)");

@@ -86,9 +86,8 @@ Command add_convert(CLI::App& app) {
   sub->add_option("--weights", f->weights, "The weights: model.safetensors (or its directory with config.json), the "
                                            "book's names, or qkv's; --to gguf: any " + family_titles(has_gguf, "or") +
                                            " model qkv reads");
-  sub->add_option("--model", f->model, "--to gguf: an untrained preset drawn from --seed instead (as "
-                                       "torch.manual_seed(S); Model(cfg)), with its installed tokenizer: " + preset_list())
-      ->check(CLI::IsMember(model_preset_names()));
+  add_preset_flag(sub, f->model, "--to gguf: an untrained preset drawn from --seed instead (as "
+                                  "torch.manual_seed(S); Model(cfg)), with its installed tokenizer");
   add_number_with_default(sub, "--seed", f->seed, "--model: the seed its weights are drawn from");
   sub->add_option("--to", f->to, "huggingface | book | qkv (GPT-2) | gguf (" + family_titles(has_gguf) + ")")
       ->required()

@@ -196,7 +196,7 @@ Command add_explore(CLI::App& app) {
              "--seed, --temperature, --top-k) and show attention over the text and its continuation",
              non_negative<int64_t>());
   add_sampling_flags(sub, f->pick);
-  sub->add_option("--model", f->preset, "An untrained preset drawn from --seed (default 123): " + preset_list());
+  add_preset_flag(sub, f->preset, "An untrained preset drawn from --seed (default 123)");
   add_module_flags(sub, *f);
   sub->add_option("--vocab-dir", f->vocab_dir, "Where GPT-2's encoder.json and vocab.bpe are (see qkv encode --help)");
   sub->add_option("--precision", f->precision,

@@ -56,8 +56,7 @@ void add_limit_flags(CLI::App* sub) {
 
 void check_threads(int64_t threads, const char* flag) {
   const int max = limits().max_threads;
-  QKV_CHECK(threads <= max, flag, " ", threads, " is more than the ", max,
-            " threads one command may start (8 per core, at least 64)");
+  if (threads > max) bad_flag(flag, threads, " is more than the ", max, " threads one command may start (8 per core, at least 64)");
 }
 
 std::string limit_hint(const std::string& message) {
@@ -142,7 +141,12 @@ AttentionConfig module_config(const ModuleFlags& f, const CLI::App& sub) {
     bad_flag("--softcap", v.softcap, " must be positive (leave the flag out for no softcap)");
   // (the book's constructor's own checks, as the class makes them: "d_out (10) must be divisible by ...")
   if (f.latent_dim && f.module != "mla") bad_flag("--latent-dim", "only --module mla has a latent, not ", f.module);
-  AttentionConfig c = attention_config(f.module, f.d_in, f.d_out, f.context_length, f.dropout, f.num_heads, f.qkv_bias);
+  AttentionConfig c;
+  try {
+    c = attention_config(f.module, f.d_in, f.d_out, f.context_length, f.dropout, f.num_heads, f.qkv_bias);
+  } catch (const Error& e) {  // the sizes against each other (the flags' validators saw each alone)
+    bad_flag(attention_module_info(f.module).multi_head ? "--num-heads" : "--d-out", e.what());
+  }
   if (f.latent_dim) c.latent_dim = *f.latent_dim;
   c.path = f.path;
   kernels::AttentionSpec& a = c.attention;
@@ -183,6 +187,10 @@ std::string preset_list(bool (*has)(const ModelFamily&)) {
   for (const std::string& p : model_preset_names())
     if (has == nullptr || has(family_of_preset(p))) s += (s.empty() ? "" : " | ") + p;
   return s;
+}
+
+void add_preset_flag(CLI::App* sub, std::string& preset, const std::string& help, bool (*has)(const ModelFamily&)) {
+  sub->add_option("--model", preset, help + ": " + preset_list(has))->check(CLI::IsMember(model_preset_names()));
 }
 
 AttentionConfig checked_module_config(const ModuleFlags& f, const CLI::App& sub, bool on_text) {

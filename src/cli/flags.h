@@ -114,6 +114,10 @@ void add_module_flags(CLI::App* sub, ModuleFlags& f);
 bool is_model_family(const std::string& module);
 // Every family's presets, "gpt2-small | ... | qwen3-1.7b", for help texts.
 std::string preset_list(bool (*has)(const ModelFamily&) = nullptr);  // of the families `has` holds for (all: null)
+// --model PRESET: `help` followed by the presets' list; a name that is no preset is a usage error
+// listing every preset (a command that takes only some families refuses the others by name).
+void add_preset_flag(CLI::App* sub, std::string& preset, const std::string& help,
+                     bool (*has)(const ModelFamily&) = nullptr);
 // --quantize TYPE (LoadOptions::quantize): a float model's products quantized at load.
 void add_quantize_flag(CLI::App* sub, std::string& value);
 // The module's config from the flags (attention_config with the variants), checked against each

@@ -37,6 +37,9 @@ struct ForwardFlags : ModuleFlags {
 };
 
 int run_forward(ForwardFlags& f, const CLI::App& sub) {
+  if (f.grad_output.empty() != f.grads_out.empty())
+    bad_flag(f.grad_output.empty() ? "--grads-out" : "--grad-output",
+             "--grad-output FILE (dL/doutput in) and --grads-out FILE (the gradients out) go together");
   if (is_model_family(f.module)) {  // a whole model of a family
     if (f.cached) bad_flag("--cached", "a flag of the modules with an inference cache (",
                            attention_module_list(&AttentionModuleInfo::cached), "), not of --module ", f.module);
@@ -94,7 +97,6 @@ int run_forward(ForwardFlags& f, const CLI::App& sub) {
   } else {
     in = load_safetensors(f.input);
   }
-  QKV_CHECK(f.grad_output.empty() == f.grads_out.empty(), "--grad-output FILE and --grads-out FILE go together");
   std::optional<TensorFile> grad_file;  // the tensor 'grad_output', checked against the output
   if (!f.grad_output.empty()) grad_file = load_safetensors(f.grad_output);
   std::map<std::string, Tensor> state;

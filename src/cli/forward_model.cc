@@ -80,7 +80,6 @@ int run_forward_model(const ModuleFlags& m, const ModelSizeFlags& g, const Forwa
                                                    : str("--module ", m.module, " needs --weights DIR (config.json and "
                                                          "model.safetensors)"),
              "");
-  QKV_CHECK(out.grad_output.empty() == out.grads_out.empty(), "--grad-output FILE and --grads-out FILE go together");
   std::vector<OutputFile> destinations;
   for (const auto& [path, flag] : {std::pair{&out.output, "--output"}, {&out.save_weights, "--save-weights"},
                                    {&out.grads_out, "--grads-out"}, {&out.attn_weights, "--attn-weights"}})

@@ -140,9 +140,7 @@ Command add_generate(CLI::App& app) {
                       family_titles(has_gguf) + "), GPT-2's model.safetensors, "
                   "or the book's state-dict names as safetensors");
   add_quantize_flag(sub, f->quantize);
-  sub->add_option("--model", f->model, "An untrained preset drawn from --seed (as torch.manual_seed(S); "
-                                       "GPTModel(cfg)): " + preset_list())
-      ->check(CLI::IsMember(model_preset_names()));
+  add_preset_flag(sub, f->model, "An untrained preset drawn from --seed (as torch.manual_seed(S); GPTModel(cfg))");
   add_number(sub, "--num-heads", f->num_heads, "--weights: the head count, when the file has no config.json and its "
                                                "width is not one of GPT-2's", positive<int64_t>());
   sub->add_option("--prompt", f->prompt, "The start of the text (built-in task: letters and '|', e.g. \"abcdefgh|\")")

@@ -45,7 +45,12 @@ int run(int argc, char** argv) {
   app.footer(kExitCodes);
   // CLI11's own refusals (a missing flag, a value outside a set) read as qkv's other errors do.
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
-    return std::string("qkv: error: ") + e.what() + "\nRun with --help for more information.\n";
+    std::string what = e.what();
+    // a flag given twice: "--steps: At Most 1 required but received 2" in CLI11's words
+    const std::string at_most = ": At Most 1 required but received ";
+    if (const size_t p = what.find(at_most); p != std::string::npos && e.get_name() == "ArgumentMismatch")
+      what = what.substr(0, p) + ": given " + what.substr(p + at_most.size()) + " times; give it once";
+    return "qkv: error: " + what + "\nRun with --help for more information.\n";
   });
   const std::vector<qkv::cli::Command> commands = {qkv::cli::add_walkthrough(app), qkv::cli::add_forward(app),
                                                   qkv::cli::add_encode(app), qkv::cli::add_decode(app), qkv::cli::add_tokens(app),

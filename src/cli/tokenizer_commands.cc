@@ -54,6 +54,11 @@ Vocabulary vocabulary_of(const VocabFlags& f, const CLI::App& sub) {
       if (const CLI::Option* o = sub.get_option_no_throw(flag); o != nullptr && o->count() > 0)
         bad_flag(flag, "does not go with --tokenizer (the tokenizer.json holds its vocabulary, pattern and added "
                        "tokens, which are matched wherever the text spells them)");
+  if (f.ranks.empty())
+    for (const char* flag : {"--pattern", "--special"})
+      if (sub.count(flag) > 0) bad_flag(flag, "goes with --ranks FILE; GPT-2's encoding has its own");
+  if (!f.ranks.empty() && sub.count("--vocab-dir") > 0)
+    bad_flag("--vocab-dir", "names GPT-2's vocabulary; --ranks names another: give one of them");
   return Vocabulary(f);
 }
 

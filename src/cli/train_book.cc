@@ -148,6 +148,12 @@ int run_train_book(const BookTrainFlags& g, const TrainOptions& o, const CLI::Ap
   b.lr = given("--lr") ? o.lr : 4e-4;
   b.weight_decay = given("--weight-decay") ? o.weight_decay : 0.1;
   const uint64_t seed = given("--seed") ? o.seed : 123;
+  try {  // the run's flags in their ranges (--batch-size and --lr as TrainOptions declares them)
+    check_option_ranges(o);
+    check_option_ranges(b);
+  } catch (const OptionError& e) {
+    throw CLI::ValidationError(e.what());  // a usage error: exit status 2
+  }
   std::vector<OutputFile> destinations;  // checked before any training
   OutputFolder folder;                   // a new --checkpoint folder, gone again if the run fails
   if (!checkpoint.empty() && family.checkpoint_folder) folder = OutputFolder(checkpoint, "--checkpoint");

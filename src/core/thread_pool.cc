@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "qkv/core/error.h"
+#include "qkv/core/limits.h"
 
 namespace qkv {
 namespace {
@@ -63,8 +64,9 @@ int default_thread_count() {
   if (env == nullptr || *env == '\0') return hardware_cores();
   char* end = nullptr;
   long n = std::strtol(env, &end, 10);
-  QKV_CHECK(end != env && *end == '\0' && n >= 1 && n <= 1024, "QKV_NUM_THREADS must be a whole number ",
-            "from 1 to 1024, got '", env, "'");
+  const int max = limits().max_threads;  // as --threads: 8 per core, at least 64
+  QKV_CHECK(end != env && *end == '\0' && n >= 1 && n <= max, "QKV_NUM_THREADS must be a whole number from 1 to ", max,
+            " (8 threads per core, at least 64), got '", env, "'");
   return static_cast<int>(n);
 }
 

@@ -30,6 +30,7 @@ TrainOptions run_options(const TrainOptions* resumed, const TrainOptions& given,
     if (std::string(field.key) == "text_file") o.task = TrainTask::kText;
     if (std::string(field.key) == "data_file") o.task = TrainTask::kData;
   }, given);
+  check_option_ranges(o);  // d_model and num_heads at least 1 before the head width is derived from them
   set_head_dim(o.model);
   return o;
 }

@@ -54,6 +54,10 @@ void check_train_options(const TrainOptions& o) {
   check_option_ranges(o);
   if (!(o.min_lr <= o.lr))
     throw OptionError("--min-lr", str("min_lr (--min-lr) is ", o.min_lr, "; expected at most lr (--lr), ", o.lr));
+  if (o.optimizer == OptimizerKind::kSgd && o.nesterov && !(o.momentum > 0 && o.dampening == 0))
+    throw OptionError("--nesterov", str("nesterov (--nesterov) needs momentum (--momentum) above 0 and dampening ",
+                                        "(--dampening) 0, as PyTorch's SGD does; momentum is ", o.momentum,
+                                        " and dampening ", o.dampening));
 }
 
 }  // namespace qkv

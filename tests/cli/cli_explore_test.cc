@@ -87,7 +87,7 @@ TEST_F(ExploreCli, AGptModelsFileGivesAPageOfEveryLayerAndHead) {
   std::filesystem::remove(path("page.html"));
   refused("explore --checkpoint gpt --text 'one two three four five six seven eight nine ten eleven "
           "twelve thirteen fourteen fifteen sixteen seventeen'", 1, "context length is 16");
-  refused("explore --model gpt2-tiny --text hi", 1, "unknown preset 'gpt2-tiny'");
+  refused("explore --model gpt2-tiny --text hi", 2, "--model: gpt2-tiny not in {");
   refused("explore --model gpt2-small --checkpoint gpt", 2, "not both");
   refused("explore --model gpt2-small --num-heads 3", 2, "does not apply to --model");
 }
@@ -187,7 +187,7 @@ TEST_F(ExploreCli, ModuleFlagsThatDoNotFitAreUsageErrors) {
   refused("explore --d-in 4", 2, "needs --module");
   refused("explore --module self-attention-v1 --d-in 4 --d-out 4 --context-length 8 --num-heads 2 --seed 1", 2,
           "--num-heads");
-  refused("explore --module mha --d-in 4 --d-out 6 --num-heads 4 --context-length 8 --seed 1", 1, "divisible");
+  refused("explore --module mha --d-in 4 --d-out 6 --num-heads 4 --context-length 8 --seed 1", 2, "divisible");
   refused("explore --module causal-attention --d-in 4 --d-out 4 --seed 1", 2, "--context-length");
   refused("explore --module mha --d-in 4 --d-out 4 --num-heads 2 --context-length 8 --seed 1 --rope half --alibi "
           "--window 0", 2, "--window");

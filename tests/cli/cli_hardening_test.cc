@@ -20,6 +20,7 @@
 #include "cli_runner.h"
 #include "qkv/core/error.h"
 #include "qkv/core/read_file.h"
+#include "qkv/io/atomic_file.h"
 #include "qkv/io/output_files.h"
 #include "qkv/io/gguf.h"
 #include "qkv/io/safetensors.h"
@@ -256,6 +257,38 @@ TEST_F(CliHardening, ChatRefusesAPresetWithoutAChatFormatFirst) {
   const Result help = run("chat --help");
   EXPECT_THAT(help.out, HasSubstr("(a family with a chat format): llama-3.2-1b"));
   EXPECT_THAT(help.out, Not(HasSubstr("gpt2-small")));
+}
+
+// Usage errors that were runtime errors (exit 1) or named CLI11's internals: each is exit 2 naming the
+// flag and what it takes.
+TEST_F(CliHardening, FlagsWrongTogetherAreUsageErrorsNamingTheFlag) {
+  write_file_atomically(path("x.st"), "not read");
+  const std::pair<std::string, std::string> cases[] = {
+      // a name that is no preset: chat listed every family's presets, and exited 1
+      {"chat --model nonexist < /dev/null", "--model: nonexist not in {"},
+      {"explore --model nonexist --text hi --out e.html", "--model: nonexist not in {"},
+      {"encode --pattern x --text hi", "--pattern: goes with --ranks FILE; GPT-2's encoding has its own"},
+      {"encode --special a=1 --text hi", "--special: goes with --ranks FILE"},
+      {"encode --ranks r.tiktoken --vocab-dir . --text hi", "--vocab-dir: names GPT-2's vocabulary; --ranks names another"},
+      {"forward --module mha --d-in 4 --d-out 4 --num-heads 3 --context-length 4 --seed 1 --input x.st --output y.st",
+       "--num-heads: MultiHeadAttention: d_out (4) must be divisible by num_heads (3)"},
+      {"forward --module mha --d-in 4 --d-out 4 --num-heads 2 --context-length 4 --seed 1 --input x.st --output y.st "
+       "--grad-output g.st",
+       "--grad-output: --grad-output FILE (dL/doutput in) and --grads-out FILE (the gradients out) go together"},
+      {"forward --module gpt --grads-out g.st --input x.st --output y.st", "--grads-out: --grad-output FILE"},
+      {"bench --module attention-core --batch 1 --seq-len 8 --num-heads 1 --head-dim 8 --threads 100000",
+       "--threads: 100000 is more than the "},
+      {"encode --jsonl - --threads 100000 < /dev/null", "--threads: 100000 is more than the "},
+      // a flag given twice: CLI11's "At Most 1 required but received 2"
+      {"train --steps 1 --steps 2", "--steps: given 2 times; give it once"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(message)) << args;
+  }
+  EXPECT_FALSE(fs::exists(path("y.st")));
+  EXPECT_FALSE(fs::exists(path("e.html")));
 }
 
 // "--flag=" is the flag with an empty value (--checkpoint= : none, as --checkpoint ''); CLI11 took the

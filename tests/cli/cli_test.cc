@@ -120,7 +120,7 @@ TEST_F(Cli, ShapeMismatchNamesBothShapes) {
 TEST_F(Cli, DOutNotDivisibleByHeads) {
   expect_error("forward --module mha --d-in 3 --d-out 10 --num-heads 4 --context-length 6 --seed 1 --input " +
                    input({1, 6, 3}),
-               {"d_out (10) must be divisible by num_heads (4)"});
+               {"--num-heads: MultiHeadAttention: d_out (10) must be divisible by num_heads (4)"}, 2);
 }
 
 TEST_F(Cli, MoreTokensThanContextLengthIsSaidPlainly) {
@@ -220,9 +220,9 @@ TEST_F(Cli, WeightsFromAnotherConfigurationAreRefusedByName) {
 
 TEST_F(Cli, FailedRunLeavesAnExistingOutputUntouched) {
   write_file_atomically(path("out.safetensors"), "previous contents");
-  Result r = run("forward --module mha --d-in 3 --d-out 10 --num-heads 4 --context-length 6 --seed 1 --input " +
-              input({1, 6, 3}) + " --output " + path("out.safetensors"));
-  EXPECT_EQ(r.status, 1);
+  Result r = run("forward --module mha --d-in 3 --d-out 8 --num-heads 4 --context-length 6 --seed 1 --input " +
+              input({1, 6, 5}) + " --output " + path("out.safetensors"));  // the input's width is not --d-in
+  EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(read_file(path("out.safetensors")), "previous contents");
 }
 

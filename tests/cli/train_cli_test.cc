@@ -252,14 +252,45 @@ TEST_F(TrainCli, OptionsOutOfTheirRangesAreUsageErrorsNamingTheFlag) {
       {"--symbols 27", "task_symbols (--symbols) is 27; expected in [2, 26]"},
       {"--length 0", "task_length (--length) is 0; expected at least 1"},
       {"--clip -0.5", "clip (--clip) is -0.5; expected at least 0.0"},
+      // the model's sizes, before the head width is derived from them (--d-model -1 named --num-heads,
+      // --d-model 0 "head dim (0)", and --num-heads 0 a divisibility by 0)
+      {"--d-model -1", "model.d_model (--d-model) is -1; expected at least 1"},
+      {"--d-model 0", "model.d_model (--d-model) is 0; expected at least 1"},
+      {"--num-heads 0", "model.num_heads (--num-heads) is 0; expected at least 1"},
+      {"--num-layers 0", "model.num_layers (--num-layers) is 0; expected at least 1"},
+      {"--dropout 1", "model.dropout (--dropout) is 1.0; expected in [0.0, 1.0)"},
+      {"--window -2", "model.window (--window) is -2; expected at least 0"},
+      // SGD's Nesterov momentum without a momentum (a runtime error, exit 1, in the optimizer's words)
+      {"--optimizer sgd --nesterov", "nesterov (--nesterov) needs momentum (--momentum) above 0 and dampening "
+                                     "(--dampening) 0, as PyTorch's SGD does; momentum is 0"},
+      {"--optimizer sgd --nesterov --momentum 0.9 --dampening 0.1", "; momentum is 0.9 and dampening 0.1"},
   };
-  const std::string base = "train --num-heads 2 --num-layers 1 --d-model 16 --steps 1 --quiet --svg \"\" ";
+  const std::string base = "train --steps 1 --quiet --svg \"\" ";  // each case fails before the model is built
   for (const auto& [flags, message] : cases) {
     Result r = run(base + flags);
     EXPECT_EQ(r.status, 2) << flags << ": " << r.err;
     EXPECT_THAT(r.err, HasSubstr(message)) << flags;
   }
   EXPECT_FALSE(fs::exists(path("qkv-train.safetensors")));
+  // chapter 5's loop (--model gpt): its own options and the shared ones, before the model is built
+  // (these were runtime errors, exit 1, in the library's words)
+  write_file_atomically(path("t.txt"), "Every effort moves you forward, one step at a time.");
+  const std::pair<const char*, const char*> book_cases[] = {
+      {"--train-ratio 1", "train_ratio (--train-ratio) is 1.0; expected in (0.0, 1.0)"},
+      {"--train-ratio 0", "train_ratio (--train-ratio) is 0.0; expected in (0.0, 1.0)"},
+      {"--eval-iter 0", "eval_iter (--eval-iter) is 0; expected at least 1"},
+      {"--eval-freq 0", "eval_freq (--eval-freq) is 0; expected at least 1"},
+      {"--epochs -1", "epochs (--epochs) is -1; expected at least 0"},
+      {"--batch-size 0", "batch_size (--batch-size) is 0; expected at least 1"},
+      {"--lr -1", "lr (--lr) is -1.0; expected at least 0.0"},
+  };
+  const std::string book = "train --model gpt --text-file t.txt --context-length 16 --d-model 16 --num-heads 2 "
+                           "--num-layers 1 --quiet --checkpoint= --svg= ";
+  for (const auto& [flags, message] : book_cases) {
+    Result r = run(book + flags);
+    EXPECT_EQ(r.status, 2) << flags << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(message)) << flags;
+  }
 }
 
 // --steps 0 writes the untrained model; its summary has no loss to give (it printed "final loss nan").
@@ -375,8 +406,8 @@ TEST_F(TrainCli, ForwardGradOutputWritesEveryGradientAndChecksItsShape) {
   EXPECT_THAT(bad.err, HasSubstr("'grad_output' in 'bad.st' has shape (2, 5, 3); it must have the output's shape (2, 5, 4)"));
   EXPECT_FALSE(fs::exists(path("g2.st")));
   Result half = run(mha + "--grad-output dy.st");
-  EXPECT_EQ(half.status, 1);
-  EXPECT_THAT(half.err, HasSubstr("--grad-output FILE and --grads-out FILE go together"));
+  EXPECT_EQ(half.status, 2);
+  EXPECT_THAT(half.err, HasSubstr("--grad-output FILE (dL/doutput in) and --grads-out FILE (the gradients out) go together"));
 }
 
 }  // namespace

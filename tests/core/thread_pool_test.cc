@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "qkv/core/error.h"
+#include "qkv/core/limits.h"
 #include "qkv/core/thread_pool.h"
 
 namespace qkv {
@@ -339,6 +340,17 @@ TEST(ThreadPool, ThreadCountFromTheEnvironment) {
   EXPECT_THROW(default_thread_count(), Error);
   setenv("QKV_NUM_THREADS", "0", 1);
   EXPECT_THROW(default_thread_count(), Error);
+  // the cap of --threads holds for the variable too (it let 1,000 threads start where --threads stops at 64)
+  setenv("QKV_NUM_THREADS", std::to_string(limits().max_threads).c_str(), 1);
+  EXPECT_EQ(default_thread_count(), limits().max_threads);
+  setenv("QKV_NUM_THREADS", std::to_string(limits().max_threads + 1).c_str(), 1);
+  try {
+    default_thread_count();
+    ADD_FAILURE() << "QKV_NUM_THREADS above the cap was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("from 1 to " + std::to_string(limits().max_threads)), std::string::npos)
+        << e.what();
+  }
   unsetenv("QKV_NUM_THREADS");
   EXPECT_EQ(default_thread_count(), hardware_cores());
   if (saved) setenv("QKV_NUM_THREADS", keep.c_str(), 1);

@@ -59,15 +59,16 @@ template <typename V, typename... C>
   requires(std::same_as<std::remove_const_t<C>, LMConfig> && ...)
 void visit_fields(V&& v, C&... c) {
   v(OptionField{"vocab_size", "--vocab-size", "--data only: the vocabulary size (default: largest id + 1)", false,
-                true},
+                true}.at_least(0),
     c.vocab_size...);
-  v(OptionField{"d_model", "--d-model", "Embedding and attention width", true, true}, c.d_model...);
-  v(OptionField{"num_heads", "--num-heads", "Heads per attention block", true, true}, c.attention.heads...);
-  v(OptionField{"num_layers", "--num-layers", "Attention blocks", true, true}, c.num_layers...);
+  v(OptionField{"d_model", "--d-model", "Embedding and attention width", true, true}.at_least(1), c.d_model...);
+  v(OptionField{"num_heads", "--num-heads", "Heads per attention block", true, true}.at_least(1), c.attention.heads...);
+  v(OptionField{"num_layers", "--num-layers", "Attention blocks", true, true}.at_least(1), c.num_layers...);
   v(OptionField{"context_length", "--context-length",
-                "Positions the model has (default: the task's sequence length; 64 for text)", false, true},
+                "Positions the model has (default: the task's sequence length; 64 for text)", false, true}
+        .at_least(0),
     c.context_length...);
-  v(OptionField{"dropout", "--dropout", "Dropout on the attention weights, in [0, 1)", true, true},
+  v(OptionField{"dropout", "--dropout", "Dropout on the attention weights, in [0, 1)", true, true}.within(0, 1, true),
     c.attention.dropout...);
   v(OptionField{"qkv_bias", "--qkv-bias", "Give the query, key and value projections a bias", false, true},
     c.qkv_bias...);
@@ -76,7 +77,8 @@ void visit_fields(V&& v, C&... c) {
     c.path...);
   v(OptionField{"num_kv_heads", "--num-kv-heads",
                 "Key/value heads G, dividing --num-heads (grouped-query attention; 1: multi-query; 0: --num-heads)",
-                true, false},
+                true, false}
+        .at_least(0),
     c.attention.kv_heads...);
   v(OptionField{"rope", "--rope",
                 "Rotary position embedding of queries and keys: none | half (pairs i, i + D/2: the book's Llama) | "
@@ -85,11 +87,13 @@ void visit_fields(V&& v, C&... c) {
     c.attention.rope...);
   v(OptionField{"rope_base", "--rope-base", "RoPE's base (frequencies base^(-2i/D)), > 0", true, false},
     c.attention.rope_base...);
-  v(OptionField{"window", "--window", "Sliding window: query i sees keys j > i - W (0: no window)", true, false},
+  v(OptionField{"window", "--window", "Sliding window: query i sees keys j > i - W (0: no window)", true, false}
+        .at_least(0),
     c.attention.window...);
   v(OptionField{"alibi", "--alibi", "ALiBi bias -slope_h * (i - j) with the paper's slopes", false, false},
     c.attention.alibi...);
-  v(OptionField{"softcap", "--softcap", "Cap the scaled scores as C * tanh(x / C) (Gemma 2; 0: none)", true, false},
+  v(OptionField{"softcap", "--softcap", "Cap the scaled scores as C * tanh(x / C) (Gemma 2; 0: none)", true, false}
+        .at_least(0),
     c.attention.softcap...);
   v(OptionField{"dtype", "--dtype",
                 "The attention blocks' products: f32 | bf16 (mixed precision: bf16 products, fp32 master weights "

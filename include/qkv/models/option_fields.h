@@ -38,10 +38,10 @@ struct OptionField {
   bool show_default = true;        // --help shows the default value
   bool required = false;           // JSON: an absent key is an error (otherwise the default stays)
   const char* section = nullptr;   // the JSON sub-object holding it ("model"), or none
-  // A number field's range, [min, max] ([min, max) with max_open), checked by check_option_ranges;
-  // set with at_least / within: OptionField{"steps", "--steps", "..."}.at_least(0).
+  // A number field's range, [min, max] (an open end with min_open, max_open), checked by
+  // check_option_ranges; set with at_least / within: OptionField{"steps", "--steps", "..."}.at_least(0).
   double min = -std::numeric_limits<double>::infinity(), max = std::numeric_limits<double>::infinity();
-  bool max_open = false;
+  bool min_open = false, max_open = false;
 
   OptionField at_least(double lo) const {
     OptionField f = *this;
@@ -53,6 +53,11 @@ struct OptionField {
     f.min = lo;
     f.max = hi;
     f.max_open = open;
+    return f;
+  }
+  OptionField between(double lo, double hi) const {  // (lo, hi), both ends open
+    OptionField f = within(lo, hi, true);
+    f.min_open = true;
     return f;
   }
 };
@@ -113,12 +118,12 @@ void check_option_ranges(const T& o) {
           const auto x = static_cast<double>(v);
           const bool low = f.min != -std::numeric_limits<double>::infinity();
           const bool high = f.max != std::numeric_limits<double>::infinity();
-          if ((low && !(x >= f.min)) || (high && !(f.max_open ? x < f.max : x <= f.max))) {
+          if ((low && !(f.min_open ? x > f.min : x >= f.min)) || (high && !(f.max_open ? x < f.max : x <= f.max))) {
             const std::string name = f.section ? std::string(f.section) + "." + f.key : std::string(f.key);
             const std::string expected =
-                !high ? "at least " + option_text(static_cast<V>(f.min))
-                      : "in [" + option_text(static_cast<V>(f.min)) + ", " + option_text(static_cast<V>(f.max)) +
-                            (f.max_open ? ")" : "]");
+                !high ? (f.min_open ? "above " : "at least ") + option_text(static_cast<V>(f.min))
+                      : (f.min_open ? "in (" : "in [") + option_text(static_cast<V>(f.min)) + ", " +
+                            option_text(static_cast<V>(f.max)) + (f.max_open ? ")" : "]");
             throw OptionError(f.flag, name + (*f.flag ? std::string(" (") + f.flag + ")" : std::string()) + " is " +
                                           option_text(v) + "; expected " + expected);
           }

@@ -56,16 +56,19 @@ struct BookTrainingOptions {
 template <typename V, typename... O>
   requires(std::same_as<std::remove_const_t<O>, BookTrainingOptions> && ...)
 void visit_fields(V&& v, O&... o) {
-  v(OptionField{"epochs", "--epochs", "--model gpt|llama|qwen3: passes over the training text"}, o.epochs...);
-  v(OptionField{"eval_freq", "--eval-freq", "--model gpt|llama|qwen3: evaluate every N steps"}, o.eval_freq...);
-  v(OptionField{"eval_iter", "--eval-iter", "--model gpt|llama|qwen3: batches of each set per evaluation"},
+  v(OptionField{"epochs", "--epochs", "--model gpt|llama|qwen3: passes over the training text"}.at_least(0),
+    o.epochs...);
+  v(OptionField{"eval_freq", "--eval-freq", "--model gpt|llama|qwen3: evaluate every N steps"}.at_least(1),
+    o.eval_freq...);
+  v(OptionField{"eval_iter", "--eval-iter", "--model gpt|llama|qwen3: batches of each set per evaluation"}.at_least(1),
     o.eval_iter...);
   v(OptionField{"train_ratio", "--train-ratio",
-                "--model gpt|llama|qwen3: the share of the text's characters for training (the rest validates)"},
+                "--model gpt|llama|qwen3: the share of the text's characters for training (the rest validates)"}
+        .between(0, 1),
     o.train_ratio...);
   v(OptionField{"start_context", "--start-context", "--model gpt|llama|qwen3: the text each epoch's sample continues"},
     o.start_context...);
-  v(OptionField{"sample_tokens", "--sample-tokens", "--model gpt|llama|qwen3: tokens of each sample"},
+  v(OptionField{"sample_tokens", "--sample-tokens", "--model gpt|llama|qwen3: tokens of each sample"}.at_least(0),
     o.sample_tokens...);
 }
 
