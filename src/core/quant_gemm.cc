@@ -191,7 +191,10 @@ constexpr int64_t kStoredScaleBytes = 2 * qd::kPanelRows;
 // (`bench/ab.sh` on `qkv bench --module gpt`, 100 new tokens, median ratios) into L2 against into
 // L1: Zen 4 (family 25 model 17) Q4_0 0.91, Q8_0 0.89, Q4_K 0.94 (4 KiB ahead instead: 1.03 and
 // 1.19 of four blocks); Zen 5 (family 26) Q4_0 1.19, Q8_0 1.17, Q4_K 0.99. AVX2's Q4_0 and Q8_0
-// into L2 on Zen 4: 1.05, 1.10; they keep L1 on every CPU.
+// into L2 on Zen 4: 1.05, 1.10; they keep L1 on every CPU. Into L1 with the non-temporal hint
+// (prefetch_streamed_line) against prefetcht0 (Zen 5, 2026-12-06, `bench/ab.sh` on Qwen3-0.6B decoding
+// steps, median ratios): Q4_0 0.925 (16 rounds, 4-token prompt), 0.947 (10 rounds, 150-token prompt),
+// Q8_0 0.970 (8 rounds). AVX2's kernels (StoredHalves) keep prefetcht0: the hint gave its Q4_0 0.998.
 constexpr int64_t kStoredPrefetch = 4096;
 template <bool kQ4>
 constexpr int64_t StoredL2Ahead() { return 4 * StoredBlockBytes<kQ4>(); }
@@ -225,7 +228,8 @@ QKV_QG_ATTR void StoredPanelRows(const uint8_t* panel, const uint8_t* xg, int64_
     const uint8_t* p = panel + b * StoredBlockBytes<kQ4>();
     const uint8_t* q = p + kStoredScaleBytes;
     if (ahead != Ahead::kNone)
-      for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64) prefetch_line(p + ahead_at + line, to_l2);
+      for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64)
+        prefetch_streamed_line(p + ahead_at + line, to_l2);
     const auto* xw = reinterpret_cast<const int32_t*>(xg + b * XBlockBytes(G));
     const auto* xd = reinterpret_cast<const float*>(xw + 9 * G);
     __m512i even[R], odd[R];

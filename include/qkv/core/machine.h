@@ -53,6 +53,16 @@ __attribute__((always_inline)) inline void prefetch_line(const void* p, bool to_
     __builtin_prefetch(p, 0, 3);
   }
 }
+// As prefetch_line, for data read once a pass (a model's weights, streamed every decoding step):
+// into L1 with the non-temporal hint (prefetchnta), so that the lines on their way out displace less
+// of what the step reads again (its KV cache, activations) from the outer caches.
+__attribute__((always_inline)) inline void prefetch_streamed_line(const void* p, bool to_l2) {
+  if (to_l2) {
+    __builtin_prefetch(p, 0, 2);
+  } else {
+    __builtin_prefetch(p, 0, 0);
+  }
+}
 
 // This machine's caches, read on the first call (thread-safe), then kept.
 const CacheSizes& cache_sizes();
