@@ -28,7 +28,6 @@ from ._qkv import (  # noqa: F401
     attention_backward,
     attention_weights,
     get_num_threads,
-    set_num_threads,
 )
 from . import _qkv
 
@@ -58,6 +57,19 @@ def _whole(fn, name, value, low, high):
     if not low <= v < high:
         raise ValueError(f"{fn}: {name} is {v}; expected an int in [{low}, {high})")
     return v
+
+
+def set_num_threads(n):
+    """Threads the kernels use in the calls that start from now on (running calls keep theirs; replaces
+    $QKV_NUM_THREADS, whose value, else the cores, is the default)."""
+    _qkv.set_num_threads(_whole("set_num_threads", "n", n, 1, 1025))
+
+
+def _dtype_name(fn, dtype):
+    """dtype as the library's name ("f32", "bf16") or None; anything else a TypeError naming fn."""
+    if dtype is None or isinstance(dtype, str):
+        return dtype
+    raise TypeError(f"{fn}: dtype must be \"f32\", \"bf16\" or None, not {type(dtype).__name__} ({dtype!r})")
 
 
 def _without_lone_surrogates(text):
@@ -299,8 +311,8 @@ def load(path, *, dtype=None, vocab_dir="", num_heads=None, quantize=None, dequa
         raise Error(f"qkv.load: num_heads is {num_heads}; expected a positive number of heads")
     if quantize is not None and not isinstance(quantize, str):
         raise TypeError(f"qkv.load: quantize must be a str such as \"q8_0\" or None, not {type(quantize).__name__}")
-    return Model(_qkv.load(os.fspath(path), dtype=dtype, vocab_dir=vocab_dir, num_heads=num_heads,
-                           quantize=quantize, dequantize=bool(dequantize)))
+    return Model(_qkv.load(os.fspath(path), dtype=_dtype_name("qkv.load", dtype), vocab_dir=vocab_dir,
+                           num_heads=num_heads, quantize=quantize, dequantize=bool(dequantize)))
 
 
 def make_model(preset, seed=123, *, dtype=None, vocab_dir=""):
@@ -308,5 +320,6 @@ def make_model(preset, seed=123, *, dtype=None, vocab_dir=""):
     weights drawn as torch.manual_seed(seed); GPTModel(cfg) draws them; or Llama 3's, Qwen2.5's and
     Qwen3's (llama-3.2-1b, llama-3.2-3b, qwen2.5-0.5b, qwen3-0.6b, qwen3-1.7b) with the installed
     vocabulary."""
-    return Model(_qkv.make_model(preset, seed=_whole("make_model", "seed", seed, 0, 2**64), dtype=dtype,
+    return Model(_qkv.make_model(preset, seed=_whole("make_model", "seed", seed, 0, 2**64),
+                                 dtype=_dtype_name("make_model", dtype),
                                  vocab_dir=vocab_dir))

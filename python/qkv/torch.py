@@ -68,15 +68,16 @@ __all__ = [
 ]
 
 
-def _array(t, name):
-    """A CPU float32 tensor's memory as a numpy array (no copy; the binding copies what it cannot read)."""
+def _array(t, name, fn="qkv.torch.attention"):
+    """A CPU float32 tensor's memory as a numpy array (no copy; the binding copies what it cannot read);
+    fn names the function in errors."""
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"qkv.torch.attention: {name} must be a torch.Tensor, not {type(t).__name__}")
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor, not {type(t).__name__}")
     if t.device.type != "cpu":
-        raise ValueError(f"qkv.torch.attention: {name} is on {t.device}; qkv's kernels run on the CPU")
+        raise ValueError(f"{fn}: {name} is on {t.device}; qkv's kernels run on the CPU")
     if t.dtype != torch.float32:
         if not t.dtype.is_floating_point:
-            raise TypeError(f"qkv.torch.attention: {name} has dtype {t.dtype}; qkv computes in float32 and "
+            raise TypeError(f"{fn}: {name} has dtype {t.dtype}; qkv computes in float32 and "
                             "converts only floating-point tensors")
         t = t.float()
     return t.detach().numpy()
@@ -167,7 +168,10 @@ def attention(q, k, v, *, causal=False, mask=None, dropout_p=0.0, scale=None, se
         seed = _draw_seed()
     if not isinstance(alibi, bool) and alibi is not None:
         alibi = _array(torch.as_tensor(alibi, dtype=torch.float32), "alibi")
-    variants = dict(window=int(window), alibi=alibi, softcap=float(softcap))
+    if not isinstance(causal, bool) and type(causal).__name__ != "bool_":  # ("no" read as True)
+        raise TypeError(f"qkv.torch.attention: causal must be True or False, not {type(causal).__name__} ({causal!r})")
+    variants = dict(window=_qkv_whole("qkv.torch.attention", "window", window, -2**62, 2**62), alibi=alibi,
+                    softcap=float(softcap))
     return _FusedAttention.apply(q, k, v, bool(causal), mask, dropout_p, scale, seed, variants)
 
 
@@ -405,7 +409,8 @@ class MultiHeadAttention(_CausalMask, nn.Module):
             raise ValueError(f"MultiHeadAttention: d_out ({d_out}) must be divisible by num_heads ({num_heads})")
         kv = num_heads if num_kv_heads is None else num_kv_heads
         given = dict(kv_heads=None if kv in (num_heads, 0) else kv, rope=rope, rope_base=float(rope_base),
-                     window=int(window), alibi=bool(alibi), softcap=float(softcap),
+                     window=_qkv_whole("MultiHeadAttention", "window", window, -2**62, 2**62), alibi=bool(alibi),
+                     softcap=float(softcap),
                      dtype={torch.float32: "f32", torch.bfloat16: "bf16"}.get(dtype, dtype))
         _qkv.check_attention_spec(num_heads, d_out // num_heads, **given)  # qkv's one validation of the spec
         kv = given["kv_heads"] or num_heads  # 0 and None: as many as the heads, as qkv's spec says
@@ -572,8 +577,9 @@ class _DeltaRule(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, beta, alpha):
-        y, states = _qkv.delta_rule(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(beta, "beta"),
-                                    _array(alpha, "alpha"))
+        f = "qkv.torch.delta_rule"
+        y, states = _qkv.delta_rule(_array(q, "q", f), _array(k, "k", f), _array(v, "v", f), _array(beta, "beta", f),
+                                    _array(alpha, "alpha", f))
         ctx.save_for_backward(q, k, v, beta, alpha)
         ctx.states = states
         return torch.from_numpy(y)
@@ -582,8 +588,10 @@ class _DeltaRule(torch.autograd.Function):
     def backward(ctx, dy):
         _refuse_double_backward("qkv.torch.delta_rule")
         q, k, v, beta, alpha = ctx.saved_tensors
-        grads = _qkv.delta_rule_backward(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(beta, "beta"),
-                                         _array(alpha, "alpha"), ctx.states, _array(dy.contiguous(), "dy"))
+        f = "qkv.torch.delta_rule"
+        grads = _qkv.delta_rule_backward(_array(q, "q", f), _array(k, "k", f), _array(v, "v", f),
+                                         _array(beta, "beta", f), _array(alpha, "alpha", f), ctx.states,
+                                         _array(dy.contiguous(), "dy", f))
         return tuple(torch.from_numpy(g) for g in grads)
 
 
@@ -715,7 +723,13 @@ class KVCache:
 
     def __init__(self, capacity, num_kv_heads, head_dim, *, batch=1, layers=1, dtype="f32"):
         dtype = {torch.float32: "f32", torch.bfloat16: "bf16"}.get(dtype, dtype)
-        self._cache = _qkv.KvCache(layers, batch, num_kv_heads, capacity, head_dim, dtype)
+        if not isinstance(dtype, str):
+            raise TypeError(f"KVCache: dtype must be \"f32\", \"bf16\", torch.float32 or torch.bfloat16, not "
+                            f"{type(dtype).__name__} ({dtype!r})")
+        sizes = [_qkv_whole("KVCache", name, value, 1, 2**62) for name, value in
+                 [("layers", layers), ("batch", batch), ("num_kv_heads", num_kv_heads), ("capacity", capacity),
+                  ("head_dim", head_dim)]]
+        self._cache = _qkv.KvCache(*sizes, dtype)
 
     def _appended(self):
         if all(self._cache.appended(l) for l in range(self._cache.layers)):
@@ -731,7 +745,7 @@ class KVCache:
         self._cache.reset()
 
     def truncate(self, n):
-        self._cache.truncate(n)
+        self._cache.truncate(_qkv_whole("KVCache.truncate", "n", n, 0, 2**62))
 
     def keys(self, layer=0):
         """The keys kept in `layer`, as float32 (batch, num_kv_heads, length, head_dim) (after RoPE)."""

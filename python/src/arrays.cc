@@ -113,6 +113,10 @@ void check_disjoint(const char* fn, const char* name, const py::array& out,
 Options options_of(const char* fn, int64_t T, int64_t S, int64_t D, bool causal, py::handle mask, float dropout_p,
                    std::optional<double> scale, py::handle seed, bool for_forward) {
   Options o;
+  // a float32 scale: a double beyond float's range (1e300) was reported as "inf"
+  if (scale && std::isfinite(*scale) && !std::isfinite(static_cast<float>(*scale)))
+    throw py::value_error(std::string(fn) + ": scale is " + py::repr(py::float_(*scale)).cast<std::string>() +
+                          ", beyond float32's range (the kernels compute in float32)");
   o.options.scale = scale ? static_cast<float>(*scale) : 1.0f / std::sqrt(static_cast<float>(D));
   o.options.dropout_p = dropout_p;
   o.options.dropout_seed = seed_of(seed, dropout_p, fn, for_forward);

@@ -116,9 +116,25 @@ std::vector<TokenId> ids_of(py::handle tokens) {
   try {
     return py::cast<std::vector<TokenId>>(tokens);
   } catch (const py::cast_error&) {
-    throw py::type_error("tokens must be a sequence of int, not " +
-                         std::string(py::str(py::type::of(tokens).attr("__name__"))));
   }
+  // Which element: an int too large for an id is no token of the vocabulary (tiktoken's KeyError,
+  // as for any id outside it); anything else is the wrong type.
+  const auto type_name = [](py::handle h) { return std::string(py::str(py::type::of(h).attr("__name__"))); };
+  if (py::isinstance<py::sequence>(tokens) && !py::isinstance<py::str>(tokens) && !py::isinstance<py::bytes>(tokens)) {
+    const auto seq = py::reinterpret_borrow<py::sequence>(tokens);
+    for (size_t i = 0; i < seq.size(); ++i) {
+      const py::object item = seq[i];
+      if (!PyLong_Check(item.ptr()))
+        throw py::type_error("tokens[" + std::to_string(i) + "] must be an int, not " + type_name(item));
+      try {
+        (void)item.cast<TokenId>();
+      } catch (const py::cast_error&) {
+        throw py::key_error("tokens[" + std::to_string(i) + "] is " + std::string(py::repr(item)) +
+                            ", which is no token id of this encoding");
+      }
+    }
+  }
+  throw py::type_error("tokens must be a sequence of int, not " + type_name(tokens));
 }
 
 // Decoding fails only on an id outside the vocabulary: tiktoken's KeyError.

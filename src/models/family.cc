@@ -9,6 +9,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/excerpt.h"
+#include "qkv/core/quant_blocks.h"
 #include "qkv/core/read_file.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/models/decoder.h"
@@ -198,6 +199,7 @@ LoadedModel make_model(const std::string& preset, uint64_t seed, const LoadOptio
 }
 
 LoadedModel load_model(const std::string& path, const LoadOptions& options) {
+  if (!options.quantize.empty()) (void)product_quant_type(options.quantize);  // a type first, whatever the model
   const ModelFamily& family = family_of_path(path);
   // (a head count is read only from the book's state dict in safetensors, which may not say it)
   QKV_CHECK(!options.num_heads || (family.book_config && !is_gguf_file(path)), "a head count (", *options.num_heads,

@@ -110,6 +110,11 @@ def test_scale_is_used():
     want = attention_reference(*(torch.tensor(a, dtype=torch.float64) for a in (q, k, v)), scale=2.0)
     assert max_rel_err(qkv.attention(q, k, v, scale=2.0), want) < FWD_TOL
     assert max_rel_err(qkv.attention(q, k, v), want) > 1e-3  # the default, 1/sqrt(3), differs
+    # a finite double beyond float32's range is named as given (it read "scale must be finite, got inf")
+    with pytest.raises(ValueError, match=r"scale is 1e\+300, beyond float32's range"):
+        qkv.attention(q, k, v, scale=1e300)
+    with pytest.raises(ValueError, match="scale must be finite"):
+        qkv.attention(q, k, v, scale=float("inf"))
 
 
 def test_book_sdpa_table(book):
@@ -278,8 +283,14 @@ def test_thread_count_does_not_change_results():
         qkv.set_num_threads(2)
         assert qkv.get_num_threads() == 2
         assert np.array_equal(one, qkv.attention(q, k, v, causal=True))
-        with pytest.raises(ValueError, match=">= 1"):
+        with pytest.raises(ValueError, match=r"set_num_threads: n is 0; expected an int in \[1, 1025\)"):
             qkv.set_num_threads(0)
+        # pybind's refusal named neither the function's argument nor the value
+        with pytest.raises(TypeError, match=r"set_num_threads: n must be an int, not float \(2.0\)"):
+            qkv.set_num_threads(2.0)
+        with pytest.raises(ValueError, match=r"n is 1000000; expected an int in \[1, 1025\)"):
+            qkv.set_num_threads(10**6)
+        assert qkv.get_num_threads() == 2
     finally:
         qkv.set_num_threads(before)
 

@@ -210,6 +210,16 @@ def test_set_num_threads_does_not_wait_for_a_running_generate(models, tmp_path):
         qkv.set_num_threads(before)
 
 
+def test_an_unknown_quantize_type_is_named_for_every_family(models):
+    """quantize="q2" on GPT-2's weights suggested `qkv convert ... --type q2`, which is refused too."""
+    m, path, H = models[0]
+    with pytest.raises(qkv.Error, match="q2 is not a type the integer products read; expected q8_0") as e:
+        qkv.load(path, num_heads=H, quantize="q2")
+    assert "convert" not in str(e.value)
+    with pytest.raises(qkv.Error, match="GPT-2's weights in .* are quantized by writing them as GGUF"):
+        qkv.load(path, num_heads=H, quantize="q8_0")
+
+
 def test_a_stream_left_open_at_exit_and_a_callback_into_the_model(models, tmp_path):
     m, path, H = models[0]
     # A stream abandoned part-way, the interpreter exiting with its thread still generating: the

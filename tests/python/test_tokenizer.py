@@ -121,6 +121,12 @@ def test_decoding(enc):
         enc.decode_single_token_bytes(50300)
     with pytest.raises(TypeError):
         enc.decode("not ids")
+    # an id beyond int64 is no token either (it said "tokens must be a sequence of int, not list");
+    # the element of the wrong type is named
+    with pytest.raises(KeyError, match=r"tokens\[1\] is 18446744073709551616, which is no token id"):
+        enc.decode([7120, 2**64])
+    with pytest.raises(TypeError, match=r"tokens\[2\] must be an int, not float"):
+        enc.decode_bytes([1, 2, 3.0])
 
 
 def test_lone_surrogates_are_replaced_as_tiktoken_does(enc):

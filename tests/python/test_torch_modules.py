@@ -515,6 +515,9 @@ def test_delta_rule_returns_its_inputs_dtype():
     q, k, v, beta, alpha = t(1, 3, 2, 4), t(1, 3, 2, 4), t(1, 3, 2, 4), t(1, 3, 2), t(1, 3, 2)
     assert qt.delta_rule(q, k, v, beta, alpha).dtype == torch.float64
     assert qt.delta_rule(*(a.float() for a in (q, k, v, beta, alpha))).dtype == torch.float32
+    # an integer input is refused in delta_rule's name (it said qkv.torch.attention)
+    with pytest.raises(TypeError, match=r"qkv.torch.delta_rule: k has dtype torch.int64"):
+        qt.delta_rule(q, k.long(), v, beta, alpha)
     torch.manual_seed(0)
     y = qt.GatedDeltaNet(8, 8, 0.0, 2).to(torch.bfloat16)(torch.randn(2, 5, 8, dtype=torch.bfloat16))
     assert y.dtype == torch.bfloat16 and y.shape == (2, 5, 8)
@@ -529,3 +532,25 @@ def test_a_head_count_of_zero_or_not_an_int_names_it():
             make(2.0)
     with pytest.raises(ValueError, match=r"Qwen3_5GatedDeltaNet: num_k_heads is 0"):
         qt.Qwen3_5GatedDeltaNet(8, 2, 0, 4, 4, 2)
+
+
+def test_a_cache_or_a_load_of_the_wrong_types_names_the_argument():
+    """KVCache's sizes and dtype, load's and make_model's dtype: pybind's refusal ("incompatible function
+    arguments") named neither the argument nor the value."""
+    with pytest.raises(TypeError, match=r"KVCache: capacity must be an int, not float \(8.5\)"):
+        qt.KVCache(8.5, 2, 2)
+    with pytest.raises(ValueError, match=r"KVCache: num_kv_heads is 0; expected an int in \[1, "):
+        qt.KVCache(8, 0, 2)
+    with pytest.raises(TypeError, match=r"KVCache: layers must be an int, not str"):
+        qt.KVCache(8, 2, 2, layers="2")
+    with pytest.raises(TypeError, match=r"KVCache: dtype must be \"f32\", \"bf16\", torch.float32 or torch.bfloat16, "
+                                        r"not dtype \(torch.float16\)"):
+        qt.KVCache(8, 2, 2, dtype=torch.float16)
+    cache = qt.KVCache(8, 2, 2, dtype=torch.bfloat16)
+    assert cache.dtype == "bf16" and cache.capacity == 8
+    with pytest.raises(TypeError, match=r"KVCache.truncate: n must be an int, not float"):
+        cache.truncate(1.5)
+    with pytest.raises(TypeError, match=r"qkv.load: dtype must be \"f32\", \"bf16\" or None, not int \(3\)"):
+        qkv.load("nowhere.safetensors", dtype=3)
+    with pytest.raises(TypeError, match=r"make_model: dtype must be"):
+        qkv.make_model("gpt2-small", dtype=torch.float32)

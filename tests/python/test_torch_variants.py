@@ -107,6 +107,18 @@ def test_bad_variants_name_the_keyword(kwargs, words):
     assert words in str(e.value), str(e.value)
 
 
+def test_a_window_or_causal_of_the_wrong_type_is_refused():
+    """window=2.7 was cut to 2 and causal="no" read as True."""
+    q = torch.zeros(1, 2, 3, 4)
+    with pytest.raises(TypeError, match=r"qkv.torch.attention: window must be an int, not float \(2.7\)"):
+        qt.attention(q, q, q, window=2.7)
+    with pytest.raises(TypeError, match=r"qkv.torch.attention: causal must be True or False, not str \('no'\)"):
+        qt.attention(q, q, q, causal="no")
+    with pytest.raises(TypeError, match=r"MultiHeadAttention: window must be an int, not float"):
+        qt.MultiHeadAttention(8, 8, 8, 0.0, 4, window=2.5)
+    assert qt.attention(q, q, q, causal=True, window=2).shape == (1, 2, 3, 4)
+
+
 def test_an_odd_head_dim_with_rope_is_refused():
     with pytest.raises(ValueError) as e:
         qt.MultiHeadAttention(6, 6, 8, 0.0, 2, rope="half")  # head_dim 3
