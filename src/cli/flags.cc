@@ -190,7 +190,14 @@ std::string preset_list(bool (*has)(const ModelFamily&)) {
 }
 
 void add_preset_flag(CLI::App* sub, std::string& preset, const std::string& help, bool (*has)(const ModelFamily&)) {
-  sub->add_option("--model", preset, help + ": " + preset_list(has))->check(CLI::IsMember(model_preset_names()));
+  sub->add_option("--model", preset, help + ": " + preset_list(has))
+      ->check(
+          [has](const std::string& name) {
+            for (const std::string& p : model_preset_names())
+              if (p == name) return std::string();
+            return excerpt(name) + " is not a preset; expected one of: " + preset_list(has);
+          },
+          "");
 }
 
 AttentionConfig checked_module_config(const ModuleFlags& f, const CLI::App& sub, bool on_text) {

@@ -142,6 +142,9 @@ std::string rank_description(const TrainFlags& f, const CLI::App& sub, const Tra
 }
 
 int run_train(const TrainFlags& flags, const CLI::App& sub, TrainRanks* ranks) {
+  // A reader gone (`qkv train 2>&1 | head`) fails the progress lines' writes instead of killing the
+  // run before its checkpoint: a lost standard output is then reported at exit (status 1).
+  std::signal(SIGPIPE, SIG_IGN);
   TrainFlags f = flags;
   if (f.gpt.model != "attention-lm")  // chapter 5's loop on a model of any other family
     return run_train_book(f.gpt, f.o, sub,

@@ -221,10 +221,25 @@ void write_direct(const OutputFile& f, const Destination& d) {
   if (!ok) cannot_write(f, errno_message(err));
 }
 
+// A file can be made beside the destination, as its temporary will be: access() lets root pass where
+// the kernel still refuses to create one (/proc), and a run should learn that before its work.
+void check_creatable(const OutputFile& f, const Destination& d) {
+  const std::string tmp = str(d.target, ".tmp.", ::getpid(), ".", temp_counter.fetch_add(1));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    if (errno == EEXIST || errno == EINTR) return;  // (the writer picks another name)
+    cannot_write(f, "a file cannot be created beside it (" + excerpt(tmp) + "): " + errno_message(errno));
+  }
+  ::close(fd);
+  ::unlink(tmp.c_str());
+}
+
 }  // namespace
 
 void check_output_files(const std::vector<OutputFile>& files, const std::vector<InputPath>& inputs) {
   const std::vector<Destination> dests = check_all(files);
+  for (size_t i = 0; i < files.size(); ++i)
+    if (!dests[i].direct) check_creatable(files[i], dests[i]);
   for (const InputPath& in : inputs) {
     struct stat st {};
     if (in.path.empty() || ::stat(in.path.c_str(), &st) != 0) continue;  // (a missing input fails as it is read)

@@ -66,7 +66,10 @@ RunSummary summarize_run(const Trainer& t, const RunResult& r, double seconds, c
   s.seconds = seconds;
   s.tokens_per_s = seconds > 0 ? static_cast<double>(r.tokens) / seconds : 0.0;
   s.final_loss = t.losses().empty() ? NAN : t.losses().back();
-  if (t.has_eval() && !t.evals().empty()) s.accuracy = t.evals().back().accuracy;
+  if (t.has_eval() && !t.evals().empty()) {
+    s.accuracy = t.evals().back().accuracy;
+    s.accuracy_step = t.evals().back().step;
+  }
   s.finished = t.steps_done() >= t.options().steps;
   s.task = train_task_name(t.options().task);
   s.checkpoint = checkpoint;
@@ -90,7 +93,10 @@ std::string summary_line(const RunSummary& s) {
     out += loss;
   }
   if (s.ranks > 0) out += str(", ", s.ranks, " ranks");
-  if (s.accuracy) out += ", held-out accuracy " + percent_text(*s.accuracy);
+  if (s.accuracy) {
+    out += ", held-out accuracy " + percent_text(*s.accuracy);
+    if (s.accuracy_step != s.steps) out += str(" at step ", s.accuracy_step);  // a run stopped between evaluations
+  }
   return out;
 }
 
@@ -99,6 +105,7 @@ nlohmann::json summary_json(const RunSummary& s) {
                       {"steps_this_run", s.steps_this_run},
                       {"final_loss", s.final_loss},
                       {"accuracy", s.accuracy ? nlohmann::json(*s.accuracy) : nlohmann::json(nullptr)},
+                      {"accuracy_step", s.accuracy ? nlohmann::json(s.accuracy_step) : nlohmann::json(nullptr)},
                       {"tokens_per_s", s.tokens_per_s},
                       {"seconds", s.seconds},
                       {"task", s.task},

@@ -149,6 +149,10 @@ StepStats Trainer::step() {
     s.correct = static_cast<int64_t>(totals[1]);
     s.counted = static_cast<int64_t>(totals[2]);
   }
+  // (PyTorch's mean over no targets is 0 / 0 = NaN too; said as what it is, not as an overflow)
+  QKV_CHECK(s.counted > 0, "step ", s.step, ": every target of the batch is ", kIgnoreIndex,
+            " (ignored), so its mean loss is 0 / 0; each batch needs a target to learn from (the --data file's "
+            "'targets' marks which)");
   if (!std::isfinite(s.loss))
     throw NonFiniteError(s.step, "the loss is " + number_text(s.loss), first_non_finite(*model_, b.inputs, b.batch, b.tokens));
   // The slice's share of the batch's mean: divided by the whole batch's count of targets.

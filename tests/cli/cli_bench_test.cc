@@ -181,8 +181,8 @@ TEST_F(CliBench, EveryModuleTakesHostileSizesAndThreadCounts) {
       {"--module decode --kv-len 8 --head-dim 9999999999", "raise it with --max-memory"},
       {"--module ring-attention --seq-len 3000000000 --num-heads 64", "this rank's inputs and outputs needs"},
       {"--module ring-attention --seq-len 8 --head-dim 4611686018427387904", "exceeds the largest size"},
-      {"--module decode --kv-len 8 --threads 100000", "--threads 100000 is more than the"},
-      {"--module mha --seq-len 8 --threads 100000", "--threads 100000 is more than the"},
+      {"--module decode --kv-len 8 --threads 100000", "--threads: 100000 is more than the"},
+      {"--module mha --seq-len 8 --threads 100000", "--threads: 100000 is more than the"},
       {"--module gpt --seq-len 1025", "--seq-len 1025: must be in [1, 1024] (gpt2-small's context length)"},
       {"--module gpt --seq-len 0", "--seq-len 0: must be at least 1"},
       {"--module gpt --preset gpt5 --seq-len 8", "unknown preset 'gpt5'; expected one of: gpt2-small"},
@@ -200,7 +200,8 @@ TEST_F(CliBench, EveryModuleTakesHostileSizesAndThreadCounts) {
     const Result r =
         run("bench " + args + (args.find("--threads") == std::string::npos ? " --threads 1" : ""), "", env_for(args));
     // A flag's value or combination refused is bad usage (2); sizes this machine cannot hold, an error (1).
-    const bool usage = args.starts_with("--module gpt") || args.find("--preset") != std::string::npos;
+    const bool usage = args.starts_with("--module gpt") || args.find("--preset") != std::string::npos ||
+                       args.find("--threads") != std::string::npos;
     EXPECT_EQ(r.status, usage ? 2 : 1) << args << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr(message)) << args;
     EXPECT_EQ(r.out, "") << args;

@@ -87,7 +87,7 @@ TEST_F(ExploreCli, AGptModelsFileGivesAPageOfEveryLayerAndHead) {
   std::filesystem::remove(path("page.html"));
   refused("explore --checkpoint gpt --text 'one two three four five six seven eight nine ten eleven "
           "twelve thirteen fourteen fifteen sixteen seventeen'", 1, "context length is 16");
-  refused("explore --model gpt2-tiny --text hi", 2, "--model: gpt2-tiny not in {");
+  refused("explore --model gpt2-tiny --text hi", 2, "--model: 'gpt2-tiny' is not a preset; expected one of: gpt2-small");
   refused("explore --model gpt2-small --checkpoint gpt", 2, "not both");
   refused("explore --model gpt2-small --num-heads 3", 2, "does not apply to --model");
 }

@@ -3,6 +3,8 @@
 // killed runs' temporaries, and the exit statuses qkv --help promises.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -149,8 +151,8 @@ TEST_F(CliHardening, AMemoryLimitErrorSaysWhichFlagRaisesIt) {
 
 TEST_F(CliHardening, ThreadsBeyondTheLimitAreRefusedNamingTheFlag) {
   const Result r = run("encode --jsonl - --threads 100000", "\"a\"\n");
-  EXPECT_EQ(r.status, 1);
-  EXPECT_THAT(r.err, HasSubstr("--threads 100000"));
+  EXPECT_EQ(r.status, 2);  // a usage error (it was 1)
+  EXPECT_THAT(r.err, HasSubstr("--threads: 100000"));
   EXPECT_THAT(r.err, HasSubstr("threads one command may start"));
 }
 
@@ -265,8 +267,9 @@ TEST_F(CliHardening, FlagsWrongTogetherAreUsageErrorsNamingTheFlag) {
   write_file_atomically(path("x.st"), "not read");
   const std::pair<std::string, std::string> cases[] = {
       // a name that is no preset: chat listed every family's presets, and exited 1
-      {"chat --model nonexist < /dev/null", "--model: nonexist not in {"},
-      {"explore --model nonexist --text hi --out e.html", "--model: nonexist not in {"},
+      {"chat --model nonexist < /dev/null", "--model: 'nonexist' is not a preset; expected one of: llama-3.2-1b |"},
+      {"explore --model nonexist --text hi --out e.html",
+       "--model: 'nonexist' is not a preset; expected one of: gpt2-small |"},
       {"encode --pattern x --text hi", "--pattern: goes with --ranks FILE; GPT-2's encoding has its own"},
       {"encode --special a=1 --text hi", "--special: goes with --ranks FILE"},
       {"encode --ranks r.tiktoken --vocab-dir . --text hi", "--vocab-dir: names GPT-2's vocabulary; --ranks names another"},
@@ -278,7 +281,6 @@ TEST_F(CliHardening, FlagsWrongTogetherAreUsageErrorsNamingTheFlag) {
       {"forward --module gpt --grads-out g.st --input x.st --output y.st", "--grads-out: --grad-output FILE"},
       {"bench --module attention-core --batch 1 --seq-len 8 --num-heads 1 --head-dim 8 --threads 100000",
        "--threads: 100000 is more than the "},
-      {"encode --jsonl - --threads 100000 < /dev/null", "--threads: 100000 is more than the "},
       // a flag given twice: CLI11's "At Most 1 required but received 2"
       {"train --steps 1 --steps 2", "--steps: given 2 times; give it once"},
   };
@@ -289,6 +291,54 @@ TEST_F(CliHardening, FlagsWrongTogetherAreUsageErrorsNamingTheFlag) {
   }
   EXPECT_FALSE(fs::exists(path("y.st")));
   EXPECT_FALSE(fs::exists(path("e.html")));
+}
+
+// An output where no file can be created (/proc: root passes access() there) is refused before the
+// work; train refused it only when writing its checkpoint, after every step.
+TEST_F(CliHardening, AnOutputWhereNoFileCanBeCreatedIsRefusedBeforeTheWork) {
+  const Result r = run(kTinyTrain + "--steps 400 --checkpoint /proc/qkv-no.st --svg=");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("'/proc/qkv-no.st'"));
+  EXPECT_THAT(r.out, Not(HasSubstr("trained"))) << "it trained first";
+  const Result f = run(kForward + "--output /proc/qkv-no.st");
+  EXPECT_EQ(f.status, 1) << f.err;
+  EXPECT_THAT(f.err, HasSubstr("'/proc/qkv-no.st'"));
+}
+
+// A training run whose progress goes to a pipe nobody reads any more (`qkv train 2>&1 | head -1`
+// after head exited): SIGPIPE killed it at its first line, before any checkpoint. Now the writes
+// fail and the run ends with its checkpoint: exit 0 when only standard error was lost, 1 when the
+// standard output was (its summary did not arrive).
+TEST_F(CliHardening, AClosedPipeOnTheProgressDoesNotLoseATrainingRun) {
+  for (const bool stdout_too : {false, true}) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    close(fds[0]);  // the reader is gone: every write to fds[1] raises SIGPIPE
+    const std::string out = path("out.txt");
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      signal(SIGPIPE, SIG_DFL);
+      if (chdir(dir_.c_str()) != 0) _exit(126);
+      const int out_fd = stdout_too ? fds[1] : ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(out_fd, 1);
+      dup2(fds[1], 2);
+      execl(QKV_BINARY, "qkv", "train", "--length", "4", "--symbols", "6", "--d-model", "16", "--num-heads", "2",
+            "--num-layers", "1", "--batch-size", "8", "--eval-sequences", "64", "--steps", "3", "--eval-every", "1",
+            "--checkpoint", "c.st", "--svg=", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(fds[1]);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_FALSE(WIFSIGNALED(status)) << "killed by signal " << WTERMSIG(status) << " (stdout too: " << stdout_too << ")";
+    EXPECT_EQ(WEXITSTATUS(status), stdout_too ? 1 : 0);
+    EXPECT_TRUE(fs::exists(path("c.st"))) << "stdout too: " << stdout_too;
+    if (!stdout_too) {
+      EXPECT_THAT(read_file(out), HasSubstr("c.st"));
+    }
+    fs::remove(path("c.st"));
+  }
 }
 
 // "--flag=" is the flag with an empty value (--checkpoint= : none, as --checkpoint ''); CLI11 took the

@@ -533,5 +533,25 @@ TEST(LossCurve, DrawsTheLossesOnALogScaleWithEvaluations) {
   EXPECT_EQ(loss_curve_svg({}, {}).find("nan"), std::string::npos);
 }
 
+// A batch whose targets are all ignored (-100) has a mean loss of 0 / 0, as in PyTorch: said as
+// that, naming the step, where it read "the overflow happened inside the loss".
+TEST(TrainerRun, ABatchWithEveryTargetIgnoredSaysSo) {
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("qkv_ignored_" + std::to_string(::getpid()) + ".safetensors")).string();
+  save_safetensors(file, {{"inputs", Tensor::from({2, 4}, std::vector<float>{1, 2, 3, 4, 4, 3, 2, 1})},
+                          {"targets", Tensor::from({2, 4}, std::vector<float>(8, -100.0f))}});
+  TrainOptions o = testing_support::tiny_copy_task();
+  o.task = TrainTask::kData;
+  o.data_file = file;
+  o.model.vocab_size = 5;
+  o.batch_size = 2;
+  o.eval_sequences = 0;
+  Trainer t(o);
+  const std::string e = error_of([&] { t.step(); });
+  std::filesystem::remove(file);
+  EXPECT_THAT(e, HasSubstr("step 1: every target of the batch is -100 (ignored), so its mean loss is 0 / 0"));
+  EXPECT_EQ(t.steps_done(), 0);
+}
+
 }  // namespace
 }  // namespace qkv

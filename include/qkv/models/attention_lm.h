@@ -68,7 +68,7 @@ void visit_fields(V&& v, C&... c) {
                 "Positions the model has (default: the task's sequence length; 64 for text)", false, true}
         .at_least(0),
     c.context_length...);
-  v(OptionField{"dropout", "--dropout", "Dropout on the attention weights, in [0, 1)", true, true}.within(0, 1, true),
+  v(OptionField{"dropout", "--dropout", "Dropout on the attention weights, in [0, 1)", true, true},
     c.attention.dropout...);
   v(OptionField{"qkv_bias", "--qkv-bias", "Give the query, key and value projections a bias", false, true},
     c.qkv_bias...);
@@ -77,8 +77,7 @@ void visit_fields(V&& v, C&... c) {
     c.path...);
   v(OptionField{"num_kv_heads", "--num-kv-heads",
                 "Key/value heads G, dividing --num-heads (grouped-query attention; 1: multi-query; 0: --num-heads)",
-                true, false}
-        .at_least(0),
+                true, false},
     c.attention.kv_heads...);
   v(OptionField{"rope", "--rope",
                 "Rotary position embedding of queries and keys: none | half (pairs i, i + D/2: the book's Llama) | "
@@ -87,13 +86,11 @@ void visit_fields(V&& v, C&... c) {
     c.attention.rope...);
   v(OptionField{"rope_base", "--rope-base", "RoPE's base (frequencies base^(-2i/D)), > 0", true, false},
     c.attention.rope_base...);
-  v(OptionField{"window", "--window", "Sliding window: query i sees keys j > i - W (0: no window)", true, false}
-        .at_least(0),
+  v(OptionField{"window", "--window", "Sliding window: query i sees keys j > i - W (0: no window)", true, false},
     c.attention.window...);
   v(OptionField{"alibi", "--alibi", "ALiBi bias -slope_h * (i - j) with the paper's slopes", false, false},
     c.attention.alibi...);
-  v(OptionField{"softcap", "--softcap", "Cap the scaled scores as C * tanh(x / C) (Gemma 2; 0: none)", true, false}
-        .at_least(0),
+  v(OptionField{"softcap", "--softcap", "Cap the scaled scores as C * tanh(x / C) (Gemma 2; 0: none)", true, false},
     c.attention.softcap...);
   v(OptionField{"dtype", "--dtype",
                 "The attention blocks' products: f32 | bf16 (mixed precision: bf16 products, fp32 master weights "

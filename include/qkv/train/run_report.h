@@ -27,6 +27,7 @@ struct RunSummary {
   double seconds = 0, tokens_per_s = 0;
   float final_loss = 0;          // NaN before any step
   std::optional<double> accuracy;  // the last held-out accuracy (built-in tasks)
+  int64_t accuracy_step = 0;       // the step it was measured after (before `steps` when a run stopped early)
   bool finished = false;          // every step of the options taken
   std::string task, checkpoint, loss_curve;
   int ranks = 0;                  // data-parallel ranks (0: one process)
@@ -34,6 +35,7 @@ struct RunSummary {
 RunSummary summarize_run(const Trainer& t, const RunResult& r, double seconds, const std::string& checkpoint,
                          const std::string& loss_curve, int ranks);
 // "trained 500 steps (500 in this run) in 3.1 s, 83.2k tokens/s; final loss 0.0132, held-out accuracy 99.80%"
+// (", held-out accuracy 61.20% at step 450" when it was measured before the last step)
 std::string summary_line(const RunSummary& s);
 nlohmann::json summary_json(const RunSummary& s);
 
