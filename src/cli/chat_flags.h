@@ -13,7 +13,8 @@ namespace qkv::cli {
 struct ChatFlags {
   std::string system;
   bool thinking = true;       // Qwen3's thinking block
-  int64_t max_context = 4096; // the conversation's KV cache, in positions
+  int64_t max_context = 4096; // the conversation's KV cache, in positions (the model's context when smaller)
+  bool max_context_given = false;  // --max-context on the command line: more than the model's is refused
   bool special_in_messages = false;  // special tokens spelled in messages matched as control ids
 };
 

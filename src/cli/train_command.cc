@@ -101,6 +101,15 @@ TrainSetup set_up(const TrainFlags& f, const CLI::App& sub, bool writes) {
     bad_flag("--num-heads", e.what());
   }
   check_model_flags(o.model, sub);
+  if (!is_builtin_task(o.task)) {  // a text or --data run: the built-in tasks' flags would be ignored
+    const char* source = o.task == TrainTask::kText ? "--text-file" : "--data";
+    if (sub.count("--task") > 0 && (sub.count("--text-file") > 0 || sub.count("--data") > 0) &&
+        (f.o.task == TrainTask::kCopy || f.o.task == TrainTask::kReverse))
+      bad_flag("--task", train_task_name(f.o.task), " is a built-in task, but ", source, " gives the run its data");
+    for (const char* flag : {"--length", "--symbols", "--eval-every", "--eval-sequences"})
+      if (sub.count(flag) > 0)
+        bad_flag(flag, "is a flag of the built-in tasks (copy, reverse); this run trains on ", source);
+  }
   QKV_CHECK(o.task != TrainTask::kData || !o.data_file.empty(), "--task data needs --data FILE");
   QKV_CHECK(f.checkpoint_every >= 0 && f.stop_after >= 0, "--checkpoint-every and --stop-after must not be negative");
 

@@ -330,6 +330,20 @@ TEST_F(TrainCli, TrainsOnATextFileAndGeneratesFromIt) {
   Result unknown = run("generate --checkpoint t.st --prompt \"zebra\"");
   EXPECT_EQ(unknown.status, 1);
   EXPECT_THAT(unknown.err, HasSubstr("does not occur in the text the model was trained on"));
+  // the built-in tasks' flags on a text run were ignored without a word (exit 0)
+  const std::pair<const char*, const char*> moot[] = {
+      {"--task copy", "--task: copy is a built-in task, but --text-file gives the run its data"},
+      {"--length 8", "--length: is a flag of the built-in tasks (copy, reverse); this run trains on --text-file"},
+      {"--symbols 4", "--symbols: is a flag of the built-in tasks"},
+      {"--eval-every 5", "--eval-every: is a flag of the built-in tasks"},
+      {"--eval-sequences 8", "--eval-sequences: is a flag of the built-in tasks"},
+  };
+  for (const auto& [flag, message] : moot) {
+    const Result m = run(std::string("train --text-file t.txt --context-length 16 --d-model 16 --num-heads 2 "
+                                     "--num-layers 1 --steps 1 --quiet --svg= --checkpoint= ") + flag);
+    EXPECT_EQ(m.status, 2) << flag << ": " << m.err;
+    EXPECT_THAT(m.err, HasSubstr(message)) << flag;
+  }
 }
 
 // --checkpoint "" is none for chapter 5's loop too (it wrote the family's default qkv-gpt.safetensors,

@@ -306,7 +306,8 @@ TEST(HostileCheckpoint, ACheckpointAskingForTooMuchIsRefusedBeforeAnythingIsBuil
       {"context_length 2^32", [](nlohmann::json& o) { o["model"]["context_length"] = int64_t{1} << 32; },
        "max_memory_bytes"},
       {"a batch of 2^40", [](nlohmann::json& o) { o["batch_size"] = int64_t{1} << 40; }, "max_memory_bytes"},
-      {"a negative size", [](nlohmann::json& o) { o["model"]["vocab_size"] = -6; }, "must be positive"},
+      {"a negative size", [](nlohmann::json& o) { o["model"]["vocab_size"] = -6; },
+       "model.vocab_size (--vocab-size) is -6; expected at least 0"},
       // Within the limits, but not what the tensors are: refused before a model is built, too.
       {"d_model 16", [](nlohmann::json& o) { o["model"]["d_model"] = 16; },
        "tensor 'tok_emb.weight' has shape (6, 8) but its options (vocab_size 6, context_length 6, d_model 16) make "

@@ -402,6 +402,10 @@ def chat(h, tmp, family, cfg, tokenizer, end):
            "--max-context", "12", "--json"]
     h.record(f"bad input: a chat turn longer than the context ({family})", refusal(cmd, "exceed the chat's context", out),
              cmd)
+    # --max-context beyond the model's positions was cut to them without a word
+    cmd = [h.qkv, "generate", "--weights", weights, "--chat", "--prompt", "hi", "--max-context", "100000"]
+    h.record(f"bad input: --max-context beyond the model's positions ({family})",
+             refusal(cmd, "--max-context: 100000 is more than the model's 160 positions", out), cmd)
 
     # chat --json goes on past a turn that does not fit, as text mode does: an error line, then the
     # next turn as if the refused one had not been sent; the exit status is 1, the refusal counted
