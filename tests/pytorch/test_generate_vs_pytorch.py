@@ -99,9 +99,10 @@ TEXT = (
 
 # Small models, partly trained (their logits still spread, so that sampling has choices to make).
 SMALL = ["--d-model", "32", "--num-heads", "4", "--num-layers", "2", "--batch-size", "16", "--warmup", "5",
-         "--lr", "0.01", "--min-lr", "0.001", "--eval-every", "0", "--eval-sequences", "16"]
-COPY = ["--task", "copy", "--length", "6", "--symbols", "8", "--steps", "25"] + SMALL
-REVERSE = ["--task", "reverse", "--length", "6", "--symbols", "8", "--steps", "25"] + SMALL
+         "--lr", "0.01", "--min-lr", "0.001"]
+TASK_EVAL = ["--eval-every", "0", "--eval-sequences", "16"]  # the built-in tasks' (a text run refuses them)
+COPY = ["--task", "copy", "--length", "6", "--symbols", "8", "--steps", "25"] + SMALL + TASK_EVAL
+REVERSE = ["--task", "reverse", "--length", "6", "--symbols", "8", "--steps", "25"] + SMALL + TASK_EVAL
 TEXT_RUN = ["--task", "text", "--text-file", "TEXT", "--steps", "40"] + SMALL
 
 
