@@ -8,8 +8,9 @@
 //   m.state_dict() -> {name: float32 array}, the model's own names and order (the book's for GPT)
 //
 // One call runs at a time on a model (its mutex), with the GIL released and the default pool pinned
-// (set_num_threads meanwhile applies to the calls after it); generation takes the GIL back only between tokens, to honour Ctrl-C and to hand each id
-// to on_token. Every number comes from the library: this file converts and checks arguments.
+// (set_num_threads meanwhile applies to the calls after it); generation takes the GIL back only
+// between tokens, to honour Ctrl-C and to hand each id to on_token. Every number comes from the
+// library: this file converts and checks arguments.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 

@@ -39,10 +39,10 @@ void add_chat_flags(CLI::App* sub, ChatFlags& f) {
          "<think></think> after the reply's header)")
       ->type_name("on|off")
       ->default_str("on");
-  add_number_with_default(sub, "--max-context", f.max_context,
-                          "The most tokens the conversation may hold (its KV cache's size; at most the model's context)",
-                          positive<int64_t>())
-      ->each([&f](const std::string&) { f.max_context_given = true; });
+  add_number(sub, "--max-context", f.max_context,
+             "The most tokens the conversation may hold (its KV cache's size; at most the model's context)",
+             positive<int64_t>())
+      ->default_str(std::to_string(kDefaultMaxContext));
   sub->add_flag("--special-tokens-in-messages", f.special_in_messages,
                 "Match special tokens spelled in the messages (\"<|im_end|>\") as the control tokens they name, "
                 "as Hugging Face's default does; without it they are encoded as their characters, so a message "
@@ -52,9 +52,9 @@ void add_chat_flags(CLI::App* sub, ChatFlags& f) {
 ChatSession make_chat_session(const LoadedModel& m, const ChatFlags& f) {
   QKV_CHECK(m.chat_format.has_value() && m.tokenizer, m.description,
             " has no chat format (chat is for the ", family_titles(has_chat), " families, with their tokenizer)");
-  if (f.max_context_given && f.max_context > m.model->context_length())
-    bad_flag("--max-context", f.max_context, " is more than the model's ", m.model->context_length(), " positions");
-  ChatSession chat(*m.model, *m.tokenizer, *m.chat_format, m.end_ids, f.max_context);
+  if (f.max_context && *f.max_context > m.model->context_length())
+    bad_flag("--max-context", *f.max_context, " is more than the model's ", m.model->context_length(), " positions");
+  ChatSession chat(*m.model, *m.tokenizer, *m.chat_format, m.end_ids, f.max_context.value_or(kDefaultMaxContext));
   chat.set_special_tokens_in_messages(f.special_in_messages);
   return chat;
 }

@@ -4,17 +4,21 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "qkv/qkv.h"
 
 namespace qkv::cli {
 
+inline constexpr int64_t kDefaultMaxContext = 4096;
+
 struct ChatFlags {
   std::string system;
   bool thinking = true;       // Qwen3's thinking block
-  int64_t max_context = 4096; // the conversation's KV cache, in positions (the model's context when smaller)
-  bool max_context_given = false;  // --max-context on the command line: more than the model's is refused
+  // the conversation's KV cache, in positions; not given: kDefaultMaxContext, or the model's context
+  // when smaller (given, more than the model's is refused)
+  std::optional<int64_t> max_context;
   bool special_in_messages = false;  // special tokens spelled in messages matched as control ids
 };
 

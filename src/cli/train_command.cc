@@ -103,8 +103,7 @@ TrainSetup set_up(const TrainFlags& f, const CLI::App& sub, bool writes) {
   check_model_flags(o.model, sub);
   if (!is_builtin_task(o.task)) {  // a text or --data run: the built-in tasks' flags would be ignored
     const char* source = o.task == TrainTask::kText ? "--text-file" : "--data";
-    if (sub.count("--task") > 0 && (sub.count("--text-file") > 0 || sub.count("--data") > 0) &&
-        (f.o.task == TrainTask::kCopy || f.o.task == TrainTask::kReverse))
+    if (sub.count("--task") > 0 && is_builtin_task(f.o.task))  // (--text-file or --data set the run's task)
       bad_flag("--task", train_task_name(f.o.task), " is a built-in task, but ", source, " gives the run its data");
     for (const char* flag : {"--length", "--symbols", "--eval-every", "--eval-sequences"})
       if (sub.count(flag) > 0)

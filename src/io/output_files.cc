@@ -183,15 +183,22 @@ class Temporaries {
 };
 
 // A fresh temporary next to `d.target`, holding `f.bytes`, fsynced and closed.
-std::string write_temporary(const OutputFile& f, const Destination& d) {
-  std::string tmp;
+// A new file "<target>.tmp.<pid>.<n>" beside d's target, opened for writing (its name in tmp); else
+// cannot_write naming `what` it was for and why.
+int create_temporary(const OutputFile& f, const Destination& d, std::string& tmp, const std::string& what) {
   int fd = -1;
   for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
     tmp = str(d.target, ".tmp.", ::getpid(), ".", temp_counter.fetch_add(1));
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST && errno != EINTR) break;
   }
-  if (fd < 0) cannot_write(f, "cannot create temporary file " + excerpt(tmp) + ": " + errno_message(errno));
+  if (fd < 0) cannot_write(f, what + excerpt(tmp) + ": " + errno_message(errno));
+  return fd;
+}
+
+std::string write_temporary(const OutputFile& f, const Destination& d) {
+  std::string tmp;
+  const int fd = create_temporary(f, d, tmp, "cannot create temporary file ");
   auto fail_and_clean = [&](const char* what, int err) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -224,13 +231,8 @@ void write_direct(const OutputFile& f, const Destination& d) {
 // A file can be made beside the destination, as its temporary will be: access() lets root pass where
 // the kernel still refuses to create one (/proc), and a run should learn that before its work.
 void check_creatable(const OutputFile& f, const Destination& d) {
-  const std::string tmp = str(d.target, ".tmp.", ::getpid(), ".", temp_counter.fetch_add(1));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    if (errno == EEXIST || errno == EINTR) return;  // (the writer picks another name)
-    cannot_write(f, "a file cannot be created beside it (" + excerpt(tmp) + "): " + errno_message(errno));
-  }
-  ::close(fd);
+  std::string tmp;
+  ::close(create_temporary(f, d, tmp, "a file cannot be created beside it: "));
   ::unlink(tmp.c_str());
 }
 
