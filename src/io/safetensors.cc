@@ -31,7 +31,8 @@ using nlohmann::json;
 
 // --- dtypes ---------------------------------------------------------------------------------
 
-enum class Dtype { F32, F16, BF16, F64, Unsupported };
+// Int and UInt (the integer dtypes) are read only as whole numbers (load_safetensors_integers).
+enum class Dtype { F32, F16, BF16, F64, Int, UInt, Unsupported };
 
 struct DtypeInfo {
   const char* name;
@@ -44,12 +45,12 @@ struct DtypeInfo {
 constexpr DtypeInfo kDtypes[] = {
     {"F32", 4, Dtype::F32},          {"F16", 2, Dtype::F16},
     {"BF16", 2, Dtype::BF16},        {"F64", 8, Dtype::F64},
-    {"BOOL", 1, Dtype::Unsupported}, {"U8", 1, Dtype::Unsupported},
-    {"I8", 1, Dtype::Unsupported},   {"F8_E4M3", 1, Dtype::Unsupported},
-    {"F8_E5M2", 1, Dtype::Unsupported}, {"I16", 2, Dtype::Unsupported},
-    {"U16", 2, Dtype::Unsupported},  {"I32", 4, Dtype::Unsupported},
-    {"U32", 4, Dtype::Unsupported},  {"I64", 8, Dtype::Unsupported},
-    {"U64", 8, Dtype::Unsupported},  {"C64", 8, Dtype::Unsupported},
+    {"BOOL", 1, Dtype::Unsupported}, {"U8", 1, Dtype::UInt},
+    {"I8", 1, Dtype::Int},           {"F8_E4M3", 1, Dtype::Unsupported},
+    {"F8_E5M2", 1, Dtype::Unsupported}, {"I16", 2, Dtype::Int},
+    {"U16", 2, Dtype::UInt},         {"I32", 4, Dtype::Int},
+    {"U32", 4, Dtype::UInt},         {"I64", 8, Dtype::Int},
+    {"U64", 8, Dtype::UInt},         {"C64", 8, Dtype::Unsupported},
 };
 constexpr const char* kSupportedDtypes = "F32, F16, BF16, F64";
 
@@ -137,8 +138,10 @@ const json& field(const json& entry, const char* key, const std::string& file,
   return *it;
 }
 
-Entry parse_entry(const std::string& name, const json& j, uint64_t data_size,
-                  const std::string& file) {
+// integers: the integer dtypes are accepted (whole numbers read by load_safetensors_integers);
+// elsewhere they are refused, as weights (int8 weights mean nothing without their scales).
+Entry parse_entry(const std::string& name, const json& j, uint64_t data_size, const std::string& file,
+                  bool integers) {
   const std::string where = str(quoted_path(file), ": tensor ", excerpt(name));
   QKV_CHECK(j.is_object(), where, ": entry must be a JSON object with dtype, shape and "
             "data_offsets, got ", j.type_name(), " ", brief(j));
@@ -155,6 +158,9 @@ Entry parse_entry(const std::string& name, const json& j, uint64_t data_size,
             " (supported: ", kSupportedDtypes, ")");
   QKV_CHECK(e.dtype->dtype != Dtype::Unsupported, where, " has unsupported dtype ", excerpt(dtype_name),
             " (supported: ", kSupportedDtypes, ")");
+  QKV_CHECK(integers || (e.dtype->dtype != Dtype::Int && e.dtype->dtype != Dtype::UInt), where,
+            " has unsupported dtype ", excerpt(dtype_name), " (supported: ", kSupportedDtypes,
+            "; integer dtypes are read as token ids only, qkv train --data)");
 
   // shape
   const json& shape = field(j, "shape", file, name);
@@ -270,8 +276,10 @@ void decode(const Entry& e, const unsigned char* src, float* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i)
         dst[i] = f64_to_f32(std::bit_cast<double>(load_le(src + 8 * i, 8)));
       break;
+    case Dtype::Int:
+    case Dtype::UInt:
     case Dtype::Unsupported:
-      fail("internal error: decoding an unsupported dtype");
+      fail("internal error: decoding dtype ", e.dtype->name, " as float32");
   }
 }
 
@@ -316,7 +324,7 @@ struct Layout {
   const unsigned char* data = nullptr;  // the data buffer
 };
 
-Layout parse_layout(const unsigned char* raw, uint64_t size, const std::string& file) {
+Layout parse_layout(const unsigned char* raw, uint64_t size, const std::string& file, bool integers = false) {
   QKV_CHECK(size >= 8, quoted_path(file), ": file is ", size, " bytes, too short for a safetensors file ",
             "(expected at least 8 bytes: the header length)");
   QKV_CHECK(std::memcmp(raw, "GGUF", 4) != 0, quoted_path(file), " is a GGUF file (llama.cpp's format, its first ",
@@ -336,7 +344,7 @@ Layout parse_layout(const unsigned char* raw, uint64_t size, const std::string& 
       if (it.key() == "__metadata__") {
         out.metadata = parse_metadata(it.value(), file);
       } else {
-        out.entries.push_back(parse_entry(it.key(), it.value(), data_size, file));
+        out.entries.push_back(parse_entry(it.key(), it.value(), data_size, file, integers));
       }
     }
   } catch (const json::exception& e) {
@@ -359,6 +367,48 @@ Tensor decoded(const Entry& e, const unsigned char* data) {
   return t;
 }
 
+// The entry's elements at src as int64: integers sign- or zero-extended (a U64 beyond int64's
+// largest refused), floats only where whole and within int64 (F64 read as doubles, not rounded to
+// float32 first).
+IntegerTensor integer_values(const Entry& e, const unsigned char* src, const std::string& file) {
+  IntegerTensor t;
+  t.shape = e.shape;
+  const int64_t n = numel_of(e.shape);
+  t.values.resize(static_cast<size_t>(n));
+  const int bytes = static_cast<int>(e.dtype->size);
+  auto element = [&](int64_t i) { return src + static_cast<uint64_t>(i * bytes); };
+  auto whole = [&](int64_t i, double v) {
+    QKV_CHECK(std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9.2e18, quoted_path(file), ": tensor ",
+              excerpt(e.name), " element ", i, " is ", v, "; expected a whole number within int64's range");
+    t.values[static_cast<size_t>(i)] = static_cast<int64_t>(v);
+  };
+  switch (e.dtype->dtype) {
+    case Dtype::Int: {
+      const int shift = 64 - 8 * bytes;  // sign extension: the value's top bit moved to bit 63 and back
+      for (int64_t i = 0; i < n; ++i)
+        t.values[static_cast<size_t>(i)] = static_cast<int64_t>(load_le(element(i), bytes) << shift) >> shift;
+      break;
+    }
+    case Dtype::UInt:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint64_t u = load_le(element(i), bytes);
+        QKV_CHECK(u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), quoted_path(file), ": tensor ",
+                  excerpt(e.name), " element ", i, " is ", u, ", beyond int64's largest");
+        t.values[static_cast<size_t>(i)] = static_cast<int64_t>(u);
+      }
+      break;
+    case Dtype::F64:
+      for (int64_t i = 0; i < n; ++i) whole(i, std::bit_cast<double>(load_le(element(i), 8)));
+      break;
+    default: {  // F32, F16, BF16: exact in float32
+      std::vector<float> f(static_cast<size_t>(n));
+      decode(e, src, f.data(), n);
+      for (int64_t i = 0; i < n; ++i) whole(i, f[static_cast<size_t>(i)]);
+    }
+  }
+  return t;
+}
+
 }  // namespace
 
 TensorFile parse_safetensors(const std::string& bytes, const std::string& file) {
@@ -376,6 +426,22 @@ TensorFile parse_safetensors(const std::string& bytes, const std::string& file) 
 
 TensorFile load_safetensors(const std::string& path) {
   return parse_safetensors(read_file(path), path);
+}
+
+std::map<std::string, IntegerTensor> load_safetensors_integers(const std::string& path,
+                                                               const std::vector<std::string>& names) {
+  const std::string bytes = read_file(path);
+  const Layout layout = parse_layout(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), path, true);
+  std::vector<std::string> all;
+  for (const Entry& e : layout.entries) all.push_back(e.name);
+  std::map<std::string, IntegerTensor> out;
+  for (const std::string& name : names) {
+    const auto it = std::find_if(layout.entries.begin(), layout.entries.end(),
+                                 [&](const Entry& e) { return e.name == name; });
+    if (it == layout.entries.end()) fail_missing(path, name, all);
+    out.emplace(name, integer_values(*it, layout.data + it->begin, path));
+  }
+  return out;
 }
 
 // --- MappedSafetensors ------------------------------------------------------------------------

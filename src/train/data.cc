@@ -117,25 +117,24 @@ void TokenWindows::set_state(const nlohmann::json& state) {
 // --- FixedBatches --------------------------------------------------------------------------------
 
 FixedBatches::FixedBatches(const std::string& path, int64_t vocab_size) : path_(path) {
-  TensorFile f = load_safetensors(path);
-  const Tensor& in = f.get("inputs");
-  const Tensor& tg = f.get("targets");
-  QKV_CHECK(in.dim() == 2 && in.shape() == tg.shape() && in.numel() > 0, "'", path,
-            "': 'inputs' and 'targets' must be two (N, T) tensors of the same shape, got ", shape_str(in.shape()),
-            " and ", shape_str(tg.shape()));
-  rows_ = in.size(0);
-  tokens_ = in.size(1);
+  const std::map<std::string, IntegerTensor> f = load_safetensors_integers(path, {"inputs", "targets"});
+  const IntegerTensor &in = f.at("inputs"), &tg = f.at("targets");
+  QKV_CHECK(in.shape.size() == 2 && in.shape == tg.shape && !in.values.empty(), "'", path,
+            "': 'inputs' and 'targets' must be two (N, T) tensors of the same shape, got ", shape_str(in.shape),
+            " and ", shape_str(tg.shape));
+  rows_ = in.shape[0];
+  tokens_ = in.shape[1];
   int64_t largest = 0;
-  // Ids are whole numbers below 2^24: float32 holds every integer up to there exactly, and no id
-  // beyond it (9e18, say) can be told from its neighbours, or make a vocabulary qkv could build.
-  constexpr float kIdLimit = 16777216.0f;
-  auto read = [&](const Tensor& t, bool targets, std::vector<int64_t>& out) {
-    for (float v : t.to_vector()) {
-      QKV_CHECK(std::isfinite(v) && v == std::floor(v) && ((v >= 0 && v < kIdLimit) || (targets && v == kIgnoreIndex)),
-                excerpt(path, 4096), ": ", targets ? "targets" : "inputs", " must hold whole ids in [0, 2^24)",
-                targets ? " or -100" : "", "; found ", v);
-      out.push_back(static_cast<int64_t>(v));
-      largest = std::max(largest, out.back());
+  // Ids below 2^24: a float32 file holds every integer up to there exactly, and no vocabulary qkv
+  // could build is larger.
+  constexpr int64_t kIdLimit = int64_t{1} << 24;
+  auto read = [&](const IntegerTensor& t, bool targets, std::vector<int64_t>& out) {
+    for (int64_t v : t.values) {
+      QKV_CHECK((v >= 0 && v < kIdLimit) || (targets && v == kIgnoreIndex), excerpt(path, 4096), ": ",
+                targets ? "targets" : "inputs", " must hold whole ids in [0, 2^24)", targets ? " or -100" : "",
+                "; found ", v);
+      out.push_back(v);
+      largest = std::max(largest, v);
     }
   };
   read(in, false, inputs_);

@@ -413,7 +413,7 @@ TEST(SafetensorsMalformed, UnknownAndUnsupportedDtypesAreNamedWithTheSupportedOn
       {"tensor 'w'", "unknown dtype 'Q7'", "F32, F16, BF16, F64"}));
   EXPECT_TRUE(ThrowsErrorWith(
       [] { parse(one_entry(R"({"dtype":"I32","shape":[1],"data_offsets":[0,4]})")); },
-      {"tensor 'w'", "unsupported dtype 'I32'", "F32, F16, BF16, F64"}));
+      {"tensor 'w'", "unsupported dtype 'I32'", "F32, F16, BF16, F64", "token ids only"}));
   EXPECT_TRUE(ThrowsErrorWith(
       [] { parse(one_entry(R"({"dtype":"f32","shape":[1],"data_offsets":[0,4]})")); },
       {"unknown dtype 'f32'"}));
@@ -767,6 +767,80 @@ TEST(SafetensorsMapped, RefusesWhatTheWholeFileReaderRefusesWithItsErrors) {
     EXPECT_FALSE(whole.empty());
     EXPECT_EQ(mapped, whole);
   }
+}
+
+// --- whole numbers (token ids) ----------------------------------------------------------------
+
+// Every integer dtype, at its extremes, and whole floats, read as int64 (little-endian, signed ones
+// sign-extended); with the float reader the same file is refused (integers are no weights).
+TEST(SafetensorsIntegers, EveryIntegerDtypeAndWholeFloatsAreReadAsInt64) {
+  TempDir dir;
+  const std::string data = le_bytes(std::vector<uint8_t>{0xff, 0x7f}) +                        // I8: -1, 127
+                           le_bytes(std::vector<uint16_t>{static_cast<uint16_t>(-300)}) +      // I16
+                           le_bytes(std::vector<uint32_t>{static_cast<uint32_t>(-100), 70000}) +  // I32
+                           le_bytes(std::vector<uint64_t>{uint64_t{1} << 63, 5000000000}) +    // I64
+                           le_bytes(std::vector<uint8_t>{255}) + le_bytes(std::vector<uint16_t>{65535}) +
+                           le_bytes(std::vector<uint32_t>{4294967295u}) +
+                           le_bytes(std::vector<uint64_t>{9223372036854775807ull}) +          // U64
+                           testing_support::f32_bytes({3.0f, -100.0f}) +
+                           le_bytes(std::vector<uint16_t>{0x4000}) +                          // BF16 2
+                           le_bytes(std::vector<uint64_t>{std::bit_cast<uint64_t>(1e15)});    // F64
+  const std::string header =
+      R"({"i8":{"dtype":"I8","shape":[2],"data_offsets":[0,2]},)"
+      R"("i16":{"dtype":"I16","shape":[1],"data_offsets":[2,4]},)"
+      R"("i32":{"dtype":"I32","shape":[1,2],"data_offsets":[4,12]},)"
+      R"("i64":{"dtype":"I64","shape":[2],"data_offsets":[12,28]},)"
+      R"("u8":{"dtype":"U8","shape":[1],"data_offsets":[28,29]},)"
+      R"("u16":{"dtype":"U16","shape":[1],"data_offsets":[29,31]},)"
+      R"("u32":{"dtype":"U32","shape":[1],"data_offsets":[31,35]},)"
+      R"("u64":{"dtype":"U64","shape":[1],"data_offsets":[35,43]},)"
+      R"("f32":{"dtype":"F32","shape":[2],"data_offsets":[43,51]},)"
+      R"("bf16":{"dtype":"BF16","shape":[1],"data_offsets":[51,53]},)"
+      R"("f64":{"dtype":"F64","shape":[1],"data_offsets":[53,61]}})";
+  const std::string path = dir.file("ids.safetensors");
+  std::ofstream(path, std::ios::binary) << make_file(header, data);
+  const auto f = load_safetensors_integers(path, {"i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f32",
+                                                  "bf16", "f64"});
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(f.at("i8").values, (V{-1, 127}));
+  EXPECT_EQ(f.at("i16").values, (V{-300}));
+  EXPECT_EQ(f.at("i32").values, (V{-100, 70000}));
+  EXPECT_EQ(f.at("i32").shape, (Shape{1, 2}));
+  EXPECT_EQ(f.at("i64").values, (V{std::numeric_limits<int64_t>::min(), 5000000000}));
+  EXPECT_EQ(f.at("u8").values, (V{255}));
+  EXPECT_EQ(f.at("u16").values, (V{65535}));
+  EXPECT_EQ(f.at("u32").values, (V{4294967295}));
+  EXPECT_EQ(f.at("u64").values, (V{std::numeric_limits<int64_t>::max()}));
+  EXPECT_EQ(f.at("f32").values, (V{3, -100}));
+  EXPECT_EQ(f.at("bf16").values, (V{2}));
+  EXPECT_EQ(f.at("f64").values, (V{1000000000000000}));
+  // (the header's entries are checked in the order of their names: i16 is the first integer one)
+  EXPECT_TRUE(ThrowsErrorWith([&] { load_safetensors(path); }, {"tensor 'i16'", "unsupported dtype 'I16'"}));
+  EXPECT_TRUE(ThrowsErrorWith([&] { MappedSafetensors m(path); }, {"unsupported dtype 'I16'", "token ids only"}));
+  EXPECT_TRUE(ThrowsErrorWith([&] { load_safetensors_integers(path, {"i8", "targets"}); },
+                              {"has no tensor 'targets'", "i64"}));
+}
+
+// A value int64 cannot hold, or a float that is not whole, is named with its tensor and element;
+// other dtypes stay refused.
+TEST(SafetensorsIntegers, ValuesThatAreNoWholeInt64AreNamed) {
+  TempDir dir;
+  const std::string path = dir.file("bad.safetensors");
+  auto refused = [&](const std::string& dtype, const std::string& bytes,
+                     std::initializer_list<std::string_view> parts) {
+    const std::string header = R"({"ids":{"dtype":")" + dtype + R"(","shape":[2],"data_offsets":[0,)" +
+                               std::to_string(bytes.size()) + "]}}";
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << make_file(header, bytes);
+    return ThrowsErrorWith([&] { load_safetensors_integers(path, {"ids"}); }, parts);
+  };
+  EXPECT_TRUE(refused("U64", le_bytes(std::vector<uint64_t>{1, uint64_t{1} << 63}),
+                      {"'" + path + "'", "tensor 'ids' element 1 is 9223372036854775808, beyond int64's largest"}));
+  EXPECT_TRUE(refused("F32", testing_support::f32_bytes({1.0f, 2.5f}),
+                      {"tensor 'ids' element 1 is 2.5; expected a whole number within int64's range"}));
+  EXPECT_TRUE(refused("F32", testing_support::f32_bytes({std::nanf(""), 1.0f}), {"element 0 is nan"}));
+  EXPECT_TRUE(refused("F32", testing_support::f32_bytes({1.0f, 1e30f}), {"element 1 is 1e+30; expected"}));
+  EXPECT_TRUE(refused("F64", le_bytes(std::vector<uint64_t>{std::bit_cast<uint64_t>(0.5), 0}), {"element 0 is 0.5"}));
+  EXPECT_TRUE(refused("BOOL", std::string(2, '\1'), {"unsupported dtype 'BOOL'"}));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <numbers>
 #include <set>
@@ -531,6 +532,48 @@ TEST(LossCurve, DrawsTheLossesOnALogScaleWithEvaluations) {
   EXPECT_THAT(svg, HasSubstr("log scale"));
   EXPECT_THAT(svg, HasSubstr("accuracy 99.50%"));
   EXPECT_EQ(loss_curve_svg({}, {}).find("nan"), std::string::npos);
+}
+
+// Token ids stored as integers (I64, as torch.save_file writes a LongTensor; I32) train exactly as
+// their float32 copies do: the same batches, the same losses.
+TEST(TrainerRun, IntegerIdsTrainAsTheirFloatCopies) {
+  const std::string base =
+      (std::filesystem::temp_directory_path() / ("qkv_ids_" + std::to_string(::getpid()))).string();
+  const std::vector<int64_t> in = {1, 2, 3, 4, 4, 3, 2, 1, 0, 1, 0, 1}, tg = {2, 3, 4, -100, 3, 2, 1, 0, 1, 0, 1, 0};
+  save_safetensors(base + ".f32", {{"inputs", Tensor::from({3, 4}, std::vector<float>(in.begin(), in.end()))},
+                                   {"targets", Tensor::from({3, 4}, std::vector<float>(tg.begin(), tg.end()))}});
+  auto integers = [&](const std::string& dtype, int bytes) {  // the safetensors layout, written by hand
+    std::string data;
+    for (const auto* ids : {&in, &tg})
+      for (int64_t v : *ids)
+        for (int b = 0; b < bytes; ++b)
+          data.push_back(static_cast<char>((static_cast<uint64_t>(v) >> (8 * b)) & 0xff));
+    const size_t half = data.size() / 2;
+    const std::string header = R"({"inputs":{"dtype":")" + dtype + R"(","shape":[3,4],"data_offsets":[0,)" +
+                               std::to_string(half) + R"(]},"targets":{"dtype":")" + dtype +
+                               R"(","shape":[3,4],"data_offsets":[)" + std::to_string(half) + "," +
+                               std::to_string(data.size()) + "]}}";
+    const std::string path = base + "." + dtype;
+    std::ofstream(path, std::ios::binary) << testing_support::le64(header.size()) << header << data;
+    return path;
+  };
+  auto losses = [](const std::string& file) {
+    TrainOptions o = testing_support::tiny_copy_task();
+    o.task = TrainTask::kData;
+    o.data_file = file;
+    o.model.vocab_size = 5;
+    o.batch_size = 2;
+    o.eval_sequences = 0;
+    Trainer t(o);
+    std::vector<double> out;
+    for (int i = 0; i < 3; ++i) out.push_back(t.step().loss);
+    return out;
+  };
+  const std::vector<double> want = losses(base + ".f32");
+  EXPECT_EQ(losses(integers("I64", 8)), want);
+  EXPECT_EQ(losses(integers("I32", 4)), want);
+  for (const char* ext : {".f32", ".I64", ".I32"}) std::filesystem::remove(base + ext);
+  EXPECT_TRUE(std::isfinite(want[0]) && want[0] > 0) << want[0];
 }
 
 // A batch whose targets are all ignored (-100) has a mean loss of 0 / 0, as in PyTorch: said as

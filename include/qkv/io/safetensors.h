@@ -5,7 +5,8 @@
 //    "__metadata__": {"key": "value", ...}}            (the metadata entry is optional)
 // then the raw little-endian data buffer; offsets are relative to the start of that buffer.
 //
-// Reading accepts F32, and converts F16, BF16 (exactly) and F64 (rounded to nearest) to float32.
+// Reading accepts F32, and converts F16, BF16 (exactly) and F64 (rounded to nearest) to float32;
+// integer dtypes only as whole numbers (load_safetensors_integers: token ids).
 // Every malformed input - truncated, bad JSON, wrong types, absurd shapes, unknown dtypes, offsets
 // out of range or overlapping - is a qkv::Error naming the file and, where it applies, the tensor;
 // no input makes the reader crash or read out of bounds. Writing produces F32, or BF16 for the
@@ -37,6 +38,19 @@ struct TensorFile {
 
 TensorFile load_safetensors(const std::string& path);
 TensorFile parse_safetensors(const std::string& bytes, const std::string& path_for_errors);
+
+// Whole numbers from a safetensors file (training data's token ids: `qkv train --data`): the named
+// tensors, of an integer dtype (I8 to I64, U8 to U64) or a float one (F32, F16, BF16, F64) whose
+// every value is whole, as int64. The file is checked as load_safetensors checks it; a value int64
+// cannot hold, or a float that is not whole, is an error naming the tensor and the element; a name
+// the file lacks, TensorFile::get's. Integer dtypes are read here only (as weights they are
+// refused: int8 weights mean nothing without their scales).
+struct IntegerTensor {
+  Shape shape;
+  std::vector<int64_t> values;  // row-major
+};
+std::map<std::string, IntegerTensor> load_safetensors_integers(const std::string& path,
+                                                               const std::vector<std::string>& names);
 
 // A safetensors file memory-mapped read-only and checked whole when opened (the header, every
 // entry's dtype, shape and byte range, no overlaps: load_safetensors's checks and errors), each

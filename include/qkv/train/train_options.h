@@ -61,7 +61,8 @@ void visit_fields(V&& v, O&... o) {
                 false},
     o.text_file...);
   v(OptionField{"data_file", "--data",
-                "Fixed batches: a safetensors file with (N, T) 'inputs' and 'targets' (sets --task data)", false},
+                "Fixed batches: a safetensors file with (N, T) 'inputs' and 'targets' token ids, integers (I64, ...) "
+                "or whole floats (sets --task data)", false},
     o.data_file...);
   visit_fields(
       [&v](OptionField f, auto&... m) {
