@@ -2,6 +2,7 @@
 #include "qkv/train/checkpoint.h"
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <set>
 
@@ -39,10 +40,19 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   }
   nlohmann::json evals = nlohmann::json::array();
   for (const EvalStats& e : c.evals) evals.push_back({{"step", e.step}, {"loss", e.loss}, {"accuracy", e.accuracy}});
+  // The run's input files by absolute paths, so that a run resumed from another directory reads
+  // the same ones (as given, relative to the directory the run started in, it read whatever file of
+  // that name the new directory had). A path that cannot be made absolute is kept as given.
+  TrainOptions options = c.options;
+  for (std::string* file : {&options.text_file, &options.data_file}) {
+    std::error_code ec;
+    const std::filesystem::path absolute = std::filesystem::absolute(*file, ec);
+    if (!file->empty() && !ec) *file = absolute.lexically_normal().string();
+  }
   save_safetensors(path, tensors,
                    {{"format", "pt"},
                     {"qkv", kKind},
-                    {"options", to_json(c.options).dump()},
+                    {"options", to_json(options).dump()},
                     {"step", std::to_string(c.step)},
                     {"rng.model", c.model_rng},
                     {"data.state", c.data_state.dump()},

@@ -312,6 +312,27 @@ TEST_F(TrainCli, TextTooShortForOneWindowSaysTheLengthNeeded) {
   EXPECT_FALSE(fs::exists(path("qkv-train.safetensors")));
 }
 
+// A text run's checkpoint names its text by an absolute path: resumed from another directory (one
+// with a different file of the same name), the run reads the text it started on, and equals the run
+// made in one go.
+TEST_F(TrainCli, ATextRunResumedFromAnotherDirectoryReadsItsOwnText) {
+  std::string text;
+  for (int i = 0; i < 20; ++i) text += "the cat sat on the mat. the dog sat on the log. ";
+  write_file_atomically(path("t.txt"), text);
+  std::filesystem::create_directories(path("elsewhere"));
+  write_file_atomically(path("elsewhere/t.txt"), "an other text, with other words in it, and more of them.");
+  const std::string flags = "--context-length 16 --d-model 16 --num-heads 2 --num-layers 1 --batch-size 4 --quiet "
+                            "--svg \"\" ";
+  ASSERT_EQ(run("train --text-file t.txt " + flags + "--steps 6 --checkpoint whole.st").status, 0);
+  ASSERT_EQ(run("train --text-file t.txt " + flags + "--steps 3 --checkpoint part.st").status, 0);
+  EXPECT_EQ(load_checkpoint(path("part.st")).options.text_file,
+            std::filesystem::path(path("t.txt")).lexically_normal().string());
+  // (the runner starts in the scratch directory: `env` goes first on its command line)
+  const Result r = run("train --resume ../part.st --steps 6 --checkpoint ../resumed.st " + flags, "", "cd elsewhere &&");
+  ASSERT_EQ(r.status, 0) << r.err;
+  expect_identical(path("whole.st"), path("resumed.st"));
+}
+
 TEST_F(TrainCli, TrainsOnATextFileAndGeneratesFromIt) {
   std::string text;
   for (int i = 0; i < 40; ++i) text += "the cat sat on the mat. the dog sat on the log. ";
