@@ -534,6 +534,17 @@ TEST(LossCurve, DrawsTheLossesOnALogScaleWithEvaluations) {
   EXPECT_EQ(loss_curve_svg({}, {}).find("nan"), std::string::npos);
 }
 
+// The tiny model trained on fixed batches from `file` (vocabulary 5, batches of 2 rows).
+TrainOptions tiny_data_run(const std::string& file) {
+  TrainOptions o = testing_support::tiny_copy_task();
+  o.task = TrainTask::kData;
+  o.data_file = file;
+  o.model.vocab_size = 5;
+  o.batch_size = 2;
+  o.eval_sequences = 0;
+  return o;
+}
+
 // Token ids stored as integers (I64, as torch.save_file writes a LongTensor; I32) train exactly as
 // their float32 copies do: the same batches, the same losses.
 TEST(TrainerRun, IntegerIdsTrainAsTheirFloatCopies) {
@@ -558,13 +569,7 @@ TEST(TrainerRun, IntegerIdsTrainAsTheirFloatCopies) {
     return path;
   };
   auto losses = [](const std::string& file) {
-    TrainOptions o = testing_support::tiny_copy_task();
-    o.task = TrainTask::kData;
-    o.data_file = file;
-    o.model.vocab_size = 5;
-    o.batch_size = 2;
-    o.eval_sequences = 0;
-    Trainer t(o);
+    Trainer t(tiny_data_run(file));
     std::vector<double> out;
     for (int i = 0; i < 3; ++i) out.push_back(t.step().loss);
     return out;
@@ -583,13 +588,7 @@ TEST(TrainerRun, ABatchWithEveryTargetIgnoredSaysSo) {
                             ("qkv_ignored_" + std::to_string(::getpid()) + ".safetensors")).string();
   save_safetensors(file, {{"inputs", Tensor::from({2, 4}, std::vector<float>{1, 2, 3, 4, 4, 3, 2, 1})},
                           {"targets", Tensor::from({2, 4}, std::vector<float>(8, -100.0f))}});
-  TrainOptions o = testing_support::tiny_copy_task();
-  o.task = TrainTask::kData;
-  o.data_file = file;
-  o.model.vocab_size = 5;
-  o.batch_size = 2;
-  o.eval_sequences = 0;
-  Trainer t(o);
+  Trainer t(tiny_data_run(file));
   const std::string e = error_of([&] { t.step(); });
   std::filesystem::remove(file);
   EXPECT_THAT(e, HasSubstr("step 1: every target of the batch is -100 (ignored), so its mean loss is 0 / 0"));
