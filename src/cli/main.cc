@@ -83,7 +83,7 @@ int run(int argc, char** argv) {
   try {
     qkv::gemm_backend();      // a bad $QKV_GEMM is an error before any command starts
     qkv::bf16_dot_allowed();  // and a bad $QKV_BF16_DOT
-    qkv::prefetch_bursts_to_l2();  // and a bad $QKV_PREFETCH
+    qkv::burst_prefetch();   // and a bad $QKV_PREFETCH
     qkv::kernels::apply_simd_environment();  // and $QKV_SIMD, before any kernel runs
     for (const qkv::cli::Command& c : commands)
       if (c.sub->parsed()) return c.run();

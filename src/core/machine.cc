@@ -155,40 +155,53 @@ const CacheSizes& cache_sizes() {
   return sizes;
 }
 
-bool prefetch_bursts_to_l2_pay(bool amd, unsigned family, bool avx512f) { return amd && family == 25 && avx512f; }
+BurstPrefetch burst_prefetch_rule(bool amd, unsigned family, bool avx512f) {
+  if (!amd) return BurstPrefetch::kL1;
+  return family == 25 && avx512f ? BurstPrefetch::kL2 : BurstPrefetch::kL1Streamed;
+}
+
+const char* burst_prefetch_name(BurstPrefetch b) {
+  switch (b) {
+    case BurstPrefetch::kL1: return "L1";
+    case BurstPrefetch::kL1Streamed: return "L1-NTA";
+    case BurstPrefetch::kL2: return "L2";
+  }
+  return "?";
+}
 
 namespace {
 
-bool this_cpu_prefetch_bursts_to_l2_pay() {
+BurstPrefetch this_cpu_burst_prefetch() {
 #if QKV_HAVE_CPUID
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return BurstPrefetch::kL1;
   const bool amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;  // "AuthenticAMD"
-  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return BurstPrefetch::kL1;
   unsigned family = (eax >> 8) & 0xF;
   if (family == 0xF) family += (eax >> 20) & 0xFF;  // the extended family
   // libgcc's check includes the OS's XSAVE support of the AVX-512 state
-  return prefetch_bursts_to_l2_pay(amd, family, __builtin_cpu_supports("avx512f"));
+  return burst_prefetch_rule(amd, family, __builtin_cpu_supports("avx512f"));
 #else
-  return false;
+  return BurstPrefetch::kL1;
 #endif
 }
 
-std::atomic<bool>& bursts_to_l2_flag() {
-  static std::atomic<bool> to_l2{[] {
+std::atomic<BurstPrefetch>& burst_prefetch_choice() {
+  static std::atomic<BurstPrefetch> choice{[] {
     const char* v = std::getenv("QKV_PREFETCH");
-    if (v == nullptr) return this_cpu_prefetch_bursts_to_l2_pay();
-    if (std::strcmp(v, "l2") == 0) return true;
-    if (std::strcmp(v, "l1") == 0) return false;
-    fail("QKV_PREFETCH: ", excerpt(v), " is not l1 or l2");
+    if (v == nullptr) return this_cpu_burst_prefetch();
+    if (std::strcmp(v, "l1") == 0) return BurstPrefetch::kL1;
+    if (std::strcmp(v, "l1-nta") == 0) return BurstPrefetch::kL1Streamed;
+    if (std::strcmp(v, "l2") == 0) return BurstPrefetch::kL2;
+    fail("QKV_PREFETCH: ", excerpt(v), " is not l1, l1-nta or l2");
   }()};
-  return to_l2;
+  return choice;
 }
 
 }  // namespace
 
-bool prefetch_bursts_to_l2() { return bursts_to_l2_flag().load(std::memory_order_relaxed); }
+BurstPrefetch burst_prefetch() { return burst_prefetch_choice().load(std::memory_order_relaxed); }
 
-bool set_prefetch_bursts_to_l2(bool on) { return bursts_to_l2_flag().exchange(on); }
+BurstPrefetch set_burst_prefetch(BurstPrefetch b) { return burst_prefetch_choice().exchange(b); }
 
 }  // namespace qkv

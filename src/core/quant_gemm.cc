@@ -199,11 +199,19 @@ constexpr int64_t kStoredPrefetch = 4096;
 template <bool kQ4>
 constexpr int64_t StoredL2Ahead() { return 4 * StoredBlockBytes<kQ4>(); }
 
-// Whether a stored kernel asks for what follows its panel as it reads it, and into which cache.
-enum class Ahead : uint8_t { kNone, kL1, kL2 };
+// Whether a stored kernel asks for what follows its panel as it reads it, into which cache, and
+// (kL1Streamed) with the non-temporal hint where the kernel streams a model's weights.
+enum class Ahead : uint8_t { kNone, kL1, kL1Streamed, kL2 };
 // How a product's first row asks, as this CPU prefers (read once a product, not once a panel); the
 // other rows find the panel in cache and do not ask.
-Ahead AheadOfFirstRow() { return prefetch_bursts_to_l2() ? Ahead::kL2 : Ahead::kL1; }
+Ahead AheadOfFirstRow() {
+  switch (burst_prefetch()) {
+    case BurstPrefetch::kL2: return Ahead::kL2;
+    case BurstPrefetch::kL1Streamed: return Ahead::kL1Streamed;
+    case BurstPrefetch::kL1: break;
+  }
+  return Ahead::kL1;
+}
 
 // v, from here on held in a register: the compiler would otherwise read a line of nibbles from
 // memory twice, once into the AND of the low ones and once into the shift of the high ones, and a
@@ -227,9 +235,10 @@ QKV_QG_ATTR void StoredPanelRows(const uint8_t* panel, const uint8_t* xg, int64_
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = panel + b * StoredBlockBytes<kQ4>();
     const uint8_t* q = p + kStoredScaleBytes;
-    if (ahead != Ahead::kNone)
-      for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64)
-        prefetch_streamed_line(p + ahead_at + line, to_l2);
+    if (ahead == Ahead::kL1Streamed)
+      for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64) prefetch_streamed_line(p + ahead_at + line);
+    else if (ahead != Ahead::kNone)
+      for (int64_t line = 0; line < StoredBlockBytes<kQ4>(); line += 64) prefetch_line(p + ahead_at + line, to_l2);
     const auto* xw = reinterpret_cast<const int32_t*>(xg + b * XBlockBytes(G));
     const auto* xd = reinterpret_cast<const float*>(xw + 9 * G);
     __m512i even[R], odd[R];

@@ -10,9 +10,9 @@
 
 namespace qkv::perf {
 
-// Where the kernels that ask for many lines at once ahead of their loads put them (L1 or L2;
-// core/machine.h), as a report names it.
-inline const char* burst_prefetch_name() { return prefetch_bursts_to_l2() ? "L2" : "L1"; }
+// Where the kernels that ask for many lines at once ahead of their loads put them (L1, L1-NTA or
+// L2; core/machine.h), as a report names it.
+inline const char* burst_prefetch_name() { return qkv::burst_prefetch_name(burst_prefetch()); }
 
 struct TimeSummary {
   double median_ms = 0, min_ms = 0, max_ms = 0;

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -237,14 +238,15 @@ TEST_F(CliBench, BadInputNamesTheValueAndWhatWasExpected) {
   EXPECT_EQ(r.out, "");
   r = run("walkthrough --no-gpt", "", "QKV_PREFETCH=l3");
   EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.err, "qkv: error: QKV_PREFETCH: 'l3' is not l1 or l2\n");
+  EXPECT_EQ(r.err, "qkv: error: QKV_PREFETCH: 'l3' is not l1, l1-nta or l2\n");
   EXPECT_EQ(r.out, "");
 }
 
 // $QKV_PREFETCH picks where the kernels' burst prefetches go, and the reports name it.
 TEST_F(CliBench, TheReportsNameWhereBurstPrefetchesGo) {
-  for (const std::string level : {"l1", "l2"}) {
-    const std::string upper = level == "l1" ? "L1" : "L2";
+  for (const std::string level : {"l1", "l1-nta", "l2"}) {
+    std::string upper = level;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     for (const std::string module : {"decode --kv-len 64 --num-heads 2 --head-dim 8 --iters 1",
                                      "gated-deltanet --new-tokens 2 --num-heads 2 --head-dim 16 --num-layers 1"}) {
       const Result r = run("bench --module " + module + " --threads 1 --json", "", "QKV_PREFETCH=" + level);

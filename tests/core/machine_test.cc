@@ -99,22 +99,31 @@ TEST(Machine, ThisMachinesCachesArePlausible) {
 }
 
 // Where lines asked for in bursts go: into L2 on Zen 4 only (AMD, family 25, with AVX-512), where
-// it was measured faster; into L1 on the CPUs measured the other way or not at all.
-TEST(Machine, BurstPrefetchesGoIntoL2OnZen4Only) {
-  EXPECT_TRUE(prefetch_bursts_to_l2_pay(true, 25, true));    // Zen 4
-  EXPECT_FALSE(prefetch_bursts_to_l2_pay(true, 25, false));  // Zen 3 (the same family, no AVX-512)
-  EXPECT_FALSE(prefetch_bursts_to_l2_pay(true, 26, true));   // Zen 5
-  EXPECT_FALSE(prefetch_bursts_to_l2_pay(true, 23, false));  // Zen 2
-  EXPECT_FALSE(prefetch_bursts_to_l2_pay(false, 25, true));  // not AMD
-  EXPECT_FALSE(prefetch_bursts_to_l2_pay(false, 6, true));   // Intel's Xeons
+// it was measured faster; into L1 elsewhere, a model's weights with the non-temporal hint on AMD's
+// other CPUs (faster on Zen 5), without it on Intel's (the hint made a Xeon's Q8_0 decoding steps
+// 2.3x as long) and on CPUs not measured.
+TEST(Machine, BurstPrefetchesFollowTheCpu) {
+  EXPECT_EQ(burst_prefetch_rule(true, 25, true), BurstPrefetch::kL2);           // Zen 4
+  EXPECT_EQ(burst_prefetch_rule(true, 25, false), BurstPrefetch::kL1Streamed);  // Zen 3 (no AVX-512)
+  EXPECT_EQ(burst_prefetch_rule(true, 26, true), BurstPrefetch::kL1Streamed);   // Zen 5
+  EXPECT_EQ(burst_prefetch_rule(true, 23, false), BurstPrefetch::kL1Streamed);  // Zen 2
+  EXPECT_EQ(burst_prefetch_rule(false, 25, true), BurstPrefetch::kL1);          // not AMD
+  EXPECT_EQ(burst_prefetch_rule(false, 6, true), BurstPrefetch::kL1);           // Intel's Xeons
+  EXPECT_STREQ(burst_prefetch_name(BurstPrefetch::kL1), "L1");
+  EXPECT_STREQ(burst_prefetch_name(BurstPrefetch::kL1Streamed), "L1-NTA");
+  EXPECT_STREQ(burst_prefetch_name(BurstPrefetch::kL2), "L2");
 }
 
 TEST(Machine, TheBurstPrefetchChoiceCanBeSetAndRestored) {
-  const bool was = prefetch_bursts_to_l2();
-  EXPECT_EQ(set_prefetch_bursts_to_l2(!was), was);
-  EXPECT_EQ(prefetch_bursts_to_l2(), !was);
-  EXPECT_EQ(set_prefetch_bursts_to_l2(was), !was);
-  EXPECT_EQ(prefetch_bursts_to_l2(), was);
+  const BurstPrefetch was = burst_prefetch();
+  for (const BurstPrefetch b : {BurstPrefetch::kL1, BurstPrefetch::kL1Streamed, BurstPrefetch::kL2}) {
+    const BurstPrefetch before = burst_prefetch();
+    EXPECT_EQ(set_burst_prefetch(b), before);
+    EXPECT_EQ(burst_prefetch(), b);
+    EXPECT_EQ(prefetch_bursts_to_l2(), b == BurstPrefetch::kL2);
+  }
+  set_burst_prefetch(was);
+  EXPECT_EQ(burst_prefetch(), was);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
-// Q8_0, Q4_0, Q4_K and Q6_K matrices stored in panels (qkv/core/quant_panels.h): the products on every SIMD
-// target this CPU runs give the bits of the same matrix in the rows' layout, for a decoding step's
-// few rows (the stored-panel kernel, every count of rows below a group) and a prompt's (the
-// panels unpacked per call); N in whole panels, past them and below one; every row reads back;
-// the layout is the one the header documents (checked byte by byte against it); errors.
+// Q8_0, Q4_0, Q4_K and Q6_K matrices stored in panels (qkv/core/quant_panels.h): the products on
+// every SIMD target this CPU runs give the bits of the same matrix in the rows' layout, for a
+// decoding step's few rows (the stored-panel kernel, every count of rows below a group, each way of
+// prefetching) and a prompt's (the panels unpacked per call); N in whole panels, past them and
+// below one; every row reads back; the layout is the one the header documents (checked byte by
+// byte against it); errors.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
+#include "qkv/core/machine.h"
 #include "qkv/core/quant_blocks.h"
 #include "qkv/core/quant_matvec.h"
 #include "qkv/core/quant_panels.h"
@@ -63,14 +65,22 @@ TEST(QuantPanels, ProductsGiveTheRowsLayoutsBitsOnEveryTarget) {
           if (N >= 16) {
             ASSERT_NE(panels.blocks, rows.blocks) << "nothing was reordered";
           }
-          // every count of rows the stored kernel takes (1 .. 7), a prompt's (8, 17), one past groups
+          // every count of rows the stored kernel takes (1 .. 7), a prompt's (8, 17), one past groups;
+          // the stored kernel under each way of asking for the panels ahead (core/machine.h)
           for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 17}) {
             const auto x = normal_vector(static_cast<size_t>(M * K), rng);
-            std::vector<float> want(static_cast<size_t>(M * N)), got(want.size(), -1.0f);
+            std::vector<float> want(static_cast<size_t>(M * N));
             quant_matvec(rows.view(), N, K, x.data(), M, want.data(), &pool);
-            quant_matvec(panels.view(), N, K, x.data(), M, got.data(), &pool);
-            ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
-                << target << " " << name << " K " << K << " N " << N << " M " << M;
+            for (const BurstPrefetch ahead : {BurstPrefetch::kL1, BurstPrefetch::kL1Streamed, BurstPrefetch::kL2}) {
+              if (M >= 8 && ahead != BurstPrefetch::kL1) continue;
+              const BurstPrefetch was = set_burst_prefetch(ahead);
+              std::vector<float> got(want.size(), -1.0f);
+              quant_matvec(panels.view(), N, K, x.data(), M, got.data(), &pool);
+              set_burst_prefetch(was);
+              ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+                  << target << " " << name << " K " << K << " N " << N << " M " << M << " "
+                  << burst_prefetch_name(ahead);
+            }
           }
         }
     }

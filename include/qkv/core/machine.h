@@ -27,21 +27,33 @@ struct CacheSizes {
 };
 
 // Where the kernels that ask for a block's many lines at once, ahead of their loads (the quantized
-// products' stored panels, decoding attention, the delta rule's decoding step), have them put: into
-// L2 (x86: prefetcht1) or into L1 (prefetcht0). Which is faster depends on the CPU, measured with
-// whole decoding steps (docs/benchmarks.md, "Prefetching in bursts"): on Zen 4 into L1 such bursts
-// held those kernels to about half the read bandwidth and into L2 a Q4_0 step took 0.91x as long;
-// on Zen 5 into L2 the same step took 1.19x as long.
-//   prefetch_bursts_to_l2_pay(amd, family, avx512f): the rule, true on Zen 4 only (AMD's family 25
-//     with AVX-512; its Zen 3 members lack it; Zen 5 is family 26); L1 elsewhere, the choice
-//     measured before the rule existed (Zen 3, Zen 5, Intel's Xeons);
-//   prefetch_bursts_to_l2(): this process's choice, read once: $QKV_PREFETCH (l1 or l2; anything
+// products' stored panels, decoding attention, the delta rule's decoding step), have them put, and
+// with which hint. Which is fastest depends on the CPU, measured with whole decoding steps
+// (docs/benchmarks.md, "Prefetching in bursts"):
+//   kL1          into L1 (x86: prefetcht0);
+//   kL1Streamed  into L1, and a model's weights (read once a step: the AVX-512 Q8_0 / Q4_0 stored
+//                panels) with the non-temporal hint (prefetchnta), so that they displace less of
+//                what the step reads again; the rest prefetcht0;
+//   kL2          into L2 (prefetcht1).
+// On Zen 4 into L1 held those kernels to about half the read bandwidth and into L2 a Q4_0 step took
+// 0.91x as long; on Zen 5 into L2 the same step took 1.19x as long, and the non-temporal hint 0.93x;
+// on an Intel Xeon (family 6 model 207) the hint made Q8_0 steps 2.3x and Q4_0 steps 1.4x as long.
+//   burst_prefetch_rule(amd, family, avx512f): the rule: kL2 on Zen 4 (AMD's family 25 with
+//     AVX-512; its Zen 3 members lack it), kL1Streamed on AMD's other CPUs (Zen 5 measured; Zen 3's
+//     AVX2 kernels never use the hint), kL1 elsewhere (Intel's measured);
+//   burst_prefetch(): this process's choice, read once: $QKV_PREFETCH (l1, l1-nta or l2; anything
 //     else is a qkv::Error naming it), else the rule for this CPU;
-//   set_prefetch_bursts_to_l2(on): overrides it (tests, benchmarks); returns the previous choice.
+//   set_burst_prefetch(b): overrides it (tests, benchmarks); returns the previous choice;
+//   burst_prefetch_name(b): "L1", "L1-NTA" or "L2" ($QKV_PREFETCH's value in capitals), as reports
+//     name it;
+//   prefetch_bursts_to_l2(): whether the choice is kL2.
 // A kernel reads the choice once a call and passes it down to prefetch_line.
-bool prefetch_bursts_to_l2_pay(bool amd, unsigned family, bool avx512f);
-bool prefetch_bursts_to_l2();
-bool set_prefetch_bursts_to_l2(bool on);
+enum class BurstPrefetch : uint8_t { kL1, kL1Streamed, kL2 };
+BurstPrefetch burst_prefetch_rule(bool amd, unsigned family, bool avx512f);
+BurstPrefetch burst_prefetch();
+BurstPrefetch set_burst_prefetch(BurstPrefetch b);
+const char* burst_prefetch_name(BurstPrefetch b);
+inline bool prefetch_bursts_to_l2() { return burst_prefetch() == BurstPrefetch::kL2; }
 
 // Asks for the cache line holding p into L2 or L1 (elsewhere than x86, the compiler's hint for it).
 // (always inlined: GCC takes a function whose only statement is a prefetch for one without effects,
@@ -53,16 +65,11 @@ __attribute__((always_inline)) inline void prefetch_line(const void* p, bool to_
     __builtin_prefetch(p, 0, 3);
   }
 }
-// As prefetch_line, for data read once a pass (a model's weights, streamed every decoding step):
-// into L1 with the non-temporal hint (prefetchnta), so that the lines on their way out displace less
-// of what the step reads again (its KV cache, activations) from the outer caches.
-__attribute__((always_inline)) inline void prefetch_streamed_line(const void* p, bool to_l2) {
-  if (to_l2) {
-    __builtin_prefetch(p, 0, 2);
-  } else {
-    __builtin_prefetch(p, 0, 0);
-  }
-}
+// As prefetch_line into L1 with the non-temporal hint (prefetchnta), for data read once a pass (a
+// model's weights, streamed every decoding step), where burst_prefetch() is kL1Streamed: the lines
+// on their way out displace less of what the step reads again (its KV cache, activations) from the
+// outer caches.
+__attribute__((always_inline)) inline void prefetch_streamed_line(const void* p) { __builtin_prefetch(p, 0, 0); }
 
 // This machine's caches, read on the first call (thread-safe), then kept.
 const CacheSizes& cache_sizes();
