@@ -28,7 +28,11 @@ run fails or writes the wrong tensors, and with --fail-over R when a tensor's ra
 (--portable-fail-over R' instead on the portable targets, SCALAR and EMU128, whose multiply-adds
 round twice). ctest runs it with R = 2, issue 44's target, and R' = 3: PyTorch's own distance moves
 with its BLAS kernels, and under OpenBLAS's SkylakeX ones a portable-target tensor is at 2.5x
-(docs/developing.md#accuracy-on-every-simd-path).
+(docs/developing.md#accuracy-on-every-simd-path). Where PyTorch's OpenBLAS runs its Prescott (SSE3)
+kernels, its fallback for a CPU missing from its table (an Intel Xeon of family 6 model 207 with
+OpenBLAS 0.3.21), the yardstick is not the float32 of a machine OpenBLAS knows: the script says so
+and holds every target to R' (one gated-deltanet weight gradient there: 2.13x Prescott's distance,
+1.37x Haswell's, qkv's own distance the same).
 """
 
 import os
@@ -171,6 +175,22 @@ def check(case, target, result, worst, fail_over=0.0):
     return failures, misses
 
 
+def openblas_core():
+    """The kernels PyTorch's OpenBLAS runs ("Haswell", "SkylakeX", "Prescott", ...), or None when
+    PyTorch does not run on OpenBLAS: asked of the library this process has loaded."""
+    import ctypes
+    with open("/proc/self/maps") as f:
+        paths = sorted({line.split()[-1] for line in f if "openblas" in line and line.split()[-1].startswith("/")})
+    for path in paths:
+        try:
+            corename = ctypes.CDLL(path).openblas_get_corename
+        except (OSError, AttributeError):
+            continue
+        corename.restype = ctypes.c_char_p
+        return corename().decode()
+    return None
+
+
 def add_flags(ap):
     ap.add_argument("--cases", type=int, default=12, help="configurations per module")
     ap.add_argument("--targets", default="", help="a comma-separated subset of the targets (default: all)")
@@ -189,6 +209,13 @@ def main():
         if missing:
             raise SystemExit(f"accuracy targets: --targets names {missing}; this CPU and build run {targets}")
         targets = wanted
+    core = openblas_core()
+    print(f"  PyTorch {torch.__version__}, BLAS kernels: {core or 'not OpenBLAS'}")
+    unknown_cpu = core == "Prescott" and h.args.portable_fail_over is not None
+    if unknown_cpu:
+        print(f"  OpenBLAS runs its Prescott kernels (this CPU is not in its table): PyTorch float32's distance is "
+              f"not the yardstick of issue 44, and every target is held to --portable-fail-over "
+              f"{h.args.portable_fail_over:g}")
     rng = random.Random(h.args.rng_seed)
     cases = [Case(i, wide_config(rng, module)) for module in MODULES for i in range(h.args.cases)]
     worst, tensors, missed = {}, 0, 0
@@ -197,7 +224,7 @@ def main():
             prepare(case, h.qkv, tmp, rng.randrange(2**40))
             for target in targets:
                 result = run_qkv(case.cmd, env={"QKV_SIMD": target})
-                portable = target in PORTABLE and h.args.portable_fail_over is not None
+                portable = (target in PORTABLE or unknown_cpu) and h.args.portable_fail_over is not None
                 failures, misses = check(case, target, result, worst,
                                          h.args.portable_fail_over if portable else h.args.fail_over)
                 h.record(f"{target} {case.name}", failures, ["env", f"QKV_SIMD={target}"] + case.cmd)

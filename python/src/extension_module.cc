@@ -52,7 +52,7 @@ PYBIND11_MODULE(_qkv, m) {
   });
 
   qkv::kernels::apply_simd_environment();  // $QKV_SIMD before any kernel runs (a bad one: qkv.Error on import)
-  qkv::prefetch_bursts_to_l2();             // and $QKV_PREFETCH
+  qkv::burst_prefetch();                    // and $QKV_PREFETCH
 
   m.def("set_num_threads", &set_num_threads, py::arg("n"),
         "Threads the kernels use in the calls that start from now on (running calls keep theirs; replaces "
