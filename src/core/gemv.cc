@@ -12,6 +12,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "qkv/core/bf16.h"
+#include "qkv/core/machine.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::HWY_NAMESPACE {
@@ -39,10 +40,11 @@ HWY_INLINE float ScalarW(const uint16_t* p) { return bf16_to_float(*p); }
 constexpr int64_t kPrefetchBytes = QKV_GEMV_PREFETCH;
 
 // y[r * N + n] = x_r . W_n + bias[n] for rows r in [0, R) of x (ldx = K) and n in [n0, n1).
-// Two accumulators per row of x (two independent FMA chains: one is latency-bound at R = 1).
+// Two accumulators per row of x (two independent FMA chains: one is latency-bound at R = 1). `far`:
+// far_prefetch_bytes() (core/machine.h) for the first rows of x to meet these rows of W, else 0.
 template <int R, typename T>
 void RowsBlock(const float* HWY_RESTRICT x, int64_t K, const T* HWY_RESTRICT W, const float* bias, int64_t N,
-               int64_t n0, int64_t n1, float* HWY_RESTRICT y) {
+               int64_t n0, int64_t n1, int64_t far, float* HWY_RESTRICT y) {
   const DF d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t n = n0; n < n1; ++n) {
@@ -54,6 +56,9 @@ void RowsBlock(const float* HWY_RESTRICT x, int64_t K, const T* HWY_RESTRICT W, 
       if constexpr (kPrefetchBytes > 0) {  // every 64-byte line of this step's 2 L weights (two with AVX-512 floats)
         const char* ahead = reinterpret_cast<const char*>(w + k) + kPrefetchBytes;
         for (size_t line = 0; line < 2 * L * sizeof(T); line += 64) hwy::Prefetch(ahead + line);
+        if (far > 0)
+          for (size_t line = 0; line < 2 * L * sizeof(T); line += 64)
+            prefetch_line(reinterpret_cast<const char*>(w + k) + far + line, true);
       }
       const VF w0 = LoadW(d, w + k), w1 = LoadW(d, w + k + L);
       for (int r = 0; r < R; ++r) {
@@ -79,16 +84,18 @@ constexpr int64_t kTileRows = 8;
 template <typename T>
 void RowsRange(const float* x, int64_t M, int64_t K, const T* W, const float* bias, int64_t N, int64_t n0,
                int64_t n1, float* y) {
+  const int64_t far_first = far_prefetch_bytes();
   for (int64_t t0 = n0; t0 < n1; t0 += kTileRows) {
     const int64_t t1 = std::min(n1, t0 + kTileRows);
     for (int64_t r = 0; r < M; r += 4) {
       const float* xr = x + r * K;
       float* yr = y + r * N;
+      const int64_t far = r == 0 ? far_first : 0;
       switch (std::min<int64_t>(4, M - r)) {
-        case 1: RowsBlock<1>(xr, K, W, bias, N, t0, t1, yr); break;
-        case 2: RowsBlock<2>(xr, K, W, bias, N, t0, t1, yr); break;
-        case 3: RowsBlock<3>(xr, K, W, bias, N, t0, t1, yr); break;
-        default: RowsBlock<4>(xr, K, W, bias, N, t0, t1, yr); break;
+        case 1: RowsBlock<1>(xr, K, W, bias, N, t0, t1, far, yr); break;
+        case 2: RowsBlock<2>(xr, K, W, bias, N, t0, t1, far, yr); break;
+        case 3: RowsBlock<3>(xr, K, W, bias, N, t0, t1, far, yr); break;
+        default: RowsBlock<4>(xr, K, W, bias, N, t0, t1, far, yr); break;
       }
     }
   }
@@ -131,7 +138,7 @@ constexpr int64_t kGemvPrefetchBytes = QKV_GEMV_PREFETCH;
 template <int R>
 __attribute__((target("avx512f,avx512bf16"))) void DotRowsBlock(const uint16_t* xb, int64_t K, const uint16_t* W,
                                                                   const float* bias, int64_t N, int64_t n0,
-                                                                  int64_t n1, float* y) {
+                                                                  int64_t n1, int64_t far, float* y) {
   constexpr int A = R == 1 ? 4 : 2;  // independent chains per row of x (vdpbf16ps's latency)
   const int64_t step = 32 * A;       // bf16 elements per iteration
   for (int64_t n = n0; n < n1; ++n) {
@@ -143,6 +150,9 @@ __attribute__((target("avx512f,avx512bf16"))) void DotRowsBlock(const uint16_t* 
     for (; k + step <= K; k += step) {
       const char* ahead = reinterpret_cast<const char*>(w + k) + kGemvPrefetchBytes;
       for (int64_t line = 0; line < step * 2; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
+      if (far > 0)
+        for (int64_t line = 0; line < step * 2; line += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(w + k) + far + line, _MM_HINT_T1);
       for (int a = 0; a < A; ++a) {
         const __m512i wv = _mm512_loadu_si512(w + k + 32 * a);
         for (int r = 0; r < R; ++r)
@@ -169,16 +179,18 @@ __attribute__((target("avx512f,avx512bf16"))) void DotRowsBlock(const uint16_t* 
 void GemvRangeBF16Dot(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* W, const float* bias, int64_t N,
                       int64_t n0, int64_t n1, float* y) {
   constexpr int64_t kTile = 8;  // W rows per tile, meeting every row of x while in cache
+  const int64_t far_first = far_prefetch_bytes();
   for (int64_t t0 = n0; t0 < n1; t0 += kTile) {
     const int64_t t1 = std::min(n1, t0 + kTile);
     for (int64_t r = 0; r < M; r += 4) {
       const uint16_t* xr = xb + r * K;
       float* yr = y + r * N;
+      const int64_t far = r == 0 ? far_first : 0;
       switch (std::min<int64_t>(4, M - r)) {
-        case 1: DotRowsBlock<1>(xr, K, W, bias, N, t0, t1, yr); break;
-        case 2: DotRowsBlock<2>(xr, K, W, bias, N, t0, t1, yr); break;
-        case 3: DotRowsBlock<3>(xr, K, W, bias, N, t0, t1, yr); break;
-        default: DotRowsBlock<4>(xr, K, W, bias, N, t0, t1, yr); break;
+        case 1: DotRowsBlock<1>(xr, K, W, bias, N, t0, t1, far, yr); break;
+        case 2: DotRowsBlock<2>(xr, K, W, bias, N, t0, t1, far, yr); break;
+        case 3: DotRowsBlock<3>(xr, K, W, bias, N, t0, t1, far, yr); break;
+        default: DotRowsBlock<4>(xr, K, W, bias, N, t0, t1, far, yr); break;
       }
     }
   }

@@ -156,7 +156,7 @@ const CacheSizes& cache_sizes() {
 }
 
 BurstPrefetch burst_prefetch_rule(bool amd, unsigned family, bool avx512f) {
-  if (!amd) return BurstPrefetch::kL1;
+  if (!amd) return BurstPrefetch::kL1AndL2;
   return family == 25 && avx512f ? BurstPrefetch::kL2 : BurstPrefetch::kL1Streamed;
 }
 
@@ -165,6 +165,7 @@ const char* burst_prefetch_name(BurstPrefetch b) {
     case BurstPrefetch::kL1: return "L1";
     case BurstPrefetch::kL1Streamed: return "L1-NTA";
     case BurstPrefetch::kL2: return "L2";
+    case BurstPrefetch::kL1AndL2: return "L1+L2";
   }
   return "?";
 }
@@ -193,7 +194,8 @@ std::atomic<BurstPrefetch>& burst_prefetch_choice() {
     if (std::strcmp(v, "l1") == 0) return BurstPrefetch::kL1;
     if (std::strcmp(v, "l1-nta") == 0) return BurstPrefetch::kL1Streamed;
     if (std::strcmp(v, "l2") == 0) return BurstPrefetch::kL2;
-    fail("QKV_PREFETCH: ", excerpt(v), " is not l1, l1-nta or l2");
+    if (std::strcmp(v, "l1+l2") == 0) return BurstPrefetch::kL1AndL2;
+    fail("QKV_PREFETCH: ", excerpt(v), " is not l1, l1-nta, l2 or l1+l2");
   }()};
   return choice;
 }

@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -227,6 +228,71 @@ void ThreadPool::run(int64_t num_tasks, TaskFn fn, void* ctx) {
   std::exception_ptr error = std::move(error_);
   error_ = nullptr;
   if (error) std::rethrow_exception(error);
+}
+
+namespace {
+// One run of pieces [front, back): front << 32 | back, claimed from either end by one CAS.
+struct alignas(64) PieceRun {
+  std::atomic<uint64_t> span{0};
+};
+constexpr uint64_t kLow32 = 0xFFFFFFFFu;
+
+// Takes a quarter of what is left (at least one piece) from the run's front (its owner) or back (a
+// thread done with its own run); false when the run is empty.
+bool claim(PieceRun& run, bool from_front, int64_t& first, int64_t& last) {
+  uint64_t span = run.span.load(std::memory_order_relaxed);
+  for (;;) {
+    const int64_t front = static_cast<int64_t>(span >> 32), back = static_cast<int64_t>(span & kLow32);
+    if (front >= back) return false;
+    const int64_t take = std::max<int64_t>(1, (back - front) / 4);
+    first = from_front ? front : back - take;
+    last = first + take;
+    const uint64_t next = from_front ? (static_cast<uint64_t>(last) << 32 | static_cast<uint64_t>(back))
+                                     : (static_cast<uint64_t>(front) << 32 | static_cast<uint64_t>(first));
+    if (run.span.compare_exchange_weak(span, next, std::memory_order_relaxed)) return true;
+  }
+}
+}  // namespace
+
+void ThreadPool::runs(int64_t items, int64_t grain, RangeFn fn, void* ctx) {
+  if (items <= 0) return;
+  QKV_CHECK(grain >= 1, "ThreadPool::parallel_runs: the grain must be at least 1 item, got ", grain);
+  const int64_t pieces = (items + grain - 1) / grain;
+  QKV_CHECK(pieces <= static_cast<int64_t>(kLow32), "ThreadPool::parallel_runs: ", pieces,
+            " pieces; at most 2^32 - 1 (a larger grain)");
+  const int64_t count = std::min<int64_t>(num_threads_, pieces);
+  if (count == 1) return parallel_for(1, [&](int64_t, int worker) { fn(ctx, 0, items, worker); });
+  PieceRun local[16];  // a 2-16-thread pool's runs on the stack; larger pools' on the heap
+  std::unique_ptr<PieceRun[]> heap;
+  PieceRun* state = local;
+  if (count > 16) {
+    heap.reset(new PieceRun[static_cast<size_t>(count)]);
+    state = heap.get();
+  }
+  for (int64_t r = 0; r < count; ++r) {
+    const auto front = static_cast<uint64_t>(r * pieces / count), back = static_cast<uint64_t>((r + 1) * pieces / count);
+    state[r].span.store(front << 32 | back, std::memory_order_relaxed);
+  }
+  auto pieces_to_items = [&](int64_t first, int64_t last, int worker) {
+    fn(ctx, first * grain, std::min(items, last * grain), worker);
+  };
+  parallel_for(count, [&](int64_t own, int worker) {
+    int64_t first = 0, last = 0;
+    while (claim(state[own], true, first, last)) pieces_to_items(first, last, worker);
+    for (;;) {  // the run with the most left, from its back
+      int64_t most = 0, victim = -1;
+      for (int64_t r = 0; r < count; ++r) {
+        const uint64_t span = state[r].span.load(std::memory_order_relaxed);
+        const int64_t left = static_cast<int64_t>(span & kLow32) - static_cast<int64_t>(span >> 32);
+        if (left > most) {
+          most = left;
+          victim = r;
+        }
+      }
+      if (victim < 0) return;
+      if (claim(state[victim], false, first, last)) pieces_to_items(first, last, worker);
+    }
+  });
 }
 
 namespace {

@@ -238,13 +238,13 @@ TEST_F(CliBench, BadInputNamesTheValueAndWhatWasExpected) {
   EXPECT_EQ(r.out, "");
   r = run("walkthrough --no-gpt", "", "QKV_PREFETCH=l3");
   EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.err, "qkv: error: QKV_PREFETCH: 'l3' is not l1, l1-nta or l2\n");
+  EXPECT_EQ(r.err, "qkv: error: QKV_PREFETCH: 'l3' is not l1, l1-nta, l2 or l1+l2\n");
   EXPECT_EQ(r.out, "");
 }
 
 // $QKV_PREFETCH picks where the kernels' burst prefetches go, and the reports name it.
 TEST_F(CliBench, TheReportsNameWhereBurstPrefetchesGo) {
-  for (const std::string level : {"l1", "l1-nta", "l2"}) {
+  for (const std::string level : {"l1", "l1-nta", "l2", "l1+l2"}) {
     std::string upper = level;
     for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     for (const std::string module : {"decode --kv-len 64 --num-heads 2 --head-dim 8 --iters 1",

@@ -12,6 +12,8 @@
 #include "qkv/core/error.h"
 #include "qkv/core/gemm.h"
 #include "qkv/core/linear.h"
+#include "qkv/core/machine.h"
+#include "qkv/core/thread_pool.h"
 #include "test_support.h"
 
 namespace qkv {
@@ -110,6 +112,30 @@ TEST(Gemv, TheThreadCountDoesNotChangeABit) {
   gemv_rows(x.data(), M, K, W.data(), nullptr, b.data(), N, one.data(), &p1);
   gemv_rows(x.data(), M, K, W.data(), nullptr, b.data(), N, three.data(), &p3);
   EXPECT_EQ(one, three);
+}
+
+// Where the weights' lines are asked for (core/machine.h: into L1, with a second stream into L2
+// under kL1AndL2) changes no bit, float and bf16 weights, one row of x and several.
+TEST(Gemv, WhereTheLinesAreAskedForChangesNoBit) {
+  std::mt19937 rng(4);
+  const int64_t K = 1000, N = 300;
+  const auto x = normal_vector(static_cast<size_t>(5 * K), rng), W = normal_vector(static_cast<size_t>(N * K), rng);
+  std::vector<uint16_t> W16(W.size());
+  floats_to_bf16(W.data(), W16.data(), W.size());
+  ThreadPool pool(2);
+  for (int64_t M : {1, 5})
+    for (bool bf16 : {false, true}) {
+      std::vector<float> want(static_cast<size_t>(M * N));
+      const BurstPrefetch was = set_burst_prefetch(BurstPrefetch::kL1);
+      gemv_rows(x.data(), M, K, bf16 ? nullptr : W.data(), bf16 ? W16.data() : nullptr, nullptr, N, want.data(), &pool);
+      for (const BurstPrefetch b : {BurstPrefetch::kL1Streamed, BurstPrefetch::kL2, BurstPrefetch::kL1AndL2}) {
+        set_burst_prefetch(b);
+        std::vector<float> got(want.size(), -1.0f);
+        gemv_rows(x.data(), M, K, bf16 ? nullptr : W.data(), bf16 ? W16.data() : nullptr, nullptr, N, got.data(), &pool);
+        EXPECT_EQ(got, want) << "M " << M << " bf16 " << bf16 << " " << burst_prefetch_name(b);
+      }
+      set_burst_prefetch(was);
+    }
 }
 
 TEST(Gemv, LinearTakesItForAFewRowsWithTheBiasAndBf16Weights) {

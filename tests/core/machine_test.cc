@@ -101,26 +101,30 @@ TEST(Machine, ThisMachinesCachesArePlausible) {
 // Where lines asked for in bursts go: into L2 on Zen 4 only (AMD, family 25, with AVX-512), where
 // it was measured faster; into L1 elsewhere, a model's weights with the non-temporal hint on AMD's
 // other CPUs (faster on Zen 5), without it on Intel's (the hint made a Xeon's Q8_0 decoding steps
-// 2.3x as long) and on CPUs not measured.
+// 2.3x as long), where a second stream into L2 runs further ahead of the weights' loads (a Xeon's
+// Q4_0 decoding steps 0.84x as long). The second stream is kL1AndL2's only.
 TEST(Machine, BurstPrefetchesFollowTheCpu) {
   EXPECT_EQ(burst_prefetch_rule(true, 25, true), BurstPrefetch::kL2);           // Zen 4
   EXPECT_EQ(burst_prefetch_rule(true, 25, false), BurstPrefetch::kL1Streamed);  // Zen 3 (no AVX-512)
   EXPECT_EQ(burst_prefetch_rule(true, 26, true), BurstPrefetch::kL1Streamed);   // Zen 5
   EXPECT_EQ(burst_prefetch_rule(true, 23, false), BurstPrefetch::kL1Streamed);  // Zen 2
-  EXPECT_EQ(burst_prefetch_rule(false, 25, true), BurstPrefetch::kL1);          // not AMD
-  EXPECT_EQ(burst_prefetch_rule(false, 6, true), BurstPrefetch::kL1);           // Intel's Xeons
+  EXPECT_EQ(burst_prefetch_rule(false, 6, true), BurstPrefetch::kL1AndL2);      // Intel's Xeons
+  EXPECT_EQ(burst_prefetch_rule(false, 6, false), BurstPrefetch::kL1AndL2);     // Intel without AVX-512
   EXPECT_STREQ(burst_prefetch_name(BurstPrefetch::kL1), "L1");
   EXPECT_STREQ(burst_prefetch_name(BurstPrefetch::kL1Streamed), "L1-NTA");
   EXPECT_STREQ(burst_prefetch_name(BurstPrefetch::kL2), "L2");
+  EXPECT_STREQ(burst_prefetch_name(BurstPrefetch::kL1AndL2), "L1+L2");
 }
 
 TEST(Machine, TheBurstPrefetchChoiceCanBeSetAndRestored) {
   const BurstPrefetch was = burst_prefetch();
-  for (const BurstPrefetch b : {BurstPrefetch::kL1, BurstPrefetch::kL1Streamed, BurstPrefetch::kL2}) {
+  for (const BurstPrefetch b :
+       {BurstPrefetch::kL1, BurstPrefetch::kL1Streamed, BurstPrefetch::kL2, BurstPrefetch::kL1AndL2}) {
     const BurstPrefetch before = burst_prefetch();
     EXPECT_EQ(set_burst_prefetch(b), before);
     EXPECT_EQ(burst_prefetch(), b);
     EXPECT_EQ(prefetch_bursts_to_l2(), b == BurstPrefetch::kL2);
+    EXPECT_EQ(far_prefetch_bytes(), b == BurstPrefetch::kL1AndL2 ? kFarPrefetchBytes : 0);
   }
   set_burst_prefetch(was);
   EXPECT_EQ(burst_prefetch(), was);

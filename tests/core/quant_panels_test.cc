@@ -71,7 +71,8 @@ TEST(QuantPanels, ProductsGiveTheRowsLayoutsBitsOnEveryTarget) {
             const auto x = normal_vector(static_cast<size_t>(M * K), rng);
             std::vector<float> want(static_cast<size_t>(M * N));
             quant_matvec(rows.view(), N, K, x.data(), M, want.data(), &pool);
-            for (const BurstPrefetch ahead : {BurstPrefetch::kL1, BurstPrefetch::kL1Streamed, BurstPrefetch::kL2}) {
+            for (const BurstPrefetch ahead : {BurstPrefetch::kL1, BurstPrefetch::kL1Streamed, BurstPrefetch::kL2,
+                                              BurstPrefetch::kL1AndL2}) {
               if (M >= 8 && ahead != BurstPrefetch::kL1) continue;
               const BurstPrefetch was = set_burst_prefetch(ahead);
               std::vector<float> got(want.size(), -1.0f);

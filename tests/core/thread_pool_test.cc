@@ -201,6 +201,58 @@ TEST(ThreadPool, AThreadKeepsLookingForTheNextJobThroughAStepsGaps) {
                                << " jobs handed out within 90 us of its last";
 }
 
+// parallel_runs: every item in exactly one call, each call whole grains from a grain's start (the
+// last grain of the items shorter), on every thread count.
+TEST(ThreadPool, ParallelRunsCoverEveryItemOnceInWholeGrains) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t items : {0, 1, 7, 16, 17, 1000, 4099})
+      for (int64_t grain : {1, 16, 64}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(items));
+        std::atomic<int> calls{0};
+        pool.parallel_runs(items, grain, [&](int64_t begin, int64_t end, int worker) {
+          calls.fetch_add(1);
+          ASSERT_GE(worker, 0);
+          ASSERT_LT(worker, threads);
+          ASSERT_LT(begin, end);
+          ASSERT_EQ(begin % grain, 0) << "begin " << begin;
+          ASSERT_TRUE(end == items || end % grain == 0) << "end " << end;
+          for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+        });
+        for (int64_t i = 0; i < items; ++i)
+          ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << threads << " threads, " << items << " items, grain "
+                                                              << grain << ": item " << i;
+        if (items == 0) {
+          EXPECT_EQ(calls.load(), 0);
+        }
+      }
+  }
+  ThreadPool pool(2);
+  EXPECT_THROW(pool.parallel_runs(10, 0, [](int64_t, int64_t, int) {}), Error);
+}
+
+// A thread done with its own run takes the tail of another's: the thread that runs item 0 holds its
+// first piece until item 31, the end of the same run, has been run, which only the other thread can
+// do, from the run's back (without stealing this would wait for ever: 10 s, then fail).
+TEST(ThreadPool, AThreadDoneWithItsRunTakesTheTailOfASlowOne) {
+  ThreadPool pool(2);
+  const int64_t items = 64;  // two runs: [0, 32) and [32, 64)
+  std::vector<std::atomic<int>> by(static_cast<size_t>(items));
+  for (auto& b : by) b.store(-1);
+  bool waited_out = false;
+  pool.parallel_runs(items, 1, [&](int64_t begin, int64_t end, int worker) {
+    for (int64_t i = begin; i < end; ++i) by[static_cast<size_t>(i)].store(worker);
+    if (begin == 0) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (by[31].load() < 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+      waited_out = by[31].load() < 0;
+    }
+  });
+  EXPECT_FALSE(waited_out) << "nobody took item 31 from the back of the slow thread's run";
+  EXPECT_NE(by[31].load(), by[0].load());
+  for (int64_t i = 0; i < items; ++i) EXPECT_GE(by[static_cast<size_t>(i)].load(), 0) << "item " << i;
+}
+
 TEST(ThreadPool, ScratchIsPerWorkerAlignedAndKept) {
   ThreadPool pool(2);
   std::vector<float*> first(2, nullptr);

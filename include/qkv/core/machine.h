@@ -34,25 +34,36 @@ struct CacheSizes {
 //   kL1Streamed  into L1, and a model's weights (read once a step: the AVX-512 Q8_0 / Q4_0 stored
 //                panels) with the non-temporal hint (prefetchnta), so that they displace less of
 //                what the step reads again; the rest prefetcht0;
-//   kL2          into L2 (prefetcht1).
+//   kL2          into L2 (prefetcht1);
+//   kL1AndL2     into L1 as kL1, and the kernels that stream a model's weights (the stored panels,
+//                the float and bf16 matrix-vector products) also ask for the lines
+//                kFarPrefetchBytes further on into L2: a second, deeper stream of requests that
+//                keeps the memory busy while the near one waits on it.
 // On Zen 4 into L1 held those kernels to about half the read bandwidth and into L2 a Q4_0 step took
 // 0.91x as long; on Zen 5 into L2 the same step took 1.19x as long, and the non-temporal hint 0.93x;
-// on an Intel Xeon (family 6 model 207) the hint made Q8_0 steps 2.3x and Q4_0 steps 1.4x as long.
+// on an Intel Xeon (family 6 model 207) the hint made Q8_0 steps 2.3x and Q4_0 steps 1.4x as long,
+// and the deeper stream into L2 made Q4_0 steps 0.85x and bf16 steps 0.84x as long.
 //   burst_prefetch_rule(amd, family, avx512f): the rule: kL2 on Zen 4 (AMD's family 25 with
 //     AVX-512; its Zen 3 members lack it), kL1Streamed on AMD's other CPUs (Zen 5 measured; Zen 3's
-//     AVX2 kernels never use the hint), kL1 elsewhere (Intel's measured);
-//   burst_prefetch(): this process's choice, read once: $QKV_PREFETCH (l1, l1-nta or l2; anything
-//     else is a qkv::Error naming it), else the rule for this CPU;
+//     AVX2 kernels never use the hint), kL1AndL2 elsewhere on x86 (Intel's measured);
+//   burst_prefetch(): this process's choice, read once: $QKV_PREFETCH (l1, l1-nta, l2 or l1+l2;
+//     anything else is a qkv::Error naming it), else the rule for this CPU (kL1 off x86);
 //   set_burst_prefetch(b): overrides it (tests, benchmarks); returns the previous choice;
-//   burst_prefetch_name(b): "L1", "L1-NTA" or "L2" ($QKV_PREFETCH's value in capitals), as reports
-//     name it;
-//   prefetch_bursts_to_l2(): whether the choice is kL2.
+//   burst_prefetch_name(b): "L1", "L1-NTA", "L2" or "L1+L2" ($QKV_PREFETCH's value in capitals), as
+//     reports name it;
+//   prefetch_bursts_to_l2(): whether the choice is kL2;
+//   far_prefetch_bytes(): how far ahead of its loads a kernel streaming weights asks into L2 as well
+//     (kFarPrefetchBytes under kL1AndL2, else 0: it does not).
 // A kernel reads the choice once a call and passes it down to prefetch_line.
-enum class BurstPrefetch : uint8_t { kL1, kL1Streamed, kL2 };
+enum class BurstPrefetch : uint8_t { kL1, kL1Streamed, kL2, kL1AndL2 };
 BurstPrefetch burst_prefetch_rule(bool amd, unsigned family, bool avx512f);
 BurstPrefetch burst_prefetch();
 BurstPrefetch set_burst_prefetch(BurstPrefetch b);
 const char* burst_prefetch_name(BurstPrefetch b);
+// 16 KiB: on the Xeon model 207, 8, 16, 32 and 64 KiB gave Q4_0 decoding steps within 1% of each
+// other; bf16's 16 KiB (docs/benchmarks.md, "A second stream into L2 on Intel").
+constexpr int64_t kFarPrefetchBytes = 16384;
+inline int64_t far_prefetch_bytes() { return burst_prefetch() == BurstPrefetch::kL1AndL2 ? kFarPrefetchBytes : 0; }
 inline bool prefetch_bursts_to_l2() { return burst_prefetch() == BurstPrefetch::kL2; }
 
 // Asks for the cache line holding p into L2 or L1 (elsewhere than x86, the compiler's hint for it).

@@ -62,6 +62,22 @@ class ThreadPool {
         const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
+  // Runs fn(begin, end, worker) over pieces of [0, items), each `grain` items (the last shorter),
+  // for a stream one pass reads in order (a decoding step's weights): each thread walks one
+  // contiguous run of the pieces forward, so its reads stay one stream the prefetchers follow; a
+  // thread done with its run takes pieces from the back of the run with the most left, so a
+  // thread that started late or ran slow delays the call by about one piece, not by its run's
+  // tail. Claims are a quarter of what is left (at least one piece): a few per run. Every item is
+  // in exactly one call of fn; which thread runs it, and where the pieces split, must not change
+  // fn's results.
+  template <typename Fn>
+  void parallel_runs(int64_t items, int64_t grain, Fn&& fn) {
+    using F = std::remove_reference_t<Fn>;
+    runs(items, grain,
+         [](void* f, int64_t begin, int64_t end, int worker) { (*static_cast<F*>(f))(begin, end, worker); },
+         const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
   // Per-worker scratch: at least `floats` floats, 64-byte aligned, uninitialised, kept and reused
   // between calls (it only grows). Ask for it at the start of a task, never inside a hot loop;
   // the pointer stays valid until the same worker asks for more (a nested parallel_for on this
@@ -74,7 +90,9 @@ class ThreadPool {
   struct Frame;  // one (pool, worker) pair a thread is running tasks for (thread_pool.cc)
   static thread_local const Frame* innermost_;  // this thread's frames, innermost first
 
+  using RangeFn = void (*)(void*, int64_t, int64_t, int);
   void run(int64_t num_tasks, TaskFn fn, void* ctx);
+  void runs(int64_t items, int64_t grain, RangeFn fn, void* ctx);
   void run_inline(int64_t num_tasks, TaskFn fn, void* ctx, int worker);
   void worker_loop(int worker);
   void drain(int worker, const Frame* parent, bool parent_elsewhere);  // takes the current job's tasks
