@@ -25,7 +25,12 @@ namespace {
 constexpr const char* kExitCodes =
     "Exit status: 0 success; 1 runtime error (bad input, a file that cannot be read or written,\n"
     "a full standard output); 2 usage error (an unknown flag, a missing or malformed value);\n"
-    "130 interrupted by Ctrl-C (qkv train, after writing its checkpoint; 143 for SIGTERM).";
+    "130 interrupted by Ctrl-C (qkv train, after writing its checkpoint; 143 for SIGTERM).\n\n"
+    "Environment (docs/cli.md): QKV_NUM_THREADS (threads without --threads), QKV_SIMD (avx2, avx3,\n"
+    "avx3_dl, scalar: the best SIMD target the kernels may use), QKV_GEMM (qkv, openblas), QKV_BF16_DOT\n"
+    "(on, off), QKV_PREFETCH (l1, l1-nta, l2, l1+l2: where the kernels' prefetches go), QKV_VOCAB_DIR\n"
+    "(GPT-2's vocabulary files), QKV_MPI_TIMEOUT (seconds an MPI wait may take). A bad QKV_SIMD,\n"
+    "QKV_GEMM, QKV_BF16_DOT or QKV_PREFETCH is an error before any command runs.";
 
 // "qkv: error: MESSAGE" and a newline in one write, so that other processes writing to the same
 // stream (the ranks under mpirun, mpirun itself) cannot cut the line.

@@ -53,6 +53,10 @@ TEST_F(Cli, HelpListsTheSubcommandsAndFlags) {
   EXPECT_EQ(r.status, 0);
   EXPECT_THAT(r.out, HasSubstr("walkthrough"));
   EXPECT_THAT(r.out, HasSubstr("forward"));
+  // every environment variable qkv reads, where a user looks first
+  for (const char* var : {"QKV_NUM_THREADS", "QKV_SIMD", "QKV_GEMM", "QKV_BF16_DOT", "QKV_PREFETCH", "QKV_VOCAB_DIR",
+                          "QKV_MPI_TIMEOUT"})
+    EXPECT_THAT(r.out, HasSubstr(var));
   Result f = run("forward --help");
   EXPECT_EQ(f.status, 0);
   for (const char* flag : {"--module", "--d-in", "--d-out", "--context-length", "--num-heads", "--dropout",
