@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "qkv/core/bf16.h"
 #include "qkv/core/machine.h"
@@ -53,13 +52,8 @@ void RowsBlock(const float* HWY_RESTRICT x, int64_t K, const T* HWY_RESTRICT W, 
     for (int r = 0; r < R; ++r) a0[r] = a1[r] = hn::Zero(d);
     int64_t k = 0;
     for (; k + 2 * L <= K; k += 2 * L) {
-      if constexpr (kPrefetchBytes > 0) {  // every 64-byte line of this step's 2 L weights (two with AVX-512 floats)
-        const char* ahead = reinterpret_cast<const char*>(w + k) + kPrefetchBytes;
-        for (size_t line = 0; line < 2 * L * sizeof(T); line += 64) hwy::Prefetch(ahead + line);
-        if (far > 0)
-          for (size_t line = 0; line < 2 * L * sizeof(T); line += 64)
-            prefetch_line(reinterpret_cast<const char*>(w + k) + far + line, true);
-      }
+      // every 64-byte line of this step's 2 L weights (two with AVX-512 floats)
+      if constexpr (kPrefetchBytes > 0) prefetch_ahead(w + k, 2 * L * static_cast<int64_t>(sizeof(T)), kPrefetchBytes, far);
       const VF w0 = LoadW(d, w + k), w1 = LoadW(d, w + k + L);
       for (int r = 0; r < R; ++r) {
         a0[r] = hn::MulAdd(w0, hn::LoadU(d, x + r * K + k), a0[r]);
@@ -148,11 +142,7 @@ __attribute__((target("avx512f,avx512bf16"))) void DotRowsBlock(const uint16_t* 
       for (int a = 0; a < A; ++a) acc[r][a] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + step <= K; k += step) {
-      const char* ahead = reinterpret_cast<const char*>(w + k) + kGemvPrefetchBytes;
-      for (int64_t line = 0; line < step * 2; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
-      if (far > 0)
-        for (int64_t line = 0; line < step * 2; line += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(w + k) + far + line, _MM_HINT_T1);
+      prefetch_ahead(w + k, step * 2, kGemvPrefetchBytes, far);
       for (int a = 0; a < A; ++a) {
         const __m512i wv = _mm512_loadu_si512(w + k + 32 * a);
         for (int r = 0; r < R; ++r)

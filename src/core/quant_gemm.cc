@@ -223,13 +223,16 @@ constexpr Ahead IntoL1(Ahead a) { return a == Ahead::kL1Streamed || a == Ahead::
 // As a kernel starts a block of `bytes` at p, asks for the block `at` bytes on as `ahead` says and,
 // under kL1AndL2, for the one kFarPrefetchBytes on into L2. (Always inlined, as prefetch_line is.)
 QKV_QG_ATTR HWY_INLINE void AskAhead(const uint8_t* p, int64_t bytes, int64_t at, Ahead ahead) {
-  if (ahead == Ahead::kNone) return;
-  for (int64_t line = 0; line < bytes; line += 64) {
-    if (ahead == Ahead::kL1Streamed)
-      prefetch_streamed_line(p + at + line);
-    else
-      prefetch_line(p + at + line, ahead == Ahead::kL2);
-    if (ahead == Ahead::kL1AndL2) prefetch_line(p + kFarPrefetchBytes + line, true);
+  switch (ahead) {
+    case Ahead::kNone: return;
+    case Ahead::kL1Streamed:
+      for (int64_t line = 0; line < bytes; line += 64) prefetch_streamed_line(p + at + line);
+      return;
+    case Ahead::kL2:
+      for (int64_t line = 0; line < bytes; line += 64) prefetch_line(p + at + line, true);
+      return;
+    case Ahead::kL1:
+    case Ahead::kL1AndL2: prefetch_ahead(p, bytes, at, ahead == Ahead::kL1AndL2 ? kFarPrefetchBytes : 0);
   }
 }
 

@@ -76,6 +76,15 @@ __attribute__((always_inline)) inline void prefetch_line(const void* p, bool to_
     __builtin_prefetch(p, 0, 3);
   }
 }
+// A weight-streaming kernel's requests for `bytes` bytes of its loads at p: those `near` bytes on
+// into L1 and, where far > 0 (far_prefetch_bytes()), those `far` bytes on into L2 as well.
+__attribute__((always_inline)) inline void prefetch_ahead(const void* p, int64_t bytes, int64_t near, int64_t far) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t line = 0; line < bytes; line += 64) {
+    prefetch_line(c + near + line, false);
+    if (far > 0) prefetch_line(c + far + line, true);
+  }
+}
 // As prefetch_line into L1 with the non-temporal hint (prefetchnta), for data read once a pass (a
 // model's weights, streamed every decoding step), where burst_prefetch() is kL1Streamed: the lines
 // on their way out displace less of what the step reads again (its KV cache, activations) from the
