@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "qkv/core/error.h"
 #include "qkv/core/pointwise.h"
 
 #ifndef QKV_CORE_POINTWISE_ONCE_
@@ -163,6 +165,52 @@ void AdamWSpan(float* HWY_RESTRICT w, const float* HWY_RESTRICT g, float* HWY_RE
   if (i < n) adamw_update_reference(w + i, g + i, m + i, v + i, static_cast<int64_t>(n - i), s);
 }
 
+// scan_logits' lanes: each keeps its largest (strict >, so its first) and that entry's index, and
+// ORs its NaN / +inf and above -inf tests; the lanes are then combined (the largest value, at the
+// smallest index among equals), and the tail past the last whole vector taken one by one after
+// them (its indices are the largest). 32-bit indices: the caller checks n < 2^31.
+LogitsScan ScanLogitsSpan(const float* v, size_t n) {
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  using VI = hn::Vec<decltype(di)>;
+  const size_t L = hn::Lanes(d);
+  const VF inf = hn::Set(d, HUGE_VALF), minus_inf = hn::Set(d, -HUGE_VALF);
+  VF top = minus_inf, bad = hn::Zero(d), finite = hn::Zero(d);
+  VI at = hn::Set(di, -1), index = hn::Iota(di, 0);
+  const VI step = hn::Set(di, static_cast<int32_t>(L));
+  size_t i = 0;
+  for (; i + L <= n; i += L) {
+    const VF x = hn::LoadU(d, v + i);
+    const auto above = hn::Gt(x, top);
+    top = hn::IfThenElse(above, x, top);
+    at = hn::IfThenElse(hn::RebindMask(di, above), index, at);
+    bad = hn::Or(bad, hn::VecFromMask(d, hn::Or(hn::IsNaN(x), hn::Eq(x, inf))));
+    finite = hn::Or(finite, hn::VecFromMask(d, hn::Ne(x, minus_inf)));
+    index = hn::Add(index, step);
+  }
+  HWY_ALIGN float tops[hn::MaxLanes(d)];
+  HWY_ALIGN int32_t ats[hn::MaxLanes(di)];
+  hn::Store(top, d, tops);
+  hn::Store(at, di, ats);
+  LogitsScan out;
+  out.bad = !hn::AllFalse(d, hn::MaskFromVec(bad));
+  out.any_finite = !hn::AllFalse(d, hn::MaskFromVec(finite));
+  float best_value = -HUGE_VALF;
+  int64_t best = -1;
+  for (size_t l = 0; l < L; ++l) {
+    if (ats[l] < 0) continue;  // the lane saw nothing above -inf
+    if (tops[l] > best_value || (tops[l] == best_value && ats[l] < best)) best_value = tops[l], best = ats[l];
+  }
+  for (; i < n; ++i) {
+    const float x = v[i];
+    if (x > best_value) best_value = x, best = static_cast<int64_t>(i);
+    out.bad |= std::isnan(x) || x == HUGE_VALF;
+    out.any_finite |= x != -HUGE_VALF;
+  }
+  out.argmax = best < 0 ? 0 : best;
+  return out;
+}
+
 }  // namespace qkv::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -174,6 +222,7 @@ HWY_EXPORT(AdamWSpan);
 HWY_EXPORT(SwigluSpan);
 HWY_EXPORT(SiluSpan);
 HWY_EXPORT(SwigluBackwardSpan);
+HWY_EXPORT(ScanLogitsSpan);
 
 namespace {
 using pointwise_detail::kChunk;
@@ -274,6 +323,23 @@ void adamw_update_reference(float* w, const float* g, float* m, float* v, int64_
     const float denom = std::sqrt(v[i]) / s.bc2_sqrt + s.eps;  // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
     w[i] = w[i] + s.neg_step_size * (m[i] / denom);     // param.addcdiv_(exp_avg, denom, value=-step_size)
   }
+}
+
+LogitsScan scan_logits(const float* v, int64_t n) {
+  QKV_CHECK(n >= 1 && n <= std::numeric_limits<int32_t>::max(), "scan_logits: n (", n, ") must be in [1, 2^31 - 1]");
+  return HWY_DYNAMIC_DISPATCH(ScanLogitsSpan)(v, static_cast<size_t>(n));
+}
+
+LogitsScan scan_logits_reference(const float* v, int64_t n) {
+  LogitsScan out;
+  int64_t best = -1;
+  for (int64_t j = 0; j < n; ++j) {
+    out.bad |= std::isnan(v[j]) || v[j] == HUGE_VALF;
+    out.any_finite |= v[j] != -HUGE_VALF;
+    if (v[j] != -HUGE_VALF && !std::isnan(v[j]) && (best < 0 || v[j] > v[best])) best = j;
+  }
+  out.argmax = best < 0 ? 0 : best;
+  return out;
 }
 
 }  // namespace qkv

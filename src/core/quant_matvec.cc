@@ -196,6 +196,24 @@ QKV_QMV_ATTR HWY_INLINE __m128i RoundedTimes(__m128 v4, __m256d id) {
   return _mm256_cvttpd_epi32(r);
 }
 
+#if HWY_TARGET <= HWY_AVX3
+// Eight values times id (double), as RoundedTimes, in one 512-bit vector of doubles: half the
+// instructions of two RoundedTimes (a decoding step quantizes every product's activations on the
+// calling thread while the pool's thread waits).
+QKV_QMV_ATTR HWY_INLINE __m256i RoundedTimes8(__m256 v8, __m512d id) {
+  const __m512d v = _mm512_mul_pd(_mm512_cvtps_pd(v8), id);
+  const __m512d t = _mm512_roundscale_pd(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __mmask8 away = _mm512_cmp_pd_mask(_mm512_abs_pd(_mm512_sub_pd(v, t)), _mm512_set1_pd(0.5), _CMP_GE_OQ);
+  // +-1 with v's sign, added where the dropped part is at least a half
+  const __m512i sign = _mm512_and_si512(_mm512_castpd_si512(v), _mm512_set1_epi64(INT64_MIN));
+  const __m512d step = _mm512_castsi512_pd(_mm512_or_si512(_mm512_castpd_si512(_mm512_set1_pd(1.0)), sign));
+  const __m512d lim = _mm512_set1_pd(127.0);
+  const __m512d r = _mm512_min_pd(lim, _mm512_max_pd(_mm512_sub_pd(_mm512_setzero_pd(), lim),
+                                                     _mm512_mask_add_pd(t, away, t, step)));
+  return _mm512_cvttpd_epi32(r);
+}
+#endif
+
 // quant_detail::quantize_run for n = 8 k values, bit for bit: the same float max and scale, the
 // product in double, rounded half away from zero, clamped, then narrowed to int8.
 QKV_QMV_ATTR void QuantizeRun(const float* x, int n, float& d, int8_t* q) {
@@ -206,13 +224,29 @@ QKV_QMV_ATTR void QuantizeRun(const float* x, int n, float& d, int8_t* q) {
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));
   const float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
   d = amax / 127.0f;
-  const __m256d id = _mm256_set1_pd(d > 0.0f ? 127.0 / static_cast<double>(amax) : 0.0);
+  const double inv = d > 0.0f ? 127.0 / static_cast<double>(amax) : 0.0;
+#if HWY_TARGET <= HWY_AVX3
+  const __m512d id8 = _mm512_set1_pd(inv);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {  // sixteen int32 narrowed with saturation (the values are in [-127, 127])
+    const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(RoundedTimes8(_mm256_loadu_ps(x + i), id8)),
+                                         RoundedTimes8(_mm256_loadu_ps(x + i + 8), id8), 1);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtsepi32_epi8(w));
+  }
+  for (; i < n; i += 8) {
+    const __m256i w = RoundedTimes8(_mm256_loadu_ps(x + i), id8);
+    const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), _mm_packs_epi16(w16, w16));
+  }
+#else
+  const __m256d id = _mm256_set1_pd(inv);
   for (int i = 0; i < n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
     const __m128i w16 =
         _mm_packs_epi32(RoundedTimes(_mm256_castps256_ps128(v), id), RoundedTimes(_mm256_extractf128_ps(v, 1), id));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), _mm_packs_epi16(w16, w16));
   }
+#endif
 }
 
 // sum of u_i s_i in 8 int32 lanes, u unsigned in [0, 128], s signed in [-127, 127]: vpmaddubsw's

@@ -192,7 +192,16 @@ void MhaWorkspace::reserve_backward(const MhaShape& s) {
   if (s.attention.qk_norm) dqk_.reserve(rows * static_cast<size_t>((s.heads() + s.groups()) * s.head_dim()));
 }
 
-size_t MhaWorkspace::bytes() const { return (qkv_.size + dctx_.size + dqkv_.size + dqk_.size) * sizeof(float); }
+size_t MhaWorkspace::bytes() const {
+  return (qkv_.size + dctx_.size + dqkv_.size + dqk_.size) * sizeof(float) + (rope_ ? rope_->bytes() : 0);
+}
+
+const RopeTable& MhaWorkspace::rope_table(int64_t positions, int64_t rotary_dim, double base, int64_t position_offset,
+                                          const RopeScaling& scaling) {
+  if (!rope_ || !rope_->is(positions, rotary_dim, base, position_offset, scaling))
+    rope_.emplace(positions, rotary_dim, base, position_offset, scaling);
+  return *rope_;
+}
 
 AttentionOptions mha_options(const MhaShape& s, const MhaCall& call) {
   AttentionOptions o = kernel_options(s.attention, {});
@@ -417,7 +426,8 @@ void mha_forward_cached(const MhaShape& s, const MhaWeights& w, const float* x, 
   // q, k = rope(q), rope(k)                                    at positions P + t
   const RopeLayout rope = s.attention.rope;
   if (rope != RopeLayout::kNone) {
-    const RopeTable table(Tn, s.attention.rotary_dim(), s.attention.rope_base, P, s.attention.rope_scaling);
+    const RopeTable& table = ws.rope_table(Tn, s.attention.rotary_dim(), s.attention.rope_base, P,
+                                           s.attention.rope_scaling);
     rope_rotate(q, table, rope, false, pool);
     rope_rotate(k, table, rope, false, pool);
   }

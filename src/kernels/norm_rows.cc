@@ -30,14 +30,11 @@ void norm_rows(const float* x, int64_t N, int64_t E, const float* scale, const f
   auto rows = [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = x + r * E;
-      double mean = 0;
-      if (centered) {
-        for (int64_t i = 0; i < E; ++i) mean += row[i];
-        mean /= static_cast<double>(E);
-      }
-      double var = 0;  // biased: over E, as x.var(unbiased=False); RMSNorm: x.pow(2).mean()
-      for (int64_t i = 0; i < E; ++i) var += (row[i] - mean) * (row[i] - mean);
-      var /= static_cast<double>(E);
+      const double mean =
+          centered ? sum_of(E, [row](int64_t i) { return static_cast<double>(row[i]); }) / static_cast<double>(E) : 0.0;
+      // biased: over E, as x.var(unbiased=False); RMSNorm: x.pow(2).mean()
+      const double var = sum_of(E, [row, mean](int64_t i) { return (row[i] - mean) * (row[i] - mean); }) /
+                         static_cast<double>(E);
       const double inv = 1.0 / std::sqrt(var + eps);
       if (inv_std) inv_std[r] = static_cast<float>(inv);
       float* out = y + r * E;  // may be row itself: each element is read before it is written

@@ -44,7 +44,7 @@ double rope_frequency(int64_t i, int64_t head_dim, double base, const RopeScalin
 
 RopeTable::RopeTable(int64_t positions, int64_t rotary_dim, double base, int64_t position_offset,
                      const RopeScaling& scaling)
-    : positions_(positions), dim_(rotary_dim) {
+    : positions_(positions), dim_(rotary_dim), base_(base), offset_(position_offset), scaling_(scaling) {
   QKV_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0, "RoPE: the rotated dims R (", rotary_dim,
             ") must be even (RoPE rotates pairs of elements)");
   QKV_CHECK(std::isfinite(base) && base > 0.0, "RoPE: the base must be positive, got ", base);

@@ -9,6 +9,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/limits.h"
+#include "qkv/core/pointwise.h"
 #include "qkv/core/torch_math.h"
 
 namespace qkv {
@@ -23,40 +24,19 @@ int64_t first_argmax(const float* v, int64_t n) {
   return best;
 }
 
-// The same on values checked free of NaN (check_logits): the largest value by eight independent
-// running maxima, then its first index - two passes without a branch that depends on the last
-// one, where first_argmax's compare waits for the previous. -0 and +0 compare equal in both.
-int64_t first_argmax_of_checked(const float* v, int64_t n) {
-  float m[8];
-  std::fill(m, m + 8, v[0]);
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int l = 0; l < 8; ++l) m[l] = v[j + l] > m[l] ? v[j + l] : m[l];
-  for (; j < n; ++j) m[0] = v[j] > m[0] ? v[j] : m[0];
-  float top = m[0];
-  for (int l = 1; l < 8; ++l) top = m[l] > top ? m[l] : top;
-  int64_t best = 0;
-  while (best + 1 < n && !(v[best] == top)) ++best;
-  return best;
-}
-
-// NaN or +inf anywhere, counted in one pass with no early exit (the first one is then looked for
-// to name it), and whether any value is above -inf.
-void check_logits(const float* last, int64_t V) {
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  int64_t bad = 0, finite = 0;
-  for (int64_t j = 0; j < V; ++j) {
-    const float x = last[j];
-    bad += (x != x) | (x == kInf);
-    finite += x != -kInf;
-  }
-  if (bad > 0) {
+// NaN or +inf anywhere (the first one is then looked for to name it), or no value above -inf: a
+// clear error. Returns the scan (its argmax is the greedy choice).
+LogitsScan check_logits(const float* last, int64_t V) {
+  const LogitsScan scan = scan_logits(last, V);  // one SIMD pass (core/pointwise.h)
+  if (scan.bad) {
+    constexpr float kInf = std::numeric_limits<float>::infinity();
     int64_t j = 0;
     while (!std::isnan(last[j]) && last[j] != kInf) ++j;
     QKV_CHECK(false, "the model's next-token logits hold ", std::isnan(last[j]) ? "NaN" : "+inf", " (at id ", j, " of ",
               V, "): its weights or its input made them non-finite, so no token can be chosen");
   }
-  QKV_CHECK(finite > 0, "the model's next-token logits are all -inf: no token can be chosen");
+  QKV_CHECK(scan.any_finite, "the model's next-token logits are all -inf: no token can be chosen");
+  return scan;
 }
 
 }  // namespace
@@ -66,8 +46,8 @@ int64_t pick_next_token(const float* last, int64_t V, const SamplingOptions& o, 
   // NaN or +inf (weights holding them, or values that overflow) leave no distribution to draw
   // from: torch.multinomial refuses them, and so does qkv, at temperature 0 too. -inf is a token
   // never drawn; all of them -inf is refused as well.
-  check_logits(last, V);
-  if (o.temperature == 0.0 && !(o.top_k > 0 && o.top_k < V)) return first_argmax_of_checked(last, V);
+  const LogitsScan scan = check_logits(last, V);
+  if (o.temperature == 0.0 && !(o.top_k > 0 && o.top_k < V)) return scan.argmax;
   z.assign(last, last + V);
   // logits = where(logits < topk(logits, k)[-1], -inf, logits)
   if (o.top_k > 0 && o.top_k < V) {

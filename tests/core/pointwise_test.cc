@@ -2,7 +2,8 @@
 // gradient in float32 SIMD within a few ulps of the double formula, over the range a model's
 // activations take and past it (tanh saturating, the cancellation in 1 + t for negative x, signed
 // zeros, infinities, NaN); AdamW bit for bit; the same bits on one thread or three; every length's
-// vector tail.
+// vector tail; the scan of a step's logits equal to the plain loop's.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -205,6 +206,61 @@ TEST(Pointwise, SiluWithinUlpsOfTheDoubleFormula) {
     EXPECT_EQ(out[1], 0.0f);
   }
   kernels::force_simd_target(0);
+}
+
+// The scan of a step's logits (NaN / +inf, above -inf, the first largest) against the plain loop on
+// every SIMD target: lengths around every vector width and the tails, the largest placed anywhere,
+// tied at a later index in every lane (and as -0 beside +0), rows of -inf, a NaN or +inf anywhere.
+TEST(Pointwise, TheLogitsScanIsThePlainLoopsOnEveryTarget) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> level(0, 7);
+  int64_t cases = 0, bad = 0, tied = 0;
+  for (int64_t target : kernels::available_simd_targets()) {
+    SCOPED_TRACE(kernels::simd_target_name(target));
+    kernels::force_simd_target(target);
+    for (int64_t n : {1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 100, 1001}) {
+      for (int trial = 0; trial < 40; ++trial) {
+        std::vector<float> z(static_cast<size_t>(n));
+        // few distinct values: ties between lanes and within them are common
+        for (float& x : z) x = static_cast<float>(level(rng)) * 0.25f - 1.0f;
+        const int64_t at = static_cast<int64_t>(rng() % n);
+        switch (trial % 8) {
+          case 1: z[at] = 5.0f; if (at + 16 < n) z[at + 16] = 5.0f; if (at + 5 < n) z[at + 5] = 5.0f; break;
+          case 2: for (float& x : z) x = -inf; break;
+          case 3: for (float& x : z) x = -inf; z[at] = -3.0f; break;
+          case 4: z[at] = nan; break;
+          case 5: z[at] = inf; break;
+          case 6: z[at] = 0.0f; for (float& x : z) x = x > 0.0f ? -x : x; if (at + 1 < n) z[at + 1] = -0.0f; break;
+          case 7: z[at] = -0.0f; for (float& x : z) x = x > 0.0f ? -x : x; if (at + 7 < n) z[at + 7] = 0.0f; break;
+          default: break;
+        }
+        const LogitsScan fast = scan_logits(z.data(), n), plain = scan_logits_reference(z.data(), n);
+        ASSERT_EQ(fast.bad, plain.bad) << "n " << n << " trial " << trial;
+        ASSERT_EQ(fast.any_finite, plain.any_finite) << "n " << n << " trial " << trial;
+        if (!plain.bad) {
+          ASSERT_EQ(fast.argmax, plain.argmax) << "n " << n << " trial " << trial;
+        }
+        ++cases;
+        bad += plain.bad;
+        int64_t equal = 0;
+        for (float x : z) equal += x == z[plain.argmax];
+        tied += equal > 1;
+      }
+    }
+  }
+  kernels::force_simd_target(0);
+  // the cases are what they say: refusals and ties among them, most with a choice to make
+  EXPECT_GT(bad, cases / 8);
+  EXPECT_GT(tied, cases / 2);
+  // the reference itself, by hand
+  const std::vector<float> z = {-inf, 2.0f, 1.0f, 2.0f, nan};
+  const LogitsScan r = scan_logits_reference(z.data(), 4);
+  EXPECT_FALSE(r.bad);
+  EXPECT_TRUE(r.any_finite);
+  EXPECT_EQ(r.argmax, 1);
+  EXPECT_TRUE(scan_logits_reference(z.data(), 5).bad);
+  EXPECT_THAT(testing_support::error_of([&] { scan_logits(z.data(), 0); }), testing::HasSubstr("n (0) must be in [1, 2^31 - 1]"));
 }
 
 TEST(Pointwise, AdamWEqualsTheReferenceBitForBit) {

@@ -280,21 +280,23 @@ TEST(Sampling, NonFiniteLogitsAreRefusedAndATinyTemperatureIsGreedy) {
 }
 
 // Greedy picks the first index of the largest logit, as torch.argmax: on vocabularies of every
-// length around the greedy scan's blocks of eight, the largest value placed anywhere, tied at a
-// later index (and as -0 beside +0), among -inf tokens; against a one-pass scan written here.
+// length around the greedy scan's sixteen lanes, the largest value placed anywhere, tied at a later
+// index in a later lane (as -0 beside +0) and in an earlier lane (15 on), among -inf tokens;
+// against a one-pass scan written here.
 TEST(Sampling, GreedyIsTheFirstLargestLogitAtEveryPlace) {
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> scratch;
   SamplingOptions o;  // temperature 0, no top-k
   o.temperature = 0.0;
   Generator gen(1), values(9);
-  for (int64_t V : {1, 2, 7, 8, 9, 17, 64, 1001}) {
+  for (int64_t V : {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 64, 1001}) {
     for (int64_t at = 0; at < V; at += std::max<int64_t>(1, V / 13)) {
       std::vector<float> z(static_cast<size_t>(V));
       for (float& x : z) x = static_cast<float>(values.random64() % 1000) / 1000.0f - 2.0f;  // in [-2, -1)
       if (V > 3) z[static_cast<size_t>((at + 2) % V)] = -inf;
       z[static_cast<size_t>(at)] = 0.0f;
       if (at + 3 < V) z[static_cast<size_t>(at + 3)] = -0.0f;  // equal to +0: the first stays the pick
+      if (at + 15 < V) z[static_cast<size_t>(at + 15)] = 0.0f;  // the lane before at's, a later index
       int64_t naive = 0;
       for (int64_t j = 1; j < V; ++j)
         if (z[static_cast<size_t>(j)] > z[static_cast<size_t>(naive)]) naive = j;

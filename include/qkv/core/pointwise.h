@@ -1,6 +1,7 @@
 // qkv/core/pointwise.h - the model's element-by-element passes, vectorised and split over the pool:
 // GELU (the tanh approximation) and its gradient, SwiGLU's gate (Llama's, Qwen3's) and its
-// gradient, SiLU (Qwen3.5's linear layers), and AdamW's update of one parameter tensor.
+// gradient, SiLU (Qwen3.5's linear layers), AdamW's update of one parameter tensor, and the scan of
+// a decoding step's logits (the checks and greedy choice before the next token).
 //
 //   gelu(x) = 0.5 x (1 + tanh(u)),   u = sqrt(2 / pi) (x + 0.044715 x^3)
 //   gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t)(1 + t) sqrt(2 / pi) (1 + 3 0.044715 x^2),  t = tanh(u)
@@ -59,5 +60,18 @@ struct AdamWScalars {
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s,
                   ThreadPool* pool = nullptr);
 void adamw_update_reference(float* w, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s);
+
+// One pass over n logits (1 <= n < 2^31): whether any is NaN or +inf, whether any is above -inf,
+// and the first index of the largest (torch.argmax's choice; -0 and +0 equal; 0 when none is above
+// -inf; meaningless when `bad`). On the calling thread: a decoding step's last work before the next
+// token, while the pool waits. SIMD lanes keep their largest and its first index; the reference is
+// the plain loop, and both give the same answer on every input.
+struct LogitsScan {
+  bool bad = false;         // a NaN or a +inf
+  bool any_finite = false;  // an entry above -inf
+  int64_t argmax = 0;
+};
+LogitsScan scan_logits(const float* v, int64_t n);
+LogitsScan scan_logits_reference(const float* v, int64_t n);
 
 }  // namespace qkv

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/quant_blocks.h"
@@ -144,6 +145,10 @@ class MhaWorkspace {
   float* dqkv() { return dqkv_.get(); }  // (B*T, Q)
   float* dqk() { return dqk_.get(); }    // (B, H + G, T, D): QK-norm's backward
   DecodeWorkspace& decode() { return decode_; }
+  // RoPE's table for these arguments: the last one built, when it is the same (every layer of a
+  // decoding step rotates at the same positions), else built anew.
+  const RopeTable& rope_table(int64_t positions, int64_t rotary_dim, double base, int64_t position_offset,
+                              const RopeScaling& scaling);
   void reserve_forward(const MhaShape& s);
   void reserve_backward(const MhaShape& s);
   size_t bytes() const;
@@ -151,6 +156,7 @@ class MhaWorkspace {
  private:
   mha_detail::Buffer<float> qkv_, dctx_, dqkv_, dqk_;
   DecodeWorkspace decode_;
+  std::optional<RopeTable> rope_;
 };
 
 // y (B*T, C_o) from x (B*T, C_in); fills `saved` (a new id) for the backward.

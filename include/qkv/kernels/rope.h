@@ -61,9 +61,19 @@ class RopeTable {
   int64_t rotary_dim() const { return dim_; }  // R
   const float* cos_row(int64_t n) const { return cos_.data() + n * (dim_ / 2); }  // (R/2)
   const float* sin_row(int64_t n) const { return sin_.data() + n * (dim_ / 2); }  // (R/2)
+  // Whether this is the table those arguments build (a decoding step's layers share one).
+  bool is(int64_t positions, int64_t rotary_dim, double base, int64_t position_offset,
+          const RopeScaling& scaling) const {
+    return positions == positions_ && rotary_dim == dim_ && base == base_ && position_offset == offset_ &&
+           scaling == scaling_;
+  }
+  size_t bytes() const { return (cos_.size() + sin_.size()) * sizeof(float); }
 
  private:
   int64_t positions_, dim_;
+  double base_;
+  int64_t offset_;
+  RopeScaling scaling_;
   std::vector<float> cos_, sin_;  // (N, D/2)
 };
 
