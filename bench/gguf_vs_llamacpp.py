@@ -14,8 +14,11 @@ depend on it), written once into --dir and reused.
            before and just after each round's qkv run, the larger of the two: a shared host's
            bandwidth moves during a run, and a probe caught in a slow spell would inflate a share)
            for the bytes it reads per token: the file's tensors, for both (qkv keeps Q8_0 / Q4_0 /
-           Q4_K / Q6_K weights as their blocks and BF16 ones as bf16). A % column is the median of
-           the rounds' shares, each against the probes of its own round.
+           Q4_K / Q6_K weights as their blocks and BF16 ones as bf16), and the attention's keys and
+           values at the timed steps' mean length (the prompt and half the new tokens; 2 bytes each
+           in both: qkv's bf16 cache, llama.cpp's f16 one), with Qwen3.5's linear layers' states
+           (floats) where it has them. A % column is the median of the rounds' shares, each against
+           the probes of its own round; the table's KV column is the cache's part of those bytes.
   prefill  1,000 prompt tokens: qkv's prefill_ms (the prompt and the first token), llama.cpp's
            --bench-prefill 1000 (one evaluation of the prompt).
 Runs alternate qkv and llama.cpp, never together (llama.cpp spins its threads); medians of --rounds;
@@ -48,10 +51,27 @@ def run_json(cmd, env=None):
 
 
 def file_tensor_bytes(path):
-    """The bytes of the file's tensors (what llama.cpp reads per token: every weight once)."""
+    """The bytes of the file's tensors (what llama.cpp reads per token: every weight once), and its
+    metadata."""
     import gguf_files
-    _, tensors = gguf_files.read_gguf(path)
-    return sum(len(t[2]) for t in tensors.values())
+    meta, tensors = gguf_files.read_gguf(path)
+    return sum(len(t[2]) for t in tensors.values()), meta
+
+
+def cache_bytes_read(meta, positions):
+    """Bytes a decoding step reads besides the weights with `positions` cached: every full-attention
+    layer's keys and values (2 bytes a number), and every linear layer's state (floats)."""
+    arch = meta["general.architecture"]
+    layers = meta[f"{arch}.block_count"]
+    interval = meta.get(f"{arch}.full_attention_interval", 1)  # Qwen3.5: one full layer in `interval`
+    full = layers // interval
+    heads = meta[f"{arch}.attention.head_count"]
+    kv_heads = meta.get(f"{arch}.attention.head_count_kv", heads)
+    dim = meta.get(f"{arch}.attention.key_length", meta[f"{arch}.embedding_length"] // heads)
+    state = 0
+    if interval > 1:  # a linear layer's state: value heads x key dim x value dim floats
+        state = (layers - full) * meta[f"{arch}.ssm.state_size"] * meta[f"{arch}.ssm.inner_size"] * 4
+    return full * kv_heads * dim * 2 * 2 * positions + state
 
 
 def main():
@@ -92,7 +112,10 @@ def main():
                 extra = ["--tokenizer", os.path.join(home, "qkv", "qwen3", "tokenizer.json")]
             subprocess.run([a.qkv, "convert", "--model", a.preset, "--to", "gguf", "--type", t, "--out", path, *extra],
                            check=True, env=env, stdout=subprocess.DEVNULL)
-        file_bytes = file_tensor_bytes(path)
+        file_bytes, meta = file_tensor_bytes(path)
+        # the timed steps (after the first new token) see the 4-token prompt and 1 .. new - 1 new ones
+        kv_bytes = cache_bytes_read(meta, 4 + a.new_tokens / 2)
+        step_bytes = file_bytes + kv_bytes
         # a prompt of about --prefill-tokens of the model's own tokenizer, as text for qkv and ids for llama.cpp
         vocab = "qwen3" if a.preset.startswith("qwen") else "llama3"  # the preset's installed tokenizer (Qwen2.5: Qwen3's)
         n = len(run_json([a.qkv, "encode", "--tokenizer", vocab, "--text", PROMPT_WORDS * 100], env))
@@ -106,12 +129,12 @@ def main():
                           "--max-new-tokens", str(a.new_tokens), "--json"], env)
             gb = max(before, probe()["bandwidth_gb_s"]) * 1e9
             q_dec.append(r["tokens_per_s"])
-            q_share.append(r["tokens_per_s"] * file_bytes / gb)
+            q_share.append(r["tokens_per_s"] * step_bytes / gb)
             model = r["model"]
             r = run_json(["node", GREEDY, path, "--ids", ",".join(map(str, ids[:4])), "--bench-decode",
                           str(a.new_tokens), "--threads", str(a.threads)], env)
             l_dec.append(r["decode"]["tokens_per_s"])
-            l_share.append(r["decode"]["tokens_per_s"] * file_bytes / gb)
+            l_share.append(r["decode"]["tokens_per_s"] * step_bytes / gb)
             r = run_json([a.qkv, "generate", "--weights", path, "--prompt", prompt, "--temperature", "0",
                           "--max-new-tokens", "1", "--json"], env)
             q_pre.append(r["prefill_ms"] / 1000)
@@ -120,16 +143,17 @@ def main():
             l_pre.append(r["prefill"]["seconds"])
         qd, ld = statistics.median(q_dec), statistics.median(l_dec)
         qp, lp = statistics.median(q_pre), statistics.median(l_pre)
-        rows.append((t, file_bytes, qd, ld, qp, lp, model, statistics.median(q_share), statistics.median(l_share)))
+        rows.append((t, file_bytes, kv_bytes, qd, ld, qp, lp, model, statistics.median(q_share),
+                     statistics.median(l_share)))
     print(f"read bandwidth (qkv bench --module decode, {len(probes)} probes, before and after each round's qkv run): "
           f"median {statistics.median(probes):.1f} GB/s, {min(probes):.1f}-{max(probes):.1f}")
-    print(f"\n| {a.preset} file | MB | qkv decode tok/s | llama.cpp | ratio | % of bw qkv | llama.cpp | "
+    print(f"\n| {a.preset} file | MB | KV MB | qkv decode tok/s | llama.cpp | ratio | % of bw qkv | llama.cpp | "
           f"prefill {a.prefill_tokens} qkv s | llama.cpp s | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for t, fb, qd, ld, qp, lp, _, qs, ls in rows:
-        print(f"| {t.upper()} | {fb / 1e6:.0f} | {qd:.1f} | {ld:.1f} | {qd / ld:.2f}x | {100 * qs:.0f}% | "
-              f"{100 * ls:.0f}% | {qp:.2f} | {lp:.2f} | {lp / qp:.2f}x |")
-    print("\nqkv's models:", *sorted({r[6] for r in rows}), sep="\n  ")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for t, fb, kb, qd, ld, qp, lp, _, qs, ls in rows:
+        print(f"| {t.upper()} | {fb / 1e6:.0f} | {kb / 1e6:.1f} | {qd:.1f} | {ld:.1f} | {qd / ld:.2f}x | "
+              f"{100 * qs:.0f}% | {100 * ls:.0f}% | {qp:.2f} | {lp:.2f} | {lp / qp:.2f}x |")
+    print("\nqkv's models:", *sorted({r[7] for r in rows}), sep="\n  ")
 
 
 if __name__ == "__main__":
