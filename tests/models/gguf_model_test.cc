@@ -126,6 +126,8 @@ TEST_P(GgufModel, EveryTypeReadsBackAsItsBlocksDecode) {
 TEST_P(GgufModel, QuantizedTypesComputeOnTheirBlocks) {
   auto m = model();
   const std::vector<int64_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+  // and a prompt of more rows than a decoding step's (SwiGLU's gate and up apart, not one product)
+  const std::vector<int64_t> longer = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4};
   const int64_t T = static_cast<int64_t>(ids.size()), V = 300;
   for (const std::string type : {"q8_0", "q4_0", "q4_k", "q6_k"}) {
     const std::string path = write("m.gguf", gguf(*m, type));
@@ -146,6 +148,14 @@ TEST_P(GgufModel, QuantizedTypesComputeOnTheirBlocks) {
     }
     EXPECT_LE(err, 0.05f * scale) << type;
     EXPECT_GT(from_bf16, 0.0f) << type;
+    const int64_t TL = static_cast<int64_t>(longer.size());
+    const Tensor want_longer = f32.model->forward(longer, 1, TL), got_longer = q.model->forward(longer, 1, TL);
+    float scale_longer = 0, err_longer = 0;
+    for (int64_t i = 0; i < TL * V; ++i) {
+      scale_longer = std::max(scale_longer, std::fabs(want_longer.data()[i]));
+      err_longer = std::max(err_longer, std::fabs(got_longer.data()[i] - want_longer.data()[i]));
+    }
+    EXPECT_LE(err_longer, 0.05f * scale_longer) << type << ", " << TL << " ids";
     kernels::KvCache cache = q.model->make_cache(1, kernels::CacheDtype::kF32, T);
     std::vector<float> step(static_cast<size_t>(V));
     q.model->forward_cached_into(std::vector<int64_t>(ids.begin(), ids.end() - 1), 1, T - 1, cache, step.data());

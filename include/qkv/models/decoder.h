@@ -65,6 +65,9 @@ class DecoderBlock : public Module {
     // these are not empty (ff_q parallel to ff: one of the two holds each linear).
     QuantMatrix qkv_q = {}, out_q = {}, gate_q = {};
     std::vector<QuantMatrix> ff_q = {};
+    // SwiGLU's gate_proj and up_proj rows in one matrix (2 F, E) when both are blocks of one type
+    // (ff_q[0] and ff_q[1] then empty): one product, one quantization of its input, a step.
+    QuantMatrix gate_up_q = {};
     std::vector<QuantMatrix> linear_q = {};  // parallel to linear
   };
   // Working rows from the caller: h, a (N, E); hidden, up (N, F); N = B Tn; and the attention's
@@ -161,7 +164,7 @@ class DecoderModel : public LanguageModel {
   void cached_pass(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, kernels::KvCache& cache,
                    float* logits, bool all_rows);
   void embed_rows(const std::vector<int64_t>& ids, int64_t batch, int64_t tokens, int64_t P, float* x) const;
-  std::vector<float> step_x_, step_h_, step_a_, step_hidden_, step_up_, step_last_;
+  std::vector<float> step_x_, step_h_, step_a_, step_hidden_, step_last_;  // step_hidden_: SwiGLU's up rows too
   CachedScratch step_att_;  // every block's attention works here in a cached pass
 };
 
