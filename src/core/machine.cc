@@ -170,21 +170,35 @@ const char* burst_prefetch_name(BurstPrefetch b) {
   return "?";
 }
 
+int64_t decode_serial_bytes_rule(bool intel) { return intel ? int64_t{32} << 10 : int64_t{256} << 10; }
+
 namespace {
 
-BurstPrefetch this_cpu_burst_prefetch() {
+// The vendor and family cpuid reports (x86 false elsewhere, or where cpuid fails).
+struct CpuKind {
+  bool x86 = false, amd = false;
+  unsigned family = 0;
+};
+CpuKind this_cpu_kind() {
+  CpuKind k;
 #if QKV_HAVE_CPUID
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return BurstPrefetch::kL1;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return k;
   const bool amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;  // "AuthenticAMD"
-  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return BurstPrefetch::kL1;
-  unsigned family = (eax >> 8) & 0xF;
-  if (family == 0xF) family += (eax >> 20) & 0xFF;  // the extended family
-  // libgcc's check includes the OS's XSAVE support of the AVX-512 state
-  return burst_prefetch_rule(amd, family, __builtin_cpu_supports("avx512f"));
-#else
-  return BurstPrefetch::kL1;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return k;
+  k.x86 = true;
+  k.amd = amd;
+  k.family = (eax >> 8) & 0xF;
+  if (k.family == 0xF) k.family += (eax >> 20) & 0xFF;  // the extended family
 #endif
+  return k;
+}
+
+BurstPrefetch this_cpu_burst_prefetch() {
+  const CpuKind k = this_cpu_kind();
+  if (!k.x86) return BurstPrefetch::kL1;
+  // libgcc's check includes the OS's XSAVE support of the AVX-512 state
+  return burst_prefetch_rule(k.amd, k.family, __builtin_cpu_supports("avx512f"));
 }
 
 std::atomic<BurstPrefetch>& burst_prefetch_choice() {
@@ -201,6 +215,14 @@ std::atomic<BurstPrefetch>& burst_prefetch_choice() {
 }
 
 }  // namespace
+
+int64_t decode_serial_bytes() {
+  static const int64_t bytes = [] {
+    const CpuKind k = this_cpu_kind();
+    return decode_serial_bytes_rule(k.x86 && !k.amd);
+  }();
+  return bytes;
+}
 
 BurstPrefetch burst_prefetch() { return burst_prefetch_choice().load(std::memory_order_relaxed); }
 

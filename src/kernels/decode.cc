@@ -83,7 +83,7 @@ struct DecodeProblem {
   // next chunk of the same group reuses them); `call` numbers the calls of this process.
   uint64_t* held = nullptr;
   uint64_t call = 0;
-  bool serial = false;            // too little to read to pay for waking the pool (kSerialBytes)
+  bool serial = false;            // too little to read to pay for waking the pool (decode_serial_bytes())
   // With one chunk per (b, g), the task that computes it merges it (MergeChunks) at once: one
   // parallel_for a call instead of two, the same arithmetic.
   void (*merge)(const DecodeProblem&, int64_t b, int64_t g) = nullptr;
@@ -107,13 +107,9 @@ struct DecodeProblem {
   }
 };
 
-// Below this many bytes of keys and values a call runs its tasks on the calling thread: handing
-// them to the pool costs more than the second thread saves. In a decoding step the pool's threads
-// are spinning between the step's products, and the crossing is near 0.2 MiB (Zen 5, 2 threads,
-// 16 heads over 8 key/value heads of 128, bf16 cache; calling thread alone / both: 0.1 MiB 6 / 8 us,
-// 0.2 MiB 10 / 10 us, 0.4 MiB 19 / 15 us, 0.8 MiB 33 / 23 us). The tasks and the chunks are the
-// same either way, so the result is too, bit for bit.
-constexpr double kSerialBytes = 256.0 * 1024.0;
+// Below decode_serial_bytes() (core/machine.h) of keys and values a call runs its tasks on the
+// calling thread: handing them to the pool costs more than the second thread saves. The tasks and
+// the chunks are the same either way, so the result is too, bit for bit.
 
 // p.pool->parallel_for(n, f), or the same tasks in order on this thread (as worker 0) when p.serial.
 template <typename F>
@@ -1011,7 +1007,7 @@ void DecodeOn(const char* what, ConstHeads q, const KvRows& kv, MutableHeads o, 
   p.chunk = decode_chunk_keys(visible);
   p.chunks = (visible + p.chunk - 1) / p.chunk;
   p.serial = static_cast<double>(B * G) * static_cast<double>(visible) * static_cast<double>(D + Dv) *
-                 (p.bf16 ? 2.0 : 4.0) < kSerialBytes;
+                 (p.bf16 ? 2.0 : 4.0) < static_cast<double>(decode_serial_bytes());
   QKV_CHECK(p.chunks <= kMaxChunks, what, ": ", p.chunks, " chunks, more than ", kMaxChunks);  // by construction
   p.part_stride = 2 + pad16(Dv);
   thread_local DecodeWorkspace own;

@@ -2,6 +2,8 @@
 // uses, instruction caches skipped, malformed files falling back), and this machine's answer.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -114,6 +116,17 @@ TEST(Machine, BurstPrefetchesFollowTheCpu) {
   EXPECT_STREQ(burst_prefetch_name(BurstPrefetch::kL1Streamed), "L1-NTA");
   EXPECT_STREQ(burst_prefetch_name(BurstPrefetch::kL2), "L2");
   EXPECT_STREQ(burst_prefetch_name(BurstPrefetch::kL1AndL2), "L1+L2");
+}
+
+// A decoding attention call runs alone on the calling thread below 32 KiB on Intel, 256 KiB
+// elsewhere; this CPU's is one of the two, by its vendor.
+TEST(Machine, TheDecodingAttentionsSerialBytesFollowTheCpu) {
+  EXPECT_EQ(decode_serial_bytes_rule(true), 32 * 1024);
+  EXPECT_EQ(decode_serial_bytes_rule(false), 256 * 1024);
+  // without $QKV_PREFETCH the burst choice is the rule's, kL1AndL2 on Intel only
+  if (std::getenv("QKV_PREFETCH") == nullptr) {
+    EXPECT_EQ(decode_serial_bytes(), decode_serial_bytes_rule(burst_prefetch() == BurstPrefetch::kL1AndL2));
+  }
 }
 
 TEST(Machine, TheBurstPrefetchChoiceCanBeSetAndRestored) {

@@ -66,6 +66,16 @@ constexpr int64_t kFarPrefetchBytes = 16384;
 inline int64_t far_prefetch_bytes() { return burst_prefetch() == BurstPrefetch::kL1AndL2 ? kFarPrefetchBytes : 0; }
 inline bool prefetch_bursts_to_l2() { return burst_prefetch() == BurstPrefetch::kL2; }
 
+// Below how many bytes of keys and values a decoding attention call runs its tasks on the calling
+// thread alone (kernels/decode.cc; the same tasks either way, so the same bits):
+//   decode_serial_bytes_rule(intel): 32 KiB on Intel (non-AMD x86), where in a model's steps the
+//     cache comes from memory and two threads' misses overlap (Xeon model 207, Qwen3-0.6B Q4_0,
+//     5-54 cached positions: 0.964x and 0.984x the step's time against 256 KiB, AVX2 0.981x);
+//     else 256 KiB, Zen 5's crossing (a hot cache: 0.1 MiB alone 6 us, with both threads 8);
+//   decode_serial_bytes(): this CPU's.
+int64_t decode_serial_bytes_rule(bool intel);
+int64_t decode_serial_bytes();
+
 // Asks for the cache line holding p into L2 or L1 (elsewhere than x86, the compiler's hint for it).
 // (always inlined: GCC takes a function whose only statement is a prefetch for one without effects,
 // and drops calls to it that it has not inlined)
