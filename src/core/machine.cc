@@ -195,10 +195,14 @@ CpuKind this_cpu_kind() {
 }
 
 BurstPrefetch this_cpu_burst_prefetch() {
+#if QKV_HAVE_CPUID
   const CpuKind k = this_cpu_kind();
   if (!k.x86) return BurstPrefetch::kL1;
   // libgcc's check includes the OS's XSAVE support of the AVX-512 state
   return burst_prefetch_rule(k.amd, k.family, __builtin_cpu_supports("avx512f"));
+#else
+  return BurstPrefetch::kL1;
+#endif
 }
 
 std::atomic<BurstPrefetch>& burst_prefetch_choice() {

@@ -8,8 +8,8 @@
 
 #include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
-#include "qkv/core/ops.h"
 #include "qkv/core/linear.h"
+#include "qkv/core/ops.h"
 #include "qkv/core/pointwise.h"
 #include "qkv/core/quant_panels.h"
 #include "qkv/models/family.h"
@@ -653,10 +653,10 @@ void DecoderModel::cached_pass(const std::vector<int64_t>& ids, int64_t batch, i
   const int64_t N = batch * tokens, E = spec_.width, F = std::max<int64_t>(spec_.ff_width, 1);
   float* x = rows_of(step_x_, N * E);
   // SwiGLU's up rows right after the hidden ones: a fused gate and up product writes both at once
-  const bool swiglu = spec_.ff == FeedForwardKind::kSwiGLU;
-  float* hidden = rows_of(step_hidden_, (swiglu ? 2 : 1) * N * F);
-  const DecoderBlock::Scratch s{rows_of(step_h_, N * E), rows_of(step_a_, N * E), hidden, swiglu ? hidden + N * F : nullptr,
-                                &step_att_};
+  const bool gated_ff = spec_.ff == FeedForwardKind::kSwiGLU;
+  float* hidden = rows_of(step_hidden_, (gated_ff ? 2 : 1) * N * F);
+  const DecoderBlock::Scratch s{rows_of(step_h_, N * E), rows_of(step_a_, N * E), hidden,
+                                gated_ff ? hidden + N * F : nullptr, &step_att_};
   // x = tok_emb.weight[ids] (+ pos_emb.weight[P:P+Tn])                 (B, Tn, E), nothing recorded
   embed_rows(ids, batch, tokens, P, x);
   const bool bf16 = !blocks16_.empty() && spec_.attention.dtype == Dtype::kBF16;
