@@ -214,8 +214,9 @@ QKV_QMV_ATTR HWY_INLINE __m256i RoundedTimes8(__m256 v8, __m512d id) {
 }
 #endif
 
-// quant_detail::quantize_run for n = 8 k values, bit for bit: the same float max and scale, the
-// product in double, rounded half away from zero, clamped, then narrowed to int8.
+// quant_detail::quantize_run for n = 16 k values (the callers' blocks of 32 and 256), bit for bit:
+// the same float max and scale, the product in double, rounded half away from zero, clamped, then
+// narrowed to int8.
 QKV_QMV_ATTR void QuantizeRun(const float* x, int n, float& d, int8_t* q) {
   const __m256 no_sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   __m256 m = _mm256_setzero_ps();
@@ -227,16 +228,10 @@ QKV_QMV_ATTR void QuantizeRun(const float* x, int n, float& d, int8_t* q) {
   const double inv = d > 0.0f ? 127.0 / static_cast<double>(amax) : 0.0;
 #if HWY_TARGET <= HWY_AVX3
   const __m512d id8 = _mm512_set1_pd(inv);
-  int i = 0;
-  for (; i + 16 <= n; i += 16) {  // sixteen int32 narrowed with saturation (the values are in [-127, 127])
+  for (int i = 0; i < n; i += 16) {  // sixteen int32 narrowed with saturation (the values are in [-127, 127])
     const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(RoundedTimes8(_mm256_loadu_ps(x + i), id8)),
                                          RoundedTimes8(_mm256_loadu_ps(x + i + 8), id8), 1);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtsepi32_epi8(w));
-  }
-  for (; i < n; i += 8) {
-    const __m256i w = RoundedTimes8(_mm256_loadu_ps(x + i), id8);
-    const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), _mm_packs_epi16(w16, w16));
   }
 #else
   const __m256d id = _mm256_set1_pd(inv);
