@@ -3,6 +3,7 @@
 
     python3 bench/gguf_vs_llamacpp.py --qkv build/qkv [--preset qwen3-0.6b] [--types bf16,q8_0,q4_0]
                                       [--threads 2] [--rounds 3] [--dir /tmp/qkv-gguf-bench]
+                                      [--simd avx2 --llamacpp-cpu haswell]
 
 The files: `qkv convert --model PRESET --to gguf --type T` (the preset's weights drawn from seed 123,
 the installed tokenizer; for qwen3.5-0.8b, which has none installed, Qwen3's: the speed does not
@@ -24,11 +25,17 @@ depend on it), written once into --dir and reused.
 Runs alternate qkv and llama.cpp, never together (llama.cpp spins its threads); medians of --rounds;
 a ratio is llama.cpp's time over qkv's (above 1: qkv is faster). node-llama-cpp is installed into
 --npm-dir (default: npm-llamacpp beside --qkv, as the tests install it) when missing.
+Both engines pick their kernels for the CPU; to compare one instruction set on a CPU that has more,
+--simd T runs qkv (and the probes) with QKV_SIMD=T, and --llamacpp-cpu V gives llama.cpp a copy of
+the prebuilt binaries' folder (hard links, beside --npm-dir) holding libggml-cpu-V.so as its only CPU
+backend: `--simd avx2 --llamacpp-cpu haswell` is an AVX2 machine without AVX-VNNI (a Zen 3) for
+both. The header names the backend llama.cpp loaded.
 """
 
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -74,6 +81,26 @@ def cache_bytes_read(meta, positions):
     return full * kv_heads * dim * 2 * 2 * positions + state
 
 
+def npm_dir_with_one_cpu_backend(npm_dir, variant):
+    """A copy of npm_dir (hard links) whose prebuilt binaries keep libggml-cpu-<variant>.so as their one
+    CPU backend, made once beside npm_dir; exits naming the variants there when there is no such one."""
+    bins = os.path.join("node_modules", "@node-llama-cpp", "linux-x64", "bins", "linux-x64")
+    have = sorted(f[len("libggml-cpu-"):-len(".so")] for f in os.listdir(os.path.join(npm_dir, bins))
+                  if f.startswith("libggml-cpu-") and f.endswith(".so"))
+    if variant not in have:
+        sys.exit(f"--llamacpp-cpu {variant}: the prebuilt binaries have no such CPU backend; they have {', '.join(have)}")
+    copy = f"{os.path.abspath(npm_dir).rstrip('/')}-cpu-{variant}"
+    if not os.path.isdir(copy):
+        tmp = copy + ".partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(npm_dir, tmp, symlinks=True, copy_function=os.link)
+        for v in have:
+            if v != variant:
+                os.remove(os.path.join(tmp, bins, f"libggml-cpu-{v}.so"))
+        os.rename(tmp, copy)
+    return copy
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--qkv", required=True)
@@ -85,11 +112,17 @@ def main():
     ap.add_argument("--prefill-tokens", type=int, default=1000)
     ap.add_argument("--dir", default="/tmp/qkv-gguf-bench")
     ap.add_argument("--npm-dir")
+    ap.add_argument("--simd", help="qkv's kernels' target (QKV_SIMD), e.g. avx2; default: the CPU's best")
+    ap.add_argument("--llamacpp-cpu", help="llama.cpp's one CPU backend, e.g. haswell; default: its pick")
     a = ap.parse_args()
     npm_dir = a.npm_dir or test_gguf_llamacpp.default_npm_dir(a.qkv)
     test_gguf_llamacpp.ensure_node_llama_cpp(npm_dir)
+    if a.llamacpp_cpu:
+        npm_dir = npm_dir_with_one_cpu_backend(npm_dir, a.llamacpp_cpu)
     os.makedirs(a.dir, exist_ok=True)
     env = dict(os.environ, QKV_NUM_THREADS=str(a.threads), QKV_NPM_DIR=npm_dir)
+    if a.simd:
+        env["QKV_SIMD"] = a.simd
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     probe_cmd = [a.qkv, "bench", "--module", "decode", "--kv-len", "64", "--threads", str(a.threads), "--json"]
     probes = []  # GB/s: the first, then two a round and file
@@ -100,7 +133,8 @@ def main():
         return r
 
     first = probe()
-    print(f"{cpu}; {a.threads} threads; {first['simd']}, lines prefetched in bursts into {first['prefetch']}; "
+    variants = set()  # the CPU backends llama.cpp loaded
+    print(f"{cpu}; {a.threads} threads; qkv: {first['simd']}, lines prefetched in bursts into {first['prefetch']}; "
           f"{a.rounds} rounds, medians")
     rows = []
     for t in a.types.split(","):
@@ -134,6 +168,7 @@ def main():
             r = run_json(["node", GREEDY, path, "--ids", ",".join(map(str, ids[:4])), "--bench-decode",
                           str(a.new_tokens), "--threads", str(a.threads)], env)
             l_dec.append(r["decode"]["tokens_per_s"])
+            variants.add(r.get("cpu_variant"))
             l_share.append(r["decode"]["tokens_per_s"] * step_bytes / gb)
             r = run_json([a.qkv, "generate", "--weights", path, "--prompt", prompt, "--temperature", "0",
                           "--max-new-tokens", "1", "--json"], env)
@@ -145,6 +180,7 @@ def main():
         qp, lp = statistics.median(q_pre), statistics.median(l_pre)
         rows.append((t, file_bytes, kv_bytes, qd, ld, qp, lp, model, statistics.median(q_share),
                      statistics.median(l_share)))
+    print(f"llama.cpp's CPU backend: {', '.join(sorted(map(str, variants)))}")
     print(f"read bandwidth (qkv bench --module decode, {len(probes)} probes, before and after each round's qkv run): "
           f"median {statistics.median(probes):.1f} GB/s, {min(probes):.1f}-{max(probes):.1f}")
     print(f"\n| {a.preset} file | MB | KV MB | qkv decode tok/s | llama.cpp | ratio | % of bw qkv | llama.cpp | "

@@ -10,10 +10,11 @@
 // of the last position's raw logits (no penalties, no sampling; the first index among equal maxima) and
 // evaluates it. Prints one JSON line on stdout:
 //   {"ids": [new ids], "logits": [the prompt's last-position logits, all V]}   (logits with --logits)
-//   {"prefill": {"tokens", "seconds", "tokens_per_s"}, "decode": {...}}          (the bench modes)
+//   {"prefill": {"tokens", "seconds", "tokens_per_s"}, "decode": {...}, "cpu_variant": V}  (the bench modes)
 // Bench prefill evaluates N ids (the --ids repeated, or 0..255 repeated) in one call; bench decode, after the
 // prompt (--ids, or one id), N single-token steps picked by llama.cpp's greedy sampler, timed
-// without the prompt. CPU only (gpu: false, build: "never": nothing is downloaded or compiled).
+// without the prompt; cpu_variant names the CPU backend llama.cpp loaded (the libggml-cpu-V.so of the
+// prebuilt binaries' folder with the best score for this CPU, e.g. "zen4" or "haswell"). CPU only (gpu: false, build: "never": nothing is downloaded or compiled).
 // The KV cache is F32 by default (an oracle for float32 twins); --kv-type f16 is llama.cpp's default.
 // --serve loads llama.cpp once (its start takes about 1.5 s, more than a small model's whole run) and
 // answers jobs, one JSON object a line on stdin, {"file": F, "ids": [...], "new": N, "logits": true},
@@ -22,6 +23,7 @@
 // node-llama-cpp is imported from $QKV_NPM_DIR/node_modules when QKV_NPM_DIR is set, else as usual.
 // Exit status 2 on bad arguments, 1 when llama.cpp fails (the message on stderr).
 
+import fs from "node:fs";
 import path from "node:path";
 import {pathToFileURL} from "node:url";
 
@@ -171,7 +173,16 @@ async function bench(sequence, args, ids) {
         result.decode = {tokens: args.benchDecode, seconds: s, tokens_per_s: args.benchDecode / s,
                          threads: args.threads};
     }
+    result.cpu_variant = loadedCpuVariant();
     return result;
+}
+
+// The CPU backend this process mapped (ggml loads one libggml-cpu-V.so, the best for the CPU among
+// those in the binaries' folder), or null when none is found.
+function loadedCpuVariant() {
+    const maps = fs.readFileSync("/proc/self/maps", "utf8");
+    const m = maps.match(/libggml-cpu-([A-Za-z0-9_]+)\.so/);
+    return m ? m[1] : null;
 }
 
 // A job line of --serve as the greedy mode's arguments; throws on a malformed job.
