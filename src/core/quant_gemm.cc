@@ -97,6 +97,16 @@ void PackActivations(const qd::Activations32& x, int32_t offset, int64_t M, int6
   }
 }
 
+// v, from here on held in a register: the compiler would otherwise read a line of nibbles from
+// memory twice, once into the AND of the low ones and once into the shift of the high ones, and a
+// block's loads, not its vpdpbusd, would set the kernel's pace (Q4_0 in L1 on Zen 5: 13.7 cycles a
+// block of 16 rows against 9.7 with one load).
+template <typename V>
+QKV_QG_ATTR HWY_INLINE V InRegister(V v) {
+  asm volatile("" : "+v"(v));
+  return v;
+}
+
 #if HWY_TARGET == HWY_AVX3_DL
 // One group of x's rows (packed) against one panel: kGroup x 16 outputs, VNNI on 512 bits; `rows`
 // of the group and `cols` of the panel stored.
@@ -148,14 +158,30 @@ QKV_QG_ATTR void HalfPanelGroup(const uint8_t* panel, int half, const uint8_t* x
     const auto* xw = reinterpret_cast<const int32_t*>(xg + b * kXBlockBytes);
     const auto* xd = reinterpret_cast<const float*>(xw + 9 * kGroup);
     __m256i isum[kGroup];
-    for (int r = 0; r < kGroup; ++r) isum[r] = _mm256_set1_epi32(xw[8 * kGroup + r]);
-    for (int s = 0; s < 8; ++s) {
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + s * kStepBytes + 32 * half));
-      const __m256i u = kQ4 ? w : _mm256_sign_epi8(w, w);
-      for (int r = 0; r < kGroup; ++r) {
-        __m256i xv = _mm256_set1_epi32(xw[s * kGroup + r]);
-        if (!kQ4) xv = _mm256_sign_epi8(xv, w);
-        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones));
+    if constexpr (kQ4) {
+      // the eight steps' vpmaddubsw summed in int16, then one vpmaddwd (as StoredHalfRows: at most
+      // 8 x 3,810 = 30,480 in size; the same integer sums)
+      __m256i pairs[kGroup];
+      for (int r = 0; r < kGroup; ++r) pairs[r] = _mm256_setzero_si256();
+      for (int s = 0; s < 8; ++s) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + s * kStepBytes + 32 * half));
+        // (each sum held as it is: GCC would otherwise reassociate the adds into a tree over all
+        // 32 products and spill them)
+        for (int r = 0; r < kGroup; ++r)
+          pairs[r] = InRegister(
+              _mm256_add_epi16(pairs[r], _mm256_maddubs_epi16(w, _mm256_set1_epi32(xw[s * kGroup + r]))));
+      }
+      for (int r = 0; r < kGroup; ++r)
+        isum[r] = _mm256_add_epi32(_mm256_set1_epi32(xw[8 * kGroup + r]), _mm256_madd_epi16(pairs[r], ones));
+    } else {
+      for (int r = 0; r < kGroup; ++r) isum[r] = _mm256_set1_epi32(xw[8 * kGroup + r]);
+      for (int s = 0; s < 8; ++s) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + s * kStepBytes + 32 * half));
+        const __m256i u = _mm256_sign_epi8(w, w);
+        for (int r = 0; r < kGroup; ++r) {
+          const __m256i xv = _mm256_sign_epi8(_mm256_set1_epi32(xw[s * kGroup + r]), w);
+          isum[r] = InRegister(_mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones)));
+        }
       }
     }
     const __m256 dw = _mm256_loadu_ps(reinterpret_cast<const float*>(blk + kQuantBytes) + 8 * half);
@@ -236,15 +262,6 @@ QKV_QG_ATTR HWY_INLINE void AskAhead(const uint8_t* p, int64_t bytes, int64_t at
   }
 }
 
-// v, from here on held in a register: the compiler would otherwise read a line of nibbles from
-// memory twice, once into the AND of the low ones and once into the shift of the high ones, and a
-// block's loads, not its vpdpbusd, would set the kernel's pace (Q4_0 in L1 on Zen 5: 13.7 cycles a
-// block of 16 rows against 9.7 with one load).
-template <typename V>
-QKV_QG_ATTR HWY_INLINE V InRegister(V v) {
-  asm volatile("" : "+v"(v));
-  return v;
-}
 
 #if HWY_TARGET == HWY_AVX3_DL
 template <int R, int G, bool kQ4>
@@ -326,21 +343,33 @@ QKV_QG_ATTR void StoredHalfRows(const uint8_t* panel, int half, const uint8_t* x
     for (int h = 0; h < H; ++h)
       for (int r = 0; r < R; ++r) isum[h][r] = _mm256_set1_epi32(xw[8 * G + r]);
     if constexpr (kQ4) {
+      // The block's eight vpmaddubsw results summed in int16 before one vpmaddwd: a nibble (<= 15)
+      // times x (|x| <= 127), in pairs, is at most 3,810 in size, eight of them 30,480 < 2^15; the
+      // integer sums are the same, with a third fewer vector instructions (AVX2's decoding of Q4_0
+      // is bound by them, not by memory, on an Intel Xeon).
+      __m256i pairs[H][R];
+      for (int h = 0; h < H; ++h)
+        for (int r = 0; r < R; ++r) pairs[h][r] = _mm256_setzero_si256();
       for (int s = 0; s < 4; ++s)
         for (int h = 0; h < H; ++h) {
           const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s + 32 * h));
           const __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
           for (int r = 0; r < R; ++r)
-            isum[h][r] = _mm256_add_epi32(isum[h][r], _mm256_add_epi32(DotPairs(lo, _mm256_set1_epi32(xw[s * G + r])),
-                                                                       DotPairs(hi, _mm256_set1_epi32(xw[(s + 4) * G + r]))));
+            pairs[h][r] = InRegister(_mm256_add_epi16(
+                pairs[h][r], _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(xw[s * G + r])),
+                                              _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xw[(s + 4) * G + r])))));
         }
+      for (int h = 0; h < H; ++h)
+        for (int r = 0; r < R; ++r)
+          isum[h][r] = _mm256_add_epi32(isum[h][r], _mm256_madd_epi16(pairs[h][r], _mm256_set1_epi16(1)));
     } else {
       for (int s = 0; s < 8; ++s)
         for (int h = 0; h < H; ++h) {
           const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s + 32 * h));
           const __m256i u = _mm256_sign_epi8(w, w);
           for (int r = 0; r < R; ++r)
-            isum[h][r] = _mm256_add_epi32(isum[h][r], DotPairs(u, _mm256_sign_epi8(_mm256_set1_epi32(xw[s * G + r]), w)));
+            isum[h][r] =
+                InRegister(_mm256_add_epi32(isum[h][r], DotPairs(u, _mm256_sign_epi8(_mm256_set1_epi32(xw[s * G + r]), w))));
         }
     }
     for (int h = 0; h < H; ++h) {
@@ -617,13 +646,24 @@ QKV_QG_ATTR void HalfPanelGroupK(const uint8_t* panel, int half, const uint8_t* 
     const auto* xw = reinterpret_cast<const int32_t*>(xg + b * kKXBlockBytes);
     __m256i scaled[kGroup];
     for (int r = 0; r < kGroup; ++r) scaled[r] = _mm256_setzero_si256();
+    // A run of steps' vpmaddubsw summed in int16, then one vpmaddwd by the unit's scale: Q4_K's
+    // whole unit (8 steps of pairs at most 2 x 15 x 127: 30,480 < 2^15), Q6_K's steps two at a time
+    // (2 x 2 x 63 x 127 = 32,004). The same integer sums as a vpmaddwd a step. (Each sum held as
+    // it is: GCC would otherwise reassociate a block's adds into a tree and spill it.)
+    constexpr int kRun = kQ6 ? 2 : kSteps;
+    static_assert(kSteps % kRun == 0, "a unit's steps in whole runs");
     for (int u = 0; u < kUnits; ++u) {
       const __m256i scale = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kKQuantBytes + 64 * u));
-      for (int st = u * kSteps; st < (u + 1) * kSteps; ++st) {
-        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + st * kStepBytes));
+      for (int st0 = u * kSteps; st0 < (u + 1) * kSteps; st0 += kRun) {
+        __m256i run[kGroup];
+        for (int r = 0; r < kGroup; ++r) run[r] = _mm256_setzero_si256();
+        for (int st = st0; st < st0 + kRun; ++st) {
+          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + st * kStepBytes));
+          for (int r = 0; r < kGroup; ++r)
+            run[r] = InRegister(_mm256_add_epi16(run[r], _mm256_maddubs_epi16(w, _mm256_set1_epi32(xw[st * kGroup + r]))));
+        }
         for (int r = 0; r < kGroup; ++r)
-          scaled[r] = _mm256_add_epi32(
-              scaled[r], _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_set1_epi32(xw[st * kGroup + r])), scale));
+          scaled[r] = InRegister(_mm256_add_epi32(scaled[r], _mm256_madd_epi16(run[r], scale)));
       }
     }
     __m256i pairs[kGroup];
@@ -631,7 +671,8 @@ QKV_QG_ATTR void HalfPanelGroupK(const uint8_t* panel, int half, const uint8_t* 
     for (int q = 0; q < 8; ++q) {
       const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + KPairsAt<kQ6>() + 64 * q));
       for (int r = 0; r < kGroup; ++r)
-        pairs[r] = _mm256_add_epi32(pairs[r], _mm256_madd_epi16(w, _mm256_set1_epi32(xw[(64 + q) * kGroup + r])));
+        pairs[r] =
+            InRegister(_mm256_add_epi32(pairs[r], _mm256_madd_epi16(w, _mm256_set1_epi32(xw[(64 + q) * kGroup + r]))));
     }
     const auto* xd = reinterpret_cast<const float*>(xw + 72 * kGroup);
     const __m256 d = _mm256_loadu_ps(reinterpret_cast<const float*>(p - 32 * half + KScalesAt<kQ6>()) + 8 * half);
@@ -988,8 +1029,8 @@ QKV_QG_ATTR void StoredQ6KRow(const uint8_t* panel, const BlockQ8K* x, const int
             q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), low4),
                                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
             for (int k = 0; k < 4; ++k)
-              s16[k] = _mm256_add_epi16(
-                  s16[k], _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(Word(xq + 128 * h + 32 * k + 4 * u))));
+              s16[k] = InRegister(_mm256_add_epi16(
+                  s16[k], _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(Word(xq + 128 * h + 32 * k + 4 * u)))));
           }
           for (int k = 0; k < 4; ++k) scaled = _mm256_add_epi32(scaled, _mm256_madd_epi16(s16[k], sc[k]));
         }
