@@ -97,10 +97,11 @@ void PackActivations(const qd::Activations32& x, int32_t offset, int64_t M, int6
   }
 }
 
-// v, from here on held in a register: the compiler would otherwise read a line of nibbles from
-// memory twice, once into the AND of the low ones and once into the shift of the high ones, and a
-// block's loads, not its vpdpbusd, would set the kernel's pace (Q4_0 in L1 on Zen 5: 13.7 cycles a
-// block of 16 rows against 9.7 with one load).
+// v, from here on held in a register. Two uses: a line of nibbles loaded once (the compiler would
+// otherwise read it twice, into the AND of the low ones and into the shift of the high ones, and a
+// block's loads, not its vpdpbusd, would set the kernel's pace: Q4_0 in L1 on Zen 5, 13.7 cycles a
+// block of 16 rows against 9.7 with one load); and an integer accumulator kept a chain of adds
+// (GCC reassociates a block's integer adds into a tree over all its products and spills it).
 template <typename V>
 QKV_QG_ATTR HWY_INLINE V InRegister(V v) {
   asm volatile("" : "+v"(v));
@@ -345,8 +346,8 @@ QKV_QG_ATTR void StoredHalfRows(const uint8_t* panel, int half, const uint8_t* x
     if constexpr (kQ4) {
       // The block's eight vpmaddubsw results summed in int16 before one vpmaddwd: a nibble (<= 15)
       // times x (|x| <= 127), in pairs, is at most 3,810 in size, eight of them 30,480 < 2^15; the
-      // integer sums are the same, with a third fewer vector instructions (AVX2's decoding of Q4_0
-      // is bound by them, not by memory, on an Intel Xeon).
+      // integer sums are the same, with a third fewer vector instructions (on an Intel Xeon this
+      // kernel read from L2 at about the memory's rate before: its instructions set the pace).
       __m256i pairs[H][R];
       for (int h = 0; h < H; ++h)
         for (int r = 0; r < R; ++r) pairs[h][r] = _mm256_setzero_si256();
