@@ -13,99 +13,90 @@
 #include "qkv/core/machine.h"
 #include "qkv/kernels/delta_rule_step.h"
 
-#ifndef QKV_KERNELS_DELTA_RULE_STEP_ONCE
-#define QKV_KERNELS_DELTA_RULE_STEP_ONCE
-namespace qkv::kernels {
-namespace {
-
-// Columns [j0, j1) of the step, one at a time (the reference's sums, in the kernel's order; a
-// state of floats rounded once when written).
-template <typename State>
-void StepColumns(const float* q, const float* k, const float* v, double alpha, const float* beta, int64_t beta_width,
-                 int64_t Dk, int64_t Dv, int64_t j0, int64_t j1, State* S, float* y) {
-  for (int64_t j = j0; j < j1; ++j) {
-    double m = 0;
-    for (int64_t i = 0; i < Dk; ++i) m += static_cast<double>(S[i * Dv + j]) * static_cast<double>(k[i]);
-    const double delta = (static_cast<double>(v[j]) - alpha * m) * static_cast<double>(beta[beta_width == 1 ? 0 : j]);
-    double acc = 0;
-    for (int64_t i = 0; i < Dk; ++i) {
-      const double s = alpha * static_cast<double>(S[i * Dv + j]) + static_cast<double>(k[i]) * delta;
-      S[i * Dv + j] = static_cast<State>(s);
-      acc += s * static_cast<double>(q[i]);
-    }
-    y[j] = static_cast<float>(acc);
-  }
-}
-
-}  // namespace
-}  // namespace qkv::kernels
-#endif  // QKV_KERNELS_DELTA_RULE_STEP_ONCE
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-using DD = hn::ScalableTag<double>;
-using VD = hn::Vec<DD>;
+// The step's arithmetic is the state's own type: a state of doubles (the training forward's) in
+// double, a state of floats (a decoding cache's) in float, whose step must not cost more than
+// moving the state (in double each number would be widened, and rounded back, at half the lanes).
+template <typename State>
+using DS = hn::ScalableTag<State>;
 
-// Columns a block: kBlock vectors of columns (64 on AVX-512 for a state of floats, 32 on AVX2).
-// The block's sums stay in registers through the Dk rows, and the block's part of the rows (Dk x
-// 64 floats, 32 KiB at 128 rows) stays in L1 between the two passes over it. A state of doubles
+// Columns a block: kBlock vectors, 128 bytes of each row (32 floats: 2 vectors on AVX-512, 4 on
+// AVX2, 8 on NEON; at most 8 vectors). The block's sums stay in registers through the Dk rows, and
+// the block's part of the rows (16 KiB at 128 rows) stays in L1 between the two passes over it.
+// A decoding cache keeps each head's state in column blocks of 64 (delta_state_index,
+// modules/delta_rule.h), so a step reads two such blocks of each 256-byte row in turn. On an Intel
+// Xeon (AVX-512, 18 layers of 16 heads of 128, after a flush) 2 vectors a block took 0.78-0.86 ms
+// a step against 4's 0.85-1.13 (five alternating rounds); with the cache's blocks of 32 columns
+// too, AVX-512 was no faster and AVX2 (4 vectors either way) 1.07x slower. A state of doubles
 // takes half as many columns a block, the same bytes.
-template <typename State>
-constexpr int kBlock = std::is_same_v<State, double> ? 4 : 8;
+constexpr int kBlock = HWY_MAX_BYTES >= 128 ? 1 : (128 / HWY_MAX_BYTES > 8 ? 8 : 128 / HWY_MAX_BYTES);
 
-// A state's `lanes` numbers from p as doubles, and back (floats widened exactly, rounded once).
-template <typename State>
-HWY_INLINE VD LoadState(DD d, const State* HWY_RESTRICT p) {
-  if constexpr (std::is_same_v<State, double>) {
+// Lanes [0, n) of a vector from p, the rest zero, and back (n < lanes: the columns past the last
+// whole vector, copied through a buffer so that nothing past them is read or written).
+template <bool kPart, typename State>
+HWY_INLINE hn::Vec<DS<State>> LoadCols(DS<State> d, const State* HWY_RESTRICT p, int64_t n) {
+  if constexpr (!kPart) {
     return hn::LoadU(d, p);
   } else {
-    const hn::Rebind<float, DD> df;
-    return hn::PromoteTo(d, hn::LoadU(df, p));
+    HWY_ALIGN State buf[HWY_MAX_BYTES / sizeof(State)] = {};
+    std::copy(p, p + n, buf);
+    return hn::Load(d, buf);
   }
 }
-template <typename State>
-HWY_INLINE void StoreState(DD d, VD x, State* HWY_RESTRICT p) {
-  if constexpr (std::is_same_v<State, double>) {
+template <bool kPart, typename State>
+HWY_INLINE void StoreCols(DS<State> d, hn::Vec<DS<State>> x, State* HWY_RESTRICT p, int64_t n) {
+  if constexpr (!kPart) {
     hn::StoreU(x, d, p);
   } else {
-    const hn::Rebind<float, DD> df;
-    hn::StoreU(hn::DemoteTo(df, x), df, p);
+    HWY_ALIGN State buf[HWY_MAX_BYTES / sizeof(State)];
+    hn::Store(x, d, buf);
+    std::copy(buf, buf + n, p);
   }
 }
 
-// Columns [j0, j0 + NV lanes) of the step. m = S^T k (each column's sum over i in order), delta =
-// (v - alpha m) beta, then S = alpha S + k delta^T and y = S^T q over the same rows again (now in
-// L1), each number written once. While it updates row i, it asks for row i of the next block's
-// columns (`next`, null for none), which the memory then delivers during this block's arithmetic,
-// into L2 or L1 (`to_l2`: prefetch_bursts_to_l2(), core/machine.h). Into L1 a step was 8-20% slower
-// on Zen 4 (`qkv bench --module gated-deltanet --new-tokens 50`, 1.14-1.57 -> 1.05-1.22 ms in three
-// alternating pairs); into L2 it was 1.12x as long on Zen 5 (AVX2 1.09x). It also asks for row i of
-// the block after that (`later`) into L2: one block's update is too short for the next block's
+// Columns [j0, j0 + NV lanes) of the step (kPart: one vector of which the first n lanes are
+// columns). m = S^T k (each column's sum over i in order), delta = (v - alpha m) beta, then S =
+// alpha S + k delta^T and y = S^T q over the same rows again (now in L1), each number written once.
+// Every column takes the same operations whichever lane it is in, so its bits do not depend on
+// where its block starts. While it updates row i, it asks for row i of the next block's columns
+// (`next`, null for none), which the memory then delivers during this block's arithmetic, into L2
+// or L1 (`to_l2`: prefetch_bursts_to_l2(), core/machine.h). Into L1 a step was 8-20% slower on Zen
+// 4 (`qkv bench --module gated-deltanet --new-tokens 50`, 1.14-1.57 -> 1.05-1.22 ms in three
+// alternating pairs); into L2 it was 1.12x as long on Zen 5 (AVX2 1.09x). It also asks for row i
+// of the block after that (`later`) into L2: one block's update is too short for the next block's
 // 32 KiB to arrive from memory, and a block's lead that way is the L2's (Zen 5, 18 layers of 16
 // heads of 128: 0.86-1.02x the time, median 0.925, in eight alternating pairs; AVX2 0.80-1.12x).
-template <int NV, typename State>
-HWY_INLINE void StepBlock(DD d, const float* HWY_RESTRICT q, const float* HWY_RESTRICT k,
-                          const float* HWY_RESTRICT v, double alpha, const float* HWY_RESTRICT beta,
-                          int64_t beta_width, int64_t Dk, int64_t Dv, int64_t j0, State* HWY_RESTRICT S,
+// Those were 64-column blocks stepped in double. With float steps on 32 columns (the Xeon, AVX-512,
+// five alternating rounds) these two held: 0.74-0.90 ms a step, against 0.86-0.92 without `later`,
+// 0.85-1.0 with `next` into L2, 0.85-0.98 with `later` a block further, 0.93-1.08 with both a block
+// further.
+template <int NV, bool kPart, typename State>
+HWY_INLINE void StepBlock(DS<State> d, const float* HWY_RESTRICT q, const float* HWY_RESTRICT k,
+                          const float* HWY_RESTRICT v, State alpha, const float* HWY_RESTRICT beta,
+                          int64_t beta_width, int64_t Dk, int64_t Dv, int64_t j0, int64_t n, State* HWY_RESTRICT S,
                           const State* next, const State* later, bool to_l2, float* HWY_RESTRICT y) {
+  static_assert(!kPart || NV == 1, "a part of a vector is the last one");
+  using V = hn::Vec<DS<State>>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  const VD va = hn::Set(d, alpha);
-  VD m[NV];
+  const V va = hn::Set(d, alpha);
+  V m[NV];
   for (int c = 0; c < NV; ++c) m[c] = hn::Zero(d);
   for (int64_t i = 0; i < Dk; ++i) {
     const State* r = S + i * Dv + j0;
-    const VD ki = hn::Set(d, k[i]);
-    for (int c = 0; c < NV; ++c) m[c] = hn::MulAdd(LoadState(d, r + c * lanes), ki, m[c]);
+    const V ki = hn::Set(d, static_cast<State>(k[i]));
+    for (int c = 0; c < NV; ++c) m[c] = hn::MulAdd(LoadCols<kPart>(d, r + c * lanes, n), ki, m[c]);
   }
-  HWY_ALIGN double buf[2 * HWY_LANES(double)];
-  VD delta[NV], acc[NV];
+  HWY_ALIGN State buf[2 * HWY_MAX_BYTES / sizeof(State)] = {};
+  V delta[NV], acc[NV];
   for (int c = 0; c < NV; ++c) {
     const int64_t j = j0 + c * lanes;
-    for (int64_t l = 0; l < lanes; ++l) {
-      buf[l] = static_cast<double>(v[j + l]);
-      buf[lanes + l] = static_cast<double>(beta[beta_width == 1 ? 0 : j + l]);
+    for (int64_t l = 0; l < (kPart ? n : lanes); ++l) {
+      buf[l] = static_cast<State>(v[j + l]);
+      buf[lanes + l] = static_cast<State>(beta[beta_width == 1 ? 0 : j + l]);
     }
     delta[c] = hn::Mul(hn::NegMulAdd(va, m[c], hn::Load(d, buf)), hn::Load(d, buf + lanes));
     acc[c] = hn::Zero(d);
@@ -117,23 +108,32 @@ HWY_INLINE void StepBlock(DD d, const float* HWY_RESTRICT q, const float* HWY_RE
       for (int64_t l = 0; l < NV * lanes; l += kLine) prefetch_line(next + i * Dv + l, to_l2);
     if (later != nullptr)
       for (int64_t l = 0; l < NV * lanes; l += kLine) prefetch_line(later + i * Dv + l, true);
-    const VD ki = hn::Set(d, k[i]), qi = hn::Set(d, q[i]);
+    const V ki = hn::Set(d, static_cast<State>(k[i])), qi = hn::Set(d, static_cast<State>(q[i]));
     for (int c = 0; c < NV; ++c) {
-      const VD s = hn::MulAdd(ki, delta[c], hn::Mul(va, LoadState(d, r + c * lanes)));
-      StoreState(d, s, r + c * lanes);
+      const V s = hn::MulAdd(ki, delta[c], hn::Mul(va, LoadCols<kPart>(d, r + c * lanes, n)));
+      StoreCols<kPart>(d, s, r + c * lanes, n);
       acc[c] = hn::MulAdd(s, qi, acc[c]);
     }
   }
-  const hn::Rebind<float, DD> df;
-  for (int c = 0; c < NV; ++c) hn::StoreU(hn::DemoteTo(df, acc[c]), df, y + j0 + c * lanes);
+  for (int c = 0; c < NV; ++c) {
+    if constexpr (std::is_same_v<State, float>) {
+      StoreCols<kPart>(d, acc[c], y + j0 + c * lanes, n);
+    } else {
+      const hn::Rebind<float, DS<State>> df;
+      HWY_ALIGN float out[HWY_MAX_BYTES / sizeof(State)];
+      hn::Store(hn::DemoteTo(df, acc[c]), df, out);
+      std::copy(out, out + (kPart ? n : lanes), y + j0 + c * lanes);
+    }
+  }
 }
 
 template <typename State>
 void Step(const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, double alpha,
           const float* HWY_RESTRICT beta, int64_t beta_width, int64_t Dk, int64_t Dv, State* HWY_RESTRICT S,
           float* HWY_RESTRICT y, const State* next_state) {
-  const DD d;
-  constexpr int NV = kBlock<State>;
+  const DS<State> d;
+  constexpr int NV = kBlock;
+  const State a = static_cast<State>(alpha);
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), block = NV * lanes;
   const int64_t blocks_end = Dv / block * block, whole = Dv / lanes * lanes;
   const bool to_l2 = prefetch_bursts_to_l2();
@@ -146,10 +146,11 @@ void Step(const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float*
     return next_state != nullptr && at - blocks_end < blocks_end ? next_state + (at - blocks_end) : nullptr;
   };
   for (; j < blocks_end; j += block)
-    StepBlock<NV, State>(d, q, k, v, alpha, beta, beta_width, Dk, Dv, j, S, block_ahead(1), block_ahead(2), to_l2, y);
+    StepBlock<NV, false, State>(d, q, k, v, a, beta, beta_width, Dk, Dv, j, lanes, S, block_ahead(1), block_ahead(2),
+                                to_l2, y);
   for (; j < whole; j += lanes)
-    StepBlock<1, State>(d, q, k, v, alpha, beta, beta_width, Dk, Dv, j, S, nullptr, nullptr, to_l2, y);
-  StepColumns(q, k, v, alpha, beta, beta_width, Dk, Dv, whole, Dv, S, y);
+    StepBlock<1, false, State>(d, q, k, v, a, beta, beta_width, Dk, Dv, j, lanes, S, nullptr, nullptr, to_l2, y);
+  if (j < Dv) StepBlock<1, true, State>(d, q, k, v, a, beta, beta_width, Dk, Dv, j, Dv - j, S, nullptr, nullptr, to_l2, y);
 }
 
 void DeltaRuleStep(const float* q, const float* k, const float* v, double alpha, const float* beta, int64_t beta_width,

@@ -49,7 +49,9 @@ TEST_F(CliTest, GatedDeltaNetDecodingBenchSizesTheStatesAndAgreesWithTheDefiniti
   EXPECT_EQ(j["times_ms"].size(), 3u);
   EXPECT_NEAR(j["read_gb_s"].get<double>(), 4800 / (j["median_ms"].get<double>() * 1e-3) / 1e9, 1e-9);
   EXPECT_NEAR(j["speedup"].get<double>(), j["reference_median_ms"].get<double>() / j["median_ms"].get<double>(), 1e-9);
-  EXPECT_LT(j["max_state_difference"].get<double>(), 3 * 0x1p-24);  // three tokens, each state number rounded to float once a token
+  // three tokens stepped in float (kernels/delta_rule_step.h): about a rounding a token of the
+  // states' largest (2.03 x 2^-24 on AVX2 and AVX-512; each number's bound is the kernel test's)
+  EXPECT_LT(j["max_state_difference"].get<double>(), 3 * 0x1p-24);
   EXPECT_LT(j["max_output_difference"].get<double>(), 1e-6);
   EXPECT_GT(j["bandwidth_gb_s"].get<double>(), 0.0);
   EXPECT_GE(j["eviction_bytes"].get<int64_t>(), int64_t{256} << 20);  // the caches flushed between steps

@@ -23,12 +23,51 @@ std::vector<float> uniform(int64_t n, float lo, float hi, Generator& gen) {
   return out;
 }
 
-// Several tokens of one head from a random state, by the kernel and by the reference: the states
-// within 1e-13 of their scale (the sums differ only by where alpha is applied), each output within
-// one float rounding of the reference's (the doubles it rounds differ by a few ulps) plus 1e-13 of
-// the outputs' scale. On a state of floats (a decoding cache's), both round each state number to
-// float once a token from doubles a few ulps apart: the states within a float rounding a token of
-// their scale, the outputs within two roundings of their scale.
+// What float arithmetic allows a step on a state of floats, each number's bound from the state
+// the token starts from (Higham's, first order: u = 2^-24, gamma_n = n u / (1 - n u) for a sum of
+// n products by fused multiply-adds in order). m_j = sum_i S_ij k_i is off by at most gamma_Dk M_j,
+// M_j = sum_i |S_ij k_i|; delta_j = (v_j - alpha m_j) beta_j by alpha times that and a rounding
+// each for the difference and the product; S'_ij = alpha S_ij + k_i delta_j by |k_i| times
+// delta's error and a rounding each for alpha S_ij and the sum, and the reference's own rounding to
+// float; y_j = sum_i S'_ij q_i by the S' errors through q and gamma_Dk of its terms, and the
+// reference's rounding. The reference is the definition in double (its error ~1e-16 is no part of
+// the bound), so a wrong lane, column, decay or beta is off by orders of magnitude more.
+struct FloatStepBound {
+  std::vector<double> state, y;  // (Dk, Dv), (Dv)
+};
+FloatStepBound float_step_bound(const std::vector<float>& S, const float* q, const float* k, const float* v,
+                                double alpha, const float* beta, int64_t bw, int64_t Dk, int64_t Dv) {
+  const double u = 0x1p-24, g = static_cast<double>(Dk) * u / (1 - static_cast<double>(Dk) * u);
+  FloatStepBound out{std::vector<double>(S.size()), std::vector<double>(static_cast<size_t>(Dv))};
+  for (int64_t j = 0; j < Dv; ++j) {
+    double m = 0, M = 0;
+    for (int64_t i = 0; i < Dk; ++i) {
+      m += static_cast<double>(S[i * Dv + j]) * k[i];
+      M += std::fabs(static_cast<double>(S[i * Dv + j]) * k[i]);
+    }
+    const double b = std::fabs(static_cast<double>(beta[bw == 1 ? 0 : j]));
+    const double t = static_cast<double>(v[j]) - alpha * m, e_t = alpha * g * M * (1 + u) + u * std::fabs(t);
+    const double delta = t * beta[bw == 1 ? 0 : j], e_delta = b * e_t * (1 + u) + u * std::fabs(delta);
+    double e_y = 0, terms = 0, y = 0;
+    for (int64_t i = 0; i < Dk; ++i) {
+      const double as = std::fabs(alpha * S[i * Dv + j]), s = alpha * S[i * Dv + j] + k[i] * delta;
+      const double e_s = std::fabs(k[i]) * e_delta * (1 + u) + u * as * (1 + u) + u * std::fabs(s);
+      out.state[static_cast<size_t>(i * Dv + j)] = (e_s + u * std::fabs(s)) * 1.001;  // + the reference's rounding
+      e_y += std::fabs(q[i]) * e_s;
+      terms += (std::fabs(s) + e_s) * std::fabs(q[i]);
+      y += s * q[i];
+    }
+    out.y[static_cast<size_t>(j)] = (e_y + g * terms + u * std::fabs(y)) * 1.001;
+  }
+  return out;
+}
+
+// Several tokens of one head from a random state, by the kernel and by the reference. On a state of
+// doubles (the training forward's, stepped in double): the states within 1e-13 of their scale (the
+// sums differ only by where alpha is applied), each output within one float rounding of the
+// reference's (the doubles it rounds differ by a few ulps) plus 1e-13 of the outputs' scale. On a
+// state of floats (a decoding cache's, stepped in float): each token from the reference's state,
+// each number and output within float_step_bound of the definition's.
 template <typename State>
 void check_tokens(int64_t Dk, int64_t Dv, bool per_channel, uint64_t seed) {
   constexpr bool kFloat = std::is_same_v<State, float>;
@@ -42,17 +81,23 @@ void check_tokens(int64_t Dk, int64_t Dv, bool per_channel, uint64_t seed) {
   std::vector<float> y_fast(static_cast<size_t>(Dv)), y_ref(y_fast.size());
   for (int64_t t = 0; t < tokens; ++t) {
     const float *qt = &q[t * Dk], *kt = &k[t * Dk], *vt = &v[t * Dv], *bt = &beta[t * bw];
+    FloatStepBound bound;
+    if constexpr (kFloat) {
+      fast = ref;
+      bound = float_step_bound(ref, qt, kt, vt, alpha[t], bt, bw, Dk, Dv);
+    }
     delta_rule_step(qt, kt, vt, alpha[t], bt, bw, Dk, Dv, fast.data(), y_fast.data());
     delta_rule_step_reference(qt, kt, vt, alpha[t], bt, bw, Dk, Dv, ref.data(), y_ref.data());
     double s_scale = 0, y_scale = 0;
     for (State x : ref) s_scale = std::max(s_scale, std::fabs(static_cast<double>(x)));
     for (float x : y_ref) y_scale = std::max(y_scale, static_cast<double>(std::fabs(x)));
-    const double s_tol = kFloat ? 0x1p-24 * static_cast<double>(t + 1) : 1e-13, y_tol = kFloat ? 0x1p-23 : 1e-13;
     for (size_t i = 0; i < ref.size(); ++i)
-      ASSERT_LE(std::fabs(static_cast<double>(fast[i]) - static_cast<double>(ref[i])), s_tol * s_scale)
+      ASSERT_LE(std::fabs(static_cast<double>(fast[i]) - static_cast<double>(ref[i])),
+                kFloat ? bound.state[i] : 1e-13 * s_scale)
           << "token " << t << " state " << i;
     for (int64_t j = 0; j < Dv; ++j)
-      ASSERT_LE(std::fabs(y_fast[j] - y_ref[j]), 1.2e-7 * std::fabs(y_ref[j]) + y_tol * y_scale)
+      ASSERT_LE(std::fabs(y_fast[j] - y_ref[j]),
+                kFloat ? bound.y[static_cast<size_t>(j)] : 1.2e-7 * std::fabs(y_ref[j]) + 1e-13 * y_scale)
           << "token " << t << " y[" << j << "]: " << y_fast[j] << " vs " << y_ref[j];
   }
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "qkv/core/generator.h"
+#include "qkv/kernels/delta_rule_step.h"
 #include "qkv/modules/delta_rule.h"
 #include "qkv/modules/delta_rule_chunked.h"
 #include "test_support.h"
@@ -167,21 +168,22 @@ TEST(DeltaRule, RunningFromAStateEqualsTheForward) {
 
 // A state of floats is kept in column blocks of 64 (delta_state_index): widths of several blocks
 // and a narrow last one, beta per head and per channel. Each token from the same numbers, once on
-// a state of doubles in rows and once on floats in blocks: the float state holds the double one's
-// numbers rounded once, each where delta_state_index puts it, and y is the same (its sums are
-// the same doubles), token after token.
+// a state of floats in rows, each head stepped whole by the kernel (kernels/delta_rule_step.h),
+// and once by delta_rule_run on floats in blocks, each block stepped as its own state: a column's
+// step reads only its column and does the same operations in any lane, so each number is the same
+// float, where delta_state_index puts it, and y is the same, token after token.
 TEST(DeltaRule, AStateOfFloatsIsKeptInColumnBlocks) {
   Generator gen(29);
   for (const int64_t Dv : {5, 64, 65, 130, 200})
     for (const bool per_channel : {false, true}) {
       SCOPED_TRACE(testing::Message() << "Dv " << Dv << (per_channel ? " beta per channel" : ""));
-      const int64_t B = 2, H = 2, Dk = 7, KV = Dk * Dv;
+      const int64_t B = 2, H = 2, Dk = 7, KV = Dk * Dv, bw = per_channel ? Dv : 1;
       const DeltaRuleShape s{B, 3, H, Dk, Dv, per_channel}, one{B, 1, H, Dk, Dv, per_channel};
       const Inputs in = random_inputs(s, gen);
       std::vector<float> blocked(static_cast<size_t>(B * H * KV));
       gen.normal(blocked.data(), static_cast<int64_t>(blocked.size()), 0.0, 1.0);
       for (int64_t t = 0; t < 3; ++t) {
-        std::vector<double> rows(blocked.size());  // the float state's numbers, in rows
+        std::vector<float> rows(blocked.size());  // the same numbers, in rows
         for (int64_t bh = 0; bh < B * H; ++bh)
           for (int64_t i = 0; i < Dk; ++i)
             for (int64_t j = 0; j < Dv; ++j)
@@ -195,13 +197,15 @@ TEST(DeltaRule, AStateOfFloatsIsKeptInColumnBlocks) {
         const Inputs now{token(in.q, Dk), token(in.k, Dk), token(in.v, Dv), token(in.beta, s.beta_width()),
                          token(in.alpha, 1)};
         std::vector<float> y_rows(static_cast<size_t>(B * H * Dv)), y_blocks(y_rows.size());
-        delta_rule_run(one, now.view(), rows.data(), y_rows.data());
+        for (int64_t bh = 0; bh < B * H; ++bh)
+          kernels::delta_rule_step(&now.q[bh * Dk], &now.k[bh * Dk], &now.v[bh * Dv], now.alpha[bh], &now.beta[bh * bw],
+                                   bw, Dk, Dv, &rows[bh * KV], &y_rows[bh * Dv]);
         delta_rule_run(one, now.view(), blocked.data(), y_blocks.data());
         ASSERT_EQ(y_rows, y_blocks) << "token " << t;
         for (int64_t bh = 0; bh < B * H; ++bh)
           for (int64_t i = 0; i < Dk; ++i)
             for (int64_t j = 0; j < Dv; ++j)
-              ASSERT_EQ(blocked[bh * KV + delta_state_index(Dk, Dv, i, j)], static_cast<float>(rows[bh * KV + i * Dv + j]))
+              ASSERT_EQ(blocked[bh * KV + delta_state_index(Dk, Dv, i, j)], rows[bh * KV + i * Dv + j])
                   << "token " << t << " head " << bh << " S[" << i << "][" << j << "]";
       }
     }

@@ -61,8 +61,8 @@ void delta_rule_forward(const DeltaRuleShape& s, const DeltaRuleInputs& in, std:
 // pass over the state (kernels/delta_rule_step.h: within a few double ulps of the forward's sums).
 void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, std::vector<double>& state, float* y);
 // The same on a state the caller holds: (B, H, Dk, Dv) doubles at `state`, or floats in column
-// blocks (a decoding cache's, delta_state_index: the step's sums in double, each state number
-// rounded to float once a token).
+// blocks (a decoding cache's, delta_state_index: the step in float, as the state, within the bound
+// float arithmetic allows its sums; kernels/delta_rule_step.h).
 void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, double* state, float* y);
 void delta_rule_run(const DeltaRuleShape& s, const DeltaRuleInputs& in, float* state, float* y);
 
