@@ -697,14 +697,18 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
           for (size_t r = 0; r < Rp; ++r) qt[x * Rp + r] = r < R ? qs[r * Dp + x] : 0.0f;
       for (int64_t jb = j0; jb < j1; jb += kWide) {
         const size_t cols = static_cast<size_t>(std::min<int64_t>(kWide, j1 - jb));
-        if (jb + kWide < j1) {  // the next block asked for while this one is multiplied
-          const size_t ahead = static_cast<size_t>(std::min<int64_t>(kWide, j1 - jb - kWide));
-          Prefetch(keys + (jb + kWide) * p.D, ahead * D * sizeof(float), to_l2);
-          if (p.keys != p.values) Prefetch(values + (jb + kWide) * p.Dv, ahead * Dv * sizeof(float), to_l2);
-        }
+        // the next block's keys asked for while this one's scores are multiplied, a few lines at a
+        // time, and its values (the same rows for latents: their second half) during the weighted sum
+        const int64_t ahead = jb + kWide < j1 ? std::min<int64_t>(kWide, j1 - jb - kWide) : 0;
+        const float* next_k = keys + (jb + kWide) * p.D;
+        const int64_t k_bytes = ahead * p.D * 4, v_bytes = ahead * p.Dv * 4;
+        const bool shared = p.keys == p.values;
         // st (cols, Rp) = K_block (cols, D) (scale q)^T (D, Rp); s = st^T, 0 past cols
         small_gemm(false, static_cast<int64_t>(cols), static_cast<int64_t>(Rp), p.D, 1.0f, keys + jb * p.D, p.D, qt,
-                   static_cast<int64_t>(Rp), 0.0f, st, static_cast<int64_t>(Rp));
+                   static_cast<int64_t>(Rp), 0.0f, st, static_cast<int64_t>(Rp), next_k, shared ? k_bytes / 2 : k_bytes);
+        const char* next_v = shared ? reinterpret_cast<const char*>(next_k) + k_bytes / 2
+                                    : reinterpret_cast<const char*>(values + (jb + kWide) * p.Dv);
+        const int64_t next_v_bytes = shared ? k_bytes - k_bytes / 2 : v_bytes;
         if (plain && cols == static_cast<size_t>(kWide) && last_begin <= jb && first_end >= jb + kWide) {
           // Every row sees every key of the block: the online softmax in st's layout, a lane a row
           // (rows past R, of zero queries, computed and never written out), then o += P^T V.
@@ -716,7 +720,7 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
               for (size_t x = 0; x < Dvp; x += kLanes)
                 hn::StoreU(hn::Mul(hn::Set(d, alpha[r]), hn::LoadU(d, ov + r * Dvp + x)), d, ov + r * Dvp + x);
           small_gemm(true, static_cast<int64_t>(R), p.Dv, kWide, 1.0f, st, static_cast<int64_t>(Rp), values + jb * p.Dv,
-                     p.Dv, 1.0f, ov, static_cast<int64_t>(Dvp));
+                     p.Dv, 1.0f, ov, static_cast<int64_t>(Dvp), next_v, next_v_bytes);
           continue;
         }
         for (size_t r = 0; r < R; ++r) {
@@ -731,7 +735,7 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
         }
         // o (R, Dv) += s (R, cols) V_block (cols, Dv)
         small_gemm(false, static_cast<int64_t>(R), p.Dv, static_cast<int64_t>(cols), 1.0f, s, kWide, values + jb * p.Dv,
-                   p.Dv, 1.0f, ov, static_cast<int64_t>(Dvp));
+                   p.Dv, 1.0f, ov, static_cast<int64_t>(Dvp), next_v, next_v_bytes);
       }
       return write_partials();
     }

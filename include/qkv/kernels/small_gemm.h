@@ -18,8 +18,11 @@
 namespace qkv::kernels {
 
 // op(A) (M, K): A at lda (trans_a: A (K, M), op(A) = A^T); B (K, N) at ldb; C (M, N) at ldc.
+// ahead (ahead_bytes): memory the caller reads next, asked for a few lines at a time while the
+// product runs (a hint: never read).
 void small_gemm(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+                const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const void* ahead = nullptr,
+                int64_t ahead_bytes = 0);
 
 // The same, written as the definition reads (a sum in double per element, rounded once): what the
 // kernel is tested against.
