@@ -165,6 +165,9 @@ GptBenchReport run_gpt_bench(const GptBenchShape& in, int iters, int warmup, Thr
     const double per_position = static_cast<double>(attending * B * cache.kv_heads() * (cache.head_dim() + cache.value_dim()) *
                                                     kernels::cache_dtype_bytes(r.cache_dtype));
     r.cache_bytes = per_position * read_positions / static_cast<double>(shape.new_tokens);
+    // the linear-attention layers' states (floats), each read and rewritten once a step
+    for (int64_t l = 0; l < ms.layers; ++l)
+      if (cache.holds_state(l)) r.state_bytes += static_cast<double>(cache.state_size(l)) * sizeof(float);
     std::sort(passes.begin(), passes.end());
     r.bandwidth_gb_s = passes[passes.size() / 2];
     r.bandwidth_passes = passes;
@@ -173,7 +176,7 @@ GptBenchReport run_gpt_bench(const GptBenchShape& in, int iters, int warmup, Thr
   if (decode) {
     r.tokens_per_s = static_cast<double>(B) * 1e3 / r.median_ms;
     r.weight_gb_s = r.weight_bytes / (r.median_ms * 1e6);
-    r.read_gb_s = (r.weight_bytes + r.cache_bytes) / (r.median_ms * 1e6);
+    r.read_gb_s = (r.weight_bytes + r.cache_bytes + r.state_bytes) / (r.median_ms * 1e6);
   } else {
     r.gflops = r.flops / (r.median_ms * 1e6);
   }
@@ -202,10 +205,12 @@ std::string report_text(const GptBenchReport& r) {
   if (decode) {
     out << std::setprecision(1) << "  " << r.tokens_per_s << " tokens/s; " << r.weight_bytes / 1e6
         << " MB of weights and " << r.cache_bytes / 1e6 << " MB of " << kernels::cache_dtype_name(r.cache_dtype)
-        << " KV cache (a step's mean) read per step -> " << r.read_gb_s << " GB/s = "
-        << 100.0 * r.read_gb_s / r.bandwidth_gb_s << "% of the measured read bandwidth " << r.bandwidth_gb_s
-        << " GB/s (the memory-bound limit: "
-        << static_cast<double>(s.batch) * r.bandwidth_gb_s * 1e9 / (r.weight_bytes + r.cache_bytes) << " tokens/s)\n";
+        << " KV cache (a step's mean)";
+    if (r.state_bytes > 0) out << " and " << r.state_bytes / 1e6 << " MB of linear-attention states (also rewritten)";
+    out << " read per step -> " << r.read_gb_s << " GB/s = " << 100.0 * r.read_gb_s / r.bandwidth_gb_s
+        << "% of the measured read bandwidth " << r.bandwidth_gb_s << " GB/s (the memory-bound limit: "
+        << static_cast<double>(s.batch) * r.bandwidth_gb_s * 1e9 / (r.weight_bytes + r.cache_bytes + r.state_bytes)
+        << " tokens/s)\n";
   } else {
     out << std::setprecision(1) << "  " << r.flops / 1e9 << " GFLOP -> " << r.gflops << " GFLOP/s = "
         << 100.0 * r.gflops / r.peak_gflops << "% of the measured FMA peak " << r.peak_gflops << " GFLOP/s";
@@ -243,6 +248,7 @@ nlohmann::json report_json(const GptBenchReport& r) {
     j["weight_gb_s"] = r.weight_gb_s;
     j["cache_dtype"] = kernels::cache_dtype_name(r.cache_dtype);
     j["cache_bytes"] = r.cache_bytes;
+    j["state_bytes"] = r.state_bytes;
     j["model_max_rss_mib"] = r.model_rss_mib;
     j["read_gb_s"] = r.read_gb_s;
     j["bandwidth_gb_s"] = r.bandwidth_gb_s;

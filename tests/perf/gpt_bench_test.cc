@@ -8,6 +8,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/models/gpt.h"
+#include "qkv/models/qwen3_5.h"
 #include "qkv/perf/gpt_bench.h"
 
 namespace qkv::perf {
@@ -55,6 +56,37 @@ TEST(GptBench, DecodeTimesEveryStepAndReadsEveryProductWeightOnce) {
     EXPECT_NEAR(r.weight_gb_s, r.weight_bytes / (r.median_ms * 1e6), 1e-9 * r.weight_gb_s);
     EXPECT_GT(r.bandwidth_gb_s, 0.0);
   }
+}
+
+// A Qwen3.5's decoding step also reads (and rewrites) its linear layers' states: each layer's
+// Gated DeltaNet state (value heads x key width x value width) and its convolution's last K - 1
+// inputs of q, k and v, in floats, counted from the config here; GPT-2's has none.
+TEST(GptBench, DecodeCountsTheLinearLayersStates) {
+  ThreadPool& pool = default_pool();
+  const nlohmann::json text = {{"vocab_size", 40}, {"hidden_size", 16}, {"intermediate_size", 24},
+                               {"num_hidden_layers", 4}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
+                               {"head_dim", 8}, {"max_position_embeddings", 32},
+                               {"rope_parameters", {{"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}}},
+                               {"layer_types", {"linear_attention", "linear_attention", "linear_attention", "full_attention"}},
+                               {"linear_num_value_heads", 4}, {"linear_num_key_heads", 2}, {"linear_key_head_dim", 4},
+                               {"linear_value_head_dim", 6}, {"linear_conv_kernel_dim", 3}};
+  GptBenchShape s;
+  s.name = "tiny qwen3.5";
+  s.spec = read_qwen3_5_config({{"model_type", "qwen3_5"}, {"tie_word_embeddings", false}, {"text_config", text}});
+  s.mode = GptBenchMode::kDecode;
+  s.batch = 2;
+  s.seq_len = 5;
+  s.new_tokens = 4;
+  const GptBenchReport r = run_gpt_bench(s, 0, 1, pool);
+  // per layer and sequence: 4 value heads x 4 x 6, and 2 x (convolution's inputs: q, k 2 heads x 4, v 4 x 6)
+  const double per_layer = 4 * 4 * 6 + 2 * (2 * 2 * 4 + 4 * 6);
+  EXPECT_DOUBLE_EQ(r.state_bytes, 3 * 2 * per_layer * 4);
+  EXPECT_NEAR(r.read_gb_s, (r.weight_bytes + r.cache_bytes + r.state_bytes) / (r.median_ms * 1e6), 1e-9 * r.read_gb_s);
+  EXPECT_EQ(report_json(r)["state_bytes"].get<double>(), r.state_bytes);
+  EXPECT_NE(report_text(r).find("MB of linear-attention states"), std::string::npos);
+  GptBenchShape gpt = small(GptBenchMode::kDecode);
+  gpt.new_tokens = 2;
+  EXPECT_EQ(run_gpt_bench(gpt, 0, 1, pool).state_bytes, 0.0);
 }
 
 TEST(GptBench, ShapesOutsideTheModelAreErrorsNamingTheValue) {

@@ -66,7 +66,8 @@ struct GptBenchReport {
   double tokens_per_s = 0, weight_bytes = 0, weight_gb_s = 0, bandwidth_gb_s = 0;  // decode
   kernels::CacheDtype cache_dtype = kernels::CacheDtype::kF32;  // decode: the model's default_cache_dtype()
   double cache_bytes = 0;  // decode: the KV cache's bytes a timed step reads, their mean
-  double read_gb_s = 0;    // decode: (weight_bytes + cache_bytes) / the median step
+  double state_bytes = 0;  // decode: the linear-attention layers' states (floats), read and rewritten a step
+  double read_gb_s = 0;    // decode: (weight_bytes + cache_bytes + state_bytes) / the median step
   std::string model;                    // what ran: the loaded model's description, or the preset's
   std::vector<double> bandwidth_passes;  // decode: every pass measured, sorted
   double max_rss_mib = 0;
