@@ -2,12 +2,14 @@
 // cache: the gated delta rule's chunks (modules/delta_rule_chunked.h: 64 x 128 by 128 x 128 and
 // smaller, a few hundred per head), where core/gemm.h's packed product spends as long packing its
 // operands and walking its blocks as multiplying (on a Zen 3, one thread: 64 x 128 x 128 at half the
-// FMA peak).
+// FMA peak), and latent attention's decoding step (kernels/decode.h: a block of 64 latents' scores
+// and weighted sum).
 //
 // Nothing is packed: B (K, N) is read in place, row-major, and each element of op(A) - A (M, K) or,
 // transposed, A^T with A (K, M) - is broadcast from where it lies. C is computed in tiles of up to
-// 4 rows by 3 vectors of columns (12 sums in registers over the whole of K, each one's terms added
-// in k's order), the tiles of a column panel in turn so that its K x 3 vectors of B stay in L1;
+// 4 rows (8 for a panel of one vector, and for every panel on AVX-512) by 3 vectors of columns (the
+// sums in registers over the whole of K, each one's terms added in k's order), the tiles of a
+// column panel in turn so that its K x 3 vectors of B stay in L1;
 // columns past the last whole vector one at a time, in the same order. With beta == 0, C is only
 // written (what was there, NaN included, does not matter), as BLAS does. Highway picks the vector
 // width at run time.
