@@ -700,14 +700,15 @@ void ChunkTask(const DecodeProblem& p, int64_t b, int64_t g, int64_t c, float* s
         // the next block's keys asked for while this one's scores are multiplied, a few lines at a
         // time, and its values (the same rows for latents: their second half) during the weighted sum
         const int64_t ahead = jb + kWide < j1 ? std::min<int64_t>(kWide, j1 - jb - kWide) : 0;
-        const float* next_k = keys + (jb + kWide) * p.D;
+        const float* next_k = ahead > 0 ? keys + (jb + kWide) * p.D : nullptr;  // none past the last block
         const int64_t k_bytes = ahead * p.D * 4, v_bytes = ahead * p.Dv * 4;
         const bool shared = p.keys == p.values;
         // st (cols, Rp) = K_block (cols, D) (scale q)^T (D, Rp); s = st^T, 0 past cols
         small_gemm(false, static_cast<int64_t>(cols), static_cast<int64_t>(Rp), p.D, 1.0f, keys + jb * p.D, p.D, qt,
                    static_cast<int64_t>(Rp), 0.0f, st, static_cast<int64_t>(Rp), next_k, shared ? k_bytes / 2 : k_bytes);
-        const char* next_v = shared ? reinterpret_cast<const char*>(next_k) + k_bytes / 2
-                                    : reinterpret_cast<const char*>(values + (jb + kWide) * p.Dv);
+        const char* next_v = ahead == 0 ? nullptr
+                             : shared   ? reinterpret_cast<const char*>(next_k) + k_bytes / 2
+                                        : reinterpret_cast<const char*>(values + (jb + kWide) * p.Dv);
         const int64_t next_v_bytes = shared ? k_bytes - k_bytes / 2 : v_bytes;
         if (plain && cols == static_cast<size_t>(kWide) && last_begin <= jb && first_end >= jb + kWide) {
           // Every row sees every key of the block: the online softmax in st's layout, a lane a row

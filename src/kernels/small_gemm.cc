@@ -70,15 +70,17 @@ HWY_INLINE void Tile(bool trans_a, int64_t m0, int64_t n0, int64_t K, float alph
   const int64_t row_step = trans_a ? 1 : lda, k_step = trans_a ? lda : 1;
   const float* a = A + m0 * row_step;
   const float* b = B + n0;
-  const int64_t lines = kAhead ? ahead.take() : 0, every = lines > 0 ? std::max<int64_t>(1, K / lines) : K + 1;
+  // this tile's lines, `per` at a time every `every` k steps (more than one a step only where the
+  // share exceeds K)
+  const int64_t lines = kAhead ? ahead.take() : 0, per = K > 0 ? std::max<int64_t>(1, (lines + K - 1) / K) : 1;
+  const int64_t every = lines > 0 ? std::max<int64_t>(1, K / ((lines + per - 1) / per)) : K + 1;
   const char* pf = ahead.p;
   const char* const pf_end = pf + lines * 64;
   ahead.p = pf_end;
   int64_t next = 0;
   for (int64_t k = 0; k < K; ++k) {
     if (kAhead && k == next && pf < pf_end) {
-      prefetch_line(pf, /*to_l2=*/true);
-      pf += 64;
+      for (int64_t l = 0; l < per && pf < pf_end; ++l, pf += 64) prefetch_line(pf, /*to_l2=*/true);
       next += every;
     }
     VF bv[kV];

@@ -25,13 +25,15 @@ std::vector<float> uniform(int64_t n, float lo, float hi, Generator& gen) {
 
 // What float arithmetic allows a step on a state of floats, each number's bound from the state
 // the token starts from (Higham's, first order: u = 2^-24, gamma_n = n u / (1 - n u) for a sum of
-// n products by fused multiply-adds in order). m_j = sum_i S_ij k_i is off by at most gamma_Dk M_j,
-// M_j = sum_i |S_ij k_i|; delta_j = (v_j - alpha m_j) beta_j by alpha times that and a rounding
-// each for the difference and the product; S'_ij = alpha S_ij + k_i delta_j by |k_i| times
-// delta's error and a rounding each for alpha S_ij and the sum, and the reference's own rounding to
-// float; y_j = sum_i S'_ij q_i by the S' errors through q and gamma_Dk of its terms, and the
-// reference's rounding. The reference is the definition in double (its error ~1e-16 is no part of
-// the bound), so a wrong lane, column, decay or beta is off by orders of magnitude more.
+// n products in order, fused or not). m_j = sum_i S_ij k_i is off by at most gamma_Dk M_j, M_j =
+// sum_i |S_ij k_i|; delta_j = (v_j - alpha m_j) beta_j by alpha times that and a rounding each for
+// alpha m_j (where the target's multiply-add is not fused: Highway's EMU128), the difference and
+// the product; S'_ij = alpha S_ij + k_i delta_j by |k_i| times delta's error and a rounding each for
+// alpha S_ij, k_i delta_j (unfused) and the sum, and the reference's own rounding to float; y_j =
+// sum_i S'_ij q_i by the S' errors through q and gamma_Dk of its terms, and the reference's
+// rounding. alpha is a float (the kernel rounds a double one to float: exact here). The reference
+// is the definition in double (its error ~1e-16 is no part of the bound), so a wrong lane, column,
+// decay or beta is off by orders of magnitude more.
 struct FloatStepBound {
   std::vector<double> state, y;  // (Dk, Dv), (Dv)
 };
@@ -46,12 +48,14 @@ FloatStepBound float_step_bound(const std::vector<float>& S, const float* q, con
       M += std::fabs(static_cast<double>(S[i * Dv + j]) * k[i]);
     }
     const double b = std::fabs(static_cast<double>(beta[bw == 1 ? 0 : j]));
-    const double t = static_cast<double>(v[j]) - alpha * m, e_t = alpha * g * M * (1 + u) + u * std::fabs(t);
+    const double t = static_cast<double>(v[j]) - alpha * m;
+    const double e_t = alpha * g * M * (1 + u) + u * alpha * M * (1 + g) + u * std::fabs(t);
     const double delta = t * beta[bw == 1 ? 0 : j], e_delta = b * e_t * (1 + u) + u * std::fabs(delta);
     double e_y = 0, terms = 0, y = 0;
     for (int64_t i = 0; i < Dk; ++i) {
       const double as = std::fabs(alpha * S[i * Dv + j]), s = alpha * S[i * Dv + j] + k[i] * delta;
-      const double e_s = std::fabs(k[i]) * e_delta * (1 + u) + u * as * (1 + u) + u * std::fabs(s);
+      const double e_s = std::fabs(k[i]) * e_delta * (1 + u) + u * as * (1 + u) +
+                         u * std::fabs(k[i]) * (std::fabs(delta) + e_delta) + u * std::fabs(s);
       out.state[static_cast<size_t>(i * Dv + j)] = (e_s + u * std::fabs(s)) * 1.001;  // + the reference's rounding
       e_y += std::fabs(q[i]) * e_s;
       terms += (std::fabs(s) + e_s) * std::fabs(q[i]);

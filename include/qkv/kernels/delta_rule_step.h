@@ -37,7 +37,8 @@ namespace qkv::kernels {
 void delta_rule_step(const float* q, const float* k, const float* v, double alpha, const float* beta,
                      int64_t beta_width, int64_t Dk, int64_t Dv, double* S, float* y,
                      const double* next_state = nullptr);
-// The same on a state kept in float (a decoding cache's: half the bytes to move), in float.
+// The same on a state kept in float (a decoding cache's: half the bytes to move), in float (alpha
+// rounded to float).
 void delta_rule_step(const float* q, const float* k, const float* v, double alpha, const float* beta,
                      int64_t beta_width, int64_t Dk, int64_t Dv, float* S, float* y,
                      const float* next_state = nullptr);

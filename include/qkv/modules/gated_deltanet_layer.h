@@ -19,8 +19,9 @@
 // The computation: the gated delta rule in chunks (modules/delta_rule_chunked.h: float32 products,
 // keeping each chunk's starting state for the backward), or with config.path kTextbook the
 // token-by-token recurrence it is tested against (double states, every token's kept). A cached
-// step of one token runs the recurrence on the cache's double state; a prompt of more runs in
-// chunks on that state rounded to float. config.context_length is qkv's limit on T only.
+// step of one token runs the recurrence on the cache's float state, in float
+// (kernels/delta_rule_step.h); a prompt of more runs in chunks on that state. config.context_length
+// is qkv's limit on T only.
 #pragma once
 
 #include <memory>
