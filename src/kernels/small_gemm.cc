@@ -123,33 +123,35 @@ HWY_INLINE void Panel(bool trans_a, int64_t M, int64_t n0, int64_t K, float alph
   }
 }
 
+// How many tiles Panel<kV> runs over M rows.
+constexpr int64_t RowTiles(int64_t M, int64_t kV) {
+  return (kV == 1 || kEightRows ? M / 8 + M % 8 / 4 : M / 4) + (M % 4 != 0);
+}
+
+// Vectors of columns the next panel takes, `left` being left: 3; 4 left are two of 2 (a panel of
+// one vector has the fewest sums per row).
+constexpr int64_t PanelVectors(int64_t left) { return left >= 3 && left != 4 ? 3 : left >= 2 ? 2 : 1; }
+
 void SmallGemm(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
                int64_t ldb, float beta, float* C, int64_t ldc, const void* ahead_p, int64_t ahead_bytes) {
   const DF d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   int64_t vectors = N / L, n0 = 0;
-  // the tiles this product runs (as the loop below and Panel take them), for the lines' shares
+  // the tiles this product runs, for the lines' shares
   int64_t tiles = 0;
-  for (int64_t v = vectors; v > 0;) {
-    const int64_t take = v >= 3 && v != 4 ? 3 : v >= 2 ? 2 : 1;
-    const bool eight = take == 1 || kEightRows;
-    tiles += (eight ? M / 8 + M % 8 / 4 : M / 4) + (M % 4 != 0);
-    v -= take;
-  }
+  for (int64_t v = vectors; v > 0; v -= PanelVectors(v)) tiles += RowTiles(M, PanelVectors(v));
   const int64_t lines = (ahead_bytes + 63) / 64;
   Ahead ahead{static_cast<const char*>(ahead_p), lines, tiles > 0 ? (lines + tiles - 1) / tiles : 0};
-  // panels of 3 vectors; 4 left are two of 2 (a panel of one vector has the fewest sums per row)
+  // panels of PanelVectors each, with the hints compiled in only where there are any
   while (vectors > 0) {
-    const int64_t take = vectors >= 3 && vectors != 4 ? 3 : vectors >= 2 ? 2 : 1;
-    if (lines > 0) {  // the loop with the hints compiled in only where there are any
-      if (take == 3) Panel<3, true>(trans_a, M, n0, K, alpha, A, lda, B, ldb, beta, C, ldc, ahead);
-      else if (take == 2) Panel<2, true>(trans_a, M, n0, K, alpha, A, lda, B, ldb, beta, C, ldc, ahead);
-      else Panel<1, true>(trans_a, M, n0, K, alpha, A, lda, B, ldb, beta, C, ldc, ahead);
-    } else {
-      if (take == 3) Panel<3, false>(trans_a, M, n0, K, alpha, A, lda, B, ldb, beta, C, ldc, ahead);
-      else if (take == 2) Panel<2, false>(trans_a, M, n0, K, alpha, A, lda, B, ldb, beta, C, ldc, ahead);
-      else Panel<1, false>(trans_a, M, n0, K, alpha, A, lda, B, ldb, beta, C, ldc, ahead);
-    }
+    const int64_t take = PanelVectors(vectors);
+    auto panel = [&]<bool kAhead>() {
+      if (take == 3) Panel<3, kAhead>(trans_a, M, n0, K, alpha, A, lda, B, ldb, beta, C, ldc, ahead);
+      else if (take == 2) Panel<2, kAhead>(trans_a, M, n0, K, alpha, A, lda, B, ldb, beta, C, ldc, ahead);
+      else Panel<1, kAhead>(trans_a, M, n0, K, alpha, A, lda, B, ldb, beta, C, ldc, ahead);
+    };
+    if (lines > 0) panel.template operator()<true>();
+    else panel.template operator()<false>();
     vectors -= take;
     n0 += take * L;
   }
