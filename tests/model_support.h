@@ -1,5 +1,6 @@
 // tests/model_support.h - what the model tests share: a model's attention weights as its forward
-// makes them, small models of the families, and GGUF files edited into broken ones.
+// makes them, small models of the families (GPT, Llama / Qwen3, Qwen3.5), and GGUF files edited
+// into broken ones.
 #pragma once
 
 #include <cstdint>
@@ -8,12 +9,15 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "qkv/core/tensor.h"
 #include "qkv/io/gguf.h"
 #include "qkv/models/decoder.h"
 #include "qkv/models/gpt.h"
 #include "qkv/models/llama.h"
 #include "qkv/models/model_forward.h"
+#include "qkv/models/qwen3_5.h"
 
 namespace qkv {
 
@@ -42,6 +46,20 @@ inline DecoderSpec llama_sizes(const std::string& family, int64_t vocab, int64_t
                             {"max_position_embeddings", context}, {"tie_word_embeddings", tied},
                             {"rope_theta", rope_theta}, {"rms_norm_eps", eps}},
                            "the test's config");
+}
+
+// A tiny Qwen3.5 spec (vocabulary 40, heads of 8 with rotary on half their dims) with these sizes and
+// `layer_types` ("linear_attention" / "full_attention" each), its Gated DeltaNet layers 4 value heads
+// of 6 over 2 key heads of 4 with a convolution of 3, as a config.json's text_config would say them.
+inline DecoderSpec qwen3_5_sizes(int64_t hidden, int64_t intermediate, int64_t heads, int64_t kv_heads,
+                                 int64_t context, const std::vector<std::string>& layer_types, bool tied = false) {
+  const nlohmann::json text = {{"vocab_size", 40}, {"hidden_size", hidden}, {"intermediate_size", intermediate},
+                               {"num_hidden_layers", layer_types.size()}, {"num_attention_heads", heads},
+                               {"num_key_value_heads", kv_heads}, {"head_dim", 8}, {"max_position_embeddings", context},
+                               {"rope_parameters", {{"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}}},
+                               {"layer_types", layer_types}, {"linear_num_value_heads", 4}, {"linear_num_key_heads", 2},
+                               {"linear_key_head_dim", 4}, {"linear_value_head_dim", 6}, {"linear_conv_kernel_dim", 3}};
+  return read_qwen3_5_config({{"model_type", "qwen3_5"}, {"tie_word_embeddings", tied}, {"text_config", text}});
 }
 
 // The GGUF file `bytes` with its metadata and tensors edited by `meta` and `tensors`, re-serialized.

@@ -16,7 +16,6 @@
 #include "qkv/explore/explore.h"
 #include "model_support.h"
 #include "qkv/models/llama.h"
-#include "qkv/models/qwen3_5.h"
 
 namespace qkv {
 namespace {
@@ -70,15 +69,9 @@ nlohmann::json page_data(const ExplorePage& p, ExploreStorage st) {
 // value head) for a linear layer, and the page's data gives each layer's count; a page computing its
 // weights computes the attention layers' only (A is no softmax of the queries and keys).
 TEST(ExploreQwen3_5, EachLayerShowsItsOwnHeadsAndALinearLayerItsA) {
-  const nlohmann::json text = {{"vocab_size", 40}, {"hidden_size", 16}, {"intermediate_size", 24},
-                               {"num_hidden_layers", 4}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
-                               {"head_dim", 8}, {"max_position_embeddings", 16},
-                               {"rope_parameters", {{"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}}},
-                               {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
-                               {"linear_num_value_heads", 4}, {"linear_num_key_heads", 2}, {"linear_key_head_dim", 4},
-                               {"linear_value_head_dim", 6}, {"linear_conv_kernel_dim", 3}};
   Generator gen(6);
-  DecoderModel model(read_qwen3_5_config({{"model_type", "qwen3_5"}, {"tie_word_embeddings", false}, {"text_config", text}}), gen);
+  DecoderModel model(
+      qwen3_5_sizes(16, 24, 2, 1, 16, {"linear_attention", "full_attention", "linear_attention", "full_attention"}), gen);
   const std::vector<int64_t> ids = {3, 17, 36, 0, 9, 9, 22, 5};
   const int64_t T = static_cast<int64_t>(ids.size());
   const ExplorePage page = explore_model(model, ids, std::vector<std::string>(ids.size(), "t"), "tiny");

@@ -17,7 +17,6 @@
 #include "qkv/core/generator.h"
 #include "qkv/core/ops.h"
 #include "qkv/models/hf_folder.h"
-#include "qkv/models/qwen3_5.h"
 #include "test_support.h"
 
 namespace qkv {
@@ -26,14 +25,8 @@ namespace {
 // A small Qwen3.5: two Gated DeltaNet layers (4 value heads sharing 2 key heads) and two gated
 // attention layers (partial rotary: 4 of 8 dims).
 DecoderSpec small_qwen3_5(bool tied) {
-  const nlohmann::json text = {{"vocab_size", 40}, {"hidden_size", 24}, {"intermediate_size", 36},
-                               {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-                               {"head_dim", 8}, {"max_position_embeddings", 16},
-                               {"rope_parameters", {{"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}}},
-                               {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
-                               {"linear_num_value_heads", 4}, {"linear_num_key_heads", 2}, {"linear_key_head_dim", 4},
-                               {"linear_value_head_dim", 6}, {"linear_conv_kernel_dim", 3}};
-  return read_qwen3_5_config({{"model_type", "qwen3_5"}, {"tie_word_embeddings", tied}, {"text_config", text}});
+  return qwen3_5_sizes(24, 36, 4, 2, 16, {"linear_attention", "full_attention", "linear_attention", "full_attention"},
+                       tied);
 }
 
 DecoderSpec small(const std::string& family, bool tied) {

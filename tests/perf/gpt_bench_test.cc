@@ -8,7 +8,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/thread_pool.h"
 #include "qkv/models/gpt.h"
-#include "qkv/models/qwen3_5.h"
+#include "model_support.h"
 #include "qkv/perf/gpt_bench.h"
 
 namespace qkv::perf {
@@ -63,16 +63,9 @@ TEST(GptBench, DecodeTimesEveryStepAndReadsEveryProductWeightOnce) {
 // inputs of q, k and v, in floats, counted from the config here; GPT-2's has none.
 TEST(GptBench, DecodeCountsTheLinearLayersStates) {
   ThreadPool& pool = default_pool();
-  const nlohmann::json text = {{"vocab_size", 40}, {"hidden_size", 16}, {"intermediate_size", 24},
-                               {"num_hidden_layers", 4}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
-                               {"head_dim", 8}, {"max_position_embeddings", 32},
-                               {"rope_parameters", {{"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}}},
-                               {"layer_types", {"linear_attention", "linear_attention", "linear_attention", "full_attention"}},
-                               {"linear_num_value_heads", 4}, {"linear_num_key_heads", 2}, {"linear_key_head_dim", 4},
-                               {"linear_value_head_dim", 6}, {"linear_conv_kernel_dim", 3}};
   GptBenchShape s;
   s.name = "tiny qwen3.5";
-  s.spec = read_qwen3_5_config({{"model_type", "qwen3_5"}, {"tie_word_embeddings", false}, {"text_config", text}});
+  s.spec = qwen3_5_sizes(16, 24, 2, 1, 32, {"linear_attention", "linear_attention", "linear_attention", "full_attention"});
   s.mode = GptBenchMode::kDecode;
   s.batch = 2;
   s.seq_len = 5;
