@@ -68,12 +68,14 @@ HWY_INLINE void StoreCols(DS<State> d, hn::Vec<DS<State>> x, State* HWY_RESTRICT
 // 4 (`qkv bench --module gated-deltanet --new-tokens 50`, 1.14-1.57 -> 1.05-1.22 ms in three
 // alternating pairs); into L2 it was 1.12x as long on Zen 5 (AVX2 1.09x). It also asks for row i
 // of the block after that (`later`) into L2: one block's update was too short for the next
-// block's 32 KiB (64 columns then) to arrive from memory, and a block's lead that way is the L2's (Zen 5, 18 layers of 16
-// heads of 128: 0.86-1.02x the time, median 0.925, in eight alternating pairs; AVX2 0.80-1.12x).
-// Those were 64-column blocks stepped in double. With float steps on 32 columns (the Xeon, AVX-512,
-// five alternating rounds) these two held: 0.74-0.90 ms a step, against 0.86-0.92 without `later`,
-// 0.85-1.0 with `next` into L2, 0.85-0.98 with `later` a block further, 0.93-1.08 with both a block
-// further.
+// block's 32 KiB (64 columns then) to arrive from memory, and a block's lead that way is the L2's
+// (Zen 5, 18 layers of 16 heads of 128: 0.86-1.02x the time, median 0.925, in eight alternating
+// pairs; AVX2 0.80-1.12x). Those were 64-column blocks stepped in double. With float steps on 32
+// columns (the Xeon, AVX-512, five alternating rounds) these two held: 0.74-0.90 ms a step, against
+// 0.86-0.92 without `later`, 0.85-1.0 with `next` into L2, 0.85-0.98 with `later` a block further,
+// 0.93-1.08 with both a block further. On Zen 5 the float step's variants (`next` with prefetchnta
+// or into L2, no `later`, `later` a block further, 64 columns a block; switched at run time in one
+// binary, five rounds) stayed within the noise (0.50-0.70 ms).
 template <int NV, bool kPart, typename State>
 HWY_INLINE void StepBlock(DS<State> d, const float* HWY_RESTRICT q, const float* HWY_RESTRICT k,
                           const float* HWY_RESTRICT v, State alpha, const float* HWY_RESTRICT beta,
