@@ -168,9 +168,9 @@ GptBenchReport run_gpt_bench(const GptBenchShape& in, int iters, int warmup, Thr
     // the linear-attention layers' states (floats), each read and rewritten once a step
     for (int64_t l = 0; l < ms.layers; ++l)
       if (cache.holds_state(l)) r.state_bytes += static_cast<double>(cache.state_size(l)) * sizeof(float);
+    r.bandwidth_passes = passes;  // in the order they ran: pass i + 1 follows timed steps [20 i, 20 i + 20)
     std::sort(passes.begin(), passes.end());
     r.bandwidth_gb_s = passes[passes.size() / 2];
-    r.bandwidth_passes = passes;
   }
   summarize(r);
   if (decode) {
