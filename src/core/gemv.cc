@@ -29,41 +29,6 @@ HWY_INLINE VF LoadW(DF d, const uint16_t* HWY_RESTRICT p) {
 HWY_INLINE float ScalarW(const float* p) { return *p; }
 HWY_INLINE float ScalarW(const uint16_t* p) { return bf16_to_float(*p); }
 
-// 2 L bf16 weights at p as two vectors of floats without a shuffle: read as L 32-bit lanes, lane j
-// holds elements 2 j (low half) and 2 j + 1 (high half); shifted left 16 it is element 2 j, with its
-// low half cleared element 2 j + 1 (both exact). x comes in the matching order (SplitX). LoadW's
-// widening (vpmovzxwd) takes a shuffle per L weights, on Zen 3 from the ports the FMAs and shifts
-// use. One Zen 3 thread, 64 x 1024 bf16 weights in L1, GB/s of W a call (medians of 4-6 runs,
-// alternated with the widening build): one row of x 25.6 -> 32.5, two 11.6 -> 16.3, four 7.9 -> 9.8.
-HWY_INLINE void LoadWPair(DF d, const uint16_t* HWY_RESTRICT p, VF& even, VF& odd) {
-  const hn::RebindToUnsigned<DF> du;
-  auto v = hn::LoadU(du, reinterpret_cast<const uint32_t*>(p));
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
-  asm("" : "+x"(v.raw));  // one load: GCC otherwise loads W again as And's memory operand
-#endif
-  even = hn::BitCast(d, hn::ShiftLeft<16>(v));
-  odd = hn::BitCast(d, hn::And(v, hn::Set(du, 0xFFFF0000u)));
-}
-
-// M rows of K bf16 bits as floats in the order RowsBlockBF16 reads x: each whole block of 2 L
-// elements as its L even elements, then its L odd ones; the last K mod 2 L as they are.
-void SplitX(const uint16_t* HWY_RESTRICT bits, int64_t M, int64_t K, float* HWY_RESTRICT out) {
-  const DF d;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t r = 0; r < M; ++r) {
-    const uint16_t* b = bits + r * K;
-    float* o = out + r * K;
-    int64_t k = 0;
-    for (; k + 2 * L <= K; k += 2 * L) {
-      VF even, odd;
-      LoadWPair(d, b + k, even, odd);
-      hn::StoreU(even, d, o + k);
-      hn::StoreU(odd, d, o + k + L);
-    }
-    for (; k < K; ++k) o[k] = bf16_to_float(b[k]);
-  }
-}
-
 // How far ahead of the loads W is asked for: the hardware prefetcher alone left the stream at
 // about two thirds of the read bandwidth. 4 KiB: a bf16 decoding step of Qwen3-0.6B took 0.84x and
 // 0.88x the time it took at 1 KiB (medians of paired rounds, 10 rounds, Intel Xeon model 207, 2
@@ -107,64 +72,6 @@ void RowsBlock(const float* HWY_RESTRICT x, int64_t K, const T* HWY_RESTRICT W, 
   }
 }
 
-// RowsBlock for bf16 weights, x split by SplitX: P vectors of W (2 L weights each) an iteration, each
-// into two FMA chains per row of x (its even and its odd elements). An iteration waits on one FMA's
-// latency, so P = 2 (64 bytes of W with AVX2) where the registers allow, at one or two rows of x.
-template <int R>
-void RowsBlockBF16(const float* HWY_RESTRICT x, int64_t K, const uint16_t* HWY_RESTRICT W, const float* bias,
-                   int64_t N, int64_t n0, int64_t n1, int64_t far, float* HWY_RESTRICT y) {
-  constexpr int P = R <= 2 ? 2 : 1;
-  const DF d;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint16_t* w = W + n * K;
-    VF acc[2 * P][R];
-    for (int a = 0; a < 2 * P; ++a)
-      for (int r = 0; r < R; ++r) acc[a][r] = hn::Zero(d);
-    int64_t k = 0;
-    for (; k + 2 * P * L <= K; k += 2 * P * L) {
-      if constexpr (kPrefetchBytes > 0) prefetch_ahead(w + k, 4 * P * L, kPrefetchBytes, far);
-      for (int p = 0; p < P; ++p) {
-        VF even, odd;
-        LoadWPair(d, w + k + 2 * p * L, even, odd);
-        for (int r = 0; r < R; ++r) {
-          const float* xr = x + r * K + k + 2 * p * L;
-          acc[2 * p][r] = hn::MulAdd(even, hn::LoadU(d, xr), acc[2 * p][r]);
-          acc[2 * p + 1][r] = hn::MulAdd(odd, hn::LoadU(d, xr + L), acc[2 * p + 1][r]);
-        }
-      }
-    }
-    for (; k + 2 * L <= K; k += 2 * L) {  // P = 2's last whole block
-      VF even, odd;
-      LoadWPair(d, w + k, even, odd);
-      for (int r = 0; r < R; ++r) {
-        acc[0][r] = hn::MulAdd(even, hn::LoadU(d, x + r * K + k), acc[0][r]);
-        acc[1][r] = hn::MulAdd(odd, hn::LoadU(d, x + r * K + k + L), acc[1][r]);
-      }
-    }
-    for (; k + L <= K; k += L) {  // x as it is from here on
-      const VF w0 = LoadW(d, w + k);
-      for (int r = 0; r < R; ++r) acc[0][r] = hn::MulAdd(w0, hn::LoadU(d, x + r * K + k), acc[0][r]);
-    }
-    for (int r = 0; r < R; ++r) {
-      VF sum = acc[0][r];
-      for (int a = 1; a < 2 * P; ++a) sum = hn::Add(sum, acc[a][r]);
-      float s = hn::GetLane(hn::SumOfLanes(d, sum));
-      for (int64_t t = k; t < K; ++t) s += bf16_to_float(w[t]) * x[r * K + t];
-      y[r * N + n] = bias ? s + bias[n] : s;
-    }
-  }
-}
-
-template <int R, typename T>
-void RowsBlockOf(const float* x, int64_t K, const T* W, const float* bias, int64_t N, int64_t n0, int64_t n1,
-                 int64_t far, float* y) {
-  if constexpr (sizeof(T) == 2)
-    RowsBlockBF16<R>(x, K, W, bias, N, n0, n1, far, y);
-  else
-    RowsBlock<R>(x, K, W, bias, N, n0, n1, far, y);
-}
-
 // All M rows of x against W's rows [n0, n1): tiles of kTileRows rows of W (at most 96 KiB, in
 // L2), each tile meeting the rows of x four at a time, so W comes from memory once whatever M.
 constexpr int64_t kTileRows = 8;
@@ -179,10 +86,10 @@ void RowsRange(const float* x, int64_t M, int64_t K, const T* W, const float* bi
       float* yr = y + r * N;
       const int64_t far = r == 0 ? far_first : 0;
       switch (std::min<int64_t>(4, M - r)) {
-        case 1: RowsBlockOf<1>(xr, K, W, bias, N, t0, t1, far, yr); break;
-        case 2: RowsBlockOf<2>(xr, K, W, bias, N, t0, t1, far, yr); break;
-        case 3: RowsBlockOf<3>(xr, K, W, bias, N, t0, t1, far, yr); break;
-        default: RowsBlockOf<4>(xr, K, W, bias, N, t0, t1, far, yr); break;
+        case 1: RowsBlock<1>(xr, K, W, bias, N, t0, t1, far, yr); break;
+        case 2: RowsBlock<2>(xr, K, W, bias, N, t0, t1, far, yr); break;
+        case 3: RowsBlock<3>(xr, K, W, bias, N, t0, t1, far, yr); break;
+        default: RowsBlock<4>(xr, K, W, bias, N, t0, t1, far, yr); break;
       }
     }
   }
@@ -192,7 +99,6 @@ void GemvRangeF32(const float* x, int64_t M, int64_t K, const float* W, const fl
                   int64_t n1, float* y) {
   RowsRange(x, M, K, W, bias, N, n0, n1, y);
 }
-void SplitXBF16(const uint16_t* bits, int64_t M, int64_t K, float* out) { SplitX(bits, M, K, out); }
 void GemvRangeBF16(const float* x, int64_t M, int64_t K, const uint16_t* W, const float* bias, int64_t N,
                    int64_t n0, int64_t n1, float* y) {
   RowsRange(x, M, K, W, bias, N, n0, n1, y);
@@ -213,7 +119,6 @@ namespace qkv {
 
 HWY_EXPORT(GemvRangeF32);
 HWY_EXPORT(GemvRangeBF16);
-HWY_EXPORT(SplitXBF16);
 
 namespace {
 
@@ -304,7 +209,7 @@ void gemv_rows(const float* x, int64_t M, int64_t K, const float* W, const uint1
     if (bf16_dot_allowed()) {
       xb = bits.data();
     } else {
-      HWY_DYNAMIC_DISPATCH(SplitXBF16)(bits.data(), M, K, rounded.data());  // in RowsBlockBF16's order
+      bf16_to_floats(bits.data(), rounded.data(), n);
       xs = rounded.data();
     }
   }
