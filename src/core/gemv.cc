@@ -52,13 +52,11 @@ void RowsBlock(const float* HWY_RESTRICT x, int64_t K, const T* HWY_RESTRICT W, 
     for (int r = 0; r < R; ++r) a0[r] = a1[r] = hn::Zero(d);
     int64_t k = 0;
     for (; k + 2 * L <= K; k += 2 * L) {
-      // every 64-byte line of this step's 2 L weights (two with AVX-512 floats), each line once: a
-      // step of AVX2 bf16 weights is half a line, and asking for each line at both its halves made
+      // every 64-byte line of this step's 2 L weights (two with AVX-512 floats; with AVX2's bf16 half
+      // a line, asked for by the step that starts it: once a line, where asking at both halves made
       // a Zen 3's BF16 decoding steps about 1.09x as long (Qwen3-0.6B, 2 threads, one binary
-      // switched at run time, median of 20 paired rounds)
-      const int64_t bytes = 2 * L * static_cast<int64_t>(sizeof(T));
-      if (kPrefetchBytes > 0 && (reinterpret_cast<uintptr_t>(w + k) & 63) < static_cast<uintptr_t>(bytes))
-        prefetch_ahead(w + k, bytes, kPrefetchBytes, far);
+      // switched at run time, median of 20 paired rounds))
+      if constexpr (kPrefetchBytes > 0) prefetch_ahead(w + k, 2 * L * static_cast<int64_t>(sizeof(T)), kPrefetchBytes, far);
       const VF w0 = LoadW(d, w + k), w1 = LoadW(d, w + k + L);
       for (int r = 0; r < R; ++r) {
         a0[r] = hn::MulAdd(w0, hn::LoadU(d, x + r * K + k), a0[r]);

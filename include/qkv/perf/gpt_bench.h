@@ -69,7 +69,7 @@ struct GptBenchReport {
   double state_bytes = 0;  // decode: the linear-attention layers' states (floats), read and rewritten a step
   double read_gb_s = 0;    // decode: (weight_bytes + cache_bytes + state_bytes) / the median step
   std::string model;                    // what ran: the loaded model's description, or the preset's
-  std::vector<double> bandwidth_passes;  // decode: every pass measured, sorted
+  std::vector<double> bandwidth_passes;  // decode: every pass measured, in the order they ran
   double max_rss_mib = 0;
   double model_rss_mib = 0;  // decode: the peak before the bandwidth probe's buffer (the model's own)
 };
